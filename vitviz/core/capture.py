@@ -1,0 +1,202 @@
+"""Loading a checkpoint into the reference ViT and capturing its attention.
+
+    model = load("vit_b_16-c867db91.pth")        # -> VitModel
+    result = model.run("cat.jpg")                # -> AttentionResult with (L, H, T, T) attentions
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
+from vitviz.core.families import convert
+from vitviz.core.infer import OVERRIDES, infer_spec
+from vitviz.core.model import AttentionProbe, ReferenceViT
+from vitviz.core.spec import AttentionResult, ModelSpec
+from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
+
+
+def available_devices() -> list[str]:
+    """Devices a model can run on here: 'cpu', plus 'cuda' (or 'cuda:N') when available."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        devices += ["cuda"] if n == 1 else [f"cuda:{i}" for i in range(n)]
+    return devices
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {device!r} requested, but CUDA is not available here "
+                          f"(available: {', '.join(available_devices())})")
+    return dev
+
+
+@contextmanager
+def capture_attention(net: torch.nn.Module, keep: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    """Append every block's post-softmax attention (B, H, T, T) to `keep` while the context is open.
+
+    The hooks only read the probability tensor, so the model's output is unchanged; they are removed in
+    `finally` even when the forward pass fails.
+    """
+    def hook(_m: torch.nn.Module, _inp: Any, out: torch.Tensor) -> None:
+        keep.append(out.detach())
+
+    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, AttentionProbe)]
+    try:
+        yield keep
+    finally:
+        for h in handles:
+            h.remove()
+
+
+class VitModel:
+    """A loaded checkpoint: the reference ViT, its spec, and the device it runs on."""
+
+    def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
+        self.net, self.spec, self._device = net, spec, device
+        self.dropped = dropped
+
+    @property
+    def device(self) -> str:
+        return str(self._device)
+
+    def to(self, device: str | None) -> "VitModel":
+        """Move the model; a model too large for the device raises DeviceError and stays where it was."""
+        dev = resolve_device(device)
+        try:
+            self.net.to(dev)
+        except torch.cuda.OutOfMemoryError as e:
+            self.net.to(self._device)
+            torch.cuda.empty_cache()
+            raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
+                              f"on {dev} ({e}); use device='cpu'") from e
+        self._device = dev
+        return self
+
+    def spec_at(self, image_size: tuple[int, int] | None) -> ModelSpec:
+        """The spec for a run at `image_size` (position embedding resampled), or the native spec."""
+        if image_size is None or tuple(image_size) == tuple(self.spec.image_size):
+            return self.spec
+        h, w = int(image_size[0]), int(image_size[1])
+        p = self.spec.patch_size
+        if h < p or w < p:
+            raise VitvizError(f"image size {(h, w)} is smaller than one patch ({p} px)")
+        size = (h - h % p, w - w % p)
+        return replace(self.spec, image_size=size, preprocess=self.spec.preprocess.at_size(size))
+
+    def prepare(self, image: Any, image_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, np.ndarray, ModelSpec, str]:
+        """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source)."""
+        from vitviz.core import images
+
+        spec = self.spec_at(image_size)
+        if isinstance(image, torch.Tensor):
+            x = image if image.ndim == 4 else image.unsqueeze(0)
+            if x.shape[1] != spec.in_chans:
+                raise VitvizError(f"input tensor has {x.shape[1]} channels; the model expects {spec.in_chans}")
+            p = spec.patch_size
+            size = (int(x.shape[-2]) // p * p, int(x.shape[-1]) // p * p)
+            spec = replace(spec, image_size=size) if size != tuple(spec.image_size) else spec
+            x = x[..., : size[0], : size[1]].float()
+            disp = images.display_from_tensor(x, spec.preprocess.mean, spec.preprocess.std)
+            return x, disp, spec, "tensor"
+        src = str(image) if isinstance(image, (str, Path)) else type(image).__name__
+        img = images.load_image(image, channels=spec.in_chans)
+        x, disp = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
+        return x, disp, spec, src
+
+    @torch.inference_mode()
+    def forward_captured(self, x: torch.Tensor, half: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(B, C, H, W) -> attentions (B, L, H, T, T) and logits (B, C) as NumPy, on whatever device."""
+        keep: list[torch.Tensor] = []
+        try:
+            with capture_attention(self.net, keep):
+                logits = self.net(x.to(self._device))
+            attn = torch.stack(keep, dim=1)  # L x (B, H, T, T) -> (B, L, H, T, T)
+            attn = attn.half() if half else attn
+            return attn.cpu().numpy(), logits.float().cpu().numpy()
+        except torch.cuda.OutOfMemoryError as e:
+            torch.cuda.empty_cache()
+            raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} "
+                              f"({e}); try a smaller image size or device='cpu'") from e
+
+    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False) -> AttentionResult:
+        """Run one image and capture every layer's attention.
+
+        Args:
+            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
+            image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
+            half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
+        """
+        x, disp, spec, src = self.prepare(image, image_size)
+        attn, logits = self.forward_captured(x, half)
+        return AttentionResult(attentions=attn[0], logits=logits[0], input=x[0].cpu().numpy(), image=disp,
+                               spec=spec, source=src)
+
+    def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
+        """(N_pos, D) position embedding, grid part resampled to `grid`; None when the model has none."""
+        if self.net.pos_embed is None:
+            return None
+        with torch.no_grad():
+            g = grid or self.spec.pos_grid
+            prefix = self.net.pos_embed[0, : self.spec.pos_prefix]
+            pos = torch.cat([prefix, self.net.grid_pos_embed(tuple(g))[0]], dim=0)
+        return pos.float().cpu().numpy()
+
+
+def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    return RawCheckpoint(Path("<state dict>"), tensors)
+
+
+def load(path: str | Path | dict[str, Any], **overrides: Any) -> VitModel:
+    """Load any supported ViT checkpoint into the reference model.
+
+    Args:
+        path: a file, a folder (HF / timm hub), or an in-memory state dict.
+        **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
+            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1').
+    """
+    unknown = set(overrides) - set(OVERRIDES)
+    if unknown:
+        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of {', '.join(OVERRIDES)}")
+    device = resolve_device(overrides.get("device"))
+    raw = _raw_from_dict(path) if isinstance(path, dict) else read_checkpoint(path, overrides.get("nest_key"))
+    conv = convert(raw, overrides.get("family"))
+    spec = infer_spec(conv, raw, overrides)
+    net = ReferenceViT(spec)
+    _load_exact(net, conv.tensors, spec.source)
+    net.eval()
+    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
+    net.spec = spec
+    model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
+    return model.to(str(device))
+
+
+def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
+    own = net.state_dict()
+    missing = sorted(set(own) - set(sd))
+    extra = sorted(set(sd) - set(own))
+    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
+             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or extra or wrong:
+        parts = []
+        if wrong:
+            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
+        if missing:
+            parts.append(f"missing tensors: {', '.join(missing[:8])}")
+        if extra:
+            parts.append(f"unexpected tensors: {', '.join(extra[:8])}")
+        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
+    net.load_state_dict(sd, strict=True)

@@ -1,0 +1,264 @@
+"""Reading checkpoint files and folders safely, without executing anything they contain.
+
+`read_checkpoint` returns the tensors of the chosen state dict (unwrapped from training containers, upcast to
+float32) plus every piece of metadata found beside them: `args`/`arch` of training checkpoints, side-car
+`config.json`/`preprocessor_config.json`, safetensors `__metadata__`, the file name.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import pickletools
+import struct
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitviz.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    NoWeightsError,
+    UnsafeCheckpointError,
+)
+
+WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth",
+                "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+# Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise).
+NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "module")
+
+
+@dataclass
+class RawCheckpoint:
+    """Tensors and metadata read from one checkpoint, before any family conversion."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)     # args, arch, safetensors metadata
+    config: dict[str, Any] | None = None                   # config.json (HF or timm)
+    preprocessor: dict[str, Any] | None = None             # HF preprocessor_config.json
+    labels: tuple[str, ...] = ()                           # from side-car files
+    nest_key: str = ""                                     # which nested dict was used
+    weights_file: Path | None = None
+
+
+def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpoint:
+    """Read a checkpoint file or folder.
+
+    Args:
+        path: a weights file (.pth/.pt/.bin/.safetensors/.ckpt) or a folder with one (HF / timm hub layout).
+        nest_key: which nested state dict to take from a training container (default: EMA, then
+            `state_dict`, `model`, `teacher`, ...).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CheckpointNotFoundError(f"{p}: no such file or folder; expected a ViT checkpoint file or folder")
+    folder = p if p.is_dir() else (p.parent if p.name in WEIGHT_NAMES else None)
+    weights = _weights_in_folder(p) if p.is_dir() else p
+    raw = _read_weights_file(weights, nest_key)
+    raw.path = p
+    if folder is not None:
+        raw.config = _read_json(folder / "config.json")
+        raw.preprocessor = _read_json(folder / "preprocessor_config.json")
+    labels_file = weights.parent / "class_indices.json"  # WZ educational ViT writes its labels here
+    if labels_file.is_file():
+        raw.labels = _labels_from_mapping(_read_json(labels_file) or {})
+    return raw
+
+
+def _weights_in_folder(folder: Path) -> Path:
+    for name in WEIGHT_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return index
+    candidates = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+    if len(candidates) == 1:
+        return candidates[0]
+    found = ", ".join(sorted(f.name for f in folder.iterdir())[:12]) or "nothing"
+    if candidates:
+        raise NoWeightsError(f"{folder}: several weights files ({', '.join(c.name for c in candidates)}); "
+                             "open the one you want directly")
+    raise NoWeightsError(f"{folder}: no weights file found (found: {found}); expected one of "
+                         f"{', '.join(WEIGHT_NAMES)} or a single *.safetensors/*.pth/*.bin file")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CorruptCheckpointError(f"{path}: not valid JSON ({e})") from e
+
+
+def _labels_from_mapping(mapping: dict[str, Any]) -> tuple[str, ...]:
+    try:
+        items = sorted(((int(k), str(v)) for k, v in mapping.items()), key=lambda kv: kv[0])
+    except (TypeError, ValueError):
+        return ()
+    return tuple(v for _, v in items)
+
+
+def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
+    size = path.stat().st_size
+    if size == 0:
+        raise CorruptCheckpointError(f"{path}: the file is empty (0 bytes); expected a checkpoint")
+    if path.name.endswith(".index.json"):
+        return _read_sharded(path)
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if _looks_like_safetensors(head, size):
+        return _read_safetensors(path)
+    if head.startswith(b"PK\x03\x04"):
+        _refuse_torchscript(path)
+    elif not head[:1] == b"\x80":
+        kind = "an image" if head[:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0", b"\xff\xd8\xff\xe1") else "unrecognised data"
+        raise CorruptCheckpointError(
+            f"{path}: not a checkpoint (starts with bytes {head[:8].hex(' ')}, looks like {kind}); expected a "
+            "PyTorch file (.pth/.pt/.bin, zip or pickle) or a .safetensors file")
+    obj = _torch_load(path)
+    return _unwrap(path, obj, nest_key)
+
+
+def _looks_like_safetensors(head: bytes, size: int) -> bool:
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return 0 < n <= size - 8 and head[8:9] == b"{"
+
+
+def _read_safetensors(path: Path) -> RawCheckpoint:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, ValueError, OSError) as e:
+        raise CorruptCheckpointError(f"{path}: damaged safetensors file ({e}); expected a complete "
+                                     "safetensors file") from e
+    meta = dict(header.get("__metadata__") or {})
+    return RawCheckpoint(path, _as_float(tensors), meta=meta, weights_file=path)
+
+
+def _read_sharded(index: Path) -> RawCheckpoint:
+    data = _read_json(index) or {}
+    files = sorted(set((data.get("weight_map") or {}).values()))
+    if not files:
+        raise CorruptCheckpointError(f"{index}: no weight_map in the shard index")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        tensors.update(_read_safetensors(index.parent / name).tensors)
+    return RawCheckpoint(index, tensors, weights_file=index)
+
+
+def _refuse_torchscript(path: Path) -> None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except zipfile.BadZipFile as e:
+        raise CorruptCheckpointError(f"{path}: a damaged or truncated zip archive ({e}); expected a complete "
+                                     "PyTorch checkpoint") from e
+    if any("/code/" in n or n.endswith("constants.pkl") for n in names):
+        raise UnsafeCheckpointError(
+            f"{path}: a TorchScript archive (it contains compiled code); vitviz does not run code from files. "
+            "Expected a state dict: in Python, `torch.save(torch.jit.load(p).state_dict(), 'weights.pth')`")
+    if any(n.endswith(".npy") for n in names) and not any(n.endswith("data.pkl") for n in names):
+        raise CorruptCheckpointError(f"{path}: a NumPy .npz archive (JAX weights), which vitviz cannot read yet; "
+                                     "expected a PyTorch or safetensors checkpoint")
+
+
+def _torch_load(path: Path) -> Any:
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
+        globals_ = _pickle_globals(path)
+        if "Weights only load failed" in str(e) or globals_:
+            raise _unsafe_error(path, globals_) from None
+        raise CorruptCheckpointError(f"{path}: could not be read as a PyTorch checkpoint "
+                                     f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                                     "expected a complete .pth/.pt/.bin file") from e
+
+
+def _pickle_globals(path: Path) -> list[str]:
+    """Names of the classes/functions a pickle would import, read without unpickling; [] if unreadable."""
+    try:
+        data = path.read_bytes()
+        if data.startswith(b"PK\x03\x04"):
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                pkl = [n for n in z.namelist() if n.endswith("data.pkl")]
+                data = z.read(pkl[0]) if pkl else b""
+        found, strings = [], []
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+                strings.append(arg)
+            elif op.name == "GLOBAL":
+                found.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(f"{strings[-2]}.{strings[-1]}")
+    except Exception:  # noqa: BLE001 - a broken pickle simply yields no names
+        return []
+    safe = ("collections.OrderedDict", "torch._utils._rebuild", "torch.", "argparse.Namespace", "builtins.set")
+    return [g for g in dict.fromkeys(found) if not g.startswith(safe) or "nn.modules" in g]
+
+
+def _unsafe_error(path: Path, globals_: list[str]) -> UnsafeCheckpointError:
+    modules = [g for g in globals_ if "nn.modules" in g or g.split(".")[-1][:1].isupper()]
+    names = ", ".join(globals_[:6]) or "unknown objects"
+    if modules:
+        what = f"a whole pickled model object ({names})"
+        fix = "save `model.state_dict()` instead"
+    else:
+        what = f"a pickle that would call {names} when loaded"
+        fix = "only plain tensors and standard containers are accepted"
+    return UnsafeCheckpointError(f"{path}: refused: {what}. vitviz loads checkpoints with weights_only=True "
+                                 f"and never runs code from a file; {fix}.")
+
+
+def _is_state_dict(obj: Any) -> bool:
+    if not isinstance(obj, dict) or not obj:
+        return False
+    n = sum(isinstance(v, torch.Tensor) for v in obj.values())
+    return n >= max(1, len(obj) // 2)
+
+
+def _unwrap(path: Path, obj: Any, nest_key: str | None) -> RawCheckpoint:
+    if not isinstance(obj, dict):
+        raise CorruptCheckpointError(f"{path}: holds a {type(obj).__name__}, expected a dict of tensors "
+                                     "(a state dict) or a training checkpoint containing one")
+    meta: dict[str, Any] = {}
+    for k in ("arch", "epoch", "args", "version"):
+        if k in obj:
+            meta[k] = vars(obj[k]) if isinstance(obj[k], argparse.Namespace) else obj[k]
+    if nest_key is not None:
+        if not _is_state_dict(obj.get(nest_key)):
+            raise CorruptCheckpointError(f"{path}: no state dict under {nest_key!r}; keys: {sorted(obj)[:10]}")
+        return RawCheckpoint(path, _as_float(obj[nest_key]), meta, nest_key=nest_key, weights_file=path)
+    if _is_state_dict(obj) and not any(_is_state_dict(obj.get(k)) for k in NEST_KEYS):
+        return RawCheckpoint(path, _as_float(obj), meta, weights_file=path)
+    for key in NEST_KEYS:
+        if _is_state_dict(obj.get(key)):
+            return RawCheckpoint(path, _as_float(obj[key]), meta, nest_key=key, weights_file=path)
+    kinds = Counter(type(v).__name__ for v in obj.values())
+    raise CorruptCheckpointError(f"{path}: a dict without tensors (keys {sorted(map(str, obj))[:10]}, "
+                                 f"values {dict(kinds)}); expected a state dict or one nested under "
+                                 f"{', '.join(NEST_KEYS)}")
+
+
+def _as_float(sd: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Keep tensors only; upcast half/bfloat16 to float32."""
+    out = {}
+    for k, v in sd.items():
+        if isinstance(v, torch.Tensor):
+            out[str(k)] = v.float() if v.is_floating_point() and v.dtype != torch.float32 else v
+    return out

@@ -1,0 +1,127 @@
+"""Colormap lookup tables as (256, 3) uint8 arrays, without matplotlib.
+
+viridis, inferno, magma and plasma (Smith, van der Walt and Firing; CC0) and turbo (Mikhailov, Google; Apache-2.0)
+are stored as every 5th entry of their published 256-entry tables (52 control points, indices 0, 5, ..., 255)
+and rebuilt by linear interpolation; every rebuilt entry is within 1 unit of the published table. Append '_r' to a
+name for the reversed map.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from vitviz.errors import VitvizError
+
+_STEP = 5  # control points sit at table indices 0, 5, ..., 255
+
+_CONTROL_HEX: dict[str, str] = {
+    "viridis": (
+        "44015446085c471063481769481d6f482475472a7a46307e453781433d844142873f48893d4e8a3a538b38598c355e8d"
+        "33638d31688e2e6d8e2c718e2a768e297b8e27808e25848e23898e218e8d20928c1f978b1e9c891fa18821a58524aa83"
+        "28ae802eb37c35b7793dbc7446c06f50c46a5ac86465cb5e70cf577cd25089d54895d840a2da37b0dd2fbddf26cae11f"
+        "d8e219e5e419f1e51dfde725"
+    ),
+    "inferno": (
+        "00000402020c0504170a072210092d160b391e0c45260c512f0a5b380962400a67490b6a510e6c59106e61136e69166e"
+        "71196e781c6d801f6c88226a902568982766a02a63a82e5fb0315bb73557bf3952c63d4dcc4248d34743d94d3ddf5337"
+        "e45a31e9612bed6925f1711ff47918f78212f98b0bfa9407fb9d07fca60cfcb014fbba1ffac42af8cd37f6d746f4e156"
+        "f2ea69f2f27df5f992fcffa4"
+    ),
+    "magma": (
+        "00000402020b0504160907200e0b2b140e361a104221114e29115a311165390f6e420f754a107952137c5a167e621980"
+        "6a1c81721f81792282812581892881912b81992d80a1307eaa337db2357bba3878c23b75ca3e72d2426fd9466be04c67"
+        "e75263ec5860f1605df4695cf7725cf97b5dfb8560fc8e64fd9869fea16efeaa74feb47bfebd82fec68afecf92fed89a"
+        "fde2a3fdebacfcf4b6fcfdbf"
+    ),
+    "plasma": (
+        "0d08871b068d2605912f059638049a41049d4903a05102a35901a56100a76900a87100a87801a88004a88707a68e0ca4"
+        "9511a19c179ea21d9aa82296ae2892b42e8dba3388bf3984c43e7fc9447acd4a76d24f71d6556dda5b69de6164e26660"
+        "e66c5ce97257ed7953f07f4ff3854bf58c46f79342f99a3efba139fca835fdaf31feb72dfebe2afdc627fcce25fbd724"
+        "f8df25f6e826f3f027f0f921"
+    ),
+    "turbo": (
+        "30123b36215f3b2f803f3e9c424bb54559cb4666dd4773eb4680f6458cfd4099ff38a5fb2fb2f427bee91fc9dd1ad4d0"
+        "18ddc21ae4b622ebaa2ff19b3ff68a52fa7a65fd6979fe598bff4b9cfe40a9fb39b7f735c3f134d0ea34dbe236e5d938"
+        "eecf3af5c53afaba39fdae35fea130fe932afc8423f9751df46617ef5811e84b0ce14109d83706ce2d04c32503b71d02"
+        "a916019b0f018b09027a0403"
+    ),
+}
+
+
+class ColormapError(VitvizError, ValueError):
+    """An unknown colormap name, or values that are not a 2-D map."""
+
+
+def available_colormaps() -> tuple[str, ...]:
+    """Names accepted by `colormap` and `apply_colormap` (each also with an '_r' suffix)."""
+    return tuple(sorted([*_CONTROL_HEX, "gray"]))
+
+
+def _from_control_points(hex_string: str) -> np.ndarray:
+    """Rebuild a (256, 3) uint8 table from control points every `_STEP` entries."""
+    points = np.frombuffer(bytes.fromhex(hex_string), dtype=np.uint8).reshape(-1, 3)  # (52, 3)
+    where = np.arange(points.shape[0]) * _STEP  # (52,)
+    assert where[-1] == 255, "control points must end at index 255"
+    x = np.arange(256)
+    table = np.stack([np.interp(x, where, points[:, c].astype(np.float64)) for c in range(3)], axis=1)
+    return np.round(table).astype(np.uint8)  # (256, 3)
+
+
+@lru_cache(maxsize=None)
+def _table(name: str) -> np.ndarray:
+    if name == "gray":
+        table = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # (256, 3)
+    else:
+        table = _from_control_points(_CONTROL_HEX[name])
+    table.setflags(write=False)
+    return table
+
+
+def colormap(name: str) -> np.ndarray:
+    """The (256, 3) uint8 lookup table of `name` (read-only); '<name>_r' gives it reversed.
+
+    Raises:
+        ColormapError: the name is not one of `available_colormaps()`.
+    """
+    base, reverse = (name[:-2], True) if name.endswith("_r") else (name, False)
+    if base not in available_colormaps():
+        raise ColormapError(f"unknown colormap {name!r}; expected one of {', '.join(available_colormaps())}")
+    table = _table(base)
+    return table[::-1] if reverse else table
+
+
+def normalize(values: np.ndarray, vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
+    """Scale values to [0, 1] between vmin and vmax (default: the finite min and max), clipped.
+
+    A constant input (vmax == vmin) maps to 0; non-finite values map to 0.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(v)
+    if vmin is None:
+        vmin = float(v[finite].min()) if finite.any() else 0.0
+    if vmax is None:
+        vmax = float(v[finite].max()) if finite.any() else 1.0
+    span = vmax - vmin
+    scaled = (v - vmin) / span if span > 0 else np.zeros_like(v)
+    return np.where(finite, np.clip(scaled, 0.0, 1.0), 0.0)
+
+
+def apply_colormap(values: np.ndarray, name: str = "viridis", vmin: float | None = None,
+                   vmax: float | None = None) -> np.ndarray:
+    """Colour a 2-D float map.
+
+    Values are scaled by `normalize` and binned into 256 equal bins (matplotlib's convention: vmin gets entry 0,
+    vmax entry 255).
+
+    Args:
+        values: (h, w) map.
+
+    Returns:
+        (h, w, 3) uint8 RGB.
+    """
+    v = np.asarray(values)
+    if v.ndim != 2:
+        raise ColormapError(f"expected a 2-D (h, w) map, found shape {v.shape}")
+    index = np.minimum((normalize(v, vmin, vmax) * 256).astype(np.int64), 255)  # (h, w)
+    return colormap(name)[index]  # (h, w) -> (h, w, 3)

@@ -1,0 +1,197 @@
+"""The one reference ViT every checkpoint is converted into.
+
+Key names follow timm (`patch_embed.proj`, `cls_token`, `blocks.N.attn.qkv`, ...). Attention is always explicit,
+`softmax((q * scale) @ k^T)` in float32, and passes through `attn_probe`, an identity module right after the
+softmax that `vitviz.core.capture` hooks. Every switch that changes the numerics is a field of `ModelSpec`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitviz.core.posembed import resample_grid
+from vitviz.core.spec import ModelSpec
+
+
+class QuickGELU(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+def make_act(kind: str) -> nn.Module:
+    """The MLP activation named by `ModelSpec.mlp_kind`."""
+    if kind == "gelu":
+        return nn.GELU()
+    if kind == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    if kind == "quick_gelu":
+        return QuickGELU()
+    raise ValueError(f"unknown activation {kind!r}; expected gelu, gelu_tanh or quick_gelu")
+
+
+class AttentionProbe(nn.Identity):
+    """Identity placed right after the softmax: the hook point for attention capture."""
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with explicit, capturable probabilities."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        d, self.num_heads = spec.embed_dim, spec.num_heads
+        if d % self.num_heads:
+            raise ValueError(f"embed dim {d} is not divisible by {self.num_heads} heads")
+        self.head_dim = d // self.num_heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(d, 3 * d, bias=spec.qkv_bias)
+        norm = (lambda: nn.LayerNorm(self.head_dim, eps=spec.eps)) if spec.qk_norm else nn.Identity
+        self.q_norm, self.k_norm = norm(), norm()
+        self.attn_probe = AttentionProbe()
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv(x).reshape(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
+        q, k, v = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        attn = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T)
+        attn = self.attn_probe(attn.float().softmax(dim=-1)).to(v.dtype)
+        x = (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, H, T, hd) -> (B, T, D)
+        return self.proj(x)
+
+
+class Mlp(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(spec.embed_dim, spec.mlp_hidden)
+        self.act = make_act(spec.mlp_kind) if spec.mlp_kind != "swiglu" else nn.SiLU()
+        self.swiglu = spec.mlp_kind == "swiglu"
+        self.fc2 = nn.Linear(spec.mlp_hidden // 2 if self.swiglu else spec.mlp_hidden, spec.embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.fc1(x)
+        if self.swiglu:
+            x1, x2 = x.chunk(2, dim=-1)  # DINOv2 / timm SwiGLUPacked order: act(x1) * x2
+            return self.fc2(self.act(x1) * x2)
+        return self.fc2(self.act(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x)))."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        d = spec.embed_dim
+        self.norm1 = nn.LayerNorm(d, eps=spec.eps)
+        self.attn = Attention(spec)
+        self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
+        self.norm2 = nn.LayerNorm(d, eps=spec.eps)
+        self.mlp = Mlp(spec)
+        self.ls2 = LayerScale(d) if spec.layer_scale else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.ls1(self.attn(self.norm1(x)))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class PreLogits(nn.Module):
+    """Legacy representation layer (old timm / JAX in21k): Dense + Tanh."""
+
+    def __init__(self, dim: int, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+class ReferenceViT(nn.Module):
+    """A Vision Transformer that can express every supported checkpoint family exactly."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        d = spec.embed_dim
+        p = spec.patch_size
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(spec.in_chans, d, p, p, bias=spec.patch_bias)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if spec.cls_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, d)) if spec.dist_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, spec.reg_tokens, d)) if spec.reg_tokens else None
+        n_pos = spec.pos_prefix + spec.pos_grid[0] * spec.pos_grid[1]
+        self.pos_embed = nn.Parameter(torch.zeros(1, n_pos, d)) if spec.pos_embed else None
+        self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
+        self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.final_norm else nn.Identity()
+        self.fc_norm = nn.LayerNorm(d, eps=spec.eps) if spec.fc_norm else nn.Identity()
+        width = d * 2 if spec.pooling == "cls_avg" else d
+        self.pre_logits = PreLogits(width, spec.pre_logits) if spec.pre_logits else nn.Identity()
+        width = spec.pre_logits or width
+        self.head = nn.Linear(width, spec.num_classes) if spec.num_classes else nn.Identity()
+        self.head_dist = nn.Linear(d, spec.num_classes) if spec.head_dist else None
+        self._pos_cache: dict[tuple[int, int], torch.Tensor] = {}
+
+    def grid_pos_embed(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The grid part of the position embedding resampled to `grid` with the family's recipe: (1, N, D)."""
+        assert self.pos_embed is not None
+        stored = self.pos_embed[:, self.spec.pos_prefix:]
+        if tuple(grid) == tuple(self.spec.pos_grid):
+            return stored
+        key = (int(grid[0]), int(grid[1]))
+        if key not in self._pos_cache:
+            self._pos_cache[key] = resample_grid(stored, self.spec.pos_grid, key, self.spec.pos_interp)
+        return self._pos_cache[key]
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - drop resampled caches when moving devices
+        self._pos_cache = {}
+        return super()._apply(fn, recurse)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) image -> (B, T, D) tokens in order [cls, dist, reg..., patches]."""
+        x = self.patch_embed.proj(x)  # (B, C, H, W) -> (B, D, gh, gw)
+        grid = (x.shape[-2], x.shape[-1])
+        x = x.flatten(2).transpose(1, 2)  # (B, N, D)
+        b = x.shape[0]
+        prefix = [t.expand(b, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        k = self.spec.pos_prefix
+        head, tail = prefix[:k], prefix[k:]
+        if head and len(head) < k:  # pos covers more prefix tokens than exist
+            raise ValueError("position embedding covers more prefix tokens than the model has")
+        x = torch.cat([*head, x], dim=1) if head else x
+        if self.pos_embed is not None:
+            pos = self.grid_pos_embed(grid)
+            if k:
+                pos = torch.cat([self.pos_embed[:, :k], pos], dim=1)
+            x = x + pos
+        if tail:  # prefix tokens without position embedding go right after the covered ones
+            x = torch.cat([x[:, :k], *tail, x[:, k:]], dim=1)
+        return x
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) normed tokens -> (B, D') pooled features."""
+        pooling, n_prefix = self.spec.pooling, self.spec.num_prefix
+        if pooling == "avg":
+            return x[:, n_prefix:].mean(dim=1)
+        if pooling == "cls_avg":  # HF DINOv2 classifier input
+            return torch.cat([x[:, 0], x[:, n_prefix:].mean(dim=1)], dim=-1)
+        return x[:, 0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, num_classes) logits, or (B, D) features for a headless backbone."""
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        x = self.norm(x)
+        out = self.head(self.pre_logits(self.fc_norm(self.pool(x))))
+        if self.head_dist is not None:
+            out = (out + self.head_dist(x[:, 1])) / 2
+        return out

@@ -1,0 +1,176 @@
+"""The data that crosses boundaries: what a model is (`ModelSpec`) and what one run captured (`AttentionResult`).
+
+Neither imports torch, so the GUI can hold and display them without loading torch on its own thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INCEPTION_MEAN = (0.5, 0.5, 0.5)
+INCEPTION_STD = (0.5, 0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes the model's input tensor.
+
+    `mode='center'`: resize the shorter side to `resize` (keeping the aspect ratio; for a non-square `crop` the
+    image is scaled to cover `crop / crop_pct`), then center-crop to `crop`. `mode='squash'`: resize straight to
+    `crop`, ignoring the aspect ratio (Hugging Face ViT).
+    """
+
+    crop: tuple[int, int] = (224, 224)
+    resize: int = 248
+    mode: str = "center"
+    interpolation: str = "bicubic"
+    mean: tuple[float, ...] = INCEPTION_MEAN
+    std: tuple[float, ...] = INCEPTION_STD
+
+    def at_size(self, size: tuple[int, int]) -> "Preprocess":
+        """The same recipe for another input size, keeping the resize/crop ratio."""
+        ratio = self.resize / max(1, min(self.crop))
+        return dataclasses.replace(self, crop=size, resize=int(round(min(size) * ratio)))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything vitviz knows about a loaded model, including every switch that changes its numerics.
+
+    `provenance` maps a field name to where its value came from: 'metadata: <file/key>', 'shape: <key>',
+    'file name', 'table', 'default' or 'override'.
+    """
+
+    family: str
+    source: str
+    image_size: tuple[int, int]
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    in_chans: int = 3
+    mlp_hidden: int = 0
+    mlp_kind: str = "gelu"            # 'gelu' | 'gelu_tanh' | 'quick_gelu' | 'swiglu'
+    num_classes: int = 0
+    cls_token: bool = True
+    dist_token: bool = False
+    reg_tokens: int = 0
+    pos_embed: bool = True
+    pos_prefix: int = 1               # how many leading prefix tokens the position embedding covers
+    pos_interp: str = "timm"          # resampling recipe, see vitviz.core.posembed
+    pos_grid: tuple[int, int] = (14, 14)   # grid the stored position embedding was trained at
+    eps: float = 1e-6
+    qkv_bias: bool = True
+    qk_norm: bool = False
+    layer_scale: bool = False
+    patch_bias: bool = True
+    final_norm: bool = True           # `norm` over all tokens before pooling
+    fc_norm: bool = False             # norm after pooling
+    pooling: str = "token"            # 'token' | 'avg' | 'token_dist' | 'cls_avg'
+    pre_logits: int = 0               # width of the legacy pre-logits Dense+Tanh, 0 when absent
+    head_dist: bool = False
+    preprocess: Preprocess = field(default_factory=Preprocess)
+    labels: tuple[str, ...] = ()
+    num_params: int = 0
+    provenance: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Patch grid (rows, columns) at `image_size`."""
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
+    def prefix_names(self) -> tuple[str, ...]:
+        """Names of the prefix tokens in token order, e.g. ('cls', 'reg0', 'reg1')."""
+        names: list[str] = []
+        if self.cls_token:
+            names.append("cls")
+        if self.dist_token:
+            names.append("dist")
+        names.extend(f"reg{i}" for i in range(self.reg_tokens))
+        return tuple(names)
+
+    @property
+    def num_prefix(self) -> int:
+        return len(self.prefix_names)
+
+    @property
+    def num_tokens(self) -> int:
+        gh, gw = self.grid
+        return self.num_prefix + gh * gw
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    def token_name(self, index: int) -> str:
+        """A readable name for token `index`: 'cls', 'reg0', or 'patch (r, c)'."""
+        if index < self.num_prefix:
+            return self.prefix_names[index]
+        r, c = divmod(index - self.num_prefix, self.grid[1])
+        return f"patch ({r}, {c})"
+
+    def source_of(self, name: str) -> str:
+        return dict(self.provenance).get(name, "default")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field plus the derived grid and prefix names."""
+        out = dataclasses.asdict(self)
+        out["grid"] = list(self.grid)
+        out["prefix_names"] = list(self.prefix_names)
+        out["provenance"] = dict(self.provenance)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=list)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionResult:
+    """What one forward pass captured.
+
+    Attributes:
+        attentions: (L, H, T, T) post-softmax attention, float32 (or float16 when asked); rows sum to 1.
+        logits: (C,) float32, or (0,) for a headless backbone.
+        input: (C, H, W) the preprocessed tensor as float32 NumPy.
+        image: (H, W, 3) uint8 RGB, the image as the model saw it (after resize and crop, before normalising).
+        spec: the model spec at the resolution of this run (image_size/grid may differ from the native ones).
+        source: the path or a description of the image.
+    """
+
+    attentions: np.ndarray
+    logits: np.ndarray
+    input: np.ndarray
+    image: np.ndarray
+    spec: ModelSpec
+    source: str = ""
+    features: np.ndarray | None = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.spec.grid
+
+    @property
+    def num_prefix(self) -> int:
+        return self.spec.num_prefix
+
+    def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
+        """The k most probable classes as (index, label, probability); empty without a classifier."""
+        if self.logits.size == 0:
+            return []
+        z = self.logits.astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        order = np.argsort(-p)[:k]
+        labels = self.spec.labels
+        return [(int(i), labels[i] if i < len(labels) else f"class {i}", float(p[i])) for i in order]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.attentions.nbytes + self.logits.nbytes + self.input.nbytes + self.image.nbytes)

@@ -1,0 +1,253 @@
+"""The controls dock: model summary, device and input size, and every view setting, bound to `ViewState`."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QSlider, QSpinBox,
+    QVBoxLayout, QWidget,
+)
+
+from vitviz.core.spec import ModelSpec
+from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
+
+SOURCE_LABELS = {"cls": "CLS attention", "rollout": "Attention rollout", "token": "Attention of query token"}
+LAYER_SPECIALS = {-1: "mean"}
+HEAD_SPECIALS = {-2: "max", -1: "mean"}
+
+
+class SelectorSpinBox(QSpinBox):
+    """A spin box whose lowest values read as words ('mean', 'max') and that accepts those words."""
+
+    def __init__(self, specials: dict[int, str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._specials = specials
+        self._by_text = {v: k for k, v in specials.items()}
+        self.setMinimum(min(specials))
+
+    def textFromValue(self, value: int) -> str:  # noqa: N802 - Qt override
+        return self._specials.get(value, str(value))
+
+    def valueFromText(self, text: str) -> int:  # noqa: N802 - Qt override
+        text = text.strip().lower()
+        return self._by_text[text] if text in self._by_text else int(text or 0)
+
+    def validate(self, text: str, pos: int) -> object:
+        from PySide6.QtGui import QValidator
+
+        t = text.strip().lower()
+        if t in self._by_text or (t.lstrip("-").isdigit() and self.minimum() <= int(t) <= self.maximum()):
+            return QValidator.State.Acceptable
+        if any(word.startswith(t) for word in self._by_text) or t in ("", "-"):
+            return QValidator.State.Intermediate
+        return QValidator.State.Invalid
+
+
+def sel_to_int(sel: int | str, specials: dict[int, str], count: int) -> int:
+    """A layer/head selection as a spin-box value."""
+    if isinstance(sel, str):
+        return {v: k for k, v in specials.items()}[sel]
+    return int(resolve_index(sel, count))
+
+
+def int_to_sel(value: int, specials: dict[int, str]) -> int | str:
+    return specials.get(value, value)
+
+
+class ControlsPanel(QWidget):
+    """Widgets that edit the view state plus model-level requests (device, input size)."""
+
+    device_requested = Signal(str)
+    size_requested = Signal(int, int)
+
+    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("controlsPanel")
+        self.state = state
+        self._spec: ModelSpec | None = None
+        self._updating = False
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._build_model_box())
+        layout.addWidget(self._build_view_box())
+        layout.addStretch(1)
+        state.subscribe(self._on_state_changed)
+        self._on_state_changed(set(state.snapshot()))
+
+    def _build_model_box(self) -> QGroupBox:
+        box = QGroupBox("Model")
+        form = QFormLayout(box)
+        self.model_label = QLabel("No model loaded.\nFile › Open model, or drop a checkpoint on the window.")
+        self.model_label.setWordWrap(True)
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow(self.model_label)
+        self.device_combo = QComboBox()
+        self.device_combo.addItem("cpu")
+        self.device_combo.setToolTip("Where the model runs; CUDA appears when a GPU is available")
+        self.device_combo.activated.connect(lambda _i: self.device_requested.emit(self.device_combo.currentText()))
+        form.addRow("Device", self.device_combo)
+        self.height_spin, self.width_spin = QSpinBox(), QSpinBox()
+        for spin in (self.height_spin, self.width_spin):
+            spin.setRange(16, 4096)
+            spin.setSingleStep(16)
+            spin.setToolTip("Input size in pixels; a multiple of the patch size. The position embedding is "
+                            "interpolated for sizes the model was not trained at.")
+        self.apply_size = QPushButton("Run at size")
+        self.apply_size.clicked.connect(
+            lambda: self.size_requested.emit(self.height_spin.value(), self.width_spin.value()))
+        row = QHBoxLayout()
+        row.addWidget(self.height_spin)
+        row.addWidget(QLabel("×"))
+        row.addWidget(self.width_spin)
+        row.addWidget(self.apply_size)
+        form.addRow("Input H×W", row)
+        return box
+
+    def _build_view_box(self) -> QGroupBox:
+        box = QGroupBox("Attention map")
+        form = QFormLayout(box)
+        self.source_combo = QComboBox()
+        for key, label in SOURCE_LABELS.items():
+            self.source_combo.addItem(label, key)
+        self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
+        form.addRow("Map", self.source_combo)
+        self.layer_spin, self.layer_slider = self._selector(LAYER_SPECIALS, "layer")
+        form.addRow("Layer", _pair(self.layer_slider, self.layer_spin))
+        self.head_spin, self.head_slider = self._selector(HEAD_SPECIALS, "head")
+        form.addRow("Head", _pair(self.head_slider, self.head_spin))
+        self.query_combo = QComboBox()
+        self.query_combo.setToolTip("The query token of 'Attention of query token'; click a patch to pick one")
+        self.query_combo.activated.connect(self._on_query_chosen)
+        form.addRow("Query", self.query_combo)
+        self.cmap_combo = QComboBox()
+        self.cmap_combo.addItems(list(COLORMAPS))
+        self.cmap_combo.activated.connect(lambda _i: self._set(colormap=self.cmap_combo.currentText()))
+        form.addRow("Colormap", self.cmap_combo)
+        self.opacity_slider = QSlider(Qt.Orientation.Horizontal)
+        self.opacity_slider.setRange(0, 100)
+        self.opacity_slider.valueChanged.connect(lambda v: self._set(opacity=v / 100.0))
+        form.addRow("Opacity", self.opacity_slider)
+        self.smooth_check = self._check("Smooth upsampling", "smooth", "Bilinear instead of one block per patch")
+        self.normalize_check = self._check("Normalise each map", "normalize",
+                                           "Stretch each map to its own range instead of one scale for all "
+                                           "layers and heads")
+        self.grid_check = self._check("Show patch grid", "show_grid", "Draw the model's patch grid")
+        self.per_tile_check = self._check("Scale overview tiles separately", "per_tile",
+                                          "Each thumbnail of the layer × head overview gets its own range")
+        for check in (self.smooth_check, self.normalize_check, self.grid_check, self.per_tile_check):
+            form.addRow(check)
+        return box
+
+    def _selector(self, specials: dict[int, str], name: str) -> tuple[SelectorSpinBox, QSlider]:
+        spin = SelectorSpinBox(specials)
+        spin.setMaximum(0)
+        spin.setObjectName(f"{name}Spin")
+        slider = QSlider(Qt.Orientation.Horizontal)
+        slider.setRange(min(specials), 0)
+        slider.setObjectName(f"{name}Slider")
+        spin.valueChanged.connect(slider.setValue)
+        slider.valueChanged.connect(spin.setValue)
+        spin.valueChanged.connect(lambda v: self._set(**{name: int_to_sel(v, specials)}))
+        tip = "0-based index; the lowest positions are " + ", ".join(specials.values())
+        spin.setToolTip(tip)
+        slider.setToolTip(tip)
+        return spin, slider
+
+    def _check(self, text: str, field_name: str, tip: str) -> QCheckBox:
+        check = QCheckBox(text)
+        check.setToolTip(tip)
+        check.toggled.connect(lambda on: self._set(**{field_name: bool(on)}))
+        return check
+
+    def _set(self, **values: object) -> None:
+        if not self._updating:
+            self.state.update(**values)
+
+    def _on_query_chosen(self, _index: int) -> None:
+        token = self.query_combo.currentData()
+        if token is None or token < 0:
+            self._set(query=None, source="cls" if self.state.source == "token" else self.state.source)
+        else:
+            self._set(query=int(token), source="token")
+
+    def set_spec(self, spec: ModelSpec, device: str) -> None:
+        """Show a newly loaded model and size the layer/head ranges to it."""
+        self._spec = spec
+        self._updating = True
+        self.layer_spin.setMaximum(spec.depth - 1)
+        self.layer_slider.setMaximum(spec.depth - 1)
+        self.head_spin.setMaximum(spec.num_heads - 1)
+        self.head_slider.setMaximum(spec.num_heads - 1)
+        self.height_spin.setSingleStep(spec.patch_size)
+        self.width_spin.setSingleStep(spec.patch_size)
+        self.height_spin.setValue(spec.image_size[0])
+        self.width_spin.setValue(spec.image_size[1])
+        self._updating = False
+        self.model_label.setText(model_summary(spec))
+        self.set_device(device)
+        self._on_state_changed(set(self.state.snapshot()))
+
+    def set_devices(self, devices: list[str]) -> None:
+        current = self.device_combo.currentText()
+        self.device_combo.clear()
+        self.device_combo.addItems(devices)
+        self.set_device(current)
+
+    def set_device(self, device: str) -> None:
+        kind = device.split(":")[0]
+        for i in range(self.device_combo.count()):
+            if self.device_combo.itemText(i) in (device, kind):
+                self.device_combo.setCurrentIndex(i)
+                return
+        self.device_combo.addItem(device)
+        self.device_combo.setCurrentIndex(self.device_combo.count() - 1)
+
+    def _on_state_changed(self, changed: set[str]) -> None:
+        self._updating = True
+        try:
+            s, spec = self.state, self._spec
+            depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
+            self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
+            self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
+            self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
+            self.head_spin.setEnabled(s.source != "rollout")
+            self.head_slider.setEnabled(s.source != "rollout")
+            self.cmap_combo.setCurrentText(s.colormap)
+            self.opacity_slider.setValue(int(round(s.opacity * 100)))
+            self.smooth_check.setChecked(s.smooth)
+            self.normalize_check.setChecked(s.normalize)
+            self.grid_check.setChecked(s.show_grid)
+            self.per_tile_check.setChecked(s.per_tile)
+            if changed & {"query"} or self.query_combo.count() == 0:
+                self._fill_queries()
+        finally:
+            self._updating = False
+
+    def _fill_queries(self) -> None:
+        self.query_combo.clear()
+        self.query_combo.addItem("none (click a patch)", -1)
+        spec, query = self._spec, self.state.query
+        names = spec.prefix_names if spec else ()
+        for i, name in enumerate(names):
+            self.query_combo.addItem(f"{name} token", i)
+        if spec is not None and query is not None and query >= len(names):
+            self.query_combo.addItem(f"{spec.token_name(query)} · token {query}", query)
+        index = self.query_combo.findData(-1 if query is None else query)
+        self.query_combo.setCurrentIndex(max(0, index))
+
+
+def model_summary(spec: ModelSpec) -> str:
+    """A few lines that tell a user what was loaded."""
+    prefix = ", ".join(spec.prefix_names) or "none"
+    params = f"{spec.num_params / 1e6:.1f} M parameters · " if spec.num_params else ""
+    return (f"<b>{spec.family}</b> · {params}{spec.depth} layers × {spec.num_heads} heads<br>"
+            f"{spec.image_size[0]}×{spec.image_size[1]} px, patch {spec.patch_size}, grid "
+            f"{spec.grid[0]}×{spec.grid[1]}, prefix tokens: {prefix}<br>"
+            f"<small>{spec.source}</small>")
+
+
+def _pair(slider: QSlider, spin: QSpinBox) -> QWidget:
+    widget = QWidget()
+    row = QHBoxLayout(widget)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.addWidget(slider, 1)
+    row.addWidget(spin)
+    return widget

@@ -1,0 +1,144 @@
+"""The layer × head overview dock: every layer's and head's map at once as one mosaic image.
+
+One `ImageItem` holds the whole mosaic (rows = layers, columns = heads, then head mean and max), so ViT-L (24 × 18
+tiles) costs one texture upload; a layer or head change only moves the selection frame.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
+
+from vitviz.gui import colors
+from vitviz.gui.maps import MapStack
+
+
+def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:
+    """Lay out (L, C, gh, gw) tiles as one (L·(gh+gap)-gap, C·(gw+gap)-gap) image, NaN between tiles.
+
+    With `per_tile` every tile is stretched to 0..1 on its own.
+    """
+    tiles = maps.astype(np.float32, copy=True)
+    if per_tile:
+        lo = tiles.min(axis=(2, 3), keepdims=True)
+        span = tiles.max(axis=(2, 3), keepdims=True) - lo
+        tiles = (tiles - lo) / np.where(span > 0, span, 1.0)
+    nl, nc, gh, gw = tiles.shape
+    padded = np.full((nl, nc, gh + gap, gw + gap), np.nan, dtype=np.float32)
+    padded[:, :, :gh, :gw] = tiles
+    out = padded.transpose(0, 2, 1, 3).reshape(nl * (gh + gap), nc * (gw + gap))  # (L, gh, C, gw) -> rows, cols
+    return out[: out.shape[0] - gap, : out.shape[1] - gap]
+
+
+class OverviewPanel(QWidget):
+    """Thumbnails of the current map for every layer and head; click one to select it."""
+
+    tile_clicked = Signal(object, object)   # layer index, head index or 'mean'/'max'
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("overviewPanel")
+        self._shape = (0, 0, 0, 0)          # L, C, gh, gw
+        self._gap = 1
+        self._key: tuple[int, bool, str] | None = None
+        self.widget = pg.GraphicsLayoutWidget()
+        self.widget.setBackground("#202124")
+        self.plot = self.widget.addPlot(row=0, col=0)
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(False, False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.setAspectLocked(True)
+        self.plot.getAxis("left").setLabel("layer")
+        self.plot.getAxis("bottom").setLabel("head")
+        self.image_item = pg.ImageItem()
+        self.plot.addItem(self.image_item)
+        self.frame = QGraphicsRectItem()
+        pen = QPen(QColor("#ff3b30"))
+        pen.setWidthF(2.0)
+        pen.setCosmetic(True)
+        self.frame.setPen(pen)
+        self.frame.setZValue(5)
+        self.frame.setVisible(False)
+        self.plot.addItem(self.frame)
+        self.widget.scene().sigMouseClicked.connect(self._on_clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.widget)
+
+    def clear(self) -> None:
+        self.image_item.clear()
+        self.frame.setVisible(False)
+        self._key = None
+        self._shape = (0, 0, 0, 0)
+
+    def show_stack(self, stack: MapStack, per_tile: bool, cmap: str) -> None:
+        """Show every tile of a stack (only rebuilt when the stack or scaling changed)."""
+        key = (id(stack), per_tile, cmap)
+        if key == self._key:
+            return
+        self._key = key
+        maps = stack.maps[:, :1] if stack.num_heads == 1 else stack.maps   # rollout: one column per layer
+        nl, nc, gh, gw = maps.shape
+        self._gap = max(1, min(gh, gw) // 8)
+        self._shape = (nl, nc, gh, gw)
+        image = mosaic(maps, per_tile, self._gap)
+        levels = (0.0, 1.0) if per_tile else (0.0, stack.vmax if stack.vmax > 0 else 1.0)
+        self.image_item.setImage(image, autoLevels=False, levels=levels, lut=colors.lut(cmap))
+        self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
+        self._set_ticks(nl, nc, gh, gw)
+        self.plot.setTitle(stack.title + (" · each tile scaled alone" if per_tile else " · shared scale"),
+                           color="#e8eaed", size="10pt")
+        self.plot.autoRange(padding=0.02)
+
+    def select(self, layer: int | None, column: int | None) -> None:
+        """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row
+        or column."""
+        nl, nc, gh, gw = self._shape
+        if nl == 0:
+            self.frame.setVisible(False)
+            return
+        if nc == 1:
+            column = 0
+        sy, sx = gh + self._gap, gw + self._gap
+        y0, h = (layer * sy, gh) if layer is not None else (0, nl * sy - self._gap)
+        x0, w = (column * sx, gw) if column is not None else (0, nc * sx - self._gap)
+        self.frame.setRect(QRectF(x0 - 0.5 * self._gap, y0 - 0.5 * self._gap, w + self._gap, h + self._gap))
+        self.frame.setVisible(True)
+
+    def tile_at(self, point: QPointF) -> tuple[int, int] | None:
+        """(layer, column) of the tile under a point in plot coordinates."""
+        nl, nc, gh, gw = self._shape
+        if nl == 0:
+            return None
+        row, col = int(point.y() // (gh + self._gap)), int(point.x() // (gw + self._gap))
+        if 0 <= row < nl and 0 <= col < nc:
+            return row, col
+        return None
+
+    def _set_ticks(self, nl: int, nc: int, gh: int, gw: int) -> None:
+        step = max(1, nl // 12)
+        left = [((i + 0.5) * (gh + self._gap), str(i)) for i in range(0, nl, step)]
+        heads = nc - 2 if nc > 2 else nc
+        names = [str(i) for i in range(heads)] + (["mean", "max"] if nc > 2 else [])
+        if nc == 1:
+            names = ["rollout"]
+        hstep = max(1, nc // 18)
+        bottom = [((j + 0.5) * (gw + self._gap), names[j]) for j in range(0, nc, hstep)]
+        self.plot.getAxis("left").setTicks([left])
+        self.plot.getAxis("bottom").setTicks([bottom])
+
+    def _on_clicked(self, event: object) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        point = self.plot.vb.mapSceneToView(event.scenePos())
+        tile = self.tile_at(point)
+        if tile is None:
+            return
+        layer, col = tile
+        nc = self._shape[1]
+        heads = nc - 2
+        head: int | str = col if col < heads else ("mean" if col == heads else "max")
+        self.tile_clicked.emit(layer, None if nc == 1 else head)

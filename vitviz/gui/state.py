@@ -1,0 +1,149 @@
+"""The view state: the single source of truth that every panel binds to (no Qt here).
+
+Panels never talk to each other; they call `ViewState.update(...)` and redraw from the state when it tells them
+which fields changed. Keeping it Qt-free makes it testable without a display and keeps the rules (what "mean"
+means, how a map name is parsed) in one place.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+LayerSel = Union[int, str]   # a layer index or 'mean'
+HeadSel = Union[int, str]    # a head index, 'mean' or 'max'
+
+MAP_SOURCES = ("cls", "rollout", "token")
+COLORMAPS = ("viridis", "inferno", "magma", "turbo", "gray")
+HEAD_MODES = ("mean", "max")
+
+
+@dataclass
+class ViewState:
+    """What the user has chosen to look at.
+
+    Attributes:
+        source: 'cls' (CLS attention, or mean attention received when there is no CLS), 'rollout', or 'token'
+            (the attention row of `query`).
+        layer: layer index, or 'mean' over layers.
+        head: head index, 'mean' or 'max' over heads.
+        query: token index used by the 'token' source (prefix tokens included); None when nothing is selected.
+        normalize: stretch each map to its own min..max instead of a scale shared by all layers and heads.
+        per_tile: in the overview, scale every thumbnail on its own.
+    """
+
+    source: str = "cls"
+    layer: LayerSel = -1
+    head: HeadSel = "mean"
+    query: int | None = None
+    colormap: str = "viridis"
+    opacity: float = 0.6
+    smooth: bool = True
+    normalize: bool = False
+    show_grid: bool = False
+    per_tile: bool = False
+    _listeners: list[Callable[[set[str]], None]] = field(default_factory=list, repr=False, compare=False)
+
+    def subscribe(self, listener: Callable[[set[str]], None]) -> None:
+        """Call `listener(changed_field_names)` after every update that changes something."""
+        self._listeners.append(listener)
+
+    def update(self, **values: object) -> set[str]:
+        """Set fields, validate them and notify listeners once with the names that really changed."""
+        changed: set[str] = set()
+        for name, value in values.items():
+            if name.startswith("_") or name not in _FIELDS:
+                raise AttributeError(f"ViewState has no field {name!r}")
+            _validate(name, value)
+            if getattr(self, name) != value:
+                setattr(self, name, value)
+                changed.add(name)
+        if changed:
+            for listener in list(self._listeners):
+                listener(changed)
+        return changed
+
+    def snapshot(self) -> dict[str, object]:
+        """The public fields as a plain dict (for settings and tests)."""
+        return {f: getattr(self, f) for f in _FIELDS}
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(ViewState) if not f.name.startswith("_"))
+
+
+def _validate(name: str, value: object) -> None:
+    ok = True
+    if name == "source":
+        ok = value in MAP_SOURCES
+    elif name == "layer":
+        ok = value == "mean" or (isinstance(value, int) and not isinstance(value, bool))
+    elif name == "head":
+        ok = value in HEAD_MODES or (isinstance(value, int) and not isinstance(value, bool))
+    elif name == "query":
+        ok = value is None or (isinstance(value, int) and value >= 0)
+    elif name == "colormap":
+        ok = value in COLORMAPS
+    elif name == "opacity":
+        ok = isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0
+    else:
+        ok = isinstance(value, bool)
+    if not ok:
+        raise ValueError(f"invalid value {value!r} for view field {name!r}")
+
+
+def parse_map_arg(text: str) -> dict[str, object]:
+    """Turn the `--map` argument into state fields.
+
+    'cls' -> CLS attention, 'mean'/'max' -> CLS attention fused over heads, 'rollout', 'token:N' -> the
+    attention row of token N.
+    """
+    text = text.strip().lower()
+    if text == "cls":
+        return {"source": "cls"}
+    if text in HEAD_MODES:
+        return {"source": "cls", "head": text}
+    if text == "rollout":
+        return {"source": "rollout"}
+    if text.startswith("token:"):
+        index = text.split(":", 1)[1]
+        if index.isdigit():
+            return {"source": "token", "query": int(index)}
+    raise ValueError(f"unknown map {text!r}; expected cls, mean, max, rollout or token:N")
+
+
+def parse_head_arg(text: str) -> HeadSel:
+    """'mean', 'max' or an integer head index (negative counts from the end)."""
+    text = text.strip().lower()
+    if text in HEAD_MODES:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"unknown head {text!r}; expected an integer, 'mean' or 'max'") from None
+
+
+def parse_layer_arg(text: str) -> LayerSel:
+    """'mean' or an integer layer index (negative counts from the end)."""
+    text = text.strip().lower()
+    if text == "mean":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"unknown layer {text!r}; expected an integer or 'mean'") from None
+
+
+def resolve_index(sel: int | str, count: int) -> int | str:
+    """Clamp an index into range(count), counting negatives from the end; strings pass through."""
+    if isinstance(sel, str):
+        return sel
+    if sel < 0:
+        sel += count
+    return max(0, min(count - 1, sel))
+
+
+def map_label(state: ViewState) -> str:
+    """A short file-name-safe name of the current map, e.g. 'cls', 'rollout', 'token17'."""
+    if state.source == "token" and state.query is not None:
+        return f"token{state.query}"
+    return state.source

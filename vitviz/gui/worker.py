@@ -1,0 +1,211 @@
+"""The inference worker: one long-lived QObject in its own QThread that owns the model.
+
+The window never calls the worker directly. `WorkerClient` (GUI thread) queues requests, sends them one at a
+time through queued signals and drops answers that became stale while the worker was busy (a forward pass cannot
+be interrupted, so staleness is decided when the answer arrives). torch is imported inside the worker thread
+only, on the first request, so the window appears before torch is loaded.
+"""
+from __future__ import annotations
+
+import itertools
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+
+@dataclass
+class Request:
+    """One unit of work. kind: 'probe' (list devices), 'load', 'run' or 'move'."""
+
+    id: int
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class InferenceWorker(QObject):
+    """Lives in the worker thread; every slot answers with exactly one `finished` or `failed`."""
+
+    finished = Signal(int, object)      # request id, answer (ModelSpec, AttentionResult, device list, str)
+    failed = Signal(int, str, str)      # request id, one-line summary, details (traceback)
+    started = Signal(int, str)          # request id, what is running
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._model: Any = None
+
+    @Slot(object)
+    def handle(self, request: Request) -> None:
+        self.started.emit(request.id, describe(request))
+        try:
+            answer = getattr(self, "_" + request.kind)(**request.args)
+        except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a dialog in the window
+            self.failed.emit(request.id, summarize(exc), traceback.format_exc())
+        else:
+            self.finished.emit(request.id, answer)
+
+    def _probe(self) -> list[str]:
+        from vitviz.core.capture import available_devices
+
+        return list(available_devices())
+
+    def _load(self, path: str, device: str | None = None, **overrides: Any) -> Any:
+        import vitviz
+
+        model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
+        self._model = model   # replaced only on success: a failed load keeps the previous model
+        return model.spec, str(model.device)
+
+    def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
+        if self._model is None:
+            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+        return self._model.run(image, image_size=image_size)
+
+    def _move(self, device: str) -> str:
+        if self._model is None:
+            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+        self._model = self._model.to(device)
+        return str(self._model.device)
+
+
+def describe(request: Request) -> str:
+    """Status-bar text for a request."""
+    a = request.args
+    if request.kind == "load":
+        return f"Loading model {a.get('path')}…"
+    if request.kind == "run":
+        size = a.get("image_size")
+        return f"Running {a.get('image')}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
+    if request.kind == "move":
+        return f"Moving model to {a.get('device')}…"
+    return "Looking for devices…"
+
+
+def summarize(exc: BaseException) -> str:
+    """One line for the dialog: the message of a vitviz error, or the type and message of anything else."""
+    from vitviz.errors import VitvizError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, VitvizError):
+        return text
+    if "out of memory" in text.lower():
+        return f"Out of memory: {text}"
+    return f"{type(exc).__name__}: {text}"
+
+
+class WorkerClient(QObject):
+    """GUI-thread side: queue, ids and stale-answer dropping.
+
+    Signals carry the request that produced the answer, so the window can tell what it belongs to.
+    """
+
+    loaded = Signal(object, object, str)       # request, ModelSpec, device
+    ran = Signal(object, object)               # request, AttentionResult
+    moved = Signal(object, str)                # request, device
+    probed = Signal(object)                    # list of device names
+    failed = Signal(object, str, str)          # request, summary, details
+    busy_changed = Signal(bool)
+    status = Signal(str)
+    dropped = Signal(object)                   # a request whose answer was stale
+    _send = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._ids = itertools.count(1)
+        self._queue: list[Request] = []
+        self._in_flight: Request | None = None
+        self._stale: set[int] = set()
+        self._thread = QThread()
+        self._thread.setObjectName("vitviz-inference")
+        self._worker = InferenceWorker()
+        self._worker.moveToThread(self._thread)
+        self._send.connect(self._worker.handle)
+        self._worker.finished.connect(self._on_finished)
+        self._worker.failed.connect(self._on_failed)
+        self._worker.started.connect(self._on_started)
+        self._thread.finished.connect(self._worker.deleteLater)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._in_flight is not None or bool(self._queue)
+
+    def submit(self, kind: str, **args: Any) -> Request:
+        """Queue a request. A 'load' makes every earlier request stale; a 'run' of the same image and size as a
+        queued one replaces it."""
+        request = Request(next(self._ids), kind, args)
+        if kind == "load":
+            self.cancel(lambda r: True)
+        elif kind == "run":
+            self._queue = [r for r in self._queue if not (r.kind == "run" and r.args == args)]
+        self._queue.append(request)
+        self._pump()
+        return request
+
+    def cancel(self, predicate: Any) -> None:
+        """Make every queued or running request matching `predicate(request)` stale."""
+        self._queue = [r for r in self._queue if not predicate(r)]
+        if self._in_flight is not None and predicate(self._in_flight):
+            self._stale.add(self._in_flight.id)
+
+    def pending(self, kind: str) -> list[Request]:
+        """Live requests of a kind, queued or running."""
+        reqs = self._queue + ([self._in_flight] if self._in_flight else [])
+        return [r for r in reqs if r.kind == kind and r.id not in self._stale]
+
+    def shutdown(self) -> None:
+        """Stop the thread after the current request (a forward pass cannot be interrupted)."""
+        self._queue.clear()
+        self._thread.quit()
+        self._thread.wait()
+
+    def _pump(self) -> None:
+        was_busy = self._in_flight is not None
+        if self._in_flight is None and self._queue:
+            self._in_flight = self._queue.pop(0)
+            self._send.emit(self._in_flight)
+        if not was_busy and self._in_flight is not None:
+            self.busy_changed.emit(True)
+
+    def _take(self, req_id: int) -> tuple[Request | None, bool]:
+        request, self._in_flight = self._in_flight, None
+        stale = request is None or request.id != req_id or req_id in self._stale
+        self._stale.discard(req_id)
+        return request, stale
+
+    def _after(self) -> None:
+        self._pump()
+        if self._in_flight is None:
+            self.status.emit("Ready")
+            self.busy_changed.emit(False)
+
+    @Slot(int, str)
+    def _on_started(self, req_id: int, text: str) -> None:
+        if req_id not in self._stale:
+            self.status.emit(text)
+
+    @Slot(int, object)
+    def _on_finished(self, req_id: int, answer: object) -> None:
+        request, stale = self._take(req_id)
+        if stale:
+            self.dropped.emit(request)
+        elif request.kind == "load":
+            spec, device = answer
+            self.loaded.emit(request, spec, device)
+        elif request.kind == "run":
+            self.ran.emit(request, answer)
+        elif request.kind == "move":
+            self.moved.emit(request, answer)
+        else:
+            self.probed.emit(answer)
+        self._after()
+
+    @Slot(int, str, str)
+    def _on_failed(self, req_id: int, summary: str, details: str) -> None:
+        request, stale = self._take(req_id)
+        if stale:
+            self.dropped.emit(request)
+        else:
+            self.failed.emit(request, summary, details)
+        self._after()
