@@ -79,7 +79,7 @@ def _tokens(attn: AttentionLike, num_prefix: int | None, grid: tuple[int, int] |
 
 def _index(value: int, size: int, what: str) -> int:
     """A Python-style index (negative counts from the end) checked against `size`."""
-    if isinstance(value, (bool, str)) or not -size <= int(value) < size:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not -size <= int(value) < size:
         raise AnalysisError(f"{what} must be an integer in [{-size}, {size}), found {value!r}")
     return int(value) % size
 

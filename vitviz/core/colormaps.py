@@ -1,8 +1,8 @@
 """Colormap lookup tables as (256, 3) uint8 arrays, without matplotlib.
 
 viridis, inferno, magma and plasma (Smith, van der Walt and Firing; CC0) and turbo (Mikhailov, Google; Apache-2.0)
-are stored as every 5th entry of their published 256-entry tables (52 control points, indices 0, 5, ..., 255)
-and rebuilt by linear interpolation; every rebuilt entry is within 1 unit of the published table. Append '_r' to a
+are stored as evenly spaced entries of their published 256-entry tables (every 5th, i.e. indices 0, 5, ..., 255;
+plasma every 3rd) and rebuilt by linear interpolation; every rebuilt entry is within 1 unit of the published table. Append '_r' to a
 name for the reversed map.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ import numpy as np
 
 from vitviz.errors import VitvizError
 
-_STEP = 5  # control points sit at table indices 0, 5, ..., 255
 
 _CONTROL_HEX: dict[str, str] = {
     "viridis": (
@@ -34,11 +33,13 @@ _CONTROL_HEX: dict[str, str] = {
         "e75263ec5860f1605df4695cf7725cf97b5dfb8560fc8e64fd9869fea16efeaa74feb47bfebd82fec68afecf92fed89a"
         "fde2a3fdebacfcf4b6fcfdbf"
     ),
-    "plasma": (
-        "0d08871b068d2605912f059638049a41049d4903a05102a35901a56100a76900a87100a87801a88004a88707a68e0ca4"
-        "9511a19c179ea21d9aa82296ae2892b42e8dba3388bf3984c43e7fc9447acd4a76d24f71d6556dda5b69de6164e26660"
-        "e66c5ce97257ed7953f07f4ff3854bf58c46f79342f99a3efba139fca835fdaf31feb72dfebe2afdc627fcce25fbd724"
-        "f8df25f6e826f3f027f0f921"
+    "plasma": (  # every 3rd entry: every 5th leaves a 2-unit error where blue turns sharply at the top
+        "0d088716078a1d068e2406912a05932f05963504983a049a3f049c44039e4903a04e02a25302a35801a45c01a66100a7"
+        "6600a76a00a86f00a87401a87801a87d03a88104a78606a68a09a58e0ca4920fa39613a19a169f9e199da21d9aa62098"
+        "aa2395ad2793b12a90b42e8db7318abb3488be3885c13b82c43e7fc7427cca457acc4977cf4c74d24f71d5536fd7566c"
+        "da5a6adc5d67de6164e16462e3685fe56b5de76f5ae97257eb7655ed7a52ef7e50f1814df3854bf48948f68d45f79143"
+        "f89540f99a3efa9e3bfba238fca636fdab33fdaf31fdb42ffeb82cfebd2afdc229fdc627fdcb26fcd025fbd524fada24"
+        "f8df25f7e425f5e926f3ee27f1f426f0f921"
     ),
     "turbo": (
         "30123b36215f3b2f803f3e9c424bb54559cb4666dd4773eb4680f6458cfd4099ff38a5fb2fb2f427bee91fc9dd1ad4d0"
@@ -59,10 +60,11 @@ def available_colormaps() -> tuple[str, ...]:
 
 
 def _from_control_points(hex_string: str) -> np.ndarray:
-    """Rebuild a (256, 3) uint8 table from control points every `_STEP` entries."""
-    points = np.frombuffer(bytes.fromhex(hex_string), dtype=np.uint8).reshape(-1, 3)  # (52, 3)
-    where = np.arange(points.shape[0]) * _STEP  # (52,)
-    assert where[-1] == 255, "control points must end at index 255"
+    """Rebuild a (256, 3) uint8 table from evenly spaced control points that include entries 0 and 255."""
+    points = np.frombuffer(bytes.fromhex(hex_string), dtype=np.uint8).reshape(-1, 3)  # (P, 3)
+    step = 255 // (points.shape[0] - 1)
+    assert step * (points.shape[0] - 1) == 255, "control points must be evenly spaced from 0 to 255"
+    where = np.arange(points.shape[0]) * step  # (P,) table indices
     x = np.arange(256)
     table = np.stack([np.interp(x, where, points[:, c].astype(np.float64)) for c in range(3)], axis=1)
     return np.round(table).astype(np.uint8)  # (256, 3)

@@ -41,7 +41,7 @@ def upsample(map2d: np.ndarray, size_hw: tuple[int, int], smooth: bool = True) -
         raise ValueError(f"expected a 2-D (gh, gw) map, found shape {grid.shape}")
     h, w = int(size_hw[0]), int(size_hw[1])
     resample = Image.Resampling.BILINEAR if smooth else Image.Resampling.NEAREST
-    image = Image.fromarray(grid, mode="F").resize((w, h), resample=resample)  # PIL takes (width, height)
+    image = Image.fromarray(grid).resize((w, h), resample=resample)  # float32 -> mode "F"; PIL takes (w, h)
     return np.asarray(image, dtype=np.float32)  # (H, W)
 
 

@@ -36,6 +36,7 @@ def convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> "Converted":
     cfg = raw.config or {}
     model_type = str(cfg.get("model_type") or _guess_model_type(sd))
     sd = {re.sub(r"^(vit|deit|dinov2_with_registers|dinov2)\.", "", k): v for k, v in sd.items()}
+    sd = {_legacy_name(k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith(("embeddings.mask_token", "pooler."))]
     sd = {k: v for k, v in sd.items() if k not in dropped}
     out: dict[str, torch.Tensor] = {}
@@ -49,6 +50,15 @@ def convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> "Converted":
     family = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2",
               "dinov2_with_registers": "hf-dinov2"}.get(model_type, f"hf-{model_type}")
     return Converted(family, out, _hf_hints(cfg, raw, model_type, out), dropped)
+
+
+def _legacy_name(key: str) -> str:
+    """transformers >= 5 in-memory names (`layers.N.attention.q_proj`) -> the names its files use."""
+    key = re.sub(r"^layers\.(\d+)\.", r"encoder.layer.\1.", key)
+    key = re.sub(r"\.attention\.q_proj\.", ".attention.attention.query.", key)
+    key = re.sub(r"\.attention\.k_proj\.", ".attention.attention.key.", key)
+    key = re.sub(r"\.attention\.v_proj\.", ".attention.attention.value.", key)
+    return re.sub(r"\.attention\.o_proj\.", ".attention.output.dense.", key)
 
 
 def _fuse_qkv(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) -> None:

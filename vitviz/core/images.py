@@ -13,8 +13,7 @@ Conventions:
   or float arrays) must lie in [0, 1].
 - A greyscale source stays greyscale: it is replicated to RGB only for a 3-channel model.
 
-torch is imported only inside the functions that build tensors, so folder scanning and image loading stay
-cheap for the GUI thread.
+torch is imported only inside the functions that build tensors, so the GUI thread can scan and load cheaply.
 """
 from __future__ import annotations
 
@@ -45,16 +44,8 @@ ImageSource = Union[str, os.PathLike, bytes, bytearray, memoryview, io.IOBase, I
 MAX_PIXELS = 200_000_000
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
-IMAGE_EXTENSIONS = frozenset(
-    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
-)
-INTERPOLATIONS = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-    "box": Image.Resampling.BOX,
-}
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
+INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in ("nearest", "bilinear", "bicubic", "lanczos", "box")}
 
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
@@ -114,18 +105,17 @@ def _decode(source: Any, name: str, max_pixels: int) -> Image.Image:
     source = _openable(source, name)
     try:
         with _strict_pil(max_pixels), _opened(source) as img:
-            _check_pixels(img, name, max_pixels)
+            _check_pixels(img.size, name, max_pixels)
             img.load()  # inside the try: truncated and corrupt data fail here, not later
             return ImageOps.exif_transpose(img)  # a new image, independent of the file
     except ImageError:
         raise
     except Image.UnidentifiedImageError as exc:
-        raise ImageError(
-            f"{name}: not a recognised image format ({exc}); expected a PNG, JPEG, BMP, GIF, TIFF, WebP or "
-            "PPM/PGM image"
-        ) from exc
+        expected = "expected a PNG, JPEG, BMP, GIF, TIFF, WebP or PPM/PGM image"
+        raise ImageError(f"{name}: not a recognised image format; {expected}") from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageError(f"{name}: {exc}; expected at most {max_pixels} pixels (max_pixels=)") from exc
+        found = re.search(r"\((\d+ pixels)\)", str(exc))
+        raise _too_big(name, found.group(1) if found else str(exc), max_pixels) from exc
     except _DECODE_ERRORS as exc:
         raise ImageError(
             f"{name}: corrupt or truncated image data ({type(exc).__name__}: {exc}); expected a complete image"
@@ -177,14 +167,14 @@ def _strict_pil(max_pixels: int) -> Iterator[None]:
             Image.MAX_IMAGE_PIXELS, ImageFile.LOAD_TRUNCATED_IMAGES = saved
 
 
-def _check_pixels(img: Image.Image, name: str, max_pixels: int) -> None:
-    """Refuse an image whose header declares more than `max_pixels` pixels, before decoding it."""
-    w, h = img.size
-    if w * h > max_pixels:
-        raise ImageError(
-            f"{name}: {w}x{h} = {w * h} pixels; expected at most {max_pixels} pixels "
-            "(decompression-bomb limit, max_pixels=)"
-        )
+def _check_pixels(size: tuple[int, int], name: str, max_pixels: int) -> None:
+    """Refuse an image whose header declares more than `max_pixels` pixels (w, h), before decoding it."""
+    if size[0] * size[1] > max_pixels:
+        raise _too_big(name, f"{size[0]}x{size[1]} = {size[0] * size[1]} pixels", max_pixels)
+
+
+def _too_big(name: str, found: str, max_pixels: int) -> ImageError:
+    return ImageError(f"{name}: {found}; expected at most {max_pixels} pixels (decompression-bomb limit, max_pixels=)")
 
 
 def _from_array(arr: np.ndarray, name: str) -> Image.Image:
@@ -244,7 +234,8 @@ def _flatten(img: Image.Image, background: tuple[int, int, int], name: str) -> I
             return img.convert("L")
         return img.convert("RGB")
     except (ValueError, OSError) as exc:
-        raise ImageError(f"{name}: cannot convert mode {img.mode!r} ({exc}); expected an RGB-convertible image") from exc
+        found = f"cannot convert mode {img.mode!r} ({exc})"
+        raise ImageError(f"{name}: {found}; expected a mode Pillow converts to RGB") from exc
 
 
 def _to_channels(img: Image.Image, channels: int) -> Image.Image:

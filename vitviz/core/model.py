@@ -161,19 +161,15 @@ class ReferenceViT(nn.Module):
         grid = (x.shape[-2], x.shape[-1])
         x = x.flatten(2).transpose(1, 2)  # (B, N, D)
         b = x.shape[0]
-        prefix = [t.expand(b, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        parts = [t.expand(b, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        prefix = torch.cat(parts, dim=1) if parts else x[:, :0]  # (B, P, D)
         k = self.spec.pos_prefix
-        head, tail = prefix[:k], prefix[k:]
-        if head and len(head) < k:  # pos covers more prefix tokens than exist
-            raise ValueError("position embedding covers more prefix tokens than the model has")
-        x = torch.cat([*head, x], dim=1) if head else x
+        x = torch.cat([prefix[:, :k], x], dim=1)  # tokens the position embedding covers
         if self.pos_embed is not None:
             pos = self.grid_pos_embed(grid)
-            if k:
-                pos = torch.cat([self.pos_embed[:, :k], pos], dim=1)
-            x = x + pos
-        if tail:  # prefix tokens without position embedding go right after the covered ones
-            x = torch.cat([x[:, :k], *tail, x[:, k:]], dim=1)
+            x = x + (torch.cat([self.pos_embed[:, :k], pos], dim=1) if k else pos)
+        if prefix.shape[1] > k:  # prefix tokens without position embedding go right after the covered ones
+            x = torch.cat([x[:, :k], prefix[:, k:], x[:, k:]], dim=1)
         return x
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:

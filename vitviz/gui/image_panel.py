@@ -7,7 +7,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.gui import colors
+from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
 
 
 class ImagePanel(QWidget):
@@ -27,6 +27,7 @@ class ImagePanel(QWidget):
         self._grid: tuple[int, int] = (0, 0)
         self._patch = 1
         self._last_hover = (-1, -1)
+        self._cmap_name = "viridis"
         self.view_widget = pg.GraphicsLayoutWidget()
         self.view_widget.setBackground("#202124")
         self.view_widget.ci.setContentsMargins(4, 4, 4, 4)
@@ -83,7 +84,8 @@ class ImagePanel(QWidget):
         self.overlay_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(cmap))
         self.overlay_item.setRect(QRectF(0, 0, gw * self._patch, gh * self._patch))
         self.overlay_item.setOpacity(opacity)
-        if self.colorbar.cmap is None or self.colorbar.cmap.name != cmap:
+        if self._cmap_name != cmap:
+            self._cmap_name = cmap
             self.colorbar.setColorMap(colors.colormap(cmap))
         self.colorbar.setLevels(levels)
         self.colorbar.setVisible(True)

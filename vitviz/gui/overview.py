@@ -11,7 +11,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.gui import colors
+from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
 from vitviz.gui.maps import MapStack
 
 

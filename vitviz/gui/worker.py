@@ -131,17 +131,25 @@ class WorkerClient(QObject):
     def busy(self) -> bool:
         return self._in_flight is not None or bool(self._queue)
 
-    def submit(self, kind: str, **args: Any) -> Request:
-        """Queue a request. A 'load' makes every earlier request stale; a 'run' of the same image and size as a
-        queued one replaces it."""
+    def submit(self, kind: str, first: bool = False, **args: Any) -> Request:
+        """Queue a request (at the front with `first`). A 'load' makes every earlier request stale; a 'run' of
+        the same image and size as a queued one replaces it."""
         request = Request(next(self._ids), kind, args)
         if kind == "load":
-            self.cancel(lambda r: True)
+            self.cancel(lambda r: r.kind != "probe")
         elif kind == "run":
             self._queue = [r for r in self._queue if not (r.kind == "run" and r.args == args)]
-        self._queue.append(request)
+        if first:
+            self._queue.insert(0, request)
+        else:
+            self._queue.append(request)
         self._pump()
         return request
+
+    def prioritize(self, predicate: Any) -> None:
+        """Move queued requests matching `predicate(request)` to the front, keeping their order."""
+        front = [r for r in self._queue if predicate(r)]
+        self._queue = front + [r for r in self._queue if not predicate(r)]
 
     def cancel(self, predicate: Any) -> None:
         """Make every queued or running request matching `predicate(request)` stale."""

@@ -1,0 +1,133 @@
+"""Qt-free parts of the GUI: view state, map stacks, mosaic layout, drop sorting, arguments, import contract."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vitviz.core import analysis
+from vitviz.core.spec import AttentionResult, ModelSpec
+from vitviz.gui.args import add_window_arguments
+from vitviz.gui.dropping import classify
+from vitviz.gui.maps import ResultMaps, levels_for
+from vitviz.gui.overview import mosaic
+from vitviz.gui.state import ViewState, parse_map_arg, resolve_index
+
+
+def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,
+                  cls: bool = True, seed: int = 0) -> AttentionResult:
+    spec = ModelSpec(family="test", source="x", image_size=(grid[0] * 8, grid[1] * 8), patch_size=8, embed_dim=32,
+                     depth=depth, num_heads=heads, cls_token=cls, reg_tokens=reg)
+    t = spec.num_tokens
+    logits = np.random.default_rng(seed).normal(size=(depth, heads, t, t)).astype(np.float32)
+    attn = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    image = np.zeros((*spec.image_size, 3), np.uint8)
+    return AttentionResult(attn, np.zeros(5, np.float32), np.zeros((3, *spec.image_size), np.float32), image, spec,
+                           source="/tmp/some image.png")
+
+
+def test_state_validates_and_notifies() -> None:
+    state = ViewState()
+    seen: list[set[str]] = []
+    state.subscribe(seen.append)
+    assert state.update(layer=2, head="max") == {"layer", "head"}
+    assert state.update(layer=2) == set()
+    assert seen == [{"layer", "head"}]
+    with pytest.raises(ValueError):
+        state.update(head="median")
+    with pytest.raises(AttributeError):
+        state.update(nonsense=1)
+
+
+def test_parse_map_and_resolve() -> None:
+    assert parse_map_arg("mean") == {"source": "cls", "head": "mean"}
+    assert parse_map_arg("token:7") == {"source": "token", "query": 7}
+    assert parse_map_arg("rollout") == {"source": "rollout"}
+    with pytest.raises(ValueError):
+        parse_map_arg("token:x")
+    assert resolve_index(-1, 12) == 11 and resolve_index(40, 12) == 11 and resolve_index("mean", 12) == "mean"
+
+
+def test_window_arguments_parse() -> None:
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    args = parser.parse_args(["a.png", "--model", "m.pth", "--layer", "-1", "--head", "max", "--map", "token:3",
+                              "--size", "224x320", "--heads", "12", "--screenshot", "s.png"])
+    assert (args.images, args.layer, args.head, args.map, args.size) == (["a.png"], -1, "max", "token:3", (224, 320))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--map", "bogus"])
+
+
+@pytest.mark.parametrize("reg", [0, 2])
+def test_stacks_match_core_analysis(reg: int) -> None:
+    result = random_result(reg=reg)
+    maps = ResultMaps(result)
+    cls = maps.stack("cls")
+    for layer in range(3):
+        for head in [0, 3, "mean", "max"]:
+            np.testing.assert_allclose(cls.select(layer, head), analysis.cls_attention(result, layer, head),
+                                       rtol=1e-6)
+    q = result.spec.num_prefix + 4
+    np.testing.assert_allclose(maps.stack("token", q).select(1, 2), analysis.token_map(result, 1, 2, q), rtol=1e-6)
+    roll = maps.stack("rollout")
+    np.testing.assert_allclose(roll.select(2, "mean"), analysis.rollout(result), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(roll.select(0, 0), analysis.rollout(result.attentions[:1], num_prefix=1 + reg,
+                                                                   grid=(3, 5)), rtol=1e-4, atol=1e-7)
+    assert cls.select("mean", "mean").shape == (3, 5)
+    np.testing.assert_allclose(cls.select("mean", 1), cls.maps[:, 1].mean(0))
+
+
+def test_no_cls_falls_back_to_mean_query() -> None:
+    result = random_result(cls=False)
+    stack = ResultMaps(result).stack("cls")
+    np.testing.assert_allclose(stack.select(1, 0), analysis.token_map(result, 1, 0, "mean"), rtol=1e-5)
+
+
+def test_levels_shared_or_per_map() -> None:
+    maps = ResultMaps(random_result())
+    state = ViewState(layer=0, head=0)
+    values, stack = maps.current(state)
+    assert levels_for(state, values, stack) == (0.0, stack.vmax)
+    state.update(normalize=True)
+    assert levels_for(state, values, stack) == (float(values.min()), float(values.max()))
+
+
+def test_mosaic_layout_and_per_tile_scaling() -> None:
+    maps = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    image = mosaic(maps, per_tile=False, gap=1)
+    assert image.shape == (2 * 3 - 1, 3 * 3 - 1)
+    np.testing.assert_array_equal(image[3:5, 6:8], maps[1, 2])
+    assert np.isnan(image[2]).all() and np.isnan(image[:, 2]).all()
+    scaled = mosaic(maps, per_tile=True, gap=1)
+    np.testing.assert_allclose(scaled[3:5, 6:8], [[0, 1 / 3], [2 / 3, 1]])
+
+
+def test_classify_paths(tmp_path: Path) -> None:
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(b"x")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "m.safetensors").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("x")
+    out = classify([str(tmp_path / n) for n in ("imgs", "hf", "m.safetensors", "notes.txt")])
+    assert out.images == [str(tmp_path / "imgs" / "a.jpg")]
+    assert out.models == [str(tmp_path / "hf"), str(tmp_path / "m.safetensors")]
+    assert out.ignored == [str(tmp_path / "notes.txt")]
+
+
+def test_window_module_does_not_import_torch() -> None:
+    code = ("import sys; import vitviz.gui.app, vitviz.gui.args, vitviz.gui.window; "
+            "bad = [m for m in ('torch', 'torchvision') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_args_module_does_not_import_qt() -> None:
+    code = ("import sys; import vitviz.gui.args; "
+            "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'torch'))]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

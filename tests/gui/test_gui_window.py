@@ -1,0 +1,180 @@
+"""The real window, driven offscreen: load, run, select, click, drop, keyboard, stale answers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from conftest import HEADS, wait_idle
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from vitviz.core import analysis
+
+
+def overlay_image(window) -> np.ndarray:  # noqa: ANN001
+    return np.asarray(window.panel.overlay_item.image)
+
+
+def test_load_and_show_cls_map(loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    spec = w.session.spec
+    assert (spec.depth, spec.num_heads, spec.grid) == (2, HEADS, (4, 4))
+    assert w.state.layer == 1 and w.state.head == "mean"
+    result = w.session.result(str(images[0])).result
+    expected = analysis.cls_attention(result, 1, "mean")
+    np.testing.assert_allclose(w._values, expected, rtol=1e-6)
+    assert overlay_image(w).shape == (32, 32)                 # smooth: upsampled over the 32x32 input
+    assert "CLS attention" in w.panel.title.text
+    assert w.controls.layer_spin.maximum() == 1 and w.controls.head_spin.maximum() == HEADS - 1
+    assert "%" in w.images.top_text(str(images[1]))           # top-5 shown for every image
+
+
+def test_controls_drive_the_map(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    result = w.session.result(str(images[0])).result
+    w.controls.layer_spin.setValue(0)
+    w.controls.head_spin.setValue(1)
+    assert (w.state.layer, w.state.head) == (0, 1)
+    np.testing.assert_allclose(w._values, analysis.cls_attention(result, 0, 1), rtol=1e-6)
+    w.controls.head_spin.lineEdit().setText("max")
+    w.controls.head_spin.interpretText()
+    assert w.state.head == "max"
+    w.controls.smooth_check.setChecked(False)
+    assert overlay_image(w).shape == (4, 4)                   # blocky: one value per patch
+    w.controls.cmap_combo.setCurrentText("inferno")
+    w.controls.cmap_combo.activated.emit(w.controls.cmap_combo.currentIndex())
+    assert w.state.colormap == "inferno"
+    np.testing.assert_array_equal(w.panel.overlay_item.lut, __import__("vitviz.core.colormaps", fromlist=["x"])
+                                  .colormap("inferno"))
+    w.controls.opacity_slider.setValue(25)
+    assert w.panel.overlay_item.opacity() == 0.25
+    w.controls.source_combo.setCurrentIndex(w.controls.source_combo.findData("rollout"))
+    w.controls.source_combo.activated.emit(w.controls.source_combo.currentIndex())
+    assert not w.controls.head_spin.isEnabled()               # rollout fuses the heads
+    w.controls.layer_spin.setValue(1)
+    np.testing.assert_allclose(w._values, analysis.rollout(result), rtol=1e-4)
+    w.controls.normalize_check.setChecked(True)
+    levels = w.panel.overlay_item.getLevels()
+    assert np.isclose(levels[1], w._values.max())
+
+
+def _patch_viewport_pos(window, row: int, col: int) -> QPoint:  # noqa: ANN001
+    p = window.session.spec.patch_size
+    scene = window.panel.view.mapViewToScene(QPointF((col + 0.5) * p, (row + 0.5) * p))
+    return window.panel.view_widget.mapFromScene(scene)
+
+
+def test_click_patch_selects_query_and_again_clears(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    result = w.session.result(str(images[0])).result
+    viewport = w.panel.view_widget.viewport()
+    pos = _patch_viewport_pos(w, 2, 3)
+    qtbot.mouseMove(viewport, pos)
+    qtbot.waitUntil(lambda: "row 2, col 3" in w.hover_label.text())
+    assert "token 12" in w.hover_label.text()                  # 1 prefix + 2 * 4 + 3
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=pos)
+    assert (w.state.source, w.state.query) == ("token", 12)
+    np.testing.assert_allclose(w._values, analysis.token_map(result, 1, "mean", 12), rtol=1e-6)
+    assert w.panel.highlight_item.isVisible()
+    assert w.controls.query_combo.currentData() == 12
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=pos)
+    assert (w.state.source, w.state.query) == ("cls", None)
+    assert not w.panel.highlight_item.isVisible()
+
+
+def test_prefix_token_as_query(loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    combo = w.controls.query_combo
+    combo.setCurrentIndex(combo.findData(0))
+    combo.activated.emit(combo.currentIndex())
+    assert (w.state.source, w.state.query) == ("token", 0)
+
+
+def test_overview_click_selects_layer_and_head(qtbot, loaded) -> None:  # noqa: ANN001
+    w = loaded
+    ov = w.overview
+    nl, nc, gh, gw = ov._shape
+    assert (nl, nc) == (2, HEADS + 2)
+    point = QPointF((1 + 0.5) * (gw + ov._gap), (0 + 0.5) * (gh + ov._gap))   # layer 0, head 1
+    scene = ov.plot.vb.mapViewToScene(point)
+    qtbot.mouseClick(ov.widget.viewport(), Qt.MouseButton.LeftButton, pos=ov.widget.mapFromScene(scene))
+    assert (w.state.layer, w.state.head) == (0, 1)
+    w.overview.tile_clicked.emit(1, "max")
+    assert (w.state.layer, w.state.head) == (1, "max")
+
+
+def test_keyboard_actions(loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    acts = w.actions_by_name
+    assert acts["next_layer"].shortcut().toString() == "Ctrl+Down"
+    acts["next_layer"].trigger()
+    assert w.state.layer == 0
+    acts["next_head"].trigger()
+    assert w.state.head == 0
+    acts["prev_head"].trigger()
+    assert w.state.head == 1
+    acts["next_image"].trigger()
+    assert w.session.current == str(images[1])
+    assert w.panel.title.text.startswith("img1.png")
+
+
+def _drop(window, paths: list[Path]) -> None:  # noqa: ANN001
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    event = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, event)
+
+
+def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        _drop(window, [tiny_ckpt])
+    assert window.session.spec.num_heads == 4                  # detected from embed dim 32 without an override
+    _drop(window, [images[0], images[0].parent])               # a file and its folder: no duplicates
+    wait_idle(qtbot, window)
+    assert window.images.paths() == [str(p) for p in images]
+    assert all(window.session.result(str(p)) is not None for p in images)
+    assert window.panel.image_item.image is not None
+
+
+def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+        w.set_image_size(32, 48)
+    result = w.session.result(w.session.current).result
+    assert result.grid == (4, 6) and result.image.shape[:2] == (32, 48)
+    assert w._values.shape == (4, 6)
+    assert w.overview._shape[2:] == (4, 6)
+
+
+def test_stale_run_is_dropped(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    dropped: list = []
+    w.session.client.dropped.connect(dropped.append)
+    w.set_image_size(40, 40)      # the run at 40x40 is sent at once ...
+    w.set_image_size(32, 24)      # ... and is stale before its answer can arrive
+    wait_idle(qtbot, w)
+    assert any(r.kind == "run" and r.args["image_size"] == (40, 40) for r in dropped)
+    result = w.session.result(w.session.current).result
+    assert result.image.shape[:2] == (32, 24) and w._values.shape == (4, 3)
+
+
+def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images) -> None:  # noqa: ANN001
+    w = loaded
+    dropped: list = []
+    w.session.client.dropped.connect(dropped.append)
+    w.session.set_image_size((40, 40))
+    w.session.ensure_all()        # runs for the old model are in flight ...
+    w.load_model(str(tiny_ckpt_b), heads=HEADS)   # ... when a new model is asked for
+    wait_idle(qtbot, w)
+    assert any(r.kind == "run" for r in dropped)
+    assert w.session.spec.reg_tokens == 2
+    result = w.session.result(w.session.current).result
+    assert result.spec.grid == (3, 5) and w._values.shape == (3, 5)
+
+
+def test_device_list(qtbot, window) -> None:  # noqa: ANN001
+    wait_idle(qtbot, window)
+    items = [window.controls.device_combo.itemText(i) for i in range(window.controls.device_combo.count())]
+    assert items[0] == "cpu"

@@ -1,0 +1,122 @@
+"""Application entry point: QApplication, the main window, command-line arguments and `--screenshot`.
+
+Nothing imported here imports torch; the worker thread imports it on its first request, after the window is up.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from vitviz.gui.settings import open_settings
+from vitviz.gui.state import parse_map_arg
+from vitviz.gui.window import MainWindow
+
+IDLE_TICKS = 3          # consecutive idle polls before the screenshot is taken
+POLL_MS = 50
+
+
+def ensure_app() -> QApplication:
+    """The running QApplication, created if needed."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(sys.argv[:1])
+        app.setApplicationName("vitviz")
+        app.setOrganizationName("vitviz")
+        app.setApplicationDisplayName("vitviz")
+    return app
+
+
+def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
+    """Do what the command line asks: view selection first, then the model load and the images."""
+    values: dict[str, Any] = {}
+    if getattr(args, "map", None):
+        values.update(parse_map_arg(args.map))
+    if getattr(args, "layer", None) is not None:
+        values["layer"] = args.layer
+    if getattr(args, "head", None) is not None:
+        values["head"] = args.head
+    window.state.update(**values)
+    device = getattr(args, "device", None)
+    overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
+    if getattr(args, "model", None):
+        window.load_model(args.model, device=None if device in (None, "auto") else device, **overrides)
+    if getattr(args, "size", None):
+        window.pending_size = tuple(args.size)
+    if getattr(args, "images", None):
+        window.open_paths([str(p) for p in args.images])
+
+
+class Screenshot(QObject):
+    """Waits until the window is idle, saves it as PNG and ends the event loop with 0, or 1 after errors."""
+
+    def __init__(self, window: MainWindow, path: Path) -> None:
+        super().__init__(window)
+        self.window, self.path = window, path
+        self.status: int | None = None
+        self._idle = 0
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._poll)
+        self._timer.start()
+
+    def _poll(self) -> None:
+        self._idle = self._idle + 1 if self.window.is_idle() else 0
+        if self._idle < IDLE_TICKS:
+            return
+        self._timer.stop()
+        if self.window.errors:
+            for title, summary in self.window.errors:
+                sys.stderr.write(f"vitviz: {title}: {summary}\n")
+            self.status = 1
+        elif not self.window.grab().save(str(self.path)):
+            sys.stderr.write(f"vitviz: could not write {self.path}\n")
+            self.status = 1
+        else:
+            self.status = 0
+        QApplication.instance().exit(self.status)
+
+
+def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
+    """Show the window for parsed `vitviz` arguments and run the event loop; returns the exit status.
+
+    With `--screenshot FILE` the user's settings are neither read nor written (a throw-away ini file is used
+    unless VITVIZ_SETTINGS names one), so screenshots look the same everywhere.
+    """
+    app = ensure_app()
+    shot = getattr(args, "screenshot", None)
+    scratch = None
+    if settings is None and shot:
+        import os
+
+        scratch = None if os.environ.get("VITVIZ_SETTINGS") else tempfile.TemporaryDirectory()
+        settings = QSettings(str(Path(scratch.name) / "vitviz.ini"), QSettings.Format.IniFormat) if scratch \
+            else open_settings()
+    window = MainWindow(settings if settings is not None else open_settings())
+    previous_hook = sys.excepthook
+    sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)
+    window.show()
+    apply_args(window, args)
+    if shot:
+        window.persist_settings = False
+        Screenshot(window, Path(shot))
+    status = app.exec()
+    window.close()
+    sys.excepthook = previous_hook
+    if scratch is not None:
+        scratch.cleanup()
+    return int(status)
+
+
+def _report_unexpected(window: MainWindow, kind: type, exc: BaseException, tb: Any) -> None:
+    """A bug escaped a slot: show it like any other error instead of losing it on stderr."""
+    import traceback
+
+    details = "".join(traceback.format_exception(kind, exc, tb))
+    sys.stderr.write(details)
+    window.show_error("Unexpected error", f"{kind.__name__}: {exc}", details)

@@ -1,0 +1,67 @@
+"""Command-line options of the window, for `vitviz.cli` (no Qt or torch imported here).
+
+    parser = argparse.ArgumentParser(prog="vitviz")
+    add_window_arguments(parser)
+    args = parser.parse_args()
+    sys.exit(run_window(args))
+"""
+from __future__ import annotations
+
+import argparse
+
+from vitviz.gui.state import parse_head_arg, parse_layer_arg, parse_map_arg
+
+
+def _map_type(text: str) -> str:
+    try:
+        parse_map_arg(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _size_type(text: str) -> tuple[int, int]:
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        h, w = (int(parts[0]), int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}; expected N or HxW, e.g. 224 or 224x320") from None
+    if len(parts) > 2 or h <= 0 or w <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}; expected N or HxW with positive numbers")
+    return h, w
+
+
+def _wrap(parse):  # noqa: ANN001, ANN202 - argparse type adapter
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
+
+
+def add_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add `[IMAGES...] --model --device --heads --layer --head --map --size --screenshot`."""
+    parser.add_argument("images", nargs="*", metavar="IMAGES",
+                        help="image files or folders to open (a checkpoint here is loaded as the model)")
+    parser.add_argument("--model", metavar="CHECKPOINT", help="checkpoint file or folder to load")
+    parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda",
+                        help="where the model runs (default: auto = CUDA when available)")
+    parser.add_argument("--heads", type=int, metavar="N", help="number of attention heads (overrides detection)")
+    parser.add_argument("--layer", type=_wrap(parse_layer_arg), default=None, metavar="L|mean",
+                        help="layer to show, 0-based; negative counts from the end (default: the last)")
+    parser.add_argument("--head", type=_wrap(parse_head_arg), default=None, metavar="H|mean|max",
+                        help="head to show, 0-based, or mean/max over heads (default: mean)")
+    parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout|token:N",
+                        help="what to show: CLS attention, its head mean/max, rollout, or token N's attention")
+    parser.add_argument("--size", type=_size_type, default=None, metavar="N|HxW",
+                        help="run the model at another input size (position embedding interpolated)")
+    parser.add_argument("--screenshot", metavar="FILE",
+                        help="do all of the above, wait until idle, save the window as PNG and exit")
+
+
+def run_window(args: argparse.Namespace) -> int:
+    """Open the window with the parsed arguments; returns the exit status."""
+    from vitviz.gui.app import run_app
+
+    return run_app(args)

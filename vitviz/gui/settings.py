@@ -1,0 +1,85 @@
+"""Persistent settings (QSettings), versioned so a layout from another version is ignored, never half-applied.
+
+Tests pass their own `QSettings` (an ini file in a temporary folder); the window never opens the user's file
+unless `open_settings()` is called by the application entry point. `VITVIZ_SETTINGS` names an ini file to use
+instead of the user's settings (handy for scripted screenshots and benchmarks).
+"""
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from vitviz.gui.state import COLORMAPS, ViewState
+
+SETTINGS_VERSION = 1
+MAX_RECENT = 8
+
+
+def open_settings() -> QSettings:
+    """The user's settings, or the ini file named by VITVIZ_SETTINGS."""
+    path = os.environ.get("VITVIZ_SETTINGS")
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, "vitviz", "vitviz")
+
+
+def is_current(settings: QSettings) -> bool:
+    """True when the stored settings were written by this settings version."""
+    try:
+        return int(settings.value("version", 0)) == SETTINGS_VERSION
+    except (TypeError, ValueError):
+        return False
+
+
+def read_bytes(settings: QSettings, key: str) -> QByteArray | None:
+    value = settings.value(key)
+    return value if isinstance(value, QByteArray) and not value.isEmpty() else None
+
+
+def recent_models(settings: QSettings) -> list[str]:
+    value = settings.value("recent_models", [])
+    if isinstance(value, str):
+        value = [value]
+    return [str(v) for v in (value or [])][:MAX_RECENT]
+
+
+def add_recent_model(settings: QSettings, path: str) -> list[str]:
+    """Put `path` first in the recent-model list and return the list."""
+    recent = [path] + [p for p in recent_models(settings) if p != path]
+    settings.setValue("recent_models", recent[:MAX_RECENT])
+    settings.setValue("version", SETTINGS_VERSION)
+    return recent[:MAX_RECENT]
+
+
+def restore_view(settings: QSettings, state: ViewState) -> None:
+    """Apply the stored colormap and opacity (nothing when the settings are from another version)."""
+    if not is_current(settings):
+        return
+    values: dict[str, object] = {}
+    cmap = settings.value("view/colormap")
+    if cmap in COLORMAPS:
+        values["colormap"] = cmap
+    try:
+        opacity = float(settings.value("view/opacity", state.opacity))
+        if 0.0 <= opacity <= 1.0:
+            values["opacity"] = opacity
+    except (TypeError, ValueError):
+        pass
+    state.update(**values)
+
+
+def save_view(settings: QSettings, state: ViewState) -> None:
+    settings.setValue("version", SETTINGS_VERSION)
+    settings.setValue("view/colormap", state.colormap)
+    settings.setValue("view/opacity", float(state.opacity))
+
+
+def last_folder(settings: QSettings, kind: str) -> str:
+    """The folder last used for `kind` ('model', 'images', 'export'), or ''."""
+    return str(settings.value(f"folders/{kind}", "") or "") if is_current(settings) else ""
+
+
+def set_last_folder(settings: QSettings, kind: str, folder: str) -> None:
+    settings.setValue("version", SETTINGS_VERSION)
+    settings.setValue(f"folders/{kind}", folder)

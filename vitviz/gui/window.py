@@ -1,0 +1,341 @@
+"""The main window: docks around the image panel, wired to the view state and the session."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QMessageBox, QProgressBar, QWidget
+
+from vitviz.core import export
+from vitviz.core.spec import ModelSpec
+from vitviz.gui import dialogs, menus, settings as st
+from vitviz.gui.controls import ControlsPanel
+from vitviz.gui.dropping import classify
+from vitviz.gui.file_actions import FileActionsMixin
+from vitviz.gui.image_list import ImageListPanel
+from vitviz.gui.image_panel import ImagePanel
+from vitviz.gui.maps import levels_for
+from vitviz.gui.overview import OverviewPanel
+from vitviz.gui.session import Session
+from vitviz.gui.state import ViewState, resolve_index
+
+MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}
+
+
+class MainWindow(FileActionsMixin, QMainWindow):
+    """vitviz's window. `refreshed` fires after every redraw of the panels (tests and the screenshot wait on
+    it)."""
+
+    refreshed = Signal()
+
+    def __init__(self, settings: QSettings, session: Session | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("vitvizMainWindow")
+        self.setWindowTitle("vitviz")
+        self.setAcceptDrops(True)
+        self.settings = settings
+        self.state = ViewState()
+        self.session = session or Session(parent=self)
+        self.error_box: QMessageBox | None = None
+        self.errors: list[tuple[str, str]] = []
+        self._values: Any = None
+        self._last_map_source = "cls"
+        self.pending_size: tuple[int, int] | None = None     # input size to use once the model has loaded
+        self.persist_settings = True
+        self.panel = ImagePanel()
+        self.setCentralWidget(self.panel)
+        self.controls = ControlsPanel(self.state)
+        self.images = ImageListPanel()
+        self.overview = OverviewPanel()
+        self.docks = [self._dock("Controls", "controlsDock", self.controls, Qt.DockWidgetArea.LeftDockWidgetArea),
+                      self._dock("Images", "imagesDock", self.images, Qt.DockWidgetArea.RightDockWidgetArea),
+                      self._dock("Layer × head overview", "overviewDock", self.overview,
+                                 Qt.DockWidgetArea.RightDockWidgetArea)]
+        self.actions_by_name = menus.build(self)
+        menus.fill_view_menu(self, self.view_menu, self.actions_by_name["reset_layout"])
+        menus.fill_recent_menu(self, self.recent_menu, st.recent_models(settings))
+        self._build_status_bar()
+        self.resize(1400, 900)
+        self._default_layout = self.saveState(st.SETTINGS_VERSION)
+        self._connect()
+        self._restore_settings()
+        self.session.probe_devices()
+        self._refresh(MAP_FIELDS)
+
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_status_bar(self) -> None:
+        self.hover_label = QLabel("")
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setMaximumWidth(120)
+        self.busy_bar.setVisible(False)
+        self.statusBar().addPermanentWidget(self.hover_label)
+        self.statusBar().addPermanentWidget(self.busy_bar)
+        self.statusBar().showMessage("Open a model (Ctrl+O) or drop a checkpoint and images on the window")
+
+    def _connect(self) -> None:
+        self.state.subscribe(self._refresh)
+        s = self.session
+        s.model_loaded.connect(self._on_model_loaded)
+        s.result_ready.connect(self._on_result_ready)
+        s.run_failed.connect(self._on_run_failed)
+        s.run_started.connect(self.images.set_pending)
+        s.error.connect(self.show_error)
+        s.devices_found.connect(self.controls.set_devices)
+        s.device_changed.connect(self._on_device_changed)
+        s.client.status.connect(self.statusBar().showMessage)
+        s.client.busy_changed.connect(self.busy_bar.setVisible)
+        self.images.current_changed.connect(self._on_current_image)
+        self.controls.device_requested.connect(self.session.set_device)
+        self.controls.size_requested.connect(self.set_image_size)
+        self.panel.hovered.connect(self._on_hover)
+        self.panel.clicked.connect(self._on_patch_clicked)
+        self.overview.tile_clicked.connect(self._on_tile_clicked)
+
+    # ------------------------------------------------------------------------------------------ user intents
+
+    def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
+        """Load a checkpoint in the worker; the current model and results stay until it has loaded."""
+        self.statusBar().showMessage(f"Loading {path}…")
+        self.session.load_model(path, device=device, **overrides)
+
+    def add_images(self, paths: list[str]) -> list[str]:
+        """Add images to the list and run them (the current one first)."""
+        added = self.images.add_paths(paths)
+        self.session.add_images(added)
+        self.session.ensure_all()
+        return added
+
+    def open_paths(self, paths: list[str]) -> None:
+        """Open what was dropped or named on the command line: checkpoints load, images are added."""
+        dropped = classify(paths)
+        if dropped.models:
+            self.load_model(dropped.models[-1])
+        if dropped.images:
+            self.add_images(dropped.images)
+        if dropped.ignored:
+            self.statusBar().showMessage("Ignored (not an image or checkpoint): " + ", ".join(
+                Path(p).name for p in dropped.ignored[:5]), 8000)
+
+    def set_image_size(self, height: int, width: int) -> None:
+        self.session.set_image_size((height, width))
+        self.session.ensure_all()
+        self._refresh({"image"})
+
+    def step_layer(self, delta: int) -> None:
+        spec = self.session.spec
+        if spec is not None:
+            layer = self.state.layer
+            start = -1 if layer == "mean" else int(layer)
+            self.state.update(layer=(start + delta) % spec.depth)
+
+    def step_head(self, delta: int) -> None:
+        spec = self.session.spec
+        if spec is not None:
+            head = self.state.head
+            start = -1 if isinstance(head, str) else int(head)
+            self.state.update(head=(start + delta) % spec.num_heads)
+
+    def reset_layout(self) -> None:
+        self.restoreState(self._default_layout, st.SETTINGS_VERSION)
+        for dock in self.docks:
+            dock.setVisible(True)
+            dock.setFloating(False)
+
+    def is_idle(self) -> bool:
+        """No request queued or running in the worker."""
+        return not self.session.busy
+
+    # ------------------------------------------------------------------------------------------ session events
+
+    def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
+        self.controls.set_spec(spec, device)
+        menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, self.session.model_path))
+        query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
+        self.state.update(layer=resolve_index(self.state.layer, spec.depth),
+                          head=resolve_index(self.state.head, spec.num_heads), query=query,
+                          source=self.state.source if query is not None or self.state.source != "token" else "cls")
+        self.setWindowTitle(f"vitviz — {Path(self.session.model_path).name}")
+        self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
+        if self.pending_size is not None:
+            self.session.set_image_size(self.pending_size)
+            self.pending_size = None
+        self.session.ensure_all()
+        self._refresh({"image"})
+
+    def _on_device_changed(self, device: str) -> None:
+        self.controls.set_device(device)
+        self.statusBar().showMessage(f"Model on {device}", 5000)
+
+    def _on_result_ready(self, path: str) -> None:
+        maps = self.session.result(path)
+        if maps is not None:
+            self.images.set_predictions(path, maps.result.top_k(5))
+        if path == self.session.current:
+            self._refresh({"image"})
+
+    def _on_run_failed(self, path: str, summary: str) -> None:
+        self.images.set_failed(path, summary)
+        if path == self.session.current:
+            self._refresh({"image"})
+
+    def _on_current_image(self, path: str) -> None:
+        self.session.current = path
+        self.session.ensure(path, first=True)
+        self._refresh({"image"})
+
+    def show_error(self, title: str, summary: str, details: str) -> None:
+        """One dialog at a time: further errors while it is open are added to it."""
+        self.errors.append((title, summary))
+        box = self.error_box
+        if box is not None and box.isVisible():
+            count = int(box.property("count") or 1) + 1
+            box.setProperty("count", count)
+            box.setText(f"{count} errors; the latest: {summary}")
+            box.setDetailedText(box.detailedText() + f"\n\n=== {title}: {summary}\n{details}")
+            return
+        self.error_box = dialogs.error_box(self, title, summary, details)
+        self.error_box.setProperty("count", 1)
+        self.error_box.destroyed.connect(self._forget_error_box)
+
+    def _forget_error_box(self) -> None:
+        self.error_box = None
+
+    # ------------------------------------------------------------------------------------------ drawing
+
+    def _refresh(self, changed: set[str]) -> None:
+        """Redraw what the changed fields affect; cheap enough for one frame (maps are cached per result)."""
+        maps = self.session.result(self.session.current)
+        if maps is None:
+            self._show_placeholder()
+        elif changed & MAP_FIELDS:
+            self._draw_map(maps, image_changed="image" in changed)
+        else:
+            self.panel.set_opacity(self.state.opacity)
+            if "per_tile" in changed:
+                stack = maps.stack(self.state.source, self.state.query)
+                self.overview.show_stack(stack, self.state.per_tile, self.state.colormap)
+        self.panel.set_grid_visible(self.state.show_grid and maps is not None)
+        self.refreshed.emit()
+
+    def _show_placeholder(self) -> None:
+        path, s = self.session.current, self.session
+        if s.spec is None:
+            text = "Open a model (File › Open model) or drop a checkpoint on the window"
+        elif not path:
+            text = "Drop images or folders on the window (or File › Open images)"
+        elif path in s.failed:
+            text = f"{Path(path).name}: {s.failed[path]}"
+        else:
+            text = f"Running {Path(path).name}…"
+        self.panel.clear(text)
+        self.overview.clear()
+        self._values = None
+
+    def _draw_map(self, maps: Any, image_changed: bool) -> None:
+        state, result = self.state, maps.result
+        if image_changed:
+            self.panel.set_image(result.image, result.grid, result.spec.patch_size)
+        values, stack = maps.current(state)
+        self._values = values
+        levels = levels_for(state, values, stack)
+        shown = export.upsample(values, _grid_pixels(result), True) if state.smooth else values
+        self.panel.show_map(shown, levels, state.colormap, state.opacity, self._title(stack.title, result))
+        self.panel.set_highlight(self._query_patch(result))
+        self.overview.show_stack(stack, state.per_tile, state.colormap)
+        layer = None if state.layer == "mean" else int(state.layer)
+        self.overview.select(layer, stack.column(state.head))
+
+    def _title(self, what: str, result: Any) -> str:
+        s = self.state
+        if s.source == "token" and s.query is not None:
+            what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
+        head = "" if s.source == "rollout" else f" · head {s.head}"
+        layer = f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
+        return f"{Path(result.source).name} — {what} · {layer}{head}"
+
+    def _query_patch(self, result: Any) -> tuple[int, int] | None:
+        q, p = self.state.query, result.num_prefix
+        if self.state.source != "token" or q is None or q < p:
+            return None
+        return divmod(q - p, result.grid[1])
+
+    def _on_hover(self, row: int, col: int) -> None:
+        maps = self.session.result(self.session.current)
+        if row < 0 or maps is None or self._values is None:
+            self.hover_label.setText("")
+            return
+        token = maps.result.num_prefix + row * maps.result.grid[1] + col
+        self.hover_label.setText(f"row {row}, col {col} · token {token} · value {self._values[row, col]:.4g}")
+
+    def _on_patch_clicked(self, row: int, col: int) -> None:
+        maps = self.session.result(self.session.current)
+        if maps is None:
+            return
+        token = maps.result.num_prefix + row * maps.result.grid[1] + col
+        if self.state.source == "token" and self.state.query == token:
+            self.state.update(query=None, source=self._last_map_source)
+            return
+        if self.state.source != "token":
+            self._last_map_source = self.state.source
+        self.state.update(query=token, source="token")
+
+    def _on_tile_clicked(self, layer: int, head: int | str | None) -> None:
+        self.state.update(layer=layer, **({} if head is None else {"head": head}))
+
+    # ------------------------------------------------------------------------------------------ drag and drop
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        event.acceptProposedAction()
+        self.open_paths(paths)
+
+    # ------------------------------------------------------------------------------------------ settings
+
+    def _restore_settings(self) -> None:
+        """Apply geometry and layout only when both are from this version and both restore; else the defaults."""
+        s = self.settings
+        st.restore_view(s, self.state)
+        if not st.is_current(s):
+            return
+        geometry, layout = st.read_bytes(s, "window/geometry"), st.read_bytes(s, "window/state")
+        if geometry is None or layout is None:
+            return
+        if not (self.restoreGeometry(geometry) and self.restoreState(layout, st.SETTINGS_VERSION)):
+            self.resize(1400, 900)
+            self.restoreState(self._default_layout, st.SETTINGS_VERSION)
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("version", st.SETTINGS_VERSION)
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState(st.SETTINGS_VERSION))
+        st.save_view(s, self.state)
+        s.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        if self.persist_settings:
+            self.save_settings()
+        self.session.shutdown()
+        super().closeEvent(event)
+
+
+def _grid_pixels(result: Any) -> tuple[int, int]:
+    """Pixel size of the area the patch grid covers."""
+    gh, gw = result.grid
+    p = result.spec.patch_size
+    return gh * p, gw * p
