@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 from conftest import HEADS, wait_idle
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
-from PySide6.QtGui import QDropEvent
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from vitviz.core import analysis
@@ -65,13 +65,20 @@ def _patch_viewport_pos(window, row: int, col: int) -> QPoint:  # noqa: ANN001
     return window.panel.view_widget.mapFromScene(scene)
 
 
+def _hover(viewport, pos: QPoint) -> None:  # noqa: ANN001
+    """A plain mouse move (no button), sent straight to the viewport: QTest's move needs a real cursor."""
+    event = QMouseEvent(QEvent.Type.MouseMove, QPointF(pos), viewport.mapToGlobal(QPointF(pos)),
+                        Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(viewport, event)
+
+
 def test_click_patch_selects_query_and_again_clears(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     result = w.session.result(str(images[0])).result
     viewport = w.panel.view_widget.viewport()
     pos = _patch_viewport_pos(w, 2, 3)
-    qtbot.mouseMove(viewport, pos)
-    qtbot.waitUntil(lambda: "row 2, col 3" in w.hover_label.text())
+    _hover(viewport, pos)
+    assert "row 2, col 3" in w.hover_label.text()
     assert "token 12" in w.hover_label.text()                  # 1 prefix + 2 * 4 + 3
     qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=pos)
     assert (w.state.source, w.state.query) == ("token", 12)

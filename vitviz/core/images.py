@@ -282,7 +282,7 @@ def preprocess(img: Image.Image, pp: Preprocess, channels: int = 3) -> tuple["to
 
 
 def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
-    """Apply `pp.mode` ('center' or 'squash') to get an image of exactly `pp.crop` (h, w)."""
+    """Apply `pp.mode` ('center', 'squash' or 'squash_crop') to get an image of exactly `pp.crop` (h, w)."""
     if pp.interpolation not in INTERPOLATIONS:
         raise ImageError(f"interpolation {pp.interpolation!r}; expected one of {', '.join(INTERPOLATIONS)}")
     ch, cw = pp.crop
@@ -291,9 +291,13 @@ def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
     resample = INTERPOLATIONS[pp.interpolation]
     if pp.mode == "squash":
         return img.resize((cw, ch), resample)
-    if pp.mode != "center":
-        raise ImageError(f"preprocess mode {pp.mode!r}; expected 'center' or 'squash'")
-    new_h, new_w = cover_size((img.height, img.width), pp.crop, pp.resize)
+    if pp.mode not in ("center", "squash_crop"):
+        raise ImageError(f"preprocess mode {pp.mode!r}; expected 'center', 'squash' or 'squash_crop'")
+    if pp.mode == "squash_crop":  # HF DeiT: squash to the resize box, then center crop
+        box = cover_size((ch, cw), pp.crop, pp.resize)
+        new_h, new_w = box
+    else:
+        new_h, new_w = cover_size((img.height, img.width), pp.crop, pp.resize)
     img = img.resize((new_w, new_h), resample)
     top, left = int(round((new_h - ch) / 2.0)), int(round((new_w - cw) / 2.0))
     return img.crop((left, top, left + cw, top + ch))
