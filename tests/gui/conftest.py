@@ -49,8 +49,8 @@ def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_ckpt_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another tiny ViT with a different grid (3x5) and 2 register tokens."""
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt_b") / "tiny_b.safetensors", grid=(3, 5),
+    """Another tiny ViT with a different grid (3x3) and 2 register tokens."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt_b") / "tiny_b.safetensors", grid=(3, 3),
                                  reg_tokens=2, seed=1)
 
 

@@ -1,0 +1,146 @@
+"""Error dialogs keep the window working; exports read back with the map really in the pixels."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import HEADS, wait_idle
+from PIL import Image
+
+from vitviz.core import export
+
+
+def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    spec_before = w.session.spec
+    bad = tmp_path / "broken.pth"
+    bad.write_bytes(b"this is not a checkpoint at all")
+    w.load_model(str(bad))
+    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible())
+    assert w.error_box.windowTitle() == "Could not load model"
+    assert "broken.pth" in w.error_box.text()
+    assert "Traceback" in w.error_box.detailedText()
+    assert w.session.spec is spec_before                       # the old model is intact ...
+    assert w.session.result(str(images[0])) is not None        # ... and so are the results
+    w.error_box.close()
+    w.images.step(1)
+    assert w._values is not None and w._values.shape == (4, 4)
+    new = images[0].parent / "later.png"
+    Image.new("RGB", (40, 40), "red").save(new)
+    w.add_images([str(new)])                                    # the worker still runs images
+    wait_idle(qtbot, w)
+    assert w.session.result(str(new)) is not None
+
+
+def test_bad_image_shows_dialog_and_others_still_work(qtbot, loaded, images, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    bad = tmp_path / "bad.png"
+    bad.write_text("not a png")
+    w.add_images([str(bad)])
+    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible())
+    assert w.error_box.windowTitle() == "Could not run image"
+    assert "bad.png" in w.error_box.text()
+    assert "failed" in w.images.top_text(str(bad))
+    w.images.select(str(bad))
+    assert "bad.png" in w.panel.title.text and w._values is None
+    w.images.select(str(images[2]))
+    assert w._values is not None
+
+
+def test_second_error_joins_open_dialog(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    for name in ("a.png", "b.png"):
+        (tmp_path / name).write_text("nope")
+    w.add_images([str(tmp_path / "a.png"), str(tmp_path / "b.png")])
+    wait_idle(qtbot, w)
+    assert len(w.errors) == 2
+    assert w.error_box.text().startswith("2 errors")
+
+
+def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
+    values, stack = maps.current(w.state)
+    lo, hi = 0.0, stack.vmax
+    heat = export.heatmap_image(values, maps.result.image.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
+    return export.overlay(maps.result.image, heat, w.state.opacity)
+
+
+def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    maps = w.session.result(w.session.current)
+    path = w.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
+    out = np.asarray(Image.open(path))
+    assert out.shape == (32, 32, 3)                             # the model's input resolution, not the screen's
+    np.testing.assert_array_equal(out, _expected_overlay(w, maps))
+    heat = np.asarray(Image.open(w.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
+    assert heat.shape[0] == 32 and heat.shape[1] > 32           # colorbar appended on the right
+    values, stack = maps.current(w.state)
+    top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
+    py, px = (np.array(top) * 8 + 4)
+    assert np.array_equal(heat[py, px], export.heatmap_image(values, (32, 32), "viridis", True, 0, stack.vmax)
+                          [py, px])
+
+
+def test_export_never_overwrites_silently(loaded, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    target = tmp_path / "view.png"
+    target.write_bytes(b"keep me")
+    assert w.export_png_to(target) is None
+    assert target.read_bytes() == b"keep me"
+    assert w.error_box is not None and "exists" in w.error_box.text()
+
+
+def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    w = loaded
+    w.state.update(head=0, layer=0)
+    written = w.export_all_to(tmp_path, heatmap_only=True, colorbar=False)
+    assert len(written) == 2 * (HEADS + 2)
+    names = sorted(p.name for p in written)
+    assert "img0_cls_L0_H0.png" in names and "img0_cls_L1_Hmean.png" in names and "img0_cls_L1_Hmax.png" in names
+    maps = w.session.result(w.session.current)
+    stack = maps.stack("cls")
+    got = np.asarray(Image.open(tmp_path / "img0_cls_L1_H1.png"))
+    want = export.heatmap_image(stack.select(1, 1), (32, 32), "viridis", True, 0.0, stack.vmax)
+    np.testing.assert_array_equal(got, want)
+    asked: list = []
+    monkeypatch.setattr("vitviz.gui.dialogs.confirm_overwrite", lambda _w, paths: asked.append(paths) or False)
+    assert w.export_all_to(tmp_path) == []                      # existing files: the user said no
+    assert len(asked[0]) == len(written)
+
+
+def test_export_npz(loaded, tmp_path) -> None:  # noqa: ANN001
+    w = loaded
+    path = w.export_npz_to(tmp_path / "arrays")
+    assert path.suffix == ".npz"
+    data = export.read_npz(path)
+    result = w.session.result(w.session.current).result
+    np.testing.assert_array_equal(data["attentions"], result.attentions)
+    assert data["spec"]["num_heads"] == HEADS and data["attentions"].shape == (2, HEADS, 17, 17)
+
+
+def test_export_without_result_explains(window, tmp_path) -> None:  # noqa: ANN001
+    assert window.export_png_to(tmp_path / "x.png") is None
+    assert window.error_box.windowTitle() == "Nothing to export"
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_screenshot_cli(tiny_ckpt, images, tmp_path, good) -> None:  # noqa: ANN001
+    import os
+    import subprocess
+    import sys
+
+    shot = tmp_path / "shot.png"
+    model = str(tiny_ckpt) if good else str(tmp_path / "missing.pth")
+    code = ("import argparse, sys; from vitviz.gui.args import add_window_arguments, run_window; "
+            "p = argparse.ArgumentParser(); add_window_arguments(p); sys.exit(run_window(p.parse_args()))")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, images), "--model", model, "--heads", "2",
+                           "--layer", "0", "--head", "1", "--map", "cls", "--screenshot", str(shot)],
+                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+                          timeout=120)
+    if good:
+        assert proc.returncode == 0, proc.stderr
+        assert Image.open(shot).size[0] >= 800
+    else:
+        assert proc.returncode == 1 and "missing.pth" in proc.stderr
+        assert not shot.exists()

@@ -1,0 +1,52 @@
+"""Packaging contracts: import boundaries, entry points, and resources from a regular install."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=kw.get("cwd", ROOT),
+                          env=kw.get("env"), timeout=240)
+
+
+def test_core_imports_no_qt() -> None:
+    code = ("import sys, vitviz, vitviz.core.capture, vitviz.core.analysis, vitviz.core.export, vitviz.core.images, "
+            "vitviz.cli\nbad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'shiboken'))]\n"
+            "assert not bad, bad\nprint('ok')")
+    r = _run(code)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_gui_and_package_import_without_torch() -> None:
+    mods = ["vitviz", "vitviz.cli", "vitviz.core.spec"]
+    gui = ROOT / "vitviz" / "gui"
+    mods += [f"vitviz.gui.{p.stem}" for p in sorted(gui.glob("*.py")) if p.stem != "__init__"]
+    code = (f"import sys, importlib\nfor m in {mods!r}: importlib.import_module(m)\n"
+            "assert 'torch' not in sys.modules, [m for m in sys.modules if m.startswith('torch')][:5]\nprint('ok')")
+    r = _run(code, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_main_py_and_module_entry_points_agree() -> None:
+    a = subprocess.run([sys.executable, "main.py", "info", "--help"], capture_output=True, text=True, cwd=ROOT)
+    b = subprocess.run([sys.executable, "-m", "vitviz", "info", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout and "--json" in a.stdout
+
+
+def test_resources_found_from_a_regular_install(tmp_path) -> None:
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
+                        "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (target / "vitviz" / "resources_path.py").is_symlink()
+    code = ("import vitviz.resources_path as rp, pathlib\nd = rp.resource_dir()\n"
+            "print(d)\nassert rp.resource('vitviz.svg').is_file()\n")
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    r = _run(code, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert str(target) in r.stdout and str(ROOT) not in r.stdout
