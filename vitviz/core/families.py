@@ -115,8 +115,8 @@ def convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
         hints["pos_interp"] = ("dinov2_reg" if "register_tokens" in keys else "dinov2", "family: DINOv2")
     elif family == "dino":
         hints["pos_interp"] = ("dino", "family: DINO")
-    elif family in ("deit", "deit3"):
-        hints["pos_interp"] = ("deit", "family: DeiT")
+    elif family in ("deit", "deit3", "mae"):
+        hints["pos_interp"] = ("deit", f"family: {family} (bicubic, size=, align_corners=False)")
     if any(".mlp.w12." in k for k in keys):
         hints["mlp_kind"] = ("swiglu", "shape: mlp.w12 (DINOv2 SwiGLU)")
     return Converted(family, sd, hints, dropped)

@@ -139,6 +139,7 @@ class ControlsPanel(QWidget):
     def _selector(self, specials: dict[int, str], name: str) -> tuple[SelectorSpinBox, QSlider]:
         spin = SelectorSpinBox(specials)
         spin.setMaximum(0)
+        spin.setMinimumWidth(72)
         spin.setObjectName(f"{name}Spin")
         slider = QSlider(Qt.Orientation.Horizontal)
         slider.setRange(min(specials), 0)
@@ -237,7 +238,8 @@ class ControlsPanel(QWidget):
 def model_summary(spec: ModelSpec) -> str:
     """A few lines that tell a user what was loaded."""
     prefix = ", ".join(spec.prefix_names) or "none"
-    params = f"{spec.num_params / 1e6:.1f} M parameters · " if spec.num_params else ""
+    n = spec.num_params
+    params = f"{n / 1e6:.1f} M parameters · " if n >= 1e5 else (f"{n / 1e3:.1f} k parameters · " if n else "")
     return (f"<b>{spec.family}</b> · {params}{spec.depth} layers × {spec.num_heads} heads<br>"
             f"{spec.image_size[0]}×{spec.image_size[1]} px, patch {spec.patch_size}, grid "
             f"{spec.grid[0]}×{spec.grid[1]}, prefix tokens: {prefix}<br>"

@@ -58,6 +58,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         menus.fill_recent_menu(self, self.recent_menu, st.recent_models(settings))
         self._build_status_bar()
         self.resize(1400, 900)
+        self._size_docks()
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
         self._connect()
         self._restore_settings()
@@ -70,6 +71,12 @@ class MainWindow(FileActionsMixin, QMainWindow):
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         return dock
+
+    def _size_docks(self) -> None:
+        controls, images, overview = self.docks
+        horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
+        self.resizeDocks([controls, images], [320, 400], horizontal)
+        self.resizeDocks([images, overview], [300, 560], vertical)
 
     def _build_status_bar(self) -> None:
         self.hover_label = QLabel("")

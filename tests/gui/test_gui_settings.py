@@ -1,0 +1,70 @@
+"""Settings persist between runs, are versioned, and never leak out of the test's temporary folder."""
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from vitviz.gui import settings as st
+from vitviz.gui.window import MainWindow
+
+
+def _window(qtbot, settings: QSettings) -> MainWindow:  # noqa: ANN001
+    win = MainWindow(settings)
+    qtbot.addWidget(win)
+    win.show()
+    return win
+
+
+def _close(win: MainWindow) -> None:
+    win.close()
+    win.session.shutdown()
+
+
+def test_view_and_layout_persist(qtbot, settings) -> None:  # noqa: ANN001
+    first = _window(qtbot, settings)
+    first.state.update(colormap="magma", opacity=0.3)
+    overview = first.findChild(type(first.docks[0]), "overviewDock")
+    overview.close()
+    _close(first)
+    second = _window(qtbot, settings)
+    assert (second.state.colormap, second.state.opacity) == ("magma", 0.3)
+    assert not second.findChild(type(second.docks[0]), "overviewDock").isVisible()
+    second.reset_layout()
+    assert all(d.isVisible() for d in second.docks)
+    _close(second)
+
+
+def test_old_version_is_ignored(qtbot, settings) -> None:  # noqa: ANN001
+    first = _window(qtbot, settings)
+    first.state.update(colormap="gray")
+    first.docks[2].close()
+    _close(first)
+    settings.setValue("version", st.SETTINGS_VERSION + 100)
+    second = _window(qtbot, settings)
+    assert second.state.colormap == "viridis"
+    assert all(d.isVisible() for d in second.docks)
+    _close(second)
+
+
+def test_corrupt_layout_falls_back_to_default(qtbot, settings) -> None:  # noqa: ANN001
+    settings.setValue("version", st.SETTINGS_VERSION)
+    settings.setValue("window/geometry", QByteArray(b"garbage"))
+    settings.setValue("window/state", QByteArray(b"garbage"))
+    win = _window(qtbot, settings)
+    assert all(d.isVisible() for d in win.docks)
+    _close(win)
+
+
+def test_recent_models(qtbot, loaded, settings, tiny_ckpt) -> None:  # noqa: ANN001
+    assert st.recent_models(settings)[0] == str(tiny_ckpt)
+    assert loaded.recent_menu.actions()[0].text().endswith(str(tiny_ckpt))
+
+
+def test_docks_have_stable_names(window) -> None:  # noqa: ANN001
+    assert [d.objectName() for d in window.docks] == ["controlsDock", "imagesDock", "overviewDock"]
+    texts = [a.text() for a in window.view_menu.actions()]
+    assert "Controls" in texts and "&Reset layout" in texts
+
+
+def test_default_settings_are_isolated(isolated_settings) -> None:  # noqa: ANN001
+    path = st.open_settings().fileName()
+    assert path.startswith(str(isolated_settings))

@@ -1,0 +1,90 @@
+"""Capture end to end: images in, attention out; hooks leave no trace; resolution and position embeddings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitviz
+from _tiny import write_tiny_checkpoint
+from vitviz.core import analysis
+from vitviz.core.model import AttentionProbe
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    return vitviz.load(write_tiny_checkpoint(tmp_path / "m.pth", reg_tokens=2), heads=2, device="cpu")
+
+
+def test_run_from_path_pil_and_array(tmp_path, tiny) -> None:
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 255, (50, 70, 3), dtype=np.uint8)
+    Image.fromarray(arr).save(tmp_path / "img.png")
+    a = tiny.run(tmp_path / "img.png")
+    b = tiny.run(Image.fromarray(arr))
+    c = tiny.run(arr)
+    assert a.attentions.shape == (2, 2, 3 + 16, 3 + 16) and a.attentions.dtype == np.float32
+    np.testing.assert_array_equal(a.attentions, b.attentions)
+    np.testing.assert_array_equal(a.logits, c.logits)
+    assert a.image.shape == (32, 32, 3) and a.image.dtype == np.uint8 and a.source.endswith("img.png")
+    assert a.spec.prefix_names == ("cls", "reg0", "reg1")
+
+
+def test_capture_does_not_change_output_and_removes_hooks(tiny) -> None:
+    x = torch.rand(1, 3, 32, 32)
+    with torch.no_grad():
+        plain = tiny.net(x)
+    r = tiny.run(x)
+    np.testing.assert_array_equal(r.logits, plain[0].numpy())
+    probes = [m for m in tiny.net.modules() if isinstance(m, AttentionProbe)]
+    assert len(probes) == 2 and all(not p._forward_hooks for p in probes)
+
+
+def test_half_storage(tiny) -> None:
+    x = torch.rand(1, 3, 32, 32)
+    full, half = tiny.run(x), tiny.run(x, half=True)
+    assert half.attentions.dtype == np.float16 and half.attentions.nbytes * 2 == full.attentions.nbytes
+    np.testing.assert_allclose(half.attentions, full.attentions, atol=1e-3)
+
+
+def test_other_resolution_non_square(tiny, tmp_path) -> None:
+    Image.new("RGB", (120, 90), (200, 30, 30)).save(tmp_path / "red.jpg")
+    r = tiny.run(tmp_path / "red.jpg", image_size=(40, 64))
+    assert r.spec.grid == (5, 8) and r.attentions.shape[-1] == 3 + 40 and r.image.shape == (40, 64, 3)
+    assert analysis.cls_attention(r, layer=-1).shape == (5, 8)
+    assert tiny.spec.grid == (4, 4)  # the native spec is untouched
+
+
+def test_pos_embed_resampled_and_similarity(tiny) -> None:
+    native = tiny.pos_embed()
+    assert native.shape == (3 + 16, 32)
+    wide = tiny.pos_embed((4, 6))
+    assert wide.shape == (3 + 24, 32)
+    np.testing.assert_array_equal(wide[:3], native[:3])  # prefix rows are kept as they are
+    sim = analysis.pos_embed_similarity(wide, (4, 6), num_prefix_in_pos=3)
+    assert sim.shape == (4, 6, 4, 6)
+    np.testing.assert_allclose(sim[1, 2, 1, 2], 1.0, atol=1e-6)
+
+
+def test_no_embed_class_pos_embed_has_no_prefix_rows(tmp_path) -> None:
+    timm = pytest.importorskip("timm")
+    m = timm.models.vision_transformer.VisionTransformer(img_size=32, patch_size=8, embed_dim=192, depth=1,
+                                                         num_heads=3, no_embed_class=True, reg_tokens=1)
+    torch.save(m.state_dict(), tmp_path / "m.pth")
+    vm = vitviz.load(tmp_path / "m.pth", device="cpu")
+    assert vm.spec.pos_prefix == 0 and vm.pos_embed().shape == (16, 192)
+    np.testing.assert_allclose(vm.pos_embed(), m.pos_embed[0].detach().numpy())
+
+
+def test_rollout_on_real_capture_matches_naive(tiny) -> None:
+    r = tiny.run(torch.rand(1, 3, 32, 32))
+    fast = analysis.rollout(r, head_fusion="max", discard_ratio=0.5)
+    np.testing.assert_allclose(fast, analysis.rollout_naive(r, head_fusion="max", discard_ratio=0.5), atol=1e-6)
+
+
+def test_top_k_uses_labels(tmp_path) -> None:
+    vm = vitviz.load(write_tiny_checkpoint(tmp_path / "m.pth"), heads=2, labels=list("abcde"), device="cpu")
+    top = vm.run(torch.rand(1, 3, 32, 32)).top_k(3)
+    assert len(top) == 3 and all(label in "abcde" for _, label, _ in top)
+    assert top[0][2] >= top[1][2] >= top[2][2]

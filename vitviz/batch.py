@@ -1,0 +1,203 @@
+"""`vitviz export`: attention heatmaps (and raw arrays) for a folder of images, from the command line.
+
+    vitviz export --model vit_b_16.pth photos/ --out maps/ --maps cls,rollout --layers all --which-heads mean
+
+Images are read, hashed and preprocessed by a pool of threads while the model runs on the previous batch; the
+PNGs of a batch are rendered and written by another pool as soon as its forward pass is done. Every file is
+written atomically, an image whose outputs all exist is skipped (unless --overwrite), and an image that cannot be
+read is reported and skipped. Ctrl-C (or SIGTERM) stops after the files being written are complete.
+
+Exit codes: 0 every image done or skipped, 1 some images failed, 2 bad arguments or an unloadable model,
+130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from vitviz.batch_io import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, SelectionError, check_maps, parse_maps, parse_picks
+from vitviz.batch_maps import output_name, resolve_picks, safe_stem
+from vitviz.errors import CheckpointError, VitvizError
+
+
+def add_export_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the `export` subcommand to the `vitviz` subparsers."""
+    from vitviz.cli import add_override_arguments
+
+    p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
+                       description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png.")
+    p.add_argument("--model", required=True, metavar="CHECKPOINT", help="a weights file or a model folder")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files and folders (searched recursively)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created if missing)")
+    p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
+    p.add_argument("--maps", default="cls", type=_checked(parse_maps),
+                   help="comma list of cls, mean, max (attention received over patch queries), rollout, "
+                        "token:N (default: cls)")
+    p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
+                   help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 (default: last)")
+    p.add_argument("--which-heads", default="mean", metavar="HEADS",
+                   type=_checked(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
+                   help="all, mean, max, indices and ranges, e.g. 0-2,mean (default: mean). "
+                        "--heads is the model's head count")
+    _add_render_arguments(p)
+    g = p.add_argument_group("run")
+    g.add_argument("--npz", action="store_true", help="also write {image}.npz: attentions, logits, input, spec")
+    g.add_argument("--half", action="store_true", help="keep attentions as float16 (half the memory)")
+    g.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    g.add_argument("--batch-size", type=_positive, default=8, help="images per forward pass (default 8)")
+    g.add_argument("--workers", type=_positive, default=min(4, os.cpu_count() or 1),
+                   help="threads that read and preprocess images (default: up to 4)")
+    g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
+    g.add_argument("--quiet", action="store_true", help="no progress bar and no summary; errors only")
+    add_override_arguments(p)
+    return p
+
+
+def _add_render_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pictures (defaults are the window's)")
+    g.add_argument("--style", choices=("overlay", "heatmap"), default="overlay", help="map over the image, or bare")
+    g.add_argument("--cmap", default="viridis", type=_colormap, help="viridis, inferno, magma, plasma, turbo, gray "
+                   "(append _r to reverse)")
+    g.add_argument("--opacity", type=_unit, default=0.6, help="heatmap opacity over the image, 0..1 (default 0.6)")
+    g.add_argument("--scale", choices=("shared", "own"), default="shared",
+                   help="colour range: 0..max over all layers and heads of the map (shared), or each map's own")
+    g.add_argument("--colorbar", action="store_true", help="append a colour bar with its range")
+    g.add_argument("--blocky", action="store_true", help="one flat colour per patch instead of smooth")
+    g.add_argument("--size", choices=("input", "original"), default="input",
+                   help="the image the model saw, or that region of the original at full resolution")
+
+
+def _checked(parse: Any) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except SelectionError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return int(text)
+
+
+def _unit(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number between 0 and 1")
+    return value
+
+
+def _colormap(text: str) -> str:
+    from vitviz.core.colormaps import colormap
+
+    try:
+        colormap(text)
+    except VitvizError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def run_export_command(args: argparse.Namespace) -> int:
+    """Run `vitviz export` and return its exit code (0, 1, 2 or 130); VitvizErrors mean exit 2."""
+    from vitviz.batch_run import Exporter, Plan
+
+    start = time.perf_counter()
+    out: Path = args.out
+    pairs = collect_inputs(args.inputs, out, args.glob)
+    model = _load(args)
+    maps, layers, heads = _resolve(args, model.spec)
+    _make_folder(out)
+    plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
+                batch_size=args.batch_size, workers=args.workers,
+                render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
+                                     args.colorbar, args.size))
+    jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
+    exporter = Exporter(model, plan, jobs, quiet=args.quiet)
+    interrupted = False
+    try:
+        with _sigterm_as_interrupt():
+            exporter.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    seconds = time.perf_counter() - start
+    _write_manifest(out, args, model, exporter, seconds, interrupted)
+    if not args.quiet or interrupted:
+        print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
+    return 130 if interrupted else 1 if exporter.counts["failed"] else 0
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """Load the checkpoint; any failure becomes a CheckpointError naming the file (exit 2)."""
+    import vitviz
+    from vitviz.cli import overrides_from
+
+    try:
+        return vitviz.load(args.model, device=args.device, **overrides_from(args))
+    except VitvizError:
+        raise
+    except Exception as e:  # a loader bug or an exotic file must still exit 2 with the file named
+        raise CheckpointError(f"{args.model}: could not be loaded ({type(e).__name__}: {e})") from e
+
+
+def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[Pick], list[Pick]]:
+    """Check the selections against the loaded model (layer/head/token ranges, CLS presence)."""
+    check_maps(args.maps, spec)
+    layers = resolve_picks(args.layers, spec.depth, "layer")
+    heads = resolve_picks(args.which_heads, spec.num_heads, "head")
+    return args.maps, layers, heads
+
+
+def _make_folder(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{out}: cannot create the output folder ({e.strerror or e})") from e
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while exporting, so a killed run still finishes the files it is writing."""
+    def handler(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: Any, seconds: float,
+                    interrupted: bool) -> None:
+    """`manifest.json`: the parameters, the model's spec, and per input its SHA-256, status and outputs."""
+    import vitviz
+
+    params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+              if k not in ("command", "func")}
+    params["maps"] = [m.label for m in args.maps]
+    data = {
+        "vitviz": vitviz.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv[1:], "parameters": params,
+        "model": {"checkpoint": str(args.model), "device": model.device, "spec": model.spec.to_dict()},
+        "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
+        "images": [job.record(out) for job in exporter.jobs],
+    }
+    write_json_atomic(out / MANIFEST, data)

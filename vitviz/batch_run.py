@@ -1,0 +1,208 @@
+"""The export pipeline: read and preprocess in threads, run the model in batches, render and write in threads.
+
+Memory stays bounded: at most `2 * batch_size + workers` images are read ahead, and at most two batches of
+results wait for their PNGs, so the peak does not grow with the number of images.
+"""
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitviz.batch_io import Job, Progress, sha256_file
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, cover, map_stack, output_name, render, seen_region, select
+from vitviz.core import export, images
+from vitviz.core.spec import AttentionResult
+from vitviz.errors import VitvizError
+
+Combo = tuple[MapKind, Pick, Pick]  # (map, layer, head)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to export for every image."""
+
+    maps: list[MapKind]
+    layers: list[Pick]
+    heads: list[Pick]
+    render: RenderOptions
+    npz: bool = False
+    half: bool = False
+    overwrite: bool = False
+    batch_size: int = 8
+    workers: int = 2
+
+    def combos(self) -> list[Combo]:
+        """Every (map, layer, head) to draw; rollout has one head ('mean')."""
+        out: list[Combo] = []
+        for m in self.maps:
+            for layer in self.layers:
+                for head in (["mean"] if m.kind == "rollout" else self.heads):
+                    if (m, layer, head) not in out:
+                        out.append((m, layer, head))
+        return out
+
+    def jobs(self, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
+        """One job per (image, subfolder), its outputs named `{stem}_{map}_L{layer}_H{head}.png` (+ .npz)."""
+        combos = self.combos()
+        jobs = []
+        for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
+            folder = out / sub
+            outputs = [folder / output_name(stem, m, layer, head) for m, layer, head in combos]
+            if self.npz:
+                outputs.append(folder / f"{stem}.npz")
+            jobs.append(Job(i, path, outputs))
+        return jobs
+
+
+@dataclass
+class Prepared:
+    """A read image: the model input (1, C, H, W), the display (H, W, 3) and the region maps are drawn over."""
+
+    job: Job
+    x: Any
+    display: np.ndarray
+    region: np.ndarray
+
+
+class Exporter:
+    """Runs a plan over its jobs; `counts` and each job's status say what happened."""
+
+    def __init__(self, model: Any, plan: Plan, jobs: list[Job], quiet: bool = False) -> None:
+        self.model, self.plan, self.jobs = model, plan, jobs
+        self.spec = model.spec
+        self.combos = plan.combos()
+        self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
+        self.progress = Progress(len(jobs), enabled=not quiet)
+        self._writes: deque[tuple[Job, Future[None]]] = deque()
+
+    def run(self) -> None:
+        """Process every job; on KeyboardInterrupt, drop queued work, let running writes finish, re-raise."""
+        readers = ThreadPoolExecutor(self.plan.workers, thread_name_prefix="vitviz-read")
+        writers = ThreadPoolExecutor(max(1, min(2, self.plan.workers)), thread_name_prefix="vitviz-write")
+        try:
+            for batch in self._batches(readers):
+                self._forward(batch, writers)
+            while self._writes:
+                self._finish_oldest()
+        finally:
+            readers.shutdown(wait=True, cancel_futures=True)
+            writers.shutdown(wait=True, cancel_futures=True)  # running writes complete: no half-written file
+            self.progress.close()
+
+    def _batches(self, readers: ThreadPoolExecutor) -> Any:
+        """Lists of up to `batch_size` read images, in input order, reading ahead in `readers`."""
+        ahead: deque[tuple[Job, Future[Prepared | None]]] = deque()
+        lookahead = 2 * self.plan.batch_size + self.plan.workers
+        batch: list[Prepared] = []
+        pending = iter(self.jobs)
+        while True:
+            while len(ahead) < lookahead and (job := next(pending, None)) is not None:
+                ahead.append((job, readers.submit(self._read, job)))
+            if not ahead:
+                break
+            item = self._take(*ahead.popleft())
+            if item is not None:
+                batch.append(item)
+            if len(batch) == self.plan.batch_size or (batch and not ahead):
+                yield batch
+                batch = []
+            self._finish_ready()
+
+    def _read(self, job: Job) -> Prepared | None:
+        """Hash the file; None when every output exists (skip), else decode and preprocess it."""
+        job.sha256 = sha256_file(job.path)
+        if not self.plan.overwrite and all(p.exists() for p in job.outputs):
+            return None
+        spec = self.spec
+        img = images.load_image(job.path, channels=spec.in_chans)
+        x, display = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
+        region = seen_region(img, spec.preprocess) if self.plan.render.size == "original" else display
+        return Prepared(job, x, display, region)
+
+    def _take(self, job: Job, future: Future[Prepared | None]) -> Prepared | None:
+        try:
+            item = future.result()
+        except (VitvizError, OSError) as e:
+            self._fail(job, e)
+            return None
+        if item is None:
+            job.status = "skipped"
+            self.counts["skipped"] += 1
+            self.progress.advance()
+        return item
+
+    def _forward(self, batch: list[Prepared], writers: ThreadPoolExecutor) -> None:
+        """One forward pass for the batch, then its PNGs queued for writing (waiting if two batches are queued)."""
+        import torch
+
+        try:
+            attn, logits = self.model.forward_captured(torch.cat([p.x for p in batch]), self.plan.half)
+        except VitvizError as e:
+            for p in batch:
+                self._fail(p.job, e)
+            return
+        while len(self._writes) > 2 * self.plan.batch_size:
+            self._finish_oldest()
+        for i, p in enumerate(batch):
+            self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i])))
+
+    def _write(self, p: Prepared, attn: np.ndarray, logits: np.ndarray) -> None:
+        """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
+        job, plan, spec = p.job, self.plan, self.spec
+        for folder in {path.parent for path in job.outputs}:
+            folder.mkdir(parents=True, exist_ok=True)
+        stacks = {m: map_stack(attn, m, spec) for m in plan.maps}
+        for (m, layer, head), path in zip(self.combos, job.outputs):
+            if not plan.overwrite and path.exists():
+                continue
+            values = cover(select(stacks[m], layer, head), spec.preprocess.crop, spec.patch_size)
+            self._save(job, path, lambda: export.write_png_atomic(
+                path, render(values, stacks[m], p.region, plan.render), plan.overwrite))
+        if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
+            result = AttentionResult(attentions=attn, logits=logits, input=p.x[0].numpy(), image=p.display,
+                                     spec=spec, source=str(job.path))
+            self._save(job, job.outputs[-1], lambda: export.write_npz_atomic(job.outputs[-1], result, plan.overwrite))
+
+    @staticmethod
+    def _save(job: Job, path: Path, write: Any) -> None:
+        try:
+            write()
+        except export.OutputExistsError:  # another run wrote it meanwhile: keep theirs
+            return
+        job.written.append(path)
+
+    def _finish_ready(self) -> None:
+        while self._writes and self._writes[0][1].done():
+            self._finish_oldest()
+
+    def _finish_oldest(self) -> None:
+        job, future = self._writes.popleft()
+        try:
+            future.result()
+        except (VitvizError, OSError, ValueError) as e:
+            self._fail(job, e)
+            return
+        job.status = "done"
+        self.counts["done"] += 1
+        self.counts["files"] += len(job.written)
+        self.progress.advance()
+
+    def _fail(self, job: Job, error: BaseException) -> None:
+        text = str(error) or type(error).__name__
+        job.status, job.error = "failed", text if str(job.path) in text else f"{job.path}: {text}"
+        self.counts["failed"] += 1
+        self.progress.message(f"vitviz: skipped {job.error}")
+        self.progress.advance()
+
+    def summary(self, out: Path, seconds: float, interrupted: bool) -> str:
+        """One line: images done, skipped, failed, files written, time and rate."""
+        c = self.counts
+        rate = c["done"] / seconds if seconds > 0 else 0.0
+        head = "vitviz export interrupted" if interrupted else "vitviz export"
+        return (f"{head}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed of {len(self.jobs)} "
+                f"images; {c['files']} files written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")

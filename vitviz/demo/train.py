@@ -1,0 +1,213 @@
+"""Train the bundled demo ViT on the shapes task and write it as a timm hub folder.
+
+    python -m vitviz.demo.train --out resources/demo
+
+The run is seeded and CPU-only (two threads by default): the same command on the same torch version gives the
+same file. It writes `model.safetensors` (timm key names), `config.json` (timm hub format: architecture,
+model_args, pretrained_cfg with mean/std/interpolation, label_names) and `train_log.txt`.
+
+Training images are drawn fresh for every step from stream `TRAIN_SEED` (no image is seen twice), so there is no
+overfitting to fight: the recipe is AdamW, linear warm-up then cosine decay, label smoothing, and random flips
+as the light augmentation (every shape class is mirror-symmetric up to its rotation).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitviz.core.model import ReferenceViT
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess
+from vitviz.demo import shapes
+
+TRAIN_SEED = 0
+VAL_SEED = 1        # held-out stream for the log; the tests use yet another seed
+ARCHITECTURE = "vit_demo_shapes_patch8_64"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    embed_dim: int = 96
+    depth: int = 4
+    num_heads: int = 4
+    mlp_ratio: float = 2.0
+    steps: int = 2400
+    batch: int = 96
+    lr: float = 1e-3
+    min_lr: float = 2e-5
+    warmup: int = 150
+    weight_decay: float = 0.05
+    label_smoothing: float = 0.1
+    threads: int = 2
+    seed: int = 0
+    val_images: int = 500
+
+
+def demo_spec(cfg: TrainConfig) -> ModelSpec:
+    """The reference-ViT spec of the demo model: timm layout, CLS token, learned position embedding."""
+    size = shapes.IMAGE_SIZE
+    grid = size // shapes.PATCH_SIZE
+    pp = Preprocess(crop=(size, size), resize=size, mode="squash", interpolation="bilinear",
+                    mean=INCEPTION_MEAN, std=INCEPTION_STD)
+    return ModelSpec(family="timm", source=ARCHITECTURE, image_size=(size, size), patch_size=shapes.PATCH_SIZE,
+                     embed_dim=cfg.embed_dim, depth=cfg.depth, num_heads=cfg.num_heads,
+                     mlp_hidden=int(cfg.embed_dim * cfg.mlp_ratio), num_classes=len(shapes.CLASSES),
+                     pos_grid=(grid, grid), preprocess=pp, labels=shapes.CLASSES)
+
+
+def init_weights(net: ReferenceViT, seed: int) -> None:
+    """timm's ViT initialisation: truncated normal (std .02) for linears and embeddings, zero biases."""
+    torch.manual_seed(seed)
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    w = net.patch_embed.proj.weight
+    nn.init.trunc_normal_(w.view(w.shape[0], -1), std=math.sqrt(1 / w[0].numel()))  # lecun-normal, as timm
+    nn.init.trunc_normal_(net.pos_embed, std=0.02)
+    nn.init.normal_(net.cls_token, std=1e-6)
+
+
+def to_input(images: np.ndarray) -> torch.Tensor:
+    """(N, H, W, 3) uint8 -> (N, 3, H, W) float normalised with the demo's mean/std."""
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0  # (N, H, W, C) -> (N, C, H, W)
+    mean = torch.tensor(INCEPTION_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(INCEPTION_STD).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to `lr`, then cosine decay to `min_lr`."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
+
+
+def param_groups(net: nn.Module, weight_decay: float) -> list[dict]:
+    """No weight decay on biases, norms, tokens and the position embedding (timm's `no_weight_decay`)."""
+    decay, no_decay = [], []
+    for name, p in net.named_parameters():
+        (no_decay if p.ndim <= 1 or name in ("pos_embed", "cls_token") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Random horizontal and vertical flips, per image."""
+    b = x.shape[0]
+    hflip = torch.rand(b, generator=gen) < 0.5
+    vflip = torch.rand(b, generator=gen) < 0.5
+    x = torch.where(hflip.view(b, 1, 1, 1), x.flip(-1), x)
+    return torch.where(vflip.view(b, 1, 1, 1), x.flip(-2), x)
+
+
+@torch.no_grad()
+def evaluate(net: ReferenceViT, seed: int, count: int) -> float:
+    """Accuracy on images 0..count-1 of stream `seed`."""
+    net.eval()
+    images, labels, _ = shapes.make_batch(seed, 0, count)
+    pred = torch.cat([net(to_input(images[i:i + 250])).argmax(-1) for i in range(0, count, 250)])
+    net.train()
+    return float((pred == torch.from_numpy(labels)).float().mean())
+
+
+def train(cfg: TrainConfig, log: TextIO) -> ReferenceViT:
+    """Train from scratch; progress lines go to `log`."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    spec = demo_spec(cfg)
+    net = ReferenceViT(spec)
+    init_weights(net, cfg.seed)
+    net.train()
+    opt = torch.optim.AdamW(param_groups(net, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    start, seen, run_loss = time.time(), 0, 0.0
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        images, labels, _ = shapes.make_batch(TRAIN_SEED, seen, cfg.batch)
+        seen += cfg.batch
+        x = augment(to_input(images), gen)
+        loss = F.cross_entropy(net(x), torch.from_numpy(labels), label_smoothing=cfg.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        run_loss = loss.item() if step == 0 else 0.98 * run_loss + 0.02 * loss.item()
+        if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
+            acc = evaluate(net, VAL_SEED, cfg.val_images) if (step + 1) % 400 == 0 or step + 1 == cfg.steps else None
+            acc_text = f"  val_acc {acc:.3f}" if acc is not None else ""
+            log.write(f"step {step + 1:5d}/{cfg.steps}  lr {lr_at(step, cfg):.2e}  loss {run_loss:.4f}{acc_text}"
+                      f"  images {seen}  elapsed {time.time() - start:6.1f}s\n")
+            log.flush()
+    net.eval()
+    return net
+
+
+def timm_config(cfg: TrainConfig, spec: ModelSpec) -> dict:
+    """config.json in timm's hub format, so `vitviz.load(folder)` and `timm.create_model` read the same facts."""
+    size = spec.image_size[0]
+    return {
+        "architecture": ARCHITECTURE,
+        "num_classes": spec.num_classes,
+        "num_features": spec.embed_dim,
+        "global_pool": "token",
+        "label_names": list(spec.labels),
+        "model_args": {"img_size": size, "patch_size": spec.patch_size, "embed_dim": spec.embed_dim,
+                       "depth": spec.depth, "num_heads": spec.num_heads, "mlp_ratio": cfg.mlp_ratio,
+                       "qkv_bias": True, "class_token": True, "global_pool": "token"},
+        "pretrained_cfg": {"input_size": [3, size, size], "mean": list(spec.preprocess.mean),
+                           "std": list(spec.preprocess.std), "interpolation": spec.preprocess.interpolation,
+                           "crop_pct": 1.0, "crop_mode": "squash", "num_classes": spec.num_classes,
+                           "first_conv": "patch_embed.proj", "classifier": "head"},
+    }
+
+
+def save(net: ReferenceViT, cfg: TrainConfig, out: Path) -> None:
+    """Write model.safetensors (float32, timm keys) and config.json into `out`."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt", "vitviz_demo": "1"})
+    config = timm_config(cfg, net.spec)
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vitviz.demo.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("resources/demo"), help="output folder")
+    for field, value in asdict(TrainConfig()).items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
+    args = parser.parse_args(argv)
+    cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "train_log.txt", "w", encoding="utf-8") as log:
+        log.write(f"vitviz demo ViT on the shapes task; torch {torch.__version__}, python "
+                  f"{platform.python_version()}, {platform.machine()}\nconfig {json.dumps(asdict(cfg))}\n")
+        start = time.time()
+        net = train(cfg, log)
+        save(net, cfg, args.out)
+        params = sum(p.numel() for p in net.parameters())
+        log.write(f"done in {time.time() - start:.0f}s; {params:,} parameters; wrote {args.out}\n")
+    print((args.out / "train_log.txt").read_text(encoding="utf-8").splitlines()[-1], file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
