@@ -153,3 +153,12 @@ def test_info_cli_reports_sources(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-m", "vitviz", "info", str(tmp_path / "missing.pth")], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "missing.pth" in bad.stderr
+
+
+def test_non_square_training_grid_from_image_size(tmp_path) -> None:
+    path = write_tiny_checkpoint(tmp_path / "wide.pth", grid=(3, 5))
+    with pytest.raises(InconsistentCheckpointError, match="image_size"):
+        vitviz.load(path, heads=2)
+    vm = vitviz.load(path, heads=2, image_size=(24, 40), device="cpu")
+    assert vm.spec.pos_grid == (3, 5) and vm.spec.grid == (3, 5)
+    assert vm.run(torch.rand(1, 3, 24, 40)).attentions.shape[-1] == 1 + 15

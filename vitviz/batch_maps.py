@@ -56,7 +56,7 @@ class RenderOptions:
     cmap: str = "viridis"
     opacity: float = 0.6
     smooth: bool = True
-    scale: str = "shared"      # 'shared': 0..max over all layers and heads of the map; 'own': the map's min..max
+    scale: str = "shared"      # 'shared': 0..max over all layers of that kind of head column; 'own': min..max
     colorbar: bool = False
     size: str = "input"        # 'input': the image the model saw; 'original': that region at full resolution
 
@@ -172,30 +172,39 @@ def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True) -> np.
     return out
 
 
+def column(stack: np.ndarray, head: Pick) -> int:
+    """Index into axis 1 of an (L, H + 2, gh, gw) stack for a head (index, 'mean' or 'max'); rollout: 'mean'."""
+    num_heads = stack.shape[1] - 2
+    if head == "mean" or num_heads == 1:
+        return num_heads
+    return num_heads + 1 if head == "max" else int(head)
+
+
 def select(stack: np.ndarray, layer: Pick, head: Pick) -> np.ndarray:
     """The (gh, gw) map of one layer (or 'mean' over layers) and head (index, 'mean' or 'max') of a stack."""
-    num_heads = stack.shape[1] - 2
-    col = num_heads if head == "mean" or num_heads == 1 else num_heads + 1 if head == "max" else int(head)
-    maps = stack[:, col]  # (L, gh, gw)
+    maps = stack[:, column(stack, head)]  # (L, gh, gw)
     return maps.mean(axis=0) if layer == "mean" else maps[int(layer)]
 
 
-def levels(values: np.ndarray, stack: np.ndarray, scale: str) -> tuple[float, float]:
-    """Colour range, as the window's `levels_for`: own min..max, or 0..max over the whole stack."""
+def levels(values: np.ndarray, stack: np.ndarray, head: Pick, scale: str) -> tuple[float, float]:
+    """Colour range, as the window's `levels_for`: the map's own min..max, or 0..the maximum over all layers of
+    its kind of column (every single head, or the head means, or the head maxima), so maps of one kind compare."""
     if scale == "own":
         lo, hi = float(values.min()), float(values.max())
         return lo, hi if hi > lo else lo + 1e-12
-    vmax = float(stack.max()) if stack.size else 1.0
+    num_heads, col = stack.shape[1] - 2, column(stack, head)
+    group = stack[:, :num_heads] if col < num_heads else stack[:, col]
+    vmax = float(group.max()) if group.size else 1.0
     return 0.0, vmax if vmax > 0 else 1.0
 
 
-def render(values: np.ndarray, stack: np.ndarray, image: np.ndarray, opts: RenderOptions) -> np.ndarray:
+def render(values: np.ndarray, stack: np.ndarray, head: Pick, image: np.ndarray, opts: RenderOptions) -> np.ndarray:
     """A (gh, gw) map drawn over (or beside) `image`, the (H, W, 3) region of the picture the model saw.
 
     Colours span `levels`; the map is stretched to cover `image` (see `cover` for partial patches).
     Returns (H, W[ + colorbar], 3) uint8.
     """
-    lo, hi = levels(values, stack, opts.scale)
+    lo, hi = levels(values, stack, head, opts.scale)
     h, w = image.shape[:2]
     heat = export.heatmap_image(values, (h, w), opts.cmap, opts.smooth, lo, hi)
     rgb = heat if opts.style == "heatmap" else export.overlay(image, heat, float(opts.opacity))

@@ -162,7 +162,7 @@ class Exporter:
                 continue
             values = cover(select(stacks[m], layer, head), spec.preprocess.crop, spec.patch_size)
             self._save(job, path, lambda: export.write_png_atomic(
-                path, render(values, stacks[m], p.region, plan.render), plan.overwrite))
+                path, render(values, stacks[m], head, p.region, plan.render), plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             result = AttentionResult(attentions=attn, logits=logits, input=p.x[0].numpy(), image=p.display,
                                      spec=spec, source=str(job.path))

@@ -60,7 +60,7 @@ def test_second_error_joins_open_dialog(qtbot, loaded, tmp_path) -> None:  # noq
 
 def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
     values, stack = maps.current(w.state)
-    lo, hi = 0.0, stack.vmax
+    lo, hi = 0.0, stack.scale_max(stack.column(w.state.head))
     heat = export.heatmap_image(values, maps.result.image.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
     return export.overlay(maps.result.image, heat, w.state.opacity)
 
@@ -77,8 +77,8 @@ def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN0
     values, stack = maps.current(w.state)
     top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
     py, px = (np.array(top) * 8 + 4)
-    assert np.array_equal(heat[py, px], export.heatmap_image(values, (32, 32), "viridis", True, 0, stack.vmax)
-                          [py, px])
+    hi = stack.scale_max(stack.column("mean"))
+    assert np.array_equal(heat[py, px], export.heatmap_image(values, (32, 32), "viridis", True, 0, hi)[py, px])
 
 
 def test_export_never_overwrites_silently(loaded, tmp_path) -> None:  # noqa: ANN001
@@ -100,7 +100,7 @@ def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     maps = w.session.result(w.session.current)
     stack = maps.stack("cls")
     got = np.asarray(Image.open(tmp_path / "img0_cls_L1_H1.png"))
-    want = export.heatmap_image(stack.select(1, 1), (32, 32), "viridis", True, 0.0, stack.vmax)
+    want = export.heatmap_image(stack.select(1, 1), (32, 32), "viridis", True, 0.0, stack.scale_max(1))
     np.testing.assert_array_equal(got, want)
     asked: list = []
     monkeypatch.setattr("vitviz.gui.dialogs.confirm_overwrite", lambda _w, paths: asked.append(paths) or False)

@@ -91,7 +91,10 @@ def test_levels_shared_or_per_map() -> None:
     maps = ResultMaps(random_result())
     state = ViewState(layer=0, head=0)
     values, stack = maps.current(state)
-    assert levels_for(state, values, stack) == (0.0, stack.vmax)
+    assert levels_for(state, values, stack) == (0.0, float(stack.maps[:, :4].max()))
+    state.update(head="mean")
+    values, stack = maps.current(state)
+    assert levels_for(state, values, stack) == (0.0, float(stack.maps[:, 4].max()))
     state.update(normalize=True)
     assert levels_for(state, values, stack) == (float(values.min()), float(values.max()))
 

@@ -160,6 +160,7 @@ def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
     result = w.session.result(w.session.current).result
     assert result.grid == (4, 6) and result.image.shape[:2] == (32, 48)
     assert w._values.shape == (4, 6)
+    assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 48)
     assert w.overview._shape[2:] == (4, 6)
 
 
@@ -191,6 +192,27 @@ def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images)
 
 
 def test_device_list(qtbot, window) -> None:  # noqa: ANN001
-    wait_idle(qtbot, window)
+    with qtbot.waitSignal(window.session.devices_found, timeout=20000) as blocker:
+        pass
+    assert "cpu" in blocker.args[0]
     items = [window.controls.device_combo.itemText(i) for i in range(window.controls.device_combo.count())]
     assert items[0] == "cpu"
+
+
+def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noqa: ANN001
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    w = loaded
+    cpu = w.session.result(w.session.current).result.attentions
+    combo = w.controls.device_combo
+    qtbot.waitUntil(lambda: "cuda" in [combo.itemText(i) for i in range(combo.count())], timeout=20000)
+    with qtbot.waitSignal(w.session.device_changed, timeout=60000):
+        w.controls.device_requested.emit("cuda")
+    assert w.session.device.startswith("cuda") and w.controls.device_combo.currentText().startswith("cuda")
+    w.set_image_size(32, 32 + 8)      # forces new runs, now on the GPU
+    w.set_image_size(32, 32)
+    wait_idle(qtbot, w)
+    np.testing.assert_allclose(w.session.result(w.session.current).result.attentions, cpu, atol=1e-5)

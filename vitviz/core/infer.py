@@ -63,7 +63,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any]) -
     info = parse_model_name(name) if name else None
     heads = _heads(sd, hints, overrides, info, name, dim, prov, where)
     counts = _token_counts(sd)
-    pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where)
+    pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where,
+                                       overrides.get("image_size"))
     fields = dict(
         family=overrides.get("family") or conv.family, source=where, patch_size=patch, embed_dim=dim,
         depth=depth, num_heads=heads, in_chans=in_chans, pos_prefix=pos_prefix, pos_grid=pos_grid,
@@ -153,10 +154,19 @@ def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], dim: int, p
 
 def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawCheckpoint, conv: Converted,
                 counts: dict[str, Any], patch: int, name_fields: dict[str, Any], info: Any, prov: _Prov,
-                where: str) -> tuple[int, tuple[int, int]]:
-    """How many prefix tokens the position embedding covers, and the grid it was trained at."""
+                where: str, requested: Any = None) -> tuple[int, tuple[int, int]]:
+    """How many prefix tokens the position embedding covers, and the grid it was trained at.
+
+    Without metadata the grid is taken as square, unless the caller's `image_size` fits the embedding: then a
+    non-square training size is read from it.
+    """
     n_prefix = int(counts["cls_token"]) + int(counts["dist_token"]) + counts["reg_tokens"]
     size, size_src = _stored_image_size(hints, raw, name_fields, info)
+    if size is None and requested and "pos_embed" in sd:
+        req = (int(requested), int(requested)) if isinstance(requested, (int, float)) else tuple(map(int, requested))
+        n = (req[0] // patch) * (req[1] // patch)
+        if int(sd["pos_embed"].shape[1]) - n in ([hints["pos_prefix"][0]] if "pos_prefix" in hints else [n_prefix, 0]):
+            size, size_src = req, "override: image_size fits the position embedding"
     pos = sd.get("pos_embed")
     if pos is None:
         grid = (size[0] // patch, size[1] // patch) if size else (14, 14)

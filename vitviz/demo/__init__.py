@@ -1,0 +1,52 @@
+"""The bundled demo: a small ViT this project trains itself, and the sample images shipped beside it.
+
+Qt-free and torch-free at import, for the window's first run::
+
+    from vitviz.demo import demo_checkpoint, demo_images, sample_photos
+    model_path = demo_checkpoint()      # folder: model.safetensors + config.json (timm hub layout)
+    images = demo_images()              # generated shapes images the demo model classifies
+    photos = sample_photos()            # real photographs for ImageNet models
+
+`vitviz.demo.shapes` draws the task, `vitviz.demo.train` trains the model, `vitviz.demo.evaluate` measures it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from vitviz.errors import CheckpointNotFoundError
+from vitviz.resources_path import resource
+
+DEMO_FOLDER = "demo"
+SAMPLES_FOLDER = "samples"
+DEMO_IMAGE_PREFIX = "shapes_"
+
+
+def demo_checkpoint() -> Path:
+    """The shipped demo model folder (load it with `vitviz.load`); raises if the install lacks it."""
+    folder = resource(DEMO_FOLDER)
+    if not (folder / "model.safetensors").is_file() or not (folder / "config.json").is_file():
+        raise CheckpointNotFoundError(
+            f"{folder}: the demo model is missing (expected model.safetensors and config.json); "
+            "regenerate it with `python -m vitviz.demo.train --out resources/demo`")
+    return folder
+
+
+def _samples(prefix: str, exclude: bool) -> list[Path]:
+    folder = resource(SAMPLES_FOLDER)
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file())
+    return [p for p in files if p.name.startswith(prefix) != exclude]
+
+
+def demo_images() -> list[Path]:
+    """Generated shapes images for the demo model (`resources/samples/shapes_*.png`), sorted by name."""
+    return _samples(DEMO_IMAGE_PREFIX, exclude=False)
+
+
+def sample_photos() -> list[Path]:
+    """Redistributable real photographs (`resources/samples/*.jpg`, see resources/LICENSES.md), sorted."""
+    return _samples(DEMO_IMAGE_PREFIX, exclude=True)
+
+
+__all__ = ["demo_checkpoint", "demo_images", "sample_photos"]

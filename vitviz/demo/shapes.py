@@ -102,18 +102,25 @@ def _place(rng: np.random.Generator, r: float, taken: list[tuple[float, float, f
     return None
 
 
-def make_sample(seed: int, index: int) -> DemoSample:
-    """Image `index` of the stream `seed`; the same (seed, index) always gives the same image."""
+def make_sample(seed: int, index: int, difficulty: float = 1.0) -> DemoSample:
+    """Image `index` of the stream `seed`; the same arguments always give the same image.
+
+    `difficulty` in [0, 1] scales the number of distractors and the texture contrast (training warms up with
+    easier images); every evaluation uses the full task, 1.0.
+    """
     rng = np.random.default_rng([seed, index])
     big = IMAGE_SIZE * SCALE
-    canvas = Image.fromarray(np.clip(_background(rng, big), 0, 255).astype(np.uint8))
+    texture = _background(rng, big)
+    texture = texture.mean() + (texture - texture.mean()) * (0.4 + 0.6 * difficulty)
+    canvas = Image.fromarray(np.clip(texture, 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(canvas)
     label = int(rng.integers(len(CLASSES)))
     r = rng.uniform(*TARGET_SIZE) / 2 * SCALE
     cx, cy = _place(rng, r, [], big) or (big / 2, big / 2)
     taken = [(cx, cy, r)]
     target = _outline(CLASSES[label], cx, cy, r, rng.uniform(-0.3, 0.3))
-    for _ in range(int(rng.integers(DISTRACTORS[0], DISTRACTORS[1] + 1))):
+    count = int(rng.integers(DISTRACTORS[0], DISTRACTORS[1] + 1))
+    for _ in range(int(round(count * difficulty))):
         q = rng.uniform(*DISTRACTOR_SIZE) / 2 * SCALE
         spot = _place(rng, q, taken, big)
         if spot is None:
@@ -129,8 +136,9 @@ def make_sample(seed: int, index: int) -> DemoSample:
     return DemoSample(image=image, label=label, box=box)
 
 
-def make_batch(seed: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def make_batch(seed: int, start: int, count: int,
+               difficulty: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Images `start .. start+count-1` of stream `seed` as (N, H, W, 3) uint8, (N,) int64 labels, (N, 4) boxes."""
-    samples = [make_sample(seed, start + i) for i in range(count)]
+    samples = [make_sample(seed, start + i, difficulty) for i in range(count)]
     return (np.stack([s.image for s in samples]), np.array([s.label for s in samples], dtype=np.int64),
             np.array([s.box for s in samples], dtype=np.int64))

@@ -42,14 +42,16 @@ class TrainConfig:
     depth: int = 4
     num_heads: int = 4
     mlp_ratio: float = 2.0
-    steps: int = 2400
-    batch: int = 96
-    lr: float = 1e-3
+    steps: int = 2000
+    batch: int = 64
+    lr: float = 1.5e-3
     min_lr: float = 2e-5
-    warmup: int = 150
+    warmup: int = 100
+    easy_until: float = 0.15   # curriculum: easy images (difficulty 0) until this fraction of the steps,
+    full_from: float = 0.45    # then a linear ramp to the full task (difficulty 1) at this one
     weight_decay: float = 0.05
     label_smoothing: float = 0.1
-    threads: int = 2
+    threads: int = 1    # torch threads; one more process draws the images (two cores in all)
     seed: int = 0
     val_images: int = 500
 
@@ -83,9 +85,30 @@ def init_weights(net: ReferenceViT, seed: int) -> None:
     nn.init.normal_(net.cls_token, std=1e-6)
 
 
-def to_input(images: np.ndarray) -> torch.Tensor:
+def difficulty_at(step: int, cfg: TrainConfig) -> float:
+    """Curriculum: no distractors and soft texture until `easy_until`, the full task from `full_from` on."""
+    t = step / max(1, cfg.steps)
+    return float(min(1.0, max(0.0, (t - cfg.easy_until) / max(1e-9, cfg.full_from - cfg.easy_until))))
+
+
+class _Stream(torch.utils.data.Dataset):
+    """Batch i of the training stream: images i*batch .. (i+1)*batch-1 of `TRAIN_SEED`, as tensors."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+
+    def __len__(self) -> int:
+        return self.cfg.steps
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.cfg.batch
+        images, labels, _ = shapes.make_batch(TRAIN_SEED, i * b, b, difficulty_at(i, self.cfg))
+        return torch.from_numpy(images), torch.from_numpy(labels)
+
+
+def to_input(images: np.ndarray | torch.Tensor) -> torch.Tensor:
     """(N, H, W, 3) uint8 -> (N, 3, H, W) float normalised with the demo's mean/std."""
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0  # (N, H, W, C) -> (N, C, H, W)
+    x = torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255.0  # (N, H, W, C) -> (N, C, H, W)
     mean = torch.tensor(INCEPTION_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(INCEPTION_STD).view(1, 3, 1, 1)
     return (x - mean) / std
@@ -136,14 +159,15 @@ def train(cfg: TrainConfig, log: TextIO) -> ReferenceViT:
     net.train()
     opt = torch.optim.AdamW(param_groups(net, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999))
     gen = torch.Generator().manual_seed(cfg.seed)
+    loader = torch.utils.data.DataLoader(_Stream(cfg), batch_size=None, shuffle=False,
+                                         num_workers=1, prefetch_factor=4)
     start, seen, run_loss = time.time(), 0, 0.0
-    for step in range(cfg.steps):
+    for step, (images, labels) in enumerate(loader):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        images, labels, _ = shapes.make_batch(TRAIN_SEED, seen, cfg.batch)
         seen += cfg.batch
         x = augment(to_input(images), gen)
-        loss = F.cross_entropy(net(x), torch.from_numpy(labels), label_smoothing=cfg.label_smoothing)
+        loss = F.cross_entropy(net(x), labels, label_smoothing=cfg.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -152,7 +176,8 @@ def train(cfg: TrainConfig, log: TextIO) -> ReferenceViT:
         if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
             acc = evaluate(net, VAL_SEED, cfg.val_images) if (step + 1) % 400 == 0 or step + 1 == cfg.steps else None
             acc_text = f"  val_acc {acc:.3f}" if acc is not None else ""
-            log.write(f"step {step + 1:5d}/{cfg.steps}  lr {lr_at(step, cfg):.2e}  loss {run_loss:.4f}{acc_text}"
+            log.write(f"step {step + 1:5d}/{cfg.steps}  lr {lr_at(step, cfg):.2e}  "
+                      f"difficulty {difficulty_at(step, cfg):.2f}  loss {run_loss:.4f}{acc_text}"
                       f"  images {seen}  elapsed {time.time() - start:6.1f}s\n")
             log.flush()
     net.eval()

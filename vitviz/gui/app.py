@@ -101,6 +101,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     previous_hook = sys.excepthook
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)
     window.show()
+    app.processEvents()      # the window is on screen before anything imports torch
     apply_args(window, args)
     if shot:
         window.persist_settings = False

@@ -186,6 +186,13 @@ class ControlsPanel(QWidget):
         self.set_device(device)
         self._on_state_changed(set(self.state.snapshot()))
 
+    def show_size(self, size: tuple[int, int]) -> None:
+        """Show the input size the images run at."""
+        self._updating = True
+        self.height_spin.setValue(size[0])
+        self.width_spin.setValue(size[1])
+        self._updating = False
+
     def set_devices(self, devices: list[str]) -> None:
         current = self.device_combo.currentText()
         self.device_combo.clear()

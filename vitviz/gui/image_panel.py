@@ -28,6 +28,7 @@ class ImagePanel(QWidget):
         self._patch = 1
         self._last_hover = (-1, -1)
         self._cmap_name = "viridis"
+        self._levels: tuple[float, float] = (0.0, 1.0)
         self.view_widget = pg.GraphicsLayoutWidget()
         self.view_widget.setBackground("#202124")
         self.view_widget.ci.setContentsMargins(4, 4, 4, 4)
@@ -51,7 +52,7 @@ class ImagePanel(QWidget):
         for item in (self.image_item, self.overlay_item, self.grid_item, self.highlight_item):
             self.view.addItem(item)
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"),
-                                        interactive=False, width=14, label="attention")
+                                        interactive=False, width=14)
         self.view_widget.addItem(self.colorbar, row=1, col=1)
         self.colorbar.setVisible(False)
         scene = self.view_widget.scene()
@@ -87,7 +88,9 @@ class ImagePanel(QWidget):
         if self._cmap_name != cmap:
             self._cmap_name = cmap
             self.colorbar.setColorMap(colors.colormap(cmap))
-        self.colorbar.setLevels(levels)
+        if levels != self._levels:
+            self._levels = levels
+            self.colorbar.setLevels(levels)
         self.colorbar.setVisible(True)
         self.title.setText(title)
 

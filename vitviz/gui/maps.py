@@ -21,13 +21,25 @@ class MapStack:
 
     Attributes:
         maps: (L, H + 2, gh, gw) float32; columns H and H + 1 are the head mean and max. For rollout H is 1.
-        vmax: the largest value over all layers and heads (the shared colour scale is 0..vmax).
+        vmax: (3,) the largest value over all layers of the single heads, of the head means and of the head
+            maxima: the shared colour scale of a map is 0..vmax of its group, so maps of one kind compare.
         title: what the maps are, for labels.
     """
 
     maps: np.ndarray
-    vmax: float
+    vmax: np.ndarray
     title: str
+
+    def scale_max(self, column: int) -> float:
+        """Top of the shared colour scale for a column of `maps` (heads, mean or max)."""
+        group = min(2, max(0, column - self.num_heads + 1))
+        value = float(self.vmax[group])
+        return value if value > 0 else 1.0
+
+    def shared_scaled(self) -> np.ndarray:
+        """`maps` divided by the scale of their group: every column on one 0..1 scale."""
+        scale = np.array([self.scale_max(c) for c in range(self.maps.shape[1])], dtype=np.float32)
+        return self.maps / scale[None, :, None, None]
 
     @property
     def num_heads(self) -> int:
@@ -69,6 +81,11 @@ class ResultMaps:
             self._stacks[key] = self._compute(source, query)
         return self._stacks[key]
 
+    def precompute(self) -> None:
+        """Build the stacks every image needs (CLS and rollout); the worker calls this off the GUI thread."""
+        self.stack("cls")
+        self.stack("rollout")
+
     def current(self, state: ViewState) -> tuple[np.ndarray, MapStack]:
         """The (gh, gw) map the state selects and the stack it comes from."""
         stack = self.stack(state.source, state.query)
@@ -93,7 +110,9 @@ class ResultMaps:
         rows = np.asarray(rows, dtype=np.float32)
         fused = np.concatenate([rows, rows.mean(1, keepdims=True), rows.max(1, keepdims=True)], axis=1)
         maps = fused.reshape(fused.shape[0], fused.shape[1], gh, gw)   # (L, H + 2, N) -> (L, H + 2, gh, gw)
-        return MapStack(maps=maps, vmax=float(maps.max()) if maps.size else 1.0, title=title)
+        h = rows.shape[1]
+        vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
+        return MapStack(maps=maps, vmax=vmax, title=title)
 
 
 def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True) -> np.ndarray:
@@ -125,11 +144,12 @@ def normalized(values: np.ndarray) -> np.ndarray:
 
 
 def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[float, float]:
-    """Colour-scale range: the map's own min..max when normalising, else 0..max over all layers and heads."""
+    """Colour-scale range: the map's own min..max when normalising, else 0..the shared maximum of its kind
+    (all single heads of all layers, or all head means, or all head maxima)."""
     if state.normalize:
         lo, hi = float(values.min()), float(values.max())
         return (lo, hi if hi > lo else lo + 1e-12)
-    return (0.0, stack.vmax if stack.vmax > 0 else 1.0)
+    return (0.0, stack.scale_max(stack.column(state.head)))
 
 
 def upsample(values: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndarray:

@@ -46,6 +46,11 @@ def build(window: "MainWindow") -> dict[str, QAction]:
         "prev_head": _action(w, "Previous h&ead", lambda: w.step_head(-1), "Ctrl+Left"),
         "reset_layout": _action(w, "&Reset layout", w.reset_layout, "", "Restore the default dock arrangement"),
     }
+    _add_menus(w, acts)
+    return acts
+
+
+def _add_menus(w: "MainWindow", acts: dict[str, QAction]) -> None:
     style = w.style()
     acts["open_model"].setIcon(style.standardIcon(QStyle.StandardPixmap.SP_DirOpenIcon))
     acts["open_images"].setIcon(style.standardIcon(QStyle.StandardPixmap.SP_FileDialogContentsView))
@@ -68,7 +73,6 @@ def build(window: "MainWindow") -> dict[str, QAction]:
     toolbar.setToolButtonStyle(toolbar.toolButtonStyle().ToolButtonTextBesideIcon)
     toolbar.addActions([acts["open_model"], acts["open_images"], acts["export_png"]])
     w.addToolBar(toolbar)
-    return acts
 
 
 def fill_view_menu(window: "MainWindow", menu: QMenu, reset: QAction) -> None:

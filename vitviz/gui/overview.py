@@ -80,16 +80,16 @@ class OverviewPanel(QWidget):
         if key == self._key:
             return
         self._key = key
-        maps = stack.maps[:, :1] if stack.num_heads == 1 else stack.maps   # rollout: one column per layer
+        scaled = stack.shared_scaled()
+        maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout: one column per layer
         nl, nc, gh, gw = maps.shape
         self._gap = max(1, min(gh, gw) // 8)
         self._shape = (nl, nc, gh, gw)
         image = mosaic(maps, per_tile, self._gap)
-        levels = (0.0, 1.0) if per_tile else (0.0, stack.vmax if stack.vmax > 0 else 1.0)
-        self.image_item.setImage(image, autoLevels=False, levels=levels, lut=colors.lut(cmap))
+        self.image_item.setImage(image, autoLevels=False, levels=(0.0, 1.0), lut=colors.lut(cmap))
         self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
         self._set_ticks(nl, nc, gh, gw)
-        self.plot.setTitle(stack.title + (" · each tile scaled alone" if per_tile else " · shared scale"),
+        self.plot.setTitle(stack.title + (" · each tile scaled alone" if per_tile else " · one scale per column kind"),
                            color="#e8eaed", size="10pt")
         self.plot.autoRange(padding=0.02)
 
@@ -122,11 +122,11 @@ class OverviewPanel(QWidget):
         step = max(1, nl // 12)
         left = [((i + 0.5) * (gh + self._gap), str(i)) for i in range(0, nl, step)]
         heads = nc - 2 if nc > 2 else nc
-        names = [str(i) for i in range(heads)] + (["mean", "max"] if nc > 2 else [])
+        hstep = 1 if heads <= 8 else 2 if heads <= 16 else 4
+        names = [(j, str(j)) for j in range(0, heads, hstep)] + ([(heads, "μ"), (heads + 1, "max")] if nc > 2 else [])
         if nc == 1:
-            names = ["rollout"]
-        hstep = max(1, nc // 18)
-        bottom = [((j + 0.5) * (gw + self._gap), names[j]) for j in range(0, nc, hstep)]
+            names = [(0, "rollout")]
+        bottom = [((j + 0.5) * (gw + self._gap), name) for j, name in names]
         self.plot.getAxis("left").setTicks([left])
         self.plot.getAxis("bottom").setTicks([bottom])
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Signal
 
-from vitviz.core.spec import AttentionResult, ModelSpec
+from vitviz.core.spec import ModelSpec
 from vitviz.gui.maps import ResultMaps
 from vitviz.gui.worker import Request, WorkerClient
 
@@ -45,6 +45,9 @@ class Session(QObject):
         self.client.moved.connect(self._on_moved)
         self.client.probed.connect(self.devices_found)
         self.client.failed.connect(self._on_failed)
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
 
     @property
     def busy(self) -> bool:
@@ -109,11 +112,11 @@ class Session(QObject):
         self.failed.clear()
         self.model_loaded.emit(spec, device)
 
-    def _on_ran(self, request: Request, result: AttentionResult) -> None:
+    def _on_ran(self, request: Request, maps: ResultMaps) -> None:
         if request.args.get("image_size") != self.image_size:
             return   # belongs to a size that is no longer selected
         path = request.args["image"]
-        self._cache[path] = ResultMaps(result)
+        self._cache[path] = maps
         self._cache.move_to_end(path)
         self._evict(keep=path)
         self.result_ready.emit(path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QMessageBox, QProgressBar, QWidget
 
 from vitviz.core import export
@@ -21,6 +21,7 @@ from vitviz.gui.overview import OverviewPanel
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
 
+PROBE_DELAY_MS = 300
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}
 
 
@@ -62,7 +63,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
         self._connect()
         self._restore_settings()
-        self.session.probe_devices()
+        self._probed = False
         self._refresh(MAP_FIELDS)
 
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
@@ -133,7 +134,9 @@ class MainWindow(FileActionsMixin, QMainWindow):
                 Path(p).name for p in dropped.ignored[:5]), 8000)
 
     def set_image_size(self, height: int, width: int) -> None:
+        """Run every image at (height, width); results at the previous size are dropped."""
         self.session.set_image_size((height, width))
+        self.controls.show_size((height, width))
         self.session.ensure_all()
         self._refresh({"image"})
 
@@ -174,6 +177,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if self.pending_size is not None:
             self.session.set_image_size(self.pending_size)
+            self.controls.show_size(self.pending_size)
             self.pending_size = None
         self.session.ensure_all()
         self._refresh({"image"})
@@ -255,7 +259,8 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self._values = values
         levels = levels_for(state, values, stack)
         shown = export.upsample(values, _grid_pixels(result), True) if state.smooth else values
-        self.panel.show_map(shown, levels, state.colormap, state.opacity, self._title(stack.title, result))
+        title = f"{self._title(stack.title, result)} · scale {levels[0]:.3g}–{levels[1]:.3g}"
+        self.panel.show_map(shown, levels, state.colormap, state.opacity, title)
         self.panel.set_highlight(self._query_patch(result))
         self.overview.show_stack(stack, state.per_tile, state.colormap)
         layer = None if state.layer == "mean" else int(state.layer)
@@ -333,6 +338,13 @@ class MainWindow(FileActionsMixin, QMainWindow):
         s.setValue("window/state", self.saveState(st.SETTINGS_VERSION))
         st.save_view(s, self.state)
         s.sync()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        """Ask for the device list (which imports torch in the worker) only once the window is up."""
+        super().showEvent(event)
+        if not self._probed:
+            self._probed = True
+            QTimer.singleShot(PROBE_DELAY_MS, self.session.probe_devices)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if self.persist_settings:

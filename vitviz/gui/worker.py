@@ -27,7 +27,7 @@ class Request:
 class InferenceWorker(QObject):
     """Lives in the worker thread; every slot answers with exactly one `finished` or `failed`."""
 
-    finished = Signal(int, object)      # request id, answer (ModelSpec, AttentionResult, device list, str)
+    finished = Signal(int, object)      # request id, answer (ModelSpec, ResultMaps, device list, str)
     failed = Signal(int, str, str)      # request id, one-line summary, details (traceback)
     started = Signal(int, str)          # request id, what is running
 
@@ -58,9 +58,14 @@ class InferenceWorker(QObject):
         return model.spec, str(model.device)
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
+        """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
+        from vitviz.gui.maps import ResultMaps
+
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
-        return self._model.run(image, image_size=image_size)
+        maps = ResultMaps(self._model.run(image, image_size=image_size))
+        maps.precompute()
+        return maps
 
     def _move(self, device: str) -> str:
         if self._model is None:
@@ -101,7 +106,7 @@ class WorkerClient(QObject):
     """
 
     loaded = Signal(object, object, str)       # request, ModelSpec, device
-    ran = Signal(object, object)               # request, AttentionResult
+    ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
     probed = Signal(object)                    # list of device names
     failed = Signal(object, str, str)          # request, summary, details

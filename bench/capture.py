@@ -1,0 +1,112 @@
+"""Benchmark: the cost of capturing every layer's attention, side by side with the tools users would pick.
+
+Run from the repository root: `python bench/capture.py [--repeats N] [--device cpu]`.
+
+ViT-B/16 at 224 px, random weights, one image, medians of interleaved repeats:
+- vitviz `model.run(x)` (full capture: 12 x (1, 12, 197, 197) float32 as NumPy, logits, input, display image)
+  vs torchvision's own `vit_b_16` forward on the same weights and input. Target <= 1.10x.
+- vitviz `model.run(x)` on a timm checkpoint vs timm's `AttentionExtract` (fx) on the same timm model with fused
+  attention off (the only way timm exposes attention). Target: faster.
+- Where the time goes: the reference model's forward without hooks, `forward_captured`, and `run`.
+- Rollout at T = 577 (ViT-B/16 at 384 px): vitviz's row-vector rollout vs the naive matrix chain.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import interleaved, ratio_line, timm_vit_b16, torchvision_vit_b16  # noqa: I001
+from rollout import time_rollout
+
+import vitviz
+
+
+def compare_torchvision(folder: Path, x: torch.Tensor, repeats: int, device: str) -> dict[str, float]:
+    tv, path = torchvision_vit_b16(folder)
+    tv = tv.to(device)
+    model = vitviz.load(path, device=device)
+    xd = x.to(device)
+    with torch.inference_mode():
+        ref = tv(xd)
+    got = model.run(x)
+    assert torch.allclose(torch.from_numpy(got.logits), ref[0].float().cpu(), atol=1e-3), "vitviz != torchvision"
+
+    def tv_forward() -> None:
+        with torch.inference_mode():
+            tv(xd)
+        _sync(device)
+
+    def net_only() -> None:
+        with torch.inference_mode():
+            model.net(xd)
+        _sync(device)
+
+    return interleaved({"torchvision forward": tv_forward, "vitviz net (no hooks)": net_only,
+                        "vitviz forward_captured": lambda: model.forward_captured(x),
+                        "vitviz run": lambda: model.run(x)}, repeats)
+
+
+def compare_timm(folder: Path, x: torch.Tensor, repeats: int, device: str) -> dict[str, float]:
+    from timm.utils import AttentionExtract
+
+    tm, path = timm_vit_b16(folder)
+    tm = tm.to(device)
+    model = vitviz.load(path, device=device)
+    extract = AttentionExtract(tm, method="fx")
+    xd = x.to(device)
+    with torch.inference_mode():
+        maps = extract(xd)
+    got = model.run(x)
+    first = next(iter(maps.values()))[0].float().cpu()
+    assert torch.allclose(torch.from_numpy(got.attentions[0]), first, atol=1e-4), "vitviz != timm attention"
+
+    def timm_extract() -> None:
+        with torch.inference_mode():
+            extract(xd)
+        _sync(device)
+
+    def timm_forward() -> None:
+        with torch.inference_mode():
+            tm(xd)
+        _sync(device)
+
+    return interleaved({"timm AttentionExtract": timm_extract, "timm forward (unfused)": timm_forward,
+                        "vitviz run (timm file)": lambda: model.run(x)}, repeats)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rollout-repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 224, 224)
+    print(f"ViT-B/16 @224, batch 1, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"median of {args.repeats} interleaved repeats")
+    with tempfile.TemporaryDirectory() as tmp:
+        tv = compare_torchvision(Path(tmp), x, args.repeats, args.device)
+        tm = compare_timm(Path(tmp), x, args.repeats, args.device)
+    for name, t in {**tv, **tm}.items():
+        print(f"  {name:<28} {t * 1e3:8.1f} ms")
+    print(ratio_line("vitviz run / torchvision forward", tv["vitviz run"], tv["torchvision forward"], "(target <= 1.10x)"))
+    print(ratio_line("  of which: net (no hooks) / torchvision", tv["vitviz net (no hooks)"], tv["torchvision forward"]))
+    print(ratio_line("  forward_captured / net (no hooks)", tv["vitviz forward_captured"], tv["vitviz net (no hooks)"]))
+    print(ratio_line("  run / forward_captured", tv["vitviz run"], tv["vitviz forward_captured"]))
+    print(ratio_line("vitviz run / timm AttentionExtract", tm["vitviz run (timm file)"], tm["timm AttentionExtract"],
+                     "(target < 1.00x)"))
+    r = time_rollout(577, repeats=args.rollout_repeats)
+    print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
+          f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""`vitviz export`, run as a subprocess on a tiny model: outputs, manifest, skip/overwrite, exit codes, interrupts."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _tiny import write_tiny_checkpoint  # noqa: E402
+
+from vitviz.batch_io import unique_stems  # noqa: E402
+from vitviz.batch_maps import MapKind, SelectionError, parse_maps, parse_picks, resolve_picks, rollout_rows  # noqa: E402
+from vitviz.batch_maps import seen_region  # noqa: E402
+from vitviz.core.spec import Preprocess  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = "2"
+
+
+def _export(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "vitviz", "export", *args], capture_output=True, text=True,
+                          env=env, timeout=120, **kw)
+
+
+def _image(path: Path, seed: int, size: tuple[int, int] = (40, 52)) -> Path:
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("model") / "tiny.pth")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three good images (one in a subfolder, with a name clash), a non-image and a truncated PNG."""
+    root = tmp_path_factory.mktemp("images")
+    (root / "sub").mkdir()
+    _image(root / "a.png", 0)
+    _image(root / "b.jpg", 1, (64, 30))
+    _image(root / "sub" / "a.png", 2)
+    (root / "notes.png").write_bytes(b"this is not an image")
+    data = (root / "a.png").read_bytes()
+    (root / "trunc.png").write_bytes(data[: len(data) // 2])
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("out")
+    proc = _export("--model", str(tiny), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
+                   "cls,rollout,token:3", "--layers", "all,mean", "--which-heads", "all,mean", "--npz")
+    return out, proc
+
+
+def _pngs(out: Path) -> dict[str, np.ndarray]:
+    return {str(p.relative_to(out)): np.asarray(Image.open(p).convert("RGB")) for p in sorted(out.rglob("*.png"))}
+
+
+def test_export_writes_every_map_and_reports_bad_images(first_run, folder: Path) -> None:
+    out, proc = first_run
+    assert proc.returncode == 1, proc.stderr
+    assert "notes.png" in proc.stderr and "trunc.png" in proc.stderr
+    assert "3 done, 0 skipped, 2 failed" in proc.stdout
+    pngs = _pngs(out)
+    expected = {f"{stem}_{m}_L{layer}_H{head}.png"
+                for stem in ("a", "b") for layer in ("0", "1", "mean")
+                for m, heads in (("cls", ("0", "1", "mean")), ("token3", ("0", "1", "mean")), ("rollout", ("mean",)))
+                for head in heads}
+    assert {k for k in pngs if "/" not in k} == expected
+    assert {k.split("/", 1)[1] for k in pngs if k.startswith("sub/")} == {e for e in expected if e.startswith("a_")}
+    assert not any("notes" in k or "trunc" in k for k in pngs)
+    assert pngs["a_cls_L0_H0.png"].shape == (32, 32, 3)  # the model's input size
+    # the maps really differ between heads, layers, maps and images
+    for other in ("a_cls_L0_H1.png", "a_cls_L1_H0.png", "a_token3_L0_H0.png", "a_rollout_L0_Hmean.png",
+                  "sub/a_cls_L0_H0.png"):
+        assert not np.array_equal(pngs["a_cls_L0_H0.png"], pngs[other]), other
+    assert sorted(p.name for p in out.rglob("*.npz")) == ["a.npz", "a.npz", "b.npz"]
+    assert not list(out.rglob("*.tmp")) and not list(out.rglob(".*"))
+
+
+def test_manifest_records_parameters_spec_and_hashes(first_run, folder: Path) -> None:
+    out, _ = first_run
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["maps"] == ["cls", "rollout", "token3"]
+    assert manifest["model"]["spec"]["num_heads"] == 2 and manifest["model"]["spec"]["depth"] == 2
+    assert manifest["summary"]["done"] == 3 and manifest["summary"]["failed"] == 2
+    by_path = {Path(e["path"]).relative_to(folder).as_posix(): e for e in manifest["images"]}
+    assert set(by_path) == {"a.png", "b.jpg", "sub/a.png", "notes.png", "trunc.png"}
+    for rel, entry in by_path.items():
+        assert entry["sha256"] == hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+    assert by_path["notes.png"]["status"] == "failed" and "not a recognised image" in by_path["notes.png"]["error"]
+    assert by_path["sub/a.png"]["status"] == "done"
+    assert all((out / o).exists() for o in by_path["sub/a.png"]["outputs"])
+
+
+def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) -> None:
+    """The CLI's PNG equals the window's rendering of the same result (same layer, head and defaults)."""
+    out, _ = first_run
+    import vitviz
+    from vitviz.gui.exporting import render
+    from vitviz.gui.maps import ResultMaps
+    from vitviz.gui.state import ViewState
+
+    result = vitviz.load(tiny, heads=2, device="cpu").run(folder / "b.jpg")
+    maps = ResultMaps(result)
+    for name, state in (("b_cls_L1_H0.png", ViewState(source="cls", layer=1, head=0)),
+                        ("b_token3_Lmean_Hmean.png", ViewState(source="token", query=3, layer="mean", head="mean")),
+                        ("b_rollout_L1_Hmean.png", ViewState(source="rollout", layer=1, head="mean"))):
+        gui = render(maps, state, heatmap_only=False, colorbar=False).astype(int)
+        cli = np.asarray(Image.open(out / name).convert("RGB")).astype(int)
+        assert gui.shape == cli.shape and np.abs(gui - cli).max() <= 1, name
+
+
+def test_rerun_skips_and_overwrite_rewrites(first_run, tiny: Path, folder: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = first_run
+    png = out / "a_cls_L0_H0.png"
+    before = png.stat().st_mtime_ns
+    proc = _export("--model", str(tiny), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
+                   "cls,rollout,token:3", "--layers", "all,mean", "--which-heads", "all,mean", "--npz")
+    assert proc.returncode == 1 and "0 done, 3 skipped, 2 failed" in proc.stdout, proc.stdout + proc.stderr
+    assert png.stat().st_mtime_ns == before
+    good = [str(folder / "a.png"), str(folder / "b.jpg")]
+    png.unlink()  # a missing output is written again even without --overwrite (in-process, quiet)
+    from vitviz.cli import main
+
+    assert main(["export", "--model", str(tiny), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
+                 "--which-heads", "0", "--quiet"]) == 0
+    assert png.exists() and capsys.readouterr().out == ""
+    before = (out / "b_cls_L0_H0.png").stat().st_mtime_ns
+    proc = _export("--model", str(tiny), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
+                   "--which-heads", "0", "--overwrite", "--style", "heatmap", "--cmap", "gray", "--size", "original")
+    assert proc.returncode == 0 and "2 done, 0 skipped, 0 failed" in proc.stdout
+    assert (out / "b_cls_L0_H0.png").stat().st_mtime_ns != before
+    gray = np.asarray(Image.open(out / "b_cls_L0_H0.png").convert("RGB"))
+    assert np.array_equal(gray[..., 0], gray[..., 1])  # really re-rendered with the new colormap
+    # --size original: b.jpg is 64 x 30 (h x w); shorter side 30 -> 35 px (crop 32 / 0.9), 64 -> int(74.7) = 74,
+    # centre crop 32 x 32, which in the original's pixels is 32 * 64 / 74 = 27.7 rows by 32 * 30 / 35 = 27.4 columns
+    assert gray.shape[:2] == (28, 27)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--maps", "cls,nope"], "map 'nope'"),
+    (["--layers", "9"], "layer 9 out of range"),
+    (["--which-heads", "2"], "head 2 out of range"),
+    (["--maps", "token:99"], "token:99 out of range"),
+    (["--opacity", "2"], "between 0 and 1"),
+    (["--batch-size", "0"], "positive integer"),
+])
+def test_bad_arguments_exit_2(tiny: Path, folder: Path, tmp_path: Path, args: list[str], message: str,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """In-process (the subprocess path is covered below): argparse errors and selections the model refutes."""
+    from vitviz.cli import main
+
+    argv = ["export", "--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(tmp_path), *args]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse
+        code = e.code
+    assert code == 2 and message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_checkpoint_and_missing_input_exit_2(tiny: Path, folder: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    proc = _export("--model", str(folder / "notes.png"), str(folder / "a.png"), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "notes.png" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    from vitviz.cli import main
+
+    assert main(["export", "--model", str(tiny), str(tmp_path / "missing.png"), "--out", str(tmp_path / "o")]) == 2
+    assert "missing.png: not found" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    images = tmp_path / "many"
+    images.mkdir()
+    for i in range(40):
+        _image(images / f"img{i:02d}.png", i, (96, 96))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
+           "--out", str(out), "--maps", "cls,token:1,token:2,rollout", "--layers", "all,mean",
+           "--which-heads", "all,mean,max", "--batch-size", "1", "--size", "original", "--colorbar"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*.png"))) < 20 and proc.poll() is None:
+        time.sleep(0.02)  # polling for the first outputs, the one wait this test needs
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    pngs = list(out.glob("*.png"))
+    assert 20 <= len(pngs) < 40 * 34, "the run was not interrupted mid-way"
+    assert not [p for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+    for p in pngs:
+        with Image.open(p) as im:
+            im.load()  # raises on a truncated file
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["interrupted"] is True
+
+
+# ------------------------------------------------------------------------------------------------ units
+
+
+def test_selection_parsing() -> None:
+    assert parse_maps("cls, rollout,token:7,cls") == [MapKind("cls"), MapKind("rollout"), MapKind("token", 7)]
+    assert parse_picks("0-2,5,mean", "layer", ("all", "mean")) == [0, 1, 2, 5, "mean"]
+    assert resolve_picks(["last", "all"], 3, "layer") == [2, 0, 1]
+    for bad in ("3-1", "x", ""):
+        with pytest.raises(SelectionError):
+            parse_picks(bad, "layer", ("all",))
+    with pytest.raises(SelectionError, match="token:N"):
+        parse_maps("token:-1")
+
+
+def test_unique_stems_disambiguate_clashes() -> None:
+    pairs = [(Path("x/cat.jpg"), Path(".")), (Path("y/cat.png"), Path(".")), (Path("z/cat.png"), Path(".")),
+             (Path("w/cat.jpg"), Path("sub"))]
+    assert unique_stems(pairs, lambda p: p.stem) == ["cat_jpg", "cat_png", "cat_2", "cat"]
+
+
+def test_rollout_rows_match_core_rollout() -> None:
+    from vitviz.core.analysis import rollout
+
+    rng = np.random.default_rng(0)
+    attn = rng.random((3, 2, 5, 5), dtype=np.float32)
+    attn /= attn.sum(-1, keepdims=True)
+    rows = rollout_rows(attn, 1)
+    for layer in range(3):
+        np.testing.assert_allclose(rows[layer], rollout(attn[: layer + 1], num_prefix=1, grid=(2, 2)).ravel(),
+                                   rtol=1e-5)
+
+
+def test_seen_region_matches_preprocess_crop() -> None:
+    from vitviz.core.images import preprocess
+
+    yy, xx = np.mgrid[0:300, 0:400]
+    smooth = np.stack([xx * 255 // 399, yy * 255 // 299, (xx + yy) * 255 // 698], axis=-1).astype(np.uint8)
+    img = Image.fromarray(smooth)  # a gradient, so resampling differences stay small
+    pp = Preprocess(crop=(224, 224), resize=256, mode="center", interpolation="bilinear")
+    region = seen_region(img, pp)
+    assert region.shape == (262, 263, 3)  # 224 / 256 of the shorter side; 400 -> int(341.3) = 341 truncates
+    _, display = preprocess(img, pp)
+    small = np.asarray(Image.fromarray(region).resize((224, 224), Image.Resampling.BILINEAR)).astype(int)
+    assert np.abs(small - display.astype(int)).max() <= 3
+    assert seen_region(img, Preprocess(crop=(224, 224), mode="squash")).shape == (300, 400, 3)
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    import io
+
+    from vitviz.batch_io import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        bar = Progress(3, enabled=True, stream=stream)
+        for _ in range(3):
+            bar.advance()
+        bar.close()
+    assert "3/3" in tty.getvalue() and "[" in tty.getvalue()
+    assert pipe.getvalue() == ""

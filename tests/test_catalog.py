@@ -1,0 +1,223 @@
+"""The catalog of checkpoints already on this computer, and named torchvision models (no network)."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from vitviz import catalog
+from vitviz.catalog import CatalogEntry, DownloadError
+
+
+@pytest.fixture
+def caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Empty torch hub and HF hub caches under tmp_path, selected through the environment."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    torch_dir = tmp_path / "torch" / "hub" / "checkpoints"
+    hf_dir = tmp_path / "hf" / "hub"
+    torch_dir.mkdir(parents=True)
+    hf_dir.mkdir(parents=True)
+    return torch_dir, hf_dir
+
+
+def _hf_snapshot(hf_dir: Path, repo: str, config: dict, weights: str = "model.safetensors",
+                 nbytes: int = 1000) -> Path:
+    root = hf_dir / f"models--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("abc123")
+    (snap / "config.json").write_text(json.dumps(config))
+    (snap / weights).write_bytes(b"\0" * nbytes)
+    return snap
+
+
+def test_locations_follow_the_environment(caches: tuple[Path, Path]) -> None:
+    torch_dir, hf_dir = caches
+    assert catalog.torch_hub_dir() == torch_dir
+    assert catalog.hf_hub_dir() == hf_dir
+
+
+def test_default_locations(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("TORCH_HOME", "HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert catalog.torch_hub_dir() == tmp_path / ".cache" / "torch" / "hub" / "checkpoints"
+    assert catalog.hf_hub_dir() == tmp_path / ".cache" / "huggingface" / "hub"
+
+
+def test_torch_hub_files_are_named_and_sized(caches: tuple[Path, Path]) -> None:
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 2048)
+    (torch_dir / "vit_b_16_swag-9ac1b537.pth").write_bytes(b"\0" * 10)
+    (torch_dir / "dinov2_vits14_pretrain.pth").write_bytes(b"\0" * 10)
+    (torch_dir / "deit_small_patch16_224-cd65a155.pth").write_bytes(b"\0" * 10)
+    (torch_dir / "resnet50-11ad3fa6.pth").write_bytes(b"\0" * 10)      # not a ViT: skipped
+    entries = {e.path.name: e for e in catalog.scan_torch_hub()}
+    assert set(entries) == {"vit_b_16-c867db91.pth", "vit_b_16_swag-9ac1b537.pth", "dinov2_vits14_pretrain.pth",
+                            "deit_small_patch16_224-cd65a155.pth"}
+    tv = entries["vit_b_16-c867db91.pth"]
+    assert (tv.family, tv.size, tv.source) == ("torchvision", 2048, "torch hub")
+    assert tv.name == "vit_b_16 · IMAGENET1K_V1" and tv.named == "torchvision:vit_b_16:IMAGENET1K_V1"
+    assert "1000 classes" in tv.detail and "224 px" in tv.detail
+    swag = entries["vit_b_16_swag-9ac1b537.pth"]
+    assert swag.named == "torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1" and "384 px" in swag.detail
+    assert entries["dinov2_vits14_pretrain.pth"].family == "dinov2"
+    assert entries["deit_small_patch16_224-cd65a155.pth"].family == "deit"
+
+
+def test_hf_snapshots(caches: tuple[Path, Path]) -> None:
+    _, hf_dir = caches
+    _hf_snapshot(hf_dir, "google/vit-base-patch16-224",
+                 {"model_type": "vit", "id2label": {str(i): f"c{i}" for i in range(1000)}}, nbytes=4000)
+    _hf_snapshot(hf_dir, "facebook/dinov2-small", {"model_type": "dinov2"}, weights="pytorch_model.bin")
+    _hf_snapshot(hf_dir, "timm/vit_small_patch16_224.augreg_in21k",
+                 {"architecture": "vit_small_patch16_224", "num_classes": 21843})
+    _hf_snapshot(hf_dir, "bert-base-uncased", {"model_type": "bert"})          # not a ViT: skipped
+    (hf_dir / "models--org--empty" / "snapshots" / "r1").mkdir(parents=True)  # no weights: skipped
+    entries = {e.name: e for e in catalog.scan_hf_hub()}
+    assert set(entries) == {"google/vit-base-patch16-224", "facebook/dinov2-small",
+                            "timm/vit_small_patch16_224.augreg_in21k"}
+    g = entries["google/vit-base-patch16-224"]
+    assert (g.family, g.size, g.source) == ("hf-vit", 4000, "hugging face")
+    assert g.path.name == "abc123" and (g.path / "config.json").is_file()
+    assert "1000 classes" in g.detail
+    assert entries["facebook/dinov2-small"].family == "hf-dinov2"
+    assert entries["timm/vit_small_patch16_224.augreg_in21k"].family == "timm"
+
+
+def test_scan_merges_recent_first_and_skips_missing(caches: tuple[Path, Path], tmp_path: Path) -> None:
+    torch_dir, _ = caches
+    cached = torch_dir / "vit_b_32-d86f8d99.pth"
+    cached.write_bytes(b"\0" * 10)
+    own = tmp_path / "runs" / "checkpoint-best.pth"
+    own.parent.mkdir()
+    own.write_bytes(b"\0" * 30)
+    entries = catalog.scan(recent=[own, tmp_path / "gone.pth", cached])
+    assert [e.path for e in entries] == [own, cached]
+    assert entries[0].source == "recent" and entries[0].family == "unknown" and entries[0].size == 30
+    assert entries[1].source == "recent" and entries[1].named == "torchvision:vit_b_32:IMAGENET1K_V1"
+
+
+def test_recent_folder_uses_its_config(tmp_path: Path) -> None:
+    folder = tmp_path / "my-vit"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "deit"}))
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    (entry,) = catalog.scan_recent([folder])
+    assert (entry.family, entry.size, entry.path) == ("hf-deit", 64, folder)
+
+
+def test_demo_checkpoint_reads_as_a_recent_timm_folder() -> None:
+    from vitviz.demo import demo_checkpoint
+
+    (entry,) = catalog.scan_recent([demo_checkpoint()])
+    assert entry.family == "timm" and 0 < entry.size < 5_000_000
+
+
+def test_empty_or_missing_caches(tmp_path: Path) -> None:
+    assert catalog.scan(torch_dir=tmp_path / "nope", hf_dir=tmp_path / "nope2") == []
+
+
+def test_named_models_cover_every_torchvision_vit() -> None:
+    from torchvision.models import vision_transformer as tv
+
+    names = catalog.named_models()
+    expected = sum(len(list(getattr(tv, e))) for e in ("ViT_B_16_Weights", "ViT_B_32_Weights", "ViT_L_16_Weights",
+                                                       "ViT_L_32_Weights", "ViT_H_14_Weights"))
+    assert len(names) == expected and "torchvision:vit_h_14:IMAGENET1K_SWAG_E2E_V1" in names
+    assert all(catalog.lookup_named(n).name == n for n in names)
+
+
+def test_lookup_defaults_and_errors() -> None:
+    nw = catalog.lookup_named("torchvision:vit_b_16")
+    assert nw.name == "torchvision:vit_b_16:IMAGENET1K_V1" and nw.file_name == "vit_b_16-c867db91.pth"
+    assert catalog.lookup_named("torchvision:vit_b_16:imagenet1k_swag_linear_v1").file_name.startswith("vit_b_16_lc")
+    with pytest.raises(catalog.VitvizError, match="vit_b_16, vit_b_32"):
+        catalog.lookup_named("torchvision:resnet50")
+    with pytest.raises(catalog.VitvizError, match="IMAGENET1K_V1"):
+        catalog.lookup_named("torchvision:vit_b_16:NOPE")
+    assert catalog.is_named_model("torchvision:vit_b_16") and not catalog.is_named_model("/tmp/vit.pth")
+
+
+def test_cached_named_model_is_used_without_download(caches: tuple[Path, Path]) -> None:
+    torch_dir, _ = caches
+    f = torch_dir / "vit_b_16-c867db91.pth"
+    f.write_bytes(b"cached")
+    assert catalog.cached_named("torchvision:vit_b_16") == f
+    assert catalog.resolve_named("torchvision:vit_b_16", url="file:///definitely/not/there") == f
+
+
+def test_download_from_file_url_with_progress(caches: tuple[Path, Path], tmp_path: Path) -> None:
+    torch_dir, _ = caches
+    source = tmp_path / "mirror.pth"
+    data = bytes(range(256)) * 9000  # > 2 chunks
+    source.write_bytes(data)
+    calls: list[tuple[int, int | None]] = []
+    path = catalog.resolve_named("torchvision:vit_b_32", progress=lambda d, t: calls.append((d, t)),
+                                 url=source.as_uri(), check_hash=False)
+    assert path == torch_dir / "vit_b_32-d86f8d99.pth" and path.read_bytes() == data
+    assert calls[0][0] == 0 and calls[-1] == (len(data), len(data))
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert not list(torch_dir.glob("*.partial"))
+
+
+def test_download_hash_mismatch_leaves_nothing(caches: tuple[Path, Path], tmp_path: Path) -> None:
+    torch_dir, _ = caches
+    source = tmp_path / "wrong.pth"
+    source.write_bytes(b"not the real weights")
+    assert not hashlib.sha256(source.read_bytes()).hexdigest().startswith("c867db91")
+    with pytest.raises(DownloadError, match="SHA-256"):
+        catalog.resolve_named("torchvision:vit_b_16", url=source.as_uri())
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_offline_error_names_file_and_folder(caches: tuple[Path, Path], tmp_path: Path) -> None:
+    torch_dir, _ = caches
+    missing = (tmp_path / "offline" / "vit_l_16.pth").as_uri()
+    with pytest.raises(DownloadError) as info:
+        catalog.resolve_named("torchvision:vit_l_16", url=missing)
+    message = str(info.value)
+    assert "vit_l_16-852ce7e3.pth" in message and str(torch_dir) in message
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_resolve_model_arg_passes_paths_through(caches: tuple[Path, Path]) -> None:
+    torch_dir, _ = caches
+    assert catalog.resolve_model_arg("some/file.pth") == "some/file.pth"
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"x")
+    assert catalog.resolve_model_arg("torchvision:vit_b_16") == str(torch_dir / "vit_b_16-c867db91.pth")
+
+
+def _models_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    catalog.add_models_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["models", *argv])
+
+
+def test_models_command_lists_json(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    assert catalog.run_models_command(_models_args("--json")) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["family"] == "torchvision" and rows[0]["size"] == 5
+
+
+def test_models_command_text_and_named(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert catalog.run_models_command(_models_args()) == 0
+    assert "no ViT checkpoints found" in capsys.readouterr().out
+    assert catalog.run_models_command(_models_args("--named")) == 0
+    out = capsys.readouterr().out
+    assert "torchvision:vit_b_16:IMAGENET1K_V1" in out and "not downloaded" in out
+
+
+def test_format_size() -> None:
+    assert catalog.format_size(999) == "999 B"
+    assert catalog.format_size(12_400) == "12.4 kB"
+    assert catalog.format_size(346_000_000) == "346 MB"
+    assert isinstance(CatalogEntry("a", Path("a"), "recent", "timm", 1).to_dict()["path"], str)
