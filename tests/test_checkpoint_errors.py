@@ -156,9 +156,9 @@ def test_info_cli_reports_sources(tmp_path) -> None:
 
 
 def test_non_square_training_grid_from_image_size(tmp_path) -> None:
-    path = write_tiny_checkpoint(tmp_path / "wide.pth", grid=(3, 5))
+    path = write_tiny_checkpoint(tmp_path / "wide.pth", grid=(3, 7))
     with pytest.raises(InconsistentCheckpointError, match="image_size"):
         vitviz.load(path, heads=2)
-    vm = vitviz.load(path, heads=2, image_size=(24, 40), device="cpu")
-    assert vm.spec.pos_grid == (3, 5) and vm.spec.grid == (3, 5)
-    assert vm.run(torch.rand(1, 3, 24, 40)).attentions.shape[-1] == 1 + 15
+    vm = vitviz.load(path, heads=2, image_size=(24, 56), device="cpu")
+    assert vm.spec.pos_grid == (3, 7) and vm.spec.grid == (3, 7)
+    assert vm.run(torch.rand(1, 3, 24, 56)).attentions.shape[-1] == 1 + 21
