@@ -87,7 +87,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rollout-repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     x = torch.randn(1, 3, 224, 224)
     print(f"ViT-B/16 @224, batch 1, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "

@@ -60,7 +60,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="30 images, 1 round")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--extra", default="", help="more `vitviz export` options, e.g. '--layers all --maps cls,rollout'")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     n, rounds = (30, 1) if args.quick else (args.images, args.rounds)
     extra = args.extra.split()
     with tempfile.TemporaryDirectory() as tmp:

@@ -88,3 +88,23 @@ def test_top_k_uses_labels(tmp_path) -> None:
     top = vm.run(torch.rand(1, 3, 32, 32)).top_k(3)
     assert len(top) == 3 and all(label in "abcde" for _, label, _ in top)
     assert top[0][2] >= top[1][2] >= top[2][2]
+
+
+@pytest.mark.parametrize("mode", ["center", "squash", "squash_crop"])
+def test_native_view_is_the_region_the_model_saw(tmp_path, tiny, mode) -> None:
+    """Mark a square in the original; the model-input image and the native-resolution view agree on it."""
+    from dataclasses import replace
+    from vitviz.core.export import native_view
+    arr = np.zeros((300, 500, 3), np.uint8)
+    arr[100:200, 200:300] = 255  # a white square in the middle of a wide photo
+    Image.fromarray(arr).save(tmp_path / "wide.png")
+    tiny.spec = replace(tiny.spec, preprocess=replace(tiny.spec.preprocess, mode=mode))
+    r = tiny.run(tmp_path / "wide.png")
+    assert r.source_size == (300, 500)
+    view = native_view(r)
+    left, top, right, bottom = r.source_box
+    assert view.shape[:2] == (round(bottom) - round(top), round(right) - round(left))
+    small = np.asarray(Image.fromarray(view).resize((32, 32), Image.BILINEAR), dtype=float)
+    assert np.abs(small - r.image.astype(float)).mean() < 12  # same content, up to resampling
+    if mode == "center":  # shorter side 300 -> resize 35, crop 32: the model saw 300 * 32 / 35 px of it
+        assert abs(view.shape[0] - 300 * 32 / 35) <= 1 and abs(view.shape[1] - view.shape[0]) <= 1

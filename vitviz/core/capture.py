@@ -66,6 +66,7 @@ class VitModel:
     def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
+        self.last_box: tuple[tuple[int, int], tuple[float, float, float, float]] | None = None
 
     @property
     def device(self) -> str:
@@ -96,7 +97,11 @@ class VitModel:
         return replace(self.spec, image_size=size, preprocess=self.spec.preprocess.at_size(size))
 
     def prepare(self, image: Any, image_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, np.ndarray, ModelSpec, str]:
-        """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source)."""
+        """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source).
+
+        `self.last_box` holds the original image's size and the region the model saw (None for tensors).
+        """
+        self.last_box = None
         from vitviz.core import images
 
         spec = self.spec_at(image_size)
@@ -113,6 +118,8 @@ class VitModel:
         src = str(image) if isinstance(image, (str, Path)) else type(image).__name__
         img = images.load_image(image, channels=spec.in_chans)
         x, disp = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
+        size = (img.height, img.width)
+        self.last_box = (size, images.source_box(size, spec.preprocess))
         return x, disp, spec, src
 
     @torch.inference_mode()
@@ -139,9 +146,10 @@ class VitModel:
             half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
         """
         x, disp, spec, src = self.prepare(image, image_size)
+        size, box = self.last_box or (None, None)
         attn, logits = self.forward_captured(x, half)
         return AttentionResult(attentions=attn[0], logits=logits[0], input=x[0].cpu().numpy(), image=disp,
-                               spec=spec, source=src)
+                               spec=spec, source=src, source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N_pos, D) position embedding, grid part resampled to `grid`; None when the model has none."""

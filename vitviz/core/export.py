@@ -183,3 +183,21 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, Any]:
     if "source" in out:
         out["source"] = str(out["source"])
     return out
+
+
+def native_view(result: AttentionResult, image: Any = None) -> np.ndarray:
+    """The part of the original image the model saw, at the original image's resolution: (h, w, 3) uint8.
+
+    Args:
+        result: a run whose `source_box` is known (runs from a path, PIL image or array).
+        image: the original image (path / PIL / array); default: reload `result.source`.
+
+    Falls back to the model-input image (`result.image`) for tensor inputs, where no original exists.
+    """
+    from vitviz.core.images import load_image
+
+    if result.source_box is None:
+        return result.image
+    img = load_image(image if image is not None else result.source, channels=3)
+    left, top, right, bottom = (int(round(v)) for v in result.source_box)
+    return np.asarray(img.crop((left, top, right, bottom)), dtype=np.uint8)

@@ -303,6 +303,25 @@ def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
     return img.crop((left, top, left + cw, top + ch))
 
 
+def source_box(size: tuple[int, int], pp: Preprocess) -> tuple[float, float, float, float]:
+    """The region of the original image (h, w) = `size` that the model sees, as (left, top, right, bottom) pixels.
+
+    It inverts `pp.mode`'s resize and center crop, so a map over the model input can be drawn over the original
+    photo at its own resolution.
+    """
+    h, w = size
+    ch, cw = pp.crop
+    if pp.mode == "squash":
+        return (0.0, 0.0, float(w), float(h))
+    if pp.mode == "squash_crop":
+        nh, nw = cover_size((ch, cw), pp.crop, pp.resize)
+    else:
+        nh, nw = cover_size((h, w), pp.crop, pp.resize)
+    top, left = int(round((nh - ch) / 2.0)), int(round((nw - cw) / 2.0))
+    sy, sx = h / nh, w / nw  # resized pixels -> original pixels
+    return (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy)
+
+
 def cover_size(size: tuple[int, int], crop: tuple[int, int], resize: int) -> tuple[int, int]:
     """The (h, w) to resize an image of `size` (h, w) to before center-cropping `crop` (h, w).
 

@@ -142,6 +142,8 @@ class AttentionResult:
         image: (H, W, 3) uint8 RGB, the image as the model saw it (after resize and crop, before normalising).
         spec: the model spec at the resolution of this run (image_size/grid may differ from the native ones).
         source: the path or a description of the image.
+        source_box: the region (left, top, right, bottom) of the original image the model saw, in its pixels.
+        source_size: the original image's (h, w).
     """
 
     attentions: np.ndarray
@@ -151,6 +153,8 @@ class AttentionResult:
     spec: ModelSpec
     source: str = ""
     features: np.ndarray | None = None
+    source_box: tuple[float, float, float, float] | None = None
+    source_size: tuple[int, int] | None = None
 
     @property
     def grid(self) -> tuple[int, int]:
