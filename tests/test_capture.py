@@ -107,4 +107,4 @@ def test_native_view_is_the_region_the_model_saw(tmp_path, tiny, mode) -> None:
     small = np.asarray(Image.fromarray(view).resize((32, 32), Image.BILINEAR), dtype=float)
     assert np.abs(small - r.image.astype(float)).mean() < 12  # same content, up to resampling
     if mode == "center":  # shorter side 300 -> resize 35, crop 32: the model saw 300 * 32 / 35 px of it
-        assert abs(view.shape[0] - 300 * 32 / 35) <= 1 and abs(view.shape[1] - view.shape[0]) <= 1
+        assert abs(view.shape[0] - 300 * 32 / 35) <= 1 and abs(view.shape[1] - view.shape[0]) <= 3  # integer resize
