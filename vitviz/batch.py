@@ -193,6 +193,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
               if k not in ("command", "func")}
     params["maps"] = [m.label for m in args.maps]
+    params["layers_resolved"], params["heads_resolved"] = exporter.plan.layers, exporter.plan.heads
     data = {
         "vitviz": vitviz.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv[1:], "parameters": params,

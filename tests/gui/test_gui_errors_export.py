@@ -61,8 +61,9 @@ def test_second_error_joins_open_dialog(qtbot, loaded, tmp_path) -> None:  # noq
 def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
     values, stack = maps.current(w.state)
     lo, hi = 0.0, stack.scale_max(stack.column(w.state.head))
-    heat = export.heatmap_image(values, maps.result.image.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
-    return export.overlay(maps.result.image, heat, w.state.opacity)
+    base = export.native_view(maps.result)
+    heat = export.heatmap_image(values, base.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
+    return export.overlay(base, heat, w.state.opacity)
 
 
 def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN001
@@ -70,15 +71,16 @@ def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN0
     maps = w.session.result(w.session.current)
     path = w.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
     out = np.asarray(Image.open(path))
-    assert out.shape == (32, 32, 3)                             # the model's input resolution, not the screen's
+    h, w_ = export.native_view(maps.result).shape[:2]           # the original image's resolution,
+    assert out.shape == (h, w_, 3) and h > 32                   # not the model input's (32) nor the screen's
     np.testing.assert_array_equal(out, _expected_overlay(w, maps))
     heat = np.asarray(Image.open(w.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
-    assert heat.shape[0] == 32 and heat.shape[1] > 32           # colorbar appended on the right
+    assert heat.shape[0] == h and heat.shape[1] > w_            # colorbar appended on the right
     values, stack = maps.current(w.state)
     top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
-    py, px = (np.array(top) * 8 + 4)
+    py, px = ((np.array(top) + 0.5) * np.array([h, w_]) / np.array(values.shape)).astype(int)
     hi = stack.scale_max(stack.column("mean"))
-    assert np.array_equal(heat[py, px], export.heatmap_image(values, (32, 32), "viridis", True, 0, hi)[py, px])
+    assert np.array_equal(heat[py, px], export.heatmap_image(values, (h, w_), "viridis", True, 0, hi)[py, px])
 
 
 def test_export_never_overwrites_silently(loaded, tmp_path) -> None:  # noqa: ANN001
@@ -100,7 +102,8 @@ def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     maps = w.session.result(w.session.current)
     stack = maps.stack("cls")
     got = np.asarray(Image.open(tmp_path / "img0_cls_L1_H1.png"))
-    want = export.heatmap_image(stack.select(1, 1), (32, 32), "viridis", True, 0.0, stack.scale_max(1))
+    size = export.native_view(maps.result).shape[:2]
+    want = export.heatmap_image(stack.select(1, 1), size, "viridis", True, 0.0, stack.scale_max(1))
     np.testing.assert_array_equal(got, want)
     asked: list = []
     monkeypatch.setattr("vitviz.gui.dialogs.confirm_overwrite", lambda _w, paths: asked.append(paths) or False)

@@ -14,9 +14,17 @@ from vitviz.gui.maps import MapStack, ResultMaps, levels_for
 from vitviz.gui.state import ViewState, map_label
 
 
+def base_image(maps: ResultMaps, native: bool = True) -> np.ndarray:
+    """What the map is drawn over: the region of the original image the model saw at the original's resolution
+    (`native`), or the model-input image."""
+    return export.native_view(maps.result) if native else maps.result.image
+
+
 def render(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
-           layer: int | str | None = None, head: int | str | None = None) -> np.ndarray:
-    """The current map (or the given layer/head of it) at the resolution of the image the model saw.
+           layer: int | str | None = None, head: int | str | None = None,
+           base: np.ndarray | None = None) -> np.ndarray:
+    """The current map (or the given layer/head of it) over `base` (default: `base_image(maps)`, the original
+    image's resolution, not the screen's).
 
     Returns:
         (H, W[ + colorbar], 3) uint8: the overlay with the state's colormap and opacity, or the bare heatmap.
@@ -24,7 +32,7 @@ def render(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, color
     stack = maps.stack(state.source, state.query)
     values = stack.select(state.layer if layer is None else layer, state.head if head is None else head)
     lo, hi = levels_for(state, values, stack)
-    image = maps.result.image
+    image = base_image(maps) if base is None else base
     size = (image.shape[0], image.shape[1])
     heat = export.heatmap_image(_cover(values, maps), size, state.colormap, state.smooth, lo, hi)
     rgb = heat if heatmap_only else export.overlay(image, heat, float(state.opacity))
@@ -64,9 +72,9 @@ def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tupl
 def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: bool = False,
                colorbar: bool = False, overwrite: bool = False) -> list[Path]:
     """Write every layer × head map of the current image into `folder` (atomically) and return the paths."""
-    written = []
+    written, base = [], base_image(maps)
     for path, layer, head in all_map_paths(maps, state, folder):
-        rgb = render(maps, state, heatmap_only, colorbar, layer=layer, head=head)
+        rgb = render(maps, state, heatmap_only, colorbar, layer=layer, head=head, base=base)
         written.append(export.write_png_atomic(path, rgb, overwrite=overwrite))
     return written
 

@@ -61,42 +61,92 @@ class MapStack:
         return col[int(resolve_index(layer, col.shape[0]))]
 
 
+@dataclass(frozen=True)
+class RolloutParams:
+    """The rollout's knobs (see `vitviz.core.analysis`); `query` None: CLS, or the mean of the patches without it."""
+
+    fusion: str = "mean"
+    discard: float = 0.0
+    start: int = 0
+    residual: float = 0.5
+    query: int | None = None
+
+    @classmethod
+    def of(cls, state: ViewState) -> "RolloutParams":
+        return cls(state.rollout_fusion, float(state.rollout_discard), int(state.rollout_start),
+                   float(state.rollout_residual), state.query)
+
+
+MAX_ROLLOUT_STACKS = 8
+
+
 class ResultMaps:
     """Lazily computed, cached map stacks for one result."""
 
     def __init__(self, result: AttentionResult) -> None:
         self.result = result
-        self._stacks: dict[tuple[str, int | None], MapStack] = {}
+        self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
+        self._stacks: dict[tuple[object, ...], MapStack] = {}
+        self._stats: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def grid(self) -> tuple[int, int]:
         return self.result.grid
 
-    def stack(self, source: str, query: int | None = None) -> MapStack:
-        """The stack for 'cls', 'rollout' or 'token' (with `query`); 'token' without a query falls back to cls."""
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the result and the caches derived from it."""
+        return self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
+
+    def stack(self, source: str, query: int | None = None, rollout: RolloutParams | None = None) -> MapStack:
+        """The stack for 'cls', 'rollout' (with `rollout` parameters, default ones when None) or 'token' (with
+        `query`); 'token' without a query falls back to cls."""
         if source == "token" and query is None:
             source = "cls"
-        key = (source, query if source == "token" else None)
+        if source == "rollout":
+            key: tuple[object, ...] = (source, rollout or RolloutParams())
+        else:
+            key = (source, query if source == "token" else None)
         if key not in self._stacks:
-            self._stacks[key] = self._compute(source, query)
+            self._stacks[key] = self._compute(source, query, rollout or RolloutParams())
+            self._forget_old_rollouts()
         return self._stacks[key]
 
+    def stack_for(self, state: ViewState) -> MapStack:
+        """The stack the state's map source selects."""
+        return self.stack(state.source, state.query, RolloutParams.of(state) if state.source == "rollout" else None)
+
     def precompute(self) -> None:
-        """Build the stacks every image needs (CLS and rollout); the worker calls this off the GUI thread."""
+        """Build what every image needs (CLS and rollout stacks, head statistics); the worker calls this off the
+        GUI thread."""
         self.stack("cls")
         self.stack("rollout")
+        self.head_stats()
+
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """(L, H) mean attention distance in pixels and (L, H) attention entropy in nats (patch queries)."""
+        if self._stats is None:
+            r = self.result
+            self._stats = (analysis.mean_attention_distance(r),
+                           analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix))
+        return self._stats
 
     def current(self, state: ViewState) -> tuple[np.ndarray, MapStack]:
         """The (gh, gw) map the state selects and the stack it comes from."""
-        stack = self.stack(state.source, state.query)
+        stack = self.stack_for(state)
         return stack.select(state.layer, state.head), stack
 
-    def _compute(self, source: str, query: int | None) -> MapStack:
+    def _forget_old_rollouts(self) -> None:
+        keys = [k for k in self._stacks if k[0] == "rollout" and k[1] != RolloutParams()]
+        for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
+            del self._stacks[key]
+
+    def _compute(self, source: str, query: int | None, params: RolloutParams) -> MapStack:
         attn = self.result.attentions
         p, (gh, gw) = self.result.num_prefix, self.grid
         if source == "rollout":
-            rows = rollout_rows(attn, p, self.result.spec.cls_token)[:, None]   # (L, 1, N)
-            title = "attention rollout"
+            rows = self.rollout.through_each_layer(params)[:, None, p:]   # (L, 1, N)
+            title = rollout_title(params, self.result.spec)
         elif source == "token":
             q = min(int(query or 0), attn.shape[-1] - 1)
             rows = attn[:, :, q, p:]                             # (L, H, N)
@@ -115,24 +165,107 @@ class ResultMaps:
         return MapStack(maps=maps, vmax=vmax, title=title)
 
 
-def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True) -> np.ndarray:
-    """Attention rollout through each layer, with `vitviz.core.analysis`'s convention (mean heads, residual 0.5).
+def rollout_title(params: RolloutParams, spec: object) -> str:
+    """E.g. 'rollout of cls (max, discard 0.9, from layer 2, residual 0.5)'."""
+    q = params.query
+    who = spec.token_name(q) if q is not None else ("cls" if spec.cls_token and spec.num_prefix else "mean patch")
+    knobs = [params.fusion]
+    if params.discard > 0:
+        knobs.append(f"discard {params.discard:.2f}")
+    if params.start > 0:
+        knobs.append(f"from layer {params.start}")
+    knobs.append(f"residual {params.residual:.2f}")
+    return f"rollout of {who} ({', '.join(knobs)})"
 
-    Returns (L, N): for each layer l, the row of R_l = A'_l @ ... @ A'_0 of the CLS token (without CLS, the mean
-    of the patch queries) over the patches. The last entry equals `analysis.rollout(attn)`.
+
+class RolloutEngine:
+    """Attention rollout for live controls, by row vectors (O(L·T²) per map) with per-layer caches.
+
+    Same convention and numbers as `analysis.rollout_vector`; what makes it fast enough for a slider is that the
+    head-fused layers are computed once per fusion, and the discard threshold of every row comes from patch keys
+    sorted once per fusion (only computed when a discard ratio is first used). Rows are discarded by value
+    (`key <= k-th smallest`), which matches core's exactly-k rule except for ties at the threshold.
     """
-    num_layers, t = attn.shape[0], attn.shape[-1]
-    query = np.zeros(t, dtype=np.float32)                   # (T,) which output row(s) to read
-    if has_cls and num_prefix > 0:
-        query[0] = 1.0
-    else:
-        query[num_prefix:] = 1.0 / (t - num_prefix)
-    joint = np.eye(t, dtype=np.float32)                     # (T, T)
-    out = np.empty((num_layers, t - num_prefix), dtype=np.float32)
-    for layer in range(num_layers):
-        joint = analysis.rollout_layer_matrix(attn[layer], "mean", 0.0, 0.5, num_prefix) @ joint
-        out[layer] = (query @ joint)[num_prefix:]
-    return out
+
+    def __init__(self, attentions: np.ndarray, num_prefix: int, has_cls: bool) -> None:
+        self.attn, self.num_prefix, self.has_cls = attentions, num_prefix, has_cls
+        self._fused: dict[str, np.ndarray] = {}
+        self._sorted: dict[str, np.ndarray] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._fused.values()) + sum(a.nbytes for a in self._sorted.values())
+
+    @property
+    def depth(self) -> int:
+        return int(self.attn.shape[0])
+
+    def query_vector(self, query: int | None) -> np.ndarray:
+        """(T,) one-hot of `query`, of CLS, or uniform over the patches when the model has no CLS."""
+        t, p = self.attn.shape[-1], self.num_prefix
+        v = np.zeros(t, dtype=np.float32)
+        if query is not None:
+            v[min(int(query), t - 1)] = 1.0
+        elif self.has_cls and p > 0:
+            v[0] = 1.0
+        else:
+            v[p:] = 1.0 / (t - p)
+        return v
+
+    def vector(self, params: RolloutParams, end_layer: int | None = None) -> np.ndarray:
+        """(T,) the query's rollout row through `end_layer` (default: the last layer)."""
+        end = self.depth - 1 if end_layer is None else end_layer
+        factors = {layer: self._factor(layer, params) for layer in range(params.start, end + 1)}
+        return self._pull(self.query_vector(params.query), factors, end, params)
+
+    def through_each_layer(self, params: RolloutParams) -> np.ndarray:
+        """(L, T): row l is the rollout through layer l (rows before `start` are zeros)."""
+        out = np.zeros((self.depth, self.attn.shape[-1]), dtype=np.float32)
+        factors = {layer: self._factor(layer, params) for layer in range(params.start, self.depth)}
+        v0 = self.query_vector(params.query)
+        for end in range(params.start, self.depth):
+            out[end] = self._pull(v0, factors, end, params)
+        return out
+
+    def _pull(self, v: np.ndarray, factors: dict, end: int, params: RolloutParams) -> np.ndarray:
+        """v @ A'_end @ ... @ A'_start, with A' = diag(1/s)(r·I + (1 - r)·D)."""
+        r = params.residual
+        for layer in range(end, params.start - 1, -1):
+            kept, sums = factors[layer]
+            u = np.where(sums > 0, v / np.where(sums > 0, sums, 1.0), 0.0).astype(np.float32)   # (T,)
+            v = r * u + (1.0 - r) * (u @ kept)
+        return v
+
+    def _factor(self, layer: int, params: RolloutParams) -> tuple[np.ndarray, np.ndarray]:
+        """The fused, discarded (T, T) layer D and the row sums s of r·I + (1 - r)·D."""
+        fused = self._fused_layer(params.fusion, layer)
+        kept = fused
+        n = fused.shape[1] - self.num_prefix
+        k = int(np.floor(params.discard * n + 1e-9))
+        if k > 0:
+            threshold = self._sorted_keys(params.fusion)[layer][:, k - 1]      # (T,) k-th smallest patch key
+            kept = fused.copy()
+            keys = kept[:, self.num_prefix:]                                    # (T, N) view
+            keys[keys <= threshold[:, None]] = 0.0
+        sums = params.residual + (1.0 - params.residual) * kept.sum(axis=1)   # (T,)
+        return kept, sums
+
+    def _fused_layer(self, fusion: str, layer: int) -> np.ndarray:
+        if fusion not in self._fused:
+            a = self.attn
+            fused = np.empty(a.shape[:1] + a.shape[2:], dtype=np.float32)      # (L, T, T)
+            reduce = {"mean": np.mean, "max": np.max, "min": np.min}[fusion]
+            for i in range(a.shape[0]):
+                fused[i] = reduce(np.asarray(a[i], dtype=np.float32), axis=0)   # (H, T, T) -> (T, T)
+            self._fused[fusion] = fused
+        return self._fused[fusion][layer]
+
+    def _sorted_keys(self, fusion: str) -> np.ndarray:
+        if fusion not in self._sorted:
+            p = self.num_prefix
+            self._sorted[fusion] = np.stack([np.sort(self._fused_layer(fusion, i)[:, p:], axis=1)
+                                             for i in range(self.depth)])     # (L, T, N)
+        return self._sorted[fusion]
 
 
 def normalized(values: np.ndarray) -> np.ndarray:

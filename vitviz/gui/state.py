@@ -16,6 +16,7 @@ HeadSel = Union[int, str]    # a head index, 'mean' or 'max'
 MAP_SOURCES = ("cls", "rollout", "token")
 COLORMAPS = ("viridis", "inferno", "magma", "turbo", "gray")
 HEAD_MODES = ("mean", "max")
+FUSIONS = ("mean", "max", "min")
 
 
 @dataclass
@@ -30,6 +31,12 @@ class ViewState:
         query: token index used by the 'token' source (prefix tokens included); None when nothing is selected.
         normalize: stretch each map to its own min..max instead of a scale shared by all layers and heads.
         per_tile: in the overview, scale every thumbnail on its own.
+        rollout_fusion, rollout_discard, rollout_start, rollout_residual: the rollout's head fusion ('mean',
+            'max', 'min'), discard ratio in [0, 1), first layer and residual weight in [0, 1] (see
+            `vitviz.core.analysis`); they drive the rollout panel, the 'rollout' map source and its export. The
+            rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS).
+        matrix_log: show the token matrix on a log scale.
+        stats_average: head statistics averaged over every image run so far instead of the current one.
     """
 
     source: str = "cls"
@@ -42,6 +49,12 @@ class ViewState:
     normalize: bool = False
     show_grid: bool = False
     per_tile: bool = False
+    rollout_fusion: str = "mean"
+    rollout_discard: float = 0.0
+    rollout_start: int = 0
+    rollout_residual: float = 0.5
+    matrix_log: bool = False
+    stats_average: bool = False
     _listeners: list[Callable[[set[str]], None]] = field(default_factory=list, repr=False, compare=False)
 
     def subscribe(self, listener: Callable[[set[str]], None]) -> None:
@@ -83,8 +96,14 @@ def _validate(name: str, value: object) -> None:
         ok = value is None or (isinstance(value, int) and value >= 0)
     elif name == "colormap":
         ok = value in COLORMAPS
-    elif name == "opacity":
+    elif name in ("opacity", "rollout_residual"):
         ok = isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0
+    elif name == "rollout_discard":
+        ok = isinstance(value, (int, float)) and 0.0 <= float(value) < 1.0
+    elif name == "rollout_fusion":
+        ok = value in FUSIONS
+    elif name == "rollout_start":
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
     else:
         ok = isinstance(value, bool)
     if not ok:
@@ -140,6 +159,9 @@ def resolve_index(sel: int | str, count: int) -> int | str:
     if sel < 0:
         sel += count
     return max(0, min(count - 1, sel))
+
+
+ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual"}
 
 
 def map_label(state: ViewState) -> str:
