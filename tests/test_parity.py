@@ -293,3 +293,18 @@ def test_seed_tutorial_vit_single_channel(tmp_path) -> None:
     assert vm.spec.eps == 1e-5 and vm.spec.num_params == n_params(model) == 69194
     x = x_for(c=1, h=8, w=8)
     assert_parity(vm, x, *seed_reference(model, x))
+
+
+@pytest.mark.parametrize("kind", ["dinov2", "dinov2_reg"])
+def test_hf_dinov2_other_resolution(tmp_path, kind: str) -> None:
+    """HF DINOv2 always resamples (bicubic, size=); with registers it also antialiases, like the original."""
+    model = perturb(_hf_small(kind))
+    model.save_pretrained(tmp_path)
+    vm = vitviz.load(tmp_path, device="cpu")
+    x = x_for(h=48, w=40)
+    out, maps = hf_reference(model, x)
+    r = vm.run(x)
+    assert r.spec.grid == (6, 5)
+    np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+    for i, ref in enumerate(maps):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL)

@@ -243,10 +243,11 @@ class RolloutEngine:
         n = fused.shape[1] - self.num_prefix
         k = int(np.floor(params.discard * n + 1e-9))
         if k > 0:
+            p = self.num_prefix
             threshold = self._sorted_keys(params.fusion)[layer][:, k - 1]      # (T,) k-th smallest patch key
-            kept = fused.copy()
-            keys = kept[:, self.num_prefix:]                                    # (T, N) view
-            keys[keys <= threshold[:, None]] = 0.0
+            kept = np.empty_like(fused)
+            kept[:, :p] = fused[:, :p]
+            np.multiply(fused[:, p:], fused[:, p:] > threshold[:, None], out=kept[:, p:])   # (T, N)
         sums = params.residual + (1.0 - params.residual) * kept.sum(axis=1)   # (T,)
         return kept, sums
 

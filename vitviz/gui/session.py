@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.spec import ModelSpec
@@ -27,6 +28,7 @@ class Session(QObject):
     error = Signal(str, str, str)           # dialog title, summary, details
     devices_found = Signal(object)          # list of device names
     device_changed = Signal(str)
+    pos_embed_ready = Signal()              # `pos_embed` / `pos_grid` now describe the current input size
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -40,6 +42,11 @@ class Session(QObject):
         self.current = ""
         self.failed: dict[str, str] = {}
         self._cache: OrderedDict[str, ResultMaps] = OrderedDict()
+        self.param_counts: dict[str, int] = {}
+        self.pos_embed: np.ndarray | None = None    # (N_pos, D) at `pos_grid`, from the worker
+        self.pos_grid: tuple[int, int] | None = None
+        self.client.loaded_info.connect(self._on_loaded_info)
+        self.client.posembedded.connect(self._on_posembedded)
         self.client.loaded.connect(self._on_loaded)
         self.client.ran.connect(self._on_ran)
         self.client.moved.connect(self._on_moved)
@@ -72,9 +79,26 @@ class Session(QObject):
         if size == self.image_size:
             return
         self.image_size = size
-        self.client.cancel(lambda r: r.kind == "run")
+        self.client.cancel(lambda r: r.kind in ("run", "posembed"))
         self._cache.clear()
         self.failed.clear()
+        self.request_pos_embed()
+
+    def request_pos_embed(self) -> None:
+        """Ask the worker for the position embedding at the current input size (answered by pos_embed_ready)."""
+        if self.spec is None:
+            return
+        size = self.image_size or self.spec.image_size
+        p = self.spec.patch_size
+        self.client.submit("posembed", grid=(size[0] // p, size[1] // p))
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Memory held by the cached results (attention and the maps derived from it)."""
+        return sum(m.nbytes for m in self._cache.values())
+
+    def cached_paths(self) -> list[str]:
+        return list(self._cache)
 
     def add_images(self, paths: list[str]) -> None:
         self.images.extend(p for p in paths if p not in self.images)
@@ -110,7 +134,17 @@ class Session(QObject):
         self.image_size = None
         self._cache.clear()
         self.failed.clear()
+        self.pos_embed, self.pos_grid = None, None
+        self.request_pos_embed()
         self.model_loaded.emit(spec, device)
+
+    def _on_loaded_info(self, counts: dict[str, int]) -> None:
+        self.param_counts = dict(counts)
+
+    def _on_posembedded(self, _request: Request, answer: Any) -> None:
+        grid, pos = answer
+        self.pos_grid, self.pos_embed = tuple(grid), pos
+        self.pos_embed_ready.emit()
 
     def _on_ran(self, request: Request, maps: ResultMaps) -> None:
         if request.args.get("image_size") != self.image_size:
@@ -134,6 +168,9 @@ class Session(QObject):
         elif request.kind == "load":
             self.error.emit("Could not load model", summary, details)
             self.ensure_all()   # the load made queued runs stale; the previous model is still there
+        elif request.kind == "posembed":
+            self.pos_embed, self.pos_grid = None, None
+            self.error.emit("Could not read the position embedding", summary, details)
         elif request.kind == "move":
             self.error.emit("Could not move the model", summary, details)
             self.device_changed.emit(self.device)
@@ -142,14 +179,14 @@ class Session(QObject):
             self.error.emit("Could not start the inference engine", summary, details)
 
     def _evict(self, keep: str) -> None:
-        total = sum(m.result.nbytes for m in self._cache.values())
+        total = sum(m.nbytes for m in self._cache.values())
         while total > self.cache_bytes and len(self._cache) > 1:
             path, maps = next(iter(self._cache.items()))
             if path == keep:
                 self._cache.move_to_end(path)
                 continue
             del self._cache[path]
-            total -= maps.result.nbytes
+            total -= maps.nbytes
 
     def shutdown(self) -> None:
         self.client.shutdown()

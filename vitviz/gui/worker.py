@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 @dataclass
 class Request:
-    """One unit of work. kind: 'probe' (list devices), 'load', 'run' or 'move'."""
+    """One unit of work. kind: 'probe' (list devices), 'load', 'run', 'move' or 'posembed'."""
 
     id: int
     kind: str
@@ -55,7 +55,7 @@ class InferenceWorker(QObject):
 
         model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
-        return model.spec, str(model.device)
+        return model.spec, str(model.device), parameter_counts(model.net)
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
@@ -67,11 +67,33 @@ class InferenceWorker(QObject):
         maps.precompute()
         return maps
 
+    def _posembed(self, grid: tuple[int, int] | None = None) -> Any:
+        """The position embedding resampled to `grid` as (N_pos, D) NumPy (None without one), with the grid."""
+        if self._model is None:
+            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+        grid = tuple(grid) if grid else tuple(self._model.spec.grid)
+        return grid, self._model.pos_embed(grid)
+
     def _move(self, device: str) -> str:
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
         self._model = self._model.to(device)
         return str(self._model.device)
+
+
+PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
+               ("prefix tokens", ("cls_token", "dist_token", "reg_token")), ("blocks", ("blocks.",)),
+               ("final norm", ("norm.", "fc_norm.")), ("head", ("head", "pre_logits")))
+
+
+def parameter_counts(net: Any) -> dict[str, int]:
+    """Parameters per part of the reference ViT, by name prefix (plain ints, so the GUI needs no torch)."""
+    counts = {name: 0 for name, _ in PARAM_PARTS}
+    counts["other"] = 0
+    for key, param in net.named_parameters():
+        part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
+        counts[part] += int(param.numel())
+    return {k: v for k, v in counts.items() if v or k != "other"}
 
 
 def describe(request: Request) -> str:
@@ -84,6 +106,8 @@ def describe(request: Request) -> str:
         return f"Running {a.get('image')}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
     if request.kind == "move":
         return f"Moving model to {a.get('device')}…"
+    if request.kind == "posembed":
+        return "Reading the position embedding…"
     return "Looking for devices…"
 
 
@@ -106,6 +130,8 @@ class WorkerClient(QObject):
     """
 
     loaded = Signal(object, object, str)       # request, ModelSpec, device
+    loaded_info = Signal(object)               # parameter counts per part (emitted just before `loaded`)
+    posembedded = Signal(object, object)       # request, ((gh, gw), (N_pos, D) array or None)
     ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
     probed = Signal(object)                    # list of device names
@@ -204,12 +230,15 @@ class WorkerClient(QObject):
         if stale:
             self.dropped.emit(request)
         elif request.kind == "load":
-            spec, device = answer
+            spec, device, counts = answer
+            self.loaded_info.emit(counts)
             self.loaded.emit(request, spec, device)
         elif request.kind == "run":
             self.ran.emit(request, answer)
         elif request.kind == "move":
             self.moved.emit(request, answer)
+        elif request.kind == "posembed":
+            self.posembedded.emit(request, answer)
         else:
             self.probed.emit(answer)
         self._after()
