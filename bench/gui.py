@@ -7,7 +7,9 @@ Prints, measured in this run:
   * time from process start to the window being shown, and whether torch was imported by then (target 1.0 s);
   * p50/p95 time to update every visible panel after a layer or head change, ViT-B/16 at 224 and ViT-L/16 at
     384 (target p95 16 ms), plus the one-off cost of a new image's maps and of rollout;
-  * the longest GUI event-loop stall while a ViT-B/16 forward pass runs in the worker (target 50 ms).
+  * the longest GUI event-loop stall while a ViT-B/16 forward pass runs in the worker (target 50 ms);
+  * analysis panels: rollout-panel update per control change at T = 577 (target 50 ms), position-similarity hover
+    update at a 37 × 37 grid (target 16 ms), attention-matrix update at T = 1370 (DINOv2 at 518 px).
 """
 from __future__ import annotations
 
@@ -161,6 +163,116 @@ def bench_stall(checkpoint: Path, heads: int) -> None:
     win.close()
 
 
+def _pct(times: list[float]) -> tuple[float, float]:
+    p50, p95 = np.percentile(times, [50, 95]) * 1000
+    return float(p50), float(p95)
+
+
+def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps: int = 30) -> None:
+    """Rollout dock redraw after a control change (rollout through the last layer + two overlays), T = 577."""
+    from vitviz.gui.maps import ResultMaps
+
+    app, win = _window()
+    result = synthetic_result(depth, heads, size, 16)
+    maps = ResultMaps(result)
+    maps.precompute()                   # done in the worker for every result
+    win.session.spec, win.session.current = result.spec, result.source
+    win.session._cache[result.source] = maps
+    win.dock("rolloutDock").raise_()
+    win._refresh({"image"})
+    app.processEvents()
+    first = time.perf_counter()
+    for fusion in ("max", "min", "mean"):        # one-off per result: fuse the heads, sort keys for discarding
+        win.state.update(rollout_fusion=fusion, rollout_discard=0.5)
+        app.processEvents()
+    first = time.perf_counter() - first
+    rng = np.random.default_rng(2)
+    times: dict[str, list[float]] = {"residual/start/fusion": [], "discard": []}
+    for i in range(steps):
+        change = ({"rollout_residual": float(rng.uniform(0.1, 0.9))} if i % 3 == 0 else
+                  {"rollout_start": int(rng.integers(depth // 2))} if i % 3 == 1 else
+                  {"rollout_fusion": ("mean", "max", "min")[i % 3]})
+        for kind, values in (("residual/start/fusion", change), ("discard", {"rollout_discard": 0.1 + 0.8 * i / steps})):
+            t0 = time.perf_counter()
+            win.state.update(**values)
+            app.processEvents()
+            times[kind].append(time.perf_counter() - t0)
+    t = result.spec.num_tokens
+    for kind, values in times.items():
+        p50, p95 = _pct(values)
+        print(f"rollout panel, ViT-B/16 @{size} (T={t}), {kind} change: p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+              f"(target 50 ms, ratio {p95 / 50:.2f}); panel's own compute {win.rollout_panel.last_update_ms:.1f} ms")
+    print(f"  one-off per result, first use of max and min fusion and of discarding (fuse heads, sort keys), all "
+          f"three together: {first * 1000:.0f} ms (the mean fusion is prepared in the worker)")
+    win.state.update(source="rollout")
+    app.processEvents()
+    t0 = time.perf_counter()
+    win.state.update(rollout_residual=0.33)
+    app.processEvents()
+    print(f"  with the image panel on 'rollout' (every layer's map for the overview too): "
+          f"{(time.perf_counter() - t0) * 1000:.1f} ms per change")
+    win.close()
+
+
+def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> None:
+    """Position-embedding dock: one hover (new similarity map + two frames + repaint) at a 37 x 37 grid."""
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.maps import pos_embed_data
+
+    app, win = _window()
+    spec = ModelSpec(family="bench", source="bench", image_size=(grid * 14, grid * 14), patch_size=14,
+                     embed_dim=dim, depth=24, num_heads=16, pos_grid=(grid, grid))
+    pos = np.random.default_rng(0).normal(size=(1 + grid * grid, dim)).astype(np.float32)
+    t0 = time.perf_counter()
+    data = pos_embed_data(pos, (grid, grid), 1)
+    prep = time.perf_counter() - t0
+    win.dock("posEmbedDock").raise_()
+    win.posembed.set_data(data, spec)
+    app.processEvents()
+    rng = np.random.default_rng(3)
+    times = []
+    for _ in range(steps):
+        r, c = (int(v) for v in rng.integers(grid, size=2))
+        t0 = time.perf_counter()
+        win.panel.hovered.emit(r, c)           # what the image panel sends on a mouse move
+        app.processEvents()
+        times.append(time.perf_counter() - t0)
+    p50, p95 = _pct(times)
+    print(f"position-similarity hover at {grid}x{grid} (D={dim}): p50 {p50:.1f} ms, p95 {p95:.1f} ms (target 16 ms, "
+          f"ratio {p95 / 16:.2f}); similarities + mosaic in the worker once per size: {prep * 1000:.0f} ms")
+    win.close()
+
+
+def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 20) -> None:
+    """Attention-matrix dock update after a layer/head change at T = 1370 (DINOv2-L/14 at 518 px, 4 registers
+    would be 1374; the stored layers do not change the per-update cost, so only 2 are built)."""
+    from vitviz.gui.maps import ResultMaps
+
+    app, win = _window()
+    result = synthetic_result(depth, heads, size, patch)
+    maps = ResultMaps(result)
+    maps.stack("cls")
+    win.session.spec, win.session.current = result.spec, result.source
+    win.session._cache[result.source] = maps
+    win.dock("matrixDock").raise_()
+    win._refresh({"image"})
+    app.processEvents()
+    times: dict[str, list[float]] = {"single head": [], "head mean": [], "query click": []}
+    for i in range(steps):
+        for kind, values in (("single head", {"head": i % heads, "layer": i % depth}), ("head mean", {"head": "mean",
+                             "layer": (i + 1) % depth}), ("query click", {"query": int(1 + i * 37)})):
+            t0 = time.perf_counter()
+            win.state.update(**values)
+            app.processEvents()
+            times[kind].append(time.perf_counter() - t0)
+    t = result.spec.num_tokens
+    print(f"attention matrix at T={t} (window update incl. the image panel and overview):")
+    for kind, values in times.items():
+        p50, p95 = _pct(values)
+        print(f"  {kind}: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    win.close()
+
+
 def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
     end = time.time() + timeout_s
     while not condition():
@@ -173,7 +285,13 @@ def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip ViT-L/16 at 384")
+    parser.add_argument("--panels", action="store_true", help="only the analysis-panel benchmarks")
     args = parser.parse_args()
+    bench_rollout_panel()
+    bench_posembed_hover()
+    bench_matrix()
+    if args.panels:
+        return 0
     bench_startup()
     bench_updates("ViT-B/16 @224 (12 x 12, 197 tokens)", 12, 12, 224)
     if not args.quick:

@@ -66,17 +66,17 @@ def report_rss(samples: list[tuple[int, int]], peak: int, n: int, batch_size: in
     rss = np.array([s[1] for s in samples], dtype=np.float64)
     first = rss[files >= batch_size][0] if (files >= batch_size).any() else float("nan")
     print(f"vitviz export, ViT-B/16 @224, {n} images, batch {batch_size}: {seconds:.1f} s, {len(samples)} samples")
-    print(f"  RSS after the first batch ({batch_size} images): {first / MB:8.1f} MB")
+    print(f"  RSS after the first batch ({batch_size} images): {first / MB:8.1f} MiB")
     for q in (0.25, 0.5, 0.75, 1.0):
         sel = rss[files >= int(q * n)]
         if sel.size:
-            print(f"  RSS at {int(q * 100):3d}% ({int(q * n):4d} images):     {sel[0] / MB:8.1f} MB")
-    print(f"  peak RSS (VmHWM):                  {peak / MB:8.1f} MB")
+            print(f"  RSS at {int(q * 100):3d}% ({int(q * n):4d} images):     {sel[0] / MB:8.1f} MiB")
+    print(f"  peak RSS (VmHWM):                  {peak / MB:8.1f} MiB")
     late = files >= 2 * batch_size
     if late.sum() > 10 and np.ptp(files[late]) > 0:
         slope = np.polyfit(files[late], rss[late], 1)[0]
         print(f"  RSS slope after the second batch:  {slope / 1024:+8.1f} KB per image "
-              f"(x {n} images = {slope * n / MB:+.1f} MB)")
+              f"(x {n} images = {slope * n / MB:+.1f} MiB)")
 
 
 def storage_table(run_b16: Path | None, run_large: bool) -> None:
@@ -87,8 +87,8 @@ def storage_table(run_b16: Path | None, run_large: bool) -> None:
         for dtype, size in (("float32", 4), ("float16", 2)):
             nbytes = layers * heads * tokens * tokens * size
             got = measured.get((name, dtype))
-            extra = f"   measured {got / MB:8.1f} MB" if got else "   (computed)"
-            print(f"  {name}  L={layers:2d} H={heads:2d} T={tokens}  {dtype}: {nbytes / MB:8.1f} MB{extra}")
+            extra = f"   measured {got / MB:8.1f} MiB" if got else "   (computed)"
+            print(f"  {name}  L={layers:2d} H={heads:2d} T={tokens}  {dtype}: {nbytes / MB:8.1f} MiB{extra}")
 
 
 def _measure(b16: Path | None, run_large: bool) -> dict[tuple[str, str], int]:

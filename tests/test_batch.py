@@ -83,7 +83,7 @@ def test_export_writes_every_map_and_reports_bad_images(first_run, folder: Path)
     assert {k for k in pngs if "/" not in k} == expected
     assert {k.split("/", 1)[1] for k in pngs if k.startswith("sub/")} == {e for e in expected if e.startswith("a_")}
     assert not any("notes" in k or "trunc" in k for k in pngs)
-    assert pngs["a_cls_L0_H0.png"].shape == (32, 32, 3)  # the model's input size
+    assert pngs["a_cls_L0_H0.png"].shape == (37, 37, 3)  # the 40 x 52 original's region the model saw
     # the maps really differ between heads, layers, maps and images
     for other in ("a_cls_L0_H1.png", "a_cls_L1_H0.png", "a_token3_L0_H0.png", "a_rollout_L0_Hmean.png",
                   "sub/a_cls_L0_H0.png"):
@@ -120,7 +120,7 @@ def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) 
     for name, state in (("b_cls_L1_H0.png", ViewState(source="cls", layer=1, head=0)),
                         ("b_token3_Lmean_Hmean.png", ViewState(source="token", query=3, layer="mean", head="mean")),
                         ("b_rollout_L1_Hmean.png", ViewState(source="rollout", layer=1, head="mean"))):
-        gui = render(maps, state, heatmap_only=False, colorbar=False).astype(int)
+        gui = render(maps, state, heatmap_only=False, colorbar=False).astype(int)  # the original's resolution
         cli = np.asarray(Image.open(out / name).convert("RGB")).astype(int)
         assert gui.shape == cli.shape and np.abs(gui - cli).max() <= 1, name
 

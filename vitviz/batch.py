@@ -71,8 +71,9 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help="colour range: 0..max over all layers and heads of the map (shared), or each map's own")
     g.add_argument("--colorbar", action="store_true", help="append a colour bar with its range")
     g.add_argument("--blocky", action="store_true", help="one flat colour per patch instead of smooth")
-    g.add_argument("--size", choices=("input", "original"), default="input",
-                   help="the image the model saw, or that region of the original at full resolution")
+    g.add_argument("--size", choices=("input", "original"), default="original",
+                   help="original (default, as the window exports): the region of the image the model saw, at the "
+                        "original's resolution; input: the model's input image")
 
 
 def _checked(parse: Any) -> Any:

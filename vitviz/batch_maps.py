@@ -58,7 +58,7 @@ class RenderOptions:
     smooth: bool = True
     scale: str = "shared"      # 'shared': 0..max over all layers of that kind of head column; 'own': min..max
     colorbar: bool = False
-    size: str = "input"        # 'input': the image the model saw; 'original': that region at full resolution
+    size: str = "original"     # 'original': the region the model saw at full resolution; 'input': the model input
 
 
 def parse_maps(text: str) -> list[MapKind]:

@@ -2,7 +2,7 @@
 
     xvfb-run -a -s "-screen 0 1600x1000x24" python resources/screenshots/make_screenshots.py
 
-Uses a ViT-B/16-shaped checkpoint with random weights (written to a temporary folder; no download) and the sample
+Also writes one picture per analysis dock (panel_*.png). Uses a ViT-B/16-shaped checkpoint with random weights (written to a temporary folder; no download) and the sample
 photos in resources/samples (a drawn scene when they are missing), so the maps show the window's features, not what a trained model attends to. Each view is produced the
 way a user gets it: `--screenshot` for the first, the window's own controls for the others.
 """
@@ -79,8 +79,41 @@ def main() -> int:
             app.processEvents()
         win.grab().save(str(HERE / name))
         print("wrote", HERE / name)
+    panel_shots(app, win, scene, others)
     win.close()
     return 0
+
+
+PANEL_SHOTS = {
+    "panel_matrix.png": ("matrixDock", dict(source="token", query=1 + 6 * 14 + 4, layer=5, head="mean",
+                                            matrix_log=True, colormap="viridis", opacity=0.6)),
+    "panel_rollout.png": ("rolloutDock", dict(source="rollout", query=None, layer=11, rollout_fusion="max",
+                                              rollout_discard=0.6, rollout_residual=0.5, colormap="inferno")),
+    "panel_posembed.png": ("posEmbedDock", dict(colormap="viridis")),
+    "panel_headstats.png": ("headStatsDock", dict(layer=9, head=3, stats_average=True)),
+    "panel_info.png": ("infoDock", dict()),
+}
+
+
+def panel_shots(app, win, scene: Path, others: list) -> None:  # noqa: ANN001
+    """One picture per analysis dock: the dock floated at a readable size, driven through the view state."""
+    for name, (dock_name, values) in PANEL_SHOTS.items():
+        win.state.update(**values)
+        dock = win.dock(dock_name)
+        dock.setFloating(True)
+        dock.resize(*((760, 820) if dock_name == "infoDock" else (980, 700)))
+        dock.show()
+        dock.raise_()
+        if dock_name == "posEmbedDock":
+            win.posembed.hover(4, 9)
+        for _ in range(10):
+            app.processEvents()
+        dock.grab().save(str(HERE / name))
+        print("wrote", HERE / name)
+        dock.setFloating(False)
+    win.reset_layout()
+    for _ in range(5):
+        app.processEvents()
 
 
 def _wait(app, condition, timeout_s: float = 300) -> None:  # noqa: ANN001

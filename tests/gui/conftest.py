@@ -103,3 +103,57 @@ def loaded(qtbot, window, tiny_ckpt, images):  # noqa: ANN001, ANN201
     wait_idle(qtbot, window)
     assert window.session.result(str(images[0])) is not None
     return window
+
+
+def show_dock(qtbot, window, name: str):  # noqa: ANN001, ANN201
+    """Raise a tabbed dock so its panel is visible (hidden panels skip redraws) and return the panel."""
+    dock = window.dock(name)
+    dock.raise_()
+    qtbot.waitUntil(dock.widget().isVisible, timeout=5000)
+    return dock.widget()
+
+
+def viewport_pos(widget, view, x: float, y: float):  # noqa: ANN001, ANN201
+    """The viewport position of view coordinates (x, y) in a pyqtgraph GraphicsLayoutWidget."""
+    return widget.mapFromScene(view.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(x, y)))
+
+
+def hover(viewport, pos) -> None:  # noqa: ANN001
+    """A plain mouse move (no button) sent straight to a viewport: QTest's move needs a real cursor. pyqtgraph drops
+    moves that follow another within its rate limit, so the limit's clock is reset first."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    event = QMouseEvent(QEvent.Type.MouseMove, QPointF(pos), viewport.mapToGlobal(QPointF(pos)),
+                        Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    scene = viewport.parent().scene()
+    if hasattr(scene, "_lastMoveEventTime"):
+        scene._lastMoveEventTime = 0
+    QApplication.sendEvent(viewport, event)
+
+
+def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
+    """Load `path` (2 heads) in the window, add `images` and wait until everything ran."""
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(path), heads=HEADS)
+    window.add_images([str(p) for p in images])
+    wait_idle(qtbot, window)
+
+
+@pytest.fixture(scope="session")
+def variant_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny checkpoints without CLS, with no_embed_class position embeddings, and without position embedding."""
+    import torch
+    from _tiny import tiny_state_dict
+
+    folder = tmp_path_factory.mktemp("variants")
+    out = {"no_cls": write_tiny_checkpoint(folder / "no_cls.pth", class_token=False)}
+    sd = tiny_state_dict()
+    sd["pos_embed"] = sd["pos_embed"][:, 1:]           # timm no_embed_class: no row for the CLS token
+    torch.save(sd, folder / "no_embed_class.pth")
+    sd = tiny_state_dict()
+    del sd["pos_embed"]
+    torch.save(sd, folder / "no_pos.pth")
+    out.update(no_embed_class=folder / "no_embed_class.pth", no_pos=folder / "no_pos.pth")
+    return out

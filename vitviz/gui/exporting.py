@@ -29,7 +29,7 @@ def render(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, color
     Returns:
         (H, W[ + colorbar], 3) uint8: the overlay with the state's colormap and opacity, or the bare heatmap.
     """
-    stack = maps.stack(state.source, state.query)
+    stack = maps.stack_for(state)
     values = stack.select(state.layer if layer is None else layer, state.head if head is None else head)
     lo, hi = levels_for(state, values, stack)
     image = base_image(maps) if base is None else base
@@ -62,7 +62,7 @@ def image_stem(source: str) -> str:
 def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tuple[Path, int, int | str]]:
     """(path, layer, head) for every layer × head map (heads, then 'mean' and 'max'; rollout: one per layer),
     named `{image}_{map}_L{layer}_H{head}.png`."""
-    stack: MapStack = maps.stack(state.source, state.query)
+    stack: MapStack = maps.stack_for(state)
     heads: list[int | str] = ["mean"] if stack.num_heads == 1 else [*range(stack.num_heads), "mean", "max"]
     stem, name = image_stem(maps.result.source), map_label(state)
     return [(folder / f"{stem}_{name}_L{layer}_H{head}.png", layer, head)

@@ -304,3 +304,35 @@ def upsample(values: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndar
     top = values[y0][:, x0] * (1 - fx) + values[y0][:, x1] * fx
     bottom = values[y1][:, x0] * (1 - fx) + values[y1][:, x1] * fx
     return (top * (1 - fy) + bottom * fy).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class PosEmbedData:
+    """A model's position embedding at one grid, with the similarities the position-embedding panel shows.
+
+    Attributes:
+        grid: (gh, gw) the embedding was resampled to.
+        pos: (N_pos, D) float32, `prefix_rows` prefix rows (0 for no_embed_class models) then the grid row-major.
+        similarity: (gh, gw, gh, gw) float32 cosine similarity between every pair of positions.
+        cls_similarity: (gh, gw) similarity of the first prefix row (CLS) to every position, or None.
+        mosaic: the ViT-paper figure as one image, tiles of (gh, gw) separated by a NaN gap of `gap`.
+    """
+
+    grid: tuple[int, int]
+    pos: np.ndarray
+    prefix_rows: int
+    similarity: np.ndarray
+    cls_similarity: np.ndarray | None
+    mosaic: np.ndarray
+    gap: int
+
+
+def pos_embed_data(pos: np.ndarray, grid: tuple[int, int], prefix_rows: int) -> PosEmbedData:
+    """Similarities and mosaic of a resampled position embedding (the worker calls this, off the GUI thread)."""
+    from vitviz.gui.overview import mosaic
+
+    sim = analysis.pos_embed_similarity(pos, grid, prefix_rows).astype(np.float32)      # (gh, gw, gh, gw)
+    cls_sim = analysis.prefix_pos_similarity(pos, grid, prefix_rows).astype(np.float32) if prefix_rows else None
+    gap = 1
+    return PosEmbedData(tuple(grid), np.asarray(pos, dtype=np.float32), prefix_rows, sim, cls_sim,
+                        mosaic(sim, False, gap), gap)

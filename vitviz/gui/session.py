@@ -8,11 +8,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.maps import ResultMaps
+from vitviz.gui.maps import PosEmbedData, ResultMaps
 from vitviz.gui.worker import Request, WorkerClient
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
@@ -43,7 +42,7 @@ class Session(QObject):
         self.failed: dict[str, str] = {}
         self._cache: OrderedDict[str, ResultMaps] = OrderedDict()
         self.param_counts: dict[str, int] = {}
-        self.pos_embed: np.ndarray | None = None    # (N_pos, D) at `pos_grid`, from the worker
+        self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.pos_grid: tuple[int, int] | None = None
         self.client.loaded_info.connect(self._on_loaded_info)
         self.client.posembedded.connect(self._on_posembedded)
@@ -82,15 +81,16 @@ class Session(QObject):
         self.client.cancel(lambda r: r.kind in ("run", "posembed"))
         self._cache.clear()
         self.failed.clear()
-        self.request_pos_embed()
 
     def request_pos_embed(self) -> None:
-        """Ask the worker for the position embedding at the current input size (answered by pos_embed_ready)."""
+        """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
+        pos_embed_ready)."""
         if self.spec is None:
             return
         size = self.image_size or self.spec.image_size
         p = self.spec.patch_size
-        self.client.submit("posembed", grid=(size[0] // p, size[1] // p))
+        self.client.cancel(lambda r: r.kind == "posembed")
+        self.client.submit("posembed", first=True, grid=(size[0] // p, size[1] // p))
 
     @property
     def cache_nbytes(self) -> int:

@@ -12,7 +12,7 @@ from PySide6.QtCore import QByteArray, QSettings
 
 from vitviz.gui.state import COLORMAPS, ViewState
 
-SETTINGS_VERSION = 1
+SETTINGS_VERSION = 2   # 2: the analysis docks
 MAX_RECENT = 8
 
 

@@ -165,7 +165,9 @@ ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout
 
 
 def map_label(state: ViewState) -> str:
-    """A short file-name-safe name of the current map, e.g. 'cls', 'rollout', 'token17'."""
+    """A short file-name-safe name of the current map, e.g. 'cls', 'rollout', 'token17', 'rollout-token17'."""
     if state.source == "token" and state.query is not None:
         return f"token{state.query}"
+    if state.source == "rollout" and state.query is not None:
+        return f"rollout-token{state.query}"
     return state.source

@@ -14,12 +14,17 @@ from vitviz.gui import dialogs, menus, settings as st
 from vitviz.gui.controls import ControlsPanel
 from vitviz.gui.dropping import classify
 from vitviz.gui.file_actions import FileActionsMixin
+from vitviz.gui.headstats_panel import HeadStatsPanel
 from vitviz.gui.image_list import ImageListPanel
 from vitviz.gui.image_panel import ImagePanel
+from vitviz.gui.info_panel import InfoPanel, ModelInfo
 from vitviz.gui.maps import levels_for
+from vitviz.gui.matrix_panel import MatrixPanel
 from vitviz.gui.overview import OverviewPanel
+from vitviz.gui.posembed_panel import PosEmbedPanel
+from vitviz.gui.rollout_panel import RolloutPanel
 from vitviz.gui.session import Session
-from vitviz.gui.state import ViewState, resolve_index
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, resolve_index
 
 PROBE_DELAY_MS = 300
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}
@@ -54,6 +59,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
                       self._dock("Images", "imagesDock", self.images, Qt.DockWidgetArea.RightDockWidgetArea),
                       self._dock("Layer × head overview", "overviewDock", self.overview,
                                  Qt.DockWidgetArea.RightDockWidgetArea)]
+        self._add_analysis_docks()
         self.actions_by_name = menus.build(self)
         menus.fill_view_menu(self, self.view_menu, self.actions_by_name["reset_layout"])
         menus.fill_recent_menu(self, self.recent_menu, st.recent_models(settings))
@@ -73,8 +79,32 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.addDockWidget(area, dock)
         return dock
 
+    def _add_analysis_docks(self) -> None:
+        """The analysis panels: tabs next to the overview; model info as a tab next to the image list."""
+        self.matrix = MatrixPanel(self.state)
+        self.rollout_panel = RolloutPanel(self.state)
+        self.posembed = PosEmbedPanel()
+        self.headstats = HeadStatsPanel(self.state)
+        self.info = InfoPanel()
+        right = Qt.DockWidgetArea.RightDockWidgetArea
+        overview, images = self.docks[2], self.docks[1]
+        for title, name, widget in (("Attention matrix", "matrixDock", self.matrix),
+                                    ("Rollout", "rolloutDock", self.rollout_panel),
+                                    ("Position embedding", "posEmbedDock", self.posembed),
+                                    ("Head statistics", "headStatsDock", self.headstats)):
+            self.docks.append(self._dock(title, name, widget, right))
+            self.tabifyDockWidget(overview, self.docks[-1])
+        self.docks.append(self._dock("Model info", "infoDock", self.info, right))
+        self.tabifyDockWidget(images, self.docks[-1])
+        overview.raise_()
+        images.raise_()
+
+    def dock(self, name: str) -> QDockWidget:
+        """A dock by object name."""
+        return next(d for d in self.docks if d.objectName() == name)
+
     def _size_docks(self) -> None:
-        controls, images, overview = self.docks
+        controls, images, overview = self.docks[:3]
         horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
         self.resizeDocks([controls, images], [320, 400], horizontal)
         self.resizeDocks([images, overview], [300, 560], vertical)
@@ -107,6 +137,12 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.panel.hovered.connect(self._on_hover)
         self.panel.clicked.connect(self._on_patch_clicked)
         self.overview.tile_clicked.connect(self._on_tile_clicked)
+        self.panel.hovered.connect(self.posembed.hover)
+        self.matrix.query_clicked.connect(self.select_query)
+        self.rollout_panel.query_clicked.connect(self.select_query)
+        self.headstats.head_clicked.connect(lambda layer, head: self.state.update(layer=layer, head=head))
+        s.pos_embed_ready.connect(lambda: self.posembed.set_data(s.pos_embed, s.spec))
+        s.device_changed.connect(lambda _d: self._update_info())
 
     # ------------------------------------------------------------------------------------------ user intents
 
@@ -137,7 +173,9 @@ class MainWindow(FileActionsMixin, QMainWindow):
         """Run every image at (height, width); results at the previous size are dropped."""
         self.session.set_image_size((height, width))
         self.controls.show_size((height, width))
+        self.headstats.reset()
         self.session.ensure_all()
+        self.session.request_pos_embed()
         self._refresh({"image"})
 
     def step_layer(self, delta: int) -> None:
@@ -153,6 +191,20 @@ class MainWindow(FileActionsMixin, QMainWindow):
             head = self.state.head
             start = -1 if isinstance(head, str) else int(head)
             self.state.update(head=(start + delta) % spec.num_heads)
+
+    def select_query(self, token: int) -> None:
+        """Make `token` the query everywhere (a negative token, or the selected one again, clears it). With the
+        rollout map showing, the rollout starts from it; otherwise the map shows the token's attention."""
+        if token < 0 or token == self.state.query:
+            source = self._last_map_source if self.state.source == "token" else self.state.source
+            self.state.update(query=None, source=source)
+            return
+        if self.state.source == "rollout":
+            self.state.update(query=token)
+            return
+        if self.state.source != "token":
+            self._last_map_source = self.state.source
+        self.state.update(query=token, source="token")
 
     def reset_layout(self) -> None:
         self.restoreState(self._default_layout, st.SETTINGS_VERSION)
@@ -174,13 +226,19 @@ class MainWindow(FileActionsMixin, QMainWindow):
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
                           source=self.state.source if query is not None or self.state.source != "token" else "cls")
         self.setWindowTitle(f"vitviz — {Path(self.session.model_path).name}")
+        self.headstats.reset()
+        self.posembed.set_model(spec)
+        if self.session.pos_embed is not None or self.session.pos_grid is not None:
+            self.posembed.set_data(self.session.pos_embed, spec)
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if self.pending_size is not None:
             self.session.set_image_size(self.pending_size)
             self.controls.show_size(self.pending_size)
             self.pending_size = None
+            self.session.request_pos_embed()
         self.session.ensure_all()
         self._refresh({"image"})
+        self._update_info()
 
     def _on_device_changed(self, device: str) -> None:
         self.controls.set_device(device)
@@ -190,8 +248,10 @@ class MainWindow(FileActionsMixin, QMainWindow):
         maps = self.session.result(path)
         if maps is not None:
             self.images.set_predictions(path, maps.result.top_k(5))
+            self.headstats.add(path, *maps.head_stats())
         if path == self.session.current:
             self._refresh({"image"})
+        self._update_info()
 
     def _on_run_failed(self, path: str, summary: str) -> None:
         self.images.set_failed(path, summary)
@@ -202,6 +262,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.session.current = path
         self.session.ensure(path, first=True)
         self._refresh({"image"})
+        self._update_info()
 
     def show_error(self, title: str, summary: str, details: str) -> None:
         """One dialog at a time: further errors while it is open are added to it."""
@@ -225,17 +286,36 @@ class MainWindow(FileActionsMixin, QMainWindow):
     def _refresh(self, changed: set[str]) -> None:
         """Redraw what the changed fields affect; cheap enough for one frame (maps are cached per result)."""
         maps = self.session.result(self.session.current)
+        rollout_changed = bool(changed & ROLLOUT_FIELDS) and self.state.source == "rollout"
         if maps is None:
             self._show_placeholder()
-        elif changed & MAP_FIELDS:
+        elif changed & MAP_FIELDS or rollout_changed:
             self._draw_map(maps, image_changed="image" in changed)
         else:
             self.panel.set_opacity(self.state.opacity)
             if "per_tile" in changed:
-                stack = maps.stack(self.state.source, self.state.query)
+                stack = maps.stack_for(self.state)
                 self.overview.show_stack(stack, self.state.per_tile, self.state.colormap)
         self.panel.set_grid_visible(self.state.show_grid and maps is not None)
+        self._refresh_analysis(maps, changed)
         self.refreshed.emit()
+
+    def _refresh_analysis(self, maps: Any, changed: set[str]) -> None:
+        """Hand the current result to the analysis panels (each redraws only what it needs, and only when
+        visible)."""
+        self.matrix.set_maps(maps)
+        self.rollout_panel.set_maps(maps)
+        self.headstats.set_current(self.session.current if maps is not None else "")
+        if "colormap" in changed:
+            self.posembed.set_colormap(self.state.colormap)
+
+    def _update_info(self) -> None:
+        s = self.session
+        maps = s.result(s.current) if s.current else None
+        self.info.show_info(ModelInfo(
+            spec=s.spec, device=s.device, path=s.model_path, param_counts=dict(s.param_counts),
+            cache_bytes=s.cache_nbytes, cached_images=len(s.cached_paths()), image=Path(s.current).name
+            if s.current else "", top5=maps.result.top_k(5) if maps is not None else [], image_size=s.image_size))
 
     def _show_placeholder(self) -> None:
         path, s = self.session.current, self.session
@@ -276,7 +356,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
 
     def _query_patch(self, result: Any) -> tuple[int, int] | None:
         q, p = self.state.query, result.num_prefix
-        if self.state.source != "token" or q is None or q < p:
+        if self.state.source not in ("token", "rollout") or q is None or q < p:
             return None
         return divmod(q - p, result.grid[1])
 
@@ -290,15 +370,8 @@ class MainWindow(FileActionsMixin, QMainWindow):
 
     def _on_patch_clicked(self, row: int, col: int) -> None:
         maps = self.session.result(self.session.current)
-        if maps is None:
-            return
-        token = maps.result.num_prefix + row * maps.result.grid[1] + col
-        if self.state.source == "token" and self.state.query == token:
-            self.state.update(query=None, source=self._last_map_source)
-            return
-        if self.state.source != "token":
-            self._last_map_source = self.state.source
-        self.state.update(query=token, source="token")
+        if maps is not None:
+            self.select_query(maps.result.num_prefix + row * maps.result.grid[1] + col)
 
     def _on_tile_clicked(self, layer: int, head: int | str | None) -> None:
         self.state.update(layer=layer, **({} if head is None else {"head": head}))

@@ -68,11 +68,15 @@ class InferenceWorker(QObject):
         return maps
 
     def _posembed(self, grid: tuple[int, int] | None = None) -> Any:
-        """The position embedding resampled to `grid` as (N_pos, D) NumPy (None without one), with the grid."""
+        """The position embedding resampled to `grid` with its similarities (`PosEmbedData`; None without a learned
+        absolute position embedding), and the grid."""
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+        from vitviz.gui.maps import pos_embed_data
+
         grid = tuple(grid) if grid else tuple(self._model.spec.grid)
-        return grid, self._model.pos_embed(grid)
+        pos = self._model.pos_embed(grid)
+        return grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix)
 
     def _move(self, device: str) -> str:
         if self._model is None:
@@ -131,7 +135,7 @@ class WorkerClient(QObject):
 
     loaded = Signal(object, object, str)       # request, ModelSpec, device
     loaded_info = Signal(object)               # parameter counts per part (emitted just before `loaded`)
-    posembedded = Signal(object, object)       # request, ((gh, gw), (N_pos, D) array or None)
+    posembedded = Signal(object, object)       # request, ((gh, gw), PosEmbedData or None)
     ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
     probed = Signal(object)                    # list of device names

@@ -1,0 +1,82 @@
+"""The head-statistics dock (values, hover, click selects, averaging) and the model-info dock."""
+from __future__ import annotations
+
+import numpy as np
+from conftest import HEADS, hover, load_model, show_dock
+from PySide6.QtCore import Qt
+
+from vitviz.core import analysis
+from vitviz.gui.info_panel import ModelInfo, info_html
+
+
+def _point_pos(panel, plot, layer: int, head: int):  # noqa: ANN001, ANN202
+    index = int(np.flatnonzero((plot.layers == layer) & (plot.heads == head))[0])
+    return panel.widget.mapFromScene(plot.scene_pos_of(index))
+
+
+def test_statistics_of_the_current_image(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    panel = show_dock(qtbot, w, "headStatsDock")
+    result = w.session.result(str(images[0])).result
+    dist, ent = panel.shown
+    np.testing.assert_allclose(dist, analysis.mean_attention_distance(result))
+    np.testing.assert_allclose(ent, analysis.attention_entropy(result.attentions, num_prefix=1))
+    assert len(panel.distance.x) == 2 * HEADS
+    np.testing.assert_allclose(np.sort(panel.distance.y), np.sort(dist.ravel()))
+    w.actions_by_name["next_image"].trigger()
+    np.testing.assert_allclose(panel.shown[0], analysis.mean_attention_distance(
+        w.session.result(str(images[1])).result))
+
+
+def test_hover_names_and_click_selects(qtbot, loaded) -> None:  # noqa: ANN001
+    w = loaded
+    panel = show_dock(qtbot, w, "headStatsDock")
+    hover(panel.widget.viewport(), _point_pos(panel, panel.entropy, 0, 1))
+    assert panel.readout.text().startswith("layer 0, head 1:")
+    assert "nats" in panel.readout.text()
+    qtbot.mouseClick(panel.widget.viewport(), Qt.MouseButton.LeftButton, pos=_point_pos(panel, panel.distance, 0, 1))
+    assert (w.state.layer, w.state.head) == (0, 1)
+    assert w.overview.frame.isVisible()                                  # the overview follows
+    ring = panel.distance.ring.getData()
+    assert len(ring[0]) == 1
+    w.state.update(head="mean")                                          # every head of the layer is ringed
+    assert len(panel.entropy.ring.getData()[0]) == HEADS
+
+
+def test_average_over_images(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    panel = show_dock(qtbot, w, "headStatsDock")
+    panel.average_check.setChecked(True)
+    assert w.state.stats_average
+    each = [analysis.mean_attention_distance(w.session.result(str(p)).result) for p in images]
+    np.testing.assert_allclose(panel.shown[0], np.mean(each, axis=0), rtol=1e-6)
+    assert "all 3 images" in panel.average_check.text()
+    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+        w.set_image_size(32, 48)                                         # another size: statistics start over
+    wait = [p for p in images]
+    qtbot.waitUntil(lambda: all(w.session.result(str(p)) is not None for p in wait), timeout=20000)
+    assert "all 3 images" in panel.average_check.text()
+
+
+def test_model_info(qtbot, loaded, images, tiny_ckpt) -> None:  # noqa: ANN001
+    w = loaded
+    panel = show_dock(qtbot, w, "infoDock")
+    text = panel.text()
+    spec = w.session.spec
+    assert spec.family in text and str(tiny_ckpt) in text and "device: cpu" in text
+    assert "prefix tokens\n1 (cls)" in text
+    assert "patch embedding" in text and "blocks" in text and "head" in text
+    assert sum(w.session.param_counts.values()) == spec.num_params
+    assert f"num_heads\n{HEADS}\noverride" in text                       # value and where it came from
+    assert "pos_prefix\n1\nshape: pos_embed length" in text
+    assert "cached results: 3 image(s)" in text
+    top = w.session.result(str(images[0])).result.top_k(5)
+    assert top[0][1] in text and "Top-5" in text
+    assert "interpolation" in text and "bicubic" in text
+
+
+def test_model_info_register_tokens_and_no_model(qtbot, window, tiny_ckpt_b, images) -> None:  # noqa: ANN001
+    assert "No model loaded" in window.info.text()
+    load_model(qtbot, window, tiny_ckpt_b, images[:1])
+    assert "3 (cls, reg0, reg1)" in window.info.text()
+    assert "No model loaded" in info_html(ModelInfo())

@@ -1,0 +1,89 @@
+"""The position-embedding dock: hover (here or in the image) updates the similarity map; CLS row; mosaic; input
+size; models without CLS row, without CLS and without a learned position embedding."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import HEADS, hover, load_model, show_dock, viewport_pos
+
+from vitviz.core import analysis
+from vitviz.gui.posembed_panel import NO_POS_TEXT
+
+
+def _model_pos(path, grid=None):  # noqa: ANN001, ANN202
+    import vitviz
+
+    model = vitviz.load(str(path), heads=HEADS)
+    return model.pos_embed(grid), model.spec.pos_prefix
+
+
+def _ready(qtbot, window, grid):  # noqa: ANN001, ANN202
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    qtbot.waitUntil(lambda: panel.data is not None and panel.data.grid == grid, timeout=20000)
+    return panel
+
+
+def test_image_hover_drives_similarity(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    w = loaded
+    panel = _ready(qtbot, w, (4, 4))
+    pos, prefix = _model_pos(tiny_ckpt)
+    sim = analysis.pos_embed_similarity(pos, (4, 4), prefix)
+    p = w.session.spec.patch_size
+    scene = w.panel.view.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(3.5 * p, 1.5 * p))
+    hover(w.panel.view_widget.viewport(), w.panel.view_widget.mapFromScene(scene))    # patch (1, 3) in the image
+    assert panel.position == (1, 3)
+    np.testing.assert_allclose(panel.hover_item.image, sim[1, 3], rtol=1e-5, atol=1e-6)
+    assert panel.hover_frame.rect().topLeft().toTuple() == (3.0, 1.0)
+    assert "(1, 3)" in panel.hover_label.text
+    np.testing.assert_allclose(panel.cls_item.image, analysis.prefix_pos_similarity(pos, (4, 4), prefix), rtol=1e-5,
+                               atol=1e-6)
+    assert panel.mosaic_item.image.shape == (4 * 5 - 1, 4 * 5 - 1)          # 4x4 tiles of 4x4, 1-px gaps
+
+
+def test_hover_in_panel_and_mosaic(qtbot, loaded) -> None:  # noqa: ANN001
+    w = loaded
+    panel = _ready(qtbot, w, (4, 4))
+    sim = panel.data.similarity
+    hover(panel.widget.viewport(), viewport_pos(panel.widget, panel.hover_view, 0.5, 2.5))
+    assert panel.position == (2, 0)
+    np.testing.assert_allclose(panel.hover_item.image, sim[2, 0])
+    hover(panel.widget.viewport(), viewport_pos(panel.widget, panel.mosaic_view, 3 * 5 + 1.5, 1 * 5 + 2.5))
+    assert panel.position == (1, 3)                                          # the tile of position (1, 3)
+    np.testing.assert_allclose(panel.hover_item.image, sim[1, 3])
+    assert panel.last_hover_ms < 1000
+
+
+def test_follows_input_size(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    w = loaded
+    w.set_image_size(32, 48)
+    panel = _ready(qtbot, w, (4, 6))
+    pos, prefix = _model_pos(tiny_ckpt, (4, 6))
+    np.testing.assert_allclose(panel.data.pos, pos, rtol=1e-6)             # the interpolated embedding
+    np.testing.assert_allclose(panel.data.similarity, analysis.pos_embed_similarity(pos, (4, 6), prefix),
+                               rtol=1e-5, atol=1e-6)
+    assert "4×6, interpolated from the trained 4×4" in panel.title.text
+    w.panel.hovered.emit(3, 5)
+    assert panel.position == (3, 5)
+
+
+@pytest.mark.parametrize("variant", ["no_embed_class", "no_cls"])
+def test_position_embedding_without_prefix_rows(qtbot, window, variant_ckpts, images, variant) -> None:  # noqa: ANN001
+    load_model(qtbot, window, variant_ckpts[variant], images[:1])
+    panel = _ready(qtbot, window, (4, 4))
+    pos, prefix = _model_pos(variant_ckpts[variant])
+    assert prefix == 0 and panel.data.cls_similarity is None
+    np.testing.assert_allclose(panel.data.similarity, analysis.pos_embed_similarity(pos, (4, 4), 0), rtol=1e-5,
+                               atol=1e-6)
+    assert panel.cls_item.image is None
+    assert "no prefix rows" in panel.cls_label.text
+    assert ("no_embed_class" in panel.cls_label.text) == (variant == "no_embed_class")
+
+
+def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) -> None:  # noqa: ANN001
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    load_model(qtbot, window, variant_ckpts["no_pos"], images[:1])
+    qtbot.waitUntil(lambda: panel.message.text() == NO_POS_TEXT, timeout=20000)
+    assert panel._stack.currentWidget() is panel.message
+    window.panel.hovered.emit(1, 1)                                        # hovering the image does nothing
+    assert panel.position is None
+    assert window.errors == []

@@ -1,0 +1,141 @@
+"""The model-info dock: what was detected and where each value came from, parameters per part, tokens,
+preprocessing, device, memory of the cached attention and the current image's top-5 predictions.
+
+Plain data in, HTML out (`info_html` is Qt-free and tested on its own); the panel is a read-only text browser.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import dataclass, field
+
+from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
+
+from vitviz.core.spec import ModelSpec
+
+SKIP_FIELDS = {"provenance", "labels", "preprocess"}
+
+
+@dataclass
+class ModelInfo:
+    """Everything the panel shows, gathered by the window from the session."""
+
+    spec: ModelSpec | None = None
+    device: str = ""
+    path: str = ""
+    param_counts: dict[str, int] = field(default_factory=dict)
+    cache_bytes: int = 0
+    cached_images: int = 0
+    image: str = ""
+    top5: list[tuple[int, str, float]] = field(default_factory=list)
+    image_size: tuple[int, int] | None = None
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else (f"{n / 1e3:.1f} k" if n >= 1e3 else str(n))
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB" if n >= 2 ** 30 else f"{n / 2 ** 20:.1f} MiB"
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...] = ()) -> str:
+    head = "".join(f"<th align='left'>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table cellspacing='0' cellpadding='2'>{'<tr>' + head + '</tr>' if head else ''}{body}</table>"
+
+
+def _section(title: str, body: str) -> str:
+    return f"<h4 style='margin-bottom:2px'>{html.escape(title)}</h4>{body}"
+
+
+def spec_rows(spec: ModelSpec) -> list[tuple[str, str, str]]:
+    """(field, value, where it came from) for every spec field except the long ones shown elsewhere."""
+    rows = []
+    for f in dataclasses.fields(spec):
+        if f.name in SKIP_FIELDS:
+            continue
+        value = getattr(spec, f.name)
+        text = "×".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        rows.append((f.name, text, spec.source_of(f.name)))
+    rows.append(("labels", f"{len(spec.labels)} class names" if spec.labels else "none", spec.source_of("labels")))
+    return rows
+
+
+def parameter_rows(counts: dict[str, int]) -> list[tuple[str, str, str]]:
+    total = sum(counts.values()) or 1
+    rows = [(part, _count(n), f"{100 * n / total:.1f} %") for part, n in counts.items()]
+    return rows + [("total", _count(sum(counts.values())), "")]
+
+
+def info_html(info: ModelInfo) -> str:
+    """The whole panel as HTML."""
+    spec = info.spec
+    if spec is None:
+        return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
+    grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
+                                                      info.image_size[1] // spec.patch_size)
+    n_tokens = spec.num_prefix + grid[0] * grid[1]
+    prefix = ", ".join(spec.prefix_names) or "none"
+    pp = spec.preprocess
+    parts = [
+        f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
+        f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
+        _section("Tokens", _table([
+            ("prefix tokens", f"{spec.num_prefix} ({prefix})"),
+            ("position embedding", _pos_text(spec)),
+            ("grid at the current input size", f"{grid[0]}×{grid[1]} patches of {spec.patch_size} px"),
+            ("tokens T", str(n_tokens))])),
+        _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
+                 if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
+        _section("Preprocessing", _table([
+            ("mode", pp.mode), ("resize", str(pp.resize)), ("crop", "×".join(map(str, pp.crop))),
+            ("interpolation", pp.interpolation), ("mean", ", ".join(f"{m:.3f}" for m in pp.mean)),
+            ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
+        _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
+                           "(attention and the maps derived from it)</p>"),
+        _section("Top-5 for the current image", _top5(info)),
+        _section("Every spec field and where it came from", _table(spec_rows(spec), ("field", "value", "source"))),
+    ]
+    return "".join(parts)
+
+
+def _pos_text(spec: ModelSpec) -> str:
+    if not spec.pos_embed:
+        return "none (no learned absolute position embedding)"
+    rows = f"{spec.pos_prefix} prefix row(s)" if spec.pos_prefix else "no prefix rows (no_embed_class)"
+    return f"learned, trained at {spec.pos_grid[0]}×{spec.pos_grid[1]}, {rows}, resampled with {spec.pos_interp}"
+
+
+def _top5(info: ModelInfo) -> str:
+    if not info.image:
+        return "<p>No image yet.</p>"
+    if not info.top5:
+        return f"<p>{html.escape(info.image)}: no classifier head (or not run yet).</p>"
+    rows = [(label, f"{100 * p:.1f} %", str(i)) for i, label, p in info.top5]
+    return f"<p>{html.escape(info.image)}</p>" + _table(rows, ("class", "probability", "index"))
+
+
+class InfoPanel(QWidget):
+    """A read-only text view of `info_html`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("infoPanel")
+        self.browser = QTextBrowser()
+        self.browser.setOpenLinks(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.browser)
+        self.info = ModelInfo()
+        self.show_info(self.info)
+
+    def show_info(self, info: ModelInfo) -> None:
+        self.info = info
+        bar = self.browser.verticalScrollBar()
+        where = bar.value()
+        self.browser.setHtml(info_html(info))
+        bar.setValue(where)
+
+    def text(self) -> str:
+        return self.browser.toPlainText()

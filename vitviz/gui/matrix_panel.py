@@ -1,0 +1,206 @@
+"""The attention-matrix dock: the full T × T matrix of the selected layer and head, query rows × key columns.
+
+One row-major `ImageItem` holds the matrix (a texture upload per layer/head change, nothing per hover), so it stays
+responsive for DINOv2 at 518 px (T = 1370). Prefix tokens are labelled on both axes and fenced off by dashed lines;
+the selected query's row and column are outlined. A click selects the row's token as the query everywhere
+(Shift+click: the column's token).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from vitviz.core.spec import ModelSpec
+from vitviz.gui import colors
+from vitviz.gui.maps import ResultMaps
+from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, pen, style_plot
+from vitviz.gui.state import ViewState, resolve_index
+
+LOG_DECADES = 4.0
+LOG_FLOOR = 1e-12
+
+
+def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
+    """(T, T) float32 attention of a layer (or the mean over layers) and a head (or 'mean'/'max' over heads)."""
+    stack = attn if layer == "mean" else attn[int(resolve_index(layer, attn.shape[0]))][None]   # (L', H, T, T)
+    if head == "mean":
+        fused = stack.mean(axis=1, dtype=np.float32)                       # (L', T, T)
+    elif head == "max":
+        fused = stack.max(axis=1)
+    else:
+        fused = stack[:, int(resolve_index(head, attn.shape[1]))]
+    return np.asarray(fused.mean(axis=0, dtype=np.float32) if fused.shape[0] > 1 else fused[0], dtype=np.float32)
+
+
+def display_values(matrix: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
+    """What the image shows and its colour range: 0..max, or log10 over the top `LOG_DECADES` decades."""
+    top = float(matrix.max()) if matrix.size else 1.0
+    if not log:
+        return matrix, (0.0, top if top > 0 else 1.0)
+    hi = np.log10(max(top, LOG_FLOOR))
+    return np.log10(np.maximum(matrix, LOG_FLOOR)), (hi - LOG_DECADES, hi)
+
+
+def axis_ticks(spec: ModelSpec, grid: tuple[int, int]) -> list[list[tuple[float, str]]]:
+    """Major ticks naming the prefix tokens and the first token of every few patch rows; minor: other rows."""
+    p, (gh, gw) = spec.num_prefix, grid
+    major = [(i + 0.5, name) for i, name in enumerate(spec.prefix_names)]
+    step = max(1, int(np.ceil(gh / 8)))
+    major += [(p + r * gw, f"row {r}") for r in range(step if p else 0, gh, step)]   # row 0 would hit the prefix
+    minor = [(p + r * gw, "") for r in range(gh) if r % step or (p and r == 0)]
+    return [major, minor]
+
+
+class MatrixPanel(LazyPanel):
+    """The token-to-token matrix with hover readout, log scale and query selection.
+
+    Signals:
+        query_clicked(token): the user clicked a row (or Shift+clicked a column) of that token.
+    """
+
+    query_clicked = Signal(int)
+
+    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("matrixPanel")
+        self.state = state
+        self._maps: ResultMaps | None = None
+        self._key: tuple[object, ...] | None = None
+        self.matrix: np.ndarray | None = None
+        self.log_check = QCheckBox("Log scale")
+        self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
+        self.log_check.toggled.connect(lambda on: self.state.update(matrix_log=bool(on)))
+        self.readout = QLabel("Hover the matrix: query row × key column")
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.widget = dark_layout()
+        self._build_plot()
+        top = QHBoxLayout()
+        top.addWidget(self.log_check)
+        top.addWidget(self.readout, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(top)
+        layout.addWidget(self.widget, 1)
+        state.subscribe(self._on_state)
+
+    def _build_plot(self) -> None:
+        self.plot = self.widget.addPlot(row=0, col=0)
+        style_plot(self.plot, "query token (row)", "key token (column)")
+        self.plot.invertY(True)
+        self.plot.setAspectLocked(True)
+        self.plot.setTitle("No result yet", color=TEXT, size="10pt")
+        self.image_item = pg.ImageItem()
+        self.plot.addItem(self.image_item)
+        self.prefix_lines = [pg.InfiniteLine(angle=a, pen=pen("#ffffff", 200, 1.0, dashed=True)) for a in (0, 90)]
+        self.row_box, self.col_box = QGraphicsRectItem(), QGraphicsRectItem()
+        for item in (*self.prefix_lines, self.row_box, self.col_box):
+            item.setZValue(5)
+            item.setVisible(False)
+            self.plot.addItem(item)
+        for box in (self.row_box, self.col_box):
+            box.setPen(pen(SELECT, 255, 1.5))
+        self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"), interactive=False,
+                                        width=12)
+        self.widget.addItem(self.colorbar, row=0, col=1)
+        scene = self.widget.scene()
+        scene.sigMouseMoved.connect(self._on_mouse_moved)
+        scene.sigMouseClicked.connect(self._on_mouse_clicked)
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    def set_maps(self, maps: ResultMaps | None) -> None:
+        """Show the matrix of another result (None: nothing)."""
+        if maps is not self._maps:
+            self._maps = maps
+            self.request_redraw()
+
+    def _on_state(self, changed: set[str]) -> None:
+        if "matrix_log" in changed:
+            self.log_check.setChecked(self.state.matrix_log)
+        if changed & {"layer", "head", "matrix_log", "colormap"}:
+            self.request_redraw()
+        elif "query" in changed:
+            self._show_selection()
+
+    # ------------------------------------------------------------------------------------------ drawing
+
+    def redraw(self) -> None:
+        maps, s = self._maps, self.state
+        if maps is None:
+            self._clear()
+            return
+        key = (id(maps), s.layer, s.head, s.matrix_log, s.colormap)
+        if key != self._key:
+            self._key = key
+            self._draw(maps)
+        self._show_selection()
+
+    def _clear(self) -> None:
+        self.image_item.clear()
+        self.matrix, self._key = None, None
+        for item in (*self.prefix_lines, self.row_box, self.col_box):
+            item.setVisible(False)
+        self.plot.setTitle("No result yet", color=TEXT, size="10pt")
+
+    def _draw(self, maps: ResultMaps) -> None:
+        s, spec = self.state, maps.result.spec
+        self.matrix = layer_head_matrix(maps.result.attentions, s.layer, s.head)
+        values, levels = display_values(self.matrix, s.matrix_log)
+        t = self.matrix.shape[0]
+        self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
+        self.image_item.setRect(QRectF(0, 0, t, t))
+        self.colorbar.setColorMap(colors.colormap(s.colormap))
+        self.colorbar.setLevels(levels)
+        ticks = axis_ticks(spec, maps.grid)
+        for axis in ("left", "bottom"):
+            self.plot.getAxis(axis).setTicks(ticks)
+        p = spec.num_prefix
+        for line in self.prefix_lines:
+            line.setPos(p)
+            line.setVisible(0 < p < t)
+        scale = "log10 attention" if s.matrix_log else "attention"
+        self.plot.setTitle(f"layer {s.layer} · head {s.head} · {t} tokens ({p} prefix) · {scale}", color=TEXT,
+                           size="10pt")
+        self.plot.autoRange(padding=0.01)
+
+    def _show_selection(self) -> None:
+        q, t = self.state.query, 0 if self.matrix is None else self.matrix.shape[0]
+        visible = q is not None and q < t
+        if visible:
+            self.row_box.setRect(QRectF(0, q, t, 1))
+            self.col_box.setRect(QRectF(q, 0, 1, t))
+        self.row_box.setVisible(visible)
+        self.col_box.setVisible(visible)
+
+    # ------------------------------------------------------------------------------------------ mouse
+
+    def cell_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """(query, key) token indices under a scene position, or None outside the matrix."""
+        if self.matrix is None:
+            return None
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        row, col = int(np.floor(point.y())), int(np.floor(point.x()))
+        t = self.matrix.shape[0]
+        return (row, col) if 0 <= row < t and 0 <= col < t else None
+
+    def describe(self, row: int, col: int) -> str:
+        """Readout text for one cell."""
+        assert self._maps is not None and self.matrix is not None
+        spec = self._maps.result.spec
+        return (f"query {spec.token_name(row)} · token {row}  →  key {spec.token_name(col)} · token {col}:  "
+                f"{self.matrix[row, col]:.4g}")
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        cell = self.cell_at(scene_pos)
+        if cell is not None:
+            self.readout.setText(self.describe(*cell))
+
+    def _on_mouse_clicked(self, event: object) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or event.double():
+            return
+        cell = self.cell_at(event.scenePos())
+        if cell is not None:
+            column = bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+            self.query_clicked.emit(cell[1] if column else cell[0])

@@ -1,0 +1,75 @@
+"""Small pieces the analysis panels share: pens, dark plot styling, lazy redraw of hidden docks."""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QPen, QShowEvent
+from PySide6.QtWidgets import QLabel, QWidget
+
+from vitviz.gui import pgconfig  # noqa: F401 - sets row-major order
+
+BACKGROUND = "#202124"
+TEXT = "#e8eaed"
+SELECT = "#ff3b30"
+
+
+def pen(color: str, alpha: int = 255, width: float = 1.0, dashed: bool = False) -> QPen:
+    """A cosmetic pen (its width does not scale with zoom)."""
+    qcolor = QColor(color)
+    qcolor.setAlpha(alpha)
+    out = QPen(qcolor)
+    out.setWidthF(width)
+    out.setCosmetic(True)
+    if dashed:
+        out.setDashPattern([4.0, 3.0])
+    return out
+
+
+def dark_layout() -> pg.GraphicsLayoutWidget:
+    widget = pg.GraphicsLayoutWidget()
+    widget.setBackground(BACKGROUND)
+    widget.ci.setContentsMargins(4, 4, 4, 4)
+    return widget
+
+
+def style_plot(plot: pg.PlotItem, left: str, bottom: str) -> None:
+    """Axis labels, no context menu or auto-range button."""
+    plot.setMenuEnabled(False)
+    plot.hideButtons()
+    plot.getAxis("left").setLabel(left, color=TEXT)
+    plot.getAxis("bottom").setLabel(bottom, color=TEXT)
+
+
+def message_label(text: str) -> QLabel:
+    """A centred, wrapped label for 'nothing to show' states."""
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setMargin(16)
+    label.setStyleSheet("color: #5f6368;")
+    return label
+
+
+class LazyPanel(QWidget):
+    """A panel that skips redraws while hidden (a dock behind another tab) and catches up when shown.
+
+    Subclasses implement `redraw()` and call `request_redraw()` whenever their input changed.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._dirty = True
+
+    def request_redraw(self) -> None:
+        if self.isVisible():
+            self._dirty = False
+            self.redraw()
+        else:
+            self._dirty = True
+
+    def redraw(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if self._dirty:
+            self._dirty = False
+            self.redraw()

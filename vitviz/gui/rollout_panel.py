@@ -1,0 +1,258 @@
+"""The rollout dock: attention rollout with live controls, next to the raw last-layer attention of the same query.
+
+The controls write `ViewState` (so the image panel's 'rollout' source and its export use the same parameters);
+writes are coalesced through a zero-delay timer, so dragging a slider computes only the newest setting. The map
+here is one row-vector rollout through the last layer (`RolloutEngine.vector`), O(L·T²) on the GUI thread.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QComboBox, QDoubleSpinBox, QFormLayout, QGraphicsRectItem, QHBoxLayout, QLabel, QSlider, QSpinBox, QVBoxLayout,
+    QWidget,
+)
+
+from vitviz.gui import colors
+from vitviz.gui.maps import ResultMaps, RolloutParams, rollout_title
+from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, pen
+from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState
+
+
+class MapView:
+    """One view box: the image, a map stretched over its patch grid, and an outlined patch."""
+
+    def __init__(self, widget: pg.GraphicsLayoutWidget, col: int) -> None:
+        self.title = widget.addLabel("", row=0, col=col, color=TEXT, size="9pt")
+        self.view = widget.addViewBox(row=1, col=col, lockAspect=True, invertY=True, enableMenu=False)
+        self.image_item, self.overlay = pg.ImageItem(), pg.ImageItem()
+        self.box = QGraphicsRectItem()
+        self.box.setPen(pen(SELECT, 255, 2.0))
+        self.overlay.setZValue(1)
+        self.box.setZValue(2)
+        for item in (self.image_item, self.overlay, self.box):
+            self.view.addItem(item)
+        self.grid, self.patch = (0, 0), 1
+
+    def show(self, image: np.ndarray, values: np.ndarray, patch: int, cmap: str, opacity: float) -> None:
+        """The image with `values` (gh, gw) over it on a 0..max colour scale."""
+        resized = (values.shape, patch) != (self.grid, self.patch)
+        self.grid, self.patch = values.shape, patch
+        self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
+        top = float(values.max())
+        self.overlay.setImage(values, autoLevels=False, levels=(0.0, top if top > 0 else 1.0), lut=colors.lut(cmap))
+        self.overlay.setRect(QRectF(0, 0, values.shape[1] * patch, values.shape[0] * patch))
+        self.overlay.setOpacity(opacity)
+        if resized:
+            self.view.autoRange(padding=0.01)
+
+    def outline(self, patch: tuple[int, int] | None) -> None:
+        if patch is not None:
+            self.box.setRect(QRectF(patch[1] * self.patch, patch[0] * self.patch, self.patch, self.patch))
+        self.box.setVisible(patch is not None)
+
+    def patch_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        point = self.view.mapSceneToView(scene_pos)
+        row, col = int(np.floor(point.y() / self.patch)), int(np.floor(point.x() / self.patch))
+        gh, gw = self.grid
+        return (row, col) if self.view.sceneBoundingRect().contains(scene_pos) and 0 <= row < gh and 0 <= col < gw \
+            else None
+
+    def clear(self) -> None:
+        self.image_item.clear()
+        self.overlay.clear()
+        self.box.setVisible(False)
+        self.title.setText("")
+
+
+class RolloutPanel(LazyPanel):
+    """Live rollout controls and the rollout beside the raw attention.
+
+    Signals:
+        query_clicked(token): a patch was clicked in either map.
+    """
+
+    query_clicked = Signal(int)
+
+    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("rolloutPanel")
+        self.state = state
+        self._maps: ResultMaps | None = None
+        self._pending: dict[str, object] = {}
+        self._updating = False
+        self.rollout_map: np.ndarray | None = None
+        self.raw_map: np.ndarray | None = None
+        self.last_update_ms = 0.0
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(0)
+        self._timer.timeout.connect(self._flush)
+        self.widget = dark_layout()
+        self.rollout_view, self.raw_view = MapView(self.widget, 0), MapView(self.widget, 1)
+        self.widget.scene().sigMouseClicked.connect(self._on_clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(self._build_controls())
+        layout.addWidget(self.widget, 1)
+        self.timing = QLabel("")
+        layout.addWidget(self.timing)
+        state.subscribe(self._on_state)
+        self._sync_controls()
+
+    def _build_controls(self) -> QFormLayout:
+        form = QFormLayout()
+        self.fusion_combo = QComboBox()
+        self.fusion_combo.addItems(list(FUSIONS))
+        self.fusion_combo.setToolTip("How the heads of a layer are combined before the layers are multiplied")
+        self.fusion_combo.activated.connect(lambda _i: self._queue(rollout_fusion=self.fusion_combo.currentText()))
+        form.addRow("Head fusion", self.fusion_combo)
+        self.discard_spin, row = self._slider_pair(0.0, 0.99, "rollout_discard",
+                                                   "Zero the lowest fraction of each row's patch attention")
+        form.addRow("Discard ratio", row)
+        self.residual_spin, row = self._slider_pair(0.0, 1.0, "rollout_residual",
+                                                    "Weight of the identity (skip connection): 0.5 is (A + I) / 2")
+        form.addRow("Residual weight", row)
+        self.start_spin = QSpinBox()
+        self.start_spin.setToolTip("First layer multiplied into the rollout")
+        self.start_spin.valueChanged.connect(lambda v: self._queue(rollout_start=int(v)))
+        self.query_combo = QComboBox()
+        self.query_combo.setToolTip("The token whose rollout is shown; click a patch in a map to pick one")
+        self.query_combo.activated.connect(lambda _i: self.query_clicked.emit(int(self.query_combo.currentData()))
+                                           if self.query_combo.currentData() >= 0 else self.query_clicked.emit(-1))
+        pair = QHBoxLayout()
+        pair.addWidget(self.start_spin)
+        pair.addWidget(QLabel("Query"))
+        pair.addWidget(self.query_combo, 1)
+        form.addRow("Start layer", pair)
+        return form
+
+    def _slider_pair(self, lo: float, hi: float, field: str, tip: str) -> tuple[QDoubleSpinBox, QHBoxLayout]:
+        spin, slider = QDoubleSpinBox(), QSlider(Qt.Orientation.Horizontal)
+        spin.setRange(lo, hi)
+        spin.setSingleStep(0.05)
+        spin.setDecimals(2)
+        slider.setRange(int(lo * 100), int(hi * 100))
+        for w in (spin, slider):
+            w.setToolTip(tip)
+        slider.valueChanged.connect(lambda v: spin.setValue(v / 100.0))
+        spin.valueChanged.connect(lambda v: slider.setValue(int(round(v * 100))))
+        spin.valueChanged.connect(lambda v: self._queue(**{field: float(v)}))
+        row = QHBoxLayout()
+        row.addWidget(slider, 1)
+        row.addWidget(spin)
+        spin.setObjectName(field)
+        return spin, row
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def _queue(self, **values: object) -> None:
+        """Coalesce control changes: the newest values reach the state on the next event-loop turn."""
+        if not self._updating:
+            self._pending.update(values)
+            self._timer.start()
+
+    def _flush(self) -> None:
+        values, self._pending = self._pending, {}
+        if values:
+            self.state.update(**values)
+
+    def _on_state(self, changed: set[str]) -> None:
+        self._sync_controls()
+        if changed & (ROLLOUT_FIELDS | {"query", "colormap", "opacity"}):
+            self.request_redraw()
+
+    def _sync_controls(self) -> None:
+        self._updating = True
+        try:
+            s = self.state
+            self.fusion_combo.setCurrentText(s.rollout_fusion)
+            self.discard_spin.setValue(s.rollout_discard)
+            self.residual_spin.setValue(s.rollout_residual)
+            self.start_spin.setValue(s.rollout_start)
+            self._fill_queries()
+        finally:
+            self._updating = False
+
+    def _fill_queries(self) -> None:
+        combo, spec = self.query_combo, self._maps.result.spec if self._maps else None
+        combo.clear()
+        default = "CLS" if spec is None or (spec.cls_token and spec.num_prefix) else "mean of the patches"
+        combo.addItem(f"{default} (no token selected)", -1)
+        for i, name in enumerate(spec.prefix_names if spec else ()):
+            combo.addItem(f"{name} token", i)
+        q = self.state.query
+        if spec is not None and q is not None and q >= spec.num_prefix:
+            combo.addItem(f"{spec.token_name(q)} · token {q}", q)
+        combo.setCurrentIndex(max(0, combo.findData(-1 if q is None else q)))
+
+    # ------------------------------------------------------------------------------------------ drawing
+
+    def set_maps(self, maps: ResultMaps | None) -> None:
+        if maps is not self._maps:
+            self._maps = maps
+            if maps is not None:
+                self._updating = True
+                self.start_spin.setMaximum(maps.rollout.depth - 1)
+                self._updating = False
+            self._sync_controls()
+            self.request_redraw()
+
+    def params(self) -> RolloutParams:
+        """The state's rollout parameters, with the start layer clamped to the model's depth."""
+        params = RolloutParams.of(self.state)
+        depth = self._maps.rollout.depth if self._maps else 1
+        q = params.query
+        t = self._maps.result.attentions.shape[-1] if self._maps else 0
+        return RolloutParams(params.fusion, params.discard, min(params.start, depth - 1), params.residual,
+                             q if q is not None and q < t else None)
+
+    def redraw(self) -> None:
+        maps = self._maps
+        if maps is None:
+            self.rollout_view.clear()
+            self.raw_view.clear()
+            self.rollout_map = self.raw_map = None
+            return
+        t0 = time.perf_counter()
+        params = self.params()
+        r = maps.result
+        p, grid = r.num_prefix, r.grid
+        self.rollout_map = maps.rollout.vector(params)[p:].reshape(grid)            # (N,) -> (gh, gw)
+        self.raw_map = self._raw(maps, params.query)
+        s = self.state
+        for view, values in ((self.rollout_view, self.rollout_map), (self.raw_view, self.raw_map)):
+            view.show(r.image, values, r.spec.patch_size, s.colormap, s.opacity)
+            view.outline(None if params.query is None or params.query < p else divmod(params.query - p, grid[1]))
+        self.rollout_view.title.setText(rollout_title(params, r.spec) + f" · max {self.rollout_map.max():.3g}")
+        who = r.spec.token_name(params.query) if params.query is not None else self._default_name(maps)
+        self.raw_view.title.setText(f"raw attention of {who} · last layer · head mean · max {self.raw_map.max():.3g}")
+        self.last_update_ms = (time.perf_counter() - t0) * 1000
+        self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms (T = {r.attentions.shape[-1]}); "
+                            "the image panel's 'Attention rollout' map uses these settings")
+
+    @staticmethod
+    def _default_name(maps: ResultMaps) -> str:
+        spec = maps.result.spec
+        return "cls" if spec.cls_token and spec.num_prefix else "the mean of the patches"
+
+    @staticmethod
+    def _raw(maps: ResultMaps, query: int | None) -> np.ndarray:
+        if query is None:
+            return maps.stack("cls").select(-1, "mean")
+        r = maps.result
+        row = np.asarray(r.attentions[-1, :, query, r.num_prefix:], dtype=np.float32).mean(axis=0)   # (H, N) -> (N,)
+        return row.reshape(r.grid)
+
+    def _on_clicked(self, event: object) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or event.double() or self._maps is None:
+            return
+        for view in (self.rollout_view, self.raw_view):
+            patch = view.patch_at(event.scenePos())
+            if patch is not None:
+                r = self._maps.result
+                self.query_clicked.emit(r.num_prefix + patch[0] * r.grid[1] + patch[1])
+                return
