@@ -20,7 +20,7 @@ from _tiny import write_tiny_checkpoint  # noqa: E402
 
 from vitviz.batch_io import unique_stems  # noqa: E402
 from vitviz.batch_maps import MapKind, SelectionError, parse_maps, parse_picks, resolve_picks, rollout_rows  # noqa: E402
-from vitviz.batch_maps import seen_region  # noqa: E402
+from vitviz.core.images import seen_region  # noqa: E402
 from vitviz.core.spec import Preprocess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

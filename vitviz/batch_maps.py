@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Union
 
 import numpy as np
-from PIL import Image
 
 from vitviz.core import analysis, export
-from vitviz.core.images import cover_size
-from vitviz.core.spec import ModelSpec, Preprocess
+from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 
 Pick = Union[int, str]  # an index, or 'mean' / 'max' / 'all' / 'last'
@@ -220,23 +218,6 @@ def cover(values: np.ndarray, crop: tuple[int, int], patch: int) -> np.ndarray:
     out = np.full((ph, pw), float(values.min()), dtype=np.float32)
     out[:gh, :gw] = values
     return out
-
-
-def seen_region(original: Image.Image, pp: Preprocess) -> np.ndarray:
-    """The part of the original picture the model saw (its crop), at the original's resolution: (h, w, 3) uint8."""
-    w, h = original.size
-    ch, cw = pp.crop
-    if pp.mode == "squash":
-        box = (0.0, 0.0, float(w), float(h))
-    else:
-        nh, nw = cover_size((ch, cw), pp.crop, pp.resize) if pp.mode == "squash_crop" else \
-            cover_size((h, w), pp.crop, pp.resize)
-        top, left = int(round((nh - ch) / 2.0)), int(round((nw - cw) / 2.0))
-        sy, sx = h / nh, w / nw
-        box = (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy)
-    x0, y0 = int(round(box[0])), int(round(box[1]))
-    x1, y1 = max(x0 + 1, int(round(box[2]))), max(y0 + 1, int(round(box[3])))
-    return np.ascontiguousarray(np.asarray(original.convert("RGB").crop((x0, y0, x1, y1)), dtype=np.uint8))
 
 
 def safe_stem(path: Path) -> str:

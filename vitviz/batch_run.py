@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.batch_io import Job, Progress, sha256_file
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, cover, map_stack, output_name, render, seen_region, select
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, cover, map_stack, output_name, render, select
 from vitviz.core import export, images
 from vitviz.core.spec import AttentionResult
 from vitviz.errors import VitvizError
@@ -121,7 +121,7 @@ class Exporter:
         spec = self.spec
         img = images.load_image(job.path, channels=spec.in_chans)
         x, display = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
-        region = seen_region(img, spec.preprocess) if self.plan.render.size == "original" else display
+        region = images.seen_region(img, spec.preprocess) if self.plan.render.size == "original" else display
         return Prepared(job, x, display, region)
 
     def _take(self, job: Job, future: Future[Prepared | None]) -> Prepared | None:

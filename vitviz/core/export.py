@@ -194,10 +194,9 @@ def native_view(result: AttentionResult, image: Any = None) -> np.ndarray:
 
     Falls back to the model-input image (`result.image`) for tensor inputs, where no original exists.
     """
-    from vitviz.core.images import load_image
+    from vitviz.core.images import load_image, seen_region
 
     if result.source_box is None:
         return result.image
     img = load_image(image if image is not None else result.source, channels=3)
-    left, top, right, bottom = (int(round(v)) for v in result.source_box)
-    return np.asarray(img.crop((left, top, right, bottom)), dtype=np.uint8)
+    return seen_region(img, result.spec.preprocess)

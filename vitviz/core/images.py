@@ -322,6 +322,13 @@ def source_box(size: tuple[int, int], pp: Preprocess) -> tuple[float, float, flo
     return (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy)
 
 
+def seen_region(img: Image.Image, pp: Preprocess) -> np.ndarray:
+    """The part of the original picture the model saw (its crop), at the original's resolution: (h, w, 3) uint8."""
+    left, top, right, bottom = (int(round(v)) for v in source_box((img.height, img.width), pp))
+    right, bottom = max(left + 1, right), max(top + 1, bottom)
+    return np.ascontiguousarray(np.asarray(img.convert("RGB").crop((left, top, right, bottom)), dtype=np.uint8))
+
+
 def cover_size(size: tuple[int, int], crop: tuple[int, int], resize: int) -> tuple[int, int]:
     """The (h, w) to resize an image of `size` (h, w) to before center-cropping `crop` (h, w).
 

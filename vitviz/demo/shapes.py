@@ -24,7 +24,7 @@ IMAGE_SIZE = 64
 PATCH_SIZE = 8
 SCALE = 2  # supersampling factor for anti-aliased drawing
 
-TARGET_SIZE = (16, 26)       # target bounding size in pixels (min, max)
+TARGET_SIZE = (18, 26)       # target bounding size in pixels (min, max)
 DISTRACTOR_SIZE = (12, 20)
 DISTRACTORS = (2, 4)         # how many outlines (min, max), inclusive
 
@@ -118,7 +118,7 @@ def make_sample(seed: int, index: int, difficulty: float = 1.0) -> DemoSample:
     r = rng.uniform(*TARGET_SIZE) / 2 * SCALE
     cx, cy = _place(rng, r, [], big) or (big / 2, big / 2)
     taken = [(cx, cy, r)]
-    target = _outline(CLASSES[label], cx, cy, r, rng.uniform(-0.3, 0.3))
+    target = _outline(CLASSES[label], cx, cy, r, rng.uniform(-0.15, 0.15))
     count = int(rng.integers(DISTRACTORS[0], DISTRACTORS[1] + 1))
     for _ in range(int(round(count * difficulty))):
         q = rng.uniform(*DISTRACTOR_SIZE) / 2 * SCALE
@@ -128,7 +128,7 @@ def make_sample(seed: int, index: int, difficulty: float = 1.0) -> DemoSample:
         taken.append((spot[0], spot[1], q))
         pts = _outline(CLASSES[int(rng.integers(len(CLASSES)))], spot[0], spot[1], q, rng.uniform(-0.3, 0.3))
         draw.line(pts + pts[:1], fill=_saturated(rng), width=SCALE, joint="curve")
-    draw.polygon(target, fill=_saturated(rng), outline=(20, 20, 20), width=1)
+    draw.polygon(target, fill=_saturated(rng), outline=(20, 20, 20), width=SCALE)  # a 1 px dark rim
     image = np.asarray(canvas.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BOX))
     xs, ys = [p[0] / SCALE for p in target], [p[1] / SCALE for p in target]
     box = (max(0, math.floor(min(xs))), max(0, math.floor(min(ys))),
