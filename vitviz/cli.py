@@ -96,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to.")
     sub = parser.add_subparsers(dest="command")
     build_info_parser(sub)
-    try:
-        from vitviz.batch import add_export_parser
-        add_export_parser(sub)
-    except ImportError:
-        pass
+    from vitviz.batch import add_export_parser
+    from vitviz.catalog import add_models_parser
+
+    add_export_parser(sub)
+    add_models_parser(sub)
     return parser
 
 
@@ -120,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
             if args.command == "info":
                 return run_info(args)
+            if args.command == "models":
+                from vitviz.catalog import run_models_command
+                return run_models_command(args)
             from vitviz.batch import run_export_command
             return run_export_command(args)
         args = window_parser().parse_args(argv)
