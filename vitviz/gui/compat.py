@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from importlib import metadata
 
 PINNED_REFS = 1 << 40
+BROKEN_SHIBOKEN = ("6.12.0",)  # pyproject excludes these; this guards environments installed by other means
+
+
+def _shiboken_version() -> str:
+    try:
+        return metadata.version("shiboken6")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def pin_singletons() -> bool:
-    """Make None, True and False effectively immortal on CPython < 3.12; True when something was changed."""
+    """Make None, True and False effectively immortal on CPython < 3.12 with a broken shiboken6; True when
+    something was changed."""
     if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
+        return False
+    if _shiboken_version() not in BROKEN_SHIBOKEN:
         return False
     for obj in (None, True, False):
         ctypes.c_ssize_t.from_address(id(obj)).value += PINNED_REFS   # ob_refcnt is PyObject's first field
