@@ -308,3 +308,17 @@ def test_hf_dinov2_other_resolution(tmp_path, kind: str) -> None:
     np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
     for i, ref in enumerate(maps):
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+def test_timm_config_model_args_give_heads(tmp_path) -> None:
+    model = perturb(timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=3, img_size=32,
+                                      patch_size=8, embed_dim=64, depth=1, num_heads=4))
+    timm.models._hub.save_for_hf(model, str(tmp_path), safe_serialization=True,
+                                 model_args=dict(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4))
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["architecture"] = "vit_custom_patch8_32"  # a name without a size word: heads must come from model_args
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    vm = vitviz.load(tmp_path, device="cpu")
+    assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads") == "metadata: config.json model_args"
+    x = x_for()
+    assert_parity(vm, x, *timm_reference(model, x))

@@ -433,7 +433,7 @@ def run_models_command(args: argparse.Namespace) -> int:
             print(json.dumps(rows, indent=2))
         else:
             for row in rows:
-                print(f"{row['name']:<44} {row['cached'] or 'not downloaded'}")
+                print(f"{row['name']:<48} {row['cached'] or 'not downloaded'}")
         return 0
     entries = scan(args.recent)
     if args.json:

@@ -133,3 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `vitviz info ... | head`
+        sys.stderr.close()
+        return 0

@@ -1,14 +1,19 @@
 """Regenerate the README screenshots of the window.
 
-    xvfb-run -a -s "-screen 0 1600x1000x24" python resources/screenshots/make_screenshots.py
+    xvfb-run -a -s "-screen 0 1600x1000x24" python resources/screenshots/make_screenshots.py [--only demo|photos]
 
-Also writes one picture per analysis dock (panel_*.png). Uses a ViT-B/16-shaped checkpoint with random weights (written to a temporary folder; no download) and the sample
-photos in resources/samples (a drawn scene when they are missing), so the maps show the window's features, not what a trained model attends to. Each view is produced the
-way a user gets it: `--screenshot` for the first, the window's own controls for the others.
+`first_run.png` is what `vitviz` with no arguments shows (made through `--screenshot`, like a user would). The
+window_*.png and panel_*.png views use the bundled demo model (a small ViT trained on the shapes task, so the maps,
+the rollout, the position embedding and the head statistics show what a trained model learned) on the shipped
+shapes images, driven through the window's own view state. `photos_random_vitb.png` shows the sample photographs
+under a ViT-B/16-shaped checkpoint with *random* weights (no download offline): it shows the window at ImageNet
+scale, not what a trained ImageNet model attends to.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+OUT = HERE
 
 
 def draw_scene(path: Path, mirror: bool = False) -> Path:
@@ -35,13 +41,94 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
     return path
 
 
-def main() -> int:
-    import torch
-    from _tiny import tiny_state_dict
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
+    parser.add_argument("--only", choices=("demo", "photos"), help="only the demo-model or the photo screenshots")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
+    args = parser.parse_args(argv)
+    global OUT
+    OUT = args.out
+    OUT.mkdir(parents=True, exist_ok=True)
+    from vitviz.gui.app import ensure_app
+    from vitviz.gui.bundled import demo_model
+
+    app = ensure_app()
+    if args.only != "photos":
+        if demo_model() is None:
+            sys.stderr.write("the demo model is missing: python -m vitviz.demo.train --out resources/demo\n")
+            return 1
+        first_run_shot()
+        demo_shots(app)
+    if args.only != "demo":
+        photo_shot(app)
+    return 0
+
+
+def first_run_shot() -> None:
+    """`vitviz` with no arguments, through `--screenshot` in a fresh process (no settings of the user's)."""
+    out = OUT / "first_run.png"
+    env = {k: v for k, v in os.environ.items() if k != "VITVIZ_SETTINGS"}
+    subprocess.run([sys.executable, str(ROOT / "main.py"), "--screenshot", str(out)], check=True, env=env)
+    print("wrote", out)
+
+
+def new_window(app, tmp: Path, size: tuple[int, int] = (1500, 920)):  # noqa: ANN001, ANN201
     from PySide6.QtCore import QSettings
 
-    from vitviz.gui.app import ensure_app
     from vitviz.gui.window import MainWindow
+
+    win = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat))
+    win.persist_settings = False
+    win.resize(*size)
+    win.show()
+    return win
+
+
+def target_token(index: int) -> int:
+    """The token of the patch at the centre of the target shape in shipped demo image `index` (0-based)."""
+    from vitviz.demo.samples import pick_samples
+    from vitviz.demo.shapes import PATCH_SIZE
+
+    x0, y0, x1, y1 = pick_samples()[index][1].box
+    grid_w = 64 // PATCH_SIZE
+    return 1 + ((y0 + y1) // 2 // PATCH_SIZE) * grid_w + (x0 + x1) // 2 // PATCH_SIZE
+
+
+def demo_shots(app) -> None:  # noqa: ANN001
+    """The window and every analysis dock with the demo model on the shapes images."""
+    from vitviz.gui.bundled import demo_model, images_for
+
+    win = new_window(app, Path(tempfile.mkdtemp()))
+    demo = demo_model()
+    images = images_for(demo)
+    win.load_demo()
+    _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
+    query = target_token(0)
+    last = win.session.spec.depth - 1
+    shots = {
+        "window_cls.png": dict(source="cls", layer=last, head="mean", colormap="inferno", opacity=0.55,
+                               per_tile=True, normalize=True, smooth=True),
+        "window_patch_query.png": dict(source="token", query=query, layer=last, head="mean", show_grid=True,
+                                       colormap="turbo", opacity=0.5, smooth=False),
+        "window_rollout.png": dict(source="rollout", query=None, layer=last, show_grid=False, colormap="viridis",
+                                   smooth=True, opacity=0.6),
+    }
+    for name, values in shots.items():
+        win.state.update(**values)
+        _settle(app)
+        win.grab().save(str(OUT / name))
+        print("wrote", OUT / name)
+    win.state.update(source="cls", query=None)
+    panel_shots(app, win, query, last)
+    win.close()
+
+
+def photo_shot(app) -> None:  # noqa: ANN001
+    """The sample photographs under a ViT-B/16-shaped checkpoint with random weights (no download)."""
+    import torch
+    from _tiny import tiny_state_dict
+
+    from vitviz.demo import sample_photos
 
     tmp = Path(tempfile.mkdtemp())
     sd = tiny_state_dict(embed_dim=768, depth=12, patch=16, grid=(14, 14), num_classes=1000)
@@ -52,52 +139,40 @@ def main() -> int:
             sd[key] *= 0.1
     ckpt = tmp / "vit_b16_random.pth"
     torch.save(sd, ckpt)
-    samples = sorted((ROOT / "resources" / "samples").glob("*.jpg"))
-    if samples:
-        scene, *others = samples
-    else:
-        scene, others = draw_scene(tmp / "scene.png"), [draw_scene(tmp / "scene_mirrored.png", mirror=True)]
-    app = ensure_app()
-    win = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat))
-    win.persist_settings = False
-    win.resize(1500, 920)
-    win.show()
+    photos = [str(p) for p in sample_photos()] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp)
     win.load_model(str(ckpt), heads=12)
-    win.add_images([str(scene), *map(str, others)])
-    _wait(app, lambda: win.is_idle() and win.session.result(str(scene)) is not None)
-    shots = {
-        "window_cls.png": dict(source="cls", layer=3, head="mean", colormap="inferno", opacity=0.55,
-                               per_tile=True, normalize=True),
-        "window_patch_query.png": dict(source="token", query=1 + 6 * 14 + 4, layer=8, head=5, show_grid=True,
-                                       colormap="turbo", opacity=0.5, smooth=False),
-        "window_rollout.png": dict(source="rollout", query=None, layer=11, show_grid=False, colormap="viridis",
-                                   smooth=True, opacity=0.6),
-    }
-    for name, values in shots.items():
-        win.state.update(**values)
-        for _ in range(5):
-            app.processEvents()
-        win.grab().save(str(HERE / name))
-        print("wrote", HERE / name)
-    panel_shots(app, win, scene, others)
+    win.add_images(photos)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None)
+    win.state.update(source="cls", layer=3, head="mean", colormap="inferno", opacity=0.55, per_tile=True,
+                     normalize=True)
+    _settle(app)
+    win.grab().save(str(OUT / "photos_random_vitb.png"))
+    print("wrote", OUT / "photos_random_vitb.png")
     win.close()
-    return 0
 
 
-PANEL_SHOTS = {
-    "panel_matrix.png": ("matrixDock", dict(source="token", query=1 + 6 * 14 + 4, layer=5, head="mean",
-                                            matrix_log=True, colormap="viridis", opacity=0.6)),
-    "panel_rollout.png": ("rolloutDock", dict(source="rollout", query=None, layer=11, rollout_fusion="max",
-                                              rollout_discard=0.6, rollout_residual=0.5, colormap="inferno")),
-    "panel_posembed.png": ("posEmbedDock", dict(colormap="viridis")),
-    "panel_headstats.png": ("headStatsDock", dict(layer=9, head=3, stats_average=True)),
-    "panel_info.png": ("infoDock", dict()),
-}
+def _settle(app, rounds: int = 10) -> None:  # noqa: ANN001
+    for _ in range(rounds):
+        app.processEvents()
 
 
-def panel_shots(app, win, scene: Path, others: list) -> None:  # noqa: ANN001
+def panel_values(query: int, last: int) -> dict[str, tuple[str, dict]]:
+    """Each analysis dock and the view it is shown with."""
+    return {
+        "panel_matrix.png": ("matrixDock", dict(source="token", query=query, layer=last, head="mean",
+                                                matrix_log=True, colormap="viridis", opacity=0.6)),
+        "panel_rollout.png": ("rolloutDock", dict(source="rollout", query=None, layer=last, rollout_fusion="mean",
+                                                  rollout_discard=0.0, rollout_residual=0.5, colormap="inferno")),
+        "panel_posembed.png": ("posEmbedDock", dict(colormap="viridis")),
+        "panel_headstats.png": ("headStatsDock", dict(source="cls", layer=last, head=1, stats_average=True)),
+        "panel_info.png": ("infoDock", dict()),
+    }
+
+
+def panel_shots(app, win, query: int, last: int) -> None:  # noqa: ANN001
     """One picture per analysis dock: the dock floated at a readable size, driven through the view state."""
-    for name, (dock_name, values) in PANEL_SHOTS.items():
+    for name, (dock_name, values) in panel_values(query, last).items():
         win.state.update(**values)
         dock = win.dock(dock_name)
         dock.setFloating(True)
@@ -105,15 +180,13 @@ def panel_shots(app, win, scene: Path, others: list) -> None:  # noqa: ANN001
         dock.show()
         dock.raise_()
         if dock_name == "posEmbedDock":
-            win.posembed.hover(4, 9)
-        for _ in range(10):
-            app.processEvents()
-        dock.grab().save(str(HERE / name))
-        print("wrote", HERE / name)
+            win.posembed.hover(3, 4)
+        _settle(app)
+        dock.grab().save(str(OUT / name))
+        print("wrote", OUT / name)
         dock.setFloating(False)
     win.reset_layout()
-    for _ in range(5):
-        app.processEvents()
+    _settle(app, 5)
 
 
 def _wait(app, condition, timeout_s: float = 300) -> None:  # noqa: ANN001

@@ -61,6 +61,9 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any]) -
         raise InconsistentCheckpointError(f"{where}: no transformer blocks (blocks.N.*) found")
     name, name_fields = _model_name(conv, raw)
     info = parse_model_name(name) if name else None
+    margs = (raw.config or {}).get("model_args") or {}
+    if margs.get("num_heads") and "num_heads" not in hints:
+        hints = {**hints, "num_heads": (int(margs["num_heads"]), "metadata: config.json model_args")}
     heads = _heads(sd, hints, overrides, info, name, dim, prov, where)
     counts = _token_counts(sd)
     pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where,

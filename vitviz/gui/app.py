@@ -13,6 +13,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from vitviz.gui import bundled
+from vitviz.gui.dropping import classify
 from vitviz.gui.settings import open_settings
 from vitviz.gui.state import parse_map_arg
 from vitviz.gui.window import MainWindow
@@ -33,7 +35,8 @@ def ensure_app() -> QApplication:
 
 
 def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
-    """Do what the command line asks: view selection first, then the model load and the images."""
+    """Do what the command line asks: view selection first, then the model load and the images. Without
+    arguments, the bundled demo model on its images; a model without images gets the bundled sample photos."""
     values: dict[str, Any] = {}
     if getattr(args, "map", None):
         values.update(parse_map_arg(args.map))
@@ -44,12 +47,20 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     window.state.update(**values)
     device = getattr(args, "device", None)
     overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
-    if getattr(args, "model", None):
-        window.load_model(args.model, device=None if device in (None, "auto") else device, **overrides)
+    model = getattr(args, "model", None)
+    if model:
+        window.load_model(model, device=None if device in (None, "auto") else device, **overrides)
     if getattr(args, "size", None):
         window.pending_size = tuple(args.size)
-    if getattr(args, "images", None):
-        window.open_paths([str(p) for p in args.images])
+    paths = [str(p) for p in getattr(args, "images", None) or []]
+    if paths:
+        window.open_paths(paths)
+    named = classify(paths)
+    model = named.models[-1] if named.models else model
+    if model and not named.images:
+        window.add_images(bundled.images_for(model))     # the sample photos (the shapes for the demo model)
+    elif not model and not paths:
+        window.load_demo()                               # first run: something real to look at at once
 
 
 class Screenshot(QObject):

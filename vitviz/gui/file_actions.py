@@ -1,4 +1,4 @@
-"""File menu actions of the main window: open dialogs and exports.
+"""File and Models menu actions of the main window: open dialogs, the demo, models picked from a menu, exports.
 
 Each `*_dialog` method only asks the user; the `export_*_to` methods do the work and are what tests call.
 """
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
-from vitviz.gui import dialogs, exporting, settings as st
+from vitviz.gui import bundled, dialogs, exporting, settings as st
 from vitviz.gui.maps import ResultMaps
 
 if TYPE_CHECKING:
@@ -35,6 +35,23 @@ class FileActionsMixin:
         if path:
             st.set_last_folder(self.settings, "model", str(Path(path).parent))
             self.load_model(path)
+
+    def load_demo(self: "MainWindow") -> bool:
+        """Load the bundled demo model on the demo images (added to the list); False, with a status-bar hint, when
+        this install has no demo model."""
+        demo = bundled.demo_model()
+        if demo is None:
+            self.status.set_ready_message(bundled.missing_demo_hint())
+            return False
+        self.load_model(demo)
+        self.add_images(bundled.images_for(demo))
+        return True
+
+    def choose_model(self: "MainWindow", path: str) -> None:
+        """Load a model picked from a menu; into an empty image list, add the bundled images that suit it."""
+        self.load_model(path)
+        if not self.images.paths():
+            self.add_images(bundled.images_for(path))
 
     def open_images_dialog(self: "MainWindow") -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Open images", st.last_folder(self.settings, "images"),

@@ -10,6 +10,24 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
 
 
+class TitleLabel(pg.LabelItem):
+    """A title that wraps at the panel's width instead of widening the layout (a long title in a narrow panel
+    used to push the image partly out of view)."""
+
+    def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
+        if self.width() > 0:
+            self.item.setTextWidth(self.width())
+        super().resizeEvent(ev)
+
+    def updateMin(self) -> None:  # noqa: N802 - pyqtgraph override
+        super().updateMin()
+        height = self.itemRect().height()
+        self.setMinimumWidth(0)
+        self._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
+        self._sizeHint[Qt.SizeHint.PreferredSize] = (0, height)
+        self.updateGeometry()
+
+
 class ImagePanel(QWidget):
     """Shows one image with a heatmap overlay.
 
@@ -35,8 +53,8 @@ class ImagePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view_widget)
-        self.title = self.view_widget.addLabel("Open a model and drop images here", row=0, col=0, colspan=2,
-                                               color="#e8eaed", size="11pt")
+        self.title = TitleLabel("Open a model and drop images here", color="#e8eaed", size="11pt")
+        self.view_widget.addItem(self.title, row=0, col=0, colspan=2)
         self.view = self.view_widget.addViewBox(row=1, col=0, lockAspect=True, invertY=True, enableMenu=False)
         self.image_item = pg.ImageItem()
         self.overlay_item = pg.ImageItem()

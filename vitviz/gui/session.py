@@ -174,6 +174,8 @@ class Session(QObject):
         elif request.kind == "move":
             self.error.emit("Could not move the model", summary, details)
             self.device_changed.emit(self.device)
+        elif request.kind == "catalog":
+            self.error.emit("Could not list the models on this computer", summary, details)
         else:
             self.devices_found.emit(["cpu"])
             self.error.emit("Could not start the inference engine", summary, details)

@@ -6,11 +6,11 @@ from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QMessageBox, QProgressBar, QWidget
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QWidget
 
 from vitviz.core import export
 from vitviz.core.spec import ModelSpec
-from vitviz.gui import dialogs, menus, settings as st
+from vitviz.gui import bundled, dialogs, menus, settings as st
 from vitviz.gui.controls import ControlsPanel
 from vitviz.gui.dropping import classify
 from vitviz.gui.file_actions import FileActionsMixin
@@ -20,11 +20,13 @@ from vitviz.gui.image_panel import ImagePanel
 from vitviz.gui.info_panel import InfoPanel, ModelInfo
 from vitviz.gui.maps import levels_for
 from vitviz.gui.matrix_panel import MatrixPanel
+from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.overview import OverviewPanel
 from vitviz.gui.posembed_panel import PosEmbedPanel
 from vitviz.gui.rollout_panel import RolloutPanel
 from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, resolve_index
+from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}
@@ -63,7 +65,9 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.actions_by_name = menus.build(self)
         menus.fill_view_menu(self, self.view_menu, self.actions_by_name["reset_layout"])
         menus.fill_recent_menu(self, self.recent_menu, st.recent_models(settings))
-        self._build_status_bar()
+        self.models = ModelsMenu(self, self.models_menu)
+        self.status = StatusArea(self.statusBar())
+        self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
         self.resize(1400, 900)
         self._size_docks()
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
@@ -109,16 +113,6 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.resizeDocks([controls, images], [320, 400], horizontal)
         self.resizeDocks([images, overview], [300, 560], vertical)
 
-    def _build_status_bar(self) -> None:
-        self.hover_label = QLabel("")
-        self.busy_bar = QProgressBar()
-        self.busy_bar.setRange(0, 0)
-        self.busy_bar.setMaximumWidth(120)
-        self.busy_bar.setVisible(False)
-        self.statusBar().addPermanentWidget(self.hover_label)
-        self.statusBar().addPermanentWidget(self.busy_bar)
-        self.statusBar().showMessage("Open a model (Ctrl+O) or drop a checkpoint and images on the window")
-
     def _connect(self) -> None:
         self.state.subscribe(self._refresh)
         s = self.session
@@ -129,8 +123,9 @@ class MainWindow(FileActionsMixin, QMainWindow):
         s.error.connect(self.show_error)
         s.devices_found.connect(self.controls.set_devices)
         s.device_changed.connect(self._on_device_changed)
-        s.client.status.connect(self.statusBar().showMessage)
-        s.client.busy_changed.connect(self.busy_bar.setVisible)
+        s.client.status.connect(self.status.show)
+        s.client.busy_changed.connect(self.status.set_busy)
+        s.client.progress.connect(self.status.show_progress)
         self.images.current_changed.connect(self._on_current_image)
         self.controls.device_requested.connect(self.session.set_device)
         self.controls.size_requested.connect(self.set_image_size)
@@ -220,7 +215,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
 
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         self.controls.set_spec(spec, device)
-        menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, self.session.model_path))
+        self._show_loaded(spec)
         query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
@@ -239,6 +234,15 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.session.ensure_all()
         self._refresh({"image"})
         self._update_info()
+
+    def _show_loaded(self, spec: ModelSpec) -> None:
+        """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""
+        path = self.session.model_path
+        demo = bundled.is_demo(path)
+        if not demo:
+            menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, path))
+        self.models.mark_stale()
+        self.status.set_ready_message(bundled.demo_status(spec.grid, len(spec.labels)) if demo else "Ready")
 
     def _on_device_changed(self, device: str) -> None:
         self.controls.set_device(device)

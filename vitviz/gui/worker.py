@@ -17,7 +17,8 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 @dataclass
 class Request:
-    """One unit of work. kind: 'probe' (list devices), 'load', 'run', 'move' or 'posembed'."""
+    """One unit of work. kind: 'probe' (list devices), 'load', 'run', 'move', 'posembed' or 'catalog' (the models
+    on this computer)."""
 
     id: int
     kind: str
@@ -30,13 +31,16 @@ class InferenceWorker(QObject):
     finished = Signal(int, object)      # request id, answer (ModelSpec, ResultMaps, device list, str)
     failed = Signal(int, str, str)      # request id, one-line summary, details (traceback)
     started = Signal(int, str)          # request id, what is running
+    progress = Signal(int, str, float)  # request id, what is happening, fraction done (-1: unknown)
 
     def __init__(self) -> None:
         super().__init__()
         self._model: Any = None
+        self.running_id = 0
 
     @Slot(object)
     def handle(self, request: Request) -> None:
+        self.running_id = request.id
         self.started.emit(request.id, describe(request))
         try:
             answer = getattr(self, "_" + request.kind)(**request.args)
@@ -51,8 +55,13 @@ class InferenceWorker(QObject):
         return list(available_devices())
 
     def _load(self, path: str, device: str | None = None, **overrides: Any) -> Any:
+        """Load a checkpoint; a named model (`torchvision:vit_b_16`) is first found in the torch hub cache or
+        downloaded there, with progress reported."""
         import vitviz
+        from vitviz import catalog
 
+        if catalog.is_named_model(path):
+            path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
         model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
         return model.spec, str(model.device), parameter_counts(model.net)
@@ -78,11 +87,43 @@ class InferenceWorker(QObject):
         pos = self._model.pos_embed(grid)
         return grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix)
 
+    def _catalog(self, recent: list[str]) -> Any:
+        """The ViT checkpoints on this computer, and every named model with its cached file (or None) and its
+        download size in bytes."""
+        from vitviz import catalog
+
+        entries = catalog.scan(recent=recent)
+        named = []
+        for name in catalog.named_models():
+            cached = catalog.cached_named(name)
+            named.append((name, None if cached is None else str(cached), 4 * catalog.lookup_named(name).num_params))
+        return entries, named
+
     def _move(self, device: str) -> str:
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
         self._model = self._model.to(device)
         return str(self._model.device)
+
+
+class DownloadProgress:
+    """The `progress` callback of a named-model download: one signal per percent (per MB without a size)."""
+
+    def __init__(self, worker: InferenceWorker, name: str) -> None:
+        self.worker, self.name, self._last = worker, name, -1
+
+    def __call__(self, done: int, total: int | None) -> None:
+        from vitviz.catalog import format_size
+
+        step = int(100 * done / total) if total else done >> 20
+        if step == self._last:
+            return
+        self._last = step
+        if total:
+            text = f"Downloading {self.name}: {step}% ({format_size(done)} of {format_size(total)})…"
+        else:
+            text = f"Downloading {self.name}: {format_size(done)}…"
+        self.worker.progress.emit(self.worker.running_id, text, done / total if total else -1.0)
 
 
 PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
@@ -112,6 +153,8 @@ def describe(request: Request) -> str:
         return f"Moving model to {a.get('device')}…"
     if request.kind == "posembed":
         return "Reading the position embedding…"
+    if request.kind == "catalog":
+        return "Looking for ViT checkpoints on this computer…"
     return "Looking for devices…"
 
 
@@ -139,6 +182,8 @@ class WorkerClient(QObject):
     ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
     probed = Signal(object)                    # list of device names
+    cataloged = Signal(object, object)         # request, (catalog entries, [(name, cached path or None, bytes)])
+    progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
     failed = Signal(object, str, str)          # request, summary, details
     busy_changed = Signal(bool)
     status = Signal(str)
@@ -159,6 +204,7 @@ class WorkerClient(QObject):
         self._worker.finished.connect(self._on_finished)
         self._worker.failed.connect(self._on_failed)
         self._worker.started.connect(self._on_started)
+        self._worker.progress.connect(self._on_progress)
         self._thread.finished.connect(self._worker.deleteLater)
         self._thread.start()
 
@@ -167,11 +213,11 @@ class WorkerClient(QObject):
         return self._in_flight is not None or bool(self._queue)
 
     def submit(self, kind: str, first: bool = False, **args: Any) -> Request:
-        """Queue a request (at the front with `first`). A 'load' makes every earlier request stale; a 'run' of
-        the same image and size as a queued one replaces it."""
+        """Queue a request (at the front with `first`). A 'load' makes every earlier request about a model stale;
+        a 'run' of the same image and size as a queued one replaces it."""
         request = Request(next(self._ids), kind, args)
         if kind == "load":
-            self.cancel(lambda r: r.kind != "probe")
+            self.cancel(lambda r: r.kind not in ("probe", "catalog"))
         elif kind == "run":
             self._queue = [r for r in self._queue if not (r.kind == "run" and r.args == args)]
         if first:
@@ -228,6 +274,12 @@ class WorkerClient(QObject):
         if req_id not in self._stale:
             self.status.emit(text)
 
+    @Slot(int, str, float)
+    def _on_progress(self, req_id: int, text: str, fraction: float) -> None:
+        if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
+            self.status.emit(text)
+            self.progress.emit(text, fraction)
+
     @Slot(int, object)
     def _on_finished(self, req_id: int, answer: object) -> None:
         request, stale = self._take(req_id)
@@ -243,6 +295,8 @@ class WorkerClient(QObject):
             self.moved.emit(request, answer)
         elif request.kind == "posembed":
             self.posembedded.emit(request, answer)
+        elif request.kind == "catalog":
+            self.cataloged.emit(request, answer)
         else:
             self.probed.emit(answer)
         self._after()

@@ -1,0 +1,156 @@
+"""The Models menu: the bundled demo, the ViT checkpoints already on this computer, and torchvision's named models.
+
+The listing comes from `vitviz.catalog`, scanned in the worker thread (identifying a torchvision file name reads
+torchvision's weights tables, which imports torch): on the first show of the menu, again on the next show after a
+model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu
+
+from vitviz import catalog
+from vitviz.gui import bundled, settings as st
+
+if TYPE_CHECKING:
+    from vitviz.gui.window import MainWindow
+
+NamedRow = tuple[str, "str | None", int]      # name, cached file or None, download size in bytes
+
+
+class ModelsMenu(QObject):
+    """Fills `menu` from the latest scan; choosing an entry loads it in the window."""
+
+    scanned = Signal()            # the menu now shows a fresh scan (or its failure)
+
+    def __init__(self, window: "MainWindow", menu: QMenu) -> None:
+        super().__init__(window)
+        self.window, self.menu = window, menu
+        self.entries: list[catalog.CatalogEntry] = []
+        self.named: list[NamedRow] = []
+        self.scanning = False
+        self.stale = True
+        self.failed = False
+        self.listed = False           # a scan has answered at least once
+        self.named_menu = QMenu("&Named models (torchvision)", menu)      # kept across refills
+        self.named_menu.setObjectName("namedModelsMenu")
+        self.named_menu.setToolTipsVisible(True)
+        menu.setToolTipsVisible(True)
+        self.refresh_action = QAction("&Refresh", self)
+        self.refresh_action.setObjectName("refresh_models")
+        self.refresh_action.setStatusTip("Look again for checkpoints in the torch hub and Hugging Face caches")
+        self.refresh_action.triggered.connect(lambda _checked=False: self.refresh())
+        menu.aboutToShow.connect(self._about_to_show)
+        client = window.session.client
+        client.cataloged.connect(self._on_cataloged)
+        client.failed.connect(self._on_failed)
+        self.fill()
+
+    def refresh(self) -> None:
+        """Scan again in the worker (ahead of queued runs); the menu keeps its entries until the answer."""
+        if self.scanning:
+            return
+        self.scanning, self.failed = True, False
+        recent = [p for p in st.recent_models(self.window.settings) if not bundled.is_demo(p)]
+        self.window.session.client.submit("catalog", first=True, recent=recent)
+        self.fill()
+
+    def mark_stale(self) -> None:
+        """Scan again the next time the menu opens (a model was loaded: the recent list or the cache changed)."""
+        self.stale = True
+
+    def _about_to_show(self) -> None:
+        if self.stale:
+            self.stale = False
+            self.refresh()
+
+    def _on_cataloged(self, _request: Any, answer: tuple[list[catalog.CatalogEntry], list[NamedRow]]) -> None:
+        self.entries, self.named = list(answer[0]), list(answer[1])
+        self.scanning, self.listed = False, True
+        self.fill()
+        self.scanned.emit()
+
+    def _on_failed(self, request: Any, _summary: str, _details: str) -> None:
+        if request.kind == "catalog":     # the session shows the dialog
+            self.scanning, self.failed, self.stale = False, True, True
+            self.fill()
+            self.scanned.emit()
+
+    # ---------------------------------------------------------------------------------------------- building
+
+    def fill(self) -> None:
+        menu = self.menu
+        menu.clear()
+        self._add_demo(menu)
+        menu.addSeparator()
+        self._note(menu, "On this computer (torch hub cache, Hugging Face cache, recent files):")
+        for entry in self.entries:
+            self._add_entry(menu, entry)
+        if not self.entries:
+            self._note(menu, self._empty_text())
+        menu.addSeparator()
+        self._add_named(self.named_menu)
+        menu.addMenu(self.named_menu)
+        menu.addSeparator()
+        self.refresh_action.setEnabled(not self.scanning)
+        menu.addAction(self.refresh_action)
+
+    def _empty_text(self) -> str:
+        if self.scanning or not self.listed:
+            return "    Looking for checkpoints…"
+        if self.failed:
+            return "    Could not list the checkpoints (see the error)"
+        return f"    None found in {_home(catalog.torch_hub_dir())} or {_home(catalog.hf_hub_dir())}"
+
+    def _add_demo(self, menu: QMenu) -> None:
+        demo = bundled.demo_model()
+        action = menu.addAction(f"&Demo model ({bundled.DEMO_NAME})" if demo else "Demo model (not installed)")
+        action.setObjectName("demo_model")
+        action.setEnabled(demo is not None)
+        action.setStatusTip("The small ViT vitviz ships, on its generated shapes images")
+        action.triggered.connect(lambda _checked=False: self.window.load_demo())
+
+    def _add_entry(self, menu: QMenu, entry: catalog.CatalogEntry) -> None:
+        action = menu.addAction(f"{entry.name}\t{entry.family} · {entry.size_text} · {entry.source}")
+        action.setData(str(entry.path))
+        action.setToolTip("\n".join(x for x in (str(entry.path), entry.detail) if x))
+        action.setStatusTip(str(entry.path))
+        action.triggered.connect(lambda _checked=False, p=str(entry.path): self.window.choose_model(p))
+
+    def _add_named(self, sub: QMenu) -> None:
+        sub.clear()
+        if not self.named:
+            self._note(sub, "Looking for named models…" if self.scanning or not self.listed else "None available")
+        for name, cached, nbytes in self.named:
+            arch, weights = name[len(catalog.NAMED_PREFIX):].split(":")
+            where = "cached" if cached else f"download {catalog.format_size(nbytes)}"
+            action = sub.addAction(f"{arch} · {weights}\t{where}")
+            action.setData(name)
+            action.setToolTip(cached or f"{name}: not downloaded yet; choosing it downloads it into "
+                              f"{_home(catalog.torch_hub_dir())}")
+            action.triggered.connect(lambda _checked=False, n=name: self.window.choose_model(n))
+
+    @staticmethod
+    def _note(menu: QMenu, text: str) -> None:
+        action = menu.addAction(text)
+        action.setEnabled(False)
+
+    def actions_for(self) -> dict[str, QAction]:
+        """The entries' actions by what they load (paths and named models); tests choose from these."""
+        out = {}
+        for action in self.menu.actions() + self.named_menu.actions():
+            if action.data():
+                out[str(action.data())] = action
+        return out
+
+
+def _home(path: Path) -> str:
+    """A path with the home folder written as ~."""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,49 @@
+"""The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle."""
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+
+IDLE_HINT = "Open a model (Ctrl+O), pick one in the Models menu, or drop a checkpoint and images on the window"
+PROGRESS_STEPS = 1000
+
+
+class StatusArea:
+    """Shows the worker's status while busy, and `ready_message` whenever it becomes idle."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        self.bar = bar
+        self.hover_label = QLabel("")
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setMaximumWidth(160)
+        self.busy_bar.setVisible(False)
+        bar.addPermanentWidget(self.hover_label)
+        bar.addPermanentWidget(self.busy_bar)
+        self.ready_message = IDLE_HINT
+        self.busy = False
+        bar.showMessage(self.ready_message)
+
+    def show(self, text: str, timeout_ms: int = 0) -> None:
+        self.bar.showMessage(text, timeout_ms)
+
+    def set_ready_message(self, text: str) -> None:
+        """What the status bar says whenever nothing is running (shown now when idle)."""
+        self.ready_message = text
+        if not self.busy:
+            self.bar.showMessage(text)
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.busy_bar.setVisible(busy)
+        if not busy:
+            self.busy_bar.setRange(0, 0)
+            self.bar.showMessage(self.ready_message)
+
+    def show_progress(self, text: str, fraction: float) -> None:
+        """A determinate bar for a fraction in [0, 1]; a busy indicator for -1 (size unknown)."""
+        self.bar.showMessage(text)
+        if fraction < 0:
+            self.busy_bar.setRange(0, 0)
+        else:
+            self.busy_bar.setRange(0, PROGRESS_STEPS)
+            self.busy_bar.setValue(int(round(fraction * PROGRESS_STEPS)))
