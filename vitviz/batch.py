@@ -24,7 +24,7 @@ from typing import Any
 
 from vitviz.batch_io import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
 from vitviz.batch_maps import MapKind, Pick, RenderOptions, SelectionError, check_maps, parse_maps, parse_picks
-from vitviz.batch_maps import output_name, resolve_picks, safe_stem
+from vitviz.batch_maps import resolve_picks, safe_stem
 from vitviz.errors import CheckpointError, VitvizError
 
 

@@ -33,14 +33,12 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _size(text: str) -> tuple[int, int]:
-    parts = text.lower().replace("*", "x").split("x")
+    from vitviz.core.spec import parse_size
+
     try:
-        nums = [int(p) for p in parts]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected N or HxW, e.g. 224 or 224x320") from None
-    if len(nums) not in (1, 2) or min(nums) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected N or HxW with positive sizes")
-    return (nums[0], nums[-1])
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _floats(text: str) -> tuple[float, ...]:

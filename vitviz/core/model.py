@@ -7,7 +7,6 @@ softmax that `vitviz.core.capture` hooks. Every switch that changes the numerics
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vitviz.core.posembed import resample_grid

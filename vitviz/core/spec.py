@@ -17,6 +17,18 @@ INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """'224' -> (224, 224); '224x320' (or '224×320', '224*320') -> (224, 320). Raises ValueError otherwise."""
+    parts = text.lower().replace("×", "x").replace("*", "x").split("x")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"invalid size {text!r}; expected N or HxW, e.g. 224 or 224x320") from None
+    if len(nums) not in (1, 2) or min(nums) < 1:
+        raise ValueError(f"invalid size {text!r}; expected N or HxW with positive numbers")
+    return (nums[0], nums[-1])
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """How an image becomes the model's input tensor.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from vitviz.core.spec import parse_size
 from vitviz.gui.state import parse_head_arg, parse_layer_arg, parse_map_arg
 
 
@@ -18,17 +19,6 @@ def _map_type(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
-
-
-def _size_type(text: str) -> tuple[int, int]:
-    parts = text.lower().replace("×", "x").split("x")
-    try:
-        h, w = (int(parts[0]), int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}; expected N or HxW, e.g. 224 or 224x320") from None
-    if len(parts) > 2 or h <= 0 or w <= 0:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}; expected N or HxW with positive numbers")
-    return h, w
 
 
 def _wrap(parse):  # noqa: ANN001, ANN202 - argparse type adapter
@@ -54,7 +44,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="head to show, 0-based, or mean/max over heads (default: mean)")
     parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout|token:N",
                         help="what to show: CLS attention, its head mean/max, rollout, or token N's attention")
-    parser.add_argument("--size", type=_size_type, default=None, metavar="N|HxW",
+    parser.add_argument("--size", type=_wrap(parse_size), default=None, metavar="N|HxW",
                         help="run the model at another input size (position embedding interpolated)")
     parser.add_argument("--screenshot", metavar="FILE",
                         help="do all of the above, wait until idle, save the window as PNG and exit")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, style_plot
+from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, style_plot
 from vitviz.gui.state import ViewState
 
 PICK_RADIUS_PX = 9.0
@@ -102,13 +102,7 @@ class HeadStatsPanel(LazyPanel):
         self.entropy = StatPlot(self.widget, 1, "entropy (nats)", "Attention entropy (patch queries)")
         self.widget.scene().sigMouseMoved.connect(self._on_moved)
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
-        top = QHBoxLayout()
-        top.addWidget(self.average_check)
-        top.addWidget(self.readout, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(top)
-        layout.addWidget(self.widget, 1)
+        bar_and_body(self, [self.average_check, self.readout], self.widget)
         state.subscribe(self._on_state)
 
     # ------------------------------------------------------------------------------------------ inputs

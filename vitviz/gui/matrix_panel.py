@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.gui.maps import ResultMaps
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, pen, style_plot
+from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.state import ViewState, resolve_index
 
 LOG_DECADES = 4.0
@@ -76,13 +76,7 @@ class MatrixPanel(LazyPanel):
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.widget = dark_layout()
         self._build_plot()
-        top = QHBoxLayout()
-        top.addWidget(self.log_check)
-        top.addWidget(self.readout, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(top)
-        layout.addWidget(self.widget, 1)
+        bar_and_body(self, [self.log_check, self.readout], self.widget)
         state.subscribe(self._on_state)
 
     def _build_plot(self) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtGui import QColor, QPen, QShowEvent
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from vitviz.gui import pgconfig  # noqa: F401 - sets row-major order
 
@@ -73,3 +73,14 @@ class LazyPanel(QWidget):
         if self._dirty:
             self._dirty = False
             self.redraw()
+
+
+def bar_and_body(panel: QWidget, bar: list[QWidget], body: QWidget) -> None:
+    """Lay out `panel` as a row of controls (the last one stretching) above `body`."""
+    top = QHBoxLayout()
+    for i, w in enumerate(bar):
+        top.addWidget(w, 1 if i == len(bar) - 1 else 0)
+    layout = QVBoxLayout(panel)
+    layout.setContentsMargins(2, 2, 2, 2)
+    layout.addLayout(top)
+    layout.addWidget(body, 1)
