@@ -58,6 +58,7 @@ def timm_methods(folder: Path, x: torch.Tensor, device: str) -> dict[str, Callab
     tm = tm.to(device)
     model = vitviz.load(path, device=device)
     extract = AttentionExtract(tm, method="fx")
+    hooked = AttentionExtract(tm, method="hook")  # the full forward, attention read at attn_drop
     xd = x.to(device)
     with torch.inference_mode():
         maps = extract(xd)
@@ -70,12 +71,18 @@ def timm_methods(folder: Path, x: torch.Tensor, device: str) -> dict[str, Callab
             extract(xd)
         _sync(device)
 
+    def timm_extract_hook() -> None:
+        with torch.inference_mode():
+            hooked(xd)
+        _sync(device)
+
     def timm_forward() -> None:
         with torch.inference_mode():
             tm(xd)
         _sync(device)
 
-    return {"timm AttentionExtract": timm_extract, "timm forward (unfused)": timm_forward,
+    return {"timm AttentionExtract": timm_extract, "timm AttentionExtract (hook)": timm_extract_hook,
+            "timm forward (unfused)": timm_forward,
             "vitviz run (timm file)": lambda: model.run(x)}
 
 
@@ -108,6 +115,9 @@ def main() -> None:
     print(ratio_line("  run / forward_captured", tv["vitviz run"], tv["vitviz forward_captured"]))
     print(ratio_line("vitviz run / timm AttentionExtract", tm["vitviz run (timm file)"], tm["timm AttentionExtract"],
                      "(target < 1.00x)"))
+    print("  (fx mode prunes the graph after the last softmax: no last-block MLP, no head, no logits)")
+    print(ratio_line("vitviz run / timm AttentionExtract (hook)", tm["vitviz run (timm file)"],
+                     tm["timm AttentionExtract (hook)"], "(full forward with logits on both sides)"))
     r = time_rollout(577, repeats=args.rollout_repeats)
     print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
           f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")

@@ -85,8 +85,20 @@ def _window():  # noqa: ANN202
     win = MainWindow(QSettings(tempfile.mktemp(suffix=".ini"), QSettings.Format.IniFormat))
     win.persist_settings = False
     win.show()
-    app.processEvents()
+    _settle(app, win)
     return app, win
+
+
+def _settle(app, win, timeout: float = 60.0) -> None:  # noqa: ANN001
+    """Wait until the worker has imported torch and probed the devices (a one-off at startup), so that its
+    background work does not compete with the GUI-thread updates being measured."""
+    import sys
+
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end and ("torch" not in sys.modules or win.session.busy or not win._probed):
+        app.processEvents()
+        time.sleep(0.01)
+    app.processEvents()
 
 
 def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16, steps: int = 120) -> None:
