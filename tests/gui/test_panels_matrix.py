@@ -79,3 +79,17 @@ def test_no_cls_model_matrix(qtbot, window, variant_ckpts, images) -> None:  # n
     assert not panel.prefix_lines[0].isVisible()
     hover(panel.widget.viewport(), _cell_pos(panel, 0, 0))
     assert "query patch (0, 0) · token 0" in panel.readout.text()
+
+
+def test_hidden_tab_skips_redraws_and_catches_up(qtbot, loaded, images) -> None:  # noqa: ANN001
+    """A dock behind another tab is 'visible' to Qt but not on screen: it must not redraw until raised."""
+    w = loaded
+    panel = show_dock(qtbot, w, "matrixDock")
+    attn = w.session.result(str(images[0])).result.attentions
+    overview = show_dock(qtbot, w, "overviewDock")
+    assert not panel.is_shown() and overview.isVisible()
+    before = panel.image_item.image.copy()
+    w.state.update(layer=0, head=1)
+    np.testing.assert_array_equal(panel.image_item.image, before)  # no work behind the tab
+    show_dock(qtbot, w, "matrixDock")
+    qtbot.waitUntil(lambda: np.allclose(panel.image_item.image, attn[0, 1]), timeout=5000)

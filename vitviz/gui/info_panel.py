@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.panel_common import LazyPanel
 
 SKIP_FIELDS = {"provenance", "labels", "preprocess"}
 
@@ -116,8 +117,8 @@ def _top5(info: ModelInfo) -> str:
     return f"<p>{html.escape(info.image)}</p>" + _table(rows, ("class", "probability", "index"))
 
 
-class InfoPanel(QWidget):
-    """A read-only text view of `info_html`."""
+class InfoPanel(LazyPanel):
+    """A read-only text view of `info_html` (re-rendered only while on screen)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -132,10 +133,18 @@ class InfoPanel(QWidget):
 
     def show_info(self, info: ModelInfo) -> None:
         self.info = info
+        self.request_redraw()
+
+    def redraw(self) -> None:
+        info = self.info
         bar = self.browser.verticalScrollBar()
         where = bar.value()
         self.browser.setHtml(info_html(info))
         bar.setValue(where)
 
     def text(self) -> str:
+        """The panel's text as shown (rendered now if it was waiting behind a tab)."""
+        if self._dirty:
+            self._dirty = False
+            self.redraw()
         return self.browser.toPlainText()

@@ -58,12 +58,22 @@ class LazyPanel(QWidget):
         super().__init__(parent)
         self._dirty = True
 
+    def is_shown(self) -> bool:
+        """On screen: visible and not a dock behind another tab (Qt keeps those 'visible' with nothing exposed)."""
+        return self.isVisible() and not self.visibleRegion().isEmpty()
+
     def request_redraw(self) -> None:
-        if self.isVisible():
+        if self.is_shown():
             self._dirty = False
             self.redraw()
         else:
             self._dirty = True
+
+    def on_dock_visibility(self, visible: bool) -> None:
+        """Connected to the dock's `visibilityChanged`: catch up when its tab comes to the front."""
+        if visible and self._dirty:
+            self._dirty = False
+            self.redraw()
 
     def redraw(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -22,6 +22,7 @@ from vitviz.gui.maps import levels_for
 from vitviz.gui.matrix_panel import MatrixPanel
 from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.overview import OverviewPanel
+from vitviz.gui.panel_common import LazyPanel
 from vitviz.gui.posembed_panel import PosEmbedPanel
 from vitviz.gui.rollout_panel import RolloutPanel
 from vitviz.gui.session import Session
@@ -81,6 +82,8 @@ class MainWindow(FileActionsMixin, QMainWindow):
         dock.setObjectName(name)
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
+        if isinstance(widget, LazyPanel):
+            dock.visibilityChanged.connect(widget.on_dock_visibility)
         return dock
 
     def _add_analysis_docks(self) -> None:
