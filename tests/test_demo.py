@@ -113,14 +113,11 @@ def test_accuracy_on_fresh_images(figures: DemoFigures) -> None:
 
 
 def test_rollout_finds_the_target(figures: DemoFigures) -> None:
-    """Rollout with the diffuse background discarded (discard_ratio 0.9) is >= 3x the box's share (measured 6.8x).
-
-    The plain rollout (mean heads, residual 0.5, nothing discarded) measures 2.9x on this set and 3.0x on 1000
-    images: every layer's CLS attention is on the target, but the target's own patches attend mostly outside
-    it, which the plain rollout carries along. Held at >= 2.5 so a regression shows.
-    """
+    """Attention rollout (mean heads, residual 0.5, nothing discarded) puts >= 3x the box's share of the image
+    inside the target's box (measured 3.06x on this set, 3.10x on 1000 images); with vit-explain's discard 0.9
+    it is 7x."""
+    assert figures.rollout_ratio >= 3.0, figures
     assert figures.rollout_discard_ratio >= 3.0, figures
-    assert figures.rollout_ratio >= 2.5, figures
 
 
 def test_last_layer_cls_attention_finds_the_target(figures: DemoFigures) -> None:
