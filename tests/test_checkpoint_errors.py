@@ -162,3 +162,12 @@ def test_non_square_training_grid_from_image_size(tmp_path) -> None:
     vm = vitviz.load(path, heads=2, image_size=(24, 56), device="cpu")
     assert vm.spec.pos_grid == (3, 7) and vm.spec.grid == (3, 7)
     assert vm.run(torch.rand(1, 3, 24, 56)).attentions.shape[-1] == 1 + 21
+
+
+def test_file_name_metadata_that_contradicts_shapes(tmp_path) -> None:
+    """A small torchvision ViT saved under vit_b_32's hub file name: the name says 224 px / patch 32 (7x7)."""
+    from torchvision.models import VisionTransformer as TV
+    tv = TV(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=48, mlp_dim=64, num_classes=3)
+    torch.save(tv.state_dict(), tmp_path / "vit_b_32-d86f8d99.pth")
+    with pytest.raises(InconsistentCheckpointError, match=r"pos_embed has 17 rows.*file name"):
+        vitviz.load(tmp_path / "vit_b_32-d86f8d99.pth")

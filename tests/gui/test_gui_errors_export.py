@@ -147,3 +147,22 @@ def test_screenshot_cli(tiny_ckpt, images, tmp_path, good) -> None:  # noqa: ANN
     else:
         assert proc.returncode == 1 and "missing.pth" in proc.stderr
         assert not shot.exists()
+
+
+@pytest.mark.parametrize("flags,needle", [(["--layer", "9"], "--layer 9 is out of range: the model has 2 layers"),
+                                          (["--head", "5"], "--head 5 is out of range: the model has 2 heads"),
+                                          (["--map", "token:999"], "--map token:999 is out of range")])
+def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, flags, needle) -> None:  # noqa: ANN001
+    import argparse
+
+    from vitviz.gui.app import apply_args
+    from vitviz.gui.args import add_window_arguments
+
+    p = argparse.ArgumentParser()
+    add_window_arguments(p)
+    args = p.parse_args([str(images[0]), "--model", str(tiny_ckpt), "--heads", "2", *flags])
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        apply_args(window, args)
+    assert any(needle in summary for _, summary in window.errors), window.errors
+    wait_idle(qtbot, window)
+    assert window.session.result(str(images[0])) is not None          # the window still works

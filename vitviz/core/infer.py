@@ -94,7 +94,7 @@ def _model_name(conv: Converted, raw: RawCheckpoint) -> tuple[str, dict[str, Any
     if not name and conv.family == "torchvision":
         tv = torchvision_weights(raw.weights_file.name if raw.weights_file else "")
         if tv:
-            return tv["arch"], {"image_size": tv["image_size"]}
+            return tv["arch"], {"image_size": tv["image_size"], "source": f"metadata: file name ({tv['weights']})"}
     return name, fields
 
 
@@ -206,7 +206,7 @@ def _stored_image_size(hints: dict[str, Any], raw: RawCheckpoint, name_fields: d
         return tuple(pcfg["input_size"][-2:]), "metadata: config.json pretrained_cfg"
     if name_fields.get("image_size"):
         s = name_fields["image_size"]
-        return (s, s), "metadata: training args"
+        return (s, s), name_fields.get("source", "metadata: training args")
     if info is not None and info.image:
         return (info.image, info.image), "metadata: model name"
     return None, ""

@@ -44,6 +44,7 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
         values["layer"] = args.layer
     if getattr(args, "head", None) is not None:
         values["head"] = args.head
+    window.requested_view = {k: values[k] for k in ("layer", "head", "query") if k in values}
     window.state.update(**values)
     device = getattr(args, "device", None)
     overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}

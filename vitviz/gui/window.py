@@ -52,6 +52,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self._values: Any = None
         self._last_map_source = "cls"
         self.pending_size: tuple[int, int] | None = None     # input size to use once the model has loaded
+        self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
         self.persist_settings = True
         self.panel = ImagePanel()
         self.setCentralWidget(self.panel)
@@ -219,6 +220,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         self.controls.set_spec(spec, device)
         self._show_loaded(spec)
+        self._check_requested_view(spec)
         query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
@@ -246,6 +248,22 @@ class MainWindow(FileActionsMixin, QMainWindow):
             menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, path))
         self.models.mark_stale()
         self.status.set_ready_message(bundled.demo_status(spec.grid, len(spec.labels)) if demo else "Ready")
+
+    def _check_requested_view(self, spec: ModelSpec) -> None:
+        """Say so (once) when the command line asked for a layer, head or token this model does not have; the
+        view then shows the nearest valid one."""
+        asked, self.requested_view = self.requested_view, {}
+        size = self.pending_size or spec.image_size
+        tokens = spec.num_prefix + (size[0] // spec.patch_size) * (size[1] // spec.patch_size)
+        problems = []
+        for name, value, count, what in (("--layer", asked.get("layer"), spec.depth, "layers"),
+                                         ("--head", asked.get("head"), spec.num_heads, "heads"),
+                                         ("--map token:", asked.get("query"), tokens, "tokens")):
+            if isinstance(value, int) and not -count <= value < count:
+                problems.append(f"{name}{'' if name.endswith(':') else ' '}{value} is out of range: the model "
+                                f"has {count} {what} (0-{count - 1}, or negative counting from the end)")
+        if problems:
+            self.show_error("Command line", "; ".join(problems), "")
 
     def _on_device_changed(self, device: str) -> None:
         self.controls.set_device(device)
