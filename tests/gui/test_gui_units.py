@@ -134,3 +134,13 @@ def test_args_module_does_not_import_qt() -> None:
             "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'torch'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_model_summary_follows_the_input_size() -> None:
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.controls import model_summary
+
+    spec = ModelSpec(family="timm", source="m.pth", image_size=(224, 224), patch_size=16, embed_dim=768, depth=12,
+                     num_heads=12)
+    assert "224×224 px, patch 16, grid 14×14" in model_summary(spec)
+    assert "224×320 px, patch 16, grid 14×20" in model_summary(spec, (224, 320))

@@ -192,6 +192,8 @@ class ControlsPanel(QWidget):
         self.height_spin.setValue(size[0])
         self.width_spin.setValue(size[1])
         self._updating = False
+        if self._spec is not None:
+            self.model_label.setText(model_summary(self._spec, size))
 
     def set_devices(self, devices: list[str]) -> None:
         current = self.device_combo.currentText()
@@ -242,14 +244,15 @@ class ControlsPanel(QWidget):
         self.query_combo.setCurrentIndex(max(0, index))
 
 
-def model_summary(spec: ModelSpec) -> str:
-    """A few lines that tell a user what was loaded."""
+def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
+    """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
+    h, w = size or spec.image_size
+    grid = (h // spec.patch_size, w // spec.patch_size)
     prefix = ", ".join(spec.prefix_names) or "none"
     n = spec.num_params
     params = f"{n / 1e6:.1f} M parameters · " if n >= 1e5 else (f"{n / 1e3:.1f} k parameters · " if n else "")
     return (f"<b>{spec.family}</b> · {params}{spec.depth} layers × {spec.num_heads} heads<br>"
-            f"{spec.image_size[0]}×{spec.image_size[1]} px, patch {spec.patch_size}, grid "
-            f"{spec.grid[0]}×{spec.grid[1]}, prefix tokens: {prefix}<br>"
+            f"{h}×{w} px, patch {spec.patch_size}, grid {grid[0]}×{grid[1]}, prefix tokens: {prefix}<br>"
             f"<small>{spec.source}</small>")
 
 
