@@ -66,7 +66,6 @@ class VitModel:
     def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
-        self.last_box: tuple[tuple[int, int], tuple[float, float, float, float]] | None = None
 
     @property
     def device(self) -> str:
@@ -96,12 +95,13 @@ class VitModel:
         size = (h - h % p, w - w % p)
         return replace(self.spec, image_size=size, preprocess=self.spec.preprocess.at_size(size))
 
-    def prepare(self, image: Any, image_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, np.ndarray, ModelSpec, str]:
-        """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source).
+    def prepare(self, image: Any, image_size: tuple[int, int] | None = None) -> tuple[
+            torch.Tensor, np.ndarray, ModelSpec, str, tuple[tuple[int, int], tuple[float, float, float, float]] | None]:
+        """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source, box).
 
-        `self.last_box` holds the original image's size and the region the model saw (None for tensors).
+        `box` is the original image's (h, w) and the region (left, top, right, bottom) the model saw; None for a
+        ready tensor, which has no original.
         """
-        self.last_box = None
         from vitviz.core import images
 
         spec = self.spec_at(image_size)
@@ -114,13 +114,12 @@ class VitModel:
             spec = replace(spec, image_size=size) if size != tuple(spec.image_size) else spec
             x = x[..., : size[0], : size[1]].float()
             disp = images.display_from_tensor(x, spec.preprocess.mean, spec.preprocess.std)
-            return x, disp, spec, "tensor"
+            return x, disp, spec, "tensor", None
         src = str(image) if isinstance(image, (str, Path)) else type(image).__name__
         img = images.load_image(image, channels=spec.in_chans)
         x, disp = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
         size = (img.height, img.width)
-        self.last_box = (size, images.source_box(size, spec.preprocess))
-        return x, disp, spec, src
+        return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
     @torch.inference_mode()
     def forward_captured(self, x: torch.Tensor, half: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +144,8 @@ class VitModel:
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
             half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
         """
-        x, disp, spec, src = self.prepare(image, image_size)
-        size, box = self.last_box or (None, None)
+        x, disp, spec, src, seen = self.prepare(image, image_size)
+        size, box = seen or (None, None)
         attn, logits = self.forward_captured(x, half)
         return AttentionResult(attentions=attn[0], logits=logits[0], input=x[0].cpu().numpy(), image=disp,
                                spec=spec, source=src, source_box=box, source_size=size)
