@@ -41,6 +41,38 @@ def test_capture_does_not_change_output_and_removes_hooks(tiny) -> None:
     assert len(probes) == 2 and all(not p._forward_hooks for p in probes)
 
 
+def test_attention_only_pass_skips_the_tail_and_keeps_the_maps(tiny) -> None:
+    x = torch.rand(2, 3, 32, 32)
+    full, logits = tiny.forward_captured(x)
+    calls: list[str] = []
+    last = tiny.net.blocks[-1]
+    hooks = [last.mlp.register_forward_hook(lambda *_: calls.append("mlp")),
+             last.attn.proj.register_forward_hook(lambda *_: calls.append("proj")),
+             tiny.net.head.register_forward_hook(lambda *_: calls.append("head"))]
+    try:
+        fast, none = tiny.forward_captured(x, logits=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert calls == [] and none.shape == (2, 0) and logits.shape == (2, 5)
+    assert fast.shape == full.shape == (2, 2, 2, 19, 19)
+    np.testing.assert_allclose(fast, full, atol=1e-6)
+    first, _ = tiny.forward_captured(x, logits=False, upto=0)
+    assert first.shape == (2, 1, 2, 19, 19)
+    np.testing.assert_allclose(first[:, 0], full[:, 0], atol=1e-6)
+    r = tiny.run(x[:1], logits=False)
+    assert r.logits.shape == (0,) and r.top_k() == []
+    np.testing.assert_allclose(r.attentions, full[0], atol=1e-6)
+
+
+def test_attention_only_pass_rejects_bad_layers(tiny) -> None:
+    x = torch.rand(1, 3, 32, 32)
+    with pytest.raises(vitviz.VitvizError, match="layer 2 out of range.*2 layers"):
+        tiny.forward_captured(x, logits=False, upto=2)
+    with pytest.raises(vitviz.VitvizError, match="logits=False"):
+        tiny.forward_captured(x, upto=0)
+
+
 def test_half_storage(tiny) -> None:
     x = torch.rand(1, 3, 32, 32)
     full, half = tiny.run(x), tiny.run(x, half=True)

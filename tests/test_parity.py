@@ -322,3 +322,22 @@ def test_timm_config_model_args_give_heads(tmp_path) -> None:
     assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads") == "metadata: config.json model_args"
     x = x_for()
     assert_parity(vm, x, *timm_reference(model, x))
+
+
+@pytest.mark.parametrize("name", list(TIMM_CASES))
+def test_attention_only_matches_timm_attention_extract(tmp_path, name: str) -> None:
+    """`logits=False` stops at the last softmax, as timm's fx AttentionExtract does; the maps must agree."""
+    from timm.utils import AttentionExtract
+
+    model = perturb(VisionTransformer(num_classes=5, **SMALL, **TIMM_CASES[name]))
+    for block in model.blocks:
+        block.attn.fused_attn = False
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    vm = vitviz.load(tmp_path / "model.pth", device="cpu")
+    x = x_for()
+    with torch.no_grad():
+        ref = list(AttentionExtract(model, method="fx")(x).values())
+    got = vm.run(x, logits=False)
+    assert got.logits.shape == (0,) and got.attentions.shape == (len(ref), *ref[0].shape[1:])
+    for i, r in enumerate(ref):
+        np.testing.assert_allclose(got.attentions[i], r[0].numpy(), atol=ATOL, err_msg=f"layer {i}")

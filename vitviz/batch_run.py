@@ -141,7 +141,8 @@ class Exporter:
         import torch
 
         try:
-            attn, logits = self.model.forward_captured(torch.cat([p.x for p in batch]), self.plan.half)
+            x = torch.cat([p.x for p in batch])  # logits only go into .npz; without it the pass stops at the last softmax
+            attn, logits = self.model.forward_captured(x, self.plan.half, logits=self.plan.npz)
         except VitvizError as e:
             for p in batch:
                 self._fail(p.job, e)

@@ -122,32 +122,48 @@ class VitModel:
         return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
     @torch.inference_mode()
-    def forward_captured(self, x: torch.Tensor, half: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(B, C, H, W) -> attentions (B, L, H, T, T) and logits (B, C) as NumPy, on whatever device."""
+    def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
+                         upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(B, C, H, W) -> attentions (B, L, H, T, T) and logits (B, C) as NumPy, on whatever device.
+
+        With `logits=False` the forward pass stops right after the softmax of layer `upto` (default: the last),
+        skipping the work no attention depends on; logits are then (B, 0) and attentions (B, upto + 1, H, T, T).
+        """
+        if logits and upto is not None:
+            raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
         keep: list[torch.Tensor] = []
         try:
             with capture_attention(self.net, keep):
-                logits = self.net(x.to(self._device))
+                xd = x.to(self._device)
+                if logits:
+                    out = self.net(xd).float().cpu().numpy()
+                else:
+                    self.net.forward_attention(xd, upto)
+                    out = np.zeros((x.shape[0], 0), np.float32)
             attn = torch.stack(keep, dim=1)  # L x (B, H, T, T) -> (B, L, H, T, T)
             attn = attn.half() if half else attn
-            return attn.cpu().numpy(), logits.float().cpu().numpy()
+            return attn.cpu().numpy(), out
         except torch.cuda.OutOfMemoryError as e:
             torch.cuda.empty_cache()
             raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} "
                               f"({e}); try a smaller image size or device='cpu'") from e
+        except ValueError as e:  # upto out of range
+            raise VitvizError(str(e)) from e
 
-    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False) -> AttentionResult:
+    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
+            logits: bool = True) -> AttentionResult:
         """Run one image and capture every layer's attention.
 
         Args:
             image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
             half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
+            logits: False skips everything after the last softmax (faster; the result's logits are empty).
         """
         x, disp, spec, src, seen = self.prepare(image, image_size)
         size, box = seen or (None, None)
-        attn, logits = self.forward_captured(x, half)
-        return AttentionResult(attentions=attn[0], logits=logits[0], input=x[0].cpu().numpy(), image=disp,
+        attn, out = self.forward_captured(x, half, logits)
+        return AttentionResult(attentions=attn[0], logits=out[0], input=x[0].cpu().numpy(), image=disp,
                                spec=spec, source=src, source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:

@@ -7,6 +7,7 @@ softmax that `vitviz.core.capture` hooks. Every switch that changes the numerics
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vitviz.core.posembed import resample_grid
@@ -58,15 +59,26 @@ class Attention(nn.Module):
         self.attn_probe = AttentionProbe()
         self.proj = nn.Linear(d, d)
 
+    def _probs(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """softmax((q * scale) @ k^T) through the probe: (B, H, T, hd) x 2 -> (B, H, T, T) float32."""
+        q, k = self.q_norm(q), self.k_norm(k)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        return self.attn_probe(attn.float().softmax(dim=-1))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         qkv = self.qkv(x).reshape(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
         q, k, v = qkv.unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
-        attn = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, T, T)
-        attn = self.attn_probe(attn.float().softmax(dim=-1)).to(v.dtype)
+        attn = self._probs(q, k).to(v.dtype)
         x = (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, H, T, hd) -> (B, T, D)
         return self.proj(x)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """Only the attention probabilities (B, H, T, T): q and k are computed, v and the projection are not."""
+        b, t, d = x.shape
+        w, bias = self.qkv.weight[: 2 * d], None if self.qkv.bias is None else self.qkv.bias[: 2 * d]
+        q, k = F.linear(x, w, bias).reshape(b, t, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        return self._probs(q, k)
 
 
 class Mlp(nn.Module):
@@ -179,6 +191,21 @@ class ReferenceViT(nn.Module):
         if pooling == "cls_avg":  # HF DINOv2 classifier input
             return torch.cat([x[:, 0], x[:, n_prefix:].mean(dim=1)], dim=-1)
         return x[:, 0]
+
+    def forward_attention(self, x: torch.Tensor, upto: int | None = None) -> None:
+        """Run only as far as layer `upto`'s softmax (default: the last layer's); every probe up to it fires.
+
+        The work after that softmax -- the last block's values, projection and MLP, the final norm and the head --
+        is skipped, so there are no logits; the attention is the same as `forward`'s.
+        """
+        n = len(self.blocks) if upto is None else upto + 1
+        if not 1 <= n <= len(self.blocks):
+            raise ValueError(f"layer {upto} out of range for a model with {len(self.blocks)} layers")
+        x = self.embed(x)
+        for block in self.blocks[: n - 1]:
+            x = block(x)
+        last = self.blocks[n - 1]
+        last.attn.probabilities(last.norm1(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, num_classes) logits, or (B, D) features for a headless backbone."""

@@ -149,7 +149,7 @@ class AttentionResult:
 
     Attributes:
         attentions: (L, H, T, T) post-softmax attention, float32 (or float16 when asked); rows sum to 1.
-        logits: (C,) float32, or (0,) for a headless backbone.
+        logits: (C,) float32; (0,) for a headless backbone or a run with `logits=False`.
         input: (C, H, W) the preprocessed tensor as float32 NumPy.
         image: (H, W, 3) uint8 RGB, the image as the model saw it (after resize and crop, before normalising).
         spec: the model spec at the resolution of this run (image_size/grid may differ from the native ones).
