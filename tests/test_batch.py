@@ -214,6 +214,51 @@ def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, 
     assert manifest["summary"]["interrupted"] is True
 
 
+def test_killed_run_leaves_no_partial_file_and_the_rerun_cleans_up(tiny: Path, tmp_path: Path) -> None:
+    """SIGKILL cannot be caught: final names still only ever hold complete files, and the next run removes the
+    temporary files of dead writers (but not those of a live one) and finishes the job."""
+    images = tmp_path / "many"
+    images.mkdir()
+    for i in range(30):
+        _image(images / f"img{i:02d}.png", i, (96, 96))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
+           "--out", str(out), "--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean",
+           "--batch-size", "1", "--size", "original"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*.png"))) < 10 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    killed = list(out.glob("*.png"))
+    per_image = 2 * 3 + 2  # cls: 2 layers x heads 0, 1, mean; rollout: 2 layers x the fused heads (mean) only
+    assert 10 <= len(killed) < 30 * per_image, "the run was not killed mid-way"
+    for p in killed:
+        with Image.open(p) as im:
+            im.load()  # raises on a truncated file
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)  # that process has exited
+    name = "img29_cls_L0_Hmean.png"
+    planted_dead = out / f".{name}.{dead_pid}-abcd1234.tmp"
+    planted_live = out / f".{name}.{os.getpid()}-abcd1234.tmp"  # pytest is alive: a concurrent writer
+    unrelated = out / f".notes.txt.{dead_pid}-abcd1234.tmp"  # not an output of this export
+    for p in (planted_dead, planted_live, unrelated):
+        p.write_bytes(b"partial")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "temporary file(s) a killed earlier run left" in done.stderr
+    assert "rollout maps are written once per layer as H mean" in done.stderr
+    assert not planted_dead.exists() and planted_live.exists() and unrelated.exists()
+    left = {p.name for p in out.iterdir() if p.suffix == ".tmp"}
+    assert left == {planted_live.name, unrelated.name}, left
+    assert len(list(out.glob("*.png"))) == 30 * per_image
+    with Image.open(out / name) as im:
+        im.load()
+
+
 # ------------------------------------------------------------------------------------------------ units
 
 
@@ -221,6 +266,9 @@ def test_selection_parsing() -> None:
     assert parse_maps("cls, rollout,token:7,cls") == [MapKind("cls"), MapKind("rollout"), MapKind("token", 7)]
     assert parse_picks("0-2,5,mean", "layer", ("all", "mean")) == [0, 1, 2, 5, "mean"]
     assert resolve_picks(["last", "all"], 3, "layer") == [2, 0, 1]
+    assert resolve_picks(parse_picks("-1,0,-3", "layer", ("all",)), 3, "layer") == [2, 0]  # -3 is layer 0
+    with pytest.raises(SelectionError, match="layer -4 out of range.*3 layers"):
+        resolve_picks([-4], 3, "layer")
     for bad in ("3-1", "x", ""):
         with pytest.raises(SelectionError):
             parse_picks(bad, "layer", ("all",))

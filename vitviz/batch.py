@@ -42,7 +42,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="comma list of cls, mean, max (attention received over patch queries), rollout, "
                         "token:N (default: cls)")
     p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
-                   help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 (default: last)")
+                   help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
                    type=_checked(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
                    help="all, mean, max, indices and ranges, e.g. 0-2,mean (default: mean). "
@@ -114,18 +114,25 @@ def _colormap(text: str) -> str:
 def run_export_command(args: argparse.Namespace) -> int:
     """Run `vitviz export` and return its exit code (0, 1, 2 or 130); VitvizErrors mean exit 2."""
     from vitviz.batch_run import Exporter, Plan
+    from vitviz.core.export import remove_stale_temps
 
     start = time.perf_counter()
     out: Path = args.out
     pairs = collect_inputs(args.inputs, out, args.glob)
     model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
+    if any(m.kind == "rollout" for m in maps) and heads != ["mean"] and not args.quiet:
+        print("vitviz: rollout fuses the heads (their mean) at every layer, so rollout maps are written once per "
+              "layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
     _make_folder(out)
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
                 batch_size=args.batch_size, workers=args.workers,
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size))
     jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
+    stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [out / MANIFEST])
+    if stale and not args.quiet:
+        print(f"vitviz: removed {len(stale)} temporary file(s) a killed earlier run left in {out}", file=sys.stderr)
     exporter = Exporter(model, plan, jobs, quiet=args.quiet)
     interrupted = False
     try:

@@ -117,7 +117,9 @@ def sha256_file(path: Path) -> str:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> Path:
     """Write JSON to a temporary file next to `path`, then move it into place (replacing any old file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from vitviz.core.export import temp_prefix
+
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=2, default=list)

@@ -81,13 +81,16 @@ def parse_picks(text: str, what: str, words: tuple[str, ...]) -> list[Pick]:
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if part in words:
             items: list[Pick] = [part]
+        elif re.fullmatch(r"-\d+", part):  # counted from the end, as in Python: -1 is the last
+            items = [int(part)]
         elif match:
             lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
             if hi < lo:
                 raise SelectionError(f"{what} range {part!r} runs backwards; expected LOW-HIGH")
             items = list(range(lo, hi + 1))
         else:
-            raise SelectionError(f"{what} {part!r}: expected indices, ranges like 0-3, or {', '.join(words)}")
+            raise SelectionError(f"{what} {part!r}: expected indices (-1 is the last), ranges like 0-3, "
+                                 f"or {', '.join(words)}")
         out.extend(i for i in items if i not in out)
     return out
 
@@ -105,8 +108,10 @@ def resolve_picks(picks: list[Pick], size: int, what: str) -> list[Pick]:
     for pick in picks:
         items = list(range(size)) if pick == "all" else [size - 1] if pick == "last" else [pick]
         for item in items:
-            if isinstance(item, int) and not 0 <= item < size:
-                raise SelectionError(f"{what} {item} out of range: the model has {size} {what}s (0-{size - 1})")
+            if isinstance(item, int) and not -size <= item < size:
+                raise SelectionError(f"{what} {item} out of range: the model has {size} {what}s "
+                                     f"(0-{size - 1}, or -{size}--1 from the end)")
+            item = item + size if isinstance(item, int) and item < 0 else item
             if item not in out:
                 out.append(item)
     return out

@@ -2,12 +2,17 @@
 
 Files are written to a temporary file in the destination folder and moved into place with `os.replace` (or
 `os.link` when overwriting is not allowed), so a crash never leaves a half-written file under the final name.
+A temporary file's name carries the writer's process id; one left behind by a killed writer (SIGKILL, power
+loss) is removed by `remove_stale_temps` on the next run.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -110,12 +115,58 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     return np.asarray(canvas, dtype=np.uint8)
 
 
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
+
+
+def temp_prefix(target: Path) -> str:
+    """Prefix of the temporary file `target` is written through: '.{name}.{pid}-' (mkstemp adds 'xxxxxxxx.tmp')."""
+    return f".{target.name}.{os.getpid()}-"
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name == "nt":  # on Windows os.kill(pid, 0) would terminate the process
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else
+        return True
+    return True
+
+
+def remove_stale_temps(targets: Iterable[Path]) -> list[Path]:
+    """Delete the temporary files that writers no longer running left for any of `targets`; return them.
+
+    Only files named like this module's temporaries *for one of the given targets* are considered, and only
+    when the process id in the name is gone, so a concurrent writer's file is never touched.
+    """
+    wanted: dict[Path, set[str]] = defaultdict(set)
+    for target in targets:
+        wanted[Path(target).parent].add(Path(target).name)
+    removed: list[Path] = []
+    for folder, names in wanted.items():
+        try:
+            entries = [e for e in os.scandir(folder) if e.name.endswith(".tmp")]
+        except OSError:  # no such folder yet: nothing was left there
+            continue
+        for entry in entries:
+            m = _TEMP_NAME.match(entry.name)
+            if m and m["name"] in names and not _process_alive(int(m["pid"])):
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    continue
+                removed.append(Path(entry.path))
+    return removed
+
+
 def _atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], None], overwrite: bool) -> Path:
     """Write through `write` into a temporary file next to `path`, then move it into place."""
     target = Path(path)
     if not overwrite and target.exists():
         raise OutputExistsError(f"{target} exists; pass overwrite=True to replace it")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
