@@ -309,6 +309,17 @@ def test_seen_region_matches_preprocess_crop() -> None:
     assert seen_region(img, Preprocess(crop=(224, 224), mode="squash")).shape == (300, 400, 3)
 
 
+def test_seen_region_size_is_the_rounded_box_size() -> None:
+    """The crop is as wide as the box rounds to, wherever its edges fall (rounding each edge could add a pixel)."""
+    from vitviz.core.images import source_box
+
+    pp = Preprocess(crop=(224, 224), resize=256, mode="center", interpolation="bilinear")
+    for h, w in [(300, 400), (333, 500), (375, 500), (481, 353), (250, 251), (1000, 1337)]:
+        img = Image.new("RGB", (w, h))
+        left, top, right, bottom = source_box((h, w), pp)
+        assert seen_region(img, pp).shape == (round(bottom - top), round(right - left), 3), (h, w)
+
+
 def test_progress_bar_only_on_a_terminal() -> None:
     import io
 

@@ -324,8 +324,13 @@ def source_box(size: tuple[int, int], pp: Preprocess) -> tuple[float, float, flo
 
 def seen_region(img: Image.Image, pp: Preprocess) -> np.ndarray:
     """The part of the original picture the model saw (its crop), at the original's resolution: (h, w, 3) uint8."""
-    left, top, right, bottom = (int(round(v)) for v in source_box((img.height, img.width), pp))
-    right, bottom = max(left + 1, right), max(top + 1, bottom)
+    box = source_box((img.height, img.width), pp)
+    # Round the size once, not each edge: edges rounded apart would make a square crop 263 x 262.
+    width = min(img.width, max(1, int(round(box[2] - box[0]))))
+    height = min(img.height, max(1, int(round(box[3] - box[1]))))
+    left = min(max(0, int(round(box[0]))), img.width - width)
+    top = min(max(0, int(round(box[1]))), img.height - height)
+    right, bottom = left + width, top + height
     return np.ascontiguousarray(np.asarray(img.convert("RGB").crop((left, top, right, bottom)), dtype=np.uint8))
 
 
