@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from vitviz import catalog
+from vitviz import catalog, cli
 from vitviz.catalog import CatalogEntry, DownloadError
 
 
@@ -104,6 +106,16 @@ def test_scan_merges_recent_first_and_skips_missing(caches: tuple[Path, Path], t
     assert entries[1].source == "recent" and entries[1].named == "torchvision:vit_b_32:IMAGENET1K_V1"
 
 
+def test_hf_snapshot_with_safetensors_and_bin_counts_one(caches: tuple[Path, Path]) -> None:
+    """Older transformers fetched pytorch_model.bin, newer ones model.safetensors: vitviz.load reads only the
+    latter, so the size is that file's, not the sum."""
+    _, hf_dir = caches
+    snap = _hf_snapshot(hf_dir, "google/vit-base-patch16-224", {"model_type": "vit"}, nbytes=4000)
+    (snap / "pytorch_model.bin").write_bytes(b"\0" * 3000)
+    (entry,) = catalog.scan_hf_hub()
+    assert entry.size == 4000
+
+
 def test_recent_folder_uses_its_config(tmp_path: Path) -> None:
     folder = tmp_path / "my-vit"
     folder.mkdir()
@@ -187,6 +199,63 @@ def test_offline_error_names_file_and_folder(caches: tuple[Path, Path], tmp_path
     assert list(torch_dir.iterdir()) == []
 
 
+class _Response(io.BytesIO):
+    """What urllib.request.urlopen returns: `data`, announced with a Content-Length (None: no header)."""
+
+    def __init__(self, data: bytes, length: int | None) -> None:
+        super().__init__(data)
+        self.headers = {} if length is None else {"Content-Length": str(length)}
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, data: bytes, length: int | None) -> None:
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: _Response(data, length))
+
+
+def test_download_cut_short_is_not_kept(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """http.client returns a short body without an error when the connection drops: the Content-Length is the
+    only sign, also when the hash is not checked."""
+    torch_dir, _ = caches
+    _serve(monkeypatch, b"x" * 10, 1000)
+    with pytest.raises(DownloadError, match="after 10 of 1,000 bytes") as info:
+        catalog.resolve_named("torchvision:vit_b_16", url="https://mirror.example/vit_b_16.pth", check_hash=False)
+    assert "vit_b_16-c867db91.pth" in str(info.value) and "https://mirror.example/vit_b_16.pth" in str(info.value)
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_ctrl_c_during_download_leaves_nothing(caches: tuple[Path, Path], tmp_path: Path) -> None:
+    torch_dir, _ = caches
+    source = tmp_path / "mirror.pth"
+    source.write_bytes(b"\0" * (3 << 20))
+
+    def interrupt(done: int, total: int | None) -> None:
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        catalog.resolve_named("torchvision:vit_b_32", progress=interrupt, url=source.as_uri(), check_hash=False)
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_unverified_data_never_has_the_final_name(caches: tuple[Path, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or a crash) while the data is being checked must not leave it where `cached_named` would take it
+    for a good download next time."""
+    torch_dir, _ = caches
+    source = tmp_path / "wrong.pth"
+    source.write_bytes(b"not the real weights")
+
+    class Interrupted:
+        def update(self, data: bytes) -> None:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(hashlib, "sha256", Interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            catalog.resolve_named("torchvision:vit_b_16", url=source.as_uri())
+    assert catalog.cached_named("torchvision:vit_b_16") is None
+    assert list(torch_dir.iterdir()) == []
+
+
 def test_resolve_model_arg_passes_paths_through(caches: tuple[Path, Path]) -> None:
     torch_dir, _ = caches
     assert catalog.resolve_model_arg("some/file.pth") == "some/file.pth"
@@ -214,6 +283,33 @@ def test_models_command_text_and_named(caches: tuple[Path, Path], capsys: pytest
     assert catalog.run_models_command(_models_args("--named")) == 0
     out = capsys.readouterr().out
     assert "torchvision:vit_b_16:IMAGENET1K_V1" in out and "not downloaded" in out
+    assert out.startswith("NAME") and "346 MB" in out            # header; float32 size of vit_b_16
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    assert catalog.run_models_command(_models_args()) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["NAME", "FAMILY", "SIZE", "SOURCE", "PATH"] and row.startswith("vit_b_16 · ")
+
+
+def test_models_get_prints_the_cached_path(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    assert cli.main(["models", "--get", "torchvision:vit_b_16"]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{torch_dir / 'vit_b_16-c867db91.pth'}\n" and err == ""
+
+
+def test_models_get_error_starts_on_its_own_line(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a Content-Length the progress is a bare byte count, which no 100% ends: the error after it
+    must not be glued onto that line."""
+    _serve(monkeypatch, b"not the real weights", None)
+    assert cli.main(["models", "--get", "torchvision:vit_b_16"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("downloading vit_b_16-c867db91.pth (346 MB) from https://")
+    assert "\r20 B\nvitviz: error: vit_b_16-c867db91.pth: the data downloaded from https://" in err
+    assert "SHA-256" in err
 
 
 def test_format_size() -> None:

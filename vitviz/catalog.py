@@ -12,38 +12,48 @@ Named models are `torchvision:ARCH[:WEIGHTS]`, ARCH one of torchvision's ViTs (v
 vit_l_32, vit_h_14) and WEIGHTS a member of its Weights enum (IMAGENET1K_V1, IMAGENET1K_SWAG_E2E_V1, ...;
 default DEFAULT). The file keeps torchvision's name, so `vitviz.load` reads the preprocessing and categories
 from it, and it lands in the torch hub cache where torchvision itself would look.
+
+This module scans the caches; it re-exports the cache locations (`vitviz.catalog_dirs`), the named models and
+their downloads (`vitviz.catalog_named`) and, lazily, the `vitviz models` command (`vitviz.catalog_cli`), so
+everything stays importable from here.
 """
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import os
 import re
-import sys
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from vitviz.catalog_dirs import hf_hub_dir, torch_hub_dir
+from vitviz.catalog_named import (NAMED_PREFIX, TORCHVISION_ARCHS, DownloadError, NamedWeights, Progress,
+                                  cached_named, is_named_model, lookup_named, named_models, resolve_model_arg,
+                                  resolve_named)
 from vitviz.errors import VitvizError
 
-Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)
+__all__ = [  # re-exported names included; add_models_parser and run_models_command come through __getattr__
+    "CatalogEntry", "DownloadError", "HF_VIT_TYPES", "HF_WEIGHT_NAMES", "NAMED_PREFIX", "NamedWeights", "Progress",
+    "TORCHVISION_ARCHS", "VitvizError", "WEIGHT_SUFFIXES", "cached_named", "format_size", "guess_family_from_name",
+    "hf_hub_dir", "is_named_model", "lookup_named", "named_models", "resolve_model_arg", "resolve_named", "scan",
+    "scan_hf_hub", "scan_recent", "scan_torch_hub", "torch_hub_dir"]
 
-NAMED_PREFIX = "torchvision:"
-TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 HF_VIT_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
                 "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn"}
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
-_CHUNK = 1 << 20
+_CLI_NAMES = ("add_models_parser", "run_models_command")
 
 
-class DownloadError(VitvizError):
-    """A named model is not cached and could not be downloaded."""
+def __getattr__(name: str) -> Any:
+    """`add_models_parser` and `run_models_command` live in `vitviz.catalog_cli` (imported on first use)."""
+    if name in _CLI_NAMES:
+        from vitviz import catalog_cli
+
+        return getattr(catalog_cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -87,26 +97,6 @@ def format_size(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" or value >= 100 else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} GB"
-
-
-# ------------------------------------------------------------------------------------------------ locations
-def _cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
-
-
-def torch_hub_dir() -> Path:
-    """Where torch hub keeps downloaded weights: `$TORCH_HOME/hub/checkpoints` (torch.hub's own rule)."""
-    home = os.environ.get("TORCH_HOME")
-    root = Path(home).expanduser() if home else _cache_home() / "torch"
-    return root / "hub" / "checkpoints"
-
-
-def hf_hub_dir() -> Path:
-    """The Hugging Face hub cache: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME")
-    return (Path(home).expanduser() if home else _cache_home() / "huggingface") / "hub"
 
 
 # ------------------------------------------------------------------------------------------------- scanning
@@ -214,12 +204,14 @@ def _snapshot(repo: Path) -> Path | None:
 
 
 def _weights_of(snap: Path) -> list[Path]:
-    files = [snap / n for n in HF_WEIGHT_NAMES if (snap / n).exists()]
-    if (snap / "model.safetensors.index.json").exists():
-        files += sorted(snap.glob("model-*.safetensors"))
-    if not files:
-        files = sorted(p for p in snap.iterdir() if p.suffix in (".safetensors", ".bin", ".pth") and p.exists())
-    return files
+    """The weights files a model folder is loaded from, in `vitviz.load`'s order of preference: the first of
+    HF_WEIGHT_NAMES there (an index with its shards), else every weights file. Only one of model.safetensors and
+    pytorch_model.bin counts when a snapshot holds both."""
+    for name in HF_WEIGHT_NAMES:
+        if (snap / name).exists():
+            shards = sorted(snap.glob("model-*.safetensors")) if name.endswith(".index.json") else []
+            return [snap / name, *shards]
+    return sorted(p for p in snap.iterdir() if p.suffix in (".safetensors", ".bin", ".pth") and p.exists())
 
 
 def _hf_entry(repo: Path, snap: Path) -> CatalogEntry | None:
@@ -276,194 +268,3 @@ def scan_recent(paths: Iterable[str | os.PathLike]) -> list[CatalogEntry]:
             out.append(CatalogEntry(p.name, p, "recent", family or guess_family_from_name(p.name) or "unknown",
                                     size, detail))
     return out
-
-
-# -------------------------------------------------------------------------------------------- named models
-def is_named_model(text: str) -> bool:
-    """Whether `text` names a model (`torchvision:...`) rather than a path."""
-    return str(text).startswith(NAMED_PREFIX)
-
-
-def named_models() -> list[str]:
-    """Every torchvision ViT and weights variant as a name, e.g. 'torchvision:vit_b_16:IMAGENET1K_V1'."""
-    from torchvision.models import vision_transformer as tv
-
-    names = []
-    for arch in TORCHVISION_ARCHS:
-        enum = getattr(tv, _enum_name(arch))
-        names += [f"{NAMED_PREFIX}{arch}:{w.name}" for w in enum]
-    return names
-
-
-def _enum_name(arch: str) -> str:
-    return arch.upper().replace("VIT", "ViT") + "_Weights"
-
-
-@dataclass(frozen=True)
-class NamedWeights:
-    """What a named model resolves to before any download."""
-
-    name: str        # canonical 'torchvision:ARCH:WEIGHTS'
-    url: str
-    file_name: str
-    num_params: int
-
-
-def lookup_named(text: str) -> NamedWeights:
-    """Parse `torchvision:ARCH[:WEIGHTS]` against torchvision's Weights enums; raises VitvizError if unknown."""
-    parts = str(text).split(":")
-    if parts[0] + ":" != NAMED_PREFIX or len(parts) not in (2, 3) or parts[1] not in TORCHVISION_ARCHS:
-        raise VitvizError(f"{text!r}: unknown model name; expected torchvision:ARCH[:WEIGHTS] with ARCH one of "
-                          f"{', '.join(TORCHVISION_ARCHS)} (e.g. torchvision:vit_b_16:IMAGENET1K_V1)")
-    from torchvision.models import vision_transformer as tv
-
-    enum = getattr(tv, _enum_name(parts[1]))
-    wanted = parts[2].upper() if len(parts) == 3 and parts[2] else "DEFAULT"
-    try:
-        weights = enum[wanted]
-    except KeyError:
-        choices = ", ".join(w.name for w in enum)
-        raise VitvizError(f"{text!r}: {parts[1]} has no weights {wanted!r}; expected one of {choices} "
-                          "or DEFAULT") from None
-    return NamedWeights(f"{NAMED_PREFIX}{parts[1]}:{weights.name}", weights.url, weights.url.split("/")[-1],
-                        int(weights.meta.get("num_params", 0)))
-
-
-def cached_named(text: str, cache_dir: Path | None = None) -> Path | None:
-    """The cached file of a named model, or None when it has not been downloaded."""
-    nw = lookup_named(text)
-    path = (torch_hub_dir() if cache_dir is None else Path(cache_dir)) / nw.file_name
-    return path if path.is_file() and path.stat().st_size > 0 else None
-
-
-def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress | None = None,
-                  url: str | None = None, check_hash: bool = True, timeout: float = 30.0) -> Path:
-    """The local file of a named model: the cached one, else downloaded into the cache first.
-
-    Args:
-        text: 'torchvision:vit_b_16' or 'torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1'.
-        cache_dir: where to look and download to (default: the torch hub checkpoints folder).
-        progress: called as progress(done_bytes, total_bytes_or_None) while downloading.
-        url: download from here instead of torchvision's URL (a mirror, or a file:// URL in tests); the
-            file still gets torchvision's name.
-        check_hash: compare the SHA-256 prefix in torchvision's file name (`-c867db91.pth`) with the data.
-
-    Raises:
-        DownloadError: offline or failed download, naming the file, its URL and the folder to put it in.
-    """
-    nw = lookup_named(text)
-    folder = torch_hub_dir() if cache_dir is None else Path(cache_dir)
-    dest = folder / nw.file_name
-    if dest.is_file() and dest.stat().st_size > 0:
-        return dest
-    _download(url or nw.url, dest, progress, timeout)
-    if check_hash:
-        _check_hash(dest)
-    return dest
-
-
-def resolve_model_arg(text: str, progress: Progress | None = None) -> str:
-    """A `--model` argument as something `vitviz.load` accepts: named models resolved, paths unchanged."""
-    return str(resolve_named(text, progress=progress)) if is_named_model(text) else text
-
-
-def _download(url: str, dest: Path, progress: Progress | None, timeout: float) -> None:
-    """Stream `url` into `dest` through a `.partial` file, so an interrupted download leaves nothing behind."""
-    tmp = dest.with_name(dest.name + ".partial")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
-            length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
-            done = 0
-            if progress:
-                progress(0, total)
-            while chunk := response.read(_CHUNK):
-                out.write(chunk)
-                done += len(chunk)
-                if progress:
-                    progress(done, total)
-        os.replace(tmp, dest)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        tmp.unlink(missing_ok=True)
-        reason = getattr(e, "reason", None) or e
-        raise DownloadError(
-            f"{dest.name} is not in {dest.parent} and could not be downloaded from {url} ({reason}). "
-            f"Download it on a computer with internet access and put it in {dest.parent}, "
-            "then open it again (or open the file directly)") from e
-
-
-def _check_hash(path: Path) -> None:
-    m = re.search(r"-([0-9a-f]{6,})\.[a-z]+$", path.name)
-    if not m:
-        return
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    if not digest.hexdigest().startswith(m.group(1)):
-        path.unlink(missing_ok=True)
-        raise DownloadError(f"{path.name}: downloaded data has SHA-256 {digest.hexdigest()[:12]}..., expected "
-                            f"{m.group(1)}...; the download was damaged or is not this file. Try again, or "
-                            f"put the right file in {path.parent}")
-
-
-# ------------------------------------------------------------------------------------------------------ CLI
-def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `vitviz models` to the CLI's subparsers."""
-    p = subparsers.add_parser("models", help="list ViT checkpoints on this computer; download named models",
-                              description="List the ViT checkpoints in the torch hub and Hugging Face caches, "
-                              "or fetch a named model (torchvision:ARCH[:WEIGHTS]) into the torch hub cache.")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--named", action="store_true", help="list the named models and whether each is cached")
-    p.add_argument("--get", metavar="NAME", help="download a named model (if not cached) and print its path")
-    p.add_argument("--recent", metavar="PATH", action="append", default=[], help="also list this file or folder")
-    return p
-
-
-def run_models_command(args: argparse.Namespace) -> int:
-    """`vitviz models`: 0 on success; VitvizError propagates to the CLI's handler."""
-    if args.get:
-        path = resolve_named(args.get, progress=_ProgressBar(sys.stderr))
-        print(path)
-        return 0
-    if args.named:
-        rows = [{"name": n, "cached": str(cached_named(n) or "")} for n in named_models()]
-        if args.json:
-            print(json.dumps(rows, indent=2))
-        else:
-            for row in rows:
-                print(f"{row['name']:<48} {row['cached'] or 'not downloaded'}")
-        return 0
-    entries = scan(args.recent)
-    if args.json:
-        print(json.dumps([e.to_dict() for e in entries], indent=2))
-        return 0
-    if not entries:
-        print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
-              "Try `vitviz models --named`, then `vitviz --model torchvision:vit_b_16`.")
-        return 0
-    for e in entries:
-        print(f"{e.name:<44} {e.family:<12} {e.size_text:>8}  {e.source:<12} {e.path}")
-    return 0
-
-
-class _ProgressBar:
-    """A one-line text progress bar on a stream (the CLI's `progress` callback)."""
-
-    def __init__(self, stream: Any, width: int = 30) -> None:
-        self.stream, self.width, self.last = stream, width, -1
-
-    def __call__(self, done: int, total: int | None) -> None:
-        if total:
-            pct = int(100 * done / total)
-            if pct == self.last:
-                return
-            self.last = pct
-            bar = "#" * (self.width * done // total)
-            self.stream.write(f"\r[{bar:<{self.width}}] {pct:3d}% {format_size(done)} / {format_size(total)}")
-        else:
-            self.stream.write(f"\r{format_size(done)}")
-        if total and done >= total:
-            self.stream.write("\n")
-        self.stream.flush()

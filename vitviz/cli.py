@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     build_info_parser(sub)
     from vitviz.batch import add_export_parser
-    from vitviz.catalog import add_models_parser
+    from vitviz.catalog_cli import add_models_parser
 
     add_export_parser(sub)
     add_models_parser(sub)
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "info":
                 return run_info(args)
             if args.command == "models":
-                from vitviz.catalog import run_models_command
+                from vitviz.catalog_cli import run_models_command
                 return run_models_command(args)
             from vitviz.batch import run_export_command
             return run_export_command(args)

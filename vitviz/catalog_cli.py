@@ -1,0 +1,109 @@
+"""`vitviz models`: list the ViT checkpoints on this computer and the named models; download one by name.
+
+Only `--get NAME` touches the network, and only when that model is not cached yet.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from vitviz.catalog import format_size, scan
+from vitviz.catalog_dirs import hf_hub_dir, torch_hub_dir
+from vitviz.catalog_named import cached_named, lookup_named, named_models, resolve_named
+
+EXAMPLES = """examples:
+  vitviz models                                  checkpoints in the caches
+  vitviz models --recent ~/runs/vit.pth          ... and this file or folder too
+  vitviz models --named                          torchvision's ViTs, and which ones are downloaded
+  vitviz models --get torchvision:vit_b_16       download one (if not cached) and print its path
+  vitviz --model torchvision:vit_b_16            open it in the window (downloaded first if need be)"""
+
+
+def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `vitviz models` to the CLI's subparsers."""
+    p = subparsers.add_parser("models", help="list ViT checkpoints on this computer; download named models",
+                              description="List the ViT checkpoints in the torch hub and Hugging Face caches, "
+                              "or fetch a named model (torchvision:ARCH[:WEIGHTS]) into the torch hub cache.",
+                              epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--named", action="store_true",
+                   help="list the named models and whether each is downloaded (downloads nothing)")
+    p.add_argument("--get", metavar="NAME", help="download a named model, torchvision:ARCH[:WEIGHTS], unless "
+                   "it is cached, and print its path")
+    p.add_argument("--recent", metavar="PATH", action="append", default=[],
+                   help="also list this file or folder (repeatable)")
+    return p
+
+
+def run_models_command(args: argparse.Namespace) -> int:
+    """`vitviz models`: 0 on success; VitvizError propagates to the CLI's handler."""
+    if args.get:
+        return _get(args.get)
+    if args.named:
+        rows = [{"name": n, "cached": str(cached_named(n) or "")} for n in named_models()]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(f"{'NAME':<48} {'SIZE':>8}  FILE")
+            for row in rows:
+                size = format_size(4 * lookup_named(row["name"]).num_params)   # float32 weights
+                print(f"{row['name']:<48} {size:>8}  {row['cached'] or 'not downloaded'}")
+        return 0
+    entries = scan(args.recent)
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        return 0
+    if not entries:
+        print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
+              "Try `vitviz models --named`, then `vitviz --model torchvision:vit_b_16`.")
+        return 0
+    print(f"{'NAME':<44} {'FAMILY':<12} {'SIZE':>8}  {'SOURCE':<12} PATH")
+    for e in entries:
+        print(f"{e.name:<44} {e.family:<12} {e.size_text:>8}  {e.source:<12} {e.path}")
+    return 0
+
+
+def _get(name: str) -> int:
+    """`--get NAME`: the cached file, else downloaded with a progress bar on stderr; its path on stdout."""
+    if cached_named(name) is None:
+        nw = lookup_named(name)
+        print(f"downloading {nw.file_name} ({format_size(4 * nw.num_params)}) from {nw.url} to {torch_hub_dir()}",
+              file=sys.stderr)
+    bar = _ProgressBar(sys.stderr)
+    try:
+        path = resolve_named(name, progress=bar)
+    finally:
+        bar.close()   # end the bar's line, so an error message starts on a line of its own
+    print(path)
+    return 0
+
+
+class _ProgressBar:
+    """A one-line text progress bar on a stream (the CLI's `progress` callback); `close` ends its line."""
+
+    def __init__(self, stream: Any, width: int = 30) -> None:
+        self.stream, self.width, self.last = stream, width, -1
+        self.open_line = False   # something is written on the current line and no newline yet
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if total:
+            pct = int(100 * done / total)
+            if pct == self.last:
+                return
+            self.last = pct
+            bar = "#" * (self.width * done // total)
+            self.stream.write(f"\r[{bar:<{self.width}}] {pct:3d}% {format_size(done)} / {format_size(total)}")
+        else:
+            self.stream.write(f"\r{format_size(done)}")
+        self.open_line = True
+        if total and done >= total:
+            self.close()
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.open_line:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open_line = False

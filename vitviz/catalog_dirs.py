@@ -1,0 +1,28 @@
+"""Where the torch hub and Hugging Face hub caches are, by the same environment rules as those libraries.
+
+Qt-free and torch-free; shared by the cache scan (`vitviz.catalog`) and named-model downloads
+(`vitviz.catalog_named`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+
+
+def torch_hub_dir() -> Path:
+    """Where torch hub keeps downloaded weights: `$TORCH_HOME/hub/checkpoints` (torch.hub's own rule)."""
+    home = os.environ.get("TORCH_HOME")
+    root = Path(home).expanduser() if home else _cache_home() / "torch"
+    return root / "hub" / "checkpoints"
+
+
+def hf_hub_dir() -> Path:
+    """The Hugging Face hub cache: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME")
+    return (Path(home).expanduser() if home else _cache_home() / "huggingface") / "hub"

@@ -1,0 +1,173 @@
+"""Named models (`torchvision:ARCH[:WEIGHTS]`): parsed against torchvision's Weights enums, found in the torch hub
+cache, or downloaded there.
+
+Qt-free; torchvision is imported only when a name is looked up. The network is touched only by `resolve_named`
+(and `resolve_model_arg` given a name), and only when the named file is not cached yet. Everything here is
+importable from `vitviz.catalog` as well.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitviz.catalog_dirs import torch_hub_dir
+from vitviz.errors import VitvizError
+
+Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)
+
+NAMED_PREFIX = "torchvision:"
+TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
+_CHUNK = 1 << 20
+
+
+class DownloadError(VitvizError):
+    """A named model is not cached and could not be downloaded."""
+
+
+def is_named_model(text: str) -> bool:
+    """Whether `text` names a model (`torchvision:...`) rather than a path."""
+    return str(text).startswith(NAMED_PREFIX)
+
+
+def named_models() -> list[str]:
+    """Every torchvision ViT and weights variant as a name, e.g. 'torchvision:vit_b_16:IMAGENET1K_V1'."""
+    from torchvision.models import vision_transformer as tv
+
+    names = []
+    for arch in TORCHVISION_ARCHS:
+        enum = getattr(tv, _enum_name(arch))
+        names += [f"{NAMED_PREFIX}{arch}:{w.name}" for w in enum]
+    return names
+
+
+def _enum_name(arch: str) -> str:
+    return arch.upper().replace("VIT", "ViT") + "_Weights"
+
+
+@dataclass(frozen=True)
+class NamedWeights:
+    """What a named model resolves to before any download."""
+
+    name: str        # canonical 'torchvision:ARCH:WEIGHTS'
+    url: str
+    file_name: str
+    num_params: int
+
+
+def lookup_named(text: str) -> NamedWeights:
+    """Parse `torchvision:ARCH[:WEIGHTS]` against torchvision's Weights enums; raises VitvizError if unknown."""
+    parts = str(text).split(":")
+    if parts[0] + ":" != NAMED_PREFIX or len(parts) not in (2, 3) or parts[1] not in TORCHVISION_ARCHS:
+        raise VitvizError(f"{text!r}: unknown model name; expected torchvision:ARCH[:WEIGHTS] with ARCH one of "
+                          f"{', '.join(TORCHVISION_ARCHS)} (e.g. torchvision:vit_b_16:IMAGENET1K_V1)")
+    from torchvision.models import vision_transformer as tv
+
+    enum = getattr(tv, _enum_name(parts[1]))
+    wanted = parts[2].upper() if len(parts) == 3 and parts[2] else "DEFAULT"
+    try:
+        weights = enum[wanted]
+    except KeyError:
+        choices = ", ".join(w.name for w in enum)
+        raise VitvizError(f"{text!r}: {parts[1]} has no weights {wanted!r}; expected one of {choices} "
+                          "or DEFAULT") from None
+    return NamedWeights(f"{NAMED_PREFIX}{parts[1]}:{weights.name}", weights.url, weights.url.split("/")[-1],
+                        int(weights.meta.get("num_params", 0)))
+
+
+def cached_named(text: str, cache_dir: Path | None = None) -> Path | None:
+    """The cached file of a named model, or None when it has not been downloaded."""
+    nw = lookup_named(text)
+    path = (torch_hub_dir() if cache_dir is None else Path(cache_dir)) / nw.file_name
+    return path if path.is_file() and path.stat().st_size > 0 else None
+
+
+def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress | None = None,
+                  url: str | None = None, check_hash: bool = True, timeout: float = 30.0) -> Path:
+    """The local file of a named model: the cached one, else downloaded into the cache first.
+
+    Args:
+        text: 'torchvision:vit_b_16' or 'torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1'.
+        cache_dir: where to look and download to (default: the torch hub checkpoints folder).
+        progress: called as progress(done_bytes, total_bytes_or_None) while downloading.
+        url: download from here instead of torchvision's URL (a mirror, or a file:// URL in tests); the
+            file still gets torchvision's name.
+        check_hash: compare the SHA-256 prefix in torchvision's file name (`-c867db91.pth`) with the data.
+
+    Raises:
+        DownloadError: offline, failed, cut short or damaged download, naming the file, its URL and the folder
+            to put it in. Nothing is left under the file's name then.
+    """
+    nw = lookup_named(text)
+    folder = torch_hub_dir() if cache_dir is None else Path(cache_dir)
+    dest = folder / nw.file_name
+    if dest.is_file() and dest.stat().st_size > 0:
+        return dest
+    _download(url or nw.url, dest, progress, timeout, _sha256_prefix(dest.name) if check_hash else "")
+    return dest
+
+
+def resolve_model_arg(text: str, progress: Progress | None = None) -> str:
+    """A `--model` argument as something `vitviz.load` accepts: named models resolved, paths unchanged."""
+    return str(resolve_named(text, progress=progress)) if is_named_model(text) else text
+
+
+def _sha256_prefix(file_name: str) -> str:
+    """The SHA-256 prefix torch hub puts in a file name ('vit_b_16-c867db91.pth' -> 'c867db91'), else ''."""
+    m = re.search(r"-([0-9a-f]{6,})\.[a-z]+$", file_name)
+    return m.group(1) if m else ""
+
+
+def _download(url: str, dest: Path, progress: Progress | None, timeout: float, sha256_prefix: str = "") -> None:
+    """Stream `url` into a `.partial` file, and give it `dest`'s name only once it is complete (as long as the
+    Content-Length said) and its SHA-256 starts with `sha256_prefix`: a failed, interrupted (Ctrl-C included)
+    or damaged download leaves nothing behind, and never a file under the final name."""
+    tmp = dest.with_name(dest.name + ".partial")
+    try:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            done, total, sha256 = _stream(url, tmp, progress, timeout)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise DownloadError(
+                f"{dest.name} is not in {dest.parent} and could not be downloaded from {url} ({reason}). "
+                f"Download it on a computer with internet access and put it in {dest.parent}, "
+                "then open it again (or open the file directly)") from e
+        if total is not None and done != total:
+            raise DownloadError(f"{dest.name}: the download from {url} stopped after {done:,} of {total:,} bytes "
+                                f"and was not kept. Try again, or put the file in {dest.parent}")
+        if not sha256.startswith(sha256_prefix):
+            raise DownloadError(f"{dest.name}: the data downloaded from {url} has SHA-256 {sha256[:12]}..., "
+                                f"expected {sha256_prefix}... (from the file name); the download was damaged or is "
+                                f"not this file, and was not kept. Try again, or put the right file in "
+                                f"{dest.parent}")
+        try:
+            os.replace(tmp, dest)
+        except OSError as e:
+            raise DownloadError(f"{dest.name} was downloaded but could not be saved in {dest.parent} ({e})") from e
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _stream(url: str, tmp: Path, progress: Progress | None, timeout: float) -> tuple[int, int | None, str]:
+    """Copy `url` into `tmp`: (bytes received, the Content-Length or None, their SHA-256 hex digest)."""
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+        length = response.headers.get("Content-Length")
+        total = int(length) if length and length.isdigit() else None
+        done = 0
+        if progress:
+            progress(0, total)
+        while chunk := response.read(_CHUNK):
+            out.write(chunk)
+            digest.update(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    return done, total, digest.hexdigest()
