@@ -337,3 +337,57 @@ def test_progress_bar_only_on_a_terminal() -> None:
         bar.close()
     assert "3/3" in tty.getvalue() and "[" in tty.getvalue()
     assert pipe.getvalue() == ""
+
+
+def _named_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty torch hub cache under tmp_path (TORCH_HOME), and no network: a download attempt fails offline."""
+    import urllib.error
+    import urllib.request
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    cache = tmp_path / "torch" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("no network in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    return cache
+
+
+def test_export_accepts_a_cached_named_model(tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`--model torchvision:vit_b_16` is the torch hub file the window would open (here a small stand-in)."""
+    import torch
+    from torchvision.models import VisionTransformer
+
+    from vitviz.cli import main
+
+    cache = _named_cache(tmp_path, monkeypatch)
+    torch.manual_seed(0)
+    net = VisionTransformer(image_size=224, patch_size=16, num_layers=1, num_heads=12, hidden_dim=48, mlp_dim=64)
+    torch.save(net.state_dict(), cache / "vit_b_16-c867db91.pth")
+    out = tmp_path / "out"
+    assert main(["export", "--model", "torchvision:vit_b_16", str(folder / "a.png"), "--out", str(out),
+                 "--which-heads", "0,mean", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert sorted(p.name for p in out.glob("*.png")) == ["a_cls_L0_H0.png", "a_cls_L0_Hmean.png"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["checkpoint"] == "torchvision:vit_b_16"
+    assert manifest["model"]["spec"]["source"] == str(cache / "vit_b_16-c867db91.pth")
+    assert manifest["model"]["spec"]["num_heads"] == 12
+
+
+def test_export_named_model_offline_exits_2_naming_file_and_folder(tmp_path: Path, folder: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz.cli import main
+
+    cache = _named_cache(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    assert main(["export", "--model", "torchvision:vit_b_32", str(folder / "a.png"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("downloading vit_b_32-d86f8d99.pth (353 MB) from https://")
+    assert f"vitviz: error: vit_b_32-d86f8d99.pth is not in {cache}" in err and "no network in tests" in err
+    assert "not found" not in err and "Traceback" not in err
+    assert not out.exists() and list(cache.iterdir()) == []

@@ -317,3 +317,272 @@ def test_format_size() -> None:
     assert catalog.format_size(12_400) == "12.4 kB"
     assert catalog.format_size(346_000_000) == "346 MB"
     assert isinstance(CatalogEntry("a", Path("a"), "recent", "timm", 1).to_dict()["path"], str)
+
+
+# ------------------------------------------------------------------------- unreadable folders do not fail a scan
+def _deny(monkeypatch: pytest.MonkeyPatch, *folders: Path) -> None:
+    """Make `folders` behave like folders with mode 000 for a non-root user (tests run as root, where chmod does
+    not block reads): listing one, or looking at anything inside it, raises PermissionError."""
+    import os
+
+    denied = [str(f) for f in folders]
+
+    def check(path: object, listing: bool) -> None:
+        p = os.fsdecode(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else ""
+        if any(p.startswith(d + os.sep) or (listing and p == d) for d in denied):
+            raise PermissionError(13, "Permission denied", p)
+
+    def wrap(real, listing: bool):
+        def fake(path=".", *args, **kwargs):
+            check(path, listing)
+            return real(path, *args, **kwargs)
+        return fake
+
+    monkeypatch.setattr(os, "stat", wrap(os.stat, False))
+    monkeypatch.setattr(os, "lstat", wrap(os.lstat, False))
+    monkeypatch.setattr(os, "listdir", wrap(os.listdir, True))
+    monkeypatch.setattr(os, "scandir", wrap(os.scandir, True))
+
+
+def test_unreadable_torch_hub_folder_is_skipped_not_fatal(caches: tuple[Path, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    torch_dir, hf_dir = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    _hf_snapshot(hf_dir, "google/vit-base-patch16-224", {"model_type": "vit"})
+    own = tmp_path / "mine.pth"
+    own.write_bytes(b"\0" * 3)
+    _deny(monkeypatch, torch_dir)
+    entries = catalog.scan(recent=[own])
+    assert [e.name for e in entries] == ["mine.pth", "google/vit-base-patch16-224"]
+    assert [(s.path, s.reason) for s in entries.skipped] == [(torch_dir, "Permission denied")]
+    assert entries == list(entries)   # still compares as the plain list it always was
+    # the window asks for the named models' cached files too: an unreadable cache means "not downloaded"
+    assert catalog.cached_named("torchvision:vit_b_16") is None
+
+
+def test_unreadable_hf_repo_snapshot_and_recent_folder_are_skipped(caches: tuple[Path, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _, hf_dir = caches
+    _hf_snapshot(hf_dir, "google/vit-base-patch16-224", {"model_type": "vit"})
+    locked = _hf_snapshot(hf_dir, "facebook/dinov2-small", {"model_type": "dinov2"})
+    # a repository whose refs/main snapshot cannot be read, but an older one can: the older one is listed
+    two = _hf_snapshot(hf_dir, "facebook/deit-tiny-patch16-224", {"model_type": "deit"})
+    older = two.parent / "old456"
+    older.mkdir()
+    (older / "config.json").write_text(json.dumps({"model_type": "deit"}))
+    (older / "model.safetensors").write_bytes(b"\0" * 7)
+    runs = tmp_path / "runs"
+    (runs / "secret").mkdir(parents=True)
+    (runs / "secret" / "vit.pth").write_bytes(b"\0")
+    (runs / "open.pth").write_bytes(b"\0" * 2)
+    repo = locked.parent.parent
+    _deny(monkeypatch, repo, two, runs / "secret")
+    entries = catalog.scan(recent=[runs / "secret" / "vit.pth", runs / "open.pth"])
+    google = hf_dir / "models--google--vit-base-patch16-224" / "snapshots" / "abc123"
+    assert {e.name: e.path for e in entries} == {"open.pth": runs / "open.pth", "google/vit-base-patch16-224": google,
+                                                 "facebook/deit-tiny-patch16-224": older}
+    assert {s.path for s in entries.skipped} == {runs / "secret" / "vit.pth", repo, two}
+    assert all(s.reason.startswith("Permission denied") for s in entries.skipped)
+
+
+def test_unreadable_file_in_torch_hub_is_skipped(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    bad = torch_dir / "vit_b_32-d86f8d99.pth"
+    bad.write_bytes(b"\0" * 5)
+    real = os.stat
+
+    def stat(path, *args, **kwargs):
+        if os.fspath(path) == str(bad):
+            raise OSError(5, "Input/output error", str(bad))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    entries = catalog.scan_torch_hub()
+    assert [e.path.name for e in entries] == ["vit_b_16-c867db91.pth"]
+    assert [str(s) for s in entries.skipped] == [f"{bad}: Input/output error"]
+
+
+def test_models_command_names_skipped_folders(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, hf_dir = caches
+    _hf_snapshot(hf_dir, "google/vit-base-patch16-224", {"model_type": "vit"})
+    _deny(monkeypatch, torch_dir)
+    assert cli.main(["models", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [row["name"] for row in json.loads(out)] == ["google/vit-base-patch16-224"]
+    assert f"vitviz: skipped {torch_dir}: Permission denied" in err
+
+
+# ------------------------------------------------------------------- saving a download fails on this computer
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def urlopen(url, timeout=None):
+        raise AssertionError(f"the network was asked for {url}")
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+
+
+def test_cache_folder_that_cannot_be_made_is_a_local_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TORCH_HOME under a file: the folder cannot be created. Not a network problem, and found before any."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("TORCH_HOME", str(blocker))
+    _no_network(monkeypatch)
+    with pytest.raises(DownloadError) as info:
+        catalog.resolve_named("torchvision:vit_b_16")
+    message = str(info.value)
+    assert "vit_b_16-c867db91.pth could not be saved in " + str(blocker / "hub" / "checkpoints") in message
+    assert "Not a directory" in message and "TORCH_HOME" in message
+    assert "internet" not in message and "could not be downloaded" not in message
+
+
+def test_disk_full_while_downloading_is_a_local_error(caches: tuple[Path, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from vitviz import catalog_named
+
+    torch_dir, _ = caches
+    source = tmp_path / "mirror.pth"
+    source.write_bytes(b"\0" * (3 << 20))
+
+    class Full(io.FileIO):
+        def write(self, data: bytes) -> int:
+            if self.tell() >= 1 << 20:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    monkeypatch.setattr(catalog_named, "open", lambda path, mode: Full(path, "wb"), raising=False)
+    with pytest.raises(DownloadError) as info:
+        catalog.resolve_named("torchvision:vit_b_32", url=source.as_uri(), check_hash=False)
+    message = str(info.value)
+    assert f"vit_b_32-d86f8d99.pth could not be saved in {torch_dir}" in message
+    assert "No space left on device" in message and "Free space" in message and "TORCH_HOME" in message
+    assert "internet" not in message and "could not be downloaded" not in message
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_cache_folder_without_permission_is_a_local_error(caches: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz import catalog_named
+
+    torch_dir, _ = caches
+
+    def denied(path, mode):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(catalog_named, "open", denied, raising=False)
+    _no_network(monkeypatch)
+    with pytest.raises(DownloadError) as info:
+        catalog.resolve_named("torchvision:vit_b_16")
+    message = str(info.value)
+    assert f"could not be saved in {torch_dir}" in message and "Permission denied" in message
+    assert f"Make {torch_dir} writable" in message and "TORCH_HOME" in message
+    assert "internet" not in message
+
+
+def test_network_errors_still_say_download_elsewhere(caches: tuple[Path, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.client
+
+    torch_dir, _ = caches
+
+    class Cut(_Response):
+        def read(self, n: int = -1) -> bytes:
+            raise http.client.IncompleteRead(b"abc", 10)   # a chunked response cut off: not an OSError
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: Cut(b"", None))
+    with pytest.raises(DownloadError, match="could not be downloaded from https://.*internet access"):
+        catalog.resolve_named("torchvision:vit_b_16")
+    assert list(torch_dir.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------- info takes named models too
+def _tiny_torchvision(path: Path) -> bytes:
+    """A small torchvision ViT (224 px, patch 16, 12 heads like vit_b_16, but 1 layer of width 48) saved under
+    `path`; returns the file's bytes."""
+    import torch
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(0)
+    net = VisionTransformer(image_size=224, patch_size=16, num_layers=1, num_heads=12, hidden_dim=48, mlp_dim=64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), path)
+    return path.read_bytes()
+
+
+def test_info_accepts_a_cached_named_model(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+    _tiny_torchvision(torch_dir / "vit_b_16-c867db91.pth")
+    _no_network(monkeypatch)
+    assert cli.main(["info", "torchvision:vit_b_16", "--json"]) == 0
+    out, err = capsys.readouterr()
+    spec = json.loads(out)
+    assert spec["family"] == "torchvision" and spec["source"] == str(torch_dir / "vit_b_16-c867db91.pth")
+    assert spec["num_heads"] == 12 and spec["labels"] == 1000 and err == ""
+
+
+def test_info_downloads_a_named_model_with_progress(caches: tuple[Path, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz import catalog_named
+
+    torch_dir, _ = caches
+    data = _tiny_torchvision(tmp_path / "mirror" / "weights.pth")
+    _serve(monkeypatch, data, len(data))
+    monkeypatch.setattr(catalog_named, "_sha256_prefix", lambda name: "")   # not torchvision's real file
+    assert cli.main(["info", "torchvision:vit_b_16"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(str(torch_dir / "vit_b_16-c867db91.pth")) and "family: torchvision" in out
+    assert err.startswith("downloading vit_b_16-c867db91.pth (346 MB) from https://") and f"to {torch_dir}" in err
+    assert "100%" in err and err.endswith("\n")
+    assert (torch_dir / "vit_b_16-c867db91.pth").read_bytes() == data
+
+
+def test_info_offline_names_the_file_and_the_folder(caches: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+
+    def offline(url, timeout=None):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    import urllib.error
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    assert cli.main(["info", "torchvision:vit_l_16"]) == 2
+    err = capsys.readouterr().err
+    assert "vitviz: error: vit_l_16-852ce7e3.pth is not in " + str(torch_dir) in err
+    assert f"put it in {torch_dir}" in err and "No such file" not in err
+    assert list(torch_dir.iterdir()) == []
+
+
+def test_info_unknown_name_is_refused(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info", "torchvision:vit_x_99"]) == 2
+    assert "unknown model name" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- models --get with other options
+def test_models_get_refuses_named_and_recent(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    for other in (["--named"], ["--recent", "x.pth"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["models", "--get", "torchvision:vit_b_16", *other])
+        assert info.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and f"argument {other[0]}: not allowed with argument --get" in err
+    with pytest.raises(catalog.VitvizError, match="cannot be combined"):   # a Namespace made by hand
+        catalog.run_models_command(argparse.Namespace(get="torchvision:vit_b_16", named=True, recent=[],
+                                                      json=False))
+
+
+def test_models_get_json(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    torch_dir, _ = caches
+    (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
+    assert cli.main(["models", "--get", "torchvision:vit_b_16", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"name": "torchvision:vit_b_16:IMAGENET1K_V1",
+                               "path": str(torch_dir / "vit_b_16-c867db91.pth"), "size": 5}
+    assert err == ""

@@ -34,7 +34,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png.")
-    p.add_argument("--model", required=True, metavar="CHECKPOINT", help="a weights file or a model folder")
+    p.add_argument("--model", required=True, metavar="CHECKPOINT",
+                   help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
+                        "into the torch hub cache if it is not there yet)")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files and folders (searched recursively)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
@@ -148,12 +150,16 @@ def run_export_command(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """Load the checkpoint; any failure becomes a CheckpointError naming the file (exit 2)."""
+    """Load the checkpoint (a named model: its cached file, else downloaded with progress on stderr unless
+    --quiet); any failure becomes a CheckpointError naming the file (exit 2). The manifest keeps --model as
+    given (the name); the file loaded is the spec's `source`."""
     import vitviz
+    from vitviz.catalog_cli import resolve_cli_model
     from vitviz.cli import overrides_from
 
+    checkpoint = resolve_cli_model(args.model, quiet=args.quiet)   # VitvizError (exit 2) when it cannot be had
     try:
-        return vitviz.load(args.model, device=args.device, **overrides_from(args))
+        return vitviz.load(checkpoint, device=args.device, **overrides_from(args))
     except VitvizError:
         raise
     except Exception as e:  # a loader bug or an exotic file must still exit 2 with the file named

@@ -5,6 +5,7 @@ tables) is imported only when a torch-hub file is named like a torchvision ViT, 
 so call `scan` from a worker thread when the window must not stall.
 
     entries = scan(recent=["~/runs/vit.pth"])          # torch hub cache, HF hub cache, recent files
+    entries.skipped                                    # folders and files that could not be read (listed, not raised)
     path = resolve_named("torchvision:vit_b_16")       # cached file, else downloaded with progress
     model = vitviz.load(path)
 
@@ -35,9 +36,9 @@ from vitviz.errors import VitvizError
 
 __all__ = [  # re-exported names included; add_models_parser and run_models_command come through __getattr__
     "CatalogEntry", "DownloadError", "HF_VIT_TYPES", "HF_WEIGHT_NAMES", "NAMED_PREFIX", "NamedWeights", "Progress",
-    "TORCHVISION_ARCHS", "VitvizError", "WEIGHT_SUFFIXES", "cached_named", "format_size", "guess_family_from_name",
-    "hf_hub_dir", "is_named_model", "lookup_named", "named_models", "resolve_model_arg", "resolve_named", "scan",
-    "scan_hf_hub", "scan_recent", "scan_torch_hub", "torch_hub_dir"]
+    "ScanResult", "Skipped", "TORCHVISION_ARCHS", "VitvizError", "WEIGHT_SUFFIXES", "cached_named", "format_size",
+    "guess_family_from_name", "hf_hub_dir", "is_named_model", "lookup_named", "named_models", "resolve_model_arg",
+    "resolve_named", "scan", "scan_hf_hub", "scan_recent", "scan_torch_hub", "torch_hub_dir"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
@@ -89,6 +90,45 @@ class CatalogEntry:
         return out
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A folder or file the scan could not read (permission denied, I/O error, ...) and left out.
+
+    Attributes:
+        path: the folder or file left out (a cache, a Hugging Face repository or snapshot, a recent path).
+        reason: the operating system's message, e.g. 'Permission denied', with the file it was about when that is
+            not `path` itself.
+    """
+
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": str(self.path), "reason": self.reason}
+
+
+class ScanResult(list):  # type: ignore[type-arg]
+    """The entries a scan found (it is a list of CatalogEntry, equal to a plain list of them), and in `skipped`
+    what it could not read: an unreadable folder never fails the whole scan, it is left out and listed there."""
+
+    skipped: list[Skipped]
+
+    def __init__(self, entries: Iterable[CatalogEntry] = (), skipped: Iterable[Skipped] = ()) -> None:
+        super().__init__(entries)
+        self.skipped = list(skipped)
+
+    def skip(self, path: Path, error: OSError) -> None:
+        """Record that `path` was left out because of `error`."""
+        reason = error.strerror or str(error) or type(error).__name__
+        about = error.filename
+        if isinstance(about, (str, bytes, os.PathLike)) and os.fsdecode(about) != os.fsdecode(path):
+            reason += f" ({os.fsdecode(about)})"
+        self.skipped.append(Skipped(Path(path), reason))
+
+
 def format_size(n: int) -> str:
     """Bytes as a short human string: '330 MB', '12.4 kB'."""
     value = float(n)
@@ -101,16 +141,17 @@ def format_size(n: int) -> str:
 
 # ------------------------------------------------------------------------------------------------- scanning
 def scan(recent: Iterable[str | os.PathLike] = (), torch_dir: Path | None = None,
-         hf_dir: Path | None = None) -> list[CatalogEntry]:
+         hf_dir: Path | None = None) -> ScanResult:
     """Every ViT checkpoint in the torch hub cache, the HF hub cache and `recent` (most recent first).
 
     Recent paths that no longer exist are left out; a recent path that is also in a cache is listed once.
-    Files that are clearly not ViTs (resnet50-*.pth, BERT snapshots) are skipped.
+    Files that are clearly not ViTs (resnet50-*.pth, BERT snapshots) are skipped. A folder or file that cannot
+    be read (permission denied, I/O error) is left out and listed in the result's `skipped`; the rest is listed.
     """
-    found = scan_recent(recent) + scan_torch_hub(torch_dir) + scan_hf_hub(hf_dir)
+    parts = [scan_recent(recent), scan_torch_hub(torch_dir), scan_hf_hub(hf_dir)]
     seen: set[str] = set()
-    out = []
-    for entry in found:
+    out = ScanResult(skipped=[s for part in parts for s in part.skipped])
+    for entry in (e for part in parts for e in part):
         key = os.path.realpath(entry.path)
         if key not in seen:
             seen.add(key)
@@ -118,17 +159,25 @@ def scan(recent: Iterable[str | os.PathLike] = (), torch_dir: Path | None = None
     return out
 
 
-def scan_torch_hub(folder: Path | None = None) -> list[CatalogEntry]:
-    """ViT weight files in the torch hub checkpoints folder, sorted by name."""
+def scan_torch_hub(folder: Path | None = None) -> ScanResult:
+    """ViT weight files in the torch hub checkpoints folder, sorted by name (unreadable ones in `skipped`)."""
     folder = torch_hub_dir() if folder is None else Path(folder)
-    if not folder.is_dir():
-        return []
-    out = []
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f.suffix in WEIGHT_SUFFIXES:
-            entry = _file_entry(f, "torch hub")
-            if entry is not None:
-                out.append(entry)
+    out = ScanResult()
+    try:
+        if not folder.is_dir():
+            return out
+        files = sorted(folder.iterdir())
+    except OSError as e:
+        out.skip(folder, e)
+        return out
+    for f in files:
+        try:
+            entry = _file_entry(f, "torch hub") if f.suffix in WEIGHT_SUFFIXES and f.is_file() else None
+        except OSError as e:
+            out.skip(f, e)
+            continue
+        if entry is not None:
+            out.append(entry)
     return out
 
 
@@ -172,35 +221,71 @@ def guess_family_from_name(name: str) -> str | None:
     return None
 
 
-def scan_hf_hub(folder: Path | None = None) -> list[CatalogEntry]:
-    """ViT model snapshots in the Hugging Face hub cache (`models--ORG--NAME/snapshots/REV/`)."""
+def scan_hf_hub(folder: Path | None = None) -> ScanResult:
+    """ViT model snapshots in the Hugging Face hub cache (`models--ORG--NAME/snapshots/REV/`); repositories and
+    snapshots that cannot be read are left out and listed in `skipped`."""
     folder = hf_hub_dir() if folder is None else Path(folder)
-    if not folder.is_dir():
-        return []
-    out = []
-    for repo in sorted(folder.glob("models--*")):
-        snap = _snapshot(repo)
+    out = ScanResult()
+    try:
+        if not folder.is_dir():
+            return out
+        repos = sorted(p for p in folder.iterdir() if p.name.startswith("models--"))
+    except OSError as e:
+        out.skip(folder, e)
+        return out
+    for repo in repos:
+        snap = _snapshot(repo, out)
         if snap is None:
             continue
-        entry = _hf_entry(repo, snap)
+        try:
+            entry = _hf_entry(repo, snap)
+        except OSError as e:
+            out.skip(snap, e)
+            continue
         if entry is not None:
             out.append(entry)
     return out
 
 
-def _snapshot(repo: Path) -> Path | None:
-    """The snapshot `refs/main` points to, else the most recently modified one; None without weights."""
-    snaps = repo / "snapshots"
-    if not snaps.is_dir():
+def _snapshot(repo: Path, out: ScanResult) -> Path | None:
+    """The snapshot `refs/main` points to, else the most recently modified one; None without weights.
+    What cannot be read (the repository, refs/main, a snapshot) is recorded in `out.skipped`: an unreadable
+    snapshot is passed over for the next one."""
+    snaps, ref = repo / "snapshots", repo / "refs" / "main"
+    try:
+        if not snaps.is_dir():
+            return None
+        listed = list(snaps.iterdir())
+    except OSError as e:
+        out.skip(repo, e)
         return None
-    ref = repo / "refs" / "main"
-    candidates = [snaps / ref.read_text(encoding="utf-8").strip()] if ref.is_file() else []
-    candidates += sorted((p for p in snaps.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
-                         reverse=True)
+    try:
+        candidates = [snaps / ref.read_text(encoding="utf-8").strip()] if ref.is_file() else []
+    except OSError as e:   # the newest readable snapshot is listed instead
+        out.skip(ref, e)
+        candidates = []
+    except ValueError:     # a garbled refs/main: likewise
+        candidates = []
+    candidates += sorted(listed, key=_mtime, reverse=True)
+    tried: set[Path] = set()
     for snap in candidates:
-        if snap.is_dir() and _weights_of(snap):
-            return snap
+        if snap in tried:
+            continue
+        tried.add(snap)
+        try:
+            if snap.is_dir() and _weights_of(snap):
+                return snap
+        except OSError as e:
+            out.skip(snap, e)
     return None
+
+
+def _mtime(path: Path) -> float:
+    """A folder's modification time; 0 (tried last) when it cannot be read, which the snapshot loop records."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _weights_of(snap: Path) -> list[Path]:
@@ -249,22 +334,33 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def scan_recent(paths: Iterable[str | os.PathLike]) -> list[CatalogEntry]:
-    """Entries for recently opened files or folders that still exist, in the order given."""
-    out = []
+def scan_recent(paths: Iterable[str | os.PathLike]) -> ScanResult:
+    """Entries for recently opened files or folders that still exist, in the order given; those that exist but
+    cannot be read are left out and listed in `skipped`."""
+    out = ScanResult()
     for raw in paths:
         p = Path(raw).expanduser()
-        if p.is_file():
-            entry = _file_entry(p, "recent", keep_unknown=True)
-            if entry is not None and entry.family == "unknown":
-                cfg_family = _family_from_config(_read_json(p.parent / "config.json") or {})[0]
-                entry = CatalogEntry(entry.name, p, "recent", cfg_family or "unknown", entry.size)
-            out.append(entry)  # type: ignore[arg-type]
-        elif p.is_dir():
-            config = _read_json(p / "config.json") or {}
-            family, detail = _family_from_config(config)
-            weights = _weights_of(p)
-            size = sum(w.stat().st_size for w in weights if not w.name.endswith(".json"))
-            out.append(CatalogEntry(p.name, p, "recent", family or guess_family_from_name(p.name) or "unknown",
-                                    size, detail))
+        try:
+            entry = _recent_entry(p)
+        except OSError as e:
+            out.skip(p, e)
+            continue
+        if entry is not None:
+            out.append(entry)
     return out
+
+
+def _recent_entry(p: Path) -> CatalogEntry | None:
+    if p.is_file():
+        entry = _file_entry(p, "recent", keep_unknown=True)
+        if entry is not None and entry.family == "unknown":
+            cfg_family = _family_from_config(_read_json(p.parent / "config.json") or {})[0]
+            entry = CatalogEntry(entry.name, p, "recent", cfg_family or "unknown", entry.size)
+        return entry
+    if p.is_dir():
+        config = _read_json(p / "config.json") or {}
+        family, detail = _family_from_config(config)
+        weights = _weights_of(p)
+        size = sum(w.stat().st_size for w in weights if not w.name.endswith(".json"))
+        return CatalogEntry(p.name, p, "recent", family or guess_family_from_name(p.name) or "unknown", size, detail)
+    return None

@@ -1,24 +1,29 @@
 """`vitviz models`: list the ViT checkpoints on this computer and the named models; download one by name.
 
-Only `--get NAME` touches the network, and only when that model is not cached yet.
+Only `--get NAME` touches the network, and only when that model is not cached yet. `resolve_cli_model` is how
+`vitviz info` and `vitviz export` take a named model as well (downloaded with a progress bar on stderr).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from vitviz.catalog import format_size, scan
 from vitviz.catalog_dirs import hf_hub_dir, torch_hub_dir
-from vitviz.catalog_named import cached_named, lookup_named, named_models, resolve_named
+from vitviz.catalog_named import cached_named, is_named_model, lookup_named, named_models, resolve_model_arg
+from vitviz.errors import VitvizError
 
 EXAMPLES = """examples:
   vitviz models                                  checkpoints in the caches
   vitviz models --recent ~/runs/vit.pth          ... and this file or folder too
   vitviz models --named                          torchvision's ViTs, and which ones are downloaded
   vitviz models --get torchvision:vit_b_16       download one (if not cached) and print its path
-  vitviz --model torchvision:vit_b_16            open it in the window (downloaded first if need be)"""
+  vitviz models --get torchvision:vit_b_16 --json   ... as {"name", "path", "size"}
+  vitviz --model torchvision:vit_b_16            open it in the window (downloaded first if need be)
+  vitviz info torchvision:vit_b_16               describe it (likewise: vitviz export --model NAME ...)"""
 
 
 def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -27,20 +32,27 @@ def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
                               description="List the ViT checkpoints in the torch hub and Hugging Face caches, "
                               "or fetch a named model (torchvision:ARCH[:WEIGHTS]) into the torch hub cache.",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--named", action="store_true",
-                   help="list the named models and whether each is downloaded (downloads nothing)")
-    p.add_argument("--get", metavar="NAME", help="download a named model, torchvision:ARCH[:WEIGHTS], unless "
-                   "it is cached, and print its path")
-    p.add_argument("--recent", metavar="PATH", action="append", default=[],
-                   help="also list this file or folder (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table (with --get: the "
+                   "model's name, path and size)")
+    what = p.add_mutually_exclusive_group()   # each is a different listing (or a download): one at a time
+    what.add_argument("--named", action="store_true",
+                      help="list the named models and whether each is downloaded (downloads nothing)")
+    what.add_argument("--get", metavar="NAME", help="download a named model, torchvision:ARCH[:WEIGHTS], unless "
+                      "it is cached, and print its path")
+    what.add_argument("--recent", metavar="PATH", action="append", default=[],
+                      help="also list this file or folder with the caches' checkpoints (repeatable)")
     return p
 
 
 def run_models_command(args: argparse.Namespace) -> int:
-    """`vitviz models`: 0 on success; VitvizError propagates to the CLI's handler."""
+    """`vitviz models`: 0 on success; VitvizError propagates to the CLI's handler (exit 2).
+
+    Folders or files of the caches that cannot be read are left out of the listing and named on stderr."""
     if args.get:
-        return _get(args.get)
+        if args.named or args.recent:   # the parser refuses these; a Namespace built by hand might not
+            raise VitvizError("--get downloads one model and prints its path; it cannot be combined with "
+                              "--named or --recent")
+        return _get(args.get, args.json)
     if args.named:
         rows = [{"name": n, "cached": str(cached_named(n) or "")} for n in named_models()]
         if args.json:
@@ -52,6 +64,8 @@ def run_models_command(args: argparse.Namespace) -> int:
                 print(f"{row['name']:<48} {size:>8}  {row['cached'] or 'not downloaded'}")
         return 0
     entries = scan(args.recent)
+    for skipped in entries.skipped:
+        print(f"vitviz: skipped {skipped} (not listed)", file=sys.stderr)
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
@@ -65,19 +79,39 @@ def run_models_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(name: str) -> int:
-    """`--get NAME`: the cached file, else downloaded with a progress bar on stderr; its path on stdout."""
-    if cached_named(name) is None:
-        nw = lookup_named(name)
+def _get(name: str, as_json: bool = False) -> int:
+    """`--get NAME`: the cached file, else downloaded with a progress bar on stderr; its path on stdout (or, with
+    --json, {"name", "path", "size"})."""
+    nw = lookup_named(name)
+    path = resolve_cli_model(name)
+    if as_json:
+        print(json.dumps({"name": nw.name, "path": path, "size": os.path.getsize(path)}, indent=2))
+    else:
+        print(path)
+    return 0
+
+
+def resolve_cli_model(text: str, quiet: bool = False) -> str:
+    """A checkpoint argument of a command (`vitviz info`, `vitviz export --model`, `vitviz models --get`) as
+    something `vitviz.load` accepts, through `resolve_model_arg` like the window: paths unchanged, a named model
+    its cached file, else downloaded (naming it on stderr with a progress bar, unless `quiet`).
+
+    Raises:
+        VitvizError: an unknown name; DownloadError when it is not cached and cannot be downloaded or saved
+            (naming the file and the folder).
+    """
+    if not is_named_model(text):
+        return text
+    if cached_named(text) is None and not quiet:
+        nw = lookup_named(text)
         print(f"downloading {nw.file_name} ({format_size(4 * nw.num_params)}) from {nw.url} to {torch_hub_dir()}",
               file=sys.stderr)
-    bar = _ProgressBar(sys.stderr)
+    bar = None if quiet else _ProgressBar(sys.stderr)
     try:
-        path = resolve_named(name, progress=bar)
+        return resolve_model_arg(text, progress=bar)
     finally:
-        bar.close()   # end the bar's line, so an error message starts on a line of its own
-    print(path)
-    return 0
+        if bar is not None:
+            bar.close()   # end the bar's line, so an error message starts on a line of its own
 
 
 class _ProgressBar:

@@ -7,7 +7,9 @@ importable from `vitviz.catalog` as well.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import http.client
 import os
 import re
 import urllib.error
@@ -81,10 +83,17 @@ def lookup_named(text: str) -> NamedWeights:
 
 
 def cached_named(text: str, cache_dir: Path | None = None) -> Path | None:
-    """The cached file of a named model, or None when it has not been downloaded."""
+    """The cached file of a named model, or None when it has not been downloaded (or the cache folder cannot
+    be read: `resolve_named` then says why)."""
     nw = lookup_named(text)
-    path = (torch_hub_dir() if cache_dir is None else Path(cache_dir)) / nw.file_name
-    return path if path.is_file() and path.stat().st_size > 0 else None
+    return _cached((torch_hub_dir() if cache_dir is None else Path(cache_dir)) / nw.file_name)
+
+
+def _cached(path: Path) -> Path | None:
+    try:
+        return path if path.is_file() and path.stat().st_size > 0 else None
+    except OSError:
+        return None
 
 
 def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress | None = None,
@@ -101,12 +110,13 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
 
     Raises:
         DownloadError: offline, failed, cut short or damaged download, naming the file, its URL and the folder
-            to put it in. Nothing is left under the file's name then.
+            to put it in; or the file could not be written there (disk full, no permission), naming the folder
+            and the operating system's error. Nothing is left under the file's name then.
     """
     nw = lookup_named(text)
     folder = torch_hub_dir() if cache_dir is None else Path(cache_dir)
     dest = folder / nw.file_name
-    if dest.is_file() and dest.stat().st_size > 0:
+    if _cached(dest) is not None:
         return dest
     _download(url or nw.url, dest, progress, timeout, _sha256_prefix(dest.name) if check_hash else "")
     return dest
@@ -123,16 +133,32 @@ def _sha256_prefix(file_name: str) -> str:
     return m.group(1) if m else ""
 
 
+class _LocalWriteError(Exception):
+    """An OSError writing the downloaded file on this computer (not the network's fault)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 def _download(url: str, dest: Path, progress: Progress | None, timeout: float, sha256_prefix: str = "") -> None:
     """Stream `url` into a `.partial` file, and give it `dest`'s name only once it is complete (as long as the
     Content-Length said) and its SHA-256 starts with `sha256_prefix`: a failed, interrupted (Ctrl-C included)
-    or damaged download leaves nothing behind, and never a file under the final name."""
+    or damaged download leaves nothing behind, and never a file under the final name.
+
+    The `.partial` file is created before the network is touched, so a cache folder that cannot be written is
+    reported at once, as a local problem, not as a failed download."""
     tmp = dest.with_name(dest.name + ".partial")
     try:
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise _LocalWriteError(e) from e
             done, total, sha256 = _stream(url, tmp, progress, timeout)
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except _LocalWriteError as e:
+            raise _local_error(dest, e.error) from e.error
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", None) or e
             raise DownloadError(
                 f"{dest.name} is not in {dest.parent} and could not be downloaded from {url} ({reason}). "
@@ -149,25 +175,67 @@ def _download(url: str, dest: Path, progress: Progress | None, timeout: float, s
         try:
             os.replace(tmp, dest)
         except OSError as e:
-            raise DownloadError(f"{dest.name} was downloaded but could not be saved in {dest.parent} ({e})") from e
+            raise _local_error(dest, e) from e
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass   # the folder cannot be written to or read: there is no .partial file either
         raise
 
 
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+_NO_PERMISSION = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def _local_error(dest: Path, e: OSError) -> DownloadError:
+    """The message for an OSError saving a download on this computer: the folder, the system's error and what
+    to do about it (it is not a network problem, so no advice to download elsewhere)."""
+    what = f"{e.strerror or e}" + (f": {os.fsdecode(e.filename)}" if isinstance(e.filename, (str, bytes, os.PathLike))
+                                   else "")
+    where = "set TORCH_HOME to a folder you can write to (the file goes in $TORCH_HOME/hub/checkpoints)"
+    if e.errno in _NO_SPACE:
+        advice = f"Free space on the disk that holds {dest.parent}, or {where} on a disk with room"
+    elif e.errno in _NO_PERMISSION:
+        advice = f"Make {dest.parent} writable, or {where}"
+    else:
+        advice = f"Check {dest.parent} (it must be a folder you can write to), or {where}"
+    return DownloadError(f"{dest.name} could not be saved in {dest.parent} on this computer ({what}); nothing was "
+                         f"kept. {advice}, then try again")
+
+
 def _stream(url: str, tmp: Path, progress: Progress | None, timeout: float) -> tuple[int, int | None, str]:
-    """Copy `url` into `tmp`: (bytes received, the Content-Length or None, their SHA-256 hex digest)."""
+    """Copy `url` into `tmp`: (bytes received, the Content-Length or None, their SHA-256 hex digest).
+
+    OSErrors creating, writing or closing `tmp` come out as _LocalWriteError; any other error is the network's
+    (or the source's)."""
     digest = hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
-        length = response.headers.get("Content-Length")
-        total = int(length) if length and length.isdigit() else None
-        done = 0
-        if progress:
-            progress(0, total)
-        while chunk := response.read(_CHUNK):
-            out.write(chunk)
-            digest.update(chunk)
-            done += len(chunk)
+    try:
+        out = open(tmp, "wb")
+    except OSError as e:
+        raise _LocalWriteError(e) from e
+    complete = False
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            done = 0
             if progress:
-                progress(done, total)
+                progress(0, total)
+            while chunk := response.read(_CHUNK):
+                try:
+                    out.write(chunk)
+                except OSError as e:
+                    raise _LocalWriteError(e) from e
+                digest.update(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+        complete = True
+    finally:
+        try:
+            out.close()
+        except OSError as e:   # the last buffered bytes could not be written (disk full)
+            if complete:
+                raise _LocalWriteError(e) from e
     return done, total, digest.hexdigest()

@@ -1,4 +1,7 @@
-"""Command line: `vitviz` (the window), `vitviz info CHECKPOINT`, `vitviz export ...`.
+"""Command line: `vitviz` (the window), `vitviz info CHECKPOINT`, `vitviz export ...`, `vitviz models`.
+
+CHECKPOINT (and `--model`) is a path or a named model `torchvision:ARCH[:WEIGHTS]`, resolved everywhere by
+`vitviz.catalog.resolve_model_arg`.
 
 The window's module is imported only inside the function that opens it, and torch only by the commands that
 load a model, so `vitviz --help` is instant.
@@ -50,7 +53,8 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def build_info_parser(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a checkpoint: family, every inferred field and its source")
-    p.add_argument("checkpoint", help="a weights file or a model folder")
+    p.add_argument("checkpoint", help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] "
+                   "(downloaded into the torch hub cache if it is not there yet)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--device", default="cpu", help="device to load on (default: cpu)")
     add_override_arguments(p)
@@ -58,8 +62,10 @@ def build_info_parser(sub: Any) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     import vitviz
+    from vitviz.catalog_cli import resolve_cli_model
 
-    model = vitviz.load(args.checkpoint, device=args.device, **overrides_from(args))
+    checkpoint = resolve_cli_model(args.checkpoint)   # a named model: its cached (or downloaded) file
+    model = vitviz.load(checkpoint, device=args.device, **overrides_from(args))
     spec = model.spec
     if args.json:
         data = spec.to_dict()
