@@ -9,6 +9,10 @@ Run from the repository root: `python bench/memory.py [--images 200] [--batch-si
 2. Attention storage per image, L * H * T^2 * bytes, for ViT-B/16 @224 and ViT-L/16 @384 in float32 and float16;
    the B/16 figures are also measured from `model.run` (`result.attentions.nbytes`); L/16 is measured only with
    --run-large (about 1.2 GB of weights and a minute on a small CPU).
+3. Peak host memory of one capture (`--capture-peak`): ViT-B/16 @384 (T = 577, 192 MiB of maps), each method in
+   its own process, VmHWM reset (/proc/self/clear_refs) after a small warm-up run and read after the real one, minus
+   the RSS before it. `sink`: vitviz's `forward_captured` (each layer copied into one preallocated array as
+   it is computed); `stack`: the common way -- hooks append every layer to a list, then `torch.stack`.
 """
 from __future__ import annotations
 
@@ -115,12 +119,74 @@ def _measure(b16: Path | None, run_large: bool) -> dict[tuple[str, str], int]:
     return out
 
 
+def capture_peak_child(method: str, size: int) -> None:
+    """In a fresh process: the extra peak RSS (bytes) of one capture by `method`, printed as a number."""
+    import ctypes
+    import gc
+
+    import torch
+    import torchvision
+
+    import vitviz
+    from vitviz.core.capture import capture_attention
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "vit_b_16_384.pth"
+        torch.save(torchvision.models.vit_b_16(image_size=size).state_dict(), path)
+        model = vitviz.load(path, device="cpu", image_size=size)
+
+    def stack(x: torch.Tensor) -> np.ndarray:
+        keep: list[torch.Tensor] = []
+        with torch.inference_mode(), capture_attention(model.net, keep):
+            model.net(x)
+        return torch.stack(keep, dim=1).numpy()
+
+    def sink(x: torch.Tensor) -> np.ndarray:
+        return model.forward_captured(x)[0]
+
+    run = {"stack": stack, "sink": sink}[method]
+    run(torch.randn(1, 3, 64, 64))  # warm-up (lazy inits) at a size whose freed memory the real run cannot reuse
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # hand memory freed while loading back, or the run would reuse it
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    before = _status(os.getpid())["VmRSS"]
+    maps = run(torch.randn(1, 3, size, size))
+    print(_status(os.getpid())["VmHWM"] - before, maps.nbytes)
+
+
+def capture_peak(size: int = 384, rounds: int = 3) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    got: dict[str, list[int]] = {"stack": [], "sink": []}
+    nbytes = 0
+    for r in range(rounds):
+        for method in (("stack", "sink") if r % 2 == 0 else ("sink", "stack")):
+            out = subprocess.run([sys.executable, __file__, "--capture-child", method, "--size", str(size)],
+                                 env=env, capture_output=True, text=True, check=True).stdout.split()
+            got[method].append(int(out[0]))
+            nbytes = int(out[1])
+    med = {m: float(np.median(v)) for m, v in got.items()}
+    print(f"peak host memory of one capture, ViT-B/16 @{size} ({nbytes / MB:.0f} MiB of maps), median of {rounds}:")
+    for m in ("stack", "sink"):
+        print(f"  {m:<5} +{med[m] / MB:7.1f} MiB  (runs: {', '.join(f'{v / MB:.0f}' for v in got[m])})")
+    print(f"  sink / stack = {med['sink'] / med['stack']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capture-peak", action="store_true", help="only the peak-memory-per-capture comparison")
+    parser.add_argument("--capture-child", choices=("stack", "sink"), help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, default=384, help=argparse.SUPPRESS)
     parser.add_argument("--images", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--run-large", action="store_true", help="also measure ViT-L/16 @384 (slow, ~3 GB)")
     args = parser.parse_args()
+    if args.capture_child:
+        capture_peak_child(args.capture_child, args.size)
+        return
+    if args.capture_peak:
+        capture_peak(args.size)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         _, ckpt = torchvision_vit_b16(folder)
@@ -128,6 +194,7 @@ def main() -> None:
         samples, peak, seconds = sample_export(ckpt, images, folder / "out", args.batch_size)
         report_rss(samples, peak, args.images, args.batch_size, seconds)
         storage_table(ckpt, args.run_large)
+    capture_peak(args.size)
 
 
 if __name__ == "__main__":

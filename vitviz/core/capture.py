@@ -42,9 +42,34 @@ def resolve_device(device: str | None) -> torch.device:
     return dev
 
 
+class LayerSink:
+    """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs.
+
+    Each layer is copied out (and cast to float16 when asked) as soon as its softmax is done, so the model's
+    device never holds more than one layer's maps, and the host never holds a list of layers plus their stack.
+    """
+
+    def __init__(self, num_layers: int, half: bool = False) -> None:
+        self.num_layers, self.half = num_layers, half
+        self.array: torch.Tensor | None = None
+        self.count = 0
+
+    def append(self, layer: torch.Tensor) -> None:
+        if self.array is None:
+            shape = (layer.shape[0], self.num_layers, *layer.shape[1:])
+            self.array = torch.empty(shape, dtype=torch.float16 if self.half else torch.float32)
+        self.array[:, self.count].copy_(layer)
+        self.count += 1
+
+    def numpy(self) -> np.ndarray:
+        assert self.array is not None and self.count == self.num_layers, "the forward pass did not reach every layer"
+        return self.array.numpy()
+
+
 @contextmanager
-def capture_attention(net: torch.nn.Module, keep: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
-    """Append every block's post-softmax attention (B, H, T, T) to `keep` while the context is open.
+def capture_attention(net: torch.nn.Module, keep: Any) -> Iterator[Any]:
+    """Append every block's post-softmax attention (B, H, T, T) to `keep` (a list or a `LayerSink`) while the
+    context is open.
 
     The hooks only read the probability tensor, so the model's output is unchanged; they are removed in
     `finally` even when the forward pass fails.
@@ -131,18 +156,16 @@ class VitModel:
         """
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
-        keep: list[torch.Tensor] = []
+        sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half)
         try:
-            with capture_attention(self.net, keep):
+            with capture_attention(self.net, sink):
                 xd = x.to(self._device)
                 if logits:
                     out = self.net(xd).float().cpu().numpy()
                 else:
                     self.net.forward_attention(xd, upto)
                     out = np.zeros((x.shape[0], 0), np.float32)
-            attn = torch.stack(keep, dim=1)  # L x (B, H, T, T) -> (B, L, H, T, T)
-            attn = attn.half() if half else attn
-            return attn.cpu().numpy(), out
+            return sink.numpy(), out
         except torch.cuda.OutOfMemoryError as e:
             torch.cuda.empty_cache()
             raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} "
