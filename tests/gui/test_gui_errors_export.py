@@ -126,27 +126,37 @@ def test_export_without_result_explains(window, tmp_path) -> None:  # noqa: ANN0
     assert window.error_box.windowTitle() == "Nothing to export"
 
 
-@pytest.mark.parametrize("good", [True, False])
-def test_screenshot_cli(tiny_ckpt, images, tmp_path, good) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("case", ["good", "missing_model", "bad_image"])
+def test_screenshot_cli(tiny_ckpt, images, tmp_path, case) -> None:  # noqa: ANN001
+    """Exit status 0 with the PNG written (an input size that is not whole patches is noted, not an error); 2 for
+    a model that cannot be loaded, as `vitviz info` and `vitviz export`; 1 for other errors."""
     import os
     import subprocess
     import sys
 
     shot = tmp_path / "shot.png"
-    model = str(tiny_ckpt) if good else str(tmp_path / "missing.pth")
+    model = str(tmp_path / "missing.pth") if case == "missing_model" else str(tiny_ckpt)
+    paths = [*map(str, images)]
+    if case == "bad_image":
+        (tmp_path / "broken.png").write_bytes(b"not a png")
+        paths = [str(tmp_path / "broken.png")]
     code = ("import argparse, sys; from vitviz.gui.args import add_window_arguments, run_window; "
             "p = argparse.ArgumentParser(); add_window_arguments(p); sys.exit(run_window(p.parse_args()))")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, images), "--model", model, "--heads", "2",
-                           "--layer", "0", "--head", "1", "--map", "cls", "--screenshot", str(shot)],
+    proc = subprocess.run([sys.executable, "-c", code, *paths, "--model", model, "--heads", "2",
+                           "--layer", "0", "--head", "1", "--map", "cls", "--size", "36x40", "--screenshot", str(shot)],
                           cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
                           timeout=120)
-    if good:
+    if case == "good":
         assert proc.returncode == 0, proc.stderr
         assert Image.open(shot).size[0] >= 800
+        assert "note: Input size 36×40 is not a multiple of the 8 px patch; using 32×40" in proc.stderr
+        return
+    assert not shot.exists()
+    if case == "missing_model":
+        assert proc.returncode == 2 and "missing.pth" in proc.stderr, proc.stderr
     else:
-        assert proc.returncode == 1 and "missing.pth" in proc.stderr
-        assert not shot.exists()
+        assert proc.returncode == 1 and "broken.png" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("flags,needle", [(["--layer", "9"], "--layer 9 is out of range: the model has 2 layers"),

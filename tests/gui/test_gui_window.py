@@ -164,6 +164,26 @@ def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
     assert w.overview._shape[2:] == (4, 6)
 
 
+def test_input_size_in_whole_patches_is_noted(qtbot, loaded, images) -> None:  # noqa: ANN001
+    """A size that is not whole 8-px patches runs rounded down, and the status bar says so (also once idle)."""
+    w = loaded
+    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+        w.set_image_size(36, 43)
+    note = "Input size 36×43 is not a multiple of the 8 px patch; using 32×40"
+    assert w.session.image_size == (32, 40) and w.notes == [note]
+    assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 40)
+    wait_idle(qtbot, w)
+    assert w.session.result(w.session.current).result.image.shape[:2] == (32, 40)
+    assert w.statusBar().currentMessage() == note and w.errors == []
+    w.set_image_size(5, 16)
+    assert w.session.image_size == (8, 16)
+    assert w.notes[-1] == "Input size 5×16 is smaller than one 8 px patch; using 8×16"
+    wait_idle(qtbot, w)
+    assert w.errors == []
+    w.set_image_size(32, 48)                          # whole patches: no note
+    assert len(w.notes) == 2
+
+
 def test_stale_run_is_dropped(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     dropped: list = []
@@ -216,3 +236,28 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
     w.set_image_size(32, 32)
     wait_idle(qtbot, w)
     np.testing.assert_allclose(w.session.result(w.session.current).result.attentions, cpu, atol=1e-5)
+
+
+def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot) -> None:  # noqa: ANN001
+    from vitviz.gui.maps import MapStack
+    from vitviz.gui.overview import MEAN_MAX, OverviewPanel
+
+    def bottom_labels(panel: OverviewPanel) -> list[str]:
+        return [text for _pos, text in panel.plot.getAxis("bottom")._tickLevels[0]]
+
+    panel = OverviewPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 500)
+    panel.show()
+    qtbot.waitExposed(panel)
+    rng = np.random.default_rng(0)
+    panel.show_stack(MapStack(rng.random((2, 6, 7, 7), dtype=np.float32), np.ones(3, np.float32), "CLS"), False,
+                     "viridis")                                     # 4 heads: wide columns
+    assert bottom_labels(panel)[-2:] == ["mean", "max"]
+    assert panel.plot.getAxis("bottom").labelText == "head"
+    panel.show_stack(MapStack(rng.random((24, 18, 7, 7), dtype=np.float32), np.ones(3, np.float32), "CLS"), False,
+                     "viridis")                                     # ViT-L: 16 heads and 24 layers in 500 px
+    assert bottom_labels(panel)[-2:] != ["mean", "max"]
+    assert panel.plot.getAxis("bottom").labelText in [label for *_names, label in MEAN_MAX[1:]]
+    panel.resize(700, 1400)                                         # taller: the columns widen again
+    qtbot.waitUntil(lambda: bottom_labels(panel)[-2:] == ["mean", "max"], timeout=5000)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from vitviz.gui import bundled
 from vitviz.gui.dropping import classify
+from vitviz.gui.session import LOAD_FAILED
 from vitviz.gui.settings import open_settings
 from vitviz.gui.state import parse_map_arg
 from vitviz.gui.window import MainWindow
@@ -65,7 +66,9 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
 
 
 class Screenshot(QObject):
-    """Waits until the window is idle, saves it as PNG and ends the event loop with 0, or 1 after errors."""
+    """Waits until the window is idle, saves it as PNG and ends the event loop with 0; after errors nothing is
+    saved and the status is 2 when the model could not be loaded (as `vitviz info` and `vitviz export`), else 1.
+    Notes (such as an input size rounded to whole patches) go to stderr and leave the status at 0."""
 
     def __init__(self, window: MainWindow, path: Path) -> None:
         super().__init__(window)
@@ -82,10 +85,12 @@ class Screenshot(QObject):
         if self._idle < IDLE_TICKS:
             return
         self._timer.stop()
+        for text in self.window.notes:
+            sys.stderr.write(f"vitviz: note: {text}\n")
         if self.window.errors:
             for title, summary in self.window.errors:
                 sys.stderr.write(f"vitviz: {title}: {summary}\n")
-            self.status = 1
+            self.status = 2 if any(title == LOAD_FAILED for title, _ in self.window.errors) else 1
         elif not self.window.grab().save(str(self.path)):
             sys.stderr.write(f"vitviz: could not write {self.path}\n")
             self.status = 1
@@ -112,17 +117,19 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     window = MainWindow(settings if settings is not None else open_settings())
     previous_hook = sys.excepthook
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)
-    window.show()
-    app.processEvents()      # the window is on screen before anything imports torch
-    apply_args(window, args)
-    if shot:
-        window.persist_settings = False
-        Screenshot(window, Path(shot))
-    status = app.exec()
-    window.close()
-    sys.excepthook = previous_hook
-    if scratch is not None:
-        scratch.cleanup()
+    try:
+        window.persist_settings = not shot
+        window.show()
+        app.processEvents()      # the window is on screen before anything imports torch
+        apply_args(window, args)
+        if shot:
+            Screenshot(window, Path(shot))
+        status = app.exec()
+    finally:
+        window.close()           # stops the worker thread, also after an error: one left running aborts the exit
+        sys.excepthook = previous_hook
+        if scratch is not None:
+            scratch.cleanup()
     return int(status)
 
 

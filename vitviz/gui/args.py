@@ -45,9 +45,13 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout|token:N",
                         help="what to show: CLS attention, its head mean/max, rollout, or token N's attention")
     parser.add_argument("--size", type=_wrap(parse_size), default=None, metavar="N|HxW",
-                        help="run the model at another input size (position embedding interpolated)")
+                        help="run the model at another input size (position embedding interpolated); rounded "
+                             "down to whole patches, with a note saying so")
     parser.add_argument("--screenshot", metavar="FILE",
-                        help="do all of the above, wait until idle, save the window as PNG and exit")
+                        help="do all of the above, wait until idle, save the window as PNG and exit. Exit "
+                             "status 0 when FILE is saved; after an error nothing is saved and the status is 2 "
+                             "when the model could not be loaded (as for info and export), else 1 (an image "
+                             "that cannot be read, --layer/--head/--map out of range, FILE not writable)")
 
 
 def run_window(args: argparse.Namespace) -> int:

@@ -88,8 +88,8 @@ class ControlsPanel(QWidget):
         for spin in (self.height_spin, self.width_spin):
             spin.setRange(16, 4096)
             spin.setSingleStep(16)
-            spin.setToolTip("Input size in pixels; a multiple of the patch size. The position embedding is "
-                            "interpolated for sizes the model was not trained at.")
+            spin.setToolTip("Input size in pixels, in whole patches (other sizes are rounded down). The "
+                            "position embedding is interpolated for sizes the model was not trained at.")
         self.apply_size = QPushButton("Run at size")
         self.apply_size.clicked.connect(
             lambda: self.size_requested.emit(self.height_spin.value(), self.width_spin.value()))
@@ -177,8 +177,9 @@ class ControlsPanel(QWidget):
         self.layer_slider.setMaximum(spec.depth - 1)
         self.head_spin.setMaximum(spec.num_heads - 1)
         self.head_slider.setMaximum(spec.num_heads - 1)
-        self.height_spin.setSingleStep(spec.patch_size)
-        self.width_spin.setSingleStep(spec.patch_size)
+        for spin in (self.height_spin, self.width_spin):
+            spin.setMinimum(spec.patch_size)
+            spin.setSingleStep(spec.patch_size)
         self.height_spin.setValue(spec.image_size[0])
         self.width_spin.setValue(spec.image_size[1])
         self._updating = False

@@ -8,11 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
+from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
 from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
 from vitviz.gui.maps import MapStack
+
+# names of the head mean and max columns and the axis label, from the widest; the first that fits is used
+MEAN_MAX = (("mean", "max", "head"), ("μ", "max", "head (μ: head mean)"),
+            ("", "", "head (last two columns: head mean, max)"))
 
 
 def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:
@@ -43,6 +47,8 @@ class OverviewPanel(QWidget):
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
         self._gap = 1
         self._key: tuple[int, bool, str] | None = None
+        self._columns: list[tuple[int, str]] = []     # (column, label) of the bottom axis
+        self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
         self.plot = self.widget.addPlot(row=0, col=0)
@@ -64,6 +70,8 @@ class OverviewPanel(QWidget):
         self.frame.setVisible(False)
         self.plot.addItem(self.frame)
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
+        self.plot.vb.sigResized.connect(self._fit_labels)
+        self.plot.vb.sigRangeChanged.connect(self._fit_labels)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.widget)
@@ -73,6 +81,7 @@ class OverviewPanel(QWidget):
         self.frame.setVisible(False)
         self._key = None
         self._shape = (0, 0, 0, 0)
+        self._columns = []
 
     def show_stack(self, stack: MapStack, per_tile: bool, cmap: str) -> None:
         """Show every tile of a stack (only rebuilt when the stack or scaling changed)."""
@@ -92,6 +101,7 @@ class OverviewPanel(QWidget):
         self.plot.setTitle(stack.title + (" · each tile scaled alone" if per_tile else " · one scale per column kind"),
                            color="#e8eaed", size="10pt")
         self.plot.autoRange(padding=0.02)
+        self._set_bottom_ticks(self._fitting_style())
 
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row
@@ -123,12 +133,39 @@ class OverviewPanel(QWidget):
         left = [((i + 0.5) * (gh + self._gap), str(i)) for i in range(0, nl, step)]
         heads = nc - 2 if nc > 2 else nc
         hstep = 1 if heads <= 8 else 2 if heads <= 16 else 4
-        names = [(j, str(j)) for j in range(0, heads, hstep)] + ([(heads, "μ"), (heads + 1, "max")] if nc > 2 else [])
+        names = [(j, str(j)) for j in range(0, heads, hstep)]
+        names += [(heads, "mean"), (heads + 1, "max")] if nc > 2 else []
         if nc == 1:
             names = [(0, "rollout")]
-        bottom = [((j + 0.5) * (gw + self._gap), name) for j, name in names]
+        self._columns = names
         self.plot.getAxis("left").setTicks([left])
-        self.plot.getAxis("bottom").setTicks([bottom])
+
+    def _set_bottom_ticks(self, style: int) -> None:
+        """Head numbers, then the head mean and max columns named as `style` says (an index of `MEAN_MAX`)."""
+        self._label_style = style
+        mean, top, axis_label = MEAN_MAX[style]
+        sx = self._shape[3] + self._gap
+        names = {"mean": mean, "max": top}
+        self.plot.getAxis("bottom").setTicks([[((j + 0.5) * sx, names.get(name, name)) for j, name in self._columns]])
+        self.plot.getAxis("bottom").setLabel(axis_label)
+
+    def _fitting_style(self) -> int:
+        """The first of `MEAN_MAX` whose mean and max labels do not run into each other at the current zoom."""
+        nl, nc, gh, gw = self._shape
+        pixel = self.plot.vb.viewPixelSize()[0]           # view units per screen pixel
+        if nc <= 2 or not (np.isfinite(pixel) and pixel > 0):
+            return 0
+        axis = self.plot.getAxis("bottom")
+        width = QFontMetricsF(axis.style.get("tickFont") or axis.font()).horizontalAdvance
+        column = (gw + self._gap) / pixel
+        for style, (mean, top, _label) in enumerate(MEAN_MAX[:-1]):
+            if (width(mean) + width(top) + width(" ")) / 2 <= column:
+                return style
+        return len(MEAN_MAX) - 1
+
+    def _fit_labels(self, *_args: object) -> None:
+        if self._columns and self._fitting_style() != self._label_style:
+            self._set_bottom_ticks(self._fitting_style())
 
     def _on_clicked(self, event: object) -> None:
         if event.button() != Qt.MouseButton.LeftButton:

@@ -15,6 +15,7 @@ from vitviz.gui.maps import PosEmbedData, ResultMaps
 from vitviz.gui.worker import Request, WorkerClient
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
+LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
 
 
 class Session(QObject):
@@ -166,7 +167,7 @@ class Session(QObject):
             self.run_failed.emit(path, summary)
             self.error.emit("Could not run image", f"{path}: {summary}", details)
         elif request.kind == "load":
-            self.error.emit("Could not load model", summary, details)
+            self.error.emit(LOAD_FAILED, summary, details)
             self.ensure_all()   # the load made queued runs stale; the previous model is still there
         elif request.kind == "posembed":
             self.pos_embed, self.pos_grid = None, None
@@ -190,5 +191,7 @@ class Session(QObject):
             del self._cache[path]
             total -= maps.nbytes
 
-    def shutdown(self) -> None:
-        self.client.shutdown()
+    def shutdown(self) -> bool:
+        """Stop the worker (waits a bounded time; see `WorkerClient.shutdown`); True once its thread has
+        finished."""
+        return self.client.shutdown()

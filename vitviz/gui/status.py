@@ -1,10 +1,14 @@
 """The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle."""
 from __future__ import annotations
 
+import time
+
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
 IDLE_HINT = "Open a model (Ctrl+O), pick one in the Models menu, or drop a checkpoint and images on the window"
 PROGRESS_STEPS = 1000
+NOTE_MS = 20000         # how long a note stands in for the idle message
 
 
 class StatusArea:
@@ -21,22 +25,39 @@ class StatusArea:
         bar.addPermanentWidget(self.busy_bar)
         self.ready_message = IDLE_HINT
         self.busy = False
+        self._note = ""
+        self._note_until = 0.0
         bar.showMessage(self.ready_message)
 
     def show(self, text: str, timeout_ms: int = 0) -> None:
         self.bar.showMessage(text, timeout_ms)
 
+    def note(self, text: str, timeout_ms: int = NOTE_MS) -> None:
+        """Something the user should read (e.g. an adjusted input size): shown now and, for `timeout_ms`, in
+        place of the idle message, so the worker's status lines do not wipe it out."""
+        self._note, self._note_until = text, time.monotonic() + timeout_ms / 1000
+        self.bar.showMessage(text)
+        QTimer.singleShot(timeout_ms, self.bar, self._note_expired)
+
+    def idle_message(self) -> str:
+        """What the bar says when nothing runs: a standing note, else `ready_message`."""
+        return self._note if time.monotonic() < self._note_until else self.ready_message
+
     def set_ready_message(self, text: str) -> None:
         """What the status bar says whenever nothing is running (shown now when idle)."""
         self.ready_message = text
         if not self.busy:
-            self.bar.showMessage(text)
+            self.bar.showMessage(self.idle_message())
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self.busy_bar.setVisible(busy)
         if not busy:
             self.busy_bar.setRange(0, 0)
+            self.bar.showMessage(self.idle_message())
+
+    def _note_expired(self) -> None:
+        if not self.busy and self.bar.currentMessage() == self._note and time.monotonic() >= self._note_until:
             self.bar.showMessage(self.ready_message)
 
     def show_progress(self, text: str, fraction: float) -> None:

@@ -1,4 +1,8 @@
-"""The main window: docks around the image panel, wired to the view state and the session."""
+"""The main window: docks around the image panel, wired to the view state and the session.
+
+Drawing lives in `drawing.DrawingMixin`, the File menu's actions in `file_actions.FileActionsMixin`, the menus in
+`menus`.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,17 +12,16 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QWidget
 
-from vitviz.core import export
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import bundled, dialogs, menus, settings as st
 from vitviz.gui.controls import ControlsPanel
+from vitviz.gui.drawing import MAP_FIELDS, DrawingMixin
 from vitviz.gui.dropping import classify
 from vitviz.gui.file_actions import FileActionsMixin
 from vitviz.gui.headstats_panel import HeadStatsPanel
 from vitviz.gui.image_list import ImageListPanel
 from vitviz.gui.image_panel import ImagePanel
-from vitviz.gui.info_panel import InfoPanel, ModelInfo
-from vitviz.gui.maps import levels_for
+from vitviz.gui.info_panel import InfoPanel
 from vitviz.gui.matrix_panel import MatrixPanel
 from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.overview import OverviewPanel
@@ -26,14 +29,13 @@ from vitviz.gui.panel_common import LazyPanel
 from vitviz.gui.posembed_panel import PosEmbedPanel
 from vitviz.gui.rollout_panel import RolloutPanel
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, resolve_index
+from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
-MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}
 
 
-class MainWindow(FileActionsMixin, QMainWindow):
+class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
     """vitviz's window. `refreshed` fires after every redraw of the panels (tests and the screenshot wait on
     it)."""
 
@@ -49,6 +51,7 @@ class MainWindow(FileActionsMixin, QMainWindow):
         self.session = session or Session(parent=self)
         self.error_box: QMessageBox | None = None
         self.errors: list[tuple[str, str]] = []
+        self.notes: list[str] = []                            # status-bar notes (the screenshot prints them)
         self._values: Any = None
         self._last_map_source = "cls"
         self.pending_size: tuple[int, int] | None = None     # input size to use once the model has loaded
@@ -169,13 +172,32 @@ class MainWindow(FileActionsMixin, QMainWindow):
                 Path(p).name for p in dropped.ignored[:5]), 8000)
 
     def set_image_size(self, height: int, width: int) -> None:
-        """Run every image at (height, width); results at the previous size are dropped."""
-        self.session.set_image_size((height, width))
-        self.controls.show_size((height, width))
+        """Run every image at (height, width) in whole patches; results at the previous size are dropped."""
+        size = self.whole_patches((height, width))
+        self.session.set_image_size(size)
+        self.controls.show_size(size)
         self.headstats.reset()
         self.session.ensure_all()
         self.session.request_pos_embed()
         self._refresh({"image"})
+
+    def whole_patches(self, size: tuple[int, int]) -> tuple[int, int]:
+        """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it; a note
+        in the status bar says so when that changes the size."""
+        spec = self.session.spec
+        if spec is None:
+            return tuple(size)
+        p = spec.patch_size
+        used = (max(p, size[0] - size[0] % p), max(p, size[1] - size[1] % p))
+        if used != tuple(size):
+            why = "is smaller than one" if min(size) < p else "is not a multiple of the"
+            self.note(f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}")
+        return used
+
+    def note(self, text: str) -> None:
+        """Tell the user something that is not an error, in the status bar (it outlasts the worker's status)."""
+        self.notes.append(text)
+        self.status.note(text)
 
     def step_layer(self, delta: int) -> None:
         spec = self.session.spec
@@ -220,6 +242,8 @@ class MainWindow(FileActionsMixin, QMainWindow):
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         self.controls.set_spec(spec, device)
         self._show_loaded(spec)
+        if self.pending_size is not None:
+            self.pending_size = self.whole_patches(self.pending_size)
         self._check_requested_view(spec)
         query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
@@ -306,101 +330,6 @@ class MainWindow(FileActionsMixin, QMainWindow):
     def _forget_error_box(self) -> None:
         self.error_box = None
 
-    # ------------------------------------------------------------------------------------------ drawing
-
-    def _refresh(self, changed: set[str]) -> None:
-        """Redraw what the changed fields affect; cheap enough for one frame (maps are cached per result)."""
-        maps = self.session.result(self.session.current)
-        rollout_changed = bool(changed & ROLLOUT_FIELDS) and self.state.source == "rollout"
-        if maps is None:
-            self._show_placeholder()
-        elif changed & MAP_FIELDS or rollout_changed:
-            self._draw_map(maps, image_changed="image" in changed)
-        else:
-            self.panel.set_opacity(self.state.opacity)
-            if "per_tile" in changed:
-                stack = maps.stack_for(self.state)
-                self.overview.show_stack(stack, self.state.per_tile, self.state.colormap)
-        self.panel.set_grid_visible(self.state.show_grid and maps is not None)
-        self._refresh_analysis(maps, changed)
-        self.refreshed.emit()
-
-    def _refresh_analysis(self, maps: Any, changed: set[str]) -> None:
-        """Hand the current result to the analysis panels (each redraws only what it needs, and only when
-        visible)."""
-        self.matrix.set_maps(maps)
-        self.rollout_panel.set_maps(maps)
-        self.headstats.set_current(self.session.current if maps is not None else "")
-        if "colormap" in changed:
-            self.posembed.set_colormap(self.state.colormap)
-
-    def _update_info(self) -> None:
-        s = self.session
-        maps = s.result(s.current) if s.current else None
-        self.info.show_info(ModelInfo(
-            spec=s.spec, device=s.device, path=s.model_path, param_counts=dict(s.param_counts),
-            cache_bytes=s.cache_nbytes, cached_images=len(s.cached_paths()), image=Path(s.current).name
-            if s.current else "", top5=maps.result.top_k(5) if maps is not None else [], image_size=s.image_size))
-
-    def _show_placeholder(self) -> None:
-        path, s = self.session.current, self.session
-        if s.spec is None:
-            text = "Open a model (File › Open model) or drop a checkpoint on the window"
-        elif not path:
-            text = "Drop images or folders on the window (or File › Open images)"
-        elif path in s.failed:
-            text = f"{Path(path).name}: {s.failed[path]}"
-        else:
-            text = f"Running {Path(path).name}…"
-        self.panel.clear(text)
-        self.overview.clear()
-        self._values = None
-
-    def _draw_map(self, maps: Any, image_changed: bool) -> None:
-        state, result = self.state, maps.result
-        if image_changed:
-            self.panel.set_image(result.image, result.grid, result.spec.patch_size)
-        values, stack = maps.current(state)
-        self._values = values
-        levels = levels_for(state, values, stack)
-        shown = export.upsample(values, _grid_pixels(result), True) if state.smooth else values
-        title = f"{self._title(stack.title, result)} · scale {levels[0]:.3g}–{levels[1]:.3g}"
-        self.panel.show_map(shown, levels, state.colormap, state.opacity, title)
-        self.panel.set_highlight(self._query_patch(result))
-        self.overview.show_stack(stack, state.per_tile, state.colormap)
-        layer = None if state.layer == "mean" else int(state.layer)
-        self.overview.select(layer, stack.column(state.head))
-
-    def _title(self, what: str, result: Any) -> str:
-        s = self.state
-        if s.source == "token" and s.query is not None:
-            what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        head = "" if s.source == "rollout" else f" · head {s.head}"
-        layer = f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
-        return f"{Path(result.source).name} — {what} · {layer}{head}"
-
-    def _query_patch(self, result: Any) -> tuple[int, int] | None:
-        q, p = self.state.query, result.num_prefix
-        if self.state.source not in ("token", "rollout") or q is None or q < p:
-            return None
-        return divmod(q - p, result.grid[1])
-
-    def _on_hover(self, row: int, col: int) -> None:
-        maps = self.session.result(self.session.current)
-        if row < 0 or maps is None or self._values is None:
-            self.hover_label.setText("")
-            return
-        token = maps.result.num_prefix + row * maps.result.grid[1] + col
-        self.hover_label.setText(f"row {row}, col {col} · token {token} · value {self._values[row, col]:.4g}")
-
-    def _on_patch_clicked(self, row: int, col: int) -> None:
-        maps = self.session.result(self.session.current)
-        if maps is not None:
-            self.select_query(maps.result.num_prefix + row * maps.result.grid[1] + col)
-
-    def _on_tile_clicked(self, layer: int, head: int | str | None) -> None:
-        self.state.update(layer=layer, **({} if head is None else {"head": head}))
-
     # ------------------------------------------------------------------------------------------ drag and drop
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
@@ -447,12 +376,6 @@ class MainWindow(FileActionsMixin, QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if self.persist_settings:
             self.save_settings()
-        self.session.shutdown()
+        self.session.shutdown()      # waits a bounded time for a running request (see WorkerClient.shutdown)
         super().closeEvent(event)
 
-
-def _grid_pixels(result: Any) -> tuple[int, int]:
-    """Pixel size of the area the patch grid covers."""
-    gh, gw = result.grid
-    p = result.spec.patch_size
-    return gh * p, gw * p

@@ -4,6 +4,9 @@ The window never calls the worker directly. `WorkerClient` (GUI thread) queues r
 time through queued signals and drops answers that became stale while the worker was busy (a forward pass cannot
 be interrupted, so staleness is decided when the answer arrives). torch is imported inside the worker thread
 only, on the first request, so the window appears before torch is loaded.
+
+Closing never waits for a long request: `WorkerClient.shutdown` waits a bounded time, and a thread still busy
+after that is parked (see `parking`) until it finishes.
 """
 from __future__ import annotations
 
@@ -13,6 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from vitviz.gui.parking import parking
+
+SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
 
 
 @dataclass
@@ -40,6 +47,8 @@ class InferenceWorker(QObject):
 
     @Slot(object)
     def handle(self, request: Request) -> None:
+        if self.thread().isInterruptionRequested():
+            return      # the window has closed: a request that was already on its way is not started
         self.running_id = request.id
         self.started.emit(request.id, describe(request))
         try:
@@ -48,6 +57,11 @@ class InferenceWorker(QObject):
             self.failed.emit(request.id, summarize(exc), traceback.format_exc())
         else:
             self.finished.emit(request.id, answer)
+
+    @Slot()
+    def release(self) -> None:
+        """Drop the model (its memory goes now, not whenever the last Python reference does)."""
+        self._model = None
 
     def _probe(self) -> list[str]:
         from vitviz.core.capture import available_devices
@@ -116,6 +130,9 @@ class DownloadProgress:
         from vitviz.catalog import format_size
 
         step = int(100 * done / total) if total else done >> 20
+        if self.worker.thread().isInterruptionRequested():
+            # vitviz is closing: stop at this chunk (an OSError, so the partial file is removed)
+            raise InterruptedError(f"download of {self.name} cancelled")
         if step == self._last:
             return
         self._last = step
@@ -196,6 +213,7 @@ class WorkerClient(QObject):
         self._queue: list[Request] = []
         self._in_flight: Request | None = None
         self._stale: set[int] = set()
+        self._closed = False
         self._thread = QThread()
         self._thread.setObjectName("vitviz-inference")
         self._worker = InferenceWorker()
@@ -205,8 +223,14 @@ class WorkerClient(QObject):
         self._worker.failed.connect(self._on_failed)
         self._worker.started.connect(self._on_started)
         self._worker.progress.connect(self._on_progress)
+        self._thread.finished.connect(self._worker.release)       # direct: runs in the finishing thread
         self._thread.finished.connect(self._worker.deleteLater)
         self._thread.start()
+
+    @property
+    def thread_object(self) -> QThread:
+        """The worker's thread (tests check that it has finished)."""
+        return self._thread
 
     @property
     def busy(self) -> bool:
@@ -216,6 +240,8 @@ class WorkerClient(QObject):
         """Queue a request (at the front with `first`). A 'load' makes every earlier request about a model stale;
         a 'run' of the same image and size as a queued one replaces it."""
         request = Request(next(self._ids), kind, args)
+        if self._closed:
+            return request      # after shutdown nothing runs any more
         if kind == "load":
             self.cancel(lambda r: r.kind not in ("probe", "catalog"))
         elif kind == "run":
@@ -243,11 +269,26 @@ class WorkerClient(QObject):
         reqs = self._queue + ([self._in_flight] if self._in_flight else [])
         return [r for r in reqs if r.kind == kind and r.id not in self._stale]
 
-    def shutdown(self) -> None:
-        """Stop the thread after the current request (a forward pass cannot be interrupted)."""
+    def shutdown(self, timeout_ms: int | None = None) -> bool:
+        """Stop the worker thread; returns whether it has finished. Safe to call more than once.
+
+        Queued requests are dropped and no answer is delivered any more. The thread is asked to stop (a download
+        stops at its next chunk; a forward pass cannot be interrupted) and waited for at most `timeout_ms`
+        (default `SHUTDOWN_WAIT_MS`), so closing the window never hangs on a long request. A thread still running
+        after that is parked: kept referenced, with its worker, until it has finished.
+        """
+        first, self._closed = not self._closed, True
         self._queue.clear()
-        self._thread.quit()
-        self._thread.wait()
+        self._in_flight = None
+        thread = self._thread
+        if not first and parking.holds(thread):
+            return False        # already waited for once; the parking lot takes care of it
+        thread.requestInterruption()
+        thread.quit()
+        if thread.wait(SHUTDOWN_WAIT_MS if timeout_ms is None else timeout_ms):
+            return True
+        parking.add(thread, self._worker)
+        return False
 
     def _pump(self) -> None:
         was_busy = self._in_flight is not None
@@ -271,7 +312,7 @@ class WorkerClient(QObject):
 
     @Slot(int, str)
     def _on_started(self, req_id: int, text: str) -> None:
-        if req_id not in self._stale:
+        if req_id not in self._stale and not self._closed:
             self.status.emit(text)
 
     @Slot(int, str, float)
@@ -282,6 +323,8 @@ class WorkerClient(QObject):
 
     @Slot(int, object)
     def _on_finished(self, req_id: int, answer: object) -> None:
+        if self._closed:
+            return
         request, stale = self._take(req_id)
         if stale:
             self.dropped.emit(request)
@@ -303,9 +346,12 @@ class WorkerClient(QObject):
 
     @Slot(int, str, str)
     def _on_failed(self, req_id: int, summary: str, details: str) -> None:
+        if self._closed:
+            return
         request, stale = self._take(req_id)
         if stale:
             self.dropped.emit(request)
         else:
             self.failed.emit(request, summary, details)
         self._after()
+
