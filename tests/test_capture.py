@@ -65,6 +65,35 @@ def test_attention_only_pass_skips_the_tail_and_keeps_the_maps(tiny) -> None:
     np.testing.assert_allclose(r.attentions, full[0], atol=1e-6)
 
 
+def test_maps_too_large_for_memory_are_refused_with_a_clear_message(tiny, monkeypatch) -> None:
+    from vitviz.core import capture
+
+    x = torch.rand(3, 3, 32, 32)
+    needed = 3 * 2 * 2 * 19 * 19 * 4  # B * L * H * T^2 * float32
+    monkeypatch.setattr(capture, "_available_memory", lambda: needed - 1)
+    with pytest.raises(vitviz.DeviceError, match=r"input \(3, 3, 32, 32\) need .* GiB \(float32\).*half=True"):
+        tiny.forward_captured(x)
+    tiny.forward_captured(x, half=True)  # float16 maps take half: they fit
+    monkeypatch.setattr(capture, "_available_memory", lambda: needed)
+    assert tiny.forward_captured(x)[0].nbytes == needed
+
+
+def test_allocation_failure_during_the_run_becomes_device_error(tiny, monkeypatch) -> None:
+    def fail(*_a, **_k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(tiny.net, "forward", fail)
+    with pytest.raises(vitviz.DeviceError, match="not enough memory for input .*smaller image size"):
+        tiny.run(torch.rand(1, 3, 32, 32))
+
+    def other(*_a, **_k):
+        raise RuntimeError("a bug, not memory")
+
+    monkeypatch.setattr(tiny.net, "forward", other)
+    with pytest.raises(RuntimeError, match="a bug"):
+        tiny.run(torch.rand(1, 3, 32, 32))
+
+
 def test_attention_only_pass_rejects_bad_layers(tiny) -> None:
     x = torch.rand(1, 3, 32, 32)
     with pytest.raises(vitviz.VitvizError, match="layer 2 out of range.*2 layers"):

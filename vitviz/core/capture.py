@@ -157,6 +157,7 @@ class VitModel:
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
         sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half)
+        _check_host_memory(self._maps_bytes(x, sink.num_layers, half), x, half)
         try:
             with capture_attention(self.net, sink):
                 xd = x.to(self._device)
@@ -172,6 +173,17 @@ class VitModel:
                               f"({e}); try a smaller image size or device='cpu'") from e
         except ValueError as e:  # upto out of range
             raise VitvizError(str(e)) from e
+        except (MemoryError, RuntimeError) as e:
+            if not isinstance(e, MemoryError) and "allocate" not in str(e):
+                raise
+            raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
+                              f"{_SMALLER}") from e
+
+    def _maps_bytes(self, x: torch.Tensor, layers: int, half: bool) -> int:
+        """Bytes of the (B, L, H, T, T) attention array a run of `x` captures."""
+        p, spec = self.spec.patch_size, self.spec
+        tokens = spec.num_prefix + (int(x.shape[-2]) // p) * (int(x.shape[-1]) // p)
+        return int(x.shape[0]) * layers * spec.num_heads * tokens * tokens * (2 if half else 4)
 
     def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
             logits: bool = True) -> AttentionResult:
@@ -198,6 +210,30 @@ class VitModel:
             prefix = self.net.pos_embed[0, : self.spec.pos_prefix]
             pos = torch.cat([prefix, self.net.grid_pos_embed(tuple(g))[0]], dim=0)
         return pos.float().cpu().numpy()
+
+
+_SMALLER = "try a smaller image size, fewer images per batch, half=True (float16 maps) or another device"
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory this machine can still give (Linux MemAvailable); None where that is unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
+    """Refuse, before running, a capture whose attention maps alone would not fit in the memory left."""
+    free = _available_memory()
+    if free is not None and needed > free:
+        raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
+                          f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
+                          f"available; {_SMALLER}")
 
 
 def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
