@@ -156,3 +156,55 @@ def test_demo_entry_loads_the_demo_and_keeps_the_users_images(qtbot, window, cac
     with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
         window.choose_model(str(ckpt))              # a list with images is left as it is
     assert window.images.paths() == [str(p) for p in demo_images]
+
+
+def test_unreadable_folders_are_named_in_the_menu(qtbot, window, caches, tiny_ckpt, tiny_ckpt_b,  # noqa: ANN001
+                                                  monkeypatch) -> None:
+    """Folders the scan cannot read are left out and named in a disabled item whose tooltip says why; the rest is
+    listed. The scan's `skipped` travels through the worker's answer."""
+    from vitviz.gui.models_menu import _home
+
+    torch_dir, hf_dir = caches
+    shutil.copy(tiny_ckpt, torch_dir / "deit_tiny_patch16_224-a1311bcf.pth")
+    readable = hf_snapshot(hf_dir, "someone/vit-tiny", tiny_ckpt_b)
+    locked = [hf_snapshot(hf_dir, f"someone/vit-locked{i}", tiny_ckpt_b).parent.parent for i in (1, 2)]
+    real_iterdir = Path.iterdir
+
+    def iterdir(self: Path):  # noqa: ANN202 - permission denied on the locked repositories' snapshot folders
+        if self.parent in locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    answers: list[object] = []
+    window.session.client.cataloged.connect(lambda _request, answer: answers.append(answer))
+    scan(qtbot, window)
+    assert [s.path for s in answers[0][0].skipped] == locked          # the worker's answer keeps `skipped`
+    assert set(window.models.actions_for()) >= {str(torch_dir / "deit_tiny_patch16_224-a1311bcf.pth"), str(readable)}
+    assert not any("locked" in key for key in window.models.actions_for())
+    item = next(a for a in window.models_menu.actions() if a.objectName() == "skipped_folders")
+    assert item.text().strip().startswith("Skipped 2 unreadable folders") and not item.isEnabled()
+    tip = item.toolTip().splitlines()
+    assert tip[1:] == [f"{_home(repo)}: Permission denied ({repo / 'snapshots'})" for repo in locked]
+    assert texts(window.models_menu).index(item.text()) < texts(window.models_menu).index("&Refresh")
+
+    monkeypatch.setattr(Path, "iterdir", real_iterdir)                # readable again: Refresh drops the item
+    with qtbot.waitSignal(window.models.scanned, timeout=60000):
+        window.models.refresh_action.trigger()
+    assert not any(a.objectName() == "skipped_folders" for a in window.models_menu.actions())
+    assert {str(locked[0] / "snapshots" / "0123abcd"), str(readable)} <= set(window.models.actions_for())
+    assert window.errors == []
+
+
+def test_one_unreadable_cache_with_nothing_else(qtbot, window, caches, monkeypatch) -> None:  # noqa: ANN001
+    """A whole cache that cannot be listed: the menu still says where it looked, and names the one folder."""
+    from vitviz.gui.models_menu import _home
+
+    torch_dir, _ = caches
+    skipped = catalog.ScanResult(skipped=[catalog.Skipped(torch_dir, "Input/output error")])
+    monkeypatch.setattr(catalog, "scan", lambda recent=(), **_kw: skipped)
+    scan(qtbot, window)
+    item = next(a for a in window.models_menu.actions() if a.objectName() == "skipped_folders")
+    assert item.text().strip().startswith("Skipped 1 unreadable folder ") and not item.isEnabled()
+    assert item.toolTip().splitlines()[1:] == [f"{_home(torch_dir)}: Input/output error"]
+    assert any(t.strip().startswith("None found in") for t in texts(window.models_menu))

@@ -11,6 +11,10 @@ import time
 import weakref
 from pathlib import Path
 
+import pytest
+from _tiny import write_tiny_checkpoint
+from conftest import HEADS, wait_idle
+
 from vitviz.gui import worker as worker_mod
 from vitviz.gui.parking import parking
 from vitviz.gui.window import MainWindow
@@ -18,6 +22,11 @@ from vitviz.gui.window import MainWindow
 BUSY_S = 4.0          # how long the fake forward pass takes
 WAIT_MS = 200         # the bounded wait of shutdown in these tests
 CLOSE_BOUND_S = 2.0   # closing must return well before the request ends
+
+DEPTH = 16            # blocks of the model whose forward pass is interrupted
+BLOCK_S = 0.3         # how long each of its blocks takes (a sleep in a pre-hook): the whole forward takes 4.8 s
+INTERRUPT_WAIT_MS = 3000      # the bounded wait of shutdown in the interruption test: shorter than the forward
+INTERRUPT_BOUND_S = BLOCK_S + 0.9    # one block, and slack for a loaded machine; far below the whole forward
 
 
 def _slow_run(started: threading.Event, release: threading.Event):  # noqa: ANN202
@@ -102,3 +111,78 @@ def test_error_before_the_event_loop_still_stops_the_worker(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "Destroyed while thread" not in proc.stderr
+
+
+@pytest.fixture
+def deep_window(qtbot, window, tmp_path, images):  # noqa: ANN001, ANN201
+    """The window with a tiny model of DEPTH blocks loaded (its first images already run), each block made to take
+    BLOCK_S from now on; yields (window, the model's blocks, the times blocks were entered)."""
+    ckpt = write_tiny_checkpoint(tmp_path / "deep.pth", depth=DEPTH)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(ckpt), heads=HEADS)
+    wait_idle(qtbot, window)
+    blocks = window.session.client._worker._model.net.blocks
+    assert len(blocks) == DEPTH
+    entered: list[float] = []
+
+    def slow(_module, _args) -> None:  # noqa: ANN001
+        entered.append(time.monotonic())
+        time.sleep(BLOCK_S)          # releases the GIL, like a real block's kernels
+
+    handles = [block.register_forward_pre_hook(slow) for block in blocks]
+    try:
+        yield window, blocks, entered
+    finally:
+        thread = window.session.client.thread_object
+        window.persist_settings = False
+        window.close()
+        thread.wait(30000)           # without interruption the forward pass may still be running: let it end
+        for handle in handles:
+            handle.remove()
+
+
+def test_close_interrupts_the_forward_pass_at_the_next_block(qtbot, deep_window, images,  # noqa: ANN001
+                                                             monkeypatch) -> None:
+    """Closing mid-forward stops the pass before the next block: the thread ends within about one block's time
+    (inside the bounded wait, so nothing is parked), with no error and the interruption hooks removed."""
+    window, blocks, entered = deep_window
+    monkeypatch.setattr(worker_mod, "SHUTDOWN_WAIT_MS", INTERRUPT_WAIT_MS)
+    client, thread = window.session.client, window.session.client.thread_object
+    failed: list[object] = []
+    client.failed.connect(lambda *a: failed.append(a))
+    parked_before = len(parking)
+    client.submit("run", first=True, image=str(images[1]), image_size=(64, 64))
+    qtbot.waitUntil(lambda: len(entered) >= 3, timeout=20000)
+    at_request = len(entered)
+    begin = time.monotonic()
+    window.persist_settings = False
+    window.close()
+    elapsed = time.monotonic() - begin
+    assert thread.isFinished(), f"the worker thread still runs {elapsed:.2f} s after closing"
+    assert not parking.holds(thread) and len(parking) == parked_before
+    assert elapsed < INTERRUPT_BOUND_S, (f"closing took {elapsed:.2f} s; one block takes {BLOCK_S} s, the whole "
+                                         f"forward {DEPTH * BLOCK_S:.1f} s")
+    assert len(entered) <= at_request + 1 < DEPTH        # at most one more block began after the request
+    assert failed == [] and window.errors == [] and window.error_box is None
+    assert all(len(block._forward_pre_hooks) == 1 for block in blocks)      # only the test's slow hook is left
+
+
+def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_window, images) -> None:  # noqa: ANN001
+    """The interruption exception never becomes an error dialog: the request is dropped like a stale one."""
+    window, blocks, entered = deep_window
+    client = window.session.client
+    failed: list[object] = []
+    ran: list[object] = []
+    client.failed.connect(lambda *a: failed.append(a))
+    client.ran.connect(lambda *a: ran.append(a))
+    request = client.submit("run", first=True, image=str(images[2]), image_size=(64, 64))
+    qtbot.waitUntil(lambda: len(entered) >= 2, timeout=20000)
+    begin = time.monotonic()
+    with qtbot.waitSignal(client.dropped, timeout=int(1000 * DEPTH * BLOCK_S)) as blocker:
+        client.thread_object.requestInterruption()       # what shutdown does, without closing the client
+    assert blocker.args == [request]
+    assert time.monotonic() - begin < INTERRUPT_BOUND_S
+    assert not client.pending("run")
+    qtbot.wait(100)
+    assert failed == [] and ran == [] and window.errors == [] and window.error_box is None
+    assert all(len(block._forward_pre_hooks) == 1 for block in blocks)

@@ -2,7 +2,9 @@
 
 The listing comes from `vitviz.catalog`, scanned in the worker thread (identifying a torchvision file name reads
 torchvision's weights tables, which imports torch): on the first show of the menu, again on the next show after a
-model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had.
+model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had. Folders the
+scan could not read (`ScanResult.skipped`) are named in a disabled item under the entries, with the reasons in its
+tooltip, instead of failing the scan.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from vitviz.gui.window import MainWindow
 
 NamedRow = tuple[str, "str | None", int]      # name, cached file or None, download size in bytes
+SKIPPED_TIP_LINES = 20                        # unreadable folders listed in the tooltip; the rest are counted
 
 
 class ModelsMenu(QObject):
@@ -32,6 +35,7 @@ class ModelsMenu(QObject):
         self.window, self.menu = window, menu
         self.entries: list[catalog.CatalogEntry] = []
         self.named: list[NamedRow] = []
+        self.skipped: list[catalog.Skipped] = []      # what the latest scan could not read
         self.scanning = False
         self.stale = True
         self.failed = False
@@ -68,8 +72,10 @@ class ModelsMenu(QObject):
             self.stale = False
             self.refresh()
 
-    def _on_cataloged(self, _request: Any, answer: tuple[list[catalog.CatalogEntry], list[NamedRow]]) -> None:
-        self.entries, self.named = list(answer[0]), list(answer[1])
+    def _on_cataloged(self, _request: Any, answer: tuple[catalog.ScanResult, list[NamedRow]]) -> None:
+        entries, named = answer[0], answer[1]
+        self.entries, self.named = list(entries), list(named)
+        self.skipped = list(getattr(entries, "skipped", ()))      # a ScanResult; a plain list has nothing skipped
         self.scanning, self.listed = False, True
         self.fill()
         self.scanned.emit()
@@ -92,6 +98,8 @@ class ModelsMenu(QObject):
             self._add_entry(menu, entry)
         if not self.entries:
             self._note(menu, self._empty_text())
+        if self.skipped:
+            self._add_skipped(menu)
         menu.addSeparator()
         self._add_named(self.named_menu)
         menu.addMenu(self.named_menu)
@@ -120,6 +128,18 @@ class ModelsMenu(QObject):
         action.setToolTip("\n".join(x for x in (str(entry.path), entry.detail) if x))
         action.setStatusTip(str(entry.path))
         action.triggered.connect(lambda _checked=False, p=str(entry.path): self.window.choose_model(p))
+
+    def _add_skipped(self, menu: QMenu) -> None:
+        """One disabled item saying how many folders could not be read; its tooltip lists them with why."""
+        n = len(self.skipped)
+        action = menu.addAction(f"    Skipped {n} unreadable folder{'s' if n != 1 else ''} (hover for details)")
+        action.setObjectName("skipped_folders")
+        action.setEnabled(False)
+        lines = [f"{_home(s.path)}: {s.reason}" for s in self.skipped[:SKIPPED_TIP_LINES]]
+        if n > SKIPPED_TIP_LINES:
+            lines.append(f"… and {n - SKIPPED_TIP_LINES} more")
+        action.setToolTip("Could not read (left out of the list):\n" + "\n".join(lines))
+        action.setStatusTip(f"{n} folder{'s' if n != 1 else ''} could not be read; hover for the list")
 
     def _add_named(self, sub: QMenu) -> None:
         sub.clear()

@@ -1,8 +1,9 @@
 """Worker threads that outlived their window, kept until they have finished.
 
-A QThread destroyed while it runs aborts the process ("QThread: Destroyed while thread is still running"), and a
-forward pass cannot be interrupted, so `WorkerClient.shutdown` parks a thread that is still busy after its bounded
-wait instead of dropping it. At exit the parked threads are waited for.
+A QThread destroyed while it runs aborts the process ("QThread: Destroyed while thread is still running"). A
+forward pass stops at the next transformer block once the thread is asked to, but what cannot be interrupted (one
+slow block, decoding an image, loading a checkpoint) may outlast `WorkerClient.shutdown`'s bounded wait, so a thread
+still busy after it is parked instead of dropped. At exit the parked threads are waited for.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ EXIT_NOTE_MS = 3000         # at exit, say why the process is still there after 
 
 
 class ParkingLot(QObject):
-    """Worker threads still running a request when their window closed, kept until they have finished.
+    """Worker threads still running a request after their window's bounded wait, kept until they have finished.
 
     Dropping the last reference to a running QThread destroys it and aborts the process, so a thread that
     outlives its window is held here with its worker; its `finished` (queued to this GUI-thread object) releases

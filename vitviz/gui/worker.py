@@ -1,12 +1,13 @@
 """The inference worker: one long-lived QObject in its own QThread that owns the model.
 
 The window never calls the worker directly. `WorkerClient` (GUI thread) queues requests, sends them one at a
-time through queued signals and drops answers that became stale while the worker was busy (a forward pass cannot
-be interrupted, so staleness is decided when the answer arrives). torch is imported inside the worker thread
-only, on the first request, so the window appears before torch is loaded.
+time through queued signals and drops answers that became stale while the worker was busy (staleness is decided
+when the answer arrives). torch is imported inside the worker thread only, on the first request, so the window
+appears before torch is loaded.
 
-Closing never waits for a long request: `WorkerClient.shutdown` waits a bounded time, and a thread still busy
-after that is parked (see `parking`) until it finishes.
+Closing never waits for a long request: `WorkerClient.shutdown` asks the thread to stop -- a forward pass stops at
+the next transformer block (`InterruptHooks`), a download at its next chunk -- and waits a bounded time; a thread
+still busy after that is parked (see `parking`) until it finishes.
 """
 from __future__ import annotations
 
@@ -32,11 +33,62 @@ class Request:
     args: dict[str, Any] = field(default_factory=dict)
 
 
+class ForwardInterrupted(Exception):
+    """Raised inside a forward pass, before a transformer block, when the worker thread is asked to stop."""
+
+
+class InterruptHooks:
+    """While open, a forward pre-hook on every transformer block (`model.net.blocks`) of `model` raises
+    `ForwardInterrupted` when the current thread's interruption has been requested, so a forward pass stops
+    within one block of `QThread.requestInterruption`. The hooks are removed on exit, even after a failure.
+
+    `fired` says whether a hook raised: the request was cancelled, whatever the exception became on its way
+    out. A model without `net.blocks` (or no model) gets no hooks. Needs no torch import.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.fired = False
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> "InterruptHooks":
+        blocks = getattr(getattr(self.model, "net", None), "blocks", None)
+        self._handles = [block.register_forward_pre_hook(self._check) for block in (blocks or ())]
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+
+    def _check(self, _module: Any, _args: Any) -> None:
+        if QThread.currentThread().isInterruptionRequested():
+            self.fired = True
+            raise ForwardInterrupted("the forward pass was interrupted: vitviz is closing")
+
+
+def is_interruption(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is `ForwardInterrupted`."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ForwardInterrupted):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class InferenceWorker(QObject):
-    """Lives in the worker thread; every slot answers with exactly one `finished` or `failed`."""
+    """Lives in the worker thread; every slot answers with exactly one `finished`, `failed` or `cancelled`.
+
+    Every request runs with `InterruptHooks` on the loaded model, so whatever runs it (a 'run', or any later
+    request that does forward passes) stops within one block when the thread is asked to stop, and answers
+    `cancelled` instead of `failed`.
+    """
 
     finished = Signal(int, object)      # request id, answer (ModelSpec, ResultMaps, device list, str)
     failed = Signal(int, str, str)      # request id, one-line summary, details (traceback)
+    cancelled = Signal(int)             # request id: it stopped because the thread was asked to (no error)
     started = Signal(int, str)          # request id, what is running
     progress = Signal(int, str, float)  # request id, what is happening, fraction done (-1: unknown)
 
@@ -51,10 +103,15 @@ class InferenceWorker(QObject):
             return      # the window has closed: a request that was already on its way is not started
         self.running_id = request.id
         self.started.emit(request.id, describe(request))
+        hooks = InterruptHooks(self._model)
         try:
-            answer = getattr(self, "_" + request.kind)(**request.args)
+            with hooks:
+                answer = getattr(self, "_" + request.kind)(**request.args)
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a dialog in the window
-            self.failed.emit(request.id, summarize(exc), traceback.format_exc())
+            if hooks.fired or is_interruption(exc):
+                self.cancelled.emit(request.id)
+            else:
+                self.failed.emit(request.id, summarize(exc), traceback.format_exc())
         else:
             self.finished.emit(request.id, answer)
 
@@ -102,8 +159,8 @@ class InferenceWorker(QObject):
         return grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix)
 
     def _catalog(self, recent: list[str]) -> Any:
-        """The ViT checkpoints on this computer, and every named model with its cached file (or None) and its
-        download size in bytes."""
+        """The ViT checkpoints on this computer (a `catalog.ScanResult`: its `skipped` lists the folders that could
+        not be read), and every named model with its cached file (or None) and its download size in bytes."""
         from vitviz import catalog
 
         entries = catalog.scan(recent=recent)
@@ -199,12 +256,12 @@ class WorkerClient(QObject):
     ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
     probed = Signal(object)                    # list of device names
-    cataloged = Signal(object, object)         # request, (catalog entries, [(name, cached path or None, bytes)])
+    cataloged = Signal(object, object)         # request, (ScanResult with .skipped, [(name, cached or None, bytes)])
     progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
     failed = Signal(object, str, str)          # request, summary, details
     busy_changed = Signal(bool)
     status = Signal(str)
-    dropped = Signal(object)                   # a request whose answer was stale
+    dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
     _send = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -221,6 +278,7 @@ class WorkerClient(QObject):
         self._send.connect(self._worker.handle)
         self._worker.finished.connect(self._on_finished)
         self._worker.failed.connect(self._on_failed)
+        self._worker.cancelled.connect(self._on_cancelled)
         self._worker.started.connect(self._on_started)
         self._worker.progress.connect(self._on_progress)
         self._thread.finished.connect(self._worker.release)       # direct: runs in the finishing thread
@@ -272,10 +330,11 @@ class WorkerClient(QObject):
     def shutdown(self, timeout_ms: int | None = None) -> bool:
         """Stop the worker thread; returns whether it has finished. Safe to call more than once.
 
-        Queued requests are dropped and no answer is delivered any more. The thread is asked to stop (a download
-        stops at its next chunk; a forward pass cannot be interrupted) and waited for at most `timeout_ms`
-        (default `SHUTDOWN_WAIT_MS`), so closing the window never hangs on a long request. A thread still running
-        after that is parked: kept referenced, with its worker, until it has finished.
+        Queued requests are dropped and no answer is delivered any more. The thread is asked to stop (a forward
+        pass stops before its next transformer block, a download at its next chunk) and waited for at most
+        `timeout_ms` (default `SHUTDOWN_WAIT_MS`), so closing the window never hangs on a long request. A thread
+        still running after that (one slow block, image decoding, a load) is parked: kept referenced, with its
+        worker, until it has finished.
         """
         first, self._closed = not self._closed, True
         self._queue.clear()
@@ -342,6 +401,15 @@ class WorkerClient(QObject):
             self.cataloged.emit(request, answer)
         else:
             self.probed.emit(answer)
+        self._after()
+
+    @Slot(int)
+    def _on_cancelled(self, req_id: int) -> None:
+        """A request that stopped because the thread was asked to: no answer and no error, like a stale one."""
+        if self._closed:
+            return
+        request, _stale = self._take(req_id)
+        self.dropped.emit(request)
         self._after()
 
     @Slot(int, str, str)
