@@ -145,6 +145,17 @@ def test_cuda_request_without_cuda_is_a_clear_error(tmp_path) -> None:
         vitviz.load(path, heads=2, device="cuda")
 
 
+@pytest.mark.parametrize("device,message", [("tpu", "unknown device 'tpu'; expected auto, cpu, cuda or cuda:N"),
+                                            ("gpu", "unknown device 'gpu'"), ("mps", "'mps' is not supported")])
+def test_unknown_device_is_a_clear_error(tmp_path, device: str, message: str) -> None:
+    path = write_tiny_checkpoint(tmp_path / "m.pth")
+    with pytest.raises(vitviz.DeviceError, match=message):
+        vitviz.load(path, heads=2, device=device)
+    out = subprocess.run([sys.executable, "-m", "vitviz", "info", str(path), "--heads", "2", "--device", device],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and message.split(";")[0] in out.stderr and "Traceback" not in out.stderr
+
+
 def test_info_cli_reports_sources(tmp_path) -> None:
     path = write_tiny_checkpoint(tmp_path / "m.pth")
     out = subprocess.run([sys.executable, "-m", "vitviz", "info", str(path), "--heads", "2"], capture_output=True,

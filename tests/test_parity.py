@@ -30,7 +30,9 @@ def assert_parity(vm, x: torch.Tensor, ref_out: torch.Tensor, ref_maps: list[tor
     assert result.attentions.shape == (len(ref_maps), *ref_maps[0].shape[1:])
     for i, ref in enumerate(ref_maps):
         np.testing.assert_allclose(result.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
-    np.testing.assert_allclose(result.logits, ref_out[0].numpy(), atol=ATOL)
+    out = result.logits if vm.spec.num_classes else result.features  # a headless model's output is features
+    assert out is not None and (result.logits.size == 0) == (vm.spec.num_classes == 0)
+    np.testing.assert_allclose(out, ref_out[0].numpy(), atol=ATOL)
     np.testing.assert_allclose(result.attentions.sum(-1), 1.0, atol=1e-5)
 
 
@@ -281,7 +283,8 @@ def test_dinov2_original_layout(tmp_path, kind: str, chunked: bool) -> None:
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL)
     with torch.no_grad():
         feats = backbone(pixel_values=x).pooler_output
-    np.testing.assert_allclose(r.logits, feats[0].numpy(), atol=ATOL)
+    assert r.logits.shape == (0,) and r.top_k() == []  # a backbone: its output is features, not class scores
+    np.testing.assert_allclose(r.features, feats[0].numpy(), atol=ATOL)
 
 
 # ----------------------------------------------------------------------------------------------------- seed
@@ -305,7 +308,7 @@ def test_hf_dinov2_other_resolution(tmp_path, kind: str) -> None:
     out, maps = hf_reference(model, x)
     r = vm.run(x)
     assert r.spec.grid == (6, 5)
-    np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+    np.testing.assert_allclose(r.logits if vm.spec.num_classes else r.features, out[0].numpy(), atol=ATOL)
     for i, ref in enumerate(maps):
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL)
 
@@ -341,3 +344,30 @@ def test_attention_only_matches_timm_attention_extract(tmp_path, name: str) -> N
     assert got.logits.shape == (0,) and got.attentions.shape == (len(ref), *ref[0].shape[1:])
     for i, r in enumerate(ref):
         np.testing.assert_allclose(got.attentions[i], r[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+
+
+def test_model_objects_load_with_their_head_count() -> None:
+    """`vitviz.load(model)` takes a model in memory; heads come from the object (here 6, not the table's 3)."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    tm = perturb(VisionTransformer(num_classes=5, **{**SMALL, "num_heads": 6}))
+    cfg = ViTConfig(hidden_size=192, num_hidden_layers=2, num_attention_heads=6, intermediate_size=384,
+                    image_size=32, patch_size=8, num_labels=5, attn_implementation="eager")
+    hf = perturb(ViTForImageClassification(cfg).eval())
+    x = x_for()
+    for model, ref in ((tm, timm_reference), (hf, hf_reference)):
+        vm = vitviz.load(model, device="cpu")
+        assert vm.spec.num_heads == 6 and vm.spec.source_of("num_heads") == "override"
+        assert_parity(vm, x, *ref(model, x))
+    with pytest.raises(vitviz.VitvizError, match="cannot load a int; expected a checkpoint path"):
+        vitviz.load(3)
+
+
+def test_family_override_sets_that_familys_defaults(tmp_path) -> None:
+    model = perturb(VisionTransformer(num_classes=5, **SMALL))
+    torch.save(model.state_dict(), tmp_path / "m.pth")
+    plain = vitviz.load(tmp_path / "m.pth", device="cpu").spec
+    dv2 = vitviz.load(tmp_path / "m.pth", device="cpu", family="dinov2").spec
+    assert (plain.family, plain.pos_interp, plain.preprocess.mean) == ("timm", "timm", (0.5, 0.5, 0.5))
+    assert (dv2.family, dv2.pos_interp) == ("dinov2", "dinov2") and dv2.preprocess.mean == (0.485, 0.456, 0.406)
+    assert "dinov2" in dv2.source_of("preprocess")

@@ -16,7 +16,7 @@ import numpy as np
 from vitviz.batch_io import Job, Progress, sha256_file
 from vitviz.batch_maps import MapKind, Pick, RenderOptions, cover, map_stack, output_name, render, select
 from vitviz.core import export, images
-from vitviz.core.spec import AttentionResult
+from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
 
 Combo = tuple[MapKind, Pick, Pick]  # (map, layer, head)
@@ -165,8 +165,9 @@ class Exporter:
             self._save(job, path, lambda: export.write_png_atomic(
                 path, render(values, stacks[m], head, p.region, plan.render), plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
-            result = AttentionResult(attentions=attn, logits=logits, input=p.x[0].numpy(), image=p.display,
-                                     spec=spec, source=str(job.path))
+            scores, features = split_output(logits, spec)
+            result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
+                                     spec=spec, source=str(job.path), features=features)
             self._save(job, job.outputs[-1], lambda: export.write_npz_atomic(job.outputs[-1], result, plan.overwrite))
 
     @staticmethod

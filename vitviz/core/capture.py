@@ -18,7 +18,7 @@ from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import convert
 from vitviz.core.infer import OVERRIDES, infer_spec
 from vitviz.core.model import AttentionProbe, ReferenceViT
-from vitviz.core.spec import AttentionResult, ModelSpec
+from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
 
 
@@ -35,7 +35,18 @@ def resolve_device(device: str | None) -> torch.device:
     """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
     if device in (None, "", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"unknown device {device!r}; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})") from e
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"device {device!r} is not supported; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})")
+    if dev.type == "cuda" and dev.index is not None and torch.cuda.is_available() \
+            and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {device!r} requested, but there are {torch.cuda.device_count()} CUDA devices "
+                          f"(available: {', '.join(available_devices())})")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError(f"device {device!r} requested, but CUDA is not available here "
                           f"(available: {', '.join(available_devices())})")
@@ -198,8 +209,9 @@ class VitModel:
         x, disp, spec, src, seen = self.prepare(image, image_size)
         size, box = seen or (None, None)
         attn, out = self.forward_captured(x, half, logits)
-        return AttentionResult(attentions=attn[0], logits=out[0], input=x[0].cpu().numpy(), image=disp,
-                               spec=spec, source=src, source_box=box, source_size=size)
+        scores, features = split_output(out[0], spec)
+        return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
+                               spec=spec, source=src, features=features, source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N_pos, D) position embedding, grid part resampled to `grid`; None when the model has none."""
@@ -236,16 +248,44 @@ def _check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
                           f"available; {_SMALLER}")
 
 
+def _module_heads(module: torch.nn.Module) -> int | None:
+    """The head count a model object states: timm `attn.num_heads`, torch `MultiheadAttention.num_heads`, or a
+    transformers `config.num_attention_heads`."""
+    config = getattr(module, "config", None)
+    if isinstance(getattr(config, "num_attention_heads", None), int):
+        return int(config.num_attention_heads)
+    for m in module.modules():
+        heads = getattr(m, "num_heads", None)
+        if isinstance(heads, int) and heads > 0:
+            return heads
+    return None
+
+
+def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
+    """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
+    sizes) or timm's pretrained config (architecture name, preprocessing)."""
+    raw = _raw_from_dict(module.state_dict())
+    raw.path = Path(f"<{type(module).__name__} object>")
+    config = getattr(module, "config", None)
+    if hasattr(config, "to_dict"):
+        raw.config = config.to_dict()
+    elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
+        cfg = dict(module.pretrained_cfg)
+        raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+    return raw
+
+
 def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
     tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
     return RawCheckpoint(Path("<state dict>"), tensors)
 
 
-def load(path: str | Path | dict[str, Any], **overrides: Any) -> VitModel:
+def load(path: "str | Path | dict[str, Any] | torch.nn.Module", **overrides: Any) -> VitModel:
     """Load any supported ViT checkpoint into the reference model.
 
     Args:
-        path: a file, a folder (HF / timm hub), or an in-memory state dict.
+        path: a file, a folder (HF / timm hub), an in-memory state dict, or a model object (its state dict; the
+            head count is read from it).
         **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
             pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1').
     """
@@ -253,7 +293,18 @@ def load(path: str | Path | dict[str, Any], **overrides: Any) -> VitModel:
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of {', '.join(OVERRIDES)}")
     device = resolve_device(overrides.get("device"))
-    raw = _raw_from_dict(path) if isinstance(path, dict) else read_checkpoint(path, overrides.get("nest_key"))
+    if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
+        heads = _module_heads(path)
+        if heads and not overrides.get("heads"):
+            overrides = {**overrides, "heads": heads}
+        raw = _raw_from_module(path)
+    elif isinstance(path, dict):
+        raw = _raw_from_dict(path)
+    elif isinstance(path, (str, Path)):
+        raw = read_checkpoint(path, overrides.get("nest_key"))
+    else:
+        raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
+                          "a state dict or a torch.nn.Module")
     conv = convert(raw, overrides.get("family"))
     spec = infer_spec(conv, raw, overrides)
     net = ReferenceViT(spec)

@@ -60,7 +60,8 @@ def convert(raw: RawCheckpoint, family: str | None = None) -> Converted:
     if converter is None:
         raise UnknownLayoutError(
             f"{raw.path}: family {detected!r} is not supported; expected one of {', '.join(sorted(CONVERTERS))}")
-    out = converter(sd, raw)
+    # a timm-layout family named by the caller decides the sub-family defaults (interpolation, preprocessing)
+    out = convert_timm(sd, raw, detected.split(":")[0]) if converter is convert_timm and family else converter(sd, raw)
     out.dropped = dropped + out.dropped
     return out
 
@@ -98,8 +99,11 @@ def _rename(sd: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[s
 
 
 # ---------------------------------------------------------------------------------------------- timm-style
-def convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
-    """timm, DeiT (1, distilled, III), DINO v1, DINOv2 original, MAE, WZ / old timm: timm naming already."""
+def convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+    """timm, DeiT (1, distilled, III), DINO v1, DINOv2 original, MAE, WZ / old timm: timm naming already.
+
+    `family` (one of the timm-layout families) overrides the detected sub-family.
+    """
     keys = set(sd)
     hints: dict[str, Hint] = {}
     dropped = [k for k in keys if k.startswith(("decoder", "mask_token", "head.mlp.", "head.last_layer."))]
@@ -108,7 +112,7 @@ def convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
                       (r"\.gamma_([12])$", r".ls\1.gamma"),               # DeiT III layer scale
                       (r"\.mlp\.w12\.", ".mlp.fc1."), (r"\.mlp\.w3\.", ".mlp.fc2."),  # DINOv2 SwiGLU
                       (r"^register_tokens$", "reg_token")])
-    family = _timm_subfamily(keys, raw)
+    family = family if family in TIMM_LAYOUT_FAMILIES else _timm_subfamily(keys, raw)
     if "register_tokens" in keys:  # DINOv2 original: pos covers cls only; registers inserted after
         hints["pos_prefix"] = (1, "layout: DINOv2 register tokens get no position embedding")
     if family == "dinov2":
@@ -172,6 +176,7 @@ def convert_seed(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
 
 from vitviz.core.families_hf import convert_hf  # noqa: E402  (HF converter lives in its own module)
 
+TIMM_LAYOUT_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
 CONVERTERS = {"timm": convert_timm, "deit": convert_timm, "deit3": convert_timm, "dino": convert_timm,
               "dinov2": convert_timm, "mae": convert_timm, "torchvision": convert_torchvision,
               "hf": convert_hf, "seed": convert_seed}

@@ -149,7 +149,7 @@ class AttentionResult:
 
     Attributes:
         attentions: (L, H, T, T) post-softmax attention, float32 (or float16 when asked); rows sum to 1.
-        logits: (C,) float32; (0,) for a headless backbone or a run with `logits=False`.
+        logits: (C,) float32 class scores; (0,) for a headless backbone or a run with `logits=False`.
         input: (C, H, W) the preprocessed tensor as float32 NumPy.
         image: (H, W, 3) uint8 RGB, the image as the model saw it (after resize and crop, before normalising).
         spec: the model spec at the resolution of this run (image_size/grid may differ from the native ones).
@@ -189,4 +189,13 @@ class AttentionResult:
 
     @property
     def nbytes(self) -> int:
-        return int(self.attentions.nbytes + self.logits.nbytes + self.input.nbytes + self.image.nbytes)
+        extra = self.features.nbytes if self.features is not None else 0
+        return int(self.attentions.nbytes + self.logits.nbytes + self.input.nbytes + self.image.nbytes + extra)
+
+
+def split_output(out: np.ndarray, spec: ModelSpec) -> tuple[np.ndarray, np.ndarray | None]:
+    """One image's model output as (logits, features): a headless backbone's output is its pooled features,
+    not class scores, so its logits are empty (and no top-5 is made up from them)."""
+    if spec.num_classes == 0 and out.size:
+        return np.zeros(0, np.float32), out
+    return out, None
