@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny import write_tiny_checkpoint  # noqa: E402
 
 from vitviz.batch_io import unique_stems  # noqa: E402
-from vitviz.batch_maps import MapKind, SelectionError, parse_maps, parse_picks, resolve_picks, rollout_rows  # noqa: E402
+from vitviz.batch_maps import MapKind, RolloutOptions, SelectionError, parse_maps, parse_picks  # noqa: E402
+from vitviz.batch_maps import resolve_picks, rollout_rows  # noqa: E402
 from vitviz.core.images import seen_region  # noqa: E402
 from vitviz.core.spec import Preprocess  # noqa: E402
 
@@ -105,6 +106,7 @@ def test_manifest_records_parameters_spec_and_hashes(first_run, folder: Path) ->
     assert by_path["notes.png"]["status"] == "failed" and "not a recognised image" in by_path["notes.png"]["error"]
     assert by_path["sub/a.png"]["status"] == "done"
     assert all((out / o).exists() for o in by_path["sub/a.png"]["outputs"])
+    assert by_path["notes.png"]["outputs"] == []  # nothing was written for a failed image
 
 
 def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) -> None:
@@ -292,6 +294,29 @@ def test_rollout_rows_match_core_rollout() -> None:
     for layer in range(3):
         np.testing.assert_allclose(rows[layer], rollout(attn[: layer + 1], num_prefix=1, grid=(2, 2)).ravel(),
                                    rtol=1e-5)
+    for fusion, discard, residual in [("max", 0.5, 0.3), ("min", 0.0, 0.0), ("mean", 0.75, 1.0)]:
+        rows = rollout_rows(attn, 1, options=RolloutOptions(fusion, discard, residual))
+        for layer in range(3):
+            ref = rollout(attn[: layer + 1], fusion, discard, residual=residual, num_prefix=1, grid=(2, 2))
+            np.testing.assert_allclose(rows[layer], ref.ravel(), rtol=1e-5, atol=1e-7)
+
+
+def test_rollout_options_reach_the_pngs(tiny: Path, folder: Path, tmp_path: Path) -> None:
+    """--fusion / --discard-ratio / --residual change the rollout PNG (and the manifest records them)."""
+    def export(*extra: str) -> bytes:
+        out = tmp_path / "_".join(extra or ("default",))
+        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(out),
+                       "--maps", "rollout", "--style", "heatmap", *extra)
+        assert done.returncode == 0, done.stderr
+        return (out / "a_rollout_L1_Hmean.png").read_bytes()
+
+    base = export()
+    assert export("--discard-ratio", "0.9") != base and export("--fusion", "max") != base
+    assert export("--residual", "0.5") == base  # the default, spelled out
+    manifest = json.loads((tmp_path / "--discard-ratio_0.9" / "manifest.json").read_text())
+    assert manifest["parameters"]["discard_ratio"] == 0.9
+    bad = _export("--model", str(tiny), str(folder), "--out", str(tmp_path / "x"), "--discard-ratio", "1")
+    assert bad.returncode == 2 and "expected 0 <= R < 1" in bad.stderr
 
 
 def test_seen_region_matches_preprocess_crop() -> None:

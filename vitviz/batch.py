@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch_io import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, SelectionError, check_maps, parse_maps, parse_picks
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, SelectionError, check_maps, parse_maps
+from vitviz.batch_maps import parse_picks
 from vitviz.batch_maps import resolve_picks, safe_stem
 from vitviz.errors import CheckpointError, VitvizError
 
@@ -50,6 +51,14 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="all, mean, max, indices and ranges, e.g. 0-2,mean (default: mean). "
                         "--heads is the model's head count")
     _add_render_arguments(p)
+    g = p.add_argument_group("rollout (defaults are the window's)")
+    g.add_argument("--fusion", choices=("mean", "max", "min"), default="mean",
+                   help="how rollout fuses the heads of each layer (default mean)")
+    g.add_argument("--discard-ratio", type=_discard, default=0.0, metavar="R",
+                   help="fraction of each row's lowest patch attention rollout sets to 0, 0 <= R < 1 (vit-explain "
+                        "uses 0.9; default 0)")
+    g.add_argument("--residual", type=_unit, default=0.5, metavar="W",
+                   help="identity weight in rollout: A' = W*I + (1-W)*A, 0..1 (default 0.5)")
     g = p.add_argument_group("run")
     g.add_argument("--npz", action="store_true", help="also write {image}.npz: attentions, logits, input, spec")
     g.add_argument("--half", action="store_true", help="keep attentions as float16 (half the memory)")
@@ -93,6 +102,13 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _discard(text: str) -> float:
+    value = _unit(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: discarding every patch leaves nothing; expected 0 <= R < 1")
+    return value
+
+
 def _unit(text: str) -> float:
     try:
         value = float(text)
@@ -124,11 +140,12 @@ def run_export_command(args: argparse.Namespace) -> int:
     model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
     if any(m.kind == "rollout" for m in maps) and heads != ["mean"] and not args.quiet:
-        print("vitviz: rollout fuses the heads (their mean) at every layer, so rollout maps are written once per "
-              "layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
+        print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
+              "once per layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
     _make_folder(out)
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
                 batch_size=args.batch_size, workers=args.workers,
+                rollout=RolloutOptions(args.fusion, args.discard_ratio, args.residual),
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size))
     jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))

@@ -42,10 +42,15 @@ class Job:
     error: str = ""
     written: list[Path] = field(default_factory=list)
 
+    def _present(self) -> list[Path]:
+        """The outputs this image has: all of them once done or skipped, else only those written before it failed
+        or the run stopped."""
+        return self.outputs if self.status in ("done", "skipped") else self.written
+
     def record(self, out: Path) -> dict[str, Any]:
         """This image's manifest entry; output paths relative to the output folder."""
         entry: dict[str, Any] = {"path": str(self.path), "sha256": self.sha256, "status": self.status,
-                                 "outputs": [str(p.relative_to(out)) for p in self.outputs]}
+                                 "outputs": [str(p.relative_to(out)) for p in self._present()]}
         if self.error:
             entry["error"] = self.error
         return entry

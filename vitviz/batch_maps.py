@@ -7,7 +7,8 @@ No torch here. Maps are computed the way the window computes them (`vitviz.gui.m
 - `mean` / `max`: the attention each patch receives, averaged / maximised over the patch queries (the window's
   map for models without a CLS token is `mean`).
 - `token:N`: the attention row of token N (prefix tokens count: token 0 is CLS when the model has one).
-- `rollout`: attention rollout (heads fused by mean, residual 0.5) through layers 0..l for layer l.
+- `rollout`: attention rollout through layers 0..l for layer l (by default heads fused by mean, nothing
+  discarded, residual 0.5, as the window's defaults; `RolloutOptions` changes them).
 
 Heads are reduced after the queries (head 'mean' of `mean` is the mean over heads of each head's mean over
 queries), as in the window. Layer 'mean' is the mean of the per-layer maps.
@@ -44,6 +45,15 @@ class MapKind:
     def label(self) -> str:
         """The file-name part, as the window names it: 'cls', 'rollout', 'token17'."""
         return f"token{self.token}" if self.kind == "token" else self.kind
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How rollout fuses heads, how much of each row's lowest attention it discards, and the residual weight."""
+
+    fusion: str = "mean"       # 'mean' | 'max' | 'min'
+    discard: float = 0.0       # fraction of each row's lowest patch attention set to 0 (0 <= discard < 1)
+    residual: float = 0.5      # weight of the identity: A' = residual * I + (1 - residual) * A
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,7 @@ def output_name(stem: str, m: MapKind, layer: Pick, head: Pick) -> str:
     return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind == 'rollout' else head}.png"
 
 
-def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec) -> np.ndarray:
+def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec, rollout: RolloutOptions = RolloutOptions()) -> np.ndarray:
     """All of one map's layers and heads for one image: (L, H + 2, gh, gw), columns H, H+1 = head mean, max.
 
     Args:
@@ -140,7 +150,7 @@ def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec) -> np.ndarray:
     """
     p, (gh, gw) = spec.num_prefix, spec.grid
     if m.kind == "rollout":
-        rows = rollout_rows(attn, p, spec.cls_token)[:, None]  # (L, 1, N)
+        rows = rollout_rows(attn, p, spec.cls_token, rollout)[:, None]  # (L, 1, N)
     elif m.kind == "token":
         rows = attn[:, :, int(m.token or 0), p:]  # (L, H, N)
     elif m.kind == "cls":
@@ -153,7 +163,8 @@ def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec) -> np.ndarray:
     return fused.reshape(fused.shape[0], fused.shape[1], gh, gw)  # (L, H + 2, N) -> (L, H + 2, gh, gw)
 
 
-def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True) -> np.ndarray:
+def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True,
+                 options: RolloutOptions = RolloutOptions()) -> np.ndarray:
     """Rollout through layers 0..l for every l, as the window computes it, in O(L^2 T^2) by row vectors.
 
     Returns:
@@ -165,7 +176,8 @@ def rollout_rows(attn: np.ndarray, num_prefix: int, has_cls: bool = True) -> np.
         query[0] = 1.0
     else:
         query[num_prefix:] = 1.0 / (t - num_prefix)
-    factors = [analysis.rollout_layer_matrix(attn[i], "mean", 0.0, 0.5, num_prefix) for i in range(num_layers)]
+    factors = [analysis.rollout_layer_matrix(attn[i], options.fusion, options.discard, options.residual,  # type: ignore[arg-type]
+                                             num_prefix) for i in range(num_layers)]
     out = np.empty((num_layers, t - num_prefix), dtype=np.float32)
     for layer in range(num_layers):
         v = query

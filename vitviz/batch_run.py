@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.batch_io import Job, Progress, sha256_file
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, cover, map_stack, output_name, render, select
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, render, select
 from vitviz.core import export, images
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
@@ -35,6 +35,7 @@ class Plan:
     overwrite: bool = False
     batch_size: int = 8
     workers: int = 2
+    rollout: RolloutOptions = RolloutOptions()
 
     def combos(self) -> list[Combo]:
         """Every (map, layer, head) to draw; rollout has one head ('mean')."""
@@ -157,7 +158,7 @@ class Exporter:
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
             folder.mkdir(parents=True, exist_ok=True)
-        stacks = {m: map_stack(attn, m, spec) for m in plan.maps}
+        stacks = {m: map_stack(attn, m, spec, plan.rollout) for m in plan.maps}
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if not plan.overwrite and path.exists():
                 continue
@@ -206,5 +207,7 @@ class Exporter:
         c = self.counts
         rate = c["done"] / seconds if seconds > 0 else 0.0
         head = "vitviz export interrupted" if interrupted else "vitviz export"
+        images = "image" if len(self.jobs) == 1 else "images"
+        files = "file" if c["files"] == 1 else "files"
         return (f"{head}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed of {len(self.jobs)} "
-                f"images; {c['files']} files written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")
+                f"{images}; {c['files']} {files} written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")
