@@ -182,3 +182,17 @@ def test_file_name_metadata_that_contradicts_shapes(tmp_path) -> None:
     torch.save(tv.state_dict(), tmp_path / "vit_b_32-d86f8d99.pth")
     with pytest.raises(InconsistentCheckpointError, match=r"pos_embed has 17 rows.*file name"):
         vitviz.load(tmp_path / "vit_b_32-d86f8d99.pth")
+
+
+def test_override_sizes_and_stats_are_checked(tmp_path) -> None:
+    path = write_tiny_checkpoint(tmp_path / "m.pth")  # patch 8
+    vm = vitviz.load(path, heads=2, image_size=(45, 50))
+    assert vm.spec.image_size == (40, 48) and "rounded down to whole 8 px patches" in vm.spec.source_of("image_size")
+    assert vm.spec.preprocess.crop == (40, 48)
+    with pytest.raises(vitviz.VitvizError, match="smaller than one 8 px patch"):
+        vitviz.load(path, heads=2, image_size=7)
+    with pytest.raises(vitviz.VitvizError, match="mean override has 4 values; expected 1 or 3"):
+        vitviz.load(path, heads=2, mean=(0.5,) * 4)
+    with pytest.warns(UserWarning, match=r"not a multiple of the 8 px patch; the model sees its top-left 32x40"):
+        r = vitviz.load(path, heads=2).run(torch.rand(1, 3, 36, 44))
+    assert r.spec.grid == (4, 5)

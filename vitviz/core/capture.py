@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -147,6 +148,11 @@ class VitModel:
                 raise VitvizError(f"input tensor has {x.shape[1]} channels; the model expects {spec.in_chans}")
             p = spec.patch_size
             size = (int(x.shape[-2]) // p * p, int(x.shape[-1]) // p * p)
+            if min(size) == 0:
+                raise VitvizError(f"input tensor of {tuple(x.shape[-2:])} px is smaller than one {p} px patch")
+            if size != tuple(x.shape[-2:]):
+                warnings.warn(f"input tensor {tuple(x.shape[-2:])} is not a multiple of the {p} px patch; the model "
+                              f"sees its top-left {size[0]}x{size[1]}", stacklevel=3)
             spec = replace(spec, image_size=size) if size != tuple(spec.image_size) else spec
             x = x[..., : size[0], : size[1]].float()
             disp = images.display_from_tensor(x, spec.preprocess.mean, spec.preprocess.std)

@@ -15,7 +15,7 @@ from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families import Converted
 from vitviz.core.metadata import args_info, heads_from_dim, parse_model_name, torchvision_weights
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess
-from vitviz.errors import InconsistentCheckpointError
+from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
              "act", "nest_key", "device", "resize", "crop_mode")
@@ -217,6 +217,12 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
     s = overrides.get("image_size")
     if s:
         size = (int(s), int(s)) if isinstance(s, (int, float)) else (int(s[0]), int(s[1]))
+        if min(size) < patch:
+            raise VitvizError(f"image_size {size} is smaller than one {patch} px patch")
+        whole = (size[0] - size[0] % patch, size[1] - size[1] % patch)
+        if whole != size:  # the patch embedding drops the remainder: say so instead of keeping a size never used
+            return prov.set("image_size", whole, f"override {size[0]}x{size[1]}, rounded down to whole {patch} px "
+                                                 "patches")
         return prov.set("image_size", size, "override")
     if family in ("dinov2", "hf-dinov2") and pos_grid[0] * patch > 224:
         return prov.set("image_size", (224, 224), "default: DINOv2 evaluation size (position embedding resampled)")
@@ -248,6 +254,10 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     pp = Preprocess(**fields)
     if tuple(pp.crop) != tuple(size):
         pp = pp.at_size(size) if overrides.get("image_size") else replace(pp, crop=tuple(size))
+    for key in ("mean", "std"):
+        values = overrides.get(key)
+        if values is not None and len(tuple(values)) not in (1, 3):
+            raise VitvizError(f"{key} override has {len(tuple(values))} values; expected 1 or 3 (one per channel)")
     for key in ("mean", "std", "interpolation", "resize"):
         if overrides.get(key) is not None:
             pp = replace(pp, **{key: tuple(overrides[key]) if key in ("mean", "std") else overrides[key]})
