@@ -256,6 +256,37 @@ def test_unverified_data_never_has_the_final_name(caches: tuple[Path, Path], tmp
     assert list(torch_dir.iterdir()) == []
 
 
+def test_two_downloads_of_one_model_do_not_share_a_file(caches: tuple[Path, Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second download of the same model that starts (and fails) while the first is running must neither
+    truncate nor delete the first one's temporary file (e.g. two exports sharing one TORCH_HOME)."""
+    data = bytes(range(256)) * (4 << 12)  # 4 MiB: several chunks
+    opened: list[str] = []
+
+    class Response(io.BytesIO):
+        def __init__(self, fail: bool) -> None:
+            super().__init__(data)
+            self.headers, self.fail, self.reads = {"Content-Length": str(len(data))}, fail, 0
+
+        def read(self, n: int = -1) -> bytes:
+            self.reads += 1
+            if self.fail:
+                raise urllib.error.URLError("connection reset")
+            if self.reads == 2:  # meanwhile, another download of the same model starts and fails
+                with pytest.raises(DownloadError, match="connection reset"):
+                    catalog.resolve_named("torchvision:vit_b_16", url="https://mirror.example/b", check_hash=False)
+            return super().read(n)
+
+    def urlopen(url: str, timeout: float | None = None) -> Response:
+        opened.append(url)
+        return Response(fail=len(opened) > 1)
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    path = catalog.resolve_named("torchvision:vit_b_16", url="https://mirror.example/a", check_hash=False)
+    assert len(opened) == 2 and Path(path).read_bytes() == data
+    assert [p.name for p in Path(path).parent.iterdir()] == [Path(path).name]
+
+
 def test_resolve_model_arg_passes_paths_through(caches: tuple[Path, Path]) -> None:
     torch_dir, _ = caches
     assert catalog.resolve_model_arg("some/file.pth") == "some/file.pth"

@@ -11,6 +11,7 @@ import errno
 import hashlib
 import http.client
 import os
+import secrets
 import re
 import urllib.error
 import urllib.request
@@ -148,7 +149,8 @@ def _download(url: str, dest: Path, progress: Progress | None, timeout: float, s
 
     The `.partial` file is created before the network is touched, so a cache folder that cannot be written is
     reported at once, as a local problem, not as a failed download."""
-    tmp = dest.with_name(dest.name + ".partial")
+    # one temporary file per download: two downloads of the same model at once must not write into one file
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
     try:
         try:
             try:
@@ -211,7 +213,7 @@ def _stream(url: str, tmp: Path, progress: Progress | None, timeout: float) -> t
     (or the source's)."""
     digest = hashlib.sha256()
     try:
-        out = open(tmp, "wb")
+        out = open(tmp, "xb")
     except OSError as e:
         raise _LocalWriteError(e) from e
     complete = False
