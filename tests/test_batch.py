@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -244,18 +246,20 @@ def test_killed_run_leaves_no_partial_file_and_the_rerun_cleans_up(tiny: Path, t
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)  # that process has exited
     name = "img29_cls_L0_Hmean.png"
-    planted_dead = out / f".{name}.{dead_pid}-abcd1234.tmp"
-    planted_live = out / f".{name}.{os.getpid()}-abcd1234.tmp"  # pytest is alive: a concurrent writer
-    unrelated = out / f".notes.txt.{dead_pid}-abcd1234.tmp"  # not an output of this export
-    for p in (planted_dead, planted_live, unrelated):
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
+    planted_dead = out / f".{name}.{dead_pid}@{host}-abcd1234.tmp"
+    planted_live = out / f".{name}.{os.getpid()}@{host}-abcd1234.tmp"  # pytest is alive: a concurrent writer
+    other_host = out / f".{name}.{dead_pid}@not-{host}-abcd1234.tmp"  # a writer on another machine
+    unrelated = out / f".notes.txt.{dead_pid}@{host}-abcd1234.tmp"  # not an output of this export
+    for p in (planted_dead, planted_live, other_host, unrelated):
         p.write_bytes(b"partial")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "temporary file(s) a killed earlier run left" in done.stderr
     assert "rollout maps are written once per layer as H mean" in done.stderr
-    assert not planted_dead.exists() and planted_live.exists() and unrelated.exists()
+    assert not planted_dead.exists() and planted_live.exists() and other_host.exists() and unrelated.exists()
     left = {p.name for p in out.iterdir() if p.suffix == ".tmp"}
-    assert left == {planted_live.name, unrelated.name}, left
+    assert left == {planted_live.name, other_host.name, unrelated.name}, left
     assert len(list(out.glob("*.png"))) == 30 * per_image
     with Image.open(out / name) as im:
         im.load()
@@ -269,6 +273,9 @@ def test_selection_parsing() -> None:
     assert parse_picks("0-2,5,mean", "layer", ("all", "mean")) == [0, 1, 2, 5, "mean"]
     assert resolve_picks(["last", "all"], 3, "layer") == [2, 0, 1]
     assert resolve_picks(parse_picks("-1,0,-3", "layer", ("all",)), 3, "layer") == [2, 0]  # -3 is layer 0
+    from vitviz.cli import _attach_negative_picks
+    assert _attach_negative_picks(["export", "--layers", "-1,0", "--which-heads", "-1", "x"]) == \
+        ["export", "--layers=-1,0", "--which-heads", "-1", "x"]  # argparse reads a bare '-1' as a value itself
     with pytest.raises(SelectionError, match="layer -4 out of range.*3 layers"):
         resolve_picks([-4], 3, "layer")
     for bad in ("3-1", "x", ""):

@@ -94,6 +94,32 @@ def test_allocation_failure_during_the_run_becomes_device_error(tiny, monkeypatc
         tiny.run(torch.rand(1, 3, 32, 32))
 
 
+def test_path_like_objects_load(tmp_path) -> None:
+    path = write_tiny_checkpoint(tmp_path / "m.pth")
+    entry = next(e for e in __import__("os").scandir(tmp_path) if e.name == "m.pth")
+    assert vitviz.load(entry, heads=2).spec.depth == 2  # os.DirEntry is os.PathLike
+    assert vitviz.load(str(path).encode(), heads=2).spec.depth == 2
+
+
+def test_negative_upto_counts_from_the_end(tiny) -> None:
+    x = torch.rand(1, 3, 32, 32)
+    np.testing.assert_array_equal(tiny.forward_captured(x, logits=False, upto=-1)[0],
+                                  tiny.forward_captured(x, logits=False)[0])
+    assert tiny.forward_captured(x, logits=False, upto=-2)[0].shape[1] == 1
+
+
+def test_concurrent_runs_on_one_model_do_not_mix(tiny) -> None:
+    """The capture hooks sit on the shared net; runs from several threads must each get their own maps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    xs = [torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(i)) for i in range(6)]
+    alone = [tiny.run(x).attentions for x in xs]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda x: tiny.run(x).attentions, xs * 3))
+    for i, got in enumerate(together):
+        np.testing.assert_array_equal(got, alone[i % 6])
+
+
 def test_attention_only_pass_rejects_bad_layers(tiny) -> None:
     x = torch.rand(1, 3, 32, 32)
     with pytest.raises(vitviz.VitvizError, match="layer 2 out of range.*2 layers"):

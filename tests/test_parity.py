@@ -357,10 +357,20 @@ def test_model_objects_load_with_their_head_count() -> None:
     x = x_for()
     for model, ref in ((tm, timm_reference), (hf, hf_reference)):
         vm = vitviz.load(model, device="cpu")
-        assert vm.spec.num_heads == 6 and vm.spec.source_of("num_heads") == "override"
+        assert vm.spec.num_heads == 6
         assert_parity(vm, x, *ref(model, x))
+        assert vm.spec.source_of("num_heads").startswith("model object:")
     with pytest.raises(vitviz.VitvizError, match="cannot load a int; expected a checkpoint path"):
         vitviz.load(3)
+
+
+def test_timm_model_object_built_at_another_size() -> None:
+    """timm's pretrained_cfg holds the registry's default size; the model's own size is what counts."""
+    model = perturb(timm.create_model("vit_tiny_patch16_224", img_size=(96, 64), num_classes=0).eval())
+    vm = vitviz.load(model, device="cpu")
+    assert vm.spec.image_size == (96, 64) and vm.spec.grid == (6, 4) and vm.spec.num_heads == 3
+    x = x_for(h=96, w=64)
+    assert_parity(vm, x, *timm_reference(model, x))
 
 
 def test_family_override_sets_that_familys_defaults(tmp_path) -> None:

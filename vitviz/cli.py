@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, Sequence
 
@@ -117,8 +118,22 @@ def window_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_PICK_OPTIONS = ("--layers", "--which-heads", "--layer", "--head")
+
+
+def _attach_negative_picks(argv: list[str]) -> list[str]:
+    """`--layers -1,0` -> `--layers=-1,0`: argparse takes '-1,0' for an option (only a bare '-1' passes as a value)."""
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        if out and out[-1] in _PICK_OPTIONS and re.fullmatch(r"-\d+(,[^ ]*)+", token) and i > 0:
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _attach_negative_picks(list(sys.argv[1:] if argv is None else argv))
     try:
         if argv and argv[0] in SUBCOMMANDS:
             args = build_parser().parse_args(argv)

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+import os
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,6 +105,7 @@ class VitModel:
     def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
+        self._lock = threading.Lock()  # the capture hooks sit on the shared net: one forward pass at a time
 
     @property
     def device(self) -> str:
@@ -163,16 +166,25 @@ class VitModel:
         size = (img.height, img.width)
         return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
-    @torch.inference_mode()
     def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
                          upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(B, C, H, W) -> attentions (B, L, H, T, T) and logits (B, C) as NumPy, on whatever device.
+        """(B, C, H, W) -> attentions (B, L, H, T, T) and the model's output (B, C) as NumPy, on whatever device.
+
+        The output is class scores, or a headless backbone's pooled features (B, D): `split_output` tells them
+        apart, as `run` does. One call at a time per model (the capture hooks are shared), so calls are serialised.
 
         With `logits=False` the forward pass stops right after the softmax of layer `upto` (default: the last),
         skipping the work no attention depends on; logits are then (B, 0) and attentions (B, upto + 1, H, T, T).
         """
+        with self._lock, torch.inference_mode():
+            return self._forward_captured(x, half, logits, upto)
+
+    def _forward_captured(self, x: torch.Tensor, half: bool, logits: bool,
+                          upto: int | None) -> tuple[np.ndarray, np.ndarray]:
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
+        depth = len(self.net.blocks)
+        upto = upto + depth if upto is not None and -depth <= upto < 0 else upto  # -1: the last layer
         sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half)
         _check_host_memory(self._maps_bytes(x, sink.num_layers, half), x, half)
         try:
@@ -230,19 +242,25 @@ class VitModel:
         return pos.float().cpu().numpy()
 
 
-_SMALLER = "try a smaller image size, fewer images per batch, half=True (float16 maps) or another device"
+_SMALLER = "try a smaller image size, fewer images per batch or half=True (float16 maps; --half in export)"
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory this machine can still give (Linux MemAvailable); None where that is unknown."""
+    """Bytes of memory this process can still get: Linux MemAvailable, or less when a container (cgroup v2)
+    limit leaves less; None where that is unknown."""
+    found: list[int] = []
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
 
 
 def _check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
@@ -277,6 +295,9 @@ def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
         raw.config = config.to_dict()
     elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
         cfg = dict(module.pretrained_cfg)
+        size = getattr(getattr(module, "patch_embed", None), "img_size", None)
+        if size is not None:  # the registry's size is the default; the model may have been built at another
+            cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
         raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
     return raw
 
@@ -301,18 +322,22 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module", **overrides: Any
     device = resolve_device(overrides.get("device"))
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
-        if heads and not overrides.get("heads"):
+        from_object = bool(heads and not overrides.get("heads"))
+        if from_object:
             overrides = {**overrides, "heads": heads}
         raw = _raw_from_module(path)
     elif isinstance(path, dict):
         raw = _raw_from_dict(path)
-    elif isinstance(path, (str, Path)):
-        raw = read_checkpoint(path, overrides.get("nest_key"))
+    elif isinstance(path, (str, bytes, os.PathLike)):
+        raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
     else:
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
     conv = convert(raw, overrides.get("family"))
     spec = infer_spec(conv, raw, overrides)
+    if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
+        spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
+                                               else v) for k, v in spec.provenance))
     net = ReferenceViT(spec)
     _load_exact(net, conv.tensors, spec.source)
     net.eval()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
@@ -115,12 +116,18 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     return np.asarray(canvas, dtype=np.uint8)
 
 
-_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9_.-]*)-[a-z0-9_]{8}\.tmp$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64]
 
 
 def temp_prefix(target: Path) -> str:
-    """Prefix of the temporary file `target` is written through: '.{name}.{pid}-' (mkstemp adds 'xxxxxxxx.tmp')."""
-    return f".{target.name}.{os.getpid()}-"
+    """Prefix of the temporary file `target` is written through: '.{name}.{pid}@{host}-' (mkstemp adds
+    'xxxxxxxx.tmp'). The host tells writers on other machines (a shared folder) apart: their files are never
+    taken for a dead local writer's."""
+    return f".{target.name}.{os.getpid()}@{_host()}-"
 
 
 def _process_alive(pid: int) -> bool:
@@ -138,8 +145,9 @@ def _process_alive(pid: int) -> bool:
 def remove_stale_temps(targets: Iterable[Path]) -> list[Path]:
     """Delete the temporary files that writers no longer running left for any of `targets`; return them.
 
-    Only files named like this module's temporaries *for one of the given targets* are considered, and only
-    when the process id in the name is gone, so a concurrent writer's file is never touched.
+    Only files named like this module's temporaries *for one of the given targets*, written on this host, are
+    considered, and only when the process id in the name is gone, so a concurrent writer's file is left alone
+    (a writer in another PID namespace with the same host name is the exception). On Windows nothing is removed.
     """
     wanted: dict[Path, set[str]] = defaultdict(set)
     for target in targets:
@@ -152,7 +160,7 @@ def remove_stale_temps(targets: Iterable[Path]) -> list[Path]:
             continue
         for entry in entries:
             m = _TEMP_NAME.match(entry.name)
-            if m and m["name"] in names and not _process_alive(int(m["pid"])):
+            if m and m["name"] in names and m["host"] == _host() and not _process_alive(int(m["pid"])):
                 try:
                     os.unlink(entry.path)
                 except OSError:

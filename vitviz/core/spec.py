@@ -154,6 +154,7 @@ class AttentionResult:
         image: (H, W, 3) uint8 RGB, the image as the model saw it (after resize and crop, before normalising).
         spec: the model spec at the resolution of this run (image_size/grid may differ from the native ones).
         source: the path or a description of the image.
+        features: a headless backbone's pooled output (D,) (its `logits` are then empty); None for a classifier.
         source_box: the region (left, top, right, bottom) of the original image the model saw, in its pixels.
         source_size: the original image's (h, w).
     """
