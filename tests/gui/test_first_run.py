@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_idle
+from conftest import make_image, wait_idle
 
 from vitviz.demo import demo_images, sample_photos
 from vitviz.errors import CheckpointNotFoundError
@@ -87,9 +87,32 @@ def test_demo_model_named_alone_opens_its_own_images(qtbot, window, fake_demo) -
     assert window.images.paths() == [str(p) for p in images]
 
 
-def test_images_without_model_load_nothing(qtbot, window, images) -> None:  # noqa: ANN001
-    apply_args(window, parse(*map(str, images)))
-    assert window.images.paths() == [str(p) for p in images] and window.session.spec is None
+def test_images_without_model_run_on_the_demo(qtbot, window, fake_demo, tmp_path) -> None:  # noqa: ANN001
+    """`vitviz a.png b.png` loads the demo model for them (not its own images) and says so; before, it showed
+    'No model loaded' and exited 0 under --screenshot."""
+    ckpt, _demo_images = fake_demo
+    mine = [str(make_image(tmp_path / f"mine{i}.png", 10 + i)) for i in range(2)]
+    start(qtbot, window, *mine)
+    assert window.session.model_path == str(ckpt) and window.images.paths() == mine
+    assert_overlay_shown(window)
+    message = window.statusBar().currentMessage()
+    assert message.startswith("No model given") and "--model" in message and "Open model" in message, message
+    assert message in window.notes                               # printed on stderr under --screenshot
+    assert window.errors == []
+
+
+def test_non_images_without_model_are_reported_once(qtbot, window, fake_demo, tmp_path) -> None:  # noqa: ANN001
+    good = str(make_image(tmp_path / "good.png", 3))
+    fake = tmp_path / "fake.jpg"
+    fake.write_text("not a jpeg")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    start(qtbot, window, good, str(fake), str(notes))
+    assert window.session.spec is not None and window.session.result(good) is not None
+    titles = dict(window.errors)
+    assert set(titles) == {"Could not open", "Could not run image"}, window.errors
+    assert "notes.txt" in titles["Could not open"]
+    assert titles["Could not run image"].count("fake.jpg") == 1, titles      # the path once, not twice
 
 
 def test_the_shipped_demo_on_first_run(qtbot, window) -> None:  # noqa: ANN001

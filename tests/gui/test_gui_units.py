@@ -44,7 +44,7 @@ def test_state_validates_and_notifies() -> None:
 
 
 def test_parse_map_and_resolve() -> None:
-    assert parse_map_arg("mean") == {"source": "cls", "head": "mean"}
+    assert parse_map_arg("mean") == {"source": "mean"} and parse_map_arg("max") == {"source": "max"}
     assert parse_map_arg("token:7") == {"source": "token", "query": 7}
     assert parse_map_arg("rollout") == {"source": "rollout"}
     with pytest.raises(ValueError):

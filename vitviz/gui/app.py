@@ -15,13 +15,14 @@ from PySide6.QtWidgets import QApplication
 
 from vitviz.gui import bundled
 from vitviz.gui.dropping import classify
-from vitviz.gui.session import LOAD_FAILED
+from vitviz.gui.session import DEVICE_FAILED, LOAD_FAILED
 from vitviz.gui.settings import open_settings
 from vitviz.gui.state import parse_map_arg
 from vitviz.gui.window import MainWindow
 
 IDLE_TICKS = 3          # consecutive idle polls before the screenshot is taken
 POLL_MS = 50
+EXIT_2_TITLES = (LOAD_FAILED, DEVICE_FAILED)   # as `vitviz info` / `vitviz export` exit for these
 
 
 def ensure_app() -> QApplication:
@@ -36,38 +37,55 @@ def ensure_app() -> QApplication:
 
 
 def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
-    """Do what the command line asks: view selection first, then the model load and the images. Without
-    arguments, the bundled demo model on its images; a model without images gets the bundled sample photos."""
+    """Do what the command line asks: view selection first, then the model load and the images. Without a model
+    (no --model and no checkpoint among the paths), the bundled demo model -- on its own images when no images
+    were named; a model without images gets the bundled sample photos."""
     values: dict[str, Any] = {}
     if getattr(args, "map", None):
         values.update(parse_map_arg(args.map))
     if getattr(args, "layer", None) is not None:
         values["layer"] = args.layer
-    if getattr(args, "head", None) is not None:
-        values["head"] = args.head
+    head = getattr(args, "head", None)
+    if head is not None:
+        values["head"] = head
     window.requested_view = {k: values[k] for k in ("layer", "head", "query") if k in values}
     window.state.update(**values)
+    ignored = head_ignored_note(values.get("source"), head)
+    if ignored:
+        window.note(ignored)
     device = getattr(args, "device", None)
+    window.device_preference = None if device in (None, "", "auto") else str(device)
     overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
     model = getattr(args, "model", None)
     if model:
-        window.load_model(model, device=None if device in (None, "auto") else device, **overrides)
+        window.load_model(model, **overrides)
     if getattr(args, "size", None):
         window.pending_size = tuple(args.size)
     paths = [str(p) for p in getattr(args, "images", None) or []]
-    if paths:
-        window.open_paths(paths)
     named = classify(paths)
+    if paths:
+        window.open_paths(paths, strict=True)
     model = named.models[-1] if named.models else model
     if model and not named.images:
         window.add_images(bundled.images_for(model))     # the sample photos (the shapes for the demo model)
     elif not model and not paths:
         window.load_demo()                               # first run: something real to look at at once
+    elif not model:
+        window.load_demo(images=False, instead_of_model=True)   # images without a model: run them on the demo
+
+
+def head_ignored_note(source: Any, head: Any) -> str:
+    """The note for a --head the chosen map does not use ('' when it does): rollout fuses the heads itself."""
+    if source != "rollout" or head is None:
+        return ""
+    return (f"--head {head} is ignored: the rollout map fuses the heads (by mean unless the Rollout panel's head "
+            "fusion says otherwise); --head applies to the cls, mean, max and token:N maps")
 
 
 class Screenshot(QObject):
     """Waits until the window is idle, saves it as PNG and ends the event loop with 0; after errors nothing is
-    saved and the status is 2 when the model could not be loaded (as `vitviz info` and `vitviz export`), else 1.
+    saved and the status is 2 when the model could not be loaded or the requested device is not available (as
+    `vitviz info` and `vitviz export`), else 1.
     Notes (such as an input size rounded to whole patches) go to stderr and leave the status at 0."""
 
     def __init__(self, window: MainWindow, path: Path) -> None:
@@ -90,7 +108,7 @@ class Screenshot(QObject):
         if self.window.errors:
             for title, summary in self.window.errors:
                 sys.stderr.write(f"vitviz: {title}: {summary}\n")
-            self.status = 2 if any(title == LOAD_FAILED for title, _ in self.window.errors) else 1
+            self.status = 2 if any(title in EXIT_2_TITLES for title, _ in self.window.errors) else 1
         elif not self.window.grab().save(str(self.path)):
             sys.stderr.write(f"vitviz: could not write {self.path}\n")
             self.status = 1

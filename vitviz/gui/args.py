@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from vitviz.core.spec import parse_size
-from vitviz.gui.state import parse_head_arg, parse_layer_arg, parse_map_arg
+from vitviz.gui.state import MAP_CHOICES, parse_head_arg, parse_layer_arg, parse_map_arg
 
 
 def _map_type(text: str) -> str:
@@ -36,21 +36,26 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="image files or folders to open (a checkpoint here is loaded as the model)")
     parser.add_argument("--model", metavar="CHECKPOINT", help="checkpoint file or folder to load")
     parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda",
-                        help="where the model runs (default: auto = CUDA when available)")
+                        help="where the model runs (default: auto = CUDA when available). A device that is not "
+                             "available here is reported (with --screenshot: exit 2) and the model runs on the CPU")
     parser.add_argument("--heads", type=int, metavar="N", help="number of attention heads (overrides detection)")
     parser.add_argument("--layer", type=_wrap(parse_layer_arg), default=None, metavar="L|mean",
                         help="layer to show, 0-based; negative counts from the end (default: the last)")
     parser.add_argument("--head", type=_wrap(parse_head_arg), default=None, metavar="H|mean|max",
                         help="head to show, 0-based, or mean/max over heads (default: mean)")
     parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout|token:N",
-                        help="what to show: CLS attention, its head mean/max, rollout, or token N's attention")
+                        help="which map to show (the same names and meanings as `vitviz export --maps`): "
+                             + "; ".join(f"{name} = {what}" for name, what in MAP_CHOICES.items())
+                             + ". --head picks the head (or the mean/max over heads) of any of these but rollout "
+                             "(default: cls)")
     parser.add_argument("--size", type=_wrap(parse_size), default=None, metavar="N|HxW",
                         help="run the model at another input size (position embedding interpolated); rounded "
                              "down to whole patches, with a note saying so")
     parser.add_argument("--screenshot", metavar="FILE",
                         help="do all of the above, wait until idle, save the window as PNG and exit. Exit "
                              "status 0 when FILE is saved; after an error nothing is saved and the status is 2 "
-                             "when the model could not be loaded (as for info and export), else 1 (an image "
+                             "when the model could not be loaded or --device is not available (as for info and "
+                             "export), else 1 (an image "
                              "that cannot be read, --layer/--head/--map out of range, FILE not writable)")
 
 

@@ -35,9 +35,13 @@ def images_for(model: str) -> list[str]:
     return [str(p) for p in (demo_images() if is_demo(model) else sample_photos())]
 
 
-def demo_status(grid: tuple[int, int], classes: int) -> str:
-    """The status-bar line while the demo model is loaded: what it is and how to open one's own."""
+def demo_status(grid: tuple[int, int], classes: int, instead_of_model: bool = False) -> str:
+    """The status-bar line while the demo model is loaded: what it is and how to open one's own.
+    `instead_of_model`: images were named without --model, so the demo model runs them."""
     what = f"{grid[0]}×{grid[1]} patches" + (f", {classes} shape classes" if classes else "")
+    if instead_of_model:
+        return (f"No model given: running the images on the demo model ({DEMO_NAME}, {what}) — to use your own: "
+                "vitviz IMAGES --model CHECKPOINT, File ▸ Open model…, or drop a checkpoint on the window")
     return (f"Demo model loaded ({DEMO_NAME}, {what}) — to use your own: File ▸ Open model…, drop a checkpoint "
             "on the window, or pick one in the Models menu")
 

@@ -1,7 +1,7 @@
 """The controls dock: model summary, device and input size, and every view setting, bound to `ViewState`."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QSlider, QSpinBox,
     QVBoxLayout, QWidget,
@@ -10,7 +10,13 @@ from PySide6.QtWidgets import (
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
 
-SOURCE_LABELS = {"cls": "CLS attention", "rollout": "Attention rollout", "token": "Attention of query token"}
+SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
+                 "rollout": "Attention rollout", "token": "Attention of query token"}
+SOURCE_TIPS = {"cls": "The CLS token's attention over the patches (--map cls)",
+               "mean": "The attention each patch receives, averaged over the patch queries (--map mean)",
+               "max": "The attention each patch receives, maximised over the patch queries (--map max)",
+               "rollout": "Attention rollout through the layers up to the selected one (--map rollout)",
+               "token": "The attention row of the query token (--map token:N); click a patch to pick one"}
 LAYER_SPECIALS = {-1: "mean"}
 HEAD_SPECIALS = {-2: "max", -1: "mean"}
 
@@ -40,6 +46,32 @@ class SelectorSpinBox(QSpinBox):
         if any(word.startswith(t) for word in self._by_text) or t in ("", "-"):
             return QValidator.State.Intermediate
         return QValidator.State.Invalid
+
+
+class IndexSlider(QSlider):
+    """The slider beside a selector spin box: indices 0..N-1 only. While the box shows a word ('mean', 'max') the
+    slider is greyed out instead of sitting at a position that reads as an index; a click on it picks the index
+    it shows again (`reactivated`)."""
+
+    reactivated = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self.setRange(0, 0)
+        self.special = False        # the selection is a word, not an index
+        self.installEventFilter(self)
+
+    def show_special(self, special: bool, allowed: bool = True) -> None:
+        """Grey out for a word selection; `allowed` False: the whole selector is off (e.g. head under rollout)."""
+        self.special = special
+        self.setEnabled(allowed and not special)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self and self.special and event.type() == QEvent.Type.MouseButtonPress and \
+                self.property("allowed") is not False:
+            self.reactivated.emit(self.value())
+            return True
+        return super().eventFilter(watched, event)
 
 
 def sel_to_int(sel: int | str, specials: dict[int, str], count: int) -> int:
@@ -107,6 +139,8 @@ class ControlsPanel(QWidget):
         self.source_combo = QComboBox()
         for key, label in SOURCE_LABELS.items():
             self.source_combo.addItem(label, key)
+            self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
+                                          Qt.ItemDataRole.ToolTipRole)
         self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
         form.addRow("Map", self.source_combo)
         self.layer_spin, self.layer_slider = self._selector(LAYER_SPECIALS, "layer")
@@ -136,20 +170,20 @@ class ControlsPanel(QWidget):
             form.addRow(check)
         return box
 
-    def _selector(self, specials: dict[int, str], name: str) -> tuple[SelectorSpinBox, QSlider]:
+    def _selector(self, specials: dict[int, str], name: str) -> tuple[SelectorSpinBox, IndexSlider]:
         spin = SelectorSpinBox(specials)
         spin.setMaximum(0)
         spin.setMinimumWidth(72)
         spin.setObjectName(f"{name}Spin")
-        slider = QSlider(Qt.Orientation.Horizontal)
-        slider.setRange(min(specials), 0)
+        slider = IndexSlider()
         slider.setObjectName(f"{name}Slider")
-        spin.valueChanged.connect(slider.setValue)
-        slider.valueChanged.connect(spin.setValue)
+        spin.valueChanged.connect(lambda v: slider.setValue(v) if v >= 0 else None)
+        slider.valueChanged.connect(lambda v: spin.setValue(v) if not slider.special else None)
+        slider.reactivated.connect(lambda v: self._set(**{name: v}))
         spin.valueChanged.connect(lambda v: self._set(**{name: int_to_sel(v, specials)}))
-        tip = "0-based index; the lowest positions are " + ", ".join(specials.values())
-        spin.setToolTip(tip)
-        slider.setToolTip(tip)
+        words = " / ".join(specials[k] for k in sorted(specials, reverse=True))
+        spin.setToolTip(f"0-based index, or {words} (type it, or step below 0)")
+        slider.setToolTip(f"0-based index; greyed out while the box shows {words} (click it to pick a single {name})")
         return spin, slider
 
     def _check(self, text: str, field_name: str, tip: str) -> QCheckBox:
@@ -219,8 +253,10 @@ class ControlsPanel(QWidget):
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
+            self.layer_slider.show_special(isinstance(s.layer, str))
             self.head_spin.setEnabled(s.source != "rollout")
-            self.head_slider.setEnabled(s.source != "rollout")
+            self.head_slider.setProperty("allowed", s.source != "rollout")
+            self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout")
             self.cmap_combo.setCurrentText(s.colormap)
             self.opacity_slider.setValue(int(round(s.opacity * 100)))
             self.smooth_check.setChecked(s.smooth)

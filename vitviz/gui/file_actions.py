@@ -36,15 +36,18 @@ class FileActionsMixin:
             st.set_last_folder(self.settings, "model", str(Path(path).parent))
             self.load_model(path)
 
-    def load_demo(self: "MainWindow") -> bool:
-        """Load the bundled demo model on the demo images (added to the list); False, with a status-bar hint, when
-        this install has no demo model."""
+    def load_demo(self: "MainWindow", images: bool = True, instead_of_model: bool = False) -> bool:
+        """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a
+        status-bar hint, when this install has no demo model. `instead_of_model`: images were named without a
+        model, and the status bar says that the demo runs them and how to open one's own."""
         demo = bundled.demo_model()
         if demo is None:
             self.status.set_ready_message(bundled.missing_demo_hint())
             return False
+        self.demo_instead_of_model = instead_of_model
         self.load_model(demo)
-        self.add_images(bundled.images_for(demo))
+        if images:
+            self.add_images(bundled.images_for(demo))
         return True
 
     def choose_model(self: "MainWindow", path: str) -> None:

@@ -108,7 +108,7 @@ class ImagePanel(QWidget):
             self.colorbar.setColorMap(colors.colormap(cmap))
         if levels != self._levels:
             self._levels = levels
-            self.colorbar.setLevels(levels)
+            colors.set_colorbar_levels(self.colorbar, levels)
         self.colorbar.setVisible(True)
         self.title.setText(title)
 

@@ -151,6 +151,9 @@ class ResultMaps:
             q = min(int(query or 0), attn.shape[-1] - 1)
             rows = attn[:, :, q, p:]                             # (L, H, N)
             title = f"attention of token {q}"
+        elif source in ("mean", "max"):
+            rows = received(attn, p, source)                     # (L, H, N) over the patch queries
+            title = f"{source} attention received (over the patch queries)"
         elif p > 0 and self.result.spec.cls_token:
             rows = attn[:, :, 0, p:]                             # (L, H, N)
             title = "CLS attention"
@@ -163,6 +166,17 @@ class ResultMaps:
         h = rows.shape[1]
         vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
         return MapStack(maps=maps, vmax=vmax, title=title)
+
+
+def received(attn: np.ndarray, num_prefix: int, how: str) -> np.ndarray:
+    """(L, H, N) the attention each patch receives from the patch queries, averaged ('mean') or maximised ('max'),
+    one layer at a time (float32 sums, also for float16 maps) -- `vitviz export --maps mean,max`."""
+    p = num_prefix
+    out = np.empty(attn.shape[:2] + (attn.shape[-1] - p,), dtype=np.float32)
+    for i in range(attn.shape[0]):
+        patch = attn[i, :, p:, p:]                                # (H, N, N): queries on axis 1
+        out[i] = patch.mean(axis=1, dtype=np.float32) if how == "mean" else patch.max(axis=1)
+    return out
 
 
 def rollout_title(params: RolloutParams, spec: object) -> str:
@@ -306,33 +320,71 @@ def upsample(values: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndar
     return (top * (1 - fy) + bottom * fy).astype(np.float32)
 
 
+MOSAIC_MAX_POSITIONS = 50 * 50   # the all-pairs similarity and the mosaic only up to this many grid positions
+LEVEL_SAMPLE_ROWS = 64            # beyond that, the colour scale's low end comes from this many positions' rows
+
+
 @dataclass(frozen=True)
 class PosEmbedData:
     """A model's position embedding at one grid, with the similarities the position-embedding panel shows.
 
+    Only what the panel shows is computed: the row of one position (`similarity_to`, on demand) and the CLS row;
+    the all-pairs similarity and the mosaic only for grids of at most `MOSAIC_MAX_POSITIONS` positions (a 500 × 500
+    grid would need 250 000² similarities).
+
     Attributes:
         grid: (gh, gw) the embedding was resampled to.
         pos: (N_pos, D) float32, `prefix_rows` prefix rows (0 for no_embed_class models) then the grid row-major.
-        similarity: (gh, gw, gh, gw) float32 cosine similarity between every pair of positions.
+        unit: (gh·gw, D) float32, the grid rows scaled to unit length (zero rows stay zero).
+        similarity: (gh, gw, gh, gw) float32 cosine similarity between every pair of positions, or None for a grid
+            too large for it.
         cls_similarity: (gh, gw) similarity of the first prefix row (CLS) to every position, or None.
-        mosaic: the ViT-paper figure as one image, tiles of (gh, gw) separated by a NaN gap of `gap`.
+        mosaic: the ViT-paper figure as one image, tiles of (gh, gw) separated by a NaN gap of `gap`; None for a
+            grid too large for it.
+        low: the lowest similarity (exact with `similarity`; else over the CLS row and `LEVEL_SAMPLE_ROWS` evenly
+            spread positions), for the colour scale.
     """
 
     grid: tuple[int, int]
     pos: np.ndarray
     prefix_rows: int
-    similarity: np.ndarray
+    unit: np.ndarray
+    similarity: np.ndarray | None
     cls_similarity: np.ndarray | None
-    mosaic: np.ndarray
+    mosaic: np.ndarray | None
     gap: int
+    low: float
+
+    @property
+    def has_mosaic(self) -> bool:
+        return self.mosaic is not None
+
+    def similarity_to(self, row: int, col: int) -> np.ndarray:
+        """(gh, gw) cosine similarity of position (row, col) to every position."""
+        if self.similarity is not None:
+            return self.similarity[row, col]
+        gh, gw = self.grid
+        return (self.unit @ self.unit[row * gw + col]).reshape(gh, gw)
 
 
 def pos_embed_data(pos: np.ndarray, grid: tuple[int, int], prefix_rows: int) -> PosEmbedData:
-    """Similarities and mosaic of a resampled position embedding (the worker calls this, off the GUI thread)."""
+    """Similarities (and, for grids up to `MOSAIC_MAX_POSITIONS`, the mosaic) of a resampled position embedding
+    (the worker calls this, off the GUI thread)."""
     from vitviz.gui.overview import mosaic
 
-    sim = analysis.pos_embed_similarity(pos, grid, prefix_rows).astype(np.float32)      # (gh, gw, gh, gw)
+    pos = np.asarray(pos, dtype=np.float32).reshape(-1, np.shape(pos)[-1])          # (1, N_pos, D) -> (N_pos, D)
+    gh, gw = int(grid[0]), int(grid[1])
+    rows = pos[prefix_rows:]
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit = (rows / np.where(norms > 0, norms, 1.0)).astype(np.float32)               # (N, D)
     cls_sim = analysis.prefix_pos_similarity(pos, grid, prefix_rows).astype(np.float32) if prefix_rows else None
     gap = 1
-    return PosEmbedData(tuple(grid), np.asarray(pos, dtype=np.float32), prefix_rows, sim, cls_sim,
-                        mosaic(sim, False, gap), gap)
+    if gh * gw <= MOSAIC_MAX_POSITIONS:
+        sim = analysis.pos_embed_similarity(pos, grid, prefix_rows).astype(np.float32)  # (gh, gw, gh, gw)
+        return PosEmbedData((gh, gw), pos, prefix_rows, unit, sim, cls_sim, mosaic(sim, False, gap), gap,
+                            float(np.nanmin(sim)))
+    low = float(cls_sim.min()) if cls_sim is not None else 1.0
+    picks = np.linspace(0, gh * gw - 1, LEVEL_SAMPLE_ROWS).astype(int)
+    for chunk in np.array_split(picks, 4):
+        low = min(low, float((unit[chunk] @ unit.T).min()))                          # (16, N) at a time
+    return PosEmbedData((gh, gw), pos, prefix_rows, unit, None, cls_sim, None, gap, low)

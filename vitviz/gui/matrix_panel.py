@@ -146,7 +146,7 @@ class MatrixPanel(LazyPanel):
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
         self.image_item.setRect(QRectF(0, 0, t, t))
         self.colorbar.setColorMap(colors.colormap(s.colormap))
-        self.colorbar.setLevels(levels)
+        colors.set_colorbar_levels(self.colorbar, levels)
         ticks = axis_ticks(spec, maps.grid)
         for axis in ("left", "bottom"):
             self.plot.getAxis(axis).setTicks(ticks)

@@ -75,8 +75,11 @@ class OverviewPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.widget)
+        self._show_axes(False)
 
     def clear(self) -> None:
+        """Nothing to show (no model or no result yet): no tiles, and no empty axes either."""
+        self._show_axes(False)
         self.image_item.clear()
         self.frame.setVisible(False)
         self._key = None
@@ -89,6 +92,7 @@ class OverviewPanel(QWidget):
         if key == self._key:
             return
         self._key = key
+        self._show_axes(True)
         scaled = stack.shared_scaled()
         maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout: one column per layer
         nl, nc, gh, gw = maps.shape
@@ -102,6 +106,13 @@ class OverviewPanel(QWidget):
                            color="#e8eaed", size="10pt")
         self.plot.autoRange(padding=0.02)
         self._set_bottom_ticks(self._fitting_style())
+
+    def _show_axes(self, shown: bool) -> None:
+        """Axes and title only around tiles (an empty plot used to show axes from -600 to 600)."""
+        for side in ("left", "bottom"):
+            self.plot.showAxis(side, shown)
+        if not shown:
+            self.plot.setTitle(None)
 
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row

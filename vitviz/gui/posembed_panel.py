@@ -2,7 +2,8 @@
 similarity, and the ViT-paper mosaic of every position's map, on one shared colour scale.
 
 Everything heavy (resampling, all N × N similarities, the mosaic) is computed in the worker (`PosEmbedData`); a
-hover only swaps one (gh, gw) image and moves two frames, so it follows the mouse at 37 × 37 and beyond.
+hover only swaps one (gh, gw) image and moves two frames, so it follows the mouse at 37 × 37 and beyond. Grids too
+large for N × N similarities (more than `MOSAIC_MAX_POSITIONS`) get no mosaic, and a hover computes its one row.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from PySide6.QtWidgets import QGraphicsRectItem, QStackedLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.maps import PosEmbedData
+from vitviz.gui.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.gui.panel_common import SELECT, TEXT, dark_layout, message_label, pen
 
+MOSAIC_TEXT = "every position's similarity map (the ViT-paper figure)"
 NO_POS_TEXT = ("This model has no learned absolute position embedding (for example, it uses relative or rotary "
                "positions), so there is nothing to show here.")
 
@@ -61,7 +63,7 @@ class PosEmbedPanel(QWidget):
         w = self.widget
         self.title = w.addLabel("", row=0, col=0, colspan=3, color=TEXT, size="9pt")
         self.hover_label = w.addLabel("", row=1, col=0, color=TEXT, size="9pt")
-        w.addLabel("every position's similarity map (the ViT-paper figure)", row=1, col=1, color=TEXT, size="9pt")
+        self.mosaic_label = w.addLabel(MOSAIC_TEXT, row=1, col=1, color=TEXT, size="9pt")
         self.hover_view, self.hover_item = _view(w, 2, 0)
         self.cls_label = w.addLabel("", row=3, col=0, color=TEXT, size="9pt")
         self.cls_view, self.cls_item = _view(w, 4, 0)
@@ -109,7 +111,7 @@ class PosEmbedPanel(QWidget):
     def levels(self) -> tuple[float, float]:
         """The shared colour scale: from the lowest similarity (at least -1) to 1."""
         assert self.data is not None
-        return max(-1.0, float(np.nanmin(self.data.similarity))), 1.0
+        return max(-1.0, min(self.data.low, 1.0 - 1e-6)), 1.0
 
     # ------------------------------------------------------------------------------------------ drawing
 
@@ -119,9 +121,16 @@ class PosEmbedPanel(QWidget):
         gh, gw = data.grid
         self.hover_frame.setRect(QRectF())          # the next hover re-fits the view to the new grid
         levels, lut = self.levels(), colors.lut(self._cmap)
-        self.mosaic_item.setImage(data.mosaic, autoLevels=False, levels=levels, lut=lut)
-        self.mosaic_view.autoRange(padding=0.01)
-        self.colorbar.setLevels(levels)
+        if data.mosaic is not None:
+            self.mosaic_item.setImage(data.mosaic, autoLevels=False, levels=levels, lut=lut)
+            self.mosaic_view.autoRange(padding=0.01)
+            self.mosaic_label.setText(MOSAIC_TEXT)
+        else:
+            self.mosaic_item.clear()
+            self.mosaic_frame.setVisible(False)
+            self.mosaic_label.setText(f"grid too large for the mosaic ({gh}×{gw} = {gh * gw} positions; it is drawn "
+                                      f"for up to {MOSAIC_MAX_POSITIONS})")
+        colors.set_colorbar_levels(self.colorbar, levels)
         if data.cls_similarity is not None:
             self.cls_item.setImage(data.cls_similarity, autoLevels=False, levels=levels, lut=lut)
             self.cls_label.setText("CLS position embedding vs every position")
@@ -141,7 +150,7 @@ class PosEmbedPanel(QWidget):
             return
         t0 = time.perf_counter()
         self.position = (row, col)
-        self.hover_item.setImage(data.similarity[row, col], autoLevels=False, levels=self.levels(),
+        self.hover_item.setImage(data.similarity_to(row, col), autoLevels=False, levels=self.levels(),
                                  lut=colors.lut(self._cmap))
         if self.hover_frame.rect().isEmpty():
             self.hover_view.autoRange(padding=0.02)
@@ -150,7 +159,7 @@ class PosEmbedPanel(QWidget):
         gh, gw = data.grid
         step = (gh + data.gap, gw + data.gap)
         self.mosaic_frame.setRect(QRectF(col * step[1] - 0.5, row * step[0] - 0.5, gw + 1, gh + 1))
-        self.mosaic_frame.setVisible(True)
+        self.mosaic_frame.setVisible(data.has_mosaic)
         self.hover_label.setText(f"position ({row}, {col}) vs every position")
         self.last_hover_ms = (time.perf_counter() - t0) * 1000
 
@@ -161,7 +170,7 @@ class PosEmbedPanel(QWidget):
             return None
         gh, gw = data.grid
         for view, (sy, sx) in ((self.hover_view, (1, 1)), (self.mosaic_view, (gh + data.gap, gw + data.gap))):
-            if not view.sceneBoundingRect().contains(scene_pos):
+            if not view.sceneBoundingRect().contains(scene_pos) or (view is self.mosaic_view and not data.has_mosaic):
                 continue
             point = view.mapSceneToView(scene_pos)
             row, col = int(np.floor(point.y() / sy)), int(np.floor(point.x() / sx))

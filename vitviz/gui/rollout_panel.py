@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.gui import colors
+from vitviz.gui.image_panel import TitleLabel
 from vitviz.gui.maps import ResultMaps, RolloutParams, rollout_title
 from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, pen
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState
@@ -26,7 +27,9 @@ class MapView:
     """One view box: the image, a map stretched over its patch grid, and an outlined patch."""
 
     def __init__(self, widget: pg.GraphicsLayoutWidget, col: int) -> None:
-        self.title = widget.addLabel("", row=0, col=col, color=TEXT, size="9pt")
+        self.title = TitleLabel("", color=TEXT, size="9pt")         # wraps instead of widening the panel
+        widget.addItem(self.title, row=0, col=col)
+        widget.ci.layout.setColumnStretchFactor(col, 1)
         self.view = widget.addViewBox(row=1, col=col, lockAspect=True, invertY=True, enableMenu=False)
         self.image_item, self.overlay = pg.ImageItem(), pg.ImageItem()
         self.box = QGraphicsRectItem()

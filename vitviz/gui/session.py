@@ -16,6 +16,7 @@ from vitviz.gui.worker import Request, WorkerClient
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
+DEVICE_FAILED = "Device not available"   # a load's device was refused; the model runs on the CPU (exit 2 too)
 
 
 class Session(QObject):
@@ -23,11 +24,12 @@ class Session(QObject):
 
     model_loaded = Signal(object, str)      # ModelSpec, device
     result_ready = Signal(str)              # image path whose result is now cached
-    run_failed = Signal(str, str)           # image path, summary
+    run_failed = Signal(str, str, str)      # image path, summary, details (the window shows the error)
     run_started = Signal(str)               # image path
     error = Signal(str, str, str)           # dialog title, summary, details
     devices_found = Signal(object)          # list of device names
     device_changed = Signal(str)
+    device_refused = Signal(str)            # the device a load asked for, which is not available here
     pos_embed_ready = Signal()              # `pos_embed` / `pos_grid` now describe the current input size
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
@@ -48,6 +50,7 @@ class Session(QObject):
         self.client.loaded_info.connect(self._on_loaded_info)
         self.client.posembedded.connect(self._on_posembedded)
         self.client.loaded.connect(self._on_loaded)
+        self.client.device_refused.connect(self._on_device_refused)
         self.client.ran.connect(self._on_ran)
         self.client.moved.connect(self._on_moved)
         self.client.probed.connect(self.devices_found)
@@ -139,6 +142,12 @@ class Session(QObject):
         self.request_pos_embed()
         self.model_loaded.emit(spec, device)
 
+    def _on_device_refused(self, request: Request, summary: str) -> None:
+        device = str(request.args.get("device"))
+        self.device_refused.emit(device)
+        self.error.emit(DEVICE_FAILED, f"{summary} — running on the CPU instead", f"--device {device}: {summary}\n"
+                        "The model was loaded on the CPU. Pick a device in the Controls panel once one is available.")
+
     def _on_loaded_info(self, counts: dict[str, int]) -> None:
         self.param_counts = dict(counts)
 
@@ -164,8 +173,7 @@ class Session(QObject):
         if request.kind == "run":
             path = request.args["image"]
             self.failed[path] = summary
-            self.run_failed.emit(path, summary)
-            self.error.emit("Could not run image", f"{path}: {summary}", details)
+            self.run_failed.emit(path, summary, details)
         elif request.kind == "load":
             self.error.emit(LOAD_FAILED, summary, details)
             self.ensure_all()   # the load made queued runs stale; the previous model is still there

@@ -13,7 +13,14 @@ from typing import Callable, Union
 LayerSel = Union[int, str]   # a layer index or 'mean'
 HeadSel = Union[int, str]    # a head index, 'mean' or 'max'
 
-MAP_SOURCES = ("cls", "rollout", "token")
+MAP_SOURCES = ("cls", "mean", "max", "rollout", "token")
+MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as `vitviz export --maps`)
+    "cls": "the CLS token's attention over the patches (without CLS: the same as mean)",
+    "mean": "the attention each patch receives, averaged over the patch queries",
+    "max": "the attention each patch receives, maximised over the patch queries",
+    "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply)",
+    "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
+}
 COLORMAPS = ("viridis", "inferno", "magma", "turbo", "gray")
 HEAD_MODES = ("mean", "max")
 FUSIONS = ("mean", "max", "min")
@@ -24,8 +31,9 @@ class ViewState:
     """What the user has chosen to look at.
 
     Attributes:
-        source: 'cls' (CLS attention, or mean attention received when there is no CLS), 'rollout', or 'token'
-            (the attention row of `query`).
+        source: 'cls' (CLS attention, or mean attention received when there is no CLS), 'mean' / 'max' (the
+            attention each patch receives, averaged / maximised over the patch queries, as `vitviz export --maps
+            mean,max`), 'rollout', or 'token' (the attention row of `query`).
         layer: layer index, or 'mean' over layers.
         head: head index, 'mean' or 'max' over heads.
         query: token index used by the 'token' source (prefix tokens included); None when nothing is selected.
@@ -111,23 +119,20 @@ def _validate(name: str, value: object) -> None:
 
 
 def parse_map_arg(text: str) -> dict[str, object]:
-    """Turn the `--map` argument into state fields.
+    """Turn the `--map` argument into state fields (`MAP_CHOICES` says what each shows; the heads are chosen by
+    --head, not by the map).
 
-    'cls' -> CLS attention, 'mean'/'max' -> CLS attention fused over heads, 'rollout', 'token:N' -> the
-    attention row of token N.
+    'cls' -> CLS attention, 'mean'/'max' -> attention received averaged/maximised over the patch queries,
+    'rollout', 'token:N' -> the attention row of token N.
     """
     text = text.strip().lower()
-    if text == "cls":
-        return {"source": "cls"}
-    if text in HEAD_MODES:
-        return {"source": "cls", "head": text}
-    if text == "rollout":
-        return {"source": "rollout"}
+    if text in ("cls", "mean", "max", "rollout"):
+        return {"source": text}
     if text.startswith("token:"):
         index = text.split(":", 1)[1]
         if index.isdigit():
             return {"source": "token", "query": int(index)}
-    raise ValueError(f"unknown map {text!r}; expected cls, mean, max, rollout or token:N")
+    raise ValueError(f"unknown map {text!r}; the window shows: {', '.join(MAP_CHOICES)}")
 
 
 def parse_head_arg(text: str) -> HeadSel:

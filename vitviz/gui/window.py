@@ -5,6 +5,7 @@ Drawing lives in `drawing.DrawingMixin`, the File menu's actions in `file_action
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
+RUN_FAILED = "Could not run image"
+
+
+def _not_openable(path: str) -> str:
+    """Why a path named on the command line was not opened."""
+    if not Path(path).exists():
+        return "no such file or folder"
+    if Path(path).is_dir():
+        return "a folder without images or a checkpoint"
+    return "not an image (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM) or a checkpoint"
 
 
 class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
@@ -56,6 +67,9 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         self._last_map_source = "cls"
         self.pending_size: tuple[int, int] | None = None     # input size to use once the model has loaded
         self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
+        self.device_preference: str | None = None            # --device: where loads go (None: CUDA when available)
+        self.demo_instead_of_model = False                    # images were named without a model: the demo runs them
+        self._run_errors: dict[str, int] = {}                 # why images failed -> index into `errors` (repeats join)
         self.persist_settings = True
         self.panel = ImagePanel()
         self.setCentralWidget(self.panel)
@@ -130,6 +144,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         s.error.connect(self.show_error)
         s.devices_found.connect(self.controls.set_devices)
         s.device_changed.connect(self._on_device_changed)
+        s.device_refused.connect(self._on_device_refused)
         s.client.status.connect(self.status.show)
         s.client.busy_changed.connect(self.status.set_busy)
         s.client.progress.connect(self.status.show_progress)
@@ -149,9 +164,10 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
     # ------------------------------------------------------------------------------------------ user intents
 
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
-        """Load a checkpoint in the worker; the current model and results stay until it has loaded."""
+        """Load a checkpoint in the worker (on `device`, else `device_preference`); the current model and results
+        stay until it has loaded."""
         self.statusBar().showMessage(f"Loading {path}…")
-        self.session.load_model(path, device=device, **overrides)
+        self.session.load_model(path, device=device or self.device_preference, **overrides)
 
     def add_images(self, paths: list[str]) -> list[str]:
         """Add images to the list and run them (the current one first)."""
@@ -160,14 +176,17 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         self.session.ensure_all()
         return added
 
-    def open_paths(self, paths: list[str]) -> None:
-        """Open what was dropped or named on the command line: checkpoints load, images are added."""
+    def open_paths(self, paths: list[str], strict: bool = False) -> None:
+        """Open what was dropped or named on the command line: checkpoints load, images are added. What is neither
+        is named in the status bar, or (`strict`, for the command line) reported as an error."""
         dropped = classify(paths)
         if dropped.models:
             self.load_model(dropped.models[-1])
         if dropped.images:
             self.add_images(dropped.images)
-        if dropped.ignored:
+        if dropped.ignored and strict:
+            self.show_error("Could not open", "; ".join(f"{p}: {_not_openable(p)}" for p in dropped.ignored), "")
+        elif dropped.ignored:
             self.statusBar().showMessage("Ignored (not an image or checkpoint): " + ", ".join(
                 Path(p).name for p in dropped.ignored[:5]), 8000)
 
@@ -245,6 +264,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         if self.pending_size is not None:
             self.pending_size = self.whole_patches(self.pending_size)
         self._check_requested_view(spec)
+        self._run_errors.clear()
         query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
@@ -270,8 +290,14 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         demo = bundled.is_demo(path)
         if not demo:
             menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, path))
+            self.demo_instead_of_model = False
         self.models.mark_stale()
-        self.status.set_ready_message(bundled.demo_status(spec.grid, len(spec.labels)) if demo else "Ready")
+        if demo and self.demo_instead_of_model:
+            message = bundled.demo_status(spec.grid, len(spec.labels), instead_of_model=True)
+            self.notes.append(message)           # also on stderr under --screenshot
+        else:
+            message = bundled.demo_status(spec.grid, len(spec.labels)) if demo else "Ready"
+        self.status.set_ready_message(message)
 
     def _check_requested_view(self, spec: ModelSpec) -> None:
         """Say so (once) when the command line asked for a layer, head or token this model does not have; the
@@ -289,6 +315,10 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         if problems:
             self.show_error("Command line", "; ".join(problems), "")
 
+    def _on_device_refused(self, device: str) -> None:
+        """--device named a device that is not here: the model runs on the CPU and later loads go there too."""
+        self.device_preference = None
+
     def _on_device_changed(self, device: str) -> None:
         self.controls.set_device(device)
         self.statusBar().showMessage(f"Model on {device}", 5000)
@@ -302,10 +332,34 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
             self._refresh({"image"})
         self._update_info()
 
-    def _on_run_failed(self, path: str, summary: str) -> None:
+    def _on_run_failed(self, path: str, summary: str, details: str) -> None:
         self.images.set_failed(path, summary)
         if path == self.session.current:
             self._refresh({"image"})
+        self._report_run_error(path, summary, details)
+
+    def _report_run_error(self, path: str, summary: str, details: str) -> None:
+        """One error per distinct reason: an image failing like an earlier one (the maps of every image too large
+        for memory) joins that error as '(and the same for N more images)'. The path is named once."""
+        if path in summary or Path(path).name in summary:     # about this file: its own error, path named once
+            self.show_error(RUN_FAILED, summary, details)
+            return
+        key = re.sub(r"\d+(\.\d+)?", "#", summary)             # 'only 21.4 GiB available' then '21.0 GiB': same
+        first = self._run_errors.get(key)
+        if first is None or first >= len(self.errors):
+            self._run_errors[key] = len(self.errors)
+            self.show_error(RUN_FAILED, f"{path}: {summary}", details)
+            return
+        title, text = self.errors[first]
+        base, _sep, _count = text.partition(" (and the same for ")
+        more = int(_count.split()[0]) + 1 if _count else 1
+        text = f"{base} (and the same for {more} more image{'s' if more > 1 else ''})"
+        self.errors[first] = (title, text)
+        box = self.error_box
+        if box is not None and box.isVisible():
+            if int(box.property("count") or 1) == 1:
+                box.setText(text)
+            box.setDetailedText(box.detailedText() + f"\n\n=== the same for {path}")
 
     def _on_current_image(self, path: str) -> None:
         self.session.current = path

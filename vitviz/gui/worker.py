@@ -127,15 +127,24 @@ class InferenceWorker(QObject):
 
     def _load(self, path: str, device: str | None = None, **overrides: Any) -> Any:
         """Load a checkpoint; a named model (`torchvision:vit_b_16`) is first found in the torch hub cache or
-        downloaded there, with progress reported."""
+        downloaded there, with progress reported. A device that is not available here (or no device at all) is
+        refused and the model loads on the CPU: the answer's last item says why ('' when the device was used)."""
         import vitviz
         from vitviz import catalog
 
+        refused = ""
+        if device not in (None, "", "auto"):
+            from vitviz.core.capture import resolve_device
+
+            try:
+                resolve_device(device)
+            except (vitviz.DeviceError, RuntimeError, ValueError) as exc:   # no CUDA here, or not a device name
+                refused, device = summarize(exc), "cpu"
         if catalog.is_named_model(path):
             path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
         model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
-        return model.spec, str(model.device), parameter_counts(model.net)
+        return model.spec, str(model.device), parameter_counts(model.net), refused
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
@@ -252,6 +261,7 @@ class WorkerClient(QObject):
 
     loaded = Signal(object, object, str)       # request, ModelSpec, device
     loaded_info = Signal(object)               # parameter counts per part (emitted just before `loaded`)
+    device_refused = Signal(object, str)       # load request, why its device could not be used (it runs on CPU)
     posembedded = Signal(object, object)       # request, ((gh, gw), PosEmbedData or None)
     ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
     moved = Signal(object, str)                # request, device
@@ -388,7 +398,9 @@ class WorkerClient(QObject):
         if stale:
             self.dropped.emit(request)
         elif request.kind == "load":
-            spec, device, counts = answer
+            spec, device, counts, refused = answer
+            if refused:
+                self.device_refused.emit(request, refused)
             self.loaded_info.emit(counts)
             self.loaded.emit(request, spec, device)
         elif request.kind == "run":
