@@ -308,6 +308,24 @@ def test_rollout_rows_match_core_rollout() -> None:
             np.testing.assert_allclose(rows[layer], ref.ravel(), rtol=1e-5, atol=1e-7)
 
 
+def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, folder: Path,
+                                                                    tmp_path: Path) -> None:
+    """CLS / token maps alone capture only those query rows; the PNGs equal a full-matrix run's."""
+    from vitviz.batch_maps import query_rows
+
+    assert query_rows(parse_maps("cls,token:3")) == [0, 3] and query_rows(parse_maps("cls,rollout")) is None
+    outs = {}
+    for name, maps in (("rows", "cls,token:3"), ("full", "cls,token:3,mean")):
+        outs[name] = tmp_path / name
+        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(outs[name]),
+                       "--maps", maps, "--layers", "all", "--which-heads", "all,mean,max", "--colorbar")
+        assert done.returncode == 0, done.stderr
+    pngs = sorted(p.name for p in outs["rows"].glob("*.png"))
+    assert len(pngs) == 2 * 2 * 4
+    for name in pngs:
+        assert (outs["rows"] / name).read_bytes() == (outs["full"] / name).read_bytes(), name
+
+
 def test_rollout_options_reach_the_pngs(tiny: Path, folder: Path, tmp_path: Path) -> None:
     """--fusion / --discard-ratio / --residual change the rollout PNG (and the manifest records them)."""
     def export(*extra: str) -> bytes:

@@ -101,6 +101,17 @@ def test_path_like_objects_load(tmp_path) -> None:
     assert vitviz.load(str(path).encode(), heads=2).spec.depth == 2
 
 
+def test_rows_keep_only_those_queries(tiny) -> None:
+    x = torch.rand(2, 3, 32, 32)
+    full, logits = tiny.forward_captured(x)
+    kept, same = tiny.forward_captured(x, rows=[0, 7])
+    assert kept.shape == (2, 2, 2, 2, 19)
+    np.testing.assert_array_equal(kept, full[:, :, :, [0, 7]])
+    np.testing.assert_array_equal(same, logits)
+    with pytest.raises(vitviz.VitvizError, match=r"rows \[19\]: expected token indices in 0..18"):
+        tiny.forward_captured(x, rows=[19])
+
+
 def test_negative_upto_counts_from_the_end(tiny) -> None:
     x = torch.rand(1, 3, 32, 32)
     np.testing.assert_array_equal(tiny.forward_captured(x, logits=False, upto=-1)[0],

@@ -142,19 +142,29 @@ def output_name(stem: str, m: MapKind, layer: Pick, head: Pick) -> str:
     return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind == 'rollout' else head}.png"
 
 
-def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec, rollout: RolloutOptions = RolloutOptions()) -> np.ndarray:
+def query_rows(maps: list[MapKind]) -> list[int] | None:
+    """The only query rows these maps read (CLS and token maps), or None when a map needs whole matrices."""
+    if not all(m.kind in ("cls", "token") for m in maps):
+        return None
+    return sorted({0 if m.kind == "cls" else int(m.token or 0) for m in maps})
+
+
+def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec, rollout: RolloutOptions = RolloutOptions(),
+              rows: list[int] | None = None) -> np.ndarray:
     """All of one map's layers and heads for one image: (L, H + 2, gh, gw), columns H, H+1 = head mean, max.
 
     Args:
-        attn: (L, H, T, T) attention of one image.
+        attn: (L, H, T, T) attention of one image, or (L, H, k, T) holding only the query rows `rows`.
     """
     p, (gh, gw) = spec.num_prefix, spec.grid
-    if m.kind == "rollout":
+    kept = rows
+    if m.kind in ("cls", "token"):
+        token = 0 if m.kind == "cls" else int(m.token or 0)
+        rows = attn[:, :, token if kept is None else kept.index(token), p:]  # (L, H, N)
+    elif kept is not None:
+        raise ValueError(f"the {m.label} map needs whole attention matrices, not rows {kept}")
+    elif m.kind == "rollout":
         rows = rollout_rows(attn, p, spec.cls_token, rollout)[:, None]  # (L, 1, N)
-    elif m.kind == "token":
-        rows = attn[:, :, int(m.token or 0), p:]  # (L, H, N)
-    elif m.kind == "cls":
-        rows = attn[:, :, 0, p:]  # (L, H, N)
     else:
         patch = attn[:, :, p:, p:]  # (L, H, N, N)
         rows = patch.mean(axis=2) if m.kind == "mean" else patch.max(axis=2)  # (L, H, N) over the queries

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from vitviz.batch_io import Job, Progress, sha256_file
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, render, select
+from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, query_rows
+from vitviz.batch_maps import render, select
 from vitviz.core import export, images
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
@@ -36,6 +37,11 @@ class Plan:
     batch_size: int = 8
     workers: int = 2
     rollout: RolloutOptions = RolloutOptions()
+
+    @property
+    def rows(self) -> list[int] | None:
+        """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those."""
+        return None if self.npz else query_rows(self.maps)
 
     def combos(self) -> list[Combo]:
         """Every (map, layer, head) to draw; rollout has one head ('mean')."""
@@ -143,7 +149,7 @@ class Exporter:
 
         try:
             x = torch.cat([p.x for p in batch])  # logits only go into .npz; without it the pass stops at the last softmax
-            attn, logits = self.model.forward_captured(x, self.plan.half, logits=self.plan.npz)
+            attn, logits = self.model.forward_captured(x, self.plan.half, logits=self.plan.npz, rows=self.plan.rows)
         except VitvizError as e:
             for p in batch:
                 self._fail(p.job, e)
@@ -158,7 +164,7 @@ class Exporter:
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
             folder.mkdir(parents=True, exist_ok=True)
-        stacks = {m: map_stack(attn, m, spec, plan.rollout) for m in plan.maps}
+        stacks = {m: map_stack(attn, m, spec, plan.rollout, plan.rows) for m in plan.maps}
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if not plan.overwrite and path.exists():
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -57,18 +57,25 @@ def resolve_device(device: str | None) -> torch.device:
 
 
 class LayerSink:
-    """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs.
+    """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs
+    (or (B, L, H, k, T): only the query rows `rows`).
 
     Each layer is copied out (and cast to float16 when asked) as soon as its softmax is done, so the model's
     device never holds more than one layer's maps, and the host never holds a list of layers plus their stack.
     """
 
-    def __init__(self, num_layers: int, half: bool = False) -> None:
+    def __init__(self, num_layers: int, half: bool = False, rows: Sequence[int] | None = None) -> None:
         self.num_layers, self.half = num_layers, half
+        self.rows = None if rows is None else list(rows)
+        self._index: torch.Tensor | None = None
         self.array: torch.Tensor | None = None
         self.count = 0
 
     def append(self, layer: torch.Tensor) -> None:
+        if self.rows is not None:  # only these query rows: (B, H, k, T)
+            if self._index is None or self._index.device != layer.device:
+                self._index = torch.tensor(self.rows, dtype=torch.long, device=layer.device)
+            layer = layer.index_select(2, self._index)
         if self.array is None:
             shape = (layer.shape[0], self.num_layers, *layer.shape[1:])
             self.array = torch.empty(shape, dtype=torch.float16 if self.half else torch.float32)
@@ -167,7 +174,7 @@ class VitModel:
         return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
     def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
-                         upto: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                         upto: int | None = None, rows: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(B, C, H, W) -> attentions (B, L, H, T, T) and the model's output (B, C) as NumPy, on whatever device.
 
         The output is class scores, or a headless backbone's pooled features (B, D): `split_output` tells them
@@ -175,18 +182,24 @@ class VitModel:
 
         With `logits=False` the forward pass stops right after the softmax of layer `upto` (default: the last),
         skipping the work no attention depends on; logits are then (B, 0) and attentions (B, upto + 1, H, T, T).
+        With `rows` only those query tokens' rows are kept: attentions (B, L, H, len(rows), T), a fraction of the
+        memory (e.g. [0] for CLS maps of a large model at high resolution).
         """
         with self._lock, torch.inference_mode():
-            return self._forward_captured(x, half, logits, upto)
+            return self._forward_captured(x, half, logits, upto, rows)
 
-    def _forward_captured(self, x: torch.Tensor, half: bool, logits: bool,
-                          upto: int | None) -> tuple[np.ndarray, np.ndarray]:
+    def _forward_captured(self, x: torch.Tensor, half: bool, logits: bool, upto: int | None,
+                          rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
         depth = len(self.net.blocks)
         upto = upto + depth if upto is not None and -depth <= upto < 0 else upto  # -1: the last layer
-        sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half)
-        _check_host_memory(self._maps_bytes(x, sink.num_layers, half), x, half)
+        tokens = self._tokens(x)
+        if rows is not None and (not rows or not all(0 <= int(r) < tokens for r in rows)):
+            raise VitvizError(f"rows {list(rows)}: expected token indices in 0..{tokens - 1} (the input has "
+                              f"{tokens} tokens)")
+        sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half, rows)
+        _check_host_memory(self._maps_bytes(x, sink.num_layers, half, None if rows is None else len(rows)), x, half)
         try:
             with capture_attention(self.net, sink):
                 xd = x.to(self._device)
@@ -208,11 +221,14 @@ class VitModel:
             raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
                               f"{_SMALLER}") from e
 
-    def _maps_bytes(self, x: torch.Tensor, layers: int, half: bool) -> int:
-        """Bytes of the (B, L, H, T, T) attention array a run of `x` captures."""
-        p, spec = self.spec.patch_size, self.spec
-        tokens = spec.num_prefix + (int(x.shape[-2]) // p) * (int(x.shape[-1]) // p)
-        return int(x.shape[0]) * layers * spec.num_heads * tokens * tokens * (2 if half else 4)
+    def _tokens(self, x: torch.Tensor) -> int:
+        p = self.spec.patch_size
+        return self.spec.num_prefix + (int(x.shape[-2]) // p) * (int(x.shape[-1]) // p)
+
+    def _maps_bytes(self, x: torch.Tensor, layers: int, half: bool, rows: int | None = None) -> int:
+        """Bytes of the (B, L, H, T or rows, T) attention array a run of `x` captures."""
+        tokens = self._tokens(x)
+        return int(x.shape[0]) * layers * self.spec.num_heads * (rows or tokens) * tokens * (2 if half else 4)
 
     def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
             logits: bool = True) -> AttentionResult:
