@@ -1,11 +1,13 @@
-"""The head-statistics dock (values, hover, click selects, averaging) and the model-info dock."""
+"""The head-statistics dock (values, hover, click selects, averaging, attention by token kind) and the model-info
+dock."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import HEADS, hover, load_model, show_dock
+from conftest import HEADS, hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core import analysis
+from vitviz.core.prefix import attention_by_token_kind
 from vitviz.gui.info_panel import ModelInfo, info_html
 
 
@@ -56,6 +58,67 @@ def test_average_over_images(qtbot, loaded, images) -> None:  # noqa: ANN001
     wait = [p for p in images]
     qtbot.waitUntil(lambda: all(w.session.result(str(p)) is not None for p in wait), timeout=20000)
     assert "all 3 images" in panel.average_check.text()
+
+
+def legend_names(panel) -> list[str]:  # noqa: ANN001
+    return [label.text for _, label in panel.kinds.legend.items]
+
+
+def plotted_means(panel) -> np.ndarray:  # noqa: ANN001
+    """(L, kinds) the y values of the solid (head mean) lines."""
+    return np.stack([curve.getData()[1] for curve in panel.kinds.mean_curves], axis=1)
+
+
+def test_token_kinds_of_the_current_image_and_the_average(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    panel = show_dock(qtbot, w, "headStatsDock")
+    expected = attention_by_token_kind(w.session.result(str(images[0])).result)     # (L, H, 2): cls, patches
+    assert expected.shape == (2, HEADS, 2)
+    np.testing.assert_allclose(panel.kinds.values, expected, rtol=1e-6)
+    np.testing.assert_allclose(plotted_means(panel), expected.mean(axis=1), rtol=1e-6)
+    assert legend_names(panel) == ["cls", "patches"]
+    w.actions_by_name["next_image"].trigger()
+    np.testing.assert_allclose(panel.kinds.values, attention_by_token_kind(
+        w.session.result(str(images[1])).result), rtol=1e-6)
+    panel.average_check.setChecked(True)
+    each = [attention_by_token_kind(w.session.result(str(p)).result) for p in images]
+    np.testing.assert_allclose(panel.kinds.values, np.mean(each, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(plotted_means(panel).sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_token_kinds_of_register_tokens_follow_layer_and_head(qtbot, window, tiny_ckpt_b,  # noqa: ANN001
+                                                               images) -> None:
+    w = window
+    load_model(qtbot, w, tiny_ckpt_b, images[:2])
+    panel = show_dock(qtbot, w, "headStatsDock")
+    expected = attention_by_token_kind(w.session.result(w.session.current).result)    # cls, reg0, reg1, patches
+    assert legend_names(panel) == ["cls", "reg0", "reg1", "patches"]
+    np.testing.assert_allclose(plotted_means(panel), expected.mean(axis=1), rtol=1e-6)
+    w.state.update(layer=1, head=1)                     # the selected head's shares, dashed; a line at the layer
+    heads = np.stack([curve.getData()[1] for curve in panel.kinds.head_curves], axis=1)
+    np.testing.assert_allclose(heads, expected[:, 1], rtol=1e-6)
+    assert panel.kinds.layer_line.isVisible() and panel.kinds.layer_line.value() == 1
+    assert legend_names(panel)[-1] == "head 1"
+    w.state.update(head="mean")
+    assert all(curve.getData()[1] is None or len(curve.getData()[1]) == 0 for curve in panel.kinds.head_curves)
+    assert legend_names(panel) == ["cls", "reg0", "reg1", "patches"]
+    hover(panel.widget.viewport(), viewport_pos(panel.widget, panel.kinds.plot.vb, 0.1, 0.5))
+    text = panel.readout.text()
+    assert text.startswith(f"layer 0: cls {expected[0, :, 0].mean():.3f}, reg0 ")
+    assert f"reg1 {expected[0, :, 2].mean():.3f}, patches {expected[0, :, 3].mean():.3f} (head mean)" in text
+    qtbot.mouseClick(panel.widget.viewport(), Qt.MouseButton.LeftButton,
+                     pos=viewport_pos(panel.widget, panel.kinds.plot.vb, 0.1, 0.5))
+    assert w.state.layer == 0 and w.state.head == "mean"                 # a click selects the layer
+
+
+def test_token_kinds_without_prefix_tokens(qtbot, window, variant_ckpts, images) -> None:  # noqa: ANN001
+    load_model(qtbot, window, variant_ckpts["no_cls"], images[:1])
+    panel = show_dock(qtbot, window, "headStatsDock")
+    assert legend_names(panel) == ["patches (no prefix tokens)"]
+    assert panel.kinds.values.shape == (2, HEADS, 1)
+    np.testing.assert_allclose(plotted_means(panel), 1.0, rtol=1e-6)
+    window.state.update(layer=0, head=0)
+    assert legend_names(panel) == ["patches (no prefix tokens)", "head 0"]
 
 
 def test_model_info(qtbot, loaded, images, tiny_ckpt) -> None:  # noqa: ANN001

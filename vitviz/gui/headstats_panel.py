@@ -1,8 +1,11 @@
-"""The head-statistics dock: mean attention distance (px) and attention entropy of every head against layer depth.
+"""The head-statistics dock: mean attention distance (px) and attention entropy of every head against layer depth,
+and where the patches' attention goes by token kind (CLS, distillation, register tokens, the patches) per layer.
 
 One point per head (the ViT paper's figure 7), for the current image or averaged over every image run so far at
-this model and input size. Hovering a point names its layer and head; clicking selects them everywhere. The
-statistics themselves are computed in the worker with each result (`ResultMaps.head_stats`).
+this model and input size. Hovering a point names its layer and head; clicking selects them everywhere. The token-kind
+plot draws the head mean of every kind as a solid line and the selected head's as a dashed one; hovering it gives a
+layer's values, clicking selects the layer. The statistics themselves are computed in the worker with each result
+(`ResultMaps.head_stats`).
 """
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, style_plot
+from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.state import ViewState
 
 PICK_RADIUS_PX = 9.0
 JITTER = 0.35
+KIND_COLORS = ("#fbbc04", "#c58af9", "#4ecde6", "#81c995", "#f28b82", "#ff8bcb", "#8ab4f8", "#fcad70")
+PATCH_COLOR = "#bdc1c6"
+KINDS_TITLE = "Attention by token kind (patch queries)"
 
 
 def point_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -77,8 +83,103 @@ class StatPlot:
         return self.plot.vb.mapViewToScene(QPointF(float(self.x[index]), float(self.y[index])))
 
 
+class KindPlot:
+    """Attention by token kind against layer: per kind (prefix tokens, then 'patches') the head mean as a solid
+    line with points and the selected head as a dashed line, a legend naming the kinds (and the dashed head), a
+    line at the selected layer."""
+
+    def __init__(self, widget: pg.GraphicsLayoutWidget, row: int) -> None:
+        self.plot = widget.addPlot(row=row, col=0, colspan=2)
+        style_plot(self.plot, "share of attention (head mean)", "layer")
+        self.plot.setTitle(KINDS_TITLE, color=TEXT, size="9pt")
+        self.plot.setMouseEnabled(False, False)
+        self.legend = pg.LegendItem(labelTextColor=TEXT, labelTextSize="8pt", brush=pg.mkBrush(32, 33, 36, 170))
+        self.legend.setParentItem(self.plot.vb)
+        self.legend.anchor((1, 0.5), (1, 0.5), offset=(-6, 0))       # right, halfway up: shares hug 0 and 1
+        self.head_key = pg.PlotDataItem(pen=pen(PATCH_COLOR, 200, width=1.5, dashed=True))   # legend sample only
+        self.layer_line = pg.InfiniteLine(angle=90, movable=False, pen=pen(SELECT, 160))
+        self.layer_line.setVisible(False)
+        self.plot.addItem(self.layer_line)
+        self.names: tuple[str, ...] = ()                 # the legend's: prefix tokens, then 'patches'
+        self.values: np.ndarray | None = None          # (L, H, P + 1) shown now
+        self.mean_curves: list[pg.PlotDataItem] = []
+        self.head_curves: list[pg.PlotDataItem] = []
+        self.head: int | None = None
+
+    def show(self, values: np.ndarray, names: tuple[str, ...]) -> None:
+        """Draw (L, H, P + 1) shares; `names` are the P prefix tokens' (the last column is 'patches')."""
+        kinds = tuple(names) + ("patches",)
+        if kinds != self.names or len(self.mean_curves) != len(kinds):
+            self._make_curves(kinds)
+        self.values = values
+        layers = np.arange(values.shape[0])
+        for k, curve in enumerate(self.mean_curves):
+            curve.setData(layers, values[:, :, k].mean(axis=1))
+        self.plot.setXRange(-0.3, max(values.shape[0] - 1, 0) + 0.3, padding=0)
+        self.plot.setYRange(0.0, 1.0, padding=0.04)
+        self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, values.shape[0],
+                                                                           max(1, values.shape[0] // 12))]])
+
+    def _make_curves(self, kinds: tuple[str, ...]) -> None:
+        for curve in self.mean_curves + self.head_curves:
+            self.plot.removeItem(curve)
+        self.legend.clear()
+        self.names = kinds
+        labels = kinds if len(kinds) > 1 else ("patches (no prefix tokens)",)
+        self.mean_curves, self.head_curves = [], []
+        for k, name in enumerate(labels):
+            color = PATCH_COLOR if k == len(kinds) - 1 else KIND_COLORS[k % len(KIND_COLORS)]
+            mean = pg.PlotDataItem(pen=pen(color, width=2), symbol="o", symbolSize=5, symbolPen=None,
+                                   symbolBrush=pg.mkBrush(color))
+            head = pg.PlotDataItem(pen=pen(color, 200, width=1.5, dashed=True))
+            self.plot.addItem(mean)
+            self.plot.addItem(head)
+            self.legend.addItem(mean, name)
+            self.mean_curves.append(mean)
+            self.head_curves.append(head)
+
+    def clear(self) -> None:
+        for curve in self.mean_curves + self.head_curves:
+            curve.clear()
+        self.values = None
+        self.layer_line.setVisible(False)
+        self.legend.removeItem(self.head_key)
+
+    def mark(self, layer: int | None, head: int | None) -> None:
+        """A line at the selected layer; the selected head's shares dashed (none for the head mean or max)."""
+        self.head = head if self.values is not None else None
+        self.layer_line.setVisible(layer is not None and self.values is not None)
+        if layer is not None:
+            self.layer_line.setValue(layer)
+        for k, curve in enumerate(self.head_curves):
+            if self.head is None:
+                curve.clear()
+            else:
+                curve.setData(np.arange(self.values.shape[0]), self.values[:, self.head, k])
+        self.legend.removeItem(self.head_key)
+        if self.head is not None:
+            self.legend.addItem(self.head_key, f"head {self.head}")
+
+    def layer_at(self, scene_pos: QPointF) -> int | None:
+        """The layer nearest a scene position inside the plot, or None."""
+        vb = self.plot.vb
+        if self.values is None or not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        x = vb.mapSceneToView(scene_pos).x()
+        return int(np.clip(round(x), 0, self.values.shape[0] - 1))
+
+    def describe(self, layer: int) -> str:
+        """E.g. 'layer 3: cls 0.120, reg0 0.400, patches 0.480 (head mean); head 1: cls 0.2, ...'."""
+        def shares(row: np.ndarray) -> str:
+            return ", ".join(f"{n} {v:.3f}" for n, v in zip(self.names, row))
+        text = f"layer {layer}: {shares(self.values[layer].mean(axis=0))} (head mean)"
+        if self.head is not None:
+            text += f"; head {self.head}: {shares(self.values[layer, self.head])}"
+        return text
+
+
 class HeadStatsPanel(LazyPanel):
-    """Attention distance and entropy per head.
+    """Attention distance and entropy per head, and attention by token kind per layer.
 
     Signals:
         head_clicked(layer, head): a point was clicked.
@@ -91,15 +192,19 @@ class HeadStatsPanel(LazyPanel):
         self.setObjectName("headStatsPanel")
         self.state = state
         self._history: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._kinds: dict[str, np.ndarray] = {}
+        self._names: tuple[str, ...] = ()
         self._current = ""
         self.shown: tuple[np.ndarray, np.ndarray] | None = None
         self.average_check = QCheckBox("Average over all images run so far")
         self.average_check.setToolTip("Mean over every image run at this model and input size")
         self.average_check.toggled.connect(lambda on: self.state.update(stats_average=bool(on)))
         self.readout = QLabel("Hover a point to name its layer and head; click it to select them")
+        self.readout.setWordWrap(True)
         self.widget = dark_layout()
         self.distance = StatPlot(self.widget, 0, "mean attention distance (px)", "Mean attention distance")
         self.entropy = StatPlot(self.widget, 1, "entropy (nats)", "Attention entropy (patch queries)")
+        self.kinds = KindPlot(self.widget, 1)
         self.widget.scene().sigMouseMoved.connect(self._on_moved)
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
         bar_and_body(self, [self.average_check, self.readout], self.widget)
@@ -110,12 +215,18 @@ class HeadStatsPanel(LazyPanel):
     def reset(self) -> None:
         """Forget every image (a new model or input size)."""
         self._history.clear()
+        self._kinds.clear()
         self._current = ""
         self.request_redraw()
 
-    def add(self, path: str, distance: np.ndarray, entropy: np.ndarray) -> None:
-        """Record one image's (L, H) statistics."""
+    def add(self, path: str, distance: np.ndarray, entropy: np.ndarray, kinds: np.ndarray | None = None,
+            names: tuple[str, ...] = ()) -> None:
+        """Record one image's (L, H) statistics and (L, H, P + 1) attention by token kind (`names`: the P prefix
+        tokens')."""
         self._history[path] = (distance, entropy)
+        if kinds is not None:
+            self._kinds[path] = kinds
+            self._names = tuple(names)
         self._update_label()
         if self.state.stats_average or path == self._current:
             self.request_redraw()
@@ -144,26 +255,41 @@ class HeadStatsPanel(LazyPanel):
             return np.nanmean(np.stack(dists), axis=0), np.mean(np.stack(ents), axis=0)
         return self._history.get(self._current)
 
+    def token_kinds(self) -> np.ndarray | None:
+        """(L, H, P + 1) attention by token kind shown now: the current image's, or the mean over every image."""
+        if self.state.stats_average and self._kinds:
+            return np.mean(np.stack(list(self._kinds.values())), axis=0)
+        return self._kinds.get(self._current)
+
     def redraw(self) -> None:
         self._update_label()
         self.shown = self.statistics()
+        kinds = self.token_kinds()
+        if kinds is None:
+            self.kinds.clear()
+        else:
+            self.kinds.show(kinds, self._names)
         if self.shown is None:
             self.distance.clear()
             self.entropy.clear()
-            return
-        self.distance.show(self.shown[0])
-        self.entropy.show(self.shown[1])
+        else:
+            self.distance.show(self.shown[0])
+            self.entropy.show(self.shown[1])
         self._mark()
 
     def _mark(self) -> None:
         layer, head = self.state.layer, self.state.head
-        if self.shown is None:
+        if self.shown is not None:
+            nl, nh = self.shown[0].shape
+        elif self.kinds.values is not None:
+            nl, nh = self.kinds.values.shape[:2]
+        else:
             return
-        nl, nh = self.shown[0].shape
         li = None if layer == "mean" else int(layer) % nl
         hi = None if isinstance(head, str) else int(head) % nh
         for plot in (self.distance, self.entropy):
             plot.mark(li, hi)
+        self.kinds.mark(li, hi)
 
     def point_at(self, scene_pos: QPointF) -> tuple[StatPlot, int] | None:
         for plot in (self.distance, self.entropy):
@@ -172,18 +298,29 @@ class HeadStatsPanel(LazyPanel):
                 return plot, index
         return None
 
+    def _what(self) -> str:
+        return "images averaged: %d" % len(self._history) if self.state.stats_average else "current image"
+
     def _on_moved(self, scene_pos: QPointF) -> None:
+        layer = self.kinds.layer_at(scene_pos)
+        if layer is not None:
+            self.readout.setText(f"{self.kinds.describe(layer)} ({self._what()})")
+            return
         hit = self.point_at(scene_pos)
         if hit is None:
             return
         plot, i = hit
-        what = "images averaged: %d" % len(self._history) if self.state.stats_average else "current image"
+        what = self._what()
         d, e = self.shown[0][plot.layers[i], plot.heads[i]], self.shown[1][plot.layers[i], plot.heads[i]]
         self.readout.setText(f"layer {plot.layers[i]}, head {plot.heads[i]}: distance {d:.1f} px, "
                              f"entropy {e:.3f} nats ({what})")
 
     def _on_clicked(self, event: object) -> None:
         if event.button() != Qt.MouseButton.LeftButton:
+            return
+        layer = self.kinds.layer_at(event.scenePos())
+        if layer is not None:
+            self.state.update(layer=layer)
             return
         hit = self.point_at(event.scenePos())
         if hit is not None:

@@ -13,6 +13,7 @@ import numpy as np
 from vitviz.core import analysis
 from vitviz.core.spec import AttentionResult
 from vitviz.gui.state import HeadSel, LayerSel, ViewState, resolve_index
+from vitviz.gui.token_kinds import token_kind_shares
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class ResultMaps:
         self.result = result
         self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
         self._stacks: dict[tuple[object, ...], MapStack] = {}
-        self._stats: tuple[np.ndarray, np.ndarray] | None = None
+        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -123,12 +124,14 @@ class ResultMaps:
         self.stack("rollout")
         self.head_stats()
 
-    def head_stats(self) -> tuple[np.ndarray, np.ndarray]:
-        """(L, H) mean attention distance in pixels and (L, H) attention entropy in nats (patch queries)."""
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
+        (L, H, P + 1) attention by token kind (`token_kinds.token_kind_shares`)."""
         if self._stats is None:
             r = self.result
             self._stats = (analysis.mean_attention_distance(r),
-                           analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix))
+                           analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix),
+                           token_kind_shares(r))
         return self._stats
 
     def current(self, state: ViewState) -> tuple[np.ndarray, MapStack]:

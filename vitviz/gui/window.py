@@ -327,7 +327,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         maps = self.session.result(path)
         if maps is not None:
             self.images.set_predictions(path, maps.result.top_k(5))
-            self.headstats.add(path, *maps.head_stats())
+            self.headstats.add(path, *maps.head_stats(), names=maps.result.spec.prefix_names)
         if path == self.session.current:
             self._refresh({"image"})
         self._update_info()
