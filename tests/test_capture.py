@@ -101,6 +101,27 @@ def test_path_like_objects_load(tmp_path) -> None:
     assert vitviz.load(str(path).encode(), heads=2).spec.depth == 2
 
 
+def test_softmax_written_straight_into_the_result_equals_a_hooked_copy(tiny, monkeypatch) -> None:
+    """On the CPU in float32 each softmax writes into the result array itself; the maps equal plain hooks'."""
+    from vitviz.core.capture import capture_attention
+
+    x = torch.rand(3, 3, 32, 32)
+    keep: list[torch.Tensor] = []
+    with torch.inference_mode(), capture_attention(tiny.net, keep):
+        tiny.net(x)
+    direct, _ = tiny.forward_captured(x)
+    np.testing.assert_array_equal(direct, torch.stack(keep, dim=1).numpy())
+    probes = [m for m in tiny.net.modules() if isinstance(m, AttentionProbe)]
+    assert all(p.target is None for p in probes)  # unbound again
+    copies: list[int] = []
+    original = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, src, *a, **k: copies.append(1) or original(self, src, *a, **k))
+    tiny.forward_captured(x)
+    assert copies == []  # no layer was copied
+    tiny.forward_captured(x, half=True)
+    assert len(copies) == 2  # float16 storage: one cast-copy per layer
+
+
 def test_rows_keep_only_those_queries(tiny) -> None:
     x = torch.rand(2, 3, 32, 32)
     full, logits = tiny.forward_captured(x)

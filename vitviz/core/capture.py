@@ -9,7 +9,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +71,26 @@ class LayerSink:
         self.array: torch.Tensor | None = None
         self.count = 0
 
+    @contextmanager
+    def bound(self, probes: list[AttentionProbe], shape: tuple[int, ...]) -> Iterator[None]:
+        """Let the softmax of each layer write straight into this array (float32, all rows, on the CPU): no copy.
+
+        `shape` is one layer's (B, H, T, T); the probes get their slices as `target` until the context closes.
+        """
+        self.array = torch.empty((shape[0], self.num_layers, *shape[1:]), dtype=torch.float32)
+        for i, probe in enumerate(probes[: self.num_layers]):
+            probe.target = self.array[:, i]
+        try:
+            yield
+        finally:
+            for probe in probes:
+                probe.target = None
+
     def append(self, layer: torch.Tensor) -> None:
+        if self.array is not None and self.count < self.num_layers and \
+                layer.data_ptr() == self.array[:, self.count].data_ptr():
+            self.count += 1  # the softmax wrote here itself
+            return
         if self.rows is not None:  # only these query rows: (B, H, k, T)
             if self._index is None or self._index.device != layer.device:
                 self._index = torch.tensor(self.rows, dtype=torch.long, device=layer.device)
@@ -200,8 +219,11 @@ class VitModel:
                               f"{tokens} tokens)")
         sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half, rows)
         _check_host_memory(self._maps_bytes(x, sink.num_layers, half, None if rows is None else len(rows)), x, half)
+        probes = [m for m in self.net.modules() if isinstance(m, AttentionProbe)]
+        direct = rows is None and not half and self._device.type == "cpu"
+        shape = (int(x.shape[0]), self.spec.num_heads, tokens, tokens)
         try:
-            with capture_attention(self.net, sink):
+            with capture_attention(self.net, sink), (sink.bound(probes, shape) if direct else nullcontext()):
                 xd = x.to(self._device)
                 if logits:
                     out = self.net(xd).float().cpu().numpy()

@@ -31,7 +31,15 @@ def make_act(kind: str) -> nn.Module:
 
 
 class AttentionProbe(nn.Identity):
-    """Identity placed right after the softmax: the hook point for attention capture."""
+    """Identity placed right after the softmax: the hook point for attention capture.
+
+    `target`, when a capture sets it, is a float32 tensor of the softmax's shape on its device: the softmax is
+    written straight into it (the capture's own array), so capturing costs no copy.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target: torch.Tensor | None = None
 
 
 class LayerScale(nn.Module):
@@ -62,8 +70,11 @@ class Attention(nn.Module):
     def _probs(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """softmax((q * scale) @ k^T) through the probe: (B, H, T, hd) x 2 -> (B, H, T, T) float32."""
         q, k = self.q_norm(q), self.k_norm(k)
-        attn = (q * self.scale) @ k.transpose(-2, -1)
-        return self.attn_probe(attn.float().softmax(dim=-1))
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).float()
+        out = self.attn_probe.target
+        if out is not None and out.shape == attn.shape and out.device == attn.device:
+            return self.attn_probe(torch.softmax(attn, dim=-1, out=out))
+        return self.attn_probe(attn.softmax(dim=-1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
