@@ -21,6 +21,7 @@ from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import convert
 from vitviz.core.infer import OVERRIDES, infer_spec
 from vitviz.core.model import AttentionProbe, ReferenceViT
+from vitviz.core.packed import Linear, set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
 
@@ -132,6 +133,7 @@ class VitModel:
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
         self._lock = threading.Lock()  # the capture hooks sit on the shared net: one forward pass at a time
+        self.packed_layers = 0  # Linear layers running with prepacked oneDNN weights (see core.packed)
 
     @property
     def device(self) -> str:
@@ -148,6 +150,7 @@ class VitModel:
             raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
                               f"on {dev} ({e}); use device='cpu'") from e
         self._device = dev
+        self.packed_layers = set_packed(self.net, dev.type == "cpu" and _packing_fits(self.net))
         return self
 
     def spec_at(self, image_size: tuple[int, int] | None) -> ModelSpec:
@@ -281,6 +284,14 @@ class VitModel:
 
 
 _SMALLER = "try a smaller image size, fewer images per batch or half=True (float16 maps; --half in export)"
+
+
+def _packing_fits(net: torch.nn.Module) -> bool:
+    """Packed copies of the Linear weights double their memory: only when that takes under a quarter of what is
+    left."""
+    need = sum(m.weight.numel() * 4 for m in net.modules() if isinstance(m, Linear))
+    free = _available_memory()
+    return free is None or need < free // 4
 
 
 def _available_memory() -> int | None:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitviz.core.packed import Linear
 from vitviz.core.posembed import resample_grid
 from vitviz.core.spec import ModelSpec
 
@@ -61,11 +62,11 @@ class Attention(nn.Module):
             raise ValueError(f"embed dim {d} is not divisible by {self.num_heads} heads")
         self.head_dim = d // self.num_heads
         self.scale = self.head_dim ** -0.5
-        self.qkv = nn.Linear(d, 3 * d, bias=spec.qkv_bias)
+        self.qkv = Linear(d, 3 * d, bias=spec.qkv_bias)
         norm = (lambda: nn.LayerNorm(self.head_dim, eps=spec.eps)) if spec.qk_norm else nn.Identity
         self.q_norm, self.k_norm = norm(), norm()
         self.attn_probe = AttentionProbe()
-        self.proj = nn.Linear(d, d)
+        self.proj = Linear(d, d)
 
     def _probs(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """softmax((q * scale) @ k^T) through the probe: (B, H, T, hd) x 2 -> (B, H, T, T) float32."""
@@ -95,17 +96,16 @@ class Attention(nn.Module):
 class Mlp(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(spec.embed_dim, spec.mlp_hidden)
+        self.fc1 = Linear(spec.embed_dim, spec.mlp_hidden)
         self.act = make_act(spec.mlp_kind) if spec.mlp_kind != "swiglu" else nn.SiLU()
-        self.swiglu = spec.mlp_kind == "swiglu"
-        self.fc2 = nn.Linear(spec.mlp_hidden // 2 if self.swiglu else spec.mlp_hidden, spec.embed_dim)
+        self.swiglu, self.kind = spec.mlp_kind == "swiglu", spec.mlp_kind
+        self.fc2 = Linear(spec.mlp_hidden // 2 if self.swiglu else spec.mlp_hidden, spec.embed_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.fc1(x)
-        if self.swiglu:
-            x1, x2 = x.chunk(2, dim=-1)  # DINOv2 / timm SwiGLUPacked order: act(x1) * x2
-            return self.fc2(self.act(x1) * x2)
-        return self.fc2(self.act(x))
+        if not self.swiglu:
+            return self.fc2(self.fc1.forward_gelu(x, self.kind, self.act))  # GELU fused when packed
+        x1, x2 = self.fc1(x).chunk(2, dim=-1)  # DINOv2 / timm SwiGLUPacked order: act(x1) * x2
+        return self.fc2(self.act(x1) * x2)
 
 
 class Block(nn.Module):
@@ -131,7 +131,7 @@ class PreLogits(nn.Module):
 
     def __init__(self, dim: int, width: int) -> None:
         super().__init__()
-        self.fc = nn.Linear(dim, width)
+        self.fc = Linear(dim, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.fc(x))
@@ -158,8 +158,8 @@ class ReferenceViT(nn.Module):
         width = d * 2 if spec.pooling == "cls_avg" else d
         self.pre_logits = PreLogits(width, spec.pre_logits) if spec.pre_logits else nn.Identity()
         width = spec.pre_logits or width
-        self.head = nn.Linear(width, spec.num_classes) if spec.num_classes else nn.Identity()
-        self.head_dist = nn.Linear(d, spec.num_classes) if spec.head_dist else None
+        self.head = Linear(width, spec.num_classes) if spec.num_classes else nn.Identity()
+        self.head_dist = Linear(d, spec.num_classes) if spec.head_dist else None
         self._pos_cache: dict[tuple[int, int], torch.Tensor] = {}
 
     def grid_pos_embed(self, grid: tuple[int, int]) -> torch.Tensor:
@@ -173,8 +173,11 @@ class ReferenceViT(nn.Module):
             self._pos_cache[key] = resample_grid(stored, self.spec.pos_grid, key, self.spec.pos_interp)
         return self._pos_cache[key]
 
-    def _apply(self, fn, recurse=True):  # noqa: ANN001 - drop resampled caches when moving devices
+    def _apply(self, fn, recurse=True):  # noqa: ANN001 - drop resampled caches (and packed weights) when moving
         self._pos_cache = {}
+        for m in self.modules():
+            if isinstance(m, Linear):
+                m._packed = None
         return super()._apply(fn, recurse)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
