@@ -9,6 +9,8 @@ ViT-B/16 at 224 px, random weights, one image, medians of repeats interleaving a
   model with fused attention off (the only way timm exposes attention). Both stop after the last softmax (fx prunes
   the graph there). Target: faster. `model.run(x)` with logits is shown too.
 - Where the time goes: the reference model's forward without hooks, `forward_captured`, and `run`.
+On the CPU vitviz runs its Linear layers with weights prepacked for oneDNN (vitviz.core.packed), the main
+reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plain-F.linear reference model.
 - Rollout at T = 577 (ViT-B/16 at 384 px): vitviz's row-vector rollout vs the naive matrix chain.
 """
 from __future__ import annotations
@@ -106,6 +108,10 @@ def main() -> None:
     x = torch.randn(1, 3, 224, 224)
     print(f"ViT-B/16 @224, batch 1, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"median of {args.repeats} interleaved repeats")
+    from vitviz.core.packed import packing_available
+
+    print(f"vitviz Linear layers prepacked for oneDNN: {packing_available() and args.device == 'cpu'} "
+          "(VITVIZ_PACKED=0 to compare without; timm and torchvision run plain nn.Linear)")
     with tempfile.TemporaryDirectory() as tmp:
         methods = {**torchvision_methods(Path(tmp), x, args.device), **timm_methods(Path(tmp), x, args.device)}
         tv = tm = interleaved(methods, args.repeats)  # one group: every method sees the same load
