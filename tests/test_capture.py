@@ -66,15 +66,15 @@ def test_attention_only_pass_skips_the_tail_and_keeps_the_maps(tiny) -> None:
 
 
 def test_maps_too_large_for_memory_are_refused_with_a_clear_message(tiny, monkeypatch) -> None:
-    from vitviz.core import capture
+    from vitviz.core import memory
 
     x = torch.rand(3, 3, 32, 32)
     needed = 3 * 2 * 2 * 19 * 19 * 4  # B * L * H * T^2 * float32
-    monkeypatch.setattr(capture, "_available_memory", lambda: needed - 1)
+    monkeypatch.setattr(memory, "available_memory", lambda: needed - 1)
     with pytest.raises(vitviz.DeviceError, match=r"input \(3, 3, 32, 32\) need .* GiB \(float32\).*half=True"):
         tiny.forward_captured(x)
     tiny.forward_captured(x, half=True)  # float16 maps take half: they fit
-    monkeypatch.setattr(capture, "_available_memory", lambda: needed)
+    monkeypatch.setattr(memory, "available_memory", lambda: needed)
     assert tiny.forward_captured(x)[0].nbytes == needed
 
 

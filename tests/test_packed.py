@@ -7,7 +7,7 @@ import torch
 
 import vitviz
 from _tiny import write_tiny_checkpoint
-from vitviz.core import capture
+from vitviz.core import memory
 from vitviz.core.packed import Linear, packing_available, set_packed
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="no oneDNN prepacked linears in this torch build")
@@ -62,7 +62,7 @@ def test_autograd_and_low_memory_use_plain_linear(tiny, monkeypatch, tmp_path) -
     out = tiny.net(x)  # grad enabled: the packed path is skipped, gradients flow
     out.sum().backward()
     assert tiny.net.head.weight.grad is not None
-    monkeypatch.setattr(capture, "_available_memory", lambda: 1000)  # packed copies would not fit
+    monkeypatch.setattr(memory, "available_memory", lambda: 1000)  # packed copies would not fit
     small = vitviz.load(write_tiny_checkpoint(tmp_path / "n.pth"), heads=2, device="cpu")
     assert small.packed_layers == 0
     assert not any(m._want_packed for m in small.net.modules() if isinstance(m, Linear))

@@ -21,7 +21,8 @@ from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import convert
 from vitviz.core.infer import OVERRIDES, infer_spec
 from vitviz.core.model import AttentionProbe, ReferenceViT
-from vitviz.core.packed import Linear, set_packed
+from vitviz.core.memory import SMALLER, check_host_memory, packing_fits
+from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
 
@@ -61,8 +62,9 @@ class LayerSink:
     """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs
     (or (B, L, H, k, T): only the query rows `rows`).
 
-    Each layer is copied out (and cast to float16 when asked) as soon as its softmax is done, so the model's
-    device never holds more than one layer's maps, and the host never holds a list of layers plus their stack.
+    Each layer is copied out (and cast to float16 when asked) as soon as its softmax is done -- or, `bound` to the
+    probes, the softmax writes into the array itself -- so the model's device never holds more than one layer's
+    maps, and the host never holds a list of layers plus their stack.
     """
 
     def __init__(self, num_layers: int, half: bool = False, rows: Sequence[int] | None = None) -> None:
@@ -150,7 +152,7 @@ class VitModel:
             raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
                               f"on {dev} ({e}); use device='cpu'") from e
         self._device = dev
-        self.packed_layers = set_packed(self.net, dev.type == "cpu" and _packing_fits(self.net))
+        self.packed_layers = set_packed(self.net, dev.type == "cpu" and packing_fits(self.net))
         return self
 
     def spec_at(self, image_size: tuple[int, int] | None) -> ModelSpec:
@@ -220,8 +222,8 @@ class VitModel:
         if rows is not None and (not rows or not all(0 <= int(r) < tokens for r in rows)):
             raise VitvizError(f"rows {list(rows)}: expected token indices in 0..{tokens - 1} (the input has "
                               f"{tokens} tokens)")
-        sink = LayerSink(len(self.net.blocks) if upto is None else upto + 1, half, rows)
-        _check_host_memory(self._maps_bytes(x, sink.num_layers, half, None if rows is None else len(rows)), x, half)
+        sink = LayerSink(depth if upto is None else upto + 1, half, rows)
+        check_host_memory(self._maps_bytes(x, sink.num_layers, half, None if rows is None else len(rows)), x, half)
         probes = [m for m in self.net.modules() if isinstance(m, AttentionProbe)]
         direct = rows is None and not half and self._device.type == "cpu"
         shape = (int(x.shape[0]), self.spec.num_heads, tokens, tokens)
@@ -244,7 +246,7 @@ class VitModel:
             if not isinstance(e, MemoryError) and "allocate" not in str(e):
                 raise
             raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
-                              f"{_SMALLER}") from e
+                              f"{SMALLER}") from e
 
     def _tokens(self, x: torch.Tensor) -> int:
         p = self.spec.patch_size
@@ -281,44 +283,6 @@ class VitModel:
             prefix = self.net.pos_embed[0, : self.spec.pos_prefix]
             pos = torch.cat([prefix, self.net.grid_pos_embed(tuple(g))[0]], dim=0)
         return pos.float().cpu().numpy()
-
-
-_SMALLER = "try a smaller image size, fewer images per batch or half=True (float16 maps; --half in export)"
-
-
-def _packing_fits(net: torch.nn.Module) -> bool:
-    """Packed copies of the Linear weights double their memory: only when that takes under a quarter of what is
-    left."""
-    need = sum(m.weight.numel() * 4 for m in net.modules() if isinstance(m, Linear))
-    free = _available_memory()
-    return free is None or need < free // 4
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory this process can still get: Linux MemAvailable, or less when a container (cgroup v2)
-    limit leaves less; None where that is unknown."""
-    found: list[int] = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit.isdigit():
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
-def _check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
-    """Refuse, before running, a capture whose attention maps alone would not fit in the memory left."""
-    free = _available_memory()
-    if free is not None and needed > free:
-        raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
-                          f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
-                          f"available; {_SMALLER}")
 
 
 def _module_heads(module: torch.nn.Module) -> int | None:
