@@ -166,8 +166,7 @@ def map_stack(attn: np.ndarray, m: MapKind, spec: ModelSpec, rollout: RolloutOpt
     elif m.kind == "rollout":
         rows = rollout_rows(attn, p, spec.cls_token, rollout)[:, None]  # (L, 1, N)
     else:
-        patch = attn[:, :, p:, p:]  # (L, H, N, N)
-        rows = patch.mean(axis=2) if m.kind == "mean" else patch.max(axis=2)  # (L, H, N) over the queries
+        rows = analysis.attention_received(attn, p, m.kind)  # (L, H, N) over the patch queries, as the window
     rows = np.asarray(rows, dtype=np.float32)
     fused = np.concatenate([rows, rows.mean(1, keepdims=True), rows.max(1, keepdims=True)], axis=1)
     return fused.reshape(fused.shape[0], fused.shape[1], gh, gw)  # (L, H + 2, N) -> (L, H + 2, gh, gw)

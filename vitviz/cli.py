@@ -118,14 +118,14 @@ def window_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_PICK_OPTIONS = ("--layers", "--which-heads", "--layer", "--head")
+_PICK_OPTIONS = ("--layers", "--which-heads")
 
 
 def _attach_negative_picks(argv: list[str]) -> list[str]:
     """`--layers -1,0` -> `--layers=-1,0`: argparse takes '-1,0' for an option (only a bare '-1' passes as a value)."""
     out: list[str] = []
-    for i, token in enumerate(argv):
-        if out and out[-1] in _PICK_OPTIONS and re.fullmatch(r"-\d+(,[^ ]*)+", token) and i > 0:
+    for token in argv:
+        if out and out[-1] in _PICK_OPTIONS and re.fullmatch(r"-\d+(,[^ ]*)+", token):
             out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)

@@ -155,6 +155,21 @@ def cls_attention(attn: AttentionLike, layer: int, head: Head = "mean",
     return token_map(attn, layer, head, "cls", num_prefix, grid)
 
 
+def attention_received(attn: np.ndarray, num_prefix: int, how: str = "mean") -> np.ndarray:
+    """(L, H, N): the attention each patch receives from the patch queries, averaged ('mean') or maximised ('max')
+    over them; float32 sums, also for float16 maps, and no copy of the whole stack.
+
+    Args:
+        attn: (L, H, T, T) attention; the first `num_prefix` tokens are prefix tokens.
+    """
+    patch = np.asarray(attn)[:, :, num_prefix:, num_prefix:]  # (L, H, N, N): queries on axis 2
+    if how == "mean":
+        return patch.mean(axis=2, dtype=np.float32)
+    if how == "max":
+        return patch.max(axis=2).astype(np.float32, copy=False)
+    raise AnalysisError(f"how={how!r}; expected 'mean' or 'max'")
+
+
 def attention_column(attn: AttentionLike, layer: int, head: Head, token: int,
                      num_prefix: int | None = None, grid: tuple[int, int] | None = None) -> np.ndarray:
     """What attends to `token`: its attention column over the patch queries, as a map.

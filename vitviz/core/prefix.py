@@ -38,6 +38,6 @@ def attention_by_token_kind(attn: AttentionLike, num_prefix: int | None = None,
         raise AnalysisError(f"queries={queries!r}; expected 'patches', 'all' or 'cls'")
     if rows.shape[2] == 0:
         raise AnalysisError("no query tokens of that kind")
-    mean = rows.astype(np.float64).mean(axis=2)  # (L, H, T): the average query's distribution
+    mean = rows.mean(axis=2, dtype=np.float64)  # (L, H, T): the average query's distribution (no full copy)
     out = np.concatenate([mean[..., :p], mean[..., p:].sum(axis=-1, keepdims=True)], axis=-1)
     return out.astype(np.float32)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from vitviz.core import analysis
+from vitviz.core.prefix import attention_by_token_kind
 from vitviz.core.spec import AttentionResult
 from vitviz.gui.state import HeadSel, LayerSel, ViewState, resolve_index
-from vitviz.gui.token_kinds import token_kind_shares
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,12 @@ class ResultMaps:
 
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
-        (L, H, P + 1) attention by token kind (`token_kinds.token_kind_shares`)."""
+        (L, H, P + 1) attention by token kind (`core.prefix.attention_by_token_kind`)."""
         if self._stats is None:
             r = self.result
             self._stats = (analysis.mean_attention_distance(r),
                            analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix),
-                           token_kind_shares(r))
+                           attention_by_token_kind(r))
         return self._stats
 
     def current(self, state: ViewState) -> tuple[np.ndarray, MapStack]:
@@ -155,13 +155,13 @@ class ResultMaps:
             rows = attn[:, :, q, p:]                             # (L, H, N)
             title = f"attention of token {q}"
         elif source in ("mean", "max"):
-            rows = received(attn, p, source)                     # (L, H, N) over the patch queries
+            rows = analysis.attention_received(attn, p, source)  # (L, H, N) over the patch queries
             title = f"{source} attention received (over the patch queries)"
         elif p > 0 and self.result.spec.cls_token:
             rows = attn[:, :, 0, p:]                             # (L, H, N)
             title = "CLS attention"
         else:
-            rows = attn[:, :, p:, p:].mean(axis=2)               # (L, H, N): mean over the patch queries
+            rows = analysis.attention_received(attn, p, "mean")  # (L, H, N): mean over the patch queries
             title = "mean patch attention (no CLS token)"
         rows = np.asarray(rows, dtype=np.float32)
         fused = np.concatenate([rows, rows.mean(1, keepdims=True), rows.max(1, keepdims=True)], axis=1)
@@ -169,17 +169,6 @@ class ResultMaps:
         h = rows.shape[1]
         vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
         return MapStack(maps=maps, vmax=vmax, title=title)
-
-
-def received(attn: np.ndarray, num_prefix: int, how: str) -> np.ndarray:
-    """(L, H, N) the attention each patch receives from the patch queries, averaged ('mean') or maximised ('max'),
-    one layer at a time (float32 sums, also for float16 maps) -- `vitviz export --maps mean,max`."""
-    p = num_prefix
-    out = np.empty(attn.shape[:2] + (attn.shape[-1] - p,), dtype=np.float32)
-    for i in range(attn.shape[0]):
-        patch = attn[i, :, p:, p:]                                # (H, N, N): queries on axis 1
-        out[i] = patch.mean(axis=1, dtype=np.float32) if how == "mean" else patch.max(axis=1)
-    return out
 
 
 def rollout_title(params: RolloutParams, spec: object) -> str:
@@ -380,12 +369,16 @@ def pos_embed_data(pos: np.ndarray, grid: tuple[int, int], prefix_rows: int) -> 
     rows = pos[prefix_rows:]
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     unit = (rows / np.where(norms > 0, norms, 1.0)).astype(np.float32)               # (N, D)
-    cls_sim = analysis.prefix_pos_similarity(pos, grid, prefix_rows).astype(np.float32) if prefix_rows else None
     gap = 1
     if gh * gw <= MOSAIC_MAX_POSITIONS:
+        cls_sim = analysis.prefix_pos_similarity(pos, grid, prefix_rows).astype(np.float32) if prefix_rows else None
         sim = analysis.pos_embed_similarity(pos, grid, prefix_rows).astype(np.float32)  # (gh, gw, gh, gw)
         return PosEmbedData((gh, gw), pos, prefix_rows, unit, sim, cls_sim, mosaic(sim, False, gap), gap,
                             float(np.nanmin(sim)))
+    cls_sim = None  # a large grid: from the unit rows already made, not another float64 copy of the embedding
+    if prefix_rows:
+        c = pos[0] / max(float(np.linalg.norm(pos[0])), np.finfo(np.float32).tiny)
+        cls_sim = (unit @ c.astype(np.float32)).reshape(gh, gw)
     low = float(cls_sim.min()) if cls_sim is not None else 1.0
     picks = np.linspace(0, gh * gw - 1, LEVEL_SAMPLE_ROWS).astype(int)
     for chunk in np.array_split(picks, 4):
