@@ -144,3 +144,29 @@ def test_model_summary_follows_the_input_size() -> None:
                      num_heads=12)
     assert "224×224 px, patch 16, grid 14×14" in model_summary(spec)
     assert "224×320 px, patch 16, grid 14×20" in model_summary(spec, (224, 320))
+
+
+def test_whole_patches_rounds_down() -> None:
+    from vitviz.core.spec import whole_patches
+
+    assert whole_patches((36, 43), 8) == (32, 40) and whole_patches((32, 48), 8) == (32, 48)
+    assert whole_patches((5, 16), 8) == (0, 16)                          # callers that need a patch reject it
+    assert whole_patches((5, 16), 8, at_least_one=True) == (8, 16)       # the window runs one patch instead
+
+
+def test_a_note_stands_in_for_the_idle_message_until_it_expires(qtbot) -> None:  # noqa: ANN001
+    from PySide6.QtWidgets import QStatusBar
+
+    from vitviz.gui.status import StatusArea
+
+    bar = QStatusBar()
+    qtbot.addWidget(bar)
+    status = StatusArea(bar)
+    status.set_ready_message("Ready")
+    status.note("first", timeout_ms=100)
+    status.note("second", timeout_ms=300)                               # restarts the one timer
+    assert status.idle_message() == "second" and bar.currentMessage() == "second"
+    qtbot.wait(200)
+    assert status.idle_message() == "second" and bar.currentMessage() == "second"   # the first note's time is over
+    qtbot.waitUntil(lambda: bar.currentMessage() == "Ready", timeout=2000)
+    assert status.idle_message() == "Ready"

@@ -99,6 +99,29 @@ def test_the_same_run_error_is_shown_once(qtbot, window) -> None:  # noqa: ANN00
     assert window.errors[1][1] == "/x/bad.png: not a recognised image format"      # its path once
 
 
+def test_a_repeated_run_error_leaves_an_unrelated_error_box_alone(qtbot, window) -> None:  # noqa: ANN001
+    """A failure like one whose box was closed is a new error, not a rewrite of the box open now."""
+    reason = "the attention maps need 2794.0 GiB (float32) but only 21.4 GiB of memory is available"
+    window._on_run_failed("/x/a.png", reason, "")
+    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
+    window.error_box.close()
+    qtbot.waitUntil(lambda: window.error_box is None or not window.error_box.isVisible())
+    window.show_error("Could not load model", "/x/broken.pth: not a checkpoint", "Traceback")
+    box = window.error_box
+    qtbot.waitUntil(lambda: box.isVisible())
+    window._on_run_failed("/x/b.png", reason, "")
+    assert box.text() != "/x/a.png: " + reason + " (and the same for 1 more image)"
+    assert box.text() == "2 errors; the latest: /x/b.png: " + reason
+    assert box.detailedText().startswith("Traceback") and "the same for /x/b.png" not in box.detailedText()
+    assert window.errors == [("Could not run image", "/x/a.png: " + reason),
+                             ("Could not load model", "/x/broken.pth: not a checkpoint"),
+                             ("Could not run image", "/x/b.png: " + reason)]
+    window._on_run_failed("/x/c.png", reason, "")                # joins the error of b.png, which the box holds
+    assert window.errors[2][1] == "/x/b.png: " + reason + " (and the same for 1 more image)"
+    assert box.text() == "2 errors; the latest: /x/b.png: " + reason and box.detailedText().endswith(
+        "=== the same for /x/c.png")
+
+
 # ---------------------------------------------------------------------------------------------- --map / --head
 
 

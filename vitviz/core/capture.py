@@ -23,7 +23,7 @@ from vitviz.core.infer import OVERRIDES, infer_spec
 from vitviz.core.model import AttentionProbe, ReferenceViT
 from vitviz.core.memory import SMALLER, check_host_memory, packing_fits
 from vitviz.core.packed import set_packed
-from vitviz.core.spec import AttentionResult, ModelSpec, split_output
+from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
 from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
 
 
@@ -163,7 +163,7 @@ class VitModel:
         p = self.spec.patch_size
         if h < p or w < p:
             raise VitvizError(f"image size {(h, w)} is smaller than one patch ({p} px)")
-        size = (h - h % p, w - w % p)
+        size = whole_patches((h, w), p)
         return replace(self.spec, image_size=size, preprocess=self.spec.preprocess.at_size(size))
 
     def prepare(self, image: Any, image_size: tuple[int, int] | None = None) -> tuple[
@@ -181,7 +181,7 @@ class VitModel:
             if x.shape[1] != spec.in_chans:
                 raise VitvizError(f"input tensor has {x.shape[1]} channels; the model expects {spec.in_chans}")
             p = spec.patch_size
-            size = (int(x.shape[-2]) // p * p, int(x.shape[-1]) // p * p)
+            size = whole_patches((int(x.shape[-2]), int(x.shape[-1])), p)
             if min(size) == 0:
                 raise VitvizError(f"input tensor of {tuple(x.shape[-2:])} px is smaller than one {p} px patch")
             if size != tuple(x.shape[-2:]):

@@ -14,7 +14,9 @@ import torch
 from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families import Converted
 from vitviz.core.metadata import args_info, heads_from_dim, parse_model_name, torchvision_weights
-from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess
+from vitviz.core.spec import (
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess, whole_patches,
+)
 from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
@@ -219,7 +221,7 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
         size = (int(s), int(s)) if isinstance(s, (int, float)) else (int(s[0]), int(s[1]))
         if min(size) < patch:
             raise VitvizError(f"image_size {size} is smaller than one {patch} px patch")
-        whole = (size[0] - size[0] % patch, size[1] - size[1] % patch)
+        whole = whole_patches(size, patch)
         if whole != size:  # the patch embedding drops the remainder: say so instead of keeping a size never used
             return prov.set("image_size", whole, f"override {size[0]}x{size[1]}, rounded down to whole {patch} px "
                                                  "patches")

@@ -29,6 +29,14 @@ def parse_size(text: str) -> tuple[int, int]:
     return (nums[0], nums[-1])
 
 
+def whole_patches(size: tuple[int, int], patch: int, at_least_one: bool = False) -> tuple[int, int]:
+    """(h, w) rounded down to whole `patch` px patches, as the patch embedding drops the remainder. A side
+    smaller than one patch becomes 0 (callers that need a patch reject it first), or one patch with
+    `at_least_one`."""
+    h, w = size[0] - size[0] % patch, size[1] - size[1] % patch
+    return (max(patch, h), max(patch, w)) if at_least_one else (h, w)
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """How an image becomes the model's input tensor.

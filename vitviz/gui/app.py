@@ -64,7 +64,7 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     paths = [str(p) for p in getattr(args, "images", None) or []]
     named = classify(paths)
     if paths:
-        window.open_paths(paths, strict=True)
+        window.open_classified(named, strict=True)
     model = named.models[-1] if named.models else model
     if model and not named.images:
         window.add_images(bundled.images_for(model))     # the sample photos (the shapes for the demo model)

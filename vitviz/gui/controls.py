@@ -59,16 +59,16 @@ class IndexSlider(QSlider):
         super().__init__(Qt.Orientation.Horizontal, parent)
         self.setRange(0, 0)
         self.special = False        # the selection is a word, not an index
+        self.allowed = True         # False: the whole selector is off (e.g. head under rollout)
         self.installEventFilter(self)
 
     def show_special(self, special: bool, allowed: bool = True) -> None:
         """Grey out for a word selection; `allowed` False: the whole selector is off (e.g. head under rollout)."""
-        self.special = special
+        self.special, self.allowed = special, allowed
         self.setEnabled(allowed and not special)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if watched is self and self.special and event.type() == QEvent.Type.MouseButtonPress and \
-                self.property("allowed") is not False:
+        if watched is self and self.special and self.allowed and event.type() == QEvent.Type.MouseButtonPress:
             self.reactivated.emit(self.value())
             return True
         return super().eventFilter(watched, event)
@@ -255,7 +255,6 @@ class ControlsPanel(QWidget):
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
             self.layer_slider.show_special(isinstance(s.layer, str))
             self.head_spin.setEnabled(s.source != "rollout")
-            self.head_slider.setProperty("allowed", s.source != "rollout")
             self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout")
             self.cmap_combo.setCurrentText(s.colormap)
             self.opacity_slider.setValue(int(round(s.opacity * 100)))

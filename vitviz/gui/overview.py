@@ -175,8 +175,11 @@ class OverviewPanel(QWidget):
         return len(MEAN_MAX) - 1
 
     def _fit_labels(self, *_args: object) -> None:
-        if self._columns and self._fitting_style() != self._label_style:
-            self._set_bottom_ticks(self._fitting_style())
+        if not self._columns:
+            return
+        style = self._fitting_style()
+        if style != self._label_style:
+            self._set_bottom_ticks(style)
 
     def _on_clicked(self, event: object) -> None:
         if event.button() != Qt.MouseButton.LeftButton:

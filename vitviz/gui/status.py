@@ -1,8 +1,6 @@
 """The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle."""
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 
@@ -26,7 +24,9 @@ class StatusArea:
         self.ready_message = IDLE_HINT
         self.busy = False
         self._note = ""
-        self._note_until = 0.0
+        self._note_timer = QTimer(bar)          # running while the note stands in for the idle message
+        self._note_timer.setSingleShot(True)
+        self._note_timer.timeout.connect(self._note_expired)
         bar.showMessage(self.ready_message)
 
     def show(self, text: str, timeout_ms: int = 0) -> None:
@@ -35,13 +35,13 @@ class StatusArea:
     def note(self, text: str, timeout_ms: int = NOTE_MS) -> None:
         """Something the user should read (e.g. an adjusted input size): shown now and, for `timeout_ms`, in
         place of the idle message, so the worker's status lines do not wipe it out."""
-        self._note, self._note_until = text, time.monotonic() + timeout_ms / 1000
+        self._note = text
         self.bar.showMessage(text)
-        QTimer.singleShot(timeout_ms, self.bar, self._note_expired)
+        self._note_timer.start(timeout_ms)
 
     def idle_message(self) -> str:
         """What the bar says when nothing runs: a standing note, else `ready_message`."""
-        return self._note if time.monotonic() < self._note_until else self.ready_message
+        return self._note if self._note_timer.isActive() else self.ready_message
 
     def set_ready_message(self, text: str) -> None:
         """What the status bar says whenever nothing is running (shown now when idle)."""
@@ -57,7 +57,7 @@ class StatusArea:
             self.bar.showMessage(self.idle_message())
 
     def _note_expired(self) -> None:
-        if not self.busy and self.bar.currentMessage() == self._note and time.monotonic() >= self._note_until:
+        if not self.busy and self.bar.currentMessage() == self._note:
             self.bar.showMessage(self.ready_message)
 
     def show_progress(self, text: str, fraction: float) -> None:

@@ -13,11 +13,11 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QWidget
 
-from vitviz.core.spec import ModelSpec
+from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled, dialogs, menus, settings as st
 from vitviz.gui.controls import ControlsPanel
 from vitviz.gui.drawing import MAP_FIELDS, DrawingMixin
-from vitviz.gui.dropping import classify
+from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.file_actions import FileActionsMixin
 from vitviz.gui.headstats_panel import HeadStatsPanel
 from vitviz.gui.image_list import ImageListPanel
@@ -179,7 +179,10 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
     def open_paths(self, paths: list[str], strict: bool = False) -> None:
         """Open what was dropped or named on the command line: checkpoints load, images are added. What is neither
         is named in the status bar, or (`strict`, for the command line) reported as an error."""
-        dropped = classify(paths)
+        self.open_classified(classify(paths), strict=strict)
+
+    def open_classified(self, dropped: Dropped, strict: bool = False) -> None:
+        """`open_paths` for paths already sorted by `classify` (folders are walked once)."""
         if dropped.models:
             self.load_model(dropped.models[-1])
         if dropped.images:
@@ -207,7 +210,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         if spec is None:
             return tuple(size)
         p = spec.patch_size
-        used = (max(p, size[0] - size[0] % p), max(p, size[1] - size[1] % p))
+        used = whole_patches(size, p, at_least_one=True)
         if used != tuple(size):
             why = "is smaller than one" if min(size) < p else "is not a multiple of the"
             self.note(f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}")
@@ -340,13 +343,15 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
 
     def _report_run_error(self, path: str, summary: str, details: str) -> None:
         """One error per distinct reason: an image failing like an earlier one (the maps of every image too large
-        for memory) joins that error as '(and the same for N more images)'. The path is named once."""
+        for memory) joins that error as '(and the same for N more images)' while the open error box holds it; once
+        that box is closed, the next such failure is a new error. The path is named once."""
         if path in summary or Path(path).name in summary:     # about this file: its own error, path named once
             self.show_error(RUN_FAILED, summary, details)
             return
         key = re.sub(r"\d+(\.\d+)?", "#", summary)             # 'only 21.4 GiB available' then '21.0 GiB': same
         first = self._run_errors.get(key)
-        if first is None or first >= len(self.errors):
+        box = self.error_box
+        if first is None or not self._box_holds(first):
             self._run_errors[key] = len(self.errors)
             self.show_error(RUN_FAILED, f"{path}: {summary}", details)
             return
@@ -355,11 +360,17 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         more = int(_count.split()[0]) + 1 if _count else 1
         text = f"{base} (and the same for {more} more image{'s' if more > 1 else ''})"
         self.errors[first] = (title, text)
+        if int(box.property("count")) == 1:                    # the box shows that error alone: its new text
+            box.setText(text)
+        box.setDetailedText(box.detailedText() + f"\n\n=== the same for {path}")
+
+    def _box_holds(self, index: int) -> bool:
+        """Whether the error box is open and holds `errors[index]` (it holds `count` errors from `first` on)."""
         box = self.error_box
-        if box is not None and box.isVisible():
-            if int(box.property("count") or 1) == 1:
-                box.setText(text)
-            box.setDetailedText(box.detailedText() + f"\n\n=== the same for {path}")
+        if box is None or not box.isVisible():
+            return False
+        first = int(box.property("first"))
+        return first <= index < first + int(box.property("count"))
 
     def _on_current_image(self, path: str) -> None:
         self.session.current = path
@@ -378,6 +389,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
             box.setDetailedText(box.detailedText() + f"\n\n=== {title}: {summary}\n{details}")
             return
         self.error_box = dialogs.error_box(self, title, summary, details)
+        self.error_box.setProperty("first", len(self.errors) - 1)   # the index of its first error in `errors`
         self.error_box.setProperty("count", 1)
         self.error_box.destroyed.connect(self._forget_error_box)
 
