@@ -328,16 +328,26 @@ def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, f
 
 def test_rollout_options_reach_the_pngs(tiny: Path, folder: Path, tmp_path: Path) -> None:
     """--fusion / --discard-ratio / --residual change the rollout PNG (and the manifest records them)."""
-    def export(*extra: str) -> bytes:
+    def export(label: str, *extra: str) -> bytes:
         out = tmp_path / "_".join(extra or ("default",))
         done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(out),
                        "--maps", "rollout", "--style", "heatmap", *extra)
         assert done.returncode == 0, done.stderr
-        return (out / "a_rollout_L1_Hmean.png").read_bytes()
+        assert [p.name for p in out.glob("*.png")] == [f"a_{label}_L1_Hmean.png"]
+        return (out / f"a_{label}_L1_Hmean.png").read_bytes()
 
-    base = export()
-    assert export("--discard-ratio", "0.9") != base and export("--fusion", "max") != base
-    assert export("--residual", "0.5") == base  # the default, spelled out
+    base = export("rollout")
+    assert export("rollout-d0.9", "--discard-ratio", "0.9") != base
+    assert export("rollout-max", "--fusion", "max") != base
+    assert export("rollout-min-d0.5-r0.2", "--fusion", "min", "--discard-ratio", "0.5", "--residual", "0.2") != base
+    assert export("rollout", "--residual", "0.5") == base  # the default, spelled out
+
+    same = tmp_path / "rerun"  # other settings into the same folder: new files, not "already done"
+    for extra in ((), ("--fusion", "max")):
+        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(same),
+                       "--maps", "rollout", *extra)
+        assert done.returncode == 0 and "0 skipped" in done.stdout, done.stdout
+    assert sorted(p.name for p in same.glob("*.png")) == ["a_rollout-max_L1_Hmean.png", "a_rollout_L1_Hmean.png"]
     manifest = json.loads((tmp_path / "--discard-ratio_0.9" / "manifest.json").read_text())
     assert manifest["parameters"]["discard_ratio"] == 0.9
     bad = _export("--model", str(tiny), str(folder), "--out", str(tmp_path / "x"), "--discard-ratio", "1")

@@ -34,7 +34,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     from vitviz.cli import add_override_arguments
 
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
-                       description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png.")
+                       description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
+                       "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png).")
     p.add_argument("--model", required=True, metavar="CHECKPOINT",
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
                         "into the torch hub cache if it is not there yet)")

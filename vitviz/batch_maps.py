@@ -137,9 +137,25 @@ def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
                                  f"({spec.num_prefix} prefix + {spec.grid[0]}x{spec.grid[1]} patches)")
 
 
-def output_name(stem: str, m: MapKind, layer: Pick, head: Pick) -> str:
-    """`{image}_{map}_L{layer}_H{head}.png`, the window's per-layer export name; rollout has only head 'mean'."""
-    return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind == 'rollout' else head}.png"
+def output_name(stem: str, m: MapKind, layer: Pick, head: Pick, rollout: RolloutOptions = RolloutOptions()) -> str:
+    """`{image}_{map}_L{layer}_H{head}.png`, the window's per-layer export name; rollout has only head 'mean', and
+    its label carries any non-default setting (`rollout-max-d0.9-r0.3`), so a rerun with other settings writes new
+    files instead of skipping the old ones as done."""
+    if m.kind != "rollout":
+        return f"{stem}_{m.label}_L{layer}_H{head}.png"
+    return f"{stem}_{rollout_label(rollout)}_L{layer}_Hmean.png"
+
+
+def rollout_label(options: RolloutOptions) -> str:
+    """'rollout' for the window's defaults, else e.g. 'rollout-max-d0.9-r0.3' (only the settings that differ)."""
+    parts = ["rollout"]
+    if options.fusion != "mean":
+        parts.append(options.fusion)
+    if options.discard:
+        parts.append(f"d{options.discard:g}")
+    if options.residual != 0.5:
+        parts.append(f"r{options.residual:g}")
+    return "-".join(parts)
 
 
 def query_rows(maps: list[MapKind]) -> list[int] | None:

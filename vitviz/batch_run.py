@@ -59,7 +59,7 @@ class Plan:
         jobs = []
         for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
             folder = out / sub
-            outputs = [folder / output_name(stem, m, layer, head) for m, layer, head in combos]
+            outputs = [folder / output_name(stem, m, layer, head, self.rollout) for m, layer, head in combos]
             if self.npz:
                 outputs.append(folder / f"{stem}.npz")
             jobs.append(Job(i, path, outputs))
