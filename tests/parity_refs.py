@@ -21,11 +21,17 @@ def perturb(model: nn.Module, std: float = 0.05, seed: int = 0) -> nn.Module:
 
 def timm_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """timm with fused attention switched off; attention read at `attn_drop` (identity in eval)."""
-    maps: list[torch.Tensor] = []
-    hooks = []
     for blk in model.blocks:
         blk.attn.fused_attn = False
-        hooks.append(blk.attn.attn_drop.register_forward_hook(lambda m, i, o: maps.append(o.detach())))
+    return attn_drop_reference(model, x)
+
+
+def attn_drop_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The model's output and every block's softmax, read where it enters `attn.attn_drop` (identity in eval):
+    timm and the original DINOv2 code both compute attention explicitly there."""
+    maps: list[torch.Tensor] = []
+    drops = [m for name, m in model.named_modules() if name.endswith("attn.attn_drop")]
+    hooks = [d.register_forward_hook(lambda m, i, o: maps.append(o.detach())) for d in drops]
     try:
         with torch.no_grad():
             out = model(x)

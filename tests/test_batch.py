@@ -30,10 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADS = "2"
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 def _export(*args: str, **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "vitviz", "export", *args], capture_output=True, text=True,
-                          env=env, timeout=120, **kw)
+                          env=_env(), timeout=120, **kw)
+
+
+def _slow_export(tiny: Path, tmp_path: Path, count: int, out: Path, *args: str) -> list[str]:
+    """The command line of an export of `count` 96 px images, one per batch, slow enough to interrupt."""
+    images = tmp_path / "many"
+    images.mkdir()
+    for i in range(count):
+        _image(images / f"img{i:02d}.png", i, (96, 96))
+    return [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
+            "--out", str(out), "--batch-size", "1", "--size", "original", *args]
 
 
 def _image(path: Path, seed: int, size: tuple[int, int] = (40, 52)) -> Path:
@@ -192,15 +205,10 @@ def test_bad_checkpoint_and_missing_input_exit_2(tiny: Path, folder: Path, tmp_p
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, sig: signal.Signals) -> None:
-    images = tmp_path / "many"
-    images.mkdir()
-    for i in range(40):
-        _image(images / f"img{i:02d}.png", i, (96, 96))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
-           "--out", str(out), "--maps", "cls,token:1,token:2,rollout", "--layers", "all,mean",
-           "--which-heads", "all,mean,max", "--batch-size", "1", "--size", "original", "--colorbar"]
+    cmd = _slow_export(tiny, tmp_path, 40, out, "--maps", "cls,token:1,token:2,rollout", "--layers", "all,mean",
+                       "--which-heads", "all,mean,max", "--colorbar")
+    env = _env()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(out.glob("*.png"))) < 20 and proc.poll() is None:
@@ -221,15 +229,9 @@ def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, 
 def test_killed_run_leaves_no_partial_file_and_the_rerun_cleans_up(tiny: Path, tmp_path: Path) -> None:
     """SIGKILL cannot be caught: final names still only ever hold complete files, and the next run removes the
     temporary files of dead writers (but not those of a live one) and finishes the job."""
-    images = tmp_path / "many"
-    images.mkdir()
-    for i in range(30):
-        _image(images / f"img{i:02d}.png", i, (96, 96))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
-           "--out", str(out), "--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean",
-           "--batch-size", "1", "--size", "original"]
+    cmd = _slow_export(tiny, tmp_path, 30, out, "--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean")
+    env = _env()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(out.glob("*.png"))) < 10 and proc.poll() is None:

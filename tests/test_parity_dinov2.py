@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import vitviz
+from parity_refs import attn_drop_reference
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # "xFormers not available": the original falls back to eager attention
@@ -33,20 +34,6 @@ def original(ffn: str, chunks: int, seed: int) -> torch.nn.Module:
     return model
 
 
-def reference(model: torch.nn.Module, x: torch.Tensor) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The original's CLS features and each block's softmax output (read at its attn_drop)."""
-    maps: list[torch.Tensor] = []
-    drops = [m for name, m in model.named_modules() if name.endswith("attn.attn_drop")]
-    hooks = [d.register_forward_hook(lambda _m, _i, out: maps.append(out)) for d in drops]
-    try:
-        with torch.no_grad():
-            out = model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out[0].numpy(), [m[0].numpy() for m in maps]
-
-
 @pytest.mark.parametrize("ffn,chunks", [("mlp", 0), ("swiglufused", 0), ("mlp", 2)])
 @pytest.mark.parametrize("size", [(56, 56), (70, 98), (98, 56)])
 def test_original_dinov2_at_square_and_non_square_sizes(tmp_path, ffn: str, chunks: int,
@@ -59,10 +46,11 @@ def test_original_dinov2_at_square_and_non_square_sizes(tmp_path, ffn: str, chun
     assert vm.spec.mlp_kind == ("swiglu" if ffn.startswith("swiglu") else "gelu")
     assert vm.spec.num_params == sum(p.numel() for n, p in model.named_parameters() if n != "mask_token")
     x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(3))
-    features, maps = reference(model, x)
+    out, maps = attn_drop_reference(model, x)  # the CLS features, and each block's softmax
+    assert len(maps) == 2
     got = vm.run(x)
     assert got.attentions.shape == (2, 3, 1 + (size[0] // 14) * (size[1] // 14), 1 + (size[0] // 14) * (size[1] // 14))
     assert got.logits.shape == (0,) and got.top_k() == []  # a backbone has no classes to rank
-    np.testing.assert_allclose(got.features, features, atol=1e-5)
+    np.testing.assert_allclose(got.features, out[0].numpy(), atol=1e-5)
     for i, ref in enumerate(maps):
-        np.testing.assert_allclose(got.attentions[i], ref, atol=1e-5, err_msg=f"layer {i}")
+        np.testing.assert_allclose(got.attentions[i], ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")

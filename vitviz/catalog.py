@@ -129,6 +129,16 @@ class ScanResult(list):  # type: ignore[type-arg]
         self.skipped.append(Skipped(Path(path), reason))
 
 
+def _list_folder(folder: Path, out: ScanResult, skip_as: Path | None = None) -> list[Path]:
+    """The entries of `folder`, sorted; none when it is not a folder, and none (recorded in `out.skipped` under
+    `skip_as`, default the folder itself) when it cannot be read."""
+    try:
+        return sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError as e:
+        out.skip(folder if skip_as is None else skip_as, e)
+        return []
+
+
 def format_size(n: int) -> str:
     """Bytes as a short human string: '330 MB', '12.4 kB'."""
     value = float(n)
@@ -163,14 +173,7 @@ def scan_torch_hub(folder: Path | None = None) -> ScanResult:
     """ViT weight files in the torch hub checkpoints folder, sorted by name (unreadable ones in `skipped`)."""
     folder = torch_hub_dir() if folder is None else Path(folder)
     out = ScanResult()
-    try:
-        if not folder.is_dir():
-            return out
-        files = sorted(folder.iterdir())
-    except OSError as e:
-        out.skip(folder, e)
-        return out
-    for f in files:
+    for f in _list_folder(folder, out):
         try:
             entry = _file_entry(f, "torch hub") if f.suffix in WEIGHT_SUFFIXES and f.is_file() else None
         except OSError as e:
@@ -226,14 +229,7 @@ def scan_hf_hub(folder: Path | None = None) -> ScanResult:
     snapshots that cannot be read are left out and listed in `skipped`."""
     folder = hf_hub_dir() if folder is None else Path(folder)
     out = ScanResult()
-    try:
-        if not folder.is_dir():
-            return out
-        repos = sorted(p for p in folder.iterdir() if p.name.startswith("models--"))
-    except OSError as e:
-        out.skip(folder, e)
-        return out
-    for repo in repos:
+    for repo in (p for p in _list_folder(folder, out) if p.name.startswith("models--")):
         snap = _snapshot(repo, out)
         if snap is None:
             continue
@@ -252,12 +248,9 @@ def _snapshot(repo: Path, out: ScanResult) -> Path | None:
     What cannot be read (the repository, refs/main, a snapshot) is recorded in `out.skipped`: an unreadable
     snapshot is passed over for the next one."""
     snaps, ref = repo / "snapshots", repo / "refs" / "main"
-    try:
-        if not snaps.is_dir():
-            return None
-        listed = list(snaps.iterdir())
-    except OSError as e:
-        out.skip(repo, e)
+    unreadable = len(out.skipped)
+    listed = _list_folder(snaps, out, skip_as=repo)
+    if len(out.skipped) > unreadable:  # the repository cannot be read: nothing of it is listed
         return None
     try:
         candidates = [snaps / ref.read_text(encoding="utf-8").strip()] if ref.is_file() else []
