@@ -102,7 +102,7 @@ def _settle(app, win, timeout: float = 60.0) -> None:  # noqa: ANN001
 
 
 def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16, steps: int = 120) -> None:
-    from vitviz.gui.maps import ResultMaps
+    from vitviz.core.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)
@@ -182,7 +182,7 @@ def _pct(times: list[float]) -> tuple[float, float]:
 
 def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps: int = 30) -> None:
     """Rollout dock redraw after a control change (rollout through the last layer + two overlays), T = 577."""
-    from vitviz.gui.maps import ResultMaps
+    from vitviz.core.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, 16)
@@ -229,7 +229,7 @@ def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps
 def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> None:
     """Position-embedding dock: one hover (new similarity map + two frames + repaint) at a 37 x 37 grid."""
     from vitviz.core.spec import ModelSpec
-    from vitviz.gui.maps import pos_embed_data
+    from vitviz.core.maps import pos_embed_data
 
     app, win = _window()
     spec = ModelSpec(family="bench", source="bench", image_size=(grid * 14, grid * 14), patch_size=14,
@@ -258,7 +258,7 @@ def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> N
 def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 20) -> None:
     """Attention-matrix dock update after a layer/head change at T = 1370 (DINOv2-L/14 at 518 px, 4 registers
     would be 1374; the stored layers do not change the per-update cost, so only 2 are built)."""
-    from vitviz.gui.maps import ResultMaps
+    from vitviz.core.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tiny import write_tiny_checkpoint  # noqa: E402
 
-from vitviz.batch_io import unique_stems  # noqa: E402
-from vitviz.batch_maps import MapKind, RolloutOptions, SelectionError, parse_maps, parse_picks  # noqa: E402
-from vitviz.batch_maps import resolve_picks, rollout_rows  # noqa: E402
+from vitviz.batch.jobs import unique_stems  # noqa: E402
+from vitviz.batch.plan import MapKind, RolloutOptions, SelectionError, parse_maps, parse_picks  # noqa: E402
+from vitviz.batch.plan import resolve_picks, rollout_rows  # noqa: E402
 from vitviz.core.images import seen_region  # noqa: E402
 from vitviz.core.spec import Preprocess  # noqa: E402
 
@@ -129,7 +129,7 @@ def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) 
     out, _ = first_run
     import vitviz
     from vitviz.gui.exporting import render
-    from vitviz.gui.maps import ResultMaps
+    from vitviz.core.maps import ResultMaps
     from vitviz.gui.state import ViewState
 
     result = vitviz.load(tiny, heads=2, device="cpu").run(folder / "b.jpg")
@@ -313,7 +313,7 @@ def test_rollout_rows_match_core_rollout() -> None:
 def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, folder: Path,
                                                                     tmp_path: Path) -> None:
     """CLS / token maps alone capture only those query rows; the PNGs equal a full-matrix run's."""
-    from vitviz.batch_maps import query_rows
+    from vitviz.batch.plan import query_rows
 
     assert query_rows(parse_maps("cls,token:3")) == [0, 3] and query_rows(parse_maps("cls,rollout")) is None
     outs = {}
@@ -385,7 +385,7 @@ def test_seen_region_size_is_the_rounded_box_size() -> None:
 def test_progress_bar_only_on_a_terminal() -> None:
     import io
 
-    from vitviz.batch_io import Progress
+    from vitviz.batch.jobs import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

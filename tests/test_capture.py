@@ -66,7 +66,7 @@ def test_attention_only_pass_skips_the_tail_and_keeps_the_maps(tiny) -> None:
 
 
 def test_maps_too_large_for_memory_are_refused_with_a_clear_message(tiny, monkeypatch) -> None:
-    from vitviz.core import memory
+    from vitviz.core import runtime as memory
 
     x = torch.rand(3, 3, 32, 32)
     needed = 3 * 2 * 2 * 19 * 19 * 4  # B * L * H * T^2 * float32
@@ -213,7 +213,7 @@ def test_top_k_uses_labels(tmp_path) -> None:
 def test_native_view_is_the_region_the_model_saw(tmp_path, tiny, mode) -> None:
     """Mark a square in the original; the model-input image and the native-resolution view agree on it."""
     from dataclasses import replace
-    from vitviz.core.export import native_view
+    from vitviz.core.render import native_view
     arr = np.zeros((300, 500, 3), np.uint8)
     arr[100:200, 200:300] = 255  # a white square in the middle of a wide photo
     Image.fromarray(arr).save(tmp_path / "wide.png")

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from vitviz import catalog, cli
+from vitviz.cli import models as cli_models
 from vitviz.catalog import CatalogEntry, DownloadError
+from vitviz.errors import VitvizError
 
 
 @pytest.fixture
@@ -150,9 +152,9 @@ def test_lookup_defaults_and_errors() -> None:
     nw = catalog.lookup_named("torchvision:vit_b_16")
     assert nw.name == "torchvision:vit_b_16:IMAGENET1K_V1" and nw.file_name == "vit_b_16-c867db91.pth"
     assert catalog.lookup_named("torchvision:vit_b_16:imagenet1k_swag_linear_v1").file_name.startswith("vit_b_16_lc")
-    with pytest.raises(catalog.VitvizError, match="vit_b_16, vit_b_32"):
+    with pytest.raises(VitvizError, match="vit_b_16, vit_b_32"):
         catalog.lookup_named("torchvision:resnet50")
-    with pytest.raises(catalog.VitvizError, match="IMAGENET1K_V1"):
+    with pytest.raises(VitvizError, match="IMAGENET1K_V1"):
         catalog.lookup_named("torchvision:vit_b_16:NOPE")
     assert catalog.is_named_model("torchvision:vit_b_16") and not catalog.is_named_model("/tmp/vit.pth")
 
@@ -296,28 +298,28 @@ def test_resolve_model_arg_passes_paths_through(caches: tuple[Path, Path]) -> No
 
 def _models_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    catalog.add_models_parser(parser.add_subparsers(dest="command"))
+    cli_models.add_models_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(["models", *argv])
 
 
 def test_models_command_lists_json(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     torch_dir, _ = caches
     (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
-    assert catalog.run_models_command(_models_args("--json")) == 0
+    assert cli_models.run_models_command(_models_args("--json")) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["family"] == "torchvision" and rows[0]["size"] == 5
 
 
 def test_models_command_text_and_named(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert catalog.run_models_command(_models_args()) == 0
+    assert cli_models.run_models_command(_models_args()) == 0
     assert "no ViT checkpoints found" in capsys.readouterr().out
-    assert catalog.run_models_command(_models_args("--named")) == 0
+    assert cli_models.run_models_command(_models_args("--named")) == 0
     out = capsys.readouterr().out
     assert "torchvision:vit_b_16:IMAGENET1K_V1" in out and "not downloaded" in out
     assert out.startswith("NAME") and "346 MB" in out            # header; float32 size of vit_b_16
     torch_dir, _ = caches
     (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
-    assert catalog.run_models_command(_models_args()) == 0
+    assert cli_models.run_models_command(_models_args()) == 0
     header, row = capsys.readouterr().out.splitlines()
     assert header.split() == ["NAME", "FAMILY", "SIZE", "SOURCE", "PATH"] and row.startswith("vit_b_16 · ")
 
@@ -472,7 +474,7 @@ def test_disk_full_while_downloading_is_a_local_error(caches: tuple[Path, Path],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from vitviz import catalog_named
+    from vitviz.catalog import named as catalog_named
 
     torch_dir, _ = caches
     source = tmp_path / "mirror.pth"
@@ -496,7 +498,7 @@ def test_disk_full_while_downloading_is_a_local_error(caches: tuple[Path, Path],
 
 def test_cache_folder_without_permission_is_a_local_error(caches: tuple[Path, Path],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from vitviz import catalog_named
+    from vitviz.catalog import named as catalog_named
 
     torch_dir, _ = caches
 
@@ -558,7 +560,7 @@ def test_info_accepts_a_cached_named_model(caches: tuple[Path, Path], monkeypatc
 def test_info_downloads_a_named_model_with_progress(caches: tuple[Path, Path], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from vitviz import catalog_named
+    from vitviz.catalog import named as catalog_named
 
     torch_dir, _ = caches
     data = _tiny_torchvision(tmp_path / "mirror" / "weights.pth")
@@ -604,8 +606,8 @@ def test_models_get_refuses_named_and_recent(caches: tuple[Path, Path], capsys: 
         assert info.value.code == 2
         out, err = capsys.readouterr()
         assert out == "" and f"argument {other[0]}: not allowed with argument --get" in err
-    with pytest.raises(catalog.VitvizError, match="cannot be combined"):   # a Namespace made by hand
-        catalog.run_models_command(argparse.Namespace(get="torchvision:vit_b_16", named=True, recent=[],
+    with pytest.raises(VitvizError, match="cannot be combined"):   # a Namespace made by hand
+        cli_models.run_models_command(argparse.Namespace(get="torchvision:vit_b_16", named=True, recent=[],
                                                       json=False))
 
 

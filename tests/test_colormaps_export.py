@@ -1,4 +1,4 @@
-"""Tests for vitviz.core.colormaps and vitviz.core.export."""
+"""Tests for vitviz.core.colormaps, vitviz.core.render and vitviz.core.files."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from vitviz.core import colormaps as cm
-from vitviz.core import export as ex
+from vitviz.core import files, render
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 
@@ -81,11 +81,11 @@ def test_apply_colormap_scaling() -> None:
 
 def test_heatmap_blocky_and_smooth_on_non_square_grid() -> None:
     grid = np.arange(6, dtype=np.float32).reshape(2, 3)
-    blocky = ex.heatmap_image(grid, (20, 30), "gray", smooth=False)
+    blocky = render.heatmap_image(grid, (20, 30), "gray", smooth=False)
     assert blocky.shape == (20, 30, 3)
     expected = np.repeat(np.repeat(cm.apply_colormap(grid, "gray"), 10, axis=0), 10, axis=1)
     np.testing.assert_array_equal(blocky, expected)
-    smooth = ex.heatmap_image(grid, (20, 30), "gray", smooth=True)
+    smooth = render.heatmap_image(grid, (20, 30), "gray", smooth=True)
     np.testing.assert_array_equal(smooth[[0, -1]][:, [0, -1]], blocky[[0, -1]][:, [0, -1]])  # corners agree
     assert len(np.unique(smooth[..., 0])) > len(np.unique(blocky[..., 0]))
 
@@ -93,16 +93,16 @@ def test_heatmap_blocky_and_smooth_on_non_square_grid() -> None:
 def test_overlay_blends() -> None:
     image = np.full((4, 5, 3), 100, np.uint8)
     heat = np.full((4, 5, 3), 200, np.uint8)
-    np.testing.assert_array_equal(ex.overlay(image, heat, 0.0), image)
-    np.testing.assert_array_equal(ex.overlay(image, heat, 1.0), heat)
-    np.testing.assert_array_equal(ex.overlay(image, heat, 0.25), 125)
+    np.testing.assert_array_equal(render.overlay(image, heat, 0.0), image)
+    np.testing.assert_array_equal(render.overlay(image, heat, 1.0), heat)
+    np.testing.assert_array_equal(render.overlay(image, heat, 0.25), 125)
     with pytest.raises(ValueError):
-        ex.overlay(image, heat[:3], 0.5)
+        render.overlay(image, heat[:3], 0.5)
 
 
 def test_add_colorbar_draws_bar_and_labels() -> None:
     img = np.full((80, 50, 3), 7, np.uint8)
-    out = ex.add_colorbar(img, "viridis", 0.0, 0.125, bar_width=10, pad=4)
+    out = render.add_colorbar(img, "viridis", 0.0, 0.125, bar_width=10, pad=4)
     assert out.shape[0] == 80 and out.shape[1] > 50 + 4 + 10
     np.testing.assert_array_equal(out[:, :50], img)
     table = cm.colormap("viridis")
@@ -115,13 +115,13 @@ def test_add_colorbar_draws_bar_and_labels() -> None:
 def test_write_png_atomic(tmp_path: Path) -> None:
     rgb = np.random.default_rng(0).integers(0, 256, (6, 9, 3), dtype=np.uint8)
     target = tmp_path / "map.png"
-    assert ex.write_png_atomic(target, rgb) == target
+    assert files.write_png_atomic(target, rgb) == target
     np.testing.assert_array_equal(np.asarray(Image.open(target)), rgb)
-    with pytest.raises(ex.OutputExistsError) as info:
-        ex.write_png_atomic(target, np.zeros_like(rgb))
+    with pytest.raises(files.OutputExistsError) as info:
+        files.write_png_atomic(target, np.zeros_like(rgb))
     assert isinstance(info.value, FileExistsError) and isinstance(info.value, VitvizError)
     np.testing.assert_array_equal(np.asarray(Image.open(target)), rgb)  # untouched
-    ex.write_png_atomic(target, np.zeros_like(rgb), overwrite=True)
+    files.write_png_atomic(target, np.zeros_like(rgb), overwrite=True)
     np.testing.assert_array_equal(np.asarray(Image.open(target)), 0)
     assert os.listdir(tmp_path) == ["map.png"]  # no temporary files left
 
@@ -131,7 +131,7 @@ def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
-        ex._atomic_write(tmp_path / "x.png", explode, overwrite=False)
+        files._atomic_write(tmp_path / "x.png", explode, overwrite=False)
     assert os.listdir(tmp_path) == []
 
 
@@ -142,13 +142,13 @@ def test_npz_round_trip(tmp_path: Path) -> None:
     result = AttentionResult(attentions=attn, logits=np.arange(3, dtype=np.float32),
                              input=np.zeros((3, 32, 48), np.float32), image=np.ones((32, 48, 3), np.uint8),
                              spec=spec, source="cat.jpg", features=np.ones((8, 8), np.float32))
-    path = ex.write_npz_atomic(tmp_path / "run.npz", result)
-    data = ex.read_npz(path)
+    path = files.write_npz_atomic(tmp_path / "run.npz", result)
+    data = files.read_npz(path)
     np.testing.assert_array_equal(data["attentions"], attn)
     assert data["attentions"].dtype == np.float16
     np.testing.assert_array_equal(data["logits"], [0, 1, 2])
     assert data["image"].shape == (32, 48, 3) and data["features"].shape == (8, 8)
     assert data["spec"]["grid"] == [2, 3] and data["spec"]["prefix_names"] == ["cls", "reg0"]
     assert data["source"] == "cat.jpg"
-    with pytest.raises(ex.OutputExistsError):
-        ex.write_npz_atomic(path, result)
+    with pytest.raises(files.OutputExistsError):
+        files.write_npz_atomic(path, result)

@@ -15,7 +15,7 @@ def _run(code: str, **kw) -> subprocess.CompletedProcess:
 
 
 def test_core_imports_no_qt() -> None:
-    code = ("import sys, vitviz, vitviz.core.capture, vitviz.core.analysis, vitviz.core.export, vitviz.core.images, "
+    code = ("import sys, vitviz, vitviz.core.capture, vitviz.core.analysis, vitviz.core.render, vitviz.core.files, vitviz.core.images, "
             "vitviz.cli\nbad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'shiboken'))]\n"
             "assert not bad, bad\nprint('ok')")
     r = _run(code)

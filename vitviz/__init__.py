@@ -37,6 +37,6 @@ __all__ = [
 
 def load(path: Any, **overrides: Any) -> Any:
     """Load a ViT checkpoint (file, folder, or state dict) into a `vitviz.core.capture.VitModel`."""
-    from vitviz.core.capture import load as _load
+    from vitviz.core.load import load as _load
 
     return _load(path, **overrides)

@@ -13,7 +13,7 @@ from vitviz.demo import demo_images, sample_photos
 from vitviz.errors import CheckpointNotFoundError
 from vitviz.gui import bundled, settings as st
 from vitviz.gui.app import apply_args
-from vitviz.gui.args import add_window_arguments
+from vitviz.cli.window import add_window_arguments
 
 
 def parse(*argv: str) -> argparse.Namespace:

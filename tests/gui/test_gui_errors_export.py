@@ -8,7 +8,7 @@ import pytest
 from conftest import HEADS, wait_idle
 from PIL import Image
 
-from vitviz.core import export
+from vitviz.core import files, render
 
 
 def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_path) -> None:  # noqa: ANN001
@@ -61,9 +61,9 @@ def test_second_error_joins_open_dialog(qtbot, loaded, tmp_path) -> None:  # noq
 def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
     values, stack = maps.current(w.state)
     lo, hi = 0.0, stack.scale_max(stack.column(w.state.head))
-    base = export.native_view(maps.result)
-    heat = export.heatmap_image(values, base.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
-    return export.overlay(base, heat, w.state.opacity)
+    base = render.native_view(maps.result)
+    heat = render.heatmap_image(values, base.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
+    return render.overlay(base, heat, w.state.opacity)
 
 
 def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN001
@@ -71,7 +71,7 @@ def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN0
     maps = w.session.result(w.session.current)
     path = w.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
     out = np.asarray(Image.open(path))
-    h, w_ = export.native_view(maps.result).shape[:2]           # the original image's resolution,
+    h, w_ = render.native_view(maps.result).shape[:2]           # the original image's resolution,
     assert out.shape == (h, w_, 3) and h > 32                   # not the model input's (32) nor the screen's
     np.testing.assert_array_equal(out, _expected_overlay(w, maps))
     heat = np.asarray(Image.open(w.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
@@ -80,7 +80,7 @@ def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN0
     top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
     py, px = ((np.array(top) + 0.5) * np.array([h, w_]) / np.array(values.shape)).astype(int)
     hi = stack.scale_max(stack.column("mean"))
-    assert np.array_equal(heat[py, px], export.heatmap_image(values, (h, w_), "viridis", True, 0, hi)[py, px])
+    assert np.array_equal(heat[py, px], render.heatmap_image(values, (h, w_), "viridis", True, 0, hi)[py, px])
 
 
 def test_export_never_overwrites_silently(loaded, tmp_path) -> None:  # noqa: ANN001
@@ -102,8 +102,8 @@ def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     maps = w.session.result(w.session.current)
     stack = maps.stack("cls")
     got = np.asarray(Image.open(tmp_path / "img0_cls_L1_H1.png"))
-    size = export.native_view(maps.result).shape[:2]
-    want = export.heatmap_image(stack.select(1, 1), size, "viridis", True, 0.0, stack.scale_max(1))
+    size = render.native_view(maps.result).shape[:2]
+    want = render.heatmap_image(stack.select(1, 1), size, "viridis", True, 0.0, stack.scale_max(1))
     np.testing.assert_array_equal(got, want)
     asked: list = []
     monkeypatch.setattr("vitviz.gui.dialogs.confirm_overwrite", lambda _w, paths: asked.append(paths) or False)
@@ -115,7 +115,7 @@ def test_export_npz(loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
     path = w.export_npz_to(tmp_path / "arrays")
     assert path.suffix == ".npz"
-    data = export.read_npz(path)
+    data = files.read_npz(path)
     result = w.session.result(w.session.current).result
     np.testing.assert_array_equal(data["attentions"], result.attentions)
     assert data["spec"]["num_heads"] == HEADS and data["attentions"].shape == (2, HEADS, 17, 17)
@@ -140,7 +140,7 @@ def test_screenshot_cli(tiny_ckpt, images, tmp_path, case) -> None:  # noqa: ANN
     if case == "bad_image":
         (tmp_path / "broken.png").write_bytes(b"not a png")
         paths = [str(tmp_path / "broken.png")]
-    code = ("import argparse, sys; from vitviz.gui.args import add_window_arguments, run_window; "
+    code = ("import argparse, sys; from vitviz.cli.window import add_window_arguments, run_window; "
             "p = argparse.ArgumentParser(); add_window_arguments(p); sys.exit(run_window(p.parse_args()))")
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     proc = subprocess.run([sys.executable, "-c", code, *paths, "--model", model, "--heads", "2",
@@ -166,7 +166,7 @@ def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, f
     import argparse
 
     from vitviz.gui.app import apply_args
-    from vitviz.gui.args import add_window_arguments
+    from vitviz.cli.window import add_window_arguments
 
     p = argparse.ArgumentParser()
     add_window_arguments(p)

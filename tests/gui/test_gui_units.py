@@ -11,10 +11,10 @@ import pytest
 
 from vitviz.core import analysis
 from vitviz.core.spec import AttentionResult, ModelSpec
-from vitviz.gui.args import add_window_arguments
+from vitviz.cli.window import add_window_arguments
 from vitviz.gui.dropping import classify
-from vitviz.gui.maps import ResultMaps, levels_for
-from vitviz.gui.overview import mosaic
+from vitviz.core.maps import ResultMaps, levels_for
+from vitviz.gui.panels.overview import mosaic
 from vitviz.gui.state import ViewState, parse_map_arg, resolve_index
 
 
@@ -123,14 +123,14 @@ def test_classify_paths(tmp_path: Path) -> None:
 
 
 def test_window_module_does_not_import_torch() -> None:
-    code = ("import sys; import vitviz.gui.app, vitviz.gui.args, vitviz.gui.window; "
+    code = ("import sys; import vitviz.gui.app, vitviz.cli.window, vitviz.gui.window; "
             "bad = [m for m in ('torch', 'torchvision') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_args_module_does_not_import_qt() -> None:
-    code = ("import sys; import vitviz.gui.args; "
+    code = ("import sys; import vitviz.cli.window; "
             "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'torch'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
@@ -138,7 +138,7 @@ def test_args_module_does_not_import_qt() -> None:
 
 def test_model_summary_follows_the_input_size() -> None:
     from vitviz.core.spec import ModelSpec
-    from vitviz.gui.controls import model_summary
+    from vitviz.gui.panels.controls import model_summary
 
     spec = ModelSpec(family="timm", source="m.pth", image_size=(224, 224), patch_size=16, embed_dim=768, depth=12,
                      num_heads=12)

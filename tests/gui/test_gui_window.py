@@ -239,8 +239,8 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
 
 
 def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot) -> None:  # noqa: ANN001
-    from vitviz.gui.maps import MapStack
-    from vitviz.gui.overview import MEAN_MAX, OverviewPanel
+    from vitviz.core.maps import MapStack
+    from vitviz.gui.panels.overview import MEAN_MAX, OverviewPanel
 
     def bottom_labels(panel: OverviewPanel) -> list[str]:
         return [text for _pos, text in panel.plot.getAxis("bottom")._tickLevels[0]]

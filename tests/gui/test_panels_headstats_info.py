@@ -7,8 +7,8 @@ from conftest import HEADS, hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core import analysis
-from vitviz.core.prefix import attention_by_token_kind
-from vitviz.gui.info_panel import ModelInfo, info_html
+from vitviz.core.analysis import attention_by_token_kind
+from vitviz.gui.panels.info import ModelInfo, info_html
 
 
 def _point_pos(panel, plot, layer: int, head: int):  # noqa: ANN001, ANN202

@@ -7,7 +7,7 @@ import pytest
 from conftest import HEADS, hover, load_model, show_dock, viewport_pos
 
 from vitviz.core import analysis
-from vitviz.gui.posembed_panel import NO_POS_TEXT
+from vitviz.gui.panels.posembed import NO_POS_TEXT
 
 
 def _model_pos(path, grid=None):  # noqa: ANN001, ANN202

@@ -102,7 +102,7 @@ def test_no_cls_model_rolls_out_the_patch_mean(qtbot, window, variant_ckpts, ima
 def test_engine_matches_core_for_every_setting() -> None:
     from test_gui_units import random_result
 
-    from vitviz.gui.maps import ResultMaps, RolloutParams
+    from vitviz.core.maps import ResultMaps, RolloutParams
 
     for reg, cls in ((0, True), (2, True), (0, False)):
         result = random_result(depth=4, reg=reg, cls=cls)

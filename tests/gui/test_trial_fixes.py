@@ -10,12 +10,12 @@ import pytest
 from conftest import HEADS, show_dock, wait_idle
 from test_gui_units import random_result
 
-from vitviz import batch_maps
+from vitviz.batch import plan as batch_maps
 from vitviz.core import analysis
 from vitviz.gui import colors
 from vitviz.gui.app import EXIT_2_TITLES, apply_args
-from vitviz.gui.args import add_window_arguments
-from vitviz.gui.maps import MOSAIC_MAX_POSITIONS, ResultMaps, pos_embed_data
+from vitviz.cli.window import add_window_arguments
+from vitviz.core.maps import MOSAIC_MAX_POSITIONS, ResultMaps, pos_embed_data
 from vitviz.gui.session import DEVICE_FAILED
 from vitviz.gui.state import MAP_CHOICES, ViewState, parse_map_arg
 

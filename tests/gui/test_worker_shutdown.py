@@ -101,7 +101,7 @@ def test_submit_after_shutdown_is_ignored(qtbot, window) -> None:  # noqa: ANN00
 def test_error_before_the_event_loop_still_stops_the_worker(tmp_path: Path) -> None:
     """An exception between creating the window and closing it (here in apply_args) used to leave the worker
     thread running, and the interpreter's exit then aborted (exit status 134)."""
-    code = ("import argparse, sys; import vitviz.gui.app as app; from vitviz.gui.args import add_window_arguments\n"
+    code = ("import argparse, sys; import vitviz.gui.app as app; from vitviz.cli.window import add_window_arguments\n"
             "def boom(window, args): raise RuntimeError('boom')\n"
             "app.apply_args = boom\n"
             "p = argparse.ArgumentParser(); add_window_arguments(p)\n"

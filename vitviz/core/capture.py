@@ -1,11 +1,10 @@
-"""Loading a checkpoint into the reference ViT and capturing its attention.
+"""Capturing attention: `VitModel` (preprocess, run, forward_captured) and the sink the softmax writes into.
 
-    model = load("vit_b_16-c867db91.pth")        # -> VitModel
-    result = model.run("cat.jpg")                # -> AttentionResult with (L, H, T, T) attentions
+    model = vitviz.load("vit_b_16-c867db91.pth")   # -> VitModel (built by vitviz.core.load)
+    result = model.run("cat.jpg")                  # -> AttentionResult with (L, H, T, T) attentions
 """
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -17,45 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
-from vitviz.core.families import convert
-from vitviz.core.infer import OVERRIDES, infer_spec
 from vitviz.core.model import AttentionProbe, ReferenceViT
-from vitviz.core.memory import SMALLER, check_host_memory, packing_fits
+from vitviz.core.runtime import SMALLER, check_host_memory, packing_fits, resolve_device
 from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
-from vitviz.errors import DeviceError, InconsistentCheckpointError, VitvizError
-
-
-def available_devices() -> list[str]:
-    """Devices a model can run on here: 'cpu', plus 'cuda' (or 'cuda:N') when available."""
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        n = torch.cuda.device_count()
-        devices += ["cuda"] if n == 1 else [f"cuda:{i}" for i in range(n)]
-    return devices
-
-
-def resolve_device(device: str | None) -> torch.device:
-    """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
-    if device in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"unknown device {device!r}; expected auto, cpu, cuda or cuda:N "
-                          f"(available here: {', '.join(available_devices())})") from e
-    if dev.type not in ("cpu", "cuda"):
-        raise DeviceError(f"device {device!r} is not supported; expected auto, cpu, cuda or cuda:N "
-                          f"(available here: {', '.join(available_devices())})")
-    if dev.type == "cuda" and dev.index is not None and torch.cuda.is_available() \
-            and dev.index >= torch.cuda.device_count():
-        raise DeviceError(f"device {device!r} requested, but there are {torch.cuda.device_count()} CUDA devices "
-                          f"(available: {', '.join(available_devices())})")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(f"device {device!r} requested, but CUDA is not available here "
-                          f"(available: {', '.join(available_devices())})")
-    return dev
+from vitviz.errors import DeviceError, VitvizError
 
 
 class LayerSink:
@@ -283,97 +248,3 @@ class VitModel:
             prefix = self.net.pos_embed[0, : self.spec.pos_prefix]
             pos = torch.cat([prefix, self.net.grid_pos_embed(tuple(g))[0]], dim=0)
         return pos.float().cpu().numpy()
-
-
-def _module_heads(module: torch.nn.Module) -> int | None:
-    """The head count a model object states: timm `attn.num_heads`, torch `MultiheadAttention.num_heads`, or a
-    transformers `config.num_attention_heads`."""
-    config = getattr(module, "config", None)
-    if isinstance(getattr(config, "num_attention_heads", None), int):
-        return int(config.num_attention_heads)
-    for m in module.modules():
-        heads = getattr(m, "num_heads", None)
-        if isinstance(heads, int) and heads > 0:
-            return heads
-    return None
-
-
-def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
-    """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
-    sizes) or timm's pretrained config (architecture name, preprocessing)."""
-    raw = _raw_from_dict(module.state_dict())
-    raw.path = Path(f"<{type(module).__name__} object>")
-    config = getattr(module, "config", None)
-    if hasattr(config, "to_dict"):
-        raw.config = config.to_dict()
-    elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
-        cfg = dict(module.pretrained_cfg)
-        size = getattr(getattr(module, "patch_embed", None), "img_size", None)
-        if size is not None:  # the registry's size is the default; the model may have been built at another
-            cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
-        raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
-    return raw
-
-
-def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
-    tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
-    return RawCheckpoint(Path("<state dict>"), tensors)
-
-
-def load(path: "str | Path | dict[str, Any] | torch.nn.Module", **overrides: Any) -> VitModel:
-    """Load any supported ViT checkpoint into the reference model.
-
-    Args:
-        path: a file, a folder (HF / timm hub), an in-memory state dict, or a model object (its state dict; the
-            head count is read from it).
-        **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
-            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1').
-    """
-    unknown = set(overrides) - set(OVERRIDES)
-    if unknown:
-        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of {', '.join(OVERRIDES)}")
-    device = resolve_device(overrides.get("device"))
-    if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
-        heads = _module_heads(path)
-        from_object = bool(heads and not overrides.get("heads"))
-        if from_object:
-            overrides = {**overrides, "heads": heads}
-        raw = _raw_from_module(path)
-    elif isinstance(path, dict):
-        raw = _raw_from_dict(path)
-    elif isinstance(path, (str, bytes, os.PathLike)):
-        raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
-    else:
-        raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
-                          "a state dict or a torch.nn.Module")
-    conv = convert(raw, overrides.get("family"))
-    spec = infer_spec(conv, raw, overrides)
-    if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
-        spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
-                                               else v) for k, v in spec.provenance))
-    net = ReferenceViT(spec)
-    _load_exact(net, conv.tensors, spec.source)
-    net.eval()
-    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
-    net.spec = spec
-    model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
-    return model.to(str(device))
-
-
-def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
-    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
-    own = net.state_dict()
-    missing = sorted(set(own) - set(sd))
-    extra = sorted(set(sd) - set(own))
-    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
-             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
-    if missing or extra or wrong:
-        parts = []
-        if wrong:
-            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
-        if missing:
-            parts.append(f"missing tensors: {', '.join(missing[:8])}")
-        if extra:
-            parts.append(f"unexpected tensors: {', '.join(extra[:8])}")
-        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
-    net.load_state_dict(sd, strict=True)

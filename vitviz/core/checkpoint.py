@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from vitviz.core.formats import WEIGHT_NAMES, WEIGHT_SUFFIXES
 from vitviz.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -26,9 +27,6 @@ from vitviz.errors import (
     UnsafeCheckpointError,
 )
 
-WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth",
-                "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
 # Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise).
 NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "module")
 

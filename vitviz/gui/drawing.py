@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core import export
-from vitviz.gui.info_panel import ModelInfo
-from vitviz.gui.maps import levels_for
+from vitviz.core import render
+from vitviz.gui.panels.info import ModelInfo
+from vitviz.core.maps import levels_for
 from vitviz.gui.state import ROLLOUT_FIELDS
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class DrawingMixin:
         values, stack = maps.current(state)
         self._values = values
         levels = levels_for(state, values, stack)
-        shown = export.upsample(values, _grid_pixels(result), True) if state.smooth else values
+        shown = render.upsample(values, _grid_pixels(result), True) if state.smooth else values
         title = f"{self._title(stack.title, result)} · scale {levels[0]:.3g}–{levels[1]:.3g}"
         self.panel.show_map(shown, levels, state.colormap, state.opacity, title)
         self.panel.set_highlight(self._query_patch(result))

@@ -4,12 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vitviz.core.formats import MODEL_FILE_SUFFIXES, MODEL_FOLDER_MARKERS
 from vitviz.core.images import find_images, is_image_file
 
-CHECKPOINT_SUFFIXES = frozenset({".pth", ".pt", ".bin", ".safetensors", ".ckpt", ".npz", ".h5", ".msgpack",
-                                 ".tar", ".json"})
-MODEL_FOLDER_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                        "open_clip_config.json")
+CHECKPOINT_SUFFIXES = frozenset(MODEL_FILE_SUFFIXES) | {".json"}   # a lone config.json names its folder
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""What the window exports, rendered with `vitviz.core.export` so the window and the CLI write identical PNGs.
+"""What the window exports, rendered with `vitviz.core.render` so the window and the CLI write identical PNGs.
 
 No Qt here: the window asks for file names and confirmation, these functions render and write.
 """
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
-from vitviz.core import export
-from vitviz.gui.maps import MapStack, ResultMaps, levels_for
+from vitviz.core import files, render as draw
+from vitviz.core.maps import MapStack, ResultMaps, levels_for
 from vitviz.gui.state import ViewState, map_label
 
 
 def base_image(maps: ResultMaps, native: bool = True) -> np.ndarray:
     """What the map is drawn over: the region of the original image the model saw at the original's resolution
     (`native`), or the model-input image."""
-    return export.native_view(maps.result) if native else maps.result.image
+    return draw.native_view(maps.result) if native else maps.result.image
 
 
 def render(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
@@ -34,9 +34,9 @@ def render(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, color
     lo, hi = levels_for(state, values, stack)
     image = base_image(maps) if base is None else base
     size = (image.shape[0], image.shape[1])
-    heat = export.heatmap_image(_cover(values, maps), size, state.colormap, state.smooth, lo, hi)
-    rgb = heat if heatmap_only else export.overlay(image, heat, float(state.opacity))
-    return export.add_colorbar(rgb, state.colormap, lo, hi) if colorbar else rgb
+    heat = draw.heatmap_image(_cover(values, maps), size, state.colormap, state.smooth, lo, hi)
+    rgb = heat if heatmap_only else draw.overlay(image, heat, float(state.opacity))
+    return draw.add_colorbar(rgb, state.colormap, lo, hi) if colorbar else rgb
 
 
 def _cover(values: np.ndarray, maps: ResultMaps) -> np.ndarray:
@@ -75,14 +75,14 @@ def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: b
     written, base = [], base_image(maps)
     for path, layer, head in all_map_paths(maps, state, folder):
         rgb = render(maps, state, heatmap_only, colorbar, layer=layer, head=head, base=base)
-        written.append(export.write_png_atomic(path, rgb, overwrite=overwrite))
+        written.append(files.write_png_atomic(path, rgb, overwrite=overwrite))
     return written
 
 
 def export_png(maps: ResultMaps, state: ViewState, path: Path, heatmap_only: bool = False,
                colorbar: bool = True, overwrite: bool = False) -> Path:
-    return export.write_png_atomic(path, render(maps, state, heatmap_only, colorbar), overwrite=overwrite)
+    return files.write_png_atomic(path, render(maps, state, heatmap_only, colorbar), overwrite=overwrite)
 
 
 def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:
-    return export.write_npz_atomic(path, maps.result, overwrite=overwrite)
+    return files.write_npz_atomic(path, maps.result, overwrite=overwrite)

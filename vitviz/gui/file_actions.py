@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog
 
+from vitviz.core.formats import dialog_filter
 from vitviz.gui import bundled, dialogs, exporting, settings as st
-from vitviz.gui.maps import ResultMaps
+from vitviz.core.maps import ResultMaps
 
 if TYPE_CHECKING:
     from vitviz.gui.window import MainWindow
@@ -23,7 +24,7 @@ PNG_STYLES = {
     "Heatmap (*.png)": (True, False),
 }
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.bmp *.gif *.tif *.tiff *.webp *.ppm *.pgm);;All files (*)"
-MODEL_FILTER = "Checkpoints (*.pth *.pt *.bin *.safetensors *.ckpt *.npz *.h5 *.tar);;All files (*)"
+MODEL_FILTER = dialog_filter()
 
 
 class FileActionsMixin:

@@ -1,6 +1,6 @@
 """The Models menu: the bundled demo, the ViT checkpoints already on this computer, and torchvision's named models.
 
-The listing comes from `vitviz.catalog`, scanned in the worker thread (identifying a torchvision file name reads
+The listing comes from `vitviz.catalog.scan`, scanned in the worker thread (identifying a torchvision file name reads
 torchvision's weights tables, which imports torch): on the first show of the menu, again on the next show after a
 model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had. Folders the
 scan could not read (`ScanResult.skipped`) are named in a disabled item under the entries, with the reasons in its

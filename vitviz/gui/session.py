@@ -11,7 +11,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.maps import PosEmbedData, ResultMaps
+from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.gui.worker import Request, WorkerClient
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3

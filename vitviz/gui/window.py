@@ -15,20 +15,20 @@ from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QWidget
 
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled, dialogs, menus, settings as st
-from vitviz.gui.controls import ControlsPanel
+from vitviz.gui.panels.controls import ControlsPanel
 from vitviz.gui.drawing import MAP_FIELDS, DrawingMixin
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.file_actions import FileActionsMixin
-from vitviz.gui.headstats_panel import HeadStatsPanel
-from vitviz.gui.image_list import ImageListPanel
-from vitviz.gui.image_panel import ImagePanel
-from vitviz.gui.info_panel import InfoPanel
-from vitviz.gui.matrix_panel import MatrixPanel
+from vitviz.gui.panels.headstats import HeadStatsPanel
+from vitviz.gui.panels.image_list import ImageListPanel
+from vitviz.gui.panels.image import ImagePanel
+from vitviz.gui.panels.info import InfoPanel
+from vitviz.gui.panels.matrix import MatrixPanel
 from vitviz.gui.models_menu import ModelsMenu
-from vitviz.gui.overview import OverviewPanel
-from vitviz.gui.panel_common import LazyPanel
-from vitviz.gui.posembed_panel import PosEmbedPanel
-from vitviz.gui.rollout_panel import RolloutPanel
+from vitviz.gui.panels.overview import OverviewPanel
+from vitviz.gui.panels.base import LazyPanel
+from vitviz.gui.panels.posembed import PosEmbedPanel
+from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea

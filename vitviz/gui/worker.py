@@ -121,7 +121,7 @@ class InferenceWorker(QObject):
         self._model = None
 
     def _probe(self) -> list[str]:
-        from vitviz.core.capture import available_devices
+        from vitviz.core.runtime import available_devices
 
         return list(available_devices())
 
@@ -134,7 +134,7 @@ class InferenceWorker(QObject):
 
         refused = ""
         if device not in (None, "", "auto"):
-            from vitviz.core.capture import resolve_device
+            from vitviz.core.runtime import resolve_device
 
             try:
                 resolve_device(device)
@@ -148,7 +148,7 @@ class InferenceWorker(QObject):
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
-        from vitviz.gui.maps import ResultMaps
+        from vitviz.core.maps import ResultMaps
 
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
@@ -161,7 +161,7 @@ class InferenceWorker(QObject):
         absolute position embedding), and the grid."""
         if self._model is None:
             raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
-        from vitviz.gui.maps import pos_embed_data
+        from vitviz.core.maps import pos_embed_data
 
         grid = tuple(grid) if grid else tuple(self._model.spec.grid)
         pos = self._model.pos_embed(grid)
@@ -193,7 +193,7 @@ class DownloadProgress:
         self.worker, self.name, self._last = worker, name, -1
 
     def __call__(self, done: int, total: int | None) -> None:
-        from vitviz.catalog import format_size
+        from vitviz.catalog.scan import format_size
 
         step = int(100 * done / total) if total else done >> 20
         if self.worker.thread().isInterruptionRequested():

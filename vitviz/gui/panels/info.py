@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.panel_common import LazyPanel
+from vitviz.gui.panels.base import LazyPanel
 
 SKIP_FIELDS = {"provenance", "labels", "preprocess"}
 

@@ -122,7 +122,7 @@ def sha256_file(path: Path) -> str:
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> Path:
     """Write JSON to a temporary file next to `path`, then move it into place (replacing any old file)."""
-    from vitviz.core.export import temp_prefix
+    from vitviz.core.files import temp_prefix
 
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.batch_io import Job, Progress, sha256_file
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, query_rows
-from vitviz.batch_maps import render, select
-from vitviz.core import export, images
+from vitviz.batch.jobs import Job, Progress, sha256_file
+from vitviz.batch.plan import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, query_rows
+from vitviz.batch.plan import render, select
+from vitviz.core import files, images, render as draw
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
 
@@ -169,19 +169,19 @@ class Exporter:
             if not plan.overwrite and path.exists():
                 continue
             values = cover(select(stacks[m], layer, head), spec.preprocess.crop, spec.patch_size)
-            self._save(job, path, lambda: export.write_png_atomic(
+            self._save(job, path, lambda: files.write_png_atomic(
                 path, render(values, stacks[m], head, p.region, plan.render), plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             scores, features = split_output(logits, spec)
             result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
                                      spec=spec, source=str(job.path), features=features)
-            self._save(job, job.outputs[-1], lambda: export.write_npz_atomic(job.outputs[-1], result, plan.overwrite))
+            self._save(job, job.outputs[-1], lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite))
 
     @staticmethod
     def _save(job: Job, path: Path, write: Any) -> None:
         try:
             write()
-        except export.OutputExistsError:  # another run wrote it meanwhile: keep theirs
+        except files.OutputExistsError:  # another run wrote it meanwhile: keep theirs
             return
         job.written.append(path)
 

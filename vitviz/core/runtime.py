@@ -1,5 +1,5 @@
-"""How much memory is left, and what a run may take of it: the checks that turn an allocation failure into a
-clear message before anything runs."""
+"""Where a model runs and what it may take: devices, and the memory checks that turn an allocation failure into
+a clear message before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,3 +45,34 @@ def check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
         raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
                           f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
                           f"available; {SMALLER}")
+
+
+def available_devices() -> list[str]:
+    """Devices a model can run on here: 'cpu', plus 'cuda' (or 'cuda:N') when available."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        devices += ["cuda"] if n == 1 else [f"cuda:{i}" for i in range(n)]
+    return devices
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"unknown device {device!r}; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})") from e
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"device {device!r} is not supported; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})")
+    if dev.type == "cuda" and dev.index is not None and torch.cuda.is_available() \
+            and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {device!r} requested, but there are {torch.cuda.device_count()} CUDA devices "
+                          f"(available: {', '.join(available_devices())})")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {device!r} requested, but CUDA is not available here "
+                          f"(available: {', '.join(available_devices())})")
+    return dev

@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Any
 
-from vitviz.catalog import format_size, scan
-from vitviz.catalog_dirs import hf_hub_dir, torch_hub_dir
-from vitviz.catalog_named import cached_named, is_named_model, lookup_named, named_models, resolve_model_arg
+from vitviz.catalog.scan import format_size, scan
+from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
+from vitviz.catalog.named import cached_named, is_named_model, lookup_named, named_models, resolve_model_arg
 from vitviz.errors import VitvizError
 
 EXAMPLES = """examples:

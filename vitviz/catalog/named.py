@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitviz.catalog_dirs import torch_hub_dir
+from vitviz.catalog.dirs import torch_hub_dir
 from vitviz.errors import VitvizError
 
 Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)

@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.state import ViewState
 
 PICK_RADIUS_PX = 9.0

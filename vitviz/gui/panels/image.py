@@ -7,7 +7,8 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
+from vitviz.gui import colors
+from vitviz.gui.panels import base  # noqa: F401 - sets row-major order
 
 
 class TitleLabel(pg.LabelItem):

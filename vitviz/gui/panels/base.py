@@ -5,7 +5,7 @@ import pyqtgraph as pg
 from PySide6.QtGui import QColor, QPen, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from vitviz.gui import pgconfig  # noqa: F401 - sets row-major order
+pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
 
 BACKGROUND = "#202124"
 TEXT = "#e8eaed"

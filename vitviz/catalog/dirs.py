@@ -1,7 +1,7 @@
 """Where the torch hub and Hugging Face hub caches are, by the same environment rules as those libraries.
 
-Qt-free and torch-free; shared by the cache scan (`vitviz.catalog`) and named-model downloads
-(`vitviz.catalog_named`).
+Qt-free and torch-free; shared by the cache scan (`vitviz.catalog.scan`) and named-model downloads
+(`vitviz.catalog.named`).
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import QGraphicsRectItem, QStackedLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
-from vitviz.gui.panel_common import SELECT, TEXT, dark_layout, message_label, pen
+from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
+from vitviz.gui.panels.base import SELECT, TEXT, dark_layout, message_label, pen
 
 MOSAIC_TEXT = "every position's similarity map (the ViT-paper figure)"
 NO_POS_TEXT = ("This model has no learned absolute position embedding (for example, it uses relative or rotary "

@@ -1,7 +1,7 @@
 """What `vitviz export` draws: parsing the map / layer / head selections, computing the maps, rendering PNGs.
 
-No torch here. Maps are computed the way the window computes them (`vitviz.gui.maps`), and rendered with
-`vitviz.core.export`, so a PNG written here is the PNG the window writes for the same choices:
+No torch here. Maps are computed the way the window computes them (`vitviz.core.maps`), and rendered with
+`vitviz.core.render`, so a PNG written here is the PNG the window writes for the same choices:
 
 - `cls`: the CLS token's attention over the patches.
 - `mean` / `max`: the attention each patch receives, averaged / maximised over the patch queries (the window's
@@ -22,7 +22,7 @@ from typing import Union
 
 import numpy as np
 
-from vitviz.core import analysis, export
+from vitviz.core import analysis, render as draw
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 
@@ -246,9 +246,9 @@ def render(values: np.ndarray, stack: np.ndarray, head: Pick, image: np.ndarray,
     """
     lo, hi = levels(values, stack, head, opts.scale)
     h, w = image.shape[:2]
-    heat = export.heatmap_image(values, (h, w), opts.cmap, opts.smooth, lo, hi)
-    rgb = heat if opts.style == "heatmap" else export.overlay(image, heat, float(opts.opacity))
-    return export.add_colorbar(rgb, opts.cmap, lo, hi) if opts.colorbar else rgb
+    heat = draw.heatmap_image(values, (h, w), opts.cmap, opts.smooth, lo, hi)
+    rgb = heat if opts.style == "heatmap" else draw.overlay(image, heat, float(opts.opacity))
+    return draw.add_colorbar(rgb, opts.cmap, lo, hi) if opts.colorbar else rgb
 
 
 def cover(values: np.ndarray, crop: tuple[int, int], patch: int) -> np.ndarray:

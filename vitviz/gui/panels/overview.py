@@ -11,8 +11,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.gui import colors, pgconfig  # noqa: F401 - sets row-major order
-from vitviz.gui.maps import MapStack
+from vitviz.gui import colors
+from vitviz.gui.panels import base  # noqa: F401 - sets row-major order
+from vitviz.core.maps import MapStack
 
 # names of the head mean and max columns and the axis label, from the widest; the first that fits is used
 MEAN_MAX = (("mean", "max", "head"), ("μ", "max", "head (μ: head mean)"),

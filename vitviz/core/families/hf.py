@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
+from vitviz.core.families.base import Converted
 
-if TYPE_CHECKING:
-    from vitviz.core.families import Converted
+NAMES = ("hf",)
 
 HF_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
           "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
@@ -30,9 +30,12 @@ _RULES = [
 ]
 
 
-def convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> "Converted":
-    from vitviz.core.families import Converted
+def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    stripped = {re.sub(r"^(vit|deit|dinov2|dinov2_with_registers)\.", "", k) for k in keys}
+    return "hf" if "embeddings.patch_embeddings.projection.weight" in stripped else None
 
+
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
     cfg = raw.config or {}
     model_type = str(cfg.get("model_type") or _guess_model_type(sd))
     sd = {re.sub(r"^(vit|deit|dinov2_with_registers|dinov2)\.", "", k): v for k, v in sd.items()}

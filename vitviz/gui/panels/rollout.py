@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.gui import colors
-from vitviz.gui.image_panel import TitleLabel
-from vitviz.gui.maps import ResultMaps, RolloutParams, rollout_title
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, dark_layout, pen
+from vitviz.gui.panels.image import TitleLabel
+from vitviz.core.maps import ResultMaps, RolloutParams, rollout_title
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, dark_layout, pen
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState
 
 

@@ -22,16 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from vitviz.batch_io import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
-from vitviz.batch_maps import MapKind, Pick, RenderOptions, RolloutOptions, SelectionError, check_maps, parse_maps
-from vitviz.batch_maps import parse_picks
-from vitviz.batch_maps import resolve_picks, safe_stem
+from vitviz.batch.jobs import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
+from vitviz.batch.plan import MapKind, Pick, RenderOptions, RolloutOptions, SelectionError, check_maps, parse_maps
+from vitviz.batch.plan import parse_picks
+from vitviz.batch.plan import resolve_picks, safe_stem
 from vitviz.errors import CheckpointError, VitvizError
 
 
 def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the `export` subcommand to the `vitviz` subparsers."""
-    from vitviz.cli import add_override_arguments
+    from vitviz.cli.options import add_override_arguments
 
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
@@ -132,8 +132,8 @@ def _colormap(text: str) -> str:
 
 def run_export_command(args: argparse.Namespace) -> int:
     """Run `vitviz export` and return its exit code (0, 1, 2 or 130); VitvizErrors mean exit 2."""
-    from vitviz.batch_run import Exporter, Plan
-    from vitviz.core.export import remove_stale_temps
+    from vitviz.batch.pipeline import Exporter, Plan
+    from vitviz.core.files import remove_stale_temps
 
     start = time.perf_counter()
     out: Path = args.out
@@ -172,8 +172,8 @@ def _load(args: argparse.Namespace) -> Any:
     --quiet); any failure becomes a CheckpointError naming the file (exit 2). The manifest keeps --model as
     given (the name); the file loaded is the spec's `source`."""
     import vitviz
-    from vitviz.catalog_cli import resolve_cli_model
-    from vitviz.cli import overrides_from
+    from vitviz.cli.models import resolve_cli_model
+    from vitviz.cli.options import overrides_from
 
     checkpoint = resolve_cli_model(args.model, quiet=args.quiet)   # VitvizError (exit 2) when it cannot be had
     try:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vitviz.core import analysis
-from vitviz.core.prefix import attention_by_token_kind
+from vitviz.core.analysis import attention_by_token_kind
 from vitviz.core.spec import AttentionResult
 from vitviz.gui.state import HeadSel, LayerSel, ViewState, resolve_index
 
@@ -126,7 +126,7 @@ class ResultMaps:
 
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
-        (L, H, P + 1) attention by token kind (`core.prefix.attention_by_token_kind`)."""
+        (L, H, P + 1) attention by token kind (`core.analysis.attention_by_token_kind`)."""
         if self._stats is None:
             r = self.result
             self._stats = (analysis.mean_attention_distance(r),
@@ -362,7 +362,7 @@ class PosEmbedData:
 def pos_embed_data(pos: np.ndarray, grid: tuple[int, int], prefix_rows: int) -> PosEmbedData:
     """Similarities (and, for grids up to `MOSAIC_MAX_POSITIONS`, the mosaic) of a resampled position embedding
     (the worker calls this, off the GUI thread)."""
-    from vitviz.gui.overview import mosaic
+    from vitviz.gui.panels.overview import mosaic
 
     pos = np.asarray(pos, dtype=np.float32).reshape(-1, np.shape(pos)[-1])          # (1, N_pos, D) -> (N_pos, D)
     gh, gw = int(grid[0]), int(grid[1])

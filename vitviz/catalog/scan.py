@@ -1,23 +1,4 @@
-"""The ViT checkpoints already on this computer, and named models that resolve to a cached or downloaded file.
-
-Qt-free. Scanning reads directory listings and small JSON files only; torch (through torchvision's weights
-tables) is imported only when a torch-hub file is named like a torchvision ViT, or a named model is resolved,
-so call `scan` from a worker thread when the window must not stall.
-
-    entries = scan(recent=["~/runs/vit.pth"])          # torch hub cache, HF hub cache, recent files
-    entries.skipped                                    # folders and files that could not be read (listed, not raised)
-    path = resolve_named("torchvision:vit_b_16")       # cached file, else downloaded with progress
-    model = vitviz.load(path)
-
-Named models are `torchvision:ARCH[:WEIGHTS]`, ARCH one of torchvision's ViTs (vit_b_16, vit_b_32, vit_l_16,
-vit_l_32, vit_h_14) and WEIGHTS a member of its Weights enum (IMAGENET1K_V1, IMAGENET1K_SWAG_E2E_V1, ...;
-default DEFAULT). The file keeps torchvision's name, so `vitviz.load` reads the preprocessing and categories
-from it, and it lands in the torch hub cache where torchvision itself would look.
-
-This module scans the caches; it re-exports the cache locations (`vitviz.catalog_dirs`), the named models and
-their downloads (`vitviz.catalog_named`) and, lazily, the `vitviz models` command (`vitviz.catalog_cli`), so
-everything stays importable from here.
-"""
+"""The ViT checkpoints already on this computer: torch hub cache, Hugging Face cache, recent files (Qt-free)."""
 from __future__ import annotations
 
 import json
@@ -28,33 +9,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vitviz.catalog_dirs import hf_hub_dir, torch_hub_dir
-from vitviz.catalog_named import (NAMED_PREFIX, TORCHVISION_ARCHS, DownloadError, NamedWeights, Progress,
-                                  cached_named, is_named_model, lookup_named, named_models, resolve_model_arg,
-                                  resolve_named)
-from vitviz.errors import VitvizError
+from vitviz.core.formats import WEIGHT_SUFFIXES
+from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
+from vitviz.catalog.named import NAMED_PREFIX
 
-__all__ = [  # re-exported names included; add_models_parser and run_models_command come through __getattr__
-    "CatalogEntry", "DownloadError", "HF_VIT_TYPES", "HF_WEIGHT_NAMES", "NAMED_PREFIX", "NamedWeights", "Progress",
-    "ScanResult", "Skipped", "TORCHVISION_ARCHS", "VitvizError", "WEIGHT_SUFFIXES", "cached_named", "format_size",
-    "guess_family_from_name", "hf_hub_dir", "is_named_model", "lookup_named", "named_models", "resolve_model_arg",
-    "resolve_named", "scan", "scan_hf_hub", "scan_recent", "scan_torch_hub", "torch_hub_dir"]
-
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 HF_VIT_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
                 "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn"}
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
-_CLI_NAMES = ("add_models_parser", "run_models_command")
 
-
-def __getattr__(name: str) -> Any:
-    """`add_models_parser` and `run_models_command` live in `vitviz.catalog_cli` (imported on first use)."""
-    if name in _CLI_NAMES:
-        from vitviz import catalog_cli
-
-        return getattr(catalog_cli, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

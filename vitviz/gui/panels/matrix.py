@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.maps import ResultMaps
-from vitviz.gui.panel_common import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.core.maps import ResultMaps
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.state import ViewState, resolve_index
 
 LOG_DECADES = 4.0

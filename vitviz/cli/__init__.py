@@ -1,0 +1,81 @@
+"""Command line: `vitviz` (the window), `vitviz info CHECKPOINT`, `vitviz export ...`, `vitviz models`.
+
+CHECKPOINT (and `--model`) is a path or a named model `torchvision:ARCH[:WEIGHTS]`, resolved everywhere by
+`vitviz.catalog.named.resolve_model_arg`.
+
+The window's module is imported only inside the function that opens it, and torch only by the commands that
+load a model, so `vitviz --help` is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Sequence
+
+from vitviz.errors import VitvizError
+
+SUBCOMMANDS = ("info", "export", "models")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to.")
+    sub = parser.add_subparsers(dest="command")
+    from vitviz.cli.info import build_info_parser
+
+    build_info_parser(sub)
+    from vitviz.cli.export import add_export_parser
+    from vitviz.cli.models import add_models_parser
+
+    add_export_parser(sub)
+    add_models_parser(sub)
+    return parser
+
+
+def window_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to. "
+                                     f"Subcommands: {', '.join(SUBCOMMANDS)} (vitviz info --help).")
+    from vitviz.cli.window import add_window_arguments
+
+    add_window_arguments(parser)
+    return parser
+
+
+_PICK_OPTIONS = ("--layers", "--which-heads")
+
+
+def _attach_negative_picks(argv: list[str]) -> list[str]:
+    """`--layers -1,0` -> `--layers=-1,0`: argparse takes '-1,0' for an option (only a bare '-1' passes as a value)."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in _PICK_OPTIONS and re.fullmatch(r"-\d+(,[^ ]*)+", token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = _attach_negative_picks(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            args = build_parser().parse_args(argv)
+            if args.command == "info":
+                from vitviz.cli.info import run_info
+                return run_info(args)
+            if args.command == "models":
+                from vitviz.cli.models import run_models_command
+                return run_models_command(args)
+            from vitviz.cli.export import run_export_command
+            return run_export_command(args)
+        args = window_parser().parse_args(argv)
+        from vitviz.cli.window import run_window
+        return run_window(args)
+    except VitvizError as e:
+        print(f"vitviz: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `vitviz info ... | head`
+        sys.stderr.close()
+        return 0

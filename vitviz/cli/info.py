@@ -1,0 +1,53 @@
+"""`vitviz info CHECKPOINT`: the family and every inferred field of a checkpoint, with where each came from."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from vitviz.cli.options import add_override_arguments, overrides_from
+
+
+def build_info_parser(sub: Any) -> None:
+    p = sub.add_parser("info", help="describe a checkpoint: family, every inferred field and its source")
+    p.add_argument("checkpoint", help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] "
+                   "(downloaded into the torch hub cache if it is not there yet)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--device", default="cpu", help="device to load on (default: cpu)")
+    add_override_arguments(p)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    import vitviz
+    from vitviz.cli.models import resolve_cli_model
+
+    checkpoint = resolve_cli_model(args.checkpoint)   # a named model: its cached (or downloaded) file
+    model = vitviz.load(checkpoint, device=args.device, **overrides_from(args))
+    spec = model.spec
+    if args.json:
+        data = spec.to_dict()
+        data["labels"] = len(spec.labels)
+        data["dropped_keys"] = model.dropped
+        print(json.dumps(data, indent=2, default=list))
+        return 0
+    prov = dict(spec.provenance)
+    print(f"{spec.source}\n  family: {spec.family}")
+    rows = [("image_size", spec.image_size), ("patch_size", spec.patch_size), ("grid", spec.grid),
+            ("embed_dim", spec.embed_dim), ("depth", spec.depth), ("num_heads", spec.num_heads),
+            ("prefix tokens", ", ".join(spec.prefix_names) or "none"), ("pos_prefix", spec.pos_prefix),
+            ("pos_grid", spec.pos_grid), ("pos_interp", spec.pos_interp), ("eps", spec.eps),
+            ("mlp_kind", spec.mlp_kind), ("mlp_hidden", spec.mlp_hidden), ("qkv_bias", spec.qkv_bias),
+            ("qk_norm", spec.qk_norm), ("layer_scale", spec.layer_scale), ("pooling", spec.pooling),
+            ("final_norm", spec.final_norm), ("fc_norm", spec.fc_norm), ("pre_logits", spec.pre_logits),
+            ("num_classes", spec.num_classes), ("in_chans", spec.in_chans)]
+    for name, value in rows:
+        src = prov.get(name.split(" ")[0] if name != "prefix tokens" else "", "")
+        print(f"  {name:<14} {str(value):<24} {('(' + src + ')') if src else ''}")
+    pp = spec.preprocess
+    print(f"  parameters     {spec.num_params:,}")
+    print(f"  preprocess     {pp.mode}: resize {pp.resize}, crop {pp.crop}, {pp.interpolation}, "
+          f"mean {pp.mean}, std {pp.std}  ({prov.get('preprocess', '')})")
+    print(f"  labels         {len(spec.labels)}  ({prov.get('labels', 'none')})")
+    if model.dropped:
+        print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
+    return 0

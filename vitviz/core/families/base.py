@@ -1,0 +1,54 @@
+"""What every checkpoint family shares: the converted result, hints with their sources, key renaming."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Hint = tuple[Any, str]  # (value, where it came from)
+
+
+@dataclass
+class Converted:
+    """A checkpoint in the canonical (timm) key layout, with the values its family fixes (`hints`)."""
+    family: str
+    tensors: dict[str, torch.Tensor]
+    hints: dict[str, Hint] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)   # keys deliberately ignored (foreign heads, mask token)
+
+
+def key_stems(keys: list[str], n: int = 10) -> list[str]:
+    """The n most common key stems (digits replaced by N), for messages about unknown layouts."""
+    stems = Counter(re.sub(r"\d+", "N", k) for k in keys)
+    return [f"{s} (x{c})" if c > 1 else s for s, c in stems.most_common(n)]
+
+
+def strip_prefixes(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Strip wrapper prefixes (DDP, compile, DINO MultiCropWrapper, Lightning) until stable; drop foreign heads."""
+    dropped: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for prefix in ("module.", "_orig_mod.", "model.", "timm_model.", "backbone."):
+            if sd and all(k.startswith(prefix) for k in sd):
+                sd = {k[len(prefix):]: v for k, v in sd.items()}
+                changed = True
+        backbone = [k for k in sd if k.startswith("backbone.")]
+        if backbone and all(k.startswith(("backbone.", "head.", "dino_head.", "ibot_head.")) for k in sd):
+            dropped += [k for k in sd if not k.startswith("backbone.")]
+            sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+            changed = True
+    return sd, dropped
+
+
+
+def rename(sd: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, v in sd.items():
+        for pattern, repl in rules:
+            k = re.sub(pattern, repl, k)
+        out[k] = v
+    return out

@@ -1,0 +1,65 @@
+"""timm-layout checkpoints: timm, DeiT (1, distilled, III), DINO v1, DINOv2 original, MAE, old timm.
+
+The canonical layout is timm's, so conversion is a few renames plus the sub-family, which decides the
+position-embedding interpolation recipe and the preprocessing defaults.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from vitviz.core.checkpoint import RawCheckpoint
+from vitviz.core.families.base import Converted, Hint, rename as _rename
+
+NAMES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
+TIMM_LAYOUT_FAMILIES = NAMES
+
+
+def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    if "patch_embed.proj.weight" in keys and any(".attn.qkv.weight" in k for k in keys):
+        return "timm"
+    return None
+
+
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+    """timm, DeiT (1, distilled, III), DINO v1, DINOv2 original, MAE, WZ / old timm: timm naming already.
+
+    `family` (one of the timm-layout families) overrides the detected sub-family.
+    """
+    keys = set(sd)
+    hints: dict[str, Hint] = {}
+    dropped = [k for k in keys if k.startswith(("decoder", "mask_token", "head.mlp.", "head.last_layer."))]
+    sd = {k: v for k, v in sd.items() if k not in dropped}
+    sd = _rename(sd, [(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1."),        # DINOv2 chunked blocks
+                      (r"\.gamma_([12])$", r".ls\1.gamma"),               # DeiT III layer scale
+                      (r"\.mlp\.w12\.", ".mlp.fc1."), (r"\.mlp\.w3\.", ".mlp.fc2."),  # DINOv2 SwiGLU
+                      (r"^register_tokens$", "reg_token")])
+    family = family if family in TIMM_LAYOUT_FAMILIES else _timm_subfamily(keys, raw)
+    if "register_tokens" in keys:  # DINOv2 original: pos covers cls only; registers inserted after
+        hints["pos_prefix"] = (1, "layout: DINOv2 register tokens get no position embedding")
+    if family == "dinov2":
+        hints["pos_interp"] = ("dinov2_reg" if "register_tokens" in keys else "dinov2", "family: DINOv2")
+    elif family == "dino":
+        hints["pos_interp"] = ("dino", "family: DINO")
+    elif family in ("deit", "deit3", "mae"):
+        hints["pos_interp"] = ("deit", f"family: {family} (bicubic, size=, align_corners=False)")
+    if any(".mlp.w12." in k for k in keys):
+        hints["mlp_kind"] = ("swiglu", "shape: mlp.w12 (DINOv2 SwiGLU)")
+    return Converted(family, sd, hints, dropped)
+
+
+def _timm_subfamily(keys: set[str], raw: RawCheckpoint) -> str:
+    arch = str(raw.meta.get("arch") or (raw.meta.get("args") or {}).get("model")
+               or (raw.meta.get("args") or {}).get("arch") or "")
+    if "mask_token" in keys or "register_tokens" in keys or any(re.match(r"blocks\.\d+\.\d+\.", k) for k in keys):
+        return "dinov2"
+    if any(k.endswith("gamma_1") for k in keys) or arch.startswith("deit3"):
+        return "deit3"
+    if "dist_token" in keys or arch.startswith("deit"):
+        return "deit"
+    if raw.nest_key in ("teacher", "student") or "patch_size" in (raw.meta.get("args") or {}):
+        return "dino"
+    if "fc_norm.weight" in keys and "cls_token" in keys and "norm.weight" not in keys:
+        return "mae"
+    return "timm"

@@ -1,0 +1,118 @@
+"""Loading: a checkpoint path, a model folder, a state dict or a model object -> `VitModel`.
+
+    model = load("vit_b_16-c867db91.pth", heads=12, device="cuda")
+
+Reading the file is `checkpoint`, naming its family and converting its keys is `families`, inferring every
+spec field with its provenance is `hyperparams`; here the reference ViT is built and every tensor is loaded
+exactly (each key and shape asserted).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitviz.core.capture import VitModel
+from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
+from vitviz.core.families import convert
+from vitviz.core.hyperparams import OVERRIDES, infer_spec
+from vitviz.core.model import ReferenceViT
+from vitviz.core.runtime import resolve_device
+from vitviz.errors import InconsistentCheckpointError, VitvizError
+
+
+def _module_heads(module: torch.nn.Module) -> int | None:
+    """The head count a model object states: timm `attn.num_heads`, torch `MultiheadAttention.num_heads`, or a
+    transformers `config.num_attention_heads`."""
+    config = getattr(module, "config", None)
+    if isinstance(getattr(config, "num_attention_heads", None), int):
+        return int(config.num_attention_heads)
+    for m in module.modules():
+        heads = getattr(m, "num_heads", None)
+        if isinstance(heads, int) and heads > 0:
+            return heads
+    return None
+
+
+def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
+    """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
+    sizes) or timm's pretrained config (architecture name, preprocessing)."""
+    raw = _raw_from_dict(module.state_dict())
+    raw.path = Path(f"<{type(module).__name__} object>")
+    config = getattr(module, "config", None)
+    if hasattr(config, "to_dict"):
+        raw.config = config.to_dict()
+    elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
+        cfg = dict(module.pretrained_cfg)
+        size = getattr(getattr(module, "patch_embed", None), "img_size", None)
+        if size is not None:  # the registry's size is the default; the model may have been built at another
+            cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
+        raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+    return raw
+
+
+def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    return RawCheckpoint(Path("<state dict>"), tensors)
+
+
+def load(path: "str | Path | dict[str, Any] | torch.nn.Module", **overrides: Any) -> VitModel:
+    """Load any supported ViT checkpoint into the reference model.
+
+    Args:
+        path: a file, a folder (HF / timm hub), an in-memory state dict, or a model object (its state dict; the
+            head count is read from it).
+        **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
+            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1').
+    """
+    unknown = set(overrides) - set(OVERRIDES)
+    if unknown:
+        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of {', '.join(OVERRIDES)}")
+    device = resolve_device(overrides.get("device"))
+    if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
+        heads = _module_heads(path)
+        from_object = bool(heads and not overrides.get("heads"))
+        if from_object:
+            overrides = {**overrides, "heads": heads}
+        raw = _raw_from_module(path)
+    elif isinstance(path, dict):
+        raw = _raw_from_dict(path)
+    elif isinstance(path, (str, bytes, os.PathLike)):
+        raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
+    else:
+        raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
+                          "a state dict or a torch.nn.Module")
+    conv = convert(raw, overrides.get("family"))
+    spec = infer_spec(conv, raw, overrides)
+    if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
+        spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
+                                               else v) for k, v in spec.provenance))
+    net = ReferenceViT(spec)
+    _load_exact(net, conv.tensors, spec.source)
+    net.eval()
+    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
+    net.spec = spec
+    model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
+    return model.to(str(device))
+
+
+def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
+    own = net.state_dict()
+    missing = sorted(set(own) - set(sd))
+    extra = sorted(set(sd) - set(own))
+    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
+             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or extra or wrong:
+        parts = []
+        if wrong:
+            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
+        if missing:
+            parts.append(f"missing tensors: {', '.join(missing[:8])}")
+        if extra:
+            parts.append(f"unexpected tensors: {', '.join(extra[:8])}")
+        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
+    net.load_state_dict(sd, strict=True)
