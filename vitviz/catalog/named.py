@@ -1,5 +1,5 @@
-"""Named models (`torchvision:ARCH[:WEIGHTS]`): parsed against torchvision's Weights enums, found in the torch hub
-cache, or downloaded there.
+"""Named models: `torchvision:ARCH[:WEIGHTS]` (parsed against torchvision's Weights enums, found in the torch hub
+cache, or downloaded there) and the hub names `hf:ORG/NAME[@REVISION]` / `timm:NAME[.TAG]` (`vitviz.catalog.hub`).
 
 Qt-free; torchvision is imported only when a name is looked up. The network is touched only by `resolve_named`
 (and `resolve_model_arg` given a name), and only when the named file is not cached yet. Everything here is
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.catalog.dirs import torch_hub_dir
+from vitviz.catalog.hub import cached_hub, is_hub_name, resolve_hub
 from vitviz.errors import VitvizError
 
 Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)
@@ -34,8 +35,8 @@ class DownloadError(VitvizError):
 
 
 def is_named_model(text: str) -> bool:
-    """Whether `text` names a model (`torchvision:...`) rather than a path."""
-    return str(text).startswith(NAMED_PREFIX)
+    """Whether `text` names a model (`torchvision:...`, `hf:...`, `timm:...`) rather than a path."""
+    return str(text).startswith(NAMED_PREFIX) or is_hub_name(str(text))
 
 
 def named_models() -> list[str]:
@@ -85,7 +86,9 @@ def lookup_named(text: str) -> NamedWeights:
 
 def cached_named(text: str, cache_dir: Path | None = None) -> Path | None:
     """The cached file of a named model, or None when it has not been downloaded (or the cache folder cannot
-    be read: `resolve_named` then says why)."""
+    be read: `resolve_named` then says why). For a hub name: its cached model folder."""
+    if is_hub_name(text):
+        return cached_hub(text, cache_dir)
     nw = lookup_named(text)
     return _cached((torch_hub_dir() if cache_dir is None else Path(cache_dir)) / nw.file_name)
 
@@ -102,8 +105,10 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
     """The local file of a named model: the cached one, else downloaded into the cache first.
 
     Args:
-        text: 'torchvision:vit_b_16' or 'torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1'.
-        cache_dir: where to look and download to (default: the torch hub checkpoints folder).
+        text: 'torchvision:vit_b_16' or 'torchvision:vit_b_16:IMAGENET1K_SWAG_E2E_V1'; a hub name
+            ('hf:ORG/NAME[@REVISION]', 'timm:NAME[.TAG]') resolves to its model folder (`vitviz.catalog.hub`).
+        cache_dir: where to look and download to (default: the torch hub checkpoints folder; for hub names the
+            Hugging Face cache).
         progress: called as progress(done_bytes, total_bytes_or_None) while downloading.
         url: download from here instead of torchvision's URL (a mirror, or a file:// URL in tests); the
             file still gets torchvision's name.
@@ -114,6 +119,8 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
             to put it in; or the file could not be written there (disk full, no permission), naming the folder
             and the operating system's error. Nothing is left under the file's name then.
     """
+    if is_hub_name(text):   # a model folder in the Hugging Face cache
+        return resolve_hub(text, cache_dir=cache_dir, progress=progress)
     nw = lookup_named(text)
     folder = torch_hub_dir() if cache_dir is None else Path(cache_dir)
     dest = folder / nw.file_name
