@@ -13,7 +13,9 @@ from typing import Any
 
 from vitviz.catalog.scan import format_size, scan
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
+from vitviz.catalog.hub import is_hub_name
 from vitviz.catalog.named import cached_named, is_named_model, lookup_named, named_models, resolve_model_arg
+from vitviz.cli.progress import ProgressBar
 from vitviz.errors import VitvizError
 
 EXAMPLES = """examples:
@@ -102,42 +104,15 @@ def resolve_cli_model(text: str, quiet: bool = False) -> str:
     """
     if not is_named_model(text):
         return text
-    if cached_named(text) is None and not quiet:
+    if cached_named(text) is None and not quiet and is_hub_name(text):
+        print(f"downloading {text} from the Hugging Face Hub into {hf_hub_dir()}", file=sys.stderr)
+    elif cached_named(text) is None and not quiet:
         nw = lookup_named(text)
         print(f"downloading {nw.file_name} ({format_size(4 * nw.num_params)}) from {nw.url} to {torch_hub_dir()}",
               file=sys.stderr)
-    bar = None if quiet else _ProgressBar(sys.stderr)
+    bar = None if quiet else ProgressBar(stream=sys.stderr, tty_only=False)
     try:
         return resolve_model_arg(text, progress=bar)
     finally:
         if bar is not None:
             bar.close()   # end the bar's line, so an error message starts on a line of its own
-
-
-class _ProgressBar:
-    """A one-line text progress bar on a stream (the CLI's `progress` callback); `close` ends its line."""
-
-    def __init__(self, stream: Any, width: int = 30) -> None:
-        self.stream, self.width, self.last = stream, width, -1
-        self.open_line = False   # something is written on the current line and no newline yet
-
-    def __call__(self, done: int, total: int | None) -> None:
-        if total:
-            pct = int(100 * done / total)
-            if pct == self.last:
-                return
-            self.last = pct
-            bar = "#" * (self.width * done // total)
-            self.stream.write(f"\r[{bar:<{self.width}}] {pct:3d}% {format_size(done)} / {format_size(total)}")
-        else:
-            self.stream.write(f"\r{format_size(done)}")
-        self.open_line = True
-        if total and done >= total:
-            self.close()
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.open_line:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.open_line = False
