@@ -50,3 +50,11 @@ def test_resources_found_from_a_regular_install(tmp_path) -> None:
     r = _run(code, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert str(target) in r.stdout and str(ROOT) not in r.stdout
+
+
+def test_version_flag_is_instant_and_names_the_package() -> None:
+    r = subprocess.run([sys.executable, "-m", "vitviz", "--version"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    import vitviz
+
+    assert r.returncode == 0 and r.stdout.strip() == f"vitviz {vitviz.__version__}"

@@ -35,8 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
 def window_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to. "
                                      f"Subcommands: {', '.join(SUBCOMMANDS)} (vitviz info --help).")
+    from vitviz import __version__
     from vitviz.cli.window import add_window_arguments
 
+    parser.add_argument("--version", action="version", version=f"vitviz {__version__}")
     add_window_arguments(parser)
     return parser
 
