@@ -19,6 +19,7 @@ from vitviz.core.capture import VitModel
 from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import convert
 from vitviz.core.hyperparams import OVERRIDES, infer_spec
+from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import resolve_device
 from vitviz.errors import InconsistentCheckpointError, VitvizError
@@ -59,18 +60,53 @@ def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
     return RawCheckpoint(Path("<state dict>"), tensors)
 
 
-def load(path: "str | Path | dict[str, Any] | torch.nn.Module", **overrides: Any) -> VitModel:
-    """Load any supported ViT checkpoint into the reference model.
+def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrides: Any) -> VitModel:
+    """Load any supported ViT checkpoint into the reference model, or run a model object live.
 
     Args:
-        path: a file, a folder (HF / timm hub), an in-memory state dict, or a model object (its state dict; the
-            head count is read from it).
+        path: a file, a folder (HF / timm hub), an in-memory state dict, or any `torch.nn.Module`. A module whose
+            state dict is a layout vitviz knows is converted to the reference ViT (the head count read from it);
+            any other module, or any with `live=True`, runs as written with its attention captured
+            (`vitviz.core.live`; `spec.family == 'live'`, the path taken is `spec.source_of('path')`).
+            With `code=` it is the weights file for the code's model (or None).
         **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
-            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1').
+            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1'); for the live path also
+            live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY' (runs
+            that file's code to build the model: only pass it when the user asked for it).
     """
-    unknown = set(overrides) - set(OVERRIDES)
+    unknown = set(overrides) - set(OVERRIDES) - set(LIVE_OVERRIDES)
     if unknown:
-        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of {', '.join(OVERRIDES)}")
+        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
+                          f"{', '.join(OVERRIDES + LIVE_OVERRIDES)}")
+    if overrides.get("code") is not None:
+        code = overrides.pop("code")
+        return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})
+    live = overrides.pop("live", None)
+    asked = [k for k in ("grid", "num_prefix") if overrides.get(k) is not None]
+    if not isinstance(path, torch.nn.Module):
+        if live or asked:
+            raise VitvizError(f"{', '.join(asked) or 'live'}= applies to the live path: a torch.nn.Module, or "
+                              "code='FILE.py:FACTORY'")
+        return _load_reference(path, overrides)
+    if live or asked:
+        return load_live(path, overrides, how="asked for")
+    try:
+        model = _load_reference(path, overrides)
+    except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why
+        if live is False:
+            raise
+        why = f"its state dict is no layout vitviz converts: {type(refused).__name__}: {refused}"
+        try:
+            return load_live(path, overrides, how=why)
+        except LiveModelError as e:
+            raise LiveModelError(f"{e} (Converting it to the reference ViT failed too: {why})") from e
+    model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
+        "path", "reference: its state dict converted to vitviz's reference ViT (live=True runs its own code)")))
+    return model
+
+
+def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
+    """A checkpoint, state dict or model object converted to the reference ViT."""
     device = resolve_device(overrides.get("device"))
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
