@@ -20,9 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tiny import write_tiny_checkpoint  # noqa: E402
 
+from _rollout_ref import reference_rollout_rows  # noqa: E402
+
 from vitviz.batch.jobs import unique_stems  # noqa: E402
-from vitviz.batch.plan import MapKind, RolloutOptions, SelectionError, parse_maps, parse_picks  # noqa: E402
-from vitviz.batch.plan import resolve_picks, rollout_rows  # noqa: E402
+from vitviz.batch.plan import parse_maps, parse_picks, resolve_picks  # noqa: E402
+from vitviz.core.maps import MapKind, SelectionError, map_stack  # noqa: E402
+from vitviz.core.rollout import RolloutParams  # noqa: E402
 from vitviz.core.images import seen_region  # noqa: E402
 from vitviz.core.spec import Preprocess  # noqa: E402
 
@@ -128,8 +131,8 @@ def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) 
     """The CLI's PNG equals the window's rendering of the same result (same layer, head and defaults)."""
     out, _ = first_run
     import vitviz
-    from vitviz.gui.exporting import render
     from vitviz.core.maps import ResultMaps
+    from vitviz.gui.exporting import render_view as render
     from vitviz.gui.state import ViewState
 
     result = vitviz.load(tiny, heads=2, device="cpu").run(folder / "b.jpg")
@@ -293,21 +296,22 @@ def test_unique_stems_disambiguate_clashes() -> None:
     assert unique_stems(pairs, lambda p: p.stem) == ["cat_jpg", "cat_png", "cat_2", "cat"]
 
 
-def test_rollout_rows_match_core_rollout() -> None:
-    from vitviz.core.analysis import rollout
+def test_rollout_rows_match_the_reference() -> None:
+    """The export's rollout stack (the engine's rollout through each layer) against the test-side reference."""
+    from vitviz.core.spec import ModelSpec
 
     rng = np.random.default_rng(0)
     attn = rng.random((3, 2, 5, 5), dtype=np.float32)
     attn /= attn.sum(-1, keepdims=True)
-    rows = rollout_rows(attn, 1)
-    for layer in range(3):
-        np.testing.assert_allclose(rows[layer], rollout(attn[: layer + 1], num_prefix=1, grid=(2, 2)).ravel(),
-                                   rtol=1e-5)
+    spec = ModelSpec(family="test", source="test", image_size=(16, 16), patch_size=8, embed_dim=8, depth=3,
+                     num_heads=2)
+    rows = map_stack(attn, MapKind("rollout"), spec).maps[:, 0].reshape(3, 4)
+    np.testing.assert_allclose(rows, reference_rollout_rows(attn, 1)[:, 1:], rtol=1e-5)
     for fusion, discard, residual in [("max", 0.5, 0.3), ("min", 0.0, 0.0), ("mean", 0.75, 1.0)]:
-        rows = rollout_rows(attn, 1, options=RolloutOptions(fusion, discard, residual))
-        for layer in range(3):
-            ref = rollout(attn[: layer + 1], fusion, discard, residual=residual, num_prefix=1, grid=(2, 2))
-            np.testing.assert_allclose(rows[layer], ref.ravel(), rtol=1e-5, atol=1e-7)
+        params = RolloutParams(fusion, discard, 0, residual)
+        rows = map_stack(attn, MapKind("rollout", rollout=params), spec).maps[:, 0].reshape(3, 4)
+        ref = reference_rollout_rows(attn, 1, fusion, discard, residual)[:, 1:]
+        np.testing.assert_allclose(rows, ref, rtol=1e-5, atol=1e-7)
 
 
 def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, folder: Path,
@@ -385,7 +389,7 @@ def test_seen_region_size_is_the_rounded_box_size() -> None:
 def test_progress_bar_only_on_a_terminal() -> None:
     import io
 
-    from vitviz.batch.jobs import Progress
+    from vitviz.cli.progress import ProgressBar
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -393,7 +397,7 @@ def test_progress_bar_only_on_a_terminal() -> None:
 
     tty, pipe = Tty(), io.StringIO()
     for stream in (tty, pipe):
-        bar = Progress(3, enabled=True, stream=stream)
+        bar = ProgressBar(3, enabled=True, stream=stream)
         for _ in range(3):
             bar.advance()
         bar.close()

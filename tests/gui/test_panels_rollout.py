@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from vitviz.core import analysis
 from vitviz.gui import exporting
+from vitviz.gui.state import stack_for
 
 
 def _result(w, images):  # noqa: ANN001, ANN202
@@ -52,10 +53,10 @@ def test_rollout_source_and_export_use_the_parameters(qtbot, loaded, images, tmp
     np.testing.assert_allclose(w._values, expected, rtol=1e-4, atol=1e-7)          # the image panel's map
     assert "rollout of cls (min, discard 0.25" in w.panel.title.text
     maps = w.session.result(str(images[0]))
-    np.testing.assert_allclose(maps.stack_for(w.state).select(-1, "mean"), expected, rtol=1e-4, atol=1e-7)
-    heat = exporting.render(maps, w.state, heatmap_only=True, colorbar=False)
+    np.testing.assert_allclose(stack_for(maps, w.state).select(-1, "mean"), expected, rtol=1e-4, atol=1e-7)
+    heat = exporting.render_view(maps, w.state, heatmap_only=True, colorbar=False)
     w.state.update(rollout_fusion="mean", rollout_discard=0.0, rollout_residual=0.5)
-    assert not np.array_equal(heat, exporting.render(maps, w.state, heatmap_only=True, colorbar=False))
+    assert not np.array_equal(heat, exporting.render_view(maps, w.state, heatmap_only=True, colorbar=False))
 
 
 def test_click_patch_rolls_out_from_it(qtbot, loaded, images) -> None:  # noqa: ANN001
@@ -99,10 +100,14 @@ def test_no_cls_model_rolls_out_the_patch_mean(qtbot, window, variant_ckpts, ima
     assert panel.query_combo.itemText(0).startswith("mean of the patches")
 
 
-def test_engine_matches_core_for_every_setting() -> None:
+def test_engine_matches_the_reference_for_every_setting() -> None:
+    """The window's engine (`ResultMaps.rollout`) against the test-side reference, and `analysis.rollout_vector`
+    is that same engine: equal to the last bit."""
+    from _rollout_ref import reference_rollout_rows
     from test_gui_units import random_result
 
-    from vitviz.core.maps import ResultMaps, RolloutParams
+    from vitviz.core.maps import ResultMaps
+    from vitviz.core.rollout import RolloutParams
 
     for reg, cls in ((0, True), (2, True), (0, False)):
         result = random_result(depth=4, reg=reg, cls=cls)
@@ -111,9 +116,11 @@ def test_engine_matches_core_for_every_setting() -> None:
         for fusion in ("mean", "max", "min"):
             for discard, start, query in ((0.0, 0, None), (0.4, 1, p + 2), (0.9, 3, 0)):
                 params = RolloutParams(fusion, discard, start, 0.3, query)
-                core_query = query if query is not None else ("cls" if cls else "mean")
-                ref = analysis.rollout_vector(result, fusion, discard, start, core_query, 0.3)
-                np.testing.assert_allclose(engine.vector(params), ref, rtol=1e-4, atol=1e-6)
+                ref = reference_rollout_rows(result.attentions, p, fusion, discard, 0.3, start, query, cls)
+                np.testing.assert_allclose(engine.vector(params), ref[-1], rtol=1e-4, atol=1e-6)
                 layers = engine.through_each_layer(params)
-                np.testing.assert_allclose(layers[-1], ref, rtol=1e-4, atol=1e-6)
+                np.testing.assert_allclose(layers, ref, rtol=1e-4, atol=1e-6)
                 assert not layers[:start].any()
+                core_query = query if query is not None else ("cls" if cls else "mean")
+                core = analysis.rollout_vector(result, fusion, discard, start, core_query, 0.3)
+                np.testing.assert_array_equal(engine.vector(params), core)

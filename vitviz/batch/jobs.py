@@ -1,18 +1,15 @@
-"""The file side of `vitviz export`: finding inputs, naming outputs, hashing, the manifest, the progress line.
+"""The file side of `vitviz export`: finding inputs, one job per image with its outputs, unique stems, hashing,
+the manifest's entries.
 
 No torch here.
 """
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import sys
-import tempfile
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from vitviz.core.images import find_images
 from vitviz.errors import VitvizError
@@ -91,7 +88,7 @@ def collect_inputs(inputs: list[str], out: Path, pattern: str | None) -> list[tu
     return found
 
 
-def unique_stems(pairs: list[tuple[Path, Path]], stem_of: Any) -> list[str]:
+def unique_stems(pairs: list[tuple[Path, Path]], stem_of: Callable[[Path], str]) -> list[str]:
     """A stem per image, unique within its output subfolder: 'cat', then 'cat_png' / 'cat_2' on a clash."""
     stems: list[str] = []
     taken: set[tuple[Path, str]] = set()
@@ -118,62 +115,3 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> Path:
-    """Write JSON to a temporary file next to `path`, then move it into place (replacing any old file)."""
-    from vitviz.core.files import temp_prefix
-
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, default=list)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-class Progress:
-    """A one-line progress bar on a terminal; silent when `stream` is not a TTY or `enabled` is False."""
-
-    def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.total, self.count = total, 0
-        self.enabled = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-        self._last = 0.0
-
-    def advance(self, n: int = 1) -> None:
-        """Count `n` more images finished (done, skipped or failed) and redraw at most 10 times a second."""
-        self.count += n
-        now = time.perf_counter()
-        if self.enabled and (now - self._last > 0.1 or self.count >= self.total):
-            self._last = now
-            self._draw(now - self.start)
-
-    def _draw(self, elapsed: float) -> None:
-        frac = self.count / max(1, self.total)
-        bar = "#" * int(30 * frac)
-        rate = self.count / elapsed if elapsed > 0 else 0.0
-        eta = (self.total - self.count) / rate if rate > 0 else 0.0
-        self.stream.write(f"\r[{bar:<30}] {self.count}/{self.total}  {rate:.1f} img/s  ETA {eta:.0f} s ")
-        self.stream.flush()
-
-    def message(self, text: str) -> None:
-        """Print a line (an error) without breaking the bar."""
-        if self.enabled:
-            self.stream.write("\r" + " " * 79 + "\r")
-        print(text, file=sys.stderr, flush=True)
-        if self.enabled:
-            self._draw(time.perf_counter() - self.start)
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()

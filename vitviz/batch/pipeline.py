@@ -6,6 +6,7 @@ results wait for their PNGs, so the peak does not grow with the number of images
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,57 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.batch.jobs import Job, Progress, sha256_file
-from vitviz.batch.plan import MapKind, Pick, RenderOptions, RolloutOptions, cover, map_stack, output_name, query_rows
-from vitviz.batch.plan import render, select
-from vitviz.core import files, images, render as draw
+from vitviz.batch.jobs import Job, sha256_file
+from vitviz.batch.plan import Plan
+from vitviz.core import files, images
+from vitviz.core.maps import map_stack
+from vitviz.core.render import draw_map
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
-
-Combo = tuple[MapKind, Pick, Pick]  # (map, layer, head)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to export for every image."""
-
-    maps: list[MapKind]
-    layers: list[Pick]
-    heads: list[Pick]
-    render: RenderOptions
-    npz: bool = False
-    half: bool = False
-    overwrite: bool = False
-    batch_size: int = 8
-    workers: int = 2
-    rollout: RolloutOptions = RolloutOptions()
-
-    @property
-    def rows(self) -> list[int] | None:
-        """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those."""
-        return None if self.npz else query_rows(self.maps)
-
-    def combos(self) -> list[Combo]:
-        """Every (map, layer, head) to draw; rollout has one head ('mean')."""
-        out: list[Combo] = []
-        for m in self.maps:
-            for layer in self.layers:
-                for head in (["mean"] if m.kind == "rollout" else self.heads):
-                    if (m, layer, head) not in out:
-                        out.append((m, layer, head))
-        return out
-
-    def jobs(self, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
-        """One job per (image, subfolder), its outputs named `{stem}_{map}_L{layer}_H{head}.png` (+ .npz)."""
-        combos = self.combos()
-        jobs = []
-        for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
-            folder = out / sub
-            outputs = [folder / output_name(stem, m, layer, head, self.rollout) for m, layer, head in combos]
-            if self.npz:
-                outputs.append(folder / f"{stem}.npz")
-            jobs.append(Job(i, path, outputs))
-        return jobs
 
 
 @dataclass
@@ -77,14 +34,20 @@ class Prepared:
 
 
 class Exporter:
-    """Runs a plan over its jobs; `counts` and each job's status say what happened."""
+    """Runs a plan over its jobs; `counts` and each job's status say what happened.
 
-    def __init__(self, model: Any, plan: Plan, jobs: list[Job], quiet: bool = False) -> None:
+    Args:
+        model: a loaded `VitModel`.
+        on_progress: called on this thread with each job as it finishes (its `status` is then 'done', 'skipped'
+            or 'failed', with `error` saying why); the CLI draws its progress bar from it.
+    """
+
+    def __init__(self, model: Any, plan: Plan, jobs: list[Job], on_progress: Callable[[Job], None] | None = None) -> None:
         self.model, self.plan, self.jobs = model, plan, jobs
         self.spec = model.spec
         self.combos = plan.combos()
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
-        self.progress = Progress(len(jobs), enabled=not quiet)
+        self.on_progress = on_progress or (lambda _job: None)
         self._writes: deque[tuple[Job, Future[None]]] = deque()
 
     def run(self) -> None:
@@ -99,9 +62,8 @@ class Exporter:
         finally:
             readers.shutdown(wait=True, cancel_futures=True)
             writers.shutdown(wait=True, cancel_futures=True)  # running writes complete: no half-written file
-            self.progress.close()
 
-    def _batches(self, readers: ThreadPoolExecutor) -> Any:
+    def _batches(self, readers: ThreadPoolExecutor) -> Iterator[list[Prepared]]:
         """Lists of up to `batch_size` read images, in input order, reading ahead in `readers`."""
         ahead: deque[tuple[Job, Future[Prepared | None]]] = deque()
         lookahead = 2 * self.plan.batch_size + self.plan.workers
@@ -140,7 +102,7 @@ class Exporter:
         if item is None:
             job.status = "skipped"
             self.counts["skipped"] += 1
-            self.progress.advance()
+            self.on_progress(job)
         return item
 
     def _forward(self, batch: list[Prepared], writers: ThreadPoolExecutor) -> None:
@@ -164,13 +126,12 @@ class Exporter:
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
             folder.mkdir(parents=True, exist_ok=True)
-        stacks = {m: map_stack(attn, m, spec, plan.rollout, plan.rows) for m in plan.maps}
+        stacks = {m: map_stack(attn, m, spec, plan.rows) for m in plan.maps}
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if not plan.overwrite and path.exists():
                 continue
-            values = cover(select(stacks[m], layer, head), spec.preprocess.crop, spec.patch_size)
-            self._save(job, path, lambda: files.write_png_atomic(
-                path, render(values, stacks[m], head, p.region, plan.render), plan.overwrite))
+            rgb = draw_map(stacks[m], layer, head, p.region, p.display.shape[:2], spec.patch_size, plan.render)
+            self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             scores, features = split_output(logits, spec)
             result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
@@ -199,14 +160,13 @@ class Exporter:
         job.status = "done"
         self.counts["done"] += 1
         self.counts["files"] += len(job.written)
-        self.progress.advance()
+        self.on_progress(job)
 
     def _fail(self, job: Job, error: BaseException) -> None:
         text = str(error) or type(error).__name__
         job.status, job.error = "failed", text if str(job.path) in text else f"{job.path}: {text}"
         self.counts["failed"] += 1
-        self.progress.message(f"vitviz: skipped {job.error}")
-        self.progress.advance()
+        self.on_progress(job)
 
     def summary(self, out: Path, seconds: float, interrupted: bool) -> str:
         """One line: images done, skipped, failed, files written, time and rate."""

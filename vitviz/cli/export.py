@@ -22,10 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from vitviz.batch.jobs import MANIFEST, InputError, collect_inputs, unique_stems, write_json_atomic
-from vitviz.batch.plan import MapKind, Pick, RenderOptions, RolloutOptions, SelectionError, check_maps, parse_maps
-from vitviz.batch.plan import parse_picks
-from vitviz.batch.plan import resolve_picks, safe_stem
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, unique_stems
+from vitviz.batch.plan import Plan, check_maps, parse_maps, parse_picks, resolve_picks, safe_stem, with_rollout
+from vitviz.cli.progress import ProgressBar
+from vitviz.core.colormaps import available_colormaps, colormap
+from vitviz.core.files import remove_stale_temps, write_json_atomic
+from vitviz.core.maps import HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.render import RenderOptions
+from vitviz.core.rollout import RolloutParams
 from vitviz.errors import CheckpointError, VitvizError
 
 
@@ -35,7 +39,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
-                       "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png).")
+                       "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; the "
+                       "window's Export all writes the same names).")
     p.add_argument("--model", required=True, metavar="CHECKPOINT",
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
                         "into the torch hub cache if it is not there yet)")
@@ -44,7 +49,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
     p.add_argument("--maps", default="cls", type=_checked(parse_maps),
                    help="comma list of cls, mean, max (attention received over patch queries), rollout, "
-                        "token:N (default: cls)")
+                        "token:N (the attention row of token N), rollout:N (the rollout of token N) (default: cls)")
     p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
@@ -60,6 +65,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "uses 0.9; default 0)")
     g.add_argument("--residual", type=_unit, default=0.5, metavar="W",
                    help="identity weight in rollout: A' = W*I + (1-W)*A, 0..1 (default 0.5)")
+    g.add_argument("--start-layer", type=_nonnegative, default=0, metavar="N",
+                   help="the first layer rollout multiplies in; the maps of earlier layers are zero (default 0)")
     g = p.add_argument_group("run")
     g.add_argument("--npz", action="store_true", help="also write {image}.npz: attentions, logits, input, spec")
     g.add_argument("--half", action="store_true", help="keep attentions as float16 (half the memory)")
@@ -76,7 +83,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 def _add_render_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pictures (defaults are the window's)")
     g.add_argument("--style", choices=("overlay", "heatmap"), default="overlay", help="map over the image, or bare")
-    g.add_argument("--cmap", default="viridis", type=_colormap, help="viridis, inferno, magma, plasma, turbo, gray "
+    g.add_argument("--cmap", default="viridis", type=_colormap, help=f"{', '.join(available_colormaps())} "
                    "(append _r to reverse)")
     g.add_argument("--opacity", type=_unit, default=0.6, help="heatmap opacity over the image, 0..1 (default 0.6)")
     g.add_argument("--scale", choices=("shared", "own"), default="shared",
@@ -103,6 +110,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _nonnegative(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
+    return int(text)
+
+
 def _discard(text: str) -> float:
     value = _unit(text)
     if value >= 1.0:
@@ -121,8 +134,6 @@ def _unit(text: str) -> float:
 
 
 def _colormap(text: str) -> str:
-    from vitviz.core.colormaps import colormap
-
     try:
         colormap(text)
     except VitvizError as e:
@@ -132,8 +143,7 @@ def _colormap(text: str) -> str:
 
 def run_export_command(args: argparse.Namespace) -> int:
     """Run `vitviz export` and return its exit code (0, 1, 2 or 130); VitvizErrors mean exit 2."""
-    from vitviz.batch.pipeline import Exporter, Plan
-    from vitviz.core.files import remove_stale_temps
+    from vitviz.batch.pipeline import Exporter
 
     start = time.perf_counter()
     out: Path = args.out
@@ -146,25 +156,34 @@ def run_export_command(args: argparse.Namespace) -> int:
     _make_folder(out)
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
                 batch_size=args.batch_size, workers=args.workers,
-                rollout=RolloutOptions(args.fusion, args.discard_ratio, args.residual),
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size))
     jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
     stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [out / MANIFEST])
     if stale and not args.quiet:
         print(f"vitviz: removed {len(stale)} temporary file(s) a killed earlier run left in {out}", file=sys.stderr)
-    exporter = Exporter(model, plan, jobs, quiet=args.quiet)
+    bar = ProgressBar(len(jobs), enabled=not args.quiet)
+    exporter = Exporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
     interrupted = False
     try:
         with _sigterm_as_interrupt():
             exporter.run()
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        bar.close()
     seconds = time.perf_counter() - start
     _write_manifest(out, args, model, exporter, seconds, interrupted)
     if not args.quiet or interrupted:
         print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
     return 130 if interrupted else 1 if exporter.counts["failed"] else 0
+
+
+def _report(bar: ProgressBar, job: Job) -> None:
+    """One image finished: a failure is named on stderr (also with --quiet), then the bar moves on."""
+    if job.status == "failed":
+        bar.message(f"vitviz: skipped {job.error}")
+    bar.advance()
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -184,12 +203,15 @@ def _load(args: argparse.Namespace) -> Any:
         raise CheckpointError(f"{args.model}: could not be loaded ({type(e).__name__}: {e})") from e
 
 
-def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[Pick], list[Pick]]:
-    """Check the selections against the loaded model (layer/head/token ranges, CLS presence)."""
-    check_maps(args.maps, spec)
+def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[LayerSel], list[HeadSel]]:
+    """The maps with the rollout settings, and the layers and heads, checked against the loaded model
+    (layer/head/token ranges, CLS presence, the rollout's start layer)."""
+    settings = RolloutParams(args.fusion, args.discard_ratio, args.start_layer, args.residual)
+    maps = with_rollout(args.maps, settings)
+    check_maps(maps, spec)
     layers = resolve_picks(args.layers, spec.depth, "layer")
     heads = resolve_picks(args.which_heads, spec.num_heads, "head")
-    return args.maps, layers, heads
+    return maps, layers, heads
 
 
 def _make_folder(out: Path) -> None:

@@ -55,8 +55,9 @@ class ColormapError(VitvizError, ValueError):
 
 
 def available_colormaps() -> tuple[str, ...]:
-    """Names accepted by `colormap` and `apply_colormap` (each also with an '_r' suffix)."""
-    return tuple(sorted([*_CONTROL_HEX, "gray"]))
+    """Names accepted by `colormap` and `apply_colormap` (each also with an '_r' suffix), in the order the window
+    lists them and the CLI names them: viridis (the default) first."""
+    return (*_CONTROL_HEX, "gray")
 
 
 def _from_control_points(hex_string: str) -> np.ndarray:

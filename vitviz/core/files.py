@@ -146,6 +146,12 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     return _atomic_write(path, lambda handle: np.savez(handle, **arrays), overwrite)
 
 
+def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    """Write `data` as indented JSON (sets and tuples as lists), atomically, replacing any old file."""
+    text = json.dumps(data, indent=2, default=list) + "\n"
+    return _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), overwrite=True)
+
+
 def read_npz(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a file written by `write_npz_atomic`: arrays by key, 'spec' parsed to a dict, 'source' as str."""
     with np.load(path, allow_pickle=False) as data:

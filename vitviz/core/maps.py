@@ -1,24 +1,116 @@
-"""The maps the window shows, derived from one `AttentionResult` and cached (no Qt here).
+"""The map engine: every attention map the window shows and `vitviz export` writes, computed once (no Qt here).
 
-Everything a layer or head change needs is precomputed per (source, query) as a (L, H + 2, gh, gw) stack: the
-H heads followed by the head mean and the head max. Switching layer or head is then an index into that stack,
-which keeps every panel update inside one frame even for ViT-L/16 at 384 px.
+A map kind (`MapKind`: CLS attention, attention received averaged or maximised over the patch queries, one token's
+attention row, or attention rollout with its settings) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding
+the H heads followed by the head mean and the head max for every layer, with the colour scale shared by each kind
+of column. Switching layer or head is then an index into that stack, which keeps every panel update inside one
+frame even for ViT-L/16 at 384 px. `ResultMaps` caches the stacks of one result for the window; `vitviz export`
+calls `map_stack` for each image. Both select, scale and name a map through the same code here, so the window's
+export and the CLI write the same files.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Union
 
 import numpy as np
 
 from vitviz.core import analysis
-from vitviz.core.analysis import attention_by_token_kind
-from vitviz.core.spec import AttentionResult
-from vitviz.gui.state import HeadSel, LayerSel, ViewState, resolve_index
+from vitviz.core.rollout import RolloutEngine, RolloutParams
+from vitviz.core.spec import AttentionResult, ModelSpec
+from vitviz.errors import VitvizError
+
+LayerSel = Union[int, str]   # a layer index (negative counts from the end) or 'mean' over the layers
+HeadSel = Union[int, str]    # a head index (negative counts from the end), 'mean' or 'max' over the heads
+
+MAP_KINDS = ("cls", "mean", "max", "rollout", "token")
+
+
+class SelectionError(VitvizError, ValueError):
+    """A map, layer or head selection that is malformed or out of range for the model."""
+
+
+def resolve_index(sel: int | str, count: int) -> int | str:
+    """Clamp an index into range(count), counting negatives from the end; strings pass through."""
+    if isinstance(sel, str):
+        return sel
+    if sel < 0:
+        sel += count
+    return max(0, min(count - 1, sel))
+
+
+@dataclass(frozen=True)
+class MapKind:
+    """What a map shows.
+
+    Attributes:
+        kind: 'cls' (the CLS token's attention over the patches), 'mean' / 'max' (the attention each patch
+            receives, averaged / maximised over the patch queries), 'token' (the attention row of `token`) or
+            'rollout' (attention rollout with the settings `rollout`, from `rollout.query`).
+        token: the query token of 'token' (prefix tokens count: token 0 is CLS when the model has one).
+        rollout: the rollout's settings; only used by 'rollout'.
+    """
+
+    kind: str
+    token: int | None = None
+    rollout: RolloutParams = field(default_factory=RolloutParams)
+
+    def __post_init__(self) -> None:
+        if self.kind not in MAP_KINDS:
+            raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(MAP_KINDS)}")
+        if (self.kind == "token") != (self.token is not None):
+            raise SelectionError(f"a {self.kind} map {'needs' if self.kind == 'token' else 'takes no'} query token")
+
+    @classmethod
+    def parse(cls, text: str, rollout: RolloutParams | None = None) -> "MapKind":
+        """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N) or 'rollout:N' (the rollout
+        of token N); `rollout` gives the rollout's other settings."""
+        text = text.strip().lower()
+        base = rollout or RolloutParams()
+        if text in ("cls", "mean", "max"):
+            return cls(text)
+        if text == "rollout":
+            return cls("rollout", rollout=base)
+        match = re.fullmatch(r"(token|rollout):(\d+)", text)
+        if match is None:
+            raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0) "
+                                 "or rollout:N")
+        token = int(match.group(2))
+        if match.group(1) == "token":
+            return cls("token", token)
+        return cls("rollout", rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual, token))
+
+    @property
+    def label(self) -> str:
+        """The map's part of a file name: 'cls', 'mean', 'token17', and for rollout 'rollout' with the settings
+        that differ from the defaults: 'rollout-token17-max-d0.9-r0.3-from2'."""
+        if self.kind == "token":
+            return f"token{self.token}"
+        if self.kind != "rollout":
+            return self.kind
+        r, parts = self.rollout, ["rollout"]
+        if r.query is not None:
+            parts.append(f"token{r.query}")
+        if r.fusion != "mean":
+            parts.append(r.fusion)
+        if r.discard:
+            parts.append(f"d{r.discard:g}")
+        if r.residual != 0.5:
+            parts.append(f"r{r.residual:g}")
+        if r.start:
+            parts.append(f"from{r.start}")
+        return "-".join(parts)
+
+    @property
+    def query_row(self) -> int | None:
+        """The one attention row this map reads (CLS: 0, token N: N), or None when it needs whole matrices."""
+        return 0 if self.kind == "cls" else self.token if self.kind == "token" else None
 
 
 @dataclass(frozen=True)
 class MapStack:
-    """Maps for every layer and head of one source.
+    """Maps for every layer and head of one map kind.
 
     Attributes:
         maps: (L, H + 2, gh, gw) float32; columns H and H + 1 are the head mean and max. For rollout H is 1.
@@ -30,17 +122,6 @@ class MapStack:
     maps: np.ndarray
     vmax: np.ndarray
     title: str
-
-    def scale_max(self, column: int) -> float:
-        """Top of the shared colour scale for a column of `maps` (heads, mean or max)."""
-        group = min(2, max(0, column - self.num_heads + 1))
-        value = float(self.vmax[group])
-        return value if value > 0 else 1.0
-
-    def shared_scaled(self) -> np.ndarray:
-        """`maps` divided by the scale of their group: every column on one 0..1 scale."""
-        scale = np.array([self.scale_max(c) for c in range(self.maps.shape[1])], dtype=np.float32)
-        return self.maps / scale[None, :, None, None]
 
     @property
     def num_heads(self) -> int:
@@ -61,117 +142,64 @@ class MapStack:
             return col.mean(axis=0)
         return col[int(resolve_index(layer, col.shape[0]))]
 
+    def scale_max(self, column: int) -> float:
+        """Top of the shared colour scale for a column of `maps` (heads, mean or max)."""
+        group = min(2, max(0, column - self.num_heads + 1))
+        value = float(self.vmax[group])
+        return value if value > 0 else 1.0
 
-@dataclass(frozen=True)
-class RolloutParams:
-    """The rollout's knobs (see `vitviz.core.analysis`); `query` None: CLS, or the mean of the patches without it."""
+    def levels(self, values: np.ndarray, head: HeadSel, own: bool) -> tuple[float, float]:
+        """Colour range of `values`, a map of this stack's `head` column: its own min..max (`own`), else 0..the
+        shared maximum of its kind of column (all single heads of all layers, or all head means, or all maxima)."""
+        if own:
+            lo, hi = float(values.min()), float(values.max())
+            return (lo, hi if hi > lo else lo + 1e-12)
+        return (0.0, self.scale_max(self.column(head)))
 
-    fusion: str = "mean"
-    discard: float = 0.0
-    start: int = 0
-    residual: float = 0.5
-    query: int | None = None
-
-    @classmethod
-    def of(cls, state: ViewState) -> "RolloutParams":
-        return cls(state.rollout_fusion, float(state.rollout_discard), int(state.rollout_start),
-                   float(state.rollout_residual), state.query)
-
-
-MAX_ROLLOUT_STACKS = 8
-
-
-class ResultMaps:
-    """Lazily computed, cached map stacks for one result."""
-
-    def __init__(self, result: AttentionResult) -> None:
-        self.result = result
-        self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
-        self._stacks: dict[tuple[object, ...], MapStack] = {}
-        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    @property
-    def grid(self) -> tuple[int, int]:
-        return self.result.grid
-
-    @property
-    def nbytes(self) -> int:
-        """Memory held by the result and the caches derived from it."""
-        return self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
-
-    def stack(self, source: str, query: int | None = None, rollout: RolloutParams | None = None) -> MapStack:
-        """The stack for 'cls', 'rollout' (with `rollout` parameters, default ones when None) or 'token' (with
-        `query`); 'token' without a query falls back to cls."""
-        if source == "token" and query is None:
-            source = "cls"
-        if source == "rollout":
-            key: tuple[object, ...] = (source, rollout or RolloutParams())
-        else:
-            key = (source, query if source == "token" else None)
-        if key not in self._stacks:
-            self._stacks[key] = self._compute(source, query, rollout or RolloutParams())
-            self._forget_old_rollouts()
-        return self._stacks[key]
-
-    def stack_for(self, state: ViewState) -> MapStack:
-        """The stack the state's map source selects."""
-        return self.stack(state.source, state.query, RolloutParams.of(state) if state.source == "rollout" else None)
-
-    def precompute(self) -> None:
-        """Build what every image needs (CLS and rollout stacks, head statistics); the worker calls this off the
-        GUI thread."""
-        self.stack("cls")
-        self.stack("rollout")
-        self.head_stats()
-
-    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
-        (L, H, P + 1) attention by token kind (`core.analysis.attention_by_token_kind`)."""
-        if self._stats is None:
-            r = self.result
-            self._stats = (analysis.mean_attention_distance(r),
-                           analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix),
-                           attention_by_token_kind(r))
-        return self._stats
-
-    def current(self, state: ViewState) -> tuple[np.ndarray, MapStack]:
-        """The (gh, gw) map the state selects and the stack it comes from."""
-        stack = self.stack_for(state)
-        return stack.select(state.layer, state.head), stack
-
-    def _forget_old_rollouts(self) -> None:
-        keys = [k for k in self._stacks if k[0] == "rollout" and k[1] != RolloutParams()]
-        for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
-            del self._stacks[key]
-
-    def _compute(self, source: str, query: int | None, params: RolloutParams) -> MapStack:
-        attn = self.result.attentions
-        p, (gh, gw) = self.result.num_prefix, self.grid
-        if source == "rollout":
-            rows = self.rollout.through_each_layer(params)[:, None, p:]   # (L, 1, N)
-            title = rollout_title(params, self.result.spec)
-        elif source == "token":
-            q = min(int(query or 0), attn.shape[-1] - 1)
-            rows = attn[:, :, q, p:]                             # (L, H, N)
-            title = f"attention of token {q}"
-        elif source in ("mean", "max"):
-            rows = analysis.attention_received(attn, p, source)  # (L, H, N) over the patch queries
-            title = f"{source} attention received (over the patch queries)"
-        elif p > 0 and self.result.spec.cls_token:
-            rows = attn[:, :, 0, p:]                             # (L, H, N)
-            title = "CLS attention"
-        else:
-            rows = analysis.attention_received(attn, p, "mean")  # (L, H, N): mean over the patch queries
-            title = "mean patch attention (no CLS token)"
-        rows = np.asarray(rows, dtype=np.float32)
-        fused = np.concatenate([rows, rows.mean(1, keepdims=True), rows.max(1, keepdims=True)], axis=1)
-        maps = fused.reshape(fused.shape[0], fused.shape[1], gh, gw)   # (L, H + 2, N) -> (L, H + 2, gh, gw)
-        h = rows.shape[1]
-        vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
-        return MapStack(maps=maps, vmax=vmax, title=title)
+    def shared_scaled(self) -> np.ndarray:
+        """`maps` divided by the scale of their group: every column on one 0..1 scale."""
+        scale = np.array([self.scale_max(c) for c in range(self.maps.shape[1])], dtype=np.float32)
+        return self.maps / scale[None, :, None, None]
 
 
-def rollout_title(params: RolloutParams, spec: object) -> str:
+def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] | None = None,
+              engine: RolloutEngine | None = None) -> MapStack:
+    """Every layer's and head's map of one kind for one image.
+
+    'cls' for a model without a CLS token gives the mean over the patch queries ('mean', titled as the fallback).
+
+    Args:
+        attn: (L, H, T, T) attention of one image, or (L, H, k, T) holding only the query rows `rows`
+            (enough for 'cls' and 'token').
+        engine: the image's `RolloutEngine` when one is kept (its caches make other settings cheap).
+    """
+    p, (gh, gw) = spec.num_prefix, spec.grid
+    has_cls = spec.cls_token and p > 0
+    if kind.kind == "token" or (kind.kind == "cls" and has_cls):
+        token = 0 if kind.kind == "cls" else min(int(kind.token or 0), attn.shape[-1] - 1)
+        data = attn[:, :, token if rows is None else rows.index(token), p:]          # (L, H, N)
+        title = "CLS attention" if kind.kind == "cls" else f"attention of token {token}"
+    elif rows is not None:
+        raise ValueError(f"the {kind.label} map needs whole attention matrices, not rows {rows}")
+    elif kind.kind == "rollout":
+        engine = engine or RolloutEngine(attn, p, spec.cls_token)
+        data = engine.through_each_layer(kind.rollout)[:, None, p:]                  # (L, 1, N)
+        title = rollout_title(kind.rollout, spec)
+    elif kind.kind in ("mean", "max"):
+        data = analysis.attention_received(attn, p, kind.kind)                       # (L, H, N) over patch queries
+        title = f"{kind.kind} attention received (over the patch queries)"
+    else:
+        data = analysis.attention_received(attn, p, "mean")                          # (L, H, N): no CLS token
+        title = "mean patch attention (no CLS token)"
+    data = np.asarray(data, dtype=np.float32)
+    fused = np.concatenate([data, data.mean(1, keepdims=True), data.max(1, keepdims=True)], axis=1)
+    maps = fused.reshape(fused.shape[0], fused.shape[1], gh, gw)   # (L, H + 2, N) -> (L, H + 2, gh, gw)
+    h = data.shape[1]
+    vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
+    return MapStack(maps=maps, vmax=vmax, title=title)
+
+
+def rollout_title(params: RolloutParams, spec: ModelSpec) -> str:
     """E.g. 'rollout of cls (max, discard 0.9, from layer 2, residual 0.5)'."""
     q = params.query
     who = spec.token_name(q) if q is not None else ("cls" if spec.cls_token and spec.num_prefix else "mean patch")
@@ -184,132 +212,78 @@ def rollout_title(params: RolloutParams, spec: object) -> str:
     return f"rollout of {who} ({', '.join(knobs)})"
 
 
-class RolloutEngine:
-    """Attention rollout for live controls, by row vectors (O(L·T²) per map) with per-layer caches.
+MAX_ROLLOUT_STACKS = 8
 
-    Same convention and numbers as `analysis.rollout_vector`; what makes it fast enough for a slider is that the
-    head-fused layers are computed once per fusion, and the discard threshold of every row comes from patch keys
-    sorted once per fusion (only computed when a discard ratio is first used). Rows are discarded by value
-    (`key <= k-th smallest`), which matches core's exactly-k rule except for ties at the threshold.
-    """
 
-    def __init__(self, attentions: np.ndarray, num_prefix: int, has_cls: bool) -> None:
-        self.attn, self.num_prefix, self.has_cls = attentions, num_prefix, has_cls
-        self._fused: dict[str, np.ndarray] = {}
-        self._sorted: dict[str, np.ndarray] = {}
+class ResultMaps:
+    """Lazily computed, cached map stacks for one result (the window keeps one per image)."""
+
+    def __init__(self, result: AttentionResult) -> None:
+        self.result = result
+        self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
+        self._stacks: dict[MapKind, MapStack] = {}
+        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.result.grid
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self._fused.values()) + sum(a.nbytes for a in self._sorted.values())
+        """Memory held by the result and the caches derived from it."""
+        return self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
 
-    @property
-    def depth(self) -> int:
-        return int(self.attn.shape[0])
+    def stack(self, kind: MapKind | str) -> MapStack:
+        """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5'...)."""
+        kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        if kind not in self._stacks:
+            self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, engine=self.rollout)
+            self._forget_old_rollouts()
+        return self._stacks[kind]
 
-    def query_vector(self, query: int | None) -> np.ndarray:
-        """(T,) one-hot of `query`, of CLS, or uniform over the patches when the model has no CLS."""
-        t, p = self.attn.shape[-1], self.num_prefix
-        v = np.zeros(t, dtype=np.float32)
-        if query is not None:
-            v[min(int(query), t - 1)] = 1.0
-        elif self.has_cls and p > 0:
-            v[0] = 1.0
-        else:
-            v[p:] = 1.0 / (t - p)
-        return v
+    def resolved(self, kind: MapKind) -> MapKind:
+        """The kind a map really is, which names its files: 'cls' of a model without CLS is 'mean'."""
+        spec = self.result.spec
+        return MapKind("mean") if kind.kind == "cls" and not (spec.cls_token and spec.num_prefix) else kind
 
-    def vector(self, params: RolloutParams, end_layer: int | None = None) -> np.ndarray:
-        """(T,) the query's rollout row through `end_layer` (default: the last layer)."""
-        end = self.depth - 1 if end_layer is None else end_layer
-        factors = {layer: self._factor(layer, params) for layer in range(params.start, end + 1)}
-        return self._pull(self.query_vector(params.query), factors, end, params)
+    def precompute(self) -> None:
+        """Build what every image needs (CLS and rollout stacks, head statistics); the worker calls this off the
+        GUI thread."""
+        self.stack(MapKind("cls"))
+        self.stack(MapKind("rollout"))
+        self.head_stats()
 
-    def through_each_layer(self, params: RolloutParams) -> np.ndarray:
-        """(L, T): row l is the rollout through layer l (rows before `start` are zeros)."""
-        out = np.zeros((self.depth, self.attn.shape[-1]), dtype=np.float32)
-        factors = {layer: self._factor(layer, params) for layer in range(params.start, self.depth)}
-        v0 = self.query_vector(params.query)
-        for end in range(params.start, self.depth):
-            out[end] = self._pull(v0, factors, end, params)
-        return out
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
+        (L, H, P + 1) attention by token kind (`core.analysis.attention_by_token_kind`)."""
+        if self._stats is None:
+            r = self.result
+            self._stats = (analysis.mean_attention_distance(r),
+                           analysis.attention_entropy(r.attentions, num_prefix=r.num_prefix),
+                           analysis.attention_by_token_kind(r))
+        return self._stats
 
-    def _pull(self, v: np.ndarray, factors: dict, end: int, params: RolloutParams) -> np.ndarray:
-        """v @ A'_end @ ... @ A'_start, with A' = diag(1/s)(r·I + (1 - r)·D)."""
-        r = params.residual
-        for layer in range(end, params.start - 1, -1):
-            kept, sums = factors[layer]
-            u = np.where(sums > 0, v / np.where(sums > 0, sums, 1.0), 0.0).astype(np.float32)   # (T,)
-            v = r * u + (1.0 - r) * (u @ kept)
-        return v
-
-    def _factor(self, layer: int, params: RolloutParams) -> tuple[np.ndarray, np.ndarray]:
-        """The fused, discarded (T, T) layer D and the row sums s of r·I + (1 - r)·D."""
-        fused = self._fused_layer(params.fusion, layer)
-        kept = fused
-        n = fused.shape[1] - self.num_prefix
-        k = int(np.floor(params.discard * n + 1e-9))
-        if k > 0:
-            p = self.num_prefix
-            threshold = self._sorted_keys(params.fusion)[layer][:, k - 1]      # (T,) k-th smallest patch key
-            kept = np.empty_like(fused)
-            kept[:, :p] = fused[:, :p]
-            np.multiply(fused[:, p:], fused[:, p:] > threshold[:, None], out=kept[:, p:])   # (T, N)
-        sums = params.residual + (1.0 - params.residual) * kept.sum(axis=1)   # (T,)
-        return kept, sums
-
-    def _fused_layer(self, fusion: str, layer: int) -> np.ndarray:
-        if fusion not in self._fused:
-            a = self.attn
-            fused = np.empty(a.shape[:1] + a.shape[2:], dtype=np.float32)      # (L, T, T)
-            reduce = {"mean": np.mean, "max": np.max, "min": np.min}[fusion]
-            for i in range(a.shape[0]):
-                fused[i] = reduce(np.asarray(a[i], dtype=np.float32), axis=0)   # (H, T, T) -> (T, T)
-            self._fused[fusion] = fused
-        return self._fused[fusion][layer]
-
-    def _sorted_keys(self, fusion: str) -> np.ndarray:
-        if fusion not in self._sorted:
-            p = self.num_prefix
-            self._sorted[fusion] = np.stack([np.sort(self._fused_layer(fusion, i)[:, p:], axis=1)
-                                             for i in range(self.depth)])     # (L, T, N)
-        return self._sorted[fusion]
+    def _forget_old_rollouts(self) -> None:
+        keys = [k for k in self._stacks if k.kind == "rollout" and k != MapKind("rollout")]
+        for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
+            del self._stacks[key]
 
 
-def normalized(values: np.ndarray) -> np.ndarray:
-    """`values` stretched to 0..1 (a constant map becomes zeros)."""
-    lo, hi = float(values.min()), float(values.max())
-    if hi - lo <= 0:
-        return np.zeros_like(values, dtype=np.float32)
-    return ((values - lo) / (hi - lo)).astype(np.float32)
+def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:
+    """Lay out (L, C, gh, gw) tiles as one (L·(gh+gap)-gap, C·(gw+gap)-gap) image, NaN between tiles.
 
-
-def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[float, float]:
-    """Colour-scale range: the map's own min..max when normalising, else 0..the shared maximum of its kind
-    (all single heads of all layers, or all head means, or all head maxima)."""
-    if state.normalize:
-        lo, hi = float(values.min()), float(values.max())
-        return (lo, hi if hi > lo else lo + 1e-12)
-    return (0.0, stack.scale_max(stack.column(state.head)))
-
-
-def upsample(values: np.ndarray, size: tuple[int, int], smooth: bool) -> np.ndarray:
-    """Resize a (gh, gw) map to (H, W): bilinear (pixel-centre aligned) or nearest (blocky)."""
-    gh, gw = values.shape
-    h, w = size
-    ys = (np.arange(h) + 0.5) * gh / h - 0.5
-    xs = (np.arange(w) + 0.5) * gw / w - 0.5
-    if not smooth:
-        yi = np.clip(np.round(ys).astype(int), 0, gh - 1)
-        xi = np.clip(np.round(xs).astype(int), 0, gw - 1)
-        return values[yi][:, xi]
-    y0 = np.clip(np.floor(ys).astype(int), 0, gh - 1)
-    x0 = np.clip(np.floor(xs).astype(int), 0, gw - 1)
-    y1, x1 = np.minimum(y0 + 1, gh - 1), np.minimum(x0 + 1, gw - 1)
-    fy = np.clip(ys - y0, 0, 1)[:, None].astype(np.float32)
-    fx = np.clip(xs - x0, 0, 1)[None, :].astype(np.float32)
-    top = values[y0][:, x0] * (1 - fx) + values[y0][:, x1] * fx
-    bottom = values[y1][:, x0] * (1 - fx) + values[y1][:, x1] * fx
-    return (top * (1 - fy) + bottom * fy).astype(np.float32)
+    With `per_tile` every tile is stretched to 0..1 on its own.
+    """
+    tiles = maps.astype(np.float32, copy=True)
+    if per_tile:
+        lo = tiles.min(axis=(2, 3), keepdims=True)
+        span = tiles.max(axis=(2, 3), keepdims=True) - lo
+        tiles = (tiles - lo) / np.where(span > 0, span, 1.0)
+    nl, nc, gh, gw = tiles.shape
+    padded = np.full((nl, nc, gh + gap, gw + gap), np.nan, dtype=np.float32)
+    padded[:, :, :gh, :gw] = tiles
+    out = padded.transpose(0, 2, 1, 3).reshape(nl * (gh + gap), nc * (gw + gap))  # (L, gh, C, gw) -> rows, cols
+    return out[: out.shape[0] - gap, : out.shape[1] - gap]
 
 
 MOSAIC_MAX_POSITIONS = 50 * 50   # the all-pairs similarity and the mosaic only up to this many grid positions
@@ -362,8 +336,6 @@ class PosEmbedData:
 def pos_embed_data(pos: np.ndarray, grid: tuple[int, int], prefix_rows: int) -> PosEmbedData:
     """Similarities (and, for grids up to `MOSAIC_MAX_POSITIONS`, the mosaic) of a resampled position embedding
     (the worker calls this, off the GUI thread)."""
-    from vitviz.gui.panels.overview import mosaic
-
     pos = np.asarray(pos, dtype=np.float32).reshape(-1, np.shape(pos)[-1])          # (1, N_pos, D) -> (N_pos, D)
     gh, gw = int(grid[0]), int(grid[1])
     rows = pos[prefix_rows:]

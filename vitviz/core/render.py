@@ -1,15 +1,19 @@
-"""Maps into pictures: upsampling, heatmaps, overlays, colorbars, and the part of the original image the model saw.
+"""Maps into pictures: upsampling, heatmaps, overlays, colorbars, the part of the original image the model saw, and
+`draw_map`, the one renderer of an exported map.
 
-Pure NumPy + Pillow; the window, the overview and `vitviz export` all draw through here.
+Pure NumPy + Pillow; the window, the overview and `vitviz export` all draw through here, so a PNG the window exports
+is byte for byte the PNG `vitviz export` writes for the same choices.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vitviz.core.colormaps import apply_colormap, colormap
+from vitviz.core.maps import HeadSel, LayerSel, MapStack
 from vitviz.core.spec import AttentionResult
 
 
@@ -115,3 +119,60 @@ def native_view(result: AttentionResult, image: Any = None) -> np.ndarray:
         return result.image
     img = load_image(image if image is not None else result.source, channels=3)
     return seen_region(img, result.spec.preprocess)
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How a map becomes a picture (the defaults are the window's: viridis, opacity 0.6, smooth, shared scale).
+
+    Attributes:
+        style: 'overlay' (the heatmap blended over the image) or 'heatmap' (the bare heatmap).
+        cmap: a name of `vitviz.core.colormaps.available_colormaps()`, optionally with '_r'.
+        opacity: the heatmap's weight in the overlay, 0..1.
+        smooth: bilinear upsampling instead of one flat colour per patch.
+        scale: 'shared' (0..the maximum over all layers of the map's kind of column) or 'own' (its own min..max).
+        colorbar: append a colour bar with the range.
+        size: what the map is drawn over: 'original' (the region of the original image the model saw, at the
+            original's resolution) or 'input' (the model's input image).
+    """
+
+    style: str = "overlay"
+    cmap: str = "viridis"
+    opacity: float = 0.6
+    smooth: bool = True
+    scale: str = "shared"
+    colorbar: bool = False
+    size: str = "original"
+
+
+def cover(values: np.ndarray, input_hw: tuple[int, int], patch: int) -> np.ndarray:
+    """A (gh, gw) map padded (with its minimum) to cover a model input of `input_hw` pixels that is not a whole
+    number of patches; otherwise unchanged."""
+    gh, gw = values.shape
+    ph, pw = -(-int(input_hw[0]) // patch), -(-int(input_hw[1]) // patch)
+    if gh >= ph and gw >= pw:
+        return values
+    out = np.full((ph, pw), float(values.min()), dtype=np.float32)
+    out[:gh, :gw] = values
+    return out
+
+
+def draw_map(stack: MapStack, layer: LayerSel, head: HeadSel, image: np.ndarray, input_hw: tuple[int, int],
+             patch: int, opts: RenderOptions) -> np.ndarray:
+    """One layer's and head's map of a stack drawn over (or beside) `image`.
+
+    Colours span `MapStack.levels`; the map is stretched to cover the whole of `image` (see `cover` for an input
+    that is not a whole number of patches).
+
+    Args:
+        image: (H, W, 3) uint8, what the map is drawn over (the region the model saw, or the model input).
+        input_hw: the model input's size in pixels; patch: its patch size.
+
+    Returns:
+        (H, W[ + colorbar], 3) uint8.
+    """
+    values = stack.select(layer, head)
+    lo, hi = stack.levels(values, head, own=opts.scale == "own")
+    heat = heatmap_image(cover(values, input_hw, patch), image.shape[:2], opts.cmap, opts.smooth, lo, hi)
+    rgb = heat if opts.style == "heatmap" else overlay(image, heat, float(opts.opacity))
+    return add_colorbar(rgb, opts.cmap, lo, hi) if opts.colorbar else rgb

@@ -1,19 +1,29 @@
-"""The view state: the single source of truth that every panel binds to (no Qt here).
+"""The view state: the single source of truth that every panel binds to, and how it selects from the map engine
+(no Qt here).
 
 Panels never talk to each other; they call `ViewState.update(...)` and redraw from the state when it tells them
 which fields changed. Keeping it Qt-free makes it testable without a display and keeps the rules (what "mean"
-means, how a map name is parsed) in one place.
+means, how a map name is parsed) in one place. The maps themselves, their colour scales, pictures and file names
+come from `vitviz.core` (`maps`, `rollout`, `render`): the functions at the bottom only translate the state into
+the engine's terms (`map_kind`, `rollout_params`, `render_options`).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Callable
 
-LayerSel = Union[int, str]   # a layer index or 'mean'
-HeadSel = Union[int, str]    # a head index, 'mean' or 'max'
+import numpy as np
 
-MAP_SOURCES = ("cls", "mean", "max", "rollout", "token")
+from vitviz.core.colormaps import available_colormaps
+from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps, resolve_index
+from vitviz.core.render import RenderOptions
+from vitviz.core.rollout import FUSIONS, RolloutParams
+
+__all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "LayerSel", "HeadSel",
+           "resolve_index", "parse_map_arg", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
+           "rollout_params", "stack_for", "current_map", "levels_for", "render_options"]
+
 MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as `vitviz export --maps`)
     "cls": "the CLS token's attention over the patches (without CLS: the same as mean)",
     "mean": "the attention each patch receives, averaged over the patch queries",
@@ -21,9 +31,8 @@ MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as 
     "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply)",
     "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
 }
-COLORMAPS = ("viridis", "inferno", "magma", "turbo", "gray")
+COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
 HEAD_MODES = ("mean", "max")
-FUSIONS = ("mean", "max", "min")
 
 
 @dataclass
@@ -95,7 +104,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(ViewState) if not f.name.star
 def _validate(name: str, value: object) -> None:
     ok = True
     if name == "source":
-        ok = value in MAP_SOURCES
+        ok = value in MAP_KINDS
     elif name == "layer":
         ok = value == "mean" or (isinstance(value, int) and not isinstance(value, bool))
     elif name == "head":
@@ -157,22 +166,48 @@ def parse_layer_arg(text: str) -> LayerSel:
         raise ValueError(f"unknown layer {text!r}; expected an integer or 'mean'") from None
 
 
-def resolve_index(sel: int | str, count: int) -> int | str:
-    """Clamp an index into range(count), counting negatives from the end; strings pass through."""
-    if isinstance(sel, str):
-        return sel
-    if sel < 0:
-        sel += count
-    return max(0, min(count - 1, sel))
-
-
 ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual"}
 
 
+def rollout_params(state: ViewState) -> RolloutParams:
+    """The state's rollout settings, from `query` when one is selected (else CLS, or the patch mean without it)."""
+    return RolloutParams(state.rollout_fusion, float(state.rollout_discard), int(state.rollout_start),  # type: ignore[arg-type]
+                         float(state.rollout_residual), state.query)
+
+
+def map_kind(state: ViewState) -> MapKind:
+    """The map the state selects; the 'token' source without a query token shows CLS attention."""
+    if state.source == "rollout":
+        return MapKind("rollout", rollout=rollout_params(state))
+    if state.source == "token":
+        return MapKind("token", state.query) if state.query is not None else MapKind("cls")
+    return MapKind(state.source)
+
+
 def map_label(state: ViewState) -> str:
-    """A short file-name-safe name of the current map, e.g. 'cls', 'rollout', 'token17', 'rollout-token17'."""
-    if state.source == "token" and state.query is not None:
-        return f"token{state.query}"
-    if state.source == "rollout" and state.query is not None:
-        return f"rollout-token{state.query}"
-    return state.source
+    """The current map's part of a file name (`MapKind.label`): 'cls', 'token17', 'rollout-token17-max-d0.9'..."""
+    return map_kind(state).label
+
+
+def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
+    """The stack of every layer and head of the map the state selects."""
+    return maps.stack(map_kind(state))
+
+
+def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
+    """The (gh, gw) map the state selects (its layer and head) and the stack it comes from."""
+    stack = stack_for(maps, state)
+    return stack.select(state.layer, state.head), stack
+
+
+def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[float, float]:
+    """Colour-scale range of the current map: its own min..max when normalising, else 0..the shared maximum of
+    its kind (all single heads of all layers, or all head means, or all head maxima); `MapStack.levels`."""
+    return stack.levels(values, state.head, own=state.normalize)
+
+
+def render_options(state: ViewState, heatmap_only: bool = False, colorbar: bool = True) -> RenderOptions:
+    """How the state draws a map into an exported picture (over the region of the original the model saw)."""
+    return RenderOptions(style="heatmap" if heatmap_only else "overlay", cmap=state.colormap,
+                         opacity=float(state.opacity), smooth=state.smooth,
+                         scale="own" if state.normalize else "shared", colorbar=colorbar, size="original")
