@@ -75,6 +75,16 @@ def settings(tmp_path: Path):  # noqa: ANN201
 
 
 @pytest.fixture
+def session(qtbot):  # noqa: ANN001, ANN201
+    """A session of its own (no window), shut down afterwards."""
+    from vitviz.gui.session import Session
+
+    s = Session()
+    yield s
+    s.shutdown()
+
+
+@pytest.fixture
 def window(qtbot, settings):  # noqa: ANN001, ANN201
     from vitviz.gui.window import MainWindow
 
@@ -82,8 +92,8 @@ def window(qtbot, settings):  # noqa: ANN001, ANN201
     qtbot.addWidget(win)
     win.show()
     yield win
-    if win.error_box is not None:
-        win.error_box.close()
+    if win.reporter.box is not None:
+        win.reporter.box.close()
     win.persist_settings = False
     win.close()
     win.session.shutdown()
@@ -99,7 +109,7 @@ def loaded(qtbot, window, tiny_ckpt, images):  # noqa: ANN001, ANN201
     """A window with the tiny model loaded and the three images run."""
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
-    window.add_images([str(p) for p in images])
+    window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)
     assert window.session.result(str(images[0])) is not None
     return window
@@ -137,7 +147,7 @@ def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
     """Load `path` (2 heads) in the window, add `images` and wait until everything ran."""
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(path), heads=HEADS)
-    window.add_images([str(p) for p in images])
+    window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)
 
 

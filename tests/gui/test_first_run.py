@@ -54,7 +54,7 @@ def test_no_arguments_open_the_demo(qtbot, window, fake_demo) -> None:  # noqa: 
     message = window.statusBar().currentMessage()
     assert message.startswith("Demo model loaded") and "4×4 patches" in message and "Open model" in message
     assert st.recent_models(window.settings) == []          # the demo is in the Models menu, not in recent files
-    assert window.errors == []
+    assert window.reporter.errors == []
 
 
 def test_no_arguments_without_a_demo_open_empty_with_a_hint(qtbot, window, monkeypatch) -> None:  # noqa: ANN001
@@ -69,7 +69,7 @@ def test_no_arguments_without_a_demo_open_empty_with_a_hint(qtbot, window, monke
         window.session.probe_devices()
     wait_idle(qtbot, window)
     assert "demo model is not installed" in window.statusBar().currentMessage()    # not replaced by "Ready"
-    assert window.errors == []
+    assert window.reporter.errors == []
 
 
 def test_model_without_images_opens_the_sample_photos(qtbot, window, tiny_ckpt) -> None:  # noqa: ANN001
@@ -98,7 +98,7 @@ def test_images_without_model_run_on_the_demo(qtbot, window, fake_demo, tmp_path
     message = window.statusBar().currentMessage()
     assert message.startswith("No model given") and "--model" in message and "Open model" in message, message
     assert message in window.notes                               # printed on stderr under --screenshot
-    assert window.errors == []
+    assert window.reporter.errors == []
 
 
 def test_non_images_without_model_are_reported_once(qtbot, window, fake_demo, tmp_path) -> None:  # noqa: ANN001
@@ -109,8 +109,8 @@ def test_non_images_without_model_are_reported_once(qtbot, window, fake_demo, tm
     notes.write_text("not an image")
     start(qtbot, window, good, str(fake), str(notes))
     assert window.session.spec is not None and window.session.result(good) is not None
-    titles = dict(window.errors)
-    assert set(titles) == {"Could not open", "Could not run image"}, window.errors
+    titles = dict(window.reporter.errors)
+    assert set(titles) == {"Could not open", "Could not run image"}, window.reporter.errors
     assert "notes.txt" in titles["Could not open"]
     assert titles["Could not run image"].count("fake.jpg") == 1, titles      # the path once, not twice
 

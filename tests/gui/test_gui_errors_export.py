@@ -9,6 +9,7 @@ from conftest import HEADS, wait_idle
 from PIL import Image
 
 from vitviz.core import files, render
+from vitviz.gui.state import current_map
 
 
 def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_path) -> None:  # noqa: ANN001
@@ -17,18 +18,18 @@ def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"this is not a checkpoint at all")
     w.load_model(str(bad))
-    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible())
-    assert w.error_box.windowTitle() == "Could not load model"
-    assert "broken.pth" in w.error_box.text()
-    assert "Traceback" in w.error_box.detailedText()
+    qtbot.waitUntil(lambda: w.reporter.box is not None and w.reporter.box.isVisible())
+    assert w.reporter.box.windowTitle() == "Could not load model"
+    assert "broken.pth" in w.reporter.box.text()
+    assert "Traceback" in w.reporter.box.detailedText()
     assert w.session.spec is spec_before                       # the old model is intact ...
     assert w.session.result(str(images[0])) is not None        # ... and so are the results
-    w.error_box.close()
+    w.reporter.box.close()
     w.images.step(1)
-    assert w._values is not None and w._values.shape == (4, 4)
+    assert w.panel.values is not None and w.panel.values.shape == (4, 4)
     new = images[0].parent / "later.png"
     Image.new("RGB", (40, 40), "red").save(new)
-    w.add_images([str(new)])                                    # the worker still runs images
+    w.session.add_images([str(new)])                                    # the worker still runs images
     wait_idle(qtbot, w)
     assert w.session.result(str(new)) is not None
 
@@ -37,29 +38,29 @@ def test_bad_image_shows_dialog_and_others_still_work(qtbot, loaded, images, tmp
     w = loaded
     bad = tmp_path / "bad.png"
     bad.write_text("not a png")
-    w.add_images([str(bad)])
-    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible())
-    assert w.error_box.windowTitle() == "Could not run image"
-    assert "bad.png" in w.error_box.text()
+    w.session.add_images([str(bad)])
+    qtbot.waitUntil(lambda: w.reporter.box is not None and w.reporter.box.isVisible())
+    assert w.reporter.box.windowTitle() == "Could not run image"
+    assert "bad.png" in w.reporter.box.text()
     assert "failed" in w.images.top_text(str(bad))
     w.images.select(str(bad))
-    assert "bad.png" in w.panel.title.text and w._values is None
+    assert "bad.png" in w.panel.title.text and w.panel.values is None
     w.images.select(str(images[2]))
-    assert w._values is not None
+    assert w.panel.values is not None
 
 
 def test_second_error_joins_open_dialog(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
     for name in ("a.png", "b.png"):
         (tmp_path / name).write_text("nope")
-    w.add_images([str(tmp_path / "a.png"), str(tmp_path / "b.png")])
+    w.session.add_images([str(tmp_path / "a.png"), str(tmp_path / "b.png")])
     wait_idle(qtbot, w)
-    assert len(w.errors) == 2
-    assert w.error_box.text().startswith("2 errors")
+    assert len(w.reporter.errors) == 2
+    assert w.reporter.box.text().startswith("2 errors")
 
 
 def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
-    values, stack = maps.current(w.state)
+    values, stack = current_map(maps, w.state)
     lo, hi = 0.0, stack.scale_max(stack.column(w.state.head))
     base = render.native_view(maps.result)
     heat = render.heatmap_image(values, base.shape[:2], w.state.colormap, w.state.smooth, lo, hi)
@@ -69,14 +70,14 @@ def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
 def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
     maps = w.session.result(w.session.current)
-    path = w.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
+    path = w.file_actions.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
     out = np.asarray(Image.open(path))
     h, w_ = render.native_view(maps.result).shape[:2]           # the original image's resolution,
     assert out.shape == (h, w_, 3) and h > 32                   # not the model input's (32) nor the screen's
     np.testing.assert_array_equal(out, _expected_overlay(w, maps))
-    heat = np.asarray(Image.open(w.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
+    heat = np.asarray(Image.open(w.file_actions.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
     assert heat.shape[0] == h and heat.shape[1] > w_            # colorbar appended on the right
-    values, stack = maps.current(w.state)
+    values, stack = current_map(maps, w.state)
     top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
     py, px = ((np.array(top) + 0.5) * np.array([h, w_]) / np.array(values.shape)).astype(int)
     hi = stack.scale_max(stack.column("mean"))
@@ -87,15 +88,15 @@ def test_export_never_overwrites_silently(loaded, tmp_path) -> None:  # noqa: AN
     w = loaded
     target = tmp_path / "view.png"
     target.write_bytes(b"keep me")
-    assert w.export_png_to(target) is None
+    assert w.file_actions.export_png_to(target) is None
     assert target.read_bytes() == b"keep me"
-    assert w.error_box is not None and "exists" in w.error_box.text()
+    assert w.reporter.box is not None and "exists" in w.reporter.box.text()
 
 
 def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     w = loaded
     w.state.update(head=0, layer=0)
-    written = w.export_all_to(tmp_path, heatmap_only=True, colorbar=False)
+    written = w.file_actions.export_all_to(tmp_path, heatmap_only=True, colorbar=False)
     assert len(written) == 2 * (HEADS + 2)
     names = sorted(p.name for p in written)
     assert "img0_cls_L0_H0.png" in names and "img0_cls_L1_Hmean.png" in names and "img0_cls_L1_Hmax.png" in names
@@ -107,13 +108,13 @@ def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(got, want)
     asked: list = []
     monkeypatch.setattr("vitviz.gui.dialogs.confirm_overwrite", lambda _w, paths: asked.append(paths) or False)
-    assert w.export_all_to(tmp_path) == []                      # existing files: the user said no
+    assert w.file_actions.export_all_to(tmp_path) == []                      # existing files: the user said no
     assert len(asked[0]) == len(written)
 
 
 def test_export_npz(loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
-    path = w.export_npz_to(tmp_path / "arrays")
+    path = w.file_actions.export_npz_to(tmp_path / "arrays")
     assert path.suffix == ".npz"
     data = files.read_npz(path)
     result = w.session.result(w.session.current).result
@@ -122,8 +123,8 @@ def test_export_npz(loaded, tmp_path) -> None:  # noqa: ANN001
 
 
 def test_export_without_result_explains(window, tmp_path) -> None:  # noqa: ANN001
-    assert window.export_png_to(tmp_path / "x.png") is None
-    assert window.error_box.windowTitle() == "Nothing to export"
+    assert window.file_actions.export_png_to(tmp_path / "x.png") is None
+    assert window.reporter.box.windowTitle() == "Nothing to export"
 
 
 @pytest.mark.parametrize("case", ["good", "missing_model", "bad_image"])
@@ -173,6 +174,6 @@ def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, f
     args = p.parse_args([str(images[0]), "--model", str(tiny_ckpt), "--heads", "2", *flags])
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         apply_args(window, args)
-    assert any(needle in summary for _, summary in window.errors), window.errors
+    assert any(needle in summary for _, summary in window.reporter.errors), window.reporter.errors
     wait_idle(qtbot, window)
     assert window.session.result(str(images[0])) is not None          # the window still works

@@ -56,13 +56,13 @@ def test_corrupt_layout_falls_back_to_default(qtbot, settings) -> None:  # noqa:
 
 def test_recent_models(qtbot, loaded, settings, tiny_ckpt) -> None:  # noqa: ANN001
     assert st.recent_models(settings)[0] == str(tiny_ckpt)
-    assert loaded.recent_menu.actions()[0].text().endswith(str(tiny_ckpt))
+    assert loaded.menus.recent.actions()[0].text().endswith(str(tiny_ckpt))
 
 
 def test_docks_have_stable_names(window) -> None:  # noqa: ANN001
     assert [d.objectName() for d in window.docks] == ["controlsDock", "imagesDock", "overviewDock", "matrixDock",
                                                       "rolloutDock", "posEmbedDock", "headStatsDock", "infoDock"]
-    texts = [a.text() for a in window.view_menu.actions()]
+    texts = [a.text() for a in window.menus.view.actions()]
     assert "Controls" in texts and "&Reset layout" in texts
     assert {"Attention matrix", "Rollout", "Position embedding", "Head statistics", "Model info"} <= set(texts)
 

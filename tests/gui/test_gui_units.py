@@ -13,9 +13,8 @@ from vitviz.core import analysis
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.cli.window import add_window_arguments
 from vitviz.gui.dropping import classify
-from vitviz.core.maps import ResultMaps, levels_for
-from vitviz.gui.panels.overview import mosaic
-from vitviz.gui.state import ViewState, parse_map_arg, resolve_index
+from vitviz.core.maps import ResultMaps, mosaic
+from vitviz.gui.state import ViewState, current_map, levels_for, parse_map_arg, resolve_index
 
 
 def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,
@@ -72,7 +71,7 @@ def test_stacks_match_core_analysis(reg: int) -> None:
             np.testing.assert_allclose(cls.select(layer, head), analysis.cls_attention(result, layer, head),
                                        rtol=1e-6)
     q = result.spec.num_prefix + 4
-    np.testing.assert_allclose(maps.stack("token", q).select(1, 2), analysis.token_map(result, 1, 2, q), rtol=1e-6)
+    np.testing.assert_allclose(maps.stack(f"token:{q}").select(1, 2), analysis.token_map(result, 1, 2, q), rtol=1e-6)
     roll = maps.stack("rollout")
     np.testing.assert_allclose(roll.select(2, "mean"), analysis.rollout(result), rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(roll.select(0, 0), analysis.rollout(result.attentions[:1], num_prefix=1 + reg,
@@ -90,10 +89,10 @@ def test_no_cls_falls_back_to_mean_query() -> None:
 def test_levels_shared_or_per_map() -> None:
     maps = ResultMaps(random_result())
     state = ViewState(layer=0, head=0)
-    values, stack = maps.current(state)
+    values, stack = current_map(maps, state)
     assert levels_for(state, values, stack) == (0.0, float(stack.maps[:, :4].max()))
     state.update(head="mean")
-    values, stack = maps.current(state)
+    values, stack = current_map(maps, state)
     assert levels_for(state, values, stack) == (0.0, float(stack.maps[:, 4].max()))
     state.update(normalize=True)
     assert levels_for(state, values, stack) == (float(values.min()), float(values.max()))

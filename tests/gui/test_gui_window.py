@@ -11,6 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from vitviz.core import analysis
+from vitviz.gui.worker import Kind
 
 
 def overlay_image(window) -> np.ndarray:  # noqa: ANN001
@@ -24,7 +25,7 @@ def test_load_and_show_cls_map(loaded, images) -> None:  # noqa: ANN001
     assert w.state.layer == 1 and w.state.head == "mean"
     result = w.session.result(str(images[0])).result
     expected = analysis.cls_attention(result, 1, "mean")
-    np.testing.assert_allclose(w._values, expected, rtol=1e-6)
+    np.testing.assert_allclose(w.panel.values, expected, rtol=1e-6)
     assert overlay_image(w).shape == (32, 32)                 # smooth: upsampled over the 32x32 input
     assert "CLS attention" in w.panel.title.text
     assert w.controls.layer_spin.maximum() == 1 and w.controls.head_spin.maximum() == HEADS - 1
@@ -37,7 +38,7 @@ def test_controls_drive_the_map(qtbot, loaded, images) -> None:  # noqa: ANN001
     w.controls.layer_spin.setValue(0)
     w.controls.head_spin.setValue(1)
     assert (w.state.layer, w.state.head) == (0, 1)
-    np.testing.assert_allclose(w._values, analysis.cls_attention(result, 0, 1), rtol=1e-6)
+    np.testing.assert_allclose(w.panel.values, analysis.cls_attention(result, 0, 1), rtol=1e-6)
     w.controls.head_spin.lineEdit().setText("max")
     w.controls.head_spin.interpretText()
     assert w.state.head == "max"
@@ -54,10 +55,10 @@ def test_controls_drive_the_map(qtbot, loaded, images) -> None:  # noqa: ANN001
     w.controls.source_combo.activated.emit(w.controls.source_combo.currentIndex())
     assert not w.controls.head_spin.isEnabled()               # rollout fuses the heads
     w.controls.layer_spin.setValue(1)
-    np.testing.assert_allclose(w._values, analysis.rollout(result), rtol=1e-4)
+    np.testing.assert_allclose(w.panel.values, analysis.rollout(result), rtol=1e-4)
     w.controls.normalize_check.setChecked(True)
     levels = w.panel.overlay_item.getLevels()
-    assert np.isclose(levels[1], w._values.max())
+    assert np.isclose(levels[1], w.panel.values.max())
 
 
 def _patch_viewport_pos(window, row: int, col: int) -> QPoint:  # noqa: ANN001
@@ -83,7 +84,7 @@ def test_click_patch_selects_query_and_again_clears(qtbot, loaded, images) -> No
     assert "token 12" in w.hover_label.text()                  # 1 prefix + 2 * 4 + 3
     qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=pos)
     assert (w.state.source, w.state.query) == ("token", 12)
-    np.testing.assert_allclose(w._values, analysis.token_map(result, 1, "mean", 12), rtol=1e-6)
+    np.testing.assert_allclose(w.panel.values, analysis.token_map(result, 1, "mean", 12), rtol=1e-6)
     assert w.panel.highlight_item.isVisible()
     assert w.controls.query_combo.currentData() == 12
     qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=pos)
@@ -114,7 +115,7 @@ def test_overview_click_selects_layer_and_head(qtbot, loaded) -> None:  # noqa: 
 
 def test_keyboard_actions(loaded, images) -> None:  # noqa: ANN001
     w = loaded
-    acts = w.actions_by_name
+    acts = w.menus.actions
     assert acts["next_layer"].shortcut().toString() == "Ctrl+Down"
     acts["next_layer"].trigger()
     assert w.state.layer == 0
@@ -156,10 +157,10 @@ def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images
 def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     with qtbot.waitSignal(w.session.result_ready, timeout=20000):
-        w.set_image_size(32, 48)
+        w.session.set_image_size((32, 48))
     result = w.session.result(w.session.current).result
     assert result.grid == (4, 6) and result.image.shape[:2] == (32, 48)
-    assert w._values.shape == (4, 6)
+    assert w.panel.values.shape == (4, 6)
     assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 48)
     assert w.overview._shape[2:] == (4, 6)
 
@@ -168,19 +169,19 @@ def test_input_size_in_whole_patches_is_noted(qtbot, loaded, images) -> None:  #
     """A size that is not whole 8-px patches runs rounded down, and the status bar says so (also once idle)."""
     w = loaded
     with qtbot.waitSignal(w.session.result_ready, timeout=20000):
-        w.set_image_size(36, 43)
+        w.session.set_image_size((36, 43))
     note = "Input size 36×43 is not a multiple of the 8 px patch; using 32×40"
     assert w.session.image_size == (32, 40) and w.notes == [note]
     assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 40)
     wait_idle(qtbot, w)
     assert w.session.result(w.session.current).result.image.shape[:2] == (32, 40)
-    assert w.statusBar().currentMessage() == note and w.errors == []
-    w.set_image_size(5, 16)
+    assert w.statusBar().currentMessage() == note and w.reporter.errors == []
+    w.session.set_image_size((5, 16))
     assert w.session.image_size == (8, 16)
     assert w.notes[-1] == "Input size 5×16 is smaller than one 8 px patch; using 8×16"
     wait_idle(qtbot, w)
-    assert w.errors == []
-    w.set_image_size(32, 48)                          # whole patches: no note
+    assert w.reporter.errors == []
+    w.session.set_image_size((32, 48))                          # whole patches: no note
     assert len(w.notes) == 2
 
 
@@ -188,12 +189,12 @@ def test_stale_run_is_dropped(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     dropped: list = []
     w.session.client.dropped.connect(dropped.append)
-    w.set_image_size(40, 40)      # the run at 40x40 is sent at once ...
-    w.set_image_size(32, 24)      # ... and is stale before its answer can arrive
+    w.session.set_image_size((40, 40))      # the run at 40x40 is sent at once ...
+    w.session.set_image_size((32, 24))      # ... and is stale before its answer can arrive
     wait_idle(qtbot, w)
-    assert any(r.kind == "run" and r.args["image_size"] == (40, 40) for r in dropped)
+    assert any(r.kind is Kind.RUN and r.args["image_size"] == (40, 40) for r in dropped)
     result = w.session.result(w.session.current).result
-    assert result.image.shape[:2] == (32, 24) and w._values.shape == (4, 3)
+    assert result.image.shape[:2] == (32, 24) and w.panel.values.shape == (4, 3)
 
 
 def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images) -> None:  # noqa: ANN001
@@ -204,11 +205,11 @@ def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images)
     w.session.ensure_all()        # runs for the old model are in flight ...
     w.load_model(str(tiny_ckpt_b), heads=HEADS)   # ... when a new model is asked for
     wait_idle(qtbot, w)
-    assert w.errors == []
-    assert any(r.kind == "run" for r in dropped)
+    assert w.reporter.errors == []
+    assert any(r.kind is Kind.RUN for r in dropped)
     assert w.session.spec.reg_tokens == 2
     result = w.session.result(w.session.current).result
-    assert result.spec.grid == (3, 3) and w._values.shape == (3, 3)
+    assert result.spec.grid == (3, 3) and w.panel.values.shape == (3, 3)
 
 
 def test_device_list(qtbot, window) -> None:  # noqa: ANN001
@@ -233,19 +234,20 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
         w.controls.device_requested.emit("cuda")
     assert w.session.device.startswith("cuda") and w.controls.device_combo.currentText().startswith("cuda")
     w.set_image_size(32, 32 + 8)      # forces new runs, now on the GPU
-    w.set_image_size(32, 32)
+    w.session.set_image_size((32, 32))
     wait_idle(qtbot, w)
     np.testing.assert_allclose(w.session.result(w.session.current).result.attentions, cpu, atol=1e-5)
 
 
-def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot) -> None:  # noqa: ANN001
+def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot, session) -> None:  # noqa: ANN001
     from vitviz.core.maps import MapStack
     from vitviz.gui.panels.overview import MEAN_MAX, OverviewPanel
+    from vitviz.gui.state import ViewState
 
     def bottom_labels(panel: OverviewPanel) -> list[str]:
         return [text for _pos, text in panel.plot.getAxis("bottom")._tickLevels[0]]
 
-    panel = OverviewPanel()
+    panel = OverviewPanel(ViewState(), session)
     qtbot.addWidget(panel)
     panel.resize(700, 500)
     panel.show()

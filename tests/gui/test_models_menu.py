@@ -46,7 +46,7 @@ def hf_snapshot(hf_dir: Path, repo: str, weights: Path) -> Path:
 def scan(qtbot, window) -> None:  # noqa: ANN001
     """Open the Models menu's scan (what showing the menu does) and wait for the answer."""
     with qtbot.waitSignal(window.models.scanned, timeout=60000):
-        window.models_menu.aboutToShow.emit()
+        window.menus.models.aboutToShow.emit()
 
 
 def texts(menu) -> list[str]:  # noqa: ANN001
@@ -61,9 +61,9 @@ def test_menu_lists_the_caches_and_recent_files_and_loads_a_choice(qtbot, window
     (torch_dir / "resnet50-11ad3fa6.pth").write_bytes(b"\0" * 10)            # not a ViT: not listed
     snap = hf_snapshot(hf_dir, "someone/vit-tiny", tiny_ckpt_b)
     st.add_recent_model(window.settings, str(tiny_ckpt_b))
-    assert "Looking for checkpoints…" in " ".join(texts(window.models_menu))  # before the first scan: nothing
+    assert "Looking for checkpoints…" in " ".join(texts(window.menus.models))  # before the first scan: nothing
     scan(qtbot, window)
-    menu_texts = texts(window.models_menu)
+    menu_texts = texts(window.menus.models)
     assert menu_texts[0].startswith("&Demo model") or menu_texts[0].startswith("Demo model (not installed)")
     entries = window.models.actions_for()
     size = catalog.format_size(cached.stat().st_size)
@@ -90,9 +90,9 @@ def test_empty_caches_say_where_they_looked_and_refresh_finds_new_files(qtbot, w
     torch_dir, _ = caches
     scan(qtbot, window)
     assert any(t.strip().startswith("None found in") and str(torch_dir.parent.parent) in t
-               for t in texts(window.models_menu))
+               for t in texts(window.menus.models))
     shutil.copy(tiny_ckpt, torch_dir / "deit_tiny_patch16_224-a1311bcf.pth")
-    window.models_menu.aboutToShow.emit()              # not stale: shows what it has, scans nothing
+    window.menus.models.aboutToShow.emit()              # not stale: shows what it has, scans nothing
     assert not window.models.scanning
     with qtbot.waitSignal(window.models.scanned, timeout=60000):
         window.models.refresh_action.trigger()
@@ -108,7 +108,7 @@ def test_named_model_on_the_command_line_uses_the_cache(qtbot, window, caches, t
     assert window.session.spec.num_heads == 2 and window.session.spec.grid == (4, 4)
     assert window.images.paths() == [str(p) for p in sample_photos()]
     wait_idle(qtbot, window, timeout=60000)
-    assert window.errors == []
+    assert window.reporter.errors == []
 
 
 def test_named_model_is_downloaded_with_progress(qtbot, window, caches, tiny_ckpt,  # noqa: ANN001
@@ -137,8 +137,8 @@ def test_offline_named_model_shows_the_catalogs_message(qtbot, window, caches, t
     title, summary, details = blocker.args
     assert title == "Could not load model"
     assert "vit_l_16-852ce7e3.pth" in summary and str(torch_dir) in summary
-    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
-    assert window.error_box.text() == summary and "DownloadError" in details
+    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible())
+    assert window.reporter.box.text() == summary and "DownloadError" in details
     assert window.session.spec is None and list(torch_dir.iterdir()) == []
 
 
@@ -146,7 +146,7 @@ def test_demo_entry_loads_the_demo_and_keeps_the_users_images(qtbot, window, cac
                                                               tmp_path) -> None:
     ckpt, demo_images = fake_demo
     scan(qtbot, window)
-    demo = next(a for a in window.models_menu.actions() if a.objectName() == "demo_model")
+    demo = next(a for a in window.menus.models.actions() if a.objectName() == "demo_model")
     assert demo.isEnabled()
     with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
         demo.trigger()
@@ -177,23 +177,23 @@ def test_unreadable_folders_are_named_in_the_menu(qtbot, window, caches, tiny_ck
 
     monkeypatch.setattr(Path, "iterdir", iterdir)
     answers: list[object] = []
-    window.session.client.cataloged.connect(lambda _request, answer: answers.append(answer))
+    window.session.catalog_ready.connect(answers.append)
     scan(qtbot, window)
-    assert [s.path for s in answers[0][0].skipped] == locked          # the worker's answer keeps `skipped`
+    assert [s.path for s in answers[0].entries.skipped] == locked     # the worker's answer keeps `skipped`
     assert set(window.models.actions_for()) >= {str(torch_dir / "deit_tiny_patch16_224-a1311bcf.pth"), str(readable)}
     assert not any("locked" in key for key in window.models.actions_for())
-    item = next(a for a in window.models_menu.actions() if a.objectName() == "skipped_folders")
+    item = next(a for a in window.menus.models.actions() if a.objectName() == "skipped_folders")
     assert item.text().strip().startswith("Skipped 2 unreadable folders") and not item.isEnabled()
     tip = item.toolTip().splitlines()
     assert tip[1:] == [f"{_home(repo)}: Permission denied ({repo / 'snapshots'})" for repo in locked]
-    assert texts(window.models_menu).index(item.text()) < texts(window.models_menu).index("&Refresh")
+    assert texts(window.menus.models).index(item.text()) < texts(window.menus.models).index("&Refresh")
 
     monkeypatch.setattr(Path, "iterdir", real_iterdir)                # readable again: Refresh drops the item
     with qtbot.waitSignal(window.models.scanned, timeout=60000):
         window.models.refresh_action.trigger()
-    assert not any(a.objectName() == "skipped_folders" for a in window.models_menu.actions())
+    assert not any(a.objectName() == "skipped_folders" for a in window.menus.models.actions())
     assert {str(locked[0] / "snapshots" / "0123abcd"), str(readable)} <= set(window.models.actions_for())
-    assert window.errors == []
+    assert window.reporter.errors == []
 
 
 def test_one_unreadable_cache_with_nothing_else(qtbot, window, caches, monkeypatch) -> None:  # noqa: ANN001
@@ -204,7 +204,7 @@ def test_one_unreadable_cache_with_nothing_else(qtbot, window, caches, monkeypat
     skipped = catalog.ScanResult(skipped=[catalog.Skipped(torch_dir, "Input/output error")])
     monkeypatch.setattr(catalog, "scan", lambda recent=(), **_kw: skipped)
     scan(qtbot, window)
-    item = next(a for a in window.models_menu.actions() if a.objectName() == "skipped_folders")
+    item = next(a for a in window.menus.models.actions() if a.objectName() == "skipped_folders")
     assert item.text().strip().startswith("Skipped 1 unreadable folder ") and not item.isEnabled()
     assert item.toolTip().splitlines()[1:] == [f"{_home(torch_dir)}: Input/output error"]
-    assert any(t.strip().startswith("None found in") for t in texts(window.models_menu))
+    assert any(t.strip().startswith("None found in") for t in texts(window.menus.models))

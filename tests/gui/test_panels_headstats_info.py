@@ -25,7 +25,7 @@ def test_statistics_of_the_current_image(qtbot, loaded, images) -> None:  # noqa
     np.testing.assert_allclose(ent, analysis.attention_entropy(result.attentions, num_prefix=1))
     assert len(panel.distance.x) == 2 * HEADS
     np.testing.assert_allclose(np.sort(panel.distance.y), np.sort(dist.ravel()))
-    w.actions_by_name["next_image"].trigger()
+    w.menus.actions["next_image"].trigger()
     np.testing.assert_allclose(panel.shown[0], analysis.mean_attention_distance(
         w.session.result(str(images[1])).result))
 
@@ -54,7 +54,7 @@ def test_average_over_images(qtbot, loaded, images) -> None:  # noqa: ANN001
     np.testing.assert_allclose(panel.shown[0], np.mean(each, axis=0), rtol=1e-6)
     assert "all 3 images" in panel.average_check.text()
     with qtbot.waitSignal(w.session.result_ready, timeout=20000):
-        w.set_image_size(32, 48)                                         # another size: statistics start over
+        w.session.set_image_size((32, 48))                                         # another size: statistics start over
     wait = [p for p in images]
     qtbot.waitUntil(lambda: all(w.session.result(str(p)) is not None for p in wait), timeout=20000)
     assert "all 3 images" in panel.average_check.text()
@@ -77,7 +77,7 @@ def test_token_kinds_of_the_current_image_and_the_average(qtbot, loaded, images)
     np.testing.assert_allclose(panel.kinds.values, expected, rtol=1e-6)
     np.testing.assert_allclose(plotted_means(panel), expected.mean(axis=1), rtol=1e-6)
     assert legend_names(panel) == ["cls", "patches"]
-    w.actions_by_name["next_image"].trigger()
+    w.menus.actions["next_image"].trigger()
     np.testing.assert_allclose(panel.kinds.values, attention_by_token_kind(
         w.session.result(str(images[1])).result), rtol=1e-6)
     panel.average_check.setChecked(True)

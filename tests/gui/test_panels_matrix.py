@@ -44,7 +44,7 @@ def test_click_row_selects_query_everywhere(qtbot, loaded, images) -> None:  # n
     result = w.session.result(str(images[0])).result
     qtbot.mouseClick(panel.widget.viewport(), Qt.MouseButton.LeftButton, pos=_cell_pos(panel, 7, 2))
     assert (w.state.source, w.state.query) == ("token", 7)
-    np.testing.assert_allclose(w._values, analysis.token_map(result, 1, "mean", 7), rtol=1e-6)   # image panel
+    np.testing.assert_allclose(w.panel.values, analysis.token_map(result, 1, "mean", 7), rtol=1e-6)   # image panel
     assert w.panel.highlight_item.isVisible()
     assert w.controls.query_combo.currentData() == 7
     assert panel.row_box.isVisible() and panel.row_box.rect().top() == 7

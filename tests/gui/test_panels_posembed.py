@@ -55,7 +55,7 @@ def test_hover_in_panel_and_mosaic(qtbot, loaded) -> None:  # noqa: ANN001
 
 def test_follows_input_size(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
     w = loaded
-    w.set_image_size(32, 48)
+    w.session.set_image_size((32, 48))
     panel = _ready(qtbot, w, (4, 6))
     pos, prefix = _model_pos(tiny_ckpt, (4, 6))
     np.testing.assert_allclose(panel.data.pos, pos, rtol=1e-6)             # the interpolated embedding
@@ -86,4 +86,4 @@ def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) 
     assert panel._stack.currentWidget() is panel.message
     window.panel.hovered.emit(1, 1)                                        # hovering the image does nothing
     assert panel.position is None
-    assert window.errors == []
+    assert window.reporter.errors == []

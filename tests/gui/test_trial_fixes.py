@@ -10,14 +10,14 @@ import pytest
 from conftest import HEADS, show_dock, wait_idle
 from test_gui_units import random_result
 
-from vitviz.batch import plan as batch_maps
 from vitviz.core import analysis
 from vitviz.gui import colors
 from vitviz.gui.app import EXIT_2_TITLES, apply_args
 from vitviz.cli.window import add_window_arguments
-from vitviz.core.maps import MOSAIC_MAX_POSITIONS, ResultMaps, pos_embed_data
+from vitviz.core.maps import MOSAIC_MAX_POSITIONS, MapKind, ResultMaps, map_stack, pos_embed_data
 from vitviz.gui.session import DEVICE_FAILED
-from vitviz.gui.state import MAP_CHOICES, ViewState, parse_map_arg
+from vitviz.gui.state import MAP_CHOICES, ViewState, current_map, parse_map_arg
+from vitviz.gui.worker import Kind
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -40,11 +40,11 @@ def test_unavailable_device_is_reported_and_the_model_runs_on_cpu(qtbot, window,
         apply_args(window, parse(str(images[0]), "--model", str(tiny_ckpt), "--heads", str(HEADS),
                                  "--device", device))
     wait_idle(qtbot, window)
-    assert [t for t, _ in window.errors] == [DEVICE_FAILED], window.errors
-    assert device in window.errors[0][1] and "CPU" in window.errors[0][1]
+    assert [t for t, _ in window.reporter.errors] == [DEVICE_FAILED], window.reporter.errors
+    assert device in window.reporter.errors[0][1] and "CPU" in window.reporter.errors[0][1]
     assert DEVICE_FAILED in EXIT_2_TITLES                                  # --screenshot exits 2, as `vitviz info`
     assert window.session.device == "cpu" and window.session.result(str(images[0])) is not None
-    assert window.device_preference is None                                # later loads do not repeat the error
+    assert window.session.device_preference is None                                # later loads do not repeat the error
 
 
 def test_device_reaches_the_demo_load(qtbot, window, monkeypatch, tiny_ckpt, images) -> None:  # noqa: ANN001
@@ -54,7 +54,8 @@ def test_device_reaches_the_demo_load(qtbot, window, monkeypatch, tiny_ckpt, ima
     monkeypatch.setattr(bundled, "demo_checkpoint", lambda: tiny_ckpt)
     monkeypatch.setattr(bundled, "demo_images", lambda: list(images))
     asked = []
-    monkeypatch.setattr(window.session, "load_model", lambda path, device=None, **kw: asked.append(device))
+    monkeypatch.setattr(window.session.client, "submit",
+                        lambda kind, first=False, **kw: asked.append(kw["device"]) if kind is Kind.LOAD else None)
     apply_args(window, parse("--device", "cpu"))
     assert asked == ["cpu"]
 
@@ -90,34 +91,34 @@ def test_pos_embed_panel_says_the_grid_is_too_large(qtbot, window) -> None:  # n
 
 def test_the_same_run_error_is_shown_once(qtbot, window) -> None:  # noqa: ANN001
     for i, free in enumerate(("21.4", "21.0", "20.9")):
-        window._on_run_failed(f"/x/img{i}.png", f"the attention maps of input (1, 3, 4000, 4000) need 2794.0 GiB "
+        window.reporter.show_run_error(f"/x/img{i}.png", f"the attention maps of input (1, 3, 4000, 4000) need 2794.0 GiB "
                               f"(float32) but only {free} GiB of memory is available", "")
-    window._on_run_failed("/x/bad.png", "/x/bad.png: not a recognised image format", "")
-    assert len(window.errors) == 2, window.errors
-    assert window.errors[0][1].startswith("/x/img0.png: the attention maps")
-    assert window.errors[0][1].endswith("(and the same for 2 more images)")
-    assert window.errors[1][1] == "/x/bad.png: not a recognised image format"      # its path once
+    window.reporter.show_run_error("/x/bad.png", "/x/bad.png: not a recognised image format", "")
+    assert len(window.reporter.errors) == 2, window.reporter.errors
+    assert window.reporter.errors[0][1].startswith("/x/img0.png: the attention maps")
+    assert window.reporter.errors[0][1].endswith("(and the same for 2 more images)")
+    assert window.reporter.errors[1][1] == "/x/bad.png: not a recognised image format"      # its path once
 
 
 def test_a_repeated_run_error_leaves_an_unrelated_error_box_alone(qtbot, window) -> None:  # noqa: ANN001
     """A failure like one whose box was closed is a new error, not a rewrite of the box open now."""
     reason = "the attention maps need 2794.0 GiB (float32) but only 21.4 GiB of memory is available"
-    window._on_run_failed("/x/a.png", reason, "")
-    qtbot.waitUntil(lambda: window.error_box is not None and window.error_box.isVisible())
-    window.error_box.close()
-    qtbot.waitUntil(lambda: window.error_box is None or not window.error_box.isVisible())
-    window.show_error("Could not load model", "/x/broken.pth: not a checkpoint", "Traceback")
-    box = window.error_box
+    window.reporter.show_run_error("/x/a.png", reason, "")
+    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible())
+    window.reporter.box.close()
+    qtbot.waitUntil(lambda: window.reporter.box is None or not window.reporter.box.isVisible())
+    window.reporter.show("Could not load model", "/x/broken.pth: not a checkpoint", "Traceback")
+    box = window.reporter.box
     qtbot.waitUntil(lambda: box.isVisible())
-    window._on_run_failed("/x/b.png", reason, "")
+    window.reporter.show_run_error("/x/b.png", reason, "")
     assert box.text() != "/x/a.png: " + reason + " (and the same for 1 more image)"
     assert box.text() == "2 errors; the latest: /x/b.png: " + reason
     assert box.detailedText().startswith("Traceback") and "the same for /x/b.png" not in box.detailedText()
-    assert window.errors == [("Could not run image", "/x/a.png: " + reason),
+    assert window.reporter.errors == [("Could not run image", "/x/a.png: " + reason),
                              ("Could not load model", "/x/broken.pth: not a checkpoint"),
                              ("Could not run image", "/x/b.png: " + reason)]
-    window._on_run_failed("/x/c.png", reason, "")                # joins the error of b.png, which the box holds
-    assert window.errors[2][1] == "/x/b.png: " + reason + " (and the same for 1 more image)"
+    window.reporter.show_run_error("/x/c.png", reason, "")                # joins the error of b.png, which the box holds
+    assert window.reporter.errors[2][1] == "/x/b.png: " + reason + " (and the same for 1 more image)"
     assert box.text() == "2 errors; the latest: /x/b.png: " + reason and box.detailedText().endswith(
         "=== the same for /x/c.png")
 
@@ -131,12 +132,12 @@ def test_map_mean_max_are_exports_maps(name: str) -> None:
     (it used to be the CLS map with --head mean/max)."""
     result = random_result()
     stack = ResultMaps(result).stack(parse_map_arg(name)["source"])
-    expected = batch_maps.map_stack(result.attentions, batch_maps.MapKind(name), result.spec)
+    expected = map_stack(result.attentions, MapKind(name), result.spec).maps
     np.testing.assert_allclose(stack.maps, expected, rtol=1e-5, atol=1e-7)
     cls = ResultMaps(result).stack("cls").maps
     assert not np.allclose(stack.maps, cls)
     state = ViewState(source=name, head=1)
-    assert ResultMaps(result).current(state)[0].shape == result.grid
+    assert current_map(ResultMaps(result), state)[0].shape == result.grid
 
 
 def test_map_choices_are_listed() -> None:

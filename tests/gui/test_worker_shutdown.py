@@ -15,9 +15,10 @@ import pytest
 from _tiny import write_tiny_checkpoint
 from conftest import HEADS, wait_idle
 
-from vitviz.gui import worker as worker_mod
-from vitviz.gui.parking import parking
+from vitviz.gui import client as client_mod, worker as worker_mod
+from vitviz.gui.client import parking
 from vitviz.gui.window import MainWindow
+from vitviz.gui.worker import Kind, Ran
 
 BUSY_S = 4.0          # how long the fake forward pass takes
 WAIT_MS = 200         # the bounded wait of shutdown in these tests
@@ -30,25 +31,25 @@ INTERRUPT_BOUND_S = BLOCK_S + 0.9    # one block, and slack for a loaded machine
 
 
 def _slow_run(started: threading.Event, release: threading.Event):  # noqa: ANN202
-    def run(self, image: str, image_size=None) -> str:  # noqa: ANN001
+    def run(self, image: str, image_size=None) -> Ran:  # noqa: ANN001
         started.set()
         release.wait(BUSY_S)         # an uninterruptible forward pass (ends early only when the test says so)
-        return "maps"
+        return Ran(maps=None)
     return run
 
 
 def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  # noqa: ANN001
     started, release = threading.Event(), threading.Event()
     monkeypatch.setattr(worker_mod.InferenceWorker, "_run", _slow_run(started, release))
-    monkeypatch.setattr(worker_mod, "SHUTDOWN_WAIT_MS", WAIT_MS)
+    monkeypatch.setattr(client_mod, "SHUTDOWN_WAIT_MS", WAIT_MS)
     win = MainWindow(settings)
     win.persist_settings = False
     win.show()
     thread = weakref.ref(win.session.client.thread_object)      # only the window (and parking) hold it
     answers: list[object] = []
     win.session.client.ran.connect(lambda *a: answers.append(a))
-    win.session.client.submit("run", image="busy.png", image_size=None)
-    win.session.client.submit("run", image="queued.png", image_size=None)
+    win.session.client.submit(Kind.RUN, image="busy.png", image_size=None)
+    win.session.client.submit(Kind.RUN, image="queued.png", image_size=None)
     try:
         qtbot.waitUntil(started.is_set, timeout=10000)
         begin = time.monotonic()
@@ -81,7 +82,7 @@ def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  #
     thread = window.session.client.thread_object
     answers: list[object] = []
     window.session.client.ran.connect(lambda *a: answers.append(a))
-    window.session.client.submit("run", image="short.png", image_size=None)
+    window.session.client.submit(Kind.RUN, image="short.png", image_size=None)
     qtbot.waitUntil(started.is_set, timeout=10000)
     threading.Timer(0.2, release.set).start()
     window.persist_settings = False
@@ -94,7 +95,7 @@ def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  #
 def test_submit_after_shutdown_is_ignored(qtbot, window) -> None:  # noqa: ANN001
     window.persist_settings = False
     window.close()
-    window.session.client.submit("probe")
+    window.session.client.submit(Kind.PROBE)
     assert not window.session.busy and window.is_idle()
 
 
@@ -146,12 +147,12 @@ def test_close_interrupts_the_forward_pass_at_the_next_block(qtbot, deep_window,
     """Closing mid-forward stops the pass before the next block: the thread ends within about one block's time
     (inside the bounded wait, so nothing is parked), with no error and the interruption hooks removed."""
     window, blocks, entered = deep_window
-    monkeypatch.setattr(worker_mod, "SHUTDOWN_WAIT_MS", INTERRUPT_WAIT_MS)
+    monkeypatch.setattr(client_mod, "SHUTDOWN_WAIT_MS", INTERRUPT_WAIT_MS)
     client, thread = window.session.client, window.session.client.thread_object
     failed: list[object] = []
     client.failed.connect(lambda *a: failed.append(a))
     parked_before = len(parking)
-    client.submit("run", first=True, image=str(images[1]), image_size=(64, 64))
+    client.submit(Kind.RUN, first=True, image=str(images[1]), image_size=(64, 64))
     qtbot.waitUntil(lambda: len(entered) >= 3, timeout=20000)
     at_request = len(entered)
     begin = time.monotonic()
@@ -163,7 +164,7 @@ def test_close_interrupts_the_forward_pass_at_the_next_block(qtbot, deep_window,
     assert elapsed < INTERRUPT_BOUND_S, (f"closing took {elapsed:.2f} s; one block takes {BLOCK_S} s, the whole "
                                          f"forward {DEPTH * BLOCK_S:.1f} s")
     assert len(entered) <= at_request + 1 < DEPTH        # at most one more block began after the request
-    assert failed == [] and window.errors == [] and window.error_box is None
+    assert failed == [] and window.reporter.errors == [] and window.reporter.box is None
     assert all(len(block._forward_pre_hooks) == 1 for block in blocks)      # only the test's slow hook is left
 
 
@@ -175,14 +176,14 @@ def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_windo
     ran: list[object] = []
     client.failed.connect(lambda *a: failed.append(a))
     client.ran.connect(lambda *a: ran.append(a))
-    request = client.submit("run", first=True, image=str(images[2]), image_size=(64, 64))
+    request = client.submit(Kind.RUN, first=True, image=str(images[2]), image_size=(64, 64))
     qtbot.waitUntil(lambda: len(entered) >= 2, timeout=20000)
     begin = time.monotonic()
     with qtbot.waitSignal(client.dropped, timeout=int(1000 * DEPTH * BLOCK_S)) as blocker:
         client.thread_object.requestInterruption()       # what shutdown does, without closing the client
     assert blocker.args == [request]
     assert time.monotonic() - begin < INTERRUPT_BOUND_S
-    assert not client.pending("run")
+    assert not client.pending(Kind.RUN)
     qtbot.wait(100)
-    assert failed == [] and ran == [] and window.errors == [] and window.error_box is None
+    assert failed == [] and ran == [] and window.reporter.errors == [] and window.reporter.box is None
     assert all(len(block._forward_pre_hooks) == 1 for block in blocks)

@@ -54,20 +54,20 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     if ignored:
         window.note(ignored)
     device = getattr(args, "device", None)
-    window.device_preference = None if device in (None, "", "auto") else str(device)
+    window.session.device_preference = None if device in (None, "", "auto") else str(device)
     overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
     model = getattr(args, "model", None)
     if model:
         window.load_model(model, **overrides)
     if getattr(args, "size", None):
-        window.pending_size = tuple(args.size)
+        window.session.set_image_size_after_load(tuple(args.size))
     paths = [str(p) for p in getattr(args, "images", None) or []]
     named = classify(paths)
     if paths:
         window.open_classified(named, strict=True)
     model = named.models[-1] if named.models else model
     if model and not named.images:
-        window.add_images(bundled.images_for(model))     # the sample photos (the shapes for the demo model)
+        window.session.add_images(bundled.images_for(model))   # the sample photos (the shapes for the demo model)
     elif not model and not paths:
         window.load_demo()                               # first run: something real to look at at once
     elif not model:
@@ -105,10 +105,11 @@ class Screenshot(QObject):
         self._timer.stop()
         for text in self.window.notes:
             sys.stderr.write(f"vitviz: note: {text}\n")
-        if self.window.errors:
-            for title, summary in self.window.errors:
+        errors = self.window.reporter.errors
+        if errors:
+            for title, summary in errors:
                 sys.stderr.write(f"vitviz: {title}: {summary}\n")
-            self.status = 2 if any(title in EXIT_2_TITLES for title, _ in self.window.errors) else 1
+            self.status = 2 if any(title in EXIT_2_TITLES for title, _ in errors) else 1
         elif not self.window.grab().save(str(self.path)):
             sys.stderr.write(f"vitviz: could not write {self.path}\n")
             self.status = 1
@@ -157,4 +158,4 @@ def _report_unexpected(window: MainWindow, kind: type, exc: BaseException, tb: A
 
     details = "".join(traceback.format_exception(kind, exc, tb))
     sys.stderr.write(details)
-    window.show_error("Unexpected error", f"{kind.__name__}: {exc}", details)
+    window.reporter.show("Unexpected error", f"{kind.__name__}: {exc}", details)

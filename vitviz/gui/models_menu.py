@@ -1,38 +1,39 @@
 """The Models menu: the bundled demo, the ViT checkpoints already on this computer, and torchvision's named models.
 
-The listing comes from `vitviz.catalog.scan`, scanned in the worker thread (identifying a torchvision file name reads
-torchvision's weights tables, which imports torch): on the first show of the menu, again on the next show after a
-model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had. Folders the
-scan could not read (`ScanResult.skipped`) are named in a disabled item under the entries, with the reasons in its
-tooltip, instead of failing the scan.
+The listing comes from `vitviz.catalog.scan`, which the session runs in the worker thread (identifying a torchvision
+file name reads torchvision's weights tables, which imports torch): on the first show of the menu, again on the next
+show after a model was loaded or downloaded, and on Refresh. Until an answer arrives the menu shows what it had.
+Folders the scan could not read (`ScanResult.skipped`) are named in a disabled item under the entries, with the
+reasons in its tooltip, instead of failing the scan.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Callable
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu
 
 from vitviz import catalog
 from vitviz.gui import bundled, settings as st
+from vitviz.gui.session import Session
+from vitviz.gui.worker import Cataloged, NamedRow
 
-if TYPE_CHECKING:
-    from vitviz.gui.window import MainWindow
-
-NamedRow = tuple[str, "str | None", int]      # name, cached file or None, download size in bytes
 SKIPPED_TIP_LINES = 20                        # unreadable folders listed in the tooltip; the rest are counted
 
 
 class ModelsMenu(QObject):
-    """Fills `menu` from the latest scan; choosing an entry loads it in the window."""
+    """Fills `menu` from the session's latest listing; choosing an entry calls `choose(path or name)`, the demo
+    entry `load_demo()`."""
 
     scanned = Signal()            # the menu now shows a fresh scan (or its failure)
 
-    def __init__(self, window: "MainWindow", menu: QMenu) -> None:
-        super().__init__(window)
-        self.window, self.menu = window, menu
+    def __init__(self, session: Session, menu: QMenu, settings: QSettings, choose: Callable[[str], object],
+                 load_demo: Callable[[], object], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.session, self.menu, self.settings = session, menu, settings
+        self._choose, self._load_demo = choose, load_demo
         self.entries: list[catalog.CatalogEntry] = []
         self.named: list[NamedRow] = []
         self.skipped: list[catalog.Skipped] = []      # what the latest scan could not read
@@ -49,9 +50,8 @@ class ModelsMenu(QObject):
         self.refresh_action.setStatusTip("Look again for checkpoints in the torch hub and Hugging Face caches")
         self.refresh_action.triggered.connect(lambda _checked=False: self.refresh())
         menu.aboutToShow.connect(self._about_to_show)
-        client = window.session.client
-        client.cataloged.connect(self._on_cataloged)
-        client.failed.connect(self._on_failed)
+        session.catalog_ready.connect(self._on_cataloged)
+        session.catalog_failed.connect(self._on_failed)
         self.fill()
 
     def refresh(self) -> None:
@@ -59,8 +59,7 @@ class ModelsMenu(QObject):
         if self.scanning:
             return
         self.scanning, self.failed = True, False
-        recent = [p for p in st.recent_models(self.window.settings) if not bundled.is_demo(p)]
-        self.window.session.client.submit("catalog", first=True, recent=recent)
+        self.session.list_models([p for p in st.recent_models(self.settings) if not bundled.is_demo(p)])
         self.fill()
 
     def mark_stale(self) -> None:
@@ -72,19 +71,18 @@ class ModelsMenu(QObject):
             self.stale = False
             self.refresh()
 
-    def _on_cataloged(self, _request: Any, answer: tuple[catalog.ScanResult, list[NamedRow]]) -> None:
-        entries, named = answer[0], answer[1]
-        self.entries, self.named = list(entries), list(named)
-        self.skipped = list(getattr(entries, "skipped", ()))      # a ScanResult; a plain list has nothing skipped
+    def _on_cataloged(self, answer: Cataloged) -> None:
+        self.entries, self.named = list(answer.entries), list(answer.named)
+        self.skipped = list(getattr(answer.entries, "skipped", ()))   # a ScanResult; a plain list skips nothing
         self.scanning, self.listed = False, True
         self.fill()
         self.scanned.emit()
 
-    def _on_failed(self, request: Any, _summary: str, _details: str) -> None:
-        if request.kind == "catalog":     # the session shows the dialog
-            self.scanning, self.failed, self.stale = False, True, True
-            self.fill()
-            self.scanned.emit()
+    def _on_failed(self) -> None:
+        """The listing failed (the session shows the error)."""
+        self.scanning, self.failed, self.stale = False, True, True
+        self.fill()
+        self.scanned.emit()
 
     # ---------------------------------------------------------------------------------------------- building
 
@@ -120,14 +118,14 @@ class ModelsMenu(QObject):
         action.setObjectName("demo_model")
         action.setEnabled(demo is not None)
         action.setStatusTip("The small ViT vitviz ships, on its generated shapes images")
-        action.triggered.connect(lambda _checked=False: self.window.load_demo())
+        action.triggered.connect(lambda _checked=False: self._load_demo())
 
     def _add_entry(self, menu: QMenu, entry: catalog.CatalogEntry) -> None:
         action = menu.addAction(f"{entry.name}\t{entry.family} · {entry.size_text} · {entry.source}")
         action.setData(str(entry.path))
         action.setToolTip("\n".join(x for x in (str(entry.path), entry.detail) if x))
         action.setStatusTip(str(entry.path))
-        action.triggered.connect(lambda _checked=False, p=str(entry.path): self.window.choose_model(p))
+        action.triggered.connect(lambda _checked=False, p=str(entry.path): self._choose(p))
 
     def _add_skipped(self, menu: QMenu) -> None:
         """One disabled item saying how many folders could not be read; its tooltip lists them with why."""
@@ -152,7 +150,7 @@ class ModelsMenu(QObject):
             action.setData(name)
             action.setToolTip(cached or f"{name}: not downloaded yet; choosing it downloads it into "
                               f"{_home(catalog.torch_hub_dir())}")
-            action.triggered.connect(lambda _checked=False, n=name: self.window.choose_model(n))
+            action.triggered.connect(lambda _checked=False, n=name: self._choose(n))
 
     @staticmethod
     def _note(menu: QMenu, text: str) -> None:

@@ -1,100 +1,105 @@
-"""The session: the loaded model's spec, the images, their results and the requests that produce them.
+"""The session: the one owner of what the window works on -- the loaded model, the images, their results, the
+current image, the input size, the device and the per-image head statistics.
 
-It turns user intents (load this checkpoint, run these images, move to CUDA, use another input size) into
-worker requests, keeps a bounded cache of results and forwards only fresh answers. No widgets here.
+It turns user intents (load this checkpoint, run these images, show this one, move to CUDA, use another input size)
+into worker requests, keeps a bounded cache of results and forwards only fresh answers. Panels subscribe to its
+signals the way they subscribe to `ViewState`; `current_changed` says that what the current image shows changed.
+No widgets here.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
-from vitviz.core.spec import ModelSpec
 from vitviz.core.maps import PosEmbedData, ResultMaps
-from vitviz.gui.worker import Request, WorkerClient
+from vitviz.core.spec import ModelSpec, whole_patches
+from vitviz.gui.client import WorkerClient
+from vitviz.gui.worker import Cataloged, Kind, Loaded, Moved, PosEmbedded, Probed, Ran, Request
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
 DEVICE_FAILED = "Device not available"   # a load's device was refused; the model runs on the CPU (exit 2 too)
+FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the position embedding",
+                 Kind.MOVE: "Could not move the model", Kind.CATALOG: "Could not list the models on this computer",
+                 Kind.PROBE: "Could not start the inference engine"}
+
+HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
 
 
 class Session(QObject):
-    """Owns the worker client and the result cache."""
+    """Owns the worker client, the model's state, the images and the result cache."""
 
-    model_loaded = Signal(object, str)      # ModelSpec, device
-    result_ready = Signal(str)              # image path whose result is now cached
+    model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
+    current_changed = Signal(object)        # the current image's ResultMaps, or None (none, not run yet, failed)
+    images_added = Signal(list)             # paths new in `images`, in order
+    result_ready = Signal(str)              # image path whose result (and head statistics) is now cached
     run_failed = Signal(str, str, str)      # image path, summary, details (the window shows the error)
     run_started = Signal(str)               # image path
     error = Signal(str, str, str)           # dialog title, summary, details
+    note = Signal(str)                      # something to tell the user that is not an error
     devices_found = Signal(object)          # list of device names
     device_changed = Signal(str)
-    device_refused = Signal(str)            # the device a load asked for, which is not available here
+    size_changed = Signal(object)           # (h, w): the input size the images now run at
     pos_embed_ready = Signal()              # `pos_embed` / `pos_grid` now describe the current input size
+    catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
+    catalog_failed = Signal()               # listing them failed (the error is shown like any other)
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.client = WorkerClient(self)
         self.spec: ModelSpec | None = None
         self.device = ""
+        self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
         self.model_path = ""
-        self.image_size: tuple[int, int] | None = None
+        self.param_counts: dict[str, int] = {}
+        self.image_size: tuple[int, int] | None = None     # None: the model's native size
+        self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
         self.cache_bytes = cache_bytes
         self.images: list[str] = []
-        self.current = ""
+        self._current = ""
         self.failed: dict[str, str] = {}
         self._cache: OrderedDict[str, ResultMaps] = OrderedDict()
-        self.param_counts: dict[str, int] = {}
+        self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.pos_grid: tuple[int, int] | None = None
-        self.client.loaded_info.connect(self._on_loaded_info)
-        self.client.posembedded.connect(self._on_posembedded)
-        self.client.loaded.connect(self._on_loaded)
-        self.client.device_refused.connect(self._on_device_refused)
-        self.client.ran.connect(self._on_ran)
-        self.client.moved.connect(self._on_moved)
-        self.client.probed.connect(self.devices_found)
-        self.client.failed.connect(self._on_failed)
+        c = self.client
+        c.probed.connect(self._on_probed)
+        c.loaded.connect(self._on_loaded)
+        c.ran.connect(self._on_ran)
+        c.posembedded.connect(self._on_posembedded)
+        c.cataloged.connect(self._on_cataloged)
+        c.moved.connect(self._on_moved)
+        c.failed.connect(self._on_failed)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
+
+    # ------------------------------------------------------------------------------------------ reading
 
     @property
     def busy(self) -> bool:
         return self.client.busy
 
-    def probe_devices(self) -> None:
-        """Ask the worker which devices exist (this is also what first imports torch, off the GUI thread)."""
-        self.client.submit("probe")
+    @property
+    def current(self) -> str:
+        """The image the panels show ('' when there is none)."""
+        return self._current
 
-    def load_model(self, path: str, device: str | None = None, **overrides: Any) -> Request:
-        """Load a checkpoint; what is loaded now stays until the new model has loaded successfully."""
-        return self.client.submit("load", path=str(path), device=device, **overrides)
+    @property
+    def current_maps(self) -> ResultMaps | None:
+        """The current image's cached result, or None."""
+        return self._cache.get(self._current) if self._current else None
 
-    def set_device(self, device: str) -> None:
-        if self.spec is not None and device != self.device:
-            self.client.submit("move", device=device)
-
-    def set_image_size(self, size: tuple[int, int] | None) -> None:
-        """Run every image at another (h, w) (None: the model's native size); older results become stale."""
-        if self.spec is not None and size is not None and tuple(size) == tuple(self.spec.image_size):
-            size = None
-        if size == self.image_size:
-            return
-        self.image_size = size
-        self.client.cancel(lambda r: r.kind in ("run", "posembed"))
-        self._cache.clear()
-        self.failed.clear()
-
-    def request_pos_embed(self) -> None:
-        """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
-        pos_embed_ready)."""
-        if self.spec is None:
-            return
-        size = self.image_size or self.spec.image_size
-        p = self.spec.patch_size
-        self.client.cancel(lambda r: r.kind == "posembed")
-        self.client.submit("posembed", first=True, grid=(size[0] // p, size[1] // p))
+    def result(self, path: str) -> ResultMaps | None:
+        """The cached result of an image (marked as recently used), or None."""
+        maps = self._cache.get(path)
+        if maps is not None:
+            self._cache.move_to_end(path)
+        return maps
 
     @property
     def cache_nbytes(self) -> int:
@@ -104,90 +109,198 @@ class Session(QObject):
     def cached_paths(self) -> list[str]:
         return list(self._cache)
 
-    def add_images(self, paths: list[str]) -> None:
-        self.images.extend(p for p in paths if p not in self.images)
+    @property
+    def shown_size(self) -> tuple[int, int] | None:
+        """The input size the images run at (None without a model)."""
+        return self.image_size or (self.spec.image_size if self.spec is not None else None)
 
-    def result(self, path: str) -> ResultMaps | None:
-        """The cached result of an image (marked as recently used), or None."""
-        maps = self._cache.get(path)
-        if maps is not None:
-            self._cache.move_to_end(path)
-        return maps
+    # ------------------------------------------------------------------------------------------ intents
+
+    def probe_devices(self) -> None:
+        """Ask the worker which devices exist (this is also what first imports torch, off the GUI thread)."""
+        self.client.submit(Kind.PROBE)
+
+    def load_model(self, path: str, device: str | None = None, **overrides: Any) -> Request:
+        """Load a checkpoint on `device` (else `device_preference`); what is loaded now stays until the new model
+        has loaded successfully."""
+        return self.client.submit(Kind.LOAD, path=str(path), device=device or self.device_preference, **overrides)
+
+    def set_device(self, device: str) -> None:
+        if self.spec is not None and device != self.device:
+            self.client.submit(Kind.MOVE, device=device)
+
+    def list_models(self, recent: list[str]) -> None:
+        """Look for the models on this computer (and `recent` files), ahead of queued runs; answered by
+        `catalog_ready` or `catalog_failed`."""
+        self.client.submit(Kind.CATALOG, first=True, recent=recent)
+
+    def add_images(self, paths: list[str]) -> list[str]:
+        """Add images not already listed and run them (the current one first); the first added becomes current
+        when none is. Returns the paths added."""
+        known = set(self.images)
+        added = [p for p in dict.fromkeys(str(Path(p)) for p in paths) if p not in known]
+        self.images.extend(added)
+        if added:
+            self.images_added.emit(added)
+            if not self._current:
+                self.set_current(added[0])
+        self.ensure_all()
+        return added
+
+    def set_current(self, path: str) -> None:
+        """Show another image (its run jumps the queue)."""
+        if path == self._current:
+            return
+        self._current = path
+        self.ensure(path, first=True)
+        self.current_changed.emit(self.result(path) if path else None)
+
+    def set_image_size(self, size: tuple[int, int] | None) -> None:
+        """Run every image at (h, w) (None: the model's native size), rounded down to whole patches of the loaded
+        model (a note says so); results at the previous size are dropped. Without a model the size waits for the
+        next one to load."""
+        if self.spec is None:
+            self.pending_size = None if size is None else (int(size[0]), int(size[1]))
+            return
+        shown = self.whole_patches(size) if size is not None else self.spec.image_size
+        self.size_changed.emit(shown)
+        size = None if shown == tuple(self.spec.image_size) else shown
+        if size == self.image_size:
+            return
+        self.image_size = size
+        self.client.cancel(lambda r: r.kind in (Kind.RUN, Kind.POSEMBED))
+        self._forget_results()
+        self.ensure_all()
+        self.request_pos_embed()          # ahead of the runs: the position-embedding dock follows the size at once
+        self.current_changed.emit(None)
+
+    def set_image_size_after_load(self, size: tuple[int, int] | None) -> None:
+        """The input size for the model being loaded (the command line's --size), applied once it has loaded."""
+        self.pending_size = None if size is None else (int(size[0]), int(size[1]))
+
+    def whole_patches(self, size: tuple[int, int]) -> tuple[int, int]:
+        """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it; a note
+        says so when that changes the size."""
+        if self.spec is None:
+            return (int(size[0]), int(size[1]))
+        p = self.spec.patch_size
+        used = whole_patches(size, p, at_least_one=True)
+        if used != tuple(size):
+            why = "is smaller than one" if min(size) < p else "is not a multiple of the"
+            self.note.emit(f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}")
+        return used
+
+    def request_pos_embed(self) -> None:
+        """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
+        pos_embed_ready)."""
+        if self.spec is None:
+            return
+        size = self.image_size or self.spec.image_size
+        p = self.spec.patch_size
+        self.client.cancel(lambda r: r.kind is Kind.POSEMBED)
+        self.client.submit(Kind.POSEMBED, first=True, grid=(size[0] // p, size[1] // p))
 
     def ensure(self, path: str, first: bool = False) -> None:
         """Request a run of `path` unless it is cached, failed or already on its way; `first` jumps the queue."""
         if self.spec is None or not path or path in self._cache or path in self.failed:
             return
-        pending = [r for r in self.client.pending("run")
+        pending = [r for r in self.client.pending(Kind.RUN)
                    if r.args["image"] == path and r.args["image_size"] == self.image_size]
         if pending:
             if first:
                 self.client.prioritize(lambda r: r in pending)
             return
-        self.client.submit("run", first=first, image=path, image_size=self.image_size)
+        self.client.submit(Kind.RUN, first=first, image=path, image_size=self.image_size)
         self.run_started.emit(path)
 
     def ensure_all(self) -> None:
         """Run the current image first, then every other image without a result."""
-        self.ensure(self.current, first=True)
+        self.ensure(self._current, first=True)
         for path in self.images:
             self.ensure(path)
 
-    def _on_loaded(self, request: Request, spec: ModelSpec, device: str) -> None:
-        self.spec, self.device, self.model_path = spec, device, request.args["path"]
-        self.image_size = None
-        self._cache.clear()
-        self.failed.clear()
-        self.pos_embed, self.pos_grid = None, None
-        self.request_pos_embed()
-        self.model_loaded.emit(spec, device)
+    def shutdown(self) -> bool:
+        """Stop the worker (waits a bounded time; see `WorkerClient.shutdown`); True once its thread has
+        finished."""
+        return self.client.shutdown()
 
-    def _on_device_refused(self, request: Request, summary: str) -> None:
-        device = str(request.args.get("device"))
-        self.device_refused.emit(device)
+    # ------------------------------------------------------------------------------------------ answers
+
+    def _on_probed(self, _request: Request, answer: Probed) -> None:
+        self.devices_found.emit(list(answer.devices))
+
+    def _on_loaded(self, request: Request, answer: Loaded) -> None:
+        if answer.refused:
+            self._refuse_device(str(request.args.get("device")), answer.refused)
+        spec = answer.spec
+        self.spec, self.device, self.model_path = spec, answer.device, request.args["path"]
+        self.param_counts = dict(answer.counts)
+        self.image_size = None
+        self._forget_results()
+        self.pos_embed, self.pos_grid = None, None
+        if self.pending_size is not None:
+            size, self.pending_size = self.whole_patches(self.pending_size), None
+            self.image_size = None if size == tuple(spec.image_size) else size
+        self.request_pos_embed()
+        self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
+        self.model_loaded.emit(spec, answer.device)
+        self.ensure_all()
+
+    def _refuse_device(self, device: str, summary: str) -> None:
+        """--device named a device that is not here: the model runs on the CPU and later loads go there too."""
+        self.device_preference = None
         self.error.emit(DEVICE_FAILED, f"{summary} — running on the CPU instead", f"--device {device}: {summary}\n"
                         "The model was loaded on the CPU. Pick a device in the Controls panel once one is available.")
 
-    def _on_loaded_info(self, counts: dict[str, int]) -> None:
-        self.param_counts = dict(counts)
-
-    def _on_posembedded(self, _request: Request, answer: Any) -> None:
-        grid, pos = answer
-        self.pos_grid, self.pos_embed = tuple(grid), pos
-        self.pos_embed_ready.emit()
-
-    def _on_ran(self, request: Request, maps: ResultMaps) -> None:
+    def _on_ran(self, request: Request, answer: Ran) -> None:
         if request.args.get("image_size") != self.image_size:
             return   # belongs to a size that is no longer selected
-        path = request.args["image"]
+        path, maps = request.args["image"], answer.maps
         self._cache[path] = maps
         self._cache.move_to_end(path)
+        self.head_stats[path] = maps.head_stats()
         self._evict(keep=path)
         self.result_ready.emit(path)
+        if path == self._current:
+            self.current_changed.emit(maps)
 
-    def _on_moved(self, _request: Request, device: str) -> None:
-        self.device = device
-        self.device_changed.emit(device)
+    def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
+        self.pos_grid, self.pos_embed = tuple(answer.grid), answer.data
+        self.pos_embed_ready.emit()
+
+    def _on_cataloged(self, _request: Request, answer: Cataloged) -> None:
+        self.catalog_ready.emit(answer)
+
+    def _on_moved(self, _request: Request, answer: Moved) -> None:
+        self.device = answer.device
+        self.device_changed.emit(answer.device)
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
-        if request.kind == "run":
+        kind = request.kind
+        if kind is Kind.RUN:
             path = request.args["image"]
             self.failed[path] = summary
             self.run_failed.emit(path, summary, details)
-        elif request.kind == "load":
-            self.error.emit(LOAD_FAILED, summary, details)
-            self.ensure_all()   # the load made queued runs stale; the previous model is still there
-        elif request.kind == "posembed":
-            self.pos_embed, self.pos_grid = None, None
-            self.error.emit("Could not read the position embedding", summary, details)
-        elif request.kind == "move":
-            self.error.emit("Could not move the model", summary, details)
-            self.device_changed.emit(self.device)
-        elif request.kind == "catalog":
-            self.error.emit("Could not list the models on this computer", summary, details)
-        else:
+            if path == self._current:
+                self.current_changed.emit(None)
+            return
+        if kind is Kind.PROBE:
             self.devices_found.emit(["cpu"])
-            self.error.emit("Could not start the inference engine", summary, details)
+        elif kind is Kind.POSEMBED:
+            self.pos_embed, self.pos_grid = None, None
+        self.error.emit(FAILED_TITLES[kind], summary, details)
+        if kind is Kind.LOAD:
+            self.ensure_all()   # the load made queued runs stale; the previous model is still there
+        elif kind is Kind.MOVE:
+            self.device_changed.emit(self.device)
+        elif kind is Kind.CATALOG:
+            self.catalog_failed.emit()
+
+    def _forget_results(self) -> None:
+        """A new model or input size: no result, failure or head statistic of the old one holds."""
+        self._cache.clear()
+        self.failed.clear()
+        self.head_stats.clear()
 
     def _evict(self, keep: str) -> None:
         total = sum(m.nbytes for m in self._cache.values())
@@ -198,8 +311,3 @@ class Session(QObject):
                 continue
             del self._cache[path]
             total -= maps.nbytes
-
-    def shutdown(self) -> bool:
-        """Stop the worker (waits a bounded time; see `WorkerClient.shutdown`); True once its thread has
-        finished."""
-        return self.client.shutdown()

@@ -1,32 +1,35 @@
-"""The main window: docks around the image panel, wired to the view state and the session.
+"""The main window: the image panel with the docks around it, composed of parts.
 
-Drawing lives in `drawing.DrawingMixin`, the File menu's actions in `file_actions.FileActionsMixin`, the menus in
-`menus`.
+The panels draw themselves from the view state and the session (`Session.current_changed`); `FileActions` holds
+the File menu's dialogs and exports, `menus` builds the menus and toolbar from a table of callbacks, `ModelsMenu`
+lists models through the session and `ErrorReporter` is the one error box. The window lays the parts out, turns
+user intents (open, drop, step through layers and heads, pick a query) into calls on the session and the view state,
+and keeps the layout and settings.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QToolBar, QWidget
 
-from vitviz.core.spec import ModelSpec, whole_patches
-from vitviz.gui import bundled, dialogs, menus, settings as st
-from vitviz.gui.panels.controls import ControlsPanel
-from vitviz.gui.drawing import MAP_FIELDS, DrawingMixin
+from vitviz.core.spec import ModelSpec
+from vitviz.gui import bundled, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
-from vitviz.gui.file_actions import FileActionsMixin
+from vitviz.gui.errors import ErrorReporter
+from vitviz.gui.file_actions import FileActions
+from vitviz.gui.models_menu import ModelsMenu
+from vitviz.gui.panels.base import LazyPanel
+from vitviz.gui.panels.controls import ControlsPanel
 from vitviz.gui.panels.headstats import HeadStatsPanel
-from vitviz.gui.panels.image_list import ImageListPanel
 from vitviz.gui.panels.image import ImagePanel
+from vitviz.gui.panels.image_list import ImageListPanel
 from vitviz.gui.panels.info import InfoPanel
 from vitviz.gui.panels.matrix import MatrixPanel
-from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.panels.overview import OverviewPanel
-from vitviz.gui.panels.base import LazyPanel
 from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.session import Session
@@ -34,7 +37,6 @@ from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
-RUN_FAILED = "Could not run image"
 
 
 def _not_openable(path: str) -> str:
@@ -46,9 +48,9 @@ def _not_openable(path: str) -> str:
     return "not an image (PNG, JPEG, BMP, GIF, TIFF, WebP, PPM/PGM) or a checkpoint"
 
 
-class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
-    """vitviz's window. `refreshed` fires after every redraw of the panels (tests and the screenshot wait on
-    it)."""
+class MainWindow(QMainWindow):
+    """vitviz's window. `refreshed` fires after the panels have redrawn for a change of the view or of the current
+    result (tests and the screenshot wait on it)."""
 
     refreshed = Signal()
 
@@ -60,31 +62,21 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         self.settings = settings
         self.state = ViewState()
         self.session = session or Session(parent=self)
-        self.error_box: QMessageBox | None = None
-        self.errors: list[tuple[str, str]] = []
+        self.reporter = ErrorReporter(self)
         self.notes: list[str] = []                            # status-bar notes (the screenshot prints them)
-        self._values: Any = None
         self._last_map_source = "cls"
-        self.pending_size: tuple[int, int] | None = None     # input size to use once the model has loaded
         self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
-        self.device_preference: str | None = None            # --device: where loads go (None: CUDA when available)
         self.demo_instead_of_model = False                    # images were named without a model: the demo runs them
-        self._run_errors: dict[str, int] = {}                 # why images failed -> index into `errors` (repeats join)
         self.persist_settings = True
-        self.panel = ImagePanel()
+        self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
-        self.controls = ControlsPanel(self.state)
-        self.images = ImageListPanel()
-        self.overview = OverviewPanel()
-        self.docks = [self._dock("Controls", "controlsDock", self.controls, Qt.DockWidgetArea.LeftDockWidgetArea),
-                      self._dock("Images", "imagesDock", self.images, Qt.DockWidgetArea.RightDockWidgetArea),
-                      self._dock("Layer × head overview", "overviewDock", self.overview,
-                                 Qt.DockWidgetArea.RightDockWidgetArea)]
-        self._add_analysis_docks()
-        self.actions_by_name = menus.build(self)
-        menus.fill_view_menu(self, self.view_menu, self.actions_by_name["reset_layout"])
-        menus.fill_recent_menu(self, self.recent_menu, st.recent_models(settings))
-        self.models = ModelsMenu(self, self.models_menu)
+        self._add_docks()
+        self.file_actions = FileActions(self.session, self.state, settings, self, self.reporter.show)
+        self.menus = menus.build(self, self._menu_callbacks())
+        menus.fill_view_menu(self.menus.view, self.docks, self.findChildren(QToolBar),
+                             self.menus.actions["reset_layout"])
+        self._fill_recent(st.recent_models(settings))
+        self.models = ModelsMenu(self.session, self.menus.models, settings, self.choose_model, self.load_demo, self)
         self.status = StatusArea(self.statusBar())
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
         self.resize(1400, 900)
@@ -93,25 +85,25 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         self._connect()
         self._restore_settings()
         self._probed = False
-        self._refresh(MAP_FIELDS)
 
-    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
-        dock = QDockWidget(title, self)
-        dock.setObjectName(name)
-        dock.setWidget(widget)
-        self.addDockWidget(area, dock)
-        if isinstance(widget, LazyPanel):
-            dock.visibilityChanged.connect(widget.on_dock_visibility)
-        return dock
+    # ------------------------------------------------------------------------------------------ layout
 
-    def _add_analysis_docks(self) -> None:
-        """The analysis panels: tabs next to the overview; model info as a tab next to the image list."""
-        self.matrix = MatrixPanel(self.state)
-        self.rollout_panel = RolloutPanel(self.state)
-        self.posembed = PosEmbedPanel()
-        self.headstats = HeadStatsPanel(self.state)
-        self.info = InfoPanel()
-        right = Qt.DockWidgetArea.RightDockWidgetArea
+    def _add_docks(self) -> None:
+        """Controls on the left; the image list and the overview on the right, the analysis panels as tabs next
+        to the overview and the model info as a tab next to the image list."""
+        state, session = self.state, self.session
+        self.controls = ControlsPanel(state, session)
+        self.images = ImageListPanel(session)
+        self.overview = OverviewPanel(state, session)
+        self.matrix = MatrixPanel(state, session)
+        self.rollout_panel = RolloutPanel(state, session)
+        self.posembed = PosEmbedPanel(state, session)
+        self.headstats = HeadStatsPanel(state, session)
+        self.info = InfoPanel(session)
+        left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
+        self.docks = [self._dock("Controls", "controlsDock", self.controls, left),
+                      self._dock("Images", "imagesDock", self.images, right),
+                      self._dock("Layer × head overview", "overviewDock", self.overview, right)]
         overview, images = self.docks[2], self.docks[1]
         for title, name, widget in (("Attention matrix", "matrixDock", self.matrix),
                                     ("Rollout", "rolloutDock", self.rollout_panel),
@@ -124,6 +116,15 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         overview.raise_()
         images.raise_()
 
+    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        if isinstance(widget, LazyPanel):
+            dock.visibilityChanged.connect(widget.on_dock_visibility)
+        return dock
+
     def dock(self, name: str) -> QDockWidget:
         """A dock by object name."""
         return next(d for d in self.docks if d.objectName() == name)
@@ -134,47 +135,78 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         self.resizeDocks([controls, images], [320, 400], horizontal)
         self.resizeDocks([images, overview], [300, 560], vertical)
 
+    def _menu_callbacks(self) -> dict[str, Callable[[], object]]:
+        """What each action of `menus.ACTIONS` does."""
+        files = self.file_actions
+        return {"open_model": files.open_model_dialog, "open_images": files.open_images_dialog,
+                "export_png": files.export_png_dialog, "export_all": files.export_all_dialog,
+                "export_npz": files.export_npz_dialog, "quit": self.close,
+                "next_image": lambda: self.images.step(1), "prev_image": lambda: self.images.step(-1),
+                "next_layer": lambda: self.step_layer(1), "prev_layer": lambda: self.step_layer(-1),
+                "next_head": lambda: self.step_head(1), "prev_head": lambda: self.step_head(-1),
+                "reset_layout": self.reset_layout}
+
+    def _fill_recent(self, paths: list[str]) -> None:
+        menus.fill_recent_menu(self.menus.recent, paths, self.choose_model)
+
     def _connect(self) -> None:
-        self.state.subscribe(self._refresh)
         s = self.session
         s.model_loaded.connect(self._on_model_loaded)
-        s.result_ready.connect(self._on_result_ready)
-        s.run_failed.connect(self._on_run_failed)
-        s.run_started.connect(self.images.set_pending)
-        s.error.connect(self.show_error)
-        s.devices_found.connect(self.controls.set_devices)
+        s.run_failed.connect(self.reporter.show_run_error)
+        s.error.connect(self.reporter.show)
+        s.note.connect(self.note)
         s.device_changed.connect(self._on_device_changed)
-        s.device_refused.connect(self._on_device_refused)
         s.client.status.connect(self.status.show)
         s.client.busy_changed.connect(self.status.set_busy)
         s.client.progress.connect(self.status.show_progress)
-        self.images.current_changed.connect(self._on_current_image)
-        self.controls.device_requested.connect(self.session.set_device)
-        self.controls.size_requested.connect(self.set_image_size)
         self.panel.hovered.connect(self._on_hover)
-        self.panel.clicked.connect(self._on_patch_clicked)
-        self.overview.tile_clicked.connect(self._on_tile_clicked)
         self.panel.hovered.connect(self.posembed.hover)
+        self.panel.query_clicked.connect(self.select_query)
+        self.overview.tile_clicked.connect(self._on_tile_clicked)
         self.matrix.query_clicked.connect(self.select_query)
         self.rollout_panel.query_clicked.connect(self.select_query)
-        self.headstats.head_clicked.connect(lambda layer, head: self.state.update(layer=layer, head=head))
-        s.pos_embed_ready.connect(lambda: self.posembed.set_data(s.pos_embed, s.spec))
-        s.device_changed.connect(lambda _d: self._update_info())
+        self.headstats.head_clicked.connect(self._on_head_clicked)
+        self.file_actions.model_chosen.connect(self.load_model)
+        self.file_actions.exported.connect(self._on_exported)
+        # last: the panels subscribed when they were made, so these fire once they have redrawn
+        self.state.subscribe(self._after_redraw)
+        s.current_changed.connect(self._after_redraw)
+
+    def _after_redraw(self, *_what: object) -> None:
+        self.refreshed.emit()
+
+    @property
+    def _values(self) -> np.ndarray | None:
+        """The map the image panel shows (`ImagePanel.values`; tests/gui/test_panels_rollout.py reads it here)."""
+        return self.panel.values
 
     # ------------------------------------------------------------------------------------------ user intents
 
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
-        """Load a checkpoint in the worker (on `device`, else `device_preference`); the current model and results
-        stay until it has loaded."""
+        """Load a checkpoint in the worker (on `device`, else the session's preferred device); the current model and
+        results stay until it has loaded."""
         self.statusBar().showMessage(f"Loading {path}…")
-        self.session.load_model(path, device=device or self.device_preference, **overrides)
+        self.session.load_model(path, device=device, **overrides)
 
-    def add_images(self, paths: list[str]) -> list[str]:
-        """Add images to the list and run them (the current one first)."""
-        added = self.images.add_paths(paths)
-        self.session.add_images(added)
-        self.session.ensure_all()
-        return added
+    def load_demo(self, images: bool = True, instead_of_model: bool = False) -> bool:
+        """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a
+        status-bar hint, when this install has no demo model. `instead_of_model`: images were named without a
+        model, and the status bar says that the demo runs them and how to open one's own."""
+        demo = bundled.demo_model()
+        if demo is None:
+            self.status.set_ready_message(bundled.missing_demo_hint())
+            return False
+        self.demo_instead_of_model = instead_of_model
+        self.load_model(demo)
+        if images:
+            self.session.add_images(bundled.images_for(demo))
+        return True
+
+    def choose_model(self, path: str) -> None:
+        """Load a model picked from a menu; into an empty image list, add the bundled images that suit it."""
+        self.load_model(path)
+        if not self.session.images:
+            self.session.add_images(bundled.images_for(path))
 
     def open_paths(self, paths: list[str], strict: bool = False) -> None:
         """Open what was dropped or named on the command line: checkpoints load, images are added. What is neither
@@ -186,35 +218,12 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         if dropped.models:
             self.load_model(dropped.models[-1])
         if dropped.images:
-            self.add_images(dropped.images)
+            self.session.add_images(dropped.images)
         if dropped.ignored and strict:
-            self.show_error("Could not open", "; ".join(f"{p}: {_not_openable(p)}" for p in dropped.ignored), "")
+            self.reporter.show("Could not open", "; ".join(f"{p}: {_not_openable(p)}" for p in dropped.ignored), "")
         elif dropped.ignored:
             self.statusBar().showMessage("Ignored (not an image or checkpoint): " + ", ".join(
                 Path(p).name for p in dropped.ignored[:5]), 8000)
-
-    def set_image_size(self, height: int, width: int) -> None:
-        """Run every image at (height, width) in whole patches; results at the previous size are dropped."""
-        size = self.whole_patches((height, width))
-        self.session.set_image_size(size)
-        self.controls.show_size(size)
-        self.headstats.reset()
-        self.session.ensure_all()
-        self.session.request_pos_embed()
-        self._refresh({"image"})
-
-    def whole_patches(self, size: tuple[int, int]) -> tuple[int, int]:
-        """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it; a note
-        in the status bar says so when that changes the size."""
-        spec = self.session.spec
-        if spec is None:
-            return tuple(size)
-        p = spec.patch_size
-        used = whole_patches(size, p, at_least_one=True)
-        if used != tuple(size):
-            why = "is smaller than one" if min(size) < p else "is not a multiple of the"
-            self.note(f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}")
-        return used
 
     def note(self, text: str) -> None:
         """Tell the user something that is not an error, in the status bar (it outlasts the worker's status)."""
@@ -259,40 +268,26 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         """No request queued or running in the worker."""
         return not self.session.busy
 
-    # ------------------------------------------------------------------------------------------ session events
+    # ------------------------------------------------------------------------------------------ events
 
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
-        self.controls.set_spec(spec, device)
+        """The view follows the new model: valid layer, head and query, the title, recent models, the status."""
         self._show_loaded(spec)
-        if self.pending_size is not None:
-            self.pending_size = self.whole_patches(self.pending_size)
         self._check_requested_view(spec)
-        self._run_errors.clear()
+        self.reporter.forget_repeats()
         query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
                           source=self.state.source if query is not None or self.state.source != "token" else "cls")
         self.setWindowTitle(f"vitviz — {Path(self.session.model_path).name}")
-        self.headstats.reset()
-        self.posembed.set_model(spec)
-        if self.session.pos_embed is not None or self.session.pos_grid is not None:
-            self.posembed.set_data(self.session.pos_embed, spec)
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
-        if self.pending_size is not None:
-            self.session.set_image_size(self.pending_size)
-            self.controls.show_size(self.pending_size)
-            self.pending_size = None
-            self.session.request_pos_embed()
-        self.session.ensure_all()
-        self._refresh({"image"})
-        self._update_info()
 
     def _show_loaded(self, spec: ModelSpec) -> None:
         """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""
         path = self.session.model_path
         demo = bundled.is_demo(path)
         if not demo:
-            menus.fill_recent_menu(self, self.recent_menu, st.add_recent_model(self.settings, path))
+            self._fill_recent(st.add_recent_model(self.settings, path))
             self.demo_instead_of_model = False
         self.models.mark_stale()
         if demo and self.demo_instead_of_model:
@@ -306,7 +301,7 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
         """Say so (once) when the command line asked for a layer, head or token this model does not have; the
         view then shows the nearest valid one."""
         asked, self.requested_view = self.requested_view, {}
-        size = self.pending_size or spec.image_size
+        size = self.session.image_size or spec.image_size
         tokens = spec.num_prefix + (size[0] // spec.patch_size) * (size[1] // spec.patch_size)
         problems = []
         for name, value, count, what in (("--layer", asked.get("layer"), spec.depth, "layers"),
@@ -316,85 +311,22 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
                 problems.append(f"{name}{'' if name.endswith(':') else ' '}{value} is out of range: the model "
                                 f"has {count} {what} (0-{count - 1}, or negative counting from the end)")
         if problems:
-            self.show_error("Command line", "; ".join(problems), "")
-
-    def _on_device_refused(self, device: str) -> None:
-        """--device named a device that is not here: the model runs on the CPU and later loads go there too."""
-        self.device_preference = None
+            self.reporter.show("Command line", "; ".join(problems), "")
 
     def _on_device_changed(self, device: str) -> None:
-        self.controls.set_device(device)
         self.statusBar().showMessage(f"Model on {device}", 5000)
 
-    def _on_result_ready(self, path: str) -> None:
-        maps = self.session.result(path)
-        if maps is not None:
-            self.images.set_predictions(path, maps.result.top_k(5))
-            self.headstats.add(path, *maps.head_stats(), names=maps.result.spec.prefix_names)
-        if path == self.session.current:
-            self._refresh({"image"})
-        self._update_info()
+    def _on_exported(self, message: str) -> None:
+        self.statusBar().showMessage(message, 8000)
 
-    def _on_run_failed(self, path: str, summary: str, details: str) -> None:
-        self.images.set_failed(path, summary)
-        if path == self.session.current:
-            self._refresh({"image"})
-        self._report_run_error(path, summary, details)
+    def _on_hover(self, row: int, col: int) -> None:
+        self.hover_label.setText(self.panel.readout(row, col))
 
-    def _report_run_error(self, path: str, summary: str, details: str) -> None:
-        """One error per distinct reason: an image failing like an earlier one (the maps of every image too large
-        for memory) joins that error as '(and the same for N more images)' while the open error box holds it; once
-        that box is closed, the next such failure is a new error. The path is named once."""
-        if path in summary or Path(path).name in summary:     # about this file: its own error, path named once
-            self.show_error(RUN_FAILED, summary, details)
-            return
-        key = re.sub(r"\d+(\.\d+)?", "#", summary)             # 'only 21.4 GiB available' then '21.0 GiB': same
-        first = self._run_errors.get(key)
-        box = self.error_box
-        if first is None or not self._box_holds(first):
-            self._run_errors[key] = len(self.errors)
-            self.show_error(RUN_FAILED, f"{path}: {summary}", details)
-            return
-        title, text = self.errors[first]
-        base, _sep, _count = text.partition(" (and the same for ")
-        more = int(_count.split()[0]) + 1 if _count else 1
-        text = f"{base} (and the same for {more} more image{'s' if more > 1 else ''})"
-        self.errors[first] = (title, text)
-        if int(box.property("count")) == 1:                    # the box shows that error alone: its new text
-            box.setText(text)
-        box.setDetailedText(box.detailedText() + f"\n\n=== the same for {path}")
+    def _on_tile_clicked(self, layer: int, head: int | str | None) -> None:
+        self.state.update(layer=layer, **({} if head is None else {"head": head}))
 
-    def _box_holds(self, index: int) -> bool:
-        """Whether the error box is open and holds `errors[index]` (it holds `count` errors from `first` on)."""
-        box = self.error_box
-        if box is None or not box.isVisible():
-            return False
-        first = int(box.property("first"))
-        return first <= index < first + int(box.property("count"))
-
-    def _on_current_image(self, path: str) -> None:
-        self.session.current = path
-        self.session.ensure(path, first=True)
-        self._refresh({"image"})
-        self._update_info()
-
-    def show_error(self, title: str, summary: str, details: str) -> None:
-        """One dialog at a time: further errors while it is open are added to it."""
-        self.errors.append((title, summary))
-        box = self.error_box
-        if box is not None and box.isVisible():
-            count = int(box.property("count") or 1) + 1
-            box.setProperty("count", count)
-            box.setText(f"{count} errors; the latest: {summary}")
-            box.setDetailedText(box.detailedText() + f"\n\n=== {title}: {summary}\n{details}")
-            return
-        self.error_box = dialogs.error_box(self, title, summary, details)
-        self.error_box.setProperty("first", len(self.errors) - 1)   # the index of its first error in `errors`
-        self.error_box.setProperty("count", 1)
-        self.error_box.destroyed.connect(self._forget_error_box)
-
-    def _forget_error_box(self) -> None:
-        self.error_box = None
+    def _on_head_clicked(self, layer: int, head: int) -> None:
+        self.state.update(layer=layer, head=head)
 
     # ------------------------------------------------------------------------------------------ drag and drop
 
@@ -444,4 +376,3 @@ class MainWindow(FileActionsMixin, DrawingMixin, QMainWindow):
             self.save_settings()
         self.session.shutdown()      # waits a bounded time for a running request (see WorkerClient.shutdown)
         super().closeEvent(event)
-

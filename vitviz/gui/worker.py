@@ -1,36 +1,106 @@
-"""The inference worker: one long-lived QObject in its own QThread that owns the model.
+"""The inference worker and its protocol: one long-lived QObject in its own QThread that owns the model.
 
-The window never calls the worker directly. `WorkerClient` (GUI thread) queues requests, sends them one at a
-time through queued signals and drops answers that became stale while the worker was busy (staleness is decided
-when the answer arrives). torch is imported inside the worker thread only, on the first request, so the window
-appears before torch is loaded.
+A `Request` names what to do with a `Kind`; the worker answers every request with exactly one `finished` (carrying
+the kind's answer dataclass: `Probed`, `Loaded`, `Ran`, `PosEmbedded`, `Cataloged` or `Moved`), `failed` or
+`cancelled`. The window never calls the worker directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the
+requests, sends them one at a time through queued signals and drops stale answers. torch is imported inside the
+worker thread only, on the first request, so the window appears before torch is loaded.
 
-Closing never waits for a long request: `WorkerClient.shutdown` asks the thread to stop -- a forward pass stops at
-the next transformer block (`InterruptHooks`), a download at its next chunk -- and waits a bounded time; a thread
-still busy after that is parked (see `parking`) until it finishes.
+A forward pass stops at the next transformer block once the thread is asked to stop (`InterruptHooks`), a download
+at its next chunk (`DownloadProgress`); such a request answers `cancelled`, never `failed`.
 """
 from __future__ import annotations
 
-import itertools
+import enum
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from vitviz.gui.parking import parking
+from vitviz import catalog
+from vitviz.core.maps import PosEmbedData, ResultMaps
+from vitviz.core.spec import ModelSpec
 
-SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
+NO_MODEL = "no model is loaded; open a checkpoint first (File > Open model)"
+
+
+class Kind(enum.Enum):
+    """What a request asks the worker to do; the keyword arguments of each are those of its handler."""
+
+    PROBE = "probe"          # list the devices (the first request: it imports torch)
+    LOAD = "load"            # path, device, overrides: load a checkpoint or a named model (downloaded if needed)
+    RUN = "run"              # image, image_size: run one image and precompute its maps
+    POSEMBED = "posembed"    # grid: the position embedding resampled to a grid, with its similarities
+    CATALOG = "catalog"      # recent: the ViT checkpoints on this computer, and the named models
+    MOVE = "move"            # device: move the loaded model
 
 
 @dataclass
 class Request:
-    """One unit of work. kind: 'probe' (list devices), 'load', 'run', 'move', 'posembed' or 'catalog' (the models
-    on this computer)."""
+    """One unit of work: an increasing id (answers to older ids may be stale), what to do and its arguments."""
 
     id: int
-    kind: str
+    kind: Kind
     args: dict[str, Any] = field(default_factory=dict)
+
+
+NamedRow = tuple[str, "str | None", int]      # a named model, its cached file or None, its download size in bytes
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The devices this computer offers ('cpu' first)."""
+
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model has loaded. `counts`: parameters per part (plain ints, so the GUI needs no torch); `refused`: why the
+    requested device could not be used and the model went to the CPU ('' when it was used)."""
+
+    spec: ModelSpec
+    device: str
+    counts: dict[str, int]
+    refused: str = ""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One image's result with its CLS and rollout maps and head statistics precomputed."""
+
+    maps: ResultMaps
+
+
+@dataclass(frozen=True)
+class PosEmbedded:
+    """The position embedding at `grid` (rows, cols) with its similarities; `data` None: the model has no learned
+    absolute position embedding."""
+
+    grid: tuple[int, int]
+    data: PosEmbedData | None
+
+
+@dataclass(frozen=True)
+class Cataloged:
+    """The checkpoints on this computer (a `catalog.ScanResult`: its `skipped` names the folders that could not be
+    read) and every named model with its cached file (or None) and its download size in bytes."""
+
+    entries: catalog.ScanResult
+    named: tuple[NamedRow, ...]
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The model now runs on `device`."""
+
+    device: str
+
+
+Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved]
+ANSWERS: dict[Kind, type] = {Kind.PROBE: Probed, Kind.LOAD: Loaded, Kind.RUN: Ran, Kind.POSEMBED: PosEmbedded,
+                             Kind.CATALOG: Cataloged, Kind.MOVE: Moved}
 
 
 class ForwardInterrupted(Exception):
@@ -79,14 +149,14 @@ def is_interruption(exc: BaseException | None) -> bool:
 
 
 class InferenceWorker(QObject):
-    """Lives in the worker thread; every slot answers with exactly one `finished`, `failed` or `cancelled`.
+    """Lives in the worker thread; every request is answered with exactly one `finished`, `failed` or `cancelled`.
 
-    Every request runs with `InterruptHooks` on the loaded model, so whatever runs it (a 'run', or any later
+    Every request runs with `InterruptHooks` on the loaded model, so whatever runs it (a run, or any later
     request that does forward passes) stops within one block when the thread is asked to stop, and answers
     `cancelled` instead of `failed`.
     """
 
-    finished = Signal(int, object)      # request id, answer (ModelSpec, ResultMaps, device list, str)
+    finished = Signal(int, object)      # request id, the kind's answer (`ANSWERS`)
     failed = Signal(int, str, str)      # request id, one-line summary, details (traceback)
     cancelled = Signal(int)             # request id: it stopped because the thread was asked to (no error)
     started = Signal(int, str)          # request id, what is running
@@ -97,6 +167,11 @@ class InferenceWorker(QObject):
         self._model: Any = None
         self.running_id = 0
 
+    def handlers(self) -> dict[Kind, Callable[..., Answer]]:
+        """The method that answers each kind (looked up per request, so a replaced method takes effect)."""
+        return {Kind.PROBE: self._probe, Kind.LOAD: self._load, Kind.RUN: self._run, Kind.POSEMBED: self._posembed,
+                Kind.CATALOG: self._catalog, Kind.MOVE: self._move}
+
     @Slot(object)
     def handle(self, request: Request) -> None:
         if self.thread().isInterruptionRequested():
@@ -106,7 +181,7 @@ class InferenceWorker(QObject):
         hooks = InterruptHooks(self._model)
         try:
             with hooks:
-                answer = getattr(self, "_" + request.kind)(**request.args)
+                answer = self.handlers()[request.kind](**request.args)
         except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a dialog in the window
             if hooks.fired or is_interruption(exc):
                 self.cancelled.emit(request.id)
@@ -120,17 +195,16 @@ class InferenceWorker(QObject):
         """Drop the model (its memory goes now, not whenever the last Python reference does)."""
         self._model = None
 
-    def _probe(self) -> list[str]:
+    def _probe(self) -> Probed:
         from vitviz.core.runtime import available_devices
 
-        return list(available_devices())
+        return Probed(tuple(available_devices()))
 
-    def _load(self, path: str, device: str | None = None, **overrides: Any) -> Any:
+    def _load(self, path: str, device: str | None = None, **overrides: Any) -> Loaded:
         """Load a checkpoint; a named model (`torchvision:vit_b_16`) is first found in the torch hub cache or
         downloaded there, with progress reported. A device that is not available here (or no device at all) is
-        refused and the model loads on the CPU: the answer's last item says why ('' when the device was used)."""
+        refused and the model loads on the CPU: `Loaded.refused` says why ('' when the device was used)."""
         import vitviz
-        from vitviz import catalog
 
         refused = ""
         if device not in (None, "", "auto"):
@@ -144,46 +218,40 @@ class InferenceWorker(QObject):
             path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
         model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
-        return model.spec, str(model.device), parameter_counts(model.net), refused
+        return Loaded(model.spec, str(model.device), parameter_counts(model.net), refused)
 
-    def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Any:
+    def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Ran:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
-        from vitviz.core.maps import ResultMaps
-
         if self._model is None:
-            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+            raise RuntimeError(NO_MODEL)
         maps = ResultMaps(self._model.run(image, image_size=image_size))
         maps.precompute()
-        return maps
+        return Ran(maps)
 
-    def _posembed(self, grid: tuple[int, int] | None = None) -> Any:
-        """The position embedding resampled to `grid` with its similarities (`PosEmbedData`; None without a learned
-        absolute position embedding), and the grid."""
+    def _posembed(self, grid: tuple[int, int] | None = None) -> PosEmbedded:
+        """The position embedding resampled to `grid` (default: the model's) with its similarities."""
         if self._model is None:
-            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+            raise RuntimeError(NO_MODEL)
         from vitviz.core.maps import pos_embed_data
 
         grid = tuple(grid) if grid else tuple(self._model.spec.grid)
         pos = self._model.pos_embed(grid)
-        return grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix)
+        return PosEmbedded(grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix))
 
-    def _catalog(self, recent: list[str]) -> Any:
-        """The ViT checkpoints on this computer (a `catalog.ScanResult`: its `skipped` lists the folders that could
-        not be read), and every named model with its cached file (or None) and its download size in bytes."""
-        from vitviz import catalog
-
+    def _catalog(self, recent: list[str]) -> Cataloged:
+        """The ViT checkpoints on this computer and every named model with its cached file and download size."""
         entries = catalog.scan(recent=recent)
         named = []
         for name in catalog.named_models():
             cached = catalog.cached_named(name)
             named.append((name, None if cached is None else str(cached), 4 * catalog.lookup_named(name).num_params))
-        return entries, named
+        return Cataloged(entries, tuple(named))
 
-    def _move(self, device: str) -> str:
+    def _move(self, device: str) -> Moved:
         if self._model is None:
-            raise RuntimeError("no model is loaded; open a checkpoint first (File > Open model)")
+            raise RuntimeError(NO_MODEL)
         self._model = self._model.to(device)
-        return str(self._model.device)
+        return Moved(str(self._model.device))
 
 
 class DownloadProgress:
@@ -193,8 +261,6 @@ class DownloadProgress:
         self.worker, self.name, self._last = worker, name, -1
 
     def __call__(self, done: int, total: int | None) -> None:
-        from vitviz.catalog.scan import format_size
-
         step = int(100 * done / total) if total else done >> 20
         if self.worker.thread().isInterruptionRequested():
             # vitviz is closing: stop at this chunk (an OSError, so the partial file is removed)
@@ -202,10 +268,11 @@ class DownloadProgress:
         if step == self._last:
             return
         self._last = step
+        size = catalog.format_size
         if total:
-            text = f"Downloading {self.name}: {step}% ({format_size(done)} of {format_size(total)})…"
+            text = f"Downloading {self.name}: {step}% ({size(done)} of {size(total)})…"
         else:
-            text = f"Downloading {self.name}: {format_size(done)}…"
+            text = f"Downloading {self.name}: {size(done)}…"
         self.worker.progress.emit(self.worker.running_id, text, done / total if total else -1.0)
 
 
@@ -224,21 +291,24 @@ def parameter_counts(net: Any) -> dict[str, int]:
     return {k: v for k, v in counts.items() if v or k != "other"}
 
 
+def _describe_run(args: dict[str, Any]) -> str:
+    size = args.get("image_size")
+    return f"Running {args.get('image')}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
+
+
+DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
+    Kind.PROBE: lambda _a: "Looking for devices…",
+    Kind.LOAD: lambda a: f"Loading model {a.get('path')}…",
+    Kind.RUN: _describe_run,
+    Kind.POSEMBED: lambda _a: "Reading the position embedding…",
+    Kind.CATALOG: lambda _a: "Looking for ViT checkpoints on this computer…",
+    Kind.MOVE: lambda a: f"Moving model to {a.get('device')}…",
+}
+
+
 def describe(request: Request) -> str:
     """Status-bar text for a request."""
-    a = request.args
-    if request.kind == "load":
-        return f"Loading model {a.get('path')}…"
-    if request.kind == "run":
-        size = a.get("image_size")
-        return f"Running {a.get('image')}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
-    if request.kind == "move":
-        return f"Moving model to {a.get('device')}…"
-    if request.kind == "posembed":
-        return "Reading the position embedding…"
-    if request.kind == "catalog":
-        return "Looking for ViT checkpoints on this computer…"
-    return "Looking for devices…"
+    return DESCRIPTIONS[request.kind](request.args)
 
 
 def summarize(exc: BaseException) -> str:
@@ -251,187 +321,3 @@ def summarize(exc: BaseException) -> str:
     if "out of memory" in text.lower():
         return f"Out of memory: {text}"
     return f"{type(exc).__name__}: {text}"
-
-
-class WorkerClient(QObject):
-    """GUI-thread side: queue, ids and stale-answer dropping.
-
-    Signals carry the request that produced the answer, so the window can tell what it belongs to.
-    """
-
-    loaded = Signal(object, object, str)       # request, ModelSpec, device
-    loaded_info = Signal(object)               # parameter counts per part (emitted just before `loaded`)
-    device_refused = Signal(object, str)       # load request, why its device could not be used (it runs on CPU)
-    posembedded = Signal(object, object)       # request, ((gh, gw), PosEmbedData or None)
-    ran = Signal(object, object)               # request, ResultMaps (the result with its maps precomputed)
-    moved = Signal(object, str)                # request, device
-    probed = Signal(object)                    # list of device names
-    cataloged = Signal(object, object)         # request, (ScanResult with .skipped, [(name, cached or None, bytes)])
-    progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
-    failed = Signal(object, str, str)          # request, summary, details
-    busy_changed = Signal(bool)
-    status = Signal(str)
-    dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
-    _send = Signal(object)
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._ids = itertools.count(1)
-        self._queue: list[Request] = []
-        self._in_flight: Request | None = None
-        self._stale: set[int] = set()
-        self._closed = False
-        self._thread = QThread()
-        self._thread.setObjectName("vitviz-inference")
-        self._worker = InferenceWorker()
-        self._worker.moveToThread(self._thread)
-        self._send.connect(self._worker.handle)
-        self._worker.finished.connect(self._on_finished)
-        self._worker.failed.connect(self._on_failed)
-        self._worker.cancelled.connect(self._on_cancelled)
-        self._worker.started.connect(self._on_started)
-        self._worker.progress.connect(self._on_progress)
-        self._thread.finished.connect(self._worker.release)       # direct: runs in the finishing thread
-        self._thread.finished.connect(self._worker.deleteLater)
-        self._thread.start()
-
-    @property
-    def thread_object(self) -> QThread:
-        """The worker's thread (tests check that it has finished)."""
-        return self._thread
-
-    @property
-    def busy(self) -> bool:
-        return self._in_flight is not None or bool(self._queue)
-
-    def submit(self, kind: str, first: bool = False, **args: Any) -> Request:
-        """Queue a request (at the front with `first`). A 'load' makes every earlier request about a model stale;
-        a 'run' of the same image and size as a queued one replaces it."""
-        request = Request(next(self._ids), kind, args)
-        if self._closed:
-            return request      # after shutdown nothing runs any more
-        if kind == "load":
-            self.cancel(lambda r: r.kind not in ("probe", "catalog"))
-        elif kind == "run":
-            self._queue = [r for r in self._queue if not (r.kind == "run" and r.args == args)]
-        if first:
-            self._queue.insert(0, request)
-        else:
-            self._queue.append(request)
-        self._pump()
-        return request
-
-    def prioritize(self, predicate: Any) -> None:
-        """Move queued requests matching `predicate(request)` to the front, keeping their order."""
-        front = [r for r in self._queue if predicate(r)]
-        self._queue = front + [r for r in self._queue if not predicate(r)]
-
-    def cancel(self, predicate: Any) -> None:
-        """Make every queued or running request matching `predicate(request)` stale."""
-        self._queue = [r for r in self._queue if not predicate(r)]
-        if self._in_flight is not None and predicate(self._in_flight):
-            self._stale.add(self._in_flight.id)
-
-    def pending(self, kind: str) -> list[Request]:
-        """Live requests of a kind, queued or running."""
-        reqs = self._queue + ([self._in_flight] if self._in_flight else [])
-        return [r for r in reqs if r.kind == kind and r.id not in self._stale]
-
-    def shutdown(self, timeout_ms: int | None = None) -> bool:
-        """Stop the worker thread; returns whether it has finished. Safe to call more than once.
-
-        Queued requests are dropped and no answer is delivered any more. The thread is asked to stop (a forward
-        pass stops before its next transformer block, a download at its next chunk) and waited for at most
-        `timeout_ms` (default `SHUTDOWN_WAIT_MS`), so closing the window never hangs on a long request. A thread
-        still running after that (one slow block, image decoding, a load) is parked: kept referenced, with its
-        worker, until it has finished.
-        """
-        first, self._closed = not self._closed, True
-        self._queue.clear()
-        self._in_flight = None
-        thread = self._thread
-        if not first and parking.holds(thread):
-            return False        # already waited for once; the parking lot takes care of it
-        thread.requestInterruption()
-        thread.quit()
-        if thread.wait(SHUTDOWN_WAIT_MS if timeout_ms is None else timeout_ms):
-            return True
-        parking.add(thread, self._worker)
-        return False
-
-    def _pump(self) -> None:
-        was_busy = self._in_flight is not None
-        if self._in_flight is None and self._queue:
-            self._in_flight = self._queue.pop(0)
-            self._send.emit(self._in_flight)
-        if not was_busy and self._in_flight is not None:
-            self.busy_changed.emit(True)
-
-    def _take(self, req_id: int) -> tuple[Request | None, bool]:
-        request, self._in_flight = self._in_flight, None
-        stale = request is None or request.id != req_id or req_id in self._stale
-        self._stale.discard(req_id)
-        return request, stale
-
-    def _after(self) -> None:
-        self._pump()
-        if self._in_flight is None:
-            self.status.emit("Ready")
-            self.busy_changed.emit(False)
-
-    @Slot(int, str)
-    def _on_started(self, req_id: int, text: str) -> None:
-        if req_id not in self._stale and not self._closed:
-            self.status.emit(text)
-
-    @Slot(int, str, float)
-    def _on_progress(self, req_id: int, text: str, fraction: float) -> None:
-        if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
-            self.status.emit(text)
-            self.progress.emit(text, fraction)
-
-    @Slot(int, object)
-    def _on_finished(self, req_id: int, answer: object) -> None:
-        if self._closed:
-            return
-        request, stale = self._take(req_id)
-        if stale:
-            self.dropped.emit(request)
-        elif request.kind == "load":
-            spec, device, counts, refused = answer
-            if refused:
-                self.device_refused.emit(request, refused)
-            self.loaded_info.emit(counts)
-            self.loaded.emit(request, spec, device)
-        elif request.kind == "run":
-            self.ran.emit(request, answer)
-        elif request.kind == "move":
-            self.moved.emit(request, answer)
-        elif request.kind == "posembed":
-            self.posembedded.emit(request, answer)
-        elif request.kind == "catalog":
-            self.cataloged.emit(request, answer)
-        else:
-            self.probed.emit(answer)
-        self._after()
-
-    @Slot(int)
-    def _on_cancelled(self, req_id: int) -> None:
-        """A request that stopped because the thread was asked to: no answer and no error, like a stale one."""
-        if self._closed:
-            return
-        request, _stale = self._take(req_id)
-        self.dropped.emit(request)
-        self._after()
-
-    @Slot(int, str, str)
-    def _on_failed(self, req_id: int, summary: str, details: str) -> None:
-        if self._closed:
-            return
-        request, stale = self._take(req_id)
-        if stale:
-            self.dropped.emit(request)
-        else:
-            self.failed.emit(request, summary, details)
-        self._after()
-

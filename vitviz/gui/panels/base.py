@@ -1,7 +1,8 @@
-"""Small pieces the analysis panels share: pens, dark plot styling, lazy redraw of hidden docks."""
+"""Small pieces the panels share: pens, dark plot styling, a wrapping title, lazy redraw of hidden docks."""
 from __future__ import annotations
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
@@ -46,6 +47,24 @@ def message_label(text: str) -> QLabel:
     label.setMargin(16)
     label.setStyleSheet("color: #5f6368;")
     return label
+
+
+class TitleLabel(pg.LabelItem):
+    """A title that wraps at the panel's width instead of widening the layout (a long title in a narrow panel
+    used to push the image partly out of view)."""
+
+    def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
+        if self.width() > 0:
+            self.item.setTextWidth(self.width())
+        super().resizeEvent(ev)
+
+    def updateMin(self) -> None:  # noqa: N802 - pyqtgraph override
+        super().updateMin()
+        height = self.itemRect().height()
+        self.setMinimumWidth(0)
+        self._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
+        self._sizeHint[Qt.SizeHint.PreferredSize] = (0, height)
+        self.updateGeometry()
 
 
 class LazyPanel(QWidget):

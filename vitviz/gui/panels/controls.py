@@ -1,4 +1,5 @@
-"""The controls dock: model summary, device and input size, and every view setting, bound to `ViewState`."""
+"""The controls dock: model summary, device and input size (asked of the session), and every view setting, bound to
+`ViewState`."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
@@ -8,6 +9,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.session import Session
 from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
 
 SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
@@ -86,15 +88,21 @@ def int_to_sel(value: int, specials: dict[int, str]) -> int | str:
 
 
 class ControlsPanel(QWidget):
-    """Widgets that edit the view state plus model-level requests (device, input size)."""
+    """Widgets that edit the view state, plus the model-level requests (device, input size) they make of the
+    session, whose model, devices and input size they show.
+
+    Signals:
+        device_requested(device): the user picked a device (the session moves the model there).
+        size_requested(height, width): the user asked for an input size (the session runs every image at it).
+    """
 
     device_requested = Signal(str)
     size_requested = Signal(int, int)
 
-    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("controlsPanel")
-        self.state = state
+        self.state, self.session = state, session
         self._spec: ModelSpec | None = None
         self._updating = False
         layout = QVBoxLayout(self)
@@ -103,6 +111,20 @@ class ControlsPanel(QWidget):
         layout.addStretch(1)
         state.subscribe(self._on_state_changed)
         self._on_state_changed(set(state.snapshot()))
+        self.device_requested.connect(session.set_device)
+        self.size_requested.connect(self._on_size_requested)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.devices_found.connect(self.set_devices)
+        session.device_changed.connect(self.set_device)
+        session.size_changed.connect(self.show_size)
+
+    def _on_size_requested(self, height: int, width: int) -> None:
+        self.session.set_image_size((height, width))
+
+    def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
+        self.set_spec(spec, device)
+        if self.session.image_size is not None:     # the command line's --size, applied with the model
+            self.show_size(self.session.image_size)
 
     def _build_model_box(self) -> QGroupBox:
         box = QGroupBox("Model")

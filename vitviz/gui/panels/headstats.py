@@ -5,7 +5,7 @@ One point per head (the ViT paper's figure 7), for the current image or averaged
 this model and input size. Hovering a point names its layer and head; clicking selects them everywhere. The token-kind
 plot draws the head mean of every kind as a solid line and the selected head's as a dashed one; hovering it gives a
 layer's values, clicking selects the layer. The statistics themselves are computed in the worker with each result
-(`ResultMaps.head_stats`).
+(`ResultMaps.head_stats`) and kept by the session (`Session.head_stats`, every image run at this model and size).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
 
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
 
 PICK_RADIUS_PX = 9.0
@@ -187,14 +188,10 @@ class HeadStatsPanel(LazyPanel):
 
     head_clicked = Signal(int, int)
 
-    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("headStatsPanel")
-        self.state = state
-        self._history: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._kinds: dict[str, np.ndarray] = {}
-        self._names: tuple[str, ...] = ()
-        self._current = ""
+        self.state, self.session = state, session
         self.shown: tuple[np.ndarray, np.ndarray] | None = None
         self.average_check = QCheckBox("Average over all images run so far")
         self.average_check.setToolTip("Mean over every image run at this model and input size")
@@ -209,31 +206,20 @@ class HeadStatsPanel(LazyPanel):
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
         bar_and_body(self, [self.average_check, self.readout], self.widget)
         state.subscribe(self._on_state)
+        session.current_changed.connect(self._on_current_changed)
+        session.result_ready.connect(self._on_result_ready)
 
     # ------------------------------------------------------------------------------------------ inputs
 
-    def reset(self) -> None:
-        """Forget every image (a new model or input size)."""
-        self._history.clear()
-        self._kinds.clear()
-        self._current = ""
+    def _on_current_changed(self, _maps: object) -> None:
+        """Another image, or its result arrived, or the statistics started over (a new model or input size)."""
+        self._update_label()
         self.request_redraw()
 
-    def add(self, path: str, distance: np.ndarray, entropy: np.ndarray, kinds: np.ndarray | None = None,
-            names: tuple[str, ...] = ()) -> None:
-        """Record one image's (L, H) statistics and (L, H, P + 1) attention by token kind (`names`: the P prefix
-        tokens')."""
-        self._history[path] = (distance, entropy)
-        if kinds is not None:
-            self._kinds[path] = kinds
-            self._names = tuple(names)
+    def _on_result_ready(self, path: str) -> None:
+        """One more image's statistics: the average changes (the current image's arrive with `current_changed`)."""
         self._update_label()
-        if self.state.stats_average or path == self._current:
-            self.request_redraw()
-
-    def set_current(self, path: str) -> None:
-        if path != self._current:
-            self._current = path
+        if self.state.stats_average and path != self.session.current:
             self.request_redraw()
 
     def _on_state(self, changed: set[str]) -> None:
@@ -244,22 +230,26 @@ class HeadStatsPanel(LazyPanel):
             self._mark()
 
     def _update_label(self) -> None:
-        self.average_check.setText(f"Average over all {len(self._history)} images run so far")
+        self.average_check.setText(f"Average over all {len(self.session.head_stats)} images run so far")
 
     # ------------------------------------------------------------------------------------------ drawing
 
     def statistics(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(L, H) distance and entropy shown now: the current image's, or the mean over every image."""
-        if self.state.stats_average and self._history:
-            dists, ents = zip(*self._history.values())
+        stats = self.session.head_stats
+        if self.state.stats_average and stats:
+            dists, ents = zip(*((d, e) for d, e, _k in stats.values()))
             return np.nanmean(np.stack(dists), axis=0), np.mean(np.stack(ents), axis=0)
-        return self._history.get(self._current)
+        current = stats.get(self.session.current)
+        return None if current is None else current[:2]
 
     def token_kinds(self) -> np.ndarray | None:
         """(L, H, P + 1) attention by token kind shown now: the current image's, or the mean over every image."""
-        if self.state.stats_average and self._kinds:
-            return np.mean(np.stack(list(self._kinds.values())), axis=0)
-        return self._kinds.get(self._current)
+        stats = self.session.head_stats
+        if self.state.stats_average and stats:
+            return np.mean(np.stack([k for _d, _e, k in stats.values()]), axis=0)
+        current = stats.get(self.session.current)
+        return None if current is None else current[2]
 
     def redraw(self) -> None:
         self._update_label()
@@ -268,7 +258,7 @@ class HeadStatsPanel(LazyPanel):
         if kinds is None:
             self.kinds.clear()
         else:
-            self.kinds.show(kinds, self._names)
+            self.kinds.show(kinds, self.session.spec.prefix_names if self.session.spec is not None else ())
         if self.shown is None:
             self.distance.clear()
             self.entropy.clear()
@@ -299,7 +289,7 @@ class HeadStatsPanel(LazyPanel):
         return None
 
     def _what(self) -> str:
-        return "images averaged: %d" % len(self._history) if self.state.stats_average else "current image"
+        return "images averaged: %d" % len(self.session.head_stats) if self.state.stats_average else "current image"
 
     def _on_moved(self, scene_pos: QPointF) -> None:
         layer = self.kinds.layer_at(scene_pos)

@@ -1,71 +1,82 @@
-"""The image panel: the image as the model saw it, the attention map over it, a colorbar and the patch grid."""
+"""The image panel: the image as the model saw it, the current attention map over it with its title and colour
+scale, the patch grid and the selected query patch.
+
+It draws itself: it follows the session's current result (`Session.current_changed`) and the view state, and shows
+what the session is doing instead (no model, no image, running, failed) while there is no result.
+"""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainterPath, QPen
+from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
+from vitviz.core import render
+from vitviz.core.maps import ResultMaps
+from vitviz.core.spec import AttentionResult
 from vitviz.gui import colors
-from vitviz.gui.panels import base  # noqa: F401 - sets row-major order
+from vitviz.gui.panels import base
+from vitviz.gui.session import Session
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for
 
-
-class TitleLabel(pg.LabelItem):
-    """A title that wraps at the panel's width instead of widening the layout (a long title in a narrow panel
-    used to push the image partly out of view)."""
-
-    def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
-        if self.width() > 0:
-            self.item.setTextWidth(self.width())
-        super().resizeEvent(ev)
-
-    def updateMin(self) -> None:  # noqa: N802 - pyqtgraph override
-        super().updateMin()
-        height = self.itemRect().height()
-        self.setMinimumWidth(0)
-        self._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
-        self._sizeHint[Qt.SizeHint.PreferredSize] = (0, height)
-        self.updateGeometry()
+MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}   # "image": a new result
 
 
 class ImagePanel(QWidget):
-    """Shows one image with a heatmap overlay.
+    """Shows the current image with its attention map.
+
+    Attributes:
+        values: the (gh, gw) map shown now (before smoothing), or None.
 
     Signals:
         hovered(row, col): the patch under the mouse, (-1, -1) when the mouse leaves the patch grid.
         clicked(row, col): a left click on a patch.
+        query_clicked(token): the token of the clicked patch (prefix tokens counted).
     """
 
     hovered = Signal(int, int)
     clicked = Signal(int, int)
+    query_clicked = Signal(int)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("imagePanel")
+        self.state, self.session = state, session
+        self.values: np.ndarray | None = None
+        self._maps: ResultMaps | None = session.current_maps
         self._grid: tuple[int, int] = (0, 0)
         self._patch = 1
         self._last_hover = (-1, -1)
         self._cmap_name = "viridis"
         self._levels: tuple[float, float] = (0.0, 1.0)
+        self._build()
+        self.clicked.connect(self._on_patch_clicked)
+        state.subscribe(self.refresh)
+        session.current_changed.connect(self._on_current_changed)
+        self.refresh(MAP_FIELDS)
+
+    def _build(self) -> None:
         self.view_widget = pg.GraphicsLayoutWidget()
-        self.view_widget.setBackground("#202124")
+        self.view_widget.setBackground(base.BACKGROUND)
         self.view_widget.ci.setContentsMargins(4, 4, 4, 4)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view_widget)
-        self.title = TitleLabel("Open a model and drop images here", color="#e8eaed", size="11pt")
+        self.title = base.TitleLabel("Open a model and drop images here", color=base.TEXT, size="11pt")
         self.view_widget.addItem(self.title, row=0, col=0, colspan=2)
         self.view = self.view_widget.addViewBox(row=1, col=0, lockAspect=True, invertY=True, enableMenu=False)
         self.image_item = pg.ImageItem()
         self.overlay_item = pg.ImageItem()
         self.overlay_item.setZValue(1)
         self.grid_item = QGraphicsPathItem()
-        self.grid_item.setPen(_pen("#ffffff", 90))
+        self.grid_item.setPen(base.pen("#ffffff", 90))
         self.grid_item.setZValue(2)
         self.grid_item.setVisible(False)
         self.highlight_item = QGraphicsRectItem()
-        self.highlight_item.setPen(_pen("#ff3b30", 255, 2.0))
+        self.highlight_item.setPen(base.pen(base.SELECT, 255, 2.0))
         self.highlight_item.setZValue(3)
         self.highlight_item.setVisible(False)
         for item in (self.image_item, self.overlay_item, self.grid_item, self.highlight_item):
@@ -77,6 +88,73 @@ class ImagePanel(QWidget):
         scene = self.view_widget.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    def _on_current_changed(self, maps: ResultMaps | None) -> None:
+        self._maps = maps
+        self.refresh(MAP_FIELDS)
+
+    def refresh(self, changed: set[str]) -> None:
+        """Redraw what the changed view fields (or 'image': a new result) affect; cheap enough for one frame (maps
+        are cached per result)."""
+        maps, state = self._maps, self.state
+        rollout_changed = bool(changed & ROLLOUT_FIELDS) and state.source == "rollout"
+        if maps is None:
+            self.clear(self.placeholder())
+            self.values = None
+        elif changed & MAP_FIELDS or rollout_changed:
+            self._draw_map(maps, image_changed="image" in changed)
+        else:
+            self.set_opacity(state.opacity)
+        self.set_grid_visible(state.show_grid and maps is not None)
+
+    def placeholder(self) -> str:
+        """What the panel says while there is no result to show."""
+        s, path = self.session, self.session.current
+        if s.spec is None:
+            return "Open a model (File › Open model) or drop a checkpoint on the window"
+        if not path:
+            return "Drop images or folders on the window (or File › Open images)"
+        if path in s.failed:
+            return f"{Path(path).name}: {s.failed[path]}"
+        return f"Running {Path(path).name}…"
+
+    def readout(self, row: int, col: int) -> str:
+        """The hover text for a patch ('' outside the grid or without a map)."""
+        maps, values = self._maps, self.values
+        if row < 0 or maps is None or values is None:
+            return ""
+        token = maps.result.num_prefix + row * maps.result.grid[1] + col
+        return f"row {row}, col {col} · token {token} · value {values[row, col]:.4g}"
+
+    # ------------------------------------------------------------------------------------------ drawing
+
+    def _draw_map(self, maps: ResultMaps, image_changed: bool) -> None:
+        state, result = self.state, maps.result
+        if image_changed:
+            self.set_image(result.image, result.grid, result.spec.patch_size)
+        values, stack = current_map(maps, state)
+        self.values = values
+        levels = levels_for(state, values, stack)
+        shown = render.upsample(values, _grid_pixels(result), True) if state.smooth else values
+        title = f"{self._title(stack.title, result)} · scale {levels[0]:.3g}–{levels[1]:.3g}"
+        self.show_map(shown, levels, state.colormap, state.opacity, title)
+        self.set_highlight(self._query_patch(result))
+
+    def _title(self, what: str, result: AttentionResult) -> str:
+        s = self.state
+        if s.source == "token" and s.query is not None:
+            what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
+        head = "" if s.source == "rollout" else f" · head {s.head}"
+        layer = f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
+        return f"{Path(result.source).name} — {what} · {layer}{head}"
+
+    def _query_patch(self, result: AttentionResult) -> tuple[int, int] | None:
+        q, p = self.state.query, result.num_prefix
+        if self.state.source not in ("token", "rollout") or q is None or q < p:
+            return None
+        return divmod(q - p, result.grid[1])
 
     def set_image(self, image: np.ndarray, grid: tuple[int, int], patch: int) -> None:
         """Show an (H, W, 3) uint8 image whose patch grid is `grid` patches of `patch` pixels."""
@@ -164,11 +242,14 @@ class ImagePanel(QWidget):
         if patch is not None:
             self.clicked.emit(*patch)
 
+    def _on_patch_clicked(self, row: int, col: int) -> None:
+        maps = self._maps
+        if maps is not None:
+            self.query_clicked.emit(maps.result.num_prefix + row * maps.result.grid[1] + col)
 
-def _pen(color: str, alpha: int, width: float = 1.0) -> QPen:
-    qcolor = QColor(color)
-    qcolor.setAlpha(alpha)
-    pen = QPen(qcolor)
-    pen.setWidthF(width)
-    pen.setCosmetic(True)
-    return pen
+
+def _grid_pixels(result: AttentionResult) -> tuple[int, int]:
+    """Pixel size of the area the patch grid covers."""
+    gh, gw = result.grid
+    p = result.spec.patch_size
+    return gh * p, gw * p

@@ -1,24 +1,29 @@
-"""The image list dock: thumbnails, file names and the model's top-5 predictions."""
+"""The image list dock: thumbnails, file names and the model's top-5 predictions of the session's images.
+
+It lists what the session adds, shows each image's progress (running, top-5, failed) and makes the selected one the
+session's current image.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QIcon, QImageReader, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+
+from vitviz.gui.session import Session
 
 THUMB = 72
 PATH_ROLE = Qt.ItemDataRole.UserRole
 
 
 class ImageListPanel(QWidget):
-    """A list of image files; selecting one makes it the current image."""
+    """A list of the session's images; selecting one makes it the current image."""
 
-    current_changed = Signal(str)   # path, or '' when the list is empty
-
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("imageListPanel")
+        self.session = session
         self.list = QListWidget()
         self.list.setObjectName("imageList")
         self.list.setIconSize(QSize(THUMB, THUMB))
@@ -26,26 +31,31 @@ class ImageListPanel(QWidget):
         self.list.setWordWrap(True)
         self.list.setUniformItemSizes(False)
         self.list.setToolTip("Drop images or folders on the window to add them")
-        self.list.currentItemChanged.connect(self._on_current_changed)
+        self.list.currentItemChanged.connect(self._on_current_item)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
+        session.images_added.connect(self.add_paths)
+        session.current_changed.connect(self._on_current_changed)
+        session.run_started.connect(self.set_pending)
+        session.result_ready.connect(self._on_result_ready)
+        session.run_failed.connect(self._on_run_failed)
+        self.add_paths(session.images)
 
     def paths(self) -> list[str]:
         return [self.list.item(i).data(PATH_ROLE) for i in range(self.list.count())]
 
-    def add_paths(self, paths: list[str]) -> list[str]:
-        """Append images not already listed; return the ones added. The first added becomes current if none is."""
+    def add_paths(self, paths: list[str]) -> None:
+        """Append items for images not already listed."""
         known = set(self.paths())
-        added = [p for p in dict.fromkeys(str(Path(p)) for p in paths) if p not in known]
-        for path in added:
+        for path in dict.fromkeys(paths):
+            if path in known:
+                continue
             item = QListWidgetItem(_thumbnail(path), Path(path).name)
             item.setData(PATH_ROLE, path)
             item.setToolTip(path)
             self.list.addItem(item)
-        if added and self.list.currentItem() is None:
-            self.list.setCurrentRow(self.list.count() - len(added))
-        return added
+        self._on_current_changed(None)
 
     def current_path(self) -> str:
         item = self.list.currentItem()
@@ -94,8 +104,21 @@ class ImageListPanel(QWidget):
                 return self.list.item(i)
         return None
 
-    def _on_current_changed(self, current: QListWidgetItem | None, _previous: object) -> None:
-        self.current_changed.emit(current.data(PATH_ROLE) if current is not None else "")
+    def _on_current_item(self, current: QListWidgetItem | None, _previous: object) -> None:
+        self.session.set_current(current.data(PATH_ROLE) if current is not None else "")
+
+    def _on_current_changed(self, _maps: object) -> None:
+        """Select the session's current image (the user's own selection comes back here unchanged)."""
+        if self.current_path() != self.session.current:
+            self.select(self.session.current)
+
+    def _on_result_ready(self, path: str) -> None:
+        maps = self.session.result(path)
+        if maps is not None:
+            self.set_predictions(path, maps.result.top_k(5))
+
+    def _on_run_failed(self, path: str, summary: str, _details: str) -> None:
+        self.set_failed(path, summary)
 
 
 def _thumbnail(path: str) -> QIcon:

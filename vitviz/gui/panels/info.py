@@ -1,25 +1,28 @@
 """The model-info dock: what was detected and where each value came from, parameters per part, tokens,
 preprocessing, device, memory of the cached attention and the current image's top-5 predictions.
 
-Plain data in, HTML out (`info_html` is Qt-free and tested on its own); the panel is a read-only text browser.
+Plain data in, HTML out (`info_html` is Qt-free and tested on its own); the panel is a read-only text browser that
+gathers its `ModelInfo` from the session (`gather`) whenever the session says something it shows has changed.
 """
 from __future__ import annotations
 
 import dataclasses
 import html
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import LazyPanel
+from vitviz.gui.session import Session
 
 SKIP_FIELDS = {"provenance", "labels", "preprocess"}
 
 
 @dataclass
 class ModelInfo:
-    """Everything the panel shows, gathered by the window from the session."""
+    """Everything the panel shows, gathered from the session (`gather`)."""
 
     spec: ModelSpec | None = None
     device: str = ""
@@ -30,6 +33,16 @@ class ModelInfo:
     image: str = ""
     top5: list[tuple[int, str, float]] = field(default_factory=list)
     image_size: tuple[int, int] | None = None
+
+
+def gather(session: Session) -> ModelInfo:
+    """What the session knows now about the model, the cache and the current image."""
+    maps = session.current_maps
+    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path,
+                     param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
+                     cached_images=len(session.cached_paths()),
+                     image=Path(session.current).name if session.current else "",
+                     top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size)
 
 
 def _count(n: int) -> str:
@@ -118,18 +131,24 @@ def _top5(info: ModelInfo) -> str:
 
 
 class InfoPanel(LazyPanel):
-    """A read-only text view of `info_html` (re-rendered only while on screen)."""
+    """A read-only text view of `info_html` of the session (re-rendered only while on screen)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("infoPanel")
+        self.session = session
         self.browser = QTextBrowser()
         self.browser.setOpenLinks(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.browser)
         self.info = ModelInfo()
-        self.show_info(self.info)
+        for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready):
+            signal.connect(self._on_session_changed)
+        self.show_info(gather(session))
+
+    def _on_session_changed(self, *_args: object) -> None:
+        self.show_info(gather(self.session))
 
     def show_info(self, info: ModelInfo) -> None:
         self.info = info

@@ -16,6 +16,7 @@ from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
 
 LOG_DECADES = 4.0
@@ -62,7 +63,7 @@ class MatrixPanel(LazyPanel):
 
     query_clicked = Signal(int)
 
-    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("matrixPanel")
         self.state = state
@@ -78,6 +79,8 @@ class MatrixPanel(LazyPanel):
         self._build_plot()
         bar_and_body(self, [self.log_check, self.readout], self.widget)
         state.subscribe(self._on_state)
+        session.current_changed.connect(self.set_maps)
+        self.set_maps(session.current_maps)
 
     def _build_plot(self) -> None:
         self.plot = self.widget.addPlot(row=0, col=0)
@@ -105,7 +108,7 @@ class MatrixPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ inputs
 
     def set_maps(self, maps: ResultMaps | None) -> None:
-        """Show the matrix of another result (None: nothing)."""
+        """Show the matrix of another result (None: nothing); the session's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             self.request_redraw()

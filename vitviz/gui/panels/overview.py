@@ -1,7 +1,8 @@
 """The layer × head overview dock: every layer's and head's map at once as one mosaic image.
 
 One `ImageItem` holds the whole mosaic (rows = layers, columns = heads, then head mean and max), so ViT-L (24 × 18
-tiles) costs one texture upload; a layer or head change only moves the selection frame.
+tiles) costs one texture upload; a layer or head change only moves the selection frame. It follows the session's
+current result and the view state's map source by itself.
 """
 from __future__ import annotations
 
@@ -11,30 +12,17 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
+from vitviz.core.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
 from vitviz.gui.panels import base  # noqa: F401 - sets row-major order
-from vitviz.core.maps import MapStack
+from vitviz.gui.session import Session
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, stack_for
+
+STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile"}   # what the overview draws from
 
 # names of the head mean and max columns and the axis label, from the widest; the first that fits is used
 MEAN_MAX = (("mean", "max", "head"), ("μ", "max", "head (μ: head mean)"),
             ("", "", "head (last two columns: head mean, max)"))
-
-
-def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:
-    """Lay out (L, C, gh, gw) tiles as one (L·(gh+gap)-gap, C·(gw+gap)-gap) image, NaN between tiles.
-
-    With `per_tile` every tile is stretched to 0..1 on its own.
-    """
-    tiles = maps.astype(np.float32, copy=True)
-    if per_tile:
-        lo = tiles.min(axis=(2, 3), keepdims=True)
-        span = tiles.max(axis=(2, 3), keepdims=True) - lo
-        tiles = (tiles - lo) / np.where(span > 0, span, 1.0)
-    nl, nc, gh, gw = tiles.shape
-    padded = np.full((nl, nc, gh + gap, gw + gap), np.nan, dtype=np.float32)
-    padded[:, :, :gh, :gw] = tiles
-    out = padded.transpose(0, 2, 1, 3).reshape(nl * (gh + gap), nc * (gw + gap))  # (L, gh, C, gw) -> rows, cols
-    return out[: out.shape[0] - gap, : out.shape[1] - gap]
 
 
 class OverviewPanel(QWidget):
@@ -42,9 +30,11 @@ class OverviewPanel(QWidget):
 
     tile_clicked = Signal(object, object)   # layer index, head index or 'mean'/'max'
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("overviewPanel")
+        self.state = state
+        self._maps: ResultMaps | None = session.current_maps
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
         self._gap = 1
         self._key: tuple[int, bool, str] | None = None
@@ -77,6 +67,24 @@ class OverviewPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.widget)
         self._show_axes(False)
+        state.subscribe(self.refresh)
+        session.current_changed.connect(self._on_current_changed)
+        self.refresh(STACK_FIELDS)
+
+    def _on_current_changed(self, maps: ResultMaps | None) -> None:
+        self._maps = maps
+        self.refresh(STACK_FIELDS)
+
+    def refresh(self, changed: set[str]) -> None:
+        """Show the stack the view state selects from the current result (rebuilt only when it or its scaling
+        changed) and frame the selected layer and head."""
+        maps, state = self._maps, self.state
+        if maps is None:
+            self.clear()
+        elif changed & STACK_FIELDS or (changed & ROLLOUT_FIELDS and state.source == "rollout"):
+            stack = stack_for(maps, state)
+            self.show_stack(stack, state.per_tile, state.colormap)
+            self.select(None if state.layer == "mean" else int(state.layer), stack.column(state.head))
 
     def clear(self) -> None:
         """Nothing to show (no model or no result yet): no tiles, and no empty axes either."""

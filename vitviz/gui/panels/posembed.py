@@ -18,6 +18,8 @@ from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.gui.panels.base import SELECT, TEXT, dark_layout, message_label, pen
+from vitviz.gui.session import Session
+from vitviz.gui.state import ViewState
 
 MOSAIC_TEXT = "every position's similarity map (the ViT-paper figure)"
 NO_POS_TEXT = ("This model has no learned absolute position embedding (for example, it uses relative or rotary "
@@ -42,15 +44,17 @@ def _frame(view: pg.ViewBox, width: float) -> QGraphicsRectItem:
 
 
 class PosEmbedPanel(QWidget):
-    """Live position-embedding similarity; `hover(row, col)` is also driven by the image panel."""
+    """Live position-embedding similarity of the session's model at the current input size; `hover(row, col)` is
+    also driven by the image panel."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("posEmbedPanel")
+        self.state, self.session = state, session
         self.data: PosEmbedData | None = None
         self.position: tuple[int, int] | None = None
         self.last_hover_ms = 0.0
-        self._cmap = "viridis"
+        self._cmap = state.colormap
         self._spec: ModelSpec | None = None
         self.message = message_label("Open a model to see its position embedding.")
         self.widget = dark_layout()
@@ -58,6 +62,9 @@ class PosEmbedPanel(QWidget):
         self._stack = QStackedLayout(self)
         self._stack.addWidget(self.message)
         self._stack.addWidget(self.widget)
+        state.subscribe(self._on_state)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.pos_embed_ready.connect(self._on_pos_embed_ready)
 
     def _build(self) -> None:
         w = self.widget
@@ -99,6 +106,16 @@ class PosEmbedPanel(QWidget):
         gh, gw = data.grid
         keep = self.position if self.position and self.position[0] < gh and self.position[1] < gw else None
         self.hover(*(keep or (gh // 2, gw // 2)))
+
+    def _on_model_loaded(self, spec: ModelSpec, _device: str) -> None:
+        self.set_model(spec)
+
+    def _on_pos_embed_ready(self) -> None:
+        self.set_data(self.session.pos_embed, self.session.spec)
+
+    def _on_state(self, changed: set[str]) -> None:
+        if "colormap" in changed:
+            self.set_colormap(self.state.colormap)
 
     def set_colormap(self, name: str) -> None:
         if name != self._cmap:

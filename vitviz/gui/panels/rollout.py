@@ -17,10 +17,11 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.gui import colors
-from vitviz.gui.panels.image import TitleLabel
-from vitviz.core.maps import ResultMaps, RolloutParams, rollout_title
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, dark_layout, pen
-from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState
+from vitviz.core.maps import ResultMaps, rollout_title
+from vitviz.core.rollout import RolloutParams
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, dark_layout, pen
+from vitviz.gui.session import Session
+from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
 
 
 class MapView:
@@ -80,7 +81,7 @@ class RolloutPanel(LazyPanel):
 
     query_clicked = Signal(int)
 
-    def __init__(self, state: ViewState, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("rolloutPanel")
         self.state = state
@@ -104,7 +105,9 @@ class RolloutPanel(LazyPanel):
         self.timing = QLabel("")
         layout.addWidget(self.timing)
         state.subscribe(self._on_state)
+        session.current_changed.connect(self.set_maps)
         self._sync_controls()
+        self.set_maps(session.current_maps)
 
     def _build_controls(self) -> QFormLayout:
         form = QFormLayout()
@@ -195,6 +198,7 @@ class RolloutPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ drawing
 
     def set_maps(self, maps: ResultMaps | None) -> None:
+        """Show the rollout of another result (None: nothing); the session's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             if maps is not None:
@@ -206,7 +210,7 @@ class RolloutPanel(LazyPanel):
 
     def params(self) -> RolloutParams:
         """The state's rollout parameters, with the start layer clamped to the model's depth."""
-        params = RolloutParams.of(self.state)
+        params = rollout_params(self.state)
         depth = self._maps.rollout.depth if self._maps else 1
         q = params.query
         t = self._maps.result.attentions.shape[-1] if self._maps else 0

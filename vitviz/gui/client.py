@@ -1,0 +1,245 @@
+"""The GUI-thread side of the worker: a queue, request ids, stale answers dropped, bounded shutdown, parking.
+
+`WorkerClient` queues `Request`s and sends them one at a time to the `InferenceWorker` in its thread through a
+queued signal. Staleness is decided when an answer arrives: a request made stale while it ran (another model was
+asked for, another input size chosen) answers on `dropped`, never on its kind's signal.
+
+Closing never waits for a long request: `WorkerClient.shutdown` asks the thread to stop -- a forward pass stops at
+the next transformer block, a download at its next chunk -- and waits a bounded time; a thread still busy after
+that is parked (`ParkingLot`) until it finishes, because a QThread destroyed while it runs aborts the process
+("QThread: Destroyed while thread is still running").
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import sys
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from vitviz.gui.worker import InferenceWorker, Kind, Request
+
+SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
+EXIT_NOTE_MS = 3000         # at exit, say why the process is still there after this long
+
+RequestFilter = Callable[[Request], bool]
+
+
+class ParkingLot(QObject):
+    """Worker threads still running a request after their window's bounded wait, kept until they have finished.
+
+    What cannot be interrupted (one slow block, decoding an image, loading a checkpoint) may outlast
+    `WorkerClient.shutdown`'s wait. Dropping the last reference to a running QThread destroys it and aborts the
+    process, so such a thread is held here with its worker; its `finished` (queued to this GUI-thread object)
+    releases it, and `wait_all` at exit waits for what is left.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: list[tuple[QThread, QObject]] = []
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def holds(self, thread: QThread) -> bool:
+        return any(t is thread for t, _ in self._held)
+
+    def add(self, thread: QThread, worker: QObject) -> None:
+        if not self.holds(thread):
+            self._held.append((thread, worker))
+            thread.finished.connect(self._release)
+            if thread.isFinished():     # it finished between the caller's wait and the connection
+                self._release()
+
+    @Slot()
+    def _release(self) -> None:
+        done = self.sender()
+        for entry in list(self._held):
+            thread = entry[0]
+            # a thread that has emitted finished is only cleaning up: the wait is short (and drops the GIL)
+            if (thread is done or thread.isFinished()) and thread.wait(5000):
+                self._held.remove(entry)
+
+    def wait_all(self) -> None:
+        """Wait for every parked thread (at exit, before Python destroys them), saying so when it takes long."""
+        for thread, _worker in list(self._held):
+            if not thread.wait(EXIT_NOTE_MS):
+                sys.stderr.write("vitviz: waiting for the running inference request to finish…\n")
+                while not thread.wait(EXIT_NOTE_MS):
+                    pass
+        self._held.clear()
+
+
+parking = ParkingLot()
+atexit.register(parking.wait_all)
+
+
+class WorkerClient(QObject):
+    """Queue, ids and stale-answer dropping for one `InferenceWorker` in its own thread.
+
+    Each answer signal carries the request that produced it and the kind's answer dataclass, so the receiver can
+    tell what it belongs to.
+    """
+
+    probed = Signal(object, object)            # request, Probed
+    loaded = Signal(object, object)            # request, Loaded
+    ran = Signal(object, object)               # request, Ran
+    posembedded = Signal(object, object)       # request, PosEmbedded
+    cataloged = Signal(object, object)         # request, Cataloged
+    moved = Signal(object, object)             # request, Moved
+    failed = Signal(object, str, str)          # request, summary, details
+    progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
+    busy_changed = Signal(bool)
+    status = Signal(str)
+    dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
+    _send = Signal(object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._ids = itertools.count(1)
+        self._queue: list[Request] = []
+        self._in_flight: Request | None = None
+        self._stale: set[int] = set()
+        self._closed = False
+        self._answered = {Kind.PROBE: self.probed, Kind.LOAD: self.loaded, Kind.RUN: self.ran,
+                          Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved}
+        self._thread = QThread()
+        self._thread.setObjectName("vitviz-inference")
+        self._worker = InferenceWorker()
+        self._worker.moveToThread(self._thread)
+        self._send.connect(self._worker.handle)
+        self._worker.finished.connect(self._on_finished)
+        self._worker.failed.connect(self._on_failed)
+        self._worker.cancelled.connect(self._on_cancelled)
+        self._worker.started.connect(self._on_started)
+        self._worker.progress.connect(self._on_progress)
+        self._thread.finished.connect(self._worker.release)       # direct: runs in the finishing thread
+        self._thread.finished.connect(self._worker.deleteLater)
+        self._thread.start()
+
+    @property
+    def thread_object(self) -> QThread:
+        """The worker's thread (tests check that it has finished)."""
+        return self._thread
+
+    @property
+    def busy(self) -> bool:
+        return self._in_flight is not None or bool(self._queue)
+
+    def submit(self, kind: Kind, first: bool = False, **args: Any) -> Request:
+        """Queue a request (at the front with `first`). A load makes every earlier request about a model stale;
+        a run of the same image and size as a queued one replaces it."""
+        request = Request(next(self._ids), kind, args)
+        if self._closed:
+            return request      # after shutdown nothing runs any more
+        if kind is Kind.LOAD:
+            self.cancel(lambda r: r.kind not in (Kind.PROBE, Kind.CATALOG))
+        elif kind is Kind.RUN:
+            self._queue = [r for r in self._queue if not (r.kind is Kind.RUN and r.args == args)]
+        if first:
+            self._queue.insert(0, request)
+        else:
+            self._queue.append(request)
+        self._pump()
+        return request
+
+    def prioritize(self, predicate: RequestFilter) -> None:
+        """Move queued requests matching `predicate(request)` to the front, keeping their order."""
+        front = [r for r in self._queue if predicate(r)]
+        self._queue = front + [r for r in self._queue if not predicate(r)]
+
+    def cancel(self, predicate: RequestFilter) -> None:
+        """Make every queued or running request matching `predicate(request)` stale."""
+        self._queue = [r for r in self._queue if not predicate(r)]
+        if self._in_flight is not None and predicate(self._in_flight):
+            self._stale.add(self._in_flight.id)
+
+    def pending(self, kind: Kind) -> list[Request]:
+        """Live requests of a kind, queued or running."""
+        reqs = self._queue + ([self._in_flight] if self._in_flight else [])
+        return [r for r in reqs if r.kind is kind and r.id not in self._stale]
+
+    def shutdown(self, timeout_ms: int | None = None) -> bool:
+        """Stop the worker thread; returns whether it has finished. Safe to call more than once.
+
+        Queued requests are dropped and no answer is delivered any more. The thread is asked to stop (a forward
+        pass stops before its next transformer block, a download at its next chunk) and waited for at most
+        `timeout_ms` (default `SHUTDOWN_WAIT_MS`), so closing the window never hangs on a long request. A thread
+        still running after that (one slow block, image decoding, a load) is parked: kept referenced, with its
+        worker, until it has finished.
+        """
+        first, self._closed = not self._closed, True
+        self._queue.clear()
+        self._in_flight = None
+        thread = self._thread
+        if not first and parking.holds(thread):
+            return False        # already waited for once; the parking lot takes care of it
+        thread.requestInterruption()
+        thread.quit()
+        if thread.wait(SHUTDOWN_WAIT_MS if timeout_ms is None else timeout_ms):
+            return True
+        parking.add(thread, self._worker)
+        return False
+
+    def _pump(self) -> None:
+        was_busy = self._in_flight is not None
+        if self._in_flight is None and self._queue:
+            self._in_flight = self._queue.pop(0)
+            self._send.emit(self._in_flight)
+        if not was_busy and self._in_flight is not None:
+            self.busy_changed.emit(True)
+
+    def _take(self, req_id: int) -> tuple[Request | None, bool]:
+        request, self._in_flight = self._in_flight, None
+        stale = request is None or request.id != req_id or req_id in self._stale
+        self._stale.discard(req_id)
+        return request, stale
+
+    def _after(self) -> None:
+        self._pump()
+        if self._in_flight is None:
+            self.status.emit("Ready")
+            self.busy_changed.emit(False)
+
+    @Slot(int, str)
+    def _on_started(self, req_id: int, text: str) -> None:
+        if req_id not in self._stale and not self._closed:
+            self.status.emit(text)
+
+    @Slot(int, str, float)
+    def _on_progress(self, req_id: int, text: str, fraction: float) -> None:
+        if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
+            self.status.emit(text)
+            self.progress.emit(text, fraction)
+
+    @Slot(int, object)
+    def _on_finished(self, req_id: int, answer: object) -> None:
+        if self._closed:
+            return
+        request, stale = self._take(req_id)
+        if stale:
+            self.dropped.emit(request)
+        else:
+            self._answered[request.kind].emit(request, answer)
+        self._after()
+
+    @Slot(int)
+    def _on_cancelled(self, req_id: int) -> None:
+        """A request that stopped because the thread was asked to: no answer and no error, like a stale one."""
+        if self._closed:
+            return
+        request, _stale = self._take(req_id)
+        self.dropped.emit(request)
+        self._after()
+
+    @Slot(int, str, str)
+    def _on_failed(self, req_id: int, summary: str, details: str) -> None:
+        if self._closed:
+            return
+        request, stale = self._take(req_id)
+        if stale:
+            self.dropped.emit(request)
+        else:
+            self.failed.emit(request, summary, details)
+        self._after()
