@@ -152,3 +152,22 @@ def test_npz_round_trip(tmp_path: Path) -> None:
     assert data["source"] == "cat.jpg"
     with pytest.raises(files.OutputExistsError):
         files.write_npz_atomic(path, result)
+
+
+def test_write_json_atomic_replaces_and_leaves_nothing_else(tmp_path: Path) -> None:
+    import json
+
+    target = tmp_path / "manifest.json"
+    assert files.write_json_atomic(target, {"a": (1, 2), "b": {3}}) == target
+    assert json.loads(target.read_text()) == {"a": [1, 2], "b": [3]}
+    assert target.read_text().endswith("}\n")
+    files.write_json_atomic(target, {"a": 1})                   # an existing file is replaced
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert os.listdir(tmp_path) == ["manifest.json"] and (target.stat().st_mode & 0o777) == 0o644
+
+
+def test_cover_pads_a_partial_patch_with_the_minimum() -> None:
+    values = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    assert render.cover(values, (16, 16), 8) is values          # whole patches: unchanged
+    out = render.cover(values, (20, 17), 8)                     # 3 x 3 patches cover 20 x 17 pixels
+    np.testing.assert_array_equal(out, [[1, 2, 1], [3, 4, 1], [1, 1, 1]])

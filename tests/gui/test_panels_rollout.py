@@ -124,3 +124,12 @@ def test_engine_matches_the_reference_for_every_setting() -> None:
                 core_query = query if query is not None else ("cls" if cls else "mean")
                 core = analysis.rollout_vector(result, fusion, discard, start, core_query, 0.3)
                 np.testing.assert_array_equal(engine.vector(params), core)
+
+
+def test_colormap_combo_lists_what_export_accepts(window) -> None:  # noqa: ANN001
+    """The controls' colormap combo (the rollout views draw with its choice too) offers exactly the colormaps
+    `vitviz export --cmap` accepts, `plasma` included."""
+    from vitviz.core.colormaps import available_colormaps
+
+    combo = window.controls.cmap_combo
+    assert tuple(combo.itemText(i) for i in range(combo.count())) == available_colormaps()
