@@ -101,13 +101,21 @@ def _settle(app, win, timeout: float = 60.0) -> None:  # noqa: ANN001
     app.processEvents()
 
 
+def _show(win, maps) -> None:  # noqa: ANN001
+    """Put a result computed here into the window's session as if the worker had just run it (with its model's
+    spec), and make it the current image: the panels draw it by themselves."""
+    spec = maps.result.spec
+    win.session.spec = spec
+    win.controls.set_spec(spec, "cpu")
+    win.session._cache[maps.result.source] = maps
+    win.session.set_current(maps.result.source)
+
+
 def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16, steps: int = 120) -> None:
     from vitviz.core.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)
-    win.session.spec = result.spec
-    win.controls.set_spec(result.spec, "cpu")
     maps = ResultMaps(result)
     t0 = time.perf_counter()
     maps.stack("cls")
@@ -115,10 +123,8 @@ def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16,
     t0 = time.perf_counter()
     maps.stack("rollout")
     rollout = time.perf_counter() - t0
-    win.session._cache[result.source] = maps
     t0 = time.perf_counter()
-    win.session.current = result.source
-    win._refresh({"image"})
+    _show(win, maps)
     app.processEvents()
     first = time.perf_counter() - t0
     times = []
@@ -160,10 +166,10 @@ def bench_stall(checkpoint: Path, heads: int) -> None:
     timer.setInterval(2)
     timer.timeout.connect(tick)
     t0 = time.perf_counter()
-    win.add_images([str(image)])
+    win.session.add_images([str(image)])
     last[0] = clock.elapsed()
     timer.start()
-    _wait(app, lambda: win.session.result(str(image)) is not None and win._values is not None, 300)
+    _wait(app, lambda: win.session.result(str(image)) is not None and win.panel.values is not None, 300)
     wall = time.perf_counter() - t0
     for _ in range(20):   # let the drawing of the result land in the measurement too
         app.processEvents()
@@ -188,10 +194,8 @@ def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps
     result = synthetic_result(depth, heads, size, 16)
     maps = ResultMaps(result)
     maps.precompute()                   # done in the worker for every result
-    win.session.spec, win.session.current = result.spec, result.source
-    win.session._cache[result.source] = maps
     win.dock("rolloutDock").raise_()
-    win._refresh({"image"})
+    _show(win, maps)
     app.processEvents()
     first = time.perf_counter()
     for fusion in ("max", "min", "mean"):        # one-off per result: fuse the heads, sort keys for discarding
@@ -264,10 +268,8 @@ def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 
     result = synthetic_result(depth, heads, size, patch)
     maps = ResultMaps(result)
     maps.stack("cls")
-    win.session.spec, win.session.current = result.spec, result.source
-    win.session._cache[result.source] = maps
     win.dock("matrixDock").raise_()
-    win._refresh({"image"})
+    _show(win, maps)
     app.processEvents()
     times: dict[str, list[float]] = {"single head": [], "head mean": [], "query click": []}
     for i in range(steps):

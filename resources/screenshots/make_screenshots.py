@@ -142,7 +142,7 @@ def photo_shot(app) -> None:  # noqa: ANN001
     photos = [str(p) for p in sample_photos()] or [str(draw_scene(tmp / "scene.png"))]
     win = new_window(app, tmp)
     win.load_model(str(ckpt), heads=12)
-    win.add_images(photos)
+    win.session.add_images(photos)
     _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None)
     win.state.update(source="cls", layer=3, head="mean", colormap="inferno", opacity=0.55, per_tile=True,
                      normalize=True)
