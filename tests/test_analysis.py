@@ -248,3 +248,22 @@ def test_pos_embed_similarity_errors() -> None:
         an.prefix_pos_similarity(pe, (2, 3), 0)
     with pytest.raises(an.AnalysisError, match="resample"):
         an.pos_embed_similarity(pe, (3, 3))
+
+
+def test_discard_ties_drop_exactly_k_leftmost_first() -> None:
+    """Equal values at the cut (common in float16 captures): exactly k go, the leftmost first, whichever way the
+    engine gets there (one call, or a window engine with its sorted keys cached)."""
+    from vitviz.core.rollout import RolloutEngine, RolloutParams
+
+    attn = np.zeros((1, 1, 5, 5), dtype=np.float32)
+    attn[0, 0] = [[0.2, 0.2, 0.2, 0.2, 0.2]] * 5                # CLS + 4 patches, every patch key tied
+    attn[0, 0, 1] = [0.4, 0.1, 0.3, 0.1, 0.1]                    # three patch keys tied at the cut
+    mat = an.rollout_layer_matrix(attn[0], discard_ratio=0.5, residual=0.0, num_prefix=1)   # k = 2 per row
+    np.testing.assert_allclose(mat[0], [1 / 3, 0, 0, 1 / 3, 1 / 3], rtol=1e-6)   # the two leftmost go
+    np.testing.assert_allclose(mat[1], [0.5, 0, 0.375, 0, 0.125], rtol=1e-6)
+    assert ((mat[:, 1:] == 0).sum(axis=1) == 2).all()
+    half = random_attention(3, 2, 1 + 12, seed=9).astype(np.float16)   # float16: many exact ties
+    engine = RolloutEngine(half, 1, True)
+    for discard in (0.5, 0.9, 0.5):                              # cached sorted keys reused across settings
+        params = RolloutParams("max", discard)
+        np.testing.assert_array_equal(engine.vector(params), an.rollout_vector(half, "max", discard, num_prefix=1))

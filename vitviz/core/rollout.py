@@ -5,15 +5,15 @@ Convention (Abnar & Zuidema 2020, as in vit-explain, with its known bugs fixed):
     R = A'_{L-1} @ ... @ A'_{start_layer}
 and the rollout of a query is its row of R: what the query token, at the output, draws from each input token.
 `residual=0.5` is vit-explain's `(A + I) / 2`. Discarding is per row: in every row of the fused matrix the lowest
-`floor(discard_ratio * num_patches)` patch entries are zeroed (exactly that many; among equal values the order of
-`np.argsort` decides); prefix columns (CLS, dist, registers) are never discarded and neither is the identity added
+`floor(discard_ratio * num_patches)` patch entries are zeroed (exactly that many; among equal values the leftmost
+go first); prefix columns (CLS, dist, registers) are never discarded and neither is the identity added
 afterwards. Per row, not vit-explain's one threshold per layer, because rows are distributions of different queries:
 a global threshold empties diffuse rows and spares peaked ones.
 
 `RolloutEngine` computes a query's row by pulling a row vector back through the layers, last first
 (`v <- v @ A'_l`, O(L·T²)), with `A'_l` kept factored as `diag(1 / s) (r·I + (1 - r)·D)` (D the fused, discarded
-layer, s its row sums); the fused layers and the per-row order of their patch keys are cached per fusion, so a
-slider only redoes the cheap part. The functions at the bottom (`rollout`, `rollout_vector`, `rollout_matrix`,
+layer, s its row sums); the fused layers and their sorted patch keys are cached per fusion, so a slider only
+redoes the cheap part. The functions at the bottom (`rollout`, `rollout_vector`, `rollout_matrix`,
 `rollout_naive`, `rollout_layer_matrix`) are the public API re-exported by `vitviz.core.analysis`; they run this
 engine, `rollout_matrix` by the full matrix chain (O(L·T³), for tests and benchmarks).
 """
@@ -67,25 +67,32 @@ def discard_count(discard: float, num_patches: int) -> int:
     return int(np.floor(discard * num_patches + 1e-9))
 
 
-def lowest_first(fused: np.ndarray, num_prefix: int) -> np.ndarray:
-    """(T, N) int32: per row of a (T, T) fused layer, its patch columns (0-based from the first patch) in
-    increasing order of value."""
-    return np.argsort(fused[:, num_prefix:], axis=1).astype(np.int32)
-
-
-def discard_lowest(fused: np.ndarray, discard: float, num_prefix: int, order: np.ndarray | None = None) -> np.ndarray:
+def discard_lowest(fused: np.ndarray, discard: float, num_prefix: int,
+                   sorted_keys: np.ndarray | None = None) -> np.ndarray:
     """A (T, T) fused layer with the lowest `discard_count` patch entries of every row set to 0 (a copy; `fused`
     itself when nothing is discarded).
 
+    Exactly that many go in every row; among entries equal to the row's cut value the leftmost (lowest patch
+    index) go first, so the result depends on the values only, never on a sorting algorithm.
+
     Args:
-        order: `lowest_first(fused, num_prefix)` when already known.
+        sorted_keys: (T, N) the patch columns of every row sorted ascending, when already known.
     """
-    k = discard_count(discard, fused.shape[1] - num_prefix)
+    keys = fused[:, num_prefix:]                                      # (T, N) view; prefix columns never go
+    k = discard_count(discard, keys.shape[1])
     if k == 0:
         return fused
-    order = lowest_first(fused, num_prefix) if order is None else order
-    kept = fused.copy()
-    np.put_along_axis(kept[:, num_prefix:], order[:, :k], 0.0, axis=1)  # writes through the (T, N) view
+    sorted_keys = np.sort(keys, axis=1) if sorted_keys is None else sorted_keys
+    cut = sorted_keys[:, k - 1:k]                                     # (T, 1) the k-th smallest key of each row
+    keep = keys > cut                                                 # (T, N) drops k or more (ties at the cut)
+    tied = np.flatnonzero(keys.shape[1] - keep.sum(axis=1) > k)
+    if tied.size:                                                     # drop only the leftmost of the tied keys
+        sub, at = keys[tied], keys[tied] == cut[tied]                 # (r, N)
+        need = k - (sub < cut[tied]).sum(axis=1, keepdims=True)      # (r, 1) how many tied keys go
+        keep[tied] = (sub > cut[tied]) | (at & (np.cumsum(at, axis=1) > need))
+    kept = np.empty_like(fused)
+    kept[:, :num_prefix] = fused[:, :num_prefix]
+    np.multiply(keys, keep, out=kept[:, num_prefix:])
     return kept
 
 
@@ -103,13 +110,13 @@ class RolloutEngine:
 
     def __init__(self, attentions: np.ndarray, num_prefix: int, has_cls: bool) -> None:
         self.attn, self.num_prefix, self.has_cls = attentions, num_prefix, has_cls
-        self._fused: dict[tuple[str, int], np.ndarray] = {}   # (fusion, layer) -> (T, T) float32
-        self._order: dict[tuple[str, int], np.ndarray] = {}   # (fusion, layer) -> (T, N) int32, `lowest_first`
+        self._fused: dict[tuple[str, int], np.ndarray] = {}    # (fusion, layer) -> (T, T) float32
+        self._sorted: dict[tuple[str, int], np.ndarray] = {}   # (fusion, layer) -> (T, N) its patch keys sorted
 
     @property
     def nbytes(self) -> int:
         """Memory held by the caches."""
-        return sum(a.nbytes for a in self._fused.values()) + sum(a.nbytes for a in self._order.values())
+        return sum(a.nbytes for a in self._fused.values()) + sum(a.nbytes for a in self._sorted.values())
 
     @property
     def depth(self) -> int:
@@ -171,7 +178,7 @@ class RolloutEngine:
         fused = self._fused_layer(params.fusion, layer)
         kept = fused
         if discard_count(params.discard, fused.shape[1] - self.num_prefix) > 0:
-            kept = discard_lowest(fused, params.discard, self.num_prefix, self._lowest_first(params.fusion, layer))
+            kept = discard_lowest(fused, params.discard, self.num_prefix, self._sorted_keys(params.fusion, layer))
         sums = params.residual + (1.0 - params.residual) * kept.sum(axis=1)   # (T,)
         return kept, sums
 
@@ -190,11 +197,11 @@ class RolloutEngine:
             self._fused[key] = fuse_heads(self.attn[layer], fusion)  # type: ignore[arg-type]  # (H, T, T) -> (T, T)
         return self._fused[key]
 
-    def _lowest_first(self, fusion: str, layer: int) -> np.ndarray:
+    def _sorted_keys(self, fusion: str, layer: int) -> np.ndarray:
         key = (fusion, layer)
-        if key not in self._order:
-            self._order[key] = lowest_first(self._fused_layer(fusion, layer), self.num_prefix)
-        return self._order[key]
+        if key not in self._sorted:
+            self._sorted[key] = np.sort(self._fused_layer(fusion, layer)[:, self.num_prefix:], axis=1)   # (T, N)
+        return self._sorted[key]
 
 
 # ------------------------------------------------------------------ the public API (re-exported by core.analysis)
