@@ -41,9 +41,10 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
                        "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; the "
                        "window's Export all writes the same names).")
-    p.add_argument("--model", required=True, metavar="CHECKPOINT",
+    p.add_argument("--model", metavar="CHECKPOINT",
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
-                        "into the torch hub cache if it is not there yet)")
+                        "into the torch hub cache if it is not there yet); required unless --code builds a model "
+                        "with its own weights")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files and folders (searched recursively)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
@@ -194,7 +195,9 @@ def _load(args: argparse.Namespace) -> Any:
     from vitviz.cli.models import resolve_cli_model
     from vitviz.cli.options import overrides_from
 
-    checkpoint = resolve_cli_model(args.model, quiet=args.quiet)   # VitvizError (exit 2) when it cannot be had
+    if args.model is None and getattr(args, "code", None) is None:
+        raise VitvizError("export needs --model CHECKPOINT (or --code FILE.py:FACTORY)")
+    checkpoint = None if args.model is None else resolve_cli_model(args.model, quiet=args.quiet)  # VitvizError: 2
     try:
         return vitviz.load(checkpoint, device=args.device, **overrides_from(args))
     except VitvizError:

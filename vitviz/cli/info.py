@@ -6,12 +6,14 @@ import json
 from typing import Any
 
 from vitviz.cli.options import add_override_arguments, overrides_from
+from vitviz.errors import VitvizError
 
 
 def build_info_parser(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a checkpoint: family, every inferred field and its source")
-    p.add_argument("checkpoint", help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] "
-                   "(downloaded into the torch hub cache if it is not there yet)")
+    p.add_argument("checkpoint", nargs="?", help="a weights file, a model folder, or a named model "
+                   "torchvision:ARCH[:WEIGHTS] (downloaded into the torch hub cache if it is not there yet); with "
+                   "--code, the weights for the code's model (optional)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--device", default="cpu", help="device to load on (default: cpu)")
     add_override_arguments(p)
@@ -21,13 +23,18 @@ def run_info(args: argparse.Namespace) -> int:
     import vitviz
     from vitviz.cli.models import resolve_cli_model
 
-    checkpoint = resolve_cli_model(args.checkpoint)   # a named model: its cached (or downloaded) file
+    if args.checkpoint is None and args.code is None:
+        raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
+    checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint)  # a named model: its file
     model = vitviz.load(checkpoint, device=args.device, **overrides_from(args))
+    layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
     spec = model.spec
     if args.json:
         data = spec.to_dict()
         data["labels"] = len(spec.labels)
         data["dropped_keys"] = model.dropped
+        if layers is not None:
+            data["attention_layers"] = [{"module": name, "mechanism": how} for name, how in layers]
         print(json.dumps(data, indent=2, default=list))
         return 0
     prov = dict(spec.provenance)
@@ -50,4 +57,8 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"  labels         {len(spec.labels)}  ({prov.get('labels', 'none')})")
     if model.dropped:
         print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
+    if layers is not None:
+        print(f"  path           {prov.get('path', '')}")
+        for i, (name, how) in enumerate(layers):
+            print(f"  layer {i:<8} {name:<36} {how}")
     return 0

@@ -754,7 +754,7 @@ def _geometry(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
         if side is not None:
             prov["image_size"] = side[1]
             return (side[0] * patch, side[0] * patch), patch
-        prov["image_size"] = "default: 224 px (pass image_size= if the model was trained at another size)"
+        prov["image_size"] = "guess: 224 px (nothing in the module states its input size)"
         return whole_patches((224, 224), patch, at_least_one=True), patch
     raise LiveModelError(f"{source}: no patch embedding found (a Conv2d whose stride equals its kernel, or a "
                          "Rearrange/Unfold of patches followed by a Linear) and no size to go by; pass grid=(rows, "
@@ -780,8 +780,8 @@ def _side_from_pos_table(module: nn.Module, embed: PatchEmbedding | None) -> tup
     for rows, covered in ((pos[1] - prefix, f"- {prefix} prefix token(s)"), (pos[1], "(patches only)")):
         side = math.isqrt(max(rows, 0))
         if rows > 0 and side * side == rows:
-            return side, (f"shape: position table {pos[0]} ({pos[1]} rows {covered} = {side}x{side} patches; "
-                          "a square grid assumed, pass image_size= otherwise)")
+            return side, (f"shape: position table {pos[0]} ({pos[1]} rows {covered} = {side}x{side} patches, "
+                          "a square grid)")
     return None
 
 
@@ -862,13 +862,13 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
     elif in_chans == 3 and min(size) >= 64:
         pp = Preprocess(crop=size, resize=int(math.floor(min(size) / 0.875)), mode="center",
                         interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
-        src = "default: ImageNet mean/std, center crop 0.875 (pass mean=/std= if your model was trained otherwise)"
+        src = "guess: an RGB model of ImageNet size: ImageNet mean/std, center crop 0.875"
     else:
         pp = Preprocess(crop=size, resize=min(size), mode="squash", interpolation="bilinear",
-                        mean=(0.5,) * in_chans, std=(0.5,) * in_chans)
-        what = f"a {in_chans}-channel" if in_chans != 3 else f"a small ({size[0]}x{size[1]} px)"
-        src = (f"default for {what} input: resized to {size[0]}x{size[1]}, no crop, mean/std 0.5 (pass mean=/std= "
-               "your training used)")
+                        mean=(0.0,) * in_chans, std=(1.0,) * in_chans)
+        what = f"a {in_chans}-channel" if in_chans != 3 else f"an RGB {size[0]}x{size[1]} px"
+        src = (f"guess: {what} model is not an ImageNet model, so no ImageNet statistics: pixels only scaled to "
+               f"[0, 1] (mean 0, std 1); the image resized to {size[0]}x{size[1]} as a whole (no crop)")
     for key in ("mean", "std"):
         values = overrides.get(key)
         if values is not None and len(tuple(values)) not in (1, in_chans):
@@ -883,6 +883,8 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
             src += f"; {key} overridden"
     if fields:
         pp = replace(pp, **fields)
+        if "mean" in fields and "std" in fields:  # the statistics are the user's: nothing left that matters guessed
+            src = src.replace("guess: ", "was a guess: ", 1)
     prov["preprocess"] = src
     return pp
 
