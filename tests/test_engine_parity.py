@@ -129,7 +129,8 @@ def test_rollout_settings_name_the_files() -> None:
     """The label is the CLI's (defaults say nothing), and the window's state maps onto it, query and start too."""
     assert MapKind("rollout").label == "rollout"
     assert MapKind("rollout", rollout=RolloutParams("max", 0.9)).label == "rollout-max-d0.9"
-    assert MapKind("rollout", rollout=RolloutParams("min", 0.5, 2, 0.3, 17)).label == "rollout-token17-min-d0.5-r0.3-from2"
+    settings = RolloutParams("min", 0.5, 2, 0.3, 17)
+    assert MapKind("rollout", rollout=settings).label == "rollout-token17-min-d0.5-r0.3-from2"
     state = ViewState(source="rollout", rollout_fusion="max", rollout_discard=0.9)
     assert map_kind(state).label == "rollout-max-d0.9"      # the window used to name this plain 'rollout'
     assert map_kind(ViewState(source="token")).label == "cls"     # no query token: the CLS map, named so

@@ -42,7 +42,8 @@ class Exporter:
             or 'failed', with `error` saying why); the CLI draws its progress bar from it.
     """
 
-    def __init__(self, model: Any, plan: Plan, jobs: list[Job], on_progress: Callable[[Job], None] | None = None) -> None:
+    def __init__(self, model: Any, plan: Plan, jobs: list[Job],
+                 on_progress: Callable[[Job], None] | None = None) -> None:
         self.model, self.plan, self.jobs = model, plan, jobs
         self.spec = model.spec
         self.combos = plan.combos()

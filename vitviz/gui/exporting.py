@@ -52,7 +52,8 @@ def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tupl
     layers: list[LayerSel] = list(range(stack.maps.shape[0]))
     heads: list[HeadSel] = [*range(stack.num_heads), "mean", "max"]
     stem = image_stem(maps.result.source)
-    return [(folder / output_name(stem, m, layer, head), layer, head) for m, layer, head in combos([kind], layers, heads)]
+    return [(folder / output_name(stem, m, layer, head), layer, head)
+            for m, layer, head in combos([kind], layers, heads)]
 
 
 def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: bool = False,

@@ -19,6 +19,7 @@ from vitviz.core.colormaps import available_colormaps
 from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps, resolve_index
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import FUSIONS, RolloutParams
+from vitviz.core.tokens import Fusion
 
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
@@ -50,7 +51,7 @@ class ViewState:
         per_tile: in the overview, scale every thumbnail on its own.
         rollout_fusion, rollout_discard, rollout_start, rollout_residual: the rollout's head fusion ('mean',
             'max', 'min'), discard ratio in [0, 1), first layer and residual weight in [0, 1] (see
-            `vitviz.core.analysis`); they drive the rollout panel, the 'rollout' map source and its export. The
+            `vitviz.core.rollout`); they drive the rollout panel, the 'rollout' map source and its export. The
             rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS).
         matrix_log: show the token matrix on a log scale.
         stats_average: head statistics averaged over every image run so far instead of the current one.
@@ -171,8 +172,9 @@ ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout
 
 def rollout_params(state: ViewState) -> RolloutParams:
     """The state's rollout settings, from `query` when one is selected (else CLS, or the patch mean without it)."""
-    return RolloutParams(state.rollout_fusion, float(state.rollout_discard), int(state.rollout_start),  # type: ignore[arg-type]
-                         float(state.rollout_residual), state.query)
+    fusion: Fusion = state.rollout_fusion  # type: ignore[assignment]  # validated against FUSIONS
+    return RolloutParams(fusion, float(state.rollout_discard), int(state.rollout_start), float(state.rollout_residual),
+                         state.query)
 
 
 def map_kind(state: ViewState) -> MapKind:
