@@ -5,16 +5,16 @@ the user's settings: QSettings paths point into a temporary folder and `VITVIZ_S
 """
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _tiny import write_tiny_checkpoint   # tests/ is on sys.path: pytest puts the folder of tests/conftest.py there
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/_tiny.py
-
-from _tiny import write_tiny_checkpoint  # noqa: E402
+from vitviz.cli.window import add_window_arguments
+from vitviz.core.spec import AttentionResult, ModelSpec
 
 HEADS = 2
 
@@ -52,6 +52,36 @@ def tiny_ckpt_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Another tiny ViT with a different grid (3x3) and 2 register tokens."""
     return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt_b") / "tiny_b.safetensors", grid=(3, 3),
                                  reg_tokens=2, seed=1)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    """The window's command line (`vitviz ...`) parsed as `vitviz` parses it."""
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,
+                  cls: bool = True, seed: int = 0) -> AttentionResult:
+    """A result with random row-stochastic attention (no model needed)."""
+    spec = ModelSpec(family="test", source="x", image_size=(grid[0] * 8, grid[1] * 8), patch_size=8, embed_dim=32,
+                     depth=depth, num_heads=heads, cls_token=cls, reg_tokens=reg)
+    t = spec.num_tokens
+    logits = np.random.default_rng(seed).normal(size=(depth, heads, t, t)).astype(np.float32)
+    attn = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    image = np.zeros((*spec.image_size, 3), np.uint8)
+    return AttentionResult(attn, np.zeros(5, np.float32), np.zeros((3, *spec.image_size), np.float32), image, spec,
+                           source="/tmp/some image.png")
+
+
+@pytest.fixture
+def fake_demo(monkeypatch: pytest.MonkeyPatch, tiny_ckpt: Path, images: list[Path]) -> tuple[Path, list[Path]]:
+    """The tiny checkpoint and test images stand in for the bundled demo (the wiring, whatever the shipped model)."""
+    from vitviz.gui import bundled
+
+    monkeypatch.setattr(bundled, "demo_checkpoint", lambda: tiny_ckpt)
+    monkeypatch.setattr(bundled, "demo_images", lambda: list(images))
+    return tiny_ckpt, images
 
 
 def make_image(path: Path, seed: int, size: tuple[int, int] = (48, 64)) -> Path:

@@ -1,25 +1,17 @@
 """First run: `vitviz` alone opens the demo model on the demo images; a model alone opens the sample photos."""
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_image, wait_idle
+from conftest import make_image, parse, wait_idle
 
 from vitviz.demo import demo_images, sample_photos
 from vitviz.errors import CheckpointNotFoundError
 from vitviz.gui import bundled, settings as st
 from vitviz.gui.app import apply_args
-from vitviz.cli.window import add_window_arguments
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_window_arguments(parser)
-    return parser.parse_args(list(argv))
 
 
 def start(qtbot, window, *argv: str) -> None:  # noqa: ANN001
@@ -35,14 +27,6 @@ def assert_overlay_shown(window) -> None:  # noqa: ANN001
     assert window.session.result(current) is not None
     image = np.asarray(window.panel.overlay_item.image)
     assert image.ndim == 2 and image.size > 1 and np.isfinite(image).all() and image.max() > image.min()
-
-
-@pytest.fixture
-def fake_demo(monkeypatch: pytest.MonkeyPatch, tiny_ckpt: Path, images: list[Path]) -> tuple[Path, list[Path]]:
-    """The tiny checkpoint and test images stand in for the bundled demo (the wiring, whatever the shipped model)."""
-    monkeypatch.setattr(bundled, "demo_checkpoint", lambda: tiny_ckpt)
-    monkeypatch.setattr(bundled, "demo_images", lambda: list(images))
-    return tiny_ckpt, images
 
 
 def test_no_arguments_open_the_demo(qtbot, window, fake_demo) -> None:  # noqa: ANN001

@@ -8,25 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import random_result  # noqa: F401 - also imported from here by test_panels_rollout
 
 from vitviz.core import analysis
-from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.cli.window import add_window_arguments
 from vitviz.gui.dropping import classify
 from vitviz.core.maps import ResultMaps, mosaic
 from vitviz.gui.state import ViewState, current_map, levels_for, parse_map_arg, resolve_index
-
-
-def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,
-                  cls: bool = True, seed: int = 0) -> AttentionResult:
-    spec = ModelSpec(family="test", source="x", image_size=(grid[0] * 8, grid[1] * 8), patch_size=8, embed_dim=32,
-                     depth=depth, num_heads=heads, cls_token=cls, reg_tokens=reg)
-    t = spec.num_tokens
-    logits = np.random.default_rng(seed).normal(size=(depth, heads, t, t)).astype(np.float32)
-    attn = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
-    image = np.zeros((*spec.image_size, 3), np.uint8)
-    return AttentionResult(attn, np.zeros(5, np.float32), np.zeros((3, *spec.image_size), np.float32), image, spec,
-                           source="/tmp/some image.png")
 
 
 def test_state_validates_and_notifies() -> None:

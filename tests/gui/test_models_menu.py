@@ -8,8 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import wait_idle
-from test_first_run import fake_demo, parse  # noqa: F401 - fake_demo is a fixture
+from conftest import parse, wait_idle
 
 from vitviz import catalog
 from vitviz.demo import sample_photos

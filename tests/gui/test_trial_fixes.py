@@ -3,27 +3,17 @@ errors), the window's --map names against `vitviz export --maps`, a --head the m
 layer/head sliders on 'mean'."""
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
-from conftest import HEADS, show_dock, wait_idle
-from test_gui_units import random_result
+from conftest import HEADS, parse, random_result, show_dock, wait_idle
 
 from vitviz.core import analysis
 from vitviz.gui import colors
 from vitviz.gui.app import EXIT_2_TITLES, apply_args
-from vitviz.cli.window import add_window_arguments
 from vitviz.core.maps import MOSAIC_MAX_POSITIONS, MapKind, ResultMaps, map_stack, pos_embed_data
 from vitviz.gui.session import DEVICE_FAILED
 from vitviz.gui.state import MAP_CHOICES, ViewState, current_map, parse_map_arg
 from vitviz.gui.worker import Kind
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_window_arguments(parser)
-    return parser.parse_args(list(argv))
 
 
 # ---------------------------------------------------------------------------------------------- --device

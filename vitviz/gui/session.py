@@ -109,11 +109,6 @@ class Session(QObject):
     def cached_paths(self) -> list[str]:
         return list(self._cache)
 
-    @property
-    def shown_size(self) -> tuple[int, int] | None:
-        """The input size the images run at (None without a model)."""
-        return self.image_size or (self.spec.image_size if self.spec is not None else None)
-
     # ------------------------------------------------------------------------------------------ intents
 
     def probe_devices(self) -> None:
