@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import vitviz
+from vitviz.core.spec import GuessWarning
 from parity_refs import (SeedViT, WZViT, hf_dinov2_to_original, hf_reference, perturb, seed_reference,
                          timm_reference, torchvision_reference)
 
@@ -376,8 +377,11 @@ def test_timm_model_object_built_at_another_size() -> None:
 def test_family_override_sets_that_familys_defaults(tmp_path) -> None:
     model = perturb(VisionTransformer(num_classes=5, **SMALL))
     torch.save(model.state_dict(), tmp_path / "m.pth")
-    plain = vitviz.load(tmp_path / "m.pth", device="cpu").spec
+    with pytest.warns(GuessWarning, match="not an ImageNet model"):
+        plain = vitviz.load(tmp_path / "m.pth", device="cpu").spec
     dv2 = vitviz.load(tmp_path / "m.pth", device="cpu", family="dinov2").spec
-    assert (plain.family, plain.pos_interp, plain.preprocess.mean) == ("timm", "timm", (0.5, 0.5, 0.5))
+    # a 32 px model is not an ImageNet model: no ImageNet statistics unless its family is named
+    assert (plain.family, plain.pos_interp, plain.preprocess.mean) == ("timm", "timm", (0.0,))
+    assert plain.source_of("preprocess").startswith("guess") and plain.preprocess.mode == "squash"
     assert (dv2.family, dv2.pos_interp) == ("dinov2", "dinov2") and dv2.preprocess.mean == (0.485, 0.456, 0.406)
     assert "dinov2" in dv2.source_of("preprocess")

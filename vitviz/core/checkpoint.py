@@ -1,8 +1,10 @@
 """Reading checkpoint files and folders safely, without executing anything they contain.
 
 `read_checkpoint` returns the tensors of the chosen state dict (unwrapped from training containers, upcast to
-float32) plus every piece of metadata found beside them: `args`/`arch` of training checkpoints, side-car
-`config.json`/`preprocessor_config.json`, safetensors `__metadata__`, the file name.
+float32) plus every piece of metadata found beside them: `args`/`arch`/`hparams`/`config`/`image_size`/`classes`
+of training checkpoints, side-car `config.json`/`preprocessor_config.json`, text configs next to the file
+(`config.yaml`, `args.json`, `hparams.yaml`, ... -- read as text, never executed), safetensors `__metadata__`,
+the file name.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import io
 import json
 import pickletools
 import struct
+import warnings
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,8 +30,18 @@ from vitviz.errors import (
     UnsafeCheckpointError,
 )
 
-# Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise).
-NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "module")
+# Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise; the
+# rest are the names training scripts people write use).
+NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "module",
+             "model_state_dict", "model_state", "net", "network", "state", "weights")
+# Entries of a training checkpoint that are training state, not a description of the model.
+TRAINING_STATE_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt", "scheduler",
+                       "lr_scheduler", "scheduler_state_dict", "scaler", "amp", "loss_scaler", "rng_state",
+                       "callbacks", "loops", "optimizer_states", "lr_schedulers")
+# Text configs people keep next to their weights ({stem} is the weights file's name without its suffix).
+SIDECAR_NAMES = ("{stem}.json", "{stem}.yaml", "{stem}.yml", "config.json", "config.yaml", "config.yml",
+                 "args.json", "args.yaml", "args.yml", "hparams.yaml", "hparams.yml", "hparams.json",
+                 "params.json", "params.yaml", "cfg.yaml", "cfg.json")
 
 
 @dataclass
@@ -43,6 +56,7 @@ class RawCheckpoint:
     labels: tuple[str, ...] = ()                           # from side-car files
     nest_key: str = ""                                     # which nested dict was used
     weights_file: Path | None = None
+    sidecars: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (file name, parsed text config)
 
 
 def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpoint:
@@ -66,7 +80,116 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
     labels_file = weights.parent / "class_indices.json"  # WZ educational ViT writes its labels here
     if labels_file.is_file():
         raw.labels = _labels_from_mapping(_read_json(labels_file) or {})
+    raw.sidecars = read_sidecars(weights, skip=("config.json",) if raw.config is not None else ())
     return raw
+
+
+def read_sidecars(weights: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """Text configs next to `weights` (and Lightning's `hparams.yaml` above a `checkpoints/` folder), parsed as
+    JSON or plain YAML mappings -- text only, nothing is executed. A file that cannot be parsed is skipped with
+    a warning naming it."""
+    folders = [weights.parent]
+    if weights.parent.name == "checkpoints":  # lightning_logs/version_N/checkpoints/epoch=...ckpt
+        folders.append(weights.parent.parent)
+    found: list[tuple[str, dict[str, Any]]] = []
+    seen: set[Path] = set()
+    for folder in folders:
+        for pattern in SIDECAR_NAMES:
+            path = folder / pattern.format(stem=weights.stem)
+            if path.name in skip or path in seen or path == weights or not path.is_file():
+                continue
+            seen.add(path)
+            try:
+                if path.stat().st_size > 1_000_000:
+                    raise ValueError("larger than 1 MB")
+                text = path.read_text(encoding="utf-8")
+                data = json.loads(text) if path.suffix == ".json" else parse_plain_yaml(text)
+            except (OSError, ValueError) as e:
+                warnings.warn(f"{path}: skipped, not a readable config ({e})", stacklevel=3)
+                continue
+            if isinstance(data, dict) and data:
+                found.append((path.name, data))
+    return found
+
+
+def parse_plain_yaml(text: str) -> dict[str, Any]:
+    """A small YAML subset, enough for the flat and nested `key: value` configs training scripts write: nested
+    mappings by indentation, scalars (int, float, bool, null, quoted or plain strings), flow lists `[a, b]` and
+    block lists (`- a`). Tags such as `!!python/object` are ignored, never executed; anything else is a string.
+
+    Raises:
+        ValueError: for lines that are neither `key: value` nor list items.
+    """
+    root: dict[str, Any] = {}
+    stack: list[tuple[int, Any]] = [(-1, root)]  # (indent, container)
+    pending: tuple[int, dict[str, Any], str] | None = None  # a `key:` whose value is on the next lines
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = _strip_comment(line).rstrip()
+        if not stripped.strip() or stripped.strip() in ("---", "..."):
+            continue
+        indent = len(stripped) - len(stripped.lstrip(" "))
+        body = stripped.strip()
+        if pending is not None:
+            p_indent, p_parent, p_key = pending
+            pending = None
+            if indent > p_indent:
+                child: Any = [] if body.startswith("- ") or body == "-" else {}
+                p_parent[p_key] = child
+                stack.append((p_indent, child))
+        while len(stack) > 1 and indent <= stack[-1][0]:
+            stack.pop()
+        container = stack[-1][1]
+        if body.startswith("- ") or body == "-":
+            if isinstance(container, list):
+                container.append(_yaml_scalar(body[1:].strip()))
+            continue
+        key, sep, value = body.partition(":")
+        if not sep or isinstance(container, list):
+            raise ValueError(f"line {number}: expected 'key: value', found {body[:60]!r}")
+        key, value = key.strip().strip("'\""), value.strip()
+        if value.startswith("!"):  # a tag (e.g. !!python/tuple): keep only the plain value after it, if any
+            value = value.partition(" ")[2].strip()
+        if value == "" or value in ("|", ">"):
+            container[key] = None
+            pending = (indent, container, key)
+        else:
+            container[key] = _yaml_scalar(value)
+    return root
+
+
+def _strip_comment(line: str) -> str:
+    quote = ""
+    for i, ch in enumerate(line):
+        if ch in "'\"" and not quote:
+            quote = ch
+        elif ch == quote:
+            quote = ""
+        elif ch == "#" and not quote and (i == 0 or line[i - 1] in " \t"):
+            return line[:i]
+    return line
+
+
+def _yaml_scalar(text: str) -> Any:
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1].strip()
+        return [_yaml_scalar(part.strip()) for part in inner.split(",")] if inner else []
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    low = text.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("null", "~", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _weights_in_folder(folder: Path) -> Path:
@@ -234,10 +357,7 @@ def _unwrap(path: Path, obj: Any, nest_key: str | None) -> RawCheckpoint:
     if not isinstance(obj, dict):
         raise CorruptCheckpointError(f"{path}: holds a {type(obj).__name__}, expected a dict of tensors "
                                      "(a state dict) or a training checkpoint containing one")
-    meta: dict[str, Any] = {}
-    for k in ("arch", "epoch", "args", "version"):
-        if k in obj:
-            meta[k] = vars(obj[k]) if isinstance(obj[k], argparse.Namespace) else obj[k]
+    meta = _metadata(obj)
     if nest_key is not None:
         if not _is_state_dict(obj.get(nest_key)):
             raise CorruptCheckpointError(f"{path}: no state dict under {nest_key!r}; keys: {sorted(obj)[:10]}")
@@ -251,6 +371,38 @@ def _unwrap(path: Path, obj: Any, nest_key: str | None) -> RawCheckpoint:
     raise CorruptCheckpointError(f"{path}: a dict without tensors (keys {sorted(map(str, obj))[:10]}, "
                                  f"values {dict(kinds)}); expected a state dict or one nested under "
                                  f"{', '.join(NEST_KEYS)}")
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a training checkpoint that describe the model (`arch`, `args`/`hparams`/`config`,
+    `image_size`, `classes`, `class_to_idx`, ...): everything except state dicts and training state, with
+    `argparse.Namespace` turned into dicts and tensors left out."""
+    meta: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = str(key)
+        if name in NEST_KEYS or name in TRAINING_STATE_KEYS or _is_state_dict(value):
+            continue
+        plain = _plain(value, 4)
+        if plain is not None:
+            meta[name] = plain
+    return meta
+
+
+def _plain(value: Any, depth: int) -> Any:
+    """Plain data (dict, list, str, number, bool) from checkpoint metadata; None for tensors and the like."""
+    if isinstance(value, argparse.Namespace):
+        value = vars(value)
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    if depth <= 0:
+        return None
+    if isinstance(value, dict):
+        out = {str(k): p for k, v in value.items() if (p := _plain(v, depth - 1)) is not None}
+        return out if out or not value else None
+    if isinstance(value, (list, tuple)) and len(value) <= 100_000:
+        items = [_plain(v, depth - 1) for v in value]
+        return items if all(i is not None for i in items) else None
+    return None
 
 
 def _as_float(sd: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -13,14 +14,33 @@ import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families import Converted
-from vitviz.core.metadata import args_info, heads_from_dim, parse_model_name, torchvision_weights
+from vitviz.core.metadata import (
+    DIM_HEAD_KEYS, HEADS_KEYS, IMAGE_KEYS, LABEL_KEYS, MEAN_KEYS, STD_KEYS, args_info, as_int, as_labels, as_size,
+    as_stats, find_value, heads_from_dim, metadata_sources, parse_model_name, torchvision_weights,
+)
 from vitviz.core.spec import (
-    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess, whole_patches,
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, whole_patches,
 )
 from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
-             "act", "nest_key", "device", "resize", "crop_mode")
+             "act", "nest_key", "device", "resize", "crop_mode", "pooling", "block_norm", "attn_scale",
+             "patch_order", "head_act")
+CROP_MODES = ("center", "squash", "squash_crop")
+# Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
+NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
+                  "eps")
+POOLINGS = ("token", "avg", "avg_all", "cls_avg")
+# Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads;
+# for every other layout (hand-written, tutorials) a head count from the width alone is a guess.
+TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf")
+# How to pass each value the file may not hold (for warnings).
+HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean/--std)",
+               "mlp_kind": "act='gelu'|'relu' (CLI --act)", "block_norm": "block_norm='pre'|'post' (CLI --block-norm)",
+               "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling)", "attn_scale": "attn_scale=S (CLI --attn-scale)",
+               "image_size": "image_size=N (CLI --image-size)", "patch_order": "patch_order='p1p2c'|'cp1p2'",
+               "pre_logits_act": "head_act='gelu'|'relu'|'tanh'", "pos_grid": "image_size=N (CLI --image-size)",
+               "labels": "labels=[...]"}
 
 FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
     "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
@@ -46,8 +66,10 @@ class _Prov:
         return value
 
 
-def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any]) -> ModelSpec:
-    """The full spec for `conv`; raises InconsistentCheckpointError when shapes contradict each other."""
+def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], warn: bool = True) -> ModelSpec:
+    """The full spec for `conv`; raises InconsistentCheckpointError when shapes contradict each other.
+
+    Every guessed value is in the provenance as 'guess: ...' and, with `warn`, said as a `GuessWarning`."""
     sd, hints, prov = conv.tensors, conv.hints, _Prov()
     where = str(raw.path)
     if "patch_embed.proj.weight" not in sd:
@@ -61,31 +83,74 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any]) -
     depth = len({int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))})
     if depth == 0:
         raise InconsistentCheckpointError(f"{where}: no transformer blocks (blocks.N.*) found")
+    sources = metadata_sources(raw.meta, raw.sidecars)
     name, name_fields = _model_name(conv, raw)
     info = parse_model_name(name) if name else None
     margs = (raw.config or {}).get("model_args") or {}
     if margs.get("num_heads") and "num_heads" not in hints:
         hints = {**hints, "num_heads": (int(margs["num_heads"]), "metadata: config.json model_args")}
-    heads = _heads(sd, hints, overrides, info, name, dim, prov, where)
+    qkv = sd.get("blocks.0.attn.qkv.weight")
+    width = int(qkv.shape[0]) // 3 if qkv is not None else dim
+    heads = _heads(sd, hints, overrides, info, name, width, prov, where, sources, conv.family)
     counts = _token_counts(sd)
+    pos_kind = _pick("pos_kind", {}, hints, "learned", prov, "default: a stored position table")
     pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where,
-                                       overrides.get("image_size"))
+                                       overrides.get("image_size"), sources)
     fields = dict(
         family=overrides.get("family") or conv.family, source=where, patch_size=patch, embed_dim=dim,
         depth=depth, num_heads=heads, in_chans=in_chans, pos_prefix=pos_prefix, pos_grid=pos_grid,
-        pos_embed="pos_embed" in sd, **counts, **_shape_flags(sd, hints, dim, prov),
+        pos_embed="pos_embed" in sd or pos_kind != "learned", pos_kind=pos_kind, **counts,
+        **_shape_flags(sd, hints, overrides, dim, width, prov),
     )
     fields["eps"] = _pick("eps", overrides, hints, 1e-6, prov, "default: timm LayerNorm eps")
     act = overrides.get("act")
     fields["mlp_kind"] = prov.set("mlp_kind", act, "override") if act else \
         _pick("mlp_kind", {}, hints, "gelu", prov, "default: exact GELU")
     fields["pos_interp"] = _pick("pos_interp", overrides, hints, "timm", prov, "default: timm recipe")
+    fields["block_norm"] = _pick("block_norm", overrides, hints, "pre", prov, "default: pre-norm blocks")
+    fields["attn_scale"] = float(_pick("attn_scale", overrides, hints, 0.0, prov, "default: head_dim ** -0.5"))
+    if fields["pre_logits"]:
+        fields["pre_logits_act"] = _pick("pre_logits_act", {"pre_logits_act": overrides.get("head_act")}, hints,
+                                         "tanh", prov, "default: Tanh (timm / JAX representation layer)")
+    _check_choices(fields, where)
     fields["image_size"] = _image_size(overrides, conv.family, pos_grid, patch, prov)
-    fields["preprocess"] = _preprocess(conv, raw, overrides, fields["image_size"], prov)
-    fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], prov)
+    fields["preprocess"] = _preprocess(conv, raw, overrides, fields["image_size"], in_chans, sources, prov)
+    fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], sources, prov)
     for key in ("num_heads", "pos_grid", "pos_prefix"):
         prov.items.setdefault(key, "shape")
-    return ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
+    if "patch_order" in hints:
+        prov.set("patch_order", hints["patch_order"][0], hints["patch_order"][1])
+    spec = ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
+    if warn:
+        warn_guesses(spec)
+    return spec
+
+
+def warn_guesses(spec: ModelSpec) -> None:
+    """Say loudly (a `GuessWarning`) which values nothing in the file gave, and how to pass the right ones."""
+    for name, source in spec.guesses:
+        value = getattr(spec, name, None)
+        if name == "preprocess":
+            value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
+        how = HOW_TO_PASS.get(name, f"{name}=...")
+        extra = ""
+        if name == "num_heads":
+            divisors = [h for h in range(1, spec.attn_width + 1) if spec.attn_width % h == 0 and h <= 64]
+            extra = f"; heads that divide the width {spec.attn_width}: {', '.join(map(str, divisors))}"
+        warnings.warn(f"{spec.source}: {name} = {value} is a {source}; if that is wrong, pass {how}{extra}",
+                      GuessWarning, stacklevel=3)
+
+
+def _check_choices(fields: dict[str, Any], where: str) -> None:
+    from vitviz.core.model import ACTIVATIONS
+
+    checks = (("pooling", POOLINGS), ("block_norm", ("pre", "post")), ("mlp_kind", ACTIVATIONS + ("swiglu",)),
+              ("pre_logits_act", ACTIVATIONS))
+    for name, allowed in checks:
+        if name in fields and fields[name] not in allowed:
+            raise VitvizError(f"{where}: {name} {fields[name]!r}; expected one of {', '.join(allowed)}")
+    if fields["attn_scale"] < 0:
+        raise VitvizError(f"{where}: attn_scale {fields['attn_scale']}; expected a positive factor (0: head_dim**-0.5)")
 
 
 def _model_name(conv: Converted, raw: RawCheckpoint) -> tuple[str, dict[str, Any]]:
@@ -110,24 +175,38 @@ def _pick(name: str, overrides: dict[str, Any], hints: dict[str, Any], default: 
 
 
 def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[str, Any], info: Any,
-           name: str, dim: int, prov: _Prov, where: str) -> int:
+           name: str, width: int, prov: _Prov, where: str, sources: list[tuple[str, dict[str, Any]]],
+           family: str) -> int:
+    """num_heads: override, family metadata (config.json, per-head modules), training args / text configs beside
+    the file (`heads`, `num_heads`, `dim_head`, ...), the model name, q_norm's width, the family's default, and
+    last the width (`width` = q/k/v width): a table for the registered families, a said guess otherwise."""
     cfg_heads = hints.get("num_heads")
     qn = sd.get("blocks.0.attn.q_norm.weight")
+    meta_heads = find_value(sources, HEADS_KEYS, as_int)
+    meta_dim_head = find_value(sources, DIM_HEAD_KEYS, as_int)
     if overrides.get("heads"):
         heads, src = int(overrides["heads"]), "override"
     elif cfg_heads:
         heads, src = cfg_heads
+    elif meta_heads:
+        heads, src = meta_heads
+    elif meta_dim_head and width % meta_dim_head[0] == 0:
+        heads, src = width // meta_dim_head[0], f"{meta_dim_head[1]} (width {width} / head dim)"
     elif info is not None and info.heads:
         heads, src = info.heads, f"metadata: model name {name!r}"
     elif qn is not None:
-        heads, src = dim // int(qn.shape[0]), "shape: attn.q_norm.weight (head_dim)"
-    elif hints.get("default_heads") and dim == hints["default_heads"][0][1]:
+        heads, src = width // int(qn.shape[0]), "shape: attn.q_norm.weight (head_dim)"
+    elif hints.get("default_heads") and width == hints["default_heads"][0][1]:
         heads, src = hints["default_heads"][0][0], hints["default_heads"][1]
+    elif hints.get("dim_head") and width % hints["dim_head"][0] == 0:
+        heads, src = width // hints["dim_head"][0], hints["dim_head"][1]
     else:
-        heads, src = heads_from_dim(dim)
-    if heads <= 0 or dim % heads:
-        raise InconsistentCheckpointError(f"{where}: {heads} heads ({src}) do not divide embed_dim {dim}; "
-                                          "expected a head count that divides the embedding width (pass heads=N)")
+        heads, src = heads_from_dim(width)
+        if family.split("-")[0] not in TABLE_FAMILIES and not src.startswith("guess"):
+            src = f"guess: {src} (a {family} layout need not follow the registered sizes)"
+    if heads <= 0 or width % heads:
+        raise InconsistentCheckpointError(f"{where}: {heads} heads ({src}) do not divide the attention width {width}; "
+                                          "expected a head count that divides the width of q/k/v (pass heads=N)")
     return prov.set("num_heads", int(heads), src)
 
 
@@ -137,18 +216,26 @@ def _token_counts(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
                 reg_tokens=int(reg.shape[1]) if reg is not None else 0)
 
 
-def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], dim: int, prov: _Prov) -> dict[str, Any]:
+def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[str, Any], dim: int,
+                 width: int, prov: _Prov) -> dict[str, Any]:
     head = sd.get("head.weight")
     pre = sd.get("pre_logits.fc.weight")
+    proj = "blocks.0.attn.proj.weight" in sd
     flags = dict(
-        mlp_hidden=int(sd["blocks.0.mlp.fc1.weight"].shape[0]) if "blocks.0.mlp.fc1.weight" in sd else 4 * dim,
+        mlp_hidden=int(sd["blocks.0.mlp.fc1.weight"].shape[0]) if "blocks.0.mlp.fc1.weight" in sd else 0,
         num_classes=int(head.shape[0]) if head is not None else 0,
         qkv_bias="blocks.0.attn.qkv.bias" in sd, qk_norm="blocks.0.attn.q_norm.weight" in sd,
         layer_scale="blocks.0.ls1.gamma" in sd, patch_bias="patch_embed.proj.bias" in sd,
         final_norm="norm.weight" in sd, fc_norm="fc_norm.weight" in sd,
         pre_logits=int(pre.shape[0]) if pre is not None else 0, head_dist="head_dist.weight" in sd,
+        attn_dim=width if width != dim else 0, attn_proj=proj, proj_bias=not proj or "blocks.0.attn.proj.bias" in sd,
+        mlp_bias="blocks.0.mlp.fc1.weight" not in sd or "blocks.0.mlp.fc1.bias" in sd,
+        patch_norm_in="patch_embed.norm_in.weight" in sd, patch_norm="patch_embed.norm.weight" in sd,
+        norm_extra="norm_extra.weight" in sd,
     )
-    if "pooling" in hints:
+    if overrides.get("pooling"):
+        flags["pooling"] = prov.set("pooling", overrides["pooling"], "override")
+    elif "pooling" in hints:
         flags["pooling"] = prov.set("pooling", hints["pooling"][0], hints["pooling"][1])
     elif flags["fc_norm"] or "cls_token" not in sd:
         flags["pooling"] = prov.set("pooling", "avg", "shape: fc_norm or no cls_token -> average of patches")
@@ -159,14 +246,15 @@ def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], dim: int, p
 
 def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawCheckpoint, conv: Converted,
                 counts: dict[str, Any], patch: int, name_fields: dict[str, Any], info: Any, prov: _Prov,
-                where: str, requested: Any = None) -> tuple[int, tuple[int, int]]:
+                where: str, requested: Any = None,
+                sources: list[tuple[str, dict[str, Any]]] | None = None) -> tuple[int, tuple[int, int]]:
     """How many prefix tokens the position embedding covers, and the grid it was trained at.
 
     Without metadata the grid is taken as square, unless the caller's `image_size` fits the embedding: then a
     non-square training size is read from it.
     """
     n_prefix = int(counts["cls_token"]) + int(counts["dist_token"]) + counts["reg_tokens"]
-    size, size_src = _stored_image_size(hints, raw, name_fields, info)
+    size, size_src = _stored_image_size(hints, raw, name_fields, info, sources or [], patch)
     if size is None and requested and "pos_embed" in sd:
         req = (int(requested), int(requested)) if isinstance(requested, (int, float)) else tuple(map(int, requested))
         n = (req[0] // patch) * (req[1] // patch)
@@ -175,7 +263,10 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
     pos = sd.get("pos_embed")
     if pos is None:
         grid = (size[0] // patch, size[1] // patch) if size else (14, 14)
-        return 0, prov.set("pos_grid", grid, size_src if size else "default")
+        computed = hints.get("pos_kind", ("learned",))[0] != "learned"
+        return 0, prov.set("pos_grid", grid, size_src if size else
+                           ("guess: no stored position table and no image size in any metadata; a 14x14 grid "
+                            f"({14 * patch} px)" if computed else "default"))
     length = int(pos.shape[1])
     options = [hints["pos_prefix"][0]] if "pos_prefix" in hints else [n_prefix, 0]
     for k in options:
@@ -195,9 +286,13 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
 
 
 def _stored_image_size(hints: dict[str, Any], raw: RawCheckpoint, name_fields: dict[str, Any],
-                       info: Any) -> tuple[tuple[int, int] | None, str]:
+                       info: Any, sources: list[tuple[str, dict[str, Any]]],
+                       patch: int) -> tuple[tuple[int, int] | None, str]:
     if "pos_image_size" in hints:
         return tuple(hints["pos_image_size"][0]), hints["pos_image_size"][1]
+    if "pos_grid_shape" in hints:  # a (1, D, gh, gw) position table
+        (gh, gw), src = hints["pos_grid_shape"]
+        return (gh * patch, gw * patch), src
     cfg = raw.config or {}
     margs = cfg.get("model_args") or {}
     pcfg = cfg.get("pretrained_cfg") or {}
@@ -209,6 +304,9 @@ def _stored_image_size(hints: dict[str, Any], raw: RawCheckpoint, name_fields: d
     if name_fields.get("image_size"):
         s = name_fields["image_size"]
         return (s, s), name_fields.get("source", "metadata: training args")
+    found = find_value(sources, IMAGE_KEYS, as_size)
+    if found:
+        return found
     if info is not None and info.image:
         return (info.image, info.image), "metadata: model name"
     return None, ""
@@ -232,7 +330,11 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
 
 
 def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], size: tuple[int, int],
-                prov: _Prov) -> Preprocess:
+                in_chans: int, sources: list[tuple[str, dict[str, Any]]], prov: _Prov) -> Preprocess:
+    """The family's recipe, or the one its metadata states; mean/std from training args or text configs when
+    they are there. A model that is clearly not an ImageNet model (not 3 channels, or 32 px or less) whose
+    family recipe is only a default gets no resize/crop recipe (the image is brought to the native size as a
+    whole) and no ImageNet statistics: no normalisation, said as a guess unless metadata gives mean/std."""
     fam = conv.family.split("-")[0]
     crop_pct, interp, mean, std, mode = FAMILY_PREPROCESS.get(fam, FAMILY_PREPROCESS["timm"])
     fields: dict[str, Any] = dict(crop=size, resize=int(math.floor(min(size) / crop_pct)), interpolation=interp,
@@ -240,6 +342,7 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     src = f"default: {conv.family} family"
     tv = torchvision_weights(raw.weights_file.name) if conv.family == "torchvision" and raw.weights_file else None
     pcfg = (raw.config or {}).get("pretrained_cfg") or {}
+    stated = True
     if tv:
         fields.update(resize=tv["resize"], crop=(tv["crop"],) * 2, interpolation=tv["interpolation"],
                       mean=tv["mean"], std=tv["std"])
@@ -253,6 +356,27 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     elif "preprocess" in conv.hints:
         fields.update(conv.hints["preprocess"][0])
         src = conv.hints["preprocess"][1]
+    else:
+        stated = False
+    meta_mean, meta_std = find_value(sources, MEAN_KEYS, as_stats), find_value(sources, STD_KEYS, as_stats)
+    native = in_chans != 3 or max(size) <= 32
+    imagenet_stats = tuple(fields["mean"]) in (IMAGENET_MEAN, INCEPTION_MEAN)
+    if not stated and not overrides.get("family") and (fam not in FAMILY_PREPROCESS or native and imagenet_stats):
+        what = (f"a {in_chans}-channel" if in_chans != 3 else "an RGB") + f" {size[0]}x{size[1]} px model"
+        fields.update(resize=min(size), mode="squash", interpolation="bilinear")
+        recipe = f"the image resized to {size[0]}x{size[1]} as a whole (no crop)"
+        if native:
+            fields.update(mean=(0.0,), std=(1.0,))
+            src = (f"guess: {what} is not an ImageNet model, so no ImageNet statistics: pixels only scaled to "
+                   f"[0, 1] (mean 0, std 1); {recipe}")
+        else:
+            fields.update(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+            src = f"guess: {what} without preprocessing metadata: ImageNet mean/std; {recipe}"
+        if meta_mean and meta_std:
+            src = f"{recipe} ({what})"
+    if meta_mean and meta_std:  # what the training run normalised with beats any default
+        fields.update(mean=meta_mean[0], std=meta_std[0])
+        src = f"{meta_mean[1]} and {meta_std[1].split(': ', 1)[1]}; recipe: {src}"
     pp = Preprocess(**fields)
     if tuple(pp.crop) != tuple(size):
         pp = pp.at_size(size) if overrides.get("image_size") else replace(pp, crop=tuple(size))
@@ -260,23 +384,36 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
         values = overrides.get(key)
         if values is not None and len(tuple(values)) not in (1, 3):
             raise VitvizError(f"{key} override has {len(tuple(values))} values; expected 1 or 3 (one per channel)")
-    for key in ("mean", "std", "interpolation", "resize"):
+    if overrides.get("crop_mode") is not None and overrides["crop_mode"] not in CROP_MODES:
+        raise VitvizError(f"crop_mode {overrides['crop_mode']!r}; expected one of {', '.join(CROP_MODES)}")
+    if overrides.get("resize") is not None and int(overrides["resize"]) < 1:
+        raise VitvizError(f"resize {overrides['resize']}; expected a positive size in pixels")
+    changed = []
+    for key, attr in (("mean", "mean"), ("std", "std"), ("interpolation", "interpolation"), ("resize", "resize"),
+                      ("crop_mode", "mode")):
         if overrides.get(key) is not None:
-            pp = replace(pp, **{key: tuple(overrides[key]) if key in ("mean", "std") else overrides[key]})
-            src += f"; {key} overridden"
+            value = tuple(overrides[key]) if key in ("mean", "std") else overrides[key]
+            pp = replace(pp, **{attr: int(value) if key == "resize" else value})
+            changed.append(key)
+    if changed:
+        src += f"; {', '.join(changed)} overridden"
+        if {"mean", "std"} <= set(changed) and src.startswith("guess"):
+            src = "override: " + src.split(": ", 1)[1]
     prov.set("preprocess", pp, src)
     return pp
 
 
 def _labels(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], num_classes: int,
-            prov: _Prov) -> tuple[str, ...]:
+            sources: list[tuple[str, dict[str, Any]]], prov: _Prov) -> tuple[str, ...]:
     cfg = raw.config or {}
     tv = torchvision_weights(raw.weights_file.name) if conv.family == "torchvision" and raw.weights_file else None
+    meta = find_value(sources, LABEL_KEYS, lambda v: (lambda t: t if t and len(t) == num_classes else None)(as_labels(v)))
     candidates: list[tuple[Any, str]] = [
         (overrides.get("labels"), "override"), (conv.hints.get("labels", (None,))[0], "metadata: config.json"),
         (raw.labels, "metadata: class_indices.json"),
         (tv["categories"] if tv else None, "metadata: torchvision weights"),
         (cfg.get("label_names"), "metadata: config.json label_names"),
+        (meta[0] if meta else None, meta[1] if meta else ""),
     ]
     for labels, src in candidates:
         if labels:

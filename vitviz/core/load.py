@@ -18,7 +18,7 @@ import torch
 from vitviz.core.capture import VitModel
 from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import convert
-from vitviz.core.hyperparams import OVERRIDES, infer_spec
+from vitviz.core.hyperparams import NUMERIC_FIELDS, OVERRIDES, infer_spec, warn_guesses
 from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import resolve_device
@@ -121,8 +121,14 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
     else:
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
-    conv = convert(raw, overrides.get("family"))
-    spec = infer_spec(conv, raw, overrides)
+    conv = convert(raw, overrides.get("family"), overrides)
+    is_module = isinstance(path, torch.nn.Module)
+    spec = infer_spec(conv, raw, overrides, warn=not is_module)
+    if is_module:  # a guess that changes the numbers: the object's own code (the live path) knows better
+        guessed = [k for k, _ in spec.guesses if k in NUMERIC_FIELDS]
+        if guessed:
+            raise VitvizError(f"converting it would guess {', '.join(guessed)} ({dict(spec.guesses)[guessed[0]]})")
+        warn_guesses(spec)
     if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
         spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
                                                else v) for k, v in spec.provenance))

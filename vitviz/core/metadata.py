@@ -100,3 +100,115 @@ def args_info(meta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(args.get("patch_size"), int):
         fields["patch_size"] = args["patch_size"]
     return name, fields
+
+
+# ---------------------------------------------------------------------------------------- metadata beside weights
+# Names people give hyper-parameters in training args, hparams and config files (matched case-insensitively).
+HEADS_KEYS = ("num_heads", "heads", "n_heads", "nheads", "n_head", "nhead", "num_attention_heads", "attention_heads",
+              "num_head", "attn_heads")
+DIM_HEAD_KEYS = ("dim_head", "head_dim", "d_head", "attention_head_dim", "head_width")
+IMAGE_KEYS = ("image_size", "img_size", "input_size", "image_res", "img_res", "resolution", "input_resolution",
+              "imsize", "image_shape", "img_shape")
+CHANNEL_KEYS = ("in_chans", "in_channels", "channels", "num_channels", "n_channels", "input_channels",
+                "img_channels", "image_channels")
+PATCH_KEYS = ("patch_size", "patch", "patch_sz")
+MEAN_KEYS = ("mean", "image_mean", "norm_mean", "normalize_mean", "pixel_mean", "img_mean", "data_mean")
+STD_KEYS = ("std", "image_std", "norm_std", "normalize_std", "pixel_std", "img_std", "data_std")
+POOL_KEYS = ("pool", "pooling", "global_pool", "pool_type")
+ACT_KEYS = ("activation", "act", "act_layer", "hidden_act", "mlp_act")
+NORM_FIRST_KEYS = ("norm_first", "pre_norm", "prenorm")
+EPS_KEYS = ("layer_norm_eps", "norm_eps", "ln_eps", "eps")
+LABEL_KEYS = ("classes", "class_names", "labels", "idx_to_class", "class_to_idx", "label_names", "id2label")
+
+
+def metadata_sources(meta: dict[str, Any], sidecars: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Where hyper-parameters may be written, most trusted first: the checkpoint's own top-level values (such as
+    `image_size`, `classes`), its dicts (`args`, `hparams`, `config`), then text configs beside the file."""
+    top = {k: v for k, v in meta.items() if not isinstance(v, dict) and k not in ("epoch", "version")}
+    out: list[tuple[str, dict[str, Any]]] = [("checkpoint", top)] if top else []
+    out += [(f"checkpoint {key!r}", value) for key, value in meta.items() if isinstance(value, dict)]
+    return out + list(sidecars)
+
+
+def find_value(sources: list[tuple[str, dict[str, Any]]], names: tuple[str, ...], accept: Any = None,
+               depth: int = 4) -> tuple[Any, str] | None:
+    """The first value stored under one of `names` in `sources` (nested dicts searched, shallow keys first),
+    with 'metadata: <source> <key path>'; `accept(value) -> value | None` filters and converts."""
+    wanted = {n.lower() for n in names}
+    for label, data in sources:
+        found = _search(data, wanted, accept, depth, "")
+        if found is not None:
+            return found[0], f"metadata: {label} {found[1]}"
+    return None
+
+
+def _search(data: dict[str, Any], wanted: set[str], accept: Any, depth: int,
+            path: str) -> tuple[Any, str] | None:
+    nested = []
+    for key, value in data.items():
+        name = str(key)
+        if name.lower() in wanted and value is not None:
+            value = accept(value) if accept else value
+            if value is not None:
+                return value, f"{path}{name}"
+        if isinstance(value, dict) and depth > 1:
+            nested.append((name, value))
+    for name, value in nested:
+        found = _search(value, wanted, accept, depth - 1, f"{path}{name}.")
+        if found is not None:
+            return found
+    return None
+
+
+def as_int(value: Any) -> int | None:
+    """A positive int from an int or a numeric string, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value > 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    return None
+
+
+def as_size(value: Any) -> tuple[int, int] | None:
+    """(h, w) from 28, '28', [28, 28], (3, 224, 224) or '224x320'."""
+    if (n := as_int(value)) is not None:
+        return (n, n)
+    if isinstance(value, (list, tuple)) and value and all(as_int(v) for v in value):
+        vals = [int(v) for v in value]
+        return (vals[-2], vals[-1]) if len(vals) >= 2 else (vals[0], vals[0])
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*[x×*,]\s*\d+\s*", value):
+        h, w = re.split(r"[x×*,]", value.strip())
+        return (int(h), int(w))
+    return None
+
+
+def as_stats(value: Any) -> tuple[float, ...] | None:
+    """Normalisation statistics: a number or a list of 1 or 3 numbers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return (float(value),)
+    if isinstance(value, (list, tuple)) and len(value) in (1, 3) and \
+            all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return tuple(float(v) for v in value)
+    return None
+
+
+def as_labels(value: Any) -> tuple[str, ...] | None:
+    """Class names from a list, {index: name} or {name: index} (torchvision ImageFolder `class_to_idx`)."""
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, int)) for v in value):
+        return tuple(str(v) for v in value)
+    if isinstance(value, dict) and value:
+        items = list(value.items())
+        if all(as_int(v) is not None or v == 0 for _, v in items):  # name -> index
+            try:
+                return tuple(str(k) for k, _ in sorted(items, key=lambda kv: int(kv[1])))
+            except (TypeError, ValueError):
+                return None
+        try:  # index -> name
+            return tuple(str(v) for _, v in sorted(items, key=lambda kv: int(kv[0])))
+        except (TypeError, ValueError):
+            return None
+    return None

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitviz.core.packed import Linear
-from vitviz.core.posembed import resample_grid
+from vitviz.core.posembed import resample_grid, sincos_2d
 from vitviz.core.spec import ModelSpec
 
 
@@ -20,15 +20,24 @@ class QuickGELU(nn.Module):
         return x * torch.sigmoid(1.702 * x)
 
 
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
+
+
 def make_act(kind: str) -> nn.Module:
-    """The MLP activation named by `ModelSpec.mlp_kind`."""
+    """The activation named by `ModelSpec.mlp_kind` / `pre_logits_act`."""
     if kind == "gelu":
         return nn.GELU()
     if kind == "gelu_tanh":
         return nn.GELU(approximate="tanh")
     if kind == "quick_gelu":
         return QuickGELU()
-    raise ValueError(f"unknown activation {kind!r}; expected gelu, gelu_tanh or quick_gelu")
+    if kind == "relu":
+        return nn.ReLU()
+    if kind == "silu":
+        return nn.SiLU()
+    if kind == "tanh":
+        return nn.Tanh()
+    raise ValueError(f"unknown activation {kind!r}; expected one of {', '.join(ACTIVATIONS)}")
 
 
 class AttentionProbe(nn.Identity):
@@ -53,20 +62,26 @@ class LayerScale(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with explicit, capturable probabilities."""
+    """Multi-head self-attention with explicit, capturable probabilities.
+
+    q, k and v are `attn_width` = heads x head_dim wide, which may differ from the embed dim (vit-pytorch's
+    `dim_head`); the scale is `attn_scale` or head_dim ** -0.5; the output projection may be absent.
+    """
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        d, self.num_heads = spec.embed_dim, spec.num_heads
-        if d % self.num_heads:
-            raise ValueError(f"embed dim {d} is not divisible by {self.num_heads} heads")
-        self.head_dim = d // self.num_heads
-        self.scale = self.head_dim ** -0.5
-        self.qkv = Linear(d, 3 * d, bias=spec.qkv_bias)
+        d, a, self.num_heads = spec.embed_dim, spec.attn_width, spec.num_heads
+        if a % self.num_heads:
+            raise ValueError(f"attention width {a} is not divisible by {self.num_heads} heads")
+        if not spec.attn_proj and a != d:
+            raise ValueError(f"attention width {a} differs from the embed dim {d}, so it needs an output projection")
+        self.head_dim, self.width = a // self.num_heads, a
+        self.scale = spec.attn_scale or self.head_dim ** -0.5
+        self.qkv = Linear(d, 3 * a, bias=spec.qkv_bias)
         norm = (lambda: nn.LayerNorm(self.head_dim, eps=spec.eps)) if spec.qk_norm else nn.Identity
         self.q_norm, self.k_norm = norm(), norm()
         self.attn_probe = AttentionProbe()
-        self.proj = Linear(d, d)
+        self.proj = Linear(a, d, bias=spec.proj_bias) if spec.attn_proj else nn.Identity()
 
     def _probs(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """softmax((q * scale) @ k^T) through the probe: (B, H, T, hd) x 2 -> (B, H, T, T) float32."""
@@ -78,17 +93,18 @@ class Attention(nn.Module):
         return self.attn_probe(attn.softmax(dim=-1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
+        b, t, _ = x.shape
         qkv = self.qkv(x).reshape(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
         q, k, v = qkv.unbind(0)
         attn = self._probs(q, k).to(v.dtype)
-        x = (attn @ v).transpose(1, 2).reshape(b, t, d)  # (B, H, T, hd) -> (B, T, D)
+        x = (attn @ v).transpose(1, 2).reshape(b, t, self.width)  # (B, H, T, hd) -> (B, T, A)
         return self.proj(x)
 
     def probabilities(self, x: torch.Tensor) -> torch.Tensor:
         """Only the attention probabilities (B, H, T, T): q and k are computed, v and the projection are not."""
-        b, t, d = x.shape
-        w, bias = self.qkv.weight[: 2 * d], None if self.qkv.bias is None else self.qkv.bias[: 2 * d]
+        b, t, _ = x.shape
+        a = self.width
+        w, bias = self.qkv.weight[: 2 * a], None if self.qkv.bias is None else self.qkv.bias[: 2 * a]
         q, k = F.linear(x, w, bias).reshape(b, t, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return self._probs(q, k)
 
@@ -96,10 +112,10 @@ class Attention(nn.Module):
 class Mlp(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        self.fc1 = Linear(spec.embed_dim, spec.mlp_hidden)
+        self.fc1 = Linear(spec.embed_dim, spec.mlp_hidden, bias=spec.mlp_bias)
         self.act = make_act(spec.mlp_kind) if spec.mlp_kind != "swiglu" else nn.SiLU()
         self.swiglu, self.kind = spec.mlp_kind == "swiglu", spec.mlp_kind
-        self.fc2 = Linear(spec.mlp_hidden // 2 if self.swiglu else spec.mlp_hidden, spec.embed_dim)
+        self.fc2 = Linear(spec.mlp_hidden // 2 if self.swiglu else spec.mlp_hidden, spec.embed_dim, bias=spec.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.swiglu:
@@ -109,32 +125,72 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: x + ls1(attn(norm1(x))), then x + ls2(mlp(norm2(x)))."""
+    """Transformer block. Pre-norm (`block_norm='pre'`, ViT): x + ls1(attn(norm1(x))), then
+    x + ls2(mlp(norm2(x))). Post-norm ('post', nn.TransformerEncoderLayer's default): norm1(x + attn(x)), then
+    norm2(x + mlp(x)). `mlp_hidden=0`: a block without an MLP (attention only)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         d = spec.embed_dim
+        if spec.block_norm not in ("pre", "post"):
+            raise ValueError(f"block_norm {spec.block_norm!r}; expected 'pre' or 'post'")
+        self.post = spec.block_norm == "post"
         self.norm1 = nn.LayerNorm(d, eps=spec.eps)
         self.attn = Attention(spec)
         self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
-        self.norm2 = nn.LayerNorm(d, eps=spec.eps)
-        self.mlp = Mlp(spec)
-        self.ls2 = LayerScale(d) if spec.layer_scale else nn.Identity()
+        self.has_mlp = spec.mlp_hidden > 0
+        self.norm2 = nn.LayerNorm(d, eps=spec.eps) if self.has_mlp else nn.Identity()
+        self.mlp = Mlp(spec) if self.has_mlp else nn.Identity()
+        self.ls2 = LayerScale(d) if spec.layer_scale and self.has_mlp else nn.Identity()
+
+    def attn_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the attention of this block sees: norm1(x) pre-norm, x itself post-norm."""
+        return x if self.post else self.norm1(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.post:
+            x = self.norm1(x + self.ls1(self.attn(x)))
+            return self.norm2(x + self.ls2(self.mlp(x))) if self.has_mlp else x
         x = x + self.ls1(self.attn(self.norm1(x)))
-        return x + self.ls2(self.mlp(self.norm2(x)))
+        return x + self.ls2(self.mlp(self.norm2(x))) if self.has_mlp else x
 
 
 class PreLogits(nn.Module):
-    """Legacy representation layer (old timm / JAX in21k): Dense + Tanh."""
+    """The hidden layer of a two-layer head: Dense + Tanh (old timm / JAX in21k), or Dense + GELU/ReLU (the first
+    vit-pytorch `mlp_head`, hand-written `Linear -> act -> Linear` heads)."""
 
-    def __init__(self, dim: int, width: int) -> None:
+    def __init__(self, dim: int, width: int, act: str = "tanh") -> None:
         super().__init__()
         self.fc = Linear(dim, width)
+        self.act = make_act(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.fc(x))
+        return self.act(self.fc(x))
+
+
+class PatchEmbed(nn.Module):
+    """Image -> patch tokens. A conv with kernel = stride = patch (`proj`), optionally with a LayerNorm over each
+    flattened patch before it (`norm_in`, vit-pytorch's dual patchnorm; its weights in the conv's (c, p1, p2)
+    order) and one after it (`norm`)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        d, p, c = spec.embed_dim, spec.patch_size, spec.in_chans
+        self.patch = p
+        self.norm_in = nn.LayerNorm(c * p * p, eps=spec.eps) if spec.patch_norm_in else None
+        self.proj = nn.Conv2d(c, d, p, p, bias=spec.patch_bias)
+        self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.patch_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """(B, C, H, W) -> (B, N, D) tokens and the grid (gh, gw)."""
+        p = self.patch
+        grid = (x.shape[-2] // p, x.shape[-1] // p)
+        if self.norm_in is None:
+            x = self.proj(x).flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, N, D)
+        else:
+            x = F.unfold(x, p, stride=p).transpose(1, 2)  # (B, C*P*P, N) -> (B, N, C*P*P), pixels in (c, p1, p2)
+            x = F.linear(self.norm_in(x), self.proj.weight.flatten(1), self.proj.bias)  # (B, N, D)
+        return self.norm(x), grid
 
 
 class ReferenceViT(nn.Module):
@@ -145,18 +201,25 @@ class ReferenceViT(nn.Module):
         self.spec = spec
         d = spec.embed_dim
         p = spec.patch_size
-        self.patch_embed = nn.Module()
-        self.patch_embed.proj = nn.Conv2d(spec.in_chans, d, p, p, bias=spec.patch_bias)
+        self.patch_embed = PatchEmbed(spec)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d)) if spec.cls_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, d)) if spec.dist_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, spec.reg_tokens, d)) if spec.reg_tokens else None
         n_pos = spec.pos_prefix + spec.pos_grid[0] * spec.pos_grid[1]
-        self.pos_embed = nn.Parameter(torch.zeros(1, n_pos, d)) if spec.pos_embed else None
+        if spec.pos_embed and spec.pos_kind == "sincos2d":  # computed, so a buffer that is not in the state dict
+            self.register_buffer("pos_embed", sincos_2d(spec.pos_grid, d), persistent=False)
+        elif spec.pos_embed and spec.pos_kind == "learned":
+            self.pos_embed = nn.Parameter(torch.zeros(1, n_pos, d))
+        elif spec.pos_embed:
+            raise ValueError(f"pos_kind {spec.pos_kind!r}; expected 'learned' or 'sincos2d'")
+        else:
+            self.pos_embed = None
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
         self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.final_norm else nn.Identity()
+        self.norm_extra = nn.LayerNorm(d, eps=spec.eps) if spec.norm_extra else nn.Identity()
         self.fc_norm = nn.LayerNorm(d, eps=spec.eps) if spec.fc_norm else nn.Identity()
         width = d * 2 if spec.pooling == "cls_avg" else d
-        self.pre_logits = PreLogits(width, spec.pre_logits) if spec.pre_logits else nn.Identity()
+        self.pre_logits = PreLogits(width, spec.pre_logits, spec.pre_logits_act) if spec.pre_logits else nn.Identity()
         width = spec.pre_logits or width
         self.head = Linear(width, spec.num_classes) if spec.num_classes else nn.Identity()
         self.head_dist = Linear(d, spec.num_classes) if spec.head_dist else None
@@ -170,7 +233,11 @@ class ReferenceViT(nn.Module):
             return stored
         key = (int(grid[0]), int(grid[1]))
         if key not in self._pos_cache:
-            self._pos_cache[key] = resample_grid(stored, self.spec.pos_grid, key, self.spec.pos_interp)
+            if self.spec.pos_kind == "sincos2d":  # computed for the grid, as SimpleViT computes it
+                pos = sincos_2d(key, self.spec.embed_dim).to(stored.device, stored.dtype)
+            else:
+                pos = resample_grid(stored, self.spec.pos_grid, key, self.spec.pos_interp)
+            self._pos_cache[key] = pos
         return self._pos_cache[key]
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001 - drop resampled caches (and packed weights) when moving
@@ -182,9 +249,7 @@ class ReferenceViT(nn.Module):
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) image -> (B, T, D) tokens in order [cls, dist, reg..., patches]."""
-        x = self.patch_embed.proj(x)  # (B, C, H, W) -> (B, D, gh, gw)
-        grid = (x.shape[-2], x.shape[-1])
-        x = x.flatten(2).transpose(1, 2)  # (B, N, D)
+        x, grid = self.patch_embed(x)  # (B, C, H, W) -> (B, N, D)
         b = x.shape[0]
         parts = [t.expand(b, -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         prefix = torch.cat(parts, dim=1) if parts else x[:, :0]  # (B, P, D)
@@ -202,6 +267,8 @@ class ReferenceViT(nn.Module):
         pooling, n_prefix = self.spec.pooling, self.spec.num_prefix
         if pooling == "avg":
             return x[:, n_prefix:].mean(dim=1)
+        if pooling == "avg_all":  # every token, prefix included (vit-pytorch pool='mean' with a cls token)
+            return x.mean(dim=1)
         if pooling == "cls_avg":  # HF DINOv2 classifier input
             return torch.cat([x[:, 0], x[:, n_prefix:].mean(dim=1)], dim=-1)
         return x[:, 0]
@@ -219,14 +286,14 @@ class ReferenceViT(nn.Module):
         for block in self.blocks[: n - 1]:
             x = block(x)
         last = self.blocks[n - 1]
-        last.attn.probabilities(last.norm1(x))
+        last.attn.probabilities(last.attn_input(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, num_classes) logits, or (B, D) features for a headless backbone."""
         x = self.embed(x)
         for block in self.blocks:
             x = block(x)
-        x = self.norm(x)
+        x = self.norm_extra(self.norm(x))
         out = self.head(self.pre_logits(self.fc_norm(self.pool(x))))
         if self.head_dist is not None:
             out = (out + self.head_dist(x[:, 1])) / 2

@@ -61,3 +61,20 @@ def resample_pos_embed(
     """
     prefix, grid = pos[:, :num_prefix], pos[:, num_prefix:]
     return torch.cat([prefix, resample_grid(grid, old, new, recipe)], dim=1)
+
+
+def sincos_2d(grid: tuple[int, int], dim: int, temperature: int = 10000) -> torch.Tensor:
+    """The fixed 2-D sin-cos position embedding of vit-pytorch's SimpleViT (`posemb_sincos_2d`), computed, not
+    stored: (1, gh*gw, dim) float32, rows in row-major patch order, columns [sin x, cos x, sin y, cos y].
+
+    The arithmetic follows the original step by step, so the values are bit-identical to it.
+    """
+    if dim % 4:
+        raise ValueError(f"sin-cos position embedding needs a width divisible by 4, got {dim}")
+    y, x = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    omega = torch.arange(dim // 4) / (dim // 4 - 1)
+    omega = 1.0 / (temperature ** omega)
+    y = y.flatten()[:, None] * omega[None, :]  # (N, dim/4)
+    x = x.flatten()[:, None] * omega[None, :]
+    pe = torch.cat((x.sin(), x.cos(), y.sin(), y.cos()), dim=1)  # (N, dim)
+    return pe.to(torch.float32).unsqueeze(0)

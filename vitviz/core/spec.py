@@ -59,12 +59,17 @@ class Preprocess:
         return dataclasses.replace(self, crop=size, resize=int(round(min(size) * ratio)))
 
 
+class GuessWarning(UserWarning):
+    """A value the file does not hold was guessed (e.g. num_heads); the message says how to pass the right one."""
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything vitviz knows about a loaded model, including every switch that changes its numerics.
 
     `provenance` maps a field name to where its value came from: 'metadata: <file/key>', 'shape: <key>',
-    'file name', 'table', 'default' or 'override'.
+    'file name', 'table', 'family', 'default', 'override' or 'guess: <why>' (a value nothing in the file gives;
+    see `guesses` and `heads_guessed`).
     """
 
     family: str
@@ -92,9 +97,20 @@ class ModelSpec:
     patch_bias: bool = True
     final_norm: bool = True           # `norm` over all tokens before pooling
     fc_norm: bool = False             # norm after pooling
-    pooling: str = "token"            # 'token' | 'avg' | 'token_dist' | 'cls_avg'
-    pre_logits: int = 0               # width of the legacy pre-logits Dense+Tanh, 0 when absent
+    pooling: str = "token"            # 'token' (token 0) | 'avg' (patches) | 'avg_all' (every token) | 'cls_avg'
+    pre_logits: int = 0               # width of the pre-logits layer (Linear + pre_logits_act), 0 when absent
     head_dist: bool = False
+    attn_dim: int = 0                 # attention width heads x head_dim (vit-pytorch dim_head); 0: embed_dim
+    attn_scale: float = 0.0           # factor on q @ k^T; 0: head_dim ** -0.5
+    attn_proj: bool = True            # output projection after attention (False: the heads' concat is the output)
+    proj_bias: bool = True            # bias of the attention output projection
+    mlp_bias: bool = True             # biases of mlp.fc1 / mlp.fc2
+    block_norm: str = "pre"           # 'pre': x + f(norm(x)); 'post': norm(x + f(x)) (nn.TransformerEncoderLayer)
+    patch_norm_in: bool = False       # LayerNorm over each flattened patch before the projection (dual patchnorm)
+    patch_norm: bool = False          # LayerNorm after the patch projection
+    pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT)
+    norm_extra: bool = False          # a second LayerNorm over all tokens after `norm` (two stacked final norms)
+    pre_logits_act: str = "tanh"      # activation after the pre-logits layer
     preprocess: Preprocess = field(default_factory=Preprocess)
     labels: tuple[str, ...] = ()
     num_params: int = 0
@@ -126,8 +142,23 @@ class ModelSpec:
         return self.num_prefix + gh * gw
 
     @property
+    def attn_width(self) -> int:
+        """Width of q, k and v: num_heads x head_dim (the embed dim unless the model says otherwise)."""
+        return self.attn_dim or self.embed_dim
+
+    @property
     def head_dim(self) -> int:
-        return self.embed_dim // self.num_heads
+        return self.attn_width // self.num_heads
+
+    @property
+    def heads_guessed(self) -> bool:
+        """Whether num_heads is a guess (no metadata, override or shape gave it): the window should ask."""
+        return self.source_of("num_heads").startswith("guess")
+
+    @property
+    def guesses(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of every value that is a guess, for warnings and for asking the user."""
+        return tuple((k, v) for k, v in self.provenance if str(v).startswith("guess"))
 
     def token_name(self, index: int) -> str:
         """A readable name for token `index`: 'cls', 'reg0', or 'patch (r, c)'."""

@@ -1,8 +1,10 @@
 """Checkpoint families: detection and key conversion into the canonical (timm) layout.
 
-One module per family (`timm`, `torchvision`, `hf`, `seed`, ...), each with `NAMES` (the family names it
-handles), `detect(keys, raw) -> name | None` and `convert(sd, raw, family) -> Converted`. `FAMILIES` below is
-the registry, in detection order; a new family is one new module and one entry there.
+One module per family (`timm`, `torchvision`, `hf`, `seed`, `vit_pytorch`, `torch_encoder`, `structural`), each
+with `NAMES` (the family names it handles), `detect(keys, raw) -> name | None` and
+`convert(sd, raw, family, overrides) -> Converted`. `FAMILIES` below is the registry, in detection order; a new
+family is one new module and one entry there. `structural` comes last: it reads any layout by the roles and
+shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision Transformer".
 
 Each converter returns the canonical state dict plus `hints`: values the family fixes (eps, activation,
 pooling, interpolation recipe, token coverage of the position embedding) together with where they came from.
@@ -13,18 +15,21 @@ from __future__ import annotations
 from types import ModuleType
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families import hf, seed, timm, torchvision
+from typing import Any
+
+from vitviz.core.families import hf, seed, structural, timm, torch_encoder, torchvision, vit_pytorch
 from vitviz.core.families.base import Converted, Hint, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "convert", "detect", "key_stems"]
 
-FAMILIES: tuple[ModuleType, ...] = (torchvision, hf, seed, timm)   # detection order
+FAMILIES: tuple[ModuleType, ...] = (torchvision, hf, seed, timm, vit_pytorch, torch_encoder, structural)
 FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 
 
-def convert(raw: RawCheckpoint, family: str | None = None) -> Converted:
-    """Detect the family of `raw` (or use `family`) and convert its keys to the canonical layout."""
+def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, Any] | None = None) -> Converted:
+    """Detect the family of `raw` (or use `family`) and convert its keys to the canonical layout; `overrides`
+    (the caller's load() overrides) reach readers that need one, e.g. a patch flatten order."""
     sd, dropped = strip_prefixes(dict(raw.tensors))
     detected = family or detect(set(sd), raw)
     name = detected.split(":")[0].split("-")[0]
@@ -33,7 +38,7 @@ def convert(raw: RawCheckpoint, family: str | None = None) -> Converted:
         raise UnknownLayoutError(
             f"{raw.path}: family {detected!r} is not supported; expected one of {', '.join(sorted(FAMILY_NAMES))}")
     # a family named by the caller decides the sub-family defaults (interpolation, preprocessing)
-    out = module.convert(sd, raw, name if family else None)
+    out = module.convert(sd, raw, name if family else None, overrides or {})
     out.dropped = dropped + out.dropped
     return out
 
@@ -44,12 +49,11 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str:
         found = module.detect(keys, raw)
         if found:
             return found
+    # structural claims every file with attention-shaped weights, so what is left has none
     if any(k.startswith("visual.") for k in keys):
         hint = "CLIP visual towers are not supported yet"
-    elif any(k.startswith("to_patch_embedding") for k in keys):
-        hint = "lucidrains/vit-pytorch layouts are not supported yet"
     else:
-        hint = "this does not look like a Vision Transformer"
+        hint = "no attention weights (no query/key/value or in-projection tensors), so not a Vision Transformer"
     raise UnknownLayoutError(
         f"{raw.path}: unknown checkpoint layout ({len(keys)} tensors; {hint}). Most common key stems: "
         f"{', '.join(key_stems(sorted(keys)))}. Expected a ViT state dict from timm, DeiT, DINO/DINOv2, MAE, "

@@ -20,6 +20,17 @@ class Converted:
     dropped: list[str] = field(default_factory=list)   # keys deliberately ignored (foreign heads, mask token)
 
 
+# Block keys of the canonical layout: what ReferenceViT's blocks load.
+CANONICAL_BLOCK_KEY = re.compile(r"^blocks\.\d+\.(?:(?:norm1|norm2|attn\.qkv|attn\.proj|attn\.q_norm|attn\.k_norm|"
+                                 r"mlp\.fc1|mlp\.fc2)\.(?:weight|bias)|ls[12]\.gamma)$")
+
+
+def blocks_are_canonical(keys: set[str] | list[str]) -> bool:
+    """Whether every `blocks.N.` key is one the reference blocks load (other layouts go to the structural
+    reader, which places tensors by role and shape)."""
+    return all(CANONICAL_BLOCK_KEY.match(k) for k in keys if k.startswith("blocks."))
+
+
 def key_stems(keys: list[str], n: int = 10) -> list[str]:
     """The n most common key stems (digits replaced by N), for messages about unknown layouts."""
     stems = Counter(re.sub(r"\d+", "N", k) for k in keys)

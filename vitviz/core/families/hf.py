@@ -35,7 +35,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
     return "hf" if "embeddings.patch_embeddings.projection.weight" in stripped else None
 
 
-def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
+            overrides: dict[str, Any] | None = None) -> Converted:
     cfg = raw.config or {}
     model_type = str(cfg.get("model_type") or _guess_model_type(sd))
     sd = {re.sub(r"^(vit|deit|dinov2_with_registers|dinov2)\.", "", k): v for k, v in sd.items()}

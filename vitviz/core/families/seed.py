@@ -1,25 +1,33 @@
 """The tutorial ViT this project grew from (seeds/004): `patch_embedding`, `position_embedding`, MHA blocks."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename as _rename
+from vitviz.core.families.base import Converted, Hint, blocks_are_canonical, rename as _rename
 
 NAMES = ("seed",)
 
 
+_RULES = [
+    (r"^patch_embedding\.", "patch_embed.proj."), (r"^position_embedding$", "pos_embed"),
+    (r"\.attention\.in_proj_weight$", ".attn.qkv.weight"), (r"\.attention\.in_proj_bias$", ".attn.qkv.bias"),
+    (r"\.attention\.out_proj\.", ".attn.proj."), (r"\.mlp\.0\.", ".mlp.fc1."), (r"\.mlp\.2\.", ".mlp.fc2."),
+]
+
+
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
-    return "seed" if "patch_embedding.weight" in keys and "position_embedding" in keys else None
+    if "patch_embedding.weight" not in keys or "position_embedding" not in keys:
+        return None
+    return "seed" if blocks_are_canonical(set(_rename({k: None for k in keys}, _RULES))) else None  # type: ignore[arg-type]
 
 
-def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
+            overrides: dict[str, Any] | None = None) -> Converted:
     """The tutorial ViT of seeds/004: nn.MultiheadAttention blocks, nn.LayerNorm defaults (eps 1e-5)."""
-    sd = _rename(sd, [
-        (r"^patch_embedding\.", "patch_embed.proj."), (r"^position_embedding$", "pos_embed"),
-        (r"\.attention\.in_proj_weight$", ".attn.qkv.weight"), (r"\.attention\.in_proj_bias$", ".attn.qkv.bias"),
-        (r"\.attention\.out_proj\.", ".attn.proj."), (r"\.mlp\.0\.", ".mlp.fc1."), (r"\.mlp\.2\.", ".mlp.fc2."),
-    ])
+    sd = _rename(sd, _RULES)
     hints: dict[str, Hint] = {"eps": (1e-5, "family: nn.LayerNorm default"), "pos_prefix": (1, "family"),
                               "pos_interp": ("torchvision", "family: seed tutorial (bicubic, align_corners)"),
                               "default_heads": ((4, 64), "family default: the tutorial ViT (dim 64, 4 heads)")}

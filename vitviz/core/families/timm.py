@@ -7,22 +7,35 @@ from __future__ import annotations
 
 import re
 
+from typing import Any
+
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename as _rename
+from vitviz.core.families.base import Converted, Hint, blocks_are_canonical, rename as _rename
 
 NAMES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
 TIMM_LAYOUT_FAMILIES = NAMES
 
 
+_RENAMES = [(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1."),        # DINOv2 chunked blocks
+            (r"\.gamma_([12])$", r".ls\1.gamma"),               # DeiT III layer scale
+            (r"\.mlp\.w12\.", ".mlp.fc1."), (r"\.mlp\.w3\.", ".mlp.fc2."),  # DINOv2 SwiGLU
+            (r"^register_tokens$", "reg_token")]
+
+
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    """timm naming with blocks the reference loads as they are; timm-like files with other block names (e.g. an
+    `nn.MultiheadAttention` or `mlp.0` inside `blocks.N`) are left to the structural reader."""
     if "patch_embed.proj.weight" in keys and any(".attn.qkv.weight" in k for k in keys):
-        return "timm"
+        renamed = _rename({k: None for k in keys}, _RENAMES)  # type: ignore[arg-type]
+        if blocks_are_canonical(set(renamed)):
+            return "timm"
     return None
 
 
-def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
+            overrides: dict[str, Any] | None = None) -> Converted:
     """timm, DeiT (1, distilled, III), DINO v1, DINOv2 original, MAE, WZ / old timm: timm naming already.
 
     `family` (one of the timm-layout families) overrides the detected sub-family.
@@ -31,10 +44,7 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     hints: dict[str, Hint] = {}
     dropped = [k for k in keys if k.startswith(("decoder", "mask_token", "head.mlp.", "head.last_layer."))]
     sd = {k: v for k, v in sd.items() if k not in dropped}
-    sd = _rename(sd, [(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1."),        # DINOv2 chunked blocks
-                      (r"\.gamma_([12])$", r".ls\1.gamma"),               # DeiT III layer scale
-                      (r"\.mlp\.w12\.", ".mlp.fc1."), (r"\.mlp\.w3\.", ".mlp.fc2."),  # DINOv2 SwiGLU
-                      (r"^register_tokens$", "reg_token")])
+    sd = _rename(sd, _RENAMES)
     family = family if family in TIMM_LAYOUT_FAMILIES else _timm_subfamily(keys, raw)
     if "register_tokens" in keys:  # DINOv2 original: pos covers cls only; registers inserted after
         hints["pos_prefix"] = (1, "layout: DINOv2 register tokens get no position embedding")

@@ -1,6 +1,8 @@
 """torchvision `VisionTransformer` checkpoints (`conv_proj`, `encoder.layers.encoder_layer_N`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
@@ -13,7 +15,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
     return "torchvision" if "conv_proj.weight" in keys and "encoder.pos_embedding" in keys else None
 
 
-def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None) -> Converted:
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
+            overrides: dict[str, Any] | None = None) -> Converted:
     sd = _rename(sd, [
         (r"^conv_proj\.", "patch_embed.proj."), (r"^class_token$", "cls_token"),
         (r"^encoder\.pos_embedding$", "pos_embed"), (r"^encoder\.ln\.", "norm."),

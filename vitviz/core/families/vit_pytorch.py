@@ -1,0 +1,81 @@
+"""lucidrains/vit-pytorch: `ViT` (every generation since the first gist) and `SimpleViT`.
+
+The tensors are placed by `structural`; this module adds what the vit-pytorch code fixes and its files do not
+show (checkpoint-formats.md §3.7):
+
+- LayerNorm eps 1e-5 (nn.LayerNorm defaults), exact GELU, pre-norm blocks, patches flattened by
+  `Rearrange('b c (h p1) (w p2) -> b (h w) (p1 p2 c)')` (folded into the conv; with dual patchnorm the
+  LayerNorm over the patch pixels is kept, its weights reordered to match);
+- `SimpleViT`: a 2-D sin-cos position embedding computed, not stored, and mean pooling;
+- pooling: `pool='cls'` (token 0) unless the class token is `(0, D)` (pool='mean' since 2025-11: the mean of the
+  patches); older `pool='mean'` files average every token, class token included (`pooling='avg_all'`);
+- attention scale: `dim ** -0.5` of the embed dim in the code before 2021-01-21 (files whose `mlp_head` has a
+  hidden layer are certainly that old), `dim_head ** -0.5` after;
+- heads: only heads x dim_head is in the file; the default `dim_head=64` gives a said guess.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vitviz.core.checkpoint import RawCheckpoint
+from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.structural import Facts, facts_from_metadata, read
+
+NAMES = ("vit_pytorch",)
+
+
+def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    patch = any(k.startswith(("to_patch_embedding.", "patch_to_embedding.")) for k in keys)
+    return "vit_pytorch" if patch and any(".to_qkv." in k or ".to_q." in k for k in keys) else None
+
+
+def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
+            overrides: dict[str, Any] | None = None) -> Converted:
+    keys = set(sd)
+    dim = _embed_dim(sd)
+    simple = "linear_head.weight" in keys or "linear_head.1.weight" in keys or \
+        ("pos_embedding" not in keys and "cls_token" not in keys)
+    old = "patch_to_embedding.weight" in keys or any(".fn.fn." in k or k.startswith("transformer.net.") for k in keys)
+    head_hidden = _head_has_hidden_layer(sd)
+    extra: dict[str, Hint] = {"dim_head": (64, "guess: vit-pytorch's default dim_head=64 (heads = q/k/v width / 64)")}
+    if head_hidden:
+        extra["attn_scale"] = (dim ** -0.5, f"family: vit-pytorch before 2020-12 (mlp_head with a hidden layer) "
+                               f"scales by dim ** -0.5 = {dim}**-0.5")
+    elif old:
+        extra["attn_scale"] = (0.0, "guess: dim_head ** -0.5 (vit-pytorch from 2021-01-21; files saved before then "
+                               f"scaled by dim ** -0.5: pass attn_scale={dim ** -0.5:.6g})")
+    if simple:
+        extra["pos_kind"] = ("sincos2d", "family: vit-pytorch SimpleViT (posemb_sincos_2d, computed)")
+    cls = sd.get("cls_token")
+    if simple:
+        pooling: Hint = ("avg", "family: vit-pytorch SimpleViT mean pooling")
+    elif cls is not None and cls.numel() == 0:
+        pooling = ("avg", "family: vit-pytorch pool='mean' (a (0, D) class token)")
+    else:
+        pooling = ("token", "default: vit-pytorch pool='cls' (pass pooling='avg_all' for a model built with "
+                   "pool='mean', which averaged every token, the class token included)")
+    facts = Facts(
+        family="vit_pytorch", eps=(1e-5, "family: vit-pytorch (nn.LayerNorm defaults)"),
+        mlp_kind=("gelu", "family: vit-pytorch FeedForward (exact GELU)"),
+        block_norm=("pre", "family: vit-pytorch (pre-norm)"),
+        patch_order=("p1p2c", "family: vit-pytorch Rearrange 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'"),
+        head_act=("gelu", "family: vit-pytorch's first mlp_head (Linear, GELU, Linear)"),
+        pooling_cls=pooling, pooling_no_cls=pooling, extra=extra,
+    )
+    facts = facts_from_metadata(facts, raw, mean_pool="avg_all" if cls is not None and cls.numel() else "avg")
+    return read(sd, raw, facts, overrides or {})
+
+
+def _embed_dim(sd: dict[str, torch.Tensor]) -> int:
+    for k, v in sd.items():
+        if k.endswith("to_qkv.weight") or k.endswith("to_q.weight"):
+            return int(v.shape[1])
+    return 0
+
+
+def _head_has_hidden_layer(sd: dict[str, torch.Tensor]) -> bool:
+    """The first vit-pytorch heads (2020-10 to 2020-12): mlp_head = [LayerNorm,] Linear, GELU, Linear."""
+    linears = [k for k, v in sd.items() if k.startswith("mlp_head.") and k.endswith(".weight") and v.ndim == 2]
+    return len(linears) >= 2
