@@ -87,9 +87,10 @@ def discard_lowest(fused: np.ndarray, discard: float, num_prefix: int,
     keep = keys > cut                                                 # (T, N) drops k or more (ties at the cut)
     tied = np.flatnonzero(keys.shape[1] - keep.sum(axis=1) > k)
     if tied.size:                                                     # drop only the leftmost of the tied keys
-        sub, at = keys[tied], keys[tied] == cut[tied]                 # (r, N)
-        need = k - (sub < cut[tied]).sum(axis=1, keepdims=True)      # (r, 1) how many tied keys go
-        keep[tied] = (sub > cut[tied]) | (at & (np.cumsum(at, axis=1) > need))
+        sub, at_cut = keys[tied], cut[tied]                           # (r, N), (r, 1)
+        at = sub == at_cut
+        need = k - (sub < at_cut).sum(axis=1, keepdims=True)         # (r, 1) how many tied keys go
+        keep[tied] = (sub > at_cut) | (at & (np.cumsum(at, axis=1) > need))
     kept = np.empty_like(fused)
     kept[:, :num_prefix] = fused[:, :num_prefix]
     np.multiply(keys, keep, out=kept[:, num_prefix:])
