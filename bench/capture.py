@@ -12,6 +12,9 @@ ViT-B/16 at 224 px, random weights, one image, medians of repeats interleaving a
 On the CPU vitviz runs its Linear layers with weights prepacked for oneDNN (vitviz.core.packed), the main
 reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plain-F.linear reference model.
 - Rollout at T = 577 (ViT-B/16 at 384 px): vitviz's row-vector rollout vs the naive matrix chain.
+- The live-module path (vitviz.core.live): a ViT-B/16-sized vit-pytorch `ViT` run as written with every layer's
+  attention captured (its own softmax, through a TorchFunctionMode) vs that module's own forward, interleaved in a
+  group of their own. Target <= 1.15x. `--only live` runs just this part.
 """
 from __future__ import annotations
 
@@ -90,6 +93,30 @@ def timm_methods(folder: Path, x: torch.Tensor, device: str) -> dict[str, Callab
             "vitviz run, logits=False": lambda: model.run(x, logits=False)}
 
 
+def live_methods(x: torch.Tensor, device: str) -> dict[str, Callable[[], object]]:
+    """The live path on a ViT-B/16-sized vit-pytorch ViT (random weights), checked to agree with its forward."""
+    from vit_pytorch import ViT
+
+    torch.manual_seed(0)
+    net = ViT(image_size=224, patch_size=16, num_classes=1000, dim=768, depth=12, heads=12, mlp_dim=3072,
+              dim_head=64).eval().to(device)
+    model = vitviz.load(net, live=True, device=device)
+    xd = x.to(device)
+    with torch.inference_mode():
+        ref = net(xd)
+    attn, out = model.forward_captured(x)
+    assert attn.shape == (1, 12, 12, 197, 197) and torch.equal(torch.from_numpy(out), ref.float().cpu()), \
+        "live capture != the module's own forward"
+
+    def own_forward() -> None:
+        with torch.inference_mode():
+            net(xd)
+        _sync(device)
+
+    return {"vit-pytorch forward": own_forward, "live forward_captured": lambda: model.forward_captured(x),
+            "live run": lambda: model.run(x)}
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -101,6 +128,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rollout-repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--only", choices=("live",), help="run only this part")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -108,6 +136,9 @@ def main() -> None:
     x = torch.randn(1, 3, 224, 224)
     print(f"ViT-B/16 @224, batch 1, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"median of {args.repeats} interleaved repeats")
+    if args.only == "live":
+        _live_report(x, args)
+        return
     from vitviz.core.packed import packing_available
 
     print(f"vitviz Linear layers prepacked for oneDNN: {packing_available() and args.device == 'cpu'} "
@@ -131,6 +162,19 @@ def main() -> None:
     r = time_rollout(577, repeats=args.rollout_repeats)
     print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
           f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")
+    _live_report(x, args)
+
+
+def _live_report(x: torch.Tensor, args: argparse.Namespace) -> None:
+    live = interleaved(live_methods(x, args.device), args.repeats)
+    print(f"live-module path, vit-pytorch ViT-B/16 @224 (softmax captured), median of {args.repeats} interleaved "
+          "repeats:")
+    for name, t in live.items():
+        print(f"  {name:<28} {t * 1e3:8.1f} ms")
+    print(ratio_line("live forward_captured / vit-pytorch forward", live["live forward_captured"],
+                     live["vit-pytorch forward"], "(target <= 1.15x)"))
+    print(ratio_line("live run / vit-pytorch forward", live["live run"], live["vit-pytorch forward"],
+                     "(run also preprocesses and copies the input)"))
 
 
 if __name__ == "__main__":

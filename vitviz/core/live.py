@@ -19,8 +19,10 @@ computes it, by one `TorchFunctionMode` (thread-local: other threads running the
 The mode also turns off PyTorch's fused `TransformerEncoderLayer` / `MultiheadAttention` fast paths for the captured
 forward only (they check for torch-function overrides and step aside), so attention computed there is seen too.
 Which mechanism found which layer is reported (`LiveModel.layers`); a forward in which no attention is seen raises
-`NoAttentionError` saying what was tried. Hooks and the mode are installed in a context manager and removed in
-`finally`; the model runs in eval mode for the capture and gets its own train/eval flags back afterwards.
+`NoAttentionError` saying what was tried. The layer's module is read from the call stack when attention is found
+(no hook on every module, so the forward pass runs at full speed). The mode (and the probe's hooks) are installed in
+a context manager and removed in `finally`; the model runs in eval mode for the capture and gets its own train/eval
+flags back afterwards.
 
 Tokens, grid and prefix count come from the patch embedding (a Conv2d whose stride equals its kernel, or a
 Rearrange/Unfold of patches followed by a Linear) and the attention's T, measured on one probe forward pass at
@@ -151,29 +153,20 @@ class _Recorder:
         self.other_softmax: list[tuple[int, ...]] = []
         self.extra = 0
         self.notes: list[str] = []
-        self.stack: list[tuple[str, nn.Module]] = []
-        self.thread = threading.get_ident()
+        self.names: dict[int, str] = {}
         self.last_linear: torch.Tensor | None = None
-        self.track_linear = False
-
-    # the module stack, kept by forward pre-/post-hooks on every submodule
-    def enter(self, name: str, module: nn.Module, _args: Any) -> None:
-        if threading.get_ident() == self.thread:
-            self.stack.append((name, module))
-
-    def leave(self, name: str, module: nn.Module, _args: Any, output: Any) -> None:
-        if threading.get_ident() != self.thread:
-            return
-        if self.stack and self.stack[-1][1] is module:
-            self.stack.pop()
-        if self.track_linear and isinstance(module, nn.Linear):
-            self.last_linear = output
 
     def where(self) -> str:
-        """The innermost running module that can own attention (a Softmax/Dropout credits its parent)."""
-        for name, module in reversed(self.stack):
-            if not isinstance(module, _HELPERS):
-                return name
+        """The innermost running module that can own attention (a Softmax/Dropout credits its parent): the first
+        frame up this thread's call stack whose `self` is one of the model's modules. Read only when attention is
+        found, so the forward pass runs without a hook on every module."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            name = self.names.get(id(owner))
+            if name is not None and not isinstance(owner, _HELPERS):
+                return name or "(top level)"
+            frame = frame.f_back
         return "(top level)"
 
     def wants(self, length: int, source: int) -> bool:
@@ -322,27 +315,31 @@ def _evaluating(module: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def watch_attention(module: nn.Module, recorder: _Recorder) -> Iterator[_Recorder]:
+def watch_attention(module: nn.Module, recorder: _Recorder, last_linear: bool = False) -> Iterator[_Recorder]:
     """While open, every attention computed by `module`'s forward (in this thread) goes to `recorder`, credited to
-    the module that computes it. Hooks and the mode are removed, and train/eval flags restored, in `finally`."""
+    the module that computes it. With `last_linear` (the probe), a hook on each nn.Linear keeps the last output in
+    `recorder.last_linear`. The mode and hooks are removed, and train/eval flags restored, in `finally`."""
+    recorder.names = {id(m): name for name, m in module.named_modules()}
     handles = []
     try:
-        for name, m in module.named_modules():
-            if name:
-                handles.append(m.register_forward_pre_hook(partial(recorder.enter, name)))
-                handles.append(m.register_forward_hook(partial(recorder.leave, name), always_call=True))
+        if last_linear:
+            handles = [m.register_forward_hook(partial(_keep_output, recorder)) for m in module.modules()
+                       if isinstance(m, nn.Linear)]
         with _evaluating(module), _AttentionMode(recorder):
             yield recorder
     finally:
         for h in handles:
             h.remove()
-        recorder.stack.clear()
 
 
-def _run(module: nn.Module, x: torch.Tensor, recorder: _Recorder) -> Any:
+def _keep_output(recorder: _Recorder, _module: nn.Module, _args: Any, output: Any) -> None:
+    recorder.last_linear = output
+
+
+def _run(module: nn.Module, x: torch.Tensor, recorder: _Recorder, last_linear: bool = False) -> Any:
     """The module's own forward of `x` under capture; None when it was stopped after the last wanted layer."""
     try:
-        with watch_attention(module, recorder):
+        with watch_attention(module, recorder, last_linear):
             return module(x)
     except _StopForward:
         return None
@@ -617,10 +614,9 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     probe = torch.zeros(1, in_chans, *size, device=device, dtype=dtype)
     recorder = _Recorder(1)
-    recorder.track_linear = True
     with torch.inference_mode():
         try:
-            out = _run(module, probe, recorder)
+            out = _run(module, probe, recorder, last_linear=True)
         except VitvizError:
             raise
         except Exception as e:  # noqa: BLE001 - the user's code failed: say so, with its error as the cause
