@@ -26,6 +26,7 @@ from vitviz.core.live import (
 )
 
 ATOL = 1e-5
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")  # said on purpose; tested once
 
 
 def _perturb(model: nn.Module, seed: int = 0) -> nn.Module:
@@ -437,6 +438,21 @@ def test_logits_false_stops_early_rows_and_half() -> None:
     assert half.dtype == np.float16 and half.shape == (2, 3, 4, 17, 17)
     np.testing.assert_allclose(half[1].astype(np.float32), full[0], atol=1e-3)
     assert not torch.overrides._get_current_function_mode_stack()
+
+
+def test_guessed_preprocessing_is_said_unless_given() -> None:
+    import warnings
+
+    from vitviz.core.spec import GuessWarning
+
+    net = _perturb(SdpaViT())
+    with pytest.warns(GuessWarning, match="preprocess"):
+        model = vitviz.load(net, live=True, image_size=32)
+    assert model.spec.source_of("preprocess").startswith("guess")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GuessWarning)
+        model = vitviz.load(net, live=True, image_size=32, mean=(0.5,), std=(0.5,))
+    assert not model.spec.guesses
 
 
 class NoAttention(nn.Module):

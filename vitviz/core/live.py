@@ -56,6 +56,7 @@ from torch.overrides import TorchFunctionMode
 
 from vitviz.core.capture import LayerSink, VitModel
 from vitviz.core.checkpoint import read_checkpoint
+from vitviz.core.hyperparams import warn_guesses
 from vitviz.core.posembed import resample_pos_embed
 from vitviz.core.runtime import SMALLER, check_host_memory, resolve_device
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, ModelSpec, Preprocess, whole_patches
@@ -674,6 +675,7 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
         dist_token="dist" in names, reg_tokens=sum(n.startswith("reg") for n in names), pos_embed=pos is not None,
         pos_prefix=pos_prefix, pos_grid=grid, preprocess=pp, labels=labels,
         num_params=sum(p.numel() for p in module.parameters()), provenance=tuple(prov.items()))
+    warn_guesses(spec)  # what nothing in the module stated (preprocessing, input size), said loudly
     return LiveModel(module, spec, device, layers, skipped, kind, pos[0] if pos else None)
 
 
