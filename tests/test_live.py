@@ -125,6 +125,8 @@ def test_vit_pytorch_softmax_parity_and_identical_logits() -> None:
     out = _assert_parity(model, x, ref, SOFTMAX)
     assert torch.equal(torch.from_numpy(out), own)  # the capture returns the module's own logits, bit for bit
     assert "live" in s.source_of("path") and "softmax" in s.source_of("path")
+    np.testing.assert_array_equal(model.pos_embed(), net.pos_embedding.detach().numpy())  # its own table
+    assert model.pos_embed((2, 3)).shape == (7, 32)  # CLS row kept, the grid resampled
 
 
 def test_vit_pytorch_mean_pool_has_no_prefix_and_run_works() -> None:
@@ -226,8 +228,10 @@ def test_open_clip_vision_tower_mha() -> None:
     """open_clip 3.x blocks call nn.MultiheadAttention(need_weights=False)."""
     tower = _open_clip_tower(None)
     assert isinstance(tower.transformer.resblocks[0].attn, nn.MultiheadAttention)
+    tower.image_mean, tower.image_std = (0.48, 0.46, 0.41), (0.27, 0.26, 0.28)  # as open_clip sets them
     x = _image()
     model = vitviz.load(tower, live=True)
+    assert model.spec.preprocess.mean == (0.48, 0.46, 0.41) and "open_clip" in model.spec.source_of("preprocess")
     assert model.spec.num_classes == 0 and model.spec.prefix_names == ("cls",)
     assert "features" in model.spec.source_of("num_classes")  # the image embedding is no classifier
     out = torch.from_numpy(_assert_parity(model, x, _mha_reference(tower, x), MHA))

@@ -856,7 +856,13 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
                         mode="squash" if pcfg.get("crop_mode") == "squash" else "center",
                         interpolation=str(pcfg.get("interpolation", "bicubic")), mean=tuple(pcfg["mean"]),
                         std=tuple(pcfg["std"]))
-        src = "metadata: the model's pretrained_cfg"
+        src = "metadata: the model's pretrained_cfg (timm)"
+    elif _clip_statistics(module) is not None:
+        cfg = _clip_statistics(module) or {}
+        pp = Preprocess(crop=size, resize=min(size), mode="squash" if cfg.get("resize_mode") == "squash" else "center",
+                        interpolation=str(cfg.get("interpolation", "bicubic")), mean=tuple(cfg["mean"]),
+                        std=tuple(cfg["std"]))
+        src = "metadata: the model's preprocess_cfg / image_mean, image_std (open_clip)"
     elif in_chans == 3 and min(size) >= 64:
         pp = Preprocess(crop=size, resize=int(math.floor(min(size) / 0.875)), mode="center",
                         interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
@@ -885,6 +891,18 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
             src = src.replace("guess: ", "was a guess: ", 1)
     prov["preprocess"] = src
     return pp
+
+
+def _clip_statistics(module: nn.Module) -> dict[str, Any] | None:
+    """open_clip's preprocessing on the model: `preprocess_cfg` (mean, std, interpolation, resize_mode) or the
+    legacy `image_mean`/`image_std` attributes; None when it states none."""
+    cfg = getattr(module, "preprocess_cfg", None)
+    if isinstance(cfg, dict) and cfg.get("mean") and cfg.get("std"):
+        return cfg
+    mean, std = getattr(module, "image_mean", None), getattr(module, "image_std", None)
+    if isinstance(mean, (tuple, list)) and isinstance(std, (tuple, list)) and mean and std:
+        return {"mean": mean, "std": std}
+    return None
 
 
 def _labels(module: nn.Module, overrides: Mapping[str, Any], num_classes: int, prov: dict[str, str]) -> tuple[str, ...]:
