@@ -10,7 +10,6 @@ sdpa, open_clip's own Attention, a hand-written module with masks, a scale, is_c
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 from typing import Any
 
@@ -166,14 +165,27 @@ class EncoderViT(nn.Module):
         return self.head(self.encoder(x)[:, 0])
 
 
+def _aten_ops(run: Any) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return {e.name for e in prof.events()}
+
+
+FUSED_LAYER = "aten::_transformer_encoder_layer_fwd"  # the whole layer in one kernel: no MHA module runs
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_encoder_fast_path_parity(norm_first: bool) -> None:
     torch.manual_seed(2)
     net = _perturb(EncoderViT(norm_first, "gelu" if norm_first else "relu"))
     x = _image()
     ref = _mha_reference(net, x)
-    own = _own(net, x)  # eval + inference mode: PyTorch's fused fast path
+    assert FUSED_LAYER in _aten_ops(lambda: _own(net, x))  # eval + inference mode: PyTorch's fused fast path
+    own = _own(net, x)
     model = vitviz.load(net, live=True)
+    assert FUSED_LAYER not in _aten_ops(lambda: model.forward_captured(x))  # turned off for the capture only
     assert [n for n, _ in model.layers] == [f"encoder.layers.{i}.self_attn" for i in range(3)]
     out = torch.from_numpy(_assert_parity(model, x, ref, MHA))
     assert torch.equal(out, _slow_path(net, x))          # exactly the module's own (unfused) forward
