@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from typing import Any
 
-from vitviz.cli.options import add_override_arguments, overrides_from
+from vitviz.cli.options import add_override_arguments, guess_lines, overrides_from
 from vitviz.errors import VitvizError
 
 
@@ -26,7 +27,12 @@ def run_info(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.code is None:
         raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
     checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint)  # a named model: its file
-    model = vitviz.load(checkpoint, device=args.device, **overrides_from(args))
+    overrides = overrides_from(args)
+    from vitviz.core.spec import GuessWarning
+
+    with warnings.catch_warnings():  # said below, with the option that fixes each, instead of as warnings
+        warnings.simplefilter("ignore", GuessWarning)
+        model = vitviz.load(checkpoint, device=args.device, **overrides)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
     spec = model.spec
     if args.json:
@@ -47,6 +53,13 @@ def run_info(args: argparse.Namespace) -> int:
             ("qk_norm", spec.qk_norm), ("layer_scale", spec.layer_scale), ("pooling", spec.pooling),
             ("final_norm", spec.final_norm), ("fc_norm", spec.fc_norm), ("pre_logits", spec.pre_logits),
             ("num_classes", spec.num_classes), ("in_chans", spec.in_chans)]
+    rows += [(name, value) for name, value, default in (
+        ("attn_width", spec.attn_width, spec.embed_dim), ("attn_scale", spec.attn_scale or "head_dim**-0.5", ""),
+        ("attn_proj", spec.attn_proj, True), ("block_norm", spec.block_norm, "pre"),
+        ("pos_kind", spec.pos_kind, "learned"), ("patch_norm_in", spec.patch_norm_in, False),
+        ("patch_norm", spec.patch_norm, False), ("norm_extra", spec.norm_extra, False),
+        ("pre_logits_act", spec.pre_logits_act if spec.pre_logits else "tanh", "tanh"),
+    ) if value != default or name in prov]
     for name, value in rows:
         src = prov.get(name.split(" ")[0] if name != "prefix tokens" else "", "")
         print(f"  {name:<14} {str(value):<24} {('(' + src + ')') if src else ''}")
@@ -57,6 +70,8 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"  labels         {len(spec.labels)}  ({prov.get('labels', 'none')})")
     if model.dropped:
         print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
+    for line in guess_lines(spec):  # loudly: nothing in the file gave these
+        print(f"  !! {line}")
     if layers is not None:
         print(f"  path           {prov.get('path', '')}")
         for i, (name, how) in enumerate(layers):

@@ -1,8 +1,13 @@
-"""The argparse pieces every command that loads a model shares: the overrides of `vitviz.load` and their types."""
+"""The argparse pieces every command that loads a model shares: the overrides of `vitviz.load` and their types,
+and how guessed values are said (`vitviz: warning: ...` on stderr, once per value)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+import warnings
+from typing import Any, TextIO
+
+CROP_MODES = ("center", "squash", "squash_crop")
 
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,8 +17,28 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--family", help="checkpoint family (timm, deit, deit3, dino, dinov2, mae, torchvision, hf, seed)")
     g.add_argument("--image-size", type=_size, help="input size: N or HxW (position embedding is resampled)")
     g.add_argument("--eps", type=float, help="LayerNorm epsilon")
-    g.add_argument("--mean", type=_floats, help="normalisation mean, e.g. 0.485,0.456,0.406")
-    g.add_argument("--std", type=_floats, help="normalisation std")
+    g.add_argument("--mean", type=_floats, help="normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; "
+                   "a 1-channel MNIST model: 0.1307)")
+    g.add_argument("--std", type=_floats, help="normalisation std, e.g. 0.229,0.224,0.225 (MNIST: 0.3081)")
+    g.add_argument("--resize", type=int, metavar="PX", help="resize the image's shorter side to PX before the crop "
+                   "(--crop-mode center); the crop is the model's input size")
+    g.add_argument("--crop-mode", choices=CROP_MODES, help="center: resize keeping the aspect ratio, then crop the "
+                   "middle; squash: resize the whole image to the input size (no crop); squash_crop: squash to "
+                   "--resize, then crop the middle")
+    g.add_argument("--interpolation", choices=("nearest", "bilinear", "bicubic", "lanczos", "box"),
+                   help="resampling filter for the resize")
+    g.add_argument("--act", choices=("gelu", "gelu_tanh", "quick_gelu", "relu", "silu"),
+                   help="MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')")
+    g.add_argument("--block-norm", choices=("pre", "post"), help="pre-norm (ViT) or post-norm blocks "
+                   "(nn.TransformerEncoderLayer with norm_first=False)")
+    g.add_argument("--pooling", choices=("token", "avg", "avg_all"), help="what the head sees: token 0 (the class "
+                   "token, or the first patch without one), the mean of the patches, or of every token")
+    g.add_argument("--attn-scale", type=float, metavar="S", help="factor on q·k (default head_dim**-0.5; e.g. "
+                   "1 for none, or dim**-0.5 as the first vit-pytorch versions)")
+    g.add_argument("--patch-order", choices=("p1p2c", "cp1p2"), help="pixel order of a Linear patch embedding: "
+                   "einops '(p1 p2 c)' or unfold '(c p1 p2)'")
+    g.add_argument("--head-act", choices=("gelu", "relu", "tanh", "silu"),
+                   help="activation between the two Linears of a two-layer head")
     g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
     add_code_argument(g)
 
@@ -30,7 +55,9 @@ def add_code_argument(parser: Any) -> None:
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key")
+    install_guess_reporter()
+    keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
+            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act")
     keys += ("code",)  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that file's code (asked for)
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
@@ -49,3 +76,45 @@ def _floats(text: str) -> tuple[float, ...]:
         return tuple(float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
+
+
+def install_guess_reporter(stream: TextIO | None = None) -> None:
+    """Show each `GuessWarning` (a value nothing in the file gave, e.g. num_heads) as one loud line on stderr,
+    `vitviz: warning: ...`, instead of Python's file:line format; other warnings are shown as before."""
+    from vitviz.core.spec import GuessWarning
+
+    previous = warnings.showwarning
+    if getattr(previous, "_vitviz_guesses", False):
+        return
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, GuessWarning):
+            print(f"vitviz: warning: {message}", file=stream or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    show._vitviz_guesses = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+    warnings.filterwarnings("always", category=GuessWarning)  # every file's guesses, not only the first file's
+
+
+def guess_lines(spec: Any) -> list[str]:
+    """One line per guessed value of `spec` (num_heads first): what was assumed and the option that sets it."""
+    import re
+
+    from vitviz.core.hyperparams import HOW_TO_PASS
+
+    lines = []
+    for name, source in sorted(spec.guesses, key=lambda g: g[0] != "num_heads"):
+        value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}" if name == "preprocess" else \
+            getattr(spec, name, "")
+        how = HOW_TO_PASS.get(name, name)
+        cli = re.search(r"\(CLI ([^)]*)\)", how)
+        how = cli.group(1) if cli else how
+        if name == "num_heads":
+            w = spec.attn_width
+            how += f" (heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
+                                                                          if w % h == 0) + ")"
+        why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
+        lines.append(f"GUESSED {name} = {value}: {why}. If wrong, pass {how}")
+    return lines

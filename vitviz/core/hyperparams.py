@@ -35,12 +35,14 @@ POOLINGS = ("token", "avg", "avg_all", "cls_avg")
 # for every other layout (hand-written, tutorials) a head count from the width alone is a guess.
 TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf")
 # How to pass each value the file may not hold (for warnings).
-HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean/--std)",
-               "mlp_kind": "act='gelu'|'relu' (CLI --act)", "block_norm": "block_norm='pre'|'post' (CLI --block-norm)",
-               "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling)", "attn_scale": "attn_scale=S (CLI --attn-scale)",
-               "image_size": "image_size=N (CLI --image-size)", "patch_order": "patch_order='p1p2c'|'cp1p2'",
-               "pre_logits_act": "head_act='gelu'|'relu'|'tanh'", "pos_grid": "image_size=N (CLI --image-size)",
-               "labels": "labels=[...]"}
+HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
+               "mlp_kind": "act='gelu'|'relu' (CLI --act gelu|relu)",
+               "block_norm": "block_norm='pre'|'post' (CLI --block-norm pre|post)",
+               "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling token|avg|avg_all)",
+               "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
+               "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
+               "pre_logits_act": "head_act='gelu'|'relu'|'tanh' (CLI --head-act gelu|relu|tanh)",
+               "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]"}
 
 FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
     "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),

@@ -17,15 +17,16 @@ SIZE_WORD_HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, 
 
 
 def heads_from_dim(dim: int) -> tuple[int, str]:
-    """num_heads for an embedding width: the table, else head_dim 64, else the largest sensible split."""
+    """num_heads for an attention width (the embed dim, unless q/k/v are wider): the table, else head_dim 64,
+    else the largest sensible split."""
     if dim in HEADS_BY_DIM:
         return HEADS_BY_DIM[dim], f"table: embed_dim {dim}"
     if dim % 64 == 0:
-        return dim // 64, f"guess: embed_dim {dim} / head_dim 64"
+        return dim // 64, f"guess: width {dim} / head_dim 64 (nothing in the file gives the head count)"
     for hd in (32, 16, 8):
         if dim % hd == 0:
-            return dim // hd, f"guess: embed_dim {dim} / head_dim {hd}"
-    return 1, f"guess: embed_dim {dim} has no usual head split"
+            return dim // hd, f"guess: width {dim} / head_dim {hd} (nothing in the file gives the head count)"
+    return 1, f"guess: width {dim} has no usual head split (nothing in the file gives the head count)"
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,11 @@ LABEL_KEYS = ("classes", "class_names", "labels", "idx_to_class", "class_to_idx"
 
 
 def metadata_sources(meta: dict[str, Any], sidecars: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """Where hyper-parameters may be written, most trusted first: the checkpoint's own top-level values (such as
-    `image_size`, `classes`), its dicts (`args`, `hparams`, `config`), then text configs beside the file."""
-    top = {k: v for k, v in meta.items() if not isinstance(v, dict) and k not in ("epoch", "version")}
-    out: list[tuple[str, dict[str, Any]]] = [("checkpoint", top)] if top else []
-    out += [(f"checkpoint {key!r}", value) for key, value in meta.items() if isinstance(value, dict)]
-    return out + list(sidecars)
+    """Where hyper-parameters may be written, most trusted first: the checkpoint's own entries (top-level values
+    such as `image_size` or `classes` before those nested in `args`, `hparams`, `config`), then the text configs
+    beside the file."""
+    own = {k: v for k, v in meta.items() if k not in ("epoch", "version")}
+    return ([("checkpoint", own)] if own else []) + list(sidecars)
 
 
 def find_value(sources: list[tuple[str, dict[str, Any]]], names: tuple[str, ...], accept: Any = None,

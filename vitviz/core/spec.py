@@ -176,6 +176,9 @@ class ModelSpec:
         out["grid"] = list(self.grid)
         out["prefix_names"] = list(self.prefix_names)
         out["provenance"] = dict(self.provenance)
+        out["attn_width"] = self.attn_width
+        out["heads_guessed"] = self.heads_guessed
+        out["guesses"] = dict(self.guesses)
         return out
 
     def to_json(self) -> str:

@@ -32,7 +32,11 @@ _RULES = [
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
     stripped = {re.sub(r"^(vit|deit|dinov2|dinov2_with_registers)\.", "", k) for k in keys}
-    return "hf" if "embeddings.patch_embeddings.projection.weight" in stripped else None
+    if "embeddings.patch_embeddings.projection.weight" not in stripped:
+        return None
+    # transformers' own blocks (files: encoder.layer.N; transformers >= 5 in memory: layers.N); tutorials that
+    # borrow the embedding names but write their own blocks are left to the structural reader
+    return "hf" if any(re.match(r"^(encoder\.layer|layers)\.\d+\.", k) for k in stripped) else None
 
 
 def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,

@@ -215,7 +215,7 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
                               **facts.extra}
     dropped: list[str] = []
     try:
-        container, groups = _blocks(units, report)
+        container, groups, inside = _blocks(units, report)
         first = _first_qkv(groups[0])
         dim = int(first.weight.shape[1]) if first is not None else 0
         per_head: set[int] = set()
@@ -229,7 +229,6 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         if len(per_head) == 1:
             n = per_head.pop()
             hints["num_heads"] = (n, f"shape: {n} per-head query/key/value modules")
-        inside = {id(u) for g in groups for u in g}
         top = [u for u in units if id(u) not in inside]
         dropped += _read_top(top, dim, container, raw, facts, overrides, out, hints, report)
     except Unplaced as e:
@@ -261,7 +260,7 @@ def _attention_unit(u: Unit) -> bool:
                                                           u.weight.shape[0] == 3 * u.weight.shape[1]))
 
 
-def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]]]:
+def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], set[int]]:
     """The block container and the units of each block, with paths made relative to the block.
 
     A child of the container that holds attention starts a block; a child without attention joins the block
@@ -301,7 +300,7 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]]]:
                 group.append(u.at(f"{pos}.{rel}" if len(kids) > 1 else rel))
         groups.append(group)
     report.parts["blocks"] = f"{len(groups)} blocks under {container}.N"
-    return container, groups
+    return container, groups, {id(u) for kids in children for members in kids for u in members}
 
 
 def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Report) -> None:

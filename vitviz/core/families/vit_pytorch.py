@@ -11,7 +11,8 @@ show (checkpoint-formats.md §3.7):
   patches); older `pool='mean'` files average every token, class token included (`pooling='avg_all'`);
 - attention scale: `dim ** -0.5` of the embed dim in the code before 2021-01-21 (files whose `mlp_head` has a
   hidden layer are certainly that old), `dim_head ** -0.5` after;
-- heads: only heads x dim_head is in the file; the default `dim_head=64` gives a said guess.
+- heads: only heads x dim_head is in the file (and heads=1 when `to_out` is absent); otherwise the default
+  `dim_head=64` gives a said guess.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     elif old:
         extra["attn_scale"] = (0.0, "guess: dim_head ** -0.5 (vit-pytorch from 2021-01-21; files saved before then "
                                f"scaled by dim ** -0.5: pass attn_scale={dim ** -0.5:.6g})")
+    if not any(".to_out." in k for k in keys):  # `project_out = not (heads == 1 and dim_head == dim)`
+        extra["num_heads"] = (1, "family: vit-pytorch leaves out to_out only for heads=1, dim_head=dim")
     if simple:
         extra["pos_kind"] = ("sincos2d", "family: vit-pytorch SimpleViT (posemb_sincos_2d, computed)")
     cls = sd.get("cls_token")
