@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -97,10 +98,14 @@ def live_methods(x: torch.Tensor, device: str) -> dict[str, Callable[[], object]
     """The live path on a ViT-B/16-sized vit-pytorch ViT (random weights), checked to agree with its forward."""
     from vit_pytorch import ViT
 
+    from vitviz.core.spec import GuessWarning
+
     torch.manual_seed(0)
     net = ViT(image_size=224, patch_size=16, num_classes=1000, dim=768, depth=12, heads=12, mlp_dim=3072,
               dim_head=64).eval().to(device)
-    model = vitviz.load(net, live=True, device=device)
+    with warnings.catch_warnings():  # random weights: its preprocessing and 1000 labels are guesses, and say so
+        warnings.simplefilter("ignore", GuessWarning)
+        model = vitviz.load(net, live=True, device=device)
     xd = x.to(device)
     with torch.inference_mode():
         ref = net(xd)
