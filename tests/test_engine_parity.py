@@ -59,7 +59,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """40 x 52 pixels: not a whole number of patches after preprocessing, and not square."""
+    """40 x 52 pixels, not square: both sides draw over the region the model saw, at the original's resolution."""
     path = tmp_path_factory.mktemp("images") / "cat photo.png"   # a stem that needs making file-name safe
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(path)
