@@ -9,7 +9,7 @@ import torch
 import vitviz
 from parity_refs import perturb
 from vitviz.core.features import (FeatureError, PatchSimilarity, attention_share, capture_features, feature_pca,
-                                  high_norm_mask, norm_histogram, pca_colors, prefix_norms, token_norms)
+                                  high_norm_mask, norm_histogram, pca_colors, prefix_norms, token_norms, top_eigh)
 
 timm = pytest.importorskip("timm")
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
@@ -117,6 +117,27 @@ def test_pca_matches_plain_svd(d: int, whiten: bool) -> None:
     fg = ours.foreground[0]
     assert fg[1:-1, 1:-1].mean() > 0.6 and not fg[0].any() and not fg[-1].any()  # the object, not the border
     assert np.allclose(np.linalg.norm(ours.components, axis=1), 1)
+
+
+def test_pca_of_a_large_grid_by_subspace_iteration() -> None:
+    """Above 400 x 400 the top eigenvectors come from subspace iteration: the same colours as the full SVD."""
+    patches = [planted(2, (21, 21), 420)]  # a 441 x 441 Gram matrix
+    ours = pca_colors(patches)
+    ref_colors, ref_masks = reference_pca(patches)
+    np.testing.assert_array_equal(ours.foreground[0], ref_masks[0])
+    np.testing.assert_allclose(ours.colors[0], ref_colors[0], atol=1e-6)
+
+
+def test_top_eigh_iterates_or_falls_back() -> None:
+    rng = np.random.default_rng(0)
+    q = np.linalg.qr(rng.standard_normal((500, 500)))[0]
+    for spectrum in (0.9 ** np.arange(500), np.ones(500) + rng.random(500) * 1e-3):  # decaying; flat (fallback)
+        m = (q * spectrum) @ q.T
+        vals, vecs = top_eigh(m, 3)
+        ref_vals, ref_vecs = np.linalg.eigh(m)
+        np.testing.assert_allclose(vals, ref_vals[::-1][:3], rtol=1e-9)
+        if spectrum[0] == 1.0:  # distinct eigenvalues: the vectors are defined up to sign
+            np.testing.assert_allclose(np.abs(vecs), np.abs(ref_vecs[:, ::-1][:, :3]), atol=1e-6)
 
 
 def test_pca_joint_fit_colours_agree_and_single_image() -> None:

@@ -267,55 +267,53 @@ def _check_ratio(discard_ratio: float) -> float:
     return float(discard_ratio)
 
 
-def chefer_row(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
-    """Chefer et al.'s relevance row q^T R, R = (I + Ē_{L-1}) ... (I + Ē_0), Ē_l = mean_h clamp(G_l ⊙ A_l, 0).
+@dataclass(frozen=True, eq=False)
+class RelevanceRows:
+    """The token rows behind the maps (prefix columns included), float64 on the attention's device.
 
-    Args:
-        attn, grads: per layer (H, T, T) attention and ds/dA (or (1, H, T, T)), any float dtype and device.
-        query: (T,) row weights (`pooling_query`).
-
-    Returns:
-        (T,) float64 on the attention's device.
+    Attributes:
+        chefer: (T,) q^T R, Chefer et al.'s relevance, R = (I + Ē_{L-1}) ... (I + Ē_0).
+        grad_rollout: (T,) q^T a_{L-1} ... a_0, vit-explain's gradient rollout (not max-normalised).
+        attn_grad: (L, H, T) the query row of A ⊙ dA per layer and head.
     """
-    v = query.to(device=attn[0].device, dtype=torch.float64)
-    for a, g in zip(reversed(attn), reversed(grads)):
-        e = (g.double() * a.double()).reshape(-1, *a.shape[-2:]).clamp(min=0).mean(dim=0)  # (H, T, T) -> (T, T)
-        v = v + v @ e
-    return v
+
+    chefer: torch.Tensor
+    grad_rollout: torch.Tensor
+    attn_grad: torch.Tensor
 
 
-def grad_rollout_row(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], query: torch.Tensor,
-                     num_prefix: int, discard_ratio: float = 0.9, exact_reference: bool = True) -> torch.Tensor:
-    """vit-explain's gradient rollout as a row q^T a_{L-1} ... a_0 (see the module docstring for the recipe).
+def relevance_rows(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], query: torch.Tensor,
+                   num_prefix: int, discard_ratio: float = 0.9, exact_reference: bool = True) -> RelevanceRows:
+    """Chefer relevance, gradient rollout and attention x gradient rows from every layer's attention and gradient,
+    in one pass over the layers (last first; the module docstring has the recipes).
 
     Args:
-        attn, grads: per layer (H, T, T) attention and ds/dA (or (1, H, T, T)), any float dtype and device.
+        attn, grads: per layer, (H, T, T) or (1, H, T, T) attention and ds/dA, any float dtype and device.
         query: (T,) row weights (`pooling_query`).
-        num_prefix: prefix tokens before the patches (used by the per-row discard when not exact).
-        discard_ratio: the share of entries zeroed in each layer's fused matrix, in [0, 1).
-        exact_reference: reproduce vit-explain's computation, quirks included (True), or the fixed variant.
-
-    Returns:
-        (T,) float64 on the attention's device (not max-normalised).
+        num_prefix: prefix tokens before the patches (the per-row discard of the fixed gradient rollout).
+        discard_ratio: the share of entries the gradient rollout zeroes in each layer's fused matrix, in [0, 1).
+        exact_reference: the gradient rollout as vit-explain computes it (True) or with its quirks fixed.
     """
     discard_ratio = _check_ratio(discard_ratio)
-    depth = len(attn)
+    depth, t = len(attn), attn[0].shape[-1]
+    dev = attn[0].device
 
-    def layer(i: int) -> tuple[torch.Tensor, torch.Tensor]:  # (H, T, T) x 2, float64, one layer at a time
-        return attn[i].reshape(-1, *attn[i].shape[-2:]).double(), grads[i].reshape(-1, *grads[i].shape[-2:]).double()
+    def layer(i: int) -> tuple[torch.Tensor, torch.Tensor]:  # (H, T, T) attention and A ⊙ dA, float64
+        a = attn[i].reshape(-1, t, t).double()
+        return a, a * grads[i].reshape(-1, t, t).double()
 
-    t = attn[0].shape[-1]
-    eye = torch.eye(t, dtype=torch.float64, device=attn[0].device)
-    v = query.to(device=attn[0].device, dtype=torch.float64)
+    eye = torch.eye(t, dtype=torch.float64, device=dev)
+    q = query.to(device=dev, dtype=torch.float64)
+    chefer, roll = q, q
+    per_head = []
     for i in reversed(range(depth)):
-        a, g = layer(i)
+        a, prod = layer(i)
+        chefer = chefer + chefer @ prod.clamp(min=0).mean(dim=0)  # Ē: (H, T, T) -> (T, T)
+        per_head.append(torch.einsum("t,htk->hk", q, prod))  # (H, T)
         if exact_reference:
-            a_src, g_src = layer(depth - 1 - i)  # quirk 2: backward hooks append last layer first
-            weights = a_src * (g_src - (a_src * g_src).sum(dim=-1, keepdim=True))  # quirk 1: ds/dS, not ds/dA
-        else:
-            weights = g
-        fused = (a * weights).mean(dim=0).clamp(min=0)  # (H, T, T) -> (T, T); quirk 3
-        if exact_reference:
+            a_src, prod_src = layer(depth - 1 - i)  # quirk 2: backward hooks append last layer first
+            ds = prod_src - a_src * prod_src.sum(dim=-1, keepdim=True)  # quirk 1: ds/dS = A ⊙ (G - rowsum(A ⊙ G))
+            fused = (a * ds).mean(dim=0).clamp(min=0)  # quirk 3: (H, T, T) -> (T, T)
             k = int(t * t * discard_ratio)  # quirk 4: over the whole flattened matrix
             if k:
                 flat = fused.view(-1)
@@ -323,22 +321,15 @@ def grad_rollout_row(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
             m = (fused + eye) / 2
             m = m / m.sum(dim=-1)  # quirk 5: (T, T) / (T,) divides column j by the sum of row j
         else:
+            fused = prod.mean(dim=0).clamp(min=0)  # (H, T, T) -> (T, T)
             k = int(np.floor(discard_ratio * (t - num_prefix) + 1e-9))
             if k:
                 patches = fused[:, num_prefix:]  # (T, N) view
                 patches.scatter_(1, patches.topk(k, dim=1, largest=False).indices, 0.0)
             m = (fused + eye) / 2
             m = m / m.sum(dim=-1, keepdim=True)
-        v = v @ m
-    return v
-
-
-def attn_grad_rows(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
-    """(L, H, T) float64: per layer and head, the query row of A ⊙ dA (signed)."""
-    q = query.to(device=attn[0].device, dtype=torch.float64)
-    rows = [torch.einsum("t,htk->hk", q, (a.double() * g.double()).reshape(-1, *a.shape[-2:])) for a, g in
-            zip(attn, grads)]  # each (H, T, T) -> (H, T)
-    return torch.stack(rows)
+        roll = roll @ m
+    return RelevanceRows(chefer=chefer, grad_rollout=roll, attn_grad=torch.stack(per_head[::-1]))
 
 
 def _grid(vec: np.ndarray, spec: ModelSpec) -> np.ndarray:
@@ -374,20 +365,17 @@ def class_relevance(model: VitModel, image: Any, target: Target = None, *, disca
     with _autograd_pass(model) as net:
         out, attn, _ = _forward(net, x)
         score, index = _score(out, target, spec)
-        grads = torch.autograd.grad(score, attn)
-        attn = [a.detach() for a in attn]
-        query = torch.as_tensor(q_np)
-        chefer = chefer_row(attn, grads, query)
-        roll = grad_rollout_row(attn, grads, query, spec.num_prefix, discard_ratio, exact_reference)
-        per_head = attn_grad_rows(attn, grads, query)
-    roll_np = roll.cpu().numpy()[spec.num_prefix:]
+        grads = torch.autograd.grad(score, attn)  # frees the graph
+        rows = relevance_rows([a.detach() for a in attn], grads, torch.as_tensor(q_np), spec.num_prefix,
+                              discard_ratio, exact_reference)
+    roll_np = rows.grad_rollout.cpu().numpy()[spec.num_prefix:]
     if exact_reference:
         roll_np = roll_np / roll_np.max()  # quirk 6
-    chefer_np = chefer.cpu().numpy()
+    chefer_np = rows.chefer.cpu().numpy()
     return Relevance(
         chefer=_grid(chefer_np, spec), chefer_prefix=chefer_np[: spec.num_prefix].astype(np.float32),
         grad_rollout=_grid(np.concatenate([np.zeros(spec.num_prefix), roll_np]), spec),
-        attn_grad=_grid(per_head.cpu().numpy(), spec), logits=out.detach()[0].float().cpu().numpy(),
+        attn_grad=_grid(rows.attn_grad.cpu().numpy(), spec), logits=out.detach()[0].float().cpu().numpy(),
         target=index, score=float(score.detach()), query=q_name, discard_ratio=discard_ratio,
         exact_reference=exact_reference, spec=spec, image=disp, source=src)
 
