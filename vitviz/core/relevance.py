@@ -297,31 +297,36 @@ def relevance_rows(attn: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], 
     discard_ratio = _check_ratio(discard_ratio)
     depth, t = len(attn), attn[0].shape[-1]
     dev = attn[0].device
+    f64 = torch.float64
 
-    def layer(i: int) -> tuple[torch.Tensor, torch.Tensor]:  # (H, T, T) attention and A ⊙ dA, float64
-        a = attn[i].reshape(-1, t, t).double()
-        return a, a * grads[i].reshape(-1, t, t).double()
+    def layer(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(H, T, T) attention and A ⊙ dA in their own dtype (float32: one rounding, ~6e-8 relative); the sums over
+        heads, rows and layers below accumulate in float64."""
+        a = attn[i].reshape(-1, t, t)
+        return a, a * grads[i].reshape(-1, t, t).to(a.dtype)
 
-    eye = torch.eye(t, dtype=torch.float64, device=dev)
-    q = query.to(device=dev, dtype=torch.float64)
+    eye = torch.eye(t, dtype=f64, device=dev)
+    q = query.to(device=dev, dtype=f64)
+    rows = torch.nonzero(q).flatten()  # the query's rows (one for CLS)
     chefer, roll = q, q
     per_head = []
     for i in reversed(range(depth)):
         a, prod = layer(i)
-        chefer = chefer + chefer @ prod.clamp(min=0).mean(dim=0)  # Ē: (H, T, T) -> (T, T)
-        per_head.append(torch.einsum("t,htk->hk", q, prod))  # (H, T)
+        chefer = chefer + chefer @ prod.clamp(min=0).mean(dim=0, dtype=f64)  # Ē: (H, T, T) -> (T, T)
+        per_head.append(torch.einsum("r,hrk->hk", q[rows], prod[:, rows].to(f64)))  # (H, T)
         if exact_reference:
             a_src, prod_src = layer(depth - 1 - i)  # quirk 2: backward hooks append last layer first
             ds = prod_src - a_src * prod_src.sum(dim=-1, keepdim=True)  # quirk 1: ds/dS = A ⊙ (G - rowsum(A ⊙ G))
-            fused = (a * ds).mean(dim=0).clamp(min=0)  # quirk 3: (H, T, T) -> (T, T)
-            k = int(t * t * discard_ratio)  # quirk 4: over the whole flattened matrix
+            fused = (a * ds).mean(dim=0, dtype=f64).clamp(min=0)  # quirk 3: (H, T, T) -> (T, T)
+            k = int(t * t * discard_ratio)  # quirk 4: the k lowest of the whole flattened matrix are zeroed
             if k:
                 flat = fused.view(-1)
-                flat[flat.topk(k, largest=False).indices] = 0.0
+                kept = flat.topk(flat.numel() - k).indices  # the rest, cheaper to find than the k lowest
+                fused = torch.zeros_like(flat).index_copy_(0, kept, flat[kept]).view(t, t)
             m = (fused + eye) / 2
             m = m / m.sum(dim=-1)  # quirk 5: (T, T) / (T,) divides column j by the sum of row j
         else:
-            fused = prod.mean(dim=0).clamp(min=0)  # (H, T, T) -> (T, T)
+            fused = prod.mean(dim=0, dtype=f64).clamp(min=0)  # (H, T, T) -> (T, T)
             k = int(np.floor(discard_ratio * (t - num_prefix) + 1e-9))
             if k:
                 patches = fused[:, num_prefix:]  # (T, N) view
