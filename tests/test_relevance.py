@@ -464,6 +464,20 @@ def test_relevance_at_another_size_after_a_capture_there() -> None:
     assert rel.chefer.shape == (6, 5) and rel.attn_grad.shape == (3, 2, 6, 5) and rel.spec.grid == (6, 5)
 
 
+def test_relevance_inside_inference_mode() -> None:
+    """A caller's no_grad/inference_mode (a worker's habit) does not switch the gradient path off."""
+    _, vm = timm_pair()
+    x = x_for()
+    plain = class_relevance(vm, x)
+    with torch.inference_mode():
+        inside = class_relevance(vm, x)
+        leg = legrad(vm, x)
+    with torch.no_grad():
+        np.testing.assert_array_equal(class_relevance(vm, x).chefer, plain.chefer)
+    np.testing.assert_array_equal(inside.chefer, plain.chefer)
+    np.testing.assert_array_equal(leg.map, legrad(vm, x).map)
+
+
 def test_embedding_target_and_headless_model() -> None:
     _, vm = timm_pair(num_classes=0)
     x = x_for()
