@@ -35,7 +35,7 @@ class Faithfulness:
             the gradient rollout (vit-explain exact) and last-layer CLS attention.
         deletion_relevance / deletion_random: area under the true-class probability deletion curve, most
             relevant (Chefer) patches first / random order (mean of `random_orders` orders).
-        deletion_cls: the same, deleting by last-layer CLS attention.
+        deletion_grad_rollout / deletion_cls: the same, deleting by the gradient rollout / last-layer CLS attention.
     """
 
     seed: int
@@ -46,6 +46,7 @@ class Faithfulness:
     cls_ratio: float
     deletion_relevance: float
     deletion_random: float
+    deletion_grad_rollout: float
     deletion_cls: float
 
 
@@ -74,7 +75,7 @@ def measure(model: Any, seed: int = 7, count: int = 200, step: int = 4, random_o
 
     spec = model.spec
     rng = np.random.default_rng([seed, 12345])
-    shares, chefer, roll, cls, d_rel, d_rand, d_cls = [], [], [], [], [], [], []
+    shares, chefer, roll, cls, d_rel, d_rand, d_roll, d_cls = [], [], [], [], [], [], [], []
     for i in range(count):
         sample = shapes.make_sample(seed, i)
         rel = class_relevance(model, sample.image, sample.label)
@@ -88,6 +89,7 @@ def measure(model: Any, seed: int = 7, count: int = 200, step: int = 4, random_o
         x, *_ = model.prepare(sample.image)
         n = rel.chefer.size
         d_rel.append(deletion_area(model, x, np.argsort(-rel.chefer.ravel(), kind="stable"), sample.label, step))
+        d_roll.append(deletion_area(model, x, np.argsort(-rel.grad_rollout.ravel(), kind="stable"), sample.label, step))
         d_cls.append(deletion_area(model, x, np.argsort(-cls_map.ravel(), kind="stable"), sample.label, step))
         d_rand.append(np.mean([deletion_area(model, x, rng.permutation(n), sample.label, step)
                                for _ in range(random_orders)]))
@@ -95,7 +97,7 @@ def measure(model: Any, seed: int = 7, count: int = 200, step: int = 4, random_o
     return Faithfulness(seed=seed, count=count, box_share=share, chefer_ratio=float(np.mean(chefer)) / share,
                         grad_rollout_ratio=float(np.mean(roll)) / share, cls_ratio=float(np.mean(cls)) / share,
                         deletion_relevance=float(np.mean(d_rel)), deletion_random=float(np.mean(d_rand)),
-                        deletion_cls=float(np.mean(d_cls)))
+                        deletion_grad_rollout=float(np.mean(d_roll)), deletion_cls=float(np.mean(d_cls)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     model = vitviz.load(args.checkpoint or demo_checkpoint(), device="cpu")
     figures = measure(model, args.seed, args.count, args.step)
     for name, value in asdict(figures).items():
-        print(f"{name:<20} {value:.4f}" if isinstance(value, float) else f"{name:<20} {value}")
+        print(f"{name:<22} {value:.4f}" if isinstance(value, float) else f"{name:<22} {value}")
     return 0
 
 
