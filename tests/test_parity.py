@@ -382,6 +382,6 @@ def test_family_override_sets_that_familys_defaults(tmp_path) -> None:
     dv2 = vitviz.load(tmp_path / "m.pth", device="cpu", family="dinov2").spec
     # a 32 px model is not an ImageNet model: no ImageNet statistics unless its family is named
     assert (plain.family, plain.pos_interp, plain.preprocess.mean) == ("timm", "timm", (0.0,))
-    assert plain.source_of("preprocess").startswith("guess") and plain.preprocess.mode == "squash"
+    assert plain.source_of("preprocess").startswith("guess") and plain.preprocess.mode == "center"
     assert (dv2.family, dv2.pos_interp) == ("dinov2", "dinov2") and dv2.preprocess.mean == (0.485, 0.456, 0.406)
     assert "dinov2" in dv2.source_of("preprocess")

@@ -335,8 +335,10 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
                 in_chans: int, sources: list[tuple[str, dict[str, Any]]], prov: _Prov) -> Preprocess:
     """The family's recipe, or the one its metadata states; mean/std from training args or text configs when
     they are there. A model that is clearly not an ImageNet model (not 3 channels, or 32 px or less) whose
-    family recipe is only a default gets no resize/crop recipe (the image is brought to the native size as a
-    whole) and no ImageNet statistics: no normalisation, said as a guess unless metadata gives mean/std."""
+    family recipe is only a default gets no ImageNet statistics: no normalisation, said as a guess unless
+    metadata gives mean/std. A 1-channel model, or one of a layout without an eval recipe (hand-written,
+    vit-pytorch, nn.TransformerEncoder), is not resized-and-cropped either: the image is brought to the native
+    size as a whole; an RGB model of a family with a recipe keeps that family's resize and crop."""
     fam = conv.family.split("-")[0]
     crop_pct, interp, mean, std, mode = FAMILY_PREPROCESS.get(fam, FAMILY_PREPROCESS["timm"])
     fields: dict[str, Any] = dict(crop=size, resize=int(math.floor(min(size) / crop_pct)), interpolation=interp,
@@ -365,8 +367,11 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     imagenet_stats = tuple(fields["mean"]) in (IMAGENET_MEAN, INCEPTION_MEAN)
     if not stated and not overrides.get("family") and (fam not in FAMILY_PREPROCESS or native and imagenet_stats):
         what = (f"a {in_chans}-channel" if in_chans != 3 else "an RGB") + f" {size[0]}x{size[1]} px model"
-        fields.update(resize=min(size), mode="squash", interpolation="bilinear")
-        recipe = f"the image resized to {size[0]}x{size[1]} as a whole (no crop)"
+        if in_chans != 3 or fam not in FAMILY_PREPROCESS:  # no family recipe fits: the image as a whole
+            fields.update(resize=min(size), mode="squash")
+            recipe = f"the image resized to {size[0]}x{size[1]} as a whole (no crop)"
+        else:  # an RGB model of a family with an eval recipe: its resize and crop, as its own tools do
+            recipe = f"the {fam} family's resize {fields['resize']} and {fields['mode']} crop"
         if native:
             fields.update(mean=(0.0,), std=(1.0,))
             src = (f"guess: {what} is not an ImageNet model, so no ImageNet statistics: pixels only scaled to "
