@@ -166,12 +166,14 @@ def test_transformer_encoder_settings_from_args(tmp_path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ hand-written
-@pytest.mark.parametrize("head_norm", [False, True])
-def test_multihead_attention_under_other_names(tmp_path, head_norm: bool) -> None:
-    model = perturb(MhaViT(head_norm=head_norm))
-    torch.save({"net": model.state_dict()}, tmp_path / "mha.pt")
+@pytest.mark.parametrize("head_norm,pos_2d", [(False, False), (True, False), (False, True)])
+def test_multihead_attention_under_other_names(tmp_path, head_norm: bool, pos_2d: bool) -> None:
+    model = perturb(MhaViT(head_norm=head_norm, pos_2d=pos_2d))
+    sd = {f"module.{k}": v for k, v in model.state_dict().items()}  # saved from nn.DataParallel
+    torch.save({"net": sd}, tmp_path / "mha.pt")
     vm = vitviz.load(tmp_path / "mha.pt", heads=4, device="cpu")
     assert vm.spec.family == "structural" and vm.spec.fc_norm == head_norm and vm.spec.final_norm != head_norm
+    assert vm.spec.pos_prefix == (0 if pos_2d else 1) and vm.spec.pos_grid == (4, 4)
     assert vm.spec.num_params == n_params(model)
     x = x_for()
     assert_parity(vm, x, *mha_reference(model, x))
@@ -201,6 +203,7 @@ FLEX_CASES = {
     "ln_inside_mlp": (dict(mlp_norm_inside=True), {}),
     "unfold_patches": (dict(patches="unfold"), dict(patch_order="cp1p2")),
     "width_differs": (dict(dim_head=32), {}),
+    "pos_nn_embedding": (dict(pos_table="embedding"), {}),
 }
 
 
@@ -309,3 +312,30 @@ def test_resize_and_crop_mode_overrides(tmp_path) -> None:
     assert r.input.shape == (1, 28, 28)
     with pytest.raises(vitviz.VitvizError, match="crop_mode 'zoom'; expected one of center, squash, squash_crop"):
         vitviz.load(tmp_path / "m.pth", heads=2, crop_mode="zoom")
+
+
+# ------------------------------------------------------------------------------------------- text configs beside
+def test_text_configs_beside_the_weights(tmp_path) -> None:
+    """`<stem>.json`, `config.yaml`, `args.json` next to the file give heads and size; a config that cannot be
+    parsed is skipped with a warning naming it; YAML is read as text (a python tag is not executed)."""
+    from vitviz.core.checkpoint import parse_plain_yaml
+
+    model = perturb(FlexViT())
+    torch.save(model.state_dict(), tmp_path / "vit_small_run.pth")
+    (tmp_path / "vit_small_run.json").write_text(json.dumps({"model": {"n_heads": 3}}))
+    vm = vitviz.load(tmp_path / "vit_small_run.pth", device="cpu")
+    assert vm.spec.num_heads == 3 and vm.spec.source_of("num_heads") == "metadata: vit_small_run.json model.n_heads"
+    (tmp_path / "vit_small_run.json").unlink()
+    (tmp_path / "config.yaml").write_text("model: !!python/object:__main__.Cfg\n  heads: 3\n  dim_head: 16\n"
+                                          "data:\n  mean: [0.5, 0.5, 0.5]\n  std: [0.25, 0.25, 0.25]\n")
+    vm = vitviz.load(tmp_path / "vit_small_run.pth", device="cpu")
+    assert vm.spec.num_heads == 3 and vm.spec.preprocess.std == (0.25, 0.25, 0.25)
+    assert vm.spec.source_of("preprocess").startswith("metadata: config.yaml data.mean")
+    (tmp_path / "config.yaml").write_text("model:\n  heads: 3\n  - broken\n: :\n")
+    (tmp_path / "args.json").write_text('{"heads": 3,')
+    with pytest.warns(UserWarning, match=r"args\.json: skipped, not a readable config"):
+        vm = vitviz.load(tmp_path / "vit_small_run.pth", heads=3, device="cpu")
+    assert parse_plain_yaml("a: 1\nb:\n  c: [1, 2.5, x]\n  d: 'q # not a comment'  # comment\ne: ~\n") == \
+        {"a": 1, "b": {"c": [1, 2.5, "x"], "d": "q # not a comment"}, "e": None}
+    x = x_for()
+    assert_parity(vm, x, *stored_attention_reference(model, x, model.attentions()))

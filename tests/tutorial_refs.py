@@ -239,12 +239,14 @@ class MhaViT(nn.Module):
     """nn.MultiheadAttention under its own names (`stem`, `class_token`, `pos_emb`, `encoder.N.msa`, `ff.0/3`),
     with the final LayerNorm either over all tokens (`ln`) or at the start of the head (`classifier.0`)."""
 
-    def __init__(self, *, head_norm: bool = False, image: int = 32, patch: int = 8, dim: int = 48, depth: int = 2,
-                 heads: int = 4, mlp: int = 96, classes: int = 5) -> None:
+    def __init__(self, *, head_norm: bool = False, pos_2d: bool = False, image: int = 32, patch: int = 8,
+                 dim: int = 48, depth: int = 2, heads: int = 4, mlp: int = 96, classes: int = 5) -> None:
         super().__init__()
         self.stem = nn.Conv2d(3, dim, patch, patch)
         self.class_token = nn.Parameter(torch.randn(1, 1, dim))
-        self.pos_emb = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim))
+        g = image // patch
+        self.pos_2d = pos_2d  # a (1, D, gh, gw) table added to the conv output; the class token gets none
+        self.pos_emb = nn.Parameter(torch.randn(1, dim, g, g) if pos_2d else torch.randn(1, g * g + 1, dim))
         self.encoder = nn.ModuleList(MhaBlock(dim, heads, mlp) for _ in range(depth))
         self.head_norm = head_norm
         if head_norm:
@@ -254,8 +256,12 @@ class MhaViT(nn.Module):
             self.classifier = nn.Linear(dim, classes)
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
-        x = self.stem(img).flatten(2).transpose(1, 2)
-        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_emb
+        if self.pos_2d:
+            x = (self.stem(img) + self.pos_emb).flatten(2).transpose(1, 2)
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+        else:
+            x = self.stem(img).flatten(2).transpose(1, 2)
+            x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_emb
         for block in self.encoder:
             x = block(x)
         return self.classifier(x[:, 0] if self.head_norm else self.ln(x)[:, 0])
@@ -382,18 +388,20 @@ class FlexViT(nn.Module):
         cls: a class token in front; pool: 'token' (token 0, a patch without a class token) or 'mean'.
         final_norms: 0, 1 or 2 stacked LayerNorms over all tokens before pooling.
         head: 'linear', 'mlp' (Linear -> ReLU -> Linear) or 'ln_linear' (LayerNorm at the start of the head).
+        pos_table: 'parameter' ((1, n, D)) or 'embedding' (an nn.Embedding(n, D) added row by row).
     """
 
     def __init__(self, *, image: int = 32, patch: int = 8, chans: int = 3, dim: int = 48, depth: int = 2,
                  heads: int = 3, dim_head: int = 16, mlp: int = 96, classes: int = 5, patches: str = "einops",
                  attn: str = "separate", out_proj: bool = True, scale: str = "head", cls: bool = True,
                  pool: str = "token", final_norms: int = 1, head: str = "linear", act: type[nn.Module] = nn.GELU,
-                 mlp_norm_inside: bool = False) -> None:
+                 mlp_norm_inside: bool = False, pos_table: str = "parameter") -> None:
         super().__init__()
         self.p, self.patches, self.pool = patch, patches, pool
         self.patch_embed = nn.Linear(chans * patch * patch, dim)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim)) if cls else None
-        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + int(cls), dim))
+        n = (image // patch) ** 2 + int(cls)
+        self.pos_embed = nn.Embedding(n, dim) if pos_table == "embedding" else nn.Parameter(torch.randn(1, n, dim))
         self.blocks = nn.ModuleList(FlexBlock(dim, heads, dim_head, mlp, attn, out_proj, scale, act, mlp_norm_inside)
                                     for _ in range(depth))
         self.final = nn.Sequential(*[nn.LayerNorm(dim) for _ in range(final_norms)])
@@ -416,7 +424,7 @@ class FlexViT(nn.Module):
         x = self.patch_embed(x)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = x + self.pos_embed
+        x = x + (self.pos_embed.weight[None] if isinstance(self.pos_embed, nn.Embedding) else self.pos_embed)
         for block in self.blocks:
             x = block(x)
         x = self.final(x)

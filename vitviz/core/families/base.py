@@ -38,12 +38,13 @@ def key_stems(keys: list[str], n: int = 10) -> list[str]:
 
 
 def strip_prefixes(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Strip wrapper prefixes (DDP, compile, DINO MultiCropWrapper, Lightning) until stable; drop foreign heads."""
+    """Strip wrapper prefixes (DDP, compile, DINO MultiCropWrapper, Lightning, a user's `self.net` / `self.vit`
+    wrapper, vit-pytorch's Recorder) until stable; drop foreign heads."""
     dropped: list[str] = []
     changed = True
     while changed:
         changed = False
-        for prefix in ("module.", "_orig_mod.", "model.", "timm_model.", "backbone."):
+        for prefix in ("module.", "_orig_mod.", "model.", "timm_model.", "backbone.", "net.", "network.", "vit."):
             if sd and all(k.startswith(prefix) for k in sd):
                 sd = {k[len(prefix):]: v for k, v in sd.items()}
                 changed = True
