@@ -151,10 +151,10 @@ def qkv_role(name: str) -> str | None:
 
 
 def is_attention_shaped(sd: dict[str, torch.Tensor]) -> bool:
-    """Whether the file holds attention weights: an nn.MultiheadAttention in-projection, or q/k/v-named or
+    """Whether the file holds attention weights: an nn.MultiheadAttention in-projection, q/k/v-named Linears, or
     (3D, D) Linears inside repeated modules (NAME.N.)."""
     for unit in units_of(sd):
-        if unit.kind == "in_proj":
+        if unit.kind == "in_proj" or (unit.kind == "linear" and qkv_role(unit.name) is not None):
             return True
         if unit.kind == "linear" and _index_split(unit.path) and _attention_unit(unit):
             return True
