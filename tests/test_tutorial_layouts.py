@@ -339,3 +339,21 @@ def test_text_configs_beside_the_weights(tmp_path) -> None:
         {"a": 1, "b": {"c": [1, 2.5, "x"], "d": "q # not a comment"}, "e": None}
     x = x_for()
     assert_parity(vm, x, *stored_attention_reference(model, x, model.attentions()))
+
+
+@pytest.mark.parametrize("mlp", [96, 144])  # 144: the MLP's first Linear has the shape of q/k/v, (3D, D)
+def test_attention_without_telling_names(tmp_path, mlp: int) -> None:
+    """`attn.l1` / `attn.l2`, `mlp.a` / `mlp.b`: q/k/v is the (3A, D) Linear with its (D, A) projection beside it,
+    the MLP the (F, D) / (D, F) pair; a 1-channel patch-4 Linear (48, 16) is no attention either."""
+    model = perturb(FlexViT(attn="fused", mlp=mlp, image=16, patch=4, chans=1))
+    names = {".attn.qkv.": ".attn.l1.", ".attn.proj.": ".attn.l2.", ".mlp.0.": ".mlp.a.", ".mlp.3.": ".mlp.b."}
+    sd = {}
+    for k, v in model.state_dict().items():
+        for old, new in names.items():
+            k = k.replace(old, new)
+        sd[k] = v
+    torch.save(sd, tmp_path / "plain.pth")
+    vm = vitviz.load(tmp_path / "plain.pth", heads=3, device="cpu")
+    assert vm.spec.mlp_hidden == mlp and vm.spec.in_chans == 1 and vm.spec.patch_size == 4
+    x = x_for(c=1, h=16, w=16)
+    assert_parity(vm, x, *stored_attention_reference(model, x, model.attentions()))

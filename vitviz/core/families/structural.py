@@ -38,7 +38,7 @@ from vitviz.errors import UnknownLayoutError
 NAMES = ("structural",)
 
 _ROLE_WORDS = {"q": "q", "query": "q", "queries": "q", "k": "k", "key": "k", "keys": "k", "v": "v", "value": "v",
-               "values": "v", "qkv": "qkv", "kv": "kv", "inproj": "qkv", "attn": "qkv", "cattn": "qkv"}
+               "values": "v", "qkv": "qkv", "kv": "kv", "inproj": "qkv", "cattn": "qkv"}
 _OUT_WORDS = ("out", "proj", "o", "wo", "output", "dense", "projection", "outproj", "oproj", "toout", "fcout",
               "cproj", "outputprojection", "attnout", "concat")
 
@@ -139,13 +139,13 @@ def _squash(name: str) -> str:
 def qkv_role(name: str) -> str | None:
     """'q' / 'k' / 'v' / 'qkv' / 'kv' for a module name such as `query`, `to_q`, `k_proj`, `W_v`, `qkv`."""
     word = _squash(name)
-    if word in _ROLE_WORDS and word != "attn":
+    if word in _ROLE_WORDS:
         return _ROLE_WORDS[word]
     for pre, suf in (("to", ""), ("w", ""), ("", "proj"), ("", "linear"), ("linear", ""), ("proj", ""),
                      ("", "layer"), ("", "lin"), ("", "fc"), ("", "weight"), ("", "w"), ("", "net"), ("", "mat")):
         if word.startswith(pre) and word.endswith(suf) and len(word) > len(pre) + len(suf):
             core = word[len(pre):len(word) - len(suf) if suf else None]
-            if core in _ROLE_WORDS and core != "attn":
+            if core in _ROLE_WORDS:
                 return _ROLE_WORDS[core]
     return None
 
@@ -237,13 +237,8 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
 
 
 def _first_qkv(group: list[Unit]) -> Unit | None:
-    for u in group:
-        if u.kind == "in_proj" or (u.kind == "linear" and qkv_role(u.name) is not None):
-            return u
-    for u in group:
-        if u.kind == "linear" and u.weight.shape[0] == 3 * u.weight.shape[1]:
-            return u
-    return None
+    return next((u for u in group if _named_attention(u)), None) or \
+        next((u for u in group if _attention_unit(u)), None)
 
 
 def _index_split(path: str) -> tuple[str, int, str] | None:
@@ -255,9 +250,14 @@ def _index_split(path: str) -> tuple[str, int, str] | None:
     return None
 
 
+def _named_attention(u: Unit) -> bool:
+    """Certain attention: an nn.MultiheadAttention in-projection or a q/k/v-named Linear."""
+    return u.kind == "in_proj" or (u.kind == "linear" and qkv_role(u.name) is not None)
+
+
 def _attention_unit(u: Unit) -> bool:
-    return u.kind == "in_proj" or (u.kind == "linear" and (qkv_role(u.name) is not None or
-                                                          u.weight.shape[0] == 3 * u.weight.shape[1]))
+    """Possible attention: certain attention, or a (3k, k) Linear (which may also be an MLP of ratio 3)."""
+    return _named_attention(u) or (u.kind == "linear" and u.weight.shape[0] == 3 * u.weight.shape[1])
 
 
 def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], set[int]]:
@@ -272,20 +272,24 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
         split = _index_split(u.path)
         if split:
             by_container.setdefault(split[0], {}).setdefault(split[1], []).append(u)
-    scored = sorted(((sum(_attention_unit(u) for us in kids.values() for u in us), name)
-                     for name, kids in by_container.items()), reverse=True)
-    if not scored or scored[0][0] == 0:
+    def score(kids: dict[int, list[Unit]]) -> tuple[int, int]:
+        units_in = [u for us in kids.values() for u in us]
+        return sum(map(_named_attention, units_in)), sum(map(_attention_unit, units_in))
+
+    scored = sorted(((score(kids), name) for name, kids in by_container.items()), reverse=True)
+    if not scored or scored[0][0][1] == 0:
         raise Unplaced("no repeated transformer blocks (modules under NAME.N. holding attention weights)")
-    container = scored[0][1]
-    others = [name for score, name in scored[1:] if score]
+    (named, _), container = scored[0]
+    others = [name for (n, _), name in scored[1:] if n] if named else []
     if others:
         extra = [u for name in others for us in by_container[name].values() for u in us]
         raise Unplaced(f"attention weights in more than one stack of blocks ({container}.N and "
                        f"{', '.join(o + '.N' for o in others)})", extra)
+    starts = _named_attention if named else _attention_unit  # an MLP of ratio 3 is no attention when names say
     children: list[list[list[Unit]]] = []  # blocks -> children -> units
     for index in sorted(by_container[container]):
         members = by_container[container][index]
-        if any(_attention_unit(u) for u in members):
+        if any(starts(u) for u in members):
             children.append([members])
         elif children:
             children[-1].append(members)
@@ -400,10 +404,15 @@ def _find_qkv(units: list[Unit], dim: int,
         if "qkv" in one and one["qkv"].weight.shape[0] % 3 == 0:
             used.add(id(one["qkv"]))
             return (one["qkv"].weight, one["qkv"].bias), parent, 0, [one["qkv"]]
-    # no names: the (3A, D) Linear that is not the first half of an MLP pair (F, D) / (D, F)
-    candidates = [u for u in linears if u.weight.shape[1] == dim and u.weight.shape[0] % 3 == 0]
-    candidates = [u for u in candidates if not any(o is not u and tuple(o.weight.shape) == (dim, u.weight.shape[0])
-                                                   and u.weight.shape[0] != 3 * dim for o in linears)] or candidates
+    # no names: a (3A, D) Linear that is not the first half of an MLP pair (F, D) / (D, F) in one module,
+    # preferring one with its (D, A) output projection beside it
+    def beside(u: Unit, shape: tuple[int, int]) -> bool:
+        return any(o is not u and o.parent == u.parent and tuple(o.weight.shape) == shape for o in linears)
+
+    candidates = [u for u in linears if u.weight.shape[1] == dim and u.weight.shape[0] % 3 == 0
+                  and not beside(u, (dim, int(u.weight.shape[0])))]
+    if len(candidates) > 1:
+        candidates = [u for u in candidates if beside(u, (dim, int(u.weight.shape[0]) // 3))] or candidates
     if len(candidates) == 1:
         used.add(id(candidates[0]))
         return (candidates[0].weight, candidates[0].bias), candidates[0].parent, 0, candidates[:1]
