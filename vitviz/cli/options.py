@@ -100,21 +100,7 @@ def install_guess_reporter(stream: TextIO | None = None) -> None:
 
 def guess_lines(spec: Any) -> list[str]:
     """One line per guessed value of `spec` (num_heads first): what was assumed and the option that sets it."""
-    import re
+    from vitviz.core.hyperparams import describe_guess
 
-    from vitviz.core.hyperparams import HOW_TO_PASS
-
-    lines = []
-    for name, source in sorted(spec.guesses, key=lambda g: g[0] != "num_heads"):
-        value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}" if name == "preprocess" else \
-            getattr(spec, name, "")
-        how = HOW_TO_PASS.get(name, name)
-        cli = re.search(r"\(CLI ([^)]*)\)", how)
-        how = cli.group(1) if cli else how
-        if name == "num_heads":
-            w = spec.attn_width
-            how += f" (heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
-                                                                          if w % h == 0) + ")"
-        why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
-        lines.append(f"GUESSED {name} = {value}: {why}. If wrong, pass {how}")
-    return lines
+    return [f"GUESSED {describe_guess(spec, name, cli=True)}"
+            for name, _ in sorted(spec.guesses, key=lambda g: g[0] != "num_heads")]

@@ -129,18 +129,28 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
 
 
 def warn_guesses(spec: ModelSpec) -> None:
-    """Say loudly (a `GuessWarning`) which values nothing in the file gave, and how to pass the right ones."""
-    for name, source in spec.guesses:
-        value = getattr(spec, name, None)
-        if name == "preprocess":
-            value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
-        how = HOW_TO_PASS.get(name, f"{name}=...")
-        extra = ""
-        if name == "num_heads":
-            divisors = [h for h in range(1, spec.attn_width + 1) if spec.attn_width % h == 0 and h <= 64]
-            extra = f"; heads that divide the width {spec.attn_width}: {', '.join(map(str, divisors))}"
-        warnings.warn(f"{spec.source}: {name} = {value} is a {source}; if that is wrong, pass {how}{extra}",
-                      GuessWarning, stacklevel=3)
+    """Say loudly (a `GuessWarning` each, num_heads first) which values nothing in the file gave, and how to pass
+    the right ones."""
+    for name, _ in sorted(spec.guesses, key=lambda g: g[0] != "num_heads"):
+        warnings.warn(f"{spec.source}: {describe_guess(spec, name)}", GuessWarning, stacklevel=3)
+
+
+def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
+    """'num_heads = 1 is a guess: <why>; if that is wrong, pass heads=N (CLI --heads N); heads that divide ...'
+    (with `cli`, only the command-line option)."""
+    source = spec.source_of(name)
+    value: Any = getattr(spec, name, "")
+    if name == "preprocess":
+        value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
+    why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
+    how = HOW_TO_PASS.get(name, f"{name}=...")
+    if cli and (m := re.search(r"\(CLI ([^)]*)\)", how)):
+        how = m.group(1)
+    if name == "num_heads":
+        w = spec.attn_width
+        how += f"; heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
+                                                                   if w % h == 0)
+    return f"{name} = {value} is a guess: {why}; if that is wrong, pass {how}"
 
 
 def _check_choices(fields: dict[str, Any], where: str) -> None:
