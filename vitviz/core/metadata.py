@@ -118,7 +118,7 @@ STD_KEYS = ("std", "image_std", "norm_std", "normalize_std", "pixel_std", "img_s
 POOL_KEYS = ("pool", "pooling", "global_pool", "pool_type")
 ACT_KEYS = ("activation", "act", "act_layer", "hidden_act", "mlp_act")
 NORM_FIRST_KEYS = ("norm_first", "pre_norm", "prenorm")
-EPS_KEYS = ("layer_norm_eps", "norm_eps", "ln_eps", "eps")
+EPS_KEYS = ("layer_norm_eps", "norm_eps", "ln_eps", "layernorm_eps")  # not bare `eps`: often the optimizer's
 LABEL_KEYS = ("classes", "class_names", "labels", "idx_to_class", "class_to_idx", "label_names", "id2label")
 
 

@@ -692,7 +692,8 @@ def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Fac
 def _patch_linear(units: list[Unit], dim: int, raw: RawCheckpoint, used: set[int]) -> tuple[Unit, int, int]:
     """A Linear (D, C*P*P) over flattened patches: (unit, C, P). C is 1 or 3 unless metadata says otherwise
     (3*P*P is never a square, so the split is unique)."""
-    meta = find_value(metadata_sources(raw.meta, raw.sidecars), CHANNEL_KEYS, as_int)
+    meta = find_value(metadata_sources(raw.meta, raw.sidecars), CHANNEL_KEYS,
+                      lambda v: as_int(v) if as_int(v) in (1, 2, 3, 4) else None)  # not a CNN's `channels: 64`
     channels = [meta[0]] if meta else [3, 1]
     found = []
     for u in units:
