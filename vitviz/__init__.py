@@ -6,11 +6,13 @@ The public API is small::
     model = vitviz.load("vit_b_16.pth")     # overrides: heads=, family=, image_size=, device=, eps=, mean=, std=
     result = model.run("cat.jpg")           # a path, PIL image, HxWxC array or a (1, C, H, W) tensor
     result.attentions.shape                 # (L, H, T, T)
+    vitviz.show(result)                     # a PIL image: the CLS map over the image (also a result's notebook view)
 
 `vitviz.load` imports torch on first use, so importing this package stays cheap (the GUI relies on that).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from vitviz.errors import (
@@ -31,7 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "VitvizError", "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError",
     "DeviceError", "ImageError", "InconsistentCheckpointError", "NoWeightsError", "UnknownLayoutError",
-    "UnsafeCheckpointError", "__version__",
+    "UnsafeCheckpointError", "__version__", "show",
 ]
 
 
@@ -40,3 +42,33 @@ def load(path: Any, **overrides: Any) -> Any:
     from vitviz.core.load import load as _load
 
     return _load(path, **overrides)
+
+
+def show(result: Any, map: str = "cls", layer: Any = -1, head: Any = "mean", **options: Any) -> Any:  # noqa: A002
+    """A result's map drawn over the image the model saw, as a PIL image (`vitviz.core.show.show`).
+
+    `map` is any map `vitviz export --maps` knows ('cls', 'mean', 'max', 'rollout', 'token:N'), `layer` an index
+    or 'mean', `head` an index, 'mean' or 'max'; `options` are `RenderOptions` fields (cmap, opacity, style...).
+    """
+    from vitviz.core.show import show as _show
+
+    return _show(result, map, layer, head, **options)
+
+
+def _png(result: Any) -> bytes:
+    from vitviz.core.show import png_bytes
+
+    return png_bytes(result)
+
+
+def _register_notebook_display() -> None:
+    """In IPython/Jupyter, show an `AttentionResult` as its picture (registered by name: nothing is imported)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    if shell is None:
+        return
+    formatter = shell.display_formatter.formatters["image/png"]
+    formatter.for_type_by_name("vitviz.core.spec", "AttentionResult", _png)
+
+
+_register_notebook_display()

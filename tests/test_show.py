@@ -1,0 +1,70 @@
+"""`vitviz.show` and the notebook view of a result: the picture `vitviz export` writes for the same choices."""
+from __future__ import annotations
+
+import io
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _tiny import write_tiny_checkpoint
+from PIL import Image
+
+import vitviz
+from vitviz.cli import main
+
+HEADS = 2
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
+    folder = tmp_path_factory.mktemp("show")
+    ckpt = write_tiny_checkpoint(folder / "tiny.pth")
+    image = folder / "photo.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(image)
+    return ckpt, image, vitviz.load(ckpt, heads=HEADS, device="cpu").run(image)
+
+
+@pytest.mark.parametrize("map_name, layer, head, cli", [
+    ("cls", -1, "mean", ["--maps", "cls", "--layers", "last", "--which-heads", "mean"]),
+    ("rollout", -1, "mean", ["--maps", "rollout", "--layers", "last", "--which-heads", "mean"]),
+    ("token:3", 0, 1, ["--maps", "token:3", "--layers", "0", "--which-heads", "1"]),
+])
+def test_show_is_the_exported_png(setup, tmp_path: Path, map_name: str, layer: object, head: object,
+                                  cli: list[str]) -> None:
+    ckpt, image, result = setup
+    picture = vitviz.show(result, map_name, layer, head)
+    assert isinstance(picture, Image.Image)
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(ckpt), "--heads", str(HEADS), str(image), "--out", str(out), "--colorbar",
+                 "--device", "cpu", "--quiet", *cli]) == 0
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 1
+    np.testing.assert_array_equal(np.asarray(picture), np.asarray(Image.open(pngs[0]).convert("RGB")))
+
+
+def test_show_options_and_errors(setup) -> None:
+    _ckpt, _image, result = setup
+    bare = vitviz.show(result, style="heatmap", colorbar=False, original=False)
+    assert bare.size == (result.image.shape[1], result.image.shape[0])
+    with pytest.raises(vitviz.VitvizError, match="expected one of cls"):
+        vitviz.show(result, "nonsense")
+
+
+def test_notebook_display_is_registered_by_name(setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In IPython the result's PNG formatter is registered without importing anything; it renders `show`."""
+    registered = {}
+
+    class Formatter:
+        def for_type_by_name(self, module: str, name: str, func: object) -> None:
+            registered[(module, name)] = func
+
+    shell = types.SimpleNamespace(display_formatter=types.SimpleNamespace(formatters={"image/png": Formatter()}))
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    vitviz._register_notebook_display()
+    func = registered[("vitviz.core.spec", "AttentionResult")]
+    assert type(setup[2]).__module__ == "vitviz.core.spec" and type(setup[2]).__name__ == "AttentionResult"
+    png = func(setup[2])
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")),
+                                  np.asarray(vitviz.show(setup[2])))
