@@ -2,6 +2,11 @@
 
 Memory stays bounded: at most `2 * batch_size + workers` images are read ahead, and at most two batches of
 results wait for their PNGs, so the peak does not grow with the number of images.
+
+Maps of a class (relevance, gradient rollout, attention x gradient) take a forward and backward pass per image and
+class, and the PCA and norms maps a pass that keeps every block's output tokens; both run only when such a map is
+asked for, one image at a time after the batch's attention pass (which is skipped when no attention map and no
+.npz is asked for). The plain export is as fast as without them.
 """
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ import numpy as np
 from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
 from vitviz.core import files, images
-from vitviz.core.maps import map_stack
-from vitviz.core.render import draw_map
+from vitviz.core.maps import MapKind, MapStack, map_stack, norm_stack, relevance_stack
+from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import VitvizError
 
@@ -31,6 +36,71 @@ class Prepared:
     x: Any
     display: np.ndarray
     region: np.ndarray
+
+
+@dataclass
+class Extras:
+    """One image's maps from passes of their own: the gradient maps per class asked for (None: the top class)
+    and the token features with their (L, gh, gw) output-token norms; PCA results per layer as they are made."""
+
+    relevance: dict[int | None, Any]
+    features: Any = None
+    norms: np.ndarray | None = None
+    prefix_norms: np.ndarray | None = None
+    pca: dict[Any, Any] | None = None
+
+    def pca_at(self, layer: Any) -> Any:
+        """The image's feature PCA at block `layer` (fitted on this image alone; made once per layer)."""
+        from vitviz.core.features import feature_pca
+
+        self.pca = {} if self.pca is None else self.pca
+        if layer not in self.pca:
+            self.pca[layer] = feature_pca(self.features, int(layer))
+        return self.pca[layer]
+
+
+def compute_extras(model: Any, x: Any, classes: list[int | None], features: bool) -> Extras:
+    """The gradient maps of each class (one forward and backward pass each) and, with `features`, every block's
+    output tokens (one pass) of one image, a (1, C, H, W) input."""
+    from vitviz.core.relevance import class_relevance
+
+    extras = Extras({target: class_relevance(model, x, target) for target in classes})
+    if features:
+        from vitviz.core.features import capture_features, prefix_norms, token_norms
+
+        extras.features = capture_features(model, x)
+        extras.norms, extras.prefix_norms = token_norms(extras.features), prefix_norms(extras.features)
+    return extras
+
+
+def extra_stack(m: MapKind, extras: Extras) -> MapStack:
+    """The stack of a gradient map or of the norms from an image's `Extras`."""
+    if m.source == "gradients":
+        return relevance_stack(extras.relevance[m.target], m.kind)  # type: ignore[index]
+    assert extras.norms is not None
+    return norm_stack(extras.norms)
+
+
+def extra_arrays(maps: list[MapKind], layers: list[Any], extras: Extras) -> dict[str, np.ndarray]:
+    """What the .npz holds beyond attention for these maps: each gradient map under its label ('relevance_c3',
+    'attngrad' (L, H, gh, gw)...) with the class it explains ('relevance_c3_class'); the PCA colours (gh, gw, 3)
+    and foreground (gh, gw) of each layer ('pca_L11', 'pca_foreground_L11'); the output-token norms of every
+    layer ('norms' (L, gh, gw), 'prefix_norms' (L, P))."""
+    out: dict[str, np.ndarray] = {}
+    for m in maps:
+        key = m.label.replace("-", "_")
+        if m.source == "gradients":
+            rel = extras.relevance[m.target]  # type: ignore[index]
+            out[key] = {"relevance": rel.chefer, "gradrollout": rel.grad_rollout, "attngrad": rel.attn_grad}[m.kind]
+            out[f"{key}_class"] = np.array(rel.target)
+        elif m.kind == "pca":
+            for layer in layers:
+                pca = extras.pca_at(layer)
+                out[f"pca_L{layer}"], out[f"pca_foreground_L{layer}"] = pca.colors[0], pca.foreground[0]
+        elif m.kind == "norms":
+            assert extras.norms is not None and extras.prefix_norms is not None
+            out["norms"], out["prefix_norms"] = extras.norms, extras.prefix_norms
+    return out
 
 
 class Exporter:
@@ -110,34 +180,61 @@ class Exporter:
         """One forward pass for the batch, then its PNGs queued for writing (waiting if two batches are queued)."""
         import torch
 
-        try:
-            x = torch.cat([p.x for p in batch])  # logits only go into .npz; without it the pass stops at the last softmax
-            attn, logits = self.model.forward_captured(x, self.plan.half, logits=self.plan.npz, rows=self.plan.rows)
-        except VitvizError as e:
-            for p in batch:
+        plan = self.plan
+        attn: Any = [None] * len(batch)
+        logits: Any = [None] * len(batch)
+        if plan.needs_attention:
+            try:
+                x = torch.cat([p.x for p in batch])  # logits only go into .npz; without it the pass stops at the last softmax
+                attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz, rows=plan.rows)
+            except VitvizError as e:
+                for p in batch:
+                    self._fail(p.job, e)
+                return
+        extras: list[Extras | None] = []
+        for p in batch:  # maps of a class or of the features: passes of their own, only when asked for
+            try:
+                extras.append(compute_extras(self.model, p.x, plan.classes, plan.needs_features)
+                              if plan.classes or plan.needs_features else None)
+            except VitvizError as e:
                 self._fail(p.job, e)
-            return
-        while len(self._writes) > 2 * self.plan.batch_size:
+                extras.append(None)
+        while len(self._writes) > 2 * plan.batch_size:
             self._finish_oldest()
         for i, p in enumerate(batch):
-            self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i])))
+            if p.job.status != "failed":
+                self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i], extras[i])))
 
-    def _write(self, p: Prepared, attn: np.ndarray, logits: np.ndarray) -> None:
+    def _write(self, p: Prepared, attn: np.ndarray | None, logits: np.ndarray | None,
+               extras: Extras | None = None) -> None:
         """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
             folder.mkdir(parents=True, exist_ok=True)
-        stacks = {m: map_stack(attn, m, spec, plan.rows) for m in plan.maps}
+        stacks: dict[MapKind, MapStack] = {}
+        for m in plan.maps:
+            if m.source == "attention":
+                stacks[m] = map_stack(attn, m, spec, plan.rows)
+            elif m.kind != "pca":  # PCA is a colour image per layer, not a stack
+                assert extras is not None
+                stacks[m] = extra_stack(m, extras)
+        input_hw = p.display.shape[:2]
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if not plan.overwrite and path.exists():
                 continue
-            rgb = draw_map(stacks[m], layer, head, p.region, p.display.shape[:2], spec.patch_size, plan.render)
+            if m.kind == "pca":
+                assert extras is not None
+                rgb = draw_colors(extras.pca_at(layer).colors[0], p.region, input_hw, spec.patch_size, plan.render)
+            else:
+                rgb = draw_map(stacks[m], layer, head, p.region, input_hw, spec.patch_size, plan.render)
             self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             scores, features = split_output(logits, spec)
             result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
                                      spec=spec, source=str(job.path), features=features)
-            self._save(job, job.outputs[-1], lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite))
+            extra = extra_arrays(plan.maps, plan.layers, extras) if extras is not None else {}
+            self._save(job, job.outputs[-1],
+                       lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite, extra=extra))
 
     @staticmethod
     def _save(job: Job, path: Path, write: Any) -> None:

@@ -13,6 +13,22 @@ window and `vitviz export` write the same files under the same names:
 
 Heads are reduced after the queries (head 'mean' of `mean` is the mean over heads of each head's mean over
 queries), as in the window. Layer 'mean' is the mean of the per-layer maps.
+
+Maps of one class need a forward and backward pass per image, made only when one is asked for (`vitviz.core.
+relevance`); CLASS is an index or a label of the model (without it: each image's top class):
+
+- `relevance[:CLASS]`: Chefer et al.'s generic relevance, one map of the whole model: `{image}_relevance-c3_Lall.png`
+  (`{image}_relevance_Lall.png` for the top class).
+- `gradrollout[:CLASS]`: vit-explain's gradient rollout (discard ratio 0.9, as its code), `..._gradrollout-c3_Lall`.
+- `attngrad[:CLASS]`: attention x gradient per layer and head, signed (colour scale -m..m):
+  `{image}_attngrad-c3_L{layer}_H{head}.png`.
+
+Maps of the blocks' output tokens need a pass of their own (`vitviz.core.features`), also only when asked for:
+
+- `pca`: the DINOv2-style feature PCA colours of each layer of --layers, fitted on the image alone (a colour image;
+  --cmap and --scale do not apply, --colorbar adds a legend): `{image}_pca_L{layer}.png`.
+- `norms`: every patch's output-token norm (high-norm "artifact" tokens stand out), on a scale shared by all
+  layers: `{image}_norms_L{layer}.png`.
 """
 from __future__ import annotations
 
@@ -21,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job
-from vitviz.core.maps import HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
@@ -97,6 +113,64 @@ def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
                                  f"layers (0-{spec.depth - 1})")
 
 
+def check_classes(maps: list[MapKind], spec: ModelSpec) -> list[MapKind]:
+    """The maps with every gradient map's class as an index of the model, without duplicates.
+
+    A class is an index (0..C-1) or a label of `spec.labels`, matched without regard to case, as the whole label
+    or one of its comma-separated names ('tabby' for 'tabby, tabby cat').
+
+    Raises:
+        SelectionError: a gradient map of a model without a classifier, an index out of range, a label the model
+            does not have (the closest ones named), or one that names several classes.
+    """
+    out: list[MapKind] = []
+    for m in maps:
+        if m.kind in GRADIENT_KINDS:
+            if spec.num_classes == 0:
+                raise SelectionError(f"the {m.kind} map explains a class, but this model has no classifier (its output "
+                                     "is a feature vector)")
+            m = MapKind(m.kind, target=class_index(m.target, spec))
+        if m not in out:
+            out.append(m)
+    return out
+
+
+def class_index(target: int | str | None, spec: ModelSpec) -> int | None:
+    """A class given as an index or a label (see `check_classes`) as an index of the model; None stays None (the
+    top class)."""
+    c = spec.num_classes
+    if target is None:
+        return None
+    if isinstance(target, int):
+        if not 0 <= target < c:
+            raise SelectionError(f"class {target} out of range: the model has {c} classes (0-{c - 1})")
+        return target
+    wanted = " ".join(str(target).lower().split())
+    labels = [" ".join(str(label).lower().split()) for label in spec.labels]
+    hits = [i for i, label in enumerate(labels) if label == wanted]
+    if not hits:
+        hits = [i for i, label in enumerate(labels) if wanted in (n.strip() for n in label.split(","))]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        named = ", ".join(f"{i} ({spec.labels[i]!r})" for i in hits[:5])
+        raise SelectionError(f"class {target!r} names {len(hits)} classes: {named}; give the index instead")
+    if not spec.labels:
+        raise SelectionError(f"class {target!r}: this model has no class labels; give an index 0-{c - 1}")
+    import difflib
+
+    close = difflib.get_close_matches(wanted, labels, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(spec.labels[labels.index(x)]) for x in close)}?" if close else ""
+    raise SelectionError(f"class {target!r} is not a label of this model ({c} classes; give an index 0-{c - 1} "
+                         f"or a label){hint}")
+
+
+def check_layers(maps: list[MapKind], layers: list[LayerSel]) -> None:
+    """Refuse layer 'mean' for PCA (a mean of colour images means nothing)."""
+    if "mean" in layers and any(m.kind == "pca" for m in maps):
+        raise SelectionError("the pca map has no mean over layers; give layer indices (e.g. --layers last or 0-3)")
+
+
 def with_rollout(maps: list[MapKind], params: RolloutParams) -> list[MapKind]:
     """The maps with `params` as the settings of every rollout (each rollout keeps its own query)."""
     return [MapKind("rollout", rollout=RolloutParams(params.fusion, params.discard, params.start, params.residual,
@@ -104,29 +178,37 @@ def with_rollout(maps: list[MapKind], params: RolloutParams) -> list[MapKind]:
 
 
 def combos(maps: list[MapKind], layers: list[LayerSel], heads: list[HeadSel]) -> list[Combo]:
-    """Every (map, layer, head) to draw, in order; rollout fuses the heads, so it has one head ('mean')."""
+    """Every (map, layer, head) to draw, in order. Rollout fuses the heads, and PCA and norms have none, so they
+    have one head ('mean'); relevance and gradient rollout are one map of the whole model (layer 'all')."""
     out: list[Combo] = []
     for m in maps:
-        for layer in layers:
-            for head in (["mean"] if m.kind == "rollout" else heads):
+        for layer in (layers if m.per_layer else ["all"]):
+            for head in (heads if m.per_head else ["mean"]):
                 if (m, layer, head) not in out:
                     out.append((m, layer, head))
     return out
 
 
 def output_name(stem: str, m: MapKind, layer: LayerSel, head: HeadSel) -> str:
-    """`{image}_{map}_L{layer}_H{head}.png`, the name of one exported map, in the window as in `vitviz export`.
+    """The name of one exported map, in the window as in `vitviz export`: `{image}_{map}_L{layer}_H{head}.png`;
+    `{image}_{map}_L{layer}.png` for maps without heads (PCA, norms); `{image}_{map}_Lall.png` for a map of the
+    whole model (relevance, gradient rollout).
 
     The map part is `MapKind.label`: a rollout's carries any non-default setting (`rollout-max-d0.9-r0.3`), so a
     rerun with other settings writes new files instead of skipping the old ones as done; rollout has only head
-    'mean'.
+    'mean'. A gradient map's carries its class (`relevance-c3`; `relevance` for the top class).
     """
+    if not m.per_layer:
+        return f"{stem}_{m.label}_Lall.png"
+    if m.kind in ("pca", "norms"):
+        return f"{stem}_{m.label}_L{layer}.png"
     return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind == 'rollout' else head}.png"
 
 
 def query_rows(maps: list[MapKind]) -> list[int] | None:
-    """The only query rows these maps read (CLS and token maps), or None when a map needs whole matrices."""
-    rows = [m.query_row for m in maps]
+    """The only query rows the attention maps among these read (CLS and token maps), or None when one needs whole
+    matrices; [] when none is an attention map."""
+    rows = [m.query_row for m in maps if m.source == "attention"]
     return None if any(r is None for r in rows) else sorted({int(r) for r in rows if r is not None})
 
 
@@ -153,6 +235,25 @@ class Plan:
     def rows(self) -> list[int] | None:
         """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those."""
         return None if self.npz else query_rows(self.maps)
+
+    @property
+    def needs_attention(self) -> bool:
+        """Whether the captured forward pass is needed: an attention map, or the .npz (which holds attention)."""
+        return self.npz or any(m.source == "attention" for m in self.maps)
+
+    @property
+    def classes(self) -> list[int | None]:
+        """The classes of the gradient maps, one forward and backward pass per image each (None: top class)."""
+        out: list[int | None] = []
+        for m in self.maps:
+            if m.source == "gradients" and m.target not in out:
+                out.append(m.target)  # type: ignore[arg-type]  # an index once `check_classes` has run
+        return out
+
+    @property
+    def needs_features(self) -> bool:
+        """Whether the token features are captured (the pca and norms maps)."""
+        return any(m.source == "features" for m in self.maps)
 
     def combos(self) -> list[Combo]:
         """Every (map, layer, head) to draw; rollout has one head ('mean')."""

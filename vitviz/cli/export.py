@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, unique_stems
-from vitviz.batch.plan import Plan, check_maps, parse_maps, parse_picks, resolve_picks, safe_stem, with_rollout
+from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, resolve_picks,
+                               safe_stem, with_rollout)
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
@@ -39,8 +40,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
-                       "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; the "
-                       "window's Export all writes the same names).")
+                       "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; maps "
+                       "without heads: {image}_pca_L{layer}.png, {image}_norms_L{layer}.png; maps of the whole "
+                       "model: {image}_relevance-c3_Lall.png; the window's exports write the same names).")
     p.add_argument("--model", metavar="CHECKPOINT",
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
                         "into the torch hub cache if it is not there yet); required unless --code builds a model "
@@ -50,7 +52,11 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
     p.add_argument("--maps", default="cls", type=_checked(parse_maps),
                    help="comma list of cls, mean, max (attention received over patch queries), rollout, "
-                        "token:N (the attention row of token N), rollout:N (the rollout of token N) (default: cls)")
+                        "token:N (the attention row of token N), rollout:N (the rollout of token N); maps of a "
+                        "class, one forward and backward pass per image each: relevance[:CLASS] (Chefer), "
+                        "gradrollout[:CLASS] (vit-explain), attngrad[:CLASS] (attention x gradient per layer and "
+                        "head), CLASS an index or label, without it the top class; maps of the output tokens: pca "
+                        "(feature PCA colours) and norms (output-token norms) (default: cls)")
     p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
@@ -151,6 +157,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     pairs = collect_inputs(args.inputs, out, args.glob)
     model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
+    _check_passes(model, maps)
     if any(m.kind == "rollout" for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
               "once per layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
@@ -210,11 +217,24 @@ def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[L
     """The maps with the rollout settings, and the layers and heads, checked against the loaded model
     (layer/head/token ranges, CLS presence, the rollout's start layer)."""
     settings = RolloutParams(args.fusion, args.discard_ratio, args.start_layer, args.residual)
-    maps = with_rollout(args.maps, settings)
+    maps = check_classes(with_rollout(args.maps, settings), spec)
     check_maps(maps, spec)
     layers = resolve_picks(args.layers, spec.depth, "layer")
     heads = resolve_picks(args.which_heads, spec.num_heads, "head")
+    check_layers(maps, layers)
     return maps, layers, heads
+
+
+def _check_passes(model: Any, maps: list[MapKind]) -> None:
+    """Maps of a class or of the token features run vitviz's reference ViT with hooks of their own; a model run
+    from its own code (--code) cannot give them."""
+    from vitviz.core.model import ReferenceViT
+
+    asked = [m.label for m in maps if m.source != "attention"]
+    if asked and not isinstance(getattr(model, "net", None), ReferenceViT):
+        raise VitvizError(f"--maps {','.join(asked)}: these maps need vitviz's reference ViT; this model runs from "
+                          f"its own code ({type(getattr(model, 'net', model)).__name__}), whose attention "
+                          "gradients and block outputs are not exposed")
 
 
 def _make_folder(out: Path) -> None:
@@ -249,7 +269,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
 
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
               if k not in ("command", "func")}
-    params["maps"] = [m.label for m in args.maps]
+    params["maps"] = [m.label for m in exporter.plan.maps]
     params["layers_resolved"], params["heads_resolved"] = exporter.plan.layers, exporter.plan.heads
     data = {
         "vitviz": vitviz.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

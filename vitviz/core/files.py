@@ -124,11 +124,13 @@ def write_png_atomic(path: str | os.PathLike[str], rgb: np.ndarray, overwrite: b
     return _atomic_write(path, lambda handle: image.save(handle, format="PNG"), overwrite)
 
 
-def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, overwrite: bool = False) -> Path:
+def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, overwrite: bool = False,
+                     extra: dict[str, np.ndarray] | None = None) -> Path:
     """Write a result's arrays and spec to an uncompressed .npz, atomically.
 
     Keys: 'attentions' (L, H, T, T), 'logits' (C,), 'input' (C, H, W), 'image' (H, W, 3), 'spec' (the spec as
-    JSON text), 'source', and 'features' when the result has them. Nothing is pickled.
+    JSON text), 'source', and 'features' when the result has them, then the arrays of `extra` under their own
+    keys (relevance maps, PCA colours, token norms; a key of the result's is refused). Nothing is pickled.
 
     Raises:
         OutputExistsError: `path` exists and `overwrite` is False.
@@ -143,6 +145,10 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     }
     if result.features is not None:
         arrays["features"] = np.asarray(result.features)
+    for key, value in (extra or {}).items():
+        if key in arrays or key in ("spec", "source"):
+            raise ValueError(f"extra array {key!r} would replace the result's own")
+        arrays[key] = np.asarray(value)
     return _atomic_write(path, lambda handle: np.savez(handle, **arrays), overwrite)
 
 

@@ -7,12 +7,22 @@ of column. Switching layer or head is then an index into that stack, which keeps
 frame even for ViT-L/16 at 384 px. `ResultMaps` caches the stacks of one result for the window; `vitviz export`
 calls `map_stack` for each image. Both select, scale and name a map through the same code here, so the window's
 export and the CLI write the same files.
+
+Beyond attention, two families of maps need a pass of their own (`vitviz.core.relevance`, `vitviz.core.features`),
+made only when such a map is asked for:
+
+- gradient maps of one class (`GRADIENT_KINDS`): 'relevance' (Chefer et al.'s generic relevance), 'gradrollout'
+  (vit-explain's gradient rollout) -- one map of the whole model, a stack of one layer and one head, named `Lall`
+  -- and 'attngrad' (attention x gradient, signed, per layer and head). `MapKind.target` is the class (None: the
+  top class); `relevance_stack` turns a `Relevance` into their stacks and `ResultMaps.add_relevance` keeps it.
+- feature maps (`FEATURE_KINDS`): 'norms' (each patch's output-token norm per layer, `norm_stack`) and 'pca' (the
+  DINOv2-style PCA colours of a layer: a colour image, drawn by `vitviz.core.render.draw_colors`, not a heatmap).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -21,10 +31,21 @@ from vitviz.core.rollout import RolloutEngine, RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 
-LayerSel = Union[int, str]   # a layer index (negative counts from the end) or 'mean' over the layers
+if TYPE_CHECKING:  # both import torch; the maps only read their arrays
+    from vitviz.core.features import FeatureStack
+    from vitviz.core.relevance import Relevance
+
+LayerSel = Union[int, str]   # a layer index (negative counts from the end), 'mean' over the layers, or 'all' (a
+                             # map of the whole model: relevance, gradient rollout)
 HeadSel = Union[int, str]    # a head index (negative counts from the end), 'mean' or 'max' over the heads
 
-MAP_KINDS = ("cls", "mean", "max", "rollout", "token")
+MAP_KINDS = ("cls", "mean", "max", "rollout", "token")        # attention maps: one captured forward pass
+GRADIENT_KINDS = ("relevance", "gradrollout", "attngrad")     # one class's maps: a forward and backward pass
+FEATURE_KINDS = ("pca", "norms")                              # from the blocks' output tokens: a pass of its own
+ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS
+WHOLE_MODEL_KINDS = ("relevance", "gradrollout")              # one map of all layers together: files say `Lall`
+GRADIENT_TITLES = {"relevance": "class relevance (Chefer)", "gradrollout": "gradient rollout",
+                   "attngrad": "attention × gradient"}
 
 
 class SelectionError(VitvizError, ValueError):
@@ -46,36 +67,51 @@ class MapKind:
 
     Attributes:
         kind: 'cls' (the CLS token's attention over the patches), 'mean' / 'max' (the attention each patch
-            receives, averaged / maximised over the patch queries), 'token' (the attention row of `token`) or
-            'rollout' (attention rollout with the settings `rollout`, from `rollout.query`).
+            receives, averaged / maximised over the patch queries), 'token' (the attention row of `token`),
+            'rollout' (attention rollout with the settings `rollout`, from `rollout.query`), one of the gradient
+            maps of class `target` ('relevance', 'gradrollout', 'attngrad'), or a feature map ('pca', 'norms').
         token: the query token of 'token' (prefix tokens count: token 0 is CLS when the model has one).
         rollout: the rollout's settings; only used by 'rollout'.
+        target: the class a gradient map explains: an index, a label not yet looked up (`vitviz.batch.plan.
+            resolve_targets` turns it into the index), or None for the image's top class.
     """
 
     kind: str
     token: int | None = None
     rollout: RolloutParams = field(default_factory=RolloutParams)
+    target: int | str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in MAP_KINDS:
-            raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(MAP_KINDS)}")
+        if self.kind not in ALL_KINDS:
+            raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(ALL_KINDS)}")
         if (self.kind == "token") != (self.token is not None):
             raise SelectionError(f"a {self.kind} map {'needs' if self.kind == 'token' else 'takes no'} query token")
+        if self.target is not None and self.kind not in GRADIENT_KINDS:
+            raise SelectionError(f"a {self.kind} map takes no class; only {', '.join(GRADIENT_KINDS)} do")
 
     @classmethod
     def parse(cls, text: str, rollout: RolloutParams | None = None) -> "MapKind":
-        """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N) or 'rollout:N' (the rollout
-        of token N); `rollout` gives the rollout's other settings."""
+        """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'rollout:N' (the rollout
+        of token N), 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
+        without it the top class), 'pca' or 'norms'; `rollout` gives the rollout's other settings."""
         text = text.strip().lower()
         base = rollout or RolloutParams()
-        if text in ("cls", "mean", "max"):
+        if text in ("cls", "mean", "max") or text in FEATURE_KINDS:
             return cls(text)
         if text == "rollout":
             return cls("rollout", rollout=base)
+        grad = re.fullmatch(r"(relevance|gradrollout|attngrad)(?::(.*))?", text)
+        if grad is not None:
+            target = (grad.group(2) or "").strip()
+            if grad.group(2) is not None and not target:
+                raise SelectionError(f"map {text!r}: expected a class index or label after ':' (e.g. "
+                                     f"{grad.group(1)}:3), or {grad.group(1)} alone for the top class")
+            return cls(grad.group(1), target=int(target) if target.isdigit() else target or None)
         match = re.fullmatch(r"(token|rollout):(\d+)", text)
         if match is None:
-            raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0) "
-                                 "or rollout:N")
+            raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0), "
+                                 "rollout:N, relevance[:CLASS], gradrollout[:CLASS], attngrad[:CLASS], pca or "
+                                 "norms")
         token = int(match.group(2))
         if match.group(1) == "token":
             return cls("token", token)
@@ -83,10 +119,17 @@ class MapKind:
 
     @property
     def label(self) -> str:
-        """The map's part of a file name: 'cls', 'mean', 'token17', and for rollout 'rollout' with the settings
-        that differ from the defaults: 'rollout-token17-max-d0.9-r0.3-from2'."""
+        """The map's part of a file name: 'cls', 'mean', 'token17', 'pca', 'norms'; a gradient map with its class,
+        'relevance-c3' ('relevance' for the top class); for rollout 'rollout' with the settings that differ from
+        the defaults: 'rollout-token17-max-d0.9-r0.3-from2'."""
         if self.kind == "token":
             return f"token{self.token}"
+        if self.kind in GRADIENT_KINDS:
+            if self.target is None:
+                return self.kind
+            if isinstance(self.target, int):
+                return f"{self.kind}-c{self.target}"
+            return f"{self.kind}-{re.sub(r'[^a-z0-9]+', '_', str(self.target).lower()).strip('_')}"
         if self.kind != "rollout":
             return self.kind
         r, parts = self.rollout, ["rollout"]
@@ -107,21 +150,45 @@ class MapKind:
         """The one attention row this map reads (CLS: 0, token N: N), or None when it needs whole matrices."""
         return 0 if self.kind == "cls" else self.token if self.kind == "token" else None
 
+    @property
+    def source(self) -> str:
+        """What the map is made from: 'attention' (the captured forward pass), 'gradients' (a forward and
+        backward pass for its class) or 'features' (the blocks' output tokens)."""
+        return "gradients" if self.kind in GRADIENT_KINDS else "features" if self.kind in FEATURE_KINDS else \
+            "attention"
+
+    @property
+    def per_layer(self) -> bool:
+        """Whether there is a map per layer (False: one map of the whole model, files named `Lall`)."""
+        return self.kind not in WHOLE_MODEL_KINDS
+
+    @property
+    def per_head(self) -> bool:
+        """Whether there is a map per head (rollout fuses the heads; relevance, PCA and norms have none)."""
+        return self.kind in ("cls", "mean", "max", "token", "attngrad")
+
 
 @dataclass(frozen=True)
 class MapStack:
     """Maps for every layer and head of one map kind.
 
     Attributes:
-        maps: (L, H + 2, gh, gw) float32; columns H and H + 1 are the head mean and max. For rollout H is 1.
+        maps: (L, H + 2, gh, gw) float32; columns H and H + 1 are the head mean and max. For rollout H is 1; a
+            map of the whole model (relevance) is one layer and one head.
         vmax: (3,) the largest value over all layers of the single heads, of the head means and of the head
             maxima: the shared colour scale of a map is 0..vmax of its group, so maps of one kind compare.
         title: what the maps are, for labels.
+        vmin: (3,) the bottom of the shared scale of each group for signed maps (attention x gradient:
+            -max|x|..max|x|); None: 0.
+        pending: the maps are placeholders (zeros) while the real ones are being computed; never drawn into a
+            file (`vitviz.core.render.draw_map` refuses).
     """
 
     maps: np.ndarray
     vmax: np.ndarray
     title: str
+    vmin: np.ndarray | None = None
+    pending: bool = False
 
     @property
     def num_heads(self) -> int:
@@ -136,9 +203,12 @@ class MapStack:
         return int(resolve_index(head, self.num_heads))
 
     def select(self, layer: LayerSel, head: HeadSel) -> np.ndarray:
-        """The (gh, gw) map of one layer (or the mean over layers) and one head selection."""
+        """The (gh, gw) map of one layer (or the mean over layers) and one head selection; a stack of one layer
+        (a map of the whole model) gives its map for any layer, 'all' included."""
         col = self.maps[:, self.column(head)]          # (L, gh, gw)
-        if layer == "mean":
+        if col.shape[0] == 1:
+            return col[0]
+        if layer in ("mean", "all"):
             return col.mean(axis=0)
         return col[int(resolve_index(layer, col.shape[0]))]
 
@@ -148,18 +218,30 @@ class MapStack:
         value = float(self.vmax[group])
         return value if value > 0 else 1.0
 
+    def scale_min(self, column: int) -> float:
+        """Bottom of the shared colour scale for a column of `maps`: 0, or the group's `vmin` for signed maps."""
+        if self.vmin is None:
+            return 0.0
+        return float(self.vmin[min(2, max(0, column - self.num_heads + 1))])
+
     def levels(self, values: np.ndarray, head: HeadSel, own: bool) -> tuple[float, float]:
         """Colour range of `values`, a map of this stack's `head` column: its own min..max (`own`), else 0..the
-        shared maximum of its kind of column (all single heads of all layers, or all head means, or all maxima)."""
+        shared maximum of its kind of column (all single heads of all layers, or all head means, or all maxima;
+        -m..m for a signed map)."""
         if own:
             lo, hi = float(values.min()), float(values.max())
             return (lo, hi if hi > lo else lo + 1e-12)
-        return (0.0, self.scale_max(self.column(head)))
+        column = self.column(head)
+        return (self.scale_min(column), self.scale_max(column))
 
     def shared_scaled(self) -> np.ndarray:
-        """`maps` divided by the scale of their group: every column on one 0..1 scale."""
-        scale = np.array([self.scale_max(c) for c in range(self.maps.shape[1])], dtype=np.float32)
-        return self.maps / scale[None, :, None, None]
+        """`maps` on the shared scale of their group, mapped to one 0..1 scale for every column."""
+        cols = range(self.maps.shape[1])
+        lo = np.array([self.scale_min(c) for c in cols], dtype=np.float32)[None, :, None, None]
+        hi = np.array([self.scale_max(c) for c in cols], dtype=np.float32)[None, :, None, None]
+        if self.vmin is None:
+            return self.maps / hi
+        return (self.maps - lo) / np.where(hi > lo, hi - lo, 1.0)
 
 
 def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] | None = None,
@@ -173,6 +255,9 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
             (enough for 'cls' and 'token').
         engine: the image's `RolloutEngine` when one is kept (its caches make other settings cheap).
     """
+    if kind.source != "attention":
+        raise SelectionError(f"the {kind.label} map is not made from attention: use relevance_stack / norm_stack "
+                             "(or ResultMaps.stack once its pass has run)")
     p, (gh, gw) = spec.num_prefix, spec.grid
     has_cls = spec.cls_token and p > 0
     if kind.kind == "token" or (kind.kind == "cls" and has_cls):
@@ -212,17 +297,78 @@ def rollout_title(params: RolloutParams, spec: ModelSpec) -> str:
     return f"rollout of {who} ({', '.join(knobs)})"
 
 
+def _fused_stack(data: np.ndarray, title: str, signed: bool = False) -> MapStack:
+    """A stack from per-head maps (L, H, gh, gw), with the head mean and max appended and the shared scales
+    (symmetric about 0 when `signed`)."""
+    data = np.asarray(data, dtype=np.float32)
+    maps = np.concatenate([data, data.mean(1, keepdims=True), data.max(1, keepdims=True)], axis=1)  # (L, H + 2, ..)
+    h = data.shape[1]
+    groups = (maps[:, :h], maps[:, h], maps[:, h + 1])
+    if not signed:
+        return MapStack(maps=maps, vmax=np.array([g.max() for g in groups], dtype=np.float64), title=title)
+    vmax = np.array([np.abs(g).max() for g in groups], dtype=np.float64)
+    return MapStack(maps=maps, vmax=vmax, title=title, vmin=-vmax)
+
+
+def gradient_title(kind: str, target: int | None, spec: ModelSpec) -> str:
+    """E.g. "class relevance (Chefer) of 'tabby' (class 281)"."""
+    what = GRADIENT_TITLES[kind]
+    if target is None:
+        return f"{what} of the top class"
+    labels = spec.labels
+    name = f"'{labels[target]}' (class {target})" if 0 <= target < len(labels) else f"class {target}"
+    return f"{what} of {name}"
+
+
+def relevance_stack(rel: "Relevance", kind: str) -> MapStack:
+    """The stack of one gradient map of a `vitviz.core.relevance.Relevance`: 'relevance' (Chefer) and
+    'gradrollout' as one layer and one head (the map of the whole model), 'attngrad' per layer and head on a
+    scale symmetric about 0 (it is signed)."""
+    if kind not in GRADIENT_KINDS:
+        raise SelectionError(f"{kind!r} is not a gradient map; expected one of {', '.join(GRADIENT_KINDS)}")
+    title = gradient_title(kind, rel.target, rel.spec)
+    if kind == "attngrad":
+        return _fused_stack(rel.attn_grad, title, signed=True)                   # (L, H, gh, gw)
+    values = rel.chefer if kind == "relevance" else rel.grad_rollout             # (gh, gw)
+    return _fused_stack(np.asarray(values)[None, None], title)                   # (1, 1, gh, gw)
+
+
+def norm_stack(norms: np.ndarray) -> MapStack:
+    """The stack of the output-token norms (L, gh, gw) (`vitviz.core.features.token_norms`): one 'head' per
+    layer, on a scale shared by all layers."""
+    return _fused_stack(np.asarray(norms)[:, None], "output-token norm")         # (L, gh, gw) -> (L, 1, gh, gw)
+
+
+def pending_stack(kind: MapKind, grid: tuple[int, int], depth: int, heads: int) -> MapStack:
+    """Zeros the shape of `kind`'s stack while its pass runs (`MapStack.pending`), titled so."""
+    layers = depth if kind.per_layer else 1
+    columns = heads if kind.per_head else 1
+    what = GRADIENT_TITLES.get(kind.kind, kind.kind)
+    return MapStack(maps=np.zeros((layers, columns + 2, *grid), dtype=np.float32), vmax=np.zeros(3),
+                    title=f"{what}: computing…", pending=True)
+
+
 MAX_ROLLOUT_STACKS = 8
 
 
+class MapNotReady(SelectionError):
+    """A gradient or feature map whose pass has not run for this result yet."""
+
+
 class ResultMaps:
-    """Lazily computed, cached map stacks for one result (the window keeps one per image)."""
+    """Lazily computed, cached map stacks for one result (the window keeps one per image), and the class
+    relevance and token features of the same image once their passes have run (`add_relevance`,
+    `add_features`)."""
 
     def __init__(self, result: AttentionResult) -> None:
         self.result = result
         self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
         self._stacks: dict[MapKind, MapStack] = {}
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._relevance: dict[int | None, Relevance] = {}
+        self.features: FeatureStack | None = None
+        self.norms: np.ndarray | None = None            # (L, gh, gw) output-token norms, with `features`
+        self.prefix_norms: np.ndarray | None = None     # (L, P)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -231,14 +377,53 @@ class ResultMaps:
     @property
     def nbytes(self) -> int:
         """Memory held by the result and the caches derived from it."""
-        return self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
+        extra = sum(r.attn_grad.nbytes for r in {id(r): r for r in self._relevance.values()}.values())
+        if self.features is not None:
+            extra += self.features.raw.nbytes + (0 if self.features.normed is None else self.features.normed.nbytes)
+        return (self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
+                + extra)
+
+    def add_relevance(self, rel: Relevance, requested: int | None = None) -> None:
+        """Keep the gradient maps of one class, under the class asked for (None: the top class) and the class
+        they explain."""
+        self._relevance[requested] = rel
+        self._relevance[rel.target] = rel
+
+    def relevance(self, target: int | None = None) -> Relevance | None:
+        """The gradient maps of class `target` (None: the top class), if that pass has run."""
+        return self._relevance.get(target)
+
+    def add_features(self, features: FeatureStack, norms: np.ndarray, prefix_norms: np.ndarray) -> None:
+        """Keep the image's token features with their (L, gh, gw) patch and (L, P) prefix output-token norms."""
+        self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
+        self._stacks.pop(MapKind("norms"), None)
+
+    def has(self, kind: MapKind) -> bool:
+        """Whether `stack(kind)` can be made now (a gradient or feature map needs its pass first)."""
+        if kind.source == "gradients":
+            return kind.target in self._relevance
+        if kind.kind == "norms":
+            return self.norms is not None
+        return kind.source == "attention"
 
     def stack(self, kind: MapKind | str) -> MapStack:
-        """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5'...)."""
+        """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5', 'relevance:3'...).
+
+        Raises:
+            MapNotReady: a gradient map of a class, or the norms, before their pass has run ('pca' is a colour
+                image, not a stack).
+        """
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         if kind not in self._stacks:
-            self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, engine=self.rollout)
-            self._forget_old_rollouts()
+            if not self.has(kind):
+                raise MapNotReady(f"the {kind.label} map of {self.result.source} has not been computed yet")
+            if kind.source == "gradients":
+                self._stacks[kind] = relevance_stack(self._relevance[kind.target], kind.kind)  # type: ignore[index]
+            elif kind.kind == "norms":
+                self._stacks[kind] = norm_stack(self.norms)  # type: ignore[arg-type]
+            else:
+                self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, engine=self.rollout)
+                self._forget_old_rollouts()
         return self._stacks[kind]
 
     def resolved(self, kind: MapKind) -> MapKind:

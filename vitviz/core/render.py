@@ -13,7 +13,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vitviz.core.colormaps import apply_colormap, colormap
-from vitviz.core.maps import HeadSel, LayerSel, MapStack
+from vitviz.core.maps import HeadSel, LayerSel, MapStack, SelectionError
 from vitviz.core.spec import AttentionResult
 
 
@@ -121,6 +121,66 @@ def native_view(result: AttentionResult, image: Any = None) -> np.ndarray:
     return seen_region(img, result.spec.preprocess)
 
 
+PCA_LEGEND = (((255, 0, 0), "PC1"), ((0, 255, 0), "PC2"), ((0, 0, 255), "PC3"), ((0, 0, 0), "background"))
+
+
+def add_legend(img: np.ndarray, entries: tuple[tuple[tuple[int, int, int], str], ...] = PCA_LEGEND,
+               pad: int = 6, swatch: int = 10) -> np.ndarray:
+    """Append a legend to the right of `img`: a colour swatch and its text per line, from the top.
+
+    Args:
+        img: (H, W, 3) uint8.
+        entries: (RGB, text) per line.
+
+    Returns:
+        (H, W + extra, 3) uint8 on a white margin.
+    """
+    image = _check_rgb(img, "img")
+    h, w = image.shape[:2]
+    font = ImageFont.load_default()
+    text_w = max(int(np.ceil(font.getbbox(text)[2])) for _c, text in entries)
+    line = max(swatch, max(int(np.ceil(font.getbbox(text)[3])) for _c, text in entries)) + 4
+    canvas = Image.new("RGB", (w + pad + swatch + 4 + text_w + pad, max(h, line * len(entries))), "white")
+    canvas.paste(Image.fromarray(image), (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    for i, (color, text) in enumerate(entries):
+        y = i * line
+        draw.rectangle((w + pad, y, w + pad + swatch - 1, y + swatch - 1), fill=tuple(color), outline=(128, 128, 128))
+        draw.text((w + pad + swatch + 4, y), text, fill="black", font=font)
+    return np.asarray(canvas, dtype=np.uint8)
+
+
+def color_pixels(colors: np.ndarray, size_hw: tuple[int, int], input_hw: tuple[int, int], patch: int,
+                 smooth: bool = True) -> np.ndarray:
+    """A (gh, gw, 3) colour map in [0, 1] (feature PCA) stretched over `size_hw` pixels: each channel upsampled
+    like a heatmap's values, padded with black (background) to cover an input that is not a whole number of
+    patches (`cover`). Returns (H, W, 3) uint8."""
+    grid = np.asarray(colors, dtype=np.float32)
+    if grid.ndim != 3 or grid.shape[2] != 3:
+        raise ValueError(f"expected a (gh, gw, 3) colour map, found shape {grid.shape}")
+    gh, gw = grid.shape[:2]
+    ph, pw = max(gh, -(-int(input_hw[0]) // patch)), max(gw, -(-int(input_hw[1]) // patch))
+    padded = np.zeros((ph, pw, 3), dtype=np.float32)
+    padded[:gh, :gw] = grid
+    up = np.stack([upsample(padded[..., c], size_hw, smooth) for c in range(3)], axis=-1)  # (H, W, 3)
+    return np.clip(np.rint(up * 255.0), 0, 255).astype(np.uint8)
+
+
+def draw_colors(colors: np.ndarray, image: np.ndarray, input_hw: tuple[int, int], patch: int,
+                opts: RenderOptions) -> np.ndarray:
+    """A colour map (feature PCA, (gh, gw, 3) in [0, 1]) drawn over (or, style 'heatmap', instead of) `image`,
+    with the PCA legend when `opts.colorbar` (the colours have no scale to show); the cmap and scale options do
+    not apply.
+
+    Returns:
+        (H, W[ + legend], 3) uint8.
+    """
+    rgb = color_pixels(colors, image.shape[:2], input_hw, patch, opts.smooth)
+    if opts.style != "heatmap":
+        rgb = overlay(image, rgb, float(opts.opacity))
+    return add_legend(rgb) if opts.colorbar else rgb
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     """How a map becomes a picture (the defaults are the window's: viridis, opacity 0.6, smooth, shared scale).
@@ -171,6 +231,8 @@ def draw_map(stack: MapStack, layer: LayerSel, head: HeadSel, image: np.ndarray,
     Returns:
         (H, W[ + colorbar], 3) uint8.
     """
+    if stack.pending:
+        raise SelectionError(f"{stack.title}: the map is still being computed; export it once it is shown")
     values = stack.select(layer, head)
     lo, hi = stack.levels(values, head, own=opts.scale == "own")
     heat = heatmap_image(cover(values, input_hw, patch), image.shape[:2], opts.cmap, opts.smooth, lo, hi)
