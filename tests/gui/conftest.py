@@ -114,11 +114,17 @@ def session(qtbot):  # noqa: ANN001, ANN201
     s.shutdown()
 
 
+SCREEN = (1600, 1000)        # the tests' window is laid out as on a screen of this size (offscreen's is 800 x 600)
+
+
 @pytest.fixture
 def window(qtbot, settings):  # noqa: ANN001, ANN201
-    from vitviz.gui.window import MainWindow
+    from PySide6.QtCore import QRect
+
+    from vitviz.gui.window import MainWindow, default_size
 
     win = MainWindow(settings)
+    win.use_size(default_size(QRect(0, 0, *SCREEN)))
     qtbot.addWidget(win)
     win.show()
     yield win

@@ -1,6 +1,8 @@
 """Qt-free parts of the GUI: view state, map stacks, mosaic layout, drop sorting, arguments, import contract."""
 from __future__ import annotations
 
+import html
+
 import argparse
 import subprocess
 import sys
@@ -129,8 +131,12 @@ def test_model_summary_follows_the_input_size() -> None:
 
     spec = ModelSpec(family="timm", source="m.pth", image_size=(224, 224), patch_size=16, embed_dim=768, depth=12,
                      num_heads=12)
-    assert "224×224 px, patch 16, grid 14×14" in model_summary(spec)
-    assert "224×320 px, patch 16, grid 14×20" in model_summary(spec, (224, 320))
+
+    def plain(text: str) -> str:
+        return html.unescape(text).replace("\xa0", " ")
+
+    assert "224×224 px, patch 16, grid 14×14" in plain(model_summary(spec))
+    assert "224×320 px, patch 16, grid 14×20" in plain(model_summary(spec, (224, 320)))
 
 
 def test_whole_patches_rounds_down() -> None:

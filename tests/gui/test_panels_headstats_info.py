@@ -61,7 +61,7 @@ def test_average_over_images(qtbot, loaded, images) -> None:  # noqa: ANN001
 
 
 def legend_names(panel) -> list[str]:  # noqa: ANN001
-    return [label.text for _, label in panel.kinds.legend.items]
+    return panel.kinds.legend_names
 
 
 def plotted_means(panel) -> np.ndarray:  # noqa: ANN001

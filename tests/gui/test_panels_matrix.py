@@ -22,7 +22,7 @@ def test_matrix_follows_layer_and_head(qtbot, loaded, images) -> None:  # noqa: 
     np.testing.assert_allclose(panel.image_item.image, attn[0, 1], rtol=1e-6)
     w.state.update(head="max")
     np.testing.assert_allclose(panel.image_item.image, attn[0].max(0), rtol=1e-6)
-    assert "layer 0 · head max" in panel.plot.titleLabel.text
+    assert "layer 0 · head max" in panel.title.text
 
 
 def test_hover_readout_and_log_scale(qtbot, loaded, images) -> None:  # noqa: ANN001

@@ -61,7 +61,7 @@ def test_follows_input_size(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
     np.testing.assert_allclose(panel.data.pos, pos, rtol=1e-6)             # the interpolated embedding
     np.testing.assert_allclose(panel.data.similarity, analysis.pos_embed_similarity(pos, (4, 6), prefix),
                                rtol=1e-5, atol=1e-6)
-    assert "4×6, interpolated from the trained 4×4" in panel.title.text
+    assert "4×6 · interpolated from the trained 4×4" in panel.title.text()
     w.panel.hovered.emit(3, 5)
     assert panel.position == (3, 5)
 

@@ -74,7 +74,7 @@ def test_pos_embed_panel_says_the_grid_is_too_large(qtbot, window) -> None:  # n
     pos = np.random.default_rng(1).normal(size=(1 + 60 * 70, 8)).astype(np.float32)
     panel = show_dock(qtbot, window, "posEmbedDock")
     panel.set_data(pos_embed_data(pos, (60, 70), 1), None)
-    assert "grid too large for the mosaic" in panel.mosaic_label.text
+    assert panel.mosaic_label.text == "no mosaic" and "grid too large for the mosaic" in panel.title.text()
     panel.hover(10, 20)
     assert panel.hover_item.image.shape == (60, 70) and not panel.mosaic_frame.isVisible()
 

@@ -63,6 +63,7 @@ def set_colorbar_levels(colorbar: pg.ColorBarItem, levels: tuple[float, float]) 
     (pyqtgraph's own labels for small ranges such as 0-0.000728 are too wide for the bar's axis, and it drops
     every label but the bottom few)."""
     lo, hi = float(levels[0]), float(levels[1])
+    colorbar.axis.enableAutoSIPrefix(False)     # the labels carry their own magnitude; no '(x0.001)' on the title
     colorbar.setLevels((lo, hi))
     ticks = nice_ticks(lo, hi)
     colorbar.axis.setTicks([list(zip(ticks, tick_labels(ticks))), []])

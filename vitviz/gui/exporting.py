@@ -16,7 +16,7 @@ from vitviz.core.maps import HeadSel, LayerSel, ResultMaps
 from vitviz.gui.state import ViewState, map_kind, map_label, render_options, stack_for
 
 __all__ = ["base_image", "render_view", "image_stem", "map_label", "all_map_paths", "export_all", "export_png",
-           "export_npz"]
+           "export_npz", "native_size"]
 
 
 def base_image(maps: ResultMaps, native: bool = True) -> np.ndarray:
@@ -27,9 +27,10 @@ def base_image(maps: ResultMaps, native: bool = True) -> np.ndarray:
 
 def render_view(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
                 layer: LayerSel | None = None, head: HeadSel | None = None,
-                base: np.ndarray | None = None) -> np.ndarray:
+                base: np.ndarray | None = None, label: bool = False) -> np.ndarray:
     """The current map (or the given layer/head of it) over `base` (default: `base_image(maps)`, the original
-    image's resolution, not the screen's), with the state's colormap, opacity, smoothing and scale.
+    image's resolution, not the screen's), with the state's colormap, opacity, smoothing and scale; `label` names
+    the colorbar (what the map is and which scale it uses).
 
     Returns:
         (H, W[ + colorbar], 3) uint8: the overlay, or the bare heatmap.
@@ -37,7 +38,7 @@ def render_view(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, 
     r = maps.result
     return render.draw_map(stack_for(maps, state), state.layer if layer is None else layer,
                            state.head if head is None else head, base_image(maps) if base is None else base,
-                           r.image.shape[:2], r.spec.patch_size, render_options(state, heatmap_only, colorbar))
+                           r.image.shape[:2], r.spec.patch_size, render_options(state, heatmap_only, colorbar, label))
 
 
 def image_stem(source: str) -> str:
@@ -57,19 +58,33 @@ def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tupl
 
 
 def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: bool = False,
-               colorbar: bool = False, overwrite: bool = False) -> list[Path]:
-    """Write every layer × head map of the current image into `folder` (atomically) and return the paths."""
-    written, base = [], base_image(maps)
+               colorbar: bool = False, overwrite: bool = False, label: bool = False,
+               native: bool = True) -> list[Path]:
+    """Write every layer × head map of the current image into `folder` (atomically) and return the paths; over
+    the original image's region at its resolution (`native`), else over the model's input image."""
+    written, base = [], base_image(maps, native)
     for path, layer, head in all_map_paths(maps, state, folder):
-        rgb = render_view(maps, state, heatmap_only, colorbar, layer=layer, head=head, base=base)
+        rgb = render_view(maps, state, heatmap_only, colorbar, layer=layer, head=head, base=base, label=label)
         written.append(files.write_png_atomic(path, rgb, overwrite=overwrite))
     return written
 
 
 def export_png(maps: ResultMaps, state: ViewState, path: Path, heatmap_only: bool = False,
-               colorbar: bool = True, overwrite: bool = False) -> Path:
-    """Write the current map as drawn by `render_view` to `path` (atomically)."""
-    return files.write_png_atomic(path, render_view(maps, state, heatmap_only, colorbar), overwrite=overwrite)
+               colorbar: bool = True, overwrite: bool = False, label: bool = False, native: bool = True) -> Path:
+    """Write the current map as drawn by `render_view` to `path` (atomically); over the original image's region
+    at its resolution (`native`), else over the model's input image."""
+    rgb = render_view(maps, state, heatmap_only, colorbar, base=base_image(maps, native), label=label)
+    return files.write_png_atomic(path, rgb, overwrite=overwrite)
+
+
+def native_size(maps: ResultMaps) -> tuple[int, int]:
+    """(height, width) in pixels of what an export at the original size is drawn over: the region of the original
+    image the model saw (the model input's size when there is no original, e.g. a tensor input)."""
+    box = maps.result.source_box
+    if box is None:
+        return tuple(maps.result.image.shape[:2])  # type: ignore[return-value]
+    left, top, right, bottom = box
+    return int(round(bottom - top)), int(round(right - left))
 
 
 def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:

@@ -21,8 +21,13 @@ class ActionSpec:
 
 
 ACTIONS = (
-    ActionSpec("open_model", "Open &model…", QKeySequence.StandardKey.Open, "Open a ViT checkpoint file or folder"),
+    ActionSpec("open_model", "Open &model…", QKeySequence.StandardKey.Open,
+               "Open a ViT checkpoint file (or a model folder's config.json)"),
+    ActionSpec("open_model_folder", "Open model &folder…", "Ctrl+Shift+O",
+               "Open a model folder (Hugging Face, timm hub or open_clip layout)"),
     ActionSpec("open_images", "Open &images…", "Ctrl+I", "Add image files to the image list"),
+    ActionSpec("open_image_folder", "Open image f&older…", "Ctrl+Shift+I",
+               "Add every image in a folder (and its subfolders) to the image list"),
     ActionSpec("export_png", "Current view as &PNG…", "Ctrl+E",
                "Save the overlay or heatmap at the resolution of the model's input"),
     ActionSpec("export_all", "&All layer × head maps…", "Ctrl+Shift+E",
@@ -36,6 +41,9 @@ ACTIONS = (
     ActionSpec("next_head", "Next &head", "Ctrl+Right"),
     ActionSpec("prev_head", "Previous h&ead", "Ctrl+Left"),
     ActionSpec("reset_layout", "&Reset layout", "", "Restore the default dock arrangement"),
+    ActionSpec("shortcuts", "&Keyboard and mouse shortcuts", QKeySequence.StandardKey.HelpContents,
+               "What every key and click does"),
+    ActionSpec("about", "&About vitviz", "", "vitviz's version and what it runs on"),
 )
 ICONS = {"open_model": QStyle.StandardPixmap.SP_DirOpenIcon,
          "open_images": QStyle.StandardPixmap.SP_FileDialogContentsView,
@@ -49,6 +57,7 @@ class Menus:
     and the toolbar."""
 
     actions: dict[str, QAction]
+    file: QMenu
     recent: QMenu
     models: QMenu
     view: QMenu
@@ -75,9 +84,12 @@ def build(window: QMainWindow, callbacks: Mapping[str, Callable[[], object]]) ->
         acts[name].setIcon(style.standardIcon(icon))
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
-    file_menu.addActions([acts["open_model"], acts["open_images"]])
+    file_menu.addActions([acts["open_model"], acts["open_model_folder"]])
     recent = file_menu.addMenu("&Recent models")
     recent.setObjectName("recentModelsMenu")
+    file_menu.addSeparator()
+    file_menu.addActions([acts["open_images"], acts["open_image_folder"]])
+    file_menu.addSeparator()
     export_menu = file_menu.addMenu("&Export")
     export_menu.addActions([acts["export_png"], acts["export_all"], acts["export_npz"]])
     file_menu.addSeparator()
@@ -89,12 +101,14 @@ def build(window: QMainWindow, callbacks: Mapping[str, Callable[[], object]]) ->
     nav.addSeparator()
     nav.addActions([acts["next_layer"], acts["prev_layer"], acts["next_head"], acts["prev_head"]])
     view = bar.addMenu("&View")
+    help_menu = bar.addMenu("&Help")
+    help_menu.addActions([acts["shortcuts"], acts["about"]])
     toolbar = QToolBar("Main toolbar")
     toolbar.setObjectName("mainToolbar")
     toolbar.setToolButtonStyle(toolbar.toolButtonStyle().ToolButtonTextBesideIcon)
     toolbar.addActions([acts[name] for name in TOOLBAR])
     window.addToolBar(toolbar)
-    return Menus(acts, recent, models, view, toolbar)
+    return Menus(acts, file_menu, recent, models, view, toolbar)
 
 
 def fill_view_menu(menu: QMenu, docks: list[QDockWidget], toolbars: list[QToolBar], reset: QAction) -> None:

@@ -1,4 +1,5 @@
-"""The Models menu: the bundled demo, the ViT checkpoints already on this computer, and torchvision's named models.
+"""The Models menu: the bundled demo, Open by name… (a Hugging Face, timm or torchvision name), the ViT checkpoints
+already on this computer, and torchvision's named models.
 
 The listing comes from `vitviz.catalog.scan`, which the session runs in the worker thread (identifying a torchvision
 file name reads torchvision's weights tables, which imports torch): on the first show of the menu, again on the next
@@ -28,6 +29,7 @@ class ModelsMenu(QObject):
     entry `load_demo()`."""
 
     scanned = Signal()            # the menu now shows a fresh scan (or its failure)
+    open_by_name = Signal()       # "Open by name…" was chosen (the window asks for the name)
 
     def __init__(self, session: Session, menu: QMenu, settings: QSettings, choose: Callable[[str], object],
                  load_demo: Callable[[], object], parent: QObject | None = None) -> None:
@@ -49,6 +51,15 @@ class ModelsMenu(QObject):
         self.refresh_action.setObjectName("refresh_models")
         self.refresh_action.setStatusTip("Look again for checkpoints in the torch hub and Hugging Face caches")
         self.refresh_action.triggered.connect(lambda _checked=False: self.refresh())
+        self.by_name_action = QAction("Open by &name…", self)
+        self.by_name_action.setObjectName("open_by_name")
+        self.by_name_action.setShortcut("Ctrl+Shift+N")
+        self.by_name_action.setStatusTip("Load hf:ORG/NAME[@REVISION], timm:NAME[.TAG] or torchvision:ARCH[:WEIGHTS] "
+                                         "from the cache, or download it")
+        self.by_name_action.setToolTip("e.g. hf:facebook/dinov2-small, timm:vit_small_patch14_reg4_dinov2.lvd142m "
+                                       "(only weights and config files are downloaded, never code); dropping such "
+                                       "text on the window does the same")
+        self.by_name_action.triggered.connect(lambda _checked=False: self.open_by_name.emit())
         menu.aboutToShow.connect(self._about_to_show)
         session.catalog_ready.connect(self._on_cataloged)
         session.catalog_failed.connect(self._on_failed)
@@ -90,6 +101,7 @@ class ModelsMenu(QObject):
         menu = self.menu
         menu.clear()
         self._add_demo(menu)
+        menu.addAction(self.by_name_action)
         menu.addSeparator()
         self._note(menu, "On this computer (torch hub cache, Hugging Face cache, recent files):")
         for entry in self.entries:

@@ -8,6 +8,7 @@ No widgets here.
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ class Session(QObject):
     model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
     current_changed = Signal(object)        # the current image's ResultMaps, or None (none, not run yet, failed)
     images_added = Signal(list)             # paths new in `images`, in order
+    images_removed = Signal(list)           # paths no longer in `images`
+    loading_changed = Signal(bool)          # a model load started (True) or ended, loaded or failed (False)
+    run_progress = Signal(int, int, float)  # runs answered and in all since the queue was last empty, seconds left
     result_ready = Signal(str)              # image path whose result (and head statistics) is now cached
     run_failed = Signal(str, str, str)      # image path, summary, details (the window shows the error)
     run_started = Signal(str)               # image path
@@ -54,6 +58,7 @@ class Session(QObject):
         self.spec: ModelSpec | None = None
         self.device = ""
         self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
+        self.probed: Probed | None = None           # the devices found and the torch running them (Help › About)
         self.model_path = ""
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
@@ -66,6 +71,8 @@ class Session(QObject):
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.pos_grid: tuple[int, int] | None = None
+        self._batch_done = 0                        # runs answered since the run queue was last empty
+        self._batch_start = 0.0
         c = self.client
         c.probed.connect(self._on_probed)
         c.loaded.connect(self._on_loaded)
@@ -74,6 +81,7 @@ class Session(QObject):
         c.cataloged.connect(self._on_cataloged)
         c.moved.connect(self._on_moved)
         c.failed.connect(self._on_failed)
+        c.dropped.connect(self._on_dropped)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
@@ -83,6 +91,16 @@ class Session(QObject):
     @property
     def busy(self) -> bool:
         return self.client.busy
+
+    @property
+    def loading(self) -> str:
+        """The path or name of the model being loaded ('' when no load is queued or running)."""
+        loads = self.client.pending(Kind.LOAD)
+        return str(loads[-1].args["path"]) if loads else ""
+
+    def run_counts(self) -> tuple[int, int]:
+        """(answered, in all) of the runs since the run queue was last empty."""
+        return self._batch_done, self._batch_done + len(self.client.pending(Kind.RUN))
 
     @property
     def current(self) -> str:
@@ -118,7 +136,9 @@ class Session(QObject):
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> Request:
         """Load a checkpoint on `device` (else `device_preference`); what is loaded now stays until the new model
         has loaded successfully."""
-        return self.client.submit(Kind.LOAD, path=str(path), device=device or self.device_preference, **overrides)
+        request = self.client.submit(Kind.LOAD, path=str(path), device=device or self.device_preference, **overrides)
+        self.loading_changed.emit(True)
+        return request
 
     def set_device(self, device: str) -> None:
         if self.spec is not None and device != self.device:
@@ -129,18 +149,52 @@ class Session(QObject):
         `catalog_ready` or `catalog_failed`."""
         self.client.submit(Kind.CATALOG, first=True, recent=recent)
 
-    def add_images(self, paths: list[str]) -> list[str]:
+    def add_images(self, paths: list[str], show: bool = False) -> list[str]:
         """Add images not already listed and run them (the current one first); the first added becomes current
-        when none is. Returns the paths added."""
+        when none is, and with `show` (the user opened or dropped them) the first of `paths` becomes current
+        whether it was listed already or not. Returns the paths added."""
         known = set(self.images)
-        added = [p for p in dict.fromkeys(str(Path(p)) for p in paths) if p not in known]
+        named = list(dict.fromkeys(str(Path(p)) for p in paths))
+        added = [p for p in named if p not in known]
         self.images.extend(added)
         if added:
             self.images_added.emit(added)
-            if not self._current:
-                self.set_current(added[0])
+        if named and (show or not self._current) and (added or show):
+            self.set_current(named[0] if show else added[0])
         self.ensure_all()
         return added
+
+    def remove_images(self, paths: list[str]) -> list[str]:
+        """Take images out of the list with their results, failures and statistics; their queued runs are
+        dropped (a running one is answered stale). When the current image goes, the next one in the list (else
+        the previous one) becomes current. Returns the paths removed."""
+        gone = [p for p in dict.fromkeys(str(Path(p)) for p in paths) if p in self.images]
+        if not gone:
+            return []
+        drop = set(gone)
+        order = list(self.images)
+        self.images = [p for p in order if p not in drop]
+        self.client.cancel(lambda r: r.kind is Kind.RUN and r.args["image"] in drop)
+        for path in gone:
+            self._cache.pop(path, None)
+            self.failed.pop(path, None)
+            self.head_stats.pop(path, None)
+        self.images_removed.emit(gone)
+        if self._current in drop:
+            i = order.index(self._current)
+            after = [p for p in order[i + 1:] if p not in drop]
+            before = [p for p in order[:i] if p not in drop]
+            self.set_current(after[0] if after else before[-1] if before else "")
+        self._report_runs()
+        return gone
+
+    def remove_failed(self) -> list[str]:
+        """Remove every image whose run failed."""
+        return self.remove_images([p for p in self.images if p in self.failed])
+
+    def clear_images(self) -> list[str]:
+        """Remove every image."""
+        return self.remove_images(list(self.images))
 
     def set_current(self, path: str) -> None:
         """Show another image (its run jumps the queue)."""
@@ -205,6 +259,8 @@ class Session(QObject):
             if first:
                 self.client.prioritize(lambda r: r in pending)
             return
+        if not self.client.pending(Kind.RUN):
+            self._batch_done, self._batch_start = 0, time.monotonic()     # a new run of images begins
         self.client.submit(Kind.RUN, first=first, image=path, image_size=self.image_size)
         self.run_started.emit(path)
 
@@ -222,9 +278,11 @@ class Session(QObject):
     # ------------------------------------------------------------------------------------------ answers
 
     def _on_probed(self, _request: Request, answer: Probed) -> None:
+        self.probed = answer
         self.devices_found.emit(list(answer.devices))
 
     def _on_loaded(self, request: Request, answer: Loaded) -> None:
+        self.loading_changed.emit(bool(self.loading))
         if answer.refused:
             self._refuse_device(str(request.args.get("device")), answer.refused)
         spec = answer.spec
@@ -255,9 +313,28 @@ class Session(QObject):
         self._cache.move_to_end(path)
         self.head_stats[path] = maps.head_stats()
         self._evict(keep=path)
+        self._batch_done += 1
         self.result_ready.emit(path)
         if path == self._current:
             self.current_changed.emit(maps)
+        self._report_runs()
+
+    def _report_runs(self) -> None:
+        """Say how far the current run of images has got: answered, in all, and an estimate of the seconds left
+        (NaN until one has been answered)."""
+        done, total = self.run_counts()
+        elapsed = time.monotonic() - self._batch_start
+        left = elapsed / done * (total - done) if done else float("nan")
+        self.run_progress.emit(done, total, left)
+        if done == total:
+            self._batch_done = 0
+
+    def _on_dropped(self, request: Request | None) -> None:
+        """A stale or cancelled request: a load that was replaced ends the loading state when it was the last."""
+        if request is not None and request.kind is Kind.LOAD and not self.loading:
+            self.loading_changed.emit(False)
+        elif request is not None and request.kind is Kind.RUN:
+            self._report_runs()
 
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
         self.pos_grid, self.pos_embed = tuple(answer.grid), answer.data
@@ -275,10 +352,14 @@ class Session(QObject):
         if kind is Kind.RUN:
             path = request.args["image"]
             self.failed[path] = summary
+            self._batch_done += 1
             self.run_failed.emit(path, summary, details)
             if path == self._current:
                 self.current_changed.emit(None)
+            self._report_runs()
             return
+        if kind is Kind.LOAD:
+            self.loading_changed.emit(bool(self.loading))
         if kind is Kind.PROBE:
             self.devices_found.emit(["cpu"])
         elif kind is Kind.POSEMBED:

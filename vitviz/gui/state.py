@@ -208,8 +208,11 @@ def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[f
     return stack.levels(values, state.head, own=state.normalize)
 
 
-def render_options(state: ViewState, heatmap_only: bool = False, colorbar: bool = True) -> RenderOptions:
-    """How the state draws a map into an exported picture (over the region of the original the model saw)."""
+def render_options(state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
+                   label: bool = False) -> RenderOptions:
+    """How the state draws a map into an exported picture (over the region of the original the model saw);
+    `label` names the colorbar with the map and its scale (`vitviz.core.render.colorbar_label`)."""
     return RenderOptions(style="heatmap" if heatmap_only else "overlay", cmap=state.colormap,
                          opacity=float(state.opacity), smooth=state.smooth,
-                         scale="own" if state.normalize else "shared", colorbar=colorbar, size="original")
+                         scale="own" if state.normalize else "shared", colorbar=colorbar, size="original",
+                         colorbar_label=label)

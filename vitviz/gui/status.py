@@ -1,5 +1,11 @@
-"""The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle."""
+"""The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle.
+
+While several images run, the running image's line says how far the run has got and about how long is left
+("Running img_018.jpg… — 18/200, about 2 min left") and the bar fills with it.
+"""
 from __future__ import annotations
+
+import math
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
@@ -7,6 +13,19 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
 IDLE_HINT = "Open a model (Ctrl+O), pick one in the Models menu, or drop a checkpoint and images on the window"
 PROGRESS_STEPS = 1000
 NOTE_MS = 20000         # how long a note stands in for the idle message
+RUNNING = "Running "    # how the worker's line for an image run begins
+
+
+def time_left(seconds: float) -> str:
+    """'about 40 s left', 'about 3 min left', 'about 1 h 5 min left'; '' when not known yet."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return ""
+    if seconds < 60:
+        return f"about {max(1, int(round(seconds)))} s left"
+    minutes = int(round(seconds / 60))
+    if minutes < 60:
+        return f"about {minutes} min left"
+    return f"about {minutes // 60} h {minutes % 60} min left"
 
 
 class StatusArea:
@@ -23,6 +42,8 @@ class StatusArea:
         bar.addPermanentWidget(self.busy_bar)
         self.ready_message = IDLE_HINT
         self.busy = False
+        self.runs = (0, 0, float("nan"))        # images answered, in all, seconds left (`set_runs`)
+        self._last = ""                          # the worker's latest line, before the run suffix
         self._note = ""
         self._note_timer = QTimer(bar)          # running while the note stands in for the idle message
         self._note_timer.setSingleShot(True)
@@ -30,7 +51,26 @@ class StatusArea:
         bar.showMessage(self.ready_message)
 
     def show(self, text: str, timeout_ms: int = 0) -> None:
-        self.bar.showMessage(text, timeout_ms)
+        """Show the worker's status line; an image run's line gets the run's progress (several images)."""
+        self._last = text
+        self.bar.showMessage(text + self.run_suffix() if text.startswith(RUNNING) else text, timeout_ms)
+
+    def run_suffix(self) -> str:
+        """' — 18/200, about 2 min left' while more than one image runs; '' otherwise."""
+        done, total, left = self.runs
+        if total <= 1 or done >= total:
+            return ""
+        eta = time_left(left)
+        return f" — {done + 1}/{total}" + (f", {eta}" if eta else "")
+
+    def set_runs(self, done: int, total: int, seconds_left: float) -> None:
+        """How far the current run of images has got (`Session.run_progress`): the bar fills with it."""
+        self.runs = (done, total, seconds_left)
+        if total > 1 and done < total and self.busy:
+            self.busy_bar.setRange(0, total)
+            self.busy_bar.setValue(done)
+            if self._last.startswith(RUNNING):
+                self.bar.showMessage(self._last + self.run_suffix())
 
     def note(self, text: str, timeout_ms: int = NOTE_MS) -> None:
         """Something the user should read (e.g. an adjusted input size): shown now and, for `timeout_ms`, in

@@ -8,16 +8,18 @@ and keeps the layout and settings.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QToolBar, QWidget
+from PySide6.QtCore import QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QShowEvent
+from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow, QTabBar, QToolBar, QWidget
 
+from vitviz import catalog
 from vitviz.core.spec import ModelSpec
-from vitviz.gui import bundled, menus, settings as st
+from vitviz.gui import bundled, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
@@ -37,6 +39,60 @@ from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
+DEFAULT_SIZE = QSize(1400, 900)      # the window's size on a large screen; smaller screens get `default_size`
+QUERY_SCALE_NOTE = ("The query token's map is drawn on its own scale (Normalise each map is on); untick it to compare "
+                    "with the scale shared by all layers and heads")
+NAME_EXAMPLES = "hf:facebook/dinov2-small, timm:vit_small_patch14_reg4_dinov2.lvd142m, torchvision:vit_b_16"
+
+# dock object name -> (tab title, full name, what it shows): short tab titles, so five tabs fit side by side
+# without being elided; the full name is the tab's tooltip, the View menu entry and the floating dock's title
+DOCKS = {
+    "controlsDock": ("Controls", "Controls", "model, device, input size and every view setting"),
+    "imagesDock": ("Images", "Images", "the images with their top-5 predictions; Delete removes, right-click for "
+                                       "more"),
+    "overviewDock": ("Overview", "Layer × head overview", "the current map for every layer and head; click a tile"),
+    "matrixDock": ("Matrix", "Attention matrix", "the T × T attention of the selected layer and head"),
+    "rolloutDock": ("Rollout", "Rollout", "attention rollout with live settings, beside the raw attention"),
+    "posEmbedDock": ("Positions", "Position embedding", "how similar the learned position embeddings are"),
+    "headStatsDock": ("Heads", "Head statistics", "attention distance, entropy and attention by token kind"),
+    "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
+}
+
+
+def default_size(available: QRect) -> QSize:
+    """The window's first size on a screen with `available` room: `DEFAULT_SIZE`, or what fits with a margin
+    for the window frame (1280 × 800 screens get about 1216 × 736)."""
+    return QSize(min(DEFAULT_SIZE.width(), int(available.width() * 0.95)),
+                 min(DEFAULT_SIZE.height(), int(available.height() * 0.92)))
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How tokens map onto the image for one model and input size: the prefix tokens' names, then the patch
+    grid row-major."""
+
+    prefix: tuple[str, ...]
+    grid: tuple[int, int]
+
+    def place(self, token: int) -> str | tuple[float, float]:
+        """A prefix token's name, or a patch's centre as a fraction of the image (y, x)."""
+        p = len(self.prefix)
+        if token < p:
+            return self.prefix[token]
+        row, col = divmod(token - p, self.grid[1])
+        return ((row + 0.5) / self.grid[0], (col + 0.5) / self.grid[1])
+
+    def token_at(self, place: str | tuple[float, float]) -> int | None:
+        """The token at a place (`place`): the prefix token of that name, or the patch at that point."""
+        if isinstance(place, str):
+            return self.prefix.index(place) if place in self.prefix else None
+        gh, gw = self.grid
+        row, col = min(gh - 1, int(place[0] * gh)), min(gw - 1, int(place[1] * gw))
+        return len(self.prefix) + row * gw + col
+
+    def describe(self, token: int) -> str:
+        p = len(self.prefix)
+        return self.prefix[token] if token < p else "patch ({}, {})".format(*divmod(token - p, self.grid[1]))
 
 
 def _not_openable(path: str) -> str:
@@ -68,6 +124,10 @@ class MainWindow(QMainWindow):
         self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
         self.demo_instead_of_model = False                    # images were named without a model: the demo runs them
         self.persist_settings = True
+        self._auto_normalized = False                         # the query map turned "Normalise each map" on
+        self._applying_rule = False
+        self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
+        self.state.subscribe(self._query_scale_rule)          # first: the panels draw with the rule applied
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
         self._add_docks()
@@ -76,10 +136,12 @@ class MainWindow(QMainWindow):
         menus.fill_view_menu(self.menus.view, self.docks, self.findChildren(QToolBar),
                              self.menus.actions["reset_layout"])
         self._fill_recent(st.recent_models(settings))
+        self._add_image_list_actions()
         self.models = ModelsMenu(self.session, self.menus.models, settings, self.choose_model, self.load_demo, self)
+        self.models.open_by_name.connect(self.open_by_name_dialog)
         self.status = StatusArea(self.statusBar())
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
-        self.resize(1400, 900)
+        self.resize(default_size(self._available()))
         self._size_docks()
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
         self._connect()
@@ -101,44 +163,88 @@ class MainWindow(QMainWindow):
         self.headstats = HeadStatsPanel(state, session)
         self.info = InfoPanel(session)
         left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
-        self.docks = [self._dock("Controls", "controlsDock", self.controls, left),
-                      self._dock("Images", "imagesDock", self.images, right),
-                      self._dock("Layer × head overview", "overviewDock", self.overview, right)]
+        self.docks = [self._dock("controlsDock", self.controls, left),
+                      self._dock("imagesDock", self.images, right),
+                      self._dock("overviewDock", self.overview, right)]
         overview, images = self.docks[2], self.docks[1]
-        for title, name, widget in (("Attention matrix", "matrixDock", self.matrix),
-                                    ("Rollout", "rolloutDock", self.rollout_panel),
-                                    ("Position embedding", "posEmbedDock", self.posembed),
-                                    ("Head statistics", "headStatsDock", self.headstats)):
-            self.docks.append(self._dock(title, name, widget, right))
+        for name, widget in (("matrixDock", self.matrix), ("rolloutDock", self.rollout_panel),
+                             ("posEmbedDock", self.posembed), ("headStatsDock", self.headstats)):
+            self.docks.append(self._dock(name, widget, right))
             self.tabifyDockWidget(overview, self.docks[-1])
-        self.docks.append(self._dock("Model info", "infoDock", self.info, right))
+        self.docks.append(self._dock("infoDock", self.info, right))
         self.tabifyDockWidget(images, self.docks[-1])
         overview.raise_()
         images.raise_()
+        self._tab_tips_timer = QTimer(self)
+        self._tab_tips_timer.setSingleShot(True)
+        self._tab_tips_timer.timeout.connect(self.update_tab_tips)
+        for dock in self.docks:
+            for signal in (dock.dockLocationChanged, dock.topLevelChanged, dock.visibilityChanged):
+                signal.connect(lambda *_a: self._tab_tips_timer.start(0))
 
-    def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        title, full, what = DOCKS[name]
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
         dock.setWidget(widget)
+        dock.setToolTip(f"{full}: {what}")
+        dock.toggleViewAction().setText(full)
+        dock.toggleViewAction().setStatusTip(f"Show or hide the {full} panel: {what}")
         self.addDockWidget(area, dock)
         if isinstance(widget, LazyPanel):
             dock.visibilityChanged.connect(widget.on_dock_visibility)
         return dock
 
+    def update_tab_tips(self) -> None:
+        """Give every dock tab the full name of its panel as a tooltip (Qt rebuilds the tab bars whenever the
+        docks are rearranged, so this runs after every change)."""
+        tips = {title: f"{full}: {what}" for title, full, what in DOCKS.values()}
+        for bar in self.findChildren(QTabBar):
+            for i in range(bar.count()):
+                tip = tips.get(bar.tabText(i).replace("&", ""))
+                if tip:
+                    bar.setTabToolTip(i, tip)
+
+    def _available(self) -> QRect:
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        return screen.availableGeometry() if screen is not None else QRect(0, 0, 1600, 1000)
+
+    def _add_image_list_actions(self) -> None:
+        """The image list's remove, remove-failed and clear actions, also in the File menu."""
+        sub = self.menus.file.addMenu("Image &list")
+        sub.setObjectName("imageListMenu")
+        sub.addActions([self.images.remove_action, self.images.remove_failed_action])
+        sub.addSeparator()
+        sub.addAction(self.images.clear_action)
+        sub.aboutToShow.connect(self.images.update_actions)
+        self.menus.file.insertMenu(self.menus.actions["quit"], sub)
+        self.menus.file.insertSeparator(self.menus.actions["quit"])
+
     def dock(self, name: str) -> QDockWidget:
         """A dock by object name."""
         return next(d for d in self.docks if d.objectName() == name)
 
+    def use_size(self, size: QSize) -> None:
+        """Resize the window and lay the docks out for that size as the default layout (`--screenshot` uses
+        `DEFAULT_SIZE` whatever the screen, so screenshots look the same everywhere)."""
+        self.resize(size)
+        self._size_docks()
+        self._default_layout = self.saveState(st.SETTINGS_VERSION)
+
     def _size_docks(self) -> None:
         controls, images, overview = self.docks[:3]
         horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
-        self.resizeDocks([controls, images], [320, 400], horizontal)
-        self.resizeDocks([images, overview], [300, 560], vertical)
+        width, height = self.width(), self.height()
+        self.resizeDocks([controls, images], [min(320, width // 4), min(430, int(width * 0.33))], horizontal)
+        self.resizeDocks([images, overview], [int(height * 0.33), int(height * 0.62)], vertical)
 
     def _menu_callbacks(self) -> dict[str, Callable[[], object]]:
         """What each action of `menus.ACTIONS` does."""
         files = self.file_actions
         return {"open_model": files.open_model_dialog, "open_images": files.open_images_dialog,
+                "open_model_folder": files.open_model_folder_dialog,
+                "open_image_folder": files.open_image_folder_dialog,
+                "shortcuts": self.show_shortcuts, "about": self.show_about,
                 "export_png": files.export_png_dialog, "export_all": files.export_all_dialog,
                 "export_npz": files.export_npz_dialog, "quit": self.close,
                 "next_image": lambda: self.images.step(1), "prev_image": lambda: self.images.step(-1),
@@ -159,6 +265,8 @@ class MainWindow(QMainWindow):
         s.client.status.connect(self.status.show)
         s.client.busy_changed.connect(self.status.set_busy)
         s.client.progress.connect(self.status.show_progress)
+        s.run_progress.connect(self.status.set_runs)
+        s.size_changed.connect(self._on_size_changed)
         self.panel.hovered.connect(self._on_hover)
         self.panel.hovered.connect(self.posembed.hover)
         self.panel.query_clicked.connect(self.select_query)
@@ -218,7 +326,7 @@ class MainWindow(QMainWindow):
         if dropped.models:
             self.load_model(dropped.models[-1])
         if dropped.images:
-            self.session.add_images(dropped.images)
+            self.session.add_images(dropped.images, show=True)
         if dropped.ignored and strict:
             self.reporter.show("Could not open", "; ".join(f"{p}: {_not_openable(p)}" for p in dropped.ignored), "")
         elif dropped.ignored:
@@ -229,6 +337,37 @@ class MainWindow(QMainWindow):
         """Tell the user something that is not an error, in the status bar (it outlasts the worker's status)."""
         self.notes.append(text)
         self.status.note(text)
+
+    def open_by_name(self, name: str) -> bool:
+        """Load a model by its hub or torchvision name (`hf:ORG/NAME[@REV]`, `timm:NAME[.TAG]`,
+        `torchvision:ARCH[:WEIGHTS]`): from the cache, else downloaded with progress in the status bar. False,
+        with the reason in the error box, for text that is not such a name."""
+        name = name.strip()
+        if not catalog.is_named_model(name):
+            self.reporter.show("Not a model name", f"{name!r} is not a model name; expected one such as "
+                               f"{NAME_EXAMPLES}", "")
+            return False
+        self.choose_model(name)
+        return True
+
+    def open_by_name_dialog(self) -> None:
+        """Models › Open by name…: ask for a name and load it."""
+        name, ok = QInputDialog.getText(
+            self, "Open model by name", "Hugging Face, timm or torchvision name:\n"
+            "  hf:ORG/NAME[@REVISION]   timm:NAME[.TAG]   torchvision:ARCH[:WEIGHTS]\n"
+            f"e.g. {NAME_EXAMPLES.replace(', ', ' · ')}", QLineEdit.EchoMode.Normal, "hf:")
+        if ok and name.strip() and name.strip() not in ("hf:", "timm:"):
+            self.open_by_name(name)
+
+    def show_shortcuts(self) -> QWidget:
+        """Help › Keyboard and mouse shortcuts."""
+        actions = list(self.menus.actions.values()) + [self.images.remove_action]
+        return helpdialogs.text_dialog(self, "vitviz — shortcuts", helpdialogs.shortcuts_html(actions),
+                                       "shortcutsDialog")
+
+    def show_about(self) -> QWidget:
+        """Help › About vitviz: versions of vitviz and what it runs on, and the device."""
+        return helpdialogs.text_dialog(self, "About vitviz", helpdialogs.about_html(self.session), "aboutDialog")
 
     def step_layer(self, delta: int) -> None:
         spec = self.session.spec
@@ -275,11 +414,11 @@ class MainWindow(QMainWindow):
         self._show_loaded(spec)
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
-        query = self.state.query if self.state.query is not None and self.state.query < spec.num_tokens else None
+        query = self._follow_query(self._token_layout(spec), "this model")
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
                           source=self.state.source if query is not None or self.state.source != "token" else "cls")
-        self.setWindowTitle(f"vitviz — {Path(self.session.model_path).name}")
+        self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
 
     def _show_loaded(self, spec: ModelSpec) -> None:
@@ -313,6 +452,67 @@ class MainWindow(QMainWindow):
         if problems:
             self.reporter.show("Command line", "; ".join(problems), "")
 
+    def _token_layout(self, spec: ModelSpec, size: tuple[int, int] | None = None) -> TokenLayout:
+        h, w = size or self.session.image_size or spec.image_size
+        return TokenLayout(tuple(spec.prefix_names), (h // spec.patch_size, w // spec.patch_size))
+
+    def _follow_query(self, new: TokenLayout, where: str) -> int | None:
+        """The query token for a new token layout (another model, or another input size): the same prefix token
+        by name, or the patch at the same place in the image; None when there is no such token. A query that
+        changes index, or is dropped, is said in the status bar (the old index would point elsewhere)."""
+        old, self._layout_now = self._layout_now, new
+        query = self.state.query
+        if query is None:
+            return None
+        if old is None:     # the first model: a query from the command line is an index into this model
+            return query if query < len(new.prefix) + new.grid[0] * new.grid[1] else None
+        if query >= len(old.prefix) + old.grid[0] * old.grid[1]:
+            return None
+        token = new.token_at(old.place(query))
+        before = old.describe(query)
+        if token is None:
+            self.note(f"The query token {before} does not exist in {where}: query cleared")
+        elif old != new and (token != query or new.describe(token) != before):
+            grids = "" if old.grid == new.grid else f" ({old.grid[0]}×{old.grid[1]} → {new.grid[0]}×{new.grid[1]})"
+            self.note(f"Query kept at the same place in the image: {before} is {new.describe(token)} (token {token}) "
+                      f"in {where}{grids}")
+        return token
+
+    def _on_size_changed(self, size: tuple[int, int]) -> None:
+        """Another input size: the query follows the same place in the image."""
+        spec = self.session.spec
+        if spec is not None and self._layout_now is not None:
+            layout = self._token_layout(spec, tuple(size))
+            if layout != self._layout_now:
+                query = self._follow_query(layout, "the new input size")
+                if query != self.state.query:
+                    self.state.update(query=query, **({"source": self._last_map_source}
+                                                      if query is None and self.state.source == "token" else {}))
+
+    def _query_scale_rule(self, changed: set[str]) -> None:
+        """A query token's map is drawn on its own scale: on the scale shared by all layers and heads, one patch's
+        attention is often a faint smudge (max 0.0175 on a 0-0.24 scale), because some layer attends to itself
+        far more. Entering the query map ticks "Normalise each map" (the colorbar says "own scale", the export
+        follows) and leaving it unticks it again, unless the user changed it in between."""
+        s = self.state
+        if self._applying_rule:
+            return
+        if "normalize" in changed:
+            self._auto_normalized = False           # the user's own choice from now on
+        if "source" not in changed:
+            return
+        self._applying_rule = True
+        try:
+            if s.source == "token" and not s.normalize:
+                s.update(normalize=True)
+                self._auto_normalized = True
+                self.status.note(QUERY_SCALE_NOTE)
+            elif s.source != "token" and self._auto_normalized:
+                self._auto_normalized = False
+                s.update(normalize=False)
+        finally:
+            self._applying_rule = False
+
     def _on_device_changed(self, device: str) -> None:
         self.statusBar().showMessage(f"Model on {device}", 5000)
 
@@ -331,15 +531,22 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------------ drag and drop
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
-        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+        data = event.mimeData()
+        if data.hasUrls() and any(u.isLocalFile() for u in data.urls()) or dropped_name(data):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
-        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        """Files and folders open as `open_paths` does; text such as `hf:ORG/NAME` loads that model."""
+        data = event.mimeData()
+        paths = [u.toLocalFile() for u in data.urls() if u.isLocalFile()] if data.hasUrls() else []
+        name = "" if paths else dropped_name(data)
         event.acceptProposedAction()
-        self.open_paths(paths)
+        if name:
+            self.open_by_name(name)
+        else:
+            self.open_paths(paths)
 
     # ------------------------------------------------------------------------------------------ settings
 
@@ -353,7 +560,7 @@ class MainWindow(QMainWindow):
         if geometry is None or layout is None:
             return
         if not (self.restoreGeometry(geometry) and self.restoreState(layout, st.SETTINGS_VERSION)):
-            self.resize(1400, 900)
+            self.resize(default_size(self._available()))
             self.restoreState(self._default_layout, st.SETTINGS_VERSION)
 
     def save_settings(self) -> None:
@@ -376,3 +583,18 @@ class MainWindow(QMainWindow):
             self.save_settings()
         self.session.shutdown()      # waits a bounded time for a running request (see WorkerClient.shutdown)
         super().closeEvent(event)
+
+
+def dropped_name(data: QMimeData) -> str:
+    """The model name in dropped text (`hf:ORG/NAME`, `timm:NAME`, `torchvision:ARCH`), or ''."""
+    if not data.hasText() or data.hasUrls() and any(u.isLocalFile() for u in data.urls()):
+        return ""
+    text = data.text().strip()
+    return text if text and "\n" not in text and catalog.is_named_model(text) else ""
+
+
+def window_name(model: str) -> str:
+    """What the title says about the loaded model: the demo, a name as given, or the file's (folder's) name."""
+    if bundled.is_demo(model):
+        return "demo"
+    return model if catalog.is_named_model(model) else Path(model).name

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Union
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -50,9 +51,12 @@ NamedRow = tuple[str, "str | None", int]      # a named model, its cached file o
 
 @dataclass(frozen=True)
 class Probed:
-    """The devices this computer offers ('cpu' first)."""
+    """The devices this computer offers ('cpu' first), what each is ('cuda' -> 'NVIDIA H200', as torch names
+    it) and the torch version running them (with its build suffix, e.g. '2.5.1+cu124')."""
 
     devices: tuple[str, ...]
+    names: tuple[tuple[str, str], ...] = ()
+    torch_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,9 +200,16 @@ class InferenceWorker(QObject):
         self._model = None
 
     def _probe(self) -> Probed:
+        import torch
+
         from vitviz.core.runtime import available_devices
 
-        return Probed(tuple(available_devices()))
+        devices = tuple(available_devices())
+        names = [("cpu", "CPU")]
+        for device in devices[1:]:
+            index = int(device.split(":")[1]) if ":" in device else 0
+            names.append((device, str(torch.cuda.get_device_name(index))))
+        return Probed(devices, tuple(names), str(torch.__version__))
 
     def _load(self, path: str, device: str | None = None, **overrides: Any) -> Loaded:
         """Load a checkpoint; a named model (`torchvision:vit_b_16`) is first found in the torch hub cache or
@@ -293,7 +304,7 @@ def parameter_counts(net: Any) -> dict[str, int]:
 
 def _describe_run(args: dict[str, Any]) -> str:
     size = args.get("image_size")
-    return f"Running {args.get('image')}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
+    return f"Running {Path(str(args.get('image'))).name}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
 
 
 DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {

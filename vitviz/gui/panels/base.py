@@ -1,10 +1,15 @@
 """Small pieces the panels share: pens, dark plot styling, a wrapping title, lazy redraw of hidden docks."""
 from __future__ import annotations
 
+import html
+from pathlib import Path
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from vitviz.gui.session import Session
 
 pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
 
@@ -40,6 +45,48 @@ def style_plot(plot: pg.PlotItem, left: str, bottom: str) -> None:
     plot.getAxis("bottom").setLabel(bottom, color=TEXT)
 
 
+PHRASE_BREAKS = (" · ", " — ", "; ")      # where a title may wrap: between its phrases
+
+
+def unbreakable_phrases(text: str) -> str:
+    """`text` as rich text that wraps only after ' · ', ' — ' or '; ' (never inside 'head mean' or 'scale
+    0–0.02'): the spaces inside each phrase become non-breaking."""
+    parts = [text]
+    for sep in PHRASE_BREAKS:
+        parts = [piece for part in parts for piece in _split_keep(part, sep)]
+    return "".join(html.escape(p) if p in PHRASE_BREAKS else html.escape(p).replace(" ", "&nbsp;") for p in parts)
+
+
+def _split_keep(text: str, sep: str) -> list[str]:
+    pieces = text.split(sep)
+    return [x for i, piece in enumerate(pieces) for x in ((piece, sep) if i < len(pieces) - 1 else (piece,))]
+
+
+def plural(count: int, word: str, many: str = "") -> str:
+    """'1 head', '12 heads' ('1 query', '3 queries' with `many`)."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
+def waiting_text(session: Session, what: str) -> str:
+    """What a panel says while it has nothing to show: 'Loading model NAME…' while the first model loads, else
+    `what` (e.g. 'Open a model to see its position embedding.')."""
+    loading = session.loading
+    return f"Loading model {display_name(loading)}…" if loading and session.spec is None else what
+
+
+def display_name(model: str) -> str:
+    """A model path or name as panels name it: a file or folder's name, a hub name as given."""
+    return model if ":" in model and not Path(model).exists() else Path(model).name or model
+
+
+def compact(combo: QComboBox, characters: int = 10) -> QComboBox:
+    """Size a combo box by `characters`, not by its longest entry, so a long entry ('patch (12, 13) · token
+    201') never widens its dock; the open list still shows entries whole."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(characters)
+    return combo
+
+
 def message_label(text: str) -> QLabel:
     """A centred, wrapped label for 'nothing to show' states."""
     label = QLabel(text)
@@ -51,7 +98,12 @@ def message_label(text: str) -> QLabel:
 
 class TitleLabel(pg.LabelItem):
     """A title that wraps at the panel's width instead of widening the layout (a long title in a narrow panel
-    used to push the image partly out of view)."""
+    used to push the image partly out of view). Lines break between phrases only (`unbreakable_phrases`)."""
+
+    def setText(self, text: str, **args: object) -> None:  # noqa: N802 - pyqtgraph override
+        """Show `text`, wrapping between its phrases only; `text` keeps the plain text."""
+        super().setText(unbreakable_phrases(text), **args)
+        self.text = text
 
     def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
         if self.width() > 0:

@@ -2,6 +2,8 @@
 `ViewState`."""
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton, QSlider, QSpinBox,
@@ -9,6 +11,7 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.session import Session
 from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
 
@@ -19,6 +22,7 @@ SOURCE_TIPS = {"cls": "The CLS token's attention over the patches (--map cls)",
                "max": "The attention each patch receives, maximised over the patch queries (--map max)",
                "rollout": "Attention rollout through the layers up to the selected one (--map rollout)",
                "token": "The attention row of the query token (--map token:N); click a patch to pick one"}
+NO_MODEL_TEXT = "No model loaded.\nFile › Open model, or drop a checkpoint on the window."
 LAYER_SPECIALS = {-1: "mean"}
 HEAD_SPECIALS = {-2: "max", -1: "mean"}
 
@@ -117,6 +121,7 @@ class ControlsPanel(QWidget):
         session.devices_found.connect(self.set_devices)
         session.device_changed.connect(self.set_device)
         session.size_changed.connect(self.show_size)
+        session.loading_changed.connect(self._on_loading_changed)
 
     def _on_size_requested(self, height: int, width: int) -> None:
         self.session.set_image_size((height, width))
@@ -126,13 +131,22 @@ class ControlsPanel(QWidget):
         if self.session.image_size is not None:     # the command line's --size, applied with the model
             self.show_size(self.session.image_size)
 
+    def _on_loading_changed(self, _loading: bool) -> None:
+        """Until the first model has loaded, say that it is loading (not that there is none)."""
+        if self._spec is None:
+            loading = self.session.loading
+            self.model_label.setText(f"Loading model {display_name(loading)}…" if loading else NO_MODEL_TEXT)
+
     def _build_model_box(self) -> QGroupBox:
         box = QGroupBox("Model")
-        form = QFormLayout(box)
-        self.model_label = QLabel("No model loaded.\nFile › Open model, or drop a checkpoint on the window.")
+        column = QVBoxLayout(box)          # not a spanning QFormLayout row: that one cut wrapped lines off
+        self.model_label = QLabel(NO_MODEL_TEXT)
+        self.model_label.setObjectName("modelSummary")
         self.model_label.setWordWrap(True)
         self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        form.addRow(self.model_label)
+        column.addWidget(self.model_label)
+        form = QFormLayout()
+        column.addLayout(form)
         self.device_combo = QComboBox()
         self.device_combo.addItem("cpu")
         self.device_combo.setToolTip("Where the model runs; CUDA appears when a GPU is available")
@@ -140,11 +154,15 @@ class ControlsPanel(QWidget):
         form.addRow("Device", self.device_combo)
         self.height_spin, self.width_spin = QSpinBox(), QSpinBox()
         for spin in (self.height_spin, self.width_spin):
-            spin.setRange(16, 4096)
+            spin.setRange(1, 4096)
+            spin.setSpecialValueText("–")     # no model yet: no size to show (not a made-up 16)
+            spin.setValue(1)
+            spin.setEnabled(False)
             spin.setSingleStep(16)
             spin.setToolTip("Input size in pixels, in whole patches (other sizes are rounded down). The "
                             "position embedding is interpolated for sizes the model was not trained at.")
         self.apply_size = QPushButton("Run at size")
+        self.apply_size.setEnabled(False)
         self.apply_size.clicked.connect(
             lambda: self.size_requested.emit(self.height_spin.value(), self.width_spin.value()))
         row = QHBoxLayout()
@@ -169,7 +187,7 @@ class ControlsPanel(QWidget):
         form.addRow("Layer", _pair(self.layer_slider, self.layer_spin))
         self.head_spin, self.head_slider = self._selector(HEAD_SPECIALS, "head")
         form.addRow("Head", _pair(self.head_slider, self.head_spin))
-        self.query_combo = QComboBox()
+        self.query_combo = compact(QComboBox(), 12)
         self.query_combo.setToolTip("The query token of 'Attention of query token'; click a patch to pick one")
         self.query_combo.activated.connect(self._on_query_chosen)
         form.addRow("Query", self.query_combo)
@@ -234,8 +252,11 @@ class ControlsPanel(QWidget):
         self.head_spin.setMaximum(spec.num_heads - 1)
         self.head_slider.setMaximum(spec.num_heads - 1)
         for spin in (self.height_spin, self.width_spin):
+            spin.setSpecialValueText("")
             spin.setMinimum(spec.patch_size)
             spin.setSingleStep(spec.patch_size)
+            spin.setEnabled(True)
+        self.apply_size.setEnabled(True)
         self.height_spin.setValue(spec.image_size[0])
         self.width_spin.setValue(spec.image_size[1])
         self._updating = False
@@ -308,10 +329,19 @@ def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     grid = (h // spec.patch_size, w // spec.patch_size)
     prefix = ", ".join(spec.prefix_names) or "none"
     n = spec.num_params
-    params = f"{n / 1e6:.1f} M parameters · " if n >= 1e5 else (f"{n / 1e3:.1f} k parameters · " if n else "")
-    return (f"<b>{spec.family}</b> · {params}{spec.depth} layers × {spec.num_heads} heads<br>"
-            f"{h}×{w} px, patch {spec.patch_size}, grid {grid[0]}×{grid[1]}, prefix tokens: {prefix}<br>"
-            f"<small>{spec.source}</small>")
+    params = f"{n / 1e6:.1f} M parameters" if n >= 1e5 else (f"{n / 1e3:.1f} k parameters" if n else "")
+    size = f"{plural(spec.depth, 'layer')} × {plural(spec.num_heads, 'head')}"
+    lines = [[f"<b>{html.escape(spec.family)}</b>", params, size],
+             [f"{h}×{w} px", f"patch {spec.patch_size}", f"grid {grid[0]}×{grid[1]}",
+              f"prefix tokens: {prefix}"]]
+    # a line may wrap between its phrases, never inside one ("12 layers × 12 / heads")
+    text = "<br>".join((" · " if i == 0 else ", ").join(_nowrap(p) for p in line if p)
+                       for i, line in enumerate(lines))
+    return f"{text}<br><small>{html.escape(spec.source)}</small>"
+
+
+def _nowrap(phrase: str) -> str:
+    return phrase if phrase.startswith("<b>") else html.escape(phrase).replace(" ", "&nbsp;")
 
 
 def _pair(slider: QSlider, spin: QSpinBox) -> QWidget:

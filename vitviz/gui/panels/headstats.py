@@ -9,12 +9,15 @@ layer's values, clicking selects the layer. The statistics themselves are comput
 """
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtWidgets import QCheckBox, QLabel, QWidget
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QCheckBox, QLabel, QVBoxLayout, QWidget
 
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, dark_layout, pen, plural, style_plot
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
 
@@ -22,7 +25,7 @@ PICK_RADIUS_PX = 9.0
 JITTER = 0.35
 KIND_COLORS = ("#fbbc04", "#c58af9", "#4ecde6", "#81c995", "#f28b82", "#ff8bcb", "#8ab4f8", "#fcad70")
 PATCH_COLOR = "#bdc1c6"
-KINDS_TITLE = "Attention by token kind (patch queries)"
+KINDS_TITLE = "Where the patches' attention goes, by token kind"
 
 
 def point_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -35,27 +38,60 @@ def point_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return (layers + offset)[ok], values[ok], layers[ok], heads[ok]
 
 
+def head_color(head: int, heads: int) -> QColor:
+    """The colour of a head's points in the distance and entropy plots."""
+    return pg.intColor(int(head), hues=max(heads, 1), alpha=220)
+
+
+def head_key_html(heads: int) -> str:
+    """The legend of the head colours: a coloured square and the head's number for each head."""
+    cells = [f"<span style='color:{head_color(h, heads).name()}'>&#9632;</span>&nbsp;{h}" for h in range(heads)]
+    return "Head colours: " + " ".join(cells)
+
+
+def layer_ticks(layers: int, width_px: float, room_px: float = 26.0) -> list[tuple[int, str]]:
+    """Integer layer ticks, every 1, 2, 5, 10, ... layers so that each label has `room_px` pixels."""
+    step = 1
+    for candidate in (1, 2, 5, 10, 20, 50):
+        step = candidate
+        if width_px <= 0 or width_px / max(layers, 1) * step >= room_px:
+            break
+    return [(i, str(i)) for i in range(0, layers, step)]
+
+
+def _fit_layer_ticks(plot: pg.PlotItem, layers: int) -> None:
+    plot.getAxis("bottom").setTicks([layer_ticks(layers, plot.vb.width())])
+
+
+def _title(widget: pg.GraphicsLayoutWidget, text: str, row: int, col: int, colspan: int = 1) -> TitleLabel:
+    label = TitleLabel(text, color=TEXT, size="9pt")          # wraps: never widens the panel
+    widget.addItem(label, row=row, col=col, colspan=colspan)
+    return label
+
+
 class StatPlot:
     """One scatter (distance or entropy) with a ring around the selected head."""
 
     def __init__(self, widget: pg.GraphicsLayoutWidget, col: int, ylabel: str, title: str) -> None:
-        self.plot = widget.addPlot(row=0, col=col)
+        self.title = _title(widget, title, 0, col)
+        self.plot = widget.addPlot(row=1, col=col)
         style_plot(self.plot, ylabel, "layer")
-        self.plot.setTitle(title, color=TEXT, size="9pt")
         self.plot.setMouseEnabled(False, False)
         self.scatter = pg.ScatterPlotItem(size=8, pen=pg.mkPen(None))
         self.ring = pg.ScatterPlotItem(size=16, pen=pg.mkPen(SELECT, width=2), brush=pg.mkBrush(None))
         self.plot.addItem(self.scatter)
         self.plot.addItem(self.ring)
         self.x = self.y = self.layers = self.heads = np.zeros(0)
+        self.layers_shown = 0
+        self.plot.vb.sigResized.connect(lambda *_a: _fit_layer_ticks(self.plot, self.layers_shown))
 
     def show(self, values: np.ndarray) -> None:
         self.x, self.y, self.layers, self.heads = point_positions(values)
         nh = values.shape[1]
-        brushes = [pg.mkBrush(pg.intColor(int(h), hues=max(nh, 1), alpha=220)) for h in self.heads]
+        brushes = [pg.mkBrush(head_color(int(h), nh)) for h in self.heads]
         self.scatter.setData(self.x, self.y, brush=brushes)
-        self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, values.shape[0],
-                                                                           max(1, values.shape[0] // 12))]])
+        self.layers_shown = values.shape[0]
+        _fit_layer_ticks(self.plot, self.layers_shown)
         self.plot.vb.autoRange(padding=0.12)
 
     def clear(self) -> None:
@@ -90,14 +126,17 @@ class KindPlot:
     line at the selected layer."""
 
     def __init__(self, widget: pg.GraphicsLayoutWidget, row: int) -> None:
-        self.plot = widget.addPlot(row=row, col=0, colspan=2)
-        style_plot(self.plot, "share of attention (head mean)", "layer")
-        self.plot.setTitle(KINDS_TITLE, color=TEXT, size="9pt")
+        self.title = _title(widget, KINDS_TITLE, row, 0, colspan=2)
+        self.plot = widget.addPlot(row=row + 1, col=0, colspan=2)
+        style_plot(self.plot, "share", "layer")
         self.plot.setMouseEnabled(False, False)
-        self.legend = pg.LegendItem(labelTextColor=TEXT, labelTextSize="8pt", brush=pg.mkBrush(32, 33, 36, 170))
-        self.legend.setParentItem(self.plot.vb)
-        self.legend.anchor((1, 0.5), (1, 0.5), offset=(-6, 0))       # right, halfway up: shares hug 0 and 1
-        self.head_key = pg.PlotDataItem(pen=pen(PATCH_COLOR, 200, width=1.5, dashed=True))   # legend sample only
+        # the legend is a line of text under the plots (`key`), so it never covers a line of the plot
+        self.key = QLabel("")
+        self.key.setObjectName("tokenKindKey")
+        self.key.setWordWrap(True)
+        self.key.setToolTip("Solid lines: the head mean of each token kind; dashed: the selected head")
+        self.legend_names: list[str] = []               # what the key names, in order
+        self.colors: list[str] = []
         self.layer_line = pg.InfiniteLine(angle=90, movable=False, pen=pen(SELECT, 160))
         self.layer_line.setVisible(False)
         self.plot.addItem(self.layer_line)
@@ -106,6 +145,9 @@ class KindPlot:
         self.mean_curves: list[pg.PlotDataItem] = []
         self.head_curves: list[pg.PlotDataItem] = []
         self.head: int | None = None
+        self._labels: list[str] = []
+        self.layers_shown = 0
+        self.plot.vb.sigResized.connect(lambda *_a: _fit_layer_ticks(self.plot, self.layers_shown))
 
     def show(self, values: np.ndarray, names: tuple[str, ...]) -> None:
         """Draw (L, H, P + 1) shares; `names` are the P prefix tokens' (the last column is 'patches')."""
@@ -118,33 +160,46 @@ class KindPlot:
             curve.setData(layers, values[:, :, k].mean(axis=1))
         self.plot.setXRange(-0.3, max(values.shape[0] - 1, 0) + 0.3, padding=0)
         self.plot.setYRange(0.0, 1.0, padding=0.04)
-        self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, values.shape[0],
-                                                                           max(1, values.shape[0] // 12))]])
+        self.layers_shown = values.shape[0]
+        _fit_layer_ticks(self.plot, self.layers_shown)
 
     def _make_curves(self, kinds: tuple[str, ...]) -> None:
         for curve in self.mean_curves + self.head_curves:
             self.plot.removeItem(curve)
-        self.legend.clear()
         self.names = kinds
         labels = kinds if len(kinds) > 1 else ("patches (no prefix tokens)",)
         self.mean_curves, self.head_curves = [], []
+        self.colors = []
         for k, name in enumerate(labels):
             color = PATCH_COLOR if k == len(kinds) - 1 else KIND_COLORS[k % len(KIND_COLORS)]
+            self.colors.append(color)
             mean = pg.PlotDataItem(pen=pen(color, width=2), symbol="o", symbolSize=5, symbolPen=None,
                                    symbolBrush=pg.mkBrush(color))
             head = pg.PlotDataItem(pen=pen(color, 200, width=1.5, dashed=True))
             self.plot.addItem(mean)
             self.plot.addItem(head)
-            self.legend.addItem(mean, name)
             self.mean_curves.append(mean)
             self.head_curves.append(head)
+        self._labels = list(labels)
+        self._show_key()
+
+    def _show_key(self) -> None:
+        """The key under the plot: each kind's colour and name, then the dashed selected head."""
+        self.legend_names = list(self._labels) + ([f"head {self.head}"] if self.head is not None
+                                                                  else [])
+        cells = [f"<span style='color:{c}'>&#9473;&#9473;</span>&nbsp;{html.escape(n).replace(' ', '&nbsp;')}"
+                 for c, n in zip(self.colors, self.legend_names)]
+        if self.head is not None:
+            cells.append(f"<span style='color:{PATCH_COLOR}'>&#9476;&#9476;</span>&nbsp;head&nbsp;{self.head}")
+        self.key.setText("Token kinds: " + " ".join(cells) if cells else "")
 
     def clear(self) -> None:
         for curve in self.mean_curves + self.head_curves:
             curve.clear()
         self.values = None
         self.layer_line.setVisible(False)
-        self.legend.removeItem(self.head_key)
+        self.head = None
+        self._show_key()
 
     def mark(self, layer: int | None, head: int | None) -> None:
         """A line at the selected layer; the selected head's shares dashed (none for the head mean or max)."""
@@ -157,9 +212,7 @@ class KindPlot:
                 curve.clear()
             else:
                 curve.setData(np.arange(self.values.shape[0]), self.values[:, self.head, k])
-        self.legend.removeItem(self.head_key)
-        if self.head is not None:
-            self.legend.addItem(self.head_key, f"head {self.head}")
+        self._show_key()
 
     def layer_at(self, scene_pos: QPointF) -> int | None:
         """The layer nearest a scene position inside the plot, or None."""
@@ -199,12 +252,22 @@ class HeadStatsPanel(LazyPanel):
         self.readout = QLabel("Hover a point to name its layer and head; click it to select them")
         self.readout.setWordWrap(True)
         self.widget = dark_layout()
-        self.distance = StatPlot(self.widget, 0, "mean attention distance (px)", "Mean attention distance")
-        self.entropy = StatPlot(self.widget, 1, "entropy (nats)", "Attention entropy (patch queries)")
-        self.kinds = KindPlot(self.widget, 1)
+        self.distance = StatPlot(self.widget, 0, "distance (px)", "Mean attention distance")
+        self.entropy = StatPlot(self.widget, 1, "entropy (nats)", "Attention entropy")
+        self.kinds = KindPlot(self.widget, 2)
+        self.head_key = QLabel("")
+        self.head_key.setObjectName("headColourKey")
+        self.head_key.setWordWrap(True)
+        self.head_key.setToolTip("The colour of each head's points in the distance and entropy plots")
         self.widget.scene().sigMouseMoved.connect(self._on_moved)
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
-        bar_and_body(self, [self.average_check, self.readout], self.widget)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        for widget in (self.average_check, self.readout):
+            layout.addWidget(widget)
+        layout.addWidget(self.widget, 1)
+        layout.addWidget(self.kinds.key)
+        layout.addWidget(self.head_key)
         state.subscribe(self._on_state)
         session.current_changed.connect(self._on_current_changed)
         session.result_ready.connect(self._on_result_ready)
@@ -230,7 +293,7 @@ class HeadStatsPanel(LazyPanel):
             self._mark()
 
     def _update_label(self) -> None:
-        self.average_check.setText(f"Average over all {len(self.session.head_stats)} images run so far")
+        self.average_check.setText(f"Average over all {plural(len(self.session.head_stats), 'image')} run so far")
 
     # ------------------------------------------------------------------------------------------ drawing
 
@@ -265,6 +328,7 @@ class HeadStatsPanel(LazyPanel):
         else:
             self.distance.show(self.shown[0])
             self.entropy.show(self.shown[1])
+        self.head_key.setText(head_key_html(self.shown[0].shape[1]) if self.shown is not None else "")
         self._mark()
 
     def _mark(self) -> None:

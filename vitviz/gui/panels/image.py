@@ -44,6 +44,7 @@ class ImagePanel(QWidget):
     def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("imagePanel")
+        self.scale_text = ""          # which colour scale the map is on (the colorbar's label)
         self.state, self.session = state, session
         self.values: np.ndarray | None = None
         self._maps: ResultMaps | None = session.current_maps
@@ -56,6 +57,7 @@ class ImagePanel(QWidget):
         self.clicked.connect(self._on_patch_clicked)
         state.subscribe(self.refresh)
         session.current_changed.connect(self._on_current_changed)
+        session.loading_changed.connect(self._on_loading_changed)
         self.refresh(MAP_FIELDS)
 
     def _build(self) -> None:
@@ -91,6 +93,10 @@ class ImagePanel(QWidget):
 
     # ------------------------------------------------------------------------------------------ inputs
 
+    def _on_loading_changed(self, _loading: bool) -> None:
+        if self._maps is None:
+            self.clear(self.placeholder())
+
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
         self._maps = maps
         self.refresh(MAP_FIELDS)
@@ -113,7 +119,7 @@ class ImagePanel(QWidget):
         """What the panel says while there is no result to show."""
         s, path = self.session, self.session.current
         if s.spec is None:
-            return "Open a model (File › Open model) or drop a checkpoint on the window"
+            return base.waiting_text(s, "Open a model (File › Open model) or drop a checkpoint on the window")
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
         if path in s.failed:
@@ -138,17 +144,20 @@ class ImagePanel(QWidget):
         self.values = values
         levels = levels_for(state, values, stack)
         shown = render.upsample(values, _grid_pixels(result), True) if state.smooth else values
-        title = f"{self._title(stack.title, result)} · scale {levels[0]:.3g}–{levels[1]:.3g}"
+        self.scale_text = render.scale_label(stack, state.head, "own" if state.normalize else "shared")
+        title = self._title(stack.title, result, f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
         self.show_map(shown, levels, state.colormap, state.opacity, title)
+        self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
         self.set_highlight(self._query_patch(result))
 
-    def _title(self, what: str, result: AttentionResult) -> str:
+    def _title(self, what: str, result: AttentionResult, scale: str) -> str:
+        """The map's title: the image and map, the layer, the head and the colour scale."""
         s = self.state
         if s.source == "token" and s.query is not None:
             what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        head = "" if s.source == "rollout" else f" · head {s.head}"
+        head = "" if s.source == "rollout" else f"head {s.head}"
         layer = f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
-        return f"{Path(result.source).name} — {what} · {layer}{head}"
+        return " · ".join(p for p in (f"{Path(result.source).name} — {what}", layer, head, scale) if p)
 
     def _query_patch(self, result: AttentionResult) -> tuple[int, int] | None:
         q, p = self.state.query, result.num_prefix

@@ -1,24 +1,38 @@
 """The image list dock: thumbnails, file names and the model's top-5 predictions of the session's images.
 
-It lists what the session adds, shows each image's progress (running, top-5, failed) and makes the selected one the
-session's current image.
+It lists what the session adds, shows each image's progress (running, top-5, failed), makes the selected one the
+session's current image and keeps it in view, and removes images (Delete, the context menu: remove, remove the
+failed ones, clear). Thumbnails are decoded off the GUI thread at thumbnail size (`thumbnails.ThumbnailLoader`),
+so a folder of large photos or one 12000 × 9000 scan never stalls the window.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QColor, QIcon, QImageReader, QPixmap
-from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtCore import QPoint, QSize, Qt
+from PySide6.QtGui import QAction, QColor, QIcon, QImage, QKeySequence, QPixmap
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QMenu, QVBoxLayout, QWidget
 
 from vitviz.gui.session import Session
+from vitviz.gui.thumbnails import THUMB, ThumbnailLoader
 
-THUMB = 72
 PATH_ROLE = Qt.ItemDataRole.UserRole
+PLACEHOLDER = "#5f6368"
+
+
+def _blank(color: str = PLACEHOLDER) -> QIcon:
+    pixmap = QPixmap(THUMB, THUMB)
+    pixmap.fill(QColor(color))
+    return QIcon(pixmap)
 
 
 class ImageListPanel(QWidget):
-    """A list of the session's images; selecting one makes it the current image."""
+    """A list of the session's images; selecting one makes it the current image.
+
+    Attributes:
+        remove_action, remove_failed_action, clear_action: what the context menu (and the File menu) offer;
+            Delete removes the selected images while the list has the focus.
+    """
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -27,50 +41,103 @@ class ImageListPanel(QWidget):
         self.list = QListWidget()
         self.list.setObjectName("imageList")
         self.list.setIconSize(QSize(THUMB, THUMB))
-        self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.setWordWrap(True)
         self.list.setUniformItemSizes(False)
-        self.list.setToolTip("Drop images or folders on the window to add them")
+        self.list.setToolTip("Drop images or folders on the window to add them; Delete removes the selected ones "
+                             "(right-click for more)")
         self.list.currentItemChanged.connect(self._on_current_item)
+        self.list.itemSelectionChanged.connect(self.update_actions)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._context_menu)
+        self._placeholder = _blank()
+        self._make_actions()
+        self.thumbnails = ThumbnailLoader(self)
+        self.thumbnails.ready.connect(self._on_thumbnail)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
         session.images_added.connect(self.add_paths)
+        session.images_removed.connect(self.remove_paths)
         session.current_changed.connect(self._on_current_changed)
         session.run_started.connect(self.set_pending)
         session.result_ready.connect(self._on_result_ready)
         session.run_failed.connect(self._on_run_failed)
         self.add_paths(session.images)
 
+    def _make_actions(self) -> None:
+        self.remove_action = QAction("&Remove from the list", self)
+        self.remove_action.setObjectName("remove_images")
+        self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
+        self.remove_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.remove_action.setStatusTip("Remove the selected images from the list (the files stay)")
+        self.remove_action.triggered.connect(lambda _checked=False: self.remove_selected())
+        self.remove_failed_action = QAction("Remove &failed images", self)
+        self.remove_failed_action.setObjectName("remove_failed_images")
+        self.remove_failed_action.setStatusTip("Remove every image that could not be run")
+        self.remove_failed_action.triggered.connect(lambda _checked=False: self.session.remove_failed())
+        self.clear_action = QAction("&Clear the list", self)
+        self.clear_action.setObjectName("clear_images")
+        self.clear_action.setStatusTip("Remove every image from the list (the files stay)")
+        self.clear_action.triggered.connect(lambda _checked=False: self.session.clear_images())
+        self.list.addAction(self.remove_action)        # Delete works while the list has the focus
+        self.update_actions()
+
+    def update_actions(self) -> None:
+        """Enable what applies now (and count the failed images)."""
+        failed = sum(1 for p in self.session.images if p in self.session.failed)
+        self.remove_action.setEnabled(bool(self.list.selectedItems()))
+        self.remove_failed_action.setEnabled(failed > 0)
+        self.remove_failed_action.setText(f"Remove &failed images ({failed})" if failed else "Remove &failed images")
+        self.clear_action.setEnabled(self.list.count() > 0)
+
     def paths(self) -> list[str]:
         return [self.list.item(i).data(PATH_ROLE) for i in range(self.list.count())]
 
     def add_paths(self, paths: list[str]) -> None:
-        """Append items for images not already listed."""
+        """Append items for images not already listed; their thumbnails follow from the loader."""
         known = set(self.paths())
         for path in dict.fromkeys(paths):
             if path in known:
                 continue
-            item = QListWidgetItem(_thumbnail(path), Path(path).name)
+            item = QListWidgetItem(self._placeholder, Path(path).name)
             item.setData(PATH_ROLE, path)
             item.setToolTip(path)
             self.list.addItem(item)
+            self.thumbnails.request(path)
         self._on_current_changed(None)
+        self.update_actions()
+
+    def remove_paths(self, paths: list[str]) -> None:
+        """Take the items of removed images out of the list (the session has removed the images)."""
+        gone = set(paths)
+        for i in reversed(range(self.list.count())):
+            if self.list.item(i).data(PATH_ROLE) in gone:
+                self.list.takeItem(i)
+        self._on_current_changed(None)
+        self.update_actions()
+
+    def remove_selected(self) -> list[str]:
+        """Remove the selected images from the session (and so from the list)."""
+        return self.session.remove_images([item.data(PATH_ROLE) for item in self.list.selectedItems()])
 
     def current_path(self) -> str:
         item = self.list.currentItem()
         return item.data(PATH_ROLE) if item is not None else ""
 
     def select(self, path: str) -> None:
+        """Make `path` the selected item and scroll it into view."""
         item = self._item(path)
         if item is not None:
             self.list.setCurrentItem(item)
+            self.list.scrollToItem(item, QAbstractItemView.ScrollHint.EnsureVisible)
 
     def step(self, delta: int) -> None:
         """Select the next (delta=1) or previous (delta=-1) image, wrapping around."""
         n = self.list.count()
         if n:
             self.list.setCurrentRow((max(0, self.list.currentRow()) + delta) % n)
+            self.list.scrollToItem(self.list.currentItem())
 
     def set_predictions(self, path: str, top: list[tuple[int, str, float]]) -> None:
         """Show top-k (index, label, probability) under the file name; nothing for a headless model."""
@@ -93,10 +160,16 @@ class ImageListPanel(QWidget):
             item.setText(Path(path).name + "\nfailed: " + summary[:60])
             item.setToolTip(path + "\n\n" + summary)
             item.setForeground(QColor("#d93025"))
+        self.update_actions()
 
     def top_text(self, path: str) -> str:
         item = self._item(path)
         return item.text() if item is not None else ""
+
+    def icon_size(self, path: str) -> QSize:
+        """The size of an item's thumbnail as shown now (the placeholder's until the loader has answered)."""
+        item = self._item(path)
+        return item.icon().availableSizes()[0] if item is not None and item.icon().availableSizes() else QSize()
 
     def _item(self, path: str) -> QListWidgetItem | None:
         for i in range(self.list.count()):
@@ -104,11 +177,17 @@ class ImageListPanel(QWidget):
                 return self.list.item(i)
         return None
 
+    def _on_thumbnail(self, path: str, image: QImage) -> None:
+        item = self._item(path)
+        if item is not None:
+            item.setIcon(QIcon(QPixmap.fromImage(image)) if not image.isNull() else _blank())
+
     def _on_current_item(self, current: QListWidgetItem | None, _previous: object) -> None:
         self.session.set_current(current.data(PATH_ROLE) if current is not None else "")
+        self.update_actions()
 
     def _on_current_changed(self, _maps: object) -> None:
-        """Select the session's current image (the user's own selection comes back here unchanged)."""
+        """Select the session's current image and show it (the user's own selection comes back here unchanged)."""
         if self.current_path() != self.session.current:
             self.select(self.session.current)
 
@@ -120,17 +199,16 @@ class ImageListPanel(QWidget):
     def _on_run_failed(self, path: str, summary: str, _details: str) -> None:
         self.set_failed(path, summary)
 
+    def context_menu(self) -> QMenu:
+        """The list's context menu (built fresh, so its entries say what applies now)."""
+        self.update_actions()
+        menu = QMenu(self)
+        menu.addActions([self.remove_action, self.remove_failed_action])
+        menu.addSeparator()
+        menu.addAction(self.clear_action)
+        return menu
 
-def _thumbnail(path: str) -> QIcon:
-    """A small icon read straight at thumbnail size (cheap even for large photos); blank when unreadable."""
-    reader = QImageReader(path)
-    reader.setAutoTransform(True)
-    size = reader.size()
-    if size.isValid() and size.width() > 0 and size.height() > 0:
-        reader.setScaledSize(size.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio))
-    image = reader.read()
-    if image.isNull():
-        blank = QPixmap(THUMB, THUMB)
-        blank.fill(QColor("#5f6368"))
-        return QIcon(blank)
-    return QIcon(QPixmap.fromImage(image))
+    def _context_menu(self, pos: QPoint) -> None:
+        menu = self.context_menu()
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        menu.popup(self.list.viewport().mapToGlobal(pos))

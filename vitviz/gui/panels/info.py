@@ -14,7 +14,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.panels.base import LazyPanel
+from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
 
 SKIP_FIELDS = {"provenance", "labels", "preprocess"}
@@ -33,6 +33,7 @@ class ModelInfo:
     image: str = ""
     top5: list[tuple[int, str, float]] = field(default_factory=list)
     image_size: tuple[int, int] | None = None
+    loading: str = ""           # the model being loaded while none is (its path or name)
 
 
 def gather(session: Session) -> ModelInfo:
@@ -42,7 +43,8 @@ def gather(session: Session) -> ModelInfo:
                      param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
                      cached_images=len(session.cached_paths()),
                      image=Path(session.current).name if session.current else "",
-                     top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size)
+                     top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size,
+                     loading=session.loading)
 
 
 def _count(n: int) -> str:
@@ -85,6 +87,8 @@ def parameter_rows(counts: dict[str, int]) -> list[tuple[str, str, str]]:
 def info_html(info: ModelInfo) -> str:
     """The whole panel as HTML."""
     spec = info.spec
+    if spec is None and info.loading:
+        return f"<p>Loading model {html.escape(display_name(info.loading))}…</p>"
     if spec is None:
         return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
     grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
@@ -143,7 +147,8 @@ class InfoPanel(LazyPanel):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.browser)
         self.info = ModelInfo()
-        for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready):
+        for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready,
+                       session.loading_changed):
             signal.connect(self._on_session_changed)
         self.show_info(gather(session))
 

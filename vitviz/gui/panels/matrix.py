@@ -3,24 +3,31 @@
 One row-major `ImageItem` holds the matrix (a texture upload per layer/head change, nothing per hover), so it stays
 responsive for DINOv2 at 518 px (T = 1370). Prefix tokens are labelled on both axes and fenced off by dashed lines;
 the selected query's row and column are outlined. A click selects the row's token as the query everywhere
-(Shift+click: the column's token).
+(Shift+click: the column's token). The axis labels are laid out for the zoom they are drawn at: prefix tokens too
+close together to name one by one (cls, reg0-3 of a 261-token matrix) share one label, and patch rows are
+labelled every few rows so the labels never run into each other.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.maps import ResultMaps
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
 
 LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
+LABEL_GAP_PX = 6.0          # the least room between two axis labels
+Ticks = list[list[tuple[float, str]]]
 
 
 def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
@@ -44,13 +51,35 @@ def display_values(matrix: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[flo
     return np.log10(np.maximum(matrix, LOG_FLOOR)), (hi - LOG_DECADES, hi)
 
 
-def axis_ticks(spec: ModelSpec, grid: tuple[int, int]) -> list[list[tuple[float, str]]]:
-    """Major ticks naming the prefix tokens and the first token of every few patch rows; minor: other rows."""
+def axis_ticks(spec: ModelSpec, grid: tuple[int, int], pixels_per_token: float = np.inf,
+               extent: Callable[[str], float] = lambda _text: 0.0) -> Ticks:
+    """Major ticks naming the prefix tokens and the first token of every few patch rows; minor: other rows.
+
+    Args:
+        pixels_per_token: screen pixels between neighbouring tokens along the axis (default: room for all).
+        extent: the room a label takes along the axis in pixels (its width on a horizontal axis, its line height
+            on a vertical one).
+
+    Prefix tokens are named one by one when their labels fit, else together ('cls–reg3') over the prefix block;
+    patch rows are labelled every `step` rows, with `step` the smallest that leaves `LABEL_GAP_PX` between
+    labels (at most about 8 labels).
+    """
     p, (gh, gw) = spec.num_prefix, grid
-    major = [(i + 0.5, name) for i, name in enumerate(spec.prefix_names)]
+    names = list(spec.prefix_names)
+    fits = p <= 1 or pixels_per_token >= max(extent(n) for n in names) + LABEL_GAP_PX
+    if fits:
+        major = [(i + 0.5, name) for i, name in enumerate(names)]
+    else:
+        major = [(p / 2, f"{names[0]}–{names[-1]}")]
     step = max(1, int(np.ceil(gh / 8)))
-    major += [(p + r * gw, f"row {r}") for r in range(step if p else 0, gh, step)]   # row 0 would hit the prefix
-    minor = [(p + r * gw, "") for r in range(gh) if r % step or (p and r == 0)]
+    widest = extent(f"row {gh - 1}") + LABEL_GAP_PX
+    while step < gh and step * gw * pixels_per_token < widest:
+        step += 1
+    prefix_end = (major[-1][0] * pixels_per_token + extent(major[-1][1]) / 2) if p else -np.inf
+    rows = [r for r in range(step if p else 0, gh, step)
+            if (p + r * gw) * pixels_per_token - extent(f"row {r}") / 2 >= prefix_end + LABEL_GAP_PX]
+    major += [(p + r * gw, f"row {r}") for r in rows]
+    minor = [(p + r * gw, "") for r in range(gh) if r not in rows]
     return [major, minor]
 
 
@@ -74,6 +103,7 @@ class MatrixPanel(LazyPanel):
         self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
         self.log_check.toggled.connect(lambda on: self.state.update(matrix_log=bool(on)))
         self.readout = QLabel("Hover the matrix: query row × key column")
+        self.readout.setWordWrap(True)          # a long readout must not widen the dock
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.widget = dark_layout()
         self._build_plot()
@@ -83,11 +113,12 @@ class MatrixPanel(LazyPanel):
         self.set_maps(session.current_maps)
 
     def _build_plot(self) -> None:
-        self.plot = self.widget.addPlot(row=0, col=0)
+        self.title = TitleLabel("No result yet", color=TEXT, size="10pt")    # wraps: never widens the panel
+        self.widget.addItem(self.title, row=0, col=0, colspan=2)
+        self.plot = self.widget.addPlot(row=1, col=0)
         style_plot(self.plot, "query token (row)", "key token (column)")
         self.plot.invertY(True)
         self.plot.setAspectLocked(True)
-        self.plot.setTitle("No result yet", color=TEXT, size="10pt")
         self.image_item = pg.ImageItem()
         self.plot.addItem(self.image_item)
         self.prefix_lines = [pg.InfiniteLine(angle=a, pen=pen("#ffffff", 200, 1.0, dashed=True)) for a in (0, 90)]
@@ -100,7 +131,10 @@ class MatrixPanel(LazyPanel):
             box.setPen(pen(SELECT, 255, 1.5))
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"), interactive=False,
                                         width=12)
-        self.widget.addItem(self.colorbar, row=0, col=1)
+        self.widget.addItem(self.colorbar, row=1, col=1)
+        self._ticks_for: tuple[object, ...] | None = None
+        self.plot.vb.sigResized.connect(self._fit_ticks)
+        self.plot.vb.sigRangeChanged.connect(self._fit_ticks)
         scene = self.widget.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
@@ -139,7 +173,7 @@ class MatrixPanel(LazyPanel):
         self.matrix, self._key = None, None
         for item in (*self.prefix_lines, self.row_box, self.col_box):
             item.setVisible(False)
-        self.plot.setTitle("No result yet", color=TEXT, size="10pt")
+        self.title.setText("No result yet")
 
     def _draw(self, maps: ResultMaps) -> None:
         s, spec = self.state, maps.result.spec
@@ -150,17 +184,35 @@ class MatrixPanel(LazyPanel):
         self.image_item.setRect(QRectF(0, 0, t, t))
         self.colorbar.setColorMap(colors.colormap(s.colormap))
         colors.set_colorbar_levels(self.colorbar, levels)
-        ticks = axis_ticks(spec, maps.grid)
-        for axis in ("left", "bottom"):
-            self.plot.getAxis(axis).setTicks(ticks)
         p = spec.num_prefix
         for line in self.prefix_lines:
             line.setPos(p)
             line.setVisible(0 < p < t)
         scale = "log10 attention" if s.matrix_log else "attention"
-        self.plot.setTitle(f"layer {s.layer} · head {s.head} · {t} tokens ({p} prefix) · {scale}", color=TEXT,
-                           size="10pt")
+        self.colorbar.axis.setLabel(scale, color=TEXT)
+        self.title.setText(f"layer {s.layer} · head {s.head} · {t} tokens ({p} prefix) · {scale}")
         self.plot.autoRange(padding=0.01)
+        self._ticks_for = None
+        self._fit_ticks()
+
+    def _fit_ticks(self, *_args: object) -> None:
+        """Lay the axis labels out for the current zoom (`axis_ticks`); only when the zoom or the model changed."""
+        maps = self._maps
+        if maps is None or self.matrix is None:
+            return
+        pixel_x, pixel_y = self.plot.vb.viewPixelSize()          # tokens per screen pixel
+        if not (np.isfinite(pixel_x) and np.isfinite(pixel_y) and pixel_x > 0 and pixel_y > 0):
+            return
+        key = (id(maps), round(pixel_x, 6), round(pixel_y, 6))
+        if key == self._ticks_for:
+            return
+        self._ticks_for = key
+        spec, grid = maps.result.spec, maps.grid
+        for side, per_token in (("left", 1 / pixel_y), ("bottom", 1 / pixel_x)):
+            axis = self.plot.getAxis(side)
+            metrics = QFontMetricsF(axis.style.get("tickFont") or axis.font())
+            extent = (lambda _t, h=metrics.height(): h) if side == "left" else metrics.horizontalAdvance
+            axis.setTicks(axis_ticks(spec, grid, per_token, extent))
 
     def _show_selection(self) -> None:
         q, t = self.state.query, 0 if self.matrix is None else self.matrix.shape[0]

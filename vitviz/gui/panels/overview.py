@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
 from vitviz.core.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
-from vitviz.gui.panels import base  # noqa: F401 - sets row-major order
+from vitviz.gui.panels import base
 from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, stack_for
 
@@ -33,7 +33,7 @@ class OverviewPanel(QWidget):
     def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("overviewPanel")
-        self.state = state
+        self.state, self.session = state, session
         self._maps: ResultMaps | None = session.current_maps
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
         self._gap = 1
@@ -42,7 +42,9 @@ class OverviewPanel(QWidget):
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
-        self.plot = self.widget.addPlot(row=0, col=0)
+        self.title = base.TitleLabel("", color=base.TEXT, size="10pt")     # wraps: never widens the panel
+        self.widget.addItem(self.title, row=0, col=0)
+        self.plot = self.widget.addPlot(row=1, col=0)
         self.plot.setMenuEnabled(False)
         self.plot.setMouseEnabled(False, False)
         self.plot.hideButtons()
@@ -69,6 +71,7 @@ class OverviewPanel(QWidget):
         self._show_axes(False)
         state.subscribe(self.refresh)
         session.current_changed.connect(self._on_current_changed)
+        session.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
         self.refresh(STACK_FIELDS)
 
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
@@ -111,8 +114,7 @@ class OverviewPanel(QWidget):
         self.image_item.setImage(image, autoLevels=False, levels=(0.0, 1.0), lut=colors.lut(cmap))
         self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
         self._set_ticks(nl, nc, gh, gw)
-        self.plot.setTitle(stack.title + (" · each tile scaled alone" if per_tile else " · one scale per column kind"),
-                           color="#e8eaed", size="10pt")
+        self.title.setText(stack.title + (" · each tile scaled alone" if per_tile else " · one scale per column kind"))
         self.plot.autoRange(padding=0.02)
         self._set_bottom_ticks(self._fitting_style())
 
@@ -121,7 +123,14 @@ class OverviewPanel(QWidget):
         for side in ("left", "bottom"):
             self.plot.showAxis(side, shown)
         if not shown:
-            self.plot.setTitle(None)
+            self.title.setText(self.placeholder())
+
+    def placeholder(self) -> str:
+        """What the panel says while it has no tiles."""
+        s = self.session
+        if s.spec is None:
+            return base.waiting_text(s, "Open a model to see every layer's and head's map")
+        return "Running the image…" if s.current and s.current not in s.failed else "No result for this image"
 
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from vitviz.gui import colors
 from vitviz.core.maps import ResultMaps, rollout_title
 from vitviz.core.rollout import RolloutParams
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, dark_layout, pen
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
 
@@ -103,6 +103,7 @@ class RolloutPanel(LazyPanel):
         layout.addLayout(self._build_controls())
         layout.addWidget(self.widget, 1)
         self.timing = QLabel("")
+        self.timing.setWordWrap(True)          # a long line must not widen the dock (and shrink the image)
         layout.addWidget(self.timing)
         state.subscribe(self._on_state)
         session.current_changed.connect(self.set_maps)
@@ -126,6 +127,7 @@ class RolloutPanel(LazyPanel):
         self.start_spin.setToolTip("First layer multiplied into the rollout")
         self.start_spin.valueChanged.connect(lambda v: self._queue(rollout_start=int(v)))
         self.query_combo = QComboBox()
+        compact(self.query_combo)
         self.query_combo.setToolTip("The token whose rollout is shown; click a patch in a map to pick one")
         self.query_combo.activated.connect(lambda _i: self.query_clicked.emit(int(self.query_combo.currentData()))
                                            if self.query_combo.currentData() >= 0 else self.query_clicked.emit(-1))
