@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vitviz.core.model import AttentionProbe, ReferenceViT
+from vitviz.core.model import AttentionProbe, PoolProbe, ReferenceViT
 from vitviz.core.runtime import SMALLER, check_host_memory, packing_fits, resolve_device
 from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
@@ -93,6 +93,17 @@ def capture_attention(net: torch.nn.Module, keep: Any) -> Iterator[Any]:
             h.remove()
 
 
+def pool_rows(pool: list[np.ndarray], spec: ModelSpec, index: int = 0) -> np.ndarray | None:
+    """Image `index`'s MAP-head attention as (H', T) float32 over all tokens (zeros on prefix tokens the head does
+    not see), from what `forward_captured(pool=...)` collected; None when nothing was."""
+    if not pool:
+        return None
+    rows = pool[-1][index, :, 0]  # (B, H', 1, N') -> (H', N')
+    out = np.zeros((rows.shape[0], spec.num_tokens), np.float32)
+    out[:, spec.num_tokens - rows.shape[1]:] = rows
+    return out
+
+
 class VitModel:
     """A loaded checkpoint: the reference ViT, its spec, and the device it runs on."""
 
@@ -163,7 +174,8 @@ class VitModel:
         return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
     def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
-                         upto: int | None = None, rows: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                         upto: int | None = None, rows: Sequence[int] | None = None,
+                         pool: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(B, C, H, W) -> attentions (B, L, H, T, T) and the model's output (B, C) as NumPy, on whatever device.
 
         The output is class scores, or a headless backbone's pooled features (B, D): `split_output` tells them
@@ -173,9 +185,20 @@ class VitModel:
         skipping the work no attention depends on; logits are then (B, 0) and attentions (B, upto + 1, H, T, T).
         With `rows` only those query tokens' rows are kept: attentions (B, L, H, len(rows), T), a fraction of the
         memory (e.g. [0] for CLS maps of a large model at high resolution).
+        A model with a MAP pooling head (`spec.pooling == 'map'`) appends that head's attention (B, H', 1, N') to
+        `pool` when it is a list and the full forward pass runs (`logits=True`).
         """
         with self._lock, torch.inference_mode():
-            return self._forward_captured(x, half, logits, upto, rows)
+            if pool is None or not logits:
+                return self._forward_captured(x, half, logits, upto, rows)
+            pools = [m for m in self.net.modules() if isinstance(m, PoolProbe)]
+            handles = [m.register_forward_hook(lambda _m, _i, out: pool.append(out.detach().cpu().numpy()))
+                       for m in pools]
+            try:
+                return self._forward_captured(x, half, logits, upto, rows)
+            finally:
+                for h in handles:
+                    h.remove()
 
     def _forward_captured(self, x: torch.Tensor, half: bool, logits: bool, upto: int | None,
                           rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
@@ -234,10 +257,12 @@ class VitModel:
         """
         x, disp, spec, src, seen = self.prepare(image, image_size)
         size, box = seen or (None, None)
-        attn, out = self.forward_captured(x, half, logits)
+        pool: list[np.ndarray] = []
+        attn, out = self.forward_captured(x, half, logits, pool=pool)
         scores, features = split_output(out[0], spec)
         return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
-                               spec=spec, source=src, features=features, source_box=box, source_size=size)
+                               spec=spec, source=src, features=features, source_box=box, source_size=size,
+                               pool_attention=pool_rows(pool, spec))
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N_pos, D) position embedding, grid part resampled to `grid`; None when the model has none."""
