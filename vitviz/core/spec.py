@@ -98,6 +98,7 @@ class ModelSpec:
     final_norm: bool = True           # `norm` over all tokens before pooling
     fc_norm: bool = False             # norm after pooling
     pooling: str = "token"            # 'token' (token 0) | 'avg' (patches) | 'avg_all' (every token) | 'cls_avg'
+                                      # | 'map' (a latent query attends over the tokens: SigLIP, PE; see pool_*)
     pre_logits: int = 0               # width of the pre-logits layer (Linear + pre_logits_act), 0 when absent
     head_dist: bool = False
     attn_dim: int = 0                 # attention width heads x head_dim (vit-pytorch dim_head); 0: embed_dim
@@ -111,6 +112,27 @@ class ModelSpec:
     pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT)
     norm_extra: bool = False          # a second LayerNorm over all tokens after `norm` (two stacked final norms)
     pre_logits_act: str = "tanh"      # activation after the pre-logits layer
+    norm_pre: bool = False            # LayerNorm on the tokens before the blocks (CLIP `ln_pre`, Perception Encoder)
+    head_bias: bool = True            # bias of the head (CLIP's `proj` has none)
+    embed_out: int = 0                # width of an embedding projection head (CLIP `proj`): the output is an image
+                                      # embedding (features), not class scores; 0: none
+    attn_norm: bool = False           # LayerNorm on the heads' output before the projection (EVA-02 sub-LN)
+    mlp_norm: bool = False            # LayerNorm after the MLP activation, before fc2 (EVA-02 `scale_mlp`)
+    rope: str = ""                    # 2-D rotary embedding of the patch tokens' q and k: '' (none) | 'axial' (timm
+                                      # Eva / EVA-02 / PE / RoPE-ViT axial) | 'dinov3' | 'mixed' (learned, per layer)
+    rope_theta: float = 10000.0       # RoPE base (timm `rope_temperature`; DINOv3 100)
+    rope_half: bool = False           # rotate-half pairs (i, i + hd/2) instead of interleaved pairs (2i, 2i+1)
+    rope_xy: bool = False             # coordinates in (x, y) = (column, row) order (timm grid_indexing 'xy')
+    rope_offset: float = 0.0          # added to the patch coordinates (timm `rope_grid_offset`)
+    rope_ref_grid: tuple[int, int] = (0, 0)  # positions rescaled so the grid spans this one (EVA `ref_feat_shape`)
+    rope_periods: bool = False        # the RoPE periods are stored in the file (original DINOv3) and used as stored
+    rel_pos: str = ""                 # relative position bias (BEiT): '' | 'layer' (a table per block) | 'shared'
+    rel_pos_interp: str = "timm"      # resampling of the bias table at another grid: 'timm' (BEiT's geometric
+                                      # progression, linear) | 'hf' (transformers: bilinear)
+    pool_heads: int = 0               # heads of the MAP pooling head (pooling 'map'); 0: num_heads
+    pool_mlp: int = 0                 # hidden width of the MAP head's MLP
+    pool_act: str = ""                # activation of the MAP head's MLP; '': mlp_kind
+    pool_prefix: bool = False         # the MAP head also attends to the prefix tokens (timm Eva / PE)
     preprocess: Preprocess = field(default_factory=Preprocess)
     labels: tuple[str, ...] = ()
     num_params: int = 0
@@ -151,6 +173,22 @@ class ModelSpec:
         return self.attn_width // self.num_heads
 
     @property
+    def pool_num_heads(self) -> int:
+        """Heads of the MAP pooling head (0 when the model has none)."""
+        return (self.pool_heads or self.num_heads) if self.pooling == "map" else 0
+
+    @property
+    def position_kind(self) -> str:
+        """How the model knows where a patch is: 'learned', 'sincos2d', 'rope', 'learned+rope', 'relative',
+        'learned+relative' or 'none' (the position panel shows what applies)."""
+        parts = [self.pos_kind] if self.pos_embed else []
+        if self.rope:
+            parts.append("rope")
+        if self.rel_pos:
+            parts.append("relative")
+        return "+".join(parts) or "none"
+
+    @property
     def heads_guessed(self) -> bool:
         """Whether num_heads is a guess (no metadata, override or shape gave it): the window should ask."""
         return self.source_of("num_heads").startswith("guess")
@@ -178,6 +216,7 @@ class ModelSpec:
         out["provenance"] = dict(self.provenance)
         out["attn_width"] = self.attn_width
         out["heads_guessed"] = self.heads_guessed
+        out["position_kind"] = self.position_kind
         out["guesses"] = dict(self.guesses)
         return out
 
@@ -199,6 +238,9 @@ class AttentionResult:
         features: a headless backbone's pooled output (D,) (its `logits` are then empty); None for a classifier.
         source_box: the region (left, top, right, bottom) of the original image the model saw, in its pixels.
         source_size: the original image's (h, w).
+        pool_attention: (H', T) float32, a MAP pooling head's attention (SigLIP, PE: `spec.pooling == 'map'`): its
+            latent query's softmax over the tokens, per pooling head (rows sum to 1; zeros on prefix tokens the
+            head does not see). It is that model's "CLS attention"; None for other models or a `logits=False` run.
     """
 
     attentions: np.ndarray
@@ -210,6 +252,7 @@ class AttentionResult:
     features: np.ndarray | None = None
     source_box: tuple[float, float, float, float] | None = None
     source_size: tuple[int, int] | None = None
+    pool_attention: np.ndarray | None = None
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -230,9 +273,32 @@ class AttentionResult:
         labels = self.spec.labels
         return [(int(i), labels[i] if i < len(labels) else f"class {i}", float(p[i])) for i in order]
 
+    def pool_map(self, head: int | str = "mean") -> np.ndarray:
+        """The MAP head's attention over the patches as a (gh, gw) map: one pooling head, or 'mean' / 'max' over
+        them -- the "CLS attention" of a model that pools with a latent query instead of a CLS token.
+
+        Raises:
+            ValueError: the result has no pooling attention (not a MAP model, or a `logits=False` run).
+        """
+        if self.pool_attention is None:
+            raise ValueError(f"no pooling attention: the model pools with {self.spec.pooling!r}"
+                             + (" (a MAP head's attention needs the full forward pass, logits=True)"
+                                if self.spec.pooling == "map" else "; only MAP-head models (SigLIP, PE) have one"))
+        rows = self.pool_attention
+        if head == "mean":
+            row = rows.mean(axis=0)
+        elif head == "max":
+            row = rows.max(axis=0)
+        elif isinstance(head, (int, np.integer)) and -rows.shape[0] <= int(head) < rows.shape[0]:
+            row = rows[int(head)]
+        else:
+            raise ValueError(f"head must be 'mean', 'max' or an index in [0, {rows.shape[0]}), found {head!r}")
+        return np.asarray(row[self.num_prefix:], np.float32).reshape(self.grid)  # (N,) -> (gh, gw)
+
     @property
     def nbytes(self) -> int:
         extra = self.features.nbytes if self.features is not None else 0
+        extra += self.pool_attention.nbytes if self.pool_attention is not None else 0
         return int(self.attentions.nbytes + self.logits.nbytes + self.input.nbytes + self.image.nbytes + extra)
 
 
