@@ -26,6 +26,11 @@ class CorruptCheckpointError(CheckpointError):
     """The file is empty, truncated or not a checkpoint container at all."""
 
 
+class MetadataError(CorruptCheckpointError):
+    """A config file or metadata entry beside the weights (config.json, preprocessor_config.json, a shard index,
+    training args) holds a value of the wrong type or range; the message names the file and the field."""
+
+
 class UnknownLayoutError(CheckpointError):
     """The file holds tensors, but not in any ViT layout vitviz knows (e.g. a ResNet)."""
 
@@ -38,9 +43,17 @@ class NoWeightsError(CheckpointError):
     """A folder that holds no weights file vitviz can read."""
 
 
+class OverrideError(VitvizError, ValueError):
+    """An override passed to `vitviz.load` (or its command-line option) has the wrong type or range."""
+
+
 class ImageError(VitvizError):
     """An image could not be read or converted for the model."""
 
 
 class DeviceError(VitvizError):
     """The requested device is unavailable or too small for the model."""
+
+
+class DiskFullError(VitvizError):
+    """An output folder's disk is full (or over its quota): writing stopped; the message names the folder."""

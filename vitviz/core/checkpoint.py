@@ -8,10 +8,13 @@ the file name.
 """
 from __future__ import annotations
 
+import _compat_pickle
 import argparse
-import io
 import json
+import os
 import pickletools
+import re
+import stat
 import struct
 import warnings
 import zipfile
@@ -23,9 +26,14 @@ from typing import Any
 import torch
 
 from vitviz.core.formats import WEIGHT_NAMES, WEIGHT_SUFFIXES
+from vitviz.core.validate import (
+    Invalid, as_labels, check_config, check_path, check_preprocessor, check_stored_tensors, inside, show,
+    training_args,
+)
 from vitviz.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    MetadataError,
     NoWeightsError,
     UnsafeCheckpointError,
 )
@@ -42,6 +50,12 @@ TRAINING_STATE_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "
 SIDECAR_NAMES = ("{stem}.json", "{stem}.yaml", "{stem}.yml", "config.json", "config.yaml", "config.yml",
                  "args.json", "args.yaml", "args.yml", "hparams.yaml", "hparams.yml", "hparams.json",
                  "params.json", "params.yaml", "cfg.yaml", "cfg.json")
+MAX_JSON_BYTES = 16 << 20       # config files, shard indexes (a 1000-shard index is ~100 KB)
+MAX_HEADER_BYTES = 100 << 20    # a safetensors header (the safetensors library's own limit)
+# A zip checkpoint's entries may inflate to at most this multiple of the file (+ ZIP_SLACK): PyTorch stores its
+# entries uncompressed, so a real one inflates to about its own size; a zip bomb to thousands of times it.
+ZIP_RATIO, ZIP_SLACK = 2, 16 << 20
+LISTED = 8                      # names listed in a message before "... and N more"
 
 
 @dataclass
@@ -68,18 +82,27 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
             `state_dict`, `model`, `teacher`, ...).
     """
     p = Path(path).expanduser()
-    if not p.exists():
-        raise CheckpointNotFoundError(f"{p}: no such file or folder; expected a ViT checkpoint file or folder")
-    folder = p if p.is_dir() else (p.parent if p.name in WEIGHT_NAMES else None)
-    weights = _weights_in_folder(p) if p.is_dir() else p
+    st = check_path(p, "a ViT checkpoint file or folder", missing=CheckpointNotFoundError,
+                    bad=CorruptCheckpointError, folder_ok=True)
+    is_dir = stat.S_ISDIR(st.st_mode)
+    folder = p if is_dir else (p.parent if p.name in WEIGHT_NAMES else None)
+    weights = _weights_in_folder(p) if is_dir else p
     raw = _read_weights_file(weights, nest_key)
     raw.path = p
+    raw.meta = training_args(raw.meta, weights)
     if folder is not None:
-        raw.config = _read_json(folder / "config.json")
-        raw.preprocessor = _read_json(folder / "preprocessor_config.json")
+        config = _read_json(folder / "config.json")
+        raw.config = None if config is None else check_config(config, folder / "config.json")
+        preprocessor = _read_json(folder / "preprocessor_config.json")
+        raw.preprocessor = None if preprocessor is None else \
+            check_preprocessor(preprocessor, folder / "preprocessor_config.json")
     labels_file = weights.parent / "class_indices.json"  # WZ educational ViT writes its labels here
-    if labels_file.is_file():
-        raw.labels = _labels_from_mapping(_read_json(labels_file) or {})
+    mapping = _read_json(labels_file)
+    if mapping is not None:
+        try:
+            raw.labels = as_labels(mapping)
+        except Invalid as e:
+            raise MetadataError(f"{labels_file}: holds {show(mapping)}; {e}") from None
     raw.sidecars = read_sidecars(weights, skip=("config.json",) if raw.config is not None else ())
     return raw
 
@@ -96,14 +119,19 @@ def read_sidecars(weights: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, 
     for folder in folders:
         for pattern in SIDECAR_NAMES:
             path = folder / pattern.format(stem=weights.stem)
-            if path.name in skip or path in seen or path == weights or not path.is_file():
+            if path.name in skip or path in seen or path == weights or not os.path.lexists(path):
                 continue
             seen.add(path)
             try:
+                if not path.is_file():  # a FIFO or device would block: never opened
+                    raise ValueError("not a regular file")
                 if path.stat().st_size > 1_000_000:
                     raise ValueError("larger than 1 MB")
                 text = path.read_text(encoding="utf-8")
                 data = json.loads(text) if path.suffix == ".json" else parse_plain_yaml(text)
+            except RecursionError:
+                warnings.warn(f"{path}: skipped, nested too deeply to be a config", stacklevel=3)
+                continue
             except (OSError, ValueError) as e:
                 warnings.warn(f"{path}: skipped, not a readable config ({e})", stacklevel=3)
                 continue
@@ -193,52 +221,63 @@ def _yaml_scalar(text: str) -> Any:
 
 
 def _weights_in_folder(folder: Path) -> Path:
-    for name in WEIGHT_NAMES:
-        if (folder / name).is_file():
+    for name in (*WEIGHT_NAMES, "model.safetensors.index.json"):
+        if os.path.lexists(folder / name):  # a FIFO or device under a weights name is refused, not skipped
+            check_path(folder / name, "a weights file", missing=NoWeightsError, bad=CorruptCheckpointError)
             return folder / name
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return index
-    candidates = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as e:
+        raise NoWeightsError(f"{folder}: cannot list the folder ({e.strerror or e})") from None
+    candidates = [f for f in entries if f.suffix in WEIGHT_SUFFIXES and f.is_file()]
     if len(candidates) == 1:
         return candidates[0]
-    found = ", ".join(sorted(f.name for f in folder.iterdir())[:12]) or "nothing"
     if candidates:
-        raise NoWeightsError(f"{folder}: several weights files ({', '.join(c.name for c in candidates)}); "
+        raise NoWeightsError(f"{folder}: {len(candidates)} weights files ({_listed(c.name for c in candidates)}); "
                              "open the one you want directly")
-    raise NoWeightsError(f"{folder}: no weights file found (found: {found}); expected one of "
-                         f"{', '.join(WEIGHT_NAMES)} or a single *.safetensors/*.pth/*.bin file")
+    raise NoWeightsError(f"{folder}: no weights file found (found: {_listed(f.name for f in entries) or 'nothing'});"
+                         f" expected one of {', '.join(WEIGHT_NAMES)} or a single *.safetensors/*.pth/*.bin file")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+def _listed(names: Any) -> str:
+    """The first `LISTED` names, and how many more: 'a.pth, b.pth, ... and 2992 more'."""
+    names = list(names)
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return ", ".join(names[:LISTED]) + more
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file's content (of any JSON type: callers check it), None when there is no such file.
+
+    Raises:
+        CorruptCheckpointError: not a regular file, larger than MAX_JSON_BYTES, not JSON, or nested too deeply.
+    """
+    if not os.path.lexists(path):
         return None
+    st = check_path(path, "a JSON file", missing=CorruptCheckpointError, bad=CorruptCheckpointError)
+    if st.st_size > MAX_JSON_BYTES:
+        raise CorruptCheckpointError(f"{path}: {st.st_size} bytes; expected a JSON config of at most "
+                                     f"{MAX_JSON_BYTES >> 20} MiB")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise CorruptCheckpointError(f"{path}: JSON nested too deeply; expected a config file") from None
     except (OSError, ValueError) as e:
         raise CorruptCheckpointError(f"{path}: not valid JSON ({e})") from e
 
 
-def _labels_from_mapping(mapping: dict[str, Any]) -> tuple[str, ...]:
-    try:
-        items = sorted(((int(k), str(v)) for k, v in mapping.items()), key=lambda kv: kv[0])
-    except (TypeError, ValueError):
-        return ()
-    return tuple(v for _, v in items)
-
-
 def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
-    size = path.stat().st_size
+    size = check_path(path, "a checkpoint file", missing=CheckpointNotFoundError, bad=CorruptCheckpointError).st_size
     if size == 0:
         raise CorruptCheckpointError(f"{path}: the file is empty (0 bytes); expected a checkpoint")
     if path.name.endswith(".index.json"):
-        return _read_sharded(path)
+        return _select(_read_sharded(path), nest_key)
     with open(path, "rb") as f:
         head = f.read(16)
     if _looks_like_safetensors(head, size):
-        return _read_safetensors(path)
+        return _select(_read_safetensors(path), nest_key)
     if head.startswith(b"PK\x03\x04"):
-        _refuse_torchscript(path)
+        _check_zip(path, size)
     elif not head[:1] == b"\x80":
         kind = "an image" if head[:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0", b"\xff\xd8\xff\xe1") else "unrecognised data"
         raise CorruptCheckpointError(
@@ -262,33 +301,83 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
     try:
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
+            if n > MAX_HEADER_BYTES:
+                raise ValueError(f"a {n}-byte header, over the format's {MAX_HEADER_BYTES >> 20} MiB limit")
             header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError(f"the header is {show(header)}, not a JSON object")
         tensors = load_file(str(path), device="cpu")
-    except (SafetensorError, ValueError, OSError) as e:
+    except RecursionError:
+        raise CorruptCheckpointError(f"{path}: damaged safetensors file (its header is nested too deeply); "
+                                     "expected a complete safetensors file") from None
+    except (SafetensorError, ValueError, OSError, struct.error) as e:
         raise CorruptCheckpointError(f"{path}: damaged safetensors file ({e}); expected a complete "
                                      "safetensors file") from e
-    meta = dict(header.get("__metadata__") or {})
-    return RawCheckpoint(path, _as_float(tensors), meta=meta, weights_file=path)
+    meta = header.get("__metadata__") or {}
+    meta = {str(k): v for k, v in meta.items() if isinstance(v, str)} if isinstance(meta, dict) else {}
+    return RawCheckpoint(path, _as_float(tensors, path), meta=meta, weights_file=path)
+
+
+def _select(raw: RawCheckpoint, nest_key: str | None) -> RawCheckpoint:
+    """`nest_key` for a flat file (safetensors, shards): the tensors under `<nest_key>.`, with that prefix
+    removed -- the same model `nest_key` picks from a training checkpoint saved as one dict."""
+    if not nest_key:
+        return raw
+    prefix = nest_key.rstrip(".") + "."
+    picked = {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}
+    if not picked:
+        stems = sorted({k.split(".")[0] for k in raw.tensors})
+        raise CorruptCheckpointError(f"{raw.weights_file}: nest_key={nest_key!r}, but no tensor name starts with "
+                                     f"{prefix!r} (this file holds one flat state dict; top-level names: "
+                                     f"{_listed(stems)}); expected nest_key to name one of those prefixes")
+    raw.tensors, raw.nest_key = picked, nest_key
+    return raw
 
 
 def _read_sharded(index: Path) -> RawCheckpoint:
-    data = _read_json(index) or {}
-    files = sorted(set((data.get("weight_map") or {}).values()))
-    if not files:
-        raise CorruptCheckpointError(f"{index}: no weight_map in the shard index")
+    """A `model.safetensors.index.json` and its shards, each of which must lie inside the index's folder."""
+    data = _read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        found = show(data) if not isinstance(data, dict) else f"weight_map {show(weight_map)}"
+        raise MetadataError(f"{index}: shard index holds {found}; expected a JSON object with a non-empty "
+                            "\"weight_map\": {tensor name: shard file name}")
+    bad = [v for v in weight_map.values() if not isinstance(v, str)]
+    if bad:
+        raise MetadataError(f"{index}: weight_map value {show(bad[0])}; expected shard file names")
     tensors: dict[str, torch.Tensor] = {}
-    for name in files:
-        tensors.update(_read_safetensors(index.parent / name).tensors)
+    for name in sorted(set(weight_map.values())):
+        shard = inside(index.parent, name)
+        if shard is None:
+            raise MetadataError(f"{index}: shard {name!r} lies outside the model folder {index.parent}; expected "
+                                "shard file names inside that folder (refused, nothing outside it is read)")
+        tensors.update(_read_safetensors(shard).tensors)
     return RawCheckpoint(index, tensors, weights_file=index)
 
 
-def _refuse_torchscript(path: Path) -> None:
+def _check_zip(path: Path, size: int) -> None:
+    """Read the zip directory before anything is inflated: a damaged archive, a zip bomb (entries declaring far
+    more bytes than the file could hold as PyTorch writes it), a TorchScript archive or an .npz are refused."""
     try:
         with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-    except zipfile.BadZipFile as e:
-        raise CorruptCheckpointError(f"{path}: a damaged or truncated zip archive ({e}); expected a complete "
-                                     "PyTorch checkpoint") from e
+            infos = z.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, struct.error) as e:
+        why = "an entry name that is not valid UTF-8" if isinstance(e, UnicodeDecodeError) else str(e) or \
+            type(e).__name__
+        raise CorruptCheckpointError(f"{path}: a damaged or truncated zip archive ({why}); expected a complete "
+                                     "PyTorch checkpoint") from None
+    declared = sum(i.file_size for i in infos)
+    limit = ZIP_RATIO * size + ZIP_SLACK
+    big = max(infos, key=lambda i: i.file_size, default=None)
+    if declared > limit or any(i.compress_size > size for i in infos):
+        raise CorruptCheckpointError(
+            f"{path}: a zip archive whose entries declare {declared / 2**20:.0f} MiB from a {size / 2**20:.1f} MiB "
+            f"file (largest: {big.filename if big else '?'!r}); refused before inflating anything (a zip bomb?). "
+            "PyTorch stores checkpoint entries uncompressed; expected a file written by torch.save")
+    _refuse_torchscript(path, [i.filename for i in infos])
+
+
+def _refuse_torchscript(path: Path, names: list[str]) -> None:
     if any("/code/" in n or n.endswith("constants.pkl") for n in names):
         raise UnsafeCheckpointError(
             f"{path}: a TorchScript archive (it contains compiled code); vitviz does not run code from files. "
@@ -303,45 +392,100 @@ def _torch_load(path: Path) -> Any:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
-        globals_ = _pickle_globals(path)
-        if "Weights only load failed" in str(e) or globals_:
-            raise _unsafe_error(path, globals_) from None
-        raise CorruptCheckpointError(f"{path}: could not be read as a PyTorch checkpoint "
-                                     f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                                     "expected a complete .pth/.pt/.bin file") from e
+        text = str(e)
+        globals_, complete = _pickle_globals(path)
+        named = re.findall(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        unsafe = [g for g in globals_ if not _allowed(g)] or [g for g in named if not _allowed(g)]
+        if unsafe:
+            raise _unsafe_error(path, unsafe) from None
+        if "Weights only load failed" in text and complete and "Unsupported" in text:
+            raise _unsafe_error(path, named) from None
+        first = next((line for line in text.splitlines() if line.strip()), "")[:200]
+        detail = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        if "Weights only load failed" in text:
+            detail = re.sub(r"^.*?WeightsUnpickler error: ", "", " ".join(text.split()))[:200]
+        raise CorruptCheckpointError(f"{path}: could not be read as a PyTorch checkpoint ({detail}); "
+                                     "expected a complete .pth/.pt/.bin file") from None
 
 
-def _pickle_globals(path: Path) -> list[str]:
-    """Names of the classes/functions a pickle would import, read without unpickling; [] if unreadable."""
+# Modules whose functions run code or touch the system: a pickle naming them is an attack, not a model object.
+_CALLING_MODULES = ("os", "posix", "nt", "subprocess", "builtins", "sys", "shutil", "socket", "importlib", "runpy",
+                    "pty", "pickle", "marshal", "ctypes", "code", "codeop", "webbrowser", "platform", "commands",
+                    "multiprocessing", "pdb", "timeit", "eval", "exec", "functools", "operator", "io", "_io",
+                    "tempfile", "glob", "signal", "threading", "asyncio", "urllib", "http", "requests", "numpy.ctypeslib")
+_SAFE_GLOBALS = ("collections.OrderedDict", "torch._utils._rebuild", "argparse.Namespace", "builtins.set",
+                 "torch.")
+
+
+def _allowed(name: str) -> bool:
+    return name.startswith(_SAFE_GLOBALS) and "nn.modules" not in name
+
+
+def _pickle_globals(path: Path) -> tuple[list[str], bool]:
+    """Names of the classes/functions a checkpoint's pickles would import, read without unpickling, and whether
+    every pickle was read to its end. A zip checkpoint's `data.pkl` is read as one stream (its size was checked
+    with the zip directory); a legacy stream holds several pickles in a row (magic number, protocol, system
+    info, the object, storage keys) and each is scanned. Python 2 names (`commands.Popen`, protocol <= 2) are
+    mapped to today's (`subprocess.Popen`), as the unpickler would."""
+    found: list[str] = []
     try:
-        data = path.read_bytes()
-        if data.startswith(b"PK\x03\x04"):
-            with zipfile.ZipFile(io.BytesIO(data)) as z:
-                pkl = [n for n in z.namelist() if n.endswith("data.pkl")]
-                data = z.read(pkl[0]) if pkl else b""
-        found, strings = [], []
-        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
-            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
-                strings.append(arg)
-            elif op.name == "GLOBAL":
-                found.append(str(arg).replace(" ", "."))
-            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                found.append(f"{strings[-2]}.{strings[-1]}")
-    except Exception:  # noqa: BLE001 - a broken pickle simply yields no names
-        return []
-    safe = ("collections.OrderedDict", "torch._utils._rebuild", "torch.", "argparse.Namespace", "builtins.set")
-    return [g for g in dict.fromkeys(found) if not g.startswith(safe) or "nn.modules" in g]
+        with open(path, "rb") as f:
+            if f.read(4) == b"PK\x03\x04":
+                with zipfile.ZipFile(path) as z:
+                    pkl = [n for n in z.namelist() if n.endswith("data.pkl")]
+                    if not pkl:
+                        return [], False
+                    with z.open(pkl[0]) as stream:
+                        complete = _scan_pickles(stream, found, 1)
+            else:
+                f.seek(0)
+                complete = _scan_pickles(f, found, 5)
+    except Exception:  # noqa: BLE001 - a damaged file: what was read so far
+        complete = False
+    return list(dict.fromkeys(found)), complete
+
+
+def _scan_pickles(stream: Any, found: list[str], count: int) -> bool:
+    """Append the globals of up to `count` consecutive pickles in `stream` to `found`; True when each one read
+    ended with STOP (a stream that ends cleanly after one of them counts as complete)."""
+    for n in range(count):
+        if n:
+            at = stream.tell()
+            if not stream.read(1):
+                return True
+            stream.seek(at)
+        strings: list[str] = []
+        try:
+            for op, arg, _ in pickletools.genops(stream):
+                if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+                    strings.append(str(arg))
+                elif op.name == "GLOBAL":
+                    found.append(_modern_name(*str(arg).split(" ", 1)))
+                elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    found.append(_modern_name(strings[-2], strings[-1]))
+        except Exception:  # noqa: BLE001 - truncated or not a pickle
+            return False
+    return True
+
+
+def _modern_name(module: str, name: str = "") -> str:
+    """`module.name` as Python 3 imports it (pickle protocol <= 2 maps Python 2 names, as `fix_imports` does)."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    return f"{module}.{name}" if name else module
 
 
 def _unsafe_error(path: Path, globals_: list[str]) -> UnsafeCheckpointError:
-    modules = [g for g in globals_ if "nn.modules" in g or g.split(".")[-1][:1].isupper()]
-    names = ", ".join(globals_[:6]) or "unknown objects"
-    if modules:
+    calls = [g for g in globals_ if g.split(".")[0] in _CALLING_MODULES or not g.split(".")[-1][:1].isupper()]
+    names = ", ".join(globals_[:6]) or "objects outside the allowed set"
+    if calls or not globals_:
+        what = f"a pickle that would call {', '.join(calls[:6]) or names} when loaded (code execution)"
+        fix = "only plain tensors and standard containers are accepted"
+    else:
         what = f"a whole pickled model object ({names})"
         fix = "save `model.state_dict()` instead"
-    else:
-        what = f"a pickle that would call {names} when loaded"
-        fix = "only plain tensors and standard containers are accepted"
     return UnsafeCheckpointError(f"{path}: refused: {what}. vitviz loads checkpoints with weights_only=True "
                                  f"and never runs code from a file; {fix}.")
 
@@ -360,13 +504,14 @@ def _unwrap(path: Path, obj: Any, nest_key: str | None) -> RawCheckpoint:
     meta = _metadata(obj)
     if nest_key is not None:
         if not _is_state_dict(obj.get(nest_key)):
-            raise CorruptCheckpointError(f"{path}: no state dict under {nest_key!r}; keys: {sorted(obj)[:10]}")
-        return RawCheckpoint(path, _as_float(obj[nest_key]), meta, nest_key=nest_key, weights_file=path)
+            raise CorruptCheckpointError(f"{path}: no state dict under {nest_key!r}; keys: "
+                                         f"{_listed(sorted(map(str, obj)))}")
+        return RawCheckpoint(path, _as_float(obj[nest_key], path), meta, nest_key=nest_key, weights_file=path)
     if _is_state_dict(obj) and not any(_is_state_dict(obj.get(k)) for k in NEST_KEYS):
-        return RawCheckpoint(path, _as_float(obj), meta, weights_file=path)
+        return RawCheckpoint(path, _as_float(obj, path), meta, weights_file=path)
     for key in NEST_KEYS:
         if _is_state_dict(obj.get(key)):
-            return RawCheckpoint(path, _as_float(obj[key]), meta, nest_key=key, weights_file=path)
+            return RawCheckpoint(path, _as_float(obj[key], path), meta, nest_key=key, weights_file=path)
     kinds = Counter(type(v).__name__ for v in obj.values())
     raise CorruptCheckpointError(f"{path}: a dict without tensors (keys {sorted(map(str, obj))[:10]}, "
                                  f"values {dict(kinds)}); expected a state dict or one nested under "
@@ -378,18 +523,26 @@ def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
     `image_size`, `classes`, `class_to_idx`, ...): everything except state dicts and training state, with
     `argparse.Namespace` turned into dicts and tensors left out."""
     meta: dict[str, Any] = {}
+    budget = [METADATA_ITEMS]
     for key, value in obj.items():
         name = str(key)
         if name in NEST_KEYS or name in TRAINING_STATE_KEYS or _is_state_dict(value):
             continue
-        plain = _plain(value, 4)
+        plain = _plain(value, 4, budget)
         if plain is not None:
             meta[name] = plain
     return meta
 
 
-def _plain(value: Any, depth: int) -> Any:
-    """Plain data (dict, list, str, number, bool) from checkpoint metadata; None for tensors and the like."""
+METADATA_ITEMS = 200_000  # values copied out of a checkpoint's metadata in all (shared references count each time)
+
+
+def _plain(value: Any, depth: int, budget: list[int]) -> Any:
+    """Plain data (dict, list, str, number, bool) from checkpoint metadata; None for tensors and the like, and
+    for whatever lies past the `budget` of values (a pickle can share one list a million times)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
     if isinstance(value, argparse.Namespace):
         value = vars(value)
     if isinstance(value, (str, int, float, bool)):
@@ -397,16 +550,18 @@ def _plain(value: Any, depth: int) -> Any:
     if depth <= 0:
         return None
     if isinstance(value, dict):
-        out = {str(k): p for k, v in value.items() if (p := _plain(v, depth - 1)) is not None}
+        out = {str(k): p for k, v in value.items() if (p := _plain(v, depth - 1, budget)) is not None}
         return out if out or not value else None
     if isinstance(value, (list, tuple)) and len(value) <= 100_000:
-        items = [_plain(v, depth - 1) for v in value]
+        items = [_plain(v, depth - 1, budget) for v in value]
         return items if all(i is not None for i in items) else None
     return None
 
 
-def _as_float(sd: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Keep tensors only; upcast half/bfloat16 to float32."""
+def _as_float(sd: dict[str, Any], path: Path) -> dict[str, torch.Tensor]:
+    """Keep tensors only, after refusing what a file may not smuggle in (broadcast views that would materialise
+    as gigabytes, meta, sparse and quantized tensors); upcast half/bfloat16 to float32."""
+    check_stored_tensors(sd, path)
     out = {}
     for k, v in sd.items():
         if isinstance(v, torch.Tensor):

@@ -1,0 +1,570 @@
+"""Checking what comes in before anything uses it: paths, the caller's overrides, metadata files, tensors.
+
+Everything a file or a caller hands vitviz is checked here, once, at the door, so the code behind it can trust
+types and ranges:
+
+- paths: only regular files are opened (a FIFO, a device or a socket would block or never end), with a message
+  that says what the path is (a named pipe, a symbolic link loop, a missing file);
+- overrides of `vitviz.load`: each one's type and range, normalised (`image_size="64"` is 64, never (6, 4);
+  `heads=2.5` is refused, never truncated);
+- config files beside the weights (`config.json`, `preprocessor_config.json`): every field vitviz reads, named
+  with its file when it is of the wrong JSON type or out of range (`std [0, 0, 0]` fails here, at load, not at
+  every image);
+- tensors: what a file may not smuggle in (a broadcast view that would materialise as gigabytes, meta, sparse
+  or quantized tensors) and what a model may not be built from (non-float or non-finite weights).
+
+No torch at module level: the path checks serve the image reader too, which the GUI thread calls.
+"""
+from __future__ import annotations
+
+import errno
+import math
+import numbers
+import os
+import re
+import stat
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitviz.errors import MetadataError, OverrideError, VitvizError
+
+if TYPE_CHECKING:
+    import torch
+
+    from vitviz.core.spec import ModelSpec
+
+# A single broadcast tensor may materialise to this much more than its stored bytes (small expanded buffers,
+# e.g. position ids, are harmless); beyond it the file is refused.
+BROADCAST_SLACK = 1 << 20
+MAX_DEPTH = 1024           # blocks; the deepest published ViTs have 48 (ViT-22B), 40 (ViT-g)
+MAX_HEADS = 4096
+
+
+class Invalid(ValueError):
+    """A value of the wrong type or range; the message says what was expected."""
+
+
+# ------------------------------------------------------------------------------------------------------ paths
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular path is, in words ('a named pipe (FIFO)', 'a character device', ...)."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[VitvizError],
+               bad: type[VitvizError], folder_ok: bool = False) -> os.stat_result:
+    """`os.stat` of `path`, refusing before anything opens it: a missing path or a broken link or a symbolic
+    link loop (`missing`), and anything that is not a regular file -- a FIFO, a device, a socket, or a folder
+    unless `folder_ok` (`bad`).
+
+    Args:
+        expected: what the path should be, for the message ('an image file', 'a ViT checkpoint ...').
+    """
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise missing(f"{path}: a symbolic link loop (its links lead back to each other); expected "
+                          f"{expected}") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            found = "a broken symbolic link (its target does not exist)" if os.path.islink(path) else \
+                "no such file or folder"
+            raise missing(f"{path}: {found}; expected {expected}") from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise missing(f"{str(path)[:120]}...: the name is too long for this system; expected {expected}") \
+                from None
+        raise bad(f"{path}: cannot be read ({e.strerror or e}); expected {expected}") from None
+    if stat.S_ISREG(st.st_mode) or (folder_ok and stat.S_ISDIR(st.st_mode)):
+        return st
+    raise bad(f"{path}: {file_kind(st.st_mode)}, not a regular file (refused before opening it, as reading it "
+              f"could block or never end); expected {expected}")
+
+
+def inside(folder: Path, name: str) -> Path | None:
+    """`folder / name` when it stays inside `folder` (no absolute name, no `..` out of it, no symbolic link
+    leading out of it), else None."""
+    if not name or os.path.isabs(name) or "\x00" in name:
+        return None
+    root = folder.resolve()
+    target = (folder / name).resolve()
+    return target if target == root or root in target.parents else None
+
+
+# ----------------------------------------------------------------------------------------------------- values
+
+
+def show(value: Any) -> str:
+    """A value as found, with its JSON type: `'four' (a string)`, `[4] (a list)`, `null`."""
+    if value is None:
+        return "null"
+    kind = ("a boolean" if isinstance(value, bool) else "a string" if isinstance(value, str)
+            else "a list" if isinstance(value, (list, tuple)) else "an object" if isinstance(value, Mapping)
+            else "a number" if isinstance(value, numbers.Number) else f"a {type(value).__name__}")
+    text = repr(value)
+    return f"{text[:60]}{'...' if len(text) > 60 else ''} ({kind})"
+
+
+def as_count(value: Any, minimum: int = 1) -> int:
+    """A whole number >= `minimum` from an int, a whole float (224.0) or a digit string ('224')."""
+    n: int | None = None
+    if isinstance(value, bool):
+        n = None
+    elif isinstance(value, numbers.Integral):
+        n = int(value)
+    elif isinstance(value, float) and math.isfinite(value) and value == int(value):
+        n = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,18}\s*", value):
+        n = int(value)
+    if n is None or n < minimum:
+        what = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
+        raise Invalid(f"expected {what}")
+    return n
+
+
+def as_pair(value: Any, allow_three: bool = False) -> tuple[int, int]:
+    """(h, w) from 224, '224', '224x320', [224, 320] (or [c, h, w] with `allow_three`)."""
+    try:
+        n = as_count(value)
+        return (n, n)
+    except Invalid:
+        pass
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d{1,9})\s*[x×*,]\s*(\d{1,9})\s*", value)
+        if m and int(m[1]) > 0 and int(m[2]) > 0:
+            return (int(m[1]), int(m[2]))
+    if isinstance(value, (list, tuple)) and len(value) in ((1, 2, 3) if allow_three else (1, 2)):
+        try:
+            vals = [as_count(v) for v in value]
+        except Invalid:
+            vals = []
+        if vals:
+            return (vals[-2], vals[-1]) if len(vals) >= 2 else (vals[0], vals[0])
+    shapes = "N, 'HxW' or [H, W]" + (" or [C, H, W]" if allow_three else "")
+    raise Invalid(f"expected a size in pixels: {shapes} with positive whole numbers")
+
+
+def as_number(value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = True) -> float:
+    """A finite number in (`low`, `high`] (or [`low`, `high`] without `low_open`); numeric strings accepted."""
+    x: float | None = None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        x = float(value)
+    elif isinstance(value, str):
+        try:
+            x = float(value)
+        except ValueError:
+            x = None
+    bracket = "(" if low_open else "["
+    if x is None or not math.isfinite(x) or x > high or x < low or (low_open and x == low):
+        raise Invalid(f"expected a finite number in {bracket}{low:g}, {high:g}]")
+    return x
+
+
+def as_stats(value: Any, positive: bool) -> tuple[float, ...]:
+    """Per-channel normalisation values: a number or a list of 1 or 3 finite numbers (all > 0 with
+    `positive`)."""
+    vals = [value] if isinstance(value, numbers.Real) and not isinstance(value, bool) else value
+    ok = isinstance(vals, (list, tuple)) and len(vals) in (1, 3) and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v)) for v in vals)
+    if ok and positive and any(float(v) <= 0 for v in vals):
+        raise Invalid("expected values > 0 (a standard deviation divides the pixels)")
+    if not ok:
+        raise Invalid("expected 1 or 3 finite numbers (one per channel)")
+    return tuple(float(v) for v in vals)
+
+
+def as_choice(value: Any, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise Invalid(f"expected one of {', '.join(choices)}")
+    return value
+
+
+def as_labels(value: Any) -> tuple[str, ...]:
+    """Class names: a list of names, or an {index: name} mapping with whole-number indices."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, numbers.Number)) for v in value):
+        return tuple(str(v) for v in value)
+    if isinstance(value, Mapping):
+        try:
+            items = sorted(((as_count(k, 0), v) for k, v in value.items()), key=lambda kv: kv[0])
+        except Invalid:
+            raise Invalid("expected an {index: name} mapping whose keys are whole numbers ('0', '1', ...)") \
+                from None
+        if all(isinstance(v, (str, numbers.Number)) for _, v in items):
+            return tuple(str(v) for _, v in items)
+    raise Invalid("expected a list of class names or an {index: name} mapping")
+
+
+def as_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid("expected true or false")
+    return value
+
+
+def as_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise Invalid("expected a string")
+    return value
+
+
+# -------------------------------------------------------------------------------------------------- overrides
+
+
+def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides of `vitviz.load` checked and normalised (None values dropped).
+
+    Raises:
+        OverrideError: naming the override, what was given and what was expected.
+    """
+    from vitviz.core.families import FAMILY_NAMES
+    from vitviz.core.hyperparams import CROP_MODES, POOLINGS
+    from vitviz.core.images import INTERPOLATIONS
+    from vitviz.core.model import ACTIVATIONS
+    from vitviz.core.posembed import RECIPES
+
+    def family(v: Any) -> str:
+        name = as_text(v)
+        if name.split(":")[0].split("-")[0] not in FAMILY_NAMES:
+            raise Invalid(f"expected one of {', '.join(sorted(FAMILY_NAMES))}")
+        return name
+
+    def device(v: Any) -> Any:
+        if isinstance(v, str) or type(v).__name__ == "device":
+            return v
+        raise Invalid("expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+    def heads(v: Any) -> int:
+        n = as_count(v)  # 2.5 is refused, never truncated
+        if n > MAX_HEADS:
+            raise Invalid(f"expected at most {MAX_HEADS}")
+        return n
+
+    checks: dict[str, Callable[[Any], Any]] = {
+        "heads": heads, "family": family, "image_size": as_pair,
+        "eps": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
+        "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, tuple(INTERPOLATIONS)),
+        "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
+        "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,
+        "resize": as_count, "crop_mode": lambda v: as_choice(v, CROP_MODES),
+        "pooling": lambda v: as_choice(v, POOLINGS), "block_norm": lambda v: as_choice(v, ("pre", "post")),
+        "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
+        "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
+        "head_act": lambda v: as_choice(v, ACTIVATIONS),
+        "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
+    }
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        check = checks.get(key)
+        if check is None:
+            out[key] = value
+            continue
+        try:
+            out[key] = check(value)
+        except Invalid as e:
+            raise OverrideError(f"override {key}={show(value)}: {e}") from None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ config files
+
+# config.json fields (HF transformers and timm hub) -> their check. A value of the wrong type is an error naming
+# the file and the field; fields not listed are not read by vitviz and pass as they are.
+_HF_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "gelu_10",
+            "gelu_accurate", "relu", "silu", "swish", "tanh")
+
+
+def _positive_pair_or_count(v: Any) -> Any:
+    """An int, or [h, w]: what `image_size` / `img_size` fields hold (kept in their shape, normalised)."""
+    if isinstance(v, (list, tuple)):
+        return list(as_pair(v))
+    return as_count(v)
+
+
+def _input_size(v: Any) -> list[int]:
+    if not isinstance(v, (list, tuple)) or len(v) not in (2, 3):
+        raise Invalid("expected [channels, height, width]")
+    try:
+        return [as_count(x) for x in v]
+    except Invalid:
+        raise Invalid("expected [channels, height, width] of positive whole numbers") from None
+
+
+def _act(v: Any) -> str:
+    from vitviz.core.model import ACTIVATIONS
+
+    return as_choice(v, tuple(dict.fromkeys(_HF_ACTS + ACTIVATIONS)))
+
+
+_POSITIVE = as_count
+_CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "architecture": as_text, "model_type": as_text,
+    "num_attention_heads": _POSITIVE, "hidden_size": _POSITIVE, "num_hidden_layers": _POSITIVE,
+    "intermediate_size": _POSITIVE, "num_channels": _POSITIVE, "patch_size": _positive_pair_or_count,
+    "image_size": _positive_pair_or_count, "layer_norm_eps": lambda v: as_number(v, 0.0, 1.0),
+    "hidden_act": _act, "id2label": as_labels, "label_names": as_labels, "num_labels": lambda v: as_count(v, 0),
+    "num_classes": lambda v: as_count(v, 0), "use_swiglu_ffn": as_bool, "num_register_tokens": lambda v: as_count(v, 0),
+}
+_MODEL_ARGS_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "num_heads": _POSITIVE, "img_size": _positive_pair_or_count, "patch_size": _positive_pair_or_count,
+    "embed_dim": _POSITIVE, "depth": _POSITIVE, "in_chans": _POSITIVE, "num_classes": lambda v: as_count(v, 0),
+    "reg_tokens": lambda v: as_count(v, 0), "global_pool": as_text, "class_token": as_bool,
+    "no_embed_class": as_bool, "mlp_ratio": lambda v: as_number(v, 0.0, 1e3),
+}
+
+
+def _pretrained_fields() -> dict[str, Callable[[Any], Any]]:
+    from vitviz.core.images import INTERPOLATIONS
+
+    return {
+        "input_size": _input_size, "crop_pct": lambda v: as_number(v, 0.0, 1.0),
+        "interpolation": lambda v: as_choice(v, tuple(INTERPOLATIONS)),
+        "mean": lambda v: as_stats(v, positive=False), "std": lambda v: as_stats(v, positive=True),
+        "crop_mode": as_text, "num_classes": lambda v: as_count(v, 0), "label_names": as_labels,
+        "architecture": as_text,
+    }
+
+
+def _check_fields(data: Mapping[str, Any], fields: Mapping[str, Callable[[Any], Any]], path: Path,
+                  prefix: str = "") -> dict[str, Any]:
+    out = dict(data)
+    for key, check in fields.items():
+        if key in data:
+            try:
+                out[key] = check(data[key])
+            except Invalid as e:
+                raise MetadataError(f"{path}: field '{prefix}{key}' is {show(data[key])}; {e}") from None
+    return out
+
+
+def check_config(data: Any, path: Path) -> dict[str, Any]:
+    """A parsed `config.json` (HF transformers or timm hub) with every field vitviz reads checked and normalised.
+
+    Raises:
+        MetadataError: the file is not a JSON object, or a field has the wrong type or range (named).
+    """
+    if not isinstance(data, dict):
+        raise MetadataError(f"{path}: holds {show(data)}; expected a JSON object of model settings")
+    out = _check_fields(data, _CONFIG_FIELDS, path)
+    for key, fields in (("model_args", _MODEL_ARGS_FIELDS), ("pretrained_cfg", _pretrained_fields())):
+        if key in out and out[key] is not None:
+            if not isinstance(out[key], dict):
+                raise MetadataError(f"{path}: field '{key}' is {show(out[key])}; expected a JSON object")
+            out[key] = _check_fields(out[key], fields, path, f"{key}.")
+    return out
+
+
+def _size_field(v: Any) -> Any:
+    """HF `size` / `crop_size`: N, or {height, width} / {shortest_edge} with positive whole numbers."""
+    if isinstance(v, Mapping):
+        if not ({"height", "width"} <= set(v) or "shortest_edge" in v):
+            raise Invalid("expected N, {\"height\": H, \"width\": W} or {\"shortest_edge\": N}")
+        return {k: (as_count(x) if k in ("height", "width", "shortest_edge", "longest_edge") and x is not None
+                    else x) for k, x in v.items()}
+    return as_count(v)
+
+
+def _resample(v: Any) -> int:
+    code = as_count(v, 0)
+    if code > 5:
+        raise Invalid("expected a PIL resampling code 0-5")
+    return code
+
+
+_PREPROCESSOR_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "size": _size_field, "crop_size": _size_field, "resample": _resample,
+    "do_center_crop": as_bool, "do_normalize": as_bool, "do_resize": as_bool, "do_rescale": as_bool,
+    "image_mean": lambda v: as_stats(v, positive=False), "image_std": lambda v: as_stats(v, positive=True),
+    "rescale_factor": lambda v: as_number(v, 0.0, 1.0),
+}
+
+
+def check_preprocessor(data: Any, path: Path) -> dict[str, Any]:
+    """A parsed `preprocessor_config.json` with every field vitviz reads checked (sizes, resample, mean/std).
+
+    Raises:
+        MetadataError: naming the file and the field.
+    """
+    if not isinstance(data, dict):
+        raise MetadataError(f"{path}: holds {show(data)}; expected a JSON object of preprocessing settings")
+    out = _check_fields(data, _PREPROCESSOR_FIELDS, path)
+    if out.get("do_normalize", True) and ("image_mean" in out) != ("image_std" in out):
+        have, lack = ("image_mean", "image_std") if "image_mean" in out else ("image_std", "image_mean")
+        raise MetadataError(f"{path}: has '{have}' but no '{lack}'; expected both (or do_normalize: false)")
+    return out
+
+
+def training_args(meta: dict[str, Any], where: Path) -> dict[str, Any]:
+    """Training-checkpoint metadata with `args`/`hparams`/`config`/`cfg` that are not mappings dropped (with a
+    warning naming the file): readers look things up in them by name."""
+    out = dict(meta)
+    for key in ("args", "hparams", "hyper_parameters", "config", "cfg"):
+        if key in out and not isinstance(out[key], dict):
+            warnings.warn(f"{where}: '{key}' in the checkpoint is {show(out[key])}, not a mapping of settings; "
+                          "ignored", stacklevel=3)
+            del out[key]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ tensors
+
+
+def check_stored_tensors(tensors: Mapping[str, Any], where: Any) -> None:
+    """Refuse tensors read from a file that are not plain, materialised data: meta, sparse and quantized tensors,
+    and broadcast views (`expand`, `as_strided`) whose size is far beyond the bytes the file holds for them --
+    loading such a tensor into a model would allocate its full size from a small file.
+
+    Raises:
+        CorruptCheckpointError: naming the tensor, its shape and what it holds.
+    """
+    import torch
+
+    from vitviz.errors import CorruptCheckpointError
+
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        shape = tuple(t.shape)
+        if t.is_meta:
+            raise CorruptCheckpointError(f"{where}: tensor {name!r} {shape} is a meta tensor (a shape without "
+                                         "data); expected weights with their values")
+        if t.layout != torch.strided:
+            raise CorruptCheckpointError(f"{where}: tensor {name!r} {shape} is {str(t.layout).split('.')[-1]}; "
+                                         "expected dense weights (call .to_dense() before saving)")
+        if t.is_quantized:
+            raise CorruptCheckpointError(f"{where}: tensor {name!r} {shape} is quantized ({t.dtype}); expected "
+                                         "float weights (call .dequantize() before saving)")
+        need = t.numel() * t.element_size()
+        held = t.untyped_storage().nbytes()
+        if t.numel() and _extent(t) > held:
+            raise CorruptCheckpointError(f"{where}: tensor {name!r} {shape} reaches past its stored data "
+                                         f"({held} bytes); expected a complete tensor")
+        if need > held + BROADCAST_SLACK:
+            raise CorruptCheckpointError(
+                f"{where}: tensor {name!r} {shape} would take {_size(need)} but the file holds {_size(held)} for "
+                "it (a broadcast view made with expand or as_strided); refused, as loading it would allocate the "
+                "full size. Expected a tensor with its own data (save t.contiguous())")
+
+
+def _extent(t: "torch.Tensor") -> int:
+    """Bytes of storage a strided tensor reaches: offset + the farthest element, + 1."""
+    far = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return (far + 1) * t.element_size()
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+# Canonical keys whose dimensionality the spec is read from (before the model exists to check shapes).
+_CANONICAL_NDIM = ((re.compile(r"^(cls_token|dist_token|reg_token|pos_embed)$"), 3),
+                   (re.compile(r"^patch_embed\.proj\.weight$"), 4),
+                   (re.compile(r"^(head|head_dist|pre_logits\.fc)\.weight$"), 2),
+                   (re.compile(r"^blocks\.\d+\.(attn\.(qkv|proj)|mlp\.fc[12])\.weight$"), 2),
+                   (re.compile(r"^blocks\.\d+\.(norm[12]|attn\.[qk]_norm)\.(weight|bias)$"), 1),
+                   (re.compile(r"^(norm|fc_norm|norm_extra)\.(weight|bias)$"), 1))
+
+
+def check_canonical(tensors: Mapping[str, "torch.Tensor"], where: Any) -> None:
+    """Each canonical tensor has the number of dimensions the reference ViT gives it (a 1-D `reg_token` is a
+    broken file, not an index error), and the prefix tokens are one batch row.
+
+    Raises:
+        InconsistentCheckpointError: naming the tensor, its shape and the expected layout.
+    """
+    from vitviz.errors import InconsistentCheckpointError
+
+    for name, t in tensors.items():
+        for pattern, ndim in _CANONICAL_NDIM:
+            if pattern.match(name) and (t.ndim != ndim or (ndim == 3 and t.shape[0] != 1)):
+                layout = {4: "(embed_dim, channels, patch, patch)", 2: "(out, in)", 1: "(width,)"}.get(
+                    ndim, "(1, tokens, embed_dim)")
+                raise InconsistentCheckpointError(f"{where}: {name} has shape {tuple(t.shape)}; expected "
+                                                  f"{ndim} dimensions {layout}")
+
+
+def check_weights(tensors: Mapping[str, "torch.Tensor"], where: Any) -> None:
+    """Refuse weights a model cannot be built from: complex, boolean or integer dtypes (a float model would
+    silently cast them) and non-finite values in any tensor the attention depends on. NaN or infinity only in
+    the classifier head (`head`, `head_dist`, `pre_logits`) is said as a warning: the attention is unaffected,
+    the class scores are not.
+
+    Raises:
+        InconsistentCheckpointError: naming the tensors.
+    """
+    import torch
+
+    from vitviz.errors import InconsistentCheckpointError
+
+    wrong = [f"{k} ({str(t.dtype).replace('torch.', '')})" for k, t in tensors.items() if not t.is_floating_point()]
+    if wrong:
+        raise InconsistentCheckpointError(
+            f"{where}: {len(wrong)} weight tensor(s) are not floating point: {', '.join(wrong[:6])}"
+            f"{' ...' if len(wrong) > 6 else ''}; expected float32/float16/bfloat16 weights (complex, bool and "
+            "integer tensors are not model weights)")
+    bad: list[str] = []
+    for k, t in tensors.items():
+        if t.numel() and not bool(torch.isfinite(t).all()):
+            n = int((~torch.isfinite(t)).sum())
+            bad.append(f"{k} ({n} of {t.numel()} values)")
+    if not bad:
+        return
+    head_only = all(b.startswith(("head.", "head_dist.", "pre_logits.")) for b in bad)
+    text = f"{where}: NaN or infinite weights in {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}"
+    if head_only:
+        warnings.warn(f"{text}; the attention maps are unaffected, the class scores will be NaN", stacklevel=3)
+        return
+    raise InconsistentCheckpointError(f"{text}; expected finite weights (a diverged or damaged checkpoint: every "
+                                      "attention map would be NaN)")
+
+
+def check_spec(spec: "ModelSpec", where: Any) -> None:
+    """Ranges no tensor shape can promise: depth and the preprocessing recipe (named with where it came from),
+    so a bad value fails at load, not at every image.
+
+    Raises:
+        InconsistentCheckpointError / MetadataError: naming the field and its source.
+    """
+    from vitviz.core.images import INTERPOLATIONS
+    from vitviz.errors import InconsistentCheckpointError
+
+    if spec.depth > MAX_DEPTH:
+        raise InconsistentCheckpointError(f"{where}: {spec.depth} transformer blocks; expected at most {MAX_DEPTH}")
+    pp = spec.preprocess
+    source = spec.source_of("preprocess") or "the family's recipe"
+    problems = []
+    try:
+        as_stats(list(pp.mean), positive=False)
+    except Invalid as e:
+        problems.append(f"mean {pp.mean}: {e}")
+    try:
+        as_stats(list(pp.std), positive=True)
+    except Invalid as e:
+        problems.append(f"std {pp.std}: {e}")
+    for what, values in (("mean", pp.mean), ("std", pp.std)):
+        if len(values) == 3 and spec.in_chans not in (1, 3):
+            problems.append(f"{what} {values}: 3 values for a {spec.in_chans}-channel model")
+    if min(pp.crop) < 1 or pp.resize < 1:
+        problems.append(f"crop {pp.crop} / resize {pp.resize}: expected positive sizes")
+    if pp.interpolation not in INTERPOLATIONS:
+        problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATIONS)}")
+    if pp.mode not in ("center", "squash", "squash_crop"):
+        problems.append(f"mode {pp.mode!r}: expected center, squash or squash_crop")
+    if problems:
+        raise MetadataError(f"{where}: preprocessing ({source}): {'; '.join(problems)}")
