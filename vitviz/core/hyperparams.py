@@ -18,22 +18,28 @@ from vitviz.core.metadata import (
     DIM_HEAD_KEYS, HEADS_KEYS, IMAGE_KEYS, LABEL_KEYS, MEAN_KEYS, STD_KEYS, args_info, as_int, as_labels, as_size,
     as_stats, find_value, heads_from_dim, metadata_sources, parse_model_name, torchvision_weights,
 )
+from vitviz.core.posembed import REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS
 from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, whole_patches,
 )
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
              "act", "nest_key", "device", "resize", "crop_mode", "pooling", "block_norm", "attn_scale",
-             "patch_order", "head_act")
+             "patch_order", "head_act", "rope")
 CROP_MODES = ("center", "squash", "squash_crop")
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
-                  "eps")
-POOLINGS = ("token", "avg", "avg_all", "cls_avg")
+                  "eps", "rope", "pool_heads", "embed_out", "rel_pos_interp")
+POOLINGS = ("token", "avg", "avg_all", "cls_avg", "map")
+ROPE_FIELDS = ("rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid", "rope_periods")
 # Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads;
 # for every other layout (hand-written, tutorials) a head count from the width alone is a guess.
-TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf")
+TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf", "clip", "siglip", "eva",
+                  "eva02", "dinov3", "pe", "rope_vit", "beit", "jax")
 # How to pass each value the file may not hold (for warnings).
 HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
                "mlp_kind": "act='gelu'|'relu' (CLI --act gelu|relu)",
@@ -42,7 +48,10 @@ HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std=
                "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
                "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
                "pre_logits_act": "head_act='gelu'|'relu'|'tanh' (CLI --head-act gelu|relu|tanh)",
-               "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]"}
+               "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]",
+               "eps": "eps=E (CLI --eps E)", "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' "
+               "(CLI --rope NAME)", "pool_heads": "heads of the pooling head cannot be passed yet; the file's config"
+               " states them", "embed_out": "family=... (CLI --family ...)"}
 
 FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
     "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
@@ -54,6 +63,26 @@ FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mea
     "torchvision": (0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "center"),
     "hf": (1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash"),
     "seed": (1.0, "bilinear", (0.0,), (1.0,), "squash"),
+    # full family names first (FAMILY_PREPROCESS.get(family) before the prefix before '-')
+    "clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+    "timm-clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+    "hf-clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+    "siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "timm-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "hf-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "hf-siglip2": (1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "eva": (0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+    "eva02": (0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+    "dinov3": (1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+    "hf-dinov3": (1.0, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "squash"),
+    "pe": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
+    "rope_vit": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+    "timm_rope": (0.95, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+    "beit": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
+    "hf-beit": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "hf-data2vec-vision": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+    "jax": (0.875, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center"),
+    "jax-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
 }
 
 
@@ -104,6 +133,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
         pos_embed="pos_embed" in sd or pos_kind != "learned", pos_kind=pos_kind, **counts,
         **_shape_flags(sd, hints, overrides, dim, width, prov),
     )
+    fields.update(_rope(hints, overrides, prov, pos_grid, where))
+    fields.update(_heads_extra(sd, hints, fields, prov))
     fields["eps"] = _pick("eps", overrides, hints, 1e-6, prov, "default: timm LayerNorm eps")
     act = overrides.get("act")
     fields["mlp_kind"] = prov.set("mlp_kind", act, "override") if act else \
@@ -151,6 +182,66 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         how += f"; heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
                                                                    if w % h == 0)
     return f"{name} = {value} is a guess: {why}; if that is wrong, pass {how}"
+
+
+def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_grid: tuple[int, int],
+          where: str) -> dict[str, Any]:
+    """The RoPE fields: a `rope=` preset override, else the family's hints (every field with its source)."""
+    out: dict[str, Any] = {}
+    preset = overrides.get("rope")
+    if preset is not None:
+        if preset not in ROPE_PRESETS:
+            raise VitvizError(f"{where}: rope={preset!r}; expected one of {', '.join(ROPE_PRESETS)}")
+        values = dict(ROPE_PRESETS[preset])
+        if values.get("rope_ref_grid") == (-1, -1):  # the native grid (Perception Encoder)
+            values["rope_ref_grid"] = tuple(pos_grid)
+        if values.get("rope") == "mixed" and not hints.get("rope_freqs"):
+            raise VitvizError(f"{where}: rope={preset!r} needs the learned frequencies (rope.freqs), which the file "
+                              "does not hold")
+        for name in ROPE_FIELDS:
+            out[name] = prov.set(name, values.get(name, ModelSpec.__dataclass_fields__[name].default),
+                                 f"override: rope={preset!r}")
+        if preset != "none" and hints.get("rope_periods", (False,))[0]:
+            out["rope_periods"] = prov.set("rope_periods", True, hints["rope_periods"][1])
+        return out
+    if "rope" not in hints or not hints["rope"][0]:
+        return out
+    for name in ROPE_FIELDS:
+        if name in hints:
+            value = hints[name][0]
+            out[name] = prov.set(name, tuple(value) if name == "rope_ref_grid" else value, hints[name][1])
+    if out.get("rope") not in ROPE_KINDS:
+        raise VitvizError(f"{where}: RoPE kind {out.get('rope')!r}; expected one of {', '.join(ROPE_KINDS)}")
+    return out
+
+
+def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dict[str, Any],
+                 prov: _Prov) -> dict[str, Any]:
+    """Fields of the newer families read from shapes and hints: CLIP's projection head, the MAP pooling head,
+    BEiT's relative position bias, EVA-02's sub-LNs, `norm_pre`."""
+    out: dict[str, Any] = dict(norm_pre="norm_pre.weight" in sd, attn_norm="blocks.0.attn.norm.weight" in sd,
+                               mlp_norm="blocks.0.mlp.norm.weight" in sd, head_bias="head.bias" in sd)
+    if "embed_out" in hints and "head.weight" in sd:
+        out["embed_out"] = prov.set("embed_out", int(sd["head.weight"].shape[0]), hints["embed_out"][1])
+        fields["num_classes"] = prov.set("num_classes", 0, "the head is an embedding projection, not a classifier")
+        prov.items.pop("labels", None)
+    if fields.get("pooling") == "map":
+        out["pool_mlp"] = int(sd["attn_pool.mlp.fc1.weight"].shape[0])
+        heads = hints.get("pool_heads", (0, "default: the model's heads (timm AttentionPoolLatent)"))
+        out["pool_heads"] = prov.set("pool_heads", int(heads[0]), heads[1])
+        for name, default in (("pool_act", ""), ("pool_prefix", False)):
+            if name in hints:
+                out[name] = prov.set(name, hints[name][0], hints[name][1])
+    if "rel_pos_bias.relative_position_bias_table" in sd:
+        out["rel_pos"] = prov.set("rel_pos", "shared", "shape: rel_pos_bias.relative_position_bias_table")
+    elif "blocks.0.attn.relative_position_bias_table" in sd:
+        out["rel_pos"] = prov.set("rel_pos", "layer", "shape: blocks.N.attn.relative_position_bias_table")
+    if out.get("rel_pos"):
+        recipe = hints.get("rel_pos_interp", ("timm", "default: timm / unilm BEiT table resampling"))
+        if recipe[0] not in REL_POS_RECIPES:
+            raise VitvizError(f"relative-position recipe {recipe[0]!r}; expected one of {REL_POS_RECIPES}")
+        out["rel_pos_interp"] = prov.set("rel_pos_interp", recipe[0], recipe[1])
+    return out
 
 
 def _check_choices(fields: dict[str, Any], where: str) -> None:
@@ -249,6 +340,8 @@ def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: 
         flags["pooling"] = prov.set("pooling", overrides["pooling"], "override")
     elif "pooling" in hints:
         flags["pooling"] = prov.set("pooling", hints["pooling"][0], hints["pooling"][1])
+    elif "attn_pool.latent" in sd:
+        flags["pooling"] = prov.set("pooling", "map", "shape: attn_pool.latent (MAP head: a latent query pools)")
     elif flags["fc_norm"] or "cls_token" not in sd:
         flags["pooling"] = prov.set("pooling", "avg", "shape: fc_norm or no cls_token -> average of patches")
     else:
@@ -273,9 +366,18 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
         if int(sd["pos_embed"].shape[1]) - n in ([hints["pos_prefix"][0]] if "pos_prefix" in hints else [n_prefix, 0]):
             size, size_src = req, "override: image_size fits the position embedding"
     pos = sd.get("pos_embed")
+    table = sd.get("blocks.0.attn.relative_position_bias_table", sd.get("rel_pos_bias.relative_position_bias_table"))
+    if pos is None and table is not None:  # BEiT without an absolute table: the bias table was made for the grid
+        side = (math.isqrt(int(table.shape[0]) - 3) + 1) // 2
+        grid = (size[0] // patch, size[1] // patch) if size else (side, side)
+        if (2 * grid[0] - 1) * (2 * grid[1] - 1) + 3 != int(table.shape[0]):
+            raise InconsistentCheckpointError(
+                f"{where}: relative position bias table has {int(table.shape[0])} rows, which does not fit the "
+                f"grid {grid}; expected (2gh-1)(2gw-1)+3 rows")
+        return 0, prov.set("pos_grid", grid, size_src if size else "shape: relative position bias table")
     if pos is None:
         grid = (size[0] // patch, size[1] // patch) if size else (14, 14)
-        computed = hints.get("pos_kind", ("learned",))[0] != "learned"
+        computed = hints.get("pos_kind", ("learned",))[0] != "learned" or bool(hints.get("rope", ("",))[0])
         return 0, prov.set("pos_grid", grid, size_src if size else
                            ("guess: no stored position table and no image size in any metadata; a 14x14 grid "
                             f"({14 * patch} px)" if computed else "default"))
@@ -349,7 +451,7 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     metadata gives mean/std. A 1-channel model, or one of a layout without an eval recipe (hand-written,
     vit-pytorch, nn.TransformerEncoder), is not resized-and-cropped either: the image is brought to the native
     size as a whole; an RGB model of a family with a recipe keeps that family's resize and crop."""
-    fam = conv.family.split("-")[0]
+    fam = conv.family if conv.family in FAMILY_PREPROCESS else conv.family.split("-")[0]
     crop_pct, interp, mean, std, mode = FAMILY_PREPROCESS.get(fam, FAMILY_PREPROCESS["timm"])
     fields: dict[str, Any] = dict(crop=size, resize=int(math.floor(min(size) / crop_pct)), interpolation=interp,
                                   mean=mean, std=std, mode=mode)

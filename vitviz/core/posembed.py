@@ -88,6 +88,17 @@ def sincos_2d(grid: tuple[int, int], dim: int, temperature: int = 10000) -> torc
 
 # ------------------------------------------------------------------------------------------------ rotary (RoPE)
 ROPE_KINDS = ("axial", "dinov3", "mixed")
+# The RoPE settings of the model families that use it (timm eva.py), by the name a user passes as `rope=`.
+# rope_ref_grid (-1, -1): the model's native grid.
+ROPE_PRESETS: dict[str, dict[str, object]] = {
+    "dinov3": dict(rope="dinov3", rope_theta=100.0, rope_half=True),
+    "eva02": dict(rope="axial", rope_theta=10000.0, rope_ref_grid=(16, 16)),
+    "pe": dict(rope="axial", rope_theta=10000.0, rope_xy=True, rope_offset=1.0, rope_ref_grid=(-1, -1)),
+    "rope_vit": dict(rope="axial", rope_theta=100.0, rope_xy=True),        # Naver RoPE-ViT, axial
+    "rope_mixed": dict(rope="mixed", rope_theta=10.0, rope_xy=True),       # Naver RoPE-ViT, learned frequencies
+    "timm_rope": dict(rope="axial", rope_theta=10000.0, rope_ref_grid=(16, 16)),  # timm vit_*_rope_reg*_gap_256
+    "none": dict(rope=""),
+}
 
 
 def rope_coords(kind: str, grid: tuple[int, int], xy: bool = False, offset: float = 0.0,

@@ -106,10 +106,9 @@ def _hf_hints(cfg: dict[str, Any], raw: RawCheckpoint, model_type: str,
     if "image_size" in cfg:
         s = cfg["image_size"]
         hints["pos_image_size"] = ((s, s) if isinstance(s, int) else tuple(s), src)
-    if isinstance(cfg.get("id2label"), dict) and out.get("head.weight") is not None:
-        labels = sorted(((int(k), v) for k, v in cfg["id2label"].items()), key=lambda kv: kv[0])
-        if len(labels) == out["head.weight"].shape[0]:
-            hints["labels"] = (tuple(v for _, v in labels), src)
+    labels = _id2label(cfg.get("id2label"))
+    if labels and out.get("head.weight") is not None and len(labels) == out["head.weight"].shape[0]:
+        hints["labels"] = (labels, src)
     hints["pos_prefix"] = (2 if model_type == "deit" else 1, f"family: HF {model_type}")
     hints["pos_interp"] = ("dinov2_reg" if model_type == "dinov2_with_registers" else "hf", f"family: HF {model_type}")
     head = out.get("head.weight")
@@ -119,6 +118,19 @@ def _hf_hints(cfg: dict[str, Any], raw: RawCheckpoint, model_type: str,
     if pre:
         hints["preprocess"] = (pre, "metadata: preprocessor_config.json")
     return hints
+
+
+def _id2label(value: Any) -> tuple[str, ...]:
+    """config.json `id2label` as names in index order: a {index: name} dict, or the tuple the config check
+    (`vitviz.core.validate`) normalises it to."""
+    if isinstance(value, dict):
+        try:
+            return tuple(str(v) for _, v in sorted(((int(k), v) for k, v in value.items()), key=lambda kv: kv[0]))
+        except (TypeError, ValueError):
+            return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
 
 
 def _hf_preprocess(pp: dict[str, Any] | None) -> dict[str, Any]:
