@@ -238,7 +238,7 @@ def test_missing_path_and_directory(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="not found") as err:
         load_image(tmp_path / "nope.jpg")
     assert "nope.jpg" in str(err.value)
-    with pytest.raises(ImageError, match="is a directory"):
+    with pytest.raises(ImageError, match="a folder, not a regular file"):
         load_image(tmp_path)
     with pytest.raises(ImageError, match="unsupported input type"):
         load_image(12345)  # type: ignore[arg-type]

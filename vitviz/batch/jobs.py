@@ -6,12 +6,14 @@ No torch here.
 from __future__ import annotations
 
 import hashlib
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vitviz.core.images import find_images
+from vitviz.core.validate import check_path
 from vitviz.errors import VitvizError
 
 MANIFEST = "manifest.json"
@@ -69,12 +71,12 @@ def collect_inputs(inputs: list[str], out: Path, pattern: str | None) -> list[tu
     out_real = out.resolve()
     for text in inputs:
         path = Path(text)
-        if path.is_dir():
+        st = check_path(path, "an image file or a folder of images", missing=InputError, bad=InputError,
+                        folder_ok=True)  # a FIFO or device is refused here, never opened
+        if stat.S_ISDIR(st.st_mode):
             pairs = [(p, p.parent.relative_to(path)) for p in find_images(path, pattern=pattern)]
-        elif path.is_file():
-            pairs = [(path, Path("."))]
         else:
-            raise InputError(f"{path}: not found; expected an image file or a folder of images")
+            pairs = [(path, Path("."))]
         for image, sub in pairs:
             real = image.resolve()
             if real in seen or out_real in real.parents:

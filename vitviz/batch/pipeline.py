@@ -10,6 +10,7 @@ asked for, one image at a time after the batch's attention pass (which is skippe
 """
 from __future__ import annotations
 
+import errno
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,7 +26,12 @@ from vitviz.core import files, images
 from vitviz.core.maps import MapKind, MapStack, map_stack, norm_stack, relevance_stack
 from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, split_output
-from vitviz.errors import VitvizError
+from vitviz.errors import DiskFullError, VitvizError
+
+# Write errors that no later image can avoid: the run stops and says so (naming the output folder) instead of
+# failing every remaining image with the same message.
+FULL_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+               errno.EFBIG: "a file size limit was reached", errno.EROFS: "the disk is read-only"}
 
 
 @dataclass
@@ -122,7 +128,8 @@ class Exporter:
         self._writes: deque[tuple[Job, Future[None]]] = deque()
 
     def run(self) -> None:
-        """Process every job; on KeyboardInterrupt, drop queued work, let running writes finish, re-raise."""
+        """Process every job. On KeyboardInterrupt (or a full disk: `DiskFullError`), drop queued work, let
+        running writes finish, count and record what they wrote, re-raise."""
         readers = ThreadPoolExecutor(self.plan.workers, thread_name_prefix="vitviz-read")
         writers = ThreadPoolExecutor(max(1, min(2, self.plan.workers)), thread_name_prefix="vitviz-write")
         try:
@@ -133,6 +140,25 @@ class Exporter:
         finally:
             readers.shutdown(wait=True, cancel_futures=True)
             writers.shutdown(wait=True, cancel_futures=True)  # running writes complete: no half-written file
+            self._settle()
+
+    def _settle(self) -> None:
+        """After a stop: writes that completed count as done (their files are on disk), cancelled ones stay
+        pending; the file count is what every image wrote."""
+        while self._writes:
+            job, future = self._writes.popleft()
+            if future.cancelled():
+                continue
+            error = future.exception()
+            if error is None:
+                job.status = "done"
+                self.counts["done"] += 1
+            elif isinstance(error, DiskFullError):
+                job.status, job.error = "failed", str(error)
+                self.counts["failed"] += 1
+            else:
+                self._fail(job, error)
+        self.counts["files"] = sum(len(job.written) for job in self.jobs)
 
     def _batches(self, readers: ThreadPoolExecutor) -> Iterator[list[Prepared]]:
         """Lists of up to `batch_size` read images, in input order, reading ahead in `readers`."""
@@ -154,7 +180,9 @@ class Exporter:
             self._finish_ready()
 
     def _read(self, job: Job) -> Prepared | None:
-        """Hash the file; None when every output exists (skip), else decode and preprocess it."""
+        """Hash the file; None when every output exists (skip), else decode and preprocess it. A path that is not
+        a regular file (a FIFO would block the hash for good) is refused before it is opened."""
+        images.check_image_path(job.path)
         job.sha256 = sha256_file(job.path)
         if not self.plan.overwrite and all(p.exists() for p in job.outputs):
             return None
@@ -210,7 +238,7 @@ class Exporter:
         """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
-            folder.mkdir(parents=True, exist_ok=True)
+            self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
         stacks: dict[MapKind, MapStack] = {}
         for m in plan.maps:
             if m.source == "attention":
@@ -237,12 +265,22 @@ class Exporter:
                        lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite, extra=extra))
 
     @staticmethod
-    def _save(job: Job, path: Path, write: Any) -> None:
+    def _save(job: Job, path: Path, write: Any, record: bool = True) -> None:
+        """Run one write; a full disk (or quota, or read-only disk) becomes a `DiskFullError` naming the folder,
+        which stops the run."""
         try:
             write()
         except files.OutputExistsError:  # another run wrote it meanwhile: keep theirs
             return
-        job.written.append(path)
+        except OSError as e:
+            if e.errno in FULL_ERRNOS:
+                folder = path if not record else path.parent
+                raise DiskFullError(f"{folder}: {FULL_ERRNOS[e.errno]} ({e.strerror or e}) while writing "
+                                    f"{path.name}; the export stopped. Free some space (or choose another --out "
+                                    "folder) and run it again: finished images are skipped") from e
+            raise
+        if record:
+            job.written.append(path)
 
     def _finish_ready(self) -> None:
         while self._writes and self._writes[0][1].done():
@@ -252,6 +290,10 @@ class Exporter:
         job, future = self._writes.popleft()
         try:
             future.result()
+        except DiskFullError as e:  # every later image would fail the same way: stop the run
+            job.status, job.error = "failed", str(e)
+            self.counts["failed"] += 1
+            raise
         except (VitvizError, OSError, ValueError) as e:
             self._fail(job, e)
             return

@@ -34,6 +34,7 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 from vitviz.core.spec import Preprocess
+from vitviz.core.validate import check_path
 from vitviz.errors import ImageError
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ MAX_PIXELS = 200_000_000
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in ("nearest", "bilinear", "bicubic", "lanczos", "box")}
+INTERPOLATIONS = {name: Image.Resampling[name.upper()]
+                  for name in ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")}
 
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
@@ -122,14 +124,21 @@ def _decode(source: Any, name: str, max_pixels: int) -> Image.Image:
         ) from exc
 
 
+def check_image_path(path: str | os.PathLike[str]) -> None:
+    """Refuse, before anything opens it, a path that is not a regular file: a missing file, a broken link or a
+    link loop, a folder, and a FIFO, device or socket (reading one could block for good).
+
+    Raises:
+        ImageError: naming the path and what it is.
+    """
+    check_path(path, "an image file", missing=ImageError, bad=ImageError)
+
+
 def _openable(source: Any, name: str) -> Any:
     """Check a path exists and is a file, wrap bytes in a stream, refuse anything Pillow cannot open."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        if not path.exists():
-            raise ImageError(f"{name}: file not found; expected an existing image file")
-        if path.is_dir():
-            raise ImageError(f"{name}: is a directory; expected an image file")
+        check_image_path(path)
         return path
     if isinstance(source, (bytes, bytearray, memoryview)):
         return io.BytesIO(bytes(source))
@@ -290,6 +299,7 @@ def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
         raise ImageError(f"crop {pp.crop} and resize {pp.resize}; expected positive sizes")
     resample = INTERPOLATIONS[pp.interpolation]
     if pp.mode == "squash":
+        _check_resize_memory((ch, cw), (ch, cw), img)
         return img.resize((cw, ch), resample)
     if pp.mode not in ("center", "squash_crop"):
         raise ImageError(f"preprocess mode {pp.mode!r}; expected 'center', 'squash' or 'squash_crop'")
@@ -298,9 +308,21 @@ def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
         new_h, new_w = box
     else:
         new_h, new_w = cover_size((img.height, img.width), pp.crop, pp.resize)
+    _check_resize_memory((new_h, new_w), (ch, cw), img)
     img = img.resize((new_w, new_h), resample)
     top, left = int(round((new_h - ch) / 2.0)), int(round((new_w - cw) / 2.0))
     return img.crop((left, top, left + cw, top + ch))
+
+
+def _check_resize_memory(resized: tuple[int, int], crop: tuple[int, int], img: Image.Image) -> None:
+    """Refuse, before Pillow allocates it, a resize (and the float input tensor of its crop) that would not fit
+    in the memory left: an `image_size` of 100000 must fail here, not in the out-of-memory killer."""
+    from vitviz.core.runtime import check_image_memory
+
+    pixels = resized[0] * resized[1]
+    needed = pixels * 4 + crop[0] * crop[1] * (4 * 3 + 4)  # Pillow keeps 4 bytes a pixel; (C, H, W) float32 + copy
+    if pixels > 50_000_000 or needed > 1 << 30:  # reading the memory left costs a file read: only for large ones
+        check_image_memory(needed, _describe(img), resized)
 
 
 def source_box(size: tuple[int, int], pp: Preprocess) -> tuple[float, float, float, float]:

@@ -21,8 +21,9 @@ from vitviz.core.families import convert
 from vitviz.core.hyperparams import NUMERIC_FIELDS, OVERRIDES, infer_spec, warn_guesses
 from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
-from vitviz.core.runtime import resolve_device
-from vitviz.errors import InconsistentCheckpointError, VitvizError
+from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
+from vitviz.core.validate import check_canonical, check_overrides, check_spec, check_weights
+from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, VitvizError
 
 
 def _module_heads(module: torch.nn.Module) -> int | None:
@@ -78,6 +79,7 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
                           f"{', '.join(OVERRIDES + LIVE_OVERRIDES)}")
+    overrides = check_overrides(overrides)  # every value's type and range, once (OverrideError names it)
     if overrides.get("code") is not None:
         code = overrides.pop("code")
         return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})
@@ -106,7 +108,25 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
 
 
 def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
-    """A checkpoint, state dict or model object converted to the reference ViT."""
+    """A checkpoint, state dict or model object converted to the reference ViT. Whatever a file holds, the
+    answer is a model or a `VitvizError` naming the file: an unexpected exception from a reader is reported as a
+    `CheckpointError` (with its type, so it can be filed as a bug), never as a traceback."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return _convert_and_build(path, overrides)
+    try:
+        return _convert_and_build(path, overrides)
+    except VitvizError:
+        raise
+    except MemoryError as e:
+        raise DeviceError(f"{os.fsdecode(path)}: ran out of memory while loading ({e or 'MemoryError'})") from e
+    except RecursionError as e:
+        raise CheckpointError(f"{os.fsdecode(path)}: nested too deeply to read; expected a checkpoint") from e
+    except Exception as e:  # noqa: BLE001 - the promise: a VitvizError for every file
+        raise CheckpointError(f"{os.fsdecode(path)}: could not be loaded (unexpected {type(e).__name__}: "
+                              f"{str(e)[:300]}); please report this file's layout as a vitviz bug") from e
+
+
+def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
     device = resolve_device(overrides.get("device"))
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
@@ -122,6 +142,7 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
     conv = convert(raw, overrides.get("family"), overrides)
+    check_canonical(conv.tensors, raw.path)
     is_module = isinstance(path, torch.nn.Module)
     spec = infer_spec(conv, raw, overrides, warn=not is_module)
     if is_module:  # a guess that changes the numbers: the object's own code (the live path) knows better
@@ -132,8 +153,14 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
     if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
         spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
                                                else v) for k, v in spec.provenance))
-    net = ReferenceViT(spec)
-    _load_exact(net, conv.tensors, spec.source)
+    check_spec(spec, spec.source)
+    shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating
+    _check_exact(shadow.state_dict(), conv.tensors, spec.source)
+    check_weights(conv.tensors, spec.source)
+    check_model_memory(sum(t.numel() * 4 for t in shadow.state_dict().values()), device, spec.source)
+    check_input_size(spec, spec.source)
+    net = _build(spec, torch.device("cpu"))
+    net.load_state_dict(conv.tensors, strict=True)
     net.eval()
     spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
     net.spec = spec
@@ -141,9 +168,18 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
     return model.to(str(device))
 
 
-def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
-    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
-    own = net.state_dict()
+def _build(spec: Any, device: torch.device) -> ReferenceViT:
+    """The reference ViT for `spec` on `device` ('meta': no memory, for checking); a spec the model cannot
+    express is an InconsistentCheckpointError naming the file."""
+    try:
+        with device:
+            return ReferenceViT(spec)
+    except (ValueError, TypeError) as e:
+        raise InconsistentCheckpointError(f"{spec.source}: no reference ViT fits ({e})") from e
+
+
+def _check_exact(own: dict[str, torch.Tensor], sd: dict[str, torch.Tensor], where: str) -> None:
+    """Every tensor the model has is in `sd` with its shape, and nothing else is; else an error listing them."""
     missing = sorted(set(own) - set(sd))
     extra = sorted(set(sd) - set(own))
     wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
@@ -157,4 +193,9 @@ def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> N
         if extra:
             parts.append(f"unexpected tensors: {', '.join(extra[:8])}")
         raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
+
+
+def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
+    _check_exact(net.state_dict(), sd, where)
     net.load_state_dict(sd, strict=True)

@@ -3,11 +3,15 @@ a clear message before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from vitviz.core.packed import Linear
 from vitviz.errors import DeviceError
+
+if TYPE_CHECKING:
+    from vitviz.core.spec import ModelSpec
 
 SMALLER = "try a smaller image size, fewer images per batch or half=True (float16 maps; --half in export)"
 
@@ -36,6 +40,53 @@ def available_memory() -> int | None:
     except (OSError, ValueError):
         pass
     return min(found) if found else None
+
+
+def format_bytes(n: float) -> str:
+    """'1.5 GiB', '12.0 MiB', '512 bytes'."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"
+
+
+def check_model_memory(nbytes: int, device: torch.device, where: str) -> None:
+    """Refuse, before building, a model whose weights would not fit: it is built in host memory (beside the
+    tensors read from the file) and then moved to `device`, whose free memory is checked too for CUDA."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise DeviceError(f"{where}: building the model needs {format_bytes(nbytes)} for its weights, but only "
+                          f"{format_bytes(free)} of memory is available; nothing was allocated")
+    if device.type == "cuda" and torch.cuda.is_available():
+        try:
+            cuda_free, _total = torch.cuda.mem_get_info(device)
+        except RuntimeError:
+            return
+        if nbytes > cuda_free:
+            raise DeviceError(f"{where}: the model's weights need {format_bytes(nbytes)} but {device} has only "
+                              f"{format_bytes(cuda_free)} free; try device='cpu' or a smaller model")
+
+
+def check_input_size(spec: "ModelSpec", where: str) -> None:
+    """Refuse an input size whose attention cannot be computed here: one layer's attention matrix (heads x tokens
+    x tokens, float32) exists during every forward pass, whatever the capture keeps, so it must fit."""
+    tokens = spec.num_tokens
+    needed = spec.num_heads * tokens * tokens * 4
+    free = available_memory()
+    if free is not None and needed > free:
+        h, w = spec.image_size
+        raise DeviceError(f"{where}: image_size {h}x{w} gives {tokens:,} tokens; one layer's attention "
+                          f"({spec.num_heads} heads x {tokens:,} x {tokens:,}, float32) needs {format_bytes(needed)} "
+                          f"but only {format_bytes(free)} of memory is available; expected a smaller image_size")
+
+
+def check_image_memory(needed: int, name: str, size: tuple[int, int]) -> None:
+    """Refuse, before Pillow allocates it, a resized image that would not fit in the memory left."""
+    free = available_memory()
+    if free is not None and needed > free:
+        raise DeviceError(f"{name}: resizing to {size[0]}x{size[1]} px needs {format_bytes(needed)} but only "
+                          f"{format_bytes(free)} of memory is available; expected a smaller input size")
 
 
 def check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:

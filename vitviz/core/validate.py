@@ -81,7 +81,7 @@ def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[Vit
                           f"{expected}") from None
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
             found = "a broken symbolic link (its target does not exist)" if os.path.islink(path) else \
-                "no such file or folder"
+                "not found (no such file or folder)"
             raise missing(f"{path}: {found}; expected {expected}") from None
         if e.errno == errno.ENAMETOOLONG:
             raise missing(f"{str(path)[:120]}...: the name is too long for this system; expected {expected}") \
