@@ -369,6 +369,7 @@ class ResultMaps:
         self.features: FeatureStack | None = None
         self.norms: np.ndarray | None = None            # (L, gh, gw) output-token norms, with `features`
         self.prefix_norms: np.ndarray | None = None     # (L, P)
+        self.norm_histogram: tuple[np.ndarray, np.ndarray] | None = None   # (L, bins) counts, (bins + 1,) edges
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -393,9 +394,12 @@ class ResultMaps:
         """The gradient maps of class `target` (None: the top class), if that pass has run."""
         return self._relevance.get(target)
 
-    def add_features(self, features: FeatureStack, norms: np.ndarray, prefix_norms: np.ndarray) -> None:
-        """Keep the image's token features with their (L, gh, gw) patch and (L, P) prefix output-token norms."""
+    def add_features(self, features: FeatureStack, norms: np.ndarray, prefix_norms: np.ndarray,
+                     histogram: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Keep the image's token features with their (L, gh, gw) patch and (L, P) prefix output-token norms (and
+        their per-layer histogram: (L, bins) counts, (bins + 1,) edges)."""
         self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
+        self.norm_histogram = histogram
         self._stacks.pop(MapKind("norms"), None)
 
     def has(self, kind: MapKind) -> bool:

@@ -88,6 +88,11 @@ class WorkerClient(QObject):
     posembedded = Signal(object, object)       # request, PosEmbedded
     cataloged = Signal(object, object)         # request, Cataloged
     moved = Signal(object, object)             # request, Moved
+    explained = Signal(object, object)         # request, Explained
+    featured = Signal(object, object)          # request, Featured
+    pca_fitted = Signal(object, object)        # request, PcaFitted
+    compared = Signal(object, object)          # request, Compared
+    shared = Signal(object, object)            # request, Shared
     failed = Signal(object, str, str)          # request, summary, details
     progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
     busy_changed = Signal(bool)
@@ -103,7 +108,9 @@ class WorkerClient(QObject):
         self._stale: set[int] = set()
         self._closed = False
         self._answered = {Kind.PROBE: self.probed, Kind.LOAD: self.loaded, Kind.RUN: self.ran,
-                          Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved}
+                          Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved,
+                          Kind.RELEVANCE: self.explained, Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
+                          Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared}
         self._thread = QThread()
         self._thread.setObjectName("vitviz-inference")
         self._worker = InferenceWorker()

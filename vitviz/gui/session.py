@@ -19,14 +19,20 @@ from PySide6.QtCore import QCoreApplication, QObject, Signal
 from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui.client import WorkerClient
-from vitviz.gui.worker import Cataloged, Kind, Loaded, Moved, PosEmbedded, Probed, Ran, Request
+from vitviz.gui.worker import (Cataloged, Compared, Explained, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
+                               Probed, Ran, Request, Shared)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
 DEVICE_FAILED = "Device not available"   # a load's device was refused; the model runs on the CPU (exit 2 too)
 FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the position embedding",
                  Kind.MOVE: "Could not move the model", Kind.CATALOG: "Could not list the models on this computer",
-                 Kind.PROBE: "Could not start the inference engine"}
+                 Kind.PROBE: "Could not start the inference engine",
+                 Kind.RELEVANCE: "Could not compute the class relevance",
+                 Kind.FEATURES: "Could not capture the token features", Kind.PCA: "Could not fit the feature PCA",
+                 Kind.SIMILARITY: "Could not compare the patch features",
+                 Kind.SHARE: "Could not measure the attention to high-norm tokens"}
+ANALYSES = (Kind.PCA, Kind.SIMILARITY, Kind.SHARE)   # computed from cached results, for the panel that asked
 
 HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
 
@@ -51,6 +57,14 @@ class Session(QObject):
     pos_embed_ready = Signal()              # `pos_embed` / `pos_grid` now describe the current input size
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
+    relevance_ready = Signal(str)           # image path whose class relevance (for some class) is now cached
+    relevance_failed = Signal(str, object, str)   # image path, class asked for (None: top), summary
+    features_ready = Signal(str)            # image path whose token features and norms are now cached
+    features_failed = Signal(str, str)      # image path, summary
+    pca_ready = Signal(object)              # PcaFitted, for the current model and input size
+    similarity_ready = Signal(object)       # Compared
+    share_ready = Signal(object)            # Shared
+    analysis_failed = Signal(object, str)   # the Kind of a failed PCA / SIMILARITY / SHARE request, summary
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -71,6 +85,8 @@ class Session(QObject):
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.pos_grid: tuple[int, int] | None = None
+        self.relevance_failures: dict[tuple[str, int | None], str] = {}   # (image, class) -> why (not asked again)
+        self.features_failures: dict[str, str] = {}
         self._batch_done = 0                        # runs answered since the run queue was last empty
         self._batch_start = 0.0
         c = self.client
@@ -82,6 +98,11 @@ class Session(QObject):
         c.moved.connect(self._on_moved)
         c.failed.connect(self._on_failed)
         c.dropped.connect(self._on_dropped)
+        c.explained.connect(self._on_explained)
+        c.featured.connect(self._on_featured)
+        c.pca_fitted.connect(lambda r, a: self._on_analysis(r, a, self.pca_ready))
+        c.compared.connect(lambda r, a: self._on_analysis(r, a, self.similarity_ready))
+        c.shared.connect(lambda r, a: self._on_analysis(r, a, self.share_ready))
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
@@ -270,6 +291,69 @@ class Session(QObject):
         for path in self.images:
             self.ensure(path)
 
+    def request_relevance(self, path: str, target: int | None = None) -> bool:
+        """Ask for the gradient maps of class `target` (None: the top class) of an image whose result is cached,
+        ahead of queued runs; answered by `relevance_ready` (the maps are then in `result(path)`, and
+        `current_changed` fires again for the current image) or `relevance_failed`. False when there is nothing to
+        ask: no result yet, held already, or failed before."""
+        maps = self._cache.get(path)
+        if maps is None or maps.relevance(target) is not None or (path, target) in self.relevance_failures:
+            return False
+        if not any(r.args["image"] == path and r.args["target"] == target and r.args["image_size"] == self.image_size
+                   for r in self.client.pending(Kind.RELEVANCE)):
+            self.client.submit(Kind.RELEVANCE, first=True, image=path, image_size=self.image_size, target=target)
+        return True
+
+    def request_features(self, path: str) -> bool:
+        """Ask for every block's output tokens of an image whose result is cached, ahead of queued runs; answered
+        by `features_ready` (then `result(path).features`, `.norms`) or `features_failed`. False when there is
+        nothing to ask."""
+        maps = self._cache.get(path)
+        if maps is None or maps.features is not None or path in self.features_failures:
+            return False
+        if not any(r.args["image"] == path and r.args["image_size"] == self.image_size
+                   for r in self.client.pending(Kind.FEATURES)):
+            self.client.submit(Kind.FEATURES, first=True, image=path, image_size=self.image_size)
+        return True
+
+    def features_pending(self, path: str) -> bool:
+        """Whether the features of `path` are asked for and not answered yet."""
+        return any(r.args["image"] == path for r in self.client.pending(Kind.FEATURES))
+
+    def fit_pca(self, paths: list[str], layer: int) -> bool:
+        """Fit the feature PCA of these images together at block `layer` (those whose features are cached),
+        replacing any fit still waiting; answered by `pca_ready`. False when none has features."""
+        held = [(p, m.features) for p in paths if (m := self._cache.get(p)) is not None and m.features is not None]
+        if not held:
+            return False
+        self._analyse(Kind.PCA, features=[f for _p, f in held], sources=tuple(p for p, _f in held), layer=layer)
+        return True
+
+    def compare_patches(self, path: str, other: str, layer: int) -> bool:
+        """Prepare the patch feature similarity within `path` and to `other` ('' for none) at block `layer`;
+        answered by `similarity_ready`. False when the features are not cached."""
+        a, b = self._cache.get(path), self._cache.get(other) if other else None
+        if a is None or a.features is None or (other and (b is None or b.features is None)):
+            return False
+        self._analyse(Kind.SIMILARITY, a=a.features, b=None if b is None else b.features, sources=(path, other),
+                      layer=layer)
+        return True
+
+    def measure_share(self, path: str, layer: int, threshold: float) -> bool:
+        """Find the patches of `path` whose output-token norm at block `layer` exceeds `threshold` and the share of
+        attention they receive; answered by `share_ready`. False without cached features."""
+        maps = self._cache.get(path)
+        if maps is None or maps.norms is None:
+            return False
+        self._analyse(Kind.SHARE, image=path, result=maps.result, norms=maps.norms, layer=layer,
+                      threshold=float(threshold))
+        return True
+
+    def _analyse(self, kind: Kind, **args: Any) -> None:
+        """Ask for an analysis of cached results ahead of queued runs; a newer one of the same kind replaces it."""
+        self.client.cancel(lambda r: r.kind is kind)
+        self.client.submit(kind, first=True, image_size=self.image_size, **args)
+
     def shutdown(self) -> bool:
         """Stop the worker (waits a bounded time; see `WorkerClient.shutdown`); True once its thread has
         finished."""
@@ -336,6 +420,28 @@ class Session(QObject):
         elif request is not None and request.kind is Kind.RUN:
             self._report_runs()
 
+    def _on_explained(self, request: Request, answer: Explained) -> None:
+        maps = self._cache.get(answer.image)
+        if request.args.get("image_size") != self.image_size or maps is None:
+            return   # another input size, or the result has left the cache
+        maps.add_relevance(answer.relevance, answer.target)
+        self._evict(keep=answer.image)
+        self.relevance_ready.emit(answer.image)
+        if answer.image == self._current:
+            self.current_changed.emit(maps)   # what the current image shows has changed
+
+    def _on_featured(self, request: Request, answer: Featured) -> None:
+        maps = self._cache.get(answer.image)
+        if request.args.get("image_size") != self.image_size or maps is None:
+            return
+        maps.add_features(answer.features, answer.norms, answer.prefix_norms, (answer.counts, answer.edges))
+        self._evict(keep=answer.image)
+        self.features_ready.emit(answer.image)
+
+    def _on_analysis(self, request: Request, answer: PcaFitted | Compared | Shared, signal: Any) -> None:
+        if request.args.get("image_size") == self.image_size:
+            signal.emit(answer)
+
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
         self.pos_grid, self.pos_embed = tuple(answer.grid), answer.data
         self.pos_embed_ready.emit()
@@ -358,6 +464,15 @@ class Session(QObject):
                 self.current_changed.emit(None)
             self._report_runs()
             return
+        if kind is Kind.RELEVANCE:
+            key = (str(request.args["image"]), request.args.get("target"))
+            self.relevance_failures[key] = summary
+            self.relevance_failed.emit(key[0], key[1], summary)
+        elif kind is Kind.FEATURES:
+            self.features_failures[str(request.args["image"])] = summary
+            self.features_failed.emit(str(request.args["image"]), summary)
+        elif kind in ANALYSES:
+            self.analysis_failed.emit(kind, summary)
         if kind is Kind.LOAD:
             self.loading_changed.emit(bool(self.loading))
         if kind is Kind.PROBE:
@@ -377,6 +492,8 @@ class Session(QObject):
         self._cache.clear()
         self.failed.clear()
         self.head_stats.clear()
+        self.relevance_failures.clear()
+        self.features_failures.clear()
 
     def _evict(self, keep: str) -> None:
         total = sum(m.nbytes for m in self._cache.values())

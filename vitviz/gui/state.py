@@ -16,12 +16,14 @@ from typing import Callable
 import numpy as np
 
 from vitviz.core.colormaps import available_colormaps
-from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps, resolve_index
+from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps,
+                              pending_stack, resolve_index)
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import FUSIONS, RolloutParams
 from vitviz.core.tokens import Fusion
 
-__all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "LayerSel", "HeadSel",
+__all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
+           "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options"]
 
@@ -31,7 +33,12 @@ MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as 
     "max": "the attention each patch receives, maximised over the patch queries",
     "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply)",
     "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
+    "relevance[:N]": "Chefer's class relevance of class N (default: the top class); gradrollout[:N] and "
+                     "attngrad[:N] the gradient rollout and attention x gradient",
 }
+SOURCES = MAP_KINDS + ("relevance",)   # the image panel's map sources: attention, and the gradient maps of a class
+RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient rollout",
+                     "attngrad": "Attention × gradient"}   # the gradient map kinds (`GRADIENT_KINDS`)
 COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
 HEAD_MODES = ("mean", "max")
 
@@ -55,6 +62,9 @@ class ViewState:
             rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS).
         matrix_log: show the token matrix on a log scale.
         stats_average: head statistics averaged over every image run so far instead of the current one.
+        relevance_method: the gradient map the 'relevance' source shows: 'relevance' (Chefer et al.),
+            'gradrollout' (vit-explain's gradient rollout) or 'attngrad' (attention x gradient per layer and head).
+        relevance_class: the class it explains; None: the image's top class.
     """
 
     source: str = "cls"
@@ -73,6 +83,8 @@ class ViewState:
     rollout_residual: float = 0.5
     matrix_log: bool = False
     stats_average: bool = False
+    relevance_method: str = "relevance"
+    relevance_class: int | None = None
     _listeners: list[Callable[[set[str]], None]] = field(default_factory=list, repr=False, compare=False)
 
     def subscribe(self, listener: Callable[[set[str]], None]) -> None:
@@ -105,7 +117,11 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(ViewState) if not f.name.star
 def _validate(name: str, value: object) -> None:
     ok = True
     if name == "source":
-        ok = value in MAP_KINDS
+        ok = value in SOURCES
+    elif name == "relevance_method":
+        ok = value in GRADIENT_KINDS
+    elif name == "relevance_class":
+        ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
     elif name == "layer":
         ok = value == "mean" or (isinstance(value, int) and not isinstance(value, bool))
     elif name == "head":
@@ -142,6 +158,10 @@ def parse_map_arg(text: str) -> dict[str, object]:
         index = text.split(":", 1)[1]
         if index.isdigit():
             return {"source": "token", "query": int(index)}
+    method, sep, target = text.partition(":")
+    if method in GRADIENT_KINDS and (target.isdigit() or not sep):
+        return {"source": "relevance", "relevance_method": method,
+                "relevance_class": int(target) if target else None}
     raise ValueError(f"unknown map {text!r}; the window shows: {', '.join(MAP_CHOICES)}")
 
 
@@ -168,6 +188,7 @@ def parse_layer_arg(text: str) -> LayerSel:
 
 
 ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual"}
+RELEVANCE_FIELDS = {"relevance_method", "relevance_class"}
 
 
 def rollout_params(state: ViewState) -> RolloutParams:
@@ -183,6 +204,8 @@ def map_kind(state: ViewState) -> MapKind:
         return MapKind("rollout", rollout=rollout_params(state))
     if state.source == "token":
         return MapKind("token", state.query) if state.query is not None else MapKind("cls")
+    if state.source == "relevance":
+        return MapKind(state.relevance_method, target=state.relevance_class)
     return MapKind(state.source)
 
 
@@ -192,8 +215,13 @@ def map_label(state: ViewState) -> str:
 
 
 def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
-    """The stack of every layer and head of the map the state selects."""
-    return maps.stack(map_kind(state))
+    """The stack of every layer and head of the map the state selects; while a class's gradient maps are being
+    computed, a placeholder of zeros titled so (`MapStack.pending`, which is never exported)."""
+    kind = map_kind(state)
+    if not maps.has(kind):
+        spec = maps.result.spec
+        return pending_stack(kind, maps.grid, spec.depth, spec.num_heads)
+    return maps.stack(kind)
 
 
 def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:

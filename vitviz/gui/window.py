@@ -26,6 +26,7 @@ from vitviz.gui.file_actions import FileActions
 from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.panels.base import LazyPanel
 from vitviz.gui.panels.controls import ControlsPanel
+from vitviz.gui.panels.features import FeaturesPanel
 from vitviz.gui.panels.headstats import HeadStatsPanel
 from vitviz.gui.panels.image import ImagePanel
 from vitviz.gui.panels.image_list import ImageListPanel
@@ -34,6 +35,7 @@ from vitviz.gui.panels.matrix import MatrixPanel
 from vitviz.gui.panels.overview import OverviewPanel
 from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
+from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.status import StatusArea
@@ -55,6 +57,8 @@ DOCKS = {
     "rolloutDock": ("Rollout", "Rollout", "attention rollout with live settings, beside the raw attention"),
     "posEmbedDock": ("Positions", "Position embedding", "how similar the learned position embeddings are"),
     "headStatsDock": ("Heads", "Head statistics", "attention distance, entropy and attention by token kind"),
+    "featuresDock": ("Features", "Token features", "feature PCA, patch similarity within and across images, and "
+                                                   "token norms"),
     "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
 }
 
@@ -162,13 +166,16 @@ class MainWindow(QMainWindow):
         self.posembed = PosEmbedPanel(state, session)
         self.headstats = HeadStatsPanel(state, session)
         self.info = InfoPanel(session)
+        self.features = FeaturesPanel(state, session)
+        self.relevance_source = RelevanceSource(state, session, self)
         left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
         self.docks = [self._dock("controlsDock", self.controls, left),
                       self._dock("imagesDock", self.images, right),
                       self._dock("overviewDock", self.overview, right)]
         overview, images = self.docks[2], self.docks[1]
         for name, widget in (("matrixDock", self.matrix), ("rolloutDock", self.rollout_panel),
-                             ("posEmbedDock", self.posembed), ("headStatsDock", self.headstats)):
+                             ("posEmbedDock", self.posembed), ("headStatsDock", self.headstats),
+                             ("featuresDock", self.features)):
             self.docks.append(self._dock(name, widget, right))
             self.tabifyDockWidget(overview, self.docks[-1])
         self.docks.append(self._dock("infoDock", self.info, right))
@@ -274,6 +281,7 @@ class MainWindow(QMainWindow):
         self.matrix.query_clicked.connect(self.select_query)
         self.rollout_panel.query_clicked.connect(self.select_query)
         self.headstats.head_clicked.connect(self._on_head_clicked)
+        self.info.class_clicked.connect(self.show_relevance)
         self.file_actions.model_chosen.connect(self.load_model)
         self.file_actions.exported.connect(self._on_exported)
         # last: the panels subscribed when they were made, so these fire once they have redrawn
@@ -396,6 +404,10 @@ class MainWindow(QMainWindow):
         if self.state.source != "token":
             self._last_map_source = self.state.source
         self.state.update(query=token, source="token")
+
+    def show_relevance(self, target: int | None) -> None:
+        """Show the class relevance of class `target` (None: the image's top class) with the method chosen."""
+        self.state.update(source="relevance", relevance_class=target)
 
     def reset_layout(self) -> None:
         self.restoreState(self._default_layout, st.SETTINGS_VERSION)

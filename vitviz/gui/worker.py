@@ -1,8 +1,8 @@
 """The inference worker and its protocol: one long-lived QObject in its own QThread that owns the model.
 
 A `Request` names what to do with a `Kind`; the worker answers every request with exactly one `finished` (carrying
-the kind's answer dataclass: `Probed`, `Loaded`, `Ran`, `PosEmbedded`, `Cataloged` or `Moved`), `failed` or
-`cancelled`. The window never calls the worker directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the
+the kind's answer dataclass: `Probed`, `Loaded`, `Ran`, `PosEmbedded`, `Cataloged`, `Moved`, `Explained`,
+`Featured`, `PcaFitted`, `Compared` or `Shared`), `failed` or `cancelled`. The window never calls the worker directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the
 requests, sends them one at a time through queued signals and drops stale answers. torch is imported inside the
 worker thread only, on the first request, so the window appears before torch is loaded.
 
@@ -15,15 +15,21 @@ import enum
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
+import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from vitviz import catalog
 from vitviz.core.maps import PosEmbedData, ResultMaps
-from vitviz.core.spec import ModelSpec
+from vitviz.core.spec import AttentionResult, ModelSpec
+
+if TYPE_CHECKING:  # they import torch: the worker imports them when a request needs them, in its thread
+    from vitviz.core.features import FeatureStack, PatchSimilarity, PcaResult
+    from vitviz.core.relevance import Relevance
 
 NO_MODEL = "no model is loaded; open a checkpoint first (File > Open model)"
+HISTOGRAM_BINS = 60      # bins of the token-norm histogram across layers
 
 
 class Kind(enum.Enum):
@@ -35,6 +41,11 @@ class Kind(enum.Enum):
     POSEMBED = "posembed"    # grid: the position embedding resampled to a grid, with its similarities
     CATALOG = "catalog"      # recent: the ViT checkpoints on this computer, and the named models
     MOVE = "move"            # device: move the loaded model
+    RELEVANCE = "relevance"  # image, image_size, target: one class's gradient maps (a forward and backward pass)
+    FEATURES = "features"    # image, image_size: every block's output tokens and their norms (a pass of its own)
+    PCA = "pca"              # features, sources, layer, image_size: feature PCA of images fitted together
+    SIMILARITY = "similarity"  # a, b, sources, layer, image_size: patch feature similarity, within a and to b
+    SHARE = "share"          # image, result, norms, layer, threshold, image_size: attention the high-norm tokens get
 
 
 @dataclass
@@ -102,9 +113,66 @@ class Moved:
     device: str
 
 
-Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved]
+@dataclass(frozen=True, eq=False)
+class Explained:
+    """The gradient maps of one class of `image` (`vitviz.core.relevance.class_relevance`): asked for `target`
+    (None: the top class; `relevance.target` is the class explained)."""
+
+    image: str
+    target: int | None
+    relevance: Relevance
+
+
+@dataclass(frozen=True, eq=False)
+class Featured:
+    """Every block's output tokens of `image` (raw and after the final norm) with the (L, gh, gw) patch and (L, P)
+    prefix output-token norms, and the per-layer histogram of the patch norms on shared bins ((L, bins) counts,
+    (bins + 1,) edges)."""
+
+    image: str
+    features: FeatureStack
+    norms: np.ndarray
+    prefix_norms: np.ndarray
+    counts: np.ndarray
+    edges: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PcaFitted:
+    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order)."""
+
+    sources: tuple[str, ...]
+    layer: int
+    pca: PcaResult
+
+
+@dataclass(frozen=True, eq=False)
+class Compared:
+    """Patch feature similarity at block `layer` within `sources[0]` and to `sources[1]` ('' without a second
+    image); `similarity.maps(row, col)` answers a hover in a few milliseconds."""
+
+    sources: tuple[str, str]
+    layer: int
+    similarity: PatchSimilarity
+
+
+@dataclass(frozen=True, eq=False)
+class Shared:
+    """The patches of `image` whose output-token norm at block `layer` exceeds `threshold` (`mask`, (gh, gw)) and
+    the share of attention they receive in every layer and head ((L, H), averaged over all queries)."""
+
+    image: str
+    layer: int
+    threshold: float
+    mask: np.ndarray
+    share: np.ndarray
+
+
+Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved, Explained, Featured, PcaFitted, Compared, Shared]
 ANSWERS: dict[Kind, type] = {Kind.PROBE: Probed, Kind.LOAD: Loaded, Kind.RUN: Ran, Kind.POSEMBED: PosEmbedded,
-                             Kind.CATALOG: Cataloged, Kind.MOVE: Moved}
+                             Kind.CATALOG: Cataloged, Kind.MOVE: Moved, Kind.RELEVANCE: Explained,
+                             Kind.FEATURES: Featured, Kind.PCA: PcaFitted, Kind.SIMILARITY: Compared,
+                             Kind.SHARE: Shared}
 
 
 class ForwardInterrupted(Exception):
@@ -174,7 +242,9 @@ class InferenceWorker(QObject):
     def handlers(self) -> dict[Kind, Callable[..., Answer]]:
         """The method that answers each kind (looked up per request, so a replaced method takes effect)."""
         return {Kind.PROBE: self._probe, Kind.LOAD: self._load, Kind.RUN: self._run, Kind.POSEMBED: self._posembed,
-                Kind.CATALOG: self._catalog, Kind.MOVE: self._move}
+                Kind.CATALOG: self._catalog, Kind.MOVE: self._move, Kind.RELEVANCE: self._relevance,
+                Kind.FEATURES: self._features, Kind.PCA: self._pca, Kind.SIMILARITY: self._similarity,
+                Kind.SHARE: self._share}
 
     @Slot(object)
     def handle(self, request: Request) -> None:
@@ -264,6 +334,49 @@ class InferenceWorker(QObject):
         self._model = self._model.to(device)
         return Moved(str(self._model.device))
 
+    def _relevance(self, image: str, image_size: tuple[int, int] | None = None,
+                   target: int | None = None) -> Explained:
+        """One class's Chefer relevance, gradient rollout and attention x gradient: a forward and backward pass
+        of its own (the plain capture is untouched)."""
+        if self._model is None:
+            raise RuntimeError(NO_MODEL)
+        from vitviz.core.relevance import class_relevance
+
+        return Explained(image, target, class_relevance(self._model, image, target, image_size=image_size))
+
+    def _features(self, image: str, image_size: tuple[int, int] | None = None) -> Featured:
+        """Every block's output tokens (a pass of its own) and their norms."""
+        if self._model is None:
+            raise RuntimeError(NO_MODEL)
+        from vitviz.core.features import capture_features, norm_histogram, prefix_norms, token_norms
+
+        stack = capture_features(self._model, image, image_size=image_size)
+        norms = token_norms(stack)
+        counts, edges = norm_histogram(norms, bins=HISTOGRAM_BINS)
+        return Featured(image, stack, norms, prefix_norms(stack), counts, edges)
+
+    def _pca(self, features: list[FeatureStack], sources: tuple[str, ...], layer: int,
+             image_size: tuple[int, int] | None = None) -> PcaFitted:
+        """Feature PCA of `features` fitted together (needs no model)."""
+        from vitviz.core.features import feature_pca
+
+        return PcaFitted(tuple(sources), layer, feature_pca(list(features), layer))
+
+    def _similarity(self, a: FeatureStack, b: FeatureStack | None, sources: tuple[str, str], layer: int,
+                    image_size: tuple[int, int] | None = None) -> Compared:
+        """The unit patch features of `a` and `b` at `layer`, ready for hover queries (needs no model)."""
+        from vitviz.core.features import PatchSimilarity
+
+        return Compared(tuple(sources), layer, PatchSimilarity.from_stacks(a, b, layer))  # type: ignore[arg-type]
+
+    def _share(self, image: str, result: AttentionResult, norms: np.ndarray, layer: int, threshold: float,
+               image_size: tuple[int, int] | None = None) -> Shared:
+        """The high-norm patches at `layer` and the share of attention they receive (needs no model)."""
+        from vitviz.core.features import attention_share, high_norm_mask
+
+        mask = high_norm_mask(norms[layer], threshold)
+        return Shared(image, layer, float(threshold), mask, attention_share(result, mask))
+
 
 class DownloadProgress:
     """The `progress` callback of a named-model download: one signal per percent (per MB without a size)."""
@@ -314,6 +427,11 @@ DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.POSEMBED: lambda _a: "Reading the position embedding…",
     Kind.CATALOG: lambda _a: "Looking for ViT checkpoints on this computer…",
     Kind.MOVE: lambda a: f"Moving model to {a.get('device')}…",
+    Kind.RELEVANCE: lambda a: f"Class relevance of {Path(str(a.get('image'))).name}…",
+    Kind.FEATURES: lambda a: f"Token features of {Path(str(a.get('image'))).name}…",
+    Kind.PCA: lambda a: f"Feature PCA of {len(a.get('sources', ()))} image(s)…",
+    Kind.SIMILARITY: lambda _a: "Patch features for the similarity…",
+    Kind.SHARE: lambda _a: "Attention to the high-norm tokens…",
 }
 
 

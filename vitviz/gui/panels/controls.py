@@ -12,16 +12,19 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
+from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
 from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
 
 SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
-                 "rollout": "Attention rollout", "token": "Attention of query token"}
+                 "rollout": "Attention rollout", "token": "Attention of query token", "relevance": "Class relevance"}
 SOURCE_TIPS = {"cls": "The CLS token's attention over the patches (--map cls)",
                "mean": "The attention each patch receives, averaged over the patch queries (--map mean)",
                "max": "The attention each patch receives, maximised over the patch queries (--map max)",
                "rollout": "Attention rollout through the layers up to the selected one (--map rollout)",
-               "token": "The attention row of the query token (--map token:N); click a patch to pick one"}
+               "token": "The attention row of the query token (--map token:N); click a patch to pick one",
+               "relevance": "What the model looks at for one class, from attention gradients (a backward pass per "
+                            "image and class; --maps relevance:CLASS): pick the method and class below"}
 NO_MODEL_TEXT = "No model loaded.\nFile › Open model, or drop a checkpoint on the window."
 LAYER_SPECIALS = {-1: "mean"}
 HEAD_SPECIALS = {-2: "max", -1: "mean"}
@@ -183,6 +186,8 @@ class ControlsPanel(QWidget):
                                           Qt.ItemDataRole.ToolTipRole)
         self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
         form.addRow("Map", self.source_combo)
+        self.relevance_picker = RelevancePicker(self.state, self.session)
+        form.addRow(self.relevance_picker)
         self.layer_spin, self.layer_slider = self._selector(LAYER_SPECIALS, "layer")
         form.addRow("Layer", _pair(self.layer_slider, self.layer_spin))
         self.head_spin, self.head_slider = self._selector(HEAD_SPECIALS, "head")
@@ -296,9 +301,11 @@ class ControlsPanel(QWidget):
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
-            self.layer_slider.show_special(isinstance(s.layer, str))
-            self.head_spin.setEnabled(s.source != "rollout")
-            self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout")
+            whole = s.source == "relevance" and s.relevance_method != "attngrad"   # one map of the whole model
+            self.layer_spin.setEnabled(not whole)
+            self.layer_slider.show_special(isinstance(s.layer, str), allowed=not whole)
+            self.head_spin.setEnabled(s.source != "rollout" and not whole)
+            self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout" and not whole)
             self.cmap_combo.setCurrentText(s.colormap)
             self.opacity_slider.setValue(int(round(s.opacity * 100)))
             self.smooth_check.setChecked(s.smooth)

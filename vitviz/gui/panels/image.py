@@ -22,7 +22,8 @@ from vitviz.gui.panels import base
 from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for
 
-MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image"}   # "image": a new result
+MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
+              "relevance_method", "relevance_class"}
 
 
 class ImagePanel(QWidget):
@@ -148,6 +149,8 @@ class ImagePanel(QWidget):
         title = self._title(stack.title, result, f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
         self.show_map(shown, levels, state.colormap, state.opacity, title)
         self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
+        self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image
+        self.colorbar.setVisible(not stack.pending)
         self.set_highlight(self._query_patch(result))
 
     def _title(self, what: str, result: AttentionResult, scale: str) -> str:
@@ -155,8 +158,9 @@ class ImagePanel(QWidget):
         s = self.state
         if s.source == "token" and s.query is not None:
             what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        head = "" if s.source == "rollout" else f"head {s.head}"
-        layer = f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
+        whole = s.source == "relevance" and s.relevance_method != "attngrad"     # one map of all layers and heads
+        head = "" if s.source == "rollout" or whole else f"head {s.head}"
+        layer = "all layers" if whole else f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
         return " · ".join(p for p in (f"{Path(result.source).name} — {what}", layer, head, scale) if p)
 
     def _query_patch(self, result: AttentionResult) -> tuple[int, int] | None:

@@ -11,6 +11,7 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
@@ -130,12 +131,21 @@ def _top5(info: ModelInfo) -> str:
         return "<p>No image yet.</p>"
     if not info.top5:
         return f"<p>{html.escape(info.image)}: no classifier head (or not run yet).</p>"
-    rows = [(label, f"{100 * p:.1f} %", str(i)) for i, label, p in info.top5]
-    return f"<p>{html.escape(info.image)}</p>" + _table(rows, ("class", "probability", "index"))
+    head = "".join(f"<th align='left'>{h}</th>" for h in ("class", "probability", "index"))
+    body = "".join(f"<tr><td><a href='class:{i}'>{html.escape(label)}</a></td><td>{100 * p:.1f} %</td><td>{i}</td>"
+                   "</tr>" for i, label, p in info.top5)   # a click shows the class relevance of that class
+    return (f"<p>{html.escape(info.image)}</p><table cellspacing='0' cellpadding='2'><tr>{head}</tr>{body}</table>"
+            "<p><small>Click a class to see its class relevance on the image.</small></p>")
 
 
 class InfoPanel(LazyPanel):
-    """A read-only text view of `info_html` of the session (re-rendered only while on screen)."""
+    """A read-only text view of `info_html` of the session (re-rendered only while on screen).
+
+    Signals:
+        class_clicked(index): a class of the top-5 was clicked (the window shows its class relevance).
+    """
+
+    class_clicked = Signal(int)
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -143,6 +153,7 @@ class InfoPanel(LazyPanel):
         self.session = session
         self.browser = QTextBrowser()
         self.browser.setOpenLinks(False)
+        self.browser.anchorClicked.connect(self._on_link)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.browser)
@@ -151,6 +162,11 @@ class InfoPanel(LazyPanel):
                        session.loading_changed):
             signal.connect(self._on_session_changed)
         self.show_info(gather(session))
+
+    def _on_link(self, url: QUrl) -> None:
+        text = url.toString()
+        if text.startswith("class:") and text[6:].isdigit():
+            self.class_clicked.emit(int(text[6:]))
 
     def _on_session_changed(self, *_args: object) -> None:
         self.show_info(gather(self.session))

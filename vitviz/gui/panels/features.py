@@ -1,0 +1,656 @@
+"""The Features dock: what the blocks' output tokens say, for the current image, at a chosen layer.
+
+- PCA: the DINOv2/DINOv3-style feature PCA colours (`vitviz.core.features.feature_pca`) beside the image, fitted on
+  this image alone or on every open image together, so that the colours agree across images.
+- Similarity: hover (or click, to hold) a patch of either image: the cosine similarity of its features to every
+  patch of this image and of a second image chosen beside it (`PatchSimilarity`), on one colour scale.
+- Norms: every patch's output-token norm at the layer over the image, the norms' histogram across layers with a
+  draggable threshold, the patches above it outlined, and the share of attention they receive per layer.
+
+The token features take a pass of their own, made in the worker only while this dock is on screen; the PCA fit,
+the similarity's unit features and the attention share are computed there too (`Session.fit_pca`,
+`compare_patches`, `measure_share`), so nothing here runs longer than a frame: a hover is two matrix-vector
+products on features prepared in the worker.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QPainterPath
+from PySide6.QtWidgets import (
+    QComboBox, QDoubleSpinBox, QFileDialog, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QPushButton,
+    QSpinBox, QTabWidget, QVBoxLayout, QWidget,
+)
+
+from vitviz.core import render
+from vitviz.core.maps import ResultMaps
+from vitviz.gui import colors, dialogs, features_export
+from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen, style_plot
+from vitviz.gui.session import Session
+from vitviz.gui.state import ViewState
+from vitviz.gui.worker import Compared, Kind, PcaFitted, Shared
+
+TABS = ("pca", "similarity", "norms")
+SCOPES = {"image": "this image", "all": "all open images"}
+VIEW_FIELDS = {"colormap", "opacity", "smooth", "normalize"}
+PCA_LEGEND = ("PC1 → <span style='color:#ff5050'>red</span> · PC2 → <span style='color:#50e050'>green</span> · "
+              "PC3 → <span style='color:#6080ff'>blue</span> · black: background (below the first component's "
+              "threshold). Colours are sigmoid(2x) of the whitened projections.")
+OUTLINE = "#ff3b30"
+
+
+class GridView:
+    """One view box of a dark layout: an image, a map or colour image over its patch grid, outlined patches and a
+    highlighted patch, with a title above and an optional colorbar beside it."""
+
+    def __init__(self, widget: pg.GraphicsLayoutWidget, row: int, col: int, colorbar: bool = False) -> None:
+        self.title = TitleLabel("", color=TEXT, size="9pt")
+        widget.addItem(self.title, row=row, col=col, colspan=2 if colorbar else 1)
+        self.view = widget.addViewBox(row=row + 1, col=col, lockAspect=True, invertY=True, enableMenu=False)
+        self.image_item, self.overlay = pg.ImageItem(), pg.ImageItem()
+        self.marks = QGraphicsPathItem()
+        self.marks.setPen(pen(OUTLINE, 255, 1.5))
+        self.box = QGraphicsRectItem()
+        self.box.setPen(pen(SELECT, 255, 2.0))
+        for z, item in enumerate((self.image_item, self.overlay, self.marks, self.box)):
+            item.setZValue(z)
+            self.view.addItem(item)
+        self.box.setVisible(False)
+        self.colorbar: pg.ColorBarItem | None = None
+        self._cmap = ""
+        if colorbar:
+            self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"),
+                                            interactive=False, width=12)
+            widget.addItem(self.colorbar, row=row + 1, col=col + 1)
+        self.grid: tuple[int, int] = (0, 0)
+        self.patch = 1
+
+    def set_image(self, image: np.ndarray | None, grid: tuple[int, int], patch: int) -> None:
+        """The picture under the map (None: none, a black ground), whose patch grid is `grid` patches of `patch`."""
+        resized = (grid, patch) != (self.grid, self.patch)
+        self.grid, self.patch = grid, patch
+        if image is None:
+            self.image_item.clear()
+        else:
+            self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
+            self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
+        if resized:
+            self.view.autoRange(padding=0.01)
+
+    def _rect(self) -> QRectF:
+        return QRectF(0, 0, self.grid[1] * self.patch, self.grid[0] * self.patch)
+
+    def show_values(self, values: np.ndarray, levels: tuple[float, float], cmap: str, opacity: float,
+                    smooth: bool, label: str = "") -> None:
+        """A (gh, gw) map over the image on the colour scale `levels`, shown on the colorbar."""
+        shown = render.upsample(values, (self.grid[0] * self.patch, self.grid[1] * self.patch)) if smooth else values
+        self.overlay.setImage(shown, autoLevels=False, levels=levels, lut=colors.lut(cmap))
+        self.overlay.setRect(self._rect())
+        self.overlay.setOpacity(opacity)
+        self.overlay.setVisible(True)
+        if self.colorbar is not None:
+            if cmap != self._cmap:
+                self._cmap = cmap
+                self.colorbar.setColorMap(colors.colormap(cmap))
+            colors.set_colorbar_levels(self.colorbar, levels)
+            self.colorbar.axis.setLabel(label, color=TEXT)
+            self.colorbar.setVisible(True)
+
+    def show_colors(self, rgb: np.ndarray, input_hw: tuple[int, int], smooth: bool) -> None:
+        """A (gh, gw, 3) colour image in [0, 1] (feature PCA) at full opacity, as `vitviz export` draws it."""
+        size = (self.grid[0] * self.patch, self.grid[1] * self.patch)
+        self.overlay.setImage(render.color_pixels(rgb, size, input_hw, self.patch, smooth), autoLevels=False,
+                              levels=(0, 255))
+        self.overlay.setRect(self._rect())
+        self.overlay.setOpacity(1.0)
+        self.overlay.setVisible(True)
+
+    def outline(self, mask: np.ndarray | None) -> None:
+        """Outline the patches of a (gh, gw) bool mask (None: none)."""
+        path = QPainterPath()
+        if mask is not None:
+            p = self.patch
+            for r, c in zip(*np.nonzero(mask)):
+                path.addRect(QRectF(float(c * p), float(r * p), float(p), float(p)))
+        self.marks.setPath(path)
+
+    def highlight(self, patch: tuple[int, int] | None) -> None:
+        if patch is not None:
+            self.box.setRect(QRectF(patch[1] * self.patch, patch[0] * self.patch, self.patch, self.patch))
+        self.box.setVisible(patch is not None)
+
+    def patch_at(self, scene_pos: QPointF) -> tuple[int, int] | None:
+        """The (row, col) under a scene position, or None outside this view's grid."""
+        if self.grid == (0, 0) or not self.view.sceneBoundingRect().contains(scene_pos):
+            return None
+        point = self.view.mapSceneToView(scene_pos)
+        row, col = int(np.floor(point.y() / self.patch)), int(np.floor(point.x() / self.patch))
+        return (row, col) if 0 <= row < self.grid[0] and 0 <= col < self.grid[1] else None
+
+    def clear(self, title: str = "") -> None:
+        self.image_item.clear()
+        self.overlay.clear()
+        self.overlay.setVisible(False)
+        self.marks.setPath(QPainterPath())
+        self.box.setVisible(False)
+        self.grid = (0, 0)
+        if self.colorbar is not None:
+            self.colorbar.setVisible(False)
+        self.title.setText(title)
+
+
+class FeaturesPanel(LazyPanel):
+    """Feature PCA, patch similarity and token norms of the current image at one layer.
+
+    Attributes:
+        pca_colors: the (gh, gw, 3) PCA colours shown for the current image, or None.
+        similarity: the (gh, gw) and (gh', gw') similarity maps shown (the second None without a second image).
+        share: the last `Shared` answer shown (mask and (L, H) attention share), or None.
+
+    Signals:
+        shown(str): the view ('pca', 'similarity', 'norms') has been drawn from a result (tests wait on it).
+    """
+
+    shown = Signal(str)
+
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("featuresPanel")
+        self.state, self.session = state, session
+        self._maps: ResultMaps | None = session.current_maps
+        self._pca: PcaFitted | None = None
+        self._sim: Compared | None = None
+        self._share: Shared | None = None
+        self._asked: set[str] = set()            # images whose features the joint PCA asked for (once each)
+        self._query: tuple[str, int, int] | None = None      # ('a' | 'b', row, col): the patch compared
+        self._held = False
+        self._threshold_model = ""               # the model and layer count the threshold was chosen for
+        self.pca_colors: np.ndarray | None = None
+        self.similarity: tuple[np.ndarray, np.ndarray | None] | None = None
+        self.share: Shared | None = None
+        self._build()
+        state.subscribe(self._on_state)
+        session.current_changed.connect(self._on_current_changed)
+        session.model_loaded.connect(self._on_model_loaded)
+        session.features_ready.connect(self._on_features_ready)
+        session.features_failed.connect(lambda path, _why: self._on_features_ready(path))
+        session.result_ready.connect(self._on_result_ready)
+        session.images_added.connect(lambda _paths: self._fill_others())
+        session.images_removed.connect(lambda _paths: self._fill_others())
+        session.pca_ready.connect(self._on_pca)
+        session.similarity_ready.connect(self._on_similarity)
+        session.share_ready.connect(self._on_share)
+        session.analysis_failed.connect(self._on_analysis_failed)
+        if session.spec is not None:
+            self._on_model_loaded(session.spec, session.device)
+
+    # ------------------------------------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        self.layer_spin = QSpinBox()
+        self.layer_spin.setObjectName("featuresLayer")
+        self.layer_spin.setToolTip("The block whose output tokens are used (0-based; the last is the recipe's)")
+        self.layer_spin.valueChanged.connect(lambda _v: self._on_layer())
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Layer"))
+        top.addWidget(self.layer_spin)
+        top.addWidget(self.status, 1)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("featuresTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._build_pca(), "PCA")
+        self.tabs.addTab(self._build_similarity(), "Similarity")
+        self.tabs.addTab(self._build_norms(), "Norms")
+        self.tabs.currentChanged.connect(lambda _i: self.request_redraw())
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(top)
+        layout.addWidget(self.tabs, 1)
+
+    def _build_pca(self) -> QWidget:
+        page = QWidget()
+        self.scope_combo = QComboBox()
+        self.scope_combo.setObjectName("pcaScope")
+        for key, text in SCOPES.items():
+            self.scope_combo.addItem(text, key)
+        self.scope_combo.setToolTip("Fit the PCA on this image alone, or on every open image together so that the "
+                                    "same parts get the same colours in every image")
+        self.scope_combo.activated.connect(lambda _i: self._on_scope())
+        self.pca_export = QPushButton("Export…")
+        self.pca_export.setToolTip("Write the PCA colours of this image as vitviz export --maps pca names them "
+                                   "({image}_pca_L{layer}.png; pca-joint for a fit on all images)")
+        self.pca_export.clicked.connect(self._export_pca_dialog)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Fit on"))
+        bar.addWidget(self.scope_combo)
+        bar.addStretch(1)
+        bar.addWidget(self.pca_export)
+        self.pca_widget = dark_layout()
+        self.pca_image = GridView(self.pca_widget, 0, 0)
+        self.pca_view = GridView(self.pca_widget, 0, 1)
+        self.pca_legend = QLabel(PCA_LEGEND)
+        self.pca_legend.setWordWrap(True)
+        self.pca_legend.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.addLayout(bar)
+        layout.addWidget(self.pca_widget, 1)
+        layout.addWidget(self.pca_legend)
+        return page
+
+    def _build_similarity(self) -> QWidget:
+        page = QWidget()
+        self.other_combo = QComboBox()
+        self.other_combo.setObjectName("similarityOther")
+        compact(self.other_combo, 14)
+        self.other_combo.setToolTip("The second image: the same patch's similarity to its patches (correspondence)")
+        self.other_combo.activated.connect(lambda _i: self._on_other())
+        hint = QLabel("Hover a patch of either image; click to hold it (click again to let go)")
+        hint.setWordWrap(True)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Compare with"))
+        bar.addWidget(self.other_combo, 1)
+        self.sim_widget = dark_layout()
+        self.sim_a = GridView(self.sim_widget, 0, 0)
+        self.sim_b = GridView(self.sim_widget, 0, 1, colorbar=True)
+        scene = self.sim_widget.scene()
+        scene.sigMouseMoved.connect(self._on_sim_moved)
+        scene.sigMouseClicked.connect(self._on_sim_clicked)
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.addLayout(bar)
+        layout.addWidget(self.sim_widget, 1)
+        layout.addWidget(hint)
+        return page
+
+    def _build_norms(self) -> QWidget:
+        page = QWidget()
+        self.threshold_spin = QDoubleSpinBox()
+        self.threshold_spin.setObjectName("normThreshold")
+        self.threshold_spin.setDecimals(3)
+        self.threshold_spin.setRange(0.0, 1e9)
+        self.threshold_spin.setToolTip("Patches whose output-token norm at this layer exceeds it are outlined; drag "
+                                       "the line in the histogram too")
+        self.threshold_spin.valueChanged.connect(lambda v: self._on_threshold(float(v)))
+        self.norms_export = QPushButton("Export…")
+        self.norms_export.setToolTip("Write this layer's norm map as vitviz export --maps norms names it "
+                                     "({image}_norms_L{layer}.png)")
+        self.norms_export.clicked.connect(self._export_norms_dialog)
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Threshold"))
+        bar.addWidget(self.threshold_spin)
+        bar.addStretch(1)
+        bar.addWidget(self.norms_export)
+        self.norm_widget = dark_layout()
+        self.norm_view = GridView(self.norm_widget, 0, 0, colorbar=True)
+        self.hist_plot = self.norm_widget.addPlot(row=2, col=0)
+        style_plot(self.hist_plot, "layer", "output-token norm")
+        self.hist_plot.invertY(True)
+        self.hist_item = pg.ImageItem()
+        self.hist_plot.addItem(self.hist_item)
+        self.hist_bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("magma"), interactive=False,
+                                        width=12)
+        self.hist_bar.axis.setLabel("patches (log scale)", color=TEXT)
+        self.norm_widget.addItem(self.hist_bar, row=2, col=1)
+        self.threshold_line = pg.InfiniteLine(angle=90, movable=True, pen=pen(OUTLINE, 255, 2.0),
+                                              label="threshold {value:.3g}",
+                                              labelOpts={"position": 0.92, "color": TEXT})
+        self.threshold_line.sigPositionChanged.connect(
+            lambda line: self.threshold_spin.setValue(float(line.value())))
+        self.hist_plot.addItem(self.threshold_line)
+        self.layer_band = pg.LinearRegionItem(orientation="horizontal", movable=False,
+                                              brush=pg.mkBrush(255, 255, 255, 40), pen=pen(TEXT, 120))
+        self.hist_plot.addItem(self.layer_band)
+        self.share_plot = self.norm_widget.addPlot(row=3, col=0, colspan=2)
+        style_plot(self.share_plot, "attention share", "layer")
+        self.share_plot.addLegend(offset=(6, 4), labelTextColor=TEXT, labelTextSize="8pt")
+        self.share_mean = self.share_plot.plot([], [], pen=pen("#4fc3f7", 255, 2.0), symbol="o", symbolSize=5,
+                                               symbolBrush="#4fc3f7", name="mean over heads")
+        self.share_max = self.share_plot.plot([], [], pen=pen("#ffb74d", 255, 1.2, dashed=True), name="max head")
+        self.share_uniform = self.share_plot.plot([], [], pen=pen("#9e9e9e", 255, 1.0, dashed=True),
+                                                  name="their share of the patches")
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 2, 0, 0)
+        layout.addLayout(bar)
+        layout.addWidget(self.norm_widget, 1)
+        return page
+
+    # ------------------------------------------------------------------------------------------ inputs
+
+    @property
+    def tab(self) -> str:
+        """The view on show: 'pca', 'similarity' or 'norms'."""
+        return TABS[self.tabs.currentIndex()]
+
+    def show_tab(self, name: str) -> None:
+        self.tabs.setCurrentIndex(TABS.index(name))
+
+    @property
+    def layer(self) -> int:
+        return int(self.layer_spin.value())
+
+    def _on_model_loaded(self, spec: object, _device: str) -> None:
+        depth = int(getattr(spec, "depth", 1))
+        self._pca = self._sim = self._share = None
+        self._asked.clear()
+        self._query, self._held = None, False
+        self.layer_spin.blockSignals(True)
+        self.layer_spin.setRange(0, max(0, depth - 1))
+        self.layer_spin.setValue(depth - 1)
+        self.layer_spin.blockSignals(False)
+        self._fill_others()
+
+    def _on_current_changed(self, maps: ResultMaps | None) -> None:
+        if maps is self._maps and maps is not None:
+            return      # the same result again (its class relevance arrived): nothing here changed
+        self._maps = maps
+        self._query, self._held = None, False
+        self._fill_others()
+        self.request_redraw()
+
+    def _on_state(self, changed: set[str]) -> None:
+        if changed & VIEW_FIELDS:
+            self.request_redraw()
+
+    def _on_layer(self) -> None:
+        self._query = None if not self._held else self._query
+        self.request_redraw()
+
+    def _on_scope(self) -> None:
+        self._asked.clear()
+        self.request_redraw()
+
+    def _on_other(self) -> None:
+        self.request_redraw()
+
+    def _on_threshold(self, value: float) -> None:
+        if abs(self.threshold_line.value() - value) > 1e-12:
+            self.threshold_line.setValue(value)
+        if self.tab == "norms":
+            self.request_redraw()
+
+    def _on_features_ready(self, path: str) -> None:
+        if path == self.session.current or path == self.other_combo.currentData() or (
+                self.scope_combo.currentData() == "all" and path in self._asked):
+            self.request_redraw()
+
+    def _on_result_ready(self, path: str) -> None:
+        if path == self.other_combo.currentData():
+            self.request_redraw()
+
+    def _on_pca(self, answer: PcaFitted) -> None:
+        self._pca = answer
+        if self.tab == "pca":
+            self.request_redraw()
+
+    def _on_similarity(self, answer: Compared) -> None:
+        self._sim = answer
+        if self.tab == "similarity":
+            self.request_redraw()
+
+    def _on_share(self, answer: Shared) -> None:
+        self._share = answer
+        if self.tab == "norms":
+            self.request_redraw()
+
+    def _on_analysis_failed(self, kind: Kind, summary: str) -> None:
+        self.status.setText(summary)
+
+    def _fill_others(self) -> None:
+        """The second image's choices: every open image but the current one."""
+        keep = self.other_combo.currentData()
+        self.other_combo.blockSignals(True)
+        self.other_combo.clear()
+        self.other_combo.addItem("(no second image)", "")
+        for path in self.session.images:
+            if path != self.session.current:
+                self.other_combo.addItem(Path(path).name, path)
+                self.other_combo.setItemData(self.other_combo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+        index = self.other_combo.findData(keep) if keep else -1
+        if index < 0 and self.other_combo.count() > 1:
+            index = 1           # another image by default: the point of the view is the correspondence
+        self.other_combo.setCurrentIndex(max(0, index))
+        self.other_combo.blockSignals(False)
+
+    def set_other(self, path: str) -> None:
+        """Compare with `path` ('' for no second image)."""
+        self.other_combo.setCurrentIndex(max(0, self.other_combo.findData(path)))
+        self._on_other()
+
+    def set_scope(self, scope: str) -> None:
+        """Fit the PCA on 'image' (this one) or 'all' (every open image)."""
+        self.scope_combo.setCurrentIndex(self.scope_combo.findData(scope))
+        self._on_scope()
+
+    # ------------------------------------------------------------------------------------------ drawing
+
+    def redraw(self) -> None:
+        maps = self._maps
+        if maps is None:
+            for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
+                view.clear()
+            self.status.setText("Open a model and an image: the features of the one shown appear here")
+            return
+        if maps.features is None:
+            path = self.session.current
+            why = self.session.features_failures.get(path)
+            if why is None and self.session.request_features(path):
+                self.status.setText(f"Capturing the token features of {Path(path).name}…")
+            else:
+                self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
+            return
+        self.status.setText("")
+        {"pca": self._draw_pca, "similarity": self._draw_similarity, "norms": self._draw_norms}[self.tab](maps)
+
+    def _pca_sources(self) -> tuple[list[str], bool]:
+        """The images the PCA is fitted on, in the image list's order (a fit does not change when another of them
+        becomes current), and whether features are still on their way. Each image's features are asked for once
+        per fit, so a cache too small for all of them fits on those it holds instead of asking forever."""
+        current = self.session.current
+        if self.scope_combo.currentData() != "all":
+            return [current], False
+        waiting = False
+        for path in self.session.images:
+            maps = self.session.result(path)
+            if maps is None or maps.features is not None:
+                continue
+            if path not in self._asked:
+                self._asked.add(path)
+                self.session.request_features(path)
+            waiting = waiting or self.session.features_pending(path)
+        held = [p for p in self.session.images if (m := self.session.result(p)) is not None and m.features is not None]
+        return (held if current in held else [current, *held]), waiting
+
+    def _draw_pca(self, maps: ResultMaps) -> None:
+        result = maps.result
+        self.pca_image.set_image(result.image, result.grid, result.spec.patch_size)
+        self.pca_view.set_image(None, result.grid, result.spec.patch_size)
+        self.pca_image.title.setText(f"{Path(result.source).name}")
+        sources, waiting = self._pca_sources()
+        if waiting:
+            self.status.setText("Capturing the token features of the open images for a joint fit…")
+            return
+        pca = self._pca
+        if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer:
+            self.session.fit_pca(sources, self.layer)
+            self.pca_view.title.setText("fitting the PCA…")
+            return
+        self.pca_colors = pca.pca.colors[sources.index(self.session.current)]
+        self.pca_view.show_colors(self.pca_colors, result.image.shape[:2], self.state.smooth)
+        fg = pca.pca.foreground[sources.index(self.session.current)]
+        fitted = "this image" if len(sources) == 1 else f"{len(sources)} images together"
+        self.pca_view.title.setText(f"feature PCA · layer {self.layer} · fitted on {fitted} · foreground "
+                                    f"{int(fg.sum())}/{fg.size} patches")
+        self.shown.emit("pca")
+
+    def _draw_similarity(self, maps: ResultMaps) -> None:
+        result, path = maps.result, self.session.current
+        other = str(self.other_combo.currentData() or "")
+        self.sim_a.set_image(result.image, result.grid, result.spec.patch_size)
+        self.sim_a.title.setText(Path(path).name)
+        if other:
+            second = self.session.result(other)
+            if second is None:
+                self.session.ensure(other, first=True)
+                self.sim_b.clear(f"running {Path(other).name}…")
+                return
+            if second.features is None:
+                why = self.session.features_failures.get(other)
+                asked = why is None and self.session.request_features(other)
+                self.sim_b.clear(f"capturing the features of {Path(other).name}…" if asked else
+                                 f"no features for {Path(other).name}: {why}")
+                return
+            self.sim_b.set_image(second.result.image, second.result.grid, second.result.spec.patch_size)
+            self.sim_b.title.setText(Path(other).name)
+        else:
+            self.sim_b.clear("no second image")
+        sim = self._sim
+        if sim is None or sim.sources != (path, other) or sim.layer != self.layer:
+            self.session.compare_patches(path, other, self.layer)
+            return
+        if self._query is None:
+            gh, gw = result.grid
+            self._query = ("a", gh // 2, gw // 2)        # the middle patch until the mouse says otherwise
+        self._show_similarity()
+
+    def _show_similarity(self) -> None:
+        sim = self._sim
+        if sim is None or self._query is None:
+            return
+        image, row, col = self._query
+        here, there = sim.similarity.maps(row, col, image)   # type: ignore[arg-type]
+        self.similarity = (here, there)
+        values = [here] + ([there] if there is not None else [])
+        lo = float(min(v.min() for v in values))
+        hi = float(max(v.max() for v in values))
+        levels = (lo, hi if hi > lo else lo + 1e-6)
+        s = self.state
+        self.sim_a.show_values(here, levels, s.colormap, s.opacity, s.smooth)
+        if there is not None:
+            self.sim_b.show_values(there, levels, s.colormap, s.opacity, s.smooth, "cosine similarity (both images)")
+        self.sim_a.highlight((row, col) if image == "a" else None)
+        self.sim_b.highlight((row, col) if image == "b" else None)
+        who = Path(sim.sources[0] if image == "a" else sim.sources[1]).name
+        held = " (held)" if self._held else ""
+        self.sim_a.title.setText(f"{Path(sim.sources[0]).name} · similarity to patch ({row}, {col}) of {who}{held} · "
+                                 f"layer {sim.layer} · {lo:.3g}–{hi:.3g}")
+        self.shown.emit("similarity")
+
+    def query_patch(self, image: str, row: int, col: int, hold: bool = False) -> None:
+        """Compare patch (row, col) of image 'a' (this one) or 'b' (the second) -- what a hover does; `hold` keeps
+        it until the next click."""
+        self._query, self._held = (image, row, col), hold
+        self._show_similarity()
+
+    def _view_at(self, scene_pos: QPointF) -> tuple[str, tuple[int, int]] | None:
+        for name, view in (("a", self.sim_a), ("b", self.sim_b)):
+            patch = view.patch_at(scene_pos)
+            if patch is not None and (name == "a" or self.other_combo.currentData()):
+                return name, patch
+        return None
+
+    def _on_sim_moved(self, scene_pos: QPointF) -> None:
+        hit = self._view_at(scene_pos)
+        if hit is not None and not self._held and (hit[0], *hit[1]) != self._query:
+            self.query_patch(hit[0], *hit[1])
+
+    def _on_sim_clicked(self, event: object) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:  # type: ignore[attr-defined]
+            return
+        hit = self._view_at(event.scenePos())  # type: ignore[attr-defined]
+        if hit is None:
+            return
+        release = self._held and (hit[0], *hit[1]) == self._query
+        self.query_patch(hit[0], *hit[1], hold=not release)
+
+    def _draw_norms(self, maps: ResultMaps) -> None:
+        result, layer, s = maps.result, self.layer, self.state
+        assert maps.norms is not None
+        self._choose_threshold(maps.norms)
+        stack = maps.stack("norms")
+        values = stack.select(layer, "mean")
+        levels = stack.levels(values, "mean", own=s.normalize)
+        self.norm_view.set_image(result.image, result.grid, result.spec.patch_size)
+        scale = "own scale: this layer" if s.normalize else "shared scale: all layers"
+        self.norm_view.show_values(values, levels, s.colormap, s.opacity, s.smooth, f"output-token norm · {scale}")
+        self._draw_histogram(maps, layer)
+        threshold = float(self.threshold_spin.value())
+        share = self._share
+        if share is None or share.image != self.session.current or share.layer != layer or \
+                share.threshold != threshold:
+            self.session.measure_share(self.session.current, layer, threshold)
+            self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer}")
+            return
+        self.share = share
+        self.norm_view.outline(share.mask)
+        count, total = int(share.mask.sum()), share.mask.size
+        self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer} · "
+                                     f"{count}/{total} patches above {threshold:.3g} outlined")
+        layers = np.arange(share.share.shape[0])
+        self.share_mean.setData(layers, share.share.mean(axis=1))
+        self.share_max.setData(layers, share.share.max(axis=1))
+        self.share_uniform.setData(layers, np.full(layers.shape, count / total))
+        self.share_plot.setTitle(f"attention the {count} outlined patches receive (mean over all queries)",
+                                 color=TEXT, size="9pt")
+        self.shown.emit("norms")
+
+    def _choose_threshold(self, norms: np.ndarray) -> None:
+        """A first threshold for a new model: three standard deviations above the mean norm over all layers."""
+        key = f"{self.session.model_path}:{norms.shape}"
+        if key != self._threshold_model:
+            self._threshold_model = key
+            self.threshold_spin.blockSignals(True)
+            self.threshold_spin.setValue(round(float(norms.mean() + 3 * norms.std()), 3))
+            self.threshold_spin.blockSignals(False)
+            self.threshold_line.setValue(float(self.threshold_spin.value()))
+
+    def _draw_histogram(self, maps: ResultMaps, layer: int) -> None:
+        if maps.norm_histogram is None:
+            return
+        counts, edges = maps.norm_histogram
+        shown = np.log1p(counts.astype(np.float32))            # (L, bins)
+        top = float(shown.max()) or 1.0
+        self.hist_item.setImage(shown, autoLevels=False, levels=(0.0, top), lut=colors.lut("magma"))
+        self.hist_item.setRect(QRectF(float(edges[0]), 0.0, float(edges[-1] - edges[0]), float(counts.shape[0])))
+        ticks = colors.nice_ticks(0.0, top, 4)
+        self.hist_bar.setLevels((0.0, top))
+        self.hist_bar.axis.setTicks([[(t, f"{np.expm1(t):.0f}") for t in ticks], []])
+        self.layer_band.setRegion((layer, layer + 1))
+        self.hist_plot.setTitle(f"norms of every layer's patches · layer {layer} marked", color=TEXT, size="9pt")
+
+    # ------------------------------------------------------------------------------------------ export
+
+    def _export_folder(self) -> Path | None:
+        folder = QFileDialog.getExistingDirectory(self, "Export into")
+        return Path(folder) if folder else None
+
+    def _export_pca_dialog(self) -> None:
+        maps = self._maps
+        if maps is None or self.pca_colors is None or self._pca is None:
+            return
+        folder = self._export_folder()
+        if folder is None:
+            return
+        joint = len(self._pca.sources) > 1
+        target = features_export.pca_path(maps, self.layer, folder, joint)
+        if dialogs.confirm_overwrite(self, [target]):
+            features_export.export_pca(maps, self.pca_colors, self.layer, self.state, folder, joint, colorbar=True,
+                                       overwrite=True)
+            self.status.setText(f"Exported {target.name}")
+
+    def _export_norms_dialog(self) -> None:
+        maps = self._maps
+        if maps is None or maps.norms is None:
+            return
+        folder = self._export_folder()
+        if folder is None:
+            return
+        target = features_export.norms_path(maps, self.layer, folder)
+        if dialogs.confirm_overwrite(self, [target]):
+            features_export.export_norms(maps, [self.layer], self.state, folder, colorbar=True, overwrite=True)
+            self.status.setText(f"Exported {target.name}")

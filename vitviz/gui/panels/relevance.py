@@ -1,0 +1,102 @@
+"""The class picker of the 'Class relevance' map source: which gradient map (Chefer relevance, gradient rollout,
+attention x gradient) of which class (the image's top class, or any label, found by typing part of it), bound to
+`ViewState.relevance_method` / `relevance_class`. It sits in the controls dock under the map choice."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QCompleter, QFormLayout, QWidget
+
+from vitviz.core.spec import ModelSpec
+from vitviz.gui.session import Session
+from vitviz.gui.state import RELEVANCE_FIELDS, RELEVANCE_METHODS, ViewState
+
+METHOD_TIPS = {
+    "relevance": "Chefer et al. 2021, generic attention explainability: gradient-weighted attention propagated "
+                 "through every layer (--maps relevance:CLASS)",
+    "gradrollout": "vit-explain's gradient rollout: attention rollout with each layer weighted by its gradient "
+                   "(--maps gradrollout:CLASS)",
+    "attngrad": "attention × gradient of the selected layer and head, signed (--maps attngrad:CLASS)",
+}
+TOP_CLASS = "top class of each image"
+
+
+def class_names(spec: ModelSpec | None) -> list[str]:
+    """'index · label' for every class of the model ('index' alone without labels)."""
+    if spec is None:
+        return []
+    labels = spec.labels
+    return [f"{i} · {labels[i]}" if i < len(labels) else str(i) for i in range(spec.num_classes)]
+
+
+class RelevancePicker(QWidget):
+    """Method and class of the relevance source (choosing either shows it). The class box is editable: typing
+    part of a label offers the matching classes; the first entry is the image's top class."""
+
+    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("relevancePicker")
+        self.state = state
+        self._updating = False
+        form = QFormLayout(self)
+        form.setContentsMargins(0, 0, 0, 0)
+        self.method_combo = QComboBox()
+        self.method_combo.setObjectName("relevanceMethod")
+        for key, label in RELEVANCE_METHODS.items():
+            self.method_combo.addItem(label, key)
+            self.method_combo.setItemData(self.method_combo.count() - 1, METHOD_TIPS[key],
+                                          Qt.ItemDataRole.ToolTipRole)
+        self.method_combo.activated.connect(
+            lambda _i: self._set(source="relevance", relevance_method=self.method_combo.currentData()))
+        form.addRow("Method", self.method_combo)
+        self.class_combo = QComboBox()
+        self.class_combo.setObjectName("relevanceClass")
+        self.class_combo.setEditable(True)
+        self.class_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.class_combo.setToolTip("The class the map explains: the top class of each image, or any class (type "
+                                    "part of its name); a click on one of the top 5 in Model info picks it too")
+        completer = QCompleter(self.class_combo.model(), self.class_combo)
+        completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        self.class_combo.setCompleter(completer)
+        self.class_combo.activated.connect(self._on_class_chosen)
+        form.addRow("Class", self.class_combo)
+        self.set_spec(session.spec)
+        session.model_loaded.connect(lambda spec, _device: self.set_spec(spec))
+        state.subscribe(self._on_state_changed)
+
+    def set_spec(self, spec: ModelSpec | None) -> None:
+        """Offer the classes of a newly loaded model (a model without a classifier has none to explain)."""
+        self._updating = True
+        self.class_combo.clear()
+        self.class_combo.addItem(TOP_CLASS, -1)
+        for i, name in enumerate(class_names(spec)):
+            self.class_combo.addItem(name, i)
+        self._updating = False
+        self.setEnabled(spec is None or spec.num_classes > 0)
+        self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "
+                        "explain")
+        self._on_state_changed(RELEVANCE_FIELDS)
+
+    def _set(self, **values: object) -> None:
+        if not self._updating:
+            self.state.update(**values)
+
+    def _on_class_chosen(self, index: int) -> None:
+        data = self.class_combo.itemData(index)
+        if data is None:     # typed text that names no entry: back to the state's class
+            self._on_state_changed(RELEVANCE_FIELDS)
+            return
+        self._set(source="relevance", relevance_class=None if data < 0 else int(data))
+
+    def _on_state_changed(self, changed: set[str]) -> None:
+        if not changed & (RELEVANCE_FIELDS | {"source"}):
+            return
+        self._updating = True
+        try:
+            s = self.state
+            self.method_combo.setCurrentIndex(max(0, self.method_combo.findData(s.relevance_method)))
+            target = -1 if s.relevance_class is None else s.relevance_class
+            self.class_combo.setCurrentIndex(max(0, self.class_combo.findData(target)))
+        finally:
+            self._updating = False
