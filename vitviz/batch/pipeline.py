@@ -11,6 +11,7 @@ asked for, one image at a time after the batch's attention pass (which is skippe
 from __future__ import annotations
 
 import errno
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +33,21 @@ from vitviz.errors import DiskFullError, VitvizError
 # failing every remaining image with the same message.
 FULL_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
                errno.EFBIG: "a file size limit was reached", errno.EROFS: "the disk is read-only"}
+POLL_SECONDS = 0.2  # the main thread wakes this often while it waits, so SIGINT/SIGTERM act within it
+
+
+class Stopped(Exception):
+    """A write that saw the run stopping before its next file (the files it wrote are recorded)."""
+
+
+def wait_for(future: "Future[Any]") -> Any:
+    """`future.result()`, waking every POLL_SECONDS: a signal delivered to another thread (a reader, a writer,
+    a torch thread) is only acted on when the main thread runs Python code, so it never blocks for long."""
+    while True:
+        try:
+            return future.result(timeout=POLL_SECONDS)
+        except TimeoutError:
+            continue
 
 
 @dataclass
@@ -126,6 +142,7 @@ class Exporter:
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
         self.on_progress = on_progress or (lambda _job: None)
         self._writes: deque[tuple[Job, Future[None]]] = deque()
+        self._stop = threading.Event()
 
     def run(self) -> None:
         """Process every job. On KeyboardInterrupt (or a full disk: `DiskFullError`), drop queued work, let
@@ -137,9 +154,12 @@ class Exporter:
                 self._forward(batch, writers)
             while self._writes:
                 self._finish_oldest()
+        except BaseException:
+            self._stop.set()  # running writes stop after the file they are writing
+            raise
         finally:
             readers.shutdown(wait=True, cancel_futures=True)
-            writers.shutdown(wait=True, cancel_futures=True)  # running writes complete: no half-written file
+            writers.shutdown(wait=True, cancel_futures=True)  # every file is complete: none is half-written
             self._settle()
 
     def _settle(self) -> None:
@@ -150,6 +170,8 @@ class Exporter:
             if future.cancelled():
                 continue
             error = future.exception()
+            if isinstance(error, Stopped):  # part of its files: recorded, the image stays pending
+                continue
             if error is None:
                 job.status = "done"
                 self.counts["done"] += 1
@@ -171,7 +193,8 @@ class Exporter:
                 ahead.append((job, readers.submit(self._read, job)))
             if not ahead:
                 break
-            item = self._take(*ahead.popleft())
+            item = self._take(*ahead[0])
+            ahead.popleft()
             if item is not None:
                 batch.append(item)
             if len(batch) == self.plan.batch_size or (batch and not ahead):
@@ -194,7 +217,7 @@ class Exporter:
 
     def _take(self, job: Job, future: Future[Prepared | None]) -> Prepared | None:
         try:
-            item = future.result()
+            item = wait_for(future)
         except (VitvizError, OSError) as e:
             self._fail(job, e)
             return None
@@ -248,6 +271,8 @@ class Exporter:
                 stacks[m] = extra_stack(m, extras)
         input_hw = p.display.shape[:2]
         for (m, layer, head), path in zip(self.combos, job.outputs):
+            if self._stop.is_set():
+                raise Stopped
             if not plan.overwrite and path.exists():
                 continue
             if m.kind == "pca":
@@ -287,16 +312,19 @@ class Exporter:
             self._finish_oldest()
 
     def _finish_oldest(self) -> None:
-        job, future = self._writes.popleft()
+        job, future = self._writes[0]
         try:
-            future.result()
+            wait_for(future)  # an interruption here leaves the write queued: `_settle` counts it
         except DiskFullError as e:  # every later image would fail the same way: stop the run
+            self._writes.popleft()
             job.status, job.error = "failed", str(e)
             self.counts["failed"] += 1
             raise
         except (VitvizError, OSError, ValueError) as e:
+            self._writes.popleft()
             self._fail(job, e)
             return
+        self._writes.popleft()
         job.status = "done"
         self.counts["done"] += 1
         self.counts["files"] += len(job.written)

@@ -13,6 +13,7 @@ Exit codes: 0 every image done or skipped, 1 some images failed, 2 bad arguments
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -31,7 +32,7 @@ from vitviz.core.files import remove_stale_temps, write_json_atomic
 from vitviz.core.maps import HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
-from vitviz.errors import CheckpointError, VitvizError
+from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 
 def add_export_parser(sub: Any) -> argparse.ArgumentParser:
@@ -173,15 +174,27 @@ def run_export_command(args: argparse.Namespace) -> int:
     bar = ProgressBar(len(jobs), enabled=not args.quiet)
     exporter = Exporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
     interrupted = False
+    stopped: DiskFullError | None = None
     try:
         with _sigterm_as_interrupt():
             exporter.run()
     except KeyboardInterrupt:
         interrupted = True
+    except DiskFullError as e:  # said once, naming the output folder; exit 2
+        stopped = e
     finally:
         bar.close()
     seconds = time.perf_counter() - start
-    _write_manifest(out, args, model, exporter, seconds, interrupted)
+    summary = exporter.summary(out, seconds, interrupted or stopped is not None)
+    try:
+        _write_manifest(out, args, model, exporter, seconds, interrupted or stopped is not None)
+    except OSError as e:
+        full = stopped is not None or e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise DiskFullError(f"{out}: {'the disk is full; ' if full else ''}{MANIFEST} could not be written "
+                            f"({e.strerror or e}). {summary}") from None
+    if stopped is not None:
+        print(summary, file=sys.stderr)
+        raise stopped
     if not args.quiet or interrupted:
         print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
     return 130 if interrupted else 1 if exporter.counts["failed"] else 0
