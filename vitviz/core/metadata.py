@@ -94,12 +94,12 @@ def args_info(meta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     fields = {}
     for key in ("img_size", "input_size"):
         v = args.get(key)
-        if isinstance(v, int):
-            fields["image_size"] = v
-        elif isinstance(v, (list, tuple)) and v:
-            fields["image_size"] = int(v[-1])
-    if isinstance(args.get("patch_size"), int):
-        fields["patch_size"] = args["patch_size"]
+        if isinstance(v, (list, tuple)) and v:
+            v = v[-1]
+        if as_int(v) is not None:  # a size of the wrong type or range is not a size: ignored
+            fields["image_size"] = as_int(v)
+    if as_int(args.get("patch_size")) is not None:
+        fields["patch_size"] = as_int(args["patch_size"])
     return name, fields
 
 

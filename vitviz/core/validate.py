@@ -261,7 +261,7 @@ def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
         "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
         "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
         "head_act": lambda v: as_choice(v, ACTIVATIONS),
-        "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
+        "rope": as_text, "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
     }
     out: dict[str, Any] = {}
     for key, value in overrides.items():
