@@ -167,3 +167,69 @@ def test_no_cls_model_names_its_fallback_map_mean(tmp_path: Path, image: Path) -
     cli = _cli(ckpt, image, tmp_path / "cli", ["--maps", "mean"])
     _assert_same(window, cli)
     assert "cat_photo_mean_L0_H0.png" in _pngs(window)
+
+
+# ---------------------------------------------------------------------------------------------- maps of a class,
+# and of the token features: the window keeps them with the result (as its worker makes them), the CLI makes them
+# per image; both write the same names and the same bytes
+
+GRADIENT_MAPS = [
+    ("relevance-top", {"source": "relevance"}, ["--maps", "relevance"], {"cat_photo_relevance_Lall.png"}),
+    ("relevance-c3", {"source": "relevance", "relevance_class": 3}, ["--maps", "relevance:3"],
+     {"cat_photo_relevance-c3_Lall.png"}),
+    ("gradrollout-c1", {"source": "relevance", "relevance_method": "gradrollout", "relevance_class": 1},
+     ["--maps", "gradrollout:1"], {"cat_photo_gradrollout-c1_Lall.png"}),
+    ("attngrad-c2", {"source": "relevance", "relevance_method": "attngrad", "relevance_class": 2},
+     ["--maps", "attngrad:2"], {f"cat_photo_attngrad-c2_L{layer}_H{head}.png" for layer in range(2)
+                                for head in ("0", "1", "mean", "max")}),
+]
+
+
+@pytest.fixture(scope="module")
+def full_maps(tiny: Path, image: Path) -> ResultMaps:
+    """A result with every class's gradient maps and the token features added, as the window's worker adds them."""
+    import vitviz
+    from vitviz.core.features import capture_features, prefix_norms, token_norms
+    from vitviz.core.relevance import class_relevance
+
+    model = vitviz.load(tiny, heads=HEADS, device="cpu")
+    maps = ResultMaps(model.run(image))
+    for target in (None, 1, 2, 3):
+        maps.add_relevance(class_relevance(model, str(image), target), target)
+    feats = capture_features(model, str(image))
+    maps.add_features(feats, token_norms(feats), prefix_norms(feats))
+    return maps
+
+
+@pytest.mark.parametrize("name, fields, args, expected", GRADIENT_MAPS, ids=[m[0] for m in GRADIENT_MAPS])
+@pytest.mark.parametrize("picture", [PICTURES[0], PICTURES[1]], ids=[PICTURES[0][0], PICTURES[1][0]])
+def test_window_and_cli_write_the_same_gradient_maps(full_maps: ResultMaps, tiny: Path, image: Path, tmp_path: Path,
+                                                     name: str, fields: dict[str, Any], args: list[str],
+                                                     expected: set[str], picture: tuple) -> None:
+    _label, style, heatmap_only, colorbar, style_args = picture
+    window = _window(full_maps, tmp_path / "window", {**fields, **style}, heatmap_only, colorbar)
+    cli = _cli(tiny, image, tmp_path / "cli", [*args, *style_args])
+    _assert_same(window, cli)
+    assert set(_pngs(window)) == expected
+
+
+@pytest.mark.parametrize("picture", [PICTURES[0], PICTURES[1]], ids=[PICTURES[0][0], PICTURES[1][0]])
+def test_the_features_dock_and_cli_write_the_same_pca_and_norms(full_maps: ResultMaps, tiny: Path, image: Path,
+                                                                tmp_path: Path, picture: tuple) -> None:
+    """The Features dock's export of a PCA fitted on this image and of the norms is `--maps pca,norms`."""
+    from vitviz.core.features import feature_pca
+    from vitviz.gui import features_export
+
+    _label, style, heatmap_only, colorbar, style_args = picture
+    state = ViewState()
+    state.update(**style)
+    folder = tmp_path / "window"
+    folder.mkdir()
+    for layer in range(2):
+        colors = feature_pca(full_maps.features, layer).colors[0]
+        features_export.export_pca(full_maps, colors, layer, state, folder, heatmap_only=heatmap_only,
+                                   colorbar=colorbar)
+    features_export.export_norms(full_maps, [0, 1], state, folder, heatmap_only=heatmap_only, colorbar=colorbar)
+    cli = _cli(tiny, image, tmp_path / "cli", ["--maps", "pca,norms", *style_args])
+    _assert_same(folder, cli)
+    assert set(_pngs(folder)) == {f"cat_photo_{kind}_L{layer}.png" for kind in ("pca", "norms") for layer in (0, 1)}
