@@ -260,7 +260,7 @@ class InferenceWorker(QObject):
             if hooks.fired or is_interruption(exc):
                 self.cancelled.emit(request.id)
             else:
-                self.failed.emit(request.id, summarize(exc), traceback.format_exc())
+                self.failed.emit(request.id, named(request, summarize(exc)), traceback.format_exc())
         else:
             self.finished.emit(request.id, answer)
 
@@ -438,6 +438,13 @@ DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
 def describe(request: Request) -> str:
     """Status-bar text for a request."""
     return DESCRIPTIONS[request.kind](request.args)
+
+
+def named(request: Request, summary: str) -> str:
+    """A load's `summary` naming the checkpoint (or model name) it was about, if it does not already (a run's
+    error is named by the window, which also gathers images failing alike)."""
+    subject = request.args.get("path") if request.kind is Kind.LOAD else None
+    return f"{subject}: {summary}" if subject and str(subject) not in summary else summary
 
 
 def summarize(exc: BaseException) -> str:
