@@ -7,6 +7,7 @@ so a folder of large photos or one 12000 × 9000 scan never stalls the window.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QPoint, QSize, Qt
@@ -104,7 +105,8 @@ class ImageListPanel(QWidget):
             item.setData(PATH_ROLE, path)
             item.setToolTip(path)
             self.list.addItem(item)
-            self.thumbnails.request(path)
+            if os.path.isfile(path):  # regular files only: a FIFO or device would block a decoder for good
+                self.thumbnails.request(path)
         self._on_current_changed(None)
         self.update_actions()
 
