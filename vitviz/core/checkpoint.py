@@ -49,7 +49,7 @@ TRAINING_STATE_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "
 # Text configs people keep next to their weights ({stem} is the weights file's name without its suffix).
 SIDECAR_NAMES = ("{stem}.json", "{stem}.yaml", "{stem}.yml", "config.json", "config.yaml", "config.yml",
                  "args.json", "args.yaml", "args.yml", "hparams.yaml", "hparams.yml", "hparams.json",
-                 "params.json", "params.yaml", "cfg.yaml", "cfg.json")
+                 "params.json", "params.yaml", "cfg.yaml", "cfg.json", "open_clip_config.json")
 MAX_JSON_BYTES = 16 << 20       # config files, shard indexes (a 1000-shard index is ~100 KB)
 MAX_HEADER_BYTES = 100 << 20    # a safetensors header (the safetensors library's own limit)
 # A zip checkpoint's entries may inflate to at most this multiple of the file (+ ZIP_SLACK): PyTorch stores its
@@ -277,7 +277,10 @@ def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
     if _looks_like_safetensors(head, size):
         return _select(_read_safetensors(path), nest_key)
     if head.startswith(b"PK\x03\x04"):
-        _check_zip(path, size)
+        if _check_zip(path, size) == "npz":  # JAX / Flax weights: NumPy arrays, read without pickle
+            from vitviz.core.npz import read_npz
+
+            return read_npz(path)
     elif not head[:1] == b"\x80":
         kind = "an image" if head[:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0", b"\xff\xd8\xff\xe1") else "unrecognised data"
         raise CorruptCheckpointError(
@@ -355,9 +358,10 @@ def _read_sharded(index: Path) -> RawCheckpoint:
     return RawCheckpoint(index, tensors, weights_file=index)
 
 
-def _check_zip(path: Path, size: int) -> None:
+def _check_zip(path: Path, size: int) -> str:
     """Read the zip directory before anything is inflated: a damaged archive, a zip bomb (entries declaring far
-    more bytes than the file could hold as PyTorch writes it), a TorchScript archive or an .npz are refused."""
+    more bytes than the file could hold as PyTorch writes it) or a TorchScript archive are refused; returns 'npz'
+    for a NumPy archive (read by vitviz.core.npz), 'torch' otherwise."""
     try:
         with zipfile.ZipFile(path) as z:
             infos = z.infolist()
@@ -374,17 +378,18 @@ def _check_zip(path: Path, size: int) -> None:
             f"{path}: a zip archive whose entries declare {declared / 2**20:.0f} MiB from a {size / 2**20:.1f} MiB "
             f"file (largest: {big.filename if big else '?'!r}); refused before inflating anything (a zip bomb?). "
             "PyTorch stores checkpoint entries uncompressed; expected a file written by torch.save")
-    _refuse_torchscript(path, [i.filename for i in infos])
+    return _refuse_torchscript(path, [i.filename for i in infos])
 
 
-def _refuse_torchscript(path: Path, names: list[str]) -> None:
+def _refuse_torchscript(path: Path, names: list[str]) -> str:
+    """'npz' for a NumPy archive, 'torch' for a PyTorch zip; a TorchScript archive is refused."""
     if any("/code/" in n or n.endswith("constants.pkl") for n in names):
         raise UnsafeCheckpointError(
             f"{path}: a TorchScript archive (it contains compiled code); vitviz does not run code from files. "
             "Expected a state dict: in Python, `torch.save(torch.jit.load(p).state_dict(), 'weights.pth')`")
     if any(n.endswith(".npy") for n in names) and not any(n.endswith("data.pkl") for n in names):
-        raise CorruptCheckpointError(f"{path}: a NumPy .npz archive (JAX weights), which vitviz cannot read yet; "
-                                     "expected a PyTorch or safetensors checkpoint")
+        return "npz"
+    return "torch"
 
 
 def _torch_load(path: Path) -> Any:
