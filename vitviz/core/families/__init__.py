@@ -1,6 +1,7 @@
 """Checkpoint families: detection and key conversion into the canonical (timm) layout.
 
-One module per family (`timm`, `torchvision`, `hf`, `seed`, `vit_pytorch`, `torch_encoder`, `structural`), each
+One module per family (`timm`, `torchvision`, `hf`, `seed`, `clip`, `siglip`, `beit`, `eva`, `jax`, `vit_pytorch`,
+`torch_encoder`, `structural`), each
 with `NAMES` (the family names it handles), `detect(keys, raw) -> name | None` and
 `convert(sd, raw, family, overrides) -> Converted`. `FAMILIES` below is the registry, in detection order; a new
 family is one new module and one entry there. `structural` comes last: it reads any layout by the roles and
@@ -17,13 +18,16 @@ from types import ModuleType
 from vitviz.core.checkpoint import RawCheckpoint
 from typing import Any
 
-from vitviz.core.families import hf, seed, structural, timm, torch_encoder, torchvision, vit_pytorch
+from vitviz.core.families import (
+    clip, hf, seed, siglip, structural, timm, torch_encoder, torchvision, vit_pytorch,
+)
 from vitviz.core.families.base import Converted, Hint, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "convert", "detect", "key_stems"]
 
-FAMILIES: tuple[ModuleType, ...] = (torchvision, hf, seed, timm, vit_pytorch, torch_encoder, structural)
+FAMILIES: tuple[ModuleType, ...] = (torchvision, hf, seed, clip, siglip, timm, vit_pytorch, torch_encoder,
+                                     structural)
 FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 
 
@@ -32,7 +36,8 @@ def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, 
     (the caller's load() overrides) reach readers that need one, e.g. a patch flatten order."""
     sd, dropped = strip_prefixes(dict(raw.tensors))
     detected = family or detect(set(sd), raw)
-    name = detected.split(":")[0].split("-")[0]
+    full = detected.split(":")[0]
+    name = full if full in FAMILY_NAMES else full.split("-")[0]  # 'hf-clip' is clip's, 'hf-vit' is hf's
     module = FAMILY_NAMES.get(name)
     if module is None:
         raise UnknownLayoutError(
@@ -51,7 +56,7 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str:
             return found
     # structural claims every file with attention-shaped weights, so what is left has none
     if any(k.startswith("visual.") for k in keys):
-        hint = "CLIP visual towers are not supported yet"
+        hint = "keys under visual. but no CLIP vision tower (visual.class_embedding / visual.trunk.) in them"
     else:
         hint = "no attention weights (no query/key/value or in-projection tensors), so not a Vision Transformer"
     raise UnknownLayoutError(

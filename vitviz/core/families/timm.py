@@ -56,7 +56,46 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         hints["pos_interp"] = ("deit", f"family: {family} (bicubic, size=, align_corners=False)")
     if any(".mlp.w12." in k for k in keys):
         hints["mlp_kind"] = ("swiglu", "shape: mlp.w12 (DINOv2 SwiGLU)")
+    if family == "timm" and ("norm_pre.weight" in keys or "attn_pool.latent" in keys):
+        family = _tower_hints(sd, raw, hints)
     return Converted(family, sd, hints, dropped)
+
+
+def _architecture(raw: RawCheckpoint) -> str:
+    """The timm model name a config beside the file or the training args give ('' when none)."""
+    cfg = raw.config or {}
+    name = cfg.get("architecture") if isinstance(cfg.get("architecture"), str) else ""
+    args = raw.meta.get("args") if isinstance(raw.meta.get("args"), dict) else {}
+    return str(name or raw.meta.get("arch") or args.get("model") or "").lower()
+
+
+def _tower_hints(sd: dict[str, torch.Tensor], raw: RawCheckpoint, hints: dict[str, Hint]) -> str:
+    """timm's CLIP-style (`pre_norm`: `norm_pre`, no patch bias, LayerNorm eps 1e-5, GELU or QuickGELU, the head
+    a projection) and SigLIP-style (`global_pool='map'`: the MAP head `attn_pool`, tanh-GELU) towers."""
+    name = _architecture(raw)
+    named = f"metadata: model name {name!r}" if name else ""
+    if "attn_pool.latent" in sd:
+        if "siglip" in name:
+            hints["mlp_kind"] = ("gelu_tanh", f"{named} (timm builds SigLIP towers with tanh-GELU)")
+        elif not name:
+            hints["mlp_kind"] = ("gelu_tanh", "guess: a timm ViT with a MAP head (attn_pool) and no config; timm's "
+                                 "MAP-head towers are SigLIP's, which use tanh-GELU")
+        return "timm-siglip"
+    hints["eps"] = (1e-5, "family: timm builds every pre_norm (CLIP-style) ViT with LayerNorm eps 1e-5")
+    if "quickgelu" in name:
+        hints["mlp_kind"] = ("quick_gelu", named)
+    elif "clip" in name:
+        hints["mlp_kind"] = ("gelu", named)
+    elif not name:
+        hints["mlp_kind"] = ("gelu", "guess: a CLIP-style timm tower (norm_pre) without a config; timm's *_clip_* "
+                             "models use GELU, its *_clip_quickgelu_* ones (OpenAI weights) QuickGELU")
+    bias = sd.get("head.bias")
+    if "head.weight" in sd and (bias is None or not bool(bias.any())):
+        hints["embed_out"] = (True, "shape: a CLIP-style head without bias (or an all-zero one, as timm converts "
+                                    "CLIP's proj) is the image-embedding projection")
+        if bias is not None:
+            sd.pop("head.bias")
+    return "timm-clip"
 
 
 def _timm_subfamily(keys: set[str], raw: RawCheckpoint) -> str:
