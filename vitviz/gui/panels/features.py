@@ -78,7 +78,7 @@ class GridView:
             self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
             self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
         if resized:
-            self.view.autoRange(padding=0.01)
+            self.view.setRange(self._rect(), padding=0.01)
 
     def _rect(self) -> QRectF:
         return QRectF(0, 0, self.grid[1] * self.patch, self.grid[0] * self.patch)
@@ -297,18 +297,21 @@ class FeaturesPanel(LazyPanel):
                                         width=12)
         self.hist_bar.axis.setLabel("patches (log scale)", color=TEXT)
         self.norm_widget.addItem(self.hist_bar, row=2, col=1)
+        for row, stretch in ((1, 5), (2, 3), (3, 3)):      # the map first; the plots below share the rest
+            self.norm_widget.ci.layout.setRowStretchFactor(row, stretch)
         self.threshold_line = pg.InfiniteLine(angle=90, movable=True, pen=pen(OUTLINE, 255, 2.0),
                                               label="threshold {value:.3g}",
-                                              labelOpts={"position": 0.92, "color": TEXT})
+                                              labelOpts={"position": 0.1, "color": TEXT})
         self.threshold_line.sigPositionChanged.connect(
             lambda line: self.threshold_spin.setValue(float(line.value())))
         self.hist_plot.addItem(self.threshold_line)
         self.layer_band = pg.LinearRegionItem(orientation="horizontal", movable=False,
-                                              brush=pg.mkBrush(255, 255, 255, 40), pen=pen(TEXT, 120))
+                                              brush=pg.mkBrush(0, 0, 0, 0), pen=pen(TEXT, 255, 1.5))
         self.hist_plot.addItem(self.layer_band)
         self.share_plot = self.norm_widget.addPlot(row=3, col=0, colspan=2)
         style_plot(self.share_plot, "attention share", "layer")
-        self.share_plot.addLegend(offset=(6, 4), labelTextColor=TEXT, labelTextSize="8pt")
+        self.share_plot.getAxis("left").enableAutoSIPrefix(False)
+        self.share_plot.addLegend(offset=(-6, 4), labelTextColor=TEXT, labelTextSize="8pt")
         self.share_mean = self.share_plot.plot([], [], pen=pen("#4fc3f7", 255, 2.0), symbol="o", symbolSize=5,
                                                symbolBrush="#4fc3f7", name="mean over heads")
         self.share_max = self.share_plot.plot([], [], pen=pen("#ffb74d", 255, 1.2, dashed=True), name="max head")
@@ -592,6 +595,8 @@ class FeaturesPanel(LazyPanel):
         self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer} · "
                                      f"{count}/{total} patches above {threshold:.3g} outlined")
         layers = np.arange(share.share.shape[0])
+        self.share_plot.getAxis("bottom").setTicks([[(int(i), str(int(i))) for i in layers[::max(1, len(layers) // 12)]],
+                                                    []])
         self.share_mean.setData(layers, share.share.mean(axis=1))
         self.share_max.setData(layers, share.share.max(axis=1))
         self.share_uniform.setData(layers, np.full(layers.shape, count / total))
@@ -621,6 +626,9 @@ class FeaturesPanel(LazyPanel):
         self.hist_bar.setLevels((0.0, top))
         self.hist_bar.axis.setTicks([[(t, f"{np.expm1(t):.0f}") for t in ticks], []])
         self.layer_band.setRegion((layer, layer + 1))
+        depth = counts.shape[0]
+        step = max(1, depth // 12)
+        self.hist_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(0, depth, step)], []])
         self.hist_plot.setTitle(f"norms of every layer's patches · layer {layer} marked", color=TEXT, size="9pt")
 
     # ------------------------------------------------------------------------------------------ export
