@@ -227,3 +227,24 @@ def test_result_maps_keep_relevance_and_features(model, image: Path) -> None:  #
     maps.add_features(feats, token_norms(feats), prefix_norms(feats))
     np.testing.assert_array_equal(maps.stack("norms").select(0, "mean"), token_norms(feats)[0])
     assert maps.nbytes > before
+
+
+def test_the_windows_npz_holds_the_relevance_and_norms_computed_under_the_clis_keys(model, tiny: Path, image: Path,  # noqa: ANN001
+                                                                                    tmp_path: Path) -> None:
+    from vitviz.core.features import capture_features, prefix_norms, token_norms
+    from vitviz.core.relevance import class_relevance
+    from vitviz.gui.exporting import export_npz
+
+    maps = ResultMaps(model.run(image))
+    maps.add_relevance(class_relevance(model, str(image), 3), 3)
+    feats = capture_features(model, str(image))
+    maps.add_features(feats, token_norms(feats), prefix_norms(feats))
+    export_npz(maps, tmp_path / "window.npz")
+    assert _export(tiny, image, tmp_path / "cli", "--maps", "relevance:3,gradrollout:3,attngrad:3,norms",
+                   "--npz") == 0
+    ours, theirs = np.load(tmp_path / "window.npz"), np.load(tmp_path / "cli" / "cat.npz")
+    keys = {"relevance_c3", "relevance_c3_class", "gradrollout_c3", "gradrollout_c3_class", "attngrad_c3",
+            "attngrad_c3_class", "norms", "prefix_norms"}
+    assert keys <= set(ours.files) and keys <= set(theirs.files)
+    for key in keys:
+        np.testing.assert_array_equal(ours[key], theirs[key])

@@ -24,7 +24,7 @@ import numpy as np
 from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
 from vitviz.core import files, images
-from vitviz.core.maps import MapKind, MapStack, map_stack, norm_stack, relevance_stack
+from vitviz.core.maps import MapKind, MapStack, map_stack, norm_stack, relevance_arrays, relevance_stack
 from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import DiskFullError, VitvizError
@@ -110,11 +110,8 @@ def extra_arrays(maps: list[MapKind], layers: list[Any], extras: Extras) -> dict
     layer ('norms' (L, gh, gw), 'prefix_norms' (L, P))."""
     out: dict[str, np.ndarray] = {}
     for m in maps:
-        key = m.label.replace("-", "_")
         if m.source == "gradients":
-            rel = extras.relevance[m.target]  # type: ignore[index]
-            out[key] = {"relevance": rel.chefer, "gradrollout": rel.grad_rollout, "attngrad": rel.attn_grad}[m.kind]
-            out[f"{key}_class"] = np.array(rel.target)
+            out.update(relevance_arrays(m, extras.relevance[m.target]))  # type: ignore[index]
         elif m.kind == "pca":
             for layer in layers:
                 pca = extras.pca_at(layer)

@@ -333,6 +333,14 @@ def relevance_stack(rel: "Relevance", kind: str) -> MapStack:
     return _fused_stack(np.asarray(values)[None, None], title)                   # (1, 1, gh, gw)
 
 
+def relevance_arrays(kind: MapKind, rel: "Relevance") -> dict[str, np.ndarray]:
+    """The .npz arrays of one gradient map, keyed by its label as `vitviz export --npz` keys them: e.g.
+    'relevance_c3' (gh, gw) and 'relevance_c3_class' (the class explained); 'attngrad...' is (L, H, gh, gw)."""
+    key = kind.label.replace("-", "_")
+    values = {"relevance": rel.chefer, "gradrollout": rel.grad_rollout, "attngrad": rel.attn_grad}[kind.kind]
+    return {key: np.asarray(values), f"{key}_class": np.array(rel.target)}
+
+
 def norm_stack(norms: np.ndarray) -> MapStack:
     """The stack of the output-token norms (L, gh, gw) (`vitviz.core.features.token_norms`): one 'head' per
     layer, on a scale shared by all layers."""
@@ -401,6 +409,18 @@ class ResultMaps:
         self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
         self.norm_histogram = histogram
         self._stacks.pop(MapKind("norms"), None)
+
+    def extra_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of the passes run for this result, keyed as `vitviz export --npz` keys them: the gradient
+        maps of every class held (`relevance_arrays`; the top class as 'relevance', 'gradrollout', 'attngrad')
+        and the output-token norms ('norms' (L, gh, gw), 'prefix_norms' (L, P))."""
+        out: dict[str, np.ndarray] = {}
+        for target, rel in self._relevance.items():
+            for kind in GRADIENT_KINDS:
+                out.update(relevance_arrays(MapKind(kind, target=target), rel))
+        if self.norms is not None and self.prefix_norms is not None:
+            out["norms"], out["prefix_norms"] = self.norms, self.prefix_norms
+        return out
 
     def has(self, kind: MapKind) -> bool:
         """Whether `stack(kind)` can be made now (a gradient or feature map needs its pass first)."""

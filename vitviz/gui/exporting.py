@@ -88,5 +88,6 @@ def native_size(maps: ResultMaps) -> tuple[int, int]:
 
 
 def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:
-    """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`)."""
-    return files.write_npz_atomic(path, maps.result, overwrite=overwrite)
+    """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`), with the class relevance
+    and token norms computed for it so far under the keys `vitviz export --npz` uses (`ResultMaps.extra_arrays`)."""
+    return files.write_npz_atomic(path, maps.result, overwrite=overwrite, extra=maps.extra_arrays())
