@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import argparse
+import difflib
 import json
 import os
 import pickletools
@@ -398,32 +399,45 @@ def _torch_load(path: Path) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
         text = str(e)
-        globals_, complete = _pickle_globals(path)
-        named = re.findall(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        unsafe = [g for g in globals_ if not _allowed(g)] or [g for g in named if not _allowed(g)]
-        if unsafe:
-            raise _unsafe_error(path, unsafe) from None
-        if "Weights only load failed" in text and complete and "Unsupported" in text:
-            raise _unsafe_error(path, named) from None
+        globals_, _complete = _pickle_globals(path)
+        named = [_modern_name(*g.rsplit(".", 1)) for g in re.findall(r"Unsupported global: GLOBAL ([\w.]+)", text)]
+        allowed = _allowed_globals()
+        refused = [g for g in dict.fromkeys(globals_ + named) if g not in allowed]
+        damaged = {g: close[0] for g in refused if (close := difflib.get_close_matches(g, allowed, 1, 0.9))}
+        if [g for g in refused if g not in damaged]:
+            raise _unsafe_error(path, [g for g in refused if g not in damaged]) from None
         first = next((line for line in text.splitlines() if line.strip()), "")[:200]
         detail = f"{type(e).__name__}: {first}" if first else type(e).__name__
-        if "Weights only load failed" in text:
+        if isinstance(e, EOFError) or "truncated" in text or "unexpected EOF" in text:
+            detail = f"the file ends too early: truncated ({detail})"
+        elif damaged:
+            g, close = next(iter(damaged.items()))
+            detail = f"its pickle names {g}, a damaged form of {close}"
+        elif "Weights only load failed" in text:
             detail = re.sub(r"^.*?WeightsUnpickler error: ", "", " ".join(text.split()))[:200]
         raise CorruptCheckpointError(f"{path}: could not be read as a PyTorch checkpoint ({detail}); "
                                      "expected a complete .pth/.pt/.bin file") from None
 
 
+def _allowed_globals() -> set[str]:
+    """What `torch.load(weights_only=True)` accepts here ('module.name'), plus argparse.Namespace (training
+    args, accepted by vitviz's `safe_globals`)."""
+    try:
+        from torch import _weights_only_unpickler as unpickler
+
+        allowed = set(unpickler._get_allowed_globals())
+    except (ImportError, AttributeError):  # a torch without that private helper: the common names
+        allowed = {"collections.OrderedDict", "builtins.set", "torch.Size", "torch._utils._rebuild_tensor_v2",
+                   "torch._utils._rebuild_parameter", "torch.FloatStorage", "torch.HalfStorage",
+                   "torch.BFloat16Storage", "torch.LongStorage", "torch.float32", "torch.float16", "torch.bfloat16"}
+    return allowed | {"argparse.Namespace"}
+
+
 # Modules whose functions run code or touch the system: a pickle naming them is an attack, not a model object.
 _CALLING_MODULES = ("os", "posix", "nt", "subprocess", "builtins", "sys", "shutil", "socket", "importlib", "runpy",
                     "pty", "pickle", "marshal", "ctypes", "code", "codeop", "webbrowser", "platform", "commands",
-                    "multiprocessing", "pdb", "timeit", "eval", "exec", "functools", "operator", "io", "_io",
-                    "tempfile", "glob", "signal", "threading", "asyncio", "urllib", "http", "requests", "numpy.ctypeslib")
-_SAFE_GLOBALS = ("collections.OrderedDict", "torch._utils._rebuild", "argparse.Namespace", "builtins.set",
-                 "torch.")
-
-
-def _allowed(name: str) -> bool:
-    return name.startswith(_SAFE_GLOBALS) and "nn.modules" not in name
+                    "multiprocessing", "pdb", "timeit", "functools", "operator", "io", "_io", "tempfile", "glob",
+                    "signal", "threading", "asyncio", "urllib", "http", "requests", "_codecs", "codecs")
 
 
 def _pickle_globals(path: Path) -> tuple[list[str], bool]:
@@ -482,14 +496,20 @@ def _modern_name(module: str, name: str = "") -> str:
     return f"{module}.{name}" if name else module
 
 
-def _unsafe_error(path: Path, globals_: list[str]) -> UnsafeCheckpointError:
-    calls = [g for g in globals_ if g.split(".")[0] in _CALLING_MODULES or not g.split(".")[-1][:1].isupper()]
-    names = ", ".join(globals_[:6]) or "objects outside the allowed set"
-    if calls or not globals_:
-        what = f"a pickle that would call {', '.join(calls[:6]) or names} when loaded (code execution)"
+def _unsafe_error(path: Path, refused: list[str]) -> UnsafeCheckpointError:
+    """The refusal of a pickle naming `refused` globals: code it would call, NumPy objects, or a whole model."""
+    calls = [g for g in refused if g.split(".")[0] in _CALLING_MODULES or (g.startswith("torch.") and
+                                                                            "nn.modules" not in g)
+             or not g.split(".")[-1][:1].isupper() and not g.startswith("numpy.")]
+    numpy = [g for g in refused if g.startswith("numpy.")]
+    if calls:
+        what = f"a pickle that would call {', '.join(calls[:6])} when loaded (code execution)"
         fix = "only plain tensors and standard containers are accepted"
+    elif numpy and len(numpy) == len(refused):
+        what = f"NumPy objects in the pickle ({', '.join(numpy[:6])}), which weights_only=True does not accept"
+        fix = "save plain Python numbers and tensors instead (e.g. float(x) for a NumPy scalar)"
     else:
-        what = f"a whole pickled model object ({names})"
+        what = f"a whole pickled model object ({', '.join(refused[:6])})"
         fix = "save `model.state_dict()` instead"
     return UnsafeCheckpointError(f"{path}: refused: {what}. vitviz loads checkpoints with weights_only=True "
                                  f"and never runs code from a file; {fix}.")
