@@ -133,7 +133,7 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
         pos_embed="pos_embed" in sd or pos_kind != "learned", pos_kind=pos_kind, **counts,
         **_shape_flags(sd, hints, overrides, dim, width, prov),
     )
-    fields.update(_rope(hints, overrides, prov, pos_grid, where))
+    fields.update(_rope(hints, overrides, prov, pos_grid, where, "rope.freqs" in sd))
     fields.update(_heads_extra(sd, hints, fields, prov))
     fields["eps"] = _pick("eps", overrides, hints, 1e-6, prov, "default: timm LayerNorm eps")
     act = overrides.get("act")
@@ -185,17 +185,18 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
 
 
 def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_grid: tuple[int, int],
-          where: str) -> dict[str, Any]:
-    """The RoPE fields: a `rope=` preset override, else the family's hints (every field with its source)."""
+          where: str, has_freqs: bool) -> dict[str, Any]:
+    """The RoPE fields: a `rope=` preset override, else the family's hints (every field with its source).
+    A reference grid of (-1, -1) is the native grid (Perception Encoder)."""
     out: dict[str, Any] = {}
     preset = overrides.get("rope")
     if preset is not None:
         if preset not in ROPE_PRESETS:
             raise VitvizError(f"{where}: rope={preset!r}; expected one of {', '.join(ROPE_PRESETS)}")
         values = dict(ROPE_PRESETS[preset])
-        if values.get("rope_ref_grid") == (-1, -1):  # the native grid (Perception Encoder)
+        if values.get("rope_ref_grid") == (-1, -1):
             values["rope_ref_grid"] = tuple(pos_grid)
-        if values.get("rope") == "mixed" and not hints.get("rope_freqs"):
+        if values.get("rope") == "mixed" and not has_freqs:
             raise VitvizError(f"{where}: rope={preset!r} needs the learned frequencies (rope.freqs), which the file "
                               "does not hold")
         for name in ROPE_FIELDS:
@@ -209,7 +210,12 @@ def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_gri
     for name in ROPE_FIELDS:
         if name in hints:
             value = hints[name][0]
-            out[name] = prov.set(name, tuple(value) if name == "rope_ref_grid" else value, hints[name][1])
+            if name == "rope_ref_grid":
+                value = tuple(pos_grid) if tuple(value) == (-1, -1) else tuple(value)
+            out[name] = prov.set(name, value, hints[name][1])
+    if out.get("rope") == "mixed" and not has_freqs:
+        raise VitvizError(f"{where}: RoPE-Mixed needs its learned frequencies (rope.freqs), which the file does "
+                          "not hold")
     if out.get("rope") not in ROPE_KINDS:
         raise VitvizError(f"{where}: RoPE kind {out.get('rope')!r}; expected one of {', '.join(ROPE_KINDS)}")
     return out
