@@ -61,7 +61,8 @@ def test_recent_models(qtbot, loaded, settings, tiny_ckpt) -> None:  # noqa: ANN
 
 def test_docks_have_stable_names(window) -> None:  # noqa: ANN001
     assert [d.objectName() for d in window.docks] == ["controlsDock", "imagesDock", "overviewDock", "matrixDock",
-                                                      "rolloutDock", "posEmbedDock", "headStatsDock", "infoDock"]
+                                                      "rolloutDock", "posEmbedDock", "headStatsDock", "featuresDock",
+                                                      "infoDock"]
     texts = [a.text() for a in window.menus.view.actions()]
     assert "Controls" in texts and "&Reset layout" in texts
     assert {"Attention matrix", "Rollout", "Position embedding", "Head statistics", "Model info"} <= set(texts)

@@ -77,9 +77,22 @@ def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _vertical_text(text: str, font: Any, height: int) -> Image.Image:
+    """`text` in black on white, turned to read bottom to top, cut to `height` pixels (with '…')."""
+    fitted = text
+    while fitted and int(np.ceil(font.getbbox(fitted)[2])) > height:
+        fitted = fitted[:-2] + "…" if len(fitted) > 2 else ""
+    left, top, right, bottom = font.getbbox(fitted or " ")
+    strip = Image.new("RGB", (max(1, int(np.ceil(right))), max(1, int(np.ceil(bottom)))), "white")
+    ImageDraw.Draw(strip).text((0, 0), fitted, fill="black", font=font)
+    return strip.rotate(90, expand=True)
+
+
 def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width: int = 16,
-                 pad: int = 6) -> np.ndarray:
-    """Append a vertical colorbar (vmax at the top, vmin at the bottom) with tick labels to the right of `img`.
+                 pad: int = 6, label: str = "") -> np.ndarray:
+    """Append a vertical colorbar (vmax at the top, vmin at the bottom) with tick labels to the right of `img`,
+    and `label` (what the values are, e.g. 'CLS attention · scale shared by all layers') beside it, reading
+    bottom to top; without a label the picture is exactly as before labels existed.
 
     Args:
         img: (H, W, 3) uint8.
@@ -92,7 +105,9 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     font = ImageFont.load_default()
     labels = (_label(vmax), _label(vmin))
     text_w = max(int(np.ceil(font.getbbox(s)[2])) for s in labels)
-    canvas = Image.new("RGB", (w + pad + bar_width + pad + text_w + pad, h), "white")
+    strip = _vertical_text(label, font, h) if label else None
+    extra = strip.width + pad if strip is not None else 0
+    canvas = Image.new("RGB", (w + pad + bar_width + pad + text_w + pad + extra, h), "white")
     canvas.paste(Image.fromarray(image), (0, 0))
     ramp = colormap(cmap)[np.linspace(255, 0, h).round().astype(np.int64)]  # (h, 3), top = vmax
     bar = np.repeat(ramp[:, None, :], bar_width, axis=1)  # (h, bar_width, 3)
@@ -101,6 +116,8 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     x = w + pad + bar_width + pad
     draw.text((x, 0), labels[0], fill="black", font=font)
     draw.text((x, h - int(np.ceil(font.getbbox(labels[1])[3]))), labels[1], fill="black", font=font)
+    if strip is not None:
+        canvas.paste(strip, (x + text_w + pad, (h - strip.height) // 2))
     return np.asarray(canvas, dtype=np.uint8)
 
 
@@ -194,6 +211,8 @@ class RenderOptions:
         colorbar: append a colour bar with the range.
         size: what the map is drawn over: 'original' (the region of the original image the model saw, at the
             original's resolution) or 'input' (the model's input image).
+        colorbar_label: name the colorbar with what the map is and which scale it uses (`colorbar_label`); off
+            by default, which keeps earlier pictures byte for byte.
     """
 
     style: str = "overlay"
@@ -203,6 +222,22 @@ class RenderOptions:
     scale: str = "shared"
     colorbar: bool = False
     size: str = "original"
+    colorbar_label: bool = False
+
+
+def scale_label(stack: MapStack, head: HeadSel, scale: str) -> str:
+    """Which colour scale a map of `stack` is drawn on: 'own scale: this map' or 'shared scale: all layers' (of
+    the same kind of column: single heads, head means or head maxima)."""
+    if scale == "own":
+        return "own scale: this map"
+    group = {"mean": " (head means)", "max": " (head maxima)"}.get(str(head), " (single heads)")
+    return "shared scale: all layers" + (group if stack.num_heads > 1 else "")
+
+
+def colorbar_label(stack: MapStack, head: HeadSel, scale: str) -> str:
+    """What a colorbar shows, e.g. 'CLS attention · head mean · shared scale: all layers (head means)'."""
+    which = "heads fused" if stack.num_heads == 1 else f"head {head}"
+    return f"{stack.title} · {which} · {scale_label(stack, head, scale)}"
 
 
 def cover(values: np.ndarray, input_hw: tuple[int, int], patch: int) -> np.ndarray:
@@ -237,4 +272,7 @@ def draw_map(stack: MapStack, layer: LayerSel, head: HeadSel, image: np.ndarray,
     lo, hi = stack.levels(values, head, own=opts.scale == "own")
     heat = heatmap_image(cover(values, input_hw, patch), image.shape[:2], opts.cmap, opts.smooth, lo, hi)
     rgb = heat if opts.style == "heatmap" else overlay(image, heat, float(opts.opacity))
-    return add_colorbar(rgb, opts.cmap, lo, hi) if opts.colorbar else rgb
+    if not opts.colorbar:
+        return rgb
+    label = colorbar_label(stack, head, opts.scale) if opts.colorbar_label else ""
+    return add_colorbar(rgb, opts.cmap, lo, hi, label=label)

@@ -239,11 +239,25 @@ class MainWindow(QMainWindow):
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
 
     def _size_docks(self) -> None:
+        """Controls a quarter of the width at most; the right column wide enough for its tabs to be read whole
+        (at most 40 % of the window), about a third otherwise; images a third of the height."""
         controls, images, overview = self.docks[:3]
         horizontal, vertical = Qt.Orientation.Horizontal, Qt.Orientation.Vertical
         width, height = self.width(), self.height()
-        self.resizeDocks([controls, images], [min(320, width // 4), min(430, int(width * 0.33))], horizontal)
+        right = min(int(width * 0.4), max(min(430, int(width * 0.33)), self._tabs_width()))
+        self.resizeDocks([controls, images], [min(320, width // 4), right], horizontal)
         self.resizeDocks([images, overview], [int(height * 0.33), int(height * 0.62)], vertical)
+
+    def _tabs_width(self) -> int:
+        """The width the analysis docks' tabs need side by side, unelided (from the tab bar when Qt has made it,
+        else estimated from the titles)."""
+        titles = [d.windowTitle() for d in self.docks if self.tabifiedDockWidgets(d) and d.objectName() != "infoDock"
+                  and d.objectName() != "imagesDock"]
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is self and {bar.tabText(i) for i in range(bar.count())} == set(titles):
+                return sum(bar.tabSizeHint(i).width() for i in range(bar.count())) + 6
+        metrics = self.fontMetrics()
+        return sum(metrics.horizontalAdvance(t) + 26 for t in titles) + 6
 
     def _menu_callbacks(self) -> dict[str, Callable[[], object]]:
         """What each action of `menus.ACTIONS` does."""
