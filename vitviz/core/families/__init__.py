@@ -19,14 +19,14 @@ from vitviz.core.checkpoint import RawCheckpoint
 from typing import Any
 
 from vitviz.core.families import (
-    clip, eva, hf, jax, seed, siglip, structural, timm, torch_encoder, torchvision, vit_pytorch,
+    beit, clip, eva, hf, jax, seed, siglip, structural, timm, torch_encoder, torchvision, vit_pytorch,
 )
 from vitviz.core.families.base import Converted, Hint, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "convert", "detect", "key_stems"]
 
-FAMILIES: tuple[ModuleType, ...] = (torchvision, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
+FAMILIES: tuple[ModuleType, ...] = (torchvision, beit, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
                                      torch_encoder, structural)
 FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 
