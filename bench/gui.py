@@ -9,7 +9,9 @@ Prints, measured in this run:
     384 (target p95 16 ms), plus the one-off cost of a new image's maps and of rollout;
   * the longest GUI event-loop stall while a ViT-B/16 forward pass runs in the worker (target 50 ms);
   * analysis panels: rollout-panel update per control change at T = 577 (target 50 ms), position-similarity hover
-    update at a 37 × 37 grid (target 16 ms), attention-matrix update at T = 1370 (DINOv2 at 518 px).
+    update at a 37 × 37 grid (target 16 ms), attention-matrix update at T = 1370 (DINOv2 at 518 px);
+  * Ctrl+Q on an idle window (a ViT-B/16 loaded, three images run): from the Quit action to the end of the
+    process, with the exit-time `gc.freeze` (vitviz.gui.app.FREEZE_AT_EXIT) and without it, interleaved.
 """
 from __future__ import annotations
 
@@ -296,11 +298,59 @@ def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
         time.sleep(0.001)
 
 
+QUIT_CHILD = """
+import sys, time
+from PySide6.QtCore import QTimer
+import vitviz.gui.app as app_module
+app_module.FREEZE_AT_EXIT = sys.argv.pop(1) == "freeze"
+def quit_when_idle(win):
+    if win.session.spec is None or not win.is_idle() or not all(win.session.result(p) for p in win.session.images):
+        QTimer.singleShot(50, lambda: quit_when_idle(win))
+        return
+    print("quit", time.time(), flush=True)
+    win.menus.actions["quit"].trigger()
+apply_args = app_module.apply_args
+def apply_then_quit(win, args):
+    apply_args(win, args)
+    QTimer.singleShot(500, lambda: quit_when_idle(win))
+app_module.apply_args = apply_then_quit
+from vitviz.cli import main
+sys.exit(main())
+"""
+
+
+def bench_quit(checkpoint: Path, heads: int, repeats: int = 3) -> None:
+    """Seconds from Ctrl+Q's action to the end of a `vitviz` process, with and without the exit-time gc.freeze."""
+    times: dict[str, list[float]] = {"freeze": [], "no freeze": []}
+    env = dict(os.environ, PYTHONPATH=str(ROOT), VITVIZ_SETTINGS=str(Path(tempfile.mkdtemp()) / "quit.ini"))
+    for _ in range(repeats):
+        for mode in times:
+            proc = subprocess.Popen([sys.executable, "-c", QUIT_CHILD, mode.replace(" ", "-"), "--model",
+                                     str(checkpoint), "--heads", str(heads)], cwd=ROOT, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            out, _ = proc.communicate(timeout=300)
+            ended = time.time()
+            quit_at = float(next(line.split()[1] for line in out.splitlines() if line.startswith("quit ")))
+            times[mode].append(ended - quit_at)
+    with_freeze, without = float(np.median(times["freeze"])), float(np.median(times["no freeze"]))
+    print(f"Ctrl+Q on an idle window to process end (ViT-B/16 loaded, median of {repeats}): {with_freeze:.2f} s "
+          f"with the exit-time gc.freeze, {without:.2f} s without (ratio {with_freeze / without:.2f})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip ViT-L/16 at 384")
     parser.add_argument("--panels", action="store_true", help="only the analysis-panel benchmarks")
+    parser.add_argument("--quit", action="store_true", help="only Ctrl+Q's time to exit")
     args = parser.parse_args()
+    if args.quit:
+        from _tiny import write_tiny_checkpoint
+
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = write_tiny_checkpoint(Path(tmp) / "vit_b16.pth", embed_dim=768, depth=12, patch=16,
+                                         grid=(14, 14), num_classes=1000)
+            bench_quit(ckpt, heads=12)
+        return 0
     bench_rollout_panel()
     bench_posembed_hover()
     bench_matrix()
@@ -316,6 +366,7 @@ def main() -> int:
         ckpt = write_tiny_checkpoint(Path(tmp) / "vit_b16.pth", embed_dim=768, depth=12, patch=16, grid=(14, 14),
                                      num_classes=1000)
         bench_stall(ckpt, heads=12)
+        bench_quit(ckpt, heads=12)
     return 0
 
 
