@@ -139,7 +139,7 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
     if vcfg.get("image_size"):
         s = vcfg["image_size"]
         hints["pos_image_size"] = ((s, s) if isinstance(s, int) else tuple(s), f"{src}.vision_cfg.image_size")
-    hints["pos_interp"] = ("hf", "family: CLIP (open_clip resizes bicubic, align_corners=False, no antialias)")
+    hints["pos_interp"] = ("timm", "family: CLIP (open_clip resize_pos_embed: bicubic, antialias)")
     return Converted("clip", out, hints, dropped)
 
 
