@@ -399,11 +399,14 @@ def _torch_load(path: Path) -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
         text = str(e)
-        globals_, _complete = _pickle_globals(path)
+        globals_, complete = _pickle_globals(path)
         named = [_modern_name(*g.rsplit(".", 1)) for g in re.findall(r"Unsupported global: GLOBAL ([\w.]+)", text)]
+        if not complete:  # a damaged stream: its last name may be cut short, torch's may be read from garbage
+            globals_, named = globals_[:-1], []
         allowed = _allowed_globals()
         refused = [g for g in dict.fromkeys(globals_ + named) if g not in allowed]
         damaged = {g: close[0] for g in refused if (close := difflib.get_close_matches(g, allowed, 1, 0.9))}
+        damaged.update({g: "a module.name" for g in refused if not re.fullmatch(r"[\w.]+\.\w+", g)})
         if [g for g in refused if g not in damaged]:
             raise _unsafe_error(path, [g for g in refused if g not in damaged]) from None
         first = next((line for line in text.splitlines() if line.strip()), "")[:200]

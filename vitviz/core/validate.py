@@ -455,7 +455,7 @@ def check_stored_tensors(tensors: Mapping[str, Any], where: Any) -> None:
             raise CorruptCheckpointError(
                 f"{where}: tensor {name!r} {shape} would take {_size(need)} but the file holds {_size(held)} for "
                 "it (a broadcast view made with expand or as_strided); refused, as loading it would allocate the "
-                "full size. Expected a tensor with its own data (save t.contiguous())")
+                "full size; expected a tensor with its own data (save t.contiguous())")
 
 
 def _extent(t: "torch.Tensor") -> int:
