@@ -56,9 +56,18 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         hints["pos_interp"] = ("deit", f"family: {family} (bicubic, size=, align_corners=False)")
     if any(".mlp.w12." in k for k in keys):
         hints["mlp_kind"] = ("swiglu", "shape: mlp.w12 (DINOv2 SwiGLU)")
-    if family == "timm" and ("norm_pre.weight" in keys or "attn_pool.latent" in keys):
+    if family == "timm" and ("norm_pre.weight" in keys or "attn_pool.latent" in keys or "siglip" in _architecture(raw)):
         family = _tower_hints(sd, raw, hints)
     return Converted(family, sd, hints, dropped)
+
+
+# timm SigLIP towers built with tanh-GELU (the SigLIP 2 era); every other `vit_*_siglip_*` uses exact GELU
+SIGLIP_TANH = frozenset(f"vit_{n}" for n in (
+    "base_patch32_siglip_256", "large_patch16_siglip_512", "so400m_patch16_siglip_256", "so400m_patch16_siglip_384",
+    "so400m_patch16_siglip_512", "giantopt_patch16_siglip_256", "giantopt_patch16_siglip_384",
+    "base_patch32_siglip_gap_256", "large_patch16_siglip_gap_512", "so400m_patch16_siglip_gap_256",
+    "so400m_patch16_siglip_gap_384", "so400m_patch16_siglip_gap_512", "giantopt_patch16_siglip_gap_256",
+    "giantopt_patch16_siglip_gap_384"))
 
 
 def _architecture(raw: RawCheckpoint) -> str:
@@ -74,12 +83,15 @@ def _tower_hints(sd: dict[str, torch.Tensor], raw: RawCheckpoint, hints: dict[st
     a projection) and SigLIP-style (`global_pool='map'`: the MAP head `attn_pool`, tanh-GELU) towers."""
     name = _architecture(raw)
     named = f"metadata: model name {name!r}" if name else ""
-    if "attn_pool.latent" in sd:
+    if "attn_pool.latent" in sd or "siglip" in name:
         if "siglip" in name:
-            hints["mlp_kind"] = ("gelu_tanh", f"{named} (timm builds SigLIP towers with tanh-GELU)")
+            tanh = name.split(".")[0] in SIGLIP_TANH
+            hints["mlp_kind"] = ("gelu_tanh" if tanh else "gelu", f"{named} (timm builds this SigLIP tower with "
+                                 f"{'tanh-GELU' if tanh else 'exact GELU'})")
         elif not name:
-            hints["mlp_kind"] = ("gelu_tanh", "guess: a timm ViT with a MAP head (attn_pool) and no config; timm's "
-                                 "MAP-head towers are SigLIP's, which use tanh-GELU")
+            hints["mlp_kind"] = ("gelu_tanh", "guess: a timm ViT with a MAP head (attn_pool) and no config is a "
+                                 "SigLIP tower; timm builds the SigLIP 2 era ones with tanh-GELU, the older "
+                                 "vit_*_siglip_* with exact GELU (pass act='gelu' for those)")
         return "timm-siglip"
     hints["eps"] = (1e-5, "family: timm builds every pre_norm (CLIP-style) ViT with LayerNorm eps 1e-5")
     if "quickgelu" in name:
