@@ -3,7 +3,9 @@
     xvfb-run -a -s "-screen 0 1600x1000x24" python resources/screenshots/make_screenshots.py [--only demo|photos]
 
 `first_run.png` is what `vitviz` with no arguments shows (made through `--screenshot`, like a user would). The
-window_*.png and panel_*.png views use the bundled demo model (a small ViT trained on the shapes task, so the maps,
+window_*.png views (the window at 1500 × 920, its default layout for that size) and one panel_*.png per dock
+(controls, images, overview, matrix, rollout, position embedding, head statistics, model info) use the bundled
+demo model (a small ViT trained on the shapes task, so the maps,
 the rollout, the position embedding and the head statistics show what a trained model learned) on the shipped
 shapes images, driven through the window's own view state. `photos_random_vitb.png` shows the sample photographs
 under a ViT-B/16-shaped checkpoint with *random* weights (no download offline): it shows the window at ImageNet
@@ -77,9 +79,11 @@ def new_window(app, tmp: Path, size: tuple[int, int] = (1500, 920)):  # noqa: AN
 
     from vitviz.gui.window import MainWindow
 
+    from PySide6.QtCore import QSize
+
     win = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat))
     win.persist_settings = False
-    win.resize(*size)
+    win.use_size(QSize(*size))          # the default layout for that size, as a user's first start has it
     win.show()
     return win
 
@@ -103,6 +107,7 @@ def demo_shots(app) -> None:  # noqa: ANN001
     images = images_for(demo)
     win.load_demo()
     _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
+    _settle(app)
     query = target_token(0)
     last = win.session.spec.depth - 1
     shots = {
@@ -167,7 +172,14 @@ def panel_values(query: int, last: int) -> dict[str, tuple[str, dict]]:
         "panel_posembed.png": ("posEmbedDock", dict(colormap="viridis")),
         "panel_headstats.png": ("headStatsDock", dict(source="cls", layer=last, head=1, stats_average=True)),
         "panel_info.png": ("infoDock", dict()),
+        "panel_overview.png": ("overviewDock", dict(source="cls", query=None, layer=last, head="mean",
+                                                    per_tile=False, colormap="viridis")),
+        "panel_controls.png": ("controlsDock", dict(source="cls", query=None, layer=last, head="mean")),
+        "panel_images.png": ("imagesDock", dict()),
     }
+
+
+PANEL_SIZES = {"infoDock": (760, 820), "controlsDock": (380, 620), "imagesDock": (420, 560)}
 
 
 def panel_shots(app, win, query: int, last: int) -> None:  # noqa: ANN001
@@ -176,7 +188,7 @@ def panel_shots(app, win, query: int, last: int) -> None:  # noqa: ANN001
         win.state.update(**values)
         dock = win.dock(dock_name)
         dock.setFloating(True)
-        dock.resize(*((760, 820) if dock_name == "infoDock" else (980, 700)))
+        dock.resize(*PANEL_SIZES.get(dock_name, (980, 700)))
         dock.show()
         dock.raise_()
         if dock_name == "posEmbedDock":

@@ -430,8 +430,8 @@ class MainWindow(QMainWindow):
             dock.setFloating(False)
 
     def is_idle(self) -> bool:
-        """No request queued or running in the worker."""
-        return not self.session.busy
+        """No request queued or running in the worker, and no thumbnail still being decoded."""
+        return not self.session.busy and not self.images.thumbnails.pending
 
     # ------------------------------------------------------------------------------------------ events
 
