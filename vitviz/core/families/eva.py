@@ -211,8 +211,8 @@ def _rope_hints(preset: str, source: str) -> dict[str, Hint]:
     from vitviz.core.posembed import ROPE_PRESETS
 
     values = ROPE_PRESETS[preset]
-    hints: dict[str, Hint] = {name: (value, source) for name, value in values.items()}
-    return hints
+    rest = f"preset {preset!r} (see rope)" if source.startswith("guess") else source  # one guess, said once
+    return {name: (value, source if name == "rope" else rest) for name, value in values.items()}
 
 
 def _mlp_kind(out: dict[str, torch.Tensor]) -> Hint:
