@@ -290,7 +290,8 @@ def resize_rel_pos_table(table: torch.Tensor, old: tuple[int, int], new: tuple[i
         return torch.cat([sub.permute(0, 2, 3, 1).reshape(dst[0] * dst[1], -1), extra])
     yx = [torch.tensor(_geometric_positions(src[0], dst[0])), torch.tensor(_geometric_positions(src[1], dst[1]))]
     ty, tx = dst[0] // 2.0, dst[1] // 2.0
-    dyx = torch.meshgrid(torch.arange(-ty, ty + 0.1, 1.0), torch.arange(-tx, tx + 0.1, 1.0), indexing="ij")
+    dyx = tuple(t.contiguous() for t in torch.meshgrid(torch.arange(-ty, ty + 0.1, 1.0),
+                                                       torch.arange(-tx, tx + 0.1, 1.0), indexing="ij"))
     cols = []
     for h in range(heads):
         z = body[:, h].view(src[0], src[1]).float().cpu()
@@ -335,6 +336,6 @@ def _grid_interp(points: list[torch.Tensor], values: torch.Tensor, at: tuple[tor
     num: Any = 0.
     for a in (0, 1):
         for b in (0, 1):
-            num = num + values[[idxs[0][a], idxs[1][b]]] * torch.prod(torch.stack([dists[0][1 - a], dists[1][1 - b]]),
-                                                                     dim=0)
+            num = num + values[idxs[0][a], idxs[1][b]] * torch.prod(torch.stack([dists[0][1 - a], dists[1][1 - b]]),
+                                                                   dim=0)
     return num / torch.prod(torch.stack(overall), dim=0)
