@@ -237,6 +237,9 @@ def test_dropping_a_model_name_loads_it(qtbot, window, monkeypatch) -> None:  # 
     assert dropped_name(data) == "timm:vit_small_patch14_reg4_dinov2.lvd142m"
     assert _drop(window, data)
     assert asked == ["timm:vit_small_patch14_reg4_dinov2.lvd142m"]
+    page = QMimeData()
+    page.setText("https://huggingface.co/facebook/dinov2-small/tree/main")
+    assert dropped_name(page) == "hf:facebook/dinov2-small@main"
     other = QMimeData()
     other.setText("just some words")
     assert dropped_name(other) == "" and not _drop(window, other)

@@ -51,7 +51,7 @@ class ModelsMenu(QObject):
         self.refresh_action.setObjectName("refresh_models")
         self.refresh_action.setStatusTip("Look again for checkpoints in the torch hub and Hugging Face caches")
         self.refresh_action.triggered.connect(lambda _checked=False: self.refresh())
-        self.by_name_action = QAction("Open by &name…", self)
+        self.by_name_action = QAction("Open by na&me…", self)
         self.by_name_action.setObjectName("open_by_name")
         self.by_name_action.setShortcut("Ctrl+Shift+N")
         self.by_name_action.setStatusTip("Load hf:ORG/NAME[@REVISION], timm:NAME[.TAG] or torchvision:ARCH[:WEIGHTS] "

@@ -8,6 +8,7 @@ and keeps the layout and settings.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -383,7 +384,7 @@ class MainWindow(QMainWindow):
 
     def show_shortcuts(self) -> QWidget:
         """Help › Keyboard and mouse shortcuts."""
-        actions = list(self.menus.actions.values()) + [self.images.remove_action]
+        actions = list(self.menus.actions.values()) + [self.models.by_name_action, self.images.remove_action]
         return helpdialogs.text_dialog(self, "vitviz — shortcuts", helpdialogs.shortcuts_html(actions),
                                        "shortcutsDialog")
 
@@ -611,11 +612,20 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
+HF_PAGE = re.compile(r"^https?://huggingface\.co/([A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)/?(?:tree/([\w.-]+))?/?$")
+
+
 def dropped_name(data: QMimeData) -> str:
-    """The model name in dropped text (`hf:ORG/NAME`, `timm:NAME`, `torchvision:ARCH`), or ''."""
-    if not data.hasText() or data.hasUrls() and any(u.isLocalFile() for u in data.urls()):
+    """The model name in dropped text (`hf:ORG/NAME`, `timm:NAME`, `torchvision:ARCH`, or a Hugging Face model
+    page's address dragged from a browser, which becomes `hf:ORG/NAME[@REVISION]`), or ''."""
+    if data.hasUrls() and any(u.isLocalFile() for u in data.urls()):
         return ""
-    text = data.text().strip()
+    text = data.text().strip() if data.hasText() else ""
+    if not text and data.hasUrls():
+        text = data.urls()[0].toString()
+    page = HF_PAGE.match(text)
+    if page:
+        text = f"hf:{page.group(1)}" + (f"@{page.group(2)}" if page.group(2) else "")
     return text if text and "\n" not in text and catalog.is_named_model(text) else ""
 
 
