@@ -25,10 +25,13 @@ class RelevanceSource(QObject):
         self.state, self.session = state, session
         self._previous = "cls" if state.source == "relevance" else state.source   # where a failure goes back to
         state.subscribe(self._on_state_changed)
-        session.current_changed.connect(lambda _maps: self.ensure())
-        session.result_ready.connect(lambda _path: self.ensure())
+        session.current_changed.connect(self._on_session_changed)
+        session.result_ready.connect(self._on_session_changed)
         session.relevance_failed.connect(self._on_failed)
         session.model_loaded.connect(self._on_model_loaded)
+
+    def _on_session_changed(self, *_what: object) -> None:
+        self.ensure()
 
     def _on_state_changed(self, changed: set[str]) -> None:
         if "source" in changed and self.state.source != "relevance":

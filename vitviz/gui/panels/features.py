@@ -176,10 +176,10 @@ class FeaturesPanel(LazyPanel):
         session.current_changed.connect(self._on_current_changed)
         session.model_loaded.connect(self._on_model_loaded)
         session.features_ready.connect(self._on_features_ready)
-        session.features_failed.connect(lambda path, _why: self._on_features_ready(path))
+        session.features_failed.connect(self._on_features_failed)
         session.result_ready.connect(self._on_result_ready)
-        session.images_added.connect(lambda _paths: self._fill_others())
-        session.images_removed.connect(lambda _paths: self._fill_others())
+        session.images_added.connect(self._on_images_changed)
+        session.images_removed.connect(self._on_images_changed)
         session.pca_ready.connect(self._on_pca)
         session.similarity_ready.connect(self._on_similarity)
         session.share_ready.connect(self._on_share)
@@ -381,6 +381,12 @@ class FeaturesPanel(LazyPanel):
         if path == self.session.current or path == self.other_combo.currentData() or (
                 self.scope_combo.currentData() == "all" and path in self._asked):
             self.request_redraw()
+
+    def _on_features_failed(self, path: str, _why: str) -> None:
+        self._on_features_ready(path)
+
+    def _on_images_changed(self, _paths: list[str]) -> None:
+        self._fill_others()
 
     def _on_result_ready(self, path: str) -> None:
         if path == self.other_combo.currentData():

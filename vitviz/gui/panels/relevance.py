@@ -62,7 +62,7 @@ class RelevancePicker(QWidget):
         self.class_combo.activated.connect(self._on_class_chosen)
         form.addRow("Class", self.class_combo)
         self.set_spec(session.spec)
-        session.model_loaded.connect(lambda spec, _device: self.set_spec(spec))
+        session.model_loaded.connect(self._on_model_loaded)
         state.subscribe(self._on_state_changed)
 
     def set_spec(self, spec: ModelSpec | None) -> None:
@@ -77,6 +77,9 @@ class RelevancePicker(QWidget):
         self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "
                         "explain")
         self._on_state_changed(RELEVANCE_FIELDS)
+
+    def _on_model_loaded(self, spec: ModelSpec, _device: str) -> None:
+        self.set_spec(spec)
 
     def _set(self, **values: object) -> None:
         if not self._updating:
