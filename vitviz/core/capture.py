@@ -258,7 +258,8 @@ class VitModel:
         x, disp, spec, src, seen = self.prepare(image, image_size)
         size, box = seen or (None, None)
         pool: list[np.ndarray] = []
-        attn, out = self.forward_captured(x, half, logits, pool=pool)
+        extra = {"pool": pool} if self.spec.pooling == "map" else {}  # subclasses (the live path) have no MAP head
+        attn, out = self.forward_captured(x, half, logits, **extra)
         scores, features = split_output(out[0], spec)
         return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
                                spec=spec, source=src, features=features, source_box=box, source_size=size,
