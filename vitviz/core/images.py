@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 from vitviz.core.spec import Preprocess
-from vitviz.core.validate import check_path
+from vitviz.core.validate import INTERPOLATION_NAMES, check_path
 from vitviz.errors import ImageError
 
 if TYPE_CHECKING:
@@ -46,8 +46,7 @@ MAX_PIXELS = 200_000_000
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-INTERPOLATIONS = {name: Image.Resampling[name.upper()]
-                  for name in ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")}
+INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in INTERPOLATION_NAMES}
 
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})

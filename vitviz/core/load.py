@@ -17,8 +17,8 @@ import torch
 
 from vitviz.core.capture import VitModel
 from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
-from vitviz.core.families import convert
-from vitviz.core.hyperparams import NUMERIC_FIELDS, OVERRIDES, infer_spec, warn_guesses
+from vitviz.core.families import FAMILY_NAMES, convert
+from vitviz.core.hyperparams import CROP_MODES, NUMERIC_FIELDS, OVERRIDES, POOLINGS, infer_spec, warn_guesses
 from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
@@ -79,7 +79,8 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
                           f"{', '.join(OVERRIDES + LIVE_OVERRIDES)}")
-    overrides = check_overrides(overrides)  # every value's type and range, once (OverrideError names it)
+    # every value's type and range, once (an OverrideError names it)
+    overrides = check_overrides(overrides, FAMILY_NAMES, CROP_MODES, POOLINGS)
     if overrides.get("code") is not None:
         code = overrides.pop("code")
         return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})

@@ -24,7 +24,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 BROADCAST_SLACK = 1 << 20
 MAX_DEPTH = 1024           # blocks; the deepest published ViTs have 48 (ViT-22B), 40 (ViT-g)
 MAX_HEADS = 4096
+# Resampling filters (Pillow's names; `vitviz.core.images.INTERPOLATIONS` maps them to Pillow's constants).
+INTERPOLATION_NAMES = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 
 
 class Invalid(ValueError):
@@ -221,22 +223,21 @@ def as_text(value: Any) -> str:
 # -------------------------------------------------------------------------------------------------- overrides
 
 
-def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The overrides of `vitviz.load` checked and normalised (None values dropped).
+def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_modes: Sequence[str],
+                    poolings: Sequence[str]) -> dict[str, Any]:
+    """The overrides of `vitviz.load` checked and normalised (None values dropped); `families`, `crop_modes` and
+    `poolings` are the names the loader knows (passed in: this module imports nothing that imports it).
 
     Raises:
         OverrideError: naming the override, what was given and what was expected.
     """
-    from vitviz.core.families import FAMILY_NAMES
-    from vitviz.core.hyperparams import CROP_MODES, POOLINGS
-    from vitviz.core.images import INTERPOLATIONS
     from vitviz.core.model import ACTIVATIONS
     from vitviz.core.posembed import RECIPES
 
     def family(v: Any) -> str:
         name = as_text(v)
-        if name.split(":")[0].split("-")[0] not in FAMILY_NAMES:
-            raise Invalid(f"expected one of {', '.join(sorted(FAMILY_NAMES))}")
+        if name.split(":")[0].split("-")[0] not in families:
+            raise Invalid(f"expected one of {', '.join(sorted(families))}")
         return name
 
     def device(v: Any) -> Any:
@@ -253,11 +254,11 @@ def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     checks: dict[str, Callable[[Any], Any]] = {
         "heads": heads, "family": family, "image_size": as_pair,
         "eps": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
-        "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, tuple(INTERPOLATIONS)),
+        "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
         "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
         "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,
-        "resize": as_count, "crop_mode": lambda v: as_choice(v, CROP_MODES),
-        "pooling": lambda v: as_choice(v, POOLINGS), "block_norm": lambda v: as_choice(v, ("pre", "post")),
+        "resize": as_count, "crop_mode": lambda v: as_choice(v, crop_modes),
+        "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, ("pre", "post")),
         "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
         "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
         "head_act": lambda v: as_choice(v, ACTIVATIONS),
@@ -326,11 +327,9 @@ _MODEL_ARGS_FIELDS: dict[str, Callable[[Any], Any]] = {
 
 
 def _pretrained_fields() -> dict[str, Callable[[Any], Any]]:
-    from vitviz.core.images import INTERPOLATIONS
-
     return {
         "input_size": _input_size, "crop_pct": lambda v: as_number(v, 0.0, 1.0),
-        "interpolation": lambda v: as_choice(v, tuple(INTERPOLATIONS)),
+        "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
         "mean": lambda v: as_stats(v, positive=False), "std": lambda v: as_stats(v, positive=True),
         "crop_mode": as_text, "num_classes": lambda v: as_count(v, 0), "label_names": as_labels,
         "architecture": as_text,
@@ -541,7 +540,6 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
     Raises:
         InconsistentCheckpointError / MetadataError: naming the field and its source.
     """
-    from vitviz.core.images import INTERPOLATIONS
     from vitviz.errors import InconsistentCheckpointError
 
     if spec.depth > MAX_DEPTH:
@@ -562,8 +560,8 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
             problems.append(f"{what} {values}: 3 values for a {spec.in_chans}-channel model")
     if min(pp.crop) < 1 or pp.resize < 1:
         problems.append(f"crop {pp.crop} / resize {pp.resize}: expected positive sizes")
-    if pp.interpolation not in INTERPOLATIONS:
-        problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATIONS)}")
+    if pp.interpolation not in INTERPOLATION_NAMES:
+        problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATION_NAMES)}")
     if pp.mode not in ("center", "squash", "squash_crop"):
         problems.append(f"mode {pp.mode!r}: expected center, squash or squash_crop")
     if problems:
