@@ -233,7 +233,8 @@ class Exporter:
         logits: Any = [None] * len(batch)
         if plan.needs_attention:
             try:
-                x = torch.cat([p.x for p in batch])  # logits only go into .npz; without it the pass stops at the last softmax
+                # logits only go into .npz; without it the pass stops at the last softmax
+                x = torch.cat([p.x for p in batch])
                 attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz, rows=plan.rows)
             except VitvizError as e:
                 for p in batch:

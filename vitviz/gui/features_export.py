@@ -71,5 +71,5 @@ def export_norms(maps: ResultMaps, layers: list[LayerSel], state: ViewState, fol
                  native: bool = True) -> list[Path]:
     """Write the norms map of each of `layers` into `folder` (atomically) under `norms_path`."""
     return [files.write_png_atomic(norms_path(maps, layer, folder),
-                                   render_norms(maps, layer, state, heatmap_only, colorbar, native), overwrite=overwrite)
-            for layer in layers]
+                                   render_norms(maps, layer, state, heatmap_only, colorbar, native),
+                                   overwrite=overwrite) for layer in layers]

@@ -2,8 +2,9 @@
 
 A `Request` names what to do with a `Kind`; the worker answers every request with exactly one `finished` (carrying
 the kind's answer dataclass: `Probed`, `Loaded`, `Ran`, `PosEmbedded`, `Cataloged`, `Moved`, `Explained`,
-`Featured`, `PcaFitted`, `Compared` or `Shared`), `failed` or `cancelled`. The window never calls the worker directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the
-requests, sends them one at a time through queued signals and drops stale answers. torch is imported inside the
+`Featured`, `PcaFitted`, `Compared` or `Shared`), `failed` or `cancelled`. The window never calls the worker
+directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the requests, sends them one at a time through
+queued signals and drops stale answers. torch is imported inside the
 worker thread only, on the first request, so the window appears before torch is loaded.
 
 A forward pass stops at the next transformer block once the thread is asked to stop (`InterruptHooks`), a download

@@ -601,8 +601,8 @@ class FeaturesPanel(LazyPanel):
         self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer} · "
                                      f"{count}/{total} patches above {threshold:.3g} outlined")
         layers = np.arange(share.share.shape[0])
-        self.share_plot.getAxis("bottom").setTicks([[(int(i), str(int(i))) for i in layers[::max(1, len(layers) // 12)]],
-                                                    []])
+        every = layers[::max(1, len(layers) // 12)]
+        self.share_plot.getAxis("bottom").setTicks([[(int(i), str(int(i))) for i in every], []])
         self.share_mean.setData(layers, share.share.mean(axis=1))
         self.share_max.setData(layers, share.share.max(axis=1))
         self.share_uniform.setData(layers, np.full(layers.shape, count / total))
