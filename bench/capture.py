@@ -15,6 +15,10 @@ reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plai
 - The live-module path (vitviz.core.live): a ViT-B/16-sized vit-pytorch `ViT` run as written with every layer's
   attention captured (its own softmax, through a TorchFunctionMode) vs that module's own forward, interleaved in a
   group of their own. Target <= 1.15x. `--only live` runs just this part.
+- The 2026 families (`--only families` runs just this part): an EVA-02-B/14 (RoPE, SwiGLU, sub-LN) and a
+  SigLIP-B/16 (MAP head, whose attention is captured too) with random weights, saved as timm hub folders, loaded by
+  vitviz: `model.run(x)` vs timm's own forward with fused attention off, same input, interleaved per model.
+  Target <= 1.10x.
 """
 from __future__ import annotations
 
@@ -122,6 +126,51 @@ def live_methods(x: torch.Tensor, device: str) -> dict[str, Callable[[], object]
             "live run": lambda: model.run(x)}
 
 
+FAMILY_MODELS = (("EVA-02-B/14", "eva02_base_patch14_224"), ("SigLIP-B/16", "vit_base_patch16_siglip_224"))
+
+
+def family_methods(folder: Path, arch: str, x: torch.Tensor, device: str) -> dict[str, Callable[[], object]]:
+    """timm's own unfused forward and vitviz's capture of the same random model (a timm hub folder)."""
+    import timm
+
+    torch.manual_seed(0)
+    tm = timm.create_model(arch, pretrained=False).eval()
+    for block in tm.blocks:
+        block.attn.fused_attn = False
+    if getattr(tm, "attn_pool", None) is not None:
+        tm.attn_pool.fused_attn = False
+    timm.models._hub.save_for_hf(tm, str(folder / arch), safe_serialization=True)
+    model = vitviz.load(folder / arch, device=device)
+    tm = tm.to(device)
+    xd = x.to(device)
+    with torch.inference_mode():
+        ref = tm(xd)
+    got = model.run(x)
+    out = got.features if got.features is not None else got.logits
+    assert torch.allclose(torch.from_numpy(out), ref[0].float().cpu(), atol=1e-3), f"vitviz != timm ({arch})"
+
+    def timm_forward() -> None:
+        with torch.inference_mode():
+            tm(xd)
+        _sync(device)
+
+    return {"timm forward (unfused)": timm_forward, "vitviz run": lambda: model.run(x)}
+
+
+def _families_report(x: torch.Tensor, args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, arch in FAMILY_MODELS:
+            size = 224
+            xs = x if x.shape[-1] == size else torch.randn(1, 3, size, size)
+            times = interleaved(family_methods(Path(tmp), arch, xs, args.device), args.repeats)
+            tokens = {"eva02_base_patch14_224": 257, "vit_base_patch16_siglip_224": 196}[arch]
+            print(f"{label} ({arch}) @{size}, T={tokens}, median of {args.repeats} interleaved repeats:")
+            for name, t in times.items():
+                print(f"  {name:<28} {t * 1e3:8.1f} ms")
+            print(ratio_line(f"{label}: vitviz run / timm forward", times["vitviz run"],
+                             times["timm forward (unfused)"], "(target <= 1.10x)"))
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -133,7 +182,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rollout-repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument("--only", choices=("live",), help="run only this part")
+    parser.add_argument("--only", choices=("live", "families"), help="run only this part")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -143,6 +192,9 @@ def main() -> None:
           f"median of {args.repeats} interleaved repeats")
     if args.only == "live":
         _live_report(x, args)
+        return
+    if args.only == "families":
+        _families_report(x, args)
         return
     from vitviz.core.packed import packing_available
 
@@ -168,6 +220,7 @@ def main() -> None:
     print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
           f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")
     _live_report(x, args)
+    _families_report(x, args)
 
 
 def _live_report(x: torch.Tensor, args: argparse.Namespace) -> None:
