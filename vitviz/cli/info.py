@@ -59,7 +59,17 @@ def run_info(args: argparse.Namespace) -> int:
         ("pos_kind", spec.pos_kind, "learned"), ("patch_norm_in", spec.patch_norm_in, False),
         ("patch_norm", spec.patch_norm, False), ("norm_extra", spec.norm_extra, False),
         ("pre_logits_act", spec.pre_logits_act if spec.pre_logits else "tanh", "tanh"),
-    ) if value != default or name in prov]
+        ("positions", spec.position_kind, "learned"), ("norm_pre", spec.norm_pre, False),
+        ("embed_out", spec.embed_out, 0), ("head_bias", spec.head_bias, True), ("attn_norm", spec.attn_norm, False),
+        ("mlp_norm", spec.mlp_norm, False), ("rope", spec.rope, ""),
+        ("rope_theta", spec.rope_theta if spec.rope else "", ""), ("rope_half", spec.rope_half, False),
+        ("rope_xy", spec.rope_xy, False), ("rope_offset", spec.rope_offset, 0.0),
+        ("rope_ref_grid", spec.rope_ref_grid, (0, 0)), ("rope_periods", spec.rope_periods, False),
+        ("rel_pos", spec.rel_pos, ""), ("rel_pos_interp", spec.rel_pos_interp if spec.rel_pos else "", ""),
+        ("pool_heads", spec.pool_num_heads, 0), ("pool_mlp", spec.pool_mlp, 0),
+        ("pool_act", (spec.pool_act or spec.mlp_kind) if spec.pooling == "map" else "", ""),
+        ("pool_prefix", spec.pool_prefix, False),
+    ) if value != default or (name in prov and value != "")]
     for name, value in rows:
         src = prov.get(name.split(" ")[0] if name != "prefix tokens" else "", "")
         print(f"  {name:<14} {str(value):<24} {('(' + src + ')') if src else ''}")

@@ -226,7 +226,8 @@ def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dic
     """Fields of the newer families read from shapes and hints: CLIP's projection head, the MAP pooling head,
     BEiT's relative position bias, EVA-02's sub-LNs, `norm_pre`."""
     out: dict[str, Any] = dict(norm_pre="norm_pre.weight" in sd, attn_norm="blocks.0.attn.norm.weight" in sd,
-                               mlp_norm="blocks.0.mlp.norm.weight" in sd, head_bias="head.bias" in sd)
+                               mlp_norm="blocks.0.mlp.norm.weight" in sd,
+                               head_bias="head.bias" in sd or "head.weight" not in sd)
     if "embed_out" in hints and "head.weight" in sd:
         out["embed_out"] = prov.set("embed_out", int(sd["head.weight"].shape[0]), hints["embed_out"][1])
         fields["num_classes"] = prov.set("num_classes", 0, "the head is an embedding projection, not a classifier")
