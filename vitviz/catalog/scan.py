@@ -15,7 +15,10 @@ from vitviz.catalog.named import NAMED_PREFIX
 
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 HF_VIT_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
-                "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn"}
+                "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn", "clip": "hf-clip", "clip_vision_model": "hf-clip",
+                "siglip": "hf-siglip", "siglip_vision_model": "hf-siglip", "siglip2": "hf-siglip2",
+                "siglip2_vision_model": "hf-siglip2", "dinov3_vit": "hf-dinov3", "beit": "hf-beit",
+                "data2vec-vision": "hf-data2vec-vision"}
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
 
 
@@ -172,8 +175,18 @@ def _torchvision_info(file_name: str) -> dict[str, Any] | None:
 def guess_family_from_name(name: str) -> str | None:
     """A family guess from a file or repository name; None when it does not look like a ViT."""
     n = name.lower()
+    if "dinov3" in n:
+        return "dinov3"
     if "dinov2" in n:
         return "dinov2"
+    if "siglip" in n:
+        return "siglip"
+    if "eva02" in n or n.startswith("eva_") or "_pe_" in n or "rope" in n:
+        return "eva"
+    if "clip" in n:
+        return "clip"
+    if "beit" in n:
+        return "beit"
     if "deit3" in n or "deit_3" in n:
         return "deit3"
     if "deit" in n:
