@@ -14,7 +14,8 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     """The overrides of `vitviz.load`, shared by every command that loads a model."""
     g = parser.add_argument_group("model overrides (anything vitviz infers can be overridden)")
     g.add_argument("--heads", type=int, help="number of attention heads")
-    g.add_argument("--family", help="checkpoint family (timm, deit, deit3, dino, dinov2, mae, torchvision, hf, seed)")
+    g.add_argument("--family", help="checkpoint family (timm, deit, deit3, dino, dinov2, mae, torchvision, hf, seed, "
+                   "clip, beit, eva, dinov3, jax, ...)")
     g.add_argument("--image-size", type=_size, help="input size: N or HxW (position embedding is resampled)")
     g.add_argument("--eps", type=float, help="LayerNorm epsilon")
     g.add_argument("--mean", type=_floats, help="normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; "
@@ -39,6 +40,9 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    "einops '(p1 p2 c)' or unfold '(c p1 p2)'")
     g.add_argument("--head-act", choices=("gelu", "relu", "tanh", "silu"),
                    help="activation between the two Linears of a two-layer head")
+    g.add_argument("--rope", choices=("dinov3", "eva02", "pe", "rope_vit", "rope_mixed", "timm_rope", "none"),
+                   help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
+                        "Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none")
     g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
     add_code_argument(g)
 
@@ -57,7 +61,7 @@ def add_code_argument(parser: Any) -> None:
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
-            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act")
+            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope")
     keys += ("code",)  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that file's code (asked for)
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
