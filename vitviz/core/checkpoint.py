@@ -281,7 +281,7 @@ def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
         if _check_zip(path, size) == "npz":  # JAX / Flax weights: NumPy arrays, read without pickle
             from vitviz.core.npz import read_npz
 
-            return read_npz(path)
+            return RawCheckpoint(path, read_npz(path), weights_file=path)
     elif not head[:1] == b"\x80":
         kind = "an image" if head[:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0", b"\xff\xd8\xff\xe1") else "unrecognised data"
         raise CorruptCheckpointError(

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.errors import CorruptCheckpointError, UnsafeCheckpointError
 
 
-def read_npz(path: Path) -> RawCheckpoint:
+def read_npz(path: Path) -> dict[str, torch.Tensor]:
     """Every array of an `.npz` as float32 tensors (names unchanged).
 
     Raises:
@@ -38,7 +37,7 @@ def read_npz(path: Path) -> RawCheckpoint:
             from None
     if not tensors:
         raise CorruptCheckpointError(f"{path}: an .npz without arrays; expected JAX weights")
-    return RawCheckpoint(path, tensors, meta={}, weights_file=path)
+    return tensors
 
 
 def _as_tensor(a: np.ndarray, name: str, path: Path) -> torch.Tensor:
