@@ -550,22 +550,22 @@ def test_deeply_nested_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("override,needle", [
-    ({"heads": "four"}, "override heads='four' (a string): expected a positive whole number"),
-    ({"heads": 2.5}, "override heads=2.5 (a number): expected a positive whole number"),
-    ({"heads": 0}, "override heads=0"), ({"heads": True}, "override heads=True (a boolean)"),
-    ({"mean": "abc"}, "override mean='abc' (a string): expected 1 or 3 finite numbers"),
+    ({"heads": "four"}, "override heads 'four'; expected a positive whole number (found a string)"),
+    ({"heads": 2.5}, "override heads 2.5; expected a positive whole number (found a number)"),
+    ({"heads": 0}, "override heads 0;"), ({"heads": True}, "override heads True; expected a positive whole number (found a boolean)"),
+    ({"mean": "abc"}, "override mean 'abc'; expected 1 or 3 finite numbers"),
     ({"std": [0, 0, 0]}, "expected values > 0"), ({"std": [1, 2]}, "expected 1 or 3 finite numbers"),
-    ({"family": 3}, "override family=3 (a number): expected a string"),
+    ({"family": 3}, "override family 3; expected a string (found a number)"),
     ({"family": "nonesuch"}, "expected one of"),
-    ({"act": "swish!"}, "override act='swish!'"), ({"eps": "x"}, "override eps='x'"),
-    ({"eps": -1}, "override eps=-1 (a number): expected a finite number in (0, 1]"),
-    ({"eps": float("nan")}, "override eps=nan"),
-    ({"labels": 5}, "override labels=5 (a number): expected a list of class names"),
-    ({"image_size": 0}, "override image_size=0"), ({"image_size": "abc"}, "override image_size='abc'"),
-    ({"image_size": [1, 2, 3]}, "override image_size=[1, 2, 3]"), ({"resize": -3}, "override resize=-3"),
-    ({"interpolation": "cubic"}, "override interpolation='cubic'"), ({"pooling": 1}, "override pooling=1"),
-    ({"attn_scale": -1}, "override attn_scale=-1"), ({"nest_key": 3}, "override nest_key=3"),
-    ({"device": 3}, "override device=3"), ({"pos_interp": "x"}, "override pos_interp='x'"),
+    ({"act": "swish!"}, "override act 'swish!'; expected one of"), ({"eps": "x"}, "override eps 'x'"),
+    ({"eps": -1}, "override eps -1; expected a finite number in (0, 1]"),
+    ({"eps": float("nan")}, "override eps nan"),
+    ({"labels": 5}, "override labels 5; expected a list of class names"),
+    ({"image_size": 0}, "override image_size 0;"), ({"image_size": "abc"}, "override image_size 'abc'"),
+    ({"image_size": [1, 2, 3]}, "override image_size [1, 2, 3]"), ({"resize": -3}, "override resize -3"),
+    ({"interpolation": "cubic"}, "override interpolation 'cubic'"), ({"pooling": 1}, "override pooling 1"),
+    ({"attn_scale": -1}, "override attn_scale -1"), ({"nest_key": 3}, "override nest_key 3"),
+    ({"device": 3}, "override device 3"), ({"pos_interp": "x"}, "override pos_interp 'x'"),
 ])
 def test_bad_overrides_are_refused(tmp_path: Path, override: dict[str, Any], needle: str) -> None:
     path = write_tiny_checkpoint(tmp_path / "m.pth")
@@ -602,7 +602,7 @@ def test_nest_key_is_honoured_for_safetensors(tmp_path: Path) -> None:
 def test_cli_overrides_are_validated_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_tiny_checkpoint(tmp_path / "m.pth")
     assert main(["info", str(path), "--heads", "0"]) == 2
-    assert "override heads=0" in capsys.readouterr().err
+    assert "override heads 0; expected a positive whole number" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ wrong blame

@@ -111,7 +111,7 @@ def test_load_error_without_a_path_in_its_message_names_the_file(qtbot, loaded, 
     w = loaded
     w.load_model(str(tiny_ckpt), heads=0)
     qtbot.waitUntil(lambda: w.reporter.box is not None and w.reporter.box.isVisible(), timeout=20000)
-    assert tiny_ckpt.name in w.reporter.box.text() and "override heads=0" in w.reporter.box.text()
+    assert tiny_ckpt.name in w.reporter.box.text() and "override heads 0;" in w.reporter.box.text()
 
 
 def test_fifo_in_the_image_list_is_refused_without_blocking(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001

@@ -51,9 +51,15 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} EiB"
 
 
+# Allocations below this are not checked against the memory left: the estimate of what is left is coarser than that.
+CHECK_FROM = 64 << 20
+
+
 def check_model_memory(nbytes: int, device: torch.device, where: str) -> None:
     """Refuse, before building, a model whose weights would not fit: it is built in host memory (beside the
     tensors read from the file) and then moved to `device`, whose free memory is checked too for CUDA."""
+    if nbytes < CHECK_FROM:
+        return
     free = available_memory()
     if free is not None and nbytes > free:
         raise DeviceError(f"{where}: building the model needs {format_bytes(nbytes)} for its weights, but only "
@@ -73,7 +79,7 @@ def check_input_size(spec: "ModelSpec", where: str) -> None:
     x tokens, float32) exists during every forward pass, whatever the capture keeps, so it must fit."""
     tokens = spec.num_tokens
     needed = spec.num_heads * tokens * tokens * 4
-    free = available_memory()
+    free = available_memory() if needed >= CHECK_FROM else None
     if free is not None and needed > free:
         h, w = spec.image_size
         raise DeviceError(f"{where}: image_size {h}x{w} gives {tokens:,} tokens; one layer's attention "

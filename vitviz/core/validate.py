@@ -275,7 +275,9 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
         try:
             out[key] = check(value)
         except Invalid as e:
-            raise OverrideError(f"override {key}={show(value)}: {e}") from None
+            text, _, kind = show(value).partition(" (")
+            found = f" (found {kind[:-1]})" if kind else ""
+            raise OverrideError(f"override {key} {text}; {e}{found}") from None
     return out
 
 
@@ -357,7 +359,8 @@ def check_config(data: Any, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise MetadataError(f"{path}: holds {show(data)}; expected a JSON object of model settings")
     out = _check_fields(data, _CONFIG_FIELDS, path)
-    for key, fields in (("model_args", _MODEL_ARGS_FIELDS), ("pretrained_cfg", _pretrained_fields())):
+    for key, fields in (("model_args", _MODEL_ARGS_FIELDS), ("pretrained_cfg", _pretrained_fields()),
+                        ("vision_config", _CONFIG_FIELDS)):  # vision_config: CLIP / SigLIP image towers
         if key in out and out[key] is not None:
             if not isinstance(out[key], dict):
                 raise MetadataError(f"{path}: field '{key}' is {show(out[key])}; expected a JSON object")
