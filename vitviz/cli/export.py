@@ -97,6 +97,8 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scale", choices=("shared", "own"), default="shared",
                    help="colour range: 0..max over all layers and heads of the map (shared), or each map's own")
     g.add_argument("--colorbar", action="store_true", help="append a colour bar with its range")
+    g.add_argument("--colorbar-label", action="store_true",
+                   help="name the colour bar with the map and its scale, as the window's exports do")
     g.add_argument("--blocky", action="store_true", help="one flat colour per patch instead of smooth")
     g.add_argument("--size", choices=("input", "original"), default="original",
                    help="original (default, as the window exports): the region of the image the model saw, at the "
@@ -149,6 +151,29 @@ def _colormap(text: str) -> str:
     return text
 
 
+def _announce_large_pictures(sources: list[Path], maps: int) -> None:
+    """Say up front when pictures drawn at the originals' resolution will be huge (slow, and large files)."""
+    from PIL import Image
+
+    from vitviz.core.images import check_image_path
+    from vitviz.core.render import LARGE_PICTURE_PIXELS
+
+    sizes = []
+    for source in sources:
+        try:
+            check_image_path(source)          # a FIFO or device is never opened
+            with Image.open(source) as img:   # the header only; a bad image is reported by the run itself
+                sizes.append((img.size[0] * img.size[1], source, img.size))
+        except Exception:  # noqa: BLE001 - any unreadable file is reported later with its reason
+            continue
+    large = [s for s in sizes if s[0] > LARGE_PICTURE_PIXELS]
+    if large:
+        pixels, source, (w, h) = max(large)
+        print(f"vitviz: {len(large)} image(s) are over {LARGE_PICTURE_PIXELS // 1_000_000} megapixels (largest "
+              f"{source.name}, {w}x{h}); --size original draws every map ({maps} kind(s)) at that resolution, which "
+              "is slow and writes large files; --size input draws them at the model's input size", file=sys.stderr)
+
+
 def run_export_command(args: argparse.Namespace) -> int:
     """Run `vitviz export` and return its exit code (0, 1, 2 or 130); VitvizErrors mean exit 2."""
     from vitviz.batch.pipeline import Exporter
@@ -166,7 +191,9 @@ def run_export_command(args: argparse.Namespace) -> int:
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
                 batch_size=args.batch_size, workers=args.workers,
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
-                                     args.colorbar, args.size))
+                                     args.colorbar, args.size, args.colorbar_label))
+    if args.size == "original" and not args.quiet:
+        _announce_large_pictures([source for source, _ in pairs], len(plan.maps))
     jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
     stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [out / MANIFEST])
     if stale and not args.quiet:

@@ -198,6 +198,9 @@ def draw_colors(colors: np.ndarray, image: np.ndarray, input_hw: tuple[int, int]
     return add_legend(rgb) if opts.colorbar else rgb
 
 
+LARGE_PICTURE_PIXELS = 16_000_000   # a picture drawn over more than this is announced before an export
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     """How a map becomes a picture (the defaults are the window's: viridis, opacity 0.6, smooth, shared scale).

@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from vitviz.core.formats import MODEL_FILE_SUFFIXES, MODEL_FOLDER_MARKERS
+from vitviz.core.render import LARGE_PICTURE_PIXELS
 from vitviz.core.images import IMAGE_EXTENSIONS, find_images
 from vitviz.core.maps import ResultMaps
 from vitviz.gui import dialogs, exporting, settings as st
@@ -33,7 +34,6 @@ IMAGE_FILTER = f"Images ({' '.join('*' + e for e in sorted(IMAGE_EXTENSIONS))});
 MODEL_MARKER_FILES = tuple(m for m in MODEL_FOLDER_MARKERS if m.endswith(".json"))
 MODEL_FILTER = (f"Checkpoints and model folders ({' '.join('*' + s for s in MODEL_FILE_SUFFIXES)} "
                 f"{' '.join(MODEL_MARKER_FILES)});;All files (*)")
-LARGE_EXPORT_PIXELS = 16_000_000      # an export drawn over more than this (per picture) is announced first
 SECONDS_PER_MEGAPIXEL = 0.25          # drawing and writing one overlay, measured on a laptop-class CPU
 PNG_BYTES_PER_PIXEL = 1.5             # a photo's overlay as PNG, roughly
 ORIGINAL, INPUT = "original", "input"
@@ -118,7 +118,7 @@ class FileActions(QObject):
         """Where a large export is drawn: announced up front with its size and cost, the user picks the original
         size, the model's input size or nothing (None). Small exports go ahead at the original size."""
         size = exporting.native_size(maps)
-        if size[0] * size[1] <= LARGE_EXPORT_PIXELS:
+        if size[0] * size[1] <= LARGE_PICTURE_PIXELS:
             return ORIGINAL
         h, w = maps.result.image.shape[:2]
         box = QMessageBox(QMessageBox.Icon.Question, "Large export",
