@@ -5,6 +5,8 @@ from pathlib import Path
 
 import torch
 
+HEADS = 2   # the head count tests load the tiny checkpoints with
+
 
 def tiny_state_dict(
     *, embed_dim: int = 32, depth: int = 2, patch: int = 8, grid: tuple[int, int] = (4, 4),
@@ -49,9 +51,8 @@ def tiny_state_dict(
 def write_tiny_checkpoint(path: Path, **kwargs) -> Path:
     """Write `tiny_state_dict(**kwargs)` as .pth or .safetensors (by suffix) and return the path.
 
-    embed_dim 32 has no entry in the heads table, so loaders infer heads = 32 // 64 -> fall back; pass
-    heads=2 to `vitviz.load` or keep the default embed_dim 32 which the loader maps to 2 heads (hd 16)?
-    Tests should pass `heads=` explicitly to be safe.
+    The file holds no head count (a bare state dict of width 32 says nothing about heads), so `vitviz.load` would
+    guess and warn; tests load it with `heads=HEADS` (2 heads of 16 dims).
     """
     path = Path(path)
     sd = tiny_state_dict(**kwargs)

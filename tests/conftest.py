@@ -1,3 +1,34 @@
+"""Shared fixtures for every test: Qt without a display, and the tiny checkpoint most tests load.
+
+Helper code lives in modules beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_rollout_ref.py`: the
+test-side rollout reference; `parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the original implementations
+parity tests compare with). pytest puts this folder on `sys.path`, so tests import them by name; no test module
+imports from another test module.
+"""
+from __future__ import annotations
+
 import os
+from pathlib import Path
+
+import numpy as np
+import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer ViT (load it with `heads=_tiny.HEADS`) with a 4x4 grid of 8-px patches (32x32 input), 5 classes."""
+    from _tiny import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pth")
+
+
+@pytest.fixture(scope="session")
+def photo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 40 x 52 random RGB picture: not square, and not a whole number of the tiny model's patches."""
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("photo") / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(path)
+    return path

@@ -16,18 +16,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _tiny import write_tiny_checkpoint  # noqa: E402
+from _rollout_ref import reference_rollout_rows
 
-from _rollout_ref import reference_rollout_rows  # noqa: E402
-
-from vitviz.batch.jobs import unique_stems  # noqa: E402
-from vitviz.batch.plan import parse_maps, parse_picks, resolve_picks  # noqa: E402
-from vitviz.core.maps import MapKind, SelectionError, map_stack  # noqa: E402
-from vitviz.core.rollout import RolloutParams  # noqa: E402
-from vitviz.core.images import seen_region  # noqa: E402
-from vitviz.core.spec import Preprocess  # noqa: E402
+from vitviz.batch.jobs import unique_stems
+from vitviz.batch.plan import parse_maps, parse_picks, resolve_picks
+from vitviz.core.maps import MapKind, SelectionError, map_stack
+from vitviz.core.rollout import RolloutParams
+from vitviz.core.images import seen_region
+from vitviz.core.spec import Preprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = "2"
@@ -42,13 +39,13 @@ def _export(*args: str, **kw) -> subprocess.CompletedProcess:
                           env=_env(), timeout=120, **kw)
 
 
-def _slow_export(tiny: Path, tmp_path: Path, count: int, out: Path, *args: str) -> list[str]:
+def _slow_export(tiny_ckpt: Path, tmp_path: Path, count: int, out: Path, *args: str) -> list[str]:
     """The command line of an export of `count` 96 px images, one per batch, slow enough to interrupt."""
     images = tmp_path / "many"
     images.mkdir()
     for i in range(count):
         _image(images / f"img{i:02d}.png", i, (96, 96))
-    return [sys.executable, "-m", "vitviz", "export", "--model", str(tiny), "--heads", HEADS, str(images),
+    return [sys.executable, "-m", "vitviz", "export", "--model", str(tiny_ckpt), "--heads", HEADS, str(images),
             "--out", str(out), "--batch-size", "1", "--size", "original", *args]
 
 
@@ -56,11 +53,6 @@ def _image(path: Path, seed: int, size: tuple[int, int] = (40, 52)) -> Path:
     rng = np.random.default_rng(seed)
     Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
     return path
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("model") / "tiny.pth")
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +70,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def first_run(tiny: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+def first_run(tiny_ckpt: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("out")
-    proc = _export("--model", str(tiny), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
+    proc = _export("--model", str(tiny_ckpt), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
                    "cls,rollout,token:3", "--layers", "all,mean", "--which-heads", "all,mean", "--npz")
     return out, proc
 
@@ -127,7 +119,7 @@ def test_manifest_records_parameters_spec_and_hashes(first_run, folder: Path) ->
     assert by_path["notes.png"]["outputs"] == []  # nothing was written for a failed image
 
 
-def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) -> None:
+def test_png_is_the_map_the_model_computes(first_run, tiny_ckpt: Path, folder: Path) -> None:
     """The CLI's PNG equals the window's rendering of the same result (same layer, head and defaults)."""
     out, _ = first_run
     import vitviz
@@ -135,7 +127,7 @@ def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) 
     from vitviz.gui.exporting import render_view as render
     from vitviz.gui.state import ViewState
 
-    result = vitviz.load(tiny, heads=2, device="cpu").run(folder / "b.jpg")
+    result = vitviz.load(tiny_ckpt, heads=2, device="cpu").run(folder / "b.jpg")
     maps = ResultMaps(result)
     for name, state in (("b_cls_L1_H0.png", ViewState(source="cls", layer=1, head=0)),
                         ("b_token3_Lmean_Hmean.png", ViewState(source="token", query=3, layer="mean", head="mean")),
@@ -145,12 +137,12 @@ def test_png_is_the_map_the_model_computes(first_run, tiny: Path, folder: Path) 
         assert gui.shape == cli.shape and np.abs(gui - cli).max() <= 1, name
 
 
-def test_rerun_skips_and_overwrite_rewrites(first_run, tiny: Path, folder: Path,
+def test_rerun_skips_and_overwrite_rewrites(first_run, tiny_ckpt: Path, folder: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = first_run
     png = out / "a_cls_L0_H0.png"
     before = png.stat().st_mtime_ns
-    proc = _export("--model", str(tiny), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
+    proc = _export("--model", str(tiny_ckpt), "--heads", HEADS, str(folder), "--out", str(out), "--maps",
                    "cls,rollout,token:3", "--layers", "all,mean", "--which-heads", "all,mean", "--npz")
     assert proc.returncode == 1 and "0 done, 3 skipped, 2 failed" in proc.stdout, proc.stdout + proc.stderr
     assert png.stat().st_mtime_ns == before
@@ -158,11 +150,11 @@ def test_rerun_skips_and_overwrite_rewrites(first_run, tiny: Path, folder: Path,
     png.unlink()  # a missing output is written again even without --overwrite (in-process, quiet)
     from vitviz.cli import main
 
-    assert main(["export", "--model", str(tiny), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
+    assert main(["export", "--model", str(tiny_ckpt), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
                  "--which-heads", "0", "--quiet"]) == 0
     assert png.exists() and capsys.readouterr().out == ""
     before = (out / "b_cls_L0_H0.png").stat().st_mtime_ns
-    proc = _export("--model", str(tiny), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
+    proc = _export("--model", str(tiny_ckpt), "--heads", HEADS, *good, "--out", str(out), "--layers", "0",
                    "--which-heads", "0", "--overwrite", "--style", "heatmap", "--cmap", "gray", "--size", "original")
     assert proc.returncode == 0 and "2 done, 0 skipped, 0 failed" in proc.stdout
     assert (out / "b_cls_L0_H0.png").stat().st_mtime_ns != before
@@ -181,12 +173,12 @@ def test_rerun_skips_and_overwrite_rewrites(first_run, tiny: Path, folder: Path,
     (["--opacity", "2"], "between 0 and 1"),
     (["--batch-size", "0"], "positive integer"),
 ])
-def test_bad_arguments_exit_2(tiny: Path, folder: Path, tmp_path: Path, args: list[str], message: str,
+def test_bad_arguments_exit_2(tiny_ckpt: Path, folder: Path, tmp_path: Path, args: list[str], message: str,
                               capsys: pytest.CaptureFixture[str]) -> None:
     """In-process (the subprocess path is covered below): argparse errors and selections the model refutes."""
     from vitviz.cli import main
 
-    argv = ["export", "--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(tmp_path), *args]
+    argv = ["export", "--model", str(tiny_ckpt), "--heads", HEADS, str(folder / "a.png"), "--out", str(tmp_path), *args]
     try:
         code = main(argv)
     except SystemExit as e:  # argparse
@@ -195,21 +187,21 @@ def test_bad_arguments_exit_2(tiny: Path, folder: Path, tmp_path: Path, args: li
     assert not list(tmp_path.iterdir())
 
 
-def test_bad_checkpoint_and_missing_input_exit_2(tiny: Path, folder: Path, tmp_path: Path,
+def test_bad_checkpoint_and_missing_input_exit_2(tiny_ckpt: Path, folder: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     proc = _export("--model", str(folder / "notes.png"), str(folder / "a.png"), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "notes.png" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     from vitviz.cli import main
 
-    assert main(["export", "--model", str(tiny), str(tmp_path / "missing.png"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["export", "--model", str(tiny_ckpt), str(tmp_path / "missing.png"), "--out", str(tmp_path / "o")]) == 2
     assert "missing.png: not found" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, sig: signal.Signals) -> None:
+def test_interrupted_run_leaves_only_complete_files(tiny_ckpt: Path, tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "out"
-    cmd = _slow_export(tiny, tmp_path, 40, out, "--maps", "cls,token:1,token:2,rollout", "--layers", "all,mean",
+    cmd = _slow_export(tiny_ckpt, tmp_path, 40, out, "--maps", "cls,token:1,token:2,rollout", "--layers", "all,mean",
                        "--which-heads", "all,mean,max", "--colorbar")
     env = _env()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -229,11 +221,11 @@ def test_interrupted_run_leaves_only_complete_files(tiny: Path, tmp_path: Path, 
     assert manifest["summary"]["interrupted"] is True
 
 
-def test_killed_run_leaves_no_partial_file_and_the_rerun_cleans_up(tiny: Path, tmp_path: Path) -> None:
+def test_killed_run_leaves_no_partial_file_and_the_rerun_cleans_up(tiny_ckpt: Path, tmp_path: Path) -> None:
     """SIGKILL cannot be caught: final names still only ever hold complete files, and the next run removes the
     temporary files of dead writers (but not those of a live one) and finishes the job."""
     out = tmp_path / "out"
-    cmd = _slow_export(tiny, tmp_path, 30, out, "--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean")
+    cmd = _slow_export(tiny_ckpt, tmp_path, 30, out, "--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean")
     env = _env()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
@@ -314,7 +306,7 @@ def test_rollout_rows_match_the_reference() -> None:
         np.testing.assert_allclose(rows, ref, rtol=1e-5, atol=1e-7)
 
 
-def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, folder: Path,
+def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny_ckpt: Path, folder: Path,
                                                                     tmp_path: Path) -> None:
     """CLS / token maps alone capture only those query rows; the PNGs equal a full-matrix run's."""
     from vitviz.batch.plan import query_rows
@@ -323,7 +315,7 @@ def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, f
     outs = {}
     for name, maps in (("rows", "cls,token:3"), ("full", "cls,token:3,mean")):
         outs[name] = tmp_path / name
-        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(outs[name]),
+        done = _export("--model", str(tiny_ckpt), "--heads", HEADS, str(folder / "a.png"), "--out", str(outs[name]),
                        "--maps", maps, "--layers", "all", "--which-heads", "all,mean,max", "--colorbar")
         assert done.returncode == 0, done.stderr
     pngs = sorted(p.name for p in outs["rows"].glob("*.png"))
@@ -332,11 +324,11 @@ def test_cls_and_token_maps_keep_only_their_rows_and_draw_the_same(tiny: Path, f
         assert (outs["rows"] / name).read_bytes() == (outs["full"] / name).read_bytes(), name
 
 
-def test_rollout_options_reach_the_pngs(tiny: Path, folder: Path, tmp_path: Path) -> None:
+def test_rollout_options_reach_the_pngs(tiny_ckpt: Path, folder: Path, tmp_path: Path) -> None:
     """--fusion / --discard-ratio / --residual change the rollout PNG (and the manifest records them)."""
     def export(label: str, *extra: str) -> bytes:
         out = tmp_path / "_".join(extra or ("default",))
-        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(out),
+        done = _export("--model", str(tiny_ckpt), "--heads", HEADS, str(folder / "a.png"), "--out", str(out),
                        "--maps", "rollout", "--style", "heatmap", *extra)
         assert done.returncode == 0, done.stderr
         assert [p.name for p in out.glob("*.png")] == [f"a_{label}_L1_Hmean.png"]
@@ -350,13 +342,13 @@ def test_rollout_options_reach_the_pngs(tiny: Path, folder: Path, tmp_path: Path
 
     same = tmp_path / "rerun"  # other settings into the same folder: new files, not "already done"
     for extra in ((), ("--fusion", "max")):
-        done = _export("--model", str(tiny), "--heads", HEADS, str(folder / "a.png"), "--out", str(same),
+        done = _export("--model", str(tiny_ckpt), "--heads", HEADS, str(folder / "a.png"), "--out", str(same),
                        "--maps", "rollout", *extra)
         assert done.returncode == 0 and "0 skipped" in done.stdout, done.stdout
     assert sorted(p.name for p in same.glob("*.png")) == ["a_rollout-max_L1_Hmean.png", "a_rollout_L1_Hmean.png"]
     manifest = json.loads((tmp_path / "--discard-ratio_0.9" / "manifest.json").read_text())
     assert manifest["parameters"]["discard_ratio"] == 0.9
-    bad = _export("--model", str(tiny), str(folder), "--out", str(tmp_path / "x"), "--discard-ratio", "1")
+    bad = _export("--model", str(tiny_ckpt), str(folder), "--out", str(tmp_path / "x"), "--discard-ratio", "1")
     assert bad.returncode == 2 and "expected 0 <= R < 1" in bad.stderr
 
 

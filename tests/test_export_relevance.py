@@ -24,11 +24,6 @@ HEADS = 2
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("model") / "tiny.pth")
-
-
-@pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("images") / "cat.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(path)
@@ -36,14 +31,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(tiny: Path):  # noqa: ANN201
+def model(tiny_ckpt: Path):  # noqa: ANN201
     import vitviz
 
-    return vitviz.load(tiny, heads=HEADS, device="cpu")
+    return vitviz.load(tiny_ckpt, heads=HEADS, device="cpu")
 
 
-def _export(tiny: Path, image: Path, out: Path, *args: str) -> int:
-    return main(["export", "--model", str(tiny), "--heads", str(HEADS), str(image), "--out", str(out), "--quiet",
+def _export(tiny_ckpt: Path, image: Path, out: Path, *args: str) -> int:
+    return main(["export", "--model", str(tiny_ckpt), "--heads", str(HEADS), str(image), "--out", str(out), "--quiet",
                  *args])
 
 
@@ -107,12 +102,12 @@ def test_the_plan_asks_for_each_pass_only_when_a_map_needs_it() -> None:
 # ---------------------------------------------------------------------------------------------- the files
 
 
-def test_gradient_and_feature_maps_equal_the_library(model, tiny: Path, image: Path, tmp_path: Path) -> None:  # noqa: ANN001
+def test_gradient_and_feature_maps_equal_the_library(model, tiny_ckpt: Path, image: Path, tmp_path: Path) -> None:  # noqa: ANN001
     from vitviz.core.features import capture_features, feature_pca, prefix_norms, token_norms
     from vitviz.core.relevance import class_relevance
 
     out = tmp_path / "out"
-    assert _export(tiny, image, out, "--maps", "relevance:3,gradrollout,attngrad:3,pca,norms", "--layers", "all",
+    assert _export(tiny_ckpt, image, out, "--maps", "relevance:3,gradrollout,attngrad:3,pca,norms", "--layers", "all",
                    "--which-heads", "all,mean", "--npz", "--colorbar") == 0
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == sorted(["cat_relevance-c3_Lall.png", "cat_gradrollout_Lall.png", "cat_pca_L0.png",
@@ -173,10 +168,10 @@ def test_a_pca_colour_image_is_not_a_heatmap(model, image: Path) -> None:  # noq
     ("gradrollout:cat", [], "class 'cat': this model has no class labels; give an index 0-4"),
     ("pca", ["--layers", "mean"], "the pca map has no mean over layers"),
 ])
-def test_a_bad_class_or_layer_exits_2_with_the_reason(tiny: Path, image: Path, tmp_path: Path, maps: str,
+def test_a_bad_class_or_layer_exits_2_with_the_reason(tiny_ckpt: Path, image: Path, tmp_path: Path, maps: str,
                                                        args: list[str], message: str,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    assert _export(tiny, image, tmp_path / "out", "--maps", maps, *args) == 2
+    assert _export(tiny_ckpt, image, tmp_path / "out", "--maps", maps, *args) == 2
     err = capsys.readouterr().err
     assert f"vitviz: error: {message}" in err
     assert not (tmp_path / "out").exists()
@@ -191,7 +186,7 @@ def test_a_model_without_classifier_has_no_relevance(tmp_path: Path, image: Path
 
 
 def test_the_plain_export_runs_no_extra_pass_and_relevance_alone_no_attention_pass(
-        tiny: Path, image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_ckpt: Path, image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from vitviz.core import capture, features, relevance
 
     def refuse(*_a: object, **_k: object) -> None:
@@ -200,10 +195,10 @@ def test_the_plain_export_runs_no_extra_pass_and_relevance_alone_no_attention_pa
     with monkeypatch.context() as m:
         m.setattr(relevance, "class_relevance", refuse)
         m.setattr(features, "capture_features", refuse)
-        assert _export(tiny, image, tmp_path / "plain", "--maps", "cls,rollout", "--npz") == 0
+        assert _export(tiny_ckpt, image, tmp_path / "plain", "--maps", "cls,rollout", "--npz") == 0
     with monkeypatch.context() as m:
         m.setattr(capture.VitModel, "forward_captured", refuse)
-        assert _export(tiny, image, tmp_path / "grad", "--maps", "relevance,norms") == 0
+        assert _export(tiny_ckpt, image, tmp_path / "grad", "--maps", "relevance,norms") == 0
     assert sorted(p.name for p in (tmp_path / "grad").glob("*.png")) == ["cat_norms_L1.png", "cat_relevance_Lall.png"]
 
 
@@ -229,7 +224,7 @@ def test_result_maps_keep_relevance_and_features(model, image: Path) -> None:  #
     assert maps.nbytes > before
 
 
-def test_the_windows_npz_holds_the_relevance_and_norms_computed_under_the_clis_keys(model, tiny: Path, image: Path,  # noqa: ANN001
+def test_the_windows_npz_holds_the_relevance_and_norms_computed_under_the_clis_keys(model, tiny_ckpt: Path, image: Path,  # noqa: ANN001
                                                                                     tmp_path: Path) -> None:
     from vitviz.core.features import capture_features, prefix_norms, token_norms
     from vitviz.core.relevance import class_relevance
@@ -240,7 +235,7 @@ def test_the_windows_npz_holds_the_relevance_and_norms_computed_under_the_clis_k
     feats = capture_features(model, str(image))
     maps.add_features(feats, token_norms(feats), prefix_norms(feats))
     export_npz(maps, tmp_path / "window.npz")
-    assert _export(tiny, image, tmp_path / "cli", "--maps", "relevance:3,gradrollout:3,attngrad:3,norms",
+    assert _export(tiny_ckpt, image, tmp_path / "cli", "--maps", "relevance:3,gradrollout:3,attngrad:3,norms",
                    "--npz") == 0
     ours, theirs = np.load(tmp_path / "window.npz"), np.load(tmp_path / "cli" / "cat.npz")
     keys = {"relevance_c3", "relevance_c3_class", "gradrollout_c3", "gradrollout_c3_class", "attngrad_c3",
