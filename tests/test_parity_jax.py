@@ -170,3 +170,19 @@ def test_npz_with_pickled_objects_is_refused(tmp_path) -> None:
     np.savez(tmp_path / "bad.npz", **{"embedding/kernel": np.array([object()], dtype=object)})
     with pytest.raises(VitvizError, match="pickle"):
         vitviz.load(tmp_path / "bad.npz", device="cpu")
+
+
+def test_a_folder_holding_an_npz_opens_it(tmp_path) -> None:
+    """`.npz` is a weights suffix like the others: a folder with one opens it (the window's drop, `vitviz info DIR`)."""
+    src = build("vit_jax")
+    folder = tmp_path / "my-jax-vit"
+    folder.mkdir()
+    to_npz(src, folder / "ViT-Ti_8.npz", "vit_jax")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = vitviz.load(folder, device="cpu"), vitviz.load(folder / "ViT-Ti_8.npz", device="cpu")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    np.testing.assert_array_equal(a.run(x).attentions, b.run(x).attentions)
+    from vitviz.gui.dropping import classify
+
+    assert classify([str(folder)]).models == [str(folder)]

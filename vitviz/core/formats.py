@@ -5,9 +5,9 @@ Torch-free, so the window can sort dropped files without importing torch.
 from __future__ import annotations
 
 # Weight files vitviz reads itself (`vitviz.core.checkpoint`).
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar", ".npz")   # .npz: JAX (core/npz.py)
 # Weight files of other frameworks: recognised as model files, so opening one gives a clear message about the format.
-FOREIGN_WEIGHT_SUFFIXES = (".npz", ".h5", ".msgpack")
+FOREIGN_WEIGHT_SUFFIXES = (".h5", ".msgpack")
 MODEL_FILE_SUFFIXES = WEIGHT_SUFFIXES + FOREIGN_WEIGHT_SUFFIXES
 # The weights file of a model folder (Hugging Face / timm hub / open_clip layouts), most preferred first.
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth",
