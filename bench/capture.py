@@ -182,7 +182,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rollout-repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument("--only", choices=("live", "families"), help="run only this part")
+    parser.add_argument("--only", choices=("core", "live", "families"),
+                        help="run only this part (core: the ViT-B/16 comparisons and rollout)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -219,6 +220,8 @@ def main() -> None:
     r = time_rollout(577, repeats=args.rollout_repeats)
     print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
           f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")
+    if args.only == "core":
+        return
     _live_report(x, args)
     _families_report(x, args)
 
