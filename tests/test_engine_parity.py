@@ -233,3 +233,83 @@ def test_the_features_dock_and_cli_write_the_same_pca_and_norms(full_maps: Resul
     cli = _cli(tiny, image, tmp_path / "cli", ["--maps", "pca,norms", *style_args])
     _assert_same(folder, cli)
     assert set(_pngs(folder)) == {f"cat_photo_{kind}_L{layer}.png" for kind in ("pca", "norms") for layer in (0, 1)}
+
+
+# ---------------------------------------------------------------------------------------------- a MAP head's maps
+# (SigLIP, PE have no CLS token; the pooling query's attention is their "CLS attention"): the window's 'pool' source
+# and its rollout target are `vitviz export --maps pool` and `--maps rollout:pool`, same names, same bytes
+
+SIGLIP = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0)
+
+
+@pytest.fixture(scope="module")
+def siglip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random timm SigLIP tower (MAP head) saved as a timm hub folder."""
+    timm = pytest.importorskip("timm")
+    folder = tmp_path_factory.mktemp("siglip")
+    model = timm.create_model("vit_base_patch16_siglip_224", pretrained=False, num_classes=0, **SIGLIP)
+    timm.models._hub.save_for_hf(model, str(folder), model_args=SIGLIP, safe_serialization=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def siglip_maps(siglip: Path, image: Path) -> ResultMaps:
+    import warnings
+
+    import vitviz
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ResultMaps(vitviz.load(siglip, device="cpu").run(image))
+
+
+POOL_MAPS = [
+    ("pool", {"source": "pool"}, ["--maps", "pool"],
+     {f"cat_photo_pool_Lall_H{head}.png" for head in ("0", "1", "2", "3", "mean", "max")}),
+    ("rollout-pool", {"source": "rollout", "rollout_pool": True}, ["--maps", "rollout:pool"],
+     {f"cat_photo_rollout-pool_L{layer}_Hmean.png" for layer in range(2)}),
+    ("rollout-pool-max-d0.5", {"source": "rollout", "rollout_pool": True, "rollout_fusion": "max",
+                               "rollout_discard": 0.5}, ["--maps", "rollout:pool", "--fusion", "max",
+                                                         "--discard-ratio", "0.5"],
+     {f"cat_photo_rollout-pool-max-d0.5_L{layer}_Hmean.png" for layer in range(2)}),
+]
+
+
+@pytest.mark.parametrize("name, fields, args, expected", POOL_MAPS, ids=[m[0] for m in POOL_MAPS])
+@pytest.mark.parametrize("picture", [PICTURES[0], PICTURES[1]], ids=[PICTURES[0][0], PICTURES[1][0]])
+def test_window_and_cli_write_the_same_pool_maps(siglip_maps: ResultMaps, siglip: Path, image: Path, tmp_path: Path,
+                                                 name: str, fields: dict[str, Any], args: list[str],
+                                                 expected: set[str], picture: tuple) -> None:
+    _label, style, heatmap_only, colorbar, style_args = picture
+    window = _window(siglip_maps, tmp_path / "window", {**fields, **style}, heatmap_only, colorbar)
+    code = main(["export", "--model", str(siglip), str(image), "--out", str(tmp_path / "cli"), "--layers", "all",
+                 "--which-heads", "all,mean,max", "--quiet", *args, *style_args])
+    assert code == 0
+    _assert_same(window, tmp_path / "cli")
+    assert set(_pngs(window)) == expected
+
+
+def test_pool_maps_are_the_map_heads_attention(siglip_maps: ResultMaps) -> None:
+    """'pool' is `AttentionResult.pool_map` per head; its rollout pulls the fused pooling row back through the
+    layers exactly as the full rollout matrix does."""
+    from vitviz.core.maps import pool_vector
+
+    result = siglip_maps.result
+    stack = siglip_maps.stack("pool")
+    assert stack.maps.shape == (1, 4 + 2, *result.grid) and stack.title.startswith("pooling attention")
+    for head in (0, 3, "mean", "max"):
+        np.testing.assert_allclose(stack.select("all", head), result.pool_map(head), rtol=1e-6)
+    params = RolloutParams("max", 0.5, 0, 0.3)
+    rolled = siglip_maps.stack(MapKind("poolrollout", rollout=params))
+    engine = siglip_maps.rollout
+    full = pool_vector(result.pool_attention, "max") @ engine.matrix(params)        # (T,) through every layer
+    np.testing.assert_allclose(rolled.select(-1, "mean"), full.reshape(result.grid), rtol=1e-5, atol=1e-7)
+    assert MapKind.parse("rollout:pool", params) == MapKind("poolrollout", rollout=params)
+    assert MapKind.parse("pool").label == "pool" and rolled.title.startswith("rollout of the pooling query")
+
+
+def test_pool_map_of_a_model_without_a_map_head_is_refused(tiny: Path, image: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["export", "--model", str(tiny), "--heads", str(HEADS), str(image), "--out", str(tmp_path / "o"),
+                 "--maps", "pool", "--quiet"])
+    assert code == 2 and "needs a MAP pooling head" in capsys.readouterr().err

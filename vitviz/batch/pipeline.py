@@ -24,7 +24,9 @@ import numpy as np
 from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
 from vitviz.core import files, images
-from vitviz.core.maps import MapKind, MapStack, map_stack, norm_stack, relevance_arrays, relevance_stack
+from vitviz.core.capture import pool_rows
+from vitviz.core.maps import (MapKind, MapStack, map_stack, norm_stack, pool_arrays, pool_stack, relevance_arrays,
+                              relevance_stack)
 from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import DiskFullError, VitvizError
@@ -231,11 +233,17 @@ class Exporter:
         plan = self.plan
         attn: Any = [None] * len(batch)
         logits: Any = [None] * len(batch)
+        pools: list[np.ndarray | None] = [None] * len(batch)
         if plan.needs_attention:
             try:
-                # logits only go into .npz; without it the pass stops at the last softmax
+                # logits only go into .npz; without it the pass stops at the last softmax, unless a MAP head's map
+                # is asked for (the head runs after the blocks)
                 x = torch.cat([p.x for p in batch])
-                attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz, rows=plan.rows)
+                pool: list[np.ndarray] = []
+                extra = {"pool": pool} if self.spec.pooling == "map" else {}   # the live path has no MAP head
+                attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz or plan.needs_pool,
+                                                           rows=plan.rows, **extra)
+                pools = [pool_rows(pool, self.spec, i) for i in range(len(batch))]
             except VitvizError as e:
                 for p in batch:
                     self._fail(p.job, e)
@@ -252,10 +260,11 @@ class Exporter:
             self._finish_oldest()
         for i, p in enumerate(batch):
             if p.job.status != "failed":
-                self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i], extras[i])))
+                self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i], extras[i],
+                                                           pools[i])))
 
     def _write(self, p: Prepared, attn: np.ndarray | None, logits: np.ndarray | None,
-               extras: Extras | None = None) -> None:
+               extras: Extras | None = None, pool: np.ndarray | None = None) -> None:
         """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
@@ -264,6 +273,8 @@ class Exporter:
         for m in plan.maps:
             if m.source == "attention":
                 stacks[m] = map_stack(attn, m, spec, plan.rows)
+            elif m.source == "pool":
+                stacks[m] = pool_stack(m, pool, spec, attn=attn)
             elif m.kind != "pca":  # PCA is a colour image per layer, not a stack
                 assert extras is not None
                 stacks[m] = extra_stack(m, extras)
@@ -282,8 +293,9 @@ class Exporter:
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             scores, features = split_output(logits, spec)
             result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
-                                     spec=spec, source=str(job.path), features=features)
+                                     spec=spec, source=str(job.path), features=features, pool_attention=pool)
             extra = extra_arrays(plan.maps, plan.layers, extras) if extras is not None else {}
+            extra.update(pool_arrays(pool))
             self._save(job, job.outputs[-1],
                        lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite, extra=extra))
 

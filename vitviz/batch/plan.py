@@ -29,6 +29,14 @@ Maps of the blocks' output tokens need a pass of their own (`vitviz.core.feature
   --cmap and --scale do not apply, --colorbar adds a legend): `{image}_pca_L{layer}.png`.
 - `norms`: every patch's output-token norm (high-norm "artifact" tokens stand out), on a scale shared by all
   layers: `{image}_norms_L{layer}.png`.
+
+Models that pool with a MAP head (SigLIP, Perception Encoder) have no CLS token; the head's latent query is their
+"CLS", and its maps come from the attention pass with the head run:
+
+- `pool`: the MAP head's attention over the patches, per pooling head (--which-heads counts the pooling head's
+  heads), one map of the whole model: `{image}_pool_Lall_H{head}.png`.
+- `rollout:pool`: the rollout of the pooling query (its heads fused by --fusion) through layers start..l:
+  `{image}_rollout-pool_L{layer}_Hmean.png`.
 """
 from __future__ import annotations
 
@@ -37,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job
-from vitviz.core.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.maps import GRADIENT_KINDS, POOL_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
@@ -100,10 +108,14 @@ def resolve_picks(picks: list[int | str], size: int, what: str) -> list[int | st
 
 def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
     """Refuse maps the model cannot give: 'cls' without a CLS token, a token index past the last token, a rollout
-    starting after the last layer."""
+    starting after the last layer, a MAP head's map of a model without one."""
     for m in maps:
         if m.kind == "cls" and not (spec.cls_token and spec.num_prefix > 0):
-            raise SelectionError("this model has no CLS token, so the 'cls' map is undefined; use --maps mean")
+            hint = "pool (its MAP head's attention) or mean" if spec.pooling == "map" else "mean"
+            raise SelectionError(f"this model has no CLS token, so the 'cls' map is undefined; use --maps {hint}")
+        if m.kind in POOL_KINDS and spec.pooling != "map":
+            raise SelectionError(f"the {m.label} map needs a MAP pooling head (SigLIP, Perception Encoder); this "
+                                 f"model pools with {spec.pooling!r}")
         query, what = (m.token, "token") if m.kind == "token" else (m.rollout.query, "rollout")
         if query is not None and not 0 <= int(query) < spec.num_tokens:
             raise SelectionError(f"{what}:{query} out of range: the model has {spec.num_tokens} tokens "
@@ -173,17 +185,21 @@ def check_layers(maps: list[MapKind], layers: list[LayerSel]) -> None:
 
 def with_rollout(maps: list[MapKind], params: RolloutParams) -> list[MapKind]:
     """The maps with `params` as the settings of every rollout (each rollout keeps its own query)."""
-    return [MapKind("rollout", rollout=RolloutParams(params.fusion, params.discard, params.start, params.residual,
-                                                     m.rollout.query)) if m.kind == "rollout" else m for m in maps]
+    return [MapKind(m.kind, rollout=RolloutParams(params.fusion, params.discard, params.start, params.residual,
+                                                  m.rollout.query))
+            if m.kind in ("rollout", "poolrollout") else m for m in maps]
 
 
-def combos(maps: list[MapKind], layers: list[LayerSel], heads: list[HeadSel]) -> list[Combo]:
+def combos(maps: list[MapKind], layers: list[LayerSel], heads: list[HeadSel],
+           pool_heads: list[HeadSel] | None = None) -> list[Combo]:
     """Every (map, layer, head) to draw, in order. Rollout fuses the heads, and PCA and norms have none, so they
-    have one head ('mean'); relevance and gradient rollout are one map of the whole model (layer 'all')."""
+    have one head ('mean'); relevance, gradient rollout and the MAP head's 'pool' are one map of the whole model
+    (layer 'all'); 'pool' takes `pool_heads` (the pooling head's; default `heads`)."""
     out: list[Combo] = []
     for m in maps:
+        picks = pool_heads if m.kind == "pool" and pool_heads is not None else heads
         for layer in (layers if m.per_layer else ["all"]):
-            for head in (heads if m.per_head else ["mean"]):
+            for head in (picks if m.per_head else ["mean"]):
                 if (m, layer, head) not in out:
                     out.append((m, layer, head))
     return out
@@ -192,23 +208,23 @@ def combos(maps: list[MapKind], layers: list[LayerSel], heads: list[HeadSel]) ->
 def output_name(stem: str, m: MapKind, layer: LayerSel, head: HeadSel) -> str:
     """The name of one exported map, in the window as in `vitviz export`: `{image}_{map}_L{layer}_H{head}.png`;
     `{image}_{map}_L{layer}.png` for maps without heads (PCA, norms); `{image}_{map}_Lall.png` for a map of the
-    whole model (relevance, gradient rollout).
+    whole model (relevance, gradient rollout), `{image}_{map}_Lall_H{head}.png` for one with heads (pool).
 
     The map part is `MapKind.label`: a rollout's carries any non-default setting (`rollout-max-d0.9-r0.3`), so a
     rerun with other settings writes new files instead of skipping the old ones as done; rollout has only head
     'mean'. A gradient map's carries its class (`relevance-c3`; `relevance` for the top class).
     """
     if not m.per_layer:
-        return f"{stem}_{m.label}_Lall.png"
+        return f"{stem}_{m.label}_Lall" + (f"_H{head}.png" if m.per_head else ".png")
     if m.kind in ("pca", "norms"):
         return f"{stem}_{m.label}_L{layer}.png"
-    return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind == 'rollout' else head}.png"
+    return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind in ('rollout', 'poolrollout') else head}.png"
 
 
 def query_rows(maps: list[MapKind]) -> list[int] | None:
     """The only query rows the attention maps among these read (CLS and token maps), or None when one needs whole
-    matrices; [] when none is an attention map."""
-    rows = [m.query_row for m in maps if m.source == "attention"]
+    matrices (the rollout of the pooling query does); [] when none is an attention map."""
+    rows = [m.query_row for m in maps if m.source == "attention" or m.kind == "poolrollout"]
     return None if any(r is None for r in rows) else sorted({int(r) for r in rows if r is not None})
 
 
@@ -230,16 +246,27 @@ class Plan:
     overwrite: bool = False
     batch_size: int = 8
     workers: int = 2
+    pool_heads: list[HeadSel] | None = None
 
     @property
     def rows(self) -> list[int] | None:
-        """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those."""
-        return None if self.npz else query_rows(self.maps)
+        """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those (one row,
+        token 0, when only the MAP head's attention is wanted; [] when no attention map is)."""
+        if self.npz:
+            return None
+        rows = query_rows(self.maps)
+        return [0] if rows == [] and self.needs_pool else rows
 
     @property
     def needs_attention(self) -> bool:
-        """Whether the captured forward pass is needed: an attention map, or the .npz (which holds attention)."""
-        return self.npz or any(m.source == "attention" for m in self.maps)
+        """Whether the captured forward pass is needed: an attention map or a MAP head's, or the .npz (which holds
+        attention)."""
+        return self.npz or any(m.source in ("attention", "pool") for m in self.maps)
+
+    @property
+    def needs_pool(self) -> bool:
+        """Whether a MAP head's attention is kept (its maps): the forward pass then runs through the head."""
+        return any(m.source == "pool" for m in self.maps)
 
     @property
     def classes(self) -> list[int | None]:
@@ -256,8 +283,8 @@ class Plan:
         return any(m.source == "features" for m in self.maps)
 
     def combos(self) -> list[Combo]:
-        """Every (map, layer, head) to draw; rollout has one head ('mean')."""
-        return combos(self.maps, self.layers, self.heads)
+        """Every (map, layer, head) to draw; rollout has one head ('mean'), 'pool' the pooling head's."""
+        return combos(self.maps, self.layers, self.heads, self.pool_heads)
 
     def jobs(self, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
         """One job per (image, subfolder), its outputs named by `output_name` (+ `{stem}.npz`)."""

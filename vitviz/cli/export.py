@@ -43,7 +43,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
                        "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; maps "
                        "without heads: {image}_pca_L{layer}.png, {image}_norms_L{layer}.png; maps of the whole "
-                       "model: {image}_relevance-c3_Lall.png; the window's exports write the same names).")
+                       "model: {image}_relevance-c3_Lall.png, {image}_pool_Lall_H{head}.png; the window's exports "
+                       "write the same names).")
     p.add_argument("--model", metavar="CHECKPOINT",
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
                         "into the torch hub cache if it is not there yet); required unless --code builds a model "
@@ -57,7 +58,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "class, one forward and backward pass per image each: relevance[:CLASS] (Chefer), "
                         "gradrollout[:CLASS] (vit-explain), attngrad[:CLASS] (attention x gradient per layer and "
                         "head), CLASS an index or label, without it the top class; maps of the output tokens: pca "
-                        "(feature PCA colours) and norms (output-token norms) (default: cls)")
+                        "(feature PCA colours) and norms (output-token norms); models with a MAP pooling head "
+                        "(SigLIP, PE): pool (its attention over the patches, per pooling head) and rollout:pool "
+                        "(the rollout of its query) (default: cls)")
     p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
@@ -184,12 +187,14 @@ def run_export_command(args: argparse.Namespace) -> int:
     model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
-    if any(m.kind == "rollout" for m in maps) and heads != ["mean"] and not args.quiet:
+    if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
               "once per layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
     _make_folder(out)
+    pool_heads = resolve_picks(args.which_heads, model.spec.pool_num_heads, "pooling head") \
+        if any(m.kind == "pool" for m in maps) else None
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
-                batch_size=args.batch_size, workers=args.workers,
+                batch_size=args.batch_size, workers=args.workers, pool_heads=pool_heads,
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size, args.colorbar_label))
     if args.size == "original" and not args.quiet:

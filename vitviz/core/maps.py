@@ -17,6 +17,12 @@ made only when such a map is asked for:
   top class); `relevance_stack` turns a `Relevance` into their stacks and `ResultMaps.add_relevance` keeps it.
 - feature maps (`FEATURE_KINDS`): 'norms' (each patch's output-token norm per layer, `norm_stack`) and 'pca' (the
   DINOv2-style PCA colours of a layer: a colour image, drawn by `vitviz.core.render.draw_colors`, not a heatmap).
+
+Models that pool with a MAP head (SigLIP, Perception Encoder: `spec.pooling == 'map'`) have no CLS token; their
+latent query's attention over the patches (`AttentionResult.pool_attention`) is their "CLS attention". Its maps
+(`POOL_KINDS`, `pool_stack`) come from the same forward pass with the head run (logits on): 'pool' (per pooling
+head, one map of the whole model: files `{image}_pool_Lall_H{head}.png`) and 'poolrollout' (`--maps rollout:pool`:
+the rollout of the pooling query, its fused attention pulled back through the layers like a token's row).
 """
 from __future__ import annotations
 
@@ -42,8 +48,10 @@ HeadSel = Union[int, str]    # a head index (negative counts from the end), 'mea
 MAP_KINDS = ("cls", "mean", "max", "rollout", "token")        # attention maps: one captured forward pass
 GRADIENT_KINDS = ("relevance", "gradrollout", "attngrad")     # one class's maps: a forward and backward pass
 FEATURE_KINDS = ("pca", "norms")                              # from the blocks' output tokens: a pass of its own
-ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS
-WHOLE_MODEL_KINDS = ("relevance", "gradrollout")              # one map of all layers together: files say `Lall`
+POOL_KINDS = ("pool", "poolrollout")                          # a MAP head's attention: the forward pass with the head
+ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS
+WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool")      # one map of all layers together: files say `Lall`
+POOL_TITLE = "pooling attention (MAP head)"
 GRADIENT_TITLES = {"relevance": "class relevance (Chefer)", "gradrollout": "gradient rollout",
                    "attngrad": "attention × gradient"}
 
@@ -69,7 +77,9 @@ class MapKind:
         kind: 'cls' (the CLS token's attention over the patches), 'mean' / 'max' (the attention each patch
             receives, averaged / maximised over the patch queries), 'token' (the attention row of `token`),
             'rollout' (attention rollout with the settings `rollout`, from `rollout.query`), one of the gradient
-            maps of class `target` ('relevance', 'gradrollout', 'attngrad'), or a feature map ('pca', 'norms').
+            maps of class `target` ('relevance', 'gradrollout', 'attngrad'), a feature map ('pca', 'norms'), or
+            a MAP head's map: 'pool' (its attention over the patches per pooling head) or 'poolrollout' (the
+            rollout of its query, with the settings `rollout`; `rollout.query` is not used).
         token: the query token of 'token' (prefix tokens count: token 0 is CLS when the model has one).
         rollout: the rollout's settings; only used by 'rollout'.
         target: the class a gradient map explains: an index, a label not yet looked up (`vitviz.batch.plan.
@@ -93,13 +103,16 @@ class MapKind:
     def parse(cls, text: str, rollout: RolloutParams | None = None) -> "MapKind":
         """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'rollout:N' (the rollout
         of token N), 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
-        without it the top class), 'pca' or 'norms'; `rollout` gives the rollout's other settings."""
+        without it the top class), 'pca' or 'norms', 'pool' (a MAP head's attention) or 'rollout:pool' (the
+        rollout of the MAP head's query); `rollout` gives the rollout's other settings."""
         text = text.strip().lower()
         base = rollout or RolloutParams()
-        if text in ("cls", "mean", "max") or text in FEATURE_KINDS:
+        if text in ("cls", "mean", "max", "pool") or text in FEATURE_KINDS:
             return cls(text)
         if text == "rollout":
             return cls("rollout", rollout=base)
+        if text == "rollout:pool":
+            return cls("poolrollout", rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual))
         grad = re.fullmatch(r"(relevance|gradrollout|attngrad)(?::(.*))?", text)
         if grad is not None:
             target = (grad.group(2) or "").strip()
@@ -110,8 +123,8 @@ class MapKind:
         match = re.fullmatch(r"(token|rollout):(\d+)", text)
         if match is None:
             raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0), "
-                                 "rollout:N, relevance[:CLASS], gradrollout[:CLASS], attngrad[:CLASS], pca or "
-                                 "norms")
+                                 "rollout:N, relevance[:CLASS], gradrollout[:CLASS], attngrad[:CLASS], pca, "
+                                 "norms, pool or rollout:pool")
         token = int(match.group(2))
         if match.group(1) == "token":
             return cls("token", token)
@@ -119,9 +132,9 @@ class MapKind:
 
     @property
     def label(self) -> str:
-        """The map's part of a file name: 'cls', 'mean', 'token17', 'pca', 'norms'; a gradient map with its class,
-        'relevance-c3' ('relevance' for the top class); for rollout 'rollout' with the settings that differ from
-        the defaults: 'rollout-token17-max-d0.9-r0.3-from2'."""
+        """The map's part of a file name: 'cls', 'mean', 'token17', 'pca', 'norms', 'pool'; a gradient map with its
+        class, 'relevance-c3' ('relevance' for the top class); for rollout 'rollout' with the settings that differ
+        from the defaults: 'rollout-token17-max-d0.9-r0.3-from2' ('rollout-pool-max' from a MAP head's query)."""
         if self.kind == "token":
             return f"token{self.token}"
         if self.kind in GRADIENT_KINDS:
@@ -130,10 +143,12 @@ class MapKind:
             if isinstance(self.target, int):
                 return f"{self.kind}-c{self.target}"
             return f"{self.kind}-{re.sub(r'[^a-z0-9]+', '_', str(self.target).lower()).strip('_')}"
-        if self.kind != "rollout":
+        if self.kind not in ("rollout", "poolrollout"):
             return self.kind
         r, parts = self.rollout, ["rollout"]
-        if r.query is not None:
+        if self.kind == "poolrollout":
+            parts.append("pool")
+        elif r.query is not None:
             parts.append(f"token{r.query}")
         if r.fusion != "mean":
             parts.append(r.fusion)
@@ -152,8 +167,11 @@ class MapKind:
 
     @property
     def source(self) -> str:
-        """What the map is made from: 'attention' (the captured forward pass), 'gradients' (a forward and
-        backward pass for its class) or 'features' (the blocks' output tokens)."""
+        """What the map is made from: 'attention' (the captured forward pass), 'pool' (the same pass with the MAP
+        head run: its attention, and all layers' for 'poolrollout'), 'gradients' (a forward and backward pass for
+        its class) or 'features' (the blocks' output tokens)."""
+        if self.kind in POOL_KINDS:
+            return "pool"
         return "gradients" if self.kind in GRADIENT_KINDS else "features" if self.kind in FEATURE_KINDS else \
             "attention"
 
@@ -164,8 +182,9 @@ class MapKind:
 
     @property
     def per_head(self) -> bool:
-        """Whether there is a map per head (rollout fuses the heads; relevance, PCA and norms have none)."""
-        return self.kind in ("cls", "mean", "max", "token", "attngrad")
+        """Whether there is a map per head (rollout fuses the heads; relevance, PCA and norms have none; 'pool' has
+        one per pooling head)."""
+        return self.kind in ("cls", "mean", "max", "token", "attngrad", "pool")
 
 
 @dataclass(frozen=True)
@@ -284,10 +303,12 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
     return MapStack(maps=maps, vmax=vmax, title=title)
 
 
-def rollout_title(params: RolloutParams, spec: ModelSpec) -> str:
-    """E.g. 'rollout of cls (max, discard 0.9, from layer 2, residual 0.5)'."""
+def rollout_title(params: RolloutParams, spec: ModelSpec, who: str = "") -> str:
+    """E.g. 'rollout of cls (max, discard 0.9, from layer 2, residual 0.5)'; `who` names the query instead of
+    `params.query` (e.g. 'the pooling query')."""
     q = params.query
-    who = spec.token_name(q) if q is not None else ("cls" if spec.cls_token and spec.num_prefix else "mean patch")
+    if not who:
+        who = spec.token_name(q) if q is not None else ("cls" if spec.cls_token and spec.num_prefix else "mean patch")
     knobs = [params.fusion]
     if params.discard > 0:
         knobs.append(f"discard {params.discard:.2f}")
@@ -308,6 +329,53 @@ def _fused_stack(data: np.ndarray, title: str, signed: bool = False) -> MapStack
         return MapStack(maps=maps, vmax=np.array([g.max() for g in groups], dtype=np.float64), title=title)
     vmax = np.array([np.abs(g).max() for g in groups], dtype=np.float64)
     return MapStack(maps=maps, vmax=vmax, title=title, vmin=-vmax)
+
+
+def pool_vector(pool_attention: np.ndarray, fusion: str) -> np.ndarray:
+    """(T,) a MAP head's (H', T) attention with its heads fused like a rollout layer's ('mean', 'max' or 'min'),
+    scaled to sum 1: the pooling query's row to roll out."""
+    rows = np.asarray(pool_attention, dtype=np.float32)
+    v = {"mean": rows.mean, "max": rows.max, "min": rows.min}[fusion](axis=0)
+    total = float(v.sum())
+    return (v / total if total > 0 else v).astype(np.float32)
+
+
+def pool_stack(kind: MapKind, pool_attention: np.ndarray | None, spec: ModelSpec, attn: np.ndarray | None = None,
+               engine: RolloutEngine | None = None) -> MapStack:
+    """The stack of a MAP head's map (`POOL_KINDS`).
+
+    'pool': its attention over the patches per pooling head, one map of the whole model: (1, H' + 2, gh, gw).
+    'poolrollout': the pooling query's row (`pool_vector`) pulled back through layers l..start for every layer l,
+    as a token's rollout row is (`RolloutEngine.pull`, O(L²·T²)): (L, 3, gh, gw).
+
+    Args:
+        pool_attention: (H', T) `AttentionResult.pool_attention` (zeros on prefix tokens the head does not see).
+        attn: (L, H, T, T) the image's attention (only for 'poolrollout', unless `engine` is given).
+
+    Raises:
+        SelectionError: no pooling attention (the model has no MAP head, or the run stopped before it).
+    """
+    if kind.kind not in POOL_KINDS:
+        raise SelectionError(f"{kind.label} is not a map of a MAP head; expected one of {', '.join(POOL_KINDS)}")
+    if pool_attention is None:
+        raise SelectionError(f"the {kind.label} map needs a MAP pooling head's attention: this model pools with "
+                             f"{spec.pooling!r}" + (" (and the run stopped before the head)"
+                                                     if spec.pooling == "map" else "; only SigLIP / PE have one"))
+    p, (gh, gw) = spec.num_prefix, spec.grid
+    if kind.kind == "pool":
+        rows = np.asarray(pool_attention, dtype=np.float32)[:, p:]                  # (H', N)
+        return _fused_stack(rows.reshape(1, rows.shape[0], gh, gw), POOL_TITLE)     # (1, H', gh, gw)
+    if engine is None:
+        if attn is None:
+            raise SelectionError("the rollout of the pooling query needs the image's attention")
+        engine = RolloutEngine(attn, p, spec.cls_token)
+    params = kind.rollout
+    v = pool_vector(pool_attention, params.fusion)
+    data = np.zeros((engine.depth, engine.num_tokens), dtype=np.float32)
+    for end in range(params.start, engine.depth):
+        data[end] = engine.pull(v, params, end)
+    maps = data[:, p:].reshape(engine.depth, 1, gh, gw)                            # (L, T) -> (L, 1, gh, gw)
+    return _fused_stack(maps, rollout_title(params, spec, who="the pooling query"))
 
 
 def gradient_title(kind: str, target: int | None, spec: ModelSpec) -> str:
@@ -341,19 +409,26 @@ def relevance_arrays(kind: MapKind, rel: "Relevance") -> dict[str, np.ndarray]:
     return {key: np.asarray(values), f"{key}_class": np.array(rel.target)}
 
 
+def pool_arrays(pool_attention: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The .npz array of a MAP head's attention, as `vitviz export --npz` keys it: 'pool_attention' (H', T);
+    nothing without one."""
+    return {} if pool_attention is None else {"pool_attention": np.asarray(pool_attention, dtype=np.float32)}
+
+
 def norm_stack(norms: np.ndarray) -> MapStack:
     """The stack of the output-token norms (L, gh, gw) (`vitviz.core.features.token_norms`): one 'head' per
     layer, on a scale shared by all layers."""
     return _fused_stack(np.asarray(norms)[:, None], "output-token norm")         # (L, gh, gw) -> (L, 1, gh, gw)
 
 
-def pending_stack(kind: MapKind, grid: tuple[int, int], depth: int, heads: int) -> MapStack:
-    """Zeros the shape of `kind`'s stack while its pass runs (`MapStack.pending`), titled so."""
+def pending_stack(kind: MapKind, grid: tuple[int, int], depth: int, heads: int, title: str = "") -> MapStack:
+    """Zeros the shape of `kind`'s stack while its pass runs (`MapStack.pending`), titled so (or `title`: a map
+    that will not come, e.g. a MAP head's map of a model without one)."""
     layers = depth if kind.per_layer else 1
     columns = heads if kind.per_head else 1
-    what = GRADIENT_TITLES.get(kind.kind, kind.kind)
+    what = GRADIENT_TITLES.get(kind.kind, POOL_TITLE if kind.kind == "pool" else kind.kind)
     return MapStack(maps=np.zeros((layers, columns + 2, *grid), dtype=np.float32), vmax=np.zeros(3),
-                    title=f"{what}: computing…", pending=True)
+                    title=title or f"{what}: computing…", pending=True)
 
 
 MAX_ROLLOUT_STACKS = 8
@@ -420,6 +495,7 @@ class ResultMaps:
                 out.update(relevance_arrays(MapKind(kind, target=target), rel))
         if self.norms is not None and self.prefix_norms is not None:
             out["norms"], out["prefix_norms"] = self.norms, self.prefix_norms
+        out.update(pool_arrays(self.result.pool_attention))
         return out
 
     def has(self, kind: MapKind) -> bool:
@@ -428,23 +504,32 @@ class ResultMaps:
             return kind.target in self._relevance
         if kind.kind == "norms":
             return self.norms is not None
+        if kind.source == "pool":
+            return self.result.pool_attention is not None
         return kind.source == "attention"
 
     def stack(self, kind: MapKind | str) -> MapStack:
         """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5', 'relevance:3'...).
 
         Raises:
-            MapNotReady: a gradient map of a class, or the norms, before their pass has run ('pca' is a colour
-                image, not a stack).
+            MapNotReady: a gradient map of a class, or the norms, before their pass has run, or a MAP head's map
+                of a result without one ('pca' is a colour image, not a stack).
         """
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         if kind not in self._stacks:
+            if not self.has(kind) and kind.source == "pool":
+                raise MapNotReady(f"the {kind.label} map of {self.result.source}: the result has no pooling "
+                                  f"attention (the model pools with {self.result.spec.pooling!r})")
             if not self.has(kind):
                 raise MapNotReady(f"the {kind.label} map of {self.result.source} has not been computed yet")
             if kind.source == "gradients":
                 self._stacks[kind] = relevance_stack(self._relevance[kind.target], kind.kind)  # type: ignore[index]
             elif kind.kind == "norms":
                 self._stacks[kind] = norm_stack(self.norms)  # type: ignore[arg-type]
+            elif kind.source == "pool":
+                self._stacks[kind] = pool_stack(kind, self.result.pool_attention, self.result.spec,
+                                                engine=self.rollout)
+                self._forget_old_rollouts()
             else:
                 self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, engine=self.rollout)
                 self._forget_old_rollouts()
@@ -473,7 +558,7 @@ class ResultMaps:
         return self._stats
 
     def _forget_old_rollouts(self) -> None:
-        keys = [k for k in self._stacks if k.kind == "rollout" and k != MapKind("rollout")]
+        keys = [k for k in self._stacks if k.kind in ("rollout", "poolrollout") and k != MapKind("rollout")]
         for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
             del self._stacks[key]
 

@@ -35,8 +35,11 @@ MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as 
     "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
     "relevance[:N]": "Chefer's class relevance of class N (default: the top class); gradrollout[:N] and "
                      "attngrad[:N] the gradient rollout and attention x gradient",
+    "pool": "a MAP pooling head's attention over the patches (SigLIP, PE: their 'CLS attention'); rollout:pool "
+            "the rollout of its query",
 }
-SOURCES = MAP_KINDS + ("relevance",)   # the image panel's map sources: attention, and the gradient maps of a class
+SOURCES = MAP_KINDS + ("relevance", "pool")   # the image panel's map sources: attention, the gradient maps of a
+                                              # class, and a MAP head's attention (only offered for such models)
 RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient rollout",
                      "attngrad": "Attention × gradient"}   # the gradient map kinds (`GRADIENT_KINDS`)
 COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
@@ -59,12 +62,16 @@ class ViewState:
         rollout_fusion, rollout_discard, rollout_start, rollout_residual: the rollout's head fusion ('mean',
             'max', 'min'), discard ratio in [0, 1), first layer and residual weight in [0, 1] (see
             `vitviz.core.rollout`); they drive the rollout panel, the 'rollout' map source and its export. The
-            rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS).
+            rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS),
+            or, with `rollout_pool`, from a MAP head's pooling query (`--maps rollout:pool`).
         matrix_log: show the token matrix on a log scale.
         stats_average: head statistics averaged over every image run so far instead of the current one.
         relevance_method: the gradient map the 'relevance' source shows: 'relevance' (Chefer et al.),
             'gradrollout' (vit-explain's gradient rollout) or 'attngrad' (attention x gradient per layer and head).
         relevance_class: the class it explains; None: the image's top class.
+
+    The 'pool' source is a MAP pooling head's attention over the patches, one map of the whole model per pooling
+    head (SigLIP, PE; `vitviz export --maps pool`).
     """
 
     source: str = "cls"
@@ -81,6 +88,7 @@ class ViewState:
     rollout_discard: float = 0.0
     rollout_start: int = 0
     rollout_residual: float = 0.5
+    rollout_pool: bool = False
     matrix_log: bool = False
     stats_average: bool = False
     relevance_method: str = "relevance"
@@ -152,8 +160,10 @@ def parse_map_arg(text: str) -> dict[str, object]:
     'rollout', 'token:N' -> the attention row of token N.
     """
     text = text.strip().lower()
-    if text in ("cls", "mean", "max", "rollout"):
+    if text in ("cls", "mean", "max", "rollout", "pool"):
         return {"source": text}
+    if text == "rollout:pool":
+        return {"source": "rollout", "rollout_pool": True}
     if text.startswith("token:"):
         index = text.split(":", 1)[1]
         if index.isdigit():
@@ -187,7 +197,7 @@ def parse_layer_arg(text: str) -> LayerSel:
         raise ValueError(f"unknown layer {text!r}; expected an integer or 'mean'") from None
 
 
-ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual"}
+ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual", "rollout_pool"}
 RELEVANCE_FIELDS = {"relevance_method", "relevance_class"}
 
 
@@ -199,7 +209,12 @@ def rollout_params(state: ViewState) -> RolloutParams:
 
 
 def map_kind(state: ViewState) -> MapKind:
-    """The map the state selects; the 'token' source without a query token shows CLS attention."""
+    """The map the state selects; the 'token' source without a query token shows CLS attention; rollout from the
+    pooling query with `rollout_pool`."""
+    if state.source == "rollout" and state.rollout_pool:
+        params = rollout_params(state)
+        return MapKind("poolrollout", rollout=RolloutParams(params.fusion, params.discard, params.start,
+                                                            params.residual))
     if state.source == "rollout":
         return MapKind("rollout", rollout=rollout_params(state))
     if state.source == "token":
@@ -216,11 +231,14 @@ def map_label(state: ViewState) -> str:
 
 def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
     """The stack of every layer and head of the map the state selects; while a class's gradient maps are being
-    computed, a placeholder of zeros titled so (`MapStack.pending`, which is never exported)."""
+    computed, a placeholder of zeros titled so (`MapStack.pending`, which is never exported), as for a MAP head's
+    map of a model without one."""
     kind = map_kind(state)
     if not maps.has(kind):
         spec = maps.result.spec
-        return pending_stack(kind, maps.grid, spec.depth, spec.num_heads)
+        none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
+                "have one)") if kind.source == "pool" else ""
+        return pending_stack(kind, maps.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
     return maps.stack(kind)
 
 
