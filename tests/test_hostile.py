@@ -635,6 +635,18 @@ def test_bad_preprocessor_config_fails_at_load(formats: dict[str, tuple[Path, di
         refused(lambda: vitviz.load(folder), MetadataError, "preprocessor_config.json", f"'{field}'", needle)
 
 
+def test_valid_preprocessor_variants_load(formats: dict[str, tuple[Path, dict[str, Any]]], tmp_path: Path) -> None:
+    """What transformers' processors write in their many forms is accepted: int sizes, shortest/longest edge,
+    crop sizes, a rescale factor."""
+    folder = _copy(formats["hf"][0], tmp_path / "hf")
+    pp = json.loads((folder / "preprocessor_config.json").read_text())
+    for extra in ({"size": 32}, {"size": {"longest_edge": 64}}, {"size": {"shortest_edge": 36}, "crop_size": 32,
+                                                                  "do_center_crop": True},
+                  {"rescale_factor": 1 / 255, "resample": 3, "do_convert_rgb": True}):
+        (folder / "preprocessor_config.json").write_text(json.dumps({**pp, **extra}))
+        assert vitviz.load(folder).spec.depth == 2, extra
+
+
 def test_bad_statistics_in_training_args_fail_at_load(tmp_path: Path) -> None:
     """std 0 in args.json beside the weights: refused at load naming where it came from."""
     path = write_tiny_checkpoint(tmp_path / "m.pth")

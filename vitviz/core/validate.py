@@ -371,8 +371,8 @@ def check_config(data: Any, path: Path) -> dict[str, Any]:
 def _size_field(v: Any) -> Any:
     """HF `size` / `crop_size`: N, or {height, width} / {shortest_edge} with positive whole numbers."""
     if isinstance(v, Mapping):
-        if not ({"height", "width"} <= set(v) or "shortest_edge" in v):
-            raise Invalid("expected N, {\"height\": H, \"width\": W} or {\"shortest_edge\": N}")
+        if ("height" in v) != ("width" in v):
+            raise Invalid("expected both \"height\" and \"width\"")
         return {k: (as_count(x) if k in ("height", "width", "shortest_edge", "longest_edge") and x is not None
                     else x) for k, x in v.items()}
     return as_count(v)
