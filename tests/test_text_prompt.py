@@ -1,0 +1,155 @@
+"""Text prompts as relevance targets: `vitviz.core.text.text_embedding` equals the library's own normalised text
+features (open_clip's whole CLIP file, a transformers CLIPModel folder with a tokenizer built here from a tiny
+vocabulary -- no network), `prompt_relevance` equals LeGrad / Chefer with that embedding, `vitviz export --maps
+text:...` writes the named map, and files without a text tower or tokenizer say so."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from parity_refs import perturb
+from vitviz.core.relevance import class_relevance, legrad
+from vitviz.core.spec import GuessWarning
+from vitviz.core.text import TextTowerError, prompt_label, prompt_relevance, text_embedding
+
+open_clip = pytest.importorskip("open_clip")
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["a photo of a cat", "a dog"]
+CFG = {"embed_dim": 16, "quick_gelu": True,
+       "vision_cfg": dict(layers=2, width=64, head_width=16, patch_size=8, image_size=32, mlp_ratio=2.0),
+       "text_cfg": dict(context_length=16, vocab_size=49408, width=32, heads=2, layers=1)}
+
+
+def quiet_load(path: Path) -> "vitviz.core.model.VitModel":
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=GuessWarning)
+        warnings.filterwarnings("ignore", message=".*ignored the text tower")
+        return vitviz.load(path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def oc_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
+    """open_clip's whole CLIP (text tower too) with its open_clip_config.json beside it."""
+    torch.manual_seed(0)
+    model = perturb(open_clip.CLIP(**CFG).eval())
+    folder = tmp_path_factory.mktemp("oc")
+    torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": CFG}))
+    return folder / "open_clip_pytorch_model.bin", model
+
+
+def tiny_clip_tokenizer(folder: Path) -> "transformers.CLIPTokenizer":
+    """A CLIPTokenizer over the 256 byte symbols (alone and word-final) and a few merges."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    symbols = [chr(b) for b in keep] + [chr(256 + i) for i in range(256 - len(keep))]  # GPT-2's byte symbols
+    vocab = symbols + [s + "</w>" for s in symbols]
+    merges = [("a", "t</w>"), ("c", "at</w>"), ("o", "g</w>"), ("d", "og</w>")]
+    vocab += ["".join(m) for m in merges] + ["<|startoftext|>", "<|endoftext|>"]
+    return transformers.CLIPTokenizer(vocab={t: i for i, t in enumerate(vocab)},
+                                      merges=merges)
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module, object]:
+    from transformers import CLIPConfig, CLIPModel
+
+    folder = tmp_path_factory.mktemp("hf")
+    tok = tiny_clip_tokenizer(folder)
+    v = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+             patch_size=8)
+    t = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+             vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+             pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = perturb(CLIPModel(CLIPConfig(vision_config=v, text_config=t, projection_dim=16,
+                                         attn_implementation="eager")))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, model, tok
+
+
+def test_open_clip_file_text_embedding(oc_file) -> None:
+    path, model = oc_file
+    got = text_embedding(quiet_load(path), PROMPTS)
+    with torch.no_grad():
+        ref = model.encode_text(open_clip.SimpleTokenizer(context_length=16)(PROMPTS), normalize=True)
+    assert got.shape == (2, 16) and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref.numpy(), atol=1e-5)
+    np.testing.assert_allclose(text_embedding(path, PROMPTS), got, atol=0)  # the path works as well
+
+
+def test_openai_layout_without_config(oc_file, tmp_path: Path) -> None:
+    """An OpenAI-layout file alone: the architecture from the shapes (heads = width / 64, as open_clip infers)."""
+    cfg = {**CFG, "vision_cfg": {**CFG["vision_cfg"], "width": 128, "head_width": 64},
+           "text_cfg": {**CFG["text_cfg"], "width": 64, "heads": 1}}
+    cfg["vision_cfg"].pop("mlp_ratio")
+    torch.manual_seed(1)
+    model = perturb(open_clip.CLIP(**cfg).eval())
+    torch.save(model.state_dict(), tmp_path / "ViT-tiny.pt")
+    with torch.no_grad():
+        ref = model.encode_text(open_clip.SimpleTokenizer(context_length=16)(PROMPTS), normalize=True)
+    np.testing.assert_allclose(text_embedding(tmp_path / "ViT-tiny.pt", PROMPTS), ref.numpy(), atol=1e-5)
+
+
+def test_hf_folder_text_embedding(hf_folder) -> None:
+    folder, model, tok = hf_folder
+    got = text_embedding(quiet_load(folder), PROMPTS)
+    with torch.no_grad():
+        out = model.get_text_features(**tok(PROMPTS, padding=True, return_tensors="pt"))
+        ref = out if isinstance(out, torch.Tensor) else out.pooler_output
+        ref = ref / ref.norm(dim=-1, keepdim=True)
+    np.testing.assert_allclose(got, ref.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["oc", "hf"])
+def test_prompt_relevance_is_legrad_and_chefer_of_the_embedding(oc_file, hf_folder, photo: Path, which: str) -> None:
+    vm = quiet_load(oc_file[0] if which == "oc" else hf_folder[0])
+    emb = text_embedding(vm, ["a photo of a cat"])[0]
+    got = prompt_relevance(vm, photo, "a photo of a cat")
+    ref = legrad(vm, photo, emb)
+    np.testing.assert_allclose(got.map, ref.map, atol=1e-6)
+    np.testing.assert_allclose(got.scores, ref.scores, atol=1e-6)
+    rel = prompt_relevance(vm, photo, "a photo of a cat", method="chefer")
+    np.testing.assert_allclose(rel.chefer, class_relevance(vm, photo, emb).chefer, atol=1e-6)
+
+
+def test_vision_only_files_say_there_is_no_text_tower(oc_file, tmp_path: Path) -> None:
+    path, model = oc_file
+    torch.save({k: v for k, v in model.state_dict().items() if k.startswith("visual.")}, tmp_path / "vis.pth")
+    (tmp_path / "vis.json").write_text(json.dumps({"model_cfg": CFG}))
+    with pytest.raises(TextTowerError, match="no text tower"):
+        text_embedding(tmp_path / "vis.pth", PROMPTS)
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    hf = tmp_path / "hfvis"
+    CLIPVisionModel(CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, image_size=32, patch_size=8)).save_pretrained(hf)
+    with pytest.raises(TextTowerError, match="without a text tower"):
+        text_embedding(quiet_load(hf), PROMPTS)
+
+
+def test_hf_folder_without_tokenizer(hf_folder, tmp_path: Path) -> None:
+    hf_folder[1].save_pretrained(tmp_path)
+    with pytest.raises(TextTowerError, match="no tokenizer files"):
+        text_embedding(tmp_path, PROMPTS)
+
+
+def test_small_vocab_without_tokenizer(tmp_path: Path) -> None:
+    cfg = {**CFG, "text_cfg": {**CFG["text_cfg"], "vocab_size": 64}}
+    torch.save(open_clip.CLIP(**cfg).state_dict(), tmp_path / "m.bin")
+    (tmp_path / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
+    with pytest.raises(TextTowerError, match="vocabulary of 64"):
+        text_embedding(tmp_path / "m.bin", PROMPTS)
+
+
+def test_prompt_label() -> None:
+    assert prompt_label("a photo of a Cat!") == "text-a_photo_of_a_cat"
+    assert prompt_label("???") == "text-prompt"
