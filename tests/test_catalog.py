@@ -619,3 +619,20 @@ def test_models_get_json(caches: tuple[Path, Path], capsys: pytest.CaptureFixtur
     assert json.loads(out) == {"name": "torchvision:vit_b_16:IMAGENET1K_V1",
                                "path": str(torch_dir / "vit_b_16-c867db91.pth"), "size": 5}
     assert err == ""
+
+
+def test_hf_cache_lists_timm_transformers_and_open_clip_repositories(caches: tuple[Path, Path]) -> None:
+    """The three kinds of hub repository people have: a timm one, a transformers one and an open_clip one (found by
+    its open_clip_config.json, whatever the repository is called)."""
+    _, hf_dir = caches
+    _hf_snapshot(hf_dir, "timm/vit_small_patch16_224.augreg_in21k", {"architecture": "vit_small_patch16_224",
+                                                                      "num_classes": 1000})
+    _hf_snapshot(hf_dir, "acme/vit-small", {"model_type": "vit", "id2label": {"0": "a", "1": "b", "2": "c"}})
+    oc = _hf_snapshot(hf_dir, "someone/my-model", {}, weights="open_clip_model.safetensors", nbytes=3000)
+    (oc / "config.json").unlink()
+    (oc / "open_clip_config.json").write_text(json.dumps({"model_cfg": {"vision_cfg": {"width": 768}}}))
+    found = {e.name: e for e in catalog.scan_hf_hub()}
+    assert found["timm/vit_small_patch16_224.augreg_in21k"].family == "timm"
+    assert found["acme/vit-small"].family.startswith("hf")
+    assert (found["someone/my-model"].family, found["someone/my-model"].detail) == ("clip", "open_clip, vision width 768")
+    assert found["someone/my-model"].size == 3000

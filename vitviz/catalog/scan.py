@@ -272,12 +272,22 @@ def _hf_entry(repo: Path, snap: Path) -> CatalogEntry | None:
     repo_id = repo.name[len("models--"):].replace("--", "/")
     config = _read_json(snap / "config.json") or {}
     family, detail = _family_from_config(config)
+    if family is None and (snap / "open_clip_config.json").is_file():   # an open_clip repository, whatever its name
+        family, detail = "clip", _open_clip_detail(_read_json(snap / "open_clip_config.json") or {})
     if family is None:
         family = guess_family_from_name(repo_id)
         if family is None:
             return None
     size = sum(p.stat().st_size for p in _weights_of(snap) if not p.name.endswith(".json"))
     return CatalogEntry(repo_id, snap, "hugging face", family, size, detail)
+
+
+def _open_clip_detail(config: dict[str, Any]) -> str:
+    """'open_clip, vision width 768' from an `open_clip_config.json` (whatever of it is readable)."""
+    model_cfg = config.get("model_cfg") if isinstance(config.get("model_cfg"), dict) else {}
+    vision = model_cfg.get("vision_cfg") if isinstance(model_cfg.get("vision_cfg"), dict) else {}
+    width = vision.get("width")
+    return "open_clip" + (f", vision width {width}" if isinstance(width, int) else "")
 
 
 def _family_from_config(config: dict[str, Any]) -> tuple[str | None, str]:
