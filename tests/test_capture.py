@@ -227,3 +227,20 @@ def test_native_view_is_the_region_the_model_saw(tmp_path, tiny, mode) -> None:
     assert np.abs(small - r.image.astype(float)).mean() < 12  # same content, up to resampling
     if mode == "center":  # shorter side 300 -> resize 35, crop 32: the model saw 300 * 32 / 35 px of it
         assert abs(view.shape[0] - 300 * 32 / 35) <= 1 and abs(view.shape[1] - view.shape[0]) <= 3  # integer resize
+
+
+def test_a_guessed_label_list_is_said_in_one_line(tmp_path) -> None:
+    """1000 classes and no names: the ImageNet names are a guess, said with a few names and the count, not all 1000."""
+    import warnings
+
+    from _tiny import tiny_state_dict
+
+    from vitviz.core.spec import GuessWarning
+
+    torch.save(tiny_state_dict(num_classes=1000), tmp_path / "x.pth")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vitviz.load(tmp_path / "x.pth", heads=2)
+    labels = [str(w.message) for w in caught if issubclass(w.category, GuessWarning) and "labels =" in str(w.message)]
+    assert len(labels) == 1 and "'tench', 'goldfish', 'great white shark', ... 1000 in all" in labels[0]
+    assert len(labels[0]) < 400

@@ -173,6 +173,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
     value: Any = getattr(spec, name, "")
     if name == "preprocess":
         value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
+    elif isinstance(value, (tuple, list)) and len(value) > 6:   # e.g. 1000 labels: a few and the count
+        value = f"({', '.join(repr(v) for v in value[:3])}, ... {len(value)} in all)"
     why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
     how = HOW_TO_PASS.get(name, f"{name}=...")
     if cli and (m := re.search(r"\(CLI ([^)]*)\)", how)):
