@@ -119,8 +119,9 @@ def _freeze_at_exit() -> None:
 
 def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     """Do what the command line asks: view selection first, then the model load and the images. Without a model
-    (no --model and no checkpoint among the paths), the bundled demo model -- on its own images when no images
-    were named; a model without images gets the bundled sample photos."""
+    (no --model, no --code and no checkpoint among the paths), the bundled demo model -- on its own images when no
+    images were named; a model without images gets the bundled sample photos. `--code FILE.py:FACTORY` builds the
+    model with that file's code once the user agrees (with --model as its weights)."""
     values: dict[str, Any] = {}
     if getattr(args, "map", None):
         values.update(parse_map_arg(args.map))
@@ -138,7 +139,11 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     window.session.device_preference = None if device in (None, "", "auto") else str(device)
     overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
     model = getattr(args, "model", None)
-    if model:
+    code = getattr(args, "code", None)
+    if code:
+        window.load_code(code, model, **overrides)    # asks before running the file's code (--screenshot: the flag)
+        model = model or code
+    elif model:
         window.load_model(model, **overrides)
     if getattr(args, "size", None):
         window.session.set_image_size_after_load(tuple(args.size))
@@ -203,7 +208,8 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     """Show the window for parsed `vitviz` arguments and run the event loop; returns the exit status.
 
     With `--screenshot FILE` the user's settings are neither read nor written (a throw-away ini file is used
-    unless VITVIZ_SETTINGS names one), so screenshots look the same everywhere.
+    unless VITVIZ_SETTINGS names one), so screenshots look the same everywhere; nothing is asked (a guessed head
+    count is used and said on stderr; `--code` on the command line is taken as the agreement to run that code).
     """
     if QApplication.instance() is None:
         problem = display_problem()
@@ -221,6 +227,8 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     window = MainWindow(settings if settings is not None else open_settings())
     if shot:
         window.use_size(DEFAULT_SIZE)
+        window.session.ask_heads = False    # nobody to ask: a guessed head count is used and said on stderr
+        window.trust_code = True            # nobody to ask: --code on the command line is the user's choice
     previous_hook = sys.excepthook
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)
     try:

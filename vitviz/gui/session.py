@@ -20,7 +20,7 @@ from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.worker import (Cataloged, Compared, Explained, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
-                               Probed, Ran, Request, Shared)
+                               Probed, Ran, Request, RopeKernels, Shared)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
@@ -41,6 +41,7 @@ class Session(QObject):
     """Owns the worker client, the model's state, the images and the result cache."""
 
     model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
+    heads_asked = Signal(object)            # ModelSpec whose head count is a guess: nothing runs until answer_heads
     current_changed = Signal(object)        # the current image's ResultMaps, or None (none, not run yet, failed)
     images_added = Signal(list)             # paths new in `images`, in order
     images_removed = Signal(list)           # paths no longer in `images`
@@ -54,7 +55,7 @@ class Session(QObject):
     devices_found = Signal(object)          # list of device names
     device_changed = Signal(str)
     size_changed = Signal(object)           # (h, w): the input size the images now run at
-    pos_embed_ready = Signal()              # `pos_embed` / `pos_grid` now describe the current input size
+    pos_embed_ready = Signal()              # `pos_embed` / `rope` / `pos_grid` now describe the current input size
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
     relevance_ready = Signal(str)           # image path whose class relevance (for some class) is now cached
@@ -73,7 +74,14 @@ class Session(QObject):
         self.device = ""
         self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
         self.probed: Probed | None = None           # the devices found and the torch running them (Help › About)
-        self.model_path = ""
+        self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
+        self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
+        self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
+        self.live_layers: tuple[tuple[str, str], ...] = ()   # a live model's (layer, mechanism that found it)
+        self.live_skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()   # attention calls it left out
+        self.interruptible = True                   # a forward pass stops between layers when the window closes
+        self.ask_heads = False                      # ask (heads_asked) when a loaded model's head count is a guess
+        self.awaiting_heads = False                 # asked: runs wait for answer_heads
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
         self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
@@ -84,6 +92,7 @@ class Session(QObject):
         self._cache: OrderedDict[str, ResultMaps] = OrderedDict()
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
+        self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
         self.pos_grid: tuple[int, int] | None = None
         self.relevance_failures: dict[tuple[str, int | None], str] = {}   # (image, class) -> why (not asked again)
         self.features_failures: dict[str, str] = {}
@@ -117,7 +126,7 @@ class Session(QObject):
     def loading(self) -> str:
         """The path or name of the model being loaded ('' when no load is queued or running)."""
         loads = self.client.pending(Kind.LOAD)
-        return str(loads[-1].args["path"]) if loads else ""
+        return str(loads[-1].args["path"] or loads[-1].args.get("code") or "") if loads else ""
 
     def run_counts(self) -> tuple[int, int]:
         """(answered, in all) of the runs since the run queue was last empty."""
@@ -154,12 +163,34 @@ class Session(QObject):
         """Ask the worker which devices exist (this is also what first imports torch, off the GUI thread)."""
         self.client.submit(Kind.PROBE)
 
-    def load_model(self, path: str, device: str | None = None, **overrides: Any) -> Request:
+    def load_model(self, path: str | None, device: str | None = None, **overrides: Any) -> Request:
         """Load a checkpoint on `device` (else `device_preference`); what is loaded now stays until the new model
-        has loaded successfully."""
-        request = self.client.submit(Kind.LOAD, path=str(path), device=device or self.device_preference, **overrides)
+        has loaded successfully. `code='FILE.py:FACTORY'` builds the model by running that file's code (the
+        window asks the user first), `path` then being its weights file or None."""
+        request = self.client.submit(Kind.LOAD, path=str(path) if path else "",
+                                     device=device or self.device_preference, **overrides)
         self.loading_changed.emit(True)
         return request
+
+    def reload(self, **changes: Any) -> Request | None:
+        """Load the current model again with its overrides and `changes` (heads=, image_size=, mean=, std=,
+        resize=, crop_mode=; None removes one); None when no model is loaded."""
+        if self.spec is None:
+            return None
+        overrides = {k: v for k, v in {**self.load_overrides, **changes}.items() if v is not None}
+        path = None if self.model_code and self.model_path == self.model_code else self.model_path
+        return self.load_model(path, device=self.device or None, **overrides)
+
+    def answer_heads(self, heads: int | None) -> None:
+        """The user's answer to `heads_asked`: another head count reloads the model with it; the guessed one (or
+        None: keep the guess) lets the images run."""
+        if not self.awaiting_heads or self.spec is None:
+            return
+        if heads is not None and int(heads) != self.spec.num_heads:
+            self.reload(heads=int(heads))          # answered when it has loaded (and is no guess any more)
+            return
+        self.awaiting_heads = False
+        self.ensure_all()
 
     def set_device(self, device: str) -> None:
         if self.spec is not None and device != self.device:
@@ -271,8 +302,9 @@ class Session(QObject):
         self.client.submit(Kind.POSEMBED, first=True, grid=(size[0] // p, size[1] // p))
 
     def ensure(self, path: str, first: bool = False) -> None:
-        """Request a run of `path` unless it is cached, failed or already on its way; `first` jumps the queue."""
-        if self.spec is None or not path or path in self._cache or path in self.failed:
+        """Request a run of `path` unless it is cached, failed or already on its way (or the head count is being
+        asked); `first` jumps the queue."""
+        if self.spec is None or self.awaiting_heads or not path or path in self._cache or path in self.failed:
             return
         pending = [r for r in self.client.pending(Kind.RUN)
                    if r.args["image"] == path and r.args["image_size"] == self.image_size]
@@ -370,18 +402,30 @@ class Session(QObject):
         if answer.refused:
             self._refuse_device(str(request.args.get("device")), answer.refused)
         spec = answer.spec
-        self.spec, self.device, self.model_path = spec, answer.device, request.args["path"]
+        args = request.args
+        self.model_code = str(args.get("code") or "")
+        self.spec, self.device, self.model_path = spec, answer.device, args["path"] or self.model_code
+        self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
+        self.live_layers, self.live_skipped = answer.layers, answer.skipped
+        self.interruptible = answer.interruptible
+        self.awaiting_heads = self.ask_heads and spec.heads_guessed
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self._forget_results()
-        self.pos_embed, self.pos_grid = None, None
+        self.pos_embed, self.pos_grid, self.rope = None, None, None
         if self.pending_size is not None:
             size, self.pending_size = self.whole_patches(self.pending_size), None
             self.image_size = None if size == tuple(spec.image_size) else size
         self.request_pos_embed()
         self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
         self.model_loaded.emit(spec, answer.device)
-        self.ensure_all()
+        if not answer.interruptible:
+            self.note("This model's own code has no blocks or attention modules vitviz can stop between: a running "
+                      "image always finishes (closing the window waits for it)")
+        if self.awaiting_heads:
+            self.heads_asked.emit(spec)    # the images run once the user has answered (answer_heads)
+        else:
+            self.ensure_all()
 
     def _refuse_device(self, device: str, summary: str) -> None:
         """--device named a device that is not here: the model runs on the CPU and later loads go there too."""
@@ -443,7 +487,7 @@ class Session(QObject):
             signal.emit(answer)
 
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
-        self.pos_grid, self.pos_embed = tuple(answer.grid), answer.data
+        self.pos_grid, self.pos_embed, self.rope = tuple(answer.grid), answer.data, answer.rope
         self.pos_embed_ready.emit()
 
     def _on_cataloged(self, _request: Request, answer: Cataloged) -> None:
@@ -478,7 +522,7 @@ class Session(QObject):
         if kind is Kind.PROBE:
             self.devices_found.emit(["cpu"])
         elif kind is Kind.POSEMBED:
-            self.pos_embed, self.pos_grid = None, None
+            self.pos_embed, self.pos_grid, self.rope = None, None, None
         self.error.emit(FAILED_TITLES[kind], summary, details)
         if kind is Kind.LOAD:
             self.ensure_all()   # the load made queued runs stale; the previous model is still there

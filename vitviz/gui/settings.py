@@ -83,3 +83,38 @@ def last_folder(settings: QSettings, kind: str) -> str:
 def set_last_folder(settings: QSettings, kind: str, folder: str) -> None:
     settings.setValue("version", SETTINGS_VERSION)
     settings.setValue(f"folders/{kind}", folder)
+
+
+def _remembered(settings: QSettings) -> dict[str, int]:
+    import json
+
+    try:
+        value = json.loads(str(settings.value("model/remembered_heads", "{}") or "{}"))
+    except ValueError:
+        return {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and v > 0} if isinstance(value, dict) \
+        else {}
+
+
+def remembered_heads(settings: QSettings, path: str) -> int | None:
+    """The head count the user chose for the model file `path` ("remember for this file"), or None."""
+    return _remembered(settings).get(_file_key(path))
+
+
+def remember_heads(settings: QSettings, path: str, heads: int | None) -> None:
+    """Remember (None: forget) the head count chosen for the model file `path`, keyed by its absolute path."""
+    import json
+
+    value = _remembered(settings)
+    if heads is None:
+        value.pop(_file_key(path), None)
+    else:
+        value[_file_key(path)] = int(heads)
+    settings.setValue("model/remembered_heads", json.dumps(value, sort_keys=True))
+
+
+def _file_key(path: str) -> str:
+    """A model file's absolute path; a model name as given."""
+    from vitviz import catalog
+
+    return path if catalog.is_named_model(path) else os.path.abspath(os.path.expanduser(path))

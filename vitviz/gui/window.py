@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow,
 
 from vitviz import catalog
 from vitviz.core.spec import ModelSpec
-from vitviz.gui import bundled, help as helpdialogs, menus, settings as st
+from vitviz.gui import bundled, dialogs, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
@@ -123,12 +123,17 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.state = ViewState()
         self.session = session or Session(parent=self)
+        self.session.ask_heads = True                         # a guessed head count is asked, not used silently
         self.reporter = ErrorReporter(self)
         self.notes: list[str] = []                            # status-bar notes (the screenshot prints them)
         self._last_map_source = "cls"
         self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
         self.demo_instead_of_model = False                    # images were named without a model: the demo runs them
         self.persist_settings = True
+        self.trust_code = False                               # --screenshot: the --code flag is the confirmation
+        self._trusted_code: set[str] = set()                  # FILE.py:FACTORY the user agreed to run this session
+        self.heads_dialog: dialogs.HeadsDialog | None = None  # open while a guessed head count is asked
+        self.code_box: Any = None                             # open while running a file's code is asked
         self._auto_normalized = False                         # the query map turned "Normalise each map" on
         self._applying_rule = False
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
@@ -289,6 +294,8 @@ class MainWindow(QMainWindow):
         s.client.progress.connect(self.status.show_progress)
         s.run_progress.connect(self.status.set_runs)
         s.size_changed.connect(self._on_size_changed)
+        s.heads_asked.connect(self.ask_heads)
+        self.controls.overrides_requested.connect(self.reload_with)
         self.panel.hovered.connect(self._on_hover)
         self.panel.hovered.connect(self.posembed.hover)
         self.panel.query_clicked.connect(self.select_query)
@@ -315,9 +322,54 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
         """Load a checkpoint in the worker (on `device`, else the session's preferred device); the current model and
-        results stay until it has loaded."""
+        results stay until it has loaded. A head count the user chose for this file before ("remember for this
+        file") is used unless `heads` is given."""
+        remembered = st.remembered_heads(self.settings, path) if overrides.get("heads") is None else None
+        if remembered is not None and not bundled.is_demo(path):
+            overrides["heads"] = remembered
+            self.note(f"{remembered} attention heads, as chosen for {Path(path).name} before (Controls › Model "
+                      "settings to change)")
         self.statusBar().showMessage(f"Loading {path}…")
         self.session.load_model(path, device=device, **overrides)
+
+    def load_code(self, code: str, weights: str | None = None, **overrides: Any) -> None:
+        """Build the model by running FILE.py:FACTORY (`vitviz.load(weights, code=...)`, in the worker) -- only
+        once the user has agreed to run that file's code (a confirm dialog; `trust_code` or an earlier yes for
+        the same code this session skips it)."""
+        def run() -> None:
+            self._trusted_code.add(code)
+            self.code_box = None
+            self.statusBar().showMessage(f"Building the model with {code}…")
+            self.session.load_model(weights, code=code, **overrides)
+
+        if self.trust_code or code in self._trusted_code:
+            run()
+            return
+        self.code_box = dialogs.confirm_code(self, code, weights, run)
+        self.code_box.finished.connect(lambda _r: setattr(self, "code_box", None))
+
+    def ask_heads(self, spec: ModelSpec) -> None:
+        """The loaded model's head count is a guess: ask for it (the images run once answered; the answer can be
+        remembered for the file)."""
+        path = self.session.model_path
+        self.heads_dialog = dialog = dialogs.HeadsDialog(self, spec, window_name(path))
+        dialog.accepted.connect(lambda: self._heads_answered(path, dialog.heads(), dialog.remember()))
+        dialog.rejected.connect(lambda: self._heads_answered(path, None, False))
+        dialog.open()
+
+    def _heads_answered(self, path: str, heads: int | None, remember: bool) -> None:
+        self.heads_dialog = None
+        if heads is not None and remember and not self.session.model_code:
+            st.remember_heads(self.settings, path, heads)
+        self.session.answer_heads(heads)
+
+    def reload_with(self, changes: dict[str, Any]) -> None:
+        """The Controls panel's model settings changed: load the model again with them (a model built by its own
+        code runs that code again, as agreed before)."""
+        if "heads" in changes and self.session.model_path and not self.session.model_code \
+                and st.remembered_heads(self.settings, self.session.model_path) is not None:
+            st.remember_heads(self.settings, self.session.model_path, changes["heads"])   # the newest choice
+        self.session.reload(**changes)
 
     def load_demo(self, images: bool = True, instead_of_model: bool = False) -> bool:
         """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a
@@ -414,7 +466,7 @@ class MainWindow(QMainWindow):
             self.state.update(query=None, source=source)
             return
         if self.state.source == "rollout":
-            self.state.update(query=token)
+            self.state.update(query=token, rollout_pool=False)    # a patch's rollout, not the pooling query's
             return
         if self.state.source != "token":
             self._last_map_source = self.state.source
@@ -442,17 +494,25 @@ class MainWindow(QMainWindow):
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
+        source = self.state.source if query is not None or self.state.source != "token" else "cls"
+        pooled = spec.pooling == "map"          # a MAP head: its maps are offered; without one, not
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source=self.state.source if query is not None or self.state.source != "token" else "cls")
+                          source="cls" if (source == "pool" and not pooled)
+                          or (source == "relevance" and spec.family == "live") else source,
+                          rollout_pool=self.state.rollout_pool and pooled)
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
+        if spec.heads_guessed and not self.session.ask_heads:          # --screenshot: said, as the CLI says it
+            self.note(f"num_heads = {spec.num_heads} is a guess ({dialogs.guess_reason(spec)}); pass --heads N "
+                      f"(heads that divide {spec.attn_width}: "
+                      f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
 
     def _show_loaded(self, spec: ModelSpec) -> None:
         """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""
         path = self.session.model_path
         demo = bundled.is_demo(path)
-        if not demo:
+        if not demo and not self.session.model_code:     # a model built by code is not a file to reopen
             self._fill_recent(st.add_recent_model(self.settings, path))
             self.demo_instead_of_model = False
         self.models.mark_stale()
@@ -606,6 +666,10 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(PROBE_DELAY_MS, self.session.probe_devices)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        for box in (self.heads_dialog, self.code_box):
+            if box is not None:          # an open question goes with the window, unanswered
+                box.blockSignals(True)
+                box.close()
         if self.persist_settings:
             self.save_settings()
         self.session.shutdown()      # waits a bounded time for a running request (see WorkerClient.shutdown)

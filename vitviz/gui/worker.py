@@ -37,9 +37,10 @@ class Kind(enum.Enum):
     """What a request asks the worker to do; the keyword arguments of each are those of its handler."""
 
     PROBE = "probe"          # list the devices (the first request: it imports torch)
-    LOAD = "load"            # path, device, overrides: load a checkpoint or a named model (downloaded if needed)
+    LOAD = "load"            # path, device, overrides: load a checkpoint or a named model (downloaded if needed);
+                             # with code='FILE.py:FACTORY' (asked for by the user), the user's model and its weights
     RUN = "run"              # image, image_size: run one image and precompute its maps
-    POSEMBED = "posembed"    # grid: the position embedding resampled to a grid, with its similarities
+    POSEMBED = "posembed"    # grid: the position embedding resampled to a grid with its similarities, RoPE kernels
     CATALOG = "catalog"      # recent: the ViT checkpoints on this computer, and the named models
     MOVE = "move"            # device: move the loaded model
     RELEVANCE = "relevance"  # image, image_size, target: one class's gradient maps (a forward and backward pass)
@@ -74,12 +75,20 @@ class Probed:
 @dataclass(frozen=True)
 class Loaded:
     """A model has loaded. `counts`: parameters per part (plain ints, so the GUI needs no torch); `refused`: why the
-    requested device could not be used and the model went to the CPU ('' when it was used)."""
+    requested device could not be used and the model went to the CPU ('' when it was used).
+
+    A model run from its own code (the live path, `spec.family == 'live'`) says which mechanism found which
+    attention layer (`layers`: (module name, mechanism)) and which attention calls were not self-attention over the
+    image tokens (`skipped`: (module name, mechanism, shape)). `interruptible`: a forward pass can stop between
+    layers when the window closes (False: a user's module without blocks or attention modules to hook)."""
 
     spec: ModelSpec
     device: str
     counts: dict[str, int]
     refused: str = ""
+    layers: tuple[tuple[str, str], ...] = ()
+    skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    interruptible: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,13 +98,45 @@ class Ran:
     maps: ResultMaps
 
 
+@dataclass(frozen=True, eq=False)
+class RopeKernels:
+    """What a RoPE model's rotary position embedding does to attention at `grid` (`vitviz.core.posembed.
+    rope_kernel`, computed in the worker): the q·k rotation kernel by 2-D offset, (L', H', 2gh - 1, 2gw - 1),
+    entry (dy + gh - 1, dx + gw - 1) the mean cos of the rotation between a query and a key that far apart.
+    L' = H' = 1 when every layer and head rotates alike (axial and DINOv3 RoPE: fixed frequencies); RoPE-Mixed
+    (learned frequencies) has one kernel per layer and head. Only indexed on the GUI thread."""
+
+    grid: tuple[int, int]
+    kernels: np.ndarray
+    kind: str
+
+    @property
+    def per_head(self) -> bool:
+        """Whether the kernel differs per layer and head (learned frequencies)."""
+        return self.kernels.shape[0] * self.kernels.shape[1] > 1
+
+    def kernel(self, layer: int | str = 0, head: int | str = "mean") -> np.ndarray:
+        """(2gh - 1, 2gw - 1) the kernel of one layer and head; 'mean' (or 'max', which has no meaning for a
+        kernel) averages the heads, layer 'mean' the layers."""
+        k = self.kernels
+        k = k.mean(axis=0) if isinstance(layer, str) else k[min(max(int(layer), -k.shape[0]), k.shape[0] - 1)]
+        return k.mean(axis=0) if isinstance(head, str) else k[min(max(int(head), -k.shape[0]), k.shape[0] - 1)]
+
+    def at(self, patch: tuple[int, int], layer: int | str = 0, head: int | str = "mean") -> np.ndarray:
+        """(gh, gw) the kernel seen from patch (r, c): entry (i, j) is kernel[i - r + gh - 1, j - c + gw - 1] (as
+        `vitviz.core.posembed.kernel_at`, without its torch import)."""
+        (gh, gw), (r, c) = self.grid, patch
+        return self.kernel(layer, head)[gh - 1 - r: 2 * gh - 1 - r, gw - 1 - c: 2 * gw - 1 - c]
+
+
 @dataclass(frozen=True)
 class PosEmbedded:
     """The position embedding at `grid` (rows, cols) with its similarities; `data` None: the model has no learned
-    absolute position embedding."""
+    absolute position embedding. `rope`: the RoPE kernels of a model with rotary positions (None without)."""
 
     grid: tuple[int, int]
     data: PosEmbedData | None
+    rope: RopeKernels | None = None
 
 
 @dataclass(frozen=True)
@@ -180,13 +221,39 @@ class ForwardInterrupted(Exception):
     """Raised inside a forward pass, before a transformer block, when the worker thread is asked to stop."""
 
 
+def hook_points(model: Any) -> list[Any]:
+    """The modules a forward pass of `model` can be stopped before: its transformer blocks (`model.net.blocks`:
+    the reference ViT's, or a user's module's when it has them), else the modules a live model found its attention
+    in (`LiveModel.layers`); [] when there are none (no model, or a user's module with neither). Needs no torch."""
+    net = getattr(model, "net", None)
+    if net is None:
+        return []
+    blocks = getattr(net, "blocks", None)
+    children = getattr(blocks, "children", None)
+    points = [b for b in children() if hasattr(b, "register_forward_pre_hook")] if callable(children) else []
+    if points:
+        return points
+    found: dict[int, Any] = {}
+    for name, _mechanism in getattr(model, "layers", None) or ():
+        try:
+            module = net.get_submodule(name) if name else None
+        except (AttributeError, TypeError, ValueError):    # a name read from the call stack, not a submodule path
+            module = None
+        if module is not None and module is not net and hasattr(module, "register_forward_pre_hook"):
+            found[id(module)] = module
+    return list(found.values())
+
+
 class InterruptHooks:
-    """While open, a forward pre-hook on every transformer block (`model.net.blocks`) of `model` raises
-    `ForwardInterrupted` when the current thread's interruption has been requested, so a forward pass stops
-    within one block of `QThread.requestInterruption`. The hooks are removed on exit, even after a failure.
+    """While open, a forward pre-hook on every transformer block of `model` (`hook_points`: for a user's module
+    without blocks, on the modules its attention was found in) raises `ForwardInterrupted` when the current
+    thread's interruption has been requested, so a forward pass stops within one block of
+    `QThread.requestInterruption`. The hooks are removed on exit, even after a failure.
 
     `fired` says whether a hook raised: the request was cancelled, whatever the exception became on its way
-    out. A model without `net.blocks` (or no model) gets no hooks. Needs no torch import.
+    out (a live model wraps its module's errors; `is_interruption` follows the chain). A model with no hook points
+    (or no model) gets no hooks: its forward pass runs to the end, and closing the window parks the thread until
+    it has (`vitviz.gui.client.ParkingLot`). Needs no torch import.
     """
 
     def __init__(self, model: Any) -> None:
@@ -195,8 +262,7 @@ class InterruptHooks:
         self._handles: list[Any] = []
 
     def __enter__(self) -> "InterruptHooks":
-        blocks = getattr(getattr(self.model, "net", None), "blocks", None)
-        self._handles = [block.register_forward_pre_hook(self._check) for block in (blocks or ())]
+        self._handles = [module.register_forward_pre_hook(self._check) for module in hook_points(self.model)]
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -282,10 +348,13 @@ class InferenceWorker(QObject):
             names.append((device, str(torch.cuda.get_device_name(index))))
         return Probed(devices, tuple(names), str(torch.__version__))
 
-    def _load(self, path: str, device: str | None = None, **overrides: Any) -> Loaded:
+    def _load(self, path: str | None, device: str | None = None, **overrides: Any) -> Loaded:
         """Load a checkpoint; a named model (`torchvision:vit_b_16`) is first found in the torch hub cache or
         downloaded there, with progress reported. A device that is not available here (or no device at all) is
-        refused and the model loads on the CPU: `Loaded.refused` says why ('' when the device was used)."""
+        refused and the model loads on the CPU: `Loaded.refused` says why ('' when the device was used).
+
+        `code='FILE.py:FACTORY'` runs that file's code to build the model (the window asks the user first), with
+        `path` its weights file or None."""
         import vitviz
 
         refused = ""
@@ -296,11 +365,15 @@ class InferenceWorker(QObject):
                 resolve_device(device)
             except (vitviz.DeviceError, RuntimeError, ValueError) as exc:   # no CUDA here, or not a device name
                 refused, device = summarize(exc), "cpu"
-        if catalog.is_named_model(path):
+        if path and catalog.is_named_model(path):
             path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
-        model = vitviz.load(path, device=device, **{k: v for k, v in overrides.items() if v is not None})
+        model = vitviz.load(path or None, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
-        return Loaded(model.spec, str(model.device), parameter_counts(model.net), refused)
+        layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
+        skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
+                        for n, m, shape in getattr(model, "skipped", None) or ())
+        return Loaded(model.spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
+                      bool(hook_points(model)))
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Ran:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
@@ -311,14 +384,16 @@ class InferenceWorker(QObject):
         return Ran(maps)
 
     def _posembed(self, grid: tuple[int, int] | None = None) -> PosEmbedded:
-        """The position embedding resampled to `grid` (default: the model's) with its similarities."""
+        """The position embedding resampled to `grid` (default: the model's) with its similarities, and a RoPE
+        model's rotation kernels at that grid."""
         if self._model is None:
             raise RuntimeError(NO_MODEL)
         from vitviz.core.maps import pos_embed_data
 
         grid = tuple(grid) if grid else tuple(self._model.spec.grid)
         pos = self._model.pos_embed(grid)
-        return PosEmbedded(grid, None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix))
+        data = None if pos is None else pos_embed_data(pos, grid, self._model.spec.pos_prefix)
+        return PosEmbedded(grid, data, rope_kernels(self._model, grid))
 
     def _catalog(self, recent: list[str]) -> Cataloged:
         """The ViT checkpoints on this computer and every named model with its cached file and download size."""
@@ -401,6 +476,21 @@ class DownloadProgress:
         self.worker.progress.emit(self.worker.running_id, text, done / total if total else -1.0)
 
 
+def rope_kernels(model: Any, grid: tuple[int, int]) -> RopeKernels | None:
+    """The RoPE kernels of `model` at `grid` (None for a model without RoPE): one for axial and DINOv3 RoPE, one
+    per layer and head for RoPE-Mixed. Runs torch: worker thread only."""
+    spec = model.spec
+    if not spec.rope:
+        return None
+    from vitviz.core.posembed import rope_kernel
+
+    if spec.rope != "mixed":
+        return RopeKernels(grid, rope_kernel(model, grid)[None, None], spec.rope)   # (1, 1, 2gh-1, 2gw-1)
+    kernels = np.stack([np.stack([rope_kernel(model, grid, head=h, layer=layer) for h in range(spec.num_heads)])
+                        for layer in range(spec.depth)])                          # (L, H, 2gh-1, 2gw-1)
+    return RopeKernels(grid, kernels.astype(np.float32), spec.rope)
+
+
 PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
                ("prefix tokens", ("cls_token", "dist_token", "reg_token")), ("blocks", ("blocks.",)),
                ("final norm", ("norm.", "fc_norm.")), ("head", ("head", "pre_logits")))
@@ -416,6 +506,13 @@ def parameter_counts(net: Any) -> dict[str, int]:
     return {k: v for k, v in counts.items() if v or k != "other"}
 
 
+def _describe_load(args: dict[str, Any]) -> str:
+    path, code = args.get("path"), args.get("code")
+    if code:
+        return f"Building the model with {code}" + (f" and loading {path}" if path else "") + "…"
+    return f"Loading model {path}…"
+
+
 def _describe_run(args: dict[str, Any]) -> str:
     size = args.get("image_size")
     return f"Running {Path(str(args.get('image'))).name}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
@@ -423,7 +520,7 @@ def _describe_run(args: dict[str, Any]) -> str:
 
 DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.PROBE: lambda _a: "Looking for devices…",
-    Kind.LOAD: lambda a: f"Loading model {a.get('path')}…",
+    Kind.LOAD: _describe_load,
     Kind.RUN: _describe_run,
     Kind.POSEMBED: lambda _a: "Reading the position embedding…",
     Kind.CATALOG: lambda _a: "Looking for ViT checkpoints on this computer…",
@@ -444,7 +541,7 @@ def describe(request: Request) -> str:
 def named(request: Request, summary: str) -> str:
     """A load's `summary` naming the checkpoint (or model name) it was about, if it does not already (a run's
     error is named by the window, which also gathers images failing alike)."""
-    subject = request.args.get("path") if request.kind is Kind.LOAD else None
+    subject = (request.args.get("path") or request.args.get("code")) if request.kind is Kind.LOAD else None
     return f"{subject}: {summary}" if subject and str(subject) not in summary else summary
 
 

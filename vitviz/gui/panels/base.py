@@ -7,7 +7,7 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from vitviz.gui.session import Session
 
@@ -94,6 +94,26 @@ def message_label(text: str) -> QLabel:
     label.setMargin(16)
     label.setStyleSheet("color: #5f6368;")
     return label
+
+
+def image_view(widget: pg.GraphicsLayoutWidget, row: int, col: int,
+               **kwargs: object) -> tuple[pg.ViewBox, pg.ImageItem]:
+    """A fixed (no pan or zoom) image view box with its image item, placed in `widget`'s grid."""
+    view = widget.addViewBox(row=row, col=col, lockAspect=True, invertY=True, enableMenu=False, **kwargs)
+    view.setMouseEnabled(False, False)
+    item = pg.ImageItem()
+    view.addItem(item)
+    return view, item
+
+
+def select_frame(view: pg.ViewBox, width: float) -> QGraphicsRectItem:
+    """A hidden selection frame (red, `width` px) in a view box."""
+    frame = QGraphicsRectItem()
+    frame.setPen(pen(SELECT, 255, width))
+    frame.setZValue(5)
+    frame.setVisible(False)
+    view.addItem(frame)
+    return frame
 
 
 class TitleLabel(pg.LabelItem):

@@ -12,19 +12,23 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
+from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
 from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
 
 SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
-                 "rollout": "Attention rollout", "token": "Attention of query token", "relevance": "Class relevance"}
+                 "rollout": "Attention rollout", "token": "Attention of query token", "relevance": "Class relevance",
+                 "pool": "Pooling attention (MAP head)"}
 SOURCE_TIPS = {"cls": "The CLS token's attention over the patches (--map cls)",
                "mean": "The attention each patch receives, averaged over the patch queries (--map mean)",
                "max": "The attention each patch receives, maximised over the patch queries (--map max)",
                "rollout": "Attention rollout through the layers up to the selected one (--map rollout)",
                "token": "The attention row of the query token (--map token:N); click a patch to pick one",
                "relevance": "What the model looks at for one class, from attention gradients (a backward pass per "
-                            "image and class; --maps relevance:CLASS): pick the method and class below"}
+                            "image and class; --maps relevance:CLASS): pick the method and class below",
+               "pool": "The MAP pooling head's attention over the patches, per pooling head: the 'CLS attention' "
+                       "of a model without a CLS token (SigLIP, PE; --maps pool). One map of the whole model"}
 NO_MODEL_TEXT = "No model loaded.\nFile › Open model, or drop a checkpoint on the window."
 LAYER_SPECIALS = {-1: "mean"}
 HEAD_SPECIALS = {-2: "max", -1: "mean"}
@@ -101,10 +105,13 @@ class ControlsPanel(QWidget):
     Signals:
         device_requested(device): the user picked a device (the session moves the model there).
         size_requested(height, width): the user asked for an input size (the session runs every image at it).
+        overrides_requested(changes): the user changed the model settings (heads, image size, mean/std, resize,
+            crop): the window loads the model again with them.
     """
 
     device_requested = Signal(str)
     size_requested = Signal(int, int)
+    overrides_requested = Signal(dict)
 
     def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -174,16 +181,16 @@ class ControlsPanel(QWidget):
         row.addWidget(self.width_spin)
         row.addWidget(self.apply_size)
         form.addRow("Input H×W", row)
+        self.model_settings = ModelSettings()
+        self.model_settings.overrides_requested.connect(self.overrides_requested)
+        column.addWidget(self.model_settings)
         return box
 
     def _build_view_box(self) -> QGroupBox:
         box = QGroupBox("Attention map")
         form = QFormLayout(box)
         self.source_combo = QComboBox()
-        for key, label in SOURCE_LABELS.items():
-            self.source_combo.addItem(label, key)
-            self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
-                                          Qt.ItemDataRole.ToolTipRole)
+        self._fill_sources(pooled=False)
         self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
         form.addRow("Map", self.source_combo)
         self.relevance_picker = RelevancePicker(self.state, self.session)
@@ -214,6 +221,17 @@ class ControlsPanel(QWidget):
         for check in (self.smooth_check, self.normalize_check, self.grid_check, self.per_tile_check):
             form.addRow(check)
         return box
+
+    def _fill_sources(self, pooled: bool, live: bool = False) -> None:
+        """The map sources; the pooling attention only for a model with a MAP head (`pooled`), the class relevance
+        not for a model run from its own code (`live`: its attention gradients are not exposed)."""
+        self.source_combo.clear()
+        for key, label in SOURCE_LABELS.items():
+            if (key == "pool" and not pooled) or (key == "relevance" and live):
+                continue
+            self.source_combo.addItem(label, key)
+            self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
+                                          Qt.ItemDataRole.ToolTipRole)
 
     def _selector(self, specials: dict[int, str], name: str) -> tuple[SelectorSpinBox, IndexSlider]:
         spin = SelectorSpinBox(specials)
@@ -252,6 +270,8 @@ class ControlsPanel(QWidget):
         """Show a newly loaded model and size the layer/head ranges to it."""
         self._spec = spec
         self._updating = True
+        self._fill_sources(pooled=spec.pooling == "map", live=spec.family == "live")
+        self.model_settings.set_spec(spec)
         self.layer_spin.setMaximum(spec.depth - 1)
         self.layer_slider.setMaximum(spec.depth - 1)
         self.head_spin.setMaximum(spec.num_heads - 1)
@@ -301,7 +321,8 @@ class ControlsPanel(QWidget):
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
-            whole = s.source == "relevance" and s.relevance_method != "attngrad"   # one map of the whole model
+            # one map of the whole model: no layer to pick
+            whole = (s.source == "relevance" and s.relevance_method != "attngrad") or s.source == "pool"
             self.layer_spin.setEnabled(not whole)
             self.layer_slider.show_special(isinstance(s.layer, str), allowed=not whole)
             self.head_spin.setEnabled(s.source != "rollout" and not whole)

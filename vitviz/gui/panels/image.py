@@ -23,7 +23,7 @@ from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
-              "relevance_method", "relevance_class"}
+              "relevance_method", "relevance_class", "rollout_pool"}
 
 
 class ImagePanel(QWidget):
@@ -160,6 +160,7 @@ class ImagePanel(QWidget):
             what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
         whole = s.source == "relevance" and s.relevance_method != "attngrad"     # one map of all layers and heads
         head = "" if s.source == "rollout" or whole else f"head {s.head}"
+        whole = whole or s.source == "pool"          # one map of the whole model, per pooling head
         layer = "all layers" if whole else f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
         return " · ".join(p for p in (f"{Path(result.source).name} — {what}", layer, head, scale) if p)
 
@@ -167,6 +168,8 @@ class ImagePanel(QWidget):
         q, p = self.state.query, result.num_prefix
         if self.state.source not in ("token", "rollout") or q is None or q < p:
             return None
+        if self.state.source == "rollout" and self.state.rollout_pool and result.pool_attention is not None:
+            return None                     # the rollout of the pooling query, not of the selected patch
         return divmod(q - p, result.grid[1])
 
     def set_image(self, image: np.ndarray, grid: tuple[int, int], patch: int) -> None:

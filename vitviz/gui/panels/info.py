@@ -35,6 +35,9 @@ class ModelInfo:
     top5: list[tuple[int, str, float]] = field(default_factory=list)
     image_size: tuple[int, int] | None = None
     loading: str = ""           # the model being loaded while none is (its path or name)
+    code: str = ""              # FILE.py:FACTORY of a model built by the user's code
+    layers: tuple[tuple[str, str], ...] = ()                      # a live model's (layer, mechanism that found it)
+    skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
 
 
 def gather(session: Session) -> ModelInfo:
@@ -45,7 +48,8 @@ def gather(session: Session) -> ModelInfo:
                      cached_images=len(session.cached_paths()),
                      image=Path(session.current).name if session.current else "",
                      top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size,
-                     loading=session.loading)
+                     loading=session.loading, code=session.model_code, layers=session.live_layers,
+                     skipped=session.live_skipped)
 
 
 def _count(n: int) -> str:
@@ -100,6 +104,7 @@ def info_html(info: ModelInfo) -> str:
     parts = [
         f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
         f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
+        _live_section(info),
         _section("Tokens", _table([
             ("prefix tokens", f"{spec.num_prefix} ({prefix})"),
             ("position embedding", _pos_text(spec)),
@@ -120,10 +125,36 @@ def info_html(info: ModelInfo) -> str:
 
 
 def _pos_text(spec: ModelSpec) -> str:
+    parts = []
+    if spec.pos_embed and spec.pos_kind == "sincos2d":
+        parts.append("2-D sin-cos, computed (not stored)")
+    elif spec.pos_embed:
+        rows = f"{spec.pos_prefix} prefix row(s)" if spec.pos_prefix else "no prefix rows (no_embed_class)"
+        parts.append(f"learned, trained at {spec.pos_grid[0]}×{spec.pos_grid[1]}, {rows}, resampled with "
+                     f"{spec.pos_interp}")
+    if spec.rope:
+        parts.append(f"rotary (RoPE, {spec.rope}, θ {spec.rope_theta:g}) on the patch tokens' q and k")
+    if spec.rel_pos:
+        parts.append(f"relative position bias ({spec.rel_pos})")
     if not spec.pos_embed:
-        return "none (no learned absolute position embedding)"
-    rows = f"{spec.pos_prefix} prefix row(s)" if spec.pos_prefix else "no prefix rows (no_embed_class)"
-    return f"learned, trained at {spec.pos_grid[0]}×{spec.pos_grid[1]}, {rows}, resampled with {spec.pos_interp}"
+        parts.append("no learned absolute position embedding")
+    return "; ".join(parts) if spec.pos_embed or spec.rope or spec.rel_pos else \
+        "none (no learned absolute position embedding)"
+
+
+def _live_section(info: ModelInfo) -> str:
+    """For a model run from its own code: which mechanism found which attention layer, and what was left out."""
+    if not info.layers and not info.code and (info.spec is None or info.spec.family != "live"):
+        return ""
+    rows = [(name or "(module not found)", mechanism) for name, mechanism in info.layers]
+    body = (f"<p>Built by your code: {html.escape(info.code)}</p>" if info.code else "") + (
+        "<p>Attention captured where your model's code computes it, layer by layer:</p>"
+        + _table(rows, ("layer", "found by")) if rows else "<p>No attention layer was found.</p>")
+    if info.skipped:
+        left = [(name, mechanism, "×".join(map(str, shape))) for name, mechanism, shape in info.skipped]
+        body += ("<p>Attention calls left out (not self-attention over all image tokens):</p>"
+                 + _table(left, ("where", "mechanism", "shape")))
+    return _section("Attention capture (the model's own code)", body)
 
 
 def _top5(info: ModelInfo) -> str:

@@ -18,7 +18,8 @@ from vitviz.gui.panels import base
 from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, stack_for
 
-STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile"}   # what the overview draws from
+STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile",   # what the overview draws from
+                "relevance_method", "relevance_class"}
 
 # names of the head mean and max columns and the axis label, from the widest; the first that fits is used
 MEAN_MAX = (("mean", "max", "head"), ("μ", "max", "head (μ: head mean)"),
@@ -39,6 +40,7 @@ class OverviewPanel(QWidget):
         self._gap = 1
         self._key: tuple[int, bool, str] | None = None
         self._columns: list[tuple[int, str]] = []     # (column, label) of the bottom axis
+        self._column_name = "rollout"                  # the label of a stack with one column (its map's name)
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
@@ -106,8 +108,9 @@ class OverviewPanel(QWidget):
         self._key = key
         self._show_axes(True)
         scaled = stack.shared_scaled()
-        maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout: one column per layer
+        maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout, relevance: one column per layer
         nl, nc, gh, gw = maps.shape
+        self._column_name = column_name(stack.title)
         self._gap = max(1, min(gh, gw) // 8)
         self._shape = (nl, nc, gh, gw)
         image = mosaic(maps, per_tile, self._gap)
@@ -141,6 +144,8 @@ class OverviewPanel(QWidget):
             return
         if nc == 1:
             column = 0
+        if nl == 1:
+            layer = 0           # one map of the whole model (relevance, pooling attention): every layer is it
         sy, sx = gh + self._gap, gw + self._gap
         y0, h = (layer * sy, gh) if layer is not None else (0, nl * sy - self._gap)
         x0, w = (column * sx, gw) if column is not None else (0, nc * sx - self._gap)
@@ -165,7 +170,7 @@ class OverviewPanel(QWidget):
         names = [(j, str(j)) for j in range(0, heads, hstep)]
         names += [(heads, "mean"), (heads + 1, "max")] if nc > 2 else []
         if nc == 1:
-            names = [(0, "rollout")]
+            names = [(0, self._column_name)]
         self._columns = names
         self.plot.getAxis("left").setTicks([left])
 
@@ -210,4 +215,16 @@ class OverviewPanel(QWidget):
         nc = self._shape[1]
         heads = nc - 2
         head: int | str = col if col < heads else ("mean" if col == heads else "max")
+        if self._shape[0] == 1:
+            layer = self.state.layer        # one map of the whole model: a click picks a head, not a layer
         self.tile_clicked.emit(layer, None if nc == 1 else head)
+
+
+def column_name(title: str) -> str:
+    """The bottom label of a stack with one column: what the map is, from its title ('rollout of cls (mean, ...)'
+    -> 'rollout of cls', "class relevance (Chefer) of the top class"), without its settings in brackets at the
+    end."""
+    name = title.split(" · ")[0].strip()
+    if name.endswith(")") and " (" in name and name.startswith("rollout"):
+        name = name[: name.rindex(" (")]
+    return name or "map"

@@ -1,9 +1,12 @@
-"""The position-embedding dock: the similarity map of the position under the mouse, the CLS embedding's
-similarity, and the ViT-paper mosaic of every position's map, on one shared colour scale.
+"""The position dock: for a learned position table, the similarity map of the position under the mouse, the CLS
+embedding's similarity and the ViT-paper mosaic of every position's map, on one shared colour scale; for a RoPE
+model, the q·k rotation kernel from the hovered patch (`RopeSection`) -- "RoPE — no learned absolute position
+embedding" when that is all it has, both when it has both.
 
-Everything heavy (resampling, all N × N similarities, the mosaic) is computed in the worker (`PosEmbedData`); a
-hover only swaps one (gh, gw) image and moves two frames, so it follows the mouse at 37 × 37 and beyond. Grids too
-large for N × N similarities (more than `MOSAIC_MAX_POSITIONS`) get no mosaic, and a hover computes its one row.
+Everything heavy (resampling, all N × N similarities, the mosaic, the RoPE kernels) is computed in the worker
+(`PosEmbedData`, `RopeKernels`); a hover only swaps one (gh, gw) image and moves frames, so it follows the mouse at
+37 × 37 and beyond. Grids too large for N × N similarities (more than `MOSAIC_MAX_POSITIONS`) get no mosaic, and a
+hover computes its one row.
 """
 from __future__ import annotations
 
@@ -12,14 +15,16 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
+from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
-from vitviz.gui.panels.base import SELECT, TEXT, dark_layout, message_label, pen, waiting_text
+from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text
+from vitviz.gui.panels.rope import RopeSection
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
+from vitviz.gui.worker import RopeKernels
 
 MOSAIC_TEXT = "every position's map"
 NO_MODEL_TEXT = "Open a model to see its position embedding."
@@ -27,32 +32,16 @@ NO_POS_TEXT = ("This model has no learned absolute position embedding (for examp
                "positions), so there is nothing to show here.")
 
 
-def _view(widget: pg.GraphicsLayoutWidget, row: int, col: int, **kwargs: object) -> tuple[pg.ViewBox, pg.ImageItem]:
-    view = widget.addViewBox(row=row, col=col, lockAspect=True, invertY=True, enableMenu=False, **kwargs)
-    view.setMouseEnabled(False, False)
-    item = pg.ImageItem()
-    view.addItem(item)
-    return view, item
-
-
-def _frame(view: pg.ViewBox, width: float) -> QGraphicsRectItem:
-    frame = QGraphicsRectItem()
-    frame.setPen(pen(SELECT, 255, width))
-    frame.setZValue(5)
-    frame.setVisible(False)
-    view.addItem(frame)
-    return frame
-
-
 class PosEmbedPanel(QWidget):
-    """Live position-embedding similarity of the session's model at the current input size; `hover(row, col)` is
-    also driven by the image panel."""
+    """Live position-embedding similarity (and RoPE kernel) of the session's model at the current input size;
+    `hover(row, col)` is also driven by the image panel."""
 
     def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("posEmbedPanel")
         self.state, self.session = state, session
         self.data: PosEmbedData | None = None
+        self.rope: RopeKernels | None = None
         self.position: tuple[int, int] | None = None
         self.last_hover_ms = 0.0
         self._cmap = state.colormap
@@ -63,11 +52,14 @@ class PosEmbedPanel(QWidget):
         self.title.setWordWrap(True)
         self.widget = dark_layout()
         self._build()
+        self.rope_section = RopeSection(self._cmap)
+        self.rope_section.hovered.connect(self.hover)
         body = QWidget()
         column = QVBoxLayout(body)
         column.setContentsMargins(4, 2, 4, 0)
         column.addWidget(self.title)
         column.addWidget(self.widget, 1)
+        column.addWidget(self.rope_section, 1)
         self.body = body
         self._stack = QStackedLayout(self)
         self._stack.addWidget(self.message)
@@ -82,14 +74,14 @@ class PosEmbedPanel(QWidget):
         w = self.widget
         self.hover_label = w.addLabel("", row=0, col=0, color=TEXT, size="9pt")
         self.mosaic_label = w.addLabel(MOSAIC_TEXT, row=0, col=1, color=TEXT, size="9pt")
-        self.hover_view, self.hover_item = _view(w, 1, 0)
+        self.hover_view, self.hover_item = image_view(w, 1, 0)
         self.cls_label = w.addLabel("", row=2, col=0, color=TEXT, size="9pt")
-        self.cls_view, self.cls_item = _view(w, 3, 0)
-        self.mosaic_view, self.mosaic_item = _view(w, 1, 1, rowspan=3)
+        self.cls_view, self.cls_item = image_view(w, 3, 0)
+        self.mosaic_view, self.mosaic_item = image_view(w, 1, 1, rowspan=3)
         w.ci.layout.setColumnStretchFactor(0, 2)
         w.ci.layout.setColumnStretchFactor(1, 5)
-        self.hover_frame = _frame(self.hover_view, 2.0)
-        self.mosaic_frame = _frame(self.mosaic_view, 1.5)
+        self.hover_frame = select_frame(self.hover_view, 2.0)
+        self.mosaic_frame = select_frame(self.mosaic_view, 1.5)
         self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=colors.colormap(self._cmap), interactive=False,
                                         width=12, label="cosine similarity")
         w.addItem(self.colorbar, row=1, col=2, rowspan=3)
@@ -99,7 +91,7 @@ class PosEmbedPanel(QWidget):
 
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
-        self._spec, self.data, self.position = spec, None, None
+        self._spec, self.data, self.rope, self.position = spec, None, None, None
         self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
                                                                                           NO_MODEL_TEXT))
         self._stack.setCurrentWidget(self.message)
@@ -108,17 +100,26 @@ class PosEmbedPanel(QWidget):
         if self._spec is None:
             self.message.setText(waiting_text(self.session, NO_MODEL_TEXT))
 
-    def set_data(self, data: PosEmbedData | None, spec: ModelSpec | None) -> None:
-        """Show a model's embedding at the current input size; None says the model has none."""
+    def set_data(self, data: PosEmbedData | None, spec: ModelSpec | None, rope: RopeKernels | None = None) -> None:
+        """Show a model's embedding and RoPE kernels at the current input size; both None say the model has no
+        absolute positions of either kind."""
         self._spec = spec
-        self.data = data
-        if data is None:
+        self.data, self.rope = data, rope
+        if data is None and rope is None:
             self.message.setText(NO_POS_TEXT if spec is not None else waiting_text(self.session, NO_MODEL_TEXT))
             self._stack.setCurrentWidget(self.message)
             return
         self._stack.setCurrentWidget(self.body)
-        self._draw_static()
-        gh, gw = data.grid
+        self.title.setVisible(data is not None)
+        self.widget.setVisible(data is not None)
+        self.rope_section.setVisible(rope is not None)
+        grid = data.grid if data is not None else rope.grid   # type: ignore[union-attr]  # one is there
+        if rope is not None:
+            self.rope_section.select(self.state.layer, self.state.head)
+            self.rope_section.set_kernels(rope, spec, learned=data is not None)
+        if data is not None:
+            self._draw_static()
+        gh, gw = grid
         keep = self.position if self.position and self.position[0] < gh and self.position[1] < gw else None
         self.hover(*(keep or (gh // 2, gw // 2)))
 
@@ -126,13 +127,16 @@ class PosEmbedPanel(QWidget):
         self.set_model(spec)
 
     def _on_pos_embed_ready(self) -> None:
-        self.set_data(self.session.pos_embed, self.session.spec)
+        self.set_data(self.session.pos_embed, self.session.spec, self.session.rope)
 
     def _on_state(self, changed: set[str]) -> None:
         if "colormap" in changed:
             self.set_colormap(self.state.colormap)
+        if changed & {"layer", "head"}:
+            self.rope_section.select(self.state.layer, self.state.head)   # RoPE-Mixed: per layer and head
 
     def set_colormap(self, name: str) -> None:
+        self.rope_section.set_colormap(name)
         if name != self._cmap:
             self._cmap = name
             self.colorbar.setColorMap(colors.colormap(name))
@@ -182,11 +186,16 @@ class PosEmbedPanel(QWidget):
                                        "figure 7)"]))
 
     def hover(self, row: int, col: int) -> None:
-        """Show the similarity of position (row, col) to every position (ignored outside the grid)."""
+        """Show the similarity of position (row, col) to every position, and the RoPE kernel from it (ignored
+        outside the grid)."""
         data = self.data
+        t0 = time.perf_counter()
+        if self.rope is not None and 0 <= row < self.rope.grid[0] and 0 <= col < self.rope.grid[1]:
+            self.position = (row, col)
+            self.rope_section.hover(row, col)
+            self.last_hover_ms = (time.perf_counter() - t0) * 1000
         if data is None or row < 0 or col < 0 or row >= data.grid[0] or col >= data.grid[1]:
             return
-        t0 = time.perf_counter()
         self.position = (row, col)
         self.hover_item.setImage(data.similarity_to(row, col), autoLevels=False, levels=self.levels(),
                                  lut=colors.lut(self._cmap))

@@ -17,11 +17,14 @@ from PySide6.QtWidgets import (
 )
 
 from vitviz.gui import colors
-from vitviz.core.maps import ResultMaps, rollout_title
+from vitviz.core.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
+
+
+POOL_QUERY = -2     # the query combo's entry for a MAP head's pooling query
 
 
 class MapView:
@@ -128,15 +131,24 @@ class RolloutPanel(LazyPanel):
         self.start_spin.valueChanged.connect(lambda v: self._queue(rollout_start=int(v)))
         self.query_combo = QComboBox()
         compact(self.query_combo)
-        self.query_combo.setToolTip("The token whose rollout is shown; click a patch in a map to pick one")
-        self.query_combo.activated.connect(lambda _i: self.query_clicked.emit(int(self.query_combo.currentData()))
-                                           if self.query_combo.currentData() >= 0 else self.query_clicked.emit(-1))
+        self.query_combo.setToolTip("The token whose rollout is shown; click a patch in a map to pick one. A model "
+                                    "with a MAP pooling head (SigLIP, PE) can roll out its pooling query instead")
+        self.query_combo.activated.connect(self._on_query_chosen)
         pair = QHBoxLayout()
         pair.addWidget(self.start_spin)
         pair.addWidget(QLabel("Query"))
         pair.addWidget(self.query_combo, 1)
         form.addRow("Start layer", pair)
         return form
+
+    def _on_query_chosen(self, _index: int) -> None:
+        """A token (or none: CLS / the patch mean) -> the window's query; POOL_QUERY -> the pooling query."""
+        data = int(self.query_combo.currentData())
+        if data == POOL_QUERY:
+            self.state.update(rollout_pool=True)
+            return
+        self.state.update(rollout_pool=False)
+        self.query_clicked.emit(data if data >= 0 else -1)
 
     def _slider_pair(self, lo: float, hi: float, field: str, tip: str) -> tuple[QDoubleSpinBox, QHBoxLayout]:
         spin, slider = QDoubleSpinBox(), QSlider(Qt.Orientation.Horizontal)
@@ -195,7 +207,17 @@ class RolloutPanel(LazyPanel):
         q = self.state.query
         if spec is not None and q is not None and q >= spec.num_prefix:
             combo.addItem(f"{spec.token_name(q)} · token {q}", q)
-        combo.setCurrentIndex(max(0, combo.findData(-1 if q is None else q)))
+        if self._has_pool():
+            combo.addItem("pooling query (MAP head)", POOL_QUERY)
+        chosen = POOL_QUERY if self._pooled() else -1 if q is None else q
+        combo.setCurrentIndex(max(0, combo.findData(chosen)))
+
+    def _has_pool(self) -> bool:
+        return self._maps is not None and self._maps.result.pool_attention is not None
+
+    def _pooled(self) -> bool:
+        """Whether the rollout starts from the MAP head's pooling query (asked for, and this result has one)."""
+        return self.state.rollout_pool and self._has_pool()
 
     # ------------------------------------------------------------------------------------------ drawing
 
@@ -230,15 +252,28 @@ class RolloutPanel(LazyPanel):
         params = self.params()
         r = maps.result
         p, grid = r.num_prefix, r.grid
-        self.rollout_map = maps.rollout.vector(params)[p:].reshape(grid)            # (N,) -> (gh, gw)
-        self.raw_map = self._raw(maps, params.query)
+        pooled = self._pooled()
+        if pooled:
+            assert r.pool_attention is not None
+            params = RolloutParams(params.fusion, params.discard, params.start, params.residual)
+            row = maps.rollout.pull(pool_vector(r.pool_attention, params.fusion), params)
+            self.rollout_map = row[p:].reshape(grid)                                 # (N,) -> (gh, gw)
+            self.raw_map = r.pool_map("mean")
+        else:
+            self.rollout_map = maps.rollout.vector(params)[p:].reshape(grid)        # (N,) -> (gh, gw)
+            self.raw_map = self._raw(maps, params.query)
         s = self.state
         for view, values in ((self.rollout_view, self.rollout_map), (self.raw_view, self.raw_map)):
             view.show(r.image, values, r.spec.patch_size, s.colormap, s.opacity)
             view.outline(None if params.query is None or params.query < p else divmod(params.query - p, grid[1]))
-        self.rollout_view.title.setText(rollout_title(params, r.spec) + f" · max {self.rollout_map.max():.3g}")
-        who = r.spec.token_name(params.query) if params.query is not None else self._default_name(maps)
-        self.raw_view.title.setText(f"raw attention of {who} · last layer · head mean · max {self.raw_map.max():.3g}")
+        who = "the pooling query" if pooled else ""
+        self.rollout_view.title.setText(rollout_title(params, r.spec, who) + f" · max {self.rollout_map.max():.3g}")
+        if pooled:
+            self.raw_view.title.setText(f"the MAP head's attention · head mean · max {self.raw_map.max():.3g}")
+        else:
+            who = r.spec.token_name(params.query) if params.query is not None else self._default_name(maps)
+            self.raw_view.title.setText(f"raw attention of {who} · last layer · head mean · "
+                                        f"max {self.raw_map.max():.3g}")
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms (T = {r.attentions.shape[-1]}); "
                             "the image panel's 'Attention rollout' map uses these settings")

@@ -1,0 +1,268 @@
+"""The Controls dock's model settings: what a checkpoint may not say -- the head count, the input size, the
+normalisation mean and std, the resize and crop -- and the channels it does say, with where each value came from.
+
+A value that is a guess (`ModelSpec.provenance` 'guess: ...') is marked with a '?' whose tooltip says why it was
+guessed; every label's tooltip names its source. Editing a value and pressing "Reload with these" asks for the
+model to be loaded again with those overrides (`vitviz.load(heads=, image_size=, mean=, std=, resize=,
+crop_mode=)`, in the worker); nothing heavy happens here.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from vitviz.core.spec import ModelSpec, parse_size
+from vitviz.gui.dialogs import divisors
+
+CROP_MODES = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
+GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of a guessed value
+FIELD_SOURCES = {"heads": "num_heads", "size": "image_size", "channels": "in_chans", "mean": "preprocess",
+                 "std": "preprocess", "resize": "preprocess", "crop": "preprocess"}
+LABELS = {"heads": "Heads", "size": "Image size", "channels": "Channels", "mean": "Mean", "std": "Std",
+          "resize": "Resize", "crop": "Crop"}
+
+
+def format_floats(values: tuple[float, ...]) -> str:
+    """(0.485, 0.456, 0.406) -> '0.485, 0.456, 0.406'."""
+    return ", ".join(f"{v:g}" for v in values)
+
+
+def parse_floats(text: str, what: str, channels: int, positive: bool = False) -> tuple[float, ...]:
+    """'0.5, 0.5, 0.5' -> (0.5, 0.5, 0.5): 1 value, or one per channel (or per RGB channel).
+
+    Raises:
+        ValueError: saying what was expected.
+    """
+    try:
+        values = tuple(float(v) for v in text.replace(";", ",").split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{what}: expected comma-separated numbers, found {text!r}") from None
+    if len(values) not in (1, 3, channels):    # 3 values for a 1-channel model are averaged, as for RGB files
+        raise ValueError(f"{what}: expected 1 or {max(3, channels)} values (one per channel), found "
+                         f"{len(values)}")
+    if positive and min(values) <= 0:
+        raise ValueError(f"{what}: every value must be above 0, found {text!r}")
+    return values
+
+
+class ModelSettings(QWidget):
+    """Heads, image size, channels, mean/std, resize and crop of the loaded model, editable (a header button folds
+    them away; they unfold by themselves when a value is a guess).
+
+    Signals:
+        overrides_requested(dict): the changed values as `vitviz.load` overrides ({'heads': 4, 'mean': (...)}).
+    """
+
+    overrides_requested = Signal(dict)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("modelSettings")
+        self.spec: ModelSpec | None = None
+        self.marks: dict[str, QLabel] = {}
+        self.header = QToolButton()
+        self.header.setObjectName("modelSettingsHeader")
+        self.header.setText("Model settings")
+        self.header.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.header.setCheckable(True)
+        self.header.setAutoRaise(True)
+        self.header.toggled.connect(self._fold)
+        self.header.setToolTip("What the checkpoint may not say (a '?' marks a guess): change a value and reload")
+        self.body = QWidget()
+        form = QFormLayout(self.body)
+        form.setContentsMargins(0, 0, 0, 0)
+        self.heads_combo = QComboBox()
+        self.heads_combo.setObjectName("headsCombo")
+        self.size_edit = QLineEdit()
+        self.size_edit.setObjectName("imageSizeEdit")
+        self.size_edit.setPlaceholderText("N or H×W")
+        self.channels_label = QLabel("–")
+        self.mean_edit, self.std_edit = QLineEdit(), QLineEdit()
+        self.mean_edit.setObjectName("meanEdit")
+        self.std_edit.setObjectName("stdEdit")
+        self.resize_spin = QSpinBox()
+        self.resize_spin.setObjectName("resizeSpin")
+        self.resize_spin.setRange(0, 8192)
+        self.resize_spin.setSuffix(" px")
+        self.crop_combo = QComboBox()
+        self.crop_combo.setObjectName("cropCombo")
+        for mode, text in CROP_MODES.items():
+            self.crop_combo.addItem(text, mode)
+        self.heads_combo.setToolTip("Attention heads per layer (they divide the attention width); every per-head map "
+                                    "depends on it")
+        self.size_edit.setToolTip("The model's own input size (image_size=): the crop, and the grid its position "
+                                  "embedding is resampled to. 'Input H×W' above runs the images at another size "
+                                  "without reloading")
+        self.mean_edit.setToolTip("Normalisation mean per channel (mean=), e.g. 0.485, 0.456, 0.406; one value for "
+                                  "all channels")
+        self.std_edit.setToolTip("Normalisation std per channel (std=), e.g. 0.229, 0.224, 0.225")
+        self.resize_spin.setToolTip("The shorter side is resized to this before the centre crop (resize=)")
+        self.crop_combo.setToolTip("How an image becomes the input (crop_mode=): resize keeping the aspect ratio "
+                                   "and crop the middle, squash the whole image, or squash to the resize and crop")
+        widgets = {"heads": self.heads_combo, "size": self.size_edit, "channels": self.channels_label,
+                   "mean": self.mean_edit, "std": self.std_edit, "resize": self.resize_spin, "crop": self.crop_combo}
+        for key, widget in widgets.items():
+            form.addRow(self._label(key), widget)
+        for edit in (self.size_edit, self.mean_edit, self.std_edit):
+            edit.textEdited.connect(self._on_edited)
+        self.heads_combo.activated.connect(self._on_edited)
+        self.crop_combo.activated.connect(self._on_edited)
+        self.resize_spin.valueChanged.connect(self._on_edited)
+        self.problem = QLabel("")
+        self.problem.setObjectName("modelSettingsProblem")
+        self.problem.setWordWrap(True)
+        self.problem.setStyleSheet("color: #d93025;")
+        self.problem.setVisible(False)
+        form.addRow(self.problem)
+        self.apply_button = QPushButton("Reload with these")
+        self.apply_button.setObjectName("reloadWithSettings")
+        self.apply_button.setToolTip("Load the model again with these values (the images run again)")
+        self.apply_button.clicked.connect(self.apply)
+        self.reset_button = QPushButton("Reset")
+        self.reset_button.setToolTip("Back to the loaded model's values")
+        self.reset_button.clicked.connect(self.reset)
+        row = QHBoxLayout()
+        row.addWidget(self.reset_button)
+        row.addWidget(self.apply_button, 1)
+        form.addRow(row)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.header)
+        column.addWidget(self.body)
+        self._fold(False)
+        self.setEnabled(False)
+
+    def _label(self, key: str) -> QWidget:
+        """A field's label with its guess mark ('?', hidden unless the value is a guess)."""
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(3)
+        text = QLabel(LABELS[key])
+        mark = QLabel("?")
+        mark.setObjectName(f"{key}GuessMark")
+        mark.setStyleSheet(GUESS_STYLE)
+        mark.setVisible(False)
+        row.addWidget(text)
+        row.addWidget(mark)
+        self.marks[key] = mark
+        box.setObjectName(f"{key}Label")
+        return box
+
+    def _fold(self, unfolded: bool) -> None:
+        self.header.setArrowType(Qt.ArrowType.DownArrow if unfolded else Qt.ArrowType.RightArrow)
+        self.body.setVisible(unfolded)
+
+    def unfold(self, unfolded: bool = True) -> None:
+        self.header.setChecked(unfolded)
+        self._fold(unfolded)
+
+    # ------------------------------------------------------------------------------------------ the model
+
+    def set_spec(self, spec: ModelSpec | None) -> None:
+        """Show a loaded model's values and where they came from; a guess unfolds the settings."""
+        self.spec = spec
+        self.setEnabled(spec is not None)
+        if spec is None:
+            return
+        self.reset()
+        guessed = self.guessed()
+        for key, mark in self.marks.items():
+            name = FIELD_SOURCES[key]
+            source = spec.source_of(name)
+            tip = (f"A guess: {html.escape(source.removeprefix('guess:').strip())}. If it is wrong, set it here and "
+                   "press Reload with these." if key in guessed else f"From: {html.escape(source)}")
+            mark.setVisible(key in guessed)
+            mark.setToolTip(tip)
+            mark.parentWidget().setToolTip(tip)
+        self.channels_label.setToolTip("Read from the patch embedding's weights (not an override)")
+        if guessed:
+            self.unfold(True)
+
+    def guessed(self) -> set[str]:
+        """The fields whose value is a guess."""
+        spec = self.spec
+        if spec is None:
+            return set()
+        return {key for key, name in FIELD_SOURCES.items() if spec.source_of(name).startswith("guess")}
+
+    def reset(self) -> None:
+        """Put the loaded model's values back into the fields."""
+        spec = self.spec
+        if spec is None:
+            return
+        blockers = [w.blockSignals(True) for w in (self.heads_combo, self.resize_spin, self.crop_combo)]
+        self.heads_combo.clear()
+        width = spec.attn_width
+        for h in divisors(width):
+            self.heads_combo.addItem(f"{h} (head dim {width // h})", h)
+        self.heads_combo.setCurrentIndex(max(0, self.heads_combo.findData(spec.num_heads)))
+        h, w = spec.image_size
+        self.size_edit.setText(str(h) if h == w else f"{h}×{w}")
+        self.channels_label.setText(str(spec.in_chans))
+        pp = spec.preprocess
+        self.mean_edit.setText(format_floats(pp.mean))
+        self.std_edit.setText(format_floats(pp.std))
+        self.resize_spin.setValue(int(pp.resize))
+        self.crop_combo.setCurrentIndex(max(0, self.crop_combo.findData(pp.mode)))
+        for widget, blocked in zip((self.heads_combo, self.resize_spin, self.crop_combo), blockers):
+            widget.blockSignals(blocked)
+        self._on_edited()
+
+    def changes(self) -> dict[str, Any]:
+        """The values that differ from the loaded model's, as `vitviz.load` overrides.
+
+        Raises:
+            ValueError: a field that does not parse (the message says which and what it expects).
+        """
+        spec = self.spec
+        if spec is None:
+            return {}
+        pp, out = spec.preprocess, {}
+        heads = int(self.heads_combo.currentData() or spec.num_heads)
+        if heads != spec.num_heads:
+            out["heads"] = heads
+        try:
+            size = parse_size(self.size_edit.text().strip())
+        except ValueError as exc:
+            raise ValueError(f"Image size: {exc}") from None
+        if size != tuple(spec.image_size):
+            out["image_size"] = size
+        mean = parse_floats(self.mean_edit.text(), "Mean", spec.in_chans)
+        std = parse_floats(self.std_edit.text(), "Std", spec.in_chans, positive=True)
+        if mean != tuple(pp.mean):
+            out["mean"] = mean
+        if std != tuple(pp.std):
+            out["std"] = std
+        if self.resize_spin.value() != int(pp.resize):
+            out["resize"] = int(self.resize_spin.value())
+        crop = str(self.crop_combo.currentData())
+        if crop != pp.mode:
+            out["crop_mode"] = crop
+        return out
+
+    def _on_edited(self, *_args: object) -> None:
+        """Enable Reload when something changed and everything parses; say what does not."""
+        try:
+            changed = bool(self.changes())
+            problem = ""
+        except ValueError as exc:
+            changed, problem = False, str(exc)
+        self.problem.setText(problem)
+        self.problem.setVisible(bool(problem))
+        self.apply_button.setEnabled(changed)
+        self.reset_button.setEnabled(changed or bool(problem))
+
+    def apply(self) -> None:
+        """Ask for the model to be loaded again with the changed values."""
+        try:
+            changes = self.changes()
+        except ValueError:
+            return
+        if changes:
+            self.apply_button.setEnabled(False)
+            self.overrides_requested.emit(changes)
