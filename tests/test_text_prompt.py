@@ -153,3 +153,58 @@ def test_small_vocab_without_tokenizer(tmp_path: Path) -> None:
 def test_prompt_label() -> None:
     assert prompt_label("a photo of a Cat!") == "text-a_photo_of_a_cat"
     assert prompt_label("???") == "text-prompt"
+
+
+# ----------------------------------------------------------------------------------------------------- export
+def test_parse_text_map_keeps_the_prompt() -> None:
+    from vitviz.batch.plan import output_name, parse_maps
+
+    maps = parse_maps("cls, Text:A Photo of a Cat ,prompt:a dog")
+    assert [m.kind for m in maps] == ["cls", "text", "text"]
+    assert maps[1].target == "A Photo of a Cat" and maps[1].label == "text-a_photo_of_a_cat"
+    assert output_name("img", maps[1], "all", "mean") == "img_text-a_photo_of_a_cat_Lall.png"
+    from vitviz.core.maps import SelectionError
+
+    with pytest.raises(SelectionError, match="needs a prompt"):
+        parse_maps("text:")
+
+
+@pytest.mark.parametrize("which", ["oc", "hf"])
+def test_export_text_map(oc_file, hf_folder, photo: Path, tmp_path: Path, which: str) -> None:
+    from PIL import Image
+
+    from vitviz.cli import main
+    from vitviz.core.relevance import legrad
+
+    ckpt = oc_file[0] if which == "oc" else hf_folder[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = main(["export", "--model", str(ckpt), str(photo), "--out", str(tmp_path), "--maps",
+                   "text:a photo of a cat", "--npz", "--quiet"])
+    assert rc == 0
+    png = tmp_path / "photo_text-a_photo_of_a_cat_Lall.png"
+    assert png.is_file() and Image.open(png).size[0] > 0
+    vm = quiet_load(ckpt)
+    data = np.load(tmp_path / "photo.npz")
+    ref = legrad(vm, photo, text_embedding(vm, ["a photo of a cat"])[0])
+    np.testing.assert_allclose(data["text_a_photo_of_a_cat"], ref.map, atol=1e-5)
+
+
+def test_export_text_map_without_text_tower(tiny_ckpt: Path, oc_file, photo: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["export", "--model", str(tiny_ckpt), "--heads", "4", str(photo), "--out", str(tmp_path / "a"),
+                     "--maps", "text:a cat", "--quiet"]) == 2
+    assert "not a CLIP / SigLIP image embedding" in capsys.readouterr().err
+    vis = tmp_path / "vis"
+    vis.mkdir()
+    torch.save({k: v for k, v in oc_file[1].state_dict().items() if k.startswith("visual.")}, vis / "v.pth")
+    (vis / "open_clip_config.json").write_text(json.dumps({"model_cfg": CFG}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["export", "--model", str(vis / "v.pth"), str(photo), "--out", str(tmp_path / "b"),
+                     "--maps", "text:a cat", "--quiet"]) == 2
+    assert "no text tower" in capsys.readouterr().err

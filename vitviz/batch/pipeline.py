@@ -26,7 +26,7 @@ from vitviz.batch.plan import Plan
 from vitviz.core import files, images
 from vitviz.core.capture import pool_rows
 from vitviz.core.maps import (MapKind, MapStack, map_stack, norm_stack, pool_arrays, pool_stack, relevance_arrays,
-                              relevance_stack)
+                              relevance_stack, text_stack)
 from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, split_output
 from vitviz.errors import DiskFullError, VitvizError
@@ -72,6 +72,7 @@ class Extras:
     norms: np.ndarray | None = None
     prefix_norms: np.ndarray | None = None
     pca: dict[Any, Any] | None = None
+    texts: dict[str, Any] | None = None  # LeGrad per text prompt
 
     def pca_at(self, layer: Any) -> Any:
         """The image's feature PCA at block `layer` (fitted on this image alone; made once per layer)."""
@@ -83,12 +84,16 @@ class Extras:
         return self.pca[layer]
 
 
-def compute_extras(model: Any, x: Any, classes: list[int | None], features: bool) -> Extras:
-    """The gradient maps of each class (one forward and backward pass each) and, with `features`, every block's
-    output tokens (one pass) of one image, a (1, C, H, W) input."""
-    from vitviz.core.relevance import class_relevance
+def compute_extras(model: Any, x: Any, classes: list[int | None], features: bool,
+                   texts: dict[str, np.ndarray] | None = None) -> Extras:
+    """The gradient maps of each class (one forward and backward pass each), the LeGrad map of each text prompt
+    of `texts` (prompt -> its text embedding; a pass each) and, with `features`, every block's output tokens (one
+    pass) of one image, a (1, C, H, W) input."""
+    from vitviz.core.relevance import class_relevance, legrad
 
     extras = Extras({target: class_relevance(model, x, target) for target in classes})
+    if texts:
+        extras.texts = {prompt: legrad(model, x, emb) for prompt, emb in texts.items()}
     if features:
         from vitviz.core.features import capture_features, prefix_norms, token_norms
 
@@ -101,6 +106,9 @@ def extra_stack(m: MapKind, extras: Extras) -> MapStack:
     """The stack of a gradient map or of the norms from an image's `Extras`."""
     if m.source == "gradients":
         return relevance_stack(extras.relevance[m.target], m.kind)  # type: ignore[index]
+    if m.source == "text":
+        assert extras.texts is not None
+        return text_stack(extras.texts[str(m.target)], str(m.target))
     assert extras.norms is not None
     return norm_stack(extras.norms)
 
@@ -114,6 +122,10 @@ def extra_arrays(maps: list[MapKind], layers: list[Any], extras: Extras) -> dict
     for m in maps:
         if m.source == "gradients":
             out.update(relevance_arrays(m, extras.relevance[m.target]))  # type: ignore[index]
+        elif m.source == "text" and extras.texts is not None:
+            leg = extras.texts[str(m.target)]
+            key = m.label.replace("-", "_")
+            out[key], out[f"{key}_scores"] = np.asarray(leg.map), np.asarray(leg.scores)
         elif m.kind == "pca":
             for layer in layers:
                 pca = extras.pca_at(layer)
@@ -138,6 +150,11 @@ class Exporter:
         self.model, self.plan, self.jobs = model, plan, jobs
         self.spec = model.spec
         self.combos = plan.combos()
+        self.texts: dict[str, np.ndarray] = {}
+        if plan.prompts:  # the text tower runs once, here: a file without one fails before any image is read
+            from vitviz.core.text import text_embedding
+
+            self.texts = dict(zip(plan.prompts, text_embedding(model, plan.prompts)))
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
         self.on_progress = on_progress or (lambda _job: None)
         self._writes: deque[tuple[Job, Future[None]]] = deque()
@@ -251,8 +268,8 @@ class Exporter:
         extras: list[Extras | None] = []
         for p in batch:  # maps of a class or of the features: passes of their own, only when asked for
             try:
-                extras.append(compute_extras(self.model, p.x, plan.classes, plan.needs_features)
-                              if plan.classes or plan.needs_features else None)
+                extras.append(compute_extras(self.model, p.x, plan.classes, plan.needs_features, self.texts)
+                              if plan.classes or plan.needs_features or self.texts else None)
             except VitvizError as e:
                 self._fail(p.job, e)
                 extras.append(None)

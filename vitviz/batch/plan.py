@@ -23,6 +23,12 @@ relevance`); CLASS is an index or a label of the model (without it: each image's
 - `attngrad[:CLASS]`: attention x gradient per layer and head, signed (colour scale -m..m):
   `{image}_attngrad-c3_L{layer}_H{head}.png`.
 
+CLIP / SigLIP files whose text tower and tokenizer are at hand (`vitviz.core.text`; transformers or open_clip) also
+explain a text prompt, one forward and backward pass per image and prompt:
+
+- `text:PROMPT` (or `prompt:PROMPT`): LeGrad of the image-text similarity, one map of the whole model:
+  `{image}_text-a_photo_of_a_cat_Lall.png` (the prompt, file-name safe; it may not hold a comma).
+
 Maps of the blocks' output tokens need a pass of their own (`vitviz.core.features`), also only when asked for:
 
 - `pca`: the DINOv2-style feature PCA colours of each layer of --layers, fitted on the image alone (a colour image;
@@ -51,12 +57,13 @@ from vitviz.core.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
+LEGRAD_POOLINGS = ("token", "avg", "avg_all")  # as `vitviz.core.relevance` (which imports torch) takes for LeGrad
 
 
 def parse_maps(text: str) -> list[MapKind]:
     """'cls,rollout,token:5' -> MapKinds (rollout with the default settings), in order, without duplicates."""
     out: list[MapKind] = []
-    for part in _parts(text, "maps"):
+    for part in _parts(text, "maps", lower=False):  # a text prompt keeps its case; MapKind.parse lowers the rest
         item = MapKind.parse(part)
         if item not in out:
             out.append(item)
@@ -84,8 +91,8 @@ def parse_picks(text: str, what: str, words: tuple[str, ...]) -> list[int | str]
     return out
 
 
-def _parts(text: str, what: str) -> list[str]:
-    parts = [p.strip().lower() for p in text.split(",") if p.strip()]
+def _parts(text: str, what: str, lower: bool = True) -> list[str]:
+    parts = [p.strip().lower() if lower else p.strip() for p in text.split(",") if p.strip()]
     if not parts:
         raise SelectionError(f"empty {what} selection {text!r}")
     return parts
@@ -120,6 +127,12 @@ def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
         if query is not None and not 0 <= int(query) < spec.num_tokens:
             raise SelectionError(f"{what}:{query} out of range: the model has {spec.num_tokens} tokens "
                                  f"({spec.num_prefix} prefix + {spec.grid[0]}x{spec.grid[1]} patches)")
+        if m.kind == "text" and not spec.embed_out:
+            raise SelectionError(f"the {m.label} map compares the image embedding with a text embedding; this "
+                                 "model's output is not a CLIP / SigLIP image embedding (no projection head)")
+        if m.kind == "text" and spec.pooling not in LEGRAD_POOLINGS:
+            raise SelectionError(f"the {m.label} map is LeGrad, which applies the head to one mean-pooled token; "
+                                 f"this model pools with {spec.pooling!r} (LeGrad needs {', '.join(LEGRAD_POOLINGS)})")
         if m.kind == "rollout" and m.rollout.start >= spec.depth:
             raise SelectionError(f"rollout start layer {m.rollout.start} out of range: the model has {spec.depth} "
                                  f"layers (0-{spec.depth - 1})")
@@ -276,6 +289,11 @@ class Plan:
             if m.source == "gradients" and m.target not in out:
                 out.append(m.target)  # type: ignore[arg-type]  # an index once `check_classes` has run
         return out
+
+    @property
+    def prompts(self) -> list[str]:
+        """The text prompts of the text maps, one forward and backward pass per image each."""
+        return [str(m.target) for m in self.maps if m.kind == "text"]
 
     @property
     def needs_features(self) -> bool:

@@ -60,7 +60,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "head), CLASS an index or label, without it the top class; maps of the output tokens: pca "
                         "(feature PCA colours) and norms (output-token norms); models with a MAP pooling head "
                         "(SigLIP, PE): pool (its attention over the patches, per pooling head) and rollout:pool "
-                        "(the rollout of its query) (default: cls)")
+                        "(the rollout of its query); CLIP / SigLIP files with their text tower and tokenizer (transformers or "
+                        "open_clip installed): text:PROMPT (LeGrad of the image-text similarity, e.g. 'text:a photo "
+                        "of a cat' -> {image}_text-a_photo_of_a_cat_Lall.png) (default: cls)")
     p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",

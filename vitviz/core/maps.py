@@ -39,7 +39,7 @@ from vitviz.errors import VitvizError
 
 if TYPE_CHECKING:  # both import torch; the maps only read their arrays
     from vitviz.core.features import FeatureStack
-    from vitviz.core.relevance import Relevance
+    from vitviz.core.relevance import LeGradMap, Relevance
 
 LayerSel = Union[int, str]   # a layer index (negative counts from the end), 'mean' over the layers, or 'all' (a
                              # map of the whole model: relevance, gradient rollout)
@@ -49,8 +49,9 @@ MAP_KINDS = ("cls", "mean", "max", "rollout", "token")        # attention maps: 
 GRADIENT_KINDS = ("relevance", "gradrollout", "attngrad")     # one class's maps: a forward and backward pass
 FEATURE_KINDS = ("pca", "norms")                              # from the blocks' output tokens: a pass of its own
 POOL_KINDS = ("pool", "poolrollout")                          # a MAP head's attention: the forward pass with the head
-ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS
-WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool")      # one map of all layers together: files say `Lall`
+TEXT_KINDS = ("text",)                                        # a text prompt's LeGrad (CLIP / SigLIP text tower)
+ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS + TEXT_KINDS
+WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool", "text")  # one map of all layers together: files say `Lall`
 POOL_TITLE = "pooling attention (MAP head)"
 GRADIENT_TITLES = {"relevance": "class relevance (Chefer)", "gradrollout": "gradient rollout",
                    "attngrad": "attention × gradient"}
@@ -96,7 +97,9 @@ class MapKind:
             raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(ALL_KINDS)}")
         if (self.kind == "token") != (self.token is not None):
             raise SelectionError(f"a {self.kind} map {'needs' if self.kind == 'token' else 'takes no'} query token")
-        if self.target is not None and self.kind not in GRADIENT_KINDS:
+        if self.kind in TEXT_KINDS and not (isinstance(self.target, str) and self.target.strip()):
+            raise SelectionError("a text map needs a prompt, e.g. text:a photo of a cat")
+        if self.target is not None and self.kind not in GRADIENT_KINDS + TEXT_KINDS:
             raise SelectionError(f"a {self.kind} map takes no class; only {', '.join(GRADIENT_KINDS)} do")
 
     @classmethod
@@ -104,7 +107,11 @@ class MapKind:
         """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'rollout:N' (the rollout
         of token N), 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
         without it the top class), 'pca' or 'norms', 'pool' (a MAP head's attention) or 'rollout:pool' (the
-        rollout of the MAP head's query); `rollout` gives the rollout's other settings."""
+        rollout of the MAP head's query), 'text:PROMPT' or 'prompt:PROMPT' (LeGrad of a text prompt, its case
+        kept); `rollout` gives the rollout's other settings."""
+        prompt = re.fullmatch(r"\s*(?:text|prompt):(.*)", text, re.S | re.I)
+        if prompt is not None:
+            return cls("text", target=" ".join(prompt.group(1).split()))
         text = text.strip().lower()
         base = rollout or RolloutParams()
         if text in ("cls", "mean", "max", "pool") or text in FEATURE_KINDS:
@@ -137,6 +144,10 @@ class MapKind:
         from the defaults: 'rollout-token17-max-d0.9-r0.3-from2' ('rollout-pool-max' from a MAP head's query)."""
         if self.kind == "token":
             return f"token{self.token}"
+        if self.kind in TEXT_KINDS:
+            from vitviz.core.text import prompt_label
+
+            return prompt_label(str(self.target))
         if self.kind in GRADIENT_KINDS:
             if self.target is None:
                 return self.kind
@@ -169,9 +180,11 @@ class MapKind:
     def source(self) -> str:
         """What the map is made from: 'attention' (the captured forward pass), 'pool' (the same pass with the MAP
         head run: its attention, and all layers' for 'poolrollout'), 'gradients' (a forward and backward pass for
-        its class) or 'features' (the blocks' output tokens)."""
+        its class), 'text' (one for its prompt's embedding) or 'features' (the blocks' output tokens)."""
         if self.kind in POOL_KINDS:
             return "pool"
+        if self.kind in TEXT_KINDS:
+            return "text"
         return "gradients" if self.kind in GRADIENT_KINDS else "features" if self.kind in FEATURE_KINDS else \
             "attention"
 
@@ -399,6 +412,11 @@ def relevance_stack(rel: "Relevance", kind: str) -> MapStack:
         return _fused_stack(rel.attn_grad, title, signed=True)                   # (L, H, gh, gw)
     values = rel.chefer if kind == "relevance" else rel.grad_rollout             # (gh, gw)
     return _fused_stack(np.asarray(values)[None, None], title)                   # (1, 1, gh, gw)
+
+
+def text_stack(leg: "LeGradMap", prompt: str) -> MapStack:
+    """The stack of a text prompt's LeGrad map (`vitviz.core.relevance.LeGradMap`): one layer and one head."""
+    return _fused_stack(np.asarray(leg.map, dtype=np.float32)[None, None], f"LeGrad of the prompt {prompt!r}")
 
 
 def relevance_arrays(kind: MapKind, rel: "Relevance") -> dict[str, np.ndarray]:
