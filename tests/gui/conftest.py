@@ -179,6 +179,23 @@ def hover(viewport, pos) -> None:  # noqa: ANN001
     QApplication.sendEvent(viewport, event)
 
 
+def answer_heads(qtbot, window, heads: int | None, remember: bool = False) -> None:  # noqa: ANN001
+    """Answer the window's question about a guessed head count (open now or soon): `heads`, or None to keep the
+    guess; with another count, wait until the model has loaded again with it."""
+    qtbot.waitUntil(lambda: window.heads_dialog is not None and window.heads_dialog.isVisible(), timeout=20000)
+    dialog = window.heads_dialog
+    dialog.remember_check.setChecked(remember)
+    if heads is None:
+        dialog.reject()
+        return
+    dialog.combo.setCurrentIndex(dialog.combo.findData(heads))
+    if heads == window.session.spec.num_heads:
+        dialog.accept()
+        return
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        dialog.accept()
+
+
 def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
     """Load `path` (2 heads) in the window, add `images` and wait until everything ran."""
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):

@@ -156,7 +156,7 @@ def test_a_huge_export_is_announced_with_its_size(qtbot, loaded, tmp_path) -> No
         w.session.add_images([str(big)], show=True)
     maps = w.session.result(str(big))
     h, w_ = file_actions.exporting.native_size(maps)                     # the centre crop the model saw
-    assert 4000 < h <= 4800 and 4000 < w_ <= 4800 and h * w_ > file_actions.LARGE_EXPORT_PIXELS
+    assert 4000 < h <= 4800 and 4000 < w_ <= 4800 and h * w_ > file_actions.LARGE_PICTURE_PIXELS
     _answer_box("Input size")
     assert w.file_actions.choose_size(maps, 1) == file_actions.INPUT
     _answer_box("Cancel")

@@ -5,7 +5,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from conftest import HEADS, wait_idle
+from conftest import HEADS, answer_heads, wait_idle
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
@@ -146,7 +146,8 @@ def _drop(window, paths: list[Path]) -> None:  # noqa: ANN001
 def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         _drop(window, [tiny_ckpt])
-    assert window.session.spec.depth == 2
+    answer_heads(qtbot, window, HEADS)                           # the file does not say: the window asks
+    assert window.session.spec.depth == 2 and window.session.spec.num_heads == HEADS
     _drop(window, [images[0], images[0].parent])               # a file and its folder: no duplicates
     wait_idle(qtbot, window)
     assert window.images.paths() == [str(p) for p in images]

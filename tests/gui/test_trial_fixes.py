@@ -133,7 +133,7 @@ def test_map_mean_max_are_exports_maps(name: str) -> None:
 def test_map_choices_are_listed() -> None:
     with pytest.raises(ValueError, match="cls, mean, max, rollout, token:N"):
         parse_map_arg("received")
-    assert list(MAP_CHOICES) == ["cls", "mean", "max", "rollout", "token:N", "relevance[:N]"]
+    assert list(MAP_CHOICES) == ["cls", "mean", "max", "rollout", "token:N", "relevance[:N]", "pool"]
 
 
 def test_head_ignored_by_rollout_is_noted(window) -> None:  # noqa: ANN001

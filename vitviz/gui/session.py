@@ -18,6 +18,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
+from vitviz.gui import bundled
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.worker import (Cataloged, Compared, Explained, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
                                Probed, Ran, Request, RopeKernels, Shared)
@@ -408,7 +409,8 @@ class Session(QObject):
         self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
-        self.awaiting_heads = self.ask_heads and spec.heads_guessed
+        # the demo model is ours (its config says its heads): never asked about
+        self.awaiting_heads = self.ask_heads and spec.heads_guessed and not bundled.is_demo(self.model_path)
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self._forget_results()
