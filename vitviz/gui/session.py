@@ -422,8 +422,8 @@ class Session(QObject):
         self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
         self.model_loaded.emit(spec, answer.device)
         if not answer.interruptible:
-            self.note("This model's own code has no blocks or attention modules vitviz can stop between: a running "
-                      "image always finishes (closing the window waits for it)")
+            self.note.emit("This model's own code has no blocks or attention modules vitviz can stop between: a "
+                           "running image always finishes (closing the window waits for it)")
         if self.awaiting_heads:
             self.heads_asked.emit(spec)    # the images run once the user has answered (answer_heads)
         else:

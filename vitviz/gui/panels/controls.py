@@ -321,10 +321,10 @@ class ControlsPanel(QWidget):
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
-            # one map of the whole model: no layer to pick
-            whole = (s.source == "relevance" and s.relevance_method != "attngrad") or s.source == "pool"
-            self.layer_spin.setEnabled(not whole)
-            self.layer_slider.show_special(isinstance(s.layer, str), allowed=not whole)
+            # one map of the whole model: no layer to pick (and no head either, but for the pooling heads)
+            whole = s.source == "relevance" and s.relevance_method != "attngrad"
+            self.layer_spin.setEnabled(not whole and s.source != "pool")
+            self.layer_slider.show_special(isinstance(s.layer, str), allowed=not whole and s.source != "pool")
             self.head_spin.setEnabled(s.source != "rollout" and not whole)
             self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout" and not whole)
             self.cmap_combo.setCurrentText(s.colormap)

@@ -1,0 +1,135 @@
+"""What a checkpoint does not say (issue 11 §2 in the window): a guessed head count is asked for in a dialog (the
+divisors of the attention width, the guess as default, "remember for this file") before anything runs; the
+Controls dock shows heads, image size, channels and mean/std with guesses marked, and a change reloads the model
+with those overrides in the worker."""
+from __future__ import annotations
+
+import numpy as np
+from conftest import HEADS, answer_heads, wait_idle
+from PySide6.QtWidgets import QLabel
+
+from vitviz.gui import settings as st
+from vitviz.gui.dialogs import divisors
+from vitviz.gui.worker import Kind
+
+
+def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202
+    """Load a file that holds no head count, with images waiting to run."""
+    window.session.add_images([str(p) for p in images])
+    with qtbot.waitSignal(window.session.heads_asked, timeout=20000):
+        window.load_model(str(path))
+    return window.heads_dialog
+
+
+def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    dialog = _load_unsaid(qtbot, window, tiny_ckpt, images[:2])
+    s = window.session
+    assert s.spec.heads_guessed and s.awaiting_heads and dialog.isVisible()
+    assert s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
+    offered = [dialog.combo.itemData(i) for i in range(dialog.combo.count())]
+    assert offered == divisors(32) == [1, 2, 4, 8, 16, 32]
+    assert dialog.heads() == s.spec.num_heads == 1                                      # the guess, said so
+    assert "(the guess)" in dialog.combo.currentText()
+    text = dialog.findChild(QLabel, "headsText").text()
+    assert "tiny.pth" in text and "width 32" in text
+    answer_heads(qtbot, window, HEADS, remember=True)                                 # reloads with heads=2
+    assert s.spec.num_heads == HEADS and s.spec.source_of("num_heads").startswith("override")
+    assert not s.awaiting_heads and s.load_overrides == {"heads": HEADS}
+    wait_idle(qtbot, window)
+    result = s.result(str(images[0])).result
+    assert result.attentions.shape[1] == HEADS
+    assert st.remembered_heads(window.settings, str(tiny_ckpt)) == HEADS
+
+
+def test_a_remembered_head_count_opens_the_file_unasked(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    st.remember_heads(window.settings, str(tiny_ckpt), 4)
+    asked: list[object] = []
+    window.session.heads_asked.connect(asked.append)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt))
+    window.session.add_images([str(images[0])])
+    wait_idle(qtbot, window)
+    assert asked == [] and window.heads_dialog is None
+    assert window.session.spec.num_heads == 4 and window.session.result(str(images[0])) is not None
+    assert any("4 attention heads, as chosen for tiny.pth" in n for n in window.notes)
+
+
+def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    _load_unsaid(qtbot, window, tiny_ckpt, images[:1])
+    answer_heads(qtbot, window, None)
+    wait_idle(qtbot, window)
+    s = window.session
+    assert s.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.awaiting_heads
+    assert st.remembered_heads(window.settings, str(tiny_ckpt)) is None
+    assert window.controls.model_settings.marks["heads"].isVisibleTo(window.controls.model_settings)  # still a guess
+
+
+def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """--screenshot has nobody to ask: the guess is used and said (on stderr), as the CLI says it."""
+    window.session.ask_heads = False
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt))
+    window.session.add_images([str(images[0])])
+    wait_idle(qtbot, window)
+    assert window.heads_dialog is None and window.session.result(str(images[0])) is not None
+    note = next(n for n in window.notes if "num_heads = 1 is a guess" in n)
+    assert "--heads N" in note and "1, 2, 4, 8, 16, 32" in note
+
+
+def test_controls_show_the_model_settings_with_guesses_marked(qtbot, loaded) -> None:  # noqa: ANN001
+    w = loaded
+    panel = w.controls.model_settings
+    spec = w.session.spec
+    assert panel.isEnabled() and panel.body.isVisible()                   # a guess unfolds them
+    assert panel.heads_combo.currentData() == HEADS
+    assert panel.size_edit.text() == "32" and panel.channels_label.text() == "3"
+    assert panel.mean_edit.text() == "0" and panel.std_edit.text() == "1"
+    assert panel.guessed() == {"mean", "std", "resize", "crop"}           # preprocessing guessed, heads given
+    assert not panel.marks["heads"].isVisible() and panel.marks["mean"].isVisible()
+    assert "A guess:" in panel.marks["mean"].toolTip() and "not an ImageNet model" in panel.marks["mean"].toolTip()
+    assert panel.marks["heads"].parentWidget().toolTip() == f"From: {spec.source_of('num_heads')}"
+    assert not panel.apply_button.isEnabled()                             # nothing changed yet
+
+
+def test_editing_the_settings_reloads_with_the_overrides(qtbot, loaded, images) -> None:  # noqa: ANN001
+    w = loaded
+    panel = w.controls.model_settings
+    before = w.session.result(str(images[0])).result.input.copy()
+    panel.mean_edit.setText("0.5")
+    panel.mean_edit.textEdited.emit("0.5")
+    panel.std_edit.setText("0.25, 0.25, 0.25")
+    panel.std_edit.textEdited.emit("0.25, 0.25, 0.25")
+    assert panel.changes() == {"mean": (0.5,), "std": (0.25, 0.25, 0.25)} and panel.apply_button.isEnabled()
+    with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
+        panel.apply_button.click()
+    s = w.session
+    assert s.spec.preprocess.mean == (0.5,) and s.spec.preprocess.std == (0.25, 0.25, 0.25)
+    assert s.load_overrides == {"heads": HEADS, "mean": (0.5,), "std": (0.25, 0.25, 0.25)}   # heads kept
+    assert s.spec.source_of("preprocess").startswith("override") and not panel.marks["mean"].isVisible()
+    wait_idle(qtbot, w)
+    after = s.result(str(images[0])).result.input
+    np.testing.assert_allclose(after, (before - 0.5) / 0.25, rtol=1e-5, atol=1e-5)      # re-run with them
+    panel.heads_combo.setCurrentIndex(panel.heads_combo.findData(4))
+    panel.heads_combo.activated.emit(panel.heads_combo.currentIndex())
+    with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
+        panel.apply()
+    assert s.spec.num_heads == 4 and s.load_overrides["heads"] == 4 and s.spec.preprocess.mean == (0.5,)
+
+
+def test_a_bad_value_is_explained_and_not_applied(qtbot, loaded) -> None:  # noqa: ANN001
+    panel = loaded.controls.model_settings
+    panel.std_edit.setText("0.2, 0")
+    panel.std_edit.textEdited.emit("0.2, 0")
+    assert "Std" in panel.problem.text() and panel.problem.isVisible() and not panel.apply_button.isEnabled()
+    panel.std_edit.setText("0, 1")
+    panel.std_edit.textEdited.emit("0, 1")
+    assert "expected 1 or 3 values" in panel.problem.text()
+    panel.size_edit.setText("big")
+    panel.size_edit.textEdited.emit("big")
+    assert panel.problem.text().startswith("Image size")
+    panel.reset()
+    assert not panel.problem.isVisible() and panel.std_edit.text() == "1"
+    requests: list[object] = []
+    panel.overrides_requested.connect(requests.append)
+    panel.apply()
+    assert requests == []
