@@ -10,6 +10,11 @@ the rollout, the position embedding and the head statistics show what a trained 
 shapes images, driven through the window's own view state. `photos_random_vitb.png` shows the sample photographs
 under a ViT-B/16-shaped checkpoint with *random* weights (no download offline): it shows the window at ImageNet
 scale, not what a trained ImageNet model attends to.
+
+`--only models` makes the pictures of models the demo is not: `panel_posembed_rope.png` (the Positions dock of a
+DINOv3-shaped RoPE ViT-S/16 with random weights, saved as a timm hub folder: what RoPE does to attention depends on
+its settings, not on trained weights) and `dialog_heads.png` (the question the window asks when a hand-written
+checkpoint does not say how many heads it has).
 """
 from __future__ import annotations
 
@@ -45,7 +50,8 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
-    parser.add_argument("--only", choices=("demo", "photos"), help="only the demo-model or the photo screenshots")
+    parser.add_argument("--only", choices=("demo", "photos", "models"),
+                        help="only the demo-model, the photo or the other models' screenshots")
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
     args = parser.parse_args(argv)
     global OUT
@@ -55,14 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     from vitviz.gui.bundled import demo_model
 
     app = ensure_app()
-    if args.only != "photos":
+    if args.only in (None, "demo"):
         if demo_model() is None:
             sys.stderr.write("the demo model is missing: python -m vitviz.demo.train --out resources/demo\n")
             return 1
         first_run_shot()
         demo_shots(app)
-    if args.only != "demo":
+    if args.only in (None, "photos"):
         photo_shot(app)
+    if args.only in (None, "models"):
+        rope_shot(app)
+        heads_dialog_shot(app)
     return 0
 
 
@@ -154,6 +163,73 @@ def photo_shot(app) -> None:  # noqa: ANN001
     _settle(app)
     win.grab().save(str(OUT / "photos_random_vitb.png"))
     print("wrote", OUT / "photos_random_vitb.png")
+    win.close()
+
+
+def rope_shot(app) -> None:  # noqa: ANN001
+    """The Positions dock of a RoPE model: a DINOv3-shaped ViT-S/16 (2 blocks, random weights) as a timm hub folder."""
+    import warnings
+
+    import timm
+
+    from vitviz.demo import sample_photos
+
+    tmp = Path(tempfile.mkdtemp())
+    args = dict(depth=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model("vit_small_patch16_dinov3", pretrained=False, num_classes=0, **args)
+    folder = tmp / "vit_small_patch16_dinov3_random"
+    timm.models._hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    photos = [str(p) for p in sample_photos()] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp)
+    win.load_model(str(folder))
+    win.session.add_images(photos)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.rope is not None)
+    win.state.update(source="cls", layer=1, head="mean", colormap="viridis")
+    dock = win.dock("posEmbedDock")
+    dock.setFloating(True)
+    dock.resize(980, 620)
+    dock.show()
+    dock.raise_()
+    _settle(app)
+    win.posembed.hover(4, 9)
+    _settle(app)
+    dock.grab().save(str(OUT / "panel_posembed_rope.png"))
+    print("wrote", OUT / "panel_posembed_rope.png")
+    win.close()
+
+
+def heads_dialog_shot(app) -> None:  # noqa: ANN001
+    """The window asking for the head count of a checkpoint that does not say it (a bare state dict of width 128,
+    a width no registered ViT has, as a tutorial's training script saves it), drawn over the window where it
+    opens."""
+    import torch
+    from _tiny import tiny_state_dict
+    from PySide6.QtGui import QPainter
+
+    from vitviz.demo import sample_photos
+
+    tmp = Path(tempfile.mkdtemp())
+    ckpt = tmp / "my_vit.pth"
+    torch.save(tiny_state_dict(embed_dim=128, depth=4, patch=16, grid=(14, 14), num_classes=10), ckpt)
+    photos = [str(p) for p in sample_photos()] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp)
+    win.session.add_images(photos)
+    win.load_model(str(ckpt))
+    _wait(app, lambda: win.heads_dialog is not None and win.heads_dialog.isVisible() and win.is_idle())
+    _settle(app, 20)
+    dialog = win.heads_dialog
+    shot = win.grab()
+    painter = QPainter(shot)
+    where = win.mapFromGlobal(dialog.mapToGlobal(dialog.rect().topLeft()))
+    if not win.rect().contains(where):          # no window manager placed it: centre it over the window
+        where = win.rect().center() - dialog.rect().center()
+    painter.drawPixmap(where, dialog.grab())
+    painter.end()
+    shot.save(str(OUT / "dialog_heads.png"))
+    print("wrote", OUT / "dialog_heads.png")
+    dialog.reject()
     win.close()
 
 

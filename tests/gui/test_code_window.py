@@ -119,6 +119,7 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     info = window.info.text()
     assert "Attention capture" in info and "blocks.1.attn" in info and "nn.MultiheadAttention" in info
     assert window.controls.source_combo.findData("relevance") < 0              # its gradients are not exposed
+    assert not window.controls.model_settings.heads_combo.isEnabled()          # its own code decides its heads
     assert ref not in __import__("vitviz.gui.settings", fromlist=["x"]).recent_models(window.settings)
     window.load_code(ref)                                                       # agreed before: not asked again
     assert window.code_box is None and s.client.pending(Kind.LOAD)

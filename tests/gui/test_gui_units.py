@@ -163,3 +163,36 @@ def test_a_note_stands_in_for_the_idle_message_until_it_expires(qtbot) -> None: 
     assert status.idle_message() == "second" and bar.currentMessage() == "second"   # the first note's time is over
     qtbot.waitUntil(lambda: bar.currentMessage() == "Ready", timeout=2000)
     assert status.idle_message() == "Ready"
+
+
+def test_pool_maps_by_name_and_their_state() -> None:
+    from vitviz.core.maps import MapKind
+    from vitviz.gui.state import map_kind
+
+    assert parse_map_arg("pool") == {"source": "pool"}
+    assert parse_map_arg("rollout:pool") == {"source": "rollout", "rollout_pool": True}
+    state = ViewState(source="rollout", rollout_pool=True, rollout_fusion="max", query=5)
+    assert map_kind(state) == MapKind.parse("rollout:pool", map_kind(ViewState(source="rollout",
+                                                                            rollout_fusion="max")).rollout)
+    assert map_kind(state).label == "rollout-pool-max" and map_kind(ViewState(source="pool")).label == "pool"
+    result = random_result()                              # no MAP head: a placeholder that says so, never drawn
+    from vitviz.gui.state import stack_for
+
+    stack = stack_for(ResultMaps(result), ViewState(source="pool"))
+    assert stack.pending and stack.title.startswith("no pooling attention")
+
+
+def test_rope_kernels_are_sliced_as_the_library_slices_them() -> None:
+    from vitviz.core.posembed import kernel_at
+    from vitviz.gui.worker import RopeKernels
+
+    rng = np.random.default_rng(0)
+    grid = (3, 5)
+    kernels = rng.random((2, 4, 5, 9)).astype(np.float32)                # per layer and head (RoPE-Mixed)
+    rope = RopeKernels(grid, kernels, "mixed")
+    assert rope.per_head and not RopeKernels(grid, kernels[:1, :1], "axial").per_head
+    for patch in [(0, 0), (2, 4), (1, 2)]:
+        np.testing.assert_array_equal(rope.at(patch, 1, 3), kernel_at(kernels[1, 3], grid, patch))
+        np.testing.assert_allclose(rope.at(patch, 0, "mean"), kernel_at(kernels[0].mean(0), grid, patch))
+        np.testing.assert_allclose(rope.at(patch, "mean", "mean"), kernel_at(kernels.mean((0, 1)), grid, patch),
+                                   rtol=1e-6)

@@ -69,9 +69,9 @@ class HeadsDialog(QDialog):
         layout = QVBoxLayout(self)
         text = QLabel(f"<b>{html.escape(name)}</b> does not say how many attention heads its layers have: the "
                       "number is in no tensor's shape, and no config beside the file gives it.<br><br>"
-                      f"vitviz guessed <b>{spec.num_heads}</b> ({html.escape(guess_reason(spec))}). Every per-head "
+                      f"vitviz guessed <b>{spec.num_heads}</b>: {html.escape(guess_reason(spec))}. Every per-head "
                       "map depends on it, so choose the number the model was built with. It divides the "
-                      f"attention width {width}.")
+                      f"attention width {width}. Nothing runs until you answer.")
         text.setWordWrap(True)
         text.setObjectName("headsText")
         layout.addWidget(text)

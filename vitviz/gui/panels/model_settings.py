@@ -22,6 +22,7 @@ CROP_MODES = {"center": "resize, centre crop", "squash": "squash to size", "squa
 GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of a guessed value
 FIELD_SOURCES = {"heads": "num_heads", "size": "image_size", "channels": "in_chans", "mean": "preprocess",
                  "std": "preprocess", "resize": "preprocess", "crop": "preprocess"}
+HEADS_TIP = "Attention heads per layer (they divide the attention width); every per-head map depends on it"
 LABELS = {"heads": "Heads", "size": "Image size", "channels": "Channels", "mean": "Mean", "std": "Std",
           "resize": "Resize", "crop": "Crop"}
 
@@ -92,8 +93,7 @@ class ModelSettings(QWidget):
         self.crop_combo.setObjectName("cropCombo")
         for mode, text in CROP_MODES.items():
             self.crop_combo.addItem(text, mode)
-        self.heads_combo.setToolTip("Attention heads per layer (they divide the attention width); every per-head map "
-                                    "depends on it")
+        self.heads_combo.setToolTip(HEADS_TIP)
         self.size_edit.setToolTip("The model's own input size (image_size=): the crop, and the grid its position "
                                   "embedding is resampled to. 'Input H×W' above runs the images at another size "
                                   "without reloading")
@@ -170,6 +170,10 @@ class ModelSettings(QWidget):
         if spec is None:
             return
         self.reset()
+        live = spec.family == "live"         # a model built by its own code: its attention says its heads
+        self.heads_combo.setEnabled(not live)
+        self.heads_combo.setToolTip("Your model's code decides its heads (read from its attention as it ran)"
+                                    if live else HEADS_TIP)
         guessed = self.guessed()
         for key, mark in self.marks.items():
             name = FIELD_SOURCES[key]

@@ -134,6 +134,8 @@ class OverviewPanel(QWidget):
         s = self.session
         if s.spec is None:
             return base.waiting_text(s, "Open a model to see every layer's and head's map")
+        if s.awaiting_heads:
+            return "Waiting for the number of heads"
         return "Running the image…" if s.current and s.current not in s.failed else "No result for this image"
 
     def select(self, layer: int | None, column: int | None) -> None:
@@ -166,6 +168,8 @@ class OverviewPanel(QWidget):
     def _set_ticks(self, nl: int, nc: int, gh: int, gw: int) -> None:
         step = max(1, nl // 12)
         left = [((i + 0.5) * (gh + self._gap), str(i)) for i in range(0, nl, step)]
+        if nl == 1 and self.session.spec is not None and self.session.spec.depth > 1:
+            left = [(0.5 * (gh + self._gap), "all")]       # one map of the whole model (relevance, pooling)
         heads = nc - 2 if nc > 2 else nc
         hstep = 1 if heads <= 8 else 2 if heads <= 16 else 4
         names = [(j, str(j)) for j in range(0, heads, hstep)]
