@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import parse, wait_idle
+from conftest import parse, show_dock, wait_idle
 from PySide6.QtWidgets import QMessageBox
 
 from vitviz.gui import worker as worker_mod
@@ -121,6 +121,9 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     assert window.controls.source_combo.findData("relevance") < 0              # its gradients are not exposed
     assert not window.controls.model_settings.heads_combo.isEnabled()          # its own code decides its heads
     assert ref not in __import__("vitviz.gui.settings", fromlist=["x"]).recent_models(window.settings)
+    features = show_dock(qtbot, window, "featuresDock")                        # said there, not in an error box
+    qtbot.waitUntil(lambda: "reference ViT" in features.status.text(), timeout=5000)
+    assert window.reporter.errors == [] and s.client.pending(Kind.FEATURES) == []
     window.load_code(ref)                                                       # agreed before: not asked again
     assert window.code_box is None and s.client.pending(Kind.LOAD)
     wait_idle(qtbot, window)

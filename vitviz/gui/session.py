@@ -33,6 +33,8 @@ FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the posi
                  Kind.FEATURES: "Could not capture the token features", Kind.PCA: "Could not fit the feature PCA",
                  Kind.SIMILARITY: "Could not compare the patch features",
                  Kind.SHARE: "Could not measure the attention to high-norm tokens"}
+LIVE_FEATURES = ("the token features need vitviz's reference ViT; this model runs from its own code, whose block "
+                 "outputs are not exposed")
 ANALYSES = (Kind.PCA, Kind.SIMILARITY, Kind.SHARE)   # computed from cached results, for the panel that asked
 
 HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
@@ -343,6 +345,9 @@ class Session(QObject):
         nothing to ask."""
         maps = self._cache.get(path)
         if maps is None or maps.features is not None or path in self.features_failures:
+            return False
+        if self.spec is not None and self.spec.family == "live":      # said in the Features panel, not a dialog
+            self.features_failures[path] = LIVE_FEATURES
             return False
         if not any(r.args["image"] == path and r.args["image_size"] == self.image_size
                    for r in self.client.pending(Kind.FEATURES)):

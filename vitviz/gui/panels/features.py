@@ -451,6 +451,7 @@ class FeaturesPanel(LazyPanel):
             if why is None and self.session.request_features(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
             else:
+                why = why or self.session.features_failures.get(path)     # refused without asking the worker
                 self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
             return
         self.status.setText("")
