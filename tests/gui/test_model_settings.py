@@ -61,7 +61,15 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     s = window.session
     assert s.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.awaiting_heads
     assert st.remembered_heads(window.settings, str(tiny_ckpt)) is None
-    assert window.controls.model_settings.marks["heads"].isVisibleTo(window.controls.model_settings)  # still a guess
+    panel = window.controls.model_settings
+    assert panel.marks["heads"].isVisibleTo(panel)                                      # still a guess
+    panel.mean_edit.setText("0.25")
+    panel.mean_edit.textEdited.emit("0.25")
+    with qtbot.waitSignal(s.model_loaded, timeout=20000):                               # kept: not asked again
+        panel.apply()
+    assert not s.awaiting_heads and window.heads_dialog is None and s.spec.preprocess.mean == (0.25,)
+    wait_idle(qtbot, window)
+    assert s.result(str(images[0])) is not None
 
 
 def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001

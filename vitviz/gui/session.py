@@ -85,6 +85,7 @@ class Session(QObject):
         self.interruptible = True                   # a forward pass stops between layers when the window closes
         self.ask_heads = False                      # ask (heads_asked) when a loaded model's head count is a guess
         self.awaiting_heads = False                 # asked: runs wait for answer_heads
+        self._guess_kept: set[str] = set()          # models whose guessed head count the user kept (not asked again)
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
         self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
@@ -193,6 +194,7 @@ class Session(QObject):
             self.reload(heads=int(heads))          # answered when it has loaded (and is no guess any more)
             return
         self.awaiting_heads = False
+        self._guess_kept.add(self.model_path)     # a reload with other settings does not ask again
         self.ensure_all()
 
     def set_device(self, device: str) -> None:
@@ -415,7 +417,8 @@ class Session(QObject):
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
         # the demo model is ours (its config says its heads): never asked about
-        self.awaiting_heads = self.ask_heads and spec.heads_guessed and not bundled.is_demo(self.model_path)
+        self.awaiting_heads = (self.ask_heads and spec.heads_guessed and not bundled.is_demo(self.model_path)
+                               and self.model_path not in self._guess_kept)
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self._forget_results()
