@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import parse, show_dock, wait_idle
+from _gui import parse, show_dock, wait_idle
 from PySide6.QtWidgets import QMessageBox
 
 from vitviz.gui import worker as worker_mod

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HEADS, show_dock
+from _gui import HEADS, show_dock
 from PIL import Image
 from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -102,7 +102,7 @@ def test_the_title_names_vitviz_once(qtbot, window, fake_demo) -> None:  # noqa:
 def test_quit_on_an_idle_window_stops_everything_and_exits(tmp_path: Path, tiny_ckpt: Path) -> None:
     """Ctrl+Q's action in a real `vitviz` process: the window closes, the worker stops and the process exits 0
     (bench/gui.py measures how long it takes, with and without the exit-time `gc.freeze`)."""
-    code = f"""
+    code = """
 import sys
 from PySide6.QtCore import QTimer
 import vitviz.gui.app as app_module

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_image, parse, wait_idle
+from _gui import make_image, parse, wait_idle
 
 from vitviz.demo import demo_images, sample_photos
 from vitviz.errors import CheckpointNotFoundError

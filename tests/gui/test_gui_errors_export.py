@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HEADS, wait_idle
+from _gui import HEADS, wait_idle
 from PIL import Image
 
 from vitviz.core import files, render

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HEADS
+from _gui import HEADS
 
 from vitviz import catalog
 from vitviz.core.maps import PosEmbedData, ResultMaps

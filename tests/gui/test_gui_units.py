@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_result  # noqa: F401 - also imported from here by test_panels_rollout
+from _gui import random_result
 
 from vitviz.core import analysis
 from vitviz.cli.window import add_window_arguments

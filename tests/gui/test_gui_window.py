@@ -5,7 +5,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from conftest import HEADS, answer_heads, wait_idle
+from _gui import HEADS, answer_heads, wait_idle
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication

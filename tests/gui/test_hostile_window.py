@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 import torch
 from _tiny import tiny_state_dict
-from conftest import wait_idle
+from _gui import wait_idle
 from PIL import Image
 from safetensors.torch import save_file
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import HEADS, make_image, wait_idle
+from _gui import HEADS, make_image, wait_idle
 from PIL import Image
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QImageReader

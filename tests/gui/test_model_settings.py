@@ -5,7 +5,7 @@ with those overrides in the worker."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import HEADS, answer_heads, wait_idle
+from _gui import HEADS, answer_heads, wait_idle
 from PySide6.QtWidgets import QLabel
 
 from vitviz.gui import settings as st

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import answer_heads, parse, wait_idle
+from _gui import answer_heads, parse, wait_idle
 
 from vitviz import catalog
 from vitviz.demo import sample_photos

@@ -4,7 +4,7 @@ the map instead of calling it "rollout"."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import show_dock
+from _gui import show_dock
 
 from vitviz.gui.panels.overview import column_name
 

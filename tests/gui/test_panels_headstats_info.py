@@ -3,7 +3,7 @@ dock."""
 from __future__ import annotations
 
 import numpy as np
-from conftest import HEADS, hover, load_model, show_dock, viewport_pos
+from _gui import HEADS, hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core import analysis

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import hover, load_model, show_dock, viewport_pos
+from _gui import hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core import analysis

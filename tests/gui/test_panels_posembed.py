@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import HEADS, hover, load_model, show_dock, viewport_pos
+from _gui import HEADS, hover, load_model, show_dock, viewport_pos
 
 from vitviz.core import analysis
 from vitviz.gui.panels.posembed import NO_POS_TEXT

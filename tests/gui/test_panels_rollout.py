@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import load_model, show_dock, viewport_pos
+from _gui import load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core import analysis
@@ -104,7 +104,7 @@ def test_engine_matches_the_reference_for_every_setting() -> None:
     """The window's engine (`ResultMaps.rollout`) against the test-side reference, and `analysis.rollout_vector`
     is that same engine: equal to the last bit."""
     from _rollout_ref import reference_rollout_rows
-    from test_gui_units import random_result
+    from _gui import random_result
 
     from vitviz.core.maps import ResultMaps
     from vitviz.core.rollout import RolloutParams

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HEADS, show_dock, wait_idle
+from _gui import HEADS, show_dock, wait_idle
 
 from vitviz.gui.worker import (ANSWERS, Compared, Explained, Featured, InferenceWorker, Kind, PcaFitted, Request,
                                Shared)
@@ -186,7 +186,7 @@ def test_the_features_pca_equals_the_librarys(qtbot, loaded, images, model) -> N
 
 
 def test_the_patch_similarity_equals_the_librarys_on_both_images(qtbot, loaded, images, model) -> None:  # noqa: ANN001
-    from conftest import hover, viewport_pos
+    from _gui import hover, viewport_pos
 
     from vitviz.core.features import PatchSimilarity, capture_features
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import hover, show_dock, wait_idle
+from _gui import hover, show_dock, wait_idle
 
 from vitviz.core.maps import pool_vector
 from vitviz.core.rollout import RolloutParams

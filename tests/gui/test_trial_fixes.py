@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import HEADS, parse, random_result, show_dock, wait_idle
+from _gui import HEADS, parse, random_result, show_dock, wait_idle
 
 from vitviz.core import analysis
 from vitviz.gui import colors

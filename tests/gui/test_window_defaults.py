@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from conftest import HEADS, load_model, wait_idle
+from _gui import HEADS, load_model, wait_idle
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import unbreakable_phrases

@@ -9,7 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 from _tiny import write_tiny_checkpoint
-from conftest import load_model, show_dock
+from _gui import show_dock
 from PySide6.QtCore import QRect, QRectF
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QApplication, QLabel, QTabBar, QWidget

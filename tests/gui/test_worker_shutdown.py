@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from _tiny import write_tiny_checkpoint
-from conftest import HEADS, wait_idle
+from _gui import HEADS, wait_idle
 
 from vitviz.gui import client as client_mod, worker as worker_mod
 from vitviz.gui.client import parking

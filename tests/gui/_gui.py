@@ -1,0 +1,97 @@
+"""Helpers the window tests share (plain functions; the fixtures are in conftest.py): parsing the window's
+command line, a random result, images, waiting for the window to be idle, docks, hovering, the heads question."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from _tiny import HEADS  # noqa: F401 - the head count the tiny checkpoints load with, for the tests
+from PIL import Image
+
+from vitviz.cli.window import add_window_arguments
+from vitviz.core.spec import AttentionResult, ModelSpec
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    """The window's command line (`vitviz ...`) parsed as `vitviz` parses it."""
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,
+                  cls: bool = True, seed: int = 0) -> AttentionResult:
+    """A result with random row-stochastic attention (no model needed)."""
+    spec = ModelSpec(family="test", source="x", image_size=(grid[0] * 8, grid[1] * 8), patch_size=8, embed_dim=32,
+                     depth=depth, num_heads=heads, cls_token=cls, reg_tokens=reg)
+    t = spec.num_tokens
+    logits = np.random.default_rng(seed).normal(size=(depth, heads, t, t)).astype(np.float32)
+    attn = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    image = np.zeros((*spec.image_size, 3), np.uint8)
+    return AttentionResult(attn, np.zeros(5, np.float32), np.zeros((3, *spec.image_size), np.float32), image, spec,
+                           source="/tmp/some image.png")
+
+
+def make_image(path: Path, seed: int, size: tuple[int, int] = (48, 64)) -> Path:
+    rng = np.random.default_rng(seed)
+    Image.fromarray((rng.random((*size, 3)) * 255).astype(np.uint8)).save(path)
+    return path
+
+
+def wait_idle(qtbot, window, timeout: int = 20000) -> None:  # noqa: ANN001
+    """Wait until the worker has nothing queued or running."""
+    qtbot.waitUntil(window.is_idle, timeout=timeout)
+
+
+def show_dock(qtbot, window, name: str):  # noqa: ANN001, ANN201
+    """Raise a tabbed dock so its panel is visible (hidden panels skip redraws) and return the panel."""
+    dock = window.dock(name)
+    dock.raise_()
+    qtbot.waitUntil(dock.widget().isVisible, timeout=5000)
+    return dock.widget()
+
+
+def viewport_pos(widget, view, x: float, y: float):  # noqa: ANN001, ANN201
+    """The viewport position of view coordinates (x, y) in a pyqtgraph GraphicsLayoutWidget."""
+    return widget.mapFromScene(view.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(x, y)))
+
+
+def hover(viewport, pos) -> None:  # noqa: ANN001
+    """A plain mouse move (no button) sent straight to a viewport: QTest's move needs a real cursor. pyqtgraph drops
+    moves that follow another within its rate limit, so the limit's clock is reset first."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    event = QMouseEvent(QEvent.Type.MouseMove, QPointF(pos), viewport.mapToGlobal(QPointF(pos)),
+                        Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    scene = viewport.parent().scene()
+    if hasattr(scene, "_lastMoveEventTime"):
+        scene._lastMoveEventTime = 0
+    QApplication.sendEvent(viewport, event)
+
+
+def answer_heads(qtbot, window, heads: int | None, remember: bool = False) -> None:  # noqa: ANN001
+    """Answer the window's question about a guessed head count (open now or soon): `heads`, or None to keep the
+    guess; with another count, wait until the model has loaded again with it."""
+    qtbot.waitUntil(lambda: window.heads_dialog is not None and window.heads_dialog.isVisible(), timeout=20000)
+    dialog = window.heads_dialog
+    dialog.remember_check.setChecked(remember)
+    if heads is None:
+        dialog.reject()
+        return
+    dialog.combo.setCurrentIndex(dialog.combo.findData(heads))
+    if heads == window.session.spec.num_heads:
+        dialog.accept()
+        return
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        dialog.accept()
+
+
+def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
+    """Load `path` (2 heads) in the window, add `images` and wait until everything ran."""
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(path), heads=HEADS)
+    window.session.add_images([str(p) for p in images])
+    wait_idle(qtbot, window)
