@@ -90,6 +90,7 @@ class WorkerClient(QObject):
     moved = Signal(object, object)             # request, Moved
     explained = Signal(object, object)         # request, Explained
     featured = Signal(object, object)          # request, Featured
+    prompted = Signal(object, object)          # request, Prompted
     pca_fitted = Signal(object, object)        # request, PcaFitted
     compared = Signal(object, object)          # request, Compared
     shared = Signal(object, object)            # request, Shared
@@ -109,7 +110,8 @@ class WorkerClient(QObject):
         self._closed = False
         self._answered = {Kind.PROBE: self.probed, Kind.LOAD: self.loaded, Kind.RUN: self.ran,
                           Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved,
-                          Kind.RELEVANCE: self.explained, Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
+                          Kind.RELEVANCE: self.explained, Kind.TEXT: self.prompted,
+                          Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
                           Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared}
         self._thread = QThread()
         self._thread.setObjectName("vitviz-inference")

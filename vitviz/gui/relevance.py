@@ -28,6 +28,7 @@ class RelevanceSource(QObject):
         session.current_changed.connect(self._on_session_changed)
         session.result_ready.connect(self._on_session_changed)
         session.relevance_failed.connect(self._on_failed)
+        session.text_failed.connect(self._on_text_failed)
         session.model_loaded.connect(self._on_model_loaded)
 
     def _on_session_changed(self, *_what: object) -> None:
@@ -45,6 +46,14 @@ class RelevanceSource(QObject):
         path, target = self.session.current, self.state.relevance_class
         if self.state.source != "relevance" or not path:
             return False
+        prompt = self.state.relevance_prompt
+        if prompt:
+            why = self.session.text_failures.get((path, prompt))
+            if why is not None:
+                self.session.note.emit(f"No relevance of {prompt!r} for {Path(path).name}: {why}")
+                self._go_back()
+                return False
+            return self.session.request_text(path, prompt)
         why = self.session.relevance_failures.get((path, target))
         if why is not None:     # failed before (the error box said why): say it again in the status bar
             self.session.note.emit(f"No class relevance for {Path(path).name}: {why}")
@@ -63,7 +72,12 @@ class RelevanceSource(QObject):
                 and target == self.state.relevance_class):
             self._go_back()
 
+    def _on_text_failed(self, path: str, prompt: str, _summary: str) -> None:
+        if (self.state.source == "relevance" and path == self.session.current
+                and prompt == self.state.relevance_prompt):
+            self._go_back()
+
     def _go_back(self) -> None:
         """Show the map shown before (after the listeners of the current change have run)."""
-        QTimer.singleShot(0, lambda: self.state.update(source=self._previous)
+        QTimer.singleShot(0, lambda: self.state.update(source=self._previous, relevance_prompt="")
                           if self.state.source == "relevance" else None)

@@ -20,7 +20,8 @@ from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
 from vitviz.gui.client import WorkerClient
-from vitviz.gui.worker import (Cataloged, Compared, Explained, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
+from vitviz.gui.state import text_stacks
+from vitviz.gui.worker import (Cataloged, Compared, Explained, Prompted, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
                                Probed, Ran, Request, RopeKernels, Shared)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
@@ -30,6 +31,7 @@ FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the posi
                  Kind.MOVE: "Could not move the model", Kind.CATALOG: "Could not list the models on this computer",
                  Kind.PROBE: "Could not start the inference engine",
                  Kind.RELEVANCE: "Could not compute the class relevance",
+                 Kind.TEXT: "Could not compute the relevance of the text prompt",
                  Kind.FEATURES: "Could not capture the token features", Kind.PCA: "Could not fit the feature PCA",
                  Kind.SIMILARITY: "Could not compare the patch features",
                  Kind.SHARE: "Could not measure the attention to high-norm tokens"}
@@ -63,6 +65,7 @@ class Session(QObject):
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
     relevance_ready = Signal(str)           # image path whose class relevance (for some class) is now cached
     relevance_failed = Signal(str, object, str)   # image path, class asked for (None: top), summary
+    text_failed = Signal(str, str, str)     # image path, prompt, summary
     features_ready = Signal(str)            # image path whose token features and norms are now cached
     features_failed = Signal(str, str)      # image path, summary
     pca_ready = Signal(object)              # PcaFitted, for the current model and input size
@@ -98,6 +101,7 @@ class Session(QObject):
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
         self.pos_grid: tuple[int, int] | None = None
+        self.text_failures: dict[tuple[str, str], str] = {}   # (image, prompt) -> why (not asked again)
         self.relevance_failures: dict[tuple[str, int | None], str] = {}   # (image, class) -> why (not asked again)
         self.features_failures: dict[str, str] = {}
         self._batch_done = 0                        # runs answered since the run queue was last empty
@@ -112,6 +116,7 @@ class Session(QObject):
         c.failed.connect(self._on_failed)
         c.dropped.connect(self._on_dropped)
         c.explained.connect(self._on_explained)
+        c.prompted.connect(self._on_prompted)
         c.featured.connect(self._on_featured)
         c.pca_fitted.connect(lambda r, a: self._on_analysis(r, a, self.pca_ready))
         c.compared.connect(lambda r, a: self._on_analysis(r, a, self.similarity_ready))
@@ -341,6 +346,18 @@ class Session(QObject):
             self.client.submit(Kind.RELEVANCE, first=True, image=path, image_size=self.image_size, target=target)
         return True
 
+    def request_text(self, path: str, prompt: str) -> bool:
+        """Ask for the LeGrad map of a text prompt on an image whose result is cached, ahead of queued runs;
+        answered by `current_changed` for the current image (the stack is then in `text_stacks(result(path))`) or
+        `text_failed`. False when there is nothing to ask: no result yet, held already, or failed before."""
+        maps = self._cache.get(path)
+        if maps is None or prompt in text_stacks(maps) or (path, prompt) in self.text_failures:
+            return False
+        if not any(r.args["image"] == path and r.args["prompt"] == prompt and r.args["image_size"] == self.image_size
+                   for r in self.client.pending(Kind.TEXT)):
+            self.client.submit(Kind.TEXT, first=True, image=path, image_size=self.image_size, prompt=prompt)
+        return True
+
     def request_features(self, path: str) -> bool:
         """Ask for every block's output tokens of an image whose result is cached, ahead of queued runs; answered
         by `features_ready` (then `result(path).features`, `.norms`) or `features_failed`. False when there is
@@ -484,6 +501,15 @@ class Session(QObject):
         if answer.image == self._current:
             self.current_changed.emit(maps)   # what the current image shows has changed
 
+    def _on_prompted(self, request: Request, answer: Prompted) -> None:
+        maps = self._cache.get(answer.image)
+        if request.args.get("image_size") != self.image_size or maps is None:
+            return
+        text_stacks(maps)[answer.prompt] = answer.stack
+        self._evict(keep=answer.image)
+        if answer.image == self._current:
+            self.current_changed.emit(maps)
+
     def _on_featured(self, request: Request, answer: Featured) -> None:
         maps = self._cache.get(answer.image)
         if request.args.get("image_size") != self.image_size or maps is None:
@@ -522,6 +548,10 @@ class Session(QObject):
             key = (str(request.args["image"]), request.args.get("target"))
             self.relevance_failures[key] = summary
             self.relevance_failed.emit(key[0], key[1], summary)
+        elif kind is Kind.TEXT:
+            key2 = (str(request.args["image"]), str(request.args["prompt"]))
+            self.text_failures[key2] = summary
+            self.text_failed.emit(key2[0], key2[1], summary)
         elif kind is Kind.FEATURES:
             self.features_failures[str(request.args["image"])] = summary
             self.features_failed.emit(str(request.args["image"]), summary)
@@ -547,6 +577,7 @@ class Session(QObject):
         self.failed.clear()
         self.head_stats.clear()
         self.relevance_failures.clear()
+        self.text_failures.clear()
         self.features_failures.clear()
 
     def _evict(self, keep: str) -> None:

@@ -93,6 +93,7 @@ class ViewState:
     stats_average: bool = False
     relevance_method: str = "relevance"
     relevance_class: int | None = None
+    relevance_prompt: str = ""
     _listeners: list[Callable[[set[str]], None]] = field(default_factory=list, repr=False, compare=False)
 
     def subscribe(self, listener: Callable[[set[str]], None]) -> None:
@@ -130,6 +131,8 @@ def _validate(name: str, value: object) -> None:
         ok = value in GRADIENT_KINDS
     elif name == "relevance_class":
         ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    elif name == "relevance_prompt":
+        ok = isinstance(value, str)
     elif name == "layer":
         ok = value == "mean" or (isinstance(value, int) and not isinstance(value, bool))
     elif name == "head":
@@ -198,7 +201,7 @@ def parse_layer_arg(text: str) -> LayerSel:
 
 
 ROLLOUT_FIELDS = {"rollout_fusion", "rollout_discard", "rollout_start", "rollout_residual", "rollout_pool"}
-RELEVANCE_FIELDS = {"relevance_method", "relevance_class"}
+RELEVANCE_FIELDS = {"relevance_method", "relevance_class", "relevance_prompt"}
 
 
 def rollout_params(state: ViewState) -> RolloutParams:
@@ -219,6 +222,8 @@ def map_kind(state: ViewState) -> MapKind:
         return MapKind("rollout", rollout=rollout_params(state))
     if state.source == "token":
         return MapKind("token", state.query) if state.query is not None else MapKind("cls")
+    if state.source == "relevance" and state.relevance_prompt:
+        return MapKind("text", target=state.relevance_prompt)
     if state.source == "relevance":
         return MapKind(state.relevance_method, target=state.relevance_class)
     return MapKind(state.source)
@@ -229,11 +234,27 @@ def map_label(state: ViewState) -> str:
     return map_kind(state).label
 
 
+TEXT_STACKS = "gui_text_stacks"
+
+
+def text_stacks(maps: ResultMaps) -> dict[str, MapStack]:
+    """The LeGrad stacks of the text prompts computed for a result (kept with it, so they leave with it)."""
+    held = getattr(maps, TEXT_STACKS, None)
+    if held is None:
+        held = {}
+        setattr(maps, TEXT_STACKS, held)
+    return held
+
+
 def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
     """The stack of every layer and head of the map the state selects; while a class's gradient maps are being
     computed, a placeholder of zeros titled so (`MapStack.pending`, which is never exported), as for a MAP head's
     map of a model without one."""
     kind = map_kind(state)
+    if kind.source == "text":
+        stack = text_stacks(maps).get(str(kind.target))
+        return stack if stack is not None else pending_stack(kind, maps.grid, 1, 1,
+                                                             title=f"LeGrad of {kind.target!r}: computing…")
     if not maps.has(kind):
         spec = maps.result.spec
         none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "

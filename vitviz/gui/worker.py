@@ -44,6 +44,7 @@ class Kind(enum.Enum):
     CATALOG = "catalog"      # recent: the ViT checkpoints on this computer, and the named models
     MOVE = "move"            # device: move the loaded model
     RELEVANCE = "relevance"  # image, image_size, target: one class's gradient maps (a forward and backward pass)
+    TEXT = "text"            # image, image_size, prompt: LeGrad of a text prompt (CLIP / SigLIP text tower)
     FEATURES = "features"    # image, image_size: every block's output tokens and their norms (a pass of its own)
     PCA = "pca"              # features, sources, layer, image_size: feature PCA of images fitted together
     SIMILARITY = "similarity"  # a, b, sources, layer, image_size: patch feature similarity, within a and to b
@@ -166,6 +167,16 @@ class Explained:
 
 
 @dataclass(frozen=True, eq=False)
+class Prompted:
+    """LeGrad of a text prompt on `image` (`vitviz.core.text.prompt_relevance`) as its one-layer stack
+    (`vitviz.core.maps.text_stack`)."""
+
+    image: str
+    prompt: str
+    stack: Any
+
+
+@dataclass(frozen=True, eq=False)
 class Featured:
     """Every block's output tokens of `image` (raw and after the final norm) with the (L, gh, gw) patch and (L, P)
     prefix output-token norms, and the per-layer histogram of the patch norms on shared bins ((L, bins) counts,
@@ -210,9 +221,10 @@ class Shared:
     share: np.ndarray
 
 
-Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved, Explained, Featured, PcaFitted, Compared, Shared]
+Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved, Explained, Prompted, Featured, PcaFitted,
+               Compared, Shared]
 ANSWERS: dict[Kind, type] = {Kind.PROBE: Probed, Kind.LOAD: Loaded, Kind.RUN: Ran, Kind.POSEMBED: PosEmbedded,
-                             Kind.CATALOG: Cataloged, Kind.MOVE: Moved, Kind.RELEVANCE: Explained,
+                             Kind.CATALOG: Cataloged, Kind.MOVE: Moved, Kind.RELEVANCE: Explained, Kind.TEXT: Prompted,
                              Kind.FEATURES: Featured, Kind.PCA: PcaFitted, Kind.SIMILARITY: Compared,
                              Kind.SHARE: Shared}
 
@@ -309,7 +321,7 @@ class InferenceWorker(QObject):
     def handlers(self) -> dict[Kind, Callable[..., Answer]]:
         """The method that answers each kind (looked up per request, so a replaced method takes effect)."""
         return {Kind.PROBE: self._probe, Kind.LOAD: self._load, Kind.RUN: self._run, Kind.POSEMBED: self._posembed,
-                Kind.CATALOG: self._catalog, Kind.MOVE: self._move, Kind.RELEVANCE: self._relevance,
+                Kind.CATALOG: self._catalog, Kind.MOVE: self._move, Kind.RELEVANCE: self._relevance, Kind.TEXT: self._text,
                 Kind.FEATURES: self._features, Kind.PCA: self._pca, Kind.SIMILARITY: self._similarity,
                 Kind.SHARE: self._share}
 
@@ -420,6 +432,16 @@ class InferenceWorker(QObject):
 
         return Explained(image, target, class_relevance(self._model, image, target, image_size=image_size))
 
+    def _text(self, image: str, prompt: str, image_size: tuple[int, int] | None = None) -> Prompted:
+        """LeGrad of a text prompt (the text tower's embedding as the target): a forward and backward pass."""
+        if self._model is None:
+            raise RuntimeError(NO_MODEL)
+        from vitviz.core.maps import text_stack
+        from vitviz.core.text import prompt_relevance
+
+        leg = prompt_relevance(self._model, image, prompt, method="legrad", image_size=image_size)
+        return Prompted(image, prompt, text_stack(leg, prompt))
+
     def _features(self, image: str, image_size: tuple[int, int] | None = None) -> Featured:
         """Every block's output tokens (a pass of its own) and their norms."""
         if self._model is None:
@@ -526,6 +548,7 @@ DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.CATALOG: lambda _a: "Looking for ViT checkpoints on this computer…",
     Kind.MOVE: lambda a: f"Moving model to {a.get('device')}…",
     Kind.RELEVANCE: lambda a: f"Class relevance of {Path(str(a.get('image'))).name}…",
+    Kind.TEXT: lambda a: f"Relevance of {a.get('prompt')!r} in {Path(str(a.get('image'))).name}…",
     Kind.FEATURES: lambda a: f"Token features of {Path(str(a.get('image'))).name}…",
     Kind.PCA: lambda a: f"Feature PCA of {len(a.get('sources', ()))} image(s)…",
     Kind.SIMILARITY: lambda _a: "Patch features for the similarity…",

@@ -23,7 +23,7 @@ from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
-              "relevance_method", "relevance_class", "rollout_pool"}
+              "relevance_method", "relevance_class", "relevance_prompt", "rollout_pool"}
 
 
 class ImagePanel(QWidget):
@@ -160,7 +160,7 @@ class ImagePanel(QWidget):
         s = self.state
         if s.source == "token" and s.query is not None:
             what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        whole = s.source == "relevance" and s.relevance_method != "attngrad"     # one map of all layers and heads
+        whole = s.source == "relevance" and (bool(s.relevance_prompt) or s.relevance_method != "attngrad")     # one map of all layers and heads
         head = "" if s.source == "rollout" or whole else f"head {s.head}"
         whole = whole or s.source == "pool"          # one map of the whole model, per pooling head
         layer = "all layers" if whole else f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"

@@ -4,7 +4,7 @@ attention x gradient) of which class (the image's top class, or any label, found
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QCompleter, QFormLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QCompleter, QFormLayout, QLineEdit, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.session import Session
@@ -17,6 +17,8 @@ METHOD_TIPS = {
                    "(--maps gradrollout:CLASS)",
     "attngrad": "attention × gradient of the selected layer and head, signed (--maps attngrad:CLASS)",
 }
+PROMPT_TIP = ("LeGrad of a text prompt (Enter computes it): how much each patch makes the image match the "
+              "prompt's text embedding; needs the file's text tower and tokenizer (--maps 'text:PROMPT')")
 TOP_CLASS = "top class of each image"
 
 
@@ -46,7 +48,8 @@ class RelevancePicker(QWidget):
             self.method_combo.setItemData(self.method_combo.count() - 1, METHOD_TIPS[key],
                                           Qt.ItemDataRole.ToolTipRole)
         self.method_combo.activated.connect(
-            lambda _i: self._set(source="relevance", relevance_method=self.method_combo.currentData()))
+            lambda _i: self._set(source="relevance", relevance_prompt="",
+                                 relevance_method=self.method_combo.currentData()))
         form.addRow("Method", self.method_combo)
         self.class_combo = QComboBox()
         self.class_combo.setObjectName("relevanceClass")
@@ -61,6 +64,12 @@ class RelevancePicker(QWidget):
         self.class_combo.setCompleter(completer)
         self.class_combo.activated.connect(self._on_class_chosen)
         form.addRow("Class", self.class_combo)
+        self.prompt_edit = QLineEdit()
+        self.prompt_edit.setObjectName("relevancePrompt")
+        self.prompt_edit.setPlaceholderText("a photo of a cat")
+        self.prompt_edit.setClearButtonEnabled(True)
+        self.prompt_edit.returnPressed.connect(self._on_prompt_entered)
+        form.addRow("Text prompt", self.prompt_edit)
         self.set_spec(session.spec)
         session.model_loaded.connect(self._on_model_loaded)
         state.subscribe(self._on_state_changed)
@@ -73,9 +82,14 @@ class RelevancePicker(QWidget):
         for i, name in enumerate(class_names(spec)):
             self.class_combo.addItem(name, i)
         self._updating = False
-        self.setEnabled(spec is None or spec.num_classes > 0)
+        clip_like = spec is not None and spec.embed_out > 0
+        self.method_combo.setEnabled(spec is None or spec.num_classes > 0)
+        self.class_combo.setEnabled(spec is None or spec.num_classes > 0)
         self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "
                         "explain")
+        self.prompt_edit.setEnabled(clip_like)
+        self.prompt_edit.setToolTip(PROMPT_TIP if clip_like else "Text prompts need a CLIP-like model: this one has "
+                                    "no image-embedding projection to compare with a text embedding")
         self._on_state_changed(RELEVANCE_FIELDS)
 
     def _on_model_loaded(self, spec: ModelSpec, _device: str) -> None:
@@ -85,12 +99,16 @@ class RelevancePicker(QWidget):
         if not self._updating:
             self.state.update(**values)
 
+    def _on_prompt_entered(self) -> None:
+        prompt = " ".join(self.prompt_edit.text().split())
+        self._set(source="relevance", relevance_prompt=prompt)
+
     def _on_class_chosen(self, index: int) -> None:
         data = self.class_combo.itemData(index)
         if data is None:     # typed text that names no entry: back to the state's class
             self._on_state_changed(RELEVANCE_FIELDS)
             return
-        self._set(source="relevance", relevance_class=None if data < 0 else int(data))
+        self._set(source="relevance", relevance_prompt="", relevance_class=None if data < 0 else int(data))
 
     def _on_state_changed(self, changed: set[str]) -> None:
         if not changed & (RELEVANCE_FIELDS | {"source"}):
@@ -101,5 +119,7 @@ class RelevancePicker(QWidget):
             self.method_combo.setCurrentIndex(max(0, self.method_combo.findData(s.relevance_method)))
             target = -1 if s.relevance_class is None else s.relevance_class
             self.class_combo.setCurrentIndex(max(0, self.class_combo.findData(target)))
+            if " ".join(self.prompt_edit.text().split()) != s.relevance_prompt:
+                self.prompt_edit.setText(s.relevance_prompt)
         finally:
             self._updating = False
