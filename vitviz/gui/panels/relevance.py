@@ -83,6 +83,7 @@ class RelevancePicker(QWidget):
             self.class_combo.addItem(name, i)
         self._updating = False
         clip_like = spec is not None and spec.embed_out > 0
+        self.setEnabled(spec is None or spec.num_classes > 0 or clip_like)
         self.method_combo.setEnabled(spec is None or spec.num_classes > 0)
         self.class_combo.setEnabled(spec is None or spec.num_classes > 0)
         self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "
