@@ -158,6 +158,11 @@ class WorkerClient(QObject):
         front = [r for r in self._queue if predicate(r)]
         self._queue = front + [r for r in self._queue if not predicate(r)]
 
+    def cancel_download(self) -> None:
+        """Stop the named model's download that is running (at its next chunk); the load answers `cancelled` and
+        the model loaded before stays."""
+        self._worker.download_cancel.set()
+
     def cancel(self, predicate: RequestFilter) -> None:
         """Make every queued or running request matching `predicate(request)` stale."""
         self._queue = [r for r in self._queue if not predicate(r)]

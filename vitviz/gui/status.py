@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
 
 IDLE_HINT = "Open a model (Ctrl+O), pick one in the Models menu, or drop a checkpoint and images on the window"
 PROGRESS_STEPS = 1000
@@ -38,8 +38,14 @@ class StatusArea:
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setMaximumWidth(160)
         self.busy_bar.setVisible(False)
+        self.cancel_button = QToolButton()          # shown while a named model downloads
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Stop this download (what is downloaded so far is kept for the next try "
+                                      "where the hub allows; the model loaded before stays)")
+        self.cancel_button.setVisible(False)
         bar.addPermanentWidget(self.hover_label)
         bar.addPermanentWidget(self.busy_bar)
+        bar.addPermanentWidget(self.cancel_button)
         self.ready_message = IDLE_HINT
         self.busy = False
         self.runs = (0, 0, float("nan"))        # images answered, in all, seconds left (`set_runs`)
@@ -93,6 +99,7 @@ class StatusArea:
         self.busy = busy
         self.busy_bar.setVisible(busy)
         if not busy:
+            self.cancel_button.setVisible(False)
             self.busy_bar.setRange(0, 0)
             self.bar.showMessage(self.idle_message())
 
@@ -101,8 +108,10 @@ class StatusArea:
             self.bar.showMessage(self.ready_message)
 
     def show_progress(self, text: str, fraction: float) -> None:
-        """A determinate bar for a fraction in [0, 1]; a busy indicator for -1 (size unknown)."""
+        """A determinate bar for a fraction in [0, 1]; a busy indicator for -1 (size unknown). A download gets
+        a Cancel button."""
         self.bar.showMessage(text)
+        self.cancel_button.setVisible(text.startswith("Downloading"))
         if fraction < 0:
             self.busy_bar.setRange(0, 0)
         else:

@@ -292,6 +292,7 @@ class MainWindow(QMainWindow):
         s.client.status.connect(self.status.show)
         s.client.busy_changed.connect(self.status.set_busy)
         s.client.progress.connect(self.status.show_progress)
+        self.status.cancel_button.clicked.connect(s.client.cancel_download)
         s.run_progress.connect(self.status.set_runs)
         s.size_changed.connect(self._on_size_changed)
         s.heads_asked.connect(self.ask_heads)

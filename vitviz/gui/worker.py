@@ -13,6 +13,7 @@ at its next chunk (`DownloadProgress`); such a request answers `cancelled`, neve
 from __future__ import annotations
 
 import enum
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,6 +234,11 @@ class ForwardInterrupted(Exception):
     """Raised inside a forward pass, before a transformer block, when the worker thread is asked to stop."""
 
 
+class DownloadCancelled(InterruptedError, ForwardInterrupted):
+    """The user cancelled a named model's download: an OSError (so the partial file is removed) that answers the
+    request `cancelled`, not `failed`."""
+
+
 def hook_points(model: Any) -> list[Any]:
     """The modules a forward pass of `model` can be stopped before: its transformer blocks (`model.net.blocks`:
     the reference ViT's, or a user's module's when it has them), else the modules a live model found its attention
@@ -317,6 +323,7 @@ class InferenceWorker(QObject):
         super().__init__()
         self._model: Any = None
         self.running_id = 0
+        self.download_cancel = threading.Event()   # set from the GUI thread: stop the running download
 
     def handlers(self) -> dict[Kind, Callable[..., Answer]]:
         """The method that answers each kind (looked up per request, so a replaced method takes effect)."""
@@ -378,6 +385,7 @@ class InferenceWorker(QObject):
             except (vitviz.DeviceError, RuntimeError, ValueError) as exc:   # no CUDA here, or not a device name
                 refused, device = summarize(exc), "cpu"
         if path and catalog.is_named_model(path):
+            self.download_cancel.clear()
             path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
         model = vitviz.load(path or None, device=device, **{k: v for k, v in overrides.items() if v is not None})
         self._model = model   # replaced only on success: a failed load keeps the previous model
@@ -487,6 +495,8 @@ class DownloadProgress:
         if self.worker.thread().isInterruptionRequested():
             # vitviz is closing: stop at this chunk (an OSError, so the partial file is removed)
             raise InterruptedError(f"download of {self.name} cancelled")
+        if self.worker.download_cancel.is_set():   # the status bar's Cancel
+            raise DownloadCancelled(f"download of {self.name} cancelled")
         if step == self._last:
             return
         self._last = step

@@ -1,0 +1,37 @@
+"""Cancelling a named model's download from the status bar: the download stops at its next chunk, the request
+answers `cancelled` (no error box), and the model loaded before stays."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from _gui import load_model
+
+
+def test_cancel_button_stops_a_download_and_keeps_the_model(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz import catalog
+
+    load_model(qtbot, window, tiny_ckpt, images)
+    before = window.session.spec
+    chunks: list[int] = []
+
+    def slow_download(name: str, progress=None, **_kw):  # noqa: ANN001, ANN202 - stands in for the hub
+        for i in range(2000):        # 2000 chunks of 1 MB, each a new percent step every 20 chunks
+            chunks.append(i)
+            progress(i * 2**20, 2000 * 2**20)
+            time.sleep(0.002)
+        raise AssertionError("the download was not cancelled")
+
+    monkeypatch.setattr(catalog, "resolve_named", slow_download)
+    button = window.status.cancel_button
+    assert not button.isVisible()
+    window.load_model("hf:acme/slow-model")
+    qtbot.waitUntil(lambda: button.isVisible(), timeout=20000)
+    assert "Downloading hf:acme/slow-model" in window.statusBar().currentMessage()
+    with qtbot.waitSignal(window.session.client.busy_changed, timeout=20000,
+                          check_params_cb=lambda busy: not busy):
+        button.click()
+    assert 0 < len(chunks) < 2000
+    assert not button.isVisible()
+    assert window.session.spec is before and window.reporter.errors == []
