@@ -26,10 +26,11 @@ from typing import Any
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, unique_stems
 from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, resolve_picks,
                                safe_stem, with_rollout)
+from vitviz.cli.options import add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
-from vitviz.core.maps import HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
 from vitviz.errors import CheckpointError, DiskFullError, VitvizError
@@ -37,8 +38,6 @@ from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the `export` subcommand to the `vitviz` subparsers."""
-    from vitviz.cli.options import add_override_arguments
-
     p = sub.add_parser("export", allow_abbrev=False, help="write attention heatmaps for many images",
                        description=__doc__.split("\n\n")[0] + " Output names: {image}_{map}_L{layer}_H{head}.png "
                        "(rollout with non-default settings: {image}_rollout-max-d0.9_L{layer}_Hmean.png; maps "
@@ -52,7 +51,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files and folders (searched recursively)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
-    p.add_argument("--maps", default="cls", type=_checked(parse_maps),
+    p.add_argument("--maps", default="cls", type=argument_type(parse_maps),
                    help="comma list of cls, mean, max (attention received over patch queries), rollout, "
                         "token:N (the attention row of token N), rollout:N (the rollout of token N); maps of a "
                         "class, one forward and backward pass per image each: relevance[:CLASS] (Chefer), "
@@ -63,10 +62,10 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "(the rollout of its query); CLIP / SigLIP files with their text tower and tokenizer (transformers or "
                         "open_clip installed): text:PROMPT (LeGrad of the image-text similarity, e.g. 'text:a photo "
                         "of a cat' -> {image}_text-a_photo_of_a_cat_Lall.png) (default: cls)")
-    p.add_argument("--layers", default="last", type=_checked(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
+    p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
-                   type=_checked(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
+                   type=argument_type(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
                    help="all, mean, max, indices and ranges, e.g. 0-2,mean (default: mean). "
                         "--heads is the model's head count")
     _add_render_arguments(p)
@@ -109,14 +108,6 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help="original (default, as the window exports): the region of the image the model saw, at the "
                         "original's resolution; input: the model's input image")
 
-
-def _checked(parse: Any) -> Any:
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except SelectionError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return convert
 
 
 def _positive(text: str) -> int:

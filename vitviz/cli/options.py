@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO, TypeVar
 
 CROP_MODES = ("center", "squash", "squash_crop")
+
+T = TypeVar("T")
 
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,3 +110,14 @@ def guess_lines(spec: Any) -> list[str]:
 
     return [f"GUESSED {describe_guess(spec, name, cli=True)}"
             for name, _ in sorted(spec.guesses, key=lambda g: g[0] != "num_heads")]
+
+
+def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse `type=` from a parser that raises ValueError (SelectionError is one): its message becomes the
+    usage error ('argument --maps: ...', exit 2) instead of argparse's generic 'invalid value'."""
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert

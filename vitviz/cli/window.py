@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitviz.cli.options import add_code_argument
+from vitviz.cli.options import add_code_argument, argument_type
 from vitviz.core.spec import parse_size
 from vitviz.gui.state import MAP_CHOICES, parse_head_arg, parse_layer_arg, parse_map_arg
 
@@ -22,14 +22,6 @@ def _map_type(text: str) -> str:
     return text
 
 
-def _wrap(parse):  # noqa: ANN001, ANN202 - argparse type adapter
-    def convert(text: str) -> object:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return convert
-
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `[IMAGES...] --model --device --heads --layer --head --map --size --screenshot`."""
@@ -41,16 +33,16 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the model runs (default: auto = CUDA when available). A device that is not "
                              "available here is reported (with --screenshot: exit 2) and the model runs on the CPU")
     parser.add_argument("--heads", type=int, metavar="N", help="number of attention heads (overrides detection)")
-    parser.add_argument("--layer", type=_wrap(parse_layer_arg), default=None, metavar="L|mean",
+    parser.add_argument("--layer", type=argument_type(parse_layer_arg), default=None, metavar="L|mean",
                         help="layer to show, 0-based; negative counts from the end (default: the last)")
-    parser.add_argument("--head", type=_wrap(parse_head_arg), default=None, metavar="H|mean|max",
+    parser.add_argument("--head", type=argument_type(parse_head_arg), default=None, metavar="H|mean|max",
                         help="head to show, 0-based, or mean/max over heads (default: mean)")
     parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout|token:N",
                         help="which map to show (the same names and meanings as `vitviz export --maps`): "
                              + "; ".join(f"{name} = {what}" for name, what in MAP_CHOICES.items())
                              + ". --head picks the head (or the mean/max over heads) of any of these but rollout "
                              "(default: cls)")
-    parser.add_argument("--size", type=_wrap(parse_size), default=None, metavar="N|HxW",
+    parser.add_argument("--size", type=argument_type(parse_size), default=None, metavar="N|HxW",
                         help="run the model at another input size (position embedding interpolated); rounded "
                              "down to whole patches, with a note saying so")
     parser.add_argument("--screenshot", metavar="FILE",
