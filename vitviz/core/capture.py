@@ -119,6 +119,12 @@ class VitModel:
 
     def to(self, device: str | None) -> "VitModel":
         """Move the model; a model too large for the device raises DeviceError and stays where it was."""
+        dev = self._move(device)
+        self.packed_layers = set_packed(self.net, dev.type == "cpu" and packing_fits(self.net))
+        return self
+
+    def _move(self, device: str | None) -> torch.device:
+        """Move `net` to `device`; out of memory there, it goes back where it was and DeviceError says why."""
         dev = resolve_device(device)
         try:
             self.net.to(dev)
@@ -128,8 +134,7 @@ class VitModel:
             raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
                               f"on {dev} ({e}); use device='cpu'") from e
         self._device = dev
-        self.packed_layers = set_packed(self.net, dev.type == "cpu" and packing_fits(self.net))
-        return self
+        return dev
 
     def spec_at(self, image_size: tuple[int, int] | None) -> ModelSpec:
         """The spec for a run at `image_size` (position embedding resampled), or the native spec."""

@@ -491,15 +491,8 @@ class LiveModel(VitModel):
         self._output, self._pos_name = output, pos_name
 
     def to(self, device: str | None) -> "LiveModel":
-        dev = resolve_device(device)
-        try:
-            self.net.to(dev)
-        except torch.cuda.OutOfMemoryError as e:
-            self.net.to(self._device)
-            torch.cuda.empty_cache()
-            raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
-                              f"on {dev} ({e}); use device='cpu'") from e
-        self._device = dev
+        """Move the user's module (never prepacked: its Linear layers are its own)."""
+        self._move(device)
         return self
 
     @property

@@ -57,10 +57,13 @@ def strip_prefixes(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor]
 
 
 
+def rename_key(key: str, rules: list[tuple[str, str]]) -> str:
+    """`key` after every (pattern, replacement) rule, applied in order."""
+    for pattern, repl in rules:
+        key = re.sub(pattern, repl, key)
+    return key
+
+
 def rename(sd: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, v in sd.items():
-        for pattern, repl in rules:
-            k = re.sub(pattern, repl, k)
-        out[k] = v
-    return out
+    """Every key of `sd` through `rename_key`."""
+    return {rename_key(k, rules): v for k, v in sd.items()}

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.base import Converted, Hint, rename
 from vitviz.core.families.clip import HF_ACT, fuse_qkv
 from vitviz.errors import UnknownLayoutError
 
@@ -94,13 +94,8 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     for pattern, repl in _HF_V5:
         sd = {re.sub(pattern, repl, k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith(("embeddings.mask_token", "lm_head", "layernorm_lm"))]
-    out: dict[str, torch.Tensor] = {}
-    for k, v in sd.items():
-        if k in dropped or re.search(r"\.attention\.attention\.(query|key|value)\.", k):
-            continue
-        for pattern, repl in _HF_RULES:
-            k = re.sub(pattern, repl, k)
-        out[k] = v
+    out = rename({k: v for k, v in sd.items()
+                  if k not in dropped and not re.search(r"\.attention\.attention\.(query|key|value)\.", k)}, _HF_RULES)
     tmp: dict[str, torch.Tensor] = {}
     fuse_qkv({re.sub(r"\.(query|key|value)\.", lambda m: "." + m.group(1)[0] + ".", k): v for k, v in sd.items()},
              tmp, "encoder.layer.{i}.attention.attention.{n}")

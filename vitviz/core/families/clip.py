@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.base import Converted, Hint, rename_key
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("clip", "hf-clip")
@@ -110,9 +110,7 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
         elif k.startswith("ln_post."):
             out[("fc_norm." if final_after_pool else "norm.") + k.split(".", 1)[1]] = v
         else:
-            for pattern, repl in _OC_RENAMES:
-                k = re.sub(pattern, repl, k)
-            out[k] = v
+            out[rename_key(k, _OC_RENAMES)] = v
     hints: dict[str, Hint] = {"eps": (1e-5, "family: CLIP (torch LayerNorm eps 1e-5)"),
                               "pos_prefix": (1, "family: CLIP (the table covers the class token)")}
     if "head.weight" in out:
@@ -186,9 +184,7 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
         elif re.search(r"\.self_attn\.[qkv]_proj\.", k):
             continue
         else:
-            for pattern, repl in _HF_RENAMES:
-                k = re.sub(pattern, repl, k)
-            out[k] = v
+            out[rename_key(k, _HF_RENAMES)] = v
     fuse_qkv(vision, out, "encoder.layers.{i}.self_attn.{n}_proj")
     if proj is not None:
         out["head.weight"] = proj

@@ -292,13 +292,9 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     cfg = raw.config or {}
     sd = {re.sub(r"^dinov3_vit\.", "", k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith("embeddings.mask_token")]
-    out: dict[str, torch.Tensor] = {}
-    for k, v in sd.items():
-        if k in dropped or re.search(r"\.attention\.[qkv]_proj\.|\.mlp\.(gate|up)_proj\.", k):
-            continue
-        for pattern, repl in _HF_RULES:
-            k = re.sub(pattern, repl, k)
-        out[k] = v
+    out = rename({k: v for k, v in sd.items()
+                  if k not in dropped and not re.search(r"\.attention\.[qkv]_proj\.|\.mlp\.(gate|up)_proj\.", k)},
+                 _HF_RULES)
     if out.get("reg_token") is not None and out["reg_token"].shape[1] == 0:
         out.pop("reg_token")
     prefix = "model.layer." if any(k.startswith("model.layer.") for k in sd) else "layer."

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted
+from vitviz.core.families.base import Converted, rename
 
 NAMES = ("hf",)
 
@@ -47,13 +47,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     sd = {_legacy_name(k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith(("embeddings.mask_token", "pooler."))]
     sd = {k: v for k, v in sd.items() if k not in dropped}
-    out: dict[str, torch.Tensor] = {}
-    for k, v in sd.items():
-        m = re.match(r"^(encoder\.layer\.\d+)\.attention\.attention\.(query|key|value)\.(weight|bias)$", k)
-        if m is None:
-            for pattern, repl in _RULES:
-                k = re.sub(pattern, repl, k)
-            out[k] = v
+    separate_qkv = re.compile(r"^(encoder\.layer\.\d+)\.attention\.attention\.(query|key|value)\.(weight|bias)$")
+    out = rename({k: v for k, v in sd.items() if not separate_qkv.match(k)}, _RULES)   # q/k/v are fused below
     _fuse_qkv(sd, out)
     family = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2",
               "dinov2_with_registers": "hf-dinov2"}.get(model_type, f"hf-{model_type}")

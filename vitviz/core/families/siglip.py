@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted
+from vitviz.core.families.base import Converted, rename_key
 from vitviz.core.families.clip import _HF_RENAMES, _split_towers, fuse_qkv, hf_vision_hints
 
 NAMES = ("hf-siglip", "hf-siglip2")
@@ -54,9 +54,7 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         elif k.startswith("head.") or re.search(r"\.self_attn\.[qkv]_proj\.", k):
             continue
         else:
-            for pattern, repl in _HF_RENAMES:
-                k = re.sub(pattern, repl, k)
-            out[k] = v
+            out[rename_key(k, _HF_RENAMES)] = v
     fuse_qkv(vision, out, "encoder.layers.{i}.self_attn.{n}_proj")
     out.update(_map_head(vision))
     hints = hf_vision_hints(vcfg, src, default_act=("gelu_tanh", "default: transformers SiglipVisionConfig "
