@@ -104,12 +104,13 @@ def resolve_cli_model(text: str, quiet: bool = False) -> str:
     """
     if not is_named_model(text):
         return text
-    if cached_named(text) is None and not quiet and is_hub_name(text):
-        print(f"downloading {text} from the Hugging Face Hub into {hf_hub_dir()}", file=sys.stderr)
-    elif cached_named(text) is None and not quiet:
-        nw = lookup_named(text)
-        print(f"downloading {nw.file_name} ({format_size(4 * nw.num_params)}) from {nw.url} to {torch_hub_dir()}",
-              file=sys.stderr)
+    if not quiet and cached_named(text) is None:   # the cache is looked at once (for a hub name: every file)
+        if is_hub_name(text):
+            print(f"downloading {text} from the Hugging Face Hub into {hf_hub_dir()}", file=sys.stderr)
+        else:
+            nw = lookup_named(text)
+            print(f"downloading {nw.file_name} ({format_size(4 * nw.num_params)}) from {nw.url} to "
+                  f"{torch_hub_dir()}", file=sys.stderr)
     bar = None if quiet else ProgressBar(stream=sys.stderr, tty_only=False)
     try:
         return resolve_model_arg(text, progress=bar)
