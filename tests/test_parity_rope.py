@@ -238,3 +238,18 @@ def test_rope_kernel_refuses_models_without_rope() -> None:
     assert vm.spec.position_kind == "learned"
     with pytest.raises(ValueError, match="no rotary"):
         rope_kernel(vm)
+
+
+def test_info_of_a_rope_model_without_a_table(tmp_path, capsys) -> None:
+    """`vitviz info` as a user reads it: no table, so no 'pos_kind learned' line, and the input size says it came
+    from the family's native grid, not from a position table the file does not have."""
+    from vitviz.cli import main
+
+    model = timm.create_model("vit_small_patch16_dinov3", pretrained=False, num_classes=0, global_pool="token", **TINY)
+    torch.save(model.state_dict(), tmp_path / "dinov3_vits16.pth")
+    assert main(["info", str(tmp_path / "dinov3_vits16.pth"), "--heads", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "!! GUESSED rope = dinov3" in out
+    lines = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    assert "pos_kind" not in lines and "rope" in lines["positions"]
+    assert "position embedding grid" not in lines["image_size"] and "native grid" in lines["image_size"]

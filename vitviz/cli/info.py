@@ -69,7 +69,8 @@ def run_info(args: argparse.Namespace) -> int:
         ("pool_heads", spec.pool_num_heads, 0), ("pool_mlp", spec.pool_mlp, 0),
         ("pool_act", (spec.pool_act or spec.mlp_kind) if spec.pooling == "map" else "", ""),
         ("pool_prefix", spec.pool_prefix, False),
-    ) if (value != default or (name in prov and value != "")) and (spec.rope or not name.startswith("rope_"))]
+    ) if (value != default or (name in prov and value != "")) and (spec.rope or not name.startswith("rope_"))
+        and (name != "pos_kind" or spec.pos_embed)]   # pos_kind is the kind of table: none, nothing to say
     for name, value in rows:
         src = prov.get(name.split(" ")[0] if name != "prefix tokens" else "", "")
         print(f"  {name:<14} {str(value):<24} {('(' + src + ')') if src else ''}")

@@ -449,7 +449,10 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
         return prov.set("image_size", size, "override")
     if family in ("dinov2", "hf-dinov2") and pos_grid[0] * patch > 224:
         return prov.set("image_size", (224, 224), "default: DINOv2 evaluation size (position embedding resampled)")
-    return prov.set("image_size", (pos_grid[0] * patch, pos_grid[1] * patch), "shape: position embedding grid")
+    grid_source = prov.items.get("pos_grid", "")
+    source = ("shape: position embedding grid" if not grid_source or grid_source.startswith("shape")
+              else f"the native grid x {patch} px patches ({grid_source})")   # no table to read it from (RoPE)
+    return prov.set("image_size", (pos_grid[0] * patch, pos_grid[1] * patch), source)
 
 
 def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], size: tuple[int, int],
