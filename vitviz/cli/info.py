@@ -71,14 +71,20 @@ def run_info(args: argparse.Namespace) -> int:
         ("pool_prefix", spec.pool_prefix, False),
     ) if (value != default or (name in prov and value != "")) and (spec.rope or not name.startswith("rope_"))
         and (name != "pos_kind" or spec.pos_embed)]   # pos_kind is the kind of table: none, nothing to say
+    shown = {"grid": "pos_grid", "attn_width": "attn_dim", "positions": "pos_kind", "prefix tokens": "cls_token"}
     for name, value in rows:
+        field = shown.get(name, name)
+        if field in prov and not spec.relevant(field) and name != "prefix tokens":
+            continue   # e.g. the pooling head's width without a pooling head
         src = prov.get(name.split(" ")[0] if name != "prefix tokens" else "", "")
-        print(f"  {name:<14} {str(value):<24} {('(' + src + ')') if src else ''}")
+        kind = spec.kind_of(field) if field in prov else ""
+        print(f"  {name:<14} {str(value):<24} {kind:<8} {('(' + src + ')') if src else ''}".rstrip())
+    print(f"  identity       {prov.get('identity', '')}")
     pp = spec.preprocess
     print(f"  parameters     {spec.num_params:,}")
     print(f"  preprocess     {pp.mode}: resize {pp.resize}, crop {pp.crop}, {pp.interpolation}, "
           f"mean {pp.mean}, std {pp.std}  ({prov.get('preprocess', '')})")
-    print(f"  labels         {len(spec.labels)}  ({prov.get('labels', 'none')})")
+    print(f"  labels         {len(spec.labels)}  ({prov.get('labels', 'none')})")  # a note, not an attention setting
     if model.dropped:
         print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
     for line in guess_lines(spec):  # loudly: nothing in the file gave these

@@ -8,6 +8,10 @@ import warnings
 from typing import Any, Callable, TextIO, TypeVar
 
 CROP_MODES = ("center", "squash", "squash_crop")
+# The choices of core.model.ACTIVATIONS and core.posembed.RECIPES, spelled out so that parsing the command line
+# does not import torch (tests/test_provenance.py keeps them equal).
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
+POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa")
 
 T = TypeVar("T")
 
@@ -30,7 +34,7 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    "--resize, then crop the middle")
     g.add_argument("--interpolation", choices=("nearest", "bilinear", "bicubic", "lanczos", "box"),
                    help="resampling filter for the resize")
-    g.add_argument("--act", choices=("gelu", "gelu_tanh", "quick_gelu", "relu", "silu"),
+    g.add_argument("--act", choices=ACTIVATIONS,
                    help="MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')")
     g.add_argument("--block-norm", choices=("pre", "post"), help="pre-norm (ViT) or post-norm blocks "
                    "(nn.TransformerEncoderLayer with norm_first=False)")
@@ -40,7 +44,9 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    "1 for none, or dim**-0.5 as the first vit-pytorch versions)")
     g.add_argument("--patch-order", choices=("p1p2c", "cp1p2"), help="pixel order of a Linear patch embedding: "
                    "einops '(p1 p2 c)' or unfold '(c p1 p2)'")
-    g.add_argument("--head-act", choices=("gelu", "relu", "tanh", "silu"),
+    g.add_argument("--pos-interp", choices=POS_RECIPES, help="how the position table is resampled at another "
+                   "input size: timm (bicubic, antialias), deit / dino (bicubic, no antialias), torchvision, hf, ...")
+    g.add_argument("--head-act", choices=ACTIVATIONS,
                    help="activation between the two Linears of a two-layer head")
     g.add_argument("--rope", choices=("dinov3", "eva02", "pe", "rope_vit", "rope_mixed", "timm_rope", "none"),
                    help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
@@ -63,7 +69,7 @@ def add_code_argument(parser: Any) -> None:
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
-            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope")
+            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp")
     keys += ("code",)  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that file's code (asked for)
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 

@@ -33,7 +33,7 @@ OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolati
 CROP_MODES = ("center", "squash", "squash_crop")
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
-                  "eps", "rope", "pool_heads", "embed_out", "rel_pos_interp")
+                  "eps", "eps_final", "rope", "pool_heads", "embed_out", "rel_pos_interp", "token_order")
 POOLINGS = ("token", "avg", "avg_all", "cls_avg", "map")
 ROPE_FIELDS = ("rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid", "rope_periods")
 # Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads;
@@ -42,16 +42,23 @@ TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision
                   "eva02", "dinov3", "pe", "rope_vit", "beit", "jax")
 # How to pass each value the file may not hold (for warnings).
 HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
-               "mlp_kind": "act='gelu'|'relu' (CLI --act gelu|relu)",
+               "mlp_kind": "act='gelu'|'gelu_tanh'|'quick_gelu'|'relu'|'silu'|'tanh' "
+                           "(CLI --act gelu|gelu_tanh|quick_gelu|relu|silu|tanh)",
                "block_norm": "block_norm='pre'|'post' (CLI --block-norm pre|post)",
                "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling token|avg|avg_all)",
                "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
                "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
-               "pre_logits_act": "head_act='gelu'|'relu'|'tanh' (CLI --head-act gelu|relu|tanh)",
+               "pre_logits_act": "head_act='gelu'|'relu'|'tanh'|'silu' (CLI --head-act gelu|relu|tanh|silu)",
                "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]",
-               "eps": "eps=E (CLI --eps E)", "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' "
-               "(CLI --rope NAME)", "pool_heads": "heads of the pooling head cannot be passed yet; the file's config"
-               " states them", "embed_out": "family=... (CLI --family ...)"}
+               "eps": "eps=E (CLI --eps E)", "eps_final": "eps=E for every norm (CLI --eps E)",
+               "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' (CLI --rope NAME)",
+               "pos_interp": "pos_interp='timm'|'deit'|'dino'|'torchvision'|'hf'|... (CLI --pos-interp "
+                             "timm|deit|dino|dinov2|dinov2_reg|torchvision|hf|bilinear_aa)",
+               "pool_heads": "heads of the pooling head cannot be passed yet; the file's config states them",
+               "embed_out": "family=... (CLI --family ...)",
+               "token_order": "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
+                              "prefix tokens first",
+               "norm_place": "the model's own code (CLI --code FILE.py:FACTORY)"}
 
 FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
     "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
@@ -124,7 +131,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     width = int(qkv.shape[0]) // 3 if qkv is not None else dim
     heads = _heads(sd, hints, overrides, info, name, width, prov, where, sources, conv.family)
     counts = _token_counts(sd)
-    pos_kind = _pick("pos_kind", {}, hints, "learned", prov, "default: a stored position table")
+    pos_kind = _pick("pos_kind", {}, hints, "learned", prov, "shape: pos_embed (a stored position table)"
+                     if "pos_embed" in sd else "default: a stored position table")
     pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where,
                                        overrides.get("image_size"), sources)
     fields = dict(
@@ -134,6 +142,11 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
         **_shape_flags(sd, hints, overrides, dim, width, prov),
     )
     fields.update(_rope(hints, overrides, prov, pos_grid, where, "rope.freqs" in sd))
+    if "rope" not in prov.items:  # RoPE has no weights: its absence is read off a stored table and no config naming it
+        prov.set("rope", "", "shape: a stored position table, no RoPE frequencies, nothing naming RoPE"
+                 if "pos_embed" in sd or "rel_pos_bias.relative_position_bias_table" in sd
+                 or "blocks.0.attn.relative_position_bias_table" in sd else
+                 "default: no position table and nothing naming RoPE: a model without positions")
     fields.update(_heads_extra(sd, hints, fields, prov))
     fields["eps"] = _pick("eps", overrides, hints, 1e-6, prov, "default: timm LayerNorm eps")
     act = overrides.get("act")
@@ -151,8 +164,13 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], sources, prov)
     for key in ("num_heads", "pos_grid", "pos_prefix"):
         prov.items.setdefault(key, "shape")
-    if "patch_order" in hints:
-        prov.set("patch_order", hints["patch_order"][0], hints["patch_order"][1])
+    for key in ("patch_order", "token_order", "eps_final"):
+        if key in hints:
+            prov.set(key, hints[key][0], hints[key][1])
+    if "eps_final" in hints and overrides.get("eps") is None:
+        fields["eps_final"] = float(hints["eps_final"][0])
+    _derived_sources(sd, fields, prov)
+    prov.set("identity", fields["family"], _identity(conv, raw, name, overrides))
     spec = ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
     if warn:
         warn_guesses(spec)
@@ -166,6 +184,50 @@ def warn_guesses(spec: ModelSpec) -> None:
         warnings.warn(f"{spec.source}: {describe_guess(spec, name)}", GuessWarning, stacklevel=3)
 
 
+# The tensor each structural flag is read from (its presence or absence is the value).
+_FLAG_KEYS = {
+    "qkv_bias": "blocks.0.attn.qkv.bias", "qk_norm": "blocks.0.attn.q_norm.weight", "layer_scale": "blocks.0.ls1.gamma",
+    "patch_bias": "patch_embed.proj.bias", "final_norm": "norm.weight", "fc_norm": "fc_norm.weight",
+    "head_dist": "head_dist.weight", "attn_proj": "blocks.0.attn.proj.weight", "proj_bias": "blocks.0.attn.proj.bias",
+    "mlp_bias": "blocks.0.mlp.fc1.bias", "patch_norm_in": "patch_embed.norm_in.weight",
+    "patch_norm": "patch_embed.norm.weight", "norm_extra": "norm_extra.weight", "norm_pre": "norm_pre.weight",
+    "head_bias": "head.bias", "attn_norm": "blocks.0.attn.norm.weight", "mlp_norm": "blocks.0.mlp.norm.weight",
+    "cls_token": "cls_token", "dist_token": "dist_token", "reg_tokens": "reg_token", "pos_embed": "pos_embed",
+    "pre_logits": "pre_logits.fc.weight", "rel_pos": "relative_position_bias_table",
+}
+_SHAPE_OF = {"patch_size": "patch_embed.proj.weight", "embed_dim": "patch_embed.proj.weight",
+             "in_chans": "patch_embed.proj.weight", "depth": "blocks.N.*", "mlp_hidden": "blocks.0.mlp.fc1.weight",
+             "num_classes": "head.weight", "attn_dim": "blocks.0.attn.qkv.weight", "pool_mlp": "attn_pool.mlp.fc1.weight"}
+
+
+def _derived_sources(sd: dict[str, torch.Tensor], fields: dict[str, Any], prov: _Prov) -> None:
+    """A 'shape: ...' entry for every field read off the tensors themselves (which tensor is there, its shape),
+    so that every field that changes the computation says where it came from."""
+    for name, key in _SHAPE_OF.items():
+        prov.items.setdefault(name, f"shape: {key}")
+    for name, key in _FLAG_KEYS.items():
+        present = any(k == key or k.endswith("." + key) for k in sd) if "." not in key else key in sd
+        prov.items.setdefault(name, f"shape: {key} {'present' if present else 'absent'}")
+
+
+def _identity(conv: Converted, raw: RawCheckpoint, name: str, overrides: dict[str, Any]) -> str:
+    """Whether something names the model (then the family's defaults are that model's facts), or only its key
+    layout was recognised (then they are conventions: assumed, and flagged)."""
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str):
+        return f"named: timm architecture {cfg['architecture']!r} (config.json)"
+    if conv.family.startswith("hf") and (cfg.get("model_type") or cfg.get("vision_config")):
+        return f"named: transformers model_type {cfg.get('model_type') or 'vision_config'!r} (config.json)"
+    if conv.hints.get("open_clip_config"):
+        return f"named: open_clip model config ({conv.hints['open_clip_config'][1]})"
+    if conv.family == "torchvision" and raw.weights_file and torchvision_weights(raw.weights_file.name):
+        return f"named: torchvision {torchvision_weights(raw.weights_file.name)['arch']} (file name)"
+    if name:
+        return f"named: model name {name!r} (training args)"
+    return (f"derived: the key layout of a {conv.family} file; nothing names the model, so its family's "
+            "settings are assumptions")
+
+
 def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
     """'num_heads = 1 is a guess: <why>; if that is wrong, pass heads=N (CLI --heads N); heads that divide ...'
     (with `cli`, only the command-line option)."""
@@ -173,8 +235,13 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
     value: Any = getattr(spec, name, "")
     if name == "preprocess":
         value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
+    elif name == "attn_scale" and not value:
+        value = f"head_dim**-0.5 ({spec.head_dim ** -0.5:.4g})"
+    elif name == "rope" and not value:
+        value = "none"
     elif isinstance(value, (tuple, list)) and len(value) > 6:   # e.g. 1000 labels: a few and the count
         value = f"({', '.join(repr(v) for v in value[:3])}, ... {len(value)} in all)"
+    guessed = source.startswith("guess")
     why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
     how = HOW_TO_PASS.get(name, f"{name}=...")
     if cli and (m := re.search(r"\(CLI ([^)]*)\)", how)):
@@ -183,7 +250,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         w = spec.attn_width
         how += f"; heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
                                                                    if w % h == 0)
-    return f"{name} = {value} is a guess: {why}; if that is wrong, pass {how}"
+    what = "a guess" if guessed else "assumed"
+    return f"{name} = {value} is {what}: {why}; if that is wrong, pass {how}"
 
 
 def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_grid: tuple[int, int],

@@ -345,10 +345,11 @@ class ReferenceViT(nn.Module):
         self.rope = RotaryEmbedding(spec) if spec.rope else None
         self.norm_pre = nn.LayerNorm(d, eps=spec.eps) if spec.norm_pre else nn.Identity()
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
-        self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.final_norm else nn.Identity()
-        self.norm_extra = nn.LayerNorm(d, eps=spec.eps) if spec.norm_extra else nn.Identity()
+        final_eps = spec.eps_final or spec.eps   # the final norms may use another eps than the blocks' (Chefer's ViT)
+        self.norm = nn.LayerNorm(d, eps=final_eps) if spec.final_norm else nn.Identity()
+        self.norm_extra = nn.LayerNorm(d, eps=final_eps) if spec.norm_extra else nn.Identity()
         self.attn_pool = AttentionPool(spec) if spec.pooling == "map" else None
-        self.fc_norm = nn.LayerNorm(d, eps=spec.eps) if spec.fc_norm else nn.Identity()
+        self.fc_norm = nn.LayerNorm(d, eps=final_eps) if spec.fc_norm else nn.Identity()
         width = d * 2 if spec.pooling == "cls_avg" else d
         self.pre_logits = PreLogits(width, spec.pre_logits, spec.pre_logits_act) if spec.pre_logits else nn.Identity()
         width = spec.pre_logits or width

@@ -60,7 +60,56 @@ class Preprocess:
 
 
 class GuessWarning(UserWarning):
-    """A value the file does not hold was guessed (e.g. num_heads); the message says how to pass the right one."""
+    """A value the file does not hold was guessed or assumed (e.g. num_heads, the norm order); the message says how
+    to pass the right one."""
+
+
+# Where a value came from, in four kinds plus the caller's own word (see `provenance_kind`):
+READ, DERIVED, NAMED, GIVEN, ASSUMED = "read", "derived", "named", "given", "assumed"
+PROVENANCE_KINDS = (READ, DERIVED, NAMED, GIVEN, ASSUMED)
+# Source prefixes and their kind, longest first where one is the start of another. A source nobody described
+# (no entry, or a prefix not listed) is an assumption: silence is never read as certainty.
+_KIND_OF_PREFIX = (
+    ("override", GIVEN), ("given", GIVEN), ("model object", READ), ("metadata", READ), ("read", READ),
+    ("capture", READ), ("not used", READ), ("live", READ), ("shape", DERIVED), ("derived", DERIVED),
+    ("named", NAMED), ("guess", ASSUMED), ("assumed", ASSUMED), ("default", ASSUMED), ("family", ASSUMED),
+    ("table", ASSUMED),
+)
+# Settings that fill in for a model the file only names: they are facts of that model when it is named
+# (`identity` is named), and conventions of a layout when it is not.
+_CONVENTIONS = ("default", "family", "table")
+
+# Every ModelSpec field that changes what the model computes from an image, and the pseudo-fields (settings with
+# no field of their own) that can appear in the provenance. Each needs a provenance entry; an assumed one is
+# flagged wherever the model is shown (`ModelSpec.assumptions`). tests/test_provenance.py keeps this list whole.
+COMPUTE_FIELDS = (
+    "image_size", "patch_size", "embed_dim", "depth", "num_heads", "in_chans", "mlp_hidden", "mlp_kind",
+    "num_classes", "cls_token", "dist_token", "reg_tokens", "pos_embed", "pos_prefix", "pos_interp", "pos_grid",
+    "eps", "eps_final", "qkv_bias", "qk_norm", "layer_scale", "patch_bias", "final_norm", "fc_norm", "pooling",
+    "pre_logits", "head_dist", "attn_dim", "attn_scale", "attn_proj", "proj_bias", "mlp_bias", "block_norm",
+    "patch_norm_in", "patch_norm", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre", "head_bias", "embed_out",
+    "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
+    "rope_periods", "rel_pos", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
+)
+PSEUDO_FIELDS = ("patch_order", "token_order")
+# Fields that do not change the computation: what the model is called, its class names, its size.
+OTHER_FIELDS = ("family", "source", "labels", "num_params", "provenance")
+
+
+def provenance_kind(source: str, named: bool = False) -> str:
+    """The kind of a provenance `source`: 'read' (a tensor, config or metadata in or beside the file), 'derived'
+    (tensor shapes), 'named' (fixed by a model the file's config or the user names), 'given' (the caller's
+    override) or 'assumed' (a convention, a family default, a guess).
+
+    A family's default or table value ('default: ...', 'family: ...', 'table: ...') is named when the model itself
+    is (`named`: a config names its architecture or model type), and assumed otherwise."""
+    text = str(source).strip().lower()
+    for prefix, kind in _KIND_OF_PREFIX:
+        if text.startswith(prefix):
+            if named and prefix in _CONVENTIONS:
+                return NAMED
+            return kind
+    return ASSUMED
 
 
 @dataclass(frozen=True)
@@ -68,8 +117,10 @@ class ModelSpec:
     """Everything vitviz knows about a loaded model, including every switch that changes its numerics.
 
     `provenance` maps a field name to where its value came from: 'metadata: <file/key>', 'shape: <key>',
-    'file name', 'table', 'family', 'default', 'override' or 'guess: <why>' (a value nothing in the file gives;
-    see `guesses` and `heads_guessed`).
+    'named: <model>', 'table', 'family', 'default', 'override' or 'guess: <why>'; `provenance_kind` sorts each
+    into read / derived / named / given / assumed, and `assumptions` lists what is assumed (flagged everywhere).
+    The entry 'identity' says whether the model is named (a config names its architecture: the family's
+    defaults are then that model's facts) or recognised by its key layout only.
     """
 
     family: str
@@ -91,6 +142,7 @@ class ModelSpec:
     pos_interp: str = "timm"          # resampling recipe, see vitviz.core.posembed
     pos_grid: tuple[int, int] = (14, 14)   # grid the stored position embedding was trained at
     eps: float = 1e-6
+    eps_final: float = 0.0            # eps of the final norms (norm, fc_norm, norm_extra) when it differs; 0: eps
     qkv_bias: bool = True
     qk_norm: bool = False
     layer_scale: bool = False
@@ -194,9 +246,64 @@ class ModelSpec:
         return self.source_of("num_heads").startswith("guess")
 
     @property
+    def named(self) -> bool:
+        """Whether a config or the caller names the model (its architecture, model type or arch), so that the
+        family's defaults are facts of that model rather than conventions of a key layout."""
+        return provenance_kind(self.source_of("identity")) in (READ, NAMED, GIVEN)
+
+    def kind_of(self, name: str) -> str:
+        """The provenance kind of field `name` ('read', 'derived', 'named', 'given' or 'assumed')."""
+        return provenance_kind(self.source_of(name), self.named)
+
+    def relevant(self, name: str) -> bool:
+        """Whether field `name` changes what this model computes now (e.g. the pooling head's settings only with
+        a MAP head, the position resampling only away from the stored grid, nothing structural on the live path,
+        where the module's own code runs)."""
+        if name in OTHER_FIELDS or name == "identity":
+            return False
+        if self.family == "live":
+            return name in ("image_size", "preprocess", "in_chans")
+        if name in PSEUDO_FIELDS:
+            return name in dict(self.provenance)
+        if name.startswith("rope_"):
+            return bool(self.rope)
+        if name.startswith("pool_"):
+            return self.pooling == "map"
+        off_grid = tuple(self.grid) != tuple(self.pos_grid)
+        conditional = {
+            "pos_interp": self.pos_embed and off_grid, "rel_pos_interp": bool(self.rel_pos) and off_grid,
+            "pre_logits_act": bool(self.pre_logits), "mlp_kind": bool(self.mlp_hidden),
+            "eps_final": bool(self.eps_final), "pos_kind": self.pos_embed, "pos_prefix": self.pos_embed,
+            "attn_scale": True, "embed_out": bool(self.embed_out),
+        }
+        return conditional.get(name, True)
+
+    @property
+    def assumptions(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of every setting that changes the computation and is assumed -- a convention, a family
+        default of a model nobody named, or a guess -- in field order: each is flagged wherever the model is
+        shown (info, GuessWarning, the window, the export manifest)."""
+        prov = dict(self.provenance)
+        return tuple((name, prov.get(name, "default: no provenance recorded"))
+                     for name in COMPUTE_FIELDS + PSEUDO_FIELDS
+                     if self.relevant(name) and self.kind_of(name) == ASSUMED)
+
+    @property
     def guesses(self) -> tuple[tuple[str, str], ...]:
-        """(field, source) of every value that is a guess, for warnings and for asking the user."""
-        return tuple((k, v) for k, v in self.provenance if str(v).startswith("guess"))
+        """(field, source) of every value to flag and to ask the user about: the assumptions (a class-name list is
+        not one: it never changes attention; see `notes`)."""
+        return self.assumptions
+
+    @property
+    def notes(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of assumed values that do not change the computation (e.g. ImageNet class names for a
+        1000-class head): said quietly, never as a warning."""
+        return tuple((k, v) for k, v in self.provenance
+                     if k in OTHER_FIELDS and provenance_kind(v, self.named) == ASSUMED)
+
+    def kinds(self) -> dict[str, str]:
+        """{field: kind} for every field that changes the computation now."""
+        return {name: self.kind_of(name) for name in COMPUTE_FIELDS + PSEUDO_FIELDS if self.relevant(name)}
 
     def token_name(self, index: int) -> str:
         """A readable name for token `index`: 'cls', 'reg0', or 'patch (r, c)'."""
@@ -218,6 +325,9 @@ class ModelSpec:
         out["heads_guessed"] = self.heads_guessed
         out["position_kind"] = self.position_kind
         out["guesses"] = dict(self.guesses)
+        out["assumptions"] = dict(self.assumptions)
+        out["provenance_kinds"] = self.kinds()
+        out["notes"] = dict(self.notes)
         return out
 
     def to_json(self) -> str:
