@@ -14,6 +14,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Every spec any test builds, of every family, is walked field by field: a setting that changes the computation
+# without a provenance entry, with a source of no known kind, or assumed and not flagged fails the test that built
+# it (vitviz.core.spec.audit_provenance; tests/test_provenance.py shows the audit can fail).
+os.environ.setdefault("VITVIZ_AUDIT", "1")
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,9 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--family", help="checkpoint family (timm, deit, deit3, dino, dinov2, mae, torchvision, hf, seed, "
                    "clip, beit, eva, dinov3, jax, ...)")
     g.add_argument("--image-size", type=_size, help="input size: N or HxW (position embedding is resampled)")
-    g.add_argument("--eps", type=float, help="LayerNorm epsilon")
+    g.add_argument("--eps", type=float, help="LayerNorm epsilon (every norm)")
+    g.add_argument("--eps-final", type=float, metavar="EPS", help="epsilon of the final norms (norm, fc_norm) when "
+                   "it differs from the blocks' (e.g. blocks 1e-6, final norm 1e-5)")
     g.add_argument("--mean", type=_floats, help="normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; "
                    "a 1-channel MNIST model: 0.1307)")
     g.add_argument("--std", type=_floats, help="normalisation std, e.g. 0.229,0.224,0.225 (MNIST: 0.3081)")
@@ -69,7 +71,7 @@ def add_code_argument(parser: Any) -> None:
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
-            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp")
+            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
     keys += ("code",)  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that file's code (asked for)
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 

@@ -5,6 +5,7 @@ Every inferred value records where it came from in `ModelSpec.provenance`.
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from dataclasses import replace
@@ -20,7 +21,8 @@ from vitviz.core.metadata import (
 )
 from vitviz.core.posembed import REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS
 from vitviz.core.spec import (
-    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, whole_patches,
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, audit_provenance,
+    whole_patches,
 )
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -29,7 +31,7 @@ from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
              "act", "nest_key", "device", "resize", "crop_mode", "pooling", "block_norm", "attn_scale",
-             "patch_order", "head_act", "rope")
+             "patch_order", "head_act", "rope", "eps_final")
 CROP_MODES = ("center", "squash", "squash_crop")
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
@@ -50,7 +52,7 @@ HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std=
                "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
                "pre_logits_act": "head_act='gelu'|'relu'|'tanh'|'silu' (CLI --head-act gelu|relu|tanh|silu)",
                "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]",
-               "eps": "eps=E (CLI --eps E)", "eps_final": "eps=E for every norm (CLI --eps E)",
+               "eps": "eps=E (CLI --eps E)", "eps_final": "eps_final=E (CLI --eps-final E)",
                "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' (CLI --rope NAME)",
                "pos_interp": "pos_interp='timm'|'deit'|'dino'|'torchvision'|'hf'|... (CLI --pos-interp "
                              "timm|deit|dino|dinov2|dinov2_reg|torchvision|hf|bilinear_aa)",
@@ -164,14 +166,18 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], sources, prov)
     for key in ("num_heads", "pos_grid", "pos_prefix"):
         prov.items.setdefault(key, "shape")
-    for key in ("patch_order", "token_order", "eps_final"):
+    for key in ("patch_order", "token_order"):
         if key in hints:
             prov.set(key, hints[key][0], hints[key][1])
-    if "eps_final" in hints and overrides.get("eps") is None:
-        fields["eps_final"] = float(hints["eps_final"][0])
+    if overrides.get("eps_final") is not None:
+        fields["eps_final"] = prov.set("eps_final", float(overrides["eps_final"]), "override")
+    elif "eps_final" in hints and overrides.get("eps") is None:
+        fields["eps_final"] = prov.set("eps_final", float(hints["eps_final"][0]), hints["eps_final"][1])
     _derived_sources(sd, fields, prov)
     prov.set("identity", fields["family"], _identity(conv, raw, name, overrides))
     spec = ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
+    if os.environ.get("VITVIZ_AUDIT") and (problems := audit_provenance(spec)):
+        raise AssertionError(f"{where}: provenance audit ({spec.family}): " + "; ".join(problems))
     if warn:
         warn_guesses(spec)
     return spec
@@ -235,6 +241,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
     value: Any = getattr(spec, name, "")
     if name == "preprocess":
         value = f"mean {spec.preprocess.mean}, std {spec.preprocess.std}"
+    elif name == "eps" and not spec.eps_final:
+        value = f"{value} (every LayerNorm, the final norms included; their own: eps_final=E, CLI --eps-final E)"
     elif name == "attn_scale" and not value:
         value = f"head_dim**-0.5 ({spec.head_dim ** -0.5:.4g})"
     elif name == "rope" and not value:
@@ -460,15 +468,29 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
                             f"({14 * patch} px)" if computed else "default"))
     length = int(pos.shape[1])
     options = [hints["pos_prefix"][0]] if "pos_prefix" in hints else [n_prefix, 0]
+
+    def fits(k: int) -> bool:
+        n = length - k
+        if size:
+            return (size[0] // patch) * (size[1] // patch) == n
+        return n > 0 and math.isqrt(n) ** 2 == n
+
+    def prefix_source(k: int) -> str:
+        # the family's word is needed only when the other count would fit the table too
+        other = {n_prefix, 0} - {k}
+        if "pos_prefix" in hints and any(fits(o) for o in other):
+            return hints["pos_prefix"][1]
+        return f"shape: pos_embed length ({length} rows = {k} prefix + patches)"
+
     for k in options:
         n = length - k
         if size:
             grid = (size[0] // patch, size[1] // patch)
             if grid[0] * grid[1] == n:
-                prov.set("pos_prefix", k, hints.get("pos_prefix", (0, "shape: pos_embed length"))[1])
+                prov.set("pos_prefix", k, prefix_source(k))
                 return k, prov.set("pos_grid", grid, size_src)
-        elif n > 0 and math.isqrt(n) ** 2 == n:
-            prov.set("pos_prefix", k, hints.get("pos_prefix", (0, "shape: pos_embed length"))[1])
+        elif fits(k):
+            prov.set("pos_prefix", k, prefix_source(k))
             return k, prov.set("pos_grid", (math.isqrt(n),) * 2, "shape: pos_embed length (square grid)")
     expect = f"image size {size} ({size_src}) with patch {patch}" if size else "a square grid"
     raise InconsistentCheckpointError(
@@ -519,7 +541,7 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
         return prov.set("image_size", (224, 224), "default: DINOv2 evaluation size (position embedding resampled)")
     grid_source = prov.items.get("pos_grid", "")
     source = ("shape: position embedding grid" if not grid_source or grid_source.startswith("shape")
-              else f"the native grid x {patch} px patches ({grid_source})")   # no table to read it from (RoPE)
+              else f"{grid_source} (the native grid x {patch} px patches)")   # no table to read it from (RoPE)
     return prov.set("image_size", (pos_grid[0] * patch, pos_grid[1] * patch), source)
 
 

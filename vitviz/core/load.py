@@ -39,6 +39,62 @@ def _module_heads(module: torch.nn.Module) -> int | None:
     return None
 
 
+_ACT_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "QuickGELU": "quick_gelu", "GELUTanh": "gelu_tanh"}
+
+
+def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
+    """What a model object's own modules state about the settings a state dict cannot tell: its LayerNorms' eps
+    (the final norms' own when they differ), its MLP activation, its attention scale and whether its blocks are
+    post-norm (`nn.TransformerEncoderLayer.norm_first`). {override: (value, source)}; a setting the object does
+    not state plainly is left out (then it stays an assumption, and the live path runs the object instead)."""
+    what = type(module).__name__
+    out: dict[str, tuple[Any, str]] = {}
+    norms = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    final = [m.eps for n, m in norms if n.split(".")[-1] in ("norm", "fc_norm", "ln_post", "layernorm")
+             and n.count(".") <= 1]
+    inner = {m.eps for n, m in norms if m.eps not in final or n.count(".") > 1}
+    if len(inner) == 1:
+        out["eps"] = (inner.pop(), f"model object: {what}'s LayerNorm eps")
+        if final and len(set(final)) == 1 and final[0] != out["eps"][0]:
+            out["eps_final"] = (final[0], f"model object: {what}'s final LayerNorm eps")
+    elif not inner and len(set(final)) == 1:
+        out["eps"] = (final[0], f"model object: {what}'s LayerNorm eps")
+    acts = set()
+    for n, m in module.named_modules():
+        if "mlp" in n.split(".")[-2:] or n.endswith(("mlp.act", "linear1")) or ".mlp." in n + ".":
+            name = type(m).__name__
+            if name == "GELU":
+                acts.add("gelu_tanh" if getattr(m, "approximate", "none") == "tanh" else "gelu")
+            elif name in _ACT_NAMES:
+                acts.add(_ACT_NAMES[name])
+    layers = [m for m in module.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
+    if layers:
+        first = layers[0]
+        out["block_norm"] = ("pre" if first.norm_first else "post", f"model object: {what}'s norm_first")
+        act = getattr(first, "activation", None)
+        name = getattr(act, "__name__", type(act).__name__)
+        acts = {"relu"} if name == "relu" else {"gelu"} if name == "gelu" else acts
+    if len(acts) == 1:
+        out["act"] = (acts.pop(), f"model object: {what}'s MLP activation")
+    scales = {float(m.scale) for m in module.modules() if isinstance(getattr(m, "scale", None), float)
+              and hasattr(m, "num_heads") and hasattr(m, "head_dim")}
+    if len(scales) == 1:
+        attn = next(m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
+                    and hasattr(m, "num_heads") and hasattr(m, "head_dim"))
+        scale = scales.pop()
+        if abs(scale - attn.head_dim ** -0.5) < 1e-12:
+            out["attn_scale"] = (0.0, f"model object: {what}'s attention scale head_dim ** -0.5")
+        else:
+            out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
+    if "attn_scale" not in out and any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
+        out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
+    if any(type(m).__name__ == "Block" and type(m).__module__.startswith("timm.") for m in module.modules()) \
+            or any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
+                   for m in module.modules()):
+        out.setdefault("block_norm", ("pre", f"model object: {what}'s blocks are pre-norm by their class"))
+    return out
+
+
 def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
     """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
     sizes) or timm's pretrained config (architecture name, preprocessing)."""
@@ -131,9 +187,10 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     device = resolve_device(overrides.get("device"))
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
-        from_object = bool(heads and not overrides.get("heads"))
-        if from_object:
-            overrides = {**overrides, "heads": heads}
+        stated = {k: v for k, v in _module_settings(path).items() if overrides.get(k) is None}
+        if heads and not overrides.get("heads"):
+            stated["heads"] = (heads, f"model object: {type(path).__name__} num_heads")
+        overrides = {**overrides, **{k: v for k, (v, _) in stated.items()}}
         raw = _raw_from_module(path)
     elif isinstance(path, dict):
         raw = _raw_from_dict(path)
@@ -151,9 +208,10 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
         if guessed:
             raise VitvizError(f"converting it would guess {', '.join(guessed)} ({dict(spec.guesses)[guessed[0]]})")
         warn_guesses(spec)
-    if isinstance(path, torch.nn.Module) and from_object:  # not the caller's override: the object said so
-        spec = replace(spec, provenance=tuple((k, f"model object: {type(path).__name__} num_heads" if k == "num_heads"
-                                               else v) for k, v in spec.provenance))
+    if isinstance(path, torch.nn.Module) and stated:  # not the caller's overrides: the object said so
+        field = {"heads": "num_heads", "act": "mlp_kind"}
+        said = {field.get(k, k): src for k, (_, src) in stated.items()}
+        spec = replace(spec, provenance=tuple((k, said.get(k, v)) for k, v in spec.provenance))
     check_spec(spec, spec.source)
     shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating
     _check_exact(shadow.state_dict(), conv.tensors, spec.source)

@@ -17,6 +17,34 @@ INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)
 
 
+def known_source(source: str) -> bool:
+    """Whether `source` starts with a prefix `provenance_kind` knows (anything else is read as an assumption)."""
+    text = str(source).strip().lower()
+    return any(text.startswith(prefix) for prefix, _ in _KIND_OF_PREFIX)
+
+
+def audit_provenance(spec: "ModelSpec") -> list[str]:
+    """What is wrong with `spec`'s provenance, one line each (empty when nothing): a setting that changes the
+    computation with no entry (it would be an assumption nobody described), a source whose kind is unknown, or
+    an assumed setting that is not flagged. `infer_spec` runs it when VITVIZ_AUDIT is set (the test suite sets
+    it, so every spec any test builds, of every family, is walked)."""
+    prov = dict(spec.provenance)
+    flagged = {name for name, _ in spec.guesses}
+    problems = []
+    for name in COMPUTE_FIELDS + PSEUDO_FIELDS:
+        if not spec.relevant(name):
+            continue
+        if name not in prov:
+            problems.append(f"{name}: no provenance (where does {getattr(spec, name, '?')!r} come from?)")
+        elif not known_source(prov[name]):
+            problems.append(f"{name}: source {prov[name]!r} has no known kind (read/derived/named/given/assumed)")
+        elif spec.kind_of(name) == ASSUMED and name not in flagged:
+            problems.append(f"{name}: assumed ({prov[name]}) but not flagged")
+    if "identity" not in prov and spec.family != "live":
+        problems.append("identity: nothing says whether the model is named")
+    return problems
+
+
 def parse_size(text: str) -> tuple[int, int]:
     """'224' -> (224, 224); '224x320' (or '224×320', '224*320') -> (224, 320). Raises ValueError otherwise."""
     parts = text.lower().replace("×", "x").replace("*", "x").split("x")
@@ -71,7 +99,7 @@ PROVENANCE_KINDS = (READ, DERIVED, NAMED, GIVEN, ASSUMED)
 # (no entry, or a prefix not listed) is an assumption: silence is never read as certainty.
 _KIND_OF_PREFIX = (
     ("override", GIVEN), ("given", GIVEN), ("model object", READ), ("metadata", READ), ("read", READ),
-    ("capture", READ), ("not used", READ), ("live", READ), ("shape", DERIVED), ("derived", DERIVED),
+    ("capture", READ), ("not used", READ), ("live", READ), ("attribute", READ), ("shape", DERIVED), ("derived", DERIVED),
     ("named", NAMED), ("guess", ASSUMED), ("assumed", ASSUMED), ("default", ASSUMED), ("family", ASSUMED),
     ("table", ASSUMED),
 )

@@ -253,7 +253,7 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
 
     checks: dict[str, Callable[[Any], Any]] = {
         "heads": heads, "family": family, "image_size": as_pair,
-        "eps": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
+        "eps": lambda v: as_number(v, 0.0, 1.0), "eps_final": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
         "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
         "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
         "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,

@@ -1,0 +1,202 @@
+"""Every setting that changes the computation says where it came from, and every assumption is flagged.
+
+The field walk itself runs on every spec any test builds (conftest sets VITVIZ_AUDIT, so `infer_spec` calls
+`audit_provenance` on each); these tests show that the walk covers every field, that it fails when a field is made
+silent, and that what it calls an assumption reaches `vitviz info`, the warnings and the export manifest.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from _tiny import HEADS, write_tiny_checkpoint
+
+
+def _load(path: Path, **kw):  # noqa: ANN202
+    import vitviz
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return vitviz.load(path, **kw)
+
+
+def test_every_spec_field_is_classified() -> None:
+    """A new ModelSpec field must be put in COMPUTE_FIELDS (it needs a provenance) or OTHER_FIELDS."""
+    from vitviz.core.spec import COMPUTE_FIELDS, OTHER_FIELDS, ModelSpec
+
+    names = {f.name for f in dataclasses.fields(ModelSpec)}
+    assert names == set(COMPUTE_FIELDS) | set(OTHER_FIELDS), names ^ (set(COMPUTE_FIELDS) | set(OTHER_FIELDS))
+    assert not set(COMPUTE_FIELDS) & set(OTHER_FIELDS)
+
+
+@pytest.mark.parametrize("source, named, kind", [
+    ("metadata: config.json", False, "read"), ("shape: pos_embed length", False, "derived"),
+    ("named: timm architecture 'x'", False, "named"), ("override", False, "given"),
+    ("guess: width 32 / head_dim 32", True, "assumed"), ("assumed: a tutorial's activation", True, "assumed"),
+    ("default: exact GELU", False, "assumed"), ("default: exact GELU", True, "named"),
+    ("family: torchvision", False, "assumed"), ("family: torchvision", True, "named"),
+    ("table: embed_dim 768", False, "assumed"), ("something nobody described", False, "assumed"),
+])
+def test_provenance_kinds(source: str, named: bool, kind: str) -> None:
+    from vitviz.core.spec import provenance_kind
+
+    assert provenance_kind(source, named) == kind
+
+
+def test_bare_state_dict_flags_every_convention(tiny_ckpt: Path) -> None:
+    """A bare timm-layout state dict names nothing: norm order, activation, eps and the attention scale are
+    conventions of the layout, so each is an assumption (and the head count, given, is not)."""
+    spec = _load(tiny_ckpt, heads=HEADS).spec
+    assert not spec.named
+    assumed = {name for name, _ in spec.assumptions}
+    assert {"block_norm", "mlp_kind", "eps", "attn_scale"} <= assumed
+    assert "num_heads" not in assumed and spec.kind_of("num_heads") == "given"
+    assert spec.kind_of("qkv_bias") == "derived" and spec.kind_of("embed_dim") == "derived"
+    from vitviz.core.spec import audit_provenance
+
+    assert audit_provenance(spec) == []
+
+
+def test_passing_a_value_makes_it_given(tiny_ckpt: Path) -> None:
+    spec = _load(tiny_ckpt, heads=HEADS, act="relu", block_norm="pre", eps=1e-6, attn_scale=0.25).spec
+    assumed = {name for name, _ in spec.assumptions}
+    assert not {"block_norm", "mlp_kind", "eps", "attn_scale", "num_heads"} & assumed
+    assert spec.mlp_kind == "relu" and spec.kind_of("mlp_kind") == "given"
+
+
+def test_the_audit_fails_when_a_field_is_made_silent(tiny_ckpt: Path) -> None:
+    """Dropping a field's entry, giving it a source of no known kind, or flagging less than is assumed are each
+    reported: the walk can fail."""
+    from vitviz.core.spec import audit_provenance
+
+    spec = _load(tiny_ckpt, heads=HEADS).spec
+    silent = dataclasses.replace(spec, provenance=tuple((k, v) for k, v in spec.provenance if k != "eps"))
+    assert any(p.startswith("eps: no provenance") for p in audit_provenance(silent))
+    vague = dataclasses.replace(spec, provenance=tuple((k, "the usual value" if k == "block_norm" else v)
+                                                       for k, v in spec.provenance))
+    assert any(p.startswith("block_norm: source") for p in audit_provenance(vague))
+    # a spec whose flag list misses an assumption: the audit notices it
+    class Quiet(type(spec)):  # type: ignore[misc]
+        @property
+        def guesses(self):  # noqa: ANN202
+            return ()
+
+    quiet = Quiet(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+    assert any("not flagged" in p for p in audit_provenance(quiet))
+
+
+def test_a_named_model_makes_the_family_defaults_facts(tmp_path: Path) -> None:
+    """A timm hub folder's config.json names the architecture: timm's own defaults are that model's facts."""
+    import timm
+    from safetensors.torch import save_file
+
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                            num_classes=5)
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({
+        "architecture": "vit_tiny_patch16_224", "num_classes": 5,
+        "model_args": {"img_size": 32, "patch_size": 8, "depth": 2},
+        "pretrained_cfg": {"input_size": [3, 32, 32], "mean": [0.5] * 3, "std": [0.5] * 3, "crop_pct": 0.9,
+                           "interpolation": "bicubic"}}))
+    spec = _load(folder).spec
+    assert spec.named and "timm architecture" in spec.source_of("identity")
+    assert spec.assumptions == ()
+    assert spec.kind_of("eps") == "named" and spec.kind_of("block_norm") == "named"
+
+
+def test_labels_are_a_quiet_note_not_a_warning(tmp_path: Path) -> None:
+    """A 1000-class head's ImageNet names are not an attention setting: a note, no GuessWarning."""
+    from vitviz.core.spec import GuessWarning
+
+    path = write_tiny_checkpoint(tmp_path / "k.pth", num_classes=1000)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        import vitviz
+
+        spec = vitviz.load(path, heads=HEADS, act="gelu", block_norm="pre", eps=1e-6, attn_scale=0.25,
+                           mean=(0.5,), std=(0.5,)).spec
+    assert "labels" in dict(spec.notes)
+    assert not [w for w in seen if issubclass(w.category, GuessWarning)], [str(w.message) for w in seen]
+
+
+def test_info_warnings_and_manifest_flag_the_same_assumptions(tiny_ckpt: Path, photo: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz.cli import main
+    from vitviz.core.spec import GuessWarning
+
+    spec = _load(tiny_ckpt, heads=HEADS).spec
+    assumed = [name for name, _ in spec.assumptions]
+    assert main(["info", str(tiny_ckpt), "--heads", str(HEADS)]) == 0
+    printed = capsys.readouterr().out
+    flagged = [line.split()[2] for line in printed.splitlines() if line.strip().startswith("!! GUESSED")]
+    assert sorted(flagged) == sorted(assumed)
+    with pytest.warns(GuessWarning) as seen:
+        import vitviz
+
+        vitviz.load(tiny_ckpt, heads=HEADS)
+    warned = {str(w.message).split(": ", 1)[1].split(" ")[0] for w in seen if issubclass(w.category, GuessWarning)}
+    assert warned == set(assumed)
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(tiny_ckpt), "--heads", str(HEADS), str(photo), "--out", str(out),
+                 "--quiet"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())["model"]["spec"]
+    assert sorted(manifest["assumptions"]) == sorted(assumed)
+    assert manifest["provenance_kinds"]["block_norm"] == "assumed"
+
+
+def test_off_grid_resampling_recipe_is_flagged_only_away_from_the_grid(tiny_ckpt: Path) -> None:
+    """The position-table resampling recipe matters only at another input size: then an assumed one is said."""
+    native = _load(tiny_ckpt, heads=HEADS).spec
+    assert "pos_interp" not in dict(native.assumptions)
+    other = _load(tiny_ckpt, heads=HEADS, image_size=48).spec
+    assert "pos_interp" in dict(other.assumptions)
+    assert "pos_interp" not in dict(_load(tiny_ckpt, heads=HEADS, image_size=48, pos_interp="deit").spec.assumptions)
+
+
+def test_cli_choices_match_the_library() -> None:
+    from vitviz.cli.options import ACTIVATIONS, POS_RECIPES
+    from vitviz.core.model import ACTIVATIONS as LIB_ACTIVATIONS
+    from vitviz.core.posembed import RECIPES
+
+    assert ACTIVATIONS == LIB_ACTIVATIONS and POS_RECIPES == RECIPES
+
+
+def test_eps_final_is_used_for_the_final_norms(tiny_ckpt: Path) -> None:
+    """Blocks at 1e-6 and the final norm at another eps (Chefer's ViT): eps_final reaches the final norm only."""
+    import torch
+
+    model = _load(tiny_ckpt, heads=HEADS, eps=1e-6, eps_final=0.5)
+    assert model.net.norm.eps == 0.5 and model.net.blocks[0].norm1.eps == 1e-6
+    assert model.spec.kind_of("eps_final") == "given"
+    plain = _load(tiny_ckpt, heads=HEADS, eps=1e-6)
+    x = torch.randn(1, 3, 32, 32)
+    a, b = model.run(x), plain.run(x)
+    assert (a.attentions == b.attentions).all() and abs(a.logits - b.logits).max() > 1e-4
+
+
+def test_model_objects_state_their_settings() -> None:
+    """A timm or torchvision object says its eps, activation, scale and norm order itself: nothing is assumed,
+    and a ReLU timm model converts with ReLU (exactly)."""
+    import timm
+    import torch
+    import torchvision
+
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, img_size=32, patch_size=8,
+                            depth=2, act_layer="relu").eval()
+    model = _load(net)
+    assert model.spec.family != "live" and model.spec.mlp_kind == "relu"
+    assert model.spec.assumptions == ()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        ref = net(x)[0].numpy()
+    assert abs(model.run(x).logits - ref).max() < 1e-4
+    tv = torchvision.models.vision_transformer.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=5).eval()
+    model = _load(tv)
+    assert model.spec.family == "torchvision" and not any(k != "preprocess" for k, _ in model.spec.assumptions)
