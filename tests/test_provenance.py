@@ -200,3 +200,30 @@ def test_model_objects_state_their_settings() -> None:
         image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=5).eval()
     model = _load(tv)
     assert model.spec.family == "torchvision" and not any(k != "preprocess" for k, _ in model.spec.assumptions)
+
+
+def test_imagenet_names_need_no_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1000-class model opens with its ImageNet names from vitviz's own list, even with torchvision broken."""
+    import sys
+
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    path = write_tiny_checkpoint(tmp_path / "k.pth", num_classes=1000)
+    monkeypatch.setitem(sys.modules, "torchvision.models._meta", None)  # any import of it now fails
+    spec = _load(path, heads=HEADS).spec
+    assert spec.labels == tuple(_IMAGENET_CATEGORIES)
+
+
+def test_a_broken_package_is_named_not_the_file(tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vitviz.core.hyperparams as hp
+    from vitviz.errors import CheckpointError, VitvizError
+
+    def broken(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise ImportError("operator torchvision::nms does not exist", name="torchvision.ops")
+
+    monkeypatch.setattr(hp, "infer_spec", broken)
+    monkeypatch.setattr("vitviz.core.load.infer_spec", broken)
+    with pytest.raises(VitvizError) as err:
+        _load(tiny_ckpt, heads=HEADS)
+    assert "'torchvision'" in str(err.value) and "report this file" not in str(err.value)
+    assert not isinstance(err.value, CheckpointError)

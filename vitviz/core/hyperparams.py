@@ -642,8 +642,18 @@ def _labels(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], num_
             if len(labels) == num_classes:
                 return prov.set("labels", labels, src)
     if num_classes == 1000:
-        from torchvision.models._meta import _IMAGENET_CATEGORIES
-
-        return prov.set("labels", tuple(_IMAGENET_CATEGORIES), "guess: 1000 classes -> ImageNet-1k names")
+        return prov.set("labels", imagenet_labels(), "guess: 1000 classes -> ImageNet-1k names")
     return prov.set("labels", (), "none")
+
+
+def imagenet_labels() -> tuple[str, ...]:
+    """The 1000 ImageNet-1k class names in index order, from vitviz's own resources (the list torchvision ships),
+    so that no model fails to open over its label names when torchvision is missing or broken."""
+    from vitviz.resources_path import resource
+
+    names = tuple(resource("imagenet_classes.txt").read_text(encoding="utf-8").splitlines())
+    if len(names) != 1000:
+        raise VitvizError(f"{resource('imagenet_classes.txt')}: {len(names)} class names; expected 1000 "
+                          "(reinstall vitviz)")
+    return names
 

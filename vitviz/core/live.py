@@ -56,7 +56,7 @@ from torch.overrides import TorchFunctionMode
 
 from vitviz.core.capture import LayerSink, VitModel
 from vitviz.core.checkpoint import read_checkpoint
-from vitviz.core.hyperparams import warn_guesses
+from vitviz.core.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.posembed import resample_pos_embed
 from vitviz.core.runtime import SMALLER, check_host_memory, resolve_device
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, ModelSpec, Preprocess, whole_patches
@@ -910,10 +910,8 @@ def _labels(module: nn.Module, overrides: Mapping[str, Any], num_classes: int, p
                 prov["labels"] = src
                 return labels
     if num_classes == 1000:
-        from torchvision.models._meta import _IMAGENET_CATEGORIES
-
         prov["labels"] = "guess: 1000 classes -> ImageNet-1k names"
-        return tuple(_IMAGENET_CATEGORIES)
+        return imagenet_labels()
     prov["labels"] = "none"
     return ()
 

@@ -178,6 +178,11 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
         raise DeviceError(f"{os.fsdecode(path)}: ran out of memory while loading ({e or 'MemoryError'})") from e
     except RecursionError as e:
         raise CheckpointError(f"{os.fsdecode(path)}: nested too deeply to read; expected a checkpoint") from e
+    except ImportError as e:  # a broken or missing package, not a broken file: name the package
+        package = (e.name or str(e)).split(".")[0]
+        raise VitvizError(f"{os.fsdecode(path)}: loading it needs the package {package!r}, which failed to import "
+                          f"({type(e).__name__}: {str(e)[:200]}); reinstall it (pip install --force-reinstall "
+                          f"{package}). The file itself was not at fault") from e
     except Exception as e:  # noqa: BLE001 - the promise: a VitvizError for every file
         raise CheckpointError(f"{os.fsdecode(path)}: could not be loaded (unexpected {type(e).__name__}: "
                               f"{str(e)[:300]}); please report this file's layout as a vitviz bug") from e
