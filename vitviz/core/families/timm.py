@@ -47,8 +47,12 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     sd = _rename(sd, _RENAMES)
     family = family if family in TIMM_LAYOUT_FAMILIES else _timm_subfamily(keys, raw)
     if "register_tokens" in keys:  # DINOv2 original: pos covers cls only; registers inserted after
-        hints["pos_prefix"] = (1, "layout: DINOv2 register tokens get no position embedding")
-    if family == "dinov2":
+        hints["pos_prefix"] = (1, "shape: register_tokens (the DINOv2 layout: register tokens get no position "
+                                  "embedding)")
+    if isinstance((raw.config or {}).get("architecture"), str):  # a timm hub folder: timm runs it, whoever trained it
+        hints["pos_interp"] = ("timm", f"named: timm architecture {raw.config['architecture']!r} (config.json): "
+                                       "timm resamples the table (bicubic, antialias)")
+    elif family == "dinov2":
         hints["pos_interp"] = ("dinov2_reg" if "register_tokens" in keys else "dinov2", "family: DINOv2")
     elif family == "dino":
         hints["pos_interp"] = ("dino", "family: DINO")
