@@ -85,32 +85,77 @@ def set_last_folder(settings: QSettings, kind: str, folder: str) -> None:
     settings.setValue(f"folders/{kind}", folder)
 
 
-def _remembered(settings: QSettings) -> dict[str, int]:
+REMEMBERED_KEY = "model/remembered"            # {file: {override: value}} ("remember for this file")
+LEGACY_HEADS_KEY = "model/remembered_heads"     # {file: heads}, before the other settings were remembered
+REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides the window remembers per file
+_CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+           "block_norm": lambda v: v in ("pre", "post"),
+           "act": lambda v: v in ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh"),
+           "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+
+
+def _read_json(settings: QSettings, key: str) -> dict:
     import json
 
     try:
-        value = json.loads(str(settings.value("model/remembered_heads", "{}") or "{}"))
+        value = json.loads(str(settings.value(key, "{}") or "{}"))
     except ValueError:
         return {}
-    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and v > 0} if isinstance(value, dict) \
-        else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _remembered(settings: QSettings) -> dict[str, dict[str, object]]:
+    """Every file's remembered settings, the legacy head counts included, values checked (a bad one is
+    dropped, never applied)."""
+    out: dict[str, dict[str, object]] = {}
+    for file, heads in _read_json(settings, LEGACY_HEADS_KEY).items():
+        if _CHECKS["heads"](heads):
+            out[str(file)] = {"heads": heads}
+    for file, values in _read_json(settings, REMEMBERED_KEY).items():
+        if isinstance(values, dict):
+            kept = {k: v for k, v in values.items() if k in _CHECKS and _CHECKS[k](v)}
+            out[str(file)] = {**out.get(str(file), {}), **kept}
+    return out
+
+
+def remembered_settings(settings: QSettings, path: str) -> dict[str, object]:
+    """The settings the user chose for the model file `path` ("remember for this file") as `vitviz.load`
+    overrides ({'heads': 4, 'block_norm': 'post'}); {} when none."""
+    return dict(_remembered(settings).get(_file_key(path), {}))
+
+
+def remember_settings(settings: QSettings, path: str, values: dict[str, object]) -> None:
+    """Remember `values` (overrides of `REMEMBERED`; a None value forgets that one) for the model file `path`,
+    keyed by its absolute path, on top of what is remembered for it already."""
+    import json
+
+    every = _remembered(settings)
+    key = _file_key(path)
+    mine = every.get(key, {})
+    for name, value in values.items():
+        if name not in _CHECKS:
+            continue
+        if value is None:
+            mine.pop(name, None)
+        elif _CHECKS[name](value):
+            mine[name] = float(value) if name == "attn_scale" else value
+    if mine:
+        every[key] = mine
+    else:
+        every.pop(key, None)
+    settings.setValue(REMEMBERED_KEY, json.dumps(every, sort_keys=True))
+    settings.remove(LEGACY_HEADS_KEY)          # folded into REMEMBERED_KEY
 
 
 def remembered_heads(settings: QSettings, path: str) -> int | None:
     """The head count the user chose for the model file `path` ("remember for this file"), or None."""
-    return _remembered(settings).get(_file_key(path))
+    heads = remembered_settings(settings, path).get("heads")
+    return heads if isinstance(heads, int) else None
 
 
 def remember_heads(settings: QSettings, path: str, heads: int | None) -> None:
-    """Remember (None: forget) the head count chosen for the model file `path`, keyed by its absolute path."""
-    import json
-
-    value = _remembered(settings)
-    if heads is None:
-        value.pop(_file_key(path), None)
-    else:
-        value[_file_key(path)] = int(heads)
-    settings.setValue("model/remembered_heads", json.dumps(value, sort_keys=True))
+    """Remember (None: forget) the head count chosen for the model file `path`."""
+    remember_settings(settings, path, {"heads": None if heads is None else int(heads)})
 
 
 def _file_key(path: str) -> str:

@@ -1,0 +1,139 @@
+"""What the window asks about a model whose file does not say everything, and the verdict line it shows.
+
+Qt-free and torch-free (plain data in, text out): which assumed settings the "what the file does not say" dialog
+asks (`asked`), whether it opens by itself (`asks_unprompted`), the choices it offers for each, and the line the
+status bar and Model info show about the model's exactness (`verdict_line`: verified, not verified with its
+assumptions, or differs from the original).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vitviz.core.spec import ASSUMED, ModelSpec
+
+# The assumed settings that change attention and that the dialog asks, in its order: spec field -> the override
+# that fixes it (`vitviz.load(heads=, block_norm=, act=, attn_scale=)`).
+ASKED = {"num_heads": "heads", "block_norm": "block_norm", "mlp_kind": "act", "attn_scale": "attn_scale"}
+OVERRIDE_FIELDS = {override: name for name, override in ASKED.items()}
+LABELS = {"num_heads": "Heads", "block_norm": "Norm order", "mlp_kind": "Activation", "attn_scale": "Attention scale"}
+NORM_ORDERS = {"pre": "pre-norm: x + f(norm(x)) (ViT, timm, DeiT)",
+               "post": "post-norm: norm(x + f(x)) (nn.TransformerEncoderLayer's default, the original Transformer)"}
+ACTIVATIONS = {"gelu": "GELU (exact)", "gelu_tanh": "GELU, tanh approximation", "quick_gelu":
+               "QuickGELU: x·σ(1.702x) (OpenAI CLIP)", "relu": "ReLU", "silu": "SiLU / Swish", "tanh": "tanh"}
+# verdict levels -> how the line is drawn
+LEVEL_STYLES = {"verified": "color: #188038;", "unverified": "color: #b06000;", "differs":
+                "color: #d93025; font-weight: bold;", "none": ""}
+LIVE_LINE = "Runs your model's own code (nothing converted to verify)"
+
+
+def is_assumed(spec: ModelSpec, name: str) -> bool:
+    """Whether `name` is an assumed setting that changes what `spec` computes now."""
+    return spec.relevant(name) and spec.kind_of(name) == ASSUMED
+
+
+def asked(spec: ModelSpec) -> list[str]:
+    """The settings of `ASKED` that are assumed for this model, in order (an activation only when it is one the
+    dialog offers: a SwiGLU MLP is read from its shapes)."""
+    if spec.family == "live":
+        return []
+    return [name for name in ASKED if is_assumed(spec, name)
+            and (name != "mlp_kind" or spec.mlp_kind in ACTIVATIONS)]
+
+
+def asks_unprompted(spec: ModelSpec, library_layout: bool) -> bool:
+    """Whether the dialog opens by itself when `spec` has loaded: the head count is a guess, or the layout is a
+    hand-written or tutorial one (not a library's, `library_layout` False) with any asked setting assumed. A
+    library layout's assumptions are reviewed on request ("Review assumptions…")."""
+    return bool(asked(spec)) and (spec.heads_guessed or not library_layout)
+
+
+def scale_choices(spec: ModelSpec) -> list[tuple[float, str]]:
+    """The attention scales offered, (value, text); 0 means head_dim**-0.5, as `vitviz.load(attn_scale=0)`."""
+    hd = spec.head_dim
+    out = [(0.0, f"head_dim^-0.5 = {hd ** -0.5:.4g} (the standard scale)")]
+    if spec.embed_dim != hd:
+        out.append((spec.embed_dim ** -0.5, f"dim^-0.5 = {spec.embed_dim ** -0.5:.4g} (the model width: some "
+                                             "tutorials scale by it)"))
+    out.append((1.0, "1 (no scaling)"))
+    if spec.attn_scale and all(abs(v - spec.attn_scale) > 1e-12 for v, _t in out):
+        out.append((float(spec.attn_scale), f"{spec.attn_scale:.6g}"))
+    return out
+
+
+def value_text(spec: ModelSpec, name: str) -> str:
+    """A setting's value as the dialog and Model info say it ('pre-norm', '4', 'head_dim^-0.5 = 0.25')."""
+    if name == "attn_scale":
+        return (f"head_dim^-0.5 = {spec.head_dim ** -0.5:.4g}" if not spec.attn_scale
+                else f"{spec.attn_scale:.6g}")
+    if name == "block_norm":
+        return f"{spec.block_norm}-norm"
+    value: Any = getattr(spec, name, None)
+    if name == "preprocess":
+        pp = spec.preprocess
+        return f"mean {', '.join(f'{m:g}' for m in pp.mean)}; std {', '.join(f'{s:g}' for s in pp.std)}"
+    if isinstance(value, tuple):
+        return "×".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+def reason(source: str) -> str:
+    """Why a value is assumed, from its provenance ('guess: width 32 / ...' -> 'width 32 / ...')."""
+    text = str(source)
+    for prefix in ("guess:", "default:", "family:", "table:", "assumed:"):
+        if text.startswith(prefix):
+            return text[len(prefix):].strip()
+    return text
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    """What the status bar and Model info say about a model's exactness: `text` (short), `tooltip` (the
+    assumptions listed), `level` ('verified', 'unverified', 'differs' or 'none': nothing to say yet)."""
+
+    text: str
+    tooltip: str
+    level: str
+
+
+def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str = "",
+                 checking: bool = False) -> VerdictLine:
+    """The verdict line of `spec`: the worker's `Verification` (`vitviz.core.verify`) when it has answered, else
+    "Not verified — N assumptions" from `spec.assumptions` alone (`checking`: the check is on its way; `failure`:
+    why it could not be made)."""
+    if spec is None:
+        return VerdictLine("", "", "none")
+    listed = "\n".join(f"• {name} = {value_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
+    tip_list = f"Assumed (the file does not say):\n{listed}" if listed else "Nothing that changes the computation " \
+                                                                            "is assumed."
+    n = len(spec.assumptions)
+    if spec.family == "live":
+        return VerdictLine(LIVE_LINE, "The model's module runs as written; its attention is captured where its code "
+                                      "computes it.\n" + tip_list, "none")
+    verdict = getattr(verification, "verdict", None)
+    summary = _summary(verification)
+    if verdict == "verified":
+        return VerdictLine(summary or "Verified against the original", f"{summary}\n{tip_list}", "verified")
+    if verdict == "differs":
+        layer = getattr(verification, "first_differing_layer", None)
+        text = "Differs from the original" + (f" — from layer {layer}" if layer is not None else "")
+        return VerdictLine(text, f"{summary}\nThe maps vitviz shows are not the original model's.\n{tip_list}",
+                           "differs")
+    head = f"Not verified — {plural(n, 'assumption')}" if n else "Not verified"
+    if verdict == "unverified":
+        return VerdictLine(head, f"{summary}\n{tip_list}" if summary else tip_list, "unverified")
+    why = (f"The check against the original could not run: {failure}\n" if failure
+           else "Checking against the original…\n" if checking else "")
+    return VerdictLine(head, why + tip_list, "unverified")
+
+
+def _summary(verification: Any) -> str:
+    if verification is None:
+        return ""
+    summary = getattr(verification, "summary", None)
+    text = summary() if callable(summary) else summary
+    return str(text or "")
