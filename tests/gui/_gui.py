@@ -1,5 +1,6 @@
 """Helpers the window tests share (plain functions; the fixtures are in conftest.py): parsing the window's
-command line, a random result, images, waiting for the window to be idle, docks, hovering, the heads question."""
+command line, a random result, images, waiting for the window to be idle, docks, hovering, the "what the file does
+not say" question."""
 from __future__ import annotations
 
 import argparse
@@ -73,18 +74,25 @@ def hover(viewport, pos) -> None:  # noqa: ANN001
 
 
 def answer_heads(qtbot, window, heads: int | None, remember: bool = False) -> None:  # noqa: ANN001
-    """Answer the window's question about a guessed head count (open now or soon): `heads`, or None to keep the
-    guess; with another count, wait until the model has loaded again with it."""
-    qtbot.waitUntil(lambda: window.heads_dialog is not None and window.heads_dialog.isVisible(), timeout=20000)
-    dialog = window.heads_dialog
+    """Answer the window's "what the file does not say" question (open now or soon) with a head count, the other
+    settings as assumed: `heads`, or None to keep the assumptions; an answer reloads the model with it (waited
+    for)."""
+    answer_assumptions(qtbot, window, None if heads is None else {"num_heads": heads}, remember)
+
+
+def answer_assumptions(qtbot, window, choices: dict | None, remember: bool = False) -> None:  # noqa: ANN001
+    """Answer the open (or soon open) assumptions dialog: `choices` {field: value} ('num_heads', 'block_norm',
+    'mlp_kind', 'attn_scale'; the rest as preselected), or None to keep the assumptions. "Use these settings"
+    reloads the model with every shown value as an override; this waits until it has loaded."""
+    qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
+                    timeout=20000)
+    dialog = window.assumptions_dialog
     dialog.remember_check.setChecked(remember)
-    if heads is None:
+    if choices is None:
         dialog.reject()
         return
-    dialog.combo.setCurrentIndex(dialog.combo.findData(heads))
-    if heads == window.session.spec.num_heads:
-        dialog.accept()
-        return
+    for field, value in choices.items():
+        dialog.choose(field, value)
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         dialog.accept()
 

@@ -1,7 +1,8 @@
 """What a checkpoint does not say (issue 11 §2 in the window): a guessed head count is asked for in a dialog (the
 divisors of the attention width, the guess as default, "remember for this file") before anything runs; the
-Controls dock shows heads, image size, channels and mean/std with guesses marked, and a change reloads the model
-with those overrides in the worker."""
+Controls dock shows heads, norm order, activation, attention scale, image size, channels and mean/std with
+assumptions marked, and a change reloads the model with those overrides in the worker. (The other assumed
+settings in the same dialog: test_assumptions_window.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -16,25 +17,28 @@ from vitviz.gui.worker import Kind
 def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202
     """Load a file that holds no head count, with images waiting to run."""
     window.session.add_images([str(p) for p in images])
-    with qtbot.waitSignal(window.session.heads_asked, timeout=20000):
+    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
         window.load_model(str(path))
-    return window.heads_dialog
+    return window.assumptions_dialog
 
 
 def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     dialog = _load_unsaid(qtbot, window, tiny_ckpt, images[:2])
     s = window.session
-    assert s.spec.heads_guessed and s.awaiting_heads and dialog.isVisible()
+    assert s.spec.heads_guessed and s.awaiting_answers and dialog.isVisible()
     assert s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
     offered = [dialog.combo.itemData(i) for i in range(dialog.combo.count())]
     assert offered == divisors(32) == [1, 2, 4, 8, 16, 32]
     assert dialog.heads() == s.spec.num_heads == 1                                      # the guess, said so
     assert "(the guess)" in dialog.combo.currentText()
-    text = dialog.findChild(QLabel, "headsText").text()
-    assert "tiny.pth" in text and "width 32" in text
+    assert "tiny.pth" in dialog.findChild(QLabel, "assumptionsText").text()
+    assert "width 32" in dialog.findChild(QLabel, "num_headsReason").text()
     answer_heads(qtbot, window, HEADS, remember=True)                                 # reloads with heads=2
     assert s.spec.num_heads == HEADS and s.spec.source_of("num_heads").startswith("override")
-    assert not s.awaiting_heads and s.load_overrides == {"heads": HEADS}
+    # every setting the dialog showed is the user's word now, not assumed (as preselected: timm's conventions)
+    assert not s.awaiting_answers and s.load_overrides == {"heads": HEADS, "block_norm": "pre", "act": "gelu",
+                                                           "attn_scale": 0.0}
+    assert s.spec.kind_of("block_norm") == "given" and window.assumptions_dialog is None
     wait_idle(qtbot, window)
     result = s.result(str(images[0])).result
     assert result.attentions.shape[1] == HEADS
@@ -44,12 +48,12 @@ def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_
 def test_a_remembered_head_count_opens_the_file_unasked(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     st.remember_heads(window.settings, str(tiny_ckpt), 4)
     asked: list[object] = []
-    window.session.heads_asked.connect(asked.append)
+    window.session.assumptions_asked.connect(asked.append)
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
-    assert asked == [] and window.heads_dialog is None
+    assert asked == [] and window.assumptions_dialog is None
     assert window.session.spec.num_heads == 4 and window.session.result(str(images[0])) is not None
     assert any("4 attention heads, as chosen for tiny.pth" in n for n in window.notes)
 
@@ -59,7 +63,7 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     answer_heads(qtbot, window, None)
     wait_idle(qtbot, window)
     s = window.session
-    assert s.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.awaiting_heads
+    assert s.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.awaiting_answers
     assert st.remembered_heads(window.settings, str(tiny_ckpt)) is None
     panel = window.controls.model_settings
     assert panel.marks["heads"].isVisibleTo(panel)                                      # still a guess
@@ -67,19 +71,19 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     panel.mean_edit.textEdited.emit("0.25")
     with qtbot.waitSignal(s.model_loaded, timeout=20000):                               # kept: not asked again
         panel.apply()
-    assert not s.awaiting_heads and window.heads_dialog is None and s.spec.preprocess.mean == (0.25,)
+    assert not s.awaiting_answers and window.assumptions_dialog is None and s.spec.preprocess.mean == (0.25,)
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None
 
 
 def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     """--screenshot has nobody to ask: the guess is used and said (on stderr), as the CLI says it."""
-    window.session.ask_heads = False
+    window.session.ask_assumptions = False
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
-    assert window.heads_dialog is None and window.session.result(str(images[0])) is not None
+    assert window.assumptions_dialog is None and window.session.result(str(images[0])) is not None
     note = next(n for n in window.notes if "num_heads = 1 is a guess" in n)
     assert "--heads N" in note and "1, 2, 4, 8, 16, 32" in note
 
@@ -92,9 +96,12 @@ def test_controls_show_the_model_settings_with_guesses_marked(qtbot, loaded) -> 
     assert panel.heads_combo.currentData() == HEADS
     assert panel.size_edit.text() == "32" and panel.channels_label.text() == "3"
     assert panel.mean_edit.text() == "0" and panel.std_edit.text() == "1"
-    assert panel.guessed() == {"mean", "std", "resize", "crop"}           # preprocessing guessed, heads given
+    # preprocessing guessed, heads given; a bare timm state dict names no model: timm's conventions are assumed
+    assert panel.guessed() == {"mean", "std", "resize", "crop", "norm", "act", "scale"}
     assert not panel.marks["heads"].isVisible() and panel.marks["mean"].isVisible()
-    assert "A guess:" in panel.marks["mean"].toolTip() and "not an ImageNet model" in panel.marks["mean"].toolTip()
+    assert "Assumed:" in panel.marks["mean"].toolTip() and "not an ImageNet model" in panel.marks["mean"].toolTip()
+    assert panel.norm_combo.currentData() == "pre" and panel.act_combo.currentData() == "gelu"
+    assert panel.scale_edit.text() == "" and panel.scale_edit.placeholderText() == "head_dim^-0.5 = 0.25"
     assert panel.marks["heads"].parentWidget().toolTip() == f"From: {spec.source_of('num_heads')}"
     assert not panel.apply_button.isEnabled()                             # nothing changed yet
 

@@ -77,7 +77,7 @@ def test_menu_lists_the_caches_and_recent_files_and_loads_a_choice(qtbot, window
     assert len(named) == len(catalog.named_models())
     with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
         entries[str(cached)].trigger()
-    if window.session.awaiting_heads:          # the tiny file under a torchvision name holds no head count
+    if window.session.awaiting_answers:        # the tiny file under a torchvision name holds no head count
         answer_heads(qtbot, window, None)
     assert window.session.model_path == str(cached)
     assert window.images.paths() == [str(p) for p in sample_photos()]      # an empty list gets the photos

@@ -130,8 +130,11 @@ def test_model_info(qtbot, loaded, images, tiny_ckpt) -> None:  # noqa: ANN001
     assert "prefix tokens\n1 (cls)" in text
     assert "patch embedding" in text and "blocks" in text and "head" in text
     assert sum(w.session.param_counts.values()) == spec.num_params
-    assert f"num_heads\n{HEADS}\noverride" in text                       # value and where it came from
-    assert "pos_prefix\n1\nshape: pos_embed length" in text
+    assert f"num_heads\n{HEADS}\ngiven\noverride" in text                # value, its kind, where it came from
+    assert "pos_prefix\n1\nderived\nshape: pos_embed length" in text
+    assert "block_norm\npre\nassumed\n" in text and f"num_params\n{spec.num_params}\n\n" in text   # no kind
+    n = len(spec.assumptions)
+    assert f"Exactness\nNot verified — {n} assumptions\n" in text                       # the verdict line
     assert "cached results: 3 image(s)" in text
     top = w.session.result(str(images[0])).result.top_k(5)
     assert top[0][1] in text and "Top-5" in text

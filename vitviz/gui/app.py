@@ -227,7 +227,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     window = MainWindow(settings if settings is not None else open_settings())
     if shot:
         window.use_size(DEFAULT_SIZE)
-        window.session.ask_heads = False    # nobody to ask: a guessed head count is used and said on stderr
+        window.session.ask_assumptions = False    # nobody to ask: what the file does not say is assumed and said
         window.trust_code = True            # nobody to ask: --code on the command line is the user's choice
     previous_hook = sys.excepthook
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)

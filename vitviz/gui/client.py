@@ -94,6 +94,7 @@ class WorkerClient(QObject):
     pca_fitted = Signal(object, object)        # request, PcaFitted
     compared = Signal(object, object)          # request, Compared
     shared = Signal(object, object)            # request, Shared
+    verified = Signal(object, object)          # request, Verified
     failed = Signal(object, str, str)          # request, summary, details
     progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
     busy_changed = Signal(bool)
@@ -112,7 +113,7 @@ class WorkerClient(QObject):
                           Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved,
                           Kind.RELEVANCE: self.explained, Kind.TEXT: self.prompted,
                           Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
-                          Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared}
+                          Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared, Kind.VERIFY: self.verified}
         self._thread = QThread()
         self._thread.setObjectName("vitviz-inference")
         self._worker = InferenceWorker()

@@ -1,18 +1,24 @@
-"""Dialogs at the GUI boundary: errors with expandable details, the overwrite question, how many heads a model has
-when its file does not say (`HeadsDialog`), and whether to run a file's code (`confirm_code`)."""
+"""Dialogs at the GUI boundary: errors with expandable details, the overwrite question, what a model's file does
+not say (`AssumptionsDialog`: heads, norm order, activation, attention scale), and whether to run a file's code
+(`confirm_code`)."""
 from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QLabel, QMessageBox, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QMessageBox,
+                               QVBoxLayout, QWidget)
 
 from vitviz.core.spec import ModelSpec
+from vitviz.gui import assumptions
 
 MAX_HEADS = 128     # the head counts offered: divisors of the attention width up to this
+COMBO_NAMES = {"num_heads": "headsCombo", "block_norm": "normCombo", "mlp_kind": "actCombo",
+               "attn_scale": "scaleCombo"}
+GUESSED, ASSUMED_TAG = "the guess", "assumed"     # how the preselected choice is marked
+REASON_STYLE = "color: #5f6368;"          # the grey of the reason under each choice
 
 
 def error_box(parent: QWidget, title: str, summary: str, details: str) -> QMessageBox:
@@ -48,60 +54,145 @@ def divisors(width: int, limit: int = MAX_HEADS) -> list[int]:
 
 
 def guess_reason(spec: ModelSpec, name: str = "num_heads") -> str:
-    """Why a value is a guess, from its provenance ('guess: width 32 / head_dim 32 (...)' -> 'width 32 / ...')."""
-    return spec.source_of(name).removeprefix("guess:").strip()
+    """Why a value is assumed, from its provenance ('guess: width 32 / head_dim 32 (...)' -> 'width 32 / ...')."""
+    return assumptions.reason(spec.source_of(name))
 
 
-class HeadsDialog(QDialog):
-    """Asks how many attention heads a model has when its file does not say (`ModelSpec.heads_guessed`): the
-    divisors of the attention width, the guess (or `default`) chosen, and "Remember for this file".
+class AssumptionsDialog(QDialog):
+    """"What the file does not say": every assumed setting that changes attention (`assumptions.asked`: the head
+    count, the norm order, the activation, the attention scale), each with the assumption preselected and the
+    reason beside it, the other assumptions listed, and "Remember for this file".
 
-    Opened window-modal and non-blocking (`open()`); `accepted` / `rejected` say what the user did, `heads()` and
-    `remember()` what they chose. Cancel keeps the guess.
+    Opened window-modal and non-blocking (`open()`); `accepted` / `rejected` say what the user did, `values()`
+    and `remember()` what they chose. "Use these settings" makes every shown value the user's word (a `vitviz.load`
+    override, no longer assumed); "Keep the assumptions" (cancel) leaves them as they are. `prompted`: it opened by
+    itself and nothing runs until it is answered (else it was asked for, "Review assumptions…", and an answer loads
+    the model again).
     """
 
-    def __init__(self, parent: QWidget, spec: ModelSpec, name: str, default: int | None = None) -> None:
+    def __init__(self, parent: QWidget, spec: ModelSpec, name: str, described: dict[str, str] | None = None,
+                 prompted: bool = True, can_remember: bool = True) -> None:
         super().__init__(parent)
-        self.setObjectName("headsDialog")
-        self.setWindowTitle("How many attention heads?")
+        self.setObjectName("assumptionsDialog")
+        self.setWindowTitle("What the file does not say")
         self.setWindowModality(Qt.WindowModality.WindowModal)
-        width = spec.attn_width
+        self.spec = spec
+        self.fields = assumptions.asked(spec)
         layout = QVBoxLayout(self)
-        text = QLabel(f"<b>{html.escape(name)}</b> does not say how many attention heads its layers have: the "
-                      "number is in no tensor's shape, and no config beside the file gives it.<br><br>"
-                      f"vitviz guessed <b>{spec.num_heads}</b>: {html.escape(guess_reason(spec))}. Every per-head "
-                      "map depends on it, so choose the number the model was built with. It divides the "
-                      f"attention width {width}. Nothing runs until you answer.")
-        text.setWordWrap(True)
-        text.setObjectName("headsText")
-        layout.addWidget(text)
-        self.combo = QComboBox()
-        self.combo.setObjectName("headsCombo")
-        for h in divisors(width):
-            self.combo.addItem(f"{h} head{'s' if h > 1 else ''} of {width // h} dims"
-                               + ("   (the guess)" if h == spec.num_heads else ""), h)
-        chosen = default if default in divisors(width) else spec.num_heads
-        self.combo.setCurrentIndex(max(0, self.combo.findData(chosen)))
-        layout.addWidget(self.combo)
+        intro = QLabel(f"<b>{html.escape(name)}</b> does not say everything its attention depends on, so vitviz "
+                       "assumed the settings below (why, under each). Choose the ones the model was built with: "
+                       "what you choose is used as yours, no longer marked as assumed."
+                       + (" Nothing runs until you answer." if prompted else
+                          " Changing them loads the model again and runs the images again."))
+        intro.setWordWrap(True)
+        intro.setObjectName("assumptionsText")
+        layout.addWidget(intro)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.combos: dict[str, QComboBox] = {}
+        self.reasons: dict[str, QLabel] = {}
+        for field in self.fields:
+            combo = self._combo(field)
+            why = QLabel(f"<small>{html.escape(self._why(field))}</small>")
+            why.setObjectName(f"{field}Reason")
+            why.setWordWrap(True)
+            why.setStyleSheet(REASON_STYLE)
+            column = QVBoxLayout()
+            column.setSpacing(2)
+            column.addWidget(combo)
+            column.addWidget(why)
+            label = QLabel(f"<b>{assumptions.LABELS[field]}</b>")
+            label.setToolTip(spec.source_of(field))
+            form.addRow(label, column)
+            self.combos[field], self.reasons[field] = combo, why
+        layout.addLayout(form)
+        others = [(f, src) for f, src in spec.assumptions if f not in self.fields]
+        self.others = QLabel(self._others_html(others, described or {}))
+        self.others.setObjectName("otherAssumptions")
+        self.others.setWordWrap(True)
+        self.others.setVisible(bool(others))
+        layout.addWidget(self.others)
         self.remember_check = QCheckBox("Remember for this file")
-        self.remember_check.setObjectName("rememberHeads")
-        self.remember_check.setToolTip("Open this file with this head count from now on (change it in the Controls "
+        self.remember_check.setObjectName("rememberSettings")
+        self.remember_check.setToolTip("Open this file with these settings from now on (change them in the Controls "
                                        "panel's Model settings)")
-        self.remember_check.setChecked(True)
+        self.remember_check.setChecked(can_remember)
+        self.remember_check.setEnabled(can_remember)
         layout.addWidget(self.remember_check)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Use these heads")
-        buttons.button(QDialogButtonBox.StandardButton.Cancel).setText("Keep the guess")
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Use these settings")
+        buttons.button(QDialogButtonBox.StandardButton.Cancel).setText("Keep the assumptions")
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
+        self.setMinimumWidth(560)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
 
+    def _combo(self, field: str) -> QComboBox:
+        """The choices for one setting, the assumed value preselected and said so."""
+        spec = self.spec
+        combo = QComboBox()
+        combo.setObjectName(COMBO_NAMES[field])
+        if field == "num_heads":
+            width = spec.attn_width
+            choices: list[tuple[Any, str]] = [(h, f"{h} head{'s' if h > 1 else ''} of {width // h} dims")
+                                              for h in divisors(width)]
+            current: Any = spec.num_heads
+        elif field == "block_norm":
+            choices, current = list(assumptions.NORM_ORDERS.items()), spec.block_norm
+        elif field == "mlp_kind":
+            choices, current = list(assumptions.ACTIVATIONS.items()), spec.mlp_kind
+        else:
+            choices, current = assumptions.scale_choices(spec), float(spec.attn_scale)
+        for value, text in choices:
+            combo.addItem(text + (f"   ({GUESSED if field == 'num_heads' else ASSUMED_TAG})" if value == current
+                                  else ""), value)
+        combo.setCurrentIndex(max(0, combo.findData(current)))
+        return combo
+
+    def _why(self, field: str) -> str:
+        spec = self.spec
+        why = guess_reason(spec, field)
+        if field == "num_heads":
+            return (f"vitviz guessed {spec.num_heads}: {why}. Every per-head map depends on it; the number divides "
+                    f"the attention width {spec.attn_width}.")
+        return f"Assumed: {why}."
+
+    @staticmethod
+    def _others_html(others: list[tuple[str, str]], described: dict[str, str]) -> str:
+        if not others:
+            return ""
+        items = "".join(f"<li>{html.escape(described.get(f) or f'{f}: {assumptions.reason(src)}')}</li>"
+                        for f, src in others)
+        return ("<small>Also assumed (Controls › Model settings, or the command line, change them):"
+                f"<ul style='margin-left:-20px'>{items}</ul></small>")
+
+    @property
+    def combo(self) -> QComboBox | None:
+        """The head-count choice (None when the head count is not asked)."""
+        return self.combos.get("num_heads")
+
+    def choose(self, field: str, value: Any) -> None:
+        """Select `value` for `field` (as a user would)."""
+        combo = self.combos[field]
+        combo.setCurrentIndex(combo.findData(value))
+
+    def values(self) -> dict[str, Any]:
+        """Every shown setting as a `vitviz.load` override ({'heads': 4, 'block_norm': 'post', 'act': 'gelu',
+        'attn_scale': 0.0})."""
+        out: dict[str, Any] = {}
+        for field, combo in self.combos.items():
+            value = combo.currentData()
+            out[assumptions.ASKED[field]] = (int(value) if field == "num_heads" else float(value)
+                                             if field == "attn_scale" else str(value))
+        return out
+
     def heads(self) -> int:
-        return int(self.combo.currentData())
+        """The head count chosen (the loaded one when it is not asked)."""
+        return int(self.values().get("heads", self.spec.num_heads))
 
     def remember(self) -> bool:
-        return self.remember_check.isChecked()
+        return self.remember_check.isChecked() and self.remember_check.isEnabled()
 
 
 def confirm_code(parent: QWidget, code: str, weights: str | None, on_run: Callable[[], None]) -> QMessageBox:

@@ -1,5 +1,6 @@
 """The session: the one owner of what the window works on -- the loaded model, the images, their results, the
-current image, the input size, the device and the per-image head statistics.
+current image, the input size, the device, the per-image head statistics and the model's verdict (checked
+against its original in the worker after its first picture).
 
 It turns user intents (load this checkpoint, run these images, show this one, move to CUDA, use another input size)
 into worker requests, keeps a bounded cache of results and forwards only fresh answers. Panels subscribe to its
@@ -19,10 +20,11 @@ from PySide6.QtCore import QCoreApplication, QObject, Signal
 from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
+from vitviz.gui.assumptions import asks_unprompted
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.state import text_stacks
 from vitviz.gui.worker import (Cataloged, Compared, Explained, Prompted, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
-                               Probed, Ran, Request, RopeKernels, Shared)
+                               Probed, Ran, Request, RopeKernels, Shared, Verified)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
@@ -46,7 +48,9 @@ class Session(QObject):
     """Owns the worker client, the model's state, the images and the result cache."""
 
     model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
-    heads_asked = Signal(object)            # ModelSpec whose head count is a guess: nothing runs until answer_heads
+    assumptions_asked = Signal(object)      # ModelSpec whose file does not say settings that change attention
+                                            # (`assumptions.asks_unprompted`): nothing runs until answer_assumptions
+    verification_changed = Signal()         # `verification` / `verify_failure` / `verifying` changed (or a new model)
     current_changed = Signal(object)        # the current image's ResultMaps, or None (none, not run yet, failed)
     images_added = Signal(list)             # paths new in `images`, in order
     images_removed = Signal(list)           # paths no longer in `images`
@@ -86,9 +90,16 @@ class Session(QObject):
         self.live_layers: tuple[tuple[str, str], ...] = ()   # a live model's (layer, mechanism that found it)
         self.live_skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()   # attention calls it left out
         self.interruptible = True                   # a forward pass stops between layers when the window closes
-        self.ask_heads = False                      # ask (heads_asked) when a loaded model's head count is a guess
-        self.awaiting_heads = False                 # asked: runs wait for answer_heads
-        self._guess_kept: set[str] = set()          # models whose guessed head count the user kept (not asked again)
+        self.ask_assumptions = False                # ask (assumptions_asked) what a loaded model's file does not say
+        self.awaiting_answers = False               # asked: runs wait for answer_assumptions
+        self._kept: set[str] = set()                # models the user answered or kept the assumptions of (not asked
+                                                    # again when they reload)
+        self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
+        self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
+        self.verify_models = True                   # check each converted model against its original (Kind.VERIFY)
+        self.verification: Any = None               # the loaded model's `Verification`, once answered
+        self.verify_failure = ""                    # why the check could not run ('' when it did or has not yet)
+        self._verify_asked = False                  # the check of the loaded model has been asked for
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
         self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
@@ -121,6 +132,7 @@ class Session(QObject):
         c.pca_fitted.connect(lambda r, a: self._on_analysis(r, a, self.pca_ready))
         c.compared.connect(lambda r, a: self._on_analysis(r, a, self.similarity_ready))
         c.shared.connect(lambda r, a: self._on_analysis(r, a, self.share_ready))
+        c.verified.connect(self._on_verified)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
@@ -190,17 +202,23 @@ class Session(QObject):
         path = None if self.model_code and self.model_path == self.model_code else self.model_path
         return self.load_model(path, device=self.device or None, **overrides)
 
-    def answer_heads(self, heads: int | None) -> None:
-        """The user's answer to `heads_asked`: another head count reloads the model with it; the guessed one (or
-        None: keep the guess) lets the images run."""
-        if not self.awaiting_heads or self.spec is None:
+    def answer_assumptions(self, changes: dict[str, Any] | None) -> None:
+        """The user's answer to `assumptions_asked`: `changes` (overrides such as heads=, block_norm=, act=,
+        attn_scale=) reload the model with them, now the user's word, not assumed; None (keep the assumptions)
+        lets the images run as loaded. Either way the model is not asked about again when it reloads."""
+        if not self.awaiting_answers or self.spec is None:
             return
-        if heads is not None and int(heads) != self.spec.num_heads:
-            self.reload(heads=int(heads))          # answered when it has loaded (and is no guess any more)
+        self._kept.add(self.model_path)
+        if changes and any(self.load_overrides.get(k) != v for k, v in changes.items()):
+            self.reload(**changes)                 # answered when it has loaded
             return
-        self.awaiting_heads = False
-        self._guess_kept.add(self.model_path)     # a reload with other settings does not ask again
+        self.awaiting_answers = False
         self.ensure_all()
+
+    @property
+    def verifying(self) -> bool:
+        """Whether the check of the loaded model against its original is on its way."""
+        return bool(self.client.pending(Kind.VERIFY))
 
     def set_device(self, device: str) -> None:
         if self.spec is not None and device != self.device:
@@ -312,9 +330,9 @@ class Session(QObject):
         self.client.submit(Kind.POSEMBED, first=True, grid=(size[0] // p, size[1] // p))
 
     def ensure(self, path: str, first: bool = False) -> None:
-        """Request a run of `path` unless it is cached, failed or already on its way (or the head count is being
-        asked); `first` jumps the queue."""
-        if self.spec is None or self.awaiting_heads or not path or path in self._cache or path in self.failed:
+        """Request a run of `path` unless it is cached, failed or already on its way (or what the file does not say
+        is being asked); `first` jumps the queue."""
+        if self.spec is None or self.awaiting_answers or not path or path in self._cache or path in self.failed:
             return
         pending = [r for r in self.client.pending(Kind.RUN)
                    if r.args["image"] == path and r.args["image_size"] == self.image_size]
@@ -433,9 +451,11 @@ class Session(QObject):
         self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
+        self.library_layout, self.described = answer.library_layout, dict(answer.described)
+        self.verification, self.verify_failure, self._verify_asked = None, "", False
         # the demo model is ours (its config says its heads): never asked about
-        self.awaiting_heads = (self.ask_heads and spec.heads_guessed and not bundled.is_demo(self.model_path)
-                               and self.model_path not in self._guess_kept)
+        self.awaiting_answers = (self.ask_assumptions and asks_unprompted(spec, answer.library_layout)
+                                 and not bundled.is_demo(self.model_path) and self.model_path not in self._kept)
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self._forget_results()
@@ -449,8 +469,9 @@ class Session(QObject):
         if not answer.interruptible:
             self.note.emit("This model's own code has no blocks or attention modules vitviz can stop between: a "
                            "running image always finishes (closing the window waits for it)")
-        if self.awaiting_heads:
-            self.heads_asked.emit(spec)    # the images run once the user has answered (answer_heads)
+        self.verification_changed.emit()
+        if self.awaiting_answers:
+            self.assumptions_asked.emit(spec)    # the images run once the user has answered (answer_assumptions)
         else:
             self.ensure_all()
 
@@ -473,6 +494,23 @@ class Session(QObject):
         if path == self._current:
             self.current_changed.emit(maps)
         self._report_runs()
+        self._verify()
+
+    def _verify(self) -> None:
+        """After a model's first picture, check it against its original in the worker, ahead of the queued runs
+        (`verification_changed` when answered). A model run from its own code (family 'live') is the original:
+        nothing to check. A model built by the user's code and converted is checked against that code."""
+        spec = self.spec
+        if not self.verify_models or spec is None or self._verify_asked or spec.family == "live":
+            return
+        self._verify_asked = True
+        self.client.submit(Kind.VERIFY, first=True, code=self.model_code or None)
+        self.verification_changed.emit()
+
+    def _on_verified(self, _request: Request, answer: Verified) -> None:
+        """The check's answer (one for an older model is dropped by the client: a load makes it stale)."""
+        self.verification, self.verify_failure = answer.verification, ""
+        self.verification_changed.emit()
 
     def _report_runs(self) -> None:
         """Say how far the current run of images has got: answered, in all, and an estimate of the seconds left
@@ -535,6 +573,10 @@ class Session(QObject):
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
         kind = request.kind
+        if kind is Kind.VERIFY:        # not an error of the model: it stays unverified, and says why
+            self.verify_failure = summary
+            self.verification_changed.emit()
+            return
         if kind is Kind.RUN:
             path = request.args["image"]
             self.failed[path] = summary
@@ -559,6 +601,8 @@ class Session(QObject):
             self.analysis_failed.emit(kind, summary)
         if kind is Kind.LOAD:
             self.loading_changed.emit(bool(self.loading))
+            if not self.loading:
+                self.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
         if kind is Kind.PROBE:
             self.devices_found.emit(["cpu"])
         elif kind is Kind.POSEMBED:

@@ -1,4 +1,6 @@
-"""The status bar: what the worker is doing, a busy/progress bar, the hovered patch, and a standing hint when idle.
+"""The status bar: what the worker is doing, a busy/progress bar, the hovered patch, a standing hint when idle, and
+the loaded model's verdict ("Verified against timm 1.0.31 (max 3e-7)", "Not verified — 3 assumptions", "Differs
+from the original — from layer 1", in red) with "Review assumptions…" beside it when there is something to review.
 
 While several images run, the running image's line says how far the run has got and about how long is left
 ("Running img_018.jpg… — 18/200, about 2 min left") and the bar fills with it.
@@ -9,6 +11,8 @@ import math
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
+
+from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine
 
 IDLE_HINT = "Open a model (Ctrl+O), pick one in the Models menu, or drop a checkpoint and images on the window"
 PROGRESS_STEPS = 1000
@@ -43,6 +47,19 @@ class StatusArea:
         self.cancel_button.setToolTip("Stop this download (what is downloaded so far is kept for the next try "
                                       "where the hub allows; the model loaded before stays)")
         self.cancel_button.setVisible(False)
+        self.verdict_label = QLabel("")             # the loaded model's verdict, its assumptions in the tooltip
+        self.verdict_label.setObjectName("verdictLabel")
+        self.verdict_label.setVisible(False)
+        self.verdict = VerdictLine("", "", "none")
+        self.review_button = QToolButton()          # opens the "what the file does not say" dialog
+        self.review_button.setObjectName("reviewAssumptions")
+        self.review_button.setText("Review assumptions…")
+        self.review_button.setAutoRaise(True)
+        self.review_button.setToolTip("The settings the file does not say (heads, norm order, activation, attention "
+                                      "scale): see why each was assumed and set the right ones")
+        self.review_button.setVisible(False)
+        bar.addPermanentWidget(self.verdict_label)
+        bar.addPermanentWidget(self.review_button)
         bar.addPermanentWidget(self.hover_label)
         bar.addPermanentWidget(self.busy_bar)
         bar.addPermanentWidget(self.cancel_button)
@@ -55,6 +72,15 @@ class StatusArea:
         self._note_timer.setSingleShot(True)
         self._note_timer.timeout.connect(self._note_expired)
         bar.showMessage(self.ready_message)
+
+    def set_verdict(self, line: VerdictLine, reviewable: bool) -> None:
+        """Show the loaded model's verdict line (hidden without one) and, with `reviewable`, the review button."""
+        self.verdict = line
+        self.verdict_label.setText(line.text)
+        self.verdict_label.setToolTip(line.tooltip)
+        self.verdict_label.setStyleSheet(LEVEL_STYLES.get(line.level, ""))
+        self.verdict_label.setVisible(bool(line.text))
+        self.review_button.setVisible(reviewable)
 
     def show(self, text: str, timeout_ms: int = 0) -> None:
         """Show the worker's status line; an image run's line gets the run's progress (several images)."""

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow,
 
 from vitviz import catalog
 from vitviz.core.spec import ModelSpec
-from vitviz.gui import bundled, dialogs, help as helpdialogs, menus, settings as st
+from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
@@ -46,6 +46,7 @@ DEFAULT_SIZE = QSize(1400, 900)      # the window's size on a large screen; smal
 QUERY_SCALE_NOTE = ("The query token's map is drawn on its own scale (Normalise each map is on); untick it to compare "
                     "with the scale shared by all layers and heads")
 NAME_EXAMPLES = "hf:facebook/dinov2-small, timm:vit_small_patch14_reg4_dinov2.lvd142m, torchvision:vit_b_16"
+DIFFERS = "Differs from the original"      # the error title of a model whose maps are not its original's
 
 # dock object name -> (tab title, full name, what it shows): short tab titles, so five tabs fit side by side
 # without being elided; the full name is the tab's tooltip, the View menu entry and the floating dock's title
@@ -123,7 +124,8 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.state = ViewState()
         self.session = session or Session(parent=self)
-        self.session.ask_heads = True                         # a guessed head count is asked, not used silently
+        self.session.ask_assumptions = True                   # what the file does not say is asked, not assumed
+                                                              # silently
         self.reporter = ErrorReporter(self)
         self.notes: list[str] = []                            # status-bar notes (the screenshot prints them)
         self._last_map_source = "cls"
@@ -132,7 +134,9 @@ class MainWindow(QMainWindow):
         self.persist_settings = True
         self.trust_code = False                               # --screenshot: the --code flag is the confirmation
         self._trusted_code: set[str] = set()                  # FILE.py:FACTORY the user agreed to run this session
-        self.heads_dialog: dialogs.HeadsDialog | None = None  # open while a guessed head count is asked
+        self.assumptions_dialog: dialogs.AssumptionsDialog | None = None   # open while what the file does not
+                                                                           # say is asked
+        self._differs_reported: object = None                 # the Verification whose 'differs' was reported
         self.code_box: Any = None                             # open while running a file's code is asked
         self._auto_normalized = False                         # the query map turned "Normalise each map" on
         self._applying_rule = False
@@ -295,7 +299,10 @@ class MainWindow(QMainWindow):
         self.status.cancel_button.clicked.connect(s.client.cancel_download)
         s.run_progress.connect(self.status.set_runs)
         s.size_changed.connect(self._on_size_changed)
-        s.heads_asked.connect(self.ask_heads)
+        s.assumptions_asked.connect(self.ask_assumptions)
+        s.verification_changed.connect(self._show_verdict)
+        self.status.review_button.clicked.connect(self.review_assumptions)
+        self.info.review_requested.connect(self.review_assumptions)
         self.controls.overrides_requested.connect(self.reload_with)
         self.panel.hovered.connect(self._on_hover)
         self.panel.hovered.connect(self.posembed.hover)
@@ -323,12 +330,13 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
         """Load a checkpoint in the worker (on `device`, else the session's preferred device); the current model and
-        results stay until it has loaded. A head count the user chose for this file before ("remember for this
-        file") is used unless `heads` is given."""
-        remembered = st.remembered_heads(self.settings, path) if overrides.get("heads") is None else None
-        if remembered is not None and not bundled.is_demo(path):
-            overrides["heads"] = remembered
-            self.note(f"{remembered} attention heads, as chosen for {Path(path).name} before (Controls › Model "
+        results stay until it has loaded. The settings the user chose for this file before ("remember for this
+        file": heads, norm order, activation, attention scale) are used unless given here."""
+        remembered = {} if bundled.is_demo(path) else {
+            k: v for k, v in st.remembered_settings(self.settings, path).items() if overrides.get(k) is None}
+        if remembered:
+            overrides.update(remembered)
+            self.note(f"{remembered_text(remembered)}, as chosen for {Path(path).name} before (Controls › Model "
                       "settings to change)")
         self.statusBar().showMessage(f"Loading {path}…")
         self.session.load_model(path, device=device, **overrides)
@@ -349,28 +357,63 @@ class MainWindow(QMainWindow):
         self.code_box = dialogs.confirm_code(self, code, weights, run)
         self.code_box.finished.connect(lambda _r: setattr(self, "code_box", None))
 
-    def ask_heads(self, spec: ModelSpec) -> None:
-        """The loaded model's head count is a guess: ask for it (the images run once answered; the answer can be
-        remembered for the file)."""
-        path = self.session.model_path
-        self.heads_dialog = dialog = dialogs.HeadsDialog(self, spec, window_name(path))
-        dialog.accepted.connect(lambda: self._heads_answered(path, dialog.heads(), dialog.remember()))
-        dialog.rejected.connect(lambda: self._heads_answered(path, None, False))
-        dialog.open()
+    def ask_assumptions(self, spec: ModelSpec) -> None:
+        """The loaded model's file does not say settings its attention depends on: ask for them (the images run
+        once answered; the answer can be remembered for the file)."""
+        self._open_assumptions(spec, prompted=True)
 
-    def _heads_answered(self, path: str, heads: int | None, remember: bool) -> None:
-        self.heads_dialog = None
-        if heads is not None and remember and not self.session.model_code:
-            st.remember_heads(self.settings, path, heads)
-        self.session.answer_heads(heads)
+    def review_assumptions(self) -> dialogs.AssumptionsDialog | None:
+        """"Review assumptions…": the same question for a model that has run (an answer reloads it); None when
+        there is nothing to ask."""
+        spec = self.session.spec
+        if spec is None or self.assumptions_dialog is not None or not assumptions.asked(spec):
+            return None
+        return self._open_assumptions(spec, prompted=False)
+
+    def _open_assumptions(self, spec: ModelSpec, prompted: bool) -> dialogs.AssumptionsDialog:
+        s = self.session
+        path = s.model_path
+        self.assumptions_dialog = dialog = dialogs.AssumptionsDialog(
+            self, spec, window_name(path), s.described, prompted=prompted, can_remember=not s.model_code)
+        dialog.accepted.connect(lambda: self._assumptions_answered(path, dialog.values(), dialog.remember(),
+                                                                   prompted))
+        dialog.rejected.connect(lambda: self._assumptions_answered(path, None, False, prompted))
+        dialog.open()
+        return dialog
+
+    def _assumptions_answered(self, path: str, values: dict[str, Any] | None, remember: bool,
+                              prompted: bool) -> None:
+        self.assumptions_dialog = None
+        if path != self.session.model_path:
+            return                          # another model has loaded meanwhile: the answer was about the old one
+        if values is not None and remember and not self.session.model_code:
+            st.remember_settings(self.settings, path, values)
+        if prompted:
+            self.session.answer_assumptions(values)
+        elif values:
+            self.session.reload(**values)
 
     def reload_with(self, changes: dict[str, Any]) -> None:
         """The Controls panel's model settings changed: load the model again with them (a model built by its own
-        code runs that code again, as agreed before)."""
-        if "heads" in changes and self.session.model_path and not self.session.model_code \
-                and st.remembered_heads(self.settings, self.session.model_path) is not None:
-            st.remember_heads(self.settings, self.session.model_path, changes["heads"])   # the newest choice
-        self.session.reload(**changes)
+        code runs that code again, as agreed before). Settings remembered for the file follow the newest choice."""
+        s = self.session
+        if s.model_path and not s.model_code and st.remembered_settings(self.settings, s.model_path):
+            newest = {k: v for k, v in changes.items() if k in st.REMEMBERED}
+            if newest:
+                st.remember_settings(self.settings, s.model_path, newest)
+        s.reload(**changes)
+
+    def _show_verdict(self) -> None:
+        """The status bar's verdict line follows the session; a model that differs from its original is an error,
+        reported once."""
+        s = self.session
+        line = assumptions.verdict_line(s.spec, s.verification, s.verify_failure, s.verifying)
+        self.status.set_verdict(line, s.spec is not None and bool(assumptions.asked(s.spec)))
+        if line.level == "differs" and self._differs_reported is not s.verification:
+            self._differs_reported = s.verification
+            details = getattr(s.verification, "to_dict", None)
+            self.reporter.show(DIFFERS, f"{window_name(s.model_path)}: {line.text}",
+                               f"{line.tooltip}\n\n{details() if callable(details) else ''}")
 
     def load_demo(self, images: bool = True, instead_of_model: bool = False) -> bool:
         """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a
@@ -504,10 +547,15 @@ class MainWindow(QMainWindow):
                           rollout_pool=self.state.rollout_pool and pooled)
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
-        if spec.heads_guessed and not self.session.ask_heads:          # --screenshot: said, as the CLI says it
+        if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it
             self.note(f"num_heads = {spec.num_heads} is a guess ({dialogs.guess_reason(spec)}); pass --heads N "
                       f"(heads that divide {spec.attn_width}: "
                       f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
+        others = [n for n in assumptions.asked(spec) if n != "num_heads"]
+        if others and not self.session.ask_assumptions and not self.session.library_layout:
+            described = self.session.described
+            self.note("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
+                                for n in others))
 
     def _show_loaded(self, spec: ModelSpec) -> None:
         """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""
@@ -667,7 +715,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(PROBE_DELAY_MS, self.session.probe_devices)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        for box in (self.heads_dialog, self.code_box):
+        for box in (self.assumptions_dialog, self.code_box):
             if box is not None:          # an open question goes with the window, unanswered
                 box.blockSignals(True)
                 box.close()
@@ -692,6 +740,22 @@ def dropped_name(data: QMimeData) -> str:
     if page:
         text = f"hf:{page.group(1)}" + (f"@{page.group(2)}" if page.group(2) else "")
     return text if text and "\n" not in text and catalog.is_named_model(text) else ""
+
+
+def remembered_text(values: dict[str, Any]) -> str:
+    """'4 attention heads, post-norm blocks' for remembered overrides (in `settings.REMEMBERED` order)."""
+    parts = []
+    for key, value in sorted(values.items(), key=lambda kv: st.REMEMBERED.index(kv[0])
+                             if kv[0] in st.REMEMBERED else len(st.REMEMBERED)):
+        if key == "heads":
+            parts.append(f"{value} attention heads")
+        elif key == "block_norm":
+            parts.append(f"{value}-norm blocks")
+        elif key == "act":
+            parts.append(f"activation {value}")
+        elif key == "attn_scale":
+            parts.append("attention scale head_dim^-0.5" if not value else f"attention scale {value:g}")
+    return ", ".join(parts)
 
 
 def window_name(model: str) -> str:

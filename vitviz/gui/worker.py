@@ -2,7 +2,7 @@
 
 A `Request` names what to do with a `Kind`; the worker answers every request with exactly one `finished` (carrying
 the kind's answer dataclass: `Probed`, `Loaded`, `Ran`, `PosEmbedded`, `Cataloged`, `Moved`, `Explained`,
-`Featured`, `PcaFitted`, `Compared` or `Shared`), `failed` or `cancelled`. The window never calls the worker
+`Featured`, `PcaFitted`, `Compared`, `Shared` or `Verified`), `failed` or `cancelled`. The window never calls the worker
 directly: `vitviz.gui.client.WorkerClient` (GUI thread) queues the requests, sends them one at a time through
 queued signals and drops stale answers. torch is imported inside the
 worker thread only, on the first request, so the window appears before torch is loaded.
@@ -50,6 +50,7 @@ class Kind(enum.Enum):
     PCA = "pca"              # features, sources, layer, image_size: feature PCA of images fitted together
     SIMILARITY = "similarity"  # a, b, sources, layer, image_size: patch feature similarity, within a and to b
     SHARE = "share"          # image, result, norms, layer, threshold, image_size: attention the high-norm tokens get
+    VERIFY = "verify"        # code: the loaded model against its original (`vitviz.core.verify`), on a probe input
 
 
 @dataclass
@@ -82,7 +83,11 @@ class Loaded:
     A model run from its own code (the live path, `spec.family == 'live'`) says which mechanism found which
     attention layer (`layers`: (module name, mechanism)) and which attention calls were not self-attention over the
     image tokens (`skipped`: (module name, mechanism, shape)). `interruptible`: a forward pass can stop between
-    layers when the window closes (False: a user's module without blocks or attention modules to hook)."""
+    layers when the window closes (False: a user's module without blocks or attention modules to hook).
+
+    `library_layout`: the family is one whose hyperparameters vitviz has tables for (`hyperparams.TABLE_FAMILIES`:
+    timm, DeiT, HF, ...), not a hand-written or tutorial layout; `described`: (field, sentence) for each of
+    `spec.assumptions` (`hyperparams.describe_guess`), so the window needs neither module (they import torch)."""
 
     spec: ModelSpec
     device: str
@@ -91,6 +96,8 @@ class Loaded:
     layers: tuple[tuple[str, str], ...] = ()
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
     interruptible: bool = True
+    library_layout: bool = True
+    described: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -222,12 +229,20 @@ class Shared:
     share: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class Verified:
+    """The loaded model checked against its original (`vitviz.core.verify.Verification`: `verdict` 'verified',
+    'unverified' or 'differs', `summary()`, `first_differing_layer`, `to_dict()`)."""
+
+    verification: Any
+
+
 Answer = Union[Probed, Loaded, Ran, PosEmbedded, Cataloged, Moved, Explained, Prompted, Featured, PcaFitted,
-               Compared, Shared]
+               Compared, Shared, Verified]
 ANSWERS: dict[Kind, type] = {Kind.PROBE: Probed, Kind.LOAD: Loaded, Kind.RUN: Ran, Kind.POSEMBED: PosEmbedded,
                              Kind.CATALOG: Cataloged, Kind.MOVE: Moved, Kind.RELEVANCE: Explained, Kind.TEXT: Prompted,
                              Kind.FEATURES: Featured, Kind.PCA: PcaFitted, Kind.SIMILARITY: Compared,
-                             Kind.SHARE: Shared}
+                             Kind.SHARE: Shared, Kind.VERIFY: Verified}
 
 
 class ForwardInterrupted(Exception):
@@ -330,7 +345,7 @@ class InferenceWorker(QObject):
         return {Kind.PROBE: self._probe, Kind.LOAD: self._load, Kind.RUN: self._run, Kind.POSEMBED: self._posembed,
                 Kind.CATALOG: self._catalog, Kind.MOVE: self._move, Kind.RELEVANCE: self._relevance, Kind.TEXT: self._text,
                 Kind.FEATURES: self._features, Kind.PCA: self._pca, Kind.SIMILARITY: self._similarity,
-                Kind.SHARE: self._share}
+                Kind.SHARE: self._share, Kind.VERIFY: self._verify}
 
     @Slot(object)
     def handle(self, request: Request) -> None:
@@ -392,8 +407,12 @@ class InferenceWorker(QObject):
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
-        return Loaded(model.spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
-                      bool(hook_points(model)))
+        from vitviz.core.hyperparams import TABLE_FAMILIES, describe_guess
+
+        spec = model.spec
+        described = tuple((name, describe_guess(spec, name)) for name, _source in spec.assumptions)
+        return Loaded(spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
+                      bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described)
 
     def _run(self, image: str, image_size: tuple[int, int] | None = None) -> Ran:
         """Run one image and precompute its CLS and rollout maps here, off the GUI thread."""
@@ -483,6 +502,15 @@ class InferenceWorker(QObject):
         mask = high_norm_mask(norms[layer], threshold)
         return Shared(image, layer, float(threshold), mask, attention_share(result, mask))
 
+    def _verify(self, code: str | None = None) -> Verified:
+        """Run the loaded model's original (timm, transformers, ..., or the user's `code`) on a probe input and
+        compare (`vitviz.core.verify.verify`); its verdict says whether the maps are the original's."""
+        if self._model is None:
+            raise RuntimeError(NO_MODEL)
+        from vitviz.core.verify import verify
+
+        return Verified(verify(self._model, code=code or None))
+
 
 class DownloadProgress:
     """The `progress` callback of a named-model download: one signal per percent (per MB without a size)."""
@@ -563,6 +591,7 @@ DESCRIPTIONS: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.PCA: lambda a: f"Feature PCA of {len(a.get('sources', ()))} image(s)…",
     Kind.SIMILARITY: lambda _a: "Patch features for the similarity…",
     Kind.SHARE: lambda _a: "Attention to the high-norm tokens…",
+    Kind.VERIFY: lambda _a: "Checking the model against its original…",
 }
 
 

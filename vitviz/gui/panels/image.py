@@ -125,8 +125,8 @@ class ImagePanel(QWidget):
             return "Drop images or folders on the window (or File › Open images)"
         if path in s.failed:
             return f"{Path(path).name}: {s.failed[path]}"
-        if s.awaiting_heads:
-            return "How many attention heads does this model have? The images run once you have answered"
+        if s.awaiting_answers:
+            return "The model's file does not say some of its settings: the images run once you have answered"
         return f"Running {Path(path).name}…"
 
     def readout(self, row: int, col: int) -> str:

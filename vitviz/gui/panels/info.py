@@ -1,5 +1,6 @@
-"""The model-info dock: what was detected and where each value came from, parameters per part, tokens,
-preprocessing, device, memory of the cached attention and the current image's top-5 predictions.
+"""The model-info dock: what was detected and where each value came from (and of which kind: read, derived, named,
+given or assumed), whether the model was verified against its original (and what is assumed), parameters per part,
+tokens, preprocessing, device, memory of the cached attention and the current image's top-5 predictions.
 
 Plain data in, HTML out (`info_html` is Qt-free and tested on its own); the panel is a read-only text browser that
 gathers its `ModelInfo` from the session (`gather`) whenever the session says something it shows has changed.
@@ -15,6 +16,7 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, value_text, verdict_line
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
 
@@ -38,6 +40,8 @@ class ModelInfo:
     code: str = ""              # FILE.py:FACTORY of a model built by the user's code
     layers: tuple[tuple[str, str], ...] = ()                      # a live model's (layer, mechanism that found it)
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
+    verdict: VerdictLine | None = None      # verified / not verified / differs (`assumptions.verdict_line`)
+    described: dict[str, str] = field(default_factory=dict)      # assumed field -> `describe_guess`'s sentence
 
 
 def gather(session: Session) -> ModelInfo:
@@ -49,7 +53,10 @@ def gather(session: Session) -> ModelInfo:
                      image=Path(session.current).name if session.current else "",
                      top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size,
                      loading=session.loading, code=session.model_code, layers=session.live_layers,
-                     skipped=session.live_skipped)
+                     skipped=session.live_skipped,
+                     verdict=verdict_line(session.spec, session.verification, session.verify_failure,
+                                          session.verifying),
+                     described=dict(session.described))
 
 
 def _count(n: int) -> str:
@@ -70,17 +77,44 @@ def _section(title: str, body: str) -> str:
     return f"<h4 style='margin-bottom:2px'>{html.escape(title)}</h4>{body}"
 
 
-def spec_rows(spec: ModelSpec) -> list[tuple[str, str, str]]:
-    """(field, value, where it came from) for every spec field except the long ones shown elsewhere."""
+def spec_rows(spec: ModelSpec) -> list[tuple[str, str, str, str]]:
+    """(field, value, kind, where it came from) for every spec field except the long ones shown elsewhere; the
+    kind ('read', 'derived', 'named', 'given', 'assumed') only for fields that change the computation now."""
+    kinds = spec.kinds()
     rows = []
     for f in dataclasses.fields(spec):
         if f.name in SKIP_FIELDS:
             continue
         value = getattr(spec, f.name)
         text = "×".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        rows.append((f.name, text, spec.source_of(f.name)))
-    rows.append(("labels", f"{len(spec.labels)} class names" if spec.labels else "none", spec.source_of("labels")))
+        rows.append((f.name, text, kinds.get(f.name, ""), spec.source_of(f.name)))
+    rows.append(("labels", f"{len(spec.labels)} class names" if spec.labels else "none", "",
+                 spec.source_of("labels")))
     return rows
+
+
+def _exactness_section(info: ModelInfo) -> str:
+    """The verdict (red when the model differs from its original), every assumption with its reason, the quiet
+    notes, and a link to the dialog when there is something to answer."""
+    spec, line = info.spec, info.verdict
+    if spec is None or line is None or not line.text:
+        return ""
+    style = LEVEL_STYLES.get(line.level, "")
+    body = f"<p style='{style}'>{html.escape(line.text)}</p>"
+    first = line.tooltip.splitlines()[0] if line.tooltip else ""
+    if first and not first.startswith((line.text, "Assumed", "Nothing")):
+        body += f"<p>{html.escape(first)}</p>"              # the check's own summary, or why it could not run
+    if spec.assumptions:
+        rows = [(name, value_text(spec, name), info.described.get(name) or reason(source))
+                for name, source in spec.assumptions]
+        body += "<p>Assumed (the file does not say; each changes the computation):</p>" + _table(
+            rows, ("setting", "value", "why"))
+    if asked(spec):
+        body += "<p><a href='review:'>Review assumptions…</a></p>"
+    if spec.notes:
+        body += "<p><small>Also assumed, without changing the computation: " + html.escape("; ".join(
+            f"{name}: {reason(source)}" for name, source in spec.notes)) + "</small></p>"
+    return _section("Exactness", body)
 
 
 def parameter_rows(counts: dict[str, int]) -> list[tuple[str, str, str]]:
@@ -104,6 +138,7 @@ def info_html(info: ModelInfo) -> str:
     parts = [
         f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
         f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
+        _exactness_section(info),
         _live_section(info),
         _section("Tokens", _table([
             ("prefix tokens", f"{spec.num_prefix} ({prefix})"),
@@ -119,7 +154,8 @@ def info_html(info: ModelInfo) -> str:
         _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
                            "(attention and the maps derived from it)</p>"),
         _section("Top-5 for the current image", _top5(info)),
-        _section("Every spec field and where it came from", _table(spec_rows(spec), ("field", "value", "source"))),
+        _section("Every spec field and where it came from", _table(spec_rows(spec),
+                                                                  ("field", "value", "kind", "source"))),
     ]
     return "".join(parts)
 
@@ -174,9 +210,11 @@ class InfoPanel(LazyPanel):
 
     Signals:
         class_clicked(index): a class of the top-5 was clicked (the window shows its class relevance).
+        review_requested(): "Review assumptions…" was clicked (the window opens the dialog).
     """
 
     class_clicked = Signal(int)
+    review_requested = Signal()     # "Review assumptions…" was clicked
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -190,7 +228,7 @@ class InfoPanel(LazyPanel):
         layout.addWidget(self.browser)
         self.info = ModelInfo()
         for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready,
-                       session.loading_changed):
+                       session.loading_changed, session.verification_changed):
             signal.connect(self._on_session_changed)
         self.show_info(gather(session))
 
@@ -198,6 +236,8 @@ class InfoPanel(LazyPanel):
         text = url.toString()
         if text.startswith("class:") and text[6:].isdigit():
             self.class_clicked.emit(int(text[6:]))
+        elif text.startswith("review:"):
+            self.review_requested.emit()
 
     def _on_session_changed(self, *_args: object) -> None:
         self.show_info(gather(self.session))

@@ -1,10 +1,12 @@
-"""The Controls dock's model settings: what a checkpoint may not say -- the head count, the input size, the
-normalisation mean and std, the resize and crop -- and the channels it does say, with where each value came from.
+"""The Controls dock's model settings: what a checkpoint may not say -- the head count, the norm order, the
+activation, the attention scale, the input size, the normalisation mean and std, the resize and crop -- and the
+channels it does say, with where each value came from.
 
-A value that is a guess (`ModelSpec.provenance` 'guess: ...') is marked with a '?' whose tooltip says why it was
-guessed; every label's tooltip names its source. Editing a value and pressing "Reload with these" asks for the
-model to be loaded again with those overrides (`vitviz.load(heads=, image_size=, mean=, std=, resize=,
-crop_mode=)`, in the worker); nothing heavy happens here.
+A value that is assumed (`ModelSpec.kind_of(name) == 'assumed'`: a guess, a convention, a default of a layout
+nobody named) is marked with a '?' whose tooltip says why it was assumed; every label's tooltip names its source.
+Editing a value and pressing "Reload with these" asks for the model to be loaded again with those overrides
+(`vitviz.load(heads=, block_norm=, act=, attn_scale=, image_size=, mean=, std=, resize=, crop_mode=)`, in the
+worker); nothing heavy happens here.
 """
 from __future__ import annotations
 
@@ -16,15 +18,19 @@ from PySide6.QtWidgets import (QComboBox, QFormLayout, QHBoxLayout, QLabel, QLin
                                QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.spec import ModelSpec, parse_size
+from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason
 from vitviz.gui.dialogs import divisors
 
 CROP_MODES = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
-GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of a guessed value
-FIELD_SOURCES = {"heads": "num_heads", "size": "image_size", "channels": "in_chans", "mean": "preprocess",
-                 "std": "preprocess", "resize": "preprocess", "crop": "preprocess"}
+GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of an assumed value
+FIELD_SOURCES = {"heads": "num_heads", "norm": "block_norm", "act": "mlp_kind", "scale": "attn_scale",
+                 "size": "image_size", "channels": "in_chans", "mean": "preprocess", "std": "preprocess",
+                 "resize": "preprocess", "crop": "preprocess"}
 HEADS_TIP = "Attention heads per layer (they divide the attention width); every per-head map depends on it"
-LABELS = {"heads": "Heads", "size": "Image size", "channels": "Channels", "mean": "Mean", "std": "Std",
-          "resize": "Resize", "crop": "Crop"}
+LABELS = {"heads": "Heads", "norm": "Norm order", "act": "Activation", "scale": "Attn scale", "size": "Image size",
+          "channels": "Channels", "mean": "Mean", "std": "Std", "resize": "Resize", "crop": "Crop"}
+NORM_TEXTS = {"pre": "pre-norm", "post": "post-norm"}
+LIVE_TIP = "Your model's code decides this (it runs as written)"
 
 
 def format_floats(values: tuple[float, ...]) -> str:
@@ -50,9 +56,27 @@ def parse_floats(text: str, what: str, channels: int, positive: bool = False) ->
     return values
 
 
+def parse_scale(text: str) -> float:
+    """'' or 'auto' -> 0.0 (head_dim**-0.5, as `vitviz.load(attn_scale=0)`); '0.125' -> 0.125.
+
+    Raises:
+        ValueError: saying what was expected.
+    """
+    text = text.strip().lower()
+    if text in ("", "auto"):
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"Attn scale: expected a number, or empty for head_dim^-0.5, found {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"Attn scale: expected a number above 0 (empty for head_dim^-0.5), found {text!r}")
+    return value
+
+
 class ModelSettings(QWidget):
-    """Heads, image size, channels, mean/std, resize and crop of the loaded model, editable (a header button folds
-    them away; they unfold by themselves when a value is a guess).
+    """Heads, norm order, activation, attention scale, image size, channels, mean/std, resize and crop of the
+    loaded model, editable (a header button folds them away; they unfold by themselves when a value is assumed).
 
     Signals:
         overrides_requested(dict): the changed values as `vitviz.load` overrides ({'heads': 4, 'mean': (...)}).
@@ -72,12 +96,20 @@ class ModelSettings(QWidget):
         self.header.setCheckable(True)
         self.header.setAutoRaise(True)
         self.header.toggled.connect(self._fold)
-        self.header.setToolTip("What the checkpoint may not say (a '?' marks a guess): change a value and reload")
+        self.header.setToolTip("What the checkpoint may not say (a '?' marks an assumed value): change a value and reload")
         self.body = QWidget()
         form = QFormLayout(self.body)
         form.setContentsMargins(0, 0, 0, 0)
         self.heads_combo = QComboBox()
         self.heads_combo.setObjectName("headsCombo")
+        self.norm_combo = QComboBox()
+        self.norm_combo.setObjectName("normCombo")
+        for order, text in NORM_TEXTS.items():
+            self.norm_combo.addItem(text, order)
+        self.act_combo = QComboBox()
+        self.act_combo.setObjectName("actCombo")
+        self.scale_edit = QLineEdit()
+        self.scale_edit.setObjectName("scaleEdit")
         self.size_edit = QLineEdit()
         self.size_edit.setObjectName("imageSizeEdit")
         self.size_edit.setPlaceholderText("N or H×W")
@@ -94,6 +126,10 @@ class ModelSettings(QWidget):
         for mode, text in CROP_MODES.items():
             self.crop_combo.addItem(text, mode)
         self.heads_combo.setToolTip(HEADS_TIP)
+        self.norm_combo.setToolTip("Where each block's LayerNorms sit (block_norm=): pre-norm x + f(norm(x)) as in "
+                                   "ViT, or post-norm norm(x + f(x)) as nn.TransformerEncoderLayer's default")
+        self.act_combo.setToolTip("The MLP's activation (act=)")
+        self.scale_edit.setToolTip("The factor on q·kᵀ before the softmax (attn_scale=); empty: head_dim^-0.5")
         self.size_edit.setToolTip("The model's own input size (image_size=): the crop, and the grid its position "
                                   "embedding is resampled to. 'Input H×W' above runs the images at another size "
                                   "without reloading")
@@ -103,14 +139,15 @@ class ModelSettings(QWidget):
         self.resize_spin.setToolTip("The shorter side is resized to this before the centre crop (resize=)")
         self.crop_combo.setToolTip("How an image becomes the input (crop_mode=): resize keeping the aspect ratio "
                                    "and crop the middle, squash the whole image, or squash to the resize and crop")
-        widgets = {"heads": self.heads_combo, "size": self.size_edit, "channels": self.channels_label,
-                   "mean": self.mean_edit, "std": self.std_edit, "resize": self.resize_spin, "crop": self.crop_combo}
+        widgets = {"heads": self.heads_combo, "norm": self.norm_combo, "act": self.act_combo, "scale": self.scale_edit,
+                   "size": self.size_edit, "channels": self.channels_label, "mean": self.mean_edit,
+                   "std": self.std_edit, "resize": self.resize_spin, "crop": self.crop_combo}
         for key, widget in widgets.items():
             form.addRow(self._label(key), widget)
-        for edit in (self.size_edit, self.mean_edit, self.std_edit):
+        for edit in (self.size_edit, self.mean_edit, self.std_edit, self.scale_edit):
             edit.textEdited.connect(self._on_edited)
-        self.heads_combo.activated.connect(self._on_edited)
-        self.crop_combo.activated.connect(self._on_edited)
+        for combo in (self.heads_combo, self.norm_combo, self.act_combo, self.crop_combo):
+            combo.activated.connect(self._on_edited)
         self.resize_spin.valueChanged.connect(self._on_edited)
         self.problem = QLabel("")
         self.problem.setObjectName("modelSettingsProblem")
@@ -164,7 +201,7 @@ class ModelSettings(QWidget):
     # ------------------------------------------------------------------------------------------ the model
 
     def set_spec(self, spec: ModelSpec | None) -> None:
-        """Show a loaded model's values and where they came from; a guess unfolds the settings."""
+        """Show a loaded model's values and where they came from; an assumed value unfolds the settings."""
         self.spec = spec
         self.setEnabled(spec is not None)
         if spec is None:
@@ -174,12 +211,18 @@ class ModelSettings(QWidget):
         self.heads_combo.setEnabled(not live)
         self.heads_combo.setToolTip("Your model's code decides its heads (read from its attention as it ran)"
                                     if live else HEADS_TIP)
+        self.norm_combo.setEnabled(not live)
+        self.scale_edit.setEnabled(not live)
+        self.act_combo.setEnabled(not live and spec.mlp_kind in ACTIVATIONS and bool(spec.mlp_hidden))
+        if live:
+            for widget in (self.norm_combo, self.act_combo, self.scale_edit):
+                widget.setToolTip(LIVE_TIP)
         guessed = self.guessed()
         for key, mark in self.marks.items():
             name = FIELD_SOURCES[key]
             source = spec.source_of(name)
-            tip = (f"A guess: {html.escape(source.removeprefix('guess:').strip())}. If it is wrong, set it here and "
-                   "press Reload with these." if key in guessed else f"From: {html.escape(source)}")
+            tip = (f"Assumed: {html.escape(reason(source))}. If it is wrong, set it here and press Reload with "
+                   "these." if key in guessed else f"From: {html.escape(source)}")
             mark.setVisible(key in guessed)
             mark.setToolTip(tip)
             mark.parentWidget().setToolTip(tip)
@@ -188,23 +231,33 @@ class ModelSettings(QWidget):
             self.unfold(True)
 
     def guessed(self) -> set[str]:
-        """The fields whose value is a guess."""
+        """The fields whose value is assumed (`ModelSpec.kind_of`), among those that change the computation."""
         spec = self.spec
         if spec is None:
             return set()
-        return {key for key, name in FIELD_SOURCES.items() if spec.source_of(name).startswith("guess")}
+        return {key for key, name in FIELD_SOURCES.items() if is_assumed(spec, name)}
 
     def reset(self) -> None:
         """Put the loaded model's values back into the fields."""
         spec = self.spec
         if spec is None:
             return
-        blockers = [w.blockSignals(True) for w in (self.heads_combo, self.resize_spin, self.crop_combo)]
+        combos = (self.heads_combo, self.norm_combo, self.act_combo, self.resize_spin, self.crop_combo)
+        blockers = [w.blockSignals(True) for w in combos]
         self.heads_combo.clear()
         width = spec.attn_width
         for h in divisors(width):
             self.heads_combo.addItem(f"{h} (head dim {width // h})", h)
         self.heads_combo.setCurrentIndex(max(0, self.heads_combo.findData(spec.num_heads)))
+        self.norm_combo.setCurrentIndex(max(0, self.norm_combo.findData(spec.block_norm)))
+        self.act_combo.clear()
+        for act, text in ACTIVATIONS.items():
+            self.act_combo.addItem(text, act)
+        if spec.mlp_kind not in ACTIVATIONS:      # SwiGLU: read from the MLP's shapes, not a choice of activation
+            self.act_combo.addItem(spec.mlp_kind, spec.mlp_kind)
+        self.act_combo.setCurrentIndex(max(0, self.act_combo.findData(spec.mlp_kind)))
+        self.scale_edit.setText(f"{spec.attn_scale:g}" if spec.attn_scale else "")
+        self.scale_edit.setPlaceholderText(f"head_dim^-0.5 = {spec.head_dim ** -0.5:.4g}")
         h, w = spec.image_size
         self.size_edit.setText(str(h) if h == w else f"{h}×{w}")
         self.channels_label.setText(str(spec.in_chans))
@@ -213,7 +266,7 @@ class ModelSettings(QWidget):
         self.std_edit.setText(format_floats(pp.std))
         self.resize_spin.setValue(int(pp.resize))
         self.crop_combo.setCurrentIndex(max(0, self.crop_combo.findData(pp.mode)))
-        for widget, blocked in zip((self.heads_combo, self.resize_spin, self.crop_combo), blockers):
+        for widget, blocked in zip(combos, blockers):
             widget.blockSignals(blocked)
         self._on_edited()
 
@@ -230,6 +283,16 @@ class ModelSettings(QWidget):
         heads = int(self.heads_combo.currentData() or spec.num_heads)
         if heads != spec.num_heads:
             out["heads"] = heads
+        if spec.family != "live":
+            norm = str(self.norm_combo.currentData() or spec.block_norm)
+            if norm != spec.block_norm:
+                out["block_norm"] = norm
+            act = str(self.act_combo.currentData() or spec.mlp_kind)
+            if act != spec.mlp_kind and spec.mlp_kind in ACTIVATIONS and spec.mlp_hidden:
+                out["act"] = act
+            scale = parse_scale(self.scale_edit.text())
+            if abs(scale - float(spec.attn_scale)) > 1e-12:
+                out["attn_scale"] = scale
         try:
             size = parse_size(self.size_edit.text().strip())
         except ValueError as exc:

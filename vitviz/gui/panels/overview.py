@@ -134,8 +134,8 @@ class OverviewPanel(QWidget):
         s = self.session
         if s.spec is None:
             return base.waiting_text(s, "Open a model to see every layer's and head's map")
-        if s.awaiting_heads:
-            return "Waiting for the number of heads"
+        if s.awaiting_answers:
+            return "Waiting for the settings the file does not say"
         return "Running the image…" if s.current and s.current not in s.failed else "No result for this image"
 
     def select(self, layer: int | None, column: int | None) -> None:
