@@ -1,0 +1,292 @@
+"""Never silently wrong, in the window (issue 18): what a file does not say is asked, marked and verified.
+
+A hand-written layout whose norm order, activation or attention scale is assumed opens the "what the file does
+not say" dialog before anything runs, each assumption preselected with its reason; an answer reloads the model with
+it as an override in the worker, and can be remembered for the file. Model settings mark every assumed value with
+a '?'. The status bar and Model info say whether the model was verified against its original, is not verified
+(with its assumptions), or differs from it (an error); the check runs in the worker after the first picture, and
+an answer about a model that is no longer loaded is dropped.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _gui import HEADS, answer_assumptions, show_dock, wait_idle
+from PySide6.QtWidgets import QLabel
+
+import vitviz
+from vitviz.gui import settings as st
+from vitviz.gui.assumptions import asked
+from vitviz.gui.window import DIFFERS
+from vitviz.gui.worker import InferenceWorker, Kind, Verified
+
+
+@pytest.fixture(scope="module")
+def hand_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A from-scratch tutorial ViT's state dict (one Linear per head: 3 heads read from the shapes; 2 layers of
+    width 48, 4x4 patches of 8 px, 5 classes): its norm order, activation and attention scale are not in it."""
+    from tutorial_refs import PerHeadViT
+
+    torch.manual_seed(0)
+    model = PerHeadViT()
+    with torch.no_grad():
+        for p in model.parameters():          # LayerNorms away from 1/0, so the norm order matters
+            p.add_(torch.randn_like(p) * 0.3)
+    path = tmp_path_factory.mktemp("hand") / "my_vit.pt"
+    torch.save(model.state_dict(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def timm_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A timm hub folder as `push_to_hub` writes it: config.json (architecture, num_classes, model_args,
+    pretrained_cfg) beside model.safetensors."""
+    timm = pytest.importorskip("timm")
+    from safetensors.torch import save_file
+
+    folder = tmp_path_factory.mktemp("hub") / "vit-tiny-test"
+    folder.mkdir()
+    args = dict(img_size=32, patch_size=8, depth=2)
+    model = timm.create_model("vit_tiny_patch16_224", num_classes=5, **args)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    cfg = {"architecture": "vit_tiny_patch16_224", "num_classes": 5, "num_features": 192, "global_pool": "token",
+           "model_args": args,
+           "pretrained_cfg": {"tag": "", "custom_load": False, "input_size": [3, 32, 32], "fixed_input_size": True,
+                              "interpolation": "bicubic", "crop_pct": 0.9, "crop_mode": "center",
+                              "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "num_classes": 5, "pool_size": None,
+                              "first_conv": "patch_embed.proj", "classifier": "head"}}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+class FakeVerification:
+    """Stands in for `vitviz.core.verify.Verification` (its contract: verdict, summary(), first_differing_layer,
+    to_dict())."""
+
+    def __init__(self, verdict: str, summary: str, layer: int | None = None) -> None:
+        self.verdict, self._summary, self.first_differing_layer = verdict, summary, layer
+
+    def summary(self) -> str:
+        return self._summary
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "first_differing_layer": self.first_differing_layer}
+
+
+def _ask(qtbot, window, path: Path, images: list[Path]):  # noqa: ANN001, ANN202
+    """Load `path` with images waiting; the dialog opens by itself."""
+    window.session.add_images([str(p) for p in images])
+    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
+        window.load_model(str(path))
+    qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
+                    timeout=5000)
+    return window.assumptions_dialog
+
+
+def _second_window(qtbot, settings):  # noqa: ANN001, ANN202
+    from PySide6.QtCore import QRect
+
+    from vitviz.gui.window import MainWindow, default_size
+
+    win = MainWindow(settings)
+    win.use_size(default_size(QRect(0, 0, 1600, 1000)))
+    qtbot.addWidget(win)
+    win.persist_settings = False
+    win.show()
+    return win
+
+
+def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, window, hand_written,  # noqa: ANN001
+                                                                        images) -> None:
+    dialog = _ask(qtbot, window, hand_written, images[:1])
+    s = window.session
+    assert not s.library_layout and not s.spec.heads_guessed           # heads from the per-head Linears
+    assert s.awaiting_answers and s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None
+    assert dialog.fields == ["block_norm", "mlp_kind", "attn_scale"] == asked(s.spec)   # heads: not asked
+    assert dialog.combos["block_norm"].currentData() == "pre"                          # the assumption, said so
+    assert dialog.combos["block_norm"].currentText().endswith("(assumed)")
+    assert "Assumed: pre-norm" in dialog.reasons["block_norm"].text()
+    assert dialog.combos["mlp_kind"].currentData() == "gelu" and dialog.combos["attn_scale"].currentData() == 0.0
+    assert "my_vit.pt" in dialog.findChild(QLabel, "assumptionsText").text()
+    assert "eps" in dialog.others.text() and dialog.others.isVisibleTo(dialog)     # not asked, but listed
+    panel = window.controls.model_settings
+    assert panel.marks["norm"].isVisibleTo(panel) and not panel.marks["heads"].isVisibleTo(panel)
+    assert "Assumed: pre-norm" in panel.marks["norm"].toolTip()
+
+    answer_assumptions(qtbot, window, {"block_norm": "post"})                 # reloads with block_norm='post'
+    spec = s.spec
+    assert spec.block_norm == "post" and spec.source_of("block_norm") == "override"
+    assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "given"
+    assert s.load_overrides == {"block_norm": "post", "act": "gelu", "attn_scale": 0.0}
+    assert not s.awaiting_answers and window.assumptions_dialog is None
+    assert not panel.marks["norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
+    assert panel.norm_combo.currentData() == "post"
+    wait_idle(qtbot, window)
+    shown = s.result(str(images[0])).result.attentions
+    post = vitviz.load(hand_written, device="cpu", block_norm="post").run(str(images[0])).attentions
+    pre = vitviz.load(hand_written, device="cpu").run(str(images[0])).attentions
+    np.testing.assert_allclose(shown, post, atol=1e-6)
+    assert not np.allclose(shown, pre, atol=1e-3)                             # the answer changed the maps
+
+
+def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_written,  # noqa: ANN001
+                                                  tiny_ckpt, images) -> None:
+    _ask(qtbot, window, hand_written, images[:1])
+    answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu"}, remember=True)
+    assert st.remembered_settings(settings, str(hand_written)) == {"block_norm": "post", "act": "relu",
+                                                                   "attn_scale": 0.0}
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):   # another model, then this one again
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    other = _second_window(qtbot, settings)                               # a new window: nothing kept in memory
+    try:
+        asked_: list[object] = []
+        other.session.assumptions_asked.connect(asked_.append)
+        with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
+            other.load_model(str(hand_written))
+        spec = other.session.spec
+        assert asked_ == [] and other.assumptions_dialog is None
+        assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.source_of("block_norm") == "override"
+        assert any("post-norm blocks, activation relu" in n and "my_vit.pt" in n for n in other.notes)
+        # a change in Model settings is the newest choice
+        panel = other.controls.model_settings
+        panel.norm_combo.setCurrentIndex(panel.norm_combo.findData("pre"))
+        panel.norm_combo.activated.emit(panel.norm_combo.currentIndex())
+        with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
+            panel.apply()
+        assert other.session.spec.block_norm == "pre"
+        assert st.remembered_settings(settings, str(hand_written))["block_norm"] == "pre"
+    finally:
+        other.close()
+        other.session.shutdown()
+
+
+def test_without_remembering_a_new_window_asks_again(qtbot, window, settings, hand_written,  # noqa: ANN001
+                                                     images) -> None:
+    _ask(qtbot, window, hand_written, images[:1])
+    answer_assumptions(qtbot, window, {"block_norm": "post"}, remember=False)
+    assert st.remembered_settings(settings, str(hand_written)) == {}
+    other = _second_window(qtbot, settings)
+    try:
+        with qtbot.waitSignal(other.session.assumptions_asked, timeout=20000):
+            other.load_model(str(hand_written))
+        assert other.session.spec.block_norm == "pre"
+    finally:
+        other.assumptions_dialog.reject()
+        other.close()
+        other.session.shutdown()
+
+
+def test_keeping_the_assumptions_runs_them_and_review_answers_later(qtbot, window, hand_written,  # noqa: ANN001
+                                                                    images) -> None:
+    _ask(qtbot, window, hand_written, images[:1])
+    answer_assumptions(qtbot, window, None)
+    wait_idle(qtbot, window)
+    s = window.session
+    assert s.result(str(images[0])) is not None and s.spec.kind_of("block_norm") == "assumed"
+    status = window.status
+    n = len(s.spec.assumptions)
+    assert n >= 4 and status.verdict_label.text() == f"Not verified — {n} assumptions"
+    assert all(name in status.verdict_label.toolTip() for name, _src in s.spec.assumptions)
+    assert status.review_button.isVisibleTo(window.statusBar())
+    status.review_button.click()                                            # the same question, on request
+    dialog = window.assumptions_dialog
+    assert dialog is not None and dialog.isVisible() and "runs the images again" in \
+        dialog.findChild(QLabel, "assumptionsText").text()
+    answer_assumptions(qtbot, window, {"attn_scale": 1.0})
+    assert s.spec.attn_scale == 1.0 and s.spec.source_of("attn_scale") == "override"
+    assert not asked(s.spec) and not status.review_button.isVisibleTo(window.statusBar())   # nothing left to ask
+    wait_idle(qtbot, window)
+    assert s.result(str(images[0])) is not None
+    assert status.verdict_label.text() == f"Not verified — {len(s.spec.assumptions)} assumptions"
+
+
+def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, window, tiny_ckpt,  # noqa: ANN001
+                                                                    images) -> None:
+    """A library layout (timm keys) with assumptions is not asked about; the line says what is assumed, the
+    dialog is one click away."""
+    asked_: list[object] = []
+    window.session.assumptions_asked.connect(asked_.append)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    s, status = window.session, window.status
+    n = len(s.spec.assumptions)
+    assert n >= 4 and status.verdict_label.text() == f"Not verified — {n} assumptions"   # before any verdict
+    window.session.add_images([str(images[0])])
+    wait_idle(qtbot, window)
+    assert asked_ == [] and window.assumptions_dialog is None and s.result(str(images[0])) is not None
+    assert status.verdict_label.text() == f"Not verified — {n} assumptions"            # after the check too
+    assert "block_norm" in status.verdict_label.toolTip() and status.review_button.isVisibleTo(window.statusBar())
+    info = show_dock(qtbot, window, "infoDock")
+    text = info.text()
+    assert f"Not verified — {n} assumptions" in text and "Review assumptions…" in text
+    assert "block_norm" in text and "pre-norm blocks" in text
+
+
+def test_a_timm_hub_folder_is_verified_against_timm(qtbot, window, timm_folder, images) -> None:  # noqa: ANN001
+    pytest.importorskip("vitviz.core.verify")
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(timm_folder))
+    s = window.session
+    assert s.spec.assumptions == () and window.status.verdict_label.text() == "Not verified"
+    with qtbot.waitSignal(s.verification_changed, timeout=60000,
+                          check_params_cb=lambda *a: s.verification is not None or bool(s.verify_failure)):
+        s.add_images([str(images[0])])
+    assert s.verify_failure == "" and s.verification.verdict == "verified"
+    text = window.status.verdict_label.text()
+    assert text.startswith("Verified against timm") and "max" in text
+    assert "#188038" in window.status.verdict_label.styleSheet()
+    assert not window.status.review_button.isVisibleTo(window.statusBar())
+    assert text in show_dock(qtbot, window, "infoDock").text()
+
+
+def test_a_model_that_differs_is_an_error_and_stale_verdicts_are_dropped(qtbot, window, tiny_ckpt,  # noqa: ANN001
+                                                                         tiny_ckpt_b, images,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first model's check is held in the worker while another model loads: its 'differs' belongs to a model
+    that is gone and is dropped; the second model's own check says it differs, shown as an error."""
+    release = threading.Event()
+    calls: list[str] = []
+
+    def fake_verify(self, code=None):  # noqa: ANN001, ANN202
+        calls.append(self._model.spec.source)
+        if len(calls) == 1:
+            release.wait(20)
+            return Verified(FakeVerification("differs", "Differs from the original from layer 0 (max 0.9)", 0))
+        return Verified(FakeVerification("differs", "Differs from the original from layer 1 (max 0.62)", 1))
+
+    monkeypatch.setattr(InferenceWorker, "_verify", fake_verify)
+    s = window.session
+    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    s.add_images([str(images[0])])
+    qtbot.waitUntil(lambda: len(calls) == 1, timeout=20000)                   # the check of the first model runs
+    assert s.verifying and "Checking against the original" in window.status.verdict_label.toolTip()
+    window.load_model(str(tiny_ckpt_b), heads=HEADS)                         # ... when another model is asked for
+    release.set()
+    qtbot.waitUntil(lambda: s.model_path == str(tiny_ckpt_b) and len(calls) == 2 and s.verification is not None,
+                    timeout=20000)
+    assert s.verification.first_differing_layer == 1                         # the first model's answer: dropped
+    label = window.status.verdict_label
+    assert label.text() == "Differs from the original — from layer 1" and "#d93025" in label.styleSheet()
+    assert [e for e in window.reporter.errors if e[0] == DIFFERS] == \
+        [(DIFFERS, "tiny_b.safetensors: Differs from the original — from layer 1")]
+    assert "layer 1 (max 0.62)" in label.toolTip()
+    assert "Differs from the original — from layer 1" in show_dock(qtbot, window, "infoDock").text()
+
+
+def test_a_live_model_is_not_verified(qtbot, session) -> None:  # noqa: ANN001
+    """The live path runs the user's own module: nothing converted, nothing to verify."""
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.assumptions import LIVE_LINE, verdict_line
+
+    spec = ModelSpec(family="live", source="x", image_size=(32, 32), patch_size=8, embed_dim=32, depth=2,
+                     num_heads=2)
+    session.spec = spec
+    session._verify()
+    assert session.client.pending(Kind.VERIFY) == [] and not session._verify_asked
+    assert verdict_line(spec).text == LIVE_LINE and asked(spec) == []
