@@ -22,7 +22,7 @@ from vitviz.core.metadata import (
 from vitviz.core.posembed import REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS
 from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, audit_provenance,
-    whole_patches,
+    known_source, whole_patches,
 )
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -285,12 +285,17 @@ def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_gri
         return out
     if "rope" not in hints or not hints["rope"][0]:
         return out
+    rope_source = hints["rope"][1]
     for name in ROPE_FIELDS:
         if name in hints:
             value = hints[name][0]
             if name == "rope_ref_grid":
                 value = tuple(pos_grid) if tuple(value) == (-1, -1) else tuple(value)
-            out[name] = prov.set(name, value, hints[name][1])
+            # a preset's settings share the preset's word (a family's "see rope" included)
+            source = hints[name][1] if known_source(hints[name][1]) else rope_source
+            out[name] = prov.set(name, value, source)
+        else:  # not in the preset: the spec's own value, which the preset (and so its source) leaves as it is
+            prov.set(name, ModelSpec.__dataclass_fields__[name].default, rope_source)
     if out.get("rope") == "mixed" and not has_freqs:
         raise VitvizError(f"{where}: RoPE-Mixed needs its learned frequencies (rope.freqs), which the file does "
                           "not hold")
@@ -308,15 +313,21 @@ def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dic
                                head_bias="head.bias" in sd or "head.weight" not in sd)
     if "embed_out" in hints and "head.weight" in sd:
         out["embed_out"] = prov.set("embed_out", int(sd["head.weight"].shape[0]), hints["embed_out"][1])
-        fields["num_classes"] = prov.set("num_classes", 0, "the head is an embedding projection, not a classifier")
+        fields["num_classes"] = prov.set("num_classes", 0, f"{hints['embed_out'][1]} (the head is an embedding "
+                                         "projection, not a classifier)")
         prov.items.pop("labels", None)
     if fields.get("pooling") == "map":
         out["pool_mlp"] = int(sd["attn_pool.mlp.fc1.weight"].shape[0])
         heads = hints.get("pool_heads", (0, "default: the model's heads (timm AttentionPoolLatent)"))
         out["pool_heads"] = prov.set("pool_heads", int(heads[0]), heads[1])
-        for name, default in (("pool_act", ""), ("pool_prefix", False)):
+        for name, default, why in (("pool_act", "", "default: the MAP head's MLP uses the blocks' activation "
+                                    "(timm AttentionPoolLatent)"),
+                                   ("pool_prefix", False, "default: the MAP head attends to the patch tokens only "
+                                    "(timm AttentionPoolLatent over a model without prefix tokens)")):
             if name in hints:
                 out[name] = prov.set(name, hints[name][0], hints[name][1])
+            else:
+                prov.set(name, default, why)
     if "rel_pos_bias.relative_position_bias_table" in sd:
         out["rel_pos"] = prov.set("rel_pos", "shared", "shape: rel_pos_bias.relative_position_bias_table")
     elif "blocks.0.attn.relative_position_bias_table" in sd:

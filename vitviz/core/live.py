@@ -881,7 +881,7 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
     if fields:
         pp = replace(pp, **fields)
         if "mean" in fields and "std" in fields:  # the statistics are the user's: nothing left that matters guessed
-            src = src.replace("guess: ", "was a guess: ", 1)
+            src = "override: mean and std given; the recipe " + src.replace("guess: ", "was a guess: ", 1)
     prov["preprocess"] = src
     return pp
 

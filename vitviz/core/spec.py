@@ -101,11 +101,11 @@ _KIND_OF_PREFIX = (
     ("override", GIVEN), ("given", GIVEN), ("model object", READ), ("metadata", READ), ("read", READ),
     ("capture", READ), ("not used", READ), ("live", READ), ("attribute", READ), ("shape", DERIVED), ("derived", DERIVED),
     ("named", NAMED), ("guess", ASSUMED), ("assumed", ASSUMED), ("default", ASSUMED), ("family", ASSUMED),
-    ("table", ASSUMED),
+    ("table", ASSUMED), ("layout", ASSUMED),
 )
 # Settings that fill in for a model the file only names: they are facts of that model when it is named
 # (`identity` is named), and conventions of a layout when it is not.
-_CONVENTIONS = ("default", "family", "table")
+_CONVENTIONS = ("default", "family", "table", "layout")
 
 # Every ModelSpec field that changes what the model computes from an image, and the pseudo-fields (settings with
 # no field of their own) that can appear in the provenance. Each needs a provenance entry; an assumed one is
@@ -312,9 +312,12 @@ class ModelSpec:
         default of a model nobody named, or a guess -- in field order: each is flagged wherever the model is
         shown (info, GuessWarning, the window, the export manifest)."""
         prov = dict(self.provenance)
+        rope_assumed = self.relevant("rope") and self.kind_of("rope") == ASSUMED
         return tuple((name, prov.get(name, "default: no provenance recorded"))
                      for name in COMPUTE_FIELDS + PSEUDO_FIELDS
-                     if self.relevant(name) and self.kind_of(name) == ASSUMED)
+                     if self.relevant(name) and self.kind_of(name) == ASSUMED
+                     # a RoPE preset is one assumption: its settings are said (and fixed, --rope NAME) with it
+                     and not (name.startswith("rope_") and rope_assumed))
 
     @property
     def guesses(self) -> tuple[tuple[str, str], ...]:
