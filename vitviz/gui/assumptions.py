@@ -77,6 +77,12 @@ def value_text(spec: ModelSpec, name: str) -> str:
     return "" if value is None else str(value)
 
 
+def setting_text(spec: ModelSpec, name: str) -> str:
+    """'eps = 1e-05', or the name alone for a setting without a value of its own ('token_order')."""
+    value = value_text(spec, name)
+    return f"{name} = {value}" if value else name
+
+
 def reason(source: str) -> str:
     """Why a value is assumed, from its provenance ('guess: width 32 / ...' -> 'width 32 / ...')."""
     text = str(source)
@@ -107,7 +113,7 @@ def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str 
     why it could not be made)."""
     if spec is None:
         return VerdictLine("", "", "none")
-    listed = "\n".join(f"• {name} = {value_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
+    listed = "\n".join(f"• {setting_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
     tip_list = f"Assumed (the file does not say):\n{listed}" if listed else "Nothing that changes the computation " \
                                                                             "is assumed."
     n = len(spec.assumptions)

@@ -78,6 +78,7 @@ class AssumptionsDialog(QDialog):
         self.setWindowModality(Qt.WindowModality.WindowModal)
         self.spec = spec
         self.fields = assumptions.asked(spec)
+        described = described or {}
         layout = QVBoxLayout(self)
         intro = QLabel(f"<b>{html.escape(name)}</b> does not say everything its attention depends on, so vitviz "
                        "assumed the settings below (why, under each). Choose the ones the model was built with: "
@@ -107,7 +108,8 @@ class AssumptionsDialog(QDialog):
             self.combos[field], self.reasons[field] = combo, why
         layout.addLayout(form)
         others = [(f, src) for f, src in spec.assumptions if f not in self.fields]
-        self.others = QLabel(self._others_html(others, described or {}))
+        self.others = QLabel(self._others_html(others))
+        self.others.setToolTip("\n".join(described[f] for f, _src in others if f in described))
         self.others.setObjectName("otherAssumptions")
         self.others.setWordWrap(True)
         self.others.setVisible(bool(others))
@@ -158,12 +160,12 @@ class AssumptionsDialog(QDialog):
                     f"the attention width {spec.attn_width}.")
         return f"Assumed: {why}."
 
-    @staticmethod
-    def _others_html(others: list[tuple[str, str]], described: dict[str, str]) -> str:
+    def _others_html(self, others: list[tuple[str, str]]) -> str:
+        """The assumptions not asked here, one line each: 'eps = 1e-05: nn.LayerNorm's default (...)'."""
         if not others:
             return ""
-        items = "".join(f"<li>{html.escape(described.get(f) or f'{f}: {assumptions.reason(src)}')}</li>"
-                        for f, src in others)
+        items = "".join(f"<li><b>{html.escape(assumptions.setting_text(self.spec, f))}</b>: "
+                        f"{html.escape(assumptions.reason(src))}</li>" for f, src in others)
         return ("<small>Also assumed (Controls › Model settings, or the command line, change them):"
                 f"<ul style='margin-left:-20px'>{items}</ul></small>")
 

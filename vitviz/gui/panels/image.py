@@ -126,7 +126,7 @@ class ImagePanel(QWidget):
         if path in s.failed:
             return f"{Path(path).name}: {s.failed[path]}"
         if s.awaiting_answers:
-            return "The model's file does not say some of its settings: the images run once you have answered"
+            return "Waiting for the settings the file does not say"
         return f"Running {Path(path).name}…"
 
     def readout(self, row: int, col: int) -> str:

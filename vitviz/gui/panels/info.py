@@ -41,7 +41,6 @@ class ModelInfo:
     layers: tuple[tuple[str, str], ...] = ()                      # a live model's (layer, mechanism that found it)
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
     verdict: VerdictLine | None = None      # verified / not verified / differs (`assumptions.verdict_line`)
-    described: dict[str, str] = field(default_factory=dict)      # assumed field -> `describe_guess`'s sentence
 
 
 def gather(session: Session) -> ModelInfo:
@@ -55,8 +54,7 @@ def gather(session: Session) -> ModelInfo:
                      loading=session.loading, code=session.model_code, layers=session.live_layers,
                      skipped=session.live_skipped,
                      verdict=verdict_line(session.spec, session.verification, session.verify_failure,
-                                          session.verifying),
-                     described=dict(session.described))
+                                          session.verifying))
 
 
 def _count(n: int) -> str:
@@ -105,8 +103,7 @@ def _exactness_section(info: ModelInfo) -> str:
     if first and not first.startswith((line.text, "Assumed", "Nothing")):
         body += f"<p>{html.escape(first)}</p>"              # the check's own summary, or why it could not run
     if spec.assumptions:
-        rows = [(name, value_text(spec, name), info.described.get(name) or reason(source))
-                for name, source in spec.assumptions]
+        rows = [(name, value_text(spec, name), reason(source)) for name, source in spec.assumptions]
         body += "<p>Assumed (the file does not say; each changes the computation):</p>" + _table(
             rows, ("setting", "value", "why"))
     if asked(spec):
