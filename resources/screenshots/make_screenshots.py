@@ -13,8 +13,9 @@ scale, not what a trained ImageNet model attends to.
 
 `--only models` makes the pictures of models the demo is not: `panel_posembed_rope.png` (the Positions dock of a
 DINOv3-shaped RoPE ViT-S/16 with random weights, saved as a timm hub folder: what RoPE does to attention depends on
-its settings, not on trained weights) and `dialog_heads.png` (the question the window asks when a hand-written
-checkpoint does not say how many heads it has).
+its settings, not on trained weights) and `dialog_heads.png` ("what the file does not say": the question the window
+asks when a checkpoint does not say how many heads it has, nor its norm order, activation and attention scale;
+`--only dialog` makes it alone).
 """
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
-    parser.add_argument("--only", choices=("demo", "photos", "models"),
-                        help="only the demo-model, the photo or the other models' screenshots")
+    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog"),
+                        help="only the demo-model, the photo or the other models' screenshots (or only the "
+                             "assumptions dialog)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
     args = parser.parse_args(argv)
     global OUT
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         photo_shot(app)
     if args.only in (None, "models"):
         rope_shot(app)
-        heads_dialog_shot(app)
+    if args.only in (None, "models", "dialog"):
+        assumptions_dialog_shot(app)
     return 0
 
 
@@ -200,10 +203,11 @@ def rope_shot(app) -> None:  # noqa: ANN001
     win.close()
 
 
-def heads_dialog_shot(app) -> None:  # noqa: ANN001
-    """The window asking for the head count of a checkpoint that does not say it (a bare state dict of width 128,
-    a width no registered ViT has, as a tutorial's training script saves it), drawn over the window where it
-    opens."""
+def assumptions_dialog_shot(app) -> None:  # noqa: ANN001
+    """The window asking what a checkpoint does not say (a bare state dict of width 128, a width no registered ViT
+    has, as a tutorial's training script saves it: its head count is a guess, and nothing names the model, so its
+    norm order, activation and attention scale are assumed too), drawn over the window where it opens, with the
+    status bar's verdict line below it."""
     import torch
     from _tiny import tiny_state_dict
     from PySide6.QtGui import QPainter
@@ -217,9 +221,9 @@ def heads_dialog_shot(app) -> None:  # noqa: ANN001
     win = new_window(app, tmp)
     win.session.add_images(photos)
     win.load_model(str(ckpt))
-    _wait(app, lambda: win.heads_dialog is not None and win.heads_dialog.isVisible() and win.is_idle())
+    _wait(app, lambda: win.assumptions_dialog is not None and win.assumptions_dialog.isVisible() and win.is_idle())
     _settle(app, 20)
-    dialog = win.heads_dialog
+    dialog = win.assumptions_dialog
     shot = win.grab()
     painter = QPainter(shot)
     where = win.mapFromGlobal(dialog.mapToGlobal(dialog.rect().topLeft()))
