@@ -1,0 +1,712 @@
+"""Verifying a converted model against its original implementation: a proof, not a promise.
+
+    check = verify(vitviz.load("vit_small/"))   # -> Verification
+    check.verdict                               # 'verified' | 'unverified' | 'differs'
+    check.summary()                             # 'Verified against timm 1.0.31 (max 3e-7)'
+
+vitviz converts a checkpoint into its own reference ViT. When something names the model (a timm architecture or
+a transformers model type in its config.json, an open_clip model config, a torchvision file name, a timm name in
+the training args), the library that made it can build the original: with the file's own weights (read with
+`read_checkpoint`, never unpickling code), on one seeded random input of the model's input shape (already
+normalised: no image preprocessing is involved), at the model's native size and at one other size (native + 2
+patches per side), in float32. Every layer's per-head attention is compared with the original's own eager softmax
+(`atol` 1e-5) and the output (class scores or the pooled / projected features) too (`atol` 1e-4). The original's
+attention is read where it computes it: transformers with `attn_implementation='eager'` and
+`output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
+live path's capture (`vitviz.core.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
+explicit softmax copied). One forward of the original per size.
+
+With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
+`vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
+
+The verdict is 'verified' only when every comparison at every size is within tolerance; 'differs' says from which
+layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
+vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import re
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitviz.errors import VitvizError
+
+ATOL_ATTENTION = 1e-5
+ATOL_OUTPUT = 1e-4
+VERIFIED, UNVERIFIED, DIFFERS = "verified", "unverified", "differs"
+LIBRARIES = ("timm", "transformers", "open_clip", "torchvision")
+AGAINST = ("auto",) + LIBRARIES
+_PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
+             "torchvision": "torchvision"}
+_PROBE_SEED = 0
+_EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
+
+
+class VerifyError(VitvizError):
+    """The original could not be run (its forward fails at the model's native size)."""
+
+
+class _CannotRun(Exception):
+    """The original cannot run at this input size (a fixed position table, a size check): the size is skipped."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of comparing a converted model with its original implementation.
+
+    Attributes:
+        verdict: 'verified' (every comparison within tolerance), 'differs' or 'unverified' (nothing compared).
+        library: the library that built the original ('timm', 'transformers', 'open_clip', 'torchvision'), or
+            'code' for the user's own FILE.py:FACTORY; '' when nothing was built.
+        version: that library's version ('' for code).
+        original: what was built, e.g. "timm.create_model('vit_small_patch16_224') ...".
+        against: how the summary names the original: 'timm 1.0.31', or 'model.py:build' for code.
+        max_attention: the largest absolute difference of any layer's per-head attention (None: not compared).
+        max_output: the largest absolute difference of the output (class scores or features).
+        per_layer: per size checked, ((layer, max attention difference), ...).
+        first_differing_layer: the first layer whose attention is beyond tolerance at any size, else None.
+        sizes: the input sizes (h, w) compared, native first.
+        assumptions: the spec fields that are assumed (`ModelSpec.assumptions`).
+        reason: why it is unverified, or what differs when it is more than numbers (a shape, a layer count).
+        skipped: (size, why) for the sizes the original cannot run at.
+        output_per_size: the output's largest difference per size checked.
+    """
+
+    verdict: str
+    library: str = ""
+    version: str = ""
+    original: str = ""
+    against: str = ""
+    max_attention: float | None = None
+    max_output: float | None = None
+    per_layer: tuple[tuple[tuple[int, float], ...], ...] = ()
+    first_differing_layer: int | None = None
+    sizes: tuple[tuple[int, int], ...] = ()
+    assumptions: tuple[str, ...] = ()
+    reason: str = ""
+    skipped: tuple[tuple[tuple[int, int], str], ...] = ()
+    output_per_size: tuple[float, ...] = ()
+    atol_attention: float = ATOL_ATTENTION
+    atol_output: float = ATOL_OUTPUT
+
+    @property
+    def verified(self) -> bool:
+        return self.verdict == VERIFIED
+
+    def summary(self) -> str:
+        """One line: 'Verified against timm 1.0.31 (max 3e-7)', 'Not verified — 3 assumptions (eps, mlp_kind,
+        block_norm)', 'Differs from the original from layer 1 (max 0.62)'."""
+        if self.verdict == VERIFIED:
+            against = self.against or f"{self.library} {self.version}".strip()
+            worst = max(v for v in (self.max_attention, self.max_output) if v is not None)
+            return f"Verified against {against} (max {format_difference(worst)})"
+        if self.verdict == DIFFERS:
+            if self.first_differing_layer is not None:
+                worst = self.max_attention
+                detail = format_difference(worst) if worst is not None and math.isfinite(worst) else None
+                return (f"Differs from the original from layer {self.first_differing_layer} "
+                        + (f"(max {detail})" if detail else f"({self.reason})"))
+            if self.max_output is not None and math.isfinite(self.max_output):
+                return f"Differs from the original in its output (max {format_difference(self.max_output)})"
+            return f"Differs from the original: {self.reason}"
+        if self.reason.startswith("nothing names the model"):
+            n = len(self.assumptions)
+            if not n:
+                return "Not verified — nothing names the model"
+            return f"Not verified — {n} assumption{'s' if n != 1 else ''} ({', '.join(self.assumptions)})"
+        return f"Not verified — {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the export manifest's 'verification'); a difference that could not be measured
+        (shapes that do not match) is None."""
+        def number(v: float | None) -> float | None:
+            return None if v is None or not math.isfinite(v) else float(v)
+
+        return {
+            "verdict": self.verdict, "summary": self.summary(), "library": self.library, "version": self.version,
+            "original": self.original, "against": self.against, "max_attention": number(self.max_attention),
+            "max_output": number(self.max_output),
+            "per_layer": [{"size": list(size), "layers": [[layer, number(d)] for layer, d in layers],
+                           "output": number(self.output_per_size[i]) if i < len(self.output_per_size) else None}
+                          for i, (size, layers) in enumerate(zip(self.sizes, self.per_layer))],
+            "first_differing_layer": self.first_differing_layer, "sizes": [list(s) for s in self.sizes],
+            "assumptions": list(self.assumptions), "reason": self.reason,
+            "skipped": [{"size": list(size), "why": why} for size, why in self.skipped],
+            "atol_attention": self.atol_attention, "atol_output": self.atol_output,
+        }
+
+
+def format_difference(value: float) -> str:
+    """3e-07 -> '3e-7', 0.6234 -> '0.62', 0 -> '0'."""
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) < 1e-3:
+        mantissa, exponent = f"{value:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{value:.2g}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The original
+
+
+@dataclass
+class _Original:
+    """An original implementation, ready to run: `run(size, x)` -> (per-layer (H, T, T) maps, output (K,) or None);
+    it raises `_CannotRun` for a size the original cannot take."""
+
+    library: str
+    version: str
+    description: str
+    run: Callable[[tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]
+    against: str = ""   # how the summary names it (default: library and version)
+
+
+def verify(model: Any, against: str = "auto", code: str | None = None,
+           sizes: Sequence[int | tuple[int, int]] | None = None, device: str | None = None) -> Verification:
+    """Compare `model` (a `VitModel` from `vitviz.load`) with its original implementation.
+
+    Args:
+        model: the converted model. With `code`, the reference ViT of the weights file (a model loaded with
+            `code=` itself is converted again from its file, without the code).
+        against: 'auto' (the library that names the model) or one of 'timm', 'transformers', 'open_clip',
+            'torchvision' (then the model must be named by that library).
+        code: 'FILE.py:FACTORY': the user's module is the original (this runs FILE.py's code: only when asked).
+        sizes: input sizes to compare at (N or (h, w)); default the native size and native + 2 patches per side.
+        device: where the original runs (default: where the model is); both are compared in float32.
+
+    A file whose weights do not fit the original its name builds 'differs' (it is not the model its name says).
+
+    Raises:
+        VerifyError: the original's forward fails at the first size, or no size could be compared.
+        UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
+    """
+    if against not in AGAINST:
+        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}")
+    if code is not None and against != "auto":
+        raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
+    spec = model.spec
+    assumptions = tuple(name for name, _ in spec.assumptions)
+    if code is not None and spec.family == "live":
+        model = _reference_of(spec.source, device or model.device)
+        spec = model.spec
+        assumptions = tuple(name for name, _ in spec.assumptions)
+
+    def unverified(reason: str, library: str = "", version: str = "") -> Verification:
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
+
+    if code is None and spec.family == "live":
+        return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
+                          "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
+                          "code=FILE.py:FACTORY)")
+    if code is None and not spec.named:
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}")
+    path = Path(spec.source)
+    if not path.exists():
+        return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
+                          "file's own weights")
+    checked = _sizes(spec, sizes)
+    dev = torch.device(device or model.device)
+    if code is not None:
+        return _compare(model, _build_code(code, path, dev), checked, assumptions, dev)
+    identity = spec.source_of("identity")
+    library, name = _named_library(identity)
+    if library is None:
+        return unverified(f"family not supported: {identity}; no library vitviz builds originals with "
+                          f"({', '.join(LIBRARIES)}) makes this model; pass code=FILE.py:FACTORY to check it "
+                          "against your own code")
+    if against not in ("auto", library):
+        return unverified(f"against={against!r}, but the model is named by {library} ({identity})")
+    try:
+        importlib.import_module(library)
+    except ImportError as e:
+        return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
+    try:
+        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev)
+    except _WeightsDoNotFit as e:  # named as a model whose weights these are not
+        version = _version(library)
+        return Verification(DIFFERS, library=library, version=version, original=e.what,
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+
+
+def _reference_of(source: str, device: str) -> Any:
+    from vitviz.core.load import load
+
+    return load(source, device=device)
+
+
+def _named_library(identity: str) -> tuple[str | None, str]:
+    """(library, model name) from the spec's 'identity' entry; (None, '') when no library here makes it."""
+    if (m := re.match(r"named: timm architecture '([^']+)'", identity)):
+        return "timm", m.group(1)
+    if identity.startswith("named: transformers model_type"):
+        return "transformers", ""
+    if identity.startswith("named: open_clip model config"):
+        return "open_clip", ""
+    if (m := re.match(r"named: torchvision (\S+) \(file name\)", identity)):
+        return "torchvision", m.group(1)
+    if (m := re.match(r"named: model name '([^']+)'", identity)):
+        try:
+            import timm
+        except ImportError:
+            return "timm", m.group(1)  # said as 'not importable' by the caller
+        if timm.is_model(m.group(1)):
+            return "timm", m.group(1)
+    return None, ""
+
+
+def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
+    native = (int(spec.image_size[0]), int(spec.image_size[1]))
+    if sizes is None:
+        p = spec.patch_size
+        return [native, (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)]
+    out = []
+    for s in sizes:
+        size = (int(s), int(s)) if isinstance(s, int) else (int(s[0]), int(s[1]))
+        if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
+            raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
+        out.append(size)
+    if not out:
+        raise VitvizError("sizes=(): expected at least one input size")
+    return out
+
+
+def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
+    """The deterministic probe: a seeded standard-normal (1, C, h, w) tensor, already normalised."""
+    return torch.randn(1, spec.in_chans, *size, generator=torch.Generator().manual_seed(_PROBE_SEED))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Comparing
+
+
+def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
+             device: torch.device) -> Verification:
+    checked: list[tuple[int, int]] = []
+    per_layer: list[tuple[tuple[int, float], ...]] = []
+    outputs: list[float] = []
+    skipped: list[tuple[tuple[int, int], str]] = []
+    problems: list[str] = []
+    first: int | None = None
+    for size in sizes:
+        x = probe_input(model.spec, size)
+        try:
+            with _exact_float32(device):
+                maps, out = original.run(size, x)   # its one forward at this size
+        except _CannotRun as e:
+            skipped.append((size, str(e)))
+            continue
+        except VitvizError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the original's own forward failed: said, with its error
+            if not checked and not skipped:
+                raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
+                                  f"({type(e).__name__}: {e})") from e
+            skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
+                                  f"{str(e)[:200]})"))
+            continue
+        with _exact_float32(torch.device(model.device)):
+            attn, ours = model.forward_captured(x)
+        layers, layer_first, notes = _layer_differences(attn[0], maps, size)
+        problems += notes
+        if layer_first is not None:
+            first = layer_first if first is None else min(first, layer_first)
+        out_diff, note = _output_difference(ours[0], out, size)
+        if note:
+            problems.append(note)
+        checked.append(size)
+        per_layer.append(layers)
+        outputs.append(out_diff)
+    if not checked:
+        raise VerifyError(f"{original.description}: no size could be compared ("
+                          + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
+    max_attention = max((d for layers in per_layer for _, d in layers), default=0.0)
+    max_output = max(outputs)
+    ok = first is None and not problems and max_output <= ATOL_OUTPUT
+    return Verification(
+        VERIFIED if ok else DIFFERS, library=original.library, version=original.version,
+        original=original.description, against=original.against or f"{original.library} {original.version}",
+        max_attention=max_attention, max_output=max_output, per_layer=tuple(per_layer), first_differing_layer=first,
+        sizes=tuple(checked), assumptions=assumptions, reason="; ".join(dict.fromkeys(problems)),
+        skipped=tuple(skipped), output_per_size=tuple(outputs))
+
+
+def _layer_differences(ours: np.ndarray, theirs: list[np.ndarray], size: tuple[int, int]) -> tuple[
+        tuple[tuple[int, float], ...], int | None, list[str]]:
+    """Per layer the largest |difference| of its (H, T, T) maps; the first layer beyond tolerance; what could not
+    be compared (a shape, a layer count)."""
+    where = f"at {size[0]}x{size[1]}"
+    notes: list[str] = []
+    rows: list[tuple[int, float]] = []
+    first: int | None = None
+    for i in range(max(len(ours), len(theirs))):
+        if i >= len(ours) or i >= len(theirs):
+            rows.append((i, math.inf))
+            first = i if first is None else first
+            continue
+        a, b = ours[i], theirs[i]
+        if a.shape != b.shape:
+            notes.append(f"layer {i} {where}: the original's attention has shape (heads, T, T) = {b.shape}, "
+                         f"vitviz's {a.shape}")
+            rows.append((i, math.inf))
+        else:
+            rows.append((i, float(np.abs(a.astype(np.float32) - b).max())))
+        if rows[-1][1] > ATOL_ATTENTION and first is None:
+            first = i
+    if len(ours) != len(theirs):
+        notes.append(f"{where}: the original computes {len(theirs)} self-attention layers, vitviz {len(ours)}")
+    return tuple(rows), first, notes
+
+
+def _output_difference(ours: np.ndarray, theirs: np.ndarray | None, size: tuple[int, int]) -> tuple[float, str]:
+    if theirs is None:
+        return math.inf, f"at {size[0]}x{size[1]}: the original's forward returns no output tensor to compare"
+    if ours.shape != theirs.shape:
+        return math.inf, (f"at {size[0]}x{size[1]}: the original's output has shape {theirs.shape}, vitviz's "
+                          f"{ours.shape}")
+    return float(np.abs(ours - theirs).max()) if ours.size else 0.0, ""
+
+
+@contextmanager
+def _exact_float32(device: torch.device) -> Iterator[None]:
+    """No TF32 on CUDA while comparing (cuDNN convolutions use it by default): float32 means float32."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running an original
+
+
+def _capture(module: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], Any]:
+    """One forward of `module` with every self-attention it computes read where it is computed (the live path's
+    capture: nn.MultiheadAttention weights per head, SDPA recomputed, explicit softmax copied): the (H, T, T)
+    maps in call order and the forward's result."""
+    from vitviz.core.live import _Recorder, watch_attention
+
+    recorder = _Recorder(int(x.shape[0]))
+    with torch.inference_mode(), watch_attention(module, recorder):
+        out = module(x)
+    return [m[0].cpu().numpy() for m in recorder.maps], out
+
+
+def _main_tensor(out: Any) -> np.ndarray | None:
+    """The output vector (K,) of a forward's result: a (1, K) tensor, or the one the live path shows."""
+    from vitviz.core.live import _main_output
+
+    main, _ = _main_output(out)
+    if main is None or main.dim() != 2:
+        return None
+    return main[0].detach().float().cpu().numpy()
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
+
+
+class _WeightsDoNotFit(VerifyError):
+    """The file's weights do not fit the original its name builds: the model is not what its name says."""
+
+    def __init__(self, message: str, what: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+def _built(factory: Callable[[], nn.Module], tensors: dict[str, torch.Tensor], what: str, where: Path) -> nn.Module:
+    """`factory()` with the file's tensors: checked first on the meta device (shapes only: no memory and no random
+    init when they do not fit), then built and loaded. Every parameter must come from the file with its shape
+    and nothing may be left over (buffers the file lacks keep the module's own values); a training wrapper's
+    prefix ('module.', ...) is removed when that makes them fit."""
+    try:
+        with torch.device("meta"):
+            shadow = factory()
+    except Exception:  # noqa: BLE001 - a constructor that needs real tensors: checked after building instead
+        shadow = None
+    if shadow is not None:
+        tensors = _strip_wrappers(tensors, shadow.state_dict())
+        _check_fit(shadow, tensors, what, where)
+    net = factory()
+    if shadow is None:
+        tensors = _strip_wrappers(tensors, net.state_dict())
+        _check_fit(net, tensors, what, where)
+    net.load_state_dict(tensors, strict=False)
+    return net
+
+
+def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, where: Path) -> None:
+    own = module.state_dict()
+    params = {n for n, _ in module.named_parameters()}
+    missing = sorted(k for k in own if k not in tensors and k in params)
+    extra = sorted(k for k in tensors if k not in own)
+    wrong = [f"{k}: file {tuple(tensors[k].shape)} vs original {tuple(own[k].shape)}" for k in own
+             if k in tensors and tuple(tensors[k].shape) != tuple(own[k].shape)]
+    if missing or extra or wrong:
+        parts = ([f"shapes differ: {'; '.join(wrong[:4])}"] if wrong else []) + \
+                ([f"not in the file: {', '.join(missing[:6])}"] if missing else []) + \
+                ([f"not in the original: {', '.join(extra[:6])}"] if extra else [])
+        raise _WeightsDoNotFit(f"{where}: its weights do not fit {what}: " + " | ".join(parts), what)
+
+
+def _read(path: Path) -> Any:
+    from vitviz.core.checkpoint import read_checkpoint
+
+    return read_checkpoint(path)
+
+
+def _folder(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
+def _version(module_name: str) -> str:
+    return str(getattr(importlib.import_module(module_name), "__version__", ""))
+
+
+def _captured_run(build: Callable[[tuple[int, int]], nn.Module],
+                  output: Callable[[Any], np.ndarray | None] = _main_tensor) -> Callable[
+        [tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]:
+    """`run(size, x)` for an original whose module at a size is `build(size)` (which may raise `_CannotRun`)."""
+    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        module = build(size)
+        maps, out = _capture(module, x.to(_device_of(module)))
+        return maps, output(out)
+    return run
+
+
+def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+    """timm.create_model from the config.json beside the file (as timm reads a hub folder), or from the name in
+    the training args; dynamic_img_size so that one model runs both sizes (resampling its table as timm does)."""
+    import timm
+
+    raw = _read(path)
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str):
+        source = f"local-dir:{_folder(path)}"
+        what = f"timm.create_model('{cfg['architecture']}') from {_folder(path).name}/config.json"
+        kwargs: dict[str, Any] = {}
+    else:  # named by the training args: the sizes are the file's own (its head and position table)
+        source, what = name, f"timm.create_model('{name}') (the model name in the training args)"
+        kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
+                                                                      for i in range(2))}
+    dynamic = True
+    try:
+        with torch.device("meta"):
+            timm.create_model(source, pretrained=False, dynamic_img_size=True, **kwargs)
+    except TypeError:  # a model class without dynamic_img_size: its native size only
+        dynamic = False
+    extra = {"dynamic_img_size": True} if dynamic else {}
+    net = _built(lambda: timm.create_model(source, pretrained=False, **extra, **kwargs), raw.tensors, what, path)
+    for m in net.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False  # its eager softmax, not F.scaled_dot_product_attention
+    net = net.float().eval().to(device)
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if not dynamic and size != native:
+            raise _CannotRun(f"{type(net).__name__} takes no dynamic_img_size: timm runs it at its own size only")
+        return net
+
+    return _Original("timm", timm.__version__, what, _captured_run(build))
+
+
+def _strip_wrappers(tensors: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors with a training wrapper's prefix ('module.', '_orig_mod.') removed when that makes them fit."""
+    best = tensors
+    for prefix in ("module.", "_orig_mod.", "model."):
+        stripped = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        if len(set(stripped) & set(own)) > len(set(best) & set(own)):
+            best = stripped
+    return best
+
+
+def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+    """The config.json's architecture class with eager attention; the reference attention is its own
+    `output_attentions`."""
+    import transformers
+
+    folder = _folder(path)
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
+    arch = next(iter(getattr(config, "architectures", None) or []), None)
+    cls = getattr(transformers, arch, None) if arch else None
+    if cls is None:  # no architecture stated: the backbone of its model type
+        cls = transformers.AutoModel
+        what = f"transformers.AutoModel ({folder.name}/config.json model_type {config.model_type!r}, eager attention)"
+    else:
+        what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
+    raw = _read(path)
+    # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
+    # given the tensors vitviz read (no file is opened by transformers)
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        net, info = cls.from_pretrained(None, config=config, state_dict=raw.tensors, output_loading_info=True)
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+    params = {n for n, _ in net.named_parameters()}
+    missing = sorted(k for k in info.get("missing_keys", ()) if k in params)
+    bad = [*(f"not in the file: {', '.join(missing[:6])}" for _ in [0] if missing),
+           *(f"not in the original: {', '.join(sorted(info['unexpected_keys'])[:6])}" for _ in [0]
+             if info.get("unexpected_keys")),
+           *(f"shapes differ: {', '.join(str(k) for k in sorted(info['mismatched_keys'], key=str)[:4])}" for _ in [0]
+             if info.get("mismatched_keys"))]
+    if bad:
+        raise _WeightsDoNotFit(f"{path}: its weights do not fit {what}: " + " | ".join(bad), what)
+    net = net.float().eval().to(device)
+    vision = getattr(net, "vision_model", None)   # a whole CLIP / SigLIP: its vision tower
+    tower = vision if isinstance(vision, nn.Module) else net
+    accepts = inspect.signature(tower.forward).parameters
+    native = tuple(spec.image_size)
+
+    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        kw = {"interpolate_pos_encoding": True} if size != native and "interpolate_pos_encoding" in accepts else {}
+        with torch.inference_mode():
+            out = tower(pixel_values=x.to(device), output_attentions=True, **kw)
+            vec = _hf_output(net, tower, out)
+        if not out.attentions:
+            raise VerifyError(f"{what}: output_attentions gave no attention maps")
+        return [a[0].float().cpu().numpy() for a in out.attentions], vec
+
+    return _Original("transformers", transformers.__version__, what, run)
+
+
+def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
+    """What vitviz's output is for a transformers model: the logits; a whole CLIP's projected image embedding; a
+    backbone's pooled output, except behind a tanh pooler (ViTPooler, which vitviz does not keep), where it is the
+    final norm's CLS token."""
+    def vec(t: torch.Tensor) -> np.ndarray:
+        return t[0].detach().float().cpu().numpy()
+
+    if getattr(out, "logits", None) is not None:
+        return vec(out.logits)
+    pooled = getattr(out, "pooler_output", None)
+    projection = getattr(net, "visual_projection", None)
+    if tower is not net and isinstance(projection, nn.Module) and pooled is not None:
+        return vec(projection(pooled))
+    pooler = getattr(tower, "pooler", None)
+    if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
+        return vec(pooled)
+    return vec(out.last_hidden_state[:, 0])
+
+
+def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+    """The vision tower open_clip builds for the model config beside the file (`CLIP(...).visual`), with the file's
+    `visual.*` weights; at another size a tower of that size with the table resized as open_clip does when it
+    loads (`resize_pos_embed`)."""
+    import open_clip
+    from open_clip.model import _build_vision_tower, resize_pos_embed
+
+    raw = _read(path)
+    cfg, file_name = _open_clip_model_cfg(raw)
+    if cfg is None:
+        raise VerifyError(f"{path}: the identity names an open_clip model config, but none is beside the file")
+    visual = {k[len("visual."):]: v for k, v in raw.tensors.items() if k.startswith("visual.")} or raw.tensors
+    what = f"open_clip CLIP(**{file_name} model_cfg).visual"
+    towers: dict[tuple[int, int], nn.Module] = {}
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if size in towers:
+            return towers[size]
+        vision_cfg = dict(cfg["vision_cfg"])
+        if size != native:
+            if size[0] != size[1]:
+                raise _CannotRun("open_clip resizes its position table to square grids only")
+            vision_cfg["image_size"] = size[0]
+        def factory() -> nn.Module:
+            return _build_vision_tower(int(cfg["embed_dim"]), vision_cfg, quick_gelu=bool(cfg.get("quick_gelu", False)))
+
+        tensors = visual
+        if size != native:
+            state = {f"visual.{k}": v for k, v in visual.items()}
+            with torch.device("meta"):
+                resize_pos_embed(state, types.SimpleNamespace(visual=factory()))   # its grid size only
+            tensors = {k[len("visual."):]: v for k, v in state.items()}
+        towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
+        return towers[size]
+
+    return _Original("open_clip", open_clip.__version__, what, _captured_run(build))
+
+
+def _open_clip_model_cfg(raw: Any) -> tuple[dict[str, Any] | None, str]:
+    """The `model_cfg` of an open_clip_config.json beside the file (or a config stating one)."""
+    for file_name, data in raw.sidecars:
+        cfg = data.get("model_cfg", data) if isinstance(data, dict) else {}
+        if isinstance(cfg, dict) and isinstance(cfg.get("vision_cfg"), dict):
+            return cfg, file_name
+    cfg = (raw.config or {}).get("model_cfg")
+    if isinstance(cfg, dict) and isinstance(cfg.get("vision_cfg"), dict):
+        return cfg, "config.json"
+    return None, ""
+
+
+def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device) -> _Original:
+    """torchvision.models.get_model(arch, weights=None) with the file's weights; at another (square) size a model
+    of that size with the table resampled by torchvision's own `interpolate_embeddings`."""
+    import torchvision
+    from torchvision.models.vision_transformer import interpolate_embeddings
+
+    raw = _read(path)
+    head = raw.tensors.get("heads.head.weight")
+    kwargs = {"num_classes": int(head.shape[0])} if head is not None else {}
+    what = f"torchvision.models.get_model('{arch}', weights=None)"
+    models: dict[tuple[int, int], nn.Module] = {}
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if size in models:
+            return models[size]
+        tensors = dict(raw.tensors)
+        extra: dict[str, Any] = {}
+        if size != native:
+            if size[0] != size[1]:
+                raise _CannotRun("torchvision's VisionTransformer takes square inputs only")
+            tensors = interpolate_embeddings(size[0], spec.patch_size, tensors)
+            extra["image_size"] = size[0]
+        net = _built(lambda: torchvision.models.get_model(arch, weights=None, **kwargs, **extra), tensors, what, path)
+        models[size] = net.float().eval().to(device)
+        return models[size]
+
+    return _Original("torchvision", torchvision.__version__, what, _captured_run(build))
+
+
+def _build_code(code: str, path: Path, device: torch.device) -> _Original:
+    """The user's module from FILE.py:FACTORY with the file's weights loaded into it, as `load(path, code=...)`
+    does (`live.module_from_code`, `live.load_weights`)."""
+    from vitviz.core.live import load_weights, module_from_code
+
+    module = module_from_code(code)
+    how = load_weights(module, path)
+    module = module.float().eval().to(device)
+    file_name, _, factory = code.rpartition(":")
+    ref = f"{Path(file_name).name}:{factory}"
+    what = f"{ref}() ({how})"
+
+    return _Original("code", "", what, _captured_run(lambda _size: module), against=ref)
+
+
+_BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {
+    "timm": _build_timm, "transformers": _build_transformers, "open_clip": _build_open_clip,
+    "torchvision": _build_torchvision,
+}
