@@ -1,4 +1,5 @@
-"""Command line: `vitviz` (the window), `vitviz info CHECKPOINT`, `vitviz export ...`, `vitviz models`.
+"""Command line: `vitviz` (the window), `vitviz info CHECKPOINT`, `vitviz export ...`, `vitviz models`,
+`vitviz verify MODEL`.
 
 CHECKPOINT (and `--model`) is a path or a named model `torchvision:ARCH[:WEIGHTS]`, resolved everywhere by
 `vitviz.catalog.named.resolve_model_arg`.
@@ -15,7 +16,7 @@ from typing import Sequence
 
 from vitviz.errors import VitvizError
 
-SUBCOMMANDS = ("info", "export", "models")
+SUBCOMMANDS = ("info", "export", "models", "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     build_info_parser(sub)
     from vitviz.cli.export import add_export_parser
     from vitviz.cli.models import add_models_parser
+    from vitviz.cli.verify import add_verify_parser
 
     add_export_parser(sub)
     add_models_parser(sub)
+    add_verify_parser(sub)
     return parser
 
 
@@ -68,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "models":
                 from vitviz.cli.models import run_models_command
                 return run_models_command(args)
+            if args.command == "verify":
+                from vitviz.cli.verify import run_verify
+                return run_verify(args)
             from vitviz.cli.export import run_export_command
             return run_export_command(args)
         args = window_parser().parse_args(argv)

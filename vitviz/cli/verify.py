@@ -1,0 +1,106 @@
+"""`vitviz verify MODEL`: compare vitviz's conversion of a checkpoint with the original implementation.
+
+    vitviz verify vit_small/                                  # the library that names it (timm, transformers...)
+    vitviz verify weights.pth --code model.py:build_model     # your own code is the original
+
+Prints the original that was built, per input size the largest attention difference of every layer and of the
+output, the assumptions, and the verdict. Exit codes: 0 verified, 1 differs or not verified, 2 an error (the model
+or the original could not be loaded).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from typing import Any
+
+from vitviz.cli.options import add_override_arguments, overrides_from
+
+# vitviz.core.verify.AGAINST, spelled out so that parsing the command line does not import torch
+AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision")
+
+
+def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("verify", help="compare the converted model with its original implementation",
+                       description=__doc__.split("\n\n")[0] + " The original is built by the library that names "
+                       "the model, with the file's own weights, and run on one seeded random input at the native "
+                       "size and at 2 patches more per side; every layer's per-head attention (tolerance 1e-5) "
+                       "and the output (1e-4) are compared in float32.")
+    p.add_argument("model", metavar="MODEL", help="a weights file, a model folder, or a named model "
+                   "torchvision:ARCH[:WEIGHTS] (downloaded into the torch hub cache if it is not there yet)")
+    p.add_argument("--against", choices=AGAINST, default="auto",
+                   help="the library to build the original with (default auto: the one that names the model)")
+    p.add_argument("--json", action="store_true", help="print the verification as JSON")
+    p.add_argument("--device", default="cpu", help="device to run both models on (default: cpu)")
+    add_override_arguments(p)  # --code FILE.py:FACTORY among them: then your code is the original
+    return p
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """0 verified, 1 differs or unverified; a VitvizError (exit 2) when the model or the original cannot load."""
+    import vitviz
+    from vitviz.cli.models import resolve_cli_model
+    from vitviz.core.spec import GuessWarning
+    from vitviz.core.verify import verify
+
+    checkpoint = resolve_cli_model(args.model)
+    overrides = overrides_from(args)
+    code = overrides.pop("code", None)
+    with warnings.catch_warnings():  # the assumptions are listed below, each once
+        warnings.simplefilter("ignore", GuessWarning)
+        model = vitviz.load(checkpoint, device=args.device, **overrides)
+    with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
+        warnings.simplefilter("ignore")
+        check = verify(model, against=args.against, code=code)
+    if args.json:
+        print(json.dumps(check.to_dict(), indent=2))
+    else:
+        print("\n".join(report_lines(check, model.spec)))
+    return 0 if check.verified else 1
+
+
+def report_lines(check: Any, spec: Any) -> list[str]:
+    """The text report: the original, a table of the largest differences (layers by sizes), what was skipped, the
+    assumptions and the verdict line."""
+    from vitviz.core.verify import format_difference
+
+    lines = [f"{spec.source}"]
+    if check.original:
+        lines.append(f"  original   {check.original}" + (f"  ({check.library} {check.version})"
+                                                          if check.version else ""))
+    if check.sizes:
+        width = max(10, *(len(f"{h}x{w}") + 2 for h, w in check.sizes))
+        head = "  " + f"{'layer':<8}" + "".join(f"{f'{h}x{w}':>{width}}" for h, w in check.sizes)
+        lines += [f"  largest |difference| (tolerance: attention {format_difference(check.atol_attention)}, output "
+                  f"{format_difference(check.atol_output)}; * beyond it):", head]
+        depth = max(len(layers) for layers in check.per_layer)
+        for i in range(depth):
+            cells = []
+            for layers in check.per_layer:
+                d = layers[i][1] if i < len(layers) else None
+                cells.append(_cell(d, check.atol_attention, width, format_difference))
+            lines.append("  " + f"{i:<8}" + "".join(cells))
+        lines.append("  " + f"{'output':<8}" + "".join(_cell(d, check.atol_output, width, format_difference)
+                                                         for d in check.output_per_size))
+    for (h, w), why in check.skipped:
+        lines.append(f"  skipped    {h}x{w}: {why}")
+    if check.verdict == "differs" and check.reason:
+        lines.append(f"  differs    {check.reason}")
+    assumed = dict(spec.assumptions)
+    if assumed:
+        lines.append(f"  assumptions ({len(assumed)}):")
+        lines += [f"    {name:<14} {source}" for name, source in assumed.items()]
+    else:
+        lines.append("  assumptions none")
+    if check.verdict == "unverified":
+        lines.append(f"  why        {check.reason}")
+    lines.append(check.summary())
+    return lines
+
+
+def _cell(value: float | None, tolerance: float, width: int, fmt: Any) -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    text = fmt(value) + ("*" if value > tolerance else " ")
+    return f"{text:>{width}}"
+
