@@ -88,6 +88,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="threads that read and preprocess images (default: up to 4)")
     g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
     g.add_argument("--quiet", action="store_true", help="no progress bar and no summary; errors only")
+    g.add_argument("--no-verify", action="store_true",
+                   help="do not compare the model with its original implementation (vitviz verify) for the "
+                        "manifest's 'verification' (by default one extra forward pass of the original per size)")
     add_override_arguments(p)
     return p
 
@@ -180,6 +183,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
+    verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
               "once per layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
@@ -212,7 +216,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     summary = exporter.summary(out, seconds, interrupted or stopped is not None)
     try:
-        _write_manifest(out, args, model, exporter, seconds, interrupted or stopped is not None)
+        _write_manifest(out, args, model, exporter, seconds, interrupted or stopped is not None, verification)
     except OSError as e:
         full = stopped is not None or e.errno in (errno.ENOSPC, errno.EDQUOT)
         raise DiskFullError(f"{out}: {'the disk is full; ' if full else ''}{MANIFEST} could not be written "
@@ -249,6 +253,26 @@ def _load(args: argparse.Namespace) -> Any:
         raise
     except Exception as e:  # a loader bug or an exotic file must still exit 2 with the file named
         raise CheckpointError(f"{args.model}: could not be loaded ({type(e).__name__}: {e})") from e
+
+
+def _verify(model: Any, quiet: bool) -> dict[str, Any]:
+    """The model checked against its original implementation once per run (`vitviz.core.verify`), for the
+    manifest; the verdict line goes to stderr unless --quiet. An original that cannot be run is recorded as
+    unverified with the reason: the export does not depend on it."""
+    import warnings
+
+    from vitviz.core.verify import UNVERIFIED, Verification, verify
+
+    try:
+        with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
+            warnings.simplefilter("ignore")
+            check = verify(model)
+    except VitvizError as e:
+        check = Verification(UNVERIFIED, assumptions=tuple(n for n, _ in model.spec.assumptions),
+                             reason=f"the original could not be run: {e}")
+    if not quiet:
+        print(f"vitviz: {check.summary()}", file=sys.stderr)
+    return check.to_dict()
 
 
 def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[LayerSel], list[HeadSel]]:
@@ -301,8 +325,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: Any, seconds: float,
-                    interrupted: bool) -> None:
-    """`manifest.json`: the parameters, the model's spec, and per input its SHA-256, status and outputs."""
+                    interrupted: bool, verification: dict[str, Any] | None = None) -> None:
+    """`manifest.json`: the parameters, the model's spec and its verification (None with --no-verify), and per
+    input its SHA-256, status and outputs."""
     import vitviz
 
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
@@ -312,7 +337,8 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
     data = {
         "vitviz": vitviz.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv[1:], "parameters": params,
-        "model": {"checkpoint": str(args.model), "device": model.device, "spec": model.spec.to_dict()},
+        "model": {"checkpoint": str(args.model), "device": model.device, "spec": model.spec.to_dict(),
+                  "verification": verification},
         "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
         "images": [job.record(out) for job in exporter.jobs],
     }
