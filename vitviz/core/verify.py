@@ -434,10 +434,11 @@ class _WeightsDoNotFit(VerifyError):
 
 
 def _built(factory: Callable[[], nn.Module], tensors: dict[str, torch.Tensor], what: str, where: Path) -> nn.Module:
-    """`factory()` with the file's tensors: checked first on the meta device (shapes only: no memory and no random
-    init when they do not fit), then built and loaded. Every parameter must come from the file with its shape
-    and nothing may be left over (buffers the file lacks keep the module's own values); a training wrapper's
-    prefix ('module.', ...) is removed when that makes them fit."""
+    """`factory()` with the file's tensors. It is built on the meta device first (shapes only): every parameter
+    must come from the file with its shape and nothing may be left over (a training wrapper's prefix 'module.', ...
+    is removed when that makes them fit). When the file holds every tensor the module has (and its constructor
+    computes none of its own), the file's tensors are the module's (no random init to overwrite); otherwise it is
+    built for real and loaded (buffers the file lacks keep the module's own values)."""
     try:
         with torch.device("meta"):
             shadow = factory()
@@ -446,6 +447,13 @@ def _built(factory: Callable[[], nn.Module], tensors: dict[str, torch.Tensor], w
     if shadow is not None:
         tensors = _strip_wrappers(tensors, shadow.state_dict())
         _check_fit(shadow, tensors, what, where)
+        state = shadow.state_dict()
+        computed = {n for n, _ in shadow.named_buffers()} - set(state)   # non-persistent: made by its constructor
+        cached = any(isinstance(v, torch.Tensor) for m in shadow.modules() for v in vars(m).values())
+        if not computed and not cached and all(k in tensors for k in state):
+            # every tensor it has comes from the file: take them as they are, no random init to overwrite
+            shadow.load_state_dict({k: tensors[k] for k in state}, strict=True, assign=True)
+            return shadow
     net = factory()
     if shadow is None:
         tensors = _strip_wrappers(tensors, net.state_dict())
