@@ -47,15 +47,20 @@ _OUT_WORDS = ("out", "proj", "o", "wo", "output", "dense", "projection", "outpro
 class Facts:
     """What a family knows that the tensors do not say. Each value is a hint `(value, source)` or None."""
     family: str = "structural"
-    eps: Hint = (1e-5, "default: nn.LayerNorm eps (a hand-written layout)")
+    eps: Hint = (1e-5, "assumed: nn.LayerNorm's default eps 1e-5 (a hand-written layout; no tensor holds the eps)")
     mlp_kind: Hint = ("gelu", "guess: GELU, the ViT activation (pass act='relu' if the MLP uses ReLU)")
-    block_norm: Hint = ("pre", "default: pre-norm, as in ViT (pass block_norm='post' for post-norm blocks)")
+    block_norm: Hint = ("pre", "assumed: pre-norm blocks, as in ViT (the norm order is in no tensor; pass "
+                        "block_norm='post' for post-norm blocks)")
     patch_order: Hint = ("p1p2c", "guess: flattened patches in einops order 'b c (h p1) (w p2) -> b (h w) "
                          "(p1 p2 c)' (pass patch_order='cp1p2' for unfold/permute order)")
     head_act: Hint = ("gelu", "guess: GELU between the two head Linears (pass head_act=...)")
     pooling_no_cls: Hint = ("avg", "guess: no class token, so the mean of the patch tokens (pass pooling='token' "
                             "for token-0 pooling)")
     pooling_cls: Hint | None = None
+    attn_scale: Hint = (0.0, "assumed: head_dim ** -0.5, the usual attention scale (a hand-written attention may "
+                        "scale otherwise; pass attn_scale=S)")
+    token_order: Hint = ("prefix_first", "assumed: the class (and other prefix) tokens come before the patches, as "
+                         "in ViT; a model that appends them after the patches needs its own code")
     extra: dict[str, Hint] = field(default_factory=dict)  # more hints handed through (attn_scale, pos_kind, ...)
 
 
@@ -233,7 +238,31 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         dropped += _read_top(top, dim, container, raw, facts, overrides, out, hints, report)
     except Unplaced as e:
         raise _refusal(raw, report, e, units) from None
+    hints.update(_unstated(groups[0], facts, out, hints))
     return Converted(facts.family, out, hints, dropped)
+
+
+def _unstated(first_block: list[Unit], facts: Facts, out: dict[str, torch.Tensor],
+              hints: dict[str, Hint]) -> dict[str, Hint]:
+    """What no tensor of a hand-written layout says and its code decides: the attention scale (known only for
+    nn.MultiheadAttention, whose code fixes it), the token order and the final norms' eps -- each said as
+    assumed, so that it is flagged wherever the model is shown."""
+    from vitviz.core.spec import ASSUMED, provenance_kind
+
+    found: dict[str, Hint] = {}
+    if "attn_scale" not in hints:
+        mha = any(u.kind == "in_proj" for u in first_block)
+        found["attn_scale"] = (0.0, "derived: an nn.MultiheadAttention (in_proj_weight), which always scales by "
+                                    "head_dim ** -0.5") if mha else facts.attn_scale
+    if any(k in out for k in ("cls_token", "dist_token", "reg_token")):
+        found["token_order"] = facts.token_order
+    finals = [k for k in ("norm", "norm_extra", "fc_norm") if f"{k}.weight" in out]
+    eps, eps_src = hints.get("eps", facts.eps)
+    if finals and provenance_kind(eps_src) == ASSUMED:  # a stated layer_norm_eps is every norm's
+        found["eps_final"] = (eps, f"assumed: the final LayerNorm{'s' if len(finals) > 1 else ''} "
+                                   f"({', '.join(finals)}) use the blocks' eps {eps:g} (a model may build them "
+                                   "with another, e.g. nn.LayerNorm's 1e-5 after 1e-6 blocks)")
+    return found
 
 
 def _first_qkv(group: list[Unit]) -> Unit | None:
@@ -533,6 +562,13 @@ def _place_norms(units: list[Unit], dim: int, used: set[int], out: dict[str, tor
     for i in range(need):
         if slots[i] is None and loose:
             slots[i] = loose.pop(0)
+    if loose and all(s is not None for s in slots):
+        found = [u for u in units if u.kind == "norm" and u.weight.shape[0] == dim]
+        raise Unplaced(f"block {index}: {len(found)} LayerNorms of width {dim} ("
+                       f"{', '.join(u.keys[0].rsplit('.', 1)[0] for u in found)}), e.g. one in front of the MLP and "
+                       "another at its start; the reference block has one in front of the attention and one in "
+                       "front of the MLP, not two stacked",
+                       sorted(found, key=lambda u: u.order))
     if any(s is None for s in slots) or loose:
         raise Unplaced(f"block {index}: expected {need} LayerNorm(s) of width {dim} (in front of the attention"
                        f"{' and in front of the MLP' if need == 2 else ''}), found "
@@ -647,19 +683,33 @@ def _position_table(u: Unit, dim: int, out: dict[str, torch.Tensor], hints: dict
 def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Facts, overrides: dict[str, Any],
                      out: dict[str, torch.Tensor], hints: dict[str, Hint], used: set[int], report: Report) -> str:
     """The conv (D, C, P, P) or Linear (D, C*P*P) patch projection and its norms; returns its parent path."""
-    convs = [u for u in units if u.kind == "conv" and u.weight.shape[0] == dim]
+    two_stage = _conv_then_linear(units, dim)
+    convs = [two_stage[0]] if two_stage else [u for u in units if u.kind == "conv" and u.weight.shape[0] == dim]
     if len(convs) > 1:
         raise Unplaced("several convolutions could be the patch embedding", convs)
     if convs:
         u = convs[0]
         if u.weight.shape[-1] != u.weight.shape[-2]:
             raise Unplaced(f"patch embedding {u.describe()} has a non-square kernel", [u])
-        out["patch_embed.proj.weight"] = u.weight
-        if u.bias is not None:
-            out["patch_embed.proj.bias"] = u.bias
+        weight, bias = u.weight, u.bias
+        if two_stage:  # Conv2d (D', C, P, P) then Linear (D, D'): one conv W_l @ W_c, bias W_l @ b_c + b_l (exact)
+            lin = two_stage[1]
+            weight = torch.einsum("od,dcpq->ocpq", lin.weight, u.weight)  # (D, D') x (D', C, P, P) -> (D, C, P, P)
+            if u.bias is not None or lin.bias is not None:
+                bias = (lin.weight @ u.bias if u.bias is not None else 0) + \
+                    (lin.bias if lin.bias is not None else torch.zeros(dim))
+            used.add(id(lin))
+            hints["patch_order"] = ("conv+linear", f"assumed: the patch embedding is a Conv2d {u.describe()} "
+                                    f"followed by a Linear {lin.describe()}, folded into one convolution (exact "
+                                    "when nothing, e.g. no activation, comes between them)")
+        out["patch_embed.proj.weight"] = weight
+        if bias is not None:
+            out["patch_embed.proj.bias"] = bias
         used.add(id(u))
-        report.parts["patch embedding"] = f"conv {u.describe()}"
-        proj, width_in, chans, patch = u, int(u.weight[0].numel()), int(u.weight.shape[1]), int(u.weight.shape[-1])
+        report.parts["patch embedding"] = f"conv {u.describe()}" + (f" then Linear {two_stage[1].describe()}"
+                                                                    if two_stage else "")
+        proj = two_stage[1] if two_stage else u
+        width_in, chans, patch = int(u.weight[0].numel()), int(u.weight.shape[1]), int(u.weight.shape[-1])
         order = "cp1p2"
     else:
         proj, chans, patch = _patch_linear(units, dim, raw, used)
@@ -687,6 +737,32 @@ def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Fac
             continue
         used.add(id(u))
     return parent
+
+
+_PATCH_WORDS = ("patch", "embed", "tokeni", "stem", "proj_in", "to_tokens")
+
+
+def _conv_then_linear(units: list[Unit], dim: int) -> tuple[Unit, Unit] | None:
+    """A two-stage patch embedding: one Conv2d (D', C, P, P) followed by a Linear (D, D') in the same module (or
+    one named for the patch embedding), e.g. `nn.Sequential(nn.Conv2d(...), Rearrange(...), nn.Linear(...))`;
+    None when the patch embedding is a single layer. Never the head's Linear, and never across a LayerNorm."""
+    convs = [u for u in units if u.kind == "conv"]
+    if len(convs) != 1:
+        return None
+    conv = convs[0]
+    width = int(conv.weight.shape[0])
+    lins = [u for u in units if u.kind == "linear" and tuple(u.weight.shape) == (dim, width) and u.order > conv.order
+            and ((conv.parent and u.parent == conv.parent) or any(w in u.path.lower() for w in _PATCH_WORDS))
+            and not re.search(r"head|classifier|logits", u.path.lower())]
+    if len(lins) > 1:
+        raise Unplaced(f"several Linears could follow the patch convolution {conv.describe()}", lins)
+    if not lins:
+        return None
+    between = [u for u in units if u.kind == "norm" and conv.order < u.order < lins[0].order]
+    if between:
+        raise Unplaced(f"a LayerNorm between the patch convolution {conv.describe()} and its Linear "
+                       f"{lins[0].describe()} (a two-stage patch embedding vitviz cannot fold)", between)
+    return conv, lins[0]
 
 
 def _patch_linear(units: list[Unit], dim: int, raw: RawCheckpoint, used: set[int]) -> tuple[Unit, int, int]:

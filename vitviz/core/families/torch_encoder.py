@@ -2,8 +2,9 @@
 `linear1`, `linear2`, `norm1`, `norm2`), with whatever patch embedding, tokens and head around them.
 
 The tensors are placed by `structural`. `nn.TransformerEncoderLayer`'s constructor decides what no tensor shows:
-post-norm (`norm_first=False`) and ReLU are PyTorch's defaults, `layer_norm_eps` is 1e-5; the first two are
-said as guesses unless training args or a config beside the file give `norm_first` / `activation`.
+post-norm (`norm_first=False`) and ReLU are PyTorch's defaults, `layer_norm_eps` is 1e-5; each is said as
+assumed (flagged) unless training args or a config beside the file give `norm_first` / `activation` /
+`layer_norm_eps`. The attention is `nn.MultiheadAttention`'s, so its scale is known (head_dim ** -0.5).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
 def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
             overrides: dict[str, Any] | None = None) -> Converted:
     facts = Facts(
-        family="torch_encoder", eps=(1e-5, "family: nn.TransformerEncoderLayer layer_norm_eps default"),
+        family="torch_encoder", eps=(1e-5, "assumed: nn.TransformerEncoderLayer's default layer_norm_eps 1e-5 (no "
+                                           "tensor holds it; pass eps=E if it was built with another)"),
         mlp_kind=("relu", "guess: ReLU, nn.TransformerEncoderLayer's default activation (pass act='gelu' if it "
                   "was built with activation='gelu')"),
         block_norm=("post", "guess: post-norm, nn.TransformerEncoderLayer's default norm_first=False (pass "

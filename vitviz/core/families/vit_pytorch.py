@@ -1,7 +1,8 @@
 """lucidrains/vit-pytorch: `ViT` (every generation since the first gist) and `SimpleViT`.
 
 The tensors are placed by `structural`; this module adds what the vit-pytorch code fixes and its files do not
-show (checkpoint-formats.md §3.7):
+show (checkpoint-formats.md §3.7). The code is copied and edited more often than imported, so the settings its
+users change (activation, norm order, eps, attention scale, token order) are said as assumed, and flagged:
 
 - LayerNorm eps 1e-5 (nn.LayerNorm defaults), exact GELU, pre-norm blocks, patches flattened by
   `Rearrange('b c (h p1) (w p2) -> b (h w) (p1 p2 c)')` (folded into the conv; with dual patchnorm the
@@ -47,6 +48,9 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     elif old:
         extra["attn_scale"] = (0.0, "guess: dim_head ** -0.5 (vit-pytorch from 2021-01-21; files saved before then "
                                f"scaled by dim ** -0.5: pass attn_scale={dim ** -0.5:.6g})")
+    else:
+        extra["attn_scale"] = (0.0, "assumed: dim_head ** -0.5, vit-pytorch's Attention scale (a copy of the code "
+                               "may scale otherwise; pass attn_scale=S)")
     if not any(".to_out." in k for k in keys):  # `project_out = not (heads == 1 and dim_head == dim)`
         extra["num_heads"] = (1, "family: vit-pytorch leaves out to_out only for heads=1, dim_head=dim")
     if simple:
@@ -59,10 +63,16 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     else:
         pooling = ("token", "default: vit-pytorch pool='cls' (pass pooling='avg_all' for a model built with "
                    "pool='mean', which averaged every token, the class token included)")
+    # vit-pytorch's code is copied and edited more than it is imported, and a name in training args names no
+    # registered model: what its code fixes and no tensor shows is assumed, so it is flagged
     facts = Facts(
-        family="vit_pytorch", eps=(1e-5, "family: vit-pytorch (nn.LayerNorm defaults)"),
-        mlp_kind=("gelu", "family: vit-pytorch FeedForward (exact GELU)"),
-        block_norm=("pre", "family: vit-pytorch (pre-norm)"),
+        family="vit_pytorch", eps=(1e-5, "assumed: nn.LayerNorm's default eps 1e-5, as vit-pytorch builds its norms "
+                                         "(no tensor holds the eps; pass eps=E)"),
+        mlp_kind=("gelu", "assumed: exact GELU, as vit-pytorch's FeedForward (an edited copy may use another "
+                          "activation; pass act=...)"),
+        block_norm=("pre", "assumed: pre-norm, as vit-pytorch's blocks (the norm order is in no tensor; pass "
+                           "block_norm='post' for post-norm blocks)"),
+        token_order=("prefix_first", "assumed: the class token in front of the patches, as vit-pytorch puts it"),
         patch_order=("p1p2c", "family: vit-pytorch Rearrange 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'"),
         head_act=("gelu", "family: vit-pytorch's first mlp_head (Linear, GELU, Linear)"),
         pooling_cls=pooling, pooling_no_cls=pooling, extra=extra,
