@@ -30,6 +30,7 @@ class QuickGELU(nn.Module):
 
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
+BLOCK_NORMS = ("pre", "post", "res_post")  # `ModelSpec.block_norm`: where each block's LayerNorms sit (see Block)
 
 
 def make_act(kind: str) -> nn.Module:
@@ -164,14 +165,17 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     """Transformer block. Pre-norm (`block_norm='pre'`, ViT): x + ls1(attn(norm1(x))), then
     x + ls2(mlp(norm2(x))). Post-norm ('post', nn.TransformerEncoderLayer's default): norm1(x + attn(x)), then
-    norm2(x + mlp(x)). `mlp_hidden=0`: a block without an MLP (attention only)."""
+    norm2(x + mlp(x)). Res-post-norm ('res_post', timm ResPostBlock, Eva `use_post_norm`, Swin v2): each
+    sub-layer's output normed inside the residual, x + ls1(norm1(attn(x))), then x + ls2(norm2(mlp(x))).
+    `mlp_hidden=0`: a block without an MLP (attention only)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         d = spec.embed_dim
-        if spec.block_norm not in ("pre", "post"):
-            raise ValueError(f"block_norm {spec.block_norm!r}; expected 'pre' or 'post'")
+        if spec.block_norm not in BLOCK_NORMS:
+            raise ValueError(f"block_norm {spec.block_norm!r}; expected one of {', '.join(BLOCK_NORMS)}")
         self.post = spec.block_norm == "post"
+        self.res_post = spec.block_norm == "res_post"
         self.norm1 = nn.LayerNorm(d, eps=spec.eps)
         self.attn = Attention(spec)
         self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
@@ -181,10 +185,13 @@ class Block(nn.Module):
         self.ls2 = LayerScale(d) if spec.layer_scale and self.has_mlp else nn.Identity()
 
     def attn_input(self, x: torch.Tensor) -> torch.Tensor:
-        """What the attention of this block sees: norm1(x) pre-norm, x itself post-norm."""
-        return x if self.post else self.norm1(x)
+        """What the attention of this block sees: norm1(x) pre-norm, x itself post-norm and res-post-norm."""
+        return x if self.post or self.res_post else self.norm1(x)
 
     def forward(self, x: torch.Tensor, rope: Rope = None, biases: Biases = ()) -> torch.Tensor:
+        if self.res_post:
+            x = x + self.ls1(self.norm1(self.attn(x, rope, biases)))
+            return x + self.ls2(self.norm2(self.mlp(x))) if self.has_mlp else x
         if self.post:
             x = self.norm1(x + self.ls1(self.attn(x, rope, biases)))
             return self.norm2(x + self.ls2(self.mlp(x))) if self.has_mlp else x
