@@ -60,9 +60,169 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         hints["pos_interp"] = ("deit", f"family: {family} (bicubic, size=, align_corners=False)")
     if any(".mlp.w12." in k for k in keys):
         hints["mlp_kind"] = ("swiglu", "shape: mlp.w12 (DINOv2 SwiGLU)")
-    if family == "timm" and ("norm_pre.weight" in keys or "attn_pool.latent" in keys or "siglip" in _architecture(raw)):
+    name = _architecture(raw)
+    if "mlp_kind" not in hints and _packed_swiglu(sd):  # timm SwiGLUPacked: gate and value packed in fc1
+        hints["mlp_kind"] = ("swiglu", f"named: timm builds {name.split('.')[0]} with SwiGLUPacked and SiLU"
+                             if "dinov2" in name or "tipsv2" in name else
+                             "assumed: mlp.fc1 is twice mlp.fc2's input, a gated MLP (timm SwiGLUPacked), gated with "
+                             "SiLU as timm's DINOv2-g (its act_layer is in no tensor)")
+    if family == "timm" and "norm_pre.weight" in keys and name and not _clip_like(name) \
+            and "attn_pool.latent" not in keys:
+        hints["eps"] = (1e-6, f"named: timm builds {name.split('.')[0]} with its LayerNorm default eps 1e-6 (pre_norm "
+                              "alone does not change it; only the registered *_clip_* towers pass eps 1e-5)")
+    elif family == "timm" and ("norm_pre.weight" in keys or "attn_pool.latent" in keys or "siglip" in name):
         family = _tower_hints(sd, raw, hints)
+    elif name.startswith("beit3_"):
+        hints["eps"] = (1e-5, f"named: timm builds {name.split('.')[0]} with LayerNorm eps 1e-5")
+    if "_rpn_" in name:
+        hints["block_norm"] = ("res_post", f"named: timm builds {name.split('.')[0]} with ResPostBlock (x + "
+                                           "norm(f(x)): each sub-layer's output normed inside the residual)")
+    if family == "timm" and (not name or "dinov2" in name):
+        _dinov2_port(sd, hints)
+    hints.update(model_args_hints(raw, sd, hints, "vit"))
+    if not name and any(f"{k}.weight" in sd for k in ("norm", "fc_norm")):
+        eps = float(hints.get("eps", (1e-6,))[0])
+        hints["eps_final"] = (eps, f"assumed: the final norm uses the blocks' eps {eps:g}, as timm builds it (a "
+                                   "hand-written ViT in timm's names may build it with another, e.g. nn.LayerNorm's "
+                                   "1e-5 after 1e-6 blocks; nothing names the model)")
     return Converted(family, sd, hints, dropped)
+
+
+def _packed_swiglu(sd: dict[str, torch.Tensor]) -> bool:
+    fc1, fc2 = sd.get("blocks.0.mlp.fc1.weight"), sd.get("blocks.0.mlp.fc2.weight")
+    return fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]
+
+
+def _clip_like(name: str) -> bool:
+    """A registered timm CLIP tower (`vit_*_clip_*`, built with LayerNorm eps 1e-5) or a SigLIP one."""
+    base = name.split(".")[0]
+    return "_clip_" in base or base.endswith("_clip") or "siglip" in base
+
+
+def _dinov2_port(sd: dict[str, torch.Tensor], hints: dict[str, Hint]) -> None:
+    """timm's port of DINOv2 (`vit_*_patch14_dinov2`, `vit_*_patch14_reg4_dinov2`: patch 14, layer scale, a
+    37x37 table for 518 px) preprocesses as timm's DINOv2 configs say: ImageNet mean/std, bicubic, crop_pct 1.0
+    at 518 px -- not timm's ViT default (mean/std 0.5, crop_pct 0.9)."""
+    w, pos = sd.get("patch_embed.proj.weight"), sd.get("pos_embed")
+    if w is None or pos is None or w.shape[-1] != 14 or "blocks.0.ls1.gamma" not in sd or "cls_token" not in sd:
+        return
+    if int(pos.shape[1]) not in (37 * 37, 37 * 37 + 1):
+        return
+    from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD
+
+    hints["preprocess"] = ({"crop": (518, 518), "resize": 518, "mode": "center", "interpolation": "bicubic",
+                            "mean": IMAGENET_MEAN, "std": IMAGENET_STD},
+                           "family: timm's DINOv2 (a patch-14 table of 37x37 with layer scale: ImageNet mean/std, "
+                           "bicubic, crop_pct 1.0 at 518 px)")
+
+
+# timm activation names (`timm.layers.get_act_layer`) the reference ViT computes
+TIMM_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "gelutanh": "gelu_tanh", "quick_gelu": "quick_gelu",
+             "quickgelu": "quick_gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
+# constructor arguments of timm's VisionTransformer and Eva whose effect the tensors show (keys, shapes), that
+# never change what a loaded model computes at its own size, or that other readers read (the RoPE settings)
+_SHAPE_ARGS = frozenset((
+    "img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads", "mlp_ratio", "qkv_bias",
+    "qk_norm", "scale_attn_norm", "scale_mlp_norm", "proj_bias", "init_values", "class_token", "reg_tokens",
+    "pre_norm", "final_norm", "fc_norm", "pos_embed", "qkv_fused", "swiglu_mlp", "swiglu_align_to", "scale_mlp",
+    "scale_attn_inner", "num_reg_tokens", "use_abs_pos_emb", "use_pre_transformer_norm",
+    "use_post_transformer_norm", "use_fc_norm", "attn_pool_mlp_ratio", "attn_pool_num_heads",
+    "attn_only_layer_scale", "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half",
+    "ref_feat_shape", "rope_type"))
+_NO_EFFECT_ARGS = frozenset(("weight_init", "fix_init", "dynamic_img_size", "dynamic_img_pad", "device", "dtype",
+                             "head_init_scale", "rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords",
+                             "drop_rate", "drop_path_rate", "pretrained_cfg", "pretrained_cfg_overlay"))
+_ARG_DEFAULTS: dict[str, Any] = {"mlp_kind": "gelu", "eps": 1e-6, "attn_scale": 0.0, "block_norm": "pre"}
+
+
+def model_args_hints(raw: RawCheckpoint, sd: dict[str, torch.Tensor], hints: dict[str, Hint],
+                     cls: str, read_by_caller: frozenset[str] = frozenset()) -> dict[str, Hint]:
+    """What timm's config.json `model_args` (the arguments the model was created with) say that no tensor shows:
+    the activation (`act_layer`), pooling (`global_pool`, `pool_include_prefix`), whether the position table
+    covers the prefix tokens (`no_embed_class`), the norm layer; for Eva (`cls='eva'`) also post-norm blocks and
+    grouped kv heads (`read_by_caller`: arguments the calling reader reads itself). An argument that could change
+    the outputs and that vitviz does not read is an assumed entry naming it (flagged); an activation or pooling
+    the reference ViT cannot compute is refused."""
+    from vitviz.errors import UnknownLayoutError
+
+    cfg = raw.config or {}
+    margs = cfg.get("model_args") if isinstance(cfg.get("model_args"), dict) else {}
+    src = "metadata: config.json model_args"
+    out: dict[str, Hint] = {}
+    handled = set(_SHAPE_ARGS | _NO_EFFECT_ARGS | read_by_caller)
+    act = margs.get("act_layer")
+    if act is not None and cls == "vit":
+        handled.add("act_layer")
+        kind = TIMM_ACTS.get(str(act).lower().replace("-", "_"))
+        swiglu = hints.get("mlp_kind", ("",))[0] == "swiglu"
+        if swiglu and kind == "silu":
+            out["mlp_kind"] = ("swiglu", f"{src}.act_layer {act!r} with a gated MLP (SwiGLU)")
+        elif kind is None or swiglu:
+            raise UnknownLayoutError(f"{raw.path}: config.json model_args.act_layer {act!r}"
+                                     f"{' in a gated MLP' if swiglu else ''} is an activation the reference ViT does "
+                                     f"not compute; expected one of {', '.join(sorted(set(TIMM_ACTS.values())))}")
+        else:
+            out["mlp_kind"] = (kind, f"{src}.act_layer")
+    pool, pool_src = (margs["global_pool"], f"{src}.global_pool") if "global_pool" in margs else \
+        (cfg.get("global_pool"), "metadata: config.json global_pool")
+    handled |= {"global_pool", "pool_include_prefix"}
+    include = bool(margs.get("pool_include_prefix"))
+    if isinstance(pool, str) and "attn_pool.latent" not in sd:
+        if pool == "avg":
+            out["pooling"] = ("avg_all" if include else "avg", pool_src + (" with pool_include_prefix" if include
+                                                                           else ""))
+        elif pool == "token" and "cls_token" in sd:
+            out["pooling"] = ("token", pool_src)
+        elif pool in ("avgmax", "max", "prr"):
+            raise UnknownLayoutError(f"{raw.path}: config.json global_pool {pool!r}: a pooling the reference ViT "
+                                     "does not compute (it pools 'token', 'avg' or 'map')")
+    elif pool == "map" and include and "attn_pool.latent" in sd:
+        out["pool_prefix"] = (True, f"{src}.pool_include_prefix")
+    if "no_embed_class" in margs:
+        handled.add("no_embed_class")
+        n_prefix = int("cls_token" in sd) + int("dist_token" in sd) + \
+            (int(sd["reg_token"].shape[1]) if "reg_token" in sd else 0)
+        if n_prefix and "pos_embed" in sd and "pos_prefix" not in hints:
+            out["pos_prefix"] = (0 if margs["no_embed_class"] else n_prefix, f"{src}.no_embed_class")
+    norm = margs.get("norm_layer")
+    if isinstance(norm, str):
+        handled.add("norm_layer")
+        if norm.lower() in ("layernorm", "layer_norm"):
+            out["eps"] = (1e-6, f"{src}.norm_layer {norm!r} (timm's LayerNorm, eps 1e-6)")
+        else:
+            raise UnknownLayoutError(f"{raw.path}: config.json model_args.norm_layer {norm!r}: the reference ViT "
+                                     "computes LayerNorm only")
+    if cls == "eva":
+        handled |= {"use_rot_pos_emb", "use_post_norm", "num_kv_heads", "attn_type"}
+        if margs.get("use_post_norm"):
+            out["block_norm"] = ("res_post", f"{src}.use_post_norm (x + norm(f(x)) in every block)")
+        heads, kv = margs.get("num_heads"), margs.get("num_kv_heads")
+        if kv is not None and heads is not None and kv != heads:
+            raise UnknownLayoutError(f"{raw.path}: config.json model_args.num_kv_heads {kv} != num_heads {heads}: "
+                                     "grouped-query attention, which the reference ViT does not express")
+        if margs.get("attn_type") not in (None, "eva", "rope"):
+            handled.discard("attn_type")
+    unread = [k for k in margs if k not in handled and not k.endswith(("_drop_rate", "drop_path_rate"))]
+    for key in unread:
+        field = _field_for(key)
+        value = out.get(field, hints.get(field, (_ARG_DEFAULTS[field],)))[0]
+        before = out.get(field, hints.get(field, ("", "")))[1]
+        note = f"config.json model_args.{key} = {margs[key]!r} is an argument vitviz does not read"
+        out[field] = (value, f"assumed: {note}; it may change the {field} (or more) of the model"
+                             + (f"; otherwise {before}" if before else ""))
+    return out
+
+
+def _field_for(key: str) -> str:
+    """The setting an unread timm argument most likely changes, for its flag."""
+    k = key.lower()
+    if "act" in k or "mlp" in k:
+        return "mlp_kind"
+    if "norm" in k or "eps" in k:
+        return "eps"
+    if "attn" in k or "qk" in k or "head" in k:
+        return "attn_scale"
+    return "block_norm"
 
 
 # timm SigLIP towers built with tanh-GELU (the SigLIP 2 era); every other `vit_*_siglip_*` uses exact GELU
@@ -97,7 +257,12 @@ def _tower_hints(sd: dict[str, torch.Tensor], raw: RawCheckpoint, hints: dict[st
                                  "SigLIP tower; timm builds the SigLIP 2 era ones with tanh-GELU, the older "
                                  "vit_*_siglip_* with exact GELU (pass act='gelu' for those)")
         return "timm-siglip"
-    hints["eps"] = (1e-5, "family: timm builds every pre_norm (CLIP-style) ViT with LayerNorm eps 1e-5")
+    if name:  # a *_clip_* architecture (others are read in convert)
+        hints["eps"] = (1e-5, f"named: timm builds {name.split('.')[0]} (a *_clip_* tower) with LayerNorm eps 1e-5")
+    else:
+        hints["eps"] = (1e-5, "guess: a CLIP-style timm tower (norm_pre, no patch bias) without a config: timm's "
+                              "*_clip_* towers use LayerNorm eps 1e-5, its other pre_norm ViTs eps 1e-6 (pass "
+                              "eps=1e-6 for those)")
     if "quickgelu" in name:
         hints["mlp_kind"] = ("quick_gelu", named)
     elif "clip" in name:
