@@ -43,7 +43,8 @@ _HF_V5 = [  # transformers >= 5 in-memory names -> the names its files use
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
-    if "patch_embed.proj.weight" in keys and any(k.endswith("relative_position_bias_table") for k in keys):
+    if "patch_embed.proj.weight" in keys and any(k.endswith("relative_position_bias_table") for k in keys) and \
+            not any(".rel_pos.relative_position_bias_table" in "." + k for k in keys):  # timm vit_relpos_*: eva's
         return "beit"
     stripped = {re.sub(r"^(beit|data2vec_vision)\.", "", k) for k in keys}
     hf = "embeddings.patch_embeddings.projection.weight" in stripped

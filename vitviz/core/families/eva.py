@@ -28,6 +28,9 @@ from vitviz.errors import UnknownLayoutError
 
 NAMES = ("eva", "eva02", "dinov3", "pe", "rope_vit", "timm_rope", "hf-dinov3", "hf-dinov3_vit")
 
+# timm's VisionTransformerRelPos (`vit_relpos_*`, `vit_srelpos_*`): a relative position bias MLP (or table) per
+# block or shared, no absolute table
+_RELPOS = re.compile(r"(^|\.)(rel_pos|shared_rel_pos)\.(mlp\.|relative_position_bias_table)")
 _EVA_BLOCK = re.compile(r"^blocks\.\d+\.(attn\.(q_bias|v_bias|q_proj\.|k_proj\.|v_proj\.|norm\.)|mlp\.(fc1_[gx]|norm)\.?"
                         r"|gamma_[12]$)")
 # how to pass each preset, for messages
@@ -43,6 +46,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
         return "hf-dinov3"
     if "patch_embed.proj.weight" not in keys or not any(k.startswith("blocks.") for k in keys):
         return None
+    if any(_RELPOS.search(k) for k in keys):
+        return "eva"  # timm's VisionTransformerRelPos: refused by name in convert (no RoPE model)
     if any(".relative_position_bias_table" in k for k in keys):
         return None  # BEiT
     if rope_from_name(_architecture(raw)[0]):
@@ -109,6 +114,12 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
         raise UnknownLayoutError(f"{raw.path}: a timm Eva variant with {', '.join(bad) or 'attention-only layer scale'}"
                                  " (gated attention / grouped kv / Sapiens2), which the reference ViT does not express")
     name, margs, where = _architecture(raw)
+    if any(_RELPOS.search(k) for k in keys):
+        raise UnknownLayoutError(
+            f"{raw.path}: timm relative-position ViT (vit_relpos_* / vit_srelpos_*: a relative position bias MLP, "
+            f"no position table{'; ' + name if name else ''}): not supported yet; use --code FILE.py:FACTORY (a "
+            "function returning timm.create_model(...) with these weights) or vitviz.load(model) with the model "
+            "object, which runs timm's own code")
     out = rename(sd, [(r"\.gamma_([12])$", r".ls\1.gamma")])
     dropped = [k for k in out if k.endswith((".k_bias", "mask_token")) or k.startswith("lm_head.")]
     out = {k: v for k, v in out.items() if k not in dropped}
@@ -123,9 +134,14 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
         preset_family = ("rope_mixed", "rope_vit")
         rope_src = "shape: rope.freqs (learned per-layer, per-head frequencies: Naver RoPE-Mixed)"
     fam = preset_family[1] if preset_family else "eva"
-    if preset_family is None and "rope" not in overrides:
-        preset_family, rope_src = _guess_rope(out, raw, name)
-        fam = preset_family[1] if preset_family else "eva"
+    if margs.get("use_rot_pos_emb") is False and "rope.freqs" not in out:
+        preset_family, rope_src = None, f"{where} model_args.use_rot_pos_emb False"
+    elif preset_family is None and "rope" not in overrides:
+        preset_family, rope_src = _guess_rope(out, keys, raw, name)
+        fam = preset_family[1] if preset_family else ("timm" if _plain_vit(keys) else "eva")
+    if fam == "timm":  # timm's VisionTransformer gates its SwiGLU with act_layer (GELU unless given): not in a tensor
+        hints["mlp_kind"] = ("swiglu", "assumed: a gated MLP (mlp.fc1_g / fc1_x) gated with SiLU (SwiGLU); timm's "
+                                       "VisionTransformer gates it with its act_layer, which no tensor shows")
     if preset_family is not None and preset_family[0] != "none":
         hints.update(_rope_hints(preset_family[0], rope_src))
         hints.update(_rope_from_config(preset_family[0], name, margs, where, rope_src))
@@ -154,15 +170,38 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
                                      "pooling='avg' to match it)")
     if "cls_token" not in out and "fc_norm.weight" not in out and "attn_pool.latent" not in out:
         hints.setdefault("pooling", ("avg", "family: timm Eva without a class token (global average of patches)"))
+    if not name and any(f"{k}.weight" in out for k in ("norm", "fc_norm")):
+        eps = float(hints.get("eps", (1e-6,))[0])
+        hints["eps_final"] = (eps, f"assumed: the final norm uses the blocks' eps {eps:g}, as timm builds it "
+                                   "(nothing names the model)")
+    if (raw.config or {}).get("model_args"):
+        from vitviz.core.families.timm import model_args_hints
+
+        hints.update(model_args_hints(raw, out, hints, "vit" if fam == "timm" else "eva"))
     return Converted(family if family in NAMES and family not in ("eva",) else fam, out, hints, dropped)
 
 
-def _guess_rope(out: dict[str, torch.Tensor], raw: RawCheckpoint, name: str) -> tuple[tuple[str, str] | None, str]:
-    """The RoPE preset a file without a name implies by its layout, or a refusal when it may have RoPE and
-    nothing says which."""
+def _plain_vit(keys: set[str]) -> bool:
+    """A timm `VisionTransformer` layout (fused qkv with its bias, a learned table) that is in this reader only
+    for its SwiGLU MLP (`mlp_layer=SwiGLU`: `fc1_g` / `fc1_x`): none of Eva's own tensors (separate q/k/v, q/v
+    biases, sub-LNs, layer scale as gamma_N)."""
+    return "pos_embed" in keys and any(k.endswith(".attn.qkv.weight") for k in keys) and \
+        any(".mlp.fc1_g." in k for k in keys) and \
+        not any(re.search(r"\.attn\.(q_proj|q_bias|v_bias|norm)\.?|\.mlp\.norm\.|\.gamma_[12]$", k) for k in keys)
+
+
+def _guess_rope(out: dict[str, torch.Tensor], keys: set[str], raw: RawCheckpoint,
+                name: str) -> tuple[tuple[str, str] | None, str]:
+    """The RoPE preset a file implies by its layout, or a refusal when it may have RoPE and nothing says which.
+    A named architecture without RoPE in its name has none; a plain ViT with a SwiGLU MLP and a learned table is
+    not EVA-02 (whose q/k/v are separate, with q/v biases)."""
     reg = out.get("reg_token")
     has_pos = "pos_embed" in out
     swiglu = _mlp_kind(out)[0] == "swiglu"
+    if name and has_pos:
+        return None, f"named: architecture {name!r} has no RoPE"
+    if has_pos and swiglu and _plain_vit(keys):
+        return None, "layout: a timm VisionTransformer with a SwiGLU MLP and a learned table (no RoPE)"
     if not has_pos and "cls_token" in out and reg is not None and reg.shape[1] == 4 and "blocks.0.ls1.gamma" in out:
         return ("dinov3", "dinov3"), ("guess: a timm Eva layout with a class token, 4 registers, layer scale and no "
                                       "position table is DINOv3's (pass rope='...' if it is another RoPE model)")
@@ -170,8 +209,8 @@ def _guess_rope(out: dict[str, torch.Tensor], raw: RawCheckpoint, name: str) -> 
         return ("pe", "pe"), ("guess: a timm layout with norm_pre, a MAP head and no patch bias is the Perception "
                               "Encoder's (learned table + RoPE); pass rope='none' if it has no RoPE")
     if has_pos and swiglu:
-        return ("eva02", "eva02"), ("guess: a timm Eva layout with SwiGLU and a learned table is EVA-02's (learned "
-                                    "table + RoPE); pass rope='none' for EVA without RoPE")
+        return ("eva02", "eva02"), ("guess: a timm Eva layout (separate q/k/v, q/v biases) with SwiGLU and a learned "
+                                    "table is EVA-02's (learned table + RoPE); pass rope='none' for EVA without RoPE")
     if has_pos:
         return None, "layout: EVA with a learned position table (no RoPE)"
     raise UnknownLayoutError(
