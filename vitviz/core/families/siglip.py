@@ -16,13 +16,15 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, rename_key
+from vitviz.core.families.base import Converted, Hint, rename_key
 from vitviz.core.families.clip import _HF_RENAMES, _split_towers, fuse_qkv, hf_vision_hints
 
-NAMES = ("hf-siglip", "hf-siglip2")
+NAMES = ("hf-siglip", "hf-siglip2", "timm-naflex")
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    if {"embeds.proj.weight", "embeds.pos_embed"} <= keys and any(k.startswith("blocks.") for k in keys):
+        return "timm-naflex"
     stripped = {k.removeprefix("vision_model.") for k in keys}
     if "embeddings.patch_embedding.weight" in stripped and "embeddings.class_embedding" not in stripped and \
             "embeddings.position_embedding.weight" in stripped and \
@@ -33,6 +35,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
 
 def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
             overrides: dict[str, Any] | None = None) -> Converted:
+    if detect(set(sd), raw) == "timm-naflex" or family == "timm-naflex":
+        return _convert_naflex(sd, raw)
     if any(k.startswith("vision_model.") for k in sd):
         vision, dropped = _split_towers(sd, ("vision_model.",), raw, "SigLIP")
     else:
@@ -100,3 +104,108 @@ def _map_head(vision: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for kind in ("weight", "bias"):
             out[f"{dst}.{kind}"] = vision[f"{src}.{kind}"]
     return out
+
+
+# ------------------------------------------------------------------------------------------- timm NaFlexVit
+# timm's registered NaFlexVit configs with the standard blocks, learned 2-D table and plain patch Linear:
+# (activation, position resampling recipe); the others (parallel blocks, factorised tables, RADIO) are refused
+_NAFLEX_ARCHS = {"naflexvit_base_patch16_siglip": ("gelu_tanh", "bilinear_aa"),
+                 "naflexvit_so400m_patch16_siglip": ("gelu_tanh", "bilinear_aa"),
+                 "naflexvit_base_patch16_gap": ("gelu", "timm"), "naflexvit_base_patch16_map": ("gelu", "timm"),
+                 "naflexvit_so150m2_patch16_reg1_gap": ("gelu", "timm"),
+                 "naflexvit_so150m2_patch16_reg1_map": ("gelu", "timm")}
+_NAFLEX_ARGS = frozenset(("pos_embed_interp_mode", "pos_embed_antialias", "patchify_channels_last", "embed_proj_type",
+                          "pos_embed_grid_size", "enable_patch_interpolator", "pos_embed_use_grid_sample",
+                          "pos_embed_ar_preserving", "pos_embed_align_corners"))
+
+
+def _convert_naflex(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
+    """timm's `NaFlexVit` (`naflexvit_*`, e.g. SigLIP 2 NaFlex): `embeds.proj` (a Linear over (p1, p2, c)
+    patches, or a conv), `embeds.pos_embed` (1, gh, gw, D) added to the patches only, then `embeds.cls_token` /
+    `reg_token` in front; timm's own blocks, norms and MAP head. At one image of a whole number of patches (what
+    vitviz feeds) no patch is padding, so no attention mask applies: the model is timm's exactly. What no tensor
+    shows (activation, eps, resampling) comes from the architecture named in config.json and its `model_args`."""
+    from vitviz.core.families.base import blocks_are_canonical
+    from vitviz.core.families.timm import model_args_hints
+    from vitviz.errors import UnknownLayoutError
+
+    cfg = raw.config or {}
+    name = cfg.get("architecture") if isinstance(cfg.get("architecture"), str) else ""
+    base = name.split(".")[0]
+    margs = cfg.get("model_args") if isinstance(cfg.get("model_args"), dict) else {}
+    src = "metadata: config.json model_args"
+    odd = sorted({k for k in sd if k.startswith("embeds.") and k not in (
+        "embeds.proj.weight", "embeds.proj.bias", "embeds.pos_embed", "embeds.cls_token", "embeds.reg_token",
+        "embeds.norm.weight", "embeds.norm.bias")})
+    if odd or not blocks_are_canonical({k for k in sd if k.startswith("blocks.")}) or \
+            (base.startswith("naflexvit_") and base not in _NAFLEX_ARCHS):
+        raise UnknownLayoutError(f"{raw.path}: a timm NaFlexVit{' ' + repr(base) if base else ''} with "
+                                 f"{', '.join(odd[:3]) or 'blocks, tables or a registered config'} the reference ViT "
+                                 "does not express (supported: the learned 2-D table and timm's plain blocks, "
+                                 f"e.g. {', '.join(sorted(_NAFLEX_ARCHS)[:3])}); use --code FILE.py:FACTORY")
+    if margs.get("pos_embed_align_corners") or margs.get("pos_embed_ar_preserving") \
+            or margs.get("pos_embed_use_grid_sample"):
+        raise UnknownLayoutError(f"{raw.path}: a timm NaFlexVit that resamples its table with align_corners / "
+                                 "aspect-ratio preservation / grid_sample, which vitviz does not compute yet")
+    dropped: list[str] = []
+    out: dict[str, torch.Tensor] = {}
+    hints: dict[str, Hint] = {}
+    for k, v in sd.items():
+        if k == "embeds.proj.weight" and v.ndim == 2:
+            last = margs.get("patchify_channels_last", True)
+            out["patch_embed.proj.weight"] = _naflex_patch_to_conv(v, margs, raw, channels_last=bool(last))
+        elif k == "embeds.pos_embed":
+            gh, gw = int(v.shape[1]), int(v.shape[2])
+            out["pos_embed"] = v.reshape(1, gh * gw, v.shape[-1])  # (1, gh, gw, D) -> (1, N, D)
+            hints["pos_grid_shape"] = ((gh, gw), f"shape: embeds.pos_embed {tuple(v.shape)}")
+        else:
+            k = {"embeds.proj.weight": "patch_embed.proj.weight", "embeds.proj.bias": "patch_embed.proj.bias",
+                 "embeds.cls_token": "cls_token", "embeds.reg_token": "reg_token",
+                 "embeds.norm.weight": "patch_embed.norm.weight", "embeds.norm.bias": "patch_embed.norm.bias"}.get(k, k)
+            out[k] = v
+    if "cls_token" in out or "reg_token" in out:
+        hints["pos_prefix"] = (0, "shape: embeds.pos_embed is a (1, gh, gw, D) grid: NaFlexVit adds positions to "
+                                  "the patches only, then puts its prefix tokens in front")
+    act, recipe = _NAFLEX_ARCHS.get(base, ("gelu", "timm"))
+    if base:
+        hints["mlp_kind"] = (act, f"named: timm builds {base} with {act}")
+        hints["eps"] = (1e-6, f"named: timm builds {base} with its LayerNorm default eps 1e-6")
+        hints["pos_interp"] = (recipe, f"named: timm's {base} resamples its table "
+                                       f"{'bilinearly' if recipe == 'bilinear_aa' else 'bicubically'}, antialiased")
+    else:
+        hints["mlp_kind"] = ("gelu", "guess: timm NaFlexVit's default exact GELU (its SigLIP 2 configs use "
+                                     "tanh-GELU: pass act='gelu_tanh' for those)")
+        hints["eps"] = (1e-6, "guess: timm NaFlexVit's LayerNorm default eps 1e-6 (nothing names the model)")
+    mode = margs.get("pos_embed_interp_mode")
+    if mode in ("bilinear", "bicubic") and margs.get("pos_embed_antialias", True):
+        hints["pos_interp"] = ("bilinear_aa" if mode == "bilinear" else "timm", f"{src}.pos_embed_interp_mode")
+    if "attn_pool.latent" in out:
+        heads = margs.get("attn_pool_num_heads")
+        hints["pool_heads"] = (int(heads), f"{src}.attn_pool_num_heads") if heads else \
+            (0, "named: timm's NaFlexVit MAP head has the model's head count" if base else
+             "guess: the model's head count (timm's NaFlexVit default)")
+        hints["pool_prefix"] = (bool(margs.get("pool_include_prefix")), f"{src}.pool_include_prefix"
+                                if "pool_include_prefix" in margs else
+                                "named: timm's NaFlexVit MAP head sees the patches only" if base else
+                                "guess: the MAP head sees the patches only (timm's NaFlexVit default)")
+    hints.update(model_args_hints(raw, out, hints, "vit", _NAFLEX_ARGS))
+    if "attn_pool.latent" in out:  # timm's AttentionPoolLatent uses the model's act_layer
+        hints["pool_act"] = (hints["mlp_kind"][0], hints["mlp_kind"][1] + " (the MAP head's MLP too)")
+    return Converted("timm-naflex", out, hints, dropped)
+
+
+def _naflex_patch_to_conv(w: torch.Tensor, margs: dict[str, Any], raw: RawCheckpoint,
+                          channels_last: bool) -> torch.Tensor:
+    """NaFlexVit's Linear over flattened patches (D, P*P*C) in (p1, p2, c) order (`patchify_channels_last`, the
+    default) or (c, p1, p2) -> the conv weight (D, C, P, P)."""
+    from vitviz.errors import InconsistentCheckpointError
+
+    d, n = w.shape
+    c = int(margs.get("in_chans", 3))
+    p = int(round((n / c) ** 0.5))
+    if p * p * c != n:
+        raise InconsistentCheckpointError(f"{raw.path}: NaFlexVit patch embedding of width {n} is not {c} channels "
+                                          "x a square patch")
+    if channels_last:
+        return w.reshape(d, p, p, c).permute(0, 3, 1, 2).contiguous()  # (D, P, P, C) -> (D, C, P, P)
+    return w.reshape(d, c, p, p).contiguous()
