@@ -10,7 +10,7 @@ import numpy as np
 from _tiny import HEADS  # noqa: F401 - the head count the tiny checkpoints load with, for the tests
 from PIL import Image
 
-from vitviz.cli.window import add_window_arguments
+from vitviz.cli.window import add_window_arguments, window_overrides
 from vitviz.core.spec import AttentionResult, ModelSpec
 
 
@@ -18,7 +18,9 @@ def parse(*argv: str) -> argparse.Namespace:
     """The window's command line (`vitviz ...`) parsed as `vitviz` parses it."""
     parser = argparse.ArgumentParser()
     add_window_arguments(parser)
-    return parser.parse_args(list(argv))
+    args = parser.parse_args(list(argv))
+    args.overrides = window_overrides(args)   # as run_window passes them on
+    return args
 
 
 def random_result(depth: int = 3, heads: int = 4, grid: tuple[int, int] = (3, 5), reg: int = 0,

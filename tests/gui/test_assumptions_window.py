@@ -290,3 +290,20 @@ def test_a_live_model_is_not_verified(qtbot, session) -> None:  # noqa: ANN001
     session._verify()
     assert session.client.pending(Kind.VERIFY) == [] and not session._verify_asked
     assert verdict_line(spec).text == LIVE_LINE and asked(spec) == []
+
+
+def test_the_command_line_states_what_the_file_does_not(qtbot, window, hand_written, images) -> None:  # noqa: ANN001
+    """`vitviz --model FILE --block-norm post --act gelu --attn-scale S` answers the question up front, as for info
+    and export: nothing left to ask, and each value is the user's (given)."""
+    from _gui import parse
+
+    from vitviz.gui.app import apply_args
+
+    scale = 16 ** -0.5
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        apply_args(window, parse(str(images[0]), "--model", str(hand_written), "--block-norm", "post", "--act",
+                                 "gelu", "--attn-scale", str(scale)))
+    spec = window.session.spec
+    assert spec.block_norm == "post" and spec.kind_of("block_norm") == "given"
+    assert spec.kind_of("mlp_kind") == "given" and spec.attn_scale == pytest.approx(scale)
+    assert window.assumptions_dialog is None or not window.assumptions_dialog.isVisible()

@@ -71,7 +71,7 @@ def run_info(args: argparse.Namespace) -> int:
         ("pool_prefix", spec.pool_prefix, False),
     ) if (value != default or (name in prov and value != "")) and (spec.rope or not name.startswith("rope_"))
         and (name != "pos_kind" or spec.pos_embed)]   # pos_kind is the kind of table: none, nothing to say
-    shown = {"grid": "pos_grid", "attn_width": "attn_dim", "positions": "pos_kind", "prefix tokens": "cls_token"}
+    shown = {"grid": "pos_grid", "attn_width": "attn_dim", "prefix tokens": "cls_token"}
     for name, value in rows:
         field = shown.get(name, name)
         if field in prov and not spec.relevant(field) and name != "prefix tokens":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitviz.cli.options import add_code_argument, argument_type
+from vitviz.cli.options import add_override_arguments, argument_type, overrides_from
 from vitviz.core.spec import parse_size
 from vitviz.gui.state import MAP_CHOICES, parse_head_arg, parse_layer_arg, parse_map_arg
 
@@ -24,15 +24,13 @@ def _map_type(text: str) -> str:
 
 
 def add_window_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add `[IMAGES...] --model --device --heads --layer --head --map --size --screenshot`."""
+    """Add `[IMAGES...] --model --device --layer --head --map --size --screenshot` and the model overrides."""
     parser.add_argument("images", nargs="*", metavar="IMAGES",
                         help="image files or folders to open (a checkpoint here is loaded as the model)")
     parser.add_argument("--model", metavar="CHECKPOINT", help="checkpoint file or folder to load")
-    add_code_argument(parser)  # args.code: the window passes it to vitviz.load(..., code=) (see gui.app)
     parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda",
                         help="where the model runs (default: auto = CUDA when available). A device that is not "
                              "available here is reported (with --screenshot: exit 2) and the model runs on the CPU")
-    parser.add_argument("--heads", type=int, metavar="N", help="number of attention heads (overrides detection)")
     parser.add_argument("--layer", type=argument_type(parse_layer_arg), default=None, metavar="L|mean",
                         help="layer to show, 0-based; negative counts from the end (default: the last)")
     parser.add_argument("--head", type=argument_type(parse_head_arg), default=None, metavar="H|mean|max",
@@ -51,10 +49,18 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                              "when the model could not be loaded or --device is not available (as for info and "
                              "export), else 1 (an image "
                              "that cannot be read, --layer/--head/--map out of range, FILE not writable)")
+    add_override_arguments(parser)  # --heads, --block-norm, --act, ... and --code (the window asks before running it)
+
+
+def window_overrides(args: argparse.Namespace) -> dict:
+    """The model overrides given on the window's command line (--heads, --block-norm, --act, ...), as for info and
+    export; --code is passed on its own (the window asks before running it)."""
+    return {k: v for k, v in overrides_from(args).items() if k != "code"}
 
 
 def run_window(args: argparse.Namespace) -> int:
     """Open the window with the parsed arguments; returns the exit status."""
     from vitviz.gui.app import run_app
 
+    args.overrides = window_overrides(args)
     return run_app(args)

@@ -247,10 +247,15 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         value = f"head_dim**-0.5 ({spec.head_dim ** -0.5:.4g})"
     elif name == "rope" and not value:
         value = "none"
+    elif name in ("token_order", "patch_order") and not value:
+        value = dict(spec.provenance).get(name, "")  # a pseudo-field: no spec value, only its provenance
+        value = {"token_order": "prefix tokens first", "patch_order": "p1p2c"}.get(name, value)
     elif isinstance(value, (tuple, list)) and len(value) > 6:   # e.g. 1000 labels: a few and the count
         value = f"({', '.join(repr(v) for v in value[:3])}, ... {len(value)} in all)"
     guessed = source.startswith("guess")
-    why = re.sub(r"\s*\(pass [^)]*\)", "", source.removeprefix("guess: "))
+    why = re.sub(r"\s*\(pass [^)]*\)", "", re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source))
+    if source in ("default", "family", "table"):  # a bare word: say what it means
+        why = f"the {source} value; nothing in the file says otherwise"
     how = HOW_TO_PASS.get(name, f"{name}=...")
     if cli and (m := re.search(r"\(CLI ([^)]*)\)", how)):
         how = m.group(1)

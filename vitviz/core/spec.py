@@ -38,7 +38,8 @@ def audit_provenance(spec: "ModelSpec") -> list[str]:
             problems.append(f"{name}: no provenance (where does {getattr(spec, name, '?')!r} come from?)")
         elif not known_source(prov[name]):
             problems.append(f"{name}: source {prov[name]!r} has no known kind (read/derived/named/given/assumed)")
-        elif spec.kind_of(name) == ASSUMED and name not in flagged:
+        elif spec.kind_of(name) == ASSUMED and name not in flagged and not (name.startswith("rope_")
+                                                                              and "rope" in flagged):
             problems.append(f"{name}: assumed ({prov[name]}) but not flagged")
     if "identity" not in prov and spec.family != "live":
         problems.append("identity: nothing says whether the model is named")

@@ -137,7 +137,9 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
         window.note(ignored)
     device = getattr(args, "device", None)
     window.session.device_preference = None if device in (None, "", "auto") else str(device)
-    overrides = {"heads": args.heads} if getattr(args, "heads", None) else {}
+    # the model overrides of the command line (--heads, --block-norm, --act, ...), parsed by vitviz.cli.window
+    overrides = dict(getattr(args, "overrides", None) or ({"heads": args.heads} if getattr(args, "heads", None)
+                                                           else {}))
     model = getattr(args, "model", None)
     code = getattr(args, "code", None)
     if code:
