@@ -49,8 +49,7 @@ class Facts:
     family: str = "structural"
     eps: Hint = (1e-5, "assumed: nn.LayerNorm's default eps 1e-5 (a hand-written layout; no tensor holds the eps)")
     mlp_kind: Hint = ("gelu", "guess: GELU, the ViT activation (pass act='relu' if the MLP uses ReLU)")
-    block_norm: Hint = ("pre", "assumed: pre-norm blocks, as in ViT (the norm order is in no tensor; pass "
-                        "block_norm='post' for post-norm blocks)")
+    block_norm: Hint = ("pre", "assumed: pre-norm blocks, as in ViT (the norm order is in no tensor)")
     patch_order: Hint = ("p1p2c", "guess: flattened patches in einops order 'b c (h p1) (w p2) -> b (h w) "
                          "(p1 p2 c)' (pass patch_order='cp1p2' for unfold/permute order)")
     head_act: Hint = ("gelu", "guess: GELU between the two head Linears (pass head_act=...)")
@@ -58,7 +57,7 @@ class Facts:
                             "for token-0 pooling)")
     pooling_cls: Hint | None = None
     attn_scale: Hint = (0.0, "assumed: head_dim ** -0.5, the usual attention scale (a hand-written attention may "
-                        "scale otherwise; pass attn_scale=S)")
+                        "scale otherwise)")
     token_order: Hint = ("prefix_first", "assumed: the class (and other prefix) tokens come before the patches, as "
                          "in ViT; a model that appends them after the patches needs its own code")
     extra: dict[str, Hint] = field(default_factory=dict)  # more hints handed through (attn_scale, pos_kind, ...)
@@ -260,8 +259,9 @@ def _unstated(first_block: list[Unit], facts: Facts, out: dict[str, torch.Tensor
     eps, eps_src = hints.get("eps", facts.eps)
     if finals and provenance_kind(eps_src) == ASSUMED:  # a stated layer_norm_eps is every norm's
         found["eps_final"] = (eps, f"assumed: the final LayerNorm{'s' if len(finals) > 1 else ''} "
-                                   f"({', '.join(finals)}) use the blocks' eps {eps:g} (a model may build them "
-                                   "with another, e.g. nn.LayerNorm's 1e-5 after 1e-6 blocks)")
+                                   f"({', '.join(finals)}) use{'' if len(finals) > 1 else 's'} the blocks' eps "
+                                   f"{eps:g} (a model may build {'them' if len(finals) > 1 else 'it'} with another, "
+                                   "e.g. nn.LayerNorm's 1e-5 after 1e-6 blocks)")
     return found
 
 

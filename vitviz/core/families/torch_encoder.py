@@ -30,7 +30,7 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
             overrides: dict[str, Any] | None = None) -> Converted:
     facts = Facts(
         family="torch_encoder", eps=(1e-5, "assumed: nn.TransformerEncoderLayer's default layer_norm_eps 1e-5 (no "
-                                           "tensor holds it; pass eps=E if it was built with another)"),
+                                           "tensor holds it)"),
         mlp_kind=("relu", "guess: ReLU, nn.TransformerEncoderLayer's default activation (pass act='gelu' if it "
                   "was built with activation='gelu')"),
         block_norm=("post", "guess: post-norm, nn.TransformerEncoderLayer's default norm_first=False (pass "

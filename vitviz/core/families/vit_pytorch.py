@@ -50,7 +50,7 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
                                f"scaled by dim ** -0.5: pass attn_scale={dim ** -0.5:.6g})")
     else:
         extra["attn_scale"] = (0.0, "assumed: dim_head ** -0.5, vit-pytorch's Attention scale (a copy of the code "
-                               "may scale otherwise; pass attn_scale=S)")
+                               "may scale otherwise)")
     if not any(".to_out." in k for k in keys):  # `project_out = not (heads == 1 and dim_head == dim)`
         extra["num_heads"] = (1, "family: vit-pytorch leaves out to_out only for heads=1, dim_head=dim")
     if simple:
@@ -67,11 +67,10 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     # registered model: what its code fixes and no tensor shows is assumed, so it is flagged
     facts = Facts(
         family="vit_pytorch", eps=(1e-5, "assumed: nn.LayerNorm's default eps 1e-5, as vit-pytorch builds its norms "
-                                         "(no tensor holds the eps; pass eps=E)"),
+                                         "(no tensor holds the eps)"),
         mlp_kind=("gelu", "assumed: exact GELU, as vit-pytorch's FeedForward (an edited copy may use another "
-                          "activation; pass act=...)"),
-        block_norm=("pre", "assumed: pre-norm, as vit-pytorch's blocks (the norm order is in no tensor; pass "
-                           "block_norm='post' for post-norm blocks)"),
+                          "activation)"),
+        block_norm=("pre", "assumed: pre-norm, as vit-pytorch's blocks (the norm order is in no tensor)"),
         token_order=("prefix_first", "assumed: the class token in front of the patches, as vit-pytorch puts it"),
         patch_order=("p1p2c", "family: vit-pytorch Rearrange 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'"),
         head_act=("gelu", "family: vit-pytorch's first mlp_head (Linear, GELU, Linear)"),
