@@ -227,3 +227,22 @@ def test_a_broken_package_is_named_not_the_file(tiny_ckpt: Path, monkeypatch: py
         _load(tiny_ckpt, heads=HEADS)
     assert "'torchvision'" in str(err.value) and "report this file" not in str(err.value)
     assert not isinstance(err.value, CheckpointError)
+
+
+def test_a_published_file_under_its_hub_name_is_named(tmp_path: Path) -> None:
+    """'NAME-HASH.pth' whose sha256 starts with HASH is the published release itself (torch.hub's own check):
+    named, so its family's settings are facts; the same name with a hash that does not match names nothing."""
+    import hashlib
+    import shutil
+
+    plain = write_tiny_checkpoint(tmp_path / "plain.pth")
+    digest = hashlib.sha256(plain.read_bytes()).hexdigest()
+    published = tmp_path / f"deit_tiny_patch8_32-{digest[:8]}.pth"
+    shutil.copy(plain, published)
+    spec = _load(published, heads=HEADS).spec
+    assert spec.named and "published file 'deit_tiny_patch8_32'" in spec.source_of("identity")
+    assert not {"block_norm", "mlp_kind", "eps", "attn_scale"} & {k for k, _ in spec.assumptions}
+    fake = tmp_path / f"deit_tiny_patch8_32-{'0' * 8 if not digest.startswith('0' * 8) else '1' * 8}.pth"
+    shutil.copy(plain, fake)
+    spec = _load(fake, heads=HEADS).spec
+    assert not spec.named and "block_norm" in dict(spec.assumptions)

@@ -230,8 +230,33 @@ def _identity(conv: Converted, raw: RawCheckpoint, name: str, overrides: dict[st
         return f"named: torchvision {torchvision_weights(raw.weights_file.name)['arch']} (file name)"
     if name:
         return f"named: model name {name!r} (training args)"
+    published = _published_file(raw)
+    if published:
+        return published
     return (f"derived: the key layout of a {conv.family} file; nothing names the model, so its family's "
             "settings are assumptions")
+
+
+_HUB_NAME = re.compile(r"^(?P<name>.+)-(?P<hash>[0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
+
+
+def _published_file(raw: RawCheckpoint) -> str:
+    """'named: ...' when the file is a published release under its torch-hub name 'NAME-HASH.pth' and its sha256
+    starts with HASH (the check torch.hub makes): the file is then that model, not a look-alike; '' otherwise."""
+    path = raw.weights_file
+    m = _HUB_NAME.match(path.name) if path is not None else None
+    if m is None or not path.is_file():
+        return ""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    if not digest.hexdigest().startswith(m.group("hash")):
+        return ""
+    return (f"named: the published file {m.group('name')!r} (its sha256 starts with {m.group('hash')}, as its "
+            "torch-hub name says)")
 
 
 def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
