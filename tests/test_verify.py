@@ -115,14 +115,22 @@ def _timm_folder(root: Path, arch: str) -> Path:
 
 
 def _hf_folder(root: Path, kind: str) -> Path:
-    from transformers import Dinov2Config, Dinov2Model, ViTConfig, ViTForImageClassification
+    from transformers import (CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model, ViTConfig,
+                              ViTForImageClassification)
 
     folder = root / f"hf_{kind}"
     if not folder.is_dir():
         torch.manual_seed(0)
         c = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8)
-        model = ViTForImageClassification(ViTConfig(intermediate_size=128, num_labels=5, **c)) if kind == "vit" \
-            else Dinov2Model(Dinov2Config(mlp_ratio=2, **c))
+        if kind == "vit":
+            model = ViTForImageClassification(ViTConfig(intermediate_size=128, num_labels=5, **c))
+        elif kind == "dinov2":
+            model = Dinov2Model(Dinov2Config(mlp_ratio=2, **c))
+        else:  # a whole CLIP: its vision tower and the image-embedding projection
+            text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                        vocab_size=64, bos_token_id=0, eos_token_id=1)
+            model = CLIPModel(CLIPConfig(vision_config={**c, "intermediate_size": 128}, text_config=text,
+                                         projection_dim=16))
         perturb(model).save_pretrained(folder)
     return folder
 
@@ -179,6 +187,7 @@ LIBRARY_CASES = {
     "timm dinov2 registers": ("timm", lambda root: _timm_folder(root, "vit_small_patch14_reg4_dinov2")),
     "transformers vit": ("transformers", lambda root: _hf_folder(root, "vit")),
     "transformers dinov2": ("transformers", lambda root: _hf_folder(root, "dinov2")),
+    "transformers clip": ("transformers", lambda root: _hf_folder(root, "clip")),
 }
 
 

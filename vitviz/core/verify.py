@@ -516,14 +516,17 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         source, what = name, f"timm.create_model('{name}') (the model name in the training args)"
         kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
                                                                       for i in range(2))}
-    dynamic = True
-    try:
-        with torch.device("meta"):
-            timm.create_model(source, pretrained=False, dynamic_img_size=True, **kwargs)
-    except TypeError:  # a model class without dynamic_img_size: its native size only
-        dynamic = False
-    extra = {"dynamic_img_size": True} if dynamic else {}
-    net = _built(lambda: timm.create_model(source, pretrained=False, **extra, **kwargs), raw.tensors, what, path)
+    dynamic = [True]
+
+    def factory() -> nn.Module:
+        if dynamic[0]:
+            try:
+                return timm.create_model(source, pretrained=False, dynamic_img_size=True, **kwargs)
+            except TypeError:  # a model class without dynamic_img_size: its native size only
+                dynamic[0] = False
+        return timm.create_model(source, pretrained=False, **kwargs)
+
+    net = _built(factory, raw.tensors, what, path)
     for m in net.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False  # its eager softmax, not F.scaled_dot_product_attention
@@ -531,7 +534,7 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
     native = tuple(spec.image_size)
 
     def build(size: tuple[int, int]) -> nn.Module:
-        if not dynamic and size != native:
+        if not dynamic[0] and size != native:
             raise _CannotRun(f"{type(net).__name__} takes no dynamic_img_size: timm runs it at its own size only")
         return net
 
@@ -606,8 +609,9 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
     def vec(t: torch.Tensor) -> np.ndarray:
         return t[0].detach().float().cpu().numpy()
 
-    if getattr(out, "logits", None) is not None:
-        return vec(out.logits)
+    logits = getattr(out, "logits", None)
+    if logits is not None and logits.dim() == 2:   # class scores (not a pre-training head's reconstruction)
+        return vec(logits)
     pooled = getattr(out, "pooler_output", None)
     projection = getattr(net, "visual_projection", None)
     if tower is not net and isinstance(projection, nn.Module) and pooled is not None:
