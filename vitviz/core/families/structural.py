@@ -739,7 +739,7 @@ def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Fac
     return parent
 
 
-_PATCH_WORDS = ("patch", "embed", "tokeni", "stem", "proj_in", "to_tokens")
+_PATCH_WORDS = ("patch", "tokeni", "stem")  # not 'embed': an embedding projection head is often named so
 
 
 def _conv_then_linear(units: list[Unit], dim: int) -> tuple[Unit, Unit] | None:
