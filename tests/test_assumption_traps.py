@@ -231,16 +231,11 @@ def test_res_post_norm_blocks_run_exactly_when_given(tmp_path: Path) -> None:
 
 def test_timm_res_post_block_is_named(tmp_path: Path) -> None:
     """timm's `vit_base_patch16_rpn_224` (ResPostBlock: the same keys as Block, res-post-norm numerics) named in
-    config.json: block_norm 'res_post', exact -- or, until the spec accepts that value, refused; never pre-norm."""
+    config.json: block_norm 'res_post', exact; never pre-norm."""
     torch.manual_seed(0)
     model = perturb(timm_vit(name="vit_base_patch16_rpn_224"))
     folder = save_for_hf(model, tmp_path / "rpn" / "model.pth")
-    try:
-        vm = load(folder)
-    except vitviz.VitvizError as e:
-        if "block_norm 'res_post'" not in str(e):
-            raise
-        pytest.xfail("hyperparams/validate do not accept block_norm='res_post' yet (model.BLOCK_NORMS does)")
+    vm = load(folder)
     assert vm.spec.block_norm == "res_post" and vm.spec.kind_of("block_norm") == "named"
     x = x_for()
     assert matches(vm, x, timm_reference(model, x))
@@ -294,7 +289,8 @@ def test_timm_model_args_vitviz_does_not_read_are_flagged(tmp_path: Path) -> Non
     (folder / "config.json").write_text(json.dumps(cfg))
     spec = load(folder).spec
     assumed = dict(spec.assumptions)
-    assert "attn_layer" in assumed["attn_scale"] and "block_fn" in assumed["block_norm"]
+    assert "attn_layer" in assumed["model_args"] and "block_fn" in assumed["model_args"]
+    assert "likely the attn_scale" in assumed["model_args"] and "likely the block_norm" in assumed["model_args"]
     assert not any("drop_path_rate" in s or "weight_init" in s for s in assumed.values())
     cfg["model_args"] = {"act_layer": "mish"}
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -382,7 +378,7 @@ def test_conv_then_linear_patch_embedding_is_folded(tmp_path: Path, width: int) 
     model = perturb(TrapViT(two_stage=width))
     vm = load(save_state_dict(model, tmp_path / "two.pth"), heads=HEADS)
     assert vm.spec.pre_logits == 0 and vm.spec.num_classes == CLASSES
-    assert "patch_order" in dict(vm.spec.assumptions) and "Linear" in vm.spec.source_of("patch_order")
+    assert "patch_embed" in dict(vm.spec.assumptions) and "Linear" in vm.spec.source_of("patch_embed")
     x = x_for()
     assert matches(vm, x, stored(model, x))
 

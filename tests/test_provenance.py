@@ -120,7 +120,7 @@ def test_labels_are_a_quiet_note_not_a_warning(tmp_path: Path) -> None:
         import vitviz
 
         spec = vitviz.load(path, heads=HEADS, act="gelu", block_norm="pre", eps=1e-6, attn_scale=0.25,
-                           mean=(0.5,), std=(0.5,)).spec
+                           mean=(0.5,), std=(0.5,), resize=32, crop_mode="squash").spec
     assert "labels" in dict(spec.notes)
     assert not [w for w in seen if issubclass(w.category, GuessWarning)], [str(w.message) for w in seen]
 
@@ -246,3 +246,19 @@ def test_a_published_file_under_its_hub_name_is_named(tmp_path: Path) -> None:
     shutil.copy(plain, fake)
     spec = _load(fake, heads=HEADS).spec
     assert not spec.named and "block_norm" in dict(spec.assumptions)
+
+
+def test_stated_statistics_leave_the_resize_recipe_an_assumption(tmp_path: Path) -> None:
+    """mean/std from the training args (or the caller) do not say how the image is resized and cropped: that stays
+    a flagged assumption of its own until a config states it or resize and crop_mode are given."""
+    import torch
+
+    from _tiny import tiny_state_dict
+
+    torch.save({"model": tiny_state_dict(), "args": {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}},
+               tmp_path / "run.pth")
+    spec = _load(tmp_path / "run.pth", heads=HEADS).spec
+    assert spec.kind_of("preprocess") == "read" and spec.preprocess.std == (0.25,) * 3
+    assert "resize_recipe" in dict(spec.assumptions)
+    given = _load(tmp_path / "run.pth", heads=HEADS, resize=32, crop_mode="squash").spec
+    assert "resize_recipe" not in dict(given.assumptions) and given.kind_of("resize_recipe") == "given"

@@ -11,6 +11,7 @@ CROP_MODES = ("center", "squash", "squash_crop")
 # The choices of core.model.ACTIVATIONS and core.posembed.RECIPES, spelled out so that parsing the command line
 # does not import torch (tests/test_provenance.py keeps them equal).
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
+BLOCK_NORMS = ("pre", "post", "res_post")   # core.model.BLOCK_NORMS
 POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa")
 
 T = TypeVar("T")
@@ -38,8 +39,9 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    help="resampling filter for the resize")
     g.add_argument("--act", choices=ACTIVATIONS,
                    help="MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')")
-    g.add_argument("--block-norm", choices=("pre", "post"), help="pre-norm (ViT) or post-norm blocks "
-                   "(nn.TransformerEncoderLayer with norm_first=False)")
+    g.add_argument("--block-norm", choices=BLOCK_NORMS, help="where each block's LayerNorms sit: pre (ViT: x + "
+                   "f(norm(x))), post (norm(x + f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post "
+                   "(x + norm(f(x)): Swin v2, timm *_rpn_*)")
     g.add_argument("--pooling", choices=("token", "avg", "avg_all"), help="what the head sees: token 0 (the class "
                    "token, or the first patch without one), the mean of the patches, or of every token")
     g.add_argument("--attn-scale", type=float, metavar="S", help="factor on q·k (default head_dim**-0.5; e.g. "

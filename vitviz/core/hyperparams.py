@@ -22,7 +22,7 @@ from vitviz.core.metadata import (
 from vitviz.core.posembed import REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS
 from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, audit_provenance,
-    known_source, whole_patches,
+    known_source, provenance_kind, whole_patches,
 )
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -46,7 +46,7 @@ TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision
 HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
                "mlp_kind": "act='gelu'|'gelu_tanh'|'quick_gelu'|'relu'|'silu'|'tanh' "
                            "(CLI --act gelu|gelu_tanh|quick_gelu|relu|silu|tanh)",
-               "block_norm": "block_norm='pre'|'post' (CLI --block-norm pre|post)",
+               "block_norm": "block_norm='pre'|'post'|'res_post' (CLI --block-norm pre|post|res_post)",
                "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling token|avg|avg_all)",
                "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
                "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
@@ -60,7 +60,11 @@ HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std=
                "embed_out": "family=... (CLI --family ...)",
                "token_order": "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
                               "prefix tokens first",
-               "norm_place": "the model's own code (CLI --code FILE.py:FACTORY)"}
+               "patch_embed": "the model's own code (CLI --code FILE.py:FACTORY)",
+               "model_args": "the model's own code (CLI --code FILE.py:FACTORY), or verify it against timm "
+                             "(vitviz verify)",
+               "resize_recipe": "resize=PX and crop_mode='center'|'squash'|'squash_crop' (CLI --resize PX "
+                                "--crop-mode center|squash|squash_crop)"}
 
 FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
     "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
@@ -166,7 +170,7 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], sources, prov)
     for key in ("num_heads", "pos_grid", "pos_prefix"):
         prov.items.setdefault(key, "shape")
-    for key in ("patch_order", "token_order"):
+    for key in ("patch_order", "token_order", "patch_embed", "model_args"):
         if key in hints:
             prov.set(key, hints[key][0], hints[key][1])
     if overrides.get("eps_final") is not None:
@@ -289,7 +293,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         how += f"; heads that divide the width {w}: " + ", ".join(str(h) for h in range(1, min(w, 64) + 1)
                                                                    if w % h == 0)
     what = "a guess" if guessed else "assumed"
-    return f"{name} = {value} is {what}: {why}; if that is wrong, pass {how}"
+    shown = f"{name} = {value}" if value not in ("", None) else name   # a pseudo-field: its source says it all
+    return f"{shown} is {what}: {why}; if that is wrong, pass {how}"
 
 
 def _rope(hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov, pos_grid: tuple[int, int],
@@ -371,9 +376,9 @@ def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dic
 
 
 def _check_choices(fields: dict[str, Any], where: str) -> None:
-    from vitviz.core.model import ACTIVATIONS
+    from vitviz.core.model import ACTIVATIONS, BLOCK_NORMS
 
-    checks = (("pooling", POOLINGS), ("block_norm", ("pre", "post")), ("mlp_kind", ACTIVATIONS + ("swiglu",)),
+    checks = (("pooling", POOLINGS), ("block_norm", BLOCK_NORMS), ("mlp_kind", ACTIVATIONS + ("swiglu",)),
               ("pre_logits_act", ACTIVATIONS))
     for name, allowed in checks:
         if name in fields and fields[name] not in allowed:
@@ -662,6 +667,14 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
         if {"mean", "std"} <= set(changed) and src.startswith("guess"):
             src = "override: " + src.split(": ", 1)[1]
     prov.set("preprocess", pp, src)
+    if not stated and provenance_kind(src) != "assumed":
+        # the statistics are read or given, but nothing states how the image is resized and cropped: that stays an
+        # assumption of its own (the whole recipe is flagged with `preprocess` when the statistics are assumed too)
+        how = (f"resize {pp.resize}, {pp.mode} crop to {pp.crop[0]}x{pp.crop[1]}, {pp.interpolation}")
+        given = [k for k in ("resize", "crop_mode") if overrides.get(k) is not None]
+        prov.set("resize_recipe", how, "override" if len(given) == 2 else
+                 f"assumed: {how} (no config or metadata states the eval resize and crop"
+                 + (f"; {given[0]} given" if given else "") + ")")
     return pp
 
 

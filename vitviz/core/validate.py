@@ -97,12 +97,34 @@ def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[Vit
 
 def inside(folder: Path, name: str) -> Path | None:
     """`folder / name` when it stays inside `folder` (no absolute name, no `..` out of it, no symbolic link
-    leading out of it), else None."""
-    if not name or os.path.isabs(name) or "\x00" in name:
+    leading out of it), else None.
+
+    A Hugging Face cache snapshot (`<cache>/models--ORG--NAME/snapshots/<commit>/`) keeps its files as symbolic
+    links into the same repository's `blobs/` folder, as huggingface_hub lays it out: a link from the snapshot
+    into that `blobs/` folder (and nowhere else) is inside too."""
+    if not name or os.path.isabs(name) or "\x00" in name or "\\" in name:
+        return None
+    if os.path.normpath(name).split(os.sep)[0] == os.pardir:   # `..` out of the folder, whatever the links do
         return None
     root = folder.resolve()
     target = (folder / name).resolve()
-    return target if target == root or root in target.parents else None
+    if target == root or root in target.parents:
+        return target
+    blobs = _snapshot_blobs(root)
+    return target if blobs is not None and target.parent == blobs else None
+
+
+def _snapshot_blobs(root: Path) -> Path | None:
+    """The resolved `blobs/` folder of the HF cache repository whose snapshot `root` (resolved) is, or None when
+    `root` is no snapshot folder (`models--*/snapshots/<commit>` beside `models--*/blobs`)."""
+    snapshots = root.parent
+    repo = snapshots.parent
+    if snapshots.name != "snapshots" or not repo.name.startswith(("models--", "datasets--", "spaces--")):
+        return None
+    blobs = repo / "blobs"
+    if not blobs.is_dir() or blobs.is_symlink():
+        return None
+    return blobs.resolve()
 
 
 # ----------------------------------------------------------------------------------------------------- values
@@ -231,7 +253,7 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
     Raises:
         OverrideError: naming the override, what was given and what was expected.
     """
-    from vitviz.core.model import ACTIVATIONS
+    from vitviz.core.model import ACTIVATIONS, BLOCK_NORMS
     from vitviz.core.posembed import RECIPES
 
     def family(v: Any) -> str:
@@ -258,7 +280,7 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
         "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
         "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,
         "resize": as_count, "crop_mode": lambda v: as_choice(v, crop_modes),
-        "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, ("pre", "post")),
+        "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, BLOCK_NORMS),
         "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
         "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
         "head_act": lambda v: as_choice(v, ACTIVATIONS),

@@ -18,7 +18,8 @@ ASKED = {"num_heads": "heads", "block_norm": "block_norm", "mlp_kind": "act", "a
 OVERRIDE_FIELDS = {override: name for name, override in ASKED.items()}
 LABELS = {"num_heads": "Heads", "block_norm": "Norm order", "mlp_kind": "Activation", "attn_scale": "Attention scale"}
 NORM_ORDERS = {"pre": "pre-norm: x + f(norm(x)) (ViT, timm, DeiT)",
-               "post": "post-norm: norm(x + f(x)) (nn.TransformerEncoderLayer's default, the original Transformer)"}
+               "post": "post-norm: norm(x + f(x)) (nn.TransformerEncoderLayer's default, the original Transformer)",
+               "res_post": "norm after each sublayer: x + norm(f(x)) (Swin v2, timm *_rpn_*)"}
 ACTIVATIONS = {"gelu": "GELU (exact)", "gelu_tanh": "GELU, tanh approximation", "quick_gelu":
                "QuickGELU: x·σ(1.702x) (OpenAI CLIP)", "relu": "ReLU", "silu": "SiLU / Swish", "tanh": "tanh"}
 # verdict levels -> how the line is drawn
@@ -67,7 +68,7 @@ def value_text(spec: ModelSpec, name: str) -> str:
         return (f"head_dim^-0.5 = {spec.head_dim ** -0.5:.4g}" if not spec.attn_scale
                 else f"{spec.attn_scale:.6g}")
     if name == "block_norm":
-        return f"{spec.block_norm}-norm"
+        return NORM_ORDERS.get(spec.block_norm, spec.block_norm).split(":")[0]
     value: Any = getattr(spec, name, None)
     if name == "preprocess":
         pp = spec.preprocess

@@ -89,7 +89,7 @@ REMEMBERED_KEY = "model/remembered"            # {file: {override: value}} ("rem
 LEGACY_HEADS_KEY = "model/remembered_heads"     # {file: heads}, before the other settings were remembered
 REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides the window remembers per file
 _CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-           "block_norm": lambda v: v in ("pre", "post"),
+           "block_norm": lambda v: v in ("pre", "post", "res_post"),
            "act": lambda v: v in ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh"),
            "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
 

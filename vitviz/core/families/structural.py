@@ -699,7 +699,7 @@ def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Fac
                 bias = (lin.weight @ u.bias if u.bias is not None else 0) + \
                     (lin.bias if lin.bias is not None else torch.zeros(dim))
             used.add(id(lin))
-            hints["patch_order"] = ("conv+linear", f"assumed: the patch embedding is a Conv2d {u.describe()} "
+            hints["patch_embed"] = ("conv+linear", f"assumed: the patch embedding is a Conv2d {u.describe()} "
                                     f"followed by a Linear {lin.describe()}, folded into one convolution (exact "
                                     "when nothing, e.g. no activation, comes between them)")
         out["patch_embed.proj.weight"] = weight

@@ -132,7 +132,6 @@ _SHAPE_ARGS = frozenset((
 _NO_EFFECT_ARGS = frozenset(("weight_init", "fix_init", "dynamic_img_size", "dynamic_img_pad", "device", "dtype",
                              "head_init_scale", "rope_shift_coords", "rope_jitter_coords", "rope_rescale_coords",
                              "drop_rate", "drop_path_rate", "pretrained_cfg", "pretrained_cfg_overlay"))
-_ARG_DEFAULTS: dict[str, Any] = {"mlp_kind": "gelu", "eps": 1e-6, "attn_scale": 0.0, "block_norm": "pre"}
 
 
 def model_args_hints(raw: RawCheckpoint, sd: dict[str, torch.Tensor], hints: dict[str, Hint],
@@ -203,13 +202,10 @@ def model_args_hints(raw: RawCheckpoint, sd: dict[str, torch.Tensor], hints: dic
         if margs.get("attn_type") not in (None, "eva", "rope"):
             handled.discard("attn_type")
     unread = [k for k in margs if k not in handled and not k.endswith(("_drop_rate", "drop_path_rate"))]
-    for key in unread:
-        field = _field_for(key)
-        value = out.get(field, hints.get(field, (_ARG_DEFAULTS[field],)))[0]
-        before = out.get(field, hints.get(field, ("", "")))[1]
-        note = f"config.json model_args.{key} = {margs[key]!r} is an argument vitviz does not read"
-        out[field] = (value, f"assumed: {note}; it may change the {field} (or more) of the model"
-                             + (f"; otherwise {before}" if before else ""))
+    if unread:  # one flag for them all, naming each and the setting it most likely changes
+        said = ", ".join(f"{k} = {margs[k]!r} (likely the {_field_for(k)})" for k in unread)
+        out["model_args"] = (tuple(unread), f"assumed: config.json model_args {said}: arguments vitviz does not "
+                                            "read, which may change the model's numbers")
     return out
 
 

@@ -29,7 +29,7 @@ FIELD_SOURCES = {"heads": "num_heads", "norm": "block_norm", "act": "mlp_kind", 
 HEADS_TIP = "Attention heads per layer (they divide the attention width); every per-head map depends on it"
 LABELS = {"heads": "Heads", "norm": "Norm order", "act": "Activation", "scale": "Attn scale", "size": "Image size",
           "channels": "Channels", "mean": "Mean", "std": "Std", "resize": "Resize", "crop": "Crop"}
-NORM_TEXTS = {"pre": "pre-norm", "post": "post-norm"}
+NORM_TEXTS = {"pre": "pre-norm", "post": "post-norm", "res_post": "norm after each sublayer"}
 LIVE_TIP = "Your model's code decides this (it runs as written)"
 
 
