@@ -171,10 +171,10 @@ def _load(path: Path, **kw):
     return vitviz.load(path, device="cpu", **kw)
 
 
-def assert_verified(check: Verification, sizes: tuple[tuple[int, int], ...]) -> None:
+def assert_verified(check: Verification, sizes: tuple[tuple[int, int], ...], depth: int = 2) -> None:
     assert check.verdict == "verified", check.summary() + " " + check.reason
     assert check.sizes == sizes and check.first_differing_layer is None
-    assert len(check.per_layer) == len(sizes) and all(len(layers) == 2 for layers in check.per_layer)
+    assert len(check.per_layer) == len(sizes) and all(len(layers) == depth for layers in check.per_layer)
     assert all(d <= ATOL_ATTENTION for layers in check.per_layer for _, d in layers)
     assert check.max_output is not None and check.max_output <= 1e-4
     assert check.summary().startswith(f"Verified against {check.against} (max ")
@@ -209,6 +209,23 @@ def test_named_models_are_verified_against_their_library_at_two_sizes(root: Path
 
 def importlib_version(library: str) -> str:
     return __import__(library).__version__
+
+
+def test_a_published_file_named_by_its_hub_name_is_verified(tmp_path: Path) -> None:
+    """DeiT's releases are `{'model': ...}` files named NAME-HASH.pth: the name is a timm model (ViT-Ti/16: the real
+    size, since the name fixes it), built with the file's head and table sizes."""
+    import hashlib
+
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("deit_tiny_patch16_224", pretrained=False, num_classes=7))
+    raw = tmp_path / "raw.pth"
+    torch.save({"model": model.state_dict()}, raw)
+    path = raw.rename(tmp_path / f"deit_tiny_patch16_224-{hashlib.sha256(raw.read_bytes()).hexdigest()[:8]}.pth")
+    loaded = _load(path)
+    assert loaded.spec.source_of("identity").startswith("named: the published file 'deit_tiny_patch16_224'")
+    check = verify(loaded)
+    assert_verified(check, ((224, 224), (256, 256)), depth=12)
+    assert check.original.startswith("timm.create_model('deit_tiny_patch16_224', num_classes=7")
 
 
 def test_open_clip_vision_tower_is_verified_at_two_sizes(root: Path) -> None:

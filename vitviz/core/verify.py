@@ -259,7 +259,7 @@ def _named_library(identity: str) -> tuple[str | None, str]:
         return "open_clip", ""
     if (m := re.match(r"named: torchvision (\S+) \(file name\)", identity)):
         return "torchvision", m.group(1)
-    if (m := re.match(r"named: model name '([^']+)'", identity)):
+    if (m := re.match(r"named: (?:model name|the published file) '([^']+)'", identity)):
         try:
             import timm
         except ImportError:
@@ -512,10 +512,12 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         source = f"local-dir:{_folder(path)}"
         what = f"timm.create_model('{cfg['architecture']}') from {_folder(path).name}/config.json"
         kwargs: dict[str, Any] = {}
-    else:  # named by the training args: the sizes are the file's own (its head and position table)
-        source, what = name, f"timm.create_model('{name}') (the model name in the training args)"
+    else:  # named by the training args or a published file's name: the sizes are the file's own (its head and
+        # its position table)
         kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
                                                                       for i in range(2))}
+        args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        source, what = name, f"timm.create_model('{name}', {args}) ({spec.source_of('identity')})"
     dynamic = [True]
 
     def factory() -> nn.Module:
