@@ -160,13 +160,6 @@ def _code_weights(root: Path, factory: str) -> Path:
     return path
 
 
-def _named(model, identity: str):
-    """The model with another 'identity' provenance entry (as a reader that records the name would give it)."""
-    prov = tuple((k, identity if k == "identity" else v) for k, v in model.spec.provenance)
-    model.spec = dataclasses.replace(model.spec, provenance=prov)
-    return model
-
-
 def _load(path: Path, **kw):
     return vitviz.load(path, device="cpu", **kw)
 
@@ -230,11 +223,7 @@ def test_a_published_file_named_by_its_hub_name_is_verified(tmp_path: Path) -> N
 
 def test_open_clip_vision_tower_is_verified_at_two_sizes(root: Path) -> None:
     model = _load(_open_clip_file(root))
-    if not model.spec.named:
-        # the CLIP reader does not record its open_clip_config.json as the model's name yet (hyperparams reads
-        # hints['open_clip_config']): until it does, nothing names it -- and verify says so
-        assert verify(model).verdict == "unverified"
-        model = _named(model, "named: open_clip model config (open_clip_config.json)")
+    assert model.spec.named and "open_clip model config" in model.spec.source_of("identity")  # its config names it
     check = verify(model)
     assert_verified(check, (NATIVE, OTHER))   # at 48 px a tower of that size, its table resized by open_clip
     assert check.library == "open_clip" and check.original.endswith(".visual")
@@ -417,3 +406,10 @@ def test_export_manifest_has_the_verification(root: Path, tmp_path: Path) -> Non
                      "--out", str(out), "--quiet", "--device", "cpu"]) == 0
     entry = json.loads((out / "manifest.json").read_text())["model"]["verification"]
     assert entry["verdict"] == "unverified" and "mlp_kind" in entry["assumptions"]
+
+
+def test_the_library_entry_point(root: Path) -> None:
+    """`vitviz.verify(model)` is the library's way in (the same Verification as core.verify)."""
+    model = _load(_timm_folder(root, "vit_tiny_patch16_224"))
+    check = vitviz.verify(model)
+    assert check.verdict == "verified" and check.summary().startswith("Verified against timm")

@@ -7,6 +7,7 @@ The public API is small::
     result = model.run("cat.jpg")           # a path, PIL image, HxWxC array or a (1, C, H, W) tensor
     result.attentions.shape                 # (L, H, T, T)
     vitviz.show(result)                     # a PIL image: the CLS map over the image (also a result's notebook view)
+    vitviz.verify(model).summary()          # 'Verified against timm 1.0.31 (max 3e-7)' / 'Not verified — 3 ...'
 
 `vitviz.load` imports torch on first use, so importing this package stays cheap (the GUI relies on that).
 """
@@ -33,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "VitvizError", "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError",
     "DeviceError", "ImageError", "InconsistentCheckpointError", "NoWeightsError", "UnknownLayoutError",
-    "UnsafeCheckpointError", "__version__", "show",
+    "UnsafeCheckpointError", "__version__", "show", "verify",
 ]
 
 
@@ -42,6 +43,19 @@ def load(path: Any, **overrides: Any) -> Any:
     from vitviz.core.load import load as _load
 
     return _load(path, **overrides)
+
+
+def verify(model: Any, **options: Any) -> Any:
+    """Check a loaded model against its original implementation (`vitviz.core.verify.verify`): the library that
+    made it (timm, transformers, open_clip, torchvision), or the user's own code with `code='FILE.py:FACTORY'`, run
+    on a probe input at the model's size and another; a `Verification` whose `verdict` is 'verified', 'unverified'
+    (nothing names the model, or its library is missing: its assumptions are listed) or 'differs'.
+
+    It lives here, not as a method of the model, because it loads the original through `vitviz.core.load`, which
+    builds the model classes: a method would be an import cycle (tests/test_layering.py)."""
+    from vitviz.core.verify import verify as _verify
+
+    return _verify(model, **options)
 
 
 def show(result: Any, map: str = "cls", layer: Any = -1, head: Any = "mean", **options: Any) -> Any:  # noqa: A002

@@ -138,6 +138,8 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
         s = vcfg["image_size"]
         hints["pos_image_size"] = ((s, s) if isinstance(s, int) else tuple(s), f"{src}.vision_cfg.image_size")
     hints["pos_interp"] = ("timm", "family: CLIP (open_clip resize_pos_embed: bicubic, antialias)")
+    if cfg:  # the open_clip config names the model: its defaults are that model's facts (see hyperparams._identity)
+        hints["open_clip_config"] = (cfg.get("_file"), f"{src} (vision_cfg)")
     return Converted("clip", out, hints, dropped)
 
 
