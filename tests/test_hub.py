@@ -1,130 +1,27 @@
 """Models by name from the Hugging Face Hub (`hf:` / `timm:`), against a fake hub on 127.0.0.1 (no internet).
 
-The fake hub answers like huggingface.co's `resolve` endpoint: HEAD/GET with X-Repo-Commit, ETag and
-Content-Length, Range requests for resumed downloads, and X-Error-Code on 404s.
+The fake hub (`tests/_fakehub.py`) answers like huggingface.co's `resolve` endpoint: HEAD/GET with X-Repo-Commit,
+ETag and Content-Length, Range requests for resumed downloads, and X-Error-Code on 404s.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _fakehub import FakeHub, hf_repo, timm_repo
 
 import vitviz
 from vitviz.catalog import hub
 from vitviz.catalog.named import cached_named, is_named_model, resolve_model_arg, resolve_named
 from vitviz.cli import main as cli_main
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def _timm_repo() -> dict[str, bytes]:
-    from safetensors.torch import save
-    from _tiny import tiny_state_dict
-
-    sd = tiny_state_dict(embed_dim=32, num_classes=5)
-    config = {"architecture": "vit_tiny_patch8_32", "num_classes": 5, "num_features": 32,
-              "model_args": {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2,
-                             "mlp_ratio": 2.0},
-              "pretrained_cfg": {"input_size": [3, 32, 32], "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5],
-                                 "crop_pct": 1.0, "interpolation": "bicubic"}}
-    return {"model.safetensors": save({k: v.contiguous() for k, v in sd.items()}),
-            "config.json": json.dumps(config).encode(), "README.md": b"not fetched",
-            "modeling_evil.py": b"raise SystemExit('code was fetched')"}
-
-
-def _hf_repo(tmp_path: Path) -> dict[str, bytes]:
-    from transformers import ViTConfig, ViTForImageClassification
-
-    torch.manual_seed(0)
-    cfg = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
-                    patch_size=8, num_labels=3)
-    model = ViTForImageClassification(cfg).eval()
-    out = tmp_path / "hf_src"
-    model.save_pretrained(out)
-    return {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-
-
-class FakeHub:
-    """A thread serving `{repo}/resolve/{revision}/{file}` from dicts of bytes, counting the requests."""
-
-    def __init__(self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = ()) -> None:
-        self.repos, self.gated, self.gets, self.cut_after = repos, gated, [], None
-        self.ranges: list[tuple[str, int]] = []
-        hub_self = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args: object) -> None:
-                pass
-
-            def do_HEAD(self) -> None:
-                self._answer(body=False)
-
-            def do_GET(self) -> None:
-                self._answer(body=True)
-
-            def _answer(self, body: bool) -> None:
-                parts = self.path.split("?")[0].strip("/").split("/")
-                if len(parts) < 5 or parts[2] != "resolve":
-                    return self._error(404, "RepoNotFound")
-                repo, revision, file = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-                if repo in hub_self.gated:
-                    return self._error(403, "GatedRepo")
-                if repo not in hub_self.repos:
-                    return self._error(404, "RepoNotFound")
-                if revision not in ("main", COMMIT):
-                    return self._error(404, "RevisionNotFound")
-                data = hub_self.repos[repo].get(file)
-                if data is None:
-                    return self._error(404, "EntryNotFound")
-                start = 0
-                if self.headers.get("Range", "").startswith("bytes="):
-                    start = int(self.headers["Range"][6:].split("-")[0])
-                self.send_response(206 if start else 200)
-                self.send_header("X-Repo-Commit", COMMIT)
-                self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                if body:
-                    hub_self.gets.append(file)
-                    hub_self.ranges.append((file, start))
-                    chunk = data[start:]
-                    if hub_self.cut_after and hub_self.cut_after[1] > 0 and file == "model.safetensors":
-                        size, times = hub_self.cut_after
-                        chunk, hub_self.cut_after = chunk[:size], (size, times - 1)
-                        self.wfile.write(chunk)
-                        self.wfile.flush()
-                        self.connection.close()
-                        return
-                    self.wfile.write(chunk)
-
-            def _error(self, code: int, kind: str) -> None:
-                self.send_response(code)
-                self.send_header("X-Error-Code", kind)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> "FakeHub":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 @pytest.fixture()
 def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    repos = {"timm/vit_tiny_patch8_32.test": _timm_repo(), "acme/tiny-vit": _hf_repo(tmp_path)}
+    repos = {"timm/vit_tiny_patch8_32.test": timm_repo(), "acme/tiny-vit": hf_repo(tmp_path)}
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.catalog.dirs import torch_hub_dir
-from vitviz.catalog.hub import cached_hub, is_hub_name, resolve_hub
+from vitviz.catalog.hub import cached_hub, check_hub_name, is_hub_name, resolve_hub
 from vitviz.errors import VitvizError
 
 Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)
@@ -37,6 +37,31 @@ class DownloadError(VitvizError):
 def is_named_model(text: str) -> bool:
     """Whether `text` names a model (`torchvision:...`, `hf:...`, `timm:...`) rather than a path."""
     return str(text).startswith(NAMED_PREFIX) or is_hub_name(str(text))
+
+
+def check_model_name(text: str) -> str:
+    """A model name's syntax checked without importing torch or touching the network -- for a hub name its
+    repository and revision (`vitviz.catalog.hub.check_hub_name`: a revision that could lead out of the cache is
+    refused here), for a torchvision name its architecture; `text` stripped of surrounding spaces. The window's
+    Models > Open by name checks with this before asking the worker; `resolve_named` checks the same again.
+
+    Raises:
+        VitvizError: text that is no model name (HubError for a bad hub name), naming what was expected.
+    """
+    text = str(text).strip()
+    if is_hub_name(text):
+        check_hub_name(text)
+        return text
+    parts = text.split(":")
+    if parts[0] + ":" == NAMED_PREFIX and len(parts) in (2, 3) and parts[1] in TORCHVISION_ARCHS:
+        if len(parts) == 2 or re.fullmatch(r"[A-Za-z0-9_]*", parts[2], re.ASCII):
+            return text   # whether torchvision has these weights is looked up when the name is resolved
+        raise VitvizError(f"{text[:120]!r}: weights {parts[2][:60]!r} are no name of torchvision's weights; "
+                          f"expected torchvision:{parts[1]}:WEIGHTS such as IMAGENET1K_V1, or DEFAULT")
+    if parts[0] + ":" == NAMED_PREFIX:
+        lookup_named(text)   # refuses the architecture (before importing torchvision), naming the known ones
+    raise VitvizError(f"{text[:120]!r}: not a model name; expected hf:ORG/NAME[@REVISION], timm:NAME[.TAG] or "
+                      f"torchvision:ARCH[:WEIGHTS] with ARCH one of {', '.join(TORCHVISION_ARCHS)}")
 
 
 def named_models() -> list[str]:

@@ -9,12 +9,14 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from vitviz.catalog.scan import format_size, scan
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.hub import is_hub_name
-from vitviz.catalog.named import cached_named, is_named_model, lookup_named, named_models, resolve_model_arg
+from vitviz.catalog.named import (cached_named, check_model_name, is_named_model, lookup_named, named_models,
+                                  resolve_model_arg)
 from vitviz.cli.progress import ProgressBar
 from vitviz.errors import VitvizError
 
@@ -39,8 +41,8 @@ def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
     what = p.add_mutually_exclusive_group()   # each is a different listing (or a download): one at a time
     what.add_argument("--named", action="store_true",
                       help="list the named models and whether each is downloaded (downloads nothing)")
-    what.add_argument("--get", metavar="NAME", help="download a named model, torchvision:ARCH[:WEIGHTS], unless "
-                      "it is cached, and print its path")
+    what.add_argument("--get", metavar="NAME", help="download a named model (torchvision:ARCH[:WEIGHTS], "
+                      "hf:ORG/NAME[@REVISION] or timm:NAME[.TAG]) unless it is cached, and print its path")
     what.add_argument("--recent", metavar="PATH", action="append", default=[],
                       help="also list this file or folder with the caches' checkpoints (repeatable)")
     return p
@@ -84,10 +86,16 @@ def run_models_command(args: argparse.Namespace) -> int:
 def _get(name: str, as_json: bool = False) -> int:
     """`--get NAME`: the cached file, else downloaded with a progress bar on stderr; its path on stdout (or, with
     --json, {"name", "path", "size"})."""
-    nw = lookup_named(name)
-    path = resolve_cli_model(name)
+    if is_hub_name(name):   # hf:ORG/NAME[@REVISION] or timm:NAME[.TAG]: a model folder in the HF cache
+        check_model_name(name)   # before anything is asked of the hub (a revision that leads out of the cache)
+        canonical, path = name, resolve_cli_model(name)
+        size = sum(p.stat().st_size for p in Path(path).iterdir() if p.is_file())
+    else:
+        canonical = lookup_named(name).name
+        path = resolve_cli_model(name)
+        size = os.path.getsize(path)
     if as_json:
-        print(json.dumps({"name": nw.name, "path": path, "size": os.path.getsize(path)}, indent=2))
+        print(json.dumps({"name": canonical, "path": path, "size": size}, indent=2))
     else:
         print(path)
     return 0

@@ -55,7 +55,7 @@ class ProgressBar:
             self._last_pct = pct
             bar = "#" * (self.width * done // total)
             self._draw(f"\r[{bar:<{self.width}}] {pct:3d}% {format_size(done)} / {format_size(total)}")
-        else:
+        elif f"\r{format_size(done)}" != self._line:   # called again while nothing arrives: drawn once
             self._draw(f"\r{format_size(done)}")
         if total and done >= total:
             self.close()

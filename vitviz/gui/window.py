@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow,
 
 from vitviz import catalog
 from vitviz.core.spec import ModelSpec
+from vitviz.errors import VitvizError
 from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
@@ -465,6 +466,11 @@ class MainWindow(QMainWindow):
         if not catalog.is_named_model(name):
             self.reporter.show("Not a model name", f"{name!r} is not a model name; expected one such as "
                                f"{NAME_EXAMPLES}", "")
+            return False
+        try:   # the library's check (a revision that could lead out of the cache...), before the worker is asked
+            catalog.check_model_name(name)
+        except VitvizError as exc:
+            self.reporter.show("Not a model name", str(exc), "")
             return False
         self.choose_model(name)
         return True
