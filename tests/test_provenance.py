@@ -262,3 +262,21 @@ def test_stated_statistics_leave_the_resize_recipe_an_assumption(tmp_path: Path)
     assert "resize_recipe" in dict(spec.assumptions)
     given = _load(tmp_path / "run.pth", heads=HEADS, resize=32, crop_mode="squash").spec
     assert "resize_recipe" not in dict(given.assumptions) and given.kind_of("resize_recipe") == "given"
+
+
+def test_cli_warnings_are_one_clean_line_with_the_flags(tiny_ckpt: Path, photo: Path, tmp_path: Path,
+                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    """On the command line vitviz's warnings are `vitviz: warning: ...`, one line each, naming the flag (--heads N),
+    never a Python argument (heads=N) or a source line of vitviz's code."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import sys; from vitviz.cli import main; sys.exit(main())", "export", "--model", str(tiny_ckpt), str(photo),
+                           "--out", str(tmp_path / "o"), "--quiet", "--no-verify"],
+                          capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                            "VITVIZ_AUDIT": ""})
+    assert proc.returncode == 0, proc.stderr
+    lines = [t for t in proc.stderr.splitlines() if t.strip()]
+    assert lines and all(t.startswith("vitviz: warning: ") for t in lines), lines
+    assert any("pass --heads N" in t for t in lines) and not any("heads=N" in t for t in lines)
+    assert not any("infer_spec(" in t or ".py:" in t for t in lines)

@@ -3,6 +3,8 @@ and how guessed values are said (`vitviz: warning: ...` on stderr, once per valu
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import warnings
 from typing import Any, Callable, TextIO, TypeVar
@@ -94,18 +96,27 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
 
 
+def cli_wording(message: str) -> str:
+    """A library message as the command line says it: 'pass heads=N (CLI --heads N)' -> 'pass --heads N'."""
+    return re.sub(r"pass ([^;]*?) \(CLI ([^)]*)\)", r"pass \2", message)
+
+
 def install_guess_reporter(stream: TextIO | None = None) -> None:
-    """Show each `GuessWarning` (a value nothing in the file gave, e.g. num_heads) as one loud line on stderr,
-    `vitviz: warning: ...`, instead of Python's file:line format; other warnings are shown as before."""
+    """Show each of vitviz's own warnings -- a `GuessWarning` (a value nothing in the file gave, e.g. num_heads),
+    or any warning raised from vitviz's code -- as one clean line on stderr, `vitviz: warning: ...`, with the
+    command-line options instead of Python arguments, not Python's file:line format with a source line; other
+    packages' warnings are shown as before."""
     from vitviz.core.spec import GuessWarning
 
     previous = warnings.showwarning
     if getattr(previous, "_vitviz_guesses", False):
         return
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        if issubclass(category, GuessWarning):
-            print(f"vitviz: warning: {message}", file=stream or sys.stderr)
+        ours = issubclass(category, GuessWarning) or os.path.abspath(filename).startswith(package + os.sep)
+        if ours:
+            print(f"vitviz: warning: {cli_wording(str(message))}", file=stream or sys.stderr)
         else:
             previous(message, category, filename, lineno, file, line)
 
