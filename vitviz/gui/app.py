@@ -235,6 +235,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)
     try:
         window.persist_settings = not shot
+        window.demo_fallback = not shot     # a bad --model leaves no empty window (--screenshot: exit 2 instead)
         window.show()
         app.processEvents()      # the window is on screen before anything imports torch
         apply_args(window, args)

@@ -21,14 +21,15 @@ GUESSED, ASSUMED_TAG = "the guess", "assumed"     # how the preselected choice i
 REASON_STYLE = "color: #5f6368;"          # the grey of the reason under each choice
 
 
-def error_box(parent: QWidget, title: str, summary: str, details: str) -> QMessageBox:
+def error_box(parent: QWidget, title: str, summary: str, details: str,
+              informative: str | None = None) -> QMessageBox:
     """Open a window-modal, non-blocking message box: a one-line summary, the traceback under 'Show Details'."""
     box = QMessageBox(parent)
     box.setObjectName("errorBox")
     box.setIcon(QMessageBox.Icon.Warning)
     box.setWindowTitle(title)
     box.setText(summary)
-    box.setInformativeText("Everything already loaded is still available.")
+    box.setInformativeText(informative or "Everything already loaded is still available.")
     box.setDetailedText(details)
     box.setStandardButtons(QMessageBox.StandardButton.Ok)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)

@@ -28,8 +28,9 @@ class ErrorReporter:
         self._box_count = 0               # how many errors the box holds (from `_box_first` on)
         self._repeats: dict[str, int] = {}  # why images failed -> index into `errors` (repeats join it)
 
-    def show(self, title: str, summary: str, details: str) -> None:
-        """Show an error: in a new box, or added to the open one."""
+    def show(self, title: str, summary: str, details: str, informative: str | None = None) -> None:
+        """Show an error: in a new box, or added to the open one (`informative`: the box's second line, when it
+        is not 'Everything already loaded is still available')."""
         self.errors.append((title, summary))
         box = self.box
         if box is not None and box.isVisible():
@@ -37,7 +38,7 @@ class ErrorReporter:
             box.setText(f"{self._box_count} errors; the latest: {summary}")
             box.setDetailedText(box.detailedText() + f"\n\n=== {title}: {summary}\n{details}")
             return
-        self.box = box = dialogs.error_box(self.parent, title, summary, details)
+        self.box = box = dialogs.error_box(self.parent, title, summary, details, informative)
         self._box_first, self._box_count = len(self.errors) - 1, 1
         box.destroyed.connect(lambda *_args: self._forget_box(box))
 

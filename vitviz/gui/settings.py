@@ -45,7 +45,9 @@ def recent_models(settings: QSettings) -> list[str]:
 
 
 def add_recent_model(settings: QSettings, path: str) -> list[str]:
-    """Put `path` first in the recent-model list and return the list."""
+    """Put `path` first in the recent-model list and return the list: a file or folder as its absolute path (so
+    that it opens again whatever folder vitviz is started from), a named model as its name (`_file_key`)."""
+    path = _file_key(path)
     recent = [path] + [p for p in recent_models(settings) if p != path]
     settings.setValue("recent_models", recent[:MAX_RECENT])
     settings.setValue("version", SETTINGS_VERSION)

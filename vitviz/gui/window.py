@@ -132,6 +132,8 @@ class MainWindow(QMainWindow):
         self._last_map_source = "cls"
         self.requested_view: dict[str, Any] = {}              # layer/head/query asked for on the command line
         self.demo_instead_of_model = False                    # images were named without a model: the demo runs them
+        self.demo_fallback = False                            # a failed load with nothing open opens the demo
+        self._demo_fallback_done = False                      # (run_app switches it on, except for --screenshot)
         self.persist_settings = True
         self.trust_code = False                               # --screenshot: the --code flag is the confirmation
         self._trusted_code: set[str] = set()                  # FILE.py:FACTORY the user agreed to run this session
@@ -291,7 +293,7 @@ class MainWindow(QMainWindow):
         s = self.session
         s.model_loaded.connect(self._on_model_loaded)
         s.run_failed.connect(self.reporter.show_run_error)
-        s.error.connect(self.reporter.show)
+        s.error.connect(self._on_error)
         s.note.connect(self.note)
         s.device_changed.connect(self._on_device_changed)
         s.client.status.connect(self.status.show)
@@ -415,6 +417,22 @@ class MainWindow(QMainWindow):
             details = getattr(s.verification, "to_dict", None)
             self.reporter.show(DIFFERS, f"{window_name(s.model_path)}: {line.text}",
                                f"{line.tooltip}\n\n{details() if callable(details) else ''}")
+
+    def _on_error(self, title: str, summary: str, details: str) -> None:
+        """An error from the session, in the error box. A model that failed to load while none is open (a bad
+        --model at start-up, the first model of a session) leaves no empty window: the demo model opens instead,
+        and the box says so rather than promising that what was loaded is still there."""
+        from vitviz.gui.session import LOAD_FAILED
+
+        fallback = (self.demo_fallback and title == LOAD_FAILED and self.session.spec is None and not self.session.loading
+                    and bundled.demo_model() is not None and not self._demo_fallback_done)
+        if fallback:
+            self._demo_fallback_done = True
+        self.reporter.show(title, summary, details,
+                           informative="Nothing was loaded before it, so the demo model is open instead."
+                           if fallback else None)
+        if fallback:
+            self.load_demo(images=not self.session.images, instead_of_model=True)
 
     def load_demo(self, images: bool = True, instead_of_model: bool = False) -> bool:
         """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a

@@ -1,0 +1,61 @@
+"""The window as a newcomer meets it (issue 25): what gets lost or left empty."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from _gui import wait_idle
+
+from vitviz.gui import bundled
+from vitviz.gui import settings as st
+
+
+def test_recent_models_are_absolute_paths_and_names_stay_names(settings, tmp_path: Path,  # noqa: ANN001
+                                                                monkeypatch) -> None:  # noqa: ANN001
+    """Chosen from the recent list after starting vitviz from another folder, a model still opens: files are
+    remembered by their absolute path, named models by their name."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "vit.pth").write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    st.add_recent_model(settings, "runs/vit.pth")
+    st.add_recent_model(settings, "hf:google/vit-base-patch16-224")
+    recent = st.recent_models(settings)
+    assert recent == ["hf:google/vit-base-patch16-224", str(tmp_path / "runs" / "vit.pth")]
+    monkeypatch.chdir(os.sep)
+    assert Path(recent[1]).is_file()
+    st.add_recent_model(settings, str(tmp_path / "runs" / "vit.pth"))   # the same file: once, first
+    assert st.recent_models(settings) == [str(tmp_path / "runs" / "vit.pth"), "hf:google/vit-base-patch16-224"]
+
+
+def test_a_bad_first_model_opens_the_demo_instead_and_says_so(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    """A bad --model at start-up leaves no empty window behind a box saying 'everything already loaded is still
+    available': the demo model opens instead, and the box says that."""
+    if bundled.demo_model() is None:
+        import pytest
+
+        pytest.skip("this install has no demo model")
+    bad = tmp_path / "broken.pth"
+    bad.write_bytes(b"not a checkpoint at all")
+    window.demo_fallback = True            # as run_app sets it (not under --screenshot)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(bad))
+    wait_idle(qtbot, window)
+    assert bundled.is_demo(window.session.model_path)
+    box = window.reporter.box
+    assert box is not None and "broken.pth" in box.text()
+    assert "demo model is open instead" in box.informativeText()
+    assert "still available" not in box.informativeText()
+
+
+def test_a_bad_model_after_a_good_one_keeps_it(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
+    """With a model open, a failed load changes nothing: the box says so, no demo replaces the model."""
+    window = loaded
+    window.demo_fallback = True
+    before = window.session.model_path
+    bad = tmp_path / "broken.pth"
+    bad.write_bytes(b"nope")
+    window.load_model(str(bad))
+    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible(), timeout=20000)
+    wait_idle(qtbot, window)
+    assert window.session.model_path == before
+    assert "still available" in window.reporter.box.informativeText()
