@@ -59,3 +59,18 @@ def test_a_bad_model_after_a_good_one_keeps_it(qtbot, loaded, tmp_path: Path) ->
     wait_idle(qtbot, window)
     assert window.session.model_path == before
     assert "still available" in window.reporter.box.informativeText()
+
+
+def test_method_and_class_are_off_where_the_map_does_not_use_them(loaded) -> None:  # noqa: ANN001
+    """Method and Class do nothing for CLS attention or rollout: they are off there, saying how to use them, and on
+    for a class-relevance map."""
+    window = loaded
+    picker = window.controls.relevance_picker
+    for source in ("cls", "rollout"):
+        window.state.update(source=source)
+        assert not picker.method_combo.isEnabled() and not picker.class_combo.isEnabled()
+        assert "Class relevance" in picker.method_combo.toolTip()
+    window.state.update(source="relevance")
+    assert picker.method_combo.isEnabled() and picker.class_combo.isEnabled()
+    window.state.update(source="cls")
+    assert not picker.class_combo.isEnabled()

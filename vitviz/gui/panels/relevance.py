@@ -30,6 +30,10 @@ def class_names(spec: ModelSpec | None) -> list[str]:
     return [f"{i} · {labels[i]}" if i < len(labels) else str(i) for i in range(spec.num_classes)]
 
 
+CLASS_TIP = ("The class the map explains: the top class of each image, or any class (type part of its name); a "
+             "click on one of the top 5 in Model info picks it too")
+
+
 class RelevancePicker(QWidget):
     """Method and class of the relevance source (choosing either shows it). The class box is editable: typing
     part of a label offers the matching classes; the first entry is the image's top class."""
@@ -55,8 +59,7 @@ class RelevancePicker(QWidget):
         self.class_combo.setObjectName("relevanceClass")
         self.class_combo.setEditable(True)
         self.class_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.class_combo.setToolTip("The class the map explains: the top class of each image, or any class (type "
-                                    "part of its name); a click on one of the top 5 in Model info picks it too")
+        self.class_combo.setToolTip(CLASS_TIP)
         completer = QCompleter(self.class_combo.model(), self.class_combo)
         completer.setFilterMode(Qt.MatchFlag.MatchContains)
         completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
@@ -83,15 +86,14 @@ class RelevancePicker(QWidget):
             self.class_combo.addItem(name, i)
         self._updating = False
         clip_like = spec is not None and spec.embed_out > 0
-        self.setEnabled(spec is None or spec.num_classes > 0 or clip_like)
-        self.method_combo.setEnabled(spec is None or spec.num_classes > 0)
-        self.class_combo.setEnabled(spec is None or spec.num_classes > 0)
+        self._has_classes = spec is None or spec.num_classes > 0
+        self.setEnabled(self._has_classes or clip_like)
         self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "
                         "explain")
         self.prompt_edit.setEnabled(clip_like)
         self.prompt_edit.setToolTip(PROMPT_TIP if clip_like else "Text prompts need a CLIP-like model: this one has "
                                     "no image-embedding projection to compare with a text embedding")
-        self._on_state_changed(RELEVANCE_FIELDS)
+        self._on_state_changed(RELEVANCE_FIELDS | {"source"})
 
     def _on_model_loaded(self, spec: ModelSpec, _device: str) -> None:
         self.set_spec(spec)
@@ -122,5 +124,15 @@ class RelevancePicker(QWidget):
             self.class_combo.setCurrentIndex(max(0, self.class_combo.findData(target)))
             if " ".join(self.prompt_edit.text().split()) != s.relevance_prompt:
                 self.prompt_edit.setText(s.relevance_prompt)
+            # method and class only do something for a class-relevance map: elsewhere (CLS attention, rollout, a
+            # text prompt's map) they are off, saying how to use them; the prompt field stays a way into text maps
+            used = self._has_classes and s.source == "relevance" and not s.relevance_prompt
+            for combo in (self.method_combo, self.class_combo):
+                combo.setEnabled(used)
+            why = ("" if used else "This model has no classifier: no class to explain" if not self._has_classes
+                   else "Used by the text prompt's map: clear the prompt to explain a class" if s.relevance_prompt
+                   else "Used by Map › Class relevance only: choose it above to explain a class")
+            self.method_combo.setToolTip(why)
+            self.class_combo.setToolTip(why or CLASS_TIP)
         finally:
             self._updating = False
