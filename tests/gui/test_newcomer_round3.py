@@ -74,3 +74,17 @@ def test_method_and_class_are_off_where_the_map_does_not_use_them(loaded) -> Non
     assert picker.method_combo.isEnabled() and picker.class_combo.isEnabled()
     window.state.update(source="cls")
     assert not picker.class_combo.isEnabled()
+
+
+def test_the_hover_readout_follows_the_map_under_a_still_mouse(loaded) -> None:  # noqa: ANN001
+    """Clicking a patch (a query map) or going back to CLS attention redraws the map under a mouse that did not
+    move: the readout shows the new map's value, not the previous one's."""
+    window = loaded
+    panel = window.panel
+    panel._on_mouse_moved(panel.image_item.mapToScene(panel.image_item.boundingRect().center()))
+    row, col = panel.hovered_patch
+    assert row >= 0
+    before = window.hover_label.text()
+    window.state.update(source="token", query=window.session.spec.num_prefix)   # another map, the mouse still
+    after = window.hover_label.text()
+    assert f"{panel.values[row, col]:.4g}" in after and after != before

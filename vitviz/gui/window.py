@@ -308,6 +308,7 @@ class MainWindow(QMainWindow):
         self.info.review_requested.connect(self.review_assumptions)
         self.controls.overrides_requested.connect(self.reload_with)
         self.panel.hovered.connect(self._on_hover)
+        self.panel.values_changed.connect(lambda: self._on_hover(*self.panel.hovered_patch))   # the new map's value
         self.panel.hovered.connect(self.posembed.hover)
         self.panel.query_clicked.connect(self.select_query)
         self.overview.tile_clicked.connect(self._on_tile_clicked)

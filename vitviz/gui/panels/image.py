@@ -36,9 +36,12 @@ class ImagePanel(QWidget):
         hovered(row, col): the patch under the mouse, (-1, -1) when the mouse leaves the patch grid.
         clicked(row, col): a left click on a patch.
         query_clicked(token): the token of the clicked patch (prefix tokens counted).
+        values_changed(): the map shown changed (another query, layer, source...): the hover readout of the
+            patch under the mouse is out of date.
     """
 
     hovered = Signal(int, int)
+    values_changed = Signal()
     clicked = Signal(int, int)
     query_clicked = Signal(int)
 
@@ -110,6 +113,7 @@ class ImagePanel(QWidget):
         if maps is None:
             self.clear(self.placeholder())
             self.values = None
+            self.values_changed.emit()
         elif changed & MAP_FIELDS or rollout_changed:
             self._draw_map(maps, image_changed="image" in changed)
         else:
@@ -129,6 +133,11 @@ class ImagePanel(QWidget):
             return "Waiting for the settings the file does not say"
         return f"Running {Path(path).name}…"
 
+    @property
+    def hovered_patch(self) -> tuple[int, int]:
+        """The patch under the mouse, (-1, -1) when it is outside the grid."""
+        return self._last_hover
+
     def readout(self, row: int, col: int) -> str:
         """The hover text for a patch ('' outside the grid or without a map)."""
         maps, values = self._maps, self.values
@@ -145,6 +154,7 @@ class ImagePanel(QWidget):
             self.set_image(result.image, result.grid, result.spec.patch_size)
         values, stack = current_map(maps, state)
         self.values = values
+        self.values_changed.emit()
         levels = levels_for(state, values, stack)
         shown = render.upsample(values, _grid_pixels(result), True) if state.smooth else values
         self.scale_text = render.scale_label(stack, state.head, "own" if state.normalize else "shared")
