@@ -57,3 +57,7 @@ class DeviceError(VitvizError):
 
 class DiskFullError(VitvizError):
     """An output folder's disk is full (or over its quota): writing stopped; the message names the folder."""
+
+
+class NonFiniteError(VitvizError):
+    """A forward pass gave NaN or infinite attention; the message names the setting that produced it when known."""

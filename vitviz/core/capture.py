@@ -20,6 +20,7 @@ from vitviz.core.model import AttentionProbe, PoolProbe, ReferenceViT
 from vitviz.core.runtime import SMALLER, check_host_memory, packing_fits, resolve_device
 from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
+from vitviz.core.validate import check_finite_forward
 from vitviz.errors import DeviceError, VitvizError
 
 
@@ -228,7 +229,7 @@ class VitModel:
                 else:
                     self.net.forward_attention(xd, upto)
                     out = np.zeros((x.shape[0], 0), np.float32)
-            return sink.numpy(), out
+            maps = sink.numpy()
         except torch.cuda.OutOfMemoryError as e:
             torch.cuda.empty_cache()
             raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} "
@@ -240,6 +241,8 @@ class VitModel:
                 raise
             raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
                               f"{SMALLER}") from e
+        check_finite_forward(maps, x, self.spec, str(self.spec.source))   # NaN maps are refused, their cause named
+        return maps, out
 
     def _tokens(self, x: torch.Tensor) -> int:
         p = self.spec.patch_size

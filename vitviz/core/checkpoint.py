@@ -28,8 +28,8 @@ import torch
 
 from vitviz.core.formats import WEIGHT_NAMES, WEIGHT_SUFFIXES
 from vitviz.core.validate import (
-    Invalid, as_labels, check_config, check_path, check_preprocessor, check_stored_tensors, inside, show,
-    training_args,
+    Invalid, as_labels, check_config, check_open_clip_config, check_path, check_preprocessor, check_stored_tensors,
+    inside, show, training_args,
 )
 from vitviz.errors import (
     CheckpointNotFoundError,
@@ -137,8 +137,22 @@ def read_sidecars(weights: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, 
                 warnings.warn(f"{path}: skipped, not a readable config ({e})", stacklevel=3)
                 continue
             if isinstance(data, dict) and data:
-                found.append((path.name, data))
+                found.append((path.name, _checked_sidecar(path, data)))
     return found
+
+
+def _checked_sidecar(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A side-car config with its open_clip model config (`open_clip_config.json`'s `model_cfg`, or any config
+    stating a `vision_cfg`) checked field by field (`validate.check_open_clip_config`): the readers and the text
+    tower build from it."""
+    nested = "model_cfg" in data
+    cfg = data["model_cfg"] if nested else data
+    if path.name != "open_clip_config.json" and not (isinstance(cfg, dict) and "vision_cfg" in cfg):
+        return data
+    if not nested and "vision_cfg" not in data:
+        return data   # an open_clip_config.json without a model config (its preprocess_cfg only)
+    checked = check_open_clip_config(cfg, path, "model_cfg." if nested else "")
+    return {**data, "model_cfg": checked} if nested else checked
 
 
 def parse_plain_yaml(text: str) -> dict[str, Any]:

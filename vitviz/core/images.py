@@ -319,6 +319,10 @@ def _check_resize_memory(resized: tuple[int, int], crop: tuple[int, int], img: I
     from vitviz.core.runtime import check_image_memory
 
     pixels = resized[0] * resized[1]
+    if pixels > MAX_PIXELS:   # the limit a decoded file has applies to what it is resized to as well
+        raise ImageError(f"{_describe(img)}: resizing its {img.width}x{img.height} px to {resized[1]}x{resized[0]} "
+                         f"px ({pixels / 1e6:,.0f} MP) is refused: more than the {MAX_PIXELS / 1e6:.0f} MP an image "
+                         "may have; expected a smaller resize (resize= / --resize) or input size")
     needed = pixels * 4 + crop[0] * crop[1] * (4 * 3 + 4)  # Pillow keeps 4 bytes a pixel; (C, H, W) float32 + copy
     if pixels > 50_000_000 or needed > 1 << 30:  # reading the memory left costs a file read: only for large ones
         check_image_memory(needed, _describe(img), resized)

@@ -166,6 +166,7 @@ def _open_clip_embedding(path: Path, prompts: list[str]) -> np.ndarray:
                                  "OpenAI layout whose architecture its shapes give; put the model's "
                                  "open_clip_config.json next to the file")
         cfg = _openai_cfg(sd)
+    _check_text_memory(cfg, raw.path)
     model_cfg = {k: v for k, v in cfg.items() if k not in ("custom_text", "_file")}
     custom = bool(cfg.get("custom_text")) or "hf_model_name" in cfg.get("text_cfg", {}) or \
         any(k.startswith("text.") for k in sd)
@@ -183,6 +184,33 @@ def _open_clip_embedding(path: Path, prompts: list[str]) -> np.ndarray:
     with torch.no_grad():
         emb = net.encode_text(tokenizer(prompts), normalize=True)
     return emb.float().cpu().numpy()
+
+
+def _check_text_memory(cfg: dict[str, Any], path: Path) -> None:
+    """Refuse, before open_clip builds it, a text tower whose weights and causal mask (context_length^2 floats)
+    would not fit in the memory left; its config's fields were checked when the file was read
+    (`validate.check_open_clip_config`).
+
+    Raises:
+        DeviceError: naming the text tower's size, context length and the memory available.
+    """
+    from vitviz.core.runtime import CHECK_FROM, available_memory, format_bytes
+    from vitviz.errors import DeviceError
+
+    text_cfg = cfg.get("text_cfg") if isinstance(cfg.get("text_cfg"), dict) else {}
+    if "hf_model_name" in text_cfg:
+        return   # a Hugging Face text model, built by transformers from its own config
+    width, layers = int(text_cfg.get("width", 512)), int(text_cfg.get("layers", 12))
+    context, vocab = int(text_cfg.get("context_length", 77)), int(text_cfg.get("vocab_size", 49408))
+    ratio = float(text_cfg.get("mlp_ratio", 4.0))
+    params = vocab * width + context * width + layers * (4 + 2 * ratio) * width * width + \
+        int(cfg.get("embed_dim", width)) * width
+    needed = int(4 * params + 4 * context * context)   # float32 weights + the (context, context) causal mask
+    free = available_memory() if needed >= CHECK_FROM else None
+    if free is not None and needed > free:
+        raise DeviceError(f"{path}: the text tower (width {width}, {layers} layers, vocabulary {vocab:,}, "
+                          f"context_length {context:,}) needs {format_bytes(needed)} for its weights and causal mask, "
+                          f"but only {format_bytes(free)} of memory is available; nothing was built")
 
 
 def _sidecar_model_cfg(sidecars: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
@@ -251,6 +279,14 @@ def prompt_relevance(model: "VitModel", image: Any, prompt: str,
 
 
 def prompt_label(prompt: str) -> str:
-    """A file-name-safe label of a prompt: 'text-a_photo_of_a_cat' (at most 60 characters of the prompt)."""
-    slug = re.sub(r"[^a-z0-9]+", "_", prompt.lower()).strip("_")[:60].strip("_")
-    return f"text-{slug or 'prompt'}"
+    """A file-name-safe label of a prompt, unique and stable: its readable part (at most 60 characters of the
+    prompt, lowercased, other characters as '_') and the first 8 hex digits of the SHA-256 of the prompt itself
+    (its whitespace runs as one space, as `MapKind.parse` keeps it): 'text-a_photo_of_a_cat-2c4f0e1a'. Prompts
+    that read alike ('a cat', 'A CAT!'), share 60 characters or have none in [a-z0-9] ('一只猫', '一只狗') get
+    different labels, so no map overwrites another's file."""
+    import hashlib
+
+    text = " ".join(str(prompt).split())
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:60].strip("_")
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"text-{slug or 'prompt'}-{digest}"

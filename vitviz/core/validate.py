@@ -245,6 +245,19 @@ def as_text(value: Any) -> str:
 # -------------------------------------------------------------------------------------------------- overrides
 
 
+# The largest `resize` (shorter side, px): beyond it even a square image would exceed the 200 MP an image may
+# have (`vitviz.core.images.MAX_PIXELS`), so no image could ever be resized to it.
+MAX_RESIZE = 14142
+
+
+def _resize(v: Any) -> int:
+    n = as_count(v)
+    if n > MAX_RESIZE:
+        raise Invalid(f"expected at most {MAX_RESIZE} px (the shorter side; {n}x{n} px is more than the 200 MP an "
+                      "image may have)")
+    return n
+
+
 def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_modes: Sequence[str],
                     poolings: Sequence[str]) -> dict[str, Any]:
     """The overrides of `vitviz.load` checked and normalised (None values dropped); `families`, `crop_modes` and
@@ -279,7 +292,7 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
         "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
         "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
         "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,
-        "resize": as_count, "crop_mode": lambda v: as_choice(v, crop_modes),
+        "resize": _resize, "crop_mode": lambda v: as_choice(v, crop_modes),
         "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, BLOCK_NORMS),
         "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
         "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
@@ -333,6 +346,39 @@ def _act(v: Any) -> str:
     return as_choice(v, tuple(dict.fromkeys(_HF_ACTS + ACTIVATIONS)))
 
 
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`check`, with null accepted as 'not given' (where the reader treats a missing field and null alike)."""
+    return lambda v: None if v is None else check(v)
+
+
+def _rope_base(v: Any) -> float:
+    """A RoPE base (timm `rope_temperature`, HF `rope_theta`): its logarithm divides the frequencies, so 0, a
+    negative or a non-finite base would make every attention map NaN."""
+    return as_number(v, 0.0, 1e300)
+
+
+def _finite(v: Any) -> float:
+    """Any finite number (timm `rope_grid_offset` is added to the patch coordinates)."""
+    return as_number(v, -1e9, 1e9, low_open=False)
+
+
+def _grid(v: Any) -> Any:
+    """A grid of patches (EVA `ref_feat_shape`): N, or [H, W] of positive whole numbers."""
+    try:
+        return _positive_pair_or_count(v)
+    except Invalid:
+        raise Invalid("expected a grid of patches: N or [H, W], positive whole numbers") from None
+
+
+def _bounded_count(high: int, minimum: int = 1) -> Callable[[Any], int]:
+    def check(v: Any) -> int:
+        n = as_count(v, minimum)
+        if n > high:
+            raise Invalid(f"expected a whole number from {minimum} to {high}")
+        return n
+    return check
+
+
 _POSITIVE = as_count
 _CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "architecture": as_text, "model_type": as_text,
@@ -341,13 +387,67 @@ _CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "image_size": _positive_pair_or_count, "layer_norm_eps": lambda v: as_number(v, 0.0, 1.0),
     "hidden_act": _act, "id2label": as_labels, "label_names": as_labels, "num_labels": lambda v: as_count(v, 0),
     "num_classes": lambda v: as_count(v, 0), "use_swiglu_ffn": as_bool, "num_register_tokens": lambda v: as_count(v, 0),
+    "rope_theta": _rope_base, "use_gated_mlp": _optional(as_bool),   # transformers DINOv3
 }
 _MODEL_ARGS_FIELDS: dict[str, Callable[[Any], Any]] = {
     "num_heads": _POSITIVE, "img_size": _positive_pair_or_count, "patch_size": _positive_pair_or_count,
     "embed_dim": _POSITIVE, "depth": _POSITIVE, "in_chans": _POSITIVE, "num_classes": lambda v: as_count(v, 0),
     "reg_tokens": lambda v: as_count(v, 0), "global_pool": as_text, "class_token": as_bool,
     "no_embed_class": as_bool, "mlp_ratio": lambda v: as_number(v, 0.0, 1e3),
+    # timm Eva (DINOv3, EVA-02, Perception Encoder) and NaFlexVit: RoPE and the MAP head
+    "rope_temperature": _optional(_rope_base), "rope_grid_offset": _optional(_finite),
+    "ref_feat_shape": _optional(_grid), "rope_rotate_half": _optional(as_bool),
+    "rope_grid_indexing": _optional(lambda v: as_choice(v, ("ij", "xy"))),
+    "attn_pool_num_heads": _optional(_bounded_count(MAX_HEADS, 0)),
 }
+
+# open_clip's model_cfg (open_clip_config.json, or a config stating one): the fields vitviz reads to build the
+# vision tower's spec and, for a text prompt, the text tower (whose causal mask is context_length^2 floats).
+MAX_CONTEXT = 8192   # text tokens; CLIP uses 77, SigLIP 64-256
+_VISION_CFG_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "width": _POSITIVE, "head_width": _POSITIVE, "layers": _bounded_count(MAX_DEPTH),
+    "image_size": _positive_pair_or_count, "patch_size": _positive_pair_or_count,
+    "mlp_ratio": lambda v: as_number(v, 0.0, 1e3), "pool_type": _optional(as_text),
+    "final_ln_after_pool": _optional(as_bool), "ls_init_value": _optional(lambda v: as_number(v, -1e6, 1e6)),
+}
+_TEXT_CFG_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "context_length": _bounded_count(MAX_CONTEXT), "vocab_size": _POSITIVE, "width": _POSITIVE,
+    "heads": _bounded_count(MAX_HEADS), "layers": _bounded_count(MAX_DEPTH),
+    "mlp_ratio": lambda v: as_number(v, 0.0, 1e3), "hf_tokenizer_name": _optional(as_text),
+    "hf_model_name": _optional(as_text),
+}
+_OPEN_CLIP_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "embed_dim": _POSITIVE, "quick_gelu": _optional(as_bool), "custom_text": _optional(as_bool),
+}
+
+
+def check_open_clip_config(cfg: Any, path: Path, prefix: str = "") -> dict[str, Any]:
+    """An open_clip `model_cfg` (`prefix` says where it sits in the file, e.g. 'model_cfg.') with every field
+    vitviz reads checked: the vision tower's width, head width (a divisor of the width), layers, image and patch
+    size; the text tower's context length (at most MAX_CONTEXT), vocabulary, width, heads (a divisor of the width)
+    and layers.
+
+    Raises:
+        MetadataError: naming the file and the field.
+    """
+    if not isinstance(cfg, dict):
+        raise MetadataError(f"{path}: field '{prefix.rstrip('.') or 'model_cfg'}' is {show(cfg)}; expected a JSON "
+                            "object")
+    out = _check_fields(cfg, _OPEN_CLIP_FIELDS, path, prefix)
+    for key, fields in (("vision_cfg", _VISION_CFG_FIELDS), ("text_cfg", _TEXT_CFG_FIELDS)):
+        if key not in out:
+            continue
+        if not isinstance(out[key], dict):
+            raise MetadataError(f"{path}: field '{prefix}{key}' is {show(out[key])}; expected a JSON object")
+        sub = out[key] = _check_fields(out[key], fields, path, f"{prefix}{key}.")
+        per_head = "head_width" if key == "vision_cfg" else "heads"
+        if "width" in sub and per_head in sub:
+            width, n = sub["width"], sub[per_head]
+            if (width % n if per_head == "heads" else width % n or n > width):
+                what = "a divisor of" if per_head == "head_width" else "a number of heads that divides"
+                raise MetadataError(f"{path}: field '{prefix}{key}.{per_head}' is {n} with {key}.width {width}; "
+                                    f"expected {what} the width")
+    return out
 
 
 def _pretrained_fields() -> dict[str, Callable[[Any], Any]]:
@@ -387,6 +487,8 @@ def check_config(data: Any, path: Path) -> dict[str, Any]:
             if not isinstance(out[key], dict):
                 raise MetadataError(f"{path}: field '{key}' is {show(out[key])}; expected a JSON object")
             out[key] = _check_fields(out[key], fields, path, f"{key}.")
+    if isinstance(out.get("model_cfg"), dict) and "vision_cfg" in out["model_cfg"]:   # an open_clip model config
+        out["model_cfg"] = check_open_clip_config(out["model_cfg"], path, "model_cfg.")
     return out
 
 
@@ -558,6 +660,89 @@ def check_weights(tensors: Mapping[str, "torch.Tensor"], where: Any) -> None:
                                       "attention map would be NaN)")
 
 
+# The largest |value| a normalised pixel may take: real recipes reach ~5 (MNIST: 2.8, ImageNet: 2.6); a model fed
+# values of 1e6 and more has a wrong mean or std, and float32 overflows soon after (std 1e-30 -> NaN attention).
+MAX_NORMALIZED = 1e6
+
+
+def normalized_reach(mean: Sequence[float], std: Sequence[float]) -> float:
+    """The largest |(p - mean) / std| over pixels p in [0, 1] and the channels (a non-finite value: inf)."""
+    n = max(len(mean), len(std))
+    out = 0.0
+    for i in range(n):
+        m, sd = float(mean[i % len(mean)]), float(std[i % len(std)])
+        if not (math.isfinite(m) and math.isfinite(sd)) or sd == 0:
+            return math.inf
+        out = max(out, abs(0.0 - m) / abs(sd), abs(1.0 - m) / abs(sd))
+    return out if math.isfinite(out) else math.inf
+
+
+def check_finite_forward(attn: Any, x: Any, spec: "ModelSpec", where: Any = "") -> None:
+    """Refuse NaN or infinite attention from a forward pass (it would be drawn and written as maps of nothing),
+    naming the setting that produced it when vitviz can tell: the input (its normalisation), the RoPE base or grid
+    offset, the attention scale, the LayerNorm eps -- each with where it came from.
+
+    `attn` is the captured (B, L, H, T or rows, T) array, `x` the (B, C, H, W) model input. One float64 sum over
+    `attn` finds a NaN anywhere (a softmax row sums to 1): about a copy's time, no extra memory.
+
+    Raises:
+        NonFiniteError: naming the first layer with non-finite values and the likely cause.
+    """
+    import numpy as np
+
+    from vitviz.errors import NonFiniteError
+
+    arr = np.asarray(attn)
+    if arr.size == 0 or math.isfinite(float(arr.sum(dtype=np.float64))):
+        return
+    layers = arr.reshape(arr.shape[0], arr.shape[1], -1) if arr.ndim >= 3 else arr.reshape(1, 1, -1)
+    bad_layers = [int(i) for i in np.nonzero(~np.isfinite(layers).all(axis=(0, 2)))[0]]
+    first = bad_layers[0] if bad_layers else 0
+    count = int((~np.isfinite(arr)).sum())
+    causes = _nonfinite_causes(x, spec)
+    text = (f"{where + ': ' if where else ''}the forward pass gave NaN or infinite attention ({count:,} of "
+            f"{arr.size:,} values, from layer {first}"
+            f"{f' on, in {len(bad_layers)} layers' if len(bad_layers) > 1 else ''}); ")
+    if causes:
+        text += "caused by " + "; ".join(causes)
+    else:
+        settings = [f"eps {spec.eps:g} ({spec.source_of('eps')})"]
+        if spec.attn_scale:
+            settings.append(f"attention scale {spec.attn_scale:g} ({spec.source_of('attn_scale')})")
+        if spec.rope:
+            settings.append(f"RoPE base {spec.rope_theta:g} ({spec.source_of('rope_theta')})")
+        text += ("no setting is out of range (" + ", ".join(settings) + "); please report this model as a vitviz "
+                 "bug")
+    raise NonFiniteError(text + "; expected finite attention maps -- nothing was drawn or written from them")
+
+
+def _nonfinite_causes(x: Any, spec: "ModelSpec") -> list[str]:
+    """The settings of `spec` (and the input `x`) that make a forward pass non-finite, in words."""
+    import numpy as np
+
+    causes = []
+    arr = np.asarray(x.detach().float().cpu() if hasattr(x, "detach") else x)
+    pp = spec.preprocess
+    norm = f"mean {pp.mean}, std {pp.std} ({spec.source_of('preprocess')})"
+    if arr.size and not np.isfinite(arr).all():
+        causes.append(f"the input, which holds NaN or infinity after normalisation ({norm})")
+    elif arr.size and float(np.abs(arr).max()) > MAX_NORMALIZED:
+        causes.append(f"the input, whose values reach {float(np.abs(arr).max()):.3g} (an image is normalised with "
+                      f"{norm}); expected model inputs within +-{MAX_NORMALIZED:g}")
+    if spec.rope:
+        if not (math.isfinite(spec.rope_theta) and spec.rope_theta > 0):
+            causes.append(f"the RoPE base rope_theta {spec.rope_theta!r} ({spec.source_of('rope_theta')}); expected "
+                          "a finite number > 0")
+        if not math.isfinite(spec.rope_offset):
+            causes.append(f"the RoPE grid offset {spec.rope_offset!r} ({spec.source_of('rope_offset')}); expected "
+                          "a finite number")
+    if spec.attn_scale and not math.isfinite(spec.attn_scale):
+        causes.append(f"the attention scale {spec.attn_scale!r} ({spec.source_of('attn_scale')})")
+    if not (math.isfinite(spec.eps) and spec.eps > 0):
+        causes.append(f"the LayerNorm eps {spec.eps!r} ({spec.source_of('eps')}); expected a number > 0")
+    return causes
+
+
 def check_spec(spec: "ModelSpec", where: Any) -> None:
     """Ranges no tensor shape can promise: depth and the preprocessing recipe (named with where it came from),
     so a bad value fails at load, not at every image.
@@ -589,5 +774,12 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
         problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATION_NAMES)}")
     if pp.mode not in ("center", "squash", "squash_crop"):
         problems.append(f"mode {pp.mode!r}: expected center, squash or squash_crop")
+    if not problems:
+        reach = normalized_reach(pp.mean, pp.std)
+        if reach > MAX_NORMALIZED:
+            problems.append(f"mean {pp.mean} / std {pp.std}: pixels in [0, 1] would become values up to "
+                            f"{reach:.3g} (float32 overflows into NaN attention); expected a normalisation that "
+                            f"keeps them within +-{MAX_NORMALIZED:g} (e.g. ImageNet's mean 0.485,0.456,0.406, "
+                            "std 0.229,0.224,0.225)")
     if problems:
         raise MetadataError(f"{where}: preprocessing ({source}): {'; '.join(problems)}")
