@@ -150,9 +150,16 @@ def test_small_vocab_without_tokenizer(tmp_path: Path) -> None:
         text_embedding(tmp_path / "m.bin", PROMPTS)
 
 
+def _sha8(prompt: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(prompt.encode()).hexdigest()[:8]
+
+
 def test_prompt_label() -> None:
-    assert prompt_label("a photo of a Cat!") == "text-a_photo_of_a_cat"
-    assert prompt_label("???") == "text-prompt"
+    assert prompt_label("a photo of a Cat!") == f"text-a_photo_of_a_cat-{_sha8('a photo of a Cat!')}"
+    assert prompt_label("???") == f"text-prompt-{_sha8('???')}"
+    assert prompt_label("a  photo of a Cat! ") == prompt_label("a photo of a Cat!")   # what MapKind.parse keeps
 
 
 # ----------------------------------------------------------------------------------------------------- export
@@ -161,8 +168,9 @@ def test_parse_text_map_keeps_the_prompt() -> None:
 
     maps = parse_maps("cls, Text:A Photo of a Cat ,prompt:a dog")
     assert [m.kind for m in maps] == ["cls", "text", "text"]
-    assert maps[1].target == "A Photo of a Cat" and maps[1].label == "text-a_photo_of_a_cat"
-    assert output_name("img", maps[1], "all", "mean") == "img_text-a_photo_of_a_cat_Lall.png"
+    label = f"text-a_photo_of_a_cat-{_sha8('A Photo of a Cat')}"
+    assert maps[1].target == "A Photo of a Cat" and maps[1].label == label
+    assert output_name("img", maps[1], "all", "mean") == f"img_{label}_Lall.png"
     from vitviz.core.maps import SelectionError
 
     with pytest.raises(SelectionError, match="needs a prompt"):
@@ -182,12 +190,13 @@ def test_export_text_map(oc_file, hf_folder, photo: Path, tmp_path: Path, which:
         rc = main(["export", "--model", str(ckpt), str(photo), "--out", str(tmp_path), "--maps",
                    "text:a photo of a cat", "--npz", "--quiet"])
     assert rc == 0
-    png = tmp_path / "photo_text-a_photo_of_a_cat_Lall.png"
+    label = prompt_label("a photo of a cat")
+    png = tmp_path / f"photo_{label}_Lall.png"
     assert png.is_file() and Image.open(png).size[0] > 0
     vm = quiet_load(ckpt)
     data = np.load(tmp_path / "photo.npz")
     ref = legrad(vm, photo, text_embedding(vm, ["a photo of a cat"])[0])
-    np.testing.assert_allclose(data["text_a_photo_of_a_cat"], ref.map, atol=1e-5)
+    np.testing.assert_allclose(data[label.replace("-", "_")], ref.map, atol=1e-5)
 
 
 def test_export_text_map_without_text_tower(tiny_ckpt: Path, oc_file, photo: Path, tmp_path: Path,

@@ -27,7 +27,9 @@ CLIP / SigLIP files whose text tower and tokenizer are at hand (`vitviz.core.tex
 explain a text prompt, one forward and backward pass per image and prompt:
 
 - `text:PROMPT` (or `prompt:PROMPT`): LeGrad of the image-text similarity, one map of the whole model:
-  `{image}_text-a_photo_of_a_cat_Lall.png` (the prompt, file-name safe; it may not hold a comma).
+  `{image}_text-a_photo_of_a_cat-2c4f0e1a_Lall.png` (the prompt, file-name safe, and a short hash of it, so that
+  prompts reading alike get files of their own; it may not hold a comma; the manifest maps each label to its
+  prompt).
 
 Maps of the blocks' output tokens need a pass of their own (`vitviz.core.features`), also only when asked for:
 
@@ -234,6 +236,31 @@ def output_name(stem: str, m: MapKind, layer: LayerSel, head: HeadSel) -> str:
     return f"{stem}_{m.label}_L{layer}_H{'mean' if m.kind in ('rollout', 'poolrollout') else head}.png"
 
 
+def check_unique_names(todo: list[Combo], stem: str = "image") -> None:
+    """Refuse two (map, layer, head) that `output_name` would give one file name: the second map would overwrite
+    the first's file (or be skipped as done).
+
+    Raises:
+        SelectionError: naming both maps and the name."""
+    seen: dict[str, Combo] = {}
+    for combo in todo:
+        name = output_name(stem, *combo)
+        if name in seen and seen[name] != combo:
+            first = seen[name][0]
+            raise SelectionError(f"maps {_describe_map(first)} and {_describe_map(combo[0])} would both be written "
+                                 f"as {name[len(stem) + 1:]}; expected maps with names of their own")
+        seen[name] = combo
+
+
+def _describe_map(m: MapKind) -> str:
+    return f"text:{m.target!r}" if m.kind == "text" else repr(m.label)
+
+
+def prompt_names(maps: list[MapKind]) -> dict[str, str]:
+    """{label: prompt} of the text maps, for the manifest: which file holds which prompt."""
+    return {m.label: str(m.target) for m in maps if m.kind == "text"}
+
+
 def query_rows(maps: list[MapKind]) -> list[int] | None:
     """The only query rows the attention maps among these read (CLS and token maps), or None when one needs whole
     matrices (the rollout of the pooling query does); [] when none is an attention map."""
@@ -305,8 +332,12 @@ class Plan:
         return combos(self.maps, self.layers, self.heads, self.pool_heads)
 
     def jobs(self, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
-        """One job per (image, subfolder), its outputs named by `output_name` (+ `{stem}.npz`)."""
+        """One job per (image, subfolder), its outputs named by `output_name` (+ `{stem}.npz`).
+
+        Raises:
+            SelectionError: two maps that would be written under one name (neither would be lost silently)."""
         todo = self.combos()
+        check_unique_names(todo)
         jobs = []
         for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
             folder = out / sub

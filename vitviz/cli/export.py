@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, unique_stems
-from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, resolve_picks,
-                               safe_stem, with_rollout)
+from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
+                               resolve_picks, safe_stem, with_rollout)
 from vitviz.cli.options import add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
@@ -333,6 +333,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
               if k not in ("command", "func")}
     params["maps"] = [m.label for m in exporter.plan.maps]
+    params["prompts"] = prompt_names(exporter.plan.maps)   # {label: prompt}: which files hold which text prompt
     params["layers_resolved"], params["heads_resolved"] = exporter.plan.layers, exporter.plan.heads
     data = {
         "vitviz": vitviz.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
