@@ -33,7 +33,6 @@ only happens when the user asks for it; the weights file itself is read with `we
 """
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 import re
@@ -43,7 +42,7 @@ import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,10 +54,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from vitviz.core.capture import LayerSink, VitModel
-from vitviz.core.checkpoint import read_checkpoint
 from vitviz.core.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.posembed import resample_pos_embed
-from vitviz.core.runtime import SMALLER, check_host_memory, resolve_device
+from vitviz.core.runtime import CHECK_FROM, SMALLER, available_memory, check_host_memory, format_bytes, resolve_device
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, ModelSpec, Preprocess, whole_patches
 from vitviz.errors import DeviceError, VitvizError
 
@@ -67,7 +65,7 @@ SDPA = "scaled_dot_product_attention"
 SOFTMAX = "softmax"
 
 # Overrides only the live path takes (the others are `hyperparams.OVERRIDES`).
-LIVE_OVERRIDES = ("live", "code", "grid", "num_prefix")
+LIVE_OVERRIDES = ("live", "code", "grid", "num_prefix", "in_chans")
 
 _SDPA_FN = F.scaled_dot_product_attention
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
@@ -89,9 +87,10 @@ class NoAttentionError(LiveModelError):
     """A forward pass in which no self-attention over the image tokens was seen."""
 
 
-class UserCodeError(VitvizError):
-    """`code=FILE.py:FACTORY`: the file could not be imported, the factory not found or called, or the weights
-    file does not fit the model it returned."""
+class UserCodeError(LiveModelError):
+    """The user's code misbehaved: `code=FILE.py:FACTORY` could not be imported, the factory not found or called,
+    the weights file does not fit the model it returned, or the model's own code raised -- anything, SystemExit
+    and KeyboardInterrupt included -- while vitviz ran it (`user_call`)."""
 
 
 class _StopForward(BaseException):
@@ -103,15 +102,10 @@ class _StopForward(BaseException):
 # The probabilities of an SDPA call
 
 
-def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                       is_causal: bool = False, scale: float | None = None,
-                       enable_gqa: bool = False) -> torch.Tensor:
-    """The attention probabilities `F.scaled_dot_product_attention` applies, in float32: (..., L, S).
-
-    `softmax(q k^T * scale + bias)` with scale 1/sqrt(E) by default; a bool mask keeps the True positions, a float
-    mask is added; `is_causal` keeps the lower triangle (top-left aligned); `enable_gqa` repeats the key heads.
-    A row with every position masked has no distribution and comes back as zeros.
-    """
+def sdpa_scores(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """The scores `F.scaled_dot_product_attention` takes the softmax of, in float32: (..., L, S), `-inf` where
+    masked (see `sdpa_probabilities`)."""
     q, k = query.float(), key.float()
     if enable_gqa and k.dim() >= 3 and k.size(-3) != q.size(-3):
         k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
@@ -125,6 +119,22 @@ def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
             scores = scores + attn_mask.float()
+    return scores
+
+
+def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                       is_causal: bool = False, scale: float | None = None,
+                       enable_gqa: bool = False) -> torch.Tensor:
+    """The attention probabilities `F.scaled_dot_product_attention` applies, in float32: (..., L, S).
+
+    `softmax(q k^T * scale + bias)` with scale 1/sqrt(E) by default; a bool mask keeps the True positions, a float
+    mask is added; `is_causal` keeps the lower triangle (top-left aligned); `enable_gqa` repeats the key heads.
+    A row with every position masked has no distribution and comes back as zeros.
+    """
+    return _probabilities(sdpa_scores(query, key, attn_mask, is_causal, scale, enable_gqa))
+
+
+def _probabilities(scores: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1).nan_to_num_(0.0)
 
 
@@ -132,22 +142,68 @@ def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.
 # What one captured forward pass saw
 
 
+@dataclass(frozen=True)
+class AttentionLayout:
+    """How a module lays its attention out, as its probe found it; the captures after the probe follow it.
+
+    per_head: each layer computes one (B, T, T) map per head (a module per head, or a loop over heads), in
+        `heads` consecutive calls; `perms[i]` puts layer i's calls in head order (module order).
+    head_major: maps with the heads folded into the batch, (B*H, T, T), index h*B + b (else b*H + h, as
+        nn.MultiheadAttention and fairseq lay them out).
+    order: the token order shown (prefix tokens first), as indices into the module's own order; None when the
+        module puts them first already.
+    """
+
+    per_head: bool = False
+    heads: int = 0
+    perms: tuple[tuple[int, ...], ...] = ()
+    head_major: bool = False
+    order: tuple[int, ...] | None = None
+
+
+@dataclass
+class _HeadGroup:
+    """Single-head (B, T, T) calls of one layer being collected (probe and verify: grouped by the running frames).
+
+    frame: the frame that computed the first one (a loop over heads: the same frame computes them all); parent: the
+    module frame around it (a module per head: their caller's frame is the same); the frames are held, so that
+    `is` identifies one running call of a module."""
+
+    mechanism: str
+    frame: Any
+    parent: Any
+    prefix: str
+    names: list[str] = field(default_factory=list)
+    modules: list[int] = field(default_factory=list)
+    maps: list[torch.Tensor] = field(default_factory=list)
+    diags: list[torch.Tensor | None] = field(default_factory=list)
+    parent_name: str = ""
+
+
 class _Recorder:
     """Collects the attention of one forward pass and knows which module is running.
 
     Args:
-        batch: the input's batch size (3-D probabilities (B*H, L, S) are viewed as (B, H, L, S)).
+        batch: the input's batch size (3-D probabilities are one head's (B, L, S), or (B*H, L, S) viewed as
+            (B, H, L, S)).
         tokens: keep only self-attention over this many tokens (None: every square map, for the probe).
         keep: called with each kept (B, H, T, T) map; None stores them in `maps`.
         capacity: how many layers `keep` can take; more is an error after the pass.
         stop: stop the forward pass (`_StopForward`) once this many layers are kept.
+        heads: the head count every layer must have (the model's, once loaded).
+        layout: the probe's `AttentionLayout` (None: single-head calls are grouped into layers by the frames that
+            compute them, as the probe does).
+        scores: keep the diagonal of each layer's scores (before the softmax) in `diags`, (B, H, T) (the probe:
+            a token whose own score does not depend on the image is a prefix token).
     """
 
     def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
-                 capacity: int | None = None, stop: int | None = None, heads: int | None = None) -> None:
+                 capacity: int | None = None, stop: int | None = None, heads: int | None = None,
+                 layout: AttentionLayout | None = None, scores: bool = False) -> None:
         self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
-        self.keep = keep
+        self.keep, self.layout, self.scores = keep, layout, scores
         self.maps: list[torch.Tensor] = []
+        self.diags: list[torch.Tensor | None] = []
         self.layers: list[tuple[str, str]] = []
         self.skipped: list[tuple[str, str, tuple[int, ...]]] = []
         self.calls: Counter[str] = Counter()
@@ -155,20 +211,40 @@ class _Recorder:
         self.extra = 0
         self.notes: list[str] = []
         self.names: dict[int, str] = {}
+        self.rank: dict[int, int] = {}
         self.last_linear: torch.Tensor | None = None
+        self.last_linear_name = ""
+        self.grouped: list[tuple[int, tuple[int, ...]]] = []   # (layer index, call -> head order) of each layer
+                                                               # grouped from single-head calls
+        self._grouped = 0
+        self.folded: list[int] = []                # layers whose heads came folded into the batch (B*H, T, T)
+        self.mha_probs: torch.Tensor | None = None
+        self._group: _HeadGroup | None = None
+        self._pending: list[torch.Tensor] = []
+        self._order_index: torch.Tensor | None = None
 
-    def where(self) -> str:
-        """The innermost running module that can own attention (a Softmax/Dropout credits its parent): the first
-        frame up this thread's call stack whose `self` is one of the model's modules. Read only when attention is
-        found, so the forward pass runs without a hook on every module."""
-        frame = sys._getframe(1)
+    # where the attention is computed
+    def _frames(self) -> tuple[str, int, Any, str, Any]:
+        """(name, id, frame) of the innermost running module that can own attention (a Softmax/Dropout credits its
+        parent), and (name, frame) of the next different module around it: the first frames up this thread's call
+        stack whose `self` is one of the model's modules. Read only when attention is found, so the forward pass
+        runs without a hook on every module."""
+        frame = sys._getframe(2)
+        found: tuple[str, int, Any] | None = None
         while frame is not None:
             owner = frame.f_locals.get("self")
             name = self.names.get(id(owner))
             if name is not None and not isinstance(owner, _HELPERS):
-                return name or "(top level)"
+                if found is None:
+                    found = (name, id(owner), frame)
+                elif id(owner) != found[1]:
+                    return (*found, name, frame)
             frame = frame.f_back
-        return "(top level)"
+        return (*found, "", None) if found is not None else ("", 0, None, "", None)
+
+    def where(self) -> str:
+        """The innermost running module that can own attention, by name ('(top level)': the model itself)."""
+        return self._frames()[0] or "(top level)"
 
     def wants(self, length: int, source: int) -> bool:
         return length == source and (self.tokens is None or length == self.tokens)
@@ -176,22 +252,30 @@ class _Recorder:
     def skip(self, mechanism: str, shape: tuple[int, ...]) -> None:
         self.skipped.append((self.where(), mechanism, shape))
 
-    def add(self, mechanism: str, probs: torch.Tensor) -> None:
-        """Keep one layer's probabilities (B, H, T, T) (or (B*H, T, T), or unbatched (H, T, T))."""
+    def add(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None = None,
+            name: str | None = None) -> None:
+        """Keep one layer's probabilities (B, H, T, T) (or unbatched (H, T, T)); `diag`: its scores' diagonal."""
         length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if probs.dim() != 4:
             probs = probs.reshape(self.batch, -1, length, source)
         if not self.wants(length, source):
-            self.skip(mechanism, tuple(probs.shape))
+            self.skipped.append((name or self.where(), mechanism, tuple(probs.shape)))
             return
         if self.capacity is not None and len(self.layers) >= self.capacity:
             self.extra += 1
             return
-        name = self.where()
+        name = name or self.where()
         if self.heads is not None and probs.shape[1] != self.heads:
             raise LiveModelError(f"{name} ({mechanism}) has {probs.shape[1]} heads, where the model had {self.heads} "
                                  "when it was loaded; vitviz needs the same head count in every layer")
+        order = self.layout.order if self.layout is not None else None
+        if order is not None and len(order) == length:
+            if self._order_index is None or self._order_index.device != probs.device:
+                self._order_index = torch.tensor(order, dtype=torch.long, device=probs.device)
+            probs = probs.index_select(-2, self._order_index).index_select(-1, self._order_index)
         self.layers.append((name, mechanism))
+        if self.scores:
+            self.diags.append(None if diag is None else diag.detach().float().reshape(self.batch, -1, length))
         if self.keep is None:
             self.maps.append(probs.detach().float().clone())
         else:
@@ -199,17 +283,93 @@ class _Recorder:
         if self.stop is not None and len(self.layers) >= self.stop:
             raise _StopForward
 
+    def three_d(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
+        """A 3-D map (N, L, S): one head's (B, L, S) when N is the batch, else (B*H, L, S), heads folded in."""
+        n = int(probs.shape[0])
+        if n == self.batch and not (self.layout is not None and not self.layout.per_head):
+            self.one_head(mechanism, probs, diag)
+            return
+        if n % self.batch:
+            self.skip(mechanism, tuple(probs.shape))
+            return
+        self.flush()
+        h = n // self.batch
+        shape = (int(probs.shape[-2]), int(probs.shape[-1]))
+        if self.layout is not None and self.layout.head_major:   # index h*B + b
+            probs = probs.reshape(h, self.batch, *shape).transpose(0, 1)
+            diag = None if diag is None else diag.reshape(h, self.batch, -1).transpose(0, 1)
+        self.folded.append(len(self.layers))
+        self.add(f"{mechanism} (B*H, T, T)", probs.reshape(self.batch, h, *shape), diag)
+
+    def one_head(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
+        """One head's (B, T, T) map: `layout.heads` consecutive ones make a layer (captures); on a probe they are
+        grouped by the frames computing them: one call of one module (a loop over heads), or sibling modules called
+        by one call of their parent (a module per head)."""
+        label = f"{mechanism} per head"
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        if not self.wants(length, source):
+            self.skip(label, tuple(probs.shape))
+            return
+        layout = self.layout
+        if layout is not None and layout.per_head:
+            self._pending.append(probs)
+            if len(self._pending) == layout.heads:
+                perm = layout.perms[min(self._grouped, len(layout.perms) - 1)] if layout.perms else ()
+                maps = [self._pending[i] for i in perm] if perm else self._pending
+                self._pending, self._grouped = [], self._grouped + 1
+                self.add(label, torch.stack(maps, dim=1))   # (B, H, T, T)
+            return
+        name, owner, frame, parent_name, parent = self._frames()
+        g = self._group
+        joins = g is not None and g.mechanism == label and (
+            frame is g.frame or (parent is not None and parent is g.parent and owner not in g.modules
+                                 and name.rpartition(".")[0] == g.prefix))
+        if not joins:
+            self.flush()
+            g = self._group = _HeadGroup(label, frame, parent, name.rpartition(".")[0], parent_name=parent_name)
+        assert g is not None
+        g.names.append(name)
+        g.modules.append(owner)
+        g.maps.append(probs)
+        g.diags.append(diag)
+
+    def flush(self) -> None:
+        """Close the layer being collected from single-head calls: its heads in module order."""
+        g, self._group = self._group, None
+        if g is None:
+            return
+        distinct = len(set(g.modules)) == len(g.modules) and len(g.modules) > 1
+        perm = tuple(sorted(range(len(g.maps)), key=lambda i: self.rank.get(g.modules[i], 0))) if distinct \
+            else tuple(range(len(g.maps)))
+        name = (g.parent_name or g.prefix or g.names[0]) if distinct else g.names[0]
+        self.grouped.append((len(self.layers), perm))
+        diag = None if any(d is None for d in g.diags) else torch.stack([g.diags[i] for i in perm], dim=1)
+        self.add(g.mechanism, torch.stack([g.maps[i] for i in perm], dim=1), diag, name=name or "(top level)")
+
+    def finish(self) -> None:
+        """The forward pass has ended: close what single-head calls were still collecting."""
+        self.flush()
+        if self._pending:
+            self.extra += 1
+            self._pending = []
+
     # the three mechanisms
     def softmax(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         x = args[0] if args else kwargs.get("input")
         dim = args[1] if len(args) > 1 else kwargs.get("dim")
         if not isinstance(out, torch.Tensor) or not isinstance(x, torch.Tensor):
             return
-        if x.dim() != 4 or dim not in (-1, 3):
+        nd = x.dim()
+        if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
             return
         self.calls[SOFTMAX] += 1
-        self.add(SOFTMAX, out)
+        diag = x.diagonal(dim1=-2, dim2=-1) if self.scores and x.shape[-1] == x.shape[-2] else None
+        if nd == 3:
+            self.three_d(SOFTMAX, out, diag)
+            return
+        self.flush()
+        self.add(SOFTMAX, out, diag)
 
     def sdpa(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              mechanism: str) -> Any:
@@ -223,8 +383,16 @@ class _Recorder:
         if p["dropout_p"] and not any("dropout" in n for n in self.notes):
             self.notes.append(f"{self.where()} passes dropout_p={p['dropout_p']} to SDPA in eval mode: its output "
                               "is randomised; the captured probabilities are before dropout")
-        self.add(mechanism, sdpa_probabilities(q, k, p["attn_mask"], bool(p["is_causal"]), p["scale"],
-                                               bool(p["enable_gqa"])))
+        scores = sdpa_scores(q, k, p["attn_mask"], bool(p["is_causal"]), p["scale"], bool(p["enable_gqa"]))
+        probs = _probabilities(scores)
+        diag = scores.diagonal(dim1=-2, dim2=-1) if self.scores else None
+        if mechanism == MHA:
+            self.mha_probs = probs
+        if q.dim() == 3 and mechanism == SDPA:
+            self.three_d(SDPA, probs, diag)
+        else:
+            self.flush()
+            self.add(mechanism, probs, diag)
         return out
 
     def mha(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -233,13 +401,25 @@ class _Recorder:
         a = bound.arguments
         need, average = bool(a["need_weights"]), bool(a["average_attn_weights"])
         through_sdpa = _mha_through_sdpa()
-        if not need and through_sdpa is not None:
-            # torch's own code path, with its SDPA call recorded: the output stays exactly the module's
-            _ACTIVE.recorder = self
+        self.flush()
+        if (not need or self.scores) and through_sdpa is not None:
+            # torch's own code path, with its SDPA call recorded: the output stays exactly the module's (a probe
+            # takes it whatever the caller asked, for the scores; the weights asked for are the recorded ones)
+            a["need_weights"] = False
+            _ACTIVE.recorder, self.mha_probs = self, None
             try:
-                return through_sdpa(*bound.args, **bound.kwargs)
+                out, _none = through_sdpa(*bound.args, **bound.kwargs)
             finally:
                 _ACTIVE.recorder = None
+            if not need:
+                return out, None
+            weights = self.mha_probs
+            if weights is None:
+                return out, None
+            weights = weights.to(out.dtype)
+            if weights.dim() == 4 and out.dim() == 2:       # unbatched input: (H, L, S)
+                weights = weights[0]
+            return out, weights.mean(dim=-3) if average else weights
         a["need_weights"], a["average_attn_weights"] = True, False
         out, weights = _MHA_FN(*bound.args, **bound.kwargs)
         self.calls[MHA] += 1
@@ -318,23 +498,27 @@ def _evaluating(module: nn.Module) -> Iterator[None]:
 @contextmanager
 def watch_attention(module: nn.Module, recorder: _Recorder, last_linear: bool = False) -> Iterator[_Recorder]:
     """While open, every attention computed by `module`'s forward (in this thread) goes to `recorder`, credited to
-    the module that computes it. With `last_linear` (the probe), a hook on each nn.Linear keeps the last output in
-    `recorder.last_linear`. The mode and hooks are removed, and train/eval flags restored, in `finally`."""
+    the module that computes it; single-head maps still being grouped into a layer are added when it closes
+    normally. With `last_linear` (the probe), a hook on each nn.Linear keeps the last output in
+    `recorder.last_linear` (and its name). The mode and hooks are removed, and train/eval flags restored, in
+    `finally`."""
     recorder.names = {id(m): name for name, m in module.named_modules()}
+    recorder.rank = {key: i for i, key in enumerate(recorder.names)}
     handles = []
     try:
         if last_linear:
-            handles = [m.register_forward_hook(partial(_keep_output, recorder)) for m in module.modules()
-                       if isinstance(m, nn.Linear)]
+            handles = [m.register_forward_hook(partial(_keep_output, recorder, name))
+                       for name, m in module.named_modules() if isinstance(m, nn.Linear)]
         with _evaluating(module), _AttentionMode(recorder):
             yield recorder
+            recorder.finish()
     finally:
         for h in handles:
             h.remove()
 
 
-def _keep_output(recorder: _Recorder, _module: nn.Module, _args: Any, output: Any) -> None:
-    recorder.last_linear = output
+def _keep_output(recorder: _Recorder, name: str, _module: nn.Module, _args: Any, output: Any) -> None:
+    recorder.last_linear, recorder.last_linear_name = output, name
 
 
 def _run(module: nn.Module, x: torch.Tensor, recorder: _Recorder, last_linear: bool = False) -> Any:
@@ -347,7 +531,7 @@ def _run(module: nn.Module, x: torch.Tensor, recorder: _Recorder, last_linear: b
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# What the module is: patch embedding, position table, output
+# What the module is: patch embedding, channels, position table, output
 
 
 @dataclass(frozen=True)
@@ -398,38 +582,103 @@ def _unfolded_patch(m: nn.Module) -> tuple[int, int] | None:
     return None
 
 
+_CHANNEL_ATTRS = ("in_chans", "in_channels", "num_channels", "channels", "n_channels", "input_channels")
+_STAT_NAMES = ("mean", "std", "pixel_mean", "pixel_std", "image_mean", "image_std", "norm_mean", "norm_std")
+
+
+def _channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mapping[str, Any],
+              patch_attr: int | None) -> list[tuple[int, str]]:
+    """The input channel counts to probe with, most likely first, each with its source: the patch embedding, an
+    attribute or config that says it, the model's own normalisation statistics, its first Conv2d, or a Linear over
+    C x p x p pixels before anything else; only when nothing states it, 3 and then 1 (never 3 by habit alone: a
+    1-channel model's forward refuses 3 channels, and the next is tried)."""
+    if overrides.get("in_chans") is not None:
+        return [(int(overrides["in_chans"]), "override")]
+    if embed is not None:
+        return [(embed.in_chans, f"shape: {embed.describe()}")]
+    for where, obj in (("", module), ("config.", getattr(module, "config", None))):
+        for attr in _CHANNEL_ATTRS:
+            value = getattr(obj, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
+                return [(value, f"attribute: {where}{attr}")]
+    stats = [(len(tuple(v)), src) for v, src in _stated_statistics(module)]
+    if stats:
+        return [stats[0]]
+    params = [(n, m) for n, m in module.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    conv = next(((n, m) for n, m in params if isinstance(m, nn.Conv2d)), None)
+    if conv is not None:
+        return [(conv[1].in_channels, f"shape: the first Conv2d, {conv[0]}, takes {conv[1].in_channels} channel(s)")]
+    if params and isinstance(params[0][1], nn.Linear):   # patches cut in the forward, projected by this Linear
+        name, lin = params[0]
+        for c in (3, 1):
+            p = math.isqrt(lin.in_features // c)
+            if lin.in_features % c == 0 and p > 1 and p * p * c == lin.in_features \
+                    and patch_attr in (None, p):
+                return [(c, f"shape: the first Linear, {name}, takes {lin.in_features} = {c} x {p} x {p} pixels")]
+    return [(3, "guess: 3 channels (RGB): nothing in the module states its input channels"),
+            (1, "guess: 1 channel: nothing in the module states its input channels, and its forward refused 3")]
+
+
+def _stated_statistics(module: nn.Module) -> list[tuple[tuple[float, ...], str]]:
+    """Normalisation means/stds the module carries: timm's pretrained_cfg, open_clip's, or a buffer or attribute
+    named like one (a model that normalises its own input)."""
+    found: list[tuple[tuple[float, ...], str]] = []
+    pcfg = getattr(module, "pretrained_cfg", None)
+    if isinstance(pcfg, dict) and pcfg.get("mean"):
+        found.append((tuple(pcfg["mean"]), "metadata: pretrained_cfg mean"))
+    clip = _clip_statistics(module)
+    if clip is not None:
+        found.append((tuple(clip["mean"]), "metadata: preprocess_cfg / image_mean"))
+    for name, value in [*module.named_buffers(), *((n, getattr(module, n, None)) for n in _STAT_NAMES)]:
+        if name.rsplit(".", 1)[-1] not in _STAT_NAMES:
+            continue
+        if isinstance(value, torch.Tensor) and value.numel() in (1, 3) and value.is_floating_point():
+            found.append((tuple(float(v) for v in value.flatten()), f"attribute: its {name} ({value.numel()} "
+                                                                     "value(s): one per channel)"))
+        elif isinstance(value, (tuple, list)) and len(value) in (1, 3) and all(isinstance(v, float) for v in value):
+            found.append((tuple(value), f"attribute: its {name} ({len(value)} value(s): one per channel)"))
+    return found
+
+
 def _pos_table(module: nn.Module, dim: int) -> tuple[str, int] | None:
-    """(name, rows) of a learned position table: a (N, D) or (1, N, D) parameter or buffer whose name says 'pos'."""
+    """(name, rows) of a learned position table: a (N, D) or (1, N, D) parameter or buffer whose name says 'pos'
+    (of width `dim`; any width when `dim` is 0)."""
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
-        if "pos" in name.lower() and dim and (t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)) \
-                and t.shape[-1] == dim and t.shape[-2] > 1:
+        if "pos" in name.lower() and (t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)) \
+                and (t.shape[-1] == dim if dim else t.shape[-1] > 4) and t.shape[-2] > 1 and t.is_floating_point():
             return name, int(t.shape[-2])
     return None
 
 
+_CLS_LEAVES = ("cls", "cls_token", "class_token", "class_embedding", "cls_embedding", "cls_tok", "cls_tokens",
+               "class_tokens", "cls_emb", "clf_token")
+
+
 def _prefix_params(module: nn.Module, dim: int) -> dict[str, int]:
-    """Learned prefix tokens by kind ('cls', 'dist', 'reg') with their row counts, from parameter names."""
+    """Learned prefix tokens by kind ('cls', 'dist', 'reg') with their row counts, from parameter names (of width
+    `dim`; any width when `dim` is 0)."""
     found: dict[str, int] = {}
     for name, p in module.named_parameters():
         leaf = name.rsplit(".", 1)[-1].lower()
-        if not dim or p.shape[-1] != dim:
+        width = dim or (int(p.shape[-1]) if p.dim() else 0)
+        if not width or p.shape[-1] != width or p.numel() // width > _MAX_PREFIX:
             continue
-        kind = "dist" if "dist" in leaf else "reg" if "reg" in leaf else "cls" if \
-            leaf in ("cls", "cls_token", "class_token", "class_embedding", "cls_embedding") else None
+        kind = "dist" if "dist" in leaf and "token" in leaf else "reg" if leaf.startswith(("reg", "register")) \
+            else "cls" if leaf in _CLS_LEAVES else None
         if kind:
-            found[kind] = found.get(kind, 0) + p.numel() // dim
+            found[kind] = found.get(kind, 0) + p.numel() // width
     return found
 
 
 def _size_attribute(module: nn.Module, embed: PatchEmbedding | None) -> tuple[tuple[int, int], str] | None:
-    """The input size a module states: `img_size`/`image_size` on it, its patch embedding (or that one's parent),
-    or `config.image_size`."""
+    """The input size a module states: `img_size`/`image_size`/`input_size` on it, its patch embedding (or that
+    one's parent), or `config.image_size`."""
     places: list[tuple[str, Any]] = [("", module)]
     if embed is not None:
         parent = embed.name.rsplit(".", 1)[0] if "." in embed.name else ""
         places += [(embed.name, module.get_submodule(embed.name)), (parent, module.get_submodule(parent))]
     for where, obj in places:
-        for attr in ("img_size", "image_size"):
+        for attr in ("img_size", "image_size", "input_size", "img_dim", "image_res"):
             size = _as_size(getattr(obj, attr, None))
             if size:
                 return size, f"attribute: {where + '.' if where else ''}{attr}"
@@ -438,38 +687,111 @@ def _size_attribute(module: nn.Module, embed: PatchEmbedding | None) -> tuple[tu
 
 
 def _as_size(value: Any) -> tuple[int, int] | None:
-    if isinstance(value, int) and value > 0:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return (value, value)
+    if isinstance(value, (tuple, list)) and len(value) == 3 and all(isinstance(v, int) for v in value) \
+            and value[0] in (1, 3, 4):
+        value = value[1:]   # timm's (C, H, W) input_size
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
         return (int(value[0]), int(value[1]))
     return None
 
 
-def _main_output(out: Any) -> tuple[torch.Tensor | None, str]:
-    """The tensor of a forward's result that vitviz shows, and what it is: a tensor, HF `logits`, HF
-    `pooler_output`/`image_embeds`/`last_hidden_state`, or the first tensor of a tuple."""
+_EMBEDDING_KEYS = ("image_embeds", "pooler_output", "embeddings", "embedding", "embeds", "features", "feats",
+                   "feature", "last_hidden_state", "hidden_states", "z")
+_EMBEDDING_NAMES = re.compile(r"proj|embed|bottleneck|feat|encod", re.IGNORECASE)
+
+
+def _main_output(out: Any, prefer: torch.Tensor | None = None) -> tuple[torch.Tensor | None, str]:
+    """The tensor of a forward's result that vitviz shows, and what it is ('output', a key such as 'logits', or
+    'output[i]'): a tensor; of a dict or HF ModelOutput its `logits`, else the value that is `prefer` (the last
+    nn.Linear's output), else an embedding (`image_embeds`, `pooler_output`, `last_hidden_state`), else its first
+    (B, K) tensor; of a tuple or list the element that is `prefer`, else the first (B, K) tensor, else the first
+    tensor."""
     if isinstance(out, torch.Tensor):
         return out, "output"
-    get = out.get if isinstance(out, Mapping) else partial(getattr, out)
-    for key in ("logits", "image_embeds", "pooler_output", "last_hidden_state"):
-        value = get(key, None)
-        if isinstance(value, torch.Tensor):
-            return value, key
+    if isinstance(out, Mapping) or hasattr(out, "keys") and hasattr(out, "get"):
+        items = [(str(k), v) for k, v in out.items() if isinstance(v, torch.Tensor)]
+        ranked = [kv for kv in items if kv[0] == "logits"] + [kv for kv in items if kv[1] is prefer] \
+            + [kv for k in ("image_embeds", "pooler_output", "last_hidden_state") for kv in items if kv[0] == k] \
+            + [kv for kv in items if kv[1].dim() == 2] + items
+        return (ranked[0][1], ranked[0][0]) if ranked else (None, "")
     if isinstance(out, (tuple, list)):
-        return next(((t, f"output[{i}]") for i, t in enumerate(out) if isinstance(t, torch.Tensor)), (None, ""))
-    return None, ""
+        items2 = [(f"output[{i}]", t) for i, t in enumerate(out) if isinstance(t, torch.Tensor)]
+        ranked2 = [kv for kv in items2 if kv[1] is prefer] + [kv for kv in items2 if kv[1].dim() == 2] + items2
+        return (ranked2[0][1], ranked2[0][0]) if ranked2 else (None, "")
+    value = getattr(out, "logits", None)
+    return (value, "logits") if isinstance(value, torch.Tensor) else (None, "")
 
 
-def _per_image(t: torch.Tensor | None, batch: int, num_prefix: int) -> torch.Tensor:
-    """(B, K) from a forward's main tensor: (B, K) as is, token features (B, N, D) pooled (token 0 with a prefix
-    token, else the mean); anything else gives (B, 0)."""
+def _take(out: Any, what: str) -> torch.Tensor | None:
+    """The tensor `what` ('output', 'output[i]' or a key, as `_main_output` named it on the probe) of a result."""
+    if what == "output":
+        return out if isinstance(out, torch.Tensor) else None
+    index = re.fullmatch(r"output\[(\d+)\]", what)
+    try:
+        value = out[int(index.group(1))] if index else (out[what] if isinstance(out, Mapping) or
+                                                         hasattr(out, "keys") else getattr(out, what))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _per_image(t: torch.Tensor | None, batch: int, num_prefix: int, first: int = 0) -> torch.Tensor:
+    """(B, K) from a forward's main tensor: (B, K) as is, token features (B, N, D) pooled (the prefix token at
+    `first` with a prefix, else the mean); anything else gives (B, 0)."""
     if t is None:
         return torch.zeros(batch, 0)
     if t.dim() == 3 and t.shape[0] == batch:
-        return t[:, 0] if num_prefix else t.mean(dim=1)
+        return t[:, first] if num_prefix else t.mean(dim=1)
     if t.dim() == 2 and t.shape[0] == batch:
         return t
     return torch.zeros(batch, 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running the user's code
+
+
+def user_call(fn: Callable[[], Any], source: str, doing: str, on: str = "") -> Any:
+    """`fn()`, which runs the user's code: whatever it raises -- `SystemExit`, `KeyboardInterrupt` and any other
+    `BaseException` included -- comes back as a `UserCodeError` saying what was being done, its cause attached
+    (running out of memory is a `DeviceError`; vitviz's own errors pass as they are)."""
+    try:
+        return fn()
+    except (_StopForward, VitvizError):
+        raise
+    except torch.cuda.OutOfMemoryError as e:
+        torch.cuda.empty_cache()
+        raise DeviceError(f"{source}: out of memory while {doing} ({e}); try a smaller image size or "
+                          "device='cpu'") from e
+    except MemoryError as e:
+        raise DeviceError(f"{source}: not enough memory while {doing} ({e or 'MemoryError'}); {SMALLER}") from e
+    except BaseException as e:  # noqa: BLE001 - the user's code: every exception it raises is said, none escapes
+        raise UserCodeError(f"{source}: {doing} failed{' on ' + on if on else ''} ({_exception_text(e)})") from e
+
+
+def _exception_text(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if isinstance(e, SystemExit):
+        return text + " -- the code called sys.exit() (argparse's parse_args() or exit() run on import?)"
+    if isinstance(e, KeyboardInterrupt):
+        return text + " -- raised by the code or a Ctrl+C while it ran"
+    return text
+
+
+def _forward_error(e: UserCodeError) -> bool:
+    """Whether `e` is the user's forward refusing its input (an ordinary Exception: a shape that does not fit),
+    so that a probe at another size or channel count may be tried; SystemExit and the like never are."""
+    cause = e.__cause__
+    return isinstance(cause, Exception) and not isinstance(cause, VitvizError)
+
+
+def _probe_input(batch: int, chans: int, size: tuple[int, int], device: torch.device, dtype: torch.dtype,
+                 seed: int) -> torch.Tensor:
+    """A seeded, image-like random input (B, C, H, W): unit variance, as a normalised image is."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, chans, *size, generator=g).to(device, dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -481,14 +803,18 @@ class LiveModel(VitModel):
 
     `net` is the user's module itself. `layers` lists (module name, mechanism) per captured layer in the order the
     forward pass computes them; `skipped` lists attention calls that are not self-attention over all the image
-    tokens (cross-attention, attention pooling, windows), as (module name, mechanism, shape).
+    tokens (cross-attention, attention pooling, windows), as (module name, mechanism, shape). `layout` is how its
+    attention is laid out (`AttentionLayout`: heads per call, token order), as its probe found it.
     """
 
     def __init__(self, module: nn.Module, spec: ModelSpec, device: torch.device, layers: list[tuple[str, str]],
-                 skipped: list[tuple[str, str, tuple[int, ...]]], output: str, pos_name: str | None) -> None:
+                 skipped: list[tuple[str, str, tuple[int, ...]]], output: str, pos_name: str | None,
+                 layout: AttentionLayout | None = None, what: str = "") -> None:
         super().__init__(module, spec, device, [])  # type: ignore[arg-type]  # any nn.Module, not a ReferenceViT
         self.layers, self.skipped = layers, skipped
         self._output, self._pos_name = output, pos_name
+        self.layout = layout or AttentionLayout()
+        self._what = what
 
     def to(self, device: str | None) -> "LiveModel":
         """Move the user's module (never prepacked: its Linear layers are its own)."""
@@ -504,6 +830,8 @@ class LiveModel(VitModel):
         """(B, C, H, W) -> attentions (B, L, H, T, T) and the model's output (B, K), as `VitModel.forward_captured`.
 
         With `logits=False` the module's forward pass is stopped right after the attention of layer `upto`.
+        Attention or an output with NaN or infinity (the user's model diverged, or overflowed in its own
+        precision) is refused: a `LiveModelError` names the layer.
         """
         with self._lock, torch.inference_mode():
             return self._forward_live(x, half, logits, upto, rows)
@@ -523,34 +851,33 @@ class LiveModel(VitModel):
         count = depth if upto is None else upto + 1
         sink = LayerSink(count, half, rows)
         check_host_memory(self._maps_bytes(x, count, half, None if rows is None else len(rows)), x, half)
+        layout = self.layout if self.layout.order is None or len(self.layout.order) == tokens else \
+            replace(self.layout, order=_prefix_first(tokens, self.spec.num_prefix))
         recorder = _Recorder(int(x.shape[0]), tokens, sink.append, count, None if logits else count,
-                             self.spec.num_heads)
-        try:
-            out = _run(self.net, x.to(self._device, self._dtype), recorder)
-        except torch.cuda.OutOfMemoryError as e:
-            torch.cuda.empty_cache()
-            raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} ({e}); try a smaller "
-                              "image size or device='cpu'") from e
-        except VitvizError:
-            raise
-        except MemoryError as e:
-            raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({e}); {SMALLER}") from e
-        except Exception as e:  # noqa: BLE001 - the user's code failed: say so, with its error as the cause
-            raise LiveModelError(f"{self.spec.source}: the model's own forward failed on input {tuple(x.shape)} "
-                                 f"({type(e).__name__}: {e})") from e
+                             self.spec.num_heads, layout)
+        xd = x.to(self._device, self._dtype)
+        out = user_call(lambda: _run(self.net, xd, recorder), self.spec.source, "the model's own forward",
+                        f"input {tuple(x.shape)}")
         if len(recorder.layers) != count or recorder.extra:
             seen = len(recorder.layers) + recorder.extra
             raise LiveModelError(f"{self.spec.source}: this forward pass computed {seen} attention maps over "
                                  f"{tokens} tokens; {count} expected ({depth} when the model was loaded: "
                                  f"{_layer_summary(self.layers)}). {_skipped_summary(recorder.skipped)}")
+        maps = sink.numpy()
+        _refuse_non_finite(maps, self.layers, self.spec.source, f"input {tuple(x.shape)}")
         if not logits:
-            return sink.numpy(), np.zeros((x.shape[0], 0), np.float32)
-        main = _main_output(out)[0] if self._output != "none" else None
-        result = _per_image(main, int(x.shape[0]), self.spec.num_prefix)
-        return sink.numpy(), result.detach().float().cpu().numpy()
+            return maps, np.zeros((x.shape[0], 0), np.float32)
+        main = _take(out, self._what) if self._output != "none" else None
+        first = self.layout.order[0] if self.layout.order and self.spec.num_prefix else 0
+        result = _per_image(main, int(x.shape[0]), self.spec.num_prefix, first).detach().float().cpu().numpy()
+        if result.size and not np.isfinite(result).all():
+            raise LiveModelError(f"{self.spec.source}: its output ({self._what}) holds NaN or infinity for input "
+                                 f"{tuple(x.shape)}; vitviz shows no scores a model did not compute")
+        return maps, result
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
-        """(N_pos, D) the module's learned position table (grid part resampled to `grid`); None without one."""
+        """(N_pos, D) the module's learned position table (grid part resampled to `grid`; prefix rows first, as
+        the maps are); None without one."""
         if self._pos_name is None:
             return None
         owner, _, leaf = self._pos_name.rpartition(".")
@@ -558,9 +885,31 @@ class LiveModel(VitModel):
         g = tuple(grid or self.spec.pos_grid)
         with torch.no_grad():
             pos = table.detach().float().cpu().reshape(1, -1, table.shape[-1])
+            order = self.layout.order
+            if order is not None and len(order) == pos.shape[1]:
+                pos = pos[:, list(order)]
             if g != tuple(self.spec.pos_grid):
                 pos = resample_pos_embed(pos, self.spec.pos_prefix, tuple(self.spec.pos_grid), g, self.spec.pos_interp)
         return pos[0].numpy()
+
+
+def _prefix_first(tokens: int, prefix: int) -> tuple[int, ...]:
+    """The token order that shows `prefix` tokens the module puts last first: indices into its own order."""
+    return tuple(range(tokens - prefix, tokens)) + tuple(range(tokens - prefix))
+
+
+def _refuse_non_finite(maps: np.ndarray, layers: Sequence[tuple[str, str]], source: str, what: str) -> None:
+    """Attention (B, L, H, T, T) with NaN or infinity is not shown: the error names the layers and heads."""
+    total = np.add.reduce(maps, axis=None, dtype=np.float32)
+    if np.isfinite(total):
+        return
+    bad = ~np.isfinite(maps).all(axis=(-2, -1))           # (B, L, H)
+    where = [f"layer {i} ({layers[i][0] if i < len(layers) else '?'}) head(s) "
+             f"{', '.join(map(str, np.flatnonzero(bad[:, i].any(0)).tolist()))}"
+             for i in range(bad.shape[1]) if bad[:, i].any()]
+    raise LiveModelError(f"{source}: the attention its own code computed for {what} holds NaN or infinity in "
+                         f"{'; '.join(where[:4])}{' ...' if len(where) > 4 else ''}; vitviz shows no maps a model "
+                         "did not compute (its weights or its arithmetic overflowed: float16, a fully masked row?)")
 
 
 def _layer_summary(layers: Sequence[tuple[str, str]]) -> str:
@@ -589,44 +938,49 @@ def _skipped_summary(skipped: Sequence[tuple[str, str, tuple[int, ...]]]) -> str
 
 def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | None = None,
               how: str = "") -> LiveModel:
-    """Describe `module` by one probe forward pass and wrap it as a `LiveModel`.
+    """Describe `module` by its probe forward passes and wrap it as a `LiveModel`.
+
+    The first probe (one seeded random image) finds the attention layers, heads, tokens and output; a second of two
+    different images checks what one image cannot show (which tokens are the prefix: their own scores in the first
+    layer do not depend on the image; how heads folded into the batch are ordered). A module that refuses a
+    2-image batch keeps the usual layout, said as assumed.
 
     Args:
         module: any nn.Module taking a (B, C, H, W) image batch; it is used (and moved to `device`) in place.
-        overrides: grid ((rows, cols) or N), num_prefix, image_size, heads (checked), mean, std, interpolation,
-            resize, crop_mode, labels, device (default: where the module is).
+        overrides: grid ((rows, cols) or N), num_prefix, image_size, in_chans, heads (checked), mean, std,
+            interpolation, resize, crop_mode, labels, device (default: where the module is).
         source: what to call it (default '<ClassName object>').
         how: why the live path is used, for the provenance.
+
+    Raises:
+        UserCodeError: the module's own code raised (anything, SystemExit included) on every probe it was given.
+        LiveModelError: it is left on the meta device, has NaN/infinite weights or attention, or its attention
+            and tokens cannot be described (`NoAttentionError`: none seen).
+        DeviceError: the probe input (or its attention) would not fit in memory.
     """
     source = source or f"<{type(module).__name__} object>"
     prov: dict[str, str] = {}
+    _refuse_meta(module, source)
     device = _place(module, overrides.get("device"), source)
+    _refuse_non_finite_weights(module, source)
     embed = find_patch_embedding(module)
-    size, patch = _geometry(module, embed, overrides, prov, source)
-    in_chans = embed.in_chans if embed else 3
-    prov["in_chans"] = f"shape: {embed.describe()}" if embed else "default"
+    patch_attr = None if embed is not None else _as_size(getattr(module, "patch_size", None))
+    patch_attr_side = patch_attr[0] if patch_attr and patch_attr[0] == patch_attr[1] and patch_attr[0] > 1 else None
+    sizes, patch = _geometry(module, embed, patch_attr_side, overrides, prov, source)
+    chans = _channels(module, embed, overrides, patch_attr_side)
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
-    probe = torch.zeros(1, in_chans, *size, device=device, dtype=dtype)
-    recorder = _Recorder(1)
-    with torch.inference_mode():
-        try:
-            out = _run(module, probe, recorder, last_linear=True)
-        except VitvizError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the user's code failed: say so, with its error as the cause
-            raise LiveModelError(f"{source}: its forward failed on a probe input of shape {tuple(probe.shape)} "
-                                 f"({type(e).__name__}: {e}); pass image_size= (and grid=) for the input it "
-                                 "expects") from e
+    x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source)
     if not recorder.layers:
-        raise NoAttentionError(_nothing_seen(source, tuple(probe.shape), recorder))
-    tokens, patch, grid = _tokens(recorder, size, patch, overrides, prov, source)
-    prefix = tokens - grid[0] * grid[1]
+        raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
+    check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder)
+    folded = _fold_order(recorder, check)
+    tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
     _check_prefix(overrides.get("num_prefix"), prefix, tokens, grid, source)
-    kept = [(layer, m) for layer, m in zip(recorder.layers, recorder.maps) if m.shape[-1] == tokens]
-    layers = [layer for layer, _ in kept]
-    skipped = recorder.skipped + [(n, mech, tuple(m.shape)) for (n, mech), m in zip(recorder.layers, recorder.maps)
+    index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
+    layers = [recorder.layers[i] for i in index]
+    skipped = recorder.skipped + [(*recorder.layers[i], tuple(m.shape)) for i, m in enumerate(recorder.maps)
                                   if m.shape[-1] != tokens]
-    heads = {int(m.shape[1]) for _, m in kept}
+    heads = {int(recorder.maps[i].shape[1]) for i in index}
     if len(heads) > 1:
         raise LiveModelError(f"{source}: the attention layers have different head counts {sorted(heads)}; vitviz "
                              "needs one head count for every layer")
@@ -634,15 +988,25 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
     if overrides.get("heads") and int(overrides["heads"]) != num_heads:
         raise LiveModelError(f"{source}: heads={overrides['heads']} was given, but its attention has {num_heads} "
                              f"heads ({_layer_summary(layers)})")
-    prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[0][1].shape)}"
+    kept = torch.stack([recorder.maps[i] for i in index], dim=1)    # (1, L, H, T, T)
+    _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
+    grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
+    layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
+                             head_major=folded == "head-major", order=order)
+    prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
-    names = _prefix_names(module, embed.dim if embed else 0, prefix)
+    dim = embed.dim if embed else _token_width(module)
+    names = _prefix_names(module, dim, prefix)
+    where = "last in the sequence, shown first" if order else "first in the sequence"
     prov["num_prefix"] = (f"capture: T={tokens} tokens - {grid[0]}x{grid[1]} patches = {prefix} prefix token(s), "
-                          f"taken as {', '.join(names) or 'none'} (first in the sequence)")
-    main, what = _main_output(out)
-    kind, num_classes = _output_kind(main, what, recorder.last_linear, prov)
-    dim = embed.dim if embed else 0
-    prov["embed_dim"] = f"shape: {embed.describe()}" if embed else "unknown: no patch embedding found"
+                          f"taken as {', '.join(names) or 'none'} ({where})")
+    main, what = _main_output(out, recorder.last_linear)
+    if main is not None and main.is_floating_point() and not bool(torch.isfinite(main).all()):
+        raise LiveModelError(f"{source}: its output ({what}) on a probe input of shape {tuple(x.shape)} holds NaN "
+                             "or infinity; expected a model whose forward computes finite numbers")
+    kind, num_classes = _output_kind(main, what, recorder, overrides, prov)
+    prov["embed_dim"] = f"shape: {embed.describe()}" if embed else \
+        (f"shape: the token width {dim}" if dim else "unknown: no patch embedding found")
     pos = _pos_table(module, dim)
     pos_prefix = 0
     if pos is not None and pos[1] in (tokens, grid[0] * grid[1]):
@@ -659,9 +1023,12 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
                  "fc_norm", "pre_logits"):
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
+    notes = list(recorder.notes)
+    if folded:
+        notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
     prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
                     f"{', '.join(f'{n} x {m}' for m, n in counts.items())}" + (f" ({how})" if how else "")
-                    + ("; " + "; ".join(recorder.notes) if recorder.notes else ""))
+                    + ("; " + "; ".join(notes) if notes else ""))
     spec = ModelSpec(
         family="live", source=source, image_size=size, patch_size=patch, embed_dim=dim, depth=len(layers),
         num_heads=num_heads, in_chans=in_chans, num_classes=num_classes, cls_token="cls" in names,
@@ -669,7 +1036,139 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
         pos_prefix=pos_prefix, pos_grid=grid, preprocess=pp, labels=labels,
         num_params=sum(p.numel() for p in module.parameters()), provenance=tuple(prov.items()))
     warn_guesses(spec)  # what nothing in the module stated (preprocessing, input size), said loudly
-    return LiveModel(module, spec, device, layers, skipped, kind, pos[0] if pos else None)
+    return LiveModel(module, spec, device, layers, skipped, kind, pos[0] if pos else None, layout, what)
+
+
+def _refuse_meta(module: nn.Module, source: str) -> None:
+    """A module whose tensors are on the meta device holds no values (built under `torch.device('meta')` or
+    `init_empty_weights` and never loaded): refused, naming them."""
+    empty = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if empty:
+        raise LiveModelError(f"{source}: {len(empty)} of its tensors are on the 'meta' device, which holds no "
+                             f"values ({', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}): it was built "
+                             "without memory (torch.device('meta'), init_empty_weights) and never loaded; expected "
+                             "a model with weights (give its weights file, or build it on the CPU)")
+
+
+def _refuse_non_finite_weights(module: nn.Module, source: str) -> None:
+    """NaN or infinity in a parameter (or NaN in a buffer; an infinite mask is a mask) is refused, naming the
+    tensors, as a checkpoint file's are."""
+    bad = []
+    for name, t in [*((n, p) for n, p in module.named_parameters()), *module.named_buffers()]:
+        if not t.is_floating_point() or not t.numel():
+            continue
+        with torch.no_grad():
+            wrong = ~torch.isfinite(t) if isinstance(t, nn.Parameter) else torch.isnan(t)
+            n = int(wrong.sum())
+        if n:
+            bad.append(f"{name} ({n} of {t.numel()})")
+    if bad:
+        raise LiveModelError(f"{source}: NaN or infinite weights in {', '.join(bad[:6])}"
+                             f"{' ...' if len(bad) > 6 else ''}; expected finite weights (a diverged or damaged "
+                             "model: every attention map would be NaN)")
+
+
+def _token_width(module: nn.Module) -> int:
+    """The width of a module's learned tokens or position table, when it has no patch embedding module."""
+    for name, p in module.named_parameters():
+        leaf = name.rsplit(".", 1)[-1].lower()
+        if p.dim() in (2, 3) and (leaf in _CLS_LEAVES or "pos" in leaf) and p.shape[-1] > 4:
+            return int(p.shape[-1])
+    return 0
+
+
+def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: list[tuple[int, str]],
+           patch: int | None, device: torch.device, dtype: torch.dtype, prov: dict[str, str],
+           source: str) -> tuple[torch.Tensor, Any, _Recorder, tuple[tuple[int, int], int]]:
+    """The first probe: one image at the most likely size and channel count; where those were guesses and the
+    forward refuses the input, the next likely ones (the sources say which was taken, and why)."""
+    tries = [(s, c) for s in sizes for c in chans]
+    failed: list[tuple[str, UserCodeError]] = []
+    for (size, size_src), (c, c_src) in tries:
+        _check_probe_memory(module, size, c, patch, 2, source)
+        x = _probe_input(1, c, size, device, dtype, seed=0)
+        recorder = _Recorder(1, scores=True)
+        shape = tuple(x.shape)
+        try:
+            with torch.inference_mode():
+                out = user_call(lambda: _run(module, x, recorder, last_linear=True), source, "its forward",
+                                f"a probe input of shape {shape}")
+        except UserCodeError as e:
+            if not _forward_error(e) or len(tries) == 1:
+                raise
+            failed.append((f"{c} x {size[0]}x{size[1]}", e))
+            continue
+        tried = f" (the first input its forward accepted; it refused {', '.join(t for t, _ in failed)})" \
+            if failed else ""
+        prov["image_size"], prov["in_chans"] = size_src + tried, c_src + tried
+        return x, out, recorder, (size, c)
+    first = failed[0][1]
+    others = ", ".join(t for t, _ in failed[1:])
+    raise UserCodeError(f"{first}; also tried {others} (channels x size); pass image_size= (--image-size), "
+                        "in_chans= (--in-chans) and grid= for the input it expects") from first.__cause__
+
+
+def _check_probe_memory(module: nn.Module, size: tuple[int, int], chans: int, patch: int | None, batch: int,
+                        source: str) -> None:
+    """Refuse, before allocating it, a probe whose input or one layer's attention would not fit in the memory
+    left (image_size=60000 is 43 GB of input, and its attention far more)."""
+    h, w = size
+    tokens = (h // patch) * (w // patch) if patch else (h * w) // 256
+    heads = max([m.num_heads for m in module.modules() if isinstance(getattr(m, "num_heads", None), int)
+                 and not isinstance(m.num_heads, bool)] or [1])
+    needed = batch * (chans * h * w * 4 * 2 + heads * tokens * tokens * 4)
+    free = available_memory() if needed >= CHECK_FROM else None
+    if free is not None and needed > free:
+        raise DeviceError(f"{source}: a {h}x{w} probe input ({chans} channel(s), {tokens:,} tokens"
+                          f"{'' if patch else ' if its patches are 16 px'}) and one layer's attention need "
+                          f"{format_bytes(needed)}, but only {format_bytes(free)} of memory is available; nothing "
+                          "was allocated; expected a smaller image_size")
+
+
+def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chans: int, device: torch.device,
+                 dtype: torch.dtype, source: str, first: _Recorder) -> _Recorder | None:
+    """The second probe: a batch of the first probe's image and another; None when the module refuses a batch of
+    two with an ordinary error (it works on one image at a time) or sees other layers in it."""
+    x2 = torch.cat([x, _probe_input(1, chans, size, device, dtype, seed=1)])
+    check = _Recorder(2, scores=True)
+    try:
+        with torch.inference_mode():
+            user_call(lambda: _run(module, x2, check), source, "its forward", f"a probe batch of shape "
+                                                                              f"{tuple(x2.shape)}")
+    except UserCodeError as e:
+        if not _forward_error(e):
+            raise
+        return None
+    if [m.shape[-1] for m in check.maps] != [m.shape[-1] for m in first.maps]:
+        return None
+    return check
+
+
+def _fold_order(first: _Recorder, check: _Recorder | None) -> str:
+    """How the first layer whose heads come folded into the batch ((B*H, T, T)) orders them, 'batch-major'
+    (b*H + h) or 'head-major' (h*B + b), checked against the one-image probe ('' with none such; 'batch-major, as
+    assumed ...' when it cannot be checked). The second probe's maps and scores of such layers are set right."""
+    if not first.folded:
+        return ""
+    if check is None:
+        return "batch-major (b*H + h), assumed (as nn.MultiheadAttention and fairseq lay them out: the module " \
+               "refused a batch of two, where the order shows)"
+    i = first.folded[0]
+    ref = first.maps[i][0]
+    mine = check.maps[i]
+    if torch.allclose(mine[0], ref, atol=1e-4):
+        return "batch-major (b*H + h), checked on a batch of two"
+    h = mine.shape[1]
+    flip = mine.reshape(2 * h, *mine.shape[-2:]).reshape(h, 2, *mine.shape[-2:]).transpose(0, 1)
+    if not torch.allclose(flip[0], ref, atol=1e-4):
+        return "batch-major (b*H + h), assumed (a batch of two matched neither order)"
+    for j in first.folded:
+        m = check.maps[j]
+        check.maps[j] = m.reshape(-1, *m.shape[-2:]).reshape(m.shape[1], 2, *m.shape[-2:]).transpose(0, 1)
+        d = check.diags[j]
+        if d is not None:
+            check.diags[j] = d.reshape(-1, d.shape[-1]).reshape(d.shape[1], 2, d.shape[-1]).transpose(0, 1)
+    return "head-major (h*B + b), checked on a batch of two"
 
 
 def _place(module: nn.Module, device: str | None, source: str) -> torch.device:
@@ -679,11 +1178,10 @@ def _place(module: nn.Module, device: str | None, source: str) -> torch.device:
         return here
     dev = resolve_device(device)
     try:
-        module.to(dev)
-    except torch.cuda.OutOfMemoryError as e:
+        user_call(lambda: module.to(dev), source, f"moving it to {dev}")
+    except DeviceError as e:
         module.to(here)
-        torch.cuda.empty_cache()
-        raise DeviceError(f"{source}: does not fit on {dev} ({e}); use device='cpu'") from e
+        raise DeviceError(f"{source}: does not fit on {dev} ({e.__cause__ or e}); use device='cpu'") from e
     return dev
 
 
@@ -699,9 +1197,14 @@ def _pair(value: Any, what: str) -> tuple[int, int]:
     return (h, w)
 
 
-def _geometry(module: nn.Module, embed: PatchEmbedding | None, overrides: Mapping[str, Any],
-              prov: dict[str, str], source: str) -> tuple[tuple[int, int], int | None]:
-    """The input size to probe with and the patch size (None when it must come from the token count)."""
+Sizes = list[tuple[tuple[int, int], str]]
+_COMMON_SIZES = ((224, "ImageNet"), (32, "CIFAR"), (28, "MNIST"))
+
+
+def _geometry(module: nn.Module, embed: PatchEmbedding | None, patch_attr: int | None, overrides: Mapping[str, Any],
+              prov: dict[str, str], source: str) -> tuple[Sizes, int | None]:
+    """The input sizes to probe with, most likely first, each with its source (one when something states it),
+    and the patch size (None when it must come from the token count)."""
     patch: int | None = None
     if embed is not None:
         if embed.patch[0] != embed.patch[1]:
@@ -709,22 +1212,24 @@ def _geometry(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
                                  "patches only")
         patch = embed.patch[0]
         prov["patch_size"] = f"shape: {embed.describe()}"
+    elif patch_attr is not None:
+        patch = patch_attr
+        prov["patch_size"] = f"attribute: patch_size ({patch} px; no patch module: the patches are cut in the forward)"
     grid = _pair(overrides["grid"], "grid") if overrides.get("grid") is not None else None
     if overrides.get("image_size"):
         size = _pair(overrides["image_size"], "image_size")
+        src = "override"
         if patch is not None:
             whole = whole_patches(size, patch)
             if min(whole) == 0:
                 raise LiveModelError(f"image_size {size} is smaller than one {patch} px patch")
-            prov["image_size"] = "override" if whole == size else \
+            src = "override" if whole == size else \
                 f"override {size[0]}x{size[1]}, rounded down to whole {patch} px patches"
             size = whole
-        else:
-            prov["image_size"] = "override"
         if grid is not None:
             patch = _patch_from_grid(size, grid, patch, source)
-            prov["patch_size"] = prov.get("patch_size", f"override: image_size / grid = {patch}")
-        return size, patch
+            prov.setdefault("patch_size", f"override: image_size / grid = {patch}")
+        return [(size, src)], patch
     if grid is not None:
         if patch is None:
             stated = _size_attribute(module, embed)
@@ -733,23 +1238,18 @@ def _geometry(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
                                      "pass image_size= too")
             patch = _patch_from_grid(stated[0], grid, None, source)
             prov["patch_size"] = f"{stated[1]} / grid override"
-        prov["image_size"] = f"override: grid {grid[0]}x{grid[1]} x {patch} px patches"
-        return (grid[0] * patch, grid[1] * patch), patch
+        return [((grid[0] * patch, grid[1] * patch), f"override: grid {grid[0]}x{grid[1]} x {patch} px patches")], \
+            patch
     stated = _size_attribute(module, embed)
     if stated is not None:
-        size = whole_patches(stated[0], patch) if patch else stated[0]
-        prov["image_size"] = stated[1]
-        return size, patch
-    if patch is not None:
-        side = _side_from_pos_table(module, embed)
-        if side is not None:
-            prov["image_size"] = side[1]
-            return (side[0] * patch, side[0] * patch), patch
-        prov["image_size"] = "guess: 224 px (nothing in the module states its input size)"
-        return whole_patches((224, 224), patch, at_least_one=True), patch
-    raise LiveModelError(f"{source}: no patch embedding found (a Conv2d whose stride equals its kernel, or a "
-                         "Rearrange/Unfold of patches followed by a Linear) and no size to go by; pass grid=(rows, "
-                         "cols) and image_size=")
+        return [(whole_patches(stated[0], patch) if patch else stated[0], stated[1])], patch
+    sizes: Sizes = [((side * patch, side * patch), why) for side, why in _pos_sides(module, embed, patch)] \
+        if patch else []
+    for side, what in _COMMON_SIZES:
+        size = whole_patches((side, side), patch, at_least_one=True) if patch else (side, side)
+        if all(s != size for s, _ in sizes):
+            sizes.append((size, f"guess: {size[0]} px ({what}; nothing in the module states its input size)"))
+    return sizes, patch
 
 
 def _patch_from_grid(size: tuple[int, int], grid: tuple[int, int], patch: int | None, source: str) -> int:
@@ -760,37 +1260,40 @@ def _patch_from_grid(size: tuple[int, int], grid: tuple[int, int], patch: int | 
     return p
 
 
-def _side_from_pos_table(module: nn.Module, embed: PatchEmbedding | None) -> tuple[int, str] | None:
-    """The grid side of a square position table: its rows minus the learned prefix tokens (or all its rows)."""
-    if embed is None:
-        return None
-    pos = _pos_table(module, embed.dim)
+def _pos_sides(module: nn.Module, embed: PatchEmbedding | None, patch: int) -> list[tuple[int, str]]:
+    """Grid sides a learned position table allows, the likeliest first: its rows minus the learned prefix tokens
+    (or all its rows), then minus other small prefix counts."""
+    dim = embed.dim if embed is not None else _token_width(module)
+    pos = _pos_table(module, dim)
     if pos is None:
-        return None
-    prefix = sum(_prefix_params(module, embed.dim).values())
-    for rows, covered in ((pos[1] - prefix, f"- {prefix} prefix token(s)"), (pos[1], "(patches only)")):
+        return []
+    prefix = sum(_prefix_params(module, dim).values())
+    found: list[tuple[int, str]] = []
+    counts = [(prefix, f"- {prefix} learned prefix token(s)"), (0, "(patches only)")] + \
+        [(k, f"- {k} prefix token(s), a guess") for k in range(1, _PROBE_PREFIX + 1) if k != prefix]
+    for k, covered in counts:
+        rows = pos[1] - k
         side = math.isqrt(max(rows, 0))
-        if rows > 0 and side * side == rows:
-            return side, (f"shape: position table {pos[0]} ({pos[1]} rows {covered} = {side}x{side} patches, "
-                          "a square grid)")
-    return None
+        if rows > 0 and side * side == rows and all(s != side for s, _ in found):
+            kind = "shape" if k in (prefix, 0) else "guess"
+            found.append((side, f"{kind}: position table {pos[0]} ({pos[1]} rows {covered} = {side}x{side} "
+                                f"patches of {patch} px, a square grid)"))
+    return found[:3]
 
 
-def _tokens(recorder: _Recorder, size: tuple[int, int], patch: int | None, overrides: Mapping[str, Any],
-            prov: dict[str, str], source: str) -> tuple[int, int, tuple[int, int]]:
-    """(T, patch size, grid): the token count of the model's self-attention at the probe size."""
+_PROBE_PREFIX = 16   # the most prefix tokens a grid is worked out with from the token count alone
+
+
+def _tokens(recorder: _Recorder, check: _Recorder | None, size: tuple[int, int], patch: int | None,
+            overrides: Mapping[str, Any], prov: dict[str, str], source: str,
+            module: nn.Module) -> tuple[int, int, tuple[int, int], int, tuple[int, ...] | None]:
+    """(T, patch size, grid, prefix count, token order): the token count of the model's self-attention at the probe
+    size, the grid it covers and where its prefix tokens are (None: first)."""
     square = [int(m.shape[-1]) for m in recorder.maps]
-    if patch is None:  # no patch embedding: the grid follows from T and num_prefix
-        if overrides.get("num_prefix") is None:
-            raise LiveModelError(f"{source}: no patch embedding found; pass grid=(rows, cols) or num_prefix= so the "
-                                 f"grid can be read from the attention's {square[0]} tokens")
-        patches = square[0] - int(overrides["num_prefix"])
-        p = math.isqrt(size[0] * size[1] // max(patches, 1))
-        if patches < 1 or (size[0] // max(p, 1)) * (size[1] // max(p, 1)) != patches:
-            raise LiveModelError(f"{source}: {square[0]} tokens - {overrides['num_prefix']} prefix = {patches} "
-                                 f"patches do not tile a {size[0]}x{size[1]} image; pass grid=(rows, cols)")
-        patch = p
-        prov["patch_size"] = f"capture: {size[0]}x{size[1]} px / {patches} patches"
+    fixed = _fixed_tokens(check, square[0])
+    if patch is None:  # no patch size: the grid follows from T, the input size and the prefix count
+        patch, prefix = _patch_from_tokens(square[0], size, overrides.get("num_prefix"), fixed, module, prov,
+                                           source)
     grid = (size[0] // patch, size[1] // patch)
     patches = grid[0] * grid[1]
     tokens = next((t for t in square if 0 <= t - patches <= _MAX_PREFIX), None)
@@ -799,8 +1302,85 @@ def _tokens(recorder: _Recorder, size: tuple[int, int], patch: int | None, overr
                              f"{size[0]}x{size[1]} input has {grid[0]}x{grid[1]} = {patches} patches of {patch} px "
                              "(window attention, or a different patch size?); vitviz shows global self-attention "
                              "over every token; pass grid= or image_size= if the patches are other than found")
-    prov["grid"] = f"image size / patch size ({size[0]}x{size[1]} / {patch})"
-    return tokens, patch, grid
+    prov.setdefault("grid", f"image size / patch size ({size[0]}x{size[1]} / {patch})")
+    prefix = tokens - patches
+    order, prov["token_order"] = _prefix_place(fixed if tokens == square[0] else None, prefix)
+    return tokens, patch, grid, prefix, order
+
+
+def _fixed_tokens(check: _Recorder | None, tokens: int) -> torch.Tensor | None:
+    """(T,) bool: the tokens whose own score in the first layer is the same for two different images -- the prefix
+    tokens (a patch token's query and key change with its pixels); None when the second probe did not run or the
+    first layer's scores are not seen (nn.MultiheadAttention on a torch whose code cannot be followed)."""
+    if check is None or not check.diags or check.diags[0] is None:
+        return None
+    d = check.diags[0]                                    # (2, H, T)
+    if d.shape[-1] != tokens:
+        return None
+    a, b = d[0], d[1]
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    same = (a - b).abs() <= 1e-4 * (1.0 + a.abs())
+    return (same & finite).all(dim=0)
+
+
+def _prefix_place(fixed: torch.Tensor | None, prefix: int) -> tuple[tuple[int, ...] | None, str]:
+    """(token order, provenance): prefix tokens first, or last (shown first), as the first layer's scores show."""
+    if prefix == 0:
+        return None, "capture: no prefix tokens"
+    if fixed is None:
+        return None, "capture: prefix tokens first (the usual place; not measured: no batch of two, or no scores)"
+    n = int(fixed.numel())
+    if bool(fixed[:prefix].all()) and not bool(fixed[prefix:].any()):
+        return None, (f"capture: the {prefix} prefix token(s) first: their own scores in the first layer do not "
+                      "depend on the image")
+    if bool(fixed[n - prefix:].all()) and not bool(fixed[:n - prefix].any()):
+        return _prefix_first(n, prefix), (f"capture: the {prefix} prefix token(s) last in the module's sequence "
+                                          "(their own scores in the first layer do not depend on the image); "
+                                          "shown first, as for every model")
+    return None, ("capture: prefix tokens first (the usual place; the first layer's scores did not single out "
+                  f"{prefix} image-independent tokens at either end)")
+
+
+def _patch_from_tokens(tokens: int, size: tuple[int, int], asked: Any, fixed: torch.Tensor | None,
+                       module: nn.Module, prov: dict[str, str], source: str) -> tuple[int, int]:
+    """(patch size, prefix count) of a module with no patch module: the tilings of the input size by square
+    patches that leave at most 16 prefix tokens of T; the prefix count, when given or measured (tokens whose own
+    first-layer score does not depend on the image, at either end), or the learned prefix parameters, pick one;
+    several left is a question (grid=)."""
+    h, w = size
+    options = [(p, tokens - (h // p) * (w // p)) for p in range(2, min(h, w) + 1)
+               if h % p == 0 and w % p == 0 and 0 <= tokens - (h // p) * (w // p) <= _PROBE_PREFIX]
+    measured = None
+    if fixed is not None:
+        k = int(fixed.sum())
+        if bool(fixed[:k].all()) or bool(fixed[fixed.numel() - k:].all()):
+            measured = k
+    why = ""
+    if asked is not None:
+        picked = [o for o in options if o[1] == int(asked)]
+        why = f"num_prefix={asked} given"
+        if not picked:
+            raise LiveModelError(f"{source}: {tokens} tokens - {asked} prefix = {tokens - int(asked)} patches do not "
+                                 f"tile a {h}x{w} image in square patches; pass grid=(rows, cols)")
+    else:
+        learned = sum(_prefix_params(module, _token_width(module)).values())
+        picked = options if len(options) == 1 else []
+        why = "the only tiling with at most 16 prefix tokens"
+        if len(options) > 1 and measured is not None:
+            picked, why = [o for o in options if o[1] == measured], (f"{measured} token(s) whose own first-layer "
+                                                                     "score does not depend on the image")
+        if len(options) > 1 and len(picked) != 1:
+            picked, why = [o for o in options if o[1] == learned], f"{learned} learned prefix token(s)"
+    if len(picked) != 1:
+        shown = "; ".join(f"{h // p}x{w // p} patches of {p} px + {k} prefix" for p, k in options) or "none"
+        raise LiveModelError(f"{source}: no patch embedding module found, and its attention's {tokens} tokens at "
+                             f"{h}x{w} px fit {'several tilings' if options else 'no tiling'} ({shown}); pass "
+                             "grid=(rows, cols) (--grid RxC) or num_prefix=")
+    p, k = picked[0]
+    prov["patch_size"] = (f"capture: {tokens} tokens at {h}x{w} px = {h // p}x{w // p} patches of {p} px + {k} "
+                          f"prefix ({why}; no patch module: the patches are cut in the forward)")
+    prov["grid"] = f"capture: {h // p}x{w // p} from the token count and the input size"
+    return p, k
 
 
 def _check_prefix(asked: Any, prefix: int, tokens: int, grid: tuple[int, int], source: str) -> None:
@@ -821,17 +1401,37 @@ def _prefix_names(module: nn.Module, dim: int, prefix: int) -> list[str]:
     return names
 
 
-def _output_kind(main: torch.Tensor | None, what: str, last_linear: torch.Tensor | None,
+def _output_kind(main: torch.Tensor | None, what: str, recorder: _Recorder, overrides: Mapping[str, Any],
                  prov: dict[str, str]) -> tuple[str, int]:
-    """('logits' | 'features' | 'none', num_classes): class scores when the output is HF `logits` or comes straight
-    out of an nn.Linear; anything else is a backbone's features (no top-5 is made up from them)."""
+    """('logits' | 'features' | 'none', num_classes): class scores when the output is HF `logits`, comes out of an
+    nn.Linear (or is shaped like the last one's output: two heads averaged) that is not named a projection or an
+    embedding, or as many labels were given; an embedding (unit-norm rows, a projection, `pooler_output`...) and
+    anything else is features (no top-5 is made up from them)."""
     if main is None:
         prov["num_classes"] = "none: the forward returns no tensor"
         return "none", 0
     shape = tuple(main.shape)
-    if main.dim() == 2 and (what == "logits" or main is last_linear):
-        prov["num_classes"] = f"shape: {what} {shape} from {'a classifier' if what == 'logits' else 'an nn.Linear'}"
-        return "logits", int(shape[1])
+    if main.dim() == 2:
+        k = int(shape[1])
+        last, name = recorder.last_linear, recorder.last_linear_name
+        linear = isinstance(last, torch.Tensor) and (main is last or tuple(last.shape) == shape)
+        labels = overrides.get("labels")
+        unit = k > 1 and bool(torch.allclose(main.float().norm(dim=-1), torch.ones(()), atol=1e-3))
+        if what == "logits" or (labels is not None and len(tuple(labels)) == k):
+            src = "a classifier's 'logits'" if what == "logits" else f"{k} labels given"
+            prov["num_classes"] = f"shape: {what} {shape} ({src})"
+            return "logits", k
+        if unit:
+            prov["num_classes"] = f"features: {what} {shape} has rows of unit length: an embedding, not class scores"
+            return "features", 0
+        if linear and not _EMBEDDING_NAMES.search(name.rsplit(".", 1)[-1] or name) \
+                and what.lower() not in _EMBEDDING_KEYS:
+            prov["num_classes"] = f"shape: {what} {shape} from an nn.Linear ({name})"
+            return "logits", k
+        if linear:
+            prov["num_classes"] = (f"features: {what} {shape} from {name}, named as a projection or embedding, not a "
+                                   "classifier (pass labels= with one name per output to read it as class scores)")
+            return "features", 0
     if main.dim() in (2, 3):
         pooled = "" if main.dim() == 2 else "; token 0 (or the mean without prefix tokens) is taken as the image's"
         prov["num_classes"] = f"features: {what} {shape} is not a classifier's output{pooled}"
@@ -921,128 +1521,7 @@ def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> s
     other = f"; softmax over other shapes: {sorted(set(recorder.other_softmax))[:4]}" if recorder.other_softmax else ""
     return (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
             "nn.MultiheadAttention calls (weights per head), F.scaled_dot_product_attention calls (probabilities "
-            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores; it saw "
+            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores (or one head's (B, T, T), or "
+            "(B*H, T, T)); it saw "
             f"{calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by xformers, flash-attn, "
             "TorchScript or another fused kernel cannot be seen; is this a Vision Transformer?").replace("  ", " ")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# --code FILE.py:FACTORY
-
-
-def module_from_code(ref: str) -> nn.Module:
-    """Import FILE.py and call FACTORY() (a function or class needing no arguments) -> the user's model.
-
-    This runs the file's code: callers do it only when the user asked for it (`code=`, `--code`).
-    """
-    path_text, sep, factory = ref.rpartition(":")
-    if not sep or not path_text or not factory:
-        raise UserCodeError(f"code {ref!r}: expected FILE.py:FACTORY, e.g. model.py:build_model (a function or class "
-                            "that returns the model)")
-    path = Path(path_text).expanduser()
-    if not path.is_file() or path.suffix != ".py":
-        raise UserCodeError(f"code {ref!r}: {path} is not a Python file; expected FILE.py:FACTORY")
-    name = f"vitviz_user_code_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UserCodeError(f"code {ref!r}: {path} cannot be imported as a Python module")
-    user = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)  # its own imports of files beside it
-    sys.modules[name] = user
-    try:
-        try:
-            spec.loader.exec_module(user)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's file failed: say so, cause attached
-            sys.modules.pop(name, None)
-            raise UserCodeError(f"code {ref!r}: importing {path} failed ({type(e).__name__}: {e})") from e
-        made = _call_factory(user, factory, ref, path)
-    finally:
-        if added and folder in sys.path:
-            sys.path.remove(folder)
-    if not isinstance(made, nn.Module):
-        raise UserCodeError(f"code {ref!r}: {factory}() returned a {type(made).__name__}; expected a torch.nn.Module")
-    return made
-
-
-def _call_factory(user: types.ModuleType, factory: str, ref: str, path: Path) -> Any:
-    obj: Any = user
-    for part in factory.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            found = sorted(n for n, v in vars(user).items() if callable(v) and not n.startswith("_")
-                           and getattr(v, "__module__", None) == user.__name__)
-            raise UserCodeError(f"code {ref!r}: {path} defines no {factory!r}; it defines "
-                                f"{', '.join(found[:10]) or 'no functions or classes'}")
-    if not callable(obj):
-        raise UserCodeError(f"code {ref!r}: {factory} is a {type(obj).__name__}, not a function or class")
-    try:
-        params = inspect.signature(obj).parameters.values()
-        needed = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
-                                                                                  p.POSITIONAL_OR_KEYWORD,
-                                                                                  p.KEYWORD_ONLY)]
-    except (TypeError, ValueError):
-        needed = []
-    if needed:
-        raise UserCodeError(f"code {ref!r}: {factory} needs arguments ({', '.join(needed)}); expected a function or "
-                            "class callable without arguments (write a small one that builds your model)")
-    try:
-        return obj()
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's factory failed: say so, cause attached
-        raise UserCodeError(f"code {ref!r}: {factory}() failed ({type(e).__name__}: {e})") from e
-
-
-_STRIP = ("module.", "_orig_mod.", "model.", "net.", "backbone.")
-
-
-def load_weights(module: nn.Module, checkpoint: str | Path, nest_key: str | None = None) -> str:
-    """Load a checkpoint file (read with weights_only=True, never executed) into the factory's model: every
-    parameter must be there with its shape, nothing extra; a common wrapper prefix ('module.', ...) is removed.
-    Buffers the file lacks keep the model's own values. Returns a description for the provenance."""
-    raw = read_checkpoint(checkpoint, nest_key)
-    own = module.state_dict()
-    params = {n for n, _ in module.named_parameters()}
-    best, removed = raw.tensors, ""
-    for prefix in _STRIP:
-        stripped = {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}
-        if len(set(stripped) & set(own)) > len(set(best) & set(own)):
-            best, removed = stripped, prefix
-    missing = [k for k in own if k not in best and k in params]
-    extra = [k for k in best if k not in own]
-    wrong = [f"{k}: file {tuple(best[k].shape)} vs model {tuple(own[k].shape)}" for k in own
-             if k in best and tuple(best[k].shape) != tuple(own[k].shape)]
-    if missing or extra or wrong:
-        parts = []
-        if wrong:
-            parts.append(f"shapes differ: {'; '.join(wrong[:5])}")
-        if missing:
-            parts.append(f"the model's parameters not in the file: {', '.join(missing[:8])}"
-                         + (f" (+{len(missing) - 8})" if len(missing) > 8 else ""))
-        if extra:
-            parts.append(f"tensors the model does not have: {', '.join(extra[:8])}"
-                         + (f" (+{len(extra) - 8})" if len(extra) > 8 else ""))
-        raise UserCodeError(f"{checkpoint}: does not fit the model the code built ({type(module).__name__}): "
-                            + " | ".join(parts))
-    module.load_state_dict(best, strict=False)
-    kept = [k for k in own if k not in best]
-    return (f"weights {raw.path} ({len(best)} tensors" + (f", prefix {removed!r} removed" if removed else "")
-            + (f"; the model's own {', '.join(kept[:4])} kept" if kept else "") + ")")
-
-
-def load_code(ref: str, checkpoint: Any, overrides: Mapping[str, Any]) -> LiveModel:
-    """`code=FILE.py:FACTORY`: build the user's model by running their code, load the weights file into it (when
-    given) and capture it live. The model is new, so it goes to `device` ('auto' by default, as for files)."""
-    if checkpoint is not None and not isinstance(checkpoint, (str, Path)):
-        raise UserCodeError(f"code {ref!r}: expected a weights file (or none) beside it, got a "
-                            f"{type(checkpoint).__name__}")
-    module = module_from_code(ref)
-    how = f"code {ref}"
-    if checkpoint is not None:
-        how += "; " + load_weights(module, checkpoint, overrides.get("nest_key"))
-    else:
-        how += "; the weights its factory made (no weights file given)"
-    overrides = {**overrides, "device": overrides.get("device") or "auto"}
-    source = str(checkpoint) if checkpoint is not None else ref
-    return load_live(module, overrides, source=source, how=how)

@@ -708,7 +708,7 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device) -
 def _build_code(code: str, path: Path, device: torch.device) -> _Original:
     """The user's module from FILE.py:FACTORY with the file's weights loaded into it, as `load(path, code=...)`
     does (`live.module_from_code`, `live.load_weights`)."""
-    from vitviz.core.live import load_weights, module_from_code
+    from vitviz.core.usercode import load_weights, module_from_code
 
     module = module_from_code(code)
     how = load_weights(module, path)
