@@ -52,3 +52,24 @@ def test_cancel_stops_a_load_while_the_hub_is_silent(qtbot, window, tiny_ckpt, i
         assert time.monotonic() - start < 5
     assert not button.isVisible()
     assert window.session.spec is before and window.reporter.errors == []
+
+
+def test_nan_maps_are_an_error_box_not_a_picture(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normalisation that overflows (its load check disabled here) gives NaN attention: the window says so,
+    naming the setting, and keeps running."""
+    from _gui import HEADS, wait_idle
+
+    from vitviz.core import validate
+
+    monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS, std=(1e-30,))
+    window.session.add_images([str(images[0])])
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: bool(window.reporter.errors), timeout=20000)
+    text = " ".join(summary for _title, summary in window.reporter.errors)
+    assert "NaN or infinite attention" in text and "std (1e-30,)" in text
+    window.reporter.box.close()
+    window.load_model(str(tiny_ckpt), heads=HEADS)        # the window still works
+    wait_idle(qtbot, window)
