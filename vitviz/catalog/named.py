@@ -138,6 +138,9 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
         url: download from here instead of torchvision's URL (a mirror, or a file:// URL in tests); the
             file still gets torchvision's name.
         check_hash: compare the SHA-256 prefix in torchvision's file name (`-c867db91.pth`) with the data.
+        timeout: seconds each socket operation of a torchvision download may take. A hub name waits for the hub at
+            most `$VITVIZ_HUB_TIMEOUT` (default 30) seconds in all (`vitviz.catalog.hub.resolve_hub`), and its
+            revision is checked before anything is asked of the hub.
 
     Raises:
         DownloadError: offline, failed, cut short or damaged download, naming the file, its URL and the folder
