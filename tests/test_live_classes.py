@@ -205,10 +205,205 @@ def test_layouts_are_said() -> None:
     np.testing.assert_array_equal(pos[0], table[16].numpy())            # the class token's row first, as its map
 
 
-def test_cli_info_opens_every_class(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_info_opens_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vitviz info --code` (the same load as `code=` above) on one class of each layout."""
     from vitviz.cli import main
 
-    for name, (_size, grid, _prefix, heads, depth, *_rest) in CASES.items():
+    for name in ("per_head", "mnist_loop_heads", "bmm", "mnist_linear_patch", "conv_stem", "class_token_last",
+                 "mha_post_norm", "lightning"):
+        _size, grid, _prefix, heads, depth, *_rest = CASES[name]
         assert main(["info", "--code", f"{REFS}:{name}", "--json"]) == 0, name
         data = json.loads(capsys.readouterr().out)
         assert (data["grid"], data["num_heads"], len(data["attention_layers"])) == (list(grid), heads, depth), name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# user code that misbehaves: the library and the command line (the window: tests/gui/test_live_window.py)
+
+BAD = Path(__file__).with_name("misbehaving_code.py")
+MISBEHAVES = {   # factory: what the error says
+    "exits_in_forward": r"its forward failed on a probe input .*SystemExit.*sys\.exit\(\)",
+    "interrupts_in_forward": r"its forward failed .*KeyboardInterrupt",
+    "base_exception_in_forward": r"its forward failed .*Bare: the forward gave up",
+    "exits_when_built": r"exits_when_built\(\) failed \(SystemExit: 3",
+    "interrupts_when_built": r"interrupts_when_built\(\) failed \(KeyboardInterrupt",
+}
+
+
+@pytest.mark.parametrize("factory", list(MISBEHAVES))
+def test_every_exception_of_user_code_is_a_user_code_error(factory: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz.cli import main
+    from vitviz.core.live import UserCodeError
+
+    with pytest.raises(UserCodeError, match=MISBEHAVES[factory]):
+        vitviz.load(None, code=f"{BAD}:{factory}", device="cpu")
+    assert main(["info", "--code", f"{BAD}:{factory}"]) == 2          # never 0 with nothing printed
+    captured = capsys.readouterr()
+    assert captured.out == "" and "vitviz: error:" in captured.err and factory.split("_")[0][:4] in captured.err
+
+
+def test_a_file_that_exits_on_import_and_a_forward_that_exits_later(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from vitviz.cli import main
+    from vitviz.core.live import UserCodeError
+
+    script = tmp_path / "train.py"      # a training script: argparse on import, a print
+    script.write_text("import argparse\nprint('hello from train.py')\n"
+                      "args = argparse.ArgumentParser().parse_args(['--epochs', '3'])\n"
+                      "def build():\n    return None\n")
+    with pytest.raises(UserCodeError, match=r"importing .*train\.py failed \(SystemExit: 2.*argparse"):
+        vitviz.load(None, code=f"{script}:build")
+    assert main(["info", "--code", f"{script}:build", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "hello from train.py" in captured.err   # its prints never mix into vitviz's output
+    model = vitviz.load(None, code=f"{BAD}:exits_on_images", device="cpu")      # loads: its probes are fine
+    picture = torch.rand(1, 3, 32, 32)
+    with pytest.raises(UserCodeError, match=r"the model's own forward failed on input \(1, 3, 32, 32\) "
+                                            r"\(SystemExit: 0"):
+        model.forward_captured(picture)
+    image = tmp_path / "img.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(image)
+    assert main(["export", "--code", f"{BAD}:exits_on_images", str(image), "--out", str(tmp_path / "out"),
+                 "--quiet", "--device", "cpu"]) == 1                      # that image failed, said, and nothing more
+    assert "SystemExit" in capsys.readouterr().err
+
+
+def test_threads_left_by_user_code_do_not_keep_vitviz_info_running() -> None:
+    import subprocess
+    import time
+
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "vitviz", "info", "--code", f"{BAD}:leaves_a_thread"],
+                          capture_output=True, text=True, timeout=50, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert "family: live" in done.stdout and time.monotonic() - start < 45    # the thread sleeps 60 s
+
+
+def test_non_finite_weights_and_attention_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from vitviz.cli import main
+    from vitviz.core.live import LiveModelError
+    from vitviz.errors import NonFiniteError
+
+    with pytest.raises(LiveModelError, match=r"NaN or infinite weights in qkv\.1\.weight \(1 of 768\), head\.bias"):
+        vitviz.load(None, code=f"{BAD}:nan_weights", device="cpu")
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite attention for a probe input .* layer 0 .*head\(s\) 0, 1"):
+        vitviz.load(None, code=f"{BAD}:nan_attention", device="cpu")
+    for factory in ("nan_weights", "nan_attention"):
+        assert main(["info", "--code", f"{BAD}:{factory}"]) == 2
+        assert "NaN or infinite" in capsys.readouterr().err
+    model = vitviz.load(None, code=f"{BAD}:nan_on_images", device="cpu")    # finite on its probes
+    with pytest.raises(NonFiniteError, match=r"NaN or infinite attention for input \(1, 3, 32, 32\)"):
+        model.run(torch.rand(1, 3, 32, 32))
+    image = tmp_path / "img.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(image)
+    out = tmp_path / "out"
+    assert main(["export", "--code", f"{BAD}:nan_on_images", str(image), "--out", str(out), "--quiet",
+                 "--device", "cpu", "--npz"]) == 1
+    assert "NaN or infinite attention" in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["images"][0]["status"] == "failed" and not list(out.glob("*.png"))
+
+
+def test_memory_meta_device_and_long_names_are_refused_clearly(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from vitviz.cli import main
+    from vitviz.core.live import LiveModelError, UserCodeError
+    from vitviz.errors import DeviceError, VitvizError
+
+    start = time.monotonic()
+    with pytest.raises(DeviceError, match=r"a 60000x60000 probe input .* need .* nothing was allocated"):
+        vitviz.load(None, code=f"{BAD}:tiny", device="cpu", image_size=60000)
+    assert time.monotonic() - start < 20                                    # refused, not allocated (43 GB)
+    assert main(["info", "--code", f"{BAD}:tiny", "--image-size", "60000"]) == 2
+    assert "nothing was allocated" in capsys.readouterr().err
+    with pytest.raises(LiveModelError, match=r"tensors are on the 'meta' device.*patch\.weight.*never loaded"):
+        vitviz.load(None, code=f"{BAD}:on_meta", device="cpu")
+    assert main(["info", "--code", f"{BAD}:on_meta"]) == 2 and "'meta' device" in capsys.readouterr().err
+    weights = tmp_path / "tiny.pth"                      # a model built on the meta device gets the file's tensors
+    sys.path.insert(0, str(BAD.parent))
+    try:
+        import misbehaving_code
+    finally:
+        sys.path.remove(str(BAD.parent))
+    torch.save(misbehaving_code.tiny().state_dict(), weights)
+    assigned = vitviz.load(weights, code=f"{BAD}:on_meta", device="cpu")
+    assert "assigned to a model built on the meta device" in assigned.spec.source_of("path")
+    long_code = tmp_path / ("m" * 300 + ".py")
+    with pytest.raises(UserCodeError, match=r"the file name is too long for this system"):
+        vitviz.load(None, code=f"{long_code}:build")
+    assert main(["info", "--code", f"{long_code}:build"]) == 2
+    assert "too long" in capsys.readouterr().err
+    with pytest.raises(VitvizError, match="too long"):
+        vitviz.load(tmp_path / ("w" * 300 + ".pth"), code=f"{BAD}:tiny")
+
+
+def test_weights_that_do_not_fit_are_refused_naming_the_tensors(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from vitviz.cli import main
+    from vitviz.core.live import UserCodeError
+
+    sys.path.insert(0, str(BAD.parent))
+    try:
+        import misbehaving_code
+    finally:
+        sys.path.remove(str(BAD.parent))
+    sd = misbehaving_code.tiny().state_dict()
+    quantized = {k: (v * 50).round().clamp(-127, 127).to(torch.int8) if k.endswith("weight") else v
+                 for k, v in sd.items()}
+    int8 = tmp_path / "int8.pth"
+    torch.save(quantized, int8)
+    with pytest.raises(UserCodeError, match=r"not floats where the model's are .*patch\.weight \(int8 into "
+                                            r"float32\)"):
+        vitviz.load(int8, code=f"{BAD}:tiny")
+    partial = tmp_path / "partial.pth"
+    torch.save({k: v for k, v in sd.items() if not k.startswith("qkv.1")}, partial)
+    with pytest.raises(UserCodeError, match=r"the model's parameters not in the file: qkv\.1\.weight, qkv\.1\.bias"):
+        vitviz.load(partial, code=f"{BAD}:tiny")
+    for path, needle in ((int8, "int8 into float32"), (partial, "qkv.1.weight")):
+        assert main(["info", str(path), "--code", f"{BAD}:tiny"]) == 2
+        assert needle in capsys.readouterr().err
+
+
+TRANSFORMERS_CODE = '''
+from transformers import ViTConfig, ViTForImageClassification
+
+
+def build():
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, num_labels=3)
+    return ViTForImageClassification(config)
+'''
+
+
+def test_a_transformers_folder_loads_through_from_pretrained(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers 5 saves older key names than its modules hold (`save_pretrained`: attention.attention.query
+    for q_proj...): a strict match fails, the library's own from_pretrained route is taken and said."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from vitviz.cli import main
+
+    code = tmp_path / "hf_vit.py"
+    code.write_text(TRANSFORMERS_CODE)
+    torch.manual_seed(5)
+    trained = ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=64, num_labels=3))
+    folder = tmp_path / "run"
+    trained.save_pretrained(folder)
+    model = vitviz.load(folder, code=f"{code}:build", device="cpu")
+    assert "loaded by transformers' ViTForImageClassification.from_pretrained" in model.spec.source_of("path")
+    assert "strict key match failed" in model.spec.source_of("path")
+    x = torch.randn(1, 3, 32, 32)
+    with torch.inference_mode():
+        expected = trained.eval()(x).logits
+    _, out = model.forward_captured(x)
+    np.testing.assert_allclose(out, expected.numpy(), atol=1e-5, rtol=0)     # the folder's weights, not the factory's
+    assert main(["info", str(folder), "--code", f"{code}:build"]) == 0
+    assert "from_pretrained" in capsys.readouterr().out

@@ -61,6 +61,34 @@ def _attach_negative_picks(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit status. Called as the process's own entry (`argv` None: the command line),
+    it ends the process itself when threads started by a model's own code (`--code`) or an inference thread that
+    was given up on are still running: Python would wait for them at exit, forever if they never end."""
+    status = _main(argv)
+    if argv is None:
+        _leave_if_threads_remain(status)
+    return status
+
+
+def _leave_if_threads_remain(status: int) -> None:
+    """Exit now, output flushed, when a thread that is not ours would keep the process alive after the command."""
+    import os
+    import threading
+
+    stray = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    client = sys.modules.get("vitviz.gui.client")
+    abandoned = client is not None and client.parking.abandoned_running()
+    if not stray and not abandoned:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = _attach_negative_picks(list(sys.argv[1:] if argv is None else argv))
     try:
         if argv and argv[0] in SUBCOMMANDS:

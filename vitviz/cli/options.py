@@ -68,15 +68,23 @@ CODE_HELP = ("run your own model class: FILE.py:FACTORY is a function or class i
 
 
 def add_code_argument(parser: Any) -> None:
-    """`--code FILE.py:FACTORY` (the live-module path; running the user's code is asked for explicitly)."""
+    """`--code FILE.py:FACTORY` (the live-module path; running the user's code is asked for explicitly) and what
+    only that path takes: --grid, --num-prefix, --in-chans (when the module and its token count do not say)."""
     parser.add_argument("--code", metavar="FILE.py:FACTORY", help=CODE_HELP)
+    parser.add_argument("--grid", type=_size, metavar="RxC", help="with --code: the patch grid (rows x columns) at "
+                        "the input size, when the module has no patch embedding and its token count fits several")
+    parser.add_argument("--num-prefix", type=int, metavar="N", help="with --code: how many tokens come before (or "
+                        "after) the patches (class token, registers), when the token count leaves it open")
+    parser.add_argument("--in-chans", type=int, metavar="C", help="with --code: the input channels (e.g. 1 for an "
+                        "MNIST model), when neither its first layer nor its statistics say")
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
             "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
-    keys += ("code",)  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that file's code (asked for)
+    keys += ("code", "grid", "num_prefix", "in_chans")  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that
+    # file's code (asked for); the others only apply with it
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

@@ -58,7 +58,7 @@ from vitviz.core.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.posembed import resample_pos_embed
 from vitviz.core.runtime import CHECK_FROM, SMALLER, available_memory, check_host_memory, format_bytes, resolve_device
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, ModelSpec, Preprocess, whole_patches
-from vitviz.errors import DeviceError, VitvizError
+from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 MHA = "nn.MultiheadAttention"
 SDPA = "scaled_dot_product_attention"
@@ -781,10 +781,11 @@ def _exception_text(e: BaseException) -> str:
 
 
 def _forward_error(e: UserCodeError) -> bool:
-    """Whether `e` is the user's forward refusing its input (an ordinary Exception: a shape that does not fit),
-    so that a probe at another size or channel count may be tried; SystemExit and the like never are."""
-    cause = e.__cause__
-    return isinstance(cause, Exception) and not isinstance(cause, VitvizError)
+    """Whether `e` is the user's forward refusing its input (a shape that does not fit: RuntimeError, ValueError,
+    TypeError, IndexError, AssertionError, einops' errors), so that a probe at another size or channel count may be
+    tried; SystemExit, KeyboardInterrupt, an interruption and the like never are."""
+    return isinstance(e.__cause__, (RuntimeError, ValueError, TypeError, IndexError, AssertionError)) \
+        and not isinstance(e.__cause__, (VitvizError, NotImplementedError, RecursionError))
 
 
 def _probe_input(batch: int, chans: int, size: tuple[int, int], device: torch.device, dtype: torch.dtype,
@@ -871,7 +872,7 @@ class LiveModel(VitModel):
         first = self.layout.order[0] if self.layout.order and self.spec.num_prefix else 0
         result = _per_image(main, int(x.shape[0]), self.spec.num_prefix, first).detach().float().cpu().numpy()
         if result.size and not np.isfinite(result).all():
-            raise LiveModelError(f"{self.spec.source}: its output ({self._what}) holds NaN or infinity for input "
+            raise NonFiniteError(f"{self.spec.source}: its output ({self._what}) holds NaN or infinity for input "
                                  f"{tuple(x.shape)}; vitviz shows no scores a model did not compute")
         return maps, result
 
@@ -907,9 +908,10 @@ def _refuse_non_finite(maps: np.ndarray, layers: Sequence[tuple[str, str]], sour
     where = [f"layer {i} ({layers[i][0] if i < len(layers) else '?'}) head(s) "
              f"{', '.join(map(str, np.flatnonzero(bad[:, i].any(0)).tolist()))}"
              for i in range(bad.shape[1]) if bad[:, i].any()]
-    raise LiveModelError(f"{source}: the attention its own code computed for {what} holds NaN or infinity in "
-                         f"{'; '.join(where[:4])}{' ...' if len(where) > 4 else ''}; vitviz shows no maps a model "
-                         "did not compute (its weights or its arithmetic overflowed: float16, a fully masked row?)")
+    raise NonFiniteError(f"{source}: its own code computed NaN or infinite attention for {what}, in "
+                         f"{'; '.join(where[:4])}{' ...' if len(where) > 4 else ''}; expected finite attention maps "
+                         "-- nothing was drawn or written from them (did its arithmetic overflow: float16, a fully "
+                         "masked row, a division by zero?)")
 
 
 def _layer_summary(layers: Sequence[tuple[str, str]]) -> str:
@@ -1002,7 +1004,7 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
                           f"taken as {', '.join(names) or 'none'} ({where})")
     main, what = _main_output(out, recorder.last_linear)
     if main is not None and main.is_floating_point() and not bool(torch.isfinite(main).all()):
-        raise LiveModelError(f"{source}: its output ({what}) on a probe input of shape {tuple(x.shape)} holds NaN "
+        raise NonFiniteError(f"{source}: its output ({what}) on a probe input of shape {tuple(x.shape)} holds NaN "
                              "or infinity; expected a model whose forward computes finite numbers")
     kind, num_classes = _output_kind(main, what, recorder, overrides, prov)
     prov["embed_dim"] = f"shape: {embed.describe()}" if embed else \

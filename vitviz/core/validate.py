@@ -298,6 +298,7 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
         "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
         "head_act": lambda v: as_choice(v, ACTIVATIONS),
         "rope": as_text, "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
+        "in_chans": _channel_count,
     }
     out: dict[str, Any] = {}
     for key, value in overrides.items():
@@ -322,6 +323,13 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
 # the file and the field; fields not listed are not read by vitviz and pass as they are.
 _HF_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "gelu_10",
             "gelu_accurate", "relu", "silu", "swish", "tanh")
+
+
+def _channel_count(v: Any) -> int:
+    n = as_count(v)
+    if n > 64:
+        raise Invalid("expected an input channel count of at most 64")
+    return n
 
 
 def _positive_pair_or_count(v: Any) -> Any:
