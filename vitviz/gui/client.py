@@ -8,6 +8,11 @@ Closing never waits for a long request: `WorkerClient.shutdown` asks the thread 
 the next transformer block, a download at its next chunk -- and waits a bounded time; a thread still busy after
 that is parked (`ParkingLot`) until it finishes, because a QThread destroyed while it runs aborts the process
 ("QThread: Destroyed while thread is still running").
+
+A request that runs the user's own code (`user_code`) and has not answered after `stop_waiting_after` seconds is
+reported on `stuck`; `restart` then gives that worker up -- it is parked as abandoned, its answers are never
+delivered, and it is asked to stop with an exception raised in its thread (a Python loop ends at once; a call
+blocked in C ends when it returns) -- and a fresh worker takes the queue.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import itertools
 import sys
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from vitviz.gui.worker import InferenceWorker, Kind, Request
 
@@ -38,6 +43,7 @@ class ParkingLot(QObject):
     def __init__(self) -> None:
         super().__init__()
         self._held: list[tuple[QThread, QObject]] = []
+        self._abandoned: set[int] = set()     # ids of the threads given up on (`WorkerClient.restart`)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -45,12 +51,20 @@ class ParkingLot(QObject):
     def holds(self, thread: QThread) -> bool:
         return any(t is thread for t, _ in self._held)
 
-    def add(self, thread: QThread, worker: QObject) -> None:
+    def add(self, thread: QThread, worker: QObject, abandoned: bool = False) -> None:
+        """Hold `thread` (and its worker) until it has finished; `abandoned`: given up on while it runs the user's
+        code, which may never end (`abandoned_running`)."""
+        if abandoned:
+            self._abandoned.add(id(thread))
         if not self.holds(thread):
             self._held.append((thread, worker))
             thread.finished.connect(self._release)
             if thread.isFinished():     # it finished between the caller's wait and the connection
                 self._release()
+
+    def abandoned_running(self) -> bool:
+        """Whether a thread given up on is still running (the process must then end without waiting for it)."""
+        return any(id(t) in self._abandoned and not t.isFinished() for t, _ in self._held)
 
     @Slot()
     def _release(self) -> None:
@@ -60,6 +74,7 @@ class ParkingLot(QObject):
             # a thread that has emitted finished is only cleaning up: the wait is short (and drops the GIL)
             if (thread is done or thread.isFinished()) and thread.wait(5000):
                 self._held.remove(entry)
+                self._abandoned.discard(id(thread))
 
     def wait_all(self) -> None:
         """Wait for every parked thread (at exit, before Python destroys them), saying so when it takes long."""
@@ -96,6 +111,8 @@ class WorkerClient(QObject):
     shared = Signal(object, object)            # request, Shared
     verified = Signal(object, object)          # request, Verified
     failed = Signal(object, str, str)          # request, summary, details
+    stuck = Signal(object, float)              # a request running the user's code, seconds it has run unanswered
+    unstuck = Signal()                         # the request `stuck` was about has answered, or was given up on
     progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
     busy_changed = Signal(bool)
     status = Signal(str)
@@ -114,19 +131,32 @@ class WorkerClient(QObject):
                           Kind.RELEVANCE: self.explained, Kind.TEXT: self.prompted,
                           Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
                           Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared, Kind.VERIFY: self.verified}
-        self._thread = QThread()
-        self._thread.setObjectName("vitviz-inference")
-        self._worker = InferenceWorker()
-        self._worker.moveToThread(self._thread)
-        self._send.connect(self._worker.handle)
-        self._worker.finished.connect(self._on_finished)
-        self._worker.failed.connect(self._on_failed)
-        self._worker.cancelled.connect(self._on_cancelled)
-        self._worker.started.connect(self._on_started)
-        self._worker.progress.connect(self._on_progress)
-        self._thread.finished.connect(self._worker.release)       # direct: runs in the finishing thread
-        self._thread.finished.connect(self._worker.deleteLater)
-        self._thread.start()
+        self.stop_waiting_after: float | None = None         # seconds before `stuck` (None: never)
+        self.user_code: RequestFilter = lambda _request: False   # which requests run the user's own code
+        self._stuck_timer = QTimer(self)
+        self._stuck_timer.setSingleShot(True)
+        self._stuck_timer.timeout.connect(self._on_stuck_timer)
+        self._timed: Request | None = None                   # the request the timer runs for
+        self._given_up: set[int] = set()                     # ids of the requests whose worker was abandoned
+        self._reported = False                               # `stuck` was emitted for the running request
+        self._thread, self._worker = self._start_worker()
+
+    def _start_worker(self) -> tuple[QThread, InferenceWorker]:
+        """A worker in a thread of its own, wired to this client."""
+        thread = QThread()
+        thread.setObjectName("vitviz-inference")
+        worker = InferenceWorker()
+        worker.moveToThread(thread)
+        self._send.connect(worker.handle)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        worker.cancelled.connect(self._on_cancelled)
+        worker.started.connect(self._on_started)
+        worker.progress.connect(self._on_progress)
+        thread.finished.connect(worker.release)       # direct: runs in the finishing thread
+        thread.finished.connect(worker.deleteLater)
+        thread.start()
+        return thread, worker
 
     @property
     def thread_object(self) -> QThread:
@@ -187,6 +217,7 @@ class WorkerClient(QObject):
         first, self._closed = not self._closed, True
         self._queue.clear()
         self._in_flight = None
+        self._stuck_timer.stop()
         thread = self._thread
         if not first and parking.holds(thread):
             return False        # already waited for once; the parking lot takes care of it
@@ -197,15 +228,67 @@ class WorkerClient(QObject):
         parking.add(thread, self._worker)
         return False
 
+    def restart(self) -> Request | None:
+        """Give up on the running request (the user's code that does not finish): its worker is abandoned --
+        parked until its thread ends, never answering -- and asked to stop; a fresh worker (with no model) takes
+        the queue. Returns the request given up on (None when nothing ran). Safe after shutdown (then nothing)."""
+        if self._closed:
+            return None
+        request, self._in_flight = self._in_flight, None
+        self._stop_clock()
+        thread, worker = self._thread, self._worker
+        for signal, slot in ((worker.finished, self._on_finished), (worker.failed, self._on_failed),
+                             (worker.cancelled, self._on_cancelled), (worker.started, self._on_started),
+                             (worker.progress, self._on_progress)):
+            signal.disconnect(slot)
+        self._send.disconnect(worker.handle)
+        thread.requestInterruption()
+        thread.quit()
+        worker.give_up()                                      # an exception in its thread, while it runs a request
+        parking.add(thread, worker, abandoned=True)
+        self._thread, self._worker = self._start_worker()
+        if request is not None:
+            self._stale.discard(request.id)
+            self._given_up.add(request.id)          # an answer already on its way is not delivered
+        self._pump()
+        if self._in_flight is None:
+            self.status.emit("Ready")
+            self.busy_changed.emit(False)
+        return request
+
     def _pump(self) -> None:
         was_busy = self._in_flight is not None
         if self._in_flight is None and self._queue:
             self._in_flight = self._queue.pop(0)
             self._send.emit(self._in_flight)
+            self._time(self._in_flight)
         if not was_busy and self._in_flight is not None:
             self.busy_changed.emit(True)
 
+    def _stop_clock(self) -> None:
+        self._stuck_timer.stop()
+        self._timed = None
+        if self._reported:
+            self._reported = False
+            self.unstuck.emit()
+
+    def _time(self, request: Request) -> None:
+        """Start the Stop-waiting clock for a request that runs the user's code."""
+        self._stop_clock()
+        after = self.stop_waiting_after
+        if after is not None and after > 0 and self.user_code(request):
+            self._timed = request
+            self._stuck_timer.start(max(1, int(after * 1000)))
+
+    @Slot()
+    def _on_stuck_timer(self) -> None:
+        request = self._timed
+        if request is not None and request is self._in_flight and not self._closed:
+            self._reported = True
+            self.stuck.emit(request, float(self.stop_waiting_after or 0.0))
+
     def _take(self, req_id: int) -> tuple[Request | None, bool]:
+        self._stop_clock()
         request, self._in_flight = self._in_flight, None
         stale = request is None or request.id != req_id or req_id in self._stale
         self._stale.discard(req_id)
@@ -219,17 +302,23 @@ class WorkerClient(QObject):
 
     @Slot(int, str)
     def _on_started(self, req_id: int, text: str) -> None:
+        if req_id in self._given_up:
+            return
         if req_id not in self._stale and not self._closed:
             self.status.emit(text)
 
     @Slot(int, str, float)
     def _on_progress(self, req_id: int, text: str, fraction: float) -> None:
+        if req_id in self._given_up:
+            return
         if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
             self.status.emit(text)
             self.progress.emit(text, fraction)
 
     @Slot(int, object)
     def _on_finished(self, req_id: int, answer: object) -> None:
+        if req_id in self._given_up:
+            return
         if self._closed:
             return
         request, stale = self._take(req_id)
@@ -242,6 +331,8 @@ class WorkerClient(QObject):
     @Slot(int)
     def _on_cancelled(self, req_id: int) -> None:
         """A request that stopped because the thread was asked to: no answer and no error, like a stale one."""
+        if req_id in self._given_up:
+            return
         if self._closed:
             return
         request, _stale = self._take(req_id)
@@ -250,6 +341,8 @@ class WorkerClient(QObject):
 
     @Slot(int, str, str)
     def _on_failed(self, req_id: int, summary: str, details: str) -> None:
+        if req_id in self._given_up:
+            return
         if self._closed:
             return
         request, stale = self._take(req_id)

@@ -25,8 +25,10 @@ from vitviz.gui.client import WorkerClient
 from vitviz.gui.state import text_stacks
 from vitviz.gui.worker import (Cataloged, Compared, Explained, Prompted, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
                                Probed, Ran, Request, RopeKernels, Shared, Verified)
+from vitviz.gui.worker import describe as describe_request
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
+STOP_WAITING_S = 30.0    # after this long a request running the user's own code offers Stop waiting (settings)
 LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
 DEVICE_FAILED = "Device not available"   # a load's device was refused; the model runs on the CPU (exit 2 too)
 FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the position embedding",
@@ -76,6 +78,8 @@ class Session(QObject):
     similarity_ready = Signal(object)       # Compared
     share_ready = Signal(object)            # Shared
     analysis_failed = Signal(object, str)   # the Kind of a failed PCA / SIMILARITY / SHARE request, summary
+    stuck = Signal(str)                     # the user's code has run `stop_waiting_after` s unanswered: what it
+                                            # is doing ('' once it has answered or was given up on)
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -117,7 +121,13 @@ class Session(QObject):
         self.features_failures: dict[str, str] = {}
         self._batch_done = 0                        # runs answered since the run queue was last empty
         self._batch_start = 0.0
+        self._given_up: dict[str, str] = {}         # images whose run was given up on (Stop waiting) -> why,
+        self._given_up_model = ""                   # for this model (they are not run again when it reloads)
         c = self.client
+        c.user_code = self.runs_user_code
+        c.stop_waiting_after = STOP_WAITING_S
+        c.stuck.connect(self._on_stuck)
+        c.unstuck.connect(lambda: self.stuck.emit(""))
         c.probed.connect(self._on_probed)
         c.loaded.connect(self._on_loaded)
         c.ran.connect(self._on_ran)
@@ -178,7 +188,69 @@ class Session(QObject):
     def cached_paths(self) -> list[str]:
         return list(self._cache)
 
+    @property
+    def stop_waiting_after(self) -> float | None:
+        """Seconds a request running the user's own code may run before Stop waiting is offered (None: never)."""
+        return self.client.stop_waiting_after
+
+    @stop_waiting_after.setter
+    def stop_waiting_after(self, seconds: float | None) -> None:
+        self.client.stop_waiting_after = seconds
+
+    def runs_user_code(self, request: Request) -> bool:
+        """Whether `request` runs the user's own code: a load with code=, or anything run by a model built from
+        it (the live path)."""
+        if request.kind is Kind.LOAD:
+            return bool(request.args.get("code"))
+        if request.kind in (Kind.PROBE, Kind.CATALOG, Kind.PCA, Kind.SIMILARITY, Kind.SHARE):
+            return False
+        return self.spec is not None and (self.spec.family == "live" or bool(self.model_code))
+
     # ------------------------------------------------------------------------------------------ intents
+
+    def stop_waiting(self) -> None:
+        """Give up on the user's code that has not finished: its worker is abandoned (it may still run in the
+        background until its code returns), a fresh worker starts and the model loaded before is loaded again;
+        an image whose run was given up on is marked failed and not run again for this model. The status says
+        what happened (`note`)."""
+        request = self.client.restart()
+        self.stuck.emit("")
+        if request is None:
+            return
+        seconds = self.stop_waiting_after or 0.0
+        what = _doing(request)
+        previous = self.model_path
+        if request.kind is Kind.LOAD:
+            self.loading_changed.emit(bool(self.loading))
+        elif request.kind is Kind.RUN:
+            path = str(request.args.get("image"))
+            why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
+                   f"{Path(path).name}")
+            if self._given_up_model != previous:
+                self._given_up, self._given_up_model = {}, previous
+            self._given_up[path] = why
+            self.failed[path] = why
+            self._batch_done += 1
+            if path == self._current:
+                self.current_changed.emit(None)
+            self._report_runs()
+        elif request.kind is Kind.RELEVANCE:
+            key = (str(request.args["image"]), request.args.get("target"))
+            self.relevance_failures[key] = "stopped waiting: the model's own code did not finish"
+        elif request.kind is Kind.FEATURES:
+            self.features_failures[str(request.args["image"])] = "stopped waiting: the model's own code did not finish"
+        elif request.kind is Kind.VERIFY:
+            self.verify_failure = "stopped waiting: the model's own code did not finish"
+            self.verification_changed.emit()
+        if self.spec is None:
+            self.note.emit(f"Stopped waiting for {what} after {seconds:g} s (its code may still run in the "
+                           "background); no model was loaded before")
+            return
+        self.note.emit(f"Stopped waiting for {what} after {seconds:g} s (its code may still run in the "
+                       f"background); loading {Path(previous).name or previous} again in a fresh worker")
+        self.reload()
+
+    # ------------------------------------------------------------------------------------------ intents (models)
 
     def probe_devices(self) -> None:
         """Ask the worker which devices exist (this is also what first imports torch, off the GUI thread)."""
@@ -436,6 +508,9 @@ class Session(QObject):
 
     # ------------------------------------------------------------------------------------------ answers
 
+    def _on_stuck(self, request: Request, seconds: float) -> None:
+        self.stuck.emit(f"{_doing(request)[0].upper()}{_doing(request)[1:]} has run {seconds:g} s without finishing")
+
     def _on_probed(self, _request: Request, answer: Probed) -> None:
         self.probed = answer
         self.devices_found.emit(list(answer.devices))
@@ -459,6 +534,10 @@ class Session(QObject):
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self._forget_results()
+        if self._given_up_model == self.model_path:      # given up on before: not run again for this model
+            self.failed.update(self._given_up)
+        else:
+            self._given_up, self._given_up_model = {}, ""
         self.pos_embed, self.pos_grid, self.rope = None, None, None
         if self.pending_size is not None:
             size, self.pending_size = self.whole_patches(self.pending_size), None
@@ -633,3 +712,13 @@ class Session(QObject):
                 continue
             del self._cache[path]
             total -= maps.nbytes
+
+
+def _doing(request: Request) -> str:
+    """What a request running the user's code is doing, for the status bar ('the code of my_vit.py:build')."""
+    if request.kind is Kind.LOAD:
+        return f"the code of {Path(str(request.args.get('code') or '')).name}"
+    if request.kind is Kind.RUN:
+        return f"the model's own code on {Path(str(request.args.get('image'))).name}"
+    text = describe_request(request).rstrip("…")
+    return text[:1].lower() + text[1:]

@@ -165,3 +165,18 @@ def _file_key(path: str) -> str:
     from vitviz import catalog
 
     return path if catalog.is_named_model(path) else os.path.abspath(os.path.expanduser(path))
+
+
+STOP_WAITING_KEY = "worker/stop_waiting_s"     # seconds before the user's own code is offered Stop waiting
+
+
+def stop_waiting_seconds(settings: QSettings, default: float = 30.0) -> float | None:
+    """How long a request running the user's own code (`--code`) may run before the status bar offers Stop
+    waiting: the stored number of seconds (0 or less: never), else `default`."""
+    try:
+        value = float(settings.value(STOP_WAITING_KEY, default))
+    except (TypeError, ValueError):
+        return default
+    if value != value or value in (float("inf"), float("-inf")):
+        return default
+    return value if value > 0 else None

@@ -3,7 +3,8 @@ the loaded model's verdict ("Verified against timm 1.0.31 (max 3e-7)", "Not veri
 from the original — from layer 1", in red) with "Review assumptions…" beside it when there is something to review.
 
 While several images run, the running image's line says how far the run has got and about how long is left
-("Running img_018.jpg… — 18/200, about 2 min left") and the bar fills with it.
+("Running img_018.jpg… — 18/200, about 2 min left") and the bar fills with it. The model's own code (`--code`) that
+runs longer than the Stop-waiting time (settings) gets a Stop waiting button.
 """
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ class StatusArea:
         self.cancel_button.setToolTip("Stop this download (what is downloaded so far is kept for the next try "
                                       "where the hub allows; the model loaded before stays)")
         self.cancel_button.setVisible(False)
+        self.stop_button = QToolButton()            # shown while the user's own code runs too long
+        self.stop_button.setObjectName("stopWaitingButton")
+        self.stop_button.setText("Stop waiting")
+        self.stop_button.setToolTip("Give up on the model's own code that has not finished: vitviz starts a fresh "
+                                    "worker and loads the model it had before (the code may still run in the "
+                                    "background until it returns)")
+        self.stop_button.setVisible(False)
         self.verdict_label = QLabel("")             # the loaded model's verdict, its assumptions in the tooltip
         self.verdict_label.setObjectName("verdictLabel")
         self.verdict_label.setVisible(False)
@@ -63,6 +71,7 @@ class StatusArea:
         bar.addPermanentWidget(self.hover_label)
         bar.addPermanentWidget(self.busy_bar)
         bar.addPermanentWidget(self.cancel_button)
+        bar.addPermanentWidget(self.stop_button)
         self.ready_message = IDLE_HINT
         self.busy = False
         self.runs = (0, 0, float("nan"))        # images answered, in all, seconds left (`set_runs`)
@@ -121,11 +130,18 @@ class StatusArea:
         if not self.busy:
             self.bar.showMessage(self.idle_message())
 
+    def show_stuck(self, text: str) -> None:
+        """The user's code has run too long (`Session.stuck`): say so, with Stop waiting; '' hides it again."""
+        self.stop_button.setVisible(bool(text))
+        if text:
+            self.bar.showMessage(f"{text} — Stop waiting gives up on it and loads the model again")
+
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self.busy_bar.setVisible(busy)
         if not busy:
             self.cancel_button.setVisible(False)
+            self.stop_button.setVisible(False)
             self.busy_bar.setRange(0, 0)
             self.bar.showMessage(self.idle_message())
 

@@ -158,6 +158,7 @@ class MainWindow(QMainWindow):
         self.models.open_by_name.connect(self.open_by_name_dialog)
         self.status = StatusArea(self.statusBar())
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
+        self.session.stop_waiting_after = st.stop_waiting_seconds(settings)   # the user's code that never returns
         self.resize(default_size(self._available()))
         self._size_docks()
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
@@ -300,6 +301,8 @@ class MainWindow(QMainWindow):
         s.client.busy_changed.connect(self.status.set_busy)
         s.client.progress.connect(self.status.show_progress)
         self.status.cancel_button.clicked.connect(s.client.cancel_download)
+        self.status.stop_button.clicked.connect(s.stop_waiting)
+        s.stuck.connect(self.status.show_stuck)
         s.run_progress.connect(self.status.set_runs)
         s.size_changed.connect(self._on_size_changed)
         s.assumptions_asked.connect(self.ask_assumptions)

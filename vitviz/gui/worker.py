@@ -309,6 +309,15 @@ class InterruptHooks:
             raise ForwardInterrupted("the forward pass was interrupted: vitviz is closing")
 
 
+def _raise_in_thread(ident: int, exc: type[BaseException] | None) -> None:
+    """Raise `exc` in the Python thread `ident` at its next line (None: withdraw one not raised yet)."""
+    import ctypes
+
+    if ident:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                   ctypes.py_object(exc) if exc is not None else None)
+
+
 def is_interruption(exc: BaseException | None) -> bool:
     """Whether `exc`, or an exception it was raised from or while handling, is `ForwardInterrupted`."""
     seen: set[int] = set()
@@ -339,6 +348,9 @@ class InferenceWorker(QObject):
         self._model: Any = None
         self.running_id = 0
         self.download_cancel = threading.Event()   # set from the GUI thread: stop the running download
+        self._running = threading.Lock()           # held by `give_up` and the end of `handle`
+        self._in_request = False
+        self._ident = 0                            # the worker thread's id, while it runs a request
 
     def handlers(self) -> dict[Kind, Callable[..., Answer]]:
         """The method that answers each kind (looked up per request, so a replaced method takes effect)."""
@@ -349,6 +361,27 @@ class InferenceWorker(QObject):
 
     @Slot(object)
     def handle(self, request: Request) -> None:
+        try:
+            try:
+                with self._running:
+                    self._in_request, self._ident = True, threading.get_ident()
+                self._handle(request)
+            finally:
+                with self._running:
+                    self._in_request = False
+                    _raise_in_thread(self._ident, None)      # a `give_up` that came too late is withdrawn
+        except ForwardInterrupted:
+            pass        # given up on between the request's end and the lines above: nothing to answer
+
+    def give_up(self) -> None:
+        """From the GUI thread, for a worker being abandoned: raise `ForwardInterrupted` in its thread while it runs
+        a request, so the user's code that does not finish ends at its next Python line (a call blocked in C
+        ends when it returns). Its answer is never delivered (the client has disconnected it)."""
+        with self._running:
+            if self._in_request and self._ident:
+                _raise_in_thread(self._ident, ForwardInterrupted)
+
+    def _handle(self, request: Request) -> None:
         if self.thread().isInterruptionRequested():
             return      # the window has closed: a request that was already on its way is not started
         self.running_id = request.id
