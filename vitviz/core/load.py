@@ -24,6 +24,8 @@ from vitviz.core.usercode import load_code
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
 from vitviz.core.validate import check_canonical, check_overrides, check_spec, check_weights
+from vitviz.core.winload import WINDOW_OVERRIDES, is_windowed, load_windowed
+from vitviz.core.winload import APPLIES as WINDOWED_APPLY
 from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, VitvizError
 
 
@@ -132,10 +134,10 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY' (runs
             that file's code to build the model: only pass it when the user asked for it).
     """
-    unknown = set(overrides) - set(OVERRIDES) - set(LIVE_OVERRIDES)
+    unknown = set(overrides) - set(OVERRIDES) - set(LIVE_OVERRIDES) - set(WINDOW_OVERRIDES)
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
-                          f"{', '.join(OVERRIDES + LIVE_OVERRIDES)}")
+                          f"{', '.join(OVERRIDES + LIVE_OVERRIDES + WINDOW_OVERRIDES)}")
     # every value's type and range, once (an OverrideError names it)
     overrides = check_overrides(overrides, FAMILY_NAMES, CROP_MODES, POOLINGS)
     if overrides.get("code") is not None:
@@ -191,6 +193,7 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
 
 def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
     device = resolve_device(overrides.get("device"))
+    stated: dict[str, tuple[Any, str]] = {}
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
         stated = {k: v for k, v in _module_settings(path).items() if overrides.get(k) is None}
@@ -206,8 +209,12 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
     conv = convert(raw, overrides.get("family"), overrides)
-    check_canonical(conv.tensors, raw.path)
     is_module = isinstance(path, torch.nn.Module)
+    if is_windowed(conv):  # Swin, SAM / ViTDet: the windowed reference model (what a model object states about a
+        # plain ViT's blocks -- its norm order, attention scale -- is no setting of these)
+        kept = {k: v for k, v in overrides.items() if not is_module or k not in stated or k in WINDOWED_APPLY}
+        return load_windowed(conv, raw, kept, warn=not is_module)
+    check_canonical(conv.tensors, raw.path)
     spec = infer_spec(conv, raw, overrides, warn=not is_module)
     if is_module:  # a guess that changes the numbers: the object's own code (the live path) knows better
         guessed = [k for k, _ in spec.guesses if k in NUMERIC_FIELDS]

@@ -397,8 +397,18 @@ _CONFIG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "num_classes": lambda v: as_count(v, 0), "use_swiglu_ffn": as_bool, "num_register_tokens": lambda v: as_count(v, 0),
     "rope_theta": _rope_base, "use_gated_mlp": _optional(as_bool),   # transformers DINOv3
 }
+def _heads(v: Any) -> Any:
+    """A head count, or one per stage (timm Swin's `num_heads`: a list)."""
+    if isinstance(v, (list, tuple)) and v:
+        try:
+            return [as_count(x) for x in v]
+        except Invalid:
+            raise Invalid("expected a positive whole number, or one per stage") from None
+    return as_count(v)
+
+
 _MODEL_ARGS_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "num_heads": _POSITIVE, "img_size": _positive_pair_or_count, "patch_size": _positive_pair_or_count,
+    "num_heads": _heads, "img_size": _positive_pair_or_count, "patch_size": _positive_pair_or_count,
     "embed_dim": _POSITIVE, "depth": _POSITIVE, "in_chans": _POSITIVE, "num_classes": lambda v: as_count(v, 0),
     "reg_tokens": lambda v: as_count(v, 0), "global_pool": as_text, "class_token": as_bool,
     "no_embed_class": as_bool, "mlp_ratio": lambda v: as_number(v, 0.0, 1e3),

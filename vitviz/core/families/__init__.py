@@ -1,11 +1,14 @@
 """Checkpoint families: detection and key conversion into the canonical (timm) layout.
 
-One module per family (`timm`, `torchvision`, `hf`, `seed`, `clip`, `siglip`, `beit`, `eva`, `jax`, `vit_pytorch`,
-`torch_encoder`, `structural`), each
+One module per family (`swin`, `sam`, `timm`, `torchvision`, `hf`, `seed`, `clip`, `siglip`, `beit`, `eva`, `jax`,
+`vit_pytorch`, `torch_encoder`, `structural`), each
 with `NAMES` (the family names it handles), `detect(keys, raw) -> name | None` and
 `convert(sd, raw, family, overrides) -> Converted`. `FAMILIES` below is the registry, in detection order; a new
 family is one new module and one entry there. `structural` comes last: it reads any layout by the roles and
 shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision Transformer".
+The windowed families (`swin`, `sam`: Swin v1 / v2, SAM / ViTDet image encoders) come first: their keys
+(`layers.S.blocks.B.attn`, `features.N.M.attn`, `blocks.N.attn.rel_pos_h`, a SAM neck) are in no plain ViT, and
+`structural` would otherwise claim them; their files load into `vitviz.core.windowed`, not the reference ViT.
 
 Each converter returns the canonical state dict plus `hints`: values the family fixes (eps, activation,
 pooling, interpolation recipe, token coverage of the position embedding) together with where they came from.
@@ -19,14 +22,14 @@ from vitviz.core.checkpoint import RawCheckpoint
 from typing import Any
 
 from vitviz.core.families import (
-    beit, clip, eva, hf, jax, seed, siglip, structural, timm, torch_encoder, torchvision, vit_pytorch,
+    beit, clip, eva, hf, jax, sam, seed, siglip, structural, swin, timm, torch_encoder, torchvision, vit_pytorch,
 )
 from vitviz.core.families.base import Converted, Hint, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "convert", "detect", "key_stems"]
 
-FAMILIES: tuple[ModuleType, ...] = (torchvision, beit, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
+FAMILIES: tuple[ModuleType, ...] = (swin, sam, torchvision, beit, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
                                      torch_encoder, structural)
 FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 
