@@ -6,6 +6,7 @@ No torch here.
 from __future__ import annotations
 
 import hashlib
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,12 @@ from vitviz.errors import VitvizError
 MANIFEST = "manifest.json"
 
 
+def is_uri(text: str) -> bool:
+    """Whether an input or output names a pyarrow.fs URI ('s3://...', 'file:///...'; the Ray engine reads and
+    writes them) rather than a local path."""
+    return bool(re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text))
+
+
 class InputError(VitvizError):
     """An input path given on the command line that does not exist, or inputs that hold no image."""
 
@@ -29,12 +36,12 @@ class Job:
 
     Attributes:
         index: position in the run (input order).
-        path: the image file.
+        path: the image file (the Ray engine: the URI of an image on a pyarrow.fs filesystem).
         outputs: every file to write (PNGs, then the .npz if asked), in the output folder.
     """
 
     index: int
-    path: Path
+    path: Path | str
     outputs: list[Path]
     status: str = "pending"          # 'done' | 'skipped' | 'failed' | 'pending'
     sha256: str = ""
@@ -55,20 +62,21 @@ class Job:
         return entry
 
 
-def collect_inputs(inputs: list[str], out: Path, pattern: str | None) -> list[tuple[Path, Path]]:
+def collect_inputs(inputs: list[str], out: Path | None, pattern: str | None) -> list[tuple[Path, Path]]:
     """Image files named on the command line or found in folders (recursively, optionally matching `pattern`).
 
     Returns:
         (image, output subfolder relative to `out`) pairs in order, without duplicates; files found in a folder
         keep their subfolder, so 'a/cat.jpg' and 'b/cat.jpg' do not collide. Files under `out` are left out,
-        so an output folder inside an input folder is never read back.
+        so an output folder inside an input folder is never read back (None: an output that is not a local
+        folder, a URI).
 
     Raises:
         InputError: an input does not exist, or nothing was found.
     """
     found: list[tuple[Path, Path]] = []
     seen: set[Path] = set()
-    out_real = out.resolve()
+    out_real = out.resolve() if out is not None else None
     for text in inputs:
         path = Path(text)
         st = check_path(path, "an image file or a folder of images", missing=InputError, bad=InputError,
@@ -79,7 +87,7 @@ def collect_inputs(inputs: list[str], out: Path, pattern: str | None) -> list[tu
             pairs = [(path, Path("."))]
         for image, sub in pairs:
             real = image.resolve()
-            if real in seen or out_real in real.parents:
+            if real in seen or (out_real is not None and out_real in real.parents):
                 continue
             seen.add(real)
             found.append((image, sub))

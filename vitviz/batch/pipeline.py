@@ -11,6 +11,8 @@ asked for, one image at a time after the batch's attention pass (which is skippe
 from __future__ import annotations
 
 import errno
+import hashlib
+import io
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,7 +30,7 @@ from vitviz.core.capture import pool_rows
 from vitviz.core.maps import (MapKind, MapStack, map_stack, norm_stack, pool_arrays, pool_stack, relevance_arrays,
                               relevance_stack, text_stack)
 from vitviz.core.render import draw_colors, draw_map
-from vitviz.core.spec import AttentionResult, split_output
+from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DiskFullError, VitvizError
 
 # Write errors that no later image can avoid: the run stops and says so (naming the output folder) instead of
@@ -82,6 +84,32 @@ class Extras:
         if layer not in self.pca:
             self.pca[layer] = feature_pca(self.features, int(layer))
         return self.pca[layer]
+
+
+def prepare(job: Job, spec: ModelSpec, plan: Plan, *, file: Path | None = None, data: bytes | None = None,
+            complete: Callable[[Job], bool] | None = None) -> Prepared | None:
+    """Read one image: hash the file; None when every output exists (skip), else decode and preprocess it. A path
+    that is not a regular file (a FIFO would block the hash for good) is refused before it is opened.
+
+    The Ray engine's decoding tasks run this too, reading `file` (the image's absolute path) or its bytes `data`
+    (an image fetched from a pyarrow.fs URI, named by `job.path` in errors), with `complete` saying whether a
+    job's outputs all exist at a destination that is not a local folder.
+    """
+    if data is None:
+        path = job.path if file is None else file
+        images.check_image_path(path)
+        job.sha256 = sha256_file(path)
+        source: Any = path
+    else:
+        job.sha256 = hashlib.sha256(data).hexdigest()
+        source = io.BytesIO(data)
+        source.name = str(job.path)  # what errors name
+    if not plan.overwrite and (complete(job) if complete is not None else all(p.exists() for p in job.outputs)):
+        return None
+    img = images.load_image(source, channels=spec.in_chans)
+    x, display = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
+    region = images.seen_region(img, spec.preprocess) if plan.render.size == "original" else display
+    return Prepared(job, x, display, region)
 
 
 def compute_extras(model: Any, x: Any, classes: list[int | None], features: bool,
@@ -146,9 +174,9 @@ class Exporter:
     """
 
     def __init__(self, model: Any, plan: Plan, jobs: list[Job],
-                 on_progress: Callable[[Job], None] | None = None) -> None:
+                 on_progress: Callable[[Job], None] | None = None, spec: ModelSpec | None = None) -> None:
         self.model, self.plan, self.jobs = model, plan, jobs
-        self.spec = model.spec
+        self.spec = model.spec if spec is None else spec  # the Ray engine's actors: the driver's (same model)
         self.combos = plan.combos()
         self.texts: dict[str, np.ndarray] = {}
         if plan.prompts:  # the text tower runs once, here: a file without one fails before any image is read
@@ -159,6 +187,7 @@ class Exporter:
         self.on_progress = on_progress or (lambda _job: None)
         self._writes: deque[tuple[Job, Future[None]]] = deque()
         self._stop = threading.Event()
+        self._writers: ThreadPoolExecutor | None = None  # export_batch's, kept between its calls
 
     def run(self) -> None:
         """Process every job. On KeyboardInterrupt (or a full disk: `DiskFullError`), drop queued work, let
@@ -177,6 +206,26 @@ class Exporter:
             readers.shutdown(wait=True, cancel_futures=True)
             writers.shutdown(wait=True, cancel_futures=True)  # every file is complete: none is half-written
             self._settle()
+
+    def export_batch(self, batch: list[Prepared]) -> None:
+        """Forward one batch of read images and write its files, waiting for them: each job is then 'done' or
+        'failed' (with `error`). The Ray engine's actors run the local engine's steps through this, one call per
+        batch Ray hands them; `run` is not used then.
+
+        Raises:
+            DiskFullError: a write hit a full (or read-only) disk; the batch's other writes were finished first.
+        """
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(max(1, min(2, self.plan.workers)), thread_name_prefix="vitviz-write")
+        self._forward(batch, self._writers)
+        full: DiskFullError | None = None
+        while self._writes:
+            try:
+                self._finish_oldest()
+            except DiskFullError as e:  # that image failed with it; the others still finish
+                full = full or e
+        if full is not None:
+            raise full
 
     def _settle(self) -> None:
         """After a stop: writes that completed count as done (their files are on disk), cancelled ones stay
@@ -219,17 +268,7 @@ class Exporter:
             self._finish_ready()
 
     def _read(self, job: Job) -> Prepared | None:
-        """Hash the file; None when every output exists (skip), else decode and preprocess it. A path that is not
-        a regular file (a FIFO would block the hash for good) is refused before it is opened."""
-        images.check_image_path(job.path)
-        job.sha256 = sha256_file(job.path)
-        if not self.plan.overwrite and all(p.exists() for p in job.outputs):
-            return None
-        spec = self.spec
-        img = images.load_image(job.path, channels=spec.in_chans)
-        x, display = images.preprocess(img, spec.preprocess, channels=spec.in_chans)
-        region = images.seen_region(img, spec.preprocess) if self.plan.render.size == "original" else display
-        return Prepared(job, x, display, region)
+        return prepare(job, self.spec, self.plan)
 
     def _take(self, job: Job, future: Future[Prepared | None]) -> Prepared | None:
         try:
@@ -358,17 +397,29 @@ class Exporter:
         self.on_progress(job)
 
     def _fail(self, job: Job, error: BaseException) -> None:
-        text = str(error) or type(error).__name__
-        job.status, job.error = "failed", text if str(job.path) in text else f"{job.path}: {text}"
+        job.status, job.error = "failed", failure_text(job, error)
         self.counts["failed"] += 1
         self.on_progress(job)
 
     def summary(self, out: Path, seconds: float, interrupted: bool) -> str:
         """One line: images done, skipped, failed, files written, time and rate."""
-        c = self.counts
-        rate = c["done"] / seconds if seconds > 0 else 0.0
-        head = "vitviz export interrupted" if interrupted else "vitviz export"
-        images = "image" if len(self.jobs) == 1 else "images"
-        files = "file" if c["files"] == 1 else "files"
-        return (f"{head}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed of {len(self.jobs)} "
-                f"{images}; {c['files']} {files} written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")
+        return summary_line(self.counts, len(self.jobs), out, seconds, interrupted)
+
+
+def failure_text(job: Job, error: BaseException) -> str:
+    """Why an image failed, naming it (once)."""
+    text = str(error) or type(error).__name__
+    return text if str(job.path) in text else f"{job.path}: {text}"
+
+
+def summary_line(counts: dict[str, int], total: int, out: Any, seconds: float, interrupted: bool,
+                 engine: str = "") -> str:
+    """`vitviz export: 3 done, 0 skipped, 1 failed of 4 images; 12 files written to OUT in 2.0 s (1.5 images/s)`;
+    `engine` (e.g. 'on Ray, 2 actors') follows 'vitviz export'."""
+    c = counts
+    rate = c["done"] / seconds if seconds > 0 else 0.0
+    head = "vitviz export" + (f" {engine}" if engine else "") + (" interrupted" if interrupted else "")
+    images = "image" if total == 1 else "images"
+    files = "file" if c["files"] == 1 else "files"
+    return (f"{head}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed of {total} "
+            f"{images}; {c['files']} {files} written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")
