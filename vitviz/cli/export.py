@@ -7,6 +7,9 @@ PNGs of a batch are rendered and written by another pool as soon as its forward 
 written atomically, an image whose outputs all exist is skipped (unless --overwrite), and an image that cannot be
 read is reported and skipped. Ctrl-C (or SIGTERM) stops after the files being written are complete.
 
+`--engine ray` runs the same export on a Ray cluster (`pip install "vitviz[ray]"`; `vitviz.batch.ray_engine`):
+the same files, byte for byte, under the same names, and one manifest.
+
 Exit codes: 0 every image done or skipped, 1 some images failed, 2 bad arguments or an unloadable model,
 130 interrupted.
 """
@@ -23,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, unique_stems
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
 from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
 from vitviz.cli.options import add_override_arguments, argument_type
@@ -48,8 +51,13 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
                         "into the torch hub cache if it is not there yet); required unless --code builds a model "
                         "with its own weights")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="image files and folders (searched recursively)")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder (created if missing)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="image files and folders (searched recursively); with --engine ray also glob patterns "
+                        "('photos/**/*.jpg'), text files listing images (.txt / .lst, one a line) and pyarrow.fs "
+                        "URIs (s3://bucket/photos/)")
+    p.add_argument("--out", required=True, type=_destination, metavar="DIR",
+                   help="output folder (created if missing); with --engine ray also a pyarrow.fs URI "
+                        "(s3://bucket/maps)")
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
     p.add_argument("--maps", default="cls", type=argument_type(parse_maps),
                    help="comma list of cls, mean, max (attention received over patch queries), rollout, "
@@ -61,7 +69,10 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "(SigLIP, PE): pool (its attention over the patches, per pooling head) and rollout:pool "
                         "(the rollout of its query); CLIP / SigLIP files with their text tower and tokenizer (transformers or "
                         "open_clip installed): text:PROMPT (LeGrad of the image-text similarity, e.g. 'text:a photo "
-                        "of a cat' -> {image}_text-a_photo_of_a_cat_Lall.png) (default: cls)")
+                        "of a cat' -> {image}_text-a_photo_of_a_cat_Lall.png); windowed models (Swin, SAM / "
+                        "ViTDet): received (the attention each patch receives, stitched from its windows) and "
+                        "query:N (patch N's attention inside its window), per block (--layers) and head, "
+                        "{image}_received_L{block}_H{head}.png (default: cls)")
     p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
@@ -91,8 +102,30 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--no-verify", action="store_true",
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")
+    _add_engine_arguments(p)
     add_override_arguments(p)
     return p
+
+
+def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine (local by default; Ray: pip install \"vitviz[ray]\")")
+    g.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process (default); ray: Ray Data over a cluster, or a Ray started here -- "
+                        "decoding in Ray tasks, the model in a pool of actors, the same files")
+    g.add_argument("--address", metavar="ADDR",
+                   help="the Ray cluster to join (HOST:6379, ray://HOST:10001 or auto; default $RAY_ADDRESS); "
+                        "without either Ray starts a local instance")
+    g.add_argument("--actors", type=_positive, metavar="N",
+                   help="model actors, one model each (default: one per GPU of the cluster, else one per T + 1 "
+                        "CPUs, T being torch's thread count here, which each actor runs with)")
+    g.add_argument("--gpus-per-actor", type=_amount, metavar="G",
+                   help="GPUs each actor reserves, e.g. 1 or 0.5 (default: 1 when the cluster has GPUs and "
+                        "--device is not cpu, else 0)")
+    g.add_argument("--cpus-per-actor", type=_amount, metavar="C", help="CPUs each actor reserves (default 1)")
+    g.add_argument("--ship-model", choices=("path", "store"),
+                   help="how the checkpoint reaches the actors: path (every node reads it there; default on a "
+                        "local Ray) or store (Ray's object store, with the small files beside it; default on a "
+                        "cluster joined by --address / $RAY_ADDRESS)")
 
 
 def _add_render_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,6 +144,21 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help="original (default, as the window exports): the region of the image the model saw, at the "
                         "original's resolution; input: the model's input image")
 
+
+
+def _destination(text: str) -> Path | str:
+    """--out: a local folder, or a pyarrow.fs URI kept as text (Path would fold its '//')."""
+    return text if is_uri(text) else Path(text)
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number >= 0, e.g. 1 or 0.5")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -178,52 +226,116 @@ def run_export_command(args: argparse.Namespace) -> int:
     from vitviz.batch.pipeline import Exporter
 
     start = time.perf_counter()
-    out: Path = args.out
-    pairs = collect_inputs(args.inputs, out, args.glob)
-    model = _load(args)
+    ray = _ray_engine(args)
+    out: Path | str = args.out
+    if ray:
+        from vitviz.batch.ray_engine import Destination, collect_sources
+
+        sources = collect_sources(args.inputs, out, args.glob)
+        pairs: list[tuple[Any, Path]] = [(s.path, s.sub) for s in sources]
+        named: list[tuple[Any, Path]] = [(s.named, s.sub) for s in sources]
+    else:
+        pairs = named = collect_inputs(args.inputs, out, args.glob)  # type: ignore[arg-type]
+    model = _load(args, device="cpu" if ray else None)  # Ray: the actors run it; here it is checked and verified
+    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: maps of their own (vitviz.batch.windowed)
+        return _export_windowed(args, model, pairs, start)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
     verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
               "once per layer as H mean; --which-heads applies to the other maps", file=sys.stderr)
-    _make_folder(out)
+    dest = Destination(out) if ray else None
+    if dest is not None:
+        dest.make()
+    else:
+        _make_folder(out)  # type: ignore[arg-type]
     pool_heads = resolve_picks(args.which_heads, model.spec.pool_num_heads, "pooling head") \
         if any(m.kind == "pool" for m in maps) else None
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
                 batch_size=args.batch_size, workers=args.workers, pool_heads=pool_heads,
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size, args.colorbar_label))
-    if args.size == "original" and not args.quiet:
+    if args.size == "original" and not args.quiet and not ray:  # Ray: no header of every image read here
         _announce_large_pictures([source for source, _ in pairs], len(plan.maps))
-    jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
-    stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [out / MANIFEST])
-    if stale and not args.quiet:
-        print(f"vitviz: removed {len(stale)} temporary file(s) a killed earlier run left in {out}", file=sys.stderr)
+    stems = unique_stems(named, safe_stem)
+    root: Path = dest.root if dest is not None and dest.remote else out  # type: ignore[assignment]
+    jobs = plan.jobs(pairs, root, stems)
+    if dest is None or not dest.remote:
+        stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [root / MANIFEST])
+        if stale and not args.quiet:
+            print(f"vitviz: removed {len(stale)} temporary file(s) a killed earlier run left in {out}",
+                  file=sys.stderr)
     bar = ProgressBar(len(jobs), enabled=not args.quiet)
-    exporter = Exporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
+    if dest is not None:
+        exporter: Any = _ray_exporter(args, model, plan, jobs, stems, root, sources, dest, bar)
+    else:
+        exporter = Exporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
     interrupted = False
-    stopped: DiskFullError | None = None
+    stopped: VitvizError | None = None
     try:
         with _sigterm_as_interrupt():
             exporter.run()
     except KeyboardInterrupt:
         interrupted = True
-    except DiskFullError as e:  # said once, naming the output folder; exit 2
+    except VitvizError as e:  # a full disk (said once, naming the output folder), a failed Ray job; exit 2
+        if not (ray or isinstance(e, DiskFullError)):
+            raise
         stopped = e
     finally:
         bar.close()
     seconds = time.perf_counter() - start
     summary = exporter.summary(out, seconds, interrupted or stopped is not None)
     try:
-        _write_manifest(out, args, model, exporter, seconds, interrupted or stopped is not None, verification)
+        _write_manifest(root, args, model, exporter, seconds, interrupted or stopped is not None, verification)
     except OSError as e:
-        full = stopped is not None or e.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = isinstance(stopped, DiskFullError) or e.errno in (errno.ENOSPC, errno.EDQUOT)
         raise DiskFullError(f"{out}: {'the disk is full; ' if full else ''}{MANIFEST} could not be written "
                             f"({e.strerror or e}). {summary}") from None
     if stopped is not None:
         print(summary, file=sys.stderr)
         raise stopped
+    if not args.quiet or interrupted:
+        print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
+    return 130 if interrupted else 1 if exporter.counts["failed"] else 0
+
+
+def _export_windowed(args: argparse.Namespace, model: Any, pairs: list[tuple[Path, Path]], start: float) -> int:
+    """`vitviz export` of a windowed model (Swin, SAM / ViTDet): its received and query maps per block and head,
+    through the same pipeline (`vitviz.batch.windowed.WindowedExporter`), names and manifest as any export."""
+    from vitviz.batch.windowed import WindowedExporter, windowed_plan
+
+    if getattr(args, "engine", "local") != "local":
+        raise VitvizError("--engine ray does not run windowed models (Swin, SAM) yet; export them with the local "
+                          "engine")
+    plan = windowed_plan(args.maps, args.layers, args.which_heads, model.spec, npz=args.npz, half=args.half,
+                         overwrite=args.overwrite, batch_size=args.batch_size, workers=args.workers,
+                         render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
+                                              args.colorbar, args.size, args.colorbar_label))
+    from vitviz.core.verify import UNVERIFIED, Verification
+
+    verification = None if args.no_verify else Verification(
+        UNVERIFIED, assumptions=tuple(n for n, _ in model.spec.assumptions),
+        reason="vitviz verify compares plain ViTs; a windowed model's parity with torchvision, timm and "
+               "transformers is proven by vitviz's tests").to_dict()
+    out: Path = args.out
+    _make_folder(out)
+    if args.size == "original" and not args.quiet:
+        _announce_large_pictures([source for source, _ in pairs], len(plan.maps))
+    jobs = plan.jobs(pairs, out, unique_stems(pairs, safe_stem))
+    remove_stale_temps([path for job in jobs for path in job.outputs] + [out / MANIFEST])
+    bar = ProgressBar(len(jobs), enabled=not args.quiet)
+    exporter = WindowedExporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
+    interrupted = False
+    try:
+        with _sigterm_as_interrupt():
+            exporter.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+        seconds = time.perf_counter() - start
+        _write_manifest(out, args, model, exporter, seconds, interrupted, verification)
     if not args.quiet or interrupted:
         print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
     return 130 if interrupted else 1 if exporter.counts["failed"] else 0
@@ -236,10 +348,44 @@ def _report(bar: ProgressBar, job: Job) -> None:
     bar.advance()
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _ray_engine(args: argparse.Namespace) -> bool:
+    """Whether --engine ray runs the export (Ray Data importable: else the install hint, exit 2); the Ray options
+    and URIs without it are refused."""
+    given = [flag for flag, value in (("--address", args.address), ("--actors", args.actors),
+                                      ("--gpus-per-actor", args.gpus_per_actor),
+                                      ("--cpus-per-actor", args.cpus_per_actor), ("--ship-model", args.ship_model))
+             if value is not None]
+    uris = [str(t) for t in [*args.inputs, args.out] if isinstance(t, str) and is_uri(t)]
+    if args.engine != "ray":
+        if given:
+            raise VitvizError(f"{', '.join(given)}: Ray options, for --engine ray only")
+        if uris:
+            raise VitvizError(f"{uris[0]}: a pyarrow.fs URI is read and written by --engine ray only "
+                              '(pip install "vitviz[ray]"); the local engine takes local paths')
+        return False
+    from vitviz.batch.ray_engine import require_ray
+
+    require_ray()
+    return True
+
+
+def _ray_exporter(args: argparse.Namespace, model: Any, plan: Plan, jobs: list[Job], stems: list[str], root: Path,
+                  sources: list[Any], dest: Any, bar: ProgressBar) -> Any:
+    """The Ray engine's exporter: the actors load the checkpoint the driver loaded, with the same overrides."""
+    from vitviz.batch.ray_engine import RayExporter, RaySettings
+    from vitviz.cli.models import resolve_cli_model
+    from vitviz.cli.options import overrides_from
+
+    checkpoint = None if args.model is None else resolve_cli_model(args.model, quiet=True)  # cached by now
+    settings = RaySettings(args.address, args.actors, args.gpus_per_actor, args.cpus_per_actor, args.ship_model)
+    return RayExporter(checkpoint, overrides_from(args), args.device, model.spec, plan, jobs, stems, root, sources,
+                       dest, settings, on_progress=lambda job: _report(bar, job), on_message=bar.message)
+
+
+def _load(args: argparse.Namespace, device: str | None = None) -> Any:
     """Load the checkpoint (a named model: its cached file, else downloaded with progress on stderr unless
-    --quiet); any failure becomes a CheckpointError naming the file (exit 2). The manifest keeps --model as
-    given (the name); the file loaded is the spec's `source`."""
+    --quiet) on `device` (default --device); any failure becomes a CheckpointError naming the file (exit 2). The
+    manifest keeps --model as given (the name); the file loaded is the spec's `source`."""
     import vitviz
     from vitviz.cli.models import resolve_cli_model
     from vitviz.cli.options import overrides_from
@@ -248,7 +394,7 @@ def _load(args: argparse.Namespace) -> Any:
         raise VitvizError("export needs --model CHECKPOINT (or --code FILE.py:FACTORY)")
     checkpoint = None if args.model is None else resolve_cli_model(args.model, quiet=args.quiet)  # VitvizError: 2
     try:
-        return vitviz.load(checkpoint, device=args.device, **overrides_from(args))
+        return vitviz.load(checkpoint, device=device or args.device, **overrides_from(args))
     except VitvizError:
         raise
     except Exception as e:  # a loader bug or an exotic file must still exit 2 with the file named
@@ -327,7 +473,9 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: Any, seconds: float,
                     interrupted: bool, verification: dict[str, Any] | None = None) -> None:
     """`manifest.json`: the parameters, the model's spec and its verification (None with --no-verify), and per
-    input its SHA-256, status and outputs."""
+    input its SHA-256, status and outputs (relative to `out`, the folder the outputs are named under). The Ray
+    engine's adds 'engine' (the cluster, the actors, their restarts), its device is the actors', and it goes to
+    the destination (a URI's too)."""
     import vitviz
 
     params = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
@@ -343,4 +491,9 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
         "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
         "images": [job.record(out) for job in exporter.jobs],
     }
+    if hasattr(exporter, "engine_record"):  # the Ray engine
+        data["engine"] = exporter.engine_record()
+        data["model"]["device"] = exporter.devices or model.device
+        exporter.dest.write_json(MANIFEST, data)
+        return
     write_json_atomic(out / MANIFEST, data)

@@ -1,0 +1,956 @@
+"""The Ray engine of `vitviz export` (`--engine ray`): the same export over a Ray cluster, or a Ray started here.
+
+The local engine's steps, spread over Ray Data's stages; nothing about maps, names or files is done differently:
+
+- the driver (this process) lists the inputs (folders, glob patterns, text files of paths; local paths or
+  pyarrow.fs URIs: `collect_sources`), names every output with the local engine's `Plan.jobs`, skips the images a
+  previous manifest records as finished whose files are all there (`manifest + file check`), and turns what the
+  actors report into the progress callback, the counts and the manifest's entries;
+- decoding tasks (`Dataset.map`, one CPU each) run `pipeline.prepare` on each image: the hash, the skip check,
+  decoding and preprocessing, exactly as the local engine's reader threads;
+- a fixed pool of model actors (`Dataset.map_batches`): each loads the model once and hands every batch Ray
+  gives it to `Exporter.export_batch` -- the local engine's batched forward pass, maps, pictures and atomic writes.
+
+So the PNGs and .npz files are the local engine's, byte for byte, under the same names: same functions on the
+same inputs (the actors render with the driver's `ModelSpec`, checked equal to the one they loaded). A forward
+pass is batch-invariant on the CPU (tests/test_ray_export.py compares with batches that differ); a GPU's kernels
+may round differently with another batch size, as the local engine's would.
+
+Outputs go to a local folder (on a cluster: one that every node sees, e.g. NFS) or to a pyarrow.fs URI
+(`s3://bucket/maps`, `gs://...`, `hdfs://...`, `file:///...`): there the actor writes each file into a folder of
+its own with the local engine's writer, then uploads it (object stores publish an object only when it is
+complete; other filesystems get a temporary name, then a rename).
+
+A worker that dies is restarted by Ray (Ray Data's fault tolerance: a dead actor is made again and its batch
+retried, a dead decoding task retried; the files it had written are kept, and a retried image skips them) and
+reported. Ray is imported inside functions only: without it
+(`pip install "vitviz[ray]"`) `require_ray` says how to install it.
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import logging
+import os
+import pickle
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri
+from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
+from vitviz.batch.plan import Plan
+from vitviz.core.files import temp_prefix, write_json_atomic
+from vitviz.core.images import is_image_file
+from vitviz.core.spec import ModelSpec
+from vitviz.errors import DiskFullError, VitvizError
+
+INSTALL_HINT = 'pip install "vitviz[ray]"'
+LIST_SUFFIXES = (".txt", ".lst")     # an input with this suffix lists images, one path or URI a line
+OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow.fs type names whose writes appear whole or not at all
+SIDECAR_BYTES = 1_000_000            # files beside a checkpoint shipped with it (config.json, args.yaml...)
+FAULT_ENV = "VITVIZ_RAY_TEST_DIE_ONCE"  # tests: a flag file; the first actor call that creates it exits hard
+_GLOB_CHARS = re.compile(r"[*?[]")
+
+
+class RayMissingError(VitvizError):
+    """`--engine ray` without Ray Data installed."""
+
+
+class RayEngineError(VitvizError):
+    """The Ray job failed as a whole (a model that would not load on a worker, a cluster that went away)."""
+
+
+def require_ray() -> None:
+    """Import Ray Data, or say how to install it.
+
+    Raises:
+        RayMissingError: Ray (or Ray Data's pyarrow / pandas) is not installed.
+    """
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError as e:
+        raise RayMissingError(f"--engine ray runs the export on Ray Data, which is not installed ({e}); install it "
+                              f"with {INSTALL_HINT}, or leave out --engine ray to export on this computer") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# inputs
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input image.
+
+    Attributes:
+        path: as jobs, the manifest and the .npz name it: the local engine's path, or the URI.
+        read: where a decoding task reads it: the absolute path, or the URI.
+        sub: its output subfolder (a folder's or a glob's subfolders are kept, as the local engine does).
+    """
+
+    path: Path | str
+    read: str
+    sub: Path
+
+    @property
+    def remote(self) -> bool:
+        return isinstance(self.path, str)
+
+    @property
+    def named(self) -> Path | PurePosixPath:
+        """The path its output names are made from (`unique_stems`)."""
+        return self.path if isinstance(self.path, Path) else PurePosixPath(urlsplit(self.path).path)
+
+
+def collect_sources(inputs: list[str], out: Path | str, pattern: str | None) -> list[Source]:
+    """The images of the inputs, in order, without duplicates.
+
+    An input is an image, a folder (searched recursively; `pattern` filters its file names, as the local
+    engine's --glob), a glob pattern ('photos/**/*.jpg': files in subfolders keep them, relative to the
+    pattern's folder), or a text file (.txt / .lst) listing any of these, one a line ('#' comments; relative
+    paths are relative to the list's folder). Each may be a local path or a pyarrow.fs URI. Local files and
+    folders given on the command line are collected exactly as the local engine collects them
+    (`collect_inputs`), so both engines name the same outputs; a listed file is not looked at here (a list may
+    hold millions): one that is missing fails as that image, not the run.
+
+    Raises:
+        InputError: an input does not exist, or nothing was found.
+    """
+    out_local = None if isinstance(out, str) else out
+    if not any(is_uri(t) or _is_list(t) or _is_glob(t) for t in inputs):
+        return [_local(path, sub) for path, sub in collect_inputs(inputs, out_local, pattern)]
+    out_abs = os.path.abspath(out_local) if out_local is not None else None
+    found: list[Source] = []
+    seen: set[str] = set()
+    for text in inputs:
+        for source in _expand(text, out_local, pattern, lists=True):
+            key = source.read  # the URI or the absolute path, as written (a list's millions are not stat-ed)
+            if key in seen or (out_abs is not None and not source.remote
+                               and key.startswith(out_abs.rstrip(os.sep) + os.sep)):
+                continue
+            seen.add(key)
+            found.append(source)
+    if not found:
+        raise InputError(f"no images in {', '.join(inputs)}" + (f" matching {pattern!r}" if pattern else "")
+                         + "; expected PNG, JPEG, BMP, GIF, TIFF, WebP or PPM/PGM files")
+    return found
+
+
+def _local(path: Path, sub: Path) -> Source:
+    return Source(path, os.path.abspath(path), sub)
+
+
+def _is_list(text: str) -> bool:
+    return PurePosixPath(urlsplit(text).path if is_uri(text) else text).suffix.lower() in LIST_SUFFIXES
+
+
+def _is_glob(text: str) -> bool:
+    return bool(_GLOB_CHARS.search(urlsplit(text).path if is_uri(text) else text)) and \
+        (is_uri(text) or not os.path.lexists(text))
+
+
+def _expand(text: str, out: Path | None, pattern: str | None, lists: bool) -> Iterator[Source]:
+    """The images one input names (see `collect_sources`); `lists`: a text file of paths is read (not inside
+    another list)."""
+    if lists and _is_list(text):
+        yield from _read_list(text, out, pattern)
+    elif is_uri(text):
+        yield from _uri_sources(text, pattern)
+    elif _is_glob(text):
+        yield from _local_glob(text)
+    else:
+        try:
+            pairs = collect_inputs([text], out, pattern)
+        except InputError:
+            if not os.path.isdir(text):
+                raise
+            pairs = []  # a folder without images: the run says so only when no input has any
+        yield from (_local(path, sub) for path, sub in pairs)
+
+
+def _read_list(text: str, out: Path | None, pattern: str | None) -> Iterator[Source]:
+    if is_uri(text):
+        fs, path = filesystem(text)
+        try:
+            with fs.open_input_stream(path) as handle:
+                body = handle.read().decode("utf-8")
+        except OSError as e:
+            raise InputError(f"{text}: cannot read the list of images ({e})") from None
+        base = text.rsplit("/", 1)[0]
+    else:
+        try:
+            body = Path(text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{text}: cannot read the list of images ({e})") from None
+        base = os.path.dirname(text)
+    for line in body.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not is_uri(line) and not os.path.isabs(line):
+            line = f"{base}/{line}" if is_uri(text) else os.path.normpath(os.path.join(base, line))
+        if not is_uri(line) and not _is_glob(line) and not os.path.isdir(line):
+            yield _local(Path(line), Path("."))  # not looked at: a missing file fails as its image
+        elif is_uri(line) and not _is_glob(line) and is_image_file(urlsplit(line).path):
+            yield Source(line, line, Path("."))
+        else:
+            yield from _expand(line, out, pattern, lists=False)
+
+
+def _glob_match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether relative path `parts` match glob `pattern` components ('**' spans any number of folders)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(pattern[1:], parts[1:])
+
+
+def _split_glob(path: str) -> tuple[str, list[str]]:
+    """'a/b/*/c*.png' -> ('a/b', ['*', 'c*.png']): the folder to list and the pattern below it."""
+    parts = path.split("/")
+    first = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
+    return "/".join(parts[:first]), parts[first:]
+
+
+def _natural(rel: str) -> tuple:
+    return tuple(tuple(int(t) if i % 2 else t.lower() for i, t in enumerate(re.split(r"(\d+)", part)))
+                 for part in rel.split("/")), rel
+
+
+def _local_glob(text: str) -> Iterator[Source]:
+    base, _pattern = _split_glob(Path(text).as_posix())
+    matches = [m for m in glob.glob(text, recursive=True) if os.path.isfile(m) and is_image_file(m)]
+    root = Path(base or ".")
+    for match in sorted(matches, key=lambda m: _natural(Path(m).relative_to(root).as_posix())):
+        path = Path(match)
+        yield _local(path, path.parent.relative_to(root))
+
+
+def _uri_sources(uri: str, pattern: str | None) -> Iterator[Source]:
+    """The images a URI names: one image, a folder's (recursively, filtered by `pattern`), or a glob's."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri)
+    prefix = _prefix(uri, path)
+    if _GLOB_CHARS.search(path):
+        base, parts = _split_glob(path)
+        selector = pafs.FileSelector(base, recursive=len(parts) > 1, allow_not_found=True)
+        names = None
+    else:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise InputError(f"{uri}: not found; expected an image, a folder of images, a glob pattern or a list")
+        if info.type == pafs.FileType.File:
+            yield Source(uri, uri, Path("."))
+            return
+        base, parts = path.rstrip("/"), None
+        selector = pafs.FileSelector(base, recursive=True)
+        names = pattern
+    try:
+        infos = fs.get_file_info(selector)
+    except OSError as e:
+        raise InputError(f"{uri}: cannot list it ({e})") from None
+    found = []
+    for info in infos:
+        if info.type != pafs.FileType.File:
+            continue
+        rel = info.path[len(base):].lstrip("/")
+        rel_parts = rel.split("/")
+        if any(p.startswith(".") for p in rel_parts) or not is_image_file(rel):
+            continue
+        if parts is not None and not _glob_match(parts, rel_parts):
+            continue
+        if names is not None and not fnmatch.fnmatchcase(rel_parts[-1].lower(), names.lower()):
+            continue
+        found.append(rel)
+    for rel in sorted(found, key=_natural):
+        full = prefix + base.rstrip("/") + "/" + rel
+        yield Source(full, full, Path(PurePosixPath(rel).parent))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# filesystems and the destination
+
+_FILESYSTEMS: dict[str, tuple[Any, str]] = {}
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of a URI and the path in it, the filesystem made once per process and place
+    (making one can cost a network round trip: an S3 region look-up)."""
+    import pyarrow.fs as pafs
+
+    parts = urlsplit(uri)
+    key = f"{parts.scheme}://{parts.netloc}?{parts.query}"
+    if key not in _FILESYSTEMS:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        _FILESYSTEMS[key] = (fs, _prefix(uri, path))
+    fs, prefix = _FILESYSTEMS[key]
+    bare = uri.split("?", 1)[0]
+    if not bare.startswith(prefix):
+        return pafs.FileSystem.from_uri(uri)
+    return fs, bare[len(prefix):]
+
+
+def _prefix(uri: str, path: str) -> str:
+    """What precedes the filesystem path in a URI: 's3://' for 's3://bucket/key', 'hdfs://host:port' ..."""
+    bare = uri.split("?", 1)[0]
+    for candidate in (path, path.rstrip("/")):
+        if candidate and bare.rstrip("/").endswith(candidate.rstrip("/")):
+            return bare.rstrip("/")[: len(bare.rstrip("/")) - len(candidate.rstrip("/"))]
+    raise InputError(f"{uri}: cannot tell its filesystem path apart (pyarrow reads it as {path!r})")
+
+
+def fetch(uri: str) -> bytes:
+    """A file's bytes from a pyarrow.fs URI."""
+    fs, path = filesystem(uri)
+    with fs.open_input_stream(path) as handle:
+        return handle.read()
+
+
+class Destination:
+    """Where the outputs and the manifest go: a local folder (on a cluster, one every node sees) or a pyarrow.fs
+    URI. Travels to the tasks and actors as its text; the filesystem is made again there (with that node's
+    credentials).
+
+    Attributes:
+        root: the folder outputs are named under: the absolute local folder, or the path in the filesystem.
+        remote: whether it is a URI.
+    """
+
+    def __init__(self, out: Path | str) -> None:
+        self.out = out
+        self.remote = isinstance(out, str)
+        self.root = Path(filesystem(out)[1].rstrip("/") or "/") if isinstance(out, str) else Path(os.path.abspath(out))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"out": self.out}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["out"])  # type: ignore[misc]
+
+    @property
+    def fs(self) -> Any:
+        assert isinstance(self.out, str)
+        return filesystem(self.out)[0]
+
+    def make(self) -> None:
+        """Create the folder (an object store needs none)."""
+        try:
+            if self.remote:
+                self.fs.create_dir(self.root.as_posix(), recursive=True)
+            else:
+                self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{self.out}: cannot create the output folder ({getattr(e, 'strerror', None) or e})") \
+                from e
+
+    def files(self) -> set[str]:
+        """Every file under the folder, as paths relative to it ('sub/cat_cls_L11_Hmean.png')."""
+        if not self.remote:
+            found = set()
+            for dirpath, _dirs, names in os.walk(self.root):
+                rel = Path(dirpath).relative_to(self.root)
+                found.update((rel / name).as_posix() for name in names)
+            return found
+        import pyarrow.fs as pafs
+
+        base = self.root.as_posix().rstrip("/")
+        infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        return {i.path[len(base):].lstrip("/") for i in infos if i.type == pafs.FileType.File}
+
+    def present(self, paths: list[Path]) -> list[bool]:
+        """Whether each of these outputs exists."""
+        if not self.remote:
+            return [p.exists() for p in paths]
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info([p.as_posix() for p in paths])
+        return [i.type != pafs.FileType.NotFound for i in infos]
+
+    def read_json(self, name: str) -> Any:
+        """A JSON file in the folder (the previous run's manifest), or None when there is none or it is
+        unreadable."""
+        import json
+
+        try:
+            if self.remote:
+                with self.fs.open_input_stream((self.root / name).as_posix()) as handle:
+                    return json.loads(handle.read().decode("utf-8"))
+            return json.loads((self.root / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def write_json(self, name: str, data: dict[str, Any]) -> None:
+        """Write a JSON file into the folder, atomically, as `write_json_atomic`."""
+        if not self.remote:
+            write_json_atomic(self.root / name, data)
+            return
+        with tempfile.TemporaryDirectory(prefix="vitviz-") as tmp:
+            local = Path(tmp) / name
+            write_json_atomic(local, data)
+            self.upload(local, name)
+
+    def upload(self, local: Path, rel: str) -> None:
+        """Copy a finished local file to `rel` under the folder, so that it appears whole or not at all."""
+        fs, target = self.fs, (self.root / rel).as_posix()
+        parent = target.rsplit("/", 1)[0]
+        if fs.type_name in OBJECT_STORES:
+            with open(local, "rb") as src, fs.open_output_stream(target) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            return
+        fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/{temp_prefix(PurePosixPath(target))}upload.tmp"  # type: ignore[arg-type]
+        try:
+            with open(local, "rb") as src, fs.open_output_stream(tmp) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            fs.move(tmp, target)
+        finally:
+            try:
+                fs.delete_file(tmp)
+            except OSError:
+                pass  # moved into place
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the model, as every actor loads it
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """How every actor loads the driver's model: `vitviz.load(checkpoint, device=device, **overrides)`.
+
+    The checkpoint travels by path (every node reads it there: this machine, or a shared filesystem) or through
+    Ray's object store (`files`: a reference to its files, put there once, with the small files beside it that
+    vitviz reads: config.json, training args, labels). Either way each actor checks that its model's spec is the
+    driver's.
+
+    Attributes:
+        checkpoint: what `vitviz.load` takes (None: --code builds the model with its own weights).
+        overrides: the command line's model overrides (heads, eps, code...).
+        device: where the actors run it.
+        spec: the driver's spec: written into every .npz, and compared with each actor's.
+        threads: torch's thread count in the actors: the local engine's (the driver's `torch.get_num_threads()`),
+            because the backward passes of the maps of a class or a prompt round differently with another count
+            (Ray would give an actor one thread per CPU it reserves).
+        files: None (by path), or an ObjectRef of {relative path: bytes}.
+        name: the checkpoint's path among `files`.
+    """
+
+    checkpoint: str | None
+    overrides: dict[str, Any]
+    device: str
+    spec: ModelSpec
+    threads: int
+    files: Any = None
+    name: str = ""
+
+    @property
+    def shipped(self) -> str:
+        return "path" if self.files is None else "object store"
+
+
+def model_files(checkpoint: str) -> tuple[dict[str, bytes], str]:
+    """The files that make up a checkpoint, to ship through the object store, and the checkpoint's path among
+    them: a model folder's files (not its subfolders), or the file with the small files beside it (and above
+    a Lightning 'checkpoints' folder), named relative to the folder above it so its folder's name travels too."""
+    path = Path(checkpoint).absolute()
+    if path.is_dir():
+        return {f"{path.name}/{f.name}": f.read_bytes() for f in sorted(path.iterdir())
+                if f.is_file() and not f.name.startswith(".")}, path.name
+    folders = [path.parent] + ([path.parent.parent] if path.parent.name == "checkpoints" else [])
+    top = folders[-1].parent
+    files = {path.relative_to(top).as_posix(): path.read_bytes()}
+    for folder in folders:
+        for f in sorted(folder.iterdir()):
+            if f != path and f.is_file() and not f.name.startswith(".") and f.stat().st_size <= SIDECAR_BYTES:
+                files[f.relative_to(top).as_posix()] = f.read_bytes()
+    return files, path.relative_to(top).as_posix()
+
+
+def same_model(loaded: ModelSpec, driver: ModelSpec) -> list[str]:
+    """The spec fields in which an actor's model differs from the driver's (its source path aside)."""
+    a, b = loaded.to_dict(), driver.to_dict()
+    return sorted(k for k in set(a) | set(b) if k != "source" and a.get(k) != b.get(k))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the stages: decoding tasks and model actors
+
+
+def _job(plan: Plan, row: dict[str, Any], root: Path) -> Job:
+    """A row's job, its outputs named by the local engine's `Plan.jobs` under `root`."""
+    path: Path | str = row["source"] if row["remote"] else Path(row["source"])
+    job = plan.jobs([(path, Path(row["sub"]))], root, [row["stem"]])[0]  # type: ignore[list-item]
+    job.index = int(row["index"])
+    return job
+
+
+def read_row(row: dict[str, Any], spec: ModelSpec, plan: Plan, dest: Destination) -> dict[str, Any]:
+    """A decoding task: `prepare` one image (hash, skip check, decode, preprocess) for the actors.
+
+    Returns:
+        the row with 'status' ('ready', 'skipped' or 'failed'), 'error', 'sha256', 'present' (the outputs that
+        exist at a URI destination, one a line) and 'payload' (the pickled model input, display and region).
+    """
+    job = _job(plan, row, dest.root)
+    out = {**row, "status": "ready", "error": "", "sha256": "", "present": "", "payload": b"",
+           "decoder": os.getpid()}
+    try:
+        complete = None
+        if dest.remote:
+            there = dest.present(job.outputs)
+            out["present"] = "\n".join(p.relative_to(dest.root).as_posix() for p, ok in zip(job.outputs, there) if ok)
+            complete = lambda _job: all(there)  # noqa: E731
+        if row["remote"]:
+            item = prepare(job, spec, plan, data=fetch(row["read"]), complete=complete)
+        else:
+            item = prepare(job, spec, plan, file=Path(row["read"]), complete=complete)
+    except (VitvizError, OSError) as e:
+        out.update(status="failed", error=failure_text(job, e), sha256=job.sha256)
+        return out
+    out["sha256"] = job.sha256
+    if item is None:
+        out["status"] = "skipped"
+    else:
+        out["payload"] = pickle.dumps((item.x.numpy(), item.display, item.region), protocol=pickle.HIGHEST_PROTOCOL)
+    return out
+
+
+def _die_once(flag: str) -> None:
+    """Fault injection for tests (`FAULT_ENV`): the first call anywhere that creates `flag` kills its process."""
+    if not flag:
+        return
+    try:
+        fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os._exit(1)
+
+
+class ExportActor:
+    """A model actor: loads the model once, then exports every batch Ray hands it with the local engine."""
+
+    def __init__(self, recipe: ModelRecipe, plan: Plan, dest: Destination) -> None:
+        import ray
+
+        from vitviz.core.load import load
+
+        context = ray.get_runtime_context()
+        self.actor, self.node, self.pid = context.get_actor_id() or "", context.get_node_id() or "", os.getpid()
+        self.reconstructed = bool(context.was_current_actor_reconstructed)
+        checkpoint = recipe.checkpoint
+        if recipe.files is not None:
+            folder = Path(tempfile.mkdtemp(prefix="vitviz-model-"))
+            for rel, data in ray.get(recipe.files).items():
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                (folder / rel).write_bytes(data)
+            checkpoint = str(folder / recipe.name)
+        import torch
+
+        torch.set_num_threads(recipe.threads)
+        with warnings.catch_warnings():  # the driver has said its warnings once
+            warnings.simplefilter("ignore")
+            model = load(checkpoint, device=recipe.device, **recipe.overrides)
+        differs = same_model(model.spec, recipe.spec)
+        if differs:
+            raise RayEngineError(f"the model loaded on node {self.node[:12]} from {checkpoint} is not the driver's: "
+                                 f"{', '.join(differs)} differ. Give every node the same checkpoint and the files "
+                                 "beside it (a shared filesystem), or ship it with --ship-model store")
+        self.device = str(model.device)
+        self.plan, self.dest = plan, dest
+        self.root = Path(tempfile.mkdtemp(prefix="vitviz-out-")) if dest.remote else dest.root
+        self.exporter = Exporter(model, plan, [], spec=recipe.spec)
+        self.fault = os.environ.get(FAULT_ENV, "")
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        import torch
+
+        _die_once(self.fault)
+        keys = list(batch)
+        rows = [dict(zip(keys, values)) for values in zip(*(batch[k].tolist() for k in keys))]
+        jobs, ready = [], []
+        for row in rows:
+            job = _job(self.plan, row, self.root)
+            job.sha256 = row["sha256"]
+            if row["status"] == "ready":
+                x, display, region = pickle.loads(row["payload"])
+                ready.append(Prepared(job, torch.from_numpy(x), display, region))
+            else:
+                job.status, job.error = row["status"], row["error"]
+            jobs.append(job)
+        fatal = ""
+        if ready:
+            try:
+                self.exporter.export_batch(ready)
+            except DiskFullError as e:  # that image failed with it; the driver stops the run
+                fatal = str(e)
+        if self.dest.remote:
+            for job, row in zip(jobs, rows):
+                self._upload(job, set(row["present"].split("\n")) - {""})
+        return {
+            "index": [job.index for job in jobs], "status": [job.status for job in jobs],
+            "error": [job.error for job in jobs], "sha256": [job.sha256 for job in jobs],
+            "written": ["\n".join(p.relative_to(self.root).as_posix() for p in job.written) for job in jobs],
+            "actor": [self.actor] * len(jobs), "node": [self.node] * len(jobs), "pid": [self.pid] * len(jobs),
+            "device": [self.device] * len(jobs), "reconstructed": [self.reconstructed] * len(jobs),
+            "fatal": [fatal] * len(jobs), "decoded_here": [row["decoder"] == self.pid for row in rows],
+        }
+
+    def _upload(self, job: Job, present: set[str]) -> None:
+        """Move a job's files from this actor's folder to the destination; one that exists there is left alone
+        (unless --overwrite), as the local engine leaves it."""
+        uploaded = []
+        try:
+            for path in job.written:
+                rel = path.relative_to(self.root).as_posix()
+                if self.plan.overwrite or rel not in present:
+                    self.dest.upload(path, rel)
+                    uploaded.append(path)
+                path.unlink()
+        except OSError as e:
+            job.status, job.error = "failed", failure_text(job, e)
+        job.written = uploaded
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the driver
+
+
+@dataclass
+class RaySettings:
+    """The command line's Ray options; None: chosen from the cluster (see `RayExporter`).
+
+    Attributes:
+        address: the cluster to join (default $RAY_ADDRESS); without either, Ray starts a local instance.
+        actors: model actors (one model each).
+        gpus_per_actor: GPUs each actor reserves (fractions share a GPU).
+        cpus_per_actor: CPUs each actor reserves (its torch threads).
+        ship: 'path', 'store' (the object store) or None: by path on a local Ray, through the object store on a
+            cluster that was joined by address.
+    """
+
+    address: str | None = None
+    actors: int | None = None
+    gpus_per_actor: float | None = None
+    cpus_per_actor: float | None = None
+    ship: str | None = None
+
+
+@dataclass
+class _Worker:
+    node: str
+    device: str
+    pids: set[int] = field(default_factory=set)
+    restarts: int = 0
+    images: int = 0
+
+
+class RayExporter:
+    """Runs a plan over its jobs on Ray; `counts`, each job's status and `engine_record()` say what happened.
+    The local `Exporter`'s interface: the CLI drives either.
+
+    Args:
+        checkpoint, overrides, device: how the actors load the model (`ModelRecipe`).
+        spec: the driver's loaded model's spec.
+        jobs: one per source, in order, named by `Plan.jobs` with `stems` under `root` (the local folder as
+            given, or the URI's path: `dest.root`).
+        sources: where each job's image is read.
+        dest: the output folder or URI.
+        on_progress: called on this thread with each job as it finishes (or is skipped).
+        on_message: a line for the user (a worker that died and was restarted).
+
+    Defaults from the cluster: with GPUs (and --device not cpu) one GPU per actor and one actor per GPU; without,
+    an actor for every T + 1 CPUs (T: torch's thread count here, which every actor runs with), so decoding keeps
+    CPUs of its own; each actor reserves one CPU.
+    """
+
+    def __init__(self, checkpoint: str | None, overrides: dict[str, Any], device: str, spec: ModelSpec, plan: Plan,
+                 jobs: list[Job], stems: list[str], root: Path, sources: list[Source], dest: Destination,
+                 settings: RaySettings, on_progress: Callable[[Job], None] | None = None,
+                 on_message: Callable[[str], None] | None = None) -> None:
+        self.checkpoint, self.overrides, self.device, self.spec = checkpoint, overrides, device, spec
+        self.plan, self.jobs, self.stems, self.root = plan, jobs, stems, root
+        self.sources, self.dest, self.settings = sources, dest, settings
+        self.on_progress = on_progress or (lambda _job: None)
+        self.on_message = on_message or (lambda _text: None)
+        self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
+        self.workers: dict[str, _Worker] = {}
+        self.resumed = 0            # images skipped from the previous manifest, never read
+        self.actors = 0
+        self.gpus_per_actor = 0.0
+        self.cpus_per_actor = 1.0
+        self.cpus = 0.0             # the cluster's
+        self.threads = _torch_threads()
+        self.decoded_in_actors = 0  # images a Ray that fused the stages decoded in an actor (0 expected)
+        self.address = ""
+        self.shipped = ""
+        self._reported: set[int] = set()
+
+    # -- the run ------------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Process every job. On KeyboardInterrupt (or a full disk, or a failed Ray job) stop the job and its
+        actors, record what is on disk for the images no actor reported, re-raise."""
+        self._skip_recorded()
+        todo = [job for job in self.jobs if job.status == "pending"]
+        if not todo:
+            return
+        import ray
+        import ray.data.exceptions
+
+        failures = (ray.exceptions.RayError, ray.data.exceptions.SystemException, ConnectionError)
+        started = self._connect()
+        try:
+            self._run(todo)
+        except failures as e:  # an actor that would not start, an error in a worker, a lost cluster
+            raise RayEngineError(f"the Ray job stopped: {_ray_error(e)}") from e
+        finally:
+            if started:
+                ray.shutdown()
+            self._settle()
+
+    def _connect(self) -> bool:
+        """Join the cluster (or start a local Ray); True when this run started Ray (and so stops it)."""
+        import ray
+
+        self._quiet_ray()
+        started = False
+        if not ray.is_initialized():
+            address = self.settings.address or os.environ.get("RAY_ADDRESS") or None
+            try:
+                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.ERROR)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                raise RayEngineError(f"cannot {'join the Ray cluster at ' + address if address else 'start Ray'}: "
+                                     f"{e}") from None
+            started = True
+            self.address = address or "local"
+        else:
+            self.address = "already initialised"
+        self._size(joined=started and self.address != "local")
+        return started
+
+    @staticmethod
+    def _quiet_ray() -> None:
+        """No Ray Data progress bars or execution logs: the CLI draws its own bar."""
+        import ray.data
+
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        context.enable_operator_progress_bars = False
+        context.enable_auto_log_stats = False
+        for name in ("ray.data", "ray"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    def _size(self, joined: bool) -> None:
+        """The actor pool from the settings and the cluster's resources; refuse one that cannot run."""
+        import ray
+
+        res = ray.cluster_resources()
+        cpus, gpus = float(res.get("CPU", 0)), float(res.get("GPU", 0))
+        s = self.settings
+        gpa = s.gpus_per_actor if s.gpus_per_actor is not None else (1.0 if gpus >= 1 and self.device != "cpu" else 0.0)
+        cpa = s.cpus_per_actor if s.cpus_per_actor is not None else 1.0
+        actors = s.actors or (max(1, int(gpus // gpa)) if gpa else max(1, int(cpus // (self.threads + 1))))
+        self.actors, self.gpus_per_actor, self.cpus_per_actor, self.cpus = actors, gpa, cpa, cpus
+        problems = []
+        if gpa * actors > gpus:
+            problems.append(f"{actors} actor(s) x {gpa:g} GPU need {gpa * actors:g} GPU(s); the cluster has {gpus:g}")
+        if cpa * actors + 1 > cpus:
+            problems.append(f"{actors} actor(s) x {cpa:g} CPU leave {max(0.0, cpus - cpa * actors):g} of the "
+                            f"cluster's {cpus:g} CPUs for decoding images; at least 1 is needed (fewer --actors, "
+                            "or --cpus-per-actor 0.5)")
+        if problems and not joined:
+            raise RayEngineError("; ".join(problems))
+        for problem in problems:  # an autoscaling cluster may still add the nodes
+            self.on_message(f"vitviz: warning: {problem}; the export waits until the cluster has them")
+        ship = s.ship or ("store" if joined else "path")
+        self.shipped = "object store" if ship == "store" and self.checkpoint is not None else "path"
+
+    def _recipe(self) -> ModelRecipe:
+        import ray
+
+        if self.shipped == "object store" and self.checkpoint is not None:
+            files, name = model_files(self.checkpoint)
+            return ModelRecipe(self.checkpoint, self.overrides, self._actor_device(), self.spec, self.threads,
+                               ray.put(files), name)
+        checkpoint = None if self.checkpoint is None else os.path.abspath(self.checkpoint)
+        overrides = dict(self.overrides)
+        if isinstance(overrides.get("code"), str):  # FILE.py:FACTORY relative to here
+            file, _, factory = overrides["code"].rpartition(":")
+            overrides["code"] = f"{os.path.abspath(file)}:{factory}" if file else overrides["code"]
+        return ModelRecipe(checkpoint, overrides, self._actor_device(), self.spec, self.threads)
+
+    def _actor_device(self) -> str:
+        """--device auto: CUDA for actors holding a GPU, else the CPU (a GPU Ray did not give it is not used)."""
+        if self.device != "auto":
+            return self.device
+        return "cuda" if self.gpus_per_actor > 0 else "cpu"
+
+    def _env(self) -> dict[str, Any]:
+        """The VITVIZ_* settings of this process (VITVIZ_PACKED changes the numerics) for every task and actor."""
+        env = {k: v for k, v in os.environ.items() if k.startswith("VITVIZ_")}
+        return {"runtime_env": {"env_vars": env}} if env else {}
+
+    def _dataset(self, todo: list[Job]) -> Any:
+        """The job's two stages: decoding tasks, then the actor pool, over one row per image to do."""
+        import ray.data
+
+        rows = [self._row(job) for job in todo]
+        blocks = min(len(rows), max(2 * max(1, self.actors), -(-len(rows) // (4 * self.plan.batch_size))), 20_000)
+        env = self._env()
+        gpus = {"num_gpus": self.gpus_per_actor} if self.gpus_per_actor else {}
+        # At most as many decoding tasks at once as the CPUs the actors leave, and never the pool's size: Ray Data
+        # fuses a map whose cap is the actor pool's (or has none) into the actors, which would then decode too.
+        decoders = max(int(self.cpus - self.actors * self.cpus_per_actor), 1)
+        decoders = decoders if decoders != self.actors else decoders + 1
+        with warnings.catch_warnings():  # Ray's deprecation notes about its own arguments
+            warnings.simplefilter("ignore")
+            ds = ray.data.from_items(rows, override_num_blocks=blocks)
+            ds = ds.map(read_row, fn_kwargs={"spec": self.spec, "plan": self.plan, "dest": self.dest}, num_cpus=1,
+                        compute=ray.data.TaskPoolStrategy(size=decoders), **env)
+            return ds.map_batches(ExportActor, fn_constructor_kwargs={"recipe": self._recipe(), "plan": self.plan,
+                                                                      "dest": self.dest},
+                                  batch_size=self.plan.batch_size, batch_format="numpy",
+                                  compute=ray.data.ActorPoolStrategy(size=self.actors),
+                                  num_cpus=self.cpus_per_actor, **gpus, **env)
+
+    def _run(self, todo: list[Job]) -> None:
+        ds = self._dataset(todo)
+        rows_out = iter(ds.iter_rows())
+        try:
+            for row in rows_out:
+                self._take(row)
+        finally:
+            close = getattr(rows_out, "close", None)
+            if close is not None:
+                close()
+
+    def _row(self, job: Job) -> dict[str, Any]:
+        source = self.sources[job.index]
+        return {"index": job.index, "source": str(source.path), "read": source.read, "remote": source.remote,
+                "sub": source.sub.as_posix(), "stem": self.stems[job.index]}
+
+    def _take(self, row: dict[str, Any]) -> None:
+        """One image an actor finished: its job, the counts, the worker's record, the progress callback."""
+        job = self.jobs[int(row["index"])]
+        if job.index in self._reported:  # a retried batch's rows come once; a second report changes nothing
+            return
+        self._reported.add(job.index)
+        job.status, job.error, job.sha256 = row["status"], row["error"], row["sha256"]
+        job.written = [self.root / rel for rel in row["written"].split("\n") if rel]
+        self.counts[job.status] = self.counts.get(job.status, 0) + 1
+        self.counts["files"] += len(job.written)
+        worker = self.workers.setdefault(row["actor"], _Worker(row["node"], row["device"]))
+        if row["pid"] not in worker.pids:
+            worker.pids.add(row["pid"])
+            if row["reconstructed"]:
+                worker.restarts += 1
+                self.on_message(f"vitviz: a model worker died and Ray restarted it (actor {row['actor'][:12]}, node "
+                                f"{row['node'][:12]}, now pid {row['pid']}); its batch was retried")
+        worker.images += 1
+        self.decoded_in_actors += bool(row["decoded_here"])
+        self.on_progress(job)
+        if row["fatal"]:
+            raise DiskFullError(row["fatal"])
+
+    # -- resume and stop ----------------------------------------------------------------------------------------
+
+    def _skip_recorded(self) -> None:
+        """Skip, without reading them, the images the previous manifest records as done or skipped (with their
+        hash) whose outputs are all in the destination (one listing of it); the rest are checked by the
+        decoding tasks as the local engine checks them."""
+        if self.plan.overwrite:
+            return
+        previous = self.dest.read_json(MANIFEST)
+        entries = previous.get("images") if isinstance(previous, dict) else None
+        if not isinstance(entries, list):
+            return
+        recorded = {str(e.get("path")): e for e in entries if isinstance(e, dict)
+                    and e.get("status") in ("done", "skipped") and e.get("sha256")}
+        if not recorded:
+            return
+        present = self.dest.files()
+        for job in self.jobs:
+            entry = recorded.get(str(job.path))
+            if entry is None:
+                continue
+            if all(p.relative_to(self.root).as_posix() in present for p in job.outputs):
+                job.status, job.sha256 = "skipped", str(entry["sha256"])
+                self.counts["skipped"] += 1
+                self.resumed += 1
+                self.on_progress(job)
+
+    def _settle(self) -> None:
+        """After a stop: an image no actor reported has the outputs that are on disk; all of them: done (atomic
+        writes leave no partial file), else pending. The file count is what every image wrote."""
+        pending = [job for job in self.jobs if job.status == "pending"]
+        if pending:
+            try:
+                present = self.dest.files()
+            except OSError:
+                present = set()
+            for job in pending:
+                job.written = [p for p in job.outputs if p.relative_to(self.root).as_posix() in present]
+                if job.outputs and len(job.written) == len(job.outputs):
+                    job.status = "done"
+                    self.counts["done"] += 1
+        self.counts["files"] = sum(len(job.written) for job in self.jobs)
+
+    # -- what the CLI shows and records ------------------------------------------------------------------------
+
+    def summary(self, out: Any, seconds: float, interrupted: bool) -> str:
+        """The local engine's summary line, naming the engine."""
+        actors = f", {self.actors} actor{'s' if self.actors != 1 else ''}" if self.actors else ""
+        return summary_line(self.counts, len(self.jobs), out, seconds, interrupted, engine=f"on Ray{actors}")
+
+    @property
+    def devices(self) -> str:
+        """Where the maps were computed: the actors' devices ('' when no actor ran)."""
+        return ",".join(sorted({w.device for w in self.workers.values()}))
+
+    def engine_record(self) -> dict[str, Any]:
+        """The manifest's 'engine': the cluster, the pool, how the model travelled, every worker and its
+        restarts, the images skipped from the previous manifest."""
+        return {
+            "name": "ray", "address": self.address, "actors": self.actors, "gpus_per_actor": self.gpus_per_actor,
+            "cpus_per_actor": self.cpus_per_actor, "torch_threads": self.threads, "model_shipped": self.shipped,
+            "restarts": sum(w.restarts for w in self.workers.values()), "resumed_from_manifest": self.resumed,
+            "decoded_in_actors": self.decoded_in_actors,
+            "workers": [{"actor": a, "node": w.node, "device": w.device, "pids": sorted(w.pids),
+                         "restarts": w.restarts, "images": w.images} for a, w in sorted(self.workers.items())],
+        }
+
+
+def _torch_threads() -> int:
+    """torch's thread count here: the local engine's, which the actors use too (`ModelRecipe.threads`)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _ray_error(error: BaseException) -> str:
+    """A Ray exception's cause in one line: the last 'SomeError: message' line of its text (Ray puts the worker's
+    traceback there) or of its causes', without Ray's tracebacks."""
+    texts = []
+    cause: BaseException | None = error
+    while cause is not None and len(texts) < 10:
+        texts.append(str(cause))
+        cause = getattr(cause, "cause", None) or cause.__cause__
+    lines = [line.strip() for text in texts for line in text.splitlines()]
+    found = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b.*: ", line)]
+    if found:
+        kind, _, message = found[-1].partition(": ")
+        return f"{kind.rsplit('.', 1)[-1]}: {message}"[:500]
+    return (next((line for line in reversed(lines) if line), "") or type(error).__name__)[:500]
