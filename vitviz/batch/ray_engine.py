@@ -198,7 +198,7 @@ def _read_list(text: str, out: Path | None, pattern: str | None) -> Iterator[Sou
             continue
         if not is_uri(line) and not os.path.isabs(line):
             line = f"{base}/{line}" if is_uri(text) else os.path.normpath(os.path.join(base, line))
-        if not is_uri(line) and not _is_glob(line) and not os.path.isdir(line):
+        if not is_uri(line) and not _is_glob(line) and (is_image_file(line) or not os.path.isdir(line)):
             yield _local(Path(line), Path("."))  # not looked at: a missing file fails as its image
         elif is_uri(line) and not _is_glob(line) and is_image_file(urlsplit(line).path):
             yield Source(line, line, Path("."))
@@ -230,10 +230,10 @@ def _natural(rel: str) -> tuple:
 def _local_glob(text: str) -> Iterator[Source]:
     base, _pattern = _split_glob(Path(text).as_posix())
     matches = [m for m in glob.glob(text, recursive=True) if os.path.isfile(m) and is_image_file(m)]
-    root = Path(base or ".")
-    for match in sorted(matches, key=lambda m: _natural(Path(m).relative_to(root).as_posix())):
+    root = base or "."
+    for match in sorted(matches, key=lambda m: _natural(Path(os.path.relpath(m, root)).as_posix())):
         path = Path(match)
-        yield _local(path, path.parent.relative_to(root))
+        yield _local(path, Path(os.path.relpath(path.parent, root)))
 
 
 def _uri_sources(uri: str, pattern: str | None) -> Iterator[Source]:
