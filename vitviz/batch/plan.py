@@ -11,6 +11,9 @@ window and `vitviz export` write the same files under the same names:
 - `rollout`: attention rollout through layers start..l for layer l (by default heads fused by mean, nothing
   discarded, residual 0.5, from layer 0, as the window's defaults); `rollout:N` rolls out token N instead of CLS.
 
+Windowed models (Swin, SAM / ViTDet) have maps of their own, made and drawn by `vitviz.batch.windowed`: `received`
+and `query:N`, per block and head; the maps above are refused for them, and theirs for plain ViTs.
+
 Heads are reduced after the queries (head 'mean' of `mean` is the mean over heads of each head's mean over
 queries), as in the window. Layer 'mean' is the mean of the per-layer maps.
 
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job
-from vitviz.core.maps import GRADIENT_KINDS, POOL_KINDS, HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.maps import GRADIENT_KINDS, POOL_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
@@ -119,6 +122,10 @@ def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
     """Refuse maps the model cannot give: 'cls' without a CLS token, a token index past the last token, a rollout
     starting after the last layer, a MAP head's map of a model without one."""
     for m in maps:
+        if m.kind in WINDOW_KINDS:
+            raise SelectionError(f"the {m.label} map is a windowed model's (Swin, SAM / ViTDet: attention inside "
+                                 "windows); this model attends over all its tokens: use --maps mean (the attention "
+                                 "each patch receives) or token:N")
         if m.kind == "cls" and not (spec.cls_token and spec.num_prefix > 0):
             hint = "pool (its MAP head's attention) or mean" if spec.pooling == "map" else "mean"
             raise SelectionError(f"this model has no CLS token, so the 'cls' map is undefined; use --maps {hint}")

@@ -33,6 +33,8 @@ def run_info(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # said below, with the option that fixes each, instead of as warnings
         warnings.simplefilter("ignore", GuessWarning)
         model = vitviz.load(checkpoint, device=args.device, **overrides)
+    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
+        return _windowed_info(model, args.json)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
     spec = model.spec
     if args.json:
@@ -93,4 +95,54 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"  path           {prov.get('path', '')}")
         for i, (name, how) in enumerate(layers):
             print(f"  layer {i:<8} {name:<36} {how}")
+    return 0
+
+
+# the windowed spec's settings in the order info lists them (after the stages and blocks)
+_WINDOWED_ROWS = ("image_size", "patch_size", "in_chans", "eps", "eps_embed", "eps_neck", "mlp_kind", "qkv_bias",
+                  "attn_kind", "rel_pos", "pretrained_windows", "block_norm", "merge_norm", "patch_norm", "pos_embed",
+                  "pos_grid", "pos_interp", "order", "shift_rule", "mask_value", "final_norm", "neck", "neck_dim",
+                  "num_classes", "pooling", "windows", "shifts", "heads")
+
+
+def _windowed_info(model: Any, as_json: bool) -> int:
+    """`vitviz info` of a windowed model: its stages (depth, heads, width, grid, windows), every block's attention
+    ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
+    from vitviz.cli.options import cli_wording
+    from vitviz.core.winload import HOW_TO_PASS, NAMING
+
+    spec = model.spec
+    if as_json:
+        data = spec.to_dict()
+        data["labels"] = len(spec.labels)
+        data["dropped_keys"] = model.dropped
+        print(json.dumps(data, indent=2, default=list))
+        return 0
+    prov = dict(spec.provenance)
+    print(f"{spec.source}\n  family: {spec.family} ({spec.arch}, windowed attention: {spec.depth} blocks in "
+          f"{spec.num_stages} stage{'s' if spec.num_stages > 1 else ''})")
+    for st in spec.stages():
+        print(f"  stage {st['stage']}        depth {st['depth']}, heads {st['heads']}, width {st['dim']}, grid "
+              f"{st['grid'][0]}×{st['grid'][1]} ({st['stride']} px per token): {'; '.join(st['attention'])}")
+    for line in spec.describe_blocks():
+        print(f"    {line}")
+    for name in _WINDOWED_ROWS:
+        if not spec.relevant(name) or name not in prov:
+            continue
+        value = getattr(spec, name)
+        if name in ("windows", "shifts", "heads"):
+            value = "per block, above" if name != "heads" else value
+        print(f"  {name:<18} {str(value):<22} {spec.kind_of(name):<8} ({prov[name]})")
+    print(f"  identity           {prov.get('identity', '')}")
+    pp = spec.preprocess
+    print(f"  parameters         {spec.num_params:,}")
+    print(f"  preprocess         {pp.mode}: resize {pp.resize}, crop {pp.crop}, {pp.interpolation}, mean {pp.mean}, "
+          f"std {pp.std}  ({prov.get('preprocess', '')})")
+    print(f"  labels             {len(spec.labels)}  ({prov.get('labels', 'none')})")
+    if model.dropped:
+        print(f"  ignored keys       {len(model.dropped)}: {', '.join(model.dropped[:5])}")
+    for name, source in spec.assumptions:
+        how = HOW_TO_PASS.get(name, NAMING)
+        print(f"  !! {'GUESSED' if source.startswith('guess') else 'ASSUMED'} {name}: "
+              + cli_wording(f"{source}; if that is wrong, pass {how}"))
     return 0

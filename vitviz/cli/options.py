@@ -58,6 +58,10 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
                         "Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none")
     g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
+    g.add_argument("--window", type=_window, metavar="N", help="windowed models (Swin v2, SAM without relative "
+                   "positions), whose files hold no window size: N, or one per stage (8,8,8,8)")
+    g.add_argument("--global-blocks", type=_indices, metavar="I,J", help="SAM / ViTDet: the blocks with global "
+                   "attention, when neither the file nor its config says (SAM ViT-B: 2,5,8,11)")
     add_code_argument(g)
 
 
@@ -83,6 +87,7 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
             "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
+    keys += ("window", "global_blocks")  # windowed models (Swin, SAM / ViTDet)
     keys += ("code", "grid", "num_prefix", "in_chans")  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that
     # file's code (asked for); the others only apply with it
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
@@ -95,6 +100,21 @@ def _size(text: str) -> tuple[int, int]:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _window(text: str) -> int | tuple[int, ...]:
+    """'8' -> 8; '8,8,16,8' -> one window per stage."""
+    values = _indices(text)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive window size, or one per stage (8,8,8,8)")
+    return values[0] if len(values) == 1 else values
+
+
+def _indices(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers") from None
 
 
 def _floats(text: str) -> tuple[float, ...]:

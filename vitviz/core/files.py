@@ -149,6 +149,15 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
         if key in arrays or key in ("spec", "source"):
             raise ValueError(f"extra array {key!r} would replace the result's own")
         arrays[key] = np.asarray(value)
+    return write_arrays_atomic(path, arrays, overwrite)
+
+
+def write_arrays_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarray], overwrite: bool = False) -> Path:
+    """Write named arrays to an uncompressed .npz, atomically (nothing pickled: text as 0-d string arrays).
+
+    Raises:
+        OutputExistsError: `path` exists and `overwrite` is False.
+    """
     return _atomic_write(path, lambda handle: np.savez(handle, **arrays), overwrite)
 
 

@@ -18,6 +18,11 @@ made only when such a map is asked for:
 - feature maps (`FEATURE_KINDS`): 'norms' (each patch's output-token norm per layer, `norm_stack`) and 'pca' (the
   DINOv2-style PCA colours of a layer: a colour image, drawn by `vitviz.core.render.draw_colors`, not a heatmap).
 
+Windowed models (Swin, SAM / ViTDet: `vitviz.core.winspec`) attend inside windows, so their maps (`WINDOW_KINDS`) are
+made per block from (windows, heads, n, n) attention by `vitviz.core.winmaps`: 'received' (the attention each
+patch receives, stitched from its windows) and 'query' (`query:N`: patch N's attention inside its window, placed
+on the grid). The attention maps of plain ViTs are not defined for them (no CLS token, no single token grid).
+
 Models that pool with a MAP head (SigLIP, Perception Encoder: `spec.pooling == 'map'`) have no CLS token; their
 latent query's attention over the patches (`AttentionResult.pool_attention`) is their "CLS attention". Its maps
 (`POOL_KINDS`, `pool_stack`) come from the same forward pass with the head run (logits on): 'pool' (per pooling
@@ -50,7 +55,8 @@ GRADIENT_KINDS = ("relevance", "gradrollout", "attngrad")     # one class's maps
 FEATURE_KINDS = ("pca", "norms")                              # from the blocks' output tokens: a pass of its own
 POOL_KINDS = ("pool", "poolrollout")                          # a MAP head's attention: the forward pass with the head
 TEXT_KINDS = ("text",)                                        # a text prompt's LeGrad (CLIP / SigLIP text tower)
-ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS + TEXT_KINDS
+WINDOW_KINDS = ("received", "query")                          # windowed models' maps (vitviz.core.winmaps)
+ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS + TEXT_KINDS + WINDOW_KINDS
 WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool", "text")  # one map of all layers together: files say `Lall`
 POOL_TITLE = "pooling attention (MAP head)"
 GRADIENT_TITLES = {"relevance": "class relevance (Chefer)", "gradrollout": "gradient rollout",
@@ -81,7 +87,8 @@ class MapKind:
             maps of class `target` ('relevance', 'gradrollout', 'attngrad'), a feature map ('pca', 'norms'), or
             a MAP head's map: 'pool' (its attention over the patches per pooling head) or 'poolrollout' (the
             rollout of its query, with the settings `rollout`; `rollout.query` is not used).
-        token: the query token of 'token' (prefix tokens count: token 0 is CLS when the model has one).
+        token: the query token of 'token' (prefix tokens count: token 0 is CLS when the model has one); of
+            'query', a windowed model's patch (first-stage grid, row-major).
         rollout: the rollout's settings; only used by 'rollout'.
         target: the class a gradient map explains: an index, a label not yet looked up (`vitviz.batch.plan.
             resolve_targets` turns it into the index), or None for the image's top class.
@@ -95,8 +102,9 @@ class MapKind:
     def __post_init__(self) -> None:
         if self.kind not in ALL_KINDS:
             raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(ALL_KINDS)}")
-        if (self.kind == "token") != (self.token is not None):
-            raise SelectionError(f"a {self.kind} map {'needs' if self.kind == 'token' else 'takes no'} query token")
+        if (self.kind in ("token", "query")) != (self.token is not None):
+            raise SelectionError(f"a {self.kind} map {'needs' if self.kind in ('token', 'query') else 'takes no'} "
+                                 "query token")
         if self.kind in TEXT_KINDS and not (isinstance(self.target, str) and self.target.strip()):
             raise SelectionError("a text map needs a prompt, e.g. text:a photo of a cat")
         if self.target is not None and self.kind not in GRADIENT_KINDS + TEXT_KINDS:
@@ -114,7 +122,7 @@ class MapKind:
             return cls("text", target=" ".join(prompt.group(1).split()))
         text = text.strip().lower()
         base = rollout or RolloutParams()
-        if text in ("cls", "mean", "max", "pool") or text in FEATURE_KINDS:
+        if text in ("cls", "mean", "max", "pool", "received") or text in FEATURE_KINDS:
             return cls(text)
         if text == "rollout":
             return cls("rollout", rollout=base)
@@ -127,23 +135,24 @@ class MapKind:
                 raise SelectionError(f"map {text!r}: expected a class index or label after ':' (e.g. "
                                      f"{grad.group(1)}:3), or {grad.group(1)} alone for the top class")
             return cls(grad.group(1), target=int(target) if target.isdigit() else target or None)
-        match = re.fullmatch(r"(token|rollout):(\d+)", text)
+        match = re.fullmatch(r"(token|rollout|query):(\d+)", text)
         if match is None:
             raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0), "
                                  "rollout:N, relevance[:CLASS], gradrollout[:CLASS], attngrad[:CLASS], pca, "
-                                 "norms, pool or rollout:pool")
+                                 "norms, pool or rollout:pool; windowed models (Swin, SAM): received, query:N")
         token = int(match.group(2))
-        if match.group(1) == "token":
-            return cls("token", token)
+        if match.group(1) in ("token", "query"):
+            return cls(match.group(1), token)
         return cls("rollout", rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual, token))
 
     @property
     def label(self) -> str:
         """The map's part of a file name: 'cls', 'mean', 'token17', 'pca', 'norms', 'pool'; a gradient map with its
-        class, 'relevance-c3' ('relevance' for the top class); for rollout 'rollout' with the settings that differ
-        from the defaults: 'rollout-token17-max-d0.9-r0.3-from2' ('rollout-pool-max' from a MAP head's query)."""
-        if self.kind == "token":
-            return f"token{self.token}"
+        class, 'relevance-c3' ('relevance' for the top class); 'query17' (a windowed model's patch 17); for rollout
+        'rollout' with the settings that differ from the defaults: 'rollout-token17-max-d0.9-r0.3-from2'
+        ('rollout-pool-max' from a MAP head's query)."""
+        if self.kind in ("token", "query"):
+            return f"{self.kind}{self.token}"
         if self.kind in TEXT_KINDS:
             from vitviz.core.text import prompt_label
 
@@ -180,11 +189,14 @@ class MapKind:
     def source(self) -> str:
         """What the map is made from: 'attention' (the captured forward pass), 'pool' (the same pass with the MAP
         head run: its attention, and all layers' for 'poolrollout'), 'gradients' (a forward and backward pass for
-        its class), 'text' (one for its prompt's embedding) or 'features' (the blocks' output tokens)."""
+        its class), 'text' (one for its prompt's embedding), 'features' (the blocks' output tokens) or 'windows' (a
+        windowed model's captured pass, `vitviz.core.winmaps`)."""
         if self.kind in POOL_KINDS:
             return "pool"
         if self.kind in TEXT_KINDS:
             return "text"
+        if self.kind in WINDOW_KINDS:
+            return "windows"
         return "gradients" if self.kind in GRADIENT_KINDS else "features" if self.kind in FEATURE_KINDS else \
             "attention"
 
@@ -197,7 +209,7 @@ class MapKind:
     def per_head(self) -> bool:
         """Whether there is a map per head (rollout fuses the heads; relevance, PCA and norms have none; 'pool' has
         one per pooling head)."""
-        return self.kind in ("cls", "mean", "max", "token", "attngrad", "pool")
+        return self.kind in ("cls", "mean", "max", "token", "attngrad", "pool", "received", "query")
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ WINDOW_OVERRIDES = ("window", "global_blocks")
 # overrides of hyperparams.OVERRIDES that mean something here
 APPLIES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp", "act",
           "nest_key", "device", "resize", "crop_mode")
-NAMING = ("a config.json that names the model (timm architecture, transformers model_type) or the release's own "
-          "file name; the settings of a named model are its facts")
+NAMING = "a config.json naming the model (timm architecture, transformers model_type), or its release file name"
 HOW_TO_PASS = {"windows": "window=N (CLI --window N), one size or one per stage",
+               "global_blocks": "global_blocks=[...] (CLI --global-blocks I,J)",
                "heads": "heads=N (CLI --heads N)", "image_size": "image_size=N (CLI --image-size N)",
                "eps": "eps=E (CLI --eps E)", "mlp_kind": "act=... (CLI --act ...)",
                "preprocess": "mean=/std= (CLI --mean M --std S)", "pos_interp": "pos_interp=... (CLI --pos-interp ...)"}

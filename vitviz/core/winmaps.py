@@ -24,24 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitviz.core.maps import MapStack, SelectionError
+from vitviz.core.maps import MapStack, SelectionError, _fused_stack
 from vitviz.core.rollout import RolloutEngine, RolloutParams
 from vitviz.core.tokens import fuse_heads
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 
 WINDOW_MAPS = ("received", "query")
-
-
-def _fused(maps: np.ndarray) -> np.ndarray:
-    """(L, H, gh, gw) -> (L, H + 2, gh, gw): the heads, their mean and their max."""
-    return np.concatenate([maps, maps.mean(1, keepdims=True), maps.max(1, keepdims=True)], axis=1)
-
-
-def _stack(maps: np.ndarray, title: str) -> MapStack:
-    fused = _fused(np.asarray(maps, np.float32))
-    h = maps.shape[1]
-    vmax = np.array([fused[:, :h].max(), fused[:, h].max(), fused[:, h + 1].max()], dtype=np.float64)
-    return MapStack(maps=fused, vmax=vmax, title=title)
 
 
 # ----------------------------------------------------------------------------------------------- one block
@@ -138,7 +126,7 @@ def received_stack(result: WindowedResult, stage: int, how: str = "mean") -> Map
     """The received map of every block of `stage` as a MapStack (blocks, H + 2, gh, gw)."""
     blocks = stage_blocks(result, stage)
     maps = np.stack([received_map(result.blocks[b], result.geometry[b], how) for b in blocks])
-    return _stack(maps, f"attention received ({how} over each window's queries), stage {stage}")
+    return _fused_stack(maps, f"attention received ({how} over each window's queries), stage {stage}")
 
 
 def query_stack(result: WindowedResult, stage: int, cell0: tuple[int, int]) -> MapStack:
@@ -147,7 +135,7 @@ def query_stack(result: WindowedResult, stage: int, cell0: tuple[int, int]) -> M
     blocks = stage_blocks(result, stage)
     cell = stage_cell(result.spec, stage, cell0)
     maps = np.stack([query_map(result.blocks[b], result.geometry[b], cell) for b in blocks])
-    return _stack(maps, f"window attention of patch {cell0} (cell {cell} of stage {stage})")
+    return _fused_stack(maps, f"window attention of patch {cell0} (cell {cell} of stage {stage})")
 
 
 def block_stack(stack: MapStack, index: int) -> MapStack:
@@ -198,4 +186,4 @@ def rollout_stack(result: WindowedResult, stage: int, params: RolloutParams | No
     engine = RolloutEngine(dense, 0, False)
     single = RolloutParams("mean", params.discard, params.start, params.residual, query)
     maps = engine.through_each_layer(single).reshape(len(blocks), 1, *geo.grid)
-    return _stack(maps, f"rollout within stage {stage} ({params.fusion})")
+    return _fused_stack(maps, f"rollout within stage {stage} ({params.fusion})")

@@ -1,0 +1,155 @@
+"""Exporting a windowed model's maps (Swin, SAM / ViTDet): per block and head, the attention each patch receives
+(`received`) and a patch query's attention inside its window (`query:N`), drawn over the image.
+
+The export machinery is the plain export's (`vitviz.batch.pipeline.Exporter`: images read ahead in threads, one
+forward pass per batch, PNGs written atomically in threads, images whose files all exist skipped, interrupts and a
+full disk handled the same way); only the forward pass and the drawing differ, so `WindowedExporter` overrides just
+those. File names come from `vitviz.batch.plan.output_name` with the block index as the layer:
+`{image}_received_L{block}_H{head}.png`, `{image}_query17_L{block}_H{head}.png`; the .npz holds every block's
+(windows, heads, n, n) attention and the grid cell of each window token (`WindowedResult.arrays`).
+
+A block's heads are its stage's: --which-heads all gives each block all of its own, and a head index a block does
+not have is left out for that block. The colour scale shared by 'shared' is over the blocks of one stage (the
+grids differ between stages).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from vitviz.batch.pipeline import Exporter, Prepared, Stopped
+from vitviz.batch.plan import Combo, LayerSel, Plan, resolve_picks
+from vitviz.core import files
+from vitviz.core.maps import WINDOW_KINDS, HeadSel, MapKind, MapStack, SelectionError
+from vitviz.core.render import draw_map
+from vitviz.core.winmaps import cell_of_token, query_stack, received_stack
+from vitviz.core.winspec import WindowedResult, WindowedSpec
+from vitviz.errors import VitvizError
+
+WINDOWED_MAPS_HELP = ("windowed models (Swin, SAM / ViTDet): received (the attention each patch receives, stitched "
+                      "from its windows) and query:N (patch N's attention inside its window, N in the first stage's "
+                      "grid, row-major); one map per block (--layers counts blocks) and head")
+
+
+def check_window_maps(maps: list[MapKind], spec: WindowedSpec) -> None:
+    """Refuse the maps a windowed model cannot give, saying why and what to ask for instead."""
+    for m in maps:
+        if m.kind == "cls":
+            raise SelectionError("this model has no CLS token (a windowed model: Swin, SAM / ViTDet), so the 'cls' "
+                                 "map (export's default) is undefined; use --maps received (the attention each "
+                                 "patch receives, stitched from its windows) or query:N (patch N's window attention)")
+        if m.kind not in WINDOW_KINDS:
+            why = {"rollout": "rollout is not defined across Swin's patch merging (it is within one stage: "
+                              "vitviz.core.winmaps.rollout_stack)"}.get(m.kind, "it is a map of a plain ViT's "
+                                                                               "token-to-token attention")
+            raise SelectionError(f"the {m.label} map is not made for windowed models ({why}); use --maps received "
+                                 "or query:N")
+        if m.kind == "query":
+            cell_of_token(spec, int(m.token or 0))   # in range of the first stage's grid
+
+
+def resolve_window_picks(layers: list[int | str], heads: list[int | str],
+                         spec: WindowedSpec) -> tuple[list[LayerSel], list[HeadSel]]:
+    """--layers as block indices (0..depth-1; 'last', 'all'), --which-heads against the most heads of any stage."""
+    if "mean" in layers:
+        raise SelectionError("a windowed model has no mean over blocks (its stages' grids differ); give block "
+                             "indices (e.g. --layers last or 0-3)")
+    return resolve_picks(layers, spec.depth, "block"), resolve_picks(heads, spec.num_heads, "head")
+
+
+@dataclass(frozen=True)
+class WindowedPlan(Plan):
+    """A plan whose layers are a windowed model's blocks (`heads_per_block`: each block's head count)."""
+
+    heads_per_block: tuple[int, ...] = ()
+
+    def combos(self) -> list[Combo]:
+        """Every (map, block, head) to draw: each block with the heads it has."""
+        out: list[Combo] = []
+        for m in self.maps:
+            for layer in self.layers:
+                count = self.heads_per_block[int(layer)]
+                picks = [h for h in self.heads if not isinstance(h, int) or h < count]
+                for head in picks:
+                    if (m, layer, head) not in out:
+                        out.append((m, layer, head))
+        return out
+
+    @property
+    def rows(self) -> list[int] | None:
+        return None
+
+    @property
+    def needs_attention(self) -> bool:
+        return True
+
+    @property
+    def needs_pool(self) -> bool:
+        return False
+
+
+def windowed_plan(maps: list[MapKind], layers: list[int | str], heads: list[int | str], spec: WindowedSpec,
+                  **fields: Any) -> WindowedPlan:
+    """The plan of a windowed export, its maps and picks checked against `spec`; `fields` are `Plan`'s others
+    (render, npz, half, overwrite, batch_size, workers)."""
+    check_window_maps(maps, spec)
+    blocks, picks = resolve_window_picks(layers, heads, spec)
+    return WindowedPlan(maps=maps, layers=blocks, heads=picks,
+                        heads_per_block=tuple(spec.heads_of(b) for b in range(spec.depth)), **fields)
+
+
+def window_stack(result: WindowedResult, kind: MapKind, stage: int) -> MapStack:
+    """The stack of one windowed map kind for the blocks of `stage`."""
+    if kind.kind == "received":
+        return received_stack(result, stage)
+    if kind.kind == "query":
+        return query_stack(result, stage, cell_of_token(result.spec, int(kind.token or 0)))
+    raise SelectionError(f"{kind.label} is not a windowed model's map; expected one of {', '.join(WINDOW_KINDS)}")
+
+
+class WindowedExporter(Exporter):
+    """`Exporter` for a `WindowedModel`: one captured forward pass per batch, then each image's windowed maps."""
+
+    def _forward(self, batch: list[Prepared], writers: ThreadPoolExecutor) -> None:
+        import torch
+
+        plan, spec = self.plan, self.spec
+        try:
+            x = torch.cat([p.x for p in batch])
+            maps, out, fmap = self.model.forward_captured(x, plan.half, logits=plan.npz)
+        except VitvizError as e:
+            for p in batch:
+                self._fail(p.job, e)
+            return
+        geometry = spec.geometry()
+        while len(self._writes) > 2 * plan.batch_size:
+            self._finish_oldest()
+        for i, p in enumerate(batch):
+            scores = out[i] if spec.num_classes else out[i][:0]
+            result = WindowedResult(blocks=tuple(m[i] for m in maps), geometry=geometry, logits=scores,
+                                    input=p.x[0].numpy(), image=p.display, spec=spec, source=str(p.job.path),
+                                    features=None if spec.num_classes or not plan.npz else out[i],
+                                    feature_map=None if fmap is None else fmap[i])
+            self._writes.append((p.job, writers.submit(self._write, p, result)))
+
+    def _write(self, p: Prepared, result: WindowedResult) -> None:  # type: ignore[override]
+        """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
+        job, plan = p.job, self.plan
+        for folder in {path.parent for path in job.outputs}:
+            self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
+        stacks: dict[tuple[MapKind, int], MapStack] = {}
+        input_hw = p.display.shape[:2]
+        for (m, layer, head), path in zip(self.combos, job.outputs):
+            if self._stop.is_set():
+                raise Stopped
+            if not plan.overwrite and path.exists():
+                continue
+            g = result.geometry[int(layer)]
+            if (m, g.stage) not in stacks:
+                stacks[(m, g.stage)] = window_stack(result, m, g.stage)
+            rgb = draw_map(stacks[(m, g.stage)], g.index, head, p.region, input_hw, g.stride, plan.render)
+            self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
+        if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
+            self._save(job, job.outputs[-1],
+                       lambda: files.write_arrays_atomic(job.outputs[-1], result.arrays(), plan.overwrite))
