@@ -243,6 +243,20 @@ def test_every_exception_of_user_code_is_a_user_code_error(factory: str,
     assert captured.out == "" and "vitviz: error:" in captured.err and factory.split("_")[0][:4] in captured.err
 
 
+def test_a_model_object_whose_forward_exits_is_a_user_code_error() -> None:
+    """`vitviz.load(module)`: neither the reference conversion nor the live path lets its SystemExit escape."""
+    from vitviz.core.live import UserCodeError
+
+    sys.path.insert(0, str(BAD.parent))
+    try:
+        import misbehaving_code
+    finally:
+        sys.path.remove(str(BAD.parent))
+    for factory in ("exits_in_forward", "interrupts_in_forward", "base_exception_in_forward"):
+        with pytest.raises(UserCodeError, match="its forward failed .*Converting it to the reference ViT failed too"):
+            vitviz.load(getattr(misbehaving_code, factory)())
+
+
 def test_a_file_that_exits_on_import_and_a_forward_that_exits_later(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from PIL import Image

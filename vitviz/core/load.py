@@ -161,7 +161,7 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
         try:
             return load_live(path, overrides, how=why)
         except LiveModelError as e:
-            raise LiveModelError(f"{e} (Converting it to the reference ViT failed too: {why})") from e
+            raise type(e)(f"{e} (Converting it to the reference ViT failed too: {why})") from e  # UserCodeError...
     model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
         "path", "reference: its state dict converted to vitviz's reference ViT (live=True runs its own code)")))
     return model
