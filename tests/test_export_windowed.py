@@ -111,3 +111,16 @@ def test_export_refuses_windowed_maps_for_plain_vit(tiny_ckpt: Path, images: Pat
     assert main(["export", "--model", str(tiny_ckpt), "--heads", str(HEADS), str(images), "--out",
                  str(tmp_path / "o"), "--maps", "received"]) == 2
     assert "windowed model's" in capsys.readouterr().err
+
+
+def test_show_draws_a_windowed_result(swin_folder: Path, images: Path) -> None:
+    import vitviz
+    from vitviz.core.show import ShowError
+
+    result = vitviz.load(swin_folder, device="cpu").run(images / "b.png")
+    assert vitviz.show(result).size == vitviz.show(result, map="received", layer=-1).size   # 'cls' -> received
+    assert vitviz.show(result, map="query:17", layer=3, head=1, colorbar=False, original=False).size == (64, 64)
+    with pytest.raises(ShowError, match="heads in block 0"):
+        vitviz.show(result, layer=0, head=1)
+    with pytest.raises(ShowError, match="plain ViT"):
+        vitviz.show(result, map="rollout")

@@ -114,3 +114,22 @@ def test_rollout_within_a_stage_not_across_merging() -> None:
     rolled = winmaps.rollout_stack(sam, 0, cell0=(2, 3))
     assert rolled.maps.shape == (3, 3, 6, 7)
     np.testing.assert_allclose(rolled.maps[:, 0].reshape(3, -1).sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_windowed_spec_fields_are_classified_and_audited() -> None:
+    """Every field of WindowedSpec is a setting that changes the computation or one that does not (the list the
+    audit walks is whole), and the audit finds a setting without a source and an identity nobody stated."""
+    import dataclasses
+
+    from vitviz.core.winspec import COMPUTE_FIELDS, OTHER_FIELDS, audit
+
+    assert {f.name for f in dataclasses.fields(WindowedSpec)} == set(COMPUTE_FIELDS) | set(OTHER_FIELDS)
+    problems = audit(swin_spec())
+    assert any(p.startswith("windows: no provenance") for p in problems)
+    assert any(p.startswith("identity") for p in problems)
+    sourced = dataclasses.replace(swin_spec(), provenance=tuple(
+        (name, "shape: test") for name in COMPUTE_FIELDS) + (("identity", "named: test"), ("order", "family: test")))
+    assert audit(sourced) == [] and sourced.assumptions == ()   # a named model's family settings are its facts
+    unnamed = dataclasses.replace(sourced, provenance=tuple(p for p in sourced.provenance if p[0] != "identity")
+                                  + (("identity", "derived: the key layout"),))
+    assert [n for n, _ in unnamed.assumptions] == ["order"] and audit(unnamed) == []

@@ -312,12 +312,7 @@ def _export_windowed(args: argparse.Namespace, model: Any, pairs: list[tuple[Pat
                          overwrite=args.overwrite, batch_size=args.batch_size, workers=args.workers,
                          render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                               args.colorbar, args.size, args.colorbar_label))
-    from vitviz.core.verify import UNVERIFIED, Verification
-
-    verification = None if args.no_verify else Verification(
-        UNVERIFIED, assumptions=tuple(n for n, _ in model.spec.assumptions),
-        reason="vitviz verify compares plain ViTs; a windowed model's parity with torchvision, timm and "
-               "transformers is proven by vitviz's tests").to_dict()
+    verification = None if args.no_verify else _verify(model, args.quiet)   # unverified, with the reason
     out: Path = args.out
     _make_folder(out)
     if args.size == "original" and not args.quiet:

@@ -162,8 +162,9 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             return load_live(path, overrides, how=why)
         except LiveModelError as e:
             raise type(e)(f"{e} (Converting it to the reference ViT failed too: {why})") from e  # UserCodeError...
+    what = "windowed model" if getattr(model, "windowed", False) else "ViT"
     model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
-        "path", "reference: its state dict converted to vitviz's reference ViT (live=True runs its own code)")))
+        "path", f"reference: its state dict converted to vitviz's reference {what} (live=True runs its own code)")))
     return model
 
 

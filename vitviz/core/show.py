@@ -7,6 +7,9 @@
 
 Drawn by the same map engine and renderer as the window and `vitviz export`, so the picture is the PNG that
 `vitviz export --maps cls --layers -1 --which-heads mean --style overlay --colorbar` writes for that image.
+
+A windowed model's result (Swin, SAM / ViTDet: `WindowedResult`) shows its own maps, 'received' (the default) or
+'query:N', of one block (`layer` counts blocks) and one of that block's heads.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from PIL import Image
 from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, SelectionError, map_stack
 from vitviz.core.render import RenderOptions, draw_map, native_view
 from vitviz.core.spec import AttentionResult
+from vitviz.core.winspec import WindowedResult
 from vitviz.errors import VitvizError
 
 MAPS_SHOWN = "cls, mean, max, rollout, token:N or rollout:N"
@@ -56,6 +60,8 @@ def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: 
         **render: further `RenderOptions` fields: style ('overlay' / 'heatmap'), scale ('shared' / 'own'),
             smooth, colorbar_label (True / False).
     """
+    if isinstance(result, WindowedResult):
+        return _show_windowed(result, map, layer, head, cmap, opacity, colorbar, original, render)
     result = _check_result(result)
     spec = result.spec
     kind = _check_map(map, spec)
@@ -77,6 +83,45 @@ def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: 
     image = native_view(result) if original else result.image
     opts = RenderOptions(cmap=cmap, opacity=opacity, colorbar=colorbar, **render)
     rgb = draw_map(stack, layer, head, np.asarray(image), tuple(result.input.shape[-2:]), spec.patch_size, opts)
+    return Image.fromarray(rgb)
+
+
+def _show_windowed(result: WindowedResult, map_name: Any, layer: LayerSel, head: HeadSel, cmap: str,
+                   opacity: float, colorbar: bool, original: bool, render: dict[str, Any]) -> Image.Image:
+    """`show` of a windowed model's result: 'received' (also for the default 'cls', which it has no token for) or
+    'query:N' of one block and one of its heads, as `vitviz export` draws them."""
+    from vitviz.core.winmaps import WINDOW_MAPS, cell_of_token, query_stack, received_stack
+
+    if not isinstance(map_name, str):
+        raise ShowError(f"show: map is {_found(map_name)}; expected 'received' or 'query:N' (a windowed model)")
+    try:
+        kind = MapKind.parse("received" if map_name.strip().lower() == "cls" else map_name)
+    except SelectionError as e:
+        raise ShowError(f"show: map {map_name!r}: {e}") from None
+    if kind.kind not in WINDOW_MAPS:
+        raise ShowError(f"show: map {map_name!r} is a plain ViT's; a windowed model (Swin, SAM) shows 'received' or "
+                        "'query:N' (N a patch of the first stage's grid)")
+    spec = result.spec
+    block = _check_index("layer", layer, spec.depth, "blocks", ("last",))
+    block = spec.depth - 1 if block == "last" else int(block)
+    g = result.geometry[block]
+    head = _check_index("head", head, spec.heads[g.stage], f"heads in block {block}", ("mean", "max"))
+    _check_colormap(cmap)
+    opacity = _check_unit("opacity", opacity)
+    for name, value in render.items():
+        if name not in RENDER_CHOICES:
+            raise ShowError(f"show: unknown argument {name}={value!r}")
+        _check_choice(name, value, RENDER_CHOICES[name])
+    if kind.kind == "query":
+        try:
+            stack = query_stack(result, g.stage, cell_of_token(spec, int(kind.token or 0)))
+        except SelectionError as e:
+            raise ShowError(f"show: map {map_name!r}: {e}") from None
+    else:
+        stack = received_stack(result, g.stage)
+    image = native_view(result) if original else result.image  # type: ignore[arg-type]  # box and source only
+    opts = RenderOptions(cmap=cmap, opacity=opacity, colorbar=colorbar, **render)
+    rgb = draw_map(stack, g.index, head, np.asarray(image), tuple(result.input.shape[-2:]), g.stride, opts)
     return Image.fromarray(rgb)
 
 

@@ -61,6 +61,11 @@ class _CannotRun(Exception):
     """The original cannot run at this input size (a fixed position table, a size check): the size is skipped."""
 
 
+WINDOWED_UNVERIFIED = ("vitviz verify builds plain ViT originals; a windowed model's (Swin, SAM / ViTDet) parity with "
+                       "torchvision, timm and transformers is proven by vitviz's tests (tests/test_parity_swin.py, "
+                       "tests/test_parity_sam.py), not for this file")
+
+
 @dataclass(frozen=True)
 class Verification:
     """The outcome of comparing a converted model with its original implementation.
@@ -200,6 +205,8 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
+    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
+        return Verification(UNVERIFIED, assumptions=assumptions, reason=WINDOWED_UNVERIFIED)
     if code is not None and spec.family == "live":
         model = _reference_of(spec.source, device or model.device)
         spec = model.spec
