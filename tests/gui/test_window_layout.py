@@ -10,6 +10,7 @@ import pyqtgraph as pg
 import pytest
 from _tiny import write_tiny_checkpoint
 from _gui import show_dock
+from _plot_text import plot_text_problems
 from PySide6.QtCore import QRect, QRectF
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QApplication, QLabel, QTabBar, QWidget
@@ -150,6 +151,165 @@ def test_matrix_axis_labels_never_overlap(qtbot, window, wide_ckpt, images, scre
             assert end <= start, f"{side} axis: {first!r} runs into {second!r}"
     names = [text for _a, _b, text in _label_spans(panel, "left")]
     assert "cls–reg3" in names or names[:5] == ["cls", "reg0", "reg1", "reg2", "reg3"]
+
+
+FEATURE_TABS = ("pca", "similarity", "norms")
+
+
+def shown_views(qtbot, window):  # noqa: ANN001, ANN201
+    """(name, panel) for every dock raised in turn, and for each view of the Features dock, drawn from a result."""
+    for name in TABBED + ["infoDock", "imagesDock"]:
+        panel = show_dock(qtbot, window, name)
+        _settle()
+        if name != "featuresDock":
+            yield name, panel
+            continue
+        drawn: list[str] = []
+        panel.shown.connect(drawn.append)
+        for tab in FEATURE_TABS:
+            panel.show_tab(tab)
+            qtbot.waitUntil(lambda tab=tab: tab in drawn and window.is_idle(), timeout=30000)
+            _settle()
+            yield f"{name} › {tab}", panel
+        panel.shown.disconnect(drawn.append)
+
+
+def plot_widgets(panel: QWidget) -> list[pg.GraphicsLayoutWidget]:
+    return [w for w in [panel, *panel.findChildren(QWidget)]
+            if isinstance(w, pg.GraphicsLayoutWidget) and w.isVisible()]
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_text_in_plots_is_whole_and_apart(qtbot, window, wide_ckpt, images, screen) -> None:  # noqa: ANN001
+    """Inside every plot of every dock (each view of the Features dock too) and the image panel: no axis label,
+    tick label, title, legend or line label runs into another or is cut by the plot's edge, none is drawn over
+    the data, and no image is squeezed to a strip."""
+    _loaded_at(qtbot, window, SCREENS[screen], wide_ckpt, images[:2])
+    problems = []
+    for name, panel in shown_views(qtbot, window):
+        for widget in plot_widgets(panel):
+            problems += [f"{name}: {p}" for p in plot_text_problems(widget)]
+    problems += [f"image panel: {p}" for p in plot_text_problems(window.panel.view_widget)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_empty_docks_show_no_scaled_axes(qtbot, window, screen) -> None:  # noqa: ANN001
+    """Before a model is open: no '(x0.001)' on an empty plot's axes (the Matrix dock had them), nothing cut."""
+    window.use_size(default_size(QRect(0, 0, *SCREENS[screen])))
+    problems = []
+    for name in TABBED:
+        panel = show_dock(qtbot, window, name)
+        tabs = FEATURE_TABS if name == "featuresDock" else (None,)
+        for tab in tabs:
+            if tab:
+                panel.show_tab(tab)
+            _settle()
+            for widget in plot_widgets(panel):
+                problems += [f"{name} {tab or ''}: {p}" for p in plot_text_problems(widget)]
+    assert not problems, "\n".join(problems)
+    matrix = window.dock("matrixDock").widget()
+    assert not matrix.plot.getAxis("left").isVisible() and not matrix.colorbar.isVisible()
+
+
+def test_a_title_that_wraps_does_not_move_the_image(qtbot, loaded) -> None:  # noqa: ANN001
+    """The image panel keeps room for a two-line title, and a title never gives back room at the same width:
+    titles of one, two and three lines in turn move the image once at most (to make room for the third)."""
+    panel = loaded.panel
+    _settle()
+
+    def view_after(text: str) -> tuple[float, float]:
+        panel.title.setText(text)
+        _settle()
+        rect = panel.view.sceneBoundingRect()
+        return rect.top(), rect.height()
+
+    short = "img0.png — CLS attention"
+    two = " · ".join([short, "layer 1", "head mean", "shared scale 0–0.193 " * 2])
+    width = panel.title.width()
+    metrics = QFontMetricsF(panel.title.item.font())
+    assert metrics.horizontalAdvance(two) < 2 * width          # at most two lines at this width
+    first = view_after(short)
+    assert view_after(two) == first and view_after(short) == first
+    three = " · ".join([two] * 3)
+    after = view_after(three)
+    assert after[0] > first[0]                                    # a three-line title does take room ...
+    assert view_after(short) == after and view_after(two) == after   # ... and keeps it
+
+
+@pytest.mark.parametrize("levels", [(0.0042, 0.005), (0.0, 0.000728), (1.2e-5, 0.00454), (0.0, 25000.0),
+                                    (0.0, 0.0941), (-1.0, 1.0), (3e-7, 9e-7)])
+def test_one_number_format_per_colorbar(levels: tuple[float, float]) -> None:
+    """Never '5e-3' beside '0.00454' or '4.6e-3': every label of a bar in one notation, with one exponent and
+    the same number of places."""
+    from vitviz.gui import colors
+
+    labels = [t for t in colors.tick_labels(colors.nice_ticks(*levels)) if t != "0"]
+    assert len(labels) >= 2
+    exponents = {t.split("e")[1] if "e" in t else None for t in labels}
+    places = {len(t.split("e")[0].split(".")[1]) if "." in t.split("e")[0] else 0 for t in labels}
+    assert len(exponents) == 1 and len(places) == 1, labels
+
+
+def test_a_colorbar_set_while_hidden_is_sized_when_shown(qtbot) -> None:  # noqa: ANN001
+    """A colorbar given its range while hidden (a Features view cleared, then drawn) used to show no tick labels
+    and its title over the bar: a hidden axis is sized 0 wide."""
+    from _plot_text import axis_texts
+
+    from vitviz.gui import colors
+    from vitviz.gui.panels.base import dark_layout
+
+    widget = dark_layout()
+    qtbot.addWidget(widget)
+    widget.resize(300, 300)
+    view = widget.addViewBox(row=0, col=0)
+    image = pg.ImageItem(np.random.default_rng(0).random((8, 8)))
+    view.addItem(image)
+    bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"), interactive=False, width=12)
+    widget.addItem(bar, row=0, col=1)
+    widget.show()
+    bar.setVisible(False)
+    colors.set_colorbar_levels(bar, (-0.211, 1.0))
+    bar.axis.setLabel("cosine similarity (both images)")
+    bar.setVisible(True)
+    _settle()
+    ticks = [t.text for t in axis_texts(bar.axis) if t.owner.endswith("tick")]
+    assert ticks == ["0", "0.5", "1.0"]
+    assert not plot_text_problems(widget)
+
+
+@pytest.fixture(scope="module")
+def eva02(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """EVA-02 (a learned table and RoPE), tiny, random, at 112 px (an 8 × 8 grid), saved as a timm hub folder."""
+    import warnings
+
+    timm = pytest.importorskip("timm")
+    args = dict(embed_dim=64, num_heads=4, depth=2, img_size=112)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, num_classes=0, **args)
+    folder = tmp_path_factory.mktemp("eva02")
+    timm.models._hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    return folder
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_learned_table_and_rope_both_get_room(qtbot, window, eva02, images, screen) -> None:  # noqa: ANN001
+    """EVA-02's Positions dock: the learned table's maps were squeezed into a ~55 px strip above the RoPE kernel;
+    both now get a readable height (the dock scrolls) with their text whole."""
+    window.use_size(default_size(QRect(0, 0, *SCREENS[screen])))
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(eva02))
+    window.session.add_images([str(images[0])])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    qtbot.waitUntil(lambda: panel.rope is not None and panel.data is not None, timeout=30000)
+    _settle()
+    problems = []
+    for widget in (panel.widget, panel.rope_section.widget):
+        assert widget.isVisible()
+        problems += plot_text_problems(widget)
+    assert not problems, "\n".join(problems)
 
 
 def test_prefix_labels_one_by_one_when_there_is_room() -> None:

@@ -1,10 +1,15 @@
-"""Colormap lookup tables for the window, taken from `vitviz.core.colormaps` so screen and export agree."""
+"""Colormap lookup tables for the window, taken from `vitviz.core.colormaps` so screen and export agree, and the
+colorbars' ticks: round values in one number format, on an axis as wide as its labels and title need."""
 from __future__ import annotations
 
-from functools import lru_cache
+import weakref
+from functools import lru_cache, partial
 
 import numpy as np
 import pyqtgraph as pg
+import shiboken6
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QFont, QFontMetricsF
 
 
 @lru_cache(maxsize=None)
@@ -35,8 +40,9 @@ def nice_ticks(lo: float, hi: float, count: int = 6) -> list[float]:
 
 
 def tick_labels(ticks: list[float]) -> list[str]:
-    """Short labels for evenly spaced ticks: plain decimals for everyday magnitudes ('0.02', '250'), else
-    scientific ('2e-4', '1.5e5'), so they fit beside a narrow colorbar."""
+    """Short labels for evenly spaced ticks, in one format per bar: plain decimals with the same number of
+    places for everyday magnitudes ('0.02', '250'), else one exponent for every label ('4.2e-3' ... '5.0e-3', never
+    '5e-3' beside '0.00454'), so they fit beside a narrow colorbar. Zero is '0'."""
     if not ticks:
         return []
     step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else abs(ticks[0]) or 1.0
@@ -44,26 +50,43 @@ def tick_labels(ticks: list[float]) -> list[str]:
     if big == 0 or 1e-3 <= big < 1e4 and step >= 1e-3:
         decimals = max(0, -int(np.floor(np.log10(step) + 1e-9)))
         return ["0" if t == 0 else f"{t:.{decimals}f}" for t in ticks]
-    digits = min(8, max(2, int(np.ceil(np.log10(big / step))) + 1)) if step > 0 else 2
-    out = []
-    for t in ticks:
-        if t == 0:
-            out.append("0")
-            continue
-        exp = int(np.floor(np.log10(abs(t)) + 1e-9))
-        mant = f"{t / 10.0 ** exp:.{digits}g}"
-        if mant.lstrip("-") == "10":
-            mant, exp = mant.replace("10", "1"), exp + 1
-        out.append(f"{mant}e{exp}")
-    return out
+    exp = int(np.floor(np.log10(big) + 1e-9))
+    decimals = min(8, max(0, exp - int(np.floor(np.log10(step) + 1e-9)))) if step > 0 else 1
+    return ["0" if t == 0 else f"{t / 10.0 ** exp:.{decimals}f}e{exp}" for t in ticks]
 
 
-def set_colorbar_levels(colorbar: pg.ColorBarItem, levels: tuple[float, float]) -> None:
+def set_colorbar_levels(colorbar: pg.ColorBarItem, levels: tuple[float, float],
+                        ticks: list[tuple[float, str]] | None = None) -> None:
     """Set a colorbar's range with a few round ticks spread over the whole bar, labelled so they fit beside it
     (pyqtgraph's own labels for small ranges such as 0-0.000728 are too wide for the bar's axis, and it drops
-    every label but the bottom few)."""
+    every label but the bottom few), or with `ticks` (value, label) of the caller's; the bar's axis is made as
+    wide as its labels and its title need, so the labels never run under the title."""
     lo, hi = float(levels[0]), float(levels[1])
     colorbar.axis.enableAutoSIPrefix(False)     # the labels carry their own magnitude; no '(x0.001)' on the title
     colorbar.setLevels((lo, hi))
-    ticks = nice_ticks(lo, hi)
-    colorbar.axis.setTicks([list(zip(ticks, tick_labels(ticks))), []])
+    if ticks is None:
+        values = nice_ticks(lo, hi)
+        ticks = list(zip(values, tick_labels(values)))
+    colorbar.axis.setTicks([ticks, []])
+    fit_axis_width(colorbar.axis, [text for _v, text in ticks])
+
+
+def fit_axis_width(axis: pg.AxisItem, labels: list[str]) -> None:
+    """Make a vertical axis exactly as wide as its widest tick label, its ticks and its title need (a
+    colorbar's axis is 45 px whatever its labels, and pyqtgraph widens an axis only after drawing it once)."""
+    metrics = QFontMetricsF(axis.style.get("tickFont") or QFont())
+    flags = int(Qt.AlignmentFlag.AlignCenter.value)
+    widest = max((metrics.boundingRect(QRectF(0, 0, 100, 100), flags, text).width() for text in labels if text),
+                 default=0.0)
+    axis.setStyle(autoExpandTextSpace=False, tickTextWidth=int(np.ceil(widest)) + 1)
+    axis.setWidth(None)                         # from the style: ticks, the labels' width and the title
+    if not getattr(axis, "_vitviz_refits", False):
+        axis._vitviz_refits = True              # a hidden axis is sized 0 wide: size it again once shown
+        axis.visibleChanged.connect(partial(_refit, weakref.ref(axis)))
+
+
+def _refit(axis_ref: weakref.ref) -> None:
+    """Size an axis again from its style (not while Qt deletes it: hiding the items it owns says 'visible')."""
+    axis = axis_ref()
+    if axis is not None and shiboken6.isValid(axis):
+        axis.setStyle()

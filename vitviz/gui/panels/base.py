@@ -5,8 +5,8 @@ import html
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QPen, QShowEvent
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
 from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from vitviz.gui.session import Session
@@ -30,19 +30,49 @@ def pen(color: str, alpha: int = 255, width: float = 1.0, dashed: bool = False) 
     return out
 
 
+class DarkLayout(pg.GraphicsLayoutWidget):
+    """A plot area whose preferred height is its minimum height when one is set (pyqtgraph prefers 480 px, which
+    a scrolling page of plots with a wrapped label beside them would make every plot's height)."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        hint = super().sizeHint()
+        return QSize(hint.width(), self.minimumHeight()) if self.minimumHeight() else hint
+
+
 def dark_layout() -> pg.GraphicsLayoutWidget:
-    widget = pg.GraphicsLayoutWidget()
+    widget = DarkLayout()
     widget.setBackground(BACKGROUND)
     widget.ci.setContentsMargins(4, 4, 4, 4)
     return widget
 
 
 def style_plot(plot: pg.PlotItem, left: str, bottom: str) -> None:
-    """Axis labels, no context menu or auto-range button."""
+    """Axis labels, no context menu or auto-range button, and no '(x0.001)' scale factor on an axis title (an
+    empty plot's range used to bring one)."""
     plot.setMenuEnabled(False)
     plot.hideButtons()
-    plot.getAxis("left").setLabel(left, color=TEXT)
-    plot.getAxis("bottom").setLabel(bottom, color=TEXT)
+    for side, label in (("left", left), ("bottom", bottom)):
+        axis = plot.getAxis(side)
+        axis.enableAutoSIPrefix(False)
+        axis.setLabel(label, color=TEXT)
+
+
+TICK_GAP_PX = 6.0           # the least room between two tick labels
+
+
+def tick_step(pixels_per_unit: float, extent: float, gap: float = TICK_GAP_PX) -> int:
+    """The smallest round step (1, 2, 5, 10, 20, ...) between labelled ticks `pixels_per_unit` apart that
+    leaves `gap` pixels between labels taking `extent` pixels each along the axis."""
+    for power in range(7):
+        for mantissa in (1, 2, 5):
+            if mantissa * 10 ** power * pixels_per_unit >= extent + gap:
+                return mantissa * 10 ** power
+    return 10 ** 7
+
+
+def index_ticks(count: int, step: int, offset: float = 0.0) -> list[tuple[float, str]]:
+    """Ticks naming every `step`-th index of `count` (layers, say) at index + `offset`."""
+    return [(i + offset, str(i)) for i in range(0, count, max(1, step))]
 
 
 PHRASE_BREAKS = (" · ", " — ", "; ")      # where a title may wrap: between its phrases
@@ -118,7 +148,16 @@ def select_frame(view: pg.ViewBox, width: float) -> QGraphicsRectItem:
 
 class TitleLabel(pg.LabelItem):
     """A title that wraps at the panel's width instead of widening the layout (a long title in a narrow panel
-    used to push the image partly out of view). Lines break between phrases only (`unbreakable_phrases`)."""
+    used to push the image partly out of view). Lines break between phrases only (`unbreakable_phrases`).
+
+    Its height never shrinks while its width stays the same, and it keeps room for at least `lines` lines, so
+    the plot below does not jump up and down as titles of one and two lines follow each other (a new layer, a
+    new image); a new width measures again."""
+
+    def __init__(self, text: str = "", lines: int = 1, **args: object) -> None:
+        self._lines = lines
+        self._tallest = (-1.0, 0.0)          # (width, the tallest text's height at that width)
+        super().__init__(text, **args)
 
     def setText(self, text: str, **args: object) -> None:  # noqa: N802 - pyqtgraph override
         """Show `text`, wrapping between its phrases only; `text` keeps the plain text."""
@@ -130,10 +169,28 @@ class TitleLabel(pg.LabelItem):
             self.item.setTextWidth(self.width())
         super().resizeEvent(ev)
 
+    def reserved_height(self) -> float:
+        """The height of `lines` lines of this title's font."""
+        probe = QTextDocument()
+        probe.setDefaultFont(self.item.font())
+        probe.setDocumentMargin(self.item.document().documentMargin())
+        size = self.opts.get("size")
+        style = f" style='font-size: {size}'" if size else ""
+        probe.setHtml(f"<span{style}>{'<br>'.join(['Xg'] * max(1, self._lines))}</span>")
+        return probe.size().height()
+
     def updateMin(self) -> None:  # noqa: N802 - pyqtgraph override
         super().updateMin()
         height = self.itemRect().height()
+        if not getattr(self, "_lines", 0):
+            return                            # pyqtgraph's constructor, before ours has run
+        width, tallest = self._tallest
+        if self.width() != width:
+            tallest = self.reserved_height()
+        height = max(height, tallest)
+        self._tallest = (self.width(), height)
         self.setMinimumWidth(0)
+        self.setMinimumHeight(height)
         self._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
         self._sizeHint[Qt.SizeHint.PreferredSize] = (0, height)
         self.updateGeometry()

@@ -19,16 +19,18 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QPainterPath
+from PySide6.QtGui import QFontMetricsF, QPainterPath, QResizeEvent
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFileDialog, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QPushButton,
-    QSpinBox, QTabWidget, QVBoxLayout, QWidget,
+    QComboBox, QDoubleSpinBox, QFileDialog, QFrame, QGraphicsPathItem, QGraphicsRectItem, QGridLayout, QHBoxLayout,
+    QLabel, QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from vitviz.core import render
 from vitviz.core.maps import ResultMaps
 from vitviz.gui import colors, dialogs, features_export
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen, style_plot
+from vitviz.gui.panels.base import (
+    SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
+)
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
 from vitviz.gui.worker import Compared, Kind, PcaFitted, Shared
@@ -40,6 +42,13 @@ PCA_LEGEND = ("PC1 → <span style='color:#ff5050'>red</span> · PC2 → <span s
               "PC3 → <span style='color:#6080ff'>blue</span> · black: background (below the first component's "
               "threshold). Colours are sigmoid(2x) of the whitened projections.")
 OUTLINE = "#ff3b30"
+SHARE_PENS = {"mean": "#4fc3f7", "max": "#ffb74d", "uniform": "#9e9e9e"}
+SHARE_LEGEND = (f"<span style='color:{SHARE_PENS['mean']}'>━●━</span> mean over heads &nbsp; "
+                f"<span style='color:{SHARE_PENS['max']}'>╍╍</span> max head &nbsp; "
+                f"<span style='color:{SHARE_PENS['uniform']}'>╍╍</span> their share of the patches (what uniform "
+                "attention would give them)")
+NORMS_WIDE_PX = 760        # from this width the map sits beside the two plots; narrower, above them (and it scrolls)
+NORMS_MIN_PX = {"map": 240, "hist": 220, "share": 200}    # each plot's least height: room for its labels
 
 
 class GridView:
@@ -140,6 +149,57 @@ class GridView:
         if self.colorbar is not None:
             self.colorbar.setVisible(False)
         self.title.setText(title)
+
+
+def count_ticks(most: float) -> list[tuple[float, str]]:
+    """Ticks of a colorbar of log1p(counts) up to `most` patches: 0, 1, 10, 100, ... (whole counts when there
+    are fewer than three decades), at log1p of the count."""
+    counts = [0.0] + [10.0 ** k for k in range(int(np.floor(np.log10(most))) + 1)] if most >= 1 else [0.0]
+    if len(counts) < 3:
+        counts = [c for c in colors.nice_ticks(0.0, most, 4) if float(c).is_integer()]
+    return [(float(np.log1p(c)), f"{c:.0f}") for c in counts]
+
+
+class NormsBody(QWidget):
+    """The Norms view's plots laid out for the room they get: in a narrow dock the map, the histogram and the
+    share plot are stacked, each at least `NORMS_MIN_PX` high (the page scrolls); from `NORMS_WIDE_PX` the map
+    sits beside the two plots."""
+
+    def __init__(self, map_widget: QWidget, hist_widget: QWidget, share_widget: QWidget, legend: QWidget) -> None:
+        super().__init__()
+        self.parts = (map_widget, hist_widget, share_widget, legend)
+        for widget, key in zip(self.parts, ("map", "hist", "share")):
+            widget.setMinimumHeight(NORMS_MIN_PX[key])
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(2)
+        self.wide: bool | None = None
+        self.arrange(False)
+
+    def arrange(self, wide: bool) -> None:
+        """Side by side (`wide`) or stacked."""
+        if wide == self.wide:
+            return
+        self.wide = wide
+        for widget in self.parts:
+            self.grid.removeWidget(widget)
+        map_widget, hist, share, legend = self.parts
+        if wide:
+            places = ((map_widget, 0, 0, 3, 1), (hist, 0, 1, 1, 1), (share, 1, 1, 1, 1), (legend, 2, 1, 1, 1))
+            rows, cols = (1, 1, 0, 0), (1, 1)
+        else:
+            places = ((map_widget, 0, 0, 1, 1), (hist, 1, 0, 1, 1), (share, 2, 0, 1, 1), (legend, 3, 0, 1, 1))
+            rows, cols = (1, 1, 1, 0), (1, 0)
+        for widget, *where in places:
+            self.grid.addWidget(widget, *where)
+        for i, stretch in enumerate(rows):
+            self.grid.setRowStretch(i, stretch)
+        for i, stretch in enumerate(cols):
+            self.grid.setColumnStretch(i, stretch)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        self.arrange(event.size().width() >= NORMS_WIDE_PX)
+        super().resizeEvent(event)
 
 
 class FeaturesPanel(LazyPanel):
@@ -288,39 +348,56 @@ class FeaturesPanel(LazyPanel):
         bar.addWidget(self.norms_export)
         self.norm_widget = dark_layout()
         self.norm_view = GridView(self.norm_widget, 0, 0, colorbar=True)
-        self.hist_plot = self.norm_widget.addPlot(row=2, col=0)
+        self.hist_widget = dark_layout()
+        self.hist_title = TitleLabel("", color=TEXT, size="9pt")
+        self.hist_widget.addItem(self.hist_title, row=0, col=0, colspan=2)
+        self.hist_plot = self.hist_widget.addPlot(row=1, col=0)
         style_plot(self.hist_plot, "layer", "output-token norm")
+        self.hist_plot.setMouseEnabled(False, False)         # a fixed overview; the wheel scrolls the page
         self.hist_plot.invertY(True)
         self.hist_item = pg.ImageItem()
         self.hist_plot.addItem(self.hist_item)
         self.hist_bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("magma"), interactive=False,
                                         width=12)
         self.hist_bar.axis.setLabel("patches (log scale)", color=TEXT)
-        self.norm_widget.addItem(self.hist_bar, row=2, col=1)
-        for row, stretch in ((1, 5), (2, 3), (3, 3)):      # the map first; the plots below share the rest
-            self.norm_widget.ci.layout.setRowStretchFactor(row, stretch)
-        self.threshold_line = pg.InfiniteLine(angle=90, movable=True, pen=pen(OUTLINE, 255, 2.0),
-                                              label="threshold {value:.3g}",
-                                              labelOpts={"position": 0.1, "color": TEXT})
+        self.hist_widget.addItem(self.hist_bar, row=1, col=1)
+        self.threshold_line = pg.InfiniteLine(angle=90, movable=True, pen=pen(OUTLINE, 255, 2.0))  # value: title
         self.threshold_line.sigPositionChanged.connect(
             lambda line: self.threshold_spin.setValue(float(line.value())))
         self.hist_plot.addItem(self.threshold_line)
         self.layer_band = pg.LinearRegionItem(orientation="horizontal", movable=False,
                                               brush=pg.mkBrush(0, 0, 0, 0), pen=pen(TEXT, 255, 1.5))
         self.hist_plot.addItem(self.layer_band)
-        self.share_plot = self.norm_widget.addPlot(row=3, col=0, colspan=2)
+        self.hist_plot.vb.sigResized.connect(lambda _vb: self._fit_hist_ticks())
+        self.share_widget = dark_layout()
+        self.share_title = TitleLabel("", color=TEXT, size="9pt")
+        self.share_widget.addItem(self.share_title, row=0, col=0)
+        self.share_plot = self.share_widget.addPlot(row=1, col=0)
         style_plot(self.share_plot, "attention share", "layer")
+        self.share_plot.setMouseEnabled(False, False)
         self.share_plot.getAxis("left").enableAutoSIPrefix(False)
-        self.share_plot.addLegend(offset=(-6, 4), labelTextColor=TEXT, labelTextSize="8pt")
-        self.share_mean = self.share_plot.plot([], [], pen=pen("#4fc3f7", 255, 2.0), symbol="o", symbolSize=5,
-                                               symbolBrush="#4fc3f7", name="mean over heads")
-        self.share_max = self.share_plot.plot([], [], pen=pen("#ffb74d", 255, 1.2, dashed=True), name="max head")
-        self.share_uniform = self.share_plot.plot([], [], pen=pen("#9e9e9e", 255, 1.0, dashed=True),
-                                                  name="their share of the patches")
+        self.share_mean = self.share_plot.plot([], [], pen=pen(SHARE_PENS["mean"], 255, 2.0), symbol="o",
+                                               symbolSize=5, symbolBrush=SHARE_PENS["mean"])
+        self.share_max = self.share_plot.plot([], [], pen=pen(SHARE_PENS["max"], 255, 1.2, dashed=True))
+        self.share_uniform = self.share_plot.plot([], [], pen=pen(SHARE_PENS["uniform"], 255, 1.0, dashed=True))
+        self.share_plot.vb.sigResized.connect(lambda _vb: self._fit_share_ticks())
+        self.share_legend = QLabel(SHARE_LEGEND)              # beside the plot, never over its curves
+        self.share_legend.setObjectName("shareLegend")
+        self.share_legend.setTextFormat(Qt.TextFormat.RichText)
+        self.share_legend.setWordWrap(True)
+        self.share_legend.setMargin(4)
+        self.norms_body = NormsBody(self.norm_widget, self.hist_widget, self.share_widget, self.share_legend)
+        scroll = QScrollArea()
+        scroll.setObjectName("normsScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.norms_body)
+        self.norms_scroll = scroll
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 2, 0, 0)
         layout.addLayout(bar)
-        layout.addWidget(self.norm_widget, 1)
+        layout.addWidget(scroll, 1)
         return page
 
     # ------------------------------------------------------------------------------------------ inputs
@@ -587,28 +664,31 @@ class FeaturesPanel(LazyPanel):
         levels = stack.levels(values, "mean", own=s.normalize)
         self.norm_view.set_image(result.image, result.grid, result.spec.patch_size)
         scale = "own scale: this layer" if s.normalize else "shared scale: all layers"
-        self.norm_view.show_values(values, levels, s.colormap, s.opacity, s.smooth, f"output-token norm · {scale}")
-        self._draw_histogram(maps, layer)
+        self.norm_view.show_values(values, levels, s.colormap, s.opacity, s.smooth, "output-token norm")
         threshold = float(self.threshold_spin.value())
+        self._draw_histogram(maps, layer, threshold)
+        heading = f"{Path(result.source).name} · output-token norm · layer {layer} · {scale}"
         share = self._share
         if share is None or share.image != self.session.current or share.layer != layer or \
                 share.threshold != threshold:
             self.session.measure_share(self.session.current, layer, threshold)
-            self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer}")
+            self.norm_view.title.setText(heading)
             return
         self.share = share
         self.norm_view.outline(share.mask)
         count, total = int(share.mask.sum()), share.mask.size
-        self.norm_view.title.setText(f"{Path(result.source).name} · output-token norm · layer {layer} · "
-                                     f"{count}/{total} patches above {threshold:.3g} outlined")
+        self.norm_view.title.setText(f"{heading} · {count}/{total} patches above {threshold:.3g} outlined")
         layers = np.arange(share.share.shape[0])
-        every = layers[::max(1, len(layers) // 12)]
-        self.share_plot.getAxis("bottom").setTicks([[(int(i), str(int(i))) for i in every], []])
-        self.share_mean.setData(layers, share.share.mean(axis=1))
-        self.share_max.setData(layers, share.share.max(axis=1))
+        mean, top = share.share.mean(axis=1), share.share.max(axis=1)
+        self.share_mean.setData(layers, mean)
+        self.share_max.setData(layers, top)
         self.share_uniform.setData(layers, np.full(layers.shape, count / total))
-        self.share_plot.setTitle(f"attention the {count} outlined patches receive (mean over all queries)",
-                                 color=TEXT, size="9pt")
+        high = max(float(top.max()) if top.size else 0.0, count / total)
+        self.share_plot.setXRange(-0.5, len(layers) - 0.5, padding=0)      # the last layer's label inside
+        self.share_plot.setYRange(0.0, high * 1.1 if high > 0 else 1.0, padding=0)
+        self._fit_share_ticks()
+        self.share_title.setText(f"attention the {count} outlined patches receive · per layer · mean over all "
+                                 "queries")
         self.shown.emit("norms")
 
     def _choose_threshold(self, norms: np.ndarray) -> None:
@@ -621,7 +701,7 @@ class FeaturesPanel(LazyPanel):
             self.threshold_spin.blockSignals(False)
             self.threshold_line.setValue(float(self.threshold_spin.value()))
 
-    def _draw_histogram(self, maps: ResultMaps, layer: int) -> None:
+    def _draw_histogram(self, maps: ResultMaps, layer: int, threshold: float) -> None:
         if maps.norm_histogram is None:
             return
         counts, edges = maps.norm_histogram
@@ -629,14 +709,35 @@ class FeaturesPanel(LazyPanel):
         top = float(shown.max()) or 1.0
         self.hist_item.setImage(shown, autoLevels=False, levels=(0.0, top), lut=colors.lut("magma"))
         self.hist_item.setRect(QRectF(float(edges[0]), 0.0, float(edges[-1] - edges[0]), float(counts.shape[0])))
-        ticks = colors.nice_ticks(0.0, top, 4)
-        self.hist_bar.setLevels((0.0, top))
-        self.hist_bar.axis.setTicks([[(t, f"{np.expm1(t):.0f}") for t in ticks], []])
+        self.hist_plot.setXRange(float(edges[0]), float(edges[-1]), padding=0)      # the strip fills the plot
+        self.hist_plot.setYRange(0.0, float(counts.shape[0]), padding=0)
+        colors.set_colorbar_levels(self.hist_bar, (0.0, top), count_ticks(float(np.expm1(top))))
         self.layer_band.setRegion((layer, layer + 1))
-        depth = counts.shape[0]
-        step = max(1, depth // 12)
-        self.hist_plot.getAxis("left").setTicks([[(i + 0.5, str(i)) for i in range(0, depth, step)], []])
-        self.hist_plot.setTitle(f"norms of every layer's patches · layer {layer} marked", color=TEXT, size="9pt")
+        self._fit_hist_ticks()
+        self.hist_title.setText(f"patches by norm, every layer (rows) · layer {layer} framed · red line: "
+                                f"threshold {threshold:.3g} (drag it)")
+
+    def _fit_hist_ticks(self) -> None:
+        """Label every few layers of the histogram, as many as the strip's height has room for."""
+        maps = self._maps
+        if maps is None or maps.norm_histogram is None:
+            return
+        depth = maps.norm_histogram[0].shape[0]
+        axis = self.hist_plot.getAxis("left")
+        per_layer = self.hist_plot.vb.height() / max(1, depth)
+        step = tick_step(per_layer, QFontMetricsF(axis.style.get("tickFont") or axis.font()).height())
+        axis.setTicks([index_ticks(depth, step, 0.5), []])
+
+    def _fit_share_ticks(self) -> None:
+        """Label every few layers of the share plot, as many as its width has room for."""
+        share = self.share
+        if share is None:
+            return
+        depth = share.share.shape[0]
+        axis = self.share_plot.getAxis("bottom")
+        per_layer = self.share_plot.vb.width() / max(1, depth)
+        widest = QFontMetricsF(axis.style.get("tickFont") or axis.font()).horizontalAdvance(str(depth - 1))
+        axis.setTicks([index_ticks(depth, tick_step(per_layer, widest)), []])
 
     # ------------------------------------------------------------------------------------------ export
 

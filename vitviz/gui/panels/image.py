@@ -71,7 +71,8 @@ class ImagePanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view_widget)
-        self.title = base.TitleLabel("Open a model and drop images here", color=base.TEXT, size="11pt")
+        self.title = base.TitleLabel("Open a model and drop images here", lines=2, color=base.TEXT,
+                                     size="11pt")          # two lines kept: the image stays put as titles wrap
         self.view_widget.addItem(self.title, row=0, col=0, colspan=2)
         self.view = self.view_widget.addViewBox(row=1, col=0, lockAspect=True, invertY=True, enableMenu=False)
         self.image_item = pg.ImageItem()

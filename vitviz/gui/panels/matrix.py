@@ -132,6 +132,7 @@ class MatrixPanel(LazyPanel):
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"), interactive=False,
                                         width=12)
         self.widget.addItem(self.colorbar, row=1, col=1)
+        self._show_axes(False)
         self._ticks_for: tuple[object, ...] | None = None
         self.plot.vb.sigResized.connect(self._fit_ticks)
         self.plot.vb.sigRangeChanged.connect(self._fit_ticks)
@@ -173,7 +174,14 @@ class MatrixPanel(LazyPanel):
         self.matrix, self._key = None, None
         for item in (*self.prefix_lines, self.row_box, self.col_box):
             item.setVisible(False)
+        self._show_axes(False)
         self.title.setText("No result yet")
+
+    def _show_axes(self, shown: bool) -> None:
+        """The axes and the colorbar, only with a matrix to measure (an empty plot's axes said nothing)."""
+        for side in ("left", "bottom"):
+            self.plot.showAxis(side, shown)
+        self.colorbar.setVisible(shown)
 
     def _draw(self, maps: ResultMaps) -> None:
         s, spec = self.state, maps.result.spec
@@ -182,6 +190,7 @@ class MatrixPanel(LazyPanel):
         t = self.matrix.shape[0]
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
         self.image_item.setRect(QRectF(0, 0, t, t))
+        self._show_axes(True)
         self.colorbar.setColorMap(colors.colormap(s.colormap))
         colors.set_colorbar_levels(self.colorbar, levels)
         p = spec.num_prefix

@@ -6,7 +6,8 @@ embedding" when that is all it has, both when it has both.
 Everything heavy (resampling, all N × N similarities, the mosaic, the RoPE kernels) is computed in the worker
 (`PosEmbedData`, `RopeKernels`); a hover only swaps one (gh, gw) image and moves frames, so it follows the mouse at
 37 × 37 and beyond. Grids too large for N × N similarities (more than `MOSAIC_MAX_POSITIONS`) get no mosaic, and a
-hover computes its one row.
+hover computes its one row. A model with both (EVA-02) gets both stacked, each at a readable height, and the dock
+scrolls when it is shorter than that.
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
 from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
@@ -27,6 +28,7 @@ from vitviz.gui.state import ViewState
 from vitviz.gui.worker import RopeKernels
 
 MOSAIC_TEXT = "every position's map"
+LEARNED_MIN_PX = 240        # the learned table's maps never get less (with RoPE below them the dock scrolls)
 NO_MODEL_TEXT = "Open a model to see its position embedding."
 NO_POS_TEXT = ("This model has no learned absolute position embedding (for example, it uses relative or rotary "
                "positions), so there is nothing to show here.")
@@ -54,16 +56,22 @@ class PosEmbedPanel(QWidget):
         self._build()
         self.rope_section = RopeSection(self._cmap)
         self.rope_section.hovered.connect(self.hover)
-        body = QWidget()
-        column = QVBoxLayout(body)
+        self.widget.setMinimumHeight(LEARNED_MIN_PX)
+        content = QWidget()
+        column = QVBoxLayout(content)
         column.setContentsMargins(4, 2, 4, 0)
         column.addWidget(self.title)
         column.addWidget(self.widget, 1)
         column.addWidget(self.rope_section, 1)
-        self.body = body
+        self.body = QScrollArea()           # a learned table and RoPE (EVA-02) stacked: it scrolls when short
+        self.body.setObjectName("posEmbedScroll")
+        self.body.setWidgetResizable(True)
+        self.body.setFrameShape(QFrame.Shape.NoFrame)
+        self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.body.setWidget(content)
         self._stack = QStackedLayout(self)
         self._stack.addWidget(self.message)
-        self._stack.addWidget(body)
+        self._stack.addWidget(self.body)
         state.subscribe(self._on_state)
         session.model_loaded.connect(self._on_model_loaded)
         session.pos_embed_ready.connect(self._on_pos_embed_ready)
@@ -80,6 +88,8 @@ class PosEmbedPanel(QWidget):
         self.mosaic_view, self.mosaic_item = image_view(w, 1, 1, rowspan=3)
         w.ci.layout.setColumnStretchFactor(0, 2)
         w.ci.layout.setColumnStretchFactor(1, 5)
+        for label in (self.hover_label, self.cls_label, self.mosaic_label):   # the room goes to the maps
+            label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.hover_frame = select_frame(self.hover_view, 2.0)
         self.mosaic_frame = select_frame(self.mosaic_view, 1.5)
         self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=colors.colormap(self._cmap), interactive=False,

@@ -21,6 +21,7 @@ from vitviz.gui.panels.base import TEXT, dark_layout, image_view, select_frame
 from vitviz.gui.worker import RopeKernels
 
 ROPE_ONLY = "RoPE — no learned absolute position embedding"
+ROPE_MIN_PX = 220           # the kernel maps never get less (the position dock scrolls)
 KIND_NAMES = {"axial": "axial 2-D RoPE", "dinov3": "DINOv3 RoPE", "mixed": "RoPE-Mixed (learned frequencies)"}
 
 
@@ -50,6 +51,7 @@ class RopeSection(QWidget):
         self.title.setObjectName("ropeTitle")
         self.title.setWordWrap(True)
         self.widget = dark_layout()
+        self.widget.setMinimumHeight(ROPE_MIN_PX)
         w = self.widget
         self.at_label = w.addLabel("", row=0, col=0, color=TEXT, size="9pt")
         self.offset_label = w.addLabel("by offset (dy, dx)", row=0, col=1, color=TEXT, size="9pt")
