@@ -76,7 +76,9 @@ def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN0
     assert out.shape == (h, w_, 3) and h > 32                   # not the model input's (32) nor the screen's
     np.testing.assert_array_equal(out, _expected_overlay(w, maps))
     heat = np.asarray(Image.open(w.file_actions.export_png_to(tmp_path / "heat.png", heatmap_only=True, colorbar=True)))
-    assert heat.shape[0] == h and heat.shape[1] > w_            # colorbar appended on the right
+    k = render.enlargement((h, w_))                             # with a colorbar a 44-px image is drawn ×5
+    assert k == 5 and heat.shape[0] == k * h and heat.shape[1] > k * w_     # colorbar appended on the right
+    h, w_ = k * h, k * w_
     values, stack = current_map(maps, w.state)
     top = np.unravel_index(np.argmax(values), values.shape)     # the hottest patch is the brightest colour
     py, px = ((np.array(top) + 0.5) * np.array([h, w_]) / np.array(values.shape)).astype(int)

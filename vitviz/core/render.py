@@ -1,5 +1,5 @@
 """Maps into pictures: upsampling, heatmaps, overlays, colorbars, the part of the original image the model saw, and
-`draw_map`, the one renderer of an exported map.
+`draw_map`, the one renderer of an exported map (with a colorbar, small images are drawn enlarged: `enlarge`).
 
 Pure NumPy + Pillow; the window, the overview and `vitviz export` all draw through here, so a PNG the window exports
 is byte for byte the PNG `vitviz export` writes for the same choices.
@@ -73,26 +73,81 @@ def overlay(image_rgb: np.ndarray, heat_rgb: np.ndarray, alpha: float = 0.5) -> 
     return np.clip(np.rint(blend), 0, 255).astype(np.uint8)
 
 
-def _label(value: float) -> str:
-    return f"{value:.3g}"
+def bar_labels(lo: float, hi: float) -> tuple[str, str]:
+    """The labels of a colorbar's two ends in one format: plain decimals with the same number of places for
+    everyday magnitudes ('0.00012' and '0.00454', never '1.2e-05' beside '0.00454'), else one exponent for both
+    ('4.54e-5', '0.12e-5'); zero is '0'. Three significant digits at the larger end."""
+    big = max(abs(lo), abs(hi))
+    if not np.isfinite(big) or big == 0:
+        return _zero(hi, f"{hi:.3g}"), _zero(lo, f"{lo:.3g}")
+    exp = int(np.floor(np.log10(big)))
+    if 1e-3 <= big < 1e4:
+        places = max(0, 2 - exp)
+        return _zero(hi, f"{hi:.{places}f}"), _zero(lo, f"{lo:.{places}f}")
+    return _zero(hi, f"{hi / 10.0 ** exp:.2f}e{exp}"), _zero(lo, f"{lo / 10.0 ** exp:.2f}e{exp}")
+
+
+def _zero(value: float, text: str) -> str:
+    return "0" if value == 0 else text
+
+
+LABEL_BREAK = " · "         # where a colorbar's label may go onto another line
+
+
+def _space(font: Any) -> float:
+    """The room between two words of a label: Pillow's default font has 2-px spaces, which made 'CLS attention'
+    read 'CLSattention'."""
+    return max(float(font.getlength(" ")), 0.35 * float(getattr(font, "size", 10)))
+
+
+def _words_width(text: str, font: Any) -> int:
+    words = text.split(" ")
+    return int(np.ceil(sum(font.getlength(w) for w in words) + _space(font) * (len(words) - 1)))
+
+
+def _draw_words(draw: ImageDraw.ImageDraw, xy: tuple[float, float], text: str, font: Any) -> None:
+    """`text` in black from `xy`, its words `_space` apart."""
+    x, y = xy
+    for word in text.split(" "):
+        draw.text((x, y), word, fill="black", font=font)
+        x += font.getlength(word) + _space(font)
+
+
+def _label_lines(text: str, font: Any, height: int) -> list[str]:
+    """`text` in lines of at most `height` pixels, broken between its phrases (' · '); a phrase longer than that
+    alone is cut with '…'."""
+    def width(line: str) -> int:
+        return _words_width(line, font)
+
+    lines: list[str] = []
+    for phrase in text.split(LABEL_BREAK):
+        joined = f"{lines[-1]}{LABEL_BREAK}{phrase}" if lines else phrase
+        if lines and width(joined) <= height:
+            lines[-1] = joined
+            continue
+        while phrase and width(phrase) > height:
+            phrase = phrase[:-2] + "…" if len(phrase) > 2 else ""
+        lines.append(phrase)
+    return lines
 
 
 def _vertical_text(text: str, font: Any, height: int) -> Image.Image:
-    """`text` in black on white, turned to read bottom to top, cut to `height` pixels (with '…')."""
-    fitted = text
-    while fitted and int(np.ceil(font.getbbox(fitted)[2])) > height:
-        fitted = fitted[:-2] + "…" if len(fitted) > 2 else ""
-    left, top, right, bottom = font.getbbox(fitted or " ")
-    strip = Image.new("RGB", (max(1, int(np.ceil(right))), max(1, int(np.ceil(bottom)))), "white")
-    ImageDraw.Draw(strip).text((0, 0), fitted, fill="black", font=font)
+    """`text` in black on white, turned to read bottom to top, in as many lines (side by side, the first on the
+    left) as it needs to fit `height` pixels (`_label_lines`)."""
+    lines = _label_lines(text, font, height) or [""]
+    line_h = int(np.ceil(font.getbbox("Ag")[3])) + 2
+    strip = Image.new("RGB", (max(1, max(_words_width(line, font) for line in lines)), line_h * len(lines)), "white")
+    draw = ImageDraw.Draw(strip)
+    for i, line in enumerate(lines):
+        _draw_words(draw, (0, i * line_h), line, font)
     return strip.rotate(90, expand=True)
 
 
 def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width: int = 16,
                  pad: int = 6, label: str = "") -> np.ndarray:
-    """Append a vertical colorbar (vmax at the top, vmin at the bottom) with tick labels to the right of `img`,
-    and `label` (what the values are, e.g. 'CLS attention · scale shared by all layers') beside it, reading
-    bottom to top; without a label the picture is exactly as before labels existed.
+    """Append a vertical colorbar (vmax at the top, vmin at the bottom) with its two end labels (`bar_labels`) to
+    the right of `img`, and `label` (what the values are, e.g. 'CLS attention · scale shared by all layers') beside
+    it, reading bottom to top, on more lines when it is longer than the picture is high.
 
     Args:
         img: (H, W, 3) uint8.
@@ -103,7 +158,7 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     image = _check_rgb(img, "img")
     h, w = image.shape[:2]
     font = ImageFont.load_default()
-    labels = (_label(vmax), _label(vmin))
+    labels = bar_labels(vmin, vmax)
     text_w = max(int(np.ceil(font.getbbox(s)[2])) for s in labels)
     strip = _vertical_text(label, font, h) if label else None
     extra = strip.width + pad if strip is not None else 0
@@ -119,6 +174,22 @@ def add_colorbar(img: np.ndarray, cmap: str, vmin: float, vmax: float, bar_width
     if strip is not None:
         canvas.paste(strip, (x + text_w + pad, (h - strip.height) // 2))
     return np.asarray(canvas, dtype=np.uint8)
+
+
+MIN_PICTURE_PX = 200    # a picture with a colorbar is at least this high and wide: smaller images are drawn enlarged
+
+
+def enlargement(size_hw: tuple[int, int]) -> int:
+    """The whole factor a picture over an image of `size_hw` pixels is drawn at: 1, or for an image whose shorter
+    side is under `MIN_PICTURE_PX` (the demo's 64 px, CIFAR's 32) the smallest that brings it there."""
+    short = min(int(size_hw[0]), int(size_hw[1]))
+    return 1 if short >= MIN_PICTURE_PX or short <= 0 else -(-MIN_PICTURE_PX // short)
+
+
+def enlarge(image: np.ndarray) -> np.ndarray:
+    """`image` (H, W, 3) with every pixel drawn as a k × k block (`enlargement`); unchanged when k is 1."""
+    k = enlargement(image.shape[:2])
+    return image if k == 1 else np.repeat(np.repeat(image, k, axis=0), k, axis=1)
 
 
 def native_view(result: AttentionResult, image: Any = None) -> np.ndarray:
@@ -190,8 +261,9 @@ def draw_colors(colors: np.ndarray, image: np.ndarray, input_hw: tuple[int, int]
     not apply.
 
     Returns:
-        (H, W[ + legend], 3) uint8.
+        (H, W, 3) uint8; with the legend (k·H, k·W + legend, 3), k = `enlargement((H, W))` as for `draw_map`.
     """
+    image = enlarge(_check_rgb(image, "image")) if opts.colorbar else image    # room for the legend, as draw_map
     rgb = color_pixels(colors, image.shape[:2], input_hw, patch, opts.smooth)
     if opts.style != "heatmap":
         rgb = overlay(image, rgb, float(opts.opacity))
@@ -260,19 +332,23 @@ def draw_map(stack: MapStack, layer: LayerSel, head: HeadSel, image: np.ndarray,
     """One layer's and head's map of a stack drawn over (or beside) `image`.
 
     Colours span `MapStack.levels`; the map is stretched to cover the whole of `image` (see `cover` for an input
-    that is not a whole number of patches).
+    that is not a whole number of patches). With a colorbar, an image smaller than `MIN_PICTURE_PX` on its
+    shorter side is drawn enlarged by a whole factor (`enlarge`), so the picture, its bar and the bar's label can
+    be read (the demo's 64-px images made 140 × 64 pictures with the label cut); without one the picture is the
+    image's size pixel for pixel, to be laid over it.
 
     Args:
         image: (H, W, 3) uint8, what the map is drawn over (the region the model saw, or the model input).
         input_hw: the model input's size in pixels; patch: its patch size.
 
     Returns:
-        (H, W[ + colorbar], 3) uint8.
+        (H, W, 3) uint8; with a colorbar (k·H, k·W + colorbar, 3), k = `enlargement((H, W))`.
     """
     if stack.pending:
         raise SelectionError(f"{stack.title}: the map is still being computed; export it once it is shown")
     values = stack.select(layer, head)
     lo, hi = stack.levels(values, head, own=opts.scale == "own")
+    image = enlarge(_check_rgb(image, "image")) if opts.colorbar else image
     heat = heatmap_image(cover(values, input_hw, patch), image.shape[:2], opts.cmap, opts.smooth, lo, hi)
     rgb = heat if opts.style == "heatmap" else overlay(image, heat, float(opts.opacity))
     if not opts.colorbar:

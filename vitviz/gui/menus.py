@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QStyle, QToolBar
 
+from vitviz.core.render import LARGE_PICTURE_PIXELS, MIN_PICTURE_PX
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,9 @@ ACTIONS = (
     ActionSpec("open_image_folder", "Open image f&older…", "Ctrl+Shift+I",
                "Add every image in a folder (and its subfolders) to the image list"),
     ActionSpec("export_png", "Current view as &PNG…", "Ctrl+E",
-               "Save the overlay or heatmap at the resolution of the model's input"),
+               "Save the overlay or heatmap over the image at its original resolution (the model's input size "
+               f"is offered for originals over {LARGE_PICTURE_PIXELS // 1_000_000} megapixels); with a colorbar, "
+               f"an image under {MIN_PICTURE_PX} px is drawn enlarged by a whole factor"),
     ActionSpec("export_all", "&All layer × head maps…", "Ctrl+Shift+E",
                "Save one PNG per layer and head into a folder"),
     ActionSpec("export_npz", "Raw &arrays (.npz)…", "", "Save attentions, logits, input and spec"),
