@@ -11,6 +11,11 @@ shapes images, driven through the window's own view state. `photos_random_vitb.p
 under a ViT-B/16-shaped checkpoint with *random* weights (no download offline): it shows the window at ImageNet
 scale, not what a trained ImageNet model attends to.
 
+`--only docks` makes `dock_1280x800_*.png`: every dock as the default layout of a 1280 × 800 screen has it (the
+window at 1216 × 736, the dock raised in place, not floated; the Features dock once per view), with the demo, and
+the Positions dock of an EVA-02-shaped model with random weights (a learned table and RoPE, both shown): what a
+newcomer on a small screen sees, to look at before a layout change is done.
+
 `--only models` makes the pictures of models the demo is not: `panel_posembed_rope.png` (the Positions dock of a
 DINOv3-shaped RoPE ViT-S/16 with random weights, saved as a timm hub folder: what RoPE does to attention depends on
 its settings, not on trained weights) and `dialog_heads.png` ("what the file does not say": the question the window
@@ -51,9 +56,9 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
-    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog"),
+    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog", "docks"),
                         help="only the demo-model, the photo or the other models' screenshots (or only the "
-                             "assumptions dialog)")
+                             "assumptions dialog, or only the docks at 1280 x 800)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
     args = parser.parse_args(argv)
     global OUT
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         rope_shot(app)
     if args.only in (None, "models", "dialog"):
         assumptions_dialog_shot(app)
+    if args.only in (None, "docks"):
+        dock_shots(app)
     return 0
 
 
@@ -234,6 +241,77 @@ def assumptions_dialog_shot(app) -> None:  # noqa: ANN001
     shot.save(str(OUT / "dialog_heads.png"))
     print("wrote", OUT / "dialog_heads.png")
     dialog.reject()
+    win.close()
+
+
+SMALL_SCREEN = (1280, 800)
+DOCK_NAMES = {"overviewDock": "overview", "matrixDock": "matrix", "rolloutDock": "rollout",
+              "posEmbedDock": "posembed", "headStatsDock": "headstats", "featuresDock": "features",
+              "infoDock": "info", "imagesDock": "images", "controlsDock": "controls"}
+
+
+def dock_shots(app, screen: tuple[int, int] = SMALL_SCREEN) -> None:  # noqa: ANN001
+    """Every dock in place in the default layout of a `screen`-sized screen: the demo's, and EVA-02's Positions."""
+    from PySide6.QtCore import QRect
+
+    from vitviz.gui.bundled import demo_model, images_for
+    from vitviz.gui.window import default_size
+
+    size = default_size(QRect(0, 0, *screen))
+    tag = f"{screen[0]}x{screen[1]}"
+    win = new_window(app, Path(tempfile.mkdtemp()), (size.width(), size.height()))
+    images = images_for(demo_model())
+    win.load_demo()
+    _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
+    win.state.update(source="token", query=target_token(0), layer=win.session.spec.depth - 1, head="mean")
+    drawn: list[str] = []
+    win.features.shown.connect(drawn.append)
+    for dock_name, short in DOCK_NAMES.items():
+        dock = win.dock(dock_name)
+        dock.raise_()
+        _settle(app, 20)
+        views = ("pca", "similarity", "norms") if dock_name == "featuresDock" else ("",)
+        for view in views:
+            if view:
+                drawn.clear()
+                win.features.show_tab(view)
+                _wait(app, lambda view=view: view in drawn and win.is_idle())
+            _settle(app, 20)
+            name = OUT / f"dock_{tag}_{short}{'_' + view if view else ''}.png"
+            dock.grab().save(str(name))
+            print("wrote", name)
+    win.close()
+    eva02_positions_shot(app, size, tag)
+
+
+def eva02_positions_shot(app, size, tag: str) -> None:  # noqa: ANN001
+    """The Positions dock of an EVA-02-shaped ViT (random weights, 2 blocks, a timm hub folder) in place."""
+    import warnings
+
+    import timm
+
+    from vitviz.demo import sample_photos
+
+    tmp = Path(tempfile.mkdtemp())
+    args = dict(depth=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, num_classes=0, **args)
+    folder = tmp / "eva02_tiny_random"
+    timm.models._hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    photos = [str(p) for p in sample_photos()][:1] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp, (size.width(), size.height()))
+    win.load_model(str(folder))
+    win.session.add_images(photos)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.rope is not None)
+    dock = win.dock("posEmbedDock")
+    dock.raise_()
+    _settle(app, 20)
+    win.posembed.hover(4, 9)
+    _settle(app)
+    name = OUT / f"dock_{tag}_posembed_eva02.png"
+    dock.grab().save(str(name))
+    print("wrote", name)
     win.close()
 
 
