@@ -4,6 +4,12 @@ viridis, inferno, magma and plasma (Smith, van der Walt and Firing; CC0) and tur
 are stored as evenly spaced entries of their published 256-entry tables (every 5th, i.e. indices 0, 5, ..., 255;
 plasma every 3rd) and rebuilt by linear interpolation; every rebuilt entry is within 1 unit of the published table. Append '_r' to a
 name for the reversed map.
+
+One diverging map, for signed maps that centre on 0 (the difference of two models' maps, `vitviz.core.compare`):
+'rdbu', ColorBrewer's RdBu (Brewer, Apache-2.0) from its 11 published classes, blue for negative, white
+(#f7f7f7) at the middle, red for positive (matplotlib's 'RdBu_r'). It is accepted wherever a colormap name is
+(`colormap`, `apply_colormap`), but not listed by `available_colormaps` (the sequential maps the window and
+`--cmap` offer for attention, which never goes below 0): `diverging_colormaps` lists it.
 """
 from __future__ import annotations
 
@@ -50,6 +56,13 @@ _CONTROL_HEX: dict[str, str] = {
 }
 
 
+# ColorBrewer RdBu, 11 classes, reversed (low = blue), at 11 evenly spaced positions 0, 25.5, ..., 255.
+_DIVERGING_HEX: dict[str, str] = {
+    "rdbu": "0530612166ac4393c392c5ded1e5f0f7f7f7fddbc7f4a582d6604db2182b67001f",
+}
+DIVERGING = "rdbu"   # the diverging map difference pictures are drawn with
+
+
 class ColormapError(VitvizError, ValueError):
     """An unknown colormap name, or values that are not a 2-D map."""
 
@@ -58,6 +71,11 @@ def available_colormaps() -> tuple[str, ...]:
     """Names accepted by `colormap` and `apply_colormap` (each also with an '_r' suffix), in the order the window
     lists them and the CLI names them: viridis (the default) first."""
     return (*_CONTROL_HEX, "gray")
+
+
+def diverging_colormaps() -> tuple[str, ...]:
+    """Names of the diverging maps (centred on their middle entry), for signed maps drawn on -m..m."""
+    return tuple(_DIVERGING_HEX)
 
 
 def _from_control_points(hex_string: str) -> np.ndarray:
@@ -75,6 +93,11 @@ def _from_control_points(hex_string: str) -> np.ndarray:
 def _table(name: str) -> np.ndarray:
     if name == "gray":
         table = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # (256, 3)
+    elif name in _DIVERGING_HEX:
+        points = np.frombuffer(bytes.fromhex(_DIVERGING_HEX[name]), dtype=np.uint8).reshape(-1, 3)  # (P, 3)
+        where = np.linspace(0.0, 255.0, points.shape[0])
+        table = np.round(np.stack([np.interp(np.arange(256), where, points[:, c].astype(np.float64))
+                                   for c in range(3)], axis=1)).astype(np.uint8)  # (256, 3)
     else:
         table = _from_control_points(_CONTROL_HEX[name])
     table.setflags(write=False)
@@ -88,8 +111,9 @@ def colormap(name: str) -> np.ndarray:
         ColormapError: the name is not one of `available_colormaps()`.
     """
     base, reverse = (name[:-2], True) if name.endswith("_r") else (name, False)
-    if base not in available_colormaps():
-        raise ColormapError(f"unknown colormap {name!r}; expected one of {', '.join(available_colormaps())}")
+    if base not in available_colormaps() + diverging_colormaps():
+        raise ColormapError(f"unknown colormap {name!r}; expected one of {', '.join(available_colormaps())} "
+                            f"(diverging, for signed maps: {', '.join(diverging_colormaps())})")
     table = _table(base)
     return table[::-1] if reverse else table
 
