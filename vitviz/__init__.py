@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "load", "VitvizError", "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError",
     "DeviceError", "ImageError", "InconsistentCheckpointError", "NoWeightsError", "UnknownLayoutError",
-    "UnsafeCheckpointError", "__version__", "show", "verify",
+    "UnsafeCheckpointError", "__version__", "show", "verify", "compare",
 ]
 
 
@@ -43,6 +43,14 @@ def load(path: Any, **overrides: Any) -> Any:
     from vitviz.core.load import load as _load
 
     return _load(path, **overrides)
+
+
+def compare(a: Any, b: Any, images: Any, **options: Any) -> Any:
+    """Compare two loaded models on the same images (`vitviz.core.compare.compare`): per layer their maps, A − B,
+    the head matching, mean Jensen–Shannon divergence and linear CKA against relative depth."""
+    from vitviz.core.compare import compare as _compare
+
+    return _compare(a, b, images, **options)
 
 
 def verify(model: Any, **options: Any) -> Any:
