@@ -94,7 +94,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--npz", action="store_true", help="also write {image}.npz: attentions, logits, input, spec")
     g.add_argument("--half", action="store_true", help="keep attentions as float16 (half the memory)")
     g.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
-    g.add_argument("--batch-size", type=_positive, default=8, help="images per forward pass (default 8)")
+    g.add_argument("--batch-size", type=_positive, default=None, help="images per forward pass (default: as many "
+                   "as fit a memory budget, at most 8, said on stderr)")
     g.add_argument("--workers", type=_positive, default=min(4, os.cpu_count() or 1),
                    help="threads that read and preprocess images (default: up to 4)")
     g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
@@ -102,9 +103,37 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--no-verify", action="store_true",
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")
+    g = p.add_argument_group("compare two models, or a training run (vitviz.core.compare, vitviz.core.timeline)")
+    g.add_argument("--compare", metavar="CHECKPOINT_B",
+                   help="a second model (any family or size): write A's, B's and A - B maps, "
+                        "{image}_A_..., {image}_B_... (B's own layer and head matched with A's), {image}_diff_... "
+                        "(on the diverging colormap rdbu, centred on 0); layers by relative depth, heads by "
+                        "--match-heads, patches by place; the manifest records both models and the matching. "
+                        "B is loaded with the same overrides as A")
+    g.add_argument("--match-heads", choices=("match", "index"), default="match",
+                   help="with --compare: heads matched by a Hungarian assignment on CLS-attention similarity "
+                        "(default) or by index")
+    g.add_argument("--timeline", metavar="RUN_DIR",
+                   help="a folder of checkpoints of one run (epoch_*.pth, step-*.safetensors, epoch=*-step=*.ckpt, "
+                        "checkpoint-*/): one map per checkpoint {image}_{checkpoint}_..., a contact sheet "
+                        "{image}_timeline_..., timeline.csv and the figures in the manifest; replaces --model")
+    g.add_argument("--box", metavar="L,T,R,B", type=argument_type(_box),
+                   help="with --timeline: the share of CLS attention inside this box (fractions 0..1 of the image "
+                        "the model saw) per checkpoint and layer")
     _add_engine_arguments(p)
     add_override_arguments(p)
     return p
+
+
+def _box(text: str) -> tuple[float, float, float, float]:
+    from vitviz.core.timeline import box_mask
+
+    parts = [float(v) for v in text.split(",")]
+    if len(parts) != 4:
+        raise ValueError(f"{text!r}: expected four fractions L,T,R,B, e.g. 0.2,0.2,0.6,0.7")
+    box = (parts[0], parts[1], parts[2], parts[3])
+    box_mask(box, (1, 1))   # checks the ranges
+    return box
 
 
 def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -226,6 +255,8 @@ def run_export_command(args: argparse.Namespace) -> int:
     from vitviz.batch.pipeline import Exporter
 
     start = time.perf_counter()
+    if getattr(args, "compare", None) or getattr(args, "timeline", None):
+        return _export_side(args, start)
     ray = _ray_engine(args)
     out: Path | str = args.out
     if ray:
@@ -241,6 +272,12 @@ def run_export_command(args: argparse.Namespace) -> int:
         return _export_windowed(args, model, pairs, start)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
+    if args.batch_size is None:   # as many images per pass as fit the memory budget, and said
+        from vitviz.core.runtime import available_memory
+
+        args.batch_size, why = auto_batch_size(model.spec, maps, args.half, free=available_memory())
+        if not args.quiet:
+            print(f"vitviz: {why}", file=sys.stderr)
     verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
@@ -305,6 +342,8 @@ def _export_windowed(args: argparse.Namespace, model: Any, pairs: list[tuple[Pat
     through the same pipeline (`vitviz.batch.windowed.WindowedExporter`), names and manifest as any export."""
     from vitviz.batch.windowed import WindowedExporter, windowed_plan
 
+    args.batch_size = args.batch_size or 8
+
     if getattr(args, "engine", "local") != "local":
         raise VitvizError("--engine ray does not run windowed models (Swin, SAM) yet; export them with the local "
                           "engine")
@@ -334,6 +373,61 @@ def _export_windowed(args: argparse.Namespace, model: Any, pairs: list[tuple[Pat
     if not args.quiet or interrupted:
         print(exporter.summary(out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
     return 130 if interrupted else 1 if exporter.counts["failed"] else 0
+
+
+def _export_side(args: argparse.Namespace, start: float) -> int:
+    """`--compare B` or `--timeline RUN_DIR` (`vitviz.batch.compare`): the local engine, the export's names,
+    pictures, writers and manifest, with the comparison or the run's figures added to it."""
+    from vitviz.batch.compare import export_compare, export_timeline
+
+    args.batch_size = args.batch_size or 8
+
+    if args.compare and args.timeline:
+        raise VitvizError("--compare and --timeline cannot be combined; give one")
+    if args.engine != "local":
+        raise VitvizError(f"--{'compare' if args.compare else 'timeline'} runs on the local engine only")
+    if args.box is not None and not args.timeline:
+        raise VitvizError("--box is for --timeline (the CLS-attention share inside it per checkpoint)")
+    pairs = collect_inputs(args.inputs, args.out, args.glob)
+    stems = unique_stems(pairs, safe_stem)
+    if args.timeline:
+        from vitviz.cli.options import overrides_from
+        from vitviz.core.timeline import open_run
+
+        if args.model is not None:
+            raise VitvizError("--timeline RUN_DIR gives the model (every checkpoint in it); leave out --model")
+        run = open_run(args.timeline, device=args.device, **overrides_from(args))
+        model = run.model(0)
+        if not args.quiet:
+            print(f"vitviz: {len(run)} checkpoints in {args.timeline}, {run.order_note}", file=sys.stderr)
+    else:
+        model = _load(args)
+    maps, layers, heads = _resolve(args, model.spec)
+    bad = [m.label for m in maps if m.source != "attention" or m.kind == "token"]
+    if bad:
+        raise VitvizError(f"--maps {','.join(bad)}: --compare and --timeline draw the attention maps cls, mean, max "
+                          "and rollout")
+    plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, overwrite=args.overwrite,
+                render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
+                                     args.colorbar, args.size, args.colorbar_label))
+    _make_folder(args.out)
+    bar = ProgressBar(len(pairs), enabled=not args.quiet)
+    try:
+        if args.timeline:
+            exporter: Any = export_timeline(run, plan, pairs, args.out, stems, args.box,
+                                            on_progress=lambda job: _report(bar, job))
+        else:
+            b_args = argparse.Namespace(**{**vars(args), "model": args.compare})
+            model_b = _load(b_args)
+            exporter = export_compare(model, model_b, plan, pairs, args.out, stems, args.match_heads,
+                                      on_progress=lambda job: _report(bar, job))
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+    _write_manifest(args.out, args, model, exporter, seconds, False, None)
+    if not args.quiet:
+        print(exporter.summary(args.out, seconds, False))
+    return 1 if exporter.counts["failed"] else 0
 
 
 def _report(bar: ProgressBar, job: Job) -> None:
@@ -486,6 +580,8 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
         "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
         "images": [job.record(out) for job in exporter.jobs],
     }
+    if hasattr(exporter, "record"):  # --compare / --timeline: the second model and the matching, or the run
+        data.update(exporter.record())
     if hasattr(exporter, "engine_record"):  # the Ray engine
         data["engine"] = exporter.engine_record()
         data["model"]["device"] = exporter.devices or model.device

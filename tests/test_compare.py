@@ -1,0 +1,295 @@
+"""Two models compared (vitviz.core.compare), a training run as a timeline (vitviz.core.timeline), and `vitviz export
+--compare` / `--timeline`, on tiny random models of other depths, head counts and grids."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from itertools import permutations
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from _tiny import HEADS, tiny_state_dict, write_tiny_checkpoint
+from vitviz.core import compare as cmp
+from vitviz.core.maps import MapKind, map_stack
+from vitviz.core.timeline import TimelineError, find_checkpoints, name_number, open_run, run_metrics
+
+
+def load(path: Path, heads: int = HEADS):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return vitviz.load(path, heads=heads)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory):
+    d = tmp_path_factory.mktemp("cmp")
+    a = load(write_tiny_checkpoint(d / "a.pth"))
+    b = load(write_tiny_checkpoint(d / "b.pth", seed=5))                                  # same layout
+    c = load(write_tiny_checkpoint(d / "c.pth", depth=3, grid=(8, 8), patch=4, seed=3), heads=4)  # all differ
+    return a, b, c
+
+
+@pytest.fixture(scope="module")
+def images() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (40, 52, 3), dtype=np.uint8) for _ in range(2)]
+
+
+def test_a_model_against_itself_is_exactly_zero(models, images) -> None:
+    a = models[0]
+    c = cmp.compare(a, a, images)
+    for im in c.images:
+        assert np.array_equal(im.diff.maps, np.zeros_like(im.diff.maps))
+        assert np.array_equal(im.a.maps, im.b.maps)
+    assert np.all(c.jsd == 0) and np.allclose(c.cka, 1.0, atol=1e-9)
+    assert [m.pairs[0][:2] for m in c.heads] == [(0, 0), (0, 0)]
+    assert c.notes[1] == "layers by index (2 each)"
+
+
+def test_difference_is_a_minus_b_exactly(models, images) -> None:
+    a, b, _ = models
+    c = cmp.compare(a, b, images, heads="index", cka=False)
+    for img, im in zip(images, c.images):
+        sa = map_stack(a.run(img, logits=False).attentions, MapKind("cls"), a.spec)
+        sb = map_stack(b.run(img, logits=False).attentions, MapKind("cls"), b.spec)
+        assert np.array_equal(im.a.maps, sa.maps) and np.array_equal(im.b.maps, sb.maps)
+        assert np.array_equal(im.diff.maps, sa.maps - sb.maps)
+        assert np.allclose(im.diff.vmin, -im.diff.vmax)                       # centred on 0
+        assert im.diff.vmax[0] == np.abs(im.diff.maps[:, :2]).max()
+    assert c.cka is None
+
+
+def test_other_depth_heads_and_grid(models, images) -> None:
+    a, _, c3 = models
+    c = cmp.compare(a, c3, images)
+    assert list(c.layers_b) == [0, 2] and list(c.relative_depth) == [0.0, 1.0]
+    assert "relative depth" in c.notes[1] and "patches by place" in c.notes[3]
+    im = c.images[0]
+    assert im.a.maps.shape == im.b.maps.shape == im.diff.maps.shape == (2, 4, 4, 4)
+    assert im.b_own.maps.shape == (3, 6, 8, 8)
+    for i, match in enumerate(c.heads):             # B's columns are its matched heads, by place, scaled 64/16
+        for ha, hb, _ in match.pairs:
+            want = cmp.to_grid(im.b_own.maps[c.layers_b[i], hb], (8, 8), (4, 4))
+            assert np.array_equal(im.b.maps[i, ha], want)
+            assert np.array_equal(im.diff.maps[i, ha], im.a.maps[i, ha] - want)
+        sim = match.similarity
+        assert sum(s for *_, s in match.pairs) == pytest.approx(
+            max(sum(sim[i2, j] for i2, j in enumerate(cols)) for cols in permutations(range(4), 2)))
+    assert c.cka.shape == (2,) and np.all((c.cka > 0) & (c.cka <= 1))
+
+
+def test_layers_by_relative_depth() -> None:
+    assert list(cmp.match_layers(4, 4)) == [0, 1, 2, 3]
+    assert list(cmp.match_layers(2, 3)) == [0, 2]
+    assert list(cmp.match_layers(3, 2)) == [0, 1, 1]
+    assert list(cmp.match_layers(12, 6)) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert list(cmp.match_layers(1, 5)) == [4]
+
+
+def test_by_place_keeps_an_even_map_and_uses_the_windows_rule() -> None:
+    even = np.full((8, 8), 1 / 64)
+    assert np.allclose(cmp.to_grid(even, (8, 8), (4, 4)), 1 / 16)
+    idx = cmp.place_index((8, 8), (4, 4))
+    assert idx[0] == 1 * 8 + 1 and idx[-1] == 7 * 8 + 7      # centre (0.125, 0.125) -> patch (1, 1)
+    assert list(cmp.place_index((2, 2), (4, 4))) == [0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 3), (5, 5), (6, 6), (2, 5), (5, 3), (7, 7)])
+def test_hungarian_against_brute_force(shape) -> None:
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(5):
+        s = rng.normal(size=shape)
+        if rng.random() < 0.5:
+            s = np.round(s, 1)                          # ties
+        got, want = cmp.assign(s), cmp.brute_force_assign(s)
+        total = lambda pairs: sum(s[i, j] for i, j in pairs)  # noqa: E731
+        assert total(got) == pytest.approx(total(want), abs=1e-12)
+        assert len(got) == min(shape) and len({j for _, j in got}) == len(got)
+
+
+def test_head_matching_recovers_a_permutation(tmp_path: Path, images) -> None:
+    """B is A with its heads permuted in every layer (q, k, v rows and proj columns): the matching finds it."""
+    heads, d = 4, 32
+    hd = d // heads
+    perm = [2, 0, 3, 1]
+    sd = tiny_state_dict()
+    torch.save(sd, tmp_path / "a.pth")
+    rows = torch.cat([torch.arange(p * hd, (p + 1) * hd) for p in perm])
+    qkv = torch.cat([rows + k * d for k in range(3)])
+    for i in range(2):
+        b = f"blocks.{i}.attn."
+        sd[b + "qkv.weight"], sd[b + "qkv.bias"] = sd[b + "qkv.weight"][qkv], sd[b + "qkv.bias"][qkv]
+        sd[b + "proj.weight"] = sd[b + "proj.weight"][:, rows]
+    torch.save(sd, tmp_path / "b.pth")
+    a, b = load(tmp_path / "a.pth", heads), load(tmp_path / "b.pth", heads)
+    c = cmp.compare(a, b, images)
+    for match in c.heads:                       # B's head h is A's head perm[h]
+        assert [(x, y) for x, y, _ in match.pairs] == sorted((perm[h], h) for h in range(heads))
+        assert all(s == pytest.approx(1.0) for *_, s in match.pairs)
+    assert np.allclose([np.abs(im.diff.maps).max() for im in c.images], 0, atol=1e-6)
+    assert "A head 0 ↔ B head 1, similarity 1.00" in c.heads[0].describe()
+
+
+def test_jsd_and_cka_against_direct_formulas() -> None:
+    rng = np.random.default_rng(1)
+    p, q = rng.random(16), rng.random(16)
+    pn, qn = p / p.sum(), q / q.sum()
+    m = (pn + qn) / 2
+    direct = 0.5 * np.sum(pn * np.log2(pn / m)) + 0.5 * np.sum(qn * np.log2(qn / m))
+    assert cmp.js_divergence(p, q) == pytest.approx(direct, rel=1e-12)
+    assert cmp.js_divergence(np.array([1.0, 0]), np.array([0, 1.0])) == pytest.approx(1.0)
+    x, y = rng.normal(size=(50, 6)), rng.normal(size=(50, 9))
+    h = np.eye(50) - 1 / 50
+    k, l_ = h @ x @ x.T @ h, h @ y @ y.T @ h                    # HSIC form with centred Gram matrices
+    want = np.sum(k * l_) / np.sqrt(np.sum(k * k) * np.sum(l_ * l_))
+    assert cmp.linear_cka(x, y) == pytest.approx(want, rel=1e-10)
+    q_, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    assert cmp.linear_cka(x, 3 * x @ q_) == pytest.approx(1.0)
+
+
+def test_compare_refuses_maps_of_one_model() -> None:
+    with pytest.raises(cmp.CompareError, match="token:N"):
+        cmp.compare_results([object()], [object()], "token:3")
+
+
+# ----------------------------------------------------------------------------------------------------- timeline
+def test_names_give_numbers() -> None:
+    assert name_number("epoch=3-step=1200") == (1200, 3)
+    assert name_number("step-3000") == (3000, None)
+    assert name_number("epoch_12") == (12, None)
+    assert name_number("checkpoint-500") == (500, None)
+    assert name_number("vit_b16_run7_iter40") == (40, None)
+    assert name_number("best") == (None, None)
+
+
+def test_timeline_orders_by_number_lightning_and_file_time(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for n in (10, 2, 300):
+        (run / f"epoch_{n}.pth").write_bytes(b"x")
+    (run / "notes.txt").write_text("not a checkpoint")
+    found, note = find_checkpoints(run)
+    assert [c.path.name for c in found] == ["epoch_2.pth", "epoch_10.pth", "epoch_300.pth"]
+    assert note == "ordered by the number in the names"
+    light = tmp_path / "light"
+    light.mkdir()
+    for e, s in ((0, 500), (1, 1000), (0, 250)):
+        (light / f"epoch={e}-step={s}.ckpt").write_bytes(b"x")
+    found, note = find_checkpoints(light)
+    assert [c.number for c in found] == [250, 500, 1000] and "Lightning" in note
+    hf = tmp_path / "hf"
+    for n in (1500, 500):
+        (hf / f"checkpoint-{n}").mkdir(parents=True)
+        (hf / f"checkpoint-{n}" / "model.safetensors").write_bytes(b"x")
+    assert [c.label for c in find_checkpoints(hf)[0]] == ["checkpoint-500", "checkpoint-1500"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for i, name in enumerate(["last.pth", "best.pth", "first.pth"]):
+        (plain / name).write_bytes(b"x")
+        os.utime(plain / name, (1000 + 10 * (2 - i), 1000 + 10 * (2 - i)))
+    found, note = find_checkpoints(plain)
+    assert [c.path.name for c in found] == ["first.pth", "best.pth", "last.pth"]
+    assert note.startswith("ordered by file time:") and "has no number" in note
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "log.txt").write_text("")
+    with pytest.raises(TimelineError, match="no checkpoints"):
+        find_checkpoints(tmp_path / "empty")
+
+
+def test_timeline_loads_lazily_names_another_layout_and_measures(tmp_path: Path, images) -> None:
+    for i, step in enumerate((100, 200)):
+        write_tiny_checkpoint(tmp_path / f"step-{step}.safetensors", seed=i)
+    write_tiny_checkpoint(tmp_path / "step-300.safetensors", depth=3, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = open_run(tmp_path, budget_bytes=1, heads=HEADS)
+        assert run.loaded == []
+        run.model(0)
+        run.model(1)
+        assert run.loaded == [1]                    # the budget keeps one
+        with pytest.raises(TimelineError, match=r"step-300.safetensors: another layout.*depth 3 \(the run: 2\)"):
+            run.model(2)
+        run.checkpoints = run.checkpoints[:2]
+        metrics = run_metrics(run, images[0], box=(0, 0, 0.5, 0.5))
+    assert metrics.distance.shape == metrics.entropy.shape == metrics.box_share.shape == (2, 2)
+    assert metrics.labels == ("step-100", "step-200") and metrics.numbers == (100, 200)
+    r = run.model(1).run(images[0])
+    from vitviz.core import analysis
+
+    assert np.allclose(metrics.distance[1], analysis.mean_attention_distance(r).mean(axis=1))
+    want = r.attentions[:, :, 0, 1:].reshape(2, HEADS, 4, 4)[:, :, :2, :2].sum(axis=(2, 3)).mean(axis=1)
+    assert np.allclose(metrics.box_share[1], want, atol=1e-6)
+    assert metrics.predictions[1][0] == r.top_k(1)[0][0]
+    assert len(metrics.rows()) == 4 and json.dumps(metrics.to_dict())
+
+
+# ---------------------------------------------------------------------------------------------------------- CLI
+def _cli(*argv: str) -> int:
+    from vitviz.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return main(list(argv))
+
+
+def test_cli_compare_writes_a_b_and_differences(tmp_path: Path, photo: Path) -> None:
+    a = write_tiny_checkpoint(tmp_path / "a.pth")
+    b = write_tiny_checkpoint(tmp_path / "b.pth", depth=3, seed=2)
+    out = tmp_path / "out"
+    assert _cli("export", "--model", str(a), "--heads", "2", "--compare", str(b), str(photo), "--out", str(out),
+                "--layers", "all", "--which-heads", "0,mean", "--npz", "--no-verify", "--quiet") == 0
+    names = sorted(p.name for p in out.iterdir())
+    manifest = json.loads((out / "manifest.json").read_text())
+    record = manifest["compare"]["maps"]["cls"]
+    assert record["layers_b"] == [0, 2]
+    p0 = record["heads"][0]["pairs"][0]["b"]
+    p1 = record["heads"][1]["pairs"][0]["b"]
+    want = {"photo_A_cls_L0_H0.png", "photo_A_cls_L1_H0.png", "photo_A_cls_L0_Hmean.png", "photo_A_cls_L1_Hmean.png",
+            f"photo_B_cls_L0_H{p0}.png", f"photo_B_cls_L2_H{p1}.png", "photo_B_cls_L0_Hmean.png",
+            "photo_B_cls_L2_Hmean.png", "photo_diff_cls_L0_H0.png", "photo_diff_cls_L1_H0.png",
+            "photo_diff_cls_L0_Hmean.png", "photo_diff_cls_L1_Hmean.png", "photo_compare.npz", "manifest.json"}
+    assert set(names) == want
+    assert sorted(manifest["images"][0]["outputs"]) == sorted(want - {"manifest.json"})
+    arrays = np.load(out / "photo_compare.npz")
+    assert np.array_equal(arrays["cls_diff"], arrays["cls_a"] - arrays["cls_b"])
+    from PIL import Image
+
+    from vitviz.core.colormaps import colormap
+
+    a_pic = np.asarray(Image.open(out / "photo_A_cls_L0_Hmean.png"))
+    diff = np.asarray(Image.open(out / "photo_diff_cls_L0_Hmean.png"))
+    assert diff.shape == a_pic.shape                  # drawn over the region A saw
+    assert _cli("export", "--model", str(a), "--heads", "2", "--compare", str(a), str(photo), "--out",
+                str(tmp_path / "self"), "--style", "heatmap", "--no-verify", "--quiet") == 0
+    same = np.asarray(Image.open(tmp_path / "self" / "photo_diff_cls_L1_Hmean.png"))
+    assert {tuple(c) for c in same.reshape(-1, 3)} == {tuple(colormap("rdbu")[128])}   # exactly 0: the centre
+
+
+def test_cli_timeline_writes_maps_sheet_and_figures(tmp_path: Path, photo: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for e, s in ((1, 20), (0, 10)):
+        write_tiny_checkpoint(run / f"epoch={e}-step={s}.ckpt", seed=e)
+    out = tmp_path / "out"
+    assert _cli("export", "--timeline", str(run), "--heads", "2", str(photo), "--out", str(out), "--box",
+                "0,0,0.5,0.5", "--no-verify", "--quiet") == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["manifest.json", "photo_epoch_0-step_10_cls_L1_Hmean.png", "photo_epoch_1-step_20_cls_L1_Hmean.png",
+                     "photo_timeline_cls_L1_Hmean.png", "timeline.csv"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    tl = manifest["timeline"]
+    assert [c["number"] for c in tl["checkpoints"]] == [10, 20] and "Lightning" in tl["order"]
+    assert len(tl["images"][0]["box_share"]) == 2
+    lines = (out / "timeline.csv").read_text().splitlines()
+    assert lines[0].startswith("image,checkpoint,number,layer,distance_px") and len(lines) == 1 + 2 * 2
+    from PIL import Image
+
+    one = Image.open(out / "photo_epoch_0-step_10_cls_L1_Hmean.png")
+    sheet = Image.open(out / "photo_timeline_cls_L1_Hmean.png")
+    assert sheet.size[0] > 2 * one.size[0] and sheet.size[1] > one.size[1]
+    assert _cli("export", "--timeline", str(run), "--model", "x.pth", str(photo), "--out", str(out)) == 2

@@ -1,0 +1,292 @@
+"""`vitviz export --compare B` and `vitviz export --timeline RUN_DIR`: two models, or every checkpoint of a run, on
+the same images, written through the export's own names (`plan.output_name`), readers (`pipeline.prepare`),
+renderer (`render.draw_map`), atomic writers (`core.files`) and manifest entries (`jobs.Job.record`).
+
+Names, for image `cat`, map `cls`, layer 11, head 3 (the stem carries the model, then `output_name` as everywhere):
+
+- compare: `cat_A_cls_L11_H3.png` (A's map), `cat_B_cls_L5_H7.png` (B's own map at its own layer and head: the
+  ones matched with A's, `vitviz.core.compare`), `cat_diff_cls_L11_H3.png` (A − B on A's grid, on the diverging
+  colormap `core.colormaps.DIVERGING`, centred on 0, symmetric scale); `cat_compare.npz` with --npz (a, b, diff
+  stacks (L, H + 2, gh, gw), B's own stack, the layer pairs and the head partners).
+- timeline: `cat_{checkpoint}_cls_L11_H3.png` per checkpoint (e.g. `cat_epoch_3_cls_L11_Hmean.png`), every
+  checkpoint on one colour scale (the largest of theirs), and the contact sheet `cat_timeline_cls_L11_H3.png`: the
+  maps over time, labelled with the checkpoints; `timeline.csv` with the figures of every image, checkpoint and
+  layer; `cat_timeline.npz` with --npz.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitviz.batch.jobs import Job
+from vitviz.batch.pipeline import Prepared, prepare, summary_line
+from vitviz.batch.plan import Plan, combos, output_name
+from vitviz.core import files
+from vitviz.core.colormaps import DIVERGING
+from vitviz.core.compare import Comparison, HeadMode, compare_stacks
+from vitviz.core.maps import MapKind, MapStack, map_stack
+from vitviz.core.render import draw_map
+from vitviz.core.spec import ModelSpec
+from vitviz.core.timeline import TimelineRun, result_metrics
+from vitviz.errors import VitvizError
+
+TIMELINE_CSV = "timeline.csv"
+SHEET_COLUMNS = 10
+
+
+@dataclass
+class SideExport:
+    """What a compare or timeline export did, shaped as `pipeline.Exporter` is for the CLI's summary and manifest
+    (`plan`, `jobs`, `counts`, `summary`), plus `record()`: the manifest's 'compare' or 'timeline' entry."""
+
+    plan: Plan
+    jobs: list[Job]
+    counts: dict[str, int] = field(default_factory=lambda: {"done": 0, "skipped": 0, "failed": 0, "files": 0})
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self, out: Path, seconds: float, interrupted: bool) -> str:
+        return summary_line(self.counts, len(self.jobs), out, seconds, interrupted)
+
+    def record(self) -> dict[str, Any]:
+        return self.extra
+
+
+def _write(job: Job, path: Path, rgb_or_arrays: Any, overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(rgb_or_arrays, dict):
+        files.write_arrays_atomic(path, rgb_or_arrays, overwrite)
+    else:
+        files.write_png_atomic(path, rgb_or_arrays, overwrite)
+    job.written.append(path)
+
+
+def _finish(exp: SideExport, job: Job, error: BaseException | None, on_progress: Callable[[Job], None]) -> None:
+    if error is None:
+        job.status = "done"
+        exp.counts["done"] += 1
+    else:
+        job.status, job.error = "failed", f"{job.path}: {error}"
+        exp.counts["failed"] += 1
+    exp.counts["files"] += len(job.written)
+    on_progress(job)
+
+
+def _signed_picture(stack: MapStack, layer: Any, head: Any, p: Prepared, patch: int, plan: Plan) -> np.ndarray:
+    """A difference map drawn on the diverging colormap, -m..m: m shared by the stack's column group, or this map's
+    own largest |value| with --scale own (never an off-centre min..max)."""
+    opts = replace(plan.render, cmap=DIVERGING, scale="shared")
+    if plan.render.scale == "own":
+        m = float(np.nanmax(np.abs(stack.select(layer, head))))
+        m = m if m > 0 else 1e-12
+        stack = MapStack(stack.maps, np.full(3, m), stack.title + " (own scale)", np.full(3, -m))
+    return draw_map(stack, layer, head, p.region, p.display.shape[:2], patch, opts)
+
+
+def compare_jobs(plan: Plan, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
+    """One job per image; its outputs are known once the heads are matched, so only A's and the differences are
+    listed up front (B's are added as they are written)."""
+    todo = combos(plan.maps, plan.layers, plan.heads)
+    jobs = []
+    for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
+        folder = out / sub
+        outputs = [folder / output_name(f"{stem}_{side}", m, layer, head) for side in ("A", "diff")
+                   for m, layer, head in todo]
+        jobs.append(Job(i, path, outputs))
+    return jobs
+
+
+def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Path, Path]], out: Path,
+                   stems: list[str], heads: HeadMode = "match",
+                   on_progress: Callable[[Job], None] = lambda _job: None) -> SideExport:
+    """Run every image through A and B, match the heads over all of them, and write A's, B's and the difference
+    maps (see the module docstring). An image that cannot be read fails alone."""
+    jobs = compare_jobs(plan, pairs, out, stems)
+    exp = SideExport(plan, jobs)
+    spec_a, spec_b = model_a.spec, model_b.spec
+    read: list[tuple[Job, Prepared, Prepared, list[MapStack], list[MapStack]]] = []
+    force = replace(plan, overwrite=True)           # B's reader: never skipped (A's outputs decide that)
+    for job in jobs:
+        try:
+            pa = prepare(job, spec_a, force)
+            pb = prepare(Job(job.index, job.path, []), spec_b, force)
+            assert pa is not None and pb is not None
+            ra, rb = model_a.run(pa.x, logits=False), model_b.run(pb.x, logits=False)
+            read.append((job, pa, pb, [map_stack(ra.attentions, m, ra.spec) for m in plan.maps],
+                         [map_stack(rb.attentions, m, rb.spec) for m in plan.maps]))
+        except (VitvizError, OSError) as e:
+            _finish(exp, job, e, on_progress)
+    if not read:
+        return exp
+    records = {}
+    for k, m in enumerate(plan.maps):
+        records[m.label] = compare_stacks([r[3][k] for r in read], [r[4][k] for r in read], spec_a, spec_b, m, heads,
+                                          [str(r[0].path) for r in read])
+    for n, (job, pa, pb, _, _) in enumerate(read):
+        try:
+            _write_compare(job, stems[job.index], pa, pb, n, records, plan, spec_a, spec_b)
+            _finish(exp, job, None, on_progress)
+        except (VitvizError, OSError, ValueError) as e:
+            _finish(exp, job, e, on_progress)
+    exp.extra = {"compare": {"model_b": {"checkpoint": str(spec_b.source), "spec": spec_b.to_dict()},
+                             "heads": heads, "maps": {label: c.to_dict() for label, c in records.items()}}}
+    return exp
+
+
+def _write_compare(job: Job, stem: str, pa: Prepared, pb: Prepared, n: int, records: dict[str, Comparison], plan: Plan,
+                   spec_a: ModelSpec, spec_b: ModelSpec) -> None:
+    folder = job.outputs[0].parent
+    arrays: dict[str, np.ndarray] = {}
+    for m in plan.maps:
+        c = records[m.label]
+        im = c.images[n]
+        for layer in plan.layers:
+            li = layer if isinstance(layer, int) else None
+            for head in (plan.heads if m.per_head else ["mean"]):
+                _write(job, folder / output_name(f"{stem}_A", m, layer, head),
+                       draw_map(im.a, layer, head, pa.region, pa.display.shape[:2], spec_a.patch_size, plan.render),
+                       plan.overwrite)
+                partner: Any = head
+                if isinstance(head, int):
+                    partner = c.heads[li if li is not None else -1].partner(head)
+                    if partner is None:           # more heads in A than in B: no B map, no difference
+                        continue
+                b_layer: Any = int(c.layers_b[li]) if li is not None else layer
+                _write(job, folder / output_name(f"{stem}_B", m, b_layer, partner),
+                       draw_map(im.b_own, b_layer, partner, pb.region, pb.display.shape[:2], spec_b.patch_size,
+                                plan.render), plan.overwrite)
+                _write(job, folder / output_name(f"{stem}_diff", m, layer, head),
+                       _signed_picture(im.diff, layer, head, pa, spec_a.patch_size, plan), plan.overwrite)
+        key = m.label.replace("-", "_")
+        arrays.update({f"{key}_a": im.a.maps, f"{key}_b": im.b.maps, f"{key}_diff": im.diff.maps,
+                       f"{key}_b_own": im.b_own.maps, f"{key}_layers_b": c.layers_b,
+                       f"{key}_head_partner": np.array([[m2.partner(h) if m2.partner(h) is not None else -1
+                                                         for h in range(im.a.num_heads)] for m2 in c.heads])})
+    if plan.npz:
+        _write(job, folder / f"{stem}_compare.npz", arrays, plan.overwrite)
+    job.outputs = list(dict.fromkeys([*job.outputs, *job.written]))
+
+
+# -------------------------------------------------------------------------------------------------- timeline
+def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]], out: Path, stems: list[str],
+                    box: tuple[float, float, float, float] | None = None,
+                    on_progress: Callable[[Job], None] = lambda _job: None) -> SideExport:
+    """Every checkpoint (loaded one at a time, checkpoints outermost) on every image: one map per checkpoint, the
+    contact sheet and the figures (see the module docstring)."""
+    todo = combos(plan.maps, plan.layers, plan.heads)
+    labels = run.labels
+    jobs = []
+    for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
+        outs = [out / sub / output_name(f"{stem}_{label}", m, layer, head) for label in labels
+                for m, layer, head in todo]
+        outs += [out / sub / output_name(f"{stem}_timeline", m, layer, head) for m, layer, head in todo]
+        jobs.append(Job(i, path, outs + ([out / sub / f"{stem}_timeline.npz"] if plan.npz else [])))
+    exp = SideExport(plan, jobs)
+    force = replace(plan, overwrite=True)
+    stacks: dict[int, list[list[MapStack]]] = {j.index: [] for j in jobs}
+    figures: dict[int, list[Any]] = {j.index: [] for j in jobs}
+    views: dict[int, Prepared] = {}
+    failed: set[int] = set()
+    for k in range(len(run)):
+        model = run.model(k)               # a checkpoint with another layout stops the run (TimelineError)
+        for job in jobs:
+            if job.index in failed:
+                continue
+            try:
+                p = prepare(job, model.spec, force)
+                assert p is not None
+                views.setdefault(job.index, p)
+                r = model.run(p.x)
+                stacks[job.index].append([map_stack(r.attentions, m, r.spec) for m in plan.maps])
+                figures[job.index].append(result_metrics(r, box))
+            except (VitvizError, OSError) as e:
+                failed.add(job.index)
+                _finish(exp, job, e, on_progress)
+    rows: list[dict[str, Any]] = []
+    per_image = []
+    for job in jobs:
+        if job.index in failed:
+            continue
+        try:
+            _write_timeline(job, stems[job.index], views[job.index], stacks[job.index], labels, plan, model.spec)
+            metrics = _metrics(run, figures[job.index])
+            per_image.append({"path": str(job.path), **metrics.to_dict()})
+            rows += [{"image": str(job.path), **row} for row in metrics.rows()]
+            _finish(exp, job, None, on_progress)
+        except (VitvizError, OSError, ValueError) as e:
+            _finish(exp, job, e, on_progress)
+    if rows:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        _atomic_text(out / TIMELINE_CSV, text.getvalue())
+    exp.extra = {"timeline": {"run": str(run.folder), "order": run.order_note, "checkpoints": [
+        {"label": c.label, "path": str(c.path), "number": c.number} for c in run.checkpoints],
+        "box": list(box) if box is not None else None, "csv": TIMELINE_CSV if rows else None, "images": per_image}}
+    return exp
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    files._atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), True)
+
+
+def _metrics(run: TimelineRun, per: list[Any]) -> Any:
+    from vitviz.core.timeline import TimelineMetrics
+
+    shares = [p[2] for p in per]
+    return TimelineMetrics(tuple(run.labels), tuple(c.number for c in run.checkpoints),
+                           np.stack([p[0] for p in per]), np.stack([p[1] for p in per]),
+                           None if any(s is None for s in shares) else np.stack(shares),
+                           tuple(p[3] for p in per), run.order_note)
+
+
+def _write_timeline(job: Job, stem: str, p: Prepared, per_ckpt: list[list[MapStack]], labels: list[str], plan: Plan,
+                    spec: ModelSpec) -> None:
+    folder = job.outputs[0].parent
+    arrays: dict[str, np.ndarray] = {}
+    for n, m in enumerate(plan.maps):
+        stacks = [s[n] for s in per_ckpt]
+        top = np.max([s.vmax for s in stacks], axis=0)           # one colour scale over the whole run
+        stacks = [MapStack(s.maps, top, s.title + " (scale shared by the run)", s.vmin) for s in stacks]
+        for layer in plan.layers:
+            for head in (plan.heads if m.per_head else ["mean"]):
+                pictures = []
+                for label, stack in zip(labels, stacks):
+                    rgb = draw_map(stack, layer, head, p.region, p.display.shape[:2], spec.patch_size, plan.render)
+                    _write(job, folder / output_name(f"{stem}_{label}", m, layer, head), rgb, plan.overwrite)
+                    pictures.append(rgb)
+                _write(job, folder / output_name(f"{stem}_timeline", m, layer, head), contact_sheet(pictures, labels),
+                       plan.overwrite)
+        arrays[m.label.replace("-", "_")] = np.stack([s.maps for s in stacks])   # (K, L, H + 2, gh, gw)
+    if plan.npz:
+        arrays["checkpoints"] = np.array(labels)
+        _write(job, folder / f"{stem}_timeline.npz", arrays, plan.overwrite)
+
+
+def contact_sheet(pictures: list[np.ndarray], labels: list[str], columns: int = SHEET_COLUMNS) -> np.ndarray:
+    """The pictures in rows of `columns`, in order, each with its label below it on white: (H', W', 3) uint8."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    h = max(p.shape[0] for p in pictures)
+    w = max(p.shape[1] for p in pictures)
+    font = ImageFont.load_default()
+    label_h, gap = 14, 4
+    cols = min(columns, len(pictures))
+    rows = -(-len(pictures) // cols)
+    sheet = Image.new("RGB", (cols * (w + gap) + gap, rows * (h + label_h + gap) + gap), "white")
+    draw = ImageDraw.Draw(sheet)
+    for i, (pic, label) in enumerate(zip(pictures, labels)):
+        r, c = divmod(i, cols)
+        x, y = gap + c * (w + gap), gap + r * (h + label_h + gap)
+        sheet.paste(Image.fromarray(pic), (x, y))
+        text = label if draw.textlength(label, font=font) <= w else label[: max(1, w // 6 - 1)] + ".."
+        draw.text((x, y + h + 1), text, fill="black", font=font)
+    return np.asarray(sheet)
