@@ -353,3 +353,33 @@ class Plan:
                 outputs.append(folder / f"{stem}.npz")
             jobs.append(Job(i, path, outputs))
         return jobs
+
+
+BATCH_BUDGET = 2 << 30   # bytes a batch's captured maps may take when --batch-size is not given
+MOST_BATCH = 8           # the largest batch chosen on its own (the old default)
+
+
+def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
+                    free: int | None = None) -> tuple[int, str]:
+    """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
+    fit `budget` (BATCH_BUDGET, or a quarter of the `free` memory when that is less) -- each image holds its
+    (L, H, T, T) attention (float16 with `half`), a rollout its fused (L, T, T) stack and running product, a
+    gradient map the maps' gradients too -- and two batches are in flight (one running, one being written); at
+    least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1 or 2, not 8."""
+    from vitviz.core.runtime import format_bytes
+
+    t = spec.num_tokens
+    per_image = spec.depth * spec.num_heads * t * t * (2 if half else 4)
+    kinds = {m.kind for m in maps}
+    if kinds & {"rollout", "poolrollout"}:
+        per_image += 2 * spec.depth * t * t * 4
+    if kinds & set(GRADIENT_KINDS):
+        per_image *= 3
+    limit = budget or BATCH_BUDGET
+    if free:
+        limit = min(limit, free // 4)
+    n = int(max(1, min(MOST_BATCH, limit // max(1, 2 * per_image))))
+    why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({spec.depth} layers x "
+           f"{spec.num_heads} heads x {t}^2 tokens{', rollout' if 'rollout' in kinds else ''}), two batches in "
+           f"flight within {format_bytes(limit)}; --batch-size N to choose")
+    return n, why

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
-from vitviz.batch.plan import (Plan, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
+from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
 from vitviz.cli.options import add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
