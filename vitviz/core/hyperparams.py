@@ -132,6 +132,11 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     info = parse_model_name(name) if name else None
     margs = (raw.config or {}).get("model_args") or {}
     if margs.get("num_heads") and "num_heads" not in hints:
+        if not isinstance(margs["num_heads"], int) or isinstance(margs["num_heads"], bool):
+            # a list is one count per stage (Swin): not a plain ViT's
+            raise InconsistentCheckpointError(
+                f"{where}: config.json model_args.num_heads is {margs['num_heads']!r}; expected one whole number of "
+                "heads for this plain ViT's blocks (a list is one count per stage, as a hierarchical model has)")
         hints = {**hints, "num_heads": (int(margs["num_heads"]), "metadata: config.json model_args")}
     qkv = sd.get("blocks.0.attn.qkv.weight")
     width = int(qkv.shape[0]) // 3 if qkv is not None else dim
