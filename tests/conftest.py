@@ -20,6 +20,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("VITVIZ_AUDIT", "1")
 
 
+@pytest.fixture(autouse=True)
+def _own_answers(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test remembers its answers ("remember for this file", vitviz.catalog.answers) in a store of its own,
+    never in the user's ~/.config, and never sees another test's."""
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(tmp_path_factory.mktemp("answers") / "answers.json"))
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer ViT (load it with `heads=_tiny.HEADS`) with a 4x4 grid of 8-px patches (32x32 input), 5 classes."""

@@ -477,13 +477,14 @@ def _load(args: argparse.Namespace, device: str | None = None) -> Any:
     manifest keeps --model as given (the name); the file loaded is the spec's `source`."""
     import vitviz
     from vitviz.cli.models import resolve_cli_model
-    from vitviz.cli.options import overrides_from
+    from vitviz.cli.options import overrides_from, with_remembered
 
     if args.model is None and getattr(args, "code", None) is None:
         raise VitvizError("export needs --model CHECKPOINT (or --code FILE.py:FACTORY)")
     checkpoint = None if args.model is None else resolve_cli_model(args.model, quiet=args.quiet)  # VitvizError: 2
     try:
-        return vitviz.load(checkpoint, device=device or args.device, **overrides_from(args))
+        return vitviz.load(checkpoint, device=device or args.device,
+                           **with_remembered(checkpoint, overrides_from(args), args.quiet))
     except VitvizError:
         raise
     except Exception as e:  # a loader bug or an exotic file must still exit 2 with the file named

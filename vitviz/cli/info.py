@@ -6,7 +6,7 @@ import json
 import warnings
 from typing import Any
 
-from vitviz.cli.options import add_override_arguments, guess_lines, overrides_from
+from vitviz.cli.options import add_override_arguments, guess_lines, overrides_from, with_remembered
 from vitviz.errors import VitvizError
 
 
@@ -27,7 +27,7 @@ def run_info(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.code is None:
         raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
     checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint)  # a named model: its file
-    overrides = overrides_from(args)
+    overrides = with_remembered(checkpoint, overrides_from(args))
     from vitviz.core.spec import GuessWarning
 
     with warnings.catch_warnings():  # said below, with the option that fixes each, instead of as warnings

@@ -117,6 +117,22 @@ def _indices(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers") from None
 
 
+def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
+    """`overrides` plus what the user told the window about this model file ("remember for this file": heads,
+    norm order, activation, attention scale; `vitviz.catalog.answers`) for each one not given here, said on
+    stderr -- one store of answers for the window and every command."""
+    if checkpoint is None:
+        return overrides
+    from vitviz.catalog import answers
+
+    remembered = {k: v for k, v in answers.answers_for(str(checkpoint)).items() if overrides.get(k) is None}
+    if remembered and not quiet:
+        flags = " / ".join(f"--{k.replace('_', '-')}" for k in remembered)
+        print(f"vitviz: using what you told the window for {checkpoint}: {answers.describe(remembered)} "
+              f"({flags} to change)", file=sys.stderr)
+    return {**overrides, **remembered}
+
+
 def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in text.split(","))

@@ -14,7 +14,7 @@ import json
 import warnings
 from typing import Any
 
-from vitviz.cli.options import add_override_arguments, overrides_from
+from vitviz.cli.options import add_override_arguments, overrides_from, with_remembered
 
 # vitviz.core.verify.AGAINST, spelled out so that parsing the command line does not import torch
 AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision")
@@ -44,7 +44,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from vitviz.core.verify import verify
 
     checkpoint = resolve_cli_model(args.model)
-    overrides = overrides_from(args)
+    overrides = with_remembered(checkpoint, overrides_from(args))
     code = overrides.pop("code", None)
     with warnings.catch_warnings():  # the assumptions are listed below, each once
         warnings.simplefilter("ignore", GuessWarning)

@@ -10,6 +10,7 @@ import os
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from vitviz.catalog import answers
 from vitviz.gui.state import COLORMAPS, ViewState
 
 SETTINGS_VERSION = 2   # 2: the analysis docks
@@ -87,13 +88,12 @@ def set_last_folder(settings: QSettings, kind: str, folder: str) -> None:
     settings.setValue(f"folders/{kind}", folder)
 
 
-REMEMBERED_KEY = "model/remembered"            # {file: {override: value}} ("remember for this file")
+# "Remember for this file" lives in one store shared with the command line (vitviz.catalog.answers); these two
+# QSettings keys are where earlier versions kept it: still read, moved into the store on the next answer.
+REMEMBERED_KEY = "model/remembered"            # {file: {override: value}}
 LEGACY_HEADS_KEY = "model/remembered_heads"     # {file: heads}, before the other settings were remembered
-REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides the window remembers per file
-_CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-           "block_norm": lambda v: v in ("pre", "post", "res_post"),
-           "act": lambda v: v in ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh"),
-           "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+REMEMBERED = answers.REMEMBERED                 # the overrides remembered per file
+_CHECKS = answers.CHECKS
 
 
 def _read_json(settings: QSettings, key: str) -> dict:
@@ -107,16 +107,16 @@ def _read_json(settings: QSettings, key: str) -> dict:
 
 
 def _remembered(settings: QSettings) -> dict[str, dict[str, object]]:
-    """Every file's remembered settings, the legacy head counts included, values checked (a bad one is
-    dropped, never applied)."""
+    """Every file's remembered settings -- the shared store over what earlier versions kept in `settings` (the
+    legacy head counts included) -- values checked (a bad one is dropped, never applied)."""
     out: dict[str, dict[str, object]] = {}
     for file, heads in _read_json(settings, LEGACY_HEADS_KEY).items():
         if _CHECKS["heads"](heads):
             out[str(file)] = {"heads": heads}
     for file, values in _read_json(settings, REMEMBERED_KEY).items():
-        if isinstance(values, dict):
-            kept = {k: v for k, v in values.items() if k in _CHECKS and _CHECKS[k](v)}
-            out[str(file)] = {**out.get(str(file), {}), **kept}
+        out[str(file)] = {**out.get(str(file), {}), **answers.checked(values)}
+    for file, values in answers.read_all().items():
+        out[file] = {**out.get(file, {}), **values}
     return out
 
 
@@ -128,9 +128,8 @@ def remembered_settings(settings: QSettings, path: str) -> dict[str, object]:
 
 def remember_settings(settings: QSettings, path: str, values: dict[str, object]) -> None:
     """Remember `values` (overrides of `REMEMBERED`; a None value forgets that one) for the model file `path`,
-    keyed by its absolute path, on top of what is remembered for it already."""
-    import json
-
+    keyed by its absolute path, on top of what is remembered for it already, in the store the command line reads
+    too (what `settings` held from earlier versions moves there)."""
     every = _remembered(settings)
     key = _file_key(path)
     mine = every.get(key, {})
@@ -145,8 +144,9 @@ def remember_settings(settings: QSettings, path: str, values: dict[str, object])
         every[key] = mine
     else:
         every.pop(key, None)
-    settings.setValue(REMEMBERED_KEY, json.dumps(every, sort_keys=True))
-    settings.remove(LEGACY_HEADS_KEY)          # folded into REMEMBERED_KEY
+    answers.write_all(every)
+    settings.remove(REMEMBERED_KEY)            # moved into the store
+    settings.remove(LEGACY_HEADS_KEY)
 
 
 def remembered_heads(settings: QSettings, path: str) -> int | None:
@@ -162,9 +162,7 @@ def remember_heads(settings: QSettings, path: str, heads: int | None) -> None:
 
 def _file_key(path: str) -> str:
     """A model file's absolute path; a model name as given."""
-    from vitviz import catalog
-
-    return path if catalog.is_named_model(path) else os.path.abspath(os.path.expanduser(path))
+    return answers.model_key(path)
 
 
 STOP_WAITING_KEY = "worker/stop_waiting_s"     # seconds before the user's own code is offered Stop waiting

@@ -1,0 +1,98 @@
+"""What the user told vitviz about a model file that the file does not say ("remember for this file"): one store,
+read by the window and by every command, so that a head count or norm order answered in the window is used by
+`vitviz info` / `export` / `verify` too.
+
+The store is a small JSON file, `$VITVIZ_ANSWERS`, else `$XDG_CONFIG_HOME/vitviz/answers.json` (default
+`~/.config/vitviz/answers.json`): {model: {override: value}}, a file keyed by its absolute path, a named model
+(`hf:ORG/NAME`, `timm:NAME`) by its name. Values are checked when read; a bad one is dropped, never applied. No
+Qt, no torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ANSWERS_ENV = "VITVIZ_ANSWERS"
+REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides remembered per model
+CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+          "block_norm": lambda v: v in ("pre", "post", "res_post"),
+          "act": lambda v: v in ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh"),
+          "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+
+
+def answers_path() -> Path:
+    """Where the answers are kept."""
+    if os.environ.get(ANSWERS_ENV):
+        return Path(os.environ[ANSWERS_ENV])
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "vitviz" / "answers.json"
+
+
+def model_key(path: str) -> str:
+    """A model file's absolute path; a model name as given."""
+    from vitviz.catalog.named import is_named_model
+
+    return path if is_named_model(path) else os.path.abspath(os.path.expanduser(path))
+
+
+def checked(values: Any) -> dict[str, Any]:
+    """The valid remembered overrides of `values` (others dropped)."""
+    if not isinstance(values, dict):
+        return {}
+    return {k: v for k, v in values.items() if k in CHECKS and CHECKS[k](v)}
+
+
+def read_all() -> dict[str, dict[str, Any]]:
+    """Every model's remembered answers ({} when the store is missing or unreadable)."""
+    try:
+        data = json.loads(answers_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): kept for k, v in data.items() if (kept := checked(v))}
+
+
+def answers_for(path: str) -> dict[str, Any]:
+    """The overrides remembered for the model `path` ({} when none)."""
+    return dict(read_all().get(model_key(path), {}))
+
+
+def remember(path: str, values: dict[str, Any]) -> None:
+    """Remember `values` for the model `path` on top of what is remembered already (a None value forgets that
+    one); written atomically. An unwritable store is left as it is (remembering is a convenience)."""
+    every = read_all()
+    key = model_key(path)
+    mine = every.get(key, {})
+    for name, value in values.items():
+        if name not in CHECKS:
+            continue
+        if value is None:
+            mine.pop(name, None)
+        elif CHECKS[name](value):
+            mine[name] = float(value) if name == "attn_scale" else value
+    if mine:
+        every[key] = mine
+    else:
+        every.pop(key, None)
+    write_all(every)
+
+
+def write_all(every: dict[str, dict[str, Any]]) -> None:
+    target = answers_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".answers-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(every, f, sort_keys=True, indent=1)
+        os.replace(tmp, target)
+    except OSError:
+        pass
+
+
+def describe(values: dict[str, Any]) -> str:
+    """'heads 4, block_norm post'."""
+    return ", ".join(f"{k} {v}" for k, v in values.items())
