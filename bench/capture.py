@@ -19,6 +19,11 @@ reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plai
   SigLIP-B/16 (MAP head, whose attention is captured too) with random weights, saved as timm hub folders, loaded by
   vitviz: `model.run(x)` vs timm's own forward with fused attention off, same input, interleaved per model.
   Target <= 1.10x.
+- Windowed models (`--only windowed` runs just this part): a Swin-T (torchvision `swin_t`, random weights, saved as
+  a state dict) at 224 px and a SAM ViT-B image encoder (timm `samvit_base_patch16`, random weights, a hub folder)
+  at --sam-size px (1024: SAM's own, 4 global blocks of 4096 tokens), loaded by vitviz: `model.run(x)` (every
+  block's (windows, heads, n, n) attention as NumPy) vs the original's own eager forward, same input, interleaved
+  per model. Target <= 1.10x.
 """
 from __future__ import annotations
 
@@ -171,6 +176,55 @@ def _families_report(x: torch.Tensor, args: argparse.Namespace) -> None:
                              times["timm forward (unfused)"], "(target <= 1.10x)"))
 
 
+def windowed_methods(folder: Path, which: str, size: int, device: str) -> dict[str, Callable[[], object]]:
+    """The original's eager forward and vitviz's capture of the same random Swin-T / SAM-B, checked to agree."""
+    torch.manual_seed(0)
+    if which == "swin":
+        from torchvision.models import swin_t
+
+        original = swin_t().eval()
+        torch.save(original.state_dict(), folder / "swin_t.pth")
+        with warnings.catch_warnings():   # random weights under no release name: its conventions are assumed
+            warnings.simplefilter("ignore")
+            model = vitviz.load(folder / "swin_t.pth", device=device, image_size=size)
+    else:
+        import timm
+
+        original = timm.create_model("samvit_base_patch16", pretrained=False, img_size=size).eval()
+        for m in original.modules():
+            if hasattr(m, "fused_attn"):
+                m.fused_attn = False
+        timm.models._hub.save_for_hf(original, str(folder / "sam"), safe_serialization=True)
+        model = vitviz.load(folder / "sam", device=device)
+    original = original.to(device)
+    x = torch.randn(1, 3, size, size)
+    xd = x.to(device)
+    with torch.inference_mode():
+        ref = original(xd)
+    got = model.run(x)
+    out = got.features if got.features is not None else got.logits
+    assert torch.allclose(torch.from_numpy(out), ref[0].float().cpu(), atol=1e-3), f"vitviz != original ({which})"
+
+    def own_forward() -> None:
+        with torch.inference_mode():
+            original(xd)
+        _sync(device)
+
+    return {"original forward (eager)": own_forward, "vitviz run": lambda: model.run(x)}
+
+
+def _windowed_report(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, which, size in (("Swin-T (torchvision swin_t)", "swin", 224),
+                                   ("SAM ViT-B encoder (timm samvit_base_patch16)", "sam", args.sam_size)):
+            times = interleaved(windowed_methods(Path(tmp), which, size, args.device), args.repeats)
+            print(f"{label} @{size}, median of {args.repeats} interleaved repeats:")
+            for name, t in times.items():
+                print(f"  {name:<28} {t * 1e3:8.1f} ms")
+            print(ratio_line(f"{label.split(' (')[0]}: vitviz run / original forward", times["vitviz run"],
+                             times["original forward (eager)"], "(target <= 1.10x)"))
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -182,7 +236,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rollout-repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
-    parser.add_argument("--only", choices=("core", "live", "families"),
+    parser.add_argument("--sam-size", type=int, default=1024, help="input size of the SAM encoder row (default "
+                        "1024, SAM's own; smaller is quicker on a CPU)")
+    parser.add_argument("--only", choices=("core", "live", "families", "windowed"),
                         help="run only this part (core: the ViT-B/16 comparisons and rollout)")
     args = parser.parse_args()
     if args.threads:
@@ -196,6 +252,9 @@ def main() -> None:
         return
     if args.only == "families":
         _families_report(x, args)
+        return
+    if args.only == "windowed":
+        _windowed_report(args)
         return
     from vitviz.core.packed import packing_available
 
@@ -224,6 +283,7 @@ def main() -> None:
         return
     _live_report(x, args)
     _families_report(x, args)
+    _windowed_report(args)
 
 
 def _live_report(x: torch.Tensor, args: argparse.Namespace) -> None:

@@ -267,3 +267,20 @@ def test_plain_vit_detection_is_unchanged(tiny_ckpt) -> None:
 
     raw = read_checkpoint(tiny_ckpt)
     assert detect(set(raw.tensors), raw) == "timm"
+
+
+def test_hf_swin_absolute_positions(tmp_path) -> None:
+    """transformers' optional absolute position table, resampled bicubically at another size as
+    `interpolate_pos_encoding=True` does."""
+    from transformers import SwinConfig, SwinModel
+
+    torch.manual_seed(0)
+    model = perturb(SwinModel(SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[1, 2],
+                                         window_size=4, attn_implementation="eager", use_absolute_embeddings=True)))
+    model.save_pretrained(tmp_path)
+    vm = quiet_load(tmp_path)
+    assert vm.spec.pos_embed and vm.spec.pos_grid == (16, 16) and vm.spec.assumptions == ()
+    for size in [(64, 64), (80, 80)]:
+        with torch.no_grad():
+            o = model(pixel_values=x_for(size), interpolate_pos_encoding=size != (64, 64))
+        np.testing.assert_allclose(vm.run(x_for(size)).features, o.pooler_output[0].numpy(), atol=ATOL_OUT)

@@ -32,7 +32,7 @@ from vitviz.core.posembed import resample_grid
 from vitviz.core.runtime import SMALLER, check_host_memory, resolve_device
 from vitviz.core.spec import split_output, whole_patches
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
-from vitviz.errors import DeviceError, VitvizError
+from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 CPB_HIDDEN = 512   # Swin v2's continuous-bias MLP width (every implementation)
 
@@ -486,9 +486,9 @@ class WindowedModel:
         maps = []
         for g, a in zip(geometry, kept):
             arr = a.numpy().reshape(b, g.num_windows, spec.heads[g.stage], g.window_tokens, g.window_tokens)
-            if not np.isfinite(arr).all():
-                raise VitvizError(f"{spec.source}: block {g.block} ({g.describe()}) gives non-finite attention for "
-                                  "this input; the weights or the input hold NaN or infinite values")
+            if not math.isfinite(float(arr.sum(dtype=np.float64))):   # one pass, no temporary: rows sum to 1
+                raise NonFiniteError(f"{spec.source}: block {g.block} ({g.describe()}) gives NaN or infinite "
+                                     "attention for this input; the weights or the input hold NaN or infinite values")
             maps.append(arr)
         return maps, out, feature_map
 
