@@ -146,3 +146,32 @@ def test_cli_info_by_hub_name(fake_hub: FakeHub, capsys: pytest.CaptureFixture[s
     assert json.loads(out)["num_heads"] == 2 and "downloading timm:vit_tiny_patch8_32.test" in err
     assert cli_main(["info", "hf:acme/missing"]) == 2
     assert "no repository acme/missing" in capsys.readouterr().err
+
+
+def test_huggingface_hubs_own_messages_stay_out_of_the_terminal_unless_verbose(monkeypatch) -> None:  # noqa: ANN001
+    """vitviz says what the hub does with its own lines; huggingface_hub's log lines and progress bars are shown
+    only with --verbose ($VITVIZ_VERBOSE)."""
+    from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars, enable_progress_bars,
+                                       logging as hub_logging)
+
+    from vitviz.catalog.hub import quiet_hub_library
+    from vitviz.cli import build_parser
+    from vitviz.cli.options import overrides_from
+
+    level, bars = hub_logging.get_verbosity(), are_progress_bars_disabled()
+    try:
+        hub_logging.set_verbosity_warning()
+        enable_progress_bars()
+        monkeypatch.setenv("VITVIZ_VERBOSE", "1")
+        quiet_hub_library()
+        assert hub_logging.get_verbosity() == hub_logging.WARNING and not are_progress_bars_disabled()
+        monkeypatch.delenv("VITVIZ_VERBOSE")
+        quiet_hub_library()
+        assert hub_logging.get_verbosity() == hub_logging.ERROR and are_progress_bars_disabled()
+        overrides_from(build_parser().parse_args(["info", "hf:a/b", "--verbose"]))
+        import os
+
+        assert os.environ.get("VITVIZ_VERBOSE") == "1"
+    finally:
+        hub_logging.set_verbosity(level)
+        (disable_progress_bars if bars else enable_progress_bars)()

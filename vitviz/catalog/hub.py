@@ -235,6 +235,20 @@ def hub_timeout(value: Any = None) -> float:
     return seconds
 
 
+VERBOSE_ENV = "VITVIZ_VERBOSE"   # set (the commands' --verbose): huggingface_hub's own messages are shown
+
+
+def quiet_hub_library() -> None:
+    """Keep huggingface_hub's own log lines and progress bars out of the terminal (vitviz says what happens, with
+    its own progress), unless $VITVIZ_VERBOSE is set."""
+    if _env_flag(VERBOSE_ENV):
+        return
+    from huggingface_hub.utils import disable_progress_bars, logging as hub_logging
+
+    hub_logging.set_verbosity_error()
+    disable_progress_bars()
+
+
 def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | None = None,
                 endpoint: str | None = None, offline: bool | None = None, timeout: float | None = None) -> Path:
     """The local model folder of a hub name: its cached files, else downloaded into the Hugging Face cache.
@@ -260,6 +274,7 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
     name = parse_hub_name(text)
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_dir()
     offline = _env_flag("HF_HUB_OFFLINE") if offline is None else offline
+    quiet_hub_library()
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     fetch = _Fetcher(name, cache, progress, endpoint, offline, hub_timeout(timeout) if not offline else 0.0)
     try:

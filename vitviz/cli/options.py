@@ -58,6 +58,8 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
                         "Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none")
     g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
+    g.add_argument("--verbose", action="store_true", help="also show the messages and progress bars of the "
+                   "libraries vitviz uses (huggingface_hub) while a named model is fetched")
     g.add_argument("--window", type=_window, metavar="N", help="windowed models (Swin v2, SAM without relative "
                    "positions), whose files hold no window size: N, or one per stage (8,8,8,8)")
     g.add_argument("--global-blocks", type=_indices, metavar="I,J", help="SAM / ViTDet: the blocks with global "
@@ -85,6 +87,8 @@ def add_code_argument(parser: Any) -> None:
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     install_guess_reporter()
+    if getattr(args, "verbose", False):
+        os.environ["VITVIZ_VERBOSE"] = "1"      # read by vitviz.catalog.hub (huggingface_hub's own messages)
     keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
             "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
     keys += ("window", "global_blocks")  # windowed models (Swin, SAM / ViTDet)
