@@ -126,3 +126,28 @@ def test_old_remembered_answers_move_into_the_shared_store(settings, tiny_ckpt) 
     st.remember_settings(settings, str(tiny_ckpt), {"act": "relu"})
     assert answers.answers_for(str(tiny_ckpt)) == {"heads": 2, "act": "relu"}
     assert settings.value(st.LEGACY_HEADS_KEY) is None
+
+
+def test_a_windowed_model_is_refused_clearly_and_the_model_before_stays(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
+    """A Swin file opens in the library and on the command line; until the window has views of windowed
+    attention, the window says so (naming the commands that show it) and keeps the model it had."""
+    import warnings
+
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    window = loaded
+    before = window.session.model_path
+    kw = dict(img_size=64, embed_dim=16, depths=(2, 2), num_heads=(1, 2), window_size=4, num_classes=5)
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
+    folder = tmp_path / "swin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
+    window.load_model(str(folder))
+    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible(), timeout=30000)
+    wait_idle(qtbot, window)
+    assert "windowed model" in window.reporter.box.text() and "vitviz export --maps received" in window.reporter.box.text()
+    assert window.session.model_path == before and window.session.spec.family != "swin"

@@ -436,6 +436,11 @@ class InferenceWorker(QObject):
             self.download_cancel.clear()
             path = str(catalog.resolve_named(path, progress=DownloadProgress(self, path)))
         model = vitviz.load(path or None, device=device, **{k: v for k, v in overrides.items() if v is not None})
+        if getattr(model, "windowed", False):   # Swin, SAM / ViTDet: a result of its own the views cannot show yet
+            raise vitviz.VitvizError(
+                f"{path}: a windowed model ({model.spec.family}; attention per window and stage) opened correctly, "
+                "but the window's views of windowed attention are not ready yet; use `vitviz info` and `vitviz "
+                "export --maps received,query:N` for its maps. The model loaded before is still open")
         self._model = model   # replaced only on success: a failed load keeps the previous model
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
