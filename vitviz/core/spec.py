@@ -23,15 +23,19 @@ def known_source(source: str) -> bool:
     return any(text.startswith(prefix) for prefix, _ in _KIND_OF_PREFIX)
 
 
-def audit_provenance(spec: "ModelSpec") -> list[str]:
+def audit_provenance(spec: Any, fields: tuple[str, ...] | None = None) -> list[str]:
     """What is wrong with `spec`'s provenance, one line each (empty when nothing): a setting that changes the
     computation with no entry (it would be an assumption nobody described), a source whose kind is unknown, or
     an assumed setting that is not flagged. `infer_spec` runs it when VITVIZ_AUDIT is set (the test suite sets
-    it, so every spec any test builds, of every family, is walked)."""
+    it, so every spec any test builds, of every family, is walked).
+
+    `spec` is a ModelSpec or any spec with the same provenance API (`provenance`, `relevant`, `kind_of`,
+    `guesses`, `family`: the windowed models' `WindowedSpec`), `fields` the settings to walk (default: a
+    ModelSpec's COMPUTE_FIELDS and PSEUDO_FIELDS)."""
     prov = dict(spec.provenance)
     flagged = {name for name, _ in spec.guesses}
     problems = []
-    for name in COMPUTE_FIELDS + PSEUDO_FIELDS:
+    for name in fields if fields is not None else COMPUTE_FIELDS + PSEUDO_FIELDS:
         if not spec.relevant(name):
             continue
         if name not in prov:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.core.spec import ASSUMED, GIVEN, NAMED, READ, Preprocess, known_source, provenance_kind
+from vitviz.core.spec import ASSUMED, GIVEN, NAMED, READ, Preprocess, audit_provenance, provenance_kind
 
 ARCHS = ("swin", "swinv2", "sam")
 # How a shifted block pads its grid to whole windows and rolls it: 'pad_roll' pads the bottom and right first,
@@ -410,23 +410,9 @@ class WindowedSpec:
 
 
 def audit(spec: WindowedSpec) -> list[str]:
-    """`vitviz.core.spec.audit_provenance` for a windowed spec: a setting that changes the computation with no
-    entry, with a source of no known kind, or assumed and not flagged; one line each (empty when none)."""
-    prov = dict(spec.provenance)
-    flagged = {name for name, _ in spec.guesses}
-    problems = []
-    for name in COMPUTE_FIELDS + PSEUDO_FIELDS:
-        if not spec.relevant(name):
-            continue
-        if name not in prov:
-            problems.append(f"{name}: no provenance (where does {getattr(spec, name, '?')!r} come from?)")
-        elif not known_source(prov[name]):
-            problems.append(f"{name}: source {prov[name]!r} has no known kind (read/derived/named/given/assumed)")
-        elif spec.kind_of(name) == ASSUMED and name not in flagged:
-            problems.append(f"{name}: assumed ({prov[name]}) but not flagged")
-    if "identity" not in prov:
-        problems.append("identity: nothing says whether the model is named")
-    return problems
+    """`vitviz.core.spec.audit_provenance` over a windowed spec's own settings: a setting that changes the
+    computation with no entry, with a source of no known kind, or assumed and not flagged (empty when none)."""
+    return audit_provenance(spec, COMPUTE_FIELDS + PSEUDO_FIELDS)
 
 
 @dataclass(frozen=True, eq=False)
