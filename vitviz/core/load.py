@@ -23,7 +23,7 @@ from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_live
 from vitviz.core.usercode import load_code
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.validate import check_canonical, check_overrides, check_spec, check_weights
+from vitviz.core.validate import check_canonical, check_exact_tensors, check_overrides, check_spec, check_weights
 from vitviz.core.winload import WINDOW_OVERRIDES, is_windowed, load_windowed
 from vitviz.core.winload import APPLIES as WINDOWED_APPLY
 from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, VitvizError
@@ -228,7 +228,7 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
         spec = replace(spec, provenance=tuple((k, said.get(k, v)) for k, v in spec.provenance))
     check_spec(spec, spec.source)
     shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating
-    _check_exact(shadow.state_dict(), conv.tensors, spec.source)
+    check_exact_tensors(shadow.state_dict(), conv.tensors, spec.source)
     check_weights(conv.tensors, spec.source)
     check_model_memory(sum(t.numel() * 4 for t in shadow.state_dict().values()), device, spec.source)
     check_input_size(spec, spec.source)
@@ -251,24 +251,7 @@ def _build(spec: Any, device: torch.device) -> ReferenceViT:
         raise InconsistentCheckpointError(f"{spec.source}: no reference ViT fits ({e})") from e
 
 
-def _check_exact(own: dict[str, torch.Tensor], sd: dict[str, torch.Tensor], where: str) -> None:
-    """Every tensor the model has is in `sd` with its shape, and nothing else is; else an error listing them."""
-    missing = sorted(set(own) - set(sd))
-    extra = sorted(set(sd) - set(own))
-    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
-             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
-    if missing or extra or wrong:
-        parts = []
-        if wrong:
-            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
-        if missing:
-            parts.append(f"missing tensors: {', '.join(missing[:8])}")
-        if extra:
-            parts.append(f"unexpected tensors: {', '.join(extra[:8])}")
-        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
-
-
 def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
     """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
-    _check_exact(net.state_dict(), sd, where)
+    check_exact_tensors(net.state_dict(), sd, where)
     net.load_state_dict(sd, strict=True)

@@ -643,6 +643,28 @@ def check_canonical(tensors: Mapping[str, "torch.Tensor"], where: Any) -> None:
                                                   f"{ndim} dimensions {layout}")
 
 
+def check_exact_tensors(own: Mapping[str, "torch.Tensor"], sd: Mapping[str, "torch.Tensor"], where: Any,
+                        model: str = "") -> None:
+    """Every tensor the model has is in `sd` with its shape, and nothing else is; else an
+    InconsistentCheckpointError listing them (`model` names the model for the tensors it has no place for)."""
+    from vitviz.errors import InconsistentCheckpointError
+
+    missing = sorted(set(own) - set(sd))
+    extra = sorted(set(sd) - set(own))
+    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
+             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or extra or wrong:
+        parts = []
+        if wrong:
+            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
+        if missing:
+            parts.append(f"missing tensors: {', '.join(missing[:8])}")
+        if extra:
+            parts.append((f"tensors {model} has no place for" if model else "unexpected tensors")
+                         + f": {', '.join(extra[:8])}")
+        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
+
+
 def check_weights(tensors: Mapping[str, "torch.Tensor"], where: Any) -> None:
     """Refuse weights a model cannot be built from: complex, boolean or integer dtypes (a float model would
     silently cast them) and non-finite values in any tensor the attention depends on. NaN or infinity only in

@@ -25,7 +25,7 @@ from vitviz.core.families import swin as swin_family
 from vitviz.core.metadata import metadata_sources
 from vitviz.core.runtime import check_model_memory, resolve_device
 from vitviz.core.spec import GuessWarning
-from vitviz.core.validate import check_weights
+from vitviz.core.validate import check_exact_tensors, check_weights
 from vitviz.core.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
 from vitviz.errors import InconsistentCheckpointError, OverrideError
@@ -462,29 +462,13 @@ def build(spec: WindowedSpec, device: torch.device) -> WindowedNet:
         raise InconsistentCheckpointError(f"{spec.source}: no reference windowed model fits ({e})") from e
 
 
-def _check_exact(own: dict[str, torch.Tensor], sd: dict[str, torch.Tensor], where: str) -> None:
-    missing = sorted(set(own) - set(sd))
-    extra = sorted(set(sd) - set(own))
-    wrong = [f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
-             for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
-    if missing or extra or wrong:
-        parts = []
-        if wrong:
-            parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
-        if missing:
-            parts.append(f"missing tensors: {', '.join(missing[:8])}")
-        if extra:
-            parts.append(f"tensors vitviz's windowed model has no place for: {', '.join(extra[:8])}")
-        raise InconsistentCheckpointError(f"{where}: " + " | ".join(parts))
-
-
 def load_windowed(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], warn: bool = True) -> WindowedModel:
     """A converted Swin / SAM checkpoint as a `WindowedModel` on `overrides['device']`."""
     device = resolve_device(overrides.get("device"))
     spec = infer_windowed_spec(conv, raw, overrides, warn)
     check_weights(conv.tensors, spec.source)
     shadow = build(spec, torch.device("meta"))
-    _check_exact(shadow.state_dict(), conv.tensors, spec.source)
+    check_exact_tensors(shadow.state_dict(), conv.tensors, spec.source, "vitviz's windowed model")
     check_model_memory(sum(t.numel() * 4 for t in shadow.state_dict().values()), device, spec.source)
     net = build(spec, torch.device("cpu"))
     net.load_state_dict(conv.tensors, strict=True)
