@@ -93,9 +93,9 @@ class TokenLayout:
         """The token at a place (`place`): the prefix token of that name, or the patch at that point."""
         if isinstance(place, str):
             return self.prefix.index(place) if place in self.prefix else None
-        gh, gw = self.grid
-        row, col = min(gh - 1, int(place[0] * gh)), min(gw - 1, int(place[1] * gw))
-        return len(self.prefix) + row * gw + col
+        from vitviz.core.compare import patch_at     # the one rule: the patch under a place, on any grid
+
+        return len(self.prefix) + patch_at(place, self.grid)
 
     def describe(self, token: int) -> str:
         p = len(self.prefix)
