@@ -56,7 +56,8 @@ HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std=
                "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' (CLI --rope NAME)",
                "pos_interp": "pos_interp='timm'|'deit'|'dino'|'torchvision'|'hf'|... (CLI --pos-interp "
                              "timm|deit|dino|dinov2|dinov2_reg|torchvision|hf|bilinear_aa)",
-               "pool_heads": "heads of the pooling head cannot be passed yet; the file's config states them",
+               "pool_heads": "a config.json beside the file stating the pooling head's heads (timm "
+                             "model_args.attn_pool_num_heads; there is no option for it yet)",
                "embed_out": "family=... (CLI --family ...)",
                "token_order": "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
                               "prefix tokens first",
@@ -281,6 +282,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         value = f"head_dim**-0.5 ({spec.head_dim ** -0.5:.4g})"
     elif name == "rope" and not value:
         value = "none"
+    elif name == "pool_heads" and not value:
+        value = f"{spec.num_heads} (the model's heads)"
     elif name in ("token_order", "patch_order") and not value:
         value = dict(spec.provenance).get(name, "")  # a pseudo-field: no spec value, only its provenance
         value = {"token_order": "prefix tokens first", "patch_order": "p1p2c"}.get(name, value)
