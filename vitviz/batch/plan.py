@@ -56,13 +56,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job
-from vitviz.core.maps import GRADIENT_KINDS, POOL_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.mapkinds import unavailable
+from vitviz.core.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
-LEGRAD_POOLINGS = ("token", "avg", "avg_all")  # as `vitviz.core.relevance` (which imports torch) takes for LeGrad
 
 
 def parse_maps(text: str) -> list[MapKind]:
@@ -120,31 +120,11 @@ def resolve_picks(picks: list[int | str], size: int, what: str) -> list[int | st
 
 def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
     """Refuse maps the model cannot give: 'cls' without a CLS token, a token index past the last token, a rollout
-    starting after the last layer, a MAP head's map of a model without one."""
+    starting after the last layer, a MAP head's map of a model without one (`vitviz.core.mapkinds.unavailable`)."""
     for m in maps:
-        if m.kind in WINDOW_KINDS:
-            raise SelectionError(f"the {m.label} map is a windowed model's (Swin, SAM / ViTDet: attention inside "
-                                 "windows); this model attends over all its tokens: use --maps mean (the attention "
-                                 "each patch receives) or token:N")
-        if m.kind == "cls" and not (spec.cls_token and spec.num_prefix > 0):
-            hint = "pool (its MAP head's attention) or mean" if spec.pooling == "map" else "mean"
-            raise SelectionError(f"this model has no CLS token, so the 'cls' map is undefined; use --maps {hint}")
-        if m.kind in POOL_KINDS and spec.pooling != "map":
-            raise SelectionError(f"the {m.label} map needs a MAP pooling head (SigLIP, Perception Encoder); this "
-                                 f"model pools with {spec.pooling!r}")
-        query, what = (m.token, "token") if m.kind == "token" else (m.rollout.query, "rollout")
-        if query is not None and not 0 <= int(query) < spec.num_tokens:
-            raise SelectionError(f"{what}:{query} out of range: the model has {spec.num_tokens} tokens "
-                                 f"({spec.num_prefix} prefix + {spec.grid[0]}x{spec.grid[1]} patches)")
-        if m.kind == "text" and not spec.embed_out:
-            raise SelectionError(f"the {m.label} map compares the image embedding with a text embedding; this "
-                                 "model's output is not a CLIP / SigLIP image embedding (no projection head)")
-        if m.kind == "text" and spec.pooling not in LEGRAD_POOLINGS:
-            raise SelectionError(f"the {m.label} map is LeGrad, which applies the head to one mean-pooled token; "
-                                 f"this model pools with {spec.pooling!r} (LeGrad needs {', '.join(LEGRAD_POOLINGS)})")
-        if m.kind == "rollout" and m.rollout.start >= spec.depth:
-            raise SelectionError(f"rollout start layer {m.rollout.start} out of range: the model has {spec.depth} "
-                                 f"layers (0-{spec.depth - 1})")
+        why = unavailable(m, spec)
+        if why is not None:
+            raise SelectionError(why)
 
 
 def check_classes(maps: list[MapKind], spec: ModelSpec) -> list[MapKind]:

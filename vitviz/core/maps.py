@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from vitviz.core import analysis
+from vitviz.core.mapkinds import KINDS
 from vitviz.core.rollout import RolloutEngine, RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
@@ -191,25 +192,18 @@ class MapKind:
         head run: its attention, and all layers' for 'poolrollout'), 'gradients' (a forward and backward pass for
         its class), 'text' (one for its prompt's embedding), 'features' (the blocks' output tokens) or 'windows' (a
         windowed model's captured pass, `vitviz.core.winmaps`)."""
-        if self.kind in POOL_KINDS:
-            return "pool"
-        if self.kind in TEXT_KINDS:
-            return "text"
-        if self.kind in WINDOW_KINDS:
-            return "windows"
-        return "gradients" if self.kind in GRADIENT_KINDS else "features" if self.kind in FEATURE_KINDS else \
-            "attention"
+        return KINDS[self.kind].source
 
     @property
     def per_layer(self) -> bool:
         """Whether there is a map per layer (False: one map of the whole model, files named `Lall`)."""
-        return self.kind not in WHOLE_MODEL_KINDS
+        return KINDS[self.kind].per_layer
 
     @property
     def per_head(self) -> bool:
         """Whether there is a map per head (rollout fuses the heads; relevance, PCA and norms have none; 'pool' has
         one per pooling head)."""
-        return self.kind in ("cls", "mean", "max", "token", "attngrad", "pool", "received", "query")
+        return KINDS[self.kind].per_head
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""One table of map kinds: for each kind what it is made from, what it needs and what it can be selected by (no Qt,
+no torch).
+
+`MapKind` (`vitviz.core.maps`) reads its `source`, `per_layer` and `per_head` from here; `unavailable(kind, spec)`
+is the one answer to "can this model give this map?" that export (`vitviz.batch.plan.check_maps`) and the window
+(`vitviz.gui.state.parse_map_arg` / the controls) ask; `WINDOW_UNSHOWN` says which kinds the window's `--map`
+cannot show yet and why. The one parser of map names is `MapKind.parse` (`--maps` and `--map` both use it).
+
+Needs (`KindInfo.needs`):
+    'cls'        a CLS token (the 'cls' map);
+    'query'      a query token (token:N, query:N; rollout:N takes one optionally);
+    'class'      a class to explain (optional: the top class without one);
+    'prompt'     a text prompt;
+    'gradients'  a backward pass (the gradient maps, LeGrad of a prompt);
+    'map_head'   a MAP pooling head (SigLIP, PE);
+    'text_tower' an image embedding to compare with a text embedding (CLIP / SigLIP projection);
+    'features'   the blocks' output tokens (a pass of its own);
+    'windowed'   a windowed model (Swin, SAM / ViTDet).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from vitviz.core.spec import ModelSpec
+
+
+class MapKind(Protocol):
+    """What this table reads of a `vitviz.core.maps.MapKind` (not imported: maps reads this table)."""
+
+    kind: str
+    token: int | None
+    rollout: Any
+    target: int | str | None
+
+    @property
+    def label(self) -> str: ...
+
+LEGRAD_POOLINGS = ("token", "avg", "avg_all")  # the poolings LeGrad applies the head to (`vitviz.core.relevance`)
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """What one map kind is.
+
+    Attributes:
+        syntax: how it is written in `--maps` / `--map` ('token:N', 'relevance[:CLASS]').
+        source: what it is made from: 'attention', 'pool', 'gradients', 'text', 'features' or 'windows'.
+        per_layer: a map per layer (False: one map of the whole model, files named `Lall`).
+        per_head: a map per head (or per pooling head); False: the heads are fused or there are none.
+        title: what the map is, for labels.
+        needs: see the module's docstring.
+    """
+
+    syntax: str
+    source: str
+    per_layer: bool
+    per_head: bool
+    title: str
+    needs: frozenset[str] = frozenset()
+
+
+def _k(syntax: str, source: str, per_layer: bool, per_head: bool, title: str, *needs: str) -> KindInfo:
+    return KindInfo(syntax, source, per_layer, per_head, title, frozenset(needs))
+
+
+KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`
+    "cls": _k("cls", "attention", True, True, "CLS attention", "cls"),
+    "mean": _k("mean", "attention", True, True, "attention received (mean over queries)"),
+    "max": _k("max", "attention", True, True, "attention received (max over queries)"),
+    "rollout": _k("rollout[:N]", "attention", True, False, "attention rollout"),
+    "token": _k("token:N", "attention", True, True, "attention row of a token", "query"),
+    "relevance": _k("relevance[:CLASS]", "gradients", False, False, "class relevance (Chefer)",
+                    "class", "gradients"),
+    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients"),
+    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients"),
+    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features"),
+    "norms": _k("norms", "features", True, False, "token norms", "features"),
+    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head"),
+    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head"),
+    "text": _k("text:PROMPT", "text", False, False, "LeGrad of a text prompt", "prompt", "gradients",
+               "text_tower"),
+    "received": _k("received", "windows", True, True, "attention received in windows", "windowed"),
+    "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed"),
+}
+
+# the kinds the window's --map cannot show yet, and why (the window shows these elsewhere or not at all)
+WINDOW_UNSHOWN: dict[str, str] = {
+    "pca": "the window shows PCA of the tokens in its Features dock, not as --map; export it with "
+           "`vitviz export --maps pca`",
+    "norms": "the window shows token norms in its Features dock, not as --map; export them with "
+             "`vitviz export --maps norms`",
+    "received": "the window does not show a windowed model's maps yet; export them with `vitviz export --maps "
+                "received`",
+    "query": "the window does not show a windowed model's maps yet; export them with `vitviz export --maps "
+             "query:N`",
+}
+
+
+def info(kind: "MapKind | str") -> KindInfo:
+    """The table's row of a kind (a `MapKind` or its `kind` word)."""
+    return KINDS[kind if isinstance(kind, str) else kind.kind]
+
+
+def unavailable(kind: "MapKind", spec: "ModelSpec") -> str | None:
+    """Why this model cannot give `kind` (None: it can, as far as its spec says; a class label is looked up later,
+    `vitviz.batch.plan.check_classes`)."""
+    needs, label = info(kind).needs, kind.label
+    if "windowed" in needs:
+        return (f"the {label} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
+                "attends over all its tokens: use --maps mean (the attention each patch receives) or token:N")
+    if "cls" in needs and not (spec.cls_token and spec.num_prefix > 0):
+        hint = "pool (its MAP head's attention) or mean" if spec.pooling == "map" else "mean"
+        return f"this model has no CLS token, so the 'cls' map is undefined; use --maps {hint}"
+    if "map_head" in needs and spec.pooling != "map":
+        return (f"the {label} map needs a MAP pooling head (SigLIP, Perception Encoder); this model pools with "
+                f"{spec.pooling!r}")
+    query, what = (kind.token, "token") if kind.kind == "token" else (kind.rollout.query, "rollout")
+    if query is not None and not 0 <= int(query) < spec.num_tokens:
+        return (f"{what}:{query} out of range: the model has {spec.num_tokens} tokens ({spec.num_prefix} prefix + "
+                f"{spec.grid[0]}x{spec.grid[1]} patches)")
+    if "text_tower" in needs and not spec.embed_out:
+        return (f"the {label} map compares the image embedding with a text embedding; this model's output is not a "
+                "CLIP / SigLIP image embedding (no projection head)")
+    if "text_tower" in needs and spec.pooling not in LEGRAD_POOLINGS:
+        return (f"the {label} map is LeGrad, which applies the head to one mean-pooled token; this model pools "
+                f"with {spec.pooling!r} (LeGrad needs {', '.join(LEGRAD_POOLINGS)})")
+    if kind.kind == "rollout" and kind.rollout.start >= spec.depth:
+        return (f"rollout start layer {kind.rollout.start} out of range: the model has {spec.depth} layers "
+                f"(0-{spec.depth - 1})")
+    return None
