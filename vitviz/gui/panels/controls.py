@@ -15,7 +15,7 @@ from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
-from vitviz.gui.state import COLORMAPS, ViewState, resolve_index
+from vitviz.gui.state import COLORMAPS, ViewState, map_kind, resolve_index
 
 SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
                  "rollout": "Attention rollout", "token": "Attention of query token", "relevance": "Class relevance",
@@ -321,12 +321,13 @@ class ControlsPanel(QWidget):
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
-            # one map of the whole model: no layer to pick (and no head either, but for the pooling heads)
-            whole = s.source == "relevance" and s.relevance_method != "attngrad"
-            self.layer_spin.setEnabled(not whole and s.source != "pool")
-            self.layer_slider.show_special(isinstance(s.layer, str), allowed=not whole and s.source != "pool")
-            self.head_spin.setEnabled(s.source != "rollout" and not whole)
-            self.head_slider.show_special(isinstance(s.head, str), allowed=s.source != "rollout" and not whole)
+            # the table of map kinds says whether the map has a layer and a head to pick (a map of the whole
+            # model has no layer; rollout fuses the heads; a text prompt's map has neither)
+            kind = map_kind(s)
+            self.layer_spin.setEnabled(kind.per_layer)
+            self.layer_slider.show_special(isinstance(s.layer, str), allowed=kind.per_layer)
+            self.head_spin.setEnabled(kind.per_head)
+            self.head_slider.show_special(isinstance(s.head, str), allowed=kind.per_head)
             self.cmap_combo.setCurrentText(s.colormap)
             self.opacity_slider.setValue(int(round(s.opacity * 100)))
             self.smooth_check.setChecked(s.smooth)

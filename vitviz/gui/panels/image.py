@@ -20,7 +20,7 @@ from vitviz.core.spec import AttentionResult
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for, map_kind
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
               "relevance_method", "relevance_class", "relevance_prompt", "rollout_pool"}
@@ -171,9 +171,9 @@ class ImagePanel(QWidget):
         s = self.state
         if s.source == "token" and s.query is not None:
             what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        whole = s.source == "relevance" and (bool(s.relevance_prompt) or s.relevance_method != "attngrad")     # one map of all layers and heads
-        head = "" if s.source == "rollout" or whole else f"head {s.head}"
-        whole = whole or s.source == "pool"          # one map of the whole model, per pooling head
+        kind = map_kind(s)                           # the table of map kinds: a layer and a head to pick?
+        head = f"head {s.head}" if kind.per_head else ""
+        whole = not kind.per_layer                   # one map of the whole model (per pooling head for 'pool')
         layer = "all layers" if whole else f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
         return " · ".join(p for p in (f"{Path(result.source).name} — {what}", layer, head, scale) if p)
 
