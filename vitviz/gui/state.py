@@ -16,25 +16,28 @@ from typing import Callable
 import numpy as np
 
 from vitviz.core.colormaps import available_colormaps
+from vitviz.core.mapkinds import WINDOW_UNSHOWN
 from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps,
-                              pending_stack, resolve_index)
+                              SelectionError, pending_stack, resolve_index)
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import FUSIONS, RolloutParams
 from vitviz.core.tokens import Fusion
 
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
-           "resolve_index", "parse_map_arg", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
+           "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options"]
 
 MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as `vitviz export --maps`)
     "cls": "the CLS token's attention over the patches (without CLS: the same as mean)",
     "mean": "the attention each patch receives, averaged over the patch queries",
     "max": "the attention each patch receives, maximised over the patch queries",
-    "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply)",
+    "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply); "
+               "rollout:N from token N",
     "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
     "relevance[:N]": "Chefer's class relevance of class N (default: the top class); gradrollout[:N] and "
-                     "attngrad[:N] the gradient rollout and attention x gradient",
+                     "attngrad[:N] the gradient rollout and attention x gradient; text:PROMPT the LeGrad of a "
+                     "text prompt (CLIP, SigLIP)",
     "pool": "a MAP pooling head's attention over the patches (SigLIP, PE: their 'CLS attention'); rollout:pool "
             "the rollout of its query",
 }
@@ -156,26 +159,51 @@ def _validate(name: str, value: object) -> None:
 
 
 def parse_map_arg(text: str) -> dict[str, object]:
-    """Turn the `--map` argument into state fields (`MAP_CHOICES` says what each shows; the heads are chosen by
-    --head, not by the map).
+    """Turn the `--map` argument into state fields: the name is parsed as `vitviz export --maps` parses it
+    (`MapKind.parse`, the one parser), then `state_for` turns the map into view state (`MAP_CHOICES` says what each
+    shows; the heads are chosen by --head, not by the map).
 
-    'cls' -> CLS attention, 'mean'/'max' -> attention received averaged/maximised over the patch queries,
-    'rollout', 'token:N' -> the attention row of token N.
+    Raises:
+        ValueError: a name neither parses, or a map the window cannot show yet (`WINDOW_UNSHOWN`, a class label),
+            with why.
     """
-    text = text.strip().lower()
-    if text in ("cls", "mean", "max", "rollout", "pool"):
-        return {"source": text}
-    if text == "rollout:pool":
+    try:
+        kind = MapKind.parse(text)
+    except SelectionError as exc:
+        raise ValueError(f"{exc}; the window shows: {', '.join(MAP_CHOICES)}") from None
+    return state_for(kind)
+
+
+def state_for(kind: MapKind) -> dict[str, object]:
+    """The view-state fields that show `kind` (the inverse of `map_kind`).
+
+    Raises:
+        ValueError: a kind the window cannot show yet, saying why (a gradient map's class given by label: the
+            window takes an index; PCA and norms live in the Features dock; a windowed model's maps).
+    """
+    if kind.kind in WINDOW_UNSHOWN:
+        raise ValueError(f"--map {kind.label}: {WINDOW_UNSHOWN[kind.kind]}; the window shows: "
+                         f"{', '.join(MAP_CHOICES)}")
+    if kind.kind in ("cls", "mean", "max", "pool"):
+        return {"source": kind.kind}
+    if kind.kind == "poolrollout":
         return {"source": "rollout", "rollout_pool": True}
-    if text.startswith("token:"):
-        index = text.split(":", 1)[1]
-        if index.isdigit():
-            return {"source": "token", "query": int(index)}
-    method, sep, target = text.partition(":")
-    if method in GRADIENT_KINDS and (target.isdigit() or not sep):
-        return {"source": "relevance", "relevance_method": method,
-                "relevance_class": int(target) if target else None}
-    raise ValueError(f"unknown map {text!r}; the window shows: {', '.join(MAP_CHOICES)}")
+    if kind.kind == "rollout":
+        query = kind.rollout.query
+        return {"source": "rollout"} if query is None else {"source": "rollout", "query": int(query)}
+    if kind.kind == "token":
+        return {"source": "token", "query": int(kind.token or 0)}
+    if kind.kind == "text":
+        return {"source": "relevance", "relevance_prompt": str(kind.target)}
+    if kind.kind in GRADIENT_KINDS:
+        if isinstance(kind.target, str):
+            raise ValueError(f"--map {kind.kind}:{kind.target}: the window takes the class as an index "
+                             f"({kind.kind}:3) before the model is loaded, so it cannot look a label up; "
+                             f"`vitviz export --maps {kind.kind}:{kind.target}` can, and the window's Relevance panel "
+                             "picks a class by name")
+        return {"source": "relevance", "relevance_method": kind.kind, "relevance_class": kind.target}
+    raise ValueError(f"--map {kind.label}: the window cannot show this map yet; the window shows: "
+                     f"{', '.join(MAP_CHOICES)}")
 
 
 def parse_head_arg(text: str) -> HeadSel:

@@ -1,0 +1,56 @@
+"""The window's --map parses with export's parser (`MapKind.parse`) and the controls follow the table of map kinds."""
+from __future__ import annotations
+
+import pytest
+
+from vitviz.batch.plan import parse_maps
+from vitviz.core.maps import MapKind
+from vitviz.gui.state import ViewState, map_kind, parse_map_arg
+
+SHOWN = ("cls", "mean", "max", "rollout", "rollout:5", "token:3", "pool", "rollout:pool", "relevance", "relevance:3",
+         "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog")
+
+
+@pytest.mark.parametrize("name", SHOWN)
+def test_window_map_is_exports_map(name: str) -> None:
+    """What --map shows is the map `vitviz export --maps NAME` writes: the same kind, so the same file name."""
+    state = ViewState(**parse_map_arg(name))  # type: ignore[arg-type]
+    (exported,) = parse_maps(name)
+    assert map_kind(state) == exported == MapKind.parse(name)
+    assert map_kind(state).label == exported.label
+
+
+@pytest.mark.parametrize(("name", "why"), [("relevance:tabby", "class as an index"),
+                                           ("attngrad:tabby cat", "class as an index"),
+                                           ("pca", "Features dock"), ("norms", "Features dock"),
+                                           ("received", "windowed"), ("query:3", "windowed")])
+def test_window_refuses_what_it_cannot_show_yet_saying_so(name: str, why: str) -> None:
+    parse_maps(name)                         # export takes it
+    with pytest.raises(ValueError, match=why):
+        parse_map_arg(name)
+
+
+def test_window_cli_accepts_rollout_token_and_text() -> None:
+    import argparse
+
+    from vitviz.cli.window import add_window_arguments
+
+    parser = argparse.ArgumentParser()
+    add_window_arguments(parser)
+    for name in ("rollout:5", "text:a cat", "attngrad:3"):
+        assert parser.parse_args(["--map", name]).map == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--map", "relevance:tabby"])
+
+
+def test_controls_disable_the_selectors_a_text_map_lacks(window) -> None:  # noqa: ANN001
+    """A text prompt's map is one map of the whole model: no layer and no head, whatever the gradient method."""
+    controls = window.controls
+    window.state.update(source="relevance", relevance_method="attngrad", relevance_prompt="")
+    assert controls.layer_spin.isEnabled() and controls.head_spin.isEnabled()     # attention x gradient has both
+    window.state.update(relevance_prompt="a cat")
+    assert not controls.layer_spin.isEnabled() and not controls.head_spin.isEnabled()
+    window.state.update(source="rollout", relevance_prompt="")
+    assert controls.layer_spin.isEnabled() and not controls.head_spin.isEnabled()
+    window.state.update(source="pool")
+    assert not controls.layer_spin.isEnabled() and controls.head_spin.isEnabled()
