@@ -5,7 +5,7 @@ import pytest
 
 from vitviz.batch.plan import check_maps, parse_maps
 from vitviz.core import maps
-from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, info, unavailable
+from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, info, lacks, unavailable
 from vitviz.core.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 
@@ -46,3 +46,17 @@ def test_unavailable_answers_what_export_refuses() -> None:
         with pytest.raises(SelectionError) as raised:
             check_maps(parse_maps(name), plain)
         assert str(raised.value) == why
+
+
+def test_lacks_is_what_the_model_cannot_give_whatever_is_selected() -> None:
+    plain, pooled, live = spec(), spec(pooling="map", cls_token=False), spec(family="live")
+    assert lacks("mean", plain) is None and lacks("cls", spec(cls_token=False, pooling="avg")) is None
+    assert "MAP pooling head" in str(lacks("pool", plain)) and lacks("pool", pooled) is None
+    assert lacks("poolrollout", pooled) is None and lacks("poolrollout", plain) is not None
+    for kind in ("relevance", "gradrollout", "attngrad", "text", "pca", "norms"):
+        assert lacks(kind, plain) is None
+        assert "reference ViT" in str(lacks(kind, live)), kind
+        assert "reference ViT" in str(lacks(kind, plain, reference=False)), kind
+    for kind in ("cls", "mean", "max", "rollout", "token"):   # a model run from its own code gives its attention
+        assert lacks(kind, live) is None
+    assert "windowed" in str(lacks("received", plain))

@@ -1,6 +1,8 @@
 """The window's --map parses with export's parser (`MapKind.parse`) and the controls follow the table of map kinds."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vitviz.batch.plan import parse_maps
@@ -54,3 +56,17 @@ def test_controls_disable_the_selectors_a_text_map_lacks(window) -> None:  # noq
     assert controls.layer_spin.isEnabled() and not controls.head_spin.isEnabled()
     window.state.update(source="pool")
     assert not controls.layer_spin.isEnabled() and controls.head_spin.isEnabled()
+
+
+def test_controls_offer_the_sources_the_table_says_the_model_gives(window) -> None:  # noqa: ANN001
+    from _gui import random_result
+
+    controls = window.controls
+    spec = random_result().spec
+    offered = lambda: [controls.source_combo.itemData(i) for i in range(controls.source_combo.count())]  # noqa: E731
+    controls.set_spec(spec, "cpu")
+    assert "relevance" in offered() and "pool" not in offered()
+    controls.set_spec(dataclasses.replace(spec, pooling="map"), "cpu")
+    assert "pool" in offered()
+    controls.set_spec(dataclasses.replace(spec, family="live"), "cpu")
+    assert "relevance" not in offered() and "pool" not in offered() and "rollout" in offered()

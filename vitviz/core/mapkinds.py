@@ -15,7 +15,9 @@ Needs (`KindInfo.needs`):
     'map_head'   a MAP pooling head (SigLIP, PE);
     'text_tower' an image embedding to compare with a text embedding (CLIP / SigLIP projection);
     'features'   the blocks' output tokens (a pass of its own);
-    'windowed'   a windowed model (Swin, SAM / ViTDet).
+    'windowed'   a windowed model (Swin, SAM / ViTDet);
+    'reference'  vitviz's reference ViT with its hooks (attention gradients, block outputs, the MAP head run); a
+                 model run from its own code (family 'live') has only its captured attention.
 """
 from __future__ import annotations
 
@@ -72,15 +74,15 @@ KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`
     "rollout": _k("rollout[:N]", "attention", True, False, "attention rollout"),
     "token": _k("token:N", "attention", True, True, "attention row of a token", "query"),
     "relevance": _k("relevance[:CLASS]", "gradients", False, False, "class relevance (Chefer)",
-                    "class", "gradients"),
-    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients"),
-    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients"),
-    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features"),
-    "norms": _k("norms", "features", True, False, "token norms", "features"),
-    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head"),
-    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head"),
+                    "class", "gradients", "reference"),
+    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients", "reference"),
+    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients", "reference"),
+    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features", "reference"),
+    "norms": _k("norms", "features", True, False, "token norms", "features", "reference"),
+    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head", "reference"),
+    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head", "reference"),
     "text": _k("text:PROMPT", "text", False, False, "LeGrad of a text prompt", "prompt", "gradients",
-               "text_tower"),
+               "text_tower", "reference"),
     "received": _k("received", "windows", True, True, "attention received in windows", "windowed"),
     "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed"),
 }
@@ -103,9 +105,30 @@ def info(kind: "MapKind | str") -> KindInfo:
     return KINDS[kind if isinstance(kind, str) else kind.kind]
 
 
+def lacks(kind: str, spec: "ModelSpec", reference: bool | None = None) -> str | None:
+    """Why this model cannot give maps of the kind `kind` (a `MapKind.kind` word) at all, whatever is selected
+    (None: it can). `reference`: the model runs as vitviz's reference ViT (None: unless its family is 'live').
+    A model without a CLS token is not refused 'cls' here: the window shows it as the patch mean; export refuses
+    it (`unavailable`)."""
+    needs = KINDS[kind].needs
+    if reference is None:
+        reference = spec.family != "live"
+    if "windowed" in needs:
+        return (f"the {kind} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
+                "attends over all its tokens")
+    if "map_head" in needs and spec.pooling != "map":
+        return (f"the {KINDS[kind].syntax} map needs a MAP pooling head (SigLIP, Perception Encoder); this model "
+                f"pools with {spec.pooling!r}")
+    if "reference" in needs and not reference:
+        return (f"the {KINDS[kind].syntax} map needs vitviz's reference ViT; this model runs from its own code, whose "
+                "attention gradients and block outputs are not exposed")
+    return None
+
+
 def unavailable(kind: "MapKind", spec: "ModelSpec") -> str | None:
     """Why this model cannot give `kind` (None: it can, as far as its spec says; a class label is looked up later,
-    `vitviz.batch.plan.check_classes`)."""
+    `vitviz.batch.plan.check_classes`; whether the model runs as vitviz's reference ViT is checked by export
+    against the loaded model, `lacks`)."""
     needs, label = info(kind).needs, kind.label
     if "windowed" in needs:
         return (f"the {label} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "

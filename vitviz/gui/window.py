@@ -19,6 +19,7 @@ from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplicat
 from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow, QTabBar, QToolBar, QWidget
 
 from vitviz import catalog
+from vitviz.core.mapkinds import lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
@@ -567,12 +568,13 @@ class MainWindow(QMainWindow):
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
         source = self.state.source if query is not None or self.state.source != "token" else "cls"
-        pooled = spec.pooling == "map"          # a MAP head: its maps are offered; without one, not
+        # the table of map kinds: a map this model cannot give falls back to CLS (pool without a MAP head, the
+        # gradient maps of a model run from its own code)
+        kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source="cls" if (source == "pool" and not pooled)
-                          or (source == "relevance" and spec.family == "live") else source,
-                          rollout_pool=self.state.rollout_pool and pooled)
+                          source="cls" if kind is not None and lacks(kind, spec) else source,
+                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec))
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from vitviz.core.mapkinds import lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
@@ -190,7 +191,7 @@ class ControlsPanel(QWidget):
         box = QGroupBox("Attention map")
         form = QFormLayout(box)
         self.source_combo = QComboBox()
-        self._fill_sources(pooled=False)
+        self._fill_sources(None)
         self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
         form.addRow("Map", self.source_combo)
         self.relevance_picker = RelevancePicker(self.state, self.session)
@@ -222,12 +223,14 @@ class ControlsPanel(QWidget):
             form.addRow(check)
         return box
 
-    def _fill_sources(self, pooled: bool, live: bool = False) -> None:
-        """The map sources; the pooling attention only for a model with a MAP head (`pooled`), the class relevance
-        not for a model run from its own code (`live`: its attention gradients are not exposed)."""
+    def _fill_sources(self, spec: ModelSpec | None) -> None:
+        """The map sources the model can give (the table of map kinds, `lacks`): the pooling attention only for a
+        model with a MAP head, the class relevance not for a model run from its own code (its attention gradients
+        are not exposed); without a model, all but the pooling attention."""
         self.source_combo.clear()
         for key, label in SOURCE_LABELS.items():
-            if (key == "pool" and not pooled) or (key == "relevance" and live):
+            if (key == "pool" and (spec is None or lacks("pool", spec))) or (
+                    key == "relevance" and spec is not None and lacks("relevance", spec)):
                 continue
             self.source_combo.addItem(label, key)
             self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
@@ -270,7 +273,7 @@ class ControlsPanel(QWidget):
         """Show a newly loaded model and size the layer/head ranges to it."""
         self._spec = spec
         self._updating = True
-        self._fill_sources(pooled=spec.pooling == "map", live=spec.family == "live")
+        self._fill_sources(spec)
         self.model_settings.set_spec(spec)
         self.layer_spin.setMaximum(spec.depth - 1)
         self.layer_slider.setMaximum(spec.depth - 1)
