@@ -60,3 +60,16 @@ def test_lacks_is_what_the_model_cannot_give_whatever_is_selected() -> None:
     for kind in ("cls", "mean", "max", "rollout", "token"):   # a model run from its own code gives its attention
         assert lacks(kind, live) is None
     assert "windowed" in str(lacks("received", plain))
+
+
+def test_export_refuses_the_reference_only_kinds_of_a_model_run_from_its_own_code() -> None:
+    from vitviz.cli.export import _check_passes
+    from vitviz.errors import VitvizError
+
+    class Own:
+        net = object()   # not vitviz's reference ViT
+
+    _check_passes(Own(), parse_maps("cls,mean,max,rollout,token:1"))
+    for name in ("relevance", "gradrollout:2", "attngrad", "pool", "rollout:pool", "pca", "norms", "text:a cat"):
+        with pytest.raises(VitvizError, match="need vitviz's reference ViT"):
+            _check_passes(Own(), parse_maps(name))

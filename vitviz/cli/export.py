@@ -33,6 +33,7 @@ from vitviz.cli.options import add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
+from vitviz.core.mapkinds import info
 from vitviz.core.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
@@ -528,7 +529,7 @@ def _check_passes(model: Any, maps: list[MapKind]) -> None:
     from its own code (--code) cannot give them."""
     from vitviz.core.model import ReferenceViT
 
-    asked = [m.label for m in maps if m.source != "attention"]
+    asked = [m.label for m in maps if "reference" in info(m).needs]   # the table of map kinds says which
     if asked and not isinstance(getattr(model, "net", None), ReferenceViT):
         raise VitvizError(f"--maps {','.join(asked)}: these maps need vitviz's reference ViT; this model runs from "
                           f"its own code ({type(getattr(model, 'net', model)).__name__}), whose attention "
