@@ -70,3 +70,18 @@ def test_controls_offer_the_sources_the_table_says_the_model_gives(window) -> No
     assert "pool" in offered()
     controls.set_spec(dataclasses.replace(spec, family="live"), "cpu")
     assert "relevance" not in offered() and "pool" not in offered() and "rollout" in offered()
+
+
+def test_window_args_show_rollout_of_a_token_and_note_a_head_a_map_lacks(window) -> None:  # noqa: ANN001
+    from _gui import parse
+
+    from vitviz.gui.app import apply_args
+
+    apply_args(window, parse("--map", "rollout:5"))
+    assert (window.state.source, window.state.query) == ("rollout", 5)
+    window.notes.clear()
+    apply_args(window, parse("--map", "text:a cat", "--head", "2"))
+    assert any(n.startswith("--head 2 is ignored") and "without heads" in n for n in window.notes), window.notes
+    window.notes.clear()
+    apply_args(window, parse("--map", "attngrad:3", "--head", "2"))
+    assert not any("ignored" in n for n in window.notes)

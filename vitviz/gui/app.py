@@ -16,6 +16,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
+from vitviz.core.mapkinds import KINDS
+from vitviz.core.maps import MapKind
 from vitviz.gui import bundled
 from vitviz.gui.dropping import classify
 from vitviz.gui.session import DEVICE_FAILED, LOAD_FAILED
@@ -132,7 +134,7 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
         values["head"] = head
     window.requested_view = {k: values[k] for k in ("layer", "head", "query") if k in values}
     window.state.update(**values)
-    ignored = head_ignored_note(values.get("source"), head)
+    ignored = head_ignored_note(args.map, head) if getattr(args, "map", None) else ""
     if ignored:
         window.note(ignored)
     device = getattr(args, "device", None)
@@ -162,12 +164,18 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
         window.load_demo(images=False, instead_of_model=True)   # images without a model: run them on the demo
 
 
-def head_ignored_note(source: Any, head: Any) -> str:
-    """The note for a --head the chosen map does not use ('' when it does): rollout fuses the heads itself."""
-    if source != "rollout" or head is None:
+def head_ignored_note(name: str, head: Any) -> str:
+    """The note for a --head the `--map NAME` does not use ('' when it does; the table of map kinds says which
+    have heads): rollout fuses the heads itself; a class's relevance, gradient rollout and a text prompt's map
+    have none."""
+    kind = MapKind.parse(name)
+    if kind.per_head or head is None:
         return ""
-    return (f"--head {head} is ignored: the rollout map fuses the heads (by mean unless the Rollout panel's head "
-            "fusion says otherwise); --head applies to the cls, mean, max and token:N maps")
+    if kind.source == "attention" or kind.kind == "poolrollout":
+        return (f"--head {head} is ignored: the rollout map fuses the heads (by mean unless the Rollout panel's head "
+                "fusion says otherwise); --head applies to the cls, mean, max and token:N maps")
+    return (f"--head {head} is ignored: the {KINDS[kind.kind].title} is one map of the whole model, without heads; "
+            "--head applies to the cls, mean, max, token:N, attngrad and pool maps")
 
 
 class Screenshot(QObject):
