@@ -59,9 +59,8 @@ TEXT_KINDS = ("text",)                                        # a text prompt's 
 WINDOW_KINDS = ("received", "query")                          # windowed models' maps (vitviz.core.winmaps)
 ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS + TEXT_KINDS + WINDOW_KINDS
 WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool", "text")  # one map of all layers together: files say `Lall`
-POOL_TITLE = "pooling attention (MAP head)"
-GRADIENT_TITLES = {"relevance": "class relevance (Chefer)", "gradrollout": "gradient rollout",
-                   "attngrad": "attention × gradient"}
+POOL_TITLE = KINDS["pool"].title                                      # the titles are the table's
+GRADIENT_TITLES = {kind: KINDS[kind].title for kind in GRADIENT_KINDS}
 
 
 class SelectionError(VitvizError, ValueError):
