@@ -146,20 +146,26 @@ def family_methods(folder: Path, arch: str, x: torch.Tensor, device: str) -> dic
         tm.attn_pool.fused_attn = False
     timm.models._hub.save_for_hf(tm, str(folder / arch), safe_serialization=True)
     model = vitviz.load(folder / arch, device=device)
-    tm = tm.to(device)
+    return _checked_pair(tm, model, x, device, f"timm ({arch})", "timm forward (unfused)")
+
+
+def _checked_pair(original: torch.nn.Module, model: object, x: torch.Tensor, device: str, label: str,
+                  name: str) -> dict[str, Callable[[], object]]:
+    """`name`: the original's forward, and 'vitviz run': the loaded model's capture, once checked to agree."""
+    original = original.to(device)
     xd = x.to(device)
     with torch.inference_mode():
-        ref = tm(xd)
+        ref = original(xd)
     got = model.run(x)
     out = got.features if got.features is not None else got.logits
-    assert torch.allclose(torch.from_numpy(out), ref[0].float().cpu(), atol=1e-3), f"vitviz != timm ({arch})"
+    assert torch.allclose(torch.from_numpy(out), ref[0].float().cpu(), atol=1e-3), f"vitviz != {label}"
 
-    def timm_forward() -> None:
+    def own_forward() -> None:
         with torch.inference_mode():
-            tm(xd)
+            original(xd)
         _sync(device)
 
-    return {"timm forward (unfused)": timm_forward, "vitviz run": lambda: model.run(x)}
+    return {name: own_forward, "vitviz run": lambda: model.run(x)}
 
 
 def _families_report(x: torch.Tensor, args: argparse.Namespace) -> None:
@@ -196,21 +202,8 @@ def windowed_methods(folder: Path, which: str, size: int, device: str) -> dict[s
                 m.fused_attn = False
         timm.models._hub.save_for_hf(original, str(folder / "sam"), safe_serialization=True)
         model = vitviz.load(folder / "sam", device=device)
-    original = original.to(device)
-    x = torch.randn(1, 3, size, size)
-    xd = x.to(device)
-    with torch.inference_mode():
-        ref = original(xd)
-    got = model.run(x)
-    out = got.features if got.features is not None else got.logits
-    assert torch.allclose(torch.from_numpy(out), ref[0].float().cpu(), atol=1e-3), f"vitviz != original ({which})"
-
-    def own_forward() -> None:
-        with torch.inference_mode():
-            original(xd)
-        _sync(device)
-
-    return {"original forward (eager)": own_forward, "vitviz run": lambda: model.run(x)}
+    return _checked_pair(original, model, torch.randn(1, 3, size, size), device, f"original ({which})",
+                         "original forward (eager)")
 
 
 def _windowed_report(args: argparse.Namespace) -> None:
