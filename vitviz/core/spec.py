@@ -29,13 +29,12 @@ def audit_provenance(spec: Any, fields: tuple[str, ...] | None = None) -> list[s
     an assumed setting that is not flagged. `infer_spec` runs it when VITVIZ_AUDIT is set (the test suite sets
     it, so every spec any test builds, of every family, is walked).
 
-    `spec` is a ModelSpec or any spec with the same provenance API (`provenance`, `relevant`, `kind_of`,
-    `guesses`, `family`: the windowed models' `WindowedSpec`), `fields` the settings to walk (default: a
-    ModelSpec's COMPUTE_FIELDS and PSEUDO_FIELDS)."""
+    `spec` is a `Provenanced` spec (a ModelSpec, the windowed models' `WindowedSpec`), `fields` the settings to
+    walk (default: the spec's own `compute_fields` and `pseudo_fields`)."""
     prov = dict(spec.provenance)
     flagged = {name for name, _ in spec.guesses}
     problems = []
-    for name in fields if fields is not None else COMPUTE_FIELDS + PSEUDO_FIELDS:
+    for name in fields if fields is not None else spec.compute_fields + spec.pseudo_fields:
         if not spec.relevant(name):
             continue
         if name not in prov:
@@ -145,8 +144,67 @@ def provenance_kind(source: str, named: bool = False) -> str:
     return ASSUMED
 
 
+class Provenanced:
+    """The provenance API a spec dataclass shares (`ModelSpec`, the windowed models' `WindowedSpec`): it has
+    `provenance` ((field, source) pairs) and `relevant(name)`, and names its settings in the class attributes
+    `compute_fields` (change the computation), `pseudo_fields` (settings with no field of their own) and
+    `other_fields` (do not change it)."""
+
+    compute_fields: tuple[str, ...] = ()
+    pseudo_fields: tuple[str, ...] = ()
+    other_fields: tuple[str, ...] = ()
+    provenance: tuple[tuple[str, str], ...]
+
+    def relevant(self, name: str) -> bool:  # pragma: no cover - every spec says its own
+        raise NotImplementedError
+
+    def folded(self, name: str) -> bool:
+        """Whether an assumed `name` is said with another setting (one flag for both) rather than on its own."""
+        return False
+
+    def source_of(self, name: str) -> str:
+        return dict(self.provenance).get(name, "default")
+
+    @property
+    def named(self) -> bool:
+        """Whether a config or the caller names the model (its architecture, model type or arch), so that the
+        family's defaults are facts of that model rather than conventions of a key layout."""
+        return provenance_kind(self.source_of("identity")) in (READ, NAMED, GIVEN)
+
+    def kind_of(self, name: str) -> str:
+        """The provenance kind of field `name` ('read', 'derived', 'named', 'given' or 'assumed')."""
+        return provenance_kind(self.source_of(name), self.named)
+
+    @property
+    def assumptions(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of every setting that changes the computation and is assumed -- a convention, a family
+        default of a model nobody named, or a guess -- in field order: each is flagged wherever the model is
+        shown (info, GuessWarning, the window, the export manifest)."""
+        prov = dict(self.provenance)
+        return tuple((name, prov.get(name, "default: no provenance recorded"))
+                     for name in self.compute_fields + self.pseudo_fields
+                     if self.relevant(name) and self.kind_of(name) == ASSUMED and not self.folded(name))
+
+    @property
+    def guesses(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of every value to flag and to ask the user about: the assumptions (a class-name list is
+        not one: it never changes attention; see `notes`)."""
+        return self.assumptions
+
+    @property
+    def notes(self) -> tuple[tuple[str, str], ...]:
+        """(field, source) of assumed values that do not change the computation (e.g. ImageNet class names for a
+        1000-class head): said quietly, never as a warning."""
+        return tuple((k, v) for k, v in self.provenance
+                     if k in self.other_fields and provenance_kind(v, self.named) == ASSUMED)
+
+    def kinds(self) -> dict[str, str]:
+        """{field: kind} for every field that changes the computation now."""
+        return {name: self.kind_of(name) for name in self.compute_fields + self.pseudo_fields if self.relevant(name)}
+
+
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(Provenanced):
     """Everything vitviz knows about a loaded model, including every switch that changes its numerics.
 
     `provenance` maps a field name to where its value came from: 'metadata: <file/key>', 'shape: <key>',
@@ -155,6 +213,8 @@ class ModelSpec:
     The entry 'identity' says whether the model is named (a config names its architecture: the family's
     defaults are then that model's facts) or recognised by its key layout only.
     """
+
+    compute_fields, pseudo_fields, other_fields = COMPUTE_FIELDS, PSEUDO_FIELDS, OTHER_FIELDS   # not fields
 
     family: str
     source: str
@@ -278,16 +338,6 @@ class ModelSpec:
         """Whether num_heads is a guess (no metadata, override or shape gave it): the window should ask."""
         return self.source_of("num_heads").startswith("guess")
 
-    @property
-    def named(self) -> bool:
-        """Whether a config or the caller names the model (its architecture, model type or arch), so that the
-        family's defaults are facts of that model rather than conventions of a key layout."""
-        return provenance_kind(self.source_of("identity")) in (READ, NAMED, GIVEN)
-
-    def kind_of(self, name: str) -> str:
-        """The provenance kind of field `name` ('read', 'derived', 'named', 'given' or 'assumed')."""
-        return provenance_kind(self.source_of(name), self.named)
-
     def relevant(self, name: str) -> bool:
         """Whether field `name` changes what this model computes now (e.g. the pooling head's settings only with
         a MAP head, the position resampling only away from the stored grid, nothing structural on the live path,
@@ -311,35 +361,9 @@ class ModelSpec:
         }
         return conditional.get(name, True)
 
-    @property
-    def assumptions(self) -> tuple[tuple[str, str], ...]:
-        """(field, source) of every setting that changes the computation and is assumed -- a convention, a family
-        default of a model nobody named, or a guess -- in field order: each is flagged wherever the model is
-        shown (info, GuessWarning, the window, the export manifest)."""
-        prov = dict(self.provenance)
-        rope_assumed = self.relevant("rope") and self.kind_of("rope") == ASSUMED
-        return tuple((name, prov.get(name, "default: no provenance recorded"))
-                     for name in COMPUTE_FIELDS + PSEUDO_FIELDS
-                     if self.relevant(name) and self.kind_of(name) == ASSUMED
-                     # a RoPE preset is one assumption: its settings are said (and fixed, --rope NAME) with it
-                     and not (name.startswith("rope_") and rope_assumed))
-
-    @property
-    def guesses(self) -> tuple[tuple[str, str], ...]:
-        """(field, source) of every value to flag and to ask the user about: the assumptions (a class-name list is
-        not one: it never changes attention; see `notes`)."""
-        return self.assumptions
-
-    @property
-    def notes(self) -> tuple[tuple[str, str], ...]:
-        """(field, source) of assumed values that do not change the computation (e.g. ImageNet class names for a
-        1000-class head): said quietly, never as a warning."""
-        return tuple((k, v) for k, v in self.provenance
-                     if k in OTHER_FIELDS and provenance_kind(v, self.named) == ASSUMED)
-
-    def kinds(self) -> dict[str, str]:
-        """{field: kind} for every field that changes the computation now."""
-        return {name: self.kind_of(name) for name in COMPUTE_FIELDS + PSEUDO_FIELDS if self.relevant(name)}
+    def folded(self, name: str) -> bool:
+        # a RoPE preset is one assumption: its settings are said (and fixed, --rope NAME) with it
+        return name.startswith("rope_") and self.relevant("rope") and self.kind_of("rope") == ASSUMED
 
     def token_name(self, index: int) -> str:
         """A readable name for token `index`: 'cls', 'reg0', or 'patch (r, c)'."""
@@ -347,9 +371,6 @@ class ModelSpec:
             return self.prefix_names[index]
         r, c = divmod(index - self.num_prefix, self.grid[1])
         return f"patch ({r}, {c})"
-
-    def source_of(self, name: str) -> str:
-        return dict(self.provenance).get(name, "default")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field plus the derived grid and prefix names."""

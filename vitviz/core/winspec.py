@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.core.spec import ASSUMED, GIVEN, NAMED, READ, Preprocess, audit_provenance, provenance_kind
+from vitviz.core.spec import Preprocess, Provenanced, audit_provenance
 
 ARCHS = ("swin", "swinv2", "sam")
 # How a shifted block pads its grid to whole windows and rolls it: 'pad_roll' pads the bottom and right first,
@@ -171,7 +171,7 @@ def _ceil_to(n: int, m: int) -> int:
 
 
 @dataclass(frozen=True)
-class WindowedSpec:
+class WindowedSpec(Provenanced):
     """Everything vitviz knows about a windowed model (Swin v1 / v2, SAM / ViTDet), every switch that changes its
     numerics with its source (`provenance`, as `ModelSpec`'s; the entry 'identity' says whether the model is
     named).
@@ -180,6 +180,8 @@ class WindowedSpec:
     continuous bias normalises its coordinates by this window; (0, 0): the block's own). Per block (over all
     stages, in order): `windows` ((0, 0): global attention) and `shifts` as built at the native `image_size`.
     """
+
+    compute_fields, pseudo_fields, other_fields = COMPUTE_FIELDS, PSEUDO_FIELDS, OTHER_FIELDS   # not fields
 
     family: str
     source: str
@@ -332,18 +334,6 @@ class WindowedSpec:
         return out
 
     # ------------------------------------------------------------------------------------------- provenance
-    def source_of(self, name: str) -> str:
-        return dict(self.provenance).get(name, "default")
-
-    @property
-    def named(self) -> bool:
-        """Whether a config, a file name or the caller names the model: the family's settings are then that
-        model's facts, not conventions of a key layout."""
-        return provenance_kind(self.source_of("identity")) in (READ, NAMED, GIVEN)
-
-    def kind_of(self, name: str) -> str:
-        return provenance_kind(self.source_of(name), self.named)
-
     def relevant(self, name: str) -> bool:
         """Whether field `name` changes what this model computes (e.g. the shift mask only with shifted blocks,
         the position resampling only away from the stored grid, the neck's eps only with a neck)."""
@@ -364,28 +354,8 @@ class WindowedSpec:
         return conditional.get(name, True)
 
     @property
-    def assumptions(self) -> tuple[tuple[str, str], ...]:
-        """(field, source) of every setting that changes the computation and is assumed, in field order."""
-        prov = dict(self.provenance)
-        return tuple((name, prov.get(name, "default: no provenance recorded"))
-                     for name in COMPUTE_FIELDS + PSEUDO_FIELDS
-                     if self.relevant(name) and self.kind_of(name) == ASSUMED)
-
-    @property
-    def guesses(self) -> tuple[tuple[str, str], ...]:
-        return self.assumptions
-
-    @property
     def heads_guessed(self) -> bool:
         return self.source_of("heads").startswith("guess")
-
-    @property
-    def notes(self) -> tuple[tuple[str, str], ...]:
-        return tuple((k, v) for k, v in self.provenance
-                     if k in OTHER_FIELDS and provenance_kind(v, self.named) == ASSUMED)
-
-    def kinds(self) -> dict[str, str]:
-        return {name: self.kind_of(name) for name in COMPUTE_FIELDS + PSEUDO_FIELDS if self.relevant(name)}
 
     def token_name(self, index: int) -> str:
         r, c = divmod(index, self.grid[1])
@@ -412,7 +382,7 @@ class WindowedSpec:
 def audit(spec: WindowedSpec) -> list[str]:
     """`vitviz.core.spec.audit_provenance` over a windowed spec's own settings: a setting that changes the
     computation with no entry, with a source of no known kind, or assumed and not flagged (empty when none)."""
-    return audit_provenance(spec, COMPUTE_FIELDS + PSEUDO_FIELDS)
+    return audit_provenance(spec)
 
 
 @dataclass(frozen=True, eq=False)
