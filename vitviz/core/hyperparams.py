@@ -184,7 +184,7 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     elif "eps_final" in hints and overrides.get("eps") is None:
         fields["eps_final"] = prov.set("eps_final", float(hints["eps_final"][0]), hints["eps_final"][1])
     _derived_sources(sd, fields, prov)
-    prov.set("identity", fields["family"], _identity(conv, raw, name, overrides))
+    prov.set("identity", fields["family"], _identity(conv, raw, name))
     spec = ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
     if os.environ.get("VITVIZ_AUDIT") and (problems := audit_provenance(spec)):
         raise AssertionError(f"{where}: provenance audit ({spec.family}): " + "; ".join(problems))
@@ -226,7 +226,7 @@ def _derived_sources(sd: dict[str, torch.Tensor], fields: dict[str, Any], prov: 
         prov.items.setdefault(name, f"shape: {key} {'present' if present else 'absent'}")
 
 
-def _identity(conv: Converted, raw: RawCheckpoint, name: str, overrides: dict[str, Any]) -> str:
+def _identity(conv: Converted, raw: RawCheckpoint, name: str) -> str:
     """Whether something names the model (then the family's defaults are that model's facts), or only its key
     layout was recognised (then they are conventions: assumed, and flagged)."""
     cfg = raw.config or {}
@@ -236,8 +236,9 @@ def _identity(conv: Converted, raw: RawCheckpoint, name: str, overrides: dict[st
         return f"named: transformers model_type {cfg.get('model_type') or 'vision_config'!r} (config.json)"
     if conv.hints.get("open_clip_config"):
         return f"named: open_clip model config ({conv.hints['open_clip_config'][1]})"
-    if conv.family == "torchvision" and raw.weights_file and torchvision_weights(raw.weights_file.name):
-        return f"named: torchvision {torchvision_weights(raw.weights_file.name)['arch']} (file name)"
+    tv = torchvision_weights(raw.weights_file.name) if conv.family == "torchvision" and raw.weights_file else None
+    if tv:
+        return f"named: torchvision {tv['arch']} (file name)"
     if name:
         return f"named: model name {name!r} (training args)"
     published = _published_file(raw)

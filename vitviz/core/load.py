@@ -79,13 +79,12 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
         acts = {"relu"} if name == "relu" else {"gelu"} if name == "gelu" else acts
     if len(acts) == 1:
         out["act"] = (acts.pop(), f"model object: {what}'s MLP activation")
-    scales = {float(m.scale) for m in module.modules() if isinstance(getattr(m, "scale", None), float)
-              and hasattr(m, "num_heads") and hasattr(m, "head_dim")}
+    attns = [m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
+             and hasattr(m, "num_heads") and hasattr(m, "head_dim")]
+    scales = {float(m.scale) for m in attns}
     if len(scales) == 1:
-        attn = next(m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
-                    and hasattr(m, "num_heads") and hasattr(m, "head_dim"))
         scale = scales.pop()
-        if abs(scale - attn.head_dim ** -0.5) < 1e-12:
+        if abs(scale - attns[0].head_dim ** -0.5) < 1e-12:
             out["attn_scale"] = (0.0, f"model object: {what}'s attention scale head_dim ** -0.5")
         else:
             out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
