@@ -27,8 +27,7 @@ from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
 from vitviz.core import files, images
 from vitviz.core.capture import pool_rows
-from vitviz.core.maps import (MapKind, MapStack, map_stack, norm_stack, pool_arrays, pool_stack, relevance_arrays,
-                              relevance_stack, text_stack)
+from vitviz.core.maps import ResultMaps
 from vitviz.core.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DiskFullError, VitvizError
@@ -64,28 +63,6 @@ class Prepared:
     region: np.ndarray
 
 
-@dataclass
-class Extras:
-    """One image's maps from passes of their own: the gradient maps per class asked for (None: the top class)
-    and the token features with their (L, gh, gw) output-token norms; PCA results per layer as they are made."""
-
-    relevance: dict[int | None, Any]
-    features: Any = None
-    norms: np.ndarray | None = None
-    prefix_norms: np.ndarray | None = None
-    pca: dict[Any, Any] | None = None
-    texts: dict[str, Any] | None = None  # LeGrad per text prompt
-
-    def pca_at(self, layer: Any) -> Any:
-        """The image's feature PCA at block `layer` (fitted on this image alone; made once per layer)."""
-        from vitviz.core.features import feature_pca
-
-        self.pca = {} if self.pca is None else self.pca
-        if layer not in self.pca:
-            self.pca[layer] = feature_pca(self.features, int(layer))
-        return self.pca[layer]
-
-
 def prepare(job: Job, spec: ModelSpec, plan: Plan, *, file: Path | None = None, data: bytes | None = None,
             complete: Callable[[Job], bool] | None = None) -> Prepared | None:
     """Read one image: hash the file; None when every output exists (skip), else decode and preprocess it. A path
@@ -112,56 +89,23 @@ def prepare(job: Job, spec: ModelSpec, plan: Plan, *, file: Path | None = None, 
     return Prepared(job, x, display, region)
 
 
-def compute_extras(model: Any, x: Any, classes: list[int | None], features: bool,
-                   texts: dict[str, np.ndarray] | None = None) -> Extras:
-    """The gradient maps of each class (one forward and backward pass each), the LeGrad map of each text prompt
-    of `texts` (prompt -> its text embedding; a pass each) and, with `features`, every block's output tokens (one
-    pass) of one image, a (1, C, H, W) input."""
+def run_passes(maps: ResultMaps, model: Any, x: Any, classes: list[int | None], features: bool,
+               texts: dict[str, np.ndarray] | None = None) -> ResultMaps:
+    """Add to one image's `maps` the gradient maps of each class (one forward and backward pass each), the LeGrad
+    map of each text prompt of `texts` (prompt -> its text embedding; a pass each) and, with `features`, every
+    block's output tokens (one pass); `x` is its (1, C, H, W) input."""
     from vitviz.core.relevance import class_relevance, legrad
 
-    extras = Extras({target: class_relevance(model, x, target) for target in classes})
-    if texts:
-        extras.texts = {prompt: legrad(model, x, emb) for prompt, emb in texts.items()}
+    for target in classes:
+        maps.add_relevance(class_relevance(model, x, target), target)
+    for prompt, emb in (texts or {}).items():
+        maps.add_text(prompt, legrad(model, x, emb))
     if features:
         from vitviz.core.features import capture_features, prefix_norms, token_norms
 
-        extras.features = capture_features(model, x)
-        extras.norms, extras.prefix_norms = token_norms(extras.features), prefix_norms(extras.features)
-    return extras
-
-
-def extra_stack(m: MapKind, extras: Extras) -> MapStack:
-    """The stack of a gradient map or of the norms from an image's `Extras`."""
-    if m.source == "gradients":
-        return relevance_stack(extras.relevance[m.target], m.kind)  # type: ignore[index]
-    if m.source == "text":
-        assert extras.texts is not None
-        return text_stack(extras.texts[str(m.target)], str(m.target))
-    assert extras.norms is not None
-    return norm_stack(extras.norms)
-
-
-def extra_arrays(maps: list[MapKind], layers: list[Any], extras: Extras) -> dict[str, np.ndarray]:
-    """What the .npz holds beyond attention for these maps: each gradient map under its label ('relevance_c3',
-    'attngrad' (L, H, gh, gw)...) with the class it explains ('relevance_c3_class'); the PCA colours (gh, gw, 3)
-    and foreground (gh, gw) of each layer ('pca_L11', 'pca_foreground_L11'); the output-token norms of every
-    layer ('norms' (L, gh, gw), 'prefix_norms' (L, P))."""
-    out: dict[str, np.ndarray] = {}
-    for m in maps:
-        if m.source == "gradients":
-            out.update(relevance_arrays(m, extras.relevance[m.target]))  # type: ignore[index]
-        elif m.source == "text" and extras.texts is not None:
-            leg = extras.texts[str(m.target)]
-            key = m.label.replace("-", "_")
-            out[key], out[f"{key}_scores"] = np.asarray(leg.map), np.asarray(leg.scores)
-        elif m.kind == "pca":
-            for layer in layers:
-                pca = extras.pca_at(layer)
-                out[f"pca_L{layer}"], out[f"pca_foreground_L{layer}"] = pca.colors[0], pca.foreground[0]
-        elif m.kind == "norms":
-            assert extras.norms is not None and extras.prefix_norms is not None
-            out["norms"], out["prefix_norms"] = extras.norms, extras.prefix_norms
-    return out
+        stack = capture_features(model, x)
+        maps.add_features(stack, token_norms(stack), prefix_norms(stack))
+    return maps
 
 
 class Exporter:
@@ -304,56 +248,48 @@ class Exporter:
                 for p in batch:
                     self._fail(p.job, e)
                 return
-        extras: list[Extras | None] = []
-        for p in batch:  # maps of a class or of the features: passes of their own, only when asked for
+        results: list[ResultMaps | None] = []
+        for i, p in enumerate(batch):  # maps of a class or of the features: passes of their own, only when asked
+            scores, features = (split_output(logits[i], self.spec) if logits[i] is not None
+                                else (np.zeros(0, np.float32), None))
+            result = AttentionResult(attentions=attn[i] if attn[i] is not None else np.zeros(0, np.float32),
+                                     logits=scores, input=p.x[0].numpy(), image=p.display, spec=self.spec,
+                                     source=str(p.job.path), features=features, pool_attention=pools[i])
+            maps = ResultMaps(result, rows=plan.rows)
             try:
-                extras.append(compute_extras(self.model, p.x, plan.classes, plan.needs_features, self.texts)
-                              if plan.classes or plan.needs_features or self.texts else None)
+                if plan.classes or plan.needs_features or self.texts:
+                    run_passes(maps, self.model, p.x, plan.classes, plan.needs_features, self.texts)
+                results.append(maps)
             except VitvizError as e:
                 self._fail(p.job, e)
-                extras.append(None)
+                results.append(None)
         while len(self._writes) > 2 * plan.batch_size:
             self._finish_oldest()
-        for i, p in enumerate(batch):
-            if p.job.status != "failed":
-                self._writes.append((p.job, writers.submit(self._write, p, attn[i], logits[i], extras[i],
-                                                           pools[i])))
+        for p, maps in zip(batch, results):
+            if p.job.status != "failed" and maps is not None:
+                self._writes.append((p.job, writers.submit(self._write, p, maps)))
 
-    def _write(self, p: Prepared, attn: np.ndarray | None, logits: np.ndarray | None,
-               extras: Extras | None = None, pool: np.ndarray | None = None) -> None:
-        """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
+    def _write(self, p: Prepared, maps: ResultMaps) -> None:
+        """Render and atomically write one image's PNGs (and .npz) from its `ResultMaps` (the window's holder: the
+        same stacks and arrays); an output that exists is left alone."""
         job, plan, spec = p.job, self.plan, self.spec
         for folder in {path.parent for path in job.outputs}:
             self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
-        stacks: dict[MapKind, MapStack] = {}
-        for m in plan.maps:
-            if m.source == "attention":
-                stacks[m] = map_stack(attn, m, spec, plan.rows)
-            elif m.source == "pool":
-                stacks[m] = pool_stack(m, pool, spec, attn=attn)
-            elif m.kind != "pca":  # PCA is a colour image per layer, not a stack
-                assert extras is not None
-                stacks[m] = extra_stack(m, extras)
         input_hw = p.display.shape[:2]
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if self._stop.is_set():
                 raise Stopped
             if not plan.overwrite and path.exists():
                 continue
-            if m.kind == "pca":
-                assert extras is not None
-                rgb = draw_colors(extras.pca_at(layer).colors[0], p.region, input_hw, spec.patch_size, plan.render)
+            if m.kind == "pca":  # a colour image per layer, not a stack
+                rgb = draw_colors(maps.pca_at(layer).colors[0], p.region, input_hw, spec.patch_size, plan.render)
             else:
-                rgb = draw_map(stacks[m], layer, head, p.region, input_hw, spec.patch_size, plan.render)
+                rgb = draw_map(maps.stack(m), layer, head, p.region, input_hw, spec.patch_size, plan.render)
             self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
-            scores, features = split_output(logits, spec)
-            result = AttentionResult(attentions=attn, logits=scores, input=p.x[0].numpy(), image=p.display,
-                                     spec=spec, source=str(job.path), features=features, pool_attention=pool)
-            extra = extra_arrays(plan.maps, plan.layers, extras) if extras is not None else {}
-            extra.update(pool_arrays(pool))
+            extra = maps.arrays(plan.maps, plan.layers)
             self._save(job, job.outputs[-1],
-                       lambda: files.write_npz_atomic(job.outputs[-1], result, plan.overwrite, extra=extra))
+                       lambda: files.write_npz_atomic(job.outputs[-1], maps.result, plan.overwrite, extra=extra))
 
     @staticmethod
     def _save(job: Job, path: Path, write: Any, record: bool = True) -> None:

@@ -44,7 +44,9 @@ from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 
 if TYPE_CHECKING:  # both import torch; the maps only read their arrays
-    from vitviz.core.features import FeatureStack
+    from collections.abc import Iterable
+
+    from vitviz.core.features import FeatureStack, PcaResult
     from vitviz.core.relevance import LeGradMap, Relevance
 
 LayerSel = Union[int, str]   # a layer index (negative counts from the end), 'mean' over the layers, or 'all' (a
@@ -458,37 +460,64 @@ MAX_ROLLOUT_STACKS = 8
 
 
 class MapNotReady(SelectionError):
-    """A gradient or feature map whose pass has not run for this result yet."""
+    """A gradient, text or feature map whose pass has not run for this result yet."""
 
 
 class ResultMaps:
-    """Lazily computed, cached map stacks for one result (the window keeps one per image), and the class
-    relevance and token features of the same image once their passes have run (`add_relevance`,
-    `add_features`)."""
+    """One image's results and every map they give: the one holder the window (one per image, in its cache),
+    `vitviz export` (one per image, dropped once written), the notebook API and the .npz writer all use, so what
+    the window shows and exports and what the CLI writes cannot drift.
 
-    def __init__(self, result: AttentionResult) -> None:
+    It holds the captured attention (`result`; export's may be query rows only, `rows`), and the passes run for the
+    image as they arrive: the gradient maps per class (`add_relevance`), the LeGrad map per text prompt
+    (`add_text`), the token features with their norms (`add_features`) and the feature PCA per layer made from
+    them (`pca_at`). `stack(kind)` is the one dispatch from a map kind to its stack, `arrays(kinds)` the one table
+    of .npz arrays, `nbytes` counts every holder. `ImageMaps` is the same class.
+    """
+
+    def __init__(self, result: AttentionResult, rows: list[int] | None = None) -> None:
         self.result = result
-        self.rollout = RolloutEngine(result.attentions, result.num_prefix, result.spec.cls_token)
+        self.rows = None if rows is None else list(rows)   # the query rows `result.attentions` holds (None: all)
+        self._rollout: RolloutEngine | None = None
         self._stacks: dict[MapKind, MapStack] = {}
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._relevance: dict[int | None, Relevance] = {}
+        self.texts: dict[str, LeGradMap] = {}               # prompt -> its LeGrad map
         self.features: FeatureStack | None = None
         self.norms: np.ndarray | None = None            # (L, gh, gw) output-token norms, with `features`
         self.prefix_norms: np.ndarray | None = None     # (L, P)
         self.norm_histogram: tuple[np.ndarray, np.ndarray] | None = None   # (L, bins) counts, (bins + 1,) edges
+        self._pca: dict[int, PcaResult] = {}
 
     @property
     def grid(self) -> tuple[int, int]:
         return self.result.grid
 
     @property
+    def rollout(self) -> RolloutEngine:
+        """The image's rollout engine (made on first use; its caches make other rollout settings cheap)."""
+        if self._rollout is None:
+            if self.rows is not None:
+                raise MapNotReady(f"the rollout of {self.result.source} needs whole attention matrices; this result "
+                                  f"holds query rows {self.rows} only")
+            r = self.result
+            self._rollout = RolloutEngine(r.attentions, r.num_prefix, r.spec.cls_token)
+        return self._rollout
+
+    @property
     def nbytes(self) -> int:
-        """Memory held by the result and the caches derived from it."""
+        """Memory held by the result, every pass added to it and the caches derived from them."""
         extra = sum(r.attn_grad.nbytes for r in {id(r): r for r in self._relevance.values()}.values())
+        extra += sum(np.asarray(leg.map).nbytes + np.asarray(leg.scores).nbytes for leg in self.texts.values())
         if self.features is not None:
             extra += self.features.raw.nbytes + (0 if self.features.normed is None else self.features.normed.nbytes)
-        return (self.result.nbytes + self.rollout.nbytes + sum(s.maps.nbytes for s in self._stacks.values())
-                + extra)
+        for held in (self.norms, self.prefix_norms):
+            extra += 0 if held is None else held.nbytes
+        extra += sum(np.asarray(pca.colors).nbytes + np.asarray(pca.foreground).nbytes for pca in self._pca.values())
+        rollout = 0 if self._rollout is None else self._rollout.nbytes
+        return self.result.nbytes + rollout + sum(s.maps.nbytes for s in self._stacks.values()) + extra
+
+    # ------------------------------------------------------------------ the passes of their own
 
     def add_relevance(self, rel: Relevance, requested: int | None = None) -> None:
         """Keep the gradient maps of one class, under the class asked for (None: the top class) and the class
@@ -500,6 +529,12 @@ class ResultMaps:
         """The gradient maps of class `target` (None: the top class), if that pass has run."""
         return self._relevance.get(target)
 
+    def add_text(self, prompt: str, leg: LeGradMap) -> None:
+        """Keep the LeGrad map of a text prompt (`vitviz.core.relevance.LeGradMap`: its map and per-layer
+        scores)."""
+        self.texts[str(prompt)] = leg
+        self._stacks.pop(MapKind("text", target=str(prompt)), None)
+
     def add_features(self, features: FeatureStack, norms: np.ndarray, prefix_norms: np.ndarray,
                      histogram: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Keep the image's token features with their (L, gh, gw) patch and (L, P) prefix output-token norms (and
@@ -507,39 +542,50 @@ class ResultMaps:
         self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
         self.norm_histogram = histogram
         self._stacks.pop(MapKind("norms"), None)
+        self._pca.clear()
 
-    def extra_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays of the passes run for this result, keyed as `vitviz export --npz` keys them: the gradient
-        maps of every class held (`relevance_arrays`; the top class as 'relevance', 'gradrollout', 'attngrad')
-        and the output-token norms ('norms' (L, gh, gw), 'prefix_norms' (L, P))."""
-        out: dict[str, np.ndarray] = {}
-        for target, rel in self._relevance.items():
-            for kind in GRADIENT_KINDS:
-                out.update(relevance_arrays(MapKind(kind, target=target), rel))
-        if self.norms is not None and self.prefix_norms is not None:
-            out["norms"], out["prefix_norms"] = self.norms, self.prefix_norms
-        out.update(pool_arrays(self.result.pool_attention))
-        return out
+    def pca_at(self, layer: int) -> PcaResult:
+        """The image's feature PCA at block `layer`, fitted on this image alone (made once per layer), as
+        `vitviz export --maps pca` draws it.
+
+        Raises:
+            MapNotReady: the token features have not been captured for this result."""
+        if self.features is None:
+            raise MapNotReady(f"the pca map of {self.result.source} needs the token features, which have not been "
+                              "captured yet")
+        layer = int(layer)
+        if layer not in self._pca:
+            from vitviz.core.features import feature_pca
+
+            self._pca[layer] = feature_pca(self.features, layer)
+        return self._pca[layer]
+
+    # ------------------------------------------------------------------ maps
 
     def has(self, kind: MapKind) -> bool:
-        """Whether `stack(kind)` can be made now (a gradient or feature map needs its pass first)."""
+        """Whether `stack(kind)` can be made now (a gradient, text or feature map needs its pass first)."""
         if kind.source == "gradients":
             return kind.target in self._relevance
-        if kind.kind == "norms":
-            return self.norms is not None
+        if kind.source == "text":
+            return str(kind.target) in self.texts
+        if kind.source == "features":
+            return self.features is not None if kind.kind == "pca" else self.norms is not None
         if kind.source == "pool":
             return self.result.pool_attention is not None
         return kind.source == "attention"
 
     def stack(self, kind: MapKind | str) -> MapStack:
-        """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5', 'relevance:3'...).
+        """The stack of a map kind (or its `MapKind.parse` text: 'cls', 'rollout', 'token:5', 'relevance:3'...):
+        the one dispatch from a kind to its maps.
 
         Raises:
-            MapNotReady: a gradient map of a class, or the norms, before their pass has run, or a MAP head's map
-                of a result without one ('pca' is a colour image, not a stack).
+            MapNotReady: a gradient or text map, or the norms, before their pass has run, or a MAP head's map of a
+                result without one ('pca' is a colour image per layer, `pca_at`, not a stack).
         """
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         if kind not in self._stacks:
+            if kind.kind == "pca":
+                raise MapNotReady("the pca map is a colour image per layer (ResultMaps.pca_at), not a stack")
             if not self.has(kind) and kind.source == "pool":
                 raise MapNotReady(f"the {kind.label} map of {self.result.source}: the result has no pooling "
                                   f"attention (the model pools with {self.result.spec.pooling!r})")
@@ -547,16 +593,83 @@ class ResultMaps:
                 raise MapNotReady(f"the {kind.label} map of {self.result.source} has not been computed yet")
             if kind.source == "gradients":
                 self._stacks[kind] = relevance_stack(self._relevance[kind.target], kind.kind)  # type: ignore[index]
+            elif kind.source == "text":
+                self._stacks[kind] = text_stack(self.texts[str(kind.target)], str(kind.target))
             elif kind.kind == "norms":
                 self._stacks[kind] = norm_stack(self.norms)  # type: ignore[arg-type]
             elif kind.source == "pool":
-                self._stacks[kind] = pool_stack(kind, self.result.pool_attention, self.result.spec,
-                                                engine=self.rollout)
+                engine = self.rollout if kind.kind == "poolrollout" else None
+                self._stacks[kind] = pool_stack(kind, self.result.pool_attention, self.result.spec, engine=engine)
                 self._forget_old_rollouts()
             else:
-                self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, engine=self.rollout)
+                engine = self.rollout if kind.kind == "rollout" else None
+                self._stacks[kind] = map_stack(self.result.attentions, kind, self.result.spec, rows=self.rows,
+                                               engine=engine)
                 self._forget_old_rollouts()
         return self._stacks[kind]
+
+    def stack_or_pending(self, kind: MapKind) -> MapStack:
+        """`stack(kind)`, or while its pass runs a placeholder of zeros of its shape titled so (`MapStack.pending`,
+        never exported); a MAP head's map of a model without one is such a placeholder titled with why."""
+        if self.has(kind) and kind.kind != "pca":
+            return self.stack(kind)
+        spec = self.result.spec
+        if kind.source == "text":
+            return pending_stack(kind, self.grid, 1, 1, title=f"LeGrad of {kind.target!r}: computing…")
+        none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
+                "have one)") if kind.source == "pool" else ""
+        return pending_stack(kind, self.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
+
+    def arrays(self, kinds: "Iterable[MapKind] | None" = None, layers: "Iterable[int] | None" = None
+               ) -> dict[str, np.ndarray]:
+        """The .npz arrays beyond attention (`vitviz.core.files.write_npz_atomic`'s `extra`), the one table
+        export and the window write. For `kinds` (None: every pass held for this result):
+
+        - a gradient map, under its label with the class it explains: 'relevance_c3' (gh, gw) and
+          'relevance_c3_class', 'attngrad' (L, H, gh, gw) (`relevance_arrays`; with None, all three maps of every
+          class held, the top class as 'relevance', 'gradrollout', 'attngrad');
+        - a text prompt's LeGrad map and per-layer scores: 'text_a_cat' (gh, gw), 'text_a_cat_scores' (L,);
+        - the feature PCA colours (gh, gw, 3) and foreground (gh, gw) of each layer of `layers` ('pca_L11',
+          'pca_foreground_L11'; with None, the layers fitted so far);
+        - the output-token norms of every layer ('norms' (L, gh, gw), 'prefix_norms' (L, P));
+        - always a MAP head's attention ('pool_attention' (H', T)) when the result has one.
+
+        Raises:
+            MapNotReady: a kind asked for whose pass has not run.
+        """
+        out: dict[str, np.ndarray] = {}
+        if kinds is None:
+            wanted: list[MapKind] = [MapKind(k, target=t) for t in self._relevance for k in GRADIENT_KINDS]
+            wanted += [MapKind("text", target=prompt) for prompt in self.texts]
+            wanted += [MapKind("pca")] if self._pca else []
+            wanted += [MapKind("norms")] if self.norms is not None else []
+            layers = sorted(self._pca) if layers is None else layers
+        else:
+            wanted = list(kinds)
+        for m in wanted:
+            if m.source not in ("gradients", "text", "features"):
+                continue
+            if m.kind != "pca" and not self.has(m):
+                raise MapNotReady(f"the {m.label} map of {self.result.source} has not been computed yet")
+            if m.source == "gradients":
+                out.update(relevance_arrays(m, self._relevance[m.target]))  # type: ignore[index]
+            elif m.source == "text":
+                leg = self.texts[str(m.target)]
+                key = m.label.replace("-", "_")
+                out[key], out[f"{key}_scores"] = np.asarray(leg.map), np.asarray(leg.scores)
+            elif m.kind == "pca":
+                for layer in layers or ():
+                    pca = self.pca_at(int(layer))
+                    out[f"pca_L{layer}"], out[f"pca_foreground_L{layer}"] = pca.colors[0], pca.foreground[0]
+            elif m.kind == "norms":
+                assert self.norms is not None and self.prefix_norms is not None
+                out["norms"], out["prefix_norms"] = self.norms, self.prefix_norms
+        out.update(pool_arrays(self.result.pool_attention))
+        return out
+
+    def extra_arrays(self) -> dict[str, np.ndarray]:
+        """`arrays()`: the arrays of every pass held for this result."""
+        return self.arrays()
 
     def resolved(self, kind: MapKind) -> MapKind:
         """The kind a map really is, which names its files: 'cls' of a model without CLS is 'mean'."""
@@ -584,6 +697,9 @@ class ResultMaps:
         keys = [k for k in self._stacks if k.kind in ("rollout", "poolrollout") and k != MapKind("rollout")]
         for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
             del self._stacks[key]
+
+
+ImageMaps = ResultMaps   # the name the architecture review proposed: one per-image result
 
 
 def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:
