@@ -23,7 +23,7 @@ import vitviz
 from vitviz.gui import settings as st
 from vitviz.gui.assumptions import asked
 from vitviz.gui.window import DIFFERS
-from vitviz.gui.worker import InferenceWorker, Kind, Verified
+from vitviz.gui.protocol import Kind, Verified, Verify
 
 
 @pytest.fixture(scope="module")
@@ -252,14 +252,14 @@ def test_a_model_that_differs_is_an_error_and_stale_verdicts_are_dropped(qtbot, 
     release = threading.Event()
     calls: list[str] = []
 
-    def fake_verify(self, code=None):  # noqa: ANN001, ANN202
-        calls.append(self._model.spec.source)
+    def fake_verify(self, ctx):  # noqa: ANN001, ANN202 - the work of a Verify request
+        calls.append(ctx.model.spec.source)
         if len(calls) == 1:
             release.wait(20)
             return Verified(FakeVerification("differs", "Differs from the original from layer 0 (max 0.9)", 0))
         return Verified(FakeVerification("differs", "Differs from the original from layer 1 (max 0.62)", 1))
 
-    monkeypatch.setattr(InferenceWorker, "_verify", fake_verify)
+    monkeypatch.setattr(Verify, "__call__", fake_verify)
     s = window.session
     with qtbot.waitSignal(s.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)

@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from vitviz.gui import worker as worker_mod
 from vitviz.gui.app import apply_args
-from vitviz.gui.worker import InterruptHooks, Kind, hook_points, is_interruption
+from vitviz.gui.protocol import Kind
+from vitviz.gui.worker import InterruptHooks, hook_points, is_interruption
 
 CODE = '''
 import torch

@@ -12,8 +12,9 @@ from _gui import HEADS
 
 from vitviz import catalog
 from vitviz.core.maps import PosEmbedData, ResultMaps
-from vitviz.gui.worker import (ANSWERS, DESCRIPTIONS, Cataloged, InferenceWorker, Kind, Loaded, Moved, PosEmbedded,
-                               Probed, Ran, Request)
+from vitviz.gui import protocol
+from vitviz.gui.protocol import REQUESTS, Cataloged, Kind, Loaded, Moved, PosEmbedded, Probed, Ran, Request
+from vitviz.gui.worker import InferenceWorker
 
 GUI = Path(__file__).resolve().parents[2] / "vitviz" / "gui"
 
@@ -25,9 +26,30 @@ def _is_frozen_dataclass(answer: object) -> bool:
 # ---------------------------------------------------------------------------------------------- the protocol
 
 
-def test_every_kind_has_a_handler_an_answer_type_and_a_description() -> None:
-    assert set(InferenceWorker().handlers()) == set(ANSWERS) == set(DESCRIPTIONS) == set(Kind)
-    assert all(dataclasses.is_dataclass(t) and t.__dataclass_params__.frozen for t in ANSWERS.values())
+def test_every_request_carries_its_work_answer_title_and_description() -> None:
+    """Each request class is the whole of its kind: work (`__call__`), answer type (a frozen dataclass), failure
+    title, status text; `Kind` names them all and `REQUESTS` lists each once."""
+    kinds = {v for k, v in vars(Kind).items() if k.isupper()}
+    assert kinds == set(REQUESTS) and len(REQUESTS) == len(set(REQUESTS))
+    for cls in REQUESTS:
+        assert dataclasses.is_dataclass(cls) and "__call__" in {n for c in cls.__mro__[:-2] for n in vars(c)}, cls
+        assert dataclasses.is_dataclass(cls.answer) and cls.answer.__dataclass_params__.frozen, cls
+        assert cls.title.startswith("Could not"), cls
+        request = cls.make(**({"image": "a.png"} if "image" in {f.name for f in dataclasses.fields(cls)} else {}))
+        assert request.describe().endswith("…") and request.kind is cls
+    titles = [cls.title for cls in REQUESTS]
+    assert len(set(titles)) == len(titles)          # a failure's dialog says which kind of work failed
+
+
+def test_the_protocol_imports_neither_qt_nor_torch() -> None:
+    """Panels import answer types from the protocol, which the window can import before torch is loaded."""
+    tree = ast.parse(Path(protocol.__file__).read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+    assert not [m for m in names if m.split(".")[0] in ("torch", "PySide6", "pyqtgraph")], names
+    panels = [p for p in (GUI / "panels").glob("*.py") if "gui.worker import" in p.read_text()]
+    assert panels == []
 
 
 @pytest.fixture
@@ -46,11 +68,13 @@ def test_each_kind_dispatches_to_its_handler_and_answers_its_dataclass(qtbot, ti
     worker.finished.connect(lambda _id, answer: answers.append(answer))
     worker.failed.connect(lambda _id, summary, _details: answers.append(summary))
 
-    def ask(kind: Kind, **args: object) -> object:
-        worker.handle(Request(len(answers) + 1, kind, dict(args)))
+    def ask(kind: type[Request], **args: object) -> object:
+        request = kind.make(**args)
+        request.id = len(answers) + 1
+        worker.handle(request)
         assert len(answers) == 1, answers
         answer = answers.pop()
-        assert isinstance(answer, ANSWERS[kind]) and _is_frozen_dataclass(answer), answer
+        assert isinstance(answer, kind.answer) and _is_frozen_dataclass(answer), answer
         return answer
 
     probed = ask(Kind.PROBE)
@@ -73,19 +97,18 @@ def test_each_kind_dispatches_to_its_handler_and_answers_its_dataclass(qtbot, ti
     assert refused.device == "cpu" and "tpu" in refused.refused
 
 
-def test_the_client_answers_each_kind_on_its_own_signal(qtbot, session, tiny_ckpt, images,  # noqa: ANN001
-                                                        empty_caches) -> None:
+def test_the_client_answers_every_kind_on_one_signal_with_its_request(qtbot, session, tiny_ckpt,  # noqa: ANN001
+                                                                       images, empty_caches) -> None:
     client = session.client
-    signals = {Kind.PROBE: client.probed, Kind.LOAD: client.loaded, Kind.RUN: client.ran,
-               Kind.POSEMBED: client.posembedded, Kind.CATALOG: client.cataloged, Kind.MOVE: client.moved}
     asks = [(Kind.PROBE, {}), (Kind.LOAD, {"path": str(tiny_ckpt), "device": None, "heads": HEADS}),
             (Kind.RUN, {"image": str(images[0]), "image_size": None}), (Kind.POSEMBED, {"grid": (4, 4)}),
             (Kind.MOVE, {"device": "cpu"}), (Kind.CATALOG, {"recent": []})]
     for kind, args in asks:
-        with qtbot.waitSignal(signals[kind], timeout=60000) as blocker:
+        with qtbot.waitSignal(client.answered, timeout=60000,
+                              check_params_cb=lambda r, _a, kind=kind: r.kind is kind) as blocker:
             request = client.submit(kind, **args)
         assert blocker.args[0] is request and request.kind is kind
-        assert isinstance(blocker.args[1], ANSWERS[kind])
+        assert isinstance(blocker.args[1], kind.answer)
 
 
 # ---------------------------------------------------------------------------------------------- the session

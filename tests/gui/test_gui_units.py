@@ -184,7 +184,7 @@ def test_pool_maps_by_name_and_their_state() -> None:
 
 def test_rope_kernels_are_sliced_as_the_library_slices_them() -> None:
     from vitviz.core.posembed import kernel_at
-    from vitviz.gui.worker import RopeKernels
+    from vitviz.gui.protocol import RopeKernels
 
     rng = np.random.default_rng(0)
     grid = (3, 5)

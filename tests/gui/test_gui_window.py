@@ -11,7 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from vitviz.core import analysis
-from vitviz.gui.worker import Kind
+from vitviz.gui.protocol import Kind
 
 
 def overlay_image(window) -> np.ndarray:  # noqa: ANN001

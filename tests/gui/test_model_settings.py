@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QLabel
 
 from vitviz.gui import settings as st
 from vitviz.gui.dialogs import divisors
-from vitviz.gui.worker import Kind
+from vitviz.gui.protocol import Kind
 
 
 def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202

@@ -12,7 +12,7 @@ from vitviz.gui.panels.overview import column_name
 def test_relevance_stacks_follow_the_method_and_frame_their_one_row(qtbot, loaded) -> None:  # noqa: ANN001
     w = loaded
     overview = show_dock(qtbot, w, "overviewDock")
-    with qtbot.waitSignal(w.session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         w.state.update(source="relevance", layer=1, head="mean")
     qtbot.waitUntil(lambda: overview._shape[0] == 1, timeout=5000)
     nl, nc, gh, _gw = overview._shape
@@ -25,7 +25,7 @@ def test_relevance_stacks_follow_the_method_and_frame_their_one_row(qtbot, loade
     qtbot.waitUntil(lambda: overview._shape[0] == 2, timeout=5000)
     assert overview._shape[1] == 2 + 2 and overview.title.text.startswith("attention × gradient")
     w.state.update(relevance_method="relevance", relevance_class=3)            # another class: its own stack
-    with qtbot.waitSignal(w.session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         pass
     qtbot.waitUntil(lambda: overview._shape[0] == 1 and "class 3" in overview.title.text, timeout=5000)
     maps = w.session.current_maps
@@ -54,7 +54,7 @@ def test_a_click_on_a_whole_model_map_keeps_the_layer(qtbot, loaded) -> None:  #
     w.state.update(source="rollout", layer=0)
     assert overview._columns == [(0, column_name(w.session.current_maps.stack("rollout").title))]
     assert overview._columns[0][1].startswith("rollout of cls")
-    with qtbot.waitSignal(w.session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         w.state.update(source="relevance", layer=1)
     qtbot.waitUntil(lambda: overview._shape[0] == 1, timeout=5000)
     clicked: list[tuple[object, object]] = []

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from _gui import HEADS, show_dock, wait_idle
 
-from vitviz.gui.worker import (ANSWERS, Compared, Explained, Featured, InferenceWorker, Kind, PcaFitted, Request,
-                               Shared)
+from vitviz.gui.protocol import Compared, Explained, Featured, Kind, PcaFitted, Request, Shared
+from vitviz.gui.worker import InferenceWorker
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,12 @@ def test_the_worker_answers_the_new_kinds_with_their_dataclasses(qtbot, tiny_ckp
     worker.finished.connect(lambda _id, answer: answers.append(answer))
     worker.failed.connect(lambda _id, summary, _details: answers.append(summary))
 
-    def ask(kind: Kind, **args: object) -> object:
-        worker.handle(Request(len(answers) + 1, kind, dict(args)))
+    def ask(kind: type[Request], **args: object) -> object:
+        request = kind.make(**args)
+        request.id = len(answers) + 1
+        worker.handle(request)
         answer = answers.pop()
-        assert isinstance(answer, ANSWERS[kind]) and _frozen(answer), answer
+        assert isinstance(answer, kind.answer) and _frozen(answer), answer
         return answer
 
     ask(Kind.LOAD, path=str(tiny_ckpt), device=None, heads=HEADS)
@@ -86,7 +88,7 @@ def test_the_relevance_source_shows_the_librarys_map_for_the_chosen_class(qtbot,
 
     win, path = loaded, str(images[0])
     session, panel = win.session, win.panel
-    with qtbot.waitSignal(session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(session.relevance_pass.ready, timeout=20000):
         win.controls.source_combo.setCurrentIndex(win.controls.source_combo.findData("relevance"))
         win.controls.source_combo.activated.emit(win.controls.source_combo.currentIndex())
     top = class_relevance(model, path)
@@ -98,7 +100,7 @@ def test_the_relevance_source_shows_the_librarys_map_for_the_chosen_class(qtbot,
     assert not win.controls.layer_spin.isEnabled() and not win.controls.head_spin.isEnabled()
 
     picker = win.controls.relevance_picker
-    with qtbot.waitSignal(session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(session.relevance_pass.ready, timeout=20000):
         picker.class_combo.setCurrentIndex(picker.class_combo.findData(3))
         picker.class_combo.activated.emit(picker.class_combo.currentIndex())
     rel3 = class_relevance(model, path, 3)
@@ -115,12 +117,12 @@ def test_the_relevance_source_shows_the_librarys_map_for_the_chosen_class(qtbot,
     info = show_dock(qtbot, win, "infoDock")                 # a click in the top-5 of Model info picks the class
     text = info.text()
     assert "Click a class" in text
-    with qtbot.waitSignal(session.relevance_ready, timeout=20000):
+    with qtbot.waitSignal(session.relevance_pass.ready, timeout=20000):
         info.browser.anchorClicked.emit(__import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl("class:1"))
     assert win.state.source == "relevance" and win.state.relevance_class == 1
     np.testing.assert_array_equal(panel.values, class_relevance(model, path, 1).attn_grad[0, 1])
 
-    with qtbot.waitSignal(session.relevance_ready, timeout=20000):   # another image: its own pass
+    with qtbot.waitSignal(session.relevance_pass.ready, timeout=20000):   # another image: its own pass
         session.set_current(str(images[1]))
     np.testing.assert_array_equal(panel.values, class_relevance(model, str(images[1]), 1).attn_grad[0, 1])
 
@@ -135,7 +137,7 @@ def test_a_model_without_classifier_goes_back_to_the_previous_map(qtbot, window,
     wait_idle(qtbot, window)
     window.state.update(source="mean")
     assert not window.controls.relevance_picker.isEnabled()
-    with qtbot.waitSignal(window.session.relevance_failed, timeout=20000) as blocker:
+    with qtbot.waitSignal(window.session.relevance_pass.failed, timeout=20000) as blocker:
         window.state.update(source="relevance")
     assert "no classifier" in blocker.args[2]
     qtbot.waitUntil(lambda: window.state.source == "mean", timeout=5000)

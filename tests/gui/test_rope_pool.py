@@ -14,7 +14,7 @@ from _gui import hover, show_dock, wait_idle
 from vitviz.core.maps import pool_vector
 from vitviz.core.rollout import RolloutParams
 from vitviz.gui.panels.rope import ROPE_ONLY
-from vitviz.gui.worker import RopeKernels
+from vitviz.gui.protocol import RopeKernels
 
 timm = pytest.importorskip("timm")
 

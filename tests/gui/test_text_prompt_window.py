@@ -64,3 +64,20 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
     cli_pngs = {p.name: p.read_bytes() for p in (tmp_path / "cli").glob("*.png")}
     assert window_pngs and set(window_pngs) == set(cli_pngs), (sorted(window_pngs), sorted(cli_pngs))
     assert window_pngs == cli_pngs
+
+    # the .npz: the window's holds the prompt's map and scores under export's keys, with the same values
+    from vitviz.core import files
+
+    npz = exporting.export_npz(window.session.current_maps, tmp_path / "window.npz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["export", "--model", str(clip_file), str(images[0]), "--out", str(tmp_path / "cli_npz"),
+                     "--maps", f"text:{PROMPT}", "--npz", "--device", "cpu", "--quiet"]) == 0
+    ours_npz, cli_npz = files.read_npz(npz), files.read_npz(next((tmp_path / "cli_npz").glob("*.npz")))
+    text_keys = [k for k in cli_npz if k.startswith("text_")]
+    assert len(text_keys) == 2 and set(ours_npz) == set(cli_npz), (sorted(ours_npz), sorted(cli_npz))
+    for key in cli_npz:
+        if isinstance(cli_npz[key], np.ndarray):
+            np.testing.assert_array_equal(ours_npz[key], cli_npz[key], err_msg=key)
+        else:
+            assert ours_npz[key] == cli_npz[key], key

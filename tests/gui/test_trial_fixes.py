@@ -13,7 +13,7 @@ from vitviz.gui.app import EXIT_2_TITLES, apply_args
 from vitviz.core.maps import MOSAIC_MAX_POSITIONS, MapKind, ResultMaps, map_stack, pos_embed_data
 from vitviz.gui.session import DEVICE_FAILED
 from vitviz.gui.state import MAP_CHOICES, ViewState, current_map, parse_map_arg
-from vitviz.gui.worker import Kind
+from vitviz.gui.protocol import Kind
 
 
 # ---------------------------------------------------------------------------------------------- --device

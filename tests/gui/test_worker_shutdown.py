@@ -18,7 +18,7 @@ from _gui import HEADS, wait_idle
 from vitviz.gui import client as client_mod, worker as worker_mod
 from vitviz.gui.client import parking
 from vitviz.gui.window import MainWindow
-from vitviz.gui.worker import Kind, Ran
+from vitviz.gui.protocol import Kind, Ran, Run
 
 BUSY_S = 4.0          # how long the fake forward pass takes
 WAIT_MS = 200         # the bounded wait of shutdown in these tests
@@ -31,7 +31,7 @@ INTERRUPT_BOUND_S = BLOCK_S + 0.9    # one block, and slack for a loaded machine
 
 
 def _slow_run(started: threading.Event, release: threading.Event):  # noqa: ANN202
-    def run(self, image: str, image_size=None) -> Ran:  # noqa: ANN001
+    def run(self, ctx) -> Ran:  # noqa: ANN001 - the work of a Run request
         started.set()
         release.wait(BUSY_S)         # an uninterruptible forward pass (ends early only when the test says so)
         return Ran(maps=None)
@@ -40,14 +40,14 @@ def _slow_run(started: threading.Event, release: threading.Event):  # noqa: ANN2
 
 def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  # noqa: ANN001
     started, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(worker_mod.InferenceWorker, "_run", _slow_run(started, release))
+    monkeypatch.setattr(Run, "__call__", _slow_run(started, release))
     monkeypatch.setattr(client_mod, "SHUTDOWN_WAIT_MS", WAIT_MS)
     win = MainWindow(settings)
     win.persist_settings = False
     win.show()
     thread = weakref.ref(win.session.client.thread_object)      # only the window (and parking) hold it
     answers: list[object] = []
-    win.session.client.ran.connect(lambda *a: answers.append(a))
+    win.session.client.answered.connect(lambda *a: answers.append(a) if isinstance(a[0], Run) else None)
     win.session.client.submit(Kind.RUN, image="busy.png", image_size=None)
     win.session.client.submit(Kind.RUN, image="queued.png", image_size=None)
     try:
@@ -78,10 +78,10 @@ def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  
 def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  # noqa: ANN001
     """A request that ends within the bounded wait is waited for: the thread has finished when close returns."""
     started, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(worker_mod.InferenceWorker, "_run", _slow_run(started, release))
+    monkeypatch.setattr(Run, "__call__", _slow_run(started, release))
     thread = window.session.client.thread_object
     answers: list[object] = []
-    window.session.client.ran.connect(lambda *a: answers.append(a))
+    window.session.client.answered.connect(lambda *a: answers.append(a) if isinstance(a[0], Run) else None)
     window.session.client.submit(Kind.RUN, image="short.png", image_size=None)
     qtbot.waitUntil(started.is_set, timeout=10000)
     threading.Timer(0.2, release.set).start()
@@ -122,7 +122,7 @@ def deep_window(qtbot, window, tmp_path, images):  # noqa: ANN001, ANN201
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(ckpt), heads=HEADS)
     wait_idle(qtbot, window)
-    blocks = window.session.client._worker._model.net.blocks
+    blocks = window.session.client._worker.model.net.blocks
     assert len(blocks) == DEPTH
     entered: list[float] = []
 
@@ -175,7 +175,7 @@ def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_windo
     failed: list[object] = []
     ran: list[object] = []
     client.failed.connect(lambda *a: failed.append(a))
-    client.ran.connect(lambda *a: ran.append(a))
+    client.answered.connect(lambda *a: ran.append(a) if isinstance(a[0], Run) else None)
     request = client.submit(Kind.RUN, first=True, image=str(images[2]), image_size=(64, 64))
     qtbot.waitUntil(lambda: len(entered) >= 2, timeout=20000)
     begin = time.monotonic()

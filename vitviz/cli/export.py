@@ -33,7 +33,7 @@ from vitviz.cli.options import add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
-from vitviz.core.mapkinds import info
+from vitviz.core.mapkinds import info, maps_help
 from vitviz.core.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import RolloutParams
@@ -61,19 +61,9 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                         "(s3://bucket/maps)")
     p.add_argument("--glob", metavar="PATTERN", help="only files in folders whose name matches, e.g. '*.jpg'")
     p.add_argument("--maps", default="cls", type=argument_type(parse_maps),
-                   help="comma list of cls, mean, max (attention received over patch queries), rollout, "
-                        "token:N (the attention row of token N), rollout:N (the rollout of token N); maps of a "
-                        "class, one forward and backward pass per image each: relevance[:CLASS] (Chefer), "
-                        "gradrollout[:CLASS] (vit-explain), attngrad[:CLASS] (attention x gradient per layer and "
-                        "head), CLASS an index or label, without it the top class; maps of the output tokens: pca "
-                        "(feature PCA colours) and norms (output-token norms); models with a MAP pooling head "
-                        "(SigLIP, PE): pool (its attention over the patches, per pooling head) and rollout:pool "
-                        "(the rollout of its query); CLIP / SigLIP files with their text tower and tokenizer (transformers or "
-                        "open_clip installed): text:PROMPT (LeGrad of the image-text similarity, e.g. 'text:a photo "
-                        "of a cat' -> {image}_text-a_photo_of_a_cat_Lall.png); windowed models (Swin, SAM / "
-                        "ViTDet): received (the attention each patch receives, stitched from its windows) and "
-                        "query:N (patch N's attention inside its window), per block (--layers) and head, "
-                        "{image}_received_L{block}_H{head}.png (default: cls)")
+                   help=maps_help() + "; files are named {image}_{map}_L{layer}_H{head}.png, a map of the "
+                        "whole model L'all', a text prompt's e.g. {image}_text-a_photo_of_a_cat_Lall.png "
+                        "(default: cls)")
     p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",

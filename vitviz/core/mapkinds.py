@@ -53,6 +53,8 @@ class KindInfo:
         per_head: a map per head (or per pooling head); False: the heads are fused or there are none.
         title: what the map is, for labels.
         needs: see the module's docstring.
+        label: its name in the window's map selector ('' when the window picks it another way).
+        help: what it shows, one phrase (the `--maps` / `--map` help, the selector's tooltip).
     """
 
     syntax: str
@@ -61,31 +63,77 @@ class KindInfo:
     per_head: bool
     title: str
     needs: frozenset[str] = frozenset()
+    label: str = ""
+    help: str = ""
 
 
-def _k(syntax: str, source: str, per_layer: bool, per_head: bool, title: str, *needs: str) -> KindInfo:
-    return KindInfo(syntax, source, per_layer, per_head, title, frozenset(needs))
+def _k(syntax: str, source: str, per_layer: bool, per_head: bool, title: str, *needs: str, label: str = "",
+       help: str = "") -> KindInfo:
+    return KindInfo(syntax, source, per_layer, per_head, title, frozenset(needs), label, help or title)
 
 
-KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`
-    "cls": _k("cls", "attention", True, True, "CLS attention", "cls"),
-    "mean": _k("mean", "attention", True, True, "attention received (mean over queries)"),
-    "max": _k("max", "attention", True, True, "attention received (max over queries)"),
-    "rollout": _k("rollout[:N]", "attention", True, False, "attention rollout"),
-    "token": _k("token:N", "attention", True, True, "attention row of a token", "query"),
+KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`; a new kind is one row here and its compute in maps.py
+    "cls": _k("cls", "attention", True, True, "CLS attention", "cls", label="CLS attention",
+              help="the CLS token's attention over the patches"),
+    "mean": _k("mean", "attention", True, True, "attention received (mean over queries)",
+               label="Mean attention received", help="the attention each patch receives, averaged over the patch "
+                                                     "queries"),
+    "max": _k("max", "attention", True, True, "attention received (max over queries)",
+              label="Max attention received", help="the attention each patch receives, maximised over the patch "
+                                                   "queries"),
+    "rollout": _k("rollout[:N]", "attention", True, False, "attention rollout", label="Attention rollout",
+                  help="attention rollout through the layers (heads fused); rollout:N from token N"),
+    "token": _k("token:N", "attention", True, True, "attention row of a token", "query",
+                label="Attention of query token", help="the attention row of token N (token 0 is CLS when the "
+                                                       "model has one)"),
+    "entropy": _k("entropy", "attention", True, True, "attention entropy per patch (nats)",
+                  label="Attention entropy per patch",
+                  help="the entropy (nats) of each patch's attention row: low where the patch attends to a few "
+                       "tokens, up to log(tokens) where it attends evenly"),
     "relevance": _k("relevance[:CLASS]", "gradients", False, False, "class relevance (Chefer)",
-                    "class", "gradients", "reference"),
-    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients", "reference"),
-    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients", "reference"),
-    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features", "reference"),
-    "norms": _k("norms", "features", True, False, "token norms", "features", "reference"),
-    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head", "reference"),
-    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head", "reference"),
+                    "class", "gradients", "reference", label="Class relevance",
+                    help="Chefer's class relevance of CLASS (an index or label; default the top class), one map of "
+                         "the whole model; a forward and backward pass per image and class"),
+    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients",
+                      "reference", help="vit-explain's gradient rollout of CLASS"),
+    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients",
+                   "reference", help="attention x gradient of CLASS per layer and head (signed)"),
+    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features", "reference",
+              help="feature PCA colours of the output tokens"),
+    "norms": _k("norms", "features", True, False, "token norms", "features", "reference",
+                help="each patch's output-token norm"),
+    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head", "reference",
+               label="Pooling attention (MAP head)",
+               help="a MAP pooling head's attention over the patches, per pooling head (SigLIP, PE: their 'CLS "
+                    "attention'), one map of the whole model"),
+    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head", "reference",
+                      help="the rollout of a MAP head's query"),
     "text": _k("text:PROMPT", "text", False, False, "LeGrad of a text prompt", "prompt", "gradients",
-               "text_tower", "reference"),
-    "received": _k("received", "windows", True, True, "attention received in windows", "windowed"),
-    "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed"),
+               "text_tower", "reference",
+               help="LeGrad of the image-text similarity of PROMPT (CLIP / SigLIP files with their text tower "
+                    "and tokenizer), e.g. 'text:a photo of a cat'"),
+    "received": _k("received", "windows", True, True, "attention received in windows", "windowed",
+                   help="a windowed model's (Swin, SAM / ViTDet) attention each patch receives, stitched from its "
+                        "windows"),
+    "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed",
+                help="a windowed model's patch N's attention inside its window"),
 }
+
+
+def bare_names() -> tuple[str, ...]:
+    """The kinds written as their bare name, no argument ('cls', 'mean', 'entropy', 'pca', 'pool', ...)."""
+    return tuple(k for k, i in KINDS.items() if i.syntax == k)
+
+
+def of_source(*sources: str) -> tuple[str, ...]:
+    """The kinds made from these sources, in the table's order."""
+    return tuple(k for k, i in KINDS.items() if i.source in sources)
+
+
+def maps_help() -> str:
+    """The `--maps` help: every kind of the table with what it shows."""
+    return "comma list of " + "; ".join(f"{i.syntax} ({i.help})" for i in KINDS.values())
+
 
 # the kinds the window's --map cannot show yet, and why (the window shows these elsewhere or not at all)
 WINDOW_UNSHOWN: dict[str, str] = {

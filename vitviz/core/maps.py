@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from vitviz.core import analysis
-from vitviz.core.mapkinds import KINDS
+from vitviz.core.mapkinds import KINDS, bare_names, of_source
 from vitviz.core.rollout import RolloutEngine, RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
@@ -53,13 +53,13 @@ LayerSel = Union[int, str]   # a layer index (negative counts from the end), 'me
                              # map of the whole model: relevance, gradient rollout)
 HeadSel = Union[int, str]    # a head index (negative counts from the end), 'mean' or 'max' over the heads
 
-MAP_KINDS = ("cls", "mean", "max", "rollout", "token")        # attention maps: one captured forward pass
-GRADIENT_KINDS = ("relevance", "gradrollout", "attngrad")     # one class's maps: a forward and backward pass
-FEATURE_KINDS = ("pca", "norms")                              # from the blocks' output tokens: a pass of its own
-POOL_KINDS = ("pool", "poolrollout")                          # a MAP head's attention: the forward pass with the head
-TEXT_KINDS = ("text",)                                        # a text prompt's LeGrad (CLIP / SigLIP text tower)
-WINDOW_KINDS = ("received", "query")                          # windowed models' maps (vitviz.core.winmaps)
-ALL_KINDS = MAP_KINDS + GRADIENT_KINDS + FEATURE_KINDS + POOL_KINDS + TEXT_KINDS + WINDOW_KINDS
+MAP_KINDS = of_source("attention")          # attention maps: one captured forward pass
+GRADIENT_KINDS = of_source("gradients")     # one class's maps: a forward and backward pass
+FEATURE_KINDS = of_source("features")       # from the blocks' output tokens: a pass of its own
+POOL_KINDS = of_source("pool")              # a MAP head's attention: the forward pass with the head
+TEXT_KINDS = of_source("text")              # a text prompt's LeGrad (CLIP / SigLIP text tower)
+WINDOW_KINDS = of_source("windows")         # windowed models' maps (vitviz.core.winmaps)
+ALL_KINDS = tuple(KINDS)
 WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool", "text")  # one map of all layers together: files say `Lall`
 POOL_TITLE = KINDS["pool"].title                                      # the titles are the table's
 GRADIENT_TITLES = {kind: KINDS[kind].title for kind in GRADIENT_KINDS}
@@ -124,7 +124,7 @@ class MapKind:
             return cls("text", target=" ".join(prompt.group(1).split()))
         text = text.strip().lower()
         base = rollout or RolloutParams()
-        if text in ("cls", "mean", "max", "pool", "received") or text in FEATURE_KINDS:
+        if text in bare_names():
             return cls(text)
         if text == "rollout":
             return cls("rollout", rollout=base)
@@ -312,6 +312,10 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
     elif kind.kind in ("mean", "max"):
         data = analysis.attention_received(attn, p, kind.kind)                       # (L, H, N) over patch queries
         title = f"{kind.kind} attention received (over the patch queries)"
+    elif kind.kind == "entropy":
+        data = query_entropy(attn, p)                                                # (L, H, N)
+        title = f"attention entropy of each patch's query (nats; at most log {attn.shape[-1]} = " \
+                f"{np.log(attn.shape[-1]):.2f})"
     else:
         data = analysis.attention_received(attn, p, "mean")                          # (L, H, N): no CLS token
         title = "mean patch attention (no CLS token)"
@@ -321,6 +325,16 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
     h = data.shape[1]
     vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
     return MapStack(maps=maps, vmax=vmax, title=title)
+
+
+def query_entropy(attn: np.ndarray, num_prefix: int) -> np.ndarray:
+    """(L, H, N) the Shannon entropy in nats of each patch query's attention row (over all T keys; 0 log 0 = 0),
+    one layer at a time in float32 so a ViT-L at 384 px needs no float64 copy of its attention."""
+    out = np.empty((attn.shape[0], attn.shape[1], attn.shape[2] - num_prefix), dtype=np.float32)
+    for layer in range(attn.shape[0]):
+        a = np.asarray(attn[layer, :, num_prefix:, :], dtype=np.float32)            # (H, N, T)
+        out[layer] = -(a * np.log(np.maximum(a, np.float32(1e-30)))).sum(axis=-1)
+    return out
 
 
 def rollout_title(params: RolloutParams, spec: ModelSpec, who: str = "") -> str:

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from vitviz.gui.worker import InferenceWorker, Kind, Request
+from vitviz.gui.protocol import Load, Request, Run
+from vitviz.gui.worker import InferenceWorker
 
 SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
 EXIT_NOTE_MS = 3000         # at exit, say why the process is still there after this long
@@ -93,23 +94,11 @@ atexit.register(parking.wait_all)
 class WorkerClient(QObject):
     """Queue, ids and stale-answer dropping for one `InferenceWorker` in its own thread.
 
-    Each answer signal carries the request that produced it and the kind's answer dataclass, so the receiver can
-    tell what it belongs to.
+    Every answer comes on `answered` with the request that produced it (a `vitviz.gui.protocol.Request`, whose
+    class says what it is), so the receiver routes it by the request's class.
     """
 
-    probed = Signal(object, object)            # request, Probed
-    loaded = Signal(object, object)            # request, Loaded
-    ran = Signal(object, object)               # request, Ran
-    posembedded = Signal(object, object)       # request, PosEmbedded
-    cataloged = Signal(object, object)         # request, Cataloged
-    moved = Signal(object, object)             # request, Moved
-    explained = Signal(object, object)         # request, Explained
-    featured = Signal(object, object)          # request, Featured
-    prompted = Signal(object, object)          # request, Prompted
-    pca_fitted = Signal(object, object)        # request, PcaFitted
-    compared = Signal(object, object)          # request, Compared
-    shared = Signal(object, object)            # request, Shared
-    verified = Signal(object, object)          # request, Verified
+    answered = Signal(object, object)          # request, its answer (the request class's `answer` type)
     failed = Signal(object, str, str)          # request, summary, details
     stuck = Signal(object, float)              # a request running the user's code, seconds it has run unanswered
     unstuck = Signal()                         # the request `stuck` was about has answered, or was given up on
@@ -126,11 +115,6 @@ class WorkerClient(QObject):
         self._in_flight: Request | None = None
         self._stale: set[int] = set()
         self._closed = False
-        self._answered = {Kind.PROBE: self.probed, Kind.LOAD: self.loaded, Kind.RUN: self.ran,
-                          Kind.POSEMBED: self.posembedded, Kind.CATALOG: self.cataloged, Kind.MOVE: self.moved,
-                          Kind.RELEVANCE: self.explained, Kind.TEXT: self.prompted,
-                          Kind.FEATURES: self.featured, Kind.PCA: self.pca_fitted,
-                          Kind.SIMILARITY: self.compared, Kind.SHARE: self.shared, Kind.VERIFY: self.verified}
         self.stop_waiting_after: float | None = None         # seconds before `stuck` (None: never)
         self.user_code: RequestFilter = lambda _request: False   # which requests run the user's own code
         self._stuck_timer = QTimer(self)
@@ -167,16 +151,19 @@ class WorkerClient(QObject):
     def busy(self) -> bool:
         return self._in_flight is not None or bool(self._queue)
 
-    def submit(self, kind: Kind, first: bool = False, **args: Any) -> Request:
-        """Queue a request (at the front with `first`). A load makes every earlier request about a model stale;
-        a run of the same image and size as a queued one replaces it."""
-        request = Request(next(self._ids), kind, args)
+    def submit(self, kind: type[Request] | Request, first: bool = False, **args: Any) -> Request:
+        """Queue a request (at the front with `first`): a request class with its arguments
+        (`submit(Run, image=..., image_size=...)`) or a request made already. A load makes every earlier request
+        about a model stale (`Request.about_model`); a run of the same image and size as a queued one replaces
+        it."""
+        request = kind.make(**args) if isinstance(kind, type) else kind
+        request.id = next(self._ids)
         if self._closed:
             return request      # after shutdown nothing runs any more
-        if kind is Kind.LOAD:
-            self.cancel(lambda r: r.kind not in (Kind.PROBE, Kind.CATALOG))
-        elif kind is Kind.RUN:
-            self._queue = [r for r in self._queue if not (r.kind is Kind.RUN and r.args == args)]
+        if isinstance(request, Load):
+            self.cancel(lambda r: r.about_model)
+        elif isinstance(request, Run):
+            self._queue = [r for r in self._queue if not (isinstance(r, Run) and r.args == request.args)]
         if first:
             self._queue.insert(0, request)
         else:
@@ -200,8 +187,8 @@ class WorkerClient(QObject):
         if self._in_flight is not None and predicate(self._in_flight):
             self._stale.add(self._in_flight.id)
 
-    def pending(self, kind: Kind) -> list[Request]:
-        """Live requests of a kind, queued or running."""
+    def pending(self, kind: type[Request]) -> list[Request]:
+        """Live requests of a kind (a request class), queued or running."""
         reqs = self._queue + ([self._in_flight] if self._in_flight else [])
         return [r for r in reqs if r.kind is kind and r.id not in self._stale]
 
@@ -325,7 +312,7 @@ class WorkerClient(QObject):
         if stale:
             self.dropped.emit(request)
         else:
-            self._answered[request.kind].emit(request, answer)
+            self.answered.emit(request, answer)
         self._after()
 
     @Slot(int)

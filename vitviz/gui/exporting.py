@@ -88,6 +88,7 @@ def native_size(maps: ResultMaps) -> tuple[int, int]:
 
 
 def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:
-    """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`), with the class relevance
-    and token norms computed for it so far under the keys `vitviz export --npz` uses (`ResultMaps.extra_arrays`)."""
-    return files.write_npz_atomic(path, maps.result, overwrite=overwrite, extra=maps.extra_arrays())
+    """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`), with every pass computed
+    for it so far (class relevance, text prompts, token norms, feature PCA) from the one table `vitviz export
+    --npz` uses too (`ResultMaps.arrays`)."""
+    return files.write_npz_atomic(path, maps.result, overwrite=overwrite, extra=maps.arrays())

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QMenu
 from vitviz import catalog
 from vitviz.gui import bundled, settings as st
 from vitviz.gui.session import Session
-from vitviz.gui.worker import Cataloged, NamedRow
+from vitviz.gui.protocol import Cataloged, NamedRow
 
 SKIPPED_TIP_LINES = 20                        # unreadable folders listed in the tooltip; the rest are counted
 

@@ -27,8 +27,8 @@ class RelevanceSource(QObject):
         state.subscribe(self._on_state_changed)
         session.current_changed.connect(self._on_session_changed)
         session.result_ready.connect(self._on_session_changed)
-        session.relevance_failed.connect(self._on_failed)
-        session.text_failed.connect(self._on_text_failed)
+        session.relevance_pass.failed.connect(self._on_failed)
+        session.text_pass.failed.connect(self._on_text_failed)
         session.model_loaded.connect(self._on_model_loaded)
 
     def _on_session_changed(self, *_what: object) -> None:
@@ -48,18 +48,18 @@ class RelevanceSource(QObject):
             return False
         prompt = self.state.relevance_prompt
         if prompt:
-            why = self.session.text_failures.get((path, prompt))
+            why = self.session.text_pass.failures.get((path, prompt))
             if why is not None:
                 self.session.note.emit(f"No relevance of {prompt!r} for {Path(path).name}: {why}")
                 self._go_back()
                 return False
-            return self.session.request_text(path, prompt)
-        why = self.session.relevance_failures.get((path, target))
+            return self.session.text_pass.request(path, prompt)
+        why = self.session.relevance_pass.failures.get((path, target))
         if why is not None:     # failed before (the error box said why): say it again in the status bar
             self.session.note.emit(f"No class relevance for {Path(path).name}: {why}")
             self._go_back()
             return False
-        return self.session.request_relevance(path, target)
+        return self.session.relevance_pass.request(path, target)
 
     def _on_model_loaded(self, spec: ModelSpec, _device: str) -> None:
         """A class the new model does not have becomes its top class."""

@@ -22,26 +22,16 @@ from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
 from vitviz.gui.assumptions import asks_unprompted
 from vitviz.gui.client import WorkerClient
-from vitviz.gui.state import text_stacks
-from vitviz.gui.worker import (Cataloged, Compared, Explained, Prompted, Featured, Kind, Loaded, Moved, PcaFitted, PosEmbedded,
-                               Probed, Ran, Request, RopeKernels, Shared, Verified)
-from vitviz.gui.worker import describe as describe_request
+from vitviz.gui.passes import PassStore
+from vitviz.gui.protocol import (ANALYSES, Analysis, Catalog, Cataloged, Compared, Features, Load, Loaded, Move,
+                                 Moved, PassRequest, Pca, PcaFitted, PosEmbed, PosEmbedded, Probe, Probed, Ran,
+                                 Relevance, Request, RopeKernels, Run, Share, Shared, Similarity, Text, Verified,
+                                 Verify)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 STOP_WAITING_S = 30.0    # after this long a request running the user's own code offers Stop waiting (settings)
-LOAD_FAILED = "Could not load model"     # the error title of a failed load (`--screenshot` exits 2 for it)
+LOAD_FAILED = Load.title                 # the error title of a failed load (`--screenshot` exits 2 for it)
 DEVICE_FAILED = "Device not available"   # a load's device was refused; the model runs on the CPU (exit 2 too)
-FAILED_TITLES = {Kind.LOAD: LOAD_FAILED, Kind.POSEMBED: "Could not read the position embedding",
-                 Kind.MOVE: "Could not move the model", Kind.CATALOG: "Could not list the models on this computer",
-                 Kind.PROBE: "Could not start the inference engine",
-                 Kind.RELEVANCE: "Could not compute the class relevance",
-                 Kind.TEXT: "Could not compute the relevance of the text prompt",
-                 Kind.FEATURES: "Could not capture the token features", Kind.PCA: "Could not fit the feature PCA",
-                 Kind.SIMILARITY: "Could not compare the patch features",
-                 Kind.SHARE: "Could not measure the attention to high-norm tokens"}
-LIVE_FEATURES = ("the token features need vitviz's reference ViT; this model runs from its own code, whose block "
-                 "outputs are not exposed")
-ANALYSES = (Kind.PCA, Kind.SIMILARITY, Kind.SHARE)   # computed from cached results, for the panel that asked
 
 HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
 
@@ -69,15 +59,10 @@ class Session(QObject):
     pos_embed_ready = Signal()              # `pos_embed` / `rope` / `pos_grid` now describe the current input size
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
-    relevance_ready = Signal(str)           # image path whose class relevance (for some class) is now cached
-    relevance_failed = Signal(str, object, str)   # image path, class asked for (None: top), summary
-    text_failed = Signal(str, str, str)     # image path, prompt, summary
-    features_ready = Signal(str)            # image path whose token features and norms are now cached
-    features_failed = Signal(str, str)      # image path, summary
     pca_ready = Signal(object)              # PcaFitted, for the current model and input size
     similarity_ready = Signal(object)       # Compared
     share_ready = Signal(object)            # Shared
-    analysis_failed = Signal(object, str)   # the Kind of a failed PCA / SIMILARITY / SHARE request, summary
+    analysis_failed = Signal(object, str)   # the class of a failed Pca / Similarity / Share request, summary
     stuck = Signal(str)                     # the user's code has run `stop_waiting_after` s unanswered: what it
                                             # is doing ('' once it has answered or was given up on)
 
@@ -100,7 +85,7 @@ class Session(QObject):
                                                     # again when they reload)
         self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
         self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
-        self.verify_models = True                   # check each converted model against its original (Kind.VERIFY)
+        self.verify_models = True                   # check each converted model against its original (Verify)
         self.verification: Any = None               # the loaded model's `Verification`, once answered
         self.verify_failure = ""                    # why the check could not run ('' when it did or has not yet)
         self._verify_asked = False                  # the check of the loaded model has been asked for
@@ -116,9 +101,12 @@ class Session(QObject):
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
         self.pos_grid: tuple[int, int] | None = None
-        self.text_failures: dict[tuple[str, str], str] = {}   # (image, prompt) -> why (not asked again)
-        self.relevance_failures: dict[tuple[str, int | None], str] = {}   # (image, class) -> why (not asked again)
-        self.features_failures: dict[str, str] = {}
+        # the on-demand passes of a cached result (`ready` / `failed` signals, `request`, `pending`, `failures`)
+        self.relevance_pass = PassStore(self, Relevance)   # keyed by class (None: the top class)
+        self.text_pass = PassStore(self, Text)             # keyed by prompt
+        self.features_pass = PassStore(self, Features)     # no key (None)
+        self.passes: dict[type, PassStore] = {Relevance: self.relevance_pass, Text: self.text_pass,
+                                              Features: self.features_pass}
         self._batch_done = 0                        # runs answered since the run queue was last empty
         self._batch_start = 0.0
         self._given_up: dict[str, str] = {}         # images whose run was given up on (Stop waiting) -> why,
@@ -128,21 +116,16 @@ class Session(QObject):
         c.stop_waiting_after = STOP_WAITING_S
         c.stuck.connect(self._on_stuck)
         c.unstuck.connect(lambda: self.stuck.emit(""))
-        c.probed.connect(self._on_probed)
-        c.loaded.connect(self._on_loaded)
-        c.ran.connect(self._on_ran)
-        c.posembedded.connect(self._on_posembedded)
-        c.cataloged.connect(self._on_cataloged)
-        c.moved.connect(self._on_moved)
+        self._routes: dict[type, Any] = {
+            Probe: self._on_probed, Load: self._on_loaded, Run: self._on_ran, PosEmbed: self._on_posembedded,
+            Catalog: self._on_cataloged, Move: self._on_moved, Verify: self._on_verified,
+            Pca: lambda r, a: self._on_analysis(r, a, self.pca_ready),
+            Similarity: lambda r, a: self._on_analysis(r, a, self.similarity_ready),
+            Share: lambda r, a: self._on_analysis(r, a, self.share_ready),
+            **{kind: store.answer for kind, store in self.passes.items()}}
+        c.answered.connect(self._on_answered)
         c.failed.connect(self._on_failed)
         c.dropped.connect(self._on_dropped)
-        c.explained.connect(self._on_explained)
-        c.prompted.connect(self._on_prompted)
-        c.featured.connect(self._on_featured)
-        c.pca_fitted.connect(lambda r, a: self._on_analysis(r, a, self.pca_ready))
-        c.compared.connect(lambda r, a: self._on_analysis(r, a, self.similarity_ready))
-        c.shared.connect(lambda r, a: self._on_analysis(r, a, self.share_ready))
-        c.verified.connect(self._on_verified)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)   # never leave the worker thread running at exit
@@ -156,12 +139,12 @@ class Session(QObject):
     @property
     def loading(self) -> str:
         """The path or name of the model being loaded ('' when no load is queued or running)."""
-        loads = self.client.pending(Kind.LOAD)
+        loads = self.client.pending(Load)
         return str(loads[-1].args["path"] or loads[-1].args.get("code") or "") if loads else ""
 
     def run_counts(self) -> tuple[int, int]:
         """(answered, in all) of the runs since the run queue was last empty."""
-        return self._batch_done, self._batch_done + len(self.client.pending(Kind.RUN))
+        return self._batch_done, self._batch_done + len(self.client.pending(Run))
 
     @property
     def current(self) -> str:
@@ -172,6 +155,10 @@ class Session(QObject):
     def current_maps(self) -> ResultMaps | None:
         """The current image's cached result, or None."""
         return self._cache.get(self._current) if self._current else None
+
+    def cached(self, path: str) -> ResultMaps | None:
+        """The cached result of an image, or None (without marking it as recently used)."""
+        return self._cache.get(path)
 
     def result(self, path: str) -> ResultMaps | None:
         """The cached result of an image (marked as recently used), or None."""
@@ -200,9 +187,9 @@ class Session(QObject):
     def runs_user_code(self, request: Request) -> bool:
         """Whether `request` runs the user's own code: a load with code=, or anything run by a model built from
         it (the live path)."""
-        if request.kind is Kind.LOAD:
-            return bool(request.args.get("code"))
-        if request.kind in (Kind.PROBE, Kind.CATALOG, Kind.PCA, Kind.SIMILARITY, Kind.SHARE):
+        if isinstance(request, Load):
+            return bool(request.code)
+        if not request.user_code:
             return False
         return self.spec is not None and (self.spec.family == "live" or bool(self.model_code))
 
@@ -220,9 +207,9 @@ class Session(QObject):
         seconds = self.stop_waiting_after or 0.0
         what = _doing(request)
         previous = self.model_path
-        if request.kind is Kind.LOAD:
+        if request.kind is Load:
             self.loading_changed.emit(bool(self.loading))
-        elif request.kind is Kind.RUN:
+        elif request.kind is Run:
             path = str(request.args.get("image"))
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
                    f"{Path(path).name}")
@@ -234,12 +221,10 @@ class Session(QObject):
             if path == self._current:
                 self.current_changed.emit(None)
             self._report_runs()
-        elif request.kind is Kind.RELEVANCE:
-            key = (str(request.args["image"]), request.args.get("target"))
-            self.relevance_failures[key] = "stopped waiting: the model's own code did not finish"
-        elif request.kind is Kind.FEATURES:
-            self.features_failures[str(request.args["image"])] = "stopped waiting: the model's own code did not finish"
-        elif request.kind is Kind.VERIFY:
+        elif isinstance(request, PassRequest):
+            self.passes[type(request)].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
+                                                                                 "code did not finish")
+        elif request.kind is Verify:
             self.verify_failure = "stopped waiting: the model's own code did not finish"
             self.verification_changed.emit()
         if self.spec is None:
@@ -254,13 +239,13 @@ class Session(QObject):
 
     def probe_devices(self) -> None:
         """Ask the worker which devices exist (this is also what first imports torch, off the GUI thread)."""
-        self.client.submit(Kind.PROBE)
+        self.client.submit(Probe)
 
     def load_model(self, path: str | None, device: str | None = None, **overrides: Any) -> Request:
         """Load a checkpoint on `device` (else `device_preference`); what is loaded now stays until the new model
         has loaded successfully. `code='FILE.py:FACTORY'` builds the model by running that file's code (the
         window asks the user first), `path` then being its weights file or None."""
-        request = self.client.submit(Kind.LOAD, path=str(path) if path else "",
+        request = self.client.submit(Load, path=str(path) if path else "",
                                      device=device or self.device_preference, **overrides)
         self.loading_changed.emit(True)
         return request
@@ -290,16 +275,16 @@ class Session(QObject):
     @property
     def verifying(self) -> bool:
         """Whether the check of the loaded model against its original is on its way."""
-        return bool(self.client.pending(Kind.VERIFY))
+        return bool(self.client.pending(Verify))
 
     def set_device(self, device: str) -> None:
         if self.spec is not None and device != self.device:
-            self.client.submit(Kind.MOVE, device=device)
+            self.client.submit(Move, device=device)
 
     def list_models(self, recent: list[str]) -> None:
         """Look for the models on this computer (and `recent` files), ahead of queued runs; answered by
         `catalog_ready` or `catalog_failed`."""
-        self.client.submit(Kind.CATALOG, first=True, recent=recent)
+        self.client.submit(Catalog, first=True, recent=recent)
 
     def add_images(self, paths: list[str], show: bool = False) -> list[str]:
         """Add images not already listed and run them (the current one first); the first added becomes current
@@ -326,7 +311,7 @@ class Session(QObject):
         drop = set(gone)
         order = list(self.images)
         self.images = [p for p in order if p not in drop]
-        self.client.cancel(lambda r: r.kind is Kind.RUN and r.args["image"] in drop)
+        self.client.cancel(lambda r: r.kind is Run and r.args["image"] in drop)
         for path in gone:
             self._cache.pop(path, None)
             self.failed.pop(path, None)
@@ -369,7 +354,7 @@ class Session(QObject):
         if size == self.image_size:
             return
         self.image_size = size
-        self.client.cancel(lambda r: r.kind in (Kind.RUN, Kind.POSEMBED))
+        self.client.cancel(lambda r: r.kind in (Run, PosEmbed))
         self._forget_results()
         self.ensure_all()
         self.request_pos_embed()          # ahead of the runs: the position-embedding dock follows the size at once
@@ -398,23 +383,23 @@ class Session(QObject):
             return
         size = self.image_size or self.spec.image_size
         p = self.spec.patch_size
-        self.client.cancel(lambda r: r.kind is Kind.POSEMBED)
-        self.client.submit(Kind.POSEMBED, first=True, grid=(size[0] // p, size[1] // p))
+        self.client.cancel(lambda r: r.kind is PosEmbed)
+        self.client.submit(PosEmbed, first=True, grid=(size[0] // p, size[1] // p))
 
     def ensure(self, path: str, first: bool = False) -> None:
         """Request a run of `path` unless it is cached, failed or already on its way (or what the file does not say
         is being asked); `first` jumps the queue."""
         if self.spec is None or self.awaiting_answers or not path or path in self._cache or path in self.failed:
             return
-        pending = [r for r in self.client.pending(Kind.RUN)
+        pending = [r for r in self.client.pending(Run)
                    if r.args["image"] == path and r.args["image_size"] == self.image_size]
         if pending:
             if first:
                 self.client.prioritize(lambda r: r in pending)
             return
-        if not self.client.pending(Kind.RUN):
+        if not self.client.pending(Run):
             self._batch_done, self._batch_start = 0, time.monotonic()     # a new run of images begins
-        self.client.submit(Kind.RUN, first=first, image=path, image_size=self.image_size)
+        self.client.submit(Run, first=first, image=path, image_size=self.image_size)
         self.run_started.emit(path)
 
     def ensure_all(self) -> None:
@@ -423,57 +408,13 @@ class Session(QObject):
         for path in self.images:
             self.ensure(path)
 
-    def request_relevance(self, path: str, target: int | None = None) -> bool:
-        """Ask for the gradient maps of class `target` (None: the top class) of an image whose result is cached,
-        ahead of queued runs; answered by `relevance_ready` (the maps are then in `result(path)`, and
-        `current_changed` fires again for the current image) or `relevance_failed`. False when there is nothing to
-        ask: no result yet, held already, or failed before."""
-        maps = self._cache.get(path)
-        if maps is None or maps.relevance(target) is not None or (path, target) in self.relevance_failures:
-            return False
-        if not any(r.args["image"] == path and r.args["target"] == target and r.args["image_size"] == self.image_size
-                   for r in self.client.pending(Kind.RELEVANCE)):
-            self.client.submit(Kind.RELEVANCE, first=True, image=path, image_size=self.image_size, target=target)
-        return True
-
-    def request_text(self, path: str, prompt: str) -> bool:
-        """Ask for the LeGrad map of a text prompt on an image whose result is cached, ahead of queued runs;
-        answered by `current_changed` for the current image (the stack is then in `text_stacks(result(path))`) or
-        `text_failed`. False when there is nothing to ask: no result yet, held already, or failed before."""
-        maps = self._cache.get(path)
-        if maps is None or prompt in text_stacks(maps) or (path, prompt) in self.text_failures:
-            return False
-        if not any(r.args["image"] == path and r.args["prompt"] == prompt and r.args["image_size"] == self.image_size
-                   for r in self.client.pending(Kind.TEXT)):
-            self.client.submit(Kind.TEXT, first=True, image=path, image_size=self.image_size, prompt=prompt)
-        return True
-
-    def request_features(self, path: str) -> bool:
-        """Ask for every block's output tokens of an image whose result is cached, ahead of queued runs; answered
-        by `features_ready` (then `result(path).features`, `.norms`) or `features_failed`. False when there is
-        nothing to ask."""
-        maps = self._cache.get(path)
-        if maps is None or maps.features is not None or path in self.features_failures:
-            return False
-        if self.spec is not None and self.spec.family == "live":      # said in the Features panel, not a dialog
-            self.features_failures[path] = LIVE_FEATURES
-            return False
-        if not any(r.args["image"] == path and r.args["image_size"] == self.image_size
-                   for r in self.client.pending(Kind.FEATURES)):
-            self.client.submit(Kind.FEATURES, first=True, image=path, image_size=self.image_size)
-        return True
-
-    def features_pending(self, path: str) -> bool:
-        """Whether the features of `path` are asked for and not answered yet."""
-        return any(r.args["image"] == path for r in self.client.pending(Kind.FEATURES))
-
     def fit_pca(self, paths: list[str], layer: int) -> bool:
         """Fit the feature PCA of these images together at block `layer` (those whose features are cached),
         replacing any fit still waiting; answered by `pca_ready`. False when none has features."""
-        held = [(p, m.features) for p in paths if (m := self._cache.get(p)) is not None and m.features is not None]
+        held = [(p, m.features) for p in paths if (m := self.cached(p)) is not None and m.features is not None]
         if not held:
             return False
-        self._analyse(Kind.PCA, features=[f for _p, f in held], sources=tuple(p for p, _f in held), layer=layer)
+        self._analyse(Pca, features=[f for _p, f in held], sources=tuple(p for p, _f in held), layer=layer)
         return True
 
     def compare_patches(self, path: str, other: str, layer: int) -> bool:
@@ -482,7 +423,7 @@ class Session(QObject):
         a, b = self._cache.get(path), self._cache.get(other) if other else None
         if a is None or a.features is None or (other and (b is None or b.features is None)):
             return False
-        self._analyse(Kind.SIMILARITY, a=a.features, b=None if b is None else b.features, sources=(path, other),
+        self._analyse(Similarity, a=a.features, b=None if b is None else b.features, sources=(path, other),
                       layer=layer)
         return True
 
@@ -492,11 +433,11 @@ class Session(QObject):
         maps = self._cache.get(path)
         if maps is None or maps.norms is None:
             return False
-        self._analyse(Kind.SHARE, image=path, result=maps.result, norms=maps.norms, layer=layer,
+        self._analyse(Share, image=path, result=maps.result, norms=maps.norms, layer=layer,
                       threshold=float(threshold))
         return True
 
-    def _analyse(self, kind: Kind, **args: Any) -> None:
+    def _analyse(self, kind: type[Analysis], **args: Any) -> None:
         """Ask for an analysis of cached results ahead of queued runs; a newer one of the same kind replaces it."""
         self.client.cancel(lambda r: r.kind is kind)
         self.client.submit(kind, first=True, image_size=self.image_size, **args)
@@ -507,6 +448,10 @@ class Session(QObject):
         return self.client.shutdown()
 
     # ------------------------------------------------------------------------------------------ answers
+
+    def _on_answered(self, request: Request, answer: Any) -> None:
+        """Every answer, routed by the class of the request it answers."""
+        self._routes[type(request)](request, answer)
 
     def _on_stuck(self, request: Request, seconds: float) -> None:
         self.stuck.emit(f"{_doing(request)[0].upper()}{_doing(request)[1:]} has run {seconds:g} s without finishing")
@@ -567,7 +512,7 @@ class Session(QObject):
         self._cache[path] = maps
         self._cache.move_to_end(path)
         self.head_stats[path] = maps.head_stats()
-        self._evict(keep=path)
+        self.evict(keep=path)
         self._batch_done += 1
         self.result_ready.emit(path)
         if path == self._current:
@@ -583,7 +528,7 @@ class Session(QObject):
         if not self.verify_models or spec is None or self._verify_asked or spec.family == "live":
             return
         self._verify_asked = True
-        self.client.submit(Kind.VERIFY, first=True, code=self.model_code or None)
+        self.client.submit(Verify, first=True, code=self.model_code or None)
         self.verification_changed.emit()
 
     def _on_verified(self, _request: Request, answer: Verified) -> None:
@@ -603,37 +548,10 @@ class Session(QObject):
 
     def _on_dropped(self, request: Request | None) -> None:
         """A stale or cancelled request: a load that was replaced ends the loading state when it was the last."""
-        if request is not None and request.kind is Kind.LOAD and not self.loading:
+        if request is not None and request.kind is Load and not self.loading:
             self.loading_changed.emit(False)
-        elif request is not None and request.kind is Kind.RUN:
+        elif request is not None and request.kind is Run:
             self._report_runs()
-
-    def _on_explained(self, request: Request, answer: Explained) -> None:
-        maps = self._cache.get(answer.image)
-        if request.args.get("image_size") != self.image_size or maps is None:
-            return   # another input size, or the result has left the cache
-        maps.add_relevance(answer.relevance, answer.target)
-        self._evict(keep=answer.image)
-        self.relevance_ready.emit(answer.image)
-        if answer.image == self._current:
-            self.current_changed.emit(maps)   # what the current image shows has changed
-
-    def _on_prompted(self, request: Request, answer: Prompted) -> None:
-        maps = self._cache.get(answer.image)
-        if request.args.get("image_size") != self.image_size or maps is None:
-            return
-        text_stacks(maps)[answer.prompt] = answer.stack
-        self._evict(keep=answer.image)
-        if answer.image == self._current:
-            self.current_changed.emit(maps)
-
-    def _on_featured(self, request: Request, answer: Featured) -> None:
-        maps = self._cache.get(answer.image)
-        if request.args.get("image_size") != self.image_size or maps is None:
-            return
-        maps.add_features(answer.features, answer.norms, answer.prefix_norms, (answer.counts, answer.edges))
-        self._evict(keep=answer.image)
-        self.features_ready.emit(answer.image)
 
     def _on_analysis(self, request: Request, answer: PcaFitted | Compared | Shared, signal: Any) -> None:
         if request.args.get("image_size") == self.image_size:
@@ -652,11 +570,11 @@ class Session(QObject):
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
         kind = request.kind
-        if kind is Kind.VERIFY:        # not an error of the model: it stays unverified, and says why
+        if kind is Verify:        # not an error of the model: it stays unverified, and says why
             self.verify_failure = summary
             self.verification_changed.emit()
             return
-        if kind is Kind.RUN:
+        if kind is Run:
             path = request.args["image"]
             self.failed[path] = summary
             self._batch_done += 1
@@ -665,33 +583,24 @@ class Session(QObject):
                 self.current_changed.emit(None)
             self._report_runs()
             return
-        if kind is Kind.RELEVANCE:
-            key = (str(request.args["image"]), request.args.get("target"))
-            self.relevance_failures[key] = summary
-            self.relevance_failed.emit(key[0], key[1], summary)
-        elif kind is Kind.TEXT:
-            key2 = (str(request.args["image"]), str(request.args["prompt"]))
-            self.text_failures[key2] = summary
-            self.text_failed.emit(key2[0], key2[1], summary)
-        elif kind is Kind.FEATURES:
-            self.features_failures[str(request.args["image"])] = summary
-            self.features_failed.emit(str(request.args["image"]), summary)
+        if isinstance(request, PassRequest):
+            self.passes[kind].fail(request, summary)
         elif kind in ANALYSES:
             self.analysis_failed.emit(kind, summary)
-        if kind is Kind.LOAD:
+        if kind is Load:
             self.loading_changed.emit(bool(self.loading))
             if not self.loading:
                 self.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
-        if kind is Kind.PROBE:
+        if kind is Probe:
             self.devices_found.emit(["cpu"])
-        elif kind is Kind.POSEMBED:
+        elif kind is PosEmbed:
             self.pos_embed, self.pos_grid, self.rope = None, None, None
-        self.error.emit(FAILED_TITLES[kind], summary, details)
-        if kind is Kind.LOAD:
+        self.error.emit(request.title, summary, details)
+        if kind is Load:
             self.ensure_all()   # the load made queued runs stale; the previous model is still there
-        elif kind is Kind.MOVE:
+        elif kind is Move:
             self.device_changed.emit(self.device)
-        elif kind is Kind.CATALOG:
+        elif kind is Catalog:
             self.catalog_failed.emit()
 
     def _forget_results(self) -> None:
@@ -699,11 +608,11 @@ class Session(QObject):
         self._cache.clear()
         self.failed.clear()
         self.head_stats.clear()
-        self.relevance_failures.clear()
-        self.text_failures.clear()
-        self.features_failures.clear()
+        for store in self.passes.values():
+            store.forget()
 
-    def _evict(self, keep: str) -> None:
+    def evict(self, keep: str) -> None:
+        """Drop the least recently used results until the cache fits `cache_bytes` (never `keep`)."""
         total = sum(m.nbytes for m in self._cache.values())
         while total > self.cache_bytes and len(self._cache) > 1:
             path, maps = next(iter(self._cache.items()))
@@ -716,9 +625,9 @@ class Session(QObject):
 
 def _doing(request: Request) -> str:
     """What a request running the user's code is doing, for the status bar ('the code of my_vit.py:build')."""
-    if request.kind is Kind.LOAD:
+    if request.kind is Load:
         return f"the code of {Path(str(request.args.get('code') or '')).name}"
-    if request.kind is Kind.RUN:
+    if request.kind is Run:
         return f"the model's own code on {Path(str(request.args.get('image'))).name}"
-    text = describe_request(request).rstrip("…")
+    text = request.describe().rstrip("…")
     return text[:1].lower() + text[1:]

@@ -16,9 +16,9 @@ from typing import Callable
 import numpy as np
 
 from vitviz.core.colormaps import available_colormaps
-from vitviz.core.mapkinds import WINDOW_UNSHOWN
+from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names
 from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps,
-                              SelectionError, pending_stack, resolve_index)
+                              SelectionError, resolve_index)
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import FUSIONS, RolloutParams
 from vitviz.core.tokens import Fusion
@@ -28,21 +28,10 @@ __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "RO
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options"]
 
-MAP_CHOICES = {   # --map: what each name shows (the same words and meanings as `vitviz export --maps`)
-    "cls": "the CLS token's attention over the patches (without CLS: the same as mean)",
-    "mean": "the attention each patch receives, averaged over the patch queries",
-    "max": "the attention each patch receives, maximised over the patch queries",
-    "rollout": "attention rollout through the layers up to --layer (heads fused; --head does not apply); "
-               "rollout:N from token N",
-    "token:N": "the attention row of token N (token 0 is CLS when the model has one)",
-    "relevance[:N]": "Chefer's class relevance of class N (default: the top class); gradrollout[:N] and "
-                     "attngrad[:N] the gradient rollout and attention x gradient; text:PROMPT the LeGrad of a "
-                     "text prompt (CLIP, SigLIP)",
-    "pool": "a MAP pooling head's attention over the patches (SigLIP, PE: their 'CLS attention'); rollout:pool "
-            "the rollout of its query",
-}
 SOURCES = MAP_KINDS + ("relevance", "pool")   # the image panel's map sources: attention, the gradient maps of a
-                                              # class, and a MAP head's attention (only offered for such models)
+                                              # class or a prompt, and a MAP head's attention (only for such models)
+# --map: what each name shows (the table of map kinds: the same words and meanings as `vitviz export --maps`)
+MAP_CHOICES = {KINDS[k].syntax: KINDS[k].help for k in KINDS if k not in WINDOW_UNSHOWN}
 RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient rollout",
                      "attngrad": "Attention × gradient"}   # the gradient map kinds (`GRADIENT_KINDS`)
 COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
@@ -184,7 +173,7 @@ def state_for(kind: MapKind) -> dict[str, object]:
     if kind.kind in WINDOW_UNSHOWN:
         raise ValueError(f"--map {kind.label}: {WINDOW_UNSHOWN[kind.kind]}; the window shows: "
                          f"{', '.join(MAP_CHOICES)}")
-    if kind.kind in ("cls", "mean", "max", "pool"):
+    if kind.kind in SOURCES and kind.kind in bare_names():
         return {"source": kind.kind}
     if kind.kind == "poolrollout":
         return {"source": "rollout", "rollout_pool": True}
@@ -262,33 +251,10 @@ def map_label(state: ViewState) -> str:
     return map_kind(state).label
 
 
-TEXT_STACKS = "gui_text_stacks"
-
-
-def text_stacks(maps: ResultMaps) -> dict[str, MapStack]:
-    """The LeGrad stacks of the text prompts computed for a result (kept with it, so they leave with it)."""
-    held = getattr(maps, TEXT_STACKS, None)
-    if held is None:
-        held = {}
-        setattr(maps, TEXT_STACKS, held)
-    return held
-
-
 def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
-    """The stack of every layer and head of the map the state selects; while a class's gradient maps are being
-    computed, a placeholder of zeros titled so (`MapStack.pending`, which is never exported), as for a MAP head's
-    map of a model without one."""
-    kind = map_kind(state)
-    if kind.source == "text":
-        stack = text_stacks(maps).get(str(kind.target))
-        return stack if stack is not None else pending_stack(kind, maps.grid, 1, 1,
-                                                             title=f"LeGrad of {kind.target!r}: computing…")
-    if not maps.has(kind):
-        spec = maps.result.spec
-        none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
-                "have one)") if kind.source == "pool" else ""
-        return pending_stack(kind, maps.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
-    return maps.stack(kind)
+    """The stack of every layer and head of the map the state selects (`ResultMaps.stack_or_pending`: while its pass
+    runs, a placeholder of zeros titled so, which is never exported)."""
+    return maps.stack_or_pending(map_kind(state))
 
 
 def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:

@@ -10,26 +10,23 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from vitviz.core.mapkinds import lacks
+from vitviz.core.mapkinds import KINDS, lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
-from vitviz.gui.state import COLORMAPS, ViewState, map_kind, resolve_index
+from vitviz.gui.state import COLORMAPS, SOURCES, ViewState, map_kind, resolve_index
 
-SOURCE_LABELS = {"cls": "CLS attention", "mean": "Mean attention received", "max": "Max attention received",
-                 "rollout": "Attention rollout", "token": "Attention of query token", "relevance": "Class relevance",
-                 "pool": "Pooling attention (MAP head)"}
-SOURCE_TIPS = {"cls": "The CLS token's attention over the patches (--map cls)",
-               "mean": "The attention each patch receives, averaged over the patch queries (--map mean)",
-               "max": "The attention each patch receives, maximised over the patch queries (--map max)",
-               "rollout": "Attention rollout through the layers up to the selected one (--map rollout)",
-               "token": "The attention row of the query token (--map token:N); click a patch to pick one",
-               "relevance": "What the model looks at for one class, from attention gradients (a backward pass per "
-                            "image and class; --maps relevance:CLASS): pick the method and class below",
-               "pool": "The MAP pooling head's attention over the patches, per pooling head: the 'CLS attention' "
-                       "of a model without a CLS token (SigLIP, PE; --maps pool). One map of the whole model"}
+# the map sources the selector offers, named and explained by the table of map kinds (a new attention kind there
+# appears here by itself); 'relevance' stands for all the gradient maps and the text prompt, picked below it
+SOURCE_LABELS = {key: KINDS[key].label for key in SOURCES}
+SOURCE_TIPS = {key: f"{KINDS[key].help[:1].upper()}{KINDS[key].help[1:]} (--map {KINDS[key].syntax})"
+               for key in SOURCES}
+SOURCE_TIPS["token"] += "; click a patch to pick one"
+SOURCE_TIPS["relevance"] = ("What the model looks at for one class, from attention gradients (a backward pass per "
+                            "image and class; --map relevance:CLASS), or for a text prompt: pick the method and "
+                            "class below")
 NO_MODEL_TEXT = "No model loaded.\nFile › Open model, or drop a checkpoint on the window."
 LAYER_SPECIALS = {-1: "mean"}
 HEAD_SPECIALS = {-2: "max", -1: "mean"}

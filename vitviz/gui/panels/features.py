@@ -33,7 +33,7 @@ from vitviz.gui.panels.base import (
 )
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
-from vitviz.gui.worker import Compared, Kind, PcaFitted, Shared
+from vitviz.gui.protocol import Analysis, Compared, PcaFitted, Shared
 
 TABS = ("pca", "similarity", "norms")
 SCOPES = {"image": "this image", "all": "all open images"}
@@ -235,8 +235,8 @@ class FeaturesPanel(LazyPanel):
         state.subscribe(self._on_state)
         session.current_changed.connect(self._on_current_changed)
         session.model_loaded.connect(self._on_model_loaded)
-        session.features_ready.connect(self._on_features_ready)
-        session.features_failed.connect(self._on_features_failed)
+        session.features_pass.ready.connect(self._on_features_ready)
+        session.features_pass.failed.connect(self._on_features_failed)
         session.result_ready.connect(self._on_result_ready)
         session.images_added.connect(self._on_images_changed)
         session.images_removed.connect(self._on_images_changed)
@@ -459,7 +459,7 @@ class FeaturesPanel(LazyPanel):
                 self.scope_combo.currentData() == "all" and path in self._asked):
             self.request_redraw()
 
-    def _on_features_failed(self, path: str, _why: str) -> None:
+    def _on_features_failed(self, path: str, _key: object, _why: str) -> None:
         self._on_features_ready(path)
 
     def _on_images_changed(self, _paths: list[str]) -> None:
@@ -484,7 +484,7 @@ class FeaturesPanel(LazyPanel):
         if self.tab == "norms":
             self.request_redraw()
 
-    def _on_analysis_failed(self, kind: Kind, summary: str) -> None:
+    def _on_analysis_failed(self, kind: type[Analysis], summary: str) -> None:
         self.status.setText(summary)
 
     def _fill_others(self) -> None:
@@ -524,11 +524,11 @@ class FeaturesPanel(LazyPanel):
             return
         if maps.features is None:
             path = self.session.current
-            why = self.session.features_failures.get(path)
-            if why is None and self.session.request_features(path):
+            why = self.session.features_pass.failures.get((path, None))
+            if why is None and self.session.features_pass.request(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
             else:
-                why = why or self.session.features_failures.get(path)     # refused without asking the worker
+                why = why or self.session.features_pass.failures.get((path, None))     # refused without asking the worker
                 self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
             return
         self.status.setText("")
@@ -548,8 +548,8 @@ class FeaturesPanel(LazyPanel):
                 continue
             if path not in self._asked:
                 self._asked.add(path)
-                self.session.request_features(path)
-            waiting = waiting or self.session.features_pending(path)
+                self.session.features_pass.request(path)
+            waiting = waiting or self.session.features_pass.pending(path)
         held = [p for p in self.session.images if (m := self.session.result(p)) is not None and m.features is not None]
         return (held if current in held else [current, *held]), waiting
 
@@ -587,8 +587,8 @@ class FeaturesPanel(LazyPanel):
                 self.sim_b.clear(f"running {Path(other).name}…")
                 return
             if second.features is None:
-                why = self.session.features_failures.get(other)
-                asked = why is None and self.session.request_features(other)
+                why = self.session.features_pass.failures.get((other, None))
+                asked = why is None and self.session.features_pass.request(other)
                 self.sim_b.clear(f"capturing the features of {Path(other).name}…" if asked else
                                  f"no features for {Path(other).name}: {why}")
                 return

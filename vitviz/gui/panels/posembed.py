@@ -25,7 +25,7 @@ from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label,
 from vitviz.gui.panels.rope import RopeSection
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
-from vitviz.gui.worker import RopeKernels
+from vitviz.gui.protocol import RopeKernels
 
 MOSAIC_TEXT = "every position's map"
 LEARNED_MIN_PX = 240        # the learned table's maps never get less (with RoPE below them the dock scrolls)

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.gui.panels.base import TEXT, dark_layout, image_view, select_frame
-from vitviz.gui.worker import RopeKernels
+from vitviz.gui.protocol import RopeKernels
 
 ROPE_ONLY = "RoPE — no learned absolute position embedding"
 ROPE_MIN_PX = 220           # the kernel maps never get less (the position dock scrolls)

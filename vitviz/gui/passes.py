@@ -1,0 +1,76 @@
+"""One on-demand pass over the cached image results, as one small state machine used for every such pass.
+
+The class relevance (keyed by class), the LeGrad map of a text prompt (keyed by prompt) and the token features (no
+key) are each a `PassStore` over their request class (`vitviz.gui.protocol.PassRequest`): asked for an image whose
+result is cached, it submits the request unless the result holds the answer already, one is on its way, or it
+failed before (then it is not asked again until the model or input size changes); the answer is kept in the
+image's `ResultMaps` by the request itself (`keep`), a failure remembered with its reason. A new on-demand pass is
+one more request class and one more store.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal
+
+from vitviz.gui.protocol import PassRequest
+
+if TYPE_CHECKING:
+    from vitviz.gui.session import Session
+
+ANY = object()   # `pending(path)`: for any key
+
+
+class PassStore(QObject):
+    """The requests of one pass kind for the session's cached results."""
+
+    ready = Signal(str)                 # image path whose pass (for some key) is now kept in its result
+    failed = Signal(str, object, str)   # image path, key, summary
+
+    def __init__(self, session: "Session", request: type[PassRequest]) -> None:
+        super().__init__(session)
+        self.session, self.request_type = session, request
+        self.failures: dict[tuple[str, Any], str] = {}   # (image, key) -> why (not asked again)
+
+    def request(self, path: str, key: Any = None) -> bool:
+        """Ask for the pass of `key` on an image whose result is cached, ahead of queued runs; answered by `ready`
+        (and `current_changed` for the current image when the pass changes its maps) or `failed`. False when
+        there is nothing to ask: no result yet, held already, failed before, or refused for this model (then
+        `failures` says why)."""
+        s = self.session
+        maps = s.cached(path)
+        if maps is None or self.request_type.held(maps, key) or (path, key) in self.failures:
+            return False
+        why = self.request_type.refused(s.spec, key)
+        if why:                       # said where the pass is shown, not in a dialog
+            self.failures[(path, key)] = why
+            return False
+        if not self.pending(path, key):
+            s.client.submit(self.request_type.of(path, s.image_size, key), first=True)
+        return True
+
+    def pending(self, path: str, key: Any = ANY) -> bool:
+        """Whether the pass of `path` (of `key`; any key by default) at the current size is on its way."""
+        return any(r.image == path and r.image_size == self.session.image_size and (key is ANY or r.key == key)
+                   for r in self.session.client.pending(self.request_type))   # type: ignore[attr-defined]
+
+    def answer(self, request: PassRequest, answer: Any) -> None:
+        """Keep an answer in its image's result (dropped when the size changed or the result left the cache)."""
+        s = self.session
+        maps = s.cached(request.image)
+        if request.image_size != s.image_size or maps is None:
+            return
+        request.keep(maps, answer)
+        s.evict(keep=request.image)
+        self.ready.emit(request.image)
+        if request.redraws and request.image == s.current:
+            s.current_changed.emit(maps)   # what the current image shows has changed
+
+    def fail(self, request: PassRequest, summary: str) -> None:
+        """Remember why the pass failed (it is not asked again) and say so."""
+        self.failures[(request.image, request.key)] = summary
+        self.failed.emit(request.image, request.key, summary)
+
+    def forget(self) -> None:
+        """A new model or input size: no failure of the old one holds."""
+        self.failures.clear()

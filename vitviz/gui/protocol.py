@@ -1,0 +1,791 @@
+"""The worker's protocol: requests that carry their own work, and their answers (no Qt, no torch at import).
+
+A request is one object made on the GUI thread (`WorkerClient.submit(Run, image=..., image_size=...)`) whose class
+says everything about its kind of work: its fields (the arguments), what it answers (`answer`, a frozen dataclass
+such as `Ran`), what the status bar says while it runs (`describe`), the title of the dialog when it fails
+(`title`), whether it runs the model's own code (`user_code`), whether a new model makes it stale (`about_model`),
+and the work itself (`__call__(ctx)`, run by the worker in its thread with `ctx` the worker: its `model`, its
+download progress). The worker only calls it; the client sends one `answered(request, answer)` for every kind.
+Adding a kind of work is one request class (and its answer) here plus the code that shows its answer.
+
+The on-demand passes of a cached image result (`Relevance`, `Text`, `Features`: `PassRequest`) also say how they
+are keyed (`key`: the class, the prompt, nothing), whether a result holds them already (`held`) and how an answer
+is kept in it (`keep`, into `vitviz.core.maps.ResultMaps`), so one `vitviz.gui.passes.PassStore` serves them all.
+
+torch is imported inside the work of each request (in the worker thread), never here, so the window can import
+this module before torch is loaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+
+from vitviz import catalog
+from vitviz.core.maps import PosEmbedData, ResultMaps
+from vitviz.core.spec import AttentionResult, ModelSpec
+
+if TYPE_CHECKING:  # they import torch: the work imports them when it runs, in the worker thread
+    from vitviz.core.features import FeatureStack, PatchSimilarity, PcaResult
+    from vitviz.core.relevance import LeGradMap
+    from vitviz.core.relevance import Relevance as ClassRelevance
+
+NO_MODEL = "no model is loaded; open a checkpoint first (File > Open model)"
+HISTOGRAM_BINS = 60      # bins of the token-norm histogram across layers
+
+
+NamedRow = tuple[str, "str | None", int]      # a named model, its cached file or None, its download size in bytes
+
+
+@dataclass(frozen=True)
+class Probed:
+    """The devices this computer offers ('cpu' first), what each is ('cuda' -> 'NVIDIA H200', as torch names
+    it) and the torch version running them (with its build suffix, e.g. '2.5.1+cu124')."""
+
+    devices: tuple[str, ...]
+    names: tuple[tuple[str, str], ...] = ()
+    torch_version: str = ""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model has loaded. `counts`: parameters per part (plain ints, so the GUI needs no torch); `refused`: why the
+    requested device could not be used and the model went to the CPU ('' when it was used).
+
+    A model run from its own code (the live path, `spec.family == 'live'`) says which mechanism found which
+    attention layer (`layers`: (module name, mechanism)) and which attention calls were not self-attention over the
+    image tokens (`skipped`: (module name, mechanism, shape)). `interruptible`: a forward pass can stop between
+    layers when the window closes (False: a user's module without blocks or attention modules to hook).
+
+    `library_layout`: the family is one whose hyperparameters vitviz has tables for (`hyperparams.TABLE_FAMILIES`:
+    timm, DeiT, HF, ...), not a hand-written or tutorial layout; `described`: (field, sentence) for each of
+    `spec.assumptions` (`hyperparams.describe_guess`), so the window needs neither module (they import torch)."""
+
+    spec: ModelSpec
+    device: str
+    counts: dict[str, int]
+    refused: str = ""
+    layers: tuple[tuple[str, str], ...] = ()
+    skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    interruptible: bool = True
+    library_layout: bool = True
+    described: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One image's result with its CLS and rollout maps and head statistics precomputed."""
+
+    maps: ResultMaps
+
+
+@dataclass(frozen=True, eq=False)
+class RopeKernels:
+    """What a RoPE model's rotary position embedding does to attention at `grid` (`vitviz.core.posembed.
+    rope_kernel`, computed in the worker): the q·k rotation kernel by 2-D offset, (L', H', 2gh - 1, 2gw - 1),
+    entry (dy + gh - 1, dx + gw - 1) the mean cos of the rotation between a query and a key that far apart.
+    L' = H' = 1 when every layer and head rotates alike (axial and DINOv3 RoPE: fixed frequencies); RoPE-Mixed
+    (learned frequencies) has one kernel per layer and head. Only indexed on the GUI thread."""
+
+    grid: tuple[int, int]
+    kernels: np.ndarray
+    kind: str
+
+    @property
+    def per_head(self) -> bool:
+        """Whether the kernel differs per layer and head (learned frequencies)."""
+        return self.kernels.shape[0] * self.kernels.shape[1] > 1
+
+    def kernel(self, layer: int | str = 0, head: int | str = "mean") -> np.ndarray:
+        """(2gh - 1, 2gw - 1) the kernel of one layer and head; 'mean' (or 'max', which has no meaning for a
+        kernel) averages the heads, layer 'mean' the layers."""
+        k = self.kernels
+        k = k.mean(axis=0) if isinstance(layer, str) else k[min(max(int(layer), -k.shape[0]), k.shape[0] - 1)]
+        return k.mean(axis=0) if isinstance(head, str) else k[min(max(int(head), -k.shape[0]), k.shape[0] - 1)]
+
+    def at(self, patch: tuple[int, int], layer: int | str = 0, head: int | str = "mean") -> np.ndarray:
+        """(gh, gw) the kernel seen from patch (r, c): entry (i, j) is kernel[i - r + gh - 1, j - c + gw - 1] (as
+        `vitviz.core.posembed.kernel_at`, without its torch import)."""
+        (gh, gw), (r, c) = self.grid, patch
+        return self.kernel(layer, head)[gh - 1 - r: 2 * gh - 1 - r, gw - 1 - c: 2 * gw - 1 - c]
+
+
+@dataclass(frozen=True)
+class PosEmbedded:
+    """The position embedding at `grid` (rows, cols) with its similarities; `data` None: the model has no learned
+    absolute position embedding. `rope`: the RoPE kernels of a model with rotary positions (None without)."""
+
+    grid: tuple[int, int]
+    data: PosEmbedData | None
+    rope: RopeKernels | None = None
+
+
+@dataclass(frozen=True)
+class Cataloged:
+    """The checkpoints on this computer (a `catalog.ScanResult`: its `skipped` names the folders that could not be
+    read) and every named model with its cached file (or None) and its download size in bytes."""
+
+    entries: catalog.ScanResult
+    named: tuple[NamedRow, ...]
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The model now runs on `device`."""
+
+    device: str
+
+
+@dataclass(frozen=True, eq=False)
+class Explained:
+    """The gradient maps of one class of `image` (`vitviz.core.relevance.class_relevance`): asked for `target`
+    (None: the top class; `relevance.target` is the class explained)."""
+
+    image: str
+    target: int | None
+    relevance: ClassRelevance
+
+
+@dataclass(frozen=True, eq=False)
+class Prompted:
+    """LeGrad of a text prompt on `image` (`vitviz.core.text.prompt_relevance`: its map and per-layer scores)."""
+
+    image: str
+    prompt: str
+    leg: LeGradMap
+
+
+@dataclass(frozen=True, eq=False)
+class Featured:
+    """Every block's output tokens of `image` (raw and after the final norm) with the (L, gh, gw) patch and (L, P)
+    prefix output-token norms, and the per-layer histogram of the patch norms on shared bins ((L, bins) counts,
+    (bins + 1,) edges)."""
+
+    image: str
+    features: FeatureStack
+    norms: np.ndarray
+    prefix_norms: np.ndarray
+    counts: np.ndarray
+    edges: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PcaFitted:
+    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order)."""
+
+    sources: tuple[str, ...]
+    layer: int
+    pca: PcaResult
+
+
+@dataclass(frozen=True, eq=False)
+class Compared:
+    """Patch feature similarity at block `layer` within `sources[0]` and to `sources[1]` ('' without a second
+    image); `similarity.maps(row, col)` answers a hover in a few milliseconds."""
+
+    sources: tuple[str, str]
+    layer: int
+    similarity: PatchSimilarity
+
+
+@dataclass(frozen=True, eq=False)
+class Shared:
+    """The patches of `image` whose output-token norm at block `layer` exceeds `threshold` (`mask`, (gh, gw)) and
+    the share of attention they receive in every layer and head ((L, H), averaged over all queries)."""
+
+    image: str
+    layer: int
+    threshold: float
+    mask: np.ndarray
+    share: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Verified:
+    """The loaded model checked against its original (`vitviz.core.verify.Verification`: `verdict` 'verified',
+    'unverified' or 'differs', `summary()`, `first_differing_layer`, `to_dict()`)."""
+
+    verification: Any
+
+
+
+
+class Context(Protocol):
+    """What a request's work gets from the worker that runs it (`vitviz.gui.worker.InferenceWorker`)."""
+
+    model: Any      # the loaded model (None before the first load); a load replaces it
+
+    def download_progress(self, name: str) -> Any:
+        """The `progress` callback for downloading the named model `name` (stops it when asked to)."""
+
+
+def _image_name(image: Any) -> str:
+    return Path(str(image)).name
+
+
+@dataclass(eq=False)
+class Request:
+    """One unit of work. `id` increases with every request (answers to older ids may be stale); the fields of a
+    subclass are its arguments (`args`). Requests compare by identity."""
+
+    id: int = field(default=0, kw_only=True)
+
+    answer: ClassVar[type] = object
+    title: ClassVar[str] = "Could not do that"   # the error dialog's title when it fails
+    user_code: ClassVar[bool] = True              # runs the model (and so a live model's own code)
+    about_model: ClassVar[bool] = True            # a new model makes it stale
+    needs_model: ClassVar[bool] = True
+
+    @classmethod
+    def make(cls, **args: Any) -> "Request":
+        """The request with these arguments (`WorkerClient.submit(cls, **args)`)."""
+        return cls(**args)
+
+    @property
+    def kind(self) -> type["Request"]:
+        """Its class: `request.kind is Run`."""
+        return type(self)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """Its arguments by name (every field but `id`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "id"}
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:   # overridden by a field in the requests that have one
+        return None
+
+    def describe(self) -> str:
+        """What the status bar says while it runs."""
+        return "Working…"
+
+    def name_failure(self, summary: str) -> str:
+        """The failure's one-line summary as the dialog shows it."""
+        return summary
+
+    def __call__(self, ctx: Context) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def model_of(ctx: Context) -> Any:
+        """The loaded model, or a clear error without one."""
+        if ctx.model is None:
+            raise RuntimeError(NO_MODEL)
+        return ctx.model
+
+
+@dataclass(eq=False)
+class Probe(Request):
+    """List the devices (the first request: it imports torch)."""
+
+    answer = Probed
+    title = "Could not start the inference engine"
+    user_code = False
+    about_model = False
+    needs_model = False
+
+    def describe(self) -> str:
+        return "Looking for devices…"
+
+    def __call__(self, ctx: Context) -> Probed:
+        import torch
+
+        from vitviz.core.runtime import available_devices
+
+        devices = tuple(available_devices())
+        names = [("cpu", "CPU")]
+        for device in devices[1:]:
+            index = int(device.split(":")[1]) if ":" in device else 0
+            names.append((device, str(torch.cuda.get_device_name(index))))
+        return Probed(devices, tuple(names), str(torch.__version__))
+
+
+@dataclass(eq=False)
+class Load(Request):
+    """Load a checkpoint or a named model (downloaded if needed) on `device`, with `overrides` (heads=, mean=...);
+    with code='FILE.py:FACTORY' (asked for by the user), the user's model and its weights `path`."""
+
+    path: str | None = None
+    device: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    answer = Loaded
+    title = "Could not load model"
+    about_model = False   # it is the new model
+
+    @classmethod
+    def make(cls, path: str | None = None, device: str | None = None, **overrides: Any) -> "Load":
+        return cls(path=path, device=device, overrides=overrides)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return {"path": self.path, "device": self.device, **self.overrides}
+
+    @property
+    def code(self) -> str:
+        return str(self.overrides.get("code") or "")
+
+    def describe(self) -> str:
+        if self.code:
+            return f"Building the model with {self.code}" + (f" and loading {self.path}" if self.path else "") + "…"
+        return f"Loading model {self.path}…"
+
+    def name_failure(self, summary: str) -> str:
+        """Names the checkpoint (or model name) it was about, if the summary does not already."""
+        subject = self.path or self.code
+        return f"{subject}: {summary}" if subject and str(subject) not in summary else summary
+
+    def __call__(self, ctx: Context) -> Loaded:
+        """A device that is not available here (or no device at all) is refused and the model loads on the CPU:
+        `Loaded.refused` says why ('' when the device was used). A failed load keeps the previous model."""
+        import vitviz
+
+        path, device, refused = self.path, self.device, ""
+        if device not in (None, "", "auto"):
+            from vitviz.core.runtime import resolve_device
+
+            try:
+                resolve_device(device)
+            except (vitviz.DeviceError, RuntimeError, ValueError) as exc:   # no CUDA here, or not a device name
+                refused, device = summarize(exc), "cpu"
+        if path and catalog.is_named_model(path):
+            path = str(catalog.resolve_named(path, progress=ctx.download_progress(path)))
+        model = vitviz.load(path or None, device=device,
+                            **{k: v for k, v in self.overrides.items() if v is not None})
+        if getattr(model, "windowed", False):   # Swin, SAM / ViTDet: a result of its own the views cannot show yet
+            raise vitviz.VitvizError(
+                f"{path}: a windowed model ({model.spec.family}; attention per window and stage) opened correctly, "
+                "but the window's views of windowed attention are not ready yet; use `vitviz info` and `vitviz "
+                "export --maps received,query:N` for its maps. The model loaded before is still open")
+        ctx.model = model   # replaced only on success: a failed load keeps the previous model
+        layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
+        skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
+                        for n, m, shape in getattr(model, "skipped", None) or ())
+        from vitviz.core.hyperparams import TABLE_FAMILIES, describe_guess
+
+        spec = model.spec
+        described = tuple((name, describe_guess(spec, name)) for name, _source in spec.assumptions)
+        return Loaded(spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
+                      bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described)
+
+
+@dataclass(eq=False)
+class Run(Request):
+    """Run one image at `image_size` (None: the model's) and precompute its maps, off the GUI thread."""
+
+    image: str = ""
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = Ran
+    title = "Could not run the image"
+
+    def describe(self) -> str:
+        size = self.image_size
+        return f"Running {_image_name(self.image)}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
+
+    def __call__(self, ctx: Context) -> Ran:
+        maps = ResultMaps(self.model_of(ctx).run(self.image, image_size=self.image_size))
+        maps.precompute()
+        return Ran(maps)
+
+
+@dataclass(eq=False)
+class PosEmbed(Request):
+    """The position embedding resampled to `grid` (None: the model's) with its similarities, and a RoPE model's
+    rotation kernels at that grid."""
+
+    grid: tuple[int, int] | None = None
+
+    answer = PosEmbedded
+    title = "Could not read the position embedding"
+
+    def describe(self) -> str:
+        return "Reading the position embedding…"
+
+    def __call__(self, ctx: Context) -> PosEmbedded:
+        from vitviz.core.maps import pos_embed_data
+
+        model = self.model_of(ctx)
+        grid = tuple(self.grid) if self.grid else tuple(model.spec.grid)
+        pos = model.pos_embed(grid)
+        data = None if pos is None else pos_embed_data(pos, grid, model.spec.pos_prefix)
+        return PosEmbedded(grid, data, rope_kernels(model, grid))
+
+
+@dataclass(eq=False)
+class Catalog(Request):
+    """The ViT checkpoints on this computer (and the `recent` files), and every named model with its cached file
+    and download size."""
+
+    recent: list[str] = field(default_factory=list)
+
+    answer = Cataloged
+    title = "Could not list the models on this computer"
+    user_code = False
+    about_model = False
+    needs_model = False
+
+    def describe(self) -> str:
+        return "Looking for ViT checkpoints on this computer…"
+
+    def __call__(self, ctx: Context) -> Cataloged:
+        entries = catalog.scan(recent=self.recent)
+        named = []
+        for name in catalog.named_models():
+            cached = catalog.cached_named(name)
+            named.append((name, None if cached is None else str(cached), 4 * catalog.lookup_named(name).num_params))
+        return Cataloged(entries, tuple(named))
+
+
+@dataclass(eq=False)
+class Move(Request):
+    """Move the loaded model to `device`."""
+
+    device: str = "cpu"
+
+    answer = Moved
+    title = "Could not move the model"
+
+    def describe(self) -> str:
+        return f"Moving model to {self.device}…"
+
+    def __call__(self, ctx: Context) -> Moved:
+        ctx.model = self.model_of(ctx).to(self.device)
+        return Moved(str(ctx.model.device))
+
+
+class PassRequest(Request):
+    """An on-demand pass over one cached image result (`vitviz.gui.passes.PassStore`): its `image`, the
+    `image_size` it ran at, and a `key` (the class, the prompt; None when the pass has none)."""
+
+    image: str
+    redraws: ClassVar[bool] = True   # the current image's maps change when it is answered (`current_changed`)
+
+    @property
+    def key(self) -> Any:
+        return None
+
+    @classmethod
+    def of(cls, image: str, image_size: tuple[int, int] | None, key: Any) -> "PassRequest":
+        """The request for `image` at `image_size` with `key`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def held(maps: ResultMaps, key: Any) -> bool:
+        """Whether `maps` holds this pass's answer for `key` already."""
+        raise NotImplementedError
+
+    @staticmethod
+    def refused(spec: ModelSpec | None, key: Any) -> str:
+        """Why this model cannot give the pass at all ('' when it can), said without asking the worker."""
+        return ""
+
+    def keep(self, maps: ResultMaps, answer: Any) -> None:
+        """Keep the answer in the image's result."""
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Relevance(PassRequest):
+    """One class's gradient maps (Chefer relevance, gradient rollout, attention x gradient) of `image`: a forward
+    and backward pass of its own (the plain capture is untouched); `target` None: the top class."""
+
+    image: str = ""
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    target: int | None = None
+
+    answer = Explained
+    title = "Could not compute the class relevance"
+
+    @property
+    def key(self) -> int | None:
+        return self.target
+
+    @classmethod
+    def of(cls, image: str, image_size: tuple[int, int] | None, key: Any) -> "Relevance":
+        return cls(image=image, image_size=image_size, target=key)
+
+    @staticmethod
+    def held(maps: ResultMaps, key: Any) -> bool:
+        return maps.relevance(key) is not None
+
+    def keep(self, maps: ResultMaps, answer: Explained) -> None:
+        maps.add_relevance(answer.relevance, answer.target)
+
+    def describe(self) -> str:
+        return f"Class relevance of {_image_name(self.image)}…"
+
+    def __call__(self, ctx: Context) -> Explained:
+        from vitviz.core.relevance import class_relevance
+
+        rel = class_relevance(self.model_of(ctx), self.image, self.target, image_size=self.image_size)
+        return Explained(self.image, self.target, rel)
+
+
+@dataclass(eq=False)
+class Text(PassRequest):
+    """LeGrad of a text prompt on `image` (the text tower's embedding as the target): a forward and backward
+    pass."""
+
+    image: str = ""
+    prompt: str = ""
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = Prompted
+    title = "Could not compute the relevance of the text prompt"
+
+    @property
+    def key(self) -> str:
+        return self.prompt
+
+    @classmethod
+    def of(cls, image: str, image_size: tuple[int, int] | None, key: Any) -> "Text":
+        return cls(image=image, prompt=str(key), image_size=image_size)
+
+    @staticmethod
+    def held(maps: ResultMaps, key: Any) -> bool:
+        return str(key) in maps.texts
+
+    def keep(self, maps: ResultMaps, answer: Prompted) -> None:
+        maps.add_text(answer.prompt, answer.leg)
+
+    def describe(self) -> str:
+        return f"Relevance of {self.prompt!r} in {_image_name(self.image)}…"
+
+    def __call__(self, ctx: Context) -> Prompted:
+        from vitviz.core.text import prompt_relevance
+
+        leg = prompt_relevance(self.model_of(ctx), self.image, self.prompt, method="legrad",
+                               image_size=self.image_size)
+        return Prompted(self.image, self.prompt, leg)
+
+
+LIVE_FEATURES = ("the token features need vitviz's reference ViT; this model runs from its own code, whose block "
+                 "outputs are not exposed")
+
+
+@dataclass(eq=False)
+class Features(PassRequest):
+    """Every block's output tokens of `image` (a pass of its own) with their norms and the norms' histogram."""
+
+    image: str = ""
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = Featured
+    title = "Could not capture the token features"
+    redraws = False
+
+    @classmethod
+    def of(cls, image: str, image_size: tuple[int, int] | None, key: Any) -> "Features":
+        return cls(image=image, image_size=image_size)
+
+    @staticmethod
+    def held(maps: ResultMaps, key: Any) -> bool:
+        return maps.features is not None
+
+    @staticmethod
+    def refused(spec: ModelSpec | None, key: Any) -> str:
+        return LIVE_FEATURES if spec is not None and spec.family == "live" else ""
+
+    def keep(self, maps: ResultMaps, answer: Featured) -> None:
+        maps.add_features(answer.features, answer.norms, answer.prefix_norms, (answer.counts, answer.edges))
+
+    def describe(self) -> str:
+        return f"Token features of {_image_name(self.image)}…"
+
+    def __call__(self, ctx: Context) -> Featured:
+        from vitviz.core.features import capture_features, norm_histogram, prefix_norms, token_norms
+
+        stack = capture_features(self.model_of(ctx), self.image, image_size=self.image_size)
+        norms = token_norms(stack)
+        counts, edges = norm_histogram(norms, bins=HISTOGRAM_BINS)
+        return Featured(self.image, stack, norms, prefix_norms(stack), counts, edges)
+
+
+class Analysis(Request):
+    """An analysis of cached results for the panel that asked (needs no model; a newer one of the same kind
+    replaces it)."""
+
+    user_code = False
+    needs_model = False
+
+
+@dataclass(eq=False)
+class Pca(Analysis):
+    """Feature PCA of the images `sources` (their `features`) fitted together at block `layer`."""
+
+    features: list[Any] = field(default_factory=list)
+    sources: tuple[str, ...] = ()
+    layer: int = 0
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = PcaFitted
+    title = "Could not fit the feature PCA"
+
+    def describe(self) -> str:
+        return f"Feature PCA of {len(self.sources)} image(s)…"
+
+    def __call__(self, ctx: Context) -> PcaFitted:
+        from vitviz.core.features import feature_pca
+
+        return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer))
+
+
+@dataclass(eq=False)
+class Similarity(Analysis):
+    """The unit patch features of `a` and `b` (None: no second image) at `layer`, ready for hover queries."""
+
+    a: Any = None
+    b: Any = None
+    sources: tuple[str, str] = ("", "")
+    layer: int = 0
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = Compared
+    title = "Could not compare the patch features"
+
+    def describe(self) -> str:
+        return "Patch features for the similarity…"
+
+    def __call__(self, ctx: Context) -> Compared:
+        from vitviz.core.features import PatchSimilarity
+
+        return Compared(tuple(self.sources), self.layer,  # type: ignore[arg-type]
+                        PatchSimilarity.from_stacks(self.a, self.b, self.layer))
+
+
+@dataclass(eq=False)
+class Share(Analysis):
+    """The patches of `image` whose output-token norm at block `layer` exceeds `threshold`, and the share of
+    attention they receive in every layer and head."""
+
+    image: str = ""
+    result: AttentionResult | None = None
+    norms: Any = None
+    layer: int = 0
+    threshold: float = 0.0
+    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+
+    answer = Shared
+    title = "Could not measure the attention to high-norm tokens"
+
+    def describe(self) -> str:
+        return "Attention to the high-norm tokens…"
+
+    def __call__(self, ctx: Context) -> Shared:
+        from vitviz.core.features import attention_share, high_norm_mask
+
+        mask = high_norm_mask(self.norms[self.layer], self.threshold)
+        return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask))
+
+
+@dataclass(eq=False)
+class Verify(Request):
+    """Run the loaded model's original (timm, transformers, ..., or the user's `code`) on a probe input and
+    compare (`vitviz.core.verify.verify`); its verdict says whether the maps are the original's."""
+
+    code: str | None = None
+
+    answer = Verified
+    title = "Could not check the model against its original"
+
+    def describe(self) -> str:
+        return "Checking the model against its original…"
+
+    def __call__(self, ctx: Context) -> Verified:
+        from vitviz.core.verify import verify
+
+        return Verified(verify(self.model_of(ctx), code=self.code or None))
+
+
+REQUESTS: tuple[type[Request], ...] = (Probe, Load, Run, PosEmbed, Catalog, Move, Relevance, Text, Features, Pca,
+                                        Similarity, Share, Verify)
+
+
+class Kind:
+    """The request classes under short names (`Kind.RUN is Run`), for code that names a kind of work."""
+
+    PROBE = Probe
+    LOAD = Load
+    RUN = Run
+    POSEMBED = PosEmbed
+    CATALOG = Catalog
+    MOVE = Move
+    RELEVANCE = Relevance
+    TEXT = Text
+    FEATURES = Features
+    PCA = Pca
+    SIMILARITY = Similarity
+    SHARE = Share
+    VERIFY = Verify
+
+
+ANALYSES = (Pca, Similarity, Share)
+
+
+def hook_points(model: Any) -> list[Any]:
+    """The modules a forward pass of `model` can be stopped before: its transformer blocks (`model.net.blocks`:
+    the reference ViT's, or a user's module's when it has them), else the modules a live model found its attention
+    in (`LiveModel.layers`); [] when there are none (no model, or a user's module with neither). Needs no torch."""
+    net = getattr(model, "net", None)
+    if net is None:
+        return []
+    blocks = getattr(net, "blocks", None)
+    children = getattr(blocks, "children", None)
+    points = [b for b in children() if hasattr(b, "register_forward_pre_hook")] if callable(children) else []
+    if points:
+        return points
+    found: dict[int, Any] = {}
+    for name, _mechanism in getattr(model, "layers", None) or ():
+        try:
+            module = net.get_submodule(name) if name else None
+        except (AttributeError, TypeError, ValueError):    # a name read from the call stack, not a submodule path
+            module = None
+        if module is not None and module is not net and hasattr(module, "register_forward_pre_hook"):
+            found[id(module)] = module
+    return list(found.values())
+
+
+def rope_kernels(model: Any, grid: tuple[int, int]) -> RopeKernels | None:
+    """The RoPE kernels of `model` at `grid` (None for a model without RoPE): one for axial and DINOv3 RoPE, one
+    per layer and head for RoPE-Mixed. Runs torch: worker thread only."""
+    spec = model.spec
+    if not spec.rope:
+        return None
+    from vitviz.core.posembed import rope_kernel
+
+    if spec.rope != "mixed":
+        return RopeKernels(grid, rope_kernel(model, grid)[None, None], spec.rope)   # (1, 1, 2gh-1, 2gw-1)
+    kernels = np.stack([np.stack([rope_kernel(model, grid, head=h, layer=layer) for h in range(spec.num_heads)])
+                        for layer in range(spec.depth)])                          # (L, H, 2gh-1, 2gw-1)
+    return RopeKernels(grid, kernels.astype(np.float32), spec.rope)
+
+
+PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
+               ("prefix tokens", ("cls_token", "dist_token", "reg_token")), ("blocks", ("blocks.",)),
+               ("final norm", ("norm.", "fc_norm.")), ("head", ("head", "pre_logits")))
+
+
+def parameter_counts(net: Any) -> dict[str, int]:
+    """Parameters per part of the reference ViT, by name prefix (plain ints, so the GUI needs no torch)."""
+    counts = {name: 0 for name, _ in PARAM_PARTS}
+    counts["other"] = 0
+    for key, param in net.named_parameters():
+        part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
+        counts[part] += int(param.numel())
+    return {k: v for k, v in counts.items() if v or k != "other"}
+
+
+def summarize(exc: BaseException) -> str:
+    """One line for the dialog: the message of a vitviz error, or the type and message of anything else."""
+    from vitviz.errors import VitvizError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, VitvizError):
+        return text
+    if "out of memory" in text.lower():
+        return f"Out of memory: {text}"
+    return f"{type(exc).__name__}: {text}"
