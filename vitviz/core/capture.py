@@ -2,6 +2,10 @@
 
     model = vitviz.load("vit_b_16-c867db91.pth")   # -> VitModel (built by vitviz.core.load)
     result = model.run("cat.jpg")                  # -> AttentionResult with (L, H, T, T) attentions
+
+`ImageModel` holds what every model that satisfies `vitviz.core.protocol.Model` shares (spec, device, preparing
+an image, `run`); `VitModel` (the reference ViT) and `LiveModel` (`vitviz.core.live`, the user's module) each add
+their own `forward_captured`, `pos_embed`, `to` and `capabilities`.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 import torch
 
 from vitviz.core.model import AttentionProbe, PoolProbe, ReferenceViT
+from vitviz.core.protocol import ATTENTION, EARLY_STOP, FEATURES, GRADIENTS, MAP_HEAD, POS_TABLE, REFERENCE, ROWS
 from vitviz.core.runtime import SMALLER, check_host_memory, packing_fits, resolve_device
 from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
@@ -105,24 +110,29 @@ def pool_rows(pool: list[np.ndarray], spec: ModelSpec, index: int = 0) -> np.nda
     return out
 
 
-class VitModel:
-    """A loaded checkpoint: the reference ViT, its spec, and the device it runs on."""
+class ImageModel:
+    """What every loaded model shares (`vitviz.core.protocol.Model`): its module `net`, its spec, the device it runs
+    on, preparing an image and `run`. Subclasses give `forward_captured`, `pos_embed`, `to` and `capabilities`."""
 
-    def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
+    def __init__(self, net: torch.nn.Module, spec: ModelSpec, device: torch.device,
+                 dropped: list[str] | None = None) -> None:
         self.net, self.spec, self._device = net, spec, device
-        self.dropped = dropped
+        self.dropped: list[str] = dropped if dropped is not None else []  # checkpoint keys not used
         self._lock = threading.Lock()  # the capture hooks sit on the shared net: one forward pass at a time
-        self.packed_layers = 0  # Linear layers running with prepacked oneDNN weights (see core.packed)
 
     @property
     def device(self) -> str:
         return str(self._device)
 
-    def to(self, device: str | None) -> "VitModel":
-        """Move the model; a model too large for the device raises DeviceError and stays where it was."""
-        dev = self._move(device)
-        self.packed_layers = set_packed(self.net, dev.type == "cpu" and packing_fits(self.net))
-        return self
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this model can give (`vitviz.core.protocol`): asked instead of its class or family."""
+        raise NotImplementedError
+
+    def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
+                         upto: int | None = None, rows: Sequence[int] | None = None,
+                         pool: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
 
     def _move(self, device: str | None) -> torch.device:
         """Move `net` to `device`; out of memory there, it goes back where it was and DeviceError says why."""
@@ -179,6 +189,61 @@ class VitModel:
         size = (img.height, img.width)
         return x, disp, spec, src, (size, images.source_box(size, spec.preprocess))
 
+    def _tokens(self, x: torch.Tensor) -> int:
+        p = self.spec.patch_size
+        return self.spec.num_prefix + (int(x.shape[-2]) // p) * (int(x.shape[-1]) // p)
+
+    def _maps_bytes(self, x: torch.Tensor, layers: int, half: bool, rows: int | None = None) -> int:
+        """Bytes of the (B, L, H, T or rows, T) attention array a run of `x` captures."""
+        tokens = self._tokens(x)
+        return int(x.shape[0]) * layers * self.spec.num_heads * (rows or tokens) * tokens * (2 if half else 4)
+
+    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
+            logits: bool = True) -> AttentionResult:
+        """Run one image and capture every layer's attention.
+
+        Args:
+            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
+            image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
+            half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
+            logits: False skips everything after the last softmax (faster; the result's logits are empty).
+        """
+        x, disp, spec, src, seen = self.prepare(image, image_size)
+        size, box = seen or (None, None)
+        pool: list[np.ndarray] = []   # a MAP head's attention, when the model has one ('map_head'); else empty
+        attn, out = self.forward_captured(x, half, logits, pool=pool)
+        scores, features = split_output(out[0], spec)
+        return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
+                               spec=spec, source=src, features=features, source_box=box, source_size=size,
+                               pool_attention=pool_rows(pool, spec))
+
+
+class VitModel(ImageModel):
+    """A loaded checkpoint: the reference ViT, its spec, and the device it runs on."""
+
+    net: ReferenceViT
+
+    def __init__(self, net: ReferenceViT, spec: ModelSpec, device: torch.device, dropped: list[str]) -> None:
+        super().__init__(net, spec, device, dropped)
+        self.packed_layers = 0  # Linear layers running with prepacked oneDNN weights (see core.packed)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """Everything the reference ViT's hooks give; a MAP head's map when it pools with one, the position table
+        when it has one."""
+        caps = {ATTENTION, EARLY_STOP, ROWS, REFERENCE, GRADIENTS, FEATURES}
+        if self.spec.pooling == "map":
+            caps.add(MAP_HEAD)
+        if self.net.pos_embed is not None:
+            caps.add(POS_TABLE)
+        return frozenset(caps)
+
+    def to(self, device: str | None) -> "VitModel":
+        """Move the model; a model too large for the device raises DeviceError and stays where it was."""
+        dev = self._move(device)
+        self.packed_layers = set_packed(self.net, dev.type == "cpu" and packing_fits(self.net))
+        return self
+
     def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
                          upto: int | None = None, rows: Sequence[int] | None = None,
                          pool: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +257,7 @@ class VitModel:
         With `rows` only those query tokens' rows are kept: attentions (B, L, H, len(rows), T), a fraction of the
         memory (e.g. [0] for CLS maps of a large model at high resolution).
         A model with a MAP pooling head (`spec.pooling == 'map'`) appends that head's attention (B, H', 1, N') to
-        `pool` when it is a list and the full forward pass runs (`logits=True`).
+        `pool` when it is a list and the full forward pass runs (`logits=True`); without one `pool` stays empty.
         """
         with self._lock, torch.inference_mode():
             if pool is None or not logits:
@@ -243,35 +308,6 @@ class VitModel:
                               f"{SMALLER}") from e
         check_finite_forward(maps, x, self.spec, str(self.spec.source))   # NaN maps are refused, their cause named
         return maps, out
-
-    def _tokens(self, x: torch.Tensor) -> int:
-        p = self.spec.patch_size
-        return self.spec.num_prefix + (int(x.shape[-2]) // p) * (int(x.shape[-1]) // p)
-
-    def _maps_bytes(self, x: torch.Tensor, layers: int, half: bool, rows: int | None = None) -> int:
-        """Bytes of the (B, L, H, T or rows, T) attention array a run of `x` captures."""
-        tokens = self._tokens(x)
-        return int(x.shape[0]) * layers * self.spec.num_heads * (rows or tokens) * tokens * (2 if half else 4)
-
-    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
-            logits: bool = True) -> AttentionResult:
-        """Run one image and capture every layer's attention.
-
-        Args:
-            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
-            image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
-            half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
-            logits: False skips everything after the last softmax (faster; the result's logits are empty).
-        """
-        x, disp, spec, src, seen = self.prepare(image, image_size)
-        size, box = seen or (None, None)
-        pool: list[np.ndarray] = []
-        extra = {"pool": pool} if self.spec.pooling == "map" else {}  # subclasses (the live path) have no MAP head
-        attn, out = self.forward_captured(x, half, logits, **extra)
-        scores, features = split_output(out[0], spec)
-        return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
-                               spec=spec, source=src, features=features, source_box=box, source_size=size,
-                               pool_attention=pool_rows(pool, spec))
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N_pos, D) position embedding, grid part resampled to `grid`; None when the model has none."""

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from vitviz.core.capture import VitModel
-from vitviz.core.model import ReferenceViT
+from vitviz.core.protocol import FEATURES, capabilities_of
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 
@@ -106,9 +106,10 @@ def capture_features(model: VitModel, image: Any, layers: Sequence[int] | None =
         normed: also keep each layer's tokens after the model's final norm.
         image_size: run at another (h, w), as `VitModel.run`.
     """
+    if FEATURES not in capabilities_of(model):
+        raise FeatureError(f"feature capture needs vitviz's reference ViT; this model runs as "
+                           f"{type(getattr(model, 'net', model)).__name__}")
     net = model.net
-    if not isinstance(net, ReferenceViT):
-        raise FeatureError(f"feature capture needs vitviz's reference ViT; this model runs as {type(net).__name__}")
     depth = len(net.blocks)
     wanted = range(depth) if layers is None else layers
     blocks = []

@@ -19,8 +19,7 @@ from vitviz.core.capture import VitModel
 from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import FAMILY_NAMES, convert
 from vitviz.core.hyperparams import CROP_MODES, NUMERIC_FIELDS, OVERRIDES, POOLINGS, infer_spec, warn_guesses
-from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_live
-from vitviz.core.usercode import load_code
+from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
 from vitviz.core.validate import check_canonical, check_exact_tensors, check_overrides, check_spec, check_weights

@@ -63,6 +63,7 @@ import torch.nn.functional as F
 
 from vitviz.core.capture import VitModel
 from vitviz.core.model import ReferenceViT
+from vitviz.core.protocol import GRADIENTS, capabilities_of
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 
@@ -166,11 +167,12 @@ def pooling_query(spec: ModelSpec) -> tuple[np.ndarray, str]:
 
 
 def _check_model(model: VitModel) -> ReferenceViT:
-    net = getattr(model, "net", None)
-    if not isinstance(net, ReferenceViT):
+    """The model's reference ViT, when its attention is exposed to autograd ('gradients' in its capabilities)."""
+    if GRADIENTS not in capabilities_of(model):
+        net = getattr(model, "net", None)
         raise RelevanceError(f"gradient maps need vitviz's reference ViT; this model runs as "
                              f"{type(net).__name__} ({model.spec.family}): its attention is not exposed to autograd")
-    return net
+    return model.net
 
 
 @contextmanager

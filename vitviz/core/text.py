@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
+from vitviz.core.protocol import is_reference
 from vitviz.errors import VitvizError
 
 if TYPE_CHECKING:
@@ -48,9 +49,10 @@ def _path_of(source: "VitModel | str | Path") -> Path:
     spec = getattr(source, "spec", None)
     if spec is None:
         raise TextTowerError(f"text_embedding: expected a loaded model or a checkpoint path, got {type(source).__name__}")
-    if spec.family == "live":
-        raise TextTowerError(f"{spec.source}: a live module has no checkpoint to read a text tower from; pass the "
-                             "checkpoint's path instead")
+    if not is_reference(source):
+        raise TextTowerError(f"{spec.source}: this model is not vitviz's reference ViT (family {spec.family!r}: a "
+                             "module run from its own code has no converted checkpoint to read a text tower "
+                             "beside); pass the checkpoint's path instead")
     path = Path(str(spec.source)).expanduser()
     if not path.exists():
         raise TextTowerError(f"the model was not loaded from a file ({spec.source!r}), so there is no text tower to "

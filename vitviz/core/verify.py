@@ -410,7 +410,7 @@ def _capture(module: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], Any]
     """One forward of `module` with every self-attention it computes read where it is computed (the live path's
     capture: nn.MultiheadAttention weights per head, SDPA recomputed, explicit softmax copied): the (H, T, T)
     maps in call order and the forward's result."""
-    from vitviz.core.live import _Recorder, watch_attention
+    from vitviz.core.live.record import _Recorder, watch_attention
 
     recorder = _Recorder(int(x.shape[0]))
     with torch.inference_mode(), watch_attention(module, recorder):
@@ -420,7 +420,7 @@ def _capture(module: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], Any]
 
 def _main_tensor(out: Any) -> np.ndarray | None:
     """The output vector (K,) of a forward's result: a (1, K) tensor, or the one the live path shows."""
-    from vitviz.core.live import _main_output
+    from vitviz.core.live.describe import _main_output
 
     main, _ = _main_output(out)
     if main is None or main.dim() != 2:
@@ -714,8 +714,8 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device) -
 
 def _build_code(code: str, path: Path, device: torch.device) -> _Original:
     """The user's module from FILE.py:FACTORY with the file's weights loaded into it, as `load(path, code=...)`
-    does (`live.module_from_code`, `live.load_weights`)."""
-    from vitviz.core.usercode import load_weights, module_from_code
+    does (`live.code.module_from_code`, `live.code.load_weights`)."""
+    from vitviz.core.live.code import load_weights, module_from_code
 
     module = module_from_code(code)
     how = load_weights(module, path)

@@ -1,6 +1,9 @@
 """`--code FILE.py:FACTORY`: the user's own model class, built by running their file, with a weights file loaded.
 
-    model = load_code("model.py:build_vit", "weights.pth", {})     # -> LiveModel (vitviz.core.live)
+    model = load_code("model.py:build_vit", "weights.pth", {})     # -> LiveModel (vitviz.core.live.model)
+
+The only module of vitviz that imports a user's file (`importlib.util.spec_from_file_location`); the recorder
+and the describer run a module they are given, and never import code.
 
 `module_from_code` imports FILE.py (its folder on `sys.path` while it runs, so its own imports work) and calls
 FACTORY() -- that runs the file's code, so callers do it only when the user asks for it. Whatever the file does
@@ -30,7 +33,8 @@ import torch
 from torch import nn
 
 from vitviz.core.checkpoint import read_checkpoint
-from vitviz.core.live import LiveModel, UserCodeError, load_live, user_call
+from vitviz.core.live.errors import UserCodeError, user_call
+from vitviz.core.live.model import LiveModel, load_live
 
 _STRIP = ("module.", "_orig_mod.", "model.", "net.", "backbone.")
 

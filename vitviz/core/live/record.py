@@ -1,0 +1,521 @@
+"""The recorder: one `TorchFunctionMode` that sees the attention a module's own code computes, and `_Recorder`,
+which collects it per layer (see `vitviz.core.live` for the mechanisms).
+
+    recorder = _Recorder(batch=1)
+    with watch_attention(module, recorder):
+        module(x)
+    recorder.layers, recorder.maps      # [(module name, mechanism), ...], [(B, H, T, T), ...]
+
+Nothing here imports or describes the module: it only runs it (`_run`) and keeps what its forward computes.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+import threading
+import types
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from vitviz.core.live.errors import LiveModelError, _StopForward
+from vitviz.errors import NonFiniteError
+
+MHA = "nn.MultiheadAttention"
+SDPA = "scaled_dot_product_attention"
+SOFTMAX = "softmax"
+
+_SDPA_FN = F.scaled_dot_product_attention
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_SDPA_DEFAULTS: dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
+                                  "enable_gqa": False}
+_SOFTMAX_FNS = frozenset({F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax})
+_MHA_FN = F.multi_head_attention_forward
+_MHA_SIGNATURE = inspect.signature(_MHA_FN)
+# Modules that never own attention: a softmax inside one is credited to the module around it.
+_HELPERS = (nn.Softmax, nn.modules.dropout._DropoutNd, nn.Identity)
+
+# ---------------------------------------------------------------------------------------------------------------
+# The probabilities of an SDPA call
+
+
+def sdpa_scores(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """The scores `F.scaled_dot_product_attention` takes the softmax of, in float32: (..., L, S), `-inf` where
+    masked (see `sdpa_probabilities`)."""
+    q, k = query.float(), key.float()
+    if enable_gqa and k.dim() >= 3 and k.size(-3) != q.size(-3):
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
+    factor = 1.0 / math.sqrt(q.size(-1)) if scale is None else float(scale)
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(factor)  # (..., L, S)
+    if is_causal:
+        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+        scores.masked_fill_(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.float()
+    return scores
+
+
+def sdpa_probabilities(query: torch.Tensor, key: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                       is_causal: bool = False, scale: float | None = None,
+                       enable_gqa: bool = False) -> torch.Tensor:
+    """The attention probabilities `F.scaled_dot_product_attention` applies, in float32: (..., L, S).
+
+    `softmax(q k^T * scale + bias)` with scale 1/sqrt(E) by default; a bool mask keeps the True positions, a float
+    mask is added; `is_causal` keeps the lower triangle (top-left aligned); `enable_gqa` repeats the key heads.
+    A row with every position masked has no distribution and comes back as zeros.
+    """
+    return _probabilities(sdpa_scores(query, key, attn_mask, is_causal, scale, enable_gqa))
+
+
+def _probabilities(scores: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(scores, dim=-1).nan_to_num_(0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What one captured forward pass saw
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """How a module lays its attention out, as its probe found it; the captures after the probe follow it.
+
+    per_head: each layer computes one (B, T, T) map per head (a module per head, or a loop over heads), in
+        `heads` consecutive calls; `perms[i]` puts layer i's calls in head order (module order).
+    head_major: maps with the heads folded into the batch, (B*H, T, T), index h*B + b (else b*H + h, as
+        nn.MultiheadAttention and fairseq lay them out).
+    order: the token order shown (prefix tokens first), as indices into the module's own order; None when the
+        module puts them first already.
+    """
+
+    per_head: bool = False
+    heads: int = 0
+    perms: tuple[tuple[int, ...], ...] = ()
+    head_major: bool = False
+    order: tuple[int, ...] | None = None
+
+
+@dataclass
+class _HeadGroup:
+    """Single-head (B, T, T) calls of one layer being collected (probe and verify: grouped by the running frames).
+
+    frame: the frame that computed the first one (a loop over heads: the same frame computes them all); parent: the
+    module frame around it (a module per head: their caller's frame is the same); the frames are held, so that
+    `is` identifies one running call of a module."""
+
+    mechanism: str
+    frame: Any
+    parent: Any
+    prefix: str
+    names: list[str] = field(default_factory=list)
+    modules: list[int] = field(default_factory=list)
+    maps: list[torch.Tensor] = field(default_factory=list)
+    diags: list[torch.Tensor | None] = field(default_factory=list)
+    parent_name: str = ""
+
+
+class _Recorder:
+    """Collects the attention of one forward pass and knows which module is running.
+
+    Args:
+        batch: the input's batch size (3-D probabilities are one head's (B, L, S), or (B*H, L, S) viewed as
+            (B, H, L, S)).
+        tokens: keep only self-attention over this many tokens (None: every square map, for the probe).
+        keep: called with each kept (B, H, T, T) map; None stores them in `maps`.
+        capacity: how many layers `keep` can take; more is an error after the pass.
+        stop: stop the forward pass (`_StopForward`) once this many layers are kept.
+        heads: the head count every layer must have (the model's, once loaded).
+        layout: the probe's `AttentionLayout` (None: single-head calls are grouped into layers by the frames that
+            compute them, as the probe does).
+        scores: keep the diagonal of each layer's scores (before the softmax) in `diags`, (B, H, T) (the probe:
+            a token whose own score does not depend on the image is a prefix token).
+    """
+
+    def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
+                 capacity: int | None = None, stop: int | None = None, heads: int | None = None,
+                 layout: AttentionLayout | None = None, scores: bool = False) -> None:
+        self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
+        self.keep, self.layout, self.scores = keep, layout, scores
+        self.maps: list[torch.Tensor] = []
+        self.diags: list[torch.Tensor | None] = []
+        self.layers: list[tuple[str, str]] = []
+        self.skipped: list[tuple[str, str, tuple[int, ...]]] = []
+        self.calls: Counter[str] = Counter()
+        self.other_softmax: list[tuple[int, ...]] = []
+        self.extra = 0
+        self.notes: list[str] = []
+        self.names: dict[int, str] = {}
+        self.rank: dict[int, int] = {}
+        self.last_linear: torch.Tensor | None = None
+        self.last_linear_name = ""
+        self.grouped: list[tuple[int, tuple[int, ...]]] = []   # (layer index, call -> head order) of each layer
+                                                               # grouped from single-head calls
+        self._grouped = 0
+        self.folded: list[int] = []                # layers whose heads came folded into the batch (B*H, T, T)
+        self.mha_probs: torch.Tensor | None = None
+        self._group: _HeadGroup | None = None
+        self._pending: list[torch.Tensor] = []
+        self._order_index: torch.Tensor | None = None
+
+    # where the attention is computed
+    def _frames(self) -> tuple[str, int, Any, str, Any]:
+        """(name, id, frame) of the innermost running module that can own attention (a Softmax/Dropout credits its
+        parent), and (name, frame) of the next different module around it: the first frames up this thread's call
+        stack whose `self` is one of the model's modules. Read only when attention is found, so the forward pass
+        runs without a hook on every module."""
+        frame = sys._getframe(2)
+        found: tuple[str, int, Any] | None = None
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            name = self.names.get(id(owner))
+            if name is not None and not isinstance(owner, _HELPERS):
+                if found is None:
+                    found = (name, id(owner), frame)
+                elif id(owner) != found[1]:
+                    return (*found, name, frame)
+            frame = frame.f_back
+        return (*found, "", None) if found is not None else ("", 0, None, "", None)
+
+    def where(self) -> str:
+        """The innermost running module that can own attention, by name ('(top level)': the model itself)."""
+        return self._frames()[0] or "(top level)"
+
+    def wants(self, length: int, source: int) -> bool:
+        return length == source and (self.tokens is None or length == self.tokens)
+
+    def skip(self, mechanism: str, shape: tuple[int, ...]) -> None:
+        self.skipped.append((self.where(), mechanism, shape))
+
+    def add(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None = None,
+            name: str | None = None) -> None:
+        """Keep one layer's probabilities (B, H, T, T) (or unbatched (H, T, T)); `diag`: its scores' diagonal."""
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        if probs.dim() != 4:
+            probs = probs.reshape(self.batch, -1, length, source)
+        if not self.wants(length, source):
+            self.skipped.append((name or self.where(), mechanism, tuple(probs.shape)))
+            return
+        if self.capacity is not None and len(self.layers) >= self.capacity:
+            self.extra += 1
+            return
+        name = name or self.where()
+        if self.heads is not None and probs.shape[1] != self.heads:
+            raise LiveModelError(f"{name} ({mechanism}) has {probs.shape[1]} heads, where the model had {self.heads} "
+                                 "when it was loaded; vitviz needs the same head count in every layer")
+        order = self.layout.order if self.layout is not None else None
+        if order is not None and len(order) == length:
+            if self._order_index is None or self._order_index.device != probs.device:
+                self._order_index = torch.tensor(order, dtype=torch.long, device=probs.device)
+            probs = probs.index_select(-2, self._order_index).index_select(-1, self._order_index)
+        self.layers.append((name, mechanism))
+        if self.scores:
+            self.diags.append(None if diag is None else diag.detach().float().reshape(self.batch, -1, length))
+        if self.keep is None:
+            self.maps.append(probs.detach().float().clone())
+        else:
+            self.keep(probs.detach())
+        if self.stop is not None and len(self.layers) >= self.stop:
+            raise _StopForward
+
+    def three_d(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
+        """A 3-D map (N, L, S): one head's (B, L, S) when N is the batch, else (B*H, L, S), heads folded in."""
+        n = int(probs.shape[0])
+        if n == self.batch and not (self.layout is not None and not self.layout.per_head):
+            self.one_head(mechanism, probs, diag)
+            return
+        if n % self.batch:
+            self.skip(mechanism, tuple(probs.shape))
+            return
+        self.flush()
+        h = n // self.batch
+        shape = (int(probs.shape[-2]), int(probs.shape[-1]))
+        if self.layout is not None and self.layout.head_major:   # index h*B + b
+            probs = probs.reshape(h, self.batch, *shape).transpose(0, 1)
+            diag = None if diag is None else diag.reshape(h, self.batch, -1).transpose(0, 1)
+        self.folded.append(len(self.layers))
+        self.add(f"{mechanism} (B*H, T, T)", probs.reshape(self.batch, h, *shape), diag)
+
+    def one_head(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
+        """One head's (B, T, T) map: `layout.heads` consecutive ones make a layer (captures); on a probe they are
+        grouped by the frames computing them: one call of one module (a loop over heads), or sibling modules called
+        by one call of their parent (a module per head)."""
+        label = f"{mechanism} per head"
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        if not self.wants(length, source):
+            self.skip(label, tuple(probs.shape))
+            return
+        layout = self.layout
+        if layout is not None and layout.per_head:
+            self._pending.append(probs)
+            if len(self._pending) == layout.heads:
+                perm = layout.perms[min(self._grouped, len(layout.perms) - 1)] if layout.perms else ()
+                maps = [self._pending[i] for i in perm] if perm else self._pending
+                self._pending, self._grouped = [], self._grouped + 1
+                self.add(label, torch.stack(maps, dim=1))   # (B, H, T, T)
+            return
+        name, owner, frame, parent_name, parent = self._frames()
+        g = self._group
+        joins = g is not None and g.mechanism == label and (
+            frame is g.frame or (parent is not None and parent is g.parent and owner not in g.modules
+                                 and name.rpartition(".")[0] == g.prefix))
+        if not joins:
+            self.flush()
+            g = self._group = _HeadGroup(label, frame, parent, name.rpartition(".")[0], parent_name=parent_name)
+        assert g is not None
+        g.names.append(name)
+        g.modules.append(owner)
+        g.maps.append(probs)
+        g.diags.append(diag)
+
+    def flush(self) -> None:
+        """Close the layer being collected from single-head calls: its heads in module order."""
+        g, self._group = self._group, None
+        if g is None:
+            return
+        distinct = len(set(g.modules)) == len(g.modules) and len(g.modules) > 1
+        perm = tuple(sorted(range(len(g.maps)), key=lambda i: self.rank.get(g.modules[i], 0))) if distinct \
+            else tuple(range(len(g.maps)))
+        name = (g.parent_name or g.prefix or g.names[0]) if distinct else g.names[0]
+        self.grouped.append((len(self.layers), perm))
+        diag = None if any(d is None for d in g.diags) else torch.stack([g.diags[i] for i in perm], dim=1)
+        self.add(g.mechanism, torch.stack([g.maps[i] for i in perm], dim=1), diag, name=name or "(top level)")
+
+    def finish(self) -> None:
+        """The forward pass has ended: close what single-head calls were still collecting."""
+        self.flush()
+        if self._pending:
+            self.extra += 1
+            self._pending = []
+
+    # the three mechanisms
+    def softmax(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        x = args[0] if args else kwargs.get("input")
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if not isinstance(out, torch.Tensor) or not isinstance(x, torch.Tensor):
+            return
+        nd = x.dim()
+        if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
+            self.other_softmax.append(tuple(x.shape))
+            return
+        self.calls[SOFTMAX] += 1
+        diag = x.diagonal(dim1=-2, dim2=-1) if self.scores and x.shape[-1] == x.shape[-2] else None
+        if nd == 3:
+            self.three_d(SOFTMAX, out, diag)
+            return
+        self.flush()
+        self.add(SOFTMAX, out, diag)
+
+    def sdpa(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             mechanism: str) -> Any:
+        out = func(*args, **kwargs)  # the module's own output, untouched
+        p = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_ARGS, args)), **kwargs}
+        q, k = p["query"], p["key"]
+        self.calls[mechanism] += 1
+        if not self.wants(int(q.shape[-2]), int(k.shape[-2])):
+            self.skip(mechanism, (*q.shape[:-1], int(k.shape[-2])))
+            return out
+        if p["dropout_p"] and not any("dropout" in n for n in self.notes):
+            self.notes.append(f"{self.where()} passes dropout_p={p['dropout_p']} to SDPA in eval mode: its output "
+                              "is randomised; the captured probabilities are before dropout")
+        scores = sdpa_scores(q, k, p["attn_mask"], bool(p["is_causal"]), p["scale"], bool(p["enable_gqa"]))
+        probs = _probabilities(scores)
+        diag = scores.diagonal(dim1=-2, dim2=-1) if self.scores else None
+        if mechanism == MHA:
+            self.mha_probs = probs
+        if q.dim() == 3 and mechanism == SDPA:
+            self.three_d(SDPA, probs, diag)
+        else:
+            self.flush()
+            self.add(mechanism, probs, diag)
+        return out
+
+    def mha(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        bound = _MHA_SIGNATURE.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        need, average = bool(a["need_weights"]), bool(a["average_attn_weights"])
+        through_sdpa = _mha_through_sdpa()
+        self.flush()
+        if (not need or self.scores) and through_sdpa is not None:
+            # torch's own code path, with its SDPA call recorded: the output stays exactly the module's (a probe
+            # takes it whatever the caller asked, for the scores; the weights asked for are the recorded ones)
+            a["need_weights"] = False
+            _ACTIVE.recorder, self.mha_probs = self, None
+            try:
+                out, _none = through_sdpa(*bound.args, **bound.kwargs)
+            finally:
+                _ACTIVE.recorder = None
+            if not need:
+                return out, None
+            weights = self.mha_probs
+            if weights is None:
+                return out, None
+            weights = weights.to(out.dtype)
+            if weights.dim() == 4 and out.dim() == 2:       # unbatched input: (H, L, S)
+                weights = weights[0]
+            return out, weights.mean(dim=-3) if average else weights
+        a["need_weights"], a["average_attn_weights"] = True, False
+        out, weights = _MHA_FN(*bound.args, **bound.kwargs)
+        self.calls[MHA] += 1
+        self.add(MHA, weights if weights.dim() == 4 else weights.unsqueeze(0))
+        if not need:
+            return out, None
+        return out, weights.mean(dim=-3) if average else weights
+
+
+class _Active(threading.local):
+    recorder: _Recorder | None = None
+
+
+_ACTIVE = _Active()
+_MHA_CLONE: list[Callable[..., Any] | None] = []
+
+
+def _sdpa_inside_mha(*args: Any, **kwargs: Any) -> Any:
+    recorder = _ACTIVE.recorder
+    if recorder is None:
+        return _SDPA_FN(*args, **kwargs)
+    return recorder.sdpa(_SDPA_FN, args, kwargs, MHA)
+
+
+def _mha_through_sdpa() -> Callable[..., Any] | None:
+    """torch's own `F.multi_head_attention_forward`, run with its SDPA call going through the recorder (the same
+    code object with two globals swapped: no torch-function re-dispatch, SDPA recorded). None when this torch's
+    function does not call SDPA by that name; callers then force `need_weights=True`."""
+    if not _MHA_CLONE:
+        fn = _MHA_FN
+        names = fn.__code__.co_names
+        clone = None
+        if "scaled_dot_product_attention" in names and "has_torch_function" in names and fn.__closure__ is None:
+            scope = dict(fn.__globals__)
+            scope["has_torch_function"] = lambda *_args: False
+            scope["scaled_dot_product_attention"] = _sdpa_inside_mha
+            clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__)
+            clone.__kwdefaults__ = fn.__kwdefaults__
+        _MHA_CLONE.append(clone)
+    return _MHA_CLONE[0]
+
+
+class _AttentionMode(TorchFunctionMode):
+    """Sees every torch call of the forward pass; hands the attention ones to the recorder, runs the rest as is."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SOFTMAX_FNS:
+            out = func(*args, **kwargs)
+            self.recorder.softmax(args, kwargs, out)
+            return out
+        if func is _SDPA_FN:
+            return self.recorder.sdpa(func, args, kwargs, SDPA)
+        if func is _MHA_FN:
+            return self.recorder.mha(args, kwargs)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def _evaluating(module: nn.Module) -> Iterator[None]:
+    """Eval mode for the capture; every submodule gets its own training flag back afterwards."""
+    flags = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+@contextmanager
+def watch_attention(module: nn.Module, recorder: _Recorder, last_linear: bool = False) -> Iterator[_Recorder]:
+    """While open, every attention computed by `module`'s forward (in this thread) goes to `recorder`, credited to
+    the module that computes it; single-head maps still being grouped into a layer are added when it closes
+    normally. With `last_linear` (the probe), a hook on each nn.Linear keeps the last output in
+    `recorder.last_linear` (and its name). The mode and hooks are removed, and train/eval flags restored, in
+    `finally`."""
+    recorder.names = {id(m): name for name, m in module.named_modules()}
+    recorder.rank = {key: i for i, key in enumerate(recorder.names)}
+    handles = []
+    try:
+        if last_linear:
+            handles = [m.register_forward_hook(partial(_keep_output, recorder, name))
+                       for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+        with _evaluating(module), _AttentionMode(recorder):
+            yield recorder
+            recorder.finish()
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _keep_output(recorder: _Recorder, name: str, _module: nn.Module, _args: Any, output: Any) -> None:
+    recorder.last_linear, recorder.last_linear_name = output, name
+
+
+def _run(module: nn.Module, x: torch.Tensor, recorder: _Recorder, last_linear: bool = False) -> Any:
+    """The module's own forward of `x` under capture; None when it was stopped after the last wanted layer."""
+    try:
+        with watch_attention(module, recorder, last_linear):
+            return module(x)
+    except _StopForward:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Token order and what a pass saw, said
+
+
+def _prefix_first(tokens: int, prefix: int) -> tuple[int, ...]:
+    """The token order that shows `prefix` tokens the module puts last first: indices into its own order."""
+    return tuple(range(tokens - prefix, tokens)) + tuple(range(tokens - prefix))
+
+
+def _refuse_non_finite(maps: np.ndarray, layers: Sequence[tuple[str, str]], source: str, what: str) -> None:
+    """Attention (B, L, H, T, T) with NaN or infinity is not shown: the error names the layers and heads."""
+    total = np.add.reduce(maps, axis=None, dtype=np.float32)
+    if np.isfinite(total):
+        return
+    bad = ~np.isfinite(maps).all(axis=(-2, -1))           # (B, L, H)
+    where = [f"layer {i} ({layers[i][0] if i < len(layers) else '?'}) head(s) "
+             f"{', '.join(map(str, np.flatnonzero(bad[:, i].any(0)).tolist()))}"
+             for i in range(bad.shape[1]) if bad[:, i].any()]
+    raise NonFiniteError(f"{source}: its own code computed NaN or infinite attention for {what}, in "
+                         f"{'; '.join(where[:4])}{' ...' if len(where) > 4 else ''}; expected finite attention maps "
+                         "-- nothing was drawn or written from them (did its arithmetic overflow: float16, a fully "
+                         "masked row, a division by zero?)")
+
+
+def _layer_summary(layers: Sequence[tuple[str, str]]) -> str:
+    """'12 x softmax (transformer.layers.0.0 ... transformer.layers.11.0)'."""
+    if not layers:
+        return "none"
+    parts = []
+    for mech, n in Counter(m for _, m in layers).items():
+        names = [name for name, m in layers if m == mech]
+        span = names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+        parts.append(f"{n} x {mech} ({span})")
+    return ", ".join(parts)
+
+
+def _skipped_summary(skipped: Sequence[tuple[str, str, tuple[int, ...]]]) -> str:
+    if not skipped:
+        return ""
+    shown = "; ".join(f"{name} {mech} {shape}" for name, mech, shape in skipped[:4])
+    more = f" and {len(skipped) - 4} more" if len(skipped) > 4 else ""
+    return f"Not self-attention over all the tokens (not shown): {shown}{more}."
