@@ -279,7 +279,8 @@ def test_cli_timeline_writes_maps_sheet_and_figures(tmp_path: Path, photo: Path)
     assert _cli("export", "--timeline", str(run), "--heads", "2", str(photo), "--out", str(out), "--box",
                 "0,0,0.5,0.5", "--no-verify", "--quiet") == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["manifest.json", "photo_epoch_0-step_10_cls_L1_Hmean.png", "photo_epoch_1-step_20_cls_L1_Hmean.png",
+    assert names == ["manifest.json", "photo_animation_cls_L1_Hmean.gif", "photo_animation_cls_L1_Hmean.png",
+                     "photo_epoch_0-step_10_cls_L1_Hmean.png", "photo_epoch_1-step_20_cls_L1_Hmean.png",
                      "photo_timeline_cls_L1_Hmean.png", "timeline.csv"]
     manifest = json.loads((out / "manifest.json").read_text())
     tl = manifest["timeline"]

@@ -1,0 +1,93 @@
+"""A training run as a timeline: the animated export (APNG / GIF), the demo's checkpoints saved during training
+(`vitviz.demo.train --save-every`), the fine-tuned copy of the demo (`vitviz.demo.finetune`), and the lazy
+checkpoint store the window's timeline reads (`vitviz.core.timeline.TimelineStore`)."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from _tiny import HEADS, write_tiny_checkpoint
+
+
+def _cli(*argv: str) -> int:
+    from vitviz.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return main(list(argv))
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with Image.open(path) as im:
+        out = []
+        for k in range(getattr(im, "n_frames", 1)):
+            im.seek(k)
+            out.append(np.asarray(im.convert("RGB")))
+        return out
+
+
+@pytest.fixture(scope="module")
+def run3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three checkpoints whose names sort otherwise than their steps (100 < 20 as text)."""
+    run = tmp_path_factory.mktemp("run3")
+    for seed, step in enumerate((100, 20, 3)):
+        write_tiny_checkpoint(run / f"step-{step}.safetensors", seed=seed)
+    return run
+
+
+def test_timeline_animation_frames_are_the_checkpoints_in_order(tmp_path: Path, photo: Path, run3: Path) -> None:
+    out = tmp_path / "out"
+    assert _cli("export", "--timeline", str(run3), "--heads", str(HEADS), str(photo), "--out", str(out),
+                "--which-heads", "0", "--no-verify", "--quiet") == 0
+    order = ["step-3", "step-20", "step-100"]
+    pngs = [np.asarray(Image.open(out / f"photo_{label}_cls_L1_H0.png").convert("RGB")) for label in order]
+    assert len({p.tobytes() for p in pngs}) == 3                      # three different maps
+    apng, gif = out / "photo_animation_cls_L1_H0.png", out / "photo_animation_cls_L1_H0.gif"
+    with Image.open(apng) as im:
+        assert im.format == "PNG" and getattr(im, "is_animated", False) and im.n_frames == 3
+        assert im.info.get("loop") == 0
+    frames = _frames(apng)
+    h, w = pngs[0].shape[:2]
+    for frame, png in zip(frames, pngs):                              # APNG: lossless, in the timeline's order
+        assert frame.shape[1] == w and frame.shape[0] > h              # a label strip below the map
+        assert np.array_equal(frame[:h], png)
+    gif_frames = _frames(gif)
+    assert len(gif_frames) == 3
+    for k, frame in enumerate(gif_frames):                            # GIF: one palette, close to its checkpoint
+        err = np.abs(frame[:h].astype(int) - pngs[k].astype(int)).mean(axis=-1)
+        others = [np.abs(frame[:h].astype(int) - p.astype(int)).mean() for p in pngs]
+        assert err.mean() < 8 and int(np.argmin(others)) == k        # within ~3 % of the range
+    manifest = json.loads((out / "manifest.json").read_text())
+    outputs = manifest["images"][0]["outputs"]
+    assert apng.name in outputs and gif.name in outputs
+    assert manifest["timeline"]["animation"]["files"] == ["APNG", "GIF"]
+
+
+def test_no_animation_flag(tmp_path: Path, photo: Path, run3: Path) -> None:
+    out = tmp_path / "out"
+    assert _cli("export", "--timeline", str(run3), "--heads", str(HEADS), str(photo), "--out", str(out),
+                "--no-animation", "--no-verify", "--quiet") == 0
+    names = {p.name for p in out.iterdir()}
+    assert not any("animation" in n for n in names) and "photo_timeline_cls_L1_Hmean.png" in names
+    assert json.loads((out / "manifest.json").read_text())["timeline"]["animation"] is None
+    model = write_tiny_checkpoint(tmp_path / "m.pth")
+    assert _cli("export", "--model", str(model), "--heads", "2", str(photo), "--out", str(tmp_path / "o2"),
+                "--no-animation", "--no-verify", "--quiet") == 2       # only with --timeline
+
+
+def test_write_animation_keeps_every_frame(tmp_path: Path) -> None:
+    from vitviz.batch.compare import animation_frames, write_animation
+
+    rng = np.random.default_rng(0)
+    pics = [rng.integers(0, 256, (20, 30, 3), dtype=np.uint8) for _ in range(4)]
+    frames = animation_frames(pics, ["a", "b", "c", "d"])
+    path = write_animation(tmp_path / "x.png", frames)
+    got = _frames(path)
+    assert len(got) == 4 and all(np.array_equal(g, f) for g, f in zip(got, frames))
+    with pytest.raises(ValueError, match="animations are written as"):
+        write_animation(tmp_path / "x.webp", frames)
