@@ -91,3 +91,58 @@ def test_write_animation_keeps_every_frame(tmp_path: Path) -> None:
     assert len(got) == 4 and all(np.array_equal(g, f) for g, f in zip(got, frames))
     with pytest.raises(ValueError, match="animations are written as"):
         write_animation(tmp_path / "x.webp", frames)
+
+
+# ------------------------------------------------------------------------------------------ the demo's runs
+def test_demo_train_save_every_writes_a_run_open_run_reads(tmp_path: Path) -> None:
+    from vitviz.core.timeline import open_run
+    from vitviz.demo import train
+
+    small = ["--steps", "5", "--embed-dim", "16", "--depth", "1", "--num-heads", "2", "--batch", "4",
+             "--val-images", "8", "--warmup", "2"]
+    assert train.main(["--out", str(tmp_path / "a"), "--save-every", "2", *small]) == 0
+    run_dir = tmp_path / "a" / "run"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint-2", "checkpoint-4", "checkpoint-5"]
+    assert all(sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"] for d in run_dir.iterdir())
+    run = open_run(run_dir)
+    assert run.labels == ["checkpoint-2", "checkpoint-4", "checkpoint-5"] and run.order_note.startswith("ordered by")
+    from safetensors.torch import load_file
+
+    last, final = load_file(str(run_dir / "checkpoint-5" / "model.safetensors")), \
+        load_file(str(tmp_path / "a" / "model.safetensors"))
+    assert all(np.array_equal(last[k].numpy(), final[k].numpy()) for k in final)    # the last one is the model
+    first = load_file(str(run_dir / "checkpoint-2" / "model.safetensors"))
+    assert not np.array_equal(first["head.weight"].numpy(), final["head.weight"].numpy())
+    spec = run.model(0).spec
+    assert (spec.depth, spec.num_heads, spec.labels[0]) == (1, 2, "circle")
+    assert train.main(["--out", str(tmp_path / "b"), *small]) == 0                 # saving changes no weight
+    plain = load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert all(np.array_equal(plain[k].numpy(), final[k].numpy()) for k in final)
+    assert not (tmp_path / "b" / "run").exists()
+    with pytest.raises(SystemExit):
+        train.main(["--out", str(tmp_path / "c"), "--run-dir", str(tmp_path / "r"), *small])
+
+
+def test_finetune_copies_the_demo_and_moves_it(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    import vitviz
+    from vitviz.demo import demo_checkpoint, finetune
+
+    images = np.zeros((2, 4, 4, 3), np.uint8)
+    images[1] += 200
+    assert list(finetune.light_or_dark(images)) == [0, 1]
+    net, _ = finetune.load_copy(demo_checkpoint())
+    demo = load_file(str(demo_checkpoint() / "model.safetensors"))
+    copied = net.state_dict()
+    assert all(np.array_equal(copied[k].numpy(), v.numpy()) for k, v in demo.items() if not k.startswith("head."))
+    assert tuple(copied["head.weight"].shape) == (2, demo["head.weight"].shape[1])
+    out = tmp_path / "ft"
+    assert finetune.main(["--out", str(out), "--steps", "3", "--batch", "4", "--pool", "8", "--check", "4"]) == 0
+    tuned = load_file(str(out / "model.safetensors"))
+    moved = [k for k, v in demo.items() if not k.startswith("head.") and not np.array_equal(tuned[k].numpy(), v.numpy())]
+    assert "blocks.0.attn.qkv.weight" in moved
+    model = vitviz.load(out)
+    assert model.spec.labels == ("dark", "light") and model.spec.depth == vitviz.load(demo_checkpoint()).spec.depth
+    log = (out / "finetune_log.txt").read_text()
+    assert "step    3/3" in log and "CLS attention on the shape" in log and "accuracy" in log

@@ -241,8 +241,9 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
     exp.extra = {"timeline": {"run": str(run.folder), "order": run.order_note, "checkpoints": [
         {"label": c.label, "path": str(c.path), "number": c.number} for c in run.checkpoints],
         "box": list(box) if box is not None else None, "csv": TIMELINE_CSV if rows else None,
-        "animation": ({"files": ["APNG" if s == ".png" else "GIF" for s in animation_suffixes()], "frame_ms": ANIMATION_MS,
-                       "last_frame_ms": ANIMATION_MS * ANIMATION_HOLD} if animate else None), "images": per_image}}
+        "animation": ({"files": ["APNG" if s == ".png" else "GIF" for s in animation_suffixes()],
+                       "frame_ms": ANIMATION_MS, "last_frame_ms": ANIMATION_MS * ANIMATION_HOLD} if animate else None),
+        "images": per_image}}
     return exp
 
 
