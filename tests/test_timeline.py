@@ -146,3 +146,98 @@ def test_finetune_copies_the_demo_and_moves_it(tmp_path: Path) -> None:
     assert model.spec.labels == ("dark", "light") and model.spec.depth == vitviz.load(demo_checkpoint()).spec.depth
     log = (out / "finetune_log.txt").read_text()
     assert "step    3/3" in log and "CLS attention on the shape" in log and "accuracy" in log
+
+
+# ----------------------------------------------------------------------------------------- the lazy store
+def _store(folder: Path, **kw):
+    from vitviz.core.timeline import TimelineStore, open_run
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return TimelineStore(open_run(folder, heads=HEADS), **kw)
+
+
+@pytest.fixture(scope="module")
+def img() -> np.ndarray:
+    return np.random.default_rng(3).integers(0, 256, (40, 52, 3), dtype=np.uint8)
+
+
+def test_store_series_equal_the_per_result_figures(run3: Path, img: np.ndarray) -> None:
+    from vitviz.core.timeline import run_metrics
+
+    store = _store(run3)
+    store.add_image("x", img)
+    before = store.series("x")
+    assert not before.done.any() and before.distance.shape == (3, 0)
+    assert store.peek(1, "x") is None and store.loads == 0              # peeking never loads
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in (2, 0, 1):
+            store.result(k, "x")
+        box = (0.0, 0.0, 0.5, 0.75)
+        want = run_metrics(store.run, img, box)                         # the figures one result at a time
+    got = store.series("x", box)
+    assert got.done.all() and got.labels == ("step-3", "step-20", "step-100")
+    assert np.allclose(got.distance, want.distance, rtol=1e-12) and np.allclose(got.entropy, want.entropy)
+    assert np.allclose(got.box_share, want.box_share, atol=1e-6)
+    assert [p[0] for p in got.predictions] == [p[0] for p in want.predictions]
+    assert np.allclose(got.top_probability, [p[2] for p in want.predictions])
+    assert list(got.steps) == [3, 20, 100]
+    other = store.series("x", (0.5, 0.0, 1.0, 1.0))                    # another box: no model runs
+    assert store.runs == 3 and not np.allclose(other.box_share, got.box_share)
+    assert store.series("x", heads=True).distance.shape == (3, 2, HEADS)
+    maps = store.peek(0, "x")
+    assert maps is store.result(0, "x") and store.stack(0, "x", "cls") is maps.stack("cls")
+    assert np.array_equal(store.run_vmax("x", "cls"),
+                          np.max([store.stack(k, "x").vmax for k in range(3)], axis=0))
+
+
+def test_store_keeps_to_its_budget_and_its_figures(run3: Path, img: np.ndarray) -> None:
+    probe = _store(run3)
+    probe.add_image("x", img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        probe.result(0, "x")
+    one = probe.nbytes                                             # a model and a result
+    store = _store(run3, budget_bytes=one + one // 4)
+    store.add_image("x", img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = store.result(0, "x").stack("cls").maps.copy()
+        for k in (1, 2):
+            store.result(k, "x")
+            assert store.nbytes <= store.budget_bytes
+        assert ("result", 0, "x") not in store.held and store.peek(0, "x") is None   # evicted, oldest first
+        s = store.series("x")
+        assert s.done.all() and np.isfinite(s.distance).all()    # the figures outlive the results
+        loads = store.loads
+        again = store.result(0, "x").stack("cls").maps            # made again, the same maps
+    assert store.loads == loads + 1 and np.array_equal(again, first)
+    assert store.missing("x") == []
+
+
+def test_store_names_a_checkpoint_of_another_layout_against_the_first(tmp_path: Path, img: np.ndarray) -> None:
+    from vitviz.core.timeline import TimelineError
+
+    write_tiny_checkpoint(tmp_path / "step-1.safetensors", seed=1)
+    write_tiny_checkpoint(tmp_path / "step-2.safetensors", depth=3, seed=2)
+    write_tiny_checkpoint(tmp_path / "step-3.safetensors", seed=3)
+    store = _store(tmp_path)
+    store.add_image("x", img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TimelineError, match=r"step-2.safetensors: another layout.*depth 3 \(the run: 2\)"):
+            store.result(1, "x")                                   # checkpoint 0 is loaded first: the reference
+        assert store.loads == 1 and store.run.layout["depth"] == 2
+        assert list(store.failed) == [1] and "step-2" in store.failed[1]
+        assert store.missing("x", around=1) == [2, 0]               # nearest first, later before earlier
+        store.result(2, "x")
+        with pytest.raises(TimelineError, match="step-2"):
+            store.result(1, "x")                                   # remembered, not loaded again
+    assert store.loads == 2
+    s = store.series("x")
+    assert list(s.done) == [False, False, True] and np.isnan(s.distance[1]).all()
+    with pytest.raises(TimelineError, match="not open"):
+        store.result(0, "y")
+    store.remove_image("x")
+    assert not any(e[0] == "result" for e in store.held)
