@@ -376,3 +376,14 @@ def test_cli_timeline_writes_maps_sheet_and_figures(tmp_path: Path, photo: Path)
     sheet = Image.open(out / "photo_timeline_cls_L1_Hmean.png")
     assert sheet.size[0] > 2 * one.size[0] and sheet.size[1] > one.size[1]
     assert _cli("export", "--timeline", str(run), "--model", "x.pth", str(photo), "--out", str(out)) == 2
+
+
+def test_view_keeps_only_the_last_queries(runs) -> None:
+    view = cmp.CompareView(runs["a"], runs["c"])
+    first = view.frame(0, 0, 0, query=1).a.copy()
+    for q in range(2, 2 + cmp.MAX_QUERY_KINDS):
+        view.frame(0, 0, 0, query=q)
+    held = [k.token for k in view._pairs if k.kind == "token"]
+    assert held == list(range(2, 2 + cmp.MAX_QUERY_KINDS)) and MapKind("cls") in view._pairs
+    assert np.array_equal(view.frame(0, 0, 0, query=1).a, first)         # made again, the same
+    assert all(MapKind("token", q) not in view.maps_a[0]._stacks for q in range(1, 10))

@@ -42,6 +42,7 @@ from vitviz.errors import VitvizError
 
 HeadMode = Literal["match", "index"]
 JSD_EPS = 1e-12
+MAX_QUERY_KINDS = 8     # query token maps a CompareView keeps (each: A, B, aligned B and A - B stacks per image)
 
 
 class CompareError(VitvizError, ValueError):
@@ -559,7 +560,7 @@ class CompareView:
     Made in the worker (it builds the CLS stacks of every image, matches the heads over all of them and aligns B's
     maps to A's layers, heads and grid); `frame` then only indexes those arrays, so a switch of the linked layer or
     head costs microseconds (`bench/compare.py`). Another map kind or query is built on its first `frame` (or ahead
-    of time with `prepare`, in the worker) and kept. The head matching is made once, on CLS attention (or given),
+    of time with `prepare`, in the worker) and kept (the last `MAX_QUERY_KINDS` queries). The head matching is made once, on CLS attention (or given),
     and used for every kind, so a head's partner does not change with the map. Rules: the module docstring.
 
     Args:
@@ -664,12 +665,19 @@ class CompareView:
             return
         pairs = []
         for ma, mb in zip(self.maps_a, self.maps_b):
-            sa, sb = ma.stack(ka), mb.stack(kb)
+            if key.kind == "token":     # made here, not cached in the ResultMaps: one per query hovered
+                sa = map_stack(ma.result.attentions, ka, ma.result.spec)
+                sb = map_stack(mb.result.attentions, kb, mb.result.spec)
+            else:
+                sa, sb = ma.stack(ka), mb.stack(kb)
             aligned = align_stack(sb, self.layers_b, self.matches, self.heads_a, self.grid_b, self.grid_a)
             if aligned.maps.shape[1] != sa.maps.shape[1]:       # rollout: one fused 'head' on each side
                 aligned = _stack(to_grid(sb.maps[self.layers_b], self.grid_b, self.grid_a), aligned.title, False)
             pairs.append(self._pair(ImageComparison(str(ma.result.source), sa, sb, aligned, diff_stack(sa, aligned))))
         self._pairs[key] = pairs
+        queries = [k for k in self._pairs if k.kind == "token"]
+        for old in queries[: max(0, len(queries) - MAX_QUERY_KINDS)]:     # the oldest queries go
+            del self._pairs[old]
 
     def stacks(self, image: int, kind: MapKind | str = "cls", query: int | None = None
                ) -> tuple[MapStack, MapStack, MapStack]:
@@ -687,6 +695,8 @@ class CompareView:
     def _pair_of(self, image: int, key: MapKind) -> _Pair:
         if key not in self._pairs:
             self.prepare(key)
+        elif key.kind == "token":                                  # used: now the newest
+            self._pairs[key] = self._pairs.pop(key)
         return self._pairs[key][image]
 
     def frame(self, image: int, layer: int | str = -1, head: int | str = "mean", kind: MapKind | str = "cls",
