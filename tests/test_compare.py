@@ -157,6 +157,88 @@ def test_compare_refuses_maps_of_one_model() -> None:
         cmp.compare_results([object()], [object()], "token:3")
 
 
+# ---------------------------------------------------------------------------------------------- view model
+@pytest.fixture(scope="module")
+def runs(models, images):
+    return {name: [m.run(img, logits=False) for img in images] for name, m in zip("abc", models)}
+
+
+def test_view_frames_are_the_comparisons_maps_on_one_scale(runs) -> None:
+    ra, rc = runs["a"], runs["c"]
+    view = cmp.CompareView(ra, rc)
+    want = cmp.compare_results(ra, rc)
+    assert [m.pairs for m in view.matches] == [m.pairs for m in want.heads]
+    for n in range(2):
+        a, b, d = view.stacks(n)
+        im = want.images[n]
+        assert np.array_equal(a.maps, im.a.maps) and np.array_equal(b.maps, im.b.maps, equal_nan=True)
+        for layer in (0, 1, -1, "mean"):
+            for head in (0, 1, "mean", "max"):                     # A has 2 heads, C 4
+                f = view.frame(n, layer, head)
+                assert np.array_equal(f.a, im.a.select(layer, head))
+                assert np.array_equal(f.b, im.b.select(layer, head), equal_nan=True)
+                assert np.array_equal(f.diff, f.a - f.b, equal_nan=True)
+                group = 0 if isinstance(head, int) else 1 if head == "mean" else 2
+                top = max(np.nanmax(im.a.maps[:, :2] if group == 0 else im.a.maps[:, 2 + group - 1]),
+                          np.nanmax(im.b.maps[:, :2] if group == 0 else im.b.maps[:, 2 + group - 1]))
+                assert f.vmax == pytest.approx(top) and f.vmin == 0       # A and B: one scale, all layers
+                assert f.dmax == pytest.approx(im.diff.scale_max(im.diff.column(head)))
+    f = view.frame(0, 1, 1)
+    lb, hb = int(want.layers_b[1]), want.heads[1].partner(1)
+    assert (f.layer_b, f.head_b) == (2, hb) == (2, f.head_b)
+    assert np.array_equal(f.b_own, want.images[0].b_own.select(lb, hb))
+    assert "A layer 1 ↔ B layer 2 (relative depth 1.00)" in f.label and f"A head 1 ↔ B head {hb}" in f.label
+    assert f.similarity == pytest.approx(want.heads[1].similarity[1, hb])
+    with pytest.raises(cmp.CompareError, match="A has 2"):
+        view.frame(0, 5, 0)
+
+
+def test_view_of_a_model_with_itself_is_zero_for_every_kind(runs) -> None:
+    from vitviz.core.maps import ResultMaps
+
+    ra = runs["a"]
+    view = cmp.CompareView(ra, [ResultMaps(r) for r in ra])          # results or ResultMaps alike
+    for kind, query in (("cls", None), ("mean", None), ("max", None), ("rollout", None), ("cls", 7), ("token:0", None)):
+        for layer in (0, 1, "mean"):
+            for head in (0, 1, "mean", "max"):
+                f = view.frame(1, layer, head, kind, query)
+                assert np.array_equal(f.diff, np.zeros_like(f.diff)), (kind, query, layer, head)
+    assert view.frame(0, 0, 0, query=7).query_b == 7
+
+
+def test_view_queries_by_place_and_other_grids(runs) -> None:
+    ra, rc = runs["a"], runs["c"]                # A: 4x4 grid, 2 heads; C: 8x8, 4 heads, 3 layers
+    view = cmp.CompareView(ra, rc, heads="index")
+    q = 1 + 2 * 4 + 3                            # A's patch (2, 3): centre (0.625, 0.875) -> C's patch (5, 7)
+    assert view.query_place(q) == (0.625, 0.875) and view.query_b(q) == 1 + 5 * 8 + 7
+    assert view.query_b(0) == 0
+    f = view.frame(0, -1, 1, query=q)
+    own = map_stack(rc[0].attentions, MapKind("token", 1 + 5 * 8 + 7), rc[0].spec)
+    assert np.array_equal(f.b_own, own.maps[2, 1])
+    assert np.array_equal(f.b, cmp.to_grid(own.maps[2, 1], (8, 8), (4, 4)))
+    assert np.array_equal(f.a, map_stack(ra[0].attentions, MapKind("token", q), ra[0].spec).maps[1, 1])
+    assert "query at (0.62, 0.88): A token 12 ↔ B token 48" in f.label and f.head_b == 1
+    given = cmp.CompareView(ra, rc, heads=view.matches)                 # matches given are used as given
+    assert np.array_equal(given.frame(0, 0, 1).b, view.frame(0, 0, 1).b)
+    with pytest.raises(cmp.CompareError, match="one head match per layer"):
+        cmp.CompareView(ra, rc, heads=view.matches[:1])
+
+
+def test_view_summary_against_depth(models, runs, images) -> None:
+    from vitviz.core.features import capture_features
+
+    a, _, c3 = models
+    view = cmp.CompareView(runs["a"], runs["c"])
+    s = view.summary()
+    want = cmp.compare(a, c3, images)
+    assert np.allclose(s.jsd, want.jsd) and np.allclose(s.jsd_heads, want.jsd_heads, equal_nan=True)
+    assert s.cka is None and "CKA needs" in s.notes[-1] and s.images == 2
+    assert list(s.relative_depth) == [0.0, 1.0] and list(s.depth_b) == [0.0, 1.0] and list(s.layers_b) == [0, 2]
+    feats = ([capture_features(a, img, normed=False) for img in images],
+             [capture_features(c3, img, normed=False) for img in images])
+    assert np.allclose(view.summary(feats).cka, want.cka)
+
+
 # ----------------------------------------------------------------------------------------------------- timeline
 def test_names_give_numbers() -> None:
     assert name_number("epoch=3-step=1200") == (1200, 3)
@@ -279,7 +361,8 @@ def test_cli_timeline_writes_maps_sheet_and_figures(tmp_path: Path, photo: Path)
     assert _cli("export", "--timeline", str(run), "--heads", "2", str(photo), "--out", str(out), "--box",
                 "0,0,0.5,0.5", "--no-verify", "--quiet") == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["manifest.json", "photo_epoch_0-step_10_cls_L1_Hmean.png", "photo_epoch_1-step_20_cls_L1_Hmean.png",
+    assert names == ["manifest.json", "photo_animation_cls_L1_Hmean.gif", "photo_animation_cls_L1_Hmean.png",
+                     "photo_epoch_0-step_10_cls_L1_Hmean.png", "photo_epoch_1-step_20_cls_L1_Hmean.png",
                      "photo_timeline_cls_L1_Hmean.png", "timeline.csv"]
     manifest = json.loads((out / "manifest.json").read_text())
     tl = manifest["timeline"]
@@ -293,3 +376,14 @@ def test_cli_timeline_writes_maps_sheet_and_figures(tmp_path: Path, photo: Path)
     sheet = Image.open(out / "photo_timeline_cls_L1_Hmean.png")
     assert sheet.size[0] > 2 * one.size[0] and sheet.size[1] > one.size[1]
     assert _cli("export", "--timeline", str(run), "--model", "x.pth", str(photo), "--out", str(out)) == 2
+
+
+def test_view_keeps_only_the_last_queries(runs) -> None:
+    view = cmp.CompareView(runs["a"], runs["c"])
+    first = view.frame(0, 0, 0, query=1).a.copy()
+    for q in range(2, 2 + cmp.MAX_QUERY_KINDS):
+        view.frame(0, 0, 0, query=q)
+    held = [k.token for k in view._pairs if k.kind == "token"]
+    assert held == list(range(2, 2 + cmp.MAX_QUERY_KINDS)) and MapKind("cls") in view._pairs
+    assert np.array_equal(view.frame(0, 0, 0, query=1).a, first)         # made again, the same
+    assert all(MapKind("token", q) not in view.maps_a[0]._stacks for q in range(1, 10))

@@ -11,7 +11,11 @@ Names, for image `cat`, map `cls`, layer 11, head 3 (the stem carries the model,
 - timeline: `cat_{checkpoint}_cls_L11_H3.png` per checkpoint (e.g. `cat_epoch_3_cls_L11_Hmean.png`), every
   checkpoint on one colour scale (the largest of theirs), and the contact sheet `cat_timeline_cls_L11_H3.png`: the
   maps over time, labelled with the checkpoints; `timeline.csv` with the figures of every image, checkpoint and
-  layer; `cat_timeline.npz` with --npz.
+  layer; `cat_timeline.npz` with --npz. The same maps played over time where Pillow can write them (`can_animate`;
+  off with `animate=False`, the CLI's --no-animation): `cat_animation_cls_L11_H3.png` (an APNG: lossless, every
+  frame's picture exactly the checkpoint's PNG) and `cat_animation_cls_L11_H3.gif` (colours quantised to one
+  palette shared by all frames), one frame per checkpoint in the run's order, each with the checkpoint's label in a
+  strip below the map, `ANIMATION_MS` per frame and the last held `ANIMATION_HOLD` times as long, looping.
 """
 from __future__ import annotations
 
@@ -38,6 +42,10 @@ from vitviz.errors import VitvizError
 
 TIMELINE_CSV = "timeline.csv"
 SHEET_COLUMNS = 10
+ANIMATION_MS = 500          # per frame of the timeline animations
+ANIMATION_HOLD = 3          # the last frame shows this many times as long
+ANIMATION_FORMATS = {".png": "PNG", ".gif": "GIF"}   # APNG and GIF: suffix -> Pillow's format
+LABEL_STRIP = 14            # px of white below each picture for its label (contact sheet and animation frames)
 
 
 @dataclass
@@ -177,9 +185,9 @@ def _write_compare(job: Job, stem: str, pa: Prepared, pb: Prepared, n: int, reco
 # -------------------------------------------------------------------------------------------------- timeline
 def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]], out: Path, stems: list[str],
                     box: tuple[float, float, float, float] | None = None,
-                    on_progress: Callable[[Job], None] = lambda _job: None) -> SideExport:
+                    on_progress: Callable[[Job], None] = lambda _job: None, animate: bool = True) -> SideExport:
     """Every checkpoint (loaded one at a time, checkpoints outermost) on every image: one map per checkpoint, the
-    contact sheet and the figures (see the module docstring)."""
+    contact sheet, the animations (`animate`, where Pillow can) and the figures (see the module docstring)."""
     todo = combos(plan.maps, plan.layers, plan.heads)
     labels = run.labels
     jobs = []
@@ -187,6 +195,7 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
         outs = [out / sub / output_name(f"{stem}_{label}", m, layer, head) for label in labels
                 for m, layer, head in todo]
         outs += [out / sub / output_name(f"{stem}_timeline", m, layer, head) for m, layer, head in todo]
+        outs += [path for m, layer, head in todo for path in animation_paths(out / sub, stem, m, layer, head, animate)]
         jobs.append(Job(i, path, outs + ([out / sub / f"{stem}_timeline.npz"] if plan.npz else [])))
     exp = SideExport(plan, jobs)
     force = replace(plan, overwrite=True)
@@ -215,7 +224,8 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
         if job.index in failed:
             continue
         try:
-            _write_timeline(job, stems[job.index], views[job.index], stacks[job.index], labels, plan, model.spec)
+            _write_timeline(job, stems[job.index], views[job.index], stacks[job.index], labels, plan, model.spec,
+                            animate)
             metrics = _metrics(run, figures[job.index])
             per_image.append({"path": str(job.path), **metrics.to_dict()})
             rows += [{"image": str(job.path), **row} for row in metrics.rows()]
@@ -230,7 +240,10 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
         _atomic_text(out / TIMELINE_CSV, text.getvalue())
     exp.extra = {"timeline": {"run": str(run.folder), "order": run.order_note, "checkpoints": [
         {"label": c.label, "path": str(c.path), "number": c.number} for c in run.checkpoints],
-        "box": list(box) if box is not None else None, "csv": TIMELINE_CSV if rows else None, "images": per_image}}
+        "box": list(box) if box is not None else None, "csv": TIMELINE_CSV if rows else None,
+        "animation": ({"files": ["APNG" if s == ".png" else "GIF" for s in animation_suffixes()],
+                       "frame_ms": ANIMATION_MS, "last_frame_ms": ANIMATION_MS * ANIMATION_HOLD} if animate else None),
+        "images": per_image}}
     return exp
 
 
@@ -249,7 +262,7 @@ def _metrics(run: TimelineRun, per: list[Any]) -> Any:
 
 
 def _write_timeline(job: Job, stem: str, p: Prepared, per_ckpt: list[list[MapStack]], labels: list[str], plan: Plan,
-                    spec: ModelSpec) -> None:
+                    spec: ModelSpec, animate: bool = True) -> None:
     folder = job.outputs[0].parent
     arrays: dict[str, np.ndarray] = {}
     for n, m in enumerate(plan.maps):
@@ -265,6 +278,13 @@ def _write_timeline(job: Job, stem: str, p: Prepared, per_ckpt: list[list[MapSta
                     pictures.append(rgb)
                 _write(job, folder / output_name(f"{stem}_timeline", m, layer, head), contact_sheet(pictures, labels),
                        plan.overwrite)
+                paths = animation_paths(folder, stem, m, layer, head, animate)
+                if paths:
+                    frames = animation_frames(pictures, labels)
+                    for path in paths:
+                        if plan.overwrite or not path.exists():
+                            write_animation(path, frames, plan.overwrite)
+                            job.written.append(path)
         arrays[m.label.replace("-", "_")] = np.stack([s.maps for s in stacks])   # (K, L, H + 2, gh, gw)
     if plan.npz:
         arrays["checkpoints"] = np.array(labels)
@@ -278,7 +298,7 @@ def contact_sheet(pictures: list[np.ndarray], labels: list[str], columns: int = 
     h = max(p.shape[0] for p in pictures)
     w = max(p.shape[1] for p in pictures)
     font = ImageFont.load_default()
-    label_h, gap = 14, 4
+    label_h, gap = LABEL_STRIP, 4
     cols = min(columns, len(pictures))
     rows = -(-len(pictures) // cols)
     sheet = Image.new("RGB", (cols * (w + gap) + gap, rows * (h + label_h + gap) + gap), "white")
@@ -290,3 +310,74 @@ def contact_sheet(pictures: list[np.ndarray], labels: list[str], columns: int = 
         text = label if draw.textlength(label, font=font) <= w else label[: max(1, w // 6 - 1)] + ".."
         draw.text((x, y + h + 1), text, fill="black", font=font)
     return np.asarray(sheet)
+
+
+# ------------------------------------------------------------------------------------------------- animations
+def animation_suffixes() -> list[str]:
+    """The animation files this Pillow can write: '.png' (APNG) and '.gif', each where `Image.SAVE_ALL` has it."""
+    from PIL import Image
+
+    Image.init()
+    return [suffix for suffix, fmt in ANIMATION_FORMATS.items() if fmt in Image.SAVE_ALL]
+
+
+def can_animate() -> bool:
+    """Whether Pillow can write any of the timeline animations here."""
+    return bool(animation_suffixes())
+
+
+def animation_paths(folder: Path, stem: str, m: MapKind, layer: Any, head: Any, animate: bool = True) -> list[Path]:
+    """The animation files of one map of a timeline: `{stem}_animation_{map}_L.._H...png` (APNG) and `.gif`, those
+    Pillow can write; none without `animate`."""
+    if not animate:
+        return []
+    base = folder / output_name(f"{stem}_animation", m, layer, head)
+    return [base.with_suffix(suffix) for suffix in animation_suffixes()]
+
+
+def animation_frames(pictures: list[np.ndarray], labels: list[str]) -> list[np.ndarray]:
+    """One frame per picture, in order: the picture (exactly its pixels, top-left) above a white strip with its
+    label, every frame the size of the largest picture: (h + LABEL_STRIP, w, 3) uint8."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    if not pictures or len(pictures) != len(labels):
+        raise ValueError(f"expected one label per picture; found {len(pictures)} pictures, {len(labels)} labels")
+    h = max(p.shape[0] for p in pictures)
+    w = max(p.shape[1] for p in pictures)
+    font = ImageFont.load_default()
+    frames = []
+    for pic, label in zip(pictures, labels):
+        frame = Image.new("RGB", (w, h + LABEL_STRIP), "white")
+        frame.paste(Image.fromarray(pic), (0, 0))
+        draw = ImageDraw.Draw(frame)
+        text = label if draw.textlength(label, font=font) <= w - 4 else label[: max(1, (w - 4) // 6 - 1)] + ".."
+        draw.text((2, h + 1), text, fill="black", font=font)
+        frames.append(np.asarray(frame))
+    return frames
+
+
+def write_animation(path: Path, frames: list[np.ndarray], overwrite: bool = False, ms: int = ANIMATION_MS) -> Path:
+    """Write frames as a looping animation, atomically; the format by suffix ('.png': APNG, lossless; '.gif': one
+    palette of up to 256 colours made from all the frames, no dithering, so the colours do not flicker).
+
+    Pillow folds a frame identical to the one before into it (a longer duration), so frames are counted as frames
+    only when consecutive ones differ; the labels below the maps make them differ."""
+    from PIL import Image
+
+    fmt = ANIMATION_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"{path.name}: animations are written as {' or '.join(ANIMATION_FORMATS)}")
+    images = [Image.fromarray(np.ascontiguousarray(f)) for f in frames]
+    if fmt == "GIF":
+        palette = Image.fromarray(np.concatenate([np.asarray(f) for f in frames], axis=0)).quantize(
+            colors=256, method=Image.Quantize.FASTOCTREE)
+        images = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
+    durations = [ms] * (len(images) - 1) + [ms * ANIMATION_HOLD]
+    first, rest = images[0], images[1:]
+
+    def write(handle: Any) -> None:
+        first.save(handle, format=fmt, save_all=True, append_images=rest, duration=durations, loop=0,
+                   **({"optimize": False} if fmt == "GIF" else {}))
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return files._atomic_write(path, write, overwrite)

@@ -107,7 +107,11 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--timeline", metavar="RUN_DIR",
                    help="a folder of checkpoints of one run (epoch_*.pth, step-*.safetensors, epoch=*-step=*.ckpt, "
                         "checkpoint-*/): one map per checkpoint {image}_{checkpoint}_..., a contact sheet "
-                        "{image}_timeline_..., timeline.csv and the figures in the manifest; replaces --model")
+                        "{image}_timeline_..., timeline.csv and the figures in the manifest; replaces --model. "
+                        "Also the maps played over time, {image}_animation_....png (APNG) and .gif, where Pillow "
+                        "can write them")
+    g.add_argument("--no-animation", action="store_true",
+                   help="with --timeline: no animated APNG / GIF of the maps over time")
     g.add_argument("--box", metavar="L,T,R,B", type=argument_type(_box),
                    help="with --timeline: the share of CLS attention inside this box (fractions 0..1 of the image "
                         "the model saw) per checkpoint and layer")
@@ -246,6 +250,11 @@ def run_export_command(args: argparse.Namespace) -> int:
     from vitviz.batch.pipeline import Exporter
 
     start = time.perf_counter()
+    if not getattr(args, "timeline", None):
+        if getattr(args, "box", None) is not None:
+            raise VitvizError("--box is for --timeline (the CLS-attention share inside it per checkpoint)")
+        if getattr(args, "no_animation", False):
+            raise VitvizError("--no-animation is for --timeline (its animated APNG / GIF)")
     if getattr(args, "compare", None) or getattr(args, "timeline", None):
         return _export_side(args, start)
     ray = _ray_engine(args)
@@ -377,8 +386,6 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
         raise VitvizError("--compare and --timeline cannot be combined; give one")
     if args.engine != "local":
         raise VitvizError(f"--{'compare' if args.compare else 'timeline'} runs on the local engine only")
-    if args.box is not None and not args.timeline:
-        raise VitvizError("--box is for --timeline (the CLS-attention share inside it per checkpoint)")
     pairs = collect_inputs(args.inputs, args.out, args.glob)
     stems = unique_stems(pairs, safe_stem)
     if args.timeline:
@@ -406,7 +413,8 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     try:
         if args.timeline:
             exporter: Any = export_timeline(run, plan, pairs, args.out, stems, args.box,
-                                            on_progress=lambda job: _report(bar, job))
+                                            on_progress=lambda job: _report(bar, job),
+                                            animate=not args.no_animation)
         else:
             b_args = argparse.Namespace(**{**vars(args), "model": args.compare})
             model_b = _load(b_args)

@@ -42,6 +42,7 @@ from vitviz.errors import VitvizError
 
 HeadMode = Literal["match", "index"]
 JSD_EPS = 1e-12
+MAX_QUERY_KINDS = 8     # query token maps a CompareView keeps (each: A, B, aligned B and A - B stacks per image)
 
 
 class CompareError(VitvizError, ValueError):
@@ -368,21 +369,26 @@ def compare_results(results_a: Sequence[Any], results_b: Sequence[Any], kind: Ma
 
 
 def compare_stacks(stacks_a: Sequence[MapStack], stacks_b: Sequence[MapStack], spec_a: Any, spec_b: Any,
-                   kind: MapKind | str = "cls", heads: HeadMode = "match", sources: Sequence[str] | None = None,
+                   kind: MapKind | str = "cls", heads: HeadMode | Sequence[HeadMatch] = "match",
+                   sources: Sequence[str] | None = None,
                    features: tuple[Sequence[Any], Sequence[Any]] | None = None,
                    results: tuple[Sequence[Any], Sequence[Any]] | None = None) -> Comparison:
     """The comparison from both models' map stacks of the same images (`map_stack` of A's and B's runs, at the
-    specs' grids): what `vitviz export --compare` uses, holding only maps, not attention."""
+    specs' grids): what `vitviz export --compare` uses, holding only maps, not attention. `heads` may also be the
+    `HeadMatch`es to use (one per layer of A, e.g. another map kind's), instead of matching on these maps."""
     kind = _kind_of(kind)
     la, lb = spec_a.depth, spec_b.depth
     layers_b = match_layers(la, lb)
     grid_a, grid_b = tuple(spec_a.grid), tuple(spec_b.grid)
     ha, hb = stacks_a[0].num_heads, stacks_b[0].num_heads
-    matches = []
-    for i, j in enumerate(layers_b):
-        a_maps = np.stack([s.maps[i, :ha].reshape(ha, -1) for s in stacks_a])             # (n, Ha, N)
-        b_maps = np.stack([to_grid(s.maps[j, :hb], grid_b, grid_a).reshape(hb, -1) for s in stacks_b])
-        matches.append(match_heads(head_similarity(a_maps, b_maps), heads, i, int(j)))
+    if isinstance(heads, str):
+        matches = []
+        for i, j in enumerate(layers_b):
+            a_maps = np.stack([s.maps[i, :ha].reshape(ha, -1) for s in stacks_a])             # (n, Ha, N)
+            b_maps = np.stack([to_grid(s.maps[j, :hb], grid_b, grid_a).reshape(hb, -1) for s in stacks_b])
+            matches.append(match_heads(head_similarity(a_maps, b_maps), heads, i, int(j)))
+    else:
+        matches = _checked_matches(heads, layers_b, ha, hb)
     images = []
     sources = sources or [""] * len(stacks_a)
     for n, (sa, sb) in enumerate(zip(stacks_a, stacks_b)):
@@ -401,13 +407,30 @@ def compare_stacks(stacks_a: Sequence[MapStack], stacks_b: Sequence[MapStack], s
                                              else " (B has no CLS token: its mean patch attention)")]
     notes.append(f"layers by relative depth: A has {la}, B {lb}; A layer i ↔ B layer round(i·{lb - 1}/{max(1, la - 1)})"
                  if la != lb else f"layers by index ({la} each)")
-    notes.append(f"heads {'by index' if heads == 'index' else 'matched by similarity (Hungarian assignment)'}: "
+    how = ("by index" if matches and matches[0].method == "index" else
+           "matched by similarity (Hungarian assignment)" if not matches or matches[0].method == "match" else
+           f"matched as given ({matches[0].method})")
+    notes.append(f"heads {how}: "
                  f"A has {ha}, B {hb}" + (f"; {ha - hb} of A's heads have no partner" if ha > hb else ""))
     if grid_a != grid_b:
         notes.append(f"patches by place: B's {grid_b[0]}×{grid_b[1]} grid sampled at A's {grid_a[0]}×{grid_a[1]} "
                      f"patch centres, scaled by {grid_b[0] * grid_b[1]}/{grid_a[0] * grid_a[1]}")
     return Comparison(kind, spec_a, spec_b, layers_b, relative_depth(la), tuple(matches), tuple(images), jsd,
                       jsd_heads, cka, tuple(notes))
+
+
+def _checked_matches(matches: Sequence[HeadMatch], layers_b: np.ndarray, ha: int, hb: int) -> list[HeadMatch]:
+    """Given head matches, checked against the layer pairs and head counts."""
+    matches = list(matches)
+    if len(matches) != len(layers_b):
+        raise CompareError(f"expected one head match per layer of A ({len(layers_b)}); found {len(matches)}")
+    for i, m in enumerate(matches):
+        if (m.layer_a, m.layer_b) != (i, int(layers_b[i])):
+            raise CompareError(f"head match {i} pairs A layer {m.layer_a} with B layer {m.layer_b}; the layers are "
+                               f"paired A {i} ↔ B {int(layers_b[i])} by relative depth")
+        if any(not (0 <= a < ha and 0 <= b < hb) for a, b, _ in m.pairs):
+            raise CompareError(f"head match of layer {i} names a head outside A's {ha} or B's {hb}")
+    return matches
 
 
 def feature_cka(feats_a: Sequence[Any], feats_b: Sequence[Any], layers_b: np.ndarray) -> np.ndarray:
@@ -446,3 +469,302 @@ def compare(a: Any, b: Any, images: Sequence[Any], kind: MapKind | str = "cls", 
         feats = ([capture_features(a, img, normed=False) for img in images],
                  [capture_features(b, img, normed=False) for img in images])
     return compare_results(ra, rb, kind, heads, feats)
+
+
+# ------------------------------------------------------------------------------------------------- view model
+@dataclass(frozen=True)
+class CompareFrame:
+    """What the Compare view shows for one image and one linked selection.
+
+    Attributes:
+        a, b, diff: (gh, gw) on A's grid: A's map, B's partner map taken by place (NaN where B's head has no partner)
+            and a − b.
+        b_own: B's map on its own grid (its own layer and head), None without a partner; draw it over B's view.
+        vmin, vmax: the one colour scale of `a` and `b` (and `b_own`): 0..the largest of both stacks' groups
+            (all single heads of all layers, or the head means, or the maxima), so switching layers keeps it.
+        dmax: `diff` is drawn on -dmax..dmax, centred on 0 (the difference stack's group, all layers).
+        layer_a, layer_b, head_a, head_b, query_a, query_b: the selection on each side (None: B has no partner
+            head / the map has no query).
+        similarity: the matched heads' similarity, None for the head mean or max.
+        label: the mapping in words, e.g. 'A layer 11 ↔ B layer 5 (relative depth 1.00) · A head 3 ↔ B head 7,
+            similarity 0.91 · query at (0.40, 0.61): A token 57 ↔ B token 23'.
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    diff: np.ndarray
+    b_own: np.ndarray | None
+    vmin: float
+    vmax: float
+    dmax: float
+    layer_a: Any
+    layer_b: Any
+    head_a: Any
+    head_b: Any
+    query_a: int | None
+    query_b: int | None
+    similarity: float | None
+    label: str
+
+
+@dataclass(frozen=True)
+class CompareSummary:
+    """The per-layer figures of two models over the open images, as arrays against depth (the summary panel's
+    plot; a click on layer i goes to `frame(..., layer=i)`).
+
+    Attributes:
+        relative_depth: (La,) x axis: A's layers' relative depths; depth_b: (La,) the paired B layers' own.
+        layers_b: (La,) B's layer paired with each of A's.
+        jsd: (La,) mean JSD (bits) of the head-mean CLS attention over the images; jsd_heads: (La, Ha) per matched
+            head pair (NaN without a partner).
+        cka: (La,) linear CKA of the patch-token features, None when the results carry no features (`note` says).
+        images: how many images the figures are over.
+        notes: the mapping in words (`Comparison.notes`), and why CKA is missing if it is.
+    """
+
+    relative_depth: np.ndarray
+    depth_b: np.ndarray
+    layers_b: np.ndarray
+    jsd: np.ndarray
+    jsd_heads: np.ndarray
+    cka: np.ndarray | None
+    images: int
+    notes: tuple[str, ...]
+
+
+@dataclass
+class _Pair:
+    """One image's stacks of one map kind: A's, B's own, B's aligned to A, A − B and the shared A/B scale."""
+
+    a: MapStack
+    b_own: MapStack
+    b: MapStack
+    diff: MapStack
+    vmax: np.ndarray        # (3,) per group: max of A's and aligned B's
+
+
+def _as_maps(result: Any) -> Any:
+    from vitviz.core.maps import ResultMaps
+
+    return result if isinstance(result, ResultMaps) else ResultMaps(result)
+
+
+class CompareView:
+    """The Compare mode's view model (Qt-free): two models' results on the same images, linked.
+
+        view = CompareView(results_a, results_b)            # AttentionResults or ResultMaps, one per image, in order
+        f = view.frame(0, layer=11, head=3)                  # A, B, A − B maps of image 0, one scale, mapped
+        f = view.frame(0, layer=5, head="mean", kind="token", query=57)   # a query token of A, B's by place
+        view.summary()                                       # per-layer JSD and CKA against depth
+
+    Made in the worker (it builds the CLS stacks of every image, matches the heads over all of them and aligns B's
+    maps to A's layers, heads and grid); `frame` then only indexes those arrays, so a switch of the linked layer or
+    head costs microseconds (`bench/compare.py`). Another map kind or query is built on its first `frame` (or ahead
+    of time with `prepare`, in the worker) and kept (the last `MAX_QUERY_KINDS` queries). The head matching is made once, on CLS attention (or given),
+    and used for every kind, so a head's partner does not change with the map. Rules: the module docstring.
+
+    Args:
+        heads: 'match' (Hungarian assignment on CLS-attention similarity over these images), 'index', or the
+            `HeadMatch`es to use (one per layer of A).
+    """
+
+    def __init__(self, results_a: Sequence[Any], results_b: Sequence[Any],
+                 heads: HeadMode | Sequence[HeadMatch] = "match") -> None:
+        if not len(results_a) or len(results_a) != len(results_b):
+            raise CompareError(f"expected the same images' results from both models; found {len(results_a)} and "
+                               f"{len(results_b)}")
+        self.maps_a = [_as_maps(r) for r in results_a]
+        self.maps_b = [_as_maps(r) for r in results_b]
+        self.spec_a, self.spec_b = self.maps_a[0].result.spec, self.maps_b[0].result.spec
+        for side, maps in (("A", self.maps_a), ("B", self.maps_b)):
+            grids = {tuple(m.grid) for m in maps}
+            if len(grids) > 1:
+                raise CompareError(f"{side}'s results are on grids {sorted(grids)}; compare runs of one size per model")
+        self.grid_a, self.grid_b = tuple(self.maps_a[0].grid), tuple(self.maps_b[0].grid)
+        cls = MapKind("cls")
+        self.comparison = compare_stacks(
+            [m.stack(_resolved(cls, self.spec_a)) for m in self.maps_a],
+            [m.stack(_resolved(cls, self.spec_b)) for m in self.maps_b], self.spec_a, self.spec_b, cls, heads,
+            [str(m.result.source) for m in self.maps_a])
+        self.layers_b = self.comparison.layers_b
+        self.matches = self.comparison.heads
+        self.heads_a = self.comparison.images[0].a.num_heads
+        self._pairs: dict[MapKind, list[_Pair]] = {cls: [self._pair(im) for im in self.comparison.images]}
+        self._layer_words = self._layer_labels()
+        self._head_words = [{a: (b, sim, f"A head {a} ↔ B head {b}, similarity {sim:.2f}") for a, b, sim in m.pairs}
+                            for m in self.matches]
+        self._summary: CompareSummary | None = None
+
+    @staticmethod
+    def _pair(im: ImageComparison) -> _Pair:
+        top = np.fmax(im.a.vmax, im.b.vmax)
+        return _Pair(im.a, im.b_own, im.b, im.diff, np.where(top > 0, top, 1.0))
+
+    def _layer_labels(self) -> list[str]:
+        la, lb = self.spec_a.depth, self.spec_b.depth
+        rel = relative_depth(la)
+        if la == lb:
+            return [f"A layer {i} ↔ B layer {i}" for i in range(la)]
+        return [f"A layer {i} ↔ B layer {int(j)} (relative depth {rel[i]:.2f})" for i, j in enumerate(self.layers_b)]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.comparison.notes
+
+    @property
+    def images(self) -> int:
+        return len(self.maps_a)
+
+    # queries --------------------------------------------------------------------------------------------------
+    def query_place(self, query_a: int) -> tuple[float, float] | None:
+        """The place (y, x), fractions of the image, of A's token `query_a` (its patch centre); None for a prefix
+        token."""
+        p = self.spec_a.num_prefix
+        if query_a < p:
+            return None
+        gh, gw = self.grid_a
+        r, c = divmod(query_a - p, gw)
+        if r >= gh:
+            raise CompareError(f"query token {query_a}: A has {p + gh * gw} tokens")
+        return ((r + 0.5) / gh, (c + 0.5) / gw)
+
+    def query_b(self, query_a: int) -> int:
+        """B's token for A's `query_a`: a patch by place (the patch of B's grid under A's patch centre), CLS for CLS,
+        another prefix token by its name (reg0, dist) when B has one of that name.
+
+        Raises:
+            CompareError: A's prefix token has no counterpart in B (e.g. a register token, B without registers)."""
+        place = self.query_place(query_a)
+        if place is not None:
+            return self.spec_b.num_prefix + patch_at(place, self.grid_b)
+        name = self.spec_a.prefix_names[query_a]
+        if name in self.spec_b.prefix_names[: self.spec_b.num_prefix]:
+            return self.spec_b.prefix_names.index(name)
+        raise CompareError(f"A's token {query_a} ({name}) has no counterpart in B (its prefix tokens: "
+                           f"{', '.join(self.spec_b.prefix_names[: self.spec_b.num_prefix]) or 'none'})")
+
+    def _kinds(self, kind: MapKind | str, query: int | None) -> tuple[MapKind, MapKind, MapKind]:
+        """(the key, A's kind, B's kind) of a map selection."""
+        kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        if kind.kind == "token" or query is not None:
+            q = kind.token if query is None else int(query)
+            if q is None:
+                raise CompareError("a token map needs a query")
+            key = MapKind("token", q)
+            return key, key, MapKind("token", self.query_b(q))
+        if kind.source != "attention" or not kind.per_layer:
+            raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout, token:N); "
+                               f"{kind.label!r} is not one")
+        return kind, _resolved(kind, self.spec_a), _resolved(kind, self.spec_b)
+
+    # maps -----------------------------------------------------------------------------------------------------
+    def prepare(self, kind: MapKind | str = "cls", query: int | None = None) -> None:
+        """Build one map kind's stacks for every image (the worker's call, ahead of `frame`)."""
+        key, ka, kb = self._kinds(kind, query)
+        if key in self._pairs:
+            return
+        pairs = []
+        for ma, mb in zip(self.maps_a, self.maps_b):
+            if key.kind == "token":     # made here, not cached in the ResultMaps: one per query hovered
+                sa = map_stack(ma.result.attentions, ka, ma.result.spec)
+                sb = map_stack(mb.result.attentions, kb, mb.result.spec)
+            else:
+                sa, sb = ma.stack(ka), mb.stack(kb)
+            aligned = align_stack(sb, self.layers_b, self.matches, self.heads_a, self.grid_b, self.grid_a)
+            if aligned.maps.shape[1] != sa.maps.shape[1]:       # rollout: one fused 'head' on each side
+                aligned = _stack(to_grid(sb.maps[self.layers_b], self.grid_b, self.grid_a), aligned.title, False)
+            pairs.append(self._pair(ImageComparison(str(ma.result.source), sa, sb, aligned, diff_stack(sa, aligned))))
+        self._pairs[key] = pairs
+        queries = [k for k in self._pairs if k.kind == "token"]
+        for old in queries[: max(0, len(queries) - MAX_QUERY_KINDS)]:     # the oldest queries go
+            del self._pairs[old]
+
+    def stacks(self, image: int, kind: MapKind | str = "cls", query: int | None = None
+               ) -> tuple[MapStack, MapStack, MapStack]:
+        """(A's, B's aligned to A, A − B) stacks of one image: what an export of the view writes."""
+        pair = self._pair_of(image, self._key(kind, query))
+        return pair.a, pair.b, pair.diff
+
+    _CLS = MapKind("cls")
+
+    def _key(self, kind: MapKind | str, query: int | None) -> MapKind:
+        if query is None and (kind == "cls" or kind == self._CLS):
+            return self._CLS
+        return self._kinds(kind, query)[0]
+
+    def _pair_of(self, image: int, key: MapKind) -> _Pair:
+        if key not in self._pairs:
+            self.prepare(key)
+        elif key.kind == "token":                                  # used: now the newest
+            self._pairs[key] = self._pairs.pop(key)
+        return self._pairs[key][image]
+
+    def frame(self, image: int, layer: int | str = -1, head: int | str = "mean", kind: MapKind | str = "cls",
+              query: int | None = None) -> CompareFrame:
+        """The A, B and A − B maps of one image for a linked selection (see `CompareFrame`).
+
+        Args:
+            layer: A's layer (negative counts from the end) or 'mean'; B's is its pair by relative depth.
+            head: A's head (its matched partner on B's side), 'mean' or 'max' (each model's own).
+            kind: 'cls', 'mean', 'max', 'rollout' or 'token:N'; `query` (A's token) makes it a token map, B's
+                token taken by place."""
+        key = self._key(kind, query)
+        pair = self._pair_of(image, key)
+        la = self.spec_a.depth
+        if isinstance(layer, str):
+            if layer != "mean":
+                raise CompareError(f"layer {layer!r}: expected an index or 'mean'")
+            li, layer_b, parts = None, "mean", ["mean over A's layers ↔ B's paired layers"]
+        else:
+            if not -la <= layer < la:
+                raise CompareError(f"layer {layer}: A has {la} (0..{la - 1})")
+            li = layer % la
+            layer_b, parts = int(self.layers_b[li]), [self._layer_words[li]]
+        col = pair.a.column(head)
+        a, b = pair.a.select(layer, head), pair.b.select(layer, head)
+        head_b: Any = head
+        sim = None
+        if isinstance(head, str):
+            parts.append(f"head {head} of each model")
+        elif pair.a.num_heads == self.heads_a:          # per-head maps: B's partner
+            if li is None:
+                head_b = None
+                parts.append(f"A head {col}: its partners differ by layer")
+            else:
+                head_b, sim, text = self._head_words[li].get(col, (None, None, f"A head {col}: no partner in B"))
+                parts.append(text)
+        else:                                          # rollout: one fused map per layer
+            head_b = 0
+        b_own = None if head_b is None else pair.b_own.select(layer_b, head_b)
+        qa = qb = None
+        if key.kind == "token":
+            qa = int(key.token)  # type: ignore[arg-type]
+            qb = self.query_b(qa)
+            place = self.query_place(qa)
+            where = f"query at ({place[0]:.2f}, {place[1]:.2f})" if place else f"query {self.spec_a.token_name(qa)}"
+            parts.append(f"{where}: A token {qa} ↔ B token {qb}")
+        group = min(2, max(0, col - pair.a.num_heads + 1))
+        return CompareFrame(a, b, a - b, b_own, 0.0, float(pair.vmax[group]), float(pair.diff.scale_max(col)),
+                            layer, layer_b, head, head_b, qa, qb, sim, " · ".join(parts))
+
+    # summary --------------------------------------------------------------------------------------------------
+    def summary(self, features: tuple[Sequence[Any], Sequence[Any]] | None = None) -> CompareSummary:
+        """The per-layer JSD and CKA over the images (CKA from `features`, else from the results' token features,
+        `ResultMaps.features`, when every result has them)."""
+        if self._summary is not None and features is None:
+            return self._summary
+        c = self.comparison
+        notes = list(c.notes)
+        feats = features
+        if feats is None and all(m.features is not None for m in self.maps_a + self.maps_b):
+            feats = ([m.features for m in self.maps_a], [m.features for m in self.maps_b])
+        cka = None if feats is None else feature_cka(feats[0], feats[1], self.layers_b)
+        if cka is None:
+            notes.append("CKA needs both models' token features (the features pass) of every image")
+        lb = self.spec_b.depth
+        depth_b = self.layers_b / max(1, lb - 1) if lb > 1 else np.ones(len(self.layers_b))
+        out = CompareSummary(c.relative_depth, depth_b, self.layers_b, c.jsd, c.jsd_heads, cka, self.images,
+                             tuple(notes))
+        if features is None:
+            self._summary = out
+        return out

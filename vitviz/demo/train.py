@@ -1,6 +1,13 @@
 """Train the bundled demo ViT on the shapes task and write it as a timm hub folder.
 
     python -m vitviz.demo.train --out resources/demo
+    python -m vitviz.demo.train --out /tmp/demo --save-every 400      # and a checkpoint every 400 steps
+
+With `--save-every N` the run also writes a checkpoint every N steps (and at the last step) into `--run-dir`
+(default: OUT/run), one Hugging Face Trainer-style folder per checkpoint, `checkpoint-{step}/` holding the same
+model.safetensors and config.json as the final model: the layout `vitviz.core.timeline.open_run` (and `vitviz
+export --timeline`, and the window's timeline) reads, ordered by the step in the names. Saving does not change the
+training: the same seed gives the same final file with or without it.
 
 The run is seeded and CPU-only, on two cores: one torch thread trains while one loader process draws the
 images. The same command on the same torch version gives the same file. It writes `model.safetensors` (timm key
@@ -22,7 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 import numpy as np
 import torch
@@ -151,8 +158,10 @@ def evaluate(net: ReferenceViT, seed: int, count: int) -> float:
     return float((pred == torch.from_numpy(labels)).float().mean())
 
 
-def train(cfg: TrainConfig, log: TextIO) -> ReferenceViT:
-    """Train from scratch; progress lines go to `log`."""
+def train(cfg: TrainConfig, log: TextIO,
+          on_step: Callable[[int, ReferenceViT], None] | None = None) -> ReferenceViT:
+    """Train from scratch; progress lines go to `log`; `on_step(steps_done, net)` after every optimiser step (the
+    net in training mode: leave its weights alone)."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     spec = demo_spec(cfg)
@@ -175,6 +184,8 @@ def train(cfg: TrainConfig, log: TextIO) -> ReferenceViT:
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         run_loss = loss.item() if step == 0 else 0.98 * run_loss + 0.02 * loss.item()
+        if on_step is not None:
+            on_step(step + 1, net)
         if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
             acc = evaluate(net, VAL_SEED, cfg.val_images) if (step + 1) % 400 == 0 or step + 1 == cfg.steps else None
             acc_text = f"  val_acc {acc:.3f}" if acc is not None else ""
@@ -217,19 +228,46 @@ def save(net: ReferenceViT, cfg: TrainConfig, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
+def checkpoint_saver(cfg: TrainConfig, run_dir: Path, every: int,
+                     log: TextIO | None = None) -> Callable[[int, ReferenceViT], None]:
+    """`train`'s `on_step` that writes `run_dir/checkpoint-{step}/` (model.safetensors + config.json, as `save`)
+    every `every` steps and at the last one."""
+    if every < 1:
+        raise ValueError(f"--save-every {every}: expected a positive number of steps")
+
+    def on_step(step: int, net: ReferenceViT) -> None:
+        if step % every == 0 or step == cfg.steps:
+            folder = run_dir / f"checkpoint-{step}"
+            save(net, cfg, folder)
+            if log is not None:
+                log.write(f"saved {folder}\n")
+                log.flush()
+
+    return on_step
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vitviz.demo.train", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("resources/demo"), help="output folder")
+    parser.add_argument("--save-every", type=int, default=0, metavar="N",
+                        help="also save a checkpoint every N steps (and at the last) into --run-dir, as "
+                             "checkpoint-{step}/ folders: a run `vitviz export --timeline` reads")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="where --save-every writes its checkpoints (default: OUT/run)")
     for field, value in asdict(TrainConfig()).items():
         parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args(argv)
     cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
+    if args.save_every < 0 or (args.run_dir is not None and not args.save_every):
+        parser.error("--save-every takes a positive number of steps; --run-dir goes with --save-every")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "train_log.txt", "w", encoding="utf-8") as log:
         log.write(f"vitviz demo ViT on the shapes task; torch {torch.__version__}, python "
                   f"{platform.python_version()}, {platform.machine()}\nconfig {json.dumps(asdict(cfg))}\n")
         start = time.time()
-        net = train(cfg, log)
+        saver = (checkpoint_saver(cfg, args.run_dir or args.out / "run", args.save_every, log)
+                 if args.save_every else None)
+        net = train(cfg, log, saver)
         save(net, cfg, args.out)
         params = sum(p.numel() for p in net.parameters())
         log.write(f"done in {time.time() - start:.0f}s; {params:,} parameters; wrote {args.out}\n")
