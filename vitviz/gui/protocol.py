@@ -217,6 +217,7 @@ class Context(Protocol):
     """What a request's work gets from the worker that runs it (`vitviz.gui.worker.InferenceWorker`)."""
 
     model: Any      # the loaded model (None before the first load); a load replaces it
+    slots: dict[str, Any]   # what requests keep in the worker between requests (a second model, a timeline's store)
 
     def download_progress(self, name: str) -> Any:
         """The `progress` callback for downloading the named model `name` (stops it when asked to)."""

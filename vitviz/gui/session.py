@@ -123,6 +123,7 @@ class Session(QObject):
             Similarity: lambda r, a: self._on_analysis(r, a, self.similarity_ready),
             Share: lambda r, a: self._on_analysis(r, a, self.share_ready),
             **{kind: store.answer for kind, store in self.passes.items()}}
+        self._failure_routes: dict[type, Any] = {}
         c.answered.connect(self._on_answered)
         c.failed.connect(self._on_failed)
         c.dropped.connect(self._on_dropped)
@@ -449,6 +450,14 @@ class Session(QObject):
 
     # ------------------------------------------------------------------------------------------ answers
 
+    def route(self, kind: type[Request], on_answer: Any, on_failure: Any = None) -> None:
+        """Send the answers of requests of class `kind` to `on_answer(request, answer)` and, with `on_failure`, their
+        failures to `on_failure(request, summary, details)` instead of an error dialog: how a part of the window
+        (a comparison, a timeline) adds a kind of work without editing the session."""
+        self._routes[kind] = on_answer
+        if on_failure is not None:
+            self._failure_routes[kind] = on_failure
+
     def _on_answered(self, request: Request, answer: Any) -> None:
         """Every answer, routed by the class of the request it answers."""
         self._routes[type(request)](request, answer)
@@ -570,6 +579,9 @@ class Session(QObject):
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
         kind = request.kind
+        if kind in self._failure_routes:
+            self._failure_routes[kind](request, summary, details)
+            return
         if kind is Verify:        # not an error of the model: it stays unverified, and says why
             self.verify_failure = summary
             self.verification_changed.emit()

@@ -103,6 +103,7 @@ class InferenceWorker(QObject):
     def __init__(self) -> None:
         super().__init__()
         self.model: Any = None                     # the loaded model (`vitviz.gui.protocol.Context`)
+        self.slots: dict[str, Any] = {}            # what other requests keep between requests (a second model...)
         self.running_id = 0
         self.download_cancel = threading.Event()   # set from the GUI thread: stop the running download
         self._running = threading.Lock()           # held by `give_up` and the end of `handle`
@@ -152,6 +153,7 @@ class InferenceWorker(QObject):
     def release(self) -> None:
         """Drop the model (its memory goes now, not whenever the last Python reference does)."""
         self.model = None
+        self.slots.clear()
 
     def download_progress(self, name: str) -> "DownloadProgress":
         """The progress callback of a named model's download (a fresh Cancel: the last one is forgotten)."""
