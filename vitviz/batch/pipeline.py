@@ -239,10 +239,9 @@ class Exporter:
                 # logits only go into .npz; without it the pass stops at the last softmax, unless a MAP head's map
                 # is asked for (the head runs after the blocks)
                 x = torch.cat([p.x for p in batch])
-                pool: list[np.ndarray] = []
-                extra = {"pool": pool} if self.spec.pooling == "map" else {}   # the live path has no MAP head
+                pool: list[np.ndarray] = []   # filled by a model with a MAP head (every model takes it)
                 attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz or plan.needs_pool,
-                                                           rows=plan.rows, **extra)
+                                                           rows=plan.rows, pool=pool)
                 pools = [pool_rows(pool, self.spec, i) for i in range(len(batch))]
             except VitvizError as e:
                 for p in batch:

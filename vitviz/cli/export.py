@@ -525,10 +525,10 @@ def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[L
 def _check_passes(model: Any, maps: list[MapKind]) -> None:
     """Maps of a class or of the token features run vitviz's reference ViT with hooks of their own; a model run
     from its own code (--code) cannot give them."""
-    from vitviz.core.model import ReferenceViT
+    from vitviz.core.protocol import is_reference
 
     asked = [m.label for m in maps if "reference" in info(m).needs]   # the table of map kinds says which
-    if asked and not isinstance(getattr(model, "net", None), ReferenceViT):
+    if asked and not is_reference(model):
         raise VitvizError(f"--maps {','.join(asked)}: these maps need vitviz's reference ViT; this model runs from "
                           f"its own code ({type(getattr(model, 'net', model)).__name__}), whose attention "
                           "gradients and block outputs are not exposed")

@@ -153,14 +153,13 @@ def info(kind: "MapKind | str") -> KindInfo:
     return KINDS[kind if isinstance(kind, str) else kind.kind]
 
 
-def lacks(kind: str, spec: "ModelSpec", reference: bool | None = None) -> str | None:
+def lacks(kind: str, spec: "ModelSpec", can: "frozenset[str] | None" = None) -> str | None:
     """Why this model cannot give maps of the kind `kind` (a `MapKind.kind` word) at all, whatever is selected
-    (None: it can). `reference`: the model runs as vitviz's reference ViT (None: unless its family is 'live').
-    A model without a CLS token is not refused 'cls' here: the window shows it as the patch mean; export refuses
-    it (`unavailable`)."""
+    (None: it can). `can`: the loaded model's capabilities (`vitviz.core.protocol`: 'reference', 'map_head', ...);
+    None: read from the spec (the reference ViT unless its family is 'live'). A model without a CLS token is not
+    refused 'cls' here: the window shows it as the patch mean; export refuses it (`unavailable`)."""
     needs = KINDS[kind].needs
-    if reference is None:
-        reference = spec.family != "live"
+    reference = spec.family != "live" if can is None else "reference" in can
     if "windowed" in needs:
         return (f"the {kind} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
                 "attends over all its tokens")

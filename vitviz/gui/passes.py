@@ -41,7 +41,7 @@ class PassStore(QObject):
         maps = s.cached(path)
         if maps is None or self.request_type.held(maps, key) or (path, key) in self.failures:
             return False
-        why = self.request_type.refused(s.spec, key)
+        why = self.request_type.refused(s.capabilities, key)
         if why:                       # said where the pass is shown, not in a dialog
             self.failures[(path, key)] = why
             return False

@@ -73,6 +73,7 @@ class Loaded:
     interruptible: bool = True
     library_layout: bool = True
     described: tuple[tuple[str, str], ...] = ()
+    capabilities: frozenset[str] = frozenset()   # what the model can do (`vitviz.core.protocol.capabilities_of`)
 
 
 @dataclass(frozen=True)
@@ -366,11 +367,13 @@ class Load(Request):
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
         from vitviz.core.hyperparams import TABLE_FAMILIES, describe_guess
+        from vitviz.core.protocol import capabilities_of
 
         spec = model.spec
         described = tuple((name, describe_guess(spec, name)) for name, _source in spec.assumptions)
         return Loaded(spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
-                      bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described)
+                      bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described,
+                      frozenset(capabilities_of(model)))
 
 
 @dataclass(eq=False)
@@ -480,8 +483,9 @@ class PassRequest(Request):
         raise NotImplementedError
 
     @staticmethod
-    def refused(spec: ModelSpec | None, key: Any) -> str:
-        """Why this model cannot give the pass at all ('' when it can), said without asking the worker."""
+    def refused(can: frozenset[str], key: Any) -> str:
+        """Why the loaded model (its capabilities `can`) cannot give the pass at all ('' when it can), said without
+        asking the worker."""
         return ""
 
     def keep(self, maps: ResultMaps, answer: Any) -> None:
@@ -588,8 +592,8 @@ class Features(PassRequest):
         return maps.features is not None
 
     @staticmethod
-    def refused(spec: ModelSpec | None, key: Any) -> str:
-        return LIVE_FEATURES if spec is not None and spec.family == "live" else ""
+    def refused(can: frozenset[str], key: Any) -> str:
+        return "" if "features" in can else LIVE_FEATURES
 
     def keep(self, maps: ResultMaps, answer: Featured) -> None:
         maps.add_features(answer.features, answer.norms, answer.prefix_norms, (answer.counts, answer.edges))

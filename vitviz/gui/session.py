@@ -84,6 +84,7 @@ class Session(QObject):
         self._kept: set[str] = set()                # models the user answered or kept the assumptions of (not asked
                                                     # again when they reload)
         self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
+        self.capabilities: frozenset[str] = frozenset()   # what the loaded model can do (`Loaded.capabilities`)
         self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
         self.verify_models = True                   # check each converted model against its original (Verify)
         self.verification: Any = None               # the loaded model's `Verification`, once answered
@@ -481,6 +482,7 @@ class Session(QObject):
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
         self.library_layout, self.described = answer.library_layout, dict(answer.described)
+        self.capabilities = answer.capabilities
         self.verification, self.verify_failure, self._verify_asked = None, "", False
         # the demo model is ours (its config says its heads): never asked about
         self.awaiting_answers = (self.ask_assumptions and asks_unprompted(spec, answer.library_layout)

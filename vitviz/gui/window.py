@@ -573,8 +573,9 @@ class MainWindow(QMainWindow):
         kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source="cls" if kind is not None and lacks(kind, spec) else source,
-                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec))
+                          source="cls" if kind is not None and lacks(kind, spec, self.session.capabilities or None) else source,
+                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec,
+                                                                             self.session.capabilities or None))
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it

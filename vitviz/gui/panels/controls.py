@@ -226,8 +226,9 @@ class ControlsPanel(QWidget):
         are not exposed); without a model, all but the pooling attention."""
         self.source_combo.clear()
         for key, label in SOURCE_LABELS.items():
-            if (key == "pool" and (spec is None or lacks("pool", spec))) or (
-                    key == "relevance" and spec is not None and lacks("relevance", spec)):
+            can = self.session.capabilities or None   # none known yet (no model answered): from the spec
+            if (key == "pool" and (spec is None or lacks("pool", spec, can))) or (
+                    key == "relevance" and spec is not None and lacks("relevance", spec, can)):
                 continue
             self.source_combo.addItem(label, key)
             self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
