@@ -571,11 +571,11 @@ class MainWindow(QMainWindow):
         # the table of map kinds: a map this model cannot give falls back to CLS (pool without a MAP head, the
         # gradient maps of a model run from its own code)
         kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
+        can = self.session.capabilities or None
         self.state.update(layer=resolve_index(self.state.layer, spec.depth),
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source="cls" if kind is not None and lacks(kind, spec, self.session.capabilities or None) else source,
-                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec,
-                                                                             self.session.capabilities or None))
+                          source="cls" if kind is not None and lacks(kind, spec, can) else source,
+                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec, can))
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it

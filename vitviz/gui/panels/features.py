@@ -528,7 +528,7 @@ class FeaturesPanel(LazyPanel):
             if why is None and self.session.features_pass.request(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
             else:
-                why = why or self.session.features_pass.failures.get((path, None))     # refused without asking the worker
+                why = why or self.session.features_pass.failures.get((path, None))  # refused, not asked
                 self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
             return
         self.status.setText("")
