@@ -9,14 +9,31 @@ one more request class and one more store.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
+from vitviz.core.maps import ResultMaps
+from vitviz.core.spec import ModelSpec
+from vitviz.gui.client import WorkerClient
 from vitviz.gui.protocol import PassRequest
 
-if TYPE_CHECKING:
-    from vitviz.gui.session import Session
+
+class Host(Protocol):
+    """What a store needs of the session that holds it (`vitviz.gui.session.Session`)."""
+
+    spec: ModelSpec | None
+    capabilities: frozenset[str]
+    image_size: tuple[int, int] | None
+    client: WorkerClient
+    current_changed: Any
+
+    @property
+    def current(self) -> str: ...
+
+    def cached(self, path: str) -> ResultMaps | None: ...
+
+    def evict(self, keep: str) -> None: ...
 
 ANY = object()   # `pending(path)`: for any key
 
@@ -27,8 +44,8 @@ class PassStore(QObject):
     ready = Signal(str)                 # image path whose pass (for some key) is now kept in its result
     failed = Signal(str, object, str)   # image path, key, summary
 
-    def __init__(self, session: "Session", request: type[PassRequest]) -> None:
-        super().__init__(session)
+    def __init__(self, session: Host, request: type[PassRequest]) -> None:
+        super().__init__(session)  # type: ignore[arg-type]  # the session is a QObject
         self.session, self.request_type = session, request
         self.failures: dict[tuple[str, Any], str] = {}   # (image, key) -> why (not asked again)
 
