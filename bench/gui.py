@@ -109,7 +109,7 @@ def _show(win, maps) -> None:  # noqa: ANN001
     spec = maps.result.spec
     win.session.spec = spec
     win.controls.set_spec(spec, "cpu")
-    win.session._cache[maps.result.source] = maps
+    win.session.results.put(maps.result.source, maps)
     win.session.set_current(maps.result.source)
 
 

@@ -522,7 +522,8 @@ class ResultMaps:
     def nbytes(self) -> int:
         """Memory held by the result, every pass added to it and the caches derived from them."""
         extra = sum(r.attn_grad.nbytes for r in {id(r): r for r in self._relevance.values()}.values())
-        extra += sum(np.asarray(leg.map).nbytes + np.asarray(leg.scores).nbytes for leg in self.texts.values())
+        extra += sum(np.asarray(leg.map).nbytes + np.asarray(leg.scores).nbytes
+                     + np.asarray(getattr(leg, "per_layer", 0)).nbytes for leg in self.texts.values())
         if self.features is not None:
             extra += self.features.raw.nbytes + (0 if self.features.normed is None else self.features.normed.nbytes)
         for held in (self.norms, self.prefix_norms):

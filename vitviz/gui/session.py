@@ -10,7 +10,6 @@ No widgets here.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from vitviz.core.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
 from vitviz.gui.assumptions import asks_unprompted
+from vitviz.gui.cache import ResultCache
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.passes import PassStore
 from vitviz.gui.protocol import (ANALYSES, Analysis, Catalog, Cataloged, Compared, Features, Load, Loaded, Move,
@@ -93,11 +93,10 @@ class Session(QObject):
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
         self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
-        self.cache_bytes = cache_bytes
         self.images: list[str] = []
         self._current = ""
         self.failed: dict[str, str] = {}
-        self._cache: OrderedDict[str, ResultMaps] = OrderedDict()
+        self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
@@ -156,26 +155,32 @@ class Session(QObject):
     @property
     def current_maps(self) -> ResultMaps | None:
         """The current image's cached result, or None."""
-        return self._cache.get(self._current) if self._current else None
+        return self.results.get(self._current) if self._current else None
 
     def cached(self, path: str) -> ResultMaps | None:
         """The cached result of an image, or None (without marking it as recently used)."""
-        return self._cache.get(path)
+        return self.results.get(path)
 
     def result(self, path: str) -> ResultMaps | None:
         """The cached result of an image (marked as recently used), or None."""
-        maps = self._cache.get(path)
-        if maps is not None:
-            self._cache.move_to_end(path)
-        return maps
+        return self.results.use(path)
+
+    @property
+    def cache_bytes(self) -> int:
+        """The memory budget of the cached results."""
+        return self.results.budget
+
+    @cache_bytes.setter
+    def cache_bytes(self, budget: int) -> None:
+        self.results.budget = int(budget)
 
     @property
     def cache_nbytes(self) -> int:
-        """Memory held by the cached results (attention and the maps derived from it)."""
-        return sum(m.nbytes for m in self._cache.values())
+        """Memory held by the cached results (attention, the passes added and the maps derived from them)."""
+        return self.results.nbytes
 
     def cached_paths(self) -> list[str]:
-        return list(self._cache)
+        return self.results.paths()
 
     @property
     def stop_waiting_after(self) -> float | None:
@@ -315,7 +320,7 @@ class Session(QObject):
         self.images = [p for p in order if p not in drop]
         self.client.cancel(lambda r: r.kind is Run and r.args["image"] in drop)
         for path in gone:
-            self._cache.pop(path, None)
+            self.results.pop(path)
             self.failed.pop(path, None)
             self.head_stats.pop(path, None)
         self.images_removed.emit(gone)
@@ -391,7 +396,7 @@ class Session(QObject):
     def ensure(self, path: str, first: bool = False) -> None:
         """Request a run of `path` unless it is cached, failed or already on its way (or what the file does not say
         is being asked); `first` jumps the queue."""
-        if self.spec is None or self.awaiting_answers or not path or path in self._cache or path in self.failed:
+        if self.spec is None or self.awaiting_answers or not path or path in self.results or path in self.failed:
             return
         pending = [r for r in self.client.pending(Run)
                    if r.args["image"] == path and r.args["image_size"] == self.image_size]
@@ -422,7 +427,7 @@ class Session(QObject):
     def compare_patches(self, path: str, other: str, layer: int) -> bool:
         """Prepare the patch feature similarity within `path` and to `other` ('' for none) at block `layer`;
         answered by `similarity_ready`. False when the features are not cached."""
-        a, b = self._cache.get(path), self._cache.get(other) if other else None
+        a, b = self.results.get(path), self.results.get(other) if other else None
         if a is None or a.features is None or (other and (b is None or b.features is None)):
             return False
         self._analyse(Similarity, a=a.features, b=None if b is None else b.features, sources=(path, other),
@@ -432,7 +437,7 @@ class Session(QObject):
     def measure_share(self, path: str, layer: int, threshold: float) -> bool:
         """Find the patches of `path` whose output-token norm at block `layer` exceeds `threshold` and the share of
         attention they receive; answered by `share_ready`. False without cached features."""
-        maps = self._cache.get(path)
+        maps = self.results.get(path)
         if maps is None or maps.norms is None:
             return False
         self._analyse(Share, image=path, result=maps.result, norms=maps.norms, layer=layer,
@@ -520,10 +525,8 @@ class Session(QObject):
         if request.args.get("image_size") != self.image_size:
             return   # belongs to a size that is no longer selected
         path, maps = request.args["image"], answer.maps
-        self._cache[path] = maps
-        self._cache.move_to_end(path)
+        self.results.put(path, maps)
         self.head_stats[path] = maps.head_stats()
-        self.evict(keep=path)
         self._batch_done += 1
         self.result_ready.emit(path)
         if path == self._current:
@@ -619,7 +622,7 @@ class Session(QObject):
 
     def _forget_results(self) -> None:
         """A new model or input size: no result, failure or head statistic of the old one holds."""
-        self._cache.clear()
+        self.results.clear()
         self.failed.clear()
         self.head_stats.clear()
         for store in self.passes.values():
@@ -627,14 +630,7 @@ class Session(QObject):
 
     def evict(self, keep: str) -> None:
         """Drop the least recently used results until the cache fits `cache_bytes` (never `keep`)."""
-        total = sum(m.nbytes for m in self._cache.values())
-        while total > self.cache_bytes and len(self._cache) > 1:
-            path, maps = next(iter(self._cache.items()))
-            if path == keep:
-                self._cache.move_to_end(path)
-                continue
-            del self._cache[path]
-            total -= maps.nbytes
+        self.results.evict(keep)
 
 
 def _doing(request: Request) -> str:
