@@ -58,10 +58,15 @@ def _merged(attr: str) -> dict[str, Any]:
     return out
 
 
+def check_family_module(module: ModuleType) -> None:
+    """Raise AssertionError naming what a family module does not declare (run on every registered one at import)."""
+    missing = [a for a in ("NAMES", "detect", "convert", *REQUIRED_FACTS) if not hasattr(module, a)]
+    if missing:
+        raise AssertionError(f"{module.__name__} does not declare {', '.join(missing)} (see vitviz.core.families)")
+
+
 for _module in FAMILIES:
-    _missing = [a for a in ("NAMES", "detect", "convert", *REQUIRED_FACTS) if not hasattr(_module, a)]
-    if _missing:
-        raise AssertionError(f"{_module.__name__} does not declare {', '.join(_missing)} (see vitviz.core.families)")
+    check_family_module(_module)
 PREPROCESS: dict[str, Recipe] = _merged("PREPROCESS")
 HF_MODEL_TYPES: dict[str, str] = _merged("HF_MODEL_TYPES")
 EVAL_SIZES: dict[str, tuple[int, str]] = _merged("EVAL_SIZE")
