@@ -163,7 +163,8 @@ def test_options_imports_only_the_stdlib() -> None:
 
 
 def test_weight_file_orders() -> None:
-    from vitviz.catalog import hub, scan
+    from vitviz.catalog import hub
+    from vitviz.catalog.scan import HF_WEIGHT_NAMES
     from vitviz.core import formats
 
     assert formats.FOLDER_WEIGHT_NAMES == (
@@ -171,7 +172,7 @@ def test_weight_file_orders() -> None:
         "open_clip_pytorch_model.bin", "model.safetensors.index.json")
     assert hub.WEIGHT_FILES == ("model.safetensors", "model.safetensors.index.json", "open_clip_model.safetensors",
                                 "pytorch_model.bin", "open_clip_pytorch_model.bin")
-    assert scan.HF_WEIGHT_NAMES is formats.FOLDER_WEIGHT_NAMES
+    assert HF_WEIGHT_NAMES is formats.FOLDER_WEIGHT_NAMES
 
 
 def _literal_lists(path: Path) -> list[tuple[int, set[str]]]:
