@@ -176,11 +176,11 @@ def test_weight_file_orders() -> None:
 
 
 def _literal_lists(path: Path) -> list[tuple[int, set[str]]]:
-    """(line, the strings) of every tuple, list, set or dict-keys literal of strings in a source file."""
+    """(line, the strings) of every tuple, list or set literal of strings in a source file (a dict of labels keyed
+    by the names is the window's wording: `test_labels_name_the_options` holds its keys to the lists)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(
-            node, (ast.Tuple, ast.List, ast.Set)) else []
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
         strings = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
         if strings:
             out.append((node.lineno, strings))
@@ -188,10 +188,10 @@ def _literal_lists(path: Path) -> list[tuple[int, set[str]]]:
 
 
 @pytest.mark.parametrize("owner, names, at_least", [
-    ("core/options.py", set(options.CROP_MODES), 2),
+    ("core/options.py", set(options.CROP_MODES), 3),   # all three: a mode dispatch may name two
     ("core/options.py", set(options.INTERPOLATIONS), 3),
-    ("core/options.py", set(options.POS_RECIPES), 3),
-    ("core/options.py", set(options.ROPE_PRESET_NAMES) - {"none", "pe"}, 3),
+    ("core/options.py", {"dinov2_reg", "bilinear_aa"}, 2),   # the recipes no family is named after
+    ("core/options.py", {"rope_vit", "rope_mixed", "timm_rope"}, 3),
     ("core/options.py", {"pre", "post", "res_post"}, 3),
     ("core/formats.py", {"pytorch_model.bin", "open_clip_model.safetensors", "model.safetensors.index.json",
                          "open_clip_pytorch_model.bin", "pytorch_model.pth", "model.pth"}, 2),
@@ -200,3 +200,14 @@ def test_no_other_module_keeps_its_own_list(owner: str, names: set[str], at_leas
     copies = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
               if path != PACKAGE / owner for line, strings in _literal_lists(path) if len(strings & names) >= at_least]
     assert not copies, f"a copy of a list vitviz/{owner} owns: {copies}"
+
+
+def test_labels_name_the_options() -> None:
+    """The window's words for each choice cover exactly the options' names (a new choice cannot go unoffered)."""
+    pytest.importorskip("PySide6")
+    from vitviz.gui import assumptions
+    from vitviz.gui.panels import model_settings
+
+    assert tuple(options.CROP_MODE_LABELS) == options.CROP_MODES
+    assert tuple(assumptions.ACTIVATIONS) == options.ACTIVATIONS
+    assert tuple(assumptions.NORM_ORDERS) == tuple(model_settings.NORM_TEXTS) == options.BLOCK_NORMS

@@ -812,8 +812,8 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
         problems.append(f"crop {pp.crop} / resize {pp.resize}: expected positive sizes")
     if pp.interpolation not in INTERPOLATION_NAMES:
         problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATION_NAMES)}")
-    if pp.mode not in ("center", "squash", "squash_crop"):
-        problems.append(f"mode {pp.mode!r}: expected center, squash or squash_crop")
+    if pp.mode not in CROP_MODES:
+        problems.append(f"mode {pp.mode!r}: expected one of {', '.join(CROP_MODES)}")
     if not problems:
         reach = normalized_reach(pp.mean, pp.std)
         if reach > MAX_NORMALIZED:
