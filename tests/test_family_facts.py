@@ -211,3 +211,17 @@ def test_labels_name_the_options() -> None:
     assert tuple(options.CROP_MODE_LABELS) == options.CROP_MODES
     assert tuple(assumptions.ACTIVATIONS) == options.ACTIVATIONS
     assert tuple(assumptions.NORM_ORDERS) == tuple(model_settings.NORM_TEXTS) == options.BLOCK_NORMS
+
+
+def test_every_cli_override_is_a_load_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.cli.options import override_names, overrides_from
+    from vitviz.core.hyperparams import OVERRIDES
+    from vitviz.core.live import LIVE_OVERRIDES
+    from vitviz.core.winload import WINDOW_OVERRIDES
+
+    monkeypatch.setenv("VITVIZ_VERBOSE", "")   # --verbose sets it: restored after the test
+    names = override_names()
+    assert set(names) <= set(OVERRIDES + WINDOW_OVERRIDES + LIVE_OVERRIDES), set(names) - set(OVERRIDES)
+    assert {"heads", "interpolation", "rope", "eps_final", "window", "code", "in_chans"} <= set(names)
+    args = _parser().parse_args(["--heads", "3", "--interpolation", "hamming", "--window", "8", "--verbose"])
+    assert overrides_from(args) == {"heads": 3, "interpolation": "hamming", "window": 8}

@@ -107,16 +107,21 @@ def add_code_argument(parser: Any) -> None:
                         "MNIST model), when neither its first layer nor its statistics say")
 
 
+def override_names() -> tuple[str, ...]:
+    """The `vitviz.load` keywords the command line sets: every option `add_override_arguments` adds but
+    --verbose (the windowed models' --window / --global-blocks, and --code with what only it takes, included),
+    read off the parser itself, so that a new option cannot be left out of `overrides_from`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_override_arguments(parser)
+    return tuple(a.dest for a in parser._actions if a.dest != "verbose")   # noqa: SLF001 - argparse's own list
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The overrides given on the command line (None: not given), as `vitviz.load` keywords."""
     install_guess_reporter()
     if getattr(args, "verbose", False):
         os.environ["VITVIZ_VERBOSE"] = "1"      # read by vitviz.catalog.hub (huggingface_hub's own messages)
-    keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
-            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
-    keys += ("window", "global_blocks")  # windowed models (Swin, SAM / ViTDet)
-    keys += ("code", "grid", "num_prefix", "in_chans")  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that
-    # file's code (asked for); the others only apply with it
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    return {k: getattr(args, k) for k in override_names() if getattr(args, k, None) is not None}
 
 
 def _size(text: str) -> tuple[int, int]:
