@@ -141,7 +141,9 @@ def test_library_lists_are_the_options_lists() -> None:
     from vitviz.core import images, model, posembed, relevance, validate
 
     assert model.ACTIVATIONS is options.ACTIVATIONS and model.BLOCK_NORMS is options.BLOCK_NORMS
-    assert posembed.RECIPES is options.POS_RECIPES and tuple(posembed.ROPE_PRESETS) == options.ROPE_PRESET_NAMES
+    assert posembed.RECIPES is options.POS_RECIPES and posembed.ROPE_KINDS is options.ROPE_KINDS
+    for preset, settings in options.ROPE_PRESETS.items():   # each preset is a kind the RoPE code computes
+        assert settings["rope"] in options.ROPE_KINDS + ("",), preset
     assert validate.INTERPOLATION_NAMES is options.INTERPOLATIONS and set(images.INTERPOLATIONS) == set(
         options.INTERPOLATIONS)
     assert relevance._ONE_VECTOR_POOLINGS is options.LEGRAD_POOLINGS

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# the names of the recipes and presets live with every other choice list (ROPE_PRESETS re-exported for callers)
-from vitviz.core.options import POS_RECIPES as RECIPES, REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS  # noqa: F401
+# the names of the recipes live with every other choice list
+from vitviz.core.options import POS_RECIPES as RECIPES, REL_POS_RECIPES, ROPE_KINDS
 
 
 def resample_grid(
