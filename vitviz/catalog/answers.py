@@ -15,11 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS
+
 ANSWERS_ENV = "VITVIZ_ANSWERS"
 REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides remembered per model
 CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-          "block_norm": lambda v: v in ("pre", "post", "res_post"),
-          "act": lambda v: v in ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh"),
+          "block_norm": lambda v: v in BLOCK_NORMS,
+          "act": lambda v: v in ACTIVATIONS,
           "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
 
 

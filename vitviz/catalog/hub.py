@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vitviz.catalog.dirs import hf_hub_dir
+from vitviz.core.formats import HUB_WEIGHT_NAMES
 from vitviz.errors import VitvizError
 
 Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or None)
@@ -33,8 +34,7 @@ Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or N
 HUB_PREFIXES = ("hf:", "timm:")
 CONFIG_FILES = ("config.json", "preprocessor_config.json", "open_clip_config.json")
 # Most preferred first; the first one a repository has is the model's weights.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "open_clip_model.safetensors",
-                "pytorch_model.bin", "open_clip_pytorch_model.bin")
+WEIGHT_FILES = HUB_WEIGHT_NAMES
 # The most seconds one resolve waits for the hub's answers in all (its metadata requests and each download's
 # first bytes; time while bytes arrive does not count): `timeout=`, else $VITVIZ_HUB_TIMEOUT, else this.
 DEFAULT_TIMEOUT = 30.0

@@ -9,16 +9,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vitviz.core.formats import WEIGHT_SUFFIXES
+from vitviz.core.formats import FOLDER_WEIGHT_NAMES, SHARD_INDEX, WEIGHT_SUFFIXES
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.named import NAMED_PREFIX
 
-HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
-HF_VIT_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
-                "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn", "clip": "hf-clip", "clip_vision_model": "hf-clip",
-                "siglip": "hf-siglip", "siglip_vision_model": "hf-siglip", "siglip2": "hf-siglip2",
-                "siglip2_vision_model": "hf-siglip2", "dinov3_vit": "hf-dinov3", "beit": "hf-beit",
-                "data2vec-vision": "hf-data2vec-vision"}
+# A model folder's weights, in `vitviz.load`'s order of preference (`vitviz.core.formats`).
+HF_WEIGHT_NAMES = FOLDER_WEIGHT_NAMES
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
 
 
@@ -173,31 +169,11 @@ def _torchvision_info(file_name: str) -> dict[str, Any] | None:
 
 
 def guess_family_from_name(name: str) -> str | None:
-    """A family guess from a file or repository name; None when it does not look like a ViT."""
-    n = name.lower()
-    if "dinov3" in n:
-        return "dinov3"
-    if "dinov2" in n:
-        return "dinov2"
-    if "siglip" in n:
-        return "siglip"
-    if "eva02" in n or n.startswith("eva_") or "_pe_" in n or "rope" in n:
-        return "eva"
-    if "clip" in n:
-        return "clip"
-    if "beit" in n:
-        return "beit"
-    if "deit3" in n or "deit_3" in n:
-        return "deit3"
-    if "deit" in n:
-        return "deit"
-    if "dino" in n:
-        return "dino"
-    if "mae" in n and "vit" in n:
-        return "mae"
-    if "vit" in n:
-        return "timm"
-    return None
+    """A family guess from a file or repository name (each family module's `NAME_HINTS`); None when it does not
+    look like a ViT. Imports the family modules, and so torch: scanning runs in the window's worker."""
+    from vitviz.core.families import family_from_name
+
+    return family_from_name(name)
 
 
 def scan_hf_hub(folder: Path | None = None) -> ScanResult:
@@ -263,9 +239,9 @@ def _weights_of(snap: Path) -> list[Path]:
     pytorch_model.bin counts when a snapshot holds both."""
     for name in HF_WEIGHT_NAMES:
         if (snap / name).exists():
-            shards = sorted(snap.glob("model-*.safetensors")) if name.endswith(".index.json") else []
+            shards = sorted(snap.glob("model-*.safetensors")) if name == SHARD_INDEX else []
             return [snap / name, *shards]
-    return sorted(p for p in snap.iterdir() if p.suffix in (".safetensors", ".bin", ".pth") and p.exists())
+    return sorted(p for p in snap.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.exists())
 
 
 def _hf_entry(repo: Path, snap: Path) -> CatalogEntry | None:
@@ -299,7 +275,9 @@ def _family_from_config(config: dict[str, Any]) -> tuple[str | None, str]:
         return fam, f"timm {arch}" + (f", {classes} classes" if classes else "")
     model_type = config.get("model_type")
     if isinstance(model_type, str):
-        fam = HF_VIT_TYPES.get(model_type)
+        from vitviz.core.families import hf_family
+
+        fam = hf_family(model_type)
         labels = config.get("id2label") or {}
         return fam, f"transformers {model_type}" + (f", {len(labels)} classes" if len(labels) > 2 else "")
     return None, ""

@@ -7,14 +7,14 @@ import os
 import re
 import sys
 import warnings
+from collections import UserString
 from typing import Any, Callable, TextIO, TypeVar
 
-CROP_MODES = ("center", "squash", "squash_crop")
-# The choices of core.model.ACTIVATIONS and core.posembed.RECIPES, spelled out so that parsing the command line
-# does not import torch (tests/test_provenance.py keeps them equal).
-ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
-BLOCK_NORMS = ("pre", "post", "res_post")   # core.model.BLOCK_NORMS
-POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa")
+# the choice lists are vitviz.core.options' (stdlib only: parsing the command line imports no torch)
+from vitviz.core.options import (
+    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, INTERPOLATIONS, ONE_VECTOR_POOLINGS, PATCH_ORDERS, POS_RECIPES,
+    ROPE_PRESET_NAMES,
+)
 
 T = TypeVar("T")
 
@@ -23,8 +23,7 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     """The overrides of `vitviz.load`, shared by every command that loads a model."""
     g = parser.add_argument_group("model overrides (anything vitviz infers can be overridden)")
     g.add_argument("--heads", type=int, help="number of attention heads")
-    g.add_argument("--family", help="checkpoint family (timm, deit, deit3, dino, dinov2, mae, torchvision, hf, seed, "
-                   "clip, beit, eva, dinov3, jax, ...)")
+    g.add_argument("--family", help=LazyText(_family_help))
     g.add_argument("--image-size", type=_size, help="input size: N or HxW (position embedding is resampled)")
     g.add_argument("--eps", type=float, help="LayerNorm epsilon (every norm)")
     g.add_argument("--eps-final", type=float, metavar="EPS", help="epsilon of the final norms (norm, fc_norm) when "
@@ -37,24 +36,24 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--crop-mode", choices=CROP_MODES, help="center: resize keeping the aspect ratio, then crop the "
                    "middle; squash: resize the whole image to the input size (no crop); squash_crop: squash to "
                    "--resize, then crop the middle")
-    g.add_argument("--interpolation", choices=("nearest", "bilinear", "bicubic", "lanczos", "box"),
+    g.add_argument("--interpolation", choices=INTERPOLATIONS,
                    help="resampling filter for the resize")
     g.add_argument("--act", choices=ACTIVATIONS,
                    help="MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')")
     g.add_argument("--block-norm", choices=BLOCK_NORMS, help="where each block's LayerNorms sit: pre (ViT: x + "
                    "f(norm(x))), post (norm(x + f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post "
                    "(x + norm(f(x)): Swin v2, timm *_rpn_*)")
-    g.add_argument("--pooling", choices=("token", "avg", "avg_all"), help="what the head sees: token 0 (the class "
+    g.add_argument("--pooling", choices=ONE_VECTOR_POOLINGS, help="what the head sees: token 0 (the class "
                    "token, or the first patch without one), the mean of the patches, or of every token")
     g.add_argument("--attn-scale", type=float, metavar="S", help="factor on q·k (default head_dim**-0.5; e.g. "
                    "1 for none, or dim**-0.5 as the first vit-pytorch versions)")
-    g.add_argument("--patch-order", choices=("p1p2c", "cp1p2"), help="pixel order of a Linear patch embedding: "
+    g.add_argument("--patch-order", choices=PATCH_ORDERS, help="pixel order of a Linear patch embedding: "
                    "einops '(p1 p2 c)' or unfold '(c p1 p2)'")
     g.add_argument("--pos-interp", choices=POS_RECIPES, help="how the position table is resampled at another "
                    "input size: timm (bicubic, antialias), deit / dino (bicubic, no antialias), torchvision, hf, ...")
     g.add_argument("--head-act", choices=ACTIVATIONS,
                    help="activation between the two Linears of a two-layer head")
-    g.add_argument("--rope", choices=("dinov3", "eva02", "pe", "rope_vit", "rope_mixed", "timm_rope", "none"),
+    g.add_argument("--rope", choices=ROPE_PRESET_NAMES,
                    help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
                         "Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none")
     g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
@@ -65,6 +64,29 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--global-blocks", type=_indices, metavar="I,J", help="SAM / ViTDet: the blocks with global "
                    "attention, when neither the file nor its config says (SAM ViT-B: 2,5,8,11)")
     add_code_argument(g)
+
+
+class LazyText(UserString):
+    """Text made when it is first read: argparse reads a help text only to show it, so a help built from modules
+    that import torch (the family modules) costs nothing until `--help`."""
+
+    def __init__(self, make: Callable[[], str] | str) -> None:   # noqa: D107 - UserString keeps no data of its own
+        self._make = make
+
+    @property
+    def data(self) -> str:  # type: ignore[override]
+        if callable(self._make):
+            self._make = self._make()
+        return self._make
+
+    def __mod__(self, args: Any) -> str:  # argparse's '%(default)s' expansion: a str for its text wrapping
+        return self.data % args
+
+
+def _family_help() -> str:
+    from vitviz.core.families import family_help
+
+    return "checkpoint family, when the detected one is wrong: " + family_help()
 
 
 CODE_HELP = ("run your own model class: FILE.py:FACTORY is a function or class in FILE.py that returns the model "
@@ -85,16 +107,21 @@ def add_code_argument(parser: Any) -> None:
                         "MNIST model), when neither its first layer nor its statistics say")
 
 
+def override_names() -> tuple[str, ...]:
+    """The `vitviz.load` keywords the command line sets: every option `add_override_arguments` adds but
+    --verbose (the windowed models' --window / --global-blocks, and --code with what only it takes, included),
+    read off the parser itself, so that a new option cannot be left out of `overrides_from`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_override_arguments(parser)
+    return tuple(a.dest for a in parser._actions if a.dest != "verbose")   # noqa: SLF001 - argparse's own list
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The overrides given on the command line (None: not given), as `vitviz.load` keywords."""
     install_guess_reporter()
     if getattr(args, "verbose", False):
         os.environ["VITVIZ_VERBOSE"] = "1"      # read by vitviz.catalog.hub (huggingface_hub's own messages)
-    keys = ("heads", "family", "image_size", "eps", "mean", "std", "nest_key", "resize", "crop_mode",
-            "interpolation", "act", "block_norm", "pooling", "attn_scale", "patch_order", "head_act", "rope", "pos_interp", "eps_final")
-    keys += ("window", "global_blocks")  # windowed models (Swin, SAM / ViTDet)
-    keys += ("code", "grid", "num_prefix", "in_chans")  # --code FILE.py:FACTORY: vitviz.load(..., code=) runs that
-    # file's code (asked for); the others only apply with it
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    return {k: getattr(args, k) for k in override_names() if getattr(args, k, None) is not None}
 
 
 def _size(text: str) -> tuple[int, int]:

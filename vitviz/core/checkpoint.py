@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from vitviz.core.formats import WEIGHT_NAMES, WEIGHT_SUFFIXES
+from vitviz.core.formats import FOLDER_WEIGHT_NAMES, WEIGHT_NAMES, WEIGHT_SUFFIXES
 from vitviz.core.validate import (
     Invalid, as_labels, check_config, check_open_clip_config, check_path, check_preprocessor, check_stored_tensors,
     inside, show, training_args,
@@ -236,7 +236,7 @@ def _yaml_scalar(text: str) -> Any:
 
 
 def _weights_in_folder(folder: Path) -> Path:
-    for name in (*WEIGHT_NAMES, "model.safetensors.index.json"):
+    for name in FOLDER_WEIGHT_NAMES:
         if os.path.lexists(folder / name):  # a FIFO or device under a weights name is refused, not skipped
             check_path(folder / name, "a weights file", missing=NoWeightsError, bad=CorruptCheckpointError)
             return folder / name

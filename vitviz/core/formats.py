@@ -12,9 +12,23 @@ MODEL_FILE_SUFFIXES = WEIGHT_SUFFIXES + FOREIGN_WEIGHT_SUFFIXES
 # The weights file of a model folder (Hugging Face / timm hub / open_clip layouts), most preferred first.
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth",
                 "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+# The index of a sharded safetensors model (its shards are `model-0000N-of-0000M.safetensors` beside it).
+SHARD_INDEX = "model.safetensors.index.json"
+# What opening a model folder takes (`vitviz.core.checkpoint`) and the catalog sizes, in that order: a single
+# weights file before a sharded model's index.
+FOLDER_WEIGHT_NAMES = WEIGHT_NAMES + (SHARD_INDEX,)
+
+
+def _hub_rank(name: str) -> tuple[bool, bool]:
+    """Safetensors before pickles; a transformers / timm file before open_clip's own copy of the same weights."""
+    return not name.endswith((".safetensors", ".index.json")), name.startswith("open_clip")
+
+
+# What a hub repository is asked for, first found wins (`vitviz.catalog.hub`): the folder's names a hub repository
+# publishes (no `.pth`), safetensors before pickles, a sharded transformers model before open_clip's file.
+HUB_WEIGHT_NAMES = tuple(sorted((n for n in FOLDER_WEIGHT_NAMES if not n.endswith(".pth")), key=_hub_rank))
 # A folder holding any of these is a model folder.
-MODEL_FOLDER_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                        "open_clip_config.json")
+MODEL_FOLDER_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", SHARD_INDEX, "open_clip_config.json")
 
 
 def dialog_filter() -> str:

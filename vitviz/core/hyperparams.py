@@ -14,48 +14,54 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families import Converted
+from vitviz.core.families import (
+    PREPROCESS as FAMILY_PREPROCESS, REGISTERED_FAMILIES, Converted, eval_size, follows_registered_sizes,
+    recipe as family_recipe,
+)
 from vitviz.core.metadata import (
     DIM_HEAD_KEYS, HEADS_KEYS, IMAGE_KEYS, LABEL_KEYS, MEAN_KEYS, STD_KEYS, args_info, as_int, as_labels, as_size,
     as_stats, find_value, heads_from_dim, metadata_sources, parse_model_name, torchvision_weights,
 )
-from vitviz.core.posembed import REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS
-from vitviz.core.spec import (
-    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, GuessWarning, ModelSpec, Preprocess, audit_provenance,
-    known_source, provenance_kind, whole_patches,
+from vitviz.core.options import (
+    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, MLP_KINDS, ONE_VECTOR_POOLINGS, PATCH_ORDERS, POOLINGS, POS_RECIPES,
+    REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESET_NAMES, ROPE_PRESETS, alternatives,
 )
-
-OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+from vitviz.core.spec import (
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, GuessWarning, ModelSpec, Preprocess, audit_provenance, known_source,
+    provenance_kind, whole_patches,
+)
 from vitviz.errors import InconsistentCheckpointError, VitvizError
 
 OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
              "act", "nest_key", "device", "resize", "crop_mode", "pooling", "block_norm", "attn_scale",
              "patch_order", "head_act", "rope", "eps_final")
-CROP_MODES = ("center", "squash", "squash_crop")
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
                   "eps", "eps_final", "rope", "pool_heads", "embed_out", "rel_pos_interp", "token_order")
-POOLINGS = ("token", "avg", "avg_all", "cls_avg", "map")
 ROPE_FIELDS = ("rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid", "rope_periods")
-# Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads;
-# for every other layout (hand-written, tutorials) a head count from the width alone is a guess.
-TABLE_FAMILIES = ("timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf", "clip", "siglip", "eva",
-                  "eva02", "dinov3", "pe", "rope_vit", "beit", "jax")
+# Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads
+# (each family module's REGISTERED_SIZES); for every other layout (hand-written, tutorials) a head count from the
+# width alone is a guess.
+TABLE_FAMILIES = REGISTERED_FAMILIES
+
+
+def _choice(override: str, choices: tuple[str, ...], flag: str) -> str:
+    """"act='gelu'|'relu' (CLI --act gelu|relu)": how to pass one of `choices`."""
+    return f"{override}={alternatives(choices)} (CLI {flag} {alternatives(choices, quote=False)})"
+
+
 # How to pass each value the file may not hold (for warnings).
 HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
-               "mlp_kind": "act='gelu'|'gelu_tanh'|'quick_gelu'|'relu'|'silu'|'tanh' "
-                           "(CLI --act gelu|gelu_tanh|quick_gelu|relu|silu|tanh)",
-               "block_norm": "block_norm='pre'|'post'|'res_post' (CLI --block-norm pre|post|res_post)",
-               "pooling": "pooling='token'|'avg'|'avg_all' (CLI --pooling token|avg|avg_all)",
+               "mlp_kind": _choice("act", ACTIVATIONS, "--act"),
+               "block_norm": _choice("block_norm", BLOCK_NORMS, "--block-norm"),
+               "pooling": _choice("pooling", ONE_VECTOR_POOLINGS, "--pooling"),
                "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
-               "patch_order": "patch_order='p1p2c'|'cp1p2' (CLI --patch-order p1p2c|cp1p2)",
-               "pre_logits_act": "head_act='gelu'|'relu'|'tanh'|'silu' (CLI --head-act gelu|relu|tanh|silu)",
+               "patch_order": _choice("patch_order", PATCH_ORDERS, "--patch-order"),
+               "pre_logits_act": _choice("head_act", ACTIVATIONS, "--head-act"),
                "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]",
                "eps": "eps=E (CLI --eps E)", "eps_final": "eps_final=E (CLI --eps-final E)",
-               "rope": "rope='dinov3'|'eva02'|'pe'|'rope_vit'|'timm_rope'|'none' (CLI --rope NAME)",
-               "pos_interp": "pos_interp='timm'|'deit'|'dino'|'torchvision'|'hf'|... (CLI --pos-interp "
-                             "timm|deit|dino|dinov2|dinov2_reg|torchvision|hf|bilinear_aa)",
+               "rope": f"rope={alternatives(ROPE_PRESET_NAMES)} (CLI --rope NAME)",
+               "pos_interp": _choice("pos_interp", POS_RECIPES, "--pos-interp"),
                "pool_heads": "a config.json beside the file stating the pooling head's heads (timm "
                              "model_args.attn_pool_num_heads; there is no option for it yet)",
                "embed_out": "family=... (CLI --family ...)",
@@ -64,40 +70,8 @@ HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std=
                "patch_embed": "the model's own code (CLI --code FILE.py:FACTORY)",
                "model_args": "the model's own code (CLI --code FILE.py:FACTORY), or verify it against timm "
                              "(vitviz verify)",
-               "resize_recipe": "resize=PX and crop_mode='center'|'squash'|'squash_crop' (CLI --resize PX "
-                                "--crop-mode center|squash|squash_crop)"}
-
-FAMILY_PREPROCESS = {  # checkpoint-formats.md §7 (crop_pct, interpolation, mean, std, mode)
-    "timm": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
-    "deit": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "deit3": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "dino": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "dinov2": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "mae": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "torchvision": (0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "hf": (1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "seed": (1.0, "bilinear", (0.0,), (1.0,), "squash"),
-    # full family names first (FAMILY_PREPROCESS.get(family) before the prefix before '-')
-    "clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
-    "timm-clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
-    "hf-clip": (1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
-    "siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "timm-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "hf-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "hf-siglip2": (1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "eva": (0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
-    "eva02": (0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
-    "dinov3": (1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "hf-dinov3": (1.0, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "squash"),
-    "pe": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
-    "rope_vit": (0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "timm_rope": (0.95, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
-    "beit": (0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
-    "hf-beit": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "hf-data2vec-vision": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-    "jax": (0.875, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center"),
-    "jax-siglip": (1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
-}
+               "resize_recipe": f"resize=PX and crop_mode={alternatives(CROP_MODES)} (CLI --resize PX "
+                                f"--crop-mode {alternatives(CROP_MODES, quote=False)})"}
 
 
 class _Prov:
@@ -385,9 +359,7 @@ def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dic
 
 
 def _check_choices(fields: dict[str, Any], where: str) -> None:
-    from vitviz.core.model import ACTIVATIONS, BLOCK_NORMS
-
-    checks = (("pooling", POOLINGS), ("block_norm", BLOCK_NORMS), ("mlp_kind", ACTIVATIONS + ("swiglu",)),
+    checks = (("pooling", POOLINGS), ("block_norm", BLOCK_NORMS), ("mlp_kind", MLP_KINDS),
               ("pre_logits_act", ACTIVATIONS))
     for name, allowed in checks:
         if name in fields and fields[name] not in allowed:
@@ -445,7 +417,7 @@ def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[s
         heads, src = width // hints["dim_head"][0], hints["dim_head"][1]
     else:
         heads, src = heads_from_dim(width)
-        if family.split("-")[0] not in TABLE_FAMILIES and not src.startswith("guess"):
+        if not follows_registered_sizes(family) and not src.startswith("guess"):
             src = f"guess: {src} (a {family} layout need not follow the registered sizes)"
     if heads <= 0 or width % heads:
         raise InconsistentCheckpointError(f"{where}: {heads} heads ({src}) do not divide the attention width {width}; "
@@ -592,8 +564,9 @@ def _image_size(overrides: dict[str, Any], family: str, pos_grid: tuple[int, int
             return prov.set("image_size", whole, f"override {size[0]}x{size[1]}, rounded down to whole {patch} px "
                                                  "patches")
         return prov.set("image_size", size, "override")
-    if family in ("dinov2", "hf-dinov2") and pos_grid[0] * patch > 224:
-        return prov.set("image_size", (224, 224), "default: DINOv2 evaluation size (position embedding resampled)")
+    evaluated = eval_size(family)
+    if evaluated and pos_grid[0] * patch > evaluated[0]:
+        return prov.set("image_size", (evaluated[0],) * 2, f"default: {evaluated[1]} (position embedding resampled)")
     grid_source = prov.items.get("pos_grid", "")
     source = ("shape: position embedding grid" if not grid_source or grid_source.startswith("shape")
               else f"{grid_source} (the native grid x {patch} px patches)")   # no table to read it from (RoPE)
@@ -609,7 +582,8 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     vit-pytorch, nn.TransformerEncoder), is not resized-and-cropped either: the image is brought to the native
     size as a whole; an RGB model of a family with a recipe keeps that family's resize and crop."""
     fam = conv.family if conv.family in FAMILY_PREPROCESS else conv.family.split("-")[0]
-    crop_pct, interp, mean, std, mode = FAMILY_PREPROCESS.get(fam, FAMILY_PREPROCESS["timm"])
+    own = family_recipe(conv.family)   # None: a layout without an eval recipe (the image is taken whole below)
+    crop_pct, interp, mean, std, mode = own or family_recipe("timm")
     fields: dict[str, Any] = dict(crop=size, resize=int(math.floor(min(size) / crop_pct)), interpolation=interp,
                                   mean=mean, std=std, mode=mode)
     src = f"default: {conv.family} family"
@@ -634,9 +608,9 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     meta_mean, meta_std = find_value(sources, MEAN_KEYS, as_stats), find_value(sources, STD_KEYS, as_stats)
     native = in_chans != 3 or max(size) <= 32
     imagenet_stats = tuple(fields["mean"]) in (IMAGENET_MEAN, INCEPTION_MEAN)
-    if not stated and not overrides.get("family") and (fam not in FAMILY_PREPROCESS or native and imagenet_stats):
+    if not stated and not overrides.get("family") and (own is None or native and imagenet_stats):
         what = (f"a {in_chans}-channel" if in_chans != 3 else "an RGB") + f" {size[0]}x{size[1]} px model"
-        if in_chans != 3 or fam not in FAMILY_PREPROCESS:  # no family recipe fits: the image as a whole
+        if in_chans != 3 or own is None:  # no family recipe fits: the image as a whole
             fields.update(resize=min(size), mode="squash")
             recipe = f"the image resized to {size[0]}x{size[1]} as a whole (no crop)"
         else:  # an RGB model of a family with an eval recipe: its resize and crop, as its own tools do

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS
 from vitviz.core.packed import Linear
 from vitviz.core.posembed import (
     rel_pos_index, resample_grid, resize_rel_pos_table, rope_angles, rope_coords, rope_sincos, rotate, sincos_2d,
@@ -27,10 +28,6 @@ Biases = "tuple[torch.Tensor, ...]"               # additive (1, H, T, T) biases
 class QuickGELU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(1.702 * x)
-
-
-ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
-BLOCK_NORMS = ("pre", "post", "res_post")  # `ModelSpec.block_norm`: where each block's LayerNorms sit (see Block)
 
 
 def make_act(kind: str) -> nn.Module:

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa")
+# the names of the recipes live with every other choice list
+from vitviz.core.options import POS_RECIPES as RECIPES, REL_POS_RECIPES, ROPE_KINDS
 
 
 def resample_grid(
@@ -87,18 +88,7 @@ def sincos_2d(grid: tuple[int, int], dim: int, temperature: int = 10000) -> torc
 
 
 # ------------------------------------------------------------------------------------------------ rotary (RoPE)
-ROPE_KINDS = ("axial", "dinov3", "mixed")
-# The RoPE settings of the model families that use it (timm eva.py), by the name a user passes as `rope=`.
-# rope_ref_grid (-1, -1): the model's native grid.
-ROPE_PRESETS: dict[str, dict[str, object]] = {
-    "dinov3": dict(rope="dinov3", rope_theta=100.0, rope_half=True),
-    "eva02": dict(rope="axial", rope_theta=10000.0, rope_ref_grid=(16, 16)),
-    "pe": dict(rope="axial", rope_theta=10000.0, rope_xy=True, rope_offset=1.0, rope_ref_grid=(-1, -1)),
-    "rope_vit": dict(rope="axial", rope_theta=100.0, rope_xy=True),        # Naver RoPE-ViT, axial
-    "rope_mixed": dict(rope="mixed", rope_theta=10.0, rope_xy=True),       # Naver RoPE-ViT, learned frequencies
-    "timm_rope": dict(rope="axial", rope_theta=10000.0, rope_ref_grid=(16, 16)),  # timm vit_*_rope_reg*_gap_256
-    "none": dict(rope=""),
-}
+# ROPE_KINDS and ROPE_PRESETS (the settings of each `rope=` name) are in `vitviz.core.options`.
 
 
 def rope_coords(kind: str, grid: tuple[int, int], xy: bool = False, offset: float = 0.0,
@@ -246,7 +236,6 @@ def kernel_at(kernel: np.ndarray, grid: tuple[int, int], patch: tuple[int, int])
 
 
 # ---------------------------------------------------------------------------------- relative position bias (BEiT)
-REL_POS_RECIPES = ("timm", "hf")
 
 
 def rel_pos_index(grid: tuple[int, int]) -> torch.Tensor:

@@ -63,6 +63,7 @@ import torch.nn.functional as F
 
 from vitviz.core.capture import VitModel
 from vitviz.core.model import ReferenceViT
+from vitviz.core.options import LEGRAD_POOLINGS
 from vitviz.core.protocol import GRADIENTS, capabilities_of
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
@@ -70,7 +71,7 @@ from vitviz.errors import VitvizError
 Target = Union[int, np.integer, np.ndarray, Sequence[float], None]
 
 # Poolings whose head reads one D-wide vector, so LeGrad can apply it to a mean-pooled layer.
-_ONE_VECTOR_POOLINGS = ("token", "avg", "avg_all")
+_ONE_VECTOR_POOLINGS = LEGRAD_POOLINGS
 
 
 class RelevanceError(VitvizError, ValueError):

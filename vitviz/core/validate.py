@@ -28,6 +28,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitviz.core.options import (
+    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, INTERPOLATIONS, MLP_KINDS, PATCH_ORDERS, POOLINGS, POS_RECIPES,
+)
 from vitviz.errors import MetadataError, OverrideError, VitvizError
 
 if TYPE_CHECKING:
@@ -40,8 +43,9 @@ if TYPE_CHECKING:
 BROADCAST_SLACK = 1 << 20
 MAX_DEPTH = 1024           # blocks; the deepest published ViTs have 48 (ViT-22B), 40 (ViT-g)
 MAX_HEADS = 4096
-# Resampling filters (Pillow's names; `vitviz.core.images.INTERPOLATIONS` maps them to Pillow's constants).
-INTERPOLATION_NAMES = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+# Resampling filters (`vitviz.core.options.INTERPOLATIONS`; `vitviz.core.images.INTERPOLATIONS` maps them to
+# Pillow's constants).
+INTERPOLATION_NAMES = INTERPOLATIONS
 
 
 class Invalid(ValueError):
@@ -258,17 +262,15 @@ def _resize(v: Any) -> int:
     return n
 
 
-def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_modes: Sequence[str],
-                    poolings: Sequence[str]) -> dict[str, Any]:
-    """The overrides of `vitviz.load` checked and normalised (None values dropped); `families`, `crop_modes` and
-    `poolings` are the names the loader knows (passed in: this module imports nothing that imports it).
+def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_modes: Sequence[str] = CROP_MODES,
+                    poolings: Sequence[str] = POOLINGS) -> dict[str, Any]:
+    """The overrides of `vitviz.load` checked and normalised (None values dropped); `families` are the family
+    names the loader knows (passed in: they are the family modules', which import torch). The choice lists are
+    `vitviz.core.options`'; `crop_modes` and `poolings` narrow them where a caller must.
 
     Raises:
         OverrideError: naming the override, what was given and what was expected.
     """
-    from vitviz.core.model import ACTIVATIONS, BLOCK_NORMS
-    from vitviz.core.posembed import RECIPES
-
     def family(v: Any) -> str:
         name = as_text(v)
         if name.split(":")[0].split("-")[0] not in families:
@@ -290,12 +292,12 @@ def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_m
         "heads": heads, "family": family, "image_size": as_pair,
         "eps": lambda v: as_number(v, 0.0, 1.0), "eps_final": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
         "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
-        "labels": as_labels, "pos_interp": lambda v: as_choice(v, RECIPES),
-        "act": lambda v: as_choice(v, ACTIVATIONS + ("swiglu",)), "nest_key": as_text, "device": device,
+        "labels": as_labels, "pos_interp": lambda v: as_choice(v, POS_RECIPES),
+        "act": lambda v: as_choice(v, MLP_KINDS), "nest_key": as_text, "device": device,
         "resize": _resize, "crop_mode": lambda v: as_choice(v, crop_modes),
         "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, BLOCK_NORMS),
         "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
-        "patch_order": lambda v: as_choice(v, ("p1p2c", "cp1p2")),
+        "patch_order": lambda v: as_choice(v, PATCH_ORDERS),
         "head_act": lambda v: as_choice(v, ACTIVATIONS),
         "rope": as_text, "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
         "in_chans": _channel_count,
@@ -349,8 +351,6 @@ def _input_size(v: Any) -> list[int]:
 
 
 def _act(v: Any) -> str:
-    from vitviz.core.model import ACTIVATIONS
-
     return as_choice(v, tuple(dict.fromkeys(_HF_ACTS + ACTIVATIONS)))
 
 
@@ -812,8 +812,8 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
         problems.append(f"crop {pp.crop} / resize {pp.resize}: expected positive sizes")
     if pp.interpolation not in INTERPOLATION_NAMES:
         problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATION_NAMES)}")
-    if pp.mode not in ("center", "squash", "squash_crop"):
-        problems.append(f"mode {pp.mode!r}: expected center, squash or squash_crop")
+    if pp.mode not in CROP_MODES:
+        problems.append(f"mode {pp.mode!r}: expected one of {', '.join(CROP_MODES)}")
     if not problems:
         reach = normalized_reach(pp.mean, pp.std)
         if reach > MAX_NORMALIZED:

@@ -1,14 +1,23 @@
-"""Checkpoint families: detection and key conversion into the canonical (timm) layout.
+"""Checkpoint families: detection and key conversion into the canonical (timm) layout, and what each family knows.
 
-One module per family (`swin`, `sam`, `timm`, `torchvision`, `hf`, `seed`, `clip`, `siglip`, `beit`, `eva`, `jax`,
-`vit_pytorch`, `torch_encoder`, `structural`), each
-with `NAMES` (the family names it handles), `detect(keys, raw) -> name | None` and
-`convert(sd, raw, family, overrides) -> Converted`. `FAMILIES` below is the registry, in detection order; a new
-family is one new module and one entry there. `structural` comes last: it reads any layout by the roles and
-shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision Transformer".
-The windowed families (`swin`, `sam`: Swin v1 / v2, SAM / ViTDet image encoders) come first: their keys
-(`layers.S.blocks.B.attn`, `features.N.M.attn`, `blocks.N.attn.rel_pos_h`, a SAM neck) are in no plain ViT, and
-`structural` would otherwise claim them; their files load into `vitviz.core.windowed`, not the reference ViT.
+One module per family (`FAMILIES` below lists them, in detection order), each with `NAMES` (the family names it
+handles), `detect(keys, raw) -> name | None` and `convert(sd, raw, family, overrides) -> Converted`, and beside
+them the family's facts, as timm keeps a model's `_cfg` in the model's own file:
+
+- `HELP`: one line on what the family is (the command line's `--family` help);
+- `PREPROCESS`: {family name: `Recipe`}, its eval preprocessing (`recipe()`; checkpoint-formats.md §7);
+- `REGISTERED_SIZES`: whether its files follow the registered model sizes, so the embed-dim table is a fair
+  answer for num_heads (`follows_registered_sizes()`);
+- `NAME_HINTS`: (regular expression, family, priority) for file and repository names (`family_from_name()`,
+  the catalog's guess);
+- optionally `HF_MODEL_TYPES` ({transformers model_type: family}, `hf_family()`) and `EVAL_SIZE` ({family:
+  (size, why)}, `eval_size()`: the size it is evaluated at when its position table was trained larger).
+
+A new family is one new module and one entry in `FAMILIES`. `structural` comes last: it reads any layout by the
+roles and shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision
+Transformer". The windowed families (`swin`, `sam`: Swin v1 / v2, SAM / ViTDet image encoders) come first: their
+keys (`layers.S.blocks.B.attn`, `features.N.M.attn`, `blocks.N.attn.rel_pos_h`, a SAM neck) are in no plain ViT,
+and `structural` would otherwise claim them; their files load into `vitviz.core.windowed`, not the reference ViT.
 
 Each converter returns the canonical state dict plus `hints`: values the family fixes (eps, activation,
 pooling, interpolation recipe, token coverage of the position embedding) together with where they came from.
@@ -16,22 +25,91 @@ Anything not fixed here is inferred from shapes in `vitviz.core.hyperparams`.
 """
 from __future__ import annotations
 
+import re
 from types import ModuleType
+from typing import Any
 
 from vitviz.core.checkpoint import RawCheckpoint
-from typing import Any
 
 from vitviz.core.families import (
     beit, clip, eva, hf, jax, sam, seed, siglip, structural, swin, timm, torch_encoder, torchvision, vit_pytorch,
 )
-from vitviz.core.families.base import Converted, Hint, key_stems, strip_prefixes
+from vitviz.core.families.base import Converted, Hint, Recipe, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
-__all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "convert", "detect", "key_stems"]
+__all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "REGISTERED_FAMILIES", "Recipe", "convert", "detect",
+           "eval_size", "family_from_name", "follows_registered_sizes", "hf_family", "key_stems", "recipe"]
 
 FAMILIES: tuple[ModuleType, ...] = (swin, sam, torchvision, beit, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
                                      torch_encoder, structural)
 FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
+# What every family module declares beside NAMES / detect / convert (checked here, so a new one cannot forget).
+REQUIRED_FACTS = ("HELP", "PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")
+
+
+def _merged(attr: str) -> dict[str, Any]:
+    """One family attribute ({name: value}) of every module, merged; a name two families claim is a bug."""
+    out: dict[str, Any] = {}
+    for module in FAMILIES:
+        for key, value in getattr(module, attr, {}).items():
+            if key in out:
+                raise AssertionError(f"{module.__name__}.{attr}[{key!r}]: already declared by another family")
+            out[key] = value
+    return out
+
+
+def check_family_module(module: ModuleType) -> None:
+    """Raise AssertionError naming what a family module does not declare (run on every registered one at import)."""
+    missing = [a for a in ("NAMES", "detect", "convert", *REQUIRED_FACTS) if not hasattr(module, a)]
+    if missing:
+        raise AssertionError(f"{module.__name__} does not declare {', '.join(missing)} (see vitviz.core.families)")
+
+
+for _module in FAMILIES:
+    check_family_module(_module)
+PREPROCESS: dict[str, Recipe] = _merged("PREPROCESS")
+HF_MODEL_TYPES: dict[str, str] = _merged("HF_MODEL_TYPES")
+EVAL_SIZES: dict[str, tuple[int, str]] = _merged("EVAL_SIZE")
+# The families whose files follow the registered sizes, by the name before any '-' (hf-vit is hf's).
+REGISTERED_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
+    name.split("-")[0] for module in FAMILIES if module.REGISTERED_SIZES for name in module.NAMES))
+# (pattern, family, priority, registry position), highest priority first: the order names are tried in.
+_NAME_HINTS = sorted(((re.compile(pattern), family, priority, i) for i, module in enumerate(FAMILIES)
+                      for pattern, family, priority in module.NAME_HINTS), key=lambda h: (-h[2], h[3]))
+
+
+def recipe(family: str) -> Recipe | None:
+    """The eval preprocessing of `family` ('hf-clip' its own, 'hf-vit' hf's: the full name, else the name
+    before its first '-'); None for a layout without one (hand-written, vit-pytorch, nn.TransformerEncoder)."""
+    return PREPROCESS.get(family, PREPROCESS.get(family.split("-")[0]))
+
+
+def follows_registered_sizes(family: str) -> bool:
+    """Whether files of `family` follow the registered model sizes (a head count from the width table is then a
+    fair answer, not a guess)."""
+    return family.split("-")[0] in REGISTERED_FAMILIES
+
+
+def eval_size(family: str) -> tuple[int, str] | None:
+    """(size, why) when `family` is evaluated at `size` px whatever size its position table was trained at."""
+    return EVAL_SIZES.get(family)
+
+
+def family_from_name(name: str) -> str | None:
+    """A family guess from a file or repository name (the catalog's), by each family's `NAME_HINTS`: the hint of
+    the highest priority that matches the lower-cased name; None when no family claims it (not a ViT)."""
+    n = name.lower()
+    return next((family for pattern, family, _, _ in _NAME_HINTS if pattern.search(n)), None)
+
+
+def hf_family(model_type: str) -> str | None:
+    """The family of a transformers `model_type` (config.json) that vitviz reads as a plain ViT, else None."""
+    return HF_MODEL_TYPES.get(model_type)
+
+
+def family_help() -> str:
+    """What the command line's `--family` says: every family name, grouped by module with its `HELP`."""
+    return "; ".join(f"{'/'.join(m.NAMES)} ({m.HELP})" for m in FAMILIES)
 
 
 def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, Any] | None = None) -> Converted:

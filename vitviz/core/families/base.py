@@ -4,11 +4,21 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 Hint = tuple[Any, str]  # (value, where it came from)
+
+
+class Recipe(NamedTuple):
+    """A family's eval preprocessing (checkpoint-formats.md §7): the resize is the crop / `crop_pct`, then a
+    `mode` crop, resampled with `interpolation`, normalised with `mean` / `std`."""
+    crop_pct: float
+    interpolation: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    mode: str
 
 
 @dataclass

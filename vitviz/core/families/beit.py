@@ -15,11 +15,20 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename
+from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.core.families.clip import HF_ACT, fuse_qkv
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("beit", "hf-beit", "hf-data2vec-vision")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "BEiT, data2vec-vision"
+PREPROCESS = {"beit": Recipe(0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
+              "hf-beit": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+              "hf-data2vec-vision": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash")}
+REGISTERED_SIZES = True
+NAME_HINTS = ((r"beit", "beit", 50),)
+HF_MODEL_TYPES = {"beit": "hf-beit", "data2vec-vision": "hf-data2vec-vision"}
 
 _HF_RULES = [
     (r"^embeddings\.cls_token$", "cls_token"), (r"^embeddings\.position_embeddings$", "pos_embed"),

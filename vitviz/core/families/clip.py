@@ -16,10 +16,18 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename_key
+from vitviz.core.families.base import Converted, Hint, Recipe, rename_key
+from vitviz.core.spec import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("clip", "hf-clip")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "CLIP image towers"
+PREPROCESS = {"clip": Recipe(1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+              "hf-clip": Recipe(1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center")}
+REGISTERED_SIZES = True
+NAME_HINTS = ((r"clip", "clip", 60),)
+HF_MODEL_TYPES = {"clip": "hf-clip", "clip_vision_model": "hf-clip"}
 
 _OC_RENAMES = [  # timm `_convert_openai_clip` (vision_transformer.py), in its order
     (r"^conv1\.", "patch_embed.proj."), (r"^ln_pre\.", "norm_pre."),

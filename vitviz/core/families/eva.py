@@ -22,11 +22,28 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename
+from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.core.families.clip import HF_ACT, fuse_qkv
+from vitviz.core.options import ROPE_PRESETS
+from vitviz.core.spec import (
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
+)
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("eva", "eva02", "dinov3", "pe", "rope_vit", "timm_rope", "hf-dinov3", "hf-dinov3_vit")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "RoPE ViTs: EVA, DINOv3, PE, RoPE-ViT"
+PREPROCESS = {"eva": Recipe(0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+              "eva02": Recipe(0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+              "dinov3": Recipe(1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "hf-dinov3": Recipe(1.0, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "squash"),
+              "pe": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
+              "rope_vit": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "timm_rope": Recipe(0.95, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center")}
+REGISTERED_SIZES = True
+NAME_HINTS = ((r"dinov3", "dinov3", 100), (r"eva02|^eva_|rope", "eva", 70),
+              (r"(^|[/_-])pe[_-]", "pe", 70))   # Perception Encoder: pe_core_*, vit_pe_*, facebook/PE-Core-*
+HF_MODEL_TYPES = {"dinov3_vit": "hf-dinov3"}
 
 # timm's VisionTransformerRelPos (`vit_relpos_*`, `vit_srelpos_*`): a relative position bias MLP (or table) per
 # block or shared, no absolute table
@@ -247,8 +264,6 @@ def _rope_from_config(preset: str, name: str, margs: dict[str, Any], where: str,
 
 
 def _rope_hints(preset: str, source: str) -> dict[str, Hint]:
-    from vitviz.core.posembed import ROPE_PRESETS
-
     values = ROPE_PRESETS[preset]
     rest = f"preset {preset!r} (see rope)" if source.startswith("guess") else source  # one guess, said once
     return {name: (value, source if name == "rope" else rest) for name, value in values.items()}

@@ -7,9 +7,19 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, rename
+from vitviz.core.families.base import Converted, Recipe, rename
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 
 NAMES = ("hf",)
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "transformers ViT, DeiT, DINOv2, MAE, MSN"
+PREPROCESS = {"hf": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash")}
+REGISTERED_SIZES = True
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # its repositories name their model_type in config.json
+HF_MODEL_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
+                  "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn"}
+# (input size, why): the size it is evaluated at when its position table was trained larger
+EVAL_SIZE = {"hf-dinov2": (224, "DINOv2 evaluation size")}
 
 HF_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
           "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
@@ -50,8 +60,7 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     separate_qkv = re.compile(r"^(encoder\.layer\.\d+)\.attention\.attention\.(query|key|value)\.(weight|bias)$")
     out = rename({k: v for k, v in sd.items() if not separate_qkv.match(k)}, _RULES)   # q/k/v are fused below
     _fuse_qkv(sd, out)
-    family = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2",
-              "dinov2_with_registers": "hf-dinov2"}.get(model_type, f"hf-{model_type}")
+    family = HF_MODEL_TYPES.get(model_type, f"hf-{model_type}")
     return Converted(family, out, _hf_hints(cfg, raw, model_type, out), dropped)
 
 

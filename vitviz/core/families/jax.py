@@ -14,10 +14,17 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.base import Converted, Hint, Recipe
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 from vitviz.errors import InconsistentCheckpointError, UnknownLayoutError
 
 NAMES = ("jax", "jax-siglip")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "JAX / big_vision .npz"
+PREPROCESS = {"jax": Recipe(0.875, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center"),
+              "jax-siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash")}
+REGISTERED_SIZES = True
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 

@@ -19,10 +19,15 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename
+from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("sam", "timm-sam", "hf-sam")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "SAM / ViTDet encoders"
+PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (hf-sam: hf's, ...)
+REGISTERED_SIZES = False
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 _REL = re.compile(r"^(?:image_encoder\.|vision_encoder\.)?(?:blocks|layers)\.\d+\.attn\.rel_pos_h$")
 _NECK = re.compile(r"^(?:image_encoder\.|vision_encoder\.)?neck\.(?:0|conv1)\.weight$")

@@ -6,9 +6,14 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, blocks_are_canonical, rename as _rename
+from vitviz.core.families.base import Converted, Hint, Recipe, blocks_are_canonical, rename as _rename
 
 NAMES = ("seed",)
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "the tutorial ViT vitviz grew from"
+PREPROCESS = {"seed": Recipe(1.0, "bilinear", (0.0,), (1.0,), "squash")}
+REGISTERED_SIZES = False
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 _RULES = [

@@ -16,10 +16,20 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename_key
+from vitviz.core.families.base import Converted, Hint, Recipe, rename_key
 from vitviz.core.families.clip import _HF_RENAMES, _split_towers, fuse_qkv, hf_vision_hints
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 
 NAMES = ("hf-siglip", "hf-siglip2", "timm-naflex")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "SigLIP image towers"
+PREPROCESS = {"siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+              "hf-siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),
+              "hf-siglip2": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash")}
+REGISTERED_SIZES = True
+NAME_HINTS = ((r"siglip", "siglip", 80),)
+HF_MODEL_TYPES = {"siglip": "hf-siglip", "siglip_vision_model": "hf-siglip", "siglip2": "hf-siglip2",
+                  "siglip2_vision_model": "hf-siglip2"}
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -31,11 +31,16 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.metadata import CHANNEL_KEYS, as_int, find_value, metadata_sources
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("structural",)
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "any other layout, read by tensor roles and shapes"
+PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
+REGISTERED_SIZES = False   # a hand-written layout need not follow the registered sizes
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 _ROLE_WORDS = {"q": "q", "query": "q", "queries": "q", "k": "k", "key": "k", "keys": "k", "v": "v", "value": "v",
                "values": "v", "qkv": "qkv", "kv": "kv", "inproj": "qkv", "cattn": "qkv"}

@@ -22,10 +22,15 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename
+from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.errors import UnknownLayoutError
 
 NAMES = ("swin", "timm-swin", "torchvision-swin", "hf-swin")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "Swin v1 / v2"
+PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (timm-swin: timm's, ...)
+REGISTERED_SIZES = False
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 _TV_ATTN = re.compile(r"^features\.\d+\.\d+\.attn\.(relative_position_bias_table|cpb_mlp\.0\.weight)$")
 _TIMM_ATTN = re.compile(r"^layers\.\d+\.blocks\.\d+\.attn\.(relative_position_bias_table|cpb_mlp\.0\.weight)$")

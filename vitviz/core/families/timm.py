@@ -12,9 +12,29 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, blocks_are_canonical, rename as _rename
+from vitviz.core.families.base import Converted, Hint, Recipe, blocks_are_canonical, rename as _rename
+from vitviz.core.spec import (
+    IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
+)
 
 NAMES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "timm ViT, DeiT, DINO, DINOv2, MAE"
+PREPROCESS = {"timm": Recipe(0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),
+              "deit": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "deit3": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "dino": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "dinov2": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              "mae": Recipe(0.875, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center"),
+              # the CLIP and SigLIP image towers timm writes (its open_clip / big_vision ports)
+              "timm-clip": Recipe(1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),
+              "timm-siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash")}
+REGISTERED_SIZES = True
+NAME_HINTS = ((r"dinov2", "dinov2", 90), (r"deit3|deit_3", "deit3", 40), (r"deit", "deit", 30),
+              (r"dino", "dino", 20), (r"mae(?=.*vit)|vit(?=.*mae)", "mae", 10),
+              # CaiT: timm's cait_*, which vitviz runs with timm's own code (talking heads, class attention)
+              (r"cait", "cait", 10), (r"vit", "timm", 0))
+EVAL_SIZE = {"dinov2": (224, "DINOv2 evaluation size")}
 TIMM_LAYOUT_FAMILIES = NAMES
 
 
@@ -108,8 +128,6 @@ def _dinov2_port(sd: dict[str, torch.Tensor], hints: dict[str, Hint]) -> None:
         return
     if int(pos.shape[1]) not in (37 * 37, 37 * 37 + 1):
         return
-    from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD
-
     hints["preprocess"] = ({"crop": (518, 518), "resize": 518, "mode": "center", "interpolation": "bicubic",
                             "mean": IMAGENET_MEAN, "std": IMAGENET_STD},
                            "family: timm's DINOv2 (a patch-14 table of 37x37 with layer scale: ImageNet mean/std, "

@@ -6,9 +6,15 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint, rename as _rename
+from vitviz.core.families.base import Converted, Hint, Recipe, rename as _rename
+from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD
 
 NAMES = ("torchvision",)
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "torchvision ViT"
+PREPROCESS = {"torchvision": Recipe(0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "center")}
+REGISTERED_SIZES = True
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # its downloads are known by their file names (catalog)
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

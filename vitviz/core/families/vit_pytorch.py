@@ -22,10 +22,15 @@ from typing import Any
 import torch
 
 from vitviz.core.checkpoint import RawCheckpoint
-from vitviz.core.families.base import Converted, Hint
+from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.families.structural import Facts, facts_from_metadata, read
 
 NAMES = ("vit_pytorch",)
+# What this family knows beyond its keys (read by `vitviz.core.families`: see there).
+HELP = "lucidrains vit-pytorch"
+PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
+REGISTERED_SIZES = False
+NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -17,11 +17,11 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
                                QToolButton, QVBoxLayout, QWidget)
 
+from vitviz.core.options import CROP_MODE_LABELS
 from vitviz.core.spec import ModelSpec, parse_size
 from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason
 from vitviz.gui.dialogs import divisors
 
-CROP_MODES = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
 GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of an assumed value
 FIELD_SOURCES = {"heads": "num_heads", "norm": "block_norm", "act": "mlp_kind", "scale": "attn_scale",
                  "size": "image_size", "channels": "in_chans", "mean": "preprocess", "std": "preprocess",
@@ -123,7 +123,7 @@ class ModelSettings(QWidget):
         self.resize_spin.setSuffix(" px")
         self.crop_combo = QComboBox()
         self.crop_combo.setObjectName("cropCombo")
-        for mode, text in CROP_MODES.items():
+        for mode, text in CROP_MODE_LABELS.items():
             self.crop_combo.addItem(text, mode)
         self.heads_combo.setToolTip(HEADS_TIP)
         self.norm_combo.setToolTip("Where each block's LayerNorms sit (block_norm=): pre-norm x + f(norm(x)) as in "
