@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from vitviz.core.options import LEGRAD_POOLINGS   # the poolings LeGrad applies the head to
+
 if TYPE_CHECKING:
     from vitviz.core.spec import ModelSpec
 
@@ -39,7 +41,6 @@ class MapKind(Protocol):
     @property
     def label(self) -> str: ...
 
-LEGRAD_POOLINGS = ("token", "avg", "avg_all")  # the poolings LeGrad applies the head to (`vitviz.core.relevance`)
 
 
 @dataclass(frozen=True)
