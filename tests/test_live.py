@@ -434,7 +434,7 @@ def test_non_square_input_grid_and_overrides() -> None:
     with pytest.raises(LiveModelError, match="heads=3 .* 4 heads"):
         vitviz.load(net, live=True, heads=3)
     mm = vitviz.load(net, live=True, mean=(0.1,), std=(0.2,))
-    assert mm.spec.preprocess.mean == (0.1,) and "mean overridden" in mm.spec.source_of("preprocess")
+    assert mm.spec.preprocess.mean == (0.1,) and "mean, std overridden" in mm.spec.source_of("preprocess")
     with pytest.raises(vitviz.VitvizError, match="live path"):
         vitviz.load({"a": torch.zeros(1)}, grid=(2, 2))
 

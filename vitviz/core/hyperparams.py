@@ -4,6 +4,7 @@ Every inferred value records where it came from in `ModelSpec.provenance`.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -595,10 +596,7 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
                       mean=tv["mean"], std=tv["std"])
         src = f"metadata: torchvision {tv['weights']}"
     elif pcfg:
-        pct = float(pcfg.get("crop_pct", crop_pct))
-        fields.update(resize=int(math.floor(min(size) / pct)), interpolation=pcfg.get("interpolation", interp),
-                      mean=tuple(pcfg.get("mean", mean)), std=tuple(pcfg.get("std", std)))
-        fields["mode"] = "squash" if pcfg.get("crop_mode") == "squash" else "center"
+        fields.update(dataclasses.asdict(Preprocess.from_timm_cfg(pcfg, size, crop_pct, interp, mean, std)))
         src = "metadata: config.json pretrained_cfg"
     elif "preprocess" in conv.hints:
         fields.update(conv.hints["preprocess"][0])
@@ -630,25 +628,8 @@ def _preprocess(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], 
     pp = Preprocess(**fields)
     if tuple(pp.crop) != tuple(size):
         pp = pp.at_size(size) if overrides.get("image_size") else replace(pp, crop=tuple(size))
-    for key in ("mean", "std"):
-        values = overrides.get(key)
-        if values is not None and len(tuple(values)) not in (1, 3):
-            raise VitvizError(f"{key} override has {len(tuple(values))} values; expected 1 or 3 (one per channel)")
-    if overrides.get("crop_mode") is not None and overrides["crop_mode"] not in CROP_MODES:
-        raise VitvizError(f"crop_mode {overrides['crop_mode']!r}; expected one of {', '.join(CROP_MODES)}")
-    if overrides.get("resize") is not None and int(overrides["resize"]) < 1:
-        raise VitvizError(f"resize {overrides['resize']}; expected a positive size in pixels")
-    changed = []
-    for key, attr in (("mean", "mean"), ("std", "std"), ("interpolation", "interpolation"), ("resize", "resize"),
-                      ("crop_mode", "mode")):
-        if overrides.get(key) is not None:
-            value = tuple(overrides[key]) if key in ("mean", "std") else overrides[key]
-            pp = replace(pp, **{attr: int(value) if key == "resize" else value})
-            changed.append(key)
-    if changed:
-        src += f"; {', '.join(changed)} overridden"
-        if {"mean", "std"} <= set(changed) and src.startswith("guess"):
-            src = "override: " + src.split(": ", 1)[1]
+    pp, changed = pp.with_overrides(overrides, in_chans)
+    src = Preprocess.overridden_source(src, changed)
     prov.set("preprocess", pp, src)
     if not stated and provenance_kind(src) != "assumed":
         # the statistics are read or given, but nothing states how the image is resized and cropped: that stays an

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from vitviz.core.options import CROP_MODES
+from vitviz.errors import VitvizError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -86,6 +90,59 @@ class Preprocess:
     interpolation: str = "bicubic"
     mean: tuple[float, ...] = INCEPTION_MEAN
     std: tuple[float, ...] = INCEPTION_STD
+
+    @classmethod
+    def from_timm_cfg(cls, cfg: dict[str, Any], size: tuple[int, int], crop_pct: float = 0.875,
+                      interpolation: str = "bicubic", mean: tuple[float, ...] = IMAGENET_MEAN,
+                      std: tuple[float, ...] = IMAGENET_STD) -> "Preprocess":
+        """timm's `pretrained_cfg` (crop_pct, interpolation, mean, std, crop_mode) as the eval recipe at `size`;
+        what it leaves out comes from the arguments. The checkpoint reader (`hyperparams`) and the live path
+        (`vitviz.core.live`) both read timm's settings here."""
+        pct = float(cfg.get("crop_pct", crop_pct))
+        return cls(crop=(int(size[0]), int(size[1])), resize=int(math.floor(min(size) / pct)),
+                   mode="squash" if cfg.get("crop_mode") == "squash" else "center",
+                   interpolation=str(cfg.get("interpolation", interpolation)),
+                   mean=tuple(float(v) for v in cfg.get("mean", mean)),
+                   std=tuple(float(v) for v in cfg.get("std", std)))
+
+    def with_overrides(self, overrides: Any, in_chans: int) -> tuple["Preprocess", list[str]]:
+        """The recipe with the user's `mean`, `std`, `interpolation`, `resize` and `crop_mode` (those not None),
+        and the names of those given, in that order. Both the checkpoint reader and the live path apply them here.
+
+        Raises:
+            VitvizError: mean/std with another number of values than 1 or one per channel, an unknown crop mode,
+                a resize below 1 px.
+        """
+        for key in ("mean", "std"):
+            values = overrides.get(key)
+            if values is not None and len(tuple(values)) not in (1, in_chans):
+                raise VitvizError(f"{key} override has {len(tuple(values))} values; expected 1 or {in_chans} (one "
+                                  "per channel)")
+        if overrides.get("crop_mode") is not None and overrides["crop_mode"] not in CROP_MODES:
+            raise VitvizError(f"crop_mode {overrides['crop_mode']!r}; expected one of {', '.join(CROP_MODES)}")
+        if overrides.get("resize") is not None and int(overrides["resize"]) < 1:
+            raise VitvizError(f"resize {overrides['resize']}; expected a positive size in pixels")
+        fields: dict[str, Any] = {}
+        changed: list[str] = []
+        for key, attr in (("mean", "mean"), ("std", "std"), ("interpolation", "interpolation"), ("resize", "resize"),
+                          ("crop_mode", "mode")):
+            value = overrides.get(key)
+            if value is not None:
+                fields[attr] = (tuple(float(v) for v in value) if key in ("mean", "std")
+                                else int(value) if key == "resize" else value)
+                changed.append(key)
+        return (dataclasses.replace(self, **fields) if fields else self), changed
+
+    @staticmethod
+    def overridden_source(source: str, changed: list[str]) -> str:
+        """A recipe's provenance once `changed` settings were the user's: '...; mean, std overridden', and a guessed
+        recipe whose statistics (mean and std) are both given is no longer a guess ('override: ...')."""
+        if not changed:
+            return source
+        source += f"; {', '.join(changed)} overridden"
+        if {"mean", "std"} <= set(changed) and source.startswith("guess"):
+            source = "override: " + source.split(": ", 1)[1]
+        return source
 
     def at_size(self, size: tuple[int, int]) -> "Preprocess":
         """The same recipe for another input size, keeping the resize/crop ratio."""

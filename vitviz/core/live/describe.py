@@ -8,7 +8,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -763,11 +763,7 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
                 prov: dict[str, str]) -> Preprocess:
     pcfg = getattr(module, "pretrained_cfg", None)
     if isinstance(pcfg, dict) and pcfg.get("mean") and pcfg.get("std"):
-        pct = float(pcfg.get("crop_pct", 0.875))
-        pp = Preprocess(crop=size, resize=int(math.floor(min(size) / pct)),
-                        mode="squash" if pcfg.get("crop_mode") == "squash" else "center",
-                        interpolation=str(pcfg.get("interpolation", "bicubic")), mean=tuple(pcfg["mean"]),
-                        std=tuple(pcfg["std"]))
+        pp = Preprocess.from_timm_cfg(pcfg, size)
         src = "metadata: the model's pretrained_cfg (timm)"
     elif _clip_statistics(module) is not None:
         cfg = _clip_statistics(module) or {}
@@ -785,22 +781,8 @@ def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrid
         what = f"a {in_chans}-channel" if in_chans != 3 else f"an RGB {size[0]}x{size[1]} px"
         src = (f"guess: {what} model is not an ImageNet model, so no ImageNet statistics: pixels only scaled to "
                f"[0, 1] (mean 0, std 1); the image resized to {size[0]}x{size[1]} as a whole (no crop)")
-    for key in ("mean", "std"):
-        values = overrides.get(key)
-        if values is not None and len(tuple(values)) not in (1, in_chans):
-            raise LiveModelError(f"{key} override has {len(tuple(values))} values; expected 1 or {in_chans} "
-                                 "(one per channel)")
-    fields: dict[str, Any] = {}
-    for key, field_name in (("mean", "mean"), ("std", "std"), ("interpolation", "interpolation"),
-                            ("resize", "resize"), ("crop_mode", "mode")):
-        value = overrides.get(key)
-        if value is not None:
-            fields[field_name] = tuple(float(v) for v in value) if key in ("mean", "std") else value
-            src += f"; {key} overridden"
-    if fields:
-        pp = replace(pp, **fields)
-        if "mean" in fields and "std" in fields:  # the statistics are the user's: nothing left that matters guessed
-            src = "override: mean and std given; the recipe " + src.replace("guess: ", "was a guess: ", 1)
+    pp, changed = pp.with_overrides(overrides, in_chans)
+    src = Preprocess.overridden_source(src, changed)
     prov["preprocess"] = src
     return pp
 
