@@ -239,6 +239,35 @@ def test_the_norms_view_outlines_high_norm_tokens_and_their_attention_share(qtbo
     np.testing.assert_array_equal(loaded.session.current_maps.norms, norms)
 
 
+def test_the_features_dock_is_bound_to_the_view_state(qtbot, loaded, images, model) -> None:  # noqa: ANN001
+    """The dock's view, layer, scope, second image and threshold are `ViewState` fields: set there, the dock shows
+    and draws them; set in the dock, the state holds them (nothing of it lives only in widgets)."""
+    from vitviz.core.features import attention_share, capture_features, high_norm_mask, token_norms
+
+    panel, state = _features_panel(qtbot, loaded), loaded.state
+    norms = token_norms(capture_features(model, str(images[0])))
+    threshold = float(np.quantile(norms[0], 0.6))
+    with qtbot.waitSignal(panel.shown, timeout=30000, check_params_cb=lambda view: view == "norms"):
+        state.update(features_view="norms", features_layer=0, norm_threshold=threshold)
+    assert panel.tabs.currentIndex() == 2 and panel.layer_spin.value() == 0
+    assert abs(panel.threshold_spin.value() - round(threshold, 3)) < 1e-9
+    mask = high_norm_mask(norms[0], threshold)
+    np.testing.assert_array_equal(panel.share.mask, mask)
+    np.testing.assert_array_equal(panel.share.share, attention_share(model.run(str(images[0])), mask))
+    panel.layer_spin.setValue(1)
+    assert state.features_layer == 1 and panel.layer == 1
+    state.update(features_layer=-2)                               # counted from the end, as everywhere
+    assert panel.layer == 0 and panel.layer_spin.value() == 0
+    panel.tabs.setCurrentIndex(1)
+    assert state.features_view == "similarity"
+    panel.set_other(str(images[2]))
+    assert state.features_other == str(images[2]) and panel.other_combo.currentData() == str(images[2])
+    panel.set_scope("all")
+    assert state.features_scope == "all" and panel.scope_combo.currentData() == "all"
+    with pytest.raises(ValueError):
+        state.update(features_view="histogram")
+
+
 def test_feature_maps_are_asked_for_only_while_the_dock_is_shown(qtbot, loaded, images) -> None:  # noqa: ANN001
     """No feature pass runs for a user who never looks at the Features dock."""
     session = loaded.session

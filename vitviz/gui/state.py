@@ -36,6 +36,8 @@ RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient r
                      "attngrad": "Attention × gradient"}   # the gradient map kinds (`GRADIENT_KINDS`)
 COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
 HEAD_MODES = ("mean", "max")
+FEATURES_VIEWS = ("pca", "similarity", "norms")   # the Features dock's views
+FEATURES_FIELDS = {"features_view", "features_layer", "features_scope", "features_other", "norm_threshold"}
 
 
 @dataclass
@@ -61,6 +63,11 @@ class ViewState:
         relevance_method: the gradient map the 'relevance' source shows: 'relevance' (Chefer et al.),
             'gradrollout' (vit-explain's gradient rollout) or 'attngrad' (attention x gradient per layer and head).
         relevance_class: the class it explains; None: the image's top class.
+        features_view: the Features dock's view: 'pca', 'similarity' or 'norms'.
+        features_layer: the block whose output tokens it uses (negative counts from the end: -1 the last).
+        features_scope: the PCA fitted on this 'image' alone or on 'all' open images together.
+        features_other: the second image of the patch similarity ('' for none).
+        norm_threshold: the output-token norm above which patches are outlined (None: chosen for each model).
 
     The 'pool' source is a MAP pooling head's attention over the patches, one map of the whole model per pooling
     head (SigLIP, PE; `vitviz export --maps pool`).
@@ -86,6 +93,11 @@ class ViewState:
     relevance_method: str = "relevance"
     relevance_class: int | None = None
     relevance_prompt: str = ""
+    features_view: str = "pca"
+    features_layer: int = -1
+    features_scope: str = "image"
+    features_other: str = ""
+    norm_threshold: float | None = None
     _listeners: list[Callable[[set[str]], None]] = field(default_factory=list, repr=False, compare=False)
 
     def subscribe(self, listener: Callable[[set[str]], None]) -> None:
@@ -141,6 +153,16 @@ def _validate(name: str, value: object) -> None:
         ok = value in FUSIONS
     elif name == "rollout_start":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    elif name == "features_view":
+        ok = value in FEATURES_VIEWS
+    elif name == "features_layer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif name == "features_scope":
+        ok = value in ("image", "all")
+    elif name == "features_other":
+        ok = isinstance(value, str)
+    elif name == "norm_threshold":
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
     else:
         ok = isinstance(value, bool)
     if not ok:

@@ -32,7 +32,7 @@ from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
 )
 from vitviz.gui.session import Session
-from vitviz.gui.state import ViewState
+from vitviz.gui.state import FEATURES_FIELDS, ViewState
 from vitviz.gui.protocol import Analysis, Compared, PcaFitted, Shared
 
 TABS = ("pca", "similarity", "norms")
@@ -227,7 +227,7 @@ class FeaturesPanel(LazyPanel):
         self._asked: set[str] = set()            # images whose features the joint PCA asked for (once each)
         self._query: tuple[str, int, int] | None = None      # ('a' | 'b', row, col): the patch compared
         self._held = False
-        self._threshold_model = ""               # the model and layer count the threshold was chosen for
+        self._syncing = False                    # a state update made by the dock itself: no redraw
         self.pca_colors: np.ndarray | None = None
         self.similarity: tuple[np.ndarray, np.ndarray | None] | None = None
         self.share: Shared | None = None
@@ -253,7 +253,7 @@ class FeaturesPanel(LazyPanel):
         self.layer_spin = QSpinBox()
         self.layer_spin.setObjectName("featuresLayer")
         self.layer_spin.setToolTip("The block whose output tokens are used (0-based; the last is the recipe's)")
-        self.layer_spin.valueChanged.connect(lambda _v: self._on_layer())
+        self.layer_spin.valueChanged.connect(lambda v: self.state.update(features_layer=int(v)))
         self.status = QLabel("")
         self.status.setWordWrap(True)
         top = QHBoxLayout()
@@ -266,7 +266,7 @@ class FeaturesPanel(LazyPanel):
         self.tabs.addTab(self._build_pca(), "PCA")
         self.tabs.addTab(self._build_similarity(), "Similarity")
         self.tabs.addTab(self._build_norms(), "Norms")
-        self.tabs.currentChanged.connect(lambda _i: self.request_redraw())
+        self.tabs.currentChanged.connect(lambda i: self.state.update(features_view=TABS[i]))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addLayout(top)
@@ -280,7 +280,7 @@ class FeaturesPanel(LazyPanel):
             self.scope_combo.addItem(text, key)
         self.scope_combo.setToolTip("Fit the PCA on this image alone, or on every open image together so that the "
                                     "same parts get the same colours in every image")
-        self.scope_combo.activated.connect(lambda _i: self._on_scope())
+        self.scope_combo.activated.connect(lambda _i: self.state.update(features_scope=self.scope_combo.currentData()))
         self.pca_export = QPushButton("Export…")
         self.pca_export.setToolTip("Write the PCA colours of this image as vitviz export --maps pca names them "
                                    "({image}_pca_L{layer}.png; pca-joint for a fit on all images)")
@@ -309,7 +309,8 @@ class FeaturesPanel(LazyPanel):
         self.other_combo.setObjectName("similarityOther")
         compact(self.other_combo, 14)
         self.other_combo.setToolTip("The second image: the same patch's similarity to its patches (correspondence)")
-        self.other_combo.activated.connect(lambda _i: self._on_other())
+        self.other_combo.activated.connect(
+            lambda _i: self.state.update(features_other=str(self.other_combo.currentData() or "")))
         hint = QLabel("Hover a patch of either image; click to hold it (click again to let go)")
         hint.setWordWrap(True)
         bar = QHBoxLayout()
@@ -336,7 +337,7 @@ class FeaturesPanel(LazyPanel):
         self.threshold_spin.setRange(0.0, 1e9)
         self.threshold_spin.setToolTip("Patches whose output-token norm at this layer exceeds it are outlined; drag "
                                        "the line in the histogram too")
-        self.threshold_spin.valueChanged.connect(lambda v: self._on_threshold(float(v)))
+        self.threshold_spin.valueChanged.connect(lambda v: self.state.update(norm_threshold=float(v)))
         self.norms_export = QPushButton("Export…")
         self.norms_export.setToolTip("Write this layer's norm map as vitviz export --maps norms names it "
                                      "({image}_norms_L{layer}.png)")
@@ -404,15 +405,23 @@ class FeaturesPanel(LazyPanel):
 
     @property
     def tab(self) -> str:
-        """The view on show: 'pca', 'similarity' or 'norms'."""
-        return TABS[self.tabs.currentIndex()]
+        """The view on show: 'pca', 'similarity' or 'norms' (`ViewState.features_view`)."""
+        return self.state.features_view
 
     def show_tab(self, name: str) -> None:
-        self.tabs.setCurrentIndex(TABS.index(name))
+        self.state.update(features_view=name)
 
     @property
     def layer(self) -> int:
-        return int(self.layer_spin.value())
+        """The block whose output tokens are shown (`ViewState.features_layer`, resolved against the depth)."""
+        depth = max(1, self.layer_spin.maximum() + 1)
+        layer = int(self.state.features_layer)
+        return min(max(layer + depth if layer < 0 else layer, 0), depth - 1)
+
+    @property
+    def other(self) -> str:
+        """The second image of the similarity ('' for none; `ViewState.features_other`)."""
+        return self.state.features_other
 
     def _on_model_loaded(self, spec: object, _device: str) -> None:
         depth = int(getattr(spec, "depth", 1))
@@ -421,9 +430,37 @@ class FeaturesPanel(LazyPanel):
         self._query, self._held = None, False
         self.layer_spin.blockSignals(True)
         self.layer_spin.setRange(0, max(0, depth - 1))
-        self.layer_spin.setValue(depth - 1)
         self.layer_spin.blockSignals(False)
+        self._quiet(features_layer=-1, norm_threshold=None)     # a new model: its last block, its own threshold
+        self._sync_widgets()
         self._fill_others()
+
+    def _quiet(self, **values: object) -> None:
+        """Update the view state without redrawing (the caller draws, or is drawing)."""
+        self._syncing = True
+        try:
+            self.state.update(**values)
+        finally:
+            self._syncing = False
+
+    def _sync_widgets(self) -> None:
+        """Show the state's Features fields in the dock's widgets (without their signals)."""
+        s = self.state
+        widgets = (self.layer_spin, self.tabs, self.scope_combo, self.other_combo, self.threshold_spin)
+        for widget in widgets:
+            widget.blockSignals(True)
+        try:
+            self.layer_spin.setValue(self.layer)
+            self.tabs.setCurrentIndex(TABS.index(s.features_view))
+            self.scope_combo.setCurrentIndex(max(0, self.scope_combo.findData(s.features_scope)))
+            self.other_combo.setCurrentIndex(max(0, self.other_combo.findData(s.features_other)))
+            if s.norm_threshold is not None:
+                self.threshold_spin.setValue(float(s.norm_threshold))
+        finally:
+            for widget in widgets:
+                widget.blockSignals(False)
+        if s.norm_threshold is not None and abs(self.threshold_line.value() - float(s.norm_threshold)) > 1e-12:
+            self.threshold_line.setValue(float(s.norm_threshold))
 
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
         if maps is self._maps and maps is not None:
@@ -434,29 +471,21 @@ class FeaturesPanel(LazyPanel):
         self.request_redraw()
 
     def _on_state(self, changed: set[str]) -> None:
-        if changed & VIEW_FIELDS:
-            self.request_redraw()
-
-    def _on_layer(self) -> None:
-        self._query = None if not self._held else self._query
-        self.request_redraw()
-
-    def _on_scope(self) -> None:
-        self._asked.clear()
-        self.request_redraw()
-
-    def _on_other(self) -> None:
-        self.request_redraw()
-
-    def _on_threshold(self, value: float) -> None:
-        if abs(self.threshold_line.value() - value) > 1e-12:
-            self.threshold_line.setValue(value)
-        if self.tab == "norms":
+        if changed & FEATURES_FIELDS:
+            self._sync_widgets()
+        if "features_layer" in changed:
+            self._query = None if not self._held else self._query
+        if "features_scope" in changed:
+            self._asked.clear()
+        if self._syncing:
+            return
+        if changed & (VIEW_FIELDS | FEATURES_FIELDS - {"norm_threshold"}) or (
+                "norm_threshold" in changed and self.tab == "norms"):
             self.request_redraw()
 
     def _on_features_ready(self, path: str) -> None:
-        if path == self.session.current or path == self.other_combo.currentData() or (
-                self.scope_combo.currentData() == "all" and path in self._asked):
+        if path == self.session.current or path == self.other or (
+                self.state.features_scope == "all" and path in self._asked):
             self.request_redraw()
 
     def _on_features_failed(self, path: str, _key: object, _why: str) -> None:
@@ -466,7 +495,7 @@ class FeaturesPanel(LazyPanel):
         self._fill_others()
 
     def _on_result_ready(self, path: str) -> None:
-        if path == self.other_combo.currentData():
+        if path == self.other:
             self.request_redraw()
 
     def _on_pca(self, answer: PcaFitted) -> None:
@@ -489,7 +518,7 @@ class FeaturesPanel(LazyPanel):
 
     def _fill_others(self) -> None:
         """The second image's choices: every open image but the current one."""
-        keep = self.other_combo.currentData()
+        keep = self.state.features_other
         self.other_combo.blockSignals(True)
         self.other_combo.clear()
         self.other_combo.addItem("(no second image)", "")
@@ -502,16 +531,15 @@ class FeaturesPanel(LazyPanel):
             index = 1           # another image by default: the point of the view is the correspondence
         self.other_combo.setCurrentIndex(max(0, index))
         self.other_combo.blockSignals(False)
+        self._quiet(features_other=str(self.other_combo.currentData() or ""))
 
     def set_other(self, path: str) -> None:
         """Compare with `path` ('' for no second image)."""
-        self.other_combo.setCurrentIndex(max(0, self.other_combo.findData(path)))
-        self._on_other()
+        self.state.update(features_other=path if self.other_combo.findData(path) >= 0 else "")
 
     def set_scope(self, scope: str) -> None:
         """Fit the PCA on 'image' (this one) or 'all' (every open image)."""
-        self.scope_combo.setCurrentIndex(self.scope_combo.findData(scope))
-        self._on_scope()
+        self.state.update(features_scope=scope)
 
     # ------------------------------------------------------------------------------------------ drawing
 
@@ -539,7 +567,7 @@ class FeaturesPanel(LazyPanel):
         becomes current), and whether features are still on their way. Each image's features are asked for once
         per fit, so a cache too small for all of them fits on those it holds instead of asking forever."""
         current = self.session.current
-        if self.scope_combo.currentData() != "all":
+        if self.state.features_scope != "all":
             return [current], False
         waiting = False
         for path in self.session.images:
@@ -577,7 +605,7 @@ class FeaturesPanel(LazyPanel):
 
     def _draw_similarity(self, maps: ResultMaps) -> None:
         result, path = maps.result, self.session.current
-        other = str(self.other_combo.currentData() or "")
+        other = self.other
         self.sim_a.set_image(result.image, result.grid, result.spec.patch_size)
         self.sim_a.title.setText(Path(path).name)
         if other:
@@ -637,7 +665,7 @@ class FeaturesPanel(LazyPanel):
     def _view_at(self, scene_pos: QPointF) -> tuple[str, tuple[int, int]] | None:
         for name, view in (("a", self.sim_a), ("b", self.sim_b)):
             patch = view.patch_at(scene_pos)
-            if patch is not None and (name == "a" or self.other_combo.currentData()):
+            if patch is not None and (name == "a" or self.other):
                 return name, patch
         return None
 
@@ -665,7 +693,7 @@ class FeaturesPanel(LazyPanel):
         self.norm_view.set_image(result.image, result.grid, result.spec.patch_size)
         scale = "own scale: this layer" if s.normalize else "shared scale: all layers"
         self.norm_view.show_values(values, levels, s.colormap, s.opacity, s.smooth, "output-token norm")
-        threshold = float(self.threshold_spin.value())
+        threshold = float(self.state.norm_threshold or 0.0)
         self._draw_histogram(maps, layer, threshold)
         heading = f"{Path(result.source).name} · output-token norm · layer {layer} · {scale}"
         share = self._share
@@ -692,14 +720,10 @@ class FeaturesPanel(LazyPanel):
         self.shown.emit("norms")
 
     def _choose_threshold(self, norms: np.ndarray) -> None:
-        """A first threshold for a new model: three standard deviations above the mean norm over all layers."""
-        key = f"{self.session.model_path}:{norms.shape}"
-        if key != self._threshold_model:
-            self._threshold_model = key
-            self.threshold_spin.blockSignals(True)
-            self.threshold_spin.setValue(round(float(norms.mean() + 3 * norms.std()), 3))
-            self.threshold_spin.blockSignals(False)
-            self.threshold_line.setValue(float(self.threshold_spin.value()))
+        """A first threshold for a new model (unless one was chosen): three standard deviations above the mean norm
+        over all layers."""
+        if self.state.norm_threshold is None:    # none chosen for this model yet (a new model resets it)
+            self._quiet(norm_threshold=round(float(norms.mean() + 3 * norms.std()), 3))
 
     def _draw_histogram(self, maps: ResultMaps, layer: int, threshold: float) -> None:
         if maps.norm_histogram is None:
