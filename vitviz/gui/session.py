@@ -63,6 +63,9 @@ class Session(QObject):
     similarity_ready = Signal(object)       # Compared
     share_ready = Signal(object)            # Shared
     analysis_failed = Signal(object, str)   # the class of a failed Pca / Similarity / Share request, summary
+    status = Signal(str)                    # what the worker is doing (the status bar), 'Ready' when idle
+    busy_changed = Signal(bool)             # the worker started (True) or ran out of (False) requests
+    progress = Signal(str, float)           # what the running request is doing, fraction done (-1: unknown)
     stuck = Signal(str)                     # the user's code has run `stop_waiting_after` s unanswered: what it
                                             # is doing ('' once it has answered or was given up on)
 
@@ -115,6 +118,9 @@ class Session(QObject):
         c.user_code = self.runs_user_code
         c.stop_waiting_after = STOP_WAITING_S
         c.stuck.connect(self._on_stuck)
+        c.status.connect(self.status)
+        c.busy_changed.connect(self.busy_changed)
+        c.progress.connect(self.progress)
         c.unstuck.connect(lambda: self.stuck.emit(""))
         self._routes: dict[type, Any] = {
             Probe: self._on_probed, Load: self._on_loaded, Run: self._on_ran, PosEmbed: self._on_posembedded,
@@ -201,6 +207,10 @@ class Session(QObject):
         return self.spec is not None and (self.spec.family == "live" or bool(self.model_code))
 
     # ------------------------------------------------------------------------------------------ intents
+
+    def cancel_download(self) -> None:
+        """Stop the named model's download that is running (the model loaded before stays)."""
+        self.client.cancel_download()
 
     def stop_waiting(self) -> None:
         """Give up on the user's code that has not finished: its worker is abandoned (it may still run in the
