@@ -267,3 +267,17 @@ def test_discard_ties_drop_exactly_k_leftmost_first() -> None:
     for discard in (0.5, 0.9, 0.5):                              # cached sorted keys reused across settings
         params = RolloutParams("max", discard)
         np.testing.assert_array_equal(engine.vector(params), an.rollout_vector(half, "max", discard, num_prefix=1))
+
+
+def test_a_query_follows_its_place_in_the_image_across_layouts() -> None:
+    """The window's query-following rule, without a window (`vitviz.core.tokens.follow_query`)."""
+    from vitviz.core.tokens import TokenLayout, follow_query
+
+    old, new = TokenLayout(("cls",), (4, 4)), TokenLayout(("cls", "reg0"), (8, 8))
+    assert follow_query(old, new, 0) == (0, "")                               # CLS by name
+    token, note = follow_query(old, new, 1 + 1 * 4 + 2)                       # patch (1, 2) of 4x4 ...
+    assert token == 2 + 3 * 8 + 5 and "patch (3, 5)" in note                  # ... is patch (3, 5) of 8x8
+    token, note = follow_query(TokenLayout(("cls", "reg0"), (2, 2)), TokenLayout(("cls",), (2, 2)), 1)
+    assert token is None and "does not exist" in note                         # a register the new model lacks
+    assert follow_query(None, new, 70) == (None, "") and follow_query(None, new, 5) == (5, "")
+    assert follow_query(old, old, 7) == (7, "") and follow_query(old, new, None) == (None, "")

@@ -106,3 +106,64 @@ def query_rows(tok: Tokens, query: Query) -> int | slice:
             raise AnalysisError("query='mean' needs at least one patch token")
         return slice(tok.num_prefix, t)
     return check_index(query, t, "query token")  # type: ignore[arg-type]
+
+
+def patch_at(place: tuple[float, float], grid: tuple[int, int]) -> int:
+    """The patch (row-major index on `grid`) under a place (y, x), fractions of the image: the one rule for keeping
+    a query at the same place when the grid changes (another model, another input size, model B of a comparison)."""
+    gh, gw = grid
+    row, col = min(gh - 1, int(place[0] * gh)), min(gw - 1, int(place[1] * gw))
+    return row * gw + col
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """How tokens map onto the image for one model and input size: the prefix tokens' names, then the patch
+    grid row-major."""
+
+    prefix: tuple[str, ...]
+    grid: tuple[int, int]
+
+    @property
+    def count(self) -> int:
+        return len(self.prefix) + self.grid[0] * self.grid[1]
+
+    def place(self, token: int) -> str | tuple[float, float]:
+        """A prefix token's name, or a patch's centre as a fraction of the image (y, x)."""
+        p = len(self.prefix)
+        if token < p:
+            return self.prefix[token]
+        row, col = divmod(token - p, self.grid[1])
+        return ((row + 0.5) / self.grid[0], (col + 0.5) / self.grid[1])
+
+    def token_at(self, place: str | tuple[float, float]) -> int | None:
+        """The token at a place (`place`): the prefix token of that name, or the patch at that point."""
+        if isinstance(place, str):
+            return self.prefix.index(place) if place in self.prefix else None
+        return len(self.prefix) + patch_at(place, self.grid)
+
+    def describe(self, token: int) -> str:
+        p = len(self.prefix)
+        return self.prefix[token] if token < p else "patch ({}, {})".format(*divmod(token - p, self.grid[1]))
+
+
+def follow_query(old: TokenLayout | None, new: TokenLayout, query: int | None,
+                 where: str = "the new layout") -> tuple[int | None, str]:
+    """The query token for a new token layout and what to tell the user ('' when nothing to say): the same prefix
+    token by name, or the patch at the same place in the image; None when there is no such token. With no old
+    layout (the first model) a query is an index into the new one."""
+    if query is None:
+        return None, ""
+    if old is None:
+        return (query if query < new.count else None), ""
+    if query >= old.count:
+        return None, ""
+    token = new.token_at(old.place(query))
+    before = old.describe(query)
+    if token is None:
+        return None, f"The query token {before} does not exist in {where}: query cleared"
+    if old != new and (token != query or new.describe(token) != before):
+        grids = "" if old.grid == new.grid else f" ({old.grid[0]}×{old.grid[1]} → {new.grid[0]}×{new.grid[1]})"
+        return token, (f"Query kept at the same place in the image: {before} is {new.describe(token)} (token "
+                       f"{token}) in {where}{grids}")
+    return token, ""

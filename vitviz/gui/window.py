@@ -9,7 +9,6 @@ and keeps the layout and settings.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow,
 from vitviz import catalog
 from vitviz.core.mapkinds import lacks
 from vitviz.core.spec import ModelSpec
+from vitviz.core.tokens import TokenLayout, follow_query
 from vitviz.errors import VitvizError
 from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
@@ -72,35 +72,6 @@ def default_size(available: QRect) -> QSize:
     for the window frame (1280 × 800 screens get about 1216 × 736)."""
     return QSize(min(DEFAULT_SIZE.width(), int(available.width() * 0.95)),
                  min(DEFAULT_SIZE.height(), int(available.height() * 0.92)))
-
-
-@dataclass(frozen=True)
-class TokenLayout:
-    """How tokens map onto the image for one model and input size: the prefix tokens' names, then the patch
-    grid row-major."""
-
-    prefix: tuple[str, ...]
-    grid: tuple[int, int]
-
-    def place(self, token: int) -> str | tuple[float, float]:
-        """A prefix token's name, or a patch's centre as a fraction of the image (y, x)."""
-        p = len(self.prefix)
-        if token < p:
-            return self.prefix[token]
-        row, col = divmod(token - p, self.grid[1])
-        return ((row + 0.5) / self.grid[0], (col + 0.5) / self.grid[1])
-
-    def token_at(self, place: str | tuple[float, float]) -> int | None:
-        """The token at a place (`place`): the prefix token of that name, or the patch at that point."""
-        if isinstance(place, str):
-            return self.prefix.index(place) if place in self.prefix else None
-        from vitviz.core.compare import patch_at     # the one rule: the patch under a place, on any grid
-
-        return len(self.prefix) + patch_at(place, self.grid)
-
-    def describe(self, token: int) -> str:
-        p = len(self.prefix)
-        return self.prefix[token] if token < p else "patch ({}, {})".format(*divmod(token - p, self.grid[1]))
 
 
 def _not_openable(path: str) -> str:
@@ -624,25 +595,12 @@ class MainWindow(QMainWindow):
         return TokenLayout(tuple(spec.prefix_names), (h // spec.patch_size, w // spec.patch_size))
 
     def _follow_query(self, new: TokenLayout, where: str) -> int | None:
-        """The query token for a new token layout (another model, or another input size): the same prefix token
-        by name, or the patch at the same place in the image; None when there is no such token. A query that
-        changes index, or is dropped, is said in the status bar (the old index would point elsewhere)."""
+        """The query token for a new token layout (another model, or another input size; `follow_query`), said in
+        the status bar when it changes index or is dropped (the old index would point elsewhere)."""
         old, self._layout_now = self._layout_now, new
-        query = self.state.query
-        if query is None:
-            return None
-        if old is None:     # the first model: a query from the command line is an index into this model
-            return query if query < len(new.prefix) + new.grid[0] * new.grid[1] else None
-        if query >= len(old.prefix) + old.grid[0] * old.grid[1]:
-            return None
-        token = new.token_at(old.place(query))
-        before = old.describe(query)
-        if token is None:
-            self.note(f"The query token {before} does not exist in {where}: query cleared")
-        elif old != new and (token != query or new.describe(token) != before):
-            grids = "" if old.grid == new.grid else f" ({old.grid[0]}×{old.grid[1]} → {new.grid[0]}×{new.grid[1]})"
-            self.note(f"Query kept at the same place in the image: {before} is {new.describe(token)} (token {token}) "
-                      f"in {where}{grids}")
+        token, note = follow_query(old, new, self.state.query, where)
+        if note:
+            self.note(note)
         return token
 
     def _on_size_changed(self, size: tuple[int, int]) -> None:
