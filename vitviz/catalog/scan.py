@@ -16,6 +16,22 @@ from vitviz.catalog.named import NAMED_PREFIX
 # A model folder's weights, in `vitviz.load`'s order of preference (`vitviz.core.formats`).
 HF_WEIGHT_NAMES = FOLDER_WEIGHT_NAMES
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
+# torchvision's ViT weight files as the torch hub names them -> (architecture, Weights enum member, classes, crop
+# px): what a listing shows of them, known without importing torchvision (and so torch) -- `vitviz models` stays
+# instant. tests/test_startup_imports.py checks this against torchvision's own enums (`torchvision_weights`); a
+# file that looks like torchvision's but is not here (a newer torchvision's weights) is looked up in torchvision.
+_TORCHVISION_FILES = {
+    "vit_b_16-c867db91.pth": ("vit_b_16", "ViT_B_16_Weights.IMAGENET1K_V1", 1000, 224),
+    "vit_b_16_swag-9ac1b537.pth": ("vit_b_16", "ViT_B_16_Weights.IMAGENET1K_SWAG_E2E_V1", 1000, 384),
+    "vit_b_16_lc_swag-4e70ced5.pth": ("vit_b_16", "ViT_B_16_Weights.IMAGENET1K_SWAG_LINEAR_V1", 1000, 224),
+    "vit_b_32-d86f8d99.pth": ("vit_b_32", "ViT_B_32_Weights.IMAGENET1K_V1", 1000, 224),
+    "vit_l_16-852ce7e3.pth": ("vit_l_16", "ViT_L_16_Weights.IMAGENET1K_V1", 1000, 224),
+    "vit_l_16_swag-4f3808c9.pth": ("vit_l_16", "ViT_L_16_Weights.IMAGENET1K_SWAG_E2E_V1", 1000, 512),
+    "vit_l_16_lc_swag-4d563306.pth": ("vit_l_16", "ViT_L_16_Weights.IMAGENET1K_SWAG_LINEAR_V1", 1000, 224),
+    "vit_l_32-c7638314.pth": ("vit_l_32", "ViT_L_32_Weights.IMAGENET1K_V1", 1000, 224),
+    "vit_h_14_swag-80465313.pth": ("vit_h_14", "ViT_H_14_Weights.IMAGENET1K_SWAG_E2E_V1", 1000, 518),
+    "vit_h_14_lc_swag-c1eb923e.pth": ("vit_h_14", "ViT_H_14_Weights.IMAGENET1K_SWAG_LINEAR_V1", 1000, 224),
+}
 
 
 
@@ -154,7 +170,7 @@ def _file_entry(f: Path, source: str, keep_unknown: bool = False) -> CatalogEntr
         if tv is not None:
             weights = tv["weights"].split(".")[-1]
             named = f"{NAMED_PREFIX}{tv['arch']}:{weights}"
-            detail = f"torchvision {tv['weights']}, {len(tv['categories'])} classes, {tv['crop']} px"
+            detail = f"torchvision {tv['weights']}, {tv['classes']} classes, {tv['crop']} px"
             return CatalogEntry(f"{tv['arch']} · {weights}", f, source, "torchvision", size, detail, named)
     family = guess_family_from_name(f.name)
     if family is None and not keep_unknown:
@@ -163,14 +179,23 @@ def _file_entry(f: Path, source: str, keep_unknown: bool = False) -> CatalogEntr
 
 
 def _torchvision_info(file_name: str) -> dict[str, Any] | None:
+    """{'arch', 'weights', 'classes', 'crop'} of a torchvision ViT weights file, None for other files; the files
+    `_TORCHVISION_FILES` knows without importing torchvision."""
+    if file_name in _TORCHVISION_FILES:
+        arch, weights, classes, crop = _TORCHVISION_FILES[file_name]
+        return {"arch": arch, "weights": weights, "classes": classes, "crop": crop}
     from vitviz.core.metadata import torchvision_weights
 
-    return torchvision_weights(file_name)
+    tv = torchvision_weights(file_name)
+    if tv is None:
+        return None
+    return {"arch": tv["arch"], "weights": tv["weights"], "classes": len(tv["categories"]), "crop": tv["crop"]}
 
 
 def guess_family_from_name(name: str) -> str | None:
     """A family guess from a file or repository name (each family module's `NAME_HINTS`); None when it does not
-    look like a ViT. Imports the family modules, and so torch: scanning runs in the window's worker."""
+    look like a ViT. Imports the family modules, which import torch only when they convert weights (so
+    `vitviz models` imports no torch; tests/test_startup_imports.py)."""
     from vitviz.core.families import family_from_name
 
     return family_from_name(name)

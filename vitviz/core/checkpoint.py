@@ -22,9 +22,7 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES, WEIGHT_NAMES, WEIGHT_SUFFIXES
 from vitviz.core.validate import (
@@ -38,6 +36,9 @@ from vitviz.errors import (
     NoWeightsError,
     UnsafeCheckpointError,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise; the
 # rest are the names training scripts people write use).
@@ -408,6 +409,8 @@ def _refuse_torchscript(path: Path, names: list[str]) -> str:
 
 
 def _torch_load(path: Path) -> Any:
+    import torch
+
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -533,6 +536,8 @@ def _unsafe_error(path: Path, refused: list[str]) -> UnsafeCheckpointError:
 
 
 def _is_state_dict(obj: Any) -> bool:
+    import torch
+
     if not isinstance(obj, dict) or not obj:
         return False
     n = sum(isinstance(v, torch.Tensor) for v in obj.values())
@@ -603,6 +608,8 @@ def _plain(value: Any, depth: int, budget: list[int]) -> Any:
 def _as_float(sd: dict[str, Any], path: Path) -> dict[str, torch.Tensor]:
     """Keep tensors only, after refusing what a file may not smuggle in (broadcast views that would materialise
     as gigabytes, meta, sparse and quantized tensors); upcast half/bfloat16 to float32."""
+    import torch
+
     check_stored_tensors(sd, path)
     out = {}
     for k, v in sd.items():

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import re
 from types import ModuleType
-from typing import Any
-
-from vitviz.core.checkpoint import RawCheckpoint
+from typing import TYPE_CHECKING, Any
 
 from vitviz.core.families import (
     beit, clip, eva, hf, jax, sam, seed, siglip, structural, swin, timm, torch_encoder, torchvision, vit_pytorch,
 )
 from vitviz.core.families.base import Converted, Hint, Recipe, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    from vitviz.core.checkpoint import RawCheckpoint
 
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "REGISTERED_FAMILIES", "Recipe", "convert", "detect",
            "eval_size", "family_from_name", "follows_registered_sizes", "hf_family", "key_stems", "recipe"]

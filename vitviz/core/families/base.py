@@ -4,9 +4,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 Hint = tuple[Any, str]  # (value, where it came from)
 

@@ -10,15 +10,16 @@ bilinear one.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.core.families.clip import HF_ACT, fuse_qkv
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("beit", "hf-beit", "hf-data2vec-vision")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -73,6 +74,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
 
 def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     """timm `Beit` and microsoft/unilm BEiT / BEiT v2 files (same names; unilm keeps `relative_position_index`)."""
+    import torch
+
     if any(".mlp.fc1_g." in k or ".mlp.norm." in k for k in sd):
         raise UnknownLayoutError(f"{raw.path}: a BEiT with a SwiGLU / normed MLP (BEiT-3 style); expected BEiT, BEiT "
                                  "v2 or data2vec-vision blocks")

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename_key
 from vitviz.core.spec import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("clip", "hf-clip")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -217,6 +218,8 @@ def fuse_qkv(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor], template
     `template` names one of them with `{i}` (block index) and `{n}` ('q' | 'k' | 'v'), e.g.
     'encoder.layers.{i}.self_attn.{n}_proj'. A missing k bias (EVA, DINOv3) is zeros, as those models compute it.
     """
+    import torch
+
     head, _, _ = template.partition("{i}")
     layers = sorted({int(m.group(1)) for k in sd if (m := re.match(re.escape(head) + r"(\d+)\.", k))})
     for i in layers:

@@ -17,11 +17,8 @@ What changes the numbers, and where it comes from:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.core.families.clip import HF_ACT, fuse_qkv
 from vitviz.core.options import ROPE_PRESETS
@@ -29,6 +26,10 @@ from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
 )
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("eva", "eva02", "dinov3", "pe", "rope_vit", "timm_rope", "hf-dinov3", "hf-dinov3_vit")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -278,6 +279,8 @@ def _mlp_kind(out: dict[str, torch.Tensor]) -> Hint:
 
 def _fuse_eva(out: dict[str, torch.Tensor]) -> None:
     """EVA's separate q/v biases, unfused q/k/v projections and SwiGLU halves -> the canonical fused tensors."""
+    import torch
+
     for i in sorted({int(m.group(1)) for k in out if (m := re.match(r"blocks\.(\d+)\.", k))}):
         b = f"blocks.{i}."
         if b + "attn.q_proj.weight" in out:
@@ -301,6 +304,8 @@ def _fuse_eva(out: dict[str, torch.Tensor]) -> None:
 def _convert_dinov3(sd: dict[str, torch.Tensor], raw: RawCheckpoint, overrides: dict[str, Any]) -> Converted:
     """facebookresearch/dinov3 checkpoints: `storage_tokens`, `rope_embed.periods`, `attn.qkv.bias_mask`,
     `ls1.gamma`, SwiGLU `w1` / `w2` / `w3`."""
+    import torch
+
     if "cls_norm.weight" in sd:
         raise UnknownLayoutError(f"{raw.path}: a DINOv3 model with untied CLS / patch norms (cls_norm, the 7B); "
                                  "expected one final norm")
@@ -343,6 +348,8 @@ _HF_RULES = [
 
 
 def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
+    import torch
+
     cfg = raw.config or {}
     sd = {re.sub(r"^dinov3_vit\.", "", k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith("embeddings.mask_token")]

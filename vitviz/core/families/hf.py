@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Recipe, rename
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("hf",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -74,6 +75,8 @@ def _legacy_name(key: str) -> str:
 
 
 def _fuse_qkv(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) -> None:
+    import torch
+
     layers = sorted({int(m.group(1)) for k in sd if (m := re.match(r"^encoder\.layer\.(\d+)\.attention\.attention\.", k))})
     for i in layers:
         base = f"encoder.layer.{i}.attention.attention."

@@ -9,14 +9,15 @@ is HWIO. No JAX is needed: `vitviz.core.npz` reads the archive with NumPy.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 from vitviz.errors import InconsistentCheckpointError, UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("jax", "jax-siglip")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -41,6 +42,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
 
 def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
             overrides: dict[str, Any] | None = None) -> Converted:
+    import torch
+
     keys = set(sd)
     p = _prefix(keys)
     if p is None:
@@ -130,6 +133,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
 
 def _map_head(get: Any, base: str) -> dict[str, torch.Tensor]:
     """big_vision `MAPHead_0` -> timm `attn_pool` (timm `_load_weights`)."""
+    import torch
+
     att = base + "MultiHeadDotProductAttention_0/"
     out = {"attn_pool.latent": get(base + "probe").reshape(1, -1, get(base + "probe").shape[-1]),
            "attn_pool.q.weight": get(att + "query/kernel").flatten(1).t(),

@@ -14,13 +14,14 @@ from the implementation that wrote the file, with its source.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("sam", "timm-sam", "hf-sam")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

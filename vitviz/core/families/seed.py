@@ -1,12 +1,13 @@
 """The tutorial ViT this project grew from (seeds/004): `patch_embedding`, `position_embedding`, MHA blocks."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, blocks_are_canonical, rename as _rename
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("seed",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

@@ -11,14 +11,15 @@ sizes follow transformers' resize.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename_key
 from vitviz.core.families.clip import _HF_RENAMES, _split_towers, fuse_qkv, hf_vision_hints
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("hf-siglip", "hf-siglip2", "timm-naflex")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

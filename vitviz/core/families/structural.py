@@ -26,14 +26,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.metadata import CHANNEL_KEYS, as_int, find_value, metadata_sources
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("structural",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -355,6 +356,8 @@ def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Repo
 def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torch.Tensor], int]:
     """One block's units -> canonical `attn.qkv`, `attn.proj`, `norm1`, `norm2`, `mlp.fc1/fc2`, `ls1/ls2`, plus
     the head count when the file has one module per head (else 0)."""
+    import torch
+
     out: dict[str, torch.Tensor] = {}
     used: set[int] = set()
     (w, b), attn_path, heads, qkv_units = _find_qkv(units, dim, used)
@@ -455,6 +458,8 @@ def _find_qkv(units: list[Unit], dim: int,
 
 def _cat(units: list[Unit]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[q; k; v] rows (and biases; a missing bias among present ones is zero, which is exact)."""
+    import torch
+
     w = torch.cat([u.weight for u in units], dim=0)
     if all(u.bias is None for u in units):
         return w, None
@@ -688,6 +693,8 @@ def _position_table(u: Unit, dim: int, out: dict[str, torch.Tensor], hints: dict
 def _patch_embedding(units: list[Unit], dim: int, raw: RawCheckpoint, facts: Facts, overrides: dict[str, Any],
                      out: dict[str, torch.Tensor], hints: dict[str, Hint], used: set[int], report: Report) -> str:
     """The conv (D, C, P, P) or Linear (D, C*P*P) patch projection and its norms; returns its parent path."""
+    import torch
+
     two_stage = _conv_then_linear(units, dim)
     convs = [two_stage[0]] if two_stage else [u for u in units if u.kind == "conv" and u.weight.shape[0] == dim]
     if len(convs) > 1:
@@ -808,6 +815,8 @@ def _to_conv_order(w: torch.Tensor, c: int, p: int, order: str) -> torch.Tensor:
 
 def _flat_order_perm(c: int, p: int, order: str) -> torch.Tensor:
     """Index that reorders a per-pixel vector from `order` into the conv's (c, p1, p2) order."""
+    import torch
+
     idx = torch.arange(c * p * p)
     if order == "p1p2c":
         return idx.reshape(p, p, c).permute(2, 0, 1).reshape(-1)  # (P, P, C) -> (C, P, P)
@@ -817,6 +826,8 @@ def _flat_order_perm(c: int, p: int, order: str) -> torch.Tensor:
 def _final_norms_and_head(units: list[Unit], dim: int, container: str, patch_parent: str, facts: Facts,
                           overrides: dict[str, Any], out: dict[str, torch.Tensor], hints: dict[str, Hint],
                           used: set[int], report: Report) -> None:
+    import torch
+
     heads = sorted((u for u in units if u.kind == "linear" and id(u) not in used), key=lambda u: u.order)
     head_parent = heads[-1].parent if heads else ""
     norms = [u for u in units if u.kind == "norm" and id(u) not in used and u.weight.shape[0] == dim]

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename
 from vitviz.errors import UnknownLayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("swin", "timm-swin", "torchvision-swin", "hf-swin")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
@@ -194,6 +195,8 @@ def parse_swin_name(name: str) -> dict[str, Any]:
 
 
 def _timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, original: bool) -> Converted:
+    import torch
+
     hints = _windows_from_buffers(sd, r"^layers\.(\d+)\.blocks\.(\d+)\.attn\.(?:relative_position_index|"
                                       r"relative_coords_table)$")
     if original:  # microsoft/Swin-Transformer: the merging sits at the end of stage S; timm puts it at S + 1
@@ -270,6 +273,8 @@ def _pair(v: Any) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------- transformers
 
 def _hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
+    import torch
+
     sd = {re.sub(r"^(swin|swinv2)\.", "", k): v for k, v in sd.items()}
     v2 = any(k.endswith("logit_scale") for k in sd)
     sd, dropped = _drop_buffers(sd)

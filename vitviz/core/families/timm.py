@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, blocks_are_canonical, rename as _rename
 from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

@@ -9,13 +9,14 @@ assumed (flagged) unless training args or a config beside the file give `norm_fi
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Recipe
 from vitviz.core.families.structural import Facts, facts_from_metadata, read
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("torch_encoder",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

@@ -1,13 +1,14 @@
 """torchvision `VisionTransformer` checkpoints (`conv_proj`, `encoder.layers.encoder_layer_N`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe, rename as _rename
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("torchvision",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).

@@ -17,13 +17,14 @@ users change (activation, norm order, eps, attention scale, token order) are sai
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.families.structural import Facts, facts_from_metadata, read
+
+if TYPE_CHECKING:
+    import torch
+    from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("vit_pytorch",)
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
