@@ -40,9 +40,9 @@ def test_a_family_without_its_facts_is_refused() -> None:
     fake = ModuleType("vitviz.core.families.newfamily")
     fake.NAMES, fake.detect, fake.convert = ("newfamily",), lambda *a: None, lambda *a: None
     fake.HELP, fake.REGISTERED_SIZES = "a new layout", False
-    with pytest.raises(AssertionError, match="newfamily does not declare PREPROCESS, NAME_HINTS"):
+    with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, PREPROCESS, NAME_HINTS"):
         families.check_family_module(fake)
-    fake.PREPROCESS, fake.NAME_HINTS = {}, ()
+    fake.PREPROCESS, fake.NAME_HINTS, fake.DETECT_ORDER = {}, (), 500
     families.check_family_module(fake)
 
 
@@ -82,7 +82,7 @@ def test_recipes_are_the_old_table() -> None:
     assert r("timm-swin") == r("timm") and r("hf-sam") == r("hf")   # a sub-family takes its prefix's recipe
     for layout in ("structural", "vit_pytorch", "torch_encoder", "swin", "sam"):
         assert r(layout) is None, layout
-    assert len(families.PREPROCESS) == 28   # every row of the old table, none lost
+    assert len(families.PREPROCESS) == 28 + 1   # every row of the old table, none lost, and mmpretrain since
 
 
 def test_registered_sizes_hf_types_and_eval_sizes() -> None:

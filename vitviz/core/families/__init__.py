@@ -1,8 +1,10 @@
 """Checkpoint families: detection and key conversion into the canonical (timm) layout, and what each family knows.
 
-One module per family (`FAMILIES` below lists them, in detection order), each with `NAMES` (the family names it
-handles), `detect(keys, raw) -> name | None` and `convert(sd, raw, family, overrides) -> Converted`, and beside
-them the family's facts, as timm keeps a model's `_cfg` in the model's own file:
+One module per family, found in this package (`FAMILIES`, sorted by each module's `DETECT_ORDER`), each with
+`NAMES` (the family names it handles), `detect(keys, raw) -> name | None` and `convert(sd, raw, family, overrides)
+-> Converted`, and beside them the family's facts, as timm keeps a model's `_cfg` in the model's own file:
+
+- `DETECT_ORDER`: where detection tries it (lowest first; `structural` last);
 
 - `HELP`: one line on what the family is (the command line's `--family` help);
 - `PREPROCESS`: {family name: `Recipe`}, its eval preprocessing (`recipe()`; checkpoint-formats.md §7);
@@ -13,7 +15,7 @@ them the family's facts, as timm keeps a model's `_cfg` in the model's own file:
 - optionally `HF_MODEL_TYPES` ({transformers model_type: family}, `hf_family()`) and `EVAL_SIZE` ({family:
   (size, why)}, `eval_size()`: the size it is evaluated at when its position table was trained larger).
 
-A new family is one new module and one entry in `FAMILIES`. `structural` comes last: it reads any layout by the
+A new family is one new module in this package (and its test); nothing else lists it. `structural` comes last: it reads any layout by the
 roles and shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision
 Transformer". The windowed families (`swin`, `sam`: Swin v1 / v2, SAM / ViTDet image encoders) come first: their
 keys (`layers.S.blocks.B.attn`, `features.N.M.attn`, `blocks.N.attn.rel_pos_h`, a SAM neck) are in no plain ViT,
@@ -25,13 +27,12 @@ Anything not fixed here is inferred from shapes in `vitviz.core.hyperparams`.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.families import (
-    beit, clip, eva, hf, jax, sam, seed, siglip, structural, swin, timm, torch_encoder, torchvision, vit_pytorch,
-)
 from vitviz.core.families.base import Converted, Hint, Recipe, key_stems, strip_prefixes
 from vitviz.errors import UnknownLayoutError
 
@@ -41,11 +42,22 @@ if TYPE_CHECKING:
 __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "REGISTERED_FAMILIES", "Recipe", "convert", "detect",
            "eval_size", "family_from_name", "follows_registered_sizes", "hf_family", "key_stems", "recipe"]
 
-FAMILIES: tuple[ModuleType, ...] = (swin, sam, torchvision, beit, hf, seed, clip, siglip, jax, eva, timm, vit_pytorch,
-                                     torch_encoder, structural)
-FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 # What every family module declares beside NAMES / detect / convert (checked here, so a new one cannot forget).
-REQUIRED_FACTS = ("HELP", "PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")
+REQUIRED_FACTS = ("DETECT_ORDER", "HELP", "PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")
+HELPERS = ("base",)   # modules of this package that are not families
+
+
+def _discover() -> tuple[ModuleType, ...]:
+    """Every family module of this package (a module per file, `HELPERS` aside), in detection order
+    (`DETECT_ORDER`, lowest first): a new family is its file alone, registered by being here."""
+    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
+               if info.name not in HELPERS and not info.name.startswith("_")]
+    for module in modules:
+        check_family_module(module)
+    orders = [module.DETECT_ORDER for module in modules]
+    if len(set(orders)) != len(orders):
+        raise AssertionError(f"two families share a DETECT_ORDER: {sorted(orders)}")
+    return tuple(sorted(modules, key=lambda module: module.DETECT_ORDER))
 
 
 def _merged(attr: str) -> dict[str, Any]:
@@ -66,8 +78,8 @@ def check_family_module(module: ModuleType) -> None:
         raise AssertionError(f"{module.__name__} does not declare {', '.join(missing)} (see vitviz.core.families)")
 
 
-for _module in FAMILIES:
-    check_family_module(_module)
+FAMILIES: tuple[ModuleType, ...] = _discover()
+FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for name in module.NAMES}
 PREPROCESS: dict[str, Recipe] = _merged("PREPROCESS")
 HF_MODEL_TYPES: dict[str, str] = _merged("HF_MODEL_TYPES")
 EVAL_SIZES: dict[str, tuple[int, str]] = _merged("EVAL_SIZE")

@@ -62,8 +62,12 @@ def strip_prefixes(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor]
                 changed = True
         backbone = [k for k in sd if k.startswith("backbone.")]
         if backbone and all(k.startswith(("backbone.", "head.", "dino_head.", "ibot_head.")) for k in sd):
-            dropped += [k for k in sd if not k.startswith("backbone.")]
-            sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+            # an OpenMMLab classifier (`head.layers.head`, `head.layers.pre_logits`) is the model's own head and
+            # stays; DINO / iBOT projection heads (`head.mlp`, `head.last_layer`, `dino_head.`) are foreign
+            own = [k for k in sd if k.startswith("head.layers.")]
+            dropped += [k for k in sd if not k.startswith("backbone.") and k not in own]
+            sd = {**{k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")},
+                  **{k: sd[k] for k in own}}
             changed = True
     return sd, dropped
 

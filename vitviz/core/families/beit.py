@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("beit", "hf-beit", "hf-data2vec-vision")
+DETECT_ORDER = 40   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "BEiT, data2vec-vision"
 PREPROCESS = {"beit": Recipe(0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("eva", "eva02", "dinov3", "pe", "rope_vit", "timm_rope", "hf-dinov3", "hf-dinov3_vit")
+DETECT_ORDER = 100   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "RoPE ViTs: EVA, DINOv3, PE, RoPE-ViT"
 PREPROCESS = {"eva": Recipe(0.9, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center"),

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("hf",)
+DETECT_ORDER = 50   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "transformers ViT, DeiT, DINOv2, MAE, MSN"
 PREPROCESS = {"hf": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash")}

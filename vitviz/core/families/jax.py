@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("jax", "jax-siglip")
+DETECT_ORDER = 90   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "JAX / big_vision .npz"
 PREPROCESS = {"jax": Recipe(0.875, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center"),

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("sam", "timm-sam", "hf-sam")
+DETECT_ORDER = 20   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "SAM / ViTDet encoders"
 PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (hf-sam: hf's, ...)

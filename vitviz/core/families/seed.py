@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("seed",)
+DETECT_ORDER = 60   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "the tutorial ViT vitviz grew from"
 PREPROCESS = {"seed": Recipe(1.0, "bilinear", (0.0,), (1.0,), "squash")}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("hf-siglip", "hf-siglip2", "timm-naflex")
+DETECT_ORDER = 80   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "SigLIP image towers"
 PREPROCESS = {"siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash"),

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("structural",)
+DETECT_ORDER = 1000   # tried last: it reads any layout by the roles and shapes of its tensors
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "any other layout, read by tensor roles and shapes"
 PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("swin", "timm-swin", "torchvision-swin", "hf-swin")
+DETECT_ORDER = 10   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "Swin v1 / v2"
 PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (timm-swin: timm's, ...)

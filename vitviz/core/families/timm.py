@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("timm", "deit", "deit3", "dino", "dinov2", "mae")
+DETECT_ORDER = 110   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "timm ViT, DeiT, DINO, DINOv2, MAE"
 PREPROCESS = {"timm": Recipe(0.9, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "center"),

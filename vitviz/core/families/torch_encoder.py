@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("torch_encoder",)
+DETECT_ORDER = 130   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "nn.TransformerEncoder ViTs"
 PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole

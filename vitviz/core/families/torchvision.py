@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("torchvision",)
+DETECT_ORDER = 30   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "torchvision ViT"
 PREPROCESS = {"torchvision": Recipe(0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "center")}

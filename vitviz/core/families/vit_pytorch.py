@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
 
 NAMES = ("vit_pytorch",)
+DETECT_ORDER = 120   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.families`: see there).
 HELP = "lucidrains vit-pytorch"
 PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
