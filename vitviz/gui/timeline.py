@@ -200,6 +200,8 @@ class TimelineSession(QObject):
         if store is None or not self.image:
             return None
         image, gen = self.image, self.generation
+        if image not in store.images:
+            store.add_image(image, image)          # a dictionary entry under the store's lock: nothing runs
         failed = store.failed
         held = store.peek(self.k, image)
         want = (self.k, image)
@@ -229,6 +231,8 @@ class TimelineSession(QObject):
         if answer.generation != self.generation:
             return
         self.store, self.opening = answer.store, False
+        if self.image:
+            self.store.add_image(self.image, self.image)
         self.opened.emit()
         self.show(0)
 

@@ -254,6 +254,8 @@ class TimelinePanel(LazyPanel):
 
     def _draw_plots(self, k: int) -> None:
         store = self.timeline.store
+        if self.session.current not in store.images:
+            return
         series = store.series(self.session.current, box=self.box)
         steps = series.steps
         x = steps if np.isfinite(steps).all() else np.arange(len(steps), dtype=np.float64)
