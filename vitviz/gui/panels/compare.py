@@ -120,6 +120,9 @@ class ComparePanel(LazyPanel):
         layout.addWidget(self.plot_widget, 2)
         layout.addWidget(self.summary_note)
         self._summary_shown = None
+        self._shape: tuple[int, ...] | None = None
+        self._cmap = state.colormap
+        self._levels: tuple | None = None
         compare.bind(state)
         state.subscribe(self._on_state)
         compare.changed.connect(self.request_redraw)
@@ -175,12 +178,19 @@ class ComparePanel(LazyPanel):
             item.setImage(np.nan_to_num(values, nan=f.vmin), levels=(f.vmin, f.vmax), lut=lut)  # type: ignore
         self.items[2].setImage(np.nan_to_num(f.diff, nan=0.0), levels=(-f.dmax, f.dmax),        # type: ignore
                                lut=colormap(DIVERGING))
-        gh, gw = f.a.shape                                                           # type: ignore[attr-defined]
-        for view in self.views:
-            view.setRange(xRange=(0, gw), yRange=(0, gh), padding=0)
-        self.bar_ab.setColorMap(_colour_map(self.state.colormap))
-        self.bar_ab.setLevels((f.vmin, f.vmax))                                      # type: ignore[attr-defined]
-        self.bar_diff.setLevels((-f.dmax, f.dmax))                                   # type: ignore[attr-defined]
+        shape = f.a.shape                                                            # type: ignore[attr-defined]
+        if shape != self._shape:                    # the range and the colour maps change rarely: set them then
+            self._shape = shape
+            for view in self.views:
+                view.setRange(xRange=(0, shape[1]), yRange=(0, shape[0]), padding=0)
+        if self.state.colormap != self._cmap:
+            self._cmap = self.state.colormap
+            self.bar_ab.setColorMap(_colour_map(self.state.colormap))
+        levels = ((f.vmin, f.vmax), (-f.dmax, f.dmax))                               # type: ignore[attr-defined]
+        if levels != self._levels:
+            self._levels = levels
+            self.bar_ab.setLevels(levels[0])
+            self.bar_diff.setLevels(levels[1])
         self.mapping.setText(f.label)                                                # type: ignore[attr-defined]
         missing = " (B's head has no partner: blank)" if f.head_b is None else ""    # type: ignore[attr-defined]
         self.scale.setText(f"A and B on one shared scale {f.vmin:.3g}–{f.vmax:.3g} ({self.state.colormap}){missing}"
