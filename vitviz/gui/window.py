@@ -226,7 +226,6 @@ class MainWindow(QMainWindow):
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
         self.side_docks = [self._dock("compareDock", self.compare_panel, bottom),
                            self._dock("timelineDock", self.timeline_panel, bottom)]
-        self.tabifyDockWidget(self.side_docks[0], self.side_docks[1])
         for dock in self.side_docks:
             dock.hide()
         self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
@@ -235,6 +234,9 @@ class MainWindow(QMainWindow):
     def _show_side(self, name: str, active: bool) -> None:
         dock = next(d for d in self.side_docks if d.objectName() == name)
         if active and not dock.isVisible():
+            other = next(d for d in self.side_docks if d is not dock)
+            if other.isVisible() and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
+                self.tabifyDockWidget(other, dock)       # both open: tabs below the image
             dock.show()
             dock.raise_()
         elif not active and dock.isVisible():
