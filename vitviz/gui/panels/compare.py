@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Signal
+from PySide6.QtCore import QPointF, QRectF, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget)
 
 from vitviz.core.colormaps import DIVERGING, colormap
@@ -23,7 +23,7 @@ from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
 from vitviz.gui.state import ViewState
 
-REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "rollout_fusion", "rollout_discard",
+REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "opacity", "rollout_fusion", "rollout_discard",
                  "rollout_start", "rollout_residual", "rollout_pool"}
 JSD_COLOR, CKA_COLOR = "#f28b82", "#8ab4f8"
 
@@ -75,20 +75,34 @@ class ComparePanel(LazyPanel):
         self.scale.setObjectName("compareScale")
         self.scale.setWordWrap(True)
         self.widget = dark_layout()
-        self.widget.setMinimumHeight(170)
+        self.widget.setMinimumHeight(150)
         self.titles, self.views, self.items = [], [], []
-        for col, title in enumerate(("A", "B (on A's grid)", "A − B")):
+        self.bases: list[pg.ImageItem] = []          # A's input image under each map
+        for col, title in enumerate(("A", "B (on A's grid, by place)", "A − B")):
             label = self.widget.addLabel(title, row=0, col=col, color=TEXT)
-            view, item = image_view(self.widget, 1, col)
+            view, base = image_view(self.widget, 1, col)
+            item = pg.ImageItem()
+            item.setZValue(1)
+            view.addItem(item)
             self.titles.append(label)
             self.views.append(view)
+            self.bases.append(base)
             self.items.append(item)
-        self.bar_ab = pg.ColorBarItem(values=(0, 1), colorMap=_colour_map(state.colormap), interactive=False,
-                                      orientation="horizontal", label="A and B: one shared scale")
-        self.bar_diff = pg.ColorBarItem(values=(-1, 1), colorMap=_colour_map(DIVERGING), interactive=False,
-                                        orientation="horizontal", label="A − B: rdbu, centred on 0")
+        self._base_of: object = None
+        self.bar_ab = pg.ColorBarItem(values=(0, 1), width=10, colorMap=_colour_map(state.colormap), interactive=False,
+                                      orientation="horizontal", label="A and B: one shared scale",
+                                      colorMapMenu=False)
+        self.bar_diff = pg.ColorBarItem(values=(-1, 1), width=10, colorMap=_colour_map(DIVERGING), interactive=False,
+                                        orientation="horizontal", label="A − B: rdbu, centred on 0",
+                                        colorMapMenu=False)
         self.widget.addItem(self.bar_ab, row=2, col=0, colspan=2)
         self.widget.addItem(self.bar_diff, row=2, col=2)
+        for bar in (self.bar_ab, self.bar_diff):
+            for side in ("top", "bottom", "left", "right"):
+                axis = bar.getAxis(side)
+                if axis is not None:
+                    axis.enableAutoSIPrefix(False)
+        self.widget.ci.layout.setRowStretchFactor(1, 10)
         self.plot_widget = dark_layout()
         self.plot_widget.setMinimumHeight(150)
         self.plot = self.plot_widget.addPlot(row=0, col=0)
@@ -109,16 +123,21 @@ class ComparePanel(LazyPanel):
         for w in (self.heads_combo, self.match_button, self.export_button, self.close_button):
             bar.addWidget(w)
         bar.addStretch(1)
+        left, right = QVBoxLayout(), QVBoxLayout()
+        left.addWidget(self.message)
+        left.addWidget(self.widget, 1)
+        left.addWidget(self.mapping)
+        left.addWidget(self.scale)
+        right.addWidget(self.plot_widget, 1)
+        right.addWidget(self.summary_note)
+        body = QHBoxLayout()
+        body.addLayout(left, 3)
+        body.addLayout(right, 2)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.models_label)
         layout.addLayout(bar)
-        layout.addWidget(self.message)
-        layout.addWidget(self.widget, 3)
-        layout.addWidget(self.mapping)
-        layout.addWidget(self.scale)
-        layout.addWidget(self.plot_widget, 2)
-        layout.addWidget(self.summary_note)
+        layout.addLayout(body, 1)
         self._summary_shown = None
         self._shape: tuple[int, ...] | None = None
         self._cmap = state.colormap
@@ -160,10 +179,12 @@ class ComparePanel(LazyPanel):
         frame, note = c.frame_for(self.state)
         self.frame = frame
         self.export_button.setEnabled(frame is not None)
+        self.message.setVisible(bool(note))
         if frame is None:
             self.message.setText(note)
-            for item in self.items:
+            for item in self.items + self.bases:
                 item.clear()
+            self._base_of, self._shape = None, None
             self.mapping.setText("")
             self.scale.setText("")
         else:
@@ -179,9 +200,21 @@ class ComparePanel(LazyPanel):
         self.items[2].setImage(np.nan_to_num(f.diff, nan=0.0), levels=(-f.dmax, f.dmax),        # type: ignore
                                lut=colormap(DIVERGING))
         shape = f.a.shape                                                            # type: ignore[attr-defined]
+        maps = self.session.current_maps
+        if maps is not None and maps is not self._base_of:     # A's input image under the maps, once per image
+            self._base_of = maps
+            for base in self.bases:
+                base.setImage(maps.result.image)
+            self._shape = None
+        opacity = float(self.state.opacity) if maps is not None else 1.0
+        for item in self.items:
+            item.setOpacity(opacity)
         if shape != self._shape:                    # the range and the colour maps change rarely: set them then
             self._shape = shape
-            for view in self.views:
+            rect = QRectF(0, 0, shape[1], shape[0])
+            for view, item, base in zip(self.views, self.items, self.bases):
+                item.setRect(rect)
+                base.setRect(rect)
                 view.setRange(xRange=(0, shape[1]), yRange=(0, shape[0]), padding=0)
         if self.state.colormap != self._cmap:
             self._cmap = self.state.colormap
@@ -215,6 +248,8 @@ class ComparePanel(LazyPanel):
                 else:
                     self.cka_curve.setData([], [])
                 self.plot.setXRange(-0.5, len(s.jsd) - 0.5, padding=0)
+                step = max(1, len(s.jsd) // 12)
+                self.plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, len(s.jsd), step)], []])
                 self._summary_shown = s
                 self.summary_note.setText(f"Over {s.images} image(s) · " + " · ".join(s.notes[1:])
                                           + " · click a layer to select it")
