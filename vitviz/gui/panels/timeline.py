@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QRectF, Qt, QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
 from vitviz.core.colormaps import colormap
@@ -27,7 +27,7 @@ from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession
 
 PLAY_MS = 600
-REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "rollout_fusion", "rollout_discard",
+REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "opacity", "rollout_fusion", "rollout_discard",
                  "rollout_start", "rollout_residual"}
 TIMELINE_SOURCES = ("cls", "mean", "max", "rollout", "token", "entropy")
 PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "entropy (nats)", "Attention entropy"),
@@ -45,8 +45,11 @@ def timeline_kind(state: ViewState) -> tuple[MapKind, str]:
 def checkpoint_text(store: object, k: int) -> str:
     """'checkpoint 3 of 10: step-300 (step 300)' / '(epoch 2, step 1200)'."""
     c = store.run.checkpoints[k]                          # type: ignore[attr-defined]
+    name = c.path.name.lower()
+    word = "step" if ("step" in name or "checkpoint" in name or "iter" in name) else \
+        "epoch" if "epoch" in name else "number"
     number = "" if c.number is None else (f" (epoch {c.epoch}, step {c.number})" if c.epoch is not None
-                                          else f" (number {c.number})")
+                                          else f" ({word} {c.number})")
     return f"checkpoint {k + 1} of {len(store)}: {c.label}{number}"  # type: ignore[arg-type]
 
 
@@ -90,12 +93,15 @@ class TimelinePanel(LazyPanel):
         self.widget = dark_layout()
         self.widget.setMinimumHeight(160)
         self.map_title = self.widget.addLabel("", row=0, col=0, color=TEXT)
-        self.view, self.item = image_view(self.widget, 1, 0)
+        self.view, self.base = image_view(self.widget, 1, 0)       # the checkpoint's input image under the map
+        self.item = pg.ImageItem()
+        self.item.setZValue(1)
+        self.view.addItem(self.item)
         self.roi: pg.RectROI | None = None
         self.box: tuple[float, float, float, float] | None = None
         self.plots, self.curves, self.marks = {}, {}, {}
         self.plot_widget = dark_layout()
-        self.plot_widget.setMinimumHeight(200)
+        self.plot_widget.setMinimumHeight(220)
         for i, (name, left, title) in enumerate(PLOTS):
             plot = self.plot_widget.addPlot(row=i // 2, col=i % 2, title=title)
             style_plot(plot, left, "step")
@@ -113,9 +119,13 @@ class TimelinePanel(LazyPanel):
         layout.addLayout(top)
         layout.addWidget(self.checkpoint_label)
         layout.addWidget(self.failed_label)
-        layout.addWidget(self.widget, 3)
-        layout.addWidget(self.prediction)
-        layout.addWidget(self.plot_widget, 3)
+        left = QVBoxLayout()
+        left.addWidget(self.widget, 1)
+        left.addWidget(self.prediction)
+        body = QHBoxLayout()
+        body.addLayout(left, 2)
+        body.addWidget(self.plot_widget, 3)
+        layout.addLayout(body, 1)
         self.timer = QTimer(self)
         self.timer.setInterval(PLAY_MS)
         self.timer.timeout.connect(self._advance)
@@ -210,6 +220,7 @@ class TimelinePanel(LazyPanel):
         t, store = self.timeline, self.timeline.store
         if store is None or not self.session.current:
             self.item.clear()
+            self.base.clear()
             self.values, self.shown_k = None, None
             self.map_title.setText("")
             self.checkpoint_label.setText("" if store is None else "Open images to see the run on them.")
@@ -244,8 +255,15 @@ class TimelinePanel(LazyPanel):
             return
         lo, hi = stack.levels(values, self.state.head, own=self.state.normalize)
         self.item.setImage(np.nan_to_num(values, nan=lo), levels=(lo, hi), lut=colormap(self.state.colormap))
+        self.item.setOpacity(float(self.state.opacity))
         gh, gw = values.shape
+        image = maps.result.image                                        # type: ignore[attr-defined]
+        if self.base.image is None or self.base.image.shape != image.shape or not np.array_equal(self.base.image,
+                                                                                                image):
+            self.base.setImage(image)
         if self.values is None or self.values.shape != values.shape:
+            self.item.setRect(QRectF(0, 0, gw, gh))
+            self.base.setRect(QRectF(0, 0, gw, gh))
             self.view.setRange(xRange=(0, gw), yRange=(0, gh), padding=0)
         self.values, self.shown_k = values, k
         scale = "own scale" if self.state.normalize else "this checkpoint's shared scale"
