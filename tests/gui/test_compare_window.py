@@ -30,6 +30,8 @@ def _compare(qtbot, window, path, **overrides):  # noqa: ANN001, ANN201
 def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
     panel = _compare(qtbot, loaded, tiny_ckpt, heads=HEADS)
     assert loaded.dock("compareDock").isVisible()
+    label = panel.models_label.text()               # B is another model: what its file does not say is named
+    assert "B: tiny.pth" in label and "assumed: " in label and "num_heads" not in label   # heads were given
     for layer, head in ((0, 0), (1, 1), (1, "mean"), (0, "max")):
         loaded.state.update(layer=layer, head=head)
         f = panel.frame
@@ -147,3 +149,14 @@ def test_the_gui_keeps_ticking_while_b_loads(qtbot, loaded, tiny_ckpt, monkeypat
         release.set()
         timer.stop()
     qtbot.waitUntil(lambda: loaded.compare.view is not None and loaded.is_idle(), timeout=30000)
+
+
+def test_a_model_b_that_cannot_load_is_said_in_the_dock(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
+    bad = tmp_path / "not_a_model.pth"
+    bad.write_bytes(b"not a checkpoint")
+    loaded.compare_with(str(bad))
+    qtbot.waitUntil(lambda: bool(loaded.compare.error) and loaded.is_idle(), timeout=20000)
+    panel = show_dock(qtbot, loaded, "compareDock")
+    panel.request_redraw()
+    assert panel.message.text().startswith("Model B could not be loaded: ") and "not_a_model.pth" in panel.message.text()
+    assert panel.frame is None and loaded.session.spec is not None          # model A is untouched

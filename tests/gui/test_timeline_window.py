@@ -133,3 +133,13 @@ def test_the_slider_never_waits_for_the_worker(qtbot, loaded, run_dir, monkeypat
         timer.stop()
     qtbot.waitUntil(lambda: panel.shown_k == 2, timeout=20000)
     assert store.peek(2, image) is not None
+
+
+def test_a_folder_without_checkpoints_is_said_in_the_dock(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    loaded.open_run(str(empty))
+    qtbot.waitUntil(lambda: bool(loaded.timeline.error) and loaded.is_idle(), timeout=20000)
+    panel = show_dock(qtbot, loaded, "timelineDock")
+    assert "Could not open the run" in panel.run_label.text() and "no checkpoints" in panel.run_label.text()
+    assert not panel.slider.isEnabled()

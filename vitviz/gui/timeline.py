@@ -153,6 +153,7 @@ class TimelineSession(QObject):
         self.error = ""
         self.opening = False
         self.budget_bytes = 1 << 30
+        self.overrides: dict[str, Any] = {}
         for kind, answer in ((OpenRun, self._on_opened), (TimelineResult, self._on_ran),
                              (CloseRun, lambda _r, _a: None)):
             session.route(kind, answer, self._on_failed)
@@ -164,6 +165,7 @@ class TimelineSession(QObject):
         """Open `folder` (checkpoints of one run) as a timeline; `overrides` (heads=...) go to every load."""
         self._forget()
         self.folder, self.opening, self.error, self.k = str(folder), True, "", 0
+        self.overrides = dict(overrides)
         self.client.submit(OpenRun, first=True, folder=str(folder), budget_bytes=self.budget_bytes,
                            overrides=dict(overrides), generation=self.generation)
         self.opened.emit()

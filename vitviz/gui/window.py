@@ -267,9 +267,10 @@ class MainWindow(QMainWindow):
             self.compare_with(path)
 
     def compare_with(self, path: str, **overrides: Any) -> None:
-        """Compare the loaded model (A) with model B at `path` (loaded in the worker, with the loaded model's
-        overrides unless given: heads=...)."""
-        self.compare.open(path, **{**self.session.load_overrides, **overrides})
+        """Compare the loaded model (A) with model B at `path` (loaded in the worker with `overrides`, heads=...;
+        B is another model, so A's settings are not carried over; what B's file does not say is named in the
+        dock)."""
+        self.compare.open(path, **overrides)
 
     def open_run_dialog(self) -> None:
         from PySide6.QtWidgets import QFileDialog
@@ -279,7 +280,8 @@ class MainWindow(QMainWindow):
             self.open_run(folder)
 
     def open_run(self, folder: str, **overrides: Any) -> None:
-        """Open a folder of checkpoints as a timeline (with the loaded model's overrides unless given)."""
+        """Open a folder of checkpoints as a timeline: the training of the loaded model, so its settings (heads=...,
+        chosen for it) go to every checkpoint unless given (the dock says which)."""
         self.timeline.open(folder, **{**self.session.load_overrides, **overrides})
 
     def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:

@@ -171,9 +171,14 @@ class ComparePanel(LazyPanel):
         spec_a = self.session.spec
         a_name = display_name(self.session.model_path) if spec_a is not None else "no model"
         b_name = display_name(c.b_path) if c.b_path else "none"
+        assumed = [name for name, _source in c.b_spec.assumptions] if c.b_spec is not None else []
         self.models_label.setText(f"A: {a_name} · B: {b_name}"
                                   + (f" ({c.b_spec.family}, {c.b_spec.depth} layers, {c.b_spec.num_heads} heads)"
-                                     if c.b_spec is not None else ""))
+                                     if c.b_spec is not None else "")
+                                  + (f" · B's file does not say {len(assumed)} setting(s), assumed: "
+                                     f"{', '.join(assumed)}" if assumed else ""))
+        self.models_label.setToolTip("\n".join(f"{name}: {source}" for name, source in c.b_spec.assumptions)
+                                     if c.b_spec is not None else "")
         for w in (self.heads_combo, self.match_button, self.export_button, self.close_button):
             w.setEnabled(c.active)
         frame, note = c.frame_for(self.state)

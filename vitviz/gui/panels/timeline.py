@@ -152,7 +152,9 @@ class TimelinePanel(LazyPanel):
             self.slider.setRange(0, 0)
             self.slider.blockSignals(False)
         else:
-            self.run_label.setText(f"Run {t.folder}: {len(store)} checkpoints, {store.order_note}")
+            given = ", ".join(f"{k}={v}" for k, v in t.overrides.items() if v is not None)
+            self.run_label.setText(f"Run {t.folder}: {len(store)} checkpoints, {store.order_note}"
+                                   + (f" · loaded with {given}" if given else ""))
             self.slider.blockSignals(True)
             self.slider.setRange(0, len(store) - 1)
             self.slider.setValue(t.k)
