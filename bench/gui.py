@@ -1,7 +1,8 @@
 """Benchmark the window (offscreen): startup, panel updates on layer/head changes, event-loop stalls.
 
     python bench/gui.py            # everything (writes a random ViT-B/16 checkpoint to a temp folder)
-    python bench/gui.py --quick    # skip ViT-L/16 at 384
+    python bench/gui.py --quick    # skip ViT-L/16 at 384, the Compare and Timeline rows
+    python bench/gui.py --compare --timeline   # only the Compare and Timeline rows
 
 Prints, measured in this run:
   * time from process start to the window being shown, and whether torch was imported by then (target 1.0 s);
@@ -10,6 +11,9 @@ Prints, measured in this run:
   * the longest GUI event-loop stall while a ViT-B/16 forward pass runs in the worker (target 50 ms);
   * analysis panels: rollout-panel update per control change at T = 577 (target 50 ms), position-similarity hover
     update at a 37 × 37 grid (target 16 ms), attention-matrix update at T = 1370 (DINOv2 at 518 px);
+  * Compare dock: linked layer/head switching with two ViT-B/16 (random weights) loaded and the dock visible
+    (target p95 16 ms); Timeline dock: scrubbing a 50-checkpoint run of a small model once cached (target
+    100 ms per step);
   * Ctrl+Q on an idle window (a ViT-B/16 loaded, three images run): from the Quit action to the end of the
     process, with the exit-time `gc.freeze` (vitviz.gui.app.FREEZE_AT_EXIT) and without it, interleaved.
 """
@@ -298,6 +302,112 @@ def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
         time.sleep(0.001)
 
 
+def _images(count: int, size: tuple[int, int] = (300, 400)) -> list[str]:
+    from PIL import Image
+
+    folder = Path(tempfile.mkdtemp())
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(count):
+        path = folder / f"bench_{i}.png"
+        Image.fromarray((rng.random((*size, 3)) * 255).astype(np.uint8)).save(path)
+        paths.append(str(path))
+    return paths
+
+
+def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps: int = 120) -> None:
+    """Switching the linked layer/head with two ViT-B/16 loaded (A in the window, B in the worker's slot), the
+    comparison built over the open images and the Compare dock visible: the whole window's update (image panel,
+    overview, Compare dock's A / B / A − B, its mapping and scale lines, the summary's layer marker)."""
+    app, win = _window()
+    paths = _images(images)
+    win.load_model(str(ckpt_a), heads=heads)
+    _wait(app, lambda: win.session.spec is not None and win.is_idle(), 600)
+    win.session.add_images(paths)
+    _wait(app, lambda: all(win.session.cached(p) is not None for p in paths) and win.is_idle(), 600)
+    t0 = time.perf_counter()
+    win.compare_with(str(ckpt_b), heads=heads)
+    _wait(app, lambda: win.compare.view is not None and win.is_idle(), 900)
+    built = time.perf_counter() - t0
+    win.dock("compareDock").raise_()
+    for _ in range(20):
+        app.processEvents()
+        time.sleep(0.005)
+    assert win.compare_panel.is_shown() and win.compare_panel.frame is not None
+    rng = np.random.default_rng(1)
+    times, own = [], []
+    for i in range(steps):
+        change = {"layer": int(rng.integers(12))} if i % 2 else {"head": int(rng.integers(heads))}
+        t0 = time.perf_counter()
+        win.state.update(**change)
+        app.processEvents()
+        times.append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        win.compare_panel.redraw()
+        own.append(time.perf_counter() - t1)
+    win.dock("timelineDock").raise_()              # the same window with the Compare dock behind another tab
+    for _ in range(10):
+        app.processEvents()
+    hidden = []
+    for i in range(steps):
+        change = {"layer": int(rng.integers(12))} if i % 2 else {"head": int(rng.integers(heads))}
+        t0 = time.perf_counter()
+        win.state.update(**change)
+        app.processEvents()
+        hidden.append(time.perf_counter() - t0)
+    p50, p95 = _pct(times)
+    o50, o95 = _pct(own)
+    h50, h95 = _pct(hidden)
+    print(f"compare, two ViT-B/16 @224 (random weights, {images} images), linked layer/head change with the Compare "
+          f"dock visible: p50 {p50:.1f} ms, p95 {p95:.1f} ms (target p95 16 ms, ratio {p95 / 16:.2f}); the dock's own "
+          f"redraw p50 {o50:.1f} ms, p95 {o95:.1f} ms; the same window with the dock hidden p50 {h50:.1f} ms, p95 "
+          f"{h95:.1f} ms; B loaded, run and heads matched (with CKA features) in the "
+          f"worker in {built:.1f} s")
+    win.compare.close()
+    win.close()
+
+
+def bench_timeline(checkpoints: int = 50, steps: int = 200) -> None:
+    """Scrubbing a 50-checkpoint run of a small model (4 layers, 4 heads, width 64, 8 x 8 patches) once every
+    checkpoint's result is held: one slider step to the map and the plots redrawn, per step."""
+    from _tiny import write_tiny_checkpoint
+
+    app, win = _window()
+    run = Path(tempfile.mkdtemp()) / "run"
+    run.mkdir()
+    for k in range(checkpoints):
+        write_tiny_checkpoint(run / f"step-{(k + 1) * 100}.pth", embed_dim=64, depth=4, grid=(8, 8), seed=k)
+    paths = _images(1, (64, 64))
+    win.session.add_images(paths, show=True)
+    _wait(app, lambda: win.session.current, 60)
+    t0 = time.perf_counter()
+    win.open_run(str(run), heads=4)
+    _wait(app, lambda: win.timeline.store is not None, 120)
+    store = win.timeline.store
+    _wait(app, lambda: not store.missing(paths[0]) and win.is_idle(), 900)
+    filled = time.perf_counter() - t0
+    held = sum(store.peek(k, paths[0]) is not None for k in range(checkpoints))
+    win.dock("timelineDock").raise_()
+    for _ in range(20):
+        app.processEvents()
+        time.sleep(0.005)
+    panel = win.timeline_panel
+    times = []
+    for i in range(steps):
+        k = (i * 7) % checkpoints if i % 2 else (i // 2) % checkpoints      # neighbours and jumps
+        t0 = time.perf_counter()
+        panel.set_checkpoint(k)
+        app.processEvents()
+        times.append(time.perf_counter() - t0)
+        assert panel.shown_k == k
+    p50, p95 = _pct(times)
+    print(f"timeline, {checkpoints} checkpoints of a small ViT (4 x 4 heads, 64 px), all {held} held: scrubbing p50 "
+          f"{p50:.1f} ms, p95 {p95:.1f} ms per step (target 100 ms, ratio {p95 / 100:.2f}); every checkpoint loaded "
+          f"and run in the worker in {filled:.1f} s")
+    win.timeline.close()
+    win.close()
+
+
 QUIT_CHILD = """
 import sys, time
 from PySide6.QtCore import QTimer
@@ -342,7 +452,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="skip ViT-L/16 at 384")
     parser.add_argument("--panels", action="store_true", help="only the analysis-panel benchmarks")
     parser.add_argument("--quit", action="store_true", help="only Ctrl+Q's time to exit")
+    parser.add_argument("--compare", action="store_true",
+                        help="only the Compare dock: linked layer/head switching with two ViT-B/16 loaded")
+    parser.add_argument("--timeline", action="store_true",
+                        help="only the Timeline dock: scrubbing a 50-checkpoint run once cached")
     args = parser.parse_args()
+    if args.compare or args.timeline:
+        if args.timeline:
+            bench_timeline()
+        if args.compare:
+            _bench_compare_models()
+        return 0
     if args.quit:
         from _tiny import write_tiny_checkpoint
 
@@ -367,7 +487,19 @@ def main() -> int:
                                      num_classes=1000)
         bench_stall(ckpt, heads=12)
         bench_quit(ckpt, heads=12)
+    if not args.quick:
+        bench_timeline()
+        _bench_compare_models()
     return 0
+
+
+def _bench_compare_models() -> None:
+    from _tiny import write_tiny_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = (write_tiny_checkpoint(Path(tmp) / f"vit_b16_{n}.pth", embed_dim=768, depth=12, patch=16,
+                                      grid=(14, 14), num_classes=1000, seed=n) for n in (0, 1))
+        bench_compare(a, b, heads=12)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ Names, for image `cat`, map `cls`, layer 11, head 3 (the stem carries the model,
 
 - compare: `cat_A_cls_L11_H3.png` (A's map), `cat_B_cls_L5_H7.png` (B's own map at its own layer and head: the
   ones matched with A's, `vitviz.core.compare`), `cat_diff_cls_L11_H3.png` (A − B on A's grid, on the diverging
-  colormap `core.colormaps.DIVERGING`, centred on 0, symmetric scale); `cat_compare.npz` with --npz (a, b, diff
+  colormap `core.colormaps.DIVERGING`, centred on 0, symmetric scale). A and B are drawn on one shared scale
+  (`vitviz.core.compare.shared_scale`: 0..the larger of both models' maxima of the column group, all layers; with
+  --colorbar-label the bar says 'scale shared by A and B'), so their colours compare; --scale own draws each on its
+  own. The heads are matched once, on CLS attention over all the images, and that matching is used for every map.
+  The window's Compare dock writes the same pictures (`compare_pictures`), byte for byte; `cat_compare.npz` with --npz (a, b, diff
   stacks (L, H + 2, gh, gw), B's own stack, the layer pairs and the head partners).
 - timeline: `cat_{checkpoint}_cls_L11_H3.png` per checkpoint (e.g. `cat_epoch_3_cls_L11_Hmean.png`), every
   checkpoint on one colour scale (the largest of theirs), and the contact sheet `cat_timeline_cls_L11_H3.png`: the
@@ -33,9 +37,9 @@ from vitviz.batch.pipeline import Prepared, prepare, summary_line
 from vitviz.batch.plan import Plan, combos, output_name
 from vitviz.core import files
 from vitviz.core.colormaps import DIVERGING
-from vitviz.core.compare import Comparison, HeadMode, compare_stacks
+from vitviz.core.compare import Comparison, HeadMode, compare_stacks, on_scale, resolved_kind, shared_scale
 from vitviz.core.maps import MapKind, MapStack, map_stack
-from vitviz.core.render import draw_map
+from vitviz.core.render import RenderOptions, draw_map
 from vitviz.core.spec import ModelSpec
 from vitviz.core.timeline import TimelineRun, result_metrics
 from vitviz.errors import VitvizError
@@ -87,15 +91,48 @@ def _finish(exp: SideExport, job: Job, error: BaseException | None, on_progress:
     on_progress(job)
 
 
-def _signed_picture(stack: MapStack, layer: Any, head: Any, p: Prepared, patch: int, plan: Plan) -> np.ndarray:
+@dataclass(frozen=True)
+class Seen:
+    """What one model's maps are drawn over: the region it saw (`Prepared.region`, or the window's `render.
+    native_view`), its input's size in pixels and its patch size."""
+
+    region: np.ndarray
+    input_hw: tuple[int, int]
+    patch: int
+
+
+def signed_picture(stack: MapStack, layer: Any, head: Any, seen: Seen, render: RenderOptions) -> np.ndarray:
     """A difference map drawn on the diverging colormap, -m..m: m shared by the stack's column group, or this map's
     own largest |value| with --scale own (never an off-centre min..max)."""
-    opts = replace(plan.render, cmap=DIVERGING, scale="shared")
-    if plan.render.scale == "own":
+    opts = replace(render, cmap=DIVERGING, scale="shared")
+    if render.scale == "own":
         m = float(np.nanmax(np.abs(stack.select(layer, head))))
         m = m if m > 0 else 1e-12
         stack = MapStack(stack.maps, np.full(3, m), stack.title + " (own scale)", np.full(3, -m))
-    return draw_map(stack, layer, head, p.region, p.display.shape[:2], patch, opts)
+    return draw_map(stack, layer, head, seen.region, seen.input_hw, seen.patch, opts)
+
+
+def compare_names(stem: str, m: MapKind, layer: Any, head: Any, b_layer: Any, partner: Any) -> tuple[str, str, str]:
+    """The file names of A's, B's and the difference's picture of one selection (see the module docstring)."""
+    return (output_name(f"{stem}_A", m, layer, head), output_name(f"{stem}_B", m, b_layer, partner),
+            output_name(f"{stem}_diff", m, layer, head))
+
+
+def compare_pictures(a: MapStack, b_own: MapStack, diff: MapStack, vmax: np.ndarray, layer: Any, head: Any,
+                     b_layer: Any, partner: Any, seen_a: Seen, seen_b: Seen, render: RenderOptions
+                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """A's picture, B's (its own map at its own layer `b_layer` and head `partner`, over what B saw; None without a
+    partner) and A − B's, as `vitviz export --compare` and the window's Compare dock write them.
+
+    A and B are drawn on one shared scale (`vmax`: `vitviz.core.compare.shared_scale`, 0..the larger of both
+    models' maxima of the column group; the colorbar label says 'scale shared by A and B'), unless --scale own;
+    A − B on the diverging colormap centred on 0 (`signed_picture`)."""
+    if render.scale != "own":
+        a, b_own = on_scale(a, vmax), on_scale(b_own, vmax)
+    rgb_a = draw_map(a, layer, head, seen_a.region, seen_a.input_hw, seen_a.patch, render)
+    rgb_b = None if partner is None else draw_map(b_own, b_layer, partner, seen_b.region, seen_b.input_hw,
+                                                  seen_b.patch, render)
+    return rgb_a, rgb_b, signed_picture(diff, layer, head, seen_a, render)
 
 
 def compare_jobs(plan: Plan, pairs: list[tuple[Path, Path]], out: Path, stems: list[str]) -> list[Job]:
@@ -120,6 +157,9 @@ def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Pat
     exp = SideExport(plan, jobs)
     spec_a, spec_b = model_a.spec, model_b.spec
     read: list[tuple[Job, Prepared, Prepared, list[MapStack], list[MapStack]]] = []
+    cls_a: list[MapStack] = []
+    cls_b: list[MapStack] = []
+    cls = MapKind("cls")
     force = replace(plan, overwrite=True)           # B's reader: never skipped (A's outputs decide that)
     for job in jobs:
         try:
@@ -129,14 +169,19 @@ def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Pat
             ra, rb = model_a.run(pa.x, logits=False), model_b.run(pb.x, logits=False)
             read.append((job, pa, pb, [map_stack(ra.attentions, m, ra.spec) for m in plan.maps],
                          [map_stack(rb.attentions, m, rb.spec) for m in plan.maps]))
+            cls_a.append(map_stack(ra.attentions, resolved_kind(cls, spec_a), ra.spec))
+            cls_b.append(map_stack(rb.attentions, resolved_kind(cls, spec_b), rb.spec))
         except (VitvizError, OSError) as e:
             _finish(exp, job, e, on_progress)
     if not read:
         return exp
+    # the heads are matched once, on CLS attention over all the images, and used for every map (as the window's
+    # `CompareView` does): a head's partner does not change with the map drawn
+    matched = compare_stacks(cls_a, cls_b, spec_a, spec_b, cls, heads).heads
     records = {}
     for k, m in enumerate(plan.maps):
-        records[m.label] = compare_stacks([r[3][k] for r in read], [r[4][k] for r in read], spec_a, spec_b, m, heads,
-                                          [str(r[0].path) for r in read])
+        records[m.label] = compare_stacks([r[3][k] for r in read], [r[4][k] for r in read], spec_a, spec_b, m,
+                                          matched if m.per_head else heads, [str(r[0].path) for r in read])
     for n, (job, pa, pb, _, _) in enumerate(read):
         try:
             _write_compare(job, stems[job.index], pa, pb, n, records, plan, spec_a, spec_b)
@@ -155,23 +200,20 @@ def _write_compare(job: Job, stem: str, pa: Prepared, pb: Prepared, n: int, reco
     for m in plan.maps:
         c = records[m.label]
         im = c.images[n]
+        vmax = shared_scale(im.a, im.b)
+        seen_a = Seen(pa.region, pa.display.shape[:2], spec_a.patch_size)
+        seen_b = Seen(pb.region, pb.display.shape[:2], spec_b.patch_size)
         for layer in plan.layers:
-            li = layer if isinstance(layer, int) else None
             for head in (plan.heads if m.per_head else ["mean"]):
-                _write(job, folder / output_name(f"{stem}_A", m, layer, head),
-                       draw_map(im.a, layer, head, pa.region, pa.display.shape[:2], spec_a.patch_size, plan.render),
-                       plan.overwrite)
-                partner: Any = head
-                if isinstance(head, int):
-                    partner = c.heads[li if li is not None else -1].partner(head)
-                    if partner is None:           # more heads in A than in B: no B map, no difference
-                        continue
-                b_layer: Any = int(c.layers_b[li]) if li is not None else layer
-                _write(job, folder / output_name(f"{stem}_B", m, b_layer, partner),
-                       draw_map(im.b_own, b_layer, partner, pb.region, pb.display.shape[:2], spec_b.patch_size,
-                                plan.render), plan.overwrite)
-                _write(job, folder / output_name(f"{stem}_diff", m, layer, head),
-                       _signed_picture(im.diff, layer, head, pa, spec_a.patch_size, plan), plan.overwrite)
+                b_layer, partner = b_selection(c, layer, head)
+                names = compare_names(stem, m, layer, head, b_layer, partner)
+                rgb_a, rgb_b, rgb_d = compare_pictures(im.a, im.b_own, im.diff, vmax, layer, head, b_layer, partner,
+                                                       seen_a, seen_b, plan.render)
+                _write(job, folder / names[0], rgb_a, plan.overwrite)
+                if rgb_b is None:                 # more heads in A than in B: no B map, no difference
+                    continue
+                _write(job, folder / names[1], rgb_b, plan.overwrite)
+                _write(job, folder / names[2], rgb_d, plan.overwrite)
         key = m.label.replace("-", "_")
         arrays.update({f"{key}_a": im.a.maps, f"{key}_b": im.b.maps, f"{key}_diff": im.diff.maps,
                        f"{key}_b_own": im.b_own.maps, f"{key}_layers_b": c.layers_b,
@@ -180,6 +222,19 @@ def _write_compare(job: Job, stem: str, pa: Prepared, pb: Prepared, n: int, reco
     if plan.npz:
         _write(job, folder / f"{stem}_compare.npz", arrays, plan.overwrite)
     job.outputs = list(dict.fromkeys([*job.outputs, *job.written]))
+
+
+def b_selection(c: Comparison, layer: Any, head: Any) -> tuple[Any, Any]:
+    """B's layer and head drawn for A's `layer` and `head`: the layer paired by relative depth ('mean' for the mean
+    over layers), the head matched with A's (the last layer's match for the layer mean; None without a partner),
+    'mean' / 'max' for those."""
+    li = layer if isinstance(layer, int) else None
+    if li is not None:
+        li = li % len(c.layers_b)
+    partner: Any = head
+    if isinstance(head, int):
+        partner = c.heads[li if li is not None else -1].partner(head % c.images[0].a.num_heads)
+    return (int(c.layers_b[li]) if li is not None else layer), partner
 
 
 # -------------------------------------------------------------------------------------------------- timeline

@@ -352,6 +352,11 @@ def _resolved(kind: MapKind, spec: Any) -> MapKind:
     return MapKind("mean") if kind.kind == "cls" and not (spec.cls_token and spec.num_prefix) else kind
 
 
+def resolved_kind(kind: MapKind, spec: Any) -> MapKind:
+    """`kind` as this model draws it: 'cls' of a model without a CLS token is its 'mean' map."""
+    return _resolved(kind, spec)
+
+
 def compare_results(results_a: Sequence[Any], results_b: Sequence[Any], kind: MapKind | str = "cls",
                     heads: HeadMode = "match", features: tuple[Sequence[Any], Sequence[Any]] | None = None
                     ) -> Comparison:
@@ -532,6 +537,23 @@ class CompareSummary:
     notes: tuple[str, ...]
 
 
+def shared_scale(a: MapStack, b_aligned: MapStack) -> np.ndarray:
+    """(3,) the one colour scale of A's and B's maps, per column group (single heads, head mean, head max): the
+    larger of A's and aligned B's maxima (1 where both are 0). The window's views and `vitviz export --compare` draw
+    A and B on it; A − B has its own scale, symmetric about 0 (`diff_stack`)."""
+    top = np.fmax(a.vmax, b_aligned.vmax)
+    return np.where(top > 0, top, 1.0)
+
+
+SHARED_NOTE = " (scale shared by A and B)"
+
+
+def on_scale(stack: MapStack, vmax: np.ndarray) -> MapStack:
+    """`stack` drawn on the shared scale `vmax` (`shared_scale`), its title saying so (the colorbar label)."""
+    return MapStack(maps=stack.maps, vmax=np.asarray(vmax, dtype=np.float64), title=stack.title + SHARED_NOTE,
+                    vmin=stack.vmin)
+
+
 @dataclass
 class _Pair:
     """One image's stacks of one map kind: A's, B's own, B's aligned to A, A − B and the shared A/B scale."""
@@ -540,7 +562,7 @@ class _Pair:
     b_own: MapStack
     b: MapStack
     diff: MapStack
-    vmax: np.ndarray        # (3,) per group: max of A's and aligned B's
+    vmax: np.ndarray        # (3,) per group: max of A's and aligned B's (`shared_scale`)
 
 
 def _as_maps(result: Any) -> Any:
@@ -597,8 +619,7 @@ class CompareView:
 
     @staticmethod
     def _pair(im: ImageComparison) -> _Pair:
-        top = np.fmax(im.a.vmax, im.b.vmax)
-        return _Pair(im.a, im.b_own, im.b, im.diff, np.where(top > 0, top, 1.0))
+        return _Pair(im.a, im.b_own, im.b, im.diff, shared_scale(im.a, im.b))
 
     def _layer_labels(self) -> list[str]:
         la, lb = self.spec_a.depth, self.spec_b.depth
@@ -614,6 +635,20 @@ class CompareView:
     @property
     def images(self) -> int:
         return len(self.maps_a)
+
+    @property
+    def sources(self) -> list[str]:
+        """The images compared, in order (A's results' sources)."""
+        return [str(m.result.source) for m in self.maps_a]
+
+    def has(self, kind: MapKind | str = "cls", query: int | None = None) -> bool:
+        """Whether this map kind's stacks are built already (`frame` then only indexes arrays)."""
+        return self._key(kind, query) in self._pairs
+
+    def pair(self, image: int, kind: MapKind | str = "cls", query: int | None = None) -> _Pair:
+        """One image's stacks of a map kind: A's (`a`), B's own (`b_own`), B's aligned to A (`b`), A − B (`diff`)
+        and the shared A/B scale (`vmax`, `shared_scale`): what an export of the view draws."""
+        return self._pair_of(image, self._key(kind, query))
 
     # queries --------------------------------------------------------------------------------------------------
     def query_place(self, query_a: int) -> tuple[float, float] | None:

@@ -60,9 +60,15 @@ class ModelsMenu(QObject):
                                        "(only weights and config files are downloaded, never code); dropping such "
                                        "text on the window does the same")
         self.by_name_action.triggered.connect(lambda _checked=False: self.open_by_name.emit())
+        self.extra: list[QAction] = []   # the window's own entries (Compare with…, Open training run…)
         menu.aboutToShow.connect(self._about_to_show)
         session.catalog_ready.connect(self._on_cataloged)
         session.catalog_failed.connect(self._on_failed)
+        self.fill()
+
+    def add_extra(self, actions: list[QAction]) -> None:
+        """Entries of the window's own, kept after the demo and Open by name… through every refill."""
+        self.extra = list(actions)
         self.fill()
 
     def refresh(self) -> None:
@@ -102,6 +108,9 @@ class ModelsMenu(QObject):
         menu.clear()
         self._add_demo(menu)
         menu.addAction(self.by_name_action)
+        if self.extra:
+            menu.addSeparator()
+            menu.addActions(self.extra)
         menu.addSeparator()
         self._note(menu, "On this computer (torch hub cache, Hugging Face cache, recent files):")
         for entry in self.entries:

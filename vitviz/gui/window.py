@@ -64,7 +64,12 @@ DOCKS = {
     "featuresDock": ("Features", "Token features", "feature PCA, patch similarity within and across images, and "
                                                    "token norms"),
     "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
+    "compareDock": ("Compare", "Compare two models", "A, B and A − B linked to the controls, and JSD / CKA per "
+                                                    "layer (Models › Compare with…)"),
+    "timelineDock": ("Timeline", "Training run timeline", "a run's checkpoints on the current image, with plots "
+                                                          "against step (Models › Open training run…)"),
 }
+SIDE_DOCKS = ("compareDock", "timelineDock")   # hidden until used: not in `MainWindow.docks` (the default layout's)
 
 
 def default_size(available: QRect) -> QSize:
@@ -120,13 +125,15 @@ class MainWindow(QMainWindow):
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
         self._add_docks()
+        self._add_side_docks()
         self.file_actions = FileActions(self.session, self.state, settings, self, self.reporter.show)
         self.menus = menus.build(self, self._menu_callbacks())
-        menus.fill_view_menu(self.menus.view, self.docks, self.findChildren(QToolBar),
+        menus.fill_view_menu(self.menus.view, self.docks + self.side_docks, self.findChildren(QToolBar),
                              self.menus.actions["reset_layout"])
         self._fill_recent(st.recent_models(settings))
         self._add_image_list_actions()
         self.models = ModelsMenu(self.session, self.menus.models, settings, self.choose_model, self.load_demo, self)
+        self.models.add_extra(self._side_actions())
         self.models.open_by_name.connect(self.open_by_name_dialog)
         self.status = StatusArea(self.statusBar())
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
@@ -175,6 +182,79 @@ class MainWindow(QMainWindow):
             for signal in (dock.dockLocationChanged, dock.topLevelChanged, dock.visibilityChanged):
                 signal.connect(lambda *_a: self._tab_tips_timer.start(0))
 
+    def _add_side_docks(self) -> None:
+        """The Compare and Timeline docks (with their session parts), below the image, hidden until a comparison or
+        a run is opened."""
+        from vitviz.gui.compare import CompareSession
+        from vitviz.gui.panels.compare import ComparePanel
+        from vitviz.gui.panels.timeline import TimelinePanel
+        from vitviz.gui.timeline import TimelineSession
+
+        self.compare = CompareSession(self.session, self)
+        self.timeline = TimelineSession(self.session, self)
+        self.compare_panel = ComparePanel(self.state, self.compare)
+        self.timeline_panel = TimelinePanel(self.state, self.timeline)
+        bottom = Qt.DockWidgetArea.BottomDockWidgetArea
+        self.side_docks = [self._dock("compareDock", self.compare_panel, bottom),
+                           self._dock("timelineDock", self.timeline_panel, bottom)]
+        for dock in self.side_docks:
+            dock.hide()
+        self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
+        self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
+
+    def _show_side(self, name: str, active: bool) -> None:
+        dock = next(d for d in self.side_docks if d.objectName() == name)
+        if active and not dock.isVisible():
+            other = next(d for d in self.side_docks if d is not dock)
+            if other.isVisible() and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
+                self.tabifyDockWidget(other, dock)       # both open: tabs below the image
+            dock.show()
+            dock.raise_()
+        elif not active and dock.isVisible():
+            dock.hide()
+
+    def _side_actions(self) -> list[Any]:
+        """Models › Compare with… and Models › Open training run…."""
+        from PySide6.QtGui import QAction
+
+        compare = QAction("&Compare with…", self)
+        compare.setObjectName("compare_with")
+        compare.setStatusTip("Load a second model B (any family or size) and compare it with the loaded one on the "
+                             "open images")
+        compare.triggered.connect(lambda _checked=False: self.compare_dialog())
+        run = QAction("Open &training run…", self)
+        run.setObjectName("open_training_run")
+        run.setStatusTip("Open a folder of checkpoints of one training run as a timeline")
+        run.triggered.connect(lambda _checked=False: self.open_run_dialog())
+        return [compare, run]
+
+    def compare_dialog(self) -> None:
+        """Ask for model B's checkpoint and compare it with the loaded model."""
+        from PySide6.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getOpenFileName(self, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
+                                              "*.safetensors *.ckpt *.npz *.json);;All files (*)")
+        if path:
+            self.compare_with(path)
+
+    def compare_with(self, path: str, **overrides: Any) -> None:
+        """Compare the loaded model (A) with model B at `path` (loaded in the worker with `overrides`, heads=...;
+        B is another model, so A's settings are not carried over; what B's file does not say is named in the
+        dock)."""
+        self.compare.open(path, **overrides)
+
+    def open_run_dialog(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        folder = QFileDialog.getExistingDirectory(self, "Open a training run (a folder of checkpoints)")
+        if folder:
+            self.open_run(folder)
+
+    def open_run(self, folder: str, **overrides: Any) -> None:
+        """Open a folder of checkpoints as a timeline: the training of the loaded model, so its settings (heads=...,
+        chosen for it) go to every checkpoint unless given (the dock says which)."""
+        self.timeline.open(folder, **{**self.session.load_overrides, **overrides})
+
     def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         title, full, what = DOCKS[name]
         dock = QDockWidget(title, self)
@@ -215,7 +295,7 @@ class MainWindow(QMainWindow):
 
     def dock(self, name: str) -> QDockWidget:
         """A dock by object name."""
-        return next(d for d in self.docks if d.objectName() == name)
+        return next(d for d in self.docks + self.side_docks if d.objectName() == name)
 
     def use_size(self, size: QSize) -> None:
         """Resize the window and lay the docks out for that size as the default layout (`--screenshot` uses

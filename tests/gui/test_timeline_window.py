@@ -1,0 +1,145 @@
+"""The Timeline dock: a run's checkpoints on the slider, each checkpoint's map equal to the library's, the plots
+against step, a checkpoint of another layout named, and a slider that never waits for the worker."""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _gui import HEADS, show_dock, wait_idle
+from _tiny import write_tiny_checkpoint
+from PySide6.QtCore import QTimer
+
+import vitviz
+from vitviz.core.maps import MapKind, map_stack
+from vitviz.core.timeline import TimelineStore
+from vitviz.gui.timeline import TimelineResult
+
+STEPS = (100, 200, 300)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for i, step in enumerate(STEPS):
+        write_tiny_checkpoint(folder / f"step-{step}.pth", seed=10 + i)
+    return folder
+
+
+def _open(qtbot, window, folder):  # noqa: ANN001, ANN201
+    window.open_run(str(folder))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=20000)
+    panel = show_dock(qtbot, window, "timelineDock")
+    wait_idle(qtbot, window, timeout=30000)
+    panel.request_redraw()
+    return panel
+
+
+def _library_map(path: Path, image: str, layer, head) -> np.ndarray:  # noqa: ANN001
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(path, heads=HEADS)
+    r = model.run(image)
+    return map_stack(r.attentions, MapKind("cls"), r.spec).select(layer, head)
+
+
+def test_slider_shows_each_checkpoints_map_as_the_library(qtbot, loaded, run_dir, images) -> None:  # noqa: ANN001
+    panel = _open(qtbot, loaded, run_dir)
+    store = loaded.timeline.store
+    assert len(store) == 3 and panel.slider.maximum() == 2 and "number in the names" in panel.run_label.text()
+    image = loaded.session.current
+    for layer, head in ((-1, "mean"), (0, 1)):
+        loaded.state.update(layer=layer, head=head)
+        for k, step in enumerate(STEPS):
+            panel.set_checkpoint(k)
+            qtbot.waitUntil(lambda: panel.shown_k == k, timeout=20000)
+            assert f"step-{step}" in panel.checkpoint_label.text()
+            want = _library_map(run_dir / f"step-{step}.pth", image, layer, head)
+            assert np.allclose(panel.values, want, atol=1e-6)
+            assert np.array_equal(panel.item.image, panel.values)               # what the view draws
+    maps = [store.peek(k, image) for k in range(3)]                   # all held: they differ between checkpoints
+    assert all(m is not None for m in maps)
+    assert not np.allclose(maps[0].stack("cls").maps, maps[2].stack("cls").maps)
+    wait_idle(qtbot, loaded)
+    panel.request_redraw()
+    x, y = panel.curves["distance"].getData()
+    assert list(x) == list(STEPS)                                     # plotted against the step
+    series = store.series(image)
+    assert np.allclose(y, series.distance[:, 0])
+    assert "3 of 3 checkpoints measured" in panel.prediction.text()
+    panel.set_box((0.0, 0.0, 0.5, 0.5))
+    bx, by = panel.curves["box"].getData()
+    assert np.allclose(by, store.series(image, box=(0.0, 0.0, 0.5, 0.5)).box_share[:, 0]) and len(bx) == 3
+    panel.box_check.setChecked(True)                                  # a drawn box: the rectangle's region
+    assert panel.box is not None and panel.roi is not None
+
+
+def test_a_checkpoint_of_another_layout_is_named(qtbot, loaded, run_dir) -> None:  # noqa: ANN001
+    write_tiny_checkpoint(run_dir / "step-400.pth", depth=3, seed=20)
+    panel = _open(qtbot, loaded, run_dir)
+    panel.set_checkpoint(3)
+    qtbot.waitUntil(lambda: 3 in loaded.timeline.store.failed, timeout=20000)
+    wait_idle(qtbot, loaded)
+    panel.request_redraw()
+    text = panel.failed_label.text()
+    assert "step-400.pth" in text and "another layout" in text and "depth 3" in text
+    assert "cannot be shown" in panel.map_title.text and panel.values is None
+    panel.set_checkpoint(1)                                           # the others go on
+    qtbot.waitUntil(lambda: panel.shown_k == 1, timeout=20000)
+
+
+def test_the_slider_never_waits_for_the_worker(qtbot, loaded, run_dir, monkeypatch) -> None:  # noqa: ANN001
+    panel = _open(qtbot, loaded, run_dir)
+    qtbot.waitUntil(lambda: panel.shown_k == 0, timeout=20000)
+    image = loaded.session.current
+    started, release = threading.Event(), threading.Event()
+    real = TimelineStore.result
+
+    def slow(self, k, key):  # noqa: ANN001, ANN202
+        if self.peek(k, key) is None:
+            started.set()
+            release.wait(5.0)
+        return real(self, k, key)
+
+    monkeypatch.setattr(TimelineStore, "result", slow)
+    store = loaded.timeline.store
+    for k in (1, 2):                       # nothing but checkpoint 0 held: the next moves must go to the worker
+        for entry in [e for e in store.held if e[0] == "result" and e[1] == k]:
+            store._lru.pop(entry)
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(10)
+    try:
+        begin = time.perf_counter()
+        panel.set_checkpoint(1)
+        panel.set_checkpoint(2)            # the newest position wins: 2 is asked first, 1 only as a neighbour
+        elapsed = time.perf_counter() - begin
+        assert elapsed < 0.2, f"moving the slider took {elapsed:.3f} s"
+        assert "computing" in panel.map_title.text
+        queued = [r.k for r in loaded.session.client.pending(TimelineResult)]
+        assert queued[0] == 2 or started.is_set()
+        qtbot.waitUntil(started.is_set, timeout=10000)
+        t0 = time.monotonic()
+        qtbot.wait(400)
+        during = [t for t in ticks if t >= t0]
+        assert len(during) >= 15 and max(np.diff(during)) < 0.25      # the event loop kept ticking
+    finally:
+        release.set()
+        timer.stop()
+    qtbot.waitUntil(lambda: panel.shown_k == 2, timeout=20000)
+    assert store.peek(2, image) is not None
+
+
+def test_a_folder_without_checkpoints_is_said_in_the_dock(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    loaded.open_run(str(empty))
+    qtbot.waitUntil(lambda: bool(loaded.timeline.error) and loaded.is_idle(), timeout=20000)
+    panel = show_dock(qtbot, loaded, "timelineDock")
+    assert "Could not open the run" in panel.run_label.text() and "no checkpoints" in panel.run_label.text()
+    assert not panel.slider.isEnabled()

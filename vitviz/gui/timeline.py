@@ -1,0 +1,272 @@
+"""A training run as a timeline in the window: the request classes that open a run folder and compute one
+checkpoint's result in the worker, and the small session part that keeps the slider responsive.
+
+The run's `vitviz.core.timeline.TimelineStore` is made in the worker and kept in its `slots` (`STORE_SLOT`); the GUI
+thread holds the same object but only reads it (`peek`, `series`, `missing`, `failed`: dictionary reads under the
+store's lock, never a load or a forward pass). `TimelineSession.show(k)` answers at once from `peek` when checkpoint
+k's result is held; otherwise it asks the worker (`TimelineResult`), cancelling every superseded request so the
+newest position wins, and then queues the neighbours and the checkpoints whose figures are still missing
+(`missing(image, around=k)`), so the plots fill in and scrubbing back and forth finds results held.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from vitviz.core.maps import ResultMaps
+from vitviz.gui.protocol import Context, Request, _image_name
+
+STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
+PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
+
+
+@dataclass(frozen=True, eq=False)
+class RunOpened:
+    """A run folder opened as a timeline (nothing loaded yet): its store (read-only on the GUI thread)."""
+
+    store: Any
+    folder: str
+    generation: int
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointRan:
+    """Image `image`'s result at checkpoint `k`."""
+
+    k: int
+    image: str
+    maps: ResultMaps
+    generation: int
+
+
+def _store(ctx: Context, generation: int) -> Any:
+    held = ctx.slots.get(STORE_SLOT)
+    if held is None or held[0] != generation:
+        raise RuntimeError("this training run is not open any more")
+    return held[1]
+
+
+@dataclass(eq=False)
+class OpenRun(Request):
+    """Open a folder of checkpoints of one run (`TimelineStore`, memory budget `budget_bytes`); the checkpoints load
+    on demand, with `overrides` (heads=, ...) for every one."""
+
+    folder: str = ""
+    budget_bytes: int = 1 << 30
+    overrides: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+
+    answer = RunOpened
+    title = "Could not open the training run"
+    user_code = False
+    about_model = False
+    needs_model = False
+
+    def describe(self) -> str:
+        return f"Opening the training run {Path(self.folder).name}…"
+
+    def __call__(self, ctx: Context) -> RunOpened:
+        from vitviz.core.timeline import TimelineStore, open_run
+
+        ctx.slots.pop(STORE_SLOT, None)
+        run = open_run(self.folder, **{k: v for k, v in self.overrides.items() if v is not None})
+        store = TimelineStore(run, budget_bytes=self.budget_bytes)
+        ctx.slots[STORE_SLOT] = (self.generation, store)
+        return RunOpened(store, self.folder, self.generation)
+
+
+@dataclass(eq=False)
+class TimelineResult(Request):
+    """Image `image` at checkpoint `k` (loads the checkpoint if it is not held, runs the image): a `ResultMaps`."""
+
+    k: int = 0
+    image: str = ""
+    generation: int = 0
+
+    answer = CheckpointRan
+    title = "Could not run the checkpoint"
+    user_code = False
+    about_model = False
+    needs_model = False
+
+    def describe(self) -> str:
+        return f"Checkpoint {self.k} on {_image_name(self.image)}…"
+
+    def __call__(self, ctx: Context) -> CheckpointRan:
+        store = _store(ctx, self.generation)
+        if self.image not in store.images:
+            store.add_image(self.image, self.image)
+        return CheckpointRan(self.k, self.image, store.result(self.k, self.image), self.generation)
+
+
+@dataclass(frozen=True)
+class RunClosed:
+    """The run's store was let go."""
+
+
+@dataclass(eq=False)
+class CloseRun(Request):
+    """Let the run's store (its models and results) go."""
+
+    answer = RunClosed
+    user_code = False
+    about_model = False
+    needs_model = False
+
+    def describe(self) -> str:
+        return "Closing the training run…"
+
+    def __call__(self, ctx: Context) -> RunClosed:
+        ctx.slots.pop(STORE_SLOT, None)
+        return RunClosed()
+
+
+REQUESTS = (OpenRun, TimelineResult, CloseRun)
+
+
+class TimelineSession(QObject):
+    """The open run, the checkpoint shown and the requests behind it (see the module docstring).
+
+    Signals:
+        opened(): a run opened (or closed: `store` None).
+        shown(k): checkpoint k of the current image is held now (`maps(k)` gives it) or failed (`failures`).
+        figures(): more checkpoints of the current image are measured (the plots redraw).
+        failed(title, summary): opening the run failed.
+    """
+
+    opened = Signal()
+    shown = Signal(int)
+    figures = Signal()
+    failed = Signal(str, str)
+
+    def __init__(self, session: Any, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.client = session.client
+        self.generation = 0
+        self.store: Any = None
+        self.folder = ""
+        self.k = 0
+        self.error = ""
+        self.opening = False
+        self.budget_bytes = 1 << 30
+        self.overrides: dict[str, Any] = {}
+        for kind, answer in ((OpenRun, self._on_opened), (TimelineResult, self._on_ran),
+                             (CloseRun, lambda _r, _a: None)):
+            session.route(kind, answer, self._on_failed)
+        session.current_changed.connect(lambda _maps: self._on_current())
+        session.images_removed.connect(self._on_removed)
+
+    # ------------------------------------------------------------------------------------------ intents
+    def open(self, folder: str, **overrides: Any) -> None:
+        """Open `folder` (checkpoints of one run) as a timeline; `overrides` (heads=...) go to every load."""
+        self._forget()
+        self.folder, self.opening, self.error, self.k = str(folder), True, "", 0
+        self.overrides = dict(overrides)
+        self.client.submit(OpenRun, first=True, folder=str(folder), budget_bytes=self.budget_bytes,
+                           overrides=dict(overrides), generation=self.generation)
+        self.opened.emit()
+
+    def close(self) -> None:
+        if self.store is None and not self.opening:
+            return
+        self._forget()
+        self.folder, self.opening, self.error = "", False, ""
+        self.client.submit(CloseRun, first=True)
+        self.opened.emit()
+
+    def _forget(self) -> None:
+        self.generation += 1
+        self.client.cancel(lambda r: type(r) in (OpenRun, TimelineResult))
+        self.store = None
+
+    @property
+    def image(self) -> str:
+        return self.session.current
+
+    def maps(self, k: int | None = None) -> ResultMaps | None:
+        """The current image's result at checkpoint k (default: the one shown) if held; never computes."""
+        if self.store is None or not self.image:
+            return None
+        return self.store.peek(self.k if k is None else k, self.image)
+
+    def show(self, k: int) -> ResultMaps | None:
+        """Show checkpoint k: its result when held (returned, and `shown(k)`), else asked of the worker, the
+        newest request winning (superseded ones are cancelled), then the neighbours and the missing figures
+        queued behind it. Never blocks."""
+        store = self.store
+        self.k = int(k)
+        if store is None or not self.image:
+            return None
+        image, gen = self.image, self.generation
+        if image not in store.images:
+            store.add_image(image, image)          # a dictionary entry under the store's lock: nothing runs
+        failed = store.failed
+        held = store.peek(self.k, image)
+        want = (self.k, image)
+        self.client.cancel(lambda r: type(r) is TimelineResult and (r.k, r.image) != want)   # the newest wins
+        self._shown_image = image
+        if held is not None or self.k in failed:
+            self.shown.emit(self.k)
+        elif not any((r.k, r.image) == want for r in self.client.pending(TimelineResult)):  # type: ignore
+            self.client.submit(TimelineResult, first=True, k=self.k, image=image, generation=gen)
+        self._prefetch(image)
+        return held
+
+    def _prefetch(self, image: str) -> None:
+        """Queue (behind everything else) the neighbours of the shown checkpoint not held, then the checkpoints whose
+        figures are missing, nearest first."""
+        store, k = self.store, self.k
+        n = len(store)
+        failed = store.failed
+        near = [j for d in range(1, PREFETCH + 1) for j in (k + d, k - d) if 0 <= j < n]
+        todo = [j for j in near if j not in failed and store.peek(j, image) is None]
+        todo += [j for j in store.missing(image, around=k) if j not in todo and j != k]
+        for j in todo:
+            self.client.submit(TimelineResult, k=j, image=image, generation=self.generation)
+
+    # ------------------------------------------------------------------------------------------ answers
+    def _on_opened(self, _request: Request, answer: RunOpened) -> None:
+        if answer.generation != self.generation:
+            return
+        self.store, self.opening = answer.store, False
+        if self.image:
+            self.store.add_image(self.image, self.image)
+        self.opened.emit()
+        self.show(0)
+
+    def _on_ran(self, request: Request, answer: CheckpointRan) -> None:
+        if answer.generation != self.generation:
+            return
+        if answer.image == self.image:
+            self.figures.emit()
+            if answer.k == self.k:
+                self.shown.emit(answer.k)
+
+    def _on_failed(self, request: Request, summary: str, _details: str) -> None:
+        if isinstance(request, OpenRun):
+            if request.generation == self.generation:
+                self.opening, self.error = False, summary
+                self.failed.emit(request.title, summary)
+                self.opened.emit()
+            return
+        if isinstance(request, TimelineResult) and request.generation == self.generation:
+            if request.image == self.image:        # the store has recorded why (`failed`): the dock names it
+                self.figures.emit()
+                if request.k == self.k:
+                    self.shown.emit(request.k)
+
+    _shown_image = ""
+
+    def _on_current(self) -> None:
+        """Another current image: show it at the same checkpoint."""
+        if self.store is not None and self.image and self.image != self._shown_image:
+            self.show(self.k)
+
+    def _on_removed(self, paths: list[str]) -> None:
+        if self.store is not None:
+            for path in paths:
+                self.store.remove_image(path)
