@@ -10,8 +10,8 @@ The mapping between the two models is explicit, and said in `Comparison.notes`:
 
 - **layers** by relative depth: A's layer i (of La) is compared with B's layer round(i·(Lb − 1)/(La − 1)), so the
   first and the last layers meet; equal depths pair layer i with layer i. `relative_depth` is i / (La − 1).
-- **patches** by place in the image, the rule the window uses for a query when the grid changes (`vitviz.gui.
-  window.TokenLayout.token_at`, restated here because core does not import the window): A's patch (r, c) takes B's
+- **patches** by place in the image, the rule the window uses for a query when the grid changes
+  (`vitviz.core.tokens.patch_at`): A's patch (r, c) takes B's
   patch under its centre ((r + ½)/gh, (c + ½)/gw). When B's grid differs, its sampled values are multiplied by
   N_B / N_A (its patch count over A's), so a map spread evenly over the image has the same value on both sides;
   with equal grids nothing is resampled or scaled. The two models see the image through their own preprocessing
@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from vitviz.core.maps import MapKind, MapStack, map_stack
+from vitviz.core.tokens import patch_at
 from vitviz.errors import VitvizError
 
 HeadMode = Literal["match", "index"]
@@ -63,14 +64,6 @@ def match_layers(depth_a: int, depth_b: int) -> np.ndarray:
 def relative_depth(depth: int) -> np.ndarray:
     """(L,) float64: each layer's depth as a fraction, 0 for the first and 1 for the last."""
     return np.arange(depth) / max(1, depth - 1) if depth > 1 else np.ones(1)
-
-
-def patch_at(place: tuple[float, float], grid: tuple[int, int]) -> int:
-    """The patch (row-major index on `grid`) under a place (y, x), fractions of the image: the window's rule for
-    keeping a query at the same place when the grid changes."""
-    gh, gw = grid
-    row, col = min(gh - 1, int(place[0] * gh)), min(gw - 1, int(place[1] * gw))
-    return row * gw + col
 
 
 def place_index(grid_from: tuple[int, int], grid_to: tuple[int, int]) -> np.ndarray:
