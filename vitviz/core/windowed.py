@@ -35,6 +35,7 @@ from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 CPB_HIDDEN = 512   # Swin v2's continuous-bias MLP width (every implementation)
+CHUNK = 1 << 24    # elements of SAM's decomposed bias made at once (64 MB of float32)
 
 
 class WindowProbe(nn.Identity):
@@ -135,33 +136,59 @@ class WindowAttention(nn.Module):
 
     def decomposed(self, q: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
         """SAM's bias from q (B', H, n, hd): rel_h[q, kh] + rel_w[q, kw] -> (B', H, n, n)."""
+        rel_h, rel_w = self._rel_hw(q, window)
+        b, h, n, _ = q.shape
+        return (rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]).reshape(b, h, n, n)
+
+    def _rel_hw(self, q: torch.Tensor, window: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """SAM's two per-axis terms from q (B', H, n, hd): (B'H, wh, ww, wh) and (B'H, wh, ww, ww)."""
         wh, ww = window
         b, h, n, hd = q.shape
         rh, rw = rel_pos_along(wh, self.rel_pos_h), rel_pos_along(ww, self.rel_pos_w)      # (wh, wh, hd), (ww, ww, hd)
         r_q = q.reshape(b * h, wh, ww, hd)
         rel_h = torch.einsum("bhwc,hkc->bhwk", r_q, rh)                                  # (B'H, wh, ww, wh)
         rel_w = torch.einsum("bhwc,wkc->bhwk", r_q, rw)                                  # (B'H, wh, ww, ww)
-        return (rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]).reshape(b, h, n, n)
+        return rel_h, rel_w
+
+    def add_decomposed(self, attn: torch.Tensor, q: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
+        """`attn + decomposed(q, window)` written into `attn` (B', H, n, n), the bias made a slice of (B' x H)
+        rows at a time (at most ~CHUNK elements): the same sums as the original's `attn + (rel_h + rel_w)`,
+        without the full-size bias (12 x 4096^2 floats in a global block of SAM at 1024 px)."""
+        wh, ww = window
+        rel_h, rel_w = self._rel_hw(q, window)
+        flat = attn.view(-1, wh, ww, wh, ww)                                             # (B'H, wh, ww, wh, ww)
+        step = max(1, CHUNK // (wh * ww) ** 2)
+        for i in range(0, flat.shape[0], step):
+            flat[i: i + step] += rel_h[i: i + step, :, :, :, None] + rel_w[i: i + step, :, :, None, :]
+        return attn
 
     def forward(self, x: torch.Tensor, geom: BlockGeometry, mask: torch.Tensor | None) -> torch.Tensor:
         """(batch x windows, n, C) -> the same, attending inside each window."""
         bw, n, c = x.shape
         qkv = self.qkv(x).reshape(bw, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B', H, n, hd)
         q, k, v = qkv.unbind(0)
+        # in place where nothing needs a gradient: the same values as the out-of-place sums (one rounding each,
+        # same operands), but one (B', H, n, n) buffer per block instead of four -- the one the capture keeps
+        inplace = not torch.is_grad_enabled() or not (q.requires_grad or k.requires_grad)
         if self.kind == "cosine":
             attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-            attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+            scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+            attn = attn.mul_(scale) if inplace else attn * scale
         else:
             attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.bias(geom.window)
         if bias is not None:
-            attn = attn + bias
+            attn = attn.add_(bias) if inplace else attn + bias
         if self.rel_pos == "decomposed":
-            attn = attn + self.decomposed(q, geom.window)
+            attn = self.add_decomposed(attn, q, geom.window) if inplace else attn + self.decomposed(q, geom.window)
         if mask is not None:
             nw = mask.shape[0]
-            attn = (attn.view(-1, nw, self.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)).view(-1, self.heads, n, n)
-        attn = self.probe(attn.float().softmax(dim=-1)).to(v.dtype)
+            masked = attn.view(-1, nw, self.heads, n, n)
+            m = mask.unsqueeze(1).unsqueeze(0)
+            attn = (masked.add_(m) if inplace else masked + m).view(-1, self.heads, n, n)
+        attn = attn.float()
+        attn = torch.softmax(attn, dim=-1, out=attn) if inplace else attn.softmax(dim=-1)
+        attn = self.probe(attn).to(v.dtype)
         x = (attn @ v).transpose(1, 2).reshape(bw, n, c)                                 # (B', H, n, hd) -> (B', n, C)
         return self.proj(x)
 
@@ -486,7 +513,9 @@ class WindowedModel:
         maps = []
         for g, a in zip(geometry, kept):
             arr = a.numpy().reshape(b, g.num_windows, spec.heads[g.stage], g.window_tokens, g.window_tokens)
-            if not math.isfinite(float(arr.sum(dtype=np.float64))):   # one pass, no temporary: rows sum to 1
+            # a softmax row is all finite or all NaN (a NaN or infinite logit makes its sum NaN, and every entry
+            # is divided by it), so one key per row tells: 1/n of the data read, not a pass over 3.6 GB at SAM's size
+            if not np.isfinite(arr[..., 0]).all():
                 raise NonFiniteError(f"{spec.source}: block {g.block} ({g.describe()}) gives NaN or infinite "
                                      "attention for this input; the weights or the input hold NaN or infinite values")
             maps.append(arr)
