@@ -120,7 +120,8 @@ class WindowAttention(nn.Module):
     def _gather(self, table: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
         """A ((2wh-1)(2ww-1), H) table gathered into the (1, H, n, n) bias of `window`."""
         if window not in self._index or self._index[window].device != table.device:
-            self._index[window] = relative_index(window).to(table.device)
+            with torch.inference_mode(False):   # a plain tensor, so that a later pass with gradients can use it
+                self._index[window] = relative_index(window).to(table.device)
         n = window[0] * window[1]
         return table[self._index[window].reshape(-1)].reshape(n, n, -1).permute(2, 0, 1).unsqueeze(0)
 
