@@ -265,3 +265,14 @@ def test_holder_arrays_are_the_exports_npz(tmp_path: Path) -> None:
                 assert Path(str(npz[name])).name == Path(str(held[name])).name == "a.png"
                 continue
             assert npz[name].dtype == held[name].dtype and np.array_equal(npz[name], held[name]), name
+
+
+@pytest.mark.parametrize("chunk", [1500, 600, 300, 20, 5])   # windows, one window, heads, rows
+def test_overview_in_pieces_is_the_same(chunk: int, monkeypatch: pytest.MonkeyPatch, swin_run) -> None:
+    """The overview made a few windows, heads or query rows at a time (SAM's global blocks) is the whole one."""
+    _, result = swin_run
+    whole = WindowedMaps(result).overview(1)
+    monkeypatch.setattr(winview, "CHUNK", chunk)
+    pieces = WindowedMaps(result).overview(1)
+    np.testing.assert_allclose(pieces.distance, whole.distance, rtol=1e-6)
+    np.testing.assert_allclose(pieces.entropy, whole.entropy, rtol=1e-6)

@@ -117,11 +117,21 @@ class WindowOutlines:
 
 # ------------------------------------------------------------------------------------------------ overview
 
-def _slices(attn: np.ndarray) -> list[tuple[int, int]]:
-    """(window, head) pairs batched so that each step touches about CHUNK elements: [(w0, w1), ...] over
-    windows (a window larger than CHUNK is one step)."""
-    per = max(1, CHUNK // max(1, int(np.prod(attn.shape[1:]))))
-    return [(w, min(w + per, attn.shape[0])) for w in range(0, attn.shape[0], per)]
+def _pieces(shape: tuple[int, ...]) -> list[tuple[slice, slice, slice]]:
+    """(windows, heads, queries) slices of a (windows, heads, n, n) array, each about CHUNK elements or fewer
+    (whole windows while they fit, else one window's heads, else one head's query rows), so that the overview of
+    SAM's global blocks (12 x 4096^2) needs no full-size temporaries."""
+    nw, h, n, k = shape
+    per_window = h * n * k
+    if per_window <= CHUNK:
+        step = CHUNK // per_window
+        return [(slice(w, w + step), slice(None), slice(None)) for w in range(0, nw, step)]
+    if n * k <= CHUNK:
+        step = CHUNK // (n * k)
+        return [(slice(w, w + 1), slice(i, i + step), slice(None)) for w in range(nw) for i in range(0, h, step)]
+    step = max(1, CHUNK // k)
+    return [(slice(w, w + 1), slice(i, i + 1), slice(q, q + step)) for w in range(nw) for i in range(h)
+            for q in range(0, n, step)]
 
 
 def block_distance(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
@@ -131,22 +141,21 @@ def block_distance(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
     left out (NaN when all are)."""
     pos = geom.positions                                                    # (nW, n)
     real = pos >= 0
-    gw = geom.grid[1]
-    r, c = np.divmod(np.where(real, pos, 0), gw)
+    r, c = np.divmod(np.where(real, pos, 0), geom.grid[1])
+    r, c = r.astype(np.float32), c.astype(np.float32)
     a = np.asarray(attn)
-    h = a.shape[1]
-    total, count = np.zeros(h), np.zeros(h)
-    for w0, w1 in _slices(a):
-        rr, cc, keep = r[w0:w1].astype(np.float32), c[w0:w1].astype(np.float32), real[w0:w1]
-        dist = np.hypot(rr[:, :, None] - rr[:, None, :], cc[:, :, None] - cc[:, None, :])   # (w, n, n)
+    total, count = np.zeros(a.shape[1]), np.zeros(a.shape[1])
+    for ws, hs, qs in _pieces(a.shape):
+        keep = real[ws]                                                     # (w, n) keys
+        dist = np.hypot(r[ws, qs, None] - r[ws, None, :], c[ws, qs, None] - c[ws, None, :])   # (w, q, n)
         dist *= keep[:, None, :]
-        block = np.asarray(a[w0:w1], np.float32)
-        weighted = np.einsum("whqk,wqk->whq", block, dist)                 # (w, H, n)
+        block = np.asarray(a[ws, hs, qs], np.float32)                       # (w, h, q, n)
+        weighted = np.einsum("whqk,wqk->whq", block, dist)
         mass = np.einsum("whqk,wk->whq", block, keep.astype(np.float32))
-        ok = (mass > 0) & keep[:, None, :]
+        ok = (mass > 0) & real[ws, None, qs]
         per_query = np.where(ok, weighted / np.where(ok, mass, 1.0), 0.0)
-        total += per_query.sum(axis=(0, 2), dtype=np.float64)
-        count += ok.sum(axis=(0, 2))
+        total[hs] += per_query.sum(axis=(0, 2), dtype=np.float64)
+        count[hs] += ok.sum(axis=(0, 2))
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
@@ -155,14 +164,12 @@ def block_entropy(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
     tokens included: the row sums to 1 over them); 0 log 0 counts as 0. A uniform 7 x 7 window: log 49."""
     real = geom.positions >= 0
     a = np.asarray(attn)
-    h = a.shape[1]
-    total = np.zeros(h)
-    for w0, w1 in _slices(a):
-        block = np.asarray(a[w0:w1], np.float32)
-        ent = -(block * np.log(np.where(block > 0, block, 1.0))).sum(axis=-1)   # (w, H, n)
-        total += (ent * real[w0:w1, None, :]).sum(axis=(0, 2), dtype=np.float64)
-    n = int(real.sum())
-    return total / max(n, 1)
+    total = np.zeros(a.shape[1])
+    for ws, hs, qs in _pieces(a.shape):
+        block = np.asarray(a[ws, hs, qs], np.float32)
+        ent = -(block * np.log(np.where(block > 0, block, 1.0))).sum(axis=-1)   # (w, h, q)
+        total[hs] += (ent * real[ws, None, qs]).sum(axis=(0, 2), dtype=np.float64)
+    return total / max(int(real.sum()), 1)
 
 
 @dataclass(frozen=True)
