@@ -10,6 +10,10 @@ too: Swin v1's table gathered by relative offset, Swin v2's continuous bias (an 
 16 * sigmoid), SAM's decomposed bias (from q, per axis, the table resampled linearly at another grid). Windows are
 cut, shifted, padded and masked as the original does (`WindowedSpec.order` / `shift_rule`; the geometry of every
 block is `WindowedSpec.geometry`, shared with the maps, so they place each window token where the model took it).
+Where no gradient is needed the logits are built in place (bias, SAM's decomposed bias a slice at a time, the shift
+mask, and on the CPU the softmax), so each block makes one (B', H, n, n) buffer, the one the capture keeps, with
+bitwise the values of the out-of-place sums (tests/test_windowed_capture.py); at SAM's 1024 px, 4 global blocks
+of 12 x 4096^2, that is what keeps the capture within the original's own time.
 
 Key names follow timm (`patch_embed.proj`, `layers.S.downsample`, `layers.S.blocks.B.attn.qkv`, `blocks.N.attn.
 rel_pos_h`, `neck.N`, `head.fc`); the readers in `vitviz.core.families.swin` / `sam` convert every layout to them.
@@ -188,7 +192,9 @@ class WindowAttention(nn.Module):
             m = mask.unsqueeze(1).unsqueeze(0)
             attn = (masked.add_(m) if inplace else masked + m).view(-1, self.heads, n, n)
         attn = attn.float()
-        attn = torch.softmax(attn, dim=-1, out=attn) if inplace else attn.softmax(dim=-1)
+        # the softmax over its own input: each CPU row is reduced before it is written (checked bitwise by the
+        # tests); elsewhere out-of-place, where a device's caching allocator makes the extra buffer cheap
+        attn = torch.softmax(attn, dim=-1, out=attn) if inplace and attn.device.type == "cpu" else attn.softmax(-1)
         attn = self.probe(attn).to(v.dtype)
         x = (attn @ v).transpose(1, 2).reshape(bw, n, c)                                 # (B', H, n, hd) -> (B', n, C)
         return self.proj(x)
