@@ -235,6 +235,7 @@ class WindowBlock(nn.Module):
         super().__init__()
         self.pre = spec.block_norm == "pre"
         self.mask_value = spec.mask_value
+        self._masks: dict[tuple, torch.Tensor | None] = {}   # shift masks by window layout and device
         self.norm1 = nn.LayerNorm(dim, eps=spec.eps)
         self.attn = WindowAttention(spec, dim, heads, window, pretrained, rel_len)
         self.norm2 = nn.LayerNorm(dim, eps=spec.eps)
@@ -252,13 +253,23 @@ class WindowBlock(nn.Module):
             x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
         if geom.order == "roll_pad":
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
-        mask = shift_mask(geom, self.mask_value, x.device)
+        mask = self.mask(geom, x.device)
         out = unpartition(self.attn(partition(x, geom.window), geom, mask), geom.window, geom.padded)
         if geom.order == "roll_pad":
             out = out[:, :h, :w]
         if geom.shifted:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
         return out[:, :h, :w].contiguous()
+
+    def mask(self, geom: BlockGeometry, device: torch.device) -> torch.Tensor | None:
+        """The block's shift mask at `geom` (`shift_mask`), made once per window layout and device."""
+        key = (geom.grid, geom.window, geom.shift, geom.padded, geom.order, str(device))
+        if key not in self._masks:
+            if len(self._masks) > 8:      # runs at many sizes: keep the last few
+                self._masks.pop(next(iter(self._masks)))
+            with torch.inference_mode(False):   # a plain tensor, usable by a later pass with gradients
+                self._masks[key] = shift_mask(geom, self.mask_value, device)
+        return self._masks[key]
 
     def forward(self, x: torch.Tensor, geom: BlockGeometry) -> torch.Tensor:
         if self.pre:
