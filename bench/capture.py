@@ -14,12 +14,13 @@ reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plai
 - Rollout at T = 577 (ViT-B/16 at 384 px): vitviz's row-vector rollout vs the naive matrix chain.
 - The live-module path (vitviz.core.live): a ViT-B/16-sized vit-pytorch `ViT` run as written with every layer's
   attention captured (its own softmax, through a TorchFunctionMode) vs that module's own forward, interleaved in a
-  group of their own. Target <= 1.15x. `--only live` runs just this part.
+  group of their own. Target <= 1.15x. `--only live` runs just this part
+  (`--only` takes a comma-separated list: core, live, families, windowed, swin, sam).
 - The 2026 families (`--only families` runs just this part): an EVA-02-B/14 (RoPE, SwiGLU, sub-LN) and a
   SigLIP-B/16 (MAP head, whose attention is captured too) with random weights, saved as timm hub folders, loaded by
   vitviz: `model.run(x)` vs timm's own forward with fused attention off, same input, interleaved per model.
   Target <= 1.10x.
-- Windowed models (`--only windowed` runs just this part): a Swin-T (torchvision `swin_t`, random weights, saved as
+- Windowed models (`--only windowed`, or `--only swin` / `--only sam` for one row): a Swin-T (torchvision `swin_t`, random weights, saved as
   a state dict) at 224 px and a SAM ViT-B image encoder (timm `samvit_base_patch16`, random weights, a hub folder)
   at --sam-size px (1024: SAM's own, 4 global blocks of 4096 tokens), loaded by vitviz: `model.run(x)` (every
   block's (windows, heads, n, n) attention as NumPy) vs the original's own eager forward, same input, interleaved
@@ -206,10 +207,14 @@ def windowed_methods(folder: Path, which: str, size: int, device: str) -> dict[s
                          "original forward (eager)")
 
 
-def _windowed_report(args: argparse.Namespace) -> None:
+WINDOWED_ROWS = {"swin": ("Swin-T (torchvision swin_t)", 224), "sam": ("SAM ViT-B encoder (timm samvit_base_patch16)", 0)}
+
+
+def _windowed_report(args: argparse.Namespace, rows: tuple[str, ...] = ("swin", "sam")) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        for label, which, size in (("Swin-T (torchvision swin_t)", "swin", 224),
-                                   ("SAM ViT-B encoder (timm samvit_base_patch16)", "sam", args.sam_size)):
+        for which in rows:
+            label, size = WINDOWED_ROWS[which]
+            size = size or args.sam_size
             times = interleaved(windowed_methods(Path(tmp), which, size, args.device), args.repeats)
             print(f"{label} @{size}, median of {args.repeats} interleaved repeats:")
             for name, t in times.items():
@@ -231,8 +236,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--sam-size", type=int, default=1024, help="input size of the SAM encoder row (default "
                         "1024, SAM's own; smaller is quicker on a CPU)")
-    parser.add_argument("--only", choices=("core", "live", "families", "windowed"),
-                        help="run only this part (core: the ViT-B/16 comparisons and rollout)")
+    parser.add_argument("--only", type=_parts, help="run only these parts, comma-separated: core (the ViT-B/16 "
+                        "comparisons and rollout), live, families, windowed (= swin,sam), swin, sam")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -240,15 +245,35 @@ def main() -> None:
     x = torch.randn(1, 3, 224, 224)
     print(f"ViT-B/16 @224, batch 1, {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"median of {args.repeats} interleaved repeats")
-    if args.only == "live":
-        _live_report(x, args)
+    if args.only:
+        if "core" in args.only:
+            _core_report(x, args)
+        if "live" in args.only:
+            _live_report(x, args)
+        if "families" in args.only:
+            _families_report(x, args)
+        rows = tuple(r for r in WINDOWED_ROWS if r in args.only)
+        if rows:
+            _windowed_report(args, rows)
         return
-    if args.only == "families":
-        _families_report(x, args)
-        return
-    if args.only == "windowed":
-        _windowed_report(args)
-        return
+    _core_report(x, args)
+    _live_report(x, args)
+    _families_report(x, args)
+    _windowed_report(args)
+
+
+def _parts(text: str) -> set[str]:
+    """--only's comma-separated parts ('windowed' is both windowed rows)."""
+    known = ("core", "live", "families", "windowed", *WINDOWED_ROWS)
+    parts = {p.strip() for p in text.split(",") if p.strip()}
+    unknown = sorted(parts - set(known))
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown) or '(none)'}; choose from "
+                                         f"{', '.join(known)}")
+    return parts | (set(WINDOWED_ROWS) if "windowed" in parts else set())
+
+
+def _core_report(x: torch.Tensor, args: argparse.Namespace) -> None:
     from vitviz.core.packed import packing_available
 
     print(f"vitviz Linear layers prepacked for oneDNN: {packing_available() and args.device == 'cpu'} "
@@ -272,11 +297,6 @@ def main() -> None:
     r = time_rollout(577, repeats=args.rollout_repeats)
     print(f"rollout T=577 (L=12, H=12): vitviz {r['fast_s'] * 1e3:.1f} ms, naive matrix chain "
           f"{r['naive_s'] * 1e3:.1f} ms ({r['ratio']:.1f}x faster, max |diff| {r['max_abs_diff']:.1e})")
-    if args.only == "core":
-        return
-    _live_report(x, args)
-    _families_report(x, args)
-    _windowed_report(args)
 
 
 def _live_report(x: torch.Tensor, args: argparse.Namespace) -> None:

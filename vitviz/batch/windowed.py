@@ -6,7 +6,8 @@ forward pass per batch, PNGs written atomically in threads, images whose files a
 full disk handled the same way); only the forward pass and the drawing differ, so `WindowedExporter` overrides just
 those. File names come from `vitviz.batch.plan.output_name` with the block index as the layer:
 `{image}_received_L{block}_H{head}.png`, `{image}_query17_L{block}_H{head}.png`; the .npz holds every block's
-(windows, heads, n, n) attention and the grid cell of each window token (`WindowedResult.arrays`).
+(windows, heads, n, n) attention and the grid cell of each window token (`WindowedMaps.arrays`, the
+window's holder, so the window and the export cannot drift).
 
 A block's heads are its stage's: --which-heads all gives each block all of its own, and a head index a block does
 not have is left out for that block. The colour scale shared by 'shared' is over the blocks of one stage (the
@@ -23,7 +24,8 @@ from vitviz.batch.plan import Combo, LayerSel, Plan, resolve_picks
 from vitviz.core import files
 from vitviz.core.maps import WINDOW_KINDS, HeadSel, MapKind, MapStack, SelectionError
 from vitviz.core.render import draw_map
-from vitviz.core.winmaps import cell_of_token, query_stack, received_stack
+from vitviz.core.winmaps import cell_of_token
+from vitviz.core.winview import WindowedMaps
 from vitviz.core.winspec import WindowedResult, WindowedSpec
 from vitviz.errors import VitvizError
 
@@ -100,12 +102,10 @@ def windowed_plan(maps: list[MapKind], layers: list[int | str], heads: list[int 
 
 
 def window_stack(result: WindowedResult, kind: MapKind, stage: int) -> MapStack:
-    """The stack of one windowed map kind for the blocks of `stage`."""
-    if kind.kind == "received":
-        return received_stack(result, stage)
-    if kind.kind == "query":
-        return query_stack(result, stage, cell_of_token(result.spec, int(kind.token or 0)))
-    raise SelectionError(f"{kind.label} is not a windowed model's map; expected one of {', '.join(WINDOW_KINDS)}")
+    """The stack of one windowed map kind for the blocks of `stage` (the window's `WindowedMaps.stack`)."""
+    if kind.kind not in WINDOW_KINDS:
+        raise SelectionError(f"{kind.label} is not a windowed model's map; expected one of {', '.join(WINDOW_KINDS)}")
+    return WindowedMaps(result).stack(kind, stage)
 
 
 class WindowedExporter(Exporter):
@@ -138,7 +138,7 @@ class WindowedExporter(Exporter):
         job, plan = p.job, self.plan
         for folder in {path.parent for path in job.outputs}:
             self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
-        stacks: dict[tuple[MapKind, int], MapStack] = {}
+        views = WindowedMaps(result)      # the window's holder: the same stacks and arrays as the window's
         input_hw = p.display.shape[:2]
         for (m, layer, head), path in zip(self.combos, job.outputs):
             if self._stop.is_set():
@@ -146,10 +146,8 @@ class WindowedExporter(Exporter):
             if not plan.overwrite and path.exists():
                 continue
             g = result.geometry[int(layer)]
-            if (m, g.stage) not in stacks:
-                stacks[(m, g.stage)] = window_stack(result, m, g.stage)
-            rgb = draw_map(stacks[(m, g.stage)], g.index, head, p.region, input_hw, g.stride, plan.render)
+            rgb = draw_map(views.stack(m, g.stage), g.index, head, p.region, input_hw, g.stride, plan.render)
             self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             self._save(job, job.outputs[-1],
-                       lambda: files.write_arrays_atomic(job.outputs[-1], result.arrays(), plan.overwrite))
+                       lambda: files.write_arrays_atomic(job.outputs[-1], views.arrays(), plan.overwrite))

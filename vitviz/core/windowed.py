@@ -10,6 +10,10 @@ too: Swin v1's table gathered by relative offset, Swin v2's continuous bias (an 
 16 * sigmoid), SAM's decomposed bias (from q, per axis, the table resampled linearly at another grid). Windows are
 cut, shifted, padded and masked as the original does (`WindowedSpec.order` / `shift_rule`; the geometry of every
 block is `WindowedSpec.geometry`, shared with the maps, so they place each window token where the model took it).
+Where no gradient is needed the logits are built in place (bias, SAM's decomposed bias a slice at a time, the shift
+mask, and on the CPU the softmax), so each block makes one (B', H, n, n) buffer, the one the capture keeps, with
+bitwise the values of the out-of-place sums (tests/test_windowed_capture.py); at SAM's 1024 px, 4 global blocks
+of 12 x 4096^2, that is what keeps the capture within the original's own time.
 
 Key names follow timm (`patch_embed.proj`, `layers.S.downsample`, `layers.S.blocks.B.attn.qkv`, `blocks.N.attn.
 rel_pos_h`, `neck.N`, `head.fc`); the readers in `vitviz.core.families.swin` / `sam` convert every layout to them.
@@ -35,6 +39,7 @@ from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 CPB_HIDDEN = 512   # Swin v2's continuous-bias MLP width (every implementation)
+CHUNK = 1 << 24    # elements of SAM's decomposed bias made at once (64 MB of float32)
 
 
 class WindowProbe(nn.Identity):
@@ -119,7 +124,8 @@ class WindowAttention(nn.Module):
     def _gather(self, table: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
         """A ((2wh-1)(2ww-1), H) table gathered into the (1, H, n, n) bias of `window`."""
         if window not in self._index or self._index[window].device != table.device:
-            self._index[window] = relative_index(window).to(table.device)
+            with torch.inference_mode(False):   # a plain tensor, so that a later pass with gradients can use it
+                self._index[window] = relative_index(window).to(table.device)
         n = window[0] * window[1]
         return table[self._index[window].reshape(-1)].reshape(n, n, -1).permute(2, 0, 1).unsqueeze(0)
 
@@ -135,33 +141,61 @@ class WindowAttention(nn.Module):
 
     def decomposed(self, q: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
         """SAM's bias from q (B', H, n, hd): rel_h[q, kh] + rel_w[q, kw] -> (B', H, n, n)."""
+        rel_h, rel_w = self._rel_hw(q, window)
+        b, h, n, _ = q.shape
+        return (rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]).reshape(b, h, n, n)
+
+    def _rel_hw(self, q: torch.Tensor, window: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """SAM's two per-axis terms from q (B', H, n, hd): (B'H, wh, ww, wh) and (B'H, wh, ww, ww)."""
         wh, ww = window
         b, h, n, hd = q.shape
         rh, rw = rel_pos_along(wh, self.rel_pos_h), rel_pos_along(ww, self.rel_pos_w)      # (wh, wh, hd), (ww, ww, hd)
         r_q = q.reshape(b * h, wh, ww, hd)
         rel_h = torch.einsum("bhwc,hkc->bhwk", r_q, rh)                                  # (B'H, wh, ww, wh)
         rel_w = torch.einsum("bhwc,wkc->bhwk", r_q, rw)                                  # (B'H, wh, ww, ww)
-        return (rel_h[:, :, :, :, None] + rel_w[:, :, :, None, :]).reshape(b, h, n, n)
+        return rel_h, rel_w
+
+    def add_decomposed(self, attn: torch.Tensor, q: torch.Tensor, window: tuple[int, int]) -> torch.Tensor:
+        """`attn + decomposed(q, window)` written into `attn` (B', H, n, n), the bias made a slice of (B' x H)
+        rows at a time (at most ~CHUNK elements): the same sums as the original's `attn + (rel_h + rel_w)`,
+        without the full-size bias (12 x 4096^2 floats in a global block of SAM at 1024 px)."""
+        wh, ww = window
+        rel_h, rel_w = self._rel_hw(q, window)
+        flat = attn.view(-1, wh, ww, wh, ww)                                             # (B'H, wh, ww, wh, ww)
+        step = max(1, CHUNK // (wh * ww) ** 2)
+        for i in range(0, flat.shape[0], step):
+            flat[i: i + step] += rel_h[i: i + step, :, :, :, None] + rel_w[i: i + step, :, :, None, :]
+        return attn
 
     def forward(self, x: torch.Tensor, geom: BlockGeometry, mask: torch.Tensor | None) -> torch.Tensor:
         """(batch x windows, n, C) -> the same, attending inside each window."""
         bw, n, c = x.shape
         qkv = self.qkv(x).reshape(bw, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B', H, n, hd)
         q, k, v = qkv.unbind(0)
+        # in place where nothing needs a gradient: the same values as the out-of-place sums (one rounding each,
+        # same operands), but one (B', H, n, n) buffer per block instead of four -- the one the capture keeps
+        inplace = not torch.is_grad_enabled() or not (q.requires_grad or k.requires_grad)
         if self.kind == "cosine":
             attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
-            attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+            scale = torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+            attn = attn.mul_(scale) if inplace else attn * scale
         else:
             attn = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.bias(geom.window)
         if bias is not None:
-            attn = attn + bias
+            attn = attn.add_(bias) if inplace else attn + bias
         if self.rel_pos == "decomposed":
-            attn = attn + self.decomposed(q, geom.window)
+            attn = self.add_decomposed(attn, q, geom.window) if inplace else attn + self.decomposed(q, geom.window)
         if mask is not None:
             nw = mask.shape[0]
-            attn = (attn.view(-1, nw, self.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)).view(-1, self.heads, n, n)
-        attn = self.probe(attn.float().softmax(dim=-1)).to(v.dtype)
+            masked = attn.view(-1, nw, self.heads, n, n)
+            m = mask.unsqueeze(1).unsqueeze(0)
+            attn = (masked.add_(m) if inplace else masked + m).view(-1, self.heads, n, n)
+        attn = attn.float()
+        # the softmax over its own input: each CPU row is reduced before it is written (checked bitwise by the
+        # tests); elsewhere out-of-place, where a device's caching allocator makes the extra buffer cheap
+        attn = torch.softmax(attn, dim=-1, out=attn) if inplace and attn.device.type == "cpu" else attn.softmax(-1)
+        attn = self.probe(attn).to(v.dtype)
         x = (attn @ v).transpose(1, 2).reshape(bw, n, c)                                 # (B', H, n, hd) -> (B', n, C)
         return self.proj(x)
 
@@ -201,6 +235,7 @@ class WindowBlock(nn.Module):
         super().__init__()
         self.pre = spec.block_norm == "pre"
         self.mask_value = spec.mask_value
+        self._masks: dict[tuple, torch.Tensor | None] = {}   # shift masks by window layout and device
         self.norm1 = nn.LayerNorm(dim, eps=spec.eps)
         self.attn = WindowAttention(spec, dim, heads, window, pretrained, rel_len)
         self.norm2 = nn.LayerNorm(dim, eps=spec.eps)
@@ -218,13 +253,23 @@ class WindowBlock(nn.Module):
             x = torch.roll(x, shifts=(-sh, -sw), dims=(1, 2))
         if geom.order == "roll_pad":
             x = F.pad(x, (0, 0, 0, wp - w, 0, hp - h))
-        mask = shift_mask(geom, self.mask_value, x.device)
+        mask = self.mask(geom, x.device)
         out = unpartition(self.attn(partition(x, geom.window), geom, mask), geom.window, geom.padded)
         if geom.order == "roll_pad":
             out = out[:, :h, :w]
         if geom.shifted:
             out = torch.roll(out, shifts=(sh, sw), dims=(1, 2))
         return out[:, :h, :w].contiguous()
+
+    def mask(self, geom: BlockGeometry, device: torch.device) -> torch.Tensor | None:
+        """The block's shift mask at `geom` (`shift_mask`), made once per window layout and device."""
+        key = (geom.grid, geom.window, geom.shift, geom.padded, geom.order, str(device))
+        if key not in self._masks:
+            if len(self._masks) > 8:      # runs at many sizes: keep the last few
+                self._masks.pop(next(iter(self._masks)))
+            with torch.inference_mode(False):   # a plain tensor, usable by a later pass with gradients
+                self._masks[key] = shift_mask(geom, self.mask_value, device)
+        return self._masks[key]
 
     def forward(self, x: torch.Tensor, geom: BlockGeometry) -> torch.Tensor:
         if self.pre:
@@ -486,7 +531,9 @@ class WindowedModel:
         maps = []
         for g, a in zip(geometry, kept):
             arr = a.numpy().reshape(b, g.num_windows, spec.heads[g.stage], g.window_tokens, g.window_tokens)
-            if not math.isfinite(float(arr.sum(dtype=np.float64))):   # one pass, no temporary: rows sum to 1
+            # a softmax row is all finite or all NaN (a NaN or infinite logit makes its sum NaN, and every entry
+            # is divided by it), so one key per row tells: 1/n of the data read, not a pass over 3.6 GB at SAM's size
+            if not np.isfinite(arr[..., 0]).all():
                 raise NonFiniteError(f"{spec.source}: block {g.block} ({g.describe()}) gives NaN or infinite "
                                      "attention for this input; the weights or the input hold NaN or infinite values")
             maps.append(arr)

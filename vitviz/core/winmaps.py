@@ -22,6 +22,8 @@ refuses that with the reason (`rollout_unavailable`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from vitviz.core.maps import MapStack, SelectionError, _fused_stack
@@ -170,20 +172,27 @@ def rollout_unavailable(spec: WindowedSpec, stage: int | None = None) -> str | N
 
 
 def rollout_stack(result: WindowedResult, stage: int, params: RolloutParams | None = None,
-                  cell0: tuple[int, int] | None = None) -> MapStack:
+                  cell0: tuple[int, int] | None = None, blocks: Sequence[int] | None = None) -> MapStack:
     """Rollout through the blocks of one stage (SAM / ViTDet: the whole encoder), rolled out from the query at
     first-stage cell `cell0` (None: the mean over the patch queries): (blocks, 1 + 2, gh, gw).
 
-    The heads are fused first (`params.fusion`), windowed blocks enter as block-diagonal matrices."""
+    The heads are fused first (`params.fusion`), windowed blocks enter as block-diagonal matrices. `blocks`: only
+    these blocks of the stage, in order (e.g. SAM's global ones); default all."""
     params = params or RolloutParams()
-    blocks = stage_blocks(result, stage)
-    geo = result.geometry[blocks[0]]
-    dense = np.stack([dense_block(result.blocks[b], result.geometry[b], params.fusion) for b in blocks])[:, None]
+    found = stage_blocks(result, stage)
+    if blocks is not None:
+        stray = [b for b in blocks if b not in found]
+        if stray or not blocks:
+            raise SelectionError(f"rollout blocks {list(blocks)}: expected some of stage {stage}'s blocks {found}")
+        found = list(blocks)
+    geo = result.geometry[found[0]]
+    dense = np.stack([dense_block(result.blocks[b], result.geometry[b], params.fusion) for b in found])[:, None]
     query = None
     if cell0 is not None:
         r, c = stage_cell(result.spec, stage, cell0)
         query = r * geo.grid[1] + c
     engine = RolloutEngine(dense, 0, False)
     single = RolloutParams("mean", params.discard, params.start, params.residual, query)
-    maps = engine.through_each_layer(single).reshape(len(blocks), 1, *geo.grid)
-    return _fused_stack(maps, f"rollout within stage {stage} ({params.fusion})")
+    maps = engine.through_each_layer(single).reshape(len(found), 1, *geo.grid)
+    which = "" if blocks is None else f", blocks {', '.join(map(str, found))}"
+    return _fused_stack(maps, f"rollout within stage {stage} ({params.fusion}{which})")
