@@ -58,3 +58,16 @@ def test_version_flag_is_instant_and_names_the_package() -> None:
     import vitviz
 
     assert r.returncode == 0 and r.stdout.strip() == f"vitviz {vitviz.__version__}"
+
+
+def test_readme_layout_names_every_module() -> None:
+    """README's Layout section is the map of the tree: every module of the package is named there."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    missing = [str(p.relative_to(root)) for p in sorted((root / "vitviz").rglob("*.py"))
+               if p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}(\.py)?\b", layout)]
+    assert missing == [], f"modules not in README's Layout section: {missing}"
