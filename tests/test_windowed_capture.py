@@ -9,25 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+from _windowed import swin_spec, sam_spec
 from parity_refs import perturb
 from vitviz.core import windowed
 from vitviz.core.windowed import WindowedModel, WindowedNet
-from vitviz.core.winspec import WindowedSpec
 from vitviz.errors import NonFiniteError
 
 
-def swin_spec() -> WindowedSpec:
-    return WindowedSpec(family="test", source="test", arch="swin", image_size=(64, 64), patch_size=4, in_chans=3,
-                        depths=(2, 2), heads=(1, 2), dims=(16, 32), mlp_hidden=(32, 64), windows=((4, 4),) * 4,
-                        shifts=((0, 0), (2, 2)) * 2, pretrained_windows=((0, 0),) * 2, order="pad_roll",
-                        shift_rule="fits", num_classes=3)
 
 
-def sam_spec() -> WindowedSpec:
-    return WindowedSpec(family="test", source="test", arch="sam", image_size=(48, 56), patch_size=8, in_chans=3,
-                        depths=(3,), heads=(2,), dims=(16,), mlp_hidden=(32,), windows=((4, 4), (0, 0), (4, 4)),
-                        shifts=((0, 0),) * 3, rel_pos="decomposed", block_norm="pre", patch_norm=False,
-                        final_norm=False, pos_embed=True, pos_grid=(6, 7), neck="norm")
 
 
 SPECS = {

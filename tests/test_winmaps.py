@@ -8,34 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from parity_refs import perturb
+from _windowed import swin_spec, sam_spec, model_of, x_for
 from vitviz.core import analysis, winmaps
 from vitviz.core.maps import SelectionError
-from vitviz.core.windowed import WindowedModel, WindowedNet
+from vitviz.core.windowed import WindowedNet
 from vitviz.core.winspec import WindowedSpec
 
 
-def swin_spec(order: str = "pad_roll", rule: str = "fits", size: tuple[int, int] = (64, 64)) -> WindowedSpec:
-    return WindowedSpec(family="test", source="test", arch="swin", image_size=size, patch_size=4, in_chans=3,
-                        depths=(2, 2), heads=(1, 2), dims=(16, 32), mlp_hidden=(32, 64), windows=((4, 4),) * 4,
-                        shifts=((0, 0), (2, 2)) * 2, pretrained_windows=((0, 0),) * 2, order=order, shift_rule=rule,
-                        num_classes=3)
 
 
-def sam_spec() -> WindowedSpec:
-    return WindowedSpec(family="test", source="test", arch="sam", image_size=(48, 56), patch_size=8, in_chans=3,
-                        depths=(3,), heads=(2,), dims=(16,), mlp_hidden=(32,), windows=((4, 4), (0, 0), (4, 4)),
-                        shifts=((0, 0),) * 3, rel_pos="decomposed", block_norm="pre", patch_norm=False,
-                        final_norm=False, pos_embed=True, pos_grid=(6, 7), neck="norm")
 
 
-def model_of(spec: WindowedSpec) -> WindowedModel:
-    torch.manual_seed(0)
-    return WindowedModel(perturb(WindowedNet(spec), std=0.3), spec, torch.device("cpu"), [])
 
 
-def x_for(size: tuple[int, int]) -> torch.Tensor:
-    return torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.parametrize("order, rule", [("pad_roll", "fits"), ("roll_pad", "built")])
