@@ -30,6 +30,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]
     ("cls", -1, "mean", ["--maps", "cls", "--layers", "last", "--which-heads", "mean"]),
     ("rollout", -1, "mean", ["--maps", "rollout", "--layers", "last", "--which-heads", "mean"]),
     ("token:3", 0, 1, ["--maps", "token:3", "--layers", "0", "--which-heads", "1"]),
+    ("entropy", 1, 0, ["--maps", "entropy", "--layers", "1", "--which-heads", "0"]),
 ])
 def test_show_is_the_exported_png(setup, tmp_path: Path, map_name: str, layer: object, head: object,
                                   cli: list[str]) -> None:
@@ -50,6 +51,26 @@ def test_show_options_and_errors(setup) -> None:
     assert bare.size == (result.image.shape[1], result.image.shape[0])
     with pytest.raises(vitviz.VitvizError, match="expected one of cls"):
         vitviz.show(result, "nonsense")
+
+
+def test_show_draws_a_pass_the_result_holds_as_export_does(setup, tmp_path: Path) -> None:
+    """The notebook API uses the one per-image holder: a `ResultMaps` with the class relevance added shows it, as
+    `vitviz export --maps relevance:3` writes it; a bare result says the map needs its pass."""
+    from vitviz.core.maps import ResultMaps
+    from vitviz.core.relevance import class_relevance
+
+    ckpt, image, result = setup
+    with pytest.raises(vitviz.VitvizError, match="needs a pass of its own"):
+        vitviz.show(result, "relevance:3")
+    model = vitviz.load(ckpt, heads=HEADS, device="cpu")
+    maps = ResultMaps(result)
+    maps.add_relevance(class_relevance(model, str(image), 3), 3)
+    picture = vitviz.show(maps, "relevance:3")
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(ckpt), "--heads", str(HEADS), str(image), "--out", str(out), "--colorbar",
+                 "--device", "cpu", "--quiet", "--maps", "relevance:3"]) == 0
+    (png,) = sorted(out.glob("*.png"))
+    np.testing.assert_array_equal(np.asarray(picture), np.asarray(Image.open(png).convert("RGB")))
 
 
 def test_notebook_display_is_registered_by_name(setup, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, SelectionError, map_stack
+from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, ResultMaps, SelectionError
 from vitviz.core.render import RenderOptions, draw_map, native_view
 from vitviz.core.spec import AttentionResult
 from vitviz.core.winspec import WindowedResult
 from vitviz.errors import VitvizError
 
-MAPS_SHOWN = "cls, mean, max, rollout, token:N or rollout:N"
+MAPS_SHOWN = ", ".join(k for k in MAP_KINDS if k not in ("token", "rollout")) + ", rollout, token:N or rollout:N"
 # RenderOptions fields `show` takes besides its own arguments, with what each allows ('size' is `original`).
 RENDER_CHOICES: dict[str, tuple[Any, ...]] = {"style": ("overlay", "heatmap"), "scale": ("shared", "own"),
                                               "smooth": (True, False), "colorbar_label": (True, False)}
@@ -38,7 +38,7 @@ class ShowError(SelectionError):
     """An argument of `vitviz.show` of the wrong type or out of range; the message names it and what it allows."""
 
 
-def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: HeadSel = "mean",  # noqa: A002
+def show(result: AttentionResult | ResultMaps, map: str = "cls", layer: LayerSel = -1, head: HeadSel = "mean",  # noqa: A002
          *, cmap: str = "viridis", opacity: float = 0.6, colorbar: bool = True, original: bool = True,
          **render: Any) -> Image.Image:
     """The map of one layer and head drawn over the image the model saw, as a PIL image.
@@ -48,9 +48,11 @@ def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: 
     `VitvizError`) naming the argument and what it allows -- never clamped to another token's or layer's map.
 
     Args:
-        result: a `model.run(...)` result.
-        map: a map kind as `vitviz export --maps` spells it: 'cls', 'mean', 'max', 'rollout', 'token:N' or
-            'rollout:N' ('cls' on a model without a CLS token is the mean over the patch queries).
+        result: a `model.run(...)` result, or its `ResultMaps` holding passes of their own too (the class relevance,
+            a text prompt's LeGrad map, the token norms: `maps.add_relevance(...)`), whose maps it then draws.
+        map: a map kind as `vitviz export --maps` spells it: 'cls', 'mean', 'max', 'rollout', 'token:N',
+            'rollout:N', 'entropy' ('cls' on a model without a CLS token is the mean over the patch queries), a
+            MAP head's 'pool', or a map of a pass the `ResultMaps` holds ('relevance', 'text:PROMPT', 'norms').
         layer: a layer index (negative from the end), 'last' or 'mean' over layers.
         head: a head index (negative from the end), 'mean' or 'max' over heads.
         cmap: a colormap name (`vitviz.core.colormaps.available_colormaps()`, '_r' reverses it).
@@ -62,9 +64,11 @@ def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: 
     """
     if isinstance(result, WindowedResult):
         return _show_windowed(result, map, layer, head, cmap, opacity, colorbar, original, render)
-    result = _check_result(result)
+    maps = result if isinstance(result, ResultMaps) else None
+    result = _check_result(result.result if maps is not None else result)
+    maps = maps or ResultMaps(result)     # the one per-image holder: the maps the window and export draw
     spec = result.spec
-    kind = _check_map(map, spec)
+    kind = _check_map(map, spec, maps)
     layer = _check_index("layer", layer, spec.depth, "layers", ("mean", "last"))
     layer = spec.depth - 1 if layer == "last" else layer
     heads = int(result.attentions.shape[1])
@@ -79,7 +83,7 @@ def show(result: AttentionResult, map: str = "cls", layer: LayerSel = -1, head: 
             raise ShowError(f"show: unknown argument {name}={value!r}; expected one of map, layer, head, cmap, "
                             f"opacity, colorbar, original, {', '.join(known)}")
         _check_choice(name, value, RENDER_CHOICES[name])
-    stack = map_stack(result.attentions, kind, spec)
+    stack = maps.stack(kind)
     image = native_view(result) if original else result.image
     opts = RenderOptions(cmap=cmap, opacity=opacity, colorbar=colorbar, **render)
     rgb = draw_map(stack, layer, head, np.asarray(image), tuple(result.input.shape[-2:]), spec.patch_size, opts)
@@ -136,14 +140,14 @@ def _check_result(result: Any) -> AttentionResult:
     raise ShowError(f"show: result is {_found(result)}; expected an AttentionResult, what model.run(image) returns")
 
 
-def _check_map(map_name: Any, spec: Any) -> MapKind:  # noqa: A002
+def _check_map(map_name: Any, spec: Any, maps: ResultMaps) -> MapKind:  # noqa: A002
     if not isinstance(map_name, str):
         raise ShowError(f"show: map is {_found(map_name)}; expected a map name: {MAPS_SHOWN}")
     try:
         kind = MapKind.parse(map_name)
     except SelectionError as e:
         raise ShowError(f"show: map {map_name!r}: {e}") from None
-    if kind.kind not in MAP_KINDS:
+    if kind.kind not in MAP_KINDS and (kind.kind == "pca" or not maps.has(kind)):
         raise ShowError(f"show: map {map_name!r} needs a pass of its own, which a result does not hold; expected "
                         f"one of {MAPS_SHOWN} (`vitviz export --maps {map_name}` draws it)")
     query = kind.token if kind.kind == "token" else kind.rollout.query if kind.kind == "rollout" else None
