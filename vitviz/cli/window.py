@@ -35,7 +35,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layer to show, 0-based; negative counts from the end (default: the last)")
     parser.add_argument("--head", type=argument_type(parse_head_arg), default=None, metavar="H|mean|max",
                         help="head to show, 0-based, or mean/max over heads (default: mean)")
-    parser.add_argument("--map", type=_map_type, default=None, metavar="cls|mean|max|rollout[:N]|token:N|relevance[:N]|text:PROMPT|pool",
+    parser.add_argument("--map", type=_map_type, default=None, metavar="MAP",
                         help="which map to show (the same names and meanings as `vitviz export --maps`): "
                              + "; ".join(f"{name} = {what}" for name, what in MAP_CHOICES.items())
                              + ". --head picks the head (or the mean/max over heads) of any of these but rollout "

@@ -31,13 +31,14 @@ above), every image's patches pooled as the samples. CKA of a model with itself 
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from vitviz.core.maps import MapKind, MapStack, map_stack
+from vitviz.core.maps import MapKind, MapStack, ResultMaps, map_stack
 from vitviz.core.tokens import patch_at
 from vitviz.errors import VitvizError
 
@@ -559,8 +560,6 @@ class _Pair:
 
 
 def _as_maps(result: Any) -> Any:
-    from vitviz.core.maps import ResultMaps
-
     return result if isinstance(result, ResultMaps) else ResultMaps(result)
 
 
@@ -605,6 +604,7 @@ class CompareView:
         self.matches = self.comparison.heads
         self.heads_a = self.comparison.images[0].a.num_heads
         self._pairs: dict[MapKind, list[_Pair]] = {cls: [self._pair(im) for im in self.comparison.images]}
+        self._lock = threading.Lock()   # `_pairs` is filled by the worker (`prepare`) and read by the GUI (`frame`)
         self._layer_words = self._layer_labels()
         self._head_words = [{a: (b, sim, f"A head {a} ↔ B head {b}, similarity {sim:.2f}") for a, b, sim in m.pairs}
                             for m in self.matches]
@@ -636,7 +636,9 @@ class CompareView:
 
     def has(self, kind: MapKind | str = "cls", query: int | None = None) -> bool:
         """Whether this map kind's stacks are built already (`frame` then only indexes arrays)."""
-        return self._key(kind, query) in self._pairs
+        key = self._key(kind, query)
+        with self._lock:
+            return key in self._pairs
 
     def pair(self, image: int, kind: MapKind | str = "cls", query: int | None = None) -> _Pair:
         """One image's stacks of a map kind: A's (`a`), B's own (`b_own`), B's aligned to A (`b`), A − B (`diff`)
@@ -686,12 +688,13 @@ class CompareView:
         return kind, _resolved(kind, self.spec_a), _resolved(kind, self.spec_b)
 
     # maps -----------------------------------------------------------------------------------------------------
-    def prepare(self, kind: MapKind | str = "cls", query: int | None = None) -> None:
-        """Build one map kind's stacks for every image (the worker's call, ahead of `frame`)."""
+    def prepare(self, kind: MapKind | str = "cls", query: int | None = None) -> list[_Pair]:
+        """Build one map kind's stacks for every image (the worker's call, ahead of `frame`); returns them."""
         key, ka, kb = self._kinds(kind, query)
-        if key in self._pairs:
-            return
-        pairs = []
+        with self._lock:
+            if key in self._pairs:
+                return self._pairs[key]
+        pairs = []      # made outside the lock: a frame of a kind made already never waits for this one
         for ma, mb in zip(self.maps_a, self.maps_b):
             if key.kind == "token":     # made here, not cached in the ResultMaps: one per query hovered
                 sa = map_stack(ma.result.attentions, ka, ma.result.spec)
@@ -702,10 +705,13 @@ class CompareView:
             if aligned.maps.shape[1] != sa.maps.shape[1]:       # rollout: one fused 'head' on each side
                 aligned = _stack(to_grid(sb.maps[self.layers_b], self.grid_b, self.grid_a), aligned.title, False)
             pairs.append(self._pair(ImageComparison(str(ma.result.source), sa, sb, aligned, diff_stack(sa, aligned))))
-        self._pairs[key] = pairs
-        queries = [k for k in self._pairs if k.kind == "token"]
-        for old in queries[: max(0, len(queries) - MAX_QUERY_KINDS)]:     # the oldest queries go
-            del self._pairs[old]
+        with self._lock:
+            pairs = self._pairs.setdefault(key, pairs)
+            queries = [k for k in self._pairs if k.kind == "token"]
+            for old in queries[: max(0, len(queries) - MAX_QUERY_KINDS)]:     # the oldest queries go
+                if old != key:
+                    del self._pairs[old]
+        return pairs
 
     def stacks(self, image: int, kind: MapKind | str = "cls", query: int | None = None
                ) -> tuple[MapStack, MapStack, MapStack]:
@@ -721,11 +727,13 @@ class CompareView:
         return self._kinds(kind, query)[0]
 
     def _pair_of(self, image: int, key: MapKind) -> _Pair:
-        if key not in self._pairs:
-            self.prepare(key)
-        elif key.kind == "token":                                  # used: now the newest
-            self._pairs[key] = self._pairs.pop(key)
-        return self._pairs[key][image]
+        with self._lock:
+            held = self._pairs.get(key)
+            if held is not None and key.kind == "token":           # used: now the newest
+                self._pairs[key] = self._pairs.pop(key)
+        if held is None:           # not prepared by the worker (yet): made here, on the caller's thread
+            held = self.prepare(key)
+        return held[image]
 
     def frame(self, image: int, layer: int | str = -1, head: int | str = "mean", kind: MapKind | str = "cls",
               query: int | None = None) -> CompareFrame:

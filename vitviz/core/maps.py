@@ -1,12 +1,14 @@
 """The map engine: every attention map the window shows and `vitviz export` writes, computed once (no Qt here).
 
 A map kind (`MapKind`: CLS attention, attention received averaged or maximised over the patch queries, one token's
-attention row, or attention rollout with its settings) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding
-the H heads followed by the head mean and the head max for every layer, with the colour scale shared by each kind
-of column. Switching layer or head is then an index into that stack, which keeps every panel update inside one
-frame even for ViT-L/16 at 384 px. `ResultMaps` caches the stacks of one result for the window; `vitviz export`
-calls `map_stack` for each image. Both select, scale and name a map through the same code here, so the window's
-export and the CLI write the same files.
+attention row, the entropy of each patch's attention row, or attention rollout with its settings; the table of
+kinds is `vitviz.core.mapkinds.KINDS`) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding the H heads
+followed by the head mean and the head max for every layer, with the colour scale shared by each kind of column.
+Switching layer or head is then an index into that stack, which keeps every panel update inside one frame even
+for ViT-L/16 at 384 px. `ResultMaps` holds one image's result and every pass added to it, and caches its stacks:
+the window keeps one per image, `vitviz export` makes one per image, `vitviz.show` draws through it and the .npz
+writers take its `arrays()`. They select, scale and name a map through the same code here, so the window's export
+and the CLI write the same files.
 
 Beyond attention, two families of maps need a pass of their own (`vitviz.core.relevance`, `vitviz.core.features`),
 made only when such a map is asked for:
@@ -32,6 +34,7 @@ the rollout of the pooling query, its fused attention pulled back through the la
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Union
 
@@ -139,9 +142,9 @@ class MapKind:
             return cls(grad.group(1), target=int(target) if target.isdigit() else target or None)
         match = re.fullmatch(r"(token|rollout|query):(\d+)", text)
         if match is None:
-            raise SelectionError(f"map {text!r}: expected one of cls, mean, max, rollout, token:N (e.g. token:0), "
-                                 "rollout:N, relevance[:CLASS], gradrollout[:CLASS], attngrad[:CLASS], pca, "
-                                 "norms, pool or rollout:pool; windowed models (Swin, SAM): received, query:N")
+            raise SelectionError(f"map {text!r}: expected one of {', '.join(i.syntax for i in KINDS.values())} "
+                                 "(e.g. token:0, rollout:5, relevance:3, text:a photo of a cat; received and query:N "
+                                 "are windowed models' (Swin, SAM))")
         token = int(match.group(2))
         if match.group(1) in ("token", "query"):
             return cls(match.group(1), token)
@@ -486,12 +489,16 @@ class ResultMaps:
     image as they arrive: the gradient maps per class (`add_relevance`), the LeGrad map per text prompt
     (`add_text`), the token features with their norms (`add_features`) and the feature PCA per layer made from
     them (`pca_at`). `stack(kind)` is the one dispatch from a map kind to its stack, `arrays(kinds)` the one table
-    of .npz arrays, `nbytes` counts every holder. `ImageMaps` is the same class.
+    of .npz arrays, `nbytes` counts every holder.
+
+    It may be read from two threads (the window's worker measures a timeline's results while the GUI draws
+    them): one lock guards its caches, held while a stack is made, so a reader never sees them change under it.
     """
 
     def __init__(self, result: AttentionResult, rows: list[int] | None = None) -> None:
         self.result = result
         self.rows = None if rows is None else list(rows)   # the query rows `result.attentions` holds (None: all)
+        self._lock = threading.RLock()
         self._rollout: RolloutEngine | None = None
         self._stacks: dict[MapKind, MapStack] = {}
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -518,9 +525,22 @@ class ResultMaps:
             self._rollout = RolloutEngine(r.attentions, r.num_prefix, r.spec.cls_token)
         return self._rollout
 
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     @property
     def nbytes(self) -> int:
         """Memory held by the result, every pass added to it and the caches derived from them."""
+        with self._lock:
+            return self._nbytes()
+
+    def _nbytes(self) -> int:
         extra = sum(r.attn_grad.nbytes for r in {id(r): r for r in self._relevance.values()}.values())
         extra += sum(np.asarray(leg.map).nbytes + np.asarray(leg.scores).nbytes
                      + np.asarray(getattr(leg, "per_layer", 0)).nbytes for leg in self.texts.values())
@@ -537,8 +557,9 @@ class ResultMaps:
     def add_relevance(self, rel: Relevance, requested: int | None = None) -> None:
         """Keep the gradient maps of one class, under the class asked for (None: the top class) and the class
         they explain."""
-        self._relevance[requested] = rel
-        self._relevance[rel.target] = rel
+        with self._lock:
+            self._relevance[requested] = rel
+            self._relevance[rel.target] = rel
 
     def relevance(self, target: int | None = None) -> Relevance | None:
         """The gradient maps of class `target` (None: the top class), if that pass has run."""
@@ -547,17 +568,19 @@ class ResultMaps:
     def add_text(self, prompt: str, leg: LeGradMap) -> None:
         """Keep the LeGrad map of a text prompt (`vitviz.core.relevance.LeGradMap`: its map and per-layer
         scores)."""
-        self.texts[str(prompt)] = leg
-        self._stacks.pop(MapKind("text", target=str(prompt)), None)
+        with self._lock:
+            self.texts[str(prompt)] = leg
+            self._stacks.pop(MapKind("text", target=str(prompt)), None)
 
     def add_features(self, features: FeatureStack, norms: np.ndarray, prefix_norms: np.ndarray,
                      histogram: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Keep the image's token features with their (L, gh, gw) patch and (L, P) prefix output-token norms (and
         their per-layer histogram: (L, bins) counts, (bins + 1,) edges)."""
-        self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
-        self.norm_histogram = histogram
-        self._stacks.pop(MapKind("norms"), None)
-        self._pca.clear()
+        with self._lock:
+            self.features, self.norms, self.prefix_norms = features, norms, prefix_norms
+            self.norm_histogram = histogram
+            self._stacks.pop(MapKind("norms"), None)
+            self._pca.clear()
 
     def pca_at(self, layer: int) -> PcaResult:
         """The image's feature PCA at block `layer`, fitted on this image alone (made once per layer), as
@@ -569,11 +592,12 @@ class ResultMaps:
             raise MapNotReady(f"the pca map of {self.result.source} needs the token features, which have not been "
                               "captured yet")
         layer = int(layer)
-        if layer not in self._pca:
-            from vitviz.core.features import feature_pca
+        with self._lock:
+            if layer not in self._pca:
+                from vitviz.core.features import feature_pca
 
-            self._pca[layer] = feature_pca(self.features, layer)
-        return self._pca[layer]
+                self._pca[layer] = feature_pca(self.features, layer)
+            return self._pca[layer]
 
     # ------------------------------------------------------------------ maps
 
@@ -598,6 +622,10 @@ class ResultMaps:
                 result without one ('pca' is a colour image per layer, `pca_at`, not a stack).
         """
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        with self._lock:
+            return self._stack(kind)
+
+    def _stack(self, kind: MapKind) -> MapStack:
         if kind not in self._stacks:
             if kind.kind == "pca":
                 raise MapNotReady("the pca map is a colour image per layer (ResultMaps.pca_at), not a stack")
@@ -652,6 +680,10 @@ class ResultMaps:
         Raises:
             MapNotReady: a kind asked for whose pass has not run.
         """
+        with self._lock:
+            return self._arrays(kinds, layers)
+
+    def _arrays(self, kinds: "Iterable[MapKind] | None", layers: "Iterable[int] | None") -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         if kinds is None:
             wanted: list[MapKind] = [MapKind(k, target=t) for t in self._relevance for k in GRADIENT_KINDS]
@@ -682,10 +714,6 @@ class ResultMaps:
         out.update(pool_arrays(self.result.pool_attention))
         return out
 
-    def extra_arrays(self) -> dict[str, np.ndarray]:
-        """`arrays()`: the arrays of every pass held for this result."""
-        return self.arrays()
-
     def resolved(self, kind: MapKind) -> MapKind:
         """The kind a map really is, which names its files: 'cls' of a model without CLS is 'mean'."""
         spec = self.result.spec
@@ -712,9 +740,6 @@ class ResultMaps:
         keys = [k for k in self._stacks if k.kind in ("rollout", "poolrollout") and k != MapKind("rollout")]
         for key in keys[: max(0, len(keys) - MAX_ROLLOUT_STACKS)]:
             del self._stacks[key]
-
-
-ImageMaps = ResultMaps   # the name the architecture review proposed: one per-image result
 
 
 def mosaic(maps: np.ndarray, per_tile: bool, gap: int) -> np.ndarray:

@@ -20,13 +20,14 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.compare import CompareFrame, CompareSummary, CompareView
+from vitviz.core.mapkinds import of_source
 from vitviz.core.maps import MapKind, ResultMaps
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.protocol import Context, Request, _image_name
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
 FEATURES_SLOT = "compare_features"   # ctx.slots[FEATURES_SLOT] = {(side, who, size, image): FeatureStack}
-COMPARED_SOURCES = ("cls", "mean", "max", "rollout", "token")   # the view-state sources a comparison draws
+COMPARED_SOURCES = of_source("attention")   # the view-state sources a comparison draws: every attention map kind
 HEAD_MODES = {"match": "heads matched by similarity", "index": "heads by index"}
 
 
@@ -367,7 +368,10 @@ class CompareSession(QObject):
         kind, query, _note = compared_kind(self._state) if self._state is not None else (None, None, "")
         s = self.session
         self._building = self.client.submit(
-            BuildView, results_a=[s.cached(p) for p in pairs], results_b=[self.results_b[p] for p in pairs],
+            # the worker builds the view on results of its own (the same captures, fresh map caches): the window's
+            # cached ResultMaps are drawn from on this thread and must not be filled from another one
+            BuildView, results_a=[s.cached(p).result for p in pairs],
+            results_b=[self.results_b[p].result for p in pairs],
             sources=tuple(pairs), heads=self.heads, generation=self.generation, size_a=s.image_size, cka=self.cka,
             what=None if kind is None or kind == MapKind("cls") else kind, query=query)
 

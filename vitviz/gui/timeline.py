@@ -2,8 +2,9 @@
 checkpoint's result in the worker, and the small session part that keeps the slider responsive.
 
 The run's `vitviz.core.timeline.TimelineStore` is made in the worker and kept in its `slots` (`STORE_SLOT`); the GUI
-thread holds the same object but only reads it (`peek`, `series`, `missing`, `failed`: dictionary reads under the
-store's lock, never a load or a forward pass). `TimelineSession.show(k)` answers at once from `peek` when checkpoint
+thread holds the same object and asks it only what is held (`peek`, `series`, `missing`, `failed`: dictionary reads
+under the store's lock, never a load or a forward pass). It draws a held result's maps itself (`ResultMaps.stack`,
+which guards its caches with a lock of its own, as the worker measures the held results for the memory budget). `TimelineSession.show(k)` answers at once from `peek` when checkpoint
 k's result is held; otherwise it asks the worker (`TimelineResult`), cancelling every superseded request so the
 newest position wins, and then queues the neighbours and the checkpoints whose figures are still missing
 (`missing(image, around=k)`), so the plots fill in and scrubbing back and forth finds results held.
