@@ -41,12 +41,21 @@ class ModelInfo:
     layers: tuple[tuple[str, str], ...] = ()                      # a live model's (layer, mechanism that found it)
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
     verdict: VerdictLine | None = None      # verified / not verified / differs (`assumptions.verdict_line`)
+    stages: list[tuple[str, str]] = field(default_factory=list)   # a windowed model's stages and blocks
+                                                                  # (`vitviz.core.winview.info_rows`)
 
 
 def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
-    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path,
+    stages: list[tuple[str, str]] = []
+    if getattr(session.spec, "windowed", False):       # at the current image's run, else at the input size
+        from vitviz.core.winview import info_rows
+
+        spec = session.spec
+        stages = maps.info_rows() if getattr(maps, "windowed", False) else info_rows(
+            spec, spec.geometry(session.image_size or spec.image_size))  # type: ignore[union-attr]
+    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path, stages=stages,
                      param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
                      cached_images=len(session.cached_paths()),
                      image=Path(session.current).name if session.current else "",
@@ -127,6 +136,8 @@ def info_html(info: ModelInfo) -> str:
         return f"<p>Loading model {html.escape(display_name(info.loading))}…</p>"
     if spec is None:
         return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
+    if getattr(spec, "windowed", False):
+        return windowed_html(info)
     grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
                                                       info.image_size[1] // spec.patch_size)
     n_tokens = spec.num_prefix + grid[0] * grid[1]
@@ -142,6 +153,38 @@ def info_html(info: ModelInfo) -> str:
             ("position embedding", _pos_text(spec)),
             ("grid at the current input size", f"{grid[0]}×{grid[1]} patches of {spec.patch_size} px"),
             ("tokens T", str(n_tokens))])),
+        _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
+                 if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
+        _section("Preprocessing", _table([
+            ("mode", pp.mode), ("resize", str(pp.resize)), ("crop", "×".join(map(str, pp.crop))),
+            ("interpolation", pp.interpolation), ("mean", ", ".join(f"{m:.3f}" for m in pp.mean)),
+            ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
+        _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
+                           "(attention and the maps derived from it)</p>"),
+        _section("Top-5 for the current image", _top5(info)),
+        _section("Every spec field and where it came from", _table(spec_rows(spec),
+                                                                  ("field", "value", "kind", "source"))),
+    ]
+    return "".join(parts)
+
+
+def windowed_html(info: ModelInfo) -> str:
+    """`info_html` of a windowed model (Swin, SAM / ViTDet): its stages (depth, heads, width, window, grid) and
+    every block's attention ('windowed (7×7, shift 3)' / 'global (8×8)'), then what a plain ViT's panel shows."""
+    spec = info.spec
+    assert spec is not None
+    pp = spec.preprocess
+    stage_rows = [(label, value) for label, value in info.stages if not label.startswith("stage ") or
+                  " block " not in label]
+    block_rows = [(label, value) for label, value in info.stages if (label, value) not in stage_rows]
+    parts = [
+        f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
+        f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
+        _exactness_section(info),
+        _section("Stages", _table(stage_rows, ("", "windowed attention"))),
+        _section("Blocks", _table(block_rows, ("block", "attention"))),
+        _section("Tokens", "<p>no prefix tokens (no CLS token: the head averages the last stage's tokens); the "
+                           "attention of a block is per window: windows × heads × window tokens × window tokens</p>"),
         _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
                  if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
         _section("Preprocessing", _table([
