@@ -265,6 +265,8 @@ class WindowedMaps:
         # what the on-demand passes of a plain ViT keep (none of them runs for a windowed model)
         self.features = None
         self.norms = None
+        self.prefix_norms = None
+        self.norm_histogram = None
         self.texts: dict[str, object] = {}
 
     # ------------------------------------------------------------------ structure
@@ -329,6 +331,10 @@ class WindowedMaps:
     def has(self, kind: MapKind) -> bool:
         """Whether this result gives maps of `kind` (the windowed kinds, rollout where it is defined)."""
         return self.unshown(kind) is None
+
+    def relevance(self, target: int | None = None) -> None:
+        """No class relevance: its gradient passes are the reference ViT's (`ResultMaps.relevance`)."""
+        return None
 
     def resolved(self, kind: MapKind) -> MapKind:
         """The kind a map really is, which names its files (a windowed map is what it says)."""

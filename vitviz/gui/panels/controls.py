@@ -294,6 +294,7 @@ class ControlsPanel(QWidget):
         self.model_settings.set_spec(None if windowed else spec)   # its fields are a plain ViT's
         self.model_settings.setToolTip(WINDOWED_SETTINGS if windowed else "")
         self.layer_label.setText("Block" if windowed else "Layer")
+        self.relevance_picker.setVisible(not windowed)   # no class relevance: its passes are the reference ViT's
         self.block_label.setVisible(windowed)
         self.layer_spin.setMinimum(0 if windowed else min(LAYER_SPECIALS))   # no mean over stages' grids
         self.layer_spin.setToolTip("The block's index over all stages (its stage and place are named below)"

@@ -206,10 +206,11 @@ class ImagePanel(QWidget):
         shown = render.upsample(values, size, True) if state.smooth else values
         self.scale_text = render.scale_label(stack, head, "own" if state.normalize else "shared")
         where = f"stage {g.stage} · block {g.index} (block {g.block}: {g.describe()})"
+        what = stack.title.removesuffix(f", stage {g.stage}")          # the stage is said with the block
         if kind.kind == "rollout" and not stack.pending:
             through = maps.layers(kind, 0, maps.rollout_blocks())[row]
             where = f"through block {through}" + (" (global blocks)" if maps.rollout_blocks() == "global" else "")
-        parts = [f"{Path(result.source).name} — {stack.title}", where]
+        parts = [f"{Path(result.source).name} — {what}", where]
         if kind.per_head and not stack.pending:
             parts.append(f"head {head}")
         if not stack.pending:

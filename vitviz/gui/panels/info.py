@@ -193,7 +193,7 @@ def windowed_html(info: ModelInfo) -> str:
             ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
         _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
                            "(attention and the maps derived from it)</p>"),
-        _section("Top-5 for the current image", _top5(info)),
+        _section("Top-5 for the current image", _top5(info, links=False)),
         _section("Every spec field and where it came from", _table(spec_rows(spec),
                                                                   ("field", "value", "kind", "source"))),
     ]
@@ -233,11 +233,17 @@ def _live_section(info: ModelInfo) -> str:
     return _section("Attention capture (the model's own code)", body)
 
 
-def _top5(info: ModelInfo) -> str:
+def _top5(info: ModelInfo, links: bool = True) -> str:
+    """The current image's top-5 classes; `links`: each a link to its class relevance (not for a windowed model,
+    which has none)."""
     if not info.image:
         return "<p>No image yet.</p>"
     if not info.top5:
         return f"<p>{html.escape(info.image)}: no classifier head (or not run yet).</p>"
+    if not links:
+        return f"<p>{html.escape(info.image)}</p>" + _table([(label, f"{100 * p:.1f} %", str(i))
+                                                            for i, label, p in info.top5],
+                                                           ("class", "probability", "index"))
     head = "".join(f"<th align='left'>{h}</th>" for h in ("class", "probability", "index"))
     body = "".join(f"<tr><td><a href='class:{i}'>{html.escape(label)}</a></td><td>{100 * p:.1f} %</td><td>{i}</td>"
                    "</tr>" for i, label, p in info.top5)   # a click shows the class relevance of that class
