@@ -272,3 +272,23 @@ def test_window_export_is_the_clis_bytes(qtbot, swin_window, swin_folder, photo,
         assert sorted(a.files) == sorted(b.files) and "block3" in a.files
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_bare_torchvision_swin_file_with_assumptions(qtbot, window, tmp_path, photo) -> None:  # noqa: ANN001
+    """A bare state dict (no config, no release name): its assumed settings are said in Model info, not asked in
+    the plain ViT's dialog, and the model runs."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    net = perturb(SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[1, 2],
+                                  window_size=[4, 4], num_classes=5))
+    torch.save(net.state_dict(), tmp_path / "swin.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        maps = open_windowed(qtbot, window, tmp_path / "swin.pth", photo)
+    assert window.assumptions_dialog is None
+    assert window.session.spec.family == "torchvision-swin" and maps.spec.assumptions
+    assert "shift_rule is assumed" in window.session.described["shift_rule"]
+    text = show_dock(qtbot, window, "infoDock").text()
+    assert "Assumed" in text and "shift_rule" in text and "stage 1 block 1 (block 3)" in text
+    np.testing.assert_allclose(window.panel.values, maps.stack("received", 1).select(1, "mean"), atol=1e-6)

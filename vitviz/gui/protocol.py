@@ -367,7 +367,8 @@ class Load(Request):
         from vitviz.core.protocol import capabilities_of
 
         spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (`spec.windowed`): stages, heads per stage
-        described = tuple((name, describe_guess(spec, name)) for name, _source in spec.assumptions)
+        describe = windowed_guess if getattr(spec, "windowed", False) else describe_guess
+        described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)
         counts = windowed_parameter_counts(model.net) if getattr(spec, "windowed", False) else \
             parameter_counts(model.net)
         return Loaded(spec, str(model.device), counts, refused, layers, skipped,
@@ -790,6 +791,19 @@ def parameter_counts(net: Any) -> dict[str, int]:
         part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
         counts[part] += int(param.numel())
     return {k: v for k, v in counts.items() if v or k != "other"}
+
+
+def windowed_guess(spec: Any, name: str) -> str:
+    """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
+    warns it (`vitviz.core.winload.warn_guesses`)."""
+    import re
+
+    from vitviz.core.winload import HOW_TO_PASS, NAMING
+
+    source = spec.source_of(name)
+    why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
+    what = "a guess" if source.startswith("guess") else "assumed"
+    return f"{name} is {what}: {why}; if that is wrong, pass {HOW_TO_PASS.get(name, NAMING)}"
 
 
 WINDOWED_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed", "absolute_pos_embed")),

@@ -375,7 +375,7 @@ class ControlsPanel(QWidget):
         block = spec.depth - 1 if isinstance(layer, str) else int(resolve_index(layer, spec.depth))
         stage, index = spec.stage_of(block)
         heads = spec.heads[stage]
-        g = spec.geometry(self.session.image_size or spec.image_size)[block]
+        g = geometry_at(spec, self.session.image_size)[block]
         self.block_label.setText(f"stage {stage} · block {index} of {spec.depths[stage]} · {g.describe()} · "
                                  f"{g.grid[0]}×{g.grid[1]} cells of {g.stride} px · {plural(heads, 'head')}")
         self.head_spin.setMaximum(heads - 1)
@@ -414,10 +414,19 @@ def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     return f"{text}<br><small>{html.escape(spec.source)}</small>"
 
 
+def geometry_at(spec: ModelSpec, size: tuple[int, int] | None) -> tuple:
+    """A windowed spec's block geometry at input `size` (None: native), or at the native size where the original
+    cannot run that size (the run says why)."""
+    try:
+        return spec.geometry(size or spec.image_size)
+    except ValueError:
+        return spec.geometry()
+
+
 def windowed_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """`model_summary` of a windowed model (Swin, SAM / ViTDet): its stages (blocks × heads) and windows."""
     h, w = size or spec.image_size
-    geo = spec.geometry((h, w))
+    geo = geometry_at(spec, (h, w))
     n = spec.num_params
     params = f"{n / 1e6:.1f} M parameters" if n >= 1e5 else (f"{n / 1e3:.1f} k parameters" if n else "")
     stages = " + ".join(f"{d}×{spec.heads[s]}" for s, d in enumerate(spec.depths))

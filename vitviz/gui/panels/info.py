@@ -53,8 +53,10 @@ def gather(session: Session) -> ModelInfo:
         from vitviz.core.winview import info_rows
 
         spec = session.spec
+        from vitviz.gui.panels.controls import geometry_at
+
         stages = maps.info_rows() if getattr(maps, "windowed", False) else info_rows(
-            spec, spec.geometry(session.image_size or spec.image_size))  # type: ignore[union-attr]
+            spec, geometry_at(spec, session.image_size))  # type: ignore[arg-type]
     return ModelInfo(spec=session.spec, device=session.device, path=session.model_path, stages=stages,
                      param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
                      cached_images=len(session.cached_paths()),
