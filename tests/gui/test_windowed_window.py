@@ -292,3 +292,20 @@ def test_a_bare_torchvision_swin_file_with_assumptions(qtbot, window, tmp_path, 
     text = show_dock(qtbot, window, "infoDock").text()
     assert "Assumed" in text and "shift_rule" in text and "stage 1 block 1 (block 3)" in text
     np.testing.assert_allclose(window.panel.values, maps.stack("received", 1).select(1, "mean"), atol=1e-6)
+
+
+def test_swin_at_another_input_size(qtbot, swin_window, swin_folder, photo) -> None:  # noqa: ANN001
+    """Run at size 96: the stages' grids follow (24 x 24, 12 x 12), the maps are the library's run at that size,
+    the hover readout names the stage cell of a patch."""
+    import vitviz
+
+    window, maps, ref = swin_window
+    window.session.set_image_size((96, 96))
+    wait_idle(qtbot, window, 30000)
+    at = WindowedMaps(vitviz.load(str(swin_folder), device="cpu").run(str(photo), image_size=(96, 96)))
+    window.state.update(source="received", layer=2, head=1)
+    assert window.panel.values.shape == (12, 12)
+    np.testing.assert_allclose(window.panel.values, at.stack("received", 1).select(0, 1), atol=1e-6)
+    np.testing.assert_allclose(path_segments(window.panel.outline_item), at.outlines(2).segments * 8)
+    assert "stage cell 2, 7" in window.panel.readout(5, 14) and "patch 134" in window.panel.readout(5, 14)
+    assert "24×24" in show_dock(qtbot, window, "infoDock").text()
