@@ -192,6 +192,7 @@ def test_swin_info_overview_and_head_statistics(qtbot, swin_window, photo) -> No
     np.testing.assert_allclose(share[:, 0, 0], 1.0, atol=1e-5)                 # 64 px: no padding windows
     heads = show_dock(qtbot, window, "headStatsDock")
     assert heads.shown is not None and heads.shown[0].shape == (4, 2)
+    assert heads.distance.plot.getAxis("bottom").labelText == "block"
 
 
 def test_swin_says_what_it_cannot_show(qtbot, swin_window) -> None:  # noqa: ANN001

@@ -318,6 +318,9 @@ class HeadStatsPanel(LazyPanel):
 
     def redraw(self) -> None:
         self._update_label()
+        x_label = "block" if getattr(self.session.spec, "windowed", False) else "layer"   # over all stages
+        for plot in (self.distance.plot, self.entropy.plot, self.kinds.plot):
+            plot.getAxis("bottom").setLabel(x_label)
         self.shown = self.statistics()
         kinds = self.token_kinds()
         if kinds is None:
