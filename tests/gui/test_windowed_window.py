@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from _gui import make_image, show_dock, wait_idle
-from PIL import Image
 
 from parity_refs import perturb
 from vitviz.core.maps import MapKind

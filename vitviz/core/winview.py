@@ -19,7 +19,11 @@ per stage,
 - `info_rows()`: Model-info rows listing the stages (depth, heads, width, window, grid) and every block
   ('windowed (7×7, shift 3)' / 'global (64×64)');
 - `arrays()`: exactly what `vitviz export --npz` writes for this image (the export calls it), `nbytes`: the
-  memory held.
+  memory held;
+- for the window (`vitviz.gui`), what it asks of a per-image holder: `view(kind, layer)` (the stack and row that
+  show one block, the layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where
+  there is none: a plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`,
+  `head_stats()` (distance in pixels, entropy, patch share per block and head), `resolved`.
 
 A stack's rows are the blocks of its stage (`layers(kind, stage)` gives their block indices); its patch size for
 drawing is the stage's stride (`stride(stage)`, input pixels per cell), so the image panel's `MapStack` drawing

@@ -185,8 +185,8 @@ def windowed_html(info: ModelInfo) -> str:
         _exactness_section(info),
         _section("Stages", _table(stage_rows, ("", "windowed attention"))),
         _section("Blocks", _table(block_rows, ("block", "attention"))),
-        _section("Tokens", "<p>no prefix tokens (no CLS token: the head averages the last stage's tokens); the "
-                           "attention of a block is per window: windows × heads × window tokens × window tokens</p>"),
+        _section("Tokens", "<p>no prefix tokens (no CLS token: the head averages the last stage's tokens); a "
+                           "block's attention is per window: windows × heads × window tokens × window tokens</p>"),
         _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
                  if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
         _section("Preprocessing", _table([

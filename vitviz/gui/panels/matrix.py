@@ -29,8 +29,8 @@ LOG_FLOOR = 1e-12
 LABEL_GAP_PX = 6.0          # the least room between two axis labels
 Ticks = list[list[tuple[float, str]]]
 WINDOWED_MATRIX = ("No token matrix: this windowed model (Swin, SAM / ViTDet) attends inside windows, not over all "
-                   "tokens at once. The image panel shows its maps: 'Attention received (windows)', and 'Attention of a "
-                   "patch in its window' (click a patch); `vitviz export --npz` writes every window's matrix")
+                   "tokens at once. The image panel shows its maps: 'Attention received (windows)', and 'Attention "
+                   "of a patch in its window' (click a patch); `vitviz export --npz` writes every window's matrix")
 
 
 def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
