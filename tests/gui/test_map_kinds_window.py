@@ -10,7 +10,7 @@ from vitviz.core.maps import MapKind
 from vitviz.gui.state import ViewState, map_kind, parse_map_arg
 
 SHOWN = ("cls", "mean", "max", "rollout", "rollout:5", "token:3", "pool", "rollout:pool", "relevance", "relevance:3",
-         "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog")
+         "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog", "received", "query:3")
 
 
 @pytest.mark.parametrize("name", SHOWN)
@@ -24,8 +24,7 @@ def test_window_map_is_exports_map(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "why"), [("relevance:tabby", "class as an index"),
                                            ("attngrad:tabby cat", "class as an index"),
-                                           ("pca", "Features dock"), ("norms", "Features dock"),
-                                           ("received", "windowed"), ("query:3", "windowed")])
+                                           ("pca", "Features dock"), ("norms", "Features dock")])
 def test_window_refuses_what_it_cannot_show_yet_saying_so(name: str, why: str) -> None:
     parse_maps(name)                         # export takes it
     with pytest.raises(ValueError, match=why):

@@ -128,9 +128,9 @@ def test_old_remembered_answers_move_into_the_shared_store(settings, tiny_ckpt) 
     assert settings.value(st.LEGACY_HEADS_KEY) is None
 
 
-def test_a_windowed_model_is_refused_clearly_and_the_model_before_stays(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
-    """A Swin file opens in the library and on the command line; until the window has views of windowed
-    attention, the window says so (naming the commands that show it) and keeps the model it had."""
+def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_ckpt, tmp_path: Path) -> None:  # noqa: ANN001
+    """A Swin file opens in the window after a plain ViT (it used to be refused): no error, the view moves to the
+    windowed maps (CLS attention has no meaning there) and back to CLS when a plain ViT opens again."""
     import warnings
 
     import timm
@@ -138,7 +138,7 @@ def test_a_windowed_model_is_refused_clearly_and_the_model_before_stays(qtbot, l
     from timm.models import save_for_hf
 
     window = loaded
-    before = window.session.model_path
+    assert window.state.source == "cls"
     kw = dict(img_size=64, embed_dim=16, depths=(2, 2), num_heads=(1, 2), window_size=4, num_classes=5)
     torch.manual_seed(0)
     model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
@@ -146,8 +146,14 @@ def test_a_windowed_model_is_refused_clearly_and_the_model_before_stays(qtbot, l
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
-    window.load_model(str(folder))
-    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible(), timeout=30000)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(folder))
     wait_idle(qtbot, window)
-    assert "windowed model" in window.reporter.box.text() and "vitviz export --maps received" in window.reporter.box.text()
-    assert window.session.model_path == before and window.session.spec.family != "swin"
+    assert window.reporter.box is None or not window.reporter.box.isVisible()
+    assert window.session.spec.family == "timm-swin" and window.state.source == "received"
+    assert "stage 0 · block 1" in window.panel.title.text     # the ViT's layer 1 is the Swin's block 1
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(tiny_ckpt), heads=2)
+    wait_idle(qtbot, window)
+    assert window.state.source == "cls" and window.controls.layer_label.text() == "Layer"
+    assert window.reporter.box is None or not window.reporter.box.isVisible()

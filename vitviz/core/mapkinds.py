@@ -4,7 +4,8 @@ no torch).
 `MapKind` (`vitviz.core.maps`) reads its `source`, `per_layer` and `per_head` from here; `unavailable(kind, spec)`
 is the one answer to "can this model give this map?" that export (`vitviz.batch.plan.check_maps`) and the window
 (`vitviz.gui.state.parse_map_arg` / the controls) ask; `WINDOW_UNSHOWN` says which kinds the window's `--map`
-cannot show yet and why. The one parser of map names is `MapKind.parse` (`--maps` and `--map` both use it).
+cannot show yet and why; a windowed model (`spec.windowed`) gives only `WINDOWED_KINDS`. The one parser of map
+names is `MapKind.parse` (`--maps` and `--map` both use it).
 
 Needs (`KindInfo.needs`):
     'cls'        a CLS token (the 'cls' map);
@@ -114,9 +115,11 @@ KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`; a new kind is one ro
                help="LeGrad of the image-text similarity of PROMPT (CLIP / SigLIP files with their text tower "
                     "and tokenizer), e.g. 'text:a photo of a cat'"),
     "received": _k("received", "windows", True, True, "attention received in windows", "windowed",
+                   label="Attention received (windows)",
                    help="a windowed model's (Swin, SAM / ViTDet) attention each patch receives, stitched from its "
                         "windows"),
     "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed",
+                label="Attention of a patch in its window",
                 help="a windowed model's patch N's attention inside its window"),
 }
 
@@ -142,11 +145,11 @@ WINDOW_UNSHOWN: dict[str, str] = {
            "`vitviz export --maps pca`",
     "norms": "the window shows token norms in its Features dock, not as --map; export them with "
              "`vitviz export --maps norms`",
-    "received": "the window does not show a windowed model's maps yet; export them with `vitviz export --maps "
-                "received`",
-    "query": "the window does not show a windowed model's maps yet; export them with `vitviz export --maps "
-             "query:N`",
 }
+
+# the kinds a windowed model (Swin, SAM / ViTDet) gives: its own, and rollout within one grid (SAM / ViTDet's
+# global blocks; not across Swin's patch merging, which `vitviz.core.winview.WindowedMaps.unshown` says)
+WINDOWED_KINDS = ("received", "query", "rollout")
 
 
 def info(kind: "MapKind | str") -> KindInfo:
@@ -161,6 +164,12 @@ def lacks(kind: str, spec: "ModelSpec", can: "frozenset[str] | None" = None) -> 
     refused 'cls' here: the window shows it as the patch mean; export refuses it (`unavailable`)."""
     needs = KINDS[kind].needs
     reference = spec.family != "live" if can is None else "reference" in can
+    if getattr(spec, "windowed", False):
+        if kind in WINDOWED_KINDS:
+            return None
+        return (f"the {KINDS[kind].syntax} map is a plain ViT's (attention over all tokens, a CLS token, the "
+                "reference ViT's passes); this windowed model (Swin, SAM / ViTDet) attends inside windows: its maps "
+                "are 'received' and 'query:N'")
     if "windowed" in needs:
         return (f"the {kind} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
                 "attends over all its tokens")

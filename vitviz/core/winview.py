@@ -19,7 +19,11 @@ per stage,
 - `info_rows()`: Model-info rows listing the stages (depth, heads, width, window, grid) and every block
   ('windowed (7×7, shift 3)' / 'global (64×64)');
 - `arrays()`: exactly what `vitviz export --npz` writes for this image (the export calls it), `nbytes`: the
-  memory held.
+  memory held;
+- for the window (`vitviz.gui`), what it asks of a per-image holder: `view(kind, layer)` (the stack and row that
+  show one block, the layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where
+  there is none: a plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`,
+  `head_stats()` (distance in pixels, entropy, patch share per block and head), `resolved`.
 
 A stack's rows are the blocks of its stage (`layers(kind, stage)` gives their block indices); its patch size for
 drawing is the stage's stride (`stride(stage)`, input pixels per cell), so the image panel's `MapStack` drawing
@@ -159,6 +163,19 @@ def block_distance(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def block_patch_share(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
+    """(H,) float64 the share of the real queries' attention that lands on real patches (the rest goes to the
+    padding tokens of windows cut past the image's edge); 1 without padding."""
+    real = geom.positions >= 0
+    a = np.asarray(attn)
+    total = np.zeros(a.shape[1])
+    for ws, hs, qs in _pieces(a.shape):
+        block = np.asarray(a[ws, hs, qs], np.float32)
+        mass = np.einsum("whqk,wk->whq", block, real[ws].astype(np.float32))
+        total[hs] += (mass * real[ws, None, qs]).sum(axis=(0, 2), dtype=np.float64)
+    return total / max(int(real.sum()), 1)
+
+
 def block_entropy(attn: np.ndarray, geom: BlockGeometry) -> np.ndarray:
     """(H,) float64 mean Shannon entropy (nats) of the real queries' rows over their window's tokens (padding
     tokens included: the row sums to 1 over them); 0 log 0 counts as 0. A uniform 7 x 7 window: log 49."""
@@ -235,13 +252,26 @@ def info_rows(spec: WindowedSpec, geometry: tuple[BlockGeometry, ...] | None = N
 # ------------------------------------------------------------------------------------------------ holder
 
 class WindowedMaps:
-    """Lazily computed, cached views of one windowed result (the window keeps one per image)."""
+    """Lazily computed, cached views of one windowed result (the window keeps one per image).
+
+    Besides its own views it answers what the window asks of a per-image holder (`ResultMaps`'s words): `has`,
+    `stack_or_pending`, `resolved`, `head_stats`, `nbytes`, `arrays`, `result`, `grid`; `view(kind, layer)` is
+    the stack and row that show one block's map (the layer selection counts blocks over all stages)."""
+
+    windowed = True          # the window tells the two holders apart by this
 
     def __init__(self, result: WindowedResult) -> None:
         self.result = result
         self._stacks: dict[tuple, MapStack] = {}
         self._overviews: dict[int, StageOverview] = {}
         self._outlines: dict[int, WindowOutlines] = {}
+        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # what the on-demand passes of a plain ViT keep (none of them runs for a windowed model)
+        self.features = None
+        self.norms = None
+        self.prefix_norms = None
+        self.norm_histogram = None
+        self.texts: dict[str, object] = {}
 
     # ------------------------------------------------------------------ structure
     @property
@@ -268,6 +298,98 @@ class WindowedMaps:
             return 0
         stage_blocks(self.result, stage)      # in range, or SelectionError
         return int(stage)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The first stage's grid at this run (what a query patch index counts in)."""
+        return self.geometry[0].grid
+
+    def block_of(self, layer: int | str) -> BlockGeometry:
+        """The block a layer selection names: an index over all blocks (negative from the end, clamped into
+        range); 'mean' / 'all' (no mean over blocks: the stages' grids differ) name the last block."""
+        n = len(self.geometry)
+        b = n - 1 if isinstance(layer, str) else int(layer) + n if int(layer) < 0 else int(layer)
+        return self.geometry[max(0, min(n - 1, b))]
+
+    def heads_of(self, layer: int | str) -> int:
+        return int(self.result.blocks[self.block_of(layer).block].shape[1])
+
+    def rollout_blocks(self) -> str:
+        """The blocks the window's rollout goes through: SAM / ViTDet's global ones where it has some, else all
+        (within one grid)."""
+        return "global" if any(g.is_global for g in self.geometry) else "all"
+
+    def unshown(self, kind: MapKind) -> str | None:
+        """Why this result has no map of `kind` (None: it has): a plain ViT's map, or rollout across Swin's patch
+        merging."""
+        if kind.source == "windows":
+            return None
+        if kind.kind == "rollout":
+            return self.rollout_reason(None, self.rollout_blocks())
+        if kind.kind == "cls":
+            return ("a windowed model (Swin, SAM / ViTDet) has no CLS token: see 'Attention received (windows)' or "
+                    "'Attention of a patch in its window'")
+        return (f"the {kind.label} map is a plain ViT's (attention over all tokens); a windowed model attends inside "
+                "windows: see 'Attention received (windows)' or 'Attention of a patch in its window'")
+
+    def has(self, kind: MapKind) -> bool:
+        """Whether this result gives maps of `kind` (the windowed kinds, rollout where it is defined)."""
+        return self.unshown(kind) is None
+
+    def relevance(self, target: int | None = None) -> None:
+        """No class relevance: its gradient passes are the reference ViT's (`ResultMaps.relevance`)."""
+        return None
+
+    def resolved(self, kind: MapKind) -> MapKind:
+        """The kind a map really is, which names its files (a windowed map is what it says)."""
+        return kind
+
+    def view(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int]:
+        """The stack that shows block `layer`'s (`block_of`) map of `kind`, and the block's row in it: its stage's
+        stack for 'received' and 'query:N'; for rollout (where defined: SAM / ViTDet's global blocks, a Swin of
+        one stage) the rollout through the last of its blocks up to this one (the first when none is).
+
+        Raises:
+            RolloutUndefined: rollout across Swin's patch merging; SelectionError: a plain ViT's map."""
+        kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        g = self.block_of(layer)
+        if kind.kind != "rollout":
+            why = self.unshown(kind)
+            if why is not None:
+                raise SelectionError(why)
+            return self.stack(kind, g.stage), g.index
+        blocks = self.rollout_blocks()
+        why = self.rollout_reason(None, blocks)
+        if why is not None:
+            raise RolloutUndefined(why)
+        rows = self.layers(kind, 0, blocks)
+        p = kind.rollout
+        params = RolloutParams(p.fusion, p.discard, min(p.start, len(rows) - 1), p.residual, p.query)
+        cell0 = None if p.query is None else cell_of_token(self.spec, int(p.query), self.grid)
+        below = [i for i, b in enumerate(rows) if b <= g.block]
+        return self.rollout(0, params, cell0, blocks), (below[-1] if below else 0)
+
+    def view_or_pending(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int]:
+        """`view`, or where this result has no such map a placeholder of zeros on the block's stage titled with why
+        (`MapStack.pending`: never drawn into a file)."""
+        try:
+            return self.view(kind, layer)
+        except SelectionError as exc:
+            g = self.block_of(layer)
+            kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+            depth = len(stage_blocks(self.result, g.stage))
+            columns = self.heads_of(layer) if kind.per_head else 1
+            return MapStack(np.zeros((depth, columns + 2, *g.grid), np.float32), np.zeros(3), str(exc),
+                            pending=True), g.index
+
+    def stack_or_pending(self, kind: MapKind, stage: int | None = None) -> MapStack:
+        """The stack of `kind` over the blocks of `stage` (default 0), or a placeholder titled with why."""
+        first = stage_blocks(self.result, self._stage(stage))[0]
+        if kind.kind == "rollout":
+            return self.view_or_pending(kind, first)[0]
+        if not self.has(kind):
+            return self.view_or_pending(kind, first)[0]
+        return self.stack(kind, stage)
 
     # ------------------------------------------------------------------ stacks
     def stack(self, kind: MapKind | str, stage: int | None = None) -> MapStack:
@@ -380,6 +502,25 @@ class WindowedMaps:
         """Model-info rows at this result's size (`info_rows`)."""
         return info_rows(self.spec, self.geometry)
 
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What the head-statistics dock shows, per block (over all stages) and head, as `ResultMaps.head_stats`:
+        (B, H) mean attention distance in input pixels (cells of the block's stage times its stride), (B, H)
+        entropy in nats, and (B, H, 1) the share of attention on the patches (no prefix tokens; below 1 only
+        where windows hold padding). H is the most heads of any stage; a stage with fewer heads has NaN beyond
+        its own."""
+        if self._stats is None:
+            n, h = len(self.geometry), self.spec.num_heads
+            dist, ent, share = (np.full((n, h), np.nan) for _ in range(3))
+            for s in range(self.num_stages):
+                ov = self.overview(s)
+                for row, b in enumerate(ov.blocks):
+                    k = ov.distance.shape[1]
+                    dist[b, :k] = ov.distance[row] * ov.stride
+                    ent[b, :k] = ov.entropy[row]
+                    share[b, :k] = block_patch_share(self.result.blocks[b], self.geometry[b])
+            self._stats = (dist, ent, share[:, :, None])
+        return self._stats
+
     # ------------------------------------------------------------------ export and memory
     def arrays(self) -> dict[str, np.ndarray]:
         """Exactly the arrays `vitviz export --npz` writes for this image (`vitviz.batch.windowed` calls this):
@@ -392,13 +533,16 @@ class WindowedMaps:
         """Memory held by the result and the views made from it."""
         stacks = sum(s.maps.nbytes for s in self._stacks.values())
         outlines = sum(o.segments.nbytes for o in self._outlines.values())
-        return int(self.result.nbytes + stacks + outlines + sum(o.nbytes for o in self._overviews.values()))
+        stats = 0 if self._stats is None else sum(a.nbytes for a in self._stats)
+        return int(self.result.nbytes + stacks + outlines + stats + sum(o.nbytes for o in self._overviews.values()))
 
     def precompute(self, stages: bool = True) -> None:
         """What the window shows first for every image (received stacks and overviews of every stage, the
-        outlines); the worker calls this off the GUI thread."""
+        outlines, the head statistics); the worker calls this off the GUI thread."""
         for s in range(self.num_stages if stages else 1):
             self.stack("received", s)
             self.overview(s)
         for g in self.geometry:
             self.outlines(g.block)
+        if stages:
+            self.head_stats()

@@ -3,17 +3,26 @@
 write the same files under the same names for the same choices.
 
 No Qt here: the window asks for file names and confirmation, these functions render and write.
+
+A windowed model's result (`vitviz.core.winview.WindowedMaps`) is drawn as `vitviz export` draws it
+(`vitviz.batch.windowed`): the block's stage stack at its row, at the stage's stride, named by the block's index over
+the model (`{image}_received_L{block}_H{head}.png`), every block with its own stage's heads; its .npz is
+`WindowedMaps.arrays()`, the arrays `vitviz export --npz` writes.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vitviz.batch.plan import combos, output_name, safe_stem
 from vitviz.core import files, render
 from vitviz.core.maps import HeadSel, LayerSel, ResultMaps
-from vitviz.gui.state import ViewState, map_kind, map_label, render_options, stack_for
+from vitviz.gui.state import ViewState, is_windowed, map_kind, map_label, render_options, stack_for, windowed_view
+
+if TYPE_CHECKING:
+    from vitviz.core.winview import WindowedMaps
 
 __all__ = ["base_image", "render_view", "image_stem", "map_label", "all_map_paths", "export_all", "export_png",
            "export_npz", "native_size"]
@@ -36,9 +45,28 @@ def render_view(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, 
         (H, W[ + colorbar], 3) uint8: the overlay, or the bare heatmap.
     """
     r = maps.result
+    if is_windowed(maps):
+        return _render_windowed(maps, state, heatmap_only, colorbar, layer, head, base, label)
     return render.draw_map(stack_for(maps, state), state.layer if layer is None else layer,
                            state.head if head is None else head, base_image(maps) if base is None else base,
                            r.image.shape[:2], r.spec.patch_size, render_options(state, heatmap_only, colorbar, label))
+
+
+def _render_windowed(maps: "WindowedMaps", state: ViewState, heatmap_only: bool, colorbar: bool,
+                     layer: LayerSel | None, head: HeadSel | None, base: np.ndarray | None,
+                     label: bool) -> np.ndarray:
+    """`render_view` of a windowed result: block `layer` (default the state's) of its stage's stack, at the stage's
+    stride, as `vitviz.batch.windowed.WindowedExporter` draws it."""
+    import dataclasses
+
+    at = dataclasses.replace(state, layer=state.layer if layer is None else layer,
+                             head=state.head if head is None else head, _listeners=[])
+    stack, row, picked = windowed_view(maps, at)
+    kind = map_kind(at)
+    stride = maps.stride(0) if kind.kind == "rollout" else maps.block_of(at.layer).stride
+    r = maps.result
+    return render.draw_map(stack, row, picked, base_image(maps) if base is None else base, r.image.shape[:2],
+                           stride, render_options(state, heatmap_only, colorbar, label))
 
 
 def image_stem(source: str) -> str:
@@ -49,10 +77,17 @@ def image_stem(source: str) -> str:
 def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tuple[Path, LayerSel, HeadSel]]:
     """(path, layer, head) for every layer × head map of the current map (heads, then 'mean' and 'max'; rollout:
     one per layer), named as `vitviz export --layers all --which-heads all,mean,max` names them."""
-    kind, stack = maps.resolved(map_kind(state)), stack_for(maps, state)
+    kind = maps.resolved(map_kind(state))
+    stem = image_stem(maps.result.source)
+    if is_windowed(maps):       # every block (over the model) with its own stage's heads, as export names them
+        if kind.kind == "rollout":
+            blocks = [] if maps.unshown(kind) else maps.layers(kind, 0, maps.rollout_blocks())
+            return [(folder / output_name(stem, kind, b, "mean"), b, "mean") for b in blocks]
+        return [(folder / output_name(stem, kind, g.block, h), g.block, h) for g in maps.geometry
+                for h in [*range(maps.heads_of(g.block)), "mean", "max"]]
+    stack = stack_for(maps, state)
     layers: list[LayerSel] = list(range(stack.maps.shape[0]))
     heads: list[HeadSel] = [*range(stack.num_heads), "mean", "max"]
-    stem = image_stem(maps.result.source)
     return [(folder / output_name(stem, m, layer, head), layer, head)
             for m, layer, head in combos([kind], layers, heads)]
 
@@ -90,5 +125,7 @@ def native_size(maps: ResultMaps) -> tuple[int, int]:
 def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:
     """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`), with every pass computed
     for it so far (class relevance, text prompts, token norms, feature PCA) from the one table `vitviz export
-    --npz` uses too (`ResultMaps.arrays`)."""
+    --npz` uses too (`ResultMaps.arrays`); a windowed model's, `WindowedMaps.arrays()` as export writes them."""
+    if is_windowed(maps):
+        return files.write_arrays_atomic(path, maps.arrays(), overwrite)
     return files.write_npz_atomic(path, maps.result, overwrite=overwrite, extra=maps.arrays())

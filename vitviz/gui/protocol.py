@@ -78,7 +78,9 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Ran:
-    """One image's result with its CLS and rollout maps and head statistics precomputed."""
+    """One image's result with its CLS and rollout maps and head statistics precomputed; for a windowed model
+    (Swin, SAM / ViTDet) a `vitviz.core.winview.WindowedMaps` with its received stacks, overviews, outlines and
+    head statistics."""
 
     maps: ResultMaps
 
@@ -357,11 +359,6 @@ class Load(Request):
             path = str(catalog.resolve_named(path, progress=ctx.download_progress(path)))
         model = vitviz.load(path or None, device=device,
                             **{k: v for k, v in self.overrides.items() if v is not None})
-        if getattr(model, "windowed", False):   # Swin, SAM / ViTDet: a result of its own the views cannot show yet
-            raise vitviz.VitvizError(
-                f"{path}: a windowed model ({model.spec.family}; attention per window and stage) opened correctly, "
-                "but the window's views of windowed attention are not ready yet; use `vitviz info` and `vitviz "
-                "export --maps received,query:N` for its maps. The model loaded before is still open")
         ctx.model = model   # replaced only on success: a failed load keeps the previous model
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
@@ -369,9 +366,12 @@ class Load(Request):
         from vitviz.core.hyperparams import TABLE_FAMILIES, describe_guess
         from vitviz.core.protocol import capabilities_of
 
-        spec = model.spec
-        described = tuple((name, describe_guess(spec, name)) for name, _source in spec.assumptions)
-        return Loaded(spec, str(model.device), parameter_counts(model.net), refused, layers, skipped,
+        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (`spec.windowed`): stages, heads per stage
+        describe = windowed_guess if getattr(spec, "windowed", False) else describe_guess
+        described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)
+        counts = windowed_parameter_counts(model.net) if getattr(spec, "windowed", False) else \
+            parameter_counts(model.net)
+        return Loaded(spec, str(model.device), counts, refused, layers, skipped,
                       bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described,
                       frozenset(capabilities_of(model)))
 
@@ -391,7 +391,14 @@ class Run(Request):
         return f"Running {_image_name(self.image)}" + (f" at {size[0]}×{size[1]}" if size else "") + "…"
 
     def __call__(self, ctx: Context) -> Ran:
-        maps = ResultMaps(self.model_of(ctx).run(self.image, image_size=self.image_size))
+        model = self.model_of(ctx)
+        result = model.run(self.image, image_size=self.image_size)
+        if getattr(model, "windowed", False):     # Swin, SAM / ViTDet: per stage, block and window
+            from vitviz.core.winview import WindowedMaps
+
+            maps: ResultMaps | WindowedMaps = WindowedMaps(result)
+        else:
+            maps = ResultMaps(result)
         maps.precompute()
         return Ran(maps)
 
@@ -738,6 +745,8 @@ def hook_points(model: Any) -> list[Any]:
     net = getattr(model, "net", None)
     if net is None:
         return []
+    if getattr(model, "windowed", False):      # Swin's blocks sit in its stages: every block of every stage
+        return [b for b in net.all_blocks() if hasattr(b, "register_forward_pre_hook")]
     blocks = getattr(net, "blocks", None)
     children = getattr(blocks, "children", None)
     points = [b for b in children() if hasattr(b, "register_forward_pre_hook")] if callable(children) else []
@@ -782,6 +791,36 @@ def parameter_counts(net: Any) -> dict[str, int]:
         part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
         counts[part] += int(param.numel())
     return {k: v for k, v in counts.items() if v or k != "other"}
+
+
+def windowed_guess(spec: Any, name: str) -> str:
+    """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
+    warns it (`vitviz.core.winload.warn_guesses`)."""
+    import re
+
+    from vitviz.core.winload import HOW_TO_PASS, NAMING
+
+    source = spec.source_of(name)
+    why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
+    what = "a guess" if source.startswith("guess") else "assumed"
+    return f"{name} is {what}: {why}; if that is wrong, pass {HOW_TO_PASS.get(name, NAMING)}"
+
+
+WINDOWED_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed", "absolute_pos_embed")),
+                  ("patch merging", (".downsample.",)), ("blocks", ("blocks.", "layers.")), ("final norm", ("norm.",)),
+                  ("neck", ("neck.",)), ("head", ("head",)))
+
+
+def windowed_parameter_counts(net: Any) -> dict[str, int]:
+    """Parameters per part of a windowed reference model (Swin: its stages' blocks and patch mergings; SAM: its
+    blocks and neck), by name (plain ints)."""
+    counts = {name: 0 for name, _ in WINDOWED_PARTS}
+    counts["other"] = 0
+    for key, param in net.named_parameters():
+        part = next((name for name, keys in WINDOWED_PARTS if key.startswith(keys) or
+                     (name == "patch merging" and any(k in key for k in keys))), "other")
+        counts[part] += int(param.numel())
+    return {k: v for k, v in counts.items() if v}
 
 
 def summarize(exc: BaseException) -> str:

@@ -396,7 +396,7 @@ class Session(QObject):
     def request_pos_embed(self) -> None:
         """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
         pos_embed_ready)."""
-        if self.spec is None:
+        if self.spec is None or getattr(self.spec, "windowed", False):   # a windowed model: no absolute table shown
             return
         size = self.image_size or self.spec.image_size
         p = self.spec.patch_size

@@ -11,25 +11,30 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from vitviz.core.colormaps import available_colormaps
 from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names
-from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, HeadSel, LayerSel, MapKind, MapStack, ResultMaps,
-                              SelectionError, resolve_index)
+from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, MapStack,
+                              ResultMaps, SelectionError, resolve_index)
 from vitviz.core.render import RenderOptions
 from vitviz.core.rollout import FUSIONS, RolloutParams
 from vitviz.core.tokens import Fusion
 
+if TYPE_CHECKING:
+    from vitviz.core.winview import WindowedMaps
+
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
-           "rollout_params", "stack_for", "current_map", "levels_for", "render_options"]
+           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "is_windowed",
+           "windowed_view"]
 
-SOURCES = MAP_KINDS + ("relevance", "pool")   # the image panel's map sources: attention, the gradient maps of a
-                                              # class or a prompt, and a MAP head's attention (only for such models)
+SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
+                                              # gradient maps of a class or a prompt, a MAP head's attention (only
+                                              # for such models), a windowed model's maps ('received', 'query')
 # --map: what each name shows (the table of map kinds: the same words and meanings as `vitviz export --maps`)
 MAP_CHOICES = {KINDS[k].syntax: KINDS[k].help for k in KINDS if k not in WINDOW_UNSHOWN}
 RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient rollout",
@@ -47,8 +52,10 @@ class ViewState:
     Attributes:
         source: 'cls' (CLS attention, or mean attention received when there is no CLS), 'mean' / 'max' (the
             attention each patch receives, averaged / maximised over the patch queries, as `vitviz export --maps
-            mean,max`), 'rollout', or 'token' (the attention row of `query`).
-        layer: layer index, or 'mean' over layers.
+            mean,max`), 'rollout', or 'token' (the attention row of `query`); for a windowed model (Swin, SAM /
+            ViTDet) 'received' (the attention each patch receives, stitched from its windows) or 'query' (patch
+            `query`'s attention inside its window, `--maps query:N`).
+        layer: layer index, or 'mean' over layers; for a windowed model the block's index over all stages.
         head: head index, 'mean' or 'max' over heads.
         query: token index used by the 'token' source (prefix tokens included); None when nothing is selected.
         normalize: stretch each map to its own min..max instead of a scale shared by all layers and heads.
@@ -202,8 +209,8 @@ def state_for(kind: MapKind) -> dict[str, object]:
     if kind.kind == "rollout":
         query = kind.rollout.query
         return {"source": "rollout"} if query is None else {"source": "rollout", "query": int(query)}
-    if kind.kind == "token":
-        return {"source": "token", "query": int(kind.token or 0)}
+    if kind.kind in ("token", "query"):
+        return {"source": kind.kind, "query": int(kind.token or 0)}
     if kind.kind == "text":
         return {"source": "relevance", "relevance_prompt": str(kind.target)}
     if kind.kind in GRADIENT_KINDS:
@@ -261,6 +268,8 @@ def map_kind(state: ViewState) -> MapKind:
         return MapKind("rollout", rollout=rollout_params(state))
     if state.source == "token":
         return MapKind("token", state.query) if state.query is not None else MapKind("cls")
+    if state.source == "query":     # a windowed model's patch; none selected: what every patch receives
+        return MapKind("query", state.query) if state.query is not None else MapKind("received")
     if state.source == "relevance" and state.relevance_prompt:
         return MapKind("text", target=state.relevance_prompt)
     if state.source == "relevance":
@@ -273,14 +282,34 @@ def map_label(state: ViewState) -> str:
     return map_kind(state).label
 
 
+def is_windowed(maps: object) -> bool:
+    """Whether a per-image holder is a windowed model's (`vitviz.core.winview.WindowedMaps`)."""
+    return bool(getattr(maps, "windowed", False))
+
+
+def windowed_view(maps: "WindowedMaps", state: ViewState) -> tuple[MapStack, int, HeadSel]:
+    """What a windowed result shows for the state: the stack holding the selected block's map (its stage's, or
+    the rollout's; a placeholder titled with why where there is none), the block's row in it, and the head
+    selection clamped to the block's own heads (a stage has as many as it has)."""
+    stack, row = maps.view_or_pending(map_kind(state), state.layer)
+    head = state.head if isinstance(state.head, str) else resolve_index(state.head, stack.num_heads)
+    return stack, row, head
+
+
 def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
     """The stack of every layer and head of the map the state selects (`ResultMaps.stack_or_pending`: while its pass
-    runs, a placeholder of zeros titled so, which is never exported)."""
+    runs, a placeholder of zeros titled so, which is never exported); for a windowed model the stack of the
+    selected block's stage (`windowed_view`)."""
+    if is_windowed(maps):
+        return windowed_view(maps, state)[0]  # type: ignore[arg-type]
     return maps.stack_or_pending(map_kind(state))
 
 
 def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
     """The (gh, gw) map the state selects (its layer and head) and the stack it comes from."""
+    if is_windowed(maps):
+        stack, row, head = windowed_view(maps, state)  # type: ignore[arg-type]
+        return stack.select(row, head), stack
     stack = stack_for(maps, state)
     return stack.select(state.layer, state.head), stack
 

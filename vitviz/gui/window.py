@@ -18,7 +18,7 @@ from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplicat
 from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow, QTabBar, QToolBar, QWidget
 
 from vitviz import catalog
-from vitviz.core.mapkinds import lacks
+from vitviz.core.mapkinds import WINDOWED_KINDS, lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.core.tokens import TokenLayout, follow_query
 from vitviz.errors import VitvizError
@@ -586,15 +586,18 @@ class MainWindow(QMainWindow):
         """Make `token` the query everywhere (a negative token, or the selected one again, clears it). With the
         rollout map showing, the rollout starts from it; otherwise the map shows the token's attention."""
         if token < 0 or token == self.state.query:
-            source = self._last_map_source if self.state.source == "token" else self.state.source
+            source = self._last_map_source if self.state.source in ("token", "query") else self.state.source
+            if getattr(self.session.spec, "windowed", False) and source not in WINDOWED_KINDS:
+                source = "received"
             self.state.update(query=None, source=source)
             return
         if self.state.source == "rollout":
             self.state.update(query=token, rollout_pool=False)    # a patch's rollout, not the pooling query's
             return
-        if self.state.source != "token":
+        source = "query" if getattr(self.session.spec, "windowed", False) else "token"   # a windowed patch's
+        if self.state.source != source:
             self._last_map_source = self.state.source
-        self.state.update(query=token, source="token")
+        self.state.update(query=token, source=source)
 
     def show_relevance(self, target: int | None) -> None:
         """Show the class relevance of class `target` (None: the image's top class) with the method chosen."""
@@ -623,7 +626,15 @@ class MainWindow(QMainWindow):
         # gradient maps of a model run from its own code)
         kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
         can = self.session.capabilities or None
-        self.state.update(layer=resolve_index(self.state.layer, spec.depth),
+        layer = resolve_index(self.state.layer, spec.depth)
+        if getattr(spec, "windowed", False):     # Swin, SAM / ViTDet: received, a patch's window, rollout
+            kind = None
+            if source not in WINDOWED_KINDS:
+                source = "query" if source == "token" and query is not None else "received"
+            layer = spec.depth - 1 if isinstance(layer, str) else layer     # no mean over the stages' grids
+        elif source in ("received", "query"):    # a windowed model's maps: a plain ViT's nearest
+            source = "token" if source == "query" and query is not None else "cls"
+        self.state.update(layer=layer,
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
                           source="cls" if kind is not None and lacks(kind, spec, can) else source,
                           rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec, can))
@@ -708,11 +719,11 @@ class MainWindow(QMainWindow):
             return
         self._applying_rule = True
         try:
-            if s.source == "token" and not s.normalize:
+            if s.source in ("token", "query") and not s.normalize:
                 s.update(normalize=True)
                 self._auto_normalized = True
                 self.status.note(QUERY_SCALE_NOTE)
-            elif s.source != "token" and self._auto_normalized:
+            elif s.source not in ("token", "query") and self._auto_normalized:
                 self._auto_normalized = False
                 s.update(normalize=False)
         finally:

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from vitviz.core.mapkinds import KINDS, lacks
+from vitviz.core.mapkinds import KINDS, WINDOWED_KINDS, lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
@@ -24,6 +24,11 @@ SOURCE_LABELS = {key: KINDS[key].label for key in SOURCES}
 SOURCE_TIPS = {key: f"{KINDS[key].help[:1].upper()}{KINDS[key].help[1:]} (--map {KINDS[key].syntax})"
                for key in SOURCES}
 SOURCE_TIPS["token"] += "; click a patch to pick one"
+SOURCE_TIPS["query"] += "; click a patch to pick one (its window is outlined)"
+SOURCE_TIPS["received"] = SOURCE_TIPS["received"].replace(" (--map", ", drawn with the block's window outlines (--map")
+WINDOWED_SETTINGS = ("A windowed model (Swin, SAM / ViTDet): its stages, heads and windows are read from the file; "
+                     "load it with window= / global_blocks= overrides (vitviz --window N --global-blocks I,J) to "
+                     "change them")
 SOURCE_TIPS["relevance"] = ("What the model looks at for one class, from attention gradients (a backward pass per "
                             "image and class; --map relevance:CLASS), or for a text prompt: pick the method and "
                             "class below")
@@ -194,7 +199,14 @@ class ControlsPanel(QWidget):
         self.relevance_picker = RelevancePicker(self.state, self.session)
         form.addRow(self.relevance_picker)
         self.layer_spin, self.layer_slider = self._selector(LAYER_SPECIALS, "layer")
-        form.addRow("Layer", _pair(self.layer_slider, self.layer_spin))
+        self._layer_tip = self.layer_spin.toolTip()
+        self.layer_label = QLabel("Layer")
+        form.addRow(self.layer_label, _pair(self.layer_slider, self.layer_spin))
+        self.block_label = QLabel("")       # a windowed model's block: its stage, place and attention
+        self.block_label.setObjectName("blockLabel")
+        self.block_label.setWordWrap(True)
+        self.block_label.setVisible(False)
+        form.addRow(self.block_label)
         self.head_spin, self.head_slider = self._selector(HEAD_SPECIALS, "head")
         form.addRow("Head", _pair(self.head_slider, self.head_spin))
         self.query_combo = compact(QComboBox(), 12)
@@ -225,8 +237,11 @@ class ControlsPanel(QWidget):
         model with a MAP head, the class relevance not for a model run from its own code (its attention gradients
         are not exposed); without a model, all but the pooling attention."""
         self.source_combo.clear()
+        windowed = getattr(spec, "windowed", False)
         for key, label in SOURCE_LABELS.items():
             can = self.session.capabilities or None   # none known yet (no model answered): from the spec
+            if (key in WINDOWED_KINDS) != windowed and (windowed or key != "rollout"):
+                continue         # a windowed model's maps only for one (rollout: both, said where undefined)
             if (key == "pool" and (spec is None or lacks("pool", spec, can))) or (
                     key == "relevance" and spec is not None and lacks("relevance", spec, can)):
                 continue
@@ -262,17 +277,28 @@ class ControlsPanel(QWidget):
 
     def _on_query_chosen(self, _index: int) -> None:
         token = self.query_combo.currentData()
+        windowed = getattr(self._spec, "windowed", False)
+        query_source = "query" if windowed else "token"
         if token is None or token < 0:
-            self._set(query=None, source="cls" if self.state.source == "token" else self.state.source)
+            fallback = "received" if windowed else "cls"
+            self._set(query=None, source=fallback if self.state.source == query_source else self.state.source)
         else:
-            self._set(query=int(token), source="token")
+            self._set(query=int(token), source=query_source)
 
     def set_spec(self, spec: ModelSpec, device: str) -> None:
         """Show a newly loaded model and size the layer/head ranges to it."""
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        self.model_settings.set_spec(spec)
+        windowed = getattr(spec, "windowed", False)
+        self.model_settings.set_spec(None if windowed else spec)   # its fields are a plain ViT's
+        self.model_settings.setToolTip(WINDOWED_SETTINGS if windowed else "")
+        self.layer_label.setText("Block" if windowed else "Layer")
+        self.relevance_picker.setVisible(not windowed)   # no class relevance: its passes are the reference ViT's
+        self.block_label.setVisible(windowed)
+        self.layer_spin.setMinimum(0 if windowed else min(LAYER_SPECIALS))   # no mean over stages' grids
+        self.layer_spin.setToolTip("The block's index over all stages (its stage and place are named below)"
+                                   if windowed else self._layer_tip)
         self.layer_spin.setMaximum(spec.depth - 1)
         self.layer_slider.setMaximum(spec.depth - 1)
         self.head_spin.setMaximum(spec.num_heads - 1)
@@ -319,6 +345,8 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
+            if getattr(spec, "windowed", False):
+                heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
             self.head_spin.setValue(sel_to_int(s.head, HEAD_SPECIALS, heads))
@@ -340,6 +368,20 @@ class ControlsPanel(QWidget):
         finally:
             self._updating = False
 
+    def _show_block(self, spec: ModelSpec) -> int:
+        """A windowed model's selected block: its stage, place and attention under the selector, the head range
+        of its stage; returns the stage's head count."""
+        layer = self.state.layer
+        block = spec.depth - 1 if isinstance(layer, str) else int(resolve_index(layer, spec.depth))
+        stage, index = spec.stage_of(block)
+        heads = spec.heads[stage]
+        g = geometry_at(spec, self.session.image_size)[block]
+        self.block_label.setText(f"stage {stage} · block {index} of {spec.depths[stage]} · {g.describe()} · "
+                                 f"{g.grid[0]}×{g.grid[1]} cells of {g.stride} px · {plural(heads, 'head')}")
+        self.head_spin.setMaximum(heads - 1)
+        self.head_slider.setMaximum(heads - 1)
+        return heads
+
     def _fill_queries(self) -> None:
         self.query_combo.clear()
         self.query_combo.addItem("none (click a patch)", -1)
@@ -355,6 +397,8 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
+    if getattr(spec, "windowed", False):
+        return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)
     prefix = ", ".join(spec.prefix_names) or "none"
@@ -365,6 +409,34 @@ def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
              [f"{h}×{w} px", f"patch {spec.patch_size}", f"grid {grid[0]}×{grid[1]}",
               f"prefix tokens: {prefix}"]]
     # a line may wrap between its phrases, never inside one ("12 layers × 12 / heads")
+    text = "<br>".join((" · " if i == 0 else ", ").join(_nowrap(p) for p in line if p)
+                       for i, line in enumerate(lines))
+    return f"{text}<br><small>{html.escape(spec.source)}</small>"
+
+
+def geometry_at(spec: ModelSpec, size: tuple[int, int] | None) -> tuple:
+    """A windowed spec's block geometry at input `size` (None: native), or at the native size where the original
+    cannot run that size (the run says why)."""
+    try:
+        return spec.geometry(size or spec.image_size)
+    except ValueError:
+        return spec.geometry()
+
+
+def windowed_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
+    """`model_summary` of a windowed model (Swin, SAM / ViTDet): its stages (blocks × heads) and windows."""
+    h, w = size or spec.image_size
+    geo = geometry_at(spec, (h, w))
+    n = spec.num_params
+    params = f"{n / 1e6:.1f} M parameters" if n >= 1e5 else (f"{n / 1e3:.1f} k parameters" if n else "")
+    stages = " + ".join(f"{d}×{spec.heads[s]}" for s, d in enumerate(spec.depths))
+    n_global = sum(g.is_global for g in geo)
+    windows = sorted({f"{g.window[0]}×{g.window[1]}" for g in geo if not g.is_global})
+    attention = (f"windows {', '.join(windows)}" if windows else "") + (f", {n_global} global" if n_global else "")
+    lines = [[f"<b>{html.escape(spec.family)}</b>", params,
+              f"{plural(spec.num_stages, 'stage')}: {stages} blocks × heads"],
+             [f"{h}×{w} px", f"patch {spec.patch_size}", f"grid {geo[0].grid[0]}×{geo[0].grid[1]}", attention,
+              "windowed attention, no prefix tokens"]]
     text = "<br>".join((" · " if i == 0 else ", ").join(_nowrap(p) for p in line if p)
                        for i, line in enumerate(lines))
     return f"{text}<br><small>{html.escape(spec.source)}</small>"

@@ -202,6 +202,11 @@ class NormsBody(QWidget):
         super().resizeEvent(event)
 
 
+WINDOWED_FEATURES = ("No token features: this dock shows the block outputs of vitviz's reference ViT; a windowed "
+                     "model's (Swin, SAM / ViTDet) are not captured (Swin's grid changes at every patch merging). Its "
+                     "attention maps are in the image panel")
+
+
 class FeaturesPanel(LazyPanel):
     """Feature PCA, patch similarity and token norms of the current image at one layer.
 
@@ -549,6 +554,11 @@ class FeaturesPanel(LazyPanel):
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
             self.status.setText("Open a model and an image: the features of the one shown appear here")
+            return
+        if getattr(maps, "windowed", False):     # nothing is asked of the worker for it
+            for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
+                view.clear()
+            self.status.setText(WINDOWED_FEATURES)
             return
         if maps.features is None:
             path = self.session.current

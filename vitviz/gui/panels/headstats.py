@@ -6,6 +6,8 @@ this model and input size. Hovering a point names its layer and head; clicking s
 plot draws the head mean of every kind as a solid line and the selected head's as a dashed one; hovering it gives a
 layer's values, clicking selects the layer. The statistics themselves are computed in the worker with each result
 (`ResultMaps.head_stats`) and kept by the session (`Session.head_stats`, every image run at this model and size).
+A windowed model's (`WindowedMaps.head_stats`) layers are its blocks over all stages, the distance in input pixels
+of each block's stage and a stage's heads its own (a stage with fewer heads has no points beyond them).
 """
 from __future__ import annotations
 
@@ -157,7 +159,7 @@ class KindPlot:
         self.values = values
         layers = np.arange(values.shape[0])
         for k, curve in enumerate(self.mean_curves):
-            curve.setData(layers, values[:, :, k].mean(axis=1))
+            curve.setData(layers, np.nanmean(values[:, :, k], axis=1))   # NaN: a windowed stage's missing heads
         self.plot.setXRange(-0.3, max(values.shape[0] - 1, 0) + 0.3, padding=0)
         self.plot.setYRange(0.0, 1.0, padding=0.04)
         self.layers_shown = values.shape[0]
@@ -226,7 +228,7 @@ class KindPlot:
         """E.g. 'layer 3: cls 0.120, reg0 0.400, patches 0.480 (head mean); head 1: cls 0.2, ...'."""
         def shares(row: np.ndarray) -> str:
             return ", ".join(f"{n} {v:.3f}" for n, v in zip(self.names, row))
-        text = f"layer {layer}: {shares(self.values[layer].mean(axis=0))} (head mean)"
+        text = f"layer {layer}: {shares(np.nanmean(self.values[layer], axis=0))} (head mean)"
         if self.head is not None:
             text += f"; head {self.head}: {shares(self.values[layer, self.head])}"
         return text
@@ -316,6 +318,9 @@ class HeadStatsPanel(LazyPanel):
 
     def redraw(self) -> None:
         self._update_label()
+        x_label = "block" if getattr(self.session.spec, "windowed", False) else "layer"   # over all stages
+        for plot in (self.distance.plot, self.entropy.plot, self.kinds.plot):
+            plot.getAxis("bottom").setLabel(x_label)
         self.shown = self.statistics()
         kinds = self.token_kinds()
         if kinds is None:

@@ -1,12 +1,18 @@
 """The image panel: the image as the model saw it, the current attention map over it with its title and colour
 scale, the patch grid and the selected query patch.
 
+For a windowed model (Swin, SAM / ViTDet: a `vitviz.core.winview.WindowedMaps` result) the layer selection is a
+block over all stages: the block's map is drawn at its stage's resolution (cells of the stage's stride) with the
+block's window outlines over it (`WindowOutlineItem`; a shifted block's windows as they lie after the shift) and,
+with a query patch, its window highlighted.
+
 It draws itself: it follows the session's current result (`Session.current_changed`) and the view state, and shows
 what the session is doing instead (no model, no image, running, failed) while there is no result.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -17,10 +23,14 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 from vitviz.core import render
 from vitviz.core.maps import ResultMaps
 from vitviz.core.spec import AttentionResult
+
+if TYPE_CHECKING:
+    from vitviz.core.winview import WindowedMaps
 from vitviz.gui import colors
 from vitviz.gui.panels import base
+from vitviz.gui.panels.windows import WindowOutlineItem
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, levels_for, map_kind
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, is_windowed, levels_for, map_kind
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
               "relevance_method", "relevance_class", "relevance_prompt", "rollout_pool"}
@@ -86,7 +96,9 @@ class ImagePanel(QWidget):
         self.highlight_item.setPen(base.pen(base.SELECT, 255, 2.0))
         self.highlight_item.setZValue(3)
         self.highlight_item.setVisible(False)
-        for item in (self.image_item, self.overlay_item, self.grid_item, self.highlight_item):
+        self.outline_item = WindowOutlineItem(color="#ffffff", alpha=170, width=1.0)   # a windowed block's windows
+        self.outline_item.setVisible(False)
+        for item in (self.image_item, self.overlay_item, self.grid_item, self.outline_item, self.highlight_item):
             self.view.addItem(item)
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("viridis"),
                                         interactive=False, width=14)
@@ -144,12 +156,21 @@ class ImagePanel(QWidget):
         maps, values = self._maps, self.values
         if row < 0 or maps is None or values is None:
             return ""
-        token = maps.result.num_prefix + row * maps.result.grid[1] + col
+        token = maps.result.num_prefix + row * maps.grid[1] + col
+        if is_windowed(maps):           # the map is on the block's stage grid: the cell holding this patch
+            f_r, f_c = (max(1, -(-maps.grid[i] // values.shape[i])) for i in (0, 1))
+            cell = (min(row // f_r, values.shape[0] - 1), min(col // f_c, values.shape[1] - 1))
+            where = "" if cell == (row, col) else f" · stage cell {cell[0]}, {cell[1]}"
+            return f"patch row {row}, col {col} · patch {token}{where} · value {values[cell]:.4g}"
         return f"row {row}, col {col} · token {token} · value {values[row, col]:.4g}"
 
     # ------------------------------------------------------------------------------------------ drawing
 
     def _draw_map(self, maps: ResultMaps, image_changed: bool) -> None:
+        if is_windowed(maps):
+            self._draw_windowed(maps, image_changed)
+            return
+        self.outline_item.setVisible(False)
         state, result = self.state, maps.result
         if image_changed:
             self.set_image(result.image, result.grid, result.spec.patch_size)
@@ -165,6 +186,51 @@ class ImagePanel(QWidget):
         self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image
         self.colorbar.setVisible(not stack.pending)
         self.set_highlight(self._query_patch(result))
+
+    def _draw_windowed(self, maps: "WindowedMaps", image_changed: bool) -> None:
+        """The selected block's map at its stage's resolution, its window outlines and the query's window."""
+        from vitviz.gui.state import windowed_view
+
+        state, result = self.state, maps.result
+        if image_changed or self._grid != maps.grid:
+            self.set_image(result.image, maps.grid, result.spec.patch_size)
+        stack, row, head = windowed_view(maps, state)
+        g = maps.block_of(state.layer)
+        kind = map_kind(state)
+        cell = g.stride if kind.kind != "rollout" else maps.stride(0)
+        values = stack.select(row, head)
+        self.values = values
+        self.values_changed.emit()
+        levels = stack.levels(values, head, own=state.normalize)
+        size = (values.shape[0] * cell, values.shape[1] * cell)
+        shown = render.upsample(values, size, True) if state.smooth else values
+        self.scale_text = render.scale_label(stack, head, "own" if state.normalize else "shared")
+        where = f"stage {g.stage} · block {g.index} (block {g.block}: {g.describe()})"
+        what = stack.title.removesuffix(f", stage {g.stage}")          # the stage is said with the block
+        if kind.kind == "rollout" and not stack.pending:
+            through = maps.layers(kind, 0, maps.rollout_blocks())[row]
+            where = f"through block {through}" + (" (global blocks)" if maps.rollout_blocks() == "global" else "")
+        parts = [f"{Path(result.source).name} — {what}", where]
+        if kind.per_head and not stack.pending:
+            parts.append(f"head {head}")
+        if not stack.pending:
+            parts.append(f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
+        self.show_map(shown, levels, state.colormap, state.opacity, " · ".join(parts), extent=(size[1], size[0]))
+        self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
+        self.overlay_item.setVisible(not stack.pending)
+        self.colorbar.setVisible(not stack.pending)
+        query = state.query if state.source in ("query", "rollout") else None
+        if query is not None and not 0 <= query < maps.grid[0] * maps.grid[1]:
+            query = None
+        self.set_highlight(None if query is None else divmod(query, maps.grid[1]))
+        if kind.kind == "rollout" or stack.pending:
+            self.outline_item.setVisible(False)
+            return
+        outlines = maps.outlines(g.block)
+        self.outline_item.set_outlines(outlines.segments, g.stride)
+        self.outline_item.set_query_window(None if query is None else
+                                           maps.query_outline(g.block, divmod(query, maps.grid[1])), g.stride)
+        self.outline_item.setVisible(True)
 
     def _title(self, what: str, result: AttentionResult, scale: str) -> str:
         """The map's title: the image and map, the layer, the head and the colour scale."""
@@ -199,17 +265,20 @@ class ImagePanel(QWidget):
         """Remove the image and the map and show `message` instead."""
         self.image_item.clear()
         self.overlay_item.clear()
+        self.outline_item.setVisible(False)
         self.colorbar.setVisible(False)
         self.highlight_item.setVisible(False)
         self.grid_item.setVisible(False)
         self.title.setText(message)
 
     def show_map(self, values: np.ndarray, levels: tuple[float, float], cmap: str, opacity: float,
-                 title: str) -> None:
-        """Overlay a map (any resolution; it is stretched over the patch grid) with the given colour scale."""
+                 title: str, extent: tuple[float, float] | None = None) -> None:
+        """Overlay a map (any resolution; it is stretched over the patch grid) with the given colour scale; with
+        `extent` (width, height in input pixels: a windowed stage's grid times its stride) over that instead."""
         gh, gw = self._grid
         self.overlay_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(cmap))
-        self.overlay_item.setRect(QRectF(0, 0, gw * self._patch, gh * self._patch))
+        width, height = extent or (gw * self._patch, gh * self._patch)
+        self.overlay_item.setRect(QRectF(0, 0, width, height))
         self.overlay_item.setOpacity(opacity)
         if self._cmap_name != cmap:
             self._cmap_name = cmap
@@ -274,7 +343,7 @@ class ImagePanel(QWidget):
     def _on_patch_clicked(self, row: int, col: int) -> None:
         maps = self._maps
         if maps is not None:
-            self.query_clicked.emit(maps.result.num_prefix + row * maps.result.grid[1] + col)
+            self.query_clicked.emit(maps.result.num_prefix + row * maps.grid[1] + col)
 
 
 def _grid_pixels(result: AttentionResult) -> tuple[int, int]:

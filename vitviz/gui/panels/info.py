@@ -41,12 +41,23 @@ class ModelInfo:
     layers: tuple[tuple[str, str], ...] = ()                      # a live model's (layer, mechanism that found it)
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
     verdict: VerdictLine | None = None      # verified / not verified / differs (`assumptions.verdict_line`)
+    stages: list[tuple[str, str]] = field(default_factory=list)   # a windowed model's stages and blocks
+                                                                  # (`vitviz.core.winview.info_rows`)
 
 
 def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
-    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path,
+    stages: list[tuple[str, str]] = []
+    if getattr(session.spec, "windowed", False):       # at the current image's run, else at the input size
+        from vitviz.core.winview import info_rows
+
+        spec = session.spec
+        from vitviz.gui.panels.controls import geometry_at
+
+        stages = maps.info_rows() if getattr(maps, "windowed", False) else info_rows(
+            spec, geometry_at(spec, session.image_size))  # type: ignore[arg-type]
+    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path, stages=stages,
                      param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
                      cached_images=len(session.cached_paths()),
                      image=Path(session.current).name if session.current else "",
@@ -127,6 +138,8 @@ def info_html(info: ModelInfo) -> str:
         return f"<p>Loading model {html.escape(display_name(info.loading))}…</p>"
     if spec is None:
         return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
+    if getattr(spec, "windowed", False):
+        return windowed_html(info)
     grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
                                                       info.image_size[1] // spec.patch_size)
     n_tokens = spec.num_prefix + grid[0] * grid[1]
@@ -151,6 +164,38 @@ def info_html(info: ModelInfo) -> str:
         _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
                            "(attention and the maps derived from it)</p>"),
         _section("Top-5 for the current image", _top5(info)),
+        _section("Every spec field and where it came from", _table(spec_rows(spec),
+                                                                  ("field", "value", "kind", "source"))),
+    ]
+    return "".join(parts)
+
+
+def windowed_html(info: ModelInfo) -> str:
+    """`info_html` of a windowed model (Swin, SAM / ViTDet): its stages (depth, heads, width, window, grid) and
+    every block's attention ('windowed (7×7, shift 3)' / 'global (8×8)'), then what a plain ViT's panel shows."""
+    spec = info.spec
+    assert spec is not None
+    pp = spec.preprocess
+    stage_rows = [(label, value) for label, value in info.stages if not label.startswith("stage ") or
+                  " block " not in label]
+    block_rows = [(label, value) for label, value in info.stages if (label, value) not in stage_rows]
+    parts = [
+        f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
+        f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
+        _exactness_section(info),
+        _section("Stages", _table(stage_rows, ("", "windowed attention"))),
+        _section("Blocks", _table(block_rows, ("block", "attention"))),
+        _section("Tokens", "<p>no prefix tokens (no CLS token: the head averages the last stage's tokens); a "
+                           "block's attention is per window: windows × heads × window tokens × window tokens</p>"),
+        _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
+                 if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
+        _section("Preprocessing", _table([
+            ("mode", pp.mode), ("resize", str(pp.resize)), ("crop", "×".join(map(str, pp.crop))),
+            ("interpolation", pp.interpolation), ("mean", ", ".join(f"{m:.3f}" for m in pp.mean)),
+            ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
+        _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
+                           "(attention and the maps derived from it)</p>"),
+        _section("Top-5 for the current image", _top5(info, links=False)),
         _section("Every spec field and where it came from", _table(spec_rows(spec),
                                                                   ("field", "value", "kind", "source"))),
     ]
@@ -190,11 +235,17 @@ def _live_section(info: ModelInfo) -> str:
     return _section("Attention capture (the model's own code)", body)
 
 
-def _top5(info: ModelInfo) -> str:
+def _top5(info: ModelInfo, links: bool = True) -> str:
+    """The current image's top-5 classes; `links`: each a link to its class relevance (not for a windowed model,
+    which has none)."""
     if not info.image:
         return "<p>No image yet.</p>"
     if not info.top5:
         return f"<p>{html.escape(info.image)}: no classifier head (or not run yet).</p>"
+    if not links:
+        return f"<p>{html.escape(info.image)}</p>" + _table([(label, f"{100 * p:.1f} %", str(i))
+                                                            for i, label, p in info.top5],
+                                                           ("class", "probability", "index"))
     head = "".join(f"<th align='left'>{h}</th>" for h in ("class", "probability", "index"))
     body = "".join(f"<tr><td><a href='class:{i}'>{html.escape(label)}</a></td><td>{100 * p:.1f} %</td><td>{i}</td>"
                    "</tr>" for i, label, p in info.top5)   # a click shows the class relevance of that class

@@ -28,6 +28,9 @@ LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
 LABEL_GAP_PX = 6.0          # the least room between two axis labels
 Ticks = list[list[tuple[float, str]]]
+WINDOWED_MATRIX = ("No token matrix: this windowed model (Swin, SAM / ViTDet) attends inside windows, not over all "
+                   "tokens at once. The image panel shows its maps: 'Attention received (windows)', and 'Attention "
+                   "of a patch in its window' (click a patch); `vitviz export --npz` writes every window's matrix")
 
 
 def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
@@ -162,6 +165,10 @@ class MatrixPanel(LazyPanel):
         maps, s = self._maps, self.state
         if maps is None:
             self._clear()
+            return
+        if getattr(maps, "windowed", False):
+            self._clear()
+            self.title.setText(WINDOWED_MATRIX)
             return
         key = (id(maps), s.layer, s.head, s.matrix_log, s.colormap)
         if key != self._key:

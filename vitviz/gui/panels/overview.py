@@ -3,6 +3,9 @@
 One `ImageItem` holds the whole mosaic (rows = layers, columns = heads, then head mean and max), so ViT-L (24 × 18
 tiles) costs one texture upload; a layer or head change only moves the selection frame. It follows the session's
 current result and the view state's map source by itself.
+
+For a windowed model (Swin, SAM / ViTDet) the rows are the blocks of the selected block's stage (the stages'
+grids differ), labelled with their block indices; a click selects that block.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from vitviz.core.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, stack_for
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, is_windowed, stack_for, windowed_view
 
 STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile",   # what the overview draws from
                 "relevance_method", "relevance_class"}
@@ -42,6 +45,7 @@ class OverviewPanel(QWidget):
         self._columns: list[tuple[int, str]] = []     # (column, label) of the bottom axis
         self._column_name = "rollout"                  # the label of a stack with one column (its map's name)
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
+        self._blocks: list[int] = []                   # a windowed model's block of each row ([] otherwise)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
         self.title = base.TitleLabel("", color=base.TEXT, size="10pt")     # wraps: never widens the panel
@@ -86,10 +90,27 @@ class OverviewPanel(QWidget):
         maps, state = self._maps, self.state
         if maps is None:
             self.clear()
+        elif is_windowed(maps) and (changed & STACK_FIELDS or changed & ROLLOUT_FIELDS):
+            stack, row, head = windowed_view(maps, state)
+            self._blocks = self._block_rows(maps)
+            self.show_stack(stack, state.per_tile, state.colormap)
+            self.select(row, stack.column(head))
         elif changed & STACK_FIELDS or (changed & ROLLOUT_FIELDS and state.source == "rollout"):
+            self._blocks = []
             stack = stack_for(maps, state)
             self.show_stack(stack, state.per_tile, state.colormap)
             self.select(None if state.layer == "mean" else int(state.layer), stack.column(state.head))
+
+    def _block_rows(self, maps: object) -> list[int]:
+        """The block (over the model) of each row of a windowed result's stack: the selected block's stage, or
+        the blocks a rollout goes through."""
+        from vitviz.gui.state import map_kind
+
+        kind = map_kind(self.state)
+        if kind.kind == "rollout" and maps.unshown(kind) is None:  # type: ignore[attr-defined]
+            return maps.layers(kind, 0, maps.rollout_blocks())  # type: ignore[attr-defined]
+        g = maps.block_of(self.state.layer)  # type: ignore[attr-defined]
+        return [b.block for b in maps.geometry if b.stage == g.stage]  # type: ignore[attr-defined]
 
     def clear(self) -> None:
         """Nothing to show (no model or no result yet): no tiles, and no empty axes either."""
@@ -167,7 +188,9 @@ class OverviewPanel(QWidget):
 
     def _set_ticks(self, nl: int, nc: int, gh: int, gw: int) -> None:
         step = max(1, nl // 12)
-        left = [((i + 0.5) * (gh + self._gap), str(i)) for i in range(0, nl, step)]
+        names = [str(b) for b in self._blocks] if len(self._blocks) == nl else [str(i) for i in range(nl)]
+        left = [((i + 0.5) * (gh + self._gap), names[i]) for i in range(0, nl, step)]
+        self.plot.getAxis("left").setLabel("block" if self._blocks else "layer")
         if nl == 1 and self.session.spec is not None and self.session.spec.depth > 1:
             left = [(0.5 * (gh + self._gap), "all")]       # one map of the whole model (relevance, pooling)
         heads = nc - 2 if nc > 2 else nc
@@ -220,7 +243,9 @@ class OverviewPanel(QWidget):
         nc = self._shape[1]
         heads = nc - 2
         head: int | str = col if col < heads else ("mean" if col == heads else "max")
-        if self._shape[0] == 1:
+        if len(self._blocks) == self._shape[0]:
+            layer = self._blocks[layer]     # a windowed stage's row: its block over the model
+        elif self._shape[0] == 1:
             layer = self.state.layer        # one map of the whole model: a click picks a head, not a layer
         self.tile_clicked.emit(layer, None if nc == 1 else head)
 

@@ -34,6 +34,18 @@ NO_POS_TEXT = ("This model has no learned absolute position embedding (for examp
                "positions), so there is nothing to show here.")
 
 
+def windowed_text(spec: ModelSpec) -> str:
+    """What the dock says for a windowed model (Swin, SAM / ViTDet), whose positions it does not show."""
+    if spec.arch == "sam":
+        what = ("SAM / ViTDet adds decomposed relative positions (rel_pos_h, rel_pos_w) computed from q in every "
+                "block" + (", on top of a learned absolute table" if spec.pos_embed else ""))
+    else:
+        what = ("Swin's positions are a relative position bias inside each window"
+                + (" (Swin v2: a continuous bias from a small MLP)" if spec.rel_pos == "cpb" else " (a learned table)"))
+    return (f"{what}. This dock shows a plain ViT's learned absolute position table; it does not show a windowed "
+            "model's positions.")
+
+
 class PosEmbedPanel(QWidget):
     """Live position-embedding similarity (and RoPE kernel) of the session's model at the current input size;
     `hover(row, col)` is also driven by the image panel."""
@@ -102,8 +114,11 @@ class PosEmbedPanel(QWidget):
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
         self._spec, self.data, self.rope, self.position = spec, None, None, None
-        self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
-                                                                                          NO_MODEL_TEXT))
+        if getattr(spec, "windowed", False):     # nothing is asked of the worker for it (`Session.request_pos_embed`)
+            self.message.setText(windowed_text(spec))
+        else:
+            self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
+                                                                                              NO_MODEL_TEXT))
         self._stack.setCurrentWidget(self.message)
 
     def _on_loading_changed(self, _loading: bool) -> None:

@@ -85,7 +85,7 @@ class RelevancePicker(QWidget):
         for i, name in enumerate(class_names(spec)):
             self.class_combo.addItem(name, i)
         self._updating = False
-        clip_like = spec is not None and spec.embed_out > 0
+        clip_like = spec is not None and getattr(spec, "embed_out", 0) > 0   # a windowed spec has none
         self._has_classes = spec is None or spec.num_classes > 0
         self.setEnabled(self._has_classes or clip_like)
         self.setToolTip("" if spec is None or spec.num_classes else "This model has no classifier: no class to "

@@ -3,6 +3,10 @@
 The controls write `ViewState` (so the image panel's 'rollout' source and its export use the same parameters);
 writes are coalesced through a zero-delay timer, so dragging a slider computes only the newest setting. The map
 here is one row-vector rollout through the last layer (`RolloutEngine.vector`), O(L·T²) on the GUI thread.
+
+A windowed model (`vitviz.core.winview.WindowedMaps`): SAM / ViTDet roll out through their global blocks (the
+library's `rollout(blocks='global')`), beside the last global block's raw attention; across Swin's patch merging
+rollout is not defined, and the panel says so instead of drawing anything.
 """
 from __future__ import annotations
 
@@ -16,13 +20,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from typing import TYPE_CHECKING
+
 from vitviz.gui import colors
 from vitviz.core.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
-from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
+from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, is_windowed, rollout_params
 
+
+if TYPE_CHECKING:
+    from vitviz.core.winview import WindowedMaps
 
 POOL_QUERY = -2     # the query combo's entry for a MAP head's pooling query
 
@@ -213,7 +222,7 @@ class RolloutPanel(LazyPanel):
         combo.setCurrentIndex(max(0, combo.findData(chosen)))
 
     def _has_pool(self) -> bool:
-        return self._maps is not None and self._maps.result.pool_attention is not None
+        return self._maps is not None and getattr(self._maps.result, "pool_attention", None) is not None
 
     def _pooled(self) -> bool:
         """Whether the rollout starts from the MAP head's pooling query (asked for, and this result has one)."""
@@ -227,17 +236,27 @@ class RolloutPanel(LazyPanel):
             self._maps = maps
             if maps is not None:
                 self._updating = True
-                self.start_spin.setMaximum(maps.rollout.depth - 1)
+                self.start_spin.setMaximum(self._depth(maps) - 1)
                 self._updating = False
             self._sync_controls()
             self.request_redraw()
 
+    @staticmethod
+    def _depth(maps: ResultMaps) -> int:
+        """The layers a rollout of `maps` multiplies (a windowed model: the blocks it rolls out through)."""
+        if is_windowed(maps):
+            return len(maps.layers("rollout", 0, maps.rollout_blocks())) if maps.num_stages == 1 else 1
+        return maps.rollout.depth
+
     def params(self) -> RolloutParams:
         """The state's rollout parameters, with the start layer clamped to the model's depth."""
         params = rollout_params(self.state)
-        depth = self._maps.rollout.depth if self._maps else 1
+        depth = self._depth(self._maps) if self._maps else 1
         q = params.query
-        t = self._maps.result.attentions.shape[-1] if self._maps else 0
+        if self._maps is not None and is_windowed(self._maps):
+            t = self._maps.grid[0] * self._maps.grid[1]          # patches of the first stage (no prefix tokens)
+        else:
+            t = self._maps.result.attentions.shape[-1] if self._maps else 0
         return RolloutParams(params.fusion, params.discard, min(params.start, depth - 1), params.residual,
                              q if q is not None and q < t else None)
 
@@ -250,6 +269,9 @@ class RolloutPanel(LazyPanel):
             return
         t0 = time.perf_counter()
         params = self.params()
+        if is_windowed(maps):
+            self._redraw_windowed(maps, params, t0)
+            return
         r = maps.result
         p, grid = r.num_prefix, r.grid
         pooled = self._pooled()
@@ -277,6 +299,41 @@ class RolloutPanel(LazyPanel):
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms (T = {r.attentions.shape[-1]}); "
                             "the image panel's 'Attention rollout' map uses these settings")
+
+    def _redraw_windowed(self, maps: "WindowedMaps", params: RolloutParams, t0: float) -> None:
+        """SAM / ViTDet: the library's rollout through the global blocks (`WindowedMaps.view`) beside the last
+        one's raw attention; Swin: why rollout is not defined across its patch merging."""
+        from vitviz.core.maps import MapKind
+
+        why = maps.unshown(MapKind("rollout"))
+        if why is not None:
+            self.rollout_view.clear()
+            self.raw_view.clear()
+            self.rollout_map = self.raw_map = None
+            self.rollout_view.title.setText(f"Rollout: {why}")
+            self.timing.setText("Rollout is not defined for this model: " + why)
+            return
+        r, s = maps.result, self.state
+        stack, row = maps.view(MapKind("rollout", rollout=params), -1)
+        self.rollout_map = stack.select(row, "mean")
+        blocks = maps.layers("rollout", 0, maps.rollout_blocks())
+        last = maps.geometry[blocks[row]]
+        kind = MapKind("received") if params.query is None else MapKind("query", params.query)
+        self.raw_map = maps.stack(kind, last.stage).select(last.index, "mean")
+        stride = maps.stride(0)
+        query = None if params.query is None else divmod(params.query, maps.grid[1])
+        for view, values in ((self.rollout_view, self.rollout_map), (self.raw_view, self.raw_map)):
+            view.show(r.image, values, stride, s.colormap, s.opacity)
+            view.outline(query)
+        which = "global blocks " if maps.rollout_blocks() == "global" else "blocks "
+        self.rollout_view.title.setText(f"{stack.title} · through {which}{', '.join(map(str, blocks))} · "
+                                        f"max {self.rollout_map.max():.3g}")
+        who = r.spec.token_name(params.query) if params.query is not None else "every patch (received)"
+        self.raw_view.title.setText(f"raw attention of {who} · block {last.block} ({last.describe()}) · head mean · "
+                                    f"max {self.raw_map.max():.3g}")
+        self.last_update_ms = (time.perf_counter() - t0) * 1000
+        self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms; the image panel's 'Attention "
+                            "rollout' map uses these settings")
 
     @staticmethod
     def _default_name(maps: ResultMaps) -> str:
