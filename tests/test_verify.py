@@ -413,3 +413,19 @@ def test_the_library_entry_point(root: Path) -> None:
     model = _load(_timm_folder(root, "vit_tiny_patch16_224"))
     check = vitviz.verify(model)
     assert check.verdict == "verified" and check.summary().startswith("Verified against timm")
+
+
+def test_a_timm_folder_of_an_unregistered_architecture_is_built_from_its_model_args() -> None:
+    """The bundled demo's config.json names `vit_demo_shapes_patch8_64`, which timm does not register: its
+    `model_args` build timm's VisionTransformer, the original it is checked against (not a traceback)."""
+    import warnings
+
+    import vitviz
+    from vitviz.resources_path import resource
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(resource("demo"), device="cpu")
+    check = vitviz.verify(model)
+    assert check.verdict == "verified", check.summary()
+    assert "VisionTransformer(" in check.original and "not a registered timm name" in check.original

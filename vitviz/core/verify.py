@@ -61,6 +61,10 @@ class _CannotRun(Exception):
     """The original cannot run at this input size (a fixed position table, a size check): the size is skipped."""
 
 
+class _NotBuildable(Exception):
+    """The library the model is named by cannot build it (an architecture it does not register): unverified."""
+
+
 WINDOWED_UNVERIFIED = ("vitviz verify builds plain ViT originals; a windowed model's (Swin, SAM / ViTDet) parity with "
                        "torchvision, timm and transformers is proven by vitviz's tests (tests/test_parity_swin.py, "
                        "tests/test_parity_sam.py), not for this file")
@@ -244,6 +248,8 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
     try:
         return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev)
+    except _NotBuildable as e:
+        return unverified(str(e), library, _version(library))
     except _WeightsDoNotFit as e:  # named as a model whose weights these are not
         version = _version(library)
         return Verification(DIFFERS, library=library, version=version, original=e.what,
@@ -515,7 +521,22 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
 
     raw = _read(path)
     cfg = raw.config or {}
-    if isinstance(cfg.get("architecture"), str):
+    arch = cfg.get("architecture")
+    if isinstance(arch, str) and not timm.is_model(arch):
+        # a timm-style folder of a model of one's own (the demo's `vit_demo_shapes_patch8_64`): no registered name,
+        # but its `model_args` are timm VisionTransformer's, which is then the original
+        model_args = cfg.get("model_args")
+        if not (arch.startswith("vit_") and isinstance(model_args, dict)):
+            raise _NotBuildable(f"timm has no architecture {arch!r} (named by {_folder(path).name}/config.json) and "
+                             "the config gives no VisionTransformer model_args to build it from")
+        from timm.models.vision_transformer import VisionTransformer
+
+        kwargs = {**model_args, "num_classes": int(cfg.get("num_classes", spec.num_classes))}
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        what = (f"timm VisionTransformer({args}) from {_folder(path).name}/config.json ('{arch}' is not a registered "
+                "timm name)")
+        make = VisionTransformer
+    elif isinstance(arch, str):
         source = f"local-dir:{_folder(path)}"
         what = f"timm.create_model('{cfg['architecture']}') from {_folder(path).name}/config.json"
         kwargs: dict[str, Any] = {}
@@ -527,13 +548,20 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         source, what = name, f"timm.create_model('{name}', {args}) ({spec.source_of('identity')})"
     dynamic = [True]
 
+    if isinstance(arch, str) and not timm.is_model(arch):
+        def create(**more: Any) -> nn.Module:
+            return make(**kwargs, **more)
+    else:
+        def create(**more: Any) -> nn.Module:
+            return timm.create_model(source, pretrained=False, **kwargs, **more)
+
     def factory() -> nn.Module:
         if dynamic[0]:
             try:
-                return timm.create_model(source, pretrained=False, dynamic_img_size=True, **kwargs)
+                return create(dynamic_img_size=True)
             except TypeError:  # a model class without dynamic_img_size: its native size only
                 dynamic[0] = False
-        return timm.create_model(source, pretrained=False, **kwargs)
+        return create()
 
     net = _built(factory, raw.tensors, what, path)
     for m in net.modules():
