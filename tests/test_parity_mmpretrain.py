@@ -70,7 +70,9 @@ def test_the_family_is_registered_by_its_file_alone() -> None:
     """Nothing but its module lists it: the registry finds it, its facts are read, names guess it."""
     from vitviz.core import families
 
-    assert "mmpretrain" in families.FAMILY_NAMES and families.recipe("mmpretrain").interpolation == "bicubic"
+    recipe = families.recipe("mmpretrain")    # its ViT configs: mean = std = 127.5, the whole short side at 384
+    assert "mmpretrain" in families.FAMILY_NAMES and recipe.mean == recipe.std == (0.5, 0.5, 0.5)
+    assert recipe.crop_pct == 1.0 and recipe.interpolation == "bilinear" and recipe.mode == "center"
     assert families.family_from_name("vit-base-p16_in1k-384px_20220308-ab8a5b4e.pth") == "mmpretrain"
     orders = [m.DETECT_ORDER for m in families.FAMILIES]
     assert orders == sorted(orders) and families.FAMILIES[-1].NAMES == ("structural",)

@@ -5,14 +5,14 @@ ffn.layers.0.0`, `backbone.patch_embed.projection`, the final norm `backbone.ln1
 A training checkpoint holds `{'meta', 'state_dict', 'optimizer', ...}`; the reader takes its `state_dict`. The
 numerics are mmpretrain's defaults for this backbone (LayerNorm eps 1e-6, exact GELU, pre-norm blocks, head_dim ** -0.5
 scale); its arch table names sizes that timm's does not (its 'small' is 768 wide with 8 heads), so the head count
-is not taken from timm's width table. Its ImageNet configs resize the short side to 256 bicubic and crop 224.
+is not taken from timm's width table. The preprocessing is its ViT configs' (below).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from vitviz.core.families.base import Converted, Hint, Recipe, rename
-from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD
+from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
 
 if TYPE_CHECKING:
     import torch
@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 NAMES = ("mmpretrain",)
 DETECT_ORDER = 115   # detection tries the families in this order, lowest first
 HELP = "OpenMMLab mmpretrain / mmcls VisionTransformer"
-PREPROCESS = {"mmpretrain": Recipe(224 / 256, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "center")}
+# mmpretrain's published ViT weights (`vit-*_3rdparty_in1k-384px`, from Google's JAX ones) are evaluated with its
+# data_preprocessor mean = std = 127.5 (0.5 of 255), ResizeEdge(384, short, bilinear) and CenterCrop(384): the
+# whole short side. Its DeiT configs differ (ImageNet statistics, 256 -> 224 bicubic): nothing in a file tells,
+# so the recipe is said as an assumption unless the model is named.
+PREPROCESS = {"mmpretrain": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center")}
 REGISTERED_SIZES = False
 NAME_HINTS: tuple[tuple[str, str, int], ...] = ((r"mmpretrain|mmcls|vit-(base|large|huge)-p\d+_", "mmpretrain", 40),)
 
