@@ -84,3 +84,23 @@ def test_window_args_show_rollout_of_a_token_and_note_a_head_a_map_lacks(window)
     window.notes.clear()
     apply_args(window, parse("--map", "attngrad:3", "--head", "2"))
     assert not any("ignored" in n for n in window.notes)
+
+
+def test_a_map_the_model_cannot_give_is_said_not_silently_replaced(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """--map pool on a model without a MAP head: the view shows CLS attention and the command-line report says why
+    (a --screenshot then exits non-zero); chosen in the window before a model loads, a note says it."""
+    from _gui import HEADS, parse
+
+    from vitviz.gui.app import apply_args
+
+    apply_args(window, parse("--map", "pool"))
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    assert window.state.source == "cls"
+    assert any("--map pool" in summary and "MAP pooling head" in summary for _t, summary in window.reporter.errors)
+    window.reporter.errors.clear()
+    window.state.update(source="pool")
+    window.notes.clear()
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    assert window.state.source == "cls" and any("MAP pooling head" in n for n in window.notes), window.notes

@@ -133,6 +133,8 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     if head is not None:
         values["head"] = head
     window.requested_view = {k: values[k] for k in ("layer", "head", "query") if k in values}
+    if getattr(args, "map", None):
+        window.requested_view["map"] = args.map
     window.state.update(**values)
     ignored = head_ignored_note(args.map, head) if getattr(args, "map", None) else ""
     if ignored:

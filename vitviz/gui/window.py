@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow,
 
 from vitviz import catalog
 from vitviz.core.mapkinds import WINDOWED_KINDS, lacks
+from vitviz.core.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 from vitviz.core.tokens import TokenLayout, follow_query
 from vitviz.errors import VitvizError
@@ -618,6 +619,7 @@ class MainWindow(QMainWindow):
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         """The view follows the new model: valid layer, head and query, the title, recent models, the status."""
         self._show_loaded(spec)
+        told = bool(self.requested_view.get("map"))     # a --map this model lacks is reported there, not noted
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
@@ -634,9 +636,12 @@ class MainWindow(QMainWindow):
             layer = spec.depth - 1 if isinstance(layer, str) else layer     # no mean over the stages' grids
         elif source in ("received", "query"):    # a windowed model's maps: a plain ViT's nearest
             source = "token" if source == "query" and query is not None else "cls"
+        why = lacks(kind, spec, can) if kind is not None else None
+        if why is not None and not told:   # said, not silent: the map shown is not this model's to give
+            self.note(f"Showing CLS attention: {why}")
         self.state.update(layer=layer,
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source="cls" if kind is not None and lacks(kind, spec, can) else source,
+                          source="cls" if why is not None else source,
                           rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec, can))
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
@@ -678,6 +683,14 @@ class MainWindow(QMainWindow):
             if isinstance(value, int) and not -count <= value < count:
                 problems.append(f"{name}{'' if name.endswith(':') else ' '}{value} is out of range: the model "
                                 f"has {count} {what} (0-{count - 1}, or negative counting from the end)")
+        if asked.get("map"):     # a map this model cannot give (the table of map kinds says why)
+            try:
+                kind = MapKind.parse(str(asked["map"]))
+                why = lacks(kind.kind, spec, self.session.capabilities or None)
+            except (SelectionError, KeyError):
+                why = None
+            if why is not None:
+                problems.append(f"--map {asked['map']}: {why}; showing CLS attention")
         if problems:
             self.reporter.show("Command line", "; ".join(problems), "")
 
