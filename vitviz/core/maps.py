@@ -86,8 +86,9 @@ class MapKind:
     """What a map shows.
 
     Attributes:
-        kind: 'cls' (the CLS token's attention over the patches), 'mean' / 'max' (the attention each patch
-            receives, averaged / maximised over the patch queries), 'token' (the attention row of `token`),
+        kind: a word of the table of map kinds (`vitviz.core.mapkinds.KINDS`): 'cls' (the CLS token's attention
+            over the patches), 'mean' / 'max' (the attention each patch receives, averaged / maximised over the
+            patch queries), 'token' (the attention row of `token`), 'entropy' (the entropy of each patch's row),
             'rollout' (attention rollout with the settings `rollout`, from `rollout.query`), one of the gradient
             maps of class `target` ('relevance', 'gradrollout', 'attngrad'), a feature map ('pca', 'norms'), or
             a MAP head's map: 'pool' (its attention over the patches per pooling head) or 'poolrollout' (the
@@ -118,7 +119,7 @@ class MapKind:
     @classmethod
     def parse(cls, text: str, rollout: RolloutParams | None = None) -> "MapKind":
         """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'rollout:N' (the rollout
-        of token N), 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
+        of token N), 'entropy', 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
         without it the top class), 'pca' or 'norms', 'pool' (a MAP head's attention) or 'rollout:pool' (the
         rollout of the MAP head's query), 'text:PROMPT' or 'prompt:PROMPT' (LeGrad of a text prompt, its case
         kept); `rollout` gives the rollout's other settings."""

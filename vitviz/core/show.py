@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitviz.core.maps import MAP_KINDS, HeadSel, LayerSel, MapKind, ResultMaps, SelectionError
+from vitviz.core.mapkinds import unavailable
+from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, TEXT_KINDS, HeadSel, LayerSel, MapKind, ResultMaps,
+                              SelectionError)
 from vitviz.core.render import RenderOptions, draw_map, native_view
 from vitviz.core.spec import AttentionResult
 from vitviz.core.winspec import WindowedResult
@@ -38,8 +40,8 @@ class ShowError(SelectionError):
     """An argument of `vitviz.show` of the wrong type or out of range; the message names it and what it allows."""
 
 
-def show(result: AttentionResult | ResultMaps, map: str = "cls", layer: LayerSel = -1, head: HeadSel = "mean",  # noqa: A002
-         *, cmap: str = "viridis", opacity: float = 0.6, colorbar: bool = True, original: bool = True,
+def show(result: AttentionResult | ResultMaps, map: str = "cls",  # noqa: A002
+         layer: LayerSel = -1, head: HeadSel = "mean", *, cmap: str = "viridis", opacity: float = 0.6, colorbar: bool = True, original: bool = True,
          **render: Any) -> Image.Image:
     """The map of one layer and head drawn over the image the model saw, as a PIL image.
 
@@ -147,6 +149,9 @@ def _check_map(map_name: Any, spec: Any, maps: ResultMaps) -> MapKind:  # noqa: 
         kind = MapKind.parse(map_name)
     except SelectionError as e:
         raise ShowError(f"show: map {map_name!r}: {e}") from None
+    why = unavailable(kind, spec) if kind.kind not in GRADIENT_KINDS + TEXT_KINDS else None
+    if why is not None and kind.kind not in MAP_KINDS:     # the table of map kinds: this model cannot give it
+        raise ShowError(f"show: map {map_name!r}: {why}")
     if kind.kind not in MAP_KINDS and (kind.kind == "pca" or not maps.has(kind)):
         raise ShowError(f"show: map {map_name!r} needs a pass of its own, which a result does not hold; expected "
                         f"one of {MAPS_SHOWN} (`vitviz export --maps {map_name}` draws it)")
