@@ -104,3 +104,28 @@ def test_a_map_the_model_cannot_give_is_said_not_silently_replaced(qtbot, window
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     assert window.state.source == "cls" and any("MAP pooling head" in n for n in window.notes), window.notes
+
+
+def test_the_map_on_show_is_made_in_the_worker_for_new_images(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """With the entropy map on show, a new image's run makes its entropy stack in the worker (`Run.also`): the
+    result arrives holding it, so showing it computes nothing on the GUI thread."""
+    from _gui import HEADS
+
+    from vitviz.core.maps import MapKind
+    from vitviz.gui.protocol import Run
+
+    window.state.update(source="entropy")
+    assert window.session.precompute == (MapKind("entropy"),)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    asked: list[Run] = []
+    window.session.client.answered.connect(lambda r, a: asked.append(r) if isinstance(r, Run) else None)
+    with qtbot.waitSignal(window.session.result_ready, timeout=20000):
+        window.session.add_images([str(images[0])])
+    assert asked and asked[0].also == (MapKind("entropy"),)
+    assert MapKind("entropy") in window.session.cached(str(images[0]))._stacks   # made before it reached the GUI
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(model=window.session.client._worker.model, slots={})
+    made = Run(image=str(images[1]), also=(MapKind("entropy"),))(ctx).maps      # the work itself, in this thread
+    assert MapKind("entropy") in made._stacks and MapKind("entropy") not in Run(image=str(images[1]))(ctx).maps._stacks

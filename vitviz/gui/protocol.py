@@ -382,6 +382,7 @@ class Run(Request):
 
     image: str = ""
     image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    also: tuple[Any, ...] = ()   # map kinds to make here too (the one on show), besides CLS and rollout
 
     answer = Ran
     title = "Could not run the image"
@@ -399,6 +400,9 @@ class Run(Request):
             maps: ResultMaps | WindowedMaps = WindowedMaps(result)
         else:
             maps = ResultMaps(result)
+            for kind in self.also:                # e.g. the entropy of a ViT-L at 384 px: 0.3 s not on the GUI
+                if kind.source == "attention" and maps.has(kind):
+                    maps.stack(kind)
         maps.precompute()
         return Ran(maps)
 

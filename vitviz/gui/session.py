@@ -100,6 +100,7 @@ class Session(QObject):
         self._current = ""
         self.failed: dict[str, str] = {}
         self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
+        self.precompute: tuple[Any, ...] = ()      # map kinds runs make in the worker too (the view's: `Run.also`)
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
         self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
@@ -416,7 +417,7 @@ class Session(QObject):
             return
         if not self.client.pending(Run):
             self._batch_done, self._batch_start = 0, time.monotonic()     # a new run of images begins
-        self.client.submit(Run, first=first, image=path, image_size=self.image_size)
+        self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute)
         self.run_started.emit(path)
 
     def ensure_all(self) -> None:

@@ -41,7 +41,7 @@ from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
-from vitviz.gui.state import ViewState, resolve_index
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, map_kind, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
@@ -123,6 +123,7 @@ class MainWindow(QMainWindow):
         self._applying_rule = False
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
         self.state.subscribe(self._query_scale_rule)          # first: the panels draw with the rule applied
+        self.state.subscribe(self._precompute_rule)
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
         self._add_docks()
@@ -377,6 +378,16 @@ class MainWindow(QMainWindow):
         # last: the panels subscribed when they were made, so these fire once they have redrawn
         self.state.subscribe(self._after_redraw)
         s.current_changed.connect(self._after_redraw)
+
+    def _precompute_rule(self, changed: set[str]) -> None:
+        """Runs of new images make the map on show in the worker too (`Run.also`), so showing the next image never
+        computes it on this thread (entropy or max of a large model)."""
+        if changed & {"source", "query", "rollout_pool"} | ROLLOUT_FIELDS:
+            try:
+                kind = map_kind(self.state)
+            except (SelectionError, ValueError):
+                return
+            self.session.precompute = (kind,) if kind.source == "attention" else ()
 
     def _after_redraw(self, *_what: object) -> None:
         self.refreshed.emit()
