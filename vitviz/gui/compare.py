@@ -13,6 +13,7 @@ layer and head (tests/gui/test_compare_window.py).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ class LoadB(Request):
         device = str(ctx.model.device) if ctx.model is not None else None
         ctx.slots.pop(B_SLOT, None)                 # the previous B goes first (its memory)
         ctx.slots.pop(FEATURES_SLOT, None)
+        ctx.slots.pop(FEATURES_SLOT + "_a", None)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
         if getattr(model, "windowed", False):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
@@ -184,6 +186,11 @@ class BuildView(Request):
         if model_a is None:
             return None
         held = ctx.slots.setdefault(FEATURES_SLOT, {})
+        owner = ctx.slots.get(FEATURES_SLOT + "_a")           # the model A the held features are of
+        if owner is None or owner() is not model_a:           # another model A since (an id may be reused)
+            for key in [k for k in held if k[0] == "a"]:
+                del held[key]
+            ctx.slots[FEATURES_SLOT + "_a"] = weakref.ref(model_a)
         out: tuple[list[Any], list[Any]] = ([], [])
         try:
             for image in self.sources:
@@ -238,6 +245,7 @@ class DropB(Request):
     def __call__(self, ctx: Context) -> BDropped:
         ctx.slots.pop(B_SLOT, None)
         ctx.slots.pop(FEATURES_SLOT, None)
+        ctx.slots.pop(FEATURES_SLOT + "_a", None)
         return BDropped()
 
 

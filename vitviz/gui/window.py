@@ -70,7 +70,6 @@ DOCKS = {
     "timelineDock": ("Timeline", "Training run timeline", "a run's checkpoints on the current image, with plots "
                                                           "against step (Models › Open training run…)"),
 }
-SIDE_DOCKS = ("compareDock", "timelineDock")   # hidden until used: not in `MainWindow.docks` (the default layout's)
 
 
 def default_size(available: QRect) -> QSize:
