@@ -185,26 +185,54 @@ class MainWindow(QMainWindow):
 
     def _add_side_docks(self) -> None:
         """The Compare and Timeline docks (with their session parts), below the image, hidden until a comparison or
-        a run is opened."""
+        a run is opened. Their panels (pyqtgraph plots: ~0.1 s each) are built the first time the dock is shown,
+        not at startup (`compare_panel`, `timeline_panel`)."""
         from vitviz.gui.compare import CompareSession
-        from vitviz.gui.panels.compare import ComparePanel
-        from vitviz.gui.panels.timeline import TimelinePanel
         from vitviz.gui.timeline import TimelineSession
 
         self.compare = CompareSession(self.session, self)
         self.timeline = TimelineSession(self.session, self)
-        self.compare_panel = ComparePanel(self.state, self.compare)
-        self.timeline_panel = TimelinePanel(self.state, self.timeline)
+        self._side_panels: dict[str, QWidget] = {}
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
-        self.side_docks = [self._dock("compareDock", self.compare_panel, bottom),
-                           self._dock("timelineDock", self.timeline_panel, bottom)]
+        self.side_docks = [self._dock("compareDock", QWidget(), bottom), self._dock("timelineDock", QWidget(), bottom)]
         for dock in self.side_docks:
             dock.hide()
+            dock.visibilityChanged.connect(lambda visible, d=dock: visible and self._side_panel(d.objectName()))
         self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
         self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
 
+    def _side_panel(self, name: str) -> QWidget:
+        """The Compare or Timeline dock's panel, built (and put in its dock) the first time it is asked for."""
+        panel = self._side_panels.get(name)
+        if panel is None:
+            if name == "compareDock":
+                from vitviz.gui.panels.compare import ComparePanel
+
+                panel = ComparePanel(self.state, self.compare)
+            else:
+                from vitviz.gui.panels.timeline import TimelinePanel
+
+                panel = TimelinePanel(self.state, self.timeline)
+            self._side_panels[name] = panel
+            dock = next(d for d in self.side_docks if d.objectName() == name)
+            dock.setWidget(panel)
+            if isinstance(panel, LazyPanel):
+                dock.visibilityChanged.connect(panel.on_dock_visibility)
+                panel.on_dock_visibility(dock.isVisible())
+        return panel
+
+    @property
+    def compare_panel(self) -> Any:
+        return self._side_panel("compareDock")
+
+    @property
+    def timeline_panel(self) -> Any:
+        return self._side_panel("timelineDock")
+
     def _show_side(self, name: str, active: bool) -> None:
         dock = next(d for d in self.side_docks if d.objectName() == name)
+        if active:
+            self._side_panel(name)
         if active and not dock.isVisible():
             other = next(d for d in self.side_docks if d is not dock)
             if other.isVisible() and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
