@@ -328,7 +328,10 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
     maps = fused.reshape(fused.shape[0], fused.shape[1], gh, gw)   # (L, H + 2, N) -> (L, H + 2, gh, gw)
     h = data.shape[1]
     vmax = np.array([maps[:, :h].max(), maps[:, h].max(), maps[:, h + 1].max()], dtype=np.float64)
-    return MapStack(maps=maps, vmax=vmax, title=title)
+    vmin = None
+    if kind.kind == "entropy":   # it lies near log T almost everywhere: the scale starts at its lowest, not at 0
+        vmin = np.array([maps[:, :h].min(), maps[:, h].min(), maps[:, h + 1].min()], dtype=np.float64)
+    return MapStack(maps=maps, vmax=vmax, title=title, vmin=vmin)
 
 
 def query_entropy(attn: np.ndarray, num_prefix: int) -> np.ndarray:
