@@ -96,10 +96,26 @@ def test_hf_vitdet_without_relative_positions(tmp_path) -> None:
         check(vm.run(x_for(size)), *reference(model, x_for(size)))
 
 
-def test_hf_vitdet_residual_blocks_refused(tmp_path) -> None:
-    vitdet(residual_block_indices=[1]).save_pretrained(tmp_path)
+def test_hf_vitdet_residual_blocks(tmp_path) -> None:
+    """`residual_block_indices`: a convolutional bottleneck after blocks 0 and 1 (VitMatte's backbone has them);
+    the output after it, and the attention of the blocks it feeds, match."""
+    model = vitdet(residual_block_indices=[0, 1])
+    model.save_pretrained(tmp_path / "m")
+    vm = load(tmp_path / "m")
+    assert vm.spec.residual_blocks == (0, 1) and vm.spec.kind_of("residual_blocks") == "derived"
+    assert vm.net.blocks[0].residual is not None and vm.net.blocks[2].residual is None
+    for size in SIZES[:2]:
+        check(vm.run(x_for(size)), *reference(model, x_for(size)))
+    residual, vm.net.blocks[1].residual = vm.net.blocks[1].residual, None   # the bottleneck does count
+    with pytest.raises(AssertionError, match="block 2"):
+        check(vm.run(x_for(SIZES[0])), *reference(model, x_for(SIZES[0])))
+    vm.net.blocks[1].residual = residual
+    # a config that lists other blocks than the file holds is refused, naming the setting
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["residual_block_indices"] = [1]
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(VitvizError, match="residual_block_indices"):
-        load(tmp_path)
+        load(tmp_path / "m")
 
 
 def test_hf_vitdet_backbone_and_model_type(tmp_path) -> None:

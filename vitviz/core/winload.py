@@ -309,6 +309,10 @@ def _sam_fields(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: d
     if neck == "conv":
         out["neck_dim"] = prov.set("neck_dim", int(sd["neck.0.weight"].shape[0]), "shape: neck.0.weight")
     out["eps_neck"] = float(prov.hint("eps_neck", hints, 1e-6, "default: LayerNorm2d eps 1e-6")) if neck else 1e-6
+    residual = tuple(sorted({int(m.group(1)) for k in sd if (m := re.match(r"^blocks\.(\d+)\.residual\.", k))}))
+    out["residual_blocks"] = prov.set("residual_blocks", residual, "shape: blocks.N.residual.conv1..norm3 " + (
+        "(ViTDet's bottleneck: 1x1, 3x3, 1x1 convolutions, LayerNorm2d eps 1e-6, the blocks' activation)"
+        if residual else "absent"))
     out["_sam_rel"] = [(tuple(int(sd[f"blocks.{b}.attn.rel_pos_{a}"].shape[0]) for a in "hw")
                         if rel else None) for b in blocks]
     out["_stages"] = 1

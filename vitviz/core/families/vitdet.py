@@ -11,8 +11,9 @@ position bias when `use_relative_position_embeddings` (the table resampled linea
 antialias: vitviz's 'hf' recipe) to the feature grid whenever the two differ; vitviz keeps the grid part as SAM's
 (1, gh, gw, D) `pos_embed` and sets the class slot aside (`dropped`).
 
-Not read: `residual_block_indices` (the convolutional `VitDetResBottleneckBlock` after some blocks; refused with
-that name) and activations other than exact GELU.
+The blocks in `residual_block_indices` are followed by `VitDetResBottleneckBlock` (1x1, 3x3, 1x1 convolutions
+without bias, each followed by a channel LayerNorm of eps 1e-6, added to its input): vitviz's `ResBottleneck`,
+`blocks.N.residual.*`. Not read: activations other than exact GELU.
 """
 from __future__ import annotations
 
@@ -57,10 +58,10 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
                                  "(no embeddings.projection.weight and encoder.layer.N.attention.qkv.weight)")
     cfg = raw.config or {}
     residual = sorted({int(m.group(1)) for k in sd if (m := re.match(r"^encoder\.layer\.(\d+)\.residual\.", k))})
-    if residual or cfg.get("residual_block_indices"):
-        which = residual or list(cfg["residual_block_indices"])
-        raise UnknownLayoutError(f"{raw.path}: a ViTDet with residual_block_indices {which} (convolutional "
-                                 "VitDetResBottleneckBlock after those blocks) is not supported yet")
+    listed = sorted(int(i) for i in cfg.get("residual_block_indices") or ())
+    if "residual_block_indices" in cfg and listed != residual:
+        raise UnknownLayoutError(f"{raw.path}: config.json residual_block_indices {listed}, but the file holds "
+                                 f"residual bottlenecks (encoder.layer.N.residual) after blocks {residual}")
     act = cfg.get("hidden_act")
     if act not in (None, "gelu"):
         raise UnknownLayoutError(f"{raw.path}: ViTDet with hidden_act {act!r} is not supported (exact GELU only)")
