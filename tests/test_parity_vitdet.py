@@ -134,3 +134,18 @@ def test_hf_vitdet_backbone_and_model_type(tmp_path) -> None:
     with torch.no_grad():
         o = bb(pixel_values=x, output_attentions=True)
     check(vm.run(x), o.feature_maps[-1], o.attentions)
+
+
+def test_hf_vitdet_bare_state_dict(tmp_path) -> None:
+    """No config.json: the windows and the native size (here larger than the pretrain grid of the absolute table)
+    from the decomposed tables' shapes, the family's eps and activation assumed and flagged."""
+    from safetensors.torch import save_file
+
+    model = vitdet()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "vitdet.safetensors"))
+    vm = load(tmp_path / "vitdet.safetensors")
+    s = vm.spec
+    assert s.family == "hf-vitdet" and s.image_size == (40, 40) and s.kind_of("image_size") == "derived"
+    assert s.windows == ((2, 2), (0, 0), (2, 2)) and {"eps", "mlp_kind"} <= set(dict(s.assumptions))
+    for size in SIZES:
+        check(vm.run(x_for(size)), *reference(model, x_for(size)))

@@ -106,6 +106,15 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
                                   f"{where} window_block_indices (the blocks not listed attend globally)")
     if cfg.get("image_size") is not None:
         hints["image_size"] = (_pair(cfg["image_size"]), f"{where} image_size")
+    else:   # a bare file: the global blocks' tables (the longest, beside the windows' shorter ones) span the grid
+        lengths = {(int(v.shape[0]), int(sd[k[:-1] + "w"].shape[0])) for k, v in sd.items()
+                   if k.endswith(".attn.rel_pos_h") and k[:-1] + "w" in sd}
+        patch = sd.get("patch_embed.proj.weight")
+        if len(lengths) > 1 and patch is not None:
+            lh, lw = max(lengths)
+            p = int(patch.shape[-1])
+            hints["image_size"] = ((p * (lh + 1) // 2, p * (lw + 1) // 2), "shape: the longest blocks.N.attn."
+                                   "rel_pos_h / rel_pos_w (2G-1, head_dim), a global block's, span the native grid")
     size = hints["image_size"][0] if "image_size" in hints else None
     from vitviz.core.families.sam import _sam_preprocess
 
