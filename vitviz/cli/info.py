@@ -102,7 +102,7 @@ def run_info(args: argparse.Namespace) -> int:
 _WINDOWED_ROWS = ("image_size", "patch_size", "in_chans", "eps", "eps_embed", "eps_neck", "mlp_kind", "qkv_bias",
                   "attn_kind", "rel_pos", "pretrained_windows", "block_norm", "merge_norm", "patch_norm", "pos_embed",
                   "pos_grid", "pos_interp", "order", "shift_rule", "mask_value", "final_norm", "neck", "neck_dim",
-                  "num_classes", "pooling", "windows", "shifts", "heads")
+                  "residual_blocks", "num_classes", "pooling", "windows", "shifts", "heads")
 
 
 def _windowed_info(model: Any, as_json: bool) -> int:

@@ -7,7 +7,8 @@ Written out in full, like `vitviz.core.model.ReferenceViT`: every block's attent
 `softmax((q * scale) @ k^T + bias [+ shift mask])` (Swin v2: `softmax(tau * cos(q, k) + bias [+ mask])`) in
 float32, and passes through a `WindowProbe` right after the softmax. The relative position bias is computed here
 too: Swin v1's table gathered by relative offset, Swin v2's continuous bias (an MLP over log-spaced offsets,
-16 * sigmoid), SAM's decomposed bias (from q, per axis, the table resampled linearly at another grid). Windows are
+16 * sigmoid), SAM's decomposed bias (from q, per axis, the table resampled linearly at another grid); ViTDet's
+optional convolutional bottleneck after a block (`ResBottleneck`, `WindowedSpec.residual_blocks`). Windows are
 cut, shifted, padded and masked as the original does (`WindowedSpec.order` / `shift_rule`; the geometry of every
 block is `WindowedSpec.geometry`, shared with the maps, so they place each window token where the model took it).
 Where no gradient is needed the logits are built in place (bias, SAM's decomposed bias a slice at a time, the shift
@@ -226,6 +227,28 @@ class Mlp(nn.Module):
         return self.fc2(self.act(self.fc1(x)))
 
 
+class ResBottleneck(nn.Module):
+    """ViTDet's residual bottleneck after a block (transformers `VitDetResBottleneckBlock`, detectron2's
+    `ResBottleneckBlock`): x + norm3(conv3(act(norm2(conv2(act(norm1(conv1(x)))))))) on (B, C, H, W), 1x1, 3x3
+    (padded) and 1x1 convolutions without bias, LayerNorm2d eps 1e-6 after each, the blocks' activation."""
+
+    def __init__(self, dim: int, hidden: int, kind: str) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(dim, hidden, 1, bias=False)
+        self.norm1 = LayerNorm2d(hidden, eps=1e-6)
+        self.act1 = make_act(kind)
+        self.conv2 = nn.Conv2d(hidden, hidden, 3, padding=1, bias=False)
+        self.norm2 = LayerNorm2d(hidden, eps=1e-6)
+        self.act2 = make_act(kind)
+        self.conv3 = nn.Conv2d(hidden, dim, 1, bias=False)
+        self.norm3 = LayerNorm2d(dim, eps=1e-6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.act1(self.norm1(self.conv1(x)))
+        out = self.act2(self.norm2(self.conv2(out)))
+        return x + self.norm3(self.conv3(out))
+
+
 class WindowBlock(nn.Module):
     """One block: (windowed or global) attention and an MLP, pre-norm (`x + f(norm(x))`) or residual post-norm
     (`x + norm(f(x))`, Swin v2). Works on (B, H, W, C)."""
@@ -240,6 +263,7 @@ class WindowBlock(nn.Module):
         self.attn = WindowAttention(spec, dim, heads, window, pretrained, rel_len)
         self.norm2 = nn.LayerNorm(dim, eps=spec.eps)
         self.mlp = Mlp(dim, hidden, spec.mlp_kind)
+        self.residual: ResBottleneck | None = None
 
     def windows(self, x: torch.Tensor, geom: BlockGeometry) -> torch.Tensor:
         """Cut (B, H, W, C) into the block's windows (shifted and padded in the original's order), attend, put
@@ -274,7 +298,10 @@ class WindowBlock(nn.Module):
     def forward(self, x: torch.Tensor, geom: BlockGeometry) -> torch.Tensor:
         if self.pre:
             x = x + self.windows(self.norm1(x), geom)
-            return x + self.mlp(self.norm2(x))
+            x = x + self.mlp(self.norm2(x))
+            if self.residual is not None:   # ViTDet's bottleneck on (B, C, H, W)
+                x = self.residual(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+            return x
         x = x + self.norm1(self.windows(x, geom))
         return x + self.norm2(self.mlp(x))
 
@@ -353,6 +380,8 @@ class WindowedNet(nn.Module):
             rel_len = (2 * g.window[0] - 1, 2 * g.window[1] - 1)
             blocks.append(WindowBlock(spec, spec.dims[s], spec.heads[s], spec.mlp_hidden[s], g.window, pre, rel_len))
         if spec.arch == "sam":
+            for b in spec.residual_blocks:
+                blocks[b].residual = ResBottleneck(spec.dims[0], spec.dims[0] // 2, spec.mlp_kind)
             self.blocks = nn.ModuleList(blocks)
             c, d = spec.dims[-1], spec.num_features
             if spec.neck == "conv":

@@ -22,6 +22,7 @@ from vitviz.core.checkpoint import RawCheckpoint
 from vitviz.core.families import Converted
 from vitviz.core.families import sam as sam_family
 from vitviz.core.families import swin as swin_family
+from vitviz.core.families import vitdet as vitdet_family
 from vitviz.core.metadata import metadata_sources
 from vitviz.core.runtime import check_model_memory, resolve_device
 from vitviz.core.spec import GuessWarning
@@ -30,7 +31,7 @@ from vitviz.core.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
 from vitviz.errors import InconsistentCheckpointError, OverrideError
 
-WINDOWED_FAMILIES = swin_family.NAMES + sam_family.NAMES
+WINDOWED_FAMILIES = swin_family.NAMES + sam_family.NAMES + vitdet_family.NAMES
 # overrides only windowed models take (load() accepts them besides hyperparams.OVERRIDES)
 WINDOW_OVERRIDES = ("window", "global_blocks")
 # overrides of hyperparams.OVERRIDES that mean something here
@@ -92,7 +93,7 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
     prov.set("patch_size", patch, "shape: patch_embed.proj.weight")
     prov.set("in_chans", in_chans, "shape: patch_embed.proj.weight")
     fields: dict[str, Any] = {"patch_size": patch, "in_chans": in_chans}
-    if conv.family.endswith("sam") or conv.family == "sam":
+    if conv.family in sam_family.NAMES + vitdet_family.NAMES:
         fields.update(_sam_fields(sd, hints, overrides, prov, where))
     else:
         fields.update(_swin_fields(sd, hints, overrides, prov, where, patch))
@@ -308,6 +309,10 @@ def _sam_fields(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: d
     if neck == "conv":
         out["neck_dim"] = prov.set("neck_dim", int(sd["neck.0.weight"].shape[0]), "shape: neck.0.weight")
     out["eps_neck"] = float(prov.hint("eps_neck", hints, 1e-6, "default: LayerNorm2d eps 1e-6")) if neck else 1e-6
+    residual = tuple(sorted({int(m.group(1)) for k in sd if (m := re.match(r"^blocks\.(\d+)\.residual\.", k))}))
+    out["residual_blocks"] = prov.set("residual_blocks", residual, "shape: blocks.N.residual.conv1..norm3 " + (
+        "(ViTDet's bottleneck: 1x1, 3x3, 1x1 convolutions, LayerNorm2d eps 1e-6, the blocks' activation)"
+        if residual else "absent"))
     out["_sam_rel"] = [(tuple(int(sd[f"blocks.{b}.attn.rel_pos_{a}"].shape[0]) for a in "hw")
                         if rel else None) for b in blocks]
     out["_stages"] = 1
@@ -415,7 +420,10 @@ def _sam_windows(fields: dict[str, Any], hints: dict[str, Any], prov: _Prov, whe
     override_g = fields.pop("_override_globals", None)
     cfg_w = hints.get("window")
     cfg_g = hints.get("global_blocks")
-    pos = fields.get("pos_grid") or grid
+    # the grid a global block's tables span: the stored position grid (SAM's tables and table are both built at
+    # its native size), or the native grid where the family builds them at image_size (ViTDet: its position
+    # table is the pretrain grid's)
+    pos = grid if hints.get("global_grid", ("",))[0] == "native" else fields.get("pos_grid") or grid
     windows: list[tuple[int, int]] = []
     sources: set[str] = set()
     for b in range(depth):
@@ -446,6 +454,7 @@ def _sam_windows(fields: dict[str, Any], hints: dict[str, Any], prov: _Prov, whe
                         "(no tensor holds them; pass window=N and global_blocks=[...])")
         else:
             sources.add("override" if override_w is not None else cfg_w[1])
+            sources.add("override" if override_g is not None else cfg_g[1])
         windows.append((0, 0) if b in globals_ else (int(window), int(window)))
     prov.set("windows", tuple(windows), _join(sources, ""))
     prov.set("shifts", tuple((0, 0) for _ in windows), "family: SAM / ViTDet never shift their windows")

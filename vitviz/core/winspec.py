@@ -46,7 +46,7 @@ COMPUTE_FIELDS = (
     "arch", "image_size", "patch_size", "in_chans", "depths", "heads", "dims", "mlp_hidden", "windows", "shifts",
     "pretrained_windows", "eps", "eps_embed", "eps_neck", "mlp_kind", "qkv_bias", "attn_kind", "rel_pos",
     "block_norm", "merge_norm", "patch_norm", "pos_embed", "pos_grid", "pos_interp", "order", "shift_rule",
-    "mask_value", "final_norm", "neck", "neck_dim", "num_classes", "pooling", "preprocess",
+    "mask_value", "final_norm", "neck", "neck_dim", "residual_blocks", "num_classes", "pooling", "preprocess",
 )
 PSEUDO_FIELDS = ("model_args",)
 OTHER_FIELDS = ("family", "source", "labels", "num_params", "provenance")
@@ -215,6 +215,7 @@ class WindowedSpec(Provenanced):
     final_norm: bool = True
     neck: str = ""                    # SAM: 'conv' (1x1 conv, LN2d, 3x3 conv, LN2d), 'norm' (one LN2d) or ''
     neck_dim: int = 0                 # the conv neck's width (SAM: 256)
+    residual_blocks: tuple[int, ...] = ()   # ViTDet: blocks followed by a convolutional bottleneck (x + f(x))
     num_classes: int = 0
     pooling: str = "avg"              # the head (or the features) average the last stage's tokens
     preprocess: Preprocess = field(default_factory=Preprocess)
@@ -350,6 +351,7 @@ class WindowedSpec(Provenanced):
             "order": swin and shifted, "mask_value": swin and shifted, "shift_rule": swin, "shifts": swin,
             "mlp_kind": True,
             "pooling": True, "neck": not swin, "neck_dim": self.neck == "conv", "final_norm": swin,
+            "residual_blocks": bool(self.residual_blocks),
         }
         return conditional.get(name, True)
 
