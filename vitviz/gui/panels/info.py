@@ -144,7 +144,6 @@ def info_html(info: ModelInfo) -> str:
                                                       info.image_size[1] // spec.patch_size)
     n_tokens = spec.num_prefix + grid[0] * grid[1]
     prefix = ", ".join(spec.prefix_names) or "none"
-    pp = spec.preprocess
     parts = [
         f"<h3 style='margin-bottom:2px'>{html.escape(spec.family)}</h3>"
         f"<p>{html.escape(info.path or spec.source)}<br>device: <b>{html.escape(info.device or '?')}</b></p>",
@@ -155,6 +154,18 @@ def info_html(info: ModelInfo) -> str:
             ("position embedding", _pos_text(spec)),
             ("grid at the current input size", f"{grid[0]}×{grid[1]} patches of {spec.patch_size} px"),
             ("tokens T", str(n_tokens))])),
+        *_model_sections(info, links=True),
+    ]
+    return "".join(parts)
+
+
+def _model_sections(info: ModelInfo, links: bool) -> list[str]:
+    """The sections every model's panel ends with: parameters per part, preprocessing, memory, top-5 (`links`: its
+    classes are links), and every spec field with its provenance."""
+    spec = info.spec
+    assert spec is not None
+    pp = spec.preprocess
+    return [
         _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
                  if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
         _section("Preprocessing", _table([
@@ -163,11 +174,10 @@ def info_html(info: ModelInfo) -> str:
             ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
         _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
                            "(attention and the maps derived from it)</p>"),
-        _section("Top-5 for the current image", _top5(info)),
+        _section("Top-5 for the current image", _top5(info, links=links)),
         _section("Every spec field and where it came from", _table(spec_rows(spec),
                                                                   ("field", "value", "kind", "source"))),
     ]
-    return "".join(parts)
 
 
 def windowed_html(info: ModelInfo) -> str:
@@ -175,7 +185,6 @@ def windowed_html(info: ModelInfo) -> str:
     every block's attention ('windowed (7×7, shift 3)' / 'global (8×8)'), then what a plain ViT's panel shows."""
     spec = info.spec
     assert spec is not None
-    pp = spec.preprocess
     stage_rows = [(label, value) for label, value in info.stages if not label.startswith("stage ") or
                   " block " not in label]
     block_rows = [(label, value) for label, value in info.stages if (label, value) not in stage_rows]
@@ -187,17 +196,7 @@ def windowed_html(info: ModelInfo) -> str:
         _section("Blocks", _table(block_rows, ("block", "attention"))),
         _section("Tokens", "<p>no prefix tokens (no CLS token: the head averages the last stage's tokens); a "
                            "block's attention is per window: windows × heads × window tokens × window tokens</p>"),
-        _section("Parameters per part", _table(parameter_rows(info.param_counts), ("part", "parameters", "share"))
-                 if info.param_counts else f"<p>{_count(spec.num_params)} in total</p>"),
-        _section("Preprocessing", _table([
-            ("mode", pp.mode), ("resize", str(pp.resize)), ("crop", "×".join(map(str, pp.crop))),
-            ("interpolation", pp.interpolation), ("mean", ", ".join(f"{m:.3f}" for m in pp.mean)),
-            ("std", ", ".join(f"{s:.3f}" for s in pp.std)), ("from", spec.source_of("preprocess"))])),
-        _section("Memory", f"<p>cached results: {info.cached_images} image(s), {_bytes(info.cache_bytes)} "
-                           "(attention and the maps derived from it)</p>"),
-        _section("Top-5 for the current image", _top5(info, links=False)),
-        _section("Every spec field and where it came from", _table(spec_rows(spec),
-                                                                  ("field", "value", "kind", "source"))),
+        *_model_sections(info, links=False),
     ]
     return "".join(parts)
 
