@@ -71,3 +71,15 @@ def test_readme_layout_names_every_module() -> None:
     missing = [str(p.relative_to(root)) for p in sorted((root / "vitviz").rglob("*.py"))
                if p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}(\.py)?\b", layout)]
     assert missing == [], f"modules not in README's Layout section: {missing}"
+
+
+def test_every_subpackage_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages explicitly: a new subpackage (vitviz.core.live was one) must be listed, or
+    a regular install lacks it (`No module named ...` from the installed command)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "vitviz").rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
