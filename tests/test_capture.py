@@ -248,3 +248,28 @@ def test_a_guessed_label_list_is_a_quiet_note(tmp_path, capsys) -> None:
     assert main(["info", str(tmp_path / "x.pth"), "--heads", "2"]) == 0
     line = next(t for t in capsys.readouterr().out.splitlines() if t.strip().startswith("labels"))
     assert "1000" in line and "ImageNet" in line and len(line) < 200 and "GUESSED" not in line
+
+
+def test_a_model_too_large_for_the_device_goes_back_and_says_so() -> None:
+    """`runtime.move_module` (VitModel, LiveModel and the windowed models move through it): out of memory on the
+    device, the module returns where it was and the DeviceError names what did not fit and what to do."""
+    import torch
+
+    from vitviz.core.runtime import move_module
+    from vitviz.errors import DeviceError
+
+    class Big(torch.nn.Linear):
+        moves: list[object] = []
+
+        def to(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+            self.moves.append(args[0])
+            if len(self.moves) == 1:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+            return self
+
+    net, here = Big(2, 2), torch.device("cpu")
+    with pytest.raises(DeviceError, match=r"big\.pth: 9\.0 M parameters do not fit on cpu \(CUDA out of memory "
+                                          r"\(simulated\)\); use device='cpu'"):
+        move_module(net, "cpu", here, "big.pth: 9.0 M parameters do not fit")
+    assert net.moves == [torch.device("cpu"), here]                 # tried, then put back
+    assert move_module(net, "cpu", here, "unused") == torch.device("cpu")

@@ -22,7 +22,7 @@ import torch
 
 from vitviz.core.model import AttentionProbe, PoolProbe, ReferenceViT
 from vitviz.core.protocol import ATTENTION, EARLY_STOP, FEATURES, GRADIENTS, MAP_HEAD, POS_TABLE, REFERENCE, ROWS
-from vitviz.core.runtime import SMALLER, check_host_memory, packing_fits, resolve_device
+from vitviz.core.runtime import SMALLER, check_host_memory, move_module, packing_fits
 from vitviz.core.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
 from vitviz.core.validate import check_finite_forward
@@ -136,16 +136,9 @@ class ImageModel:
 
     def _move(self, device: str | None) -> torch.device:
         """Move `net` to `device`; out of memory there, it goes back where it was and DeviceError says why."""
-        dev = resolve_device(device)
-        try:
-            self.net.to(dev)
-        except torch.cuda.OutOfMemoryError as e:
-            self.net.to(self._device)
-            torch.cuda.empty_cache()
-            raise DeviceError(f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit "
-                              f"on {dev} ({e}); use device='cpu'") from e
-        self._device = dev
-        return dev
+        self._device = move_module(self.net, device, self._device,
+                                   f"{self.spec.source}: {self.spec.num_params / 1e6:.1f} M parameters do not fit")
+        return self._device
 
     def spec_at(self, image_size: tuple[int, int] | None) -> ModelSpec:
         """The spec for a run at `image_size` (position embedding resampled), or the native spec."""

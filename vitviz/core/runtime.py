@@ -113,6 +113,19 @@ def available_devices() -> list[str]:
     return devices
 
 
+def move_module(net: torch.nn.Module, device: str | None, current: torch.device, refusal: str) -> torch.device:
+    """Move `net` to `device` (`resolve_device`) and return where it is now; out of memory there, it goes back to
+    `current` and DeviceError says '{refusal} on {device} (...); use device='cpu''."""
+    dev = resolve_device(device)
+    try:
+        net.to(dev)
+    except torch.cuda.OutOfMemoryError as e:
+        net.to(current)
+        torch.cuda.empty_cache()
+        raise DeviceError(f"{refusal} on {dev} ({e}); use device='cpu'") from e
+    return dev
+
+
 def resolve_device(device: str | None) -> torch.device:
     """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
     if device in (None, "", "auto"):

@@ -34,7 +34,7 @@ from torch import nn
 
 from vitviz.core.model import make_act
 from vitviz.core.posembed import resample_grid
-from vitviz.core.runtime import SMALLER, check_host_memory, resolve_device
+from vitviz.core.runtime import SMALLER, check_host_memory, move_module
 from vitviz.core.spec import split_output, whole_patches
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 from vitviz.errors import DeviceError, NonFiniteError, VitvizError
@@ -470,14 +470,7 @@ class WindowedModel:
         return str(self._device)
 
     def to(self, device: str | None) -> "WindowedModel":
-        dev = resolve_device(device)
-        try:
-            self.net.to(dev)
-        except torch.cuda.OutOfMemoryError as e:
-            self.net.to(self._device)
-            torch.cuda.empty_cache()
-            raise DeviceError(f"{self.spec.source}: the model does not fit on {dev} ({e}); use device='cpu'") from e
-        self._device = dev
+        self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
         return self
 
     def spec_at(self, image_size: tuple[int, int] | None) -> WindowedSpec:
