@@ -24,7 +24,7 @@ from vitviz.core.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.mapkinds import of_source
 from vitviz.core.maps import MapKind, ResultMaps
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.protocol import Context, Request, _image_name
+from vitviz.gui.protocol import Context, Independent, Request, _image_name
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
 FEATURES_SLOT = "compare_features"   # ctx.slots[FEATURES_SLOT] = {(side, who, size, image): FeatureStack}
@@ -87,7 +87,7 @@ def _model_b(ctx: Context, generation: int) -> Any:
 
 
 @dataclass(eq=False)
-class LoadB(Request):
+class LoadB(Independent):
     """Load model B (a checkpoint or a named model, any family and size) into the worker's slot, on A's device."""
 
     path: str = ""
@@ -96,9 +96,6 @@ class LoadB(Request):
 
     answer = LoadedB
     title = "Could not load model B for the comparison"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return f"Loading model B {self.path}…"
@@ -209,7 +206,7 @@ class BuildView(Request):
 
 
 @dataclass(eq=False)
-class PrepareMaps(Request):
+class PrepareMaps(Independent):
     """Build one more map kind's stacks of the comparison (a query token's, the rollout) for every image."""
 
     view: Any = None
@@ -218,9 +215,6 @@ class PrepareMaps(Request):
 
     answer = MapsPrepared
     title = "Could not compare the maps"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return "Comparing the maps of A and B…"
@@ -231,13 +225,10 @@ class PrepareMaps(Request):
 
 
 @dataclass(eq=False)
-class DropB(Request):
+class DropB(Independent):
     """Let model B and its features go (Close comparison)."""
 
     answer = BDropped
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return "Closing the comparison…"

@@ -281,15 +281,21 @@ class Request:
         return ctx.model
 
 
+class Independent(Request):
+    """Work that neither runs the loaded model nor belongs to it (the devices, the catalog, a second model, a
+    training run): a new model does not make it stale."""
+
+    user_code = False
+    about_model = False
+    needs_model = False
+
+
 @dataclass(eq=False)
-class Probe(Request):
+class Probe(Independent):
     """List the devices (the first request: it imports torch)."""
 
     answer = Probed
     title = "Could not start the inference engine"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return "Looking for devices…"
@@ -431,7 +437,7 @@ class PosEmbed(Request):
 
 
 @dataclass(eq=False)
-class Catalog(Request):
+class Catalog(Independent):
     """The ViT checkpoints on this computer (and the `recent` files), and every named model with its cached file
     and download size."""
 
@@ -439,9 +445,6 @@ class Catalog(Request):
 
     answer = Cataloged
     title = "Could not list the models on this computer"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return "Looking for ViT checkpoints on this computer…"

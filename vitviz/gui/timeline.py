@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.maps import ResultMaps
-from vitviz.gui.protocol import Context, Request, _image_name
+from vitviz.gui.protocol import Context, Independent, Request, _image_name
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
 PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
@@ -51,7 +51,7 @@ def _store(ctx: Context, generation: int) -> Any:
 
 
 @dataclass(eq=False)
-class OpenRun(Request):
+class OpenRun(Independent):
     """Open a folder of checkpoints of one run (`TimelineStore`, memory budget `budget_bytes`); the checkpoints load
     on demand, with `overrides` (heads=, ...) for every one."""
 
@@ -62,9 +62,6 @@ class OpenRun(Request):
 
     answer = RunOpened
     title = "Could not open the training run"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return f"Opening the training run {Path(self.folder).name}…"
@@ -80,7 +77,7 @@ class OpenRun(Request):
 
 
 @dataclass(eq=False)
-class TimelineResult(Request):
+class TimelineResult(Independent):
     """Image `image` at checkpoint `k` (loads the checkpoint if it is not held, runs the image): a `ResultMaps`."""
 
     k: int = 0
@@ -89,9 +86,6 @@ class TimelineResult(Request):
 
     answer = CheckpointRan
     title = "Could not run the checkpoint"
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return f"Checkpoint {self.k} on {_image_name(self.image)}…"
@@ -109,13 +103,10 @@ class RunClosed:
 
 
 @dataclass(eq=False)
-class CloseRun(Request):
+class CloseRun(Independent):
     """Let the run's store (its models and results) go."""
 
     answer = RunClosed
-    user_code = False
-    about_model = False
-    needs_model = False
 
     def describe(self) -> str:
         return "Closing the training run…"
