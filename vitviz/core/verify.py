@@ -25,6 +25,7 @@ vitviz's own guesses would prove nothing), the library is not importable, or no 
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
@@ -535,9 +536,9 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         what = (f"timm VisionTransformer({args}) from {_folder(path).name}/config.json ('{arch}' is not a registered "
                 "timm name)")
-        make = VisionTransformer
+        make: Callable[..., nn.Module] = VisionTransformer
     elif isinstance(arch, str):
-        source = f"local-dir:{_folder(path)}"
+        make = functools.partial(timm.create_model, f"local-dir:{_folder(path)}", pretrained=False)
         what = f"timm.create_model('{cfg['architecture']}') from {_folder(path).name}/config.json"
         kwargs: dict[str, Any] = {}
     else:  # named by the training args or a published file's name: the sizes are the file's own (its head and
@@ -545,23 +546,17 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
                                                                       for i in range(2))}
         args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-        source, what = name, f"timm.create_model('{name}', {args}) ({spec.source_of('identity')})"
+        make = functools.partial(timm.create_model, name, pretrained=False)
+        what = f"timm.create_model('{name}', {args}) ({spec.source_of('identity')})"
     dynamic = [True]
-
-    if isinstance(arch, str) and not timm.is_model(arch):
-        def create(**more: Any) -> nn.Module:
-            return make(**kwargs, **more)
-    else:
-        def create(**more: Any) -> nn.Module:
-            return timm.create_model(source, pretrained=False, **kwargs, **more)
 
     def factory() -> nn.Module:
         if dynamic[0]:
             try:
-                return create(dynamic_img_size=True)
+                return make(**kwargs, dynamic_img_size=True)
             except TypeError:  # a model class without dynamic_img_size: its native size only
                 dynamic[0] = False
-        return create()
+        return make(**kwargs)
 
     net = _built(factory, raw.tensors, what, path)
     for m in net.modules():
