@@ -146,7 +146,7 @@ def test_library_lists_are_the_options_lists() -> None:
         assert settings["rope"] in options.ROPE_KINDS + ("",), preset
     assert validate.INTERPOLATION_NAMES is options.INTERPOLATIONS and set(images.INTERPOLATIONS) == set(
         options.INTERPOLATIONS)
-    assert relevance._ONE_VECTOR_POOLINGS is options.LEGRAD_POOLINGS
+    assert relevance.LEGRAD_POOLINGS is options.LEGRAD_POOLINGS
     for act in options.ACTIVATIONS:   # every name offered builds an activation
         model.make_act(act)
     out = validate.check_overrides({"interpolation": "hamming", "crop_mode": "squash_crop", "rope": "pe"},

@@ -70,8 +70,6 @@ from vitviz.errors import VitvizError
 
 Target = Union[int, np.integer, np.ndarray, Sequence[float], None]
 
-# Poolings whose head reads one D-wide vector, so LeGrad can apply it to a mean-pooled layer.
-_ONE_VECTOR_POOLINGS = LEGRAD_POOLINGS
 
 
 class RelevanceError(VitvizError, ValueError):
@@ -415,9 +413,9 @@ def legrad(model: VitModel, image: Any, target: Target = None, *, layer_index: i
         image_size: run at another (h, w).
     """
     net = _check_model(model)
-    if model.spec.pooling not in _ONE_VECTOR_POOLINGS:
+    if model.spec.pooling not in LEGRAD_POOLINGS:
         raise RelevanceError(f"LeGrad applies the head to one mean-pooled D-wide token; pooling "
-                             f"{model.spec.pooling!r} needs {', '.join(_ONE_VECTOR_POOLINGS)}")
+                             f"{model.spec.pooling!r} needs {', '.join(LEGRAD_POOLINGS)}")
     depth = len(net.blocks)
     start = layer_index + depth if layer_index < 0 else layer_index
     if not 0 <= start < depth:

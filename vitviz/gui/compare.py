@@ -28,11 +28,18 @@ from vitviz.gui.protocol import Context, Independent, Request, _image_name
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
 FEATURES_SLOT = "compare_features"   # ctx.slots[FEATURES_SLOT] = {(side, who, size, image): FeatureStack}
+FEATURES_OWNER_SLOT = "compare_features_a"   # a weak reference to the model A those features are of
 COMPARED_SOURCES = of_source("attention")   # the view-state sources a comparison draws: every attention map kind
 HEAD_MODES = {"match": "heads matched by similarity", "index": "heads by index"}
 
 
 # ------------------------------------------------------------------------------------------------- answers
+
+def _forget_b(ctx: Context) -> None:
+    """Let model B and the features held for the comparison go."""
+    for slot in (B_SLOT, FEATURES_SLOT, FEATURES_OWNER_SLOT):
+        ctx.slots.pop(slot, None)
+
 @dataclass(frozen=True)
 class LoadedB:
     """Model B has loaded (in the worker's slot) for comparison `generation`."""
@@ -111,9 +118,7 @@ class LoadB(Independent):
         if catalog.is_named_model(path):
             path = str(catalog.resolve_named(path, progress=ctx.download_progress(path)))
         device = str(ctx.model.device) if ctx.model is not None else None
-        ctx.slots.pop(B_SLOT, None)                 # the previous B goes first (its memory)
-        ctx.slots.pop(FEATURES_SLOT, None)
-        ctx.slots.pop(FEATURES_SLOT + "_a", None)
+        _forget_b(ctx)                              # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
         if getattr(model, "windowed", False):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
@@ -183,11 +188,11 @@ class BuildView(Request):
         if model_a is None:
             return None
         held = ctx.slots.setdefault(FEATURES_SLOT, {})
-        owner = ctx.slots.get(FEATURES_SLOT + "_a")           # the model A the held features are of
+        owner = ctx.slots.get(FEATURES_OWNER_SLOT)            # the model A the held features are of
         if owner is None or owner() is not model_a:           # another model A since (an id may be reused)
             for key in [k for k in held if k[0] == "a"]:
                 del held[key]
-            ctx.slots[FEATURES_SLOT + "_a"] = weakref.ref(model_a)
+            ctx.slots[FEATURES_OWNER_SLOT] = weakref.ref(model_a)
         out: tuple[list[Any], list[Any]] = ([], [])
         try:
             for image in self.sources:
@@ -234,9 +239,7 @@ class DropB(Independent):
         return "Closing the comparison…"
 
     def __call__(self, ctx: Context) -> BDropped:
-        ctx.slots.pop(B_SLOT, None)
-        ctx.slots.pop(FEATURES_SLOT, None)
-        ctx.slots.pop(FEATURES_SLOT + "_a", None)
+        _forget_b(ctx)
         return BDropped()
 
 
