@@ -160,11 +160,16 @@ def test_off_grid_resampling_recipe_is_flagged_only_away_from_the_grid(tiny_ckpt
 
 
 def test_cli_choices_match_the_library() -> None:
-    from vitviz.cli.options import ACTIVATIONS, POS_RECIPES
+    import argparse
+
+    from vitviz.cli.options import add_override_arguments
     from vitviz.core.model import ACTIVATIONS as LIB_ACTIVATIONS
     from vitviz.core.posembed import RECIPES
 
-    assert ACTIVATIONS == LIB_ACTIVATIONS and POS_RECIPES == RECIPES
+    parser = argparse.ArgumentParser()
+    add_override_arguments(parser)
+    choices = {a.dest: tuple(a.choices) for a in parser._actions if a.choices}
+    assert choices["act"] == choices["head_act"] == LIB_ACTIVATIONS and choices["pos_interp"] == RECIPES
 
 
 def test_eps_final_is_used_for_the_final_norms(tiny_ckpt: Path) -> None:

@@ -109,7 +109,8 @@ def _windowed_info(model: Any, as_json: bool) -> int:
     """`vitviz info` of a windowed model: its stages (depth, heads, width, grid, windows), every block's attention
     ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
     from vitviz.cli.options import cli_wording
-    from vitviz.core.winload import HOW_TO_PASS, NAMING
+    from vitviz.core.options import HOW_TO_PASS
+    from vitviz.core.winload import NAMING
 
     spec = model.spec
     if as_json:

@@ -10,60 +10,31 @@ import warnings
 from collections import UserString
 from typing import Any, Callable, TextIO, TypeVar
 
-# the choice lists are vitviz.core.options' (stdlib only: parsing the command line imports no torch)
-from vitviz.core.options import (
-    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, INTERPOLATIONS, ONE_VECTOR_POOLINGS, PATCH_ORDERS, POS_RECIPES,
-    ROPE_PRESET_NAMES,
-)
+# the overrides are vitviz.core.options' records (stdlib only: parsing the command line imports no torch)
+from vitviz.core.options import LIVE, OPTIONS, Option, overrides_for
 
 T = TypeVar("T")
 
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
-    """The overrides of `vitviz.load`, shared by every command that loads a model."""
+    """The overrides of `vitviz.load`, shared by every command that loads a model: one argument per `Option` with a
+    flag, its type, choices, metavar and help from the record (and --verbose)."""
     g = parser.add_argument_group("model overrides (anything vitviz infers can be overridden)")
-    g.add_argument("--heads", type=int, help="number of attention heads")
-    g.add_argument("--family", help=LazyText(_family_help))
-    g.add_argument("--image-size", type=_size, help="input size: N or HxW (position embedding is resampled)")
-    g.add_argument("--eps", type=float, help="LayerNorm epsilon (every norm)")
-    g.add_argument("--eps-final", type=float, metavar="EPS", help="epsilon of the final norms (norm, fc_norm) when "
-                   "it differs from the blocks' (e.g. blocks 1e-6, final norm 1e-5)")
-    g.add_argument("--mean", type=_floats, help="normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; "
-                   "a 1-channel MNIST model: 0.1307)")
-    g.add_argument("--std", type=_floats, help="normalisation std, e.g. 0.229,0.224,0.225 (MNIST: 0.3081)")
-    g.add_argument("--resize", type=int, metavar="PX", help="resize the image's shorter side to PX before the crop "
-                   "(--crop-mode center); the crop is the model's input size")
-    g.add_argument("--crop-mode", choices=CROP_MODES, help="center: resize keeping the aspect ratio, then crop the "
-                   "middle; squash: resize the whole image to the input size (no crop); squash_crop: squash to "
-                   "--resize, then crop the middle")
-    g.add_argument("--interpolation", choices=INTERPOLATIONS,
-                   help="resampling filter for the resize")
-    g.add_argument("--act", choices=ACTIVATIONS,
-                   help="MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')")
-    g.add_argument("--block-norm", choices=BLOCK_NORMS, help="where each block's LayerNorms sit: pre (ViT: x + "
-                   "f(norm(x))), post (norm(x + f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post "
-                   "(x + norm(f(x)): Swin v2, timm *_rpn_*)")
-    g.add_argument("--pooling", choices=ONE_VECTOR_POOLINGS, help="what the head sees: token 0 (the class "
-                   "token, or the first patch without one), the mean of the patches, or of every token")
-    g.add_argument("--attn-scale", type=float, metavar="S", help="factor on q·k (default head_dim**-0.5; e.g. "
-                   "1 for none, or dim**-0.5 as the first vit-pytorch versions)")
-    g.add_argument("--patch-order", choices=PATCH_ORDERS, help="pixel order of a Linear patch embedding: "
-                   "einops '(p1 p2 c)' or unfold '(c p1 p2)'")
-    g.add_argument("--pos-interp", choices=POS_RECIPES, help="how the position table is resampled at another "
-                   "input size: timm (bicubic, antialias), deit / dino (bicubic, no antialias), torchvision, hf, ...")
-    g.add_argument("--head-act", choices=ACTIVATIONS,
-                   help="activation between the two Linears of a two-layer head")
-    g.add_argument("--rope", choices=ROPE_PRESET_NAMES,
-                   help="the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, Perception "
-                        "Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none")
-    g.add_argument("--nest-key", help="which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)")
-    g.add_argument("--verbose", action="store_true", help="also show the messages and progress bars of the "
-                   "libraries vitviz uses (huggingface_hub) while a named model is fetched")
-    g.add_argument("--window", type=_window, metavar="N", help="windowed models (Swin v2, SAM without relative "
-                   "positions), whose files hold no window size: N, or one per stage (8,8,8,8)")
-    g.add_argument("--global-blocks", type=_indices, metavar="I,J", help="SAM / ViTDet: the blocks with global "
-                   "attention, when neither the file nor its config says (SAM ViT-B: 2,5,8,11)")
-    add_code_argument(g)
+    for option in OPTIONS:
+        if option.cli_flag:
+            g.add_argument(option.cli_flag, dest=option.name, **_argument(option))
+        if option.name == "nest_key":
+            g.add_argument("--verbose", action="store_true", help="also show the messages and progress bars of "
+                           "the libraries vitviz uses (huggingface_hub) while a named model is fetched")
+
+
+def _argument(option: Option) -> dict[str, Any]:
+    """argparse's keywords for one option."""
+    if option.value == "choice":
+        return dict(choices=option.offered, help=option.help)
+    parse: Callable[[str], Any] = _CLI_TYPES[option.value]
+    help_text: Any = LazyText(lambda: f"{option.help}: {_family_help()}") if option.value == "family" else option.help
+    return dict(type=parse, metavar=option.metavar or None, help=help_text)
 
 
 class LazyText(UserString):
@@ -86,34 +57,13 @@ class LazyText(UserString):
 def _family_help() -> str:
     from vitviz.core.families import family_help
 
-    return "checkpoint family, when the detected one is wrong: " + family_help()
-
-
-CODE_HELP = ("run your own model class: FILE.py:FACTORY is a function or class in FILE.py that returns the model "
-             "(called without arguments); the weights file is loaded into it (read with weights_only=True, never "
-             "executed) and its attention is captured as its code computes it. This runs FILE.py's code: only "
-             "with this flag")
-
-
-def add_code_argument(parser: Any) -> None:
-    """`--code FILE.py:FACTORY` (the live-module path; running the user's code is asked for explicitly) and what
-    only that path takes: --grid, --num-prefix, --in-chans (when the module and its token count do not say)."""
-    parser.add_argument("--code", metavar="FILE.py:FACTORY", help=CODE_HELP)
-    parser.add_argument("--grid", type=_size, metavar="RxC", help="with --code: the patch grid (rows x columns) at "
-                        "the input size, when the module has no patch embedding and its token count fits several")
-    parser.add_argument("--num-prefix", type=int, metavar="N", help="with --code: how many tokens come before (or "
-                        "after) the patches (class token, registers), when the token count leaves it open")
-    parser.add_argument("--in-chans", type=int, metavar="C", help="with --code: the input channels (e.g. 1 for an "
-                        "MNIST model), when neither its first layer nor its statistics say")
+    return family_help()
 
 
 def override_names() -> tuple[str, ...]:
-    """The `vitviz.load` keywords the command line sets: every option `add_override_arguments` adds but
-    --verbose (the windowed models' --window / --global-blocks, and --code with what only it takes, included),
-    read off the parser itself, so that a new option cannot be left out of `overrides_from`."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_override_arguments(parser)
-    return tuple(a.dest for a in parser._actions if a.dest != "verbose")   # noqa: SLF001 - argparse's own list
+    """The `vitviz.load` keywords the command line sets: every `Option` with a flag (the windowed models' --window /
+    --global-blocks, and --code with what only it takes, included)."""
+    return tuple(o.name for o in OPTIONS if o.cli_flag)
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,6 +98,20 @@ def _indices(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers") from None
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
+
+
+# How the command line reads each kind of value (`Option.value`; vitviz.core.validate checks it again at load).
+_CLI_TYPES: dict[str, Callable[[str], Any]] = {
+    "heads": int, "family": str, "size": _size, "number": float, "stats": _floats, "positive_stats": _floats,
+    "text": str, "resize": int, "count": int, "channels": int, "window": _window, "blocks": _indices,
+}
+
+
 def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
     """`overrides` plus what the user told the window about this model file ("remember for this file": heads,
     norm order, activation, attention scale; `vitviz.catalog.answers`) for each one not given here, said on
@@ -157,18 +121,13 @@ def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = Fa
     from vitviz.catalog import answers
 
     remembered = {k: v for k, v in answers.answers_for(str(checkpoint)).items() if overrides.get(k) is None}
+    if overrides.get("code"):     # its own code runs: what was told about the reference ViT's blocks does not apply
+        remembered = {k: v for k, v in remembered.items() if k in overrides_for(LIVE)}
     if remembered and not quiet:
         flags = " / ".join(f"--{k.replace('_', '-')}" for k in remembered)
         print(f"vitviz: using what you told the window for {checkpoint}: {answers.describe(remembered)} "
               f"({flags} to change)", file=sys.stderr)
     return {**overrides, **remembered}
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
 
 
 def cli_wording(message: str) -> str:

@@ -24,8 +24,8 @@ from vitviz.core.metadata import (
     as_stats, find_value, heads_from_dim, metadata_sources, parse_model_name, torchvision_weights,
 )
 from vitviz.core.options import (
-    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, MLP_KINDS, ONE_VECTOR_POOLINGS, PATCH_ORDERS, POOLINGS, POS_RECIPES,
-    REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESET_NAMES, ROPE_PRESETS, alternatives,
+    ACTIVATIONS, BLOCK_NORMS, HOW_TO_PASS, MLP_KINDS, POOLINGS, REFERENCE, REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS,
+    overrides_for,
 )
 from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, GuessWarning, ModelSpec, Preprocess, audit_provenance, known_source,
@@ -33,46 +33,13 @@ from vitviz.core.spec import (
 )
 from vitviz.errors import InconsistentCheckpointError, VitvizError
 
-OVERRIDES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp",
-             "act", "nest_key", "device", "resize", "crop_mode", "pooling", "block_norm", "attn_scale",
-             "patch_order", "head_act", "rope", "eps_final")
-# Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
-NUMERIC_FIELDS = ("num_heads", "mlp_kind", "block_norm", "pooling", "attn_scale", "patch_order", "pre_logits_act",
-                  "eps", "eps_final", "rope", "pool_heads", "embed_out", "rel_pos_interp", "token_order")
+# The keywords of the reference route and the fields whose guess changes the model's numbers: `OPTIONS`'.
+OVERRIDES = overrides_for(REFERENCE)
 ROPE_FIELDS = ("rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid", "rope_periods")
 # Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads
 # (each family module's REGISTERED_SIZES); for every other layout (hand-written, tutorials) a head count from the
 # width alone is a guess.
 TABLE_FAMILIES = REGISTERED_FAMILIES
-
-
-def _choice(override: str, choices: tuple[str, ...], flag: str) -> str:
-    """"act='gelu'|'relu' (CLI --act gelu|relu)": how to pass one of `choices`."""
-    return f"{override}={alternatives(choices)} (CLI {flag} {alternatives(choices, quote=False)})"
-
-
-# How to pass each value the file may not hold (for warnings).
-HOW_TO_PASS = {"num_heads": "heads=N (CLI --heads N)", "preprocess": "mean=/std= (CLI --mean M --std S)",
-               "mlp_kind": _choice("act", ACTIVATIONS, "--act"),
-               "block_norm": _choice("block_norm", BLOCK_NORMS, "--block-norm"),
-               "pooling": _choice("pooling", ONE_VECTOR_POOLINGS, "--pooling"),
-               "attn_scale": "attn_scale=S (CLI --attn-scale S)", "image_size": "image_size=N (CLI --image-size N)",
-               "patch_order": _choice("patch_order", PATCH_ORDERS, "--patch-order"),
-               "pre_logits_act": _choice("head_act", ACTIVATIONS, "--head-act"),
-               "pos_grid": "image_size=N (CLI --image-size N)", "labels": "labels=[...]",
-               "eps": "eps=E (CLI --eps E)", "eps_final": "eps_final=E (CLI --eps-final E)",
-               "rope": f"rope={alternatives(ROPE_PRESET_NAMES)} (CLI --rope NAME)",
-               "pos_interp": _choice("pos_interp", POS_RECIPES, "--pos-interp"),
-               "pool_heads": "a config.json beside the file stating the pooling head's heads (timm "
-                             "model_args.attn_pool_num_heads; there is no option for it yet)",
-               "embed_out": "family=... (CLI --family ...)",
-               "token_order": "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
-                              "prefix tokens first",
-               "patch_embed": "the model's own code (CLI --code FILE.py:FACTORY)",
-               "model_args": "the model's own code (CLI --code FILE.py:FACTORY), or verify it against timm "
-                             "(vitviz verify)",
-               "resize_recipe": f"resize=PX and crop_mode={alternatives(CROP_MODES)} (CLI --resize PX "
-                                f"--crop-mode {alternatives(CROP_MODES, quote=False)})"}
 
 
 class _Prov:

@@ -18,14 +18,17 @@ import torch
 from vitviz.core.capture import VitModel
 from vitviz.core.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.families import FAMILY_NAMES, convert
-from vitviz.core.hyperparams import CROP_MODES, NUMERIC_FIELDS, OVERRIDES, POOLINGS, infer_spec, warn_guesses
-from vitviz.core.live import LIVE_OVERRIDES, LiveModelError, load_code, load_live
+from vitviz.core.hyperparams import infer_spec, warn_guesses
+from vitviz.core.live import LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.validate import check_canonical, check_exact_tensors, check_overrides, check_spec, check_weights
-from vitviz.core.winload import WINDOW_OVERRIDES, is_windowed, load_windowed
+from vitviz.core.options import LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE
+from vitviz.core.validate import (
+    check_canonical, check_exact_tensors, check_overrides, check_route, check_spec, check_weights,
+)
+from vitviz.core.winload import is_windowed, load_windowed
 from vitviz.core.winload import APPLIES as WINDOWED_APPLY
-from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, VitvizError
+from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError
 
 
 def _module_heads(module: torch.nn.Module) -> int | None:
@@ -132,13 +135,14 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY' (runs
             that file's code to build the model: only pass it when the user asked for it).
     """
-    unknown = set(overrides) - set(OVERRIDES) - set(LIVE_OVERRIDES) - set(WINDOW_OVERRIDES)
+    unknown = set(overrides) - set(OPTION)
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
-                          f"{', '.join(OVERRIDES + LIVE_OVERRIDES + WINDOW_OVERRIDES)}")
+                          f"{', '.join(o.name for o in OPTIONS)}")
     # every value's type and range, once (an OverrideError names it)
-    overrides = check_overrides(overrides, FAMILY_NAMES, CROP_MODES, POOLINGS)
+    overrides = check_overrides(overrides, FAMILY_NAMES)
     if overrides.get("code") is not None:
+        check_route(overrides, LIVE, f"code={overrides['code']}", _LIVE_WHY)
         code = overrides.pop("code")
         return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})
     live = overrides.pop("live", None)
@@ -149,13 +153,15 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
                               "code='FILE.py:FACTORY'")
         return _load_reference(path, overrides)
     if live or asked:
+        check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
         return load_live(path, overrides, how="asked for")
     try:
         model = _load_reference(path, overrides)
     except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why
-        if live is False:
+        if live is False or isinstance(refused, OverrideError):   # an override that does not fit: the user's to fix
             raise
         why = f"its state dict is no layout vitviz converts: {type(refused).__name__}: {refused}"
+        check_route(overrides, LIVE, type(path).__name__, f"{_LIVE_WHY}, the route this module takes because {why}")
         try:
             return load_live(path, overrides, how=why)
         except LiveModelError as e:
@@ -164,6 +170,9 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
         "path", f"reference: its state dict converted to vitviz's reference {what} (live=True runs its own code)")))
     return model
+
+
+_LIVE_WHY = "a model run from its own code (the live path: its code computes its blocks)"
 
 
 def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
@@ -213,6 +222,7 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
         # plain ViT's blocks -- its norm order, attention scale -- is no setting of these)
         kept = {k: v for k, v in overrides.items() if not is_module or k not in stated or k in WINDOWED_APPLY}
         return load_windowed(conv, raw, kept, warn=not is_module)
+    check_route(overrides, REFERENCE, str(raw.path), "a plain ViT (vitviz's reference model)")
     check_canonical(conv.tensors, raw.path)
     spec = infer_spec(conv, raw, overrides, warn=not is_module)
     if is_module:  # a guess that changes the numbers: the object's own code (the live path) knows better

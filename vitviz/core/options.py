@@ -1,12 +1,21 @@
-"""The names of every choice vitviz offers, in one place: activations, poolings, norm orders, crop modes,
-resampling filters, position-embedding recipes, RoPE presets, patch orders.
+"""The names of every choice vitviz offers, and every override of `vitviz.load`, in one place.
 
-The reference model (`vitviz.core.model`), the position code (`vitviz.core.posembed`), the loader's checks
-(`vitviz.core.hyperparams`, `vitviz.core.validate`), the command line (`vitviz.cli.options`) and the window's
-Model settings read their lists here instead of keeping copies. Stdlib only (no torch, numpy or Qt), so the
-command line and the window can import it before anything heavy; it imports no other vitviz module.
+- The choice lists: activations, poolings, norm orders, crop modes, resampling filters, position-embedding recipes,
+  RoPE presets, patch orders. The reference model (`vitviz.core.model`), the position code (`vitviz.core.posembed`),
+  the loader's checks, the command line and the window's Model settings read their lists here.
+- `OPTIONS`: one `Option` record per override -- its keyword, the kind of value it takes, its choices and bounds,
+  its command-line flag and help, the spec fields it answers and the loading routes that take it. Derived from it:
+  the command line's arguments (`vitviz.cli.options.add_override_arguments`), the check of every value
+  (`vitviz.core.validate.check_overrides`, which maps each `Option.value` to its primitive), the keyword lists of
+  the three routes (`overrides_for`), `HOW_TO_PASS` (what a warning about an assumed field tells the user to pass)
+  and `NUMERIC_FIELDS`. A new override is one record here (and its use where the model is built).
+
+Stdlib only (no torch, numpy or Qt), so the command line and the window can import it before anything heavy; it
+imports no other vitviz module (the checks stay with their primitives in `validate`, named here by `value`).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # MLP activations a user may name (`act=`, `head_act=`); `vitviz.core.model.make_act` builds each.
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
@@ -50,3 +59,206 @@ PATCH_ORDERS = ("p1p2c", "cp1p2")
 def alternatives(choices: tuple[str, ...] | list[str], quote: bool = True) -> str:
     """"'a'|'b'|'c'" (quoted, as a Python argument is written) or 'a|b|c' (as a command-line value)."""
     return "|".join(f"'{c}'" if quote else c for c in choices)
+
+
+# ------------------------------------------------------------------------------------------------ the overrides
+
+# The loading routes an override can apply to: the reference ViT (a converted checkpoint), a windowed model (Swin,
+# SAM, ViTDet: `vitviz.core.winload`) and the live path (a module run from its own code: `vitviz.core.live`).
+REFERENCE, WINDOWED, LIVE = "reference", "windowed", "live"
+ROUTES = (REFERENCE, WINDOWED, LIVE)
+# What an override's value is: `vitviz.core.validate.VALUE_CHECKS` checks each kind, `vitviz.cli.options` parses it.
+VALUE_KINDS = ("heads", "family", "size", "number", "stats", "positive_stats", "choice", "labels", "text", "device",
+               "resize", "count", "bool", "channels", "window", "blocks")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One override of `vitviz.load`.
+
+    name:      the keyword (`heads`); its flag is `--` + name with dashes (`--eps-final`), unless `flag` says
+               otherwise or is '' (not on the command line: a Python-only value, or each command's own flag).
+    value:     what it takes, one of `VALUE_KINDS`; `bounds` (low, high) for a number or count, `low_open` whether a
+               number may equal `low`.
+    choices:   the names a `choice` accepts; `cli_choices` those the command line offers when fewer (the API also
+               takes what a file's shapes decide, e.g. act='swiglu', pooling='map').
+    metavar:   how its value is written in help and in `HOW_TO_PASS` ('N', 'E'); `api_metavar` in Python when that
+               differs ('(I, J, ...)' for the command line's 'I,J').
+    fields:    the spec fields it answers: a warning that one of them was assumed says to pass this option.
+    numeric:   whether a wrong value changes the model's numbers (not only its input or labels).
+    routes:    the loading routes that take it (`ROUTES`); the loader refuses it on any other.
+    help:      the command line's help text.
+    """
+
+    name: str
+    value: str
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    cli_choices: tuple[str, ...] = ()
+    bounds: tuple[float, float] = (0.0, float("inf"))
+    low_open: bool = True
+    metavar: str = ""
+    api_metavar: str = ""
+    fields: tuple[str, ...] = ()
+    numeric: bool = False
+    routes: tuple[str, ...] = (REFERENCE, WINDOWED, LIVE)
+    flag: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.value not in VALUE_KINDS:
+            raise ValueError(f"option {self.name}: value {self.value!r} is not one of {', '.join(VALUE_KINDS)}")
+        if (self.value == "choice") != bool(self.choices):
+            raise ValueError(f"option {self.name}: choices are given exactly for a 'choice' value")
+        if not set(self.routes) <= set(ROUTES) or not self.routes:
+            raise ValueError(f"option {self.name}: routes {self.routes} are not among {', '.join(ROUTES)}")
+
+    @property
+    def cli_flag(self) -> str:
+        """'--eps-final' ('' when the command line has no flag for it)."""
+        if self.flag is not None:
+            return self.flag
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """The choices the command line offers."""
+        return self.cli_choices or self.choices
+
+    @property
+    def how(self) -> str:
+        """How to pass it, as a warning says: "act='gelu'|'relu' (CLI --act gelu|relu)", "heads=N (CLI --heads N)"."""
+        if self.value == "choice":
+            api, cli = alternatives(self.offered), alternatives(self.offered, quote=False)
+        else:
+            cli = self.metavar or "..."
+            api = self.api_metavar or cli
+        return f"{self.name}={api}" + (f" (CLI {self.cli_flag} {cli})" if self.cli_flag else "")
+
+
+_BOTH = (REFERENCE, WINDOWED)      # a converted model's structure: the live path runs the module's own code
+_NOT_WINDOWED = (REFERENCE, LIVE)
+OPTIONS: tuple[Option, ...] = (
+    Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads",), numeric=True),
+    Option("family", "family", "checkpoint family, when the detected one is wrong", metavar="NAME",
+           fields=("embed_out",), numeric=True, routes=_BOTH),
+    Option("image_size", "size", "input size: N or HxW (position embedding is resampled)", metavar="N",
+           fields=("image_size", "pos_grid")),
+    Option("eps", "number", "LayerNorm epsilon (every norm)", bounds=(0.0, 1.0), metavar="E", fields=("eps",),
+           numeric=True, routes=_BOTH),
+    Option("eps_final", "number", "epsilon of the final norms (norm, fc_norm) when it differs from the blocks' "
+           "(e.g. blocks 1e-6, final norm 1e-5)", bounds=(0.0, 1.0), metavar="E", fields=("eps_final",),
+           numeric=True, routes=(REFERENCE,)),
+    Option("mean", "stats", "normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; a 1-channel MNIST model: "
+           "0.1307)", metavar="M", fields=("preprocess",)),
+    Option("std", "positive_stats", "normalisation std, e.g. 0.229,0.224,0.225 (MNIST: 0.3081)", metavar="S",
+           fields=("preprocess",)),
+    Option("resize", "resize", "resize the image's shorter side to PX before the crop (--crop-mode center); the "
+           "crop is the model's input size", metavar="PX", fields=("resize_recipe",)),
+    Option("crop_mode", "choice", "center: resize keeping the aspect ratio, then crop the middle; squash: resize "
+           "the whole image to the input size (no crop); squash_crop: squash to --resize, then crop the middle",
+           choices=CROP_MODES, fields=("resize_recipe",)),
+    Option("interpolation", "choice", "resampling filter for the resize", choices=INTERPOLATIONS),
+    Option("act", "choice", "MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')",
+           choices=MLP_KINDS, cli_choices=ACTIVATIONS, fields=("mlp_kind",), numeric=True, routes=_BOTH),
+    Option("block_norm", "choice", "where each block's LayerNorms sit: pre (ViT: x + f(norm(x))), post (norm(x + "
+           "f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post (x + norm(f(x)): Swin v2, timm "
+           "*_rpn_*)", choices=BLOCK_NORMS, fields=("block_norm",), numeric=True, routes=(REFERENCE,)),
+    Option("pooling", "choice", "what the head sees: token 0 (the class token, or the first patch without one), "
+           "the mean of the patches, or of every token", choices=POOLINGS, cli_choices=ONE_VECTOR_POOLINGS,
+           fields=("pooling",), numeric=True, routes=(REFERENCE,)),
+    Option("attn_scale", "number", "factor on q·k (default head_dim**-0.5; e.g. 1 for none, or dim**-0.5 as the "
+           "first vit-pytorch versions)", bounds=(0.0, 1e6), low_open=False, metavar="S", fields=("attn_scale",),
+           numeric=True, routes=(REFERENCE,)),
+    Option("patch_order", "choice", "pixel order of a Linear patch embedding: einops '(p1 p2 c)' or unfold "
+           "'(c p1 p2)'", choices=PATCH_ORDERS, fields=("patch_order",), numeric=True, routes=(REFERENCE,)),
+    Option("pos_interp", "choice", "how the position table is resampled at another input size: timm (bicubic, "
+           "antialias), deit / dino (bicubic, no antialias), torchvision, hf, ...", choices=POS_RECIPES,
+           fields=("pos_interp",), routes=_BOTH),
+    Option("head_act", "choice", "activation between the two Linears of a two-layer head", choices=ACTIVATIONS,
+           fields=("pre_logits_act",), numeric=True, routes=(REFERENCE,)),
+    Option("rope", "choice", "the rotary position embedding of a RoPE ViT no config names (DINOv3, EVA-02, "
+           "Perception Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none", choices=ROPE_PRESET_NAMES,
+           fields=("rope",), numeric=True, routes=(REFERENCE,)),
+    Option("nest_key", "text", "which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)",
+           metavar="KEY"),
+    Option("labels", "labels", metavar="[...]", fields=("labels",), flag=""),
+    Option("device", "device", flag=""),            # each command has its own --device
+    Option("window", "window", "windowed models (Swin v2, SAM without relative positions), whose files hold no "
+           "window size: N, or one per stage (8,8,8,8)", metavar="N", fields=("windows",), numeric=True,
+           routes=(WINDOWED,)),
+    Option("global_blocks", "blocks", "SAM / ViTDet: the blocks with global attention, when neither the file nor its "
+           "config says (SAM ViT-B: 2,5,8,11)", metavar="I,J", api_metavar="(I, J, ...)", fields=("global_blocks",), numeric=True,
+           routes=(WINDOWED,)),
+    Option("code", "text", "run your own model class: FILE.py:FACTORY is a function or class in FILE.py that returns "
+           "the model (called without arguments); the weights file is loaded into it (read with weights_only=True, "
+           "never executed) and its attention is captured as its code computes it. This runs FILE.py's code: only "
+           "with this flag", metavar="FILE.py:FACTORY", fields=("token_order", "patch_embed", "model_args"),
+           routes=(LIVE,)),
+    Option("grid", "size", "with --code: the patch grid (rows x columns) at the input size, when the module has no "
+           "patch embedding and its token count fits several", metavar="RxC", routes=(LIVE,)),
+    Option("num_prefix", "count", "with --code: how many tokens come before (or after) the patches (class token, "
+           "registers), when the token count leaves it open", bounds=(0, float("inf")), metavar="N", routes=(LIVE,)),
+    Option("in_chans", "channels", "with --code: the input channels (e.g. 1 for an MNIST model), when neither its "
+           "first layer nor its statistics say", metavar="C", routes=(LIVE,)),
+    Option("live", "bool", flag="", routes=(LIVE,)),   # load(module, live=True): run it as written
+)
+OPTION = {o.name: o for o in OPTIONS}
+
+
+def overrides_for(*routes: str) -> tuple[str, ...]:
+    """The keywords that apply to any of `routes`, in `OPTIONS` order."""
+    return tuple(o.name for o in OPTIONS if set(o.routes) & set(routes))
+
+
+def only_for(route: str) -> tuple[str, ...]:
+    """The keywords that apply to `route` alone (the windowed models' window=, the live path's grid=)."""
+    return tuple(o.name for o in OPTIONS if o.routes == (route,))
+
+
+# Spec fields no option sets: what a warning tells the user to do instead (how to answer it), and whether a wrong
+# value changes the model's numbers.
+@dataclass(frozen=True)
+class Unanswered:
+    field: str
+    how: str
+    numeric: bool = True
+
+
+UNANSWERED: tuple[Unanswered, ...] = (
+    Unanswered("pool_heads", "a config.json beside the file stating the pooling head's heads (timm "
+                             "model_args.attn_pool_num_heads; there is no option for it yet)"),
+    Unanswered("rel_pos_interp", "a config.json naming the model (timm architecture, transformers model_type)"),
+    Unanswered("token_order", "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
+                              "prefix tokens first"),
+    Unanswered("patch_embed", "the model's own code (CLI --code FILE.py:FACTORY)", numeric=False),
+    Unanswered("model_args", "the model's own code (CLI --code FILE.py:FACTORY), or verify it against timm "
+                             "(vitviz verify)", numeric=False),
+)
+
+
+def _how_to_pass() -> dict[str, str]:
+    """Each answerable field -> how to pass it; a field two options answer together (the normalisation's mean and
+    std, the resize and its crop) joins them: "mean=M and std=S (CLI --mean M --std S)"."""
+    by_field: dict[str, list[Option]] = {}
+    for o in OPTIONS:
+        if o.name == "code":          # the live path answers these by running the code: said in UNANSWERED
+            continue
+        for f in o.fields:
+            by_field.setdefault(f, []).append(o)
+    out: dict[str, str] = {}
+    for f, opts in by_field.items():
+        if len(opts) == 1:
+            out[f] = opts[0].how
+            continue
+        api = " and ".join(o.how.split(" (CLI ")[0] for o in opts)
+        cli = " ".join(o.how.split(" (CLI ")[1][:-1] for o in opts if " (CLI " in o.how)
+        out[f] = f"{api} (CLI {cli})" if cli else api
+    out.update({u.field: u.how for u in UNANSWERED if u.field not in out})
+    return out
+
+
+HOW_TO_PASS: dict[str, str] = _how_to_pass()
+# Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
+NUMERIC_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(
+    [f for o in OPTIONS if o.numeric and o.name != "code" for f in o.fields]
+    + [u.field for u in UNANSWERED if u.numeric]))

@@ -28,9 +28,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.options import (
-    ACTIVATIONS, BLOCK_NORMS, CROP_MODES, INTERPOLATIONS, MLP_KINDS, PATCH_ORDERS, POOLINGS, POS_RECIPES,
-)
+from vitviz.core.options import ACTIVATIONS, CROP_MODES, INTERPOLATIONS, OPTION, OPTIONS, Option
 from vitviz.errors import MetadataError, OverrideError, VitvizError
 
 if TYPE_CHECKING:
@@ -262,61 +260,89 @@ def _resize(v: Any) -> int:
     return n
 
 
-def check_overrides(overrides: dict[str, Any], families: Collection[str], crop_modes: Sequence[str] = CROP_MODES,
-                    poolings: Sequence[str] = POOLINGS) -> dict[str, Any]:
-    """The overrides of `vitviz.load` checked and normalised (None values dropped); `families` are the family
-    names the loader knows (passed in: they are the family modules', which import torch). The choice lists are
-    `vitviz.core.options`'; `crop_modes` and `poolings` narrow them where a caller must.
+def _device(v: Any) -> Any:
+    if isinstance(v, str) or type(v).__name__ == "device":
+        return v
+    raise Invalid("expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _heads_override(v: Any) -> int:
+    n = as_count(v)  # 2.5 is refused, never truncated
+    if n > MAX_HEADS:
+        raise Invalid(f"expected at most {MAX_HEADS}")
+    return n
+
+
+def _as_is(v: Any) -> Any:
+    return v
+
+
+# Each kind of value an override takes (`vitviz.core.options.Option.value`) -> its check, given the option. `family`
+# is checked against the caller's family names in `check_overrides`; `window` and `blocks` by the windowed loader,
+# against the model's stages and blocks.
+VALUE_CHECKS: dict[str, Callable[[Option, Any], Any]] = {
+    "heads": lambda o, v: _heads_override(v),
+    "size": lambda o, v: as_pair(v),
+    "number": lambda o, v: as_number(v, o.bounds[0], o.bounds[1], low_open=o.low_open),
+    "stats": lambda o, v: as_stats(v, positive=False),
+    "positive_stats": lambda o, v: as_stats(v, positive=True),
+    "choice": lambda o, v: as_choice(v, o.choices),
+    "labels": lambda o, v: as_labels(v),
+    "text": lambda o, v: as_text(v),
+    "device": lambda o, v: _device(v),
+    "resize": lambda o, v: _resize(v),
+    "count": lambda o, v: as_count(v, int(o.bounds[0])),
+    "bool": lambda o, v: as_bool(v),
+    "channels": lambda o, v: _channel_count(v),
+    "window": lambda o, v: _as_is(v),
+    "blocks": lambda o, v: _as_is(v),
+}
+
+
+def check_overrides(overrides: dict[str, Any], families: Collection[str]) -> dict[str, Any]:
+    """The overrides of `vitviz.load` checked and normalised (None values dropped), each by its `Option` in
+    `vitviz.core.options.OPTIONS`; `families` are the family names the loader knows (passed in: they are the family
+    modules', which import torch). A keyword no option names passes as it is (`load` refuses unknown ones first).
 
     Raises:
         OverrideError: naming the override, what was given and what was expected.
     """
-    def family(v: Any) -> str:
-        name = as_text(v)
-        if name.split(":")[0].split("-")[0] not in families:
-            raise Invalid(f"expected one of {', '.join(sorted(families))}")
-        return name
-
-    def device(v: Any) -> Any:
-        if isinstance(v, str) or type(v).__name__ == "device":
-            return v
-        raise Invalid("expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
-
-    def heads(v: Any) -> int:
-        n = as_count(v)  # 2.5 is refused, never truncated
-        if n > MAX_HEADS:
-            raise Invalid(f"expected at most {MAX_HEADS}")
-        return n
-
-    checks: dict[str, Callable[[Any], Any]] = {
-        "heads": heads, "family": family, "image_size": as_pair,
-        "eps": lambda v: as_number(v, 0.0, 1.0), "eps_final": lambda v: as_number(v, 0.0, 1.0), "mean": lambda v: as_stats(v, positive=False),
-        "std": lambda v: as_stats(v, positive=True), "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
-        "labels": as_labels, "pos_interp": lambda v: as_choice(v, POS_RECIPES),
-        "act": lambda v: as_choice(v, MLP_KINDS), "nest_key": as_text, "device": device,
-        "resize": _resize, "crop_mode": lambda v: as_choice(v, crop_modes),
-        "pooling": lambda v: as_choice(v, poolings), "block_norm": lambda v: as_choice(v, BLOCK_NORMS),
-        "attn_scale": lambda v: as_number(v, 0.0, 1e6, low_open=False),
-        "patch_order": lambda v: as_choice(v, PATCH_ORDERS),
-        "head_act": lambda v: as_choice(v, ACTIVATIONS),
-        "rope": as_text, "live": as_bool, "code": as_text, "grid": as_pair, "num_prefix": lambda v: as_count(v, 0),
-        "in_chans": _channel_count,
-    }
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None:
             continue
-        check = checks.get(key)
-        if check is None:
+        option = OPTION.get(key)
+        if option is None:
             out[key] = value
             continue
         try:
-            out[key] = check(value)
+            if option.value == "family":
+                name = as_text(value)
+                if name.split(":")[0].split("-")[0] not in families:
+                    raise Invalid(f"expected one of {', '.join(sorted(families))}")
+                out[key] = name
+            else:
+                out[key] = VALUE_CHECKS[option.value](option, value)
         except Invalid as e:
             text, _, kind = show(value).partition(" (")
             found = f" (found {kind[:-1]})" if kind else ""
             raise OverrideError(f"override {key} {text}; {e}{found}") from None
     return out
+
+
+def check_route(overrides: Mapping[str, Any], route: str, where: str, why: str = "") -> None:
+    """Refuse the overrides given (not None) that the loading `route` does not take (`Option.routes`): a value the
+    user set must never be ignored without a word. `why` says what the route is ('a windowed model (Swin, SAM)').
+
+    Raises:
+        OverrideError: naming them, the route and what it takes.
+    """
+    off = [k for k, v in overrides.items() if v is not None and k in OPTION and route not in OPTION[k].routes]
+    if off:
+        takes = ", ".join(o.name for o in OPTIONS if route in o.routes)
+        names = ", ".join(f"{k}=" for k in off)
+        raise OverrideError(f"{where}: {names} {'does' if len(off) == 1 else 'do'} not apply to {why or route}; "
+                            f"it takes {takes}")
 
 
 # ------------------------------------------------------------------------------------------------ config files

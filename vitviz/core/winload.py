@@ -26,23 +26,17 @@ from vitviz.core.families import vitdet as vitdet_family
 from vitviz.core.metadata import metadata_sources
 from vitviz.core.runtime import check_model_memory, resolve_device
 from vitviz.core.spec import GuessWarning
-from vitviz.core.validate import check_exact_tensors, check_weights
+from vitviz.core.options import HOW_TO_PASS, WINDOWED, only_for, overrides_for
+from vitviz.core.validate import check_exact_tensors, check_route, check_weights
 from vitviz.core.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
 from vitviz.errors import InconsistentCheckpointError, OverrideError
 
 WINDOWED_FAMILIES = swin_family.NAMES + sam_family.NAMES + vitdet_family.NAMES
-# overrides only windowed models take (load() accepts them besides hyperparams.OVERRIDES)
-WINDOW_OVERRIDES = ("window", "global_blocks")
-# overrides of hyperparams.OVERRIDES that mean something here
-APPLIES = ("heads", "family", "image_size", "eps", "mean", "std", "interpolation", "labels", "pos_interp", "act",
-          "nest_key", "device", "resize", "crop_mode")
+# overrides only windowed models take, and those of the reference route that mean something here (`OPTIONS`)
+WINDOW_OVERRIDES = only_for(WINDOWED)
+APPLIES = tuple(n for n in overrides_for(WINDOWED) if n not in WINDOW_OVERRIDES)
 NAMING = "a config.json naming the model (timm architecture, transformers model_type), or its release file name"
-HOW_TO_PASS = {"windows": "window=N (CLI --window N), one size or one per stage",
-               "global_blocks": "global_blocks=[...] (CLI --global-blocks I,J)",
-               "heads": "heads=N (CLI --heads N)", "image_size": "image_size=N (CLI --image-size N)",
-               "eps": "eps=E (CLI --eps E)", "mlp_kind": "act=... (CLI --act ...)",
-               "preprocess": "mean=/std= (CLI --mean M --std S)", "pos_interp": "pos_interp=... (CLI --pos-interp ...)"}
 
 
 def is_windowed(conv: Converted) -> bool:
@@ -57,10 +51,7 @@ class _Prov(hyperparams._Prov):  # noqa: SLF001 - one provenance collector for b
 
 
 def _check_overrides(overrides: dict[str, Any], where: str) -> None:
-    unused = [k for k, v in overrides.items() if v is not None and k not in APPLIES + WINDOW_OVERRIDES]
-    if unused:
-        raise OverrideError(f"{where}: {', '.join(sorted(unused))} do(es) not apply to a windowed model (Swin, SAM); "
-                            f"it takes {', '.join(APPLIES + WINDOW_OVERRIDES)}")
+    check_route(overrides, WINDOWED, where, "a windowed model (Swin, SAM, ViTDet)")
 
 
 def _window_list(value: Any, stages: int, what: str) -> list[tuple[int, int]]:

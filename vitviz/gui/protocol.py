@@ -805,7 +805,8 @@ def windowed_guess(spec: Any, name: str) -> str:
     warns it (`vitviz.core.winload.warn_guesses`)."""
     import re
 
-    from vitviz.core.winload import HOW_TO_PASS, NAMING
+    from vitviz.core.options import HOW_TO_PASS
+    from vitviz.core.winload import NAMING
 
     source = spec.source_of(name)
     why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)

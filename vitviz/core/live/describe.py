@@ -19,12 +19,13 @@ from vitviz.core.live.errors import LiveModelError, NoAttentionError, UserCodeEr
 from vitviz.core.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
+from vitviz.core.options import LIVE, only_for
 from vitviz.core.runtime import CHECK_FROM, available_memory, format_bytes, resolve_device
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, ModelSpec, Preprocess, whole_patches
 from vitviz.errors import DeviceError, NonFiniteError
 
-# Overrides only the live path takes (the others are `hyperparams.OVERRIDES`).
-LIVE_OVERRIDES = ("live", "code", "grid", "num_prefix", "in_chans")
+# Overrides only the live path takes (`vitviz.core.options.OPTIONS`; the others are the reference route's).
+LIVE_OVERRIDES = only_for(LIVE)
 _MAX_PREFIX = 64   # more "prefix" tokens than this means the grid is wrong, not that there are 65 registers
 
 
