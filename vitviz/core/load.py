@@ -130,10 +130,12 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             any other module, or any with `live=True`, runs as written with its attention captured
             (`vitviz.core.live`; `spec.family == 'live'`, the path taken is `spec.source_of('path')`).
             With `code=` it is the weights file for the code's model (or None).
-        **overrides: heads, family, image_size (int or (h, w)), eps, mean, std, interpolation, labels,
-            pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1'); for the live path also
-            live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY' (runs
-            that file's code to build the model: only pass it when the user asked for it).
+        **overrides: the keywords of `vitviz.core.options.OPTIONS` (each record says its value, choices and the
+            routes that take it): heads, family, image_size (int or (h, w)), eps, mean, std, interpolation,
+            labels, pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1'), ...; for the live path
+            also live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY'
+            (runs that file's code to build the model: only pass it when the user asked for it). One that the
+            route taken does not take (act= for a module run live, window= for a plain ViT) is refused.
     """
     unknown = set(overrides) - set(OPTION)
     if unknown:
