@@ -174,6 +174,30 @@ def test_sizes_round_to_whole_patches_and_say_so() -> None:
     assert slot.pos_grid is None
 
 
+# ---------------------------------------------------------------------------------------------- the session
+
+
+def test_the_session_reads_and_sets_its_parts_fields(session) -> None:  # noqa: ANN001
+    """`session.spec`, `session.images`... are the parts' own fields (each held name is one of them), set through
+    the session too, except the current image, which only `set_current` changes."""
+    from vitviz.gui.session import Session, _Held
+
+    held = {name: h for name, h in vars(Session).items() if isinstance(h, _Held)}
+    assert {"spec", "device", "image_size", "pos_grid", "ask_assumptions", "images", "failed", "current"} <= set(held)
+    for name, h in held.items():
+        part = getattr(session, h.part)
+        assert h.name in vars(part), (name, h.part, h.name)
+        assert getattr(session, name) is getattr(part, h.name)
+    session.ask_assumptions = True
+    session.image_size = (16, 24)
+    assert session.model.ask_assumptions and session.model.image_size == (16, 24)
+    assert session.images is session.image_list.paths and session.failed is session.image_list.failed
+    with pytest.raises(AttributeError, match="read-only"):
+        session.current = A
+    session.set_current(A)                     # no model: nothing runs, the image is shown
+    assert session.current == A == session.image_list.current
+
+
 # ---------------------------------------------------------------------------------------------- the query scale
 
 

@@ -40,21 +40,34 @@ class _Held:
     """An attribute of the session that one of its parts holds (`part`, under `name`): read, and set unless
     `readonly`, through the session as before the parts existed (`session.spec`, `session.images`...)."""
 
-    def __init__(self, part: str, name: str = "", readonly: bool = False) -> None:
+    def __init__(self, part: str, name: str, readonly: bool = False) -> None:
         self.part, self.name, self.readonly = part, name, readonly
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = self.name or name
 
     def __get__(self, session: Any, owner: type | None = None) -> Any:
         return self if session is None else getattr(getattr(session, self.part), self.name)
 
     def __set__(self, session: Any, value: Any) -> None:
         if self.readonly:
-            raise AttributeError(f"Session.{self.name} is read-only")
+            raise AttributeError(f"Session.{self.name} is read-only (Session.set_current)")
         setattr(getattr(session, self.part), self.name, value)
 
 
+def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
+    """A class decorator: the session's attributes `names` (and `renamed`: session name -> the part's) are those
+    of its part `part`, read and set through the session (`readonly` ones only read)."""
+    def add(cls: type) -> type:
+        for name, held in {**{n: n for n in names.split()}, **{n: n for n in readonly.split()}, **renamed}.items():
+            setattr(cls, name, _Held(part, held, readonly=name in readonly.split()))
+        return cls
+    return add
+
+
+# the parts' fields, read and set through the session as before (`ModelSlot` and `ImageList` say what each is)
+@_holds("model", "spec device device_preference model_path model_code load_overrides live_layers live_skipped "
+        "interruptible ask_assumptions awaiting_answers library_layout capabilities described verify_models "
+        "verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
+        _verify_asked="verify_asked")
+@_holds("image_list", "failed", readonly="current", images="paths")   # current: set_current shows another image
 class Session(QObject):
     """Owns the worker client, the model's state, the images and the result cache."""
 
@@ -87,35 +100,6 @@ class Session(QObject):
     progress = Signal(str, float)           # what the running request is doing, fraction done (-1: unknown)
     stuck = Signal(str)                     # the user's code has run `stop_waiting_after` s unanswered: what it
                                             # is doing ('' once it has answered or was given up on)
-
-    # the parts' fields, read and set through the session (`ModelSlot` and `ImageList` say what each is)
-    spec = _Held("model")
-    device = _Held("model")
-    device_preference = _Held("model")
-    model_path = _Held("model")
-    model_code = _Held("model")
-    load_overrides = _Held("model")
-    live_layers = _Held("model")
-    live_skipped = _Held("model")
-    interruptible = _Held("model")
-    ask_assumptions = _Held("model")
-    awaiting_answers = _Held("model")
-    library_layout = _Held("model")
-    capabilities = _Held("model")
-    described = _Held("model")
-    verify_models = _Held("model")
-    verification = _Held("model")
-    verify_failure = _Held("model")
-    _verify_asked = _Held("model", "verify_asked")
-    param_counts = _Held("model")
-    image_size = _Held("model")
-    pending_size = _Held("model")
-    pos_embed = _Held("model")
-    rope = _Held("model")
-    pos_grid = _Held("model")
-    images = _Held("image_list", "paths")
-    failed = _Held("image_list")
-    current = _Held("image_list", readonly=True)   # the image the panels show ('' when there is none): set_current
 
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
