@@ -25,8 +25,7 @@ from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.passes import PassStore
 from vitviz.gui.protocol import (ANALYSES, Analysis, Catalog, Cataloged, Compared, Features, Load, Loaded, Move,
                                  Moved, PassRequest, Pca, PcaFitted, PosEmbed, PosEmbedded, Probe, Probed, Ran,
-                                 Relevance, Request, Run, Share, Shared, Similarity, Text, Verified,
-                                 Verify)
+                                 Relevance, Request, Run, Share, Shared, Similarity, Text, Verified, Verify)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 STOP_WAITING_S = 30.0    # after this long a request running the user's own code offers Stop waiting (settings)
@@ -69,7 +68,8 @@ def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
         _verify_asked="verify_asked")
 @_holds("image_list", "failed", readonly="current", images="paths")   # current: set_current shows another image
 class Session(QObject):
-    """Owns the worker client, the model's state, the images and the result cache."""
+    """Owns the worker client and the parts -- `model` (ModelSlot), `image_list` (ImageList), `results`
+    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and signals."""
 
     model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
     assumptions_asked = Signal(object)      # ModelSpec whose file does not say settings that change attention
