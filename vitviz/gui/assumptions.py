@@ -28,6 +28,15 @@ LEVEL_STYLES = {"verified": "color: #188038;", "unverified": "color: #b06000;", 
 LIVE_LINE = "Runs your model's own code (nothing converted to verify)"
 
 
+LIVE_FAMILY = "live"   # the family of a model run from its own code (`vitviz.core.live`)
+
+
+def runs_own_code(spec: ModelSpec | None) -> bool:
+    """Whether `spec` is a model that runs from its own code (the live path): nothing converted to verify, and its
+    attention, not its file, says its heads. The one place the window tells such a model from a converted one."""
+    return spec is not None and spec.family == LIVE_FAMILY
+
+
 def is_assumed(spec: ModelSpec, name: str) -> bool:
     """Whether `name` is an assumed setting that changes what `spec` computes now."""
     return spec.relevant(name) and spec.kind_of(name) == ASSUMED
@@ -36,7 +45,7 @@ def is_assumed(spec: ModelSpec, name: str) -> bool:
 def asked(spec: ModelSpec) -> list[str]:
     """The settings of `ASKED` that are assumed for this model, in order (an activation only when it is one the
     dialog offers: a SwiGLU MLP is read from its shapes)."""
-    if spec.family == "live":
+    if runs_own_code(spec):
         return []
     return [name for name in ASKED if is_assumed(spec, name)
             and (name != "mlp_kind" or spec.mlp_kind in ACTIVATIONS)]
@@ -118,7 +127,7 @@ def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str 
     tip_list = f"Assumed (the file does not say):\n{listed}" if listed else "Nothing that changes the computation " \
                                                                             "is assumed."
     n = len(spec.assumptions)
-    if spec.family == "live":
+    if runs_own_code(spec):
         return VerdictLine(LIVE_LINE, "The model's module runs as written; its attention is captured where its code "
                                       "computes it.\n" + tip_list, "none")
     verdict = getattr(verification, "verdict", None)

@@ -1,32 +1,31 @@
-"""The session: the one owner of what the window works on -- the loaded model, the images, their results, the
-current image, the input size, the device, the per-image head statistics and the model's verdict (checked
-against its original in the worker after its first picture).
+"""The session: the one owner of what the window works on, composed of small parts -- the loaded model
+(`model`, a `ModelSlot`: spec, device, what it was loaded with, its verdict, input size, position embedding), the
+images (`image_list`, an `ImageList`: order, current image, failed runs, run progress), their results (`results`, a
+`ResultCache`, and the per-image head statistics) and the on-demand passes (`PassStore`s).
 
-It turns user intents (load this checkpoint, run these images, show this one, move to CUDA, use another input size)
-into worker requests, keeps a bounded cache of results and forwards only fresh answers. Panels subscribe to its
-signals the way they subscribe to `ViewState`; `current_changed` says that what the current image shows changed.
-No widgets here.
+The session itself is intents and answers: it turns user intents (load this checkpoint, run these images, show
+this one, move to CUDA, use another input size) into worker requests, routes each answer to the part it changes
+and says so by its signals. Panels subscribe to those signals the way they subscribe to `ViewState`;
+`current_changed` says that what the current image shows changed. The parts' fields read (and set) through the
+session as before (`session.spec`, `session.images`, `session.failed`...). No widgets here.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
-from vitviz.core.maps import PosEmbedData, ResultMaps
-from vitviz.core.spec import ModelSpec, whole_patches
-from vitviz.gui import bundled
-from vitviz.gui.assumptions import asks_unprompted
+from vitviz.core.maps import ResultMaps
 from vitviz.gui.cache import ResultCache
 from vitviz.gui.client import WorkerClient
+from vitviz.gui.images import ImageList
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.passes import PassStore
 from vitviz.gui.protocol import (ANALYSES, Analysis, Catalog, Cataloged, Compared, Features, Load, Loaded, Move,
                                  Moved, PassRequest, Pca, PcaFitted, PosEmbed, PosEmbedded, Probe, Probed, Ran,
-                                 Relevance, Request, RopeKernels, Run, Share, Shared, Similarity, Text, Verified,
-                                 Verify)
+                                 Relevance, Request, Run, Share, Shared, Similarity, Text, Verified, Verify)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 STOP_WAITING_S = 30.0    # after this long a request running the user's own code offers Stop waiting (settings)
@@ -36,8 +35,41 @@ DEVICE_FAILED = "Device not available"   # a load's device was refused; the mode
 HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
 
 
+class _Held:
+    """An attribute of the session that one of its parts holds (`part`, under `name`): read, and set unless
+    `readonly`, through the session as before the parts existed (`session.spec`, `session.images`...)."""
+
+    def __init__(self, part: str, name: str, readonly: bool = False) -> None:
+        self.part, self.name, self.readonly = part, name, readonly
+
+    def __get__(self, session: Any, owner: type | None = None) -> Any:
+        return self if session is None else getattr(getattr(session, self.part), self.name)
+
+    def __set__(self, session: Any, value: Any) -> None:
+        if self.readonly:
+            raise AttributeError(f"Session.{self.name} is read-only (Session.set_current)")
+        setattr(getattr(session, self.part), self.name, value)
+
+
+def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
+    """A class decorator: the session's attributes `names` (and `renamed`: session name -> the part's) are those
+    of its part `part`, read and set through the session (`readonly` ones only read)."""
+    def add(cls: type) -> type:
+        for name, held in {**{n: n for n in names.split()}, **{n: n for n in readonly.split()}, **renamed}.items():
+            setattr(cls, name, _Held(part, held, readonly=name in readonly.split()))
+        return cls
+    return add
+
+
+# the parts' fields, read and set through the session as before (`ModelSlot` and `ImageList` say what each is)
+@_holds("model", "spec device device_preference model_path model_code load_overrides live_layers live_skipped "
+        "interruptible ask_assumptions awaiting_answers library_layout capabilities described verify_models "
+        "verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
+        _verify_asked="verify_asked")
+@_holds("image_list", "failed", readonly="current", images="paths")   # current: set_current shows another image
 class Session(QObject):
-    """Owns the worker client, the model's state, the images and the result cache."""
+    """Owns the worker client and the parts -- `model` (ModelSlot), `image_list` (ImageList), `results`
+    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and signals."""
 
     model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
     assumptions_asked = Signal(object)      # ModelSpec whose file does not say settings that change attention
@@ -72,49 +104,18 @@ class Session(QObject):
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.client = WorkerClient(self)
-        self.spec: ModelSpec | None = None
-        self.device = ""
-        self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
+        self.model = ModelSlot()                    # the loaded model, how it loads, its size and verdict
+        self.image_list = ImageList()               # the images, the current one, failed runs, run progress
         self.probed: Probed | None = None           # the devices found and the torch running them (Help › About)
-        self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
-        self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
-        self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
-        self.live_layers: tuple[tuple[str, str], ...] = ()   # a live model's (layer, mechanism that found it)
-        self.live_skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()   # attention calls it left out
-        self.interruptible = True                   # a forward pass stops between layers when the window closes
-        self.ask_assumptions = False                # ask (assumptions_asked) what a loaded model's file does not say
-        self.awaiting_answers = False               # asked: runs wait for answer_assumptions
-        self._kept: set[str] = set()                # models the user answered or kept the assumptions of (not asked
-                                                    # again when they reload)
-        self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
-        self.capabilities: frozenset[str] = frozenset()   # what the loaded model can do (`Loaded.capabilities`)
-        self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
-        self.verify_models = True                   # check each converted model against its original (Verify)
-        self.verification: Any = None               # the loaded model's `Verification`, once answered
-        self.verify_failure = ""                    # why the check could not run ('' when it did or has not yet)
-        self._verify_asked = False                  # the check of the loaded model has been asked for
-        self.param_counts: dict[str, int] = {}
-        self.image_size: tuple[int, int] | None = None     # None: the model's native size
-        self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
-        self.images: list[str] = []
-        self._current = ""
-        self.failed: dict[str, str] = {}
         self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
         self.precompute: tuple[Any, ...] = ()      # map kinds runs make in the worker too (the view's: `Run.also`)
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
-        self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
-        self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
-        self.pos_grid: tuple[int, int] | None = None
         # the on-demand passes of a cached result (`ready` / `failed` signals, `request`, `pending`, `failures`)
         self.relevance_pass = PassStore(self, Relevance)   # keyed by class (None: the top class)
         self.text_pass = PassStore(self, Text)             # keyed by prompt
         self.features_pass = PassStore(self, Features)     # no key (None)
         self.passes: dict[type, PassStore] = {Relevance: self.relevance_pass, Text: self.text_pass,
                                               Features: self.features_pass}
-        self._batch_done = 0                        # runs answered since the run queue was last empty
-        self._batch_start = 0.0
-        self._given_up: dict[str, str] = {}         # images whose run was given up on (Stop waiting) -> why,
-        self._given_up_model = ""                   # for this model (they are not run again when it reloads)
         c = self.client
         c.user_code = self.runs_user_code
         c.stop_waiting_after = STOP_WAITING_S
@@ -152,17 +153,12 @@ class Session(QObject):
 
     def run_counts(self) -> tuple[int, int]:
         """(answered, in all) of the runs since the run queue was last empty."""
-        return self._batch_done, self._batch_done + len(self.client.pending(Run))
-
-    @property
-    def current(self) -> str:
-        """The image the panels show ('' when there is none)."""
-        return self._current
+        return self.image_list.counts(len(self.client.pending(Run)))
 
     @property
     def current_maps(self) -> ResultMaps | None:
         """The current image's cached result, or None."""
-        return self.results.get(self._current) if self._current else None
+        return self.results.get(self.current) if self.current else None
 
     def cached(self, path: str) -> ResultMaps | None:
         """The cached result of an image, or None (without marking it as recently used)."""
@@ -203,9 +199,7 @@ class Session(QObject):
         it (the live path)."""
         if isinstance(request, Load):
             return bool(request.code)
-        if not request.user_code:
-            return False
-        return self.spec is not None and (self.spec.family == "live" or bool(self.model_code))
+        return bool(request.user_code) and self.model.built_by_code
 
     # ------------------------------------------------------------------------------------------ intents
 
@@ -231,12 +225,8 @@ class Session(QObject):
             path = str(request.args.get("image"))
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
                    f"{Path(path).name}")
-            if self._given_up_model != previous:
-                self._given_up, self._given_up_model = {}, previous
-            self._given_up[path] = why
-            self.failed[path] = why
-            self._batch_done += 1
-            if path == self._current:
+            self.image_list.give_up(path, why, previous)
+            if path == self.current:
                 self.current_changed.emit(None)
             self._report_runs()
         elif isinstance(request, PassRequest):
@@ -273,8 +263,7 @@ class Session(QObject):
         resize=, crop_mode=; None removes one); None when no model is loaded."""
         if self.spec is None:
             return None
-        overrides = {k: v for k, v in {**self.load_overrides, **changes}.items() if v is not None}
-        path = None if self.model_code and self.model_path == self.model_code else self.model_path
+        path, overrides = self.model.reload_args(changes)
         return self.load_model(path, device=self.device or None, **overrides)
 
     def answer_assumptions(self, changes: dict[str, Any] | None) -> None:
@@ -283,8 +272,8 @@ class Session(QObject):
         lets the images run as loaded. Either way the model is not asked about again when it reloads."""
         if not self.awaiting_answers or self.spec is None:
             return
-        self._kept.add(self.model_path)
-        if changes and any(self.load_overrides.get(k) != v for k, v in changes.items()):
+        self.model.kept.add(self.model_path)
+        if self.model.changes_anything(changes):
             self.reload(**changes)                 # answered when it has loaded
             return
         self.awaiting_answers = False
@@ -308,14 +297,11 @@ class Session(QObject):
         """Add images not already listed and run them (the current one first); the first added becomes current
         when none is, and with `show` (the user opened or dropped them) the first of `paths` becomes current
         whether it was listed already or not. Returns the paths added."""
-        known = set(self.images)
-        named = list(dict.fromkeys(str(Path(p)) for p in paths))
-        added = [p for p in named if p not in known]
-        self.images.extend(added)
+        added, current = self.image_list.add(paths, show)
         if added:
             self.images_added.emit(added)
-        if named and (show or not self._current) and (added or show):
-            self.set_current(named[0] if show else added[0])
+        if current is not None:
+            self.set_current(current)
         self.ensure_all()
         return added
 
@@ -323,29 +309,23 @@ class Session(QObject):
         """Take images out of the list with their results, failures and statistics; their queued runs are
         dropped (a running one is answered stale). When the current image goes, the next one in the list (else
         the previous one) becomes current. Returns the paths removed."""
-        gone = [p for p in dict.fromkeys(str(Path(p)) for p in paths) if p in self.images]
+        gone, current = self.image_list.remove(paths)
         if not gone:
             return []
         drop = set(gone)
-        order = list(self.images)
-        self.images = [p for p in order if p not in drop]
         self.client.cancel(lambda r: r.kind is Run and r.args["image"] in drop)
         for path in gone:
             self.results.pop(path)
-            self.failed.pop(path, None)
             self.head_stats.pop(path, None)
         self.images_removed.emit(gone)
-        if self._current in drop:
-            i = order.index(self._current)
-            after = [p for p in order[i + 1:] if p not in drop]
-            before = [p for p in order[:i] if p not in drop]
-            self.set_current(after[0] if after else before[-1] if before else "")
+        if current is not None:
+            self.set_current(current)
         self._report_runs()
         return gone
 
     def remove_failed(self) -> list[str]:
         """Remove every image whose run failed."""
-        return self.remove_images([p for p in self.images if p in self.failed])
+        return self.remove_images(self.image_list.failed_paths())
 
     def clear_images(self) -> list[str]:
         """Remove every image."""
@@ -353,9 +333,9 @@ class Session(QObject):
 
     def set_current(self, path: str) -> None:
         """Show another image (its run jumps the queue)."""
-        if path == self._current:
+        if path == self.current:
             return
-        self._current = path
+        self.image_list.current = path
         self.ensure(path, first=True)
         self.current_changed.emit(self.result(path) if path else None)
 
@@ -385,13 +365,9 @@ class Session(QObject):
     def whole_patches(self, size: tuple[int, int]) -> tuple[int, int]:
         """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it; a note
         says so when that changes the size."""
-        if self.spec is None:
-            return (int(size[0]), int(size[1]))
-        p = self.spec.patch_size
-        used = whole_patches(size, p, at_least_one=True)
-        if used != tuple(size):
-            why = "is smaller than one" if min(size) < p else "is not a multiple of the"
-            self.note.emit(f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}")
+        used, note = self.model.whole_patches(size)
+        if note:
+            self.note.emit(note)
         return used
 
     def request_pos_embed(self) -> None:
@@ -399,8 +375,7 @@ class Session(QObject):
         pos_embed_ready)."""
         if self.spec is None or getattr(self.spec, "windowed", False):   # a windowed model: no absolute table shown
             return
-        size = self.image_size or self.spec.image_size
-        p = self.spec.patch_size
+        size, p = self.model.run_size(), self.spec.patch_size
         self.client.cancel(lambda r: r.kind is PosEmbed)
         self.client.submit(PosEmbed, first=True, grid=(size[0] // p, size[1] // p))
 
@@ -416,13 +391,13 @@ class Session(QObject):
                 self.client.prioritize(lambda r: r in pending)
             return
         if not self.client.pending(Run):
-            self._batch_done, self._batch_start = 0, time.monotonic()     # a new run of images begins
+            self.image_list.begin_runs()     # a new run of images begins
         self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute)
         self.run_started.emit(path)
 
     def ensure_all(self) -> None:
         """Run the current image first, then every other image without a result."""
-        self.ensure(self._current, first=True)
+        self.ensure(self.current, first=True)
         for path in self.images:
             self.ensure(path)
 
@@ -491,28 +466,12 @@ class Session(QObject):
         if answer.refused:
             self._refuse_device(str(request.args.get("device")), answer.refused)
         spec = answer.spec
-        args = request.args
-        self.model_code = str(args.get("code") or "")
-        self.spec, self.device, self.model_path = spec, answer.device, args["path"] or self.model_code
-        self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
-        self.live_layers, self.live_skipped = answer.layers, answer.skipped
-        self.interruptible = answer.interruptible
-        self.library_layout, self.described = answer.library_layout, dict(answer.described)
-        self.capabilities = answer.capabilities
-        self.verification, self.verify_failure, self._verify_asked = None, "", False
-        # the demo model is ours (its config says its heads): never asked about
-        self.awaiting_answers = (self.ask_assumptions and asks_unprompted(spec, answer.library_layout)
-                                 and not bundled.is_demo(self.model_path) and self.model_path not in self._kept)
-        self.param_counts = dict(answer.counts)
-        self.image_size = None
+        self.model.loaded(request, answer)            # at its native size, asked about or not, not verified yet
         self._forget_results()
-        if self._given_up_model == self.model_path:      # given up on before: not run again for this model
-            self.failed.update(self._given_up)
-        else:
-            self._given_up, self._given_up_model = {}, ""
-        self.pos_embed, self.pos_grid, self.rope = None, None, None
-        if self.pending_size is not None:
-            size, self.pending_size = self.whole_patches(self.pending_size), None
+        self.image_list.restore_given_up(self.model_path)   # given up on before: not run again for this model
+        pending = self.model.take_pending_size()
+        if pending is not None:
+            size = self.whole_patches(pending)
             self.image_size = None if size == tuple(spec.image_size) else size
         self.request_pos_embed()
         self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
@@ -538,21 +497,20 @@ class Session(QObject):
         path, maps = request.args["image"], answer.maps
         self.results.put(path, maps)
         self.head_stats[path] = maps.head_stats()
-        self._batch_done += 1
+        self.image_list.answered()
         self.result_ready.emit(path)
-        if path == self._current:
+        if path == self.current:
             self.current_changed.emit(maps)
         self._report_runs()
         self._verify()
 
     def _verify(self) -> None:
         """After a model's first picture, check it against its original in the worker, ahead of the queued runs
-        (`verification_changed` when answered). A model run from its own code (family 'live') is the original:
-        nothing to check. A model built by the user's code and converted is checked against that code."""
-        spec = self.spec
-        if not self.verify_models or spec is None or self._verify_asked or spec.family == "live":
+        (`verification_changed` when answered; `ModelSlot.verify_due`). A model run from its own code is the
+        original: nothing to check. A model built by the user's code and converted is checked against that code."""
+        if not self.model.verify_due:
             return
-        self._verify_asked = True
+        self.model.verify_asked = True
         self.client.submit(Verify, first=True, code=self.model_code or None)
         self.verification_changed.emit()
 
@@ -564,12 +522,7 @@ class Session(QObject):
     def _report_runs(self) -> None:
         """Say how far the current run of images has got: answered, in all, and an estimate of the seconds left
         (NaN until one has been answered)."""
-        done, total = self.run_counts()
-        elapsed = time.monotonic() - self._batch_start
-        left = elapsed / done * (total - done) if done else float("nan")
-        self.run_progress.emit(done, total, left)
-        if done == total:
-            self._batch_done = 0
+        self.run_progress.emit(*self.image_list.progress(len(self.client.pending(Run))))
 
     def _on_dropped(self, request: Request | None) -> None:
         """A stale or cancelled request: a load that was replaced ends the loading state when it was the last."""
@@ -583,7 +536,7 @@ class Session(QObject):
             signal.emit(answer)
 
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
-        self.pos_grid, self.pos_embed, self.rope = tuple(answer.grid), answer.data, answer.rope
+        self.model.position(answer)
         self.pos_embed_ready.emit()
 
     def _on_cataloged(self, _request: Request, answer: Cataloged) -> None:
@@ -604,10 +557,9 @@ class Session(QObject):
             return
         if kind is Run:
             path = request.args["image"]
-            self.failed[path] = summary
-            self._batch_done += 1
+            self.image_list.fail(path, summary)
             self.run_failed.emit(path, summary, details)
-            if path == self._current:
+            if path == self.current:
                 self.current_changed.emit(None)
             self._report_runs()
             return
@@ -622,7 +574,7 @@ class Session(QObject):
         if kind is Probe:
             self.devices_found.emit(["cpu"])
         elif kind is PosEmbed:
-            self.pos_embed, self.pos_grid, self.rope = None, None, None
+            self.model.forget_position()
         self.error.emit(request.title, summary, details)
         if kind is Load:
             self.ensure_all()   # the load made queued runs stale; the previous model is still there
@@ -634,7 +586,7 @@ class Session(QObject):
     def _forget_results(self) -> None:
         """A new model or input size: no result, failure or head statistic of the old one holds."""
         self.results.clear()
-        self.failed.clear()
+        self.image_list.forget_failures()
         self.head_stats.clear()
         for store in self.passes.values():
             store.forget()

@@ -30,7 +30,7 @@ __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "RO
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "is_windowed",
-           "windowed_view"]
+           "windowed_view", "QueryScaleRule", "QUERY_SCALE_NOTE"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
                                               # gradient maps of a class or a prompt, a MAP head's attention (only
@@ -132,6 +132,47 @@ class ViewState:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(ViewState) if not f.name.startswith("_"))
+
+QUERY_SCALE_NOTE = ("The query token's map is drawn on its own scale (Normalise each map is on); untick it to compare "
+                    "with the scale shared by all layers and heads")
+
+
+class QueryScaleRule:
+    """A query token's map is drawn on its own scale: on the scale shared by all layers and heads, one patch's
+    attention is often a faint smudge (max 0.0175 on a 0-0.24 scale), because some layer attends to itself far
+    more. Entering the query map ('token', or a windowed model's 'query') ticks "Normalise each map" (the colorbar
+    says "own scale", the export follows) and says so (`note(QUERY_SCALE_NOTE)`); leaving it unticks it again,
+    unless the user changed it in between.
+
+    A listener of `state` (`ViewState.subscribe(rule)`), subscribed before the panels so that they draw with the
+    rule applied; `auto_normalized` is its memory: the rule, not the user, ticked the box."""
+
+    QUERY_SOURCES = ("token", "query")
+
+    def __init__(self, state: ViewState, note: Callable[[str], None] = lambda _text: None) -> None:
+        self.state, self.note = state, note
+        self.auto_normalized = False
+        self._applying = False          # its own update: not the user's choice
+
+    def __call__(self, changed: set[str]) -> None:
+        s = self.state
+        if self._applying:
+            return
+        if "normalize" in changed:
+            self.auto_normalized = False           # the user's own choice from now on
+        if "source" not in changed:
+            return
+        self._applying = True
+        try:
+            if s.source in self.QUERY_SOURCES and not s.normalize:
+                s.update(normalize=True)
+                self.auto_normalized = True
+                self.note(QUERY_SCALE_NOTE)
+            elif s.source not in self.QUERY_SOURCES and self.auto_normalized:
+                self.auto_normalized = False
+                s.update(normalize=False)
+        finally:
+            self._applying = False
 
 
 def _validate(name: str, value: object) -> None:

@@ -41,13 +41,12 @@ from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, map_kind, resolve_index
+from vitviz.gui.state import QUERY_SCALE_NOTE  # noqa: F401 - named here too, beside the window that shows it
+from vitviz.gui.state import ROLLOUT_FIELDS, QueryScaleRule, ViewState, map_kind, resolve_index
 from vitviz.gui.status import StatusArea
 
 PROBE_DELAY_MS = 300
 DEFAULT_SIZE = QSize(1400, 900)      # the window's size on a large screen; smaller screens get `default_size`
-QUERY_SCALE_NOTE = ("The query token's map is drawn on its own scale (Normalise each map is on); untick it to compare "
-                    "with the scale shared by all layers and heads")
 NAME_EXAMPLES = "hf:facebook/dinov2-small, timm:vit_small_patch14_reg4_dinov2.lvd142m, torchvision:vit_b_16"
 DIFFERS = "Differs from the original"      # the error title of a model whose maps are not its original's
 
@@ -118,10 +117,9 @@ class MainWindow(QMainWindow):
                                                                            # say is asked
         self._differs_reported: object = None                 # the Verification whose 'differs' was reported
         self.code_box: Any = None                             # open while running a file's code is asked
-        self._auto_normalized = False                         # the query map turned "Normalise each map" on
-        self._applying_rule = False
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
-        self.state.subscribe(self._query_scale_rule)          # first: the panels draw with the rule applied
+        self.query_scale_rule = QueryScaleRule(self.state, note=lambda text: self.status.note(text))
+        self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
         self.state.subscribe(self._precompute_rule)
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
@@ -755,30 +753,6 @@ class MainWindow(QMainWindow):
                 if query != self.state.query:
                     self.state.update(query=query, **({"source": self._last_map_source}
                                                       if query is None and self.state.source == "token" else {}))
-
-    def _query_scale_rule(self, changed: set[str]) -> None:
-        """A query token's map is drawn on its own scale: on the scale shared by all layers and heads, one patch's
-        attention is often a faint smudge (max 0.0175 on a 0-0.24 scale), because some layer attends to itself
-        far more. Entering the query map ticks "Normalise each map" (the colorbar says "own scale", the export
-        follows) and leaving it unticks it again, unless the user changed it in between."""
-        s = self.state
-        if self._applying_rule:
-            return
-        if "normalize" in changed:
-            self._auto_normalized = False           # the user's own choice from now on
-        if "source" not in changed:
-            return
-        self._applying_rule = True
-        try:
-            if s.source in ("token", "query") and not s.normalize:
-                s.update(normalize=True)
-                self._auto_normalized = True
-                self.status.note(QUERY_SCALE_NOTE)
-            elif s.source not in ("token", "query") and self._auto_normalized:
-                self._auto_normalized = False
-                s.update(normalize=False)
-        finally:
-            self._applying_rule = False
 
     def _on_device_changed(self, device: str) -> None:
         self.statusBar().showMessage(f"Model on {device}", 5000)

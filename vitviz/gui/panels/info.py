@@ -16,7 +16,8 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, value_text, verdict_line
+from vitviz.gui.assumptions import (LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text,
+                                   verdict_line)
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
 
@@ -221,7 +222,7 @@ def _pos_text(spec: ModelSpec) -> str:
 
 def _live_section(info: ModelInfo) -> str:
     """For a model run from its own code: which mechanism found which attention layer, and what was left out."""
-    if not info.layers and not info.code and (info.spec is None or info.spec.family != "live"):
+    if not info.layers and not info.code and not runs_own_code(info.spec):
         return ""
     rows = [(name or "(module not found)", mechanism) for name, mechanism in info.layers]
     body = (f"<p>Built by your code: {html.escape(info.code)}</p>" if info.code else "") + (

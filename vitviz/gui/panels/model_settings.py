@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QComboBox, QFormLayout, QHBoxLayout, QLabel, QLin
 
 from vitviz.core.options import CROP_MODE_LABELS
 from vitviz.core.spec import ModelSpec, parse_size
-from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason
+from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason, runs_own_code
 from vitviz.gui.dialogs import divisors
 
 GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of an assumed value
@@ -207,7 +207,7 @@ class ModelSettings(QWidget):
         if spec is None:
             return
         self.reset()
-        live = spec.family == "live"         # a model built by its own code: its attention says its heads
+        live = runs_own_code(spec)           # a model built by its own code: its attention says its heads
         self.heads_combo.setEnabled(not live)
         self.heads_combo.setToolTip("Your model's code decides its heads (read from its attention as it ran)"
                                     if live else HEADS_TIP)
@@ -283,7 +283,7 @@ class ModelSettings(QWidget):
         heads = int(self.heads_combo.currentData() or spec.num_heads)
         if heads != spec.num_heads:
             out["heads"] = heads
-        if spec.family != "live":
+        if not runs_own_code(spec):
             norm = str(self.norm_combo.currentData() or spec.block_norm)
             if norm != spec.block_norm:
                 out["block_norm"] = norm

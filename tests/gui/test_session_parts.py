@@ -1,0 +1,245 @@
+"""The session's parts alone, without a worker, a model or a window: the image list's ordering rules, its given-up
+runs and run progress (`ImageList`), the loaded model's state and rules (`ModelSlot`), the one test of "runs from
+its own code", and the query map's scale rule beside the view state (`QueryScaleRule`)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from vitviz.core.spec import ModelSpec
+from vitviz.gui.assumptions import runs_own_code
+from vitviz.gui.images import ImageList
+from vitviz.gui.model_slot import ModelSlot
+from vitviz.gui.protocol import Load, Loaded, PosEmbedded
+from vitviz.gui.state import QUERY_SCALE_NOTE, QueryScaleRule, ViewState
+
+A, B, C, D = (str(Path(f"/imgs/{n}.png")) for n in "abcd")
+
+
+def _spec(family: str = "vit", heads_source: str = "read: qkv") -> ModelSpec:
+    return ModelSpec(family=family, source="x", image_size=(32, 32), patch_size=8, embed_dim=32, depth=2,
+                     num_heads=2, provenance=(("num_heads", heads_source),))
+
+
+# ---------------------------------------------------------------------------------------------- ImageList
+
+
+def test_adding_makes_the_first_new_image_current_only_when_none_is() -> None:
+    images = ImageList()
+    assert images.add([A, B]) == ([A, B], A)
+    images.current = A
+    assert images.add([C, A]) == ([C], None)                 # one is current: it stays
+    assert images.add([B, "/imgs/./d.png"]) == ([D], None)   # paths are normalised; a listed one is not added twice
+    assert images.paths == [A, B, C, D]
+    assert images.add([]) == ([], None)
+
+
+def test_adding_with_show_makes_the_first_named_current_even_when_listed() -> None:
+    images = ImageList()
+    images.add([A, B])
+    images.current = A
+    assert images.add([B, C], show=True) == ([C], B)         # the user opened B again: B is shown
+    assert images.add([D], show=True) == ([D], D)
+    assert images.paths == [A, B, C, D]
+
+
+def test_removing_the_current_image_picks_the_next_then_the_previous() -> None:
+    images = ImageList()
+    images.add([A, B, C, D])
+    images.current = B
+    images.failed.update({B: "broken", D: "broken"})
+    assert images.remove([B, C]) == ([B, C], D)              # the next one not removed
+    assert images.paths == [A, D] and images.failed == {D: "broken"}
+    images.current = D
+    assert images.remove([D]) == ([D], A)                    # the last: the previous one
+    images.current = A
+    assert images.remove([A, "/imgs/x.png"]) == ([A], "")    # none left; an unlisted path is ignored
+    assert images.remove([A]) == ([], None)
+
+
+def test_removing_another_image_keeps_the_current_one() -> None:
+    images = ImageList()
+    images.add([A, B, C])
+    images.current = B
+    images.failed[C] = "broken"
+    assert images.failed_paths() == [C]
+    assert images.remove(images.failed_paths()) == ([C], None) and images.paths == [A, B]
+
+
+def test_given_up_runs_hold_for_the_same_model_and_not_for_another() -> None:
+    images = ImageList()
+    images.add([A, B])
+    images.give_up(A, "stopped waiting", model="m.py:build")
+    assert images.failed == {A: "stopped waiting"} and images.batch_done == 1
+    images.forget_failures()                                 # the model loads again...
+    images.restore_given_up("m.py:build")
+    assert images.failed == {A: "stopped waiting"}           # ...and A is not run again (it would hang again)
+    images.give_up(B, "stopped waiting", model="other.pth")  # given up for another model: A's is forgotten
+    assert images.given_up == {B: "stopped waiting"}
+    images.forget_failures()
+    images.restore_given_up("third.pth")
+    assert images.failed == {} and images.given_up == {} and images.given_up_model == ""
+    images.restore_given_up("other.pth")
+    assert images.failed == {}
+
+
+def test_run_progress_counts_and_estimates_the_seconds_left() -> None:
+    now = [100.0]
+    images = ImageList(clock=lambda: now[0])
+    images.begin_runs()
+    done, total, left = images.progress(pending=4)
+    assert (done, total) == (0, 4) and math.isnan(left)      # nothing answered yet: no estimate
+    now[0] = 106.0
+    images.answered()
+    images.fail(A, "broken")                                 # a failed run counts as answered
+    assert images.counts(pending=2) == (2, 4)
+    assert images.progress(pending=2) == (2, 4, 6.0)         # 3 s a run, 2 to go
+    now[0] = 112.0
+    images.answered()
+    images.answered()
+    assert images.progress(pending=0) == (4, 4, 0.0)
+    assert images.batch_done == 0                            # all answered: the next run of images counts anew
+
+
+# ---------------------------------------------------------------------------------------------- ModelSlot
+
+
+def test_a_loaded_answer_replaces_the_model_and_its_state() -> None:
+    slot = ModelSlot()
+    slot.verification, slot.verify_failure, slot.verify_asked = object(), "old", True
+    slot.image_size, slot.pos_grid, slot.pos_embed = (16, 16), (2, 2), object()
+    request = Load.make("/m/tiny.pth", "cpu", heads=2, mean=None)
+    answer = Loaded(_spec(), "cpu", {"blocks": 10}, library_layout=False, described=(("eps", "guessed"),),
+                    capabilities=frozenset({"features"}))
+    slot.loaded(request, answer)
+    assert slot.spec is answer.spec and slot.device == "cpu" and slot.model_path == "/m/tiny.pth"
+    assert slot.load_overrides == {"heads": 2} and slot.model_code == ""            # None is no override
+    assert slot.param_counts == {"blocks": 10} and slot.described == {"eps": "guessed"}
+    assert slot.capabilities == {"features"} and not slot.library_layout
+    assert (slot.verification, slot.verify_failure, slot.verify_asked) == (None, "", False)
+    assert slot.image_size is None and (slot.pos_grid, slot.pos_embed, slot.rope) == (None, None, None)
+    assert slot.verify_due and not slot.built_by_code and not slot.awaiting_answers   # nobody asks by default
+    assert slot.reload_args({"heads": None, "mean": (0.5,)}) == ("/m/tiny.pth", {"mean": (0.5,)})
+
+
+def test_the_question_is_asked_once_per_model() -> None:
+    slot = ModelSlot()
+    slot.ask_assumptions = True
+    guessed = Loaded(_spec(heads_source="guess: 64 per head"), "cpu", {})
+    slot.loaded(Load.make("/m/a.pth"), guessed)
+    assert slot.awaiting_answers
+    slot.kept.add(slot.model_path)                           # answered: not asked again when it reloads
+    slot.loaded(Load.make("/m/a.pth"), guessed)
+    assert not slot.awaiting_answers
+    slot.loaded(Load.make("/m/b.pth"), Loaded(_spec(), "cpu", {}))    # heads read, a library layout: not asked
+    assert not slot.awaiting_answers
+    slot.load_overrides = {"heads": 4}
+    assert slot.changes_anything({"heads": 2}) and not slot.changes_anything({"heads": 4})
+    assert not slot.changes_anything(None) and not slot.changes_anything({})
+
+
+def test_a_model_built_by_code_reloads_by_its_code() -> None:
+    slot = ModelSlot()
+    slot.loaded(Load.make(None, code="my_vit.py:build"), Loaded(_spec(), "cpu", {}))
+    assert slot.model_path == slot.model_code == "my_vit.py:build" and slot.built_by_code
+    assert not slot.runs_own_code and slot.verify_due                 # converted: checked against its code
+    assert slot.reload_args({}) == (None, {"code": "my_vit.py:build"})
+
+
+def test_the_live_path_is_one_rule() -> None:
+    live, converted = _spec(family="live"), _spec()
+    assert runs_own_code(live) and not runs_own_code(converted) and not runs_own_code(None)
+    slot = ModelSlot()
+    assert not slot.runs_own_code and not slot.built_by_code and not slot.verify_due   # no model
+    slot.loaded(Load.make("/m/net.py"), Loaded(live, "cpu", {}))
+    assert slot.runs_own_code and slot.built_by_code and not slot.verify_due   # the original itself: no check
+
+
+def test_sizes_round_to_whole_patches_and_say_so() -> None:
+    slot = ModelSlot()
+    assert slot.whole_patches((30, 33)) == ((30, 33), "") and slot.run_size() is None    # no model: as given
+    slot.loaded(Load.make("/m/a.pth"), Loaded(_spec(), "cpu", {}))
+    assert slot.run_size() == (32, 32)
+    assert slot.whole_patches((40, 48)) == ((40, 48), "")
+    assert slot.whole_patches((33, 47)) == ((32, 40), "Input size 33×47 is not a multiple of the 8 px patch; "
+                                                      "using 32×40")
+    assert slot.whole_patches((4, 20))[1].startswith("Input size 4×20 is smaller than one 8 px patch")
+    slot.pending_size = (64, 64)
+    assert slot.take_pending_size() == (64, 64) and slot.take_pending_size() is None
+    slot.position(PosEmbedded((5, 6), None))
+    assert slot.pos_grid == (5, 6)
+    slot.forget_position()
+    assert slot.pos_grid is None
+
+
+# ---------------------------------------------------------------------------------------------- the session
+
+
+def test_the_session_reads_and_sets_its_parts_fields(session) -> None:  # noqa: ANN001
+    """`session.spec`, `session.images`... are the parts' own fields (each held name is one of them), set through
+    the session too, except the current image, which only `set_current` changes."""
+    from vitviz.gui.session import Session, _Held
+
+    held = {name: h for name, h in vars(Session).items() if isinstance(h, _Held)}
+    assert {"spec", "device", "image_size", "pos_grid", "ask_assumptions", "images", "failed", "current"} <= set(held)
+    for name, h in held.items():
+        part = getattr(session, h.part)
+        assert h.name in vars(part), (name, h.part, h.name)
+        assert getattr(session, name) is getattr(part, h.name)
+    session.ask_assumptions = True
+    session.image_size = (16, 24)
+    assert session.model.ask_assumptions and session.model.image_size == (16, 24)
+    assert session.images is session.image_list.paths and session.failed is session.image_list.failed
+    with pytest.raises(AttributeError, match="read-only"):
+        session.current = A
+    session.set_current(A)                     # no model: nothing runs, the image is shown
+    assert session.current == A == session.image_list.current
+
+
+# ---------------------------------------------------------------------------------------------- the query scale
+
+
+def test_the_query_map_is_drawn_on_its_own_scale_until_left() -> None:
+    state, notes = ViewState(), []
+    rule = QueryScaleRule(state, note=notes.append)
+    state.subscribe(rule)
+    seen: list[tuple[str, bool]] = []
+    state.subscribe(lambda _changed: seen.append((state.source, state.normalize)))   # a panel, after the rule
+    state.update(source="token", query=3)
+    assert state.normalize and notes == [QUERY_SCALE_NOTE]
+    assert seen and all(normalized for _source, normalized in seen)   # the panel never draws it on the shared scale
+    state.update(source="cls")
+    assert not state.normalize and notes == [QUERY_SCALE_NOTE]
+    state.update(source="query")                                    # a windowed model's query map too
+    assert state.normalize and len(notes) == 2
+    state.update(source="received")
+    assert not state.normalize
+
+
+def test_the_users_own_scale_choice_is_kept() -> None:
+    state, notes = ViewState(), []
+    state.subscribe(QueryScaleRule(state, note=notes.append))
+    state.update(source="token")
+    state.update(normalize=False)                  # the user wants the shared scale on the query map...
+    state.update(source="token", query=5)
+    assert not state.normalize and len(notes) == 1
+    state.update(source="mean")
+    assert not state.normalize
+    state.update(source="token")                   # entering again: on again
+    assert state.normalize and len(notes) == 2
+    state.update(normalize=False)
+    state.update(normalize=True)                   # ...or ticks it again himself: leaving keeps it
+    state.update(source="cls")
+    assert state.normalize
+    state.update(source="token")                   # already on: nothing to do, nothing said
+    assert state.normalize and len(notes) == 2
+
+
+@pytest.mark.parametrize("source", ["mean", "rollout"])
+def test_other_maps_are_left_alone(source: str) -> None:
+    state, notes = ViewState(), []
+    state.subscribe(QueryScaleRule(state, note=notes.append))
+    state.update(source=source)
+    assert not state.normalize and notes == []

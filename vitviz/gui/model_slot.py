@@ -1,0 +1,130 @@
+"""The loaded model's state in the window: what it is (spec, where its weights or code came from, what it was
+loaded with), where it runs, what its file does not say (the assumptions question), its verdict against the
+original, the input size it runs at and its position embedding at that size.
+
+Plain state and the small rules over it (what a `Loaded` answer sets, what a reload loads again, whether the
+check against the original is due, the question asked or not): no Qt, no worker, testable alone. The session
+(`vitviz.gui.session`) owns one and turns its rules into requests and signals.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from vitviz.core.maps import PosEmbedData
+from vitviz.core.spec import ModelSpec, whole_patches
+from vitviz.gui import bundled
+from vitviz.gui.assumptions import asks_unprompted, runs_own_code
+from vitviz.gui.protocol import Loaded, PosEmbedded, Request, RopeKernels
+
+
+class ModelSlot:
+    """The loaded model (None of it until one has loaded) and how the next one is loaded."""
+
+    def __init__(self) -> None:
+        self.spec: ModelSpec | None = None
+        self.device = ""
+        self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
+        self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
+        self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
+        self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
+        self.live_layers: tuple[tuple[str, str], ...] = ()   # a live model's (layer, mechanism that found it)
+        self.live_skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()   # attention calls it left out
+        self.interruptible = True                   # a forward pass stops between layers when the window closes
+        self.ask_assumptions = False                # ask what a loaded model's file does not say
+        self.awaiting_answers = False               # asked: runs wait for the answer
+        self.kept: set[str] = set()                 # models the user answered or kept the assumptions of (not asked
+                                                    # again when they reload)
+        self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
+        self.capabilities: frozenset[str] = frozenset()   # what the loaded model can do (`Loaded.capabilities`)
+        self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
+        self.verify_models = True                   # check each converted model against its original (Verify)
+        self.verification: Any = None               # the loaded model's `Verification`, once answered
+        self.verify_failure = ""                    # why the check could not run ('' when it did or has not yet)
+        self.verify_asked = False                   # the check of the loaded model has been asked for
+        self.param_counts: dict[str, int] = {}
+        self.image_size: tuple[int, int] | None = None     # None: the model's native size
+        self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
+        self.pos_embed: PosEmbedData | None = None  # at `pos_grid` (None: not known yet, or the model has none)
+        self.rope: RopeKernels | None = None         # a RoPE model's rotation kernels at `pos_grid`
+        self.pos_grid: tuple[int, int] | None = None
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def runs_own_code(self) -> bool:
+        """The loaded model runs from its own code (the live path): nothing converted, its code says its heads."""
+        return runs_own_code(self.spec)
+
+    @property
+    def built_by_code(self) -> bool:
+        """The loaded model runs the user's code: the live path, or a model built by a `code=` factory."""
+        return self.spec is not None and (self.runs_own_code or bool(self.model_code))
+
+    @property
+    def verify_due(self) -> bool:
+        """Whether the check against the original is to be asked now: a converted model that has not been (a
+        model run from its own code is the original: nothing to check)."""
+        return self.verify_models and self.spec is not None and not self.verify_asked and not self.runs_own_code
+
+    def run_size(self) -> tuple[int, int] | None:
+        """The (h, w) the images run at: the chosen size, else the model's own (None without a model)."""
+        if self.spec is None:
+            return None
+        return self.image_size or tuple(self.spec.image_size)  # type: ignore[return-value]
+
+    def whole_patches(self, size: tuple[int, int]) -> tuple[tuple[int, int], str]:
+        """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it, and the
+        note that says so when that changes the size ('' when it does not, or without a model)."""
+        if self.spec is None:
+            return (int(size[0]), int(size[1])), ""
+        p = self.spec.patch_size
+        used = whole_patches(size, p, at_least_one=True)
+        if used == tuple(size):
+            return used, ""
+        why = "is smaller than one" if min(size) < p else "is not a multiple of the"
+        return used, f"Input size {size[0]}×{size[1]} {why} {p} px patch; using {used[0]}×{used[1]}"
+
+    def reload_args(self, changes: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        """What loads the current model again with `changes` (None removes one): its path (None for a model built
+        by code alone) and its overrides."""
+        overrides = {k: v for k, v in {**self.load_overrides, **changes}.items() if v is not None}
+        path = None if self.model_code and self.model_path == self.model_code else self.model_path
+        return path, overrides
+
+    def changes_anything(self, changes: dict[str, Any] | None) -> bool:
+        """Whether answering the assumptions with `changes` loads the model differently."""
+        return bool(changes) and any(self.load_overrides.get(k) != v for k, v in (changes or {}).items())
+
+    # ------------------------------------------------------------------------------------------ answers
+
+    def loaded(self, request: Request, answer: Loaded) -> None:
+        """A model has loaded for `request`: it replaces the one before, at its native size, its verdict and
+        position embedding not known yet; the question is asked when `ask_assumptions` is on, its file leaves
+        something open, and it is neither the demo (ours: its config says its heads) nor one the user answered."""
+        args = request.args
+        self.model_code = str(args.get("code") or "")
+        self.spec, self.device, self.model_path = answer.spec, answer.device, args["path"] or self.model_code
+        self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
+        self.live_layers, self.live_skipped = answer.layers, answer.skipped
+        self.interruptible = answer.interruptible
+        self.library_layout, self.described = answer.library_layout, dict(answer.described)
+        self.capabilities = answer.capabilities
+        self.verification, self.verify_failure, self.verify_asked = None, "", False
+        self.awaiting_answers = (self.ask_assumptions and asks_unprompted(answer.spec, answer.library_layout)
+                                 and not bundled.is_demo(self.model_path) and self.model_path not in self.kept)
+        self.param_counts = dict(answer.counts)
+        self.image_size = None
+        self.forget_position()
+
+    def take_pending_size(self) -> tuple[int, int] | None:
+        """The size asked for before the model loaded (--size), once: None when none was."""
+        size, self.pending_size = self.pending_size, None
+        return size
+
+    def position(self, answer: PosEmbedded) -> None:
+        """The position embedding (and RoPE kernels) at the answer's grid."""
+        self.pos_grid, self.pos_embed, self.rope = tuple(answer.grid), answer.data, answer.rope
+
+    def forget_position(self) -> None:
+        """Another model, or its position embedding could not be read: none is known."""
+        self.pos_embed, self.pos_grid, self.rope = None, None, None
