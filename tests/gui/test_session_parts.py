@@ -243,3 +243,28 @@ def test_other_maps_are_left_alone(source: str) -> None:
     state.subscribe(QueryScaleRule(state, note=notes.append))
     state.update(source=source)
     assert not state.normalize and notes == []
+
+
+# ------------------------------------------------------------------------------------------- FeatureAnalyses
+
+def test_analyses_answer_for_the_size_shown_and_fail_to_the_panel_and_the_user(session, qtbot) -> None:  # noqa: ANN001
+    """The Features dock's analyses are a part routed by `Session.route`: an answer for the input size shown reaches
+    its signal, one for another size is dropped, a failure says so to the panel and shows the error."""
+    from vitviz.gui.protocol import Pca, Share, Similarity
+
+    got: list[tuple[str, object]] = []
+    parts = session.analyses
+    parts.pca_ready.connect(lambda a: got.append(("pca", a)))
+    parts.share_ready.connect(lambda a: got.append(("share", a)))
+    parts.analysis_failed.connect(lambda kind, summary: got.append(("failed", (kind, summary))))
+    session.error.connect(lambda title, summary, details: got.append(("error", (title, summary))))
+    session.image_size = None
+    session._on_answered(Pca(image_size=None), "fit")
+    session._on_answered(Pca(image_size=(64, 64)), "stale fit")           # asked at a size no longer shown
+    session._on_answered(Share(image_size=None), "shares")
+    session._on_failed(Similarity(image_size=None), "out of memory", "details")
+    assert got == [("pca", "fit"), ("share", "shares"), ("failed", (Similarity, "out of memory")),
+                   ("error", (Similarity.title, "out of memory"))]
+    # nothing cached: nothing to analyse, nothing asked of the worker
+    assert not parts.fit_pca(["/no/such.png"], 0) and not parts.compare_patches("/no/such.png", "", 0)
+    assert not parts.measure_share("/no/such.png", 0, 1.0) and not session.client.pending(Pca)

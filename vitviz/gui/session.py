@@ -18,14 +18,14 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.maps import ResultMaps
+from vitviz.gui.analyses import FeatureAnalyses
 from vitviz.gui.cache import ResultCache
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.images import ImageList
 from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.passes import PassStore
-from vitviz.gui.protocol import (ANALYSES, Analysis, Catalog, Cataloged, Compared, Features, Load, Loaded, Move,
-                                 Moved, PassRequest, Pca, PcaFitted, PosEmbed, PosEmbedded, Probe, Probed, Ran,
-                                 Relevance, Request, Run, Share, Shared, Similarity, Text, Verified, Verify)
+from vitviz.gui.protocol import (Catalog, Cataloged, Features, Load, Loaded, Move, Moved, PassRequest, PosEmbed,
+                                 PosEmbedded, Probe, Probed, Ran, Relevance, Request, Run, Text, Verified, Verify)
 
 DEFAULT_CACHE_BYTES = 2 * 1024 ** 3
 STOP_WAITING_S = 30.0    # after this long a request running the user's own code offers Stop waiting (settings)
@@ -91,10 +91,6 @@ class Session(QObject):
     pos_embed_ready = Signal()              # `pos_embed` / `rope` / `pos_grid` now describe the current input size
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
-    pca_ready = Signal(object)              # PcaFitted, for the current model and input size
-    similarity_ready = Signal(object)       # Compared
-    share_ready = Signal(object)            # Shared
-    analysis_failed = Signal(object, str)   # the class of a failed Pca / Similarity / Share request, summary
     status = Signal(str)                    # what the worker is doing (the status bar), 'Ready' when idle
     busy_changed = Signal(bool)             # the worker started (True) or ran out of (False) requests
     progress = Signal(str, float)           # what the running request is doing, fraction done (-1: unknown)
@@ -127,11 +123,9 @@ class Session(QObject):
         self._routes: dict[type, Any] = {
             Probe: self._on_probed, Load: self._on_loaded, Run: self._on_ran, PosEmbed: self._on_posembedded,
             Catalog: self._on_cataloged, Move: self._on_moved, Verify: self._on_verified,
-            Pca: lambda r, a: self._on_analysis(r, a, self.pca_ready),
-            Similarity: lambda r, a: self._on_analysis(r, a, self.similarity_ready),
-            Share: lambda r, a: self._on_analysis(r, a, self.share_ready),
             **{kind: store.answer for kind, store in self.passes.items()}}
         self._failure_routes: dict[type, Any] = {}
+        self.analyses = FeatureAnalyses(self)       # the Features dock's PCA, similarity and share (routed there)
         c.answered.connect(self._on_answered)
         c.failed.connect(self._on_failed)
         c.dropped.connect(self._on_dropped)
@@ -401,40 +395,6 @@ class Session(QObject):
         for path in self.images:
             self.ensure(path)
 
-    def fit_pca(self, paths: list[str], layer: int) -> bool:
-        """Fit the feature PCA of these images together at block `layer` (those whose features are cached),
-        replacing any fit still waiting; answered by `pca_ready`. False when none has features."""
-        held = [(p, m.features) for p in paths if (m := self.cached(p)) is not None and m.features is not None]
-        if not held:
-            return False
-        self._analyse(Pca, features=[f for _p, f in held], sources=tuple(p for p, _f in held), layer=layer)
-        return True
-
-    def compare_patches(self, path: str, other: str, layer: int) -> bool:
-        """Prepare the patch feature similarity within `path` and to `other` ('' for none) at block `layer`;
-        answered by `similarity_ready`. False when the features are not cached."""
-        a, b = self.results.get(path), self.results.get(other) if other else None
-        if a is None or a.features is None or (other and (b is None or b.features is None)):
-            return False
-        self._analyse(Similarity, a=a.features, b=None if b is None else b.features, sources=(path, other),
-                      layer=layer)
-        return True
-
-    def measure_share(self, path: str, layer: int, threshold: float) -> bool:
-        """Find the patches of `path` whose output-token norm at block `layer` exceeds `threshold` and the share of
-        attention they receive; answered by `share_ready`. False without cached features."""
-        maps = self.results.get(path)
-        if maps is None or maps.norms is None:
-            return False
-        self._analyse(Share, image=path, result=maps.result, norms=maps.norms, layer=layer,
-                      threshold=float(threshold))
-        return True
-
-    def _analyse(self, kind: type[Analysis], **args: Any) -> None:
-        """Ask for an analysis of cached results ahead of queued runs; a newer one of the same kind replaces it."""
-        self.client.cancel(lambda r: r.kind is kind)
-        self.client.submit(kind, first=True, image_size=self.image_size, **args)
-
     def shutdown(self) -> bool:
         """Stop the worker (waits a bounded time; see `WorkerClient.shutdown`); True once its thread has
         finished."""
@@ -531,10 +491,6 @@ class Session(QObject):
         elif request is not None and request.kind is Run:
             self._report_runs()
 
-    def _on_analysis(self, request: Request, answer: PcaFitted | Compared | Shared, signal: Any) -> None:
-        if request.args.get("image_size") == self.image_size:
-            signal.emit(answer)
-
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
         self.model.position(answer)
         self.pos_embed_ready.emit()
@@ -565,8 +521,6 @@ class Session(QObject):
             return
         if isinstance(request, PassRequest):
             self.passes[kind].fail(request, summary)
-        elif kind in ANALYSES:
-            self.analysis_failed.emit(kind, summary)
         if kind is Load:
             self.loading_changed.emit(bool(self.loading))
             if not self.loading:

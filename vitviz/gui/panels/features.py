@@ -8,9 +8,9 @@
   draggable threshold, the patches above it outlined, and the share of attention they receive per layer.
 
 The token features take a pass of their own, made in the worker only while this dock is on screen; the PCA fit,
-the similarity's unit features and the attention share are computed there too (`Session.fit_pca`,
-`compare_patches`, `measure_share`), so nothing here runs longer than a frame: a hover is two matrix-vector
-products on features prepared in the worker.
+the similarity's unit features and the attention share are computed there too (`vitviz.gui.analyses`:
+`fit_pca`, `compare_patches`, `measure_share`), so nothing here runs longer than a frame: a hover is two
+matrix-vector products on features prepared in the worker.
 """
 from __future__ import annotations
 
@@ -245,10 +245,10 @@ class FeaturesPanel(LazyPanel):
         session.result_ready.connect(self._on_result_ready)
         session.images_added.connect(self._on_images_changed)
         session.images_removed.connect(self._on_images_changed)
-        session.pca_ready.connect(self._on_pca)
-        session.similarity_ready.connect(self._on_similarity)
-        session.share_ready.connect(self._on_share)
-        session.analysis_failed.connect(self._on_analysis_failed)
+        session.analyses.pca_ready.connect(self._on_pca)
+        session.analyses.similarity_ready.connect(self._on_similarity)
+        session.analyses.share_ready.connect(self._on_share)
+        session.analyses.analysis_failed.connect(self._on_analysis_failed)
         if session.spec is not None:
             self._on_model_loaded(session.spec, session.device)
 
@@ -602,7 +602,7 @@ class FeaturesPanel(LazyPanel):
             return
         pca = self._pca
         if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer:
-            self.session.fit_pca(sources, self.layer)
+            self.session.analyses.fit_pca(sources, self.layer)
             self.pca_view.title.setText("fitting the PCA…")
             return
         self.pca_colors = pca.pca.colors[sources.index(self.session.current)]
@@ -636,7 +636,7 @@ class FeaturesPanel(LazyPanel):
             self.sim_b.clear("no second image")
         sim = self._sim
         if sim is None or sim.sources != (path, other) or sim.layer != self.layer:
-            self.session.compare_patches(path, other, self.layer)
+            self.session.analyses.compare_patches(path, other, self.layer)
             return
         if self._query is None:
             gh, gw = result.grid
@@ -709,7 +709,7 @@ class FeaturesPanel(LazyPanel):
         share = self._share
         if share is None or share.image != self.session.current or share.layer != layer or \
                 share.threshold != threshold:
-            self.session.measure_share(self.session.current, layer, threshold)
+            self.session.analyses.measure_share(self.session.current, layer, threshold)
             self.norm_view.title.setText(heading)
             return
         self.share = share
