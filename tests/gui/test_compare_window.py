@@ -160,3 +160,15 @@ def test_a_model_b_that_cannot_load_is_said_in_the_dock(qtbot, loaded, tmp_path)
     panel.request_redraw()
     assert panel.message.text().startswith("Model B could not be loaded: ") and "not_a_model.pth" in panel.message.text()
     assert panel.frame is None and loaded.session.spec is not None          # model A is untouched
+
+
+def test_a_fresh_worker_closes_the_comparison_and_says_so(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    """Stop waiting starts a fresh worker, which holds no model B: the comparison closes with a note instead of
+    failing later with "model B is not loaded"."""
+    _compare(qtbot, loaded, tiny_ckpt, heads=HEADS)
+    assert loaded.compare.active
+    loaded.session.client.restart()
+    assert not loaded.compare.active and loaded.compare.b_spec is None and not loaded.compare.results_b
+    assert any("comparison with tiny.pth was closed" in n and "Compare with" in n for n in loaded.notes)
+    wait_idle(qtbot, loaded)
+    assert loaded.reporter.errors == []

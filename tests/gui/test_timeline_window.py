@@ -143,3 +143,13 @@ def test_a_folder_without_checkpoints_is_said_in_the_dock(qtbot, loaded, tmp_pat
     panel = show_dock(qtbot, loaded, "timelineDock")
     assert "Could not open the run" in panel.run_label.text() and "no checkpoints" in panel.run_label.text()
     assert not panel.slider.isEnabled()
+
+
+def test_a_fresh_worker_closes_the_run_and_says_so(qtbot, loaded, run_dir) -> None:  # noqa: ANN001
+    """Stop waiting starts a fresh worker, which holds no open run: the timeline closes with a note."""
+    _open(qtbot, loaded, run_dir)
+    loaded.session.client.restart()
+    assert loaded.timeline.store is None and loaded.timeline.folder == ""
+    assert any("training run run was closed" in n and "Open training run" in n for n in loaded.notes)
+    wait_idle(qtbot, loaded)
+    assert loaded.reporter.errors == []

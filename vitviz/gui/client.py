@@ -106,6 +106,7 @@ class WorkerClient(QObject):
     busy_changed = Signal(bool)
     status = Signal(str)
     dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
+    restarted = Signal()                       # a fresh worker took over (`restart`): what the old one held is gone
     _send = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -237,6 +238,7 @@ class WorkerClient(QObject):
         if request is not None:
             self._stale.discard(request.id)
             self._given_up.add(request.id)          # an answer already on its way is not delivered
+        self.restarted.emit()       # before the queue runs on: the parts that kept something in the old worker
         self._pump()
         if self._in_flight is None:
             self.status.emit("Ready")

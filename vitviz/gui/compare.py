@@ -293,6 +293,7 @@ class CompareSession(QObject):
                              (PrepareMaps, self._on_prepared), (DropB, lambda _r, _a: None)):
             session.route(kind, answer, self._on_failed)
         session.client.dropped.connect(self._on_dropped)
+        session.client.restarted.connect(self._on_restarted)
         session.result_ready.connect(lambda _path: self.maybe_build())
         session.model_loaded.connect(self._on_model_a)
         session.images_added.connect(lambda _paths: self.run_all())
@@ -482,6 +483,17 @@ class CompareSession(QObject):
             if self._dirty:
                 self._dirty = False
                 self.maybe_build()
+
+    def _on_restarted(self) -> None:
+        """A fresh worker (Stop waiting) holds no model B: the comparison closes, and the status bar says so."""
+        if not self.active and not self.loading:
+            return
+        name = Path(self.b_path).name or self.b_path
+        self._forget()
+        self.active, self.loading, self.b_path, self.b_spec, self.error = False, False, "", None, ""
+        self.changed.emit()
+        self.session.note.emit(f"The comparison with {name} was closed: the worker was started afresh (Stop "
+                               "waiting) and model B went with it — Models › Compare with… opens it again")
 
     def _on_model_a(self, _spec: Any, _device: str) -> None:
         """Another model A: its results are gone, so is the view (built again as A's results come)."""

@@ -151,6 +151,7 @@ class TimelineSession(QObject):
             session.route(kind, answer, self._on_failed)
         session.current_changed.connect(lambda _maps: self._on_current())
         session.images_removed.connect(self._on_removed)
+        session.client.restarted.connect(self._on_restarted)
 
     # ------------------------------------------------------------------------------------------ intents
     def open(self, folder: str, **overrides: Any) -> None:
@@ -252,6 +253,17 @@ class TimelineSession(QObject):
                     self.shown.emit(request.k)
 
     _shown_image = ""
+
+    def _on_restarted(self) -> None:
+        """A fresh worker (Stop waiting) holds no open run: the timeline closes, and the status bar says so."""
+        if self.store is None and not self.opening:
+            return
+        name = Path(self.folder).name or self.folder
+        self._forget()
+        self.folder, self.opening, self.error = "", False, ""
+        self.opened.emit()
+        self.session.note.emit(f"The training run {name} was closed: the worker was started afresh (Stop waiting) "
+                               "and its checkpoints went with it — Models › Open training run… opens it again")
 
     def _on_current(self) -> None:
         """Another current image: show it at the same checkpoint."""
