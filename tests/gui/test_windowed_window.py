@@ -309,3 +309,24 @@ def test_swin_at_another_input_size(qtbot, swin_window, swin_folder, photo) -> N
     np.testing.assert_allclose(path_segments(window.panel.outline_item), at.outlines(2).segments * 8)
     assert "stage cell 2, 7" in window.panel.readout(5, 14) and "patch 134" in window.panel.readout(5, 14)
     assert "24×24" in show_dock(qtbot, window, "infoDock").text()
+
+
+def test_a_windowed_model_a_is_refused_in_the_compare_dock_and_a_plain_a_compares(qtbot, window, swin_folder,  # noqa: ANN001
+                                                                                  tiny_ckpt, tmp_path) -> None:
+    """Compare draws two plain ViTs on one token grid: with a windowed model as A the dock says why, with no error
+    box (it was "AttributeError: 'WindowedResult' object has no attribute 'attentions'"); loading a plain ViT as
+    A then compares with the B already loaded."""
+    from _gui import HEADS
+
+    photo = make_image(tmp_path / "photo.png", 3)
+    open_windowed(qtbot, window, swin_folder, photo)
+    window.compare_with(str(tiny_ckpt), heads=HEADS)
+    qtbot.waitUntil(lambda: window.compare.b_spec is not None and window.is_idle(), timeout=30000)
+    frame, note = window.compare.frame_for(window.state)
+    assert frame is None and "Model A is a windowed model (timm-swin)" in note and window.compare.error == ""
+    assert window.compare.view is None and window.reporter.errors == []
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    qtbot.waitUntil(lambda: window.compare.view is not None and window.is_idle(), timeout=30000)
+    frame, note = window.compare.frame_for(window.state)
+    assert frame is not None and np.array_equal(frame.diff, np.zeros_like(frame.diff))    # A against itself

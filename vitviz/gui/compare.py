@@ -358,7 +358,7 @@ class CompareSession(QObject):
     def maybe_build(self, force: bool = False) -> None:
         """Build the comparison over every open image both models have run, when that set has changed (one build at
         a time; a change while one runs builds again after it)."""
-        if not self.active or self.b_spec is None:
+        if not self.active or self.b_spec is None or self.a_refused():
             return
         pairs = self.pairs()
         if not pairs:
@@ -402,11 +402,23 @@ class CompareSession(QObject):
         return False
 
     # ------------------------------------------------------------------------------------------ reading
+    def a_refused(self) -> str:
+        """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
+        grid across its layers, which the comparison's maps and head matching are drawn on."""
+        spec = self.session.spec
+        if spec is None or not getattr(spec, "windowed", False):
+            return ""
+        return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
+                "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "
+                "plain ViT as model A to compare.")
+
     def frame_for(self, state: Any) -> tuple[CompareFrame | None, str]:
         """The current image's A, B and A − B maps for the view state's layer, head, map and query, or None and
         what the dock says instead. Only indexes arrays (the maps are built in the worker)."""
         if not self.active:
             return None, "No comparison. Models › Compare with… loads a second model B."
+        if self.a_refused():
+            return None, self.a_refused()
         if self.error and self.b_spec is None:
             return None, f"Model B could not be loaded: {self.error}"
         if self.b_spec is None:
