@@ -330,3 +330,13 @@ def test_a_windowed_model_a_is_refused_in_the_compare_dock_and_a_plain_a_compare
     qtbot.waitUntil(lambda: window.compare.view is not None and window.is_idle(), timeout=30000)
     frame, note = window.compare.frame_for(window.state)
     assert frame is not None and np.array_equal(frame.diff, np.zeros_like(frame.diff))    # A against itself
+
+
+def test_the_mean_over_layers_is_said_to_be_the_last_block(qtbot, window, swin_folder, tmp_path) -> None:  # noqa: ANN001
+    """`--layer mean` (or a mean picked before) on a windowed model: no mean over the stages' grids, so the last
+    block is shown -- and the status bar says so."""
+    window.state.update(layer="mean")
+    open_windowed(qtbot, window, swin_folder, make_image(tmp_path / "photo.png", 1))
+    depth = window.session.spec.depth
+    assert window.state.layer == depth - 1
+    assert any("no mean over blocks" in n and f"last block ({depth - 1})" in n for n in window.notes)

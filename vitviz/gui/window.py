@@ -669,7 +669,10 @@ class MainWindow(QMainWindow):
             kind = None
             if source not in WINDOWED_KINDS:
                 source = "query" if source == "token" and query is not None else "received"
-            layer = spec.depth - 1 if isinstance(layer, str) else layer     # no mean over the stages' grids
+            if isinstance(layer, str):     # no mean over the stages' grids: said, not silent
+                layer = spec.depth - 1
+                self.note(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
+                          f"block ({layer})")
         elif source in ("received", "query"):    # a windowed model's maps: a plain ViT's nearest
             source = "token" if source == "query" and query is not None else "cls"
         why = lacks(kind, spec, can) if kind is not None else None
