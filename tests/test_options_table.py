@@ -169,10 +169,7 @@ def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:
     timm = pytest.importorskip("timm")
     from vitviz.gui.protocol import windowed_guess
 
-    torch.manual_seed(0)
-    sam = timm.create_model("samvit_base_patch16", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
-                            depth=2, num_heads=2, global_attn_indexes=[1], window_size=2, neck_chans=8,
-                            num_classes=0, use_rel_pos=False)
+    sam = _tiny_sam(timm)
     torch.save(sam.state_dict(), tmp_path / "sam.pth")
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -181,3 +178,11 @@ def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:
     said = [str(w.message) for w in seen if ": heads is a guess" in str(w.message)]
     assert said and said[0].endswith("pass heads=N (CLI --heads N)"), said
     assert windowed_guess(model.spec, "heads").endswith("pass heads=N (CLI --heads N)")
+
+
+def _tiny_sam(timm):
+    torch.manual_seed(0)
+    return timm.create_model("samvit_base_patch16", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                            depth=2, num_heads=2, global_attn_indexes=[1], window_size=2, neck_chans=8,
+                             num_classes=0, use_rel_pos=False)
+
