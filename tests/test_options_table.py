@@ -161,3 +161,28 @@ def test_remembered_reference_answers_stay_out_of_a_code_load(tmp_path, monkeypa
     monkeypatch.setattr(answers, "answers_for", lambda path: {"heads": 4, "block_norm": "post"})
     assert with_remembered("w.pth", {}, quiet=True) == {"heads": 4, "block_norm": "post"}
     assert with_remembered("w.pth", {"code": "m.py:build"}, quiet=True) == {"code": "m.py:build", "heads": 4}
+
+
+def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:
+    """A windowed spec names the head count `heads` (a plain ViT's `num_heads`): its guess warning, and the window's
+    line for it, still say heads=N (CLI --heads N), not 'a config.json naming the model'."""
+    timm = pytest.importorskip("timm")
+    from vitviz.gui.protocol import windowed_guess
+
+    sam = _tiny_sam(timm)
+    torch.save(sam.state_dict(), tmp_path / "sam.pth")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model = vitviz.load(tmp_path / "sam.pth", device="cpu", window=2, global_blocks=(1,))
+    assert "heads" in dict(model.spec.guesses)
+    said = [str(w.message) for w in seen if ": heads is a guess" in str(w.message)]
+    assert said and said[0].endswith("pass heads=N (CLI --heads N)"), said
+    assert windowed_guess(model.spec, "heads").endswith("pass heads=N (CLI --heads N)")
+
+
+def _tiny_sam(timm):
+    torch.manual_seed(0)
+    return timm.create_model("samvit_base_patch16", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                            depth=2, num_heads=2, global_attn_indexes=[1], window_size=2, neck_chans=8,
+                             num_classes=0, use_rel_pos=False)
+

@@ -138,7 +138,8 @@ class Option:
 _BOTH = (REFERENCE, WINDOWED)      # a converted model's structure: the live path runs the module's own code
 _NOT_WINDOWED = (REFERENCE, LIVE)
 OPTIONS: tuple[Option, ...] = (
-    Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads",), numeric=True),
+    Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads", "heads"), numeric=True),
+    # ("heads": a windowed spec's name for it, `vitviz.core.winspec.WindowedSpec.heads`)
     Option("family", "family", "checkpoint family, when the detected one is wrong", metavar="NAME",
            fields=("embed_out",), numeric=True, routes=_BOTH),
     Option("image_size", "size", "input size: N or HxW (position embedding is resampled)", metavar="N",

@@ -45,7 +45,10 @@ def is_assumed(spec: ModelSpec, name: str) -> bool:
 def asked(spec: ModelSpec) -> list[str]:
     """The settings of `ASKED` that are assumed for this model, in order (an activation only when it is one the
     dialog offers: a SwiGLU MLP is read from its shapes)."""
-    if runs_own_code(spec):
+    if runs_own_code(spec) or getattr(spec, "windowed", False):
+        # a windowed model (Swin, SAM / ViTDet): the dialog's choices are a plain ViT's (head counts of one width,
+        # a norm order and scale a windowed model does not take: its reload would be refused); its warnings say
+        # what to pass instead
         return []
     return [name for name in ASKED if is_assumed(spec, name)
             and (name != "mlp_kind" or spec.mlp_kind in ACTIVATIONS)]
