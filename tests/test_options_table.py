@@ -37,7 +37,7 @@ def test_every_option_is_checked_and_every_flag_is_the_records() -> None:
             assert o.name not in actions, o.name
             continue
         a = actions[o.name]
-        assert a.option_strings == [o.cli_flag] and str(a.help) and a.help is not None
+        assert a.option_strings == [o.cli_flag] and o.help and str(a.help).startswith(o.help), o.name
         if o.value == "choice":
             assert tuple(a.choices) == o.offered and set(o.offered) <= set(o.choices), o.name
         else:
@@ -186,3 +186,15 @@ def _tiny_sam(timm):
                             depth=2, num_heads=2, global_attn_indexes=[1], window_size=2, neck_chans=8,
                              num_classes=0, use_rel_pos=False)
 
+
+
+def test_live_only_overrides_ask_for_the_live_path() -> None:
+    """grid=, num_prefix= and in_chans= mean the module's own code: a module that converts runs live with them
+    (in_chans= was dropped in silence on the converted model), a file refuses them naming the live path."""
+    timm = pytest.importorskip("timm")
+    module = timm.models.VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2,
+                                           num_classes=3).eval()
+    assert vitviz.load(module).spec.family != "live"
+    assert vitviz.load(module, in_chans=3).spec.family == "live"
+    with pytest.raises(vitviz.VitvizError, match=r"in_chans= applies to the live path"):
+        vitviz.load(tiny_state_dict(), in_chans=3)

@@ -12,7 +12,7 @@ from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import unbreakable_phrases
 from vitviz.gui.panels.controls import model_summary
 from vitviz.core.tokens import TokenLayout
-from vitviz.gui.window import QUERY_SCALE_NOTE
+from vitviz.gui.state import QUERY_SCALE_NOTE
 
 
 def test_a_clicked_patch_gets_its_own_scale_and_the_colorbar_says_so(qtbot, loaded) -> None:  # noqa: ANN001

@@ -462,11 +462,13 @@ def _ray_exporter(args: argparse.Namespace, model: Any, plan: Plan, jobs: list[J
     """The Ray engine's exporter: the actors load the checkpoint the driver loaded, with the same overrides."""
     from vitviz.batch.ray_engine import RayExporter, RaySettings
     from vitviz.cli.models import resolve_cli_model
-    from vitviz.cli.options import overrides_from
+    from vitviz.cli.options import overrides_from, with_remembered
 
     checkpoint = None if args.model is None else resolve_cli_model(args.model, quiet=True)  # cached by now
     settings = RaySettings(args.address, args.actors, args.gpus_per_actor, args.cpus_per_actor, args.ship_model)
-    return RayExporter(checkpoint, overrides_from(args), args.device, model.spec, plan, jobs, stems, root, sources,
+    # the driver's overrides, the window's remembered answers included (said once, by the driver's load)
+    overrides = with_remembered(checkpoint, overrides_from(args), quiet=True)
+    return RayExporter(checkpoint, overrides, args.device, model.spec, plan, jobs, stems, root, sources,
                        dest, settings, on_progress=lambda job: _report(bar, job), on_message=bar.message)
 
 

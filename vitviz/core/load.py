@@ -22,7 +22,7 @@ from vitviz.core.hyperparams import infer_spec, warn_guesses
 from vitviz.core.live import LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.options import LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE
+from vitviz.core.options import LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, only_for
 from vitviz.core.validate import (
     check_canonical, check_exact_tensors, check_overrides, check_route, check_spec, check_weights,
 )
@@ -148,7 +148,7 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
         code = overrides.pop("code")
         return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})
     live = overrides.pop("live", None)
-    asked = [k for k in ("grid", "num_prefix") if overrides.get(k) is not None]
+    asked = [k for k in LIVE_ONLY if overrides.get(k) is not None]     # grid=, num_prefix=, in_chans=
     if not isinstance(path, torch.nn.Module):
         if live or asked:
             raise VitvizError(f"{', '.join(asked) or 'live'}= applies to the live path: a torch.nn.Module, or "
@@ -174,6 +174,7 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     return model
 
 
+LIVE_ONLY = tuple(k for k in only_for(LIVE) if k not in ("code", "live"))   # they ask for the live path
 _LIVE_WHY = "a model run from its own code (the live path: its code computes its blocks)"
 
 

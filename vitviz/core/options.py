@@ -142,7 +142,8 @@ OPTIONS: tuple[Option, ...] = (
     # ("heads": a windowed spec's name for it, `vitviz.core.winspec.WindowedSpec.heads`)
     Option("family", "family", "checkpoint family, when the detected one is wrong", metavar="NAME",
            fields=("embed_out",), numeric=True, routes=_BOTH),
-    Option("image_size", "size", "input size: N or HxW (position embedding is resampled)", metavar="N",
+    Option("image_size", "size", "input size: N or HxW (position embedding is resampled)", metavar="N|HxW",
+           api_metavar="N",
            fields=("image_size", "pos_grid")),
     Option("eps", "number", "LayerNorm epsilon (every norm)", bounds=(0.0, 1.0), metavar="E", fields=("eps",),
            numeric=True, routes=_BOTH),

@@ -41,7 +41,6 @@ from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
-from vitviz.gui.state import QUERY_SCALE_NOTE  # noqa: F401 - named here too, beside the window that shows it
 from vitviz.gui.state import ROLLOUT_FIELDS, QueryScaleRule, ViewState, map_kind, resolve_index
 from vitviz.gui.status import StatusArea
 
