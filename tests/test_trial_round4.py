@@ -103,3 +103,43 @@ def test_timm_model_object_states_its_pooling(case: str) -> None:
     vm = load(model)
     assert vm.spec.pooling == pooling and vm.spec.kind_of("pooling") == "read"
     assert matches(vm, x, timm_reference(model, x))
+
+
+# ------------------------------------------------------------------------ open_clip norm_kwargs / act_kwargs
+OC_VISION = dict(layers=2, width=64, head_width=16, patch_size=8, image_size=32, mlp_ratio=2.0)
+OC_TEXT = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
+
+
+@pytest.mark.parametrize("vision, field, value", [
+    (dict(norm_kwargs={"eps": 1e-6}), "eps", 1e-6),                      # every LayerNorm at 1e-6, not CLIP's 1e-5
+    (dict(act_kwargs={"approximate": "tanh"}), "mlp_kind", "gelu_tanh"),  # nn.GELU(approximate='tanh')
+])
+def test_open_clip_config_norm_and_act_kwargs_are_read(tmp_path: Path, vision: dict, field: str, value: Any) -> None:
+    open_clip = pytest.importorskip("open_clip")
+    from parity_towers import mha_reference
+
+    torch.manual_seed(0)
+    model = perturb(open_clip.CLIP(embed_dim=16, quick_gelu=False, vision_cfg={**OC_VISION, **vision},
+                                   text_cfg=OC_TEXT))
+    torch.save(model.state_dict(), tmp_path / "open_clip_pytorch_model.bin")
+    (tmp_path / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": {"embed_dim": 16, "quick_gelu": False, "vision_cfg": {**OC_VISION, **vision},
+                       "text_cfg": OC_TEXT}}))
+    vm = load(tmp_path / "open_clip_pytorch_model.bin")
+    assert getattr(vm.spec, field) == value and vm.spec.kind_of(field) == "read"
+    x = x_for()
+    assert matches(vm, x, mha_reference(model.visual, model.encode_image, x))
+
+
+def test_open_clip_act_kwargs_it_cannot_follow_are_refused(tmp_path: Path) -> None:
+    from vitviz.errors import UnknownLayoutError
+
+    open_clip = pytest.importorskip("open_clip")
+    torch.manual_seed(0)
+    model = open_clip.CLIP(embed_dim=16, quick_gelu=False, vision_cfg=OC_VISION, text_cfg=OC_TEXT)
+    torch.save(model.state_dict(), tmp_path / "open_clip_pytorch_model.bin")
+    (tmp_path / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": {"embed_dim": 16, "vision_cfg": {**OC_VISION, "norm_kwargs": {"elementwise_affine": True}},
+                       "text_cfg": OC_TEXT}}))
+    with pytest.raises(UnknownLayoutError, match="norm_kwargs"):
+        load(tmp_path / "open_clip_pytorch_model.bin")
