@@ -143,3 +143,27 @@ def test_open_clip_act_kwargs_it_cannot_follow_are_refused(tmp_path: Path) -> No
                        "text_cfg": OC_TEXT}}))
     with pytest.raises(UnknownLayoutError, match="norm_kwargs"):
         load(tmp_path / "open_clip_pytorch_model.bin")
+
+
+# ------------------------------------------------------------------ which state dict of a training checkpoint
+@pytest.mark.parametrize("taken, other", [("model_ema", "model"),            # DeiT's main.py --model-ema
+                                          ("state_dict_ema", "state_dict"),  # timm's train.py
+                                          ("teacher", "student")])           # DINO
+def test_a_training_checkpoint_with_two_models_says_which_it_took(tmp_path: Path, taken: str, other: str) -> None:
+    from vitviz.core.spec import GuessWarning
+
+    model, second = timm_vit(), perturb(timm_vit(), seed=7)
+    torch.save({taken: second.state_dict(), other: model.state_dict(), "epoch": 3}, tmp_path / "checkpoint.pth")
+    with pytest.warns(GuessWarning, match=f"nest_key = {taken} is assumed.*under '{other}'.*nest_key="):
+        vm = vitviz.load(tmp_path / "checkpoint.pth", device="cpu", heads=4)
+    assert vm.spec.kind_of("nest_key") == "assumed" and "nest_key" in dict(vm.spec.assumptions)
+    x = x_for()
+    assert matches(vm, x, timm_reference(second, x))
+    given = load(tmp_path / "checkpoint.pth", heads=4, nest_key=other)
+    assert "nest_key" not in dict(given.spec.assumptions) and matches(given, x, timm_reference(model, x))
+
+
+def test_an_ema_copy_equal_to_the_weights_is_no_choice(tmp_path: Path) -> None:
+    model = timm_vit()
+    torch.save({"state_dict": model.state_dict(), "state_dict_ema": model.state_dict()}, tmp_path / "c.pth")
+    assert "nest_key" not in dict(load(tmp_path / "c.pth", heads=4).spec.assumptions)

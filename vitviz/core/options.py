@@ -183,7 +183,7 @@ OPTIONS: tuple[Option, ...] = (
            "Perception Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none", choices=ROPE_PRESET_NAMES,
            fields=("rope",), numeric=True, routes=(REFERENCE,)),
     Option("nest_key", "text", "which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)",
-           metavar="KEY"),
+           metavar="KEY", fields=("nest_key",), numeric=True),
     Option("labels", "labels", metavar="[...]", fields=("labels",), flag=""),
     Option("device", "device", flag=""),            # each command has its own --device
     Option("window", "window", "windowed models (Swin v2, SAM without relative positions), whose files hold no "
