@@ -32,6 +32,8 @@ from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -118,6 +120,8 @@ def hf_ref(model: nn.Module, x: torch.Tensor, out: str = "logits") -> Ref:
         o = model(pixel_values=x, output_attentions=True)
     if out == "logits":
         y = o.logits
+    elif out == "cls":  # a ViTModel's CLS output (vitviz drops the pooler: model.dropped)
+        y = o.last_hidden_state[:, 0]
     elif out == "image_embeds":
         y = o.image_embeds
     else:
@@ -249,6 +253,16 @@ def timm_cases() -> list[Case]:
              x=(32, 48)),
         Case("timm no_embed_class dyn run 48 (.pth)", timm_vt(no_embed_class=True, dynamic_img_size=True),
              timm_ref, save_pth, H, x=(48, 48)),
+        Case("timm fc_norm=True global_pool=token (.pth)", timm_vt(fc_norm=True), timm_ref, save_pth, H,
+             cause=("pooling",)),
+        Case("timm final_norm=False global_pool=avg (.pth)", timm_vt(final_norm=False, global_pool="avg"),
+             timm_ref, save_pth, H, cause=("pooling",)),
+        Case("timm bf16 safetensors", timm_vt(), lambda m, x: timm_ref(m.to(torch.bfloat16).float(), x),
+             lambda m, d: (__import__("safetensors.torch").torch.save_file(
+                 {k: v.to(torch.bfloat16).contiguous() for k, v in sd_of(m).items()}, str(d / "m.safetensors")),
+                 d / "m.safetensors")[1], H),
+        Case("timm whole pickled module torch.save(model)", timm_vt(), timm_ref,
+             lambda m, d: (torch.save(m, d / "model.pt"), d / "model.pt")[1], H),
         Case("timm DDP module. prefix ({'state_dict'})", timm_vt(), timm_ref,
              partial(save_train, key="state_dict", prefix="module."), H),
         Case("timm torch.compile _orig_mod. prefix (.pth)", timm_vt(), timm_ref,
@@ -265,16 +279,16 @@ def timm_cases() -> list[Case]:
         Case("timm mlp_layer=GluMlp GELU gate_last (.pth)", timm_vt(mlp_layer=__import__("timm").layers.GluMlp),
              timm_ref, save_pth, H, cause=('mlp_kind',)),
         Case("timm dynamic_img_pad run 36x36 (.pth)", timm_vt(dynamic_img_size=True, dynamic_img_pad=True),
-             timm_ref, save_pth, H, x=(36, 36)),
+             timm_ref, save_pth, H, x=(36, 36), cause=("input",)),
         Case("timm attn_layer=diff (.pth)", timm_vt(attn_layer="diff"), timm_ref, save_pth, H),
         Case("deit-style {'model','model_ema'} (ref: model)", timm_vt(), timm_ref,
              lambda m, d: (torch.save({"model": sd_of(m), "model_ema": sd_of(perturb(timm_vt()(), seed=7)),
-                                       "epoch": 3}, d / "checkpoint.pth"), d / "checkpoint.pth")[1], H, cause=('state_dict',)),
+                                       "epoch": 3}, d / "checkpoint.pth"), d / "checkpoint.pth")[1], H, cause=('nest_key',)),
         Case("{'state_dict','state_dict_ema'} (ref: state_dict)", timm_vt(), timm_ref,
-             lambda m, d: save_ema(perturb(timm_vt()(), seed=7), d, m), H, cause=('state_dict',)),
+             lambda m, d: save_ema(perturb(timm_vt()(), seed=7), d, m), H, cause=('nest_key',)),
         Case("dino-style {'teacher','student'} (ref: student)", timm_vt(), timm_ref,
              lambda m, d: (torch.save({"teacher": sd_of(perturb(timm_vt()(), seed=7)), "student": sd_of(m),
-                                       "epoch": 3}, d / "checkpoint.pth"), d / "checkpoint.pth")[1], H, cause=('state_dict',)),
+                                       "epoch": 3}, d / "checkpoint.pth"), d / "checkpoint.pth")[1], H, cause=('nest_key',)),
         # hub folders of registered names (config.json with architecture + model_args)
         Case("timm hub vit_relpos_small_patch16_224", timm_named("vit_relpos_small_patch16_224"), timm_ref,
              hub()),
@@ -338,6 +352,13 @@ def hf_cases() -> list[Case]:
         qkv_bias=False, layer_norm_eps=1e-6, hidden_act="gelu_new")
     add("hf ViT quick_gelu eps1e-5", "ViTForImageClassification", "ViTConfig", num_labels=5,
         hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    for act in ("gelu_fast", "gelu_python", "mish", "gelu_accurate", "silu", "swish", "tanh", "gelu_10",
+                "gelu_pytorch_tanh"):
+        add(f"hf ViT hidden_act={act}", "ViTForImageClassification", "ViTConfig", num_labels=5, hidden_act=act)
+    add("hf ViTModel pooler_act=relu (last_hidden_state[:, 0])", "ViTModel", "ViTConfig", o="cls",
+        pooler_act="relu")
+    add("hf ViT num_channels=1", "ViTForImageClassification", "ViTConfig", num_labels=5, num_channels=1,
+        x=(32, 32, 1))
     add("hf ViTModel headless relu", "ViTModel", "ViTConfig", o="none", hidden_act="relu")
     add("hf ViT bare model.safetensors (no config)", "ViTForImageClassification", "ViTConfig", save=save_safe,
         kw=dict(heads=4), num_labels=5)
@@ -596,11 +617,13 @@ def run_case(case: Case, tmp: Path) -> Row:
         except Exception as e:  # noqa: BLE001
             return Row(case.name, "crash", detail=f"run: {type(e).__name__}: {str(e)[:200]}")
     said = tuple(f for f, _ in vm.spec.assumptions if f not in IGNORED)
+    warned = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    if any("not a multiple of" in w for w in warned):  # the run said it cut the input to whole patches
+        said += ("input",)
     if case.cause:
         explaining = tuple(f for f in said if f in case.cause)
     else:
         explaining = said if d_attn > ATTN_SAME else tuple(f for f in said if f in OUTPUT_FIELDS)
-    warned = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     bad = not (d_attn < TOL) or (d_out == d_out and not d_out < TOL)
     if not bad:
         verdict = "exact"

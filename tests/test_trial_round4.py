@@ -167,3 +167,23 @@ def test_an_ema_copy_equal_to_the_weights_is_no_choice(tmp_path: Path) -> None:
     model = timm_vit()
     torch.save({"state_dict": model.state_dict(), "state_dict_ema": model.state_dict()}, tmp_path / "c.pth")
     assert "nest_key" not in dict(load(tmp_path / "c.pth", heads=4).spec.assumptions)
+
+
+# --------------------------------------------------------------------- transformers hidden_act spellings
+@pytest.mark.parametrize("act, kind", [("gelu_accurate", "gelu_tanh"), ("swish", "silu")])
+def test_hf_hidden_act_spellings_are_read(tmp_path: Path, act: str, kind: str) -> None:
+    """transformers' AccurateGELUActivation is the tanh approximation, 'swish' is SiLU: read as such (they were
+    refused after the config check had accepted them)."""
+    transformers = pytest.importorskip("transformers")
+    from parity_refs import hf_reference
+
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=128, num_labels=5, hidden_act=act)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = perturb(transformers.ViTForImageClassification(config))
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    vm = load(tmp_path)
+    assert vm.spec.mlp_kind == kind and vm.spec.kind_of("mlp_kind") == "read"
+    x = x_for()
+    assert matches(vm, x, hf_reference(model, x))

@@ -258,7 +258,8 @@ def fuse_qkv(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor], template
 
 
 HF_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
-          "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu", "relu": "relu", "silu": "silu"}
+          "gelu_pytorch_tanh": "gelu_tanh", "gelu_accurate": "gelu_tanh", "quick_gelu": "quick_gelu", "relu": "relu",
+          "silu": "silu", "swish": "silu"}
 
 
 def hf_vision_hints(vcfg: dict[str, Any], src: str, default_act: Hint, default_eps: Hint) -> dict[str, Hint]:
