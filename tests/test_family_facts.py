@@ -130,7 +130,7 @@ def test_cli_choices_are_the_options_lists() -> None:
     choices = {a.dest: tuple(a.choices) for a in _parser()._actions if a.choices}
     assert choices == {"crop_mode": options.CROP_MODES, "interpolation": options.INTERPOLATIONS,
                        "act": options.ACTIVATIONS, "block_norm": options.BLOCK_NORMS,
-                       "pooling": options.ONE_VECTOR_POOLINGS, "patch_order": options.PATCH_ORDERS,
+                       "pooling": options.CLI_POOLINGS, "patch_order": options.PATCH_ORDERS,
                        "pos_interp": options.POS_RECIPES, "head_act": options.ACTIVATIONS,
                        "rope": options.ROPE_PRESET_NAMES}
     args = _parser().parse_args(["--interpolation", "hamming", "--rope", "rope_mixed"])

@@ -120,7 +120,7 @@ def test_labels_are_a_quiet_note_not_a_warning(tmp_path: Path) -> None:
         import vitviz
 
         spec = vitviz.load(path, heads=HEADS, act="gelu", block_norm="pre", eps=1e-6, attn_scale=0.25,
-                           mean=(0.5,), std=(0.5,), resize=32, crop_mode="squash").spec
+                           mean=(0.5,), std=(0.5,), resize=32, crop_mode="squash", pooling="token").spec
     assert "labels" in dict(spec.notes)
     assert not [w for w in seen if issubclass(w.category, GuessWarning)], [str(w.message) for w in seen]
 

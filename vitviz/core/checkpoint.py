@@ -71,6 +71,7 @@ class RawCheckpoint:
     preprocessor: dict[str, Any] | None = None             # HF preprocessor_config.json
     labels: tuple[str, ...] = ()                           # from side-car files
     nest_key: str = ""                                     # which nested dict was used
+    nest_others: tuple[str, ...] = ()                      # other, different state dicts beside it (none named)
     weights_file: Path | None = None
     sidecars: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (file name, parsed text config)
 
@@ -558,11 +559,24 @@ def _unwrap(path: Path, obj: Any, nest_key: str | None) -> RawCheckpoint:
         return RawCheckpoint(path, _as_float(obj, path), meta, weights_file=path)
     for key in NEST_KEYS:
         if _is_state_dict(obj.get(key)):
-            return RawCheckpoint(path, _as_float(obj[key], path), meta, nest_key=key, weights_file=path)
+            others = tuple(k for k in NEST_KEYS if k != key and _is_state_dict(obj.get(k))
+                           and not _same_weights(obj[key], obj[k]))
+            return RawCheckpoint(path, _as_float(obj[key], path), meta, nest_key=key, weights_file=path,
+                                 nest_others=others)
     kinds = Counter(type(v).__name__ for v in obj.values())
     raise CorruptCheckpointError(f"{path}: a dict without tensors (keys {sorted(map(str, obj))[:10]}, "
                                  f"values {dict(kinds)}); expected a state dict or one nested under "
                                  f"{', '.join(NEST_KEYS)}")
+
+
+def _same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two nested state dicts hold the same tensors (an EMA copy saved before it moved): then which one is
+    taken makes no difference."""
+    import torch
+
+    return a.keys() == b.keys() and all(
+        isinstance(a[k], torch.Tensor) and isinstance(b[k], torch.Tensor) and a[k].shape == b[k].shape
+        and torch.equal(a[k], b[k]) for k in a)
 
 
 def _metadata(obj: dict[str, Any]) -> dict[str, Any]:

@@ -126,6 +126,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     elif "eps_final" in hints and overrides.get("eps") is None:
         fields["eps_final"] = prov.set("eps_final", float(hints["eps_final"][0]), hints["eps_final"][1])
     _derived_sources(sd, fields, prov)
+    if raw.nest_others:
+        prov.set("nest_key", raw.nest_key, nest_key_source(raw))
     prov.set("identity", fields["family"], _identity(conv, raw, name))
     spec = ModelSpec(**fields, provenance=tuple(sorted(prov.items.items())))
     if os.environ.get("VITVIZ_AUDIT") and (problems := audit_provenance(spec)):
@@ -212,6 +214,14 @@ def _published_file(raw: RawCheckpoint) -> str:
             "torch-hub name says)")
 
 
+def nest_key_source(raw: RawCheckpoint) -> str:
+    """The provenance of the state dict taken from a training checkpoint that holds several different ones (EMA
+    and raw weights, a teacher and a student): nothing in the file says which the user means."""
+    others = ", ".join(repr(k) for k in raw.nest_others)
+    return (f"assumed: the weights under {raw.nest_key!r} (vitviz's order: EMA first, as timm loads them; DINO's "
+            f"teacher); the file also holds other weights under {others} (pass nest_key={raw.nest_others[0]!r})")
+
+
 def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
     """'num_heads = 1 is a guess: <why>; if that is wrong, pass heads=N (CLI --heads N); heads that divide ...'
     (with `cli`, only the command-line option)."""
@@ -227,6 +237,8 @@ def describe_guess(spec: ModelSpec, name: str, cli: bool = False) -> str:
         value = "none"
     elif name == "pool_heads" and not value:
         value = f"{spec.num_heads} (the model's heads)"
+    elif name == "nest_key":
+        value = re.search(r"'([^']*)'", source).group(1) if "'" in source else ""
     elif name in ("token_order", "patch_order") and not value:
         value = dict(spec.provenance).get(name, "")  # a pseudo-field: no spec value, only its provenance
         value = {"token_order": "prefix tokens first", "patch_order": "p1p2c"}.get(name, value)

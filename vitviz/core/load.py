@@ -44,6 +44,7 @@ def _module_heads(module: torch.nn.Module) -> int | None:
     return None
 
 
+_TIMM_POOLS = {"token": "token", "avg": "avg", "max": "max", "avgmax": "avgmax"}
 _ACT_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "QuickGELU": "quick_gelu", "GELUTanh": "gelu_tanh"}
 
 
@@ -92,6 +93,12 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
             out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
     if "attn_scale" not in out and any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
         out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
+    pool = getattr(module, "global_pool", None)   # timm's global_pool: in no tensor ('token' / 'avg' share them)
+    if isinstance(pool, str) and type(module).__module__.startswith("timm.") and pool in _TIMM_POOLS:
+        include = bool(getattr(module, "pool_include_prefix", False))
+        if not include or pool == "avg":
+            out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
+                              f"{pool!r}" + (" with pool_include_prefix" if include else ""))
     if any(type(m).__name__ == "Block" and type(m).__module__.startswith("timm.") for m in module.modules()) \
             or any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
                    for m in module.modules()):

@@ -437,6 +437,10 @@ class ReferenceViT(nn.Module):
             return x[:, n_prefix:].mean(dim=1)
         if pooling == "avg_all":  # every token, prefix included (vit-pytorch pool='mean' with a cls token)
             return x.mean(dim=1)
+        if pooling in ("max", "avgmax"):  # timm global_pool='max' / 'avgmax' (the patches' max; half avg, half max)
+            patches = x[:, n_prefix:]
+            top = patches.amax(dim=1)
+            return top if pooling == "max" else 0.5 * (patches.mean(dim=1) + top)
         if pooling == "cls_avg":  # HF DINOv2 classifier input
             return torch.cat([x[:, 0], x[:, n_prefix:].mean(dim=1)], dim=-1)
         if pooling == "map":

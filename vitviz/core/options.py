@@ -28,7 +28,9 @@ BLOCK_NORMS = ("pre", "post", "res_post")
 ONE_VECTOR_POOLINGS = ("token", "avg", "avg_all")
 LEGRAD_POOLINGS = ONE_VECTOR_POOLINGS
 # `ModelSpec.pooling`: also the class token beside the patch mean (DINOv2's linear head), and a MAP head.
-POOLINGS = ONE_VECTOR_POOLINGS + ("cls_avg", "map")
+POOLINGS = ONE_VECTOR_POOLINGS + ("cls_avg", "map", "max", "avgmax")
+# The poolings the command line offers: the one-vector ones and timm's max / avgmax (the others are read off shapes).
+CLI_POOLINGS = ONE_VECTOR_POOLINGS + ("max", "avgmax")
 # How the image is brought to the model's input size (`Preprocess.mode`), with the words the window shows.
 CROP_MODE_LABELS = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
 CROP_MODES = tuple(CROP_MODE_LABELS)
@@ -166,7 +168,8 @@ OPTIONS: tuple[Option, ...] = (
            "f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post (x + norm(f(x)): Swin v2, timm "
            "*_rpn_*)", choices=BLOCK_NORMS, fields=("block_norm",), numeric=True, routes=(REFERENCE,)),
     Option("pooling", "choice", "what the head sees: token 0 (the class token, or the first patch without one), "
-           "the mean of the patches, or of every token", choices=POOLINGS, cli_choices=ONE_VECTOR_POOLINGS,
+           "the mean of the patches, or of every token, or the patches' max (timm global_pool 'max', 'avgmax': half "
+           "mean, half max)", choices=POOLINGS, cli_choices=CLI_POOLINGS,
            fields=("pooling",), numeric=True, routes=(REFERENCE,)),
     Option("attn_scale", "number", "factor on q·k (default head_dim**-0.5; e.g. 1 for none, or dim**-0.5 as the "
            "first vit-pytorch versions)", bounds=(0.0, 1e6), low_open=False, metavar="S", fields=("attn_scale",),
@@ -182,7 +185,7 @@ OPTIONS: tuple[Option, ...] = (
            "Perception Encoder, Naver RoPE-ViT, timm vit_*_rope_reg*_gap), or none", choices=ROPE_PRESET_NAMES,
            fields=("rope",), numeric=True, routes=(REFERENCE,)),
     Option("nest_key", "text", "which state dict of a training checkpoint (state_dict, state_dict_ema, teacher...)",
-           metavar="KEY"),
+           metavar="KEY", fields=("nest_key",), numeric=True),
     Option("labels", "labels", metavar="[...]", fields=("labels",), flag=""),
     Option("device", "device", flag=""),            # each command has its own --device
     Option("window", "window", "windowed models (Swin v2, SAM without relative positions), whose files hold no "

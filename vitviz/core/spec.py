@@ -182,7 +182,7 @@ COMPUTE_FIELDS = (
     "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
     "rope_periods", "rel_pos", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
 )
-PSEUDO_FIELDS = ("patch_order", "token_order", "patch_embed", "model_args", "resize_recipe")
+PSEUDO_FIELDS = ("patch_order", "token_order", "patch_embed", "model_args", "resize_recipe", "nest_key")
 # Fields that do not change the computation: what the model is called, its class names, its size.
 OTHER_FIELDS = ("family", "source", "labels", "num_params", "provenance")
 

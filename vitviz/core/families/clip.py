@@ -125,10 +125,8 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
                               "pos_prefix": (1, "family: CLIP (the table covers the class token)")}
     if "head.weight" in out:
         hints["embed_out"] = (True, "family: CLIP `proj`, the image-embedding projection")
-    if cfg and "quick_gelu" in cfg:
-        hints["mlp_kind"] = ("quick_gelu" if cfg["quick_gelu"] else "gelu", f"{src}.quick_gelu")
-    elif cfg:
-        hints["mlp_kind"] = ("gelu", f"{src} (no quick_gelu: open_clip's default nn.GELU)")
+    if cfg:
+        hints.update(_oc_numerics(cfg, vcfg, src, raw))
     else:
         hints["mlp_kind"] = ("quick_gelu", "guess: no open_clip_config.json beside the file; OpenAI's CLIP weights "
                              "use QuickGELU (open_clip's own models without '-quickgelu' use GELU: pass act='gelu')")
@@ -151,6 +149,33 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
     if cfg:  # the open_clip config names the model: its defaults are that model's facts (see hyperparams._identity)
         hints["open_clip_config"] = (cfg.get("_file"), f"{src} (vision_cfg)")
     return Converted("clip", out, hints, dropped)
+
+
+def _oc_numerics(cfg: dict[str, Any], vcfg: dict[str, Any], src: str, raw: RawCheckpoint) -> dict[str, Hint]:
+    """The activation and LayerNorm eps an open_clip config gives its tower: `quick_gelu` (QuickGELU, else
+    nn.GELU), with `vision_cfg.act_kwargs` passed to it (GELU's approximate='tanh') and `vision_cfg.norm_kwargs`
+    to every LayerNorm (eps). Keyword arguments the reference ViT cannot follow are refused, not ignored."""
+    out: dict[str, Hint] = {}
+    quick = bool(cfg.get("quick_gelu"))
+    act_src = f"{src}.quick_gelu" if "quick_gelu" in cfg else f"{src} (no quick_gelu: open_clip's default nn.GELU)"
+    act = "quick_gelu" if quick else "gelu"
+    act_kwargs = vcfg.get("act_kwargs") or {}
+    if act_kwargs:
+        approx = act_kwargs.get("approximate", "none") if isinstance(act_kwargs, dict) else None
+        if quick or set(act_kwargs) - {"approximate"} or approx not in ("none", "tanh"):
+            raise UnknownLayoutError(f"{raw.path}: open_clip vision_cfg.act_kwargs {act_kwargs!r} for "
+                                     f"{'QuickGELU' if quick else 'nn.GELU'}: an activation the reference ViT does "
+                                     "not compute; expected none, or approximate 'none' / 'tanh' for nn.GELU")
+        act, act_src = ("gelu_tanh" if approx == "tanh" else "gelu"), f"{src}.vision_cfg.act_kwargs (nn.GELU)"
+    out["mlp_kind"] = (act, act_src)
+    norm_kwargs = vcfg.get("norm_kwargs") or {}
+    if norm_kwargs:
+        eps = norm_kwargs.get("eps") if isinstance(norm_kwargs, dict) else None
+        if set(norm_kwargs) - {"eps"} or not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps <= 0:
+            raise UnknownLayoutError(f"{raw.path}: open_clip vision_cfg.norm_kwargs {norm_kwargs!r}: LayerNorm "
+                                     "arguments the reference ViT does not follow; expected at most a positive eps")
+        out["eps"] = (float(eps), f"{src}.vision_cfg.norm_kwargs.eps")
+    return out
 
 
 def _convert_trunk(vision: dict[str, torch.Tensor], raw: RawCheckpoint, dropped: list[str],
@@ -233,7 +258,8 @@ def fuse_qkv(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor], template
 
 
 HF_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
-          "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu", "relu": "relu", "silu": "silu"}
+          "gelu_pytorch_tanh": "gelu_tanh", "gelu_accurate": "gelu_tanh", "quick_gelu": "quick_gelu", "relu": "relu",
+          "silu": "silu", "swish": "silu"}
 
 
 def hf_vision_hints(vcfg: dict[str, Any], src: str, default_act: Hint, default_eps: Hint) -> dict[str, Hint]:

@@ -24,7 +24,8 @@ HF_MODEL_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "di
 EVAL_SIZE = {"hf-dinov2": (224, "DINOv2 evaluation size")}
 
 HF_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
-          "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+          "gelu_pytorch_tanh": "gelu_tanh", "gelu_accurate": "gelu_tanh", "quick_gelu": "quick_gelu",
+          "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 _RULES = [

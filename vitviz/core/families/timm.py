@@ -102,12 +102,29 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     if family == "timm" and (not name or "dinov2" in name):
         _dinov2_port(sd, hints)
     hints.update(model_args_hints(raw, sd, hints, "vit"))
+    if family in ("timm", "mae", "timm-clip") and "pooling" not in hints and "attn_pool.latent" not in keys:
+        hints["pooling"] = _pooling_convention(keys)
     if not name and any(f"{k}.weight" in sd for k in ("norm", "fc_norm")):
         eps = float(hints.get("eps", (1e-6,))[0])
         hints["eps_final"] = (eps, f"assumed: the final norm uses the blocks' eps {eps:g}, as timm builds it (a "
                                    "hand-written ViT in timm's names may build it with another, e.g. nn.LayerNorm's "
                                    "1e-5 after 1e-6 blocks; nothing names the model)")
     return Converted(family, sd, hints, dropped)
+
+
+def _pooling_convention(keys: set[str]) -> Hint:
+    """timm's `global_pool` is in no tensor: 'token' and 'avg' with `fc_norm=False` hold the same tensors, and so
+    do 'avg', 'max', 'avgmax' (and `pool_include_prefix`) with an fc_norm. The pooling the key layout suggests is
+    a convention of the layout (a fact when a config or the training args name the model)."""
+    if "fc_norm.weight" in keys:
+        return ("avg", "layout: fc_norm: the mean of the patch tokens, then fc_norm (timm global_pool='avg', MAE); "
+                       "timm's 'max' and 'avgmax', and pool_include_prefix, hold the same tensors (pass "
+                       "pooling='max' / 'avgmax' / 'avg_all')")
+    if "cls_token" in keys:
+        return ("token", "layout: a class token and no fc_norm: the class token (timm's default global_pool='token'); "
+                         "global_pool='avg' with fc_norm=False holds the same tensors (pass pooling='avg')")
+    return ("avg", "layout: no class token: the mean of the patch tokens (timm global_pool='avg'); 'max' and "
+                   "'avgmax' with fc_norm=False hold the same tensors (pass pooling='max' / 'avgmax')")
 
 
 def _packed_swiglu(sd: dict[str, torch.Tensor]) -> bool:
@@ -192,9 +209,13 @@ def model_args_hints(raw: RawCheckpoint, sd: dict[str, torch.Tensor], hints: dic
                                                                            else ""))
         elif pool == "token" and "cls_token" in sd:
             out["pooling"] = ("token", pool_src)
+        elif pool in ("avgmax", "max") and not include:
+            out["pooling"] = (pool, pool_src)
         elif pool in ("avgmax", "max", "prr"):
-            raise UnknownLayoutError(f"{raw.path}: config.json global_pool {pool!r}: a pooling the reference ViT "
-                                     "does not compute (it pools 'token', 'avg' or 'map')")
+            raise UnknownLayoutError(f"{raw.path}: config.json global_pool {pool!r}"
+                                     f"{' with pool_include_prefix' if include else ''}: a pooling the reference "
+                                     "ViT does not compute (it pools 'token', 'avg', 'avg_all', 'max', 'avgmax' or "
+                                     "'map')")
     elif pool == "map" and include and "attn_pool.latent" in sd:
         out["pool_prefix"] = (True, f"{src}.pool_include_prefix")
     if "no_embed_class" in margs:

@@ -1,0 +1,189 @@
+"""Trial round 4 (scripts/trial_silent.py): files nobody here had made, opened as their users have them; each case
+here was silently wrong before its fix -- it opened and showed numbers that differ from the original's, and nothing
+named the setting responsible. Each test builds the original with its own library (random, perturbed weights),
+saves it the way its users do, and checks that vitviz either matches it (logits and every layer's attention) or
+says the setting that explains the difference -- and that the override it names then makes it match.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from parity_refs import perturb, timm_reference
+
+timm = pytest.importorskip("timm")
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+
+ATOL = 1e-5
+SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=5)
+
+
+def x_for(h: int = 32, w: int = 32) -> torch.Tensor:
+    return torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(1))
+
+
+def load(path: Path, **kw: Any):  # noqa: ANN201
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return vitviz.load(path, device="cpu", **kw)
+
+
+def matches(vm, x: torch.Tensor, ref: tuple[torch.Tensor, list[torch.Tensor]]) -> bool:  # noqa: ANN001
+    out, maps = ref
+    r = vm.run(x)
+    got = r.logits if r.logits.size else r.features
+    return bool(np.allclose(got, out[0].numpy(), atol=ATOL)) and all(
+        np.allclose(r.attentions[i], m[0].numpy(), atol=ATOL) for i, m in enumerate(maps))
+
+
+def timm_vit(**kw: Any) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return perturb(VisionTransformer(**{**SMALL, **kw}))
+
+
+# ---------------------------------------------------------------------------------------- timm global_pool
+POOLS = {  # timm constructor kwargs -> the pooling= that matches; each holds the same tensors as another pooling
+    "avg_no_fc_norm": (dict(global_pool="avg", fc_norm=False), "avg"),       # = the default 'token' model's keys
+    "max": (dict(global_pool="max"), "max"),                                 # = 'avg' with fc_norm (MAE) keys
+    "avgmax": (dict(global_pool="avgmax"), "avgmax"),
+    "avg_include_prefix": (dict(global_pool="avg", pool_include_prefix=True, reg_tokens=2), "avg_all"),
+}
+
+
+@pytest.mark.parametrize("case", list(POOLS))
+def test_timm_pooling_of_a_bare_file_is_said_and_its_override_matches(tmp_path: Path, case: str) -> None:
+    kw, pooling = POOLS[case]
+    model = timm_vit(**kw)
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    x = x_for()
+    ref = timm_reference(model, x)
+    vm = load(tmp_path / "model.pth", heads=4)
+    assert not matches(vm, x, ref)  # the file cannot tell: vitviz's pooling is the layout's convention ...
+    assert "pooling" in dict(vm.spec.assumptions), vm.spec.source_of("pooling")  # ... and it says so
+    assert repr(pooling) in vm.spec.source_of("pooling") or pooling == "avg"  # the override it names
+    given = load(tmp_path / "model.pth", heads=4, pooling=pooling)
+    assert given.spec.kind_of("pooling") == "given" and matches(given, x, ref)
+
+
+def test_timm_default_token_pooling_still_matches(tmp_path: Path) -> None:
+    model = timm_vit()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    x = x_for()
+    vm = load(tmp_path / "model.pth", heads=4)
+    assert vm.spec.pooling == "token" and matches(vm, x, timm_reference(model, x))
+
+
+@pytest.mark.parametrize("pool", ["max", "avgmax"])
+def test_timm_hub_folder_global_pool_max_is_read(tmp_path: Path, pool: str) -> None:
+    """config.json model_args global_pool 'max' / 'avgmax': read and computed (it used to be refused)."""
+    args = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=5, global_pool=pool,
+                                      **args))
+    timm.models._hub.save_for_hf(model, str(tmp_path), model_args={**args, "global_pool": pool},
+                                 safe_serialization=True)
+    x = x_for()
+    vm = load(tmp_path)
+    assert vm.spec.pooling == pool and vm.spec.kind_of("pooling") == "read"
+    assert matches(vm, x, timm_reference(model, x))
+
+
+@pytest.mark.parametrize("case", ["avg_no_fc_norm", "max"])
+def test_timm_model_object_states_its_pooling(case: str) -> None:
+    kw, pooling = POOLS[case]
+    model = timm_vit(**kw)
+    x = x_for()
+    vm = load(model)
+    assert vm.spec.pooling == pooling and vm.spec.kind_of("pooling") == "read"
+    assert matches(vm, x, timm_reference(model, x))
+
+
+# ------------------------------------------------------------------------ open_clip norm_kwargs / act_kwargs
+OC_VISION = dict(layers=2, width=64, head_width=16, patch_size=8, image_size=32, mlp_ratio=2.0)
+OC_TEXT = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
+
+
+@pytest.mark.parametrize("vision, field, value", [
+    (dict(norm_kwargs={"eps": 1e-6}), "eps", 1e-6),                      # every LayerNorm at 1e-6, not CLIP's 1e-5
+    (dict(act_kwargs={"approximate": "tanh"}), "mlp_kind", "gelu_tanh"),  # nn.GELU(approximate='tanh')
+])
+def test_open_clip_config_norm_and_act_kwargs_are_read(tmp_path: Path, vision: dict, field: str, value: Any) -> None:
+    open_clip = pytest.importorskip("open_clip")
+    from parity_towers import mha_reference
+
+    torch.manual_seed(0)
+    model = perturb(open_clip.CLIP(embed_dim=16, quick_gelu=False, vision_cfg={**OC_VISION, **vision},
+                                   text_cfg=OC_TEXT))
+    torch.save(model.state_dict(), tmp_path / "open_clip_pytorch_model.bin")
+    (tmp_path / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": {"embed_dim": 16, "quick_gelu": False, "vision_cfg": {**OC_VISION, **vision},
+                       "text_cfg": OC_TEXT}}))
+    vm = load(tmp_path / "open_clip_pytorch_model.bin")
+    assert getattr(vm.spec, field) == value and vm.spec.kind_of(field) == "read"
+    x = x_for()
+    assert matches(vm, x, mha_reference(model.visual, model.encode_image, x))
+
+
+def test_open_clip_act_kwargs_it_cannot_follow_are_refused(tmp_path: Path) -> None:
+    from vitviz.errors import UnknownLayoutError
+
+    open_clip = pytest.importorskip("open_clip")
+    torch.manual_seed(0)
+    model = open_clip.CLIP(embed_dim=16, quick_gelu=False, vision_cfg=OC_VISION, text_cfg=OC_TEXT)
+    torch.save(model.state_dict(), tmp_path / "open_clip_pytorch_model.bin")
+    (tmp_path / "open_clip_config.json").write_text(json.dumps(
+        {"model_cfg": {"embed_dim": 16, "vision_cfg": {**OC_VISION, "norm_kwargs": {"elementwise_affine": True}},
+                       "text_cfg": OC_TEXT}}))
+    with pytest.raises(UnknownLayoutError, match="norm_kwargs"):
+        load(tmp_path / "open_clip_pytorch_model.bin")
+
+
+# ------------------------------------------------------------------ which state dict of a training checkpoint
+@pytest.mark.parametrize("taken, other", [("model_ema", "model"),            # DeiT's main.py --model-ema
+                                          ("state_dict_ema", "state_dict"),  # timm's train.py
+                                          ("teacher", "student")])           # DINO
+def test_a_training_checkpoint_with_two_models_says_which_it_took(tmp_path: Path, taken: str, other: str) -> None:
+    from vitviz.core.spec import GuessWarning
+
+    model, second = timm_vit(), perturb(timm_vit(), seed=7)
+    torch.save({taken: second.state_dict(), other: model.state_dict(), "epoch": 3}, tmp_path / "checkpoint.pth")
+    with pytest.warns(GuessWarning, match=f"nest_key = {taken} is assumed.*under '{other}'.*nest_key="):
+        vm = vitviz.load(tmp_path / "checkpoint.pth", device="cpu", heads=4)
+    assert vm.spec.kind_of("nest_key") == "assumed" and "nest_key" in dict(vm.spec.assumptions)
+    x = x_for()
+    assert matches(vm, x, timm_reference(second, x))
+    given = load(tmp_path / "checkpoint.pth", heads=4, nest_key=other)
+    assert "nest_key" not in dict(given.spec.assumptions) and matches(given, x, timm_reference(model, x))
+
+
+def test_an_ema_copy_equal_to_the_weights_is_no_choice(tmp_path: Path) -> None:
+    model = timm_vit()
+    torch.save({"state_dict": model.state_dict(), "state_dict_ema": model.state_dict()}, tmp_path / "c.pth")
+    assert "nest_key" not in dict(load(tmp_path / "c.pth", heads=4).spec.assumptions)
+
+
+# --------------------------------------------------------------------- transformers hidden_act spellings
+@pytest.mark.parametrize("act, kind", [("gelu_accurate", "gelu_tanh"), ("swish", "silu")])
+def test_hf_hidden_act_spellings_are_read(tmp_path: Path, act: str, kind: str) -> None:
+    """transformers' AccurateGELUActivation is the tanh approximation, 'swish' is SiLU: read as such (they were
+    refused after the config check had accepted them)."""
+    transformers = pytest.importorskip("transformers")
+    from parity_refs import hf_reference
+
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=128, num_labels=5, hidden_act=act)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = perturb(transformers.ViTForImageClassification(config))
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    vm = load(tmp_path)
+    assert vm.spec.mlp_kind == kind and vm.spec.kind_of("mlp_kind") == "read"
+    x = x_for()
+    assert matches(vm, x, hf_reference(model, x))
