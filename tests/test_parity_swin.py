@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import vitviz
 from parity_refs import perturb
 from vitviz.core.spec import GuessWarning
+from vitviz.core.winload import describe_guess
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -284,3 +285,19 @@ def test_hf_swin_absolute_positions(tmp_path) -> None:
         with torch.no_grad():
             o = model(pixel_values=x_for(size), interpolate_pos_encoding=size != (64, 64))
         np.testing.assert_allclose(vm.run(x_for(size)).features, o.pooler_output[0].numpy(), atol=ATOL_OUT)
+
+
+def test_a_swin_training_checkpoint_with_two_models_says_which_it_took(tmp_path) -> None:
+    """model + model_ema (Swin's own train script saves both): the weights taken are an assumption, said with the
+    nest_key= that takes the others, as for a plain ViT -- not a silent pick."""
+    model, ema = torchvision_swin(False), perturb(torchvision_swin(False), seed=3)
+    torch.save({"model": model.state_dict(), "model_ema": ema.state_dict(), "epoch": 7}, tmp_path / "ckpt.pth")
+    with pytest.warns(GuessWarning, match="nest_key is assumed: the weights under 'model_ema'.*under 'model'"):
+        vm = vitviz.load(tmp_path / "ckpt.pth", image_size=64)
+    assert vm.spec.kind_of("nest_key") == "assumed" and "nest_key" in dict(vm.spec.assumptions)
+    check(vm.run(x_for((64, 64))), *functional_softmax_reference(ema, x_for((64, 64))))
+    assumed = dict(vm.spec.assumptions)   # and a field no option of a windowed model sets says a config
+    assert "pooling" in assumed and "pass pooling=" not in describe_guess(vm.spec, "pooling")
+    given = quiet_load(tmp_path / "ckpt.pth", image_size=64, nest_key="model")
+    assert "nest_key" not in dict(given.spec.assumptions)
+    check(given.run(x_for((64, 64))), *functional_softmax_reference(model, x_for((64, 64))))

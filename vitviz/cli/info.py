@@ -109,7 +109,7 @@ def _windowed_info(model: Any, as_json: bool) -> int:
     """`vitviz info` of a windowed model: its stages (depth, heads, width, grid, windows), every block's attention
     ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
     from vitviz.cli.options import cli_wording
-    from vitviz.core.options import HOW_TO_PASS
+    from vitviz.core.options import WINDOWED_HOW_TO_PASS
     from vitviz.core.winload import NAMING
 
     spec = model.spec
@@ -143,7 +143,6 @@ def _windowed_info(model: Any, as_json: bool) -> int:
     if model.dropped:
         print(f"  ignored keys       {len(model.dropped)}: {', '.join(model.dropped[:5])}")
     for name, source in spec.assumptions:
-        how = HOW_TO_PASS.get(name, NAMING)
         print(f"  !! {'GUESSED' if source.startswith('guess') else 'ASSUMED'} {name}: "
-              + cli_wording(f"{source}; if that is wrong, pass {how}"))
+              + cli_wording(f"{source}; if that is wrong, pass {WINDOWED_HOW_TO_PASS.get(name, NAMING)}"))
     return 0

@@ -241,12 +241,13 @@ UNANSWERED: tuple[Unanswered, ...] = (
 )
 
 
-def _how_to_pass() -> dict[str, str]:
-    """Each answerable field -> how to pass it; a field two options answer together (the normalisation's mean and
+def how_to_pass(route: str | None = None) -> dict[str, str]:
+    """Each answerable field -> how to pass it (with `route`, only by the options that route takes: a windowed
+    model's pooling is no option's to set); a field two options answer together (the normalisation's mean and
     std, the resize and its crop) joins them: "mean=M and std=S (CLI --mean M --std S)"."""
     by_field: dict[str, list[Option]] = {}
     for o in OPTIONS:
-        if o.name == "code":          # the live path answers these by running the code: said in UNANSWERED
+        if o.name == "code" or (route is not None and route not in o.routes):   # code: said in UNANSWERED
             continue
         for f in o.fields:
             by_field.setdefault(f, []).append(o)
@@ -258,11 +259,14 @@ def _how_to_pass() -> dict[str, str]:
         api = " and ".join(o.how.split(" (CLI ")[0] for o in opts)
         cli = " ".join(o.how.split(" (CLI ")[1][:-1] for o in opts if " (CLI " in o.how)
         out[f] = f"{api} (CLI {cli})" if cli else api
-    out.update({u.field: u.how for u in UNANSWERED if u.field not in out})
+    if route in (None, REFERENCE):     # the reference ViT's fields no option sets
+        out.update({u.field: u.how for u in UNANSWERED if u.field not in out})
     return out
 
 
-HOW_TO_PASS: dict[str, str] = _how_to_pass()
+HOW_TO_PASS: dict[str, str] = how_to_pass()
+# what a warning about a windowed model's assumed field says (`vitviz.core.winload`; its other fields: a config)
+WINDOWED_HOW_TO_PASS: dict[str, str] = how_to_pass(WINDOWED)
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(
     [f for o in OPTIONS if o.numeric and o.name != "code" for f in o.fields]

@@ -26,7 +26,7 @@ from vitviz.core.families import vitdet as vitdet_family
 from vitviz.core.metadata import metadata_sources
 from vitviz.core.runtime import check_model_memory, resolve_device
 from vitviz.core.spec import GuessWarning
-from vitviz.core.options import HOW_TO_PASS, WINDOWED, only_for, overrides_for
+from vitviz.core.options import WINDOWED, WINDOWED_HOW_TO_PASS, only_for, overrides_for
 from vitviz.core.validate import check_exact_tensors, check_route, check_weights
 from vitviz.core.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
@@ -130,6 +130,8 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
             conv, raw, overrides, fields["num_classes"], sources, prov)
     if "model_args" in hints:
         prov.set("model_args", hints["model_args"][0], hints["model_args"][1])
+    if raw.nest_others:       # a training checkpoint with other, different weights beside those taken
+        prov.set("nest_key", raw.nest_key, hyperparams.nest_key_source(raw))
     identity = hints.get("identity")
     prov.set("identity", fields["family"], identity[1] if identity else (
         f"derived: the key layout of a {conv.family} file; nothing names the model, so its family's settings are "
@@ -146,13 +148,18 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
     return spec
 
 
+def describe_guess(spec: WindowedSpec, name: str) -> str:
+    """'pooling is assumed: <why>; if that is wrong, pass <how>' for an assumed field of a windowed spec: what the
+    load warning, `vitviz info` and the window say (how: an option this route takes, else a config naming it)."""
+    source = spec.source_of(name)
+    why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
+    what = "a guess" if source.startswith("guess") else "assumed"
+    return f"{name} is {what}: {why}; if that is wrong, pass {WINDOWED_HOW_TO_PASS.get(name, NAMING)}"
+
+
 def warn_guesses(spec: WindowedSpec) -> None:
-    for name, source in spec.guesses:
-        how = HOW_TO_PASS.get(name, NAMING)
-        why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
-        what = "a guess" if source.startswith("guess") else "assumed"
-        warnings.warn(f"{spec.source}: {name} is {what}: {why}; if that is wrong, pass {how}", GuessWarning,
-                      stacklevel=3)
+    for name, _source in spec.guesses:
+        warnings.warn(f"{spec.source}: {describe_guess(spec, name)}", GuessWarning, stacklevel=3)
 
 
 def _image_size(overrides: dict[str, Any], hints: dict[str, Any], fields: dict[str, Any],

@@ -48,7 +48,7 @@ COMPUTE_FIELDS = (
     "block_norm", "merge_norm", "patch_norm", "pos_embed", "pos_grid", "pos_interp", "order", "shift_rule",
     "mask_value", "final_norm", "neck", "neck_dim", "residual_blocks", "num_classes", "pooling", "preprocess",
 )
-PSEUDO_FIELDS = ("model_args",)
+PSEUDO_FIELDS = ("model_args", "nest_key")
 OTHER_FIELDS = ("family", "source", "labels", "num_params", "provenance")
 
 

@@ -802,16 +802,10 @@ def parameter_counts(net: Any) -> dict[str, int]:
 
 def windowed_guess(spec: Any, name: str) -> str:
     """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
-    warns it (`vitviz.core.winload.warn_guesses`)."""
-    import re
+    warns it (`vitviz.core.winload.describe_guess`)."""
+    from vitviz.core.winload import describe_guess
 
-    from vitviz.core.options import HOW_TO_PASS
-    from vitviz.core.winload import NAMING
-
-    source = spec.source_of(name)
-    why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
-    what = "a guess" if source.startswith("guess") else "assumed"
-    return f"{name} is {what}: {why}; if that is wrong, pass {HOW_TO_PASS.get(name, NAMING)}"
+    return describe_guess(spec, name)
 
 
 WINDOWED_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed", "absolute_pos_embed")),
