@@ -187,3 +187,30 @@ def test_hf_hidden_act_spellings_are_read(tmp_path: Path, act: str, kind: str) -
     assert vm.spec.mlp_kind == kind and vm.spec.kind_of("mlp_kind") == "read"
     x = x_for()
     assert matches(vm, x, hf_reference(model, x))
+
+
+def test_norms_without_a_bias_are_named_when_refused(tmp_path: Path) -> None:
+    """timm norm_layer=RmsNorm: the refusal says what the missing biases mean, not only which tensors are missing."""
+    timm = pytest.importorskip("timm")
+    from timm.layers import RmsNorm
+
+    from vitviz.errors import InconsistentCheckpointError
+
+    model = timm.models.VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2,
+                                          num_classes=3, norm_layer=RmsNorm)
+    torch.save(model.state_dict(), tmp_path / "rms.pth")
+    with pytest.raises(InconsistentCheckpointError, match=r"norm1\.bias.*no bias: RMSNorm, or LayerNorm\(bias=False"):
+        load(tmp_path / "rms.pth", heads=2)
+
+
+def test_an_hf_activation_vitviz_does_not_compute_is_refused_at_the_door(tmp_path: Path) -> None:
+    """transformers' 'gelu_10' (GELU clipped to [-10, 10]) passed the config check and was refused later as
+    "mlp_kind 'gelu_10'": now config.json's hidden_act is named with what vitviz computes."""
+    transformers = pytest.importorskip("transformers")
+    from vitviz.errors import MetadataError
+
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, intermediate_size=64, num_labels=3, hidden_act="gelu_10")
+    transformers.ViTForImageClassification(config).save_pretrained(str(tmp_path), safe_serialization=True)
+    with pytest.raises(MetadataError, match=r"config\.json.*hidden_act.*'gelu_10'.*expected one of gelu"):
+        load(tmp_path)

@@ -349,8 +349,10 @@ def check_route(overrides: Mapping[str, Any], route: str, where: str, why: str =
 
 # config.json fields (HF transformers and timm hub) -> their check. A value of the wrong type is an error naming
 # the file and the field; fields not listed are not read by vitviz and pass as they are.
-_HF_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "gelu_10",
-            "gelu_accurate", "relu", "silu", "swish", "tanh")
+# transformers' activation names vitviz computes (each family's HF_ACT maps them to `MLP_KINDS`); any other --
+# 'gelu_10', clipped to [-10, 10], among them -- is refused here, at the door, naming the file and the field.
+_HF_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "gelu_accurate",
+            "relu", "silu", "swish", "tanh")
 
 
 def _channel_count(v: Any) -> int:
@@ -685,6 +687,10 @@ def check_exact_tensors(own: Mapping[str, "torch.Tensor"], sd: Mapping[str, "tor
             parts.append(f"shapes that contradict the rest of the file: {'; '.join(wrong[:5])}")
         if missing:
             parts.append(f"missing tensors: {', '.join(missing[:8])}")
+            norms = [k for k in missing if re.search(r"(^|\.)(norm\w*|ln_\w+|fc_norm)\.bias$", k)]
+            if norms and len(norms) == len(missing) and all(k[:-5] + ".weight" in sd for k in norms):
+                parts.append("its norms have a weight and no bias: RMSNorm, or LayerNorm(bias=False), which "
+                             "vitviz's reference ViT does not build (its own code can run it: --code FILE.py:FACTORY)")
         if extra:
             parts.append((f"tensors {model} has no place for" if model else "unexpected tensors")
                          + f": {', '.join(extra[:8])}")
