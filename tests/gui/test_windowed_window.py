@@ -235,6 +235,23 @@ def test_sam_windowed_and_global_blocks_and_rollout(qtbot, sam_window) -> None: 
         0, "mean"), atol=1e-6)
 
 
+
+def test_sam_absolute_table_in_the_positions_dock(qtbot, sam_window, sam_folder) -> None:  # noqa: ANN001
+    """SAM adds a learned absolute table before its blocks: the Positions dock shows its similarities (the
+    library's table, no prefix rows), and says that the blocks' relative positions are not drawn there."""
+    import vitviz
+    from vitviz.core import analysis
+
+    window, _maps, _ref = sam_window
+    qtbot.waitUntil(lambda: window.session.pos_embed is not None, timeout=20000)
+    dock = show_dock(qtbot, window, "posEmbedDock")
+    data = dock.data
+    assert data is not None and data.grid == (8, 8) and data.prefix_rows == 0
+    table = vitviz.load(str(sam_folder), device="cpu").pos_embed((8, 8))
+    np.testing.assert_allclose(data.similarity, analysis.pos_embed_similarity(table, (8, 8), 0), atol=1e-5)
+    assert data.mosaic is not None and "relative positions" in dock.title.text()
+
+
 def _cli(*args: str) -> None:
     from vitviz.cli import main
 

@@ -431,8 +431,8 @@ class PosEmbed(Request):
 
         model = self.model_of(ctx)
         grid = tuple(self.grid) if self.grid else tuple(model.spec.grid)
-        pos = model.pos_embed(grid)
-        data = None if pos is None else pos_embed_data(pos, grid, model.spec.pos_prefix)
+        pos = model.pos_embed(grid)        # a windowed model's (SAM's) table has no prefix rows
+        data = None if pos is None else pos_embed_data(pos, grid, getattr(model.spec, "pos_prefix", 0))
         return PosEmbedded(grid, data, rope_kernels(model, grid))
 
 
@@ -774,7 +774,7 @@ def rope_kernels(model: Any, grid: tuple[int, int]) -> RopeKernels | None:
     """The RoPE kernels of `model` at `grid` (None for a model without RoPE): one for axial and DINOv3 RoPE, one
     per layer and head for RoPE-Mixed. Runs torch: worker thread only."""
     spec = model.spec
-    if not spec.rope:
+    if not getattr(spec, "rope", ""):      # no RoPE (a windowed spec has no such field)
         return None
     from vitviz.core.posembed import rope_kernel
 

@@ -367,8 +367,8 @@ class Session(QObject):
     def request_pos_embed(self) -> None:
         """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
         pos_embed_ready)."""
-        if self.spec is None or getattr(self.spec, "windowed", False):   # a windowed model: no absolute table shown
-            return
+        if self.spec is None or (getattr(self.spec, "windowed", False) and not self.spec.pos_embed):
+            return      # a windowed model without an absolute table (Swin): its positions are inside the windows
         size, p = self.model.run_size(), self.spec.patch_size
         self.client.cancel(lambda r: r.kind is PosEmbed)
         self.client.submit(PosEmbed, first=True, grid=(size[0] // p, size[1] // p))

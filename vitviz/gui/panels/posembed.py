@@ -34,8 +34,15 @@ NO_POS_TEXT = ("This model has no learned absolute position embedding (for examp
                "positions), so there is nothing to show here.")
 
 
+def windowed_note(spec: ModelSpec) -> str:
+    """The title's note on a windowed model's absolute table (SAM / ViTDet): what else its positions are."""
+    return ("SAM / ViTDet's learned absolute table, added before the blocks; every block also adds decomposed "
+            "relative positions (rel_pos_h, rel_pos_w) computed from q, not shown here")
+
+
 def windowed_text(spec: ModelSpec) -> str:
-    """What the dock says for a windowed model (Swin, SAM / ViTDet), whose positions it does not show."""
+    """What the dock says for a windowed model without an absolute table (Swin), whose positions it does not
+    show."""
     if spec.arch == "sam":
         what = ("SAM / ViTDet adds decomposed relative positions (rel_pos_h, rel_pos_w) computed from q in every "
                 "block" + (", on top of a learned absolute table" if spec.pos_embed else ""))
@@ -114,8 +121,8 @@ class PosEmbedPanel(QWidget):
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
         self._spec, self.data, self.rope, self.position = spec, None, None, None
-        if getattr(spec, "windowed", False):     # nothing is asked of the worker for it (`Session.request_pos_embed`)
-            self.message.setText(windowed_text(spec))
+        if getattr(spec, "windowed", False) and not spec.pos_embed:   # nothing is asked of the worker for it
+            self.message.setText(windowed_text(spec))                   # (`Session.request_pos_embed`)
         else:
             self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
                                                                                               NO_MODEL_TEXT))
@@ -199,9 +206,11 @@ class PosEmbedPanel(QWidget):
             self.cls_label.setText("CLS vs all")
         else:
             self.cls_item.clear()
-            self.cls_label.setText("no prefix rows" + (" (no_embed_class)" if spec and spec.num_prefix else ""))
-            notes.append("the position embedding has no row for the prefix tokens" + (
-                " (no_embed_class: they get no position)" if spec and spec.num_prefix else ""))
+            prefix = bool(spec and getattr(spec, "num_prefix", 0))
+            self.cls_label.setText("no prefix rows" + (" (no_embed_class)" if prefix else ""))
+            notes.append(windowed_note(spec) if getattr(spec, "windowed", False) else
+                         "the position embedding has no row for the prefix tokens" + (
+                             " (no_embed_class: they get no position)" if prefix else ""))
         self.cls_view.autoRange(padding=0.02)
         trained = spec.pos_grid if spec is not None else data.grid
         note = "" if tuple(trained) == (gh, gw) else f" · interpolated from the trained {trained[0]}×{trained[1]}"
