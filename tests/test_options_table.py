@@ -137,9 +137,9 @@ class _OwnCode(nn.Module):
 
 def test_structure_overrides_are_refused_on_the_live_path() -> None:
     """Its own code computes its blocks: act= or attn_scale= would be ignored, so they are refused, naming them."""
-    with pytest.raises(OverrideError, match=r"act=, block_norm= do not apply to a model run from its own code"):
+    with pytest.raises(OverrideError, match=r"act= \(CLI --act\), block_norm= \(CLI --block-norm\) do not apply to a model run from its own code"):
         vitviz.load(_OwnCode(), act="relu", block_norm="post")
-    with pytest.raises(OverrideError, match=r"attn_scale= does not apply .*it takes heads, image_size"):
+    with pytest.raises(OverrideError, match=r"attn_scale= \(CLI --attn-scale\) does not apply .*it takes heads, image_size"):
         vitviz.load(_OwnCode(), live=True, attn_scale=1.0)
     model = vitviz.load(_OwnCode(), image_size=32, mean=(0.5,) * 3, std=(0.5,) * 3)   # what it takes still works
     assert model.spec.family == "live" and model.spec.preprocess.mean == (0.5, 0.5, 0.5)
@@ -147,7 +147,7 @@ def test_structure_overrides_are_refused_on_the_live_path() -> None:
 
 def test_window_overrides_are_refused_for_a_plain_vit(tmp_path) -> None:
     torch.save(tiny_state_dict(), tmp_path / "m.pth")
-    with pytest.raises(OverrideError, match=r"window= does not apply to a plain ViT"):
+    with pytest.raises(OverrideError, match=r"window= \(CLI --window\) does not apply to a plain ViT"):
         vitviz.load(tmp_path / "m.pth", heads=4, window=8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

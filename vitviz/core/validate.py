@@ -340,7 +340,7 @@ def check_route(overrides: Mapping[str, Any], route: str, where: str, why: str =
     off = [k for k, v in overrides.items() if v is not None and k in OPTION and route not in OPTION[k].routes]
     if off:
         takes = ", ".join(o.name for o in OPTIONS if route in o.routes)
-        names = ", ".join(f"{k}=" for k in off)
+        names = ", ".join(f"{k}=" + (f" (CLI {OPTION[k].cli_flag})" if OPTION[k].cli_flag else "") for k in off)
         raise OverrideError(f"{where}: {names} {'does' if len(off) == 1 else 'do'} not apply to {why or route}; "
                             f"it takes {takes}")
 
