@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ import torch
 from torch import nn
 
 from vitviz.core.hyperparams import imagenet_labels, warn_guesses
-from vitviz.core.live.errors import LiveModelError, NoAttentionError, UserCodeError, _forward_error, user_call
+from vitviz.core.live.errors import (
+    LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
+)
 from vitviz.core.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -344,6 +347,10 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
     notes = list(recorder.notes)
+    said = _what_differs(recorder, layers, tokens)
+    for note in said:
+        warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
+    notes += said
     if folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
     prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
@@ -357,6 +364,30 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         num_params=sum(p.numel() for p in module.parameters()), provenance=tuple(prov.items()))
     warn_guesses(spec)  # what nothing in the module stated (preprocessing, input size), said loudly
     return Description(spec, device, layers, skipped, kind, pos[0] if pos else None, layout, what)
+
+
+def _what_differs(recorder: _Recorder, layers: list[tuple[str, str]], tokens: int) -> list[str]:
+    """What the probe saw the module do that the shown maps are not: a shown layer's softmax output changed before
+    it is applied to the values (talking heads, a re-normalisation, dropout in eval mode), and (T, T) scores over
+    the image tokens that no softmax over their last axis followed (sigmoid or ReLU attention, a softmax over the
+    other axis), left out."""
+    shown = {name for name, _ in layers}
+    changed = {name: how for name, how in recorder.changed.items()
+               if name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown)}
+    said = []
+    if changed:
+        where = ", ".join(f"{name} (by {how})" for name, how in list(changed.items())[:4]) + \
+            (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+        said.append(f"in {where}, the weights applied to the values are the softmax's output changed afterwards "
+                    "(talking heads, a re-normalisation, dropout in eval mode?): the maps shown are the softmax's "
+                    "probabilities, not the weights the module applies")
+    missing = [(name, shape) for name, shape in recorder.no_softmax if shape[-1] == tokens]
+    if missing:
+        names = ", ".join(dict.fromkeys(name for name, _ in missing))
+        said.append(f"{len(missing)} score product(s) over the {tokens} tokens with no softmax over their last axis "
+                    f"after them, in {names} (sigmoid or ReLU attention, or a softmax over another axis?): not "
+                    "shown -- vitviz shows softmax attention only, so those layers are missing from the maps")
+    return said
 
 
 def _refuse_meta(module: nn.Module, source: str) -> None:
