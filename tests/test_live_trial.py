@@ -8,6 +8,8 @@ list), never shown silently as something else; models it can read are read.
 - (T, T) scores no softmax over the last axis follows (sigmoid or ReLU attention, a softmax over dim=-2) beside
   softmax layers: left out and said, not a silently shorter model; a bias made by a product and passed to SDPA as
   its mask is not such scores;
+- a convolutional stem of several stride == kernel convolutions (2x2 three times: 8 px patches): the patch size
+  from the token count, not the first convolution's 2 px (which refused the model, grid= could not help);
 """
 from __future__ import annotations
 
@@ -140,3 +142,27 @@ def test_a_product_made_bias_given_to_sdpa_is_not_scores_without_a_softmax() -> 
     model, said = _load(TinyViT("sdpa_bias", "plain"))
     assert said == [] and not [s for s in model.skipped if "no softmax" in s[1]]
     assert [m for _, m in model.layers] == ["scaled_dot_product_attention", "softmax"]
+
+
+class StemViT(TinyViT):
+    """A hybrid stem: three 2x2 stride-2 convolutions, 8 px patches in all."""
+
+    def __init__(self) -> None:
+        super().__init__("plain", "plain")
+        self.patch_embed = nn.Sequential(nn.Conv2d(3, 16, 2, 2), nn.BatchNorm2d(16), nn.ReLU(),
+                                         nn.Conv2d(16, 16, 2, 2), nn.ReLU(), nn.Conv2d(16, DIM, 2, 2))
+
+
+def test_a_stem_of_patchify_convolutions_takes_the_patch_size_from_the_tokens() -> None:
+    model, said = _load(StemViT())
+    s = model.spec
+    assert (s.image_size, s.patch_size, s.grid, s.embed_dim, s.prefix_names, s.pos_embed) == \
+        ((32, 32), 8, (4, 4), DIM, ("cls",), True)
+    assert "more downsampling follows it" in s.source_of("patch_size") and "cut in the forward" not in \
+        s.source_of("patch_size")
+    x = torch.randn(2, 3, 32, 32)
+    attn, _ = model.forward_captured(x)
+    with torch.inference_mode():
+        model.net.eval()(x)
+    for i, blk in enumerate(model.net.blocks):
+        np.testing.assert_allclose(attn[:, i], blk.attn.applied.numpy(), atol=1e-6)

@@ -297,7 +297,27 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder)
     folded = _fold_order(recorder, check)
-    tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
+    try:
+        tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
+    except LiveModelError as unfit:
+        if embed is None or overrides.get("grid") is not None or overrides.get("image_size"):
+            raise
+        # the patch module may not be all the downsampling (a stem of several stride == kernel convolutions): the
+        # patch size from the token count and the input size, as without a patch module -- a whole multiple of
+        # the module's patches, or the error stands (window attention, fewer tokens than patches)
+        try:
+            found = _tokens(recorder, check, size, None, overrides, dict(prov), source, module)
+        except LiveModelError:
+            raise unfit from None
+        if found[1] <= embed.patch[0] or found[1] % embed.patch[0]:
+            raise
+        tokens, patch, grid, prefix, order = found
+        _tokens(recorder, check, size, None, overrides, prov, source, module)   # its provenance
+        prov["patch_size"] = prov["patch_size"].replace("; no patch module: the patches are cut in the forward", "") \
+            + (f"; {embed.describe()}, the first patch-like module, makes {size[0] // embed.patch[0]}x"
+               f"{size[1] // embed.patch[1]} patches, which its attention's tokens do not fit: more downsampling "
+               "follows it (a convolutional stem)")
+        embed = None
     _check_prefix(overrides.get("num_prefix"), prefix, tokens, grid, source)
     index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
     layers = [recorder.layers[i] for i in index]
