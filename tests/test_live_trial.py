@@ -10,6 +10,8 @@ list), never shown silently as something else; models it can read are read.
   its mask is not such scores;
 - a convolutional stem of several stride == kernel convolutions (2x2 three times: 8 px patches): the patch size
   from the token count, not the first convolution's 2 px (which refused the model, grid= could not help);
+- attention computed one image at a time (a loop over the batch, (H, T, T) maps): loaded on one image, then every
+  batch of two was refused as '2 heads where the model had 4'; now run one image at a time, exact, and said.
 """
 from __future__ import annotations
 
@@ -166,3 +168,31 @@ def test_a_stem_of_patchify_convolutions_takes_the_patch_size_from_the_tokens() 
         model.net.eval()(x)
     for i, blk in enumerate(model.net.blocks):
         np.testing.assert_allclose(attn[:, i], blk.attn.applied.numpy(), atol=1e-6)
+
+
+class PerImageAttention(Attention):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, HEADS, self.hd).permute(2, 0, 3, 1, 4)
+        maps = [torch.softmax(q[i] @ k[i].transpose(-2, -1) / math.sqrt(self.hd), dim=-1) for i in range(b)]
+        self.applied = torch.stack(maps).detach()
+        out = torch.stack([m @ v[i] for i, m in enumerate(maps)])
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+def test_attention_computed_one_image_at_a_time_runs_a_batch_image_by_image() -> None:
+    net = TinyViT("plain", "plain")
+    for blk in net.blocks:
+        blk.attn = PerImageAttention()
+    model, said = _load(net)
+    assert model.layout.per_image and "one image at a time" in model.spec.source_of("path")
+    x = torch.randn(3, 3, 32, 32)
+    attn, out = model.forward_captured(x)
+    with torch.inference_mode():
+        own = model.net.eval()(x)
+    assert attn.shape == (3, 2, HEADS, 17, 17)
+    for i, blk in enumerate(model.net.blocks):
+        np.testing.assert_allclose(attn[:, i], blk.attn.applied.numpy(), atol=1e-6)
+    np.testing.assert_allclose(out, own.numpy(), atol=1e-5)
+    maps, _ = model.forward_captured(x, logits=False, upto=0)
+    assert maps.shape == (3, 1, HEADS, 17, 17)

@@ -296,6 +296,9 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     if not recorder.layers:
         raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder)
+    per_image = check is not None and check.batch == 1     # its attention comes one image at a time
+    if per_image:
+        check = None
     folded = _fold_order(recorder, check)
     try:
         tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
@@ -335,7 +338,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
     grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
-                             head_major=folded == "head-major", order=order)
+                             head_major=folded == "head-major", order=order, per_image=per_image)
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else _token_width(module)
@@ -371,7 +374,10 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
     notes += said
-    if folded:
+    if per_image:
+        notes.append("its attention is computed one image at a time ((H, T, T) maps, a loop over the batch): "
+                     "a batch is run through it one image at a time")
+    elif folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
     prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
                     f"{', '.join(f'{n} x {m}' for m, n in counts.items())}" + (f" ({how})" if how else "")
@@ -511,6 +517,9 @@ def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chan
             raise
         return None
     if [m.shape[-1] for m in check.maps] != [m.shape[-1] for m in first.maps]:
+        if len(check.maps) == 2 * len(first.maps) and first.folded and \
+                all(m.numel() == first.maps[j // 2].numel() for j, m in enumerate(check.maps)):
+            return _Recorder(1)    # each layer twice, each time one image's (H, T, T): a loop over the batch
         return None
     return check
 

@@ -112,6 +112,8 @@ class AttentionLayout:
         nn.MultiheadAttention and fairseq lay them out).
     order: the token order shown (prefix tokens first), as indices into the module's own order; None when the
         module puts them first already.
+    per_image: the module computes its attention one image at a time (a loop over the batch, (H, T, T) maps):
+        vitviz runs a batch through it one image at a time.
     """
 
     per_head: bool = False
@@ -119,6 +121,7 @@ class AttentionLayout:
     perms: tuple[tuple[int, ...], ...] = ()
     head_major: bool = False
     order: tuple[int, ...] | None = None
+    per_image: bool = False
 
 
 @dataclass
