@@ -622,6 +622,9 @@ def jit_scripted(): return torch.jit.script(_made(31, lambda: ViT(PlainAttention
 def compiled(): return torch.compile(_made(32, lambda: ViT(CausalAttention)), backend="eager")
 
 
+def compiled_talking_heads(): return torch.compile(_made(34, lambda: ViT(TalkingHeadsAttention)), backend="eager")
+
+
 def compiled_inductor(): return torch.compile(_made(33, lambda: ViT(TemperatureAttention)))
 
 
@@ -645,7 +648,7 @@ CASES = [
     Case("per_image_loop"), Case("transposed_only", refuse=True), Case("mixed_transposed"),
     Case("float64"), Case("bfloat16", atol=4e-3, note="its float32 softmax cast to bf16: bf16 rounding"),
     Case("jit_scripted", refuse=True, code=False), Case("compiled", code=False),
-    Case("compiled_inductor", code=False, note="inductor"),
+    Case("compiled_inductor", code=False, note="inductor"), Case("compiled_talking_heads", code=False),
 ]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -729,7 +732,8 @@ def run_case(case: Case, route: str) -> Outcome:
             return Outcome("refused" if not case.refuse else "refused-clearly", f"in a run: {type(e).__name__}: {e}")
         except Exception as e:  # noqa: BLE001
             return Outcome("crash", "in a run: " + "".join(traceback.format_exception_only(e)).strip())
-    warned = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, GuessWarning)]
+    warned = [f"{w.category.__name__}: {w.message}" for w in caught      # vitviz's own (not torch's, not guesses)
+              if w.category.__module__.startswith("vitviz") and not issubclass(w.category, GuessWarning)]
     guessed = [str(w.message) for w in caught if issubclass(w.category, GuessWarning)]
     notes = _notes(model)
     skipped = [f"{n} {m} {shape}" for n, m, shape in model.skipped]

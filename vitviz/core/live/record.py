@@ -514,7 +514,7 @@ class _AttentionMode(TorchFunctionMode):
         if func is _MHA_FN:
             return self.recorder.mha(args, kwargs)
         out = func(*args, **kwargs)
-        if self.recorder.follow:
+        if self.recorder.follow and not torch.compiler.is_compiling():   # not in what torch.compile traces
             self.recorder.followed(func, args, kwargs, out)
         return out
 
