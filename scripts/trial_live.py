@@ -21,7 +21,6 @@ error for a model that should have worked), crash (any other exception).
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
 import traceback
