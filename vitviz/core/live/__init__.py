@@ -41,14 +41,14 @@ The package, lowest first (each imports only those above it):
 """
 from vitviz.core.live.code import load_code, load_weights, module_from_code
 from vitviz.core.live.describe import LIVE_OVERRIDES, Description, PatchEmbedding, describe, find_patch_embedding
-from vitviz.core.live.errors import LiveModelError, NoAttentionError, UserCodeError, user_call
+from vitviz.core.live.errors import LiveModelError, LiveWarning, NoAttentionError, UserCodeError, user_call
 from vitviz.core.live.model import LiveModel, load_live
 from vitviz.core.live.record import (
     MHA, SDPA, SOFTMAX, AttentionLayout, sdpa_probabilities, sdpa_scores, watch_attention,
 )
 
 __all__ = [
-    "LIVE_OVERRIDES", "MHA", "SDPA", "SOFTMAX", "AttentionLayout", "Description", "LiveModel", "LiveModelError",
+    "LIVE_OVERRIDES", "MHA", "SDPA", "SOFTMAX", "AttentionLayout", "Description", "LiveModel", "LiveModelError", "LiveWarning",
     "NoAttentionError", "PatchEmbedding", "UserCodeError", "describe", "find_patch_embedding", "load_code",
     "load_live", "load_weights", "module_from_code", "sdpa_probabilities", "sdpa_scores", "user_call",
     "watch_attention",

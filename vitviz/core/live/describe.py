@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ import torch
 from torch import nn
 
 from vitviz.core.hyperparams import imagenet_labels, warn_guesses
-from vitviz.core.live.errors import LiveModelError, NoAttentionError, UserCodeError, _forward_error, user_call
+from vitviz.core.live.errors import (
+    LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
+)
 from vitviz.core.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -293,8 +296,31 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     if not recorder.layers:
         raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder)
+    per_image = check is not None and check.batch == 1     # its attention comes one image at a time
+    if per_image:
+        check = None
     folded = _fold_order(recorder, check)
-    tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
+    try:
+        tokens, patch, grid, prefix, order = _tokens(recorder, check, size, patch, overrides, prov, source, module)
+    except LiveModelError as unfit:
+        if embed is None or overrides.get("grid") is not None or overrides.get("image_size"):
+            raise
+        # the patch module may not be all the downsampling (a stem of several stride == kernel convolutions): the
+        # patch size from the token count and the input size, as without a patch module -- a whole multiple of
+        # the module's patches, or the error stands (window attention, fewer tokens than patches)
+        try:
+            found = _tokens(recorder, check, size, None, overrides, dict(prov), source, module)
+        except LiveModelError:
+            raise unfit from None
+        if found[1] <= embed.patch[0] or found[1] % embed.patch[0]:
+            raise
+        tokens, patch, grid, prefix, order = found
+        _tokens(recorder, check, size, None, overrides, prov, source, module)   # its provenance
+        prov["patch_size"] = prov["patch_size"].replace("; no patch module: the patches are cut in the forward", "") \
+            + (f"; {embed.describe()}, the first patch-like module, makes {size[0] // embed.patch[0]}x"
+               f"{size[1] // embed.patch[1]} patches, which its attention's tokens do not fit: more downsampling "
+               "follows it (a convolutional stem)")
+        embed = None
     _check_prefix(overrides.get("num_prefix"), prefix, tokens, grid, source)
     index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
     layers = [recorder.layers[i] for i in index]
@@ -312,7 +338,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
     grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
-                             head_major=folded == "head-major", order=order)
+                             head_major=folded == "head-major", order=order, per_image=per_image)
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else _token_width(module)
@@ -344,7 +370,14 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
     notes = list(recorder.notes)
-    if folded:
+    said = _what_differs(recorder, layers, tokens)
+    for note in said:
+        warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
+    notes += said
+    if per_image:
+        notes.append("its attention is computed one image at a time ((H, T, T) maps, a loop over the batch): "
+                     "a batch is run through it one image at a time")
+    elif folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
     prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
                     f"{', '.join(f'{n} x {m}' for m, n in counts.items())}" + (f" ({how})" if how else "")
@@ -357,6 +390,30 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         num_params=sum(p.numel() for p in module.parameters()), provenance=tuple(prov.items()))
     warn_guesses(spec)  # what nothing in the module stated (preprocessing, input size), said loudly
     return Description(spec, device, layers, skipped, kind, pos[0] if pos else None, layout, what)
+
+
+def _what_differs(recorder: _Recorder, layers: list[tuple[str, str]], tokens: int) -> list[str]:
+    """What the probe saw the module do that the shown maps are not: a shown layer's softmax output changed before
+    it is applied to the values (talking heads, a re-normalisation, dropout in eval mode), and (T, T) scores over
+    the image tokens that no softmax over their last axis followed (sigmoid or ReLU attention, a softmax over the
+    other axis), left out."""
+    shown = {name for name, _ in layers}
+    changed = {name: how for name, how in recorder.changed.items()
+               if name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown)}
+    said = []
+    if changed:
+        where = ", ".join(f"{name} (by {how})" for name, how in list(changed.items())[:4]) + \
+            (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+        said.append(f"in {where}, the weights applied to the values are the softmax's output changed afterwards "
+                    "(talking heads, a re-normalisation, dropout in eval mode?): the maps shown are the softmax's "
+                    "probabilities, not the weights the module applies")
+    missing = [(name, shape) for name, shape in recorder.no_softmax if shape[-1] == tokens]
+    if missing:
+        names = ", ".join(dict.fromkeys(name for name, _ in missing))
+        said.append(f"{len(missing)} score product(s) over the {tokens} tokens with no softmax over their last axis "
+                    f"after them, in {names} (sigmoid or ReLU attention, or a softmax over another axis?): not "
+                    "shown -- vitviz shows softmax attention only, so those layers are missing from the maps")
+    return said
 
 
 def _refuse_meta(module: nn.Module, source: str) -> None:
@@ -460,6 +517,9 @@ def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chan
             raise
         return None
     if [m.shape[-1] for m in check.maps] != [m.shape[-1] for m in first.maps]:
+        if len(check.maps) == 2 * len(first.maps) and first.folded and \
+                all(m.numel() == first.maps[j // 2].numel() for j, m in enumerate(check.maps)):
+            return _Recorder(1)    # each layer twice, each time one image's (H, T, T): a loop over the batch
         return None
     return check
 

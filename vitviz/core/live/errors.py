@@ -28,6 +28,11 @@ class UserCodeError(LiveModelError):
     and KeyboardInterrupt included -- while vitviz ran it (`user_call`)."""
 
 
+class LiveWarning(UserWarning):
+    """What the live path shows differs from what the module's code computes, or leaves some of it out: the
+    message names the modules (the same words are in the provenance's 'path')."""
+
+
 class _StopForward(BaseException):
     """Raised inside the user's forward once the last wanted layer is captured (`logits=False`). A BaseException,
     so that a model's own `except Exception` does not swallow it."""

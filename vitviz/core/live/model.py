@@ -78,6 +78,9 @@ class LiveModel(ImageModel):
                       rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
+        if self.layout.per_image and x.shape[0] > 1:     # its own code computes attention one image at a time
+            parts = [self._forward_live(x[i:i + 1], half, logits, upto, rows) for i in range(int(x.shape[0]))]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         depth = self.spec.depth
         upto = upto + depth if upto is not None and -depth <= upto < 0 else upto
         if upto is not None and not 0 <= upto < depth:

@@ -15,6 +15,7 @@ import math
 import sys
 import threading
 import types
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,6 +45,18 @@ _MHA_FN = F.multi_head_attention_forward
 _MHA_SIGNATURE = inspect.signature(_MHA_FN)
 # Modules that never own attention: a softmax inside one is credited to the module around it.
 _HELPERS = (nn.Softmax, nn.modules.dropout._DropoutNd, nn.Identity)
+# What the probe follows a softmax's output through (`_Recorder.follow`): the products that apply attention to the
+# values (and make the scores: q k^T), the calls that pass values on unchanged, and dropout (unchanged when off).
+_T = torch.Tensor
+_PRODUCTS = frozenset({torch.matmul, _T.matmul, _T.__matmul__, _T.__rmatmul__, torch.bmm, _T.bmm, torch.einsum,
+                       torch.baddbmm, _T.baddbmm})
+_UNCHANGED = frozenset({
+    _T.view, _T.view_as, _T.reshape, _T.reshape_as, torch.reshape, _T.permute, torch.permute, _T.transpose,
+    torch.transpose, _T.contiguous, _T.to, _T.type_as, _T.type, _T.float, _T.half, _T.bfloat16, _T.double, _T.clone,
+    torch.clone, _T.detach, _T.flatten, torch.flatten, _T.unflatten, _T.unsqueeze, torch.unsqueeze, _T.squeeze,
+    torch.squeeze, _T.expand, _T.expand_as, _T.__getitem__, _T.unbind, torch.unbind, _T.chunk, torch.chunk,
+    _T.split, torch.split, _T.cpu, _T.cuda, _T.nan_to_num, torch.nan_to_num, _T.movedim, torch.movedim})
+_DROPOUTS = frozenset({F.dropout, torch.dropout, F.dropout1d, F.dropout2d, F.dropout3d})
 
 # ---------------------------------------------------------------------------------------------------------------
 # The probabilities of an SDPA call
@@ -99,6 +112,8 @@ class AttentionLayout:
         nn.MultiheadAttention and fairseq lay them out).
     order: the token order shown (prefix tokens first), as indices into the module's own order; None when the
         module puts them first already.
+    per_image: the module computes its attention one image at a time (a loop over the batch, (H, T, T) maps):
+        vitviz runs a batch through it one image at a time.
     """
 
     per_head: bool = False
@@ -106,6 +121,16 @@ class AttentionLayout:
     perms: tuple[tuple[int, ...], ...] = ()
     head_major: bool = False
     order: tuple[int, ...] | None = None
+    per_image: bool = False
+
+
+@dataclass
+class _Use:
+    """What becomes of one captured softmax's output in the probe (`_Recorder.follow`): the module that computed it,
+    and whether it has reached the product with the values."""
+
+    name: str
+    done: bool = False
 
 
 @dataclass
@@ -169,6 +194,13 @@ class _Recorder:
         self._group: _HeadGroup | None = None
         self._pending: list[torch.Tensor] = []
         self._order_index: torch.Tensor | None = None
+        # the probe follows each softmax's output to the product with the values, and each (T, T) score product
+        # to its softmax: what is changed in between, and scores with no softmax, are said (`changed`, `no_softmax`)
+        self.follow = scores
+        self._tracked: dict[int, tuple[weakref.ref[torch.Tensor], _Use, str | None]] = {}
+        self._products: list[tuple[str, tuple[int, ...]]] = []
+        self.changed: dict[str, str] = {}                       # module -> the call that changed its softmax output
+        self.no_softmax: list[tuple[str, tuple[int, ...]]] = []  # (module, shape) of scores no softmax followed
 
     # where the attention is computed
     def _frames(self) -> tuple[str, int, Any, str, Any]:
@@ -294,11 +326,53 @@ class _Recorder:
         self.add(g.mechanism, torch.stack([g.maps[i] for i in perm], dim=1), diag, name=name or "(top level)")
 
     def finish(self) -> None:
-        """The forward pass has ended: close what single-head calls were still collecting."""
+        """The forward pass has ended: close what single-head calls were still collecting; on the probe, the score
+        products no softmax over their last axis followed are left out, said (`no_softmax`, `skipped`)."""
         self.flush()
         if self._pending:
             self.extra += 1
             self._pending = []
+        for name, shape in self._products:
+            self.no_softmax.append((name, shape))
+            self.skipped.append((name, f"{'x'.join(map(str, shape[-2:]))} scores with no softmax over their last "
+                                       "axis (sigmoid, ReLU, a softmax over another axis?): not attention vitviz "
+                                       "shows", shape))
+        self._products, self._tracked = [], {}
+
+    # what becomes of the softmax's output (the probe only)
+    def _track(self, t: Any, use: _Use, change: str | None) -> None:
+        for x in (t if isinstance(t, (tuple, list)) else (t,)):
+            if isinstance(x, torch.Tensor):
+                self._tracked[id(x)] = (weakref.ref(x), use, change)
+
+    def followed(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """One call of the probe's forward pass, after it ran: a product of a softmax's output (or what was made
+        from it) with the values ends that output's path -- unchanged, or changed by the first call on the way that
+        is not a reshape, a cast or dropout turned off (talking heads, a re-normalisation, dropout in eval mode),
+        which is said; a (T, T) product of no softmax's output is a score product its softmax should follow."""
+        if not self._tracked and func not in _PRODUCTS:
+            return
+        hits = []
+        for a in (*args, *kwargs.values()):
+            for x in (a if isinstance(a, (tuple, list)) else (a,)):
+                entry = self._tracked.get(id(x)) if isinstance(x, torch.Tensor) else None
+                if entry is not None and entry[0]() is x and not entry[1].done:
+                    hits.append(entry)
+        if func in _PRODUCTS:
+            for _ref, use, change in hits:
+                use.done = True
+                if change is not None:
+                    self.changed.setdefault(use.name, change)
+            if not hits and isinstance(out, torch.Tensor) and out.dim() in (3, 4) and out.shape[-1] == out.shape[-2] \
+                    and out.shape[-1] > 1:
+                self._products.append((self.where(), tuple(out.shape)))
+            return
+        if not hits:
+            return
+        _ref, use, change = hits[0]
+        if change is None and func not in _UNCHANGED:
+            change = _changed_by(func, args, kwargs)
+        self._track(out, use, change)
 
     # the three mechanisms
     def softmax(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -311,6 +385,9 @@ class _Recorder:
             self.other_softmax.append(tuple(x.shape))
             return
         self.calls[SOFTMAX] += 1
+        if self.follow and x.shape[-1] == x.shape[-2]:
+            self._answer(tuple(x.shape))
+            self._track(out, _Use(self.where()), None)
         diag = x.diagonal(dim1=-2, dim2=-1) if self.scores and x.shape[-1] == x.shape[-2] else None
         if nd == 3:
             self.three_d(SOFTMAX, out, diag)
@@ -318,12 +395,21 @@ class _Recorder:
         self.flush()
         self.add(SOFTMAX, out, diag)
 
+    def _answer(self, shape: tuple[int, ...]) -> None:
+        """A softmax over the last axis of `shape` scores: the latest score product of that shape is answered."""
+        for i in range(len(self._products) - 1, -1, -1):
+            if self._products[i][1][-2:] == shape[-2:]:
+                del self._products[i]
+                return
+
     def sdpa(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              mechanism: str) -> Any:
         out = func(*args, **kwargs)  # the module's own output, untouched
         p = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_ARGS, args)), **kwargs}
         q, k = p["query"], p["key"]
         self.calls[mechanism] += 1
+        if self.follow:     # a (T, T) bias made by a product and passed as the mask: its softmax is this one
+            self._answer((int(q.shape[-2]), int(k.shape[-2])))
         if not self.wants(int(q.shape[-2]), int(k.shape[-2])):
             self.skip(mechanism, (*q.shape[:-1], int(k.shape[-2])))
             return out
@@ -427,7 +513,23 @@ class _AttentionMode(TorchFunctionMode):
             return self.recorder.sdpa(func, args, kwargs, SDPA)
         if func is _MHA_FN:
             return self.recorder.mha(args, kwargs)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if self.recorder.follow and not torch.compiler.is_compiling():   # not in what torch.compile traces
+            self.recorder.followed(func, args, kwargs, out)
+        return out
+
+
+def _changed_by(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The name of a call that changes the values it is given; None for dropout that is off (p=0 or not training:
+    nn.Dropout in eval mode)."""
+    name = getattr(func, "__name__", None) or str(func)
+    if func in _DROPOUTS:
+        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+        train = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get("train", True))
+        if not train or not p:
+            return None
+        return f"{name}(p={p}) in training mode, which is random even in eval mode"
+    return name
 
 
 @contextmanager
