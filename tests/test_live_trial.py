@@ -15,8 +15,11 @@ list), never shown silently as something else; models it can read are read.
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,3 +199,23 @@ def test_attention_computed_one_image_at_a_time_runs_a_batch_image_by_image() ->
     np.testing.assert_allclose(out, own.numpy(), atol=1e-5)
     maps, _ = model.forward_captured(x, logits=False, upto=0)
     assert maps.shape == (3, 1, HEADS, 17, 17)
+
+
+def sigmoid_between() -> nn.Module:
+    """A factory for `--code`: a sigmoid "attention" between two softmax layers."""
+    torch.manual_seed(0)
+    return TinyViT("plain", "sigmoid", "plain").eval()
+
+
+def test_vitviz_info_lists_what_the_live_path_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vitviz info --code` says which attention calls it saw but did not show (text and JSON), not only the GUI."""
+    from vitviz.cli import main
+
+    code = f"{Path(__file__)}:sigmoid_between"
+    assert main(["info", "--code", code]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"skipped\s+blocks\.1\.attn\s+.*no softmax.*\(1, 4, 17, 17\)", text), text
+    assert main(["info", "--code", code, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["module"] for s in data["skipped_attention"]] == ["blocks.1.attn"]
+    assert [a["module"] for a in data["attention_layers"]] == ["blocks.0.attn", "blocks.2.attn"]

@@ -43,6 +43,8 @@ def run_info(args: argparse.Namespace) -> int:
         data["dropped_keys"] = model.dropped
         if layers is not None:
             data["attention_layers"] = [{"module": name, "mechanism": how} for name, how in layers]
+            data["skipped_attention"] = [{"module": name, "mechanism": how, "shape": list(shape)}
+                                         for name, how, shape in getattr(model, "skipped", ())]
         print(json.dumps(data, indent=2, default=list))
         return 0
     prov = dict(spec.provenance)
@@ -95,6 +97,8 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"  path           {prov.get('path', '')}")
         for i, (name, how) in enumerate(layers):
             print(f"  layer {i:<8} {name:<36} {how}")
+        for name, how, shape in getattr(model, "skipped", ()):   # seen, but not attention over the image tokens
+            print(f"  skipped        {name:<36} {how} {tuple(shape)}")
     return 0
 
 
