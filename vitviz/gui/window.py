@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QShowEvent
-from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow, QTabBar, QToolBar, QWidget
+from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMainWindow, QScrollArea, QTabBar,
+                               QToolBar, QWidget)
 
 from vitviz import catalog
 from vitviz.core.mapkinds import WINDOWED_KINDS, lacks
@@ -75,6 +76,39 @@ def default_size(available: QRect) -> QSize:
     for the window frame (1280 × 800 screens get about 1216 × 736)."""
     return QSize(min(DEFAULT_SIZE.width(), int(available.width() * 0.95)),
                  min(DEFAULT_SIZE.height(), int(available.height() * 0.92)))
+
+
+class ScrollingPanel(QScrollArea):
+    """A panel in a vertical scroll area, as wide as the panel needs: the Controls panel with Model settings
+    unfolded (about 880 px) is taller than a 1280 x 800 screen, and unscrolled its minimum height made the window
+    taller than the screen (977 px on one 800 px high). Its minimum width follows the panel's (which grows when
+    Model settings unfolds), so nothing is cut off at the side."""
+
+    MIN_HEIGHT = 120
+
+    def __init__(self, panel: QWidget) -> None:
+        super().__init__()
+        self.setObjectName(f"{panel.objectName() or 'panel'}Scroll")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(panel)
+
+    def _width(self, hint: QSize) -> int:
+        return hint.width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        panel = self.widget()
+        return QSize(self._width(panel.minimumSizeHint()) if panel else 0, self.MIN_HEIGHT)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        panel = self.widget()
+        return QSize(self._width(panel.sizeHint()), panel.sizeHint().height()) if panel else super().sizeHint()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()         # the panel's minimum width changed (Model settings folded or unfolded)
+        return super().event(event)
 
 
 def _not_openable(path: str) -> str:
@@ -160,7 +194,7 @@ class MainWindow(QMainWindow):
         self.features = FeaturesPanel(state, session)
         self.relevance_source = RelevanceSource(state, session, self)
         left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
-        self.docks = [self._dock("controlsDock", self.controls, left),
+        self.docks = [self._dock("controlsDock", ScrollingPanel(self.controls), left),
                       self._dock("imagesDock", self.images, right),
                       self._dock("overviewDock", self.overview, right)]
         overview, images = self.docks[2], self.docks[1]
