@@ -37,3 +37,24 @@ def test_unfolded_model_settings_scroll_instead_of_making_the_window_taller_than
     dock = window.dock("controlsDock")
     right = button.mapTo(dock, QPoint(button.width(), 0)).x()
     assert right <= dock.width(), (right, dock.width())
+
+
+def test_a_timeline_of_a_model_without_class_names_says_class_n_once(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
+    """The Timeline's prediction line said 'class 1 (class 1)' for a model without class names."""
+    from _gui import show_dock
+    from _tiny import write_tiny_checkpoint
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for i, step in enumerate((100, 200)):
+        write_tiny_checkpoint(folder / f"step-{step}.pth", seed=10 + i)
+    window = loaded
+    window.open_run(str(folder))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=20000)
+    panel = show_dock(qtbot, window, "timelineDock")
+    wait_idle(qtbot, window, timeout=30000)
+    panel.request_redraw()
+    qtbot.waitUntil(lambda: "p = " in panel.prediction.text(), timeout=20000)
+    text = panel.prediction.text()
+    index = text.split("class ")[1].split(",")[0]
+    assert f"class {index}, p = " in text and f"(class {index})" not in text, text
