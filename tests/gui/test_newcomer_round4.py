@@ -58,3 +58,23 @@ def test_a_timeline_of_a_model_without_class_names_says_class_n_once(qtbot, load
     text = panel.prediction.text()
     index = text.split("class ")[1].split(",")[0]
     assert f"class {index}, p = " in text and f"(class {index})" not in text, text
+
+
+def test_the_query_scale_note_says_how_to_pick_a_query_and_goes_when_the_map_changes(loaded) -> None:  # noqa: ANN001
+    """Choosing 'Attention of query token' with no query: the note says to click a patch (the map is CLS attention
+    until then); choosing another map takes the note back (it said 'Normalise each map is on' over the entropy
+    map with the box unticked again)."""
+    from vitviz.gui.state import QUERY_SCALE_NOTE
+
+    window = loaded
+    window.state.update(query=None)
+    window.state.update(source="token")
+    message = window.statusBar().currentMessage()
+    assert QUERY_SCALE_NOTE in message and "Click a patch" in message and "CLS attention" in message
+    window.state.update(source="entropy")
+    assert not window.state.normalize
+    assert QUERY_SCALE_NOTE not in window.statusBar().currentMessage()
+    assert window.status.idle_message() == window.status.ready_message
+    window.note("Input size 100×72 is not a multiple of the 8 px patch; using 96×72")   # another note stays
+    window.state.update(source="cls")
+    assert window.statusBar().currentMessage().startswith("Input size 100×72")

@@ -120,6 +120,15 @@ class StatusArea:
         self.bar.showMessage(text)
         self._note_timer.start(timeout_ms)
 
+    def withdraw(self, text: str) -> None:
+        """Take back the note `text` (if it is the one standing) once it no longer holds: the idle message
+        returns at once instead of the note going on saying what is no longer so."""
+        if self._note != text or not self._note_timer.isActive():
+            return
+        self._note_timer.stop()
+        if not self.busy and self.bar.currentMessage() == text:
+            self.bar.showMessage(self.ready_message)
+
     def idle_message(self) -> str:
         """What the bar says when nothing runs: a standing note, else `ready_message`."""
         return self._note if self._note_timer.isActive() else self.ready_message

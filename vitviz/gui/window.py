@@ -151,8 +151,9 @@ class MainWindow(QMainWindow):
         self._differs_reported: object = None                 # the Verification whose 'differs' was reported
         self.code_box: Any = None                             # open while running a file's code is asked
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
-        self.query_scale_rule = QueryScaleRule(self.state, note=lambda text: self.status.note(text))
+        self.query_scale_rule = QueryScaleRule(self.state, note=self._query_note)
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
+        self.state.subscribe(self._withdraw_query_note)
         self.state.subscribe(self._precompute_rule)
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
@@ -436,6 +437,22 @@ class MainWindow(QMainWindow):
         # last: the panels subscribed when they were made, so these fire once they have redrawn
         self.state.subscribe(self._after_redraw)
         s.current_changed.connect(self._after_redraw)
+
+    def _query_note(self, text: str) -> None:
+        """The query-scale rule's note; with no query token chosen yet, how to choose one and what is shown until
+        then (the map menu's 'Attention of query token' alone showed CLS attention without a word)."""
+        if self.state.query is None:
+            instead = "the attention every patch receives" if self.state.source == "query" else "CLS attention"
+            text = f"Click a patch on the image to choose the query token (until then the map is {instead}). {text}"
+        self._query_note_text = text
+        self.status.note(text)
+
+    def _withdraw_query_note(self, changed: set[str]) -> None:
+        """Leaving the query map (or unticking Normalise each map) takes back the note that says the query's map is
+        on its own scale: it went on saying so over the next map, with the box unticked again."""
+        s = self.state
+        if changed & {"source", "normalize"} and not (s.source in QueryScaleRule.QUERY_SOURCES and s.normalize):
+            self.status.withdraw(getattr(self, "_query_note_text", ""))
 
     def _precompute_rule(self, changed: set[str]) -> None:
         """Runs of new images make the map on show in the worker too (`Run.also`), so showing the next image never
