@@ -136,3 +136,18 @@ def test_a_long_rollout_title_wraps_between_its_settings_not_inside_a_number(qtb
     for before, after in zip(lines, lines[1:]):
         assert before[-1:].isspace() or after[:1].isspace(), lines     # a break at a space, never inside a word
     assert all(not line.strip()[:1].isdigit() and not line.strip().startswith(")") for line in lines), lines
+
+
+def test_a_status_message_cut_at_the_edge_is_whole_in_the_bars_tooltip(qtbot, loaded) -> None:  # noqa: ANN001
+    """At 1280 px the demo's 'to use your own: …' line was cut ('or pick one in t'): hovering the bar shows the
+    message whole; a message that fits leaves no tooltip."""
+    window = loaded
+    _small_screen(window)
+    for _ in range(5):
+        QApplication.processEvents()
+    long = ("Demo model loaded (shapes ViT, 8×8 patches, 5 shape classes) — to use your own: File ▸ Open model…, "
+            "drop a checkpoint on the window, or pick one in the Models menu, or drop a model name on the window")
+    window.statusBar().showMessage(long)
+    assert window.statusBar().toolTip() == long
+    window.statusBar().showMessage("Ready")
+    assert window.statusBar().toolTip() == ""
