@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QMessageBox,
                                QVBoxLayout, QWidget)
 
@@ -130,6 +131,15 @@ class AssumptionsDialog(QDialog):
         layout.addWidget(buttons)
         self.setMinimumWidth(560)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        """Tall enough for its wrapped text at the width it opens with: a dialog is sized by its layout's size hint,
+        which ignores how high wrapped labels are at that width, and the Heads reason (two lines) got the height of
+        one, its second line cut in half."""
+        super().showEvent(event)
+        need = self.layout().totalHeightForWidth(self.width())
+        if need > self.height():
+            self.resize(self.width(), need)
 
     def _combo(self, field: str) -> QComboBox:
         """The choices for one setting, the assumed value preselected and said so."""

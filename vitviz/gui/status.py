@@ -80,6 +80,9 @@ class StatusArea:
         self._note_timer = QTimer(bar)          # running while the note stands in for the idle message
         self._note_timer.setSingleShot(True)
         self._note_timer.timeout.connect(self._note_expired)
+        self._permanent = [self.verdict_label, self.review_button, self.hover_label, self.busy_bar,
+                           self.cancel_button, self.stop_button]
+        bar.messageChanged.connect(self._tip_if_cut)
         bar.showMessage(self.ready_message)
 
     def set_verdict(self, line: VerdictLine, reviewable: bool) -> None:
@@ -119,6 +122,22 @@ class StatusArea:
         self._note = text
         self.bar.showMessage(text)
         self._note_timer.start(timeout_ms)
+
+    def _tip_if_cut(self, text: str) -> None:
+        """A message wider than the bar's room beside its permanent widgets is cut at the edge ('… or pick one in
+        t' at 1280 px): hovering the bar then shows it whole."""
+        bar = self.bar
+        room = bar.width() - sum(w.width() + 8 for w in self._permanent if w.isVisible()) - 16
+        bar.setToolTip(text if text and bar.fontMetrics().horizontalAdvance(text) > room else "")
+
+    def withdraw(self, text: str) -> None:
+        """Take back the note `text` (if it is the one standing) once it no longer holds: the idle message
+        returns at once instead of the note going on saying what is no longer so."""
+        if self._note != text or not self._note_timer.isActive():
+            return
+        self._note_timer.stop()
+        if not self.busy and self.bar.currentMessage() == text:
+            self.bar.showMessage(self.ready_message)
 
     def idle_message(self) -> str:
         """What the bar says when nothing runs: a standing note, else `ready_message`."""

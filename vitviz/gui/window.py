@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QShowEvent
-from PySide6.QtWidgets import QDockWidget, QInputDialog, QLineEdit, QMainWindow, QTabBar, QToolBar, QWidget
+from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMainWindow, QScrollArea, QTabBar,
+                               QToolBar, QWidget)
 
 from vitviz import catalog
 from vitviz.core.mapkinds import WINDOWED_KINDS, lacks
@@ -77,6 +78,39 @@ def default_size(available: QRect) -> QSize:
                  min(DEFAULT_SIZE.height(), int(available.height() * 0.92)))
 
 
+class ScrollingPanel(QScrollArea):
+    """A panel in a vertical scroll area, as wide as the panel needs: the Controls panel with Model settings
+    unfolded (about 880 px) is taller than a 1280 x 800 screen, and unscrolled its minimum height made the window
+    taller than the screen (977 px on one 800 px high). Its minimum width follows the panel's (which grows when
+    Model settings unfolds), so nothing is cut off at the side."""
+
+    MIN_HEIGHT = 120
+
+    def __init__(self, panel: QWidget) -> None:
+        super().__init__()
+        self.setObjectName(f"{panel.objectName() or 'panel'}Scroll")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(panel)
+
+    def _width(self, hint: QSize) -> int:
+        return hint.width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        panel = self.widget()
+        return QSize(self._width(panel.minimumSizeHint()) if panel else 0, self.MIN_HEIGHT)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        panel = self.widget()
+        return QSize(self._width(panel.sizeHint()), panel.sizeHint().height()) if panel else super().sizeHint()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()         # the panel's minimum width changed (Model settings folded or unfolded)
+        return super().event(event)
+
+
 def _not_openable(path: str) -> str:
     """Why a path named on the command line was not opened."""
     if not Path(path).exists():
@@ -117,8 +151,9 @@ class MainWindow(QMainWindow):
         self._differs_reported: object = None                 # the Verification whose 'differs' was reported
         self.code_box: Any = None                             # open while running a file's code is asked
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
-        self.query_scale_rule = QueryScaleRule(self.state, note=lambda text: self.status.note(text))
+        self.query_scale_rule = QueryScaleRule(self.state, note=self._query_note)
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
+        self.state.subscribe(self._withdraw_query_note)
         self.state.subscribe(self._precompute_rule)
         self.panel = ImagePanel(self.state, self.session)
         self.setCentralWidget(self.panel)
@@ -160,7 +195,7 @@ class MainWindow(QMainWindow):
         self.features = FeaturesPanel(state, session)
         self.relevance_source = RelevanceSource(state, session, self)
         left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
-        self.docks = [self._dock("controlsDock", self.controls, left),
+        self.docks = [self._dock("controlsDock", ScrollingPanel(self.controls), left),
                       self._dock("imagesDock", self.images, right),
                       self._dock("overviewDock", self.overview, right)]
         overview, images = self.docks[2], self.docks[1]
@@ -402,6 +437,22 @@ class MainWindow(QMainWindow):
         # last: the panels subscribed when they were made, so these fire once they have redrawn
         self.state.subscribe(self._after_redraw)
         s.current_changed.connect(self._after_redraw)
+
+    def _query_note(self, text: str) -> None:
+        """The query-scale rule's note; with no query token chosen yet, how to choose one and what is shown until
+        then (the map menu's 'Attention of query token' alone showed CLS attention without a word)."""
+        if self.state.query is None:
+            instead = "the attention every patch receives" if self.state.source == "query" else "CLS attention"
+            text = f"Click a patch on the image to choose the query token (until then the map is {instead}). {text}"
+        self._query_note_text = text
+        self.status.note(text)
+
+    def _withdraw_query_note(self, changed: set[str]) -> None:
+        """Leaving the query map (or unticking Normalise each map) takes back the note that says the query's map is
+        on its own scale: it went on saying so over the next map, with the box unticked again."""
+        s = self.state
+        if changed & {"source", "normalize"} and not (s.source in QueryScaleRule.QUERY_SOURCES and s.normalize):
+            self.status.withdraw(getattr(self, "_query_note_text", ""))
 
     def _precompute_rule(self, changed: set[str]) -> None:
         """Runs of new images make the map on show in the worker too (`Run.also`), so showing the next image never

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -80,11 +81,14 @@ PHRASE_BREAKS = (" · ", " — ", "; ")      # where a title may wrap: between i
 
 def unbreakable_phrases(text: str) -> str:
     """`text` as rich text that wraps only after ' · ', ' — ' or '; ' (never inside 'head mean' or 'scale
-    0–0.02'): the spaces inside each phrase become non-breaking."""
+    0–0.02'): the spaces inside each phrase become non-breaking. A phrase too long for a line on its own ('rollout
+    of cls (max, discard 0.90, from layer 2, residual 0.50)') may also wrap after a comma followed by a word, not
+    after one inside a place like '(0, 5)': unbreakable, Qt broke it anywhere ('residual 0.5' / '0)')."""
     parts = [text]
     for sep in PHRASE_BREAKS:
         parts = [piece for part in parts for piece in _split_keep(part, sep)]
-    return "".join(html.escape(p) if p in PHRASE_BREAKS else html.escape(p).replace(" ", "&nbsp;") for p in parts)
+    out = "".join(html.escape(p) if p in PHRASE_BREAKS else html.escape(p).replace(" ", "&nbsp;") for p in parts)
+    return re.sub(r",&nbsp;(?=[^\W\d])", ", ", out)
 
 
 def _split_keep(text: str, sep: str) -> list[str]:

@@ -34,6 +34,11 @@ PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "
          ("box", "share", "CLS attention inside the box"), ("top", "probability", "Top class's probability"))
 
 
+def class_text(index: int, name: str) -> str:
+    """'cat (class 3)'; a model without class names: 'class 3' (not 'class 3 (class 3)')."""
+    return name if name == f"class {index}" else f"{name} (class {index})"
+
+
 def timeline_kind(state: ViewState) -> tuple[MapKind, str]:
     """The map the timeline draws for the view state, and a note when it is not the state's own (class relevance
     and pooling heads need passes the timeline does not run: CLS attention instead)."""
@@ -307,6 +312,6 @@ class TimelinePanel(LazyPanel):
                                        .format(*self.box))
         pred = series.predictions[k]
         measured = int(done.sum())
-        self.prediction.setText((f"Prediction at this checkpoint: {pred[1]} (class {pred[0]}), p = {pred[2]:.3f}"
+        self.prediction.setText((f"Prediction at this checkpoint: {class_text(pred[0], pred[1])}, p = {pred[2]:.3f}"
                                  if pred is not None else "Prediction at this checkpoint: not measured yet")
                                 + f" · {measured} of {len(x)} checkpoints measured")
