@@ -42,8 +42,8 @@ def demo_status(grid: tuple[int, int], classes: int, instead_of_model: bool = Fa
     if instead_of_model:
         return (f"No model given: running the images on the demo model ({DEMO_NAME}, {what}) — to use your own: "
                 "vitviz IMAGES --model CHECKPOINT, File ▸ Open model…, or drop a checkpoint on the window")
-    return (f"Demo model loaded ({DEMO_NAME}, {what}) — to use your own: File ▸ Open model…, drop a checkpoint "
-            "on the window, or pick one in the Models menu")
+    return (f"Demo model loaded ({DEMO_NAME}, {what}) — your own: File ▸ Open model…, or drop a checkpoint "
+            "here")
 
 
 def missing_demo_hint() -> str:

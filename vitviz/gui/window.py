@@ -151,6 +151,7 @@ class MainWindow(QMainWindow):
         self._differs_reported: object = None                 # the Verification whose 'differs' was reported
         self.code_box: Any = None                             # open while running a file's code is asked
         self._layout_now: TokenLayout | None = None           # the loaded model's tokens at the current size
+        self._previous_depth = 0                              # the depth of the model shown before this one
         self.query_scale_rule = QueryScaleRule(self.state, note=self._query_note)
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
         self.state.subscribe(self._withdraw_query_note)
@@ -714,7 +715,11 @@ class MainWindow(QMainWindow):
         # gradient maps of a model run from its own code)
         kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
         can = self.session.capabilities or None
-        layer = resolve_index(self.state.layer, spec.depth)
+        layer = self.state.layer
+        if isinstance(layer, int) and layer == self._previous_depth - 1:
+            layer = -1     # the last layer of the previous model: the last of this one (not the same index)
+        layer = resolve_index(layer, spec.depth)
+        self._previous_depth = spec.depth
         if getattr(spec, "windowed", False):     # Swin, SAM / ViTDet: received, a patch's window, rollout
             kind = None
             if source not in WINDOWED_KINDS:
