@@ -153,3 +153,14 @@ def test_a_fresh_worker_closes_the_run_and_says_so(qtbot, loaded, run_dir) -> No
     assert any("training run run was closed" in n and "Open training run" in n for n in loaded.notes)
     wait_idle(qtbot, loaded)
     assert loaded.reporter.errors == []
+
+
+def test_the_unit_plots_keep_three_ticks_on_zero_to_one(qtbot, loaded, run_dir) -> None:  # noqa: ANN001
+    """The box share and the top-class probability are in [0, 1]: fixed at that range with ticks 0, 0.5, 1 (auto
+    ticks 0, 0.2, ... piled onto each other in a short plot)."""
+    panel = _open(qtbot, loaded, run_dir)
+    for name in ("box", "top"):
+        plot = panel.plots[name]
+        low, high = plot.viewRange()[1]
+        assert low <= 0.0 and high >= 1.0 and high - low < 1.2, (name, low, high)
+        assert [v for v, _ in plot.getAxis("left")._tickLevels[0]] == [0.0, 0.5, 1.0]

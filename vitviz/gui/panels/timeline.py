@@ -32,6 +32,7 @@ REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "o
 TIMELINE_SOURCES = ("cls", "mean", "max", "rollout", "token", "entropy")
 PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "entropy (nats)", "Attention entropy"),
          ("box", "share", "CLS attention inside the box"), ("top", "probability", "Top class's probability"))
+UNIT_PLOTS = ("box", "top")   # plots of values in [0, 1]
 
 
 def class_text(index: int, name: str) -> str:
@@ -110,6 +111,9 @@ class TimelinePanel(LazyPanel):
         for i, (name, left, title) in enumerate(PLOTS):
             plot = self.plot_widget.addPlot(row=i // 2, col=i % 2, title=title)
             style_plot(plot, left, "step")
+            if name in UNIT_PLOTS:     # a share, a probability: always 0-1, three ticks that fit a short plot
+                plot.setYRange(0.0, 1.0, padding=0.05)
+                plot.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
             self.plots[name] = plot
             self.curves[name] = plot.plot([], [], pen=pen("#8ab4f8", width=2), symbol="o", symbolSize=5,
                                           symbolBrush="#8ab4f8")
