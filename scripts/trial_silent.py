@@ -64,9 +64,14 @@ def timm_ref(model: nn.Module, x: torch.Tensor) -> Ref:
     for m in model.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False
+    return _outputs_of(model, x, lambda n: n.startswith("blocks.") and n.endswith("attn.attn_drop"))
+
+
+def _outputs_of(model: nn.Module, x: torch.Tensor, named: Callable[[str], bool]) -> Ref:
+    """The model's output and the output of every module whose name `named` accepts, in call order."""
     maps: list[torch.Tensor] = []
     hooks = [m.register_forward_hook(lambda mod, i, o: maps.append(o.detach()))
-             for n, m in model.named_modules() if n.startswith("blocks.") and n.endswith("attn.attn_drop")]
+             for n, m in model.named_modules() if named(n)]
     try:
         with torch.no_grad():
             out = model(x)
@@ -103,16 +108,7 @@ def mha_ref(model: nn.Module, x: torch.Tensor, call: Callable | None = None) -> 
 
 def softmax_ref(model: nn.Module, x: torch.Tensor, suffix: str = "attend") -> Ref:
     """vit-pytorch: the output of each attention's `attend` (nn.Softmax)."""
-    maps: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda mod, i, o: maps.append(o.detach()))
-             for n, m in model.named_modules() if n.endswith(suffix)]
-    try:
-        with torch.no_grad():
-            out = model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out, maps
+    return _outputs_of(model, x, lambda n: n.endswith(suffix))
 
 
 def hf_ref(model: nn.Module, x: torch.Tensor, out: str = "logits") -> Ref:

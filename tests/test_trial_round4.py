@@ -7,40 +7,24 @@ says the setting that explains the difference -- and that the override it names 
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
 import vitviz
 from parity_refs import perturb, timm_reference
+from test_assumption_traps import load, matches  # the same exact-parity check as the traps'
 
 timm = pytest.importorskip("timm")
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
-ATOL = 1e-5
 SMALL = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=5)
 
 
 def x_for(h: int = 32, w: int = 32) -> torch.Tensor:
     return torch.randn(1, 3, h, w, generator=torch.Generator().manual_seed(1))
-
-
-def load(path: Path, **kw: Any):  # noqa: ANN201
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return vitviz.load(path, device="cpu", **kw)
-
-
-def matches(vm, x: torch.Tensor, ref: tuple[torch.Tensor, list[torch.Tensor]]) -> bool:  # noqa: ANN001
-    out, maps = ref
-    r = vm.run(x)
-    got = r.logits if r.logits.size else r.features
-    return bool(np.allclose(got, out[0].numpy(), atol=ATOL)) and all(
-        np.allclose(r.attentions[i], m[0].numpy(), atol=ATOL) for i, m in enumerate(maps))
 
 
 def timm_vit(**kw: Any) -> torch.nn.Module:
