@@ -20,10 +20,12 @@ def test_relevance_stacks_follow_the_method_and_frame_their_one_row(qtbot, loade
     assert overview.frame.isVisible() and overview.frame.rect().top() < gh     # row 0 although layer is 1
     title = overview.title.text.split(" · ")[0]
     assert title.startswith("class relevance (Chefer) of") and overview._columns == [(0, title)]   # not "rollout"
+    assert "scale" not in overview.title.text              # one tile: no scale shared "per column kind"
     assert overview.plot.getAxis("bottom")._tickLevels[0][0][1] == title
     w.state.update(relevance_method="attngrad")                                # a stack per layer and head now
     qtbot.waitUntil(lambda: overview._shape[0] == 2, timeout=5000)
     assert overview._shape[1] == 2 + 2 and overview.title.text.startswith("attention × gradient")
+    assert overview.title.text.endswith(" · one scale per column kind")
     w.state.update(relevance_method="relevance", relevance_class=3)            # another class: its own stack
     with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         pass

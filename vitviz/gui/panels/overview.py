@@ -138,8 +138,9 @@ class OverviewPanel(QWidget):
         self.image_item.setImage(image, autoLevels=False, levels=(0.0, 1.0), lut=colors.lut(cmap))
         self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
         self._set_ticks(nl, nc, gh, gw)
-        self.title.setText(stack.title + (" · each tile scaled alone" if per_tile
-                                          else " · one scale per column kind"))
+        scale = ("" if nl * nc == 1 else " · each tile scaled alone" if per_tile   # one tile: no scale to share
+                 else " · one scale per column kind" if nc > 1 else " · one shared scale")
+        self.title.setText(stack.title + scale)
         self.plot.autoRange(padding=0.02)
         self._set_bottom_ticks(self._fitting_style())
 
