@@ -151,7 +151,8 @@ def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_c
     wait_idle(qtbot, window)
     assert window.reporter.box is None or not window.reporter.box.isVisible()
     assert window.session.spec.family == "timm-swin" and window.state.source == "received"
-    assert "stage 0 · block 1" in window.panel.title.text     # the ViT's layer 1 is the Swin's block 1
+    # the ViT was shown at its last layer (1): the Swin opens at its last block (stage 1's second, block 3)
+    assert window.state.layer == 3 and "stage 1 · block 1 (block 3" in window.panel.title.text
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
         window.load_model(str(tiny_ckpt), heads=2)
     wait_idle(qtbot, window)
