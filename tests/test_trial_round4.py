@@ -198,3 +198,18 @@ def test_an_hf_activation_vitviz_does_not_compute_is_refused_at_the_door(tmp_pat
     transformers.ViTForImageClassification(config).save_pretrained(str(tmp_path), safe_serialization=True)
     with pytest.raises(MetadataError, match=r"config\.json.*hidden_act.*'gelu_10'.*expected one of gelu"):
         load(tmp_path)
+
+
+@pytest.mark.parametrize("kw", [dict(global_pool="max", pool_include_prefix=True),
+                                dict(global_pool="avgmax", fc_norm=False, pool_include_prefix=True),
+                                dict(global_pool="token", fc_norm=True, pool_include_prefix=True)])
+def test_timm_model_object_pooling_with_include_prefix_matches(kw: dict) -> None:
+    """A timm object whose global_pool the object states but the reference cannot (a max over the prefix tokens
+    too) runs live instead of being converted with the layout's convention in silence (a named timm model's layout
+    is no guess); 'token' with pool_include_prefix is the class token (the flag reduces nothing)."""
+    args = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=5, **args, **kw))
+    x = x_for()
+    vm = load(model)
+    assert matches(vm, x, timm_reference(model, x))

@@ -95,10 +95,12 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
         out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
     pool = getattr(module, "global_pool", None)   # timm's global_pool: in no tensor ('token' / 'avg' share them)
     if isinstance(pool, str) and type(module).__module__.startswith("timm.") and pool in _TIMM_POOLS:
-        include = bool(getattr(module, "pool_include_prefix", False))
-        if not include or pool == "avg":
-            out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
-                              f"{pool!r}" + (" with pool_include_prefix" if include else ""))
+        include = bool(getattr(module, "pool_include_prefix", False)) and pool != "token"  # token: no reduction
+        if include and pool != "avg":   # the reference ViT pools no max over the prefix tokens: its own code runs
+            raise VitvizError(f"{what}'s global_pool {pool!r} with pool_include_prefix: a pooling the reference "
+                              "ViT does not compute")
+        out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
+                          f"{pool!r}" + (" with pool_include_prefix" if include else ""))
     if any(type(m).__name__ == "Block" and type(m).__module__.startswith("timm.") for m in module.modules()) \
             or any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
                    for m in module.modules()):
