@@ -213,3 +213,38 @@ def test_timm_model_object_pooling_with_include_prefix_matches(kw: dict) -> None
     x = x_for()
     vm = load(model)
     assert matches(vm, x, timm_reference(model, x))
+
+
+@pytest.mark.parametrize("pool", ["max", "avgmax"])
+def test_timm_training_checkpoint_pooling_is_read_from_train_args_or_said(tmp_path: Path, pool: str) -> None:
+    """A timm train.py checkpoint names its architecture (`arch`, `args.model`), which made the fc_norm layout's
+    'avg' a fact of the named model: `--gp max` opened with the patches' mean in silence. The saved `args.gp` is
+    read; without it, an fc_norm under a named ViT (whose default has none) keeps its pooling an assumption."""
+    args = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=5, global_pool=pool,
+                                      **args))
+    x = x_for()
+    ref = timm_reference(model, x)
+    train_args = {"model": "vit_small_patch16_224", "gp": pool, "num_classes": 5, "img_size": 32}
+    torch.save({"epoch": 3, "arch": "vit_small_patch16_224", "state_dict": model.state_dict(), "args": train_args},
+               tmp_path / "last.pth.tar")
+    vm = load(tmp_path / "last.pth.tar", heads=4)
+    assert vm.spec.pooling == pool and vm.spec.kind_of("pooling") == "read" and matches(vm, x, ref)
+    torch.save({"epoch": 3, "arch": "vit_small_patch16_224", "state_dict": model.state_dict(),
+                "args": {"model": "vit_small_patch16_224", "img_size": 32}}, tmp_path / "no_gp.pth.tar")
+    vm = load(tmp_path / "no_gp.pth.tar", heads=4)
+    assert not matches(vm, x, ref) and "pooling" in dict(vm.spec.assumptions), vm.spec.source_of("pooling")
+    assert matches(load(tmp_path / "no_gp.pth.tar", heads=4, pooling=pool), x, ref)
+
+
+def test_timm_training_checkpoint_of_a_default_vit_stays_quiet_about_pooling(tmp_path: Path) -> None:
+    args = {k: v for k, v in SMALL.items() if k != "num_classes"}
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=5, **args))
+    torch.save({"epoch": 3, "arch": "vit_small_patch16_224", "state_dict": model.state_dict(),
+                "args": {"model": "vit_small_patch16_224", "gp": None, "img_size": 32}}, tmp_path / "last.pth.tar")
+    vm = load(tmp_path / "last.pth.tar", heads=4)
+    x = x_for()
+    assert vm.spec.pooling == "token" and "pooling" not in dict(vm.spec.assumptions)
+    assert matches(vm, x, timm_reference(model, x))

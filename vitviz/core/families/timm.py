@@ -103,7 +103,9 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         _dinov2_port(sd, hints)
     hints.update(model_args_hints(raw, sd, hints, "vit"))
     if family in ("timm", "mae", "timm-clip") and "pooling" not in hints and "attn_pool.latent" not in keys:
-        hints["pooling"] = _pooling_convention(keys)
+        # (MAE's own models_vit names, fine-tuned with global_pool=True: the mean and fc_norm, its only pooling)
+        mae = name.split(".")[0] in ("vit_base_patch16", "vit_large_patch16", "vit_huge_patch14")
+        hints["pooling"] = _train_args_pool(raw, keys) or _pooling_convention(keys, "" if mae else name)
     if not name and any(f"{k}.weight" in sd for k in ("norm", "fc_norm")):
         eps = float(hints.get("eps", (1e-6,))[0])
         hints["eps_final"] = (eps, f"assumed: the final norm uses the blocks' eps {eps:g}, as timm builds it (a "
@@ -112,12 +114,25 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     return Converted(family, sd, hints, dropped)
 
 
-def _pooling_convention(keys: set[str]) -> Hint:
+def _train_args_pool(raw: RawCheckpoint, keys: set[str]) -> Hint | None:
+    """The pooling timm's train.py was told (`--gp`, saved in the checkpoint's `args`): None when it gave none."""
+    args = raw.meta.get("args") if isinstance(raw.meta.get("args"), dict) else {}
+    gp = args.get("gp")
+    if gp == "token" and "cls_token" not in keys:
+        return None
+    return (gp, "metadata: training args gp (timm train.py --gp)") if gp in ("token", "avg", "max", "avgmax") else None
+
+
+def _pooling_convention(keys: set[str], name: str = "") -> Hint:
     """timm's `global_pool` is in no tensor: 'token' and 'avg' with `fc_norm=False` hold the same tensors, and so
     do 'avg', 'max', 'avgmax' (and `pool_include_prefix`) with an fc_norm. The pooling the key layout suggests is
-    a convention of the layout (a fact when a config or the training args name the model)."""
+    a convention of the layout (a fact when a config or the training args name the model) -- except an fc_norm
+    under a named timm ViT (`name`): its registered default pools the class token without one, so the global_pool
+    it was created with is unknown ('avg', 'max' or 'avgmax'), an assumption even with the name."""
     if "fc_norm.weight" in keys:
-        return ("avg", "layout: fc_norm: the mean of the patch tokens, then fc_norm (timm global_pool='avg', MAE); "
+        said = (f"assumed: {name.split('.')[0]} has an fc_norm, so it was created with a global_pool other than "
+                "its default; which one is in no tensor: " if name else "layout: ")
+        return ("avg", f"{said}fc_norm: the mean of the patch tokens, then fc_norm (timm global_pool='avg', MAE); "
                        "timm's 'max' and 'avgmax', and pool_include_prefix, hold the same tensors (pass "
                        "pooling='max' / 'avgmax' / 'avg_all')")
     if "cls_token" in keys:
