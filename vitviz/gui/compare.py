@@ -24,7 +24,7 @@ from vitviz.core.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.mapkinds import of_source
 from vitviz.core.maps import MapKind, ResultMaps
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.protocol import Context, Independent, Request, _image_name
+from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
 FEATURES_SLOT = "compare_features"   # ctx.slots[FEATURES_SLOT] = {(side, who, size, image): FeatureStack}
@@ -87,10 +87,7 @@ class BDropped:
 
 # ------------------------------------------------------------------------------------------------ requests
 def _model_b(ctx: Context, generation: int) -> Any:
-    held = ctx.slots.get(B_SLOT)
-    if held is None or held[0] != generation:
-        raise RuntimeError("model B of this comparison is not loaded (it was closed or replaced)")
-    return held[1]
+    return held(ctx, B_SLOT, generation, "model B of this comparison is not loaded (it was closed or replaced)")
 
 
 @dataclass(eq=False)
@@ -501,9 +498,7 @@ class CompareSession(QObject):
         if not self.active and not self.loading:
             return
         name = Path(self.b_path).name or self.b_path
-        self._forget()
-        self.active, self.loading, self.b_path, self.b_spec, self.error = False, False, "", None, ""
-        self.changed.emit()
+        self.close()       # its DropB finds nothing to let go in the fresh worker
         self.session.note.emit(f"The comparison with {name} was closed: the worker was started afresh (Stop "
                                "waiting) and model B went with it — Models › Compare with… opens it again")
 

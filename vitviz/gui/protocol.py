@@ -226,6 +226,15 @@ class Context(Protocol):
         """The `progress` callback for downloading the named model `name` (stops it when asked to)."""
 
 
+def held(ctx: Context, slot: str, generation: int, gone: str) -> Any:
+    """What `ctx.slots[slot]` holds for `generation` (a comparison's model B, a timeline's store), kept there as
+    (generation, value); RuntimeError(`gone`) when it was let go or replaced by a newer one."""
+    kept = ctx.slots.get(slot)
+    if kept is None or kept[0] != generation:
+        raise RuntimeError(gone)
+    return kept[1]
+
+
 def _image_name(image: Any) -> str:
     return Path(str(image)).name
 

@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.maps import ResultMaps
-from vitviz.gui.protocol import Context, Independent, Request, _image_name
+from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
 PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
@@ -44,10 +44,7 @@ class CheckpointRan:
 
 
 def _store(ctx: Context, generation: int) -> Any:
-    held = ctx.slots.get(STORE_SLOT)
-    if held is None or held[0] != generation:
-        raise RuntimeError("this training run is not open any more")
-    return held[1]
+    return held(ctx, STORE_SLOT, generation, "this training run is not open any more")
 
 
 @dataclass(eq=False)
@@ -259,9 +256,7 @@ class TimelineSession(QObject):
         if self.store is None and not self.opening:
             return
         name = Path(self.folder).name or self.folder
-        self._forget()
-        self.folder, self.opening, self.error = "", False, ""
-        self.opened.emit()
+        self.close()       # its CloseRun finds nothing to let go in the fresh worker
         self.session.note.emit(f"The training run {name} was closed: the worker was started afresh (Stop waiting) "
                                "and its checkpoints went with it — Models › Open training run… opens it again")
 
