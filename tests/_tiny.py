@@ -63,3 +63,21 @@ def write_tiny_checkpoint(path: Path, **kwargs) -> Path:
     else:
         torch.save(sd, path)
     return path
+
+
+def write_permuted_heads(folder: Path, perm: list[int]) -> tuple[Path, Path]:
+    """a.pth, the tiny ViT, and b.pth, the same model with its heads permuted in every block (q, k, v rows and the
+    proj columns): B's head h is A's head perm[h] (len(perm) heads of the 32-wide model)."""
+    heads, d = len(perm), 32
+    hd = d // heads
+    sd = tiny_state_dict(embed_dim=d)
+    a = Path(folder) / "a.pth"
+    torch.save(sd, a)
+    rows = torch.cat([torch.arange(p * hd, (p + 1) * hd) for p in perm])
+    qkv = torch.cat([rows + k * d for k in range(3)])
+    for i in range(2):
+        b = f"blocks.{i}.attn."
+        sd[b + "qkv.weight"], sd[b + "qkv.bias"] = sd[b + "qkv.weight"][qkv], sd[b + "qkv.bias"][qkv]
+        sd[b + "proj.weight"] = sd[b + "proj.weight"][:, rows]
+    torch.save(sd, Path(folder) / "b.pth")
+    return a, Path(folder) / "b.pth"

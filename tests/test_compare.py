@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import vitviz
-from _tiny import HEADS, tiny_state_dict, write_tiny_checkpoint
+from _tiny import HEADS, write_permuted_heads, write_tiny_checkpoint
 from vitviz.core import compare as cmp
 from vitviz.core.maps import MapKind, map_stack
 from vitviz.core.timeline import TimelineError, find_checkpoints, name_number, open_run, run_metrics
@@ -114,19 +113,10 @@ def test_hungarian_against_brute_force(shape) -> None:
 
 def test_head_matching_recovers_a_permutation(tmp_path: Path, images) -> None:
     """B is A with its heads permuted in every layer (q, k, v rows and proj columns): the matching finds it."""
-    heads, d = 4, 32
-    hd = d // heads
     perm = [2, 0, 3, 1]
-    sd = tiny_state_dict()
-    torch.save(sd, tmp_path / "a.pth")
-    rows = torch.cat([torch.arange(p * hd, (p + 1) * hd) for p in perm])
-    qkv = torch.cat([rows + k * d for k in range(3)])
-    for i in range(2):
-        b = f"blocks.{i}.attn."
-        sd[b + "qkv.weight"], sd[b + "qkv.bias"] = sd[b + "qkv.weight"][qkv], sd[b + "qkv.bias"][qkv]
-        sd[b + "proj.weight"] = sd[b + "proj.weight"][:, rows]
-    torch.save(sd, tmp_path / "b.pth")
-    a, b = load(tmp_path / "a.pth", heads), load(tmp_path / "b.pth", heads)
+    heads = len(perm)
+    a_path, b_path = write_permuted_heads(tmp_path, perm)
+    a, b = load(a_path, heads), load(b_path, heads)
     c = cmp.compare(a, b, images)
     for match in c.heads:                       # B's head h is A's head perm[h]
         assert [(x, y) for x, y, _ in match.pairs] == sorted((perm[h], h) for h in range(heads))

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from _gui import HEADS, show_dock, viewport_pos, wait_idle
-from _tiny import tiny_state_dict, write_tiny_checkpoint
+from _tiny import write_permuted_heads, write_tiny_checkpoint
 from PySide6.QtCore import Qt, QTimer
 
 from vitviz.gui.compare import LoadB
@@ -55,17 +54,8 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
 
 
 def test_permuted_heads_are_recovered_in_the_label(qtbot, window, images, tmp_path) -> None:  # noqa: ANN001
-    heads, d = 4, 32
-    hd = d // heads
-    sd = tiny_state_dict()
-    torch.save(sd, tmp_path / "a.pth")
-    rows = torch.cat([torch.arange(p * hd, (p + 1) * hd) for p in PERM])
-    qkv = torch.cat([rows + k * d for k in range(3)])
-    for i in range(2):
-        b = f"blocks.{i}.attn."
-        sd[b + "qkv.weight"], sd[b + "qkv.bias"] = sd[b + "qkv.weight"][qkv], sd[b + "qkv.bias"][qkv]
-        sd[b + "proj.weight"] = sd[b + "proj.weight"][:, rows]
-    torch.save(sd, tmp_path / "b.pth")
+    heads = len(PERM)
+    write_permuted_heads(tmp_path, PERM)
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tmp_path / "a.pth"), heads=heads)
     window.session.add_images([str(p) for p in images])
