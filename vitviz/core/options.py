@@ -127,18 +127,27 @@ class Option:
         return self.cli_choices or self.choices
 
     @property
+    def api_how(self) -> str:
+        """How Python passes it: "act='gelu'|'relu'", "heads=N"."""
+        if self.value == "choice":
+            return f"{self.name}={alternatives(self.offered)}"
+        return f"{self.name}={self.api_metavar or self.metavar or '...'}"
+
+    @property
+    def cli_how(self) -> str:
+        """How the command line passes it ('--act gelu|relu', '--heads N'; '' without a flag)."""
+        if not self.cli_flag:
+            return ""
+        value = alternatives(self.offered, quote=False) if self.value == "choice" else self.metavar or "..."
+        return f"{self.cli_flag} {value}"
+
+    @property
     def how(self) -> str:
         """How to pass it, as a warning says: "act='gelu'|'relu' (CLI --act gelu|relu)", "heads=N (CLI --heads N)"."""
-        if self.value == "choice":
-            api, cli = alternatives(self.offered), alternatives(self.offered, quote=False)
-        else:
-            cli = self.metavar or "..."
-            api = self.api_metavar or cli
-        return f"{self.name}={api}" + (f" (CLI {self.cli_flag} {cli})" if self.cli_flag else "")
+        return self.api_how + (f" (CLI {self.cli_how})" if self.cli_flag else "")
 
 
 _BOTH = (REFERENCE, WINDOWED)      # a converted model's structure: the live path runs the module's own code
-_NOT_WINDOWED = (REFERENCE, LIVE)
 OPTIONS: tuple[Option, ...] = (
     Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads", "heads"), numeric=True),
     # ("heads": a windowed spec's name for it, `vitviz.core.winspec.WindowedSpec.heads`)
@@ -253,11 +262,8 @@ def how_to_pass(route: str | None = None) -> dict[str, str]:
             by_field.setdefault(f, []).append(o)
     out: dict[str, str] = {}
     for f, opts in by_field.items():
-        if len(opts) == 1:
-            out[f] = opts[0].how
-            continue
-        api = " and ".join(o.how.split(" (CLI ")[0] for o in opts)
-        cli = " ".join(o.how.split(" (CLI ")[1][:-1] for o in opts if " (CLI " in o.how)
+        api = " and ".join(o.api_how for o in opts)
+        cli = " ".join(o.cli_how for o in opts if o.cli_how)
         out[f] = f"{api} (CLI {cli})" if cli else api
     if route in (None, REFERENCE):     # the reference ViT's fields no option sets
         out.update({u.field: u.how for u in UNANSWERED if u.field not in out})
