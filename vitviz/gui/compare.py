@@ -414,8 +414,8 @@ class CompareSession(QObject):
         what the dock says instead. Only indexes arrays (the maps are built in the worker)."""
         if not self.active:
             return None, "No comparison. Models › Compare with… loads a second model B."
-        if self.a_refused():
-            return None, self.a_refused()
+        if refused := self.a_refused():
+            return None, refused
         if self.error and self.b_spec is None:
             return None, f"Model B could not be loaded: {self.error}"
         if self.b_spec is None:
