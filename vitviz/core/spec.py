@@ -46,7 +46,7 @@ def audit_provenance(spec: Any, fields: tuple[str, ...] | None = None) -> list[s
         if name not in prov:
             problems.append(f"{name}: no provenance (where does {getattr(spec, name, '?')!r} come from?)")
         elif not known_source(prov[name]):
-            problems.append(f"{name}: source {prov[name]!r} has no known kind (read/derived/named/given/assumed)")
+            problems.append(f"{name}: source {prov[name]!r} has no known kind (read/derived/named/given/verified/assumed)")
         elif spec.kind_of(name) == ASSUMED and name not in flagged and not (name.startswith("rope_")
                                                                               and "rope" in flagged):
             problems.append(f"{name}: assumed ({prov[name]}) but not flagged")
@@ -155,13 +155,15 @@ class GuessWarning(UserWarning):
     to pass the right one."""
 
 
-# Where a value came from, in four kinds plus the caller's own word (see `provenance_kind`):
-READ, DERIVED, NAMED, GIVEN, ASSUMED = "read", "derived", "named", "given", "assumed"
-PROVENANCE_KINDS = (READ, DERIVED, NAMED, GIVEN, ASSUMED)
+# Where a value came from, in four kinds plus the caller's own word (see `provenance_kind`), and one a check earned:
+# 'verified' -- a setting the file does not state that the comparison with an original implementation whose
+# parameters fit the file exactly confirmed (`vitviz.core.verify`); no longer an assumption, never a 'given' one.
+READ, DERIVED, NAMED, GIVEN, ASSUMED, VERIFIED = "read", "derived", "named", "given", "assumed", "verified"
+PROVENANCE_KINDS = (READ, DERIVED, NAMED, GIVEN, VERIFIED, ASSUMED)
 # Source prefixes and their kind, longest first where one is the start of another. A source nobody described
 # (no entry, or a prefix not listed) is an assumption: silence is never read as certainty.
 _KIND_OF_PREFIX = (
-    ("override", GIVEN), ("given", GIVEN), ("model object", READ), ("metadata", READ), ("read", READ),
+    ("override", GIVEN), ("given", GIVEN), ("remembered", GIVEN), ("verified", VERIFIED), ("model object", READ), ("metadata", READ), ("read", READ),
     ("capture", READ), ("not used", READ), ("live", READ), ("attribute", READ), ("shape", DERIVED), ("derived", DERIVED),
     ("named", NAMED), ("guess", ASSUMED), ("assumed", ASSUMED), ("default", ASSUMED), ("family", ASSUMED),
     ("table", ASSUMED), ("layout", ASSUMED),
