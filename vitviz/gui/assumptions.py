@@ -24,7 +24,7 @@ ACTIVATIONS = {"gelu": "GELU (exact)", "gelu_tanh": "GELU, tanh approximation", 
                "QuickGELU: x·σ(1.702x) (OpenAI CLIP)", "relu": "ReLU", "silu": "SiLU / Swish", "tanh": "tanh"}
 # verdict levels -> how the line is drawn
 LEVEL_STYLES = {"verified": "color: #188038;", "unverified": "color: #b06000;", "differs":
-                "color: #d93025; font-weight: bold;", "none": ""}
+                "color: #d93025; font-weight: bold;", "checking": "color: #1a73e8;", "none": ""}
 LIVE_LINE = "Runs your model's own code (nothing converted to verify)"
 
 
@@ -109,10 +109,50 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+# the start of the 'identity' provenance of a model a library names -> that library (`vitviz.core.verify` builds
+# its original from the same entry)
+NAMED_BY = (("named: timm architecture", "timm"), ("named: transformers model_type", "transformers"),
+            ("named: open_clip model config", "open_clip"), ("named: torchvision", "torchvision"),
+            ("named: model name", "timm"), ("named: the published file", "timm"))
+
+
+def original_name(spec: ModelSpec | None, against: str = "auto", code: str = "") -> str:
+    """How the verdict line names the original a check runs: 'timm' (the library that names the model, or the
+    one chosen: 'timm:vit_small_patch16_224' -> 'timm'), 'my_vit.py:build' for the user's code; '' when the
+    spec does not say (the check itself finds out)."""
+    if code:
+        file, _sep, factory = code.rpartition(":")
+        return f"{file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{factory}" if file else code
+    if against and against != "auto":
+        return against.split(":", 1)[0]
+    identity = spec.source_of("identity") if spec is not None and hasattr(spec, "source_of") else ""
+    return next((library for prefix, library in NAMED_BY if str(identity).startswith(prefix)), "")
+
+
+def checking_text(name: str, progress: str = "", waiting: bool = False) -> str:
+    """'Checking against timm…', 'Checking against timm… 1/2 sizes', 'Checking against the original… after the
+    images' (`waiting`: the images run first)."""
+    head = f"Checking against {name or 'the original'}…"
+    if waiting:
+        return f"{head} after the images"
+    if progress.startswith("Checking"):          # the check's own words say it all
+        return progress
+    return f"{head} {progress}".rstrip()
+
+
+def progress_text(fraction: float, text: str) -> str:
+    """What the verdict line adds for a check's progress report: its text ('1/2 sizes'), else the percentage."""
+    text = str(text or "").strip()
+    if text:
+        return text
+    return f"{int(round(100 * fraction))} %" if 0 <= fraction <= 1 else ""
+
+
 @dataclass(frozen=True)
 class VerdictLine:
     """What the status bar and Model info say about a model's exactness: `text` (short), `tooltip` (the
-    assumptions listed), `level` ('verified', 'unverified', 'differs' or 'none': nothing to say yet)."""
+    assumptions listed), `level` ('verified', 'unverified', 'differs', 'checking': the check that will say is on
+    its way, or 'none': nothing to say yet)."""
 
     text: str
     tooltip: str
@@ -120,10 +160,16 @@ class VerdictLine:
 
 
 def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str = "",
-                 checking: bool = False) -> VerdictLine:
+                 checking: bool = False, original: str | None = None, progress: str = "",
+                 waiting: bool = False) -> VerdictLine:
     """The verdict line of `spec`: the worker's `Verification` (`vitviz.core.verify`) when it has answered, else
-    "Not verified — N assumptions" from `spec.assumptions` alone (`checking`: the check is on its way; `failure`:
-    why it could not be made)."""
+    "Not verified — N assumptions" from `spec.assumptions` alone (`failure`: why the check could not be made).
+
+    `checking`: the check is on its way (`waiting`: queued behind the images). With `original` (the name of what
+    it compares with, '' when only the check knows) the line says "Checking against timm…" with `progress`
+    ('1/2 sizes') instead of "Not verified", which the check may be about to contradict; without (None: nothing
+    names the model, so the check can only say it is not verified) the line stays "Not verified — N
+    assumptions" and only its tooltip says that the check runs."""
     if spec is None:
         return VerdictLine("", "", "none")
     listed = "\n".join(f"• {setting_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
@@ -140,14 +186,46 @@ def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str 
     if verdict == "differs":
         layer = getattr(verification, "first_differing_layer", None)
         text = "Differs from the original" + (f" — from layer {layer}" if layer is not None else "")
-        return VerdictLine(text, f"{summary}\nThe maps vitviz shows are not the original model's.\n{tip_list}",
-                           "differs")
+        causes = causes_text(verification)
+        return VerdictLine(text, f"{summary}\nThe maps vitviz shows are not the original model's."
+                                 + (f"\n{causes}" if causes else "") + f"\n{tip_list}", "differs")
+    if verdict is None and checking and original is not None and not failure:
+        text = checking_text(original, progress, waiting)
+        return VerdictLine(text, f"{text}\nThe maps are shown meanwhile; this line says whether they are the "
+                                 f"original model's once the check has answered.\n{tip_list}", "checking")
     head = f"Not verified — {plural(n, 'assumption')}" if n else "Not verified"
     if verdict == "unverified":
         return VerdictLine(head, f"{summary}\n{tip_list}" if summary else tip_list, "unverified")
     why = (f"The check against the original could not run: {failure}\n" if failure
            else "Checking against the original…\n" if checking else "")
     return VerdictLine(head, why + tip_list, "unverified")
+
+
+def causes(verification: Any) -> tuple[tuple[str, str], ...]:
+    """(setting, what would fix it) for each setting that could explain a 'differs' (the lead's
+    `Verification.causes`: ('num_heads', '4 heads')); () when the check names none."""
+    return tuple((str(name), str(fix)) for name, fix in (getattr(verification, "causes", None) or ()))
+
+
+def suggested(verification: Any) -> dict[str, Any]:
+    """The load overrides that could make the model agree with its original ({'heads': 4}); {} when none."""
+    return dict(getattr(verification, "suggested", None) or {})
+
+
+def causes_text(verification: Any) -> str:
+    """'Settings that could explain it: num_heads (4 heads would match)'; '' when the check names none."""
+    found = causes(verification)
+    if not found:
+        return ""
+    return "Settings that could explain it: " + "; ".join(f"{name} ({fix} would match)" for name, fix in found)
+
+
+def fix_label(verification: Any) -> str:
+    """The differs box's button: 'Use 4 heads' when the check suggests overrides (named by its causes), else ''."""
+    if not suggested(verification):
+        return ""
+    fixes = [fix for _name, fix in causes(verification)]
+    return "Use " + (", ".join(fixes) if fixes else ", ".join(f"{k}={v}" for k, v in suggested(verification).items()))
 
 
 def _summary(verification: Any) -> str:

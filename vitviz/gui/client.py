@@ -103,6 +103,7 @@ class WorkerClient(QObject):
     stuck = Signal(object, float)              # a request running the user's code, seconds it has run unanswered
     unstuck = Signal()                         # the request `stuck` was about has answered, or was given up on
     progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
+    progressed = Signal(object, str, float)    # the same with the request it is about (routed by its kind)
     busy_changed = Signal(bool)
     status = Signal(str)
     dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
@@ -303,6 +304,7 @@ class WorkerClient(QObject):
         if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
             self.status.emit(text)
             self.progress.emit(text, fraction)
+            self.progressed.emit(self._in_flight, text, fraction)
 
     @Slot(int, object)
     def _on_finished(self, req_id: int, answer: object) -> None:

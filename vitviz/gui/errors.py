@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable, Sequence
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -28,19 +29,30 @@ class ErrorReporter:
         self._box_count = 0               # how many errors the box holds (from `_box_first` on)
         self._repeats: dict[str, int] = {}  # why images failed -> index into `errors` (repeats join it)
 
-    def show(self, title: str, summary: str, details: str, informative: str | None = None) -> None:
+    def show(self, title: str, summary: str, details: str, informative: str | None = None,
+             actions: Sequence[tuple[str, Callable[[], object]]] = ()) -> None:
         """Show an error: in a new box, or added to the open one (`informative`: the box's second line, when it
-        is not 'Everything already loaded is still available')."""
+        is not 'Everything already loaded is still available'; `actions`: (button text, what it does) offered
+        beside OK, each closing the box)."""
         self.errors.append((title, summary))
         box = self.box
         if box is not None and box.isVisible():
             self._box_count += 1
             box.setText(f"{self._box_count} errors; the latest: {summary}")
             box.setDetailedText(box.detailedText() + f"\n\n=== {title}: {summary}\n{details}")
+            self._add_actions(box, actions)
             return
         self.box = box = dialogs.error_box(self.parent, title, summary, details, informative)
+        self._add_actions(box, actions)
         self._box_first, self._box_count = len(self.errors) - 1, 1
         box.destroyed.connect(lambda *_args: self._forget_box(box))
+
+    @staticmethod
+    def _add_actions(box: QMessageBox, actions: Sequence[tuple[str, Callable[[], object]]]) -> None:
+        for text, act in actions:
+            button = box.addButton(text, QMessageBox.ButtonRole.AcceptRole)
+            button.setObjectName("errorAction")
+            button.clicked.connect(lambda _checked=False, act=act: act())
 
     def show_run_error(self, path: str, summary: str, details: str) -> None:
         """One error per distinct reason an image failed: an image failing like an earlier one joins that error as

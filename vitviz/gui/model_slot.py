@@ -13,7 +13,7 @@ from typing import Any
 from vitviz.core.maps import PosEmbedData
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
-from vitviz.gui.assumptions import asks_unprompted, runs_own_code
+from vitviz.gui.assumptions import asks_unprompted, original_name, runs_own_code
 from vitviz.gui.protocol import Loaded, PosEmbedded, Request, RopeKernels
 
 
@@ -41,6 +41,10 @@ class ModelSlot:
         self.verification: Any = None               # the loaded model's `Verification`, once answered
         self.verify_failure = ""                    # why the check could not run ('' when it did or has not yet)
         self.verify_asked = False                   # the check of the loaded model has been asked for
+        self.verify_against = "auto"                # what the check builds: 'auto', a library, 'LIBRARY:ARCH'
+        self.verify_code = ""                       # 'FILE.py:FACTORY' the user chose to check against (Verify
+                                                    # against…; a model built by code is checked against its own)
+        self.verify_progress: tuple[float, str] | None = None   # how far the running check has got
         self.param_counts: dict[str, int] = {}
         self.image_size: tuple[int, int] | None = None     # None: the model's native size
         self.pending_size: tuple[int, int] | None = None   # the input size for the model being loaded (--size)
@@ -65,6 +69,24 @@ class ModelSlot:
         """Whether the check against the original is to be asked now: a converted model that has not been (a
         model run from its own code is the original: nothing to check)."""
         return self.verify_models and self.spec is not None and not self.verify_asked and not self.runs_own_code
+
+    @property
+    def checks_against(self) -> tuple[str, str]:
+        """(against, code) of the check: what the user chose (Verify against…), else the library that names the
+        model, or the code that built it."""
+        return self.verify_against, self.verify_code or self.model_code
+
+    def original_name(self) -> str:
+        """How the verdict line names the original the check runs ('timm', 'my_vit.py:build'; '' when only the
+        check knows: `assumptions.original_name`)."""
+        against, code = self.checks_against
+        return original_name(self.spec, against, code)
+
+    def compares(self) -> bool:
+        """Whether the check will compare anything: something names the model, or an original was chosen (code or
+        an architecture). Otherwise it answers 'not verified' at once, and the line says so all along."""
+        against, code = self.checks_against
+        return self.spec is not None and (bool(code) or against != "auto" or bool(getattr(self.spec, "named", False)))
 
     def run_size(self) -> tuple[int, int] | None:
         """The (h, w) the images run at: the chosen size, else the model's own (None without a model)."""
@@ -110,6 +132,7 @@ class ModelSlot:
         self.library_layout, self.described = answer.library_layout, dict(answer.described)
         self.capabilities = answer.capabilities
         self.verification, self.verify_failure, self.verify_asked = None, "", False
+        self.verify_against, self.verify_code, self.verify_progress = "auto", "", None
         self.awaiting_answers = (self.ask_assumptions and asks_unprompted(answer.spec, answer.library_layout)
                                  and not bundled.is_demo(self.model_path) and self.model_path not in self.kept)
         self.param_counts = dict(answer.counts)

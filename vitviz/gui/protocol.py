@@ -225,6 +225,9 @@ class Context(Protocol):
     def download_progress(self, name: str) -> Any:
         """The `progress` callback for downloading the named model `name` (stops it when asked to)."""
 
+    def report(self, text: str, fraction: float) -> None:
+        """Say how far the running request has got (`fraction` in [0, 1], -1: unknown): the window shows it."""
+
 
 def held(ctx: Context, slot: str, generation: int, gone: str) -> Any:
     """What `ctx.slots[slot]` holds for `generation` (a comparison's model B, a timeline's store), kept there as
@@ -713,9 +716,13 @@ class Share(Analysis):
 @dataclass(eq=False)
 class Verify(Request):
     """Run the loaded model's original (timm, transformers, ..., or the user's `code`) on a probe input and
-    compare (`vitviz.core.verify.verify`); its verdict says whether the maps are the original's."""
+    compare (`vitviz.core.verify.verify`); its verdict says whether the maps are the original's. `against`:
+    'auto' (the library that names the model), a library, or 'LIBRARY:ARCH' the user chose (Verify against…).
+    How far it has got goes to the window as the worker's progress (`Context.report`), when the installed
+    `verify` can say so."""
 
     code: str | None = None
+    against: str = "auto"
 
     answer = Verified
     title = "Could not check the model against its original"
@@ -726,11 +733,58 @@ class Verify(Request):
     def __call__(self, ctx: Context) -> Verified:
         from vitviz.core.verify import verify
 
-        return Verified(verify(self.model_of(ctx), code=self.code or None))
+        options: dict[str, Any] = {}
+        if self.against and self.against != "auto":
+            options["against"] = self.against
+        if _accepts(verify, "progress"):
+            options["progress"] = lambda fraction, text: ctx.report(str(text), float(fraction))
+        return Verified(verify(self.model_of(ctx), code=self.code or None, **options))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The library architectures the loaded model could be, shape-matching ones first ('timm:vit_small_patch16_224',
+    `vitviz.core.identify.candidate_names`); `available` False when this vitviz cannot list them (then the user
+    types a name)."""
+
+    names: tuple[str, ...]
+    available: bool = True
+
+
+@dataclass(eq=False)
+class Identify(Request):
+    """List the originals the loaded model could be checked against (Verify against…), in the worker: it builds
+    nothing, but reads the model's shapes with torch."""
+
+    answer = Candidates
+    title = "Could not list the models to verify against"
+    user_code = False
+
+    def describe(self) -> str:
+        return "Looking for the original implementations this model could be…"
+
+    def __call__(self, ctx: Context) -> Candidates:
+        model = self.model_of(ctx)
+        try:
+            from vitviz.core.identify import candidate_names
+        except ImportError:
+            return Candidates((), available=False)
+        return Candidates(tuple(str(name) for name in candidate_names(model)))
+
+
+def _accepts(function: Any, name: str) -> bool:
+    """Whether `function` takes a keyword argument `name` (an older `verify` has no `progress`)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 REQUESTS: tuple[type[Request], ...] = (Probe, Load, Run, PosEmbed, Catalog, Move, Relevance, Text, Features, Pca,
-                                        Similarity, Share, Verify)
+                                        Similarity, Share, Verify, Identify)
 
 
 class Kind:
@@ -749,6 +803,7 @@ class Kind:
     SIMILARITY = Similarity
     SHARE = Share
     VERIFY = Verify
+    IDENTIFY = Identify
 
 
 ANALYSES = (Pca, Similarity, Share)

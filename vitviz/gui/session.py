@@ -18,6 +18,7 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.maps import ResultMaps
+from vitviz.gui import assumptions
 from vitviz.gui.analyses import FeatureAnalyses
 from vitviz.gui.cache import ResultCache
 from vitviz.gui.client import WorkerClient
@@ -118,13 +119,14 @@ class Session(QObject):
         c.stuck.connect(self._on_stuck)
         c.status.connect(self.status)
         c.busy_changed.connect(self.busy_changed)
-        c.progress.connect(self.progress)
+        c.progressed.connect(self._on_progressed)
         c.unstuck.connect(lambda: self.stuck.emit(""))
         self._routes: dict[type, Any] = {
             Probe: self._on_probed, Load: self._on_loaded, Run: self._on_ran, PosEmbed: self._on_posembedded,
             Catalog: self._on_cataloged, Move: self._on_moved, Verify: self._on_verified,
             **{kind: store.answer for kind, store in self.passes.items()}}
         self._failure_routes: dict[type, Any] = {}
+        self._waiting_shown = False               # the verdict line says the check waits for the images
         self.analyses = FeatureAnalyses(self)       # the Features dock's PCA, similarity and share (routed there)
         c.answered.connect(self._on_answered)
         c.failed.connect(self._on_failed)
@@ -278,6 +280,37 @@ class Session(QObject):
         """Whether the check of the loaded model against its original is on its way."""
         return bool(self.client.pending(Verify))
 
+    @property
+    def verify_waiting(self) -> bool:
+        """Whether the check is due and waits for the images queued before it (`_verify`)."""
+        return self.model.verify_due and bool(self.client.pending(Run)) and not self.client.pending(Load)
+
+    def verdict_line(self) -> assumptions.VerdictLine:
+        """The loaded model's verdict line as the status bar and Model info show it: the check's answer, "Checking
+        against timm… 1/2 sizes" while it is on its way (or waits for the images), else what is assumed."""
+        m = self.model
+        waiting = self.verify_waiting
+        progress = assumptions.progress_text(*m.verify_progress) if m.verify_progress else ""
+        return assumptions.verdict_line(self.spec, self.verification, self.verify_failure,
+                                        self.verifying or waiting, m.original_name() if m.compares() else None,
+                                        progress, waiting and not self.verifying)
+
+    def verify_against(self, against: str = "auto", code: str | None = None) -> Request | None:
+        """Check the loaded model against another original now (Verify against…): a library architecture
+        ('timm:vit_small_patch16_224', or a library: 'timm') or the user's code ('FILE.py:FACTORY'; the window has
+        asked before running it). The verdict before is withdrawn, a check on its way is dropped; None without a
+        model, or for a model that runs from its own code (it is the original)."""
+        if self.spec is None or self.model.runs_own_code:
+            return None
+        m = self.model
+        self.client.cancel(lambda r: r.kind is Verify)
+        m.verify_against, m.verify_code = (against or "auto", str(code or ""))
+        m.verification, m.verify_failure, m.verify_progress, m.verify_asked = None, "", None, True
+        against_, code_ = m.checks_against
+        request = self.client.submit(Verify, code=code_ or None, against=against_)
+        self.verification_changed.emit()
+        return request
+
     def set_device(self, device: str) -> None:
         if self.spec is not None and device != self.device:
             self.client.submit(Move, device=device)
@@ -315,6 +348,10 @@ class Session(QObject):
         if current is not None:
             self.set_current(current)
         self._report_runs()
+        if self.results or self.failed:
+            self._verify()          # the check waited for runs that are gone
+        else:
+            self._verdict_may_change()
         return gone
 
     def remove_failed(self) -> list[str]:
@@ -388,6 +425,7 @@ class Session(QObject):
             self.image_list.begin_runs()     # a new run of images begins
         self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute)
         self.run_started.emit(path)
+        self._verdict_may_change()
 
     def ensure_all(self) -> None:
         """Run the current image first, then every other image without a result."""
@@ -427,6 +465,7 @@ class Session(QObject):
             self._refuse_device(str(request.args.get("device")), answer.refused)
         spec = answer.spec
         self.model.loaded(request, answer)            # at its native size, asked about or not, not verified yet
+        self._waiting_shown = False
         self._forget_results()
         self.image_list.restore_given_up(self.model_path)   # given up on before: not run again for this model
         pending = self.model.take_pending_size()
@@ -465,19 +504,42 @@ class Session(QObject):
         self._verify()
 
     def _verify(self) -> None:
-        """After a model's first picture, check it against its original in the worker, ahead of the queued runs
-        (`verification_changed` when answered; `ModelSlot.verify_due`). A model run from its own code is the
-        original: nothing to check. A model built by the user's code and converted is checked against that code."""
-        if not self.model.verify_due:
+        """Once a model's images have run (no run waiting), check it against its original in the worker
+        (`verification_changed` when answered; `ModelSlot.verify_due`): the pictures come first, and the run's
+        progress never waits behind the check. A model run from its own code is the original: nothing to check.
+        A model built by the user's code and converted is checked against that code; what the user chose to check
+        it against (Verify against…) is used instead."""
+        if not self.model.verify_due or self.client.pending(Run) or self.client.pending(Load):
+            self._verdict_may_change()
             return
-        self.model.verify_asked = True
-        self.client.submit(Verify, first=True, code=self.model_code or None)
+        m = self.model
+        m.verify_asked, m.verify_progress = True, None
+        against, code = m.checks_against
+        self.client.submit(Verify, code=code or None, against=against)
+        self._waiting_shown = False
         self.verification_changed.emit()
+
+    def _verdict_may_change(self) -> None:
+        """Say so when the verdict line's "after the images" comes or goes (runs queued or answered)."""
+        waiting = self.verify_waiting
+        if waiting != self._waiting_shown:
+            self._waiting_shown = waiting
+            self.verification_changed.emit()
 
     def _on_verified(self, _request: Request, answer: Verified) -> None:
         """The check's answer (one for an older model is dropped by the client: a load makes it stale)."""
         self.verification, self.verify_failure = answer.verification, ""
+        self.model.verify_progress = None
         self.verification_changed.emit()
+
+    def _on_progressed(self, request: Request, text: str, fraction: float) -> None:
+        """The running request's progress: the check's goes to the verdict line as well, said as a check."""
+        if request.kind is Verify:
+            self.model.verify_progress = (fraction, text)
+            self.verification_changed.emit()
+            m = self.model
+            text = assumptions.checking_text(m.original_name(), assumptions.progress_text(fraction, text))
+        self.progress.emit(text, fraction)
 
     def _report_runs(self) -> None:
         """Say how far the current run of images has got: answered, in all, and an estimate of the seconds left
@@ -490,6 +552,9 @@ class Session(QObject):
             self.loading_changed.emit(False)
         elif request is not None and request.kind is Run:
             self._report_runs()
+            self._verify()
+        elif request is not None and request.kind is Verify and not self.verifying:
+            self.model.verify_progress = None
 
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
         self.model.position(answer)
@@ -508,7 +573,7 @@ class Session(QObject):
             self._failure_routes[kind](request, summary, details)
             return
         if kind is Verify:        # not an error of the model: it stays unverified, and says why
-            self.verify_failure = summary
+            self.verify_failure, self.model.verify_progress = summary, None
             self.verification_changed.emit()
             return
         if kind is Run:
@@ -518,6 +583,7 @@ class Session(QObject):
             if path == self.current:
                 self.current_changed.emit(None)
             self._report_runs()
+            self._verify()
             return
         if isinstance(request, PassRequest):
             self.passes[kind].fail(request, summary)

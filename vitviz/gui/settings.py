@@ -165,6 +165,36 @@ def _file_key(path: str) -> str:
     return answers.model_key(path)
 
 
+ORIGINALS_KEY = "verify/originals"     # {file: {"against": 'timm:ARCH'} or {"code": 'FILE.py:FACTORY'}}
+
+
+def remembered_original(settings: QSettings, path: str) -> tuple[str, str]:
+    """(against, code) the user chose to verify the model file `path` against (Verify against…, remembered for
+    the file): ('timm:vit_small_patch16_224', '') or ('auto', 'my_vit.py:build'); ('auto', '') when none."""
+    entry = _read_json(settings, ORIGINALS_KEY).get(_file_key(path))
+    if not isinstance(entry, dict):
+        return "auto", ""
+    against, code = entry.get("against"), entry.get("code")
+    return (str(against) if isinstance(against, str) and against else "auto",
+            str(code) if isinstance(code, str) else "")
+
+
+def remember_original(settings: QSettings, path: str, against: str = "auto", code: str = "") -> None:
+    """Remember what the model file `path` is verified against (('auto', '') forgets it)."""
+    import json
+
+    every = _read_json(settings, ORIGINALS_KEY)
+    key = _file_key(path)
+    if code:
+        every[key] = {"code": code}
+    elif against and against != "auto":
+        every[key] = {"against": against}
+    else:
+        every.pop(key, None)
+    settings.setValue(ORIGINALS_KEY, json.dumps(every))
+    settings.setValue("version", SETTINGS_VERSION)
+
+
 STOP_WAITING_KEY = "worker/stop_waiting_s"     # seconds before the user's own code is offered Stop waiting
 
 

@@ -66,7 +66,15 @@ class StatusArea:
         self.review_button.setToolTip("The settings the file does not say (heads, norm order, activation, attention "
                                       "scale): see why each was assumed and set the right ones")
         self.review_button.setVisible(False)
+        self.verify_button = QToolButton()          # Verify against…: another original, or the user's code
+        self.verify_button.setObjectName("verifyAgainst")
+        self.verify_button.setText("Verify against…")
+        self.verify_button.setAutoRaise(True)
+        self.verify_button.setToolTip("Check the model against an original you name: a library architecture, or "
+                                      "your own code (FILE.py and the function that builds the model)")
+        self.verify_button.setVisible(False)
         bar.addPermanentWidget(self.verdict_label)
+        bar.addPermanentWidget(self.verify_button)
         bar.addPermanentWidget(self.review_button)
         bar.addPermanentWidget(self.hover_label)
         bar.addPermanentWidget(self.busy_bar)
@@ -80,14 +88,16 @@ class StatusArea:
         self._note_timer = QTimer(bar)          # running while the note stands in for the idle message
         self._note_timer.setSingleShot(True)
         self._note_timer.timeout.connect(self._note_expired)
-        self._permanent = [self.verdict_label, self.review_button, self.hover_label, self.busy_bar,
+        self._permanent = [self.verdict_label, self.verify_button, self.review_button, self.hover_label, self.busy_bar,
                            self.cancel_button, self.stop_button]
         bar.messageChanged.connect(self._tip_if_cut)
         bar.showMessage(self.ready_message)
 
-    def set_verdict(self, line: VerdictLine, reviewable: bool) -> None:
-        """Show the loaded model's verdict line (hidden without one) and, with `reviewable`, the review button."""
+    def set_verdict(self, line: VerdictLine, reviewable: bool, verifiable: bool = False) -> None:
+        """Show the loaded model's verdict line (hidden without one) and, with `reviewable`, the review button; with
+        `verifiable` (a converted model), Verify against…."""
         self.verdict = line
+        self.verify_button.setVisible(verifiable)
         self.verdict_label.setText(line.text)
         self.verdict_label.setToolTip(line.tooltip)
         self.verdict_label.setStyleSheet(LEVEL_STYLES.get(line.level, ""))

@@ -44,6 +44,7 @@ from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
 from vitviz.gui.state import ROLLOUT_FIELDS, QueryScaleRule, ViewState, map_kind, resolve_index
 from vitviz.gui.status import StatusArea
+from vitviz.gui.verdict import Verifier
 
 PROBE_DELAY_MS = 300
 DEFAULT_SIZE = QSize(1400, 900)      # the window's size on a large screen; smaller screens get `default_size`
@@ -170,6 +171,7 @@ class MainWindow(QMainWindow):
         self.models.add_extra(self._side_actions())
         self.models.open_by_name.connect(self.open_by_name_dialog)
         self.status = StatusArea(self.statusBar())
+        self.verifier = Verifier(self.session, settings, self, self.with_code_trust)
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
         self.session.stop_waiting_after = st.stop_waiting_seconds(settings)   # the user's code that never returns
         self.resize(default_size(self._available()))
@@ -276,9 +278,15 @@ class MainWindow(QMainWindow):
             dock.hide()
 
     def _side_actions(self) -> list[Any]:
-        """Models › Compare with… and Models › Open training run…."""
+        """Models › Verify against…, Models › Compare with… and Models › Open training run…."""
         from PySide6.QtGui import QAction
 
+        verify = QAction("&Verify against…", self)
+        verify.setObjectName("verify_against")
+        verify.setStatusTip("Check the loaded model against an original you name: a library architecture, or your "
+                            "own code")
+        verify.triggered.connect(lambda _checked=False: self.verifier.open_dialog())
+        self.verify_action = verify
         compare = QAction("&Compare with…", self)
         compare.setObjectName("compare_with")
         compare.setStatusTip("Load a second model B (any family or size) and compare it with the loaded one on the "
@@ -288,7 +296,7 @@ class MainWindow(QMainWindow):
         run.setObjectName("open_training_run")
         run.setStatusTip("Open a folder of checkpoints of one training run as a timeline")
         run.triggered.connect(lambda _checked=False: self.open_run_dialog())
-        return [compare, run]
+        return [verify, compare, run]
 
     def compare_dialog(self) -> None:
         """Ask for model B's checkpoint and compare it with the loaded model."""
@@ -490,18 +498,26 @@ class MainWindow(QMainWindow):
 
     def load_code(self, code: str, weights: str | None = None, **overrides: Any) -> None:
         """Build the model by running FILE.py:FACTORY (`vitviz.load(weights, code=...)`, in the worker) -- only
-        once the user has agreed to run that file's code (a confirm dialog; `trust_code` or an earlier yes for
-        the same code this session skips it)."""
+        once the user has agreed to run that file's code (`with_code_trust`)."""
         def run() -> None:
-            self._trusted_code.add(code)
-            self.code_box = None
             self.statusBar().showMessage(f"Building the model with {code}…")
             self.session.load_model(weights, code=code, **overrides)
 
-        if self.trust_code or code in self._trusted_code:
+        self.with_code_trust(code, weights, run)
+
+    def with_code_trust(self, code: str, weights: str | None, run: Callable[[], object]) -> None:
+        """Call `run` once the user has agreed to run the code of FILE.py:FACTORY (a confirm dialog; `trust_code`
+        or an earlier yes for the same code this session skips it): building a model with it, or verifying
+        against it."""
+        def agreed() -> None:
+            self._trusted_code.add(code)
+            self.code_box = None
             run()
+
+        if self.trust_code or code in self._trusted_code:
+            agreed()
             return
-        self.code_box = dialogs.confirm_code(self, code, weights, run)
+        self.code_box = dialogs.confirm_code(self, code, weights, agreed)
         self.code_box.finished.connect(lambda _r: setattr(self, "code_box", None))
 
     def ask_assumptions(self, spec: ModelSpec) -> None:
@@ -552,15 +568,42 @@ class MainWindow(QMainWindow):
 
     def _show_verdict(self) -> None:
         """The status bar's verdict line follows the session; a model that differs from its original is an error,
-        reported once."""
+        reported once, that says where it differs, what could explain it and offers to change it."""
         s = self.session
-        line = assumptions.verdict_line(s.spec, s.verification, s.verify_failure, s.verifying)
-        self.status.set_verdict(line, s.spec is not None and bool(assumptions.asked(s.spec)))
+        line = s.verdict_line()
+        converted = s.spec is not None and not assumptions.runs_own_code(s.spec)
+        self.status.set_verdict(line, s.spec is not None and bool(assumptions.asked(s.spec)), converted)
+        self.verify_action.setEnabled(converted)
         if line.level == "differs" and self._differs_reported is not s.verification:
             self._differs_reported = s.verification
-            details = getattr(s.verification, "to_dict", None)
-            self.reporter.show(DIFFERS, f"{window_name(s.model_path)}: {line.text}",
-                               f"{line.tooltip}\n\n{details() if callable(details) else ''}")
+            self._report_differs(line)
+
+    def _report_differs(self, line: assumptions.VerdictLine) -> None:
+        """The error box of a model that differs: the first differing layer, the settings that could explain it
+        and a button that reloads with the check's suggestion (the route the assumptions dialog's answers take),
+        else Review assumptions… -- never "everything already loaded is still available": what is shown is not
+        the original's."""
+        s = self.session
+        verification, path = s.verification, s.model_path
+        layer = getattr(verification, "first_differing_layer", None)
+        where = f" from layer {layer} on" if layer is not None else ""
+        causes = assumptions.causes_text(verification)
+        suggestion = assumptions.suggested(verification)
+        actions: list[tuple[str, Callable[[], object]]] = []
+        if suggestion:
+            actions.append((assumptions.fix_label(verification),
+                            lambda: self._assumptions_answered(path, suggestion, False, False)))
+        elif s.spec is not None and assumptions.asked(s.spec):
+            actions.append(("Review assumptions…", self.review_assumptions))
+        informative = (f"The maps shown are not the original model's: vitviz computes different attention{where}."
+                       + (f" {causes}." if causes else " The check names no setting that explains it; review what "
+                          "the file does not say, or check it against another original (Verify against…).")
+                       + (f" {actions[0][0]} loads the model again with it and checks it again." if suggestion
+                          else ""))
+        details = getattr(verification, "to_dict", None)
+        self.reporter.show(DIFFERS, f"{window_name(path)}: {line.text}",
+                           f"{line.tooltip}\n\n{details() if callable(details) else ''}", informative=informative,
+                           actions=actions)
 
     def _on_error(self, title: str, summary: str, details: str) -> None:
         """An error from the session, in the error box. A model that failed to load while none is open (a bad
@@ -705,6 +748,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         """The view follows the new model: valid layer, head and query, the title, recent models, the status."""
+        self.verifier.use_remembered()            # before its images run: the check that follows them uses it
         self._show_loaded(spec)
         told = bool(self.requested_view.get("map"))     # a --map this model lacks is reported there, not noted
         self._check_requested_view(spec)

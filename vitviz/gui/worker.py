@@ -155,6 +155,11 @@ class InferenceWorker(QObject):
         self.model = None
         self.slots.clear()
 
+    def report(self, text: str, fraction: float) -> None:
+        """How far the running request has got (a `Verify`'s sizes compared): `progress` to the GUI thread, queued
+        (this runs in the worker thread)."""
+        self.progress.emit(self.running_id, text, fraction)
+
     def download_progress(self, name: str) -> "DownloadProgress":
         """The progress callback of a named model's download (a fresh Cancel: the last one is forgotten)."""
         self.download_cancel.clear()

@@ -16,8 +16,7 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.assumptions import (LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text,
-                                   verdict_line)
+from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
 
@@ -65,8 +64,7 @@ def gather(session: Session) -> ModelInfo:
                      top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size,
                      loading=session.loading, code=session.model_code, layers=session.live_layers,
                      skipped=session.live_skipped,
-                     verdict=verdict_line(session.spec, session.verification, session.verify_failure,
-                                          session.verifying))
+                     verdict=session.verdict_line())
 
 
 def _count(n: int) -> str:
