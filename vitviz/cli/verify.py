@@ -1,6 +1,9 @@
 """`vitviz verify MODEL`: compare vitviz's conversion of a checkpoint with the original implementation.
 
     vitviz verify vit_small/                                  # the library that names it (timm, transformers...)
+    vitviz verify vit.pth                                     # nothing names it: the timm / torchvision architectures
+                                                              # whose parameters fit it exactly
+    vitviz verify vit.pth --against timm:vit_small_patch16_224   # one architecture
     vitviz verify weights.pth --code model.py:build_model     # your own code is the original
 
 Prints the original that was built, per input size the largest attention difference of every layer and of the
@@ -28,12 +31,23 @@ def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
                        "and the output (1e-4) are compared in float32.")
     p.add_argument("model", metavar="MODEL", help="a weights file, a model folder, or a named model "
                    "torchvision:ARCH[:WEIGHTS] (downloaded into the torch hub cache if it is not there yet)")
-    p.add_argument("--against", choices=AGAINST, default="auto",
-                   help="the library to build the original with (default auto: the one that names the model)")
+    p.add_argument("--against", type=_against, default="auto", metavar="LIBRARY[:ARCH]",
+                   help="the original to compare with: auto (default: the library that names the model; for a file "
+                   "nothing names, the timm / torchvision architectures whose parameter names and shapes fit it "
+                   f"exactly), one of {', '.join(AGAINST[1:])}, or one architecture, e.g. timm:vit_small_patch16_224 "
+                   "or torchvision:vit_b_16")
     p.add_argument("--json", action="store_true", help="print the verification as JSON")
     p.add_argument("--device", default="cpu", help="device to run both models on (default: cpu)")
     add_override_arguments(p)  # --code FILE.py:FACTORY among them: then your code is the original
     return p
+
+
+def _against(text: str) -> str:
+    library, sep, arch = text.partition(":")
+    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision"))):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(AGAINST)}, or timm:ARCH / "
+                                         "torchvision:ARCH")
+    return text
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -41,7 +55,7 @@ def run_verify(args: argparse.Namespace) -> int:
     import vitviz
     from vitviz.cli.models import resolve_cli_model
     from vitviz.core.spec import GuessWarning
-    from vitviz.core.verify import verify
+    from vitviz.core.verify import apply_verification, verify
 
     checkpoint = resolve_cli_model(args.model)
     overrides = with_remembered(checkpoint, overrides_from(args))
@@ -52,6 +66,7 @@ def run_verify(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
         warnings.simplefilter("ignore")
         check = verify(model, against=args.against, code=code)
+    apply_verification(model, check)   # what it confirmed is verified, no longer assumed
     if args.json:
         print(json.dumps(check.to_dict(), indent=2))
     else:
@@ -84,12 +99,30 @@ def report_lines(check: Any, spec: Any) -> list[str]:
                                                          for d in check.output_per_size))
     for (h, w), why in check.skipped:
         lines.append(f"  skipped    {h}x{w}: {why}")
+    if check.fitting:
+        lines.append(f"  fitting    {len(check.fitting)} architecture{'s' if len(check.fitting) != 1 else ''} "
+                     f"with exactly its parameter names and shapes: {', '.join(check.fitting)}")
+        if check.matches:
+            lines.append(f"  matches    {', '.join(check.matches)}")
+        lines += [f"  other      {name}: {how}" for name, how in check.alternatives]
     if check.verdict == "differs" and check.reason:
         lines.append(f"  differs    {check.reason}")
+    if check.causes:
+        flags = {"heads": "--heads", "act": "--act", "eps": "--eps", "eps_final": "--eps-final",
+                 "attn_scale": "--attn-scale", "block_norm": "--block-norm", "pooling": "--pooling"}
+        fix = " ".join(f"{flags.get(k, '--' + k.replace('_', '-'))} {v}" for k, v in check.suggested)
+        lines.append("  could be   " + ", ".join(f"{name}: the original has {what}" for name, what in check.causes)
+                     + (f" (try {fix})" if fix else ""))
+    verified = [(name, source) for name, source in spec.provenance if name in check.confirmed]
+    if verified:
+        lines.append(f"  verified ({len(verified)}): " + ", ".join(name for name, _ in verified)
+                     + " (assumed, and confirmed by this comparison)")
     assumed = dict(spec.assumptions)
+    still_open = dict(check.open)
     if assumed:
         lines.append(f"  assumptions ({len(assumed)}):")
-        lines += [f"    {name:<14} {source}" for name, source in assumed.items()]
+        lines += [f"    {name:<14} {source}" + (f" [could also be {still_open[name]}]" if name in still_open else "")
+                  for name, source in assumed.items()]
     else:
         lines.append("  assumptions none")
     if check.verdict == "unverified":

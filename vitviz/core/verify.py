@@ -25,6 +25,7 @@ vitviz's own guesses would prove nothing), the library is not importable, or no 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -33,7 +34,7 @@ import re
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,17 @@ class Verification:
         reason: why it is unverified, or what differs when it is more than numbers (a shape, a layer count).
         skipped: (size, why) for the sizes the original cannot run at.
         output_per_size: the output's largest difference per size checked.
+        fitting: for a file nothing names, the library architectures whose parameters have exactly its names and
+            shapes ('timm:vit_small_patch16_224', ...; `vitviz.core.identify`); () when the model was named.
+        matches: those of them that compute what vitviz shows (within tolerance).
+        alternatives: (architecture, how it differs) for fitting ones that compute something else, or that state
+            another value of a setting no tensor shows.
+        confirmed: the assumed settings this comparison confirmed (they become 'verified' in the spec:
+            `confirmed_spec`).
+        open: (setting, the alternatives) for assumed settings the candidates do not agree on: they stay
+            assumptions.
+        causes: when it differs, (setting, what the original has) for the settings that could explain it.
+        suggested: the load overrides that would make vitviz compute what the original does ((name, value), ...).
     """
 
     verdict: str
@@ -109,6 +121,13 @@ class Verification:
     output_per_size: tuple[float, ...] = ()
     atol_attention: float = ATOL_ATTENTION
     atol_output: float = ATOL_OUTPUT
+    fitting: tuple[str, ...] = ()
+    matches: tuple[str, ...] = ()
+    alternatives: tuple[tuple[str, str], ...] = ()
+    confirmed: tuple[str, ...] = ()
+    open: tuple[tuple[str, str], ...] = ()
+    causes: tuple[tuple[str, str], ...] = ()
+    suggested: tuple[tuple[str, Any], ...] = ()
 
     @property
     def verified(self) -> bool:
@@ -120,16 +139,28 @@ class Verification:
         if self.verdict == VERIFIED:
             against = self.against or f"{self.library} {self.version}".strip()
             worst = max(v for v in (self.max_attention, self.max_output) if v is not None)
+            if self.fitting:
+                more = len(self.matches) - 1
+                line = (f"Matches {against} (shapes exact; max {format_difference(worst)}"
+                        + (f"; {more} other architecture{'s' if more != 1 else ''} alike" if more > 0 else "") + ")")
+                if self.open:
+                    line += " — still assumed: " + ", ".join(name for name, _ in self.open)
+                return line
             return f"Verified against {against} (max {format_difference(worst)})"
         if self.verdict == DIFFERS:
+            original = f"{self.against} " if self.fitting and self.against else "the original "
             if self.first_differing_layer is not None:
                 worst = self.max_attention
                 detail = format_difference(worst) if worst is not None and math.isfinite(worst) else None
-                return (f"Differs from the original from layer {self.first_differing_layer} "
-                        + (f"(max {detail})" if detail else f"({self.reason})"))
-            if self.max_output is not None and math.isfinite(self.max_output):
-                return f"Differs from the original in its output (max {format_difference(self.max_output)})"
-            return f"Differs from the original: {self.reason}"
+                line = (f"Differs from {original}from layer {self.first_differing_layer} "
+                        + (f"(max {detail})" if detail else f"({self.reason.split('; ')[0]})"))
+            elif self.max_output is not None and math.isfinite(self.max_output):
+                line = f"Differs from {original}in its output (max {format_difference(self.max_output)})"
+            else:
+                line = f"Differs from {original.strip()}: {self.reason}"
+            if self.causes:
+                line += "; could be " + ", ".join(f"{name} ({what})" for name, what in self.causes[:3])
+            return line
         if self.reason.startswith("nothing names the model"):
             n = len(self.assumptions)
             if not n:
@@ -154,6 +185,11 @@ class Verification:
             "assumptions": list(self.assumptions), "reason": self.reason,
             "skipped": [{"size": list(size), "why": why} for size, why in self.skipped],
             "atol_attention": self.atol_attention, "atol_output": self.atol_output,
+            "fitting": list(self.fitting), "matches": list(self.matches),
+            "alternatives": [{"original": a, "how": how} for a, how in self.alternatives],
+            "confirmed": list(self.confirmed), "open": [{"setting": f, "alternatives": a} for f, a in self.open],
+            "causes": [{"setting": f, "original": what} for f, what in self.causes],
+            "suggested": dict(self.suggested),
         }
 
 
@@ -176,27 +212,54 @@ def format_difference(value: float) -> str:
 @dataclass
 class _Original:
     """An original implementation, ready to run: `run(size, x)` -> (per-layer (H, T, T) maps, output (K,) or None);
-    it raises `_CannotRun` for a size the original cannot take."""
+    it raises `_CannotRun` for a size the original cannot take. `stated`: what its module object states about the
+    settings no tensor shows ({override: (value, source)}, as `vitviz.load(module)` reads them)."""
 
     library: str
     version: str
     description: str
     run: Callable[[tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]
     against: str = ""   # how the summary names it (default: library and version)
+    stated: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    name: str = ""      # 'timm:vit_small_patch16_224' for an architecture found by its shapes
+
+    def __post_init__(self) -> None:
+        run, done = self.run, {}
+
+        def once(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+            if size not in done:    # one forward per size, however often a comparison asks
+                done[size] = run(size, x)
+            return done[size]
+        self.run = once
+
+
+Progress = Callable[[float, str], None]
+# The settings a module object states (`vitviz.core.load._module_settings`), as the spec fields they set.
+_STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
+                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling"}
+# Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
+# not compared; the interpolation of a position table only at a size other than the native one.
+_NOT_PROBED = ("preprocess", "resize_recipe")
+_OTHER_SIZES_ONLY = ("pos_interp", "rel_pos_interp")
 
 
 def verify(model: Any, against: str = "auto", code: str | None = None,
-           sizes: Sequence[int | tuple[int, int]] | None = None, device: str | None = None) -> Verification:
+           sizes: Sequence[int | tuple[int, int]] | None = None, device: str | None = None,
+           progress: Progress | None = None) -> Verification:
     """Compare `model` (a `VitModel` from `vitviz.load`) with its original implementation.
 
     Args:
         model: the converted model. With `code`, the reference ViT of the weights file (a model loaded with
             `code=` itself is converted again from its file, without the code).
-        against: 'auto' (the library that names the model) or one of 'timm', 'transformers', 'open_clip',
-            'torchvision' (then the model must be named by that library).
+        against: 'auto' (the library that names the model; for a file nothing names, the architectures whose
+            parameters fit it exactly, `vitviz.core.identify`), one of 'timm', 'transformers', 'open_clip',
+            'torchvision' (the model must be named by that library, or fit one of its architectures), or one
+            architecture 'timm:NAME' / 'torchvision:ARCH' (compared whatever names the model). Never ignored: an
+            `against` that cannot be honoured is said in the verdict.
         code: 'FILE.py:FACTORY': the user's module is the original (this runs FILE.py's code: only when asked).
         sizes: input sizes to compare at (N or (h, w)); default the native size and native + 2 patches per side.
         device: where the original runs (default: where the model is); both are compared in float32.
+        progress: called as `progress(fraction, text)` while it runs (from the calling thread).
 
     A file whose weights do not fit the original its name builds 'differs' (it is not the model its name says).
 
@@ -204,10 +267,21 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         VerifyError: the original's forward fails at the first size, or no size could be compared.
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
-    if against not in AGAINST:
-        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}")
+    try:
+        return _verify(model, against, code, sizes, device, progress)
+    finally:
+        _OURS.clear()   # vitviz's probe forwards are kept for one verification only
+
+
+def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tuple[int, int]] | None,
+            device: str | None, progress: Progress | None) -> Verification:
+    library_asked, arch_asked = _parse_against(against)
+    if library_asked not in AGAINST or (arch_asked and library_asked not in ("timm", "torchvision")):
+        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or an architecture "
+                          "'timm:NAME' / 'torchvision:ARCH'")
     if code is not None and against != "auto":
         raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
+    say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
     if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
@@ -224,9 +298,6 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
                           "code=FILE.py:FACTORY)")
-    if code is None and not spec.named:
-        n = len(assumptions)
-        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}")
     path = Path(spec.source)
     if not path.exists():
         return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
@@ -234,27 +305,281 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
     checked = _sizes(spec, sizes)
     dev = torch.device(device or model.device)
     if code is not None:
-        return _compare(model, _build_code(code, path, dev), checked, assumptions, dev)
+        say(0.0, f"Building {Path(code.rpartition(':')[0]).name}'s model…")
+        return _compare(model, _build_code(code, path, dev), checked, assumptions, dev, say, everything=True)
     identity = spec.source_of("identity")
-    library, name = _named_library(identity)
+    library, name = _named_library(identity) if spec.named else (None, "")
+    if arch_asked or not spec.named or (library is None and library_asked != "auto"):
+        return _identified(model, path, against, checked, assumptions, dev, say)
     if library is None:
         return unverified(f"family not supported: {identity}; no library vitviz builds originals with "
                           f"({', '.join(LIBRARIES)}) makes this model; pass code=FILE.py:FACTORY to check it "
                           "against your own code")
-    if against not in ("auto", library):
+    if library_asked not in ("auto", library):
         return unverified(f"against={against!r}, but the model is named by {library} ({identity})")
     try:
         importlib.import_module(library)
     except ImportError as e:
         return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
     try:
-        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev)
+        say(0.0, f"Building the {library} original…")
+        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev, say)
     except _NotBuildable as e:
         return unverified(str(e), library, _version(library))
     except _WeightsDoNotFit as e:  # named as a model whose weights these are not
         version = _version(library)
         return Verification(DIFFERS, library=library, version=version, original=e.what,
                             against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+
+
+def _parse_against(against: str) -> tuple[str, str]:
+    library, _, arch = str(against).partition(":")
+    return library.strip(), arch.strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A file nothing names: its architecture found by its shapes, then compared
+
+
+def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
+                device: torch.device, say: Progress) -> Verification:
+    """Find the library architectures whose parameters fit the file exactly (`identify.candidates`), load the file
+    into each kind of them and compare. One forward per distinct kind at the native size, the other sizes for the
+    first that matches."""
+    from vitviz.core import identify
+
+    spec = model.spec
+    library_asked, _ = _parse_against(against)
+
+    def unverified(reason: str, library: str = "") -> Verification:
+        return Verification(UNVERIFIED, library=library, version=_version(library) if library else "",
+                            assumptions=assumptions, reason=reason)
+
+    if library_asked in ("transformers", "open_clip"):
+        return unverified(f"against={against!r}: nothing names this model, and a {library_asked} original is built "
+                          "from the config that names it; a file nothing names is identified by its shapes among "
+                          f"{' and '.join(identify.LIBRARIES)} architectures only (or pass code=FILE.py:FACTORY)")
+    raw = _read(path)
+    layout = identify.layout_library(raw.tensors)
+    if layout is None:
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; its key layout is none "
+                          f"that {' or '.join(identify.LIBRARIES)} makes, so no library architecture can be found by "
+                          "its shapes (pass code=FILE.py:FACTORY to check it against your own code)")
+    library = layout[0]
+    if library_asked not in ("auto", library):
+        return unverified(f"against={against!r}, but the file's keys are {library}'s layout, not {library_asked}'s")
+    try:
+        importlib.import_module(library)
+    except ImportError as e:
+        return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
+    say(0.0, f"Finding the {library} architecture with these shapes…")
+    found = identify.candidates(raw.tensors, against, progress=lambda f, t: say(0.3 * f, t))
+    if not found and ":" in against:   # the architecture asked for: its shapes say how it does not fit
+        asked = identify.Candidate(library, _parse_against(against)[1],
+                                   identify.fitting_kwargs(library, raw.tensors), layout[1])
+        what = f"{library} {asked.arch}"
+        try:
+            _check_fit(asked.build("meta"), _strip_wrappers(raw.tensors, {}) if not layout[1] else
+                       {k[len(layout[1]):]: v for k, v in raw.tensors.items() if k.startswith(layout[1])}, what, path)
+        except _WeightsDoNotFit as e:
+            return Verification(DIFFERS, library=library, version=_version(library), original=what, against=what,
+                                assumptions=assumptions, reason=str(e))
+    if not found:
+        what = against if ":" in against else f"no {library} architecture ({', '.join(_searched(library))})"
+        return unverified(f"nothing names the model, and {what} has exactly its parameter names and shapes (a model "
+                          "of one's own in that library's layout); pass code=FILE.py:FACTORY to check it against "
+                          "your own code", library)
+    groups: dict[str, list[Any]] = {}
+    for c in found:
+        groups.setdefault(_kind_of(c), []).append(c)
+    fitting = tuple(c.name for c in found)
+    results: list[tuple[list[Any], _Original, Verification]] = []
+    for i, members in enumerate(groups.values()):
+        lead = members[0]
+        say(0.3 + 0.5 * i / len(groups), f"Comparing with {library} {lead.arch}…")
+        try:
+            original = _build_candidate(lead, spec, path, raw, device)
+        except _WeightsDoNotFit as e:  # cannot happen for a fitting candidate, said if it does
+            results.append((members, _Original(library, _version(library), e.what, _no_run, name=lead.name),
+                            Verification(DIFFERS, reason=str(e))))
+            continue
+        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device)))
+    agreeing = [r for r in results if r[2].verdict == VERIFIED]
+    stated_all = [r[1].stated for r in results]
+    alternatives = tuple((m.name, _how_differs(spec, r[1].stated, r[2])) for r in results
+                         if r[2].verdict != VERIFIED for m in r[0])
+    if not agreeing:
+        best = min(results, key=lambda r: r[2].max_attention if r[2].max_attention is not None else math.inf)
+        members, original, check = best
+        return dataclasses.replace(check, against=f"{library} {members[0].arch}", fitting=fitting,
+                                   alternatives=alternatives, **_differs_causes(spec, original, check))
+    members, original, _ = agreeing[0]
+    say(0.8, f"Comparing with {library} {members[0].arch} at another size…")
+    check = _compare(model, original, sizes, assumptions, device)
+    matches = tuple(m.name for r in agreeing for m in r[0])
+    open_ = _open_settings(spec, stated_all, found, results)
+    confirmed = _confirmed(spec, check, original.stated, every=len(results) == 1,
+                           stated_all=stated_all, left=tuple(f for f, _ in open_))
+    alternatives += tuple((m.name, "computes the same; states " + _stated_text(r[1].stated, spec))
+                          for r in agreeing[1:] for m in r[0] if _differs_in_stated(spec, r[1].stated))
+    say(1.0, "")
+    return dataclasses.replace(check, against=f"{library} {members[0].arch}", fitting=fitting, matches=matches,
+                               alternatives=alternatives, open=open_, confirmed=confirmed if check.verified else (),
+                               **({} if check.verified else _differs_causes(spec, original, check)))
+
+
+def _searched(library: str) -> tuple[str, ...]:
+    from vitviz.core import identify
+
+    return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES) if library == "timm" else \
+        identify.TORCHVISION_ARCHS
+
+
+def _no_run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+    raise _CannotRun("it could not be built with the file's weights")
+
+
+def _kind_of(candidate: Any) -> str:
+    """What decides what an architecture computes, beyond its shapes: its modules as built (their classes, eps,
+    activations: `repr`) and the settings timm keeps as attributes (pooling, prefix tokens in the table)."""
+    net = candidate.build("meta")
+    attrs = {a: getattr(net, a, None) for a in ("global_pool", "pool_include_prefix", "no_embed_class",
+                                                "num_prefix_tokens", "dynamic_img_pad", "final_norm")}
+    return repr(net) + repr(sorted(attrs.items()))
+
+
+def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: torch.device) -> _Original:
+    if candidate.library == "timm":
+        return _build_timm(spec, path, candidate.arch, device, why="its parameters fit the file exactly",
+                           label=candidate.name, raw=raw, fit=candidate.build("meta"))
+    return _build_torchvision(spec, path, candidate.arch, device, label=candidate.name, raw=raw)
+
+
+def _stated_value(spec: Any, override: str, value: Any) -> Any:
+    """A stated value as the spec field holds it (an attention scale of head_dim ** -0.5 is 0.0 in both)."""
+    if override == "attn_scale" and value and abs(float(value) - spec.head_dim ** -0.5) < 1e-12:
+        return 0.0
+    return value
+
+
+def _stated_differences(spec: Any, stated: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    """{spec field: the original's value} for each setting the original states otherwise than vitviz's spec."""
+    out = {}
+    for override, (value, _src) in stated.items():
+        field_name = _STATED_FIELDS.get(override)
+        if field_name is None or not spec.relevant(field_name):
+            continue
+        mine = getattr(spec, field_name, None)
+        theirs = _stated_value(spec, override, value)
+        if isinstance(mine, float) or isinstance(theirs, float):
+            same = mine is not None and theirs is not None and abs(float(mine) - float(theirs)) <= 1e-12
+        else:
+            same = mine == theirs
+        if not same:
+            out[field_name] = theirs
+    return out
+
+
+def _differs_in_stated(spec: Any, stated: dict[str, tuple[Any, str]]) -> bool:
+    return bool(_stated_differences(spec, stated))
+
+
+def _stated_text(stated: dict[str, tuple[Any, str]], spec: Any) -> str:
+    diffs = _stated_differences(spec, stated)
+    return ", ".join(f"{k} {v}" for k, v in diffs.items()) or "the same settings"
+
+
+def _how_differs(spec: Any, stated: dict[str, tuple[Any, str]], check: Verification) -> str:
+    diffs = _stated_differences(spec, stated)
+    where = (f"differs from layer {check.first_differing_layer}" if check.first_differing_layer is not None
+             else "differs in its output" if check.verdict == DIFFERS else "not compared")
+    if check.max_attention is not None and math.isfinite(check.max_attention):
+        where += f" (max {format_difference(check.max_attention)})"
+    return where + (f"; it has {', '.join(f'{k} {v}' for k, v in diffs.items())}" if diffs else "")
+
+
+def _open_settings(spec: Any, stated_all: list[dict[str, tuple[Any, str]]], found: list[Any],
+                   results: list[tuple[list[Any], _Original, Verification]]) -> tuple[tuple[str, str], ...]:
+    """(setting, the alternatives) for each assumed setting some fitting architecture states otherwise than what
+    is shown: no tensor tells them apart, so it stays an assumption."""
+    assumed = {f for f, _ in spec.assumptions}
+    out: dict[str, list[str]] = {}
+    for members, original, _check in results:
+        for field_name, value in _stated_differences(spec, original.stated).items():
+            if field_name in assumed:
+                out.setdefault(field_name, []).append(f"{value} as {', '.join(m.name for m in members)}")
+    return tuple((f, "; ".join(alts)) for f, alts in out.items())
+
+
+def _confirmed(spec: Any, check: Verification, stated: dict[str, tuple[Any, str]], every: bool,
+               stated_all: list[dict[str, tuple[Any, str]]] | None = None, left: tuple[str, ...] = ()) -> tuple[
+        str, ...]:
+    """The assumed settings a verified comparison confirms. `every`: the original is the only kind of model the
+    file can be (the user's own code, or one kind of architecture fits): every assumed setting the probe reaches.
+    Otherwise only those the originals state (eps, activation, ...) with the value shown. The preprocessing is
+    never confirmed (the probe is normalised already), a table's interpolation only at a size other than the
+    native one; `left`: settings that stay open."""
+    if not check.verified:
+        return ()
+    other_size = any(tuple(s) != tuple(spec.image_size) for s in check.sizes)
+    stated_fields = {_STATED_FIELDS[k] for k in stated if k in _STATED_FIELDS}
+    out = []
+    for name, _src in spec.assumptions:
+        if name in _NOT_PROBED or name in left or (name in _OTHER_SIZES_ONLY and not other_size):
+            continue
+        if every or (name in stated_fields and name not in _stated_differences(spec, stated)):
+            out.append(name)
+    return tuple(out)
+
+
+def _differs_causes(spec: Any, original: _Original, check: Verification) -> dict[str, Any]:
+    """`causes` and `suggested` for a comparison that differs: the head count the original's maps have, and each
+    assumed setting its module states otherwise."""
+    causes: list[tuple[str, str]] = []
+    suggested: dict[str, Any] = {}
+    heads = _heads_in(check.reason)
+    if heads is not None and heads != spec.num_heads:
+        causes.append(("num_heads", f"{heads} heads"))
+        suggested["heads"] = heads
+    override_of = {v: k for k, v in _STATED_FIELDS.items()}
+    for field_name, value in _stated_differences(spec, original.stated).items():
+        if field_name == "num_heads" and "heads" in suggested:
+            continue
+        causes.append((field_name, f"{value}"))
+        suggested[override_of[field_name]] = value
+    assumed = {f for f, _ in spec.assumptions}
+    causes.sort(key=lambda c: c[0] not in assumed)   # an assumption first: the likelier cause
+    return {"causes": tuple(causes), "suggested": tuple(suggested.items())}
+
+
+def _heads_in(reason: str) -> int | None:
+    """The original's head count from a shape note ('... (heads, T, T) = (4, 50, 50), vitviz's (1, 50, 50)')."""
+    m = re.search(r"\(heads, T, T\) = \((\d+),", reason or "")
+    return int(m.group(1)) if m else None
+
+
+def confirmed_spec(spec: Any, check: Verification) -> Any:
+    """`spec` with the settings `check` confirmed no longer assumed: each source becomes 'verified: ...' (kind
+    'verified'), saying against what; unchanged when nothing was confirmed."""
+    if not check.confirmed:
+        return spec
+    against = check.against or check.library
+    how = (f"verified: {against} computes the same with it (max {format_difference(check.max_attention or 0.0)})"
+           + ("; its parameters fit the file exactly" if check.fitting else ""))
+    confirmed = set(check.confirmed)
+    provenance = tuple((k, f"{how} (was {v})" if k in confirmed else v) for k, v in spec.provenance)
+    return dataclasses.replace(spec, provenance=provenance)
+
+
+def apply_verification(model: Any, check: Verification) -> None:
+    """Mark the settings `check` confirmed as verified in `model.spec` (and its network's)."""
+    spec = confirmed_spec(model.spec, check)
+    if spec is not model.spec:
+        model.spec = spec
+        net = getattr(model, "net", None)
+        if net is not None and hasattr(net, "spec"):
+            net.spec = spec
 
 
 def _reference_of(source: str, device: str) -> Any:
@@ -309,14 +634,19 @@ def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
 
 
 def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
-             device: torch.device) -> Verification:
+             device: torch.device, say: Progress | None = None, everything: bool = False) -> Verification:
+    """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
+    `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
+    the probe reaches; otherwise only those the original's modules state."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
     skipped: list[tuple[tuple[int, int], str]] = []
     problems: list[str] = []
     first: int | None = None
-    for size in sizes:
+    for i, size in enumerate(sizes):
+        if say is not None:
+            say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
         x = probe_input(model.spec, size)
         try:
             with _exact_float32(device):
@@ -333,8 +663,7 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
             skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
                                   f"{str(e)[:200]})"))
             continue
-        with _exact_float32(torch.device(model.device)):
-            attn, ours = model.forward_captured(x)
+        attn, ours = _ours(model, size, x)
         layers, layer_first, notes = _layer_differences(attn[0], maps, size)
         problems += notes
         if layer_first is not None:
@@ -351,12 +680,34 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     max_attention = max((d for layers in per_layer for _, d in layers), default=0.0)
     max_output = max(outputs)
     ok = first is None and not problems and max_output <= ATOL_OUTPUT
-    return Verification(
+    check = Verification(
         VERIFIED if ok else DIFFERS, library=original.library, version=original.version,
         original=original.description, against=original.against or f"{original.library} {original.version}",
         max_attention=max_attention, max_output=max_output, per_layer=tuple(per_layer), first_differing_layer=first,
         sizes=tuple(checked), assumptions=assumptions, reason="; ".join(dict.fromkeys(problems)),
         skipped=tuple(skipped), output_per_size=tuple(outputs))
+    if say is not None:
+        say(1.0, "")
+    if check.verified:
+        return dataclasses.replace(check, confirmed=_confirmed(model.spec, check, original.stated, every=everything))
+    return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
+
+
+_OURS: dict[tuple[int, tuple[int, int]], tuple[Any, Any, Any]] = {}
+
+
+def _ours(model: Any, size: tuple[int, int], x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """vitviz's own forward on the probe at `size`: one per model, size and weights, however many originals it is
+    compared with (the last one is kept, held by the model's identity and its spec)."""
+    key = (id(model), size)
+    held = _OURS.get(key)
+    if held is not None and held[0] is model.spec:
+        return held[1], held[2]
+    with _exact_float32(torch.device(model.device)):
+        attn, ours = model.forward_captured(x)
+    _OURS.clear()
+    _OURS[key] = (model.spec, attn, ours)
+    return attn, ours
 
 
 def _layer_differences(ours: np.ndarray, theirs: list[np.ndarray], size: tuple[int, int]) -> tuple[
@@ -515,13 +866,14 @@ def _captured_run(build: Callable[[tuple[int, int]], nn.Module],
     return run
 
 
-def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+def _build_timm(spec: Any, path: Path, name: str, device: torch.device, why: str | None = None, label: str = "",
+                raw: Any = None, fit: nn.Module | None = None) -> _Original:
     """timm.create_model from the config.json beside the file (as timm reads a hub folder), or from the name in
     the training args; dynamic_img_size so that one model runs both sizes (resampling its table as timm does)."""
     import timm
 
-    raw = _read(path)
-    cfg = raw.config or {}
+    raw = raw if raw is not None else _read(path)
+    cfg = (raw.config or {}) if not label else {}
     arch = cfg.get("architecture")
     if isinstance(arch, str) and not timm.is_model(arch):
         # a timm-style folder of a model of one's own (the demo's `vit_demo_shapes_patch8_64`): no registered name,
@@ -545,9 +897,11 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
         # its position table)
         kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
                                                                       for i in range(2))}
+        if fit is not None:   # found by its shapes: built as it fitted (its class count and size)
+            kwargs = {"num_classes": int(fit.num_classes), "img_size": tuple(fit.patch_embed.img_size)}
         args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
         make = functools.partial(timm.create_model, name, pretrained=False)
-        what = f"timm.create_model('{name}', {args}) ({spec.source_of('identity')})"
+        what = f"timm.create_model('{name}', {args}) ({why or spec.source_of('identity')})"
     dynamic = [True]
 
     def factory() -> nn.Module:
@@ -570,7 +924,7 @@ def _build_timm(spec: Any, path: Path, name: str, device: torch.device) -> _Orig
             raise _CannotRun(f"{type(net).__name__} takes no dynamic_img_size: timm runs it at its own size only")
         return net
 
-    return _Original("timm", timm.__version__, what, _captured_run(build))
+    return _Original("timm", timm.__version__, what, _captured_run(build), stated=_stated(net), name=label)
 
 
 def _strip_wrappers(tensors: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -705,13 +1059,14 @@ def _open_clip_model_cfg(raw: Any) -> tuple[dict[str, Any] | None, str]:
     return None, ""
 
 
-def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device) -> _Original:
+def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device, label: str = "",
+                       raw: Any = None) -> _Original:
     """torchvision.models.get_model(arch, weights=None) with the file's weights; at another (square) size a model
     of that size with the table resampled by torchvision's own `interpolate_embeddings`."""
     import torchvision
     from torchvision.models.vision_transformer import interpolate_embeddings
 
-    raw = _read(path)
+    raw = raw if raw is not None else _read(path)
     head = raw.tensors.get("heads.head.weight")
     kwargs = {"num_classes": int(head.shape[0])} if head is not None else {}
     what = f"torchvision.models.get_model('{arch}', weights=None)"
@@ -732,7 +1087,8 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device) -
         models[size] = net.float().eval().to(device)
         return models[size]
 
-    return _Original("torchvision", torchvision.__version__, what, _captured_run(build))
+    stated = _stated(build(native))
+    return _Original("torchvision", torchvision.__version__, what, _captured_run(build), stated=stated, name=label)
 
 
 def _build_code(code: str, path: Path, device: torch.device) -> _Original:
@@ -747,7 +1103,26 @@ def _build_code(code: str, path: Path, device: torch.device) -> _Original:
     ref = f"{Path(file_name).name}:{factory}"
     what = f"{ref}() ({how})"
 
-    return _Original("code", "", what, _captured_run(lambda _size: module), against=ref)
+    return _Original("code", "", what, _captured_run(lambda _size: module), against=ref, stated=_stated(module))
+
+
+def _stated(module: nn.Module) -> dict[str, tuple[Any, str]]:
+    """What an original's module object states about the settings no tensor shows, as `vitviz.load(module)` reads
+    them ({override: (value, source)}; {} when it states nothing plainly)."""
+    from vitviz.core.load import _module_heads, _module_settings
+
+    try:
+        out = dict(_module_settings(module))
+    except VitvizError:
+        out = {}
+    heads = _module_heads(module)
+    if heads:
+        out["heads"] = (heads, f"model object: {type(module).__name__} num_heads")
+    if "eps" in out and "eps_final" not in out and any(
+            isinstance(m, nn.LayerNorm) for n, m in module.named_modules() if n.split(".")[-1] in ("norm", "fc_norm")
+            and n.count(".") == 0):
+        out["eps_final"] = (out["eps"][0], out["eps"][1] + " (its final norm's too)")   # said once when they agree
+    return out
 
 
 _BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {

@@ -1,0 +1,282 @@
+"""Identifying a file nothing names: the architectures of a library whose parameters have exactly its names and shapes.
+
+    found = candidates(raw.tensors)                 # -> [Candidate('timm', 'vit_small_patch16_224', ...), ...]
+    found = candidates(raw.tensors, "timm:vit_small_patch16_224")   # one architecture, or [] when it does not fit
+
+A bare `torch.save(model.state_dict())` of a timm or torchvision ViT carries no name. Its key layout says which
+library made it; the library's registered architectures say which of them it can be: each is built on the `meta`
+device (no memory, no weights downloaded) and its state dict's names and shapes compared with the file's. The
+class head and the position table are compared after building each match again with the file's own class count and
+grid (a file fine-tuned on 10 classes at 384 px is still a `vit_small_patch16_224`). What fits is a *candidate*:
+`vitviz.core.verify` loads the file into it and compares what it computes with vitviz's conversion; only that
+comparison proves anything.
+
+Building every registered timm ViT on the meta device takes seconds (163 in `vision_transformer` alone), so the
+shape signatures are kept per library version in `$XDG_CACHE_HOME/vitviz/shapes-<library>-<version>.json`
+(a missing or unreadable cache is rebuilt; an unwritable one is only slower). No Qt.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitviz.errors import VitvizError
+
+# The modules of timm whose architectures a timm-layout plain-ViT file can be (vitviz's reference ViT computes
+# them); a key only some of them have picks among them.
+TIMM_MODULES = ("vision_transformer", "deit")
+TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
+LIBRARIES = ("timm", "torchvision")
+MAX_CANDIDATES = 12     # beyond this many fitting architectures the search says so and keeps the first ones
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A library architecture whose parameters have the file's names and shapes.
+
+    Attributes:
+        library: 'timm' or 'torchvision'.
+        arch: the registered name ('vit_small_patch16_224', 'vit_b_16').
+        kwargs: what it is built with to fit the file (its class count, its input size).
+        prefix: a training wrapper's key prefix the file carries ('module.'), removed to fit.
+    """
+
+    library: str
+    arch: str
+    kwargs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    prefix: str = ""
+
+    @property
+    def name(self) -> str:
+        """'timm:vit_small_patch16_224' (what `--against` takes)."""
+        return f"{self.library}:{self.arch}"
+
+    def build(self, device: torch.device | str = "cpu") -> nn.Module:
+        """The architecture with the fitting kwargs, on `device` (random weights: load the file's into it)."""
+        return _BUILD[self.library](self.arch, dict(self.kwargs), torch.device(device))
+
+
+def parse_against(against: str) -> tuple[str, str]:
+    """'auto' -> ('auto', ''), 'timm' -> ('timm', ''), 'timm:vit_small_patch16_224' -> ('timm', 'vit_small...')."""
+    library, _, arch = str(against).partition(":")
+    return library.strip(), arch.strip()
+
+
+def layout_library(tensors: dict[str, torch.Tensor]) -> tuple[str, str] | None:
+    """(library, wrapper prefix) whose key layout the file has: timm's `blocks.N.attn.qkv` with `patch_embed.proj`,
+    torchvision's `encoder.layers.encoder_layer_N` with `conv_proj`; None for any other layout."""
+    for prefix in ("", "module.", "_orig_mod.", "model."):
+        keys = {k[len(prefix):] for k in tensors if k.startswith(prefix)}
+        if "patch_embed.proj.weight" in keys and any(k.startswith("blocks.0.attn.qkv.") for k in keys):
+            return "timm", prefix
+        if "conv_proj.weight" in keys and any(k.startswith("encoder.layers.encoder_layer_0.") for k in keys):
+            return "torchvision", prefix
+    return None
+
+
+def candidates(tensors: dict[str, torch.Tensor], against: str = "auto",
+               progress: Callable[[float, str], None] | None = None) -> list[Candidate]:
+    """The architectures whose parameters have exactly the file's names and shapes, best first (a registered name
+    in the order its library lists it). `against` restricts the search: 'timm', 'torchvision', or one
+    architecture 'timm:NAME' (then [] when it does not fit). A layout no library here makes gives [].
+
+    Raises:
+        VitvizError: `against` names a library or architecture this search does not know.
+    """
+    library, arch = parse_against(against)
+    if library not in ("auto", *LIBRARIES):
+        raise VitvizError(f"against={against!r}: identifying a file by its shapes knows {', '.join(LIBRARIES)} "
+                          "(e.g. 'timm:vit_small_patch16_224'); other libraries need a config that names the model")
+    found = layout_library(tensors)
+    if found is None:
+        return []
+    layout, prefix = found
+    if library not in ("auto", layout):
+        return []
+    shapes = {k[len(prefix):]: tuple(v.shape) for k, v in tensors.items() if k.startswith(prefix)}
+    names = _registered(layout)
+    if arch:
+        if arch not in names and not (layout == "timm" and _timm_is_model(arch)):
+            raise VitvizError(f"against={against!r}: {layout} has no architecture {arch!r}")
+        names = [arch]
+    kwargs = fitting_kwargs(layout, shapes)
+    wanted = signature(layout, shapes)
+    cached = _Signatures(layout)
+    out: list[Candidate] = []
+    for i, name in enumerate(names):
+        if progress is not None and i % 16 == 0:
+            progress(i / max(1, len(names)), f"{layout} architectures: {i}/{len(names)}")
+        sig = cached.get(name)
+        if sig != wanted:
+            continue
+        candidate = Candidate(layout, name, kwargs, prefix)
+        if _fits(candidate, shapes):
+            out.append(candidate)
+            if len(out) >= MAX_CANDIDATES:
+                break
+    cached.save()
+    return out
+
+
+def signature(library: str, shapes: dict[str, tuple[int, ...]]) -> str:
+    """A hash of the names and shapes that do not depend on the class count or the input size (the class head and
+    the position table's length are left out; the table's width stays)."""
+    kept = []
+    for k, s in sorted(shapes.items()):
+        if library == "timm" and (k.startswith(("head.", "head_dist.")) or k in ("head", "head_dist")):
+            continue
+        if library == "torchvision" and k.startswith("heads."):
+            continue
+        if k in ("pos_embed", "encoder.pos_embedding"):
+            s = (s[-1],)
+        kept.append(f"{k}:{'x'.join(map(str, s))}")
+    return hashlib.sha1("\n".join(kept).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per library
+
+
+def _registered(library: str) -> list[str]:
+    if library == "timm":
+        import timm
+
+        return [n for module in TIMM_MODULES for n in timm.list_models(module=module)]
+    return list(TORCHVISION_ARCHS)
+
+
+def _timm_is_model(arch: str) -> bool:
+    import timm
+
+    return bool(timm.is_model(arch))
+
+
+def fitting_kwargs(library: str, shapes: dict[str, Any]) -> dict[str, Any]:
+    """The class count and the input size the file's head and position table hold (`shapes`: name -> shape, or
+    name -> tensor)."""
+    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else tuple(v) for k, v in shapes.items()}
+    found = layout_library({k: torch.empty(0) for k in shapes})
+    if found and found[1]:
+        shapes = {k[len(found[1]):]: v for k, v in shapes.items() if k.startswith(found[1])}
+    if library == "timm":
+        head = shapes.get("head.weight")
+        kwargs: dict[str, Any] = {"num_classes": int(head[0]) if head else 0}
+        patch = shapes.get("patch_embed.proj.weight")
+        pos = shapes.get("pos_embed")
+        if patch and pos:
+            kwargs["_pos_tokens"] = int(pos[1])
+            kwargs["_patch"] = (int(patch[2]), int(patch[3]))
+        return kwargs
+    head = shapes.get("heads.head.weight")
+    kwargs = {"num_classes": int(head[0]) if head else 1000}
+    patch, pos = shapes.get("conv_proj.weight"), shapes.get("encoder.pos_embedding")
+    if patch and pos:
+        side = int(round((int(pos[1]) - 1) ** 0.5))
+        if side * side == int(pos[1]) - 1:
+            kwargs["image_size"] = side * int(patch[2])
+    return kwargs
+
+
+def _timm_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:
+    """timm.create_model(arch) with the file's class count and the input size whose grid fills its position table
+    (with or without the prefix tokens in it, as the architecture builds it)."""
+    import timm
+
+    pos_tokens, patch = kwargs.pop("_pos_tokens", None), kwargs.pop("_patch", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            probe = timm.create_model(arch, pretrained=False, weight_init="skip", **kwargs)
+        if pos_tokens is not None and patch is not None:
+            prefix = 0 if getattr(probe, "no_embed_class", False) else int(getattr(probe, "num_prefix_tokens", 0))
+            side = int(round(max(0, pos_tokens - prefix) ** 0.5))
+            if side * side == pos_tokens - prefix and side:
+                kwargs["img_size"] = (side * patch[0], side * patch[1])
+        with torch.device(device):
+            return timm.create_model(arch, pretrained=False, **({"weight_init": "skip"} if device.type == "meta"
+                                                                else {}), **kwargs)
+
+
+def _torchvision_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:
+    import torchvision
+
+    with torch.device(device):
+        return torchvision.models.get_model(arch, weights=None, **kwargs)
+
+
+_BUILD: dict[str, Callable[[str, dict[str, Any], torch.device], nn.Module]] = {
+    "timm": _timm_build, "torchvision": _torchvision_build}
+
+
+def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """Whether the architecture built to fit has exactly the file's parameter names and shapes."""
+    try:
+        net = candidate.build("meta")
+    except Exception:  # noqa: BLE001 - an architecture that cannot be built at the file's size does not fit
+        return False
+    own = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    return own == shapes
+
+
+class _Signatures:
+    """Each registered architecture's `signature`, built on the meta device once per library version and kept in
+    the user's cache folder."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+        self.version = str(getattr(importlib.import_module(library), "__version__", ""))
+        self.path = _cache_dir() / f"shapes-{library}-{re.sub(r'[^0-9A-Za-z._+-]', '_', self.version)}.json"
+        self.data: dict[str, str] = {}
+        self.changed = False
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.loads(f.read(4 << 20))
+            if isinstance(data, dict):
+                self.data = {str(k): str(v) for k, v in data.items()}
+        except (OSError, ValueError):
+            pass
+
+    def get(self, arch: str) -> str:
+        if arch not in self.data:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    net = _BUILD[self.library](arch, {}, torch.device("meta"))
+                self.data[arch] = signature(self.library, {k: tuple(v.shape) for k, v in net.state_dict().items()})
+            except Exception:  # noqa: BLE001 - an architecture that cannot be built on its own fits nothing
+                self.data[arch] = ""
+            self.changed = True
+        return self.data[arch]
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".shapes-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.data, f, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"
+
+
+def names(found: Iterable[Candidate]) -> list[str]:
+    """['timm:vit_small_patch16_224', ...]."""
+    return [c.name for c in found]
