@@ -88,15 +88,16 @@ def _load(qtbot, window, path: Path, **overrides: Any) -> None:  # noqa: ANN001
 
 def test_the_line_says_checking_with_its_progress_never_not_verified(qtbot, window, named_tiny, images,  # noqa: ANN001
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check reports its progress from the worker thread; the line says "Checking against timm… 1/2 sizes"
-    in a neutral colour until the verdict, and never "Not verified" from the moment the check is due."""
+    """The check reports its progress from the worker thread; the line says "Checking against timm: comparing at
+    32x32 (1/2)…" in a neutral colour until the verdict, and never "Not verified" from the moment the check is
+    due."""
     import vitviz.core.verify as core_verify
 
     release, reported = threading.Event(), threading.Event()
 
     def fake_verify(model, against="auto", code=None, progress=None):  # noqa: ANN001, ANN202
         assert threading.current_thread() is not threading.main_thread()
-        progress(0.5, "1/2 sizes")
+        progress(0.5, "Comparing at 32x32 (1/2)…")
         reported.set()
         release.wait(20)
         return VERIFIED
@@ -106,10 +107,11 @@ def test_the_line_says_checking_with_its_progress_never_not_verified(qtbot, wind
     _load(qtbot, window, named_tiny)
     s, label = window.session, window.status.verdict_label
     window.session.add_images([str(p) for p in images])
-    qtbot.waitUntil(lambda: label.text() == "Checking against timm… 1/2 sizes", timeout=20000)
+    checking = "Checking against timm: comparing at 32x32 (1/2)…"
+    qtbot.waitUntil(lambda: label.text() == checking, timeout=20000)
     assert reported.is_set() and s.verifying and window.status.verdict.level == "checking"
     assert NOT_VERIFIED_STYLE not in label.styleSheet() and label.styleSheet()
-    assert "Checking against timm… 1/2 sizes" in window.status.bar.currentMessage()   # the bar says it too
+    assert checking in window.status.bar.currentMessage()               # the status bar says it too
     release.set()
     qtbot.waitUntil(lambda: label.text() == VERIFIED.summary(), timeout=20000)
     texts = lines.texts()
@@ -186,7 +188,7 @@ def test_a_model_that_differs_names_its_layer_and_causes_and_offers_the_fix(qtbo
         if ctx.model.spec.num_heads == 4:
             return Verified(VERIFIED)
         return Verified(FakeVerification("differs", "Differs from the original from layer 1 (max 0.62)", 1,
-                                         causes=(("num_heads", "4 heads"),), suggested={"heads": 4}))
+                                         causes=(("num_heads", "4 heads"),), suggested=(("heads", 4),)))
 
     monkeypatch.setattr(Verify, "__call__", fake_verify)
     s = window.session
@@ -197,8 +199,8 @@ def test_a_model_that_differs_names_its_layer_and_causes_and_offers_the_fix(qtbo
     assert window.reporter.errors[-1] == (DIFFERS, "tiny.pth: Differs from the original — from layer 1")
     info = box.informativeText()
     assert "Everything already loaded" not in info and "not the original model's" in info
-    assert "from layer 1" in info and "num_heads (4 heads would match)" in info
-    assert "num_heads (4 heads would match)" in window.status.verdict_label.toolTip()
+    assert "from layer 1" in info and "num_heads (the original has 4 heads)" in info
+    assert "num_heads (the original has 4 heads)" in window.status.verdict_label.toolTip()
     fix = [b for b in box.findChildren(QPushButton) if b.text() == "Use 4 heads"]
     assert len(fix) == 1
     with qtbot.waitSignal(s.model_loaded, timeout=20000):

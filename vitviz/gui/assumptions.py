@@ -130,22 +130,24 @@ def original_name(spec: ModelSpec | None, against: str = "auto", code: str = "")
 
 
 def checking_text(name: str, progress: str = "", waiting: bool = False) -> str:
-    """'Checking against timm…', 'Checking against timm… 1/2 sizes', 'Checking against the original… after the
-    images' (`waiting`: the images run first)."""
-    head = f"Checking against {name or 'the original'}…"
+    """'Checking against timm…', 'Checking against timm: comparing at 224x224 (1/2)…' (`progress`: the check's
+    own words), 'Checking against the original… after the images' (`waiting`: the images run first)."""
+    head = f"Checking against {name or 'the original'}"
     if waiting:
-        return f"{head} after the images"
-    if progress.startswith("Checking"):          # the check's own words say it all
-        return progress
-    return f"{head} {progress}".rstrip()
+        return f"{head}… after the images"
+    progress = progress.strip().rstrip(".…")
+    if not progress:
+        return f"{head}…"
+    return f"{head}: {progress[:1].lower()}{progress[1:]}…"
 
 
 def progress_text(fraction: float, text: str) -> str:
-    """What the verdict line adds for a check's progress report: its text ('1/2 sizes'), else the percentage."""
+    """What the verdict line adds for a check's progress report: its text ('Comparing at 224x224 (1/2)…'), else
+    the percentage done."""
     text = str(text or "").strip()
     if text:
         return text
-    return f"{int(round(100 * fraction))} %" if 0 <= fraction <= 1 else ""
+    return f"{int(round(100 * fraction))} % done" if 0 <= fraction < 1 else ""
 
 
 @dataclass(frozen=True)
@@ -166,10 +168,9 @@ def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str 
     "Not verified — N assumptions" from `spec.assumptions` alone (`failure`: why the check could not be made).
 
     `checking`: the check is on its way (`waiting`: queued behind the images). With `original` (the name of what
-    it compares with, '' when only the check knows) the line says "Checking against timm…" with `progress`
-    ('1/2 sizes') instead of "Not verified", which the check may be about to contradict; without (None: nothing
-    names the model, so the check can only say it is not verified) the line stays "Not verified — N
-    assumptions" and only its tooltip says that the check runs."""
+    it compares with, '' when only the check knows) the line says "Checking against timm…" with `progress` (the
+    check's own words) instead of "Not verified", which the check may be about to contradict; with None the line
+    stays "Not verified — N assumptions" and only its tooltip says that the check runs."""
     if spec is None:
         return VerdictLine("", "", "none")
     listed = "\n".join(f"• {setting_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
@@ -213,19 +214,31 @@ def suggested(verification: Any) -> dict[str, Any]:
 
 
 def causes_text(verification: Any) -> str:
-    """'Settings that could explain it: num_heads (4 heads would match)'; '' when the check names none."""
+    """'Settings that could explain it: num_heads (the original has 4 heads)'; '' when the check names none."""
     found = causes(verification)
     if not found:
         return ""
-    return "Settings that could explain it: " + "; ".join(f"{name} ({fix} would match)" for name, fix in found)
+    return "Settings that could explain it: " + "; ".join(f"{name} (the original has {what})" for name, what in found)
+
+
+def suggestion_text(name: str, value: Any) -> str:
+    """One suggested override as a button says it: ('heads', 4) -> '4 heads', ('block_norm', 'post') ->
+    'post-norm blocks'."""
+    if name == "heads":
+        return f"{value} heads"
+    if name == "block_norm":
+        return f"{NORM_ORDERS.get(str(value), str(value)).split(':')[0]} blocks"
+    if name == "act":
+        return ACTIVATIONS.get(str(value), str(value))
+    if name == "attn_scale":
+        return "attention scale head_dim^-0.5" if not value else f"attention scale {float(value):.4g}"
+    return f"{name}={value}"
 
 
 def fix_label(verification: Any) -> str:
-    """The differs box's button: 'Use 4 heads' when the check suggests overrides (named by its causes), else ''."""
-    if not suggested(verification):
-        return ""
-    fixes = [fix for _name, fix in causes(verification)]
-    return "Use " + (", ".join(fixes) if fixes else ", ".join(f"{k}={v}" for k, v in suggested(verification).items()))
+    """The differs box's button: 'Use 4 heads' when the check suggests overrides, else ''."""
+    return ("Use " + ", ".join(suggestion_text(k, v) for k, v in suggested(verification).items())
+            if suggested(verification) else "")
 
 
 def _summary(verification: Any) -> str:

@@ -82,12 +82,6 @@ class ModelSlot:
         against, code = self.checks_against
         return original_name(self.spec, against, code)
 
-    def compares(self) -> bool:
-        """Whether the check will compare anything: something names the model, or an original was chosen (code or
-        an architecture). Otherwise it answers 'not verified' at once, and the line says so all along."""
-        against, code = self.checks_against
-        return self.spec is not None and (bool(code) or against != "auto" or bool(getattr(self.spec, "named", False)))
-
     def run_size(self) -> tuple[int, int] | None:
         """The (h, w) the images run at: the chosen size, else the model's own (None without a model)."""
         if self.spec is None:

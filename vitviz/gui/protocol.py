@@ -18,6 +18,7 @@ this module before torch is loaded.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -766,10 +767,26 @@ class Identify(Request):
     def __call__(self, ctx: Context) -> Candidates:
         model = self.model_of(ctx)
         try:
-            from vitviz.core.identify import candidate_names
+            from vitviz.core import identify
         except ImportError:
             return Candidates((), available=False)
-        return Candidates(tuple(str(name) for name in candidate_names(model)))
+        spec = model.spec
+        named = re.match(r"named: timm architecture '([^']+)'", str(spec.source_of("identity")))
+        out = [f"timm:{named.group(1)}"] if named else []     # what names the model first
+        if hasattr(identify, "candidate_names"):
+            found = [str(name) for name in identify.candidate_names(model)]
+        else:
+            from vitviz.core.checkpoint import read_checkpoint
+            from vitviz.errors import VitvizError
+
+            try:
+                tensors = read_checkpoint(Path(spec.source)).tensors
+            except (OSError, ValueError, VitvizError):          # not from a file (a model built by code alone)
+                tensors = {}
+            found = identify.names(identify.candidates(
+                tensors, progress=lambda f, t: ctx.report(f"Looking for this model's architecture: {t}", f))) \
+                if tensors else []
+        return Candidates(tuple(dict.fromkeys(out + found)))
 
 
 def _accepts(function: Any, name: str) -> bool:

@@ -292,8 +292,8 @@ class Session(QObject):
         waiting = self.verify_waiting
         progress = assumptions.progress_text(*m.verify_progress) if m.verify_progress else ""
         return assumptions.verdict_line(self.spec, self.verification, self.verify_failure,
-                                        self.verifying or waiting, m.original_name() if m.compares() else None,
-                                        progress, waiting and not self.verifying)
+                                        self.verifying or waiting, m.original_name(), progress,
+                                        waiting and not self.verifying)
 
     def verify_against(self, against: str = "auto", code: str | None = None) -> Request | None:
         """Check the loaded model against another original now (Verify against…): a library architecture
