@@ -230,6 +230,7 @@ class Session(QObject):
                                                                                  "code did not finish")
         elif request.kind is Verify:
             self.verify_failure = "stopped waiting: the model's own code did not finish"
+            self.model.verify_progress = None
             self.verification_changed.emit()
         if self.spec is None:
             self.note.emit(f"Stopped waiting for {what} after {seconds:g} s (its code may still run in the "

@@ -52,6 +52,7 @@ class VerifyAgainstDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("verifyAgainstDialog")
         self.setWindowTitle("Verify against…")
+        self.setMinimumWidth(520)
         layout = QVBoxLayout(self)
         intro = QLabel(f"Check {name} against an original implementation: vitviz runs it with the file's own "
                        "weights on a probe input and compares every layer's attention.")
@@ -141,12 +142,14 @@ class VerifyAgainstDialog(QDialog):
             self.arch_note.setText(f"This vitviz cannot list architectures: type one as LIBRARY:ARCH (e.g. "
                                    f"{ARCH_EXAMPLE}).")
         elif names:
-            self.arch_note.setText(f"{len(names)} architecture{'s' if len(names) != 1 else ''} could be this model, "
-                                   "those whose shapes fit first; or type another as LIBRARY:ARCH.")
+            self.arch_note.setText(f"{len(names)} architecture{'s' if len(names) != 1 else ''} to choose from (what "
+                                   "names the model first, then those whose shapes fit it); or type another as "
+                                   "LIBRARY:ARCH.")
         else:
             self.arch_note.setText("No library architecture fits this model's shapes: type one as LIBRARY:ARCH, "
                                    "or check it against your own code.")
         self._update()
+        self.adjustSize()             # the note may have grown a line
 
     def choice(self) -> tuple[str, str]:
         """(against, code): ('timm:vit_small_patch16_224', '') or ('auto', 'my_vit.py:build')."""
