@@ -348,3 +348,15 @@ def test_a_real_check_against_timm_says_checking_then_verified(qtbot, window, na
     assert texts[-1].startswith("Verified against timm") and any(t.startswith("Checking against timm") for t in texts)
     due = next(i for i, text in enumerate(texts) if text.startswith("Checking"))
     assert not [t for t in texts[due:] if t.startswith("Not verified")], texts
+
+
+def test_the_candidates_come_from_the_core_identification(qtbot, window, named_tiny) -> None:  # noqa: ANN001
+    """With the installed `vitviz.core.identify` (no stand-in): what names the model is offered first, then the
+    architectures whose shapes fit; the list is made in the worker."""
+    pytest.importorskip("timm")
+    _load(qtbot, window, named_tiny)
+    dialog = window.verifier.open_dialog()
+    qtbot.waitUntil(lambda: not dialog.arch_note.text().startswith("Looking"), timeout=120000)
+    assert dialog.arch_combo.count() >= 1 and dialog.arch_combo.itemText(0) == "timm:vit_tiny_patch16_224"
+    assert dialog.verify_button.isEnabled()
+    dialog.reject()
