@@ -386,10 +386,11 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
             return Verification(DIFFERS, library=library, version=_version(library), original=what, against=what,
                                 assumptions=assumptions, reason=str(e))
     if not found:
-        what = against if ":" in against else f"no {library} architecture ({', '.join(_searched(library))})"
-        return unverified(f"nothing names the model, and {what} has exactly its parameter names and shapes (a model "
-                          "of one's own in that library's layout); pass code=FILE.py:FACTORY to check it against "
-                          "your own code", library)
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; no {library} "
+                          f"architecture ({', '.join(_searched(library))}) has exactly its parameter names and "
+                          "shapes (a model of one's own in that library's layout); pass code=FILE.py:FACTORY to "
+                          "check it against your own code", library)
     groups: dict[str, list[Any]] = {}
     for c in found:
         groups.setdefault(_kind_of(c), []).append(c)
