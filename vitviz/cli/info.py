@@ -36,9 +36,15 @@ def run_info(args: argparse.Namespace) -> int:
     if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
         return _windowed_info(model, args.json)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
+    from vitviz.core.verify import apply_verification, remembered_verification
+
+    check = remembered_verification(model)   # what `vitviz verify` / an export found, never checked again here
+    if check is not None:
+        apply_verification(model, check)
     spec = model.spec
     if args.json:
         data = spec.to_dict()
+        data["verification"] = None if check is None else {**check.to_dict(), "remembered": True}
         data["labels"] = len(spec.labels)
         data["dropped_keys"] = model.dropped
         if layers is not None:
@@ -93,6 +99,9 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
     for line in guess_lines(spec):  # loudly: nothing in the file gave these
         print(f"  !! {line}")
+    if layers is None:
+        print("  verdict        " + (f"{check.summary()} (remembered from an earlier check)" if check is not None
+                                     else "not checked here (vitviz verify MODEL compares it with its original)"))
     if layers is not None:
         print(f"  path           {prov.get('path', '')}")
         for i, (name, how) in enumerate(layers):
