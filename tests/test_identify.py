@@ -177,3 +177,47 @@ def test_cli_verify_a_bare_file(tiny_file: Path, capsys: pytest.CaptureFixture[s
     assert "--heads 3" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["verify", str(tiny_file), "--against", "keras:x"])
+
+
+def test_export_verifies_once_per_model_and_info_agrees(tiny_file: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first export checks the model and remembers the verdict (per file content, settings and versions); a
+    second export of the same model takes it without running any original; `vitviz info` shows it, and the
+    manifest's spec, info and the verdict agree on which settings are verified."""
+    import numpy as np
+    from PIL import Image
+
+    import vitviz.core.verify as verify_module
+    from vitviz.cli import main
+
+    image = tmp_path / "img.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(image)
+    args = ["export", "--model", str(tiny_file), str(image), "--maps", "cls", "--layers", "11", "--quiet",
+            "--device", "cpu"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    first = json.loads((tmp_path / "one" / "manifest.json").read_text())["model"]
+    assert first["verification"]["verdict"] == "verified" and first["verification"]["remembered"] is False
+    assert first["spec"]["provenance_kinds"]["num_heads"] == "verified"
+    assert "num_heads" not in first["spec"]["assumptions"]
+
+    def no_check(*_a, **_k):
+        raise AssertionError("the original was run again")
+    monkeypatch.setattr(verify_module, "verify", no_check)
+    assert main([*args, "--out", str(tmp_path / "two")]) == 0
+    second = json.loads((tmp_path / "two" / "manifest.json").read_text())["model"]
+    assert second["verification"]["remembered"] is True
+    assert second["verification"]["summary"] == first["verification"]["summary"]
+    assert second["spec"]["provenance"] == first["spec"]["provenance"]
+    # another setting is another model: checked again (here: refused, since verify is patched out)
+    with pytest.raises(AssertionError, match="run again"):
+        main([*args, "--heads", "6", "--out", str(tmp_path / "three")])
+    capsys.readouterr()
+    assert main(["info", str(tiny_file)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict        Matches timm " in out and "(remembered from an earlier check)" in out
+    assert "verified (verified: timm" in out
+    assert main(["info", str(tiny_file), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verification"]["summary"] == first["verification"]["summary"]
+    assert data["provenance"]["num_heads"] == first["spec"]["provenance"]["num_heads"]
