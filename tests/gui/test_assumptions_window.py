@@ -112,6 +112,7 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     assert dialog.combos["block_norm"].currentText().endswith("(assumed)")
     assert "Assumed: pre-norm" in dialog.reasons["block_norm"].text()
     assert dialog.combos["mlp_kind"].currentData() == "gelu" and dialog.combos["attn_scale"].currentData() == 0.0
+    assert not any(c.isChecked() for c in dialog.confirms.values()) and not dialog.remember_check.isChecked()
     assert "my_vit.pt" in dialog.findChild(QLabel, "assumptionsText").text()
     assert "eps" in dialog.others.text() and dialog.others.isVisibleTo(dialog)     # not asked, but listed
     panel = window.controls.model_settings
@@ -121,10 +122,12 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     answer_assumptions(qtbot, window, {"block_norm": "post"})                 # reloads with block_norm='post'
     spec = s.spec
     assert spec.block_norm == "post" and spec.source_of("block_norm") == "override"
-    assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "given"
-    assert s.load_overrides == {"block_norm": "post", "act": "gelu", "attn_scale": 0.0}
+    # the one setting answered is the user's; the ones left as they were are still assumptions
+    assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "assumed"
+    assert s.load_overrides == {"block_norm": "post"}
     assert not s.awaiting_answers and window.assumptions_dialog is None
     assert not panel.marks["norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
+    assert panel.marks["act"].isVisibleTo(panel) and panel.marks["scale"].isVisibleTo(panel)
     assert panel.norm_combo.currentData() == "post"
     wait_idle(qtbot, window)
     shown = s.result(str(images[0])).result.attentions
@@ -137,9 +140,11 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
 def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_written,  # noqa: ANN001
                                                   tiny_ckpt, images) -> None:
     _ask(qtbot, window, hand_written, images[:1])
-    answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu"}, remember=True)
+    # two changed, the scale confirmed as assumed ("I know this"): all three answered, remembered
+    answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu", "attn_scale": 0.0}, remember=True)
     assert st.remembered_settings(settings, str(hand_written)) == {"block_norm": "post", "act": "relu",
                                                                    "attn_scale": 0.0}
+    assert window.session.spec.source_of("block_norm").startswith("remembered: you answered post")
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):   # another model, then this one again
         window.load_model(str(tiny_ckpt), heads=HEADS)
     other = _second_window(qtbot, settings)                               # a new window: nothing kept in memory
@@ -150,7 +155,9 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
             other.load_model(str(hand_written))
         spec = other.session.spec
         assert asked_ == [] and other.assumptions_dialog is None
-        assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.source_of("block_norm") == "override"
+        assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.kind_of("block_norm") == "given"
+        assert spec.source_of("block_norm").startswith("remembered: you answered post in the window")
+        assert spec.source_of("attn_scale").startswith("remembered: you answered 0 (head_dim^-0.5)")
         assert any("post-norm blocks, activation relu" in n and "my_vit.pt" in n for n in other.notes)
         # a change in Model settings is the newest choice
         panel = other.controls.model_settings
@@ -160,6 +167,7 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
             panel.apply()
         assert other.session.spec.block_norm == "pre"
         assert st.remembered_settings(settings, str(hand_written))["block_norm"] == "pre"
+        assert other.session.spec.source_of("block_norm").startswith("remembered: you answered pre")
     finally:
         other.close()
         other.session.shutdown()
@@ -199,6 +207,10 @@ def test_keeping_the_assumptions_runs_them_and_review_answers_later(qtbot, windo
         dialog.findChild(QLabel, "assumptionsText").text()
     answer_assumptions(qtbot, window, {"attn_scale": 1.0})
     assert s.spec.attn_scale == 1.0 and s.spec.source_of("attn_scale") == "override"
+    assert asked(s.spec) == ["block_norm", "mlp_kind"] and status.review_button.isVisibleTo(window.statusBar())
+    status.review_button.click()                                            # the others, each confirmed
+    answer_assumptions(qtbot, window, {"block_norm": "pre", "mlp_kind": "gelu"})
+    assert s.spec.kind_of("block_norm") == "given" and s.spec.kind_of("mlp_kind") == "given"
     assert not asked(s.spec) and not status.review_button.isVisibleTo(window.statusBar())   # nothing left to ask
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None

@@ -62,7 +62,7 @@ def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
 
 
 # the parts' fields, read and set through the session as before (`ModelSlot` and `ImageList` say what each is)
-@_holds("model", "spec device device_preference model_path model_code load_overrides live_layers live_skipped "
+@_holds("model", "spec device device_preference model_path model_code load_overrides remembered live_layers live_skipped "
         "interruptible ask_assumptions awaiting_answers library_layout capabilities described verify_models "
         "verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
         _verify_asked="verify_asked")
