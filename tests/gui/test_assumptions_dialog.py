@@ -53,7 +53,8 @@ def _enter(qtbot, dialog: AssumptionsDialog) -> dict[str, Any]:  # noqa: ANN001
     return answered
 
 
-def test_enter_with_nothing_changed_gives_no_setting(qtbot, parent: QWidget, guessed_spec: ModelSpec) -> None:  # noqa: ANN001
+def test_enter_with_nothing_changed_gives_no_setting(qtbot, parent: QWidget,  # noqa: ANN001
+                                                     guessed_spec: ModelSpec) -> None:
     dialog = _dialog(qtbot, parent, guessed_spec)
     assert dialog.fields == ["num_heads", "block_norm", "mlp_kind", "attn_scale"]
     assert dialog.combos["block_norm"].currentData() == "pre"                # the assumption, preselected
@@ -68,12 +69,13 @@ def test_remember_is_off_until_ticked(qtbot, parent: QWidget, guessed_spec: Mode
     dialog.remember_check.setChecked(True)
     assert dialog.remember()
     dialog.reject()
-    code = _dialog(qtbot, parent, guessed_spec, can_remember=False)                  # a model built by code: nothing to key
+    code = _dialog(qtbot, parent, guessed_spec, can_remember=False)   # a model built by code: nothing to key
     assert not code.remember_check.isChecked() and not code.remember_check.isEnabled()
     code.reject()
 
 
-def test_changing_a_choice_makes_that_one_setting_given(qtbot, parent: QWidget, guessed_spec: ModelSpec) -> None:  # noqa: ANN001
+def test_changing_a_choice_makes_that_one_setting_given(qtbot, parent: QWidget,  # noqa: ANN001
+                                                        guessed_spec: ModelSpec) -> None:
     dialog = _dialog(qtbot, parent, guessed_spec)
     dialog.choose("block_norm", "post")
     assert dialog.confirms["block_norm"].isChecked()                           # ticked by the change
@@ -85,7 +87,8 @@ def test_changing_a_choice_makes_that_one_setting_given(qtbot, parent: QWidget, 
     assert _enter(qtbot, dialog)["values"] == {"act": "relu"}
 
 
-def test_i_know_this_confirms_the_assumed_value(qtbot, parent: QWidget, guessed_spec: ModelSpec) -> None:  # noqa: ANN001
+def test_i_know_this_confirms_the_assumed_value(qtbot, parent: QWidget,  # noqa: ANN001
+                                                guessed_spec: ModelSpec) -> None:
     dialog = _dialog(qtbot, parent, guessed_spec)
     dialog.confirm("attn_scale")
     assert dialog.combos["attn_scale"].currentData() == 0.0                     # unchanged: confirmed as it is
