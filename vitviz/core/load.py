@@ -217,8 +217,11 @@ def _mark_remembered(model: VitModel, remembered: frozenset[str], overrides: dic
         return model
     sources = {field: remembered_source(name, overrides[name]) for name in remembered for field in OPTION[name].fields}
     spec = model.spec
-    marked = replace(spec, provenance=tuple(
-        (k, sources[k] if k in sources and str(v).startswith("override") else v) for k, v in spec.provenance))
+    provenance = tuple((k, sources[k] if k in sources and str(v).startswith("override") else v)
+                       for k, v in spec.provenance)
+    if provenance == spec.provenance:
+        return model
+    marked = replace(spec, provenance=provenance)
     net = getattr(model, "net", None)
     if getattr(net, "spec", None) is spec:
         net.spec = marked
