@@ -214,9 +214,6 @@ class AssumptionsDialog(QDialog):
     def _why(self, field: str) -> str:
         spec = self.spec
         why = guess_reason(spec, field)
-        if field == "num_heads" and spec.heads_guessed:
-            return (f"vitviz guessed {spec.num_heads}: {why}. Every per-head map depends on it: choose the count the "
-                    f"model was built with (it divides the attention width {spec.attn_width}).")
         if field == "num_heads":
             return (f"vitviz guessed {spec.num_heads}: {why}. Every per-head map depends on it; the number divides "
                     f"the attention width {spec.attn_width}.")
