@@ -154,7 +154,7 @@ class AssumptionsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
-        self.setMinimumWidth(560)
+        self.setMinimumWidth(640)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
@@ -172,6 +172,9 @@ class AssumptionsDialog(QDialog):
         spec = self.spec
         combo = QComboBox()
         combo.setObjectName(COMBO_NAMES[field])
+        # as wide as the row leaves it (its box beside it), not as its longest choice: that squeezed the labels
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(24)
         if field == "num_heads":
             width = spec.attn_width
             choices: list[tuple[Any, str]] = [(h, f"{h} head{'s' if h > 1 else ''} of {width // h} dims")
