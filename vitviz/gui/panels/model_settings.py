@@ -216,6 +216,7 @@ class ModelSettings(QWidget):
         self.spec = spec
         self.setEnabled(spec is not None)
         if spec is None:
+            self.forget_button.setVisible(False)
             return
         self.reset()
         live = runs_own_code(spec)           # a model built by its own code: its attention says its heads
