@@ -28,6 +28,18 @@ def _own_answers(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 @pytest.fixture(scope="session")
+def _shapes_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vitviz-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(_shapes_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vitviz's own cache (the library architectures' shape signatures, `vitviz.core.identify`) lives in one folder
+    for the test session, never in the user's ~/.cache: built once by the first test that identifies a file."""
+    monkeypatch.setenv("VITVIZ_CACHE", str(_shapes_cache))
+
+
+@pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer ViT (load it with `heads=_tiny.HEADS`) with a 4x4 grid of 8-px patches (32x32 input), 5 classes."""
     from _tiny import write_tiny_checkpoint

@@ -159,8 +159,12 @@ def test_remembered_reference_answers_stay_out_of_a_code_load(tmp_path, monkeypa
     from vitviz.cli.options import with_remembered
 
     monkeypatch.setattr(answers, "answers_for", lambda path: {"heads": 4, "block_norm": "post"})
-    assert with_remembered("w.pth", {}, quiet=True) == {"heads": 4, "block_norm": "post"}
-    assert with_remembered("w.pth", {"code": "m.py:build"}, quiet=True) == {"code": "m.py:build", "heads": 4}
+    assert with_remembered("w.pth", {}, quiet=True) == {"heads": 4, "block_norm": "post",
+                                                         "_remembered": frozenset({"heads", "block_norm"})}
+    assert with_remembered("w.pth", {"code": "m.py:build"}, quiet=True) == {"code": "m.py:build", "heads": 4,
+                                                                            "_remembered": frozenset({"heads"})}
+    assert with_remembered("w.pth", {"heads": 2, "block_norm": "pre"}, quiet=True) == {"heads": 2,
+                                                                                        "block_norm": "pre"}
 
 
 def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:

@@ -285,3 +285,33 @@ def test_cli_warnings_are_one_clean_line_with_the_flags(tiny_ckpt: Path, photo: 
     assert lines and all(t.startswith("vitviz: warning: ") for t in lines), lines
     assert any("pass --heads N" in t for t in lines) and not any("heads=N" in t for t in lines)
     assert not any("infer_spec(" in t or ".py:" in t for t in lines)
+
+
+def test_a_remembered_override_says_so_and_is_given(tiny_ckpt: Path) -> None:
+    """Answers remembered for a file (`vitviz.load(_remembered=)`, as the command line and the window pass them)
+    are given, never assumed, and their provenance says they are remembered -- not a plain override -- in
+    `spec.to_dict()` (the export manifest); an override typed now stays 'override'."""
+    spec = _load(tiny_ckpt, heads=4, block_norm="post", act="relu", _remembered={"heads", "block_norm"}).spec
+    data = spec.to_dict()
+    assert data["provenance"]["num_heads"].startswith("remembered: you answered 4 in the window for this file")
+    assert "forget: vitviz info FILE --forget" in data["provenance"]["num_heads"]
+    assert data["provenance"]["block_norm"].startswith("remembered: you answered post")
+    assert data["provenance"]["mlp_kind"] == "override"
+    assert data["provenance_kinds"]["num_heads"] == data["provenance_kinds"]["block_norm"] == "given"
+    assert not {"num_heads", "block_norm", "mlp_kind"} & set(data["assumptions"])
+    scale = _load(tiny_ckpt, heads=HEADS, attn_scale=0.0, _remembered=("attn_scale",)).spec
+    assert scale.source_of("attn_scale").startswith("remembered: you answered 0 (head_dim^-0.5)")
+    from vitviz.core.spec import audit_provenance
+
+    assert audit_provenance(spec) == [] and audit_provenance(scale) == []
+
+
+def test_remembered_names_only_what_was_given_and_only_rememberable_overrides(tiny_ckpt: Path) -> None:
+    from vitviz.errors import VitvizError
+
+    spec = _load(tiny_ckpt, heads=HEADS, _remembered=frozenset({"heads", "act"})).spec   # act not given: nothing
+    assert spec.source_of("num_heads").startswith("remembered") and spec.kind_of("mlp_kind") == "assumed"
+    with pytest.raises(VitvizError, match="expected overrides among heads, block_norm, act, attn_scale"):
+        _load(tiny_ckpt, heads=HEADS, eps=1e-6, _remembered={"eps"})
+    with pytest.raises(VitvizError, match="expected a collection of override names"):
+        _load(tiny_ckpt, heads=HEADS, _remembered="heads")

@@ -285,10 +285,16 @@ def test_relu_model_read_as_gelu_differs_from_layer_1(root: Path) -> None:
     assert check.verdict == "differs" and check.first_differing_layer == 1
     (layer0, d0), (layer1, d1) = check.per_layer[0]
     assert d0 <= ATOL_ATTENTION < d1 and check.max_output > 1e-4
-    assert check.summary() == f"Differs from the original from layer 1 (max {_fmt(check.max_attention)})"
-    assert "mlp_kind" in check.assumptions
-    # the same file and the same code, read with the activation the code uses: verified
-    assert verify(_load(weights, heads=4, act="relu"), code=f"{root / 'models.py'}:timm_relu").verdict == "verified"
+    # the cause is named: the user's module states its activation (nn.ReLU in its MLPs), vitviz assumed GELU
+    assert check.summary() == (f"Differs from the original from layer 1 (max {_fmt(check.max_attention)}); could be "
+                               "mlp_kind (relu)")
+    assert check.causes == (("mlp_kind", "relu"),) and dict(check.suggested) == {"act": "relu"}
+    assert "mlp_kind" in check.assumptions and check.confirmed == ()
+    # the same file and the same code, read with the activation the code uses: verified, and every assumption the
+    # probe reaches is confirmed by the user's own code (the image preprocessing is not: the probe is normalised)
+    fixed = verify(_load(weights, heads=4, act="relu"), code=f"{root / 'models.py'}:timm_relu")
+    assert fixed.verdict == "verified" and fixed.causes == ()
+    assert set(fixed.confirmed) == set(fixed.assumptions) - {"preprocess"} and "eps" in fixed.confirmed
     # and a GELU model of the same weights is what vitviz assumed
     assert verify(model, code=f"{root / 'models.py'}:timm_gelu").verdict == "verified"
 
@@ -305,11 +311,15 @@ def test_bare_state_dict_is_unverified_with_its_assumptions(root: Path) -> None:
     check = verify(model)
     names = tuple(name for name, _ in model.spec.assumptions)
     assert check.verdict == "unverified" and check.assumptions == names and "mlp_kind" in names
-    assert check.reason == f"nothing names the model: {len(names)} assumptions"
+    # its layout is timm's, but no registered timm architecture has its shapes (vitviz.core.identify): said, with
+    # the route that can check it
+    assert check.reason.startswith(f"nothing names the model: {len(names)} assumptions; no timm architecture")
+    assert "code=FILE.py:FACTORY" in check.reason and check.fitting == ()
     assert check.summary() == f"Not verified — {len(names)} assumptions ({', '.join(names)})"
-    assert check.library == "" and check.sizes == () and check.max_attention is None
+    assert check.library == "timm" and check.sizes == () and check.max_attention is None
     for against in ("timm", "transformers"):  # naming a library does not make vitviz's guesses a proof
         assert verify(model, against=against).verdict == "unverified"
+    assert "transformers original is built from the config" in verify(model, against="transformers").reason
 
 
 def test_a_wrong_setting_of_a_named_model_differs(root: Path) -> None:

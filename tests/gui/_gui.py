@@ -84,8 +84,9 @@ def answer_heads(qtbot, window, heads: int | None, remember: bool = False) -> No
 
 def answer_assumptions(qtbot, window, choices: dict | None, remember: bool = False) -> None:  # noqa: ANN001
     """Answer the open (or soon open) assumptions dialog: `choices` {field: value} ('num_heads', 'block_norm',
-    'mlp_kind', 'attn_scale'; the rest as preselected), or None to keep the assumptions. "Use these settings"
-    reloads the model with every shown value as an override; this waits until it has loaded."""
+    'mlp_kind', 'attn_scale'), each chosen and ticked "I know this" (the rest stay assumed), or None to keep the
+    assumptions. "Use my answers" reloads the model with the chosen values as overrides; this waits until it has
+    loaded."""
     qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
                     timeout=20000)
     dialog = window.assumptions_dialog
@@ -95,6 +96,7 @@ def answer_assumptions(qtbot, window, choices: dict | None, remember: bool = Fal
         return
     for field, value in choices.items():
         dialog.choose(field, value)
+        dialog.confirm(field)
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         dialog.accept()
 

@@ -112,6 +112,7 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     assert dialog.combos["block_norm"].currentText().endswith("(assumed)")
     assert "Assumed: pre-norm" in dialog.reasons["block_norm"].text()
     assert dialog.combos["mlp_kind"].currentData() == "gelu" and dialog.combos["attn_scale"].currentData() == 0.0
+    assert not any(c.isChecked() for c in dialog.confirms.values()) and not dialog.remember_check.isChecked()
     assert "my_vit.pt" in dialog.findChild(QLabel, "assumptionsText").text()
     assert "eps" in dialog.others.text() and dialog.others.isVisibleTo(dialog)     # not asked, but listed
     panel = window.controls.model_settings
@@ -121,10 +122,12 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     answer_assumptions(qtbot, window, {"block_norm": "post"})                 # reloads with block_norm='post'
     spec = s.spec
     assert spec.block_norm == "post" and spec.source_of("block_norm") == "override"
-    assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "given"
-    assert s.load_overrides == {"block_norm": "post", "act": "gelu", "attn_scale": 0.0}
+    # the one setting answered is the user's; the ones left as they were are still assumptions
+    assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "assumed"
+    assert s.load_overrides == {"block_norm": "post"}
     assert not s.awaiting_answers and window.assumptions_dialog is None
     assert not panel.marks["norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
+    assert panel.marks["act"].isVisibleTo(panel) and panel.marks["scale"].isVisibleTo(panel)
     assert panel.norm_combo.currentData() == "post"
     wait_idle(qtbot, window)
     shown = s.result(str(images[0])).result.attentions
@@ -137,9 +140,11 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
 def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_written,  # noqa: ANN001
                                                   tiny_ckpt, images) -> None:
     _ask(qtbot, window, hand_written, images[:1])
-    answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu"}, remember=True)
+    # two changed, the scale confirmed as assumed ("I know this"): all three answered, remembered
+    answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu", "attn_scale": 0.0}, remember=True)
     assert st.remembered_settings(settings, str(hand_written)) == {"block_norm": "post", "act": "relu",
                                                                    "attn_scale": 0.0}
+    assert window.session.spec.source_of("block_norm").startswith("remembered: you answered post")
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):   # another model, then this one again
         window.load_model(str(tiny_ckpt), heads=HEADS)
     other = _second_window(qtbot, settings)                               # a new window: nothing kept in memory
@@ -150,7 +155,9 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
             other.load_model(str(hand_written))
         spec = other.session.spec
         assert asked_ == [] and other.assumptions_dialog is None
-        assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.source_of("block_norm") == "override"
+        assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.kind_of("block_norm") == "given"
+        assert spec.source_of("block_norm").startswith("remembered: you answered post in the window")
+        assert spec.source_of("attn_scale").startswith("remembered: you answered 0 (head_dim^-0.5)")
         assert any("post-norm blocks, activation relu" in n and "my_vit.pt" in n for n in other.notes)
         # a change in Model settings is the newest choice
         panel = other.controls.model_settings
@@ -160,6 +167,7 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
             panel.apply()
         assert other.session.spec.block_norm == "pre"
         assert st.remembered_settings(settings, str(hand_written))["block_norm"] == "pre"
+        assert other.session.spec.source_of("block_norm").startswith("remembered: you answered pre")
     finally:
         other.close()
         other.session.shutdown()
@@ -199,6 +207,10 @@ def test_keeping_the_assumptions_runs_them_and_review_answers_later(qtbot, windo
         dialog.findChild(QLabel, "assumptionsText").text()
     answer_assumptions(qtbot, window, {"attn_scale": 1.0})
     assert s.spec.attn_scale == 1.0 and s.spec.source_of("attn_scale") == "override"
+    assert asked(s.spec) == ["block_norm", "mlp_kind"] and status.review_button.isVisibleTo(window.statusBar())
+    status.review_button.click()                                            # the others, each confirmed
+    answer_assumptions(qtbot, window, {"block_norm": "pre", "mlp_kind": "gelu"})
+    assert s.spec.kind_of("block_norm") == "given" and s.spec.kind_of("mlp_kind") == "given"
     assert not asked(s.spec) and not status.review_button.isVisibleTo(window.statusBar())   # nothing left to ask
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None
@@ -307,3 +319,92 @@ def test_the_command_line_states_what_the_file_does_not(qtbot, window, hand_writ
     assert spec.block_norm == "post" and spec.kind_of("block_norm") == "given"
     assert spec.kind_of("mlp_kind") == "given" and spec.attn_scale == pytest.approx(scale)
     assert window.assumptions_dialog is None or not window.assumptions_dialog.isVisible()
+
+
+def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings, tiny_ckpt,  # noqa: ANN001
+                                                         images) -> None:
+    """Issue 30: the default button with nothing changed turned every preselected guess into a given value and
+    remembered it. Now it runs the model as loaded: nothing reloads, nothing becomes given, nothing is stored, and
+    the question stays one click away."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from vitviz.catalog import answers
+
+    loads: list[object] = []
+    window.session.add_images([str(images[0])])
+    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
+        window.load_model(str(tiny_ckpt))
+    qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
+                    timeout=5000)
+    s = window.session
+    spec, assumed = s.spec, s.spec.assumptions
+    s.model_loaded.connect(lambda *_a: loads.append(1))
+    dialog = window.assumptions_dialog
+    assert not dialog.remember_check.isChecked()
+    QTest.keyClick(dialog, Qt.Key.Key_Return)                               # "Use my answers", nothing answered
+    qtbot.waitUntil(lambda: window.assumptions_dialog is None, timeout=5000)
+    wait_idle(qtbot, window)
+    assert loads == [] and s.spec is spec and s.load_overrides == {} and s.spec.assumptions == assumed
+    assert s.spec.heads_guessed and s.result(str(images[0])) is not None and not s.awaiting_answers
+    assert answers.read_all() == {} and st.remembered_settings(settings, str(tiny_ckpt)) == {}
+    assert window.status.verdict_label.text() == f"Not verified — {len(assumed)} assumptions"
+    assert window.status.review_button.isVisibleTo(window.statusBar())
+    panel = window.controls.model_settings
+    assert panel.marks["heads"].isVisibleTo(panel) and panel.marks["norm"].isVisibleTo(panel)
+    dialog = window.review_assumptions()                                    # asked for: Enter changes nothing
+    dialog.remember_check.setChecked(True)                                  # even remembering: nothing to keep
+    QTest.keyClick(dialog, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.assumptions_dialog is None, timeout=5000)
+    assert s.client.pending(Kind.LOAD) == [] and loads == [] and s.spec is spec and answers.read_all() == {}
+
+
+def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, tiny_ckpt,  # noqa: ANN001
+                                                     images) -> None:
+    """A remembered answer is said as remembered (Model settings, Model info), and "Forget remembered answers"
+    drops it from the store and loads the model again with those settings assumed (and marked) again."""
+    st.remember_settings(settings, str(tiny_ckpt), {"heads": 4, "block_norm": "post"})
+    window.session.add_images([str(images[0])])
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt))
+    s = window.session
+    assert s.spec.num_heads == 4 and s.spec.kind_of("num_heads") == "given" and s.remembered == {"heads",
+                                                                                                  "block_norm"}
+    assert s.spec.source_of("num_heads").startswith("remembered: you answered 4 in the window for this file")
+    assert s.load_overrides == {"heads": 4, "block_norm": "post"}
+    panel = window.controls.model_settings
+    assert panel.forget_button.isVisibleTo(panel) and panel.remembered() == ["heads", "norm"]
+    assert "remembered: you answered 4" in panel.marks["heads"].toolTip()
+    assert not panel.marks["heads"].isVisibleTo(panel)                      # given: no '?'
+    wait_idle(qtbot, window)
+    assert "remembered: you answered 4" in show_dock(qtbot, window, "infoDock").text()
+    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+        panel.forget_button.click()
+    assert st.remembered_settings(settings, str(tiny_ckpt)) == {} and s.remembered == frozenset()
+    assert s.spec.num_heads == 1 and s.spec.heads_guessed and s.spec.kind_of("block_norm") == "assumed"
+    assert s.load_overrides == {} and "remembered" not in s.spec.to_json()
+    assert not panel.forget_button.isVisibleTo(panel) and panel.marks["heads"].isVisibleTo(panel)
+    assert window.assumptions_dialog is None                                # asked for: not asked by itself
+    assert any("Forgot 4 attention heads, post-norm blocks for tiny.pth" in n for n in window.notes)
+    wait_idle(qtbot, window)
+    assert s.result(str(images[0])) is not None
+
+
+def test_an_answer_remembered_now_is_said_as_remembered_and_a_changed_one_is_not(qtbot, window,  # noqa: ANN001
+                                                                                  settings, hand_written,
+                                                                                  images) -> None:
+    """Answered with "Remember for this file": said as remembered at once; a value changed later in Model settings
+    without anything remembered for the file is the user's word (override), not a remembered one."""
+    _ask(qtbot, window, hand_written, images[:1])
+    answer_assumptions(qtbot, window, {"attn_scale": 1.0}, remember=True)
+    s = window.session
+    assert s.spec.source_of("attn_scale").startswith("remembered: you answered 1 in the window")
+    assert s.remembered == {"attn_scale"} and s.spec.kind_of("block_norm") == "assumed"
+    st.forget_settings(settings, str(hand_written))                          # forgotten elsewhere (the CLI)
+    panel = window.controls.model_settings
+    panel.scale_edit.setText("0.5")
+    panel.scale_edit.textEdited.emit("0.5")
+    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+        panel.apply()
+    assert s.spec.source_of("attn_scale") == "override" and s.remembered == frozenset()
+    assert st.remembered_settings(settings, str(hand_written)) == {}

@@ -1,5 +1,5 @@
 """What a checkpoint does not say (issue 11 §2 in the window): a guessed head count is asked for in a dialog (the
-divisors of the attention width, the guess as default, "remember for this file") before anything runs; the
+divisors of the attention width, none preselected, "remember for this file" when ticked) before anything runs; the
 Controls dock shows heads, norm order, activation, attention scale, image size, channels and mean/std with
 assumptions marked, and a change reloads the model with those overrides in the worker. (The other assumed
 settings in the same dialog: test_assumptions_window.py.)"""
@@ -29,16 +29,17 @@ def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_
     assert s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
     offered = [dialog.combo.itemData(i) for i in range(dialog.combo.count())]
     assert offered == divisors(32) == [1, 2, 4, 8, 16, 32]
-    assert dialog.heads() == s.spec.num_heads == 1                                      # the guess, said so
-    assert "(the guess)" in dialog.combo.currentText()
+    # a head count from the width alone is not preselected (Enter cannot take it); the guess is marked in the list
+    assert dialog.combo.currentIndex() == -1 and dialog.combo.placeholderText() == "choose…"
+    assert "(the guess)" in dialog.combo.itemText(dialog.combo.findData(1)) and s.spec.num_heads == 1
+    assert dialog.values() == {} and not dialog.confirms["num_heads"].isEnabled()
     assert "tiny.pth" in dialog.findChild(QLabel, "assumptionsText").text()
     assert "width 32" in dialog.findChild(QLabel, "num_headsReason").text()
     answer_heads(qtbot, window, HEADS, remember=True)                                 # reloads with heads=2
-    assert s.spec.num_heads == HEADS and s.spec.source_of("num_heads").startswith("override")
-    # every setting the dialog showed is the user's word now, not assumed (as preselected: timm's conventions)
-    assert not s.awaiting_answers and s.load_overrides == {"heads": HEADS, "block_norm": "pre", "act": "gelu",
-                                                           "attn_scale": 0.0}
-    assert s.spec.kind_of("block_norm") == "given" and window.assumptions_dialog is None
+    assert s.spec.num_heads == HEADS and s.spec.source_of("num_heads").startswith("remembered")
+    # the head count chosen is the user's word now; the settings left as preselected are still assumed
+    assert not s.awaiting_answers and s.load_overrides == {"heads": HEADS}
+    assert s.spec.kind_of("block_norm") == "assumed" and window.assumptions_dialog is None
     wait_idle(qtbot, window)
     result = s.result(str(images[0])).result
     assert result.attentions.shape[1] == HEADS

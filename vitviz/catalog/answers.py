@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS
+from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS, REMEMBERABLE
 
 ANSWERS_ENV = "VITVIZ_ANSWERS"
-REMEMBERED = ("heads", "block_norm", "act", "attn_scale")   # the overrides remembered per model
+REMEMBERED = REMEMBERABLE   # the overrides remembered per model
 CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
           "block_norm": lambda v: v in BLOCK_NORMS,
           "act": lambda v: v in ACTIVATIONS,
@@ -81,6 +81,16 @@ def remember(path: str, values: dict[str, Any]) -> None:
     else:
         every.pop(key, None)
     write_all(every)
+
+
+def forget(path: str) -> dict[str, Any]:
+    """Forget every answer remembered for the model `path` (its settings are assumed again where the file does
+    not say them); returns what was forgotten ({} when nothing was)."""
+    every = read_all()
+    gone = every.pop(model_key(path), {})
+    if gone:
+        write_all(every)
+    return gone
 
 
 def write_all(every: dict[str, dict[str, Any]]) -> None:

@@ -493,23 +493,28 @@ def _load(args: argparse.Namespace, device: str | None = None) -> Any:
 
 
 def _verify(model: Any, quiet: bool) -> dict[str, Any]:
-    """The model checked against its original implementation once per run (`vitviz.core.verify`), for the
-    manifest; the verdict line goes to stderr unless --quiet. An original that cannot be run is recorded as
-    unverified with the reason: the export does not depend on it."""
+    """The model checked against its original implementation once per model (`vitviz.core.verify`), for the
+    manifest: remembered per file content, settings and versions, so a second export of the same model costs
+    nothing extra (the manifest's `verification.remembered` says so). The settings it confirmed are 'verified' in
+    the manifest's spec. The verdict line goes to stderr unless --quiet. An original that cannot be run is recorded
+    as unverified with the reason: the export does not depend on it."""
     import warnings
 
-    from vitviz.core.verify import UNVERIFIED, Verification, verify
+    from vitviz.core.verify import UNVERIFIED, Verification, apply_verification, remembered_verify
 
+    remembered = False
     try:
         with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
             warnings.simplefilter("ignore")
-            check = verify(model)
+            check, remembered = remembered_verify(model)
     except VitvizError as e:
         check = Verification(UNVERIFIED, assumptions=tuple(n for n, _ in model.spec.assumptions),
                              reason=f"the original could not be run: {e}")
+    apply_verification(model, check)
     if not quiet:
-        print(f"vitviz: {check.summary()}", file=sys.stderr)
-    return check.to_dict()
+        print(f"vitviz: {check.summary()}" + (" (remembered from an earlier check of this file)" if remembered
+                                               else ""), file=sys.stderr)
+    return {**check.to_dict(), "remembered": remembered}
 
 
 def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[LayerSel], list[HeadSel]]:

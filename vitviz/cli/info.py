@@ -17,6 +17,9 @@ def build_info_parser(sub: Any) -> None:
                    "--code, the weights for the code's model (optional)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--device", default="cpu", help="device to load on (default: cpu)")
+    p.add_argument("--forget", action="store_true", help="forget the answers remembered for this file (the "
+                   "window's \"Remember for this file\": heads, norm order, activation, attention scale), then "
+                   "describe it without them")
     add_override_arguments(p)
 
 
@@ -27,6 +30,8 @@ def run_info(args: argparse.Namespace) -> int:
     if args.checkpoint is None and args.code is None:
         raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
     checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint)  # a named model: its file
+    if getattr(args, "forget", False):
+        forget_answers(checkpoint)
     overrides = with_remembered(checkpoint, overrides_from(args))
     from vitviz.core.spec import GuessWarning
 
@@ -36,9 +41,15 @@ def run_info(args: argparse.Namespace) -> int:
     if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
         return _windowed_info(model, args.json)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
+    from vitviz.core.verify import apply_verification, remembered_verification
+
+    check = remembered_verification(model)   # what `vitviz verify` / an export found, never checked again here
+    if check is not None:
+        apply_verification(model, check)
     spec = model.spec
     if args.json:
         data = spec.to_dict()
+        data["verification"] = None if check is None else {**check.to_dict(), "remembered": True}
         data["labels"] = len(spec.labels)
         data["dropped_keys"] = model.dropped
         if layers is not None:
@@ -93,6 +104,9 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"  ignored keys   {len(model.dropped)}: {', '.join(model.dropped[:5])}")
     for line in guess_lines(spec):  # loudly: nothing in the file gave these
         print(f"  !! {line}")
+    if layers is None:
+        print("  verdict        " + (f"{check.summary()} (remembered from an earlier check)" if check is not None
+                                     else "not checked here (vitviz verify MODEL compares it with its original)"))
     if layers is not None:
         print(f"  path           {prov.get('path', '')}")
         for i, (name, how) in enumerate(layers):
@@ -100,6 +114,24 @@ def run_info(args: argparse.Namespace) -> int:
         for name, how, shape in getattr(model, "skipped", ()):   # seen, but not attention over the image tokens
             print(f"  skipped        {name:<36} {how} {tuple(shape)}")
     return 0
+
+
+def forget_answers(checkpoint: Any) -> None:
+    """`--forget`: drop the answers remembered for `checkpoint` and say on stderr what was forgotten (or that
+    nothing was remembered).
+
+    Raises:
+        VitvizError: no CHECKPOINT (a model built by --code alone has no file to remember answers for).
+    """
+    import sys
+
+    from vitviz.catalog import answers
+
+    if checkpoint is None:
+        raise VitvizError("--forget needs a CHECKPOINT: answers are remembered per model file")
+    gone = answers.forget(str(checkpoint))
+    print(f"vitviz: forgot what you told the window for {checkpoint}: {answers.describe(gone)}" if gone
+          else f"vitviz: nothing was remembered for {checkpoint}", file=sys.stderr)
 
 
 # the windowed spec's settings in the order info lists them (after the stages and blocks)

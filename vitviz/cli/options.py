@@ -115,7 +115,8 @@ _CLI_TYPES: dict[str, Callable[[str], Any]] = {
 def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
     """`overrides` plus what the user told the window about this model file ("remember for this file": heads,
     norm order, activation, attention scale; `vitviz.catalog.answers`) for each one not given here, said on
-    stderr -- one store of answers for the window and every command."""
+    stderr -- one store of answers for the window and every command. Their names go to `vitviz.load` as
+    `_remembered`, so that their provenance says 'remembered' (in info, the manifest), not a plain override."""
     if checkpoint is None:
         return overrides
     from vitviz.catalog import answers
@@ -126,8 +127,8 @@ def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = Fa
     if remembered and not quiet:
         flags = " / ".join(f"--{k.replace('_', '-')}" for k in remembered)
         print(f"vitviz: using what you told the window for {checkpoint}: {answers.describe(remembered)} "
-              f"({flags} to change)", file=sys.stderr)
-    return {**overrides, **remembered}
+              f"({flags} to change, vitviz info {checkpoint} --forget to forget)", file=sys.stderr)
+    return {**overrides, **remembered, "_remembered": frozenset(remembered)} if remembered else overrides
 
 
 def cli_wording(message: str) -> str:

@@ -55,7 +55,7 @@ def run_verify(args: argparse.Namespace) -> int:
     import vitviz
     from vitviz.cli.models import resolve_cli_model
     from vitviz.core.spec import GuessWarning
-    from vitviz.core.verify import apply_verification, verify
+    from vitviz.core.verify import apply_verification, remembered_verify
 
     checkpoint = resolve_cli_model(args.model)
     overrides = with_remembered(checkpoint, overrides_from(args))
@@ -65,7 +65,7 @@ def run_verify(args: argparse.Namespace) -> int:
         model = vitviz.load(checkpoint, device=args.device, **overrides)
     with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
         warnings.simplefilter("ignore")
-        check = verify(model, against=args.against, code=code)
+        check, _ = remembered_verify(model, against=args.against, code=code, fresh=True)   # info and export see it
     apply_verification(model, check)   # what it confirmed is verified, no longer assumed
     if args.json:
         print(json.dumps(check.to_dict(), indent=2))

@@ -12,7 +12,8 @@ grid (a file fine-tuned on 10 classes at 384 px is still a `vit_small_patch16_22
 comparison proves anything.
 
 Building every registered timm ViT on the meta device takes seconds (163 in `vision_transformer` alone), so the
-shape signatures are kept per library version in `$XDG_CACHE_HOME/vitviz/shapes-<library>-<version>.json`
+shape signatures are kept per library version in `$VITVIZ_CACHE` (default `$XDG_CACHE_HOME/vitviz`) as
+`shapes-<library>-<version>.json`
 (a missing or unreadable cache is rebuilt; an unwritable one is only slower). No Qt.
 """
 from __future__ import annotations
@@ -273,7 +274,13 @@ class _Signatures:
             pass
 
 
+CACHE_ENV = "VITVIZ_CACHE"
+
+
 def _cache_dir() -> Path:
+    """`$VITVIZ_CACHE`, else `$XDG_CACHE_HOME/vitviz` (default ~/.cache/vitviz)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"
 
 

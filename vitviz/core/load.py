@@ -22,7 +22,9 @@ from vitviz.core.hyperparams import infer_spec, warn_guesses
 from vitviz.core.live import LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.options import LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, only_for
+from vitviz.core.options import (
+    LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
+)
 from vitviz.core.validate import (
     check_canonical, check_exact_tensors, check_overrides, check_route, check_spec, check_weights,
 )
@@ -145,7 +147,16 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             also live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY'
             (runs that file's code to build the model: only pass it when the user asked for it). One that the
             route taken does not take (act= for a module run live, window= for a plain ViT) is refused.
+            `_remembered` (private, for the command line and the window): the names of the overrides whose values
+            are answers remembered for this file (`vitviz.catalog.answers`), not typed now; their provenance says
+            'remembered: ...' (still given) instead of 'override', so that everything showing the model says so.
     """
+    remembered = _remembered_names(overrides.pop("_remembered", ()), overrides)
+    return _mark_remembered(_load(path, overrides), remembered, overrides)
+
+
+def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any]) -> VitModel:
+    """`load` once the remembered answers are set aside."""
     unknown = set(overrides) - set(OPTION)
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
@@ -180,6 +191,41 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     what = "windowed model" if getattr(model, "windowed", False) else "ViT"
     model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
         "path", f"reference: its state dict converted to vitviz's reference {what} (live=True runs its own code)")))
+    return model
+
+
+def _remembered_names(names: Any, overrides: dict[str, Any]) -> frozenset[str]:
+    """The `_remembered` keyword checked: names of `REMEMBERABLE` overrides; those not given (None) are dropped.
+
+    Raises:
+        VitvizError: something else than a collection of those names.
+    """
+    if not isinstance(names, (set, frozenset, list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise VitvizError(f"_remembered={names!r}; expected a collection of override names among "
+                          f"{', '.join(REMEMBERABLE)}")
+    unknown = set(names) - set(REMEMBERABLE)
+    if unknown:
+        raise VitvizError(f"_remembered names {sorted(unknown)}; expected overrides among {', '.join(REMEMBERABLE)} "
+                          "(the ones a file's answers are remembered for)")
+    return frozenset(n for n in names if overrides.get(n) is not None)
+
+
+def _mark_remembered(model: VitModel, remembered: frozenset[str], overrides: dict[str, Any]) -> VitModel:
+    """`model` with the provenance of each remembered override said as such ('remembered: ...', given): only a
+    field the override set (its source 'override'; a live model's heads, read from its attention, stay read)."""
+    if not remembered:
+        return model
+    sources = {field: remembered_source(name, overrides[name]) for name in remembered for field in OPTION[name].fields}
+    spec = model.spec
+    provenance = tuple((k, sources[k] if k in sources and str(v).startswith("override") else v)
+                       for k, v in spec.provenance)
+    if provenance == spec.provenance:
+        return model
+    marked = replace(spec, provenance=provenance)
+    net = getattr(model, "net", None)
+    if getattr(net, "spec", None) is spec:
+        net.spec = marked
+    model.spec = marked
     return model
 
 

@@ -16,6 +16,7 @@ imports no other vitviz module (the checks stay with their primitives in `valida
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # MLP activations a user may name (`act=`, `head_act=`); `vitviz.core.model.make_act` builds each.
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
@@ -227,6 +228,20 @@ def overrides_for(*routes: str) -> tuple[str, ...]:
 def only_for(route: str) -> tuple[str, ...]:
     """The keywords that apply to `route` alone (the windowed models' window=, the live path's grid=)."""
     return tuple(o.name for o in OPTIONS if o.routes == (route,))
+
+
+# The overrides that can be remembered for a file (the window's "Remember for this file"; vitviz.catalog.answers).
+REMEMBERABLE = ("heads", "block_norm", "act", "attn_scale")
+FORGET_HOW = "vitviz info FILE --forget, or the window's Model settings › Forget remembered answers"
+
+
+def remembered_source(name: str, value: Any) -> str:
+    """The provenance of a setting whose value is an answer remembered for the file (override `name`):
+    'remembered: you answered 4 in the window for this file (forget: ...)'."""
+    shown = f"{float(value):g}" if name == "attn_scale" else str(value)
+    if name == "attn_scale" and not value:
+        shown = "0 (head_dim^-0.5)"
+    return f"remembered: you answered {shown} in the window for this file (forget: {FORGET_HOW})"
 
 
 # Spec fields no option sets: what a warning tells the user to do instead (how to answer it), and whether a wrong

@@ -29,7 +29,9 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import json
 import math
+import os
 import re
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -386,10 +388,11 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
             return Verification(DIFFERS, library=library, version=_version(library), original=what, against=what,
                                 assumptions=assumptions, reason=str(e))
     if not found:
-        what = against if ":" in against else f"no {library} architecture ({', '.join(_searched(library))})"
-        return unverified(f"nothing names the model, and {what} has exactly its parameter names and shapes (a model "
-                          "of one's own in that library's layout); pass code=FILE.py:FACTORY to check it against "
-                          "your own code", library)
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; no {library} "
+                          f"architecture ({', '.join(_searched(library))}) has exactly its parameter names and "
+                          "shapes (a model of one's own in that library's layout); pass code=FILE.py:FACTORY to "
+                          "check it against your own code", library)
     groups: dict[str, list[Any]] = {}
     for c in found:
         groups.setdefault(_kind_of(c), []).append(c)
@@ -565,7 +568,7 @@ def confirmed_spec(spec: Any, check: Verification) -> Any:
     if not check.confirmed:
         return spec
     against = check.against or check.library
-    how = (f"verified: {against} computes the same with it (max {format_difference(check.max_attention or 0.0)})"
+    how = (f"verified: {against} computes the same with it (attention max {format_difference(check.max_attention or 0.0)})"
            + ("; its parameters fit the file exactly" if check.fitting else ""))
     confirmed = set(check.confirmed)
     provenance = tuple((k, f"{how} (was {v})" if k in confirmed else v) for k, v in spec.provenance)
@@ -1129,3 +1132,108 @@ _BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {
     "timm": _build_timm, "transformers": _build_transformers, "open_clip": _build_open_clip,
     "torchvision": _build_torchvision,
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Remembered verdicts: a second export of the same model costs nothing extra
+
+
+def from_dict(data: dict[str, Any]) -> Verification:
+    """The `Verification` a `to_dict()` was made from (a difference that could not be measured comes back inf)."""
+    def number(v: Any) -> float | None:
+        return math.inf if v is None else float(v)
+
+    sizes = tuple(tuple(int(x) for x in s) for s in data.get("sizes", ()))
+    per_layer = tuple(tuple((int(layer), number(d)) for layer, d in entry["layers"]) for entry in data["per_layer"])
+    return Verification(
+        data["verdict"], library=data.get("library", ""), version=data.get("version", ""),
+        original=data.get("original", ""), against=data.get("against", ""),
+        max_attention=None if data.get("max_attention") is None and not per_layer else number(data.get("max_attention")),
+        max_output=None if data.get("max_output") is None and not per_layer else number(data.get("max_output")),
+        per_layer=per_layer, first_differing_layer=data.get("first_differing_layer"), sizes=sizes,
+        assumptions=tuple(data.get("assumptions", ())), reason=data.get("reason", ""),
+        skipped=tuple((tuple(s["size"]), s["why"]) for s in data.get("skipped", ())),
+        output_per_size=tuple(number(e.get("output")) for e in data["per_layer"]),
+        atol_attention=float(data.get("atol_attention", ATOL_ATTENTION)),
+        atol_output=float(data.get("atol_output", ATOL_OUTPUT)),
+        fitting=tuple(data.get("fitting", ())), matches=tuple(data.get("matches", ())),
+        alternatives=tuple((a["original"], a["how"]) for a in data.get("alternatives", ())),
+        confirmed=tuple(data.get("confirmed", ())),
+        open=tuple((o["setting"], o["alternatives"]) for o in data.get("open", ())),
+        causes=tuple((c["setting"], c["original"]) for c in data.get("causes", ())),
+        suggested=tuple(dict(data.get("suggested", {})).items()))
+
+
+def verification_key(model: Any, against: str = "auto", code: str | None = None) -> str | None:
+    """What a verdict depends on, hashed: the weights file's bytes (and a config beside it), the converted model's
+    spec (every setting, given or assumed), `against` / `code`, and the versions of vitviz, torch and the
+    libraries originals are built with. None for a model not loaded from a file."""
+    import hashlib
+    from importlib import metadata
+
+    path = Path(model.spec.source)
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    files = [path] + [p for p in sorted(path.parent.glob("*.json")) if p.is_file()]
+    for p in files:
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    if code:
+        code_file = Path(code.rpartition(":")[0])
+        h.update(code_file.read_bytes() if code_file.is_file() else code.encode())
+    versions = []
+    for package in ("vitviz", "torch", *_PACKAGES.values()):
+        try:
+            versions.append(f"{package}={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package}=-")
+    h.update(json.dumps([model.spec.to_json(), against, code or "", versions]).encode())
+    return h.hexdigest()
+
+
+def remembered_verify(model: Any, against: str = "auto", code: str | None = None,
+                      progress: Progress | None = None, fresh: bool = False) -> tuple[Verification, bool]:
+    """`verify(model, against, code)`, remembered in `$VITVIZ_CACHE/verified/` by `verification_key`: the same
+    file, settings and versions a second time give the remembered verdict at no cost. (verdict, True when it was
+    remembered). `fresh`: check again (and remember the new verdict). A verdict that could not be made (an error)
+    is not remembered."""
+    store = _store(model, against, code)
+    if store is not None and not fresh:
+        try:
+            with open(store, encoding="utf-8") as f:
+                return from_dict(json.loads(f.read(8 << 20))), True
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    check = verify(model, against=against, code=code, progress=progress)
+    if store is not None:
+        try:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            tmp = store.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(check.to_dict()), encoding="utf-8")
+            os.replace(tmp, store)
+        except OSError:
+            pass
+    return check, False
+
+
+def remembered_verification(model: Any, against: str = "auto", code: str | None = None) -> Verification | None:
+    """The remembered verdict of `model` (`remembered_verify`), without checking anything; None when there is none."""
+    store = _store(model, against, code)
+    try:
+        with open(store, encoding="utf-8") as f:   # type: ignore[arg-type]
+            return from_dict(json.loads(f.read(8 << 20)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store(model: Any, against: str, code: str | None) -> Path | None:
+    from vitviz.core.identify import _cache_dir
+
+    try:
+        key = verification_key(model, against, code)
+    except OSError:
+        return None
+    return _cache_dir() / "verified" / f"{key}.json" if key else None

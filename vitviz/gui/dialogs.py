@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QShowEvent
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QMessageBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel,
+                               QMessageBox, QVBoxLayout, QWidget)
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import assumptions
@@ -18,7 +18,11 @@ from vitviz.gui import assumptions
 MAX_HEADS = 128     # the head counts offered: divisors of the attention width up to this
 COMBO_NAMES = {"num_heads": "headsCombo", "block_norm": "normCombo", "mlp_kind": "actCombo",
                "attn_scale": "scaleCombo"}
-GUESSED, ASSUMED_TAG = "the guess", "assumed"     # how the preselected choice is marked
+GUESSED, ASSUMED_TAG = "the guess", "assumed"     # how the assumed choice is marked
+CHOOSE = "choose…"                               # a head count guessed from the width: nothing preselected
+KNOWN_TEXT = "I know this"                       # the per-setting confirmation beside each choice
+KNOWN_TIP = ("Tick when you know the value shown is the model's: it is then used as yours (given), no longer "
+             "assumed. Changing the choice ticks it; unticking puts the assumption back")
 REASON_STYLE = "color: #5f6368;"          # the grey of the reason under each choice
 
 
@@ -62,14 +66,18 @@ def guess_reason(spec: ModelSpec, name: str = "num_heads") -> str:
 
 class AssumptionsDialog(QDialog):
     """"What the file does not say": every assumed setting that changes attention (`assumptions.asked`: the head
-    count, the norm order, the activation, the attention scale), each with the assumption preselected and the
-    reason beside it, the other assumptions listed, and "Remember for this file".
+    count, the norm order, the activation, the attention scale), each with the assumption preselected (a head count
+    guessed from the width alone is not: "choose…", the guess marked in the list), the reason under it and an
+    "I know this" box beside it; the other assumptions listed; "Remember for this file", off until ticked.
+
+    A setting becomes the user's word (a `vitviz.load` override, no longer assumed) only when they change it (which
+    ticks its box) or tick its box: "Use my answers" (the default button) passes those alone, so pressing Enter
+    never turns a guess into a given value; an unchanged, unticked setting stays assumed and flagged. Unticking a
+    box puts the assumption back. "Keep the assumptions" (cancel) leaves every one as it is.
 
     Opened window-modal and non-blocking (`open()`); `accepted` / `rejected` say what the user did, `values()`
-    and `remember()` what they chose. "Use these settings" makes every shown value the user's word (a `vitviz.load`
-    override, no longer assumed); "Keep the assumptions" (cancel) leaves them as they are. `prompted`: it opened by
-    itself and nothing runs until it is answered (else it was asked for, "Review assumptions…", and an answer loads
-    the model again).
+    and `remember()` what they chose. `prompted`: it opened by itself and nothing runs until it is answered (else
+    it was asked for, "Review assumptions…", and an answer that changes something loads the model again).
     """
 
     def __init__(self, parent: QWidget, spec: ModelSpec, name: str, described: dict[str, str] | None = None,
@@ -83,8 +91,9 @@ class AssumptionsDialog(QDialog):
         described = described or {}
         layout = QVBoxLayout(self)
         intro = QLabel(f"<b>{html.escape(name)}</b> does not say everything its attention depends on, so vitviz "
-                       "assumed the settings below (why, under each). Choose the ones the model was built with: "
-                       "what you choose is used as yours, no longer marked as assumed."
+                       "assumed the settings below (why, under each). Choose the ones the model was built with, or "
+                       "tick <i>I know this</i> where the assumption is right: only those become yours; the others "
+                       "stay assumed and marked."
                        + (" Nothing runs until you answer." if prompted else
                           " Changing them loads the model again and runs the images again."))
         intro.setWordWrap(True)
@@ -93,21 +102,33 @@ class AssumptionsDialog(QDialog):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.combos: dict[str, QComboBox] = {}
+        self.confirms: dict[str, QCheckBox] = {}
         self.reasons: dict[str, QLabel] = {}
+        self._assumed: dict[str, int] = {}        # the index each combo opened at (-1: nothing chosen)
         for field in self.fields:
             combo = self._combo(field)
+            confirm = QCheckBox(KNOWN_TEXT)
+            confirm.setObjectName(f"{field}Confirm")
+            confirm.setToolTip(KNOWN_TIP)
+            confirm.setEnabled(combo.currentIndex() >= 0)
             why = QLabel(f"<small>{html.escape(self._why(field))}</small>")
             why.setObjectName(f"{field}Reason")
             why.setWordWrap(True)
             why.setStyleSheet(REASON_STYLE)
+            row = QHBoxLayout()
+            row.addWidget(combo, 1)
+            row.addWidget(confirm)
             column = QVBoxLayout()
             column.setSpacing(2)
-            column.addWidget(combo)
+            column.addLayout(row)
             column.addWidget(why)
             label = QLabel(f"<b>{assumptions.LABELS[field]}</b>")
             label.setToolTip(spec.source_of(field))
             form.addRow(label, column)
-            self.combos[field], self.reasons[field] = combo, why
+            self.combos[field], self.confirms[field], self.reasons[field] = combo, confirm, why
+            self._assumed[field] = combo.currentIndex()
+            combo.currentIndexChanged.connect(lambda _i, f=field: self._chosen(f))
+            confirm.toggled.connect(lambda on, f=field: self._confirmed(f, on))
         layout.addLayout(form)
         others = [(f, src) for f, src in spec.assumptions if f not in self.fields]
         self.others = QLabel(self._others_html(others))
@@ -118,18 +139,22 @@ class AssumptionsDialog(QDialog):
         layout.addWidget(self.others)
         self.remember_check = QCheckBox("Remember for this file")
         self.remember_check.setObjectName("rememberSettings")
-        self.remember_check.setToolTip("Open this file with these settings from now on (change them in the Controls "
-                                       "panel's Model settings)")
-        self.remember_check.setChecked(can_remember)
+        self.remember_check.setToolTip("Open this file with your answers from now on, in the window and on the command "
+                                       "line, where they are said as remembered (forget them in the Controls "
+                                       "panel's Model settings, or with vitviz info FILE --forget)")
+        self.remember_check.setChecked(False)     # opted into: an answer is remembered only when asked to
         self.remember_check.setEnabled(can_remember)
         layout.addWidget(self.remember_check)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Use these settings")
+        use = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        use.setText("Use my answers")
+        use.setObjectName("useAnswers")
+        use.setToolTip("Use the settings you changed or ticked as yours; the others stay assumed")
         buttons.button(QDialogButtonBox.StandardButton.Cancel).setText("Keep the assumptions")
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
-        self.setMinimumWidth(560)
+        self.setMinimumWidth(640)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
@@ -142,10 +167,14 @@ class AssumptionsDialog(QDialog):
             self.resize(self.width(), need)
 
     def _combo(self, field: str) -> QComboBox:
-        """The choices for one setting, the assumed value preselected and said so."""
+        """The choices for one setting, the assumed value marked; preselected unless it is a head count guessed
+        from the width alone (`ModelSpec.heads_guessed`), which shows "choose…" so that Enter cannot take it."""
         spec = self.spec
         combo = QComboBox()
         combo.setObjectName(COMBO_NAMES[field])
+        # as wide as the row leaves it (its box beside it), not as its longest choice: that squeezed the labels
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(24)
         if field == "num_heads":
             width = spec.attn_width
             choices: list[tuple[Any, str]] = [(h, f"{h} head{'s' if h > 1 else ''} of {width // h} dims")
@@ -160,8 +189,30 @@ class AssumptionsDialog(QDialog):
         for value, text in choices:
             combo.addItem(text + (f"   ({GUESSED if field == 'num_heads' else ASSUMED_TAG})" if value == current
                                   else ""), value)
-        combo.setCurrentIndex(max(0, combo.findData(current)))
+        if field == "num_heads" and spec.heads_guessed:
+            combo.setPlaceholderText(CHOOSE)
+            combo.setCurrentIndex(-1)
+        else:
+            combo.setCurrentIndex(max(0, combo.findData(current)))
         return combo
+
+    def _chosen(self, field: str) -> None:
+        """A choice was made: a value other than the assumption (or any value where none was preselected) is the
+        user's, its box ticked."""
+        combo, confirm = self.combos[field], self.confirms[field]
+        confirm.setEnabled(combo.currentIndex() >= 0)
+        if combo.currentIndex() != self._assumed[field]:
+            confirm.setChecked(True)
+
+    def _confirmed(self, field: str, on: bool) -> None:
+        """Unticking "I know this" puts the assumption back (what is shown is what is used)."""
+        if on:
+            return
+        combo = self.combos[field]
+        blocked = combo.blockSignals(True)
+        combo.setCurrentIndex(self._assumed[field])
+        combo.blockSignals(blocked)
+        self.confirms[field].setEnabled(combo.currentIndex() >= 0)
 
     def _why(self, field: str) -> str:
         spec = self.spec
@@ -186,22 +237,28 @@ class AssumptionsDialog(QDialog):
         return self.combos.get("num_heads")
 
     def choose(self, field: str, value: Any) -> None:
-        """Select `value` for `field` (as a user would)."""
+        """Select `value` for `field` (as a user would: a value other than the assumption ticks its box)."""
         combo = self.combos[field]
         combo.setCurrentIndex(combo.findData(value))
 
+    def confirm(self, field: str, known: bool = True) -> None:
+        """Tick (or untick) `field`'s "I know this" (as a user would)."""
+        self.confirms[field].setChecked(known)
+
     def values(self) -> dict[str, Any]:
-        """Every shown setting as a `vitviz.load` override ({'heads': 4, 'block_norm': 'post', 'act': 'gelu',
-        'attn_scale': 0.0})."""
+        """The settings the user changed or ticked, as `vitviz.load` overrides ({'heads': 4, 'block_norm': 'post'});
+        an unchanged, unticked one is left out: it stays assumed."""
         out: dict[str, Any] = {}
         for field, combo in self.combos.items():
+            if not self.confirms[field].isChecked() or combo.currentIndex() < 0:
+                continue
             value = combo.currentData()
             out[assumptions.ASKED[field]] = (int(value) if field == "num_heads" else float(value)
                                              if field == "attn_scale" else str(value))
         return out
 
     def heads(self) -> int:
-        """The head count chosen (the loaded one when it is not asked)."""
+        """The head count chosen (the loaded one when it is not asked or not answered)."""
         return int(self.values().get("heads", self.spec.num_heads))
 
     def remember(self) -> bool:

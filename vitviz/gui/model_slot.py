@@ -27,6 +27,8 @@ class ModelSlot:
         self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
         self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
         self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
+        self.remembered: frozenset[str] = frozenset()   # those of them that are answers remembered for the file
+                                                        # (`vitviz.load(_remembered=)`: their provenance says so)
         self.live_layers: tuple[tuple[str, str], ...] = ()   # a live model's (layer, mechanism that found it)
         self.live_skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()   # attention calls it left out
         self.interruptible = True                   # a forward pass stops between layers when the window closes
@@ -102,14 +104,24 @@ class ModelSlot:
 
     def reload_args(self, changes: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         """What loads the current model again with `changes` (None removes one): its path (None for a model built
-        by code alone) and its overrides."""
+        by code alone) and its overrides. The remembered answers stay remembered (`_remembered`) unless `changes`
+        say which are (`_remembered` among them) or change them (a new value is the user's word now)."""
+        changes = dict(changes)
+        remembered = changes.pop("_remembered", None)
         overrides = {k: v for k, v in {**self.load_overrides, **changes}.items() if v is not None}
+        remembered = (self.remembered - set(changes)) if remembered is None else frozenset(remembered)
+        if remembered & set(overrides):
+            overrides["_remembered"] = frozenset(remembered & set(overrides))
         path = None if self.model_code and self.model_path == self.model_code else self.model_path
         return path, overrides
 
     def changes_anything(self, changes: dict[str, Any] | None) -> bool:
-        """Whether answering the assumptions with `changes` loads the model differently."""
-        return bool(changes) and any(self.load_overrides.get(k) != v for k, v in (changes or {}).items())
+        """Whether answering the assumptions with `changes` loads the model differently (or says otherwise which
+        of its values are remembered answers)."""
+        changes = dict(changes or {})
+        remembered = changes.pop("_remembered", None)
+        return (any(self.load_overrides.get(k) != v for k, v in changes.items())
+                or (remembered is not None and frozenset(remembered) != self.remembered))
 
     # ------------------------------------------------------------------------------------------ answers
 
@@ -120,7 +132,9 @@ class ModelSlot:
         args = request.args
         self.model_code = str(args.get("code") or "")
         self.spec, self.device, self.model_path = answer.spec, answer.device, args["path"] or self.model_code
-        self.load_overrides = {k: v for k, v in args.items() if k not in ("path", "device") and v is not None}
+        self.load_overrides = {k: v for k, v in args.items()
+                               if k not in ("path", "device", "_remembered") and v is not None}
+        self.remembered = frozenset(args.get("_remembered") or ())
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
         self.library_layout, self.described = answer.library_layout, dict(answer.described)

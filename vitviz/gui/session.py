@@ -63,9 +63,9 @@ def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
 
 
 # the parts' fields, read and set through the session as before (`ModelSlot` and `ImageList` say what each is)
-@_holds("model", "spec device device_preference model_path model_code load_overrides live_layers live_skipped "
-        "interruptible ask_assumptions awaiting_answers library_layout capabilities described verify_models "
-        "verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
+@_holds("model", "spec device device_preference model_path model_code load_overrides remembered live_layers "
+        "live_skipped interruptible ask_assumptions awaiting_answers library_layout capabilities described "
+        "verify_models verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
         _verify_asked="verify_asked")
 @_holds("image_list", "failed", readonly="current", images="paths")   # current: set_current shows another image
 class Session(QObject):

@@ -149,6 +149,12 @@ def remember_settings(settings: QSettings, path: str, values: dict[str, object])
     settings.remove(LEGACY_HEADS_KEY)
 
 
+def forget_settings(settings: QSettings, path: str) -> None:
+    """Forget every setting remembered for the model file `path` (in the shared store and where earlier versions
+    kept them)."""
+    remember_settings(settings, path, {name: None for name in REMEMBERED})
+
+
 def remembered_heads(settings: QSettings, path: str) -> int | None:
     """The head count the user chose for the model file `path` ("remember for this file"), or None."""
     heads = remembered_settings(settings, path).get("heads")

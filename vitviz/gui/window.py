@@ -432,6 +432,7 @@ class MainWindow(QMainWindow):
         self.status.review_button.clicked.connect(self.review_assumptions)
         self.info.review_requested.connect(self.review_assumptions)
         self.controls.overrides_requested.connect(self.reload_with)
+        self.controls.model_settings.forget_requested.connect(self.forget_answers)
         self.panel.hovered.connect(self._on_hover)
         self.panel.values_changed.connect(lambda: self._on_hover(*self.panel.hovered_patch))   # the new map's value
         self.panel.hovered.connect(self.posembed.hover)
@@ -486,13 +487,14 @@ class MainWindow(QMainWindow):
     def load_model(self, path: str, device: str | None = None, **overrides: Any) -> None:
         """Load a checkpoint in the worker (on `device`, else the session's preferred device); the current model and
         results stay until it has loaded. The settings the user chose for this file before ("remember for this
-        file": heads, norm order, activation, attention scale) are used unless given here."""
+        file": heads, norm order, activation, attention scale) are used unless given here, said as remembered
+        (`vitviz.load(_remembered=)`: their provenance says so wherever the model is shown)."""
         remembered = {} if bundled.is_demo(path) else {
             k: v for k, v in st.remembered_settings(self.settings, path).items() if overrides.get(k) is None}
         if remembered:
-            overrides.update(remembered)
+            overrides.update(remembered, _remembered=frozenset(remembered))
             self.note(f"{remembered_text(remembered)}, as chosen for {Path(path).name} before (Controls › Model "
-                      "settings to change)")
+                      "settings to change or forget)")
         self.statusBar().showMessage(f"Loading {path}…")
         self.session.load_model(path, device=device, **overrides)
 
@@ -549,8 +551,9 @@ class MainWindow(QMainWindow):
         self.assumptions_dialog = None
         if path != self.session.model_path:
             return                          # another model has loaded meanwhile: the answer was about the old one
-        if values is not None and remember and not self.session.model_code:
+        if values and remember and not self.session.model_code:
             st.remember_settings(self.settings, path, values)
+            values = {**values, "_remembered": self.session.remembered | set(values)}   # said as remembered
         if prompted:
             self.session.answer_assumptions(values)
         elif values:
@@ -564,7 +567,22 @@ class MainWindow(QMainWindow):
             newest = {k: v for k, v in changes.items() if k in st.REMEMBERED}
             if newest:
                 st.remember_settings(self.settings, s.model_path, newest)
+                changes = {**changes, "_remembered": s.remembered | set(newest)}
         s.reload(**changes)
+
+    def forget_answers(self) -> None:
+        """"Forget remembered answers": the loaded file's remembered settings are dropped from the store and the
+        model loads again without them, so that what its file does not say is assumed (and flagged) again."""
+        s = self.session
+        if not s.model_path or s.model_code:
+            return
+        forgotten = st.remembered_settings(self.settings, s.model_path)
+        st.forget_settings(self.settings, s.model_path)
+        if forgotten:
+            self.note(f"Forgot {remembered_text(forgotten)} for {window_name(s.model_path)}: assumed again")
+        if s.remembered:
+            s.model.kept.add(s.model_path)      # asked for: not asked about again by itself ("Review assumptions…")
+            s.reload(**{k: None for k in s.remembered}, _remembered=frozenset())
 
     def _show_verdict(self) -> None:
         """The status bar's verdict line follows the session; a model that differs from its original is an error,

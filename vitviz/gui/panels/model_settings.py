@@ -23,6 +23,7 @@ from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason, runs_own_cod
 from vitviz.gui.dialogs import divisors
 
 GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of an assumed value
+REMEMBERED_PREFIX = "remembered"     # the provenance of an answer remembered for the file (`vitviz.core.options`)
 FIELD_SOURCES = {"heads": "num_heads", "norm": "block_norm", "act": "mlp_kind", "scale": "attn_scale",
                  "size": "image_size", "channels": "in_chans", "mean": "preprocess", "std": "preprocess",
                  "resize": "preprocess", "crop": "preprocess"}
@@ -78,11 +79,16 @@ class ModelSettings(QWidget):
     """Heads, norm order, activation, attention scale, image size, channels, mean/std, resize and crop of the
     loaded model, editable (a header button folds them away; they unfold by themselves when a value is assumed).
 
+    A value that is an answer remembered for the file (its source 'remembered: ...') is said so in its tooltip, and
+    "Forget remembered answers" (shown only then) asks for them to be forgotten.
+
     Signals:
         overrides_requested(dict): the changed values as `vitviz.load` overrides ({'heads': 4, 'mean': (...)}).
+        forget_requested(): forget the answers remembered for this file (the model loads again without them).
     """
 
     overrides_requested = Signal(dict)
+    forget_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -166,6 +172,11 @@ class ModelSettings(QWidget):
         row.addWidget(self.reset_button)
         row.addWidget(self.apply_button, 1)
         form.addRow(row)
+        self.forget_button = QPushButton("Forget remembered answers")
+        self.forget_button.setObjectName("forgetAnswers")
+        self.forget_button.clicked.connect(self.forget_requested)
+        self.forget_button.setVisible(False)
+        form.addRow(self.forget_button)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.header)
@@ -205,6 +216,7 @@ class ModelSettings(QWidget):
         self.spec = spec
         self.setEnabled(spec is not None)
         if spec is None:
+            self.forget_button.setVisible(False)
             return
         self.reset()
         live = runs_own_code(spec)           # a model built by its own code: its attention says its heads
@@ -227,8 +239,20 @@ class ModelSettings(QWidget):
             mark.setToolTip(tip)
             mark.parentWidget().setToolTip(tip)
         self.channels_label.setToolTip("Read from the patch embedding's weights (not an override)")
+        remembered = self.remembered()
+        self.forget_button.setVisible(bool(remembered))
+        self.forget_button.setToolTip(
+            f"Remembered for this file: {', '.join(LABELS[k].lower() for k in remembered)}. Forget them and load the "
+            "model again with what the file does not say assumed (and marked) again" if remembered else "")
         if guessed:
             self.unfold(True)
+
+    def remembered(self) -> list[str]:
+        """The fields whose value is an answer remembered for the file (their source 'remembered: ...')."""
+        spec = self.spec
+        if spec is None:
+            return []
+        return [key for key, name in FIELD_SOURCES.items() if spec.source_of(name).startswith(REMEMBERED_PREFIX)]
 
     def guessed(self) -> set[str]:
         """The fields whose value is assumed (`ModelSpec.kind_of`), among those that change the computation."""
