@@ -291,15 +291,16 @@ def test_verify_against_without_a_candidate_list_takes_a_typed_name(qtbot, windo
     _load(qtbot, window, named_tiny)
     dialog = window.verifier.open_dialog()
     qtbot.waitUntil(lambda: "cannot list" in dialog.arch_note.text(), timeout=20000)
-    dialog.arch_combo.setEditText("nonsense")
-    assert not dialog.verify_button.isEnabled()
-    dialog.arch_combo.setEditText("transformers:google/vit-base-patch16-224")
+    for wrong in ("nonsense", "timm:", "transformers:google/vit-base-patch16-224"):   # not what the check takes
+        dialog.arch_combo.setEditText(wrong)
+        assert not dialog.verify_button.isEnabled(), wrong
+    dialog.arch_combo.setEditText("torchvision:vit_b_16")
     assert dialog.verify_button.isEnabled()
     dialog.remember_check.setChecked(False)
     dialog.accept()
-    assert window.status.verdict_label.text().startswith("Checking against transformers…")
+    assert window.status.verdict_label.text().startswith("Checking against torchvision…")
     qtbot.waitUntil(lambda: window.session.verification is not None, timeout=20000)
-    assert calls == [{"against": "transformers:google/vit-base-patch16-224", "code": None}]
+    assert calls == [{"against": "torchvision:vit_b_16", "code": None}]
 
 
 def test_verify_against_my_own_code_asks_first_and_is_remembered(qtbot, window, settings, named_tiny,  # noqa: ANN001

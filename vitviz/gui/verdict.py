@@ -26,16 +26,18 @@ from vitviz.gui.session import Session
 NOTE_STYLE = "color: #5f6368;"
 ARCH_EXAMPLE = "timm:vit_small_patch16_224"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LIBRARIES = ("timm", "transformers", "open_clip", "torchvision")
+LIBRARIES = ("timm", "transformers", "open_clip", "torchvision")   # what the check takes alone ('auto' within it)
+BY_ARCH = ("timm", "torchvision")        # the libraries it builds one named architecture of ('timm:NAME')
 
 # confirm(code, weights, run): run the user's code only once they have agreed (the window's `confirm_code` route)
 ConfirmCode = Callable[[str, "str | None", Callable[[], None]], None]
 
 
 def valid_against(text: str) -> bool:
-    """Whether `text` names a library architecture ('timm:vit_small_patch16_224') or a library ('timm')."""
+    """Whether `text` is what the check takes (`vitviz.core.verify.verify(against=)`): a library ('timm', 'open_clip')
+    or an architecture of one that builds it by name ('timm:vit_small_patch16_224', 'torchvision:vit_b_16')."""
     library, sep, arch = text.strip().partition(":")
-    return library in LIBRARIES and (not sep or bool(arch.strip()))
+    return library in BY_ARCH and bool(arch.strip()) if sep else library in LIBRARIES
 
 
 def code_of(file: str, factory: str) -> str:
@@ -70,7 +72,7 @@ class VerifyAgainstDialog(QDialog):
         self.arch_combo.setObjectName("verifyArchCombo")
         self.arch_combo.setEditable(True)
         self.arch_combo.setMinimumContentsLength(34)
-        self.arch_combo.lineEdit().setPlaceholderText(f"LIBRARY:ARCH, e.g. {ARCH_EXAMPLE}")
+        self.arch_combo.lineEdit().setPlaceholderText(f"timm:NAME or torchvision:ARCH, e.g. {ARCH_EXAMPLE}")
         self.arch_note = QLabel("Looking for the architectures whose shapes fit this model…")
         self.arch_note.setObjectName("verifyArchNote")
         self.arch_note.setStyleSheet(NOTE_STYLE)
@@ -137,16 +139,16 @@ class VerifyAgainstDialog(QDialog):
         self.arch_combo.setEditText(typed or (names[0] if names else ""))
         self.arch_combo.blockSignals(False)
         if why:
-            self.arch_note.setText(f"Could not list the architectures ({why}): type one as LIBRARY:ARCH.")
+            self.arch_note.setText(f"Could not list the architectures ({why}): type one as timm:NAME.")
         elif not available:
-            self.arch_note.setText(f"This vitviz cannot list architectures: type one as LIBRARY:ARCH (e.g. "
+            self.arch_note.setText(f"This vitviz cannot list architectures: type one as timm:NAME (e.g. "
                                    f"{ARCH_EXAMPLE}).")
         elif names:
             self.arch_note.setText(f"{len(names)} architecture{'s' if len(names) != 1 else ''} to choose from (what "
                                    "names the model first, then those whose shapes fit it); or type another as "
-                                   "LIBRARY:ARCH.")
+                                   "timm:NAME.")
         else:
-            self.arch_note.setText("No library architecture fits this model's shapes: type one as LIBRARY:ARCH, "
+            self.arch_note.setText("No library architecture fits this model's shapes: type one as timm:NAME, "
                                    "or check it against your own code.")
         self._update()
         self.adjustSize()             # the note may have grown a line
