@@ -262,8 +262,10 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         first = _first_qkv(groups[0])
         dim = _embed_width(groups[0], first) if first is not None else 0
         per_head: set[int] = set()
+        zeros = 0
         for i, group in enumerate(groups):
-            block, heads = _read_block(group, dim, i)
+            block, heads, padded = _read_block(group, dim, i)
+            zeros += padded
             if i == 0:
                 _describe_attention(block, heads, report)
             out.update({f"blocks.{i}.{k}": v for k, v in block.items()})
@@ -272,6 +274,9 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         if len(per_head) == 1:
             n = per_head.pop()
             hints["num_heads"] = (n, f"shape: {n} per-head query/key/value modules")
+        if zeros:
+            hints["zero_params"] = (zeros, "derived: the zeros outside each head's block of the block-diagonal qkv "
+                                           "assembled from per-head Linears on their slices (not the model's)")
         top = [u for u in units if id(u) not in inside]
         dropped += _read_top(top, dim, container, raw, facts, overrides, out, hints, report)
     except Unplaced as e:
@@ -401,9 +406,10 @@ def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Repo
 
 
 # ------------------------------------------------------------------------------------------------------ blocks
-def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torch.Tensor], int]:
+def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torch.Tensor], int, int]:
     """One block's units -> canonical `attn.qkv`, `attn.proj`, `norm1`, `norm2`, `mlp.fc1/fc2`, `ls1/ls2`, plus
-    the head count when the file has one module per head (else 0)."""
+    the head count when the file has one module per head (else 0) and how many zeros the canonical qkv holds
+    that the file does not (a block-diagonal qkv of per-head Linears on their slices)."""
     import torch
 
     out: dict[str, torch.Tensor] = {}
@@ -438,7 +444,8 @@ def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torc
     left = [u for u in units if id(u) not in used]
     if left:
         raise Unplaced(f"block {index}: no role for {', '.join(u.describe() for u in left[:4])}", left)
-    return out, heads
+    return out, heads, int(w.numel()) - sum(int(u.weight.numel()) for u in qkv_units if u.kind != "in_proj") \
+        if heads else 0
 
 
 def _under(path: str, prefix: str) -> bool:
