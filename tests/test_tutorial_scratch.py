@@ -256,3 +256,52 @@ def test_file_without_attention_modules_is_no_longer_not_a_vit(tmp_path) -> None
     assert is_attention_shaped(sd)
     sd = {k: v for k, v in sd.items() if "_mappings" not in k}
     assert not is_attention_shaped(sd)
+
+
+class SliceHead(nn.Module):
+    """One head with its own query/key/value Linear(hd, hd) on its slice of an unbatched (T, D) sequence."""
+
+    def __init__(self, d_head: int, index: int) -> None:
+        super().__init__()
+        self.index, self.d_head = index, d_head
+        self.query, self.key, self.value = (nn.Linear(d_head, d_head) for _ in range(3))
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        seq = sequence[:, self.index * self.d_head:(self.index + 1) * self.d_head]          # (T, hd)
+        q, k, v = self.query(seq), self.key(seq), self.value(seq)
+        return torch.softmax(q @ k.T / self.d_head ** 0.5, dim=-1) @ v                   # (T, T) @ (T, hd)
+
+
+class SliceHeadsMSA(nn.Module):
+    """`heads.h.query/key/value` modules, each called once per image: 2-D maps from sibling modules."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(SliceHead(d // n_heads, h) for h in range(n_heads))
+
+    def forward(self, sequences: torch.Tensor) -> torch.Tensor:
+        return torch.stack([torch.cat([head(seq) for head in self.heads], dim=-1) for seq in sequences])
+
+
+def test_head_modules_on_slices_by_file_and_live(tmp_path) -> None:
+    """`mhsa.heads.h.query` (hd, hd) on each head's slice: block-diagonal by file; by module, the 2-D maps of
+    sibling head modules called per image are one layer."""
+    model = MyViT((1, 28, 28), hidden_d=12, n_heads=3)
+    for block in model.blocks:
+        block.mhsa = SliceHeadsMSA(12, 3)
+    model = perturb(model)
+    torch.save(model.state_dict(), tmp_path / "heads.pt")
+    by_file = vitviz.load(tmp_path / "heads.pt", image_size=28, device="cpu")
+    assert by_file.spec.num_heads == 3 and by_file.spec.embed_dim == 12 and not by_file.spec.heads_guessed
+    live = vitviz.load(model, live=True)
+    assert [name for name, _ in live.layers] == ["blocks.0.mhsa", "blocks.1.mhsa"] and live.layout.two_d
+    x = images(2)
+    maps, out = live.forward_captured(x)
+    with torch.no_grad():
+        probs = model(x)
+    np.testing.assert_allclose(out, probs.numpy(), atol=ATOL)
+    for b in range(2):
+        r = by_file.run(x[b:b + 1])
+        np.testing.assert_allclose(r.attentions, maps[b], atol=ATOL)
+        np.testing.assert_allclose(torch.softmax(torch.from_numpy(r.logits), -1).numpy(), probs[b].numpy(),
+                                   atol=ATOL)

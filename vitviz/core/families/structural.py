@@ -315,13 +315,17 @@ def _first_qkv(group: list[Unit]) -> Unit | None:
 
 
 def _embed_width(group: list[Unit], first: Unit) -> int:
-    """The embed dim D, read off the first block's first q/k/v Linear: its input width, unless it is one item of a
-    per-head list whose Linears each act on their head's slice of the token (`q_mappings.h` (hd, hd), the
-    from-scratch tutorial): then H * hd, when the block's LayerNorms or MLP have that width."""
+    """The embed dim D, read off the first block's first q/k/v Linear: its input width, unless it is one of H
+    per-head Linears that each act on their head's slice of the token (`q_mappings.h` (hd, hd), the from-scratch
+    tutorial, or `heads.h.query` (hd, hd)): then H * hd, when the block's LayerNorms or MLP have that width."""
     width = int(first.weight.shape[1])
-    if not first.name.isdigit():
+    if first.name.isdigit():     # q_mappings.<h>: the list's items
+        items = [u for u in group if u.kind == "linear" and u.parent == first.parent and u.name.isdigit()]
+    elif m := re.match(r"^(.*)\.\d+$", first.parent):   # heads.<h>.query: the same role in each head module
+        items = [u for u in group if u.kind == "linear" and u.name == first.name
+                 and re.fullmatch(re.escape(m.group(1)) + r"\.\d+", u.parent)]
+    else:
         return width
-    items = [u for u in group if u.kind == "linear" and u.parent == first.parent and u.name.isdigit()]
     widths = {int(u.weight.shape[0]) for u in group if u.kind == "norm"} | \
         {int(u.weight.shape[1]) for u in group if u.kind == "linear" and unit_role(u) is None}
     sliced = width * len(items)
