@@ -305,3 +305,17 @@ def test_head_modules_on_slices_by_file_and_live(tmp_path) -> None:
         np.testing.assert_allclose(r.attentions, maps[b], atol=ATOL)
         np.testing.assert_allclose(torch.softmax(torch.from_numpy(r.logits), -1).numpy(), probs[b].numpy(),
                                    atol=ATOL)
+
+
+def test_two_class_head_softmax_is_no_attention_map() -> None:
+    """A 2-class tutorial model's final Softmax over a batch of two is a (2, 2) 2-D softmax at the top level: not
+    taken for attention (nor for a sign that the model runs one image at a time)."""
+    model = perturb(MyViT((1, 28, 28), out_d=2))
+    vm = vitviz.load(model, live=True)
+    assert vm.layout.two_d and not vm.layout.per_image and vm.spec.num_classes == 2
+    x = images(2)
+    probs, _, ref_maps = my_vit_reference(model, x)
+    maps, out = vm.forward_captured(x)
+    for b in range(2):
+        assert_same(maps[b], ref_maps, b)
+    np.testing.assert_allclose(out, probs.numpy(), atol=ATOL)

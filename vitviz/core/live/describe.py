@@ -534,7 +534,8 @@ def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chan
                 all(m.numel() == first.maps[j // 2].numel() for j, m in enumerate(check.maps)):
             return _Recorder(1)    # each layer twice, each time one image's (H, T, T): a loop over the batch
         return None
-    if check.unsure:
+    seen = {int(m.shape[-1]) for m in first.maps}
+    if any(shape[-1] in seen for _, _, shape, _ in check.unsure):   # (a (2, 2) softmax over 2 classes is no map)
         return None
     return check
 
