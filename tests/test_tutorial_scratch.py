@@ -103,6 +103,8 @@ def test_scratch_tutorial_pos_kind_override(tmp_path) -> None:
     torch.save(saved.state_dict(), tmp_path / "p.pt")
     with pytest.raises(OverrideError, match=r"pos_kind='sincos1d', but the file holds a position table pos_embed"):
         vitviz.load(tmp_path / "p.pt", pos_kind="sincos1d")
+    with pytest.raises(OverrideError, match=r"heads=4, but each block holds 2 per-head query/key/value modules"):
+        vitviz.load(tmp_path / "m.pt", image_size=28, heads=4)   # the structure says 2: a wrong answer is refused
 
 
 def test_per_head_list_of_full_width_linears(tmp_path) -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.metadata import CHANNEL_KEYS, as_int, find_value, metadata_sources
-from vitviz.errors import UnknownLayoutError
+from vitviz.errors import OverrideError, UnknownLayoutError
 
 if TYPE_CHECKING:
     import torch
@@ -274,6 +274,11 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         if len(per_head) == 1:
             n = per_head.pop()
             hints["num_heads"] = (n, f"shape: {n} per-head query/key/value modules")
+            asked = overrides.get("heads")
+            if asked and int(asked) != n:
+                raise OverrideError(f"{raw.path}: heads={asked}, but each block holds {n} per-head query/key/value "
+                                    f"modules ({report.parts.get('attention', '')}): the file has {n} heads; expected "
+                                    f"heads={n} or no heads=")
         if zeros:
             hints["zero_params"] = (zeros, "derived: the zeros outside each head's block of the block-diagonal qkv "
                                            "assembled from per-head Linears on their slices (not the model's)")
