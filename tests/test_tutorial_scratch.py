@@ -86,18 +86,23 @@ def test_scratch_tutorial_by_file(tmp_path, case: str) -> None:
 
 
 def test_scratch_tutorial_pos_kind_override(tmp_path) -> None:
-    """pos_kind= answers the table a file does not hold; a file that holds one refuses it."""
+    """pos_kind= answers the table a file does not hold; a file that holds one refuses it. Without image_size=,
+    a 1-channel file with no table is taken as MNIST's 28 px, said as a guess."""
     model = perturb(MyViT((1, 28, 28)))
     torch.save(model.state_dict(), tmp_path / "m.pt")
+    with pytest.warns(GuessWarning, match=r"28 px, MNIST's size; if that is wrong, pass image_size=N"):
+        bare = vitviz.load(tmp_path / "m.pt", device="cpu")
+    assert bare.spec.image_size == (28, 28) and bare.spec.pos_grid == (7, 7)
     none = vitviz.load(tmp_path / "m.pt", image_size=28, pos_kind="none", device="cpu")
     assert not none.spec.pos_embed and none.spec.source_of("pos_kind") == "override"
     right = vitviz.load(tmp_path / "m.pt", image_size=28, pos_kind="sincos1d", device="cpu")
     assert right.spec.source_of("pos_kind") == "override" and right.spec.pos_embed
     x = images(1)
     _, logits, ref_maps = my_vit_reference(model, x)
-    r = right.run(x)
-    assert_same(r.attentions, ref_maps)
-    np.testing.assert_allclose(r.logits, logits[0].numpy(), atol=ATOL)
+    for vm in (right, bare):
+        r = vm.run(x)
+        assert_same(r.attentions, ref_maps)
+        np.testing.assert_allclose(r.logits, logits[0].numpy(), atol=ATOL)
     assert not np.allclose(none.run(x).logits, logits[0].numpy(), atol=1e-3)  # the table matters
     saved = perturb(MyViT((1, 28, 28), pos_param=True))
     torch.save(saved.state_dict(), tmp_path / "p.pt")

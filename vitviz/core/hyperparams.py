@@ -496,6 +496,10 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
             size = (int(requested), int(requested)) if isinstance(requested, (int, float)) else \
                 tuple(map(int, requested))
             size_src = "override: image_size (the computed position table is made for it)"
+        if size is None and pos_kind in POS_KINDS_COMPUTED and int(sd["patch_embed.proj.weight"].shape[1]) == 1 \
+                and 28 % patch == 0:   # a 1-channel model that says no size: MNIST's
+            size, size_src = (28, 28), ("guess: a 1-channel model with no stored position table and no image size in "
+                                        "any metadata: 28 px, MNIST's size")
         grid = (size[0] // patch, size[1] // patch) if size else (14, 14)
         kind = pos_kind
         computed = kind not in ("learned", "none") or bool(hints.get("rope", ("",))[0])
