@@ -24,7 +24,7 @@ from parity_refs import perturb
 from tutorial_refs import MyMSA, MyViT, PerHeadViT, my_vit_reference, patchify, stored_attention_reference
 from vitviz.core.live import NoAttentionError
 from vitviz.core.spec import GuessWarning
-from vitviz.errors import OverrideError
+from vitviz.errors import OverrideError, UnknownLayoutError
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
 
@@ -261,8 +261,13 @@ def test_file_without_attention_modules_is_no_longer_not_a_vit(tmp_path) -> None
 
     sd = MyViT((1, 28, 28)).state_dict()
     assert is_attention_shaped(sd)
-    sd = {k: v for k, v in sd.items() if "_mappings" not in k}
-    assert not is_attention_shaped(sd)
+    renamed = {k.replace("q_mappings", "a").replace("k_mappings", "b").replace("v_mappings", "c"): v
+               for k, v in sd.items()}
+    assert not is_attention_shaped(renamed)   # names that say nothing: the refusal says which route opens it
+    torch.save(renamed, tmp_path / "renamed.pt")
+    with pytest.raises(UnknownLayoutError, match="no attention weights") as e:
+        vitviz.load(tmp_path / "renamed.pt")
+    assert "q_mappings.N" in str(e.value) and "--code FILE.py:FACTORY" in str(e.value)
 
 
 class SliceHead(nn.Module):
