@@ -7,13 +7,16 @@ tensor by what it is:
 - blocks: the repeated modules under one `CONTAINER.N.` (a child that holds attention starts a block; a child
   without attention joins the block before it, as in `nn.Sequential(Residual(attn), Residual(ff), ...)`);
 - attention: an `nn.MultiheadAttention` in-projection `(3A, D)`, a fused `(3A, D)` Linear, separate q/k/v
-  Linears `(A, D)`, or one q/k/v triple `(hd, D)` per head (concatenated head by head; the head count is then
-  known); the output projection is the `(D, A)` Linear next to them, or absent;
+  Linears `(A, D)`, or one q/k/v triple per head -- head modules `heads.h.query` or per-head lists `q_mappings.h`
+  -- each `(hd, D)` on the whole token (concatenated head by head) or `(hd, D/H)` on its head's slice (the
+  "Vision Transformers from scratch" tutorial: a block-diagonal qkv); the head count is then derived; the output
+  projection is the `(D, A)` Linear next to them, or absent;
 - MLP: the `(F, D)` / `(D, F)` pair of Linears left in the block; norms: the `(D,)` weight/bias pairs, the one
   in front of the attention is norm1, the one in front of the MLP norm2;
 - outside the blocks: the patch embedding (a conv `(D, C, P, P)`, or a Linear `(D, C*P*P)` over flattened
   patches, folded into the conv; a LayerNorm `(C*P*P,)` before it and `(D,)` after it), tokens `(1, 1, D)`,
-  the position table `(1, n, D)`, `(n, D)` or `(1, D, gh, gw)`, the final norm(s), and the head: one Linear, or
+  the position table `(1, n, D)`, `(n, D)` or `(1, D, gh, gw)` (none in the file: a computed table the model does not
+  save, the 1-D sin-cos one by a said guess, `pos_kind=`), the final norm(s), and the head: one Linear, or
   `Linear -> act -> Linear`, with a LayerNorm in front of it read as a norm after pooling.
 
 What the file cannot say (heads, activation, pooling without a class token, the flatten order of a Linear patch
