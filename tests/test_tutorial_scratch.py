@@ -46,6 +46,7 @@ def assert_same(maps: np.ndarray, ref_maps: list[torch.Tensor], image: int = 0) 
 SCRATCH_CASES = {
     "mnist_buffer": (dict(), dict(image_size=28)),                        # the tutorial as published since 2022-09
     "mnist_pos_param": (dict(pos_param=True), {}),                         # its 2022 version: the table is saved
+    "mnist_width_16": (dict(hidden_d=16, n_heads=4), {}),                # linear_mapper (16, 16): as wide as D
     "rgb_four_heads": (dict(chw=(3, 28, 28), hidden_d=16, n_heads=4, n_blocks=3),
                        dict(image_size=28, patch_order="cp1p2")),          # patchify flattens (c, p1, p2)
 }

@@ -881,7 +881,7 @@ def _patch_linear(units: list[Unit], dim: int, raw: RawCheckpoint, used: set[int
         if u.kind != "linear" or u.weight.shape[0] != dim or id(u) in used:
             continue
         k = int(u.weight.shape[1])
-        named = any(w in u.path.lower() for w in ("patch", "embed", "tokeni", "stem", "proj_in"))
+        named = any(w in u.path.lower() for w in ("patch", "embed", "tokeni", "stem", "proj_in", "mapper"))
         if k == dim and not named:
             continue
         for c in channels:
