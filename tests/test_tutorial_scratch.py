@@ -21,7 +21,7 @@ from torch import nn
 
 import vitviz
 from parity_refs import perturb
-from tutorial_refs import MyMSA, MyViT, PerHeadViT, my_vit_reference, patchify, stored_attention_reference
+from tutorial_refs import MyMSA, MyViT, MyViTFirst, PerHeadViT, my_vit_reference, patchify, stored_attention_reference
 from vitviz.core.live import NoAttentionError
 from vitviz.core.spec import GuessWarning
 from vitviz.errors import OverrideError, UnknownLayoutError
@@ -332,3 +332,31 @@ def test_two_class_head_softmax_is_no_attention_map() -> None:
     for b in range(2):
         assert_same(maps[b], ref_maps, b)
     np.testing.assert_allclose(out, probs.numpy(), atol=ATOL)
+
+
+def test_first_version_refused_by_file_and_exact_live(tmp_path) -> None:
+    """The tutorial's first version (one block written out in the model, LayerNorm over the whole (T, D)
+    sequence, a one-Linear MLP) is no ViT the reference expresses: its file is refused naming the single block and
+    the --code route; that route, and the module itself, give its exact attention."""
+    model = perturb(MyViTFirst((1, 28, 28)))
+    torch.save(model.state_dict(), tmp_path / "first.pt")
+    with pytest.raises(UnknownLayoutError) as e:
+        vitviz.load(tmp_path / "first.pt")
+    msg = str(e.value)
+    assert "one attention with per-head q/k/v lists (msa) outside any stack of blocks" in msg
+    assert "--code FILE.py:FACTORY" in msg and "not a Vision Transformer" not in msg
+    (tmp_path / "first_code.py").write_text("from tutorial_refs import MyViTFirst\n\n\ndef make():\n"
+                                            "    return MyViTFirst((1, 28, 28))\n")
+    calls: list[torch.Tensor] = []
+    hook = model.msa.softmax.register_forward_hook(lambda _m, _i, o: calls.append(o.detach()))
+    x = images(2)
+    with torch.no_grad():
+        probs = model(x)
+    hook.remove()
+    ref = [torch.stack(calls).reshape(2, 2, 50, 50)]                                  # (B*H, T, T) -> (B, H, T, T)
+    for vm in (vitviz.load(model, live=True), vitviz.load(tmp_path / "first.pt", code=f"{tmp_path / 'first_code.py'}:make")):
+        assert [name for name, _ in vm.layers] == ["msa"] and vm.spec.num_heads == 2
+        maps, out = vm.forward_captured(x)
+        for b in range(2):
+            assert_same(maps[b], ref, b)
+        np.testing.assert_allclose(out, probs.numpy(), atol=ATOL)

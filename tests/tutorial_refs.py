@@ -14,7 +14,8 @@ checkpoints come in, each keeping (or giving access to) its eager per-head atten
   Linear(d_head, d_head), each applied to its head's slice of the token, softmaxes of (T, T) in Python loops over
   images and heads, a Linear `linear_mapper` over patches cut by loops in (c, p1, p2) order, a (1, D) `class_token`,
   a 1-D sin-cos table (a non-persistent buffer since 2022-09; before, the `pos_embed` Parameter with
-  requires_grad=False, saved), and an `mlp` head ending in a Softmax.
+  requires_grad=False, saved), and an `mlp` head ending in a Softmax. `MyViTFirst`: its first version (2022-02..09),
+  one encoder block written out in the model, LayerNorms over the whole (T, D) sequence.
 - `FlexViT`: separate or fused q/k/v, optional output projection, odd scales, no class token, mean pooling, two
   stacked final norms, `Linear -> act -> Linear` heads, a LayerNorm at the start of the MLP or the head, a Linear
   patch embedding over einops- or unfold-ordered patches, 1-channel 28 px inputs.
@@ -562,3 +563,32 @@ def my_vit_reference(model: MyViT, x: torch.Tensor) -> tuple[torch.Tensor, torch
     b, heads = x.shape[0], model.n_heads
     maps = [torch.stack(calls[i]).reshape(b, heads, *calls[i][0].shape) for i in calls]  # (B*H, T, T) -> (B, H, T, T)
     return out, logits[0], maps
+
+
+class MyViTFirst(nn.Module):
+    """The tutorial's first version (2022-02 .. 2022-09): one encoder block at the top level, its LayerNorms over
+    the whole (T, D) token sequence (`ln1`, `ln2`), `enc_mlp` = Linear(D, D) -> ReLU, the 1-D sin-cos table computed
+    in the forward (never saved), patches of one channel."""
+
+    def __init__(self, input_shape: tuple[int, int, int], n_patches: int = 7, hidden_d: int = 8, n_heads: int = 2,
+                 out_d: int = 10) -> None:
+        super().__init__()
+        self.input_shape, self.n_patches, self.n_heads, self.hidden_d = input_shape, n_patches, n_heads, hidden_d
+        self.patch_size = (input_shape[1] / n_patches, input_shape[2] / n_patches)
+        self.input_d = int(input_shape[0] * self.patch_size[0] * self.patch_size[1])
+        self.linear_mapper = nn.Linear(self.input_d, self.hidden_d)
+        self.class_token = nn.Parameter(torch.rand(1, self.hidden_d))
+        self.ln1 = nn.LayerNorm((self.n_patches ** 2 + 1, self.hidden_d))
+        self.msa = MyMSA(self.hidden_d, n_heads)
+        self.ln2 = nn.LayerNorm((self.n_patches ** 2 + 1, self.hidden_d))
+        self.enc_mlp = nn.Sequential(nn.Linear(self.hidden_d, self.hidden_d), nn.ReLU())
+        self.mlp = nn.Sequential(nn.Linear(self.hidden_d, out_d), nn.Softmax(dim=-1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        n = images.shape[0]
+        tokens = self.linear_mapper(patchify(images, self.n_patches))
+        tokens = torch.stack([torch.vstack((self.class_token, tokens[i])) for i in range(len(tokens))])
+        tokens = tokens + get_positional_embeddings(self.n_patches ** 2 + 1, self.hidden_d).repeat(n, 1, 1)
+        out = tokens + self.msa(self.ln1(tokens))
+        out = out + self.enc_mlp(self.ln2(out))
+        return self.mlp(out[:, 0])

@@ -368,9 +368,12 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
     children of a merged block keep apart by their position: '0.fn.norm', '1.fn.fn.net.0'.
     """
     by_container: dict[str, dict[int, list[Unit]]] = {}
+    loose_heads: list[Unit] = []   # per-head list items (q_mappings.h) outside any stack: their index is a head's
     for u in units:
         split = _index_split(u.path)
-        if split:
+        if split and not split[2] and unit_role(u) is not None:
+            loose_heads.append(u)
+        elif split:
             by_container.setdefault(split[0], {}).setdefault(split[1], []).append(u)
     def score(kids: dict[int, list[Unit]]) -> tuple[int, int]:
         units_in = [u for us in kids.values() for u in us]
@@ -378,7 +381,11 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
 
     scored = sorted(((score(kids), name) for name, kids in by_container.items()), reverse=True)
     if not scored or scored[0][0][1] == 0:
-        raise Unplaced("no repeated transformer blocks (modules under NAME.N. holding attention weights)")
+        top = sorted({u.parent.rpartition(".")[0] or "(top level)" for u in loose_heads})
+        raise Unplaced("no repeated transformer blocks (modules under NAME.N. holding attention weights)" +
+                       (f"; one attention with per-head q/k/v lists ({', '.join(top)}) outside any stack of blocks: "
+                        "a single encoder block written out in the model itself" if loose_heads else ""),
+                       loose_heads)
     (named, _), container = scored[0]
     others = [name for (n, _), name in scored[1:] if n] if named else []
     if others:
@@ -968,6 +975,7 @@ def _refusal(raw: RawCheckpoint, report: Report, error: Unplaced, units: list[Un
         f"{raw.path}: a transformer with attention weights, but its layout could not be placed exactly. "
         f"Recognised: {seen}. Could not place: {error.what}" + (f" (tensors: {tensors})" if tensors else "")
         + ". If your code computes something vitviz cannot read from the file, open the model through its own "
-        "class instead: vitviz.load(model) with the nn.Module built by your code (its attention is captured "
-        "where it is computed); overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
+        "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
+        "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
+        "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
         "patch_order= fix what the file does not say")
