@@ -360,3 +360,32 @@ def test_first_version_refused_by_file_and_exact_live(tmp_path) -> None:
         for b in range(2):
             assert_same(maps[b], ref, b)
         np.testing.assert_allclose(out, probs.numpy(), atol=ATOL)
+
+
+def test_scratch_tutorial_file_is_verified_against_its_own_code(tmp_path, capsys) -> None:
+    """`vitviz verify vit_mnist.pt --code tutorial.py:make_model`, as the tutorial's reader would: the model ends
+    in a Softmax, so its probabilities are compared with the softmax of vitviz's logits; the verdict is verified,
+    every assumption the probe reaches becomes verified (only the image preprocessing stays assumed), and a size the
+    tutorial's fixed table cannot take is skipped and said."""
+    from vitviz.cli import main
+    from vitviz.core.verify import apply_verification, verify
+
+    model = perturb(MyViT(chw=(1, 28, 28)))
+    torch.save(model.state_dict(), tmp_path / "vit_mnist.pt")
+    code = tmp_path / "tutorial.py"
+    code.write_text("from tutorial_refs import MyViT\n\n\ndef make_model():\n    return MyViT(chw=(1, 28, 28))\n")
+    with pytest.warns(GuessWarning):
+        vm = vitviz.load(tmp_path / "vit_mnist.pt", device="cpu")
+    assumed = {name for name, _ in vm.spec.assumptions}
+    assert {"mlp_kind", "eps", "attn_scale", "block_norm"} <= assumed
+    check = verify(vm, code=f"{code}:make_model")
+    assert check.verdict == "verified" and check.summary().startswith("Verified against tutorial.py:make_model")
+    assert check.sizes == ((28, 28),) and "cannot run at 36x36" in check.skipped[0][1]
+    assert set(check.confirmed) == assumed - {"preprocess"}
+    apply_verification(vm, check)
+    assert [name for name, _ in vm.spec.assumptions] == ["preprocess"]
+    assert vm.spec.kind_of("block_norm") == "verified"
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "vit_mnist.pt"), "--code", f"{code}:make_model"]) == 0
+    out = capsys.readouterr().out
+    assert "assumptions (1):" in out and "verified (" in out and out.splitlines()[-1].startswith("Verified against")
