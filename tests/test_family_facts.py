@@ -132,7 +132,7 @@ def test_cli_choices_are_the_options_lists() -> None:
                        "act": options.ACTIVATIONS, "block_norm": options.BLOCK_NORMS,
                        "pooling": options.CLI_POOLINGS, "patch_order": options.PATCH_ORDERS,
                        "pos_interp": options.POS_RECIPES, "head_act": options.ACTIVATIONS,
-                       "rope": options.ROPE_PRESET_NAMES}
+                       "rope": options.ROPE_PRESET_NAMES, "pos_kind": options.POS_KINDS}
     args = _parser().parse_args(["--interpolation", "hamming", "--rope", "rope_mixed"])
     assert (args.interpolation, args.rope) == ("hamming", "rope_mixed")
 

@@ -67,12 +67,31 @@ def test_candidates_are_the_architectures_with_the_files_names_and_shapes(tiny_f
 def test_signatures_are_cached_per_library_version(tiny_file: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(identify.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(identify, "bundled", lambda library, version: tmp_path / "none.json")   # nothing shipped
     sd = torch.load(tiny_file, weights_only=True)
     first = identify.names(identify.candidates(sd, "timm:vit_tiny_patch16_224"))
-    cache = json.loads((tmp_path / f"shapes-timm-{timm.__version__}.json").read_text())
-    assert first == ["timm:vit_tiny_patch16_224"] and set(cache) == {"vit_tiny_patch16_224"}
-    (tmp_path / f"shapes-timm-{timm.__version__}.json").write_text("{not json")   # a damaged cache is rebuilt
+    store = tmp_path / f"shapes-timm-{identify._version('timm')}.json"
+    assert first == ["timm:vit_tiny_patch16_224"] and set(json.loads(store.read_text())) == {"vit_tiny_patch16_224"}
+    store.write_text("{not json")   # a damaged cache is rebuilt
     assert identify.names(identify.candidates(sd, "timm:vit_tiny_patch16_224")) == first
+    assert set(json.loads(store.read_text())) == {"vit_tiny_patch16_224"}
+
+
+def test_the_shipped_signatures_are_what_the_installed_library_builds(tmp_path: Path) -> None:
+    """resources/identify holds the signatures of one timm / torchvision release: when that release is installed,
+    a sample of them (the ViTs of every size tests use) is built again here and must agree."""
+    for library, sample in (("timm", ("vit_tiny_patch16_224", "vit_base_patch16_clip_quickgelu_224",
+                                      "deit_small_distilled_patch16_224")), ("torchvision", ("vit_b_16", "vit_h_14"))):
+        shipped = identify.bundled(library, identify._version(library))
+        if not shipped.exists():
+            continue
+        data = json.loads(shipped.read_text())
+        # every registered architecture (but the twin a test below registers), no other
+        assert set(data) <= set(identify._registered(library))
+        assert set(identify._registered(library)) - set(data) <= {"vit_tiny_patch16_quickgelu_twin_224"}
+        for arch in sample:
+            net = identify.Candidate(library, arch).build("meta")
+            assert data[arch] == identify.signature(library, {k: tuple(v.shape) for k, v in net.state_dict().items()})
 
 
 def test_a_bare_timm_state_dict_is_verified_and_its_assumptions_become_verified(tiny_file: Path) -> None:

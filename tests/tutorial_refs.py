@@ -9,6 +9,13 @@ checkpoints come in, each keeping (or giving access to) its eager per-head atten
 - `EncoderViT`: a ViT on `nn.TransformerEncoder`.
 - `MhaViT`: `nn.MultiheadAttention` under its own names.
 - `PerHeadViT`: one Linear per head for query, key and value (`attention.heads.H.query`), `output_projection`.
+- `MyViT`: Brian Pulfer's "Vision Transformers from scratch" MNIST tutorial (github BrianPulfer/
+  PapersReimplementations, `vit_torch.py`): per-head `q_mappings` / `k_mappings` / `v_mappings` ModuleLists of
+  Linear(d_head, d_head), each applied to its head's slice of the token, softmaxes of (T, T) in Python loops over
+  images and heads, a Linear `linear_mapper` over patches cut by loops in (c, p1, p2) order, a (1, D) `class_token`,
+  a 1-D sin-cos table (a non-persistent buffer since 2022-09; before, the `pos_embed` Parameter with
+  requires_grad=False, saved), and an `mlp` head ending in a Softmax. `MyViTFirst`: its first version (2022-02..09),
+  one encoder block written out in the model, LayerNorms over the whole (T, D) sequence.
 - `FlexViT`: separate or fused q/k/v, optional output projection, odd scales, no class token, mean pooling, two
   stacked final norms, `Linear -> act -> Linear` heads, a LayerNorm at the start of the MLP or the head, a Linear
   patch embedding over einops- or unfold-ordered patches, 1-channel 28 px inputs.
@@ -17,6 +24,7 @@ Every `*_reference(model, x)` returns (logits (1, C), [per-layer (1, H, T, T) at
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -429,3 +437,158 @@ class FlexViT(nn.Module):
             x = block(x)
         x = self.final(x)
         return self.head(x.mean(dim=1) if self.pool == "mean" else x[:, 0])
+
+
+# --------------------------------------------------------------------------- "Vision Transformers from scratch"
+def patchify(images: torch.Tensor, n_patches: int) -> torch.Tensor:
+    """The tutorial's patchify: (N, C, H, W) -> (N, n_patches**2, C*P*P), each patch flattened in (c, p1, p2)
+    order, patches row by row."""
+    n, c, h, w = images.shape
+    assert h == w, "Patchify method is implemented for square images only"
+    patches = torch.zeros(n, n_patches ** 2, h * w * c // n_patches ** 2)
+    patch_size = h // n_patches
+    for idx, image in enumerate(images):
+        for i in range(n_patches):
+            for j in range(n_patches):
+                patch = image[:, i * patch_size:(i + 1) * patch_size, j * patch_size:(j + 1) * patch_size]
+                patches[idx, i * n_patches + j] = patch.flatten()
+    return patches
+
+
+def get_positional_embeddings(sequence_length: int, d: int) -> torch.Tensor:
+    """The tutorial's 1-D sin-cos table (T, D): sin(i / 10000^(j/d)) at even j, cos(i / 10000^((j-1)/d)) at odd j."""
+    result = torch.ones(sequence_length, d)
+    for i in range(sequence_length):
+        for j in range(d):
+            result[i][j] = np.sin(i / (10000 ** (j / d))) if j % 2 == 0 else np.cos(i / (10000 ** ((j - 1) / d)))
+    return result
+
+
+class MyMSA(nn.Module):
+    """One Linear(d_head, d_head) per head for q, k and v, each applied to its head's slice of the token; a (T, T)
+    softmax per image per head."""
+
+    def __init__(self, d: int, n_heads: int = 2) -> None:
+        super().__init__()
+        self.d, self.n_heads = d, n_heads
+        assert d % n_heads == 0, f"Can't divide dimension {d} into {n_heads} heads"
+        d_head = int(d / n_heads)
+        self.q_mappings = nn.ModuleList([nn.Linear(d_head, d_head) for _ in range(self.n_heads)])
+        self.k_mappings = nn.ModuleList([nn.Linear(d_head, d_head) for _ in range(self.n_heads)])
+        self.v_mappings = nn.ModuleList([nn.Linear(d_head, d_head) for _ in range(self.n_heads)])
+        self.d_head = d_head
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, sequences: torch.Tensor) -> torch.Tensor:
+        result = []
+        for sequence in sequences:
+            seq_result = []
+            for head in range(self.n_heads):
+                q_mapping, k_mapping, v_mapping = self.q_mappings[head], self.k_mappings[head], self.v_mappings[head]
+                seq = sequence[:, head * self.d_head:(head + 1) * self.d_head]
+                q, k, v = q_mapping(seq), k_mapping(seq), v_mapping(seq)
+                attention = self.softmax(q @ k.T / (self.d_head ** 0.5))  # (T, T)
+                seq_result.append(attention @ v)
+            result.append(torch.hstack(seq_result))
+        return torch.cat([torch.unsqueeze(r, dim=0) for r in result])
+
+
+class MyViTBlock(nn.Module):
+    def __init__(self, hidden_d: int, n_heads: int, mlp_ratio: int = 4) -> None:
+        super().__init__()
+        self.hidden_d, self.n_heads = hidden_d, n_heads
+        self.norm1 = nn.LayerNorm(hidden_d)
+        self.mhsa = MyMSA(hidden_d, n_heads)
+        self.norm2 = nn.LayerNorm(hidden_d)
+        self.mlp = nn.Sequential(nn.Linear(hidden_d, mlp_ratio * hidden_d), nn.GELU(),
+                                 nn.Linear(mlp_ratio * hidden_d, hidden_d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x + self.mhsa(self.norm1(x))
+        return out + self.mlp(self.norm2(out))
+
+
+class MyViT(nn.Module):
+    """The tutorial's model (`chw` = (C, H, W)); `pos_param=True` is its 2022-02..09 version, whose table was the
+    `pos_embed` Parameter with requires_grad=False (in the state dict), else the non-persistent buffer
+    `positional_embeddings` (not saved)."""
+
+    def __init__(self, chw: tuple[int, int, int], n_patches: int = 7, n_blocks: int = 2, hidden_d: int = 8,
+                 n_heads: int = 2, out_d: int = 10, pos_param: bool = False) -> None:
+        super().__init__()
+        self.chw, self.n_patches, self.n_blocks, self.n_heads, self.hidden_d = chw, n_patches, n_blocks, n_heads, \
+            hidden_d
+        assert chw[1] % n_patches == 0 and chw[2] % n_patches == 0
+        self.patch_size = (chw[1] / n_patches, chw[2] / n_patches)
+        self.input_d = int(chw[0] * self.patch_size[0] * self.patch_size[1])
+        self.linear_mapper = nn.Linear(self.input_d, self.hidden_d)
+        self.class_token = nn.Parameter(torch.rand(1, self.hidden_d))
+        self.pos_param = pos_param
+        if pos_param:
+            self.pos_embed = nn.Parameter(get_positional_embeddings(n_patches ** 2 + 1, hidden_d).clone())
+            self.pos_embed.requires_grad = False
+        else:
+            self.register_buffer("positional_embeddings", get_positional_embeddings(n_patches ** 2 + 1, hidden_d),
+                                 persistent=False)
+        self.blocks = nn.ModuleList([MyViTBlock(hidden_d, n_heads) for _ in range(n_blocks)])
+        self.mlp = nn.Sequential(nn.Linear(self.hidden_d, out_d), nn.Softmax(dim=-1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = images.shape
+        table = self.pos_embed if self.pos_param else self.positional_embeddings
+        patches = patchify(images, self.n_patches).to(table.device)
+        tokens = self.linear_mapper(patches)
+        tokens = torch.cat((self.class_token.expand(n, 1, -1), tokens), dim=1)
+        out = tokens + table.repeat(n, 1, 1)
+        for block in self.blocks:
+            out = block(out)
+        out = out[:, 0]
+        return self.mlp(out)
+
+
+def my_vit_reference(model: MyViT, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(probabilities (B, C) -- the tutorial's output --, the logits before its Softmax (B, C), per-layer
+    (B, H, T, T) attention): each block's `mhsa.softmax` is called once per image per head, in that order."""
+    calls: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(model.blocks))}
+    logits: list[torch.Tensor] = []
+    hooks = [b.mhsa.softmax.register_forward_hook(lambda _m, _i, o, i=i: calls[i].append(o.detach()))
+             for i, b in enumerate(model.blocks)]
+    hooks.append(model.mlp[0].register_forward_hook(lambda _m, _i, o: logits.append(o.detach())))
+    try:
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    b, heads = x.shape[0], model.n_heads
+    maps = [torch.stack(calls[i]).reshape(b, heads, *calls[i][0].shape) for i in calls]  # (B*H, T, T) -> (B, H, T, T)
+    return out, logits[0], maps
+
+
+class MyViTFirst(nn.Module):
+    """The tutorial's first version (2022-02 .. 2022-09): one encoder block at the top level, its LayerNorms over
+    the whole (T, D) token sequence (`ln1`, `ln2`), `enc_mlp` = Linear(D, D) -> ReLU, the 1-D sin-cos table computed
+    in the forward (never saved), patches of one channel."""
+
+    def __init__(self, input_shape: tuple[int, int, int], n_patches: int = 7, hidden_d: int = 8, n_heads: int = 2,
+                 out_d: int = 10) -> None:
+        super().__init__()
+        self.input_shape, self.n_patches, self.n_heads, self.hidden_d = input_shape, n_patches, n_heads, hidden_d
+        self.patch_size = (input_shape[1] / n_patches, input_shape[2] / n_patches)
+        self.input_d = int(input_shape[0] * self.patch_size[0] * self.patch_size[1])
+        self.linear_mapper = nn.Linear(self.input_d, self.hidden_d)
+        self.class_token = nn.Parameter(torch.rand(1, self.hidden_d))
+        self.ln1 = nn.LayerNorm((self.n_patches ** 2 + 1, self.hidden_d))
+        self.msa = MyMSA(self.hidden_d, n_heads)
+        self.ln2 = nn.LayerNorm((self.n_patches ** 2 + 1, self.hidden_d))
+        self.enc_mlp = nn.Sequential(nn.Linear(self.hidden_d, self.hidden_d), nn.ReLU())
+        self.mlp = nn.Sequential(nn.Linear(self.hidden_d, out_d), nn.Softmax(dim=-1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        n = images.shape[0]
+        tokens = self.linear_mapper(patchify(images, self.n_patches))
+        tokens = torch.stack([torch.vstack((self.class_token, tokens[i])) for i in range(len(tokens))])
+        tokens = tokens + get_positional_embeddings(self.n_patches ** 2 + 1, self.hidden_d).repeat(n, 1, 1)
+        out = tokens + self.msa(self.ln1(tokens))
+        out = out + self.enc_mlp(self.ln2(out))
+        return self.mlp(out[:, 0])

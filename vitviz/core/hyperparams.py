@@ -31,7 +31,7 @@ from vitviz.core.spec import (
     IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, GuessWarning, ModelSpec, Preprocess, audit_provenance, known_source,
     provenance_kind, whole_patches,
 )
-from vitviz.errors import InconsistentCheckpointError, VitvizError
+from vitviz.errors import InconsistentCheckpointError, OverrideError, VitvizError
 
 # The keywords of the reference route and the fields whose guess changes the model's numbers: `OPTIONS`'.
 OVERRIDES = overrides_for(REFERENCE)
@@ -85,14 +85,14 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     width = int(qkv.shape[0]) // 3 if qkv is not None else dim
     heads = _heads(sd, hints, overrides, info, name, width, prov, where, sources, conv.family)
     counts = _token_counts(sd)
-    pos_kind = _pick("pos_kind", {}, hints, "learned", prov, "shape: pos_embed (a stored position table)"
-                     if "pos_embed" in sd else "default: a stored position table")
+    pos_kind = _pos_kind(sd, hints, overrides, prov, where)
     pos_prefix, pos_grid = _pos_layout(sd, hints, raw, conv, counts, patch, name_fields, info, prov, where,
-                                       overrides.get("image_size"), sources)
+                                       overrides.get("image_size"), sources, pos_kind)
     fields = dict(
         family=overrides.get("family") or conv.family, source=where, patch_size=patch, embed_dim=dim,
         depth=depth, num_heads=heads, in_chans=in_chans, pos_prefix=pos_prefix, pos_grid=pos_grid,
-        pos_embed="pos_embed" in sd or pos_kind != "learned", pos_kind=pos_kind, **counts,
+        pos_embed="pos_embed" in sd or pos_kind not in ("learned", "none"),
+        pos_kind="learned" if pos_kind == "none" else pos_kind, **counts,
         **_shape_flags(sd, hints, overrides, dim, width, prov),
     )
     fields.update(_rope(hints, overrides, prov, pos_grid, where, "rope.freqs" in sd))
@@ -100,7 +100,9 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
         prov.set("rope", "", "shape: a stored position table, no RoPE frequencies, nothing naming RoPE"
                  if "pos_embed" in sd or "rel_pos_bias.relative_position_bias_table" in sd
                  or "blocks.0.attn.relative_position_bias_table" in sd else
-                 "default: no position table and nothing naming RoPE: a model without positions")
+                 (f"default: no RoPE frequencies and nothing naming RoPE; positions from the computed {pos_kind} table"
+                  if pos_kind in POS_KINDS_COMPUTED else
+                  "default: no position table and nothing naming RoPE: a model without positions"))
     fields.update(_heads_extra(sd, hints, fields, prov))
     fields["eps"] = _pick("eps", overrides, hints, 1e-6, prov, "default: timm LayerNorm eps")
     act = overrides.get("act")
@@ -360,6 +362,27 @@ def _model_name(conv: Converted, raw: RawCheckpoint) -> tuple[str, dict[str, Any
     return name, fields
 
 
+POS_KINDS_COMPUTED = ("sincos1d", "sincos2d")
+
+
+def _pos_kind(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[str, Any], prov: _Prov,
+              where: str) -> str:
+    """'learned' (a stored table), a computed table ('sincos1d', 'sincos2d') or 'none': a stored table is what it
+    is; without one, the override (`pos_kind=`), the family's word, or none."""
+    asked = overrides.get("pos_kind")
+    if "pos_embed" in sd:
+        if asked and asked != "learned":
+            raise OverrideError(f"{where}: pos_kind={asked!r}, but the file holds a position table "
+                              f"pos_embed {tuple(sd['pos_embed'].shape)}; expected pos_kind= only for a file without "
+                              "one (the table in the file is the one the model adds)")
+        return prov.set("pos_kind", "learned", "shape: pos_embed (a stored position table)")
+    if asked:
+        return prov.set("pos_kind", asked, "override")
+    if "pos_kind" in hints:
+        return prov.set("pos_kind", hints["pos_kind"][0], hints["pos_kind"][1])
+    return prov.set("pos_kind", "learned", "default: a stored position table")
+
+
 def _pick(name: str, overrides: dict[str, Any], hints: dict[str, Any], default: Any, prov: _Prov,
           default_src: str) -> Any:
     if overrides.get(name) is not None:
@@ -444,7 +467,8 @@ def _shape_flags(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: 
 def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawCheckpoint, conv: Converted,
                 counts: dict[str, Any], patch: int, name_fields: dict[str, Any], info: Any, prov: _Prov,
                 where: str, requested: Any = None,
-                sources: list[tuple[str, dict[str, Any]]] | None = None) -> tuple[int, tuple[int, int]]:
+                sources: list[tuple[str, dict[str, Any]]] | None = None,
+                pos_kind: str = "learned") -> tuple[int, tuple[int, int]]:
     """How many prefix tokens the position embedding covers, and the grid it was trained at.
 
     Without metadata the grid is taken as square, unless the caller's `image_size` fits the embedding: then a
@@ -468,8 +492,23 @@ def _pos_layout(sd: dict[str, torch.Tensor], hints: dict[str, Any], raw: RawChec
                 f"grid {grid}; expected (2gh-1)(2gw-1)+3 rows")
         return 0, prov.set("pos_grid", grid, size_src if size else "shape: relative position bias table")
     if pos is None:
+        if size is None and requested and pos_kind in POS_KINDS_COMPUTED:  # a computed table is made for the input
+            size = (int(requested), int(requested)) if isinstance(requested, (int, float)) else \
+                tuple(map(int, requested))
+            size_src = "override: image_size (the computed position table is made for it)"
+        if size is None and pos_kind in POS_KINDS_COMPUTED and int(sd["patch_embed.proj.weight"].shape[1]) == 1 \
+                and 28 % patch == 0:   # a 1-channel model that says no size: MNIST's
+            size, size_src = (28, 28), ("guess: a 1-channel model with no stored position table and no image size in "
+                                        "any metadata: 28 px, MNIST's size")
         grid = (size[0] // patch, size[1] // patch) if size else (14, 14)
-        computed = hints.get("pos_kind", ("learned",))[0] != "learned" or bool(hints.get("rope", ("",))[0])
+        kind = pos_kind
+        computed = kind not in ("learned", "none") or bool(hints.get("rope", ("",))[0])
+        if kind == "sincos1d":  # a table over the whole sequence: the prefix tokens have rows too
+            prov.set("pos_prefix", n_prefix, f"derived: pos_kind sincos1d, a table over every token, the "
+                                             f"{n_prefix} prefix token(s) first")
+            return n_prefix, prov.set("pos_grid", grid, size_src if size else
+                                      "guess: no stored position table and no image size in any metadata; a 14x14 "
+                                      f"grid ({14 * patch} px)")
         return 0, prov.set("pos_grid", grid, size_src if size else
                            ("guess: no stored position table and no image size in any metadata; a 14x14 grid "
                             f"({14 * patch} px)" if computed else "default"))

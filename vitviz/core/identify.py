@@ -231,23 +231,49 @@ def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:
     return own == shapes
 
 
+def _version(library: str) -> str:
+    """The library's release ('0.29.1' of '0.29.1+cu130': a local build tag changes no architecture)."""
+    return str(getattr(importlib.import_module(library), "__version__", "")).split("+")[0]
+
+
+def bundled(library: str, version: str) -> Path:
+    """The signatures vitviz ships for one library version (`resources/identify/`, written by
+    `python scripts/identify_signatures.py`), so that a first search with that version costs no build."""
+    from vitviz.resources_path import resource
+
+    return resource(f"identify/shapes-{library}-{re.sub(r'[^0-9A-Za-z._+-]', '_', version)}.json")
+
+
+def write_signatures(library: str, folder: Path) -> Path:
+    """Build every registered architecture's signature of `library` (as installed) and write them to `folder`."""
+    sigs = _Signatures.__new__(_Signatures)
+    sigs.library, sigs.version = library, _version(library)
+    sigs.data, sigs.changed = {}, True
+    for name in _registered(library):
+        sigs.get(name)
+    sigs.path = folder / bundled(library, sigs.version).name
+    sigs.save()
+    return sigs.path
+
+
 class _Signatures:
     """Each registered architecture's `signature`, built on the meta device once per library version and kept in
     the user's cache folder."""
 
     def __init__(self, library: str) -> None:
         self.library = library
-        self.version = str(getattr(importlib.import_module(library), "__version__", ""))
+        self.version = _version(library)
         self.path = _cache_dir() / f"shapes-{library}-{re.sub(r'[^0-9A-Za-z._+-]', '_', self.version)}.json"
         self.data: dict[str, str] = {}
         self.changed = False
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.loads(f.read(4 << 20))
-            if isinstance(data, dict):
-                self.data = {str(k): str(v) for k, v in data.items()}
-        except (OSError, ValueError):
-            pass
+        for where in (bundled(library, self.version), self.path):   # what vitviz ships, then what was built here
+            try:
+                with open(where, encoding="utf-8") as f:
+                    data = json.loads(f.read(4 << 20))
+                if isinstance(data, dict):
+                    self.data.update({str(k): str(v) for k, v in data.items()})
+            except (OSError, ValueError):
+                pass
 
     def get(self, arch: str) -> str:
         if arch not in self.data:
@@ -269,6 +295,7 @@ class _Signatures:
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".shapes-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(self.data, f, sort_keys=True)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, self.path)
         except OSError:
             pass

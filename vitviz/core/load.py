@@ -301,7 +301,8 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     net = _build(spec, torch.device("cpu"))
     net.load_state_dict(conv.tensors, strict=True)
     net.eval()
-    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
+    padded = conv.hints.get("zero_params", (0, ""))[0]   # zeros a conversion added (a block-diagonal qkv)
+    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()) - padded)
     net.spec = spec
     model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
     return model.to(str(device))

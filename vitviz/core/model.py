@@ -17,7 +17,7 @@ from torch import nn
 from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS
 from vitviz.core.packed import Linear
 from vitviz.core.posembed import (
-    rel_pos_index, resample_grid, resize_rel_pos_table, rope_angles, rope_coords, rope_sincos, rotate, sincos_2d,
+    rel_pos_index, resample_grid, resize_rel_pos_table, rope_angles, rope_coords, rope_sincos, rotate, sincos_1d, sincos_2d,
 )
 from vitviz.core.spec import ModelSpec
 
@@ -333,10 +333,12 @@ class ReferenceViT(nn.Module):
         n_pos = spec.pos_prefix + spec.pos_grid[0] * spec.pos_grid[1]
         if spec.pos_embed and spec.pos_kind == "sincos2d":  # computed, so a buffer that is not in the state dict
             self.register_buffer("pos_embed", sincos_2d(spec.pos_grid, d), persistent=False)
+        elif spec.pos_embed and spec.pos_kind == "sincos1d":  # over the whole sequence, prefix rows first
+            self.register_buffer("pos_embed", sincos_1d(n_pos, d), persistent=False)
         elif spec.pos_embed and spec.pos_kind == "learned":
             self.pos_embed = nn.Parameter(torch.zeros(1, n_pos, d))
         elif spec.pos_embed:
-            raise ValueError(f"pos_kind {spec.pos_kind!r}; expected 'learned' or 'sincos2d'")
+            raise ValueError(f"pos_kind {spec.pos_kind!r}; expected 'learned', 'sincos1d' or 'sincos2d'")
         else:
             self.pos_embed = None
         if spec.rel_pos and spec.num_prefix != 1:
@@ -373,6 +375,9 @@ class ReferenceViT(nn.Module):
         if key not in self._pos_cache:
             if self.spec.pos_kind == "sincos2d":  # computed for the grid, as SimpleViT computes it
                 pos = sincos_2d(key, self.spec.embed_dim).to(stored.device, stored.dtype)
+            elif self.spec.pos_kind == "sincos1d":  # the rows after the prefix of a longer (or shorter) sequence
+                k = self.spec.pos_prefix
+                pos = sincos_1d(k + key[0] * key[1], self.spec.embed_dim)[:, k:].to(stored.device, stored.dtype)
             else:
                 pos = resample_grid(stored, self.spec.pos_grid, key, self.spec.pos_interp)
             self._pos_cache[key] = pos

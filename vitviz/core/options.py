@@ -57,6 +57,8 @@ ROPE_PRESETS: dict[str, dict[str, object]] = {
 ROPE_PRESET_NAMES = tuple(ROPE_PRESETS)
 # Pixel order of a Linear patch embedding: einops '(p1 p2 c)' or unfold '(c p1 p2)'.
 PATCH_ORDERS = ("p1p2c", "cp1p2")
+# The position table of a file that stores none: computed (`vitviz.core.posembed`) or none at all.
+POS_KINDS = ("sincos1d", "sincos2d", "none")
 
 
 def alternatives(choices: tuple[str, ...] | list[str], quote: bool = True) -> str:
@@ -186,6 +188,10 @@ OPTIONS: tuple[Option, ...] = (
            numeric=True, routes=(REFERENCE,)),
     Option("patch_order", "choice", "pixel order of a Linear patch embedding: einops '(p1 p2 c)' or unfold "
            "'(c p1 p2)'", choices=PATCH_ORDERS, fields=("patch_order",), numeric=True, routes=(REFERENCE,)),
+    Option("pos_kind", "choice", "the position table of a file that holds none (a non-persistent buffer): sincos1d "
+           "(1-D sin-cos over every token, the 'ViT from scratch' tutorial's get_positional_embeddings), sincos2d "
+           "(vit-pytorch SimpleViT) or none", choices=POS_KINDS, fields=("pos_kind",), numeric=True,
+           routes=(REFERENCE,)),
     Option("pos_interp", "choice", "how the position table is resampled at another input size: timm (bicubic, "
            "antialias), deit / dino (bicubic, no antialias), torchvision, hf, ...", choices=POS_RECIPES,
            fields=("pos_interp",), routes=_BOTH),

@@ -70,6 +70,21 @@ def resample_pos_embed(
     return torch.cat([prefix, resample_grid(grid, old, new, recipe)], dim=1)
 
 
+def sincos_1d(length: int, dim: int, temperature: int = 10000) -> torch.Tensor:
+    """The fixed 1-D sin-cos position embedding of the "Vision Transformers from scratch" tutorial
+    (`get_positional_embeddings`), computed, not stored: (1, length, dim) float32, one row per token in sequence
+    order (the class token first), sin(i / T^(j/dim)) at even columns j, cos(i / T^((j-1)/dim)) at odd ones.
+
+    Computed in float64 and rounded once, as the original (NumPy's float64 sin/cos written into a float32 table).
+    """
+    i = torch.arange(length, dtype=torch.float64)[:, None]                 # (T, 1)
+    j = torch.arange(dim, dtype=torch.float64)[None, :]                    # (1, D)
+    even = (j - j.remainder(2)) / dim                                      # j/d at even j, (j-1)/d at odd j
+    angle = i / (float(temperature) ** even)                               # (T, D)
+    pe = torch.where(j.remainder(2) == 0, angle.sin(), angle.cos())
+    return pe.to(torch.float32).unsqueeze(0)
+
+
 def sincos_2d(grid: tuple[int, int], dim: int, temperature: int = 10000) -> torch.Tensor:
     """The fixed 2-D sin-cos position embedding of vit-pytorch's SimpleViT (`posemb_sincos_2d`), computed, not
     stored: (1, gh*gw, dim) float32, rows in row-major patch order, columns [sin x, cos x, sin y, cos y].

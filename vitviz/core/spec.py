@@ -315,7 +315,8 @@ class ModelSpec(Provenanced):
     block_norm: str = "pre"           # 'pre': x + f(norm(x)); 'post': norm(x + f(x)) (nn.TransformerEncoderLayer)
     patch_norm_in: bool = False       # LayerNorm over each flattened patch before the projection (dual patchnorm)
     patch_norm: bool = False          # LayerNorm after the patch projection
-    pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT)
+    pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT) |
+                                      # 'sincos1d' (computed over the token sequence, tutorial ViTs)
     norm_extra: bool = False          # a second LayerNorm over all tokens after `norm` (two stacked final norms)
     pre_logits_act: str = "tanh"      # activation after the pre-logits layer
     norm_pre: bool = False            # LayerNorm on the tokens before the blocks (CLIP `ln_pre`, Perception Encoder)

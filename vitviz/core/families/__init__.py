@@ -156,4 +156,8 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str:
     raise UnknownLayoutError(
         f"{raw.path}: unknown checkpoint layout ({len(keys)} tensors; {hint}). Most common key stems: "
         f"{', '.join(key_stems(sorted(keys)))}. Expected a ViT state dict from timm, DeiT, DINO/DINOv2, MAE, "
-        "torchvision or Hugging Face (keys like patch_embed.proj.weight, blocks.N.attn.qkv.weight)")
+        "torchvision or Hugging Face (keys like patch_embed.proj.weight, blocks.N.attn.qkv.weight), or a hand-written "
+        "ViT with q/k/v modules (query/key/value, to_q, q_mappings.N, ...). If it is a Vision Transformer whose "
+        "attention modules have names vitviz does not know, open it with its own code: vitviz.load(path, "
+        "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY), which captures its attention where the code "
+        "computes it")

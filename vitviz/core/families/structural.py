@@ -7,13 +7,16 @@ tensor by what it is:
 - blocks: the repeated modules under one `CONTAINER.N.` (a child that holds attention starts a block; a child
   without attention joins the block before it, as in `nn.Sequential(Residual(attn), Residual(ff), ...)`);
 - attention: an `nn.MultiheadAttention` in-projection `(3A, D)`, a fused `(3A, D)` Linear, separate q/k/v
-  Linears `(A, D)`, or one q/k/v triple `(hd, D)` per head (concatenated head by head; the head count is then
-  known); the output projection is the `(D, A)` Linear next to them, or absent;
+  Linears `(A, D)`, or one q/k/v triple per head -- head modules `heads.h.query` or per-head lists `q_mappings.h`
+  -- each `(hd, D)` on the whole token (concatenated head by head) or `(hd, D/H)` on its head's slice (the
+  "Vision Transformers from scratch" tutorial: a block-diagonal qkv); the head count is then derived; the output
+  projection is the `(D, A)` Linear next to them, or absent;
 - MLP: the `(F, D)` / `(D, F)` pair of Linears left in the block; norms: the `(D,)` weight/bias pairs, the one
   in front of the attention is norm1, the one in front of the MLP norm2;
 - outside the blocks: the patch embedding (a conv `(D, C, P, P)`, or a Linear `(D, C*P*P)` over flattened
   patches, folded into the conv; a LayerNorm `(C*P*P,)` before it and `(D,)` after it), tokens `(1, 1, D)`,
-  the position table `(1, n, D)`, `(n, D)` or `(1, D, gh, gw)`, the final norm(s), and the head: one Linear, or
+  the position table `(1, n, D)`, `(n, D)` or `(1, D, gh, gw)` (none in the file: a computed table the model does not
+  save, the 1-D sin-cos one by a said guess, `pos_kind=`), the final norm(s), and the head: one Linear, or
   `Linear -> act -> Linear`, with a LayerNorm in front of it read as a norm after pooling.
 
 What the file cannot say (heads, activation, pooling without a class token, the flatten order of a Linear patch
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitviz.core.families.base import Converted, Hint, Recipe
 from vitviz.core.metadata import CHANNEL_KEYS, as_int, find_value, metadata_sources
-from vitviz.errors import UnknownLayoutError
+from vitviz.errors import OverrideError, UnknownLayoutError
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +70,10 @@ class Facts:
                         "scale otherwise)")
     token_order: Hint = ("prefix_first", "assumed: the class (and other prefix) tokens come before the patches, as "
                          "in ViT; a model that appends them after the patches needs its own code")
+    no_pos_table: Hint | None = ("sincos1d", "guess: no position table in the file, taken as a table the model "
+                                 "computes and does not save: the 1-D sin-cos table over every token, class token "
+                                 "first (the 'Vision Transformers from scratch' tutorial's get_positional_embeddings "
+                                 "in a non-persistent buffer)")
     extra: dict[str, Hint] = field(default_factory=dict)  # more hints handed through (attn_scale, pos_kind, ...)
 
 
@@ -161,11 +168,39 @@ def qkv_role(name: str) -> str | None:
     return None
 
 
+_LIST_SUFFIXES = ("mappings", "mapping", "maps", "heads", "list", "linears", "layers", "projs", "projections", "s")
+
+
+def list_role(name: str) -> str | None:
+    """'q' / 'k' / 'v' for a ModuleList holding one Linear per head: `q_mappings`, `k_heads`, `value_projs`,
+    `queries` (the per-head lists of the from-scratch tutorials)."""
+    role = qkv_role(name)
+    if role in ("q", "k", "v"):
+        return role
+    word = _squash(name)
+    for suf in _LIST_SUFFIXES:
+        if word.endswith(suf) and len(word) > len(suf):
+            role = qkv_role(word[:-len(suf)])
+            if role in ("q", "k", "v"):
+                return role
+    return None
+
+
+def unit_role(u: Unit) -> str | None:
+    """The q/k/v role of a Linear by its own name (`query`, `to_q`), or, for an item of a ModuleList
+    (`q_mappings.0`), by the list's name."""
+    if u.kind != "linear":
+        return None
+    if u.name.isdigit():
+        return list_role(u.parent.rsplit(".", 1)[-1]) if u.parent else None
+    return qkv_role(u.name)
+
+
 def is_attention_shaped(sd: dict[str, torch.Tensor]) -> bool:
     """Whether the file holds attention weights: an nn.MultiheadAttention in-projection, q/k/v-named Linears, or
     (3D, D) Linears inside repeated modules (NAME.N.)."""
     for unit in units_of(sd):
-        if unit.kind == "in_proj" or (unit.kind == "linear" and qkv_role(unit.name) is not None):
+        if unit.kind == "in_proj" or unit_role(unit) is not None:
             return True
         if unit.kind == "linear" and _index_split(unit.path) and _attention_unit(unit):
             return True
@@ -228,10 +263,12 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
     try:
         container, groups, inside = _blocks(units, report)
         first = _first_qkv(groups[0])
-        dim = int(first.weight.shape[1]) if first is not None else 0
+        dim = _embed_width(groups[0], first) if first is not None else 0
         per_head: set[int] = set()
+        zeros = 0
         for i, group in enumerate(groups):
-            block, heads = _read_block(group, dim, i)
+            block, heads, padded = _read_block(group, dim, i)
+            zeros += padded
             if i == 0:
                 _describe_attention(block, heads, report)
             out.update({f"blocks.{i}.{k}": v for k, v in block.items()})
@@ -240,6 +277,14 @@ def read(sd: dict[str, torch.Tensor], raw: RawCheckpoint, facts: Facts, override
         if len(per_head) == 1:
             n = per_head.pop()
             hints["num_heads"] = (n, f"shape: {n} per-head query/key/value modules")
+            asked = overrides.get("heads")
+            if asked and int(asked) != n:
+                raise OverrideError(f"{raw.path}: heads={asked}, but each block holds {n} per-head query/key/value "
+                                    f"modules ({report.parts.get('attention', '')}): the file has {n} heads; expected "
+                                    f"heads={n} or no heads=")
+        if zeros:
+            hints["zero_params"] = (zeros, "derived: the zeros outside each head's block of the block-diagonal qkv "
+                                           "assembled from per-head Linears on their slices (not the model's)")
         top = [u for u in units if id(u) not in inside]
         dropped += _read_top(top, dim, container, raw, facts, overrides, out, hints, report)
     except Unplaced as e:
@@ -277,6 +322,24 @@ def _first_qkv(group: list[Unit]) -> Unit | None:
         next((u for u in group if _attention_unit(u)), None)
 
 
+def _embed_width(group: list[Unit], first: Unit) -> int:
+    """The embed dim D, read off the first block's first q/k/v Linear: its input width, unless it is one of H
+    per-head Linears that each act on their head's slice of the token (`q_mappings.h` (hd, hd), the from-scratch
+    tutorial, or `heads.h.query` (hd, hd)): then H * hd, when the block's LayerNorms or MLP have that width."""
+    width = int(first.weight.shape[1])
+    if first.name.isdigit():     # q_mappings.<h>: the list's items
+        items = [u for u in group if u.kind == "linear" and u.parent == first.parent and u.name.isdigit()]
+    elif m := re.match(r"^(.*)\.\d+$", first.parent):   # heads.<h>.query: the same role in each head module
+        items = [u for u in group if u.kind == "linear" and u.name == first.name
+                 and re.fullmatch(re.escape(m.group(1)) + r"\.\d+", u.parent)]
+    else:
+        return width
+    widths = {int(u.weight.shape[0]) for u in group if u.kind == "norm"} | \
+        {int(u.weight.shape[1]) for u in group if u.kind == "linear" and unit_role(u) is None}
+    sliced = width * len(items)
+    return sliced if len(items) > 1 and sliced in widths and width not in widths else width
+
+
 def _index_split(path: str) -> tuple[str, int, str] | None:
     """'transformer.layers.3.0.norm' -> ('transformer.layers', 3, '0.norm'): the first numeric segment."""
     parts = path.split(".")
@@ -287,8 +350,9 @@ def _index_split(path: str) -> tuple[str, int, str] | None:
 
 
 def _named_attention(u: Unit) -> bool:
-    """Certain attention: an nn.MultiheadAttention in-projection or a q/k/v-named Linear."""
-    return u.kind == "in_proj" or (u.kind == "linear" and qkv_role(u.name) is not None)
+    """Certain attention: an nn.MultiheadAttention in-projection or a q/k/v-named Linear (or an item of a q/k/v
+    per-head list)."""
+    return u.kind == "in_proj" or unit_role(u) is not None
 
 
 def _attention_unit(u: Unit) -> bool:
@@ -304,9 +368,12 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
     children of a merged block keep apart by their position: '0.fn.norm', '1.fn.fn.net.0'.
     """
     by_container: dict[str, dict[int, list[Unit]]] = {}
+    loose_heads: list[Unit] = []   # per-head list items (q_mappings.h) outside any stack: their index is a head's
     for u in units:
         split = _index_split(u.path)
-        if split:
+        if split and not split[2] and unit_role(u) is not None:
+            loose_heads.append(u)
+        elif split:
             by_container.setdefault(split[0], {}).setdefault(split[1], []).append(u)
     def score(kids: dict[int, list[Unit]]) -> tuple[int, int]:
         units_in = [u for us in kids.values() for u in us]
@@ -314,7 +381,11 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
 
     scored = sorted(((score(kids), name) for name, kids in by_container.items()), reverse=True)
     if not scored or scored[0][0][1] == 0:
-        raise Unplaced("no repeated transformer blocks (modules under NAME.N. holding attention weights)")
+        top = sorted({u.parent.rpartition(".")[0] or "(top level)" for u in loose_heads})
+        raise Unplaced("no repeated transformer blocks (modules under NAME.N. holding attention weights)" +
+                       (f"; one attention with per-head q/k/v lists ({', '.join(top)}) outside any stack of blocks: "
+                        "a single encoder block written out in the model itself" if loose_heads else ""),
+                       loose_heads)
     (named, _), container = scored[0]
     others = [name for (n, _), name in scored[1:] if n] if named else []
     if others:
@@ -354,9 +425,10 @@ def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Repo
 
 
 # ------------------------------------------------------------------------------------------------------ blocks
-def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torch.Tensor], int]:
+def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torch.Tensor], int, int]:
     """One block's units -> canonical `attn.qkv`, `attn.proj`, `norm1`, `norm2`, `mlp.fc1/fc2`, `ls1/ls2`, plus
-    the head count when the file has one module per head (else 0)."""
+    the head count when the file has one module per head (else 0) and how many zeros the canonical qkv holds
+    that the file does not (a block-diagonal qkv of per-head Linears on their slices)."""
     import torch
 
     out: dict[str, torch.Tensor] = {}
@@ -391,7 +463,8 @@ def _read_block(units: list[Unit], dim: int, index: int) -> tuple[dict[str, torc
     left = [u for u in units if id(u) not in used]
     if left:
         raise Unplaced(f"block {index}: no role for {', '.join(u.describe() for u in left[:4])}", left)
-    return out, heads
+    return out, heads, int(w.numel()) - sum(int(u.weight.numel()) for u in qkv_units if u.kind != "in_proj") \
+        if heads else 0
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -410,25 +483,30 @@ def _find_qkv(units: list[Unit], dim: int,
         used.add(id(u))
         return (u.weight, u.bias), u.path, 0, [u]
     linears = [u for u in units if u.kind == "linear"]
-    roles = [(u, qkv_role(u.name)) for u in linears]
+    roles = [(u, unit_role(u)) for u in linears]
     roles = [(u, r) for u, r in roles if r is not None]
-    # one module per head: X.<h>.query / X.<h>.key / X.<h>.value (or X.<h>.qkv)
-    per_head: dict[str, dict[int, dict[str, Unit]]] = {}
+    # one module per head: the attention's head modules X.<h>.query / .key / .value (or .qkv), or its q/k/v lists
+    # with one Linear per head, q_mappings.<h> / k_mappings.<h> / v_mappings.<h>; keyed by the attention's path
+    per_head: dict[tuple[str, str], dict[int, dict[str, Unit]]] = {}
     for u, r in roles:
-        m = re.match(r"^(.*)\.(\d+)$", u.parent)
-        if m:
-            per_head.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[r] = u
-    for container, heads in per_head.items():
+        if u.name.isdigit():
+            key, head = (u.parent.rpartition(".")[0], "lists"), int(u.name)
+        elif m := re.match(r"^(.*)\.(\d+)$", u.parent):
+            key, head = (m.group(1).rpartition(".")[0], "modules"), int(m.group(2))
+        else:
+            continue
+        per_head.setdefault(key, {}).setdefault(head, {})[r] = u
+    for (path, style), heads in per_head.items():
         shapes = {tuple(u.weight.shape) for h in heads.values() for u in h.values()}
         if len(heads) >= 2 and len(shapes) == 1 and all(set(h) in ({"q", "k", "v"}, {"qkv"}) for h in heads.values()):
             order = [heads[h] for h in sorted(heads)]
-            parts = _per_head_parts(order)
+            parts = _per_head_parts(order, dim)
             members = [u for h in order for u in h.values()]
             used.update(id(u) for u in members)
-            return parts, container.rpartition(".")[0], len(order), members
+            return parts, path, len(order), members
     by_parent: dict[str, dict[str, list[Unit]]] = {}
-    for u, r in roles:
-        by_parent.setdefault(u.parent, {}).setdefault(r, []).append(u)
+    for u, r in roles:   # (an item of a per-head list of one: the list's parent)
+        by_parent.setdefault(u.parent.rpartition(".")[0] if u.name.isdigit() else u.parent, {}).setdefault(r, []).append(u)
     for parent, found in by_parent.items():
         one = {r: us[0] for r, us in found.items() if len(us) == 1}
         if {"q", "k", "v"} <= set(one):
@@ -467,9 +545,16 @@ def _cat(units: list[Unit]) -> tuple[torch.Tensor, torch.Tensor | None]:
     return w, torch.cat([u.bias if u.bias is not None else torch.zeros(u.weight.shape[0]) for u in units])
 
 
-def _per_head_parts(heads: list[dict[str, Unit]]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-head q/k/v (hd, D) -> one (3*H*hd, D) in-projection with rows [q heads; k heads; v heads], head h at
-    rows h*hd:(h+1)*hd of each third -- the layout the reference attention reshapes to (3, H, hd)."""
+def _per_head_parts(heads: list[dict[str, Unit]], dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-head q/k/v -> one (3*H*hd, D) in-projection with rows [q heads; k heads; v heads], head h at rows
+    h*hd:(h+1)*hd of each third -- the layout the reference attention reshapes to (3, H, hd).
+
+    Each head's Linear reads either the whole token ((hd, D): its rows are stacked) or its own slice of it
+    ((hd, D/H) applied to `x[..., h*D/H:(h+1)*D/H]`, as the from-scratch tutorial's `q_mappings`: the fused weight
+    is block-diagonal, zero outside each head's slice, which is exact).
+    """
+    import torch
+
     trios: list[list[Unit]] = []
     for h in heads:
         if "qkv" in h:  # a fused (3hd, D) per head: split into its thirds
@@ -479,7 +564,19 @@ def _per_head_parts(heads: list[dict[str, Unit]]) -> tuple[torch.Tensor, torch.T
             trios.append([Unit("linear", u.path, w, b, u.order, u.keys) for w, b in zip(ws, bs)])
         else:
             trios.append([h["q"], h["k"], h["v"]])
-    return _cat([t[r] for r in range(3) for t in trios])
+    width = int(trios[0][0].weight.shape[1])
+    if width == dim:
+        return _cat([t[r] for r in range(3) for t in trios])
+    if width * len(trios) != dim:
+        raise Unplaced(f"{len(trios)} per-head q/k/v Linears of shape {tuple(trios[0][0].weight.shape)}: their "
+                       f"input width {width} is neither the embed dim {dim} (each head reads the whole token) nor "
+                       f"{dim} / {len(trios)} heads (each head reads its slice)", [u for t in trios for u in t])
+    parts = []
+    for r in range(3):  # (H*hd, H*(D/H)) = (H*hd, D), head h's block at rows h*hd.., columns h*D/H..
+        weight = torch.block_diag(*[t[r].weight for t in trios])
+        parts.append(Unit("linear", trios[0][r].path, weight, _cat([t[r] for t in trios])[1], trios[0][r].order,
+                          trios[0][r].keys))
+    return _cat(parts)
 
 
 def _find_mlp(units: list[Unit], dim: int, width: int, attn_path: str, used: set[int],
@@ -653,6 +750,8 @@ def _read_top(units: list[Unit], dim: int, container: str, raw: RawCheckpoint, f
     left = [u for u in units if id(u) not in used]
     if left:
         raise Unplaced(f"no role for {', '.join(u.describe() for u in left[:4])}", left)
+    if "pos_embed" not in out and facts.no_pos_table is not None:
+        hints.setdefault("pos_kind", facts.no_pos_table)
     if "cls_token" in out:
         hints.setdefault("pooling", facts.pooling_cls or ("token", "shape: class token -> token 0"))
     else:
@@ -789,7 +888,7 @@ def _patch_linear(units: list[Unit], dim: int, raw: RawCheckpoint, used: set[int
         if u.kind != "linear" or u.weight.shape[0] != dim or id(u) in used:
             continue
         k = int(u.weight.shape[1])
-        named = any(w in u.path.lower() for w in ("patch", "embed", "tokeni", "stem", "proj_in"))
+        named = any(w in u.path.lower() for w in ("patch", "embed", "tokeni", "stem", "proj_in", "mapper"))
         if k == dim and not named:
             continue
         for c in channels:
@@ -876,6 +975,7 @@ def _refusal(raw: RawCheckpoint, report: Report, error: Unplaced, units: list[Un
         f"{raw.path}: a transformer with attention weights, but its layout could not be placed exactly. "
         f"Recognised: {seen}. Could not place: {error.what}" + (f" (tensors: {tensors})" if tensors else "")
         + ". If your code computes something vitviz cannot read from the file, open the model through its own "
-        "class instead: vitviz.load(model) with the nn.Module built by your code (its attention is captured "
-        "where it is computed); overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
+        "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
+        "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
+        "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
         "patch_order= fix what the file does not say")

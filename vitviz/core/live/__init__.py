@@ -14,7 +14,9 @@ computes it, by one `TorchFunctionMode` (thread-local: other threads running the
 - `F.scaled_dot_product_attention`: the module gets its own SDPA output; `softmax(q k^T * scale + mask)` is
   recomputed in float32 from the same q, k, mask (bool or float), scale, `is_causal` and `enable_gqa`.
 - an explicit softmax over the last axis of a 4-D (B, H, T, T) score tensor (`F.softmax`, `torch.softmax`,
-  `Tensor.softmax`, `nn.Softmax`): its own output is copied.
+  `Tensor.softmax`, `nn.Softmax`): its own output is copied; one head's (B, T, T) or 2-D (T, T) maps (a module
+  per head, loops over heads and images, as the from-scratch tutorials write it) are grouped into layers by the
+  frame that computes them, and maps that cannot be told apart by layer are refused, saying what to pass.
 
 The mode also turns off PyTorch's fused `TransformerEncoderLayer` / `MultiheadAttention` fast paths for the captured
 forward only (they check for torch-function overrides and step aside), so attention computed there is seen too.

@@ -292,10 +292,13 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     sizes, patch = _geometry(module, embed, patch_attr_side, overrides, prov, source)
     chans = _channels(module, embed, overrides, patch_attr_side)
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
-    x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source)
+    group_heads = int(overrides["heads"]) if overrides.get("heads") else None
+    x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads)
+    if recorder.unsure:
+        raise NoAttentionError(_unsure(source, recorder, group_heads))
     if not recorder.layers:
         raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
-    check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder)
+    check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder, group_heads)
     per_image = check is not None and check.batch == 1     # its attention comes one image at a time
     if per_image:
         check = None
@@ -337,8 +340,14 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     kept = torch.stack([recorder.maps[i] for i in index], dim=1)    # (1, L, H, T, T)
     _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
     grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
+    two_d = [i for i in index if i in recorder.two_d_layers]
+    if two_d and len(two_d) != len(index):
+        raise LiveModelError(f"{source}: {len(two_d)} of its {len(index)} attention layers come as 2-D (T, T) maps "
+                             "(one per image per head) and the others batched; vitviz needs one layout for every "
+                             f"layer ({_layer_summary(layers)})")
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
-                             head_major=folded == "head-major", order=order, per_image=per_image)
+                             head_major=folded.startswith("head-major"), order=order, per_image=per_image,
+                             two_d=bool(two_d))
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else _token_width(module)
@@ -377,6 +386,9 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     if per_image:
         notes.append("its attention is computed one image at a time ((H, T, T) maps, a loop over the batch): "
                      "a batch is run through it one image at a time")
+    elif two_d:
+        notes.append(f"its attention is computed one 2-D (T, T) map per image per head (loops over both): "
+                     f"{recorder.maps[two_d[0]].shape[1]} heads per layer, read in call order {folded}")
     elif folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
     prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
@@ -456,7 +468,7 @@ def _token_width(module: nn.Module) -> int:
 
 def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: list[tuple[int, str]],
            patch: int | None, device: torch.device, dtype: torch.dtype, prov: dict[str, str],
-           source: str) -> tuple[torch.Tensor, Any, _Recorder, tuple[tuple[int, int], int]]:
+           source: str, group_heads: int | None = None) -> tuple[torch.Tensor, Any, _Recorder, tuple[tuple[int, int], int]]:
     """The first probe: one image at the most likely size and channel count; where those were guesses and the
     forward refuses the input, the next likely ones (the sources say which was taken, and why)."""
     tries = [(s, c) for s in sizes for c in chans]
@@ -464,7 +476,7 @@ def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: l
     for (size, size_src), (c, c_src) in tries:
         _check_probe_memory(module, size, c, patch, 2, source)
         x = _probe_input(1, c, size, device, dtype, seed=0)
-        recorder = _Recorder(1, scores=True)
+        recorder = _Recorder(1, scores=True, group_heads=group_heads)
         shape = tuple(x.shape)
         try:
             with torch.inference_mode():
@@ -503,11 +515,12 @@ def _check_probe_memory(module: nn.Module, size: tuple[int, int], chans: int, pa
 
 
 def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chans: int, device: torch.device,
-                 dtype: torch.dtype, source: str, first: _Recorder) -> _Recorder | None:
+                 dtype: torch.dtype, source: str, first: _Recorder,
+                 group_heads: int | None = None) -> _Recorder | None:
     """The second probe: a batch of the first probe's image and another; None when the module refuses a batch of
     two with an ordinary error (it works on one image at a time) or sees other layers in it."""
     x2 = torch.cat([x, _probe_input(1, chans, size, device, dtype, seed=1)])
-    check = _Recorder(2, scores=True)
+    check = _Recorder(2, scores=True, group_heads=group_heads)
     try:
         with torch.inference_mode():
             user_call(lambda: _run(module, x2, check), source, "its forward", f"a probe batch of shape "
@@ -520,6 +533,9 @@ def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chan
         if len(check.maps) == 2 * len(first.maps) and first.folded and \
                 all(m.numel() == first.maps[j // 2].numel() for j, m in enumerate(check.maps)):
             return _Recorder(1)    # each layer twice, each time one image's (H, T, T): a loop over the batch
+        return None
+    seen = {int(m.shape[-1]) for m in first.maps}
+    if any(shape[-1] in seen for _, _, shape, _ in check.unsure):   # (a (2, 2) softmax over 2 classes is no map)
         return None
     return check
 
@@ -878,12 +894,34 @@ def _labels(module: nn.Module, overrides: Mapping[str, Any], num_classes: int, p
     return ()
 
 
+def _unsure(source: str, recorder: _Recorder, heads: int | None) -> str:
+    """The refusal of 2-D (T, T) softmaxes the probe saw but could not group into layers of heads: what it saw,
+    where, why, and what would open the model."""
+    seen = "; ".join(f"{n} softmaxes of shape {shape} in {where} ({why})" for where, n, shape, why in
+                     recorder.unsure[:3])
+    if heads:
+        step = (f"heads={heads} was given, but the maps do not divide into layers of {heads} heads: check the head "
+                "count")
+    else:
+        n = recorder.unsure[0][1]
+        splits = [h for h in range(1, n + 1) if n % h == 0 and h < n][:6]
+        step = ("pass heads=N (CLI --heads N), the heads of one layer: each N consecutive maps (per image) are then "
+                f"one layer, N one of {', '.join(map(str, splits))}" if splits else "pass heads=N (CLI --heads N)")
+    return (f"{source}: saw attention but could not tell its maps apart as the heads of one layer: {seen}. "
+            f"Next: {step}; or compute each block's attention inside its own module (an attention nn.Module called "
+            "once per block), which vitviz groups by itself; or open the weights file without code= (vitviz.load("
+            "path)), which reads per-head layouts from the tensors")
+
+
 def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> str:
     calls = ", ".join(f"{n} {m} call(s)" for m, n in recorder.calls.items()) or "no attention calls at all"
     other = f"; softmax over other shapes: {sorted(set(recorder.other_softmax))[:4]}" if recorder.other_softmax else ""
     return (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
             "nn.MultiheadAttention calls (weights per head), F.scaled_dot_product_attention calls (probabilities "
-            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores (or one head's (B, T, T), or "
-            "(B*H, T, T)); it saw "
+            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores (or one head's (B, T, T), "
+            "(B*H, T, T), or one image's one head (T, T)); it saw "
             f"{calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by xformers, flash-attn, "
-            "TorchScript or another fused kernel cannot be seen; is this a Vision Transformer?").replace("  ", " ")
+            "TorchScript or another fused kernel cannot be seen. Next: if its attention is a softmax of another "
+            "shape or axis, or a kernel vitviz cannot see, open its weights file by itself (vitviz.load(path) "
+            "without code=; CLI without --code), which reads the layout from the tensors (per-head q/k/v modules "
+            "included); if it is not a Vision Transformer, vitviz has nothing to show").replace("  ", " ")

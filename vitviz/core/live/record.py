@@ -114,9 +114,13 @@ class AttentionLayout:
         module puts them first already.
     per_image: the module computes its attention one image at a time (a loop over the batch, (H, T, T) maps):
         vitviz runs a batch through it one image at a time.
+    two_d: each call is one image's one head, a 2-D (T, T) map (loops over images and heads, the from-scratch
+        tutorial's `softmax(q @ k.T)`): `B * heads` consecutive calls make a layer, in the order `head_major`
+        says (h*B + b, else b*H + h: the image loop outside the head loop).
     """
 
     per_head: bool = False
+    two_d: bool = False
     heads: int = 0
     perms: tuple[tuple[int, ...], ...] = ()
     head_major: bool = False
@@ -167,12 +171,15 @@ class _Recorder:
             compute them, as the probe does).
         scores: keep the diagonal of each layer's scores (before the softmax) in `diags`, (B, H, T) (the probe:
             a token whose own score does not depend on the image is a prefix token).
+        group_heads: the head count the user gave (`heads=`): 2-D (T, T) maps one frame computes are then cut into
+            layers of `batch * group_heads` maps, where the frames alone cannot tell layers apart.
     """
 
     def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
                  capacity: int | None = None, stop: int | None = None, heads: int | None = None,
-                 layout: AttentionLayout | None = None, scores: bool = False) -> None:
+                 layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None) -> None:
         self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
+        self.group_heads = group_heads
         self.keep, self.layout, self.scores = keep, layout, scores
         self.maps: list[torch.Tensor] = []
         self.diags: list[torch.Tensor | None] = []
@@ -190,6 +197,10 @@ class _Recorder:
                                                                # grouped from single-head calls
         self._grouped = 0
         self.folded: list[int] = []                # layers whose heads came folded into the batch (B*H, T, T)
+                                                   # or as 2-D (T, T) maps, one per image per head
+        self.two_d_layers: list[int] = []          # layers grouped from 2-D (T, T) maps
+        # 2-D maps the probe could not tell apart as the heads of one layer: (where, how many, shape, why)
+        self.unsure: list[tuple[str, int, tuple[int, ...], str]] = []
         self.mha_probs: torch.Tensor | None = None
         self._group: _HeadGroup | None = None
         self._pending: list[torch.Tensor] = []
@@ -312,10 +323,75 @@ class _Recorder:
         g.maps.append(probs)
         g.diags.append(diag)
 
+    def two_d(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
+        """One image's one head, a 2-D (T, T) map (a loop over the images and one over the heads, as the
+        from-scratch tutorial's `softmax(q @ k.T)`): `B * layout.heads` consecutive ones make a layer (captures);
+        on a probe they are grouped by the frame computing them (both loops in one call of one module), or by
+        their parent's frame (a module per head, called in a loop over the images)."""
+        label = f"{mechanism} (T, T) per image per head"
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        layout = self.layout
+        if not self.wants(length, source) or (layout is not None and not layout.two_d):
+            self.skip(label, tuple(probs.shape))
+            return
+        if layout is not None:
+            self._pending.append(probs)
+            if len(self._pending) == self.batch * layout.heads:
+                maps, self._pending = torch.stack(self._pending), []          # (B*H, T, T) in call order
+                self.add(label, _unfold(maps, self.batch, layout.head_major))
+            return
+        name, owner, frame, parent_name, parent = self._frames()
+        g = self._group
+        joins = g is not None and g.mechanism == label and (
+            frame is g.frame or (parent is not None and parent is g.parent and name.rpartition(".")[0] == g.prefix))
+        if not joins:
+            self.flush()
+            g = self._group = _HeadGroup(label, frame, parent, name.rpartition(".")[0], parent_name=parent_name)
+        assert g is not None
+        g.names.append(name)
+        g.modules.append(owner)
+        g.maps.append(probs)
+        g.diags.append(diag)
+
+    def _flush_two_d(self, g: _HeadGroup) -> None:
+        """Close a group of 2-D (T, T) maps: one layer of n / B heads (read b*H + h; the probe's batch of two checks
+        the order), or, with `group_heads`, layers of B * group_heads maps each. Maps computed by the model's own
+        forward (no submodule around them) cannot be told apart by layer without `group_heads`: said in
+        `unsure`, not shown."""
+        n, shape = len(g.maps), tuple(g.maps[0].shape)
+        where = g.parent_name if g.modules and len(set(g.modules)) > 1 and g.parent_name else g.names[0]
+        per = self.batch * self.group_heads if self.group_heads else 0
+        if per and n % per == 0:
+            chunks = [list(range(i, i + per)) for i in range(0, n, per)]
+        elif per:
+            self.unsure.append((where or "(top level)", n, shape, f"{n} maps are not a whole number of layers of "
+                                f"{self.group_heads} heads x {self.batch} image(s)"))
+            return
+        elif not where:
+            self.unsure.append(("(top level)", n, shape, "they are computed in the model's own forward, not inside "
+                                "an attention module, so which maps belong to which layer cannot be seen"))
+            return
+        elif n % self.batch:
+            self.unsure.append((where, n, shape, f"{n} maps do not divide among the {self.batch} image(s) of the "
+                                "batch"))
+            return
+        else:
+            chunks = [list(range(n))]
+        for idx in chunks:
+            maps = torch.stack([g.maps[i] for i in idx])                          # (B*H, T, T) in call order
+            diag = None if any(g.diags[i] is None for i in idx) else \
+                _unfold(torch.stack([g.diags[i] for i in idx]), self.batch, False)  # (B*H, T) -> (B, H, T)
+            self.folded.append(len(self.layers))
+            self.two_d_layers.append(len(self.layers))
+            self.add(g.mechanism, _unfold(maps, self.batch, False), diag, name=where or "(top level)")
+
     def flush(self) -> None:
         """Close the layer being collected from single-head calls: its heads in module order."""
         g, self._group = self._group, None
         if g is None:
+            return
+        if g.mechanism.endswith("per image per head"):
+            self._flush_two_d(g)
             return
         distinct = len(set(g.modules)) == len(g.modules) and len(g.modules) > 1
         perm = tuple(sorted(range(len(g.maps)), key=lambda i: self.rank.get(g.modules[i], 0))) if distinct \
@@ -381,6 +457,13 @@ class _Recorder:
         if not isinstance(out, torch.Tensor) or not isinstance(x, torch.Tensor):
             return
         nd = x.dim()
+        if nd == 2 and dim in (-1, 1) and x.shape[0] == x.shape[1] > 1:   # one image's one head: (T, T)
+            self.calls[SOFTMAX] += 1
+            if self.follow:
+                self._answer(tuple(x.shape))
+                self._track(out, _Use(self.where()), None)
+            self.two_d(SOFTMAX, out, x.diagonal() if self.scores else None)
+            return
         if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
             return
@@ -460,6 +543,14 @@ class _Recorder:
         if not need:
             return out, None
         return out, weights.mean(dim=-3) if average else weights
+
+
+def _unfold(maps: torch.Tensor, batch: int, head_major: bool) -> torch.Tensor:
+    """(B*H, ...) in call order -> (B, H, ...): index h*B + b with `head_major`, else b*H + h."""
+    rest = tuple(maps.shape[1:])
+    if head_major:
+        return maps.reshape(-1, batch, *rest).transpose(0, 1)   # (H, B, ...) -> (B, H, ...)
+    return maps.reshape(batch, -1, *rest)                        # (B, H, ...)
 
 
 class _Active(threading.local):

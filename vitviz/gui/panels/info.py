@@ -204,6 +204,8 @@ def _pos_text(spec: ModelSpec) -> str:
     parts = []
     if spec.pos_embed and spec.pos_kind == "sincos2d":
         parts.append("2-D sin-cos, computed (not stored)")
+    elif spec.pos_embed and spec.pos_kind == "sincos1d":
+        parts.append("1-D sin-cos over the token sequence, computed (not stored)")
     elif spec.pos_embed:
         rows = f"{spec.pos_prefix} prefix row(s)" if spec.pos_prefix else "no prefix rows (no_embed_class)"
         parts.append(f"learned, trained at {spec.pos_grid[0]}×{spec.pos_grid[1]}, {rows}, resampled with "
