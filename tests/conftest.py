@@ -8,6 +8,7 @@ imports from another test module.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +30,25 @@ def _own_answers(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 @pytest.fixture(scope="session")
 def _shapes_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vitviz-cache")
+    return tmp_path_factory.mktemp("vitviz-shapes")
 
 
 @pytest.fixture(autouse=True)
-def _own_cache(_shapes_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """vitviz's own cache (the library architectures' shape signatures, `vitviz.core.identify`) lives in one folder
-    for the test session, never in the user's ~/.cache: built once by the first test that identifies a file."""
-    monkeypatch.setenv("VITVIZ_CACHE", str(_shapes_cache))
+def _own_cache(_shapes_cache: Path, tmp_path_factory: pytest.TempPathFactory,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """vitviz's own cache (`$VITVIZ_CACHE`: remembered verdicts, the library architectures' shape signatures of
+    `vitviz.core.identify`) is each test's own, never the user's ~/.cache, so no test sees a verdict another one
+    remembered; the shape signatures, which depend on nothing but the installed libraries, are carried from test to
+    test (built at most once a session)."""
+    import shutil
+
+    mine = tmp_path_factory.mktemp("vitviz-cache")
+    for f in _shapes_cache.glob("shapes-*.json"):
+        shutil.copy(f, mine / f.name)
+    monkeypatch.setenv("VITVIZ_CACHE", str(mine))
+    yield
+    for f in mine.glob("shapes-*.json"):
+        shutil.copy(f, _shapes_cache / f.name)
 
 
 @pytest.fixture(scope="session")

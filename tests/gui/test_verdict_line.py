@@ -9,9 +9,7 @@ a library architecture (the candidates listed in the worker) or the user's own c
 from __future__ import annotations
 
 import json
-import sys
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +45,13 @@ def named_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class FakeVerification:
     """Stands in for `vitviz.core.verify.Verification`: verdict, summary(), first_differing_layer, to_dict(), and
-    the lead's `causes` / `suggested` for a model that differs."""
+    `causes` / `suggested` for a model that differs, `confirmed` (what `apply_verification` marks verified)."""
 
     def __init__(self, verdict: str, summary: str, layer: int | None = None,
                  causes: tuple[tuple[str, str], ...] = (), suggested: dict[str, Any] | None = None) -> None:
         self.verdict, self._summary, self.first_differing_layer = verdict, summary, layer
         self.causes, self.suggested = causes, dict(suggested or {})
+        self.confirmed: tuple[str, ...] = ()     # the settings a real check confirmed (none here)
 
     def summary(self) -> str:
         return self._summary
@@ -118,27 +117,6 @@ def test_the_line_says_checking_with_its_progress_never_not_verified(qtbot, wind
     due = next(i for i, text in enumerate(texts) if text.startswith("Checking"))
     assert not [t for t in texts[due:] if t.startswith("Not verified")], texts
     assert "Checking against timm… after the images" in texts         # while the images run first
-
-
-def test_a_verify_without_progress_is_called_without_it(qtbot, window, named_tiny, images,  # noqa: ANN001
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The installed `verify` may not take `progress` yet: the check runs without it (no TypeError), and the
-    line says "Checking against timm…" until the verdict."""
-    import vitviz.core.verify as core_verify
-
-    called: list[dict] = []
-
-    def old_verify(model, against="auto", code=None):  # noqa: ANN001, ANN202
-        called.append({"against": against, "code": code})
-        return VERIFIED
-
-    monkeypatch.setattr(core_verify, "verify", old_verify)
-    lines = Lines(window)
-    _load(qtbot, window, named_tiny)
-    window.session.add_images([str(images[0])])
-    qtbot.waitUntil(lambda: window.status.verdict_label.text() == VERIFIED.summary(), timeout=20000)
-    assert called == [{"against": "auto", "code": None}] and window.session.verify_failure == ""
-    assert "Checking against timm…" in lines.texts()
 
 
 def test_every_queued_run_is_answered_before_the_check_starts(qtbot, window, tiny_ckpt, tmp_path,  # noqa: ANN001
@@ -235,15 +213,15 @@ def test_a_model_that_differs_without_a_suggestion_offers_review(qtbot, window, 
 @pytest.fixture
 def identify(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A `vitviz.core.identify` whose `candidate_names` says which thread called it (the names it returns)."""
-    threads: list[str] = []
-    module = types.ModuleType("vitviz.core.identify")
+    from vitviz.core import identify as core_identify
 
-    def candidate_names(model: Any) -> list[str]:
+    threads: list[str] = []
+
+    def candidate_names(model: Any, progress: Any = None) -> list[str]:
         threads.append(threading.current_thread().name)
         return ["timm:vit_tiny_patch16_224", "timm:vit_small_patch16_224"]
 
-    module.candidate_names = candidate_names  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vitviz.core.identify", module)
+    monkeypatch.setattr(core_identify, "candidate_names", candidate_names)
     return threads
 
 
@@ -284,10 +262,16 @@ def test_verify_against_a_library_architecture(qtbot, window, settings, named_ti
 
 def test_verify_against_without_a_candidate_list_takes_a_typed_name(qtbot, window, named_tiny,  # noqa: ANN001
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A vitviz without `vitviz.core.identify` says so; a typed LIBRARY:ARCH is checked against, and the line
-    names its library while the check runs."""
+    """When the architectures cannot be listed (the file cannot be read again) the dialog says so; a typed
+    LIBRARY:ARCH is checked against, and the line names its library while the check runs."""
+    from vitviz.core import identify as core_identify
+    from vitviz.errors import VitvizError
+
     calls = _recording_verify(monkeypatch)
-    monkeypatch.setitem(sys.modules, "vitviz.core.identify", None)      # importing it raises ImportError
+
+    def unreadable(model, progress=None):  # noqa: ANN001, ANN202
+        raise VitvizError("the file is gone")
+    monkeypatch.setattr(core_identify, "candidate_names", unreadable)
     _load(qtbot, window, named_tiny)
     dialog = window.verifier.open_dialog()
     qtbot.waitUntil(lambda: "cannot list" in dialog.arch_note.text(), timeout=20000)

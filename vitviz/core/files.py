@@ -176,3 +176,14 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, Any]:
     if "source" in out:
         out["source"] = str(out["source"])
     return out
+
+
+CACHE_ENV = "VITVIZ_CACHE"
+
+
+def cache_dir() -> Path:
+    """vitviz's own cache folder (remembered verdicts, the library architectures' shape signatures):
+    `$VITVIZ_CACHE`, else `$XDG_CACHE_HOME/vitviz` (default ~/.cache/vitviz)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"

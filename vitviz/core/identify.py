@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitviz.core.files import CACHE_ENV, cache_dir as _cache_dir  # noqa: F401 - CACHE_ENV: where it is kept
 from vitviz.errors import VitvizError
 
 # The modules of timm whose architectures a timm-layout plain-ViT file can be (vitviz's reference ViT computes
@@ -301,16 +302,22 @@ class _Signatures:
             pass
 
 
-CACHE_ENV = "VITVIZ_CACHE"
-
-
-def _cache_dir() -> Path:
-    """`$VITVIZ_CACHE`, else `$XDG_CACHE_HOME/vitviz` (default ~/.cache/vitviz)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"
-
-
 def names(found: Iterable[Candidate]) -> list[str]:
     """['timm:vit_small_patch16_224', ...]."""
     return [c.name for c in found]
+
+
+def candidate_names(model: Any, progress: Callable[[float, str], None] | None = None) -> list[str]:
+    """What a loaded model can be checked against (the window's Verify against…): the timm architecture its
+    config names first, then the architectures whose parameters fit its file exactly; [] for a model not loaded
+    from a file."""
+    from vitviz.core.checkpoint import read_checkpoint
+
+    spec = model.spec
+    named = re.match(r"named: timm architecture '([^']+)'", str(spec.source_of("identity")))
+    out = [f"timm:{named.group(1)}"] if named else []
+    try:
+        tensors = read_checkpoint(Path(spec.source)).tensors
+    except (OSError, ValueError, VitvizError):   # not from a file (a model built by code alone)
+        return out
+    return list(dict.fromkeys(out + names(candidates(tensors, progress=progress))))

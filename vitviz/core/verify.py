@@ -1236,7 +1236,7 @@ def remembered_verification(model: Any, against: str = "auto", code: str | None 
 
 
 def _store(model: Any, against: str, code: str | None) -> Path | None:
-    from vitviz.core.identify import _cache_dir
+    from vitviz.core.files import cache_dir as _cache_dir
 
     try:
         key = verification_key(model, against, code)

@@ -18,7 +18,6 @@ this module before torch is loaded.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -213,6 +212,7 @@ class Verified:
     'unverified' or 'differs', `summary()`, `first_differing_layer`, `to_dict()`)."""
 
     verification: Any
+    spec: Any = None     # the model's spec with what the check confirmed marked verified (None: unchanged)
 
 
 
@@ -732,14 +732,17 @@ class Verify(Request):
         return "Checking the model against its original…"
 
     def __call__(self, ctx: Context) -> Verified:
-        from vitviz.core.verify import verify
+        from vitviz.core.verify import apply_verification, remembered_verify
 
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"progress": lambda fraction, text: ctx.report(str(text), float(fraction))}
         if self.against and self.against != "auto":
             options["against"] = self.against
-        if _accepts(verify, "progress"):
-            options["progress"] = lambda fraction, text: ctx.report(str(text), float(fraction))
-        return Verified(verify(self.model_of(ctx), code=self.code or None, **options))
+        model = self.model_of(ctx)
+        before = model.spec
+        # remembered per file content, settings and versions: the same model opened again is not checked again
+        check, _remembered = remembered_verify(model, code=self.code or None, **options)
+        apply_verification(model, check)   # what it confirmed is verified, no longer assumed (info, settings, line)
+        return Verified(check, model.spec if model.spec is not before else None)
 
 
 @dataclass(frozen=True)
@@ -765,39 +768,15 @@ class Identify(Request):
         return "Looking for the original implementations this model could be…"
 
     def __call__(self, ctx: Context) -> Candidates:
-        model = self.model_of(ctx)
+        from vitviz.core import identify
+        from vitviz.errors import VitvizError
+
         try:
-            from vitviz.core import identify
-        except ImportError:
+            found = identify.candidate_names(self.model_of(ctx), progress=lambda f, t: ctx.report(
+                f"Looking for this model's architecture: {t}", f))
+        except VitvizError:    # the file could not be read again: a name can still be typed
             return Candidates((), available=False)
-        spec = model.spec
-        named = re.match(r"named: timm architecture '([^']+)'", str(spec.source_of("identity")))
-        out = [f"timm:{named.group(1)}"] if named else []     # what names the model first
-        if hasattr(identify, "candidate_names"):
-            found = [str(name) for name in identify.candidate_names(model)]
-        else:
-            from vitviz.core.checkpoint import read_checkpoint
-            from vitviz.errors import VitvizError
-
-            try:
-                tensors = read_checkpoint(Path(spec.source)).tensors
-            except (OSError, ValueError, VitvizError):          # not from a file (a model built by code alone)
-                tensors = {}
-            found = identify.names(identify.candidates(
-                tensors, progress=lambda f, t: ctx.report(f"Looking for this model's architecture: {t}", f))) \
-                if tensors else []
-        return Candidates(tuple(dict.fromkeys(out + found)))
-
-
-def _accepts(function: Any, name: str) -> bool:
-    """Whether `function` takes a keyword argument `name` (an older `verify` has no `progress`)."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        return Candidates(tuple(found))
 
 
 REQUESTS: tuple[type[Request], ...] = (Probe, Load, Run, PosEmbed, Catalog, Move, Relevance, Text, Features, Pca,

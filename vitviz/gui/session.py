@@ -530,6 +530,8 @@ class Session(QObject):
     def _on_verified(self, _request: Request, answer: Verified) -> None:
         """The check's answer (one for an older model is dropped by the client: a load makes it stale)."""
         self.verification, self.verify_failure = answer.verification, ""
+        if getattr(answer, "spec", None) is not None and self.model.spec is not None:
+            self.model.spec = answer.spec    # the settings it confirmed are verified now (the same model's spec)
         self.model.verify_progress = None
         self.verification_changed.emit()
 

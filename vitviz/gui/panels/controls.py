@@ -135,6 +135,13 @@ class ControlsPanel(QWidget):
         session.device_changed.connect(self.set_device)
         session.size_changed.connect(self.show_size)
         session.loading_changed.connect(self._on_loading_changed)
+        session.verification_changed.connect(self._on_verified)
+
+    def _on_verified(self) -> None:
+        """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
+        spec = self.session.spec
+        if spec is not None and spec is not self.model_settings.spec and not getattr(spec, "windowed", False):
+            self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
         self.session.set_image_size((height, width))

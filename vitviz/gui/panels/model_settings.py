@@ -229,6 +229,20 @@ class ModelSettings(QWidget):
         if live:
             for widget in (self.norm_combo, self.act_combo, self.scale_edit):
                 widget.setToolTip(LIVE_TIP)
+        self._mark()
+
+    def set_provenance(self, spec: ModelSpec | None) -> None:
+        """The same model, its settings' provenance changed (the check verified some): the `?` marks and tooltips
+        follow; the values shown, and anything typed, stay."""
+        if self.spec is None or spec is None:
+            return
+        self.spec = spec
+        self._mark()
+
+    def _mark(self) -> None:
+        """A `?` on every assumed value, its tooltip saying where it came from."""
+        spec = self.spec
+        assert spec is not None
         guessed = self.guessed()
         for key, mark in self.marks.items():
             name = FIELD_SOURCES[key]
