@@ -345,3 +345,25 @@ def test_the_candidates_come_from_the_core_identification(qtbot, window, named_t
     assert dialog.arch_combo.count() >= 1 and dialog.arch_combo.itemText(0) == "timm:vit_tiny_patch16_224"
     assert dialog.verify_button.isEnabled()
     dialog.reject()
+
+
+def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_marks(qtbot, window, images,  # noqa: ANN001
+                                                                                   tmp_path: Path) -> None:
+    """`torch.save(model.state_dict())` of a timm deit_tiny_patch16_224 opened in the window: nothing names it, so
+    its head count and norm settings are assumed (marked `?`) until the check finds the timm architectures whose
+    shapes fit it and matches one; then the line says so and those settings are verified, no longer marked — the
+    image preprocessing, which no probe reaches, stays marked."""
+    import torch
+
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    path = tmp_path / "my_deit.pth"
+    torch.save(timm.create_model("deit_tiny_patch16_224", pretrained=False).state_dict(), path)
+    _load(qtbot, window, path)
+    panel, s = window.controls.model_settings, window.session
+    assert {"heads", "norm", "act"} <= panel.guessed() and s.spec.kind_of("num_heads") == "assumed"
+    s.add_images([str(images[0])])
+    qtbot.waitUntil(lambda: window.status.verdict_label.text().startswith("Matches timm "), timeout=60000)
+    assert s.spec.kind_of("num_heads") == "verified" and s.spec.kind_of("block_norm") == "verified"
+    assert [name for name, _ in s.spec.assumptions] == ["preprocess"]
+    assert not {"heads", "norm", "act", "scale"} & panel.guessed() and {"mean", "std"} <= panel.guessed()
