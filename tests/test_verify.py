@@ -439,3 +439,27 @@ def test_a_timm_folder_of_an_unregistered_architecture_is_built_from_its_model_a
     check = vitviz.verify(model)
     assert check.verdict == "verified", check.summary()
     assert "VisionTransformer(" in check.original and "not a registered timm name" in check.original
+
+
+def test_cli_verify_code_reads_what_the_file_leaves_assumed_from_the_code(root: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`vitviz verify FILE --code models.py:timm_relu` with no option: the file alone guesses 1 head and GELU; the
+    code is the original, so its attention's head count and its modules' ReLU are read from it (said, with the
+    flags), and the conversion with them is verified -- not a first verdict of 'differs' that sends the user back."""
+    from vitviz.cli import main
+
+    weights = _code_weights(root, "timm_relu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        alone = _load(weights)
+    assert alone.spec.num_heads != 4 and alone.spec.mlp_kind == "gelu"
+    capsys.readouterr()
+    assert main(["verify", str(weights), "--code", f"{root / 'models.py'}:timm_relu"]) == 0
+    out, err = capsys.readouterr()
+    assert "read from your code" in err and "--heads 4" in err and "--act relu" in err
+    assert out.splitlines()[-1].startswith("Verified against models.py:timm_relu")
+    assert "num_heads" not in out.split("assumptions")[-1]
+    # what the user gives wins over what the code says: a wrong head count given is compared as given
+    assert main(["verify", str(weights), "--code", f"{root / 'models.py'}:timm_relu", "--heads", "2"]) == 1
+    out, err = capsys.readouterr()
+    assert "could be" in out.splitlines()[-1] and "num_heads (4 heads)" in out.splitlines()[-1]

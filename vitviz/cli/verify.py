@@ -63,6 +63,9 @@ def run_verify(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the assumptions are listed below, each once
         warnings.simplefilter("ignore", GuessWarning)
         model = vitviz.load(checkpoint, device=args.device, **overrides)
+        if code is not None and checkpoint is not None and not getattr(model, "windowed", False) \
+                and model.spec.family != "live":
+            model = _with_code_settings(vitviz, model, checkpoint, code, overrides, args.device)
     with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
         warnings.simplefilter("ignore")
         check, _ = remembered_verify(model, against=args.against, code=code, fresh=True)   # info and export see it
@@ -72,6 +75,28 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         print("\n".join(report_lines(check, model.spec)))
     return 0 if check.verified else 1
+
+
+def _with_code_settings(vitviz: Any, model: Any, checkpoint: Any, code: str, overrides: dict[str, Any],
+                        device: str) -> Any:
+    """The file converted with what your code says where the file alone left a setting assumed (its attention's
+    head count, its input size, its modules' eps / activation / scale / norm order): your code is the original
+    here, so its word is read, not guessed -- said on stderr, with the flags that give the same elsewhere."""
+    import sys
+
+    from vitviz.core.verify import code_settings, mark_sources, settings_to_fill
+
+    said = code_settings(checkpoint, code, device)
+    fill = settings_to_fill(model.spec, said, overrides)
+    if not fill:
+        return model
+    flags = " ".join(f"--{k.replace('_', '-')} " + (f"{v[0]}x{v[1]}" if k == "image_size" else f"{v}")
+                     for k, v in fill.items())
+    print(f"vitviz: read from your code, where the file alone left them assumed: {flags} (pass them to open the "
+          "file the same way in the window or with export)", file=sys.stderr)
+    model = vitviz.load(checkpoint, device=device, **overrides, **fill)
+    mark_sources(model, {k: said[k][1] for k in fill})
+    return model
 
 
 def report_lines(check: Any, spec: Any) -> list[str]:

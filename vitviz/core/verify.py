@@ -531,7 +531,9 @@ def _confirmed(spec: Any, check: Verification, stated: dict[str, tuple[Any, str]
     for name, _src in spec.assumptions:
         if name in _NOT_PROBED or name in left or (name in _OTHER_SIZES_ONLY and not other_size):
             continue
-        if every or (name in stated_fields and name not in _stated_differences(spec, stated)):
+        if name in _stated_differences(spec, stated):   # the original says otherwise: within tolerance, not the same
+            continue
+        if every or name in stated_fields:
             out.append(name)
     return tuple(out)
 
@@ -1243,3 +1245,70 @@ def _store(model: Any, against: str, code: str | None) -> Path | None:
     except OSError:
         return None
     return _cache_dir() / "verified" / f"{key}.json" if key else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the user's code says about the settings a file does not
+
+
+_CODE_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
+                "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
+                "image_size": "image_size"}
+
+
+def code_settings(path: str | Path, code: str, device: str = "cpu") -> dict[str, tuple[Any, str]]:
+    """What FILE.py:FACTORY's model, with the file's weights, says about the settings no tensor of the file shows:
+    {override: (value, source)} -- the head count its attention maps have and the input size its forward takes (run
+    live, `vitviz.core.live`), and what its modules state (eps, activation, attention scale, norm order, pooling,
+    as `vitviz.load(module)` reads them). Runs the user's code: only when they asked for it."""
+    from vitviz.core.live.code import load_code
+
+    live = load_code(code, str(path), {"device": device})
+    ref = Path(code.rpartition(":")[0]).name + ":" + code.rpartition(":")[2]
+    out = {k: (v, f"model object: your code {ref} ({src.removeprefix('model object: ')})")
+           for k, (v, src) in _stated(live.net).items()}
+    spec = live.spec
+    out["heads"] = (int(spec.num_heads), f"model object: your code {ref}: its attention maps have {spec.num_heads} "
+                                         "heads (captured as it ran)")
+    size = tuple(int(s) for s in spec.image_size)
+    if spec.kind_of("image_size") != "assumed":
+        out["image_size"] = (size, f"model object: your code {ref}: {spec.source_of('image_size')}")
+    else:   # a size its forward takes (the file's own guess may be one it refuses), still a guess
+        out["image_size"] = (size, f"guess: {size[0]}x{size[1]}, an input your code {ref} takes "
+                                   f"({spec.source_of('image_size').removeprefix('guess: ')})")
+    return out
+
+
+def settings_to_fill(spec: Any, said: dict[str, tuple[Any, str]], given: dict[str, Any]) -> dict[str, Any]:
+    """The settings of `said` (`code_settings`) to load the file with: those the file's conversion (`spec`)
+    assumed with another value, and the caller did not give."""
+    out = {}
+    for name, (value, _src) in said.items():
+        field_name = _CODE_FIELDS.get(name)
+        if field_name is None or given.get(name) is not None or not spec.relevant(field_name):
+            continue
+        if spec.kind_of(field_name) != "assumed":
+            continue
+        mine = getattr(spec, field_name)
+        value = _stated_value(spec, name, value)
+        if name == "image_size":
+            same = tuple(mine) == tuple(value)
+        elif isinstance(mine, float) or isinstance(value, float):
+            same = abs(float(mine) - float(value)) <= 1e-12
+        else:
+            same = mine == value
+        if not same:
+            out[name] = value
+    return out
+
+
+def mark_sources(model: Any, sources: dict[str, str]) -> None:
+    """Say where settings came from in `model.spec` ({override: source}): the values loaded as overrides that the
+    user's code stated are read from it ('model object: your code ...'), not the user's word."""
+    if not sources:
+        return
+    by_field = {_CODE_FIELDS.get(k, k): v for k, v in sources.items()}
+    spec = dataclasses.replace(model.spec, provenance=tuple((k, by_field.get(k, v)) for k, v in model.spec.provenance))
+    model.spec = spec
+    if getattr(model, "net", None) is not None and hasattr(model.net, "spec"):
+        model.net.spec = spec
