@@ -240,3 +240,13 @@ def test_export_verifies_once_per_model_and_info_agrees(tiny_file: Path, tmp_pat
     data = json.loads(capsys.readouterr().out)
     assert data["verification"]["summary"] == first["verification"]["summary"]
     assert data["provenance"]["num_heads"] == first["spec"]["provenance"]["num_heads"]
+
+
+def test_a_library_that_is_not_importable_is_said_for_a_file_nothing_names(tiny_file: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    model = vitviz.load(tiny_file)
+    monkeypatch.setitem(sys.modules, "timm", None)   # `import timm` raises ImportError
+    check = verify(model)
+    assert check.verdict == "unverified" and "pip install timm" in check.reason and check.library == "timm"

@@ -319,10 +319,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
                           "against your own code")
     if library_asked not in ("auto", library):
         return unverified(f"against={against!r}, but the model is named by {library} ({identity})")
-    try:
-        importlib.import_module(library)
-    except ImportError as e:
-        return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
+    if (missing := _not_importable(library)):
+        return unverified(missing, library)
     try:
         say(0.0, f"Building the {library} original…")
         return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev, say)
@@ -332,6 +330,15 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
         version = _version(library)
         return Verification(DIFFERS, library=library, version=version, original=e.what,
                             against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+
+
+def _not_importable(library: str) -> str:
+    """Why `library` cannot build an original here ('' when it can)."""
+    try:
+        importlib.import_module(library)
+    except ImportError as e:
+        return f"{library} is not importable ({e}); pip install {_PACKAGES[library]}"
+    return ""
 
 
 def _parse_against(against: str) -> tuple[str, str]:
@@ -354,8 +361,8 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
     library_asked, _ = _parse_against(against)
 
     def unverified(reason: str, library: str = "") -> Verification:
-        return Verification(UNVERIFIED, library=library, version=_version(library) if library else "",
-                            assumptions=assumptions, reason=reason)
+        version = _version(library) if library and not _not_importable(library) else ""
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
     if library_asked in ("transformers", "open_clip"):
         return unverified(f"against={against!r}: nothing names this model, and a {library_asked} original is built "
@@ -371,10 +378,8 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
     library = layout[0]
     if library_asked not in ("auto", library):
         return unverified(f"against={against!r}, but the file's keys are {library}'s layout, not {library_asked}'s")
-    try:
-        importlib.import_module(library)
-    except ImportError as e:
-        return unverified(f"{library} is not importable ({e}); pip install {_PACKAGES[library]}", library)
+    if (missing := _not_importable(library)):
+        return unverified(missing, library)
     say(0.0, f"Finding the {library} architecture with these shapes…")
     found = identify.candidates(raw.tensors, against, progress=lambda f, t: say(0.3 * f, t))
     if not found and ":" in against:   # the architecture asked for: its shapes say how it does not fit
