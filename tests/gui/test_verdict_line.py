@@ -110,7 +110,7 @@ def test_the_line_says_checking_with_its_progress_never_not_verified(qtbot, wind
     qtbot.waitUntil(lambda: label.text() == checking, timeout=20000)
     assert reported.is_set() and s.verifying and window.status.verdict.level == "checking"
     assert NOT_VERIFIED_STYLE not in label.styleSheet() and label.styleSheet()
-    assert checking in window.status.bar.currentMessage()               # the status bar says it too
+    assert window.status.bar.currentMessage() == "Checking against timm…"   # the status bar says what runs
     release.set()
     qtbot.waitUntil(lambda: label.text() == VERIFIED.summary(), timeout=20000)
     texts = lines.texts()

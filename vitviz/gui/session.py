@@ -540,8 +540,9 @@ class Session(QObject):
         if request.kind is Verify:
             self.model.verify_progress = (fraction, text)
             self.verification_changed.emit()
-            m = self.model
-            text = assumptions.checking_text(m.original_name(), assumptions.progress_text(fraction, text))
+            # the verdict line carries the check's own words; the status message says only what runs (the two
+            # side by side repeated one long line, cut in the middle at 1280 px)
+            text = assumptions.checking_text(self.model.original_name())
         self.progress.emit(text, fraction)
 
     def _report_runs(self) -> None:
