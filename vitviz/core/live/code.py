@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from vitviz.core.checkpoint import read_checkpoint
+from vitviz.core.live.describe import materialise_lazy
 from vitviz.core.live.errors import UserCodeError, user_call
 from vitviz.core.live.model import LiveModel, load_live
 
@@ -119,20 +120,25 @@ def _call_factory(user: types.ModuleType, factory: str, ref: str, path: Path) ->
         return user_call(obj, f"code {ref!r}", f"{factory}()")
 
 
-def load_weights(module: nn.Module, checkpoint: str | Path, nest_key: str | None = None) -> str:
+def load_weights(module: nn.Module, checkpoint: str | Path, nest_key: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> str:
     """Load a checkpoint file or folder (read with weights_only=True, never executed) into the factory's model:
     every parameter must be there with its shape and a floating dtype where the model's is one, nothing extra; a
     common wrapper prefix ('module.', ...) is removed. Buffers the file lacks keep the model's own values. A model
     on the meta device gets the file's tensors as they are (`assign`). A transformers model whose folder's keys
-    do not match is loaded by its own `from_pretrained` instead. Returns a description for the provenance.
+    do not match is loaded by its own `from_pretrained` instead. A model with Lazy modules (nn.LazyLinear, the d2l
+    book's ViT) is first given its shapes by one dry forward (`materialise_lazy`; `overrides`' image_size= and
+    in_chans= set its input). Returns a description for the provenance.
 
     Raises:
         UserCodeError: the file does not fit the model, naming the tensors (and the transformers route's failure
-            too, when it was tried).
+            too, when it was tried), or its Lazy modules could not be given shapes.
     """
     raw = read_checkpoint(checkpoint, nest_key)
+    lazy = materialise_lazy(module, overrides or {}, str(raw.path), raw.tensors)
     try:
-        return _load_strict(module, raw.tensors, raw.path)
+        loaded = _load_strict(module, raw.tensors, raw.path)
+        return f"{loaded}; {lazy}" if lazy else loaded
     except UserCodeError as strict:
         pretrained = _pretrained_folder(module, checkpoint)
         if pretrained is None:
@@ -227,7 +233,7 @@ def load_code(ref: str, checkpoint: Any, overrides: Mapping[str, Any]) -> LiveMo
     module = module_from_code(ref)
     how = f"code {ref}"
     if checkpoint is not None:
-        how += "; " + load_weights(module, checkpoint, overrides.get("nest_key"))
+        how += "; " + load_weights(module, checkpoint, overrides.get("nest_key"), overrides)
     else:
         how += "; the weights its factory made (no weights file given)"
     overrides = {**overrides, "device": overrides.get("device") or "auto"}
