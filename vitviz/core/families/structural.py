@@ -186,14 +186,29 @@ def list_role(name: str) -> str | None:
     return None
 
 
+# Names of a Linear that say nothing of its role: `query.linear` is the query's (labml's PrepareForMultiHeadAttention)
+_WRAPPED_NAMES = frozenset({"linear", "lin", "proj", "projection", "fc", "dense", "layer", "net", "w"})
+
+
 def unit_role(u: Unit) -> str | None:
-    """The q/k/v role of a Linear by its own name (`query`, `to_q`), or, for an item of a ModuleList
-    (`q_mappings.0`), by the list's name."""
+    """The q/k/v role of a Linear by its own name (`query`, `to_q`), for an item of a ModuleList
+    (`q_mappings.0`) by the list's name, and for a Linear with a name that says nothing inside a module named for
+    the role (`query.linear`, labml's) by that module's name."""
     if u.kind != "linear":
         return None
     if u.name.isdigit():
         return list_role(u.parent.rsplit(".", 1)[-1]) if u.parent else None
-    return qkv_role(u.name)
+    role = qkv_role(u.name)
+    if role is None and _squash(u.name) in _WRAPPED_NAMES and u.parent:
+        return qkv_role(u.parent.rsplit(".", 1)[-1])
+    return role
+
+
+def _attention_path(u: Unit) -> str:
+    """The path of the attention module a q/k/v Linear belongs to: its parent, or its grandparent for an item of
+    a per-head list (`q_mappings.0`) or a wrapped Linear (`query.linear`)."""
+    wrapped = not u.name.isdigit() and qkv_role(u.name) is None
+    return u.parent.rpartition(".")[0] if u.name.isdigit() or wrapped else u.parent
 
 
 def is_attention_shaped(sd: dict[str, torch.Tensor]) -> bool:
@@ -506,7 +521,7 @@ def _find_qkv(units: list[Unit], dim: int,
             return parts, path, len(order), members
     by_parent: dict[str, dict[str, list[Unit]]] = {}
     for u, r in roles:   # (an item of a per-head list of one: the list's parent)
-        by_parent.setdefault(u.parent.rpartition(".")[0] if u.name.isdigit() else u.parent, {}).setdefault(r, []).append(u)
+        by_parent.setdefault(_attention_path(u), {}).setdefault(r, []).append(u)
     for parent, found in by_parent.items():
         one = {r: us[0] for r, us in found.items() if len(us) == 1}
         if {"q", "k", "v"} <= set(one):

@@ -34,8 +34,9 @@ from torch import nn
 
 from vitviz.core.checkpoint import read_checkpoint
 from vitviz.core.live.describe import materialise_lazy
-from vitviz.core.live.errors import UserCodeError, user_call
+from vitviz.core.live.errors import NoAttentionError, UserCodeError, user_call
 from vitviz.core.live.model import LiveModel, load_live
+from vitviz.errors import VitvizError
 
 _STRIP = ("module.", "_orig_mod.", "model.", "net.", "backbone.")
 
@@ -238,4 +239,29 @@ def load_code(ref: str, checkpoint: Any, overrides: Mapping[str, Any]) -> LiveMo
         how += "; the weights its factory made (no weights file given)"
     overrides = {**overrides, "device": overrides.get("device") or "auto"}
     source = str(checkpoint) if checkpoint is not None else ref
-    return load_live(module, overrides, source=source, how=how)
+    try:
+        return load_live(module, overrides, source=source, how=how)
+    except NoAttentionError as e:
+        if checkpoint is None or not e.file_step:
+            raise
+        refused = _file_route_refusal(checkpoint, overrides.get("nest_key"))
+        if refused is None:         # the file route reads it: the advice stands
+            raise
+        steps = e.step or "vitviz has nothing to show of it"
+        raise NoAttentionError(f"{e.seen} Its weights file by itself is no way in either: without code= it is "
+                               f"refused ({refused}). Next: {steps}", e.seen, e.step) from e
+
+
+def _file_route_refusal(checkpoint: str | Path | os.PathLike[str], nest_key: str | None) -> str | None:
+    """What the file route (the weights file converted by its layout, without code) says when it refuses
+    `checkpoint`, shortened to what it saw; None when it reads the file."""
+    from vitviz.core.families import convert
+
+    try:
+        convert(read_checkpoint(checkpoint, nest_key))
+    except VitvizError as e:
+        text = str(e).split(": ", 1)[-1]
+        cut = min((i for i in (text.find(" Most common"), text.find(" If your code"), text.find(" Expected a"),
+                               text.find(" If it is a Vision")) if i > 0), default=len(text))
+        return text[:cut].rstrip(" .")
+    return None

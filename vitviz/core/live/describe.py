@@ -388,9 +388,9 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     group_heads = int(overrides["heads"]) if overrides.get("heads") else None
     x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads)
     if recorder.unsure:
-        raise NoAttentionError(_unsure(source, recorder, group_heads))
+        raise NoAttentionError.said(*_unsure(source, recorder, group_heads))
     if not recorder.layers:
-        raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
+        raise NoAttentionError.said(*_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder, group_heads)
     per_image = check is not None and check.batch == 1     # its attention comes one image at a time
     if per_image:
@@ -988,9 +988,9 @@ def _labels(module: nn.Module, overrides: Mapping[str, Any], num_classes: int, p
     return ()
 
 
-def _unsure(source: str, recorder: _Recorder, heads: int | None) -> str:
-    """The refusal of 2-D (T, T) softmaxes the probe saw but could not group into layers of heads: what it saw,
-    where, why, and what would open the model."""
+def _unsure(source: str, recorder: _Recorder, heads: int | None) -> tuple[str, str, str]:
+    """The refusal of 2-D (T, T) softmaxes the probe saw but could not group into layers of heads: (what it saw,
+    where and why; what would open the model with its code; the weights file's route)."""
     seen = "; ".join(f"{n} softmaxes of shape {shape} in {where} ({why})" for where, n, shape, why in
                      recorder.unsure[:3])
     if heads:
@@ -1001,21 +1001,27 @@ def _unsure(source: str, recorder: _Recorder, heads: int | None) -> str:
         splits = [h for h in range(1, n + 1) if n % h == 0 and h < n][:6]
         step = ("pass heads=N (CLI --heads N), the heads of one layer: each N consecutive maps (per image) are then "
                 f"one layer, N one of {', '.join(map(str, splits))}" if splits else "pass heads=N (CLI --heads N)")
-    return (f"{source}: saw attention but could not tell its maps apart as the heads of one layer: {seen}. "
-            f"Next: {step}; or compute each block's attention inside its own module (an attention nn.Module called "
-            "once per block), which vitviz groups by itself; or open the weights file without code= (vitviz.load("
-            "path)), which reads per-head layouts from the tensors")
+    return (f"{source}: saw attention but could not tell its maps apart as the heads of one layer: {seen}.",
+            f"{step}; or compute each block's attention inside its own module (an attention nn.Module called "
+            "once per block), which vitviz groups by itself",
+            "open the weights file without code= (vitviz.load(path)), which reads per-head layouts from the tensors")
 
 
-def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> str:
+def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> tuple[str, str, str]:
+    """(what the probe saw when it saw no self-attention; what would let the live path see it; the weights file's
+    route)."""
     calls = ", ".join(f"{n} {m} call(s)" for m, n in recorder.calls.items()) or "no attention calls at all"
     other = f"; softmax over other shapes: {sorted(set(recorder.other_softmax))[:4]}" if recorder.other_softmax else ""
-    return (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
+    seen = (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
             "nn.MultiheadAttention calls (weights per head), F.scaled_dot_product_attention calls (probabilities "
-            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores (or one head's (B, T, T), "
-            "(B*H, T, T), or one image's one head (T, T)); it saw "
-            f"{calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by xformers, flash-attn, "
-            "TorchScript or another fused kernel cannot be seen. Next: if its attention is a softmax of another "
-            "shape or axis, or a kernel vitviz cannot see, open its weights file by itself (vitviz.load(path) "
-            "without code=; CLI without --code), which reads the layout from the tensors (per-head q/k/v modules "
-            "included); if it is not a Vision Transformer, vitviz has nothing to show").replace("  ", " ")
+            "recomputed from q, k and the mask) and softmax over the keys of scores with two token axes ((B, H, T, "
+            "T), one head's (B, T, T), (B*H, T, T), one image's one head (T, T), or the token axes elsewhere, as "
+            f"(T, T, B, H)); it saw {calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by "
+            "xformers, flash-attn, TorchScript or another fused kernel cannot be seen.").replace("  ", " ")
+    step = ("if it is a Vision Transformer whose attention runs in a kernel vitviz cannot see, build it with plain "
+            "attention (F.scaled_dot_product_attention, nn.MultiheadAttention or a softmax over the keys of its "
+            "scores; many models have an 'eager' or 'math' attention option); if it is not a Vision Transformer, "
+            "vitviz has nothing to show")
+    file_step = ("open its weights file by itself (vitviz.load(path) without code=; CLI without --code), which reads "
+                 "the layout from the tensors (per-head q/k/v modules included)")
+    return seen, step, file_step
