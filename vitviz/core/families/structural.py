@@ -105,11 +105,12 @@ class Unit:
 
 
 class Unplaced(Exception):
-    """A tensor (or several) the reader recognised no role for."""
+    """A tensor (or several) the reader recognised no role for; `step`, when given, is the one thing to do (else
+    the refusal gives the usual choices: the model's own code, or overrides)."""
 
-    def __init__(self, what: str, units: list[Unit] | None = None) -> None:
+    def __init__(self, what: str, units: list[Unit] | None = None, step: str = "") -> None:
         super().__init__(what)
-        self.what, self.units = what, units or []
+        self.what, self.units, self.step = what, units or [], step
 
 
 @dataclass
@@ -415,6 +416,8 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
             children.append([members])
         elif children:
             children[-1].append(members)
+        elif not container:
+            raise _sequential(by_container[container])
         else:
             raise Unplaced(f"{container}.{index} comes before any attention", members)
     groups: list[list[Unit]] = []
@@ -427,6 +430,21 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
         groups.append(group)
     report.parts["blocks"] = f"{len(groups)} blocks under {container}.N"
     return container, groups, {id(u) for kids in children for members in kids for u in members}
+
+
+def _sequential(parts: dict[int, list[Unit]]) -> Unplaced:
+    """The refusal of a file whose keys start with numbers (`0.cls_token`, `1.0.0.fn.1.qkv.weight`): the state
+    dict of an `nn.Sequential` (the einops ViT of the "Implementing ViT in PyTorch" blog and its many copies),
+    whose parts are numbered, not named -- it names them and gives the route that runs the model as written."""
+    shown = "; ".join(f"{i}: {', '.join(k for u in us[:2] for k in u.keys[:1])}{' ...' if len(us) > 2 else ''}"
+                      for i, us in sorted(parts.items())[:4])
+    return Unplaced(
+        "its keys start with numbers because the model is an nn.Sequential: its parts are numbered, not named "
+        f"({shown}), so nothing in the file says which part is the patch embedding, the blocks or the head (part "
+        f"{min(parts)} comes before any attention)",
+        step="open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY), "
+             "FACTORY being the function or class that builds the nn.Sequential, or vitviz.load(model) with the "
+             "module itself: its forward runs as written and its attention is captured where it is computed")
 
 
 def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Report) -> None:
@@ -989,8 +1007,9 @@ def _refusal(raw: RawCheckpoint, report: Report, error: Unplaced, units: list[Un
     return UnknownLayoutError(
         f"{raw.path}: a transformer with attention weights, but its layout could not be placed exactly. "
         f"Recognised: {seen}. Could not place: {error.what}" + (f" (tensors: {tensors})" if tensors else "")
-        + ". If your code computes something vitviz cannot read from the file, open the model through its own "
-        "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
-        "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
-        "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
-        "patch_order= fix what the file does not say")
+        + (f". Next: {error.step}" if error.step else
+           ". If your code computes something vitviz cannot read from the file, open the model through its own "
+           "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
+           "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
+           "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
+           "patch_order= fix what the file does not say"))
