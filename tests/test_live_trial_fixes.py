@@ -166,7 +166,29 @@ def test_labml_by_code_with_its_weights_is_exact_and_by_file_names_its_attention
         vitviz.load(path)
     msg = str(refused.value)
     assert "not a Vision Transformer" not in msg
-    assert "attention: width 64" in msg and "positional_encodings (5000, 1, 64)" in msg and "--code" in msg
+    assert "attention: width 64" in msg and "positional_encodings (5000, 1, 64) is a sequence-first table" in msg
+    assert "Next: open it with its own code" in msg and "--code" in msg
+
+
+class _OverQueries(nn.Module):
+    """(B, H, T, T) scores with a softmax over the queries (dim=-2): not attention over the keys, whatever its
+    shape -- the rule for token axes elsewhere must not take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, 32, 8, 8)
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch_embed(x).flatten(2).transpose(1, 2)
+        q, k, v = self.qkv(t).reshape(t.shape[0], t.shape[1], 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1)).softmax(dim=-2)
+        return (a @ v).mean((1, 2))
+
+
+def test_a_softmax_over_the_query_axis_of_b_h_t_t_scores_is_still_not_attention() -> None:
+    with pytest.raises(NoAttentionError, match=r"softmax over other shapes: \[\(1, 4, 16, 16\)\]"):
+        vitviz.load(_OverQueries(), live=True, device="cpu", image_size=32)
 
 
 class _SigmoidAttention(nn.Module):

@@ -816,6 +816,13 @@ def _position_table(u: Unit, dim: int, out: dict[str, torch.Tensor], hints: dict
         hints["pos_grid_shape"] = ((int(shape[1]), int(shape[2])), f"shape: {u.path} {shape}")
     elif shape[-1] == dim and len(shape) in (2, 3) and (len(shape) == 2 or shape[0] == 1):
         out["pos_embed"] = w.reshape(1, -1, dim)
+    elif len(shape) == 3 and shape[1] == 1 and shape[2] == dim:   # (max_len, 1, D): labml's sequence-first table
+        raise Unplaced(f"position embedding {u.path} {shape} is a sequence-first table of {shape[0]} rows (n, 1, "
+                       f"{dim}), sized for the longest sequence the code allows and sliced to the tokens in its "
+                       "forward: nothing in the file says how many rows (which grid) the model uses", [u],
+                       step="open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI --code "
+                            "FILE.py:FACTORY), or vitviz.load(model) with the module itself: its forward slices the "
+                            "table as written and its attention is captured where it is computed")
     else:
         raise Unplaced(f"position embedding {u.path} {shape} is not (1, n, {dim}), (n, {dim}) or (1, {dim}, h, w)",
                        [u])

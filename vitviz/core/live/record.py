@@ -593,13 +593,16 @@ class _Recorder:
 
 def _keys_last(shape: tuple[int, ...], dim: Any) -> tuple[int, ...] | None:
     """The axis order that makes a softmax over `dim` of a 3-D or 4-D `shape` attention laid out as usual --
-    (others..., T_q, T_k) -- when its token axes are not already the last two: exactly two axes as long as the
-    softmax's (> 1), the softmax's among them (the keys), the other the queries; None for anything else (the usual
-    layout, or a softmax over the query axis of (..., T, T) scores, which is not attention over the keys)."""
+    (others..., T_q, T_k) -- when its token axes are not already the last two and the softmax is not over the last
+    axis: exactly two axes as long as the softmax's (> 1), the softmax's among them (the keys), the other the
+    queries; None for anything else (the usual layouts, or a softmax over the query axis of (..., T, T) scores,
+    which is not attention over the keys)."""
     nd = len(shape)
     if not isinstance(dim, int) or isinstance(dim, bool) or not -nd <= dim < nd:
         return None
     dim %= nd
+    if dim == nd - 1:       # over the last axis: the usual layouts, read as they are (or not attention)
+        return None
     length = shape[dim]
     tokens = [i for i, n in enumerate(shape) if n == length]
     if length <= 1 or len(tokens) != 2 or tokens == [nd - 2, nd - 1]:
