@@ -432,6 +432,14 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
     return container, groups, {id(u) for kids in children for members in kids for u in members}
 
 
+def _code_step(why: str) -> str:
+    """The one step left for a layout no file reading places: the model's own code (`why` says what it gives)."""
+    return (f"open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI: vitviz FILE --code "
+            f"FILE.py:FACTORY, or vitviz info / export with --code), or vitviz.load(model) with the module itself -- "
+            f"{why}, and its attention is captured where it is computed (the model's own by construction: there is "
+            "no reading of the file to verify)")
+
+
 def _sequential(parts: dict[int, list[Unit]]) -> Unplaced:
     """The refusal of a file whose keys start with numbers (`0.cls_token`, `1.0.0.fn.1.qkv.weight`): the state
     dict of an `nn.Sequential` (the einops ViT of the "Implementing ViT in PyTorch" blog and its many copies),
@@ -442,9 +450,8 @@ def _sequential(parts: dict[int, list[Unit]]) -> Unplaced:
         "its keys start with numbers because the model is an nn.Sequential: its parts are numbered, not named "
         f"({shown}), so nothing in the file says which part is the patch embedding, the blocks or the head (part "
         f"{min(parts)} comes before any attention)",
-        step="open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY), "
-             "FACTORY being the function or class that builds the nn.Sequential, or vitviz.load(model) with the "
-             "module itself: its forward runs as written and its attention is captured where it is computed")
+        step=_code_step("FACTORY being the function or class that builds the nn.Sequential; its forward runs as "
+                        "written"))
 
 
 def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Report) -> None:
@@ -820,9 +827,7 @@ def _position_table(u: Unit, dim: int, out: dict[str, torch.Tensor], hints: dict
         raise Unplaced(f"position embedding {u.path} {shape} is a sequence-first table of {shape[0]} rows (n, 1, "
                        f"{dim}), sized for the longest sequence the code allows and sliced to the tokens in its "
                        "forward: nothing in the file says how many rows (which grid) the model uses", [u],
-                       step="open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI --code "
-                            "FILE.py:FACTORY), or vitviz.load(model) with the module itself: its forward slices the "
-                            "table as written and its attention is captured where it is computed")
+                       step=_code_step("its forward slices the table as written"))
     else:
         raise Unplaced(f"position embedding {u.path} {shape} is not (1, n, {dim}), (n, {dim}) or (1, {dim}, h, w)",
                        [u])
