@@ -15,8 +15,10 @@ regression test (the models are copied in `trial_refs.py`, sources credited ther
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +41,11 @@ ATOL = 1e-5
 TESTS = Path(__file__).resolve().parent
 
 
-def _built(make: object, seed: int = 0) -> nn.Module:
+def _built(make: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
     """The model its factory makes, given its shapes by one forward (as its first training step does), every
     parameter perturbed (attention far from uniform), in eval mode."""
     torch.manual_seed(seed)
-    net = make()  # type: ignore[operator]
+    net = make()
     with torch.no_grad():
         net.eval()(torch.zeros(1, 3, 32, 32))
         g = torch.Generator().manual_seed(seed + 1)
@@ -224,7 +226,7 @@ class _Unseen(nn.Module):
         self.cls_token = nn.Parameter(torch.randn(1, 1, 32))
         self.pos_embed = nn.Parameter(torch.randn(1, 17, 32))
         mixer: nn.Module = _SigmoidAttention() if named else nn.Sequential(nn.Linear(32, 32), nn.Tanh())
-        self.blocks = nn.ModuleList([_Block(mixer if i == 0 else copy_of(mixer)) for i in range(2)])
+        self.blocks = nn.ModuleList([_Block(copy.deepcopy(mixer)) for _ in range(2)])
         self.head = nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -233,12 +235,6 @@ class _Unseen(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         return self.head(x[:, 0])
-
-
-def copy_of(m: nn.Module) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(m)
 
 
 def make_unseen_named() -> nn.Module:
