@@ -48,6 +48,54 @@ def _module_heads(module: torch.nn.Module) -> int | None:
 
 _TIMM_POOLS = {"token": "token", "avg": "avg", "max": "max", "avgmax": "avgmax"}
 _ACT_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "QuickGELU": "quick_gelu", "GELUTanh": "gelu_tanh"}
+_ACT_FUNCTIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "quick_gelu": "quick_gelu",
+                  "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+# What each activation the reference ViT offers computes, to recognise one by its values (`_activation_kind`).
+_ACT_VALUES = {
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+    "relu": torch.relu,
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+}
+
+
+def _activation_kind(act: Any) -> tuple[str, str] | None:
+    """(activation name, how it was told) of an MLP activation a model object holds: a module instance
+    (`nn.GELU(approximate=...)`, `nn.ReLU()`...) or function (`F.gelu`) by what it is, else -- a class vitviz does
+    not know, such as transformers' `NewGELUActivation` -- by what it computes: called on 41 values in [-5, 5]
+    and compared with each activation the reference ViT offers (exact and tanh GELU, QuickGELU, ReLU, SiLU, Tanh),
+    taken only when exactly one matches (1e-5). None when it is none of them, takes parameters, or fails."""
+    if act is None:
+        return None
+    if isinstance(act, torch.nn.GELU):
+        return ("gelu_tanh" if act.approximate == "tanh" else "gelu"), f"{type(act).__name__}(approximate=" \
+            f"{act.approximate!r})"
+    name = type(act).__name__
+    if isinstance(act, torch.nn.Module) and name in _ACT_NAMES:
+        return _ACT_NAMES[name], name
+    fn_name = getattr(act, "__name__", None)
+    if not isinstance(act, torch.nn.Module) and fn_name in _ACT_FUNCTIONS \
+            and getattr(act, "__module__", "").startswith("torch"):
+        return _ACT_FUNCTIONS[fn_name], f"torch's {fn_name}"
+    if not callable(act) or (isinstance(act, torch.nn.Module) and (any(True for _ in act.parameters())
+                                                                    or any(True for _ in act.children()))):
+        return None
+    x = torch.linspace(-5.0, 5.0, 41)
+    try:
+        with torch.no_grad():
+            y = act(x.clone())
+    except Exception:  # noqa: BLE001 - not an elementwise function of one tensor: no activation vitviz knows
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    y = y.detach().float().cpu()
+    matches = [kind for kind, f in _ACT_VALUES.items() if torch.allclose(y, f(x), atol=1e-5, rtol=0)]
+    if len(matches) != 1:
+        return None
+    shown = name if isinstance(act, torch.nn.Module) else (fn_name or name)
+    return matches[0], f"{shown}, which computes {matches[0]} (checked on 41 values in [-5, 5])"
 
 
 def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
@@ -67,23 +115,24 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
             out["eps_final"] = (final[0], f"model object: {what}'s final LayerNorm eps")
     elif not inner and len(set(final)) == 1:
         out["eps"] = (final[0], f"model object: {what}'s LayerNorm eps")
-    acts = set()
+    acts: dict[str, str] = {}
     for n, m in module.named_modules():
         if "mlp" in n.split(".")[-2:] or n.endswith(("mlp.act", "linear1")) or ".mlp." in n + ".":
-            name = type(m).__name__
-            if name == "GELU":
-                acts.add("gelu_tanh" if getattr(m, "approximate", "none") == "tanh" else "gelu")
-            elif name in _ACT_NAMES:
-                acts.add(_ACT_NAMES[name])
+            if isinstance(m, (torch.nn.modules.dropout._DropoutNd, torch.nn.Identity, torch.nn.Linear,
+                              torch.nn.LayerNorm)):
+                continue
+            found = _activation_kind(m)
+            if found is not None:
+                acts.setdefault(found[0], found[1])
     layers = [m for m in module.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
     if layers:
         first = layers[0]
         out["block_norm"] = ("pre" if first.norm_first else "post", f"model object: {what}'s norm_first")
-        act = getattr(first, "activation", None)
-        name = getattr(act, "__name__", type(act).__name__)
-        acts = {"relu"} if name == "relu" else {"gelu"} if name == "gelu" else acts
+        found = _activation_kind(getattr(first, "activation", None))
+        acts = {found[0]: f"its TransformerEncoderLayer's activation {found[1]}"} if found else acts
     if len(acts) == 1:
-        out["act"] = (acts.pop(), f"model object: {what}'s MLP activation")
+        kind, how = acts.popitem()
+        out["act"] = (kind, f"model object: {what}'s MLP activation ({how})")
     attns = [m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
              and hasattr(m, "num_heads") and hasattr(m, "head_dim")]
     scales = {float(m.scale) for m in attns}

@@ -105,11 +105,12 @@ class Unit:
 
 
 class Unplaced(Exception):
-    """A tensor (or several) the reader recognised no role for."""
+    """A tensor (or several) the reader recognised no role for; `step`, when given, is the one thing to do (else
+    the refusal gives the usual choices: the model's own code, or overrides)."""
 
-    def __init__(self, what: str, units: list[Unit] | None = None) -> None:
+    def __init__(self, what: str, units: list[Unit] | None = None, step: str = "") -> None:
         super().__init__(what)
-        self.what, self.units = what, units or []
+        self.what, self.units, self.step = what, units or [], step
 
 
 @dataclass
@@ -186,14 +187,29 @@ def list_role(name: str) -> str | None:
     return None
 
 
+# Names of a Linear that say nothing of its role: `query.linear` is the query's (labml's PrepareForMultiHeadAttention)
+_WRAPPED_NAMES = frozenset({"linear", "lin", "proj", "projection", "fc", "dense", "layer", "net", "w"})
+
+
 def unit_role(u: Unit) -> str | None:
-    """The q/k/v role of a Linear by its own name (`query`, `to_q`), or, for an item of a ModuleList
-    (`q_mappings.0`), by the list's name."""
+    """The q/k/v role of a Linear by its own name (`query`, `to_q`), for an item of a ModuleList
+    (`q_mappings.0`) by the list's name, and for a Linear with a name that says nothing inside a module named for
+    the role (`query.linear`, labml's) by that module's name."""
     if u.kind != "linear":
         return None
     if u.name.isdigit():
         return list_role(u.parent.rsplit(".", 1)[-1]) if u.parent else None
-    return qkv_role(u.name)
+    role = qkv_role(u.name)
+    if role is None and _squash(u.name) in _WRAPPED_NAMES and u.parent:
+        return qkv_role(u.parent.rsplit(".", 1)[-1])
+    return role
+
+
+def _attention_path(u: Unit) -> str:
+    """The path of the attention module a q/k/v Linear belongs to: its parent, or its grandparent for an item of
+    a per-head list (`q_mappings.0`) or a wrapped Linear (`query.linear`)."""
+    wrapped = not u.name.isdigit() and qkv_role(u.name) is None
+    return u.parent.rpartition(".")[0] if u.name.isdigit() or wrapped else u.parent
 
 
 def is_attention_shaped(sd: dict[str, torch.Tensor]) -> bool:
@@ -400,6 +416,8 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
             children.append([members])
         elif children:
             children[-1].append(members)
+        elif not container:
+            raise _sequential(by_container[container])
         else:
             raise Unplaced(f"{container}.{index} comes before any attention", members)
     groups: list[list[Unit]] = []
@@ -412,6 +430,28 @@ def _blocks(units: list[Unit], report: Report) -> tuple[str, list[list[Unit]], s
         groups.append(group)
     report.parts["blocks"] = f"{len(groups)} blocks under {container}.N"
     return container, groups, {id(u) for kids in children for members in kids for u in members}
+
+
+def _code_step(why: str) -> str:
+    """The one step left for a layout no file reading places: the model's own code (`why` says what it gives)."""
+    return (f"open it with its own code: vitviz.load(path, code='FILE.py:FACTORY') (CLI: vitviz FILE --code "
+            f"FILE.py:FACTORY, or vitviz info / export with --code), or vitviz.load(model) with the module itself -- "
+            f"{why}, and its attention is captured where it is computed (the model's own by construction: there is "
+            "no reading of the file to verify)")
+
+
+def _sequential(parts: dict[int, list[Unit]]) -> Unplaced:
+    """The refusal of a file whose keys start with numbers (`0.cls_token`, `1.0.0.fn.1.qkv.weight`): the state
+    dict of an `nn.Sequential` (the einops ViT of the "Implementing ViT in PyTorch" blog and its many copies),
+    whose parts are numbered, not named -- it names them and gives the route that runs the model as written."""
+    shown = "; ".join(f"{i}: {', '.join(k for u in us[:2] for k in u.keys[:1])}{' ...' if len(us) > 2 else ''}"
+                      for i, us in sorted(parts.items())[:4])
+    return Unplaced(
+        "its keys start with numbers because the model is an nn.Sequential: its parts are numbered, not named "
+        f"({shown}), so nothing in the file says which part is the patch embedding, the blocks or the head (part "
+        f"{min(parts)} comes before any attention)",
+        step=_code_step("FACTORY being the function or class that builds the nn.Sequential; its forward runs as "
+                        "written"))
 
 
 def _describe_attention(block: dict[str, torch.Tensor], heads: int, report: Report) -> None:
@@ -506,7 +546,7 @@ def _find_qkv(units: list[Unit], dim: int,
             return parts, path, len(order), members
     by_parent: dict[str, dict[str, list[Unit]]] = {}
     for u, r in roles:   # (an item of a per-head list of one: the list's parent)
-        by_parent.setdefault(u.parent.rpartition(".")[0] if u.name.isdigit() else u.parent, {}).setdefault(r, []).append(u)
+        by_parent.setdefault(_attention_path(u), {}).setdefault(r, []).append(u)
     for parent, found in by_parent.items():
         one = {r: us[0] for r, us in found.items() if len(us) == 1}
         if {"q", "k", "v"} <= set(one):
@@ -783,6 +823,11 @@ def _position_table(u: Unit, dim: int, out: dict[str, torch.Tensor], hints: dict
         hints["pos_grid_shape"] = ((int(shape[1]), int(shape[2])), f"shape: {u.path} {shape}")
     elif shape[-1] == dim and len(shape) in (2, 3) and (len(shape) == 2 or shape[0] == 1):
         out["pos_embed"] = w.reshape(1, -1, dim)
+    elif len(shape) == 3 and shape[1] == 1 and shape[2] == dim:   # (max_len, 1, D): labml's sequence-first table
+        raise Unplaced(f"position embedding {u.path} {shape} is a sequence-first table of {shape[0]} rows (n, 1, "
+                       f"{dim}), sized for the longest sequence the code allows and sliced to the tokens in its "
+                       "forward: nothing in the file says how many rows (which grid) the model uses", [u],
+                       step=_code_step("its forward slices the table as written"))
     else:
         raise Unplaced(f"position embedding {u.path} {shape} is not (1, n, {dim}), (n, {dim}) or (1, {dim}, h, w)",
                        [u])
@@ -974,8 +1019,9 @@ def _refusal(raw: RawCheckpoint, report: Report, error: Unplaced, units: list[Un
     return UnknownLayoutError(
         f"{raw.path}: a transformer with attention weights, but its layout could not be placed exactly. "
         f"Recognised: {seen}. Could not place: {error.what}" + (f" (tensors: {tensors})" if tensors else "")
-        + ". If your code computes something vitviz cannot read from the file, open the model through its own "
-        "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
-        "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
-        "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
-        "patch_order= fix what the file does not say")
+        + (f". Next: {error.step}" if error.step else
+           ". If your code computes something vitviz cannot read from the file, open the model through its own "
+           "class instead: vitviz.load(model) with the nn.Module built by your code, or vitviz.load(path, "
+           "code='FILE.py:FACTORY') (CLI --code FILE.py:FACTORY) (its attention is captured where it is computed); "
+           "overrides such as heads=, act=, block_norm=, pooling=, attn_scale= and "
+           "patch_order= fix what the file does not say"))

@@ -16,7 +16,10 @@ computes it, by one `TorchFunctionMode` (thread-local: other threads running the
 - an explicit softmax over the last axis of a 4-D (B, H, T, T) score tensor (`F.softmax`, `torch.softmax`,
   `Tensor.softmax`, `nn.Softmax`): its own output is copied; one head's (B, T, T) or 2-D (T, T) maps (a module
   per head, loops over heads and images, as the from-scratch tutorials write it) are grouped into layers by the
-  frame that computes them, and maps that cannot be told apart by layer are refused, saying what to pass.
+  frame that computes them, and maps that cannot be told apart by layer are refused, saying what to pass; scores
+  whose two token axes are not the last two, with the softmax over one of them (labml's sequence-first
+  (T_q, T_k, B, H) and `softmax(dim=1)`), are read with their axes moved to (B, H, T_q, T_k), the softmax's axis
+  as the keys.
 
 The mode also turns off PyTorch's fused `TransformerEncoderLayer` / `MultiheadAttention` fast paths for the captured
 forward only (they check for torch-function overrides and step aside), so attention computed there is seen too.
@@ -32,6 +35,8 @@ load; `grid=`, `num_prefix=`, `image_size=`, `mean=`/`std=` override them.
 
 `--code FILE.py:FACTORY` (`load_code`) imports a user's file and calls its factory: that runs the file's code, so it
 only happens when the user asks for it; the weights file itself is read with `weights_only=True`, never executed.
+A model with Lazy modules (nn.LazyLinear, nn.LazyConv2d: the d2l book's ViT) is given its shapes by one dry forward
+of a probe input before weights are loaded or it is described (`describe.materialise_lazy`), as torch asks.
 
 The package, lowest first (each imports only those above it):
 

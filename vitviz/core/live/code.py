@@ -33,8 +33,10 @@ import torch
 from torch import nn
 
 from vitviz.core.checkpoint import read_checkpoint
-from vitviz.core.live.errors import UserCodeError, user_call
+from vitviz.core.live.describe import materialise_lazy
+from vitviz.core.live.errors import NoAttentionError, UserCodeError, user_call
 from vitviz.core.live.model import LiveModel, load_live
+from vitviz.errors import VitvizError
 
 _STRIP = ("module.", "_orig_mod.", "model.", "net.", "backbone.")
 
@@ -119,20 +121,25 @@ def _call_factory(user: types.ModuleType, factory: str, ref: str, path: Path) ->
         return user_call(obj, f"code {ref!r}", f"{factory}()")
 
 
-def load_weights(module: nn.Module, checkpoint: str | Path, nest_key: str | None = None) -> str:
+def load_weights(module: nn.Module, checkpoint: str | Path, nest_key: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> str:
     """Load a checkpoint file or folder (read with weights_only=True, never executed) into the factory's model:
     every parameter must be there with its shape and a floating dtype where the model's is one, nothing extra; a
     common wrapper prefix ('module.', ...) is removed. Buffers the file lacks keep the model's own values. A model
     on the meta device gets the file's tensors as they are (`assign`). A transformers model whose folder's keys
-    do not match is loaded by its own `from_pretrained` instead. Returns a description for the provenance.
+    do not match is loaded by its own `from_pretrained` instead. A model with Lazy modules (nn.LazyLinear, the d2l
+    book's ViT) is first given its shapes by one dry forward (`materialise_lazy`; `overrides`' image_size= and
+    in_chans= set its input). Returns a description for the provenance.
 
     Raises:
         UserCodeError: the file does not fit the model, naming the tensors (and the transformers route's failure
-            too, when it was tried).
+            too, when it was tried), or its Lazy modules could not be given shapes.
     """
     raw = read_checkpoint(checkpoint, nest_key)
+    lazy = materialise_lazy(module, overrides or {}, str(raw.path), raw.tensors)
     try:
-        return _load_strict(module, raw.tensors, raw.path)
+        loaded = _load_strict(module, raw.tensors, raw.path)
+        return f"{loaded}; {lazy}" if lazy else loaded
     except UserCodeError as strict:
         pretrained = _pretrained_folder(module, checkpoint)
         if pretrained is None:
@@ -227,9 +234,34 @@ def load_code(ref: str, checkpoint: Any, overrides: Mapping[str, Any]) -> LiveMo
     module = module_from_code(ref)
     how = f"code {ref}"
     if checkpoint is not None:
-        how += "; " + load_weights(module, checkpoint, overrides.get("nest_key"))
+        how += "; " + load_weights(module, checkpoint, overrides.get("nest_key"), overrides)
     else:
         how += "; the weights its factory made (no weights file given)"
     overrides = {**overrides, "device": overrides.get("device") or "auto"}
     source = str(checkpoint) if checkpoint is not None else ref
-    return load_live(module, overrides, source=source, how=how)
+    try:
+        return load_live(module, overrides, source=source, how=how)
+    except NoAttentionError as e:
+        if checkpoint is None or not e.file_step:
+            raise
+        refused = _file_route_refusal(checkpoint, overrides.get("nest_key"))
+        if refused is None:         # the file route reads it: the advice stands
+            raise
+        steps = e.step or "vitviz has nothing to show of it"
+        raise NoAttentionError(f"{e.seen} Its weights file by itself is no way in either: without code= it is "
+                               f"refused ({refused}). Next: {steps}", e.seen, e.step) from e
+
+
+def _file_route_refusal(checkpoint: str | Path | os.PathLike[str], nest_key: str | None) -> str | None:
+    """What the file route (the weights file converted by its layout, without code) says when it refuses
+    `checkpoint`, shortened to what it saw; None when it reads the file."""
+    from vitviz.core.families import convert
+
+    try:
+        convert(read_checkpoint(checkpoint, nest_key))
+    except VitvizError as e:
+        text = str(e).split(": ", 1)[-1]
+        cut = min((i for i in (text.find(" Most common"), text.find(" If your code"), text.find(" Expected a"),
+                               text.find(" If it is a Vision")) if i > 0), default=len(text))
+        return text[:cut].rstrip(" .")
+    return None

@@ -14,13 +14,16 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import is_lazy
 
 from vitviz.core.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.live.errors import (
     LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
 )
 from vitviz.core.live.record import (
-    AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
+    AttentionLayout, _evaluating, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run,
+    _skipped_summary,
 )
 from vitviz.core.options import LIVE, only_for
 from vitviz.core.runtime import CHECK_FROM, available_memory, format_bytes, resolve_device
@@ -146,7 +149,7 @@ def _pos_table(module: nn.Module, dim: int) -> tuple[str, int] | None:
     """(name, rows) of a learned position table: a (N, D) or (1, N, D) parameter or buffer whose name says 'pos'
     (of width `dim`; any width when `dim` is 0)."""
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
-        if "pos" in name.lower() and (t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)) \
+        if "pos" in name.lower() and not is_lazy(t) and (t.dim() == 2 or (t.dim() == 3 and t.shape[0] == 1)) \
                 and (t.shape[-1] == dim if dim else t.shape[-1] > 4) and t.shape[-2] > 1 and t.is_floating_point():
             return name, int(t.shape[-2])
     return None
@@ -161,6 +164,8 @@ def _prefix_params(module: nn.Module, dim: int) -> dict[str, int]:
     `dim`; any width when `dim` is 0)."""
     found: dict[str, int] = {}
     for name, p in module.named_parameters():
+        if is_lazy(p):      # a Lazy module's parameter before its first forward has no shape yet
+            continue
         leaf = name.rsplit(".", 1)[-1].lower()
         width = dim or (int(p.shape[-1]) if p.dim() else 0)
         if not width or p.shape[-1] != width or p.numel() // width > _MAX_PREFIX:
@@ -259,6 +264,93 @@ def _probe_input(batch: int, chans: int, size: tuple[int, int], device: torch.de
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Lazy modules: shapes from one dry forward
+
+
+def lazy_modules(module: nn.Module) -> list[str]:
+    """The names of `module`'s Lazy modules (nn.LazyLinear, nn.LazyConv2d, ...) still without shapes: their
+    parameters are `UninitializedParameter`s until a forward pass gives them their input widths."""
+    return [name or "(the model itself)" for name, m in module.named_modules()
+            if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()]
+
+
+def materialise_lazy(module: nn.Module, overrides: Mapping[str, Any], source: str,
+                     tensors: Mapping[str, torch.Tensor] | None = None) -> str:
+    """Give a module's Lazy modules their shapes by one dry forward of a probe input, as torch's docs ask before a
+    state dict is loaded or the parameters are used; '' when it has none left uninitialized, else what was run
+    (for the provenance).
+
+    The probe is the size the module states or its position table allows (as `describe` probes), and its channel
+    count the one a weights file's tensor for a Lazy patch convolution shows (`tensors`), else the module's, else
+    3 then 1. The dry run is in eval mode, without gradients, and with the global random state put back: the
+    initial values it draws are replaced by the weights file, or are the model's own random initialisation.
+
+    Raises:
+        UserCodeError: no probe input went through its forward, or Lazy modules stayed uninitialized after it;
+            the message names them and what to pass.
+    """
+    lazy = lazy_modules(module)
+    if not lazy:
+        return ""
+    embed = find_patch_embedding(module)
+    patch_attr = None if embed is not None else _as_size(getattr(module, "patch_size", None))
+    side = patch_attr[0] if patch_attr and patch_attr[0] == patch_attr[1] and patch_attr[0] > 1 else None
+    sizes, _patch = _geometry(module, embed, side, overrides, {}, source)
+    chans = _lazy_channels(module, embed, overrides, side, tensors)
+    here = next((p.device for p in module.parameters()), torch.device("cpu"))
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+    shown = ", ".join(f"{n} ({type(module.get_submodule(n) if n != '(the model itself)' else module).__name__})"
+                      for n in lazy[:4]) + (f" and {len(lazy) - 4} more" if len(lazy) > 4 else "")
+    refused: list[str] = []
+    for size, _src in sizes:
+        for c, c_src in chans:
+            x = _probe_input(1, c, size, here, dtype, seed=0)
+            try:
+                with torch.random.fork_rng(devices=[]), torch.no_grad(), _evaluating(module):
+                    user_call(lambda: module(x), source, "its forward (a dry run that gives its Lazy modules their "
+                                                         "shapes)", f"a probe input of shape {tuple(x.shape)}")
+            except UserCodeError as e:
+                if not _forward_error(e):
+                    raise
+                refused.append(f"{c} x {size[0]}x{size[1]} ({type(e.__cause__).__name__})")
+                continue
+            left = lazy_modules(module)
+            if left:
+                raise UserCodeError(f"{source}: its Lazy modules {', '.join(left[:4])} still have no shapes after a "
+                                    f"dry forward of a {tuple(x.shape)} input (its forward does not call them?); "
+                                    "expected every Lazy module to be given its shape by one forward pass: run one "
+                                    "forward in your factory before returning the model")
+            return (f"its Lazy modules ({shown}) given their shapes by one dry forward of a {tuple(x.shape)} input "
+                    f"(channels: {c_src})")
+    raise UserCodeError(f"{source}: it has Lazy modules without shapes ({shown}), which need one forward pass "
+                        f"before weights can be loaded into them, and its forward refused every probe input tried "
+                        f"(channels x size: {', '.join(refused[:6])}); pass image_size= (--image-size) and in_chans= "
+                        "(--in-chans) for the input it expects, or run one forward in your factory before returning "
+                        "the model (torch's dry run for Lazy modules)")
+
+
+def _lazy_channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mapping[str, Any],
+                   patch_attr: int | None,
+                   tensors: Mapping[str, torch.Tensor] | None) -> list[tuple[int, str]]:
+    """The channel counts to try for a dry run: the override; a Lazy patch convolution's weight in the weights
+    file ((D, C / groups, p, p)); the module's own (`_channels`, its Lazy layers' zero widths left out); 3, 1."""
+    if overrides.get("in_chans") is not None:
+        return [(int(overrides["in_chans"]), "override")]
+    found: list[tuple[int, str]] = []
+    if embed is not None and not embed.in_chans and tensors:
+        conv = module.get_submodule(embed.name)
+        key = next((k for k in tensors if k == f"{embed.name}.weight" or k.endswith(f".{embed.name}.weight")), None)
+        if key is not None and tensors[key].dim() == 4:
+            c = int(tensors[key].shape[1]) * int(getattr(conv, "groups", 1))
+            found.append((c, f"shape: the weights file's {key} {tuple(tensors[key].shape)}"))
+    if embed is None or embed.in_chans:
+        found += [(c, src) for c, src in _channels(module, embed, overrides, patch_attr) if c > 0]
+    found += [(3, "guess: 3 channels (RGB)"), (1, "guess: 1 channel")]
+    seen: set[int] = set()
+    return [(c, src) for c, src in found if not (c in seen or seen.add(c))]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Describing a module: the probes and what they show
 
 
@@ -283,6 +375,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     """Describe `module` by its probe forward passes (see `vitviz.core.live.model.load_live`, which wraps it)."""
     source = source or f"<{type(module).__name__} object>"
     prov: dict[str, str] = {}
+    lazy = materialise_lazy(module, overrides, source)
     _refuse_meta(module, source)
     device = _place(module, overrides.get("device"), source)
     _refuse_non_finite_weights(module, source)
@@ -295,9 +388,9 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     group_heads = int(overrides["heads"]) if overrides.get("heads") else None
     x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads)
     if recorder.unsure:
-        raise NoAttentionError(_unsure(source, recorder, group_heads))
+        raise NoAttentionError.said(*_unsure(source, recorder, group_heads))
     if not recorder.layers:
-        raise NoAttentionError(_nothing_seen(source, tuple(x.shape), recorder))
+        raise NoAttentionError.said(*_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder, group_heads)
     per_image = check is not None and check.batch == 1     # its attention comes one image at a time
     if per_image:
@@ -347,7 +440,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                              f"layer ({_layer_summary(layers)})")
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
                              head_major=folded.startswith("head-major"), order=order, per_image=per_image,
-                             two_d=bool(two_d))
+                             two_d=bool(two_d), heads_first=bool(recorder.heads_first))
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else _token_width(module)
@@ -378,7 +471,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                  "fc_norm", "pre_logits"):
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
-    notes = list(recorder.notes)
+    notes = list(recorder.notes) + ([lazy] if lazy else [])
     said = _what_differs(recorder, layers, tokens)
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
@@ -461,7 +554,7 @@ def _token_width(module: nn.Module) -> int:
     """The width of a module's learned tokens or position table, when it has no patch embedding module."""
     for name, p in module.named_parameters():
         leaf = name.rsplit(".", 1)[-1].lower()
-        if p.dim() in (2, 3) and (leaf in _CLS_LEAVES or "pos" in leaf) and p.shape[-1] > 4:
+        if not is_lazy(p) and p.dim() in (2, 3) and (leaf in _CLS_LEAVES or "pos" in leaf) and p.shape[-1] > 4:
             return int(p.shape[-1])
     return 0
 
@@ -521,6 +614,7 @@ def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chan
     two with an ordinary error (it works on one image at a time) or sees other layers in it."""
     x2 = torch.cat([x, _probe_input(1, chans, size, device, dtype, seed=1)])
     check = _Recorder(2, scores=True, group_heads=group_heads)
+    check.heads_first = first.heads_first     # as many heads as images: the axis order the first probe saw
     try:
         with torch.inference_mode():
             user_call(lambda: _run(module, x2, check), source, "its forward", f"a probe batch of shape "
@@ -894,9 +988,9 @@ def _labels(module: nn.Module, overrides: Mapping[str, Any], num_classes: int, p
     return ()
 
 
-def _unsure(source: str, recorder: _Recorder, heads: int | None) -> str:
-    """The refusal of 2-D (T, T) softmaxes the probe saw but could not group into layers of heads: what it saw,
-    where, why, and what would open the model."""
+def _unsure(source: str, recorder: _Recorder, heads: int | None) -> tuple[str, str, str]:
+    """The refusal of 2-D (T, T) softmaxes the probe saw but could not group into layers of heads: (what it saw,
+    where and why; what would open the model with its code; the weights file's route)."""
     seen = "; ".join(f"{n} softmaxes of shape {shape} in {where} ({why})" for where, n, shape, why in
                      recorder.unsure[:3])
     if heads:
@@ -907,21 +1001,27 @@ def _unsure(source: str, recorder: _Recorder, heads: int | None) -> str:
         splits = [h for h in range(1, n + 1) if n % h == 0 and h < n][:6]
         step = ("pass heads=N (CLI --heads N), the heads of one layer: each N consecutive maps (per image) are then "
                 f"one layer, N one of {', '.join(map(str, splits))}" if splits else "pass heads=N (CLI --heads N)")
-    return (f"{source}: saw attention but could not tell its maps apart as the heads of one layer: {seen}. "
-            f"Next: {step}; or compute each block's attention inside its own module (an attention nn.Module called "
-            "once per block), which vitviz groups by itself; or open the weights file without code= (vitviz.load("
-            "path)), which reads per-head layouts from the tensors")
+    return (f"{source}: saw attention but could not tell its maps apart as the heads of one layer: {seen}.",
+            f"{step}; or compute each block's attention inside its own module (an attention nn.Module called "
+            "once per block), which vitviz groups by itself",
+            "open the weights file without code= (vitviz.load(path)), which reads per-head layouts from the tensors")
 
 
-def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> str:
+def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> tuple[str, str, str]:
+    """(what the probe saw when it saw no self-attention; what would let the live path see it; the weights file's
+    route)."""
     calls = ", ".join(f"{n} {m} call(s)" for m, n in recorder.calls.items()) or "no attention calls at all"
     other = f"; softmax over other shapes: {sorted(set(recorder.other_softmax))[:4]}" if recorder.other_softmax else ""
-    return (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
+    seen = (f"{source}: no self-attention was seen in its forward pass of a {shape} input. vitviz watched for "
             "nn.MultiheadAttention calls (weights per head), F.scaled_dot_product_attention calls (probabilities "
-            "recomputed from q, k and the mask) and softmax over (B, H, T, T) scores (or one head's (B, T, T), "
-            "(B*H, T, T), or one image's one head (T, T)); it saw "
-            f"{calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by xformers, flash-attn, "
-            "TorchScript or another fused kernel cannot be seen. Next: if its attention is a softmax of another "
-            "shape or axis, or a kernel vitviz cannot see, open its weights file by itself (vitviz.load(path) "
-            "without code=; CLI without --code), which reads the layout from the tensors (per-head q/k/v modules "
-            "included); if it is not a Vision Transformer, vitviz has nothing to show").replace("  ", " ")
+            "recomputed from q, k and the mask) and softmax over the keys of scores with two token axes ((B, H, T, "
+            "T), one head's (B, T, T), (B*H, T, T), one image's one head (T, T), or the token axes elsewhere, as "
+            f"(T, T, B, H)); it saw {calls}{other}. {_skipped_summary(recorder.skipped)} Attention computed by "
+            "xformers, flash-attn, TorchScript or another fused kernel cannot be seen.").replace("  ", " ")
+    step = ("if it is a Vision Transformer whose attention runs in a kernel vitviz cannot see, build it with plain "
+            "attention (F.scaled_dot_product_attention, nn.MultiheadAttention or a softmax over the keys of its "
+            "scores; many models have an 'eager' or 'math' attention option); if it is not a Vision Transformer, "
+            "vitviz has nothing to show")
+    file_step = ("open its weights file by itself (vitviz.load(path) without code=; CLI without --code), which reads "
+                 "the layout from the tensors (per-head q/k/v modules included)")
+    return seen, step, file_step

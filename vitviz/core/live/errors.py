@@ -19,7 +19,19 @@ class LiveModelError(VitvizError):
 
 
 class NoAttentionError(LiveModelError):
-    """A forward pass in which no self-attention over the image tokens was seen."""
+    """A forward pass in which no self-attention over the image tokens was seen (or attention that could not be
+    told apart by layer). Beside the message: `seen`, what was seen; `step`, what would make the live path see it
+    ('' when nothing in the user's hands would); `file_step`, the advice to open the weights file by itself -- so
+    that a caller that knows whether the file route reads it (`load_code`) says only the steps that work."""
+
+    def __init__(self, message: str, seen: str = "", step: str = "", file_step: str = "") -> None:
+        super().__init__(message)
+        self.seen, self.step, self.file_step = seen or message, step, file_step
+
+    @classmethod
+    def said(cls, seen: str, step: str, file_step: str) -> "NoAttentionError":
+        """The error whose message is what was seen, then 'Next:' and the steps."""
+        return cls(f"{seen} Next: {'; or '.join(s for s in (step, file_step) if s)}", seen, step, file_step)
 
 
 class UserCodeError(LiveModelError):

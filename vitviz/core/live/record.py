@@ -117,6 +117,9 @@ class AttentionLayout:
     two_d: each call is one image's one head, a 2-D (T, T) map (loops over images and heads, the from-scratch
         tutorial's `softmax(q @ k.T)`): `B * heads` consecutive calls make a layer, in the order `head_major`
         says (h*B + b, else b*H + h: the image loop outside the head loop).
+    heads_first: in scores whose token axes are not the last two (labml's sequence-first (T_q, T_k, B, H) with a
+        softmax over dim=1), the head axis comes before the batch axis (else after it); read where the two cannot
+        be told apart by their lengths (as many heads as images).
     """
 
     per_head: bool = False
@@ -126,6 +129,7 @@ class AttentionLayout:
     head_major: bool = False
     order: tuple[int, ...] | None = None
     per_image: bool = False
+    heads_first: bool = False
 
 
 @dataclass
@@ -202,6 +206,9 @@ class _Recorder:
         # 2-D maps the probe could not tell apart as the heads of one layer: (where, how many, shape, why)
         self.unsure: list[tuple[str, int, tuple[int, ...], str]] = []
         self.mha_probs: torch.Tensor | None = None
+        # softmaxes over scores whose token axes are not the last two: whether the head axis comes first (the
+        # layout's, else as a call whose axis lengths show it; None: not seen yet)
+        self.heads_first: bool | None = layout.heads_first if layout is not None else None
         self._group: _HeadGroup | None = None
         self._pending: list[torch.Tensor] = []
         self._order_index: torch.Tensor | None = None
@@ -464,6 +471,10 @@ class _Recorder:
                 self._track(out, _Use(self.where()), None)
             self.two_d(SOFTMAX, out, x.diagonal() if self.scores else None)
             return
+        perm = _keys_last(tuple(x.shape), dim) if nd in (3, 4) else None
+        if perm is not None:          # token axes elsewhere: labml's (T_q, T_k, B, H) with a softmax over dim=1
+            self.moved(x, out, int(dim), perm)
+            return
         if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
             return
@@ -477,6 +488,41 @@ class _Recorder:
             return
         self.flush()
         self.add(SOFTMAX, out, diag)
+
+    def moved(self, x: torch.Tensor, out: torch.Tensor, dim: int, perm: tuple[int, ...]) -> None:
+        """A softmax over axis `dim` of scores whose two token axes are not the last two (`_keys_last`): the
+        softmax axis is the keys', the other token axis the queries'; its own output, its axes moved to
+        (B, H, T_q, T_k) -- the batch axis the one as long as the batch (where heads and images are as many, the
+        order the probe saw) -- or (N, T_q, T_k) for a 3-D tensor, then kept as any softmax's."""
+        nd = x.dim()
+        names = ["?"] * nd
+        names[perm[-2]], names[perm[-1]] = "T_q", "T_k"
+        self.calls[SOFTMAX] += 1
+        if self.follow:
+            self._answer(tuple(x.shape))
+            self._track(out, _Use(self.where()), None)
+        probs = out.permute(perm)
+        diag = x.permute(perm).diagonal(dim1=-2, dim2=-1) if self.scores else None
+        if nd == 3:
+            names[perm[0]] = "N"
+            self.three_d(f"{SOFTMAX} over dim={dim} of ({', '.join(names)})", probs, diag)
+            return
+        a, b = int(probs.shape[0]), int(probs.shape[1])
+        if a != self.batch and b != self.batch:
+            self.skip(SOFTMAX, tuple(x.shape))
+            return
+        if a != b:
+            first = a != self.batch         # the head axis first
+            if self.heads_first is None:
+                self.heads_first = first
+        else:
+            first = bool(self.heads_first)
+        names[perm[0]], names[perm[1]] = ("H", "B") if first else ("B", "H")
+        if first:
+            probs = probs.transpose(0, 1)
+            diag = None if diag is None else diag.transpose(0, 1)
+        self.flush()
+        self.add(f"{SOFTMAX} over dim={dim} of ({', '.join(names)})", probs, diag)
 
     def _answer(self, shape: tuple[int, ...]) -> None:
         """A softmax over the last axis of `shape` scores: the latest score product of that shape is answered."""
@@ -543,6 +589,26 @@ class _Recorder:
         if not need:
             return out, None
         return out, weights.mean(dim=-3) if average else weights
+
+
+def _keys_last(shape: tuple[int, ...], dim: Any) -> tuple[int, ...] | None:
+    """The axis order that makes a softmax over `dim` of a 3-D or 4-D `shape` attention laid out as usual --
+    (others..., T_q, T_k) -- when its token axes are not already the last two and the softmax is not over the last
+    axis: exactly two axes as long as the softmax's (> 1), the softmax's among them (the keys), the other the
+    queries; None for anything else (the usual layouts, or a softmax over the query axis of (..., T, T) scores,
+    which is not attention over the keys)."""
+    nd = len(shape)
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -nd <= dim < nd:
+        return None
+    dim %= nd
+    if dim == nd - 1:       # over the last axis: the usual layouts, read as they are (or not attention)
+        return None
+    length = shape[dim]
+    tokens = [i for i, n in enumerate(shape) if n == length]
+    if length <= 1 or len(tokens) != 2 or tokens == [nd - 2, nd - 1]:
+        return None
+    query = tokens[0] if tokens[1] == dim else tokens[1]
+    return tuple(i for i in range(nd) if i not in tokens) + (query, dim)
 
 
 def _unfold(maps: torch.Tensor, batch: int, head_major: bool) -> torch.Tensor:
