@@ -250,3 +250,25 @@ def test_a_library_that_is_not_importable_is_said_for_a_file_nothing_names(tiny_
     monkeypatch.setitem(sys.modules, "timm", None)   # `import timm` raises ImportError
     check = verify(model)
     assert check.verdict == "unverified" and "pip install timm" in check.reason and check.library == "timm"
+
+
+def test_a_dinov2_repository_file_without_a_name_is_verified(files: Path) -> None:
+    """A DINOv2 backbone saved from facebookresearch/dinov2's own code (it keeps `mask_token`) under a name of
+    one's own: its hub architectures are the candidates (built as its hub builds them, at the file's size), and the
+    one that fits is compared at two sizes, its own position-table resampling included. The input size stays
+    assumed: the original takes any size, so the probe says nothing about the one to use."""
+    vits = pytest.importorskip("dinov2.models.vision_transformer")
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = vits.vit_small(patch_size=14, img_size=56, init_values=1.0, ffn_layer="mlp", block_chunks=0)
+    path = files / "my_backbone.pth"
+    torch.save(net.state_dict(), path)
+    model = vitviz.load(path)
+    assumed = {name for name, _ in model.spec.assumptions}
+    check = verify(model)
+    assert check.verdict == "verified" and check.fitting == ("dinov2:dinov2_vits14",)
+    assert check.summary().startswith("Matches dinov2 dinov2_vits14 (shapes exact")
+    assert len(check.sizes) == 2 and "num_heads" in check.confirmed
+    assert set(check.confirmed) == assumed - {"preprocess", "image_size"}
+    assert verify(model, against="dinov2:dinov2_vitb14", sizes=(56,)).verdict == "differs"

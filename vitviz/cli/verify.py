@@ -20,7 +20,7 @@ from typing import Any
 from vitviz.cli.options import add_override_arguments, overrides_from, with_remembered
 
 # vitviz.core.verify.AGAINST, spelled out so that parsing the command line does not import torch
-AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision")
+AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision", "dinov2")
 
 
 def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
@@ -44,9 +44,9 @@ def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _against(text: str) -> str:
     library, sep, arch = text.partition(":")
-    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision"))):
+    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision", "dinov2"))):
         raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(AGAINST)}, or timm:ARCH / "
-                                         "torchvision:ARCH")
+                                         "torchvision:ARCH / dinov2:ARCH")
     return text
 
 

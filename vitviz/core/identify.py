@@ -25,6 +25,7 @@ import os
 import re
 import tempfile
 import warnings
+from unittest import mock
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,11 @@ from vitviz.errors import VitvizError
 # them); a key only some of them have picks among them.
 TIMM_MODULES = ("vision_transformer", "deit")
 TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
-LIBRARIES = ("timm", "torchvision")
+# facebookresearch/dinov2's hub backbones: (its `dinov2.models.vision_transformer` function, its FFN), built as
+# its hub builds them (patch 14, layer scale 1.0, no block chunks)
+DINOV2_ARCHS = {"dinov2_vits14": ("vit_small", "mlp"), "dinov2_vitb14": ("vit_base", "mlp"),
+                "dinov2_vitl14": ("vit_large", "mlp"), "dinov2_vitg14": ("vit_giant2", "swiglufused")}
+LIBRARIES = ("timm", "torchvision", "dinov2")
 MAX_CANDIDATES = 12     # beyond this many fitting architectures the search says so and keeps the first ones
 
 
@@ -81,6 +86,9 @@ def layout_library(tensors: dict[str, torch.Tensor]) -> tuple[str, str] | None:
     torchvision's `encoder.layers.encoder_layer_N` with `conv_proj`; None for any other layout."""
     for prefix in ("", "module.", "_orig_mod.", "model."):
         keys = {k[len(prefix):] for k in tensors if k.startswith(prefix)}
+        if "patch_embed.proj.weight" in keys and "mask_token" in keys and any(
+                k.startswith(("blocks.0.attn.qkv.", "blocks.0.0.attn.qkv.")) for k in keys):
+            return "dinov2", prefix   # the DINOv2 repository's own files keep its masked-image token
         if "patch_embed.proj.weight" in keys and any(k.startswith("blocks.0.attn.qkv.") for k in keys):
             return "timm", prefix
         if "conv_proj.weight" in keys and any(k.startswith("encoder.layers.encoder_layer_0.") for k in keys):
@@ -156,6 +164,8 @@ def _registered(library: str) -> list[str]:
         import timm
 
         return [n for module in TIMM_MODULES for n in timm.list_models(module=module)]
+    if library == "dinov2":
+        return list(DINOV2_ARCHS)
     return list(TORCHVISION_ARCHS)
 
 
@@ -180,6 +190,14 @@ def fitting_kwargs(library: str, shapes: dict[str, Any]) -> dict[str, Any]:
         if patch and pos:
             kwargs["_pos_tokens"] = int(pos[1])
             kwargs["_patch"] = (int(patch[2]), int(patch[3]))
+        return kwargs
+    if library == "dinov2":
+        patch, pos = shapes.get("patch_embed.proj.weight"), shapes.get("pos_embed")
+        kwargs = {}
+        if patch and pos:
+            side = int(round((int(pos[1]) - 1) ** 0.5))
+            if side * side == int(pos[1]) - 1:
+                kwargs["img_size"] = side * int(patch[2])
         return kwargs
     head = shapes.get("heads.head.weight")
     kwargs = {"num_classes": int(head[0]) if head else 1000}
@@ -218,8 +236,25 @@ def _torchvision_build(arch: str, kwargs: dict[str, Any], device: torch.device) 
         return torchvision.models.get_model(arch, weights=None, **kwargs)
 
 
+def _dinov2_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:
+    """The DINOv2 repository's backbone as its hub builds it, at the file's size (518 px by default)."""
+    from dinov2.models import vision_transformer as vits
+
+    function, ffn = DINOV2_ARCHS[arch]
+    linspace = torch.linspace
+
+    def on_cpu(*args: Any, **kw: Any) -> torch.Tensor:   # its drop-path rates are read with .item()
+        return linspace(*args, **{**kw, "device": "cpu"})
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device(device), mock.patch.object(vits.torch, "linspace", on_cpu):
+            return getattr(vits, function)(patch_size=14, img_size=int(kwargs.get("img_size", 518)), init_values=1.0,
+                                           ffn_layer=ffn, block_chunks=0)
+
+
 _BUILD: dict[str, Callable[[str, dict[str, Any], torch.device], nn.Module]] = {
-    "timm": _timm_build, "torchvision": _torchvision_build}
+    "timm": _timm_build, "torchvision": _torchvision_build, "dinov2": _dinov2_build}
 
 
 def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -234,7 +269,15 @@ def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:
 
 def _version(library: str) -> str:
     """The library's release ('0.29.1' of '0.29.1+cu130': a local build tag changes no architecture)."""
-    return str(getattr(importlib.import_module(library), "__version__", "")).split("+")[0]
+    version = str(getattr(importlib.import_module(library), "__version__", ""))
+    if not version:
+        from importlib import metadata
+
+        try:
+            version = metadata.version(library)
+        except metadata.PackageNotFoundError:
+            version = ""
+    return version.split("+")[0]
 
 
 def bundled(library: str, version: str) -> Path:
@@ -283,9 +326,9 @@ class _Signatures:
                     warnings.simplefilter("ignore")
                     net = _BUILD[self.library](arch, {}, torch.device("meta"))
                 self.data[arch] = signature(self.library, {k: tuple(v.shape) for k, v in net.state_dict().items()})
-            except Exception:  # noqa: BLE001 - an architecture that cannot be built on its own fits nothing
-                self.data[arch] = ""
-            self.changed = True
+                self.changed = True
+            except Exception:  # noqa: BLE001 - an architecture that cannot be built on its own fits nothing (not
+                return ""     # kept: another version of its library may build it)
         return self.data[arch]
 
     def save(self) -> None:

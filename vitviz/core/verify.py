@@ -49,10 +49,11 @@ from vitviz.errors import VitvizError
 ATOL_ATTENTION = 1e-5
 ATOL_OUTPUT = 1e-4
 VERIFIED, UNVERIFIED, DIFFERS = "verified", "unverified", "differs"
-LIBRARIES = ("timm", "transformers", "open_clip", "torchvision")
+LIBRARIES = ("timm", "transformers", "open_clip", "torchvision", "dinov2")
 AGAINST = ("auto",) + LIBRARIES
 _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
-             "torchvision": "torchvision"}
+             "torchvision": "torchvision", "dinov2": "dinov2 --no-deps"}
+_BY_ARCH = ("timm", "torchvision", "dinov2")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
 _PROBE_SEED = 0
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
@@ -240,9 +241,11 @@ Progress = Callable[[float, str], None]
 _STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
                   "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling"}
 # Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
-# not compared; the interpolation of a position table only at a size other than the native one.
+# not compared; the interpolation of a position table only at a size other than the native one; the input size
+# only for an original that takes no other.
 _NOT_PROBED = ("preprocess", "resize_recipe")
 _OTHER_SIZES_ONLY = ("pos_interp", "rel_pos_interp")
+_FIXED_SIZE_ONLY = ("image_size", "pos_grid")
 
 
 def verify(model: Any, against: str = "auto", code: str | None = None,
@@ -278,9 +281,9 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
 def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tuple[int, int]] | None,
             device: str | None, progress: Progress | None) -> Verification:
     library_asked, arch_asked = _parse_against(against)
-    if library_asked not in AGAINST or (arch_asked and library_asked not in ("timm", "torchvision")):
+    if library_asked not in AGAINST or (arch_asked and library_asked not in _BY_ARCH):
         raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or an architecture "
-                          "'timm:NAME' / 'torchvision:ARCH'")
+                          "'timm:NAME' / 'torchvision:ARCH' / 'dinov2:ARCH'")
     if code is not None and against != "auto":
         raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
     say = progress or (lambda _f, _t: None)
@@ -440,8 +443,9 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
 def _searched(library: str) -> tuple[str, ...]:
     from vitviz.core import identify
 
-    return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES) if library == "timm" else \
-        identify.TORCHVISION_ARCHS
+    if library == "timm":
+        return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES)
+    return tuple(identify.DINOV2_ARCHS) if library == "dinov2" else identify.TORCHVISION_ARCHS
 
 
 def _no_run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
@@ -461,7 +465,25 @@ def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: to
     if candidate.library == "timm":
         return _build_timm(spec, path, candidate.arch, device, why="its parameters fit the file exactly",
                            label=candidate.name, raw=raw, fit=candidate.build("meta"))
+    if candidate.library == "dinov2":
+        return _build_dinov2(candidate, path, raw, device)
     return _build_torchvision(spec, path, candidate.arch, device, label=candidate.name, raw=raw)
+
+
+def _build_dinov2(candidate: Any, path: Path, raw: Any, device: torch.device) -> _Original:
+    """facebookresearch/dinov2's backbone (its `dinov2` package) with the file's weights; it resamples its own
+    position table at another size (`interpolate_pos_encoding`), so one module runs both sizes."""
+    what = f"dinov2.models.vision_transformer.{identify_function(candidate.arch)}(patch_size=14, " \
+           f"img_size={candidate.kwargs.get('img_size', 518)}, init_values=1.0) (dinov2 hub {candidate.arch})"
+    net = _built(lambda: candidate.build("cpu"), raw.tensors, what, path).float().eval().to(device)
+    return _Original("dinov2", _version("dinov2"), what, _captured_run(lambda _size: net), stated=_stated(net),
+                     name=candidate.name)
+
+
+def identify_function(arch: str) -> str:
+    from vitviz.core.identify import DINOV2_ARCHS
+
+    return DINOV2_ARCHS[arch][0]
 
 
 def _stated_value(spec: Any, override: str, value: Any) -> Any:
@@ -531,10 +553,13 @@ def _confirmed(spec: Any, check: Verification, stated: dict[str, tuple[Any, str]
     if not check.verified:
         return ()
     other_size = any(tuple(s) != tuple(spec.image_size) for s in check.sizes)
+    # the input size is confirmed only where the original takes no other (it could not run at the other size)
+    fixed_size = bool(check.skipped) and not other_size
     stated_fields = {_STATED_FIELDS[k] for k in stated if k in _STATED_FIELDS}
     out = []
     for name, _src in spec.assumptions:
-        if name in _NOT_PROBED or name in left or (name in _OTHER_SIZES_ONLY and not other_size):
+        if name in _NOT_PROBED or name in left or (name in _OTHER_SIZES_ONLY and not other_size) or (
+                name in _FIXED_SIZE_ONLY and not fixed_size):
             continue
         if name in _stated_differences(spec, stated):   # the original says otherwise: within tolerance, not the same
             continue
@@ -868,7 +893,9 @@ def _folder(path: Path) -> Path:
 
 
 def _version(module_name: str) -> str:
-    return str(getattr(importlib.import_module(module_name), "__version__", ""))
+    from vitviz.core.identify import _version as release
+
+    return release(module_name)
 
 
 def _captured_run(build: Callable[[tuple[int, int]], nn.Module],
