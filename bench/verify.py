@@ -106,11 +106,10 @@ def identify_rows(which: list[str], repeats: int, device: str) -> None:
             check = verify(bare_model)
             named_check = verify(named_model)
             x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-            times = interleaved({"identify + verify (bare file)": lambda: verify(bare_model),
-                                 "verify (named folder)": lambda: verify(named_model),
-                                 "one forward (224 px, captured)": lambda: bare_model.forward_captured(x)},
+            times = interleaved({"identify + verify (bare file)": lambda m=bare_model: verify(m),
+                                 "verify (named folder)": lambda m=named_model: verify(m),
+                                 "one forward (224 px, captured)": lambda m=bare_model: m.forward_captured(x)},
                                 repeats, warmup=0)
-            kinds = len(check.matches) and len({c for c in check.matches}) or 0
             print(f"{arch}: {len(found)} fitting ({', '.join(identify.names(found))}); {check.summary()}; named: "
                   f"{named_check.summary()}")
             for name, t in times.items():
@@ -120,7 +119,8 @@ def identify_rows(which: list[str], repeats: int, device: str) -> None:
             print(f"  first search, shipped signatures   {shipped:8.2f} s")
             print(f"  first search, nothing shipped      {cold:8.2f} s   (another library "
                   "version: every architecture built on the meta device once)")
-            print(f"  identify's extra cost: {extra:.1f} captured forwards ({kinds} matching of {len(found)} fitting)")
+            print(f"  identify's extra cost: {extra:.1f} captured forwards ({len(check.matches)} matching of "
+                  f"{len(found)} fitting)")
             del bare_model, named_model
 
 
