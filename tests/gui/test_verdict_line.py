@@ -348,7 +348,7 @@ def test_the_candidates_come_from_the_core_identification(qtbot, window, named_t
 
 
 def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_marks(qtbot, window, images,  # noqa: ANN001
-                                                                                   tmp_path: Path) -> None:
+                                                                                   tmp_path: Path, capsys) -> None:
     """`torch.save(model.state_dict())` of a timm deit_tiny_patch16_224 opened in the window: nothing names it, so
     its head count and norm settings are assumed (marked `?`) until the check finds the timm architectures whose
     shapes fit it and matches one; then the line says so and those settings are verified, no longer marked — the
@@ -367,3 +367,13 @@ def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_mar
     assert s.spec.kind_of("num_heads") == "verified" and s.spec.kind_of("block_norm") == "verified"
     assert [name for name, _ in s.spec.assumptions] == ["preprocess"]
     assert not {"heads", "norm", "act", "scale"} & panel.guessed() and {"mean", "std"} <= panel.guessed()
+    # the command line agrees: `vitviz info` shows the verdict the window's check remembered, and the same kinds
+    import json
+
+    from vitviz.cli import main
+
+    capsys.readouterr()
+    assert main(["info", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verification"]["summary"] == window.status.verdict_label.text()
+    assert data["provenance_kinds"] == s.spec.kinds()
