@@ -463,3 +463,32 @@ def test_cli_verify_code_reads_what_the_file_leaves_assumed_from_the_code(root: 
     assert main(["verify", str(weights), "--code", f"{root / 'models.py'}:timm_relu", "--heads", "2"]) == 1
     out, err = capsys.readouterr()
     assert "could be" in out.splitlines()[-1] and "num_heads (4 heads)" in out.splitlines()[-1]
+
+
+def test_a_two_layer_heads_activation_is_read_from_the_code(tmp_path: Path) -> None:
+    """A hand-written head `Classifier(fc1, Tanh, fc2)`: the file alone guesses GELU between its Linears, the model
+    object says Tanh (read from its children, `vitviz.load(module)` and `verify --code` alike)."""
+    from torch import nn
+
+    from vitviz.core.load import _module_settings
+
+    class Classifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.activation, self.fc2 = nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(self.activation(self.fc1(x[:, 0])))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.classifier = Classifier()
+
+    said = _module_settings(Net())
+    assert said["head_act"][0] == "tanh" and "classifier: Linear, Tanh, Linear" in said["head_act"][1]
+    seq = nn.Module()
+    seq.mlp_head = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.ReLU(), nn.Dropout(0.1), nn.Linear(8, 3))
+    assert _module_settings(seq)["head_act"][0] == "relu"
+    seq.mlp_head = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 3))   # one Linear: no head activation to read
+    assert "head_act" not in _module_settings(seq)

@@ -144,6 +144,9 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
             out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
     if "attn_scale" not in out and any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
         out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
+    head = _head_activation(module)
+    if head is not None:
+        out["head_act"] = (head[0], f"model object: {what}'s head activation ({head[1]})")
     pool = getattr(module, "global_pool", None)   # timm's global_pool: in no tensor ('token' / 'avg' share them)
     if isinstance(pool, str) and type(module).__module__.startswith("timm.") and pool in _TIMM_POOLS:
         include = bool(getattr(module, "pool_include_prefix", False)) and pool != "token"  # token: no reduction
@@ -157,6 +160,26 @@ def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
                    for m in module.modules()):
         out.setdefault("block_norm", ("pre", f"model object: {what}'s blocks are pre-norm by their class"))
     return out
+
+
+_HEAD_NAMES = ("head", "mlp_head", "classifier", "fc", "heads", "linear_head", "cls_head")
+
+
+def _head_activation(module: torch.nn.Module) -> tuple[str, str] | None:
+    """The activation between the two Linears of a two-layer classifier head (a top-level child named like a head,
+    e.g. `mlp_head = Sequential(Linear, Tanh, Linear)`): (kind, how it was read), or None when there is no such
+    head or its activation is not one the reference ViT computes."""
+    for name, child in module.named_children():
+        if name not in _HEAD_NAMES:
+            continue
+        parts = [m for m in child.children() if not isinstance(m, (torch.nn.modules.dropout._DropoutNd,
+                                                                   torch.nn.Identity, torch.nn.LayerNorm,
+                                                                   torch.nn.Softmax))]
+        if len(parts) == 3 and isinstance(parts[0], torch.nn.Linear) and isinstance(parts[2], torch.nn.Linear):
+            found = _activation_kind(parts[1])
+            if found is not None:
+                return found[0], f"{name}: Linear, {type(parts[1]).__name__}, Linear"
+    return None
 
 
 def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:

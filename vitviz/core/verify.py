@@ -239,7 +239,8 @@ class _Original:
 Progress = Callable[[float, str], None]
 # The settings a module object states (`vitviz.core.load._module_settings`), as the spec fields they set.
 _STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
-                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling"}
+                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
+                  "head_act": "pre_logits_act"}
 # Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
 # not compared; the interpolation of a position table only at a size other than the native one; the input size
 # only for an original that takes no other.
@@ -1283,9 +1284,7 @@ def _store(model: Any, against: str, code: str | None) -> Path | None:
 # What the user's code says about the settings a file does not
 
 
-_CODE_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
-                "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
-                "image_size": "image_size"}
+_CODE_FIELDS = {**_STATED_FIELDS, "image_size": "image_size"}
 
 
 def code_settings(path: str | Path, code: str, device: str = "cpu") -> dict[str, tuple[Any, str]]:
