@@ -340,6 +340,17 @@ def _convert_dinov3(sd: dict[str, torch.Tensor], raw: RawCheckpoint, overrides: 
 
 
 # ------------------------------------------------------------------------------------------ transformers DINOv3
+def _hf_dinov3_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The DINOv3 backbone's own config and where it is: config.json itself for a `dinov3_vit` model, or its
+    `backbone_config` for a model built on one (CHMv2, a `load_backbone` task model), whose top level states
+    nothing about the backbone (its heads, size, eps and RoPE base are there)."""
+    backbone = cfg.get("backbone_config")
+    if cfg.get("model_type") != "dinov3_vit" and isinstance(backbone, dict) and (
+            backbone.get("model_type") == "dinov3_vit" or "num_attention_heads" in backbone):
+        return backbone, f"metadata: config.json backbone_config ({cfg.get('model_type') or 'a task model'})"
+    return cfg, "metadata: config.json"
+
+
 _HF_RULES = [
     (r"^embeddings\.cls_token$", "cls_token"), (r"^embeddings\.register_tokens$", "reg_token"),
     (r"^embeddings\.patch_embeddings\.", "patch_embed.proj."), (r"^(model\.)?layer\.(\d+)\.", r"blocks.\2."),
@@ -351,7 +362,7 @@ _HF_RULES = [
 def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     import torch
 
-    cfg = raw.config or {}
+    cfg, cfg_src = _hf_dinov3_config(raw.config or {})
     sd = {re.sub(r"^dinov3_vit\.", "", k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith("embeddings.mask_token")]
     out = rename({k: v for k, v in sd.items()
@@ -370,15 +381,16 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
             parts = [sd.get(f"{base}{n}_proj.{kind}") for n in (("gate", "up") if gated else ("up",))]
             if all(p is not None for p in parts):
                 out[f"blocks.{i}.mlp.fc1.{kind}"] = torch.cat(parts)  # gated: [gate; up], act(gate) * up
-    src = "metadata: config.json" if cfg else "family: transformers DINOv3ViTConfig defaults"
+    src = cfg_src if cfg else "family: transformers DINOv3ViTConfig defaults"
     hints: dict[str, Hint] = _rope_hints("dinov3", "family: transformers DINOv3 (rotate-half RoPE, centred "
                                                    "normalised coordinates)")
     hints["rope_theta"] = (float(cfg.get("rope_theta", 100.0)), src + (" rope_theta" if cfg else ""))
     hints["eps"] = (float(cfg.get("layer_norm_eps", 1e-5)), src)
     if cfg.get("num_attention_heads"):
-        hints["num_heads"] = (int(cfg["num_attention_heads"]), src)
-    else:
-        hints["dim_head"] = (64, "family: DINOv3 (head dim 64 at every size)")
+        hints["num_heads"] = (int(cfg["num_attention_heads"]), src + " num_attention_heads")
+    else:  # a rule of the released sizes (S/B/L/H+; the 7B's head dim is 128), never a fact of this file
+        hints["dim_head"] = (64, "guess: head dim 64, as DINOv3's released S/B/L/H+ sizes have; no config states "
+                                 "num_attention_heads (pass heads=N)")
     act = cfg.get("hidden_act", "gelu")
     hints["mlp_kind"] = ("swiglu", src) if cfg.get("use_gated_mlp") or any(".gate_proj." in k for k in sd) else \
         (HF_ACT.get(act, act), src)
