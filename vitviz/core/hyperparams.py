@@ -109,6 +109,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["pos_interp"] = _pick("pos_interp", overrides, hints, "timm", prov, "default: timm recipe")
     fields["block_norm"] = _pick("block_norm", overrides, hints, "pre", prov, "default: pre-norm blocks")
     fields["attn_scale"] = float(_pick("attn_scale", overrides, hints, 0.0, prov, "default: head_dim ** -0.5"))
+    if "patch_pad" in hints:  # only a family whose patch conv is padded says so (ViTPose)
+        fields["patch_pad"] = int(prov.set("patch_pad", int(hints["patch_pad"][0]), hints["patch_pad"][1]))
     if fields["pre_logits"]:
         fields["pre_logits_act"] = _pick("pre_logits_act", {"pre_logits_act": overrides.get("head_act")}, hints,
                                          "tanh", prov, "default: Tanh (timm / JAX representation layer)")

@@ -253,22 +253,27 @@ class PreLogits(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    """Image -> patch tokens. A conv with kernel = stride = patch (`proj`), optionally with a LayerNorm over each
-    flattened patch before it (`norm_in`, vit-pytorch's dual patchnorm; its weights in the conv's (c, p1, p2)
-    order) and one after it (`norm`)."""
+    """Image -> patch tokens. A conv with kernel = stride = patch (`proj`; zero-padded by `patch_pad` px for
+    ViTPose), optionally with a LayerNorm over each flattened patch before it (`norm_in`, vit-pytorch's dual
+    patchnorm; its weights in the conv's (c, p1, p2) order) and one after it (`norm`)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         d, p, c = spec.embed_dim, spec.patch_size, spec.in_chans
-        self.patch = p
+        self.patch, self.pad = p, spec.patch_pad
+        if self.pad and (2 * self.pad >= p or spec.patch_norm_in):
+            raise ValueError(f"a patch projection padded by {self.pad} px needs 2 x padding < patch {p} and no "
+                             "norm over the flattened patches")
         self.norm_in = nn.LayerNorm(c * p * p, eps=spec.eps) if spec.patch_norm_in else None
-        self.proj = nn.Conv2d(c, d, p, p, bias=spec.patch_bias)
+        self.proj = nn.Conv2d(c, d, p, p, padding=self.pad, bias=spec.patch_bias)
         self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> (B, N, D) tokens and the grid (gh, gw)."""
         p = self.patch
         grid = (x.shape[-2] // p, x.shape[-1] // p)
+        if self.pad:  # whole patches only, so the padded conv gives the same grid (2 * pad < p)
+            x = x[..., : grid[0] * p, : grid[1] * p]
         if self.norm_in is None:
             x = self.proj(x).flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, N, D)
         else:
