@@ -109,6 +109,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["pos_interp"] = _pick("pos_interp", overrides, hints, "timm", prov, "default: timm recipe")
     fields["block_norm"] = _pick("block_norm", overrides, hints, "pre", prov, "default: pre-norm blocks")
     fields["attn_scale"] = float(_pick("attn_scale", overrides, hints, 0.0, prov, "default: head_dim ** -0.5"))
+    if "norm_kind" in hints:  # only a family whose norms are not LayerNorms says so (AIMv2's RMSNorm)
+        fields["norm_kind"] = str(prov.set("norm_kind", hints["norm_kind"][0], hints["norm_kind"][1]))
     if "patch_pad" in hints:  # only a family whose patch conv is padded says so (ViTPose)
         fields["patch_pad"] = int(prov.set("patch_pad", int(hints["patch_pad"][0]), hints["patch_pad"][1]))
     if fields["pre_logits"]:

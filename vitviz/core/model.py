@@ -47,6 +47,17 @@ def make_act(kind: str) -> nn.Module:
     raise ValueError(f"unknown activation {kind!r}; expected one of {', '.join(ACTIVATIONS)}")
 
 
+def make_norm(spec: ModelSpec, dim: int, eps: float) -> nn.Module:
+    """A norm over the embed dim, of `spec.norm_kind`: LayerNorm, or RMSNorm (weight only, no mean removed: timm
+    `RmsNorm`, AIMv2). The blocks' norm1 / norm2, the patch embedding's, norm_pre and the final norms; the sub-norms
+    (q/k-norm, EVA-02's sub-LNs, the MAP head's) stay LayerNorms."""
+    if spec.norm_kind == "rms":
+        return nn.RMSNorm(dim, eps=eps)
+    if spec.norm_kind != "layer":
+        raise ValueError(f"norm_kind {spec.norm_kind!r}; expected 'layer' or 'rms'")
+    return nn.LayerNorm(dim, eps=eps)
+
+
 class AttentionProbe(nn.Identity):
     """Identity placed right after the softmax: the hook point for attention capture.
 
@@ -173,11 +184,11 @@ class Block(nn.Module):
             raise ValueError(f"block_norm {spec.block_norm!r}; expected one of {', '.join(BLOCK_NORMS)}")
         self.post = spec.block_norm == "post"
         self.res_post = spec.block_norm == "res_post"
-        self.norm1 = nn.LayerNorm(d, eps=spec.eps)
+        self.norm1 = make_norm(spec, d, spec.eps)
         self.attn = Attention(spec)
         self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
         self.has_mlp = spec.mlp_hidden > 0
-        self.norm2 = nn.LayerNorm(d, eps=spec.eps) if self.has_mlp else nn.Identity()
+        self.norm2 = make_norm(spec, d, spec.eps) if self.has_mlp else nn.Identity()
         self.mlp = Mlp(spec) if self.has_mlp else nn.Identity()
         self.ls2 = LayerScale(d) if spec.layer_scale and self.has_mlp else nn.Identity()
 
@@ -266,7 +277,7 @@ class PatchEmbed(nn.Module):
                              "norm over the flattened patches")
         self.norm_in = nn.LayerNorm(c * p * p, eps=spec.eps) if spec.patch_norm_in else None
         self.proj = nn.Conv2d(c, d, p, p, padding=self.pad, bias=spec.patch_bias)
-        self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.patch_norm else nn.Identity()
+        self.norm = make_norm(spec, d, spec.eps) if spec.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> (B, N, D) tokens and the grid (gh, gw)."""
@@ -352,13 +363,13 @@ class ReferenceViT(nn.Module):
             self.rel_pos_bias.relative_position_bias_table = nn.Parameter(
                 torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3, spec.num_heads))
         self.rope = RotaryEmbedding(spec) if spec.rope else None
-        self.norm_pre = nn.LayerNorm(d, eps=spec.eps) if spec.norm_pre else nn.Identity()
+        self.norm_pre = make_norm(spec, d, spec.eps) if spec.norm_pre else nn.Identity()
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
         final_eps = spec.eps_final or spec.eps   # the final norms may use another eps than the blocks' (Chefer's ViT)
-        self.norm = nn.LayerNorm(d, eps=final_eps) if spec.final_norm else nn.Identity()
-        self.norm_extra = nn.LayerNorm(d, eps=final_eps) if spec.norm_extra else nn.Identity()
+        self.norm = make_norm(spec, d, final_eps) if spec.final_norm else nn.Identity()
+        self.norm_extra = make_norm(spec, d, final_eps) if spec.norm_extra else nn.Identity()
         self.attn_pool = AttentionPool(spec) if spec.pooling == "map" else None
-        self.fc_norm = nn.LayerNorm(d, eps=final_eps) if spec.fc_norm else nn.Identity()
+        self.fc_norm = make_norm(spec, d, final_eps) if spec.fc_norm else nn.Identity()
         width = d * 2 if spec.pooling == "cls_avg" else d
         self.pre_logits = PreLogits(width, spec.pre_logits, spec.pre_logits_act) if spec.pre_logits else nn.Identity()
         width = spec.pre_logits or width

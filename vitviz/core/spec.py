@@ -180,7 +180,8 @@ COMPUTE_FIELDS = (
     "num_classes", "cls_token", "dist_token", "reg_tokens", "pos_embed", "pos_prefix", "pos_interp", "pos_grid",
     "eps", "eps_final", "qkv_bias", "qk_norm", "layer_scale", "patch_bias", "final_norm", "fc_norm", "pooling",
     "pre_logits", "head_dist", "attn_dim", "attn_scale", "attn_proj", "proj_bias", "mlp_bias", "block_norm",
-    "patch_norm_in", "patch_norm", "patch_pad", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre", "head_bias", "embed_out",
+    "patch_norm_in", "patch_norm", "patch_pad", "norm_kind", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre",
+    "head_bias", "embed_out",
     "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
     "rope_periods", "rel_pos", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
 )
@@ -315,6 +316,7 @@ class ModelSpec(Provenanced):
     block_norm: str = "pre"           # 'pre': x + f(norm(x)); 'post': norm(x + f(x)) (nn.TransformerEncoderLayer)
     patch_norm_in: bool = False       # LayerNorm over each flattened patch before the projection (dual patchnorm)
     patch_norm: bool = False          # LayerNorm after the patch projection
+    norm_kind: str = "layer"          # the embed-dim norms: 'layer' (LayerNorm) | 'rms' (RMSNorm, weight only: AIMv2)
     patch_pad: int = 0                # zero padding of the patch projection conv (ViTPose: 2 px, so each patch
                                       # is shifted up-left by 2 px; the grid is unchanged while 2 * pad < patch)
     pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT)
@@ -421,6 +423,7 @@ class ModelSpec(Provenanced):
             "pre_logits_act": bool(self.pre_logits), "mlp_kind": bool(self.mlp_hidden),
             "eps_final": bool(self.eps_final), "pos_kind": self.pos_embed, "pos_prefix": self.pos_embed,
             "attn_scale": True, "embed_out": bool(self.embed_out), "patch_pad": bool(self.patch_pad),
+            "norm_kind": self.norm_kind != "layer",
         }
         return conditional.get(name, True)
 

@@ -161,6 +161,11 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
     if fam == "timm":  # timm's VisionTransformer gates its SwiGLU with act_layer (GELU unless given): not in a tensor
         hints["mlp_kind"] = ("swiglu", "assumed: a gated MLP (mlp.fc1_g / fc1_x) gated with SiLU (SwiGLU); timm's "
                                        "VisionTransformer gates it with its act_layer, which no tensor shows")
+    aim = _aimv2_source(name, where, raw) if fam == "timm" else None
+    if aim:  # timm's aimv2_*: RmsNorm (eps 1e-5) everywhere, SwiGLU gated with SiLU (act_layer='silu')
+        hints.update({"norm_kind": ("rms", f"{aim} (timm AIMv2: RmsNorm, no bias)"),
+                      "eps": (1e-5, f"{aim} (timm AIMv2: RmsNorm eps 1e-5)"),
+                      "mlp_kind": ("swiglu", f"{aim} (timm AIMv2: SwiGLU with act_layer='silu')")})
     if preset_family is not None and preset_family[0] != "none":
         hints.update(_rope_hints(preset_family[0], rope_src))
         hints.update(_rope_from_config(preset_family[0], name, margs, where, rope_src))
@@ -198,6 +203,19 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
 
         hints.update(model_args_hints(raw, out, hints, "vit" if fam == "timm" else "eva"))
     return Converted(family if family in NAMES and family not in ("eva",) else fam, out, hints, dropped)
+
+
+def _aimv2_source(name: str, where: str, raw: RawCheckpoint) -> str | None:
+    """Where the model is named AIMv2 (timm `aimv2_*`: its norms are RMSNorms, which no tensor tells from a
+    LayerNorm without bias): the timm architecture or training args, or else the file's own name (a guess)."""
+    if "aimv2" in name:
+        return f"named: {where.split(': ', 1)[-1]} architecture {name!r}"
+    from pathlib import Path
+
+    file_name = Path(str(raw.path)).name.lower()
+    if "aimv2" in file_name:
+        return f"guess: the file name {file_name!r} says AIMv2 (timm aimv2_*)"
+    return None
 
 
 def _plain_vit(keys: set[str]) -> bool:

@@ -1,0 +1,68 @@
+"""timm AIMv2 (`aimv2_*`, issue 31: refused before): RMSNorm without bias everywhere (blocks, patch embedding,
+final norm; `spec.norm_kind='rms'`), SwiGLU gated with SiLU, no biases, no CLS token, average pooling. Exact against
+timm, from a timm hub folder (named) and a state dict whose file name says AIMv2 (a flagged guess); a file that
+names nothing is still refused, saying RMSNorm and LayerNorm(bias=False) cannot be told apart."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from parity_refs import perturb, timm_reference
+from vitviz.core.spec import GuessWarning
+from vitviz.errors import VitvizError
+
+timm = pytest.importorskip("timm")
+
+ATOL = 1e-5
+ARGS = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4)
+
+
+def aimv2():
+    return perturb(timm.create_model("aimv2_large_patch14_224", pretrained=False, num_classes=5, **ARGS))
+
+
+def check(vm, model) -> None:
+    """Logits and every layer's attention at the native size (timm builds AIMv2 for a fixed input size)."""
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    out, maps = timm_reference(model, x)
+    r = vm.run(x)
+    assert r.attentions.shape == (2, 4, 16, 16)
+    for i, ref in enumerate(maps):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+    np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+
+
+def test_aimv2_hub_folder(tmp_path) -> None:
+    model = aimv2()
+    timm.models._hub.save_for_hf(model, str(tmp_path), model_args=ARGS, safe_serialization=True)
+    vm = vitviz.load(tmp_path, device="cpu")
+    s = vm.spec
+    assert s.norm_kind == "rms" and s.eps == 1e-5 and s.mlp_kind == "swiglu" and s.prefix_names == ()
+    assert not s.qkv_bias and not s.proj_bias and not s.mlp_bias and s.pooling == "avg" and s.num_heads == 4
+    assert s.kind_of("norm_kind") == "named" and not {"norm_kind", "eps", "mlp_kind"} & set(dict(s.guesses))
+    check(vm, model)
+    verdict = vitviz.verify(vm)   # timm builds aimv2_large_patch14_224 with the folder's model_args
+    assert verdict.verdict == "verified", verdict
+
+
+def test_aimv2_state_dict_named_by_its_file_is_a_flagged_guess(tmp_path) -> None:
+    model = aimv2()
+    path = tmp_path / "aimv2_large_patch14_224.pth"
+    torch.save(model.state_dict(), path)
+    with pytest.warns(GuessWarning, match="norm_kind"):
+        vm = vitviz.load(path, heads=4, device="cpu")
+    assert vm.spec.norm_kind == "rms" and "norm_kind" in dict(vm.spec.guesses)
+    check(vm, model)
+
+
+def test_rms_norm_file_naming_nothing_is_refused(tmp_path) -> None:
+    path = tmp_path / "model.pth"
+    torch.save(aimv2().state_dict(), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        with pytest.raises(VitvizError, match=r"RMSNorm, or LayerNorm\(bias=False\)"):
+            vitviz.load(path, heads=4, device="cpu")
