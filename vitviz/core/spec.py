@@ -183,7 +183,7 @@ COMPUTE_FIELDS = (
     "patch_norm_in", "patch_norm", "patch_pad", "norm_kind", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre",
     "head_bias", "embed_out",
     "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
-    "rope_periods", "rel_pos", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
+    "rope_periods", "rel_pos", "rel_pos_mlp", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
 )
 PSEUDO_FIELDS = ("patch_order", "token_order", "patch_embed", "model_args", "resize_recipe", "nest_key")
 # Fields that do not change the computation: what the model is called, its class names, its size.
@@ -337,6 +337,8 @@ class ModelSpec(Provenanced):
     rope_ref_grid: tuple[int, int] = (0, 0)  # positions rescaled so the grid spans this one (EVA `ref_feat_shape`)
     rope_periods: bool = False        # the RoPE periods are stored in the file (original DINOv3) and used as stored
     rel_pos: str = ""                 # relative position bias (BEiT): '' | 'layer' (a table per block) | 'shared'
+    rel_pos_mlp: int = 0              # hidden width of timm's log-coordinate relative position MLP (vit_relpos_*:
+                                      # the bias computed for any grid); 0: a stored table (BEiT)
     rel_pos_interp: str = "timm"      # resampling of the bias table at another grid: 'timm' (BEiT's geometric
                                       # progression, linear) | 'hf' (transformers: bilinear)
     pool_heads: int = 0               # heads of the MAP pooling head (pooling 'map'); 0: num_heads
@@ -419,7 +421,8 @@ class ModelSpec(Provenanced):
             return self.pooling == "map"
         off_grid = tuple(self.grid) != tuple(self.pos_grid)
         conditional = {
-            "pos_interp": self.pos_embed and off_grid, "rel_pos_interp": bool(self.rel_pos) and off_grid,
+            "pos_interp": self.pos_embed and off_grid, "rel_pos_interp": bool(self.rel_pos) and not self.rel_pos_mlp and off_grid,
+            "rel_pos_mlp": bool(self.rel_pos_mlp),
             "pre_logits_act": bool(self.pre_logits), "mlp_kind": bool(self.mlp_hidden),
             "eps_final": bool(self.eps_final), "pos_kind": self.pos_embed, "pos_prefix": self.pos_embed,
             "attn_scale": True, "embed_out": bool(self.embed_out), "patch_pad": bool(self.patch_pad),

@@ -135,8 +135,9 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
     name, margs, where = _architecture(raw)
     if any(_RELPOS.search(k) for k in keys):
         raise UnknownLayoutError(
-            f"{raw.path}: timm relative-position ViT (vit_relpos_* / vit_srelpos_*: a relative position bias MLP, "
-            f"no position table{'; ' + name if name else ''}): not supported yet; use --code FILE.py:FACTORY (a "
+            f"{raw.path}: timm relative-position ViT (vit_relpos_* / vit_srelpos_* with rel_pos_type='bias': a "
+            f"relative position bias table without class-token entries{'; ' + name if name else ''}; the default "
+            "log-coordinate MLP opens): not supported yet; use --code FILE.py:FACTORY (a "
             "function returning timm.create_model(...) with these weights) or vitviz.load(model) with the model "
             "object, which runs timm's own code")
     out = rename(sd, [(r"\.gamma_([12])$", r".ls\1.gamma")])
