@@ -56,6 +56,8 @@ def test_chmv2_reads_the_backbone_config(tmp_path) -> None:
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
     cls = model.backbone.norm(o.hidden_states[-1])[0, 0]   # the normed CLS token
     np.testing.assert_allclose(r.features, cls.detach().numpy(), atol=ATOL)
+    verdict = vitviz.verify(vm)   # transformers builds the task model; its backbone is compared
+    assert verdict.verdict == "verified", verdict
 
 
 def test_dinov3_head_dim_rule_is_flagged_when_nothing_states_the_heads(tmp_path) -> None:

@@ -48,3 +48,5 @@ def test_depth_anything_backbone(tmp_path, registers: int) -> None:
     for i, ref in enumerate(o.attentions):
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
     np.testing.assert_allclose(r.features, cls.numpy(), atol=ATOL)
+    verdict = vitviz.verify(vm)   # transformers builds the task model; its backbone is compared
+    assert verdict.verdict == "verified", verdict

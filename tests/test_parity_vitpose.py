@@ -49,6 +49,8 @@ def test_vitpose_is_exact(tmp_path) -> None:
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
     # the backbone's output: the final norm over the patch tokens (the heatmap head is not the ViT's); vitviz pools
     np.testing.assert_allclose(r.features, o.feature_maps[-1][0].mean(0).numpy(), atol=ATOL)
+    verdict = vitviz.verify(vm)   # transformers builds the task model; its backbone is compared
+    assert verdict.verdict == "verified", verdict
 
 
 def test_vitpose_plus_is_refused_by_name(tmp_path) -> None:
