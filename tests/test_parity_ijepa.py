@@ -91,3 +91,38 @@ def test_ijepa_verifies(tmp_path) -> None:
     vm = load(tmp_path)
     check_ = vitviz.verify(vm)
     assert check_.verdict == "verified", check_
+
+
+def test_original_ijepa_checkpoint_takes_the_encoder_and_says_the_target_encoder(tmp_path) -> None:
+    """facebookresearch/ijepa's `.pth.tar`: encoder, predictor and target_encoder (its EMA) under `module.`: a
+    timm-layout ViT without a CLS token. The encoder is taken (as transformers' converter does) and the choice is
+    said, naming nest_key='target_encoder', which opens the other exactly."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    from parity_refs import timm_reference
+
+    def vit(seed: int):
+        return perturb(VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3,
+                                         class_token=False, global_pool="avg", num_classes=0), seed=seed)
+
+    enc, target = vit(1), vit(2)
+    prefixed = lambda m: {f"module.{k}": v for k, v in m.state_dict().items()}   # noqa: E731
+    path = tmp_path / "IN1K-vit.h.14-300e.pth.tar"
+    torch.save({"encoder": prefixed(enc), "target_encoder": prefixed(target), "epoch": 300, "opt": {},
+                "predictor": {"module.predictor_embed.weight": torch.zeros(16, 48)}}, path)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    with pytest.warns(GuessWarning, match="target_encoder"):
+        vm = vitviz.load(path, heads=3, device="cpu")
+    assert vm.spec.prefix_names == () and "nest_key" in dict(vm.spec.guesses)
+    for model, loaded in ((enc, vm), (target, load_quiet(path, nest_key="target_encoder"))):
+        out, maps = timm_reference(model, x)
+        r = loaded.run(x)
+        for i, ref in enumerate(maps):
+            np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+        np.testing.assert_allclose(r.features, out[0].numpy(), atol=ATOL)
+
+
+def load_quiet(path, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        return vitviz.load(path, heads=3, device="cpu", **kw)
