@@ -172,7 +172,7 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
         hints.update(_rope_from_config(preset_family[0], name, margs, where, rope_src))
     if fam == "dinov3":
         hints["eps"] = (1e-5, f"family: DINOv3 (timm and transformers use LayerNorm eps 1e-5)")
-        hints.setdefault("dim_head", (64, "family: DINOv3 (head dim 64 at every size)"))
+        hints.setdefault("dim_head", _dinov3_head_dim(out, "family: DINOv3"))
         if not (raw.config or {}).get("pretrained_cfg") and not margs.get("img_size"):
             hints["pos_image_size"] = ((256, 256), "family: DINOv3 (timm's default input 256 px)")
     elif fam == "pe":
@@ -352,13 +352,21 @@ def _convert_dinov3(sd: dict[str, torch.Tensor], raw: RawCheckpoint, overrides: 
     else:
         hints["rope_periods"] = (False, src)
     hints.update({"eps": (1e-5, "family: DINOv3 (LayerNorm eps 1e-5)"), "mlp_kind": _mlp_kind(out),
-                  "dim_head": (64, "family: DINOv3 (head dim 64 at every size)"),
+                  "dim_head": _dinov3_head_dim(out, "family: DINOv3"),
                   "pos_image_size": ((224, 224), "family: DINOv3 (evaluated at 224 px; any size works)"),
                   "pooling": ("token", "family: DINOv3 (the normed CLS token)")})
     return Converted("dinov3", out, hints, dropped)
 
 
 # ------------------------------------------------------------------------------------------ transformers DINOv3
+def _dinov3_head_dim(out: dict[str, torch.Tensor], source: str) -> Hint:
+    """DINOv3's released head dims: 64 at S/B/L/H+ (384/6 ... 1280/20), 128 for the 7B (4096 wide, 32 heads)."""
+    w = out.get("patch_embed.proj.weight")
+    wide = w is not None and int(w.shape[0]) == 4096
+    return (128 if wide else 64, f"{source} (head dim {128 if wide else 64}: "
+                                 f"{'the 7B, 4096 wide, has 32 heads' if wide else 'the released S/B/L/H+ sizes'})")
+
+
 def _hf_dinov3_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The DINOv3 backbone's own config and where it is: config.json itself for a `dinov3_vit` model, or its
     `backbone_config` for a model built on one (CHMv2, a `load_backbone` task model), whose top level states
@@ -408,8 +416,8 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     if cfg.get("num_attention_heads"):
         hints["num_heads"] = (int(cfg["num_attention_heads"]), src + " num_attention_heads")
     else:  # a rule of the released sizes (S/B/L/H+; the 7B's head dim is 128), never a fact of this file
-        hints["dim_head"] = (64, "guess: head dim 64, as DINOv3's released S/B/L/H+ sizes have; no config states "
-                                 "num_attention_heads (pass heads=N)")
+        hints["dim_head"] = _dinov3_head_dim(out, "guess: no config states num_attention_heads (pass heads=N); "
+                                                  "DINOv3")
     act = cfg.get("hidden_act", "gelu")
     hints["mlp_kind"] = ("swiglu", src) if cfg.get("use_gated_mlp") or any(".gate_proj." in k for k in sd) else \
         (HF_ACT.get(act, act), src)
