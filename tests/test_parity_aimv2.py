@@ -66,3 +66,35 @@ def test_rms_norm_file_naming_nothing_is_refused(tmp_path) -> None:
         warnings.simplefilter("ignore", GuessWarning)
         with pytest.raises(VitvizError, match=r"RMSNorm, or LayerNorm\(bias=False\)"):
             vitviz.load(path, heads=4, device="cpu")
+
+
+# ------------------------------------------------------------------------------------ transformers AIMv2
+@pytest.mark.parametrize("use_head", [False, True])
+def test_hf_aimv2_vision_model(tmp_path, use_head: bool) -> None:
+    """transformers `Aimv2VisionModel`: RMSNorm, SwiGLU, separate q/k/v; with `use_head` its attention-pooling
+    head is the MAP head (identity query projection, no MLP) and the features are its `pooler_output`."""
+    transformers = pytest.importorskip("transformers")
+
+    model = perturb(transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(
+        image_size=32, patch_size=8, hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        rms_norm_eps=1e-6, use_head=use_head, attn_implementation="eager")))
+    model.save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)   # the preprocessing: no preprocessor_config.json here
+        vm = vitviz.load(tmp_path, device="cpu")
+    s = vm.spec
+    assert s.family == "hf-aimv2" and s.norm_kind == "rms" and s.eps == 1e-6 and s.mlp_kind == "swiglu"
+    assert s.prefix_names == () and s.num_heads == 4 and s.pooling == ("map" if use_head else "avg")
+    assert not {"norm_kind", "eps", "mlp_kind", "num_heads", "pooling"} & set(dict(s.guesses))
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        o = model(pixel_values=x, output_attentions=True)
+    r = vm.run(x)
+    for i, ref in enumerate(o.attentions):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+    expected = o.pooler_output[0] if use_head else o.last_hidden_state[0].mean(0)
+    np.testing.assert_allclose(r.features, expected.numpy(), atol=ATOL)
+    if use_head:   # the head's own attention: its learned query over the patches
+        assert r.pool_attention is not None and r.pool_attention.shape == (4, 16)
+    verdict = vitviz.verify(vm)
+    assert verdict.verdict == "verified", verdict

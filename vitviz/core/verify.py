@@ -1023,7 +1023,7 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
     pooler = getattr(tower, "pooler", None)
     if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
         return vec(pooled)
-    if type(tower).__name__ == "IJepaModel":   # no CLS token: the mean of its tokens, as its classifier pools
+    if type(tower).__name__ in ("IJepaModel", "Aimv2VisionModel"):   # no CLS token (nor head): the tokens' mean
         return vec(out.last_hidden_state.mean(dim=1))
     return vec(out.last_hidden_state[:, 0])
 
