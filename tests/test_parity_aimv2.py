@@ -4,6 +4,7 @@ timm, from a timm hub folder (named) and a state dict whose file name says AIMv2
 names nothing is still refused, saying RMSNorm and LayerNorm(bias=False) cannot be told apart."""
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -98,3 +99,27 @@ def test_hf_aimv2_vision_model(tmp_path, use_head: bool) -> None:
         assert r.pool_attention is not None and r.pool_attention.shape == (4, 16)
     verdict = vitviz.verify(vm)
     assert verdict.verdict == "verified", verdict
+
+
+def test_aimv2_heads_follow_its_head_dim_not_the_size_word(tmp_path) -> None:
+    """AIMv2-L is 1024 wide with 8 heads (head dim 128 at every size): a hub folder whose model_args state no
+    heads must not take 'large' -> 16 from the name."""
+    args = dict(img_size=32, patch_size=8, embed_dim=256, depth=2)
+    model = perturb(timm.create_model("aimv2_large_patch14_224", pretrained=False, num_classes=5, num_heads=2, **args))
+    timm.models._hub.save_for_hf(model, str(tmp_path), model_args=args, safe_serialization=True)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["model_args"].pop("num_heads", None)   # as timm's own hub configs: no head count written
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    vm = vitviz.load(tmp_path, device="cpu")
+    assert vm.spec.num_heads == 2 and "head dim 128" in vm.spec.source_of("num_heads")
+    check_at(vm, model, 2)
+
+
+def check_at(vm, model, heads: int) -> None:
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    out, maps = timm_reference(model, x)
+    r = vm.run(x)
+    assert r.attentions.shape == (2, heads, 16, 16)
+    for i, ref in enumerate(maps):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+    np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)

@@ -167,6 +167,11 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
         hints.update({"norm_kind": ("rms", f"{aim} (timm AIMv2: RmsNorm, no bias)"),
                       "eps": (1e-5, f"{aim} (timm AIMv2: RmsNorm eps 1e-5)"),
                       "mlp_kind": ("swiglu", f"{aim} (timm AIMv2: SwiGLU with act_layer='silu')")})
+        width = int(out["patch_embed.proj.weight"].shape[0]) if "patch_embed.proj.weight" in out else 0
+        if not margs.get("num_heads") and width % 128 == 0:
+            # head dim 128 at every size (L 1024/8, H 1536/12, 1B 2048/16, 3B 3072/24): the model name's size word
+            # would say 16 heads for 'large' and 'huge'
+            hints["num_heads"] = (width // 128, f"{aim} (timm AIMv2: head dim 128, {width} / 128)")
     if preset_family is not None and preset_family[0] != "none":
         hints.update(_rope_hints(preset_family[0], rope_src))
         hints.update(_rope_from_config(preset_family[0], name, margs, where, rope_src))

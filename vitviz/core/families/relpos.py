@@ -95,4 +95,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         hints["pooling"] = ("avg", f"{named or _CLASS} (fc_norm over the average of the patches: *_clsgap_*)")
     if not name:
         hints["eps_final"] = (1e-6, f"{_CLASS} (the final norms use the blocks' eps)")
+    elif "_plus" in name and not margs.get("num_heads"):   # base_plus: 896 wide, 14 heads (the size word says 12)
+        width = int(sd["patch_embed.proj.weight"].shape[0])
+        if width % 64 == 0:
+            hints["num_heads"] = (width // 64, f"{named} (timm's *_plus_* models: head dim 64, {width} / 64)")
     return Converted("timm_relpos", dict(sd), hints, [])
