@@ -73,3 +73,20 @@ def test_relpos_hub_folder_at_two_sizes(tmp_path, arch: str) -> None:
     assert verdict.verdict == "verified", verdict
     model.set_input_size(img_size=(40, 48))   # timm recomputes the MLP's coordinates for the new grid
     check(vm, model, (40, 48))
+
+
+def test_relpos_plus_heads_follow_head_dim_64(tmp_path) -> None:
+    """vit_relpos_base_patch16_plus_240 is 896 wide with 14 heads: a hub config that states no heads must not take
+    'base' -> 12 from the name."""
+    import json
+
+    args = dict(img_size=32, patch_size=8, embed_dim=128, depth=2)
+    model = perturb(timm.create_model("vit_relpos_base_patch16_plus_240", pretrained=False, num_classes=5,
+                                      num_heads=2, **args))
+    timm.models._hub.save_for_hf(model, str(tmp_path), model_args=args, safe_serialization=True)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["model_args"].pop("num_heads", None)   # as timm's own hub configs: no head count written
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    vm = vitviz.load(tmp_path, device="cpu")
+    assert vm.spec.num_heads == 2 and "head dim 64" in vm.spec.source_of("num_heads")
+    check(vm, model)
