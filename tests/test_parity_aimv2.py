@@ -123,3 +123,40 @@ def check_at(vm, model, heads: int) -> None:
     for i, ref in enumerate(maps):
         np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
     np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+
+
+def to_apple(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """timm's aimv2 state dict -> apple/ml-aim's layout (timm's `_convert_aimv2`, inverted)."""
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("head."):
+            continue
+        k = k.replace("patch_embed.", "preprocessor.patchifier.").replace("norm1", "norm_1").replace("norm2", "norm_2")
+        k = "preprocessor.pos_embed" if k == "pos_embed" else k
+        k = k.replace("mlp.fc2.", "mlp.fc2_tmp.").replace("mlp.fc1_g", "mlp.fc1").replace("mlp.fc1_x", "mlp.fc3")
+        k = k.replace("mlp.fc2_tmp.", "mlp.fc2.")
+        k = "trunk.post_trunk_norm." + k[len("norm."):] if k.startswith("norm.") else k
+        k = "trunk." + k if k.startswith("blocks.") else k
+        out[k] = v
+    return out
+
+
+def test_apple_aimv2_layout(tmp_path) -> None:
+    """apple/ml-aim's own files: RMSNorm and SwiGLU derived from its layout; heads from AIMv2's head dim 128
+    (flagged: nothing names the model)."""
+    args = dict(img_size=32, patch_size=8, embed_dim=256, depth=2, num_heads=2)
+    model = perturb(timm.create_model("aimv2_large_patch14_224", pretrained=False, num_classes=0, **args))
+    path = tmp_path / "aimv2-large-patch14-224.pth"
+    torch.save(to_apple(model.state_dict()), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        vm = vitviz.load(path, device="cpu")
+    s = vm.spec
+    assert s.family == "hf-aimv2" and s.norm_kind == "rms" and s.kind_of("norm_kind") == "derived"
+    assert s.num_heads == 2 and s.mlp_kind == "swiglu" and s.prefix_names == ()
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    out, maps = timm_reference(model, x)
+    r = vm.run(x)
+    for i, ref in enumerate(maps):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
+    np.testing.assert_allclose(r.features, out[0].numpy(), atol=ATOL)

@@ -43,7 +43,15 @@ def _vision_keys(keys: set[str]) -> set[str]:
     return {k[len("vision_model."):] if k.startswith("vision_model.") else k for k in keys}
 
 
+# apple/ml-aim's own layout (the AIMv2 release's PyTorch files), as timm's `_convert_aimv2` reads it
+_APPLE = [(r"^preprocessor\.patchifier\.", "patch_embed."), (r"^preprocessor\.pos_embed$", "pos_embed"),
+          (r"^trunk\.post_trunk_norm\.", "norm."), (r"^trunk\.", ""), (r"\.norm_1\.", ".norm1."),
+          (r"\.norm_2\.", ".norm2."), (r"\.mlp\.fc3\.", ".mlp.fc2_x."), (r"\.mlp\.fc2\.", ".mlp.fc2_out.")]
+
+
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
+    if "preprocessor.patchifier.proj.weight" in keys:
+        return "hf-aimv2"
     inner = _vision_keys(keys)
     if "embeddings.rms_norm.weight" in inner and any(re.match(r"^encoder\.layers\.\d+\.rms_norm1\.", k) for k in inner):
         return "hf-aimv2"
@@ -60,6 +68,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
             overrides: dict[str, Any] | None = None) -> Converted:
     import torch
 
+    if "preprocessor.patchifier.proj.weight" in sd:
+        return _convert_apple(sd, raw)
     cfg, src = _vision_config(raw.config or {})
     named = src if cfg else "family: transformers Aimv2VisionConfig defaults"
     if cfg.get("is_native"):
@@ -128,3 +138,35 @@ def _map_head(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) -> None
     out["attn_pool.mlp.fc1.weight"] = torch.zeros(1, d, dtype=latent.dtype)
     out["attn_pool.mlp.fc1.bias"] = torch.zeros(1, dtype=latent.dtype)
     out["attn_pool.mlp.fc2.weight"], out["attn_pool.mlp.fc2.bias"] = torch.zeros(d, 1, dtype=latent.dtype), zeros.clone()
+
+
+def _convert_apple(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
+    """apple/ml-aim AIMv2 files (`preprocessor.patchifier`, `trunk.blocks.N.norm_1`, `mlp.fc1` / `fc3` / `fc2`,
+    `trunk.post_trunk_norm`): the key layout is AIMv2's alone, so RMSNorm and SwiGLU are derived from it; a
+    head (`head.*`) is set aside, the features are the patches' average of the final norm."""
+    import torch
+
+    dropped = sorted(k for k in sd if k.startswith("head."))
+    out = rename({k: v for k, v in sd.items() if k not in dropped}, _APPLE)
+    for i in sorted({int(m.group(1)) for k in out if (m := re.match(r"^blocks\.(\d+)\.mlp\.fc2_x\.", k))}):
+        b = f"blocks.{i}.mlp."
+        for kind in ("weight", "bias"):
+            g, x = out.pop(f"{b}fc1.{kind}", None), out.pop(f"{b}fc2_x.{kind}", None)
+            if g is not None and x is not None:
+                out[f"{b}fc1.{kind}"] = torch.cat([g, x])   # silu(fc1 x) * fc3 x, packed [gate; value]
+            down = out.pop(f"{b}fc2_out.{kind}", None)
+            if down is not None:
+                out[f"{b}fc2.{kind}"] = down
+    layout = "derived: apple/ml-aim AIMv2 key layout (preprocessor.patchifier, trunk.blocks.N.norm_1)"
+    width = int(out["patch_embed.proj.weight"].shape[0])
+    hints: dict[str, Hint] = {
+        "norm_kind": ("rms", f"{layout}: RMSNorm, weight only"),
+        "mlp_kind": ("swiglu", f"{layout}: silu(fc1) * fc3"),
+        "eps": (1e-5, "family: AIMv2 (RMSNorm eps 1e-5, as timm's port)"),
+        "pos_prefix": (0, f"{layout}: no class token"),
+        "pooling": ("avg", "family: AIMv2 backbone (the patches' average of the final norm)"),
+    }
+    if width % 128 == 0:
+        hints["dim_head"] = (128, "family: AIMv2 (head dim 128 at every size: L 1024/8, H 1536/12, 1B 2048/16, "
+                                  "3B 3072/24)")
+    return Converted("hf-aimv2", out, hints, dropped)
