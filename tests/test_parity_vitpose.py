@@ -61,3 +61,17 @@ def test_vitpose_plus_is_refused_by_name(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(VitvizError, match=r"ViTPose\+ .*num_experts=6.*not supported yet"):
         vitviz.load(tmp_path, device="cpu")
+
+
+def test_vitpose_weights_without_config_are_refused_saying_what_to_keep(tmp_path) -> None:
+    """Without config.json, transformers ViT keys with no CLS token are I-JEPA's or ViTPose's; a non-square table
+    is not I-JEPA's: the refusal says which models it could be and to keep the config beside the file."""
+    from safetensors.torch import save_file
+
+    model = vitpose()
+    sd = {k[len("backbone."):]: v.contiguous() for k, v in model.state_dict().items() if k.startswith("backbone.")}
+    path = tmp_path / "weights.safetensors"
+    save_file(sd, str(path))
+    with pytest.raises(VitvizError, match=r"ViTPose.*config\.json") as e:
+        vitviz.load(path, heads=4, device="cpu")
+    assert "please report" not in str(e.value)

@@ -52,8 +52,20 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
 
 def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None = None,
             overrides: dict[str, Any] | None = None) -> Converted:
+    import math
+
+    from vitviz.errors import UnknownLayoutError
+
     base = hf.convert({_strip(k): v for k, v in sd.items()}, raw, family, overrides)
     named = (raw.config or {}).get("model_type") == "ijepa"
+    pos = base.tensors.get("pos_embed")
+    rows = int(pos.shape[1]) if pos is not None and pos.ndim == 3 else 0
+    if not named and rows and math.isqrt(rows) ** 2 != rows:
+        raise UnknownLayoutError(
+            f"{raw.path}: transformers ViT keys without a CLS token and a {rows}-row position table, and no "
+            "config.json naming the model: I-JEPA's table covers a square grid of patches, ViTPose's has a CLS row "
+            f"added to every patch ({rows - 1} patches, a non-square grid such as 16 x 12). Keep the model's "
+            "config.json beside the file (its model_type, 'ijepa' or 'vitpose', says which)")
     src = FAM if named else "layout: transformers ViT keys without a CLS token (I-JEPA's)"
     hints: dict[str, Hint] = dict(base.hints)
     hints["pos_prefix"] = (0, f"{src} (no CLS token; the position table covers the patches only)")
