@@ -77,7 +77,8 @@ def test_ijepa_weights_without_config_are_read_by_layout(tmp_path) -> None:
     (tmp_path / "config.json").unlink()
     vm = vitviz.load(tmp_path / "model.safetensors", heads=3, device="cpu")
     assert vm.spec.family == "hf-ijepa" and vm.spec.prefix_names == () and vm.spec.pos_prefix == 0
-    assert "without a CLS token" in vm.spec.source_of("pos_prefix") or vm.spec.source_of("pos_prefix").startswith("shape")
+    source = vm.spec.source_of("pos_prefix")
+    assert "without a CLS token" in source or source.startswith("shape")
     with torch.no_grad():
         o = model(pixel_values=torch.zeros(1, 3, 32, 32), output_attentions=True)
     r = vm.run(torch.zeros(1, 3, 32, 32))

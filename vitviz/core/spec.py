@@ -183,7 +183,8 @@ COMPUTE_FIELDS = (
     "patch_norm_in", "patch_norm", "patch_pad", "norm_kind", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre",
     "head_bias", "embed_out",
     "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
-    "rope_periods", "rel_pos", "rel_pos_mlp", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
+    "rope_periods", "rel_pos", "rel_pos_mlp", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix",
+    "preprocess",
 )
 PSEUDO_FIELDS = ("patch_order", "token_order", "patch_embed", "model_args", "resize_recipe", "nest_key")
 # Fields that do not change the computation: what the model is called, its class names, its size.
@@ -421,7 +422,8 @@ class ModelSpec(Provenanced):
             return self.pooling == "map"
         off_grid = tuple(self.grid) != tuple(self.pos_grid)
         conditional = {
-            "pos_interp": self.pos_embed and off_grid, "rel_pos_interp": bool(self.rel_pos) and not self.rel_pos_mlp and off_grid,
+            "pos_interp": self.pos_embed and off_grid,
+            "rel_pos_interp": bool(self.rel_pos) and not self.rel_pos_mlp and off_grid,
             "rel_pos_mlp": bool(self.rel_pos_mlp),
             "pre_logits_act": bool(self.pre_logits), "mlp_kind": bool(self.mlp_hidden),
             "eps_final": bool(self.eps_final), "pos_kind": self.pos_embed, "pos_prefix": self.pos_embed,

@@ -80,7 +80,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         raise UnknownLayoutError(f"{raw.path}: AIMv2 with hidden_act {act!r}; expected SiLU (SwiGLU)")
     dropped = [k for k in sd if not k.startswith("vision_model.")] if any(k.startswith("vision_model.") for k in sd) \
         else []
-    sd = {k[len("vision_model."):] if k.startswith("vision_model.") else k: v for k, v in sd.items() if k not in dropped}
+    sd = {k[len("vision_model."):] if k.startswith("vision_model.") else k: v
+          for k, v in sd.items() if k not in dropped}
     out = rename({k: v for k, v in sd.items() if not re.search(r"\.attention\.[qkv]_proj\.|\.ffn\.(gate|up)_proj\.|"
                                                                r"^head\.|position_embedding", k)}, _RULES)
     fuse_qkv(sd, out, "encoder.layers.{i}.attention.{n}_proj")
@@ -137,7 +138,8 @@ def _map_head(sd: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) -> None
     out["attn_pool.norm.weight"], out["attn_pool.norm.bias"] = torch.ones(d, dtype=latent.dtype), zeros.clone()
     out["attn_pool.mlp.fc1.weight"] = torch.zeros(1, d, dtype=latent.dtype)
     out["attn_pool.mlp.fc1.bias"] = torch.zeros(1, dtype=latent.dtype)
-    out["attn_pool.mlp.fc2.weight"], out["attn_pool.mlp.fc2.bias"] = torch.zeros(d, 1, dtype=latent.dtype), zeros.clone()
+    out["attn_pool.mlp.fc2.weight"] = torch.zeros(d, 1, dtype=latent.dtype)
+    out["attn_pool.mlp.fc2.bias"] = zeros.clone()
 
 
 def _convert_apple(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
