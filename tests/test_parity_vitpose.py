@@ -75,3 +75,18 @@ def test_vitpose_weights_without_config_are_refused_saying_what_to_keep(tmp_path
     with pytest.raises(VitvizError, match=r"ViTPose.*config\.json") as e:
         vitviz.load(path, heads=4, device="cpu")
     assert "please report" not in str(e.value)
+
+
+def test_vitpose_model_object_opens_exactly() -> None:
+    """vitviz.load(model) with the transformers object: its config travels with it, the same exact reading."""
+    model = vitpose()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        vm = vitviz.load(model, device="cpu")
+    assert vm.spec.family == "hf-vitpose" and vm.spec.patch_pad == 2
+    x = torch.randn(1, 3, 32, 24, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        o = model.backbone(x, output_attentions=True)
+    r = vm.run(x)
+    for i, ref in enumerate(o.attentions):
+        np.testing.assert_allclose(r.attentions[i], ref[0].numpy(), atol=ATOL, err_msg=f"layer {i}")
