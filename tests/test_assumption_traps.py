@@ -358,14 +358,15 @@ def test_eva02_layout_without_a_name_guesses_rope_loudly(tmp_path: Path) -> None
     assert spec.rope and "rope" in dict(spec.assumptions)
 
 
-@pytest.mark.parametrize("arch", ["vit_relpos_base_patch16_224", "vit_srelpos_small_patch16_224",
-                                  "vit_relpos_base_patch16_cls_224"])
-def test_timm_relative_position_vits_are_refused_by_name(tmp_path: Path, arch: str) -> None:
-    model = timm_vit(name=arch)
+@pytest.mark.parametrize("kind", ["bias", "mlp_swin"])
+def test_timm_relative_position_vits_vitviz_cannot_compute_are_refused_by_name(tmp_path: Path, kind: str) -> None:
+    """The default log-coordinate MLP opens (tests/test_parity_relpos.py); the table and sigmoid-MLP variants are
+    refused by name, naming the route."""
+    model = timm_vit(name="vit_relpos_base_patch16_224", rel_pos_type=kind)
     with pytest.raises(UnknownLayoutError) as err:
         load(save_state_dict(model, tmp_path / "relpos.pth"), heads=HEADS)
     msg = str(err.value)
-    assert "timm relative-position ViT (vit_relpos_*" in msg and "not supported yet; use --code" in msg
+    assert "timm relative-position ViT" in msg and "not supported yet" in msg and "--code FILE.py:FACTORY" in msg
     assert "RoPE" not in msg
 
 

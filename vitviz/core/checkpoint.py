@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 
 # Nested state dicts, most preferred first (timm prefers EMA; DINO's teacher is the one people visualise; the
 # rest are the names training scripts people write use).
-NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "module",
-             "model_state_dict", "model_state", "net", "network", "state", "weights")
+NEST_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model", "teacher", "student", "encoder", "target_encoder",
+             "module", "model_state_dict", "model_state", "net", "network", "state", "weights")   # I-JEPA: encoder,
+# target_encoder (its EMA), predictor: the encoder is taken (as transformers' converter does), the other is said
 # Entries of a training checkpoint that are training state, not a description of the model.
 TRAINING_STATE_KEYS = ("optimizer", "optimizer_state_dict", "optimizer_state", "optim", "opt", "scheduler",
                        "lr_scheduler", "scheduler_state_dict", "scaler", "amp", "loss_scaler", "rng_state",

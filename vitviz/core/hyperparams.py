@@ -99,7 +99,8 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     if "rope" not in prov.items:  # RoPE has no weights: its absence is read off a stored table and no config naming it
         prov.set("rope", "", "shape: a stored position table, no RoPE frequencies, nothing naming RoPE"
                  if "pos_embed" in sd or "rel_pos_bias.relative_position_bias_table" in sd
-                 or "blocks.0.attn.relative_position_bias_table" in sd else
+                 or "blocks.0.attn.relative_position_bias_table" in sd or "shared_rel_pos.mlp.fc1.weight" in sd
+                 or "blocks.0.attn.rel_pos.mlp.fc1.weight" in sd else
                  (f"default: no RoPE frequencies and nothing naming RoPE; positions from the computed {pos_kind} table"
                   if pos_kind in POS_KINDS_COMPUTED else
                   "default: no position table and nothing naming RoPE: a model without positions"))
@@ -111,6 +112,10 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     fields["pos_interp"] = _pick("pos_interp", overrides, hints, "timm", prov, "default: timm recipe")
     fields["block_norm"] = _pick("block_norm", overrides, hints, "pre", prov, "default: pre-norm blocks")
     fields["attn_scale"] = float(_pick("attn_scale", overrides, hints, 0.0, prov, "default: head_dim ** -0.5"))
+    if "norm_kind" in hints:  # only a family whose norms are not LayerNorms says so (AIMv2's RMSNorm)
+        fields["norm_kind"] = str(prov.set("norm_kind", hints["norm_kind"][0], hints["norm_kind"][1]))
+    if "patch_pad" in hints:  # only a family whose patch conv is padded says so (ViTPose)
+        fields["patch_pad"] = int(prov.set("patch_pad", int(hints["patch_pad"][0]), hints["patch_pad"][1]))
     if fields["pre_logits"]:
         fields["pre_logits_act"] = _pick("pre_logits_act", {"pre_logits_act": overrides.get("head_act")}, hints,
                                          "tanh", prov, "default: Tanh (timm / JAX representation layer)")
@@ -332,7 +337,12 @@ def _heads_extra(sd: dict[str, torch.Tensor], hints: dict[str, Any], fields: dic
         out["rel_pos"] = prov.set("rel_pos", "shared", "shape: rel_pos_bias.relative_position_bias_table")
     elif "blocks.0.attn.relative_position_bias_table" in sd:
         out["rel_pos"] = prov.set("rel_pos", "layer", "shape: blocks.N.attn.relative_position_bias_table")
-    if out.get("rel_pos"):
+    for key, where in (("shared_rel_pos.mlp.fc1.weight", "shared"), ("blocks.0.attn.rel_pos.mlp.fc1.weight", "layer")):
+        if key in sd:  # timm's log-coordinate MLP (vit_relpos_*): computed for any grid, nothing to resample
+            out["rel_pos"] = prov.set("rel_pos", where, f"shape: {key.replace('0', 'N', 1)}")
+            out["rel_pos_mlp"] = prov.set("rel_pos_mlp", int(sd[key].shape[0]), f"shape: {key}")
+            break
+    if out.get("rel_pos") and not out.get("rel_pos_mlp"):
         recipe = hints.get("rel_pos_interp", ("timm", "default: timm / unilm BEiT table resampling"))
         if recipe[0] not in REL_POS_RECIPES:
             raise VitvizError(f"relative-position recipe {recipe[0]!r}; expected one of {REL_POS_RECIPES}")

@@ -3,8 +3,9 @@
 Key names follow timm (`patch_embed.proj`, `cls_token`, `blocks.N.attn.qkv`, ...). Attention is always explicit,
 `softmax((q * scale) @ k^T + bias)` in float32, and passes through `attn_probe`, an identity module right after the
 softmax that `vitviz.core.capture` hooks. Every switch that changes the numerics is a field of `ModelSpec`:
-2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias (`rel_pos*`), a MAP pooling head
-(`pooling='map'`, whose softmax passes through its own `pool_probe`), CLIP's `norm_pre` and projection head.
+2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias and timm's relative position MLP
+(`rel_pos*`), a MAP pooling head (`pooling='map'`, whose softmax passes through its own `pool_probe`), CLIP's
+`norm_pre` and projection head, RMSNorm (`norm_kind`), a padded patch projection (`patch_pad`).
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from torch import nn
 from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS
 from vitviz.core.packed import Linear
 from vitviz.core.posembed import (
-    rel_pos_index, resample_grid, resize_rel_pos_table, rope_angles, rope_coords, rope_sincos, rotate, sincos_1d, sincos_2d,
+    rel_log_coords, rel_pos_index, resample_grid, resize_rel_pos_table, rope_angles, rope_coords, rope_sincos, rotate,
+    sincos_1d, sincos_2d,
 )
 from vitviz.core.spec import ModelSpec
 
@@ -47,6 +49,17 @@ def make_act(kind: str) -> nn.Module:
     raise ValueError(f"unknown activation {kind!r}; expected one of {', '.join(ACTIVATIONS)}")
 
 
+def make_norm(spec: ModelSpec, dim: int, eps: float) -> nn.Module:
+    """A norm over the embed dim, of `spec.norm_kind`: LayerNorm, or RMSNorm (weight only, no mean removed: timm
+    `RmsNorm`, AIMv2). The blocks' norm1 / norm2, the patch embedding's, norm_pre and the final norms; the sub-norms
+    (q/k-norm, EVA-02's sub-LNs, the MAP head's) stay LayerNorms."""
+    if spec.norm_kind == "rms":
+        return nn.RMSNorm(dim, eps=eps)
+    if spec.norm_kind != "layer":
+        raise ValueError(f"norm_kind {spec.norm_kind!r}; expected 'layer' or 'rms'")
+    return nn.LayerNorm(dim, eps=eps)
+
+
 class AttentionProbe(nn.Identity):
     """Identity placed right after the softmax: the hook point for attention capture.
 
@@ -73,6 +86,34 @@ class LayerScale(nn.Module):
         return x * self.gamma
 
 
+class RelPosMlp(nn.Module):
+    """timm's log-coordinate relative position MLP (`RelPosMlp`, 'cr' mode: `vit_relpos_*`, `vit_srelpos_*`): the
+    bias of every patch pair is mlp(log-spaced offset) per head, computed for the grid of each run (as timm's
+    `set_window_size` does); prefix tokens get a zero bias. Keys `mlp.fc1`, `mlp.fc2` (2 -> hidden -> heads, ReLU)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.num_heads, self.num_prefix = spec.num_heads, spec.num_prefix
+        self.mlp = nn.Module()
+        self.mlp.fc1, self.mlp.fc2 = nn.Linear(2, spec.rel_pos_mlp), nn.Linear(spec.rel_pos_mlp, spec.num_heads)
+        self._cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def bias(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The additive bias for `grid`: (1, H, T, T) float32, zeros on the prefix tokens' rows and columns."""
+        w = self.mlp.fc1.weight
+        key = (int(grid[0]), int(grid[1]), w.device, w.dtype)
+        if key not in self._cache:
+            self._cache[key] = (rel_log_coords(grid).to(w.device, w.dtype),
+                                rel_pos_index(grid)[1:, 1:].reshape(-1).to(w.device))  # no CLS entries
+        coords, index = self._cache[key]
+        table = self.mlp.fc2(F.relu(self.mlp.fc1(coords)))  # (2gh-1, 2gw-1, H)
+        n = int(grid[0]) * int(grid[1])
+        bias = table.view(-1, self.num_heads)[index].view(n, n, self.num_heads).permute(2, 0, 1)  # (H, N, N)
+        if self.num_prefix:
+            bias = F.pad(bias, [self.num_prefix, 0, self.num_prefix, 0])  # (H, T, T)
+        return bias.unsqueeze(0).float()
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with explicit, capturable probabilities.
 
@@ -95,7 +136,9 @@ class Attention(nn.Module):
         self.qkv = Linear(d, 3 * a, bias=spec.qkv_bias)
         norm = (lambda: nn.LayerNorm(self.head_dim, eps=spec.eps)) if spec.qk_norm else nn.Identity
         self.q_norm, self.k_norm = norm(), norm()
-        if spec.rel_pos == "layer":  # ((2gh-1)(2gw-1) + 3, H), gathered by ReferenceViT for the grid of a run
+        if spec.rel_pos == "layer" and spec.rel_pos_mlp:  # timm's log-coordinate MLP per block
+            self.rel_pos = RelPosMlp(spec)
+        elif spec.rel_pos == "layer":  # ((2gh-1)(2gw-1) + 3, H), gathered by ReferenceViT for the grid of a run
             gh, gw = spec.pos_grid
             self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3,
                                                                          self.num_heads))
@@ -173,11 +216,11 @@ class Block(nn.Module):
             raise ValueError(f"block_norm {spec.block_norm!r}; expected one of {', '.join(BLOCK_NORMS)}")
         self.post = spec.block_norm == "post"
         self.res_post = spec.block_norm == "res_post"
-        self.norm1 = nn.LayerNorm(d, eps=spec.eps)
+        self.norm1 = make_norm(spec, d, spec.eps)
         self.attn = Attention(spec)
         self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
         self.has_mlp = spec.mlp_hidden > 0
-        self.norm2 = nn.LayerNorm(d, eps=spec.eps) if self.has_mlp else nn.Identity()
+        self.norm2 = make_norm(spec, d, spec.eps) if self.has_mlp else nn.Identity()
         self.mlp = Mlp(spec) if self.has_mlp else nn.Identity()
         self.ls2 = LayerScale(d) if spec.layer_scale and self.has_mlp else nn.Identity()
 
@@ -253,22 +296,27 @@ class PreLogits(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    """Image -> patch tokens. A conv with kernel = stride = patch (`proj`), optionally with a LayerNorm over each
-    flattened patch before it (`norm_in`, vit-pytorch's dual patchnorm; its weights in the conv's (c, p1, p2)
-    order) and one after it (`norm`)."""
+    """Image -> patch tokens. A conv with kernel = stride = patch (`proj`; zero-padded by `patch_pad` px for
+    ViTPose), optionally with a LayerNorm over each flattened patch before it (`norm_in`, vit-pytorch's dual
+    patchnorm; its weights in the conv's (c, p1, p2) order) and one after it (`norm`)."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         d, p, c = spec.embed_dim, spec.patch_size, spec.in_chans
-        self.patch = p
+        self.patch, self.pad = p, spec.patch_pad
+        if self.pad and (2 * self.pad >= p or spec.patch_norm_in):
+            raise ValueError(f"a patch projection padded by {self.pad} px needs 2 x padding < patch {p} and no "
+                             "norm over the flattened patches")
         self.norm_in = nn.LayerNorm(c * p * p, eps=spec.eps) if spec.patch_norm_in else None
-        self.proj = nn.Conv2d(c, d, p, p, bias=spec.patch_bias)
-        self.norm = nn.LayerNorm(d, eps=spec.eps) if spec.patch_norm else nn.Identity()
+        self.proj = nn.Conv2d(c, d, p, p, padding=self.pad, bias=spec.patch_bias)
+        self.norm = make_norm(spec, d, spec.eps) if spec.patch_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """(B, C, H, W) -> (B, N, D) tokens and the grid (gh, gw)."""
         p = self.patch
         grid = (x.shape[-2] // p, x.shape[-1] // p)
+        if self.pad:  # whole patches only, so the padded conv gives the same grid (2 * pad < p)
+            x = x[..., : grid[0] * p, : grid[1] * p]
         if self.norm_in is None:
             x = self.proj(x).flatten(2).transpose(1, 2)  # (B, D, gh, gw) -> (B, N, D)
         else:
@@ -341,21 +389,23 @@ class ReferenceViT(nn.Module):
             raise ValueError(f"pos_kind {spec.pos_kind!r}; expected 'learned', 'sincos1d' or 'sincos2d'")
         else:
             self.pos_embed = None
-        if spec.rel_pos and spec.num_prefix != 1:
+        if spec.rel_pos and not spec.rel_pos_mlp and spec.num_prefix != 1:
             raise ValueError(f"a relative position bias needs exactly one CLS token, found prefix {spec.prefix_names}")
-        if spec.rel_pos == "shared":
+        if spec.rel_pos == "shared" and spec.rel_pos_mlp:
+            self.shared_rel_pos = RelPosMlp(spec)
+        elif spec.rel_pos == "shared":
             gh, gw = spec.pos_grid
             self.rel_pos_bias = nn.Module()
             self.rel_pos_bias.relative_position_bias_table = nn.Parameter(
                 torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3, spec.num_heads))
         self.rope = RotaryEmbedding(spec) if spec.rope else None
-        self.norm_pre = nn.LayerNorm(d, eps=spec.eps) if spec.norm_pre else nn.Identity()
+        self.norm_pre = make_norm(spec, d, spec.eps) if spec.norm_pre else nn.Identity()
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
         final_eps = spec.eps_final or spec.eps   # the final norms may use another eps than the blocks' (Chefer's ViT)
-        self.norm = nn.LayerNorm(d, eps=final_eps) if spec.final_norm else nn.Identity()
-        self.norm_extra = nn.LayerNorm(d, eps=final_eps) if spec.norm_extra else nn.Identity()
+        self.norm = make_norm(spec, d, final_eps) if spec.final_norm else nn.Identity()
+        self.norm_extra = make_norm(spec, d, final_eps) if spec.norm_extra else nn.Identity()
         self.attn_pool = AttentionPool(spec) if spec.pooling == "map" else None
-        self.fc_norm = nn.LayerNorm(d, eps=final_eps) if spec.fc_norm else nn.Identity()
+        self.fc_norm = make_norm(spec, d, final_eps) if spec.fc_norm else nn.Identity()
         width = d * 2 if spec.pooling == "cls_avg" else d
         self.pre_logits = PreLogits(width, spec.pre_logits, spec.pre_logits_act) if spec.pre_logits else nn.Identity()
         width = spec.pre_logits or width
@@ -431,8 +481,10 @@ class ReferenceViT(nn.Module):
         grid = (x.shape[-2] // p, x.shape[-1] // p)
         tokens = self.embed(x)
         tables = self.rope.tables(grid, tokens.device) if self.rope is not None else None
-        shared = self._rel_bias(self.rel_pos_bias.relative_position_bias_table, grid, "shared") \
-            if self.spec.rel_pos == "shared" else None
+        shared = None
+        if self.spec.rel_pos == "shared":
+            shared = self.shared_rel_pos.bias(grid) if self.spec.rel_pos_mlp else \
+                self._rel_bias(self.rel_pos_bias.relative_position_bias_table, grid, "shared")
         return tokens, RunPositions(self, grid, tables, shared)
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
@@ -493,7 +545,9 @@ class RunPositions:
         net = self.net
         rope = net.rope.layer(self.tables, index) if self.tables is not None and net.rope is not None else None
         biases: tuple[torch.Tensor, ...] = ()
-        if net.spec.rel_pos == "layer":
+        if net.spec.rel_pos == "layer" and net.spec.rel_pos_mlp:
+            biases = (net.blocks[index].attn.rel_pos.bias(self.grid),)
+        elif net.spec.rel_pos == "layer":
             table = net.blocks[index].attn.relative_position_bias_table
             biases = (net._rel_bias(table, self.grid, f"layer{index}"),)
         if self.shared is not None:

@@ -263,6 +263,7 @@ UNANSWERED: tuple[Unanswered, ...] = (
     Unanswered("pool_heads", "a config.json beside the file stating the pooling head's heads (timm "
                              "model_args.attn_pool_num_heads; there is no option for it yet)"),
     Unanswered("rel_pos_interp", "a config.json naming the model (timm architecture, transformers model_type)"),
+    Unanswered("norm_kind", "a config.json naming the model (timm architecture aimv2_*): its norms are RMSNorms"),
     Unanswered("token_order", "the model's own code (CLI --code FILE.py:FACTORY): vitviz's reference ViT puts the "
                               "prefix tokens first"),
     Unanswered("patch_embed", "the model's own code (CLI --code FILE.py:FACTORY)", numeric=False),

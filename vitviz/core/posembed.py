@@ -272,6 +272,16 @@ def rel_pos_index(grid: tuple[int, int]) -> torch.Tensor:
     return index
 
 
+def rel_log_coords(grid: tuple[int, int]) -> torch.Tensor:
+    """timm `RelPosMlp`'s log-spaced relative coordinates ('cr' mode, `gen_relative_log_coords`) for a (gh, gw)
+    grid: (2gh - 1, 2gw - 1, 2) float32, sign(d) * log(1 + |d|) of every (row, column) offset d."""
+    gh, gw = int(grid[0]), int(grid[1])
+    h = torch.arange(-(gh - 1), gh).to(torch.float32)
+    w = torch.arange(-(gw - 1), gw).to(torch.float32)
+    table = torch.stack(torch.meshgrid(h, w, indexing="ij")).permute(1, 2, 0).contiguous()  # (2gh-1, 2gw-1, 2)
+    return torch.sign(table) * torch.log(1.0 + table.abs())
+
+
 def resize_rel_pos_table(table: torch.Tensor, old: tuple[int, int], new: tuple[int, int],
                          recipe: str) -> torch.Tensor:
     """A BEiT relative position bias table ((2gh-1)(2gw-1) + 3, H) for another grid, as the family resizes it.

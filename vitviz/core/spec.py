@@ -180,9 +180,11 @@ COMPUTE_FIELDS = (
     "num_classes", "cls_token", "dist_token", "reg_tokens", "pos_embed", "pos_prefix", "pos_interp", "pos_grid",
     "eps", "eps_final", "qkv_bias", "qk_norm", "layer_scale", "patch_bias", "final_norm", "fc_norm", "pooling",
     "pre_logits", "head_dist", "attn_dim", "attn_scale", "attn_proj", "proj_bias", "mlp_bias", "block_norm",
-    "patch_norm_in", "patch_norm", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre", "head_bias", "embed_out",
+    "patch_norm_in", "patch_norm", "patch_pad", "norm_kind", "pos_kind", "norm_extra", "pre_logits_act", "norm_pre",
+    "head_bias", "embed_out",
     "attn_norm", "mlp_norm", "rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid",
-    "rope_periods", "rel_pos", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix", "preprocess",
+    "rope_periods", "rel_pos", "rel_pos_mlp", "rel_pos_interp", "pool_heads", "pool_mlp", "pool_act", "pool_prefix",
+    "preprocess",
 )
 PSEUDO_FIELDS = ("patch_order", "token_order", "patch_embed", "model_args", "resize_recipe", "nest_key")
 # Fields that do not change the computation: what the model is called, its class names, its size.
@@ -315,6 +317,9 @@ class ModelSpec(Provenanced):
     block_norm: str = "pre"           # 'pre': x + f(norm(x)); 'post': norm(x + f(x)) (nn.TransformerEncoderLayer)
     patch_norm_in: bool = False       # LayerNorm over each flattened patch before the projection (dual patchnorm)
     patch_norm: bool = False          # LayerNorm after the patch projection
+    norm_kind: str = "layer"          # the embed-dim norms: 'layer' (LayerNorm) | 'rms' (RMSNorm, weight only: AIMv2)
+    patch_pad: int = 0                # zero padding of the patch projection conv (ViTPose: 2 px, so each patch
+                                      # is shifted up-left by 2 px; the grid is unchanged while 2 * pad < patch)
     pos_kind: str = "learned"         # 'learned' (a stored table) | 'sincos2d' (computed, vit-pytorch SimpleViT) |
                                       # 'sincos1d' (computed over the token sequence, tutorial ViTs)
     norm_extra: bool = False          # a second LayerNorm over all tokens after `norm` (two stacked final norms)
@@ -334,6 +339,8 @@ class ModelSpec(Provenanced):
     rope_ref_grid: tuple[int, int] = (0, 0)  # positions rescaled so the grid spans this one (EVA `ref_feat_shape`)
     rope_periods: bool = False        # the RoPE periods are stored in the file (original DINOv3) and used as stored
     rel_pos: str = ""                 # relative position bias (BEiT): '' | 'layer' (a table per block) | 'shared'
+    rel_pos_mlp: int = 0              # hidden width of timm's log-coordinate relative position MLP (vit_relpos_*:
+                                      # the bias computed for any grid); 0: a stored table (BEiT)
     rel_pos_interp: str = "timm"      # resampling of the bias table at another grid: 'timm' (BEiT's geometric
                                       # progression, linear) | 'hf' (transformers: bilinear)
     pool_heads: int = 0               # heads of the MAP pooling head (pooling 'map'); 0: num_heads
@@ -416,10 +423,13 @@ class ModelSpec(Provenanced):
             return self.pooling == "map"
         off_grid = tuple(self.grid) != tuple(self.pos_grid)
         conditional = {
-            "pos_interp": self.pos_embed and off_grid, "rel_pos_interp": bool(self.rel_pos) and off_grid,
+            "pos_interp": self.pos_embed and off_grid,
+            "rel_pos_interp": bool(self.rel_pos) and not self.rel_pos_mlp and off_grid,
+            "rel_pos_mlp": bool(self.rel_pos_mlp),
             "pre_logits_act": bool(self.pre_logits), "mlp_kind": bool(self.mlp_hidden),
             "eps_final": bool(self.eps_final), "pos_kind": self.pos_embed, "pos_prefix": self.pos_embed,
-            "attn_scale": True, "embed_out": bool(self.embed_out),
+            "attn_scale": True, "embed_out": bool(self.embed_out), "patch_pad": bool(self.patch_pad),
+            "norm_kind": self.norm_kind != "layer",
         }
         return conditional.get(name, True)
 

@@ -1016,20 +1016,35 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) 
         raise _WeightsDoNotFit(f"{path}: its weights do not fit {what}: " + " | ".join(bad), what)
     net = net.float().eval().to(device)
     vision = getattr(net, "vision_model", None)   # a whole CLIP / SigLIP: its vision tower
-    tower = vision if isinstance(vision, nn.Module) else net
+    # a task model on a ViT backbone (ViTPose, Depth Anything, CHMv2): vitviz shows its backbone
+    backbone = getattr(net, "backbone", None) if getattr(config, "backbone_config", None) is not None else None
+    tower = vision if isinstance(vision, nn.Module) else backbone if isinstance(backbone, nn.Module) else net
     accepts = inspect.signature(tower.forward).parameters
     native = tuple(spec.image_size)
 
     def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
         kw = {"interpolate_pos_encoding": True} if size != native and "interpolate_pos_encoding" in accepts else {}
+        if tower is backbone:
+            kw["output_hidden_states"] = True
         with torch.inference_mode():
             out = tower(pixel_values=x.to(device), output_attentions=True, **kw)
-            vec = _hf_output(net, tower, out)
+            vec = _backbone_output(tower, out, spec) if tower is backbone else _hf_output(net, tower, out)
         if not out.attentions:
             raise VerifyError(f"{what}: output_attentions gave no attention maps")
         return [a[0].float().cpu().numpy() for a in out.attentions], vec
 
     return _Original("transformers", transformers.__version__, what, run)
+
+
+def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None:
+    """A task model's backbone returns feature maps, no pooled vector: vitviz's features are its final norm's
+    output pooled as the spec pools (the CLS token, or the patches' average)."""
+    norm = getattr(tower, "layernorm", None) or getattr(tower, "norm", None)
+    if not isinstance(norm, nn.Module) or not getattr(out, "hidden_states", None):
+        return None
+    x = norm(out.hidden_states[-1])
+    pooled = x[:, 0] if spec.pooling == "token" else x[:, spec.num_prefix:].mean(dim=1)
+    return pooled[0].detach().float().cpu().numpy()
 
 
 def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
@@ -1049,6 +1064,8 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
     pooler = getattr(tower, "pooler", None)
     if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
         return vec(pooled)
+    if type(tower).__name__ in ("IJepaModel", "Aimv2VisionModel"):   # no CLS token (nor head): the tokens' mean
+        return vec(out.last_hidden_state.mean(dim=1))
     return vec(out.last_hidden_state[:, 0])
 
 

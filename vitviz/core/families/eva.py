@@ -135,8 +135,9 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
     name, margs, where = _architecture(raw)
     if any(_RELPOS.search(k) for k in keys):
         raise UnknownLayoutError(
-            f"{raw.path}: timm relative-position ViT (vit_relpos_* / vit_srelpos_*: a relative position bias MLP, "
-            f"no position table{'; ' + name if name else ''}): not supported yet; use --code FILE.py:FACTORY (a "
+            f"{raw.path}: timm relative-position ViT (vit_relpos_* / vit_srelpos_* with rel_pos_type='bias': a "
+            f"relative position bias table without class-token entries{'; ' + name if name else ''}; the default "
+            "log-coordinate MLP opens): not supported yet; use --code FILE.py:FACTORY (a "
             "function returning timm.create_model(...) with these weights) or vitviz.load(model) with the model "
             "object, which runs timm's own code")
     out = rename(sd, [(r"\.gamma_([12])$", r".ls\1.gamma")])
@@ -161,12 +162,22 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
     if fam == "timm":  # timm's VisionTransformer gates its SwiGLU with act_layer (GELU unless given): not in a tensor
         hints["mlp_kind"] = ("swiglu", "assumed: a gated MLP (mlp.fc1_g / fc1_x) gated with SiLU (SwiGLU); timm's "
                                        "VisionTransformer gates it with its act_layer, which no tensor shows")
+    aim = _aimv2_source(name, where, raw) if fam == "timm" else None
+    if aim:  # timm's aimv2_*: RmsNorm (eps 1e-5) everywhere, SwiGLU gated with SiLU (act_layer='silu')
+        hints.update({"norm_kind": ("rms", f"{aim} (timm AIMv2: RmsNorm, no bias)"),
+                      "eps": (1e-5, f"{aim} (timm AIMv2: RmsNorm eps 1e-5)"),
+                      "mlp_kind": ("swiglu", f"{aim} (timm AIMv2: SwiGLU with act_layer='silu')")})
+        width = int(out["patch_embed.proj.weight"].shape[0]) if "patch_embed.proj.weight" in out else 0
+        if not margs.get("num_heads") and width % 128 == 0:
+            # head dim 128 at every size (L 1024/8, H 1536/12, 1B 2048/16, 3B 3072/24): the model name's size word
+            # would say 16 heads for 'large' and 'huge'
+            hints["num_heads"] = (width // 128, f"{aim} (timm AIMv2: head dim 128, {width} / 128)")
     if preset_family is not None and preset_family[0] != "none":
         hints.update(_rope_hints(preset_family[0], rope_src))
         hints.update(_rope_from_config(preset_family[0], name, margs, where, rope_src))
     if fam == "dinov3":
         hints["eps"] = (1e-5, f"family: DINOv3 (timm and transformers use LayerNorm eps 1e-5)")
-        hints.setdefault("dim_head", (64, "family: DINOv3 (head dim 64 at every size)"))
+        hints.setdefault("dim_head", _dinov3_head_dim(out, "family: DINOv3"))
         if not (raw.config or {}).get("pretrained_cfg") and not margs.get("img_size"):
             hints["pos_image_size"] = ((256, 256), "family: DINOv3 (timm's default input 256 px)")
     elif fam == "pe":
@@ -198,6 +209,19 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
 
         hints.update(model_args_hints(raw, out, hints, "vit" if fam == "timm" else "eva"))
     return Converted(family if family in NAMES and family not in ("eva",) else fam, out, hints, dropped)
+
+
+def _aimv2_source(name: str, where: str, raw: RawCheckpoint) -> str | None:
+    """Where the model is named AIMv2 (timm `aimv2_*`: its norms are RMSNorms, which no tensor tells from a
+    LayerNorm without bias): the timm architecture or training args, or else the file's own name (a guess)."""
+    if "aimv2" in name:
+        return f"named: {where.split(': ', 1)[-1]} architecture {name!r}"
+    from pathlib import Path
+
+    file_name = Path(str(raw.path)).name.lower()
+    if "aimv2" in file_name:
+        return f"guess: the file name {file_name!r} says AIMv2 (timm aimv2_*)"
+    return None
 
 
 def _plain_vit(keys: set[str]) -> bool:
@@ -333,13 +357,32 @@ def _convert_dinov3(sd: dict[str, torch.Tensor], raw: RawCheckpoint, overrides: 
     else:
         hints["rope_periods"] = (False, src)
     hints.update({"eps": (1e-5, "family: DINOv3 (LayerNorm eps 1e-5)"), "mlp_kind": _mlp_kind(out),
-                  "dim_head": (64, "family: DINOv3 (head dim 64 at every size)"),
+                  "dim_head": _dinov3_head_dim(out, "family: DINOv3"),
                   "pos_image_size": ((224, 224), "family: DINOv3 (evaluated at 224 px; any size works)"),
                   "pooling": ("token", "family: DINOv3 (the normed CLS token)")})
     return Converted("dinov3", out, hints, dropped)
 
 
 # ------------------------------------------------------------------------------------------ transformers DINOv3
+def _dinov3_head_dim(out: dict[str, torch.Tensor], source: str) -> Hint:
+    """DINOv3's released head dims: 64 at S/B/L/H+ (384/6 ... 1280/20), 128 for the 7B (4096 wide, 32 heads)."""
+    w = out.get("patch_embed.proj.weight")
+    wide = w is not None and int(w.shape[0]) == 4096
+    return (128 if wide else 64, f"{source} (head dim {128 if wide else 64}: "
+                                 f"{'the 7B, 4096 wide, has 32 heads' if wide else 'the released S/B/L/H+ sizes'})")
+
+
+def _hf_dinov3_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The DINOv3 backbone's own config and where it is: config.json itself for a `dinov3_vit` model, or its
+    `backbone_config` for a model built on one (CHMv2, a `load_backbone` task model), whose top level states
+    nothing about the backbone (its heads, size, eps and RoPE base are there)."""
+    backbone = cfg.get("backbone_config")
+    if cfg.get("model_type") != "dinov3_vit" and isinstance(backbone, dict) and (
+            backbone.get("model_type") == "dinov3_vit" or "num_attention_heads" in backbone):
+        return backbone, f"metadata: config.json backbone_config ({cfg.get('model_type') or 'a task model'})"
+    return cfg, "metadata: config.json"
+
+
 _HF_RULES = [
     (r"^embeddings\.cls_token$", "cls_token"), (r"^embeddings\.register_tokens$", "reg_token"),
     (r"^embeddings\.patch_embeddings\.", "patch_embed.proj."), (r"^(model\.)?layer\.(\d+)\.", r"blocks.\2."),
@@ -351,7 +394,7 @@ _HF_RULES = [
 def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     import torch
 
-    cfg = raw.config or {}
+    cfg, cfg_src = _hf_dinov3_config(raw.config or {})
     sd = {re.sub(r"^dinov3_vit\.", "", k): v for k, v in sd.items()}
     dropped = [k for k in sd if k.startswith("embeddings.mask_token")]
     out = rename({k: v for k, v in sd.items()
@@ -370,15 +413,16 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
             parts = [sd.get(f"{base}{n}_proj.{kind}") for n in (("gate", "up") if gated else ("up",))]
             if all(p is not None for p in parts):
                 out[f"blocks.{i}.mlp.fc1.{kind}"] = torch.cat(parts)  # gated: [gate; up], act(gate) * up
-    src = "metadata: config.json" if cfg else "family: transformers DINOv3ViTConfig defaults"
+    src = cfg_src if cfg else "family: transformers DINOv3ViTConfig defaults"
     hints: dict[str, Hint] = _rope_hints("dinov3", "family: transformers DINOv3 (rotate-half RoPE, centred "
                                                    "normalised coordinates)")
     hints["rope_theta"] = (float(cfg.get("rope_theta", 100.0)), src + (" rope_theta" if cfg else ""))
     hints["eps"] = (float(cfg.get("layer_norm_eps", 1e-5)), src)
     if cfg.get("num_attention_heads"):
-        hints["num_heads"] = (int(cfg["num_attention_heads"]), src)
-    else:
-        hints["dim_head"] = (64, "family: DINOv3 (head dim 64 at every size)")
+        hints["num_heads"] = (int(cfg["num_attention_heads"]), src + " num_attention_heads")
+    else:  # a rule of the released sizes (S/B/L/H+; the 7B's head dim is 128), never a fact of this file
+        hints["dim_head"] = _dinov3_head_dim(out, "guess: no config states num_attention_heads (pass heads=N); "
+                                                  "DINOv3")
     act = cfg.get("hidden_act", "gelu")
     hints["mlp_kind"] = ("swiglu", src) if cfg.get("use_gated_mlp") or any(".gate_proj." in k for k in sd) else \
         (HF_ACT.get(act, act), src)
