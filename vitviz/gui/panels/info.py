@@ -212,8 +212,11 @@ def _pos_text(spec: ModelSpec) -> str:
                      f"{spec.pos_interp}")
     if spec.rope:
         parts.append(f"rotary (RoPE, {spec.rope}, θ {spec.rope_theta:g}) on the patch tokens' q and k")
-    if spec.rel_pos:
-        parts.append(f"relative position bias ({spec.rel_pos})")
+    if spec.rel_pos and spec.rel_pos_mlp:
+        parts.append(f"relative position bias computed by a small MLP from log-spaced offsets ({spec.rel_pos}, "
+                     f"hidden {spec.rel_pos_mlp}; timm relpos), for any grid")
+    elif spec.rel_pos:
+        parts.append(f"relative position bias, a learned table ({spec.rel_pos})")
     if not spec.pos_embed:
         parts.append("no learned absolute position embedding")
     return "; ".join(parts) if spec.pos_embed or spec.rope or spec.rel_pos else \
