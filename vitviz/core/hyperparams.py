@@ -176,6 +176,8 @@ def _identity(conv: Converted, raw: RawCheckpoint, name: str) -> str:
     cfg = raw.config or {}
     if isinstance(cfg.get("architecture"), str):
         return f"named: timm architecture {cfg['architecture']!r} (config.json)"
+    if raw.tower is not None:   # a composite model's vision tower (vitviz.core.towers)
+        return f"named: {raw.tower.describe()} (config.json)"
     if conv.family.startswith("hf") and (cfg.get("model_type") or cfg.get("vision_config")):
         return f"named: transformers model_type {cfg.get('model_type') or 'vision_config'!r} (config.json)"
     if conv.hints.get("open_clip_config"):

@@ -139,7 +139,30 @@ def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, 
     # a family named by the caller decides the sub-family defaults (interpolation, preprocessing)
     out = module.convert(sd, raw, name if family else None, overrides or {})
     out.dropped = dropped + out.dropped
+    if raw.tower is not None and raw.preprocessor and "preprocess" not in out.hints:
+        # a composite model's processor prepares the images its tower sees
+        from vitviz.core.families.hf import _hf_preprocess
+
+        pre = _hf_preprocess(raw.preprocessor)
+        if pre:
+            out.hints["preprocess"] = (pre, f"metadata: preprocessor_config.json (the {raw.tower.model_type!r} "
+                                            "processor)")
     return out
+
+
+def named_by(raw: RawCheckpoint) -> str:
+    """What the config beside a file names it ('transformers model_type 'convnext'', 'timm architecture
+    'resnet50'', 'an open_clip model config'), '' when nothing does: said when its layout is refused."""
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str):
+        return f"timm architecture {cfg['architecture']!r} (config.json)"
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"]:
+        arch = cfg.get("architectures")
+        arch = f", {arch[0]}" if isinstance(arch, list) and arch and isinstance(arch[0], str) else ""
+        return f"transformers model_type {cfg['model_type']!r}{arch} (config.json)"
+    if any(isinstance(d, dict) and ("model_cfg" in d or "vision_cfg" in d) for _, d in raw.sidecars):
+        return "an open_clip model config (open_clip_config.json)"
+    return ""
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str:
@@ -153,6 +176,12 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str:
         hint = "keys under visual. but no CLIP vision tower (visual.class_embedding / visual.trunk.) in them"
     else:
         hint = "no attention weights (no query/key/value or in-projection tensors), so not a Vision Transformer"
+    named = named_by(raw)
+    if named:  # the config names a model vitviz does not convert: say which, and the route that works
+        from vitviz.core.towers import ROUTE
+
+        hint += (f"; its config names {named}, a model whose layout vitviz does not convert to its reference ViT. "
+                 f"To see its attention, {ROUTE}")
     raise UnknownLayoutError(
         f"{raw.path}: unknown checkpoint layout ({len(keys)} tensors; {hint}). Most common key stems: "
         f"{', '.join(key_stems(sorted(keys)))}. Expected a ViT state dict from timm, DeiT, DINO/DINOv2, MAE, "

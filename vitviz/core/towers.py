@@ -1,0 +1,157 @@
+"""Composite transformers models (vision-language models, depth estimators) and the Vision Transformer towers
+inside them, named by a folder's `config.json` before any tensor is read.
+
+A transformers folder says what it is: `model_type`, `architectures`, and for a composite model the config of
+its image side (`vision_config`, `backbone_config`). `identify` reads that first, so that
+
+- a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
+  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's and DPT's DINOv2 or ViT `backbone_config`) opens as that tower
+  (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
+  tower's own sub-config is the config its family reads;
+- a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
+  the route that works (its own code run live: `vitviz.load(module)` or `--code`).
+
+Nothing here imports torch: the decision is made on the parsed JSON alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vitviz.errors import CompositeModelError
+
+# Where a composite model keeps its vision tower: {model_type: (the key of the tower's sub-config, the prefixes of
+# the tower's tensors in the whole model's files, newest first)}. transformers >= 5 nests the parts under `model.`
+# in memory; files keep either form.
+_LLAVA = ("model.vision_tower.", "vision_tower.")
+TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llava": ("vision_config", _LLAVA), "llava_next": ("vision_config", _LLAVA),
+    "llava_onevision": ("vision_config", _LLAVA), "vipllava": ("vision_config", _LLAVA),
+    "paligemma": ("vision_config", _LLAVA), "gemma3": ("vision_config", _LLAVA),
+    "idefics3": ("vision_config", ("model.vision_model.",)), "smolvlm": ("vision_config", ("model.vision_model.",)),
+    "depth_anything": ("backbone_config", ("backbone.",)), "dpt": ("backbone_config", ("backbone.",)),
+}
+# The towers vitviz reads exactly: {the tower config's model_type: what it is}.
+READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "a SigLIP vision tower",
+            "idefics3_vision": "a SigLIP vision tower (Idefics3's)", "smolvlm_vision": "a SigLIP vision tower "
+            "(SmolVLM's)", "dinov2": "a DINOv2 backbone", "dinov2_with_registers": "a DINOv2 backbone with registers",
+            "vit": "a ViT backbone"}
+# Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
+BUCKETED = ("idefics3_vision", "smolvlm_vision")
+
+# The route for a model vitviz does not convert: its own code, run live with its attention captured.
+ROUTE = ("build it with transformers in Python and pass its vision module to vitviz.load(module) (its own code runs, "
+         "attention captured where it is computed), or name a factory returning that module, wrapped to take a "
+         "(1, 3, H, W) image, with --code FILE.py:FACTORY")
+# Models people open that vitviz does not convert, by model_type: what their image side is.
+NOT_CONVERTED = {
+    "qwen2_vl": "Qwen2-VL: its vision encoder merges patches and uses 2-D rotary positions over a packed sequence",
+    "qwen2_5_vl": "Qwen2.5-VL: windowed attention, 2-D rotary positions and RMSNorm in its vision encoder",
+    "qwen3_vl": "Qwen3-VL: a vision encoder with 2-D rotary positions over a packed sequence of merged patches",
+    "mllama": "Llama 3.2 Vision: a tiled two-stage vision encoder with gated layers",
+    "pixtral": "Pixtral: 2-D rotary positions and RMSNorm in its vision encoder",
+    "mistral3": "Mistral 3: a Pixtral vision encoder (2-D rotary positions, RMSNorm)",
+    "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
+    "kosmos-2": "Kosmos-2: a CLIP-like vision model vitviz does not open from the whole model yet",
+    "git": "GIT: a CLIP-like image encoder vitviz does not open from the whole model yet",
+    "blip": "BLIP: a ViT whose fused qkv / projection layout vitviz does not convert yet",
+    "blip-2": "BLIP-2: a ViT whose qkv layout vitviz does not convert yet",
+    "instructblip": "InstructBLIP: a BLIP-2 ViT whose qkv layout vitviz does not convert yet",
+    "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
+    "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
+    "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
+    "sam": "SAM (transformers): a windowed image encoder inside a promptable segmentation model",
+    "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
+}
+
+
+@dataclass(frozen=True)
+class Tower:
+    """The vision tower of a composite transformers model, as its folder's config.json names it."""
+
+    model_type: str                 # the whole model's ('llava')
+    tower_type: str                 # its tower's ('clip_vision_model')
+    config_key: str                 # 'vision_config' / 'backbone_config'
+    prefixes: tuple[str, ...]       # where its tensors may be in the whole model's files, tried in order
+    config: dict[str, Any]          # the tower's sub-config
+    prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
+
+    def describe(self) -> str:
+        """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
+        return f"transformers model_type {self.model_type!r} (its vision tower, a {self.tower_type!r})"
+
+    def wants(self, key: str) -> bool:
+        """Whether `key` of the whole model's files belongs to the tower (only those are read)."""
+        return key.startswith(self.prefixes)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def identify(config: Any, where: str) -> Tower | None:
+    """The vision tower a transformers config.json names, None for a config that is not a composite model.
+
+    Args:
+        config: the parsed config.json (any JSON: only string fields and objects are read).
+        where: the file, for messages.
+
+    Raises:
+        CompositeModelError: a model vitviz does not convert, named with what it is and the route that works.
+    """
+    if not isinstance(config, dict):
+        return None
+    model_type = _text(config.get("model_type"))
+    if model_type in NOT_CONVERTED:
+        raise CompositeModelError(f"{where}: transformers model_type {model_type!r} ({NOT_CONVERTED[model_type]}); "
+                                  f"vitviz does not convert it to its reference ViT. To see its attention, {ROUTE}")
+    if model_type not in TOWERS:
+        return None
+    key, prefixes = TOWERS[model_type]
+    sub = config.get(key) if key else None
+    if model_type == "dpt" and sub is None:
+        what = "a ViT on a BiT convolutional stem" if config.get("is_hybrid") else "its own ViT encoder (dpt.)"
+        raise CompositeModelError(f"{where}: transformers model_type 'dpt' without a backbone_config: {what}, which "
+                                  "vitviz does not open from the whole model yet (DPT with a DINOv2 / ViT "
+                                  f"backbone_config opens as that backbone). To see its attention, {ROUTE}")
+    if not isinstance(sub, dict):
+        raise CompositeModelError(f"{where}: transformers model_type {model_type!r} without a {key} object; "
+                                  f"expected the config of its vision tower there. To see its attention, {ROUTE}")
+    tower_type = _text(sub.get("model_type"))
+    if tower_type not in READABLE:
+        raise CompositeModelError(
+            f"{where}: transformers model_type {model_type!r} whose vision tower is a {tower_type or 'unnamed'!r} "
+            f"model ({key}.model_type); vitviz reads the towers of such models when they are "
+            f"{', '.join(sorted(READABLE))}. To see its attention, {ROUTE}")
+    return Tower(model_type, tower_type, key, prefixes, sub)
+
+
+def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
+    """The prefix the tower's tensors are under in a file holding `keys` (the one most of them carry).
+
+    Raises:
+        CompositeModelError: none of them is under any of the tower's prefixes.
+    """
+    counts = {p: sum(k.startswith(p) for k in keys) for p in tower.prefixes}
+    best = max(counts, key=lambda p: counts[p])
+    if not counts[best]:
+        stems = sorted({k.split(".")[0] for k in keys})[:8]
+        raise CompositeModelError(
+            f"{where}: config.json names {tower.describe()}, but no tensor of the weights is under "
+            f"{' or '.join(repr(p) for p in tower.prefixes)} (top-level names: {', '.join(stems) or 'none'}); "
+            "expected the whole model's weights as transformers saves them")
+    return best
+
+
+def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
+    """transformers' own module for the tower, for `vitviz.verify`: (its config, its class, a description). The
+    tower is built from its sub-config as the composite model builds it (`AutoModel.from_config(vision_config)`,
+    `load_backbone(config)`: DINOv2's backbone is the same embeddings, blocks and norm as `Dinov2Model`), without
+    the language model or the depth head."""
+    import transformers
+
+    sub = getattr(config, tower.config_key)
+    cls = transformers.MODEL_MAPPING[type(sub)]
+    sub._attn_implementation = "eager"
+    what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
+    return sub, cls, what
