@@ -1,0 +1,208 @@
+"""Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
+PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
+(a DINOv2 `backbone_config`), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
+(eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
+tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
+are refused by name, with the route that works.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from vitviz.core.checkpoint import read_checkpoint
+from vitviz.core.spec import GuessWarning
+from vitviz.errors import CompositeModelError, UnknownLayoutError
+
+transformers = pytest.importorskip("transformers")
+
+ATOL = 1e-5
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+              patch_size=8)
+TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=300)
+
+
+def _llava() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.LlavaConfig(vision_config=transformers.CLIPVisionConfig(**VISION),
+                                   text_config=transformers.LlamaConfig(**TEXT), image_token_index=299)
+    return transformers.LlavaForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _paligemma() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.PaliGemmaConfig(vision_config=transformers.SiglipVisionConfig(**VISION).to_dict(),
+                                       text_config=transformers.GemmaConfig(**TEXT, head_dim=8).to_dict(),
+                                       image_token_index=299)
+    return transformers.PaliGemmaForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _gemma3() -> tuple[Any, Callable[[Any], Any]]:
+    # Gemma 3's SigLIP tower has no MAP head (vision_use_head false, as released)
+    cfg = transformers.Gemma3Config(vision_config=dict(**VISION, model_type="siglip_vision_model",
+                                                       vision_use_head=False),
+                                    text_config=dict(**TEXT, head_dim=8), mm_tokens_per_image=4, image_token_index=299)
+    return transformers.Gemma3ForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _idefics3() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.Idefics3Config(vision_config=dict(VISION), text_config=dict(TEXT), scale_factor=2,
+                                      image_token_id=299)
+    return transformers.Idefics3ForConditionalGeneration(cfg), lambda m: m.model.vision_model
+
+
+def _smolvlm() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.SmolVLMConfig(vision_config=dict(VISION), text_config=dict(TEXT), scale_factor=2,
+                                     image_token_id=299)
+    return transformers.SmolVLMForConditionalGeneration(cfg), lambda m: m.model.vision_model
+
+
+def _dinov2_backbone() -> Any:
+    return transformers.Dinov2Config(**VISION, out_features=["stage1", "stage2"], reshape_hidden_states=False)
+
+
+def _depth_anything() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.DepthAnythingConfig(backbone_config=_dinov2_backbone(), neck_hidden_sizes=[8, 16],
+                                           fusion_hidden_size=8, reassemble_hidden_size=32, head_hidden_size=8)
+    return transformers.DepthAnythingForDepthEstimation(cfg), lambda m: m.backbone
+
+
+def _dpt_dinov2() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.DPTConfig(backbone_config=_dinov2_backbone(), neck_hidden_sizes=[8, 16], fusion_hidden_size=8,
+                                 hidden_size=32, reassemble_factors=[1, 1], head_in_index=-1)
+    return transformers.DPTForDepthEstimation(cfg), lambda m: m.backbone
+
+
+# model_type: (build, family, tower type, pooling)
+COMPOSITES = {
+    "llava": (_llava, "hf-clip", "clip_vision_model", "token"),
+    "paligemma": (_paligemma, "hf-siglip", "siglip_vision_model", "map"),
+    "gemma3": (_gemma3, "hf-siglip", "siglip_vision_model", "avg"),
+    "idefics3": (_idefics3, "hf-siglip", "idefics3_vision", "avg"),
+    "smolvlm": (_smolvlm, "hf-siglip", "smolvlm_vision", "avg"),
+    "depth_anything": (_depth_anything, "hf-dinov2", "dinov2", "token"),
+    "dpt": (_dpt_dinov2, "hf-dinov2", "dinov2", "token"),
+}
+
+
+def _saved(tmp_path: Path, model_type: str, **save: Any) -> tuple[Any, Any, Path]:
+    torch.manual_seed(0)
+    build = COMPOSITES[model_type][0]
+    model, tower_of = build()
+    model.config._attn_implementation = "eager"
+    model.set_attn_implementation("eager")
+    model.eval().save_pretrained(tmp_path, **save)
+    return model, tower_of(model), tmp_path
+
+
+def _load(path: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GuessWarning)
+        return vitviz.load(path, device="cpu")
+
+
+def _tower_attention(tower: Any, x: torch.Tensor, native: bool) -> list[torch.Tensor]:
+    """The tower's own per-layer attention (1, H, T, T), as the whole model runs it (eager)."""
+    kw: dict[str, Any] = {}
+    if not native and "interpolate_pos_encoding" in inspect.signature(tower.forward).parameters:
+        kw["interpolate_pos_encoding"] = True
+    with torch.no_grad():
+        out = tower(pixel_values=x, output_attentions=True, **kw)
+    return list(out.attentions)
+
+
+@pytest.mark.parametrize("model_type", sorted(COMPOSITES))
+def test_tower_by_file(tmp_path: Path, model_type: str) -> None:
+    _, family, tower_type, pooling = COMPOSITES[model_type]
+    _, tower, folder = _saved(tmp_path, model_type)
+    vm = _load(folder)
+    s = vm.spec
+    assert (s.family, s.num_heads, s.depth, s.pooling) == (family, 4, 2, pooling)
+    assert s.source_of("identity") == (f"named: transformers model_type {model_type!r} (its vision tower, a "
+                                       f"{tower_type!r}) (config.json)")
+    for size in [(32, 32), (48, 40)]:
+        x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1))
+        theirs = _tower_attention(tower, x, size == (32, 32))
+        ours = vm.run(x).attentions
+        assert ours.shape[0] == len(theirs) == 2
+        for i, ref in enumerate(theirs):
+            np.testing.assert_allclose(ours[i], ref[0].numpy(), atol=ATOL, err_msg=f"{model_type} layer {i} {size}")
+    check = vitviz.verify(vm)
+    assert check.verdict == "verified", check.reason
+    assert check.original.startswith("transformers.") and "the vision tower of" in check.original
+
+
+def test_only_the_tower_is_read(tmp_path: Path) -> None:
+    """Sharded: the shards holding only the language model are never opened (here: replaced by garbage), and the
+    tensors read are the tower's alone; the processor's preprocessing is the tower's."""
+    model, tower, folder = _saved(tmp_path, "llava", max_shard_size="20KB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    tower_shards = {f for k, f in index.items() if k.startswith(("vision_tower.", "model.vision_tower."))}
+    other = sorted(set(index.values()) - tower_shards)
+    assert other, "expected shards without any tower tensor"
+    for name in other:
+        (folder / name).write_bytes(b"not a safetensors file")
+    transformers.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        folder)
+    raw = read_checkpoint(folder)
+    assert raw.tower is not None and raw.tower.model_type == "llava"
+    assert all(k.startswith(("embeddings.", "encoder.", "pre_layrnorm.", "post_layernorm.")) for k in raw.tensors)
+    vm = _load(folder)
+    assert vm.spec.preprocess.resize == 40 and vm.spec.source_of("preprocess").startswith(
+        "metadata: preprocessor_config.json")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    for i, ref in enumerate(_tower_attention(tower, x, True)):
+        np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+def _config_folder(tmp_path: Path, config: dict[str, Any]) -> Path:
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file({"model.language_model.embed_tokens.weight": torch.zeros(4, 4),
+               "model.visual.blocks.0.attn.qkv.weight": torch.zeros(12, 4)}, str(tmp_path / "model.safetensors"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("config,named", [
+    ({"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}, "'qwen2_vl'"),
+    ({"model_type": "mllama"}, "'mllama'"),
+    ({"model_type": "blip-2"}, "'blip-2'"),
+    ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, "'llava' whose vision tower is a 'pixtral'"),
+    ({"model_type": "dpt", "is_hybrid": True}, "'dpt' without a backbone_config"),
+])
+def test_refused_by_name_with_a_route(tmp_path: Path, config: dict[str, Any], named: str) -> None:
+    with pytest.raises(CompositeModelError) as e:
+        vitviz.load(_config_folder(tmp_path, config))
+    text = str(e.value)
+    assert named in text and "vitviz.load(module)" in text and "--code FILE.py:FACTORY" in text
+
+
+def test_tower_missing_where_the_config_says(tmp_path: Path) -> None:
+    folder = _config_folder(tmp_path, {"model_type": "llava", "vision_config": {"model_type": "clip_vision_model"}})
+    with pytest.raises(CompositeModelError, match=r"'llava'.*no tensor of the weights is under 'model.vision_tower.'"):
+        vitviz.load(folder)
+
+
+@pytest.mark.parametrize("config,named", [
+    ({"model_type": "convnext", "architectures": ["ConvNextForImageClassification"]},
+     "transformers model_type 'convnext', ConvNextForImageClassification"),
+    ({"architecture": "resnet50"}, "timm architecture 'resnet50'"),
+])
+def test_unknown_layout_names_the_config(tmp_path: Path, config: dict[str, Any], named: str) -> None:
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file({"stem.conv.weight": torch.zeros(8, 3, 4, 4), "stages.0.conv.weight": torch.zeros(8, 8, 3, 3)},
+              str(tmp_path / "model.safetensors"))
+    with pytest.raises(UnknownLayoutError) as e:
+        vitviz.load(tmp_path)
+    assert named in str(e.value) and "--code FILE.py:FACTORY" in str(e.value)
