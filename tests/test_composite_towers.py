@@ -206,3 +206,13 @@ def test_unknown_layout_names_the_config(tmp_path: Path, config: dict[str, Any],
     with pytest.raises(UnknownLayoutError) as e:
         vitviz.load(tmp_path)
     assert named in str(e.value) and "--code FILE.py:FACTORY" in str(e.value)
+
+
+def test_unlisted_composite_is_not_guessed(tmp_path: Path) -> None:
+    """A composite model vitviz has no entry for (its config states vision_config and text_config) is refused by
+    name before its layout is guessed, even when its tensors hold a ViT-like tower."""
+    _, _, folder = _saved(tmp_path, "llava")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "some_new_vlm"}))
+    with pytest.raises(CompositeModelError, match=r"model_type 'some_new_vlm'.*composite model.*--code FILE.py"):
+        vitviz.load(folder)

@@ -60,7 +60,6 @@ NOT_CONVERTED = {
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
     "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
     "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
-    "sam": "SAM (transformers): a windowed image encoder inside a promptable segmentation model",
     "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
 }
 
