@@ -1,6 +1,6 @@
 """Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
 PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
-(a DINOv2 `backbone_config`), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+(a DINOv2 `backbone_config`), BLIP and BLIP-2 (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
 tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
@@ -81,6 +81,23 @@ def _dpt_dinov2() -> tuple[Any, Callable[[Any], Any]]:
     return transformers.DPTForDepthEstimation(cfg), lambda m: m.backbone
 
 
+def _blip() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.BlipConfig(vision_config=dict(VISION), text_config=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=300,
+        bos_token_id=1, pad_token_id=0, sep_token_id=2, eos_token_id=2))
+    return transformers.BlipForConditionalGeneration(cfg), lambda m: m.vision_model
+
+
+def _blip2() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.Blip2Config(
+        vision_config=dict(VISION), num_query_tokens=4,
+        qformer_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            vocab_size=300, encoder_hidden_size=32),
+        text_config=transformers.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4,
+                                           vocab_size=300, word_embed_proj_dim=32).to_dict())
+    return transformers.Blip2ForConditionalGeneration(cfg), lambda m: m.vision_model
+
+
 # model_type: (build, family, tower type, pooling)
 COMPOSITES = {
     "llava": (_llava, "hf-clip", "clip_vision_model", "token"),
@@ -90,6 +107,8 @@ COMPOSITES = {
     "smolvlm": (_smolvlm, "hf-siglip", "smolvlm_vision", "avg"),
     "depth_anything": (_depth_anything, "hf-dinov2", "dinov2", "token"),
     "dpt": (_dpt_dinov2, "hf-dinov2", "dinov2", "token"),
+    "blip": (_blip, "hf-blip", "blip_vision_model", "token"),
+    "blip-2": (_blip2, "hf-blip", "blip_2_vision_model", "token"),
 }
 
 
@@ -175,7 +194,7 @@ def _config_folder(tmp_path: Path, config: dict[str, Any]) -> Path:
 @pytest.mark.parametrize("config,named", [
     ({"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}, "'qwen2_vl'"),
     ({"model_type": "mllama"}, "'mllama'"),
-    ({"model_type": "blip-2"}, "'blip-2'"),
+    ({"model_type": "kosmos-2"}, "'kosmos-2'"),
     ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, "'llava' whose vision tower is a 'pixtral'"),
     ({"model_type": "dpt", "is_hybrid": True}, "'dpt' without a backbone_config"),
 ])

@@ -5,7 +5,8 @@ A transformers folder says what it is: `model_type`, `architectures`, and for a 
 its image side (`vision_config`, `backbone_config`). `identify` reads that first, so that
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
-  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's and DPT's DINOv2 or ViT `backbone_config`) opens as that tower
+  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's and DPT's DINOv2 or ViT `backbone_config`, BLIP / BLIP-2 /
+  InstructBLIP's ViT) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -30,12 +31,18 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "paligemma": ("vision_config", _LLAVA), "gemma3": ("vision_config", _LLAVA),
     "idefics3": ("vision_config", ("model.vision_model.",)), "smolvlm": ("vision_config", ("model.vision_model.",)),
     "depth_anything": ("backbone_config", ("backbone.",)), "dpt": ("backbone_config", ("backbone.",)),
+    "blip": ("vision_config", ("vision_model.",)), "blip-2": ("vision_config", ("vision_model.",)),
+    "instructblip": ("vision_config", ("vision_model.",)),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: what it is}.
 READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "a SigLIP vision tower",
             "idefics3_vision": "a SigLIP vision tower (Idefics3's)", "smolvlm_vision": "a SigLIP vision tower "
             "(SmolVLM's)", "dinov2": "a DINOv2 backbone", "dinov2_with_registers": "a DINOv2 backbone with registers",
-            "vit": "a ViT backbone"}
+            "vit": "a ViT backbone", "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
+            "instructblip_vision_model": "an InstructBLIP ViT"}
+# Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
+_TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
+                  "instructblip_vision_model": "InstructBlipVisionModel"}
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
 BUCKETED = ("idefics3_vision", "smolvlm_vision")
 
@@ -54,9 +61,6 @@ NOT_CONVERTED = {
     "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
     "kosmos-2": "Kosmos-2: a CLIP-like vision model vitviz does not open from the whole model yet",
     "git": "GIT: a CLIP-like image encoder vitviz does not open from the whole model yet",
-    "blip": "BLIP: a ViT whose fused qkv / projection layout vitviz does not convert yet",
-    "blip-2": "BLIP-2: a ViT whose qkv layout vitviz does not convert yet",
-    "instructblip": "InstructBLIP: a BLIP-2 ViT whose qkv layout vitviz does not convert yet",
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
     "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
     "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
@@ -150,7 +154,8 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     import transformers
 
     sub = getattr(config, tower.config_key)
-    cls = transformers.MODEL_MAPPING[type(sub)]
+    own = _TOWER_CLASSES.get(tower.tower_type)
+    cls = getattr(transformers, own) if own else transformers.MODEL_MAPPING[type(sub)]
     sub._attn_implementation = "eager"
     what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
     return sub, cls, what
