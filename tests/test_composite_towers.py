@@ -235,3 +235,30 @@ def test_unlisted_composite_is_not_guessed(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "some_new_vlm"}))
     with pytest.raises(CompositeModelError, match=r"model_type 'some_new_vlm'.*composite model.*--code FILE.py"):
         vitviz.load(folder)
+
+
+def test_hub_fetches_only_the_tower_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hf:ORG/NAME` of a sharded LLaVA downloads config.json, the index and the tower's shards: never a shard
+    holding only the language model."""
+    from _fakehub import FakeHub
+
+    from vitviz.catalog.named import resolve_model_arg
+
+    _, tower, saved = _saved(tmp_path / "saved", "llava", max_shard_size="20KB")
+    index = json.loads((saved / "model.safetensors.index.json").read_text())["weight_map"]
+    lm_only = set(index.values()) - {f for k, f in index.items() if "vision_tower." in k}
+    assert lm_only
+    repo = {p.name: p.read_bytes() for p in saved.iterdir() if p.is_file()}
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    with FakeHub({"acme/tiny-llava": repo}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        folder = Path(resolve_model_arg("hf:acme/tiny-llava"))
+        fetched = {name for name in index.values() if any(g.endswith(name) for g in server.gets)}
+    assert fetched and not fetched & lm_only
+    vm = _load(folder)
+    assert vm.spec.source_of("identity").startswith("named: transformers model_type 'llava'")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    for i, ref in enumerate(_tower_attention(tower, x, True)):
+        np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
