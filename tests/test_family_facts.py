@@ -82,7 +82,8 @@ def test_recipes_are_the_old_table() -> None:
     assert r("timm-swin") == r("timm") and r("hf-sam") == r("hf")   # a sub-family takes its prefix's recipe
     for layout in ("structural", "vit_pytorch", "torch_encoder", "swin", "sam"):
         assert r(layout) is None, layout
-    assert len(families.PREPROCESS) == 28 + 1   # every row of the old table, none lost, and mmpretrain since
+    assert r("hf-blip") == (1.0, "bicubic", OPENAI_MEAN, OPENAI_STD, "squash")   # BlipImageProcessor
+    assert len(families.PREPROCESS) == 28 + 2   # every row of the old table, none lost, and mmpretrain, hf-blip since
 
 
 def test_registered_sizes_hf_types_and_eval_sizes() -> None:
