@@ -262,3 +262,15 @@ def test_hub_fetches_only_the_tower_shards(tmp_path: Path, monkeypatch: pytest.M
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     for i, ref in enumerate(_tower_attention(tower, x, True)):
         np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+def test_depth_tower_runs_at_its_own_size(tmp_path: Path) -> None:
+    """Depth Anything's DINOv2 runs at its table's size (518 px as released; 252 here), not at 224, the size
+    DINOv2 classifiers are evaluated at."""
+    backbone = transformers.Dinov2Config(**{**VISION, "image_size": 252, "patch_size": 14},
+                                         out_features=["stage1", "stage2"], reshape_hidden_states=False)
+    cfg = transformers.DepthAnythingConfig(backbone_config=backbone, neck_hidden_sizes=[8, 16], fusion_hidden_size=8,
+                                           reassemble_hidden_size=32, head_hidden_size=8, patch_size=14)
+    transformers.DepthAnythingForDepthEstimation(cfg).save_pretrained(tmp_path)
+    spec = _load(tmp_path).spec
+    assert spec.image_size == (252, 252) and "224" not in spec.source_of("image_size")
