@@ -1,6 +1,6 @@
 """Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
 PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
-(a DINOv2 `backbone_config`), BLIP and BLIP-2 (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+(a DINOv2 `backbone_config`), DPT's own ViT, BLIP and BLIP-2 (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
 tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
@@ -98,7 +98,13 @@ def _blip2() -> tuple[Any, Callable[[Any], Any]]:
     return transformers.Blip2ForConditionalGeneration(cfg), lambda m: m.vision_model
 
 
-# model_type: (build, family, tower type, pooling)
+def _dpt_own() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.DPTConfig(**VISION, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16],
+                                 fusion_hidden_size=8, head_in_index=-1)
+    return transformers.DPTForDepthEstimation(cfg), lambda m: m.dpt
+
+
+# model_type: (build, family, what the identity says of the tower, pooling)
 COMPOSITES = {
     "llava": (_llava, "hf-clip", "clip_vision_model", "token"),
     "paligemma": (_paligemma, "hf-siglip", "siglip_vision_model", "map"),
@@ -107,6 +113,7 @@ COMPOSITES = {
     "smolvlm": (_smolvlm, "hf-siglip", "smolvlm_vision", "avg"),
     "depth_anything": (_depth_anything, "hf-dinov2", "dinov2", "token"),
     "dpt": (_dpt_dinov2, "hf-dinov2", "dinov2", "token"),
+    "dpt-own": (_dpt_own, "hf-dpt", "", "token"),
     "blip": (_blip, "hf-blip", "blip_vision_model", "token"),
     "blip-2": (_blip2, "hf-blip", "blip_2_vision_model", "token"),
 }
@@ -145,8 +152,9 @@ def test_tower_by_file(tmp_path: Path, model_type: str) -> None:
     vm = _load(folder)
     s = vm.spec
     assert (s.family, s.num_heads, s.depth, s.pooling) == (family, 4, 2, pooling)
-    assert s.source_of("identity") == (f"named: transformers model_type {model_type!r} (its vision tower, a "
-                                       f"{tower_type!r}) (config.json)")
+    what = f"its vision tower, a {tower_type!r}" if tower_type else "its own ViT encoder"
+    named = json.loads((folder / "config.json").read_text())["model_type"]
+    assert s.source_of("identity") == f"named: transformers model_type {named!r} ({what}) (config.json)"
     for size in [(32, 32), (48, 40)]:
         x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1))
         theirs = _tower_attention(tower, x, size == (32, 32))
@@ -196,7 +204,7 @@ def _config_folder(tmp_path: Path, config: dict[str, Any]) -> Path:
     ({"model_type": "mllama"}, "'mllama'"),
     ({"model_type": "kosmos-2"}, "'kosmos-2'"),
     ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, "'llava' whose vision tower is a 'pixtral'"),
-    ({"model_type": "dpt", "is_hybrid": True}, "'dpt' without a backbone_config"),
+    ({"model_type": "dpt", "is_hybrid": True}, "'dpt' with is_hybrid"),
 ])
 def test_refused_by_name_with_a_route(tmp_path: Path, config: dict[str, Any], named: str) -> None:
     with pytest.raises(CompositeModelError) as e:

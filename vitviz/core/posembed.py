@@ -44,6 +44,8 @@ def resample_grid(
         out = F.interpolate(grid, size=new, mode="bicubic", antialias=True, align_corners=False)
     elif recipe == "bilinear_aa":  # transformers SigLIP 2 (NaFlex) resize_positional_embeddings
         out = F.interpolate(grid, size=new, mode="bilinear", antialias=True, align_corners=False)
+    elif recipe == "bilinear":  # transformers DPT's own ViT (_resize_pos_embed): no antialias
+        out = F.interpolate(grid, size=new, mode="bilinear", align_corners=False)
     elif recipe == "torchvision":
         out = F.interpolate(grid, size=new, mode="bicubic", align_corners=True)
     elif recipe in ("hf", "deit"):

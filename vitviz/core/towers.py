@@ -5,8 +5,8 @@ A transformers folder says what it is: `model_type`, `architectures`, and for a 
 its image side (`vision_config`, `backbone_config`). `identify` reads that first, so that
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
-  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's and DPT's DINOv2 or ViT `backbone_config`, BLIP / BLIP-2 /
-  InstructBLIP's ViT) opens as that tower
+  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's DINOv2 backbone, DPT's own ViT or DINOv2 backbone, BLIP /
+  BLIP-2 / InstructBLIP's ViT) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -38,7 +38,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
 READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "a SigLIP vision tower",
             "idefics3_vision": "a SigLIP vision tower (Idefics3's)", "smolvlm_vision": "a SigLIP vision tower "
             "(SmolVLM's)", "dinov2": "a DINOv2 backbone", "dinov2_with_registers": "a DINOv2 backbone with registers",
-            "vit": "a ViT backbone", "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
+            "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
             "instructblip_vision_model": "an InstructBLIP ViT"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
@@ -74,14 +74,15 @@ class Tower:
 
     model_type: str                 # the whole model's ('llava')
     tower_type: str                 # its tower's ('clip_vision_model')
-    config_key: str                 # 'vision_config' / 'backbone_config'
+    config_key: str                 # 'vision_config' / 'backbone_config'; '' for DPT's own ViT (its own config)
     prefixes: tuple[str, ...]       # where its tensors may be in the whole model's files, tried in order
-    config: dict[str, Any]          # the tower's sub-config
+    config: dict[str, Any]          # the tower's sub-config (DPT's own ViT: the whole config)
     prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
 
     def describe(self) -> str:
         """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
-        return f"transformers model_type {self.model_type!r} (its vision tower, a {self.tower_type!r})"
+        what = f"its vision tower, a {self.tower_type!r}" if self.config_key else "its own ViT encoder"
+        return f"transformers model_type {self.model_type!r} ({what})"
 
     def wants(self, key: str) -> bool:
         """Whether `key` of the whole model's files belongs to the tower (only those are read)."""
@@ -112,11 +113,11 @@ def identify(config: Any, where: str) -> Tower | None:
         return None
     key, prefixes = TOWERS[model_type]
     sub = config.get(key) if key else None
-    if model_type == "dpt" and sub is None:
-        what = "a ViT on a BiT convolutional stem" if config.get("is_hybrid") else "its own ViT encoder (dpt.)"
-        raise CompositeModelError(f"{where}: transformers model_type 'dpt' without a backbone_config: {what}, which "
-                                  "vitviz does not open from the whole model yet (DPT with a DINOv2 / ViT "
-                                  f"backbone_config opens as that backbone). To see its attention, {ROUTE}")
+    if model_type == "dpt" and sub is None:   # DPT's own ViT (`dpt.`), described by DPT's own config
+        if config.get("is_hybrid"):
+            raise CompositeModelError(f"{where}: transformers model_type 'dpt' with is_hybrid: a ViT on a BiT "
+                                      f"convolutional stem, which vitviz does not convert. To see its attention, {ROUTE}")
+        return Tower(model_type, "dpt", "", ("dpt.",), config)
     if not isinstance(sub, dict):
         raise CompositeModelError(f"{where}: transformers model_type {model_type!r} without a {key} object; "
                                   f"expected the config of its vision tower there. To see its attention, {ROUTE}")
@@ -153,6 +154,14 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     the language model or the depth head."""
     import transformers
 
+    if not tower.config_key:   # DPT's own ViT: DPTModel as DPTForDepthEstimation builds it (no pooler)
+        class DPTEncoder(transformers.DPTModel):
+            def __init__(self, config: Any) -> None:
+                super().__init__(config, add_pooling_layer=False)
+
+        config._attn_implementation = "eager"
+        return config, DPTEncoder, (f"transformers.DPTModel (no pooler), the vision tower of {type(config).__name__} (its own ViT, "
+                                      "eager attention)")
     sub = getattr(config, tower.config_key)
     own = _TOWER_CLASSES.get(tower.tower_type)
     cls = getattr(transformers, own) if own else transformers.MODEL_MAPPING[type(sub)]
