@@ -1,6 +1,6 @@
 """Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
 PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
-(a DINOv2 `backbone_config`), DPT's own ViT, BLIP and BLIP-2 (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+(a DINOv2 `backbone_config`), DPT's own ViT, BLIP and BLIP-2 (their ViT), GIT and Kosmos-2 (CLIP), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
 tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
@@ -98,6 +98,18 @@ def _blip2() -> tuple[Any, Callable[[Any], Any]]:
     return transformers.Blip2ForConditionalGeneration(cfg), lambda m: m.vision_model
 
 
+def _git() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.GitConfig(vision_config=dict(VISION), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=4, vocab_size=300)
+    return transformers.GitForCausalLM(cfg), lambda m: m.git.image_encoder
+
+
+def _kosmos2() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.Kosmos2Config(vision_config=dict(VISION), latent_query_num=4, text_config=dict(
+        embed_dim=32, ffn_dim=64, layers=1, attention_heads=4, vocab_size=300))
+    return transformers.Kosmos2ForConditionalGeneration(cfg), lambda m: m.vision_model
+
+
 def _dpt_own() -> tuple[Any, Callable[[Any], Any]]:
     cfg = transformers.DPTConfig(**VISION, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16],
                                  fusion_hidden_size=8, head_in_index=-1)
@@ -116,6 +128,8 @@ COMPOSITES = {
     "dpt-own": (_dpt_own, "hf-dpt", "", "token"),
     "blip": (_blip, "hf-blip", "blip_vision_model", "token"),
     "blip-2": (_blip2, "hf-blip", "blip_2_vision_model", "token"),
+    "git": (_git, "hf-clip", "git_vision_model", "token"),
+    "kosmos-2": (_kosmos2, "hf-clip", "kosmos_2_vision_model", "token"),
 }
 
 
@@ -136,13 +150,22 @@ def _load(path: Path) -> Any:
 
 
 def _tower_attention(tower: Any, x: torch.Tensor, native: bool) -> list[torch.Tensor]:
-    """The tower's own per-layer attention (1, H, T, T), as the whole model runs it (eager)."""
+    """The tower's own per-layer attention (1, H, T, T), as the whole model runs it (eager): its
+    `output_attentions`, or where a tower drops them from its output (GIT's), each attention module's returned
+    weights."""
     kw: dict[str, Any] = {}
     if not native and "interpolate_pos_encoding" in inspect.signature(tower.forward).parameters:
         kw["interpolate_pos_encoding"] = True
-    with torch.no_grad():
-        out = tower(pixel_values=x, output_attentions=True, **kw)
-    return list(out.attentions)
+    returned: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, _a, out: returned.append(out[1])) for m in tower.modules()
+             if type(m).__name__.endswith("VisionAttention")]
+    try:
+        with torch.no_grad():
+            out = tower(pixel_values=x, output_attentions=True, **kw)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return list(out.attentions or returned)
 
 
 @pytest.mark.parametrize("model_type", sorted(COMPOSITES))
@@ -202,7 +225,7 @@ def _config_folder(tmp_path: Path, config: dict[str, Any]) -> Path:
 @pytest.mark.parametrize("config,named", [
     ({"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}, "'qwen2_vl'"),
     ({"model_type": "mllama"}, "'mllama'"),
-    ({"model_type": "kosmos-2"}, "'kosmos-2'"),
+    ({"model_type": "florence2"}, "'florence2'"),
     ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, "'llava' whose vision tower is a 'pixtral'"),
     ({"model_type": "dpt", "is_hybrid": True}, "'dpt' with is_hybrid"),
 ])

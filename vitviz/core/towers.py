@@ -5,8 +5,8 @@ A transformers folder says what it is: `model_type`, `architectures`, and for a 
 its image side (`vision_config`, `backbone_config`). `identify` reads that first, so that
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
-  Idefics3 / SmolVLM's SigLIP tower, Depth Anything's DINOv2 backbone, DPT's own ViT or DINOv2 backbone, BLIP /
-  BLIP-2 / InstructBLIP's ViT) opens as that tower
+  Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
+  own ViT or DINOv2 backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -33,16 +33,19 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "depth_anything": ("backbone_config", ("backbone.",)), "dpt": ("backbone_config", ("backbone.",)),
     "blip": ("vision_config", ("vision_model.",)), "blip-2": ("vision_config", ("vision_model.",)),
     "instructblip": ("vision_config", ("vision_model.",)),
+    "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: what it is}.
 READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "a SigLIP vision tower",
             "idefics3_vision": "a SigLIP vision tower (Idefics3's)", "smolvlm_vision": "a SigLIP vision tower "
             "(SmolVLM's)", "dinov2": "a DINOv2 backbone", "dinov2_with_registers": "a DINOv2 backbone with registers",
             "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
-            "instructblip_vision_model": "an InstructBLIP ViT"}
+            "instructblip_vision_model": "an InstructBLIP ViT", "git_vision_model": "a CLIP vision tower (GIT's)",
+            "kosmos_2_vision_model": "a CLIP vision tower (Kosmos-2's)"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
-                  "instructblip_vision_model": "InstructBlipVisionModel"}
+                  "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
+                  "kosmos_2_vision_model": "Kosmos2VisionModel"}
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
 BUCKETED = ("idefics3_vision", "smolvlm_vision")
 
@@ -59,8 +62,6 @@ NOT_CONVERTED = {
     "pixtral": "Pixtral: 2-D rotary positions and RMSNorm in its vision encoder",
     "mistral3": "Mistral 3: a Pixtral vision encoder (2-D rotary positions, RMSNorm)",
     "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
-    "kosmos-2": "Kosmos-2: a CLIP-like vision model vitviz does not open from the whole model yet",
-    "git": "GIT: a CLIP-like image encoder vitviz does not open from the whole model yet",
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
     "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
     "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
@@ -163,8 +164,55 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
         return config, DPTEncoder, (f"transformers.DPTModel (no pooler), the vision tower of {type(config).__name__} (its own ViT, "
                                       "eager attention)")
     sub = getattr(config, tower.config_key)
+    sub._attn_implementation = "eager"
+    if tower.tower_type == "git_vision_model":
+        return sub, _git_tower(), (f"transformers.GitVisionModel, the vision tower of {type(config).__name__} "
+                                   "(vision_config, eager attention read from its attention modules)")
     own = _TOWER_CLASSES.get(tower.tower_type)
-    cls = getattr(transformers, own) if own else transformers.MODEL_MAPPING[type(sub)]
+    cls = _transformers_class(own) if own else transformers.MODEL_MAPPING[type(sub)]
     sub._attn_implementation = "eager"
     what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
     return sub, cls, what
+
+
+def _transformers_class(name: str) -> type:
+    """A transformers model class by name, also those not exported at its top level (Kosmos2VisionModel)."""
+    import importlib
+
+    import transformers
+
+    if hasattr(transformers, name):
+        return getattr(transformers, name)
+    folder = {"Kosmos2VisionModel": "kosmos2"}[name]
+    return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+
+
+def _git_tower() -> type:
+    """GitVisionModel with its eager attention weights returned: its forward computes them in every
+    `GitVisionAttention` but drops them from its output (transformers 5), so they are read where they are returned
+    (the attention modules' own outputs), by its inner `vision_model` (the module `vitviz.verify` runs)."""
+    import transformers
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class GitTower(transformers.GitVisionModel):
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            inner = self.vision_model
+            own = inner.forward
+
+            def forward(pixel_values: Any = None, interpolate_pos_encoding: bool = False,
+                        output_attentions: bool = False, **kwargs: Any) -> BaseModelOutput:
+                maps: list[Any] = []
+                hooks = [m.register_forward_hook(lambda _m, _a, out: maps.append(out[1])) for m in inner.modules()
+                         if type(m).__name__ == "GitVisionAttention"] if output_attentions else []
+                try:
+                    out = own(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
+                finally:
+                    for hook in hooks:
+                        hook.remove()
+                return BaseModelOutput(last_hidden_state=out.last_hidden_state,
+                                       attentions=tuple(maps) if output_attentions else None)
+
+            inner.forward = forward
+
+    return GitTower
