@@ -305,3 +305,13 @@ def test_depth_tower_runs_at_its_own_size(tmp_path: Path) -> None:
     transformers.DepthAnythingForDepthEstimation(cfg).save_pretrained(tmp_path)
     spec = _load(tmp_path).spec
     assert spec.image_size == (252, 252) and "224" not in spec.source_of("image_size")
+
+
+def test_model_listing_names_the_tower(tmp_path: Path) -> None:
+    """Models on this computer: a saved LLaVA is listed as its CLIP tower, a refused model as not a ViT."""
+    from vitviz.catalog.scan import _family_from_config
+
+    _, _, folder = _saved(tmp_path, "llava")
+    assert _family_from_config(json.loads((folder / "config.json").read_text())) == \
+        ("hf-clip", "transformers llava, its clip_vision_model tower")
+    assert _family_from_config({"model_type": "qwen2_vl", "vision_config": {}})[0] is None

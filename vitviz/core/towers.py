@@ -42,6 +42,11 @@ READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "
             "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
             "instructblip_vision_model": "an InstructBLIP ViT", "git_vision_model": "a CLIP vision tower (GIT's)",
             "kosmos_2_vision_model": "a CLIP vision tower (Kosmos-2's)"}
+# The family each tower is read as (what a model listing shows before anything is read).
+TOWER_FAMILIES = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
+                  "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
+                  "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
+                  "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "dpt": "hf-dpt"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
@@ -129,6 +134,19 @@ def identify(config: Any, where: str) -> Tower | None:
             f"model ({key}.model_type); vitviz reads the towers of such models when they are "
             f"{', '.join(sorted(READABLE))}. To see its attention, {ROUTE}")
     return Tower(model_type, tower_type, key, prefixes, sub)
+
+
+def listed_tower(config: Any) -> tuple[str, str] | None:
+    """(family, 'its clip_vision_model tower') of a composite model's config.json, for a model listing; None for
+    any other config, or one `identify` refuses. Never raises."""
+    try:
+        tower = identify(config, "config.json")
+    except CompositeModelError:
+        return None
+    if tower is None:
+        return None
+    return TOWER_FAMILIES.get(tower.tower_type, "hf"), (f"its {tower.tower_type} tower" if tower.config_key
+                                                        else "its own ViT")
 
 
 def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
