@@ -208,6 +208,7 @@ def test_only_the_tower_is_read(tmp_path: Path) -> None:
     vm = _load(folder)
     assert vm.spec.preprocess.resize == 40 and vm.spec.source_of("preprocess").startswith(
         "metadata: preprocessor_config.json")
+    assert read_checkpoint(folder / "model.safetensors.index.json").tower is not None   # the index named directly
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     for i, ref in enumerate(_tower_attention(tower, x, True)):
         np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)

@@ -90,7 +90,7 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
     st = check_path(p, "a ViT checkpoint file or folder", missing=CheckpointNotFoundError,
                     bad=CorruptCheckpointError, folder_ok=True)
     is_dir = stat.S_ISDIR(st.st_mode)
-    folder = p if is_dir else (p.parent if p.name in WEIGHT_NAMES else None)
+    folder = p if is_dir else (p.parent if p.name in FOLDER_WEIGHT_NAMES else None)   # its config.json beside it
     weights = _weights_in_folder(p) if is_dir else p
     # a transformers folder names its model before any tensor is read: a composite model's vision tower is read
     # alone (its tensors only), a model vitviz does not convert is refused by name (vitviz.core.towers)
