@@ -316,3 +316,17 @@ def test_model_listing_names_the_tower(tmp_path: Path) -> None:
     assert _family_from_config(json.loads((folder / "config.json").read_text())) == \
         ("hf-clip", "transformers llava, its clip_vision_model tower")
     assert _family_from_config({"model_type": "qwen2_vl", "vision_config": {}})[0] is None
+
+
+def test_tower_from_a_pytorch_bin(tmp_path: Path) -> None:
+    """A whole model saved as pytorch_model.bin (torch.save of its state dict, as older repositories ship it):
+    memory-mapped, the tower's tensors alone kept."""
+    model, tower, folder = _saved(tmp_path, "paligemma")
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    raw = read_checkpoint(folder)
+    assert raw.tower is not None and not any("language_model" in k for k in raw.tensors)
+    vm = _load(folder)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    for i, ref in enumerate(_tower_attention(tower, x, True)):
+        np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)

@@ -322,7 +322,10 @@ def _read_weights_file(path: Path, nest_key: str | None, tower: Tower | None = N
         raise CorruptCheckpointError(
             f"{path}: not a checkpoint (starts with bytes {head[:8].hex(' ')}, looks like {kind}); expected a "
             "PyTorch file (.pth/.pt/.bin, zip or pickle) or a .safetensors file")
-    obj = _torch_load(path)
+    # a composite model's .bin: memory-mapped, and only its tower's tensors kept (the others never read)
+    obj = _torch_load(path, mmap=keep is not None and head.startswith(b"PK\x03\x04"))
+    if keep is not None and isinstance(obj, dict) and any(isinstance(k, str) and keep(k) for k in obj):
+        obj = {k: v for k, v in obj.items() if isinstance(k, str) and keep(k)}
     return _unwrap(path, obj, nest_key)
 
 
@@ -436,12 +439,13 @@ def _refuse_torchscript(path: Path, names: list[str]) -> str:
     return "torch"
 
 
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, mmap: bool = False) -> Any:
+    """`torch.load(weights_only=True)`; with `mmap` (a zip checkpoint only), its tensors stay on disk until used."""
     import torch
 
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
         text = str(e)
         globals_, complete = _pickle_globals(path)
