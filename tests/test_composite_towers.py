@@ -227,6 +227,7 @@ def _config_folder(tmp_path: Path, config: dict[str, Any]) -> Path:
     ({"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"]}, "'qwen2_vl'"),
     ({"model_type": "mllama"}, "'mllama'"),
     ({"model_type": "florence2"}, "'florence2'"),
+    ({"model_type": "segformer", "num_attention_heads": [1, 2, 5, 8]}, "'segformer'"),   # not "metadata" refused
     ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, "'llava' whose vision tower is a 'pixtral'"),
     ({"model_type": "dpt", "is_hybrid": True}, "'dpt' with is_hybrid"),
 ])

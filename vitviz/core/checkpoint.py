@@ -20,7 +20,7 @@ import struct
 import warnings
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -293,8 +293,6 @@ def _read_json(path: Path) -> Any:
 
 def _tower_tensors(raw: RawCheckpoint, tower: Tower) -> tuple[dict[str, torch.Tensor], Tower]:
     """The tower's tensors of a composite model's weights, its prefix removed, and the tower with that prefix."""
-    from dataclasses import replace
-
     prefix = tower_prefix(tower, list(raw.tensors), str(raw.weights_file))
     return {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}, replace(tower, prefix=prefix)
 

@@ -35,18 +35,11 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "instructblip": ("vision_config", ("vision_model.",)),
     "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
 }
-# The towers vitviz reads exactly: {the tower config's model_type: what it is}.
-READABLE = {"clip_vision_model": "a CLIP vision tower", "siglip_vision_model": "a SigLIP vision tower",
-            "idefics3_vision": "a SigLIP vision tower (Idefics3's)", "smolvlm_vision": "a SigLIP vision tower "
-            "(SmolVLM's)", "dinov2": "a DINOv2 backbone", "dinov2_with_registers": "a DINOv2 backbone with registers",
-            "blip_vision_model": "a BLIP ViT", "blip_2_vision_model": "a BLIP-2 ViT",
-            "instructblip_vision_model": "an InstructBLIP ViT", "git_vision_model": "a CLIP vision tower (GIT's)",
-            "kosmos_2_vision_model": "a CLIP vision tower (Kosmos-2's)"}
-# The family each tower is read as (what a model listing shows before anything is read).
-TOWER_FAMILIES = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
-                  "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
-                  "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
-                  "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "dpt": "hf-dpt"}
+# The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
+READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
+            "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
+            "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
+            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
@@ -71,6 +64,16 @@ NOT_CONVERTED = {
     "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
     "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
     "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
+    # hierarchical vision transformers: per-stage widths and head counts (a list in config.json), reduced keys
+    "segformer": "SegFormer: a hierarchical Mix Transformer (per-stage heads, spatially reduced keys)",
+    "glpn": "GLPN: a SegFormer (Mix Transformer) encoder", "pvt": "PVT: a pyramid of stages with spatial-reduction "
+    "attention", "pvt_v2": "PVT v2: a pyramid of stages with spatial-reduction attention",
+    "mobilevit": "MobileViT: transformer blocks inside a convolutional network",
+    "mobilevitv2": "MobileViT v2: separable linear attention inside a convolutional network",
+    "levit": "LeViT: a convolution-attention hybrid with attention biases and shrinking stages",
+    "cvt": "CvT: convolutional token embeddings and projections in every stage",
+    "efficientformer": "EfficientFormer: a convolutional network with attention in its last stage",
+    "nat": "NAT: neighborhood attention", "dinat": "DiNAT: dilated neighborhood attention",
 }
 
 
@@ -145,8 +148,8 @@ def listed_tower(config: Any) -> tuple[str, str] | None:
         return None
     if tower is None:
         return None
-    return TOWER_FAMILIES.get(tower.tower_type, "hf"), (f"its {tower.tower_type} tower" if tower.config_key
-                                                        else "its own ViT")
+    return READABLE.get(tower.tower_type, "hf-dpt"), (f"its {tower.tower_type} tower" if tower.config_key
+                                                       else "its own ViT")
 
 
 def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
