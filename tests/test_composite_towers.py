@@ -1,6 +1,6 @@
 """Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
 PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
-(a DINOv2 `backbone_config`), DPT's own ViT, BLIP and BLIP-2 (their ViT), GIT and Kosmos-2 (CLIP), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+(a DINOv2 `backbone_config`), DPT's own ViT, BLIP, BLIP-2 and InstructBLIP (their ViT), GIT and Kosmos-2 (CLIP), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
 tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
@@ -98,6 +98,16 @@ def _blip2() -> tuple[Any, Callable[[Any], Any]]:
     return transformers.Blip2ForConditionalGeneration(cfg), lambda m: m.vision_model
 
 
+def _instructblip() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.InstructBlipConfig(
+        vision_config=dict(VISION), num_query_tokens=4,
+        qformer_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            vocab_size=300, encoder_hidden_size=32),
+        text_config=transformers.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=1, num_attention_heads=4,
+                                           vocab_size=300, word_embed_proj_dim=32).to_dict())
+    return transformers.InstructBlipForConditionalGeneration(cfg), lambda m: m.vision_model
+
+
 def _git() -> tuple[Any, Callable[[Any], Any]]:
     cfg = transformers.GitConfig(vision_config=dict(VISION), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                  num_attention_heads=4, vocab_size=300)
@@ -128,6 +138,7 @@ COMPOSITES = {
     "dpt-own": (_dpt_own, "hf-dpt", "", "token"),
     "blip": (_blip, "hf-blip", "blip_vision_model", "token"),
     "blip-2": (_blip2, "hf-blip", "blip_2_vision_model", "token"),
+    "instructblip": (_instructblip, "hf-blip", "instructblip_vision_model", "token"),
     "git": (_git, "hf-clip", "git_vision_model", "token"),
     "kosmos-2": (_kosmos2, "hf-clip", "kosmos_2_vision_model", "token"),
 }
