@@ -342,3 +342,21 @@ def test_tower_from_a_pytorch_bin(tmp_path: Path) -> None:
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
     for i, ref in enumerate(_tower_attention(tower, x, True)):
         np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+def test_transformers_4_layout(tmp_path: Path) -> None:
+    """Files written by transformers 4 (what most hub repositories hold) keep the tower's own `vision_model.`
+    level: `vision_tower.vision_model.embeddings...`; they open and verify the same."""
+    from safetensors.torch import load_file, save_file
+
+    _, tower, folder = _saved(tmp_path, "paligemma")
+    sd = load_file(str(folder / "model.safetensors"))
+    old = {("vision_tower.vision_model." + k[len("vision_tower."):] if k.startswith("vision_tower.") else k): v
+           for k, v in sd.items()}
+    assert any(k.startswith("vision_tower.vision_model.encoder.") for k in old)
+    save_file(old, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    vm = _load(folder)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    for i, ref in enumerate(_tower_attention(tower, x, True)):
+        np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
+    assert vitviz.verify(vm).verdict == "verified"
