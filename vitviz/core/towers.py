@@ -16,7 +16,7 @@ Nothing here imports torch: the decision is made on the parsed JSON alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vitviz.errors import CompositeModelError
@@ -85,7 +85,7 @@ class Tower:
     tower_type: str                 # its tower's ('clip_vision_model')
     config_key: str                 # 'vision_config' / 'backbone_config'; '' for DPT's own ViT (its own config)
     prefixes: tuple[str, ...]       # where its tensors may be in the whole model's files, tried in order
-    config: dict[str, Any]          # the tower's sub-config (DPT's own ViT: the whole config)
+    config: dict[str, Any] = field(compare=False)   # the tower's sub-config (DPT's own ViT: the whole config)
     prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
 
     def describe(self) -> str:
