@@ -360,3 +360,15 @@ def test_transformers_4_layout(tmp_path: Path) -> None:
     for i, ref in enumerate(_tower_attention(tower, x, True)):
         np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
     assert vitviz.verify(vm).verdict == "verified"
+
+
+def test_model_object_opens_its_tower(tmp_path: Path) -> None:
+    """`vitviz.load(model)` on a composite transformers object converts its vision tower (what the refusals'
+    route suggests), and its provenance says so."""
+    model, tower, _ = _saved(tmp_path, "llava")
+    vm = vitviz.load(model, device="cpu")
+    assert vm.spec.family == "hf-clip"
+    assert "the vision tower model.vision_tower of the LlavaForConditionalGeneration given" in vm.spec.source_of("path")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(6))
+    for i, ref in enumerate(_tower_attention(tower, x, True)):
+        np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)

@@ -152,6 +152,26 @@ def listed_tower(config: Any) -> tuple[str, str] | None:
                                                        else "its own ViT")
 
 
+def tower_module(module: Any) -> tuple[Any, str] | None:
+    """A composite transformers model object's vision tower (the submodule its config names) and what it is
+    ('model.vision_tower of the LlavaForConditionalGeneration given'); None for any other object, or a model
+    `identify` refuses (its own code then runs as the caller asked)."""
+    config = getattr(module, "config", None)
+    if not hasattr(config, "to_dict") or not hasattr(module, "get_submodule"):
+        return None
+    try:
+        tower = identify(config.to_dict(), f"<{type(module).__name__} object>")
+    except CompositeModelError:
+        return None
+    for prefix in tower.prefixes if tower is not None else ():
+        try:
+            sub = module.get_submodule(prefix.rstrip("."))
+        except AttributeError:
+            continue
+        return sub, f"{prefix.rstrip('.')} of the {type(module).__name__} given, {tower.describe()}"
+    return None
+
+
 def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
     """The prefix the tower's tensors are under in a file holding `keys` (the one most of them carry).
 
