@@ -1,6 +1,7 @@
-"""Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA (CLIP),
-PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP with bucketed positions), Depth Anything and DPT
-(a DINOv2 `backbone_config`), DPT's own ViT, BLIP, BLIP-2 and InstructBLIP (their ViT), GIT and Kosmos-2 (CLIP), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
+"""Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA, LLaVA-NeXT,
+VipLLaVA, GIT and Kosmos-2 (CLIP), LLaVA-OneVision, PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP
+with bucketed positions), Depth Anything and DPT (a DINOv2 `backbone_config`), DPT's own ViT, BLIP, BLIP-2 and
+InstructBLIP (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
 tensors are read (a shard holding only the language model is never opened); the models vitviz does not convert
@@ -36,6 +37,27 @@ def _llava() -> tuple[Any, Callable[[Any], Any]]:
     cfg = transformers.LlavaConfig(vision_config=transformers.CLIPVisionConfig(**VISION),
                                    text_config=transformers.LlamaConfig(**TEXT), image_token_index=299)
     return transformers.LlavaForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _llava_next() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.LlavaNextConfig(vision_config=transformers.CLIPVisionConfig(**VISION),
+                                       text_config=transformers.LlamaConfig(**TEXT), image_token_index=299,
+                                       image_grid_pinpoints=[[32, 32]])
+    return transformers.LlavaNextForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _llava_onevision() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.LlavaOnevisionConfig(vision_config=transformers.SiglipVisionConfig(**VISION).to_dict(),
+                                            text_config=transformers.Qwen2Config(**TEXT).to_dict(),
+                                            image_token_index=299, image_grid_pinpoints=[[32, 32]])
+    return transformers.LlavaOnevisionForConditionalGeneration(cfg), lambda m: m.model.vision_tower
+
+
+def _vipllava() -> tuple[Any, Callable[[Any], Any]]:
+    cfg = transformers.VipLlavaConfig(vision_config=transformers.CLIPVisionConfig(**VISION),
+                                      text_config=transformers.LlamaConfig(**TEXT), image_token_index=299,
+                                      vision_feature_layers=[-2, -1])
+    return transformers.VipLlavaForConditionalGeneration(cfg), lambda m: m.model.vision_tower
 
 
 def _paligemma() -> tuple[Any, Callable[[Any], Any]]:
@@ -129,6 +151,9 @@ def _dpt_own() -> tuple[Any, Callable[[Any], Any]]:
 # model_type: (build, family, what the identity says of the tower, pooling)
 COMPOSITES = {
     "llava": (_llava, "hf-clip", "clip_vision_model", "token"),
+    "llava_next": (_llava_next, "hf-clip", "clip_vision_model", "token"),
+    "llava_onevision": (_llava_onevision, "hf-siglip", "siglip_vision_model", "map"),
+    "vipllava": (_vipllava, "hf-clip", "clip_vision_model", "token"),
     "paligemma": (_paligemma, "hf-siglip", "siglip_vision_model", "map"),
     "gemma3": (_gemma3, "hf-siglip", "siglip_vision_model", "avg"),
     "idefics3": (_idefics3, "hf-siglip", "idefics3_vision", "avg"),
