@@ -397,3 +397,22 @@ def test_model_object_opens_its_tower(tmp_path: Path) -> None:
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(6))
     for i, ref in enumerate(_tower_attention(tower, x, True)):
         np.testing.assert_allclose(vm.run(x).attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+@pytest.mark.parametrize("cls", ["BlipVisionModel", "Blip2VisionModel"])
+def test_blip_vision_model_alone(tmp_path: Path, cls: str) -> None:
+    """The BLIP family on its own: a saved BlipVisionModel / Blip2VisionModel folder, its pooled output (the class
+    token through post_layernorm twice) and every layer's attention."""
+    config_cls = getattr(transformers, cls.replace("Model", "Config"))
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(config_cls(**VISION, attn_implementation="eager")).eval()
+    model.save_pretrained(tmp_path)
+    vm = _load(tmp_path)
+    assert vm.spec.family == "hf-blip" and vm.spec.source_of("identity").startswith("named: transformers model_type")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        out = model(pixel_values=x, output_attentions=True)
+    result = vm.run(x)
+    np.testing.assert_allclose(result.features, out.pooler_output[0].numpy(), atol=ATOL)
+    for i, ref in enumerate(out.attentions):
+        np.testing.assert_allclose(result.attentions[i], ref[0].numpy(), atol=ATOL)
