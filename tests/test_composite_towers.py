@@ -1,6 +1,7 @@
 """Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA, LLaVA-NeXT,
 VipLLaVA, GIT and Kosmos-2 (CLIP), LLaVA-OneVision, PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP
-with bucketed positions), Depth Anything and DPT (a DINOv2 `backbone_config`), DPT's own ViT, BLIP, BLIP-2 and
+with bucketed positions), Depth Anything and DPT (a DINOv2 `backbone_config`), DPT's own ViT, ZoeDepth (a BEiT
+backbone), BLIP, BLIP-2 and
 InstructBLIP (their ViT), each built tiny with random weights and saved with `save_pretrained`, as `hf:ORG/NAME`
 downloads it. Every layer's per-head attention is compared with the tower inside the whole transformers model
 (eager `output_attentions`) at 1e-5, at its own size and another; `vitviz.verify` says verified. Only the tower's
@@ -142,6 +143,19 @@ def _kosmos2() -> tuple[Any, Callable[[Any], Any]]:
     return transformers.Kosmos2ForConditionalGeneration(cfg), lambda m: m.vision_model
 
 
+def _zoedepth() -> tuple[Any, Callable[[Any], Any]]:
+    backbone = transformers.BeitConfig(**VISION, out_features=["stage1", "stage2"], reshape_hidden_states=False,
+                                       use_relative_position_bias=True, use_mask_token=False,
+                                       layer_scale_init_value=0.1)
+    cfg = transformers.ZoeDepthConfig(
+        backbone_config=backbone, neck_hidden_sizes=[8, 16], fusion_hidden_size=8, reassemble_hidden_size=32,
+        backbone_hidden_size=32, bottleneck_features=8, num_relative_features=8, bin_embedding_dim=8,
+        bin_configurations=[{"n_bins": 4, "min_depth": 0.001, "max_depth": 10.0, "name": "nyu"}],
+        num_attractors=[4, 2, 2, 2], patch_size=8, readout_type="project", reassemble_factors=[1, 1],
+        head_in_index=-1)
+    return transformers.ZoeDepthForDepthEstimation(cfg), lambda m: m.backbone
+
+
 def _dpt_own() -> tuple[Any, Callable[[Any], Any]]:
     cfg = transformers.DPTConfig(**VISION, backbone_out_indices=[0, 1], neck_hidden_sizes=[8, 16],
                                  fusion_hidden_size=8, head_in_index=-1)
@@ -161,6 +175,7 @@ COMPOSITES = {
     "depth_anything": (_depth_anything, "hf-dinov2", "dinov2", "token"),
     "dpt": (_dpt_dinov2, "hf-dinov2", "dinov2", "token"),
     "dpt-own": (_dpt_own, "hf-dpt", "", "token"),
+    "zoedepth": (_zoedepth, "hf-beit", "beit", "token"),
     "blip": (_blip, "hf-blip", "blip_vision_model", "token"),
     "blip-2": (_blip2, "hf-blip", "blip_2_vision_model", "token"),
     "instructblip": (_instructblip, "hf-blip", "instructblip_vision_model", "token"),

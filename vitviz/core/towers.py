@@ -6,7 +6,7 @@ its image side (`vision_config`, `backbone_config`). `identify` reads that first
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
   Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
-  own ViT or DINOv2 backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
+  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -31,6 +31,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "paligemma": ("vision_config", _LLAVA), "gemma3": ("vision_config", _LLAVA),
     "idefics3": ("vision_config", ("model.vision_model.",)), "smolvlm": ("vision_config", ("model.vision_model.",)),
     "depth_anything": ("backbone_config", ("backbone.",)), "dpt": ("backbone_config", ("backbone.",)),
+    "zoedepth": ("backbone_config", ("backbone.",)),
     "blip": ("vision_config", ("vision_model.",)), "blip-2": ("vision_config", ("vision_model.",)),
     "instructblip": ("vision_config", ("vision_model.",)),
     "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
@@ -39,7 +40,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
-            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip"}
+            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
@@ -62,7 +63,6 @@ NOT_CONVERTED = {
     "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
     "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
-    "zoedepth": "ZoeDepth: a BEiT backbone inside a metric-depth model",
     "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
     # hierarchical vision transformers: per-stage widths and head counts (a list in config.json), reduced keys
     "segformer": "SegFormer: a hierarchical Mix Transformer (per-stage heads, spatially reduced keys)",
@@ -206,6 +206,9 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
                                       "eager attention)")
     sub = getattr(config, tower.config_key)
     sub._attn_implementation = "eager"
+    if tower.tower_type == "beit":
+        return sub, _beit_backbone(), (f"transformers.BeitBackbone, the vision tower of {type(config).__name__} "
+                                       "(backbone_config, eager attention; its last block's tokens as the output)")
     if tower.tower_type == "git_vision_model":
         return sub, _git_tower(), (f"transformers.GitVisionModel, the vision tower of {type(config).__name__} "
                                    "(vision_config, eager attention read from its attention modules)")
@@ -257,3 +260,19 @@ def _git_tower() -> type:
             inner.forward = forward
 
     return GitTower
+
+
+def _beit_backbone() -> type:
+    """BeitBackbone (ZoeDepth's) answering as a model: its feature maps aside, the last block's tokens (it has no
+    final norm) as `last_hidden_state`, with its attention."""
+    import transformers
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class BeitTower(transformers.BeitBackbone):
+        def forward(self, pixel_values: Any = None, output_attentions: bool = False,
+                    **kwargs: Any) -> BaseModelOutput:
+            out = super().forward(pixel_values, output_hidden_states=True, output_attentions=output_attentions,
+                                  **kwargs)
+            return BaseModelOutput(last_hidden_state=out.hidden_states[-1], attentions=out.attentions)
+
+    return BeitTower
