@@ -35,6 +35,12 @@ class UnknownLayoutError(CheckpointError):
     """The file holds tensors, but not in any ViT layout vitviz knows (e.g. a ResNet)."""
 
 
+class CompositeModelError(UnknownLayoutError):
+    """A transformers folder whose config.json names a model vitviz does not convert (a vision-language or depth
+    model whose image side it cannot read, or that holds no tower where its config says); the message names the
+    model type and the route that works."""
+
+
 class InconsistentCheckpointError(CheckpointError):
     """A ViT layout whose tensor shapes contradict each other or the metadata."""
 

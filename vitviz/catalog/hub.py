@@ -288,7 +288,7 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
         for file in CONFIG_FILES:
             fetch(file)
         if weights.name.endswith(".index.json"):
-            for shard in _shards(weights, text):
+            for shard in _tower_shards(weights, _shards(weights, text)):
                 if fetch(shard) is None:
                     raise HubError(f"{text}: shard {shard} listed in {weights.name} is missing from {name.repo_id}"
                                    + (f" ({fetch.failure})" if fetch.failure else ""))
@@ -324,6 +324,27 @@ def _shards(index: Path, text: str) -> list[str]:
         raise HubError(f"{text}: {index.name} names shard files outside the model folder or of another kind: "
                        f"{', '.join(repr(b) for b in bad[:3])}; expected plain *.safetensors / *.bin names")
     return shards
+
+
+def _tower_shards(index: Path, shards: list[str]) -> list[str]:
+    """The shards a sharded model needs: of a composite model whose config.json names a vision tower vitviz reads
+    alone (`vitviz.core.towers`), only those holding the tower's tensors -- a VLM's language model is never
+    downloaded; of a model its config.json already refuses, none (opening it says why); of any other, all."""
+    from vitviz.core.towers import identify
+    from vitviz.errors import CompositeModelError
+
+    try:
+        config = json.loads((index.parent / "config.json").read_text(encoding="utf-8"))
+        tower = identify(config, str(index.parent / "config.json"))
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except CompositeModelError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, VitvizError):
+        return shards   # no tower to narrow to: the load says what the model is
+    if tower is None:
+        return shards
+    wanted = {str(v) for k, v in weight_map.items() if tower.wants(str(k))}
+    return [s for s in shards if s in wanted] or shards
 
 
 class _Aborted(Exception):

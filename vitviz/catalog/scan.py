@@ -304,6 +304,12 @@ def _family_from_config(config: dict[str, Any]) -> tuple[str | None, str]:
 
         fam = hf_family(model_type)
         labels = config.get("id2label") or {}
+        if fam is None:   # a composite model (a VLM, a depth model) whose vision tower vitviz reads alone
+            from vitviz.core.towers import listed_tower
+
+            tower = listed_tower(config)
+            if tower is not None:
+                return tower[0], f"transformers {model_type}, {tower[1]}"
         return fam, f"transformers {model_type}" + (f", {len(labels)} classes" if len(labels) > 2 else "")
     return None, ""
 

@@ -20,11 +20,12 @@ import struct
 import warnings
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES, WEIGHT_NAMES, WEIGHT_SUFFIXES
+from vitviz.core.towers import Tower, identify, tower_prefix
 from vitviz.core.validate import (
     Invalid, as_labels, check_config, check_open_clip_config, check_path, check_preprocessor, check_stored_tensors,
     inside, show, training_args,
@@ -75,6 +76,7 @@ class RawCheckpoint:
     nest_others: tuple[str, ...] = ()                      # other, different state dicts beside it (none named)
     weights_file: Path | None = None
     sidecars: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (file name, parsed text config)
+    tower: Tower | None = None     # a composite model's vision tower: `tensors` and `config` are the tower's only
 
 
 def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpoint:
@@ -89,13 +91,19 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
     st = check_path(p, "a ViT checkpoint file or folder", missing=CheckpointNotFoundError,
                     bad=CorruptCheckpointError, folder_ok=True)
     is_dir = stat.S_ISDIR(st.st_mode)
-    folder = p if is_dir else (p.parent if p.name in WEIGHT_NAMES else None)
+    folder = p if is_dir else (p.parent if p.name in FOLDER_WEIGHT_NAMES else None)   # its config.json beside it
     weights = _weights_in_folder(p) if is_dir else p
-    raw = _read_weights_file(weights, nest_key)
+    # a transformers folder names its model before any tensor is read: a composite model's vision tower is read
+    # alone (its tensors only), a model vitviz does not convert is refused by name (vitviz.core.towers)
+    config = _read_json(folder / "config.json") if folder is not None else None
+    tower = identify(config, str(folder / "config.json")) if folder is not None and not nest_key else None
+    raw = _read_weights_file(weights, nest_key, tower)
     raw.path = p
     raw.meta = training_args(raw.meta, weights)
     if folder is not None:
-        config = _read_json(folder / "config.json")
+        if tower is not None:
+            raw.tensors, raw.tower = _tower_tensors(raw, tower)
+            config = tower.config
         raw.config = None if config is None else check_config(config, folder / "config.json")
         preprocessor = _read_json(folder / "preprocessor_config.json")
         raw.preprocessor = None if preprocessor is None else \
@@ -284,16 +292,25 @@ def _read_json(path: Path) -> Any:
         raise CorruptCheckpointError(f"{path}: not valid JSON ({e})") from e
 
 
-def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
+def _tower_tensors(raw: RawCheckpoint, tower: Tower) -> tuple[dict[str, torch.Tensor], Tower]:
+    """The tower's tensors of a composite model's weights, its prefix removed, and the tower with that prefix."""
+    prefix = tower_prefix(tower, list(raw.tensors), str(raw.weights_file))
+    return {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}, replace(tower, prefix=prefix)
+
+
+def _read_weights_file(path: Path, nest_key: str | None, tower: Tower | None = None) -> RawCheckpoint:
+    """The tensors of one weights file (or shard index); with `tower`, of a safetensors file only the tower's are
+    read (lazily: the language model's tensors are never loaded)."""
     size = check_path(path, "a checkpoint file", missing=CheckpointNotFoundError, bad=CorruptCheckpointError).st_size
     if size == 0:
         raise CorruptCheckpointError(f"{path}: the file is empty (0 bytes); expected a checkpoint")
+    keep = tower.wants if tower is not None else None
     if path.name.endswith(".index.json"):
-        return _select(_read_sharded(path), nest_key)
+        return _select(_read_sharded(path, keep), nest_key)
     with open(path, "rb") as f:
         head = f.read(16)
     if _looks_like_safetensors(head, size):
-        return _select(_read_safetensors(path), nest_key)
+        return _select(_read_safetensors(path, keep), nest_key)
     if head.startswith(b"PK\x03\x04"):
         if _check_zip(path, size) == "npz":  # JAX / Flax weights: NumPy arrays, read without pickle
             from vitviz.core.npz import read_npz
@@ -304,7 +321,10 @@ def _read_weights_file(path: Path, nest_key: str | None) -> RawCheckpoint:
         raise CorruptCheckpointError(
             f"{path}: not a checkpoint (starts with bytes {head[:8].hex(' ')}, looks like {kind}); expected a "
             "PyTorch file (.pth/.pt/.bin, zip or pickle) or a .safetensors file")
-    obj = _torch_load(path)
+    # a composite model's .bin: memory-mapped, and only its tower's tensors kept (the others never read)
+    obj = _torch_load(path, mmap=keep is not None and head.startswith(b"PK\x03\x04"))
+    if keep is not None and isinstance(obj, dict) and any(isinstance(k, str) and keep(k) for k in obj):
+        obj = {k: v for k, v in obj.items() if isinstance(k, str) and keep(k)}
     return _unwrap(path, obj, nest_key)
 
 
@@ -315,8 +335,10 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
     return 0 < n <= size - 8 and head[8:9] == b"{"
 
 
-def _read_safetensors(path: Path) -> RawCheckpoint:
-    from safetensors import SafetensorError
+def _read_safetensors(path: Path, keep: Callable[[str], bool] | None = None) -> RawCheckpoint:
+    """A safetensors file's tensors (with `keep`, only the names it keeps: read one by one, the others never
+    loaded) and its string metadata."""
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     try:
@@ -327,7 +349,11 @@ def _read_safetensors(path: Path) -> RawCheckpoint:
             header = json.loads(f.read(n))
         if not isinstance(header, dict):
             raise ValueError(f"the header is {show(header)}, not a JSON object")
-        tensors = load_file(str(path), device="cpu")
+        if keep is None:
+            tensors = load_file(str(path), device="cpu")
+        else:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                tensors = {k: f.get_tensor(k) for k in f.keys() if keep(k)}
     except RecursionError:
         raise CorruptCheckpointError(f"{path}: damaged safetensors file (its header is nested too deeply); "
                                      "expected a complete safetensors file") from None
@@ -355,8 +381,9 @@ def _select(raw: RawCheckpoint, nest_key: str | None) -> RawCheckpoint:
     return raw
 
 
-def _read_sharded(index: Path) -> RawCheckpoint:
-    """A `model.safetensors.index.json` and its shards, each of which must lie inside the index's folder."""
+def _read_sharded(index: Path, keep: Callable[[str], bool] | None = None) -> RawCheckpoint:
+    """A `model.safetensors.index.json` and its shards, each of which must lie inside the index's folder; with
+    `keep`, only the shards holding a tensor it keeps are opened, and of them only those tensors read."""
     data = _read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
@@ -367,12 +394,13 @@ def _read_sharded(index: Path) -> RawCheckpoint:
     if bad:
         raise MetadataError(f"{index}: weight_map value {show(bad[0])}; expected shard file names")
     tensors: dict[str, torch.Tensor] = {}
-    for name in sorted(set(weight_map.values())):
+    kept = [v for k, v in weight_map.items() if keep is None or keep(str(k))] or list(weight_map.values())
+    for name in sorted(set(kept)):
         shard = inside(index.parent, name)
         if shard is None:
             raise MetadataError(f"{index}: shard {name!r} lies outside the model folder {index.parent}; expected "
                                 "shard file names inside that folder (refused, nothing outside it is read)")
-        tensors.update(_read_safetensors(shard).tensors)
+        tensors.update(_read_safetensors(shard, keep).tensors)
     return RawCheckpoint(index, tensors, weights_file=index)
 
 
@@ -410,12 +438,13 @@ def _refuse_torchscript(path: Path, names: list[str]) -> str:
     return "torch"
 
 
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, mmap: bool = False) -> Any:
+    """`torch.load(weights_only=True)`; with `mmap` (a zip checkpoint only), its tensors stay on disk until used."""
     import torch
 
     try:
         with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - classified below, always re-raised as a VitvizError
         text = str(e)
         globals_, complete = _pickle_globals(path)

@@ -120,7 +120,9 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
         fields["pre_logits_act"] = _pick("pre_logits_act", {"pre_logits_act": overrides.get("head_act")}, hints,
                                          "tanh", prov, "default: Tanh (timm / JAX representation layer)")
     _check_choices(fields, where)
-    fields["image_size"] = _image_size(overrides, conv.family, pos_grid, patch, prov)
+    # a composite model's tower runs at its own table's size (Depth Anything's DINOv2 at 518), not at the size its
+    # family's classifiers are evaluated at
+    fields["image_size"] = _image_size(overrides, conv.family if raw.tower is None else "", pos_grid, patch, prov)
     fields["preprocess"] = _preprocess(conv, raw, overrides, fields["image_size"], in_chans, sources, prov)
     fields["labels"] = _labels(conv, raw, overrides, fields["num_classes"], sources, prov)
     for key in ("num_heads", "pos_grid", "pos_prefix"):
@@ -183,6 +185,8 @@ def _identity(conv: Converted, raw: RawCheckpoint, name: str) -> str:
     cfg = raw.config or {}
     if isinstance(cfg.get("architecture"), str):
         return f"named: timm architecture {cfg['architecture']!r} (config.json)"
+    if raw.tower is not None:   # a composite model's vision tower (vitviz.core.towers)
+        return f"named: {raw.tower.describe()} (config.json)"
     if conv.family.startswith("hf") and (cfg.get("model_type") or cfg.get("vision_config")):
         return f"named: transformers model_type {cfg.get('model_type') or 'vision_config'!r} (config.json)"
     if conv.hints.get("open_clip_config"):

@@ -22,6 +22,7 @@ from vitviz.core.hyperparams import infer_spec, warn_guesses
 from vitviz.core.live import LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
+from vitviz.core.towers import tower_module
 from vitviz.core.options import (
     LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
 )
@@ -224,7 +225,23 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
             'remembered: ...' (still given) instead of 'override', so that everything showing the model says so.
     """
     remembered = _remembered_names(overrides.pop("_remembered", ()), overrides)
-    return _mark_remembered(_load(path, overrides), remembered, overrides)
+    tower = tower_module(path) if isinstance(path, torch.nn.Module) else None
+    if tower is None:
+        return _mark_remembered(_load(path, overrides), remembered, overrides)
+    # a composite transformers model (LLaVA, PaliGemma, a depth model): its vision tower is the model shown
+    model = _load(tower[0], overrides)
+    return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
+
+
+def _said(model: VitModel, key: str, note: str) -> VitModel:
+    """`model` with `note` added to its `key` provenance entry (its spec and its network's, kept the same)."""
+    spec = model.spec
+    marked = replace(spec, provenance=tuple((k, f"{v}; {note}" if k == key else v) for k, v in spec.provenance))
+    net = getattr(model, "net", None)
+    if getattr(net, "spec", None) is spec:
+        net.spec = marked
+    model.spec = marked
+    return model
 
 
 def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any]) -> VitModel:

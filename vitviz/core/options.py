@@ -38,7 +38,7 @@ CROP_MODES = tuple(CROP_MODE_LABELS)
 # Resampling filters (Pillow's names; `vitviz.core.images.INTERPOLATIONS` maps them to Pillow's constants).
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 # How a learned position table is resampled at another input size (`vitviz.core.posembed.resample_grid`).
-POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa")
+POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa", "bilinear", "bucket")
 # How a relative position bias table is resampled (`vitviz.core.posembed.resize_rel_pos_table`).
 REL_POS_RECIPES = ("timm", "hf")
 # `ModelSpec.rope`: the RoPE coordinate kinds (`vitviz.core.posembed.rope_coords`).

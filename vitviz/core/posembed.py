@@ -36,12 +36,16 @@ def resample_grid(
         return pos
     if recipe not in RECIPES:
         raise ValueError(f"unknown position-embedding recipe {recipe!r}; expected one of {RECIPES}")
+    if recipe == "bucket":  # Idefics3 / SmolVLM: a lookup, not an interpolation
+        return pos[:, bucket_ids(old, new).to(pos.device)]  # (1, nh*nw, D)
     dtype, d = pos.dtype, pos.shape[-1]
     grid = pos.float().reshape(1, old[0], old[1], d).permute(0, 3, 1, 2)  # (1, D, gh, gw)
     if recipe == "timm" or recipe == "dinov2_reg":
         out = F.interpolate(grid, size=new, mode="bicubic", antialias=True, align_corners=False)
     elif recipe == "bilinear_aa":  # transformers SigLIP 2 (NaFlex) resize_positional_embeddings
         out = F.interpolate(grid, size=new, mode="bilinear", antialias=True, align_corners=False)
+    elif recipe == "bilinear":  # transformers DPT's own ViT (_resize_pos_embed): no antialias
+        out = F.interpolate(grid, size=new, mode="bilinear", align_corners=False)
     elif recipe == "torchvision":
         out = F.interpolate(grid, size=new, mode="bicubic", align_corners=True)
     elif recipe in ("hf", "deit"):
@@ -53,6 +57,19 @@ def resample_grid(
         if tuple(out.shape[-2:]) != tuple(new):
             raise ValueError(f"DINO interpolation produced grid {tuple(out.shape[-2:])}, expected {new}")
     return out.permute(0, 2, 3, 1).reshape(1, new[0] * new[1], d).to(dtype)  # (1, D, nh, nw) -> (1, N, D)
+
+
+def bucket_ids(old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
+    """The rows of a square (n x n) position table that transformers' Idefics3 / SmolVLM vision embeddings give an
+    (nh, nw) patch grid: each patch's fractional coordinate i / nh, bucketed into the table's n cells (their own
+    float32 arithmetic, so that the rows are theirs exactly, also where it is not the identity): (nh*nw,) long."""
+    n = int(old[1])
+    boundaries = torch.arange(1 / n, 1.0, 1 / n)
+
+    def axis(m: int) -> torch.Tensor:
+        coords = torch.arange(m, dtype=torch.float32) * (1.0 / torch.tensor(m))
+        return torch.bucketize(torch.clamp(coords, max=1.0 - 1e-6), boundaries, right=True)
+    return (axis(int(new[0]))[:, None] * n + axis(int(new[1]))[None, :]).reshape(-1)  # (nh, nw) -> (nh*nw,)
 
 
 def resample_pos_embed(

@@ -996,6 +996,10 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) 
     else:
         what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
     raw = _read(path)
+    if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
+        from vitviz.core.towers import original_tower
+
+        config, cls, what = original_tower(config, raw.tower)
     # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
     # given the tensors vitviz read (no file is opened by transformers)
     bar = transformers.utils.logging.is_progress_bar_enabled()
@@ -1028,7 +1032,8 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) 
             kw["output_hidden_states"] = True
         with torch.inference_mode():
             out = tower(pixel_values=x.to(device), output_attentions=True, **kw)
-            vec = _backbone_output(tower, out, spec) if tower is backbone else _hf_output(net, tower, out)
+            vec = (_backbone_output(tower, out, spec) if tower is backbone
+                   else _hf_output(net, tower, out, spec.pooling))
         if not out.attentions:
             raise VerifyError(f"{what}: output_attentions gave no attention maps")
         return [a[0].float().cpu().numpy() for a in out.attentions], vec
@@ -1047,10 +1052,10 @@ def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None
     return pooled[0].detach().float().cpu().numpy()
 
 
-def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
+def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token") -> np.ndarray | None:
     """What vitviz's output is for a transformers model: the logits; a whole CLIP's projected image embedding; a
     backbone's pooled output, except behind a tanh pooler (ViTPooler, which vitviz does not keep), where it is the
-    final norm's CLS token."""
+    final norm's CLS token (the mean of its tokens for a tower without one, `pooling` 'avg')."""
     def vec(t: torch.Tensor) -> np.ndarray:
         return t[0].detach().float().cpu().numpy()
 
@@ -1064,9 +1069,10 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any) -> np.ndarray | None:
     pooler = getattr(tower, "pooler", None)
     if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
         return vec(pooled)
-    if type(tower).__name__ in ("IJepaModel", "Aimv2VisionModel"):   # no CLS token (nor head): the tokens' mean
-        return vec(out.last_hidden_state.mean(dim=1))
-    return vec(out.last_hidden_state[:, 0])
+    hidden = out.last_hidden_state
+    if type(tower).__name__ in ("IJepaModel", "Aimv2VisionModel") or pooling == "avg":   # no CLS token: the mean
+        return vec(hidden.mean(dim=1))
+    return vec(hidden[:, 0])
 
 
 def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device) -> _Original:

@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from vitviz.core.families.base import Converted, Hint, Recipe, key_stems, strip_prefixes
-from vitviz.errors import UnknownLayoutError
+from vitviz.errors import CompositeModelError, InconsistentCheckpointError, UnknownLayoutError
 
 if TYPE_CHECKING:
     from vitviz.core.checkpoint import RawCheckpoint
@@ -136,10 +136,62 @@ def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, 
     if module is None:
         raise UnknownLayoutError(
             f"{raw.path}: family {detected!r} is not supported; expected one of {', '.join(sorted(FAMILY_NAMES))}")
+    named = named_by(raw) if module.__name__.endswith(".structural") and not family else ""
+    if named and _composite(raw.config or {}):
+        # a model whose config names parts (a vision-language or depth model): its layout is not guessed
+        from vitviz.core.towers import ROUTE
+
+        raise CompositeModelError(f"{raw.path}: its config names {named}, a composite model (it states "
+                                  f"{', '.join(k for k in _PARTS if isinstance((raw.config or {}).get(k), dict))}) "
+                                  "whose vision part vitviz does not open from the whole model's file. To see its "
+                                  f"attention, {ROUTE}")
     # a family named by the caller decides the sub-family defaults (interpolation, preprocessing)
-    out = module.convert(sd, raw, name if family else None, overrides or {})
+    try:
+        out = module.convert(sd, raw, name if family else None, overrides or {})
+    except (UnknownLayoutError, InconsistentCheckpointError) as e:
+        if not named:
+            raise
+        from vitviz.core.towers import ROUTE
+
+        raise type(e)(f"{e}. Its config names {named}, a model vitviz reads only by the structure of its "
+                      f"tensors; to see its attention, {ROUTE}") from e
     out.dropped = dropped + out.dropped
+    if raw.tower is not None and raw.preprocessor and "preprocess" not in out.hints:
+        # a composite model's processor prepares the images its tower sees
+        from vitviz.core.families.hf import _hf_preprocess
+
+        pre = _hf_preprocess(raw.preprocessor)
+        if pre:
+            out.hints["preprocess"] = (pre, f"metadata: preprocessor_config.json (the {raw.tower.model_type!r} "
+                                            "processor)")
     return out
+
+
+# Sub-configs of a composite transformers model (its parts).
+_PARTS = ("vision_config", "text_config", "backbone_config", "qformer_config", "audio_config")
+
+
+def _composite(cfg: dict[str, Any]) -> bool:
+    """Whether a transformers config names a model of several parts that is not a family vitviz reads."""
+    model_type = cfg.get("model_type")
+    return isinstance(model_type, str) and model_type not in HF_MODEL_TYPES and \
+        any(isinstance(cfg.get(k), dict) for k in _PARTS)
+
+
+def named_by(raw: RawCheckpoint) -> str:
+    """What the config beside a file names it ('transformers model_type 'convnext'', 'timm architecture
+    'resnet50'', 'an open_clip model config'), '' when nothing does or it names a transformers model vitviz reads:
+    said when its layout is refused."""
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str):
+        return f"timm architecture {cfg['architecture']!r} (config.json)"
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"] and cfg["model_type"] not in HF_MODEL_TYPES:
+        arch = cfg.get("architectures")
+        arch = f", {arch[0]}" if isinstance(arch, list) and arch and isinstance(arch[0], str) else ""
+        return f"transformers model_type {cfg['model_type']!r}{arch} (config.json)"
+    if any(isinstance(d, dict) and ("model_cfg" in d or "vision_cfg" in d) for _, d in raw.sidecars):
+        return "an open_clip model config (open_clip_config.json)"
+    return ""
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str:
@@ -153,6 +205,12 @@ def detect(keys: set[str], raw: RawCheckpoint) -> str:
         hint = "keys under visual. but no CLIP vision tower (visual.class_embedding / visual.trunk.) in them"
     else:
         hint = "no attention weights (no query/key/value or in-projection tensors), so not a Vision Transformer"
+    named = named_by(raw)
+    if named:  # the config names a model vitviz does not convert: say which, and the route that works
+        from vitviz.core.towers import ROUTE
+
+        hint += (f"; its config names {named}, a model whose layout vitviz does not convert to its reference ViT. "
+                 f"To see its attention, {ROUTE}")
     raise UnknownLayoutError(
         f"{raw.path}: unknown checkpoint layout ({len(keys)} tensors; {hint}). Most common key stems: "
         f"{', '.join(key_stems(sorted(keys)))}. Expected a ViT state dict from timm, DeiT, DINO/DINOv2, MAE, "

@@ -119,7 +119,8 @@ def _hf_hints(cfg: dict[str, Any], raw: RawCheckpoint, model_type: str,
     if labels and out.get("head.weight") is not None and len(labels) == out["head.weight"].shape[0]:
         hints["labels"] = (labels, src)
     hints["pos_prefix"] = (2 if model_type == "deit" else 1, f"family: HF {model_type}")
-    hints["pos_interp"] = ("dinov2_reg" if model_type == "dinov2_with_registers" else "hf", f"family: HF {model_type}")
+    hints["pos_interp"] = ("dinov2_reg" if model_type == "dinov2_with_registers" else "bilinear" if model_type == "dpt"
+                           else "hf", f"family: HF {model_type}")
     head = out.get("head.weight")
     if model_type.startswith("dinov2") and head is not None and head.shape[1] == 2 * out["cls_token"].shape[-1]:
         hints["pooling"] = ("cls_avg", "shape: classifier takes [cls, mean(patches)]")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vitviz.core.families.base import Converted, Hint, Recipe, rename_key
 from vitviz.core.families.clip import _HF_RENAMES, _split_towers, fuse_qkv, hf_vision_hints
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD
+from vitviz.core.towers import BUCKETED
 
 if TYPE_CHECKING:
     import torch
@@ -82,12 +83,29 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
                                               "antialias)")
         hints.pop("pos_image_size", None)  # NaFlex: the table's grid is the native size, not config.image_size
         hints["preprocess"] = ({"interpolation": "bilinear"}, "family: transformers Siglip2ImageProcessor")
+    elif model_type in BUCKETED:   # Idefics3 / SmolVLM: each patch looks its row up by bucketed coordinates
+        hints["pos_interp"] = ("bucket", f"family: transformers {model_type} (position rows looked up by bucketed "
+                                         "fractional patch coordinates)")
+        _bucket_native(out)
     else:
         hints["pos_interp"] = ("hf", "family: transformers SigLIP (interpolate_pos_encoding: bicubic)")
     if "attn_pool.latent" not in out:
         hints["pooling"] = ("avg", "family: a SigLIP tower without its head (vision_use_head=False): the mean of the "
                                    "patch tokens")
     return Converted("hf-siglip2" if naflex else "hf-siglip", out, hints, dropped)
+
+
+def _bucket_native(out: dict[str, torch.Tensor]) -> None:
+    """The stored table in the row order Idefics3 / SmolVLM look it up at its own grid (the identity for most
+    sizes, not for all: their float32 bucketing repeats a row at some, e.g. 25 patches a side). Other grids look
+    their rows up in this table: exact where the native lookup is the identity (26 and 32 patches a side, the
+    released models' sizes), not where it repeats a row."""
+    from vitviz.core.posembed import bucket_ids
+
+    table = out["pos_embed"]  # (1, n*n, D)
+    n = int(round(table.shape[1] ** 0.5))
+    if n * n == table.shape[1]:
+        out["pos_embed"] = table[:, bucket_ids((n, n), (n, n))]
 
 
 def _linear_patch_to_conv(w: torch.Tensor, vcfg: dict[str, Any], raw: RawCheckpoint) -> torch.Tensor:

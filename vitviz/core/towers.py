@@ -1,0 +1,278 @@
+"""Composite transformers models (vision-language models, depth estimators) and the Vision Transformer towers
+inside them, named by a folder's `config.json` before any tensor is read.
+
+A transformers folder says what it is: `model_type`, `architectures`, and for a composite model the config of
+its image side (`vision_config`, `backbone_config`). `identify` reads that first, so that
+
+- a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
+  Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
+  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
+  (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
+  tower's own sub-config is the config its family reads;
+- a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
+  the route that works (its own code run live: `vitviz.load(module)` or `--code`).
+
+Nothing here imports torch: the decision is made on the parsed JSON alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vitviz.errors import CompositeModelError
+
+# Where a composite model keeps its vision tower: {model_type: (the key of the tower's sub-config, the prefixes of
+# the tower's tensors in the whole model's files, newest first)}. transformers >= 5 nests the parts under `model.`
+# in memory; files keep either form.
+_LLAVA = ("model.vision_tower.", "vision_tower.")
+TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llava": ("vision_config", _LLAVA), "llava_next": ("vision_config", _LLAVA),
+    "llava_onevision": ("vision_config", _LLAVA), "vipllava": ("vision_config", _LLAVA),
+    "paligemma": ("vision_config", _LLAVA), "gemma3": ("vision_config", _LLAVA),
+    "idefics3": ("vision_config", ("model.vision_model.",)), "smolvlm": ("vision_config", ("model.vision_model.",)),
+    "depth_anything": ("backbone_config", ("backbone.",)), "dpt": ("backbone_config", ("backbone.",)),
+    "zoedepth": ("backbone_config", ("backbone.",)),
+    "blip": ("vision_config", ("vision_model.",)), "blip-2": ("vision_config", ("vision_model.",)),
+    "instructblip": ("vision_config", ("vision_model.",)),
+    "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
+}
+# The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
+READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
+            "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
+            "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
+            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit"}
+# Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
+_TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
+                  "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
+                  "kosmos_2_vision_model": "Kosmos2VisionModel"}
+# Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
+BUCKETED = ("idefics3_vision", "smolvlm_vision")
+
+# The route for a model vitviz does not convert: its own code, run live with its attention captured.
+ROUTE = ("build it with transformers in Python and pass its vision module to vitviz.load(module) (its own code runs, "
+         "attention captured where it is computed), or name a factory returning that module, wrapped to take a "
+         "(1, 3, H, W) image, with --code FILE.py:FACTORY")
+# Models people open that vitviz does not convert, by model_type: what their image side is.
+NOT_CONVERTED = {
+    "qwen2_vl": "Qwen2-VL: its vision encoder merges patches and uses 2-D rotary positions over a packed sequence",
+    "qwen2_5_vl": "Qwen2.5-VL: windowed attention, 2-D rotary positions and RMSNorm in its vision encoder",
+    "qwen3_vl": "Qwen3-VL: a vision encoder with 2-D rotary positions over a packed sequence of merged patches",
+    "mllama": "Llama 3.2 Vision: a tiled two-stage vision encoder with gated layers",
+    "pixtral": "Pixtral: 2-D rotary positions and RMSNorm in its vision encoder",
+    "mistral3": "Mistral 3: a Pixtral vision encoder (2-D rotary positions, RMSNorm)",
+    "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
+    "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
+    "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
+    "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
+    # hierarchical vision transformers: per-stage widths and head counts (a list in config.json), reduced keys
+    "segformer": "SegFormer: a hierarchical Mix Transformer (per-stage heads, spatially reduced keys)",
+    "glpn": "GLPN: a SegFormer (Mix Transformer) encoder", "pvt": "PVT: a pyramid of stages with spatial-reduction "
+    "attention", "pvt_v2": "PVT v2: a pyramid of stages with spatial-reduction attention",
+    "mobilevit": "MobileViT: transformer blocks inside a convolutional network",
+    "mobilevitv2": "MobileViT v2: separable linear attention inside a convolutional network",
+    "levit": "LeViT: a convolution-attention hybrid with attention biases and shrinking stages",
+    "cvt": "CvT: convolutional token embeddings and projections in every stage",
+    "efficientformer": "EfficientFormer: a convolutional network with attention in its last stage",
+    "nat": "NAT: neighborhood attention", "dinat": "DiNAT: dilated neighborhood attention",
+}
+
+
+@dataclass(frozen=True)
+class Tower:
+    """The vision tower of a composite transformers model, as its folder's config.json names it."""
+
+    model_type: str                 # the whole model's ('llava')
+    tower_type: str                 # its tower's ('clip_vision_model')
+    config_key: str                 # 'vision_config' / 'backbone_config'; '' for DPT's own ViT (its own config)
+    prefixes: tuple[str, ...]       # where its tensors may be in the whole model's files, tried in order
+    config: dict[str, Any] = field(compare=False)   # the tower's sub-config (DPT's own ViT: the whole config)
+    prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
+
+    def describe(self) -> str:
+        """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
+        what = f"its vision tower, a {self.tower_type!r}" if self.config_key else "its own ViT encoder"
+        return f"transformers model_type {self.model_type!r} ({what})"
+
+    def wants(self, key: str) -> bool:
+        """Whether `key` of the whole model's files belongs to the tower (only those are read)."""
+        return key.startswith(self.prefixes)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def identify(config: Any, where: str) -> Tower | None:
+    """The vision tower a transformers config.json names, None for a config that is not a composite model.
+
+    Args:
+        config: the parsed config.json (any JSON: only string fields and objects are read).
+        where: the file, for messages.
+
+    Raises:
+        CompositeModelError: a model vitviz does not convert, named with what it is and the route that works.
+    """
+    if not isinstance(config, dict):
+        return None
+    model_type = _text(config.get("model_type"))
+    if model_type in NOT_CONVERTED:
+        raise CompositeModelError(f"{where}: transformers model_type {model_type!r} ({NOT_CONVERTED[model_type]}); "
+                                  f"vitviz does not convert it to its reference ViT. To see its attention, {ROUTE}")
+    if model_type not in TOWERS:
+        return None
+    key, prefixes = TOWERS[model_type]
+    sub = config.get(key) if key else None
+    if model_type == "dpt" and sub is None:   # DPT's own ViT (`dpt.`), described by DPT's own config
+        if config.get("is_hybrid"):
+            raise CompositeModelError(f"{where}: transformers model_type 'dpt' with is_hybrid: a ViT on a BiT "
+                                      f"convolutional stem, which vitviz does not convert. To see its attention, {ROUTE}")
+        return Tower(model_type, "dpt", "", ("dpt.",), config)
+    if not isinstance(sub, dict):
+        raise CompositeModelError(f"{where}: transformers model_type {model_type!r} without a {key} object; "
+                                  f"expected the config of its vision tower there. To see its attention, {ROUTE}")
+    tower_type = _text(sub.get("model_type"))
+    if tower_type not in READABLE:
+        raise CompositeModelError(
+            f"{where}: transformers model_type {model_type!r} whose vision tower is a {tower_type or 'unnamed'!r} "
+            f"model ({key}.model_type); vitviz reads the towers of such models when they are "
+            f"{', '.join(sorted(READABLE))}. To see its attention, {ROUTE}")
+    return Tower(model_type, tower_type, key, prefixes, sub)
+
+
+def listed_tower(config: Any) -> tuple[str, str] | None:
+    """(family, 'its clip_vision_model tower') of a composite model's config.json, for a model listing; None for
+    any other config, or one `identify` refuses. Never raises."""
+    try:
+        tower = identify(config, "config.json")
+    except CompositeModelError:
+        return None
+    if tower is None:
+        return None
+    return READABLE.get(tower.tower_type, "hf-dpt"), (f"its {tower.tower_type} tower" if tower.config_key
+                                                       else "its own ViT")
+
+
+def tower_module(module: Any) -> tuple[Any, str] | None:
+    """A composite transformers model object's vision tower (the submodule its config names) and what it is
+    ('model.vision_tower of the LlavaForConditionalGeneration given'); None for any other object, or a model
+    `identify` refuses (its own code then runs as the caller asked)."""
+    config = getattr(module, "config", None)
+    if not hasattr(config, "to_dict") or not hasattr(module, "get_submodule"):
+        return None
+    try:
+        tower = identify(config.to_dict(), f"<{type(module).__name__} object>")
+    except CompositeModelError:
+        return None
+    for prefix in tower.prefixes if tower is not None else ():
+        try:
+            sub = module.get_submodule(prefix.rstrip("."))
+        except AttributeError:
+            continue
+        return sub, f"{prefix.rstrip('.')} of the {type(module).__name__} given, {tower.describe()}"
+    return None
+
+
+def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
+    """The prefix the tower's tensors are under in a file holding `keys` (the one most of them carry).
+
+    Raises:
+        CompositeModelError: none of them is under any of the tower's prefixes.
+    """
+    counts = {p: sum(k.startswith(p) for k in keys) for p in tower.prefixes}
+    best = max(counts, key=lambda p: counts[p])
+    if not counts[best]:
+        stems = sorted({k.split(".")[0] for k in keys})[:8]
+        raise CompositeModelError(
+            f"{where}: config.json names {tower.describe()}, but no tensor of the weights is under "
+            f"{' or '.join(repr(p) for p in tower.prefixes)} (top-level names: {', '.join(stems) or 'none'}); "
+            "expected the whole model's weights as transformers saves them")
+    return best
+
+
+def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
+    """transformers' own module for the tower, for `vitviz.verify`: (its config, its class, a description). The
+    tower is built from its sub-config as the composite model builds it (`AutoModel.from_config(vision_config)`,
+    `load_backbone(config)`: DINOv2's backbone is the same embeddings, blocks and norm as `Dinov2Model`), without
+    the language model or the depth head."""
+    import transformers
+
+    if not tower.config_key:   # DPT's own ViT: DPTModel as DPTForDepthEstimation builds it (no pooler)
+        class DPTEncoder(transformers.DPTModel):
+            def __init__(self, config: Any) -> None:
+                super().__init__(config, add_pooling_layer=False)
+
+        config._attn_implementation = "eager"
+        return config, DPTEncoder, (f"transformers.DPTModel (no pooler), the vision tower of {type(config).__name__} (its own ViT, "
+                                      "eager attention)")
+    sub = getattr(config, tower.config_key)
+    sub._attn_implementation = "eager"
+    if tower.tower_type == "beit":
+        return sub, _beit_backbone(), (f"transformers.BeitBackbone, the vision tower of {type(config).__name__} "
+                                       "(backbone_config, eager attention; its last block's tokens as the output)")
+    if tower.tower_type == "git_vision_model":
+        return sub, _git_tower(), (f"transformers.GitVisionModel, the vision tower of {type(config).__name__} "
+                                   "(vision_config, eager attention read from its attention modules)")
+    own = _TOWER_CLASSES.get(tower.tower_type)
+    cls = _transformers_class(own) if own else transformers.MODEL_MAPPING[type(sub)]
+    sub._attn_implementation = "eager"
+    what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
+    return sub, cls, what
+
+
+def _transformers_class(name: str) -> type:
+    """A transformers model class by name, also those not exported at its top level (Kosmos2VisionModel)."""
+    import importlib
+
+    import transformers
+
+    if hasattr(transformers, name):
+        return getattr(transformers, name)
+    folder = {"Kosmos2VisionModel": "kosmos2"}[name]
+    return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+
+
+def _git_tower() -> type:
+    """GitVisionModel with its eager attention weights returned: its forward computes them in every
+    `GitVisionAttention` but drops them from its output (transformers 5), so they are read where they are returned
+    (the attention modules' own outputs), by its inner `vision_model` (the module `vitviz.verify` runs)."""
+    import transformers
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class GitTower(transformers.GitVisionModel):
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            inner = self.vision_model
+            own = inner.forward
+
+            def forward(pixel_values: Any = None, interpolate_pos_encoding: bool = False,
+                        output_attentions: bool = False, **kwargs: Any) -> BaseModelOutput:
+                maps: list[Any] = []
+                hooks = [m.register_forward_hook(lambda _m, _a, out: maps.append(out[1])) for m in inner.modules()
+                         if type(m).__name__ == "GitVisionAttention"] if output_attentions else []
+                try:
+                    out = own(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
+                finally:
+                    for hook in hooks:
+                        hook.remove()
+                return BaseModelOutput(last_hidden_state=out.last_hidden_state,
+                                       attentions=tuple(maps) if output_attentions else None)
+
+            inner.forward = forward
+
+    return GitTower
+
+
+def _beit_backbone() -> type:
+    """BeitBackbone (ZoeDepth's) answering as a model: its feature maps aside, the last block's tokens (it has no
+    final norm) as `last_hidden_state`, with its attention."""
+    import transformers
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class BeitTower(transformers.BeitBackbone):
+        def forward(self, pixel_values: Any = None, output_attentions: bool = False,
+                    **kwargs: Any) -> BaseModelOutput:
+            out = super().forward(pixel_values, output_hidden_states=True, output_attentions=output_attentions,
+                                  **kwargs)
+            return BaseModelOutput(last_hidden_state=out.hidden_states[-1], attentions=out.attentions)
+
+    return BeitTower
