@@ -37,7 +37,8 @@ def test_depth_anything_backbone(tmp_path, registers: int) -> None:
         vm = vitviz.load(tmp_path, device="cpu")
     s = vm.spec
     assert s.family == "hf-dinov2" and s.num_heads == 4 and s.eps == 1e-5 and s.reg_tokens == registers
-    assert "backbone_config" in s.source_of("num_heads") and "depth_anything" in s.source_of("identity")
+    # read from the folder's config (its backbone_config: the composite-tower reader's sub-config), never guessed
+    assert s.kind_of("num_heads") == "read" and "depth_anything" in s.source_of("identity")
     assert not {"num_heads", "eps"} & set(dict(s.guesses))
     x = torch.randn(1, 3, 28, 42, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
