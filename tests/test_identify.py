@@ -81,14 +81,16 @@ def test_the_shipped_signatures_are_what_the_installed_library_builds(tmp_path: 
     """resources/identify holds the signatures of one timm / torchvision release: when that release is installed,
     a sample of them (the ViTs of every size tests use) is built again here and must agree."""
     for library, sample in (("timm", ("vit_tiny_patch16_224", "vit_base_patch16_clip_quickgelu_224",
-                                      "deit_small_distilled_patch16_224")), ("torchvision", ("vit_b_16", "vit_h_14"))):
+                                      "deit_small_distilled_patch16_224")), ("torchvision", ("vit_b_16", "vit_h_14")),
+                            ("open_clip", ("ViT-B-32", "ViT-B-32-quickgelu"))):
         shipped = identify.bundled(library, identify._version(library))
         if not shipped.exists():
             continue
         data = json.loads(shipped.read_text())
         # every registered architecture (but the twin a test below registers), no other
         assert set(data) <= set(identify._registered(library))
-        assert set(identify._registered(library)) - set(data) <= {"vit_tiny_patch16_quickgelu_twin_224"}
+        assert {n for n in set(identify._registered(library)) - set(data)
+                if not n.startswith("vitviz-")} <= {"vit_tiny_patch16_quickgelu_twin_224"}
         for arch in sample:
             net = identify.Candidate(library, arch).build("meta")
             assert data[arch] == identify.signature(library, {k: tuple(v.shape) for k, v in net.state_dict().items()})
@@ -272,3 +274,28 @@ def test_a_dinov2_repository_file_without_a_name_is_verified(files: Path) -> Non
     assert len(check.sizes) == 2 and "num_heads" in check.confirmed
     assert set(check.confirmed) == assumed - {"preprocess", "image_size"}
     assert verify(model, against="dinov2:dinov2_vitb14", sizes=(56,)).verdict == "differs"
+
+
+def test_a_bare_open_clip_file_matches_and_keeps_quick_gelu_open(tmp_path: Path) -> None:
+    """A whole CLIP saved by open_clip under a name of one's own: its image tower's names and shapes are compared
+    with every model config's tower; a GELU config and its QuickGELU twin both fit, so what vitviz shows matches
+    one of them and the activation stays an assumption naming the other -- until it is answered."""
+    open_clip = pytest.importorskip("open_clip")
+    vision = {"image_size": 32, "layers": 2, "width": 128, "patch_size": 8, "head_width": 64}   # 2 heads, as guessed
+    text = {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1}
+    for name, quick in (("vitviz-tiny", False), ("vitviz-tiny-quickgelu", True)):
+        cfg = {"embed_dim": 32, "vision_cfg": vision, "text_cfg": text, **({"quick_gelu": True} if quick else {})}
+        (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
+    open_clip.add_model_config(tmp_path)
+    torch.manual_seed(0)
+    path = tmp_path / "my_clip.pt"
+    torch.save(open_clip.create_model("vitviz-tiny", pretrained=None).state_dict(), path)
+    model = vitviz.load(path)
+    check = verify(model)
+    assert {"open_clip:vitviz-tiny", "open_clip:vitviz-tiny-quickgelu"} <= set(check.fitting)
+    assert check.verdict == "verified" and check.summary().startswith("Matches open_clip ")
+    shown = model.spec.mlp_kind
+    other = "gelu" if shown == "quick_gelu" else "quick_gelu"
+    assert dict(check.open)["mlp_kind"].startswith(other) and "mlp_kind" not in check.confirmed
+    answered = verify(vitviz.load(path, act="gelu"), sizes=(32,))
+    assert "open_clip:vitviz-tiny" in answered.matches and "open_clip:vitviz-tiny-quickgelu" not in answered.matches

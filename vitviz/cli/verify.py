@@ -44,9 +44,9 @@ def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _against(text: str) -> str:
     library, sep, arch = text.partition(":")
-    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision", "dinov2"))):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(AGAINST)}, or timm:ARCH / "
-                                         "torchvision:ARCH / dinov2:ARCH")
+    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision", "dinov2", "open_clip"))):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(AGAINST)}, or LIBRARY:ARCH of "
+                                         "timm, torchvision, dinov2 or open_clip")
     return text
 
 

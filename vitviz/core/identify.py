@@ -45,7 +45,7 @@ TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 # its hub builds them (patch 14, layer scale 1.0, no block chunks)
 DINOV2_ARCHS = {"dinov2_vits14": ("vit_small", "mlp"), "dinov2_vitb14": ("vit_base", "mlp"),
                 "dinov2_vitl14": ("vit_large", "mlp"), "dinov2_vitg14": ("vit_giant2", "swiglufused")}
-LIBRARIES = ("timm", "torchvision", "dinov2")
+LIBRARIES = ("timm", "torchvision", "dinov2", "open_clip")
 MAX_CANDIDATES = 12     # beyond this many fitting architectures the search says so and keeps the first ones
 
 
@@ -86,6 +86,8 @@ def layout_library(tensors: dict[str, torch.Tensor]) -> tuple[str, str] | None:
     torchvision's `encoder.layers.encoder_layer_N` with `conv_proj`; None for any other layout."""
     for prefix in ("", "module.", "_orig_mod.", "model."):
         keys = {k[len(prefix):] for k in tensors if k.startswith(prefix)}
+        if "visual.conv1.weight" in keys and any(k.startswith("visual.transformer.resblocks.0.attn.") for k in keys):
+            return "open_clip", prefix + "visual."   # a whole CLIP: its image tower is what vitviz shows
         if "patch_embed.proj.weight" in keys and "mask_token" in keys and any(
                 k.startswith(("blocks.0.attn.qkv.", "blocks.0.0.attn.qkv.")) for k in keys):
             return "dinov2", prefix   # the DINOv2 repository's own files keep its masked-image token
@@ -149,7 +151,7 @@ def signature(library: str, shapes: dict[str, tuple[int, ...]]) -> str:
             continue
         if library == "torchvision" and k.startswith("heads."):
             continue
-        if k in ("pos_embed", "encoder.pos_embedding"):
+        if k in ("pos_embed", "encoder.pos_embedding", "positional_embedding"):
             s = (s[-1],)
         kept.append(f"{k}:{'x'.join(map(str, s))}")
     return hashlib.sha1("\n".join(kept).encode()).hexdigest()[:16]
@@ -166,6 +168,13 @@ def _registered(library: str) -> list[str]:
         return [n for module in TIMM_MODULES for n in timm.list_models(module=module)]
     if library == "dinov2":
         return list(DINOV2_ARCHS)
+    if library == "open_clip":
+        import open_clip
+
+        found = [n for n in open_clip.list_models() if "vision_cfg" in (open_clip.get_model_config(n) or {})
+                 and not (open_clip.get_model_config(n) or {})["vision_cfg"].get("timm_model_name")]
+        # the image-only names first (ViT-B-32 before roberta-ViT-B-32, whose image tower is the same)
+        return sorted(found, key=lambda n: (not n.startswith("ViT-"), len(n), n))
     return list(TORCHVISION_ARCHS)
 
 
@@ -190,6 +199,14 @@ def fitting_kwargs(library: str, shapes: dict[str, Any]) -> dict[str, Any]:
         if patch and pos:
             kwargs["_pos_tokens"] = int(pos[1])
             kwargs["_patch"] = (int(patch[2]), int(patch[3]))
+        return kwargs
+    if library == "open_clip":
+        patch, pos = shapes.get("conv1.weight"), shapes.get("positional_embedding")
+        kwargs = {}
+        if patch and pos:
+            side = int(round((int(pos[0]) - 1) ** 0.5))
+            if side * side == int(pos[0]) - 1:
+                kwargs["img_size"] = side * int(patch[2])
         return kwargs
     if library == "dinov2":
         patch, pos = shapes.get("patch_embed.proj.weight"), shapes.get("pos_embed")
@@ -253,8 +270,32 @@ def _dinov2_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn
                                            ffn_layer=ffn, block_chunks=0)
 
 
+def open_clip_config(arch: str, img_size: int | None = None) -> dict[str, Any]:
+    """open_clip's model config of `arch`, its image tower at `img_size` (the file's) when given."""
+    import copy
+
+    import open_clip
+
+    cfg = copy.deepcopy(open_clip.get_model_config(arch))
+    if img_size:
+        cfg["vision_cfg"]["image_size"] = int(img_size)
+    return cfg
+
+
+def _open_clip_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:
+    """The image tower open_clip builds for its model config `arch` (`CLIP(...).visual`), at the file's size."""
+    from open_clip.model import _build_vision_tower
+
+    cfg = open_clip_config(arch, kwargs.get("img_size"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device(device):
+            return _build_vision_tower(int(cfg["embed_dim"]), cfg["vision_cfg"],
+                                       quick_gelu=bool(cfg.get("quick_gelu", False)))
+
+
 _BUILD: dict[str, Callable[[str, dict[str, Any], torch.device], nn.Module]] = {
-    "timm": _timm_build, "torchvision": _torchvision_build, "dinov2": _dinov2_build}
+    "timm": _timm_build, "torchvision": _torchvision_build, "dinov2": _dinov2_build, "open_clip": _open_clip_build}
 
 
 def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:

@@ -53,7 +53,7 @@ LIBRARIES = ("timm", "transformers", "open_clip", "torchvision", "dinov2")
 AGAINST = ("auto",) + LIBRARIES
 _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
              "torchvision": "torchvision", "dinov2": "dinov2 --no-deps"}
-_BY_ARCH = ("timm", "torchvision", "dinov2")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
+_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
 _PROBE_SEED = 0
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
@@ -446,6 +446,8 @@ def _searched(library: str) -> tuple[str, ...]:
 
     if library == "timm":
         return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES)
+    if library == "open_clip":
+        return ("open_clip's model configs",)
     return tuple(identify.DINOV2_ARCHS) if library == "dinov2" else identify.TORCHVISION_ARCHS
 
 
@@ -468,6 +470,12 @@ def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: to
                            label=candidate.name, raw=raw, fit=candidate.build("meta"))
     if candidate.library == "dinov2":
         return _build_dinov2(candidate, path, raw, device)
+    if candidate.library == "open_clip":
+        from vitviz.core.identify import open_clip_config
+
+        cfg = open_clip_config(candidate.arch, candidate.kwargs.get("img_size"))
+        return _build_open_clip(spec, path, candidate.arch, device, given=(cfg, f"open_clip '{candidate.arch}'"),
+                                label=candidate.name, raw=raw)
     return _build_torchvision(spec, path, candidate.arch, device, label=candidate.name, raw=raw)
 
 
@@ -1075,15 +1083,16 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token
     return vec(hidden[:, 0])
 
 
-def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
+                     given: tuple[dict[str, Any], str] | None = None, label: str = "", raw: Any = None) -> _Original:
     """The vision tower open_clip builds for the model config beside the file (`CLIP(...).visual`), with the file's
     `visual.*` weights; at another size a tower of that size with the table resized as open_clip does when it
     loads (`resize_pos_embed`)."""
     import open_clip
     from open_clip.model import _build_vision_tower, resize_pos_embed
 
-    raw = _read(path)
-    cfg, file_name = _open_clip_model_cfg(raw)
+    raw = raw if raw is not None else _read(path)
+    cfg, file_name = given if given is not None else _open_clip_model_cfg(raw)
     if cfg is None:
         raise VerifyError(f"{path}: the identity names an open_clip model config, but none is beside the file")
     visual = {k[len("visual."):]: v for k, v in raw.tensors.items() if k.startswith("visual.")} or raw.tensors
@@ -1111,7 +1120,8 @@ def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device) -> 
         towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
         return towers[size]
 
-    return _Original("open_clip", open_clip.__version__, what, _captured_run(build))
+    return _Original("open_clip", open_clip.__version__, what, _captured_run(build), stated=_stated(build(native)),
+                     name=label)
 
 
 def _open_clip_model_cfg(raw: Any) -> tuple[dict[str, Any] | None, str]:
