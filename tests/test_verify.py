@@ -380,10 +380,12 @@ def test_cli_exit_codes_and_report(root: Path, capsys: pytest.CaptureFixture[str
         ["0", "1", "output"]
     code = root / "models.py"
     relu = _code_weights(root, "timm_relu")
-    assert main(["verify", str(relu), "--heads", "4", "--code", f"{code}:timm_relu"]) == 1
+    # the activation said on the command line is the user's word (the code's ReLU is read only where nothing is
+    # given): GELU against a ReLU original differs from layer 1, and says what could explain it
+    assert main(["verify", str(relu), "--heads", "4", "--act", "gelu", "--code", f"{code}:timm_relu"]) == 1
     text = capsys.readouterr().out
     assert text.splitlines()[-1].startswith("Differs from the original from layer 1") and "*" in text
-    assert "mlp_kind" in text and "skipped    48x48" in text
+    assert "mlp_kind" in text and "skipped    48x48" in text and "try --act relu" in text
     assert main(["verify", str(relu), "--heads", "4"]) == 1
     assert capsys.readouterr().out.splitlines()[-1].startswith("Not verified — ")
     assert main(["verify", str(folder), "--json"]) == 0
