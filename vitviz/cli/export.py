@@ -90,7 +90,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--workers", type=_positive, default=min(4, os.cpu_count() or 1),
                    help="threads that read and preprocess images (default: up to 4)")
     g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
-    g.add_argument("--quiet", action="store_true", help="no progress bar and no summary; errors only")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary; errors only")
     g.add_argument("--no-verify", action="store_true",
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")
