@@ -18,8 +18,8 @@ def test_images_progress_is_lines_when_not_a_terminal() -> None:
     bar.close()
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue()
-    assert lines[0].startswith("vitviz: 2/20 images (10%)") and lines[-1].startswith("vitviz: 20/20 images (100%)")
-    assert len(lines) == 10   # one per tenth, not one per image
+    assert lines[0].startswith("vitviz: 1/20 images (5%)") and lines[-1].startswith("vitviz: 20/20 images (100%)")
+    assert len(lines) == 11   # the first, then one per tenth: not one per image
 
 
 def test_download_progress_is_lines_when_not_a_terminal() -> None:
@@ -29,7 +29,7 @@ def test_download_progress_is_lines_when_not_a_terminal() -> None:
         bar(done, 1000)
     assert "\r" not in log.getvalue()
     lines = log.getvalue().splitlines()
-    assert 10 <= len(lines) <= 11 and lines[-1].endswith("(100%)")
+    assert 10 <= len(lines) <= 12 and lines[-1].endswith("(100%)")
 
 
 def test_quiet_progress_prints_nothing() -> None:

@@ -6,7 +6,6 @@ Only `--get NAME` touches the network, and only when that model is not cached ye
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.hub import is_hub_name
 from vitviz.catalog.named import (cached_named, check_model_name, is_named_model, lookup_named, named_models,
                                   resolve_model_arg)
+from vitviz.cli.jsonout import document
 from vitviz.cli.options import add_verbosity_arguments
 from vitviz.cli.progress import ProgressBar
 from vitviz.errors import VitvizError
@@ -64,7 +64,7 @@ def run_models_command(args: argparse.Namespace) -> int:
     if args.named:
         rows = [{"name": n, "cached": str(cached_named(n) or "")} for n in named_models()]
         if args.json:
-            print(json.dumps(rows, indent=2))
+            print(document("named", rows, "models"))
         else:
             print(f"{'NAME':<48} {'SIZE':>8}  FILE")
             for row in rows:
@@ -75,7 +75,7 @@ def run_models_command(args: argparse.Namespace) -> int:
     for skipped in entries.skipped:
         print(f"vitviz: skipped {skipped} (not listed)", file=sys.stderr)
     if args.json:
-        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        print(document("models", [e.to_dict() for e in entries], "models"))
         return 0
     if not entries:
         print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
@@ -99,7 +99,7 @@ def _get(name: str, as_json: bool = False, quiet: bool = False) -> int:
         path = resolve_cli_model(name, quiet=quiet)
         size = os.path.getsize(path)
     if as_json:
-        print(json.dumps({"name": canonical, "path": path, "size": size}, indent=2))
+        print(document("get", {"name": canonical, "path": path, "size": size}))
     else:
         print(path)
     return 0

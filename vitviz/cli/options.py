@@ -15,6 +15,12 @@ from vitviz.core.options import LIVE, OPTIONS, Option, overrides_for
 
 T = TypeVar("T")
 
+# What a model argument may be, in every command's help: the names `vitviz.load` takes too.
+MODEL_HELP = ("a weights file, a model folder, or a model name: hf:ORG/NAME[@REVISION] (Hugging Face Hub, e.g. "
+              "hf:facebook/dinov2-small), timm:NAME[.TAG] (timm's weights on the hub, e.g. "
+              "timm:vit_small_patch16_224.augreg_in21k) or torchvision:ARCH[:WEIGHTS] (e.g. torchvision:vit_b_16); "
+              "a name is downloaded into its cache unless it is there (HF_HUB_OFFLINE=1: the cache only)")
+
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     """The overrides of `vitviz.load`, shared by every command that loads a model: one argument per `Option` with a

@@ -78,6 +78,9 @@ class ProgressBar:
     def _due(self, done: float, total: float, now: float) -> bool:
         """Whether a progress line is due: a new tenth of the work, the end, or LINE_EVERY_S since the last."""
         tenth = int(10 * done / total) if total else 0
+        if not self._line and done > 0:   # the first line as soon as something arrived
+            self._last_line_t = now
+            return True
         if tenth > self._last_tenth or (total and done >= total) or now - self._last_line_t >= self.LINE_EVERY_S:
             self._last_tenth, self._last_line_t = max(tenth, self._last_tenth), now
             return True
