@@ -35,7 +35,8 @@ def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `vitviz models` to the CLI's subparsers."""
     p = subparsers.add_parser("models", help="list ViT checkpoints on this computer; download named models",
                               description="List the ViT checkpoints in the torch hub and Hugging Face caches, "
-                              "or fetch a named model (torchvision:ARCH[:WEIGHTS]) into the torch hub cache.",
+                              "or fetch a model by name (hf:ORG/NAME[@REVISION], timm:NAME[.TAG] into the Hugging Face cache; "
+                              "torchvision:ARCH[:WEIGHTS] into the torch hub cache).",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table (with --get: the "
                    "model's name, path and size)")
