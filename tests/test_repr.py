@@ -35,6 +35,8 @@ def test_model_and_result_reprs_summarise(tmp_path: Path) -> None:
     text = repr(result)
     assert text.startswith("AttentionResult(photo.png: ") and str(tuple(result.attentions.shape)) in text
     assert "top " in text and len(text) < 300
+    check = vitviz.verify(model)   # the verdict, once asked, is part of the model's line
+    assert repr(model).endswith(f", {check.verdict})") or f", {check.verdict}, " in repr(model)
     maps = ResultMaps(result)
     assert repr(maps).startswith("ResultMaps(AttentionResult(")
     for shown in (result, maps):

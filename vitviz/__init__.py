@@ -80,7 +80,12 @@ def verify(model: Any, **options: Any) -> Any:
     builds the model classes: a method would be an import cycle (tests/test_layering.py)."""
     from vitviz.core.verify import verify as _verify
 
-    return _verify(model, **options)
+    check = _verify(model, **options)
+    try:
+        model.verification = check   # what the model's repr says ('verified' / 'differs')
+    except AttributeError:   # an object that takes no attributes: the verdict is still returned
+        pass
+    return check
 
 
 def show(result: Any, map: str = "cls", layer: Any = -1, head: Any = "mean", **options: Any) -> Any:  # noqa: A002

@@ -30,9 +30,13 @@ def _params(n: int) -> str:
     return f"{n / 1e9:.2f}B params" if n >= 1e9 else f"{n / 1e6:.1f}M params" if n >= 1e5 else f"{n} params"
 
 
-def _verdict(spec: Any) -> str:
-    """'verified' when a verification confirmed the spec's settings (`vitviz.verify`), else '' (not known)."""
-    provenance = dict(getattr(spec, "provenance", ()) or ())
+def _verdict(model: Any) -> str:
+    """The verdict of the model's last `vitviz.verify` ('verified', 'differs', 'unverified'), else 'verified'
+    when a verification confirmed the spec's settings (the commands apply it), else '' (not known)."""
+    check = getattr(model, "verification", None)
+    if getattr(check, "verdict", ""):
+        return str(check.verdict)
+    provenance = dict(getattr(model.spec, "provenance", ()) or ())
     return "verified" if any(str(v).startswith("verified") for v in provenance.values()) else ""
 
 
@@ -46,7 +50,7 @@ def model_summary(model: Any) -> str:
         shape = f"{spec.depth} blocks × {heads} heads"
     h, w = spec.image_size
     parts = [spec.family, _params(int(getattr(spec, "num_params", 0) or 0)), shape,
-             f"{h}×{w} px / {spec.patch_size}", str(model.device), _verdict(spec)]
+             f"{h}×{w} px / {spec.patch_size}", str(model.device), _verdict(model)]
     assumed = len(getattr(spec, "assumptions", ()) or ())
     if assumed:
         parts.append(f"{assumed} assumed setting{'s' if assumed > 1 else ''}")
