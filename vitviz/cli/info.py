@@ -28,7 +28,8 @@ def run_info(args: argparse.Namespace) -> int:
 
     if args.checkpoint is None and args.code is None:
         raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
-    checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint, quiet=args.quiet)  # a named model: its file
+    quiet = getattr(args, "quiet", False)
+    checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint, quiet)  # a name: its file
     if getattr(args, "forget", False):
         forget_answers(checkpoint)
     overrides = with_remembered(checkpoint, overrides_from(args))

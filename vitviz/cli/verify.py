@@ -56,7 +56,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from vitviz.core.spec import GuessWarning
     from vitviz.core.verify import apply_verification, remembered_verify
 
-    checkpoint = resolve_cli_model(args.model, quiet=args.quiet)
+    checkpoint = resolve_cli_model(args.model, quiet=getattr(args, "quiet", False))
     overrides = with_remembered(checkpoint, overrides_from(args))
     code = overrides.pop("code", None)
     with warnings.catch_warnings():  # the assumptions are listed below, each once
