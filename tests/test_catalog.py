@@ -306,8 +306,9 @@ def test_models_command_lists_json(caches: tuple[Path, Path], capsys: pytest.Cap
     torch_dir, _ = caches
     (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
     assert cli_models.run_models_command(_models_args("--json")) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert rows[0]["family"] == "torchvision" and rows[0]["size"] == 5
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["models"]
+    assert doc["schema"] == "vitviz.models/1" and rows[0]["family"] == "torchvision" and rows[0]["size"] == 5
 
 
 def test_models_command_text_and_named(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,7 +342,7 @@ def test_models_get_error_starts_on_its_own_line(caches: tuple[Path, Path], monk
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("downloading vit_b_16-c867db91.pth (346 MB) from https://")
-    assert "\r20 B\nvitviz: error: vit_b_16-c867db91.pth: the data downloaded from https://" in err
+    assert "\nvitviz: downloaded 20 B\nvitviz: error: vit_b_16-c867db91.pth: the data downloaded from https://" in err
     assert "SHA-256" in err
 
 
@@ -445,7 +446,7 @@ def test_models_command_names_skipped_folders(caches: tuple[Path, Path], monkeyp
     _deny(monkeypatch, torch_dir)
     assert cli.main(["models", "--json"]) == 0
     out, err = capsys.readouterr()
-    assert [row["name"] for row in json.loads(out)] == ["google/vit-base-patch16-224"]
+    assert [row["name"] for row in json.loads(out)["models"]] == ["google/vit-base-patch16-224"]
     assert f"vitviz: skipped {torch_dir}: Permission denied" in err
 
 
@@ -616,7 +617,7 @@ def test_models_get_json(caches: tuple[Path, Path], capsys: pytest.CaptureFixtur
     (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
     assert cli.main(["models", "--get", "torchvision:vit_b_16", "--json"]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out) == {"name": "torchvision:vit_b_16:IMAGENET1K_V1",
+    assert json.loads(out) == {"schema": "vitviz.get/1", "name": "torchvision:vit_b_16:IMAGENET1K_V1",
                                "path": str(torch_dir / "vit_b_16-c867db91.pth"), "size": 5}
     assert err == ""
 

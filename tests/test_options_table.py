@@ -42,7 +42,7 @@ def test_every_option_is_checked_and_every_flag_is_the_records() -> None:
             assert tuple(a.choices) == o.offered and set(o.offered) <= set(o.choices), o.name
         else:
             assert a.type is cli._CLI_TYPES[o.value] and a.choices is None, o.name
-    flags = {a.dest for a in _parser()._actions if a.option_strings} - {"help", "verbose"}
+    flags = {a.dest for a in _parser()._actions if a.option_strings} - {"help", "verbose", "quiet"}
     assert flags == {o.name for o in options.OPTIONS if o.cli_flag} == set(cli.override_names())
 
 

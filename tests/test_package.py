@@ -83,3 +83,60 @@ def test_every_subpackage_ships_in_the_wheel() -> None:
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(root).parts) for p in (root / "vitviz").rglob("__init__.py")}
     assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
+
+
+def _build(kind: str, out: Path) -> Path:
+    """Build the wheel or sdist of this checkout into `out`, in process-free isolation from the tree's build/."""
+    code = (f"import sys; from setuptools import build_meta as b; "
+            f"print(b.build_{kind}({str(out)!r}))")
+    r = _run(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out / r.stdout.strip().splitlines()[-1]
+
+
+def test_metadata_license_and_classifiers(tmp_path: Path) -> None:
+    """An SPDX expression (not the deprecated table), the LICENSE file, authors, classifiers; no made-up URLs."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "MIT" and (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert project["authors"] == [{"name": "vitviz contributors"}]
+    assert not any(c.startswith("License ::") for c in project["classifiers"])   # PEP 639: the expression says it
+    assert all(url.startswith("https://") for url in project.get("urls", {}).values())
+
+
+def test_wheel_leaves_the_screenshots_out(tmp_path: Path) -> None:
+    import zipfile
+
+    shutil_build = ROOT / "build"   # a stale build/lib would put files back that the config leaves out
+    if shutil_build.exists():
+        import shutil
+
+        shutil.rmtree(shutil_build, ignore_errors=True)
+    wheel = _build("wheel", tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if "/screenshots/" in n]
+    assert "vitviz/resources/demo/model.safetensors" in names and "vitviz/resources/vitviz.svg" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert wheel.stat().st_size < 2_500_000   # 5.7 MB with the screenshots, 1.4 MB without
+
+
+def test_sdist_tests_run_from_the_unpacked_sdist(tmp_path: Path) -> None:
+    """The sdist has what the tests need (conftest.py, the helpers, tests/gui/, the README's screenshots), and one
+    quick test file that uses them passes from the unpacked sdist, importing vitviz from there."""
+    import tarfile
+
+    sdist = _build("sdist", tmp_path / "dist")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    root = tmp_path / "src" / sdist.name[: -len(".tar.gz")]
+    for need in ("LICENSE", "tests/conftest.py", "tests/_tiny.py", "tests/_fakehub.py", "tests/gui/conftest.py",
+                 "resources/screenshots/first_run.png", "main.py"):
+        assert (root / need).is_file(), need
+    env = {**os.environ, "PYTHONPATH": str(root), "QT_QPA_PLATFORM": "offscreen"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cli_help.py"],
+                       capture_output=True, text=True, cwd=root, env=env, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    probe = subprocess.run([sys.executable, "-c", "import vitviz; print(vitviz.__file__)"], capture_output=True,
+                           text=True, cwd=root, env=env)
+    assert probe.stdout.startswith(str(root))

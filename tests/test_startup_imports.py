@@ -74,7 +74,7 @@ def test_models_listing_imports_no_torch(fake_caches: dict[str, str]) -> None:
         "print('---')\n"
         "assert main(['models', '--json']) == 0\n" + NO_TORCH, env=fake_caches)
     table, listing = out.split("---\n")
-    rows = {Path(r["path"]).name: r for r in json.loads(listing)}
+    rows = {Path(r["path"]).name: r for r in json.loads(listing)["models"]}
     assert {name: rows[name]["family"] for name in TORCH_FILES} == TORCH_FILES
     tv = rows["vit_b_16-c867db91.pth"]
     assert tv["named"] == "torchvision:vit_b_16:IMAGENET1K_V1" and "1000 classes, 224 px" in tv["detail"]

@@ -4,6 +4,7 @@ The public API is small::
 
     import vitviz
     model = vitviz.load("vit_b_16.pth")     # overrides: heads=, family=, image_size=, device=, eps=, mean=, std=
+    model = vitviz.load("hf:facebook/dinov2-small")   # names as the commands take them (timm:, torchvision: too)
     result = model.run("cat.jpg")           # a path, PIL image, HxWxC array or a (1, C, H, W) tensor
     result.attentions.shape                 # (L, H, T, T)
     vitviz.show(result)                     # a PIL image: the CLS map over the image (also a result's notebook view)
@@ -38,8 +39,24 @@ __all__ = [
 ]
 
 
-def load(path: Any, **overrides: Any) -> Any:
-    """Load a ViT checkpoint (file, folder, or state dict) into a `vitviz.core.capture.VitModel`."""
+def load(path: Any, *, progress: Any = None, offline: bool | None = None, **overrides: Any) -> Any:
+    """Load a ViT checkpoint into a `vitviz.core.capture.VitModel`: a file, a folder, a state dict, or a name the
+    command line takes -- `hf:ORG/NAME[@REVISION]`, `timm:NAME[.TAG]`, `torchvision:ARCH[:WEIGHTS]`.
+
+    A name is resolved as the commands resolve it (`vitviz.catalog.named.resolve_model_arg`): the cached files,
+    else downloaded (huggingface_hub's cache for hub names, torch hub's for torchvision's).
+
+    Args:
+        progress: for a name, called as progress(done_bytes, total_bytes_or_None) while it downloads; an
+            exception it raises cancels the download.
+        offline: for a name, use only the cache (default: `$HF_HUB_OFFLINE` for hub names).
+        overrides: heads=, family=, image_size=, device=, eps=, mean=, std= ... (`vitviz.core.load.load`).
+    """
+    if isinstance(path, str):
+        from vitviz.catalog.named import is_named_model, resolve_model_arg
+
+        if is_named_model(path.strip()):
+            path = resolve_model_arg(path.strip(), progress=progress, offline=offline)
     from vitviz.core.load import load as _load
 
     return _load(path, **overrides)
@@ -63,7 +80,12 @@ def verify(model: Any, **options: Any) -> Any:
     builds the model classes: a method would be an import cycle (tests/test_layering.py)."""
     from vitviz.core.verify import verify as _verify
 
-    return _verify(model, **options)
+    check = _verify(model, **options)
+    try:
+        model.verification = check   # what the model's repr says ('verified' / 'differs')
+    except AttributeError:   # an object that takes no attributes: the verdict is still returned
+        pass
+    return check
 
 
 def show(result: Any, map: str = "cls", layer: Any = -1, head: Any = "mean", **options: Any) -> Any:  # noqa: A002

@@ -126,7 +126,8 @@ def _cached(path: Path) -> Path | None:
 
 
 def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress | None = None,
-                  url: str | None = None, check_hash: bool = True, timeout: float = 30.0) -> Path:
+                  url: str | None = None, check_hash: bool = True, timeout: float = 30.0,
+                  offline: bool | None = None) -> Path:
     """The local file of a named model: the cached one, else downloaded into the cache first.
 
     Args:
@@ -141,6 +142,8 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
         timeout: seconds each socket operation of a torchvision download may take. A hub name waits for the hub at
             most `$VITVIZ_HUB_TIMEOUT` (default 30) seconds in all (`vitviz.catalog.hub.resolve_hub`), and its
             revision is checked before anything is asked of the hub.
+        offline: use only the cache. Default: `$HF_HUB_OFFLINE` for hub names (as huggingface_hub does);
+            a torchvision name is downloaded unless `offline` is True.
 
     Raises:
         DownloadError: offline, failed, cut short or damaged download, naming the file, its URL and the folder
@@ -148,19 +151,30 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
             and the operating system's error. Nothing is left under the file's name then.
     """
     if is_hub_name(text):   # a model folder in the Hugging Face cache
-        return resolve_hub(text, cache_dir=cache_dir, progress=progress)
+        return resolve_hub(text, cache_dir=cache_dir, progress=progress, offline=offline)
     nw = lookup_named(text)
     folder = torch_hub_dir() if cache_dir is None else Path(cache_dir)
     dest = folder / nw.file_name
     if _cached(dest) is not None:
         return dest
+    if offline:
+        raise DownloadError(f"{nw.name}: {nw.file_name} is not in {folder}, and offline only the cache is used "
+                            f"(download it once online, or put the file there: {nw.url})")
     _download(url or nw.url, dest, progress, timeout, _sha256_prefix(dest.name) if check_hash else "")
     return dest
 
 
-def resolve_model_arg(text: str, progress: Progress | None = None) -> str:
-    """A `--model` argument as something `vitviz.load` accepts: named models resolved, paths unchanged."""
-    return str(resolve_named(text, progress=progress)) if is_named_model(text) else text
+def resolve_model_arg(text: str, progress: Progress | None = None, offline: bool | None = None) -> str:
+    """A model argument as something `vitviz.core.load` reads: named models resolved, paths unchanged.
+
+    The one resolution of names: `vitviz.load`, the commands (`vitviz.cli.models.resolve_cli_model`) and the window
+    all come here, so a name means the same file everywhere (same cache, revisions, offline rules).
+    """
+    if not is_named_model(text):
+        return text
+    if is_hub_name(text):
+        check_model_name(text)   # a malformed name or revision is refused before anything is asked of the hub
+    return str(resolve_named(text, progress=progress, offline=offline))
 
 
 def _sha256_prefix(file_name: str) -> str:

@@ -36,12 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def window_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to. "
-                                     f"Subcommands: {', '.join(SUBCOMMANDS)} (vitviz info --help).")
+    parser = argparse.ArgumentParser(prog="vitviz", description="See what a Vision Transformer attends to: the "
+                                     "window's options. Commands: " f"{', '.join(SUBCOMMANDS)} (vitviz --help: "
+                                     "each with an example; vitviz COMMAND --help: its options).")
     from vitviz import __version__
     from vitviz.cli.window import add_window_arguments
 
     parser.add_argument("--version", action="version", version=f"vitviz {__version__}")
+    parser.add_argument("--info", action="store_true", help="print versions, devices and the files vitviz uses "
+                        "(for bug reports), then exit")
+    parser.add_argument("--help-all", action="help", help="this list of every option of the window")
     add_window_arguments(parser)
     return parser
 
@@ -91,6 +95,19 @@ def _leave_if_threads_remain(status: int) -> None:
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = _attach_negative_picks(list(sys.argv[1:] if argv is None else argv))
     try:
+        if argv and argv[0] in ("-h", "--help"):
+            from vitviz.cli.about import top_help
+
+            print(top_help())
+            return 0
+        if argv and argv[0] == "--help-all":
+            window_parser().print_help()
+            return 0
+        if "--info" in argv and not (argv and argv[0] in SUBCOMMANDS):
+            from vitviz.cli.about import info_lines
+
+            print("\n".join(info_lines()))
+            return 0
         if argv and argv[0] in SUBCOMMANDS:
             args = build_parser().parse_args(argv)
             if args.command == "info":

@@ -29,7 +29,7 @@ from typing import Any
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
 from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
-from vitviz.cli.options import add_override_arguments, argument_type
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
@@ -49,9 +49,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                        "model: {image}_relevance-c3_Lall.png, {image}_pool_Lall_H{head}.png; the window's exports "
                        "write the same names).")
     p.add_argument("--model", metavar="CHECKPOINT",
-                   help="a weights file, a model folder, or a named model torchvision:ARCH[:WEIGHTS] (downloaded "
-                        "into the torch hub cache if it is not there yet); required unless --code builds a model "
-                        "with its own weights")
+                   help=MODEL_HELP + "; required unless --code builds a model with its own weights")
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="image files and folders (searched recursively); with --engine ray also glob patterns "
                         "('photos/**/*.jpg'), text files listing images (.txt / .lst, one a line) and pyarrow.fs "
@@ -90,7 +88,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--workers", type=_positive, default=min(4, os.cpu_count() or 1),
                    help="threads that read and preprocess images (default: up to 4)")
     g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
-    g.add_argument("--quiet", action="store_true", help="no progress bar and no summary; errors only")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary; errors only")
     g.add_argument("--no-verify", action="store_true",
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")

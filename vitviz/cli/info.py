@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import warnings
 from typing import Any
 
-from vitviz.cli.options import add_override_arguments, guess_lines, overrides_from, with_remembered
+from vitviz.cli.jsonout import document
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, guess_lines, overrides_from, with_remembered
 from vitviz.errors import VitvizError
 
 
 def build_info_parser(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a checkpoint: family, every inferred field and its source")
-    p.add_argument("checkpoint", nargs="?", help="a weights file, a model folder, or a named model "
-                   "torchvision:ARCH[:WEIGHTS] (downloaded into the torch hub cache if it is not there yet); with "
-                   "--code, the weights for the code's model (optional)")
+    p.add_argument("checkpoint", nargs="?", help=MODEL_HELP + "; with --code, the weights "
+                   "for the code's model (optional)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--device", default="cpu", help="device to load on (default: cpu)")
     p.add_argument("--forget", action="store_true", help="forget the answers remembered for this file (the "
@@ -29,7 +28,8 @@ def run_info(args: argparse.Namespace) -> int:
 
     if args.checkpoint is None and args.code is None:
         raise VitvizError("info needs a CHECKPOINT (or --code FILE.py:FACTORY)")
-    checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint)  # a named model: its file
+    quiet = getattr(args, "quiet", False)
+    checkpoint = None if args.checkpoint is None else resolve_cli_model(args.checkpoint, quiet)  # a name: its file
     if getattr(args, "forget", False):
         forget_answers(checkpoint)
     overrides = with_remembered(checkpoint, overrides_from(args))
@@ -56,7 +56,7 @@ def run_info(args: argparse.Namespace) -> int:
             data["attention_layers"] = [{"module": name, "mechanism": how} for name, how in layers]
             data["skipped_attention"] = [{"module": name, "mechanism": how, "shape": list(shape)}
                                          for name, how, shape in getattr(model, "skipped", ())]
-        print(json.dumps(data, indent=2, default=list))
+        print(document("info", data))
         return 0
     prov = dict(spec.provenance)
     print(f"{spec.source}\n  family: {spec.family}")
@@ -156,7 +156,7 @@ def _windowed_info(model: Any, as_json: bool) -> int:
         data = spec.to_dict()
         data["labels"] = len(spec.labels)
         data["dropped_keys"] = model.dropped
-        print(json.dumps(data, indent=2, default=list))
+        print(document("info", data))
         return 0
     prov = dict(spec.provenance)
     print(f"{spec.source}\n  family: {spec.family} ({spec.arch}, windowed attention: {spec.depth} blocks in "

@@ -6,7 +6,6 @@ Only `--get NAME` touches the network, and only when that model is not cached ye
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +16,8 @@ from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.hub import is_hub_name
 from vitviz.catalog.named import (cached_named, check_model_name, is_named_model, lookup_named, named_models,
                                   resolve_model_arg)
+from vitviz.cli.jsonout import document
+from vitviz.cli.options import add_verbosity_arguments
 from vitviz.cli.progress import ProgressBar
 from vitviz.errors import VitvizError
 
@@ -34,10 +35,12 @@ def add_models_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `vitviz models` to the CLI's subparsers."""
     p = subparsers.add_parser("models", help="list ViT checkpoints on this computer; download named models",
                               description="List the ViT checkpoints in the torch hub and Hugging Face caches, "
-                              "or fetch a named model (torchvision:ARCH[:WEIGHTS]) into the torch hub cache.",
+                              "or fetch a model by name (hf:ORG/NAME[@REVISION], timm:NAME[.TAG] into the Hugging Face cache; "
+                              "torchvision:ARCH[:WEIGHTS] into the torch hub cache).",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table (with --get: the "
                    "model's name, path and size)")
+    add_verbosity_arguments(p)
     what = p.add_mutually_exclusive_group()   # each is a different listing (or a download): one at a time
     what.add_argument("--named", action="store_true",
                       help="list the named models and whether each is downloaded (downloads nothing)")
@@ -56,11 +59,13 @@ def run_models_command(args: argparse.Namespace) -> int:
         if args.named or args.recent:   # the parser refuses these; a Namespace built by hand might not
             raise VitvizError("--get downloads one model and prints its path; it cannot be combined with "
                               "--named or --recent")
-        return _get(args.get, args.json)
+        if getattr(args, "verbose", False):
+            os.environ["VITVIZ_VERBOSE"] = "1"      # read by vitviz.catalog.hub (huggingface_hub's own messages)
+        return _get(args.get, args.json, quiet=getattr(args, "quiet", False))
     if args.named:
         rows = [{"name": n, "cached": str(cached_named(n) or "")} for n in named_models()]
         if args.json:
-            print(json.dumps(rows, indent=2))
+            print(document("named", rows, "models"))
         else:
             print(f"{'NAME':<48} {'SIZE':>8}  FILE")
             for row in rows:
@@ -71,7 +76,7 @@ def run_models_command(args: argparse.Namespace) -> int:
     for skipped in entries.skipped:
         print(f"vitviz: skipped {skipped} (not listed)", file=sys.stderr)
     if args.json:
-        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        print(document("models", [e.to_dict() for e in entries], "models"))
         return 0
     if not entries:
         print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
@@ -83,19 +88,19 @@ def run_models_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(name: str, as_json: bool = False) -> int:
+def _get(name: str, as_json: bool = False, quiet: bool = False) -> int:
     """`--get NAME`: the cached file, else downloaded with a progress bar on stderr; its path on stdout (or, with
     --json, {"name", "path", "size"})."""
     if is_hub_name(name):   # hf:ORG/NAME[@REVISION] or timm:NAME[.TAG]: a model folder in the HF cache
         check_model_name(name)   # before anything is asked of the hub (a revision that leads out of the cache)
-        canonical, path = name, resolve_cli_model(name)
+        canonical, path = name, resolve_cli_model(name, quiet=quiet)
         size = sum(p.stat().st_size for p in Path(path).iterdir() if p.is_file())
     else:
         canonical = lookup_named(name).name
-        path = resolve_cli_model(name)
+        path = resolve_cli_model(name, quiet=quiet)
         size = os.path.getsize(path)
     if as_json:
-        print(json.dumps({"name": canonical, "path": path, "size": size}, indent=2))
+        print(document("get", {"name": canonical, "path": path, "size": size}))
     else:
         print(path)
     return 0

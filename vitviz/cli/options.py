@@ -15,6 +15,12 @@ from vitviz.core.options import LIVE, OPTIONS, Option, overrides_for
 
 T = TypeVar("T")
 
+# What a model argument may be, in every command's help: the names `vitviz.load` takes too.
+MODEL_HELP = ("a weights file, a model folder, or a model name: hf:ORG/NAME[@REVISION] (Hugging Face Hub, e.g. "
+              "hf:facebook/dinov2-small), timm:NAME[.TAG] (timm's weights on the hub, e.g. "
+              "timm:vit_small_patch16_224.augreg_in21k) or torchvision:ARCH[:WEIGHTS] (e.g. torchvision:vit_b_16); "
+              "a name is downloaded into its cache unless it is there (HF_HUB_OFFLINE=1: the cache only)")
+
 
 def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     """The overrides of `vitviz.load`, shared by every command that loads a model: one argument per `Option` with a
@@ -24,8 +30,21 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
         if option.cli_flag:
             g.add_argument(option.cli_flag, dest=option.name, **_argument(option))
         if option.name == "nest_key":
-            g.add_argument("--verbose", action="store_true", help="also show the messages and progress bars of "
-                           "the libraries vitviz uses (huggingface_hub) while a named model is fetched")
+            add_verbosity_arguments(g, quiet=not _has_option(parser, "--quiet"))
+
+
+def _has_option(parser: argparse.ArgumentParser, flag: str) -> bool:
+    return flag in parser._option_string_actions   # noqa: SLF001 -- argparse has no public lookup
+
+
+def add_verbosity_arguments(parser: Any, quiet: bool = True) -> None:
+    """`-v/--verbose` (the libraries' own messages too) and, unless the command has its own, `-q/--quiet` (no
+    progress, no notes; errors and warnings still said): the same two flags on every command."""
+    parser.add_argument("-v", "--verbose", action="store_true", help="also show the messages and progress bars of "
+                        "the libraries vitviz uses (huggingface_hub) while a named model is fetched")
+    if quiet:
+        parser.add_argument("-q", "--quiet", action="store_true", help="no download progress and no notes on "
+                            "stderr; errors and warnings are still said")
 
 
 def _argument(option: Option) -> dict[str, Any]:

@@ -13,11 +13,11 @@ or the original could not be loaded).
 from __future__ import annotations
 
 import argparse
-import json
 import warnings
 from typing import Any
 
-from vitviz.cli.options import add_override_arguments, overrides_from, with_remembered
+from vitviz.cli.jsonout import document
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, overrides_from, with_remembered
 
 # vitviz.core.verify.AGAINST, spelled out so that parsing the command line does not import torch
 AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision", "dinov2")
@@ -29,8 +29,7 @@ def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
                        "the model, with the file's own weights, and run on one seeded random input at the native "
                        "size and at 2 patches more per side; every layer's per-head attention (tolerance 1e-5) "
                        "and the output (1e-4) are compared in float32.")
-    p.add_argument("model", metavar="MODEL", help="a weights file, a model folder, or a named model "
-                   "torchvision:ARCH[:WEIGHTS] (downloaded into the torch hub cache if it is not there yet)")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--against", type=_against, default="auto", metavar="LIBRARY[:ARCH]",
                    help="the original to compare with: auto (default: the library that names the model; for a file "
                    "nothing names, the timm / torchvision architectures whose parameter names and shapes fit it "
@@ -57,7 +56,7 @@ def run_verify(args: argparse.Namespace) -> int:
     from vitviz.core.spec import GuessWarning
     from vitviz.core.verify import apply_verification, remembered_verify
 
-    checkpoint = resolve_cli_model(args.model)
+    checkpoint = resolve_cli_model(args.model, quiet=getattr(args, "quiet", False))
     overrides = with_remembered(checkpoint, overrides_from(args))
     code = overrides.pop("code", None)
     with warnings.catch_warnings():  # the assumptions are listed below, each once
@@ -71,7 +70,7 @@ def run_verify(args: argparse.Namespace) -> int:
         check, _ = remembered_verify(model, against=args.against, code=code, fresh=True)   # info and export see it
     apply_verification(model, check)   # what it confirmed is verified, no longer assumed
     if args.json:
-        print(json.dumps(check.to_dict(), indent=2))
+        print(document("verify", check.to_dict()))
     else:
         print("\n".join(report_lines(check, model.spec)))
     return 0 if check.verified else 1

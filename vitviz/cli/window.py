@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vitviz.cli.options import add_override_arguments, argument_type, overrides_from
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, overrides_from
 from vitviz.core.spec import parse_size
 from vitviz.gui.state import MAP_CHOICES, parse_head_arg, parse_layer_arg, parse_map_arg
 
@@ -27,7 +27,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `[IMAGES...] --model --device --layer --head --map --size --screenshot` and the model overrides."""
     parser.add_argument("images", nargs="*", metavar="IMAGES",
                         help="image files or folders to open (a checkpoint here is loaded as the model)")
-    parser.add_argument("--model", metavar="CHECKPOINT", help="checkpoint file or folder to load")
+    parser.add_argument("--model", metavar="CHECKPOINT", help=MODEL_HELP)
     parser.add_argument("--device", default="auto", metavar="auto|cpu|cuda",
                         help="where the model runs (default: auto = CUDA when available). A device that is not "
                              "available here is reported (with --screenshot: exit 2) and the model runs on the CPU")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vitviz.core.summary import model_summary
 from vitviz.core.model import AttentionProbe, PoolProbe, ReferenceViT
 from vitviz.core.protocol import ATTENTION, EARLY_STOP, FEATURES, GRADIENTS, MAP_HEAD, POS_TABLE, REFERENCE, ROWS
 from vitviz.core.runtime import SMALLER, check_host_memory, move_module, packing_fits
@@ -119,6 +120,9 @@ class ImageModel:
         self.net, self.spec, self._device = net, spec, device
         self.dropped: list[str] = dropped if dropped is not None else []  # checkpoint keys not used
         self._lock = threading.Lock()  # the capture hooks sit on the shared net: one forward pass at a time
+
+    def __repr__(self) -> str:
+        return model_summary(self)
 
     @property
     def device(self) -> str:

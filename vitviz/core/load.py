@@ -21,6 +21,7 @@ from vitviz.core.families import FAMILY_NAMES, convert
 from vitviz.core.hyperparams import infer_spec, warn_guesses
 from vitviz.core.live import LiveModelError, load_code, load_live
 from vitviz.core.model import ReferenceViT
+import vitviz.core.show  # noqa: F401 -- gives every result kind its notebook picture (_repr_png_)
 from vitviz.core.runtime import check_input_size, check_model_memory, resolve_device
 from vitviz.core.towers import tower_module
 from vitviz.core.options import (

@@ -514,6 +514,10 @@ class ResultMaps:
         self.norm_histogram: tuple[np.ndarray, np.ndarray] | None = None   # (L, bins) counts, (bins + 1,) edges
         self._pca: dict[int, PcaResult] = {}
 
+    def __repr__(self) -> str:
+        passes = [name for name, held in (("relevance", self._relevance), ("text", self.texts)) if held]
+        return f"ResultMaps({self.result!r}{', with ' + ' and '.join(passes) if passes else ''})"
+
     @property
     def grid(self) -> tuple[int, int]:
         return self.result.grid

@@ -205,8 +205,20 @@ def _found(value: Any) -> str:
     return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"
 
 
-def png_bytes(result: AttentionResult) -> bytes:
+def png_bytes(result: AttentionResult | WindowedResult | ResultMaps) -> bytes:
     """`show(result)` encoded as PNG (what Jupyter displays for a result)."""
     buffer = io.BytesIO()
     show(result).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def _repr_png_(self: AttentionResult | WindowedResult | ResultMaps) -> bytes:
+    """The picture Jupyter shows for a result: `vitviz.show(result)` with its defaults, as PNG."""
+    return png_bytes(self)
+
+
+# Every result kind `show` draws displays itself as that picture in Jupyter. Attached here, where the drawing
+# lives (the result classes sit below the renderer: a method importing it would be an import cycle);
+# `vitviz.core.load` imports this module, so every loaded model's results have it.
+for _kind in (AttentionResult, WindowedResult, ResultMaps):
+    _kind._repr_png_ = _repr_png_   # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vitviz.core.summary import result_summary
 from vitviz.core.options import CROP_MODES
 from vitviz.errors import VitvizError
 
@@ -492,6 +493,9 @@ class AttentionResult:
     source_box: tuple[float, float, float, float] | None = None
     source_size: tuple[int, int] | None = None
     pool_attention: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return result_summary(self)   # shapes and the top class, never the arrays
 
     @property
     def grid(self) -> tuple[int, int]:

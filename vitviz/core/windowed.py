@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitviz.core.summary import model_summary
 from vitviz.core.model import make_act
 from vitviz.core.posembed import resample_grid
 from vitviz.core.runtime import SMALLER, check_host_memory, move_module
@@ -464,6 +465,9 @@ class WindowedModel:
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
         self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return model_summary(self)
 
     @property
     def device(self) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vitviz.core.summary import result_summary
 from vitviz.core.spec import Preprocess, Provenanced, audit_provenance
 
 ARCHS = ("swin", "swinv2", "sam")
@@ -419,6 +420,9 @@ class WindowedResult:
         return self.spec.grid
 
     num_prefix = 0
+
+    def __repr__(self) -> str:
+        return result_summary(self)   # shapes and the top class, never the arrays
 
     def attention(self, block: int) -> np.ndarray:
         """Block `block`'s (windows, heads, n, n) attention."""
