@@ -62,7 +62,7 @@ NOT_CONVERTED = {
     "mistral3": "Mistral 3: a Pixtral vision encoder (2-D rotary positions, RMSNorm)",
     "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
-    "yolos": "YOLOS: a ViT with detection tokens appended after the patches",
+    # yolos: its own family module refuses it with what it found (its detection tokens, its position tables)
     "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",
     # hierarchical vision transformers: per-stage widths and head counts (a list in config.json), reduced keys
     "segformer": "SegFormer: a hierarchical Mix Transformer (per-stage heads, spatially reduced keys)",
