@@ -316,10 +316,17 @@ class _Recorder:
                 self._pending, self._grouped = [], self._grouped + 1
                 self.add(label, torch.stack(maps, dim=1))   # (B, H, T, T)
             return
+        self._group_map(label, probs, diag, same_module_again=False)
+
+    def _group_map(self, label: str, probs: torch.Tensor, diag: torch.Tensor | None, same_module_again: bool) -> None:
+        """Add one head's map to the open group of maps computed by the same frame (or by sibling modules under
+        one parent), or open a new group. `same_module_again`: a module called again under the same parent stays
+        in the group (a head module called once per image); else it starts a new one."""
         name, owner, frame, parent_name, parent = self._frames()
         g = self._group
         joins = g is not None and g.mechanism == label and (
-            frame is g.frame or (parent is not None and parent is g.parent and owner not in g.modules
+            frame is g.frame or (parent is not None and parent is g.parent
+                                 and (same_module_again or owner not in g.modules)
                                  and name.rpartition(".")[0] == g.prefix))
         if not joins:
             self.flush()
@@ -347,18 +354,7 @@ class _Recorder:
                 maps, self._pending = torch.stack(self._pending), []          # (B*H, T, T) in call order
                 self.add(label, _unfold(maps, self.batch, layout.head_major))
             return
-        name, owner, frame, parent_name, parent = self._frames()
-        g = self._group
-        joins = g is not None and g.mechanism == label and (
-            frame is g.frame or (parent is not None and parent is g.parent and name.rpartition(".")[0] == g.prefix))
-        if not joins:
-            self.flush()
-            g = self._group = _HeadGroup(label, frame, parent, name.rpartition(".")[0], parent_name=parent_name)
-        assert g is not None
-        g.names.append(name)
-        g.modules.append(owner)
-        g.maps.append(probs)
-        g.diags.append(diag)
+        self._group_map(label, probs, diag, same_module_again=True)
 
     def _flush_two_d(self, g: _HeadGroup) -> None:
         """Close a group of 2-D (T, T) maps: one layer of n / B heads (read b*H + h; the probe's batch of two checks
