@@ -299,3 +299,20 @@ def test_a_bare_open_clip_file_matches_and_keeps_quick_gelu_open(tmp_path: Path)
     assert dict(check.open)["mlp_kind"].startswith(other) and "mlp_kind" not in check.confirmed
     answered = verify(vitviz.load(path, act="gelu"), sizes=(32,))
     assert "open_clip:vitviz-tiny" in answered.matches and "open_clip:vitviz-tiny-quickgelu" not in answered.matches
+
+
+def test_a_bare_transformers_state_dict_is_verified(files: Path) -> None:
+    """`torch.save(ViTForImageClassification(ViTConfig(num_labels=10)).state_dict())` -- no config.json: the
+    classes vitviz reads are built with their model type's default configuration (the file's class count and
+    size) on the meta device; the one that fits is transformers' own original, eager attention."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    path = files / "my_hf_vit.pth"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(transformers.ViTForImageClassification(transformers.ViTConfig(num_labels=10)).state_dict(), path)
+    model = vitviz.load(path)
+    check = verify(model, sizes=(224,))
+    assert check.verdict == "verified" and check.fitting == ("transformers:ViTForImageClassification",)
+    assert check.summary().startswith("Matches transformers ViTForImageClassification (shapes exact")
+    assert {"num_heads", "eps"} <= set(check.confirmed)

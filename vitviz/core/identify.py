@@ -45,7 +45,18 @@ TORCHVISION_ARCHS = ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")
 # its hub builds them (patch 14, layer scale 1.0, no block chunks)
 DINOV2_ARCHS = {"dinov2_vits14": ("vit_small", "mlp"), "dinov2_vitb14": ("vit_base", "mlp"),
                 "dinov2_vitl14": ("vit_large", "mlp"), "dinov2_vitg14": ("vit_giant2", "swiglufused")}
-LIBRARIES = ("timm", "torchvision", "dinov2", "open_clip")
+# transformers' plain-ViT classes vitviz reads, each with its model type's default configuration (the size
+# transformers itself builds: ViT-B/16 224, DINOv2-B/14 518, ...): (config class, model class)
+TRANSFORMERS_ARCHS = {
+    "ViTModel": ("ViTConfig", "ViTModel"), "ViTForImageClassification": ("ViTConfig", "ViTForImageClassification"),
+    "DeiTModel": ("DeiTConfig", "DeiTModel"),
+    "DeiTForImageClassification": ("DeiTConfig", "DeiTForImageClassification"),
+    "DeiTForImageClassificationWithTeacher": ("DeiTConfig", "DeiTForImageClassificationWithTeacher"),
+    "Dinov2Model": ("Dinov2Config", "Dinov2Model"),
+    "Dinov2ForImageClassification": ("Dinov2Config", "Dinov2ForImageClassification"),
+    "BeitModel": ("BeitConfig", "BeitModel"), "BeitForImageClassification": ("BeitConfig", "BeitForImageClassification"),
+}
+LIBRARIES = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 MAX_CANDIDATES = 12     # beyond this many fitting architectures the search says so and keeps the first ones
 
 
@@ -84,6 +95,11 @@ def parse_against(against: str) -> tuple[str, str]:
 def layout_library(tensors: dict[str, torch.Tensor]) -> tuple[str, str] | None:
     """(library, wrapper prefix) whose key layout the file has: timm's `blocks.N.attn.qkv` with `patch_embed.proj`,
     torchvision's `encoder.layers.encoder_layer_N` with `conv_proj`; None for any other layout."""
+    keys = set(tensors)
+    if any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in keys) and any(
+            k.endswith(("layers.0.attention.q_proj.weight", "encoder.layer.0.attention.attention.query.weight"))
+            for k in keys):
+        return "transformers", ""   # its classes' own prefixes ('vit.', 'deit.') are part of their names
     for prefix in ("", "module.", "_orig_mod.", "model."):
         keys = {k[len(prefix):] for k in tensors if k.startswith(prefix)}
         if "visual.conv1.weight" in keys and any(k.startswith("visual.transformer.resblocks.0.attn.") for k in keys):
@@ -151,7 +167,11 @@ def signature(library: str, shapes: dict[str, tuple[int, ...]]) -> str:
             continue
         if library == "torchvision" and k.startswith("heads."):
             continue
-        if k in ("pos_embed", "encoder.pos_embedding", "positional_embedding"):
+        if library == "transformers" and k.split(".")[0] in ("classifier", "cls_classifier",
+                                                            "distillation_classifier"):
+            continue
+        if k in ("pos_embed", "encoder.pos_embedding", "positional_embedding") or k.endswith(
+                "embeddings.position_embeddings"):
             s = (s[-1],)
         kept.append(f"{k}:{'x'.join(map(str, s))}")
     return hashlib.sha1("\n".join(kept).encode()).hexdigest()[:16]
@@ -168,6 +188,8 @@ def _registered(library: str) -> list[str]:
         return [n for module in TIMM_MODULES for n in timm.list_models(module=module)]
     if library == "dinov2":
         return list(DINOV2_ARCHS)
+    if library == "transformers":
+        return list(TRANSFORMERS_ARCHS)
     if library == "open_clip":
         import open_clip
 
@@ -200,6 +222,20 @@ def fitting_kwargs(library: str, shapes: dict[str, Any]) -> dict[str, Any]:
             kwargs["_pos_tokens"] = int(pos[1])
             kwargs["_patch"] = (int(patch[2]), int(patch[3]))
         return kwargs
+    if library == "transformers":
+        out: dict[str, Any] = {}
+        head = next((v for k, v in shapes.items() if k in ("classifier.weight", "cls_classifier.weight")), None)
+        if head:
+            out["num_labels"] = int(head[0])
+        patch = next((v for k, v in shapes.items() if k.endswith("patch_embeddings.projection.weight")), None)
+        pos = next((v for k, v in shapes.items() if k.endswith("embeddings.position_embeddings")), None)
+        if patch and pos:
+            for prefix in (1, 2):   # a class token, and a distillation token too (DeiT)
+                side = int(round(max(0, int(pos[1]) - prefix) ** 0.5))
+                if side and side * side == int(pos[1]) - prefix:
+                    out["image_size"] = side * int(patch[2])
+                    break
+        return out
     if library == "open_clip":
         patch, pos = shapes.get("conv1.weight"), shapes.get("positional_embedding")
         kwargs = {}
@@ -294,8 +330,31 @@ def _open_clip_build(arch: str, kwargs: dict[str, Any], device: torch.device) ->
                                        quick_gelu=bool(cfg.get("quick_gelu", False)))
 
 
+def transformers_config(arch: str, kwargs: dict[str, Any]) -> Any:
+    """The default configuration of `arch`'s model type with the file's class count and input size, eager
+    attention (its softmax is what `output_attentions` returns)."""
+    import transformers
+
+    config_cls = getattr(transformers, TRANSFORMERS_ARCHS[arch][0])
+    extra = {k: v for k, v in kwargs.items() if k in ("num_labels", "image_size")}
+    config = config_cls(**extra)
+    config._attn_implementation = "eager"
+    return config
+
+
+def _transformers_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:
+    import transformers
+
+    config = transformers_config(arch, kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device(device):
+            return getattr(transformers, TRANSFORMERS_ARCHS[arch][1])(config)
+
+
 _BUILD: dict[str, Callable[[str, dict[str, Any], torch.device], nn.Module]] = {
-    "timm": _timm_build, "torchvision": _torchvision_build, "dinov2": _dinov2_build, "open_clip": _open_clip_build}
+    "timm": _timm_build, "torchvision": _torchvision_build, "dinov2": _dinov2_build, "open_clip": _open_clip_build,
+    "transformers": _transformers_build}
 
 
 def _fits(candidate: Candidate, shapes: dict[str, tuple[int, ...]]) -> bool:

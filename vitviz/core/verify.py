@@ -53,7 +53,7 @@ LIBRARIES = ("timm", "transformers", "open_clip", "torchvision", "dinov2")
 AGAINST = ("auto",) + LIBRARIES
 _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
              "torchvision": "torchvision", "dinov2": "dinov2 --no-deps"}
-_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
+_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
 _PROBE_SEED = 0
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
@@ -368,10 +368,6 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         version = _version(library) if library and not _not_importable(library) else ""
         return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
-    if library_asked in ("transformers", "open_clip"):
-        return unverified(f"against={against!r}: nothing names this model, and a {library_asked} original is built "
-                          "from the config that names it; a file nothing names is identified by its shapes among "
-                          f"{' and '.join(identify.LIBRARIES)} architectures only (or pass code=FILE.py:FACTORY)")
     raw = _read(path)
     layout = identify.layout_library(raw.tensors)
     if layout is None:
@@ -448,6 +444,8 @@ def _searched(library: str) -> tuple[str, ...]:
         return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES)
     if library == "open_clip":
         return ("open_clip's model configs",)
+    if library == "transformers":
+        return tuple(identify.TRANSFORMERS_ARCHS)
     return tuple(identify.DINOV2_ARCHS) if library == "dinov2" else identify.TORCHVISION_ARCHS
 
 
@@ -470,6 +468,8 @@ def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: to
                            label=candidate.name, raw=raw, fit=candidate.build("meta"))
     if candidate.library == "dinov2":
         return _build_dinov2(candidate, path, raw, device)
+    if candidate.library == "transformers":
+        return _build_transformers(spec, path, candidate.arch, device, candidate=candidate, raw=raw)
     if candidate.library == "open_clip":
         from vitviz.core.identify import open_clip_config
 
@@ -989,21 +989,33 @@ def _strip_wrappers(tensors: dict[str, torch.Tensor], own: dict[str, torch.Tenso
     return best
 
 
-def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) -> _Original:
+def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, candidate: Any = None,
+                        raw: Any = None) -> _Original:
     """The config.json's architecture class with eager attention; the reference attention is its own
-    `output_attentions`."""
+    `output_attentions`. `candidate`: a class found by the file's shapes (`vitviz.core.identify`), built with its
+    model type's default configuration at the file's class count and size."""
     import transformers
 
     folder = _folder(path)
-    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
-    arch = next(iter(getattr(config, "architectures", None) or []), None)
-    cls = getattr(transformers, arch, None) if arch else None
-    if cls is None:  # no architecture stated: the backbone of its model type
-        cls = transformers.AutoModel
-        what = f"transformers.AutoModel ({folder.name}/config.json model_type {config.model_type!r}, eager attention)"
+    if candidate is not None:
+        from vitviz.core.identify import TRANSFORMERS_ARCHS, transformers_config
+
+        config = transformers_config(candidate.arch, candidate.kwargs)
+        cls = getattr(transformers, TRANSFORMERS_ARCHS[candidate.arch][1])
+        what = (f"transformers.{candidate.arch}({type(config).__name__}(), eager attention) (its parameters fit "
+                "the file exactly)")
     else:
-        what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
-    raw = _read(path)
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True,
+                                                         attn_implementation="eager")
+        arch = next(iter(getattr(config, "architectures", None) or []), None)
+        cls = getattr(transformers, arch, None) if arch else None
+        if cls is None:  # no architecture stated: the backbone of its model type
+            cls = transformers.AutoModel
+            what = (f"transformers.AutoModel ({folder.name}/config.json model_type {config.model_type!r}, eager "
+                    "attention)")
+        else:
+            what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
+    raw = raw if raw is not None else _read(path)
     if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
         from vitviz.core.towers import original_tower
 
@@ -1046,7 +1058,8 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device) 
             raise VerifyError(f"{what}: output_attentions gave no attention maps")
         return [a[0].float().cpu().numpy() for a in out.attentions], vec
 
-    return _Original("transformers", transformers.__version__, what, run)
+    return _Original("transformers", transformers.__version__, what, run, stated=_stated(net),
+                     name=candidate.name if candidate is not None else "")
 
 
 def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None:
