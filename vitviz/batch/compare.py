@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.batch.jobs import Job
+from vitviz.batch.jobs import Job, inside
 from vitviz.batch.pipeline import Prepared, prepare, summary_line
 from vitviz.batch.plan import Plan, combos, output_name
 from vitviz.core import files
@@ -141,7 +141,7 @@ def compare_jobs(plan: Plan, pairs: list[tuple[Path, Path]], out: Path, stems: l
     todo = combos(plan.maps, plan.layers, plan.heads)
     jobs = []
     for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
-        folder = out / sub
+        folder = out / inside(sub)
         outputs = [folder / output_name(f"{stem}_{side}", m, layer, head) for side in ("A", "diff")
                    for m, layer, head in todo]
         jobs.append(Job(i, path, outputs))
@@ -247,6 +247,7 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
     labels = run.labels
     jobs = []
     for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
+        sub = inside(sub)
         outs = [out / sub / output_name(f"{stem}_{label}", m, layer, head) for label in labels
                 for m, layer, head in todo]
         outs += [out / sub / output_name(f"{stem}_timeline", m, layer, head) for m, layer, head in todo]

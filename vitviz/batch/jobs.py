@@ -10,7 +10,7 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vitviz.core.images import find_images
@@ -96,6 +96,14 @@ def collect_inputs(inputs: list[str], out: Path | None, pattern: str | None) -> 
         raise InputError(f"no images in {where}" + (f" matching {pattern!r}" if pattern else "")
                          + "; expected PNG, JPEG, BMP, GIF, TIFF, WebP or PPM/PGM files")
     return found
+
+
+def inside(sub: Path | PurePosixPath) -> Path:
+    """An output subfolder that stays inside the output folder whatever the input's name: '..', '.' and a root
+    are dropped ('x/../../../outside/deep' -> 'x/outside/deep', '/abs/p' -> 'abs/p'), so `out / inside(sub)` is
+    always under `out` (a glob or list line whose matches lie above its folder cannot write outside --out)."""
+    parts = [p for p in PurePosixPath(Path(sub).as_posix()).parts if p not in ("..", ".", "/")]
+    return Path(*parts) if parts else Path(".")
 
 
 def unique_stems(pairs: list[tuple[Path, Path]], stem_of: Callable[[Path], str]) -> list[str]:

@@ -55,7 +55,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitviz.batch.jobs import Job
+from vitviz.batch.jobs import Job, inside
 from vitviz.core.mapkinds import unavailable
 from vitviz.core.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.render import RenderOptions
@@ -327,7 +327,7 @@ class Plan:
         check_unique_names(todo)
         jobs = []
         for i, ((path, sub), stem) in enumerate(zip(pairs, stems)):
-            folder = out / sub
+            folder = out / inside(sub)
             outputs = [folder / output_name(stem, m, layer, head) for m, layer, head in todo]
             if self.npz:
                 outputs.append(folder / f"{stem}.npz")

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
 from vitviz.batch.plan import Plan
 from vitviz.core.files import temp_prefix, write_json_atomic
@@ -100,6 +100,9 @@ class Source:
     path: Path | str
     read: str
     sub: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sub", inside(self.sub))   # never a way out of the output folder
 
     @property
     def remote(self) -> bool:
