@@ -49,10 +49,9 @@ def checked(values: Any) -> dict[str, Any]:
 
 def read_all() -> dict[str, dict[str, Any]]:
     """Every model's remembered answers ({} when the store is missing or unreadable)."""
-    try:
-        data = json.loads(answers_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    from vitviz.core.files import read_small_json
+
+    data = read_small_json(answers_path(), 1 << 20)   # a FIFO or /dev/zero as the store: no answers, no hang
     if not isinstance(data, dict):
         return {}
     return {str(k): kept for k, v in data.items() if (kept := checked(v))}

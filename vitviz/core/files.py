@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import socket
 import tempfile
 from collections import defaultdict
@@ -187,3 +188,17 @@ def cache_dir() -> Path:
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"
+
+
+def read_small_json(path: Path, limit: int = 8 << 20) -> Any:
+    """The JSON in a small regular file of vitviz's own (a cache entry, the answers store), or None: a missing
+    file, something that is not a regular file (a FIFO would block the open, /dev/zero never end), one over
+    `limit` bytes, or one that is not JSON. Never blocks, never reads more than `limit`."""
+    try:
+        st = os.stat(path)   # follows a link: what it points at must be a regular file too
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with open(path, "rb") as f:
+            return json.loads(f.read(limit + 1)[:limit].decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitviz.core.files import CACHE_ENV, cache_dir as _cache_dir  # noqa: F401 - CACHE_ENV: where it is kept
+from vitviz.core.files import CACHE_ENV, cache_dir as _cache_dir, read_small_json  # noqa: F401 - CACHE_ENV: where it is kept
 from vitviz.errors import VitvizError
 
 # The modules of timm whose architectures a timm-layout plain-ViT file can be (vitviz's reference ViT computes
@@ -411,13 +411,9 @@ class _Signatures:
         self.data: dict[str, str] = {}
         self.changed = False
         for where in (bundled(library, self.version), self.path):   # what vitviz ships, then what was built here
-            try:
-                with open(where, encoding="utf-8") as f:
-                    data = json.loads(f.read(4 << 20))
-                if isinstance(data, dict):
-                    self.data.update({str(k): str(v) for k, v in data.items()})
-            except (OSError, ValueError):
-                pass
+            data = read_small_json(where, 4 << 20)
+            if isinstance(data, dict):
+                self.data.update({str(k): str(v) for k, v in data.items()})
 
     def get(self, arch: str) -> str:
         if arch not in self.data:

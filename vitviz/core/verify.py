@@ -1288,12 +1288,8 @@ def remembered_verify(model: Any, against: str = "auto", code: str | None = None
     remembered). `fresh`: check again (and remember the new verdict). A verdict that could not be made (an error)
     is not remembered."""
     store = _store(model, against, code)
-    if store is not None and not fresh:
-        try:
-            with open(store, encoding="utf-8") as f:
-                return from_dict(json.loads(f.read(8 << 20))), True
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    if store is not None and not fresh and (known := _remembered_at(store)) is not None:
+        return known, True
     check = verify(model, against=against, code=code, progress=progress)
     if store is not None:
         try:
@@ -1309,10 +1305,17 @@ def remembered_verify(model: Any, against: str = "auto", code: str | None = None
 def remembered_verification(model: Any, against: str = "auto", code: str | None = None) -> Verification | None:
     """The remembered verdict of `model` (`remembered_verify`), without checking anything; None when there is none."""
     store = _store(model, against, code)
+    return _remembered_at(store) if store is not None else None
+
+
+def _remembered_at(store: Path) -> Verification | None:
+    """The verdict kept in `store` (None: none, or not one: a damaged entry is checked again)."""
+    from vitviz.core.files import read_small_json
+
+    data = read_small_json(store)
     try:
-        with open(store, encoding="utf-8") as f:   # type: ignore[arg-type]
-            return from_dict(json.loads(f.read(8 << 20)))
-    except (OSError, ValueError, KeyError, TypeError):
+        return from_dict(data) if isinstance(data, dict) else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -1,0 +1,67 @@
+"""vitviz's own small files -- the remembered answers, remembered verdicts, shape signatures -- are read only when
+they are small regular files (issue 34: the answers store as a FIFO hung info, export and the window; as /dev/zero
+it read 4 GiB)."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from vitviz.core.files import read_small_json
+
+
+def _bounded(call, seconds: float = 20.0):  # noqa: ANN001, ANN202
+    """`call()` in a thread; fails the test (instead of hanging it) when it does not return in time."""
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.setdefault("value", call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "blocked"
+    return box.get("value")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_dev_zero_is_no_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.catalog import answers
+
+    fifo = tmp_path / "answers.json"
+    os.mkfifo(fifo)
+    assert _bounded(lambda: read_small_json(fifo)) is None
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(fifo))
+    assert _bounded(answers.read_all) == {}
+    if os.path.exists("/dev/zero"):
+        monkeypatch.setenv("VITVIZ_ANSWERS", "/dev/zero")
+        assert _bounded(answers.read_all) == {}
+        (tmp_path / "zero").symlink_to("/dev/zero")
+        assert _bounded(lambda: read_small_json(tmp_path / "zero")) is None
+
+
+def test_small_json_is_read_and_a_large_or_broken_one_is_not(tmp_path: Path) -> None:
+    good, big, bad = tmp_path / "good.json", tmp_path / "big.json", tmp_path / "bad.json"
+    good.write_text('{"a": 1}')
+    big.write_text('{"a": "' + "x" * 2048 + '"}')
+    bad.write_text("{not json")
+    assert read_small_json(good) == {"a": 1}
+    assert read_small_json(big, limit=1024) is None and read_small_json(bad) is None
+    assert read_small_json(tmp_path / "missing.json") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_remembered_verdict_that_is_a_fifo_is_checked_again(tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    import warnings
+
+    import vitviz
+    from vitviz.core import verify as verify_module
+
+    from _tiny import HEADS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(tiny_ckpt, heads=HEADS)
+    store = verify_module._store(model, "auto", None)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(store)
+    assert _bounded(lambda: verify_module.remembered_verification(model)) is None
