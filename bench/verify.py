@@ -72,6 +72,7 @@ def identify_rows(which: list[str], repeats: int, device: str) -> None:
     import torchvision
 
     from vitviz.core import identify
+    from vitviz.core.files import CACHE_ENV
 
     for key in which:
         arch = IDENTIFY_ARCHS[key]
@@ -88,12 +89,12 @@ def identify_rows(which: list[str], repeats: int, device: str) -> None:
             bare = Path(tmp) / "mine.pth"
             torch.save(net.state_dict(), bare)
             del net
-            os.environ[identify.CACHE_ENV] = str(Path(tmp) / "cache")
+            os.environ[CACHE_ENV] = str(Path(tmp) / "cache")
             sd = torch.load(bare, weights_only=True)
             start = time.perf_counter()
             found = identify.candidates(sd)
             shipped = time.perf_counter() - start
-            os.environ[identify.CACHE_ENV] = str(Path(tmp) / "cache-cold")
+            os.environ[CACHE_ENV] = str(Path(tmp) / "cache-cold")
             shipped_path = identify.bundled
             identify.bundled = lambda library, version: Path(tmp) / "none.json"   # a version vitviz ships none for
             start = time.perf_counter()

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitviz.core.files import CACHE_ENV, cache_dir as _cache_dir, read_small_json  # noqa: F401 - CACHE_ENV: where it is kept
+from vitviz.core.files import cache_dir as _cache_dir, read_small_json
 from vitviz.errors import VitvizError
 
 # The modules of timm whose architectures a timm-layout plain-ViT file can be (vitviz's reference ViT computes
@@ -54,7 +54,8 @@ TRANSFORMERS_ARCHS = {
     "DeiTForImageClassificationWithTeacher": ("DeiTConfig", "DeiTForImageClassificationWithTeacher"),
     "Dinov2Model": ("Dinov2Config", "Dinov2Model"),
     "Dinov2ForImageClassification": ("Dinov2Config", "Dinov2ForImageClassification"),
-    "BeitModel": ("BeitConfig", "BeitModel"), "BeitForImageClassification": ("BeitConfig", "BeitForImageClassification"),
+    "BeitModel": ("BeitConfig", "BeitModel"),
+    "BeitForImageClassification": ("BeitConfig", "BeitForImageClassification"),
 }
 LIBRARIES = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 MAX_CANDIDATES = 12     # beyond this many fitting architectures the search says so and keeps the first ones
@@ -127,13 +128,12 @@ def candidates(tensors: dict[str, torch.Tensor], against: str = "auto",
     if library not in ("auto", *LIBRARIES):
         raise VitvizError(f"against={against!r}: identifying a file by its shapes knows {', '.join(LIBRARIES)} "
                           "(e.g. 'timm:vit_small_patch16_224'); other libraries need a config that names the model")
-    found = layout_library(tensors)
+    found = layout_shapes(tensors)
     if found is None:
         return []
-    layout, prefix = found
+    layout, prefix, shapes = found
     if library not in ("auto", layout):
         return []
-    shapes = {k[len(prefix):]: tuple(v.shape) for k, v in tensors.items() if k.startswith(prefix)}
     names = _registered(layout)
     if arch:
         if arch not in names and not (layout == "timm" and _timm_is_model(arch)):
@@ -206,13 +206,19 @@ def _timm_is_model(arch: str) -> bool:
     return bool(timm.is_model(arch))
 
 
-def fitting_kwargs(library: str, shapes: dict[str, Any]) -> dict[str, Any]:
-    """The class count and the input size the file's head and position table hold (`shapes`: name -> shape, or
-    name -> tensor)."""
-    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else tuple(v) for k, v in shapes.items()}
-    found = layout_library({k: torch.empty(0) for k in shapes})
-    if found and found[1]:
-        shapes = {k[len(found[1]):]: v for k, v in shapes.items() if k.startswith(found[1])}
+def layout_shapes(tensors: dict[str, torch.Tensor]) -> tuple[str, str, dict[str, tuple[int, ...]]] | None:
+    """(library, prefix, shapes): the library whose key layout the file has (`layout_library`) and the shapes of
+    its tensors under that prefix, named as the library's modules name them; None for any other layout."""
+    found = layout_library(tensors)
+    if found is None:
+        return None
+    library, prefix = found
+    return library, prefix, {k[len(prefix):]: tuple(v.shape) for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def fitting_kwargs(library: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The class count and the input size the file's head and position table hold (`shapes` as `layout_shapes`
+    gives them)."""
     if library == "timm":
         head = shapes.get("head.weight")
         kwargs: dict[str, Any] = {"num_classes": int(head[0]) if head else 0}

@@ -53,7 +53,8 @@ LIBRARIES = ("timm", "transformers", "open_clip", "torchvision", "dinov2")
 AGAINST = ("auto",) + LIBRARIES
 _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
              "torchvision": "torchvision", "dinov2": "dinov2 --no-deps"}
-_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")   # the libraries an architecture is asked of: --against LIBRARY:ARCH
+# the libraries `against` may name one architecture of ('timm:NAME'): those `vitviz.core.identify` searches
+_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
@@ -273,18 +274,10 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         VerifyError: the original's forward fails at the first size, or no size could be compared.
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
-    try:
-        return _verify(model, against, code, sizes, device, progress)
-    finally:
-        _OURS.clear()   # vitviz's probe forwards are kept for one verification only
-
-
-def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tuple[int, int]] | None,
-            device: str | None, progress: Progress | None) -> Verification:
     library_asked, arch_asked = _parse_against(against)
     if library_asked not in AGAINST or (arch_asked and library_asked not in _BY_ARCH):
-        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or an architecture "
-                          "'timm:NAME' / 'torchvision:ARCH' / 'dinov2:ARCH'")
+        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or one architecture "
+                          f"LIBRARY:ARCH of {', '.join(_BY_ARCH)} (e.g. 'timm:vit_small_patch16_224')")
     if code is not None and against != "auto":
         raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
     say = progress or (lambda _f, _t: None)
@@ -369,13 +362,13 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
     raw = _read(path)
-    layout = identify.layout_library(raw.tensors)
+    layout = identify.layout_shapes(raw.tensors)
     if layout is None:
         n = len(assumptions)
         return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; its key layout is none "
                           f"that {' or '.join(identify.LIBRARIES)} makes, so no library architecture can be found by "
                           "its shapes (pass code=FILE.py:FACTORY to check it against your own code)")
-    library = layout[0]
+    library, prefix, shapes = layout
     if library_asked not in ("auto", library):
         return unverified(f"against={against!r}, but the file's keys are {library}'s layout, not {library_asked}'s")
     if (missing := _not_importable(library)):
@@ -383,12 +376,12 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
     say(0.0, f"Finding the {library} architecture with these shapes…")
     found = identify.candidates(raw.tensors, against, progress=lambda f, t: say(0.3 * f, t))
     if not found and ":" in against:   # the architecture asked for: its shapes say how it does not fit
-        asked = identify.Candidate(library, _parse_against(against)[1],
-                                   identify.fitting_kwargs(library, raw.tensors), layout[1])
+        asked = identify.Candidate(library, _parse_against(against)[1], identify.fitting_kwargs(library, shapes),
+                                   prefix)
         what = f"{library} {asked.arch}"
         try:
-            _check_fit(asked.build("meta"), _strip_wrappers(raw.tensors, {}) if not layout[1] else
-                       {k[len(layout[1]):]: v for k, v in raw.tensors.items() if k.startswith(layout[1])}, what, path)
+            tower = {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}
+            _check_fit(asked.build("meta"), tower, what, path)
         except _WeightsDoNotFit as e:
             return Verification(DIFFERS, library=library, version=_version(library), original=what, against=what,
                                 assumptions=assumptions, reason=str(e))
@@ -403,6 +396,7 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         groups.setdefault(_kind_of(c), []).append(c)
     fitting = tuple(c.name for c in found)
     results: list[tuple[list[Any], _Original, Verification]] = []
+    ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}   # vitviz's forward, once per size
     for i, members in enumerate(groups.values()):
         lead = members[0]
         say(0.3 + 0.5 * i / len(groups), f"Comparing with {library} {lead.arch}…")
@@ -412,9 +406,8 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
             results.append((members, _Original(library, _version(library), e.what, _no_run, name=lead.name),
                             Verification(DIFFERS, reason=str(e))))
             continue
-        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device)))
+        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device, ours=ours)))
     agreeing = [r for r in results if r[2].verdict == VERIFIED]
-    stated_all = [r[1].stated for r in results]
     alternatives = tuple((m.name, _how_differs(spec, r[1].stated, r[2])) for r in results
                          if r[2].verdict != VERIFIED for m in r[0])
     if not agreeing:
@@ -424,13 +417,12 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
                                    alternatives=alternatives, **_differs_causes(spec, original, check))
     members, original, _ = agreeing[0]
     say(0.8, f"Comparing with {library} {members[0].arch} at another size…")
-    check = _compare(model, original, sizes, assumptions, device)
+    check = _compare(model, original, sizes, assumptions, device, ours=ours)
     matches = tuple(m.name for r in agreeing for m in r[0])
-    open_ = _open_settings(spec, stated_all, found, results)
-    confirmed = _confirmed(spec, check, original.stated, every=len(results) == 1,
-                           stated_all=stated_all, left=tuple(f for f, _ in open_))
+    open_ = _open_settings(spec, results)
+    confirmed = _confirmed(spec, check, original.stated, every=len(results) == 1, left=tuple(f for f, _ in open_))
     alternatives += tuple((m.name, "computes the same; states " + _stated_text(r[1].stated, spec))
-                          for r in agreeing[1:] for m in r[0] if _differs_in_stated(spec, r[1].stated))
+                          for r in agreeing[1:] for m in r[0] if _stated_differences(spec, r[1].stated))
     say(1.0, "")
     return dataclasses.replace(check, against=f"{library} {members[0].arch}", fitting=fitting, matches=matches,
                                alternatives=alternatives, open=open_, confirmed=confirmed if check.verified else (),
@@ -482,17 +474,13 @@ def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: to
 def _build_dinov2(candidate: Any, path: Path, raw: Any, device: torch.device) -> _Original:
     """facebookresearch/dinov2's backbone (its `dinov2` package) with the file's weights; it resamples its own
     position table at another size (`interpolate_pos_encoding`), so one module runs both sizes."""
-    what = f"dinov2.models.vision_transformer.{identify_function(candidate.arch)}(patch_size=14, " \
+    from vitviz.core.identify import DINOV2_ARCHS
+
+    what = f"dinov2.models.vision_transformer.{DINOV2_ARCHS[candidate.arch][0]}(patch_size=14, " \
            f"img_size={candidate.kwargs.get('img_size', 518)}, init_values=1.0) (dinov2 hub {candidate.arch})"
     net = _built(lambda: candidate.build("cpu"), raw.tensors, what, path).float().eval().to(device)
     return _Original("dinov2", _version("dinov2"), what, _captured_run(lambda _size: net), stated=_stated(net),
                      name=candidate.name)
-
-
-def identify_function(arch: str) -> str:
-    from vitviz.core.identify import DINOV2_ARCHS
-
-    return DINOV2_ARCHS[arch][0]
 
 
 def _stated_value(spec: Any, override: str, value: Any) -> Any:
@@ -509,19 +497,19 @@ def _stated_differences(spec: Any, stated: dict[str, tuple[Any, str]]) -> dict[s
         field_name = _STATED_FIELDS.get(override)
         if field_name is None or not spec.relevant(field_name):
             continue
-        mine = getattr(spec, field_name, None)
         theirs = _stated_value(spec, override, value)
-        if isinstance(mine, float) or isinstance(theirs, float):
-            same = mine is not None and theirs is not None and abs(float(mine) - float(theirs)) <= 1e-12
-        else:
-            same = mine == theirs
-        if not same:
+        if not _same(getattr(spec, field_name, None), theirs):
             out[field_name] = theirs
     return out
 
 
-def _differs_in_stated(spec: Any, stated: dict[str, tuple[Any, str]]) -> bool:
-    return bool(_stated_differences(spec, stated))
+def _same(mine: Any, theirs: Any) -> bool:
+    """Whether a setting's two values are the same (numbers to 1e-12; a size as a tuple)."""
+    if isinstance(mine, float) or isinstance(theirs, float):
+        return mine is not None and theirs is not None and abs(float(mine) - float(theirs)) <= 1e-12
+    if isinstance(mine, (tuple, list)) or isinstance(theirs, (tuple, list)):
+        return tuple(mine or ()) == tuple(theirs or ())
+    return mine == theirs
 
 
 def _stated_text(stated: dict[str, tuple[Any, str]], spec: Any) -> str:
@@ -538,8 +526,8 @@ def _how_differs(spec: Any, stated: dict[str, tuple[Any, str]], check: Verificat
     return where + (f"; it has {', '.join(f'{k} {v}' for k, v in diffs.items())}" if diffs else "")
 
 
-def _open_settings(spec: Any, stated_all: list[dict[str, tuple[Any, str]]], found: list[Any],
-                   results: list[tuple[list[Any], _Original, Verification]]) -> tuple[tuple[str, str], ...]:
+def _open_settings(spec: Any, results: list[tuple[list[Any], _Original, Verification]]) -> tuple[
+        tuple[str, str], ...]:
     """(setting, the alternatives) for each assumed setting some fitting architecture states otherwise than what
     is shown: no tensor tells them apart, so it stays an assumption."""
     assumed = {f for f, _ in spec.assumptions}
@@ -552,8 +540,7 @@ def _open_settings(spec: Any, stated_all: list[dict[str, tuple[Any, str]]], foun
 
 
 def _confirmed(spec: Any, check: Verification, stated: dict[str, tuple[Any, str]], every: bool,
-               stated_all: list[dict[str, tuple[Any, str]]] | None = None, left: tuple[str, ...] = ()) -> tuple[
-        str, ...]:
+               left: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The assumed settings a verified comparison confirms. `every`: the original is the only kind of model the
     file can be (the user's own code, or one kind of architecture fits): every assumed setting the probe reaches.
     Otherwise only those the originals state (eps, activation, ...) with the value shown. The preprocessing is
@@ -609,7 +596,8 @@ def confirmed_spec(spec: Any, check: Verification) -> Any:
     if not check.confirmed:
         return spec
     against = check.against or check.library
-    how = (f"verified: {against} computes the same with it (attention max {format_difference(check.max_attention or 0.0)})"
+    worst = format_difference(check.max_attention or 0.0)
+    how = (f"verified: {against} computes the same with it (attention max {worst})"
            + ("; its parameters fit the file exactly" if check.fitting else ""))
     confirmed = set(check.confirmed)
     provenance = tuple((k, f"{how} (was {v})" if k in confirmed else v) for k, v in spec.provenance)
@@ -678,10 +666,13 @@ def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
 
 
 def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
-             device: torch.device, say: Progress | None = None, everything: bool = False) -> Verification:
+             device: torch.device, say: Progress | None = None, everything: bool = False,
+             ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None) -> Verification:
     """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
-    the probe reaches; otherwise only those the original's modules state."""
+    the probe reaches; otherwise only those the original's modules state. `ours`: vitviz's forwards by size, kept
+    across the comparisons of one verification (one forward per size, however many originals)."""
+    ours = {} if ours is None else ours
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
@@ -707,12 +698,15 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
             skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
                                   f"{str(e)[:200]})"))
             continue
-        attn, ours = _ours(model, size, x)
+        if size not in ours:
+            with _exact_float32(torch.device(model.device)):
+                ours[size] = model.forward_captured(x)
+        attn, out_ours = ours[size]
         layers, layer_first, notes = _layer_differences(attn[0], maps, size)
         problems += notes
         if layer_first is not None:
             first = layer_first if first is None else min(first, layer_first)
-        out_diff, note = _output_difference(ours[0], out, size)
+        out_diff, note = _output_difference(out_ours[0], out, size)
         if note:
             problems.append(note)
         checked.append(size)
@@ -735,23 +729,6 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     if check.verified:
         return dataclasses.replace(check, confirmed=_confirmed(model.spec, check, original.stated, every=everything))
     return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
-
-
-_OURS: dict[tuple[int, tuple[int, int]], tuple[Any, Any, Any]] = {}
-
-
-def _ours(model: Any, size: tuple[int, int], x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """vitviz's own forward on the probe at `size`: one per model, size and weights, however many originals it is
-    compared with (the last one is kept, held by the model's identity and its spec)."""
-    key = (id(model), size)
-    held = _OURS.get(key)
-    if held is not None and held[0] is model.spec:
-        return held[1], held[2]
-    with _exact_float32(torch.device(model.device)):
-        attn, ours = model.forward_captured(x)
-    _OURS.clear()
-    _OURS[key] = (model.spec, attn, ours)
-    return attn, ours
 
 
 def _layer_differences(ours: np.ndarray, theirs: list[np.ndarray], size: tuple[int, int]) -> tuple[
@@ -1230,13 +1207,15 @@ def from_dict(data: dict[str, Any]) -> Verification:
     def number(v: Any) -> float | None:
         return math.inf if v is None else float(v)
 
+    def measured(key: str) -> float | None:   # None: nothing was compared; inf: compared, not measurable
+        return None if data.get(key) is None and not data["per_layer"] else number(data.get(key))
+
     sizes = tuple(tuple(int(x) for x in s) for s in data.get("sizes", ()))
     per_layer = tuple(tuple((int(layer), number(d)) for layer, d in entry["layers"]) for entry in data["per_layer"])
     return Verification(
         data["verdict"], library=data.get("library", ""), version=data.get("version", ""),
         original=data.get("original", ""), against=data.get("against", ""),
-        max_attention=None if data.get("max_attention") is None and not per_layer else number(data.get("max_attention")),
-        max_output=None if data.get("max_output") is None and not per_layer else number(data.get("max_output")),
+        max_attention=measured("max_attention"), max_output=measured("max_output"),
         per_layer=per_layer, first_differing_layer=data.get("first_differing_layer"), sizes=sizes,
         assumptions=tuple(data.get("assumptions", ())), reason=data.get("reason", ""),
         skipped=tuple((tuple(s["size"]), s["why"]) for s in data.get("skipped", ())),
@@ -1272,7 +1251,7 @@ def verification_key(model: Any, against: str = "auto", code: str | None = None)
         code_file = Path(code.rpartition(":")[0])
         h.update(code_file.read_bytes() if code_file.is_file() else code.encode())
     versions = []
-    for package in ("vitviz", "torch", *_PACKAGES.values()):
+    for package in ("vitviz", "torch", *(p.split()[0] for p in _PACKAGES.values())):   # distribution names
         try:
             versions.append(f"{package}={metadata.version(package)}")
         except metadata.PackageNotFoundError:
@@ -1369,15 +1348,8 @@ def settings_to_fill(spec: Any, said: dict[str, tuple[Any, str]], given: dict[st
             continue
         if spec.kind_of(field_name) != "assumed":
             continue
-        mine = getattr(spec, field_name)
         value = _stated_value(spec, name, value)
-        if name == "image_size":
-            same = tuple(mine) == tuple(value)
-        elif isinstance(mine, float) or isinstance(value, float):
-            same = abs(float(mine) - float(value)) <= 1e-12
-        else:
-            same = mine == value
-        if not same:
+        if not _same(getattr(spec, field_name), value):
             out[name] = value
     return out
 
