@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import torch
 
 import vitviz
 from vitviz.core import identify
+from vitviz.core.files import CACHE_ENV
 from vitviz.core.spec import VERIFIED
 from vitviz.core.verify import apply_verification, verify
 
@@ -66,7 +68,7 @@ def test_candidates_are_the_architectures_with_the_files_names_and_shapes(tiny_f
 
 def test_signatures_are_cached_per_library_version(tiny_file: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(identify.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(identify, "bundled", lambda library, version: tmp_path / "none.json")   # nothing shipped
     sd = torch.load(tiny_file, weights_only=True)
     first = identify.names(identify.candidates(sd, "timm:vit_tiny_patch16_224"))
@@ -87,10 +89,8 @@ def test_the_shipped_signatures_are_what_the_installed_library_builds(tmp_path: 
         if not shipped.exists():
             continue
         data = json.loads(shipped.read_text())
-        # every registered architecture (but the twin a test below registers), no other
-        assert set(data) <= set(identify._registered(library))
-        assert {n for n in set(identify._registered(library)) - set(data)
-                if not n.startswith("vitviz-")} <= {"vit_tiny_patch16_quickgelu_twin_224"}
+        # every registered architecture, no other (the tests' own registrations are undone after each)
+        assert set(data) == set(identify._registered(library))
         for arch in sample:
             net = identify.Candidate(library, arch).build("meta")
             assert data[arch] == identify.signature(library, {k: tuple(v.shape) for k, v in net.state_dict().items()})
@@ -138,24 +138,30 @@ def test_against_is_honoured_or_refused_never_ignored(tiny_file: Path) -> None:
         verify(model, against="keras:vit")
 
 
-def _register_twin() -> str:
+@pytest.fixture
+def twin() -> Iterator[str]:
     """A registered timm architecture with exactly vit_tiny_patch16_224's shapes and QuickGELU: two originals no
-    tensor tells apart (as vit_base_patch16_clip_224 and its _quickgelu_ twin are; bench/verify.py runs those)."""
-    from timm.models import register_model
+    tensor tells apart (as vit_base_patch16_clip_224 and its _quickgelu_ twin are; bench/verify.py runs those).
+    Unregistered afterwards: timm's registry is the process's, and no other test may see the twin."""
+    from timm.models import _registry, register_model
     from timm.models.vision_transformer import _create_vision_transformer
 
     name = "vit_tiny_patch16_quickgelu_twin_224"
-    if not timm.is_model(name):
-        def vit_tiny_patch16_quickgelu_twin_224(pretrained: bool = False, **kwargs):
-            args = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3, act_layer="quick_gelu")
-            return _create_vision_transformer("vit_tiny_patch16_224", pretrained=pretrained, **dict(args, **kwargs))
-        vit_tiny_patch16_quickgelu_twin_224.__module__ = "timm.models.vision_transformer"   # listed with its kin
-        register_model(vit_tiny_patch16_quickgelu_twin_224)
-    return name
+
+    def vit_tiny_patch16_quickgelu_twin_224(pretrained: bool = False, **kwargs):  # noqa: ANN003, ANN202
+        args = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3, act_layer="quick_gelu")
+        return _create_vision_transformer("vit_tiny_patch16_224", pretrained=pretrained, **dict(args, **kwargs))
+    vit_tiny_patch16_quickgelu_twin_224.__module__ = "timm.models.vision_transformer"   # listed with its kin
+    register_model(vit_tiny_patch16_quickgelu_twin_224)
+    try:
+        yield name
+    finally:
+        _registry._clear_model_entries(name)
+        _registry._model_entrypoints.pop(name, None)
 
 
-def test_a_setting_no_candidate_tells_apart_stays_assumed_naming_the_alternatives(tiny_file: Path) -> None:
-    twin = _register_twin()
+def test_a_setting_no_candidate_tells_apart_stays_assumed_naming_the_alternatives(tiny_file: Path,
+                                                                                   twin: str) -> None:
     model = vitviz.load(tiny_file)
     check = verify(model, sizes=(224,))
     assert f"timm:{twin}" in check.fitting and f"timm:{twin}" not in check.matches
@@ -276,7 +282,8 @@ def test_a_dinov2_repository_file_without_a_name_is_verified(files: Path) -> Non
     assert verify(model, against="dinov2:dinov2_vitb14", sizes=(56,)).verdict == "differs"
 
 
-def test_a_bare_open_clip_file_matches_and_keeps_quick_gelu_open(tmp_path: Path) -> None:
+def test_a_bare_open_clip_file_matches_and_keeps_quick_gelu_open(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole CLIP saved by open_clip under a name of one's own: its image tower's names and shapes are compared
     with every model config's tower; a GELU config and its QuickGELU twin both fit, so what vitviz shows matches
     one of them and the activation stays an assumption naming the other -- until it is answered."""
@@ -286,6 +293,9 @@ def test_a_bare_open_clip_file_matches_and_keeps_quick_gelu_open(tmp_path: Path)
     for name, quick in (("vitviz-tiny", False), ("vitviz-tiny-quickgelu", True)):
         cfg = {"embed_dim": 32, "vision_cfg": vision, "text_cfg": text, **({"quick_gelu": True} if quick else {})}
         (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
+    # open_clip's registry is the process's: this test's configs go into copies, put back afterwards
+    monkeypatch.setattr(open_clip.factory, "_MODEL_CONFIGS", dict(open_clip.factory._MODEL_CONFIGS))
+    monkeypatch.setattr(open_clip.factory, "_MODEL_CONFIG_PATHS", list(open_clip.factory._MODEL_CONFIG_PATHS))
     open_clip.add_model_config(tmp_path)
     torch.manual_seed(0)
     path = tmp_path / "my_clip.pt"
