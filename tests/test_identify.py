@@ -326,3 +326,14 @@ def test_a_bare_transformers_state_dict_is_verified(files: Path) -> None:
     assert check.verdict == "verified" and check.fitting == ("transformers:ViTForImageClassification",)
     assert check.summary().startswith("Matches transformers ViTForImageClassification (shapes exact")
     assert {"num_heads", "eps"} <= set(check.confirmed)
+
+
+def test_the_command_line_takes_what_verify_takes() -> None:
+    """`vitviz verify --against` is parsed without torch, from its own copy of the names: kept equal here (a bare
+    transformers file's `--against transformers:ViTModel` was refused by the parser while verify took it)."""
+    from vitviz.cli import verify as cli_verify
+    from vitviz.core import verify as core_verify
+
+    assert cli_verify.AGAINST == core_verify.AGAINST and cli_verify.BY_ARCH == core_verify._BY_ARCH
+    assert set(core_verify._BY_ARCH) == set(identify.LIBRARIES)
+    assert cli_verify._against("transformers:ViTModel") == "transformers:ViTModel"

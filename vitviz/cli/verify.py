@@ -19,8 +19,10 @@ from typing import Any
 from vitviz.cli.jsonout import document
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, overrides_from, with_remembered
 
-# vitviz.core.verify.AGAINST, spelled out so that parsing the command line does not import torch
+# vitviz.core.verify.AGAINST and _BY_ARCH, spelled out so that parsing the command line does not import torch
+# (tests/test_identify.py keeps them equal)
 AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision", "dinov2")
+BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 
 
 def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
@@ -43,9 +45,9 @@ def add_verify_parser(sub: Any) -> argparse.ArgumentParser:
 
 def _against(text: str) -> str:
     library, sep, arch = text.partition(":")
-    if library not in AGAINST or (sep and (not arch or library not in ("timm", "torchvision", "dinov2", "open_clip"))):
+    if library not in AGAINST or (sep and (not arch or library not in BY_ARCH)):
         raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(AGAINST)}, or LIBRARY:ARCH of "
-                                         "timm, torchvision, dinov2 or open_clip")
+                                         f"{', '.join(BY_ARCH)}")
     return text
 
 
