@@ -9,10 +9,10 @@ ViT-B/16 at 224 px, random weights, one image, medians of repeats interleaving a
   model with fused attention off (the only way timm exposes attention). Both stop after the last softmax (fx prunes
   the graph there). Target: faster. `model.run(x)` with logits is shown too.
 - Where the time goes: the reference model's forward without hooks, `forward_captured`, and `run`.
-On the CPU vitviz runs its Linear layers with weights prepacked for oneDNN (vitviz.core.packed), the main
+On the CPU vitviz runs its Linear layers with weights prepacked for oneDNN (vitviz.core.running.packed), the main
 reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plain-F.linear reference model.
 - Rollout at T = 577 (ViT-B/16 at 384 px): vitviz's row-vector rollout vs the naive matrix chain.
-- The live-module path (vitviz.core.live): a ViT-B/16-sized vit-pytorch `ViT` run as written with every layer's
+- The live-module path (vitviz.core.running.live): a ViT-B/16-sized vit-pytorch `ViT` run as written with every layer's
   attention captured (its own softmax, through a TorchFunctionMode) vs that module's own forward, interleaved in a
   group of their own. Target <= 1.15x. `--only live` runs just this part
   (`--only` takes a comma-separated list: core, live, families, windowed, swin, sam).
@@ -274,7 +274,7 @@ def _parts(text: str) -> set[str]:
 
 
 def _core_report(x: torch.Tensor, args: argparse.Namespace) -> None:
-    from vitviz.core.packed import packing_available
+    from vitviz.core.running.packed import packing_available
 
     print(f"vitviz Linear layers prepacked for oneDNN: {packing_available() and args.device == 'cpu'} "
           "(VITVIZ_PACKED=0 to compare without; timm and torchvision run plain nn.Linear)")

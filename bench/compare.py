@@ -3,7 +3,7 @@
 Run from the repository root: `python bench/compare.py [--images 2] [--switches 2000]`.
 
 Two timm `vit_base_patch16_224` state dicts with random weights (two seeds) are loaded with `vitviz.load` and run
-on generated images; `vitviz.core.compare.CompareView` is built from their results (the worker's part: CLS stacks,
+on generated images; `vitviz.core.analyses.compare.CompareView` is built from their results (the worker's part: CLS stacks,
 Hungarian head matching over the images, B aligned to A) and then asked for the A, B and A − B maps of random
 linked (layer, head) selections, as the window does on every switch. Printed: p50 / p95 of one `frame` call
 against the 16 ms frame budget (the GUI's painting comes on top: `bench/gui.py` once the Compare mode exists), the
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import vitviz
-    from vitviz.core.compare import CompareView
+    from vitviz.core.analyses.compare import CompareView
 
     torch.set_num_threads(2)
     rng = np.random.default_rng(0)

@@ -118,7 +118,7 @@ def _show(win, maps) -> None:  # noqa: ANN001
 
 
 def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16, steps: int = 120) -> None:
-    from vitviz.core.maps import ResultMaps
+    from vitviz.core.analyses.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)
@@ -151,7 +151,7 @@ def bench_updates(name: str, depth: int, heads: int, size: int, patch: int = 16,
 def bench_stall(checkpoint: Path, heads: int) -> None:
     from PySide6.QtCore import QElapsedTimer, QTimer
 
-    from vitviz.core.images import find_images  # noqa: F401 - warm the import the worker uses
+    from vitviz.core.running.images import find_images  # noqa: F401 - warm the import the worker uses
 
     app, win = _window()
     image = Path(tempfile.mkdtemp()) / "bench.png"
@@ -194,7 +194,7 @@ def _pct(times: list[float]) -> tuple[float, float]:
 
 def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps: int = 30) -> None:
     """Rollout dock redraw after a control change (rollout through the last layer + two overlays), T = 577."""
-    from vitviz.core.maps import ResultMaps
+    from vitviz.core.analyses.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, 16)
@@ -239,7 +239,7 @@ def bench_rollout_panel(depth: int = 12, heads: int = 12, size: int = 384, steps
 def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> None:
     """Position-embedding dock: one hover (new similarity map + two frames + repaint) at a 37 x 37 grid."""
     from vitviz.core.spec import ModelSpec
-    from vitviz.core.maps import pos_embed_data
+    from vitviz.core.analyses.maps import pos_embed_data
 
     app, win = _window()
     spec = ModelSpec(family="bench", source="bench", image_size=(grid * 14, grid * 14), patch_size=14,
@@ -268,7 +268,7 @@ def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> N
 def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 20) -> None:
     """Attention-matrix dock update after a layer/head change at T = 1370 (DINOv2-L/14 at 518 px, 4 registers
     would be 1374; the stored layers do not change the per-update cost, so only 2 are built)."""
-    from vitviz.core.maps import ResultMaps
+    from vitviz.core.analyses.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)

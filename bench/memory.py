@@ -129,7 +129,7 @@ def capture_peak_child(method: str, size: int) -> None:
     import torchvision
 
     import vitviz
-    from vitviz.core.capture import capture_attention
+    from vitviz.core.running.capture import capture_attention
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,7 +34,7 @@ def bench_relevance(repeats: int, device: str) -> None:
     import torch
 
     import vitviz
-    from vitviz.core.relevance import class_relevance, legrad
+    from vitviz.core.analyses.relevance import class_relevance, legrad
 
     torch.manual_seed(0)
     timm_model = timm.create_model("vit_base_patch16_224", pretrained=False).eval()
@@ -77,7 +77,7 @@ def bench_pca(repeats: int) -> None:
     import torch
 
     import vitviz
-    from vitviz.core.features import capture_features, feature_pca, pca_colors
+    from vitviz.core.analyses.features import capture_features, feature_pca, pca_colors
 
     torch.manual_seed(0)
     model = vitviz.load(timm.create_model("vit_base_patch16_224", pretrained=False).eval(), device="cpu",
@@ -102,7 +102,7 @@ def bench_pca(repeats: int) -> None:
 
 
 def bench_hover(count: int) -> None:
-    from vitviz.core.features import PatchSimilarity
+    from vitviz.core.analyses.features import PatchSimilarity
 
     rng = np.random.default_rng(0)
     print(f"similarity hover across two 37 x 37 grids, {count} random patches")

@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from vitviz.core.analysis import rollout, rollout_naive  # noqa: E402
+from vitviz.core.analyses.analysis import rollout, rollout_naive  # noqa: E402
 
 
 def random_attention(layers: int, heads: int, tokens: int, seed: int = 0) -> np.ndarray:

@@ -30,7 +30,7 @@ TARGET_S = 0.100
 
 def make_run(folder: Path, count: int, every: int = 200) -> Path:
     """`count` demo-sized checkpoints with random weights, as `vitviz.demo.train --save-every` lays them out."""
-    from vitviz.core.model import ReferenceViT
+    from vitviz.core.running.model import ReferenceViT
     from vitviz.demo.train import TrainConfig, demo_spec, init_weights, save
 
     cfg = TrainConfig()
@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from vitviz.core.render import RenderOptions, draw_map
-    from vitviz.core.timeline import TimelineStore, open_run
+    from vitviz.core.drawing.render import RenderOptions, draw_map
+    from vitviz.core.analyses.timeline import TimelineStore, open_run
     from vitviz.demo import shapes
 
     torch.set_num_threads(1)

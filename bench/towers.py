@@ -1,4 +1,4 @@
-"""Benchmark: peak memory of opening a composite model's vision tower by file (vitviz.core.towers).
+"""Benchmark: peak memory of opening a composite model's vision tower by file (vitviz.core.reading.towers).
 
 Run from the repository root: `python bench/towers.py [--lm-mb 500]`.
 

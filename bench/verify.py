@@ -33,7 +33,7 @@ import torch
 from common import interleaved, ratio_line  # noqa: I001
 
 import vitviz
-from vitviz.core.verify import verify
+from vitviz.core.analyses.verify import verify
 
 
 def vit_s16_folder(folder: Path, seed: int = 0) -> Path:
@@ -71,7 +71,7 @@ def identify_rows(which: list[str], repeats: int, device: str) -> None:
     import timm
     import torchvision
 
-    from vitviz.core import identify
+    from vitviz.core.reading import identify
     from vitviz.core.files import CACHE_ENV
 
     for key in which:

@@ -1,5 +1,5 @@
 """Write the shape signatures of every registered timm and torchvision ViT architecture, for the versions installed,
-into `resources/identify/` (`vitviz.core.identify.bundled`): a first search for a file nothing names then costs no
+into `resources/identify/` (`vitviz.core.reading.identify.bundled`): a first search for a file nothing names then costs no
 build with those versions. Run again when a new timm or torchvision is supported:
 
     python scripts/identify_signatures.py
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vitviz.core.identify import LIBRARIES, write_signatures  # noqa: E402
+from vitviz.core.reading.identify import LIBRARIES, write_signatures  # noqa: E402
 
 
 def main() -> None:

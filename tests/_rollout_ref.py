@@ -1,4 +1,4 @@
-"""A test-side reference of attention rollout: the convention of `vitviz.core.rollout`, written the plain way.
+"""A test-side reference of attention rollout: the convention of `vitviz.core.analyses.rollout`, written the plain way.
 
 float64, one full matrix per layer, the matrix chain, the discard by a full sort of each row: slow and obvious, so
 the product's engine (row vectors, cached fusions, factored layers) can be checked against something independent.

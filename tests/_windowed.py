@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from parity_refs import perturb
-from vitviz.core.windowed import WindowedModel, WindowedNet
+from vitviz.core.running.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec
 
 

@@ -37,7 +37,7 @@ def _shapes_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _own_cache(_shapes_cache: Path, tmp_path_factory: pytest.TempPathFactory,
                monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """vitviz's own cache (`$VITVIZ_CACHE`: remembered verdicts, the library architectures' shape signatures of
-    `vitviz.core.identify`) is each test's own, never the user's ~/.cache, so no test sees a verdict another one
+    `vitviz.core.reading.identify`) is each test's own, never the user's ~/.cache, so no test sees a verdict another one
     remembered; the shape signatures, which depend on nothing but the installed libraries, are carried from test to
     test (built at most once a session)."""
     import shutil

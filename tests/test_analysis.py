@@ -1,4 +1,4 @@
-"""Tests for vitviz.core.analysis: hand-computed cases, fast == naive rollout, prefix and grid handling."""
+"""Tests for vitviz.core.analyses.analysis: hand-computed cases, fast == naive rollout, prefix and grid handling."""
 from __future__ import annotations
 
 import itertools
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vitviz.core import analysis as an
+from vitviz.core.analyses import analysis as an
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 
@@ -253,7 +253,7 @@ def test_pos_embed_similarity_errors() -> None:
 def test_discard_ties_drop_exactly_k_leftmost_first() -> None:
     """Equal values at the cut (common in float16 captures): exactly k go, the leftmost first, whichever way the
     engine gets there (one call, or a window engine with its sorted keys cached)."""
-    from vitviz.core.rollout import RolloutEngine, RolloutParams
+    from vitviz.core.analyses.rollout import RolloutEngine, RolloutParams
 
     attn = np.zeros((1, 1, 5, 5), dtype=np.float32)
     attn[0, 0] = [[0.2, 0.2, 0.2, 0.2, 0.2]] * 5                # CLS + 4 patches, every patch key tied
@@ -270,8 +270,8 @@ def test_discard_ties_drop_exactly_k_leftmost_first() -> None:
 
 
 def test_a_query_follows_its_place_in_the_image_across_layouts() -> None:
-    """The window's query-following rule, without a window (`vitviz.core.tokens.follow_query`)."""
-    from vitviz.core.tokens import TokenLayout, follow_query
+    """The window's query-following rule, without a window (`vitviz.core.analyses.tokens.follow_query`)."""
+    from vitviz.core.analyses.tokens import TokenLayout, follow_query
 
     old, new = TokenLayout(("cls",), (4, 4)), TokenLayout(("cls", "reg0"), (8, 8))
     assert follow_query(old, new, 0) == (0, "")                               # CLS by name

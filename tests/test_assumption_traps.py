@@ -185,7 +185,7 @@ def test_the_trap_fails_when_a_reader_calls_a_convention_derived(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that says a hand-written file's norm order (or attention scale) came from its tensors makes the
     trap fail: a silent wrong is caught."""
-    from vitviz.core.families import structural
+    from vitviz.core.reading.families import structural
 
     real = structural.facts_from_metadata
 
@@ -207,7 +207,7 @@ def test_the_trap_fails_when_a_reader_calls_a_convention_derived(tmp_path: Path,
 def test_res_post_norm_blocks_run_exactly_when_given(tmp_path: Path) -> None:
     """`x = x + LN(attn(x))`: the reference block computes it exactly (block_norm='res_post'); from a bare file it
     is the flagged norm-order assumption (above)."""
-    from vitviz.core.model import ReferenceViT
+    from vitviz.core.running.model import ReferenceViT
 
     torch.manual_seed(0)
     model = perturb(TrapViT(norm="res_post"))

@@ -21,9 +21,9 @@ from _rollout_ref import reference_rollout_rows
 
 from vitviz.batch.jobs import unique_stems
 from vitviz.batch.plan import parse_maps, parse_picks, resolve_picks
-from vitviz.core.maps import MapKind, SelectionError, map_stack
-from vitviz.core.rollout import RolloutParams
-from vitviz.core.images import seen_region
+from vitviz.core.analyses.maps import MapKind, SelectionError, map_stack
+from vitviz.core.analyses.rollout import RolloutParams
+from vitviz.core.running.images import seen_region
 from vitviz.core.spec import Preprocess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_png_is_the_map_the_model_computes(first_run, tiny_ckpt: Path, folder: P
     """The CLI's PNG equals the window's rendering of the same result (same layer, head and defaults)."""
     out, _ = first_run
     import vitviz
-    from vitviz.core.maps import ResultMaps
+    from vitviz.core.analyses.maps import ResultMaps
     from vitviz.gui.exporting import render_view as render
     from vitviz.gui.state import ViewState
 
@@ -353,7 +353,7 @@ def test_rollout_options_reach_the_pngs(tiny_ckpt: Path, folder: Path, tmp_path:
 
 
 def test_seen_region_matches_preprocess_crop() -> None:
-    from vitviz.core.images import preprocess
+    from vitviz.core.running.images import preprocess
 
     yy, xx = np.mgrid[0:300, 0:400]
     smooth = np.stack([xx * 255 // 399, yy * 255 // 299, (xx + yy) * 255 // 698], axis=-1).astype(np.uint8)
@@ -369,7 +369,7 @@ def test_seen_region_matches_preprocess_crop() -> None:
 
 def test_seen_region_size_is_the_rounded_box_size() -> None:
     """The crop is as wide as the box rounds to, wherever its edges fall (rounding each edge could add a pixel)."""
-    from vitviz.core.images import source_box
+    from vitviz.core.running.images import source_box
 
     pp = Preprocess(crop=(224, 224), resize=256, mode="center", interpolation="bilinear")
     for h, w in [(300, 400), (333, 500), (375, 500), (481, 353), (250, 251), (1000, 1337)]:

@@ -54,8 +54,7 @@ def test_a_remembered_verdict_that_is_a_fifo_is_checked_again(tiny_ckpt: Path, m
     import warnings
 
     import vitviz
-    from vitviz.core import verify as verify_module
-
+    from vitviz.core.analyses import verify as verify_module
     from _tiny import HEADS
 
     with warnings.catch_warnings():

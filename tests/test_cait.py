@@ -11,7 +11,7 @@ import torch
 
 import vitviz
 from parity_refs import perturb
-from vitviz.core.live import LiveWarning
+from vitviz.core.running.live import LiveWarning
 from vitviz.errors import UnknownLayoutError
 
 timm = pytest.importorskip("timm")

@@ -8,8 +8,8 @@ from PIL import Image
 
 import vitviz
 from _tiny import write_tiny_checkpoint
-from vitviz.core import analysis
-from vitviz.core.model import AttentionProbe
+from vitviz.core.analyses import analysis
+from vitviz.core.running.model import AttentionProbe
 
 
 @pytest.fixture()
@@ -66,8 +66,7 @@ def test_attention_only_pass_skips_the_tail_and_keeps_the_maps(tiny) -> None:
 
 
 def test_maps_too_large_for_memory_are_refused_with_a_clear_message(tiny, monkeypatch) -> None:
-    from vitviz.core import runtime as memory
-
+    from vitviz.core.running import runtime as memory
     x = torch.rand(3, 3, 32, 32)
     needed = 3 * 2 * 2 * 19 * 19 * 4  # B * L * H * T^2 * float32
     monkeypatch.setattr(memory, "available_memory", lambda: needed - 1)
@@ -103,7 +102,7 @@ def test_path_like_objects_load(tmp_path) -> None:
 
 def test_softmax_written_straight_into_the_result_equals_a_hooked_copy(tiny, monkeypatch) -> None:
     """On the CPU in float32 each softmax writes into the result array itself; the maps equal plain hooks'."""
-    from vitviz.core.capture import capture_attention
+    from vitviz.core.running.capture import capture_attention
 
     x = torch.rand(3, 3, 32, 32)
     keep: list[torch.Tensor] = []
@@ -213,7 +212,7 @@ def test_top_k_uses_labels(tmp_path) -> None:
 def test_native_view_is_the_region_the_model_saw(tmp_path, tiny, mode) -> None:
     """Mark a square in the original; the model-input image and the native-resolution view agree on it."""
     from dataclasses import replace
-    from vitviz.core.render import native_view
+    from vitviz.core.drawing.render import native_view
     arr = np.zeros((300, 500, 3), np.uint8)
     arr[100:200, 200:300] = 255  # a white square in the middle of a wide photo
     Image.fromarray(arr).save(tmp_path / "wide.png")
@@ -255,7 +254,7 @@ def test_a_model_too_large_for_the_device_goes_back_and_says_so() -> None:
     device, the module returns where it was and the DeviceError names what did not fit and what to do."""
     import torch
 
-    from vitviz.core.runtime import move_module
+    from vitviz.core.running.runtime import move_module
     from vitviz.errors import DeviceError
 
     class Big(torch.nn.Linear):

@@ -1,4 +1,4 @@
-"""Tests for vitviz.core.colormaps, vitviz.core.render and vitviz.core.files."""
+"""Tests for vitviz.core.drawing.colormaps, vitviz.core.drawing.render and vitviz.core.files."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz.core import colormaps as cm
-from vitviz.core import files, render
+from vitviz.core.drawing import colormaps as cm
+from vitviz.core import files
+from vitviz.core.drawing import render
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
 

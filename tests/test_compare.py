@@ -1,4 +1,4 @@
-"""Two models compared (vitviz.core.compare), a training run as a timeline (vitviz.core.timeline), and `vitviz export
+"""Two models compared (vitviz.core.analyses.compare), a training run as a timeline (vitviz.core.analyses.timeline), and `vitviz export
 --compare` / `--timeline`, on tiny random models of other depths, head counts and grids."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 import vitviz
 from _tiny import HEADS, write_permuted_heads, write_tiny_checkpoint
-from vitviz.core import compare as cmp
-from vitviz.core.maps import MapKind, map_stack
-from vitviz.core.timeline import TimelineError, find_checkpoints, name_number, open_run, run_metrics
+from vitviz.core.analyses import compare as cmp
+from vitviz.core.analyses.maps import MapKind, map_stack
+from vitviz.core.analyses.timeline import TimelineError, find_checkpoints, name_number, open_run, run_metrics
 
 
 def load(path: Path, heads: int = HEADS):
@@ -184,7 +184,7 @@ def test_view_frames_are_the_comparisons_maps_on_one_scale(runs) -> None:
 
 
 def test_view_of_a_model_with_itself_is_zero_for_every_kind(runs) -> None:
-    from vitviz.core.maps import ResultMaps
+    from vitviz.core.analyses.maps import ResultMaps
 
     ra = runs["a"]
     view = cmp.CompareView(ra, [ResultMaps(r) for r in ra])          # results or ResultMaps alike
@@ -215,7 +215,7 @@ def test_view_queries_by_place_and_other_grids(runs) -> None:
 
 
 def test_view_summary_against_depth(models, runs, images) -> None:
-    from vitviz.core.features import capture_features
+    from vitviz.core.analyses.features import capture_features
 
     a, _, c3 = models
     view = cmp.CompareView(runs["a"], runs["c"])
@@ -291,8 +291,7 @@ def test_timeline_loads_lazily_names_another_layout_and_measures(tmp_path: Path,
     assert metrics.distance.shape == metrics.entropy.shape == metrics.box_share.shape == (2, 2)
     assert metrics.labels == ("step-100", "step-200") and metrics.numbers == (100, 200)
     r = run.model(1).run(images[0])
-    from vitviz.core import analysis
-
+    from vitviz.core.analyses import analysis
     assert np.allclose(metrics.distance[1], analysis.mean_attention_distance(r).mean(axis=1))
     want = r.attentions[:, :, 0, 1:].reshape(2, HEADS, 4, 4)[:, :, :2, :2].sum(axis=(2, 3)).mean(axis=1)
     assert np.allclose(metrics.box_share[1], want, atol=1e-6)
@@ -331,7 +330,7 @@ def test_cli_compare_writes_a_b_and_differences(tmp_path: Path, photo: Path) -> 
     assert np.array_equal(arrays["cls_diff"], arrays["cls_a"] - arrays["cls_b"])
     from PIL import Image
 
-    from vitviz.core.colormaps import colormap
+    from vitviz.core.drawing.colormaps import colormap
 
     a_pic = np.asarray(Image.open(out / "photo_A_cls_L0_Hmean.png"))
     diff = np.asarray(Image.open(out / "photo_diff_cls_L0_Hmean.png"))

@@ -1,4 +1,4 @@
-"""Composite transformers models opened by file as their vision tower (vitviz.core.towers): LLaVA, LLaVA-NeXT,
+"""Composite transformers models opened by file as their vision tower (vitviz.core.reading.towers): LLaVA, LLaVA-NeXT,
 VipLLaVA, GIT and Kosmos-2 (CLIP), LLaVA-OneVision, PaliGemma and Gemma 3 (SigLIP), Idefics3 and SmolVLM (SigLIP
 with bucketed positions), Depth Anything and DPT (a DINOv2 `backbone_config`), DPT's own ViT, ZoeDepth (a BEiT
 backbone), BLIP, BLIP-2 and
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import vitviz
-from vitviz.core.checkpoint import read_checkpoint
+from vitviz.core.reading.checkpoint import read_checkpoint
 from vitviz.core.spec import GuessWarning
 from vitviz.errors import CompositeModelError, UnknownLayoutError
 

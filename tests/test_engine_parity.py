@@ -16,9 +16,9 @@ from _tiny import write_tiny_checkpoint
 from PIL import Image
 
 from vitviz.cli import main
-from vitviz.core.colormaps import available_colormaps
-from vitviz.core.maps import MapKind, ResultMaps
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.drawing.colormaps import available_colormaps
+from vitviz.core.analyses.maps import MapKind, ResultMaps
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui import exporting
 from vitviz.gui.state import COLORMAPS, ViewState, map_kind
 
@@ -189,8 +189,8 @@ GRADIENT_MAPS = [
 def full_maps(tiny: Path, image: Path) -> ResultMaps:
     """A result with every class's gradient maps and the token features added, as the window's worker adds them."""
     import vitviz
-    from vitviz.core.features import capture_features, prefix_norms, token_norms
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.features import capture_features, prefix_norms, token_norms
+    from vitviz.core.analyses.relevance import class_relevance
 
     model = vitviz.load(tiny, heads=HEADS, device="cpu")
     maps = ResultMaps(model.run(image))
@@ -217,7 +217,7 @@ def test_window_and_cli_write_the_same_gradient_maps(full_maps: ResultMaps, tiny
 def test_the_features_dock_and_cli_write_the_same_pca_and_norms(full_maps: ResultMaps, tiny: Path, image: Path,
                                                                 tmp_path: Path, picture: tuple) -> None:
     """The Features dock's export of a PCA fitted on this image and of the norms is `--maps pca,norms`."""
-    from vitviz.core.features import feature_pca
+    from vitviz.core.analyses.features import feature_pca
     from vitviz.gui import features_export
 
     _label, style, heatmap_only, colorbar, style_args = picture
@@ -292,7 +292,7 @@ def test_window_and_cli_write_the_same_pool_maps(siglip_maps: ResultMaps, siglip
 def test_pool_maps_are_the_map_heads_attention(siglip_maps: ResultMaps) -> None:
     """'pool' is `AttentionResult.pool_map` per head; its rollout pulls the fused pooling row back through the
     layers exactly as the full rollout matrix does."""
-    from vitviz.core.maps import pool_vector
+    from vitviz.core.analyses.maps import pool_vector
 
     result = siglip_maps.result
     stack = siglip_maps.stack("pool")

@@ -1,6 +1,6 @@
 """The attention-entropy map: the proof that a new map kind is one row of the table of map kinds and its compute.
 
-It was added as `KINDS['entropy']` (`vitviz/core/mapkinds.py`) and one branch of `map_stack` (`vitviz/core/maps.py`);
+It was added as `KINDS['entropy']` (`vitviz/core/analyses/mapkinds.py`) and one branch of `map_stack` (`vitviz/core/analyses/maps.py`);
 everything else -- the parser, `vitviz export --maps entropy` and its help, the window's `--map entropy`, the map
 selector's entry and tooltip, the layer and head selectors, the window's export -- follows from the table."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitviz.core.mapkinds import KINDS, maps_help, unavailable
-from vitviz.core.maps import MAP_KINDS, MapKind, ResultMaps
+from vitviz.core.analyses.mapkinds import KINDS, maps_help, unavailable
+from vitviz.core.analyses.maps import MAP_KINDS, MapKind, ResultMaps
 
 HEADS = 2
 
@@ -48,7 +48,7 @@ def test_entropy_is_each_patch_querys_row_entropy(result) -> None:  # noqa: ANN0
     # a uniform row has the most entropy, log(T); a one-hot row none
     uniform = np.full((1, 1, T, T), 1.0 / T, np.float32)
     onehot = np.tile(np.eye(T, dtype=np.float32)[None, None], (1, 1, 1, 1))
-    from vitviz.core.maps import query_entropy
+    from vitviz.core.analyses.maps import query_entropy
 
     np.testing.assert_allclose(query_entropy(uniform, p), np.log(T), rtol=1e-5)
     np.testing.assert_allclose(query_entropy(onehot, p), 0.0, atol=1e-6)

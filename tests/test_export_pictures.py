@@ -11,7 +11,7 @@ from PIL import Image
 
 import vitviz
 from vitviz.cli import main
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import exporting
 from vitviz.gui.state import ViewState
 

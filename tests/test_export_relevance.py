@@ -16,8 +16,8 @@ from PIL import Image
 
 from vitviz.batch.plan import Plan, check_classes, class_index, combos, output_name, parse_maps
 from vitviz.cli import main
-from vitviz.core.maps import MapKind, MapNotReady, ResultMaps, SelectionError, norm_stack, relevance_stack
-from vitviz.core.render import RenderOptions, draw_colors, draw_map, native_view
+from vitviz.core.analyses.maps import MapKind, MapNotReady, ResultMaps, SelectionError, norm_stack, relevance_stack
+from vitviz.core.drawing.render import RenderOptions, draw_colors, draw_map, native_view
 from vitviz.core.spec import ModelSpec
 
 HEADS = 2
@@ -103,8 +103,8 @@ def test_the_plan_asks_for_each_pass_only_when_a_map_needs_it() -> None:
 
 
 def test_gradient_and_feature_maps_equal_the_library(model, tiny_ckpt: Path, image: Path, tmp_path: Path) -> None:  # noqa: ANN001
-    from vitviz.core.features import capture_features, feature_pca, prefix_norms, token_norms
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.features import capture_features, feature_pca, prefix_norms, token_norms
+    from vitviz.core.analyses.relevance import class_relevance
 
     out = tmp_path / "out"
     assert _export(tiny_ckpt, image, out, "--maps", "relevance:3,gradrollout,attngrad:3,pca,norms", "--layers", "all",
@@ -150,7 +150,7 @@ def test_gradient_and_feature_maps_equal_the_library(model, tiny_ckpt: Path, ima
 
 def test_a_pca_colour_image_is_not_a_heatmap(model, image: Path) -> None:  # noqa: ANN001
     """Background patches are black, the legend names the components, the heatmap style is the bare colours."""
-    from vitviz.core.features import capture_features, feature_pca
+    from vitviz.core.analyses.features import capture_features, feature_pca
 
     pca = feature_pca(capture_features(model, str(image)))
     colors, fg = pca.colors[0], pca.foreground[0]
@@ -187,8 +187,8 @@ def test_a_model_without_classifier_has_no_relevance(tmp_path: Path, image: Path
 
 def test_the_plain_export_runs_no_extra_pass_and_relevance_alone_no_attention_pass(
         tiny_ckpt: Path, image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vitviz.core import capture, features, relevance
-
+    from vitviz.core.running import capture
+    from vitviz.core.analyses import features, relevance
     def refuse(*_a: object, **_k: object) -> None:
         raise AssertionError("this pass must not run")
 
@@ -204,8 +204,8 @@ def test_the_plain_export_runs_no_extra_pass_and_relevance_alone_no_attention_pa
 
 def test_result_maps_keep_relevance_and_features(model, image: Path) -> None:  # noqa: ANN001
     """The window's cache: a gradient map is not ready until its relevance is added, then it is the library's."""
-    from vitviz.core.features import capture_features, prefix_norms, token_norms
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.features import capture_features, prefix_norms, token_norms
+    from vitviz.core.analyses.relevance import class_relevance
 
     maps = ResultMaps(model.run(image))
     kind = MapKind("relevance")
@@ -226,8 +226,8 @@ def test_result_maps_keep_relevance_and_features(model, image: Path) -> None:  #
 
 def test_the_windows_npz_holds_the_relevance_and_norms_computed_under_the_clis_keys(model, tiny_ckpt: Path, image: Path,  # noqa: ANN001
                                                                                     tmp_path: Path) -> None:
-    from vitviz.core.features import capture_features, prefix_norms, token_norms
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.features import capture_features, prefix_norms, token_norms
+    from vitviz.core.analyses.relevance import class_relevance
     from vitviz.gui.exporting import export_npz
 
     maps = ResultMaps(model.run(image))

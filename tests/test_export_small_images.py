@@ -13,8 +13,8 @@ from PIL import Image, ImageFont
 
 import vitviz
 from vitviz.cli import main
-from vitviz.core import render
-from vitviz.core.maps import ResultMaps
+from vitviz.core.drawing import render
+from vitviz.core.analyses.maps import ResultMaps
 
 LABEL = "CLS attention · head mean · shared scale: all layers (head means)"
 

@@ -80,8 +80,8 @@ def test_export_received_and_query(swin_folder: Path, images: Path, tmp_path: Pa
     # the picture is the library's: the model's run, the stage's stack, the one renderer
     import vitviz
     from vitviz.batch.windowed import window_stack
-    from vitviz.core.maps import MapKind
-    from vitviz.core.render import RenderOptions, draw_map
+    from vitviz.core.analyses.maps import MapKind
+    from vitviz.core.drawing.render import RenderOptions, draw_map
 
     model = vitviz.load(swin_folder, device="cpu")
     result = model.run(images / "b.png")
@@ -115,7 +115,7 @@ def test_export_refuses_windowed_maps_for_plain_vit(tiny_ckpt: Path, images: Pat
 
 def test_show_draws_a_windowed_result(swin_folder: Path, images: Path) -> None:
     import vitviz
-    from vitviz.core.show import ShowError
+    from vitviz.core.drawing.show import ShowError
 
     result = vitviz.load(swin_folder, device="cpu").run(images / "b.png")
     assert vitviz.show(result).size == vitviz.show(result, map="received", layer=-1).size   # 'cls' -> received

@@ -12,7 +12,9 @@ from types import ModuleType
 
 import pytest
 
-from vitviz.core import families, options
+from vitviz.core.reading import families
+
+from vitviz.core import options
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vitviz"
@@ -37,7 +39,7 @@ def test_every_family_declares_its_facts(module: ModuleType) -> None:
 
 
 def test_a_family_without_its_facts_is_refused() -> None:
-    fake = ModuleType("vitviz.core.families.newfamily")
+    fake = ModuleType("vitviz.core.reading.families.newfamily")
     fake.NAMES, fake.detect, fake.convert = ("newfamily",), lambda *a: None, lambda *a: None
     fake.HELP, fake.REGISTERED_SIZES = "a new layout", False
     with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, PREPROCESS, NAME_HINTS"):
@@ -92,7 +94,7 @@ def test_registered_sizes_hf_types_and_eval_sizes() -> None:
         assert families.follows_registered_sizes(family), family
     for family in ("structural", "vit_pytorch", "torch_encoder", "seed", "swin", "sam"):
         assert not families.follows_registered_sizes(family), family
-    from vitviz.core.hyperparams import TABLE_FAMILIES
+    from vitviz.core.reading.hyperparams import TABLE_FAMILIES
 
     assert set(TABLE_FAMILIES) >= {"timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf", "clip",
                                    "eva", "eva02", "dinov3", "pe", "rope_vit", "beit", "jax"}
@@ -140,8 +142,10 @@ def test_cli_choices_are_the_options_lists() -> None:
 
 
 def test_library_lists_are_the_options_lists() -> None:
-    from vitviz.core import images, model, posembed, relevance, validate
-
+    from vitviz.core.running import images, model
+    from vitviz.core import posembed
+    from vitviz.core.analyses import relevance
+    from vitviz.core.reading import validate
     assert model.ACTIVATIONS is options.ACTIVATIONS and model.BLOCK_NORMS is options.BLOCK_NORMS
     assert posembed.RECIPES is options.POS_RECIPES and posembed.ROPE_KINDS is options.ROPE_KINDS
     for preset, settings in options.ROPE_PRESETS.items():   # each preset is a kind the RoPE code computes
@@ -170,7 +174,6 @@ def test_weight_file_orders() -> None:
     from vitviz.catalog import hub
     from vitviz.catalog.scan import HF_WEIGHT_NAMES
     from vitviz.core import formats
-
     assert formats.FOLDER_WEIGHT_NAMES == (
         "model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth", "open_clip_model.safetensors",
         "open_clip_pytorch_model.bin", "model.safetensors.index.json")
@@ -219,9 +222,9 @@ def test_labels_name_the_options() -> None:
 
 def test_every_cli_override_is_a_load_keyword(monkeypatch: pytest.MonkeyPatch) -> None:
     from vitviz.cli.options import override_names, overrides_from
-    from vitviz.core.hyperparams import OVERRIDES
-    from vitviz.core.live import LIVE_OVERRIDES
-    from vitviz.core.winload import WINDOW_OVERRIDES
+    from vitviz.core.reading.hyperparams import OVERRIDES
+    from vitviz.core.running.live import LIVE_OVERRIDES
+    from vitviz.core.running.winload import WINDOW_OVERRIDES
 
     monkeypatch.setenv("VITVIZ_VERBOSE", "")   # --verbose sets it: restored after the test
     names = override_names()

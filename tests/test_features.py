@@ -8,7 +8,7 @@ import torch
 
 import vitviz
 from parity_refs import perturb
-from vitviz.core.features import (FeatureError, PatchSimilarity, attention_share, capture_features, feature_pca,
+from vitviz.core.analyses.features import (FeatureError, PatchSimilarity, attention_share, capture_features, feature_pca,
                                   high_norm_mask, norm_histogram, pca_colors, prefix_norms, token_norms, top_eigh)
 
 timm = pytest.importorskip("timm")

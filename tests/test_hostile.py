@@ -34,7 +34,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 import vitviz
-import vitviz.core.images
+import vitviz.core.running.images
 from vitviz.cli import main
 from vitviz.errors import (CheckpointNotFoundError, CorruptCheckpointError, DeviceError, ImageError,
                            InconsistentCheckpointError, MetadataError, NoWeightsError, OverrideError,
@@ -177,9 +177,9 @@ HANG_SCRIPT = """
 import json, os, sys, time
 root = sys.argv[1]
 import vitviz
-import vitviz.core.images
+import vitviz.core.running.images
 from vitviz.cli import main
-from vitviz.core.images import load_image
+from vitviz.core.running.images import load_image
 results = {}
 def case(name, fn):
     start = time.perf_counter()
@@ -248,7 +248,7 @@ import json, os, resource, sys, time
 root = sys.argv[1]
 import numpy as np
 import vitviz
-import vitviz.core.images
+import vitviz.core.running.images
 from vitviz.cli import main
 j = lambda *parts: os.path.join(root, *parts)
 model = vitviz.load(j("tiny.pth"), heads=2)
@@ -764,8 +764,8 @@ def test_paths_are_described_for_what_they_are(tmp_path: Path) -> None:
     refused(lambda: vitviz.load(tmp_path / "dangling.pth"), CheckpointNotFoundError, "a broken symbolic link")
     refused(lambda: vitviz.load(tmp_path / "nothing.pth"), CheckpointNotFoundError, "not found")
     refused(lambda: vitviz.load("/dev/zero"), CorruptCheckpointError, "/dev/zero: a character device")
-    refused(lambda: vitviz.core.images.load_image("/dev/zero"), ImageError, "a character device")
-    refused(lambda: vitviz.core.images.load_image(tmp_path / "loop_a"), ImageError, "a symbolic link loop")
+    refused(lambda: vitviz.core.running.images.load_image("/dev/zero"), ImageError, "a character device")
+    refused(lambda: vitviz.core.running.images.load_image(tmp_path / "loop_a"), ImageError, "a symbolic link loop")
 
 
 def test_a_folder_of_3000_weights_files_lists_a_few(tmp_path: Path) -> None:
@@ -795,7 +795,6 @@ def test_export_on_a_full_disk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     """ENOSPC: the run stops once, says the disk is full naming the output folder (not an input), exit 2, no
     traceback -- also when manifest.json cannot be written; the manifest, when written, records what is on disk."""
     from vitviz.core import files
-
     real = files._atomic_write
     writes = [0]
 

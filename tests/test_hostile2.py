@@ -287,7 +287,7 @@ def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return folders
 
 
-def _quiet_load(path: Path, **kw: object) -> "vitviz.core.model.VitModel":
+def _quiet_load(path: Path, **kw: object) -> "vitviz.core.running.model.VitModel":
     import warnings
 
     with warnings.catch_warnings():
@@ -375,7 +375,7 @@ def test_the_newer_families_load_as_generated(family_folders: dict[str, Path]) -
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tiny_ckpt: Path) -> "vitviz.core.model.VitModel":
+def tiny_model(tiny_ckpt: Path) -> "vitviz.core.running.model.VitModel":
     from _tiny import HEADS
 
     return _quiet_load(tiny_ckpt, heads=HEADS)
@@ -398,7 +398,7 @@ def test_non_finite_attention_names_a_bad_rope_setting(family_folders: dict[str,
 
     import numpy as np
 
-    from vitviz.core.validate import check_finite_forward
+    from vitviz.core.reading.validate import check_finite_forward
     from vitviz.errors import NonFiniteError
 
     spec = _quiet_load(family_folders["dinov3"]).spec
@@ -427,8 +427,7 @@ def test_normalisation_that_overflows_is_refused_at_load(tiny_ckpt: Path, photo:
 def test_export_refuses_non_finite_maps(tiny_ckpt: Path, photo: Path, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Past the load check (disabled here), the forward pass itself refuses NaN maps: exit 1, nothing written."""
-    from vitviz.core import validate
-
+    from vitviz.core.reading import validate
     monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
     out = tmp_path / "out"
     assert cli_main(["export", "--model", str(tiny_ckpt), "--heads", "2", str(photo), "--out", str(out), "--npz",
@@ -536,7 +535,7 @@ def test_near_identical_prompts_each_get_a_file_of_their_own(family_folders: dic
 
     import numpy as np
 
-    from vitviz.core.text import prompt_label
+    from vitviz.core.analyses.text import prompt_label
 
     labels = [prompt_label(p) for p in NEAR_PROMPTS]
     assert len(set(labels)) == len(NEAR_PROMPTS)
@@ -558,8 +557,8 @@ def test_near_identical_prompts_each_get_a_file_of_their_own(family_folders: dic
 
 def test_two_maps_under_one_name_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from vitviz.batch.plan import check_unique_names, combos, parse_maps
-    from vitviz.core import text
-    from vitviz.core.maps import SelectionError
+    from vitviz.core.analyses import text
+    from vitviz.core.analyses.maps import SelectionError
 
     maps = parse_maps("text:a cat,text:A CAT!")
     check_unique_names(combos(maps, ["all"], ["mean"]))
@@ -571,8 +570,8 @@ def test_two_maps_under_one_name_are_refused(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_text_tower_memory_is_checked_before_it_is_built(family_folders: dict[str, Path], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from vitviz.core import runtime
-    from vitviz.core.text import text_embedding
+    from vitviz.core.running import runtime
+    from vitviz.core.analyses.text import text_embedding
     from vitviz.errors import DeviceError
 
     folder = _variant(family_folders["open_clip"], tmp_path / "big", "open_clip_config.json",

@@ -1,5 +1,5 @@
 """A file nothing names gets a verdict: the library architectures whose parameters fit it exactly are found by
-their shapes (`vitviz.core.identify`), the file is loaded into each kind of them and compared (`vitviz.core.verify`).
+their shapes (`vitviz.core.reading.identify`), the file is loaded into each kind of them and compared (`vitviz.core.analyses.verify`).
 
 Each case saves a real registered architecture the way users do (`torch.save(model.state_dict(), ...)`), with
 random weights: nothing in the file names it. The negative cases show what is not claimed: a setting two fitting
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import vitviz
-from vitviz.core import identify
+from vitviz.core.reading import identify
 from vitviz.core.files import CACHE_ENV
 from vitviz.core.spec import VERIFIED
-from vitviz.core.verify import apply_verification, verify
+from vitviz.core.analyses.verify import apply_verification, verify
 
 timm = pytest.importorskip("timm")
 
@@ -215,7 +215,7 @@ def test_export_verifies_once_per_model_and_info_agrees(tiny_file: Path, tmp_pat
     import numpy as np
     from PIL import Image
 
-    import vitviz.core.verify as verify_module
+    import vitviz.core.analyses.verify as verify_module
     from vitviz.cli import main
 
     image = tmp_path / "img.png"
@@ -332,8 +332,7 @@ def test_the_command_line_takes_what_verify_takes() -> None:
     """`vitviz verify --against` is parsed without torch, from its own copy of the names: kept equal here (a bare
     transformers file's `--against transformers:ViTModel` was refused by the parser while verify took it)."""
     from vitviz.cli import verify as cli_verify
-    from vitviz.core import verify as core_verify
-
+    from vitviz.core.analyses import verify as core_verify
     assert cli_verify.AGAINST == core_verify.AGAINST and cli_verify.BY_ARCH == core_verify._BY_ARCH
     assert set(core_verify._BY_ARCH) == set(identify.LIBRARIES)
     assert cli_verify._against("transformers:ViTModel") == "transformers:ViTModel"

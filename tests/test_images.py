@@ -1,4 +1,4 @@
-"""Image loading, preprocessing and folder scanning (vitviz.core.images)."""
+"""Image loading, preprocessing and folder scanning (vitviz.core.running.images)."""
 from __future__ import annotations
 
 import io
@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image, ImageFile
 
-from vitviz.core.images import (
+from vitviz.core.running.images import (
     BLACK,
     MAX_PIXELS,
     cover_size,
@@ -362,5 +362,5 @@ def test_find_images_natural_order(tmp_path: Path) -> None:
 
 
 def test_module_does_not_import_torch() -> None:
-    code = "import sys, vitviz.core.images; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, vitviz.core.running.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

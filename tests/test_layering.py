@@ -4,6 +4,11 @@ Every import statement counts — module level, inside functions (lazy) and unde
 cycle hidden behind a lazy import is still a cycle in the design. The layers (DESIGN.md):
 
     cli -> gui -> {batch, catalog} -> core -> errors
+
+and inside `vitviz.core`, one subpackage per stage of the data's flow, each importing only its own stage and the
+stages before it:
+
+    drawing -> analyses -> running -> reading -> core's own modules (options, spec, files, ... shared records)
 """
 from __future__ import annotations
 
@@ -112,6 +117,32 @@ def test_core_imports_nothing_above_it() -> None:
     bad = [(a, b) for a, targets in import_edges().items() if _layer(a) == "core"
            for b in targets if _layer(b) in ("gui", "cli", "batch", "catalog", "demo")]
     assert not bad, f"vitviz.core must not import gui/cli/batch/catalog/demo: {bad}"
+
+
+STAGES = ("reading", "running", "analyses", "drawing")   # in the order the data flows; core's own modules come first
+
+
+def _stage(module: str) -> int:
+    """0 for a module of `vitviz.core` itself (the shared records), else 1 + the index of its stage."""
+    parts = module.split(".")
+    return STAGES.index(parts[2]) + 1 if len(parts) > 3 and parts[2] in STAGES else 0
+
+
+def test_core_stages_import_only_downward() -> None:
+    edges = import_edges()
+    core = [m for m in edges if _layer(m) == "core"]
+    unstaged = [m for m in core if m.count(".") >= 2 and _stage(m) == 0 and m.count(".") > 2]
+    assert not unstaged, f"modules below vitviz.core outside a stage: {unstaged}"
+    bad = [(a, b) for a in core for b in edges[a] if _layer(b) == "core" and _stage(b) > _stage(a)]
+    assert not bad, "a stage of vitviz.core imports a later stage (" + " -> ".join(STAGES) + "): " + \
+        "; ".join(f"{a} -> {b}" for a, b in bad)
+
+
+def test_the_stage_check_can_fail() -> None:
+    """The rule itself: reading importing drawing is refused, drawing importing reading is not."""
+    assert _stage("vitviz.core.reading.checkpoint") < _stage("vitviz.core.drawing.render")
+    assert _stage("vitviz.core.spec") == 0 and _stage("vitviz.core.reading.families.timm") == 1
+    assert _stage("vitviz.core.running.live.record") == 2
 
 
 def test_batch_and_catalog_import_only_core() -> None:

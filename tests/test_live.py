@@ -1,4 +1,4 @@
-"""The live-module path (vitviz.core.live): any nn.Module run as written, its attention captured exactly.
+"""The live-module path (vitviz.core.running.live): any nn.Module run as written, its attention captured exactly.
 
 Parity: every layer's per-head attention against the eager attention of the original implementation (atol 1e-5,
 float32), and the output the capture returns against the module's own forward -- identical where the module's
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vitviz
-from vitviz.core.live import (
+from vitviz.core.running.live import (
     MHA, SDPA, SOFTMAX, LiveModel, LiveModelError, NoAttentionError, UserCodeError, sdpa_probabilities,
 )
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import vitviz
-from vitviz.core.live import MHA, SDPA, SOFTMAX, LiveModel
+from vitviz.core.running.live import MHA, SDPA, SOFTMAX, LiveModel
 
 REFS = Path(__file__).with_name("live_classes_refs.py")
 HEADWISE, FOLDED = f"{SOFTMAX} per head", f"{SOFTMAX} (B*H, T, T)"
@@ -234,7 +234,7 @@ MISBEHAVES = {   # factory: what the error says
 def test_every_exception_of_user_code_is_a_user_code_error(factory: str,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from vitviz.cli import main
-    from vitviz.core.live import UserCodeError
+    from vitviz.core.running.live import UserCodeError
 
     with pytest.raises(UserCodeError, match=MISBEHAVES[factory]):
         vitviz.load(None, code=f"{BAD}:{factory}", device="cpu")
@@ -245,7 +245,7 @@ def test_every_exception_of_user_code_is_a_user_code_error(factory: str,
 
 def test_a_model_object_whose_forward_exits_is_a_user_code_error() -> None:
     """`vitviz.load(module)`: neither the reference conversion nor the live path lets its SystemExit escape."""
-    from vitviz.core.live import UserCodeError
+    from vitviz.core.running.live import UserCodeError
 
     sys.path.insert(0, str(BAD.parent))
     try:
@@ -262,7 +262,7 @@ def test_a_file_that_exits_on_import_and_a_forward_that_exits_later(tmp_path: Pa
     from PIL import Image
 
     from vitviz.cli import main
-    from vitviz.core.live import UserCodeError
+    from vitviz.core.running.live import UserCodeError
 
     script = tmp_path / "train.py"      # a training script: argparse on import, a print
     script.write_text("import argparse\nprint('hello from train.py')\n"
@@ -300,7 +300,7 @@ def test_non_finite_weights_and_attention_are_refused(tmp_path: Path, capsys: py
     from PIL import Image
 
     from vitviz.cli import main
-    from vitviz.core.live import LiveModelError
+    from vitviz.core.running.live import LiveModelError
     from vitviz.errors import NonFiniteError
 
     with pytest.raises(LiveModelError, match=r"NaN or infinite weights in qkv\.1\.weight \(1 of 768\), head\.bias"):
@@ -328,7 +328,7 @@ def test_memory_meta_device_and_long_names_are_refused_clearly(tmp_path: Path,
     import time
 
     from vitviz.cli import main
-    from vitviz.core.live import LiveModelError, UserCodeError
+    from vitviz.core.running.live import LiveModelError, UserCodeError
     from vitviz.errors import DeviceError, VitvizError
 
     start = time.monotonic()
@@ -361,7 +361,7 @@ def test_memory_meta_device_and_long_names_are_refused_clearly(tmp_path: Path,
 def test_weights_that_do_not_fit_are_refused_naming_the_tensors(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     from vitviz.cli import main
-    from vitviz.core.live import UserCodeError
+    from vitviz.core.running.live import UserCodeError
 
     sys.path.insert(0, str(BAD.parent))
     try:

@@ -1,4 +1,4 @@
-"""`vitviz.core.live` as a package, and the `Model` protocol both loaded kinds satisfy.
+"""`vitviz.core.running.live` as a package, and the `Model` protocol both loaded kinds satisfy.
 
 - `VitModel` (a checkpoint converted to the reference ViT) and `LiveModel` (a user's module run as written) both
   satisfy `vitviz.core.protocol.Model`; `LiveModel` is no `VitModel`.
@@ -24,8 +24,8 @@ from test_layering import PACKAGE
 from torch import nn
 
 import vitviz
-from vitviz.core.capture import ImageModel, VitModel
-from vitviz.core.live import LiveModel
+from vitviz.core.running.capture import ImageModel, VitModel
+from vitviz.core.running.live import LiveModel
 from vitviz.core.protocol import (
     ATTENTION, CAPABILITIES, EARLY_STOP, FEATURES, GRADIENTS, MAP_HEAD, POS_TABLE, REFERENCE, ROWS, Model,
     capabilities_of, is_reference,
@@ -63,7 +63,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> VitModel:
 @pytest.fixture(scope="module")
 def map_head(reference: VitModel) -> VitModel:
     """The tiny reference ViT with a MAP pooling head (random weights), as SigLIP pools."""
-    from vitviz.core.model import ReferenceViT
+    from vitviz.core.running.model import ReferenceViT
 
     spec = dataclasses.replace(reference.spec, pooling="map", pool_mlp=64)
     torch.manual_seed(0)
@@ -140,9 +140,9 @@ def test_a_map_head_fills_pool_and_run_reports_it(map_head) -> None:
 
 
 def test_gradients_features_and_text_refuse_by_capability(live) -> None:
-    from vitviz.core.features import FeatureError, capture_features
-    from vitviz.core.relevance import RelevanceError, class_relevance
-    from vitviz.core.text import TextTowerError, text_embedding
+    from vitviz.core.analyses.features import FeatureError, capture_features
+    from vitviz.core.analyses.relevance import RelevanceError, class_relevance
+    from vitviz.core.analyses.text import TextTowerError, text_embedding
 
     image = _x()[:1]
     with pytest.raises(RelevanceError, match="need vitviz's reference ViT; this model runs as TinySdpa"):
@@ -154,8 +154,7 @@ def test_gradients_features_and_text_refuse_by_capability(live) -> None:
 
 
 def test_the_old_import_names_still_work() -> None:
-    from vitviz.core import live as pkg
-
+    from vitviz.core.running import live as pkg
     for name in ("MHA", "SDPA", "SOFTMAX", "LIVE_OVERRIDES", "LiveModel", "LiveModelError", "NoAttentionError",
                  "UserCodeError", "sdpa_probabilities", "sdpa_scores", "watch_attention", "load_live", "load_code",
                  "load_weights", "module_from_code", "user_call", "find_patch_embedding", "AttentionLayout"):
@@ -185,22 +184,22 @@ def test_the_package_imports_downward_only() -> None:
     live = PACKAGE / "core" / "live"
     for i, name in enumerate(LIVE):
         imported = _imports(live / f"{name}.py")
-        mine = {m.split(".")[3] for m in imported if m.startswith("vitviz.core.live.")}
+        mine = {m.split(".")[3] for m in imported if m.startswith("vitviz.core.running.live.")}
         assert mine & set(LIVE) <= set(LIVE[:i]), (name, mine)
-        assert "vitviz.core.live" not in imported, name
-    assert {m for m in _imports(live / "__init__.py") if m.startswith("vitviz.core.live.")} >= \
-        {f"vitviz.core.live.{n}" for n in LIVE}
+        assert "vitviz.core.running.live" not in imported, name
+    assert {m for m in _imports(live / "__init__.py") if m.startswith("vitviz.core.running.live.")} >= \
+        {f"vitviz.core.running.live.{n}" for n in LIVE}
 
 
 def test_only_code_py_imports_user_files() -> None:
-    """`spec_from_file_location` / `exec_module` / `importlib.util` appear in vitviz only in core/live/code.py;
+    """`spec_from_file_location` / `exec_module` / `importlib.util` appear in vitviz only in core/running/live/code.py;
     the recorder, describer, model and errors import no importlib at all."""
     found = []
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         if any(w in text for w in ("spec_from_file_location", "exec_module", "module_from_spec", "importlib.util")):
             found.append(path.relative_to(PACKAGE).as_posix())
-    assert found == ["core/live/code.py"]
+    assert found == ["core/running/live/code.py"]
     for name in ("errors", "record", "describe", "model"):
         imported = _imports(PACKAGE / "core" / "live" / f"{name}.py")
         assert not any(m.startswith("importlib") for m in imported), (name, imported)

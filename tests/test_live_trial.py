@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vitviz
-from vitviz.core.live import LiveWarning
+from vitviz.core.running.live import LiveWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
 DIM, HEADS = 32, 4
@@ -139,7 +139,7 @@ def test_scores_without_a_softmax_beside_softmax_layers_are_left_out_and_said() 
 
 
 def test_only_sigmoid_attention_is_refused_naming_the_scores() -> None:
-    with pytest.raises(vitviz.core.live.NoAttentionError, match=r"blocks\.0\.attn 17x17 scores with no softmax"):
+    with pytest.raises(vitviz.core.running.live.NoAttentionError, match=r"blocks\.0\.attn 17x17 scores with no softmax"):
         vitviz.load(TinyViT("sigmoid", "sigmoid"), live=True, device="cpu")
 
 

@@ -32,8 +32,8 @@ from trial_refs import (
     D2LMultiHeadAttention, LabmlMultiHeadAttention, ZupMultiHeadAttention, make_d2l, make_labml, make_zuppichini,
 )
 from tutorial_refs import EncoderViT
-from vitviz.core.live import NoAttentionError, UserCodeError
-from vitviz.core.load import _module_settings
+from vitviz.core.running.live import NoAttentionError, UserCodeError
+from vitviz.core.running.load import _module_settings
 from vitviz.errors import UnknownLayoutError
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")

@@ -1,12 +1,12 @@
-"""The one table of map kinds (`vitviz.core.mapkinds`): what each kind needs, and "can this model give it?"."""
+"""The one table of map kinds (`vitviz.core.analyses.mapkinds`): what each kind needs, and "can this model give it?"."""
 from __future__ import annotations
 
 import pytest
 
 from vitviz.batch.plan import check_maps, parse_maps
-from vitviz.core import maps
-from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, info, lacks, unavailable
-from vitviz.core.maps import MapKind, SelectionError
+from vitviz.core.analyses import maps
+from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, info, lacks, unavailable
+from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 
 

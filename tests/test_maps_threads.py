@@ -8,8 +8,8 @@ import threading
 
 import numpy as np
 
-from vitviz.core.maps import MapKind, ResultMaps
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.analyses.maps import MapKind, ResultMaps
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 
 

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 import vitviz
-from vitviz.core import options, validate
-from vitviz.core.families import FAMILY_NAMES
+from vitviz.core import options
+from vitviz.core.reading import validate
+from vitviz.core.reading.families import FAMILY_NAMES
 from vitviz.errors import OverrideError
 from tests._tiny import tiny_state_dict
 
@@ -73,9 +74,9 @@ def test_checks_follow_the_records_bounds_and_choices() -> None:
 
 
 def test_route_lists_are_derived() -> None:
-    from vitviz.core.hyperparams import OVERRIDES
-    from vitviz.core.live import LIVE_OVERRIDES
-    from vitviz.core.winload import APPLIES, WINDOW_OVERRIDES
+    from vitviz.core.reading.hyperparams import OVERRIDES
+    from vitviz.core.running.live import LIVE_OVERRIDES
+    from vitviz.core.running.winload import APPLIES, WINDOW_OVERRIDES
 
     assert LIVE_OVERRIDES == ("code", "grid", "num_prefix", "in_chans", "live")
     assert WINDOW_OVERRIDES == ("window", "global_blocks")

@@ -15,7 +15,7 @@ def _run(code: str, **kw) -> subprocess.CompletedProcess:
 
 
 def test_core_imports_no_qt() -> None:
-    code = ("import sys, vitviz, vitviz.core.capture, vitviz.core.analysis, vitviz.core.render, vitviz.core.files, vitviz.core.images, "
+    code = ("import sys, vitviz, vitviz.core.running.capture, vitviz.core.analyses.analysis, vitviz.core.drawing.render, vitviz.core.files, vitviz.core.running.images, "
             "vitviz.cli\nbad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'shiboken'))]\n"
             "assert not bad, bad\nprint('ok')")
     r = _run(code)
@@ -74,7 +74,7 @@ def test_readme_layout_names_every_module() -> None:
 
 
 def test_every_subpackage_ships_in_the_wheel() -> None:
-    """pyproject.toml lists the packages explicitly: a new subpackage (vitviz.core.live was one) must be listed, or
+    """pyproject.toml lists the packages explicitly: a new subpackage (vitviz.core.running.live was one) must be listed, or
     a regular install lacks it (`No module named ...` from the installed command)."""
     import tomllib
     from pathlib import Path

@@ -7,8 +7,8 @@ import torch
 
 import vitviz
 from _tiny import write_tiny_checkpoint
-from vitviz.core import runtime as memory
-from vitviz.core.packed import Linear, packing_available, set_packed
+from vitviz.core.running import runtime as memory
+from vitviz.core.running.packed import Linear, packing_available, set_packed
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="no oneDNN prepacked linears in this torch build")
 

@@ -190,7 +190,7 @@ def test_torchvision(tmp_path, variant: str) -> None:
 
 
 def test_torchvision_file_name_metadata() -> None:
-    from vitviz.core.metadata import torchvision_weights
+    from vitviz.core.reading.metadata import torchvision_weights
     info = torchvision_weights("vit_b_16-c867db91.pth")
     assert info["arch"] == "vit_b_16" and len(info["categories"]) == 1000 and info["resize"] == 256
     assert info["categories"][1] == "goldfish"

@@ -1,4 +1,4 @@
-"""mmpretrain's VisionTransformer layout, a family added as one file (`vitviz/core/families/mmpretrain.py`): a timm
+"""mmpretrain's VisionTransformer layout, a family added as one file (`vitviz/core/reading/families/mmpretrain.py`): a timm
 ViT saved under mmpretrain's key names, as an mmpretrain training checkpoint (`meta` + `state_dict`), opens as
 family 'mmpretrain' with its classifier and gives timm's logits and attention exactly."""
 from __future__ import annotations
@@ -68,8 +68,7 @@ def test_mmpretrain_checkpoint_matches_timm(tmp_path, size: tuple[int, int]) -> 
 
 def test_the_family_is_registered_by_its_file_alone() -> None:
     """Nothing but its module lists it: the registry finds it, its facts are read, names guess it."""
-    from vitviz.core import families
-
+    from vitviz.core.reading import families
     recipe = families.recipe("mmpretrain")    # its ViT configs: mean = std = 127.5, the whole short side at 384
     assert "mmpretrain" in families.FAMILY_NAMES and recipe.mean == recipe.std == (0.5, 0.5, 0.5)
     assert recipe.crop_pct == 1.0 and recipe.interpolation == "bilinear" and recipe.mode == "center"

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import vitviz
 from parity_refs import perturb
 from vitviz.core.spec import GuessWarning
-from vitviz.core.winload import describe_guess
+from vitviz.core.running.winload import describe_guess
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -263,8 +263,8 @@ def test_hf_swin_labels_and_config(tmp_path) -> None:
 
 def test_plain_vit_detection_is_unchanged(tiny_ckpt) -> None:
     """The windowed readers come first in the registry; a plain ViT is still the timm family's."""
-    from vitviz.core.checkpoint import read_checkpoint
-    from vitviz.core.families import detect
+    from vitviz.core.reading.checkpoint import read_checkpoint
+    from vitviz.core.reading.families import detect
 
     raw = read_checkpoint(tiny_ckpt)
     assert detect(set(raw.tensors), raw) == "timm"

@@ -122,7 +122,7 @@ def test_hf_vitdet_backbone_and_model_type(tmp_path) -> None:
     """VitDetBackbone saves the same keys; config.json's model_type names the family for the catalog."""
     from transformers import VitDetBackbone, VitDetConfig
 
-    from vitviz.core.families import hf_family
+    from vitviz.core.reading.families import hf_family
 
     torch.manual_seed(0)
     bb = perturb(VitDetBackbone(VitDetConfig(**CFG, out_features=["stage3"])))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vitviz.core.analysis import attention_by_token_kind
+from vitviz.core.analyses.analysis import attention_by_token_kind
 
 
 def _attn(l: int = 2, h: int = 3, t: int = 7, seed: int = 0) -> np.ndarray:

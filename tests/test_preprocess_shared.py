@@ -1,5 +1,5 @@
 """One reading of timm's preprocessing settings and of the user's preprocessing overrides, for the checkpoint reader
-(`vitviz.core.hyperparams`) and the live path (`vitviz.core.live`) alike: the same pretrained_cfg gives the same
+(`vitviz.core.reading.hyperparams`) and the live path (`vitviz.core.running.live`) alike: the same pretrained_cfg gives the same
 recipe whichever path opens the model, and the same bad override the same refusal."""
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ def test_cli_choices_match_the_library() -> None:
     import argparse
 
     from vitviz.cli.options import add_override_arguments
-    from vitviz.core.model import ACTIVATIONS as LIB_ACTIVATIONS
+    from vitviz.core.running.model import ACTIVATIONS as LIB_ACTIVATIONS
     from vitviz.core.posembed import RECIPES
 
     parser = argparse.ArgumentParser()
@@ -220,14 +220,14 @@ def test_imagenet_names_need_no_torchvision(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_a_broken_package_is_named_not_the_file(tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vitviz.core.hyperparams as hp
+    import vitviz.core.reading.hyperparams as hp
     from vitviz.errors import CheckpointError, VitvizError
 
     def broken(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise ImportError("operator torchvision::nms does not exist", name="torchvision.ops")
 
     monkeypatch.setattr(hp, "infer_spec", broken)
-    monkeypatch.setattr("vitviz.core.load.infer_spec", broken)
+    monkeypatch.setattr("vitviz.core.running.load.infer_spec", broken)
     with pytest.raises(VitvizError) as err:
         _load(tiny_ckpt, heads=HEADS)
     assert "'torchvision'" in str(err.value) and "report this file" not in str(err.value)

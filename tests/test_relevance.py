@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 import vitviz
 from parity_refs import perturb
-from vitviz.core.packed import packing_available
-from vitviz.core.relevance import RelevanceError, class_relevance, legrad, legrad_pixels, pooling_query
+from vitviz.core.running.packed import packing_available
+from vitviz.core.analyses.relevance import RelevanceError, class_relevance, legrad, legrad_pixels, pooling_query
 from vitviz.errors import VitvizError
 
 timm = pytest.importorskip("timm")

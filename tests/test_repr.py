@@ -10,7 +10,7 @@ import torch
 from _tiny import write_tiny_checkpoint
 
 import vitviz
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 
 PNG = b"\x89PNG"
 

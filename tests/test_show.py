@@ -56,8 +56,8 @@ def test_show_options_and_errors(setup) -> None:
 def test_show_draws_a_pass_the_result_holds_as_export_does(setup, tmp_path: Path) -> None:
     """The notebook API uses the one per-image holder: a `ResultMaps` with the class relevance added shows it, as
     `vitviz export --maps relevance:3` writes it; a bare result says the map needs its pass."""
-    from vitviz.core.maps import ResultMaps
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.maps import ResultMaps
+    from vitviz.core.analyses.relevance import class_relevance
 
     ckpt, image, result = setup
     with pytest.raises(vitviz.VitvizError, match="needs a pass of its own"):

@@ -39,13 +39,13 @@ def _python(code: str, env: dict[str, str] | None = None) -> str:
 def test_family_facts_import_no_torch() -> None:
     out = _python(
         "import sys\n"
-        "import vitviz.core.families as families\n"
-        "import vitviz.core.checkpoint\n"
-        "from vitviz.core.families import family_from_name, hf_family, recipe\n"
+        "import vitviz.core.reading.families as families\n"
+        "import vitviz.core.reading.checkpoint\n"
+        "from vitviz.core.reading.families import family_from_name, hf_family, recipe\n"
         "r = recipe('clip')\n"
         "print(family_from_name('cait_s24_224.pth'), family_from_name('deit_small_patch16_224-cd65a155.pth'),\n"
         "      hf_family('vit'), r.interpolation, r.mean[0])\n"
-        "mods = sorted(m for m in sys.modules if m.startswith('vitviz.core.families.'))\n"
+        "mods = sorted(m for m in sys.modules if m.startswith('vitviz.core.reading.families.'))\n"
         "print(len(mods))\n" + NO_TORCH)
     facts, count = out.split("\n")[:2]
     assert facts.split() == ["cait", "deit", "hf-vit", "bicubic", "0.48145466"]   # OpenAI CLIP's mean
@@ -91,7 +91,7 @@ def test_torchvision_file_table_matches_torchvision() -> None:
     from torchvision.models import vision_transformer as tv
 
     from vitviz.catalog.scan import _TORCHVISION_FILES, _torchvision_info
-    from vitviz.core.metadata import torchvision_weights
+    from vitviz.core.reading.metadata import torchvision_weights
 
     files = [w.url.split("/")[-1] for enum in (tv.ViT_B_16_Weights, tv.ViT_B_32_Weights, tv.ViT_L_16_Weights,
                                                tv.ViT_L_32_Weights, tv.ViT_H_14_Weights) for w in enum]

@@ -1,4 +1,4 @@
-"""Text prompts as relevance targets: `vitviz.core.text.text_embedding` equals the library's own normalised text
+"""Text prompts as relevance targets: `vitviz.core.analyses.text.text_embedding` equals the library's own normalised text
 features (open_clip's whole CLIP file, a transformers CLIPModel folder with a tokenizer built here from a tiny
 vocabulary -- no network), `prompt_relevance` equals LeGrad / Chefer with that embedding, `vitviz export --maps
 text:...` writes the named map, and files without a text tower or tokenizer say so."""
@@ -14,9 +14,9 @@ import torch
 
 import vitviz
 from parity_refs import perturb
-from vitviz.core.relevance import class_relevance, legrad
+from vitviz.core.analyses.relevance import class_relevance, legrad
 from vitviz.core.spec import GuessWarning
-from vitviz.core.text import TextTowerError, prompt_label, prompt_relevance, text_embedding
+from vitviz.core.analyses.text import TextTowerError, prompt_label, prompt_relevance, text_embedding
 
 open_clip = pytest.importorskip("open_clip")
 transformers = pytest.importorskip("transformers")
@@ -27,7 +27,7 @@ CFG = {"embed_dim": 16, "quick_gelu": True,
        "text_cfg": dict(context_length=16, vocab_size=49408, width=32, heads=2, layers=1)}
 
 
-def quiet_load(path: Path) -> "vitviz.core.model.VitModel":
+def quiet_load(path: Path) -> "vitviz.core.running.model.VitModel":
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=GuessWarning)
         warnings.filterwarnings("ignore", message=".*ignored the text tower")
@@ -171,7 +171,7 @@ def test_parse_text_map_keeps_the_prompt() -> None:
     label = f"text-a_photo_of_a_cat-{_sha8('A Photo of a Cat')}"
     assert maps[1].target == "A Photo of a Cat" and maps[1].label == label
     assert output_name("img", maps[1], "all", "mean") == f"img_{label}_Lall.png"
-    from vitviz.core.maps import SelectionError
+    from vitviz.core.analyses.maps import SelectionError
 
     with pytest.raises(SelectionError, match="needs a prompt"):
         parse_maps("text:")
@@ -182,7 +182,7 @@ def test_export_text_map(oc_file, hf_folder, photo: Path, tmp_path: Path, which:
     from PIL import Image
 
     from vitviz.cli import main
-    from vitviz.core.relevance import legrad
+    from vitviz.core.analyses.relevance import legrad
 
     ckpt = oc_file[0] if which == "oc" else hf_folder[0]
     with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """A training run as a timeline: the animated export (APNG / GIF), the demo's checkpoints saved during training
 (`vitviz.demo.train --save-every`), the fine-tuned copy of the demo (`vitviz.demo.finetune`), and the lazy
-checkpoint store the window's timeline reads (`vitviz.core.timeline.TimelineStore`)."""
+checkpoint store the window's timeline reads (`vitviz.core.analyses.timeline.TimelineStore`)."""
 from __future__ import annotations
 
 import json
@@ -95,7 +95,7 @@ def test_write_animation_keeps_every_frame(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ the demo's runs
 def test_demo_train_save_every_writes_a_run_open_run_reads(tmp_path: Path) -> None:
-    from vitviz.core.timeline import open_run
+    from vitviz.core.analyses.timeline import open_run
     from vitviz.demo import train
 
     small = ["--steps", "5", "--embed-dim", "16", "--depth", "1", "--num-heads", "2", "--batch", "4",
@@ -150,7 +150,7 @@ def test_finetune_copies_the_demo_and_moves_it(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------------------- the lazy store
 def _store(folder: Path, **kw):
-    from vitviz.core.timeline import TimelineStore, open_run
+    from vitviz.core.analyses.timeline import TimelineStore, open_run
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -163,7 +163,7 @@ def img() -> np.ndarray:
 
 
 def test_store_series_equal_the_per_result_figures(run3: Path, img: np.ndarray) -> None:
-    from vitviz.core.timeline import run_metrics
+    from vitviz.core.analyses.timeline import run_metrics
 
     store = _store(run3)
     store.add_image("x", img)
@@ -217,7 +217,7 @@ def test_store_keeps_to_its_budget_and_its_figures(run3: Path, img: np.ndarray) 
 
 
 def test_store_names_a_checkpoint_of_another_layout_against_the_first(tmp_path: Path, img: np.ndarray) -> None:
-    from vitviz.core.timeline import TimelineError
+    from vitviz.core.analyses.timeline import TimelineError
 
     write_tiny_checkpoint(tmp_path / "step-1.safetensors", seed=1)
     write_tiny_checkpoint(tmp_path / "step-2.safetensors", depth=3, seed=2)

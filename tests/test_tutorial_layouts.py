@@ -318,7 +318,7 @@ def test_resize_and_crop_mode_overrides(tmp_path) -> None:
 def test_text_configs_beside_the_weights(tmp_path) -> None:
     """`<stem>.json`, `config.yaml`, `args.json` next to the file give heads and size; a config that cannot be
     parsed is skipped with a warning naming it; YAML is read as text (a python tag is not executed)."""
-    from vitviz.core.checkpoint import parse_plain_yaml
+    from vitviz.core.reading.checkpoint import parse_plain_yaml
 
     model = perturb(FlexViT())
     torch.save(model.state_dict(), tmp_path / "vit_small_run.pth")

@@ -22,7 +22,7 @@ from torch import nn
 import vitviz
 from parity_refs import perturb
 from tutorial_refs import MyMSA, MyViT, MyViTFirst, PerHeadViT, my_vit_reference, patchify, stored_attention_reference
-from vitviz.core.live import NoAttentionError
+from vitviz.core.running.live import NoAttentionError
 from vitviz.core.spec import GuessWarning
 from vitviz.errors import OverrideError, UnknownLayoutError
 
@@ -258,7 +258,7 @@ def test_maps_that_cannot_be_told_apart_are_refused_with_the_next_step() -> None
 
 def test_file_without_attention_modules_is_no_longer_not_a_vit(tmp_path) -> None:
     """The tutorial's file was 'not a Vision Transformer' (no q/k/v names): it is recognised by its lists."""
-    from vitviz.core.families.structural import is_attention_shaped
+    from vitviz.core.reading.families.structural import is_attention_shaped
 
     sd = MyViT((1, 28, 28)).state_dict()
     assert is_attention_shaped(sd)
@@ -368,7 +368,7 @@ def test_scratch_tutorial_file_is_verified_against_its_own_code(tmp_path, capsys
     every assumption the probe reaches becomes verified (only the image preprocessing stays assumed), and a size the
     tutorial's fixed table cannot take is skipped and said."""
     from vitviz.cli import main
-    from vitviz.core.verify import apply_verification, verify
+    from vitviz.core.analyses.verify import apply_verification, verify
 
     model = perturb(MyViT(chw=(1, 28, 28)))
     torch.save(model.state_dict(), tmp_path / "vit_mnist.pt")

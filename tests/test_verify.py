@@ -22,7 +22,7 @@ import torch
 import vitviz
 from parity_refs import perturb
 from vitviz.core.spec import GuessWarning
-from vitviz.core.verify import ATOL_ATTENTION, Verification, verify
+from vitviz.core.analyses.verify import ATOL_ATTENTION, Verification, verify
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -300,7 +300,7 @@ def test_relu_model_read_as_gelu_differs_from_layer_1(root: Path) -> None:
 
 
 def _fmt(value: float) -> str:
-    from vitviz.core.verify import format_difference
+    from vitviz.core.analyses.verify import format_difference
 
     return format_difference(value)
 
@@ -311,7 +311,7 @@ def test_bare_state_dict_is_unverified_with_its_assumptions(root: Path) -> None:
     check = verify(model)
     names = tuple(name for name, _ in model.spec.assumptions)
     assert check.verdict == "unverified" and check.assumptions == names and "mlp_kind" in names
-    # its layout is timm's, but no registered timm architecture has its shapes (vitviz.core.identify): said, with
+    # its layout is timm's, but no registered timm architecture has its shapes (vitviz.core.reading.identify): said, with
     # the route that can check it
     assert check.reason.startswith(f"nothing names the model: {len(names)} assumptions; no timm architecture")
     assert "code=FILE.py:FACTORY" in check.reason and check.fitting == ()
@@ -472,7 +472,7 @@ def test_a_two_layer_heads_activation_is_read_from_the_code(tmp_path: Path) -> N
     object says Tanh (read from its children, `vitviz.load(module)` and `verify --code` alike)."""
     from torch import nn
 
-    from vitviz.core.load import _module_settings
+    from vitviz.core.running.load import _module_settings
 
     class Classifier(nn.Module):
         def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The windowed capture's fast path (vitviz.core.windowed): the attention built in place (bias, SAM's decomposed
+"""The windowed capture's fast path (vitviz.core.running.windowed): the attention built in place (bias, SAM's decomposed
 bias in slices, the shift mask, the softmax written over its input) gives bitwise the values of the out-of-place
 sums that run whenever a gradient is needed; the one-key-per-row NaN check still catches non-finite attention."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 
 from _windowed import swin_spec, sam_spec
 from parity_refs import perturb
-from vitviz.core import windowed
-from vitviz.core.windowed import WindowedModel, WindowedNet
+from vitviz.core.running import windowed
+from vitviz.core.running.windowed import WindowedModel, WindowedNet
 from vitviz.errors import NonFiniteError
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from _windowed import swin_spec, sam_spec, model_of, x_for
-from vitviz.core import analysis, winmaps
-from vitviz.core.maps import SelectionError
-from vitviz.core.windowed import WindowedNet
+from vitviz.core.analyses import analysis, winmaps
+from vitviz.core.analyses.maps import SelectionError
+from vitviz.core.running.windowed import WindowedNet
 from vitviz.core.winspec import WindowedSpec
 
 

@@ -1,4 +1,4 @@
-"""The view model of windowed results (vitviz.core.winview), on tiny reference models with random weights: the
+"""The view model of windowed results (vitviz.core.analyses.winview), on tiny reference models with random weights: the
 stitched received map against a hand computation from each window's attention (windows found here from the
 roll, not from the library's geometry), a shifted block's query map against the model's own softmax rows, the
 window outlines of small grids (count and place, the shift mask's regions on them), the overview against the
@@ -17,10 +17,10 @@ import torch
 
 from _windowed import swin_spec, sam_spec, model_of, x_for
 from parity_refs import perturb
-from vitviz.core import analysis, winmaps, winview
-from vitviz.core.maps import MapKind, SelectionError
+from vitviz.core.analyses import analysis, winmaps, winview
+from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.winspec import BlockGeometry
-from vitviz.core.winview import RolloutUndefined, WindowedMaps
+from vitviz.core.analyses.winview import RolloutUndefined, WindowedMaps
 
 
 

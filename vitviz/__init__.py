@@ -40,7 +40,7 @@ __all__ = [
 
 
 def load(path: Any, *, progress: Any = None, offline: bool | None = None, **overrides: Any) -> Any:
-    """Load a ViT checkpoint into a `vitviz.core.capture.VitModel`: a file, a folder, a state dict, or a name the
+    """Load a ViT checkpoint into a `vitviz.core.running.capture.VitModel`: a file, a folder, a state dict, or a name the
     command line takes -- `hf:ORG/NAME[@REVISION]`, `timm:NAME[.TAG]`, `torchvision:ARCH[:WEIGHTS]`.
 
     A name is resolved as the commands resolve it (`vitviz.catalog.named.resolve_model_arg`): the cached files,
@@ -50,35 +50,36 @@ def load(path: Any, *, progress: Any = None, offline: bool | None = None, **over
         progress: for a name, called as progress(done_bytes, total_bytes_or_None) while it downloads; an
             exception it raises cancels the download.
         offline: for a name, use only the cache (default: `$HF_HUB_OFFLINE` for hub names).
-        overrides: heads=, family=, image_size=, device=, eps=, mean=, std= ... (`vitviz.core.load.load`).
+        overrides: heads=, family=, image_size=, device=, eps=, mean=, std= ... (`vitviz.core.running.load.load`).
     """
     if isinstance(path, str):
         from vitviz.catalog.named import is_named_model, resolve_model_arg
 
         if is_named_model(path.strip()):
             path = resolve_model_arg(path.strip(), progress=progress, offline=offline)
-    from vitviz.core.load import load as _load
+    from vitviz.core.running.load import load as _load
+    import vitviz.core.drawing.show  # noqa: F401 -- gives every result kind its notebook picture (_repr_png_)
 
     return _load(path, **overrides)
 
 
 def compare(a: Any, b: Any, images: Any, **options: Any) -> Any:
-    """Compare two loaded models on the same images (`vitviz.core.compare.compare`): per layer their maps, A − B,
+    """Compare two loaded models on the same images (`vitviz.core.analyses.compare.compare`): per layer their maps, A − B,
     the head matching, mean Jensen–Shannon divergence and linear CKA against relative depth."""
-    from vitviz.core.compare import compare as _compare
+    from vitviz.core.analyses.compare import compare as _compare
 
     return _compare(a, b, images, **options)
 
 
 def verify(model: Any, **options: Any) -> Any:
-    """Check a loaded model against its original implementation (`vitviz.core.verify.verify`): the library that
+    """Check a loaded model against its original implementation (`vitviz.core.analyses.verify.verify`): the library that
     made it (timm, transformers, open_clip, torchvision), or the user's own code with `code='FILE.py:FACTORY'`, run
     on a probe input at the model's size and another; a `Verification` whose `verdict` is 'verified', 'unverified'
     (nothing names the model, or its library is missing: its assumptions are listed) or 'differs'.
 
-    It lives here, not as a method of the model, because it loads the original through `vitviz.core.load`, which
+    It lives here, not as a method of the model, because it loads the original through `vitviz.core.running.load`, which
     builds the model classes: a method would be an import cycle (tests/test_layering.py)."""
-    from vitviz.core.verify import verify as _verify
+    from vitviz.core.analyses.verify import verify as _verify
 
     check = _verify(model, **options)
     try:
@@ -89,18 +90,18 @@ def verify(model: Any, **options: Any) -> Any:
 
 
 def show(result: Any, map: str = "cls", layer: Any = -1, head: Any = "mean", **options: Any) -> Any:  # noqa: A002
-    """A result's map drawn over the image the model saw, as a PIL image (`vitviz.core.show.show`).
+    """A result's map drawn over the image the model saw, as a PIL image (`vitviz.core.drawing.show.show`).
 
     `map` is any map `vitviz export --maps` knows ('cls', 'mean', 'max', 'rollout', 'token:N'), `layer` an index
     or 'mean', `head` an index, 'mean' or 'max'; `options` are `RenderOptions` fields (cmap, opacity, style...).
     """
-    from vitviz.core.show import show as _show
+    from vitviz.core.drawing.show import show as _show
 
     return _show(result, map, layer, head, **options)
 
 
 def _png(result: Any) -> bytes:
-    from vitviz.core.show import png_bytes
+    from vitviz.core.drawing.show import png_bytes
 
     return png_bytes(result)
 

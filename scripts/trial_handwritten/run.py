@@ -6,7 +6,7 @@ factory with tiny sizes. For each one this script
      and saves `torch.save(model.state_dict(), "<name>.pth")` into a temp folder, as the author would;
   2. computes the TRUE per-layer, per-head attention with hooks written here from the code (independent of vitviz);
   3. by file: `vitviz.load(path)` -> compares its attention / output with the truth, `vitviz.verify(model)`, and
-     `vitviz.core.verify.verify(model, code="models/<name>.py:make_model")` (what `vitviz verify FILE --code` does);
+     `vitviz.core.analyses.verify.verify(model, code="models/<name>.py:make_model")` (what `vitviz verify FILE --code` does);
   4. by code: `vitviz.load(path, code="models/<name>.py:make_model")` (the live path) and `vitviz.load(module)`:
      layers x heads found vs true, max difference;
   5. the CLI: `vitviz info FILE`, `vitviz verify FILE`, `vitviz verify FILE --code models/<name>.py:make_model`
@@ -53,7 +53,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 import vitviz  # noqa: E402
-from vitviz.core.verify import verify as core_verify  # noqa: E402
+from vitviz.core.analyses.verify import verify as core_verify  # noqa: E402
 from vitviz.errors import VitvizError  # noqa: E402
 
 ATOL_ATT, ATOL_OUT = 1e-5, 1e-4

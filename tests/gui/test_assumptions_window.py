@@ -65,7 +65,7 @@ def timm_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class FakeVerification:
-    """Stands in for `vitviz.core.verify.Verification` (its contract: verdict, summary(), first_differing_layer,
+    """Stands in for `vitviz.core.analyses.verify.Verification` (its contract: verdict, summary(), first_differing_layer,
     to_dict())."""
 
     def __init__(self, verdict: str, summary: str, layer: int | None = None) -> None:
@@ -240,7 +240,7 @@ def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, windo
 
 
 def test_a_timm_hub_folder_is_verified_against_timm(qtbot, window, timm_folder, images) -> None:  # noqa: ANN001
-    pytest.importorskip("vitviz.core.verify")
+    pytest.importorskip("vitviz.core.analyses.verify")
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(timm_folder))
     s = window.session

@@ -180,8 +180,7 @@ def test_exported_colorbars_say_what_they_show(qtbot, loaded, tmp_path) -> None:
     assert a.shape[0] == b.shape[0] and b.shape[1] > a.shape[1]
     np.testing.assert_array_equal(b[:, :a.shape[1] - 6], a[:, :a.shape[1] - 6])   # the same picture and bar
     assert (b[:, a.shape[1]:] < 128).any()                                           # ... and text beside it
-    from vitviz.core import render
-
+    from vitviz.core.drawing import render
     stack = w.session.current_maps.stack("cls")
     assert render.colorbar_label(stack, "mean", "shared") == "CLS attention · head mean · shared scale: all layers (head means)"
     assert render.colorbar_label(stack, 1, "own") == "CLS attention · head 1 · own scale: this map"

@@ -8,7 +8,9 @@ import pytest
 from _gui import HEADS, wait_idle
 from PIL import Image
 
-from vitviz.core import files, render
+from vitviz.core import files
+
+from vitviz.core.drawing import render
 from vitviz.gui.state import current_map
 
 

@@ -11,7 +11,7 @@ import pytest
 from _gui import HEADS
 
 from vitviz import catalog
-from vitviz.core.maps import PosEmbedData, ResultMaps
+from vitviz.core.analyses.maps import PosEmbedData, ResultMaps
 from vitviz.gui import protocol
 from vitviz.gui.protocol import REQUESTS, Cataloged, Kind, Loaded, Moved, PosEmbedded, Probed, Ran, Request
 from vitviz.gui.worker import InferenceWorker

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from _gui import random_result
 
-from vitviz.core import analysis
+from vitviz.core.analyses import analysis
 from vitviz.cli.window import add_window_arguments
 from vitviz.gui.dropping import classify
-from vitviz.core.maps import ResultMaps, mosaic
+from vitviz.core.analyses.maps import ResultMaps, mosaic
 from vitviz.gui.state import ViewState, current_map, levels_for, parse_map_arg, resolve_index
 
 
@@ -166,7 +166,7 @@ def test_a_note_stands_in_for_the_idle_message_until_it_expires(qtbot) -> None: 
 
 
 def test_pool_maps_by_name_and_their_state() -> None:
-    from vitviz.core.maps import MapKind
+    from vitviz.core.analyses.maps import MapKind
     from vitviz.gui.state import map_kind
 
     assert parse_map_arg("pool") == {"source": "pool"}

@@ -10,7 +10,7 @@ from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
-from vitviz.core import analysis
+from vitviz.core.analyses import analysis
 from vitviz.gui.protocol import Kind
 
 
@@ -47,7 +47,7 @@ def test_controls_drive_the_map(qtbot, loaded, images) -> None:  # noqa: ANN001
     w.controls.cmap_combo.setCurrentText("inferno")
     w.controls.cmap_combo.activated.emit(w.controls.cmap_combo.currentIndex())
     assert w.state.colormap == "inferno"
-    np.testing.assert_array_equal(w.panel.overlay_item.lut, __import__("vitviz.core.colormaps", fromlist=["x"])
+    np.testing.assert_array_equal(w.panel.overlay_item.lut, __import__("vitviz.core.drawing.colormaps", fromlist=["x"])
                                   .colormap("inferno"))
     w.controls.opacity_slider.setValue(25)
     assert w.panel.overlay_item.opacity() == 0.25
@@ -241,7 +241,7 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
 
 
 def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot, session) -> None:  # noqa: ANN001
-    from vitviz.core.maps import MapStack
+    from vitviz.core.analyses.maps import MapStack
     from vitviz.gui.panels.overview import MEAN_MAX, OverviewPanel
     from vitviz.gui.state import ViewState
 

@@ -60,8 +60,7 @@ def test_nan_maps_are_an_error_box_not_a_picture(qtbot, window, tiny_ckpt, image
     naming the setting, and keeps running."""
     from _gui import HEADS, wait_idle
 
-    from vitviz.core import validate
-
+    from vitviz.core.reading import validate
     monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS, std=(1e-30,))

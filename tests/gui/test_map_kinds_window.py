@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from vitviz.batch.plan import parse_maps
-from vitviz.core.maps import MapKind
+from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.state import ViewState, map_kind, parse_map_arg
 
 SHOWN = ("cls", "mean", "max", "rollout", "rollout:5", "token:3", "pool", "rollout:pool", "relevance", "relevance:3",
@@ -111,7 +111,7 @@ def test_the_map_on_show_is_made_in_the_worker_for_new_images(qtbot, window, tin
     result arrives holding it, so showing it computes nothing on the GUI thread."""
     from _gui import HEADS
 
-    from vitviz.core.maps import MapKind
+    from vitviz.core.analyses.maps import MapKind
     from vitviz.gui.protocol import Run
 
     window.state.update(source="entropy")

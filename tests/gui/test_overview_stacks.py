@@ -31,7 +31,7 @@ def test_relevance_stacks_follow_the_method_and_frame_their_one_row(qtbot, loade
         pass
     qtbot.waitUntil(lambda: overview._shape[0] == 1 and "class 3" in overview.title.text, timeout=5000)
     maps = w.session.current_maps
-    stack = maps.stack(__import__("vitviz.core.maps", fromlist=["MapKind"]).MapKind("relevance", target=3))
+    stack = maps.stack(__import__("vitviz.core.analyses.maps", fromlist=["MapKind"]).MapKind("relevance", target=3))
     np.testing.assert_allclose(np.nan_to_num(overview.image_item.image), stack.shared_scaled()[0, 0], rtol=1e-6)
 
 

@@ -6,8 +6,8 @@ import numpy as np
 from _gui import HEADS, hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
-from vitviz.core import analysis
-from vitviz.core.analysis import attention_by_token_kind
+from vitviz.core.analyses import analysis
+from vitviz.core.analyses.analysis import attention_by_token_kind
 from vitviz.gui.panels.info import ModelInfo, info_html
 
 

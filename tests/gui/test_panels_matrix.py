@@ -5,9 +5,7 @@ import numpy as np
 from _gui import hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
-from vitviz.core import analysis
-
-
+from vitviz.core.analyses import analysis
 def _cell_pos(panel, row: int, col: int):  # noqa: ANN001, ANN202
     return viewport_pos(panel.widget, panel.plot.vb, col + 0.5, row + 0.5)
 

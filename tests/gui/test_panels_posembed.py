@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from _gui import HEADS, hover, load_model, show_dock, viewport_pos
 
-from vitviz.core import analysis
+from vitviz.core.analyses import analysis
 from vitviz.gui.panels.posembed import NO_POS_TEXT
 
 

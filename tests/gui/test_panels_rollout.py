@@ -6,7 +6,7 @@ import numpy as np
 from _gui import load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
-from vitviz.core import analysis
+from vitviz.core.analyses import analysis
 from vitviz.gui import exporting
 from vitviz.gui.state import stack_for
 
@@ -106,8 +106,8 @@ def test_engine_matches_the_reference_for_every_setting() -> None:
     from _rollout_ref import reference_rollout_rows
     from _gui import random_result
 
-    from vitviz.core.maps import ResultMaps
-    from vitviz.core.rollout import RolloutParams
+    from vitviz.core.analyses.maps import ResultMaps
+    from vitviz.core.analyses.rollout import RolloutParams
 
     for reg, cls in ((0, True), (2, True), (0, False)):
         result = random_result(depth=4, reg=reg, cls=cls)
@@ -129,7 +129,7 @@ def test_engine_matches_the_reference_for_every_setting() -> None:
 def test_colormap_combo_lists_what_export_accepts(window) -> None:  # noqa: ANN001
     """The controls' colormap combo (the rollout views draw with its choice too) offers exactly the colormaps
     `vitviz export --cmap` accepts, `plasma` included."""
-    from vitviz.core.colormaps import available_colormaps
+    from vitviz.core.drawing.colormaps import available_colormaps
 
     combo = window.controls.cmap_combo
     assert tuple(combo.itemText(i) for i in range(combo.count())) == available_colormaps()

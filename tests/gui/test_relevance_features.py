@@ -1,7 +1,7 @@
 """The window's class relevance source and Features dock show the library's output, computed in the worker.
 
 - The worker answers RELEVANCE, FEATURES, PCA, SIMILARITY and SHARE with their frozen dataclasses, holding what
-  `vitviz.core.relevance` / `vitviz.core.features` give.
+  `vitviz.core.analyses.relevance` / `vitviz.core.analyses.features` give.
 - The 'Class relevance' map source draws `class_relevance(...)` of the chosen class (the top class by default, a
   click in the Model info's top-5, any label from the picker) through the image panel and its colorbar.
 - The Features dock's PCA (this image, and all open images fitted together), patch similarity (this image and a
@@ -32,9 +32,9 @@ def _frozen(answer: object) -> bool:
 
 
 def test_the_worker_answers_the_new_kinds_with_their_dataclasses(qtbot, tiny_ckpt, images, model) -> None:  # noqa: ANN001
-    from vitviz.core.features import (PatchSimilarity, attention_share, capture_features, feature_pca,
+    from vitviz.core.analyses.features import (PatchSimilarity, attention_share, capture_features, feature_pca,
                                       high_norm_mask, norm_histogram, token_norms)
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.relevance import class_relevance
 
     worker = InferenceWorker()
     answers: list[object] = []
@@ -84,7 +84,7 @@ def test_the_worker_answers_the_new_kinds_with_their_dataclasses(qtbot, tiny_ckp
 
 
 def test_the_relevance_source_shows_the_librarys_map_for_the_chosen_class(qtbot, loaded, images, model) -> None:  # noqa: ANN001
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.relevance import class_relevance
 
     win, path = loaded, str(images[0])
     session, panel = win.session, win.panel
@@ -147,7 +147,7 @@ def test_a_model_without_classifier_goes_back_to_the_previous_map(qtbot, window,
 
 def test_window_export_of_a_pending_relevance_is_refused(loaded, tmp_path) -> None:  # noqa: ANN001
     """Until its pass has answered, a class's relevance is a placeholder: never written into a file."""
-    from vitviz.core.maps import SelectionError
+    from vitviz.core.analyses.maps import SelectionError
     from vitviz.gui import exporting
 
     loaded.session.client.cancel(lambda r: True)
@@ -165,7 +165,7 @@ def _features_panel(qtbot, win):  # noqa: ANN001, ANN202
 
 
 def test_the_features_pca_equals_the_librarys(qtbot, loaded, images, model) -> None:  # noqa: ANN001
-    from vitviz.core.features import capture_features, feature_pca
+    from vitviz.core.analyses.features import capture_features, feature_pca
 
     panel = loaded.features
     with qtbot.waitSignal(panel.shown, timeout=30000, check_params_cb=lambda view: view == "pca"):
@@ -190,7 +190,7 @@ def test_the_features_pca_equals_the_librarys(qtbot, loaded, images, model) -> N
 def test_the_patch_similarity_equals_the_librarys_on_both_images(qtbot, loaded, images, model) -> None:  # noqa: ANN001
     from _gui import hover, viewport_pos
 
-    from vitviz.core.features import PatchSimilarity, capture_features
+    from vitviz.core.analyses.features import PatchSimilarity, capture_features
 
     panel = _features_panel(qtbot, loaded)
     panel.show_tab("similarity")
@@ -218,7 +218,7 @@ def test_the_patch_similarity_equals_the_librarys_on_both_images(qtbot, loaded, 
 
 def test_the_norms_view_outlines_high_norm_tokens_and_their_attention_share(qtbot, loaded, images,  # noqa: ANN001
                                                                            model) -> None:
-    from vitviz.core.features import attention_share, capture_features, high_norm_mask, token_norms
+    from vitviz.core.analyses.features import attention_share, capture_features, high_norm_mask, token_norms
 
     panel = _features_panel(qtbot, loaded)
     with qtbot.waitSignal(panel.shown, timeout=30000, check_params_cb=lambda view: view == "norms"):
@@ -242,7 +242,7 @@ def test_the_norms_view_outlines_high_norm_tokens_and_their_attention_share(qtbo
 def test_the_features_dock_is_bound_to_the_view_state(qtbot, loaded, images, model) -> None:  # noqa: ANN001
     """The dock's view, layer, scope, second image and threshold are `ViewState` fields: set there, the dock shows
     and draws them; set in the dock, the state holds them (nothing of it lives only in widgets)."""
-    from vitviz.core.features import attention_share, capture_features, high_norm_mask, token_norms
+    from vitviz.core.analyses.features import attention_share, capture_features, high_norm_mask, token_norms
 
     panel, state = _features_panel(qtbot, loaded), loaded.state
     norms = token_norms(capture_features(model, str(images[0])))

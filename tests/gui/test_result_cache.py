@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 from _gui import random_result
 
-from vitviz.core.maps import MapKind, ResultMaps
+from vitviz.core.analyses.maps import MapKind, ResultMaps
 from vitviz.gui.cache import ResultCache
 
 

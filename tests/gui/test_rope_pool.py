@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from _gui import hover, show_dock, wait_idle
 
-from vitviz.core.maps import pool_vector
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.analyses.maps import pool_vector
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.rope import ROPE_ONLY
 from vitviz.gui.protocol import RopeKernels
 

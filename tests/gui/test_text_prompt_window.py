@@ -36,7 +36,7 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
                                                                   tmp_path: Path) -> None:
     import vitviz
     from vitviz.cli import main
-    from vitviz.core.text import prompt_relevance
+    from vitviz.core.analyses.text import prompt_relevance
     from vitviz.gui import exporting
 
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
@@ -67,7 +67,6 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
 
     # the .npz: the window's holds the prompt's map and scores under export's keys, with the same values
     from vitviz.core import files
-
     npz = exporting.export_npz(window.session.current_maps, tmp_path / "window.npz")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -14,8 +14,8 @@ from _tiny import write_tiny_checkpoint
 from PySide6.QtCore import QTimer
 
 import vitviz
-from vitviz.core.maps import MapKind, map_stack
-from vitviz.core.timeline import TimelineStore
+from vitviz.core.analyses.maps import MapKind, map_stack
+from vitviz.core.analyses.timeline import TimelineStore
 from vitviz.gui.timeline import TimelineResult
 
 STEPS = (100, 200, 300)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from _gui import HEADS, parse, random_result, show_dock, wait_idle
 
-from vitviz.core import analysis
+from vitviz.core.analyses import analysis
 from vitviz.gui import colors
 from vitviz.gui.app import EXIT_2_TITLES, apply_args
-from vitviz.core.maps import MOSAIC_MAX_POSITIONS, MapKind, ResultMaps, map_stack, pos_embed_data
+from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, MapKind, ResultMaps, map_stack, pos_embed_data
 from vitviz.gui.session import DEVICE_FAILED
 from vitviz.gui.state import MAP_CHOICES, ViewState, current_map, parse_map_arg
 from vitviz.gui.protocol import Kind

@@ -44,7 +44,7 @@ def named_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class FakeVerification:
-    """Stands in for `vitviz.core.verify.Verification`: verdict, summary(), first_differing_layer, to_dict(), and
+    """Stands in for `vitviz.core.analyses.verify.Verification`: verdict, summary(), first_differing_layer, to_dict(), and
     `causes` / `suggested` for a model that differs, `confirmed` (what `apply_verification` marks verified)."""
 
     def __init__(self, verdict: str, summary: str, layer: int | None = None,
@@ -90,7 +90,7 @@ def test_the_line_says_checking_with_its_progress_never_not_verified(qtbot, wind
     """The check reports its progress from the worker thread; the line says "Checking against timm: comparing at
     32x32 (1/2)…" in a neutral colour until the verdict, and never "Not verified" from the moment the check is
     due."""
-    import vitviz.core.verify as core_verify
+    import vitviz.core.analyses.verify as core_verify
 
     release, reported = threading.Event(), threading.Event()
 
@@ -212,9 +212,8 @@ def test_a_model_that_differs_without_a_suggestion_offers_review(qtbot, window, 
 
 @pytest.fixture
 def identify(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """A `vitviz.core.identify` whose `candidate_names` says which thread called it (the names it returns)."""
-    from vitviz.core import identify as core_identify
-
+    """A `vitviz.core.reading.identify` whose `candidate_names` says which thread called it (the names it returns)."""
+    from vitviz.core.reading import identify as core_identify
     threads: list[str] = []
 
     def candidate_names(model: Any, progress: Any = None) -> list[str]:
@@ -226,7 +225,7 @@ def identify(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _recording_verify(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    import vitviz.core.verify as core_verify
+    import vitviz.core.analyses.verify as core_verify
 
     calls: list[dict] = []
 
@@ -264,7 +263,7 @@ def test_verify_against_without_a_candidate_list_takes_a_typed_name(qtbot, windo
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """When the architectures cannot be listed (the file cannot be read again) the dialog says so; a typed
     LIBRARY:ARCH is checked against, and the line names its library while the check runs."""
-    from vitviz.core import identify as core_identify
+    from vitviz.core.reading import identify as core_identify
     from vitviz.errors import VitvizError
 
     calls = _recording_verify(monkeypatch)
@@ -336,7 +335,7 @@ def test_a_real_check_against_timm_says_checking_then_verified(qtbot, window, na
 
 
 def test_the_candidates_come_from_the_core_identification(qtbot, window, named_tiny) -> None:  # noqa: ANN001
-    """With the installed `vitviz.core.identify` (no stand-in): what names the model is offered first, then the
+    """With the installed `vitviz.core.reading.identify` (no stand-in): what names the model is offered first, then the
     architectures whose shapes fit; the list is made in the worker."""
     pytest.importorskip("timm")
     _load(qtbot, window, named_tiny)

@@ -11,7 +11,7 @@ from _gui import HEADS, load_model, wait_idle
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import unbreakable_phrases
 from vitviz.gui.panels.controls import model_summary
-from vitviz.core.tokens import TokenLayout
+from vitviz.core.analyses.tokens import TokenLayout
 from vitviz.gui.state import QUERY_SCALE_NOTE
 
 

@@ -1,5 +1,5 @@
 """The window-outline item (vitviz.gui.panels.windows) over a pyqtgraph view like the image panel's: the segments
-of `vitviz.core.winview` drawn at the stage's scale, found in the grabbed widget where they should be (and not
+of `vitviz.core.analyses.winview` drawn at the stage's scale, found in the grabbed widget where they should be (and not
 where they should not), the shifted block's outlines moved by the shift, the query's window highlighted."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF
 
-from vitviz.core import winview
+from vitviz.core.analyses import winview
 from vitviz.core.winspec import BlockGeometry
 from vitviz.gui.panels.windows import WindowOutlineItem
 

@@ -15,8 +15,8 @@ import torch
 from _gui import make_image, show_dock, wait_idle
 
 from parity_refs import perturb
-from vitviz.core.maps import MapKind
-from vitviz.core.winview import WindowedMaps
+from vitviz.core.analyses.maps import MapKind
+from vitviz.core.analyses.winview import WindowedMaps
 
 timm = pytest.importorskip("timm")
 
@@ -208,7 +208,7 @@ def test_swin_says_what_it_cannot_show(qtbot, swin_window) -> None:  # noqa: ANN
 
 
 def test_sam_windowed_and_global_blocks_and_rollout(qtbot, sam_window) -> None:  # noqa: ANN001
-    from vitviz.core.rollout import RolloutParams
+    from vitviz.core.analyses.rollout import RolloutParams
 
     window, maps, ref = sam_window
     panel = window.panel
@@ -240,8 +240,7 @@ def test_sam_absolute_table_in_the_positions_dock(qtbot, sam_window, sam_folder)
     """SAM adds a learned absolute table before its blocks: the Positions dock shows its similarities (the
     library's table, no prefix rows), and says that the blocks' relative positions are not drawn there."""
     import vitviz
-    from vitviz.core import analysis
-
+    from vitviz.core.analyses import analysis
     window, _maps, _ref = sam_window
     qtbot.waitUntil(lambda: window.session.pos_embed is not None, timeout=20000)
     dock = show_dock(qtbot, window, "posEmbedDock")

@@ -5,9 +5,9 @@ renderer (`render.draw_map`), atomic writers (`core.files`) and manifest entries
 Names, for image `cat`, map `cls`, layer 11, head 3 (the stem carries the model, then `output_name` as everywhere):
 
 - compare: `cat_A_cls_L11_H3.png` (A's map), `cat_B_cls_L5_H7.png` (B's own map at its own layer and head: the
-  ones matched with A's, `vitviz.core.compare`), `cat_diff_cls_L11_H3.png` (A − B on A's grid, on the diverging
+  ones matched with A's, `vitviz.core.analyses.compare`), `cat_diff_cls_L11_H3.png` (A − B on A's grid, on the diverging
   colormap `core.colormaps.DIVERGING`, centred on 0, symmetric scale). A and B are drawn on one shared scale
-  (`vitviz.core.compare.shared_scale`: 0..the larger of both models' maxima of the column group, all layers; with
+  (`vitviz.core.analyses.compare.shared_scale`: 0..the larger of both models' maxima of the column group, all layers; with
   --colorbar-label the bar says 'scale shared by A and B'), so their colours compare; --scale own draws each on its
   own. The heads are matched once, on CLS attention over all the images, and that matching is used for every map.
   The window's Compare dock writes the same pictures (`compare_pictures`), byte for byte; `cat_compare.npz` with --npz (a, b, diff
@@ -36,12 +36,12 @@ from vitviz.batch.jobs import Job, inside
 from vitviz.batch.pipeline import Prepared, prepare, summary_line
 from vitviz.batch.plan import Plan, combos, output_name
 from vitviz.core import files
-from vitviz.core.colormaps import DIVERGING
-from vitviz.core.compare import Comparison, HeadMode, compare_stacks, on_scale, resolved_kind, shared_scale
-from vitviz.core.maps import MapKind, MapStack, map_stack
-from vitviz.core.render import RenderOptions, draw_map
+from vitviz.core.drawing.colormaps import DIVERGING
+from vitviz.core.analyses.compare import Comparison, HeadMode, compare_stacks, on_scale, resolved_kind, shared_scale
+from vitviz.core.analyses.maps import MapKind, MapStack, map_stack
+from vitviz.core.drawing.render import RenderOptions, draw_map
 from vitviz.core.spec import ModelSpec
-from vitviz.core.timeline import TimelineRun, result_metrics
+from vitviz.core.analyses.timeline import TimelineRun, result_metrics
 from vitviz.errors import VitvizError
 
 TIMELINE_CSV = "timeline.csv"
@@ -124,7 +124,7 @@ def compare_pictures(a: MapStack, b_own: MapStack, diff: MapStack, vmax: np.ndar
     """A's picture, B's (its own map at its own layer `b_layer` and head `partner`, over what B saw; None without a
     partner) and A − B's, as `vitviz export --compare` and the window's Compare dock write them.
 
-    A and B are drawn on one shared scale (`vmax`: `vitviz.core.compare.shared_scale`, 0..the larger of both
+    A and B are drawn on one shared scale (`vmax`: `vitviz.core.analyses.compare.shared_scale`, 0..the larger of both
     models' maxima of the column group; the colorbar label says 'scale shared by A and B'), unless --scale own;
     A − B on the diverging colormap centred on 0 (`signed_picture`)."""
     if render.scale != "own":
@@ -308,7 +308,7 @@ def _atomic_text(path: Path, text: str) -> None:
 
 
 def _metrics(run: TimelineRun, per: list[Any]) -> Any:
-    from vitviz.core.timeline import TimelineMetrics
+    from vitviz.core.analyses.timeline import TimelineMetrics
 
     shares = [p[2] for p in per]
     return TimelineMetrics(tuple(run.labels), tuple(c.number for c in run.checkpoints),

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from vitviz.core.images import find_images
-from vitviz.core.validate import check_path
+from vitviz.core.running.images import find_images
+from vitviz.core.reading.validate import check_path
 from vitviz.errors import VitvizError
 
 MANIFEST = "manifest.json"

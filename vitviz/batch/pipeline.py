@@ -25,10 +25,11 @@ import numpy as np
 
 from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
-from vitviz.core import files, images
-from vitviz.core.capture import pool_rows
-from vitviz.core.maps import ResultMaps
-from vitviz.core.render import draw_colors, draw_map
+from vitviz.core import files
+from vitviz.core.running import images
+from vitviz.core.running.capture import pool_rows
+from vitviz.core.analyses.maps import ResultMaps
+from vitviz.core.drawing.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output
 from vitviz.errors import DiskFullError, VitvizError
 
@@ -94,14 +95,14 @@ def run_passes(maps: ResultMaps, model: Any, x: Any, classes: list[int | None], 
     """Add to one image's `maps` the gradient maps of each class (one forward and backward pass each), the LeGrad
     map of each text prompt of `texts` (prompt -> its text embedding; a pass each) and, with `features`, every
     block's output tokens (one pass); `x` is its (1, C, H, W) input."""
-    from vitviz.core.relevance import class_relevance, legrad
+    from vitviz.core.analyses.relevance import class_relevance, legrad
 
     for target in classes:
         maps.add_relevance(class_relevance(model, x, target), target)
     for prompt, emb in (texts or {}).items():
         maps.add_text(prompt, legrad(model, x, emb))
     if features:
-        from vitviz.core.features import capture_features, prefix_norms, token_norms
+        from vitviz.core.analyses.features import capture_features, prefix_norms, token_norms
 
         stack = capture_features(model, x)
         maps.add_features(stack, token_norms(stack), prefix_norms(stack))
@@ -124,7 +125,7 @@ class Exporter:
         self.combos = plan.combos()
         self.texts: dict[str, np.ndarray] = {}
         if plan.prompts:  # the text tower runs once, here: a file without one fails before any image is read
-            from vitviz.core.text import text_embedding
+            from vitviz.core.analyses.text import text_embedding
 
             self.texts = dict(zip(plan.prompts, text_embedding(model, plan.prompts)))
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}

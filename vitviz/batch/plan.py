@@ -1,6 +1,6 @@
 """What an export writes: parsing the map / layer / head selections, the plan, and the name of every output file.
 
-No torch here. The maps themselves come from `vitviz.core.maps` and the pictures from `vitviz.core.render`, the
+No torch here. The maps themselves come from `vitviz.core.analyses.maps` and the pictures from `vitviz.core.drawing.render`, the
 engine the window draws with; the names come from `output_name`, which the window's "Export all" calls too, so the
 window and `vitviz export` write the same files under the same names:
 
@@ -26,7 +26,7 @@ relevance`); CLASS is an index or a label of the model (without it: each image's
 - `attngrad[:CLASS]`: attention x gradient per layer and head, signed (colour scale -m..m):
   `{image}_attngrad-c3_L{layer}_H{head}.png`.
 
-CLIP / SigLIP files whose text tower and tokenizer are at hand (`vitviz.core.text`; transformers or open_clip) also
+CLIP / SigLIP files whose text tower and tokenizer are at hand (`vitviz.core.analyses.text`; transformers or open_clip) also
 explain a text prompt, one forward and backward pass per image and prompt:
 
 - `text:PROMPT` (or `prompt:PROMPT`): LeGrad of the image-text similarity, one map of the whole model:
@@ -34,7 +34,7 @@ explain a text prompt, one forward and backward pass per image and prompt:
   prompts reading alike get files of their own; it may not hold a comma; the manifest maps each label to its
   prompt).
 
-Maps of the blocks' output tokens need a pass of their own (`vitviz.core.features`), also only when asked for:
+Maps of the blocks' output tokens need a pass of their own (`vitviz.core.analyses.features`), also only when asked for:
 
 - `pca`: the DINOv2-style feature PCA colours of each layer of --layers, fitted on the image alone (a colour image;
   --cmap and --scale do not apply, --colorbar adds a legend): `{image}_pca_L{layer}.png`.
@@ -56,10 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job, inside
-from vitviz.core.mapkinds import unavailable
-from vitviz.core.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
-from vitviz.core.render import RenderOptions
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.analyses.mapkinds import unavailable
+from vitviz.core.analyses.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
+from vitviz.core.drawing.render import RenderOptions
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.spec import ModelSpec
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
@@ -120,7 +120,7 @@ def resolve_picks(picks: list[int | str], size: int, what: str) -> list[int | st
 
 def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:
     """Refuse maps the model cannot give: 'cls' without a CLS token, a token index past the last token, a rollout
-    starting after the last layer, a MAP head's map of a model without one (`vitviz.core.mapkinds.unavailable`)."""
+    starting after the last layer, a MAP head's map of a model without one (`vitviz.core.analyses.mapkinds.unavailable`)."""
     for m in maps:
         why = unavailable(m, spec)
         if why is not None:
@@ -346,7 +346,7 @@ def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, bu
     (L, H, T, T) attention (float16 with `half`), a rollout its fused (L, T, T) stack and running product, a
     gradient map the maps' gradients too -- and two batches are in flight (one running, one being written); at
     least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1 or 2, not 8."""
-    from vitviz.core.runtime import format_bytes
+    from vitviz.core.running.runtime import format_bytes
 
     t = spec.num_tokens
     per_image = spec.depth * spec.num_heads * t * t * (2 if half else 4)

@@ -49,7 +49,7 @@ from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside,
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
 from vitviz.batch.plan import Plan
 from vitviz.core.files import temp_prefix, write_json_atomic
-from vitviz.core.images import is_image_file
+from vitviz.core.running.images import is_image_file
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import DiskFullError, VitvizError
 
@@ -547,7 +547,7 @@ class ExportActor:
     def __init__(self, recipe: ModelRecipe, plan: Plan, dest: Destination) -> None:
         import ray
 
-        from vitviz.core.load import load
+        from vitviz.core.running.load import load
 
         context = ray.get_runtime_context()
         self.actor, self.node, self.pid = context.get_actor_id() or "", context.get_node_id() or "", os.getpid()

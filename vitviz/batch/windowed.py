@@ -22,10 +22,10 @@ from typing import Any
 from vitviz.batch.pipeline import Exporter, Prepared, Stopped
 from vitviz.batch.plan import Combo, LayerSel, Plan, resolve_picks
 from vitviz.core import files
-from vitviz.core.maps import WINDOW_KINDS, HeadSel, MapKind, MapStack, SelectionError
-from vitviz.core.render import draw_map
-from vitviz.core.winmaps import cell_of_token
-from vitviz.core.winview import WindowedMaps
+from vitviz.core.analyses.maps import WINDOW_KINDS, HeadSel, MapKind, MapStack, SelectionError
+from vitviz.core.drawing.render import draw_map
+from vitviz.core.analyses.winmaps import cell_of_token
+from vitviz.core.analyses.winview import WindowedMaps
 from vitviz.core.winspec import WindowedResult, WindowedSpec
 from vitviz.errors import VitvizError
 
@@ -43,7 +43,7 @@ def check_window_maps(maps: list[MapKind], spec: WindowedSpec) -> None:
                                  "patch receives, stitched from its windows) or query:N (patch N's window attention)")
         if m.kind not in WINDOW_KINDS:
             why = {"rollout": "rollout is not defined across Swin's patch merging (it is within one stage: "
-                              "vitviz.core.winmaps.rollout_stack)"}.get(m.kind, "it is a map of a plain ViT's "
+                              "vitviz.core.analyses.winmaps.rollout_stack)"}.get(m.kind, "it is a map of a plain ViT's "
                                                                                "token-to-token attention")
             raise SelectionError(f"the {m.label} map is not made for windowed models ({why}); use --maps received "
                                  "or query:N")

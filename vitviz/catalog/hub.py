@@ -328,9 +328,9 @@ def _shards(index: Path, text: str) -> list[str]:
 
 def _tower_shards(index: Path, shards: list[str]) -> list[str]:
     """The shards a sharded model needs: of a composite model whose config.json names a vision tower vitviz reads
-    alone (`vitviz.core.towers`), only those holding the tower's tensors -- a VLM's language model is never
+    alone (`vitviz.core.reading.towers`), only those holding the tower's tensors -- a VLM's language model is never
     downloaded; of a model its config.json already refuses, none (opening it says why); of any other, all."""
-    from vitviz.core.towers import identify
+    from vitviz.core.reading.towers import identify
     from vitviz.errors import CompositeModelError
 
     try:

@@ -165,7 +165,7 @@ def resolve_named(text: str, cache_dir: Path | None = None, progress: Progress |
 
 
 def resolve_model_arg(text: str, progress: Progress | None = None, offline: bool | None = None) -> str:
-    """A model argument as something `vitviz.core.load` reads: named models resolved, paths unchanged.
+    """A model argument as something `vitviz.core.running.load` reads: named models resolved, paths unchanged.
 
     The one resolution of names: `vitviz.load`, the commands (`vitviz.cli.models.resolve_cli_model`) and the window
     all come here, so a name means the same file everywhere (same cache, revisions, offline rules).

@@ -184,7 +184,7 @@ def _torchvision_info(file_name: str) -> dict[str, Any] | None:
     if file_name in _TORCHVISION_FILES:
         arch, weights, classes, crop = _TORCHVISION_FILES[file_name]
         return {"arch": arch, "weights": weights, "classes": classes, "crop": crop}
-    from vitviz.core.metadata import torchvision_weights
+    from vitviz.core.reading.metadata import torchvision_weights
 
     tv = torchvision_weights(file_name)
     if tv is None:
@@ -196,7 +196,7 @@ def guess_family_from_name(name: str) -> str | None:
     """A family guess from a file or repository name (each family module's `NAME_HINTS`); None when it does not
     look like a ViT. Imports the family modules, which import torch only when they convert weights (so
     `vitviz models` imports no torch; tests/test_startup_imports.py)."""
-    from vitviz.core.families import family_from_name
+    from vitviz.core.reading.families import family_from_name
 
     return family_from_name(name)
 
@@ -300,12 +300,12 @@ def _family_from_config(config: dict[str, Any]) -> tuple[str | None, str]:
         return fam, f"timm {arch}" + (f", {classes} classes" if classes else "")
     model_type = config.get("model_type")
     if isinstance(model_type, str):
-        from vitviz.core.families import hf_family
+        from vitviz.core.reading.families import hf_family
 
         fam = hf_family(model_type)
         labels = config.get("id2label") or {}
         if fam is None:   # a composite model (a VLM, a depth model) whose vision tower vitviz reads alone
-            from vitviz.core.towers import listed_tower
+            from vitviz.core.reading.towers import listed_tower
 
             tower = listed_tower(config)
             if tower is not None:

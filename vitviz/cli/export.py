@@ -31,12 +31,12 @@ from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layer
                                resolve_picks, safe_stem, with_rollout)
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
-from vitviz.core.colormaps import available_colormaps, colormap
+from vitviz.core.drawing.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
-from vitviz.core.mapkinds import info, maps_help
-from vitviz.core.maps import HeadSel, LayerSel, MapKind
-from vitviz.core.render import RenderOptions
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.analyses.mapkinds import info, maps_help
+from vitviz.core.analyses.maps import HeadSel, LayerSel, MapKind
+from vitviz.core.drawing.render import RenderOptions
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 
@@ -92,7 +92,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--no-verify", action="store_true",
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")
-    g = p.add_argument_group("compare two models, or a training run (vitviz.core.compare, vitviz.core.timeline)")
+    g = p.add_argument_group("compare two models, or a training run (vitviz.core.analyses.compare, vitviz.core.analyses.timeline)")
     g.add_argument("--compare", metavar="CHECKPOINT_B",
                    help="a second model (any family or size): write A's, B's and A - B maps, "
                         "{image}_A_..., {image}_B_... (B's own layer and head matched with A's), {image}_diff_... "
@@ -119,7 +119,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _box(text: str) -> tuple[float, float, float, float]:
-    from vitviz.core.timeline import box_mask
+    from vitviz.core.analyses.timeline import box_mask
 
     parts = [float(v) for v in text.split(",")]
     if len(parts) != 4:
@@ -224,8 +224,8 @@ def _announce_large_pictures(sources: list[Path], maps: int) -> None:
     """Say up front when pictures drawn at the originals' resolution will be huge (slow, and large files)."""
     from PIL import Image
 
-    from vitviz.core.images import check_image_path
-    from vitviz.core.render import LARGE_PICTURE_PIXELS
+    from vitviz.core.running.images import check_image_path
+    from vitviz.core.drawing.render import LARGE_PICTURE_PIXELS
 
     sizes = []
     for source in sources:
@@ -271,7 +271,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
     if args.batch_size is None:   # as many images per pass as fit the memory budget, and said
-        from vitviz.core.runtime import available_memory
+        from vitviz.core.running.runtime import available_memory
 
         args.batch_size, why = auto_batch_size(model.spec, maps, args.half, free=available_memory())
         if not args.quiet:
@@ -388,7 +388,7 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     stems = unique_stems(pairs, safe_stem)
     if args.timeline:
         from vitviz.cli.options import overrides_from
-        from vitviz.core.timeline import open_run
+        from vitviz.core.analyses.timeline import open_run
 
         if args.model is not None:
             raise VitvizError("--timeline RUN_DIR gives the model (every checkpoint in it); leave out --model")
@@ -491,14 +491,14 @@ def _load(args: argparse.Namespace, device: str | None = None) -> Any:
 
 
 def _verify(model: Any, quiet: bool) -> dict[str, Any]:
-    """The model checked against its original implementation once per model (`vitviz.core.verify`), for the
+    """The model checked against its original implementation once per model (`vitviz.core.analyses.verify`), for the
     manifest: remembered per file content, settings and versions, so a second export of the same model costs
     nothing extra (the manifest's `verification.remembered` says so). The settings it confirmed are 'verified' in
     the manifest's spec. The verdict line goes to stderr unless --quiet. An original that cannot be run is recorded
     as unverified with the reason: the export does not depend on it."""
     import warnings
 
-    from vitviz.core.verify import UNVERIFIED, Verification, apply_verification, remembered_verify
+    from vitviz.core.analyses.verify import UNVERIFIED, Verification, apply_verification, remembered_verify
 
     remembered = False
     try:

@@ -41,7 +41,7 @@ def run_info(args: argparse.Namespace) -> int:
     if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
         return _windowed_info(model, args.json)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
-    from vitviz.core.verify import apply_verification, remembered_verification
+    from vitviz.core.analyses.verify import apply_verification, remembered_verification
 
     check = remembered_verification(model)   # what `vitviz verify` / an export found, never checked again here
     if check is not None:
@@ -149,7 +149,7 @@ def _windowed_info(model: Any, as_json: bool) -> int:
     ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
     from vitviz.cli.options import cli_wording
     from vitviz.core.options import WINDOWED_HOW_TO_PASS
-    from vitviz.core.winload import NAMING
+    from vitviz.core.running.winload import NAMING
 
     spec = model.spec
     if as_json:

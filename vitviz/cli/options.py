@@ -74,7 +74,7 @@ class LazyText(UserString):
 
 
 def _family_help() -> str:
-    from vitviz.core.families import family_help
+    from vitviz.core.reading.families import family_help
 
     return family_help()
 
@@ -124,7 +124,7 @@ def _floats(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated numbers") from None
 
 
-# How the command line reads each kind of value (`Option.value`; vitviz.core.validate checks it again at load).
+# How the command line reads each kind of value (`Option.value`; vitviz.core.reading.validate checks it again at load).
 _CLI_TYPES: dict[str, Callable[[str], Any]] = {
     "heads": int, "family": str, "size": _size, "number": float, "stats": _floats, "positive_stats": _floats,
     "text": str, "resize": int, "count": int, "channels": int, "window": _window, "blocks": _indices,
@@ -181,7 +181,7 @@ def install_guess_reporter(stream: TextIO | None = None) -> None:
 
 def guess_lines(spec: Any) -> list[str]:
     """One line per guessed value of `spec` (num_heads first): what was assumed and the option that sets it."""
-    from vitviz.core.hyperparams import describe_guess
+    from vitviz.core.reading.hyperparams import describe_guess
 
     return [f"GUESSED {describe_guess(spec, name, cli=True)}"
             for name, _ in sorted(spec.guesses, key=lambda g: g[0] != "num_heads")]

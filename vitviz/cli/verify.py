@@ -19,7 +19,7 @@ from typing import Any
 from vitviz.cli.jsonout import document
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, overrides_from, with_remembered
 
-# vitviz.core.verify.AGAINST and _BY_ARCH, spelled out so that parsing the command line does not import torch
+# vitviz.core.analyses.verify.AGAINST and _BY_ARCH, spelled out so that parsing the command line does not import torch
 # (tests/test_identify.py keeps them equal)
 AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision", "dinov2")
 BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
@@ -56,7 +56,7 @@ def run_verify(args: argparse.Namespace) -> int:
     import vitviz
     from vitviz.cli.models import resolve_cli_model
     from vitviz.core.spec import GuessWarning
-    from vitviz.core.verify import apply_verification, remembered_verify
+    from vitviz.core.analyses.verify import apply_verification, remembered_verify
 
     checkpoint = resolve_cli_model(args.model, quiet=getattr(args, "quiet", False))
     overrides = with_remembered(checkpoint, overrides_from(args))
@@ -85,7 +85,7 @@ def _with_code_settings(vitviz: Any, model: Any, checkpoint: Any, code: str, ove
     here, so its word is read, not guessed -- said on stderr, with the flags that give the same elsewhere."""
     import sys
 
-    from vitviz.core.verify import code_settings, mark_sources, settings_to_fill
+    from vitviz.core.analyses.verify import code_settings, mark_sources, settings_to_fill
 
     said = code_settings(checkpoint, code, device)
     fill = settings_to_fill(model.spec, said, overrides)
@@ -103,7 +103,7 @@ def _with_code_settings(vitviz: Any, model: Any, checkpoint: Any, code: str, ove
 def report_lines(check: Any, spec: Any) -> list[str]:
     """The text report: the original, a table of the largest differences (layers by sizes), what was skipped, the
     assumptions and the verdict line."""
-    from vitviz.core.verify import format_difference
+    from vitviz.core.analyses.verify import format_difference
 
     lines = [f"{spec.source}"]
     if check.original:

@@ -21,9 +21,16 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 from PIL import Image
 
-from vitviz.core.render import _check_rgb
 from vitviz.core.spec import AttentionResult
 from vitviz.errors import VitvizError
+
+
+def check_rgb(rgb: np.ndarray, what: str) -> np.ndarray:
+    """`rgb` as an (H, W, 3) uint8 array, else a ValueError naming `what`."""
+    arr = np.asarray(rgb)
+    if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
+        raise ValueError(f"{what} must be an (H, W, 3) uint8 array, found shape {arr.shape} dtype {arr.dtype}")
+    return arr
 
 
 class OutputExistsError(VitvizError, FileExistsError):
@@ -121,7 +128,7 @@ def write_png_atomic(path: str | os.PathLike[str], rgb: np.ndarray, overwrite: b
     Raises:
         OutputExistsError: `path` exists and `overwrite` is False.
     """
-    image = Image.fromarray(_check_rgb(rgb, "rgb"))
+    image = Image.fromarray(check_rgb(rgb, "rgb"))
     return _atomic_write(path, lambda handle: image.save(handle, format="PNG"), overwrite)
 
 

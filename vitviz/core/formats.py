@@ -4,8 +4,8 @@ Torch-free, so the window can sort dropped files without importing torch.
 """
 from __future__ import annotations
 
-# Weight files vitviz reads itself (`vitviz.core.checkpoint`).
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar", ".npz")   # .npz: JAX (core/npz.py)
+# Weight files vitviz reads itself (`vitviz.core.reading.checkpoint`).
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar", ".npz")   # .npz: JAX (core/reading/npz.py)
 # Weight files of other frameworks: recognised as model files, so opening one gives a clear message about the format.
 FOREIGN_WEIGHT_SUFFIXES = (".h5", ".msgpack")
 MODEL_FILE_SUFFIXES = WEIGHT_SUFFIXES + FOREIGN_WEIGHT_SUFFIXES
@@ -14,7 +14,7 @@ WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "
                 "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 # The index of a sharded safetensors model (its shards are `model-0000N-of-0000M.safetensors` beside it).
 SHARD_INDEX = "model.safetensors.index.json"
-# What opening a model folder takes (`vitviz.core.checkpoint`) and the catalog sizes, in that order: a single
+# What opening a model folder takes (`vitviz.core.reading.checkpoint`) and the catalog sizes, in that order: a single
 # weights file before a sharded model's index.
 FOLDER_WEIGHT_NAMES = WEIGHT_NAMES + (SHARD_INDEX,)
 

@@ -1,12 +1,12 @@
 """The names of every choice vitviz offers, and every override of `vitviz.load`, in one place.
 
 - The choice lists: activations, poolings, norm orders, crop modes, resampling filters, position-embedding recipes,
-  RoPE presets, patch orders. The reference model (`vitviz.core.model`), the position code (`vitviz.core.posembed`),
+  RoPE presets, patch orders. The reference model (`vitviz.core.running.model`), the position code (`vitviz.core.posembed`),
   the loader's checks, the command line and the window's Model settings read their lists here.
 - `OPTIONS`: one `Option` record per override -- its keyword, the kind of value it takes, its choices and bounds,
   its command-line flag and help, the spec fields it answers and the loading routes that take it. Derived from it:
   the command line's arguments (`vitviz.cli.options.add_override_arguments`), the check of every value
-  (`vitviz.core.validate.check_overrides`, which maps each `Option.value` to its primitive), the keyword lists of
+  (`vitviz.core.reading.validate.check_overrides`, which maps each `Option.value` to its primitive), the keyword lists of
   the three routes (`overrides_for`), `HOW_TO_PASS` (what a warning about an assumed field tells the user to pass)
   and `NUMERIC_FIELDS`. A new override is one record here (and its use where the model is built).
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# MLP activations a user may name (`act=`, `head_act=`); `vitviz.core.model.make_act` builds each.
+# MLP activations a user may name (`act=`, `head_act=`); `vitviz.core.running.model.make_act` builds each.
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
 # `ModelSpec.mlp_kind`: an activation, or a gated MLP read off its shapes (not a choice of activation).
 MLP_KINDS = ACTIVATIONS + ("swiglu",)
-# `ModelSpec.block_norm`: where each block's LayerNorms sit (see `vitviz.core.model.Block`).
+# `ModelSpec.block_norm`: where each block's LayerNorms sit (see `vitviz.core.running.model.Block`).
 BLOCK_NORMS = ("pre", "post", "res_post")
 # Poolings whose head reads one D-wide vector (the class token, the mean of the patches, of every token): what a
 # user may ask for on the command line, and what LeGrad can apply to a mean-pooled layer.
@@ -35,7 +35,7 @@ CLI_POOLINGS = ONE_VECTOR_POOLINGS + ("max", "avgmax")
 # How the image is brought to the model's input size (`Preprocess.mode`), with the words the window shows.
 CROP_MODE_LABELS = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
 CROP_MODES = tuple(CROP_MODE_LABELS)
-# Resampling filters (Pillow's names; `vitviz.core.images.INTERPOLATIONS` maps them to Pillow's constants).
+# Resampling filters (Pillow's names; `vitviz.core.running.images.INTERPOLATIONS` maps them to Pillow's constants).
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 # How a learned position table is resampled at another input size (`vitviz.core.posembed.resample_grid`).
 POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa", "bilinear", "bucket")
@@ -69,10 +69,10 @@ def alternatives(choices: tuple[str, ...] | list[str], quote: bool = True) -> st
 # ------------------------------------------------------------------------------------------------ the overrides
 
 # The loading routes an override can apply to: the reference ViT (a converted checkpoint), a windowed model (Swin,
-# SAM, ViTDet: `vitviz.core.winload`) and the live path (a module run from its own code: `vitviz.core.live`).
+# SAM, ViTDet: `vitviz.core.running.winload`) and the live path (a module run from its own code: `vitviz.core.running.live`).
 REFERENCE, WINDOWED, LIVE = "reference", "windowed", "live"
 ROUTES = (REFERENCE, WINDOWED, LIVE)
-# What an override's value is: `vitviz.core.validate.VALUE_CHECKS` checks each kind, `vitviz.cli.options` parses it.
+# What an override's value is: `vitviz.core.reading.validate.VALUE_CHECKS` checks each kind, `vitviz.cli.options` parses it.
 VALUE_KINDS = ("heads", "family", "size", "number", "stats", "positive_stats", "choice", "labels", "text", "device",
                "resize", "count", "bool", "channels", "window", "blocks")
 
@@ -293,7 +293,7 @@ def how_to_pass(route: str | None = None) -> dict[str, str]:
 
 
 HOW_TO_PASS: dict[str, str] = how_to_pass()
-# what a warning about a windowed model's assumed field says (`vitviz.core.winload`; its other fields: a config)
+# what a warning about a windowed model's assumed field says (`vitviz.core.running.winload`; its other fields: a config)
 WINDOWED_HOW_TO_PASS: dict[str, str] = how_to_pass(WINDOWED)
 # Fields whose guess would change the model's numbers (a preprocessing or label guess changes only its input).
 NUMERIC_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(

@@ -3,9 +3,9 @@
     model.capabilities      # frozenset({'attention', 'early_stop', 'rows', 'reference', 'gradients', ...})
     is_reference(model)     # vitviz's reference ViT: its hooks give gradients, block outputs, a MAP head's map
 
-`VitModel` (`vitviz.core.capture`, a checkpoint converted to the reference ViT) and `LiveModel`
-(`vitviz.core.live`, the user's own module run as written) both satisfy `Model`; neither inherits the other. The
-capability words are the ones `vitviz.core.mapkinds` names as a map kind's needs.
+`VitModel` (`vitviz.core.running.capture`, a checkpoint converted to the reference ViT) and `LiveModel`
+(`vitviz.core.running.live`, the user's own module run as written) both satisfy `Model`; neither inherits the other. The
+capability words are the ones `vitviz.core.analyses.mapkinds` names as a map kind's needs.
 
 No torch here (only under TYPE_CHECKING): the window's process can ask without it.
 """
@@ -24,8 +24,8 @@ ATTENTION = "attention"     # forward_captured gives every layer's (H, T, T) sel
 EARLY_STOP = "early_stop"   # forward_captured(logits=False, upto=L) stops the forward pass after layer L
 ROWS = "rows"               # forward_captured(rows=[...]) keeps only those query rows
 REFERENCE = "reference"     # runs as vitviz's ReferenceViT, with its probes and hooks
-GRADIENTS = "gradients"     # its attention is exposed to autograd (relevance maps, LeGrad: vitviz.core.relevance)
-FEATURES = "features"       # the blocks' output tokens can be kept (vitviz.core.features.capture_features)
+GRADIENTS = "gradients"     # its attention is exposed to autograd (relevance maps, LeGrad: vitviz.core.analyses.relevance)
+FEATURES = "features"       # the blocks' output tokens can be kept (vitviz.core.analyses.features.capture_features)
 MAP_HEAD = "map_head"       # a MAP pooling head whose attention forward_captured(pool=[...]) collects
 POS_TABLE = "pos_table"     # a learned position table: pos_embed() returns it (else None)
 

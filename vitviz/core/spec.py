@@ -98,7 +98,7 @@ class Preprocess:
                       std: tuple[float, ...] = IMAGENET_STD) -> "Preprocess":
         """timm's `pretrained_cfg` (crop_pct, interpolation, mean, std, crop_mode) as the eval recipe at `size`;
         what it leaves out comes from the arguments. The checkpoint reader (`hyperparams`) and the live path
-        (`vitviz.core.live`) both read timm's settings here."""
+        (`vitviz.core.running.live`) both read timm's settings here."""
         pct = float(cfg.get("crop_pct", crop_pct))
         return cls(crop=(int(size[0]), int(size[1])), resize=int(math.floor(min(size) / pct)),
                    mode="squash" if cfg.get("crop_mode") == "squash" else "center",
@@ -158,7 +158,7 @@ class GuessWarning(UserWarning):
 
 # Where a value came from, in four kinds plus the caller's own word (see `provenance_kind`), and one a check earned:
 # 'verified' -- a setting the file does not state that the comparison with an original implementation whose
-# parameters fit the file exactly confirmed (`vitviz.core.verify`); no longer an assumption, never a 'given' one.
+# parameters fit the file exactly confirmed (`vitviz.core.analyses.verify`); no longer an assumption, never a 'given' one.
 READ, DERIVED, NAMED, GIVEN, ASSUMED, VERIFIED = "read", "derived", "named", "given", "assumed", "verified"
 PROVENANCE_KINDS = (READ, DERIVED, NAMED, GIVEN, VERIFIED, ASSUMED)
 # Source prefixes and their kind, longest first where one is the start of another. A source nobody described

@@ -11,7 +11,7 @@ Swin (v1 and v2) and the SAM / ViTDet image encoders attend inside windows, not 
 
 A block's attention is therefore (windows, heads, window tokens, window tokens); `BlockGeometry` says where each
 window token sits on the stage's grid (after the shift, with the padding tokens a window may hold), so that the
-maps of `vitviz.core.winmaps` can place it over the image. The `(L, H, T, T)` contract of `AttentionResult` stays
+maps of `vitviz.core.analyses.winmaps` can place it over the image. The `(L, H, T, T)` contract of `AttentionResult` stays
 for plain ViTs; these models have a result of their own.
 
 `WindowedSpec` follows `ModelSpec`'s provenance rules (`vitviz.core.spec.provenance_kind`): every setting that

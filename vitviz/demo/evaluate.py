@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vitviz.core.analysis import cls_attention, pos_embed_similarity, rollout
+from vitviz.core.analyses.analysis import cls_attention, pos_embed_similarity, rollout
 from vitviz.demo import shapes
 
 

@@ -70,8 +70,8 @@ def deletion_area(model: Any, x: Any, order: np.ndarray, label: int, step: int =
 
 def measure(model: Any, seed: int = 7, count: int = 200, step: int = 4, random_orders: int = 3) -> Faithfulness:
     """Run the checks on images 0..count-1 of stream `seed` with `model` (a loaded demo `VitModel`)."""
-    from vitviz.core.analysis import cls_attention
-    from vitviz.core.relevance import class_relevance
+    from vitviz.core.analyses.analysis import cls_attention
+    from vitviz.core.analyses.relevance import class_relevance
 
     spec = model.spec
     rng = np.random.default_rng([seed, 12345])

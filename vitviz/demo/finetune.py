@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vitviz.core.model import ReferenceViT
+from vitviz.core.running.model import ReferenceViT
 from vitviz.demo import shapes
 from vitviz.demo.train import TrainConfig, augment, demo_spec, save, to_input
 
@@ -72,7 +72,7 @@ def figures(model: Any, images: np.ndarray, boxes: np.ndarray, labels: np.ndarra
     """Through the public path (`model.run`, a loaded `VitModel`): (accuracy on `labels`, NaN without them; the
     mean over the images of the last layer's head-mean CLS attention on the shape's box over the box's share of the
     image: 1 means no preference for the shape)."""
-    from vitviz.core.analysis import cls_attention
+    from vitviz.core.analyses.analysis import cls_attention
     from vitviz.demo.evaluate import mass_in_box
 
     correct, ratios = 0, []

@@ -5,7 +5,7 @@
 
 With `--save-every N` the run also writes a checkpoint every N steps (and at the last step) into `--run-dir`
 (default: OUT/run), one Hugging Face Trainer-style folder per checkpoint, `checkpoint-{step}/` holding the same
-model.safetensors and config.json as the final model: the layout `vitviz.core.timeline.open_run` (and `vitviz
+model.safetensors and config.json as the final model: the layout `vitviz.core.analyses.timeline.open_run` (and `vitviz
 export --timeline`, and the window's timeline) reads, ordered by the step in the names. Saving does not change the
 training: the same seed gives the same final file with or without it.
 
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitviz.core.model import ReferenceViT
+from vitviz.core.running.model import ReferenceViT
 from vitviz.core.spec import INCEPTION_MEAN, INCEPTION_STD, ModelSpec, Preprocess
 from vitviz.demo import shapes
 

@@ -16,8 +16,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
-from vitviz.core.mapkinds import KINDS
-from vitviz.core.maps import MapKind
+from vitviz.core.analyses.mapkinds import KINDS
+from vitviz.core.analyses.maps import MapKind
 from vitviz.gui import bundled
 from vitviz.gui.dropping import classify
 from vitviz.gui.session import DEVICE_FAILED, LOAD_FAILED

@@ -28,7 +28,7 @@ LEVEL_STYLES = {"verified": "color: #188038;", "unverified": "color: #b06000;", 
 LIVE_LINE = "Runs your model's own code (nothing converted to verify)"
 
 
-LIVE_FAMILY = "live"   # the family of a model run from its own code (`vitviz.core.live`)
+LIVE_FAMILY = "live"   # the family of a model run from its own code (`vitviz.core.running.live`)
 
 
 def runs_own_code(spec: ModelSpec | None) -> bool:
@@ -109,7 +109,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-# the start of the 'identity' provenance of a model a library names -> that library (`vitviz.core.verify` builds
+# the start of the 'identity' provenance of a model a library names -> that library (`vitviz.core.analyses.verify` builds
 # its original from the same entry)
 NAMED_BY = (("named: timm architecture", "timm"), ("named: transformers model_type", "transformers"),
             ("named: open_clip model config", "open_clip"), ("named: torchvision", "torchvision"),
@@ -164,7 +164,7 @@ class VerdictLine:
 def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str = "",
                  checking: bool = False, original: str | None = None, progress: str = "",
                  waiting: bool = False) -> VerdictLine:
-    """The verdict line of `spec`: the worker's `Verification` (`vitviz.core.verify`) when it has answered, else
+    """The verdict line of `spec`: the worker's `Verification` (`vitviz.core.analyses.verify`) when it has answered, else
     "Not verified — N assumptions" from `spec.assumptions` alone (`failure`: why the check could not be made).
 
     `checking`: the check is on its way (`waiting`: queued behind the images). With `original` (the name of what

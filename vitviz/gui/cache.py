@@ -1,13 +1,13 @@
 """The session's cache of image results: least recently used first out, within a memory budget (no Qt here).
 
-Each entry is an image's `vitviz.core.maps.ResultMaps`, whose `nbytes` counts everything it holds (attention, the
+Each entry is an image's `vitviz.core.analyses.maps.ResultMaps`, whose `nbytes` counts everything it holds (attention, the
 passes added to it, the stacks derived from them), so the budget is kept whatever was added after a run.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 
 
 class ResultCache:

@@ -1,4 +1,4 @@
-"""Colormap lookup tables for the window, taken from `vitviz.core.colormaps` so screen and export agree, and the
+"""Colormap lookup tables for the window, taken from `vitviz.core.drawing.colormaps` so screen and export agree, and the
 colorbars' ticks: round values in one number format, on an axis as wide as its labels and title need."""
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from PySide6.QtGui import QFont, QFontMetricsF
 @lru_cache(maxsize=None)
 def lut(name: str) -> np.ndarray:
     """(256, 3) uint8 lookup table of a colormap named in `vitviz.gui.state.COLORMAPS`."""
-    from vitviz.core import colormaps
-
+    from vitviz.core.drawing import colormaps
     return np.ascontiguousarray(colormaps.colormap(name)[:, :3])
 
 

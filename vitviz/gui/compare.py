@@ -3,7 +3,7 @@
 The work (loading B, running B on the images, matching the heads over the open images, the token features for
 CKA) runs in the worker through the request classes here; B itself lives in the worker's `slots` (`B_SLOT`), never
 on the GUI thread. `CompareSession` is the small session part that asks for that work (its answers come through
-`Session.route`), keeps B's results per image and the `vitviz.core.compare.CompareView` built over every open image
+`Session.route`), keeps B's results per image and the `vitviz.core.analyses.compare.CompareView` built over every open image
 both models have run; the Compare dock (`vitviz.gui.panels.compare`) only reads `frame_for(state)` from it, which
 indexes arrays (microseconds), so switching the linked layer, head or query never waits for the worker.
 
@@ -20,9 +20,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from vitviz.core.compare import CompareFrame, CompareSummary, CompareView
-from vitviz.core.mapkinds import of_source
-from vitviz.core.maps import MapKind, ResultMaps
+from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
+from vitviz.core.analyses.mapkinds import of_source
+from vitviz.core.analyses.maps import MapKind, ResultMaps
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
@@ -179,7 +179,7 @@ class BuildView(Request):
     def _features(self, ctx: Context) -> tuple[list[Any], list[Any]] | None:
         """Both models' raw token features of every image (kept per model and image), or None when a model has no
         feature capture (a model run from its own code): the summary then says CKA is missing."""
-        from vitviz.core.features import FeatureError, capture_features
+        from vitviz.core.analyses.features import FeatureError, capture_features
 
         model_a, model_b = ctx.model, _model_b(ctx, self.generation)
         if model_a is None:
@@ -532,7 +532,8 @@ def export_view(view: CompareView, source: str, state: Any, folder: Path, overwr
     region each model saw at the original's resolution, the state's colormap, opacity, smoothing and scale; no
     colorbar). B's picture is left out when A's head has no partner in B. Returns the paths written."""
     from vitviz.batch.compare import Seen, b_selection, compare_names, compare_pictures
-    from vitviz.core import files, render
+    from vitviz.core import files
+    from vitviz.core.drawing import render
     from vitviz.gui.exporting import image_stem
     from vitviz.gui.state import render_options
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vitviz.core.formats import MODEL_FILE_SUFFIXES, MODEL_FOLDER_MARKERS
-from vitviz.core.images import find_images, is_image_file
+from vitviz.core.running.images import find_images, is_image_file
 
 CHECKPOINT_SUFFIXES = frozenset(MODEL_FILE_SUFFIXES) | {".json"}   # a lone config.json names its folder
 

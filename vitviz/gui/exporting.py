@@ -1,10 +1,10 @@
-"""What the window exports, through the engine `vitviz export` uses: the maps of `vitviz.core.maps`, the renderer
-`vitviz.core.render.draw_map` and the file names of `vitviz.batch.plan.output_name`, so the window and the CLI
+"""What the window exports, through the engine `vitviz export` uses: the maps of `vitviz.core.analyses.maps`, the renderer
+`vitviz.core.drawing.render.draw_map` and the file names of `vitviz.batch.plan.output_name`, so the window and the CLI
 write the same files under the same names for the same choices.
 
 No Qt here: the window asks for file names and confirmation, these functions render and write.
 
-A windowed model's result (`vitviz.core.winview.WindowedMaps`) is drawn as `vitviz export` draws it
+A windowed model's result (`vitviz.core.analyses.winview.WindowedMaps`) is drawn as `vitviz export` draws it
 (`vitviz.batch.windowed`): the block's stage stack at its row, at the stage's stride, named by the block's index over
 the model (`{image}_received_L{block}_H{head}.png`), every block with its own stage's heads; its .npz is
 `WindowedMaps.arrays()`, the arrays `vitviz export --npz` writes.
@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitviz.batch.plan import combos, output_name, safe_stem
-from vitviz.core import files, render
-from vitviz.core.maps import HeadSel, LayerSel, ResultMaps
+from vitviz.core import files
+from vitviz.core.drawing import render
+from vitviz.core.analyses.maps import HeadSel, LayerSel, ResultMaps
 from vitviz.gui.state import ViewState, is_windowed, map_kind, map_label, render_options, stack_for, windowed_view
 
 if TYPE_CHECKING:
-    from vitviz.core.winview import WindowedMaps
+    from vitviz.core.analyses.winview import WindowedMaps
 
 __all__ = ["base_image", "render_view", "image_stem", "map_label", "all_map_paths", "export_all", "export_png",
            "export_npz", "native_size"]

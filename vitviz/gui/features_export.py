@@ -1,5 +1,5 @@
 """What the Features dock exports, named and drawn as `vitviz export --maps pca,norms` names and draws them: the
-file names of `vitviz.batch.plan.output_name`, the pictures of `vitviz.core.render` (`draw_colors` for the PCA
+file names of `vitviz.batch.plan.output_name`, the pictures of `vitviz.core.drawing.render` (`draw_colors` for the PCA
 colours, `draw_map` on `ResultMaps.stack('norms')` for the norms), over the region of the original image the model
 saw, with the view state's colormap, opacity, smoothing and scale.
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from vitviz.batch.plan import output_name
-from vitviz.core import files, render
-from vitviz.core.maps import LayerSel, MapKind, ResultMaps
+from vitviz.core import files
+from vitviz.core.drawing import render
+from vitviz.core.analyses.maps import LayerSel, MapKind, ResultMaps
 from vitviz.gui.state import ViewState, render_options
 
 PCA, NORMS = MapKind("pca"), MapKind("norms")

@@ -13,9 +13,9 @@ from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from vitviz.core.formats import MODEL_FILE_SUFFIXES, MODEL_FOLDER_MARKERS
-from vitviz.core.render import LARGE_PICTURE_PIXELS
-from vitviz.core.images import IMAGE_EXTENSIONS, find_images
-from vitviz.core.maps import ResultMaps
+from vitviz.core.drawing.render import LARGE_PICTURE_PIXELS
+from vitviz.core.running.images import IMAGE_EXTENSIONS, find_images
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import dialogs, exporting, settings as st
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState

@@ -8,7 +8,7 @@ from typing import Callable, Mapping
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QStyle, QToolBar
 
-from vitviz.core.render import LARGE_PICTURE_PIXELS, MIN_PICTURE_PX
+from vitviz.core.drawing.render import LARGE_PICTURE_PIXELS, MIN_PICTURE_PX
 
 
 @dataclass(frozen=True)

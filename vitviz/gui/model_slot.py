@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitviz.core.maps import PosEmbedData
+from vitviz.core.analyses.maps import PosEmbedData
 from vitviz.core.spec import ModelSpec, whole_patches
 from vitviz.gui import bundled
 from vitviz.gui.assumptions import asks_unprompted, original_name, runs_own_code

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.client import WorkerClient
 from vitviz.gui.protocol import PassRequest

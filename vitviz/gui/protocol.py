@@ -10,7 +10,7 @@ Adding a kind of work is one request class (and its answer) here plus the code t
 
 The on-demand passes of a cached image result (`Relevance`, `Text`, `Features`: `PassRequest`) also say how they
 are keyed (`key`: the class, the prompt, nothing), whether a result holds them already (`held`) and how an answer
-is kept in it (`keep`, into `vitviz.core.maps.ResultMaps`), so one `vitviz.gui.passes.PassStore` serves them all.
+is kept in it (`keep`, into `vitviz.core.analyses.maps.ResultMaps`), so one `vitviz.gui.passes.PassStore` serves them all.
 
 torch is imported inside the work of each request (in the worker thread), never here, so the window can import
 this module before torch is loaded.
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from vitviz import catalog
-from vitviz.core.maps import PosEmbedData, ResultMaps
+from vitviz.core.analyses.maps import PosEmbedData, ResultMaps
 from vitviz.core.spec import AttentionResult, ModelSpec
 
 if TYPE_CHECKING:  # they import torch: the work imports them when it runs, in the worker thread
-    from vitviz.core.features import FeatureStack, PatchSimilarity, PcaResult
-    from vitviz.core.relevance import LeGradMap
-    from vitviz.core.relevance import Relevance as ClassRelevance
+    from vitviz.core.analyses.features import FeatureStack, PatchSimilarity, PcaResult
+    from vitviz.core.analyses.relevance import LeGradMap
+    from vitviz.core.analyses.relevance import Relevance as ClassRelevance
 
 NO_MODEL = "no model is loaded; open a checkpoint first (File > Open model)"
 HISTOGRAM_BINS = 60      # bins of the token-norm histogram across layers
@@ -79,7 +79,7 @@ class Loaded:
 @dataclass(frozen=True)
 class Ran:
     """One image's result with its CLS and rollout maps and head statistics precomputed; for a windowed model
-    (Swin, SAM / ViTDet) a `vitviz.core.winview.WindowedMaps` with its received stacks, overviews, outlines and
+    (Swin, SAM / ViTDet) a `vitviz.core.analyses.winview.WindowedMaps` with its received stacks, overviews, outlines and
     head statistics."""
 
     maps: ResultMaps
@@ -144,7 +144,7 @@ class Moved:
 
 @dataclass(frozen=True, eq=False)
 class Explained:
-    """The gradient maps of one class of `image` (`vitviz.core.relevance.class_relevance`): asked for `target`
+    """The gradient maps of one class of `image` (`vitviz.core.analyses.relevance.class_relevance`): asked for `target`
     (None: the top class; `relevance.target` is the class explained)."""
 
     image: str
@@ -154,7 +154,7 @@ class Explained:
 
 @dataclass(frozen=True, eq=False)
 class Prompted:
-    """LeGrad of a text prompt on `image` (`vitviz.core.text.prompt_relevance`: its map and per-layer scores)."""
+    """LeGrad of a text prompt on `image` (`vitviz.core.analyses.text.prompt_relevance`: its map and per-layer scores)."""
 
     image: str
     prompt: str
@@ -208,7 +208,7 @@ class Shared:
 
 @dataclass(frozen=True, eq=False)
 class Verified:
-    """The loaded model checked against its original (`vitviz.core.verify.Verification`: `verdict` 'verified',
+    """The loaded model checked against its original (`vitviz.core.analyses.verify.Verification`: `verdict` 'verified',
     'unverified' or 'differs', `summary()`, `first_differing_layer`, `to_dict()`)."""
 
     verification: Any
@@ -316,7 +316,7 @@ class Probe(Independent):
     def __call__(self, ctx: Context) -> Probed:
         import torch
 
-        from vitviz.core.runtime import available_devices
+        from vitviz.core.running.runtime import available_devices
 
         devices = tuple(available_devices())
         names = [("cpu", "CPU")]
@@ -368,7 +368,7 @@ class Load(Request):
 
         path, device, refused = self.path, self.device, ""
         if device not in (None, "", "auto"):
-            from vitviz.core.runtime import resolve_device
+            from vitviz.core.running.runtime import resolve_device
 
             try:
                 resolve_device(device)
@@ -382,7 +382,7 @@ class Load(Request):
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
-        from vitviz.core.hyperparams import TABLE_FAMILIES, describe_guess
+        from vitviz.core.reading.hyperparams import TABLE_FAMILIES, describe_guess
         from vitviz.core.protocol import capabilities_of
 
         spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (`spec.windowed`): stages, heads per stage
@@ -414,7 +414,7 @@ class Run(Request):
         model = self.model_of(ctx)
         result = model.run(self.image, image_size=self.image_size)
         if getattr(model, "windowed", False):     # Swin, SAM / ViTDet: per stage, block and window
-            from vitviz.core.winview import WindowedMaps
+            from vitviz.core.analyses.winview import WindowedMaps
 
             maps: ResultMaps | WindowedMaps = WindowedMaps(result)
         else:
@@ -440,7 +440,7 @@ class PosEmbed(Request):
         return "Reading the position embedding…"
 
     def __call__(self, ctx: Context) -> PosEmbedded:
-        from vitviz.core.maps import pos_embed_data
+        from vitviz.core.analyses.maps import pos_embed_data
 
         model = self.model_of(ctx)
         grid = tuple(self.grid) if self.grid else tuple(model.spec.grid)
@@ -551,7 +551,7 @@ class Relevance(PassRequest):
         return f"Class relevance of {_image_name(self.image)}…"
 
     def __call__(self, ctx: Context) -> Explained:
-        from vitviz.core.relevance import class_relevance
+        from vitviz.core.analyses.relevance import class_relevance
 
         rel = class_relevance(self.model_of(ctx), self.image, self.target, image_size=self.image_size)
         return Explained(self.image, self.target, rel)
@@ -588,7 +588,7 @@ class Text(PassRequest):
         return f"Relevance of {self.prompt!r} in {_image_name(self.image)}…"
 
     def __call__(self, ctx: Context) -> Prompted:
-        from vitviz.core.text import prompt_relevance
+        from vitviz.core.analyses.text import prompt_relevance
 
         leg = prompt_relevance(self.model_of(ctx), self.image, self.prompt, method="legrad",
                                image_size=self.image_size)
@@ -629,7 +629,7 @@ class Features(PassRequest):
         return f"Token features of {_image_name(self.image)}…"
 
     def __call__(self, ctx: Context) -> Featured:
-        from vitviz.core.features import capture_features, norm_histogram, prefix_norms, token_norms
+        from vitviz.core.analyses.features import capture_features, norm_histogram, prefix_norms, token_norms
 
         stack = capture_features(self.model_of(ctx), self.image, image_size=self.image_size)
         norms = token_norms(stack)
@@ -661,7 +661,7 @@ class Pca(Analysis):
         return f"Feature PCA of {len(self.sources)} image(s)…"
 
     def __call__(self, ctx: Context) -> PcaFitted:
-        from vitviz.core.features import feature_pca
+        from vitviz.core.analyses.features import feature_pca
 
         return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer))
 
@@ -683,7 +683,7 @@ class Similarity(Analysis):
         return "Patch features for the similarity…"
 
     def __call__(self, ctx: Context) -> Compared:
-        from vitviz.core.features import PatchSimilarity
+        from vitviz.core.analyses.features import PatchSimilarity
 
         return Compared(tuple(self.sources), self.layer,  # type: ignore[arg-type]
                         PatchSimilarity.from_stacks(self.a, self.b, self.layer))
@@ -708,7 +708,7 @@ class Share(Analysis):
         return "Attention to the high-norm tokens…"
 
     def __call__(self, ctx: Context) -> Shared:
-        from vitviz.core.features import attention_share, high_norm_mask
+        from vitviz.core.analyses.features import attention_share, high_norm_mask
 
         mask = high_norm_mask(self.norms[self.layer], self.threshold)
         return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask))
@@ -717,7 +717,7 @@ class Share(Analysis):
 @dataclass(eq=False)
 class Verify(Request):
     """Run the loaded model's original (timm, transformers, ..., or the user's `code`) on a probe input and
-    compare (`vitviz.core.verify.verify`); its verdict says whether the maps are the original's. `against`:
+    compare (`vitviz.core.analyses.verify.verify`); its verdict says whether the maps are the original's. `against`:
     'auto' (the library that names the model), a library, or 'LIBRARY:ARCH' the user chose (Verify against…).
     How far it has got goes to the window as the worker's progress (`Context.report`), when the installed
     `verify` can say so."""
@@ -732,7 +732,7 @@ class Verify(Request):
         return "Checking the model against its original…"
 
     def __call__(self, ctx: Context) -> Verified:
-        from vitviz.core.verify import apply_verification, remembered_verify
+        from vitviz.core.analyses.verify import apply_verification, remembered_verify
 
         options: dict[str, Any] = {"progress": lambda fraction, text: ctx.report(str(text), float(fraction))}
         if self.against and self.against != "auto":
@@ -748,7 +748,7 @@ class Verify(Request):
 @dataclass(frozen=True)
 class Candidates:
     """The library architectures the loaded model could be, shape-matching ones first ('timm:vit_small_patch16_224',
-    `vitviz.core.identify.candidate_names`); `available` False when this vitviz cannot list them (then the user
+    `vitviz.core.reading.identify.candidate_names`); `available` False when this vitviz cannot list them (then the user
     types a name)."""
 
     names: tuple[str, ...]
@@ -768,7 +768,7 @@ class Identify(Request):
         return "Looking for the original implementations this model could be…"
 
     def __call__(self, ctx: Context) -> Candidates:
-        from vitviz.core import identify
+        from vitviz.core.reading import identify
         from vitviz.errors import VitvizError
 
         try:
@@ -862,8 +862,8 @@ def parameter_counts(net: Any) -> dict[str, int]:
 
 def windowed_guess(spec: Any, name: str) -> str:
     """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
-    warns it (`vitviz.core.winload.describe_guess`)."""
-    from vitviz.core.winload import describe_guess
+    warns it (`vitviz.core.running.winload.describe_guess`)."""
+    from vitviz.core.running.winload import describe_guess
 
     return describe_guess(spec, name)
 

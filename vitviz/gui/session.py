@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import assumptions
 from vitviz.gui.analyses import FeatureAnalyses
 from vitviz.gui.cache import ResultCache

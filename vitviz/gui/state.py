@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from vitviz.core.colormaps import available_colormaps
-from vitviz.core.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names
-from vitviz.core.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, MapStack,
+from vitviz.core.drawing.colormaps import available_colormaps
+from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names
+from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, MapStack,
                               ResultMaps, SelectionError, resolve_index)
-from vitviz.core.render import RenderOptions
-from vitviz.core.rollout import FUSIONS, RolloutParams
-from vitviz.core.tokens import Fusion
+from vitviz.core.drawing.render import RenderOptions
+from vitviz.core.analyses.rollout import FUSIONS, RolloutParams
+from vitviz.core.analyses.tokens import Fusion
 
 if TYPE_CHECKING:
-    from vitviz.core.winview import WindowedMaps
+    from vitviz.core.analyses.winview import WindowedMaps
 
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
@@ -62,7 +62,7 @@ class ViewState:
         per_tile: in the overview, scale every thumbnail on its own.
         rollout_fusion, rollout_discard, rollout_start, rollout_residual: the rollout's head fusion ('mean',
             'max', 'min'), discard ratio in [0, 1), first layer and residual weight in [0, 1] (see
-            `vitviz.core.rollout`); they drive the rollout panel, the 'rollout' map source and its export. The
+            `vitviz.core.analyses.rollout`); they drive the rollout panel, the 'rollout' map source and its export. The
             rollout starts from `query` when one is selected, else from CLS (the mean of the patches without CLS),
             or, with `rollout_pool`, from a MAP head's pooling query (`--maps rollout:pool`).
         matrix_log: show the token matrix on a log scale.
@@ -324,7 +324,7 @@ def map_label(state: ViewState) -> str:
 
 
 def is_windowed(maps: object) -> bool:
-    """Whether a per-image holder is a windowed model's (`vitviz.core.winview.WindowedMaps`)."""
+    """Whether a per-image holder is a windowed model's (`vitviz.core.analyses.winview.WindowedMaps`)."""
     return bool(getattr(maps, "windowed", False))
 
 
@@ -364,7 +364,7 @@ def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[f
 def render_options(state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
                    label: bool = False) -> RenderOptions:
     """How the state draws a map into an exported picture (over the region of the original the model saw);
-    `label` names the colorbar with the map and its scale (`vitviz.core.render.colorbar_label`)."""
+    `label` names the colorbar with the map and its scale (`vitviz.core.drawing.render.colorbar_label`)."""
     return RenderOptions(style="heatmap" if heatmap_only else "overlay", cmap=state.colormap,
                          opacity=float(state.opacity), smooth=state.smooth,
                          scale="own" if state.normalize else "shared", colorbar=colorbar, size="original",

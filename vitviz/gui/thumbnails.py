@@ -3,7 +3,7 @@
 JPEG decodes straight to a reduced size (`QImageReader.setScaledSize`), which is cheap even for 100-megapixel
 photos. Formats that must be decoded whole first (PNG, TIFF, ...) can take seconds for a 12000 × 9000 image and
 exceed Qt's image allocation limit (256 MB), which Qt refuses with a warning; the loader raises the limit for such
-an image up to what vitviz accepts anyway (`vitviz.core.images.MAX_PIXELS`) and decodes it in a thread of its own
+an image up to what vitviz accepts anyway (`vitviz.core.running.images.MAX_PIXELS`) and decodes it in a thread of its own
 pool, so the list shows a placeholder until the thumbnail is ready and the window never waits.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from itertools import count
 from PySide6.QtCore import QObject, QRunnable, QSize, Qt, QThreadPool, Signal
 from PySide6.QtGui import QImage, QImageIOHandler, QImageReader
 
-from vitviz.core.images import MAX_PIXELS
+from vitviz.core.running.images import MAX_PIXELS
 
 THUMB = 72
 DECODE_THREADS = 2

@@ -1,7 +1,7 @@
 """A training run as a timeline in the window: the request classes that open a run folder and compute one
 checkpoint's result in the worker, and the small session part that keeps the slider responsive.
 
-The run's `vitviz.core.timeline.TimelineStore` is made in the worker and kept in its `slots` (`STORE_SLOT`); the GUI
+The run's `vitviz.core.analyses.timeline.TimelineStore` is made in the worker and kept in its `slots` (`STORE_SLOT`); the GUI
 thread holds the same object and asks it only what is held (`peek`, `series`, `missing`, `failed`: dictionary reads
 under the store's lock, never a load or a forward pass). It draws a held result's maps itself (`ResultMaps.stack`,
 which guards its caches with a lock of its own, as the worker measures the held results for the memory budget). `TimelineSession.show(k)` answers at once from `peek` when checkpoint
@@ -17,7 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
@@ -64,7 +64,7 @@ class OpenRun(Independent):
         return f"Opening the training run {Path(self.folder).name}…"
 
     def __call__(self, ctx: Context) -> RunOpened:
-        from vitviz.core.timeline import TimelineStore, open_run
+        from vitviz.core.analyses.timeline import TimelineStore, open_run
 
         ctx.slots.pop(STORE_SLOT, None)
         run = open_run(self.folder, **{k: v for k, v in self.overrides.items() if v is not None})

@@ -1,5 +1,5 @@
 """Verify against…: check the loaded model against an original the user names -- a library architecture (the ones
-whose shapes fit the model first, listed in the worker by `vitviz.core.identify.candidate_names`) or their own code
+whose shapes fit the model first, listed in the worker by `vitviz.core.reading.identify.candidate_names`) or their own code
 (FILE.py:FACTORY, run only once they have agreed) -- remembered for the model file.
 
 `VerifyAgainstDialog` is the question (no worker, no settings); `Verifier` is the window's part that asks for the
@@ -34,7 +34,7 @@ ConfirmCode = Callable[[str, "str | None", Callable[[], None]], None]
 
 
 def valid_against(text: str) -> bool:
-    """Whether `text` is what the check takes (`vitviz.core.verify.verify(against=)`): a library ('timm', 'open_clip')
+    """Whether `text` is what the check takes (`vitviz.core.analyses.verify.verify(against=)`): a library ('timm', 'open_clip')
     or an architecture of one that builds it by name ('timm:vit_small_patch16_224', 'torchvision:vit_b_16')."""
     library, sep, arch = text.strip().partition(":")
     return library in BY_ARCH and bool(arch.strip()) if sep else library in LIBRARIES

@@ -19,10 +19,10 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMa
                                QToolBar, QWidget)
 
 from vitviz import catalog
-from vitviz.core.mapkinds import WINDOWED_KINDS, lacks
-from vitviz.core.maps import MapKind, SelectionError
+from vitviz.core.analyses.mapkinds import WINDOWED_KINDS, lacks
+from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
-from vitviz.core.tokens import TokenLayout, follow_query
+from vitviz.core.analyses.tokens import TokenLayout, follow_query
 from vitviz.errors import VitvizError
 from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify

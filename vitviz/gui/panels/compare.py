@@ -2,7 +2,7 @@
 
 The three maps follow the main controls' layer, head, map and query (`ViewState`): A's selection, B's partner (its
 layer by relative depth, its head matched by similarity or by index, its query token by place) on A's grid, and
-A − B. A and B are drawn on one shared colour scale (`vitviz.core.compare.shared_scale`), A − B on the diverging
+A − B. A and B are drawn on one shared colour scale (`vitviz.core.analyses.compare.shared_scale`), A − B on the diverging
 colormap `rdbu` centred on 0 (symmetric scale); the colorbars and the scale line say so, and the mapping line says
 which layer, head and token of B each view shows. Below, the per-layer mean Jensen–Shannon divergence of the CLS
 attention and the linear CKA of the token features against A's layers, over every open image both models have run;
@@ -18,7 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget)
 
-from vitviz.core.colormaps import DIVERGING, colormap
+from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
 from vitviz.gui.state import ViewState

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from vitviz.core.mapkinds import KINDS, WINDOWED_KINDS, lacks
+from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, lacks
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings

@@ -1,6 +1,6 @@
 """The Features dock: what the blocks' output tokens say, for the current image, at a chosen layer.
 
-- PCA: the DINOv2/DINOv3-style feature PCA colours (`vitviz.core.features.feature_pca`) beside the image, fitted on
+- PCA: the DINOv2/DINOv3-style feature PCA colours (`vitviz.core.analyses.features.feature_pca`) beside the image, fitted on
   this image alone or on every open image together, so that the colours agree across images.
 - Similarity: hover (or click, to hold) a patch of either image: the cosine similarity of its features to every
   patch of this image and of a second image chosen beside it (`PatchSimilarity`), on one colour scale.
@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QLabel, QPushButton, QScrollArea, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from vitviz.core import render
-from vitviz.core.maps import ResultMaps
+from vitviz.core.drawing import render
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import colors, dialogs, features_export
 from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,

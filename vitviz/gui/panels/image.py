@@ -1,7 +1,7 @@
 """The image panel: the image as the model saw it, the current attention map over it with its title and colour
 scale, the patch grid and the selected query patch.
 
-For a windowed model (Swin, SAM / ViTDet: a `vitviz.core.winview.WindowedMaps` result) the layer selection is a
+For a windowed model (Swin, SAM / ViTDet: a `vitviz.core.analyses.winview.WindowedMaps` result) the layer selection is a
 block over all stages: the block's map is drawn at its stage's resolution (cells of the stage's stride) with the
 block's window outlines over it (`WindowOutlineItem`; a shifted block's windows as they lie after the shift) and,
 with a query patch, its window highlighted.
@@ -20,12 +20,12 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.core import render
-from vitviz.core.maps import ResultMaps
+from vitviz.core.drawing import render
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.core.spec import AttentionResult
 
 if TYPE_CHECKING:
-    from vitviz.core.winview import WindowedMaps
+    from vitviz.core.analyses.winview import WindowedMaps
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.panels.windows import WindowOutlineItem

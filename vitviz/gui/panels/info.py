@@ -42,7 +42,7 @@ class ModelInfo:
     skipped: tuple[tuple[str, str, tuple[int, ...]], ...] = ()    # its attention calls left out
     verdict: VerdictLine | None = None      # verified / not verified / differs (`assumptions.verdict_line`)
     stages: list[tuple[str, str]] = field(default_factory=list)   # a windowed model's stages and blocks
-                                                                  # (`vitviz.core.winview.info_rows`)
+                                                                  # (`vitviz.core.analyses.winview.info_rows`)
 
 
 def gather(session: Session) -> ModelInfo:
@@ -50,7 +50,7 @@ def gather(session: Session) -> ModelInfo:
     maps = session.current_maps
     stages: list[tuple[str, str]] = []
     if getattr(session.spec, "windowed", False):       # at the current image's run, else at the input size
-        from vitviz.core.winview import info_rows
+        from vitviz.core.analyses.winview import info_rows
 
         spec = session.spec
         from vitviz.gui.panels.controls import geometry_at

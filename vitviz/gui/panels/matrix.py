@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.core.maps import ResultMaps
+from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index

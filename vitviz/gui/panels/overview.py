@@ -15,7 +15,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
-from vitviz.core.maps import MapStack, ResultMaps, mosaic
+from vitviz.core.analyses.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.session import Session

@@ -18,7 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
-from vitviz.core.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
+from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text

@@ -4,7 +4,7 @@ The controls write `ViewState` (so the image panel's 'rollout' source and its ex
 writes are coalesced through a zero-delay timer, so dragging a slider computes only the newest setting. The map
 here is one row-vector rollout through the last layer (`RolloutEngine.vector`), O(L·T²) on the GUI thread.
 
-A windowed model (`vitviz.core.winview.WindowedMaps`): SAM / ViTDet roll out through their global blocks (the
+A windowed model (`vitviz.core.analyses.winview.WindowedMaps`): SAM / ViTDet roll out through their global blocks (the
 library's `rollout(blocks='global')`), beside the last global block's raw attention; across Swin's patch merging
 rollout is not defined, and the panel says so instead of drawing anything.
 """
@@ -23,15 +23,15 @@ from PySide6.QtWidgets import (
 from typing import TYPE_CHECKING
 
 from vitviz.gui import colors
-from vitviz.core.maps import ResultMaps, pool_vector, rollout_title
-from vitviz.core.rollout import RolloutParams
+from vitviz.core.analyses.maps import ResultMaps, pool_vector, rollout_title
+from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, is_windowed, rollout_params
 
 
 if TYPE_CHECKING:
-    from vitviz.core.winview import WindowedMaps
+    from vitviz.core.analyses.winview import WindowedMaps
 
 POOL_QUERY = -2     # the query combo's entry for a MAP head's pooling query
 
@@ -303,7 +303,7 @@ class RolloutPanel(LazyPanel):
     def _redraw_windowed(self, maps: "WindowedMaps", params: RolloutParams, t0: float) -> None:
         """SAM / ViTDet: the library's rollout through the global blocks (`WindowedMaps.view`) beside the last
         one's raw attention; Swin: why rollout is not defined across its patch merging."""
-        from vitviz.core.maps import MapKind
+        from vitviz.core.analyses.maps import MapKind
 
         why = maps.unshown(MapKind("rollout"))
         if why is not None:

@@ -20,8 +20,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
-from vitviz.core.colormaps import colormap
-from vitviz.core.maps import MapKind
+from vitviz.core.drawing.colormaps import colormap
+from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot
 from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession

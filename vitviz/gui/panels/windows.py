@@ -1,7 +1,7 @@
 """Window outlines over the image panel's image, for windowed models (Swin, SAM / ViTDet).
 
 `WindowOutlineItem` is a graphics item for a pyqtgraph `ViewBox` (the image panel's view, whose units are the
-image's pixels): it draws one block's window outlines and the query's own window (highlighted), from the line segments of `vitviz.core.winview` (cells of the block's stage)
+image's pixels): it draws one block's window outlines and the query's own window (highlighted), from the line segments of `vitviz.core.analyses.winview` (cells of the block's stage)
 times a scale (image pixels per cell: the stage's stride for an image shown at input size). Pure drawing: no
 session, no state; the panel that owns it says what to draw.
 """

@@ -1,0 +1,1 @@
+"""Analyses: what the captured attention says (maps, rollout, relevance, features, verify, compare, timeline)."""

@@ -1,0 +1,212 @@
+"""One table of map kinds: for each kind what it is made from, what it needs and what it can be selected by (no Qt,
+no torch).
+
+`MapKind` (`vitviz.core.analyses.maps`) reads its `source`, `per_layer` and `per_head` from here; `unavailable(kind, spec)`
+is the one answer to "can this model give this map?" that export (`vitviz.batch.plan.check_maps`) and the window
+(`vitviz.gui.state.parse_map_arg` / the controls) ask; `WINDOW_UNSHOWN` says which kinds the window's `--map`
+cannot show yet and why; a windowed model (`spec.windowed`) gives only `WINDOWED_KINDS`. The one parser of map
+names is `MapKind.parse` (`--maps` and `--map` both use it).
+
+Needs (`KindInfo.needs`):
+    'cls'        a CLS token (the 'cls' map);
+    'query'      a query token (token:N, query:N; rollout:N takes one optionally);
+    'class'      a class to explain (optional: the top class without one);
+    'prompt'     a text prompt;
+    'gradients'  a backward pass (the gradient maps, LeGrad of a prompt);
+    'map_head'   a MAP pooling head (SigLIP, PE);
+    'text_tower' an image embedding to compare with a text embedding (CLIP / SigLIP projection);
+    'features'   the blocks' output tokens (a pass of its own);
+    'windowed'   a windowed model (Swin, SAM / ViTDet);
+    'reference'  vitviz's reference ViT with its hooks (attention gradients, block outputs, the MAP head run); a
+                 model run from its own code (family 'live') has only its captured attention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from vitviz.core.options import LEGRAD_POOLINGS   # the poolings LeGrad applies the head to
+
+if TYPE_CHECKING:
+    from vitviz.core.spec import ModelSpec
+
+
+class MapKind(Protocol):
+    """What this table reads of a `vitviz.core.analyses.maps.MapKind` (not imported: maps reads this table)."""
+
+    kind: str
+    token: int | None
+    rollout: Any
+    target: int | str | None
+
+    @property
+    def label(self) -> str: ...
+
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """What one map kind is.
+
+    Attributes:
+        syntax: how it is written in `--maps` / `--map` ('token:N', 'relevance[:CLASS]').
+        source: what it is made from: 'attention', 'pool', 'gradients', 'text', 'features' or 'windows'.
+        per_layer: a map per layer (False: one map of the whole model, files named `Lall`).
+        per_head: a map per head (or per pooling head); False: the heads are fused or there are none.
+        title: what the map is, for labels.
+        needs: see the module's docstring.
+        label: its name in the window's map selector ('' when the window picks it another way).
+        help: what it shows, one phrase (the `--maps` / `--map` help, the selector's tooltip).
+    """
+
+    syntax: str
+    source: str
+    per_layer: bool
+    per_head: bool
+    title: str
+    needs: frozenset[str] = frozenset()
+    label: str = ""
+    help: str = ""
+
+
+def _k(syntax: str, source: str, per_layer: bool, per_head: bool, title: str, *needs: str, label: str = "",
+       help: str = "") -> KindInfo:
+    return KindInfo(syntax, source, per_layer, per_head, title, frozenset(needs), label, help or title)
+
+
+KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`; a new kind is one row here and its compute in maps.py
+    "cls": _k("cls", "attention", True, True, "CLS attention", "cls", label="CLS attention",
+              help="the CLS token's attention over the patches"),
+    "mean": _k("mean", "attention", True, True, "attention received (mean over queries)",
+               label="Mean attention received", help="the attention each patch receives, averaged over the patch "
+                                                     "queries"),
+    "max": _k("max", "attention", True, True, "attention received (max over queries)",
+              label="Max attention received", help="the attention each patch receives, maximised over the patch "
+                                                   "queries"),
+    "rollout": _k("rollout[:N]", "attention", True, False, "attention rollout", label="Attention rollout",
+                  help="attention rollout through the layers (heads fused); rollout:N from token N"),
+    "token": _k("token:N", "attention", True, True, "attention row of a token", "query",
+                label="Attention of query token", help="the attention row of token N (token 0 is CLS when the "
+                                                       "model has one)"),
+    "entropy": _k("entropy", "attention", True, True, "attention entropy per patch (nats)",
+                  label="Attention entropy per patch",
+                  help="the entropy (nats) of each patch's attention row: low where the patch attends to a few "
+                       "tokens, up to log(tokens) where it attends evenly"),
+    "relevance": _k("relevance[:CLASS]", "gradients", False, False, "class relevance (Chefer)",
+                    "class", "gradients", "reference", label="Class relevance",
+                    help="Chefer's class relevance of CLASS (an index or label; default the top class), one map of "
+                         "the whole model; a forward and backward pass per image and class"),
+    "gradrollout": _k("gradrollout[:CLASS]", "gradients", False, False, "gradient rollout", "class", "gradients",
+                      "reference", help="vit-explain's gradient rollout of CLASS"),
+    "attngrad": _k("attngrad[:CLASS]", "gradients", True, True, "attention × gradient", "class", "gradients",
+                   "reference", help="attention x gradient of CLASS per layer and head (signed)"),
+    "pca": _k("pca", "features", True, False, "PCA of the tokens", "features", "reference",
+              help="feature PCA colours of the output tokens"),
+    "norms": _k("norms", "features", True, False, "token norms", "features", "reference",
+                help="each patch's output-token norm"),
+    "pool": _k("pool", "pool", False, True, "pooling attention (MAP head)", "map_head", "reference",
+               label="Pooling attention (MAP head)",
+               help="a MAP pooling head's attention over the patches, per pooling head (SigLIP, PE: their 'CLS "
+                    "attention'), one map of the whole model"),
+    "poolrollout": _k("rollout:pool", "pool", True, False, "rollout of the pooling query", "map_head", "reference",
+                      help="the rollout of a MAP head's query"),
+    "text": _k("text:PROMPT", "text", False, False, "LeGrad of a text prompt", "prompt", "gradients",
+               "text_tower", "reference",
+               help="LeGrad of the image-text similarity of PROMPT (CLIP / SigLIP files with their text tower "
+                    "and tokenizer), e.g. 'text:a photo of a cat'"),
+    "received": _k("received", "windows", True, True, "attention received in windows", "windowed",
+                   label="Attention received (windows)",
+                   help="a windowed model's (Swin, SAM / ViTDet) attention each patch receives, stitched from its "
+                        "windows"),
+    "query": _k("query:N", "windows", True, True, "attention of a patch in windows", "query", "windowed",
+                label="Attention of a patch in its window",
+                help="a windowed model's patch N's attention inside its window"),
+}
+
+
+def bare_names() -> tuple[str, ...]:
+    """The kinds written as their bare name, no argument ('cls', 'mean', 'entropy', 'pca', 'pool', ...)."""
+    return tuple(k for k, i in KINDS.items() if i.syntax == k)
+
+
+def of_source(*sources: str) -> tuple[str, ...]:
+    """The kinds made from these sources, in the table's order."""
+    return tuple(k for k, i in KINDS.items() if i.source in sources)
+
+
+def maps_help() -> str:
+    """The `--maps` help: every kind of the table with what it shows."""
+    return "comma list of " + "; ".join(f"{i.syntax} ({i.help})" for i in KINDS.values())
+
+
+# the kinds the window's --map cannot show yet, and why (the window shows these elsewhere or not at all)
+WINDOW_UNSHOWN: dict[str, str] = {
+    "pca": "the window shows PCA of the tokens in its Features dock, not as --map; export it with "
+           "`vitviz export --maps pca`",
+    "norms": "the window shows token norms in its Features dock, not as --map; export them with "
+             "`vitviz export --maps norms`",
+}
+
+# the kinds a windowed model (Swin, SAM / ViTDet) gives: its own, and rollout within one grid (SAM / ViTDet's
+# global blocks; not across Swin's patch merging, which `vitviz.core.analyses.winview.WindowedMaps.unshown` says)
+WINDOWED_KINDS = ("received", "query", "rollout")
+
+
+def info(kind: "MapKind | str") -> KindInfo:
+    """The table's row of a kind (a `MapKind` or its `kind` word)."""
+    return KINDS[kind if isinstance(kind, str) else kind.kind]
+
+
+def lacks(kind: str, spec: "ModelSpec", can: "frozenset[str] | None" = None) -> str | None:
+    """Why this model cannot give maps of the kind `kind` (a `MapKind.kind` word) at all, whatever is selected
+    (None: it can). `can`: the loaded model's capabilities (`vitviz.core.protocol`: 'reference', 'map_head', ...);
+    None: read from the spec (the reference ViT unless its family is 'live'). A model without a CLS token is not
+    refused 'cls' here: the window shows it as the patch mean; export refuses it (`unavailable`)."""
+    needs = KINDS[kind].needs
+    reference = spec.family != "live" if can is None else "reference" in can
+    if getattr(spec, "windowed", False):
+        if kind in WINDOWED_KINDS:
+            return None
+        return (f"the {KINDS[kind].syntax} map is a plain ViT's (attention over all tokens, a CLS token, the "
+                "reference ViT's passes); this windowed model (Swin, SAM / ViTDet) attends inside windows: its maps "
+                "are 'received' and 'query:N'")
+    if "windowed" in needs:
+        return (f"the {kind} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
+                "attends over all its tokens")
+    if "map_head" in needs and spec.pooling != "map":
+        return (f"the {KINDS[kind].syntax} map needs a MAP pooling head (SigLIP, Perception Encoder); this model "
+                f"pools with {spec.pooling!r}")
+    if "reference" in needs and not reference:
+        return (f"the {KINDS[kind].syntax} map needs vitviz's reference ViT; this model runs from its own code, whose "
+                "attention gradients and block outputs are not exposed")
+    return None
+
+
+def unavailable(kind: "MapKind", spec: "ModelSpec") -> str | None:
+    """Why this model cannot give `kind` (None: it can, as far as its spec says; a class label is looked up later,
+    `vitviz.batch.plan.check_classes`; whether the model runs as vitviz's reference ViT is checked by export
+    against the loaded model, `lacks`)."""
+    needs, label = info(kind).needs, kind.label
+    if "windowed" in needs:
+        return (f"the {label} map is a windowed model's (Swin, SAM / ViTDet: attention inside windows); this model "
+                "attends over all its tokens: use --maps mean (the attention each patch receives) or token:N")
+    if "cls" in needs and not (spec.cls_token and spec.num_prefix > 0):
+        hint = "pool (its MAP head's attention) or mean" if spec.pooling == "map" else "mean"
+        return f"this model has no CLS token, so the 'cls' map is undefined; use --maps {hint}"
+    if "map_head" in needs and spec.pooling != "map":
+        return (f"the {label} map needs a MAP pooling head (SigLIP, Perception Encoder); this model pools with "
+                f"{spec.pooling!r}")
+    query, what = (kind.token, "token") if kind.kind == "token" else (kind.rollout.query, "rollout")
+    if query is not None and not 0 <= int(query) < spec.num_tokens:
+        return (f"{what}:{query} out of range: the model has {spec.num_tokens} tokens ({spec.num_prefix} prefix + "
+                f"{spec.grid[0]}x{spec.grid[1]} patches)")
+    if "text_tower" in needs and not spec.embed_out:
+        return (f"the {label} map compares the image embedding with a text embedding; this model's output is not a "
+                "CLIP / SigLIP image embedding (no projection head)")
+    if "text_tower" in needs and spec.pooling not in LEGRAD_POOLINGS:
+        return (f"the {label} map is LeGrad, which applies the head to one mean-pooled token; this model pools "
+                f"with {spec.pooling!r} (LeGrad needs {', '.join(LEGRAD_POOLINGS)})")
+    if kind.kind == "rollout" and kind.rollout.start >= spec.depth:
+        return (f"rollout start layer {kind.rollout.start} out of range: the model has {spec.depth} layers "
+                f"(0-{spec.depth - 1})")
+    return None

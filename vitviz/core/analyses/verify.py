@@ -1,0 +1,1364 @@
+"""Verifying a converted model against its original implementation: a proof, not a promise.
+
+    check = verify(vitviz.load("vit_small/"))   # -> Verification
+    check.verdict                               # 'verified' | 'unverified' | 'differs'
+    check.summary()                             # 'Verified against timm 1.0.31 (max 3e-7)'
+
+vitviz converts a checkpoint into its own reference ViT. When something names the model (a timm architecture or
+a transformers model type in its config.json, an open_clip model config, a torchvision file name, a timm name in
+the training args), the library that made it can build the original: with the file's own weights (read with
+`read_checkpoint`, never unpickling code), on one seeded random input of the model's input shape (already
+normalised: no image preprocessing is involved), at the model's native size and at one other size (native + 2
+patches per side), in float32. Every layer's per-head attention is compared with the original's own eager softmax
+(`atol` 1e-5) and the output (class scores or the pooled / projected features) too (`atol` 1e-4). The original's
+attention is read where it computes it: transformers with `attn_implementation='eager'` and
+`output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
+live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
+explicit softmax copied). One forward of the original per size.
+
+With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
+`vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
+
+The verdict is 'verified' only when every comparison at every size is within tolerance; 'differs' says from which
+layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
+vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+import json
+import math
+import os
+import re
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitviz.errors import VitvizError
+
+ATOL_ATTENTION = 1e-5
+ATOL_OUTPUT = 1e-4
+VERIFIED, UNVERIFIED, DIFFERS = "verified", "unverified", "differs"
+LIBRARIES = ("timm", "transformers", "open_clip", "torchvision", "dinov2")
+AGAINST = ("auto",) + LIBRARIES
+_PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_clip_torch",
+             "torchvision": "torchvision", "dinov2": "dinov2 --no-deps"}
+# the libraries `against` may name one architecture of ('timm:NAME'): those `vitviz.core.reading.identify` searches
+_BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
+_PROBE_SEED = 0
+_EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
+
+
+class VerifyError(VitvizError):
+    """The original could not be run (its forward fails at the model's native size)."""
+
+
+class _CannotRun(Exception):
+    """The original cannot run at this input size (a fixed position table, a size check): the size is skipped."""
+
+
+class _NotBuildable(Exception):
+    """The library the model is named by cannot build it (an architecture it does not register): unverified."""
+
+
+WINDOWED_UNVERIFIED = ("vitviz verify builds plain ViT originals; a windowed model's (Swin, SAM / ViTDet) parity with "
+                       "torchvision, timm and transformers is proven by vitviz's tests (tests/test_parity_swin.py, "
+                       "tests/test_parity_sam.py), not for this file")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of comparing a converted model with its original implementation.
+
+    Attributes:
+        verdict: 'verified' (every comparison within tolerance), 'differs' or 'unverified' (nothing compared).
+        library: the library that built the original ('timm', 'transformers', 'open_clip', 'torchvision'), or
+            'code' for the user's own FILE.py:FACTORY; '' when nothing was built.
+        version: that library's version ('' for code).
+        original: what was built, e.g. "timm.create_model('vit_small_patch16_224') ...".
+        against: how the summary names the original: 'timm 1.0.31', or 'model.py:build' for code.
+        max_attention: the largest absolute difference of any layer's per-head attention (None: not compared).
+        max_output: the largest absolute difference of the output (class scores or features).
+        per_layer: per size checked, ((layer, max attention difference), ...).
+        first_differing_layer: the first layer whose attention is beyond tolerance at any size, else None.
+        sizes: the input sizes (h, w) compared, native first.
+        assumptions: the spec fields that are assumed (`ModelSpec.assumptions`).
+        reason: why it is unverified, or what differs when it is more than numbers (a shape, a layer count).
+        skipped: (size, why) for the sizes the original cannot run at.
+        output_per_size: the output's largest difference per size checked.
+        fitting: for a file nothing names, the library architectures whose parameters have exactly its names and
+            shapes ('timm:vit_small_patch16_224', ...; `vitviz.core.reading.identify`); () when the model was named.
+        matches: those of them that compute what vitviz shows (within tolerance).
+        alternatives: (architecture, how it differs) for fitting ones that compute something else, or that state
+            another value of a setting no tensor shows.
+        confirmed: the assumed settings this comparison confirmed (they become 'verified' in the spec:
+            `confirmed_spec`).
+        open: (setting, the alternatives) for assumed settings the candidates do not agree on: they stay
+            assumptions.
+        causes: when it differs, (setting, what the original has) for the settings that could explain it.
+        suggested: the load overrides that would make vitviz compute what the original does ((name, value), ...).
+    """
+
+    verdict: str
+    library: str = ""
+    version: str = ""
+    original: str = ""
+    against: str = ""
+    max_attention: float | None = None
+    max_output: float | None = None
+    per_layer: tuple[tuple[tuple[int, float], ...], ...] = ()
+    first_differing_layer: int | None = None
+    sizes: tuple[tuple[int, int], ...] = ()
+    assumptions: tuple[str, ...] = ()
+    reason: str = ""
+    skipped: tuple[tuple[tuple[int, int], str], ...] = ()
+    output_per_size: tuple[float, ...] = ()
+    atol_attention: float = ATOL_ATTENTION
+    atol_output: float = ATOL_OUTPUT
+    fitting: tuple[str, ...] = ()
+    matches: tuple[str, ...] = ()
+    alternatives: tuple[tuple[str, str], ...] = ()
+    confirmed: tuple[str, ...] = ()
+    open: tuple[tuple[str, str], ...] = ()
+    causes: tuple[tuple[str, str], ...] = ()
+    suggested: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return self.verdict == VERIFIED
+
+    def summary(self) -> str:
+        """One line: 'Verified against timm 1.0.31 (max 3e-7)', 'Not verified — 3 assumptions (eps, mlp_kind,
+        block_norm)', 'Differs from the original from layer 1 (max 0.62)'."""
+        if self.verdict == VERIFIED:
+            against = self.against or f"{self.library} {self.version}".strip()
+            worst = max(v for v in (self.max_attention, self.max_output) if v is not None)
+            if self.fitting:
+                more = len(self.matches) - 1
+                line = (f"Matches {against} (shapes exact; max {format_difference(worst)}"
+                        + (f"; {more} other architecture{'s' if more != 1 else ''} alike" if more > 0 else "") + ")")
+                if self.open:
+                    line += " — still assumed: " + ", ".join(name for name, _ in self.open)
+                return line
+            return f"Verified against {against} (max {format_difference(worst)})"
+        if self.verdict == DIFFERS:
+            original = f"{self.against} " if self.fitting and self.against else "the original "
+            if self.first_differing_layer is not None:
+                worst = self.max_attention
+                detail = format_difference(worst) if worst is not None and math.isfinite(worst) else None
+                line = (f"Differs from {original}from layer {self.first_differing_layer} "
+                        + (f"(max {detail})" if detail else f"({self.reason.split('; ')[0]})"))
+            elif self.max_output is not None and math.isfinite(self.max_output):
+                line = f"Differs from {original}in its output (max {format_difference(self.max_output)})"
+            else:
+                line = f"Differs from {original.strip()}: {self.reason}"
+            if self.causes:
+                line += "; could be " + ", ".join(f"{name} ({what})" for name, what in self.causes[:3])
+            return line
+        if self.reason.startswith("nothing names the model"):
+            n = len(self.assumptions)
+            if not n:
+                return "Not verified — nothing names the model"
+            return f"Not verified — {n} assumption{'s' if n != 1 else ''} ({', '.join(self.assumptions)})"
+        return f"Not verified — {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the export manifest's 'verification'); a difference that could not be measured
+        (shapes that do not match) is None."""
+        def number(v: float | None) -> float | None:
+            return None if v is None or not math.isfinite(v) else float(v)
+
+        return {
+            "verdict": self.verdict, "summary": self.summary(), "library": self.library, "version": self.version,
+            "original": self.original, "against": self.against, "max_attention": number(self.max_attention),
+            "max_output": number(self.max_output),
+            "per_layer": [{"size": list(size), "layers": [[layer, number(d)] for layer, d in layers],
+                           "output": number(self.output_per_size[i]) if i < len(self.output_per_size) else None}
+                          for i, (size, layers) in enumerate(zip(self.sizes, self.per_layer))],
+            "first_differing_layer": self.first_differing_layer, "sizes": [list(s) for s in self.sizes],
+            "assumptions": list(self.assumptions), "reason": self.reason,
+            "skipped": [{"size": list(size), "why": why} for size, why in self.skipped],
+            "atol_attention": self.atol_attention, "atol_output": self.atol_output,
+            "fitting": list(self.fitting), "matches": list(self.matches),
+            "alternatives": [{"original": a, "how": how} for a, how in self.alternatives],
+            "confirmed": list(self.confirmed), "open": [{"setting": f, "alternatives": a} for f, a in self.open],
+            "causes": [{"setting": f, "original": what} for f, what in self.causes],
+            "suggested": dict(self.suggested),
+        }
+
+
+def format_difference(value: float) -> str:
+    """3e-07 -> '3e-7', 0.6234 -> '0.62', 0 -> '0'."""
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) < 1e-3:
+        mantissa, exponent = f"{value:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{value:.2g}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The original
+
+
+@dataclass
+class _Original:
+    """An original implementation, ready to run: `run(size, x)` -> (per-layer (H, T, T) maps, output (K,) or None);
+    it raises `_CannotRun` for a size the original cannot take. `stated`: what its module object states about the
+    settings no tensor shows ({override: (value, source)}, as `vitviz.load(module)` reads them)."""
+
+    library: str
+    version: str
+    description: str
+    run: Callable[[tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]
+    against: str = ""   # how the summary names it (default: library and version)
+    stated: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    name: str = ""      # 'timm:vit_small_patch16_224' for an architecture found by its shapes
+
+    def __post_init__(self) -> None:
+        run, done = self.run, {}
+
+        def once(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+            if size not in done:    # one forward per size, however often a comparison asks
+                done[size] = run(size, x)
+            return done[size]
+        self.run = once
+
+
+Progress = Callable[[float, str], None]
+# The settings a module object states (`vitviz.core.running.load._module_settings`), as the spec fields they set.
+_STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
+                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
+                  "head_act": "pre_logits_act"}
+# Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
+# not compared; the interpolation of a position table only at a size other than the native one; the input size
+# only for an original that takes no other.
+_NOT_PROBED = ("preprocess", "resize_recipe")
+_OTHER_SIZES_ONLY = ("pos_interp", "rel_pos_interp")
+_FIXED_SIZE_ONLY = ("image_size", "pos_grid")
+
+
+def verify(model: Any, against: str = "auto", code: str | None = None,
+           sizes: Sequence[int | tuple[int, int]] | None = None, device: str | None = None,
+           progress: Progress | None = None) -> Verification:
+    """Compare `model` (a `VitModel` from `vitviz.load`) with its original implementation.
+
+    Args:
+        model: the converted model. With `code`, the reference ViT of the weights file (a model loaded with
+            `code=` itself is converted again from its file, without the code).
+        against: 'auto' (the library that names the model; for a file nothing names, the architectures whose
+            parameters fit it exactly, `vitviz.core.reading.identify`), one of 'timm', 'transformers', 'open_clip',
+            'torchvision' (the model must be named by that library, or fit one of its architectures), or one
+            architecture 'timm:NAME' / 'torchvision:ARCH' (compared whatever names the model). Never ignored: an
+            `against` that cannot be honoured is said in the verdict.
+        code: 'FILE.py:FACTORY': the user's module is the original (this runs FILE.py's code: only when asked).
+        sizes: input sizes to compare at (N or (h, w)); default the native size and native + 2 patches per side.
+        device: where the original runs (default: where the model is); both are compared in float32.
+        progress: called as `progress(fraction, text)` while it runs (from the calling thread).
+
+    A file whose weights do not fit the original its name builds 'differs' (it is not the model its name says).
+
+    Raises:
+        VerifyError: the original's forward fails at the first size, or no size could be compared.
+        UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
+    """
+    library_asked, arch_asked = _parse_against(against)
+    if library_asked not in AGAINST or (arch_asked and library_asked not in _BY_ARCH):
+        raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or one architecture "
+                          f"LIBRARY:ARCH of {', '.join(_BY_ARCH)} (e.g. 'timm:vit_small_patch16_224')")
+    if code is not None and against != "auto":
+        raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
+    say = progress or (lambda _f, _t: None)
+    spec = model.spec
+    assumptions = tuple(name for name, _ in spec.assumptions)
+    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
+        return Verification(UNVERIFIED, assumptions=assumptions, reason=WINDOWED_UNVERIFIED)
+    if code is not None and spec.family == "live":
+        model = _reference_of(spec.source, device or model.device)
+        spec = model.spec
+        assumptions = tuple(name for name, _ in spec.assumptions)
+
+    def unverified(reason: str, library: str = "", version: str = "") -> Verification:
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
+
+    if code is None and spec.family == "live":
+        return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
+                          "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
+                          "code=FILE.py:FACTORY)")
+    path = Path(spec.source)
+    if not path.exists():
+        return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
+                          "file's own weights")
+    checked = _sizes(spec, sizes)
+    dev = torch.device(device or model.device)
+    if code is not None:
+        say(0.0, f"Building {Path(code.rpartition(':')[0]).name}'s model…")
+        return _compare(model, _build_code(code, path, dev), checked, assumptions, dev, say, everything=True)
+    identity = spec.source_of("identity")
+    library, name = _named_library(identity) if spec.named else (None, "")
+    if arch_asked or not spec.named or (library is None and library_asked != "auto"):
+        return _identified(model, path, against, checked, assumptions, dev, say)
+    if library is None:
+        return unverified(f"family not supported: {identity}; no library vitviz builds originals with "
+                          f"({', '.join(LIBRARIES)}) makes this model; pass code=FILE.py:FACTORY to check it "
+                          "against your own code")
+    if library_asked not in ("auto", library):
+        return unverified(f"against={against!r}, but the model is named by {library} ({identity})")
+    if (missing := _not_importable(library)):
+        return unverified(missing, library)
+    try:
+        say(0.0, f"Building the {library} original…")
+        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev, say)
+    except _NotBuildable as e:
+        return unverified(str(e), library, _version(library))
+    except _WeightsDoNotFit as e:  # named as a model whose weights these are not
+        version = _version(library)
+        return Verification(DIFFERS, library=library, version=version, original=e.what,
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+
+
+def _not_importable(library: str) -> str:
+    """Why `library` cannot build an original here ('' when it can)."""
+    try:
+        importlib.import_module(library)
+    except ImportError as e:
+        return f"{library} is not importable ({e}); pip install {_PACKAGES[library]}"
+    return ""
+
+
+def _parse_against(against: str) -> tuple[str, str]:
+    library, _, arch = str(against).partition(":")
+    return library.strip(), arch.strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A file nothing names: its architecture found by its shapes, then compared
+
+
+def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
+                device: torch.device, say: Progress) -> Verification:
+    """Find the library architectures whose parameters fit the file exactly (`identify.candidates`), load the file
+    into each kind of them and compare. One forward per distinct kind at the native size, the other sizes for the
+    first that matches."""
+    from vitviz.core.reading import identify
+    spec = model.spec
+    library_asked, _ = _parse_against(against)
+
+    def unverified(reason: str, library: str = "") -> Verification:
+        version = _version(library) if library and not _not_importable(library) else ""
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
+
+    raw = _read(path)
+    layout = identify.layout_shapes(raw.tensors)
+    if layout is None:
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; its key layout is none "
+                          f"that {' or '.join(identify.LIBRARIES)} makes, so no library architecture can be found by "
+                          "its shapes (pass code=FILE.py:FACTORY to check it against your own code)")
+    library, prefix, shapes = layout
+    if library_asked not in ("auto", library):
+        return unverified(f"against={against!r}, but the file's keys are {library}'s layout, not {library_asked}'s")
+    if (missing := _not_importable(library)):
+        return unverified(missing, library)
+    say(0.0, f"Finding the {library} architecture with these shapes…")
+    found = identify.candidates(raw.tensors, against, progress=lambda f, t: say(0.3 * f, t))
+    if not found and ":" in against:   # the architecture asked for: its shapes say how it does not fit
+        asked = identify.Candidate(library, _parse_against(against)[1], identify.fitting_kwargs(library, shapes),
+                                   prefix)
+        what = f"{library} {asked.arch}"
+        try:
+            tower = {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}
+            _check_fit(asked.build("meta"), tower, what, path)
+        except _WeightsDoNotFit as e:
+            return Verification(DIFFERS, library=library, version=_version(library), original=what, against=what,
+                                assumptions=assumptions, reason=str(e))
+    if not found:
+        n = len(assumptions)
+        return unverified(f"nothing names the model: {n} assumption{'s' if n != 1 else ''}; no {library} "
+                          f"architecture ({', '.join(_searched(library))}) has exactly its parameter names and "
+                          "shapes (a model of one's own in that library's layout); pass code=FILE.py:FACTORY to "
+                          "check it against your own code", library)
+    groups: dict[str, list[Any]] = {}
+    for c in found:
+        groups.setdefault(_kind_of(c), []).append(c)
+    fitting = tuple(c.name for c in found)
+    results: list[tuple[list[Any], _Original, Verification]] = []
+    ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}   # vitviz's forward, once per size
+    for i, members in enumerate(groups.values()):
+        lead = members[0]
+        say(0.3 + 0.5 * i / len(groups), f"Comparing with {library} {lead.arch}…")
+        try:
+            original = _build_candidate(lead, spec, path, raw, device)
+        except _WeightsDoNotFit as e:  # cannot happen for a fitting candidate, said if it does
+            results.append((members, _Original(library, _version(library), e.what, _no_run, name=lead.name),
+                            Verification(DIFFERS, reason=str(e))))
+            continue
+        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device, ours=ours)))
+    agreeing = [r for r in results if r[2].verdict == VERIFIED]
+    alternatives = tuple((m.name, _how_differs(spec, r[1].stated, r[2])) for r in results
+                         if r[2].verdict != VERIFIED for m in r[0])
+    if not agreeing:
+        best = min(results, key=lambda r: r[2].max_attention if r[2].max_attention is not None else math.inf)
+        members, original, check = best
+        return dataclasses.replace(check, against=f"{library} {members[0].arch}", fitting=fitting,
+                                   alternatives=alternatives, **_differs_causes(spec, original, check))
+    members, original, _ = agreeing[0]
+    say(0.8, f"Comparing with {library} {members[0].arch} at another size…")
+    check = _compare(model, original, sizes, assumptions, device, ours=ours)
+    matches = tuple(m.name for r in agreeing for m in r[0])
+    open_ = _open_settings(spec, results)
+    confirmed = _confirmed(spec, check, original.stated, every=len(results) == 1, left=tuple(f for f, _ in open_))
+    alternatives += tuple((m.name, "computes the same; states " + _stated_text(r[1].stated, spec))
+                          for r in agreeing[1:] for m in r[0] if _stated_differences(spec, r[1].stated))
+    say(1.0, "")
+    return dataclasses.replace(check, against=f"{library} {members[0].arch}", fitting=fitting, matches=matches,
+                               alternatives=alternatives, open=open_, confirmed=confirmed if check.verified else (),
+                               **({} if check.verified else _differs_causes(spec, original, check)))
+
+
+def _searched(library: str) -> tuple[str, ...]:
+    from vitviz.core.reading import identify
+    if library == "timm":
+        return tuple(f"timm.models.{m}" for m in identify.TIMM_MODULES)
+    if library == "open_clip":
+        return ("open_clip's model configs",)
+    if library == "transformers":
+        return tuple(identify.TRANSFORMERS_ARCHS)
+    return tuple(identify.DINOV2_ARCHS) if library == "dinov2" else identify.TORCHVISION_ARCHS
+
+
+def _no_run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+    raise _CannotRun("it could not be built with the file's weights")
+
+
+def _kind_of(candidate: Any) -> str:
+    """What decides what an architecture computes, beyond its shapes: its modules as built (their classes, eps,
+    activations: `repr`) and the settings timm keeps as attributes (pooling, prefix tokens in the table)."""
+    net = candidate.build("meta")
+    attrs = {a: getattr(net, a, None) for a in ("global_pool", "pool_include_prefix", "no_embed_class",
+                                                "num_prefix_tokens", "dynamic_img_pad", "final_norm")}
+    return repr(net) + repr(sorted(attrs.items()))
+
+
+def _build_candidate(candidate: Any, spec: Any, path: Path, raw: Any, device: torch.device) -> _Original:
+    if candidate.library == "timm":
+        return _build_timm(spec, path, candidate.arch, device, why="its parameters fit the file exactly",
+                           label=candidate.name, raw=raw, fit=candidate.build("meta"))
+    if candidate.library == "dinov2":
+        return _build_dinov2(candidate, path, raw, device)
+    if candidate.library == "transformers":
+        return _build_transformers(spec, path, candidate.arch, device, candidate=candidate, raw=raw)
+    if candidate.library == "open_clip":
+        from vitviz.core.reading.identify import open_clip_config
+
+        cfg = open_clip_config(candidate.arch, candidate.kwargs.get("img_size"))
+        return _build_open_clip(spec, path, candidate.arch, device, given=(cfg, f"open_clip '{candidate.arch}'"),
+                                label=candidate.name, raw=raw)
+    return _build_torchvision(spec, path, candidate.arch, device, label=candidate.name, raw=raw)
+
+
+def _build_dinov2(candidate: Any, path: Path, raw: Any, device: torch.device) -> _Original:
+    """facebookresearch/dinov2's backbone (its `dinov2` package) with the file's weights; it resamples its own
+    position table at another size (`interpolate_pos_encoding`), so one module runs both sizes."""
+    from vitviz.core.reading.identify import DINOV2_ARCHS
+
+    what = f"dinov2.models.vision_transformer.{DINOV2_ARCHS[candidate.arch][0]}(patch_size=14, " \
+           f"img_size={candidate.kwargs.get('img_size', 518)}, init_values=1.0) (dinov2 hub {candidate.arch})"
+    net = _built(lambda: candidate.build("cpu"), raw.tensors, what, path).float().eval().to(device)
+    return _Original("dinov2", _version("dinov2"), what, _captured_run(lambda _size: net), stated=_stated(net),
+                     name=candidate.name)
+
+
+def _stated_value(spec: Any, override: str, value: Any) -> Any:
+    """A stated value as the spec field holds it (an attention scale of head_dim ** -0.5 is 0.0 in both)."""
+    if override == "attn_scale" and value and abs(float(value) - spec.head_dim ** -0.5) < 1e-12:
+        return 0.0
+    return value
+
+
+def _stated_differences(spec: Any, stated: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    """{spec field: the original's value} for each setting the original states otherwise than vitviz's spec."""
+    out = {}
+    for override, (value, _src) in stated.items():
+        field_name = _STATED_FIELDS.get(override)
+        if field_name is None or not spec.relevant(field_name):
+            continue
+        theirs = _stated_value(spec, override, value)
+        if not _same(getattr(spec, field_name, None), theirs):
+            out[field_name] = theirs
+    return out
+
+
+def _same(mine: Any, theirs: Any) -> bool:
+    """Whether a setting's two values are the same (numbers to 1e-12; a size as a tuple)."""
+    if isinstance(mine, float) or isinstance(theirs, float):
+        return mine is not None and theirs is not None and abs(float(mine) - float(theirs)) <= 1e-12
+    if isinstance(mine, (tuple, list)) or isinstance(theirs, (tuple, list)):
+        return tuple(mine or ()) == tuple(theirs or ())
+    return mine == theirs
+
+
+def _stated_text(stated: dict[str, tuple[Any, str]], spec: Any) -> str:
+    diffs = _stated_differences(spec, stated)
+    return ", ".join(f"{k} {v}" for k, v in diffs.items()) or "the same settings"
+
+
+def _how_differs(spec: Any, stated: dict[str, tuple[Any, str]], check: Verification) -> str:
+    diffs = _stated_differences(spec, stated)
+    where = (f"differs from layer {check.first_differing_layer}" if check.first_differing_layer is not None
+             else "differs in its output" if check.verdict == DIFFERS else "not compared")
+    if check.max_attention is not None and math.isfinite(check.max_attention):
+        where += f" (max {format_difference(check.max_attention)})"
+    return where + (f"; it has {', '.join(f'{k} {v}' for k, v in diffs.items())}" if diffs else "")
+
+
+def _open_settings(spec: Any, results: list[tuple[list[Any], _Original, Verification]]) -> tuple[
+        tuple[str, str], ...]:
+    """(setting, the alternatives) for each assumed setting some fitting architecture states otherwise than what
+    is shown: no tensor tells them apart, so it stays an assumption."""
+    assumed = {f for f, _ in spec.assumptions}
+    out: dict[str, list[str]] = {}
+    for members, original, _check in results:
+        for field_name, value in _stated_differences(spec, original.stated).items():
+            if field_name in assumed:
+                out.setdefault(field_name, []).append(f"{value} as {', '.join(m.name for m in members)}")
+    return tuple((f, "; ".join(alts)) for f, alts in out.items())
+
+
+def _confirmed(spec: Any, check: Verification, stated: dict[str, tuple[Any, str]], every: bool,
+               left: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The assumed settings a verified comparison confirms. `every`: the original is the only kind of model the
+    file can be (the user's own code, or one kind of architecture fits): every assumed setting the probe reaches.
+    Otherwise only those the originals state (eps, activation, ...) with the value shown. The preprocessing is
+    never confirmed (the probe is normalised already), a table's interpolation only at a size other than the
+    native one; `left`: settings that stay open."""
+    if not check.verified:
+        return ()
+    other_size = any(tuple(s) != tuple(spec.image_size) for s in check.sizes)
+    # the input size is confirmed only where the original takes no other (it could not run at the other size)
+    fixed_size = bool(check.skipped) and not other_size
+    stated_fields = {_STATED_FIELDS[k] for k in stated if k in _STATED_FIELDS}
+    out = []
+    for name, _src in spec.assumptions:
+        if name in _NOT_PROBED or name in left or (name in _OTHER_SIZES_ONLY and not other_size) or (
+                name in _FIXED_SIZE_ONLY and not fixed_size):
+            continue
+        if name in _stated_differences(spec, stated):   # the original says otherwise: within tolerance, not the same
+            continue
+        if every or name in stated_fields:
+            out.append(name)
+    return tuple(out)
+
+
+def _differs_causes(spec: Any, original: _Original, check: Verification) -> dict[str, Any]:
+    """`causes` and `suggested` for a comparison that differs: the head count the original's maps have, and each
+    assumed setting its module states otherwise."""
+    causes: list[tuple[str, str]] = []
+    suggested: dict[str, Any] = {}
+    heads = _heads_in(check.reason)
+    if heads is not None and heads != spec.num_heads:
+        causes.append(("num_heads", f"{heads} heads"))
+        suggested["heads"] = heads
+    override_of = {v: k for k, v in _STATED_FIELDS.items()}
+    for field_name, value in _stated_differences(spec, original.stated).items():
+        if field_name == "num_heads" and "heads" in suggested:
+            continue
+        causes.append((field_name, f"{value}"))
+        suggested[override_of[field_name]] = value
+    assumed = {f for f, _ in spec.assumptions}
+    causes.sort(key=lambda c: c[0] not in assumed)   # an assumption first: the likelier cause
+    return {"causes": tuple(causes), "suggested": tuple(suggested.items())}
+
+
+def _heads_in(reason: str) -> int | None:
+    """The original's head count from a shape note ('... (heads, T, T) = (4, 50, 50), vitviz's (1, 50, 50)')."""
+    m = re.search(r"\(heads, T, T\) = \((\d+),", reason or "")
+    return int(m.group(1)) if m else None
+
+
+def confirmed_spec(spec: Any, check: Verification) -> Any:
+    """`spec` with the settings `check` confirmed no longer assumed: each source becomes 'verified: ...' (kind
+    'verified'), saying against what; unchanged when nothing was confirmed."""
+    if not check.confirmed:
+        return spec
+    against = check.against or check.library
+    worst = format_difference(check.max_attention or 0.0)
+    how = (f"verified: {against} computes the same with it (attention max {worst})"
+           + ("; its parameters fit the file exactly" if check.fitting else ""))
+    confirmed = set(check.confirmed)
+    provenance = tuple((k, f"{how} (was {v})" if k in confirmed else v) for k, v in spec.provenance)
+    return dataclasses.replace(spec, provenance=provenance)
+
+
+def apply_verification(model: Any, check: Verification) -> None:
+    """Mark the settings `check` confirmed as verified in `model.spec` (and its network's)."""
+    spec = confirmed_spec(model.spec, check)
+    if spec is not model.spec:
+        model.spec = spec
+        net = getattr(model, "net", None)
+        if net is not None and hasattr(net, "spec"):
+            net.spec = spec
+
+
+def _reference_of(source: str, device: str) -> Any:
+    from vitviz.core.running.load import load
+
+    return load(source, device=device)
+
+
+def _named_library(identity: str) -> tuple[str | None, str]:
+    """(library, model name) from the spec's 'identity' entry; (None, '') when no library here makes it."""
+    if (m := re.match(r"named: timm architecture '([^']+)'", identity)):
+        return "timm", m.group(1)
+    if identity.startswith("named: transformers model_type"):
+        return "transformers", ""
+    if identity.startswith("named: open_clip model config"):
+        return "open_clip", ""
+    if (m := re.match(r"named: torchvision (\S+) \(file name\)", identity)):
+        return "torchvision", m.group(1)
+    if (m := re.match(r"named: (?:model name|the published file) '([^']+)'", identity)):
+        try:
+            import timm
+        except ImportError:
+            return "timm", m.group(1)  # said as 'not importable' by the caller
+        if timm.is_model(m.group(1)):
+            return "timm", m.group(1)
+    return None, ""
+
+
+def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
+    native = (int(spec.image_size[0]), int(spec.image_size[1]))
+    if sizes is None:
+        p = spec.patch_size
+        return [native, (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)]
+    out = []
+    for s in sizes:
+        size = (int(s), int(s)) if isinstance(s, int) else (int(s[0]), int(s[1]))
+        if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
+            raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
+        out.append(size)
+    if not out:
+        raise VitvizError("sizes=(): expected at least one input size")
+    return out
+
+
+def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
+    """The deterministic probe: a seeded standard-normal (1, C, h, w) tensor, already normalised."""
+    return torch.randn(1, spec.in_chans, *size, generator=torch.Generator().manual_seed(_PROBE_SEED))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Comparing
+
+
+def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
+             device: torch.device, say: Progress | None = None, everything: bool = False,
+             ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None) -> Verification:
+    """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
+    `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
+    the probe reaches; otherwise only those the original's modules state. `ours`: vitviz's forwards by size, kept
+    across the comparisons of one verification (one forward per size, however many originals)."""
+    ours = {} if ours is None else ours
+    checked: list[tuple[int, int]] = []
+    per_layer: list[tuple[tuple[int, float], ...]] = []
+    outputs: list[float] = []
+    skipped: list[tuple[tuple[int, int], str]] = []
+    problems: list[str] = []
+    first: int | None = None
+    for i, size in enumerate(sizes):
+        if say is not None:
+            say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
+        x = probe_input(model.spec, size)
+        try:
+            with _exact_float32(device):
+                maps, out = original.run(size, x)   # its one forward at this size
+        except _CannotRun as e:
+            skipped.append((size, str(e)))
+            continue
+        except VitvizError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the original's own forward failed: said, with its error
+            if not checked and not skipped:
+                raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
+                                  f"({type(e).__name__}: {e})") from e
+            skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
+                                  f"{str(e)[:200]})"))
+            continue
+        if size not in ours:
+            with _exact_float32(torch.device(model.device)):
+                ours[size] = model.forward_captured(x)
+        attn, out_ours = ours[size]
+        layers, layer_first, notes = _layer_differences(attn[0], maps, size)
+        problems += notes
+        if layer_first is not None:
+            first = layer_first if first is None else min(first, layer_first)
+        out_diff, note = _output_difference(out_ours[0], out, size)
+        if note:
+            problems.append(note)
+        checked.append(size)
+        per_layer.append(layers)
+        outputs.append(out_diff)
+    if not checked:
+        raise VerifyError(f"{original.description}: no size could be compared ("
+                          + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
+    max_attention = max((d for layers in per_layer for _, d in layers), default=0.0)
+    max_output = max(outputs)
+    ok = first is None and not problems and max_output <= ATOL_OUTPUT
+    check = Verification(
+        VERIFIED if ok else DIFFERS, library=original.library, version=original.version,
+        original=original.description, against=original.against or f"{original.library} {original.version}",
+        max_attention=max_attention, max_output=max_output, per_layer=tuple(per_layer), first_differing_layer=first,
+        sizes=tuple(checked), assumptions=assumptions, reason="; ".join(dict.fromkeys(problems)),
+        skipped=tuple(skipped), output_per_size=tuple(outputs))
+    if say is not None:
+        say(1.0, "")
+    if check.verified:
+        return dataclasses.replace(check, confirmed=_confirmed(model.spec, check, original.stated, every=everything))
+    return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
+
+
+def _layer_differences(ours: np.ndarray, theirs: list[np.ndarray], size: tuple[int, int]) -> tuple[
+        tuple[tuple[int, float], ...], int | None, list[str]]:
+    """Per layer the largest |difference| of its (H, T, T) maps; the first layer beyond tolerance; what could not
+    be compared (a shape, a layer count)."""
+    where = f"at {size[0]}x{size[1]}"
+    notes: list[str] = []
+    rows: list[tuple[int, float]] = []
+    first: int | None = None
+    for i in range(max(len(ours), len(theirs))):
+        if i >= len(ours) or i >= len(theirs):
+            rows.append((i, math.inf))
+            first = i if first is None else first
+            continue
+        a, b = ours[i], theirs[i]
+        if a.shape != b.shape:
+            notes.append(f"layer {i} {where}: the original's attention has shape (heads, T, T) = {b.shape}, "
+                         f"vitviz's {a.shape}")
+            rows.append((i, math.inf))
+        else:
+            rows.append((i, float(np.abs(a.astype(np.float32) - b).max())))
+        if rows[-1][1] > ATOL_ATTENTION and first is None:
+            first = i
+    if len(ours) != len(theirs):
+        notes.append(f"{where}: the original computes {len(theirs)} self-attention layers, vitviz {len(ours)}")
+    return tuple(rows), first, notes
+
+
+def _output_difference(ours: np.ndarray, theirs: np.ndarray | None, size: tuple[int, int]) -> tuple[float, str]:
+    if theirs is None:
+        return math.inf, f"at {size[0]}x{size[1]}: the original's forward returns no output tensor to compare"
+    if ours.shape != theirs.shape:
+        return math.inf, (f"at {size[0]}x{size[1]}: the original's output has shape {theirs.shape}, vitviz's "
+                          f"{ours.shape}")
+    diff = float(np.abs(ours - theirs).max()) if ours.size else 0.0
+    if diff > ATOL_OUTPUT and theirs.size and theirs.min() >= 0 and abs(float(theirs.sum()) - 1.0) < 1e-4:
+        # the original ends in a Softmax (tutorial ViTs return probabilities): vitviz's output is the logits before
+        # it, so the probabilities are compared
+        exp = np.exp(ours.astype(np.float64) - ours.max())
+        return float(np.abs(exp / exp.sum() - theirs).max()), ""
+    return diff, ""
+
+
+@contextmanager
+def _exact_float32(device: torch.device) -> Iterator[None]:
+    """No TF32 on CUDA while comparing (cuDNN convolutions use it by default): float32 means float32."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running an original
+
+
+def _capture(module: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], Any]:
+    """One forward of `module` with every self-attention it computes read where it is computed (the live path's
+    capture: nn.MultiheadAttention weights per head, SDPA recomputed, explicit softmax copied): the (H, T, T)
+    maps in call order and the forward's result."""
+    from vitviz.core.running.live.record import _Recorder, watch_attention
+
+    recorder = _Recorder(int(x.shape[0]))
+    with torch.inference_mode(), watch_attention(module, recorder):
+        out = module(x)
+    return [m[0].cpu().numpy() for m in recorder.maps], out
+
+
+def _main_tensor(out: Any) -> np.ndarray | None:
+    """The output vector (K,) of a forward's result: a (1, K) tensor, or the one the live path shows."""
+    from vitviz.core.running.live.describe import _main_output
+
+    main, _ = _main_output(out)
+    if main is None or main.dim() != 2:
+        return None
+    return main[0].detach().float().cpu().numpy()
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
+
+
+class _WeightsDoNotFit(VerifyError):
+    """The file's weights do not fit the original its name builds: the model is not what its name says."""
+
+    def __init__(self, message: str, what: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+def _built(factory: Callable[[], nn.Module], tensors: dict[str, torch.Tensor], what: str, where: Path) -> nn.Module:
+    """`factory()` with the file's tensors. It is built on the meta device first (shapes only): every parameter
+    must come from the file with its shape and nothing may be left over (a training wrapper's prefix 'module.', ...
+    is removed when that makes them fit). When the file holds every tensor the module has (and its constructor
+    computes none of its own), the file's tensors are the module's (no random init to overwrite); otherwise it is
+    built for real and loaded (buffers the file lacks keep the module's own values)."""
+    try:
+        with torch.device("meta"):
+            shadow = factory()
+    except Exception:  # noqa: BLE001 - a constructor that needs real tensors: checked after building instead
+        shadow = None
+    if shadow is not None:
+        tensors = _strip_wrappers(tensors, shadow.state_dict())
+        _check_fit(shadow, tensors, what, where)
+        state = shadow.state_dict()
+        computed = {n for n, _ in shadow.named_buffers()} - set(state)   # non-persistent: made by its constructor
+        cached = any(isinstance(v, torch.Tensor) for m in shadow.modules() for v in vars(m).values())
+        if not computed and not cached and all(k in tensors for k in state):
+            # every tensor it has comes from the file: take them as they are, no random init to overwrite
+            shadow.load_state_dict({k: tensors[k] for k in state}, strict=True, assign=True)
+            return shadow
+    net = factory()
+    if shadow is None:
+        tensors = _strip_wrappers(tensors, net.state_dict())
+        _check_fit(net, tensors, what, where)
+    net.load_state_dict(tensors, strict=False)
+    return net
+
+
+def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, where: Path) -> None:
+    own = module.state_dict()
+    params = {n for n, _ in module.named_parameters()}
+    missing = sorted(k for k in own if k not in tensors and k in params)
+    extra = sorted(k for k in tensors if k not in own)
+    wrong = [f"{k}: file {tuple(tensors[k].shape)} vs original {tuple(own[k].shape)}" for k in own
+             if k in tensors and tuple(tensors[k].shape) != tuple(own[k].shape)]
+    if missing or extra or wrong:
+        parts = ([f"shapes differ: {'; '.join(wrong[:4])}"] if wrong else []) + \
+                ([f"not in the file: {', '.join(missing[:6])}"] if missing else []) + \
+                ([f"not in the original: {', '.join(extra[:6])}"] if extra else [])
+        raise _WeightsDoNotFit(f"{where}: its weights do not fit {what}: " + " | ".join(parts), what)
+
+
+def _read(path: Path) -> Any:
+    from vitviz.core.reading.checkpoint import read_checkpoint
+
+    return read_checkpoint(path)
+
+
+def _folder(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
+def _version(module_name: str) -> str:
+    from vitviz.core.reading.identify import _version as release
+
+    return release(module_name)
+
+
+def _captured_run(build: Callable[[tuple[int, int]], nn.Module],
+                  output: Callable[[Any], np.ndarray | None] = _main_tensor) -> Callable[
+        [tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]:
+    """`run(size, x)` for an original whose module at a size is `build(size)` (which may raise `_CannotRun`)."""
+    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        module = build(size)
+        maps, out = _capture(module, x.to(_device_of(module)))
+        return maps, output(out)
+    return run
+
+
+def _build_timm(spec: Any, path: Path, name: str, device: torch.device, why: str | None = None, label: str = "",
+                raw: Any = None, fit: nn.Module | None = None) -> _Original:
+    """timm.create_model from the config.json beside the file (as timm reads a hub folder), or from the name in
+    the training args; dynamic_img_size so that one model runs both sizes (resampling its table as timm does)."""
+    import timm
+
+    raw = raw if raw is not None else _read(path)
+    cfg = (raw.config or {}) if not label else {}
+    arch = cfg.get("architecture")
+    if isinstance(arch, str) and not timm.is_model(arch):
+        # a timm-style folder of a model of one's own (the demo's `vit_demo_shapes_patch8_64`): no registered name,
+        # but its `model_args` are timm VisionTransformer's, which is then the original
+        model_args = cfg.get("model_args")
+        if not (arch.startswith("vit_") and isinstance(model_args, dict)):
+            raise _NotBuildable(f"timm has no architecture {arch!r} (named by {_folder(path).name}/config.json) and "
+                             "the config gives no VisionTransformer model_args to build it from")
+        from timm.models.vision_transformer import VisionTransformer
+
+        kwargs = {**model_args, "num_classes": int(cfg.get("num_classes", spec.num_classes))}
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        what = (f"timm VisionTransformer({args}) from {_folder(path).name}/config.json ('{arch}' is not a registered "
+                "timm name)")
+        make: Callable[..., nn.Module] = VisionTransformer
+    elif isinstance(arch, str):
+        make = functools.partial(timm.create_model, f"local-dir:{_folder(path)}", pretrained=False)
+        what = f"timm.create_model('{cfg['architecture']}') from {_folder(path).name}/config.json"
+        kwargs: dict[str, Any] = {}
+    else:  # named by the training args or a published file's name: the sizes are the file's own (its head and
+        # its position table)
+        kwargs = {"num_classes": spec.num_classes, "img_size": tuple(spec.pos_grid[i] * spec.patch_size
+                                                                      for i in range(2))}
+        if fit is not None:   # found by its shapes: built as it fitted (its class count and size)
+            kwargs = {"num_classes": int(fit.num_classes), "img_size": tuple(fit.patch_embed.img_size)}
+        args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        make = functools.partial(timm.create_model, name, pretrained=False)
+        what = f"timm.create_model('{name}', {args}) ({why or spec.source_of('identity')})"
+    dynamic = [True]
+
+    def factory() -> nn.Module:
+        if dynamic[0]:
+            try:
+                return make(**kwargs, dynamic_img_size=True)
+            except TypeError:  # a model class without dynamic_img_size: its native size only
+                dynamic[0] = False
+        return make(**kwargs)
+
+    net = _built(factory, raw.tensors, what, path)
+    for m in net.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False  # its eager softmax, not F.scaled_dot_product_attention
+    net = net.float().eval().to(device)
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if not dynamic[0] and size != native:
+            raise _CannotRun(f"{type(net).__name__} takes no dynamic_img_size: timm runs it at its own size only")
+        return net
+
+    return _Original("timm", timm.__version__, what, _captured_run(build), stated=_stated(net), name=label)
+
+
+def _strip_wrappers(tensors: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors with a training wrapper's prefix ('module.', '_orig_mod.') removed when that makes them fit."""
+    best = tensors
+    for prefix in ("module.", "_orig_mod.", "model."):
+        stripped = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        if len(set(stripped) & set(own)) > len(set(best) & set(own)):
+            best = stripped
+    return best
+
+
+def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, candidate: Any = None,
+                        raw: Any = None) -> _Original:
+    """The config.json's architecture class with eager attention; the reference attention is its own
+    `output_attentions`. `candidate`: a class found by the file's shapes (`vitviz.core.reading.identify`), built with its
+    model type's default configuration at the file's class count and size."""
+    import transformers
+
+    folder = _folder(path)
+    if candidate is not None:
+        from vitviz.core.reading.identify import TRANSFORMERS_ARCHS, transformers_config
+
+        config = transformers_config(candidate.arch, candidate.kwargs)
+        cls = getattr(transformers, TRANSFORMERS_ARCHS[candidate.arch][1])
+        what = (f"transformers.{candidate.arch}({type(config).__name__}(), eager attention) (its parameters fit "
+                "the file exactly)")
+    else:
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True,
+                                                         attn_implementation="eager")
+        arch = next(iter(getattr(config, "architectures", None) or []), None)
+        cls = getattr(transformers, arch, None) if arch else None
+        if cls is None:  # no architecture stated: the backbone of its model type
+            cls = transformers.AutoModel
+            what = (f"transformers.AutoModel ({folder.name}/config.json model_type {config.model_type!r}, eager "
+                    "attention)")
+        else:
+            what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
+    raw = raw if raw is not None else _read(path)
+    if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
+        from vitviz.core.reading.towers import original_tower
+
+        config, cls, what = original_tower(config, raw.tower)
+    # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
+    # given the tensors vitviz read (no file is opened by transformers)
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        net, info = cls.from_pretrained(None, config=config, state_dict=raw.tensors, output_loading_info=True)
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+    params = {n for n, _ in net.named_parameters()}
+    missing = sorted(k for k in info.get("missing_keys", ()) if k in params)
+    bad = [*(f"not in the file: {', '.join(missing[:6])}" for _ in [0] if missing),
+           *(f"not in the original: {', '.join(sorted(info['unexpected_keys'])[:6])}" for _ in [0]
+             if info.get("unexpected_keys")),
+           *(f"shapes differ: {', '.join(str(k) for k in sorted(info['mismatched_keys'], key=str)[:4])}" for _ in [0]
+             if info.get("mismatched_keys"))]
+    if bad:
+        raise _WeightsDoNotFit(f"{path}: its weights do not fit {what}: " + " | ".join(bad), what)
+    net = net.float().eval().to(device)
+    vision = getattr(net, "vision_model", None)   # a whole CLIP / SigLIP: its vision tower
+    # a task model on a ViT backbone (ViTPose, Depth Anything, CHMv2): vitviz shows its backbone
+    backbone = getattr(net, "backbone", None) if getattr(config, "backbone_config", None) is not None else None
+    tower = vision if isinstance(vision, nn.Module) else backbone if isinstance(backbone, nn.Module) else net
+    accepts = inspect.signature(tower.forward).parameters
+    native = tuple(spec.image_size)
+
+    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        kw = {"interpolate_pos_encoding": True} if size != native and "interpolate_pos_encoding" in accepts else {}
+        if tower is backbone:
+            kw["output_hidden_states"] = True
+        with torch.inference_mode():
+            out = tower(pixel_values=x.to(device), output_attentions=True, **kw)
+            vec = (_backbone_output(tower, out, spec) if tower is backbone
+                   else _hf_output(net, tower, out, spec.pooling))
+        if not out.attentions:
+            raise VerifyError(f"{what}: output_attentions gave no attention maps")
+        return [a[0].float().cpu().numpy() for a in out.attentions], vec
+
+    return _Original("transformers", transformers.__version__, what, run, stated=_stated(net),
+                     name=candidate.name if candidate is not None else "")
+
+
+def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None:
+    """A task model's backbone returns feature maps, no pooled vector: vitviz's features are its final norm's
+    output pooled as the spec pools (the CLS token, or the patches' average)."""
+    norm = getattr(tower, "layernorm", None) or getattr(tower, "norm", None)
+    if not isinstance(norm, nn.Module) or not getattr(out, "hidden_states", None):
+        return None
+    x = norm(out.hidden_states[-1])
+    pooled = x[:, 0] if spec.pooling == "token" else x[:, spec.num_prefix:].mean(dim=1)
+    return pooled[0].detach().float().cpu().numpy()
+
+
+def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token") -> np.ndarray | None:
+    """What vitviz's output is for a transformers model: the logits; a whole CLIP's projected image embedding; a
+    backbone's pooled output, except behind a tanh pooler (ViTPooler, which vitviz does not keep), where it is the
+    final norm's CLS token (the mean of its tokens for a tower without one, `pooling` 'avg')."""
+    def vec(t: torch.Tensor) -> np.ndarray:
+        return t[0].detach().float().cpu().numpy()
+
+    logits = getattr(out, "logits", None)
+    if logits is not None and logits.dim() == 2:   # class scores (not a pre-training head's reconstruction)
+        return vec(logits)
+    pooled = getattr(out, "pooler_output", None)
+    projection = getattr(net, "visual_projection", None)
+    if tower is not net and isinstance(projection, nn.Module) and pooled is not None:
+        return vec(projection(pooled))
+    pooler = getattr(tower, "pooler", None)
+    if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
+        return vec(pooled)
+    hidden = out.last_hidden_state
+    if type(tower).__name__ in ("IJepaModel", "Aimv2VisionModel") or pooling == "avg":   # no CLS token: the mean
+        return vec(hidden.mean(dim=1))
+    return vec(hidden[:, 0])
+
+
+def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
+                     given: tuple[dict[str, Any], str] | None = None, label: str = "", raw: Any = None) -> _Original:
+    """The vision tower open_clip builds for the model config beside the file (`CLIP(...).visual`), with the file's
+    `visual.*` weights; at another size a tower of that size with the table resized as open_clip does when it
+    loads (`resize_pos_embed`)."""
+    import open_clip
+    from open_clip.model import _build_vision_tower, resize_pos_embed
+
+    raw = raw if raw is not None else _read(path)
+    cfg, file_name = given if given is not None else _open_clip_model_cfg(raw)
+    if cfg is None:
+        raise VerifyError(f"{path}: the identity names an open_clip model config, but none is beside the file")
+    visual = {k[len("visual."):]: v for k, v in raw.tensors.items() if k.startswith("visual.")} or raw.tensors
+    what = f"open_clip CLIP(**{file_name} model_cfg).visual"
+    towers: dict[tuple[int, int], nn.Module] = {}
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if size in towers:
+            return towers[size]
+        vision_cfg = dict(cfg["vision_cfg"])
+        if size != native:
+            if size[0] != size[1]:
+                raise _CannotRun("open_clip resizes its position table to square grids only")
+            vision_cfg["image_size"] = size[0]
+        def factory() -> nn.Module:
+            return _build_vision_tower(int(cfg["embed_dim"]), vision_cfg, quick_gelu=bool(cfg.get("quick_gelu", False)))
+
+        tensors = visual
+        if size != native:
+            state = {f"visual.{k}": v for k, v in visual.items()}
+            with torch.device("meta"):
+                resize_pos_embed(state, types.SimpleNamespace(visual=factory()))   # its grid size only
+            tensors = {k[len("visual."):]: v for k, v in state.items()}
+        towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
+        return towers[size]
+
+    return _Original("open_clip", open_clip.__version__, what, _captured_run(build), stated=_stated(build(native)),
+                     name=label)
+
+
+def _open_clip_model_cfg(raw: Any) -> tuple[dict[str, Any] | None, str]:
+    """The `model_cfg` of an open_clip_config.json beside the file (or a config stating one)."""
+    for file_name, data in raw.sidecars:
+        cfg = data.get("model_cfg", data) if isinstance(data, dict) else {}
+        if isinstance(cfg, dict) and isinstance(cfg.get("vision_cfg"), dict):
+            return cfg, file_name
+    cfg = (raw.config or {}).get("model_cfg")
+    if isinstance(cfg, dict) and isinstance(cfg.get("vision_cfg"), dict):
+        return cfg, "config.json"
+    return None, ""
+
+
+def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device, label: str = "",
+                       raw: Any = None) -> _Original:
+    """torchvision.models.get_model(arch, weights=None) with the file's weights; at another (square) size a model
+    of that size with the table resampled by torchvision's own `interpolate_embeddings`."""
+    import torchvision
+    from torchvision.models.vision_transformer import interpolate_embeddings
+
+    raw = raw if raw is not None else _read(path)
+    head = raw.tensors.get("heads.head.weight")
+    kwargs = {"num_classes": int(head.shape[0])} if head is not None else {}
+    what = f"torchvision.models.get_model('{arch}', weights=None)"
+    models: dict[tuple[int, int], nn.Module] = {}
+    native = tuple(spec.image_size)
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if size in models:
+            return models[size]
+        tensors = dict(raw.tensors)
+        extra: dict[str, Any] = {}
+        if size != native:
+            if size[0] != size[1]:
+                raise _CannotRun("torchvision's VisionTransformer takes square inputs only")
+            tensors = interpolate_embeddings(size[0], spec.patch_size, tensors)
+            extra["image_size"] = size[0]
+        net = _built(lambda: torchvision.models.get_model(arch, weights=None, **kwargs, **extra), tensors, what, path)
+        models[size] = net.float().eval().to(device)
+        return models[size]
+
+    stated = _stated(build(native))
+    return _Original("torchvision", torchvision.__version__, what, _captured_run(build), stated=stated, name=label)
+
+
+def _build_code(code: str, path: Path, device: torch.device) -> _Original:
+    """The user's module from FILE.py:FACTORY with the file's weights loaded into it, as `load(path, code=...)`
+    does (`live.code.module_from_code`, `live.code.load_weights`)."""
+    from vitviz.core.running.live.code import load_weights, module_from_code
+
+    module = module_from_code(code)
+    how = load_weights(module, path)
+    module = module.float().eval().to(device)
+    file_name, _, factory = code.rpartition(":")
+    ref = f"{Path(file_name).name}:{factory}"
+    what = f"{ref}() ({how})"
+
+    return _Original("code", "", what, _captured_run(lambda _size: module), against=ref, stated=_stated(module))
+
+
+def _stated(module: nn.Module) -> dict[str, tuple[Any, str]]:
+    """What an original's module object states about the settings no tensor shows, as `vitviz.load(module)` reads
+    them ({override: (value, source)}; {} when it states nothing plainly)."""
+    from vitviz.core.running.load import _module_heads, _module_settings
+
+    try:
+        out = dict(_module_settings(module))
+    except VitvizError:
+        out = {}
+    heads = _module_heads(module)
+    if heads:
+        out["heads"] = (heads, f"model object: {type(module).__name__} num_heads")
+    if "eps" in out and "eps_final" not in out and any(
+            isinstance(m, nn.LayerNorm) for n, m in module.named_modules() if n.split(".")[-1] in ("norm", "fc_norm")
+            and n.count(".") == 0):
+        out["eps_final"] = (out["eps"][0], out["eps"][1] + " (its final norm's too)")   # said once when they agree
+    return out
+
+
+_BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {
+    "timm": _build_timm, "transformers": _build_transformers, "open_clip": _build_open_clip,
+    "torchvision": _build_torchvision,
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Remembered verdicts: a second export of the same model costs nothing extra
+
+
+def from_dict(data: dict[str, Any]) -> Verification:
+    """The `Verification` a `to_dict()` was made from (a difference that could not be measured comes back inf)."""
+    def number(v: Any) -> float | None:
+        return math.inf if v is None else float(v)
+
+    def measured(key: str) -> float | None:   # None: nothing was compared; inf: compared, not measurable
+        return None if data.get(key) is None and not data["per_layer"] else number(data.get(key))
+
+    sizes = tuple(tuple(int(x) for x in s) for s in data.get("sizes", ()))
+    per_layer = tuple(tuple((int(layer), number(d)) for layer, d in entry["layers"]) for entry in data["per_layer"])
+    return Verification(
+        data["verdict"], library=data.get("library", ""), version=data.get("version", ""),
+        original=data.get("original", ""), against=data.get("against", ""),
+        max_attention=measured("max_attention"), max_output=measured("max_output"),
+        per_layer=per_layer, first_differing_layer=data.get("first_differing_layer"), sizes=sizes,
+        assumptions=tuple(data.get("assumptions", ())), reason=data.get("reason", ""),
+        skipped=tuple((tuple(s["size"]), s["why"]) for s in data.get("skipped", ())),
+        output_per_size=tuple(number(e.get("output")) for e in data["per_layer"]),
+        atol_attention=float(data.get("atol_attention", ATOL_ATTENTION)),
+        atol_output=float(data.get("atol_output", ATOL_OUTPUT)),
+        fitting=tuple(data.get("fitting", ())), matches=tuple(data.get("matches", ())),
+        alternatives=tuple((a["original"], a["how"]) for a in data.get("alternatives", ())),
+        confirmed=tuple(data.get("confirmed", ())),
+        open=tuple((o["setting"], o["alternatives"]) for o in data.get("open", ())),
+        causes=tuple((c["setting"], c["original"]) for c in data.get("causes", ())),
+        suggested=tuple(dict(data.get("suggested", {})).items()))
+
+
+def verification_key(model: Any, against: str = "auto", code: str | None = None) -> str | None:
+    """What a verdict depends on, hashed: the weights file's bytes (and a config beside it), the converted model's
+    spec (every setting, given or assumed), `against` / `code`, and the versions of vitviz, torch and the
+    libraries originals are built with. None for a model not loaded from a file."""
+    import hashlib
+    from importlib import metadata
+
+    path = Path(model.spec.source)
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    files = [path] + [p for p in sorted(path.parent.glob("*.json")) if p.is_file()]
+    for p in files:
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    if code:
+        code_file = Path(code.rpartition(":")[0])
+        h.update(code_file.read_bytes() if code_file.is_file() else code.encode())
+    versions = []
+    for package in ("vitviz", "torch", *(p.split()[0] for p in _PACKAGES.values())):   # distribution names
+        try:
+            versions.append(f"{package}={metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package}=-")
+    h.update(json.dumps([model.spec.to_json(), against, code or "", versions]).encode())
+    return h.hexdigest()
+
+
+def remembered_verify(model: Any, against: str = "auto", code: str | None = None,
+                      progress: Progress | None = None, fresh: bool = False) -> tuple[Verification, bool]:
+    """`verify(model, against, code)`, remembered in `$VITVIZ_CACHE/verified/` by `verification_key`: the same
+    file, settings and versions a second time give the remembered verdict at no cost. (verdict, True when it was
+    remembered). `fresh`: check again (and remember the new verdict). A verdict that could not be made (an error)
+    is not remembered."""
+    store = _store(model, against, code)
+    if store is not None and not fresh and (known := _remembered_at(store)) is not None:
+        return known, True
+    check = verify(model, against=against, code=code, progress=progress)
+    if store is not None:
+        try:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            tmp = store.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(check.to_dict()), encoding="utf-8")
+            os.replace(tmp, store)
+        except OSError:
+            pass
+    return check, False
+
+
+def remembered_verification(model: Any, against: str = "auto", code: str | None = None) -> Verification | None:
+    """The remembered verdict of `model` (`remembered_verify`), without checking anything; None when there is none."""
+    store = _store(model, against, code)
+    return _remembered_at(store) if store is not None else None
+
+
+def _remembered_at(store: Path) -> Verification | None:
+    """The verdict kept in `store` (None: none, or not one: a damaged entry is checked again)."""
+    from vitviz.core.files import read_small_json
+
+    data = read_small_json(store)
+    try:
+        return from_dict(data) if isinstance(data, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _store(model: Any, against: str, code: str | None) -> Path | None:
+    from vitviz.core.files import cache_dir as _cache_dir
+
+    try:
+        key = verification_key(model, against, code)
+    except OSError:
+        return None
+    return _cache_dir() / "verified" / f"{key}.json" if key else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the user's code says about the settings a file does not
+
+
+_CODE_FIELDS = {**_STATED_FIELDS, "image_size": "image_size"}
+
+
+def code_settings(path: str | Path, code: str, device: str = "cpu") -> dict[str, tuple[Any, str]]:
+    """What FILE.py:FACTORY's model, with the file's weights, says about the settings no tensor of the file shows:
+    {override: (value, source)} -- the head count its attention maps have and the input size its forward takes (run
+    live, `vitviz.core.running.live`), and what its modules state (eps, activation, attention scale, norm order, pooling,
+    as `vitviz.load(module)` reads them). Runs the user's code: only when they asked for it."""
+    from vitviz.core.running.live.code import load_code
+
+    live = load_code(code, str(path), {"device": device})
+    ref = Path(code.rpartition(":")[0]).name + ":" + code.rpartition(":")[2]
+    out = {k: (v, f"model object: your code {ref} ({src.removeprefix('model object: ')})")
+           for k, (v, src) in _stated(live.net).items()}
+    spec = live.spec
+    out["heads"] = (int(spec.num_heads), f"model object: your code {ref}: its attention maps have {spec.num_heads} "
+                                         "heads (captured as it ran)")
+    size = tuple(int(s) for s in spec.image_size)
+    if spec.kind_of("image_size") != "assumed":
+        out["image_size"] = (size, f"model object: your code {ref}: {spec.source_of('image_size')}")
+    else:   # a size its forward takes (the file's own guess may be one it refuses), still a guess
+        out["image_size"] = (size, f"guess: {size[0]}x{size[1]}, an input your code {ref} takes "
+                                   f"({spec.source_of('image_size').removeprefix('guess: ')})")
+    return out
+
+
+def settings_to_fill(spec: Any, said: dict[str, tuple[Any, str]], given: dict[str, Any]) -> dict[str, Any]:
+    """The settings of `said` (`code_settings`) to load the file with: those the file's conversion (`spec`)
+    assumed with another value, and the caller did not give."""
+    out = {}
+    for name, (value, _src) in said.items():
+        field_name = _CODE_FIELDS.get(name)
+        if field_name is None or given.get(name) is not None or not spec.relevant(field_name):
+            continue
+        if spec.kind_of(field_name) != "assumed":
+            continue
+        value = _stated_value(spec, name, value)
+        if not _same(getattr(spec, field_name), value):
+            out[name] = value
+    return out
+
+
+def mark_sources(model: Any, sources: dict[str, str]) -> None:
+    """Say where settings came from in `model.spec` ({override: source}): the values loaded as overrides that the
+    user's code stated are read from it ('model object: your code ...'), not the user's word."""
+    if not sources:
+        return
+    by_field = {_CODE_FIELDS.get(k, k): v for k, v in sources.items()}
+    spec = dataclasses.replace(model.spec, provenance=tuple((k, by_field.get(k, v)) for k, v in model.spec.provenance))
+    model.spec = spec
+    if getattr(model, "net", None) is not None and hasattr(model.net, "spec"):
+        model.net.spec = spec

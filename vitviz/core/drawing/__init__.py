@@ -1,0 +1,1 @@
+"""Drawing: maps into pictures (render, colormaps, show)."""

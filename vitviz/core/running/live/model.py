@@ -1,0 +1,161 @@
+"""`LiveModel`: a user's `nn.Module` run as written, its attention captured, and `load_live`, which describes a
+module (`vitviz.core.running.live.describe`) and wraps it."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vitviz.core.running.capture import ImageModel, LayerSink
+from vitviz.core.running.live.describe import _per_image, _take, describe
+from vitviz.core.running.live.errors import LiveModelError, user_call
+from vitviz.core.running.live.record import (
+    AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
+)
+from vitviz.core.posembed import resample_pos_embed
+from vitviz.core.protocol import ATTENTION, EARLY_STOP, POS_TABLE, ROWS
+from vitviz.core.running.runtime import check_host_memory
+from vitviz.core.spec import ModelSpec
+from vitviz.errors import NonFiniteError, VitvizError
+
+
+class LiveModel(ImageModel):
+    """A user's `nn.Module`, run as written, with its attention captured (see `vitviz.core.running.live`).
+
+    It satisfies `vitviz.core.protocol.Model` as `VitModel` does, without being one: its capabilities are the
+    captured attention (early stop, rows) and its position table when it has one -- no gradients, block outputs or
+    MAP head, which need the reference ViT's hooks.
+
+    `net` is the user's module itself. `layers` lists (module name, mechanism) per captured layer in the order the
+    forward pass computes them; `skipped` lists attention calls that are not self-attention over all the image
+    tokens (cross-attention, attention pooling, windows), as (module name, mechanism, shape). `layout` is how its
+    attention is laid out (`AttentionLayout`: heads per call, token order), as its probe found it.
+    """
+
+    def __init__(self, module: nn.Module, spec: ModelSpec, device: torch.device, layers: list[tuple[str, str]],
+                 skipped: list[tuple[str, str, tuple[int, ...]]], output: str, pos_name: str | None,
+                 layout: AttentionLayout | None = None, what: str = "") -> None:
+        super().__init__(module, spec, device)
+        self.layers, self.skipped = layers, skipped
+        self._output, self._pos_name = output, pos_name
+        self.layout = layout or AttentionLayout()
+        self._what = what
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """Its captured attention; its position table when it has a learned one."""
+        return frozenset({ATTENTION, EARLY_STOP, ROWS} | ({POS_TABLE} if self._pos_name is not None else set()))
+
+    def to(self, device: str | None) -> "LiveModel":
+        """Move the user's module (never prepacked: its Linear layers are its own)."""
+        self._move(device)
+        return self
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return next((p.dtype for p in self.net.parameters() if p.is_floating_point()), torch.float32)
+
+    def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
+                         upto: int | None = None, rows: Sequence[int] | None = None,
+                         pool: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(B, C, H, W) -> attentions (B, L, H, T, T) and the model's output (B, K), as `VitModel.forward_captured`.
+
+        `pool` is taken as every model takes it and stays empty: a pooling head in the module's own code is not
+        a MAP head vitviz runs ('map_head' is not in `capabilities`); its attention, if it is self-attention
+        over all the tokens, is among the layers, else among `skipped`.
+        With `logits=False` the module's forward pass is stopped right after the attention of layer `upto`.
+        Attention or an output with NaN or infinity (the user's model diverged, or overflowed in its own
+        precision) is refused: a `LiveModelError` names the layer.
+        """
+        with self._lock, torch.inference_mode():
+            return self._forward_live(x, half, logits, upto, rows)
+
+    def _forward_live(self, x: torch.Tensor, half: bool, logits: bool, upto: int | None,
+                      rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        if logits and upto is not None:
+            raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
+        if self.layout.per_image and x.shape[0] > 1:     # its own code computes attention one image at a time
+            parts = [self._forward_live(x[i:i + 1], half, logits, upto, rows) for i in range(int(x.shape[0]))]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        depth = self.spec.depth
+        upto = upto + depth if upto is not None and -depth <= upto < 0 else upto
+        if upto is not None and not 0 <= upto < depth:
+            raise VitvizError(f"upto={upto}: expected a layer in 0..{depth - 1} (or -{depth}..-1)")
+        tokens = self._tokens(x)
+        if rows is not None and (not rows or not all(0 <= int(r) < tokens for r in rows)):
+            raise VitvizError(f"rows {list(rows)}: expected token indices in 0..{tokens - 1} (the input has "
+                              f"{tokens} tokens)")
+        count = depth if upto is None else upto + 1
+        sink = LayerSink(count, half, rows)
+        check_host_memory(self._maps_bytes(x, count, half, None if rows is None else len(rows)), x, half)
+        layout = self.layout if self.layout.order is None or len(self.layout.order) == tokens else \
+            replace(self.layout, order=_prefix_first(tokens, self.spec.num_prefix))
+        recorder = _Recorder(int(x.shape[0]), tokens, sink.append, count, None if logits else count,
+                             self.spec.num_heads, layout)
+        xd = x.to(self._device, self._dtype)
+        out = user_call(lambda: _run(self.net, xd, recorder), self.spec.source, "the model's own forward",
+                        f"input {tuple(x.shape)}")
+        if len(recorder.layers) != count or recorder.extra:
+            seen = len(recorder.layers) + recorder.extra
+            raise LiveModelError(f"{self.spec.source}: this forward pass computed {seen} attention maps over "
+                                 f"{tokens} tokens; {count} expected ({depth} when the model was loaded: "
+                                 f"{_layer_summary(self.layers)}). {_skipped_summary(recorder.skipped)}")
+        maps = sink.numpy()
+        _refuse_non_finite(maps, self.layers, self.spec.source, f"input {tuple(x.shape)}")
+        if not logits:
+            return maps, np.zeros((x.shape[0], 0), np.float32)
+        main = _take(out, self._what) if self._output != "none" else None
+        first = self.layout.order[0] if self.layout.order and self.spec.num_prefix else 0
+        result = _per_image(main, int(x.shape[0]), self.spec.num_prefix, first).detach().float().cpu().numpy()
+        if result.size and not np.isfinite(result).all():
+            raise NonFiniteError(f"{self.spec.source}: its output ({self._what}) holds NaN or infinity for input "
+                                 f"{tuple(x.shape)}; vitviz shows no scores a model did not compute")
+        return maps, result
+
+    def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
+        """(N_pos, D) the module's learned position table (grid part resampled to `grid`; prefix rows first, as
+        the maps are); None without one."""
+        if self._pos_name is None:
+            return None
+        owner, _, leaf = self._pos_name.rpartition(".")
+        table = getattr(self.net.get_submodule(owner), leaf)
+        g = tuple(grid or self.spec.pos_grid)
+        with torch.no_grad():
+            pos = table.detach().float().cpu().reshape(1, -1, table.shape[-1])
+            order = self.layout.order
+            if order is not None and len(order) == pos.shape[1]:
+                pos = pos[:, list(order)]
+            if g != tuple(self.spec.pos_grid):
+                pos = resample_pos_embed(pos, self.spec.pos_prefix, tuple(self.spec.pos_grid), g, self.spec.pos_interp)
+        return pos[0].numpy()
+
+
+
+def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | None = None,
+              how: str = "") -> LiveModel:
+    """Describe `module` by its probe forward passes and wrap it as a `LiveModel`.
+
+    The first probe (one seeded random image) finds the attention layers, heads, tokens and output; a second of two
+    different images checks what one image cannot show (which tokens are the prefix: their own scores in the first
+    layer do not depend on the image; how heads folded into the batch are ordered). A module that refuses a
+    2-image batch keeps the usual layout, said as assumed.
+
+    Args:
+        module: any nn.Module taking a (B, C, H, W) image batch; it is used (and moved to `device`) in place.
+        overrides: grid ((rows, cols) or N), num_prefix, image_size, in_chans, heads (checked), mean, std,
+            interpolation, resize, crop_mode, labels, device (default: where the module is).
+        source: what to call it (default '<ClassName object>').
+        how: why the live path is used, for the provenance.
+
+    Raises:
+        UserCodeError: the module's own code raised (anything, SystemExit included) on every probe it was given.
+        LiveModelError: it is left on the meta device, has NaN/infinite weights or attention, or its attention
+            and tokens cannot be described (`NoAttentionError`: none seen).
+        DeviceError: the probe input (or its attention) would not fit in memory.
+    """
+    d = describe(module, overrides, source, how)
+    return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

@@ -1,0 +1,413 @@
+"""Loading: a checkpoint path, a model folder, a state dict or a model object -> `VitModel`.
+
+    model = load("vit_b_16-c867db91.pth", heads=12, device="cuda")
+
+Reading the file is `checkpoint`, naming its family and converting its keys is `families`, inferring every
+spec field with its provenance is `hyperparams`; here the reference ViT is built and every tensor is loaded
+exactly (each key and shape asserted).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitviz.core.running.capture import VitModel
+from vitviz.core.reading.checkpoint import RawCheckpoint, read_checkpoint
+from vitviz.core.reading.families import FAMILY_NAMES, convert
+from vitviz.core.reading.hyperparams import infer_spec, warn_guesses
+from vitviz.core.running.live import LiveModelError, load_code, load_live
+from vitviz.core.running.model import ReferenceViT
+from vitviz.core.running.runtime import check_input_size, check_model_memory, resolve_device
+from vitviz.core.reading.towers import tower_module
+from vitviz.core.options import (
+    LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
+)
+from vitviz.core.reading.validate import (
+    check_canonical, check_exact_tensors, check_overrides, check_route, check_spec, check_weights,
+)
+from vitviz.core.running.winload import is_windowed, load_windowed
+from vitviz.core.running.winload import APPLIES as WINDOWED_APPLY
+from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError
+
+
+def _module_heads(module: torch.nn.Module) -> int | None:
+    """The head count a model object states: timm `attn.num_heads`, torch `MultiheadAttention.num_heads`, or a
+    transformers `config.num_attention_heads`."""
+    config = getattr(module, "config", None)
+    if isinstance(getattr(config, "num_attention_heads", None), int):
+        return int(config.num_attention_heads)
+    for m in module.modules():
+        heads = getattr(m, "num_heads", None)
+        if isinstance(heads, int) and heads > 0:
+            return heads
+    return None
+
+
+_TIMM_POOLS = {"token": "token", "avg": "avg", "max": "max", "avgmax": "avgmax"}
+_ACT_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "QuickGELU": "quick_gelu", "GELUTanh": "gelu_tanh"}
+_ACT_FUNCTIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "quick_gelu": "quick_gelu",
+                  "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+# What each activation the reference ViT offers computes, to recognise one by its values (`_activation_kind`).
+_ACT_VALUES = {
+    "gelu": lambda x: torch.nn.functional.gelu(x),
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+    "relu": torch.relu,
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+}
+
+
+def _activation_kind(act: Any) -> tuple[str, str] | None:
+    """(activation name, how it was told) of an MLP activation a model object holds: a module instance
+    (`nn.GELU(approximate=...)`, `nn.ReLU()`...) or function (`F.gelu`) by what it is, else -- a class vitviz does
+    not know, such as transformers' `NewGELUActivation` -- by what it computes: called on 41 values in [-5, 5]
+    and compared with each activation the reference ViT offers (exact and tanh GELU, QuickGELU, ReLU, SiLU, Tanh),
+    taken only when exactly one matches (1e-5). None when it is none of them, takes parameters, or fails."""
+    if act is None:
+        return None
+    if isinstance(act, torch.nn.GELU):
+        return ("gelu_tanh" if act.approximate == "tanh" else "gelu"), f"{type(act).__name__}(approximate=" \
+            f"{act.approximate!r})"
+    name = type(act).__name__
+    if isinstance(act, torch.nn.Module) and name in _ACT_NAMES:
+        return _ACT_NAMES[name], name
+    fn_name = getattr(act, "__name__", None)
+    if not isinstance(act, torch.nn.Module) and fn_name in _ACT_FUNCTIONS \
+            and getattr(act, "__module__", "").startswith("torch"):
+        return _ACT_FUNCTIONS[fn_name], f"torch's {fn_name}"
+    if not callable(act) or (isinstance(act, torch.nn.Module) and (any(True for _ in act.parameters())
+                                                                    or any(True for _ in act.children()))):
+        return None
+    x = torch.linspace(-5.0, 5.0, 41)
+    try:
+        with torch.no_grad():
+            y = act(x.clone())
+    except Exception:  # noqa: BLE001 - not an elementwise function of one tensor: no activation vitviz knows
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    y = y.detach().float().cpu()
+    matches = [kind for kind, f in _ACT_VALUES.items() if torch.allclose(y, f(x), atol=1e-5, rtol=0)]
+    if len(matches) != 1:
+        return None
+    shown = name if isinstance(act, torch.nn.Module) else (fn_name or name)
+    return matches[0], f"{shown}, which computes {matches[0]} (checked on 41 values in [-5, 5])"
+
+
+def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
+    """What a model object's own modules state about the settings a state dict cannot tell: its LayerNorms' eps
+    (the final norms' own when they differ), its MLP activation, its attention scale and whether its blocks are
+    post-norm (`nn.TransformerEncoderLayer.norm_first`). {override: (value, source)}; a setting the object does
+    not state plainly is left out (then it stays an assumption, and the live path runs the object instead)."""
+    what = type(module).__name__
+    out: dict[str, tuple[Any, str]] = {}
+    norms = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    final = [m.eps for n, m in norms if n.split(".")[-1] in ("norm", "fc_norm", "ln_post", "layernorm")
+             and n.count(".") <= 1]
+    inner = {m.eps for n, m in norms if m.eps not in final or n.count(".") > 1}
+    if len(inner) == 1:
+        out["eps"] = (inner.pop(), f"model object: {what}'s LayerNorm eps")
+        if final and len(set(final)) == 1 and final[0] != out["eps"][0]:
+            out["eps_final"] = (final[0], f"model object: {what}'s final LayerNorm eps")
+    elif not inner and len(set(final)) == 1:
+        out["eps"] = (final[0], f"model object: {what}'s LayerNorm eps")
+    acts: dict[str, str] = {}
+    for n, m in module.named_modules():
+        if "mlp" in n.split(".")[-2:] or n.endswith(("mlp.act", "linear1")) or ".mlp." in n + ".":
+            if isinstance(m, (torch.nn.modules.dropout._DropoutNd, torch.nn.Identity, torch.nn.Linear,
+                              torch.nn.LayerNorm)):
+                continue
+            found = _activation_kind(m)
+            if found is not None:
+                acts.setdefault(found[0], found[1])
+    layers = [m for m in module.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
+    if layers:
+        first = layers[0]
+        out["block_norm"] = ("pre" if first.norm_first else "post", f"model object: {what}'s norm_first")
+        found = _activation_kind(getattr(first, "activation", None))
+        acts = {found[0]: f"its TransformerEncoderLayer's activation {found[1]}"} if found else acts
+    if len(acts) == 1:
+        kind, how = acts.popitem()
+        out["act"] = (kind, f"model object: {what}'s MLP activation ({how})")
+    attns = [m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
+             and hasattr(m, "num_heads") and hasattr(m, "head_dim")]
+    scales = {float(m.scale) for m in attns}
+    if len(scales) == 1:
+        scale = scales.pop()
+        if abs(scale - attns[0].head_dim ** -0.5) < 1e-12:
+            out["attn_scale"] = (0.0, f"model object: {what}'s attention scale head_dim ** -0.5")
+        else:
+            out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
+    if "attn_scale" not in out and any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
+        out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
+    head = _head_activation(module)
+    if head is not None:
+        out["head_act"] = (head[0], f"model object: {what}'s head activation ({head[1]})")
+    pool = getattr(module, "global_pool", None)   # timm's global_pool: in no tensor ('token' / 'avg' share them)
+    if isinstance(pool, str) and type(module).__module__.startswith("timm.") and pool in _TIMM_POOLS:
+        include = bool(getattr(module, "pool_include_prefix", False)) and pool != "token"  # token: no reduction
+        if include and pool != "avg":   # the reference ViT pools no max over the prefix tokens: its own code runs
+            raise VitvizError(f"{what}'s global_pool {pool!r} with pool_include_prefix: a pooling the reference "
+                              "ViT does not compute")
+        out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
+                          f"{pool!r}" + (" with pool_include_prefix" if include else ""))
+    if any(type(m).__name__ == "Block" and type(m).__module__.startswith("timm.") for m in module.modules()) \
+            or any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
+                   for m in module.modules()):
+        out.setdefault("block_norm", ("pre", f"model object: {what}'s blocks are pre-norm by their class"))
+    return out
+
+
+_HEAD_NAMES = ("head", "mlp_head", "classifier", "fc", "heads", "linear_head", "cls_head")
+
+
+def _head_activation(module: torch.nn.Module) -> tuple[str, str] | None:
+    """The activation between the two Linears of a two-layer classifier head (a top-level child named like a head,
+    e.g. `mlp_head = Sequential(Linear, Tanh, Linear)`): (kind, how it was read), or None when there is no such
+    head or its activation is not one the reference ViT computes."""
+    for name, child in module.named_children():
+        if name not in _HEAD_NAMES:
+            continue
+        parts = [m for m in child.children() if not isinstance(m, (torch.nn.modules.dropout._DropoutNd,
+                                                                   torch.nn.Identity, torch.nn.LayerNorm,
+                                                                   torch.nn.Softmax))]
+        if len(parts) == 3 and isinstance(parts[0], torch.nn.Linear) and isinstance(parts[2], torch.nn.Linear):
+            found = _activation_kind(parts[1])
+            if found is not None:
+                return found[0], f"{name}: Linear, {type(parts[1]).__name__}, Linear"
+    return None
+
+
+def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
+    """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
+    sizes) or timm's pretrained config (architecture name, preprocessing)."""
+    raw = _raw_from_dict(module.state_dict())
+    raw.path = Path(f"<{type(module).__name__} object>")
+    config = getattr(module, "config", None)
+    if hasattr(config, "to_dict"):
+        raw.config = config.to_dict()
+    elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
+        cfg = dict(module.pretrained_cfg)
+        size = getattr(getattr(module, "patch_embed", None), "img_size", None)
+        if size is not None:  # the registry's size is the default; the model may have been built at another
+            cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
+        raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+    return raw
+
+
+def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    return RawCheckpoint(Path("<state dict>"), tensors)
+
+
+def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrides: Any) -> VitModel:
+    """Load any supported ViT checkpoint into the reference model, or run a model object live.
+
+    Args:
+        path: a file, a folder (HF / timm hub), an in-memory state dict, or any `torch.nn.Module`. A module whose
+            state dict is a layout vitviz knows is converted to the reference ViT (the head count read from it);
+            any other module, or any with `live=True`, runs as written with its attention captured
+            (`vitviz.core.running.live`; `spec.family == 'live'`, the path taken is `spec.source_of('path')`).
+            With `code=` it is the weights file for the code's model (or None).
+        **overrides: the keywords of `vitviz.core.options.OPTIONS` (each record says its value, choices and the
+            routes that take it): heads, family, image_size (int or (h, w)), eps, mean, std, interpolation,
+            labels, pos_interp, act, nest_key, device ('auto', 'cpu', 'cuda', 'cuda:1'), ...; for the live path
+            also live (True: always, False: never), grid ((rows, cols)), num_prefix, and code='FILE.py:FACTORY'
+            (runs that file's code to build the model: only pass it when the user asked for it). One that the
+            route taken does not take (act= for a module run live, window= for a plain ViT) is refused.
+            `_remembered` (private, for the command line and the window): the names of the overrides whose values
+            are answers remembered for this file (`vitviz.catalog.answers`), not typed now; their provenance says
+            'remembered: ...' (still given) instead of 'override', so that everything showing the model says so.
+    """
+    remembered = _remembered_names(overrides.pop("_remembered", ()), overrides)
+    tower = tower_module(path) if isinstance(path, torch.nn.Module) else None
+    if tower is None:
+        return _mark_remembered(_load(path, overrides), remembered, overrides)
+    # a composite transformers model (LLaVA, PaliGemma, a depth model): its vision tower is the model shown
+    model = _load(tower[0], overrides)
+    return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
+
+
+def _said(model: VitModel, key: str, note: str) -> VitModel:
+    """`model` with `note` added to its `key` provenance entry (its spec and its network's, kept the same)."""
+    spec = model.spec
+    marked = replace(spec, provenance=tuple((k, f"{v}; {note}" if k == key else v) for k, v in spec.provenance))
+    net = getattr(model, "net", None)
+    if getattr(net, "spec", None) is spec:
+        net.spec = marked
+    model.spec = marked
+    return model
+
+
+def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any]) -> VitModel:
+    """`load` once the remembered answers are set aside."""
+    unknown = set(overrides) - set(OPTION)
+    if unknown:
+        raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
+                          f"{', '.join(o.name for o in OPTIONS)}")
+    # every value's type and range, once (an OverrideError names it)
+    overrides = check_overrides(overrides, FAMILY_NAMES)
+    if overrides.get("code") is not None:
+        check_route(overrides, LIVE, f"code={overrides['code']}", _LIVE_WHY)
+        code = overrides.pop("code")
+        return load_code(code, path, {k: v for k, v in overrides.items() if k != "live"})
+    live = overrides.pop("live", None)
+    asked = [k for k in LIVE_ONLY if overrides.get(k) is not None]     # grid=, num_prefix=, in_chans=
+    if not isinstance(path, torch.nn.Module):
+        if live or asked:
+            raise VitvizError(f"{', '.join(asked) or 'live'}= applies to the live path: a torch.nn.Module, or "
+                              "code='FILE.py:FACTORY'")
+        return _load_reference(path, overrides)
+    if live or asked:
+        check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
+        return load_live(path, overrides, how="asked for")
+    try:
+        model = _load_reference(path, overrides)
+    except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why
+        if live is False or isinstance(refused, OverrideError):   # an override that does not fit: the user's to fix
+            raise
+        why = f"its state dict is no layout vitviz converts: {type(refused).__name__}: {refused}"
+        check_route(overrides, LIVE, type(path).__name__, f"{_LIVE_WHY}, the route this module takes because {why}")
+        try:
+            return load_live(path, overrides, how=why)
+        except LiveModelError as e:
+            raise type(e)(f"{e} (Converting it to the reference ViT failed too: {why})") from e  # UserCodeError...
+    what = "windowed model" if getattr(model, "windowed", False) else "ViT"
+    model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
+        "path", f"reference: its state dict converted to vitviz's reference {what} (live=True runs its own code)")))
+    return model
+
+
+def _remembered_names(names: Any, overrides: dict[str, Any]) -> frozenset[str]:
+    """The `_remembered` keyword checked: names of `REMEMBERABLE` overrides; those not given (None) are dropped.
+
+    Raises:
+        VitvizError: something else than a collection of those names.
+    """
+    if not isinstance(names, (set, frozenset, list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise VitvizError(f"_remembered={names!r}; expected a collection of override names among "
+                          f"{', '.join(REMEMBERABLE)}")
+    unknown = set(names) - set(REMEMBERABLE)
+    if unknown:
+        raise VitvizError(f"_remembered names {sorted(unknown)}; expected overrides among {', '.join(REMEMBERABLE)} "
+                          "(the ones a file's answers are remembered for)")
+    return frozenset(n for n in names if overrides.get(n) is not None)
+
+
+def _mark_remembered(model: VitModel, remembered: frozenset[str], overrides: dict[str, Any]) -> VitModel:
+    """`model` with the provenance of each remembered override said as such ('remembered: ...', given): only a
+    field the override set (its source 'override'; a live model's heads, read from its attention, stay read)."""
+    if not remembered:
+        return model
+    sources = {field: remembered_source(name, overrides[name]) for name in remembered for field in OPTION[name].fields}
+    spec = model.spec
+    provenance = tuple((k, sources[k] if k in sources and str(v).startswith("override") else v)
+                       for k, v in spec.provenance)
+    if provenance == spec.provenance:
+        return model
+    marked = replace(spec, provenance=provenance)
+    net = getattr(model, "net", None)
+    if getattr(net, "spec", None) is spec:
+        net.spec = marked
+    model.spec = marked
+    return model
+
+
+LIVE_ONLY = tuple(k for k in only_for(LIVE) if k not in ("code", "live"))   # they ask for the live path
+_LIVE_WHY = "a model run from its own code (the live path: its code computes its blocks)"
+
+
+def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
+    """A checkpoint, state dict or model object converted to the reference ViT. Whatever a file holds, the
+    answer is a model or a `VitvizError` naming the file: an unexpected exception from a reader is reported as a
+    `CheckpointError` (with its type, so it can be filed as a bug), never as a traceback."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return _convert_and_build(path, overrides)
+    try:
+        return _convert_and_build(path, overrides)
+    except VitvizError:
+        raise
+    except MemoryError as e:
+        raise DeviceError(f"{os.fsdecode(path)}: ran out of memory while loading ({e or 'MemoryError'})") from e
+    except RecursionError as e:
+        raise CheckpointError(f"{os.fsdecode(path)}: nested too deeply to read; expected a checkpoint") from e
+    except ImportError as e:  # a broken or missing package, not a broken file: name the package
+        package = (e.name or str(e)).split(".")[0]
+        raise VitvizError(f"{os.fsdecode(path)}: loading it needs the package {package!r}, which failed to import "
+                          f"({type(e).__name__}: {str(e)[:200]}); reinstall it (pip install --force-reinstall "
+                          f"{package}). The file itself was not at fault") from e
+    except Exception as e:  # noqa: BLE001 - the promise: a VitvizError for every file
+        raise CheckpointError(f"{os.fsdecode(path)}: could not be loaded (unexpected {type(e).__name__}: "
+                              f"{str(e)[:300]}); please report this file's layout as a vitviz bug") from e
+
+
+def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
+    device = resolve_device(overrides.get("device"))
+    stated: dict[str, tuple[Any, str]] = {}
+    if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
+        heads = _module_heads(path)
+        stated = {k: v for k, v in _module_settings(path).items() if overrides.get(k) is None}
+        if heads and not overrides.get("heads"):
+            stated["heads"] = (heads, f"model object: {type(path).__name__} num_heads")
+        overrides = {**overrides, **{k: v for k, (v, _) in stated.items()}}
+        raw = _raw_from_module(path)
+    elif isinstance(path, dict):
+        raw = _raw_from_dict(path)
+    elif isinstance(path, (str, bytes, os.PathLike)):
+        raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
+    else:
+        raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
+                          "a state dict or a torch.nn.Module")
+    conv = convert(raw, overrides.get("family"), overrides)
+    is_module = isinstance(path, torch.nn.Module)
+    if is_windowed(conv):  # Swin, SAM / ViTDet: the windowed reference model (what a model object states about a
+        # plain ViT's blocks -- its norm order, attention scale -- is no setting of these)
+        kept = {k: v for k, v in overrides.items() if not is_module or k not in stated or k in WINDOWED_APPLY}
+        return load_windowed(conv, raw, kept, warn=not is_module)
+    check_route(overrides, REFERENCE, str(raw.path), "a plain ViT (vitviz's reference model)")
+    check_canonical(conv.tensors, raw.path)
+    spec = infer_spec(conv, raw, overrides, warn=not is_module)
+    if is_module:  # a guess that changes the numbers: the object's own code (the live path) knows better
+        guessed = [k for k, _ in spec.guesses if k in NUMERIC_FIELDS]
+        if guessed:
+            raise VitvizError(f"converting it would guess {', '.join(guessed)} ({dict(spec.guesses)[guessed[0]]})")
+        warn_guesses(spec)
+    if isinstance(path, torch.nn.Module) and stated:  # not the caller's overrides: the object said so
+        field = {"heads": "num_heads", "act": "mlp_kind"}
+        said = {field.get(k, k): src for k, (_, src) in stated.items()}
+        spec = replace(spec, provenance=tuple((k, said.get(k, v)) for k, v in spec.provenance))
+    check_spec(spec, spec.source)
+    shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating
+    check_exact_tensors(shadow.state_dict(), conv.tensors, spec.source)
+    check_weights(conv.tensors, spec.source)
+    check_model_memory(sum(t.numel() * 4 for t in shadow.state_dict().values()), device, spec.source)
+    check_input_size(spec, spec.source)
+    net = _build(spec, torch.device("cpu"))
+    net.load_state_dict(conv.tensors, strict=True)
+    net.eval()
+    padded = conv.hints.get("zero_params", (0, ""))[0]   # zeros a conversion added (a block-diagonal qkv)
+    spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()) - padded)
+    net.spec = spec
+    model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
+    return model.to(str(device))
+
+
+def _build(spec: Any, device: torch.device) -> ReferenceViT:
+    """The reference ViT for `spec` on `device` ('meta': no memory, for checking); a spec the model cannot
+    express is an InconsistentCheckpointError naming the file."""
+    try:
+        with device:
+            return ReferenceViT(spec)
+    except (ValueError, TypeError) as e:
+        raise InconsistentCheckpointError(f"{spec.source}: no reference ViT fits ({e})") from e
+
+
+def _load_exact(net: ReferenceViT, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load every tensor, asserting each key and shape; anything left over or missing is an error."""
+    check_exact_tensors(net.state_dict(), sd, where)
+    net.load_state_dict(sd, strict=True)

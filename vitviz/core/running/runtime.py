@@ -1,0 +1,148 @@
+"""Where a model runs and what it may take: devices, and the memory checks that turn an allocation failure into
+a clear message before anything runs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from vitviz.core.running.packed import Linear
+from vitviz.errors import DeviceError
+
+if TYPE_CHECKING:
+    from vitviz.core.spec import ModelSpec
+
+SMALLER = "try a smaller image size, fewer images per batch or half=True (float16 maps; --half in export)"
+
+
+def packing_fits(net: torch.nn.Module) -> bool:
+    """Packed copies of the Linear weights double their memory: only when that takes under a quarter of what is
+    left."""
+    need = sum(m.weight.numel() * 4 for m in net.modules() if isinstance(m, Linear))
+    free = available_memory()
+    return free is None or need < free // 4
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still get: Linux MemAvailable, or less when a container (cgroup v2)
+    limit leaves less; None where that is unknown."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def format_bytes(n: float) -> str:
+    """'1.5 GiB', '12.0 MiB', '512 bytes'."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"
+
+
+# Allocations below this are not checked against the memory left: the estimate of what is left is coarser than that.
+CHECK_FROM = 64 << 20
+
+
+def check_model_memory(nbytes: int, device: torch.device, where: str) -> None:
+    """Refuse, before building, a model whose weights would not fit: it is built in host memory (beside the
+    tensors read from the file) and then moved to `device`, whose free memory is checked too for CUDA."""
+    if nbytes < CHECK_FROM:
+        return
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise DeviceError(f"{where}: building the model needs {format_bytes(nbytes)} for its weights, but only "
+                          f"{format_bytes(free)} of memory is available; nothing was allocated")
+    if device.type == "cuda" and torch.cuda.is_available():
+        try:
+            cuda_free, _total = torch.cuda.mem_get_info(device)
+        except RuntimeError:
+            return
+        if nbytes > cuda_free:
+            raise DeviceError(f"{where}: the model's weights need {format_bytes(nbytes)} but {device} has only "
+                              f"{format_bytes(cuda_free)} free; try device='cpu' or a smaller model")
+
+
+def check_input_size(spec: "ModelSpec", where: str) -> None:
+    """Refuse an input size whose attention cannot be computed here: one layer's attention matrix (heads x tokens
+    x tokens, float32) exists during every forward pass, whatever the capture keeps, so it must fit."""
+    tokens = spec.num_tokens
+    needed = spec.num_heads * tokens * tokens * 4
+    free = available_memory() if needed >= CHECK_FROM else None
+    if free is not None and needed > free:
+        h, w = spec.image_size
+        raise DeviceError(f"{where}: image_size {h}x{w} gives {tokens:,} tokens; one layer's attention "
+                          f"({spec.num_heads} heads x {tokens:,} x {tokens:,}, float32) needs {format_bytes(needed)} "
+                          f"but only {format_bytes(free)} of memory is available; expected a smaller image_size")
+
+
+def check_image_memory(needed: int, name: str, size: tuple[int, int]) -> None:
+    """Refuse, before Pillow allocates it, a resized image that would not fit in the memory left."""
+    free = available_memory()
+    if free is not None and needed > free:
+        raise DeviceError(f"{name}: resizing to {size[0]}x{size[1]} px needs {format_bytes(needed)} but only "
+                          f"{format_bytes(free)} of memory is available; expected a smaller input size")
+
+
+def check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
+    """Refuse, before running, a capture whose attention maps alone would not fit in the memory left."""
+    free = available_memory()
+    if free is not None and needed > free:
+        raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
+                          f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
+                          f"available; {SMALLER}")
+
+
+def available_devices() -> list[str]:
+    """Devices a model can run on here: 'cpu', plus 'cuda' (or 'cuda:N') when available."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        devices += ["cuda"] if n == 1 else [f"cuda:{i}" for i in range(n)]
+    return devices
+
+
+def move_module(net: torch.nn.Module, device: str | None, current: torch.device, refusal: str) -> torch.device:
+    """Move `net` to `device` (`resolve_device`) and return where it is now; out of memory there, it goes back to
+    `current` and DeviceError says '{refusal} on {device} (...); use device='cpu''."""
+    dev = resolve_device(device)
+    try:
+        net.to(dev)
+    except torch.cuda.OutOfMemoryError as e:
+        net.to(current)
+        torch.cuda.empty_cache()
+        raise DeviceError(f"{refusal} on {dev} ({e}); use device='cpu'") from e
+    return dev
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """'auto'/None -> CUDA when available, else CPU; a requested but missing CUDA raises DeviceError."""
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"unknown device {device!r}; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})") from e
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"device {device!r} is not supported; expected auto, cpu, cuda or cuda:N "
+                          f"(available here: {', '.join(available_devices())})")
+    if dev.type == "cuda" and dev.index is not None and torch.cuda.is_available() \
+            and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {device!r} requested, but there are {torch.cuda.device_count()} CUDA devices "
+                          f"(available: {', '.join(available_devices())})")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {device!r} requested, but CUDA is not available here "
+                          f"(available: {', '.join(available_devices())})")
+    return dev
