@@ -193,3 +193,31 @@ def test_training_script_writes_a_loadable_folder(tmp_path: Path) -> None:
     assert (out / "model.safetensors").stat().st_mode & 0o044 == 0o044  # readable when installed system-wide
     small = vitviz.load(out, device="cpu")
     assert small.spec.labels == shapes.CLASSES and small.spec.depth == 1 and small.spec.embed_dim == 32
+
+
+def test_training_scripts_show_progress_while_they_run_and_their_defaults(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m vitviz.demo.finetune` printed nothing until the end (minutes): each progress line now reaches
+    stderr as it is logged, and `--help` states every default."""
+    from vitviz.demo import finetune, train
+
+    seen_while_running = []
+    real_finetune = finetune.finetune
+
+    def spy(*args, **kwargs):   # noqa: ANN002, ANN003, ANN202 -- what stderr held when training had finished
+        net = real_finetune(*args, **kwargs)
+        seen_while_running.append(capsys.readouterr().err)
+        return net
+
+    finetune.finetune = spy
+    try:
+        assert finetune.main(["--out", str(tmp_path), "--steps", "2", "--batch", "2", "--pool", "4",
+                              "--check", "2"]) == 0
+    finally:
+        finetune.finetune = real_finetune
+    assert "step    2/2" in seen_while_running[0]     # before the model was saved and measured
+    assert "step    2/2" in (tmp_path / "finetune_log.txt").read_text(encoding="utf-8")
+    for module, default in ((finetune, "(default: 300)"), (train, "(default: 8000)")):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        assert default in capsys.readouterr().out

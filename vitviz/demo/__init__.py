@@ -12,6 +12,7 @@ Qt-free and torch-free at import, for the window's first run::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TextIO
 
 from vitviz.errors import CheckpointNotFoundError
 from vitviz.resources_path import resource
@@ -49,4 +50,21 @@ def sample_photos() -> list[Path]:
     return _samples(DEMO_IMAGE_PREFIX, exclude=True)
 
 
-__all__ = ["demo_checkpoint", "demo_images", "sample_photos"]
+class TeeLog:
+    """A training log written to its file and, line by line as it grows, to a stream (stderr): the training
+    scripts run for minutes, and their progress lines should be seen while they run, not only at the end."""
+
+    def __init__(self, file: TextIO, stream: TextIO) -> None:
+        self.file, self.stream = file, stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.stream.flush()
+        return self.file.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.stream.flush()
+
+
+__all__ = ["demo_checkpoint", "demo_images", "sample_photos", "TeeLog"]

@@ -124,15 +124,16 @@ def finetune(folder: Path, steps: int, batch: int, lr: float, pool: int, log: Te
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vitviz.demo.finetune", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vitviz.demo.finetune", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="output folder (a hub folder like resources/demo)")
     parser.add_argument("--demo", type=Path, default=None, help="the demo model folder (default: the shipped one)")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--steps", type=int, default=300, help="optimiser steps")
+    parser.add_argument("--batch", type=int, default=32, help="images per step")
+    parser.add_argument("--lr", type=float, default=3e-4, help="learning rate (AdamW, constant after a short warm-up)")
     parser.add_argument("--pool", type=int, default=1024, help="images drawn once and reused (flipped at random)")
     parser.add_argument("--check", type=int, default=200, help="held-out images for the figures in the log")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.pool < 1 or args.check < 1:
         parser.error("--steps, --batch, --pool and --check take positive numbers")
@@ -141,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     folder = args.demo or demo_checkpoint()
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "finetune_log.txt", "w", encoding="utf-8") as log:
+    from vitviz.demo import TeeLog
+
+    with open(args.out / "finetune_log.txt", "w", encoding="utf-8") as log_file:
+        log = TeeLog(log_file, sys.stderr)   # progress seen while it runs (every 50 steps), kept in the log
         log.write(f"vitviz demo ViT fine-tuned on light / dark from {folder}; torch {torch.__version__}, python "
                   f"{platform.python_version()}; steps {args.steps}, batch {args.batch}, lr {args.lr}\n")
         start = time.time()
@@ -153,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
         log.write(f"light/dark accuracy {acc:.3f} on {args.check} held-out images (stream {CHECK_SEED}); last-layer "
                   f"CLS attention on the shape {after:.2f}x its area share (the demo model: {before:.2f}x)\n")
         log.write(f"done in {time.time() - start:.0f}s; wrote {args.out}\n")
-    print("\n".join((args.out / "finetune_log.txt").read_text(encoding="utf-8").splitlines()[-2:]), file=sys.stderr)
     return 0
 
 

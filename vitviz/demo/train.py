@@ -247,7 +247,8 @@ def checkpoint_saver(cfg: TrainConfig, run_dir: Path, every: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vitviz.demo.train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m vitviz.demo.train", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("resources/demo"), help="output folder")
     parser.add_argument("--save-every", type=int, default=0, metavar="N",
                         help="also save a checkpoint every N steps (and at the last) into --run-dir, as "
@@ -255,13 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="where --save-every writes its checkpoints (default: OUT/run)")
     for field, value in asdict(TrainConfig()).items():
-        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
+        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value,
+                            help=f"TrainConfig.{field}")
     args = parser.parse_args(argv)
     cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     if args.save_every < 0 or (args.run_dir is not None and not args.save_every):
         parser.error("--save-every takes a positive number of steps; --run-dir goes with --save-every")
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "train_log.txt", "w", encoding="utf-8") as log:
+    from vitviz.demo import TeeLog
+
+    with open(args.out / "train_log.txt", "w", encoding="utf-8") as log_file:
+        log = TeeLog(log_file, sys.stderr)   # progress seen while it runs (every 100 steps), kept in the log
         log.write(f"vitviz demo ViT on the shapes task; torch {torch.__version__}, python "
                   f"{platform.python_version()}, {platform.machine()}\nconfig {json.dumps(asdict(cfg))}\n")
         start = time.time()
@@ -271,7 +276,6 @@ def main(argv: list[str] | None = None) -> int:
         save(net, cfg, args.out)
         params = sum(p.numel() for p in net.parameters())
         log.write(f"done in {time.time() - start:.0f}s; {params:,} parameters; wrote {args.out}\n")
-    print((args.out / "train_log.txt").read_text(encoding="utf-8").splitlines()[-1], file=sys.stderr)
     return 0
 
 
