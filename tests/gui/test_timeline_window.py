@@ -164,3 +164,66 @@ def test_the_unit_plots_keep_three_ticks_on_zero_to_one(qtbot, loaded, run_dir) 
         low, high = plot.viewRange()[1]
         assert low <= 0.0 and high >= 1.0 and high - low < 1.2, (name, low, high)
         assert [v for v, _ in plot.getAxis("left")._tickLevels[0]] == [0.0, 0.5, 1.0]
+
+
+def test_plots_are_tall_enough_and_share_one_step_axis(qtbot, loaded, run_dir) -> None:  # noqa: ANN001
+    """Round five: the four plots were ~45 px high with overlapping tick labels, and the box plot showed an x axis
+    of 99.6-100.4 until Box was ticked (an empty plot ranges around its marker alone)."""
+    from vitviz.gui.panels.timeline import PLOT_MIN_HEIGHT
+
+    panel = _open(qtbot, loaded, run_dir)
+    loaded.resize(1280, 800)
+    qtbot.waitUntil(lambda: panel.plots["box"].viewRange()[0][1] > 250, timeout=5000)
+    steps = panel.plots["distance"].viewRange()[0]
+    assert steps[0] <= STEPS[0] and steps[1] >= STEPS[-1]
+    box = panel.plots["box"].viewRange()[0]                              # no box yet: the same step axis
+    assert box[0] <= STEPS[0] and box[1] >= STEPS[-1] and box[1] - box[0] < 2 * (steps[1] - steps[0])
+    for plot in panel.plots.values():
+        assert plot.minimumHeight() >= PLOT_MIN_HEIGHT
+        assert plot.getAxis("left").style["maxTickLevel"] == 0
+
+
+def test_no_run_no_empty_dock_on_the_next_start(qtbot, settings, tiny_ckpt, run_dir) -> None:  # noqa: ANN001
+    """The dock came back empty ('No training run', blank plots, a third of the window) on the next start: a saved
+    layout with the dock open shows it only when a run is open."""
+    from PySide6.QtCore import QRect
+
+    from vitviz.gui.window import MainWindow, default_size
+
+    first = MainWindow(settings)
+    first.use_size(default_size(QRect(0, 0, 1600, 1000)))
+    qtbot.addWidget(first)
+    first.show()
+    _open(qtbot, first, run_dir)
+    dock = next(d for d in first.side_docks if d.objectName() == "timelineDock")
+    assert dock.isVisible()
+    first.save_settings()
+    first.persist_settings = False
+    first.close()
+    first.session.shutdown()
+    second = MainWindow(settings)
+    qtbot.addWidget(second)
+    second.show()
+    try:
+        dock = next(d for d in second.side_docks if d.objectName() == "timelineDock")
+        assert not dock.isVisible() and second.timeline.folder == ""
+    finally:
+        second.persist_settings = False
+        second.close()
+        second.session.shutdown()
+
+
+def test_checkpoints_written_later_are_offered_as_a_reload(qtbot, loaded, run_dir) -> None:  # noqa: ANN001
+    """A run still training writes checkpoints after the dock opened it: the dock notices (a folder watcher) and
+    offers Reload (+N), which opens the run again at the same checkpoint."""
+    panel = _open(qtbot, loaded, run_dir)
+    panel.set_checkpoint(1)
+    assert not panel.reload_button.isVisible()
+    write_tiny_checkpoint(run_dir / "step-400.pth", seed=20)
+    qtbot.waitUntil(lambda: panel.reload_button.isVisible(), timeout=10000)
+    assert panel.reload_button.text() == "Reload (+1)" and "1 new in the folder" in panel.run_label.text()
+    panel.reload_button.click()
+    qtbot.waitUntil(lambda: loaded.timeline.store is not None and len(loaded.timeline.store) == 4, timeout=20000)
+    assert loaded.timeline.k == 1 and panel.slider.value() == 1 and not panel.reload_button.isVisible()
+    wait_idle(qtbot, loaded, timeout=30000)
+    assert loaded.reporter.errors == []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
 
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
@@ -143,6 +143,9 @@ class TimelineSession(QObject):
         self.opening = False
         self.budget_bytes = 1 << 30
         self.overrides: dict[str, Any] = {}
+        self.new_checkpoints = 0        # checkpoints written into the run's folder since it was opened
+        self._watcher = QFileSystemWatcher(self)
+        self._watcher.directoryChanged.connect(self._on_folder_changed)
         for kind, answer in ((OpenRun, self._on_opened), (TimelineResult, self._on_ran),
                              (CloseRun, lambda _r, _a: None)):
             session.route(kind, answer, self._on_failed)
@@ -151,10 +154,13 @@ class TimelineSession(QObject):
         session.client.restarted.connect(self._on_restarted)
 
     # ------------------------------------------------------------------------------------------ intents
-    def open(self, folder: str, **overrides: Any) -> None:
-        """Open `folder` (checkpoints of one run) as a timeline; `overrides` (heads=...) go to every load."""
+    def open(self, folder: str, keep_k: bool = False, **overrides: Any) -> None:
+        """Open `folder` (checkpoints of one run) as a timeline; `overrides` (heads=...) go to every load;
+        `keep_k`: stay at the checkpoint shown (a reload of the same run)."""
         self._forget()
-        self.folder, self.opening, self.error, self.k = str(folder), True, "", 0
+        self.folder, self.opening, self.error = str(folder), True, ""
+        self.k = self.k if keep_k else 0
+        self._watch(str(folder))
         self.overrides = dict(overrides)
         self.client.submit(OpenRun, first=True, folder=str(folder), budget_bytes=self.budget_bytes,
                            overrides=dict(overrides), generation=self.generation)
@@ -165,8 +171,39 @@ class TimelineSession(QObject):
             return
         self._forget()
         self.folder, self.opening, self.error = "", False, ""
+        self._watch("")
         self.client.submit(CloseRun, first=True)
         self.opened.emit()
+
+    def reload(self) -> None:
+        """Open the same run again (its folder gained checkpoints), at the checkpoint shown."""
+        if self.folder:
+            self.open(self.folder, keep_k=True, **self.overrides)
+
+    def _watch(self, folder: str) -> None:
+        """Watch the run's folder (only it: a training run adds checkpoints there) for checkpoints added later."""
+        self.new_checkpoints = 0
+        if self._watcher.directories():
+            self._watcher.removePaths(self._watcher.directories())
+        if folder and Path(folder).is_dir():
+            self._watcher.addPath(folder)
+
+    def _on_folder_changed(self, _path: str) -> None:
+        """The folder changed: count its checkpoints (a directory listing, no file read) against the run's; more
+        of them are offered as a reload in the dock (reloading drops the results held, so the user chooses)."""
+        if self.store is None:
+            return
+        from vitviz.core.analyses.timeline import find_checkpoints
+
+        try:
+            found, _order = find_checkpoints(self.folder)
+        except Exception:  # noqa: BLE001 - the folder went away or became unreadable: nothing new to offer
+            return
+        held = {c.path for c in self.store.run.checkpoints}
+        new = sum(1 for c in found if c.path not in held)
+        if new != self.new_checkpoints:
+            self.new_checkpoints = new
+            self.opened.emit()
 
     def _forget(self) -> None:
         self.generation += 1
@@ -226,7 +263,7 @@ class TimelineSession(QObject):
         if self.image:
             self.store.add_image(self.image, self.image)
         self.opened.emit()
-        self.show(0)
+        self.show(min(self.k, len(self.store) - 1))     # 0 for a new run; a reload stays where it was
 
     def _on_ran(self, request: Request, answer: CheckpointRan) -> None:
         if answer.generation != self.generation:

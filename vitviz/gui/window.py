@@ -274,7 +274,7 @@ class MainWindow(QMainWindow):
                 self.tabifyDockWidget(other, dock)       # both open: tabs below the image
             dock.show()
             dock.raise_()
-        elif not active and dock.isVisible():
+        elif not active and not dock.isHidden():   # isHidden: also before the window is shown (a restored layout)
             dock.hide()
 
     def _side_actions(self) -> list[Any]:
@@ -923,6 +923,10 @@ class MainWindow(QMainWindow):
         if not (self.restoreGeometry(geometry) and self.restoreState(layout, st.SETTINGS_VERSION)):
             self.resize(default_size(self._available()))
             self.restoreState(self._default_layout, st.SETTINGS_VERSION)
+        # a saved layout shows the Compare / Timeline docks as they were when the window closed; with no comparison
+        # and no run open they would only be empty space (a third of the window): they come back with their work
+        self._show_side("compareDock", self.compare.active)
+        self._show_side("timelineDock", bool(self.timeline.folder))
 
     def save_settings(self) -> None:
         s = self.settings

@@ -33,6 +33,7 @@ TIMELINE_SOURCES = ("cls", "mean", "max", "rollout", "token", "entropy")
 PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "entropy (nats)", "Attention entropy"),
          ("box", "share", "CLS attention inside the box"), ("top", "probability", "Top class's probability"))
 UNIT_PLOTS = ("box", "top")   # plots of values in [0, 1]
+PLOT_MIN_HEIGHT = 110         # px per plot: title, three tick labels and the step axis readable
 
 
 def class_text(index: int, name: str) -> str:
@@ -80,6 +81,11 @@ class TimelinePanel(LazyPanel):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.slider.valueChanged.connect(self._on_slider)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.setObjectName("timelineReload")
+        self.reload_button.setToolTip("Open the run again with the checkpoints written since it was opened")
+        self.reload_button.clicked.connect(timeline.reload)
+        self.reload_button.hide()
         self.close_button = QPushButton("Close run")
         self.close_button.clicked.connect(timeline.close)
         self.box_check = QCheckBox("Box")
@@ -107,10 +113,14 @@ class TimelinePanel(LazyPanel):
         self.box: tuple[float, float, float, float] | None = None
         self.plots, self.curves, self.marks = {}, {}, {}
         self.plot_widget = dark_layout()
-        self.plot_widget.setMinimumHeight(220)
+        self.plot_widget.setMinimumHeight(2 * PLOT_MIN_HEIGHT)
         for i, (name, left, title) in enumerate(PLOTS):
             plot = self.plot_widget.addPlot(row=i // 2, col=i % 2, title=title)
             style_plot(plot, left, "step")
+            plot.setMinimumHeight(PLOT_MIN_HEIGHT)
+            plot.getAxis("left").setStyle(maxTickLevel=0)   # major ticks only: labels never overlap on a short plot
+            if i:
+                plot.setXLink(self.plots[PLOTS[0][0]])       # one step axis: an empty plot has the others' range
             if name in UNIT_PLOTS:     # a share, a probability: always 0-1, three ticks that fit a short plot
                 plot.setYRange(0.0, 1.0, padding=0.05)
                 plot.getAxis("left").setTicks([[(0.0, "0"), (0.5, "0.5"), (1.0, "1")]])
@@ -120,7 +130,7 @@ class TimelinePanel(LazyPanel):
             self.marks[name] = pg.InfiniteLine(angle=90, movable=False, pen=pen("#fbbc04", 200, 1.5, dashed=True))
             plot.addItem(self.marks[name])
         top = QHBoxLayout()
-        for w in (self.play_button, self.slider, self.box_check, self.close_button):
+        for w in (self.play_button, self.slider, self.box_check, self.reload_button, self.close_button):
             top.addWidget(w, 1 if w is self.slider else 0)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -153,6 +163,10 @@ class TimelinePanel(LazyPanel):
         for w in (self.play_button, self.slider, self.box_check, self.close_button):
             w.setEnabled(store is not None)
         self.close_button.setEnabled(store is not None or t.opening)
+        self.reload_button.setVisible(store is not None and t.new_checkpoints > 0)
+        self.reload_button.setText(f"Reload (+{t.new_checkpoints})")
+        for w in (self.widget, self.plot_widget):      # no run: the message alone, not empty plots
+            w.setVisible(store is not None)
         if store is None:
             self.run_label.setText(f"Opening {Path(t.folder).name}…" if t.opening else
                                    (f"Could not open the run: {t.error}" if t.error else
@@ -163,7 +177,9 @@ class TimelinePanel(LazyPanel):
         else:
             given = ", ".join(f"{k}={v}" for k, v in t.overrides.items() if v is not None)
             self.run_label.setText(f"Run {t.folder}: {len(store)} checkpoints, {store.order_note}"
-                                   + (f" · loaded with {given}" if given else ""))
+                                   + (f" · loaded with {given}" if given else "")
+                                   + (f" · {t.new_checkpoints} new in the folder since it was opened"
+                                      if t.new_checkpoints else ""))
             self.slider.blockSignals(True)
             self.slider.setRange(0, len(store) - 1)
             self.slider.setValue(t.k)
