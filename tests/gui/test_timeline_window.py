@@ -178,9 +178,13 @@ def test_plots_are_tall_enough_and_share_one_step_axis(qtbot, loaded, run_dir) -
     assert steps[0] <= STEPS[0] and steps[1] >= STEPS[-1]
     box = panel.plots["box"].viewRange()[0]                              # no box yet: the same step axis
     assert box[0] <= STEPS[0] and box[1] >= STEPS[-1] and box[1] - box[0] < 2 * (steps[1] - steps[0])
-    for plot in panel.plots.values():
+    for name, plot in panel.plots.items():
         assert plot.minimumHeight() >= PLOT_MIN_HEIGHT
-        assert plot.getAxis("left").style["maxTickLevel"] == 0
+        ticks = plot.getAxis("left")._tickLevels
+        assert ticks is not None and 1 <= len(ticks[0]) <= 3, (name, ticks)   # at most three labels
+    shown = [v for v, _ in panel.plots["distance"].getAxis("left")._tickLevels[0]]
+    distance = panel.curves["distance"].getData()[1]
+    assert min(shown) == pytest.approx(distance.min()) and max(shown) == pytest.approx(distance.max())
 
 
 def test_no_run_no_empty_dock_on_the_next_start(qtbot, settings, tiny_ckpt, run_dir) -> None:  # noqa: ANN001

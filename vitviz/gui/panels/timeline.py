@@ -36,6 +36,17 @@ UNIT_PLOTS = ("box", "top")   # plots of values in [0, 1]
 PLOT_MIN_HEIGHT = 110         # px per plot: title, three tick labels and the step axis readable
 
 
+def three_ticks(values: np.ndarray) -> list[tuple[float, str]]:
+    """Ticks at the lowest, middle and highest value plotted (one when they are equal): a plot ~60 px high has room
+    for three labels, and pyqtgraph's own spacing piled five onto each other ('16.08 16.06 16.04 ...')."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return []
+    lo, hi = float(finite.min()), float(finite.max())
+    points = (lo,) if hi - lo <= 1e-12 * max(1.0, abs(hi)) else (lo, (lo + hi) / 2, hi)
+    return [(v, f"{v:.4g}") for v in points]
+
+
 def class_text(index: int, name: str) -> str:
     """'cat (class 3)'; a model without class names: 'class 3' (not 'class 3 (class 3)')."""
     return name if name == f"class {index}" else f"{name} (class {index})"
@@ -324,6 +335,9 @@ class TimelinePanel(LazyPanel):
             else:
                 keep = done & np.isfinite(values)
                 self.curves[name].setData(x[keep], values[keep])
+            if name not in UNIT_PLOTS:
+                self.plots[name].getAxis("left").setTicks(
+                    [three_ticks(values[keep]) if values is not None else []])
             self.marks[name].setValue(float(x[k]))
         if self.box is None:
             self.plots["box"].setTitle("CLS attention inside the box (tick Box)")
