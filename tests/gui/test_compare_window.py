@@ -44,6 +44,7 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
     s = loaded.compare.summary
     assert np.all(s.jsd == 0) and np.allclose(s.cka, 1.0)
     assert "shared scale" in panel.scale.text() and "centred on 0" in panel.scale.text()
+    assert not panel.bar_ab.horizontal and not panel.bar_diff.horizontal   # beside the maps, not under them
     assert panel.bar_diff.levels()[0] == -panel.bar_diff.levels()[1]
     loaded.state.update(source="token", query=5)                                   # a query token, B's by place
     qtbot.waitUntil(lambda: panel.frame is not None and panel.frame.query_a == 5, timeout=10000)
@@ -162,3 +163,14 @@ def test_a_fresh_worker_closes_the_comparison_and_says_so(qtbot, loaded, tiny_ck
     assert any("comparison with tiny.pth was closed" in n and "Compare with" in n for n in loaded.notes)
     wait_idle(qtbot, loaded)
     assert loaded.reporter.errors == []
+
+
+def test_model_b_is_named_by_its_folder_and_the_bars_stand_beside_the_maps() -> None:
+    """Round five: B was named 'model.safetensors' (every hub folder's weights file), and horizontal colour bars
+    under the maps left them ~80 px in a short dock."""
+    from vitviz.gui.panels.base import display_name
+
+    assert display_name("/models/dinov2-small/model.safetensors") == "dinov2-small/model.safetensors"
+    assert display_name("/models/run/step-300.pth") == "step-300.pth"
+    assert display_name("/models/dinov2-small") == "dinov2-small"
+    assert display_name("hf:facebook/dinov2-small") == "hf:facebook/dinov2-small"

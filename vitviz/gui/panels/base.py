@@ -10,6 +10,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
 from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from vitviz.core.formats import FOLDER_WEIGHT_NAMES
 from vitviz.gui.session import Session
 
 pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
@@ -109,8 +110,14 @@ def waiting_text(session: Session, what: str) -> str:
 
 
 def display_name(model: str) -> str:
-    """A model path or name as panels name it: a file or folder's name, a hub name as given."""
-    return model if ":" in model and not Path(model).exists() else Path(model).name or model
+    """A model path or name as panels name it: a file or folder's name, a hub name as given; a model folder's
+    weights file (`model.safetensors`: every hub folder's) by its folder, 'vit-small/model.safetensors'."""
+    if ":" in model and not Path(model).exists():
+        return model
+    path = Path(model)
+    if path.name in FOLDER_WEIGHT_NAMES and path.parent.name:
+        return f"{path.parent.name}/{path.name}"
+    return path.name or model
 
 
 def compact(combo: QComboBox, characters: int = 10) -> QComboBox:

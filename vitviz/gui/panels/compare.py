@@ -78,7 +78,9 @@ class ComparePanel(LazyPanel):
         self.widget.setMinimumHeight(150)
         self.titles, self.views, self.items = [], [], []
         self.bases: list[pg.ImageItem] = []          # A's input image under each map
-        for col, title in enumerate(("A", "B (on A's grid, by place)", "A − B")):
+        # maps in columns 0, 1 and 3, each colour bar upright beside what it scales (2: A and B's, 4: A − B's): a
+        # horizontal bar under the maps took a third of a short dock's height and left the maps ~80 px
+        for col, title in zip((0, 1, 3), ("A", "B (on A's grid, by place)", "A − B")):
             label = self.widget.addLabel(title, row=0, col=col, color=TEXT)
             view, base = image_view(self.widget, 1, col)
             item = pg.ImageItem()
@@ -90,13 +92,13 @@ class ComparePanel(LazyPanel):
             self.items.append(item)
         self._base_of: object = None
         self.bar_ab = pg.ColorBarItem(values=(0, 1), width=10, colorMap=_colour_map(state.colormap), interactive=False,
-                                      orientation="horizontal", label="A and B: one shared scale",
+                                      orientation="vertical", label="A and B",
                                       colorMapMenu=False)
         self.bar_diff = pg.ColorBarItem(values=(-1, 1), width=10, colorMap=_colour_map(DIVERGING), interactive=False,
-                                        orientation="horizontal", label="A − B: rdbu, centred on 0",
+                                        orientation="vertical", label="A − B",
                                         colorMapMenu=False)
-        self.widget.addItem(self.bar_ab, row=2, col=0, colspan=2)
-        self.widget.addItem(self.bar_diff, row=2, col=2)
+        self.widget.addItem(self.bar_ab, row=1, col=2)
+        self.widget.addItem(self.bar_diff, row=1, col=4)
         for bar in (self.bar_ab, self.bar_diff):
             for side in ("top", "bottom", "left", "right"):
                 axis = bar.getAxis(side)
