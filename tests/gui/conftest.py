@@ -5,11 +5,37 @@ the user's settings: QSettings paths point into a temporary folder and `VITVIZ_S
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from _gui import HEADS, make_image, wait_idle   # the helpers the tests share (tests/gui/_gui.py)
 from _tiny import write_tiny_checkpoint
+
+
+# The waits below are hang guards, not measurements: a worker that has finished answers at once, and a machine
+# shared by other work (CI, a laptop compiling) must not fail a test whose answer is merely late. Every
+# qtbot.waitUntil / waitSignal timeout is stretched by this factor ($VITVIZ_TEST_WAIT_SCALE, default 4).
+WAIT_SCALE = float(os.environ.get("VITVIZ_TEST_WAIT_SCALE", "4"))
+
+
+def _stretch_qtbot_waits() -> None:
+    from pytestqt.qtbot import QtBot
+
+    def stretched(method):  # noqa: ANN001, ANN202
+        def wait(self, *args, timeout: int = 5000, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            return method(self, *args, timeout=int(timeout * WAIT_SCALE) if timeout and timeout > 0 else timeout,
+                          **kwargs)
+        wait.__doc__, wait.stretched = method.__doc__, True
+        return wait
+
+    for name in ("waitUntil", "waitSignal", "waitSignals", "waitCallback"):
+        method = getattr(QtBot, name)
+        if not getattr(method, "stretched", False):
+            setattr(QtBot, name, stretched(method))
+
+
+_stretch_qtbot_waits()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

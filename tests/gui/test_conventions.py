@@ -184,6 +184,17 @@ def test_exported_colorbars_say_what_they_show(qtbot, loaded, tmp_path) -> None:
     stack = w.session.current_maps.stack("cls")
     assert render.colorbar_label(stack, "mean", "shared") == "CLS attention · head mean · shared scale: all layers (head means)"
     assert render.colorbar_label(stack, 1, "own") == "CLS attention · head 1 · own scale: this map"
+    assert render.colorbar_label(stack, 1, "own", 2) == "CLS attention · layer 2 · head 1 · own scale: this map"
+
+
+def test_the_save_dialog_proposes_the_name_export_gives(qtbot, loaded) -> None:  # noqa: ANN001
+    """Round five: the window proposed `shapes_1_cross_cls.png` (no layer, no head) where `vitviz export` writes
+    `shapes_1_cross_cls_L2_Hmean.png` for the same view."""
+    w = loaded
+    w.state.update(layer=1, head=0)
+    stem = Path(w.session.current).stem
+    assert Path(w.file_actions._export_name(w.session.current_maps, ".png")).name == f"{stem}_cls_L1_H0.png"
+    assert Path(w.file_actions._export_name(w.session.current_maps, ".npz")).name == f"{stem}_cls.npz"
 
 
 # ---------------------------------------------------------------------------------------------- legends

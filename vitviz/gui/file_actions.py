@@ -12,13 +12,14 @@ from typing import Callable, TypeVar
 from PySide6.QtCore import QObject, QSettings, Qt, Signal
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox, QWidget
 
+from vitviz.batch.plan import output_name
 from vitviz.core.formats import MODEL_FILE_SUFFIXES, MODEL_FOLDER_MARKERS
 from vitviz.core.drawing.render import LARGE_PICTURE_PIXELS
 from vitviz.core.running.images import IMAGE_EXTENSIONS, find_images
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import dialogs, exporting, settings as st
 from vitviz.gui.session import Session
-from vitviz.gui.state import ViewState
+from vitviz.gui.state import ViewState, map_kind
 
 T = TypeVar("T")
 ErrorCallback = Callable[[str, str, str], None]     # title, summary, details
@@ -140,8 +141,12 @@ class FileActions(QObject):
         return maps
 
     def _export_name(self, maps: ResultMaps, suffix: str) -> str:
+        """The Save dialog's proposal: a PNG named as `vitviz export` names that map, layer and head
+        (`shapes_1_cross_cls_L2_Hmean.png`); the arrays (every layer) by image and map."""
         folder = st.last_folder(self.settings, "export")
-        name = f"{exporting.image_stem(maps.result.source)}_{exporting.map_label(self.state)}{suffix}"
+        stem = exporting.image_stem(maps.result.source)
+        name = (output_name(stem, map_kind(self.state), self.state.layer, self.state.head) if suffix == ".png"
+                else f"{stem}_{exporting.map_label(self.state)}{suffix}")
         return str(Path(folder) / name) if folder else name
 
     def export_png_dialog(self) -> None:

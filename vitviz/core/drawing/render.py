@@ -303,10 +303,12 @@ def scale_label(stack: MapStack, head: HeadSel, scale: str) -> str:
     return "shared scale: all layers" + (group if stack.num_heads > 1 else "")
 
 
-def colorbar_label(stack: MapStack, head: HeadSel, scale: str) -> str:
-    """What a colorbar shows, e.g. 'CLS attention · head mean · shared scale: all layers (head means)'."""
+def colorbar_label(stack: MapStack, head: HeadSel, scale: str, layer: LayerSel | None = None) -> str:
+    """What a colorbar shows, e.g. 'CLS attention · layer 11 · head mean · shared scale: all layers (head means)'
+    (the layer left out for a stack of one row: a map of the whole model, such as relevance)."""
     which = "heads fused" if stack.num_heads == 1 else f"head {head}"
-    return f"{stack.title} · {which} · {scale_label(stack, head, scale)}"
+    at = f" · layer {layer}" if layer is not None and stack.maps.shape[0] > 1 else ""
+    return f"{stack.title}{at} · {which} · {scale_label(stack, head, scale)}"
 
 
 def cover(values: np.ndarray, input_hw: tuple[int, int], patch: int) -> np.ndarray:
@@ -347,5 +349,5 @@ def draw_map(stack: MapStack, layer: LayerSel, head: HeadSel, image: np.ndarray,
     rgb = heat if opts.style == "heatmap" else overlay(image, heat, float(opts.opacity))
     if not opts.colorbar:
         return rgb
-    label = colorbar_label(stack, head, opts.scale) if opts.colorbar_label else ""
+    label = colorbar_label(stack, head, opts.scale, layer) if opts.colorbar_label else ""
     return add_colorbar(rgb, opts.cmap, lo, hi, label=label)
