@@ -203,3 +203,34 @@ def test_override_sizes_and_stats_are_checked(tmp_path) -> None:
     with pytest.warns(UserWarning, match=r"not a multiple of the 8 px patch; the model sees its top-left 32x40"):
         r = vitviz.load(path, heads=2).run(torch.rand(1, 3, 36, 44))
     assert r.spec.grid == (4, 5)
+
+
+def test_a_training_run_folder_points_to_the_timeline(tmp_path: Path) -> None:
+    """Round five: `vitviz info RUN/` said 'no weights file found (found: checkpoint-100, ...)' and nothing about
+    the timeline that opens exactly such a folder."""
+    from _tiny import write_tiny_checkpoint
+
+    import vitviz
+    from vitviz.errors import NoWeightsError
+
+    run = tmp_path / "run"
+    for step in (100, 200):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+        write_tiny_checkpoint(run / f"checkpoint-{step}" / "model.safetensors", seed=step)
+    with pytest.raises(NoWeightsError) as e:
+        vitviz.load(run)
+    msg = str(e.value)
+    assert "checkpoint-100" in msg and "open one of them directly" in msg
+    assert "--timeline" in msg and "Open training run" in msg
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for step in (1, 2):
+        write_tiny_checkpoint(flat / f"step-{step}.pth", seed=step)
+    with pytest.raises(NoWeightsError, match="2 weights files .*--timeline"):
+        vitviz.load(flat)
+    single = tmp_path / "single"
+    (single / "checkpoint-1").mkdir(parents=True)
+    write_tiny_checkpoint(single / "checkpoint-1" / "model.safetensors", seed=1)
+    with pytest.raises(NoWeightsError) as e:
+        vitviz.load(single)
+    assert "checkpoint-1" in str(e.value) and "--timeline" not in str(e.value)   # one checkpoint is no run

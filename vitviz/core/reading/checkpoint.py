@@ -258,11 +258,25 @@ def _weights_in_folder(folder: Path) -> Path:
     candidates = [f for f in entries if f.suffix in WEIGHT_SUFFIXES and f.is_file()]
     if len(candidates) == 1:
         return candidates[0]
+    held = [f for f in entries if f.is_dir() and not f.name.startswith(".") and _holds_weights(f)]
+    run = (f"; a folder of checkpoints of one training run opens as a timeline: `vitviz export --timeline {folder}` "
+           "or, in the window, Models › Open training run…") if len(candidates) + len(held) > 1 else ""
     if candidates:
         raise NoWeightsError(f"{folder}: {len(candidates)} weights files ({_listed(c.name for c in candidates)}); "
-                             "open the one you want directly")
+                             "open the one you want directly" + run)
+    if held:
+        raise NoWeightsError(f"{folder}: no weights file of its own; {len(held)} folder(s) holding one "
+                             f"({_listed(f.name for f in held)}): open one of them directly" + run)
     raise NoWeightsError(f"{folder}: no weights file found (found: {_listed(f.name for f in entries) or 'nothing'});"
                          f" expected one of {', '.join(WEIGHT_NAMES)} or a single *.safetensors/*.pth/*.bin file")
+
+
+def _holds_weights(folder: Path) -> bool:
+    """Whether a sub-folder holds a model folder's weights file (a run's `checkpoint-500/`): one listing, no read."""
+    try:
+        return any(f.name in FOLDER_WEIGHT_NAMES or f.suffix in WEIGHT_SUFFIXES for f in folder.iterdir())
+    except OSError:
+        return False
 
 
 def _listed(names: Any) -> str:
