@@ -637,3 +637,21 @@ def test_hf_cache_lists_timm_transformers_and_open_clip_repositories(caches: tup
     assert found["acme/vit-small"].family.startswith("hf")
     assert (found["someone/my-model"].family, found["someone/my-model"].detail) == ("clip", "open_clip, vision width 768")
     assert found["someone/my-model"].size == 3000
+
+
+def test_a_family_guessed_from_the_name_is_marked_as_a_guess(tmp_path: Path) -> None:
+    """Round five: the Models menu listed a hand-written `vit_tiny.pth` as 'timm · 576 kB · recent'; it loads as a
+    structural (hand-written) ViT. A family read from nothing but the name is printed with a question mark."""
+    from vitviz.catalog.scan import scan_recent
+
+    f = tmp_path / "vit_tiny_patch16_224.pth"
+    f.write_bytes(b"0" * 10)
+    (entry,) = scan_recent([f])
+    assert entry.family == "timm" and entry.by_name and entry.family_text == "timm?"
+    assert "guessed from the file name" in entry.detail
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architecture": "vit_tiny_patch16_224", "num_classes": 10}')
+    (folder / "model.safetensors").write_bytes(b"0" * 10)
+    (entry,) = scan_recent([folder])
+    assert not entry.by_name and entry.family_text == entry.family       # read from its config: no mark

@@ -48,6 +48,8 @@ class CatalogEntry:
         size: bytes of the weights.
         detail: one line more (weights enum, class count, architecture), may be empty.
         named: the `torchvision:ARCH:WEIGHTS` name when the file is a known torchvision download, else ''.
+        by_name: the family is a guess from the file name alone (no config, no known download): a hand-written
+            `vit_tiny.pth` is named like a timm file and may load as another family; menus mark it 'timm?'.
     """
 
     name: str
@@ -57,10 +59,16 @@ class CatalogEntry:
     size: int
     detail: str = ""
     named: str = ""
+    by_name: bool = False
 
     @property
     def size_text(self) -> str:
         return format_size(self.size)
+
+    @property
+    def family_text(self) -> str:
+        """The family as menus and `vitviz models` print it: 'timm', or 'timm?' for a guess from the name."""
+        return f"{self.family}?" if self.by_name and self.family != "unknown" else self.family
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -175,7 +183,9 @@ def _file_entry(f: Path, source: str, keep_unknown: bool = False) -> CatalogEntr
     family = guess_family_from_name(f.name)
     if family is None and not keep_unknown:
         return None
-    return CatalogEntry(f.name, f, source, family or "unknown", size)
+    return CatalogEntry(f.name, f, source, family or "unknown", size,
+                        "" if family is None else "family guessed from the file name; loading reads its tensors",
+                        by_name=family is not None)
 
 
 def _torchvision_info(file_name: str) -> dict[str, Any] | None:

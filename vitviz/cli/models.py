@@ -84,7 +84,7 @@ def run_models_command(args: argparse.Namespace) -> int:
         return 0
     print(f"{'NAME':<44} {'FAMILY':<12} {'SIZE':>8}  {'SOURCE':<12} PATH")
     for e in entries:
-        print(f"{e.name:<44} {e.family:<12} {e.size_text:>8}  {e.source:<12} {e.path}")
+        print(f"{e.name:<44} {e.family_text:<12} {e.size_text:>8}  {e.source:<12} {e.path}")
     return 0
 
 

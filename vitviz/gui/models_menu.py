@@ -142,7 +142,7 @@ class ModelsMenu(QObject):
         action.triggered.connect(lambda _checked=False: self._load_demo())
 
     def _add_entry(self, menu: QMenu, entry: catalog.CatalogEntry) -> None:
-        action = menu.addAction(f"{entry.name}\t{entry.family} · {entry.size_text} · {entry.source}")
+        action = menu.addAction(f"{entry.name}\t{entry.family_text} · {entry.size_text} · {entry.source}")
         action.setData(str(entry.path))
         action.setToolTip("\n".join(x for x in (str(entry.path), entry.detail) if x))
         action.setStatusTip(str(entry.path))
