@@ -241,3 +241,22 @@ def test_store_names_a_checkpoint_of_another_layout_against_the_first(tmp_path: 
         store.result(0, "y")
     store.remove_image("x")
     assert not any(e[0] == "result" for e in store.held)
+
+
+def test_labels_too_long_for_small_pictures_keep_their_step() -> None:
+    """Round five: on 64 px images every frame of `export --timeline` read 'checkpoin..' (the end, the step, was
+    cut): a label that does not fit keeps its end."""
+    from PIL import ImageDraw, ImageFont
+
+    from vitviz.batch.compare import animation_frames, fit_label
+
+    font = ImageFont.load_default()
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength
+    width = 64 - 4
+    labels = ["checkpoint-1200", "checkpoint-2400"]
+    fitted = [fit_label(s, width, lambda t: measure(t, font=font)) for s in labels]
+    assert fitted[0] != fitted[1] and fitted[0].endswith("1200") and fitted[0].startswith("..")
+    assert all(measure(f, font=font) <= width for f in fitted)
+    assert fit_label("step-5", width, lambda t: measure(t, font=font)) == "step-5"       # fits: unchanged
+    frames = animation_frames([np.zeros((64, 64, 3), np.uint8)] * 2, labels)
+    assert not np.array_equal(frames[0], frames[1])                       # the two frames' labels differ

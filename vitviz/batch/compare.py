@@ -347,6 +347,18 @@ def _write_timeline(job: Job, stem: str, p: Prepared, per_ckpt: list[list[MapSta
         _write(job, folder / f"{stem}_timeline.npz", arrays, plan.overwrite)
 
 
+def fit_label(label: str, width: float, measure: Any) -> str:
+    """`label` if `measure(label)` (its drawn width) fits in `width`, else its end after '..': what tells one
+    checkpoint from the next is the step at the end ('checkpoint-1200' -> '..1200'), which cutting the end off lost
+    on small pictures (every frame read 'checkpoin..')."""
+    if measure(label) <= width:
+        return label
+    for start in range(1, len(label)):
+        if measure(".." + label[start:]) <= width:
+            return ".." + label[start:]
+    return label[-1:]
+
+
 def contact_sheet(pictures: list[np.ndarray], labels: list[str], columns: int = SHEET_COLUMNS) -> np.ndarray:
     """The pictures in rows of `columns`, in order, each with its label below it on white: (H', W', 3) uint8."""
     from PIL import Image, ImageDraw, ImageFont
@@ -363,8 +375,8 @@ def contact_sheet(pictures: list[np.ndarray], labels: list[str], columns: int = 
         r, c = divmod(i, cols)
         x, y = gap + c * (w + gap), gap + r * (h + label_h + gap)
         sheet.paste(Image.fromarray(pic), (x, y))
-        text = label if draw.textlength(label, font=font) <= w else label[: max(1, w // 6 - 1)] + ".."
-        draw.text((x, y + h + 1), text, fill="black", font=font)
+        draw.text((x, y + h + 1), fit_label(label, w, lambda s: draw.textlength(s, font=font)), fill="black",
+                  font=font)
     return np.asarray(sheet)
 
 
@@ -406,8 +418,8 @@ def animation_frames(pictures: list[np.ndarray], labels: list[str]) -> list[np.n
         frame = Image.new("RGB", (w, h + LABEL_STRIP), "white")
         frame.paste(Image.fromarray(pic), (0, 0))
         draw = ImageDraw.Draw(frame)
-        text = label if draw.textlength(label, font=font) <= w - 4 else label[: max(1, (w - 4) // 6 - 1)] + ".."
-        draw.text((2, h + 1), text, fill="black", font=font)
+        draw.text((2, h + 1), fit_label(label, w - 4, lambda s: draw.textlength(s, font=font)), fill="black",
+                  font=font)
         frames.append(np.asarray(frame))
     return frames
 
