@@ -159,7 +159,7 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
         window.open_classified(named, strict=True)
     model = named.models[-1] if named.models else model
     if model and not named.images:
-        window.session.add_images(bundled.images_for(model))   # the sample photos (the shapes for the demo model)
+        window.add_bundled_images_after_load()   # the sample photos (the demo's shapes) once the model has loaded
     elif not model and not paths:
         window.load_demo()                               # first run: something real to look at at once
     elif not model:
