@@ -449,3 +449,13 @@ def test_export_named_model_offline_exits_2_naming_file_and_folder(tmp_path: Pat
     assert f"vitviz: error: vit_b_32-d86f8d99.pth is not in {cache}" in err and "no network in tests" in err
     assert "not found" not in err and "Traceback" not in err
     assert not out.exists() and list(cache.iterdir()) == []
+
+
+def test_the_summary_gives_a_pace_that_reads() -> None:
+    """Round five: a slow model's summary said '0.0 images/s'; below one image a second it says seconds per image."""
+    from vitviz.batch.pipeline import summary_line
+
+    counts = {"done": 4, "skipped": 0, "failed": 0, "files": 8}
+    assert summary_line(counts, 4, "out", 2.0, False).endswith("in 2.0 s (2.0 images/s)")
+    assert summary_line(counts, 4, "out", 50.0, False).endswith("in 50.0 s (12.5 s per image)")
+    assert summary_line({**counts, "done": 0}, 4, "out", 3.0, False).endswith("in 3.0 s")

@@ -350,12 +350,20 @@ def failure_text(job: Job, error: BaseException) -> str:
 
 def summary_line(counts: dict[str, int], total: int, out: Any, seconds: float, interrupted: bool,
                  engine: str = "") -> str:
-    """`vitviz export: 3 done, 0 skipped, 1 failed of 4 images; 12 files written to OUT in 2.0 s (1.5 images/s)`;
+    """`vitviz export: 3 done, 0 skipped, 1 failed of 4 images; 12 files written to OUT in 2.0 s (0.67 s per
+    image)`; the pace as images/s when faster than one a second ('0.0 images/s' said nothing for a slow model);
     `engine` (e.g. 'on Ray, 2 actors') follows 'vitviz export'."""
     c = counts
-    rate = c["done"] / seconds if seconds > 0 else 0.0
     head = "vitviz export" + (f" {engine}" if engine else "") + (" interrupted" if interrupted else "")
     images = "image" if total == 1 else "images"
     files = "file" if c["files"] == 1 else "files"
     return (f"{head}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed of {total} "
-            f"{images}; {c['files']} {files} written to {out} in {seconds:.1f} s ({rate:.1f} images/s)")
+            f"{images}; {c['files']} {files} written to {out} in {seconds:.1f} s{pace(c['done'], seconds)}")
+
+
+def pace(done: int, seconds: float) -> str:
+    """' (12.5 images/s)', ' (3.2 s per image)', or '' when nothing was done or no time passed."""
+    if done <= 0 or seconds <= 0:
+        return ""
+    rate = done / seconds
+    return f" ({rate:.1f} images/s)" if rate >= 1 else f" ({seconds / done:.3g} s per image)"
