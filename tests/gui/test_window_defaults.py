@@ -134,3 +134,18 @@ def test_the_image_title_wraps_between_phrases(qtbot, loaded) -> None:  # noqa: 
     shown = w.panel.title.item.toHtml()
     assert "layer&nbsp;1" in shown.replace("\xa0", "&nbsp;") or "layer\xa01" in shown
     assert np.isfinite(w.panel.values).all()
+
+
+def test_a_click_on_class_relevance_keeps_the_map_and_the_scale(qtbot, loaded) -> None:  # noqa: ANN001
+    """Round five: clicking a patch while viewing class relevance switched the map to query attention and ticked
+    Normalise each map (which also flipped Features › Norms to own scale). The relevance stays; the patch is
+    picked for the other docks, and the status bar says how to see its attention."""
+    w = loaded
+    w.state.update(source="relevance", normalize=False)
+    w.select_query(w.session.spec.num_prefix + 3)
+    assert w.state.source == "relevance" and w.state.normalize is False
+    assert w.state.query == w.session.spec.num_prefix + 3
+    assert any("stays the class relevance" in n for n in w.notes)
+    w.state.update(source="cls")
+    w.select_query(w.session.spec.num_prefix + 4)                  # elsewhere a click still shows the token's map
+    assert w.state.source == "token" and w.state.normalize is True

@@ -760,6 +760,11 @@ class MainWindow(QMainWindow):
         if self.state.source == "rollout":
             self.state.update(query=token, rollout_pool=False)    # a patch's rollout, not the pooling query's
             return
+        if self.state.source == "relevance":     # a class's or a prompt's relevance answers no patch: it stays, the
+            self.state.update(query=token)        # patch is picked for the other docks, and the status bar says so
+            self.note(f"Token {token} picked (Matrix, Rollout, Features follow); the map stays the class relevance — "
+                      "Map: Attention of query token shows its own attention")
+            return
         source = "query" if getattr(self.session.spec, "windowed", False) else "token"   # a windowed patch's
         if self.state.source != source:
             self._last_map_source = self.state.source
