@@ -273,3 +273,13 @@ def test_feature_maps_are_asked_for_only_while_the_dock_is_shown(qtbot, loaded, 
     session = loaded.session
     assert all(session.result(str(p)).features is None for p in images)
     assert not session.client.pending(Kind.FEATURES)
+
+
+def test_the_features_layer_reads_no_layer_before_a_model(qtbot, window, tiny_ckpt) -> None:  # noqa: ANN001
+    """Round five: before any model the Features dock read 'Layer 99' (QSpinBox's default range, and the last
+    layer asked for): it shows '–', disabled, until a model gives it layers."""
+    panel = show_dock(qtbot, window, "featuresDock")
+    assert panel.layer_spin.text() == "–" and not panel.layer_spin.isEnabled()
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    assert panel.layer_spin.isEnabled() and panel.layer_spin.maximum() == 1 and panel.layer_spin.text() == "1"

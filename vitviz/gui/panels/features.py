@@ -259,6 +259,9 @@ class FeaturesPanel(LazyPanel):
         self.layer_spin.setObjectName("featuresLayer")
         self.layer_spin.setToolTip("The block whose output tokens are used (0-based; the last is the recipe's)")
         self.layer_spin.valueChanged.connect(lambda v: self.state.update(features_layer=int(v)))
+        self.layer_spin.setRange(0, 0)                  # no model, no layers: '–', not QSpinBox's default 0-99 (the
+        self.layer_spin.setSpecialValueText("–")        # last layer of a depth of 100 read 'Layer 99')
+        self.layer_spin.setEnabled(False)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         top = QHBoxLayout()
@@ -434,7 +437,9 @@ class FeaturesPanel(LazyPanel):
         self._asked.clear()
         self._query, self._held = None, False
         self.layer_spin.blockSignals(True)
+        self.layer_spin.setSpecialValueText("")
         self.layer_spin.setRange(0, max(0, depth - 1))
+        self.layer_spin.setEnabled(True)
         self.layer_spin.blockSignals(False)
         self._quiet(features_layer=-1, norm_threshold=None)     # a new model: its last block, its own threshold
         self._sync_widgets()
