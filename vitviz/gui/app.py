@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings, QTimer
+from PySide6.QtCore import QObject, QSettings, QTimer, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
 from vitviz.core.analyses.mapkinds import KINDS
@@ -216,6 +216,27 @@ class Screenshot(QObject):
         QApplication.instance().exit(self.status)
 
 
+PLATFORM_NOTES = ("does not support propagateSizeHints",)   # the offscreen plugin's, printed once per window
+
+
+def quiet_platform_notes() -> Any:
+    """Drop the platform plugin's notes that say nothing to the user (`--screenshot` runs offscreen, whose plugin
+    prints 'This plugin does not support propagateSizeHints()'); every other Qt message goes where it went.
+    Returns the handler it replaced (give it back to `qInstallMessageHandler` when done)."""
+    previous = None
+
+    def handler(mode: Any, context: Any, message: str) -> None:
+        if any(note in message for note in PLATFORM_NOTES):
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:
+            sys.stderr.write(message + "\n")
+
+    previous = qInstallMessageHandler(handler)
+    return previous
+
+
 def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     """Show the window for parsed `vitviz` arguments and run the event loop; returns the exit status.
 
@@ -237,6 +258,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
         settings = QSettings(str(Path(scratch.name) / "vitviz.ini"), QSettings.Format.IniFormat) if scratch \
             else open_settings()
     window = MainWindow(settings if settings is not None else open_settings())
+    previous_handler = quiet_platform_notes() if shot else None
     if shot:
         window.use_size(DEFAULT_SIZE)
         window.session.ask_assumptions = False    # nobody to ask: what the file does not say is assumed and said
@@ -255,6 +277,8 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     finally:
         window.close()           # stops the worker thread, also after an error: one left running aborts the exit
         sys.excepthook = previous_hook
+        if shot:
+            qInstallMessageHandler(previous_handler)
         if scratch is not None:
             scratch.cleanup()
     return int(status)
