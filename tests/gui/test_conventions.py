@@ -33,6 +33,14 @@ def test_help_menu_shortcuts_and_about(qtbot, loaded) -> None:  # noqa: ANN001
     dialog = w.show_shortcuts()
     text = dialog.findChild(QTextBrowser).toPlainText()
     assert "Ctrl+O" in text and "Ctrl+Down" in text and "Del" in text and "Click a patch" in text
+    # as tall as its text (a fixed 480 px needed scrolling), within 85 % of the screen
+    from vitviz.gui.help import text_dialog_size
+
+    browser = dialog.findChild(QTextBrowser)
+    assert dialog.height() == text_dialog_size(browser, w)[1]
+    screen_h = w.screen().availableGeometry().height()
+    doc_h = browser.document().size().height()
+    assert dialog.height() >= min(doc_h, 0.85 * screen_h - 90) and dialog.height() <= 0.85 * screen_h
     dialog.close()
     about = dict(versions(w.session))
     import pyqtgraph

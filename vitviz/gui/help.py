@@ -14,7 +14,7 @@ from typing import Iterable
 
 from PySide6.QtCore import Qt, qVersion
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QDialog, QDialogButtonBox, QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.gui.session import Session
 
@@ -101,6 +101,16 @@ def text_dialog(parent: QWidget, title: str, body: str, name: str) -> QDialog:
     layout = QVBoxLayout(dialog)
     layout.addWidget(browser)
     layout.addWidget(buttons)
-    dialog.resize(560, 480)
+    dialog.resize(*text_dialog_size(browser, parent))
     dialog.show()
     return dialog
+
+
+def text_dialog_size(browser: QTextBrowser, parent: QWidget | None, width: int = 640) -> tuple[int, int]:
+    """A text dialog `width` px wide and as tall as its text laid out at that width (the shortcuts needed
+    scrolling in a fixed 480 px), at most 85 % of the screen's height, at least 240 px."""
+    doc = browser.document().clone()
+    doc.setTextWidth(width - 40)                       # the browser's frame, margins and a scroll bar's room
+    screen = (parent.screen() if parent is not None else None) or QApplication.primaryScreen()
+    limit = int(screen.availableGeometry().height() * 0.85) if screen is not None else 800
+    return width, max(240, min(limit, int(doc.size().height() * 1.1) + 90))   # + the button row and the frame
