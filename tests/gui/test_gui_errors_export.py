@@ -44,9 +44,12 @@ def test_bad_image_shows_dialog_and_others_still_work(qtbot, loaded, images, tmp
     qtbot.waitUntil(lambda: w.reporter.box is not None and w.reporter.box.isVisible())
     assert w.reporter.box.windowTitle() == "Could not run image"
     assert "bad.png" in w.reporter.box.text()
-    assert "failed" in w.images.top_text(str(bad))
+    entry = w.images.top_text(str(bad))
+    assert entry.startswith("bad.png\nfailed: not a recognised image format")   # the path not repeated
+    assert str(tmp_path) not in entry and entry.endswith("…") and " PN…" not in entry   # cut between words
     w.images.select(str(bad))
-    assert "bad.png" in w.panel.title.text and w.panel.values is None
+    assert w.panel.title.text.startswith("bad.png: not a recognised image format") and w.panel.values is None
+    assert w.panel.title.text.count("bad.png") == 1
     w.images.select(str(images[2]))
     assert w.panel.values is not None
 

@@ -109,6 +109,24 @@ def waiting_text(session: Session, what: str) -> str:
     return f"Loading model {display_name(loading)}…" if loading and session.spec is None else what
 
 
+def failure_reason(path: str, summary: str) -> str:
+    """Why an image failed, without the path its message starts with ('/tmp/a/broken.png: not a recognised image
+    format; ...' -> 'not a recognised image format; ...'): a title or list entry names the image once already."""
+    for prefix in (path, Path(path).name):
+        if summary.startswith(prefix + ": "):
+            return summary[len(prefix) + 2:]
+    return summary
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` cut at the last word boundary within `limit` characters, with '…' (the whole text when it fits):
+    a list entry cut mid-word read 'expected a PN'."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "…"
+
+
 def display_name(model: str) -> str:
     """A model path or name as panels name it: a file or folder's name, a hub name as given; a model folder's
     weights file (`model.safetensors`: every hub folder's) by its folder, 'vit-small/model.safetensors'."""

@@ -141,7 +141,7 @@ class ImagePanel(QWidget):
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
         if path in s.failed:
-            return f"{Path(path).name}: {s.failed[path]}"
+            return f"{Path(path).name}: {base.failure_reason(path, s.failed[path])}"
         if s.awaiting_answers:
             return "Waiting for the settings the file does not say"
         return f"Running {Path(path).name}…"

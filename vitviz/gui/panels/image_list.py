@@ -14,6 +14,7 @@ from PySide6.QtCore import QPoint, QSize, Qt
 from PySide6.QtGui import QAction, QColor, QIcon, QImage, QKeySequence, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QMenu, QVBoxLayout, QWidget
 
+from vitviz.gui.panels.base import failure_reason, shortened
 from vitviz.gui.session import Session
 from vitviz.gui.thumbnails import THUMB, ThumbnailLoader
 
@@ -159,7 +160,7 @@ class ImageListPanel(QWidget):
     def set_failed(self, path: str, summary: str) -> None:
         item = self._item(path)
         if item is not None:
-            item.setText(Path(path).name + "\nfailed: " + summary[:60])
+            item.setText(Path(path).name + "\nfailed: " + shortened(failure_reason(path, summary), 70))
             item.setToolTip(path + "\n\n" + summary)
             item.setForeground(QColor("#d93025"))
         self.update_actions()
