@@ -203,3 +203,28 @@ def test_live_only_overrides_ask_for_the_live_path() -> None:
     assert vitviz.load(module, in_chans=3).spec.family == "live"
     with pytest.raises(vitviz.VitvizError, match=r"in_chans= applies to the live path"):
         vitviz.load(tiny_state_dict(), in_chans=3)
+
+
+def test_each_surface_words_advice_its_own_way() -> None:
+    """Round five: the command line and the window said "pass act='relu'" and "(pass pooling='avg')", Python's
+    words. One parser (`options.reword_advice`) finds the advice of a library message; the command line names the
+    flag, the window the control that sets it (or the flag to start it with)."""
+    from vitviz.cli.options import cli_wording
+    from vitviz.core.options import reword_advice
+    from vitviz.gui.assumptions import window_wording
+
+    act = "guess: GELU (pass act='relu' if the MLP uses ReLU)"
+    assert cli_wording(act) == "guess: GELU (pass --act relu if the MLP uses ReLU)"
+    assert window_wording(act) == "guess: GELU (answer Activation: relu in Review assumptions… if the MLP uses ReLU)"
+    size = "pass image_size=(h, w) if the model was trained non-square"
+    assert cli_wording(size).startswith("pass --image-size HxW if")
+    assert window_wording(size).startswith("set Model settings › Image size to HxW if")
+    assert window_wording("(pass pooling='avg')") == "(start vitviz with --pooling avg)"
+    both = "pass mean=M and std=S (CLI --mean M --std S)"
+    assert cli_wording(both) == "pass --mean M --std S"
+    assert window_wording(both) == "set Model settings › Mean to M and set Model settings › Std to S"
+    other = "timm's pass global_pool=avg"                    # not an override of vitviz: left as it is
+    assert cli_wording(other) == other and window_wording(other) == other
+    seen = []
+    assert reword_advice("x pass heads=4; y", lambda o, v: seen.append((o.name, v)) or "Z") == "x Z; y"
+    assert seen == [("heads", "4")]

@@ -151,8 +151,13 @@ def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = Fa
 
 
 def cli_wording(message: str) -> str:
-    """A library message as the command line says it: 'pass heads=N (CLI --heads N)' -> 'pass --heads N'."""
-    return re.sub(r"pass ([^;]*?) \(CLI ([^)]*)\)", r"pass \2", message)
+    """A library message as the command line says it: 'pass heads=N (CLI --heads N)' -> 'pass --heads N',
+    "pass act='relu'" -> 'pass --act relu' (an override without a flag keeps its Python form)."""
+    from vitviz.core.options import reword_advice
+
+    message = re.sub(r"pass ([^;]*?) \(CLI ([^)]*)\)", r"pass \2", message)
+    return reword_advice(message, lambda o, value: f"pass {o.cli_flag} {value}" if o.cli_flag
+                         else f"pass {o.name}={value} (in Python)")
 
 
 def install_guess_reporter(stream: TextIO | None = None) -> None:

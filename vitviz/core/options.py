@@ -15,8 +15,9 @@ imports no other vitviz module (the checks stay with their primitives in `valida
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 # MLP activations a user may name (`act=`, `head_act=`); `vitviz.core.running.model.make_act` builds each.
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh")
@@ -299,3 +300,34 @@ WINDOWED_HOW_TO_PASS: dict[str, str] = how_to_pass(WINDOWED)
 NUMERIC_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(
     [f for o in OPTIONS if o.numeric and o.name != "code" for f in o.fields]
     + [u.field for u in UNANSWERED if u.numeric]))
+
+
+# "pass NAME=VALUE" in a library message, with the command line's "(CLI --flag V)" beside it or not: each surface
+# says it its own way (`reword_advice`): Python as written, the command line as its flag, the window as its control.
+_VALUE = r"(?:'[^']*'|\"[^\"]*\"|\([^)]*\)|[^\s;,)]+)"
+_PAIR = re.compile(r"(?P<name>[a-z_]+)=(?P<value>" + _VALUE + ")")
+_ADVICE = re.compile(r"pass (?P<pairs>[a-z_]+=" + _VALUE + r"(?: and [a-z_]+=" + _VALUE + r")*)(?P<cli> \(CLI [^)]*\))?")
+
+
+def advice_value(value: str) -> str:
+    """A Python value of an advice as the other surfaces write it: "'relu'" -> 'relu', '(h, w)' -> 'HxW'."""
+    value = value.strip()
+    if value[:1] in "'\"" and value[-1:] == value[:1]:
+        return value[1:-1]
+    if value.startswith("(") and value.endswith(")"):
+        parts = [part.strip() for part in value[1:-1].split(",") if part.strip()]
+        return "x".join(part.upper() if part.isalpha() and len(part) == 1 else part for part in parts)  # (h, w): HxW
+    return value
+
+
+def reword_advice(message: str, render: Callable[[Option, str], str], joiner: str = " and ") -> str:
+    """Every "pass NAME=VALUE[ and NAME=VALUE ...]" of overrides vitviz knows (with the "(CLI ...)" beside it, if
+    any) replaced by each pair's `render(option, value)` (the value as `advice_value` writes it), joined by `joiner`;
+    other text, and advice naming anything that is no override (a timm keyword in a sentence), unchanged."""
+    def sub(m: re.Match) -> str:
+        pairs = [(OPTION.get(p.group("name")), p.group("value")) for p in _PAIR.finditer(m.group("pairs"))]
+        if any(option is None for option, _ in pairs):
+            return m.group(0)
+        return joiner.join(render(option, advice_value(value)) for option, value in pairs)
+
+    return _ADVICE.sub(sub, message)

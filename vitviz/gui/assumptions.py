@@ -96,13 +96,36 @@ def setting_text(spec: ModelSpec, name: str) -> str:
     return f"{name} = {value}" if value else name
 
 
+# The input settings the Model settings panel edits: override -> its label there.
+SETTINGS_LABELS = {"image_size": "Image size", "mean": "Mean", "std": "Std", "resize": "Resize", "crop_mode": "Crop"}
+
+
 def reason(source: str) -> str:
-    """Why a value is assumed, from its provenance ('guess: width 32 / ...' -> 'width 32 / ...')."""
+    """Why a value is assumed, from its provenance ('guess: width 32 / ...' -> 'width 32 / ...'), its advice as
+    the window gives it (`window_wording`)."""
     text = str(source)
     for prefix in ("guess:", "default:", "family:", "table:", "assumed:"):
         if text.startswith(prefix):
-            return text[len(prefix):].strip()
-    return text
+            return window_wording(text[len(prefix):].strip())
+    return window_wording(text)
+
+
+def window_wording(text: str) -> str:
+    """A library message's advice as the window gives it: "pass act='relu'" -> 'answer Activation: relu in
+    Review assumptions…', "pass image_size=N" -> 'set Model settings › Image size to N'; an override the window has
+    no control for names the command line's flag ('start vitviz with --pooling avg'). The command line's
+    '(CLI ...)' beside an advice is left out."""
+    from vitviz.core.options import reword_advice
+
+    def render(option: Any, value: str) -> str:
+        field = OVERRIDE_FIELDS.get(option.name)
+        if field is not None:
+            return f"answer {LABELS[field]}: {value} in Review assumptions…"
+        if option.name in SETTINGS_LABELS:
+            return f"set Model settings › {SETTINGS_LABELS[option.name]} to {value}"
+        return f"start vitviz with {option.cli_flag} {value}" if option.cli_flag else f"pass {option.name}={value}"
+
+    return reword_advice(text, render)
 
 
 def plural(n: int, word: str) -> str:
