@@ -101,10 +101,14 @@ class PosEmbedPanel(QWidget):
         w = self.widget
         self.hover_label = w.addLabel("", row=0, col=0, color=TEXT, size="9pt")
         self.mosaic_label = w.addLabel(MOSAIC_TEXT, row=0, col=1, color=TEXT, size="9pt")
-        self.hover_view, self.hover_item = image_view(w, 1, 0)
-        self.cls_label = w.addLabel("", row=2, col=0, color=TEXT, size="9pt")
-        self.cls_view, self.cls_item = image_view(w, 3, 0)
-        self.mosaic_view, self.mosaic_item = image_view(w, 1, 1, rowspan=3)
+        left = w.addLayout(row=1, col=0)        # the two small maps, each right under its caption, room below
+        self.hover_view, self.hover_item = image_view(left, 0, 0)
+        self.cls_label = left.addLabel("", row=1, col=0, color=TEXT, size="9pt")
+        self.cls_view, self.cls_item = image_view(left, 2, 0)
+        spacer = left.addLabel("", row=3, col=0)
+        spacer.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        left.layout.setRowStretchFactor(3, 1)
+        self.mosaic_view, self.mosaic_item = image_view(w, 1, 1)
         w.ci.layout.setColumnStretchFactor(0, 2)
         w.ci.layout.setColumnStretchFactor(1, 5)
         for label in (self.hover_label, self.cls_label, self.mosaic_label):   # the room goes to the maps
@@ -113,8 +117,18 @@ class PosEmbedPanel(QWidget):
         self.mosaic_frame = select_frame(self.mosaic_view, 1.5)
         self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=colors.colormap(self._cmap), interactive=False,
                                         width=12, label="cosine similarity")
-        w.addItem(self.colorbar, row=1, col=2, rowspan=3)
+        w.addItem(self.colorbar, row=1, col=2)
         w.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        w.scene().sceneRectChanged.connect(lambda _rect: self._fit_small_maps())
+
+    def _fit_small_maps(self) -> None:
+        """The two small maps as tall as their grid at the column's width, so each sits right under its caption:
+        in a cell as tall as half the mosaic, an aspect-locked map was centred ~40-100 px below it."""
+        grid = self.data.grid if self.data is not None else self.rope.grid if self.rope is not None else (1, 1)
+        width = self.hover_view.width()
+        if width > 0:
+            for view in (self.hover_view, self.cls_view):
+                view.setMaximumHeight(max(16.0, width * grid[0] / max(1, grid[1])))
 
     # ------------------------------------------------------------------------------------------ inputs
 
