@@ -23,7 +23,7 @@ from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.live.packing import is_packed, packed_tower
 from vitviz.core.running.model import ReferenceViT
 from vitviz.core.running.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.reading.towers import BY_CODE_ROUTE, original_tower, tower_module
+from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, original_tower, tower_module
 from vitviz.core.options import (
     LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
 )
@@ -232,6 +232,11 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     if tower is None:
         return _mark_remembered(_load(path, overrides), remembered, overrides)
     # a composite transformers model (LLaVA, PaliGemma, a depth model): its vision tower is the model shown
+    if type(tower[0]).__name__ in BY_CODE_CLASSES and overrides.get("live") is not False \
+            and overrides.get("code") is None:   # a tower vitviz runs by its code (Qwen-VL, Pixtral): never converted
+        model = _load(tower[0], {**overrides, "live": True}, how=f"{BY_CODE_ROUTE}: transformers' "
+                      f"{type(tower[0]).__name__} runs, vitviz converts nothing")
+        return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
     model = _load(tower[0], overrides)
     return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
 
@@ -247,8 +252,9 @@ def _said(model: VitModel, key: str, note: str) -> VitModel:
     return model
 
 
-def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any]) -> VitModel:
-    """`load` once the remembered answers are set aside."""
+def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any],
+          how: str = "asked for") -> VitModel:
+    """`load` once the remembered answers are set aside; `how`: why a module asked to run live does."""
     unknown = set(overrides) - set(OPTION)
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
@@ -268,7 +274,7 @@ def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", override
         return _load_reference(path, overrides)
     if live or asked:
         check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
-        return load_live(path, overrides, how="asked for")
+        return load_live(path, overrides, how=how)
     if is_packed(path):   # packed patches + grid_thw (Qwen-VL): no layout the reference ViT takes
         check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
         return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw (2-D "
@@ -325,6 +331,7 @@ def _mark_remembered(model: VitModel, remembered: frozenset[str], overrides: dic
     return model
 
 
+BY_CODE_CLASSES = frozenset(cls for _, cls in BY_CODE.values())   # towers run by their transformers code
 LIVE_ONLY = tuple(k for k in only_for(LIVE) if k not in ("code", "live"))   # they ask for the live path
 _LIVE_WHY = "a model run from its own code (the live path: its code computes its blocks)"
 
@@ -449,7 +456,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
         pre = raw.preprocessor or {}
         mean, std = pre.get("image_mean"), pre.get("image_std")
         stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") \
-            if isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == 3 else None
+            if isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple)) and len(mean) == len(std) == 3 else None
         module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
     how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {len(raw.tensors)} tower tensors "
            f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
