@@ -246,3 +246,15 @@ def test_size_must_be_whole_merge_blocks(built: dict[str, Any]) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             vitviz.load(MODELS["qwen2_vl"][1](_model("qwen2_vl", built)), image_size=36)
+
+
+def test_verify_sees_a_wrong_token_order(tmp_path: Path, built: dict[str, Any],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify places the original's tokens by transformers' own processor and tower, not by vitviz's order: maps
+    shown in the processor's order without Qwen2.5-VL's windows taken back differ."""
+    from vitviz.core.running.live.packing import PackedTower
+
+    vm = _load(_saved("qwen2_5_vl", built, tmp_path))
+    monkeypatch.setattr(PackedTower, "_window_position", lambda self, rows, cols: None)
+    check = vitviz.verify(vm)
+    assert check.verdict == "differs" and check.first_differing_layer == 0
