@@ -16,7 +16,8 @@ Nothing here imports torch: the decision is made on the parsed JSON alone.
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
+from importlib import metadata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,11 +178,13 @@ def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | Non
     tower_type = _text(sub.get("model_type")) if isinstance(sub, dict) else ""
     if not prefixes or tower_type not in BY_CODE:
         return None
-    if importlib.util.find_spec("transformers") is None:
+    try:
+        metadata.version("transformers")
+    except metadata.PackageNotFoundError:
         raise CompositeModelError(
             f"{where}: transformers model_type {model_type!r}, whose vision tower ({tower_type!r}: "
             f"{BY_CODE[tower_type][1]}) vitviz runs by transformers' own code, and transformers is not installed; "
-            "pip install transformers")
+            "pip install transformers") from None
     return Tower(model_type, tower_type, key, prefixes, sub, by_code=BY_CODE[tower_type])
 
 
