@@ -54,7 +54,8 @@ _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model":
 BY_CODE = {
     "qwen2_vl_vision": ("qwen2_vl", "Qwen2VisionTransformerPretrainedModel"),
     "qwen2_5_vl_vision": ("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel"),
-    "qwen3_vl_vision": ("qwen3_vl", "Qwen3VLVisionModel"), "qwen3_vl_moe_vision": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
+    "qwen3_vl_vision": ("qwen3_vl", "Qwen3VLVisionModel"),
+    "qwen3_vl_moe_vision": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
     "glm4v_vision": ("glm4v", "Glm4vVisionModel"), "glm4v_moe_vision": ("glm4v_moe", "Glm4vMoeVisionModel"),
     "pixtral": ("pixtral", "PixtralVisionModel"),
 }

@@ -455,8 +455,8 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
     if is_packed(net):
         pre = raw.preprocessor or {}
         mean, std = pre.get("image_mean"), pre.get("image_std")
-        stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") \
-            if isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple)) and len(mean) == len(std) == 3 else None
+        stated = all(isinstance(v, (list, tuple)) and len(v) == 3 for v in (mean, std))
+        stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") if stated else None
         module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
     how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {len(raw.tensors)} tower tensors "
            f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
