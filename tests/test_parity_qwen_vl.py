@@ -68,8 +68,8 @@ def _mistral3() -> Any:
     return transformers.Mistral3ForConditionalGeneration(cfg)
 
 
-# model_type: (builder, the tower inside the whole model, its image processor class or None, whether the tower
-# moves its tokens after the patch embedding)
+# model_type: (builder, the tower inside the whole model, its image processor class (None: Pixtral's raster order),
+# whether the tower moves its tokens after the patch embedding into windows)
 MODELS = {
     "qwen2_vl": (_qwen2_vl, lambda m: m.model.visual, "Qwen2VLImageProcessor", False),
     "qwen2_5_vl": (_qwen2_5_vl, lambda m: m.model.visual, "Qwen2VLImageProcessor", True),
@@ -77,6 +77,17 @@ MODELS = {
     "glm4v": (_glm4v, lambda m: m.model.visual, "Glm4vImageProcessor", False),
     "mistral3": (_mistral3, lambda m: m.model.vision_tower, None, False),
 }
+# Relatives with the same forward, as live tower objects built from their vision config: (modeling module, class,
+# image processor class, whether it moves its tokens into windows)
+RELATIVES = [
+    ("qwen2_5_omni", "Qwen2_5OmniVisionEncoder", "Qwen2VLImageProcessor", True),
+    ("qwen3_5", "Qwen3_5VisionModel", "Qwen2VLImageProcessor", False),
+    ("qwen3_omni_moe", "Qwen3OmniMoeVisionEncoder", "Qwen2VLImageProcessor", False),
+    ("exaone4_5", "Exaone4_5_VisionModel", "Qwen2VLImageProcessor", True),
+    ("glm_ocr", "GlmOcrVisionModel", "Glm4vImageProcessor", False),
+    ("glm5_next", "Glm5NextVisionModel", "Glm5NextImageProcessor", False),
+    ("cohere_compass", "CohereCompassVisionModel", "CohereCompassImageProcessor", False),
+]
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +152,8 @@ def _layers() -> list[torch.Tensor]:
     return out
 
 
-def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
+def _reference(tower: Any, x: torch.Tensor, processor: str | None, moves: bool) -> tuple[list[np.ndarray], np.ndarray]:
     """transformers' per-layer (H, T, T) maps on the image's grid (row by row), and its tokens' mean."""
-    processor = MODELS[name][2]
     rows, cols = SIZE[0] // 4, SIZE[1] // 4
     tower.config._attn_implementation = "recorded_eager"
     _RECORDED.clear()
@@ -173,7 +183,7 @@ def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray]
             for h in hooks:
                 h.remove()
         moved = torch.arange(rows * cols)
-        if MODELS[name][3]:        # the tower reorders its tokens: each block input row is which embedded patch
+        if moves:                  # the tower reorders its tokens: each block input row is which embedded patch
             moved = torch.cdist(seen["block"], seen["embed"]).argmin(dim=1)
             assert torch.equal(moved.sort().values, torch.arange(rows * cols))
         order = torch.empty(rows * cols, dtype=torch.long)
@@ -191,7 +201,7 @@ def test_parity(tmp_path: Path, built: dict[str, Any], name: str, route: str) ->
     vm = _load(_saved(name, built, tmp_path) if route == "file" else model)
     x = torch.randn(1, 3, *SIZE, generator=torch.Generator().manual_seed(3))
     ours, out = vm.forward_captured(x)
-    theirs, pooled = _reference(name, MODELS[name][1](model), x)
+    theirs, pooled = _reference(MODELS[name][1](model), x, *MODELS[name][2:])
     assert ours.shape[1] == len(theirs) and vm.spec.pos_grid == (SIZE[0] // 4, SIZE[1] // 4)
     for i, ref in enumerate(theirs):
         np.testing.assert_allclose(ours[0, i], ref, atol=ATOL, err_msg=f"layer {i}")
@@ -258,3 +268,30 @@ def test_verify_sees_a_wrong_token_order(tmp_path: Path, built: dict[str, Any],
     monkeypatch.setattr(PackedTower, "_window_position", lambda self, rows, cols: None)
     check = vitviz.verify(vm)
     assert check.verdict == "differs" and check.first_differing_layer == 0
+
+
+@pytest.mark.parametrize("module,name,processor,moves", RELATIVES, ids=[r[0] for r in RELATIVES])
+def test_relatives_live(module: str, name: str, processor: str, moves: bool) -> None:
+    """The towers with the Qwen-VL forward that transformers 5.25 ships, handed over as live objects."""
+    import importlib
+
+    cls = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+    given = dict(PACKED, depth=2, num_hidden_layers=2, hidden_size=32, embed_dim=32, intermediate_size=64,
+                 num_attention_heads=4, num_key_value_heads=4, out_hidden_size=32, window_size=24,
+                 fullatt_block_indexes=[1],
+                 deepstack_visual_indexes=[], num_position_embeddings=64, image_size=32, head_dim=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defaults = cls.config_class()
+        config = cls.config_class(**{k: v for k, v in given.items() if hasattr(defaults, k)})
+        torch.manual_seed(0)
+        tower = cls(config).eval()
+    vm = _load(tower)
+    x = torch.randn(1, 3, *SIZE, generator=torch.Generator().manual_seed(3))
+    ours, out = vm.forward_captured(x)
+    theirs, pooled = _reference(tower, x, processor, moves)
+    assert ours.shape[1] == len(theirs) == 2
+    for i, ref in enumerate(theirs):
+        np.testing.assert_allclose(ours[0, i], ref, atol=ATOL, err_msg=f"layer {i}")
+    np.testing.assert_allclose(out[0], pooled, atol=ATOL)
+    assert ("windows" in vm.layers[0][1]) == moves

@@ -1117,7 +1117,8 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     packed = "grid_thw" in inspect.signature(net.forward).parameters
     processor = None
     if packed:
-        entry = IMAGE_PROCESSOR_MAPPING_NAMES.get(raw.tower.model_type)
+        kind = raw.tower.model_type
+        entry = IMAGE_PROCESSOR_MAPPING_NAMES.get(kind) or IMAGE_PROCESSOR_MAPPING_NAMES.get(kind.removesuffix("_moe"))
         name = entry.get("torchvision") if isinstance(entry, dict) else entry
         processor = getattr(transformers, name)() if isinstance(name, str) else None
         if processor is None or not hasattr(processor, "patchify"):

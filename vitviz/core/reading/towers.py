@@ -56,7 +56,10 @@ BY_CODE = {
     "qwen2_5_vl_vision": ("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel"),
     "qwen3_vl_vision": ("qwen3_vl", "Qwen3VLVisionModel"),
     "qwen3_vl_moe_vision": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
+    "qwen3_5_vision": ("qwen3_5", "Qwen3_5VisionModel"), "qwen3_5_moe_vision": ("qwen3_5_moe", "Qwen3_5MoeVisionModel"),
     "glm4v_vision": ("glm4v", "Glm4vVisionModel"), "glm4v_moe_vision": ("glm4v_moe", "Glm4vMoeVisionModel"),
+    "glm_ocr_vision": ("glm_ocr", "GlmOcrVisionModel"), "glm5_next_vision": ("glm5_next", "Glm5NextVisionModel"),
+    "exaone4_5_vision": ("exaone4_5", "Exaone4_5_VisionModel"),
     "pixtral": ("pixtral", "PixtralVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
@@ -66,7 +69,10 @@ _VISUAL = ("model.visual.", "visual.")
 BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen2_vl": ("vision_config", _VISUAL), "qwen2_5_vl": ("vision_config", _VISUAL),
     "qwen3_vl": ("vision_config", _VISUAL), "qwen3_vl_moe": ("vision_config", _VISUAL),
+    "qwen3_5": ("vision_config", _VISUAL), "qwen3_5_moe": ("vision_config", _VISUAL),
     "glm4v": ("vision_config", _VISUAL), "glm4v_moe": ("vision_config", _VISUAL), "glm46v": ("vision_config", _VISUAL),
+    "glm_ocr": ("vision_config", _VISUAL), "glm5_next": ("vision_config", _VISUAL),
+    "exaone4_5": ("vision_config", _VISUAL),
     "mistral3": ("vision_config", _LLAVA), "pixtral": ("", ("",)),
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)

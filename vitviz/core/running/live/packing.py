@@ -179,7 +179,7 @@ def _processor_defaults(model_type: str, tower: nn.Module) -> tuple[Any, Any, st
     else:
         names = IMAGE_PROCESSOR_MAPPING_NAMES
     kind = model_type or str(getattr(tower.config, "model_type", "")).removesuffix("_vision")
-    entry = names.get(kind)
+    entry = names.get(kind) or names.get(kind.removesuffix("_moe"))     # (Qwen3-VL-MoE: Qwen3-VL's processor)
     name = entry.get("torchvision") or entry.get("pil") if isinstance(entry, dict) else entry
     if isinstance(name, (tuple, list)):
         name = next((n for n in name if n), None)
