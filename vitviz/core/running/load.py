@@ -439,6 +439,14 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
     transformers.utils.logging.disable_progress_bar()
     try:
         net, info = cls.from_pretrained(None, config=sub, state_dict=raw.tensors, output_loading_info=True)
+    except RuntimeError as e:    # shapes that differ: transformers refuses them (ignore_mismatched_sizes=False)
+        with torch.device("meta"):
+            own = cls(sub).state_dict()
+        shapes = [f"{k} {tuple(v.shape)} (the tower's: {tuple(own[k].shape)})" for k, v in raw.tensors.items()
+                  if k in own and tuple(own[k].shape) != tuple(v.shape)]
+        raise CompositeModelError(f"{where}: its tower tensors do not fit {what}: other shapes: "
+                                  f"{', '.join(shapes[:4]) or str(e)[:200]}; expected the weights of the model its "
+                                  "config.json names") from e
     finally:
         if bar:
             transformers.utils.logging.enable_progress_bar()
@@ -448,7 +456,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
             ("not in the tower", info.get("unexpected_keys", ())), ("other shapes", info.get("mismatched_keys", ())))
            if v]
     if bad:
-        raise CompositeModelError(f"{where}: its {tower.prefix or 'tower'} tensors do not fit {what}: "
+        raise CompositeModelError(f"{where}: its tower tensors (under {tower.prefix!r}) do not fit {what}: "
                                   f"{' | '.join(bad)}; expected the weights of the model its config.json names")
     net = net.float().eval()
     module: torch.nn.Module = net
