@@ -295,3 +295,45 @@ def test_relatives_live(module: str, name: str, processor: str, moves: bool) -> 
         np.testing.assert_allclose(ours[0, i], ref, atol=ATOL, err_msg=f"layer {i}")
     np.testing.assert_allclose(out[0], pooled, atol=ATOL)
     assert ("windows" in vm.layers[0][1]) == moves
+
+
+# composite model_type: (modeling module, tower class) -- folders written as the whole model saves its tower
+# (`model.visual.`), beside a language-model tensor, with the composite's config (its text side at its defaults)
+BY_FILE = {
+    "qwen3_5": ("qwen3_5", "Qwen3_5VisionModel"), "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
+    "glm4v_moe": ("glm4v_moe", "Glm4vMoeVisionModel"), "glm46v": ("glm4v", "Glm4vVisionModel"),
+    "glm_ocr": ("glm_ocr", "GlmOcrVisionModel"), "exaone4_5": ("exaone4_5", "Exaone4_5_VisionModel"),
+}
+
+
+@pytest.mark.parametrize("model_type", list(BY_FILE))
+def test_relatives_by_file(tmp_path: Path, model_type: str) -> None:
+    """The other composites whose tower runs by its code open by file as the tower transformers builds from their
+    config.json; the maps equal the live object's (itself exact against transformers above) and verify's verdict
+    is given."""
+    import importlib
+    import json
+
+    from safetensors.torch import save_file
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    module, name = BY_FILE[model_type]
+    cls = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), name)
+    given = dict(PACKED, depth=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=4,
+                 out_hidden_size=32, deepstack_visual_indexes=[], num_position_embeddings=64, image_size=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defaults = cls.config_class()
+        vision = {k: v for k, v in given.items() if hasattr(defaults, k)}
+        config = CONFIG_MAPPING[model_type](vision_config=vision)
+        torch.manual_seed(0)
+        tower = cls(config.vision_config).eval()
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+    save_file({**{f"model.visual.{k}": v.contiguous() for k, v in tower.state_dict().items()},
+               "model.language_model.embed_tokens.weight": torch.zeros(4, 4)}, str(tmp_path / "model.safetensors"))
+    vm, live = _load(tmp_path), _load(tower)
+    assert "by its code" in vm.spec.source_of("path")
+    x = torch.randn(1, 3, *SIZE, generator=torch.Generator().manual_seed(3))
+    np.testing.assert_allclose(vm.forward_captured(x)[0], live.forward_captured(x)[0], atol=ATOL)
+    check = vitviz.verify(vm)
+    assert check.verdict in ("verified", "unverified") and (check.verified or "image processor" in check.reason)

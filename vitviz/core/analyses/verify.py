@@ -297,8 +297,15 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         if (missing := _not_importable("transformers")):
             return unverified(missing, "transformers")
         say(0.0, "Building the transformers original…")
-        return _compare(model, _build_by_code(Path(spec.source), torch.device(device or model.device)),
-                        _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
+        try:
+            original = _build_by_code(Path(spec.source), torch.device(device or model.device))
+        except _NotBuildable as e:
+            return unverified(str(e), "transformers", _version("transformers"))
+        except _WeightsDoNotFit as e:
+            version = _version("transformers")
+            return Verification(DIFFERS, library="transformers", version=version, original=e.what,
+                                against=f"transformers {version}", assumptions=assumptions, reason=str(e))
+        return _compare(model, original, _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
     if code is None and spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
