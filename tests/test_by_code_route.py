@@ -111,3 +111,29 @@ def test_listed_as_run_by_its_code() -> None:
     config = {"model_type": "qwen2_5_vl", "vision_config": {"model_type": "qwen2_5_vl_vision"}}
     family, detail = _family_from_config(config)
     assert family == "live" and "run by its code" in detail and "Qwen2_5_VisionTransformerPretrainedModel" in detail
+
+
+PIXTRAL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+               patch_size=4, head_dim=8)
+
+
+@pytest.mark.parametrize("kind", ["pixtral", "llava"])
+def test_pixtral_folders(tmp_path: Path, kind: str) -> None:
+    """A Pixtral folder of its own, and a LLaVA whose tower is Pixtral (pixtral-12b), run the tower by its code;
+    verify compares it with transformers' own."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vision = transformers.PixtralVisionConfig(**PIXTRAL)
+        if kind == "pixtral":
+            model = transformers.PixtralVisionModel(vision)
+        else:
+            text = transformers.MistralConfig(**{**TEXT, "rope_parameters": None}, head_dim=16)
+            model = transformers.LlavaForConditionalGeneration(transformers.LlavaConfig(
+                vision_config=vision, text_config=text, image_token_index=99, vision_feature_layer=-1))
+    vm = _load(_saved(model.eval(), tmp_path))
+    path = vm.spec.source_of("path")
+    assert "by its code: transformers.PixtralVisionModel" in path
+    assert ("the folder's own model" if kind == "pixtral" else "the vision tower of LlavaConfig") in path
+    check = vitviz.verify(vm)
+    assert check.verified, check.summary()

@@ -259,8 +259,9 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
         sub._attn_implementation = "eager"
         module = importlib.import_module(f"transformers.models.{tower.by_code[0]}.modeling_{tower.by_code[0]}")
         cls = getattr(module, tower.by_code[1])
-        whose = f"the vision tower of {type(config).__name__} ({tower.config_key}, " if tower.config_key else "("
-        return sub, cls, f"transformers.{cls.__name__}, {whose}eager attention)"
+        whose = f", the vision tower of {type(config).__name__} ({tower.config_key}, " if tower.config_key else \
+            " (the folder's own model, "
+        return sub, cls, f"transformers.{cls.__name__}{whose}eager attention)"
     if not tower.config_key:   # DPT's own ViT: DPTModel as DPTForDepthEstimation builds it (no pooler)
         class DPTEncoder(transformers.DPTModel):
             def __init__(self, config: Any) -> None:
