@@ -180,16 +180,14 @@ def _processor_defaults(model_type: str, tower: nn.Module) -> tuple[Any, Any, st
         names = IMAGE_PROCESSOR_MAPPING_NAMES
     kind = model_type or str(getattr(tower.config, "model_type", "")).removesuffix("_vision")
     entry = names.get(kind) or names.get(kind.removesuffix("_moe"))     # (Qwen3-VL-MoE: Qwen3-VL's processor)
-    name = entry.get("torchvision") or entry.get("pil") if isinstance(entry, dict) else entry
-    if isinstance(name, (tuple, list)):
-        name = next((n for n in name if n), None)
+    name = (entry.get("torchvision") or entry.get("pil")) if isinstance(entry, dict) else entry
     cls = None
     if isinstance(name, str):
         import transformers
 
         try:
             cls = getattr(transformers, name)
-        except (AttributeError, ImportError):
+        except (AttributeError, ImportError):   # (transformers' lazy module raises either for a missing backend)
             cls = None
     mean, std = getattr(cls, "image_mean", None), getattr(cls, "image_std", None)
     if isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple)) and len(mean) == len(std) == 3:
