@@ -468,7 +468,10 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
         module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
     how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {len(raw.tensors)} tower tensors "
            f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
-    return load_live(module, overrides, source=where, how=how)
+    model = load_live(module, overrides, source=where, how=how)
+    named = ("identity", f"named: {tower.describe()} (config.json), run {BY_CODE_ROUTE}")
+    model.spec = replace(model.spec, provenance=(*(kv for kv in model.spec.provenance if kv[0] != "identity"), named))
+    return model
 
 
 def _build(spec: Any, device: torch.device) -> ReferenceViT:

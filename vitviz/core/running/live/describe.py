@@ -506,7 +506,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                      f"{recorder.maps[two_d[0]].shape[1]} heads per layer, read in call order {folded}")
     elif folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
-    prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
+    runs = type(module.tower if packed else module).__name__
+    prov["path"] = (f"live: {runs}'s own forward runs; attention captured from "
                     f"{', '.join(f'{n} x {m}' for m, n in counts.items())}" + (f" ({how})" if how else "")
                     + ("; " + "; ".join(notes) if notes else ""))
     spec = ModelSpec(
