@@ -303,6 +303,7 @@ BY_FILE = {
     "qwen3_5": ("qwen3_5", "Qwen3_5VisionModel"), "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
     "glm4v_moe": ("glm4v_moe", "Glm4vMoeVisionModel"), "glm46v": ("glm4v", "Glm4vVisionModel"),
     "glm_ocr": ("glm_ocr", "GlmOcrVisionModel"), "exaone4_5": ("exaone4_5", "Exaone4_5_VisionModel"),
+    "glm5_next": ("glm5_next", "Glm5NextVisionModel"), "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoeVisionModel"),
 }
 
 
