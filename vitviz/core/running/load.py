@@ -458,6 +458,8 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
     if bad:
         raise CompositeModelError(f"{where}: its tower tensors (under {tower.prefix!r}) do not fit {what}: "
                                   f"{' | '.join(bad)}; expected the weights of the model its config.json names")
+    count = len(raw.tensors)
+    raw.tensors = {}    # the module holds its weights now: the file's copies are let go before the probe runs
     net = net.float().eval()
     module: torch.nn.Module = net
     if is_packed(net):
@@ -466,7 +468,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
         stated = all(isinstance(v, (list, tuple)) and len(v) == 3 for v in (mean, std))
         stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") if stated else None
         module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
-    how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {len(raw.tensors)} tower tensors "
+    how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {count} tower tensors "
            f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
     model = load_live(module, overrides, source=where, how=how)
     named = ("identity", f"named: {tower.describe()} (config.json), run {BY_CODE_ROUTE}")
