@@ -49,7 +49,10 @@ def model_summary(model: Any) -> str:
     else:
         shape = f"{spec.depth} blocks × {heads} heads"
     h, w = spec.image_size
-    parts = [spec.family, _params(int(getattr(spec, "num_params", 0) or 0)), shape,
+    family = spec.family
+    if "(by its code: " in str(dict(getattr(spec, "provenance", ()) or ()).get("path", "")):
+        family = "live, by its code (transformers)"   # a tower run by transformers' own code (reading.towers)
+    parts = [family, _params(int(getattr(spec, "num_params", 0) or 0)), shape,
              f"{h}×{w} px / {spec.patch_size}", str(model.device), _verdict(model)]
     assumed = len(getattr(spec, "assumptions", ()) or ())
     if assumed:

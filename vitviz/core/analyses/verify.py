@@ -293,6 +293,19 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
     def unverified(reason: str, library: str = "", version: str = "") -> Verification:
         return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
+    if code is None and spec.family == "live" and _by_its_code(spec):
+        if (missing := _not_importable("transformers")):
+            return unverified(missing, "transformers")
+        say(0.0, "Building the transformers original…")
+        try:
+            original = _build_by_code(Path(spec.source), torch.device(device or model.device))
+        except _NotBuildable as e:
+            return unverified(str(e), "transformers", _version("transformers"))
+        except _WeightsDoNotFit as e:
+            version = _version("transformers")
+            return Verification(DIFFERS, library="transformers", version=version, original=e.what,
+                                against=f"transformers {version}", assumptions=assumptions, reason=str(e))
+        return _compare(model, original, _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
     if code is None and spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
@@ -1035,6 +1048,142 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
 
     return _Original("transformers", transformers.__version__, what, run, stated=_stated(net),
                      name=candidate.name if candidate is not None else "")
+
+
+def _by_its_code(spec: Any) -> bool:
+    """Whether a live model is a composite model's vision tower that `vitviz.load(path)` runs by its transformers
+    code (`vitviz.core.reading.towers.BY_CODE`): its file can build transformers' own tower to compare with."""
+    from vitviz.core.reading.towers import BY_CODE_ROUTE
+
+    return f"({BY_CODE_ROUTE}: " in spec.source_of("path") and Path(spec.source).exists()
+
+
+_RECORDED: list[tuple[int, torch.Tensor]] = []
+
+
+def _recorded_eager(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: Any, **kwargs: Any) -> Any:
+    """transformers' own eager attention function of `module`'s modeling file, its weights kept (the original's
+    attention, read where transformers returns it, not through vitviz's capture)."""
+    import sys
+
+    out, weights = sys.modules[type(module).__module__].eager_attention_forward(
+        module, query, key, value, attention_mask, **kwargs)
+    _RECORDED.append((id(module), weights.detach().float().cpu()))
+    return out, weights
+
+
+def _recorded_layers() -> list[np.ndarray]:
+    """The recorded weights, one (H, T, T) map per call of an attention module: the consecutive calls of one
+    module (its windows) on the diagonal, zero between them."""
+    groups: list[list[torch.Tensor]] = []
+    last = None
+    for owner, weights in _RECORDED:
+        if owner != last:
+            groups.append([])
+            last = owner
+        groups[-1].append(weights[0])
+    layers = []
+    for parts in groups:
+        total = sum(int(p.shape[-1]) for p in parts)
+        full = torch.zeros(int(parts[0].shape[0]), total, total)
+        start = 0
+        for p in parts:
+            full[:, start:start + p.shape[-1], start:start + p.shape[-1]] = p
+            start += int(p.shape[-1])
+        layers.append(full.numpy())
+    return layers
+
+
+def _build_by_code(path: Path, device: torch.device) -> _Original:
+    """transformers' own vision tower of a composite model vitviz runs by its code, built again from the file (its
+    config.json, its tower tensors) and run with its own eager attention, whose weights are recorded through
+    transformers' `AttentionInterface`. A packed-patch tower (Qwen-VL) is given the image as its own image processor
+    class packs it (`patchify`), and each token is put on the image's grid by where that processor put its pixels (an
+    image of patch coordinates, packed alike) and, where the tower moves its tokens (Qwen2.5-VL's windows), by its
+    first block's input matched row for row to its patch embedding."""
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    from vitviz.core.reading.towers import original_tower
+
+    raw = _read(path)
+    config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
+    sub, cls, what = original_tower(config, raw.tower)
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        net, info = cls.from_pretrained(None, config=sub, state_dict=raw.tensors, output_loading_info=True)
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+    if info.get("missing_keys") or info.get("unexpected_keys") or info.get("mismatched_keys"):
+        raise _WeightsDoNotFit(f"{path}: its tower tensors do not fit {what}", what)
+    net = net.float().eval().to(device)
+    transformers.AttentionInterface.register("vitviz_recorded_eager", _recorded_eager)
+    packed = "grid_thw" in inspect.signature(net.forward).parameters
+    processor = None
+    if packed:
+        kind = raw.tower.model_type
+        entry = IMAGE_PROCESSOR_MAPPING_NAMES.get(kind) or IMAGE_PROCESSOR_MAPPING_NAMES.get(kind.removesuffix("_moe"))
+        name = entry.get("torchvision") if isinstance(entry, dict) else entry
+        processor = getattr(transformers, name)() if isinstance(name, str) else None
+        if processor is None or not hasattr(processor, "patchify"):
+            raise _NotBuildable(f"{what}: no image processor with `patchify` for model_type "
+                                f"{raw.tower.model_type!r} to pack the probe as the model's own processor would")
+        what += f", given the probe as transformers' {type(processor).__name__}.patchify packs it"
+
+    def order(size: tuple[int, int], seen: dict[str, torch.Tensor]) -> torch.Tensor:
+        """For each raster cell, its token's position in the tower's blocks."""
+        cfg = net.config
+        p = int(cfg.patch_size)
+        rows, cols = size[0] // p, size[1] // p
+        coords = torch.zeros(1, 3, *size)
+        coords[0, 0] = (torch.arange(size[0]) // p)[:, None].float()
+        coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
+        where, _, _ = processor.patchify(coords, p, int(cfg.spatial_merge_size), int(cfg.temporal_patch_size))
+        step = int(cfg.temporal_patch_size) * p * p
+        cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
+        moved = torch.arange(rows * cols)
+        distance, match = torch.cdist(seen["block"].float(), seen["embed"].float(),
+                                      compute_mode="donot_use_mm_for_euclid_dist").min(dim=1)
+        if bool((distance == 0).all()) and torch.equal(match.sort().values, moved):
+            moved = match.cpu()                                          # block position -> processor position
+        placed = torch.empty(rows * cols, dtype=torch.long)
+        placed[cell[moved]] = torch.arange(rows * cols)
+        return placed
+
+    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        own = net.config._attn_implementation
+        net.config._attn_implementation = "vitviz_recorded_eager"
+        _RECORDED.clear()
+        seen: dict[str, torch.Tensor] = {}
+        hooks = [net.patch_embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
+                 net.blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
+            if packed else []
+        try:
+            with torch.inference_mode():
+                if packed:
+                    cfg = net.config
+                    patches, gh, gw = processor.patchify(x, int(cfg.patch_size), int(cfg.spatial_merge_size),
+                                                         int(cfg.temporal_patch_size))
+                    out = net(hidden_states=patches[0].to(device), grid_thw=torch.tensor([[1, gh, gw]], device=device))
+                else:
+                    out = net(pixel_values=x.to(device), image_sizes=[size])
+        finally:
+            net.config._attn_implementation = own
+            for hook in hooks:
+                hook.remove()
+        maps = _recorded_layers()
+        _RECORDED.clear()
+        if packed:
+            placed = order(size, seen).numpy()
+            maps = [m[:, placed][:, :, placed] for m in maps]
+        hidden = out.last_hidden_state
+        vec = (hidden[0] if hidden.dim() == 3 else hidden).float().mean(dim=0).cpu().numpy()
+        return maps, vec
+
+    return _Original("transformers", transformers.__version__, what, run)
 
 
 def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None:

@@ -16,6 +16,8 @@ Nothing here imports torch: the decision is made on the parsed JSON alone.
 """
 from __future__ import annotations
 
+import importlib
+from importlib import metadata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,35 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
                   "kosmos_2_vision_model": "Kosmos2VisionModel"}
+# Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
+# path), built from the whole model's config.json as the composite model builds them, with the file's tower tensors:
+# {the tower config's model_type: (transformers module, class)}. Never `trust_remote_code`: only classes transformers
+# ships.
+BY_CODE = {
+    "qwen2_vl_vision": ("qwen2_vl", "Qwen2VisionTransformerPretrainedModel"),
+    "qwen2_5_vl_vision": ("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel"),
+    "qwen3_vl_vision": ("qwen3_vl", "Qwen3VLVisionModel"),
+    "qwen3_vl_moe_vision": ("qwen3_vl_moe", "Qwen3VLMoeVisionModel"),
+    "qwen3_5_vision": ("qwen3_5", "Qwen3_5VisionModel"), "qwen3_5_moe_vision": ("qwen3_5_moe", "Qwen3_5MoeVisionModel"),
+    "glm4v_vision": ("glm4v", "Glm4vVisionModel"), "glm4v_moe_vision": ("glm4v_moe", "Glm4vMoeVisionModel"),
+    "glm_ocr_vision": ("glm_ocr", "GlmOcrVisionModel"), "glm5_next_vision": ("glm5_next", "Glm5NextVisionModel"),
+    "exaone4_5_vision": ("exaone4_5", "Exaone4_5_VisionModel"),
+    "pixtral": ("pixtral", "PixtralVisionModel"),
+}
+# Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
+# models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
+# the tower itself.
+_VISUAL = ("model.visual.", "visual.")
+BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qwen2_vl": ("vision_config", _VISUAL), "qwen2_5_vl": ("vision_config", _VISUAL),
+    "qwen3_vl": ("vision_config", _VISUAL), "qwen3_vl_moe": ("vision_config", _VISUAL),
+    "qwen3_5": ("vision_config", _VISUAL), "qwen3_5_moe": ("vision_config", _VISUAL),
+    "glm4v": ("vision_config", _VISUAL), "glm4v_moe": ("vision_config", _VISUAL), "glm46v": ("vision_config", _VISUAL),
+    "glm_ocr": ("vision_config", _VISUAL), "glm5_next": ("vision_config", _VISUAL),
+    "exaone4_5": ("vision_config", _VISUAL),
+    "mistral3": ("vision_config", _LLAVA), "pixtral": ("", ("",)),
+}
+BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
 BUCKETED = ("idefics3_vision", "smolvlm_vision")
 
@@ -87,6 +118,7 @@ class Tower:
     prefixes: tuple[str, ...]       # where its tensors may be in the whole model's files, tried in order
     config: dict[str, Any] = field(compare=False)   # the tower's sub-config (DPT's own ViT: the whole config)
     prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
+    by_code: tuple[str, str] = ("", "")   # (transformers module, class) of a tower run by its code (BY_CODE)
 
     def describe(self) -> str:
         """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
@@ -115,6 +147,9 @@ def identify(config: Any, where: str) -> Tower | None:
     if not isinstance(config, dict):
         return None
     model_type = _text(config.get("model_type"))
+    by_code = _by_code(config, model_type, where)
+    if by_code is not None:
+        return by_code
     if model_type in NOT_CONVERTED:
         raise CompositeModelError(f"{where}: transformers model_type {model_type!r} ({NOT_CONVERTED[model_type]}); "
                                   f"vitviz does not convert it to its reference ViT. To see its attention, {ROUTE}")
@@ -139,6 +174,27 @@ def identify(config: Any, where: str) -> Tower | None:
     return Tower(model_type, tower_type, key, prefixes, sub)
 
 
+def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | None:
+    """The tower of a model whose vision tower runs by its own transformers code (`BY_CODE`), None for any other.
+
+    Raises:
+        CompositeModelError: transformers, which that route runs, is not installed.
+    """
+    key, prefixes = BY_CODE_MODELS.get(model_type) or TOWERS.get(model_type) or ("-", ())
+    sub = config if not key else config.get(key)
+    tower_type = _text(sub.get("model_type")) if isinstance(sub, dict) else ""
+    if not prefixes or tower_type not in BY_CODE:
+        return None
+    try:
+        metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        raise CompositeModelError(
+            f"{where}: transformers model_type {model_type!r}, whose vision tower ({tower_type!r}: "
+            f"{BY_CODE[tower_type][1]}) vitviz runs by transformers' own code, and transformers is not installed; "
+            "pip install transformers") from None
+    return Tower(model_type, tower_type, key, prefixes, sub, by_code=BY_CODE[tower_type])
+
+
 def listed_tower(config: Any) -> tuple[str, str] | None:
     """(family, 'its clip_vision_model tower') of a composite model's config.json, for a model listing; None for
     any other config, or one `identify` refuses. Never raises."""
@@ -148,6 +204,8 @@ def listed_tower(config: Any) -> tuple[str, str] | None:
         return None
     if tower is None:
         return None
+    if tower.by_code[1]:
+        return "live", f"its {tower.tower_type} tower, run {BY_CODE_ROUTE} (transformers' {tower.by_code[1]})"
     return READABLE.get(tower.tower_type, "hf-dpt"), (f"its {tower.tower_type} tower" if tower.config_key
                                                        else "its own ViT")
 
@@ -196,6 +254,14 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     the language model or the depth head."""
     import transformers
 
+    if tower.by_code[1]:    # run by its code: the class the composite model builds its tower as
+        sub = getattr(config, tower.config_key) if tower.config_key else config
+        sub._attn_implementation = "eager"
+        module = importlib.import_module(f"transformers.models.{tower.by_code[0]}.modeling_{tower.by_code[0]}")
+        cls = getattr(module, tower.by_code[1])
+        whose = f", the vision tower of {type(config).__name__} ({tower.config_key}, " if tower.config_key else \
+            " (the folder's own model, "
+        return sub, cls, f"transformers.{cls.__name__}{whose}eager attention)"
     if not tower.config_key:   # DPT's own ViT: DPTModel as DPTForDepthEstimation builds it (no pooler)
         class DPTEncoder(transformers.DPTModel):
             def __init__(self, config: Any) -> None:

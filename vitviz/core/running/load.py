@@ -20,9 +20,10 @@ from vitviz.core.reading.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.reading.families import FAMILY_NAMES, convert
 from vitviz.core.reading.hyperparams import infer_spec, warn_guesses
 from vitviz.core.running.live import LiveModelError, load_code, load_live
+from vitviz.core.running.live.packing import is_packed, packed_tower
 from vitviz.core.running.model import ReferenceViT
 from vitviz.core.running.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.reading.towers import tower_module
+from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, original_tower, tower_module
 from vitviz.core.options import (
     LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
 )
@@ -31,7 +32,9 @@ from vitviz.core.reading.validate import (
 )
 from vitviz.core.running.winload import is_windowed, load_windowed
 from vitviz.core.running.winload import APPLIES as WINDOWED_APPLY
-from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError
+from vitviz.errors import (
+    CheckpointError, CompositeModelError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError,
+)
 
 
 def _module_heads(module: torch.nn.Module) -> int | None:
@@ -229,6 +232,11 @@ def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrid
     if tower is None:
         return _mark_remembered(_load(path, overrides), remembered, overrides)
     # a composite transformers model (LLaVA, PaliGemma, a depth model): its vision tower is the model shown
+    if type(tower[0]).__name__ in BY_CODE_CLASSES and overrides.get("live") is not False \
+            and overrides.get("code") is None:   # a tower vitviz runs by its code (Qwen-VL, Pixtral): never converted
+        model = _load(tower[0], {**overrides, "live": True}, how=f"{BY_CODE_ROUTE}: transformers' "
+                      f"{type(tower[0]).__name__} runs, vitviz converts nothing")
+        return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
     model = _load(tower[0], overrides)
     return _mark_remembered(_said(model, "path", f"the vision tower {tower[1]}"), remembered, overrides)
 
@@ -244,8 +252,9 @@ def _said(model: VitModel, key: str, note: str) -> VitModel:
     return model
 
 
-def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any]) -> VitModel:
-    """`load` once the remembered answers are set aside."""
+def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", overrides: dict[str, Any],
+          how: str = "asked for") -> VitModel:
+    """`load` once the remembered answers are set aside; `how`: why a module asked to run live does."""
     unknown = set(overrides) - set(OPTION)
     if unknown:
         raise VitvizError(f"unknown override(s) {sorted(unknown)}; expected any of "
@@ -265,7 +274,11 @@ def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", override
         return _load_reference(path, overrides)
     if live or asked:
         check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
-        return load_live(path, overrides, how="asked for")
+        return load_live(path, overrides, how=how)
+    if is_packed(path):   # packed patches + grid_thw (Qwen-VL): no layout the reference ViT takes
+        check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
+        return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw (2-D "
+                                             "rotary positions over merge blocks): its own code runs")
     try:
         model = _load_reference(path, overrides)
     except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why
@@ -318,6 +331,7 @@ def _mark_remembered(model: VitModel, remembered: frozenset[str], overrides: dic
     return model
 
 
+BY_CODE_CLASSES = frozenset(cls for _, cls in BY_CODE.values())   # towers run by their transformers code
 LIVE_ONLY = tuple(k for k in only_for(LIVE) if k not in ("code", "live"))   # they ask for the live path
 _LIVE_WHY = "a model run from its own code (the live path: its code computes its blocks)"
 
@@ -360,6 +374,8 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
         raw = _raw_from_dict(path)
     elif isinstance(path, (str, bytes, os.PathLike)):
         raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
+        if raw.tower is not None and raw.tower.by_code[1]:
+            return _load_by_code(raw, overrides)
     else:
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
@@ -395,6 +411,69 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     net.spec = spec
     model = VitModel(net, spec, torch.device("cpu"), conv.dropped)
     return model.to(str(device))
+
+
+def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
+    """A composite model's vision tower that vitviz runs by transformers' own code (`towers.BY_CODE`): built from
+    the folder's config.json as the composite model builds it (never remote code), given the file's tower tensors
+    (read alone: `raw.tensors`), and run live with its attention captured where its code computes it.
+
+    Raises:
+        CompositeModelError: the tensors do not fit the tower transformers builds from the config.
+    """
+    import transformers
+
+    tower = raw.tower
+    assert tower is not None
+    where = str(raw.path)
+    check_route(overrides, LIVE, where, f"a vision tower run {BY_CODE_ROUTE} (transformers' {tower.by_code[1]})")
+    folder = raw.path if raw.path.is_dir() else raw.path.parent
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (ValueError, OSError, KeyError, TypeError) as e:
+        raise CompositeModelError(f"{where}: transformers {transformers.__version__} cannot read its config.json "
+                                  f"({type(e).__name__}: {str(e)[:200]}); expected the config of a "
+                                  f"{tower.model_type!r} model as transformers saves it") from e
+    sub, cls, what = original_tower(config, tower)
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        net, info = cls.from_pretrained(None, config=sub, state_dict=raw.tensors, output_loading_info=True)
+    except RuntimeError as e:    # shapes that differ: transformers refuses them (ignore_mismatched_sizes=False)
+        with torch.device("meta"):
+            own = cls(sub).state_dict()
+        shapes = [f"{k} {tuple(v.shape)} (the tower's: {tuple(own[k].shape)})" for k, v in raw.tensors.items()
+                  if k in own and tuple(own[k].shape) != tuple(v.shape)]
+        raise CompositeModelError(f"{where}: its tower tensors do not fit {what}: other shapes: "
+                                  f"{', '.join(shapes[:4]) or str(e)[:200]}; expected the weights of the model its "
+                                  "config.json names") from e
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()
+    params = {n for n, _ in net.named_parameters()}
+    bad = [f"{k}: {', '.join(map(str, sorted(v, key=str)[:4]))}" for k, v in
+           (("missing", [m for m in info.get("missing_keys", ()) if m in params]),
+            ("not in the tower", info.get("unexpected_keys", ())), ("other shapes", info.get("mismatched_keys", ())))
+           if v]
+    if bad:
+        raise CompositeModelError(f"{where}: its tower tensors (under {tower.prefix!r}) do not fit {what}: "
+                                  f"{' | '.join(bad)}; expected the weights of the model its config.json names")
+    count = len(raw.tensors)
+    raw.tensors = {}    # the module holds its weights now: the file's copies are let go before the probe runs
+    net = net.float().eval()
+    module: torch.nn.Module = net
+    if is_packed(net):
+        pre = raw.preprocessor or {}
+        mean, std = pre.get("image_mean"), pre.get("image_std")
+        stated = all(isinstance(v, (list, tuple)) and len(v) == 3 for v in (mean, std))
+        stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") if stated else None
+        module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
+    how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {count} tower tensors "
+           f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
+    model = load_live(module, overrides, source=where, how=how)
+    named = ("identity", f"named: {tower.describe()} (config.json), run {BY_CODE_ROUTE}")
+    model.spec = replace(model.spec, provenance=(*(kv for kv in model.spec.provenance if kv[0] != "identity"), named))
+    return model
 
 
 def _build(spec: Any, device: torch.device) -> ReferenceViT:

@@ -41,6 +41,7 @@ of a probe input before weights are loaded or it is described (`describe.materia
 The package, lowest first (each imports only those above it):
 
     errors.py     LiveModelError, NoAttentionError, UserCodeError; user_call, through which the user's code runs
+    packing.py    PackedTower: a tower taking packed patches + grid_thw (Qwen-VL, GLM-4V) made to take images
     record.py     the TorchFunctionMode and `_Recorder`: SDPA / MHA / softmax interception, watch_attention, _run
     describe.py   patch embedding, geometry, tokens, prefix tokens, output kind, preprocessing, labels: describe()
     model.py      LiveModel (a `vitviz.core.protocol.Model`, not a VitModel) and load_live
@@ -50,13 +51,14 @@ from vitviz.core.running.live.code import load_code, load_weights, module_from_c
 from vitviz.core.running.live.describe import LIVE_OVERRIDES, Description, PatchEmbedding, describe, find_patch_embedding
 from vitviz.core.running.live.errors import LiveModelError, LiveWarning, NoAttentionError, UserCodeError, user_call
 from vitviz.core.running.live.model import LiveModel, load_live
+from vitviz.core.running.live.packing import PackedTower, is_packed, packed_tower
 from vitviz.core.running.live.record import (
     MHA, SDPA, SOFTMAX, AttentionLayout, sdpa_probabilities, sdpa_scores, watch_attention,
 )
 
 __all__ = [
-    "LIVE_OVERRIDES", "MHA", "SDPA", "SOFTMAX", "AttentionLayout", "Description", "LiveModel", "LiveModelError", "LiveWarning",
-    "NoAttentionError", "PatchEmbedding", "UserCodeError", "describe", "find_patch_embedding", "load_code",
-    "load_live", "load_weights", "module_from_code", "sdpa_probabilities", "sdpa_scores", "user_call",
-    "watch_attention",
+    "LIVE_OVERRIDES", "MHA", "SDPA", "SOFTMAX", "AttentionLayout", "Description", "LiveModel", "LiveModelError",
+    "LiveWarning", "NoAttentionError", "PackedTower", "PatchEmbedding", "UserCodeError", "describe",
+    "find_patch_embedding", "is_packed", "load_code", "load_live", "load_weights", "module_from_code", "packed_tower",
+    "sdpa_probabilities", "sdpa_scores", "user_call", "watch_attention",
 ]

@@ -21,6 +21,7 @@ from vitviz.core.reading.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.running.live.errors import (
     LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
 )
+from vitviz.core.running.live.packing import PackedTower
 from vitviz.core.running.live.record import (
     AttentionLayout, _evaluating, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run,
     _skipped_summary,
@@ -379,19 +380,26 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     _refuse_meta(module, source)
     device = _place(module, overrides.get("device"), source)
     _refuse_non_finite_weights(module, source)
-    embed = find_patch_embedding(module)
+    packed = isinstance(module, PackedTower)    # packed patches + grid_thw (Qwen-VL): wrapped to take images
+    # (its patches are cut by the wrapper: a stride == kernel convolution inside, GLM-4V's merger, is none)
+    embed = None if packed else find_patch_embedding(module)
     patch_attr = None if embed is not None else _as_size(getattr(module, "patch_size", None))
     patch_attr_side = patch_attr[0] if patch_attr and patch_attr[0] == patch_attr[1] and patch_attr[0] > 1 else None
     sizes, patch = _geometry(module, embed, patch_attr_side, overrides, prov, source)
+    if packed and overrides.get("image_size") is None and overrides.get("grid") is None:
+        sizes = [(module.image_size, module.side_source)]
     chans = _channels(module, embed, overrides, patch_attr_side)
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
     group_heads = int(overrides["heads"]) if overrides.get("heads") else None
-    x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads)
+    x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads,
+                                                chunks=packed)
     if recorder.unsure:
         raise NoAttentionError.said(*_unsure(source, recorder, group_heads))
     if not recorder.layers:
         raise NoAttentionError.said(*_nothing_seen(source, tuple(x.shape), recorder))
-    check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder, group_heads)
+    # a packed tower runs one image at a time (a batch of two shows nothing more: it has no prefix tokens)
+    check = _Recorder(1) if packed else _check_probe(module, x, size, in_chans, device, dtype, source, recorder,
+                                                     group_heads)
     per_image = check is not None and check.batch == 1     # its attention comes one image at a time
     if per_image:
         check = None
@@ -418,6 +426,12 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                "follows it (a convolutional stem)")
         embed = None
     _check_prefix(overrides.get("num_prefix"), prefix, tokens, grid, source)
+    if packed:
+        order = module.order(size)
+        prov["token_order"] = (f"{type(module.tower).__name__}'s sequence: merge blocks of {module.merge}x"
+                               f"{module.merge} patches in raster order, as its image processor packs them"
+                               + ("; then reordered into its attention windows (its own window index)"
+                                  if module.windowed() else "") + "; shown on the image's grid, row by row")
     index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
     layers = [recorder.layers[i] for i in index]
     skipped = recorder.skipped + [(*recorder.layers[i], tuple(m.shape)) for i, m in enumerate(recorder.maps)
@@ -443,7 +457,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                              two_d=bool(two_d), heads_first=bool(recorder.heads_first))
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
-    dim = embed.dim if embed else _token_width(module)
+    dim = embed.dim if embed else module.dim if packed else _token_width(module)
     names = _prefix_names(module, dim, prefix)
     where = "last in the sequence, shown first" if order else "first in the sequence"
     prov["num_prefix"] = (f"capture: T={tokens} tokens - {grid[0]}x{grid[1]} patches = {prefix} prefix token(s), "
@@ -455,9 +469,12 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     kind, num_classes = _output_kind(main, what, recorder, overrides, prov)
     prov["embed_dim"] = f"shape: {embed.describe()}" if embed else \
         (f"shape: the token width {dim}" if dim else "unknown: no patch embedding found")
-    pos = _pos_table(module, dim)
+    pos = None if packed else _pos_table(module, dim)
     pos_prefix = 0
-    if pos is not None and pos[1] in (tokens, grid[0] * grid[1]):
+    if packed:
+        prov["pos_embed"] = ("none shown: its positions are computed for each grid in its forward (2-D rotary "
+                             "positions, an interpolated table)")
+    elif pos is not None and pos[1] in (tokens, grid[0] * grid[1]):
         pos_prefix = prefix if pos[1] == tokens else 0
         prov["pos_embed"] = f"shape: {pos[0]} ({pos[1]} rows: {pos_prefix} prefix + {grid[0]}x{grid[1]} patches)"
     else:
@@ -476,7 +493,12 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
     notes += said
-    if per_image:
+    if packed:
+        notes.append(module.what)
+        windows = [f"{i} ({name})" for i, (name, m) in enumerate(layers) if "windows" in m]
+        if windows:
+            notes.append(f"layers {', '.join(windows)} attend within windows ({module.windowed() or 'measured'})")
+    elif per_image:
         notes.append("its attention is computed one image at a time ((H, T, T) maps, a loop over the batch): "
                      "a batch is run through it one image at a time")
     elif two_d:
@@ -484,7 +506,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                      f"{recorder.maps[two_d[0]].shape[1]} heads per layer, read in call order {folded}")
     elif folded:
         notes.append(f"the heads folded into the batch ((B*H, T, T) maps) are read {folded}")
-    prov["path"] = (f"live: {type(module).__name__}'s own forward runs; attention captured from "
+    runs = type(module.tower if packed else module).__name__
+    prov["path"] = (f"live: {runs}'s own forward runs; attention captured from "
                     f"{', '.join(f'{n} x {m}' for m, n in counts.items())}" + (f" ({how})" if how else "")
                     + ("; " + "; ".join(notes) if notes else ""))
     spec = ModelSpec(
@@ -561,7 +584,8 @@ def _token_width(module: nn.Module) -> int:
 
 def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: list[tuple[int, str]],
            patch: int | None, device: torch.device, dtype: torch.dtype, prov: dict[str, str],
-           source: str, group_heads: int | None = None) -> tuple[torch.Tensor, Any, _Recorder, tuple[tuple[int, int], int]]:
+           source: str, group_heads: int | None = None,
+           chunks: bool = False) -> tuple[torch.Tensor, Any, _Recorder, tuple[tuple[int, int], int]]:
     """The first probe: one image at the most likely size and channel count; where those were guesses and the
     forward refuses the input, the next likely ones (the sources say which was taken, and why)."""
     tries = [(s, c) for s in sizes for c in chans]
@@ -569,7 +593,7 @@ def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: l
     for (size, size_src), (c, c_src) in tries:
         _check_probe_memory(module, size, c, patch, 2, source)
         x = _probe_input(1, c, size, device, dtype, seed=0)
-        recorder = _Recorder(1, scores=True, group_heads=group_heads)
+        recorder = _Recorder(1, scores=True, group_heads=group_heads, chunks=chunks)
         shape = tuple(x.shape)
         try:
             with torch.inference_mode():
@@ -933,7 +957,12 @@ def _output_kind(main: torch.Tensor | None, what: str, recorder: _Recorder, over
 def _preprocess(module: nn.Module, size: tuple[int, int], in_chans: int, overrides: Mapping[str, Any],
                 prov: dict[str, str]) -> Preprocess:
     pcfg = getattr(module, "pretrained_cfg", None)
-    if isinstance(pcfg, dict) and pcfg.get("mean") and pcfg.get("std"):
+    if isinstance(module, PackedTower):
+        pp = Preprocess(crop=size, resize=min(size), mode="squash", interpolation="bicubic", mean=module.mean,
+                        std=module.std)
+        src = (f"{module.stats_source}; the image resized to {size[0]}x{size[1]} as a whole (its processor keeps "
+               "the aspect ratio in whole merge blocks)")
+    elif isinstance(pcfg, dict) and pcfg.get("mean") and pcfg.get("std"):
         pp = Preprocess.from_timm_cfg(pcfg, size)
         src = "metadata: the model's pretrained_cfg (timm)"
     elif _clip_statistics(module) is not None:

@@ -13,6 +13,7 @@ from torch import nn
 from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
 from vitviz.core.running.live.errors import LiveModelError, user_call
+from vitviz.core.running.live.packing import PackedTower, is_packed, packed_tower
 from vitviz.core.running.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -92,10 +93,15 @@ class LiveModel(ImageModel):
         count = depth if upto is None else upto + 1
         sink = LayerSink(count, half, rows)
         check_host_memory(self._maps_bytes(x, count, half, None if rows is None else len(rows)), x, half)
-        layout = self.layout if self.layout.order is None or len(self.layout.order) == tokens else \
-            replace(self.layout, order=_prefix_first(tokens, self.spec.num_prefix))
+        packed = isinstance(self.net, PackedTower)
+        if packed:    # its sequence's order depends on the grid (merge blocks, windows)
+            layout = replace(self.layout, order=self.net.order(tuple(x.shape[-2:])))
+        elif self.layout.order is None or len(self.layout.order) == tokens:
+            layout = self.layout
+        else:
+            layout = replace(self.layout, order=_prefix_first(tokens, self.spec.num_prefix))
         recorder = _Recorder(int(x.shape[0]), tokens, sink.append, count, None if logits else count,
-                             self.spec.num_heads, layout)
+                             self.spec.num_heads, layout, chunks=packed)
         xd = x.to(self._device, self._dtype)
         out = user_call(lambda: _run(self.net, xd, recorder), self.spec.source, "the model's own forward",
                         f"input {tuple(x.shape)}")
@@ -144,8 +150,12 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
     layer do not depend on the image; how heads folded into the batch are ordered). A module that refuses a
     2-image batch keeps the usual layout, said as assumed.
 
+    A vision tower whose forward takes packed patches and `grid_thw` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V:
+    `vitviz.core.running.live.packing`) is wrapped to take images as its image processor hands them over.
+
     Args:
-        module: any nn.Module taking a (B, C, H, W) image batch; it is used (and moved to `device`) in place.
+        module: any nn.Module taking a (B, C, H, W) image batch (or a packed-patch tower); it is used (and moved to
+            `device`) in place.
         overrides: grid ((rows, cols) or N), num_prefix, image_size, in_chans, heads (checked), mean, std,
             interpolation, resize, crop_mode, labels, device (default: where the module is).
         source: what to call it (default '<ClassName object>').
@@ -157,5 +167,8 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
             and tokens cannot be described (`NoAttentionError`: none seen).
         DeviceError: the probe input (or its attention) would not fit in memory.
     """
+    if is_packed(module):
+        source = source or f"<{type(module).__name__} object>"
+        module = packed_tower(module, overrides.get("image_size"))
     d = describe(module, overrides, source, how)
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

@@ -177,12 +177,18 @@ class _Recorder:
             a token whose own score does not depend on the image is a prefix token).
         group_heads: the head count the user gave (`heads=`): 2-D (T, T) maps one frame computes are then cut into
             layers of `batch * group_heads` maps, where the frames alone cannot tell layers apart.
+        chunks: a module call that computes several 4-D maps of one image (a packed sequence's windows, each its
+            own softmax) makes one layer: its maps placed on the diagonal of one (1, H, T, T) map, T their total
+            length, zero between them (`vitviz.core.running.live.packing`).
     """
 
     def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
                  capacity: int | None = None, stop: int | None = None, heads: int | None = None,
-                 layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None) -> None:
+                 layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None,
+                 chunks: bool = False) -> None:
         self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
+        self.chunks = chunks
+        self._chunk: tuple[str, Any, str, list[torch.Tensor]] | None = None   # (module, frame, mechanism, maps)
         self.group_heads = group_heads
         self.keep, self.layout, self.scores = keep, layout, scores
         self.maps: list[torch.Tensor] = []
@@ -252,6 +258,11 @@ class _Recorder:
     def add(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None = None,
             name: str | None = None) -> None:
         """Keep one layer's probabilities (B, H, T, T) (or unbatched (H, T, T)); `diag`: its scores' diagonal."""
+        if self.chunks and name is None and probs.dim() == 4:
+            self._chunked(mechanism, probs)
+            return
+        if name is None:
+            self._close_chunks()
         length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if probs.dim() != 4:
             probs = probs.reshape(self.batch, -1, length, source)
@@ -279,6 +290,33 @@ class _Recorder:
             self.keep(probs.detach())
         if self.stop is not None and len(self.layers) >= self.stop:
             raise _StopForward
+
+    def _chunked(self, mechanism: str, probs: torch.Tensor) -> None:
+        """One softmax of a module call that may compute several (`chunks`): kept until another call begins."""
+        name, _owner, frame, _parent_name, _parent = self._frames()
+        if self._chunk is not None and self._chunk[1] is not frame:
+            self._close_chunks()
+        if self._chunk is None:
+            self._chunk = (name or "(top level)", frame, mechanism, [])
+        self._chunk[3].append(probs.detach())
+
+    def _close_chunks(self) -> None:
+        """The module call's maps as one layer: a single map as it is, several on the diagonal of one map."""
+        chunk, self._chunk = self._chunk, None
+        if chunk is None:
+            return
+        name, _frame, mechanism, parts = chunk
+        if len(parts) == 1:
+            self.add(mechanism, parts[0], None, name=name)
+            return
+        total = sum(int(p.shape[-1]) for p in parts)
+        full = parts[0].new_zeros(*parts[0].shape[:2], total, total)
+        start = 0
+        for p in parts:
+            n = int(p.shape[-1])
+            full[..., start:start + n, start:start + n] = p
+            start += n
+        self.add(f"{mechanism} in {len(parts)} windows", full, None, name=name)
 
     def three_d(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None) -> None:
         """A 3-D map (N, L, S): one head's (B, L, S) when N is the batch, else (B*H, L, S), heads folded in."""
@@ -408,6 +446,7 @@ class _Recorder:
         """The forward pass has ended: close what single-head calls were still collecting; on the probe, the score
         products no softmax over their last axis followed are left out, said (`no_softmax`, `skipped`)."""
         self.flush()
+        self._close_chunks()
         if self._pending:
             self.extra += 1
             self._pending = []
@@ -535,7 +574,7 @@ class _Recorder:
         self.calls[mechanism] += 1
         if self.follow:     # a (T, T) bias made by a product and passed as the mask: its softmax is this one
             self._answer((int(q.shape[-2]), int(k.shape[-2])))
-        if not self.wants(int(q.shape[-2]), int(k.shape[-2])):
+        if not self.wants(int(q.shape[-2]), int(k.shape[-2])) and not (self.chunks and q.dim() == 4):
             self.skip(mechanism, (*q.shape[:-1], int(k.shape[-2])))
             return out
         if p["dropout_p"] and not any("dropout" in n for n in self.notes):

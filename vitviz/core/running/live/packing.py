@@ -1,0 +1,197 @@
+"""Vision towers whose forward takes packed patches and grid sizes, not an image batch -- the Qwen-VL family
+(Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and the towers with its forward (GLM-4V ...): `forward(hidden_states, grid_thw)`
+with `hidden_states` the image's patches flattened as its image processor flattens them -- merge blocks of
+`spatial_merge_size` x `spatial_merge_size` patches in raster order, the patches raster order inside each block, every
+patch `(C, temporal_patch_size, p, p)` with the image repeated over time -- and `grid_thw` = [[1, rows, cols]].
+
+`PackedTower` wraps such a tower so that it takes a (B, C, H, W) image batch as every live model does: it cuts the
+image as the processor would and runs the tower's own forward, one image at a time (its eager attention is computed
+per image of a packed sequence anyway). It tells the live path what the tower's sequence is (`order`: which of its
+tokens is which patch of the raster grid, through the merge blocks and, for Qwen2.5-VL, its window reordering), so
+that the captured maps are shown on the image's grid. Windowed layers compute one softmax per window: the recorder
+assembles them into the block-diagonal map the layer computes (zeros outside its windows).
+
+Nothing here imports transformers: the tower's config and its module's own helpers are read from the object.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: the processors take any such size
+
+
+def is_packed(module: Any) -> bool:
+    """Whether `module` is a vision tower whose forward takes `(hidden_states, grid_thw)` and whose config states
+    its patch, temporal patch and merge sizes (the Qwen-VL family's signature)."""
+    if not isinstance(module, nn.Module) or isinstance(module, PackedTower):
+        return False
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    config = getattr(module, "config", None)
+    return "hidden_states" in params and "grid_thw" in params and all(
+        isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
+
+
+class PackedTower(nn.Module):
+    """A packed-patch vision tower (`is_packed`) that takes (B, C, H, W) images, its own forward run per image.
+
+    Args:
+        tower: the transformers module (`Qwen2VisionTransformerPretrainedModel`, `Glm4vVisionModel` ...).
+        side: the input side vitviz runs it at (`image_size`), with `side_source` saying why.
+        mean, std, stats_source: the image processor's normalisation and where it was read.
+    """
+
+    def __init__(self, tower: nn.Module, side: tuple[int, int], side_source: str, mean: tuple[float, ...],
+                 std: tuple[float, ...], stats_source: str) -> None:
+        super().__init__()
+        config = tower.config
+        self.tower = tower
+        self.patch_size = int(config.patch_size)
+        self.temporal = int(config.temporal_patch_size)
+        self.merge = int(config.spatial_merge_size)
+        self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
+        self.image_size = side
+        self.side_source = side_source
+        self.mean, self.std, self.stats_source = tuple(mean), tuple(std), stats_source
+        self.dim = int(getattr(config, "embed_dim", 0) or getattr(config, "hidden_size", 0))
+        self.what = (f"{type(tower).__name__}'s own forward on the image's patches packed as its image processor "
+                     f"packs them ({self.patch_size} px patches, {self.merge}x{self.merge} merge blocks, the image "
+                     f"repeated over {self.temporal} time steps, grid_thw [[1, rows, cols]]), one image at a time")
+
+    @property
+    def block(self) -> int:
+        """The side in pixels the input must be a whole multiple of: one merge block of patches."""
+        return self.patch_size * self.merge
+
+    def grid(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(rows, cols) of patches for an (H, W) input.
+
+        Raises:
+            ValueError: a side that is no whole number of merge blocks (the model's forward refuses it too).
+        """
+        h, w = int(size[0]), int(size[1])
+        if h % self.block or w % self.block or not h or not w:
+            raise ValueError(f"{type(self.tower).__name__} takes images whose sides are whole multiples of "
+                             f"{self.block} px ({self.merge}x{self.merge} merge blocks of {self.patch_size} px "
+                             f"patches); got {h}x{w}")
+        return h // self.patch_size, w // self.patch_size
+
+    def pack(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order, grid_thw)."""
+        c = int(image.shape[0])
+        rows, cols = self.grid(tuple(image.shape[-2:]))
+        p, m = self.patch_size, self.merge
+        x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
+        x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
+        grid = torch.tensor([[1, rows, cols]], device=image.device)
+        return x.reshape(rows * cols, c * self.temporal * p * p), grid
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, T, D): the tower's last hidden states (in its own token order) of each image."""
+        out = []
+        for image in x:
+            patches, grid = self.pack(image)
+            result = self.tower(hidden_states=patches, grid_thw=grid)
+            hidden = getattr(result, "last_hidden_state", None)
+            out.append(hidden if isinstance(hidden, torch.Tensor) else result[0])
+        return torch.stack(out)
+
+    def order(self, size: tuple[int, int]) -> tuple[int, ...]:
+        """For each patch of the raster grid (row by row), the index of its token in the tower's sequence."""
+        rows, cols = self.grid(size)
+        m = self.merge
+        packed = torch.arange(rows * cols).reshape(rows // m, cols // m, m, m).permute(0, 2, 1, 3).reshape(-1)
+        inside = self._window_position(rows, cols)
+        return tuple(int(i) for i in (packed if inside is None else inside[packed]))
+
+    def _window_position(self, rows: int, cols: int) -> torch.Tensor | None:
+        """Where each token of the processor's order is in the blocks' sequence, for a tower that reorders its
+        tokens into windows (Qwen2.5-VL: `window_index` over merge blocks, from its module's own helper); None for
+        one that keeps the processor's order."""
+        config = self.tower.config
+        helper = getattr(sys.modules.get(type(self.tower).__module__), "get_vision_window_index", None)
+        if helper is None or not isinstance(getattr(config, "window_size", None), int):
+            return None
+        index, _ = helper(torch.tensor([[1, rows, cols]]), spatial_merge_size=self.merge,
+                          window_size=int(config.window_size), patch_size=self.patch_size)
+        unit = self.merge * self.merge
+        sequence = (index.reshape(-1, 1) * unit + torch.arange(unit)).reshape(-1)   # block position -> token
+        position = torch.empty_like(sequence)
+        position[sequence] = torch.arange(sequence.numel())
+        return position
+
+    def windowed(self) -> str:
+        """Which blocks attend within windows, as its config states ('' for none)."""
+        config = self.tower.config
+        full = getattr(config, "fullatt_block_indexes", None)
+        depth = getattr(config, "depth", None)
+        if not isinstance(full, (list, tuple)) or not isinstance(depth, int) or \
+                not isinstance(getattr(config, "window_size", None), int):
+            return ""
+        windowed = [i for i in range(depth) if i not in full]
+        return (f"blocks {', '.join(map(str, windowed))} attend within windows of {config.window_size} px "
+                f"(config.fullatt_block_indexes: blocks {', '.join(map(str, full))} attend over the whole image); "
+                "a windowed layer's map is its windows' softmaxes, zero between windows")
+
+
+def packed_tower(tower: nn.Module, size: Any = None, stats: tuple[Any, Any, str] | None = None,
+                 model_type: str = "") -> PackedTower:
+    """`tower` wrapped to take (B, C, H, W) images.
+
+    Args:
+        tower: a module `is_packed` accepts.
+        size: the input size (side or (h, w)); default `DEFAULT_SIDE` rounded down to whole merge blocks.
+        stats: (mean, std, source) as the model's preprocessor_config.json states them; default the defaults of
+            the image processor class transformers pairs with `model_type` (said as assumed).
+        model_type: the whole model's model_type ('qwen2_5_vl'), for its image processor class.
+    """
+    block = int(tower.config.patch_size) * int(tower.config.spatial_merge_size)
+    if size is None:
+        side = max(block, DEFAULT_SIDE // block * block)
+        chosen = ((side, side), f"guess: {side} px ({DEFAULT_SIDE} px in whole {block} px merge blocks; the model's "
+                                "image processor resizes each image to its own multiple of that size, vitviz runs "
+                                "every image at one size: pass image_size= for another)")
+    else:
+        h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        chosen = ((h, w), "override")
+    mean, std, source = stats if stats is not None else _processor_defaults(model_type, tower)
+    return PackedTower(tower, chosen[0], chosen[1], tuple(float(v) for v in mean), tuple(float(v) for v in std),
+                       source)
+
+
+_CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+
+
+def _processor_defaults(model_type: str, tower: nn.Module) -> tuple[Any, Any, str]:
+    """(mean, std, source) of the image processor class transformers pairs with `model_type`, read from the class
+    (its defaults: a checkpoint's own preprocessor_config.json may differ, so this is said as assumed)."""
+    try:
+        from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+    except ImportError:
+        names: Any = {}
+    else:
+        names = IMAGE_PROCESSOR_MAPPING_NAMES
+    kind = model_type or str(getattr(tower.config, "model_type", "")).removesuffix("_vision")
+    entry = names.get(kind) or names.get(kind.removesuffix("_moe"))     # (Qwen3-VL-MoE: Qwen3-VL's processor)
+    name = (entry.get("torchvision") or entry.get("pil")) if isinstance(entry, dict) else entry
+    cls = None
+    if isinstance(name, str):
+        import transformers
+
+        try:
+            cls = getattr(transformers, name)
+        except (AttributeError, ImportError):   # (transformers' lazy module raises either for a missing backend)
+            cls = None
+    mean, std = getattr(cls, "image_mean", None), getattr(cls, "image_std", None)
+    if isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple)) and len(mean) == len(std) == 3:
+        return mean, std, (f"guess: transformers' {name} defaults (no preprocessor_config.json read: a checkpoint's "
+                           "own may state other values; pass mean= and std=)")
+    return (*_CLIP, f"guess: OpenAI CLIP mean/std, the Qwen-VL processors' default (no image processor found for "
+                    f"model_type {kind!r}; pass mean= and std=)")
