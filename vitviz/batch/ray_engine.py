@@ -922,8 +922,8 @@ class RayExporter:
         import ray.data
 
         rows = [self._row(job) for job in todo]
-        # A block per batch: an actor hands back its output a block at a time, so the progress moves a batch at
-        # a time (bench/ray_progress.py measures what smaller blocks cost).
+        # A block per batch: an actor hands back its output a block at a time (`_run` takes each as it comes), so
+        # the progress moves a batch at a time (bench/ray_progress.py measures what smaller blocks cost).
         per_block = BATCHES_PER_BLOCK * self.plan.batch_size
         blocks = min(len(rows), max(2 * max(1, self.actors), -(-len(rows) // per_block)), 20_000)
         env = self._env()
@@ -944,13 +944,18 @@ class RayExporter:
                                   num_cpus=self.cpus_per_actor, **gpus, **env)
 
     def _run(self, todo: list[Job]) -> None:
+        """Take each block of finished images as soon as an actor hands it back: blocks are read without Ray
+        Data's read-ahead (`iter_rows` waits for the next block before it yields the rows of one, which would
+        hold every batch's progress back until the next batch is done)."""
         ds = self._dataset(todo)
-        rows_out = iter(ds.iter_rows())
+        blocks = iter(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0))
         try:
-            for row in rows_out:
-                self._take(row)
+            for block in blocks:
+                keys = list(block)
+                for values in zip(*(block[k].tolist() for k in keys)):
+                    self._take(dict(zip(keys, values)))
         finally:
-            close = getattr(rows_out, "close", None)
+            close = getattr(blocks, "close", None)
             if close is not None:
                 close()
 
