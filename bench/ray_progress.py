@@ -5,10 +5,10 @@ Run from the repository root: `python bench/ray_progress.py [--images 64] [--bat
 The Ray engine hands Ray Data one block per batch (`vitviz.batch.ray_engine.BATCHES_PER_BLOCK = 1`) and takes each
 finished block as it comes, so the progress moves a batch at a time. Before, blocks held four batches (and the
 driver also read one block ahead, which is not reproduced here: it costs nothing), so the first progress came after
-several batches and then jumped. This runs the same export with both block sizes on a local Ray started once here (`ray.init(num_cpus=actors + 1)`), interleaved, with a small
-model (timm `vit_tiny_patch16_224`, random weights) so that Ray's cost per block weighs as much as it can, and
-prints per setting: images/s, seconds to the first progress step, the longest wait between two steps, and the
-images/s ratio (the overhead of the smaller blocks).
+several batches and then jumped. This runs the same export with both block sizes on a local Ray started once here
+(`ray.init(num_cpus=actors + 1)`), interleaved, with a small model (timm `vit_tiny_patch16_224`, random weights) so
+that Ray's cost per block weighs as much as it can, and prints per setting: images/s, seconds to the first
+progress step, the longest wait between two steps, and the images/s ratio (the overhead of the smaller blocks).
 """
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ INTERRUPT_WAIT_MS = 60000     # the bounded wait of shutdown in the interruption
 #                               so an interruption that did not work shows as blocks run, not as a thread parked
 
 
-def _slow_run(started: threading.Event, release: threading.Event, finished: threading.Event | None = None):  # noqa: ANN202
+def _slow_run(started: threading.Event, release: threading.Event,  # noqa: ANN202
+              finished: threading.Event | None = None):
     def run(self, ctx) -> Ran:  # noqa: ANN001 - the work of a Run request
         started.set()
         release.wait(HELD_S)         # an uninterruptible forward pass (ends only when the test says so)

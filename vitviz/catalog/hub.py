@@ -1,12 +1,13 @@
 """Models by name from the Hugging Face Hub: `hf:ORG/NAME[@REVISION]` and timm's hub names `timm:NAME[.TAG]`.
 
-A name resolves to a model folder in the shared Hugging Face cache (the one transformers, timm and open_clip use):
-downloaded with `huggingface_hub` — which already does what this needs (revisions, the cache layout, resumable
-downloads, `HF_HOME`/`HF_HUB_CACHE`/`HF_ENDPOINT`, offline mode with `HF_HUB_OFFLINE=1`), so vitviz does not write
-its own. As huggingface_hub (and so transformers and timm) does: online, a branch or tag is asked of the hub again
+A name resolves to a model folder in the shared Hugging Face cache (the one transformers, timm and open_clip use),
+through `huggingface_hub` — which already does what this needs (revisions, the cache layout, resumable downloads,
+`HF_HOME`/`HF_HUB_CACHE`/`HF_ENDPOINT`, offline mode with `HF_HUB_OFFLINE=1`), so vitviz does not write its own.
+As huggingface_hub (and so transformers and timm) does: online, a branch or tag is asked of the hub again
 (`hf_hub_download` re-resolves the ref; a file of the same commit is not downloaded again), so a cached `main`
-follows the repository; a commit hash, offline mode or a hub that cannot be reached use the cache as it is. Only configuration and weight files are fetched,
-never code; a download is written under a temporary name and moved into the cache when complete.
+follows the repository; a commit hash, offline mode or a hub that cannot be reached use the cache as it is. Only
+configuration and weight files are fetched, never code; a download is written under a temporary name and moved
+into the cache when complete.
 
     folder = resolve_hub("hf:facebook/dinov2-small")                      # -> .../snapshots/<commit>/
     folder = resolve_hub("timm:vit_small_patch14_reg4_dinov2.lvd142m")   # the repository timm/<name>

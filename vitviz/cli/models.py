@@ -85,9 +85,10 @@ def run_models_command(args: argparse.Namespace) -> int:
         print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
               "Try `vitviz models --named`, then `vitviz --model torchvision:vit_b_16`.")
         return 0
-    print(f"{'NAME (as --model, info, export take it)':<52} {'FAMILY':<12} {'SIZE':>8}  {'REVISION':<12} PATH")
-    for e in entries:
-        print(f"{e.named or str(e.path):<52} {e.family:<12} {e.size_text:>8}  {e.revision[:12] or '-':<12} {e.path}")
+    print(f"{'NAME':<44} {'FAMILY':<12} {'SIZE':>8}  {'SOURCE':<12} {'REVISION':<12} PATH")
+    for e in entries:   # NAME as the commands and vitviz.load take it: the hub or torchvision name, else the path
+        print(f"{e.named or str(e.path):<44} {e.family:<12} {e.size_text:>8}  {e.source:<12} "
+              f"{e.revision[:12] or '-':<12} {e.path}")
     return 0
 
 
