@@ -52,7 +52,7 @@ def one_run(ckpt: Path, images: Path, out: Path, batch: int, actors: int, per_bl
     ray_engine.BATCHES_PER_BLOCK = per_block
     try:
         start = time.perf_counter()
-        code = vitviz_main(["export", "--model", str(ckpt), str(images), "--out", str(out), "--quiet",
+        code = vitviz_main(["export", "--model", str(ckpt), "--heads", "3", str(images), "--out", str(out), "--quiet",
                             "--no-verify", "--engine", "ray", "--actors", str(actors), "--batch-size", str(batch)])
         seconds = time.perf_counter() - start
     finally:

@@ -842,8 +842,9 @@ class RayExporter:
         if address:
             probe_address(address)
         try:
-            ray.init(address=address or "local", include_dashboard=False, log_to_driver=RayLogs.verbose_now(),
-                     logging_level=logging.INFO)
+            verbose = RayLogs.verbose_now()  # else Ray's start-up lines (INFO) would reach the terminal
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose,
+                     logging_level=logging.INFO if verbose else logging.ERROR)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise RayEngineError(f"cannot {'join the Ray cluster at ' + address if address else 'start Ray'}: "
                                  f"{e}") from None
@@ -1121,6 +1122,7 @@ class RayLogs:
         self.path: Path | None = None
         self._handler: logging.Handler | None = None
         self._removed: list[tuple[logging.Logger, logging.Handler]] = []
+        self._level = logging.NOTSET
         self._printer: Any = None
 
     @staticmethod
@@ -1146,6 +1148,8 @@ class RayLogs:
                     logger.removeHandler(handler)
                     self._removed.append((logger, handler))
             logger.addHandler(self._handler)
+        self._level = logging.getLogger("ray").level
+        logging.getLogger("ray").setLevel(logging.INFO)  # the file takes what the terminal would not
         # The driver's listener of the cluster's error messages prints them with this function (Ray has no
         # public switch for it); they go to the file while the run lasts.
         self._printer = getattr(ray_worker, "print_to_stdstream", None)
@@ -1172,6 +1176,7 @@ class RayLogs:
             logging.getLogger(name).removeHandler(self._handler)
         for logger, handler in self._removed:
             logger.addHandler(handler)
+        logging.getLogger("ray").setLevel(self._level)
         self._handler.close()
         self._handler, self._removed = None, []
 
