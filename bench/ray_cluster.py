@@ -66,8 +66,8 @@ def export(ckpt: Path, images: Path, out: Path, extra: list[str]) -> float:
     """Seconds for one `python -m vitviz export` process."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "vitviz", "export", "--model", str(ckpt), "--heads", "3",
-                           str(images), "--out", str(out), "--no-verify", "--quiet", *extra], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                           str(images), "--out", str(out), "--no-verify", "--quiet", *extra], cwd=ROOT,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-2000:]
     return seconds
