@@ -37,7 +37,7 @@ def free_port() -> int:
 def start_node(args: list[str], temp: Path, log: Path) -> subprocess.Popen:
     """`ray start ARGS --block` in a new process group, its output into `log`."""
     return subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block",
-                             f"--temp-dir={temp}", "--include-dashboard=false"],
+                             f"--temp-dir={temp}"],
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -79,12 +79,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cpus", type=int, default=1, help="CPUs each of the two nodes offers (default 1)")
     args = parser.parse_args()
+    # Ray >= 2.5x starts a cluster with token authentication when ~/.ray/auth_token exists; every process that joins
+    # it (the second node, the drivers) must then send the token too, which RAY_AUTH_MODE=token asks for.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     with tempfile.TemporaryDirectory(prefix="vitviz-bench-") as tmp:
         folder = Path(tmp)
         ckpt = tiny_checkpoint(folder)
         images = image_folder(folder / "images", args.images)
         port = free_port()
-        head = start_node(["--head", f"--port={port}", f"--num-cpus={args.cpus}"], folder / "ray", folder / "head.log")
+        head = start_node(["--head", f"--port={port}", f"--num-cpus={args.cpus}", "--include-dashboard=false"],
+                          folder / "ray", folder / "head.log")
         worker = None
         try:
             address = f"127.0.0.1:{port}"
