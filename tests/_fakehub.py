@@ -8,7 +8,8 @@ Range requests for resumed downloads, and X-Error-Code on 404s. Its hostile mode
   huggingface_hub write `refs/<revision>` -- the write a hostile revision must never reach);
 - `status`: every request is answered with this HTTP status (500: a hub that is up but failing);
 - `redirect_loop`: every request is redirected to itself;
-- `short_body`: a GET announces the whole file but sends half of it, then closes the connection.
+- `short_body`: a GET announces the whole file but sends half of it, then closes the connection;
+- `commit`: the commit `main` points to (change it and the files: the repository moved on).
 
 `SilentHub` accepts connections and never answers (a hung hub); `requests` counts what reached either.
 """
@@ -65,6 +66,7 @@ class FakeHub:
         self.status: int | None = None
         self.redirect_loop = False
         self.short_body = False
+        self.commit = COMMIT
         hub_self = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -95,7 +97,7 @@ class FakeHub:
                     return self._error(403, "GatedRepo")
                 if repo not in hub_self.repos:
                     return self._error(404, "RepoNotFound")
-                if revision not in ("main", COMMIT) and not hub_self.any_revision:
+                if revision not in ("main", hub_self.commit) and not hub_self.any_revision:
                     return self._error(404, "RevisionNotFound")
                 data = hub_self.repos[repo].get(file)
                 if data is None:
@@ -104,7 +106,7 @@ class FakeHub:
                 if self.headers.get("Range", "").startswith("bytes="):
                     start = int(self.headers["Range"][6:].split("-")[0])
                 self.send_response(206 if start else 200)
-                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("X-Repo-Commit", hub_self.commit)
                 self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
                 self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
@@ -128,7 +130,7 @@ class FakeHub:
             def _error(self, code: int, kind: str) -> None:
                 self.send_response(code)
                 self.send_header("X-Error-Code", kind)
-                self.send_header("X-Repo-Commit", COMMIT)   # the real hub sends it with an EntryNotFound 404
+                self.send_header("X-Repo-Commit", hub_self.commit)   # the real hub sends it with an EntryNotFound 404
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

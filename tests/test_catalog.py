@@ -322,7 +322,8 @@ def test_models_command_text_and_named(caches: tuple[Path, Path], capsys: pytest
     (torch_dir / "vit_b_16-c867db91.pth").write_bytes(b"\0" * 5)
     assert cli_models.run_models_command(_models_args()) == 0
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split() == ["NAME", "FAMILY", "SIZE", "SOURCE", "PATH"] and row.startswith("vit_b_16 · ")
+    assert header.split() == ["NAME", "FAMILY", "SIZE", "SOURCE", "REVISION", "PATH"]
+    assert row.startswith("torchvision:vit_b_16:IMAGENET1K_V1 ")     # the name the commands take
 
 
 def test_models_get_prints_the_cached_path(caches: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

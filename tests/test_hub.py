@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _fakehub import FakeHub, hf_repo, timm_repo
+from _fakehub import COMMIT, FakeHub, hf_repo, timm_repo
 
 import vitviz
 from vitviz.catalog import hub
@@ -175,3 +175,100 @@ def test_huggingface_hubs_own_messages_stay_out_of_the_terminal_unless_verbose(m
     finally:
         hub_logging.set_verbosity(level)
         (disable_progress_bars if bars else enable_progress_bars)()
+
+
+MOVED = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+def test_a_cached_branch_follows_the_repository_online(fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As huggingface_hub does: online, `main` is asked of the hub again and a repository that moved on brings
+    its new commit (only the changed file is downloaded); a commit hash and offline mode use the cache without a
+    request."""
+    first = resolve_named("hf:acme/tiny-vit")
+    assert first.name == COMMIT
+    repo = fake_hub.repos["acme/tiny-vit"]
+    config = json.loads(repo["config.json"])
+    repo["config.json"] = json.dumps({**config, "id2label": {"0": "cat", "1": "dog", "2": "bird"}}).encode()
+    fake_hub.commit, fake_hub.gets = MOVED, []
+    moved = resolve_named("hf:acme/tiny-vit")
+    assert moved.name == MOVED and json.loads((moved / "config.json").read_text())["id2label"]["0"] == "cat"
+    assert fake_hub.gets == ["config.json"]    # the weights' blob is the same: not downloaded again
+    fake_hub.requests.clear()
+    assert resolve_named(f"hf:acme/tiny-vit@{COMMIT}") == first and fake_hub.requests == []   # a commit never moves
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve_named("hf:acme/tiny-vit") == moved and fake_hub.requests == []   # refs/main was updated
+
+
+def test_a_cached_branch_is_used_when_the_hub_cannot_be_reached(fake_hub: FakeHub,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = resolve_named("hf:acme/tiny-vit")
+    import huggingface_hub.utils._http as hf_http
+
+    monkeypatch.setattr(hf_http.time, "sleep", lambda _s: None)   # huggingface_hub's retry back-off
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")   # discard port: nothing listens
+    assert resolve_named("hf:acme/tiny-vit") == folder
+
+
+def test_the_legacy_cache_variable_is_read_as_huggingface_hub_reads_it(fake_hub: FakeHub, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from vitviz.catalog.dirs import hf_hub_dir
+
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "legacy"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    for env in ({}, {"HUGGINGFACE_HUB_CACHE": ""}, {"HF_HUB_CACHE": "~/elsewhere"}):
+        with monkeypatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value) if value else patch.delenv(key)
+            theirs = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; "
+                                     "print(c.HF_HUB_CACHE)"], capture_output=True, text=True, env=dict(os.environ),
+                                    check=True).stdout.strip()
+            assert hf_hub_dir() == Path(theirs), env
+    folder = resolve_named("hf:acme/tiny-vit")
+    assert (tmp_path / "legacy") in folder.parents
+
+
+def test_a_missing_revision_is_named_offline(fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Offline, a repository in the cache without the revision asked for is said so (with the revisions it has),
+    not as a repository missing from the cache; nothing says 'downloading'. TRANSFORMERS_OFFLINE counts, as in
+    huggingface_hub."""
+    resolve_named("hf:acme/tiny-vit")
+    fake_hub.requests.clear()
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    with pytest.raises(hub.HubError) as info:
+        resolve_named("hf:acme/tiny-vit@v9")
+    assert "holds acme/tiny-vit but not its revision 'v9'" in str(info.value)
+    assert f"cached: main, {COMMIT}" in str(info.value)
+    assert cli_main(["info", "hf:acme/other"]) == 2
+    err = capsys.readouterr().err
+    assert "downloading" not in err and "acme/other is not in the cache" in err
+    assert fake_hub.requests == []
+
+
+def test_models_lists_names_the_commands_take(fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`vitviz models` names each cached snapshot as `vitviz.load` and the commands take it, with its commit:
+    `hf:ORG/NAME` for the one main points to, `@COMMIT` for an older one."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    resolve_named("hf:acme/tiny-vit")
+    resolve_named("timm:vit_tiny_patch8_32.test")
+    capsys.readouterr()
+    assert cli_main(["models", "--json"]) == 0
+    entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)["models"]}
+    assert entries["acme/tiny-vit"]["named"] == "hf:acme/tiny-vit" and entries["acme/tiny-vit"]["revision"] == COMMIT
+    assert entries["timm/vit_tiny_patch8_32.test"]["named"] == "hf:timm/vit_tiny_patch8_32.test"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for entry in entries.values():    # usable as they are
+        assert vitviz.load(entry["named"], heads=2 if "timm" in entry["name"] else None).spec.depth == 2
+    assert cli_main(["models"]) == 0
+    table = capsys.readouterr().out
+    assert "hf:acme/tiny-vit " in table and COMMIT[:12] in table
+    (Path(entries["acme/tiny-vit"]["path"]).parents[1] / "refs" / "main").write_text(MOVED)  # main moved on
+    assert cli_main(["models", "--json"]) == 0
+    entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)["models"]}
+    assert entries["acme/tiny-vit"]["named"] == f"hf:acme/tiny-vit@{COMMIT}"

@@ -52,7 +52,8 @@ def test_load_by_name_with_revision_and_offline_rules(fake_hub: FakeHub, monkeyp
     assert fake_hub.gets == []
     monkeypatch.delenv("HF_HUB_OFFLINE")
     assert vitviz.load(f"hf:acme/tiny-vit@{COMMIT}").spec.num_heads == 4
-    with pytest.raises(hub.HubError, match="not in the cache"):   # a commit was fetched, `main` never resolved
+    # a commit was fetched, `main` never resolved: offline, the cache has the repository but not that revision
+    with pytest.raises(hub.HubError, match="holds acme/tiny-vit but not its revision 'main'"):
         vitviz.load("hf:acme/tiny-vit", offline=True)
     assert vitviz.load("hf:acme/tiny-vit").spec.num_heads == 4
     fake_hub.gets.clear()

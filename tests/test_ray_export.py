@@ -8,7 +8,10 @@ flags, the install hint, and how inputs are collected.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -64,20 +67,31 @@ def local_run(tiny_ckpt: Path, folder: Path, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    """One local Ray for every test of the module (its start-up is the slow part)."""
+def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One local Ray for every test of the module (its start-up is the slow part). Its workers' temporary folder
+    (TMPDIR) is the module's own, returned, so that what an actor leaves there is seen; Ray's session folder stays
+    where it was (RAY_TMPDIR)."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
+    workers_tmp = tmp_path_factory.mktemp("workers_tmp")
+    with pytest.MonkeyPatch.context() as patch:  # Ray's processes take the environment they are started with
+        patch.setenv("RAY_TMPDIR", os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+        patch.setenv("TMPDIR", str(workers_tmp))
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield workers_tmp
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def ray_run(ray_session, tiny_ckpt: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The same export on Ray: one actor, batches of 3 (other batches than the local run's)."""
+    """The same export on Ray: one actor, batches of 3 (other batches than the local run's); the actor dies
+    after writing its first batch's files (as on a node that is lost), and its batch runs again."""
+    from vitviz.batch.ray_engine import FAULT_ENV
+
     out = tmp_path_factory.mktemp("ray_out")
-    code = _export(tiny_ckpt, [str(folder)], out, *MAPS, "--engine", "ray", "--actors", "1", "--batch-size", "3")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FAULT_ENV, str(tmp_path_factory.mktemp("fault") / "died"))
+        code = _export(tiny_ckpt, [str(folder)], out, *MAPS, "--engine", "ray", "--actors", "1", "--batch-size", "3")
     return out, code
 
 
@@ -96,6 +110,8 @@ def test_a_bad_image_is_reported_and_the_rest_complete(ray_run, local_run: Path)
     out, code = ray_run
     assert code == 1
     manifest, local = _manifest(out), _manifest(local_run)
+    # the files the lost worker wrote are this run's: its images are done, their files counted (the retried batch
+    # found them there and left them alone)
     assert manifest["summary"]["done"] == 12 and manifest["summary"]["failed"] == 1
     assert manifest["summary"]["files"] == 12 * 30 and not manifest["summary"]["interrupted"]
     failed = [e for e in manifest["images"] if e["status"] == "failed"]
@@ -106,7 +122,7 @@ def test_a_bad_image_is_reported_and_the_rest_complete(ray_run, local_run: Path)
 @pytest.mark.ray
 def test_the_manifest_names_the_engine_and_its_workers(ray_run) -> None:
     engine = _manifest(ray_run[0])["engine"]
-    assert engine["name"] == "ray" and engine["actors"] == 1 and engine["restarts"] == 0
+    assert engine["name"] == "ray" and engine["actors"] == 1 and engine["restarts"] == 1
     assert engine["decoded_in_actors"] == 0, "Ray Data fused the decoding into the model actors"
     assert sum(w["images"] for w in engine["workers"]) == 13 and engine["workers"][0]["device"] == "cpu"
     assert engine["model_shipped"] == "path"
@@ -116,6 +132,7 @@ def test_the_manifest_names_the_engine_and_its_workers(ray_run) -> None:
 def test_resume_after_an_interrupted_run(ray_session, tiny_ckpt: Path, folder: Path, local_run: Path,
                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl+C after the fourth image: what is on disk is recorded; the rerun skips it and finishes the rest."""
+    from vitviz.batch.jobs import sha256_file
     from vitviz.cli.progress import ProgressBar
 
     out = tmp_path / "out"
@@ -134,9 +151,12 @@ def test_resume_after_an_interrupted_run(ray_session, tiny_ckpt: Path, folder: P
     first = _manifest(out)
     assert first["summary"]["interrupted"] and first["summary"]["done"] >= 3
     assert first["summary"]["done"] + first["summary"]["failed"] < 13
-    for entry in first["images"]:  # every output the manifest lists is on disk, complete
+    for entry in first["images"]:  # every output the manifest lists is on disk, complete, and hashed
         for name in entry["outputs"]:
             assert _files(out)[name] == _files(local_run)[name]
+        if entry["status"] in ("done", "skipped"):
+            assert entry["sha256"] == sha256_file(Path(entry["path"])), entry["path"]
+    assert first["summary"]["files"] == sum(len(e["outputs"]) for e in first["images"]) == len(_files(out))
     done = {e["path"] for e in first["images"] if e["status"] == "done"}
 
     assert _export(tiny_ckpt, [str(folder)], out, *MAPS, "--engine", "ray", "--actors", "1", "--quiet") == 1
@@ -148,25 +168,55 @@ def test_resume_after_an_interrupted_run(ray_session, tiny_ckpt: Path, folder: P
 
 
 @pytest.mark.ray
-def test_uris_globs_and_lists_and_a_worker_that_dies(ray_session, tiny_ckpt: Path, folder: Path,
+def test_progress_moves_a_batch_at_a_time(ray_session, tiny_ckpt: Path, folder: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actor waits before its second batch until the first one's progress has been shown: it is shown while
+    the actor still works (not when a block of several batches is done)."""
+    from vitviz.batch.ray_engine import GATE_ENV
+    from vitviz.cli.progress import ProgressBar
+
+    gate = tmp_path / "shown"
+    monkeypatch.setenv(GATE_ENV, str(gate))
+    advance = ProgressBar.advance
+
+    def shown(self: ProgressBar, n: int = 1) -> None:
+        gate.touch()
+        advance(self, n)
+
+    monkeypatch.setattr(ProgressBar, "advance", shown)
+    images = [str(folder / f"img{i}.png") for i in range(6)]
+    assert _export(tiny_ckpt, images, tmp_path / "out", "--maps", "cls", "--engine", "ray", "--actors", "1",
+                   "--batch-size", "2", "--quiet") == 0
+    assert gate.exists() and not Path(f"{gate}.late").exists(), "no progress until the actor's block was done"
+
+
+@pytest.mark.ray
+def test_uris_globs_and_lists_and_a_worker_that_dies(ray_session: Path, tiny_ckpt: Path, folder: Path,
                                                      local_run: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture) -> None:
-    """Inputs as a list of file:// URIs and a glob, the output a pyarrow.fs URI; the model actor dies on its
-    first batch: Ray restarts it, the batch is retried, the run says so and completes."""
+    """Inputs as a list of file:// URIs and a glob, the output a pyarrow.fs URI, the model shipped through the
+    object store; the model actor dies after writing its first batch into its temporary folder: Ray restarts it,
+    the batch is retried, the run says so and completes, Ray's own lines about it go to its log file, and the
+    workers' temporary folder holds afterwards what it held before (no model copy, no unsent file)."""
     from vitviz.batch.ray_engine import FAULT_ENV
 
     listing = tmp_path / "images.txt"
     listing.write_text("# three of them\n" + "".join(f"{(folder / f'img{i}.png').as_uri()}\n" for i in (2, 3, 4)))
     out = tmp_path / "remote"
     monkeypatch.setenv(FAULT_ENV, str(tmp_path / "died"))
+    before = sorted(os.listdir(ray_session))
     code = _export(tiny_ckpt, [str(listing), str(folder / "sub" / "*.png")], out.as_uri(), "--maps", "cls,rollout",
                    "--layers", "all", "--which-heads", "all,mean", "--engine", "ray", "--actors", "1",
-                   "--batch-size", "2")
+                   "--batch-size", "2", "--ship-model", "store")
     assert code == 0 and (tmp_path / "died").exists()
-    assert "died and Ray restarted it" in capsys.readouterr().err
+    assert sorted(os.listdir(ray_session)) == before
+    captured = capsys.readouterr()
+    assert "died and Ray restarted it" in captured.err
+    assert "(raylet)" not in captured.out + captured.err and "worker died" not in captured.out
     manifest = _manifest(out)
     assert manifest["engine"]["restarts"] >= 1 and manifest["summary"]["done"] == 5
+    assert manifest["engine"]["model_shipped"] == "object store" and Path(manifest["engine"]["log"]).is_file()
     assert [e["path"] for e in manifest["images"]][:3] == [(folder / f"img{i}.png").as_uri() for i in (2, 3, 4)]
     got, want = _files(out), _files(local_run)
     assert len(got) == 5 * 8 and not [p for p in got if p.startswith(".")]
@@ -217,3 +267,45 @@ def test_sources_from_folders_globs_lists_and_uris(folder: Path, tmp_path: Path)
     assert len(uris) == 9  # the folder's two 'img[12]*' files (--glob), then the glob's seven other .png
     with pytest.raises(InputError, match="not found"):
         collect_sources([f"file://{folder}/nothing"], out, None)
+
+
+def test_an_address_that_does_not_answer_is_named_at_once(tiny_ckpt: Path, folder: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """--address of a port where nothing listens: vitviz's message naming it, exit 2 (Ray alone retries for
+    minutes)."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray of this process is running (the module's Ray tests); the address would not be used")
+    with socket.socket() as free:  # a port nothing listens on: bound, then released
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert _export(tiny_ckpt, [str(folder / "img1.png")], tmp_path / "o", "--engine", "ray",
+                   "--address", f"127.0.0.1:{port}") == 2
+    err = capsys.readouterr().err
+    assert f"cannot join the Ray cluster at 127.0.0.1:{port}" in err and "accepted no connection" in err
+    assert not ray.is_initialized()
+
+
+def test_the_manifest_says_what_is_on_disk_after_a_stop(folder: Path, tmp_path: Path) -> None:
+    """The driver's record after a stop or a lost worker (`RayExporter._settle`), without Ray: an image a lost
+    worker wrote (its retry found the files: 'skipped') is done; one no actor reported with all its files there
+    is done and hashed; one with part of its files stays pending; files counted as they are on disk."""
+    from vitviz.batch.jobs import Job, sha256_file
+    from vitviz.batch.ray_engine import Destination, RayExporter, RaySettings, Source
+
+    out = tmp_path / "out"
+    out.mkdir()
+    images = [folder / f"img{i}.png" for i in range(3)]
+    jobs = [Job(i, p, [out / f"img{i}_a.png", out / f"img{i}_b.png"]) for i, p in enumerate(images)]
+    (out / "img2_a.png").write_bytes(b"from an earlier run")
+    sources = [Source(p, str(p), Path(".")) for p in images]
+    exporter = RayExporter(None, {}, "cpu", None, None, jobs, [p.stem for p in images], out, sources,  # type: ignore
+                           Destination(out), RaySettings())
+    exporter._before = exporter._listing()
+    for name in ("img0_a", "img0_b", "img1_a", "img1_b"):
+        (out / f"{name}.png").write_bytes(name.encode())
+    jobs[0].status, exporter.counts["skipped"] = "skipped", 1  # the retried batch found the lost worker's files
+    exporter._settle()
+    assert [j.status for j in jobs] == ["done", "done", "pending"]
+    assert jobs[1].sha256 == sha256_file(images[1]) and jobs[0].written == jobs[0].outputs
+    assert exporter.counts == {"done": 2, "skipped": 0, "failed": 0, "files": 5}

@@ -89,3 +89,16 @@ def test_notebook_display_is_registered_by_name(setup, monkeypatch: pytest.Monke
     png = func(setup[2])
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")),
                                   np.asarray(vitviz.show(setup[2])))
+
+
+def test_a_result_in_a_notebook_is_its_picture_with_its_summary(setup) -> None:
+    """`_repr_html_`: the picture `_repr_png_` gives, inline, over the result's one-line repr (escaped)."""
+    import base64
+    import html
+    import re
+
+    result = setup[2]
+    page = result._repr_html_()
+    (data,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert base64.b64decode(data) == result._repr_png_()
+    assert f"<figcaption><code>{html.escape(repr(result))}</code></figcaption>" in page

@@ -4,7 +4,6 @@ loads."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -113,28 +112,30 @@ def test_exported_pictures_are_the_clis_byte_for_byte(qtbot, loaded, tiny_ckpt, 
 
 
 def test_the_gui_keeps_ticking_while_b_loads(qtbot, loaded, tiny_ckpt, monkeypatch) -> None:  # noqa: ANN001
+    """While model B's load is held in the worker, the load runs off the GUI thread, the event loop runs timers
+    and the window answers (what is checked is what happens, not how fast)."""
     started, release = threading.Event(), threading.Event()
+    loaded_on: list[threading.Thread] = []
     real = LoadB.__call__
 
     def slow(self, ctx):  # noqa: ANN001, ANN202
+        loaded_on.append(threading.current_thread())
         started.set()
-        release.wait(5.0)
+        release.wait(120.0)               # held until the test has looked (this only breaks a deadlock)
         return real(self, ctx)
 
     monkeypatch.setattr(LoadB, "__call__", slow)
-    ticks: list[float] = []
+    ticks: list[int] = []
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.timeout.connect(lambda: ticks.append(1))
     timer.start(10)
     try:
         loaded.compare_with(str(tiny_ckpt), heads=HEADS)
-        qtbot.waitUntil(started.is_set, timeout=10000)
-        begin = time.monotonic()
-        qtbot.wait(600)                                         # B is loading in the worker all this while
-        during = [t for t in ticks if t >= begin]
-        assert len(during) >= 20, f"the event loop ticked {len(during)} times in 0.6 s"
-        assert max(np.diff(during)) < 0.25
-        loaded.state.update(layer=0)                            # the window answers at once
+        qtbot.waitUntil(started.is_set, timeout=60000)
+        before = len(ticks)
+        qtbot.waitUntil(lambda: len(ticks) >= before + 3, timeout=60000)   # B is loading all this while
+        assert not release.is_set() and threading.main_thread() not in loaded_on
+        loaded.state.update(layer=0)                            # the window answers
         assert "Loading model B" in show_dock(qtbot, loaded, "compareDock").message.text()
     finally:
         release.set()

@@ -3,7 +3,6 @@ against step, a checkpoint of another layout named, and a slider that never wait
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from pathlib import Path
 
@@ -93,16 +92,20 @@ def test_a_checkpoint_of_another_layout_is_named(qtbot, loaded, run_dir) -> None
 
 
 def test_the_slider_never_waits_for_the_worker(qtbot, loaded, run_dir, monkeypatch) -> None:  # noqa: ANN001
+    """Moving the slider while the worker is held computing a checkpoint: the moves return at once (what is shown
+    says 'computing'), the computing happens off the GUI thread, and the event loop keeps running meanwhile."""
     panel = _open(qtbot, loaded, run_dir)
     qtbot.waitUntil(lambda: panel.shown_k == 0, timeout=20000)
     image = loaded.session.current
     started, release = threading.Event(), threading.Event()
+    computed_on: list[threading.Thread] = []
     real = TimelineStore.result
 
     def slow(self, k, key):  # noqa: ANN001, ANN202
         if self.peek(k, key) is None:
+            computed_on.append(threading.current_thread())
             started.set()
-            release.wait(5.0)
+            release.wait(120.0)            # held until the test has looked (this only breaks a deadlock)
         return real(self, k, key)
 
     monkeypatch.setattr(TimelineStore, "result", slow)
@@ -110,24 +113,20 @@ def test_the_slider_never_waits_for_the_worker(qtbot, loaded, run_dir, monkeypat
     for k in (1, 2):                       # nothing but checkpoint 0 held: the next moves must go to the worker
         for entry in [e for e in store.held if e[0] == "result" and e[1] == k]:
             store._lru.pop(entry)
-    ticks: list[float] = []
+    ticks: list[int] = []
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.timeout.connect(lambda: ticks.append(1))
     timer.start(10)
     try:
-        begin = time.perf_counter()
         panel.set_checkpoint(1)
         panel.set_checkpoint(2)            # the newest position wins: 2 is asked first, 1 only as a neighbour
-        elapsed = time.perf_counter() - begin
-        assert elapsed < 0.2, f"moving the slider took {elapsed:.3f} s"
-        assert "computing" in panel.map_title.text
+        assert not release.is_set() and "computing" in panel.map_title.text   # returned without the result
         queued = [r.k for r in loaded.session.client.pending(TimelineResult)]
         assert queued[0] == 2 or started.is_set()
-        qtbot.waitUntil(started.is_set, timeout=10000)
-        t0 = time.monotonic()
-        qtbot.wait(400)
-        during = [t for t in ticks if t >= t0]
-        assert len(during) >= 15 and max(np.diff(during)) < 0.25      # the event loop kept ticking
+        qtbot.waitUntil(started.is_set, timeout=60000)
+        before = len(ticks)
+        qtbot.waitUntil(lambda: len(ticks) >= before + 3, timeout=60000)    # the event loop runs timers
+        assert threading.main_thread() not in computed_on
     finally:
         release.set()
         timer.stop()

@@ -1,5 +1,8 @@
 """Closing never hangs on a busy worker, and a worker thread is never destroyed while it runs (that aborts the
-process with "QThread: Destroyed while thread is still running")."""
+process with "QThread: Destroyed while thread is still running").
+
+What is checked is what happened, never how long it took (a loaded machine is slow, not wrong): that close
+returned while the request was still held, how many blocks of a forward pass began after the interruption."""
 from __future__ import annotations
 
 import gc
@@ -20,27 +23,29 @@ from vitviz.gui.client import parking
 from vitviz.gui.window import MainWindow
 from vitviz.gui.protocol import Kind, Ran, Run
 
-BUSY_S = 4.0          # how long the fake forward pass takes
+HELD_S = 120.0        # the fake forward pass holds until the test releases it (this only breaks a deadlock)
 WAIT_MS = 200         # the bounded wait of shutdown in these tests
-CLOSE_BOUND_S = 2.0   # closing must return well before the request ends
 
 DEPTH = 16            # blocks of the model whose forward pass is interrupted
 BLOCK_S = 0.3         # how long each of its blocks takes (a sleep in a pre-hook): the whole forward takes 4.8 s
-INTERRUPT_WAIT_MS = 3000      # the bounded wait of shutdown in the interruption test: shorter than the forward
-INTERRUPT_BOUND_S = BLOCK_S + 0.9    # one block, and slack for a loaded machine; far below the whole forward
+INTERRUPT_WAIT_MS = 60000     # the bounded wait of shutdown in the interruption test: longer than the whole forward,
+#                               so an interruption that did not work shows as blocks run, not as a thread parked
 
 
-def _slow_run(started: threading.Event, release: threading.Event):  # noqa: ANN202
+def _slow_run(started: threading.Event, release: threading.Event,  # noqa: ANN202
+              finished: threading.Event | None = None):
     def run(self, ctx) -> Ran:  # noqa: ANN001 - the work of a Run request
         started.set()
-        release.wait(BUSY_S)         # an uninterruptible forward pass (ends early only when the test says so)
+        release.wait(HELD_S)         # an uninterruptible forward pass (ends only when the test says so)
+        if finished is not None:
+            finished.set()
         return Ran(maps=None)
     return run
 
 
 def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  # noqa: ANN001
-    started, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(Run, "__call__", _slow_run(started, release))
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+    monkeypatch.setattr(Run, "__call__", _slow_run(started, release, finished))
     monkeypatch.setattr(client_mod, "SHUTDOWN_WAIT_MS", WAIT_MS)
     win = MainWindow(settings)
     win.persist_settings = False
@@ -51,15 +56,13 @@ def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  
     win.session.client.submit(Kind.RUN, image="busy.png", image_size=None)
     win.session.client.submit(Kind.RUN, image="queued.png", image_size=None)
     try:
-        qtbot.waitUntil(started.is_set, timeout=10000)
-        begin = time.monotonic()
+        qtbot.waitUntil(started.is_set, timeout=60000)
         win.close()
-        elapsed = time.monotonic() - begin
-        assert elapsed < CLOSE_BOUND_S, f"close took {elapsed:.2f} s while the worker was busy"
+        assert not finished.is_set(), "close waited for the request to end"
         assert thread().isRunning() and parking.holds(thread())
         assert not win.session.busy                      # nothing queued or in flight any more
-        assert win.session.shutdown() is False           # a second shutdown returns at once
-        assert time.monotonic() - begin < CLOSE_BOUND_S
+        assert win.session.shutdown() is False           # a second shutdown returns without waiting
+        assert not finished.is_set()
         # the window and everything it owns go away while the thread still runs: only the parked reference
         # keeps the QThread alive (without it, this aborts the whole test process)
         win.deleteLater()
@@ -79,11 +82,12 @@ def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  #
     """A request that ends within the bounded wait is waited for: the thread has finished when close returns."""
     started, release = threading.Event(), threading.Event()
     monkeypatch.setattr(Run, "__call__", _slow_run(started, release))
+    monkeypatch.setattr(client_mod, "SHUTDOWN_WAIT_MS", 60000)   # far longer than the request (released at 0.2 s)
     thread = window.session.client.thread_object
     answers: list[object] = []
     window.session.client.answered.connect(lambda *a: answers.append(a) if isinstance(a[0], Run) else None)
     window.session.client.submit(Kind.RUN, image="short.png", image_size=None)
-    qtbot.waitUntil(started.is_set, timeout=10000)
+    qtbot.waitUntil(started.is_set, timeout=60000)
     threading.Timer(0.2, release.set).start()
     window.persist_settings = False
     window.close()
@@ -153,16 +157,12 @@ def test_close_interrupts_the_forward_pass_at_the_next_block(qtbot, deep_window,
     client.failed.connect(lambda *a: failed.append(a))
     parked_before = len(parking)
     client.submit(Kind.RUN, first=True, image=str(images[1]), image_size=(64, 64))
-    qtbot.waitUntil(lambda: len(entered) >= 3, timeout=20000)
+    qtbot.waitUntil(lambda: len(entered) >= 3, timeout=60000)
     at_request = len(entered)
-    begin = time.monotonic()
     window.persist_settings = False
     window.close()
-    elapsed = time.monotonic() - begin
-    assert thread.isFinished(), f"the worker thread still runs {elapsed:.2f} s after closing"
+    assert thread.isFinished(), "the worker thread still runs after closing"
     assert not parking.holds(thread) and len(parking) == parked_before
-    assert elapsed < INTERRUPT_BOUND_S, (f"closing took {elapsed:.2f} s; one block takes {BLOCK_S} s, the whole "
-                                         f"forward {DEPTH * BLOCK_S:.1f} s")
     assert len(entered) <= at_request + 1 < DEPTH        # at most one more block began after the request
     assert failed == [] and window.reporter.errors == [] and window.reporter.box is None
     assert all(len(block._forward_pre_hooks) == 1 for block in blocks)      # only the test's slow hook is left
@@ -177,12 +177,12 @@ def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_windo
     client.failed.connect(lambda *a: failed.append(a))
     client.answered.connect(lambda *a: ran.append(a) if isinstance(a[0], Run) else None)
     request = client.submit(Kind.RUN, first=True, image=str(images[2]), image_size=(64, 64))
-    qtbot.waitUntil(lambda: len(entered) >= 2, timeout=20000)
-    begin = time.monotonic()
-    with qtbot.waitSignal(client.dropped, timeout=int(1000 * DEPTH * BLOCK_S)) as blocker:
+    qtbot.waitUntil(lambda: len(entered) >= 2, timeout=60000)
+    at_request = len(entered)
+    with qtbot.waitSignal(client.dropped, timeout=120000) as blocker:
         client.thread_object.requestInterruption()       # what shutdown does, without closing the client
     assert blocker.args == [request]
-    assert time.monotonic() - begin < INTERRUPT_BOUND_S
+    assert len(entered) <= at_request + 1 < DEPTH        # stopped at the next block, not at the end of the pass
     assert not client.pending(Kind.RUN)
     qtbot.wait(100)
     assert failed == [] and ran == [] and window.reporter.errors == [] and window.reporter.box is None

@@ -23,8 +23,16 @@ complete; other filesystems get a temporary name, then a rename).
 
 A worker that dies is restarted by Ray (Ray Data's fault tolerance: a dead actor is made again and its batch
 retried, a dead decoding task retried; the files it had written are kept, and a retried image skips them) and
-reported. Ray is imported inside functions only: without it
-(`pip install "vitviz[ray]"`) `require_ray` says how to install it.
+reported. Whatever happens, the manifest says what is on disk: the destination is listed before and after the run,
+and the files a lost worker wrote count as this run's (`RayExporter._settle`).
+
+When things go wrong: an `--address` that does not answer fails within `CONNECT_TIMEOUT` seconds naming it
+(Ray itself would retry for minutes); the actors' temporary folders (`SCRATCH_PREFIX`: a shipped model, files on
+their way to a URI) are removed as soon as they are used, and those of a killed actor by the next actor on its node
+and by the driver; Ray's own log lines go to a log file in Ray's session folder (`RayLogs`) unless --verbose.
+
+Ray is imported inside functions only: without it (`pip install "vitviz[ray]"`) `require_ray` says how to install
+it.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -45,11 +54,11 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri, sha256_file
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
 from vitviz.batch.plan import Plan
 from vitviz.core.files import temp_prefix, write_json_atomic
-from vitviz.core.running.images import is_image_file
+from vitviz.core.running.images import check_image_path, is_image_file
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import DiskFullError, VitvizError
 
@@ -57,7 +66,16 @@ INSTALL_HINT = 'pip install "vitviz[ray]"'
 LIST_SUFFIXES = (".txt", ".lst")     # an input with this suffix lists images, one path or URI a line
 OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow.fs type names whose writes appear whole or not at all
 SIDECAR_BYTES = 1_000_000            # files beside a checkpoint shipped with it (config.json, args.yaml...)
-FAULT_ENV = "VITVIZ_RAY_TEST_DIE_ONCE"  # tests: a flag file; the first actor call that creates it exits hard
+FAULT_ENV = "VITVIZ_RAY_TEST_DIE_ONCE"  # tests: a flag file; the first actor call that creates it exits hard,
+#                                        after writing its batch's files (as a node lost mid-run)
+GATE_ENV = "VITVIZ_RAY_TEST_GATE"   # tests: a file an actor waits for (GATE_WAIT s) before its second batch; it
+#                                      writes FILE.late when the file never came
+GATE_WAIT = 120.0
+SCRATCH_PREFIX = "vitviz-ray-"       # an actor's temporary folders: vitviz-ray-<pid>-<what>-<random>
+CONNECT_TIMEOUT = 10.0               # seconds an --address may take to accept a connection
+BATCHES_PER_BLOCK = 1                # Ray Data blocks of this many batches: progress comes a block at a time
+LOG_NAME = "vitviz-ray.log"          # Ray's own log lines of a run (in Ray's session logs folder), unless --verbose
+VERBOSE_ENV = "VITVIZ_VERBOSE"       # set by the commands' --verbose
 _GLOB_CHARS = re.compile(r"[*?[]")
 
 
@@ -480,6 +498,44 @@ def model_files(checkpoint: str) -> tuple[dict[str, bytes], str]:
     return files, path.relative_to(top).as_posix()
 
 
+def scratch(what: str) -> Path:
+    """A new temporary folder of this process, named `SCRATCH_PREFIX`<pid>-<what>-<random>: the pid tells the
+    folder a killed process left (`sweep_scratch`) from one in use."""
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{what}-"))
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove, from this node's temporary folder, the `scratch` folders of processes that are gone (an actor that
+    was killed while it held a copy of the model or files on their way to a URI); those of running processes stay.
+
+    Returns:
+        the folders removed.
+    """
+    removed = []
+    try:
+        entries = list(Path(tempfile.gettempdir()).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        found = re.fullmatch(rf"{re.escape(SCRATCH_PREFIX)}(\d+)-[a-z]+-\w+", entry.name)
+        if found is None or _alive(int(found.group(1))) or entry.is_symlink() or not entry.is_dir():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs on this node (one of another user counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def same_model(loaded: ModelSpec, driver: ModelSpec) -> list[str]:
     """The spec fields in which an actor's model differs from the driver's (its source path aside)."""
     a, b = loaded.to_dict(), driver.to_dict()
@@ -541,6 +597,19 @@ def _die_once(flag: str) -> None:
     os._exit(1)
 
 
+def _wait_for(gate: str) -> None:
+    """Test hook (`GATE_ENV`): wait until `gate` exists -- the driver has shown the progress of the batches before
+    -- for at most GATE_WAIT seconds; mark a wait in vain with `gate`.late."""
+    import time
+
+    deadline = time.monotonic() + GATE_WAIT
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            Path(f"{gate}.late").touch()
+            return
+        time.sleep(0.05)
+
+
 class ExportActor:
     """A model actor: loads the model once, then exports every batch Ray hands it with the local engine."""
 
@@ -549,22 +618,27 @@ class ExportActor:
 
         from vitviz.core.running.load import load
 
+        sweep_scratch()  # what an actor killed on this node before left
         context = ray.get_runtime_context()
         self.actor, self.node, self.pid = context.get_actor_id() or "", context.get_node_id() or "", os.getpid()
         self.reconstructed = bool(context.was_current_actor_reconstructed)
-        checkpoint = recipe.checkpoint
-        if recipe.files is not None:
-            folder = Path(tempfile.mkdtemp(prefix="vitviz-model-"))
-            for rel, data in ray.get(recipe.files).items():
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                (folder / rel).write_bytes(data)
-            checkpoint = str(folder / recipe.name)
+        checkpoint, folder = recipe.checkpoint, None
         import torch
 
         torch.set_num_threads(recipe.threads)
-        with warnings.catch_warnings():  # the driver has said its warnings once
-            warnings.simplefilter("ignore")
-            model = load(checkpoint, device=recipe.device, **recipe.overrides)
+        try:
+            if recipe.files is not None:  # the model's files, written for `load`, removed once it is loaded
+                folder = scratch("model")
+                for rel, data in ray.get(recipe.files).items():
+                    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / rel).write_bytes(data)
+                checkpoint = str(folder / recipe.name)
+            with warnings.catch_warnings():  # the driver has said its warnings once
+                warnings.simplefilter("ignore")
+                model = load(checkpoint, device=recipe.device, **recipe.overrides)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         differs = same_model(model.spec, recipe.spec)
         if differs:
             raise RayEngineError(f"the model loaded on node {self.node[:12]} from {checkpoint} is not the driver's: "
@@ -572,19 +646,40 @@ class ExportActor:
                                  "beside it (a shared filesystem), or ship it with --ship-model store")
         self.device = str(model.device)
         self.plan, self.dest = plan, dest
-        self.root = Path(tempfile.mkdtemp(prefix="vitviz-out-")) if dest.remote else dest.root
         self.exporter = Exporter(model, plan, [], spec=recipe.spec)
-        self.fault = os.environ.get(FAULT_ENV, "")
+        self.fault, self.gate, self.calls = os.environ.get(FAULT_ENV, ""), os.environ.get(GATE_ENV, ""), 0
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        import torch
-
-        _die_once(self.fault)
+        """Export one batch; for a URI destination its files are written into a folder of this call's, uploaded,
+        and the folder removed."""
+        if self.calls and self.gate:
+            _wait_for(self.gate)
+        self.calls += 1
         keys = list(batch)
         rows = [dict(zip(keys, values)) for values in zip(*(batch[k].tolist() for k in keys))]
+        root = scratch("out") if self.dest.remote else self.dest.root
+        try:
+            jobs, fatal = self._export(rows, root)
+            written = ["\n".join(p.relative_to(root).as_posix() for p in job.written) for job in jobs]
+        finally:
+            if self.dest.remote:
+                shutil.rmtree(root, ignore_errors=True)
+        return {
+            "index": [job.index for job in jobs], "status": [job.status for job in jobs],
+            "error": [job.error for job in jobs], "sha256": [job.sha256 for job in jobs], "written": written,
+            "actor": [self.actor] * len(jobs), "node": [self.node] * len(jobs), "pid": [self.pid] * len(jobs),
+            "device": [self.device] * len(jobs), "reconstructed": [self.reconstructed] * len(jobs),
+            "fatal": [fatal] * len(jobs), "decoded_here": [row["decoder"] == self.pid for row in rows],
+        }
+
+    def _export(self, rows: list[dict[str, Any]], root: Path) -> tuple[list[Job], str]:
+        """The rows' jobs, named under `root`, exported (and uploaded to a URI destination); the DiskFullError's
+        text, if a write hit a full disk."""
+        import torch
+
         jobs, ready = [], []
         for row in rows:
-            job = _job(self.plan, row, self.root)
+            job = _job(self.plan, row, root)
             job.sha256 = row["sha256"]
             if row["status"] == "ready":
                 x, display, region = pickle.loads(row["payload"])
@@ -598,25 +693,19 @@ class ExportActor:
                 self.exporter.export_batch(ready)
             except DiskFullError as e:  # that image failed with it; the driver stops the run
                 fatal = str(e)
+        _die_once(self.fault)
         if self.dest.remote:
             for job, row in zip(jobs, rows):
-                self._upload(job, set(row["present"].split("\n")) - {""})
-        return {
-            "index": [job.index for job in jobs], "status": [job.status for job in jobs],
-            "error": [job.error for job in jobs], "sha256": [job.sha256 for job in jobs],
-            "written": ["\n".join(p.relative_to(self.root).as_posix() for p in job.written) for job in jobs],
-            "actor": [self.actor] * len(jobs), "node": [self.node] * len(jobs), "pid": [self.pid] * len(jobs),
-            "device": [self.device] * len(jobs), "reconstructed": [self.reconstructed] * len(jobs),
-            "fatal": [fatal] * len(jobs), "decoded_here": [row["decoder"] == self.pid for row in rows],
-        }
+                self._upload(job, root, set(row["present"].split("\n")) - {""})
+        return jobs, fatal
 
-    def _upload(self, job: Job, present: set[str]) -> None:
-        """Move a job's files from this actor's folder to the destination; one that exists there is left alone
-        (unless --overwrite), as the local engine leaves it."""
+    def _upload(self, job: Job, root: Path, present: set[str]) -> None:
+        """Move a job's files from the call's folder `root` to the destination; one that exists there is left
+        alone (unless --overwrite), as the local engine leaves it."""
         uploaded = []
         try:
             for path in job.written:
-                rel = path.relative_to(self.root).as_posix()
+                rel = path.relative_to(root).as_posix()
                 if self.plan.overwrite or rel not in present:
                     self.dest.upload(path, rel)
                     uploaded.append(path)
@@ -698,6 +787,9 @@ class RayExporter:
         self.decoded_in_actors = 0  # images a Ray that fused the stages decoded in an actor (0 expected)
         self.address = ""
         self.shipped = ""
+        self.log: Path | None = None  # Ray's own log lines of this run (None: --verbose, on the terminal)
+        self._before: set[str] = set()  # the destination's files when the run began
+        self._resumed: set[int] = set()  # jobs skipped from the previous manifest
         self._reported: set[int] = set()
 
     # -- the run ------------------------------------------------------------------------------------------------
@@ -705,6 +797,7 @@ class RayExporter:
     def run(self) -> None:
         """Process every job. On KeyboardInterrupt (or a full disk, or a failed Ray job) stop the job and its
         actors, record what is on disk for the images no actor reported, re-raise."""
+        self._before = self._listing()
         self._skip_recorded()
         todo = [job for job in self.jobs if job.status == "pending"]
         if not todo:
@@ -713,48 +806,67 @@ class RayExporter:
         import ray.data.exceptions
 
         failures = (ray.exceptions.RayError, ray.data.exceptions.SystemException, ConnectionError)
-        started = self._connect()
+        self._quiet_ray()
+        logs = RayLogs(verbose=RayLogs.verbose_now())
+        started = False
         try:
+            started = self._connect()
+            self.log = logs.start()
+            self._size(joined=started and self.address != "local")
             self._run(todo)
         except failures as e:  # an actor that would not start, an error in a worker, a lost cluster
-            raise RayEngineError(f"the Ray job stopped: {_ray_error(e)}") from e
+            where = f" (Ray's log: {self.log})" if self.log else ""
+            raise RayEngineError(f"the Ray job stopped: {_ray_error(e)}{where}") from e
         finally:
-            if started:
-                ray.shutdown()
-            self._settle()
+            try:
+                if started:
+                    ray.shutdown()
+            finally:
+                logs.stop()
+                sweep_scratch()  # a killed actor's folders on this node
+                self._settle()
 
     def _connect(self) -> bool:
-        """Join the cluster (or start a local Ray); True when this run started Ray (and so stops it)."""
+        """Join the cluster (or start a local Ray); True when this run started Ray (and so stops it). An address
+        that accepts no connection within CONNECT_TIMEOUT seconds is refused at once (Ray would try for minutes).
+
+        Raises:
+            RayEngineError: naming the address and what went wrong.
+        """
         import ray
 
-        self._quiet_ray()
-        started = False
-        if not ray.is_initialized():
-            address = self.settings.address or os.environ.get("RAY_ADDRESS") or None
-            try:
-                ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.ERROR)
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                raise RayEngineError(f"cannot {'join the Ray cluster at ' + address if address else 'start Ray'}: "
-                                     f"{e}") from None
-            started = True
-            self.address = address or "local"
-        else:
+        if ray.is_initialized():
             self.address = "already initialised"
-        self._size(joined=started and self.address != "local")
-        return started
+            return False
+        address = self.settings.address or os.environ.get("RAY_ADDRESS") or None
+        if address:
+            probe_address(address)
+        try:
+            verbose = RayLogs.verbose_now()  # else Ray's start-up lines (INFO) would reach the terminal
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose,
+                     logging_level=logging.INFO if verbose else logging.ERROR)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise RayEngineError(f"cannot {'join the Ray cluster at ' + address if address else 'start Ray'}: "
+                                 f"{e}") from None
+        self.address = address or "local"
+        return True
 
     @staticmethod
     def _quiet_ray() -> None:
-        """No Ray Data progress bars or execution logs: the CLI draws its own bar."""
+        """No Ray Data progress bars or execution statistics: the CLI draws its own bar."""
         import ray.data
 
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False
         context.enable_operator_progress_bars = False
         context.enable_auto_log_stats = False
-        for name in ("ray.data", "ray"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+
+    def _listing(self) -> set[str]:
+        """The files in the destination now (relative paths); none when it cannot be listed."""
+        try:
+            return self.dest.files()
+        except OSError:
+            return set()
 
     def _size(self, joined: bool) -> None:
         """The actor pool from the settings and the cluster's resources; refuse one that cannot run."""
@@ -811,7 +923,10 @@ class RayExporter:
         import ray.data
 
         rows = [self._row(job) for job in todo]
-        blocks = min(len(rows), max(2 * max(1, self.actors), -(-len(rows) // (4 * self.plan.batch_size))), 20_000)
+        # A block per batch: an actor hands back its output a block at a time (`_run` takes each as it comes), so
+        # the progress moves a batch at a time (bench/ray_progress.py measures what smaller blocks cost).
+        per_block = BATCHES_PER_BLOCK * self.plan.batch_size
+        blocks = min(len(rows), max(2 * max(1, self.actors), -(-len(rows) // per_block)), 20_000)
         env = self._env()
         gpus = {"num_gpus": self.gpus_per_actor} if self.gpus_per_actor else {}
         # At most as many decoding tasks at once as the CPUs the actors leave, and never the pool's size: Ray Data
@@ -830,13 +945,18 @@ class RayExporter:
                                   num_cpus=self.cpus_per_actor, **gpus, **env)
 
     def _run(self, todo: list[Job]) -> None:
+        """Take each block of finished images as soon as an actor hands it back: blocks are read without Ray
+        Data's read-ahead (`iter_rows` waits for the next block before it yields the rows of one, which would
+        hold every batch's progress back until the next batch is done)."""
         ds = self._dataset(todo)
-        rows_out = iter(ds.iter_rows())
+        blocks = iter(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0))
         try:
-            for row in rows_out:
-                self._take(row)
+            for block in blocks:
+                keys = list(block)
+                for values in zip(*(block[k].tolist() for k in keys)):
+                    self._take(dict(zip(keys, values)))
         finally:
-            close = getattr(rows_out, "close", None)
+            close = getattr(blocks, "close", None)
             if close is not None:
                 close()
 
@@ -872,8 +992,8 @@ class RayExporter:
 
     def _skip_recorded(self) -> None:
         """Skip, without reading them, the images the previous manifest records as done or skipped (with their
-        hash) whose outputs are all in the destination (one listing of it); the rest are checked by the
-        decoding tasks as the local engine checks them."""
+        hash) whose outputs are all in the destination (its listing when the run began); the rest are checked by
+        the decoding tasks as the local engine checks them."""
         if self.plan.overwrite:
             return
         previous = self.dest.read_json(MANIFEST)
@@ -882,34 +1002,64 @@ class RayExporter:
             return
         recorded = {str(e.get("path")): e for e in entries if isinstance(e, dict)
                     and e.get("status") in ("done", "skipped") and e.get("sha256")}
-        if not recorded:
-            return
-        present = self.dest.files()
         for job in self.jobs:
             entry = recorded.get(str(job.path))
             if entry is None:
                 continue
-            if all(p.relative_to(self.root).as_posix() in present for p in job.outputs):
+            if all(self._rel(p) in self._before for p in job.outputs):
                 job.status, job.sha256 = "skipped", str(entry["sha256"])
                 self.counts["skipped"] += 1
                 self.resumed += 1
+                self._resumed.add(job.index)
                 self.on_progress(job)
 
+    def _rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
     def _settle(self) -> None:
-        """After a stop: an image no actor reported has the outputs that are on disk; all of them: done (atomic
-        writes leave no partial file), else pending. The file count is what every image wrote."""
-        pending = [job for job in self.jobs if job.status == "pending"]
-        if pending:
-            try:
-                present = self.dest.files()
-            except OSError:
-                present = set()
-            for job in pending:
-                job.written = [p for p in job.outputs if p.relative_to(self.root).as_posix() in present]
-                if job.outputs and len(job.written) == len(job.outputs):
+        """After the run, finished or stopped: the manifest says what is on disk (one listing of the destination).
+
+        - an image no actor reported whose outputs are all there is done (atomic writes leave no partial file),
+          and hashed here, so that its entry has its sha256 as every other (a resume trusts it);
+        - an image reported skipped whose outputs were not all there when the run began is done: a worker that
+          was lost after writing them (a node that died) had its batch read and run again, which found them;
+        - each image's files written are those it reported and those of its outputs that were not there when the
+          run began (a lost worker's); the count of files is their sum.
+        """
+        present = self._listing()
+        for job in self.jobs:
+            there = [p for p in job.outputs if self._rel(p) in present]
+            new = {p for p in there if self._rel(p) not in self._before}
+            complete = bool(job.outputs) and len(there) == len(job.outputs)
+            if job.status == "pending":
+                job.written = there
+                if complete:
                     job.status = "done"
                     self.counts["done"] += 1
+                    self._hash(job)
+                continue
+            if job.status == "skipped" and job.index not in self._resumed and complete and new:
+                job.status = "done"
+                self.counts["skipped"] -= 1
+                self.counts["done"] += 1
+            reported = set(job.written)
+            job.written = [p for p in job.outputs if p in reported or p in new]
         self.counts["files"] = sum(len(job.written) for job in self.jobs)
+
+    def _hash(self, job: Job) -> None:
+        """An image's sha256, read here (a few images: those in flight when the run stopped); left empty when it
+        cannot be read (a resume then hashes it again)."""
+        source = self.sources[job.index]
+        try:
+            if source.remote:
+                import hashlib
+
+                job.sha256 = hashlib.sha256(fetch(source.read)).hexdigest()
+            else:
+                check_image_path(Path(source.read))  # a regular file: a FIFO would block the hash
+                job.sha256 = sha256_file(Path(source.read))
+        except (OSError, VitvizError):
+            pass
 
     # -- what the CLI shows and records ------------------------------------------------------------------------
 
@@ -930,10 +1080,105 @@ class RayExporter:
             "name": "ray", "address": self.address, "actors": self.actors, "gpus_per_actor": self.gpus_per_actor,
             "cpus_per_actor": self.cpus_per_actor, "torch_threads": self.threads, "model_shipped": self.shipped,
             "restarts": sum(w.restarts for w in self.workers.values()), "resumed_from_manifest": self.resumed,
-            "decoded_in_actors": self.decoded_in_actors,
+            "decoded_in_actors": self.decoded_in_actors, "log": str(self.log) if self.log else None,
             "workers": [{"actor": a, "node": w.node, "device": w.device, "pids": sorted(w.pids),
                          "restarts": w.restarts, "images": w.images} for a, w in sorted(self.workers.items())],
         }
+
+
+def probe_address(address: str) -> None:
+    """Refuse a cluster address whose host does not accept a TCP connection within CONNECT_TIMEOUT seconds (Ray
+    would retry for minutes, printing only its own warnings); 'auto' and 'local' are Ray's to read.
+
+    Raises:
+        RayEngineError: naming the address, what happened and what was expected.
+    """
+    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d{1,5})/?", address.strip())
+    if found is None:
+        return  # 'auto', 'local' or a form Ray itself explains
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__)
+        raise RayEngineError(f"cannot join the Ray cluster at {address}: {host}:{port} accepted no connection within "
+                             f"{CONNECT_TIMEOUT:g} s ({why}); expected the address of a running cluster's head "
+                             "(`ray start --head` prints it; HOST:6379, or ray://HOST:10001 for Ray Client), or no "
+                             "--address and no RAY_ADDRESS to start Ray on this computer") from None
+
+
+class RayLogs:
+    """Ray's own log lines of a run, into a file instead of the terminal (unless --verbose): the Python loggers
+    'ray' and 'ray.data' (Ray Data keeps its own ray-data.log too) and the error messages the cluster sends the
+    driver (a worker or node that died: tens of lines each, which Ray prints on stdout). vitviz says what they
+    mean in a line of its own (a restarted worker, the error that stopped the job, naming the file).
+
+    The file is `LOG_NAME` in Ray's session logs folder (where Ray's other logs are), appended to; everything is
+    put back as it was by `stop`.
+    """
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        self.path: Path | None = None
+        self._handler: logging.Handler | None = None
+        self._removed: list[tuple[logging.Logger, logging.Handler]] = []
+        self._level = logging.NOTSET
+        self._printer: Any = None
+
+    @staticmethod
+    def verbose_now() -> bool:
+        """Whether --verbose (or $VITVIZ_VERBOSE) asks for Ray's lines on the terminal."""
+        return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+    def start(self) -> Path | None:
+        """Send the lines to the file (Ray is started); its path, or None with --verbose."""
+        if self.verbose:
+            return None
+        import ray._private.worker as ray_worker
+
+        node = getattr(ray_worker, "_global_node", None)
+        folder = Path(node.get_logs_dir_path()) if node is not None else Path(tempfile.gettempdir())
+        self.path = folder / LOG_NAME
+        self._handler = logging.FileHandler(self.path, encoding="utf-8", delay=True)
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in ("ray", "ray.data"):
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                if type(handler) is not logging.FileHandler and isinstance(handler, logging.StreamHandler):
+                    logger.removeHandler(handler)
+                    self._removed.append((logger, handler))
+            logger.addHandler(self._handler)
+        self._level = logging.getLogger("ray").level
+        logging.getLogger("ray").setLevel(logging.INFO)  # the file takes what the terminal would not
+        # The driver's listener of the cluster's error messages prints them with this function (Ray has no
+        # public switch for it); they go to the file while the run lasts.
+        self._printer = getattr(ray_worker, "print_to_stdstream", None)
+        if self._printer is not None:
+            ray_worker.print_to_stdstream = self._to_file
+        return self.path
+
+    def _to_file(self, data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        if self._handler is None:
+            return
+        for line in data.get("lines", []):
+            self._handler.emit(logging.LogRecord("ray", logging.WARNING, "", 0, f"({data.get('pid', '')}) {line}",
+                                                 None, None))
+
+    def stop(self) -> None:
+        """Put Ray's handlers and printer back; close the file."""
+        if self._handler is None:
+            return
+        import ray._private.worker as ray_worker
+
+        if self._printer is not None:
+            ray_worker.print_to_stdstream = self._printer
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).removeHandler(self._handler)
+        for logger, handler in self._removed:
+            logger.addHandler(handler)
+        logging.getLogger("ray").setLevel(self._level)
+        self._handler.close()
+        self._handler, self._removed = None, []
 
 
 def _torch_threads() -> int:

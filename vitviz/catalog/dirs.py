@@ -21,8 +21,12 @@ def torch_hub_dir() -> Path:
 
 
 def hf_hub_dir() -> Path:
-    """The Hugging Face hub cache: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    """The Hugging Face hub cache by huggingface_hub's rules (`huggingface_hub.constants`, which reads them once at
+    import; here at each call, so a changed environment counts, without importing it): `$HF_HUB_CACHE`, else the
+    legacy `$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub` or
+    ~/.cache/huggingface/hub; '~' and $VARIABLES in them expanded."""
+    cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if cache:
+        return Path(os.path.expandvars(os.path.expanduser(cache)))
     home = os.environ.get("HF_HOME")
-    return (Path(home).expanduser() if home else _cache_home() / "huggingface") / "hub"
+    return (Path(os.path.expandvars(os.path.expanduser(home))) if home else _cache_home() / "huggingface") / "hub"

@@ -1,10 +1,13 @@
 """Models by name from the Hugging Face Hub: `hf:ORG/NAME[@REVISION]` and timm's hub names `timm:NAME[.TAG]`.
 
-A name resolves to a model folder in the shared Hugging Face cache (the one transformers, timm and open_clip use):
-the cached files when they are there, otherwise downloaded with `huggingface_hub` — which already does what this
-needs (revisions, the cache layout, resumable downloads, `HF_HOME`/`HF_HUB_CACHE`/`HF_ENDPOINT`, offline mode
-with `HF_HUB_OFFLINE=1`), so vitviz does not write its own. Only configuration and weight files are fetched,
-never code; a download is written under a temporary name and moved into the cache when complete.
+A name resolves to a model folder in the shared Hugging Face cache (the one transformers, timm and open_clip use),
+through `huggingface_hub` — which already does what this needs (revisions, the cache layout, resumable downloads,
+`HF_HOME`/`HF_HUB_CACHE`/`HF_ENDPOINT`, offline mode with `HF_HUB_OFFLINE=1`), so vitviz does not write its own.
+As huggingface_hub (and so transformers and timm) does: online, a branch or tag is asked of the hub again
+(`hf_hub_download` re-resolves the ref; a file of the same commit is not downloaded again), so a cached `main`
+follows the repository; a commit hash, offline mode or a hub that cannot be reached use the cache as it is. Only
+configuration and weight files are fetched, never code; a download is written under a temporary name and moved
+into the cache when complete.
 
     folder = resolve_hub("hf:facebook/dinov2-small")                      # -> .../snapshots/<commit>/
     folder = resolve_hub("timm:vit_small_patch14_reg4_dinov2.lvd142m")   # the repository timm/<name>
@@ -261,7 +264,8 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
             an exception it raises cancels at once (the request still running is abandoned and stops at its next
             chunk; nothing partial is left under a final name).
         endpoint: the hub's address (default: `$HF_ENDPOINT`, else huggingface.co).
-        offline: use only the cache (default: `$HF_HUB_OFFLINE`).
+        offline: use only the cache (default: `$HF_HUB_OFFLINE` or `$TRANSFORMERS_OFFLINE`). Online, a branch or
+            tag is re-resolved by the hub (a cached `main` follows the repository); a commit hash is not asked.
         timeout: the most seconds to wait for the hub's answers in all -- its metadata requests and each
             download's first bytes; time while bytes arrive does not count (default: `$VITVIZ_HUB_TIMEOUT`, else
             30).
@@ -273,7 +277,7 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
     """
     name = parse_hub_name(text)
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_dir()
-    offline = _env_flag("HF_HUB_OFFLINE") if offline is None else offline
+    offline = hub_offline() if offline is None else offline
     quiet_hub_library()
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     fetch = _Fetcher(name, cache, progress, endpoint, offline, hub_timeout(timeout) if not offline else 0.0)
@@ -308,6 +312,16 @@ def cached_hub(text: str, cache_dir: Path | None = None) -> Path | None:
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_offline() -> bool:
+    """huggingface_hub's offline mode: `$HF_HUB_OFFLINE`, or the legacy `$TRANSFORMERS_OFFLINE`, set."""
+    return _env_flag("HF_HUB_OFFLINE") or _env_flag("TRANSFORMERS_OFFLINE")
+
+
+def is_commit(revision: str | None) -> bool:
+    """Whether a revision is a full commit hash (it never moves: the cache is used without asking the hub)."""
+    return bool(revision) and re.fullmatch(r"[0-9a-f]{40}", revision or "") is not None
 
 
 def _shards(index: Path, text: str) -> list[str]:
@@ -389,22 +403,21 @@ class _Fetcher:
         except errors.HFValidationError as e:
             raise HubError(f"{self.name.text}: huggingface_hub refuses the name {self.name.repo_id!r} ({e}); "
                            "expected hf:ORG/NAME[@REVISION]") from None
-        if isinstance(cached, str):
-            return Path(cached)
-        if cached is not None:       # the cache records that the repository has no such file
-            return None
-        if self.offline or self.unreachable:   # offline, or the hub already failed once: the cache only
-            self.unreachable.append(file)
-            return None
-        try:
+        from_cache = Path(cached) if isinstance(cached, str) else None  # None also: the cache records no such file
+        if self.offline or self.unreachable or (cached is not None and is_commit(self.name.revision)):
+            if cached is None:   # offline, or the hub already failed once: the cache only
+                self.unreachable.append(file)
+            return from_cache
+        try:   # online: the hub resolves the branch or tag again (a moved one brings its commit's files)
             self._wait(file, lambda: self._metadata(file))
             return Path(self._wait(file, lambda: self._download(file)))
         except _HubDown as e:   # past the time limit: the cache only from now on
             self.failure = str(e)
             self.unreachable.append(file)
-            return None
+            return from_cache
         except _CallFailed as failed:
-            return self._failed(failed.error, file)
+            found = self._failed(failed.error, file)
+            return from_cache if found is None and self.unreachable and cached is not None else found
 
     def _failed(self, error: BaseException, file: str) -> None:
         """What a failed request means: None for a file the repository lacks or a hub that is down (recorded:
@@ -545,6 +558,13 @@ class _Fetcher:
 
     def fail_no_weights(self) -> None:
         repo, text = self.name.repo_id, self.name.text
+        cached, wanted = _cached_revisions(self.cache, repo), self.name.revision or "main"
+        if self.unreachable and cached and wanted not in cached:
+            where = ("offline (HF_HUB_OFFLINE is set)" if self.offline else
+                     self.failure or f"the hub at {self.where} could not be reached")
+            raise HubError(f"{text}: {where}; and the cache {self.cache} holds {repo} but not its revision "
+                           f"{wanted!r}; cached: {', '.join(cached)} -- name one of them "
+                           f"(hf:{repo}@REVISION), or download that revision once with a network")
         if self.unreachable:
             where = ("offline (HF_HUB_OFFLINE is set)" if self.offline else
                      self.failure or f"the hub at {self.where} could not be reached")
@@ -552,6 +572,19 @@ class _Fetcher:
                            f"({' or '.join(WEIGHT_FILES[:2])}) there -- download it once with a network, or copy "
                            "the repository folder into that cache")
         raise HubError(f"{text}: {repo} has no weights file vitviz reads; looked for {', '.join(WEIGHT_FILES)}")
+
+
+def _cached_revisions(cache: Path, repo: str) -> list[str]:
+    """The revisions of a repository the cache holds, as huggingface_hub lays it out: its refs (branches, tags,
+    refs/pr/N) and the commits of its snapshots; [] when the repository is not there."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    refs = folder / "refs"
+    try:
+        names = sorted(p.relative_to(refs).as_posix() for p in refs.rglob("*") if p.is_file()) if refs.is_dir() else []
+        commits = sorted(p.name for p in (folder / "snapshots").iterdir()) if (folder / "snapshots").is_dir() else []
+    except OSError:
+        return []
+    return names + commits
 
 
 class _HubDown(Exception):

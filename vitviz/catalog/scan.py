@@ -47,9 +47,16 @@ class CatalogEntry:
             confirmed only by loading.
         size: bytes of the weights.
         detail: one line more (weights enum, class count, architecture), may be empty.
+<<<<<<< HEAD
         named: the `torchvision:ARCH:WEIGHTS` name when the file is a known torchvision download, else ''.
         by_name: the family is a guess from the file name alone (no config, no known download): a hand-written
             `vit_tiny.pth` is named like a timm file and may load as another family; menus mark it 'timm?'.
+=======
+        named: the name the commands and `vitviz.load` take for it: `torchvision:ARCH:WEIGHTS` for a known
+            torchvision download, `hf:ORG/NAME` for a Hugging Face snapshot (`@REF` or `@COMMIT` added when it is
+            not the one `main` points to), else ''.
+        revision: a Hugging Face snapshot's commit, else ''.
+>>>>>>> wt-eco33
     """
 
     name: str
@@ -59,7 +66,11 @@ class CatalogEntry:
     size: int
     detail: str = ""
     named: str = ""
+<<<<<<< HEAD
     by_name: bool = False
+=======
+    revision: str = ""
+>>>>>>> wt-eco33
 
     @property
     def size_text(self) -> str:
@@ -290,7 +301,27 @@ def _hf_entry(repo: Path, snap: Path) -> CatalogEntry | None:
         if family is None:
             return None
     size = sum(p.stat().st_size for p in _weights_of(snap) if not p.name.endswith(".json"))
-    return CatalogEntry(repo_id, snap, "hugging face", family, size, detail)
+    return CatalogEntry(repo_id, snap, "hugging face", family, size, detail, _hub_name(repo, repo_id, snap.name),
+                        snap.name)
+
+
+def _hub_name(repo: Path, repo_id: str, commit: str) -> str:
+    """The hub name of a cached snapshot as `vitviz.load` takes it: `hf:ORG/NAME` when refs/main points to it,
+    else `@` a ref that does (a tag, another branch), else `@COMMIT`; '' for a folder name the hub would refuse."""
+    from vitviz.catalog.hub import HubError, check_hub_name
+
+    refs = repo / "refs"
+    try:
+        pointing = sorted(r.relative_to(refs).as_posix() for r in refs.rglob("*")
+                          if r.is_file() and r.read_text(encoding="utf-8").strip() == commit)
+    except (OSError, ValueError):
+        pointing = []
+    name = f"hf:{repo_id}" + ("" if "main" in pointing else f"@{pointing[0]}" if pointing else f"@{commit}")
+    try:
+        check_hub_name(name)
+    except HubError:
+        return ""
+    return name
 
 
 def _open_clip_detail(config: dict[str, Any]) -> str:

@@ -66,6 +66,7 @@ def info_lines() -> list[str]:
     from vitviz import __version__
     from vitviz.catalog.answers import answers_path
     from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
+    from vitviz.catalog.hub import hub_offline
     from vitviz.core.files import cache_dir
 
     lines = [f"vitviz: {__version__}", f"Platform: {platform.platform()}",
@@ -101,7 +102,6 @@ def info_lines() -> list[str]:
         f"Cache (verdicts, shape signatures): {cache_dir()}",
         f"Torch hub cache (torchvision: names): {torch_hub_dir()}",
         f"Hugging Face cache (hf:/timm: names): {hf_hub_dir()}"
-        + (" (offline: HF_HUB_OFFLINE)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-           else ""),
+        + (" (offline: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)" if hub_offline() else ""),
     ]
     return lines

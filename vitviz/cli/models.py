@@ -1,7 +1,10 @@
 """`vitviz models`: list the ViT checkpoints on this computer and the named models; download one by name.
 
-Only `--get NAME` touches the network, and only when that model is not cached yet. `resolve_cli_model` is how
-`vitviz info` and `vitviz export` take a named model as well (downloaded with a progress bar on stderr).
+Only `--get NAME` touches the network: a torchvision name when it is not cached yet; a hub name as huggingface_hub
+does (a branch or tag is asked of the hub again, a file of the same commit not downloaded again; offline or with
+a commit hash, the cache only). `resolve_cli_model` is how `vitviz info` and `vitviz export` take a named model as
+well (downloaded with a progress bar on stderr). The listing names every checkpoint as the other commands take it
+(`hf:ORG/NAME[@REVISION]`, `torchvision:ARCH:WEIGHTS`, else its path).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 
 from vitviz.catalog.scan import format_size, scan
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
-from vitviz.catalog.hub import is_hub_name
+from vitviz.catalog.hub import hub_offline, is_hub_name
 from vitviz.catalog.named import (cached_named, check_model_name, is_named_model, lookup_named, named_models,
                                   resolve_model_arg)
 from vitviz.cli.jsonout import document
@@ -82,9 +85,10 @@ def run_models_command(args: argparse.Namespace) -> int:
         print(f"no ViT checkpoints found in {torch_hub_dir()} or {hf_hub_dir()}.\n"
               "Try `vitviz models --named`, then `vitviz --model torchvision:vit_b_16`.")
         return 0
-    print(f"{'NAME':<44} {'FAMILY':<12} {'SIZE':>8}  {'SOURCE':<12} PATH")
-    for e in entries:
-        print(f"{e.name:<44} {e.family_text:<12} {e.size_text:>8}  {e.source:<12} {e.path}")
+    print(f"{'NAME':<44} {'FAMILY':<12} {'SIZE':>8}  {'SOURCE':<12} {'REVISION':<12} PATH")
+    for e in entries:   # NAME as the commands and vitviz.load take it: the hub or torchvision name, else the path
+        print(f"{e.named or str(e.path):<44} {e.family_text:<12} {e.size_text:>8}  {e.source:<12} "
+              f"{e.revision[:12] or '-':<12} {e.path}")
     return 0
 
 
@@ -117,8 +121,9 @@ def resolve_cli_model(text: str, quiet: bool = False) -> str:
     """
     if not is_named_model(text):
         return text
-    if not quiet and cached_named(text) is None:   # the cache is looked at once (for a hub name: every file)
-        if is_hub_name(text):
+    offline = is_hub_name(text) and hub_offline()   # offline nothing is downloaded: the error says what is missing
+    if not quiet and not offline and cached_named(text) is None:   # the cache is looked at once (a hub name: every
+        if is_hub_name(text):                                        # file)
             print(f"downloading {text} from the Hugging Face Hub into {hf_hub_dir()}", file=sys.stderr)
         else:
             nw = lookup_named(text)

@@ -217,8 +217,21 @@ def _repr_png_(self: AttentionResult | WindowedResult | ResultMaps) -> bytes:
     return png_bytes(self)
 
 
-# Every result kind `show` draws displays itself as that picture in Jupyter. Attached here, where the drawing
-# lives (the result classes sit below the renderer: a method importing it would be an import cycle);
-# `vitviz.core.running.load` imports this module, so every loaded model's results have it.
+def _repr_html_(self: AttentionResult | WindowedResult | ResultMaps) -> str:
+    """Jupyter's rich view of a result: its picture (`_repr_png_`, inline) over its one-line summary (the repr:
+    shapes, top class), so a notebook shows what the result is as well as what it looks like."""
+    import base64
+    import html
+
+    data = base64.b64encode(png_bytes(self)).decode("ascii")
+    text = html.escape(repr(self))
+    return (f'<figure style="margin:0"><img src="data:image/png;base64,{data}" alt="{text}"/>'
+            f"<figcaption><code>{text}</code></figcaption></figure>")
+
+
+# Every result kind `show` draws displays itself as that picture in Jupyter (with its summary, as HTML). Attached
+# here, where the drawing lives (the result classes sit below the renderer: a method importing it would be an
+# import cycle); `vitviz.core.running.load` imports this module, so every loaded model's results have it.
 for _kind in (AttentionResult, WindowedResult, ResultMaps):
     _kind._repr_png_ = _repr_png_   # type: ignore[attr-defined]
+    _kind._repr_html_ = _repr_html_   # type: ignore[attr-defined]
