@@ -47,16 +47,12 @@ class CatalogEntry:
             confirmed only by loading.
         size: bytes of the weights.
         detail: one line more (weights enum, class count, architecture), may be empty.
-<<<<<<< HEAD
-        named: the `torchvision:ARCH:WEIGHTS` name when the file is a known torchvision download, else ''.
-        by_name: the family is a guess from the file name alone (no config, no known download): a hand-written
-            `vit_tiny.pth` is named like a timm file and may load as another family; menus mark it 'timm?'.
-=======
         named: the name the commands and `vitviz.load` take for it: `torchvision:ARCH:WEIGHTS` for a known
             torchvision download, `hf:ORG/NAME` for a Hugging Face snapshot (`@REF` or `@COMMIT` added when it is
             not the one `main` points to), else ''.
         revision: a Hugging Face snapshot's commit, else ''.
->>>>>>> wt-eco33
+        by_name: the family is a guess from the file name alone (no config, no known download): a hand-written
+            `vit_tiny.pth` is named like a timm file and may load as another family; menus mark it 'timm?'.
     """
 
     name: str
@@ -66,11 +62,8 @@ class CatalogEntry:
     size: int
     detail: str = ""
     named: str = ""
-<<<<<<< HEAD
-    by_name: bool = False
-=======
     revision: str = ""
->>>>>>> wt-eco33
+    by_name: bool = False
 
     @property
     def size_text(self) -> str:
