@@ -419,10 +419,17 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         embed = None
     _check_prefix(overrides.get("num_prefix"), prefix, tokens, grid, source)
     index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
-    layers = [recorder.layers[i] for i in index]
     skipped = recorder.skipped + [(*recorder.layers[i], tuple(m.shape)) for i, m in enumerate(recorder.maps)
                                   if m.shape[-1] != tokens]
-    heads = {int(recorder.maps[i].shape[1]) for i in index}
+    joins = _class_layers(recorder, check, tokens, order, prov, source)
+    skipped += joins.unused
+    # every layer in the order the forward computed it: (module, mechanism, (1, H, T, T) map on the full grid)
+    merged = sorted([((i, 1), *recorder.layers[i], _laid(recorder.maps[i], joins.joined, 0)) for i in index] +
+                    [((at, 0), name, mech, _laid(m, joins.joined, joins.joined, joins.at))
+                     for at, name, mech, m in joins.kept], key=lambda e: e[0])
+    layers = [(name, mech) for _, name, mech, _m in merged]
+    tokens, prefix = tokens + joins.joined, prefix + joins.joined
+    heads = {int(m.shape[1]) for *_, m in merged}
     if len(heads) > 1:
         raise LiveModelError(f"{source}: the attention layers have different head counts {sorted(heads)}; vitviz "
                              "needs one head count for every layer")
@@ -430,7 +437,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     if overrides.get("heads") and int(overrides["heads"]) != num_heads:
         raise LiveModelError(f"{source}: heads={overrides['heads']} was given, but its attention has {num_heads} "
                              f"heads ({_layer_summary(layers)})")
-    kept = torch.stack([recorder.maps[i] for i in index], dim=1)    # (1, L, H, T, T)
+    kept = torch.stack([m for *_, m in merged], dim=1)    # (1, L, H, T, T)
     _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
     grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
     two_d = [i for i in index if i in recorder.two_d_layers]
@@ -440,12 +447,15 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                              f"layer ({_layer_summary(layers)})")
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
                              head_major=folded.startswith("head-major"), order=order, per_image=per_image,
-                             two_d=bool(two_d), heads_first=bool(recorder.heads_first))
+                             two_d=bool(two_d), heads_first=bool(recorder.heads_first),
+                             applied=frozenset(n for n in recorder.applied if n in {name for name, _ in layers}),
+                             joined=joins.joined, joined_at=joins.at)
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else _token_width(module)
     names = _prefix_names(module, dim, prefix)
-    where = "last in the sequence, shown first" if order else "first in the sequence"
+    where = "last in the sequence, shown first" if order else \
+        "joining at the class-attention layers, shown first" if joins.joined else "first in the sequence"
     prov["num_prefix"] = (f"capture: T={tokens} tokens - {grid[0]}x{grid[1]} patches = {prefix} prefix token(s), "
                           f"taken as {', '.join(names) or 'none'} ({where})")
     main, what = _main_output(out, recorder.last_linear)
@@ -472,7 +482,7 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
     notes = list(recorder.notes) + ([lazy] if lazy else [])
-    said = _what_differs(recorder, layers, tokens)
+    said = _what_differs(recorder, layers, tokens - joins.joined) + list(joins.said)
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
     notes += said
@@ -497,15 +507,88 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     return Description(spec, device, layers, skipped, kind, pos[0] if pos else None, layout, what)
 
 
+@dataclass(frozen=True)
+class _Joins:
+    """Class-attention layers the probe saw (`_class_layers`): how many tokens join late (0: none), where they are
+    among the keys (None: first), the layers kept ((index among the square layers, module, mechanism,
+    (1, H, J, T + J) map)), the calls not shown (as `LiveModel.skipped` lists them) and what is said."""
+
+    joined: int = 0
+    at: tuple[int, ...] | None = None
+    kept: tuple[tuple[int, str, str, torch.Tensor], ...] = ()
+    unused: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    said: tuple[str, ...] = ()
+
+
+def _class_layers(recorder: _Recorder, check: _Recorder | None, tokens: int, order: tuple[int, ...] | None,
+                  prov: dict[str, str], source: str) -> _Joins:
+    """The class-attention layers among the probe's calls: J queries (a CLS token that joins late, as CaiT's) over
+    [them, the T tokens of the self-attention layers], the same J in every one. Where the joining tokens are among
+    the keys is measured on the batch of two: in the first such layer their own scores do not depend on the image
+    (a learned token's query and key); unmeasured, first (as CaiT concatenates [CLS, patches]), said."""
+    fits = [c for c in recorder.class_maps if c[3].shape[-1] - c[3].shape[-2] == tokens]
+    unused = tuple((name, mech, tuple(m.shape)) for _, name, mech, m, _s in recorder.class_maps
+                   if m.shape[-1] - m.shape[-2] != tokens)
+    counts = {int(c[3].shape[-2]) for c in fits}
+    if not fits or len(counts) > 1 or order is not None:
+        why = "" if not fits else " (class-attention layers with different query counts, or with prefix tokens in "             "the self-attention: not shown)"
+        return _Joins(unused=unused + tuple((n, m, tuple(p.shape)) for _, n, m, p, _s in fits), said=(
+            (f"{len(fits)} class-attention call(s) not shown{why}",) if fits else ()))
+    j = counts.pop()
+    at, how = None, "not measured (no batch of two), taken first, as CaiT concatenates [CLS, patches]"
+    mine = [c for c in check.class_maps if c[3].shape[-1] - c[3].shape[-2] == tokens] if check is not None else []
+    if mine and mine[0][4] is not None:
+        s = mine[0][4]                                                        # (2, H, J, T + J)
+        same = ((s[0] - s[1]).abs() <= 1e-4 * (1.0 + s[0].abs())).all(dim=0).all(dim=0)
+        found = tuple(int(i) for i in torch.nonzero(same).flatten())
+        if len(found) == j:
+            at = None if found == tuple(range(j)) else found
+            how = (f"measured: key(s) {', '.join(map(str, found))} of the first class-attention layer, whose scores "
+                   "do not depend on the image (a learned token's query and key)")
+        else:
+            how = (f"taken first, as CaiT concatenates [CLS, patches]: the first class-attention layer's scores did "
+                   f"not single out {j} image-independent key(s) ({len(found)} found)")
+    prov["token_order"] = (f"capture: {j} token(s) join at the class-attention layers ({fits[0][1]} ...), the only "
+                           f"queries there, over [them, the {tokens} tokens]; shown first; among the keys {how}")
+    said = (f"{len(fits)} class-attention layer(s) ({fits[0][1]} ...): only the {j} token(s) that join there query, "
+            f"over [them, the {tokens} tokens] -- shown as row(s) 0..{j - 1} of the T x T map (the other rows are "
+            f"zero: those tokens pass through unchanged); in the self-attention layers before them the joining "
+            "token(s) are not there yet (their rows and columns are zero)")
+    return _Joins(j, at, tuple((i, n, m, p) for i, n, m, p, _s in fits), unused, (said,))
+
+
+def _laid(m: torch.Tensor, joined: int, queries: int, at: tuple[int, ...] | None = None) -> torch.Tensor:
+    """A probe map (1, H, q, k) on the full (T, T) grid of a model whose `joined` tokens join late (see
+    `AttentionLayout.joined`): a self-attention map (queries 0) in the lower right, a class-attention map's rows on
+    top, its keys in the order `at` gives."""
+    if not joined:
+        return m
+    t = int(m.shape[-1]) + (joined if not queries else 0)
+    full = m.new_zeros(*m.shape[:-2], t, t)
+    if queries:
+        full[..., :queries, :] = m[..., list(at) + [i for i in range(t) if i not in at]] if at is not None else m
+    else:
+        full[..., joined:, joined:] = m
+    return full
+
+
 def _what_differs(recorder: _Recorder, layers: list[tuple[str, str]], tokens: int) -> list[str]:
     """What the probe saw the module do that the shown maps are not: a shown layer's softmax output changed before
     it is applied to the values (talking heads, a re-normalisation, dropout in eval mode), and (T, T) scores over
     the image tokens that no softmax over their last axis followed (sigmoid or ReLU attention, a softmax over the
     other axis), left out."""
     shown = {name for name, _ in layers}
-    changed = {name: how for name, how in recorder.changed.items()
-               if name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown)}
+    applied = {name: how for name, how in recorder.applied.items() if name in shown}
+    changed = {name: how for name, how in recorder.changed.items() if name not in applied and (
+               name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown))}
     said = []
+    if applied:
+        where = ", ".join(f"{name} (by {how})" for name, how in list(applied.items())[:4]) + \
+            (f" and {len(applied) - 4} more" if len(applied) > 4 else "")
+        said.append(f"in {where}, the softmax's output is changed before it weights the values (talking heads mix "
+                    "the heads' probabilities): the maps shown for those layers are the weights applied to the "
+                    "values, taken where they meet them -- not a softmax: their rows need not sum to 1 and may "
+                    "hold negative values")
     if changed:
         where = ", ".join(f"{name} (by {how})" for name, how in list(changed.items())[:4]) + \
             (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
