@@ -32,6 +32,7 @@ from vitviz.errors import DeviceError, NonFiniteError
 
 # Overrides only the live path takes (`vitviz.core.options.OPTIONS`; the others are the reference route's).
 LIVE_OVERRIDES = only_for(LIVE)
+_JOIN_MAX = 16     # (as the recorder's) the most queries of a pooling or class-attention call
 _MAX_PREFIX = 64   # more "prefix" tokens than this means the grid is wrong, not that there are 65 registers
 
 
@@ -55,11 +56,15 @@ class PatchEmbedding:
 
 def find_patch_embedding(module: nn.Module) -> PatchEmbedding | None:
     """The first patch embedding in `module`: a Conv2d with stride == kernel (> 1), or a Rearrange of
-    '(h p1) (w p2)' / an Unfold with stride == kernel followed by a Linear over the flattened patches."""
+    '(h p1) (w p2)' / an Unfold with stride == kernel followed by a Linear over the flattened patches. Where the
+    module states its input channels (`_stated_channels`), a convolution taking another count is not it (the
+    spatial reduction inside SegFormer's, GLPN's and PVTv2's attention, behind an overlapping stem)."""
     mods = list(module.named_modules())
+    stated = _stated_channels(module)
     for i, (name, m) in enumerate(mods):
         if isinstance(m, nn.Conv2d) and tuple(m.kernel_size) == tuple(m.stride) and min(m.kernel_size) > 1 \
-                and m.groups == 1 and tuple(m.dilation) == (1, 1) and m.padding in ((0, 0), "valid"):
+                and m.groups == 1 and tuple(m.dilation) == (1, 1) and m.padding in ((0, 0), "valid") \
+                and (stated is None or m.in_channels == stated[0]):
             return PatchEmbedding(name, (int(m.kernel_size[0]), int(m.kernel_size[1])), m.in_channels,
                                   m.out_channels, f"Conv2d {name}")
         patch = _unfolded_patch(m)
@@ -101,11 +106,9 @@ def _channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
         return [(int(overrides["in_chans"]), "override")]
     if embed is not None:
         return [(embed.in_chans, f"shape: {embed.describe()}")]
-    for where, obj in (("", module), ("config.", getattr(module, "config", None))):
-        for attr in _CHANNEL_ATTRS:
-            value = getattr(obj, attr, None)
-            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
-                return [(value, f"attribute: {where}{attr}")]
+    stated = _stated_channels(module)
+    if stated is not None:
+        return [stated]
     stats = [(len(tuple(v)), src) for v, src in _stated_statistics(module)]
     if stats:
         return [stats[0]]
@@ -122,6 +125,16 @@ def _channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
                 return [(c, f"shape: the first Linear, {name}, takes {lin.in_features} = {c} x {p} x {p} pixels")]
     return [(3, "guess: 3 channels (RGB): nothing in the module states its input channels"),
             (1, "guess: 1 channel: nothing in the module states its input channels, and its forward refused 3")]
+
+
+def _stated_channels(module: nn.Module) -> tuple[int, str] | None:
+    """(input channels, source) an attribute of the module or its config states (1 to 4), else None."""
+    for where, obj in (("", module), ("config.", getattr(module, "config", None))):
+        for attr in _CHANNEL_ATTRS:
+            value = getattr(obj, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
+                return value, f"attribute: {where}{attr}"
+    return None
 
 
 def _stated_statistics(module: nn.Module) -> list[tuple[tuple[float, ...], str]]:
@@ -190,7 +203,13 @@ def _size_attribute(module: nn.Module, embed: PatchEmbedding | None) -> tuple[tu
             if size:
                 return size, f"attribute: {where + '.' if where else ''}{attr}"
     size = _as_size(getattr(getattr(module, "config", None), "image_size", None))
-    return (size, "metadata: config.image_size") if size else None
+    if size:
+        return size, "metadata: config.image_size"
+    tokens, stride = _as_size(getattr(module, "tokens_spatial_shape", None)), \
+        _as_size(getattr(module, "patch_stride", None))
+    if tokens and stride:   # timm Hiera: its token grid and the patch stride, the size its position table fits
+        return (tokens[0] * stride[0], tokens[1] * stride[1]), "attribute: tokens_spatial_shape x patch_stride"
+    return None
 
 
 def _as_size(value: Any) -> tuple[int, int] | None:
@@ -389,6 +408,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     x, out, recorder, (size, in_chans) = _probe(module, sizes, chans, patch, device, dtype, prov, source, group_heads)
     if recorder.unsure:
         raise NoAttentionError.said(*_unsure(source, recorder, group_heads))
+    if not recorder.layers and recorder.windowed:
+        raise NoAttentionError.said(*_only_windows(source, recorder))
     if not recorder.layers:
         raise NoAttentionError.said(*_nothing_seen(source, tuple(x.shape), recorder))
     check = _check_probe(module, x, size, in_chans, device, dtype, source, recorder, group_heads)
@@ -431,8 +452,15 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     tokens, prefix = tokens + joins.joined, prefix + joins.joined
     heads = {int(m.shape[1]) for *_, m in merged}
     if len(heads) > 1:
-        raise LiveModelError(f"{source}: the attention layers have different head counts {sorted(heads)}; vitviz "
-                             "needs one head count for every layer")
+        seen = "; ".join(f"{name} {int(m.shape[1])} heads over {int(m.shape[-1])} tokens"
+                         for _, name, _mech, m in merged[:6]) + (" ..." if len(merged) > 6 else "")
+        raise LiveModelError(
+            f"{source}: its attention layers over the same {tokens} tokens have different head counts "
+            f"{sorted(heads)} ({seen}); a model run by its own code is shown as one stack of layers with one head "
+            "count (a hierarchical model's stages -- DaViT, Hiera, PVT -- or attention over channels, which is not "
+            "spatial, can look like this). Next: vitviz shows stages with their own head counts for the windowed "
+            "models it reads by file (Swin, SAM / ViTDet: open the checkpoint file); for this model class there is "
+            "no route yet")
     num_heads = heads.pop()
     if overrides.get("heads") and int(overrides["heads"]) != num_heads:
         raise LiveModelError(f"{source}: heads={overrides['heads']} was given, but its attention has {num_heads} "
@@ -482,7 +510,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
     notes = list(recorder.notes) + ([lazy] if lazy else [])
-    said = _what_differs(recorder, layers, tokens - joins.joined) + list(joins.said)
+    said = _what_differs(recorder, layers, tokens - joins.joined) + list(joins.said) + \
+        _not_shown(recorder, skipped, tokens)
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
     notes += said
@@ -1088,6 +1117,30 @@ def _unsure(source: str, recorder: _Recorder, heads: int | None) -> tuple[str, s
             f"{step}; or compute each block's attention inside its own module (an attention nn.Module called "
             "once per block), which vitviz groups by itself",
             "open the weights file without code= (vitviz.load(path)), which reads per-head layouts from the tensors")
+
+
+def _not_shown(recorder: _Recorder, skipped: list[tuple[str, str, tuple[int, ...]]], tokens: int) -> list[str]:
+    """Attention of many queries the shown layers leave out -- inside windows, over other stages' token counts,
+    over spatially reduced keys -- said (a pooling query or a class-attention layer's few queries are not)."""
+    many = [f"{name} {shape}" for name, _mech, shape in skipped if len(shape) >= 2 and shape[-2] > _JOIN_MAX]
+    many += [f"{name} {shape} (inside windows)" for name, shape in recorder.windowed]
+    if not many:
+        return []
+    return [f"only the attention over the {tokens} tokens of the layers shown is shown; {len(many)} other "
+            f"attention call(s) are not: {'; '.join(many[:4])}{' ...' if len(many) > 4 else ''} (other stages "
+            "at other resolutions, windows, or keys reduced in number)"]
+
+
+def _only_windows(source: str, recorder: _Recorder) -> tuple[str, str, str]:
+    """(what the probe saw when all its attention is computed inside windows, the step, the file's route)."""
+    seen = "; ".join(f"{name} {shape}" for name, shape in recorder.windowed[:4]) + \
+        (f" and {len(recorder.windowed) - 4} more" if len(recorder.windowed) > 4 else "")
+    return (f"{source}: all its attention is computed inside windows -- (B, heads, windows, queries, keys) per "
+            f"block: {seen} -- mask-unit or window attention (Hiera), some with pooled queries; no layer attends "
+            "over the image's tokens as a whole, so there is no (T, T) map of the image to show, and vitviz does "
+            "not yet show the windows of a model run by its own code.",
+            "vitviz shows windowed attention per stage for the windowed models it reads by file (Swin v1 / v2, "
+            "SAM / ViTDet); for this model class there is no route yet", "")
 
 
 def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> tuple[str, str, str]:

@@ -206,6 +206,8 @@ class _Recorder:
         self.skipped: list[tuple[str, str, tuple[int, ...]]] = []
         self.calls: Counter[str] = Counter()
         self.other_softmax: list[tuple[int, ...]] = []
+        # attention computed inside windows, (B, H, windows, queries, keys) (Hiera's mask units): (module, shape)
+        self.windowed: list[tuple[str, tuple[int, ...]]] = []
         self.extra = 0
         self.notes: list[str] = []
         self.names: dict[int, str] = {}
@@ -540,6 +542,10 @@ class _Recorder:
         if perm is not None:          # token axes elsewhere: labml's (T_q, T_k, B, H) with a softmax over dim=1
             self.moved(x, out, int(dim), perm)
             return
+        if nd == 5 and dim in (-1, 4):
+            self.calls[SOFTMAX] += 1
+            self.windowed.append((self.where(), tuple(x.shape)))
+            return
         if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
             return
@@ -635,6 +641,9 @@ class _Recorder:
         p = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_ARGS, args)), **kwargs}
         q, k = p["query"], p["key"]
         self.calls[mechanism] += 1
+        if q.dim() == 5:    # (B, H, windows, queries, dim): attention inside windows, not over the image's tokens
+            self.windowed.append((self.where(), (*q.shape[:-1], int(k.shape[-2]))))
+            return out
         if self.follow:     # a (T, T) bias made by a product and passed as the mask: its softmax is this one
             self._answer((int(q.shape[-2]), int(k.shape[-2])))
         if not self.wants(int(q.shape[-2]), int(k.shape[-2])) and \

@@ -1,0 +1,113 @@
+"""Model objects with stages (issue 31): what the live path and the object route do with hierarchical vision
+transformers handed over as objects.
+
+- Donut-Swin (stages of different head counts) opens per stage as a windowed model, exact against transformers;
+- SegFormer / GLPN / PVTv2 are probed with the channel count their config states (they were probed with 16, the
+  input of the spatial reduction inside their attention taken for a patch embedding), and the attention of the
+  stages not shown is said;
+- Florence-2's DaViT (spatial windows beside attention over channels, per-stage heads) and Hiera (mask units, pooled
+  queries) are refused naming the class, what was seen and that no route shows them yet -- never shown as
+  something else.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from parity_refs import perturb
+from vitviz.core.running.live import LiveModel, LiveWarning, NoAttentionError
+from vitviz.core.spec import GuessWarning
+from vitviz.errors import VitvizError
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
+STAGED = dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+              patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])
+
+
+def said(build) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = build()
+    return model, [str(w.message) for w in caught if issubclass(w.category, LiveWarning)]
+
+
+def test_donut_swin_object_opens_per_stage_exactly() -> None:
+    from transformers.models.donut.modeling_donut_swin import DonutSwinAttention
+
+    config = transformers.DonutSwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
+                                          window_size=4, attn_implementation="eager")
+    net = perturb(transformers.DonutSwinModel(config))
+    vm = vitviz.load(net, device="cpu")
+    assert getattr(vm, "windowed", False) and tuple(vm.spec.heads) == (2, 4)
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    maps: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, o: maps.append(o[1].detach()))
+             for m in net.modules() if isinstance(m, DonutSwinAttention)]
+    try:
+        with torch.no_grad():
+            net(pixel_values=x, output_attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    r = vm.run(x)
+    assert len(r.blocks) == len(maps) == 4
+    for i, (mine, ref) in enumerate(zip(r.blocks, maps)):
+        np.testing.assert_allclose(mine, ref.numpy().reshape(mine.shape), atol=1e-5, err_msg=f"block {i}")
+
+
+@pytest.mark.parametrize("kind", ["Segformer", "GLPN", "PvtV2"])
+def test_hierarchical_objects_are_probed_with_their_stated_channels_and_the_rest_is_said(kind: str) -> None:
+    extra = {"decoder_hidden_size": 16} if kind != "PvtV2" else {}
+    config = getattr(transformers, f"{kind}Config")(**STAGED, **extra, image_size=64, attn_implementation="eager")
+    net = getattr(transformers, f"{kind}Model")(config).eval()
+    vm, words = said(lambda: vitviz.load(net, device="cpu", image_size=64))
+    assert isinstance(vm, LiveModel) and vm.spec.in_chans == 3
+    assert vm.spec.source_of("in_chans").startswith("attribute: config.num_channels")
+    assert len(vm.layers) == 1 and vm.spec.grid == (8, 8)     # the last stage: 8 x 8 tokens, global
+    assert any("other attention call(s) are not" in w and "(1, 1, 256, 64)" in w for w in words), words
+    # what is shown is the last stage's own attention
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = net(pixel_values=x, output_attentions=True).attentions[-1]
+    mine = vm.run(x).attentions[0]
+    np.testing.assert_allclose(mine, np.asarray(ref).reshape(mine.shape), atol=1e-5)
+
+
+def test_florence2_davit_is_refused_naming_the_class_and_the_stages() -> None:
+    config = transformers.Florence2VisionConfig(depths=[1, 1], embed_dim=[16, 32], num_heads=[1, 2],
+                                                num_groups=[1, 2], window_size=4, patch_size=[7, 3],
+                                                patch_stride=[4, 2], patch_padding=[3, 1],
+                                                patch_prenorm=[False, True], projection_dim=32)
+    net = transformers.Florence2VisionBackbone(config).eval()
+    with pytest.raises(VitvizError) as e:
+        vitviz.load(net, device="cpu")
+    msg = str(e.value)
+    assert "<Florence2VisionBackbone object>" in msg and "different head counts [1, 2]" in msg
+    assert "channel_attn" in msg and "not spatial" in msg and "Next:" in msg
+
+
+def test_hiera_is_refused_naming_its_mask_unit_attention() -> None:
+    config = transformers.HieraConfig(embed_dim=16, image_size=[64, 64], patch_size=[7, 7], patch_stride=[4, 4],
+                                      patch_padding=[3, 3], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],
+                                      embed_dim_multiplier=2.0, num_query_pool=2, query_stride=[2, 2],
+                                      masked_unit_size=[8, 8], masked_unit_attention=[True, True, False, False])
+    with pytest.raises(NoAttentionError) as e:
+        vitviz.load(transformers.HieraModel(config).eval(), device="cpu")
+    msg = str(e.value)
+    assert "<HieraModel object>" in msg and "inside windows" in msg and "(1, 1, 4, 64, 64)" in msg
+    assert "Next:" in msg and "no route yet" in msg
+
+
+def test_timm_hiera_is_probed_at_its_own_size_and_refused_by_name() -> None:
+    timm = pytest.importorskip("timm")
+    net = timm.create_model("hiera_tiny_224", pretrained=False, img_size=64, embed_dim=16, num_heads=1,
+                            stages=(1, 1, 1, 1), num_classes=5)
+    with pytest.raises(NoAttentionError) as e:
+        vitviz.load(net.eval(), device="cpu")
+    msg = str(e.value)
+    assert "<Hiera object>" in msg and "blocks.0.attn (1, 1, 4, 64, 64)" in msg
