@@ -560,7 +560,8 @@ def _class_layers(recorder: _Recorder, check: _Recorder | None, tokens: int, ord
                    if m.shape[-1] - m.shape[-2] != tokens)
     counts = {int(c[3].shape[-2]) for c in fits}
     if not fits or len(counts) > 1 or order is not None:
-        why = "" if not fits else " (class-attention layers with different query counts, or with prefix tokens in "             "the self-attention: not shown)"
+        why = "" if not fits else (" (class-attention layers with different query counts, or with prefix tokens "
+                                   "in the self-attention: not shown)")
         return _Joins(unused=unused + tuple((n, m, tuple(p.shape)) for _, n, m, p, _s in fits), said=(
             (f"{len(fits)} class-attention call(s) not shown{why}",) if fits else ()))
     j = counts.pop()
@@ -1122,7 +1123,8 @@ def _unsure(source: str, recorder: _Recorder, heads: int | None) -> tuple[str, s
 def _not_shown(recorder: _Recorder, skipped: list[tuple[str, str, tuple[int, ...]]], tokens: int) -> list[str]:
     """Attention of many queries the shown layers leave out -- inside windows, over other stages' token counts,
     over spatially reduced keys -- said (a pooling query or a class-attention layer's few queries are not)."""
-    many = [f"{name} {shape}" for name, _mech, shape in skipped if len(shape) >= 2 and shape[-2] > _JOIN_MAX]
+    many = [f"{name} {shape}" for name, _mech, shape in skipped
+            if len(shape) >= 2 and shape[-2] > _JOIN_MAX and tuple(shape[-2:]) != (tokens, tokens)]
     many += [f"{name} {shape} (inside windows)" for name, shape in recorder.windowed]
     if not many:
         return []

@@ -13,6 +13,7 @@ from torch import nn
 from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
 from vitviz.core.running.live.errors import LiveModelError, user_call
+from vitviz.core.running.live.stages import MaskUnitModel, find_mask_units, load_mask_units
 from vitviz.core.running.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -136,8 +137,9 @@ class LiveModel(ImageModel):
 
 
 def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | None = None,
-              how: str = "") -> LiveModel:
-    """Describe `module` by its probe forward passes and wrap it as a `LiveModel`.
+              how: str = "") -> LiveModel | MaskUnitModel:
+    """Describe `module` by its probe forward passes and wrap it as a `LiveModel` (a Hiera as a `MaskUnitModel`,
+    shown per stage).
 
     The first probe (one seeded random image) finds the attention layers, heads, tokens and output; a second of two
     different images checks what one image cannot show (which tokens are the prefix: their own scores in the first
@@ -157,5 +159,8 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
             and tokens cannot be described (`NoAttentionError`: none seen).
         DeviceError: the probe input (or its attention) would not fit in memory.
     """
+    found = find_mask_units(module)
+    if found is not None:   # Hiera: shown per stage, inside its mask units (`vitviz.core.running.live.stages`)
+        return load_mask_units(module, found, overrides, source or f"<{type(module).__name__} object>", how)
     d = describe(module, overrides, source, how)
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

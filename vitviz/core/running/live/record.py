@@ -196,7 +196,8 @@ class _Recorder:
 
     def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
                  capacity: int | None = None, stop: int | None = None, heads: int | None = None,
-                 layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None) -> None:
+                 layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None,
+                 windows: bool = False) -> None:
         self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
         self.group_heads = group_heads
         self.keep, self.layout, self.scores = keep, layout, scores
@@ -208,6 +209,9 @@ class _Recorder:
         self.other_softmax: list[tuple[int, ...]] = []
         # attention computed inside windows, (B, H, windows, queries, keys) (Hiera's mask units): (module, shape)
         self.windowed: list[tuple[str, tuple[int, ...]]] = []
+        # `windows`: every attention call kept as it is, (module, (B, H, windows, queries, keys) probabilities; one
+        # window for a 4-D call), in call order, for a model shown per window (`vitviz.core.running.live.stages`)
+        self.window_maps: list[tuple[str, torch.Tensor]] | None = [] if windows else None
         self.extra = 0
         self.notes: list[str] = []
         self.names: dict[int, str] = {}
@@ -316,6 +320,9 @@ class _Recorder:
         length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if probs.dim() != 4:
             probs = probs.reshape(self.batch, -1, length, source)
+        if self.window_maps is not None:
+            self.window_maps.append((name or self.where(), probs.detach().float()[:, :, None]))
+            return
         if self.layout is not None and self.layout.joined:
             probs = self._on_grid(probs)
             length, source = int(probs.shape[-2]), int(probs.shape[-1])
@@ -545,6 +552,8 @@ class _Recorder:
         if nd == 5 and dim in (-1, 4):
             self.calls[SOFTMAX] += 1
             self.windowed.append((self.where(), tuple(x.shape)))
+            if self.window_maps is not None:
+                self.window_maps.append((self.where(), out.detach().float()))
             return
         if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
@@ -643,10 +652,13 @@ class _Recorder:
         self.calls[mechanism] += 1
         if q.dim() == 5:    # (B, H, windows, queries, dim): attention inside windows, not over the image's tokens
             self.windowed.append((self.where(), (*q.shape[:-1], int(k.shape[-2]))))
+            if self.window_maps is not None:
+                self.window_maps.append((self.where(), sdpa_probabilities(
+                    q, k, p["attn_mask"], bool(p["is_causal"]), p["scale"], bool(p["enable_gqa"]))))
             return out
         if self.follow:     # a (T, T) bias made by a product and passed as the mask: its softmax is this one
             self._answer((int(q.shape[-2]), int(k.shape[-2])))
-        if not self.wants(int(q.shape[-2]), int(k.shape[-2])) and \
+        if self.window_maps is None and not self.wants(int(q.shape[-2]), int(k.shape[-2])) and \
                 not (q.dim() == 4 and self.may_join(int(q.shape[-2]), int(k.shape[-2]))):
             self.skip(mechanism, (*q.shape[:-1], int(k.shape[-2])))
             return out
