@@ -5,9 +5,10 @@ transformers handed over as objects.
 - SegFormer / GLPN / PVTv2 are probed with the channel count their config states (they were probed with 16, the
   input of the spatial reduction inside their attention taken for a patch embedding), and the attention of the
   stages not shown is said;
-- Florence-2's DaViT (spatial windows beside attention over channels, per-stage heads) and a model whose attention
-  is all inside windows (other than Hiera, tests/test_parity_hiera.py) are refused naming the class, what was seen
-  and that no route shows them yet -- never shown as something else.
+- Florence-2's DaViT (spatial windows beside attention over channels, per-stage heads): its window blocks shown per
+  stage, exact, its channel blocks said and not shown (not spatial);
+- a model whose attention is all inside windows (other than Hiera, tests/test_parity_hiera.py, and DaViT) is refused
+  naming the class, what was seen and that no route shows it yet -- never shown as something else.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import torch
 import vitviz
 from parity_refs import perturb
 from vitviz.core.running.live import LiveModel, LiveWarning, NoAttentionError
-from vitviz.errors import VitvizError
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
@@ -77,17 +77,42 @@ def test_hierarchical_objects_are_probed_with_their_stated_channels_and_the_rest
     np.testing.assert_allclose(mine, np.asarray(ref).reshape(mine.shape), atol=1e-5)
 
 
-def test_florence2_davit_is_refused_naming_the_class_and_the_stages() -> None:
+def test_florence2_davit_spatial_blocks_are_shown_per_stage_exactly(monkeypatch) -> None:
+    """Its window attention per stage (own heads; 3 x 3 windows padded on a 16 x 16 grid), exact against the weights
+    transformers' own eager attention computes; its channel attention is said and not shown (not spatial)."""
+    from transformers.models.florence2 import modeling_florence2 as florence
+
     config = transformers.Florence2VisionConfig(depths=[1, 1], embed_dim=[16, 32], num_heads=[1, 2],
-                                                num_groups=[1, 2], window_size=4, patch_size=[7, 3],
+                                                num_groups=[1, 2], window_size=3, patch_size=[7, 3],
                                                 patch_stride=[4, 2], patch_padding=[3, 1],
-                                                patch_prenorm=[False, True], projection_dim=32)
-    net = transformers.Florence2VisionBackbone(config).eval()
-    with pytest.raises(VitvizError) as e:
-        vitviz.load(net, device="cpu")
-    msg = str(e.value)
-    assert "<Florence2VisionBackbone object>" in msg and "different head counts [1, 2]" in msg
-    assert "channel_attn" in msg and "not spatial" in msg and "Next:" in msg
+                                                patch_prenorm=[False, True], projection_dim=32,
+                                                attn_implementation="eager")
+    net = perturb(transformers.Florence2VisionBackbone(config))
+    vm, words = said(lambda: vitviz.load(net, device="cpu", image_size=64))
+    assert vm.spec.describe_blocks() == ["stage 0 block 0: windowed (3×3)", "stage 1 block 0: windowed (3×3)"]
+    assert vm.spec.heads == (1, 2) and [g for g in vm.spec.stage_grids()] == [(16, 16), (8, 8)]
+    assert [name for name, _, _ in vm.skipped] == ["blocks.0.0.channel_block.channel_attn",
+                                                   "blocks.1.0.channel_block.channel_attn"]
+    assert any("attend over channels, not over the image" in w for w in words), words
+    seen: list[tuple[object, torch.Tensor]] = []
+    own = florence.eager_attention_forward
+
+    def recorded(module, *args, **kwargs):
+        out, weights = own(module, *args, **kwargs)
+        seen.append((module, weights.detach()))
+        return out, weights
+
+    monkeypatch.setattr(florence, "eager_attention_forward", recorded)
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = net(x)
+    monkeypatch.setattr(florence, "eager_attention_forward", own)
+    refs = [w for m, w in seen if isinstance(m, florence.Florence2VisionWindowAttention)]
+    r = vm.run(x)
+    assert [b.shape for b in r.blocks] == [(36, 1, 9, 9), (9, 2, 9, 9)]
+    for i, (mine, ref) in enumerate(zip(r.blocks, refs, strict=True)):
+        np.testing.assert_allclose(mine, ref.numpy(), atol=1e-5, err_msg=f"block {i}")
+    np.testing.assert_allclose(r.features, out.last_hidden_state[0].mean(dim=(-2, -1)).numpy(), atol=1e-5)
 
 
 class OnlyWindows(torch.nn.Module):

@@ -13,7 +13,7 @@ import torch
 import vitviz
 from parity_refs import perturb
 from vitviz.core.running.live import LiveWarning
-from vitviz.core.running.live.stages import MaskUnitModel
+from vitviz.core.running.live.stages import StagedModel
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
@@ -45,7 +45,7 @@ def test_hf_hiera_is_shown_per_stage_exactly() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         vm = vitviz.load(net, device="cpu")
-    assert isinstance(vm, MaskUnitModel)
+    assert isinstance(vm, StagedModel)
     assert any("pool their queries" in str(w.message) for w in caught if issubclass(w.category, LiveWarning))
     # two query poolings (num_query_pool=2): Hiera's fourth stage stays on the third's 4 x 4 grid
     assert vm.spec.describe_blocks() == ["stage 0 block 0: windowed (8×8)", "stage 1 block 0: windowed (4×4)",
@@ -94,7 +94,7 @@ def test_timm_hiera_is_shown_per_stage() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LiveWarning)
         vm = vitviz.load(net, device="cpu")
-    assert isinstance(vm, MaskUnitModel) and vm.spec.heads == (1, 2, 4) and vm.spec.image_size == (64, 64)
+    assert isinstance(vm, StagedModel) and vm.spec.heads == (1, 2, 4) and vm.spec.image_size == (64, 64)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     r = vm.run(x)
     with torch.no_grad():

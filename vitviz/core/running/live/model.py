@@ -13,7 +13,9 @@ from torch import nn
 from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
 from vitviz.core.running.live.errors import LiveModelError, user_call
-from vitviz.core.running.live.stages import MaskUnitModel, find_mask_units, load_mask_units
+from vitviz.core.running.live.stages import (
+    StagedModel, find_mask_units, find_windows_and_channels, load_mask_units, load_windows_and_channels,
+)
 from vitviz.core.running.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -137,8 +139,8 @@ class LiveModel(ImageModel):
 
 
 def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | None = None,
-              how: str = "") -> LiveModel | MaskUnitModel:
-    """Describe `module` by its probe forward passes and wrap it as a `LiveModel` (a Hiera as a `MaskUnitModel`,
+              how: str = "") -> LiveModel | StagedModel:
+    """Describe `module` by its probe forward passes and wrap it as a `LiveModel` (a Hiera or a DaViT as a `StagedModel`,
     shown per stage).
 
     The first probe (one seeded random image) finds the attention layers, heads, tokens and output; a second of two
@@ -159,8 +161,12 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
             and tokens cannot be described (`NoAttentionError`: none seen).
         DeviceError: the probe input (or its attention) would not fit in memory.
     """
+    named = source or f"<{type(module).__name__} object>"
     found = find_mask_units(module)
     if found is not None:   # Hiera: shown per stage, inside its mask units (`vitviz.core.running.live.stages`)
-        return load_mask_units(module, found, overrides, source or f"<{type(module).__name__} object>", how)
+        return load_mask_units(module, found, overrides, named, how)
+    davit = find_windows_and_channels(module)
+    if davit is not None:   # DaViT: its spatial window blocks per stage, its channel blocks said
+        return load_windows_and_channels(module, davit, overrides, named, how)
     d = describe(module, overrides, source, how)
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

@@ -1,4 +1,5 @@
-"""Hiera run by its own code (timm `hiera_*`, transformers `HieraModel`), shown per stage as windowed models are.
+"""Hierarchical models run by their own code, shown per stage as windowed models are (`StagedModel`): Hiera (timm
+`hiera_*`, transformers `HieraModel`) and Florence-2's DaViT (`Florence2VisionBackbone`).
 
 Hiera attends inside mask units (square tiles of the stage's grid) in its first stages and globally in the last,
 over tokens it keeps "unrolled" (reordered so that each mask unit, and each 2 x 2 group a query pooling takes the
@@ -17,14 +18,20 @@ Mask-unit blocks are windowed (the unit, e.g. 8 x 8 tokens at stage 0); the last
 window of the whole grid). Blocks that pool their queries attend from the next stage's grid to this one's: no square
 map of one grid, so they are not shown (said: `skipped`). The module runs at the size it was built for (its position
 table is not resampled here).
+
+DaViT alternates spatial window attention (windows of its stage's grid, padded at the bottom and right, folded into
+the batch: (B * windows, heads, n, n)) with attention over channels (groups x channels x channels, not spatial): the
+spatial blocks are shown per stage on their windows (each stage with its own heads), the channel blocks are said
+and not shown. Its stage grids are read off the window attention's own input (B, H, W, C) on the probe.
 """
 from __future__ import annotations
 
 import math
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -90,17 +97,21 @@ def find_mask_units(module: nn.Module) -> tuple[tuple[int, int], list[tuple[int,
     return grid, list(schedule or []), blocks
 
 
-class MaskUnitModel:
-    """A Hiera module run as written, its attention shown per block on windows of its stage's grid (see the
-    module's docstring); `run` gives a `WindowedResult`, as `WindowedModel.run` does."""
+Placer = Callable[[torch.Tensor, BlockGeometry], np.ndarray]
+
+
+class StagedModel:
+    """A hierarchical module run as written, its attention shown per block on windows of its stage's grid (see
+    the module's docstring); `run` gives a `WindowedResult`, as `WindowedModel.run` does. `names` are its attention
+    calls in order, `shown` the ones shown, each moved onto its block's windows by its `placers` entry."""
 
     windowed = True
 
-    def __init__(self, module: nn.Module, spec: WindowedSpec, device: torch.device, blocks: list[_Block],
-                 shown: list[int], cells: list[np.ndarray], skipped: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    def __init__(self, module: nn.Module, spec: WindowedSpec, device: torch.device, names: list[str],
+                 shown: list[int], placers: list[Placer], skipped: list[tuple[str, str, tuple[int, ...]]]) -> None:
         self.net, self.spec, self._device = module, spec, device
         self.dropped: list[str] = []
-        self.blocks, self.shown, self._cells = blocks, shown, cells
+        self.names, self.shown, self._placers = names, shown, placers
         self.skipped = skipped
         self._lock = threading.Lock()
 
@@ -111,7 +122,7 @@ class MaskUnitModel:
     def device(self) -> str:
         return str(self._device)
 
-    def to(self, device: str | None) -> "MaskUnitModel":
+    def to(self, device: str | None) -> "StagedModel":
         self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
         return self
 
@@ -146,12 +157,11 @@ class MaskUnitModel:
             out = user_call(lambda: _run(self.net, x.to(self._device), recorder), spec.source,
                             "the model's own forward", f"input {tuple(x.shape)}")
         calls = recorder.window_maps or []
-        if [name for name, _ in calls] != [b.name for b in self.blocks]:
+        if [name for name, _ in calls] != self.names:
             raise LiveModelError(f"{spec.source}: this forward computed attention in {len(calls)} calls, where "
-                                 f"{len(self.blocks)} blocks were found when it was loaded")
+                                 f"{len(self.names)} were found when it was loaded")
         dtype = np.float16 if half else np.float32
-        maps = [self._windows(calls[i][1], g, cells).astype(dtype)
-                for i, g, cells in zip(self.shown, geometry, self._cells)]
+        maps = [place(calls[i][1], g).astype(dtype) for i, g, place in zip(self.shown, geometry, self._placers)]
         for g, m in zip(geometry, maps):
             if not np.isfinite(m[..., 0]).all():
                 raise NonFiniteError(f"{spec.source}: block {g.block} ({g.describe()}) gives NaN or infinite "
@@ -161,26 +171,6 @@ class MaskUnitModel:
         if not logits:
             return maps, np.zeros((x.shape[0], 0), np.float32), None
         return maps, _output(out, int(x.shape[0])), None
-
-    @staticmethod
-    def _windows(probs: torch.Tensor, geo: BlockGeometry, cells: np.ndarray) -> np.ndarray:
-        """(B, H, W, n, n) in the model's unrolled order -> (B, windows, H, n, n) in `geo`'s: each token to the
-        window and place that hold its grid cell."""
-        p = probs.cpu().numpy()
-        b, h, w, n, _ = p.shape
-        t = np.arange(w * n)
-        window, place = t % w, t // w                       # the model's own split of the sequence
-        slot = geo.slot_of[cells]                           # (N, 2): the geometry's (window, token) of each cell
-        out = np.zeros((b, geo.num_windows, h, geo.window_tokens, geo.window_tokens), np.float32)
-        for old in range(w):
-            mine = np.flatnonzero(window == old)            # its tokens, in place order
-            new = int(slot[mine[0], 0])
-            order = slot[mine, 1]
-            sub = p[:, :, old][:, :, place[mine]][..., place[mine]]   # (B, H, n, n) in place order
-            grid_block = np.zeros_like(out[:, new])
-            grid_block[:, :, order[:, None], order[None, :]] = sub
-            out[:, new] = grid_block
-        return out
 
     def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
             logits: bool = True) -> WindowedResult:
@@ -196,21 +186,47 @@ class MaskUnitModel:
         return None
 
 
+def _unrolled(cells: np.ndarray) -> Placer:
+    """Hiera's placer: (B, H, W, n, n) in its unrolled order -> (B, windows, H, n, n) in the geometry's, each
+    token to the window and place that hold its grid cell (`cells`: the cell of each unrolled position)."""
+    def place(probs: torch.Tensor, geo: BlockGeometry) -> np.ndarray:
+        p = probs.cpu().numpy()
+        b, h, w, n, _ = p.shape
+        window = np.arange(w * n) % w                       # the model's own split: t = place * W + window
+        slot = geo.slot_of[cells]                           # (N, 2): the geometry's (window, token) of each cell
+        out = np.zeros((b, geo.num_windows, h, geo.window_tokens, geo.window_tokens), np.float32)
+        for old in range(w):
+            mine = np.flatnonzero(window == old)            # its tokens, in place order
+            new, order = int(slot[mine[0], 0]), slot[mine, 1]
+            out[:, new][:, :, order[:, None], order[None, :]] = p[:, :, old]
+        return out
+    return place
+
+
+def _folded(probs: torch.Tensor, geo: BlockGeometry) -> np.ndarray:
+    """DaViT's placer: (B * windows, H, 1, n, n), windows row-major per image (as the geometry's) -> (B, windows,
+    H, n, n)."""
+    p = probs.cpu().numpy()
+    return p.reshape(-1, geo.num_windows, p.shape[1], p.shape[-2], p.shape[-1])
+
+
 def _output(out: Any, batch: int) -> np.ndarray:
-    """(B, K): the logits, else the pooled output, else the mean of the last hidden state's tokens."""
+    """(B, K): the logits, else the pooled output, else the mean of the last hidden state's tokens (of a feature
+    map's cells)."""
     t = out if isinstance(out, torch.Tensor) else getattr(out, "logits", None)
     if t is None:
         t = getattr(out, "pooler_output", None)
-    if t is None:
+    if t is None:     # the mean of the last stage's tokens: (B, N, C), or a (B, C, H, W) feature map
         last = getattr(out, "last_hidden_state", None)
-        t = last.mean(dim=1) if isinstance(last, torch.Tensor) and last.dim() == 3 else None
+        t = last.mean(dim=1) if isinstance(last, torch.Tensor) and last.dim() == 3 else \
+            last.mean(dim=(-2, -1)) if isinstance(last, torch.Tensor) and last.dim() == 4 else None
     if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != batch:
         return np.zeros((batch, 0), np.float32)
     return t.detach().float().cpu().numpy()
 
 
 def load_mask_units(module: nn.Module, found: tuple[tuple[int, int], list[tuple[int, int]], list[_Block]],
-                    overrides: Mapping[str, Any], source: str, how: str = "") -> MaskUnitModel:
+                    overrides: Mapping[str, Any], source: str, how: str = "") -> StagedModel:
     """Describe a Hiera by one probe forward at its own size and wrap it (`find_mask_units` found it)."""
     grid0, schedule, blocks = found
     stride = _patch_stride(module)
@@ -291,7 +307,8 @@ def load_mask_units(module: nn.Module, found: tuple[tuple[int, int], list[tuple[
                       "from the next stage's grid to this one's, which no map of one grid shows -- not shown; every "
                       "other block is shown on its stage's grid, inside its mask units where it uses them (not "
                       "global)", LiveWarning, stacklevel=3)
-    return MaskUnitModel(module, spec, device, blocks, shown, stage_cells, skipped)
+    return StagedModel(module, spec, device, [b.name for b in blocks], shown, [_unrolled(c) for c in stage_cells],
+                       skipped)
 
 
 def _patch_stride(module: nn.Module) -> int:
@@ -319,4 +336,106 @@ def _unit(cells: np.ndarray, windows: int, grid: tuple[int, int]) -> tuple[int, 
     return unit
 
 
-__all__ = ["MaskUnitModel", "find_mask_units", "load_mask_units", "unrolled_cells"]
+__all__ = ["StagedModel", "find_mask_units", "find_windows_and_channels", "load_mask_units",
+           "load_windows_and_channels", "unrolled_cells"]
+
+
+def find_windows_and_channels(module: nn.Module) -> tuple[list[str], list[str]] | None:
+    """(window attention modules, channel attention modules) of a DaViT (Florence-2's vision tower), by their
+    classes' names; None for anything else."""
+    window = [n for n, m in module.named_modules()
+              if type(m).__name__.endswith("WindowAttention") and hasattr(m, "window_size") and hasattr(m, "num_heads")]
+    channel = [n for n, m in module.named_modules() if type(m).__name__.endswith("ChannelAttention")]
+    return (window, channel) if window and channel else None
+
+
+def load_windows_and_channels(module: nn.Module, found: tuple[list[str], list[str]], overrides: Mapping[str, Any],
+                              source: str, how: str = "") -> StagedModel:
+    """A DaViT run as written: its spatial window blocks shown per stage, its channel blocks said (not spatial)."""
+    window, channel = found
+    size, size_src = _input_size(module, overrides)
+    device = resolve_device(overrides["device"]) if overrides.get("device") else \
+        next((p.device for p in module.parameters()), torch.device("cpu"))
+    module.to(device)
+    chans = int(getattr(getattr(module, "config", None), "num_channels", 0) or 3)
+    x = torch.randn(1, chans, *size, generator=torch.Generator().manual_seed(0)).to(device)
+    grids: dict[str, tuple[int, ...]] = {}
+
+    def seen(name: str, _m: nn.Module, args: tuple[Any, ...]) -> None:
+        grids.setdefault(name, tuple(args[0].shape))
+
+    hooks = [module.get_submodule(n).register_forward_pre_hook(partial(seen, n)) for n in window]
+    recorder = _Recorder(1, windows=True)
+    try:
+        with torch.inference_mode():
+            user_call(lambda: _run(module, x, recorder), source, "its forward", f"a probe input {tuple(x.shape)}")
+    finally:
+        for h in hooks:
+            h.remove()
+    calls = recorder.window_maps or []
+    names = [n for n, _ in calls]
+    if sorted(names) != sorted(window + channel) or any(len(grids.get(n, ())) != 4 for n in window):
+        raise LiveModelError(f"{source}: its attention calls ({names[:6]}) are not one per window and channel "
+                             "attention module, or its window attention does not take a (B, H, W, C) grid; vitviz "
+                             "cannot place its windows")
+    shown, windows, skipped, per_stage, heads, dims, grid_of = [], [], [], {}, {}, {}, []
+    for i, (name, probs) in enumerate(calls):
+        if name in channel:
+            skipped.append((name, "attention over channels (groups x channels x channels): not spatial",
+                            tuple(probs.shape)))
+            continue
+        m = module.get_submodule(name)
+        g = grids[name][1:3]
+        if not grid_of or grid_of[-1] != g:
+            grid_of.append(g)
+        stage = len(grid_of) - 1
+        shown.append(i)
+        windows.append((int(m.window_size), int(m.window_size)))
+        per_stage.setdefault(stage, []).append(i)
+        heads[stage], dims[stage] = int(m.num_heads), int(getattr(m, "dim", 0))
+    stride = size[0] // grid_of[0][0]
+    spec_grids = WindowedSpec(family="live", source=source, arch="swin", image_size=size, patch_size=stride,
+                              in_chans=chans, depths=tuple(1 for _ in grid_of), heads=(1,) * len(grid_of),
+                              dims=(1,) * len(grid_of), mlp_hidden=(0,) * len(grid_of),
+                              windows=((1, 1),) * len(grid_of), shifts=((0, 0),) * len(grid_of)).stage_grids()
+    if tuple(tuple(g) for g in grid_of) != spec_grids:
+        raise LiveModelError(f"{source}: its stages' grids {grid_of} are not {size[0]}x{size[1]} px / {stride}, "
+                             "halved at every stage; vitviz cannot place its windows")
+    capture = f"capture: {type(module).__name__}'s window attention modules and their inputs on a probe"
+    prov = {name: "not used: the module's own code runs" for name in COMPUTE_FIELDS}
+    prov.update({
+        "arch": f"{capture} (DaViT: stages halving the grid, shown as a Swin's)",
+        "image_size": size_src, "patch_size": f"{capture}: the first stage's grid {grid_of[0]} (every {stride} px)",
+        "depths": f"{capture}: the spatial blocks per stage (the {len(skipped)} channel blocks are not spatial)",
+        "heads": f"{capture}: num_heads per stage", "dims": f"{capture}: width per stage",
+        "windows": f"{capture}: window_size, windows row-major, padded at the bottom and right",
+        "shifts": "family: DaViT (no shifted windows)", "in_chans": f"shape: the probe input ({chans} channels)",
+        "num_classes": "none: features (the mean of the last stage's tokens)",
+        "preprocess": "guess: ImageNet mean/std, the image squashed to the model's size",
+        "path": f"live: {type(module).__name__}'s own forward runs; spatial window attention captured per block"
+                f"{(' (' + how + ')') if how else ''}",
+    })
+    pre = Preprocess(crop=size, resize=min(size), mode="squash", interpolation="bicubic", mean=IMAGENET_MEAN,
+                     std=IMAGENET_STD)
+    stages = sorted(per_stage)
+    spec = WindowedSpec(
+        family="live", source=source, arch="swin", image_size=size, patch_size=stride, in_chans=chans,
+        depths=tuple(len(per_stage[s]) for s in stages), heads=tuple(heads[s] for s in stages),
+        dims=tuple(dims[s] for s in stages), mlp_hidden=tuple(0 for _ in stages), windows=tuple(windows),
+        shifts=tuple((0, 0) for _ in windows), order="pad_roll", num_classes=0, preprocess=pre,
+        num_params=sum(p.numel() for p in module.parameters()), provenance=tuple(prov.items()))
+    warnings.warn(f"{source}: {len(skipped)} channel attention block(s) ({skipped[0][0]} ...) attend over "
+                  "channels, not over the image: not shown; the spatial window blocks are shown per stage",
+                  LiveWarning, stacklevel=3)
+    return StagedModel(module, spec, device, names, shown, [_folded] * len(shown), skipped)
+
+
+def _input_size(module: nn.Module, overrides: Mapping[str, Any]) -> tuple[tuple[int, int], str]:
+    """The probe's size: image_size= given, the config's image_size, else 224 (said as a guess)."""
+    given = overrides.get("image_size")
+    if given:
+        return ((given, given) if isinstance(given, int) else (int(given[0]), int(given[1]))), "override"
+    size = getattr(getattr(module, "config", None), "image_size", None)
+    if isinstance(size, int):
+        return (size, size), "metadata: config.image_size"
+    return (224, 224), "guess: 224 px (nothing in the module states its input size; pass image_size=)"
