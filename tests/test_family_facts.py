@@ -85,8 +85,9 @@ def test_recipes_are_the_old_table() -> None:
     for layout in ("structural", "vit_pytorch", "torch_encoder", "swin", "sam"):
         assert r(layout) is None, layout
     assert r("hf-blip") == (1.0, "bicubic", OPENAI_MEAN, OPENAI_STD, "squash")   # BlipImageProcessor
-    # every row of the old table, none lost; mmpretrain, hf-vitpose, hf-ijepa, timm_relpos, hf-aimv2, hf-blip since
-    assert len(families.PREPROCESS) == 28 + 6
+    # every row of the old table, none lost; mmpretrain, hf-vitpose, hf-ijepa, timm_relpos, hf-aimv2, hf-blip,
+    # hf-internvit since
+    assert len(families.PREPROCESS) == 28 + 7
 
 
 def test_registered_sizes_hf_types_and_eval_sizes() -> None:

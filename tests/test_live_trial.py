@@ -3,8 +3,9 @@ module computes that vitviz could not show as computed is said (a `LiveWarning`,
 list), never shown silently as something else; models it can read are read.
 
 - the softmax's output changed before it is applied (CaiT talking heads, a mask and re-normalisation after the
-  softmax, `F.dropout(attn, p)` without `training=`): said, naming the module and the call; nn.Dropout in eval mode
-  and reshapes, casts and slices on the way are not changes;
+  softmax): the weights applied to the values are shown, said, naming the module and the call; `F.dropout(attn, p)`
+  without `training=` (random): the softmax is shown, said as not what is applied; nn.Dropout in eval mode and
+  reshapes, casts and slices on the way are not changes;
 - (T, T) scores no softmax over the last axis follows (sigmoid or ReLU attention, a softmax over dim=-2) beside
   softmax layers: left out and said, not a silently shorter model; a bias made by a product and passed to SDPA as
   its mask is not such scores;
@@ -108,20 +109,33 @@ def _load(net: nn.Module) -> tuple[object, list[str]]:
     return model, [str(w.message) for w in caught if issubclass(w.category, LiveWarning)]
 
 
-@pytest.mark.parametrize(("style", "call"), [("talking_heads", "by linear"), ("renormalised", "by mul"),
-                                             ("hard_dropout", "dropout(p=0.1) in training mode")])
-def test_a_softmax_output_changed_before_it_is_applied_is_said(style: str, call: str) -> None:
+@pytest.mark.parametrize(("style", "call"), [("talking_heads", "by linear in blocks.1.attn.mix"),
+                                             ("renormalised", "by mul")])
+def test_a_softmax_output_changed_before_it_is_applied_is_shown_as_applied_and_said(style: str, call: str) -> None:
+    """Talking heads, a re-normalisation: the weights that meet the values are shown (issue 31), said."""
     model, said = _load(TinyViT("plain", style))
     assert len(said) == 1 and "blocks.1.attn" in said[0] and call in said[0] and "blocks.0.attn" not in said[0]
-    assert "not the weights the module applies" in said[0]
+    assert "the weights applied to the values" in said[0]
     assert "blocks.1.attn" in model.spec.source_of("path")
-    # what is shown is the softmax, what the module applies is not: the difference the warning is about
-    x = torch.randn(1, 3, 32, 32)
+    x = torch.randn(2, 3, 32, 32)
     attn, _ = model.forward_captured(x)
     with torch.inference_mode():
         model.net.eval()(x)      # as vitviz runs it: eval mode
-    applied = model.net.blocks[1].attn.applied
-    assert not np.allclose(attn[:, 1], applied.numpy(), atol=1e-3)
+    np.testing.assert_allclose(attn[:, 1], model.net.blocks[1].attn.applied.numpy(), atol=1e-6)
+    np.testing.assert_allclose(attn[:, 0], model.net.blocks[0].attn.applied.numpy(), atol=1e-6)
+
+
+def test_a_softmax_output_changed_at_random_before_it_is_applied_is_said() -> None:
+    """Dropout in training mode is random: the softmax is shown, said as not what the module applies."""
+    model, said = _load(TinyViT("plain", "hard_dropout"))
+    call = "dropout(p=0.1) in training mode"
+    assert len(said) == 1 and "blocks.1.attn" in said[0] and call in said[0] and "blocks.0.attn" not in said[0]
+    assert "not the weights the module applies" in said[0]
+    x = torch.randn(1, 3, 32, 32)
+    attn, _ = model.forward_captured(x)
+    with torch.inference_mode():
+        model.net.eval()(x)
+    assert not np.allclose(attn[:, 1], model.net.blocks[1].attn.applied.numpy(), atol=1e-3)
     np.testing.assert_allclose(attn[:, 0], model.net.blocks[0].attn.applied.numpy(), atol=1e-6)
 
 

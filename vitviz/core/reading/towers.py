@@ -37,12 +37,14 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "blip": ("vision_config", ("vision_model.",)), "blip-2": ("vision_config", ("vision_model.",)),
     "instructblip": ("vision_config", ("vision_model.",)),
     "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
+    "internvl": ("vision_config", _LLAVA),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
-            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit"}
+            "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
+            "internvl_vision": "hf-internvit"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
@@ -91,7 +93,7 @@ NOT_CONVERTED = {
     "mllama": "Llama 3.2 Vision: a tiled two-stage vision encoder with gated layers",
     "pixtral": "Pixtral: 2-D rotary positions and RMSNorm in its vision encoder",
     "mistral3": "Mistral 3: a Pixtral vision encoder (2-D rotary positions, RMSNorm)",
-    "internvl": "InternVL: an InternViT vision encoder", "florence2": "Florence-2: a DaViT (windowed) vision encoder",
+    "florence2": "Florence-2: a DaViT (windowed) vision encoder",
     "vilt": "ViLT: one transformer over image patches and text tokens together (no separate vision tower)",
     # yolos: its own family module refuses it with what it found (its detection tokens, its position tables)
     "detr": "DETR: a convolutional backbone under an encoder-decoder transformer",

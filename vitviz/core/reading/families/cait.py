@@ -1,15 +1,17 @@
-"""timm CaiT (`cait_*`): refused by file, by name, with why and the route that shows it.
+"""timm CaiT (`cait_*`): refused by file, by name, with why and the route that shows it exactly.
 
-What the reference ViT cannot express (issue 31 asked to decide, honestly):
+What the reference ViT cannot express:
 - talking-heads attention in the self-attention blocks (`attn.proj_l`, `attn.proj_w`): the heads' scores are mixed
   by a learned H x H map before the softmax, and the probabilities after it, so the weights applied to the values
   are no softmax (their rows need not sum to 1);
 - class-attention layers after them (`blocks_token_only.N`): only the CLS token queries [CLS, patches], a
-  (H, 1, N + 1) map, after N x N self-attention layers that have no CLS token at all. A result holds one (T, T) map
-  per layer over the same tokens, so the two kinds of layer cannot be one exact stack.
+  (H, 1, N + 1) map, after N x N self-attention layers that have no CLS token at all.
 
-The live path runs timm's own code (`vitviz.load(model)`): it shows the self-attention layers' softmax, says that
-talking heads change it before it is applied, and lists the class-attention layers as not shown.
+The live path runs timm's own code (`vitviz.load(model)`, `--code`) and shows both exactly on one (N + 1) x (N + 1)
+grid (`vitviz.core.running.live.record.AttentionLayout`: `applied`, `joined`): the self-attention layers' weights
+as they are applied to the values (after proj_w, said), with the CLS row and column zero (not there yet), and the
+class-attention layers' CLS row (the natural CLS map), the patch rows zero (they pass through);
+tests/test_parity_cait.py.
 """
 from __future__ import annotations
 
@@ -24,15 +26,15 @@ if TYPE_CHECKING:
 
 NAMES = ("cait",)
 DETECT_ORDER = 8   # before every reader: blocks_token_only / talking-heads tensors are in no other layout
-HELP = "timm CaiT (refused by file: talking heads and class attention; vitviz.load(model) runs it)"
+HELP = "timm CaiT (refused by file: talking heads and class attention; vitviz.load(model) or --code shows it)"
 PREPROCESS: dict[str, Recipe] = {}
 REGISTERED_SIZES = False
 NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # timm's hints name cait_* files already
 
 ROUTE = ("open it with timm's own code instead: vitviz.load(timm.create_model('cait_...', checkpoint_path=FILE)) "
          "in Python, or --code FILE.py:FACTORY (a function returning that model) on the command line; vitviz then "
-         "shows the self-attention layers' softmax (before the talking heads mix it, said) and lists the "
-         "class-attention layers as not shown")
+         "shows every layer exactly: the self-attention layers' weights as the talking heads apply them to the "
+         "values, and the class-attention layers' CLS attention over the patches")
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -21,6 +21,14 @@ computes it, by one `TorchFunctionMode` (thread-local: other threads running the
   (T_q, T_k, B, H) and `softmax(dim=1)`), are read with their axes moved to (B, H, T_q, T_k), the softmax's axis
   as the keys.
 
+Where a module changes its softmax's output before the product with the values (CaiT's talking heads mix the
+heads' probabilities by a Linear), the weights that meet the values are shown, said; a random change (dropout in
+training mode) or a constant factor leaves the softmax shown, said. Class-attention layers whose few queries join
+late ((H, 1, N + 1): CaiT's CLS over [CLS, patches]) are laid on one (N + 1) x (N + 1) grid with the self-attention
+layers before them (`AttentionLayout.joined`). Attention computed inside windows ((B, H, windows, q, k): Hiera's
+mask units) is never folded into heads: a Hiera (and DaViT's window blocks) is shown per stage (`stages.py`),
+anything else refused by name.
+
 The mode also turns off PyTorch's fused `TransformerEncoderLayer` / `MultiheadAttention` fast paths for the captured
 forward only (they check for torch-function overrides and step aside), so attention computed there is seen too.
 Which mechanism found which layer is reported (`LiveModel.layers`); a forward in which no attention is seen raises
@@ -44,6 +52,7 @@ The package, lowest first (each imports only those above it):
     packing.py    PackedTower: a tower taking packed patches + grid_thw (Qwen-VL, GLM-4V) made to take images
     record.py     the TorchFunctionMode and `_Recorder`: SDPA / MHA / softmax interception, watch_attention, _run
     describe.py   patch embedding, geometry, tokens, prefix tokens, output kind, preprocessing, labels: describe()
+    stages.py     StagedModel: Hiera, DaViT run as written, shown per stage on windows of their grids
     model.py      LiveModel (a `vitviz.core.protocol.Model`, not a VitModel) and load_live
     code.py       module_from_code, load_weights, load_code: the only place a user's file is imported
 """

@@ -33,6 +33,7 @@ from vitviz.errors import DeviceError, NonFiniteError
 
 # Overrides only the live path takes (`vitviz.core.options.OPTIONS`; the others are the reference route's).
 LIVE_OVERRIDES = only_for(LIVE)
+_JOIN_MAX = 16     # (as the recorder's) the most queries of a pooling or class-attention call
 _MAX_PREFIX = 64   # more "prefix" tokens than this means the grid is wrong, not that there are 65 registers
 
 
@@ -56,11 +57,15 @@ class PatchEmbedding:
 
 def find_patch_embedding(module: nn.Module) -> PatchEmbedding | None:
     """The first patch embedding in `module`: a Conv2d with stride == kernel (> 1), or a Rearrange of
-    '(h p1) (w p2)' / an Unfold with stride == kernel followed by a Linear over the flattened patches."""
+    '(h p1) (w p2)' / an Unfold with stride == kernel followed by a Linear over the flattened patches. Where the
+    module states its input channels (`_stated_channels`), a convolution taking another count is not it (the
+    spatial reduction inside SegFormer's, GLPN's and PVTv2's attention, behind an overlapping stem)."""
     mods = list(module.named_modules())
+    stated = _stated_channels(module)
     for i, (name, m) in enumerate(mods):
         if isinstance(m, nn.Conv2d) and tuple(m.kernel_size) == tuple(m.stride) and min(m.kernel_size) > 1 \
-                and m.groups == 1 and tuple(m.dilation) == (1, 1) and m.padding in ((0, 0), "valid"):
+                and m.groups == 1 and tuple(m.dilation) == (1, 1) and m.padding in ((0, 0), "valid") \
+                and (stated is None or m.in_channels == stated[0]):
             return PatchEmbedding(name, (int(m.kernel_size[0]), int(m.kernel_size[1])), m.in_channels,
                                   m.out_channels, f"Conv2d {name}")
         patch = _unfolded_patch(m)
@@ -102,11 +107,9 @@ def _channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
         return [(int(overrides["in_chans"]), "override")]
     if embed is not None:
         return [(embed.in_chans, f"shape: {embed.describe()}")]
-    for where, obj in (("", module), ("config.", getattr(module, "config", None))):
-        for attr in _CHANNEL_ATTRS:
-            value = getattr(obj, attr, None)
-            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
-                return [(value, f"attribute: {where}{attr}")]
+    stated = _stated_channels(module)
+    if stated is not None:
+        return [stated]
     stats = [(len(tuple(v)), src) for v, src in _stated_statistics(module)]
     if stats:
         return [stats[0]]
@@ -123,6 +126,16 @@ def _channels(module: nn.Module, embed: PatchEmbedding | None, overrides: Mappin
                 return [(c, f"shape: the first Linear, {name}, takes {lin.in_features} = {c} x {p} x {p} pixels")]
     return [(3, "guess: 3 channels (RGB): nothing in the module states its input channels"),
             (1, "guess: 1 channel: nothing in the module states its input channels, and its forward refused 3")]
+
+
+def _stated_channels(module: nn.Module) -> tuple[int, str] | None:
+    """(input channels, source) an attribute of the module or its config states (1 to 4), else None."""
+    for where, obj in (("", module), ("config.", getattr(module, "config", None))):
+        for attr in _CHANNEL_ATTRS:
+            value = getattr(obj, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
+                return value, f"attribute: {where}{attr}"
+    return None
 
 
 def _stated_statistics(module: nn.Module) -> list[tuple[tuple[float, ...], str]]:
@@ -191,7 +204,13 @@ def _size_attribute(module: nn.Module, embed: PatchEmbedding | None) -> tuple[tu
             if size:
                 return size, f"attribute: {where + '.' if where else ''}{attr}"
     size = _as_size(getattr(getattr(module, "config", None), "image_size", None))
-    return (size, "metadata: config.image_size") if size else None
+    if size:
+        return size, "metadata: config.image_size"
+    tokens, stride = _as_size(getattr(module, "tokens_spatial_shape", None)), \
+        _as_size(getattr(module, "patch_stride", None))
+    if tokens and stride:   # timm Hiera: its token grid and the patch stride, the size its position table fits
+        return (tokens[0] * stride[0], tokens[1] * stride[1]), "attribute: tokens_spatial_shape x patch_stride"
+    return None
 
 
 def _as_size(value: Any) -> tuple[int, int] | None:
@@ -395,6 +414,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                                                 chunks=packed)
     if recorder.unsure:
         raise NoAttentionError.said(*_unsure(source, recorder, group_heads))
+    if not recorder.layers and recorder.windowed:
+        raise NoAttentionError.said(*_only_windows(source, recorder))
     if not recorder.layers:
         raise NoAttentionError.said(*_nothing_seen(source, tuple(x.shape), recorder))
     # a packed tower runs one image at a time (a batch of two shows nothing more: it has no prefix tokens)
@@ -433,18 +454,32 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                                + ("; then reordered into its attention windows (its own window index)"
                                   if module.windowed() else "") + "; shown on the image's grid, row by row")
     index = [i for i, m in enumerate(recorder.maps) if m.shape[-1] == tokens]
-    layers = [recorder.layers[i] for i in index]
     skipped = recorder.skipped + [(*recorder.layers[i], tuple(m.shape)) for i, m in enumerate(recorder.maps)
                                   if m.shape[-1] != tokens]
-    heads = {int(recorder.maps[i].shape[1]) for i in index}
+    joins = _class_layers(recorder, check, tokens, order, prov, source)
+    skipped += joins.unused
+    # every layer in the order the forward computed it: (module, mechanism, (1, H, T, T) map on the full grid)
+    merged = sorted([((i, 1), *recorder.layers[i], _laid(recorder.maps[i], joins.joined, 0)) for i in index] +
+                    [((at, 0), name, mech, _laid(m, joins.joined, joins.joined, joins.at))
+                     for at, name, mech, m in joins.kept], key=lambda e: e[0])
+    layers = [(name, mech) for _, name, mech, _m in merged]
+    tokens, prefix = tokens + joins.joined, prefix + joins.joined
+    heads = {int(m.shape[1]) for *_, m in merged}
     if len(heads) > 1:
-        raise LiveModelError(f"{source}: the attention layers have different head counts {sorted(heads)}; vitviz "
-                             "needs one head count for every layer")
+        seen = "; ".join(f"{name} {int(m.shape[1])} heads over {int(m.shape[-1])} tokens"
+                         for _, name, _mech, m in merged[:6]) + (" ..." if len(merged) > 6 else "")
+        raise LiveModelError(
+            f"{source}: its attention layers over the same {tokens} tokens have different head counts "
+            f"{sorted(heads)} ({seen}); a model run by its own code is shown as one stack of layers with one head "
+            "count (a hierarchical model's stages -- DaViT, Hiera, PVT -- or attention over channels, which is not "
+            "spatial, can look like this). Next: vitviz shows stages with their own head counts for the windowed "
+            "models it reads by file (Swin, SAM / ViTDet: open the checkpoint file); for this model class there is "
+            "no route yet")
     num_heads = heads.pop()
     if overrides.get("heads") and int(overrides["heads"]) != num_heads:
         raise LiveModelError(f"{source}: heads={overrides['heads']} was given, but its attention has {num_heads} "
                              f"heads ({_layer_summary(layers)})")
-    kept = torch.stack([recorder.maps[i] for i in index], dim=1)    # (1, L, H, T, T)
+    kept = torch.stack([m for *_, m in merged], dim=1)    # (1, L, H, T, T)
     _refuse_non_finite(kept.numpy(), layers, source, f"a probe input of shape {tuple(x.shape)}")
     grouped = [perm for i, perm in recorder.grouped if recorder.maps[i].shape[-1] == tokens]
     two_d = [i for i in index if i in recorder.two_d_layers]
@@ -454,12 +489,15 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
                              f"layer ({_layer_summary(layers)})")
     layout = AttentionLayout(per_head=bool(grouped), heads=num_heads, perms=tuple(grouped),
                              head_major=folded.startswith("head-major"), order=order, per_image=per_image,
-                             two_d=bool(two_d), heads_first=bool(recorder.heads_first))
+                             two_d=bool(two_d), heads_first=bool(recorder.heads_first),
+                             applied=frozenset(n for n in recorder.applied if n in {name for name, _ in layers}),
+                             joined=joins.joined, joined_at=joins.at)
     prov["num_heads"] = f"capture: attention maps of shape {tuple(kept[:, 0].shape)}"
     prov["depth"] = f"capture: {_layer_summary(layers)}"
     dim = embed.dim if embed else module.dim if packed else _token_width(module)
     names = _prefix_names(module, dim, prefix)
-    where = "last in the sequence, shown first" if order else "first in the sequence"
+    where = "last in the sequence, shown first" if order else \
+        "joining at the class-attention layers, shown first" if joins.joined else "first in the sequence"
     prov["num_prefix"] = (f"capture: T={tokens} tokens - {grid[0]}x{grid[1]} patches = {prefix} prefix token(s), "
                           f"taken as {', '.join(names) or 'none'} ({where})")
     main, what = _main_output(out, recorder.last_linear)
@@ -489,7 +527,8 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
         prov.setdefault(name, not_used)
     counts = Counter(m for _, m in layers)
     notes = list(recorder.notes) + ([lazy] if lazy else [])
-    said = _what_differs(recorder, layers, tokens)
+    said = _what_differs(recorder, layers, tokens - joins.joined) + list(joins.said) + \
+        _not_shown(recorder, skipped, tokens)
     for note in said:
         warnings.warn(f"{source}: {note}", LiveWarning, stacklevel=3)
     notes += said
@@ -520,15 +559,89 @@ def describe(module: nn.Module, overrides: Mapping[str, Any], source: str | None
     return Description(spec, device, layers, skipped, kind, pos[0] if pos else None, layout, what)
 
 
+@dataclass(frozen=True)
+class _Joins:
+    """Class-attention layers the probe saw (`_class_layers`): how many tokens join late (0: none), where they are
+    among the keys (None: first), the layers kept ((index among the square layers, module, mechanism,
+    (1, H, J, T + J) map)), the calls not shown (as `LiveModel.skipped` lists them) and what is said."""
+
+    joined: int = 0
+    at: tuple[int, ...] | None = None
+    kept: tuple[tuple[int, str, str, torch.Tensor], ...] = ()
+    unused: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    said: tuple[str, ...] = ()
+
+
+def _class_layers(recorder: _Recorder, check: _Recorder | None, tokens: int, order: tuple[int, ...] | None,
+                  prov: dict[str, str], source: str) -> _Joins:
+    """The class-attention layers among the probe's calls: J queries (a CLS token that joins late, as CaiT's) over
+    [them, the T tokens of the self-attention layers], the same J in every one. Where the joining tokens are among
+    the keys is measured on the batch of two: in the first such layer their own scores do not depend on the image
+    (a learned token's query and key); unmeasured, first (as CaiT concatenates [CLS, patches]), said."""
+    fits = [c for c in recorder.class_maps if c[3].shape[-1] - c[3].shape[-2] == tokens]
+    unused = tuple((name, mech, tuple(m.shape)) for _, name, mech, m, _s in recorder.class_maps
+                   if m.shape[-1] - m.shape[-2] != tokens)
+    counts = {int(c[3].shape[-2]) for c in fits}
+    if not fits or len(counts) > 1 or order is not None:
+        why = "" if not fits else (" (class-attention layers with different query counts, or with prefix tokens "
+                                   "in the self-attention: not shown)")
+        return _Joins(unused=unused + tuple((n, m, tuple(p.shape)) for _, n, m, p, _s in fits), said=(
+            (f"{len(fits)} class-attention call(s) not shown{why}",) if fits else ()))
+    j = counts.pop()
+    at, how = None, "not measured (no batch of two), taken first, as CaiT concatenates [CLS, patches]"
+    mine = [c for c in check.class_maps if c[3].shape[-1] - c[3].shape[-2] == tokens] if check is not None else []
+    if mine and mine[0][4] is not None:
+        s = mine[0][4]                                                        # (2, H, J, T + J)
+        same = ((s[0] - s[1]).abs() <= 1e-4 * (1.0 + s[0].abs())).all(dim=0).all(dim=0)
+        found = tuple(int(i) for i in torch.nonzero(same).flatten())
+        if len(found) == j:
+            at = None if found == tuple(range(j)) else found
+            how = (f"measured: key(s) {', '.join(map(str, found))} of the first class-attention layer, whose scores "
+                   "do not depend on the image (a learned token's query and key)")
+        else:
+            how = (f"taken first, as CaiT concatenates [CLS, patches]: the first class-attention layer's scores did "
+                   f"not single out {j} image-independent key(s) ({len(found)} found)")
+    prov["token_order"] = (f"capture: {j} token(s) join at the class-attention layers ({fits[0][1]} ...), the only "
+                           f"queries there, over [them, the {tokens} tokens]; shown first; among the keys {how}")
+    said = (f"{len(fits)} class-attention layer(s) ({fits[0][1]} ...): only the {j} token(s) that join there query, "
+            f"over [them, the {tokens} tokens] -- shown as row(s) 0..{j - 1} of the T x T map (the other rows are "
+            f"zero: those tokens pass through unchanged); in the self-attention layers before them the joining "
+            "token(s) are not there yet (their rows and columns are zero)")
+    return _Joins(j, at, tuple((i, n, m, p) for i, n, m, p, _s in fits), unused, (said,))
+
+
+def _laid(m: torch.Tensor, joined: int, queries: int, at: tuple[int, ...] | None = None) -> torch.Tensor:
+    """A probe map (1, H, q, k) on the full (T, T) grid of a model whose `joined` tokens join late (see
+    `AttentionLayout.joined`): a self-attention map (queries 0) in the lower right, a class-attention map's rows on
+    top, its keys in the order `at` gives."""
+    if not joined:
+        return m
+    t = int(m.shape[-1]) + (joined if not queries else 0)
+    full = m.new_zeros(*m.shape[:-2], t, t)
+    if queries:
+        full[..., :queries, :] = m[..., list(at) + [i for i in range(t) if i not in at]] if at is not None else m
+    else:
+        full[..., joined:, joined:] = m
+    return full
+
+
 def _what_differs(recorder: _Recorder, layers: list[tuple[str, str]], tokens: int) -> list[str]:
     """What the probe saw the module do that the shown maps are not: a shown layer's softmax output changed before
     it is applied to the values (talking heads, a re-normalisation, dropout in eval mode), and (T, T) scores over
     the image tokens that no softmax over their last axis followed (sigmoid or ReLU attention, a softmax over the
     other axis), left out."""
     shown = {name for name, _ in layers}
-    changed = {name: how for name, how in recorder.changed.items()
-               if name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown)}
+    applied = {name: how for name, how in recorder.applied.items() if name in shown}
+    changed = {name: how for name, how in recorder.changed.items() if name not in applied and (
+               name in shown or any(name.startswith(f"{s}.") or s.startswith(f"{name}.") for s in shown))}
     said = []
+    if applied:
+        where = ", ".join(f"{name} (by {how})" for name, how in list(applied.items())[:4]) + \
+            (f" and {len(applied) - 4} more" if len(applied) > 4 else "")
+        said.append(f"in {where}, the softmax's output is changed before it weights the values (talking heads mix "
+                    "the heads' probabilities): the maps shown for those layers are the weights applied to the "
+                    "values, taken where they meet them -- not a softmax: their rows need not sum to 1 and may "
+                    "hold negative values")
     if changed:
         where = ", ".join(f"{name} (by {how})" for name, how in list(changed.items())[:4]) + \
             (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
@@ -1034,6 +1147,31 @@ def _unsure(source: str, recorder: _Recorder, heads: int | None) -> tuple[str, s
             f"{step}; or compute each block's attention inside its own module (an attention nn.Module called "
             "once per block), which vitviz groups by itself",
             "open the weights file without code= (vitviz.load(path)), which reads per-head layouts from the tensors")
+
+
+def _not_shown(recorder: _Recorder, skipped: list[tuple[str, str, tuple[int, ...]]], tokens: int) -> list[str]:
+    """Attention of many queries the shown layers leave out -- inside windows, over other stages' token counts,
+    over spatially reduced keys -- said (a pooling query or a class-attention layer's few queries are not)."""
+    many = [f"{name} {shape}" for name, _mech, shape in skipped
+            if len(shape) >= 2 and shape[-2] > _JOIN_MAX and tuple(shape[-2:]) != (tokens, tokens)]
+    many += [f"{name} {shape} (inside windows)" for name, shape in recorder.windowed]
+    if not many:
+        return []
+    return [f"only the attention over the {tokens} tokens of the layers shown is shown; {len(many)} other "
+            f"attention call(s) are not: {'; '.join(many[:4])}{' ...' if len(many) > 4 else ''} (other stages "
+            "at other resolutions, windows, or keys reduced in number)"]
+
+
+def _only_windows(source: str, recorder: _Recorder) -> tuple[str, str, str]:
+    """(what the probe saw when all its attention is computed inside windows, the step, the file's route)."""
+    seen = "; ".join(f"{name} {shape}" for name, shape in recorder.windowed[:4]) + \
+        (f" and {len(recorder.windowed) - 4} more" if len(recorder.windowed) > 4 else "")
+    return (f"{source}: all its attention is computed inside windows -- (B, heads, windows, queries, keys) per "
+            f"block: {seen} -- mask-unit or window attention (Hiera), some with pooled queries; no layer attends "
+            "over the image's tokens as a whole, so there is no (T, T) map of the image to show, and vitviz does "
+            "not yet show the windows of a model run by its own code.",
+            "vitviz shows windowed attention per stage for the windowed models it reads by file (Swin v1 / v2, "
+            "SAM / ViTDet); for this model class there is no route yet", "")
 
 
 def _nothing_seen(source: str, shape: tuple[int, ...], recorder: _Recorder) -> tuple[str, str, str]:

@@ -14,6 +14,9 @@ from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
 from vitviz.core.running.live.errors import LiveModelError, user_call
 from vitviz.core.running.live.packing import PackedTower, is_packed, packed_tower
+from vitviz.core.running.live.stages import (
+    StagedModel, find_mask_units, find_windows_and_channels, load_mask_units, load_windows_and_channels,
+)
 from vitviz.core.running.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -142,8 +145,9 @@ class LiveModel(ImageModel):
 
 
 def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | None = None,
-              how: str = "") -> LiveModel:
-    """Describe `module` by its probe forward passes and wrap it as a `LiveModel`.
+              how: str = "") -> LiveModel | StagedModel:
+    """Describe `module` by its probe forward passes and wrap it as a `LiveModel` (a Hiera or a DaViT as a `StagedModel`,
+    shown per stage).
 
     The first probe (one seeded random image) finds the attention layers, heads, tokens and output; a second of two
     different images checks what one image cannot show (which tokens are the prefix: their own scores in the first
@@ -170,5 +174,12 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
     if is_packed(module):
         source = source or f"<{type(module).__name__} object>"
         module = packed_tower(module, overrides.get("image_size"))
+    named = source or f"<{type(module).__name__} object>"
+    found = find_mask_units(module)
+    if found is not None:   # Hiera: shown per stage, inside its mask units (`vitviz.core.running.live.stages`)
+        return load_mask_units(module, found, overrides, named, how)
+    davit = find_windows_and_channels(module)
+    if davit is not None:   # DaViT: its spatial window blocks per stage, its channel blocks said
+        return load_windows_and_channels(module, davit, overrides, named, how)
     d = describe(module, overrides, source, how)
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

@@ -57,6 +57,7 @@ _UNCHANGED = frozenset({
     torch.squeeze, _T.expand, _T.expand_as, _T.__getitem__, _T.unbind, torch.unbind, _T.chunk, torch.chunk,
     _T.split, torch.split, _T.cpu, _T.cuda, _T.nan_to_num, torch.nan_to_num, _T.movedim, torch.movedim})
 _DROPOUTS = frozenset({F.dropout, torch.dropout, F.dropout1d, F.dropout2d, F.dropout3d})
+_JOIN_MAX = 16   # the most queries a class-attention layer (queries that join late, over [them, the tokens]) has
 
 # ---------------------------------------------------------------------------------------------------------------
 # The probabilities of an SDPA call
@@ -120,6 +121,13 @@ class AttentionLayout:
     heads_first: in scores whose token axes are not the last two (labml's sequence-first (T_q, T_k, B, H) with a
         softmax over dim=1), the head axis comes before the batch axis (else after it); read where the two cannot
         be told apart by their lengths (as many heads as images).
+    applied: the modules whose softmax output is changed before it weights the values (CaiT's talking heads:
+        proj_w mixes the heads' probabilities): their maps are taken where they meet the values, as applied.
+    joined: tokens that join the sequence late as the only queries of class-attention layers (CaiT's CLS token:
+        (q, T) maps, q = `joined`, over [CLS, patches]); shown first. Every map is laid on the T x T grid: a
+        self-attention layer's (T - q, T - q) map with zero rows and columns for the tokens not there yet, a class-
+        attention layer's (q, T) map with zero rows for the tokens that do not query in it (they pass through).
+    joined_at: where the joining tokens are among a class-attention layer's keys, as indices (None: first).
     """
 
     per_head: bool = False
@@ -130,6 +138,9 @@ class AttentionLayout:
     order: tuple[int, ...] | None = None
     per_image: bool = False
     heads_first: bool = False
+    applied: frozenset[str] = frozenset()
+    joined: int = 0
+    joined_at: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -139,6 +150,10 @@ class _Use:
 
     name: str
     done: bool = False
+    layer: int | None = None     # the probe: the index of the map it was kept as (replaced by the applied weights)
+    defer: bool = False          # a capture: the layer's map is taken when it meets the values
+    stays: bool = False          # the probe: the change on the way is random or a constant factor: softmax shown
+    mechanism: str = ""
 
 
 @dataclass
@@ -185,7 +200,7 @@ class _Recorder:
     def __init__(self, batch: int, tokens: int | None = None, keep: Callable[[torch.Tensor], None] | None = None,
                  capacity: int | None = None, stop: int | None = None, heads: int | None = None,
                  layout: AttentionLayout | None = None, scores: bool = False, group_heads: int | None = None,
-                 chunks: bool = False) -> None:
+                 chunks: bool = False, windows: bool = False) -> None:
         self.batch, self.tokens, self.capacity, self.stop, self.heads = batch, tokens, capacity, stop, heads
         self.chunks = chunks
         self._chunk: tuple[str, Any, str, list[torch.Tensor]] | None = None   # (module, frame, mechanism, maps)
@@ -197,6 +212,11 @@ class _Recorder:
         self.skipped: list[tuple[str, str, tuple[int, ...]]] = []
         self.calls: Counter[str] = Counter()
         self.other_softmax: list[tuple[int, ...]] = []
+        # attention computed inside windows, (B, H, windows, queries, keys) (Hiera's mask units): (module, shape)
+        self.windowed: list[tuple[str, tuple[int, ...]]] = []
+        # `windows`: every attention call kept as it is, (module, (B, H, windows, queries, keys) probabilities; one
+        # window for a 4-D call), in call order, for a model shown per window (`vitviz.core.running.live.stages`)
+        self.window_maps: list[tuple[str, torch.Tensor]] | None = [] if windows else None
         self.extra = 0
         self.notes: list[str] = []
         self.names: dict[int, str] = {}
@@ -224,6 +244,10 @@ class _Recorder:
         self._tracked: dict[int, tuple[weakref.ref[torch.Tensor], _Use, str | None]] = {}
         self._products: list[tuple[str, tuple[int, ...]]] = []
         self.changed: dict[str, str] = {}                       # module -> the call that changed its softmax output
+        self.applied: dict[str, str] = {}    # the probe: module -> that call, its map replaced by the weights applied
+        # the probe: class-attention calls, (J, T) with J <= _JOIN_MAX queries over more keys: (index among the
+        # layers, module, mechanism, probabilities (B, H, J, T), scores (B, H, J, T) or None)
+        self.class_maps: list[tuple[int, str, str, torch.Tensor, torch.Tensor | None]] = []
         self.no_softmax: list[tuple[str, tuple[int, ...]]] = []  # (module, shape) of scores no softmax followed
 
     # where the attention is computed
@@ -252,12 +276,52 @@ class _Recorder:
     def wants(self, length: int, source: int) -> bool:
         return length == source and (self.tokens is None or length == self.tokens)
 
+    def may_join(self, length: int, source: int) -> bool:
+        """Whether (length, source) attention may be a class-attention layer's (the probe: a few queries over more
+        keys) or, once the layout has tokens that join late, one of its maps to lay on the T x T grid."""
+        if self.layout is not None and self.layout.joined and self.tokens is not None:
+            j, t = self.layout.joined, self.tokens
+            return (length, source) in ((j, t), (t - j, t - j))
+        return self.layout is None and self.tokens is None and 1 <= length <= _JOIN_MAX < source
+
+    def _on_grid(self, probs: torch.Tensor) -> torch.Tensor:
+        """A map of a model whose tokens join late (`AttentionLayout.joined`) laid on the T x T grid, joining tokens
+        first: a self-attention map in the lower right, a class-attention map's (J, T) rows on top (its keys in the
+        order `joined_at` gives); zeros elsewhere: no attention is computed there."""
+        assert self.layout is not None and self.tokens is not None
+        j, t = self.layout.joined, self.tokens
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        if (length, source) not in ((j, t), (t - j, t - j)):
+            return probs
+        full = probs.new_zeros(*probs.shape[:-2], t, t)
+        if length == j:
+            at = self.layout.joined_at
+            if at is not None:
+                probs = probs[..., list(at) + [i for i in range(t) if i not in at]]
+            full[..., :j, :] = probs
+        else:
+            full[..., j:, j:] = probs
+        return full
+
+    def _class_attention(self, mechanism: str, probs: torch.Tensor, scores: torch.Tensor | None,
+                         name: str | None) -> bool:
+        """The probe keeps a few queries' attention over more keys (a class-attention layer) aside, for the
+        describer to place (`class_maps`); False for anything else."""
+        length, source = int(probs.shape[-2]), int(probs.shape[-1])
+        if not self.may_join(length, source) or self.layout is not None:
+            return False
+        kept = None if scores is None else scores.detach().float().reshape(probs.shape).clone()
+        self.class_maps.append((len(self.layers), name or self.where(), mechanism, probs.detach().float().clone(),
+                                kept))
+        return True
+
     def skip(self, mechanism: str, shape: tuple[int, ...]) -> None:
         self.skipped.append((self.where(), mechanism, shape))
 
     def add(self, mechanism: str, probs: torch.Tensor, diag: torch.Tensor | None = None,
-            name: str | None = None) -> None:
-        """Keep one layer's probabilities (B, H, T, T) (or unbatched (H, T, T)); `diag`: its scores' diagonal."""
+            name: str | None = None, scores: torch.Tensor | None = None) -> None:
+        """Keep one layer's probabilities (B, H, T, T) (or unbatched (H, T, T)); `diag`: its scores' diagonal;
+        `scores`: all of them (the probe keeps a class-attention layer's, whose queries are not its keys)."""
         if self.chunks and name is None and probs.dim() == 4:
             self._chunked(mechanism, probs)
             return
@@ -266,8 +330,15 @@ class _Recorder:
         length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if probs.dim() != 4:
             probs = probs.reshape(self.batch, -1, length, source)
+        if self.window_maps is not None:
+            self.window_maps.append((name or self.where(), probs.detach().float()[:, :, None]))
+            return
+        if self.layout is not None and self.layout.joined:
+            probs = self._on_grid(probs)
+            length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if not self.wants(length, source):
-            self.skipped.append((name or self.where(), mechanism, tuple(probs.shape)))
+            if not self._class_attention(mechanism, probs, scores, name):
+                self.skipped.append((name or self.where(), mechanism, tuple(probs.shape)))
             return
         if self.capacity is not None and len(self.layers) >= self.capacity:
             self.extra += 1
@@ -450,6 +521,7 @@ class _Recorder:
         if self._pending:
             self.extra += 1
             self._pending = []
+        self.extra += len({id(use) for _ref, use, _change in self._tracked.values() if use.defer and not use.done})
         for name, shape in self._products:
             self.no_softmax.append((name, shape))
             self.skipped.append((name, f"{'x'.join(map(str, shape[-2:]))} scores with no softmax over their last "
@@ -468,28 +540,33 @@ class _Recorder:
         from it) with the values ends that output's path -- unchanged, or changed by the first call on the way that
         is not a reshape, a cast or dropout turned off (talking heads, a re-normalisation, dropout in eval mode),
         which is said; a (T, T) product of no softmax's output is a score product its softmax should follow."""
-        if not self._tracked and func not in _PRODUCTS:
+        if not self._tracked and (func not in _PRODUCTS or not self.follow):
             return
         hits = []
         for a in (*args, *kwargs.values()):
             for x in (a if isinstance(a, (tuple, list)) else (a,)):
                 entry = self._tracked.get(id(x)) if isinstance(x, torch.Tensor) else None
                 if entry is not None and entry[0]() is x and not entry[1].done:
-                    hits.append(entry)
+                    hits.append((x, entry))
         if func in _PRODUCTS:
-            for _ref, use, change in hits:
+            for x, (_ref, use, change) in hits:
                 use.done = True
                 if change is not None:
                     self.changed.setdefault(use.name, change)
-            if not hits and isinstance(out, torch.Tensor) and out.dim() in (3, 4) and out.shape[-1] == out.shape[-2] \
-                    and out.shape[-1] > 1:
+                self._meets_values(use, x, change)
+            if hits:
+                self._tracked = {k: v for k, v in self._tracked.items() if not v[1].done}
+            if self.follow and not hits and isinstance(out, torch.Tensor) and out.dim() in (3, 4) \
+                    and out.shape[-1] == out.shape[-2] and out.shape[-1] > 1:
                 self._products.append((self.where(), tuple(out.shape)))
             return
         if not hits:
             return
-        _ref, use, change = hits[0]
+        _x, (_ref, use, change) = hits[0]
         if change is None and func not in _UNCHANGED:
             change = _changed_by(func, args, kwargs)
+            use.stays = change is not None and (func in _DROPOUTS or _by_constant(func, args))
+            change = change if change is None or self.where() == use.name else f"{change} in {self.where()}"
         self._track(out, use, change)
 
     # the three mechanisms
@@ -510,19 +587,58 @@ class _Recorder:
         if perm is not None:          # token axes elsewhere: labml's (T_q, T_k, B, H) with a softmax over dim=1
             self.moved(x, out, int(dim), perm)
             return
+        if nd == 5 and dim in (-1, 4):
+            self.calls[SOFTMAX] += 1
+            self.windowed.append((self.where(), tuple(x.shape)))
+            if self.window_maps is not None:
+                self.window_maps.append((self.where(), out.detach().float()))
+            return
         if nd not in (3, 4) or dim not in (-1, nd - 1) or (nd == 3 and x.shape[-1] != x.shape[-2]):
             self.other_softmax.append(tuple(x.shape))
             return
         self.calls[SOFTMAX] += 1
+        use = None
         if self.follow and x.shape[-1] == x.shape[-2]:
             self._answer(tuple(x.shape))
-            self._track(out, _Use(self.where()), None)
+            use = _Use(self.where())
+            self._track(out, use, None)
         diag = x.diagonal(dim1=-2, dim2=-1) if self.scores and x.shape[-1] == x.shape[-2] else None
         if nd == 3:
             self.three_d(SOFTMAX, out, diag)
             return
         self.flush()
-        self.add(SOFTMAX, out, diag)
+        if self._defers(out):
+            return
+        before = len(self.maps)
+        self.add(SOFTMAX, out, diag, scores=x if self.scores else None)
+        if use is not None and self.keep is None and len(self.maps) > before:
+            use.layer = before
+
+    def _defers(self, out: torch.Tensor) -> bool:
+        """A capture of a module whose softmax output is changed before it weights the values (`layout.applied`):
+        the output is followed, and the layer's map is what meets the values (`_meets_values`)."""
+        if self.layout is None or not self.layout.applied:
+            return False
+        name = self.where()
+        if name not in self.layout.applied:
+            return False
+        self._track(out, _Use(name, defer=True, mechanism=SOFTMAX), None)
+        return True
+
+    def _meets_values(self, use: _Use, x: torch.Tensor, change: str | None) -> None:
+        """The weights `x` that a softmax's output became meet the values: a deferred capture keeps them as the
+        layer's map; the probe replaces the softmax's map by them when something changed it on the way (and the
+        shape is the map's), said in `applied` -- not when the change is random (dropout in training mode) or a
+        constant factor (a tutorial's division by sqrt(D) after the softmax): the softmax stays shown, said as
+        changed."""
+        if use.defer:
+            self.add(f"{use.mechanism}, as applied to the values", x, name=use.name)
+        elif use.layer is not None and change is not None and not use.stays \
+                and tuple(x.shape) == tuple(self.maps[use.layer].shape):
+            self.maps[use.layer] = x.detach().float().clone()
+            self.layers[use.layer] = (self.layers[use.layer][0], f"{self.layers[use.layer][1]} -> {change}, as "
+                                                                 "applied to the values")
+            self.applied[use.name] = change
 
     def moved(self, x: torch.Tensor, out: torch.Tensor, dim: int, perm: tuple[int, ...]) -> None:
         """A softmax over axis `dim` of scores whose two token axes are not the last two (`_keys_last`): the
@@ -572,9 +688,17 @@ class _Recorder:
         p = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_ARGS, args)), **kwargs}
         q, k = p["query"], p["key"]
         self.calls[mechanism] += 1
+        if q.dim() == 5:    # (B, H, windows, queries, dim): attention inside windows, not over the image's tokens
+            self.windowed.append((self.where(), (*q.shape[:-1], int(k.shape[-2]))))
+            if self.window_maps is not None:
+                self.window_maps.append((self.where(), sdpa_probabilities(
+                    q, k, p["attn_mask"], bool(p["is_causal"]), p["scale"], bool(p["enable_gqa"]))))
+            return out
         if self.follow:     # a (T, T) bias made by a product and passed as the mask: its softmax is this one
             self._answer((int(q.shape[-2]), int(k.shape[-2])))
-        if not self.wants(int(q.shape[-2]), int(k.shape[-2])) and not (self.chunks and q.dim() == 4):
+        if self.window_maps is None and not self.wants(int(q.shape[-2]), int(k.shape[-2])) and \
+                not (q.dim() == 4 and self.may_join(int(q.shape[-2]), int(k.shape[-2]))) and \
+                not (self.chunks and q.dim() == 4):
             self.skip(mechanism, (*q.shape[:-1], int(k.shape[-2])))
             return out
         if p["dropout_p"] and not any("dropout" in n for n in self.notes):
@@ -589,7 +713,7 @@ class _Recorder:
             self.three_d(SDPA, probs, diag)
         else:
             self.flush()
-            self.add(mechanism, probs, diag)
+            self.add(mechanism, probs, diag, scores=scores if self.scores else None)
         return out
 
     def mha(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -706,9 +830,20 @@ class _AttentionMode(TorchFunctionMode):
         if func is _MHA_FN:
             return self.recorder.mha(args, kwargs)
         out = func(*args, **kwargs)
-        if self.recorder.follow and not torch.compiler.is_compiling():   # not in what torch.compile traces
+        if (self.recorder.follow or self.recorder._tracked) and not torch.compiler.is_compiling():
+            # (not in what torch.compile traces)
             self.recorder.followed(func, args, kwargs, out)
         return out
+
+
+_SCALINGS = frozenset({torch.mul, _T.mul, _T.__mul__, _T.__rmul__, torch.div, _T.div, _T.__truediv__,
+                       torch.true_divide, _T.true_divide})
+
+
+def _by_constant(func: Any, args: tuple[Any, ...]) -> bool:
+    """A multiplication or division by one number (a Python scalar or a one-element tensor)."""
+    return func in _SCALINGS and len(args) == 2 and any(
+        isinstance(a, (int, float)) or (isinstance(a, torch.Tensor) and a.numel() == 1) for a in args)
 
 
 def _changed_by(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
