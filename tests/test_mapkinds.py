@@ -5,7 +5,7 @@ import pytest
 
 from vitviz.batch.plan import check_maps, parse_maps
 from vitviz.core.analyses import maps
-from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, info, lacks, unavailable
+from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, info, unavailable
 from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 
@@ -27,7 +27,7 @@ def test_every_kind_has_one_row_and_maps_reads_it() -> None:
         assert (kind.source, kind.per_layer, kind.per_head) == (row.source, row.per_layer, row.per_head), name
     # the whole-model kinds (files named Lall) are the ones without layers
     assert {k for k, row in KINDS.items() if not row.per_layer} == set(maps.WHOLE_MODEL_KINDS)
-    assert KINDS["text"].needs >= {"prompt", "gradients", "text_tower"}
+    assert KINDS["text"].needs >= {"gradients", "text_tower"} and KINDS["text"].arg == "prompt"
     assert {k for k, row in KINDS.items() if "gradients" in row.needs} == set(maps.GRADIENT_KINDS) | {"text"}
     assert {k for k, row in KINDS.items() if "map_head" in row.needs} == set(maps.POOL_KINDS)
 
@@ -48,18 +48,18 @@ def test_unavailable_answers_what_export_refuses() -> None:
         assert str(raised.value) == why
 
 
-def test_lacks_is_what_the_model_cannot_give_whatever_is_selected() -> None:
+def test_unavailable_of_a_word_is_what_the_model_cannot_give_whatever_is_selected() -> None:
     plain, pooled, live = spec(), spec(pooling="map", cls_token=False), spec(family="live")
-    assert lacks("mean", plain) is None and lacks("cls", spec(cls_token=False, pooling="avg")) is None
-    assert "MAP pooling head" in str(lacks("pool", plain)) and lacks("pool", pooled) is None
-    assert lacks("poolrollout", pooled) is None and lacks("poolrollout", plain) is not None
+    assert unavailable("mean", plain) is None and unavailable("cls", spec(cls_token=False, pooling="avg")) is None
+    assert "MAP pooling head" in str(unavailable("pool", plain)) and unavailable("pool", pooled) is None
+    assert unavailable("poolrollout", pooled) is None and unavailable("poolrollout", plain) is not None
     for kind in ("relevance", "gradrollout", "attngrad", "text", "pca", "norms"):
-        assert lacks(kind, plain) is None
-        assert "reference ViT" in str(lacks(kind, live)), kind
-        assert "reference ViT" in str(lacks(kind, plain, frozenset({"attention"}))), kind
+        assert unavailable(kind, plain) is None
+        assert "reference ViT" in str(unavailable(kind, live)), kind
+        assert "reference ViT" in str(unavailable(kind, plain, frozenset({"attention"}))), kind
     for kind in ("cls", "mean", "max", "rollout", "token"):   # a model run from its own code gives its attention
-        assert lacks(kind, live) is None
-    assert "windowed" in str(lacks("received", plain))
+        assert unavailable(kind, live) is None
+    assert "windowed" in str(unavailable("received", plain))
 
 
 def test_export_refuses_the_reference_only_kinds_of_a_model_run_from_its_own_code() -> None:

@@ -399,7 +399,7 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     else:
         model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
-    bad = [m.label for m in maps if m.source != "attention" or m.kind == "token"]
+    bad = [m.label for m in maps if m.source != "attention" or m.token is not None]   # a token of one model only
     if bad:
         raise VitvizError(f"--maps {','.join(bad)}: --compare and --timeline draw the attention maps cls, mean, max "
                           "and rollout")

@@ -252,9 +252,7 @@ def compared_kind(state: Any) -> tuple[MapKind, int | None, str]:
         return MapKind("cls"), None, (f"the comparison draws attention maps ({', '.join(COMPARED_SOURCES)}); "
                                       f"showing CLS attention instead of {state.source}")
     kind = map_kind(state)
-    if kind.kind == "token":
-        return MapKind("token", kind.token), kind.token, ""
-    return kind, None, ""
+    return kind, kind.token, ""        # a map of one query token (token:N, key:N): B's token by place
 
 
 # ------------------------------------------------------------------------------------------------- session

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitviz.core.analyses.mapkinds import unavailable
+from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, TEXT_KINDS, HeadSel, LayerSel, MapKind, ResultMaps,
                               SelectionError)
 from vitviz.core.drawing.render import RenderOptions, draw_map, native_view
@@ -30,7 +30,7 @@ from vitviz.core.spec import AttentionResult
 from vitviz.core.winspec import WindowedResult
 from vitviz.errors import VitvizError
 
-MAPS_SHOWN = ", ".join(k for k in MAP_KINDS if k not in ("token", "rollout")) + ", rollout, token:N or rollout:N"
+MAPS_SHOWN = ", ".join(KINDS[k].syntax for k in MAP_KINDS)      # every attention map (the table of map kinds)
 # RenderOptions fields `show` takes besides its own arguments, with what each allows ('size' is `original`).
 RENDER_CHOICES: dict[str, tuple[Any, ...]] = {"style": ("overlay", "heatmap"), "scale": ("shared", "own"),
                                               "smooth": (True, False), "colorbar_label": (True, False)}
@@ -155,11 +155,12 @@ def _check_map(map_name: Any, spec: Any, maps: ResultMaps) -> MapKind:  # noqa: 
     if kind.kind not in MAP_KINDS and (kind.kind == "pca" or not maps.has(kind)):
         raise ShowError(f"show: map {map_name!r} needs a pass of its own, which a result does not hold; expected "
                         f"one of {MAPS_SHOWN} (`vitviz export --maps {map_name}` draws it)")
-    query = kind.token if kind.kind == "token" else kind.rollout.query if kind.kind == "rollout" else None
-    if query is not None and not 0 <= int(query) < spec.num_tokens:   # as `vitviz export` refuses it: never clamped
-        raise ShowError(f"show: map {map_name!r}: {kind.kind}:{query} out of range: the model has {spec.num_tokens} "
+    query = kind.query            # a token argument (token:N, key:N, rollout:N) in range, as `vitviz export` asks
+    if query is not None and not 0 <= int(query) < spec.num_tokens:   # never clamped
+        name = KINDS[kind.kind].name
+        raise ShowError(f"show: map {map_name!r}: {name}:{query} out of range: the model has {spec.num_tokens} "
                         f"tokens ({spec.num_prefix} prefix + {spec.grid[0]}x{spec.grid[1]} patches); expected "
-                        f"{kind.kind}:0 to {kind.kind}:{spec.num_tokens - 1}")
+                        f"{name}:0 to {name}:{spec.num_tokens - 1}")
     return kind
 
 
