@@ -122,5 +122,7 @@ def test_show_draws_a_windowed_result(swin_folder: Path, images: Path) -> None:
     assert vitviz.show(result, map="query:17", layer=3, head=1, colorbar=False, original=False).size == (64, 64)
     with pytest.raises(ShowError, match="heads in block 0"):
         vitviz.show(result, layer=0, head=1)
-    with pytest.raises(ShowError, match="plain ViT"):
+    with pytest.raises(ShowError, match="patch merging"):     # rollout is defined within one grid only
         vitviz.show(result, map="rollout")
+    with pytest.raises(ShowError, match="plain ViT"):
+        vitviz.show(result, map="entropy")

@@ -82,9 +82,12 @@ def capabilities_of_spec(spec: Any) -> frozenset[str]:
 
 def windowed(thing: Any) -> bool:
     """Whether a model, spec, result or per-image holder is of the windowed lane (Swin, SAM / ViTDet): its
-    capabilities say `WINDOWS`, or it says `windowed` (a `WindowedSpec`, `WindowedResult`, `WindowedMaps`). The one
-    adapter: everything else asks capabilities or the `ImageMaps` interface."""
-    return WINDOWS in capabilities_of(thing) or bool(getattr(thing, "windowed", False))
+    capabilities say `WINDOWS`, or its spec is a `WindowedSpec` (`windowed` set). The one adapter: everything
+    else asks capabilities or the `ImageMaps` interface (`vitviz.core.analyses.maps`)."""
+    if WINDOWS in capabilities_of(thing):
+        return True
+    spec = getattr(thing, "spec", thing)      # a result's or holder's spec, or the spec itself
+    return bool(getattr(spec, "windowed", False))
 
 
 def is_reference(model: Any) -> bool:

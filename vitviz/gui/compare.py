@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, Signal
 from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
+from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
@@ -117,7 +118,7 @@ class LoadB(Independent):
         device = str(ctx.model.device) if ctx.model is not None else None
         _forget_b(ctx)                              # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
-        if getattr(model, "windowed", False):
+        if WINDOWS in capabilities_of(model):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
                                      "window yet; `vitviz export --compare` neither")
         ctx.slots[B_SLOT] = (self.generation, model)
@@ -401,7 +402,7 @@ class CompareSession(QObject):
         """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
         grid across its layers, which the comparison's maps and head matching are drawn on."""
         spec = self.session.spec
-        if spec is None or not getattr(spec, "windowed", False):
+        if spec is None or WINDOWS not in (self.session.capabilities or capabilities_of_spec(spec)):
             return ""
         return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
                 "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "

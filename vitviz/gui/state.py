@@ -11,27 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from vitviz.core.drawing.colormaps import available_colormaps
 from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names, of_arg, unavailable
-from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, MapStack,
-                              ResultMaps, SelectionError, resolve_index)
+from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, ImageMaps, LayerSel, MapKind,
+                                      MapStack, SelectionError, resolve_index)
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.protocol import WINDOWS, capabilities_of_spec
 from vitviz.core.analyses.rollout import FUSIONS, RolloutParams
 from vitviz.core.analyses.tokens import Fusion
 
-if TYPE_CHECKING:
-    from vitviz.core.analyses.winview import WindowedMaps
-
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
-           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "is_windowed",
-           "windowed_view", "QueryScaleRule", "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source",
+           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule", "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source",
            "lane_change", "layer_mean"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
@@ -357,36 +353,26 @@ def map_label(state: ViewState) -> str:
     return map_kind(state).label
 
 
-def is_windowed(maps: object) -> bool:
-    """Whether a per-image holder is a windowed model's (`vitviz.core.analyses.winview.WindowedMaps`)."""
-    return bool(getattr(maps, "windowed", False))
-
-
-def windowed_view(maps: "WindowedMaps", state: ViewState) -> tuple[MapStack, int, HeadSel]:
-    """What a windowed result shows for the state: the stack holding the selected block's map (its stage's, or
-    the rollout's; a placeholder titled with why where there is none), the block's row in it, and the head
-    selection clamped to the block's own heads (a stage has as many as it has)."""
-    stack, row = maps.view_or_pending(map_kind(state), state.layer)
+def view_of(maps: ImageMaps, state: ViewState) -> tuple[MapStack, LayerSel, HeadSel, int]:
+    """What a per-image holder shows for the state (`ImageMaps.view_or_pending`): the stack holding the selected
+    layer's map (a windowed model's: its block's stage, or the rollout's; a placeholder titled with why where there
+    is none), the row to select in it, the head selection clamped to the stack's heads (a windowed stage has as many
+    as it has), and the input pixels per cell of its grid."""
+    stack, row, stride = maps.view_or_pending(map_kind(state), state.layer)
     head = state.head if isinstance(state.head, str) else resolve_index(state.head, stack.num_heads)
-    return stack, row, head
+    return stack, row, head, stride
 
 
-def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
-    """The stack of every layer and head of the map the state selects (`ResultMaps.stack_or_pending`: while its pass
-    runs, a placeholder of zeros titled so, which is never exported); for a windowed model the stack of the
-    selected block's stage (`windowed_view`)."""
-    if is_windowed(maps):
-        return windowed_view(maps, state)[0]  # type: ignore[arg-type]
-    return maps.stack_or_pending(map_kind(state))
+def stack_for(maps: ImageMaps, state: ViewState) -> MapStack:
+    """The stack of the map the state selects (`view_of`: while its pass runs, a placeholder of zeros titled so,
+    which is never exported)."""
+    return view_of(maps, state)[0]
 
 
-def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
+def current_map(maps: ImageMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
     """The (gh, gw) map the state selects (its layer and head) and the stack it comes from."""
-    if is_windowed(maps):
-        stack, row, head = windowed_view(maps, state)  # type: ignore[arg-type]
-        return stack.select(row, head), stack
-    stack = stack_for(maps, state)
-    return stack.select(state.layer, state.head), stack
+    stack, row, head, _stride = view_of(maps, state)
+    return stack.select(row, head), stack
 
 
 def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[float, float]:

@@ -38,12 +38,13 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
 
 from vitviz.core.analyses import analysis
-from vitviz.core.analyses.mapkinds import KINDS, of_arg, of_source
+from vitviz.core.analyses.mapkinds import KINDS, of_arg, of_source, unavailable
 from vitviz.core.analyses.rollout import RolloutEngine, RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
@@ -505,6 +506,57 @@ def pending_stack(kind: MapKind, grid: tuple[int, int], depth: int, heads: int, 
 MAX_ROLLOUT_STACKS = 8
 
 
+class ImageMaps(Protocol):
+    """What every per-image holder answers, whatever lane made it: `ResultMaps` (a plain ViT's result, the live
+    path's too) and `vitviz.core.analyses.winview.WindowedMaps` (Swin, SAM / ViTDet). The window's panels, export,
+    Compare, the Timeline and `vitviz.show` ask this, never which holder they have.
+
+    `view(kind, layer)` is the one question a panel asks to draw a map: the stack holding layer `layer`'s map (a
+    windowed model's: its block's stage), the row to select in it, and the input pixels per cell of its grid (the
+    patch size, or the stage's stride); `view_or_pending` a placeholder titled with why where there is none yet
+    (or none at all: `unshown`). `outlines(layer)` the geometry of the layer's windows to draw over the map (None:
+    no windows), `query_outline(layer, cell)` the window of the query at first-grid cell `cell`; `caption` names
+    what a view shows and which of the holder's layers or blocks it is, for a title; `row_blocks(kind, layer)` the block
+    each row of the view's stack is where its rows are not the layers themselves (None: row i is layer i);
+    `picks(kind)` every (layer, head) it has a map of `kind` at, as export names them; `write_npz` its .npz."""
+
+    result: Any
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def has(self, kind: MapKind) -> bool: ...
+
+    def unshown(self, kind: MapKind) -> str | None: ...
+
+    def view(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, Any, int]: ...
+
+    def view_or_pending(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, Any, int]: ...
+
+    def outlines(self, layer: Any) -> Any: ...
+
+    def query_outline(self, layer: Any, cell: tuple[int, int]) -> Any: ...
+
+    def row_blocks(self, kind: MapKind, layer: Any) -> list[int] | None: ...
+
+    def heads_of(self, layer: Any) -> int: ...
+
+    def picks(self, kind: MapKind) -> list[tuple[Any, HeadSel]]: ...
+
+    def write_npz(self, path: str | Path, overwrite: bool = False) -> Path: ...
+
+    def caption(self, kind: MapKind, layer: LayerSel, row: Any, stack: MapStack) -> tuple[str, str]: ...
+
+    def resolved(self, kind: MapKind) -> MapKind: ...
+
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def stack_or_pending(self, kind: MapKind) -> MapStack: ...
+
+
 class MapNotReady(SelectionError):
     """A gradient, text or feature map whose pass has not run for this result yet."""
 
@@ -689,12 +741,72 @@ class ResultMaps:
         never exported); a MAP head's map of a model without one is such a placeholder titled with why."""
         if self.has(kind) and kind.kind != "pca":
             return self.stack(kind)
-        spec = self.result.spec
+        spec, why = self.result.spec, self.unshown(kind)
+        if why is not None:
+            return pending_stack(kind, self.grid, spec.depth, spec.num_heads, title=why)
         if kind.source == "text":
             return pending_stack(kind, self.grid, 1, 1, title=f"LeGrad of {kind.target!r}: computing…")
         none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
                 "have one)") if kind.source == "pool" else ""
         return pending_stack(kind, self.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
+
+    def unshown(self, kind: MapKind) -> str | None:
+        """Why this result has no map of `kind` whatever its passes (None: it has, or will once its pass has run):
+        a windowed model's map (`vitviz.core.analyses.mapkinds.unavailable` of the kind's word; 'cls' without a
+        CLS token is the patch mean here, `resolved`)."""
+        return unavailable(kind.kind, self.result.spec)
+
+    def view(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, LayerSel, int]:
+        """The stack that shows layer `layer`'s map of `kind`, the row to select in it (the layer itself: every
+        layer is a row) and the input pixels per cell (the patch size): `ImageMaps.view`."""
+        return self.stack(kind), layer, self.result.spec.patch_size
+
+    def view_or_pending(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, LayerSel, int]:
+        """`view`, or a placeholder while its pass runs or where this result has none (`stack_or_pending`)."""
+        kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        return self.stack_or_pending(kind), layer, self.result.spec.patch_size
+
+    def outlines(self, layer: LayerSel) -> None:
+        """No window outlines: a plain ViT attends over all its tokens (`ImageMaps.outlines`)."""
+        return None
+
+    def picks(self, kind: MapKind) -> list[tuple[LayerSel, HeadSel]]:
+        """Every (layer, head) this result has a map of `kind` at, as `vitviz export --layers all --which-heads
+        all,mean,max` draws them (`ImageMaps.picks`): 'all' for a map of the whole model, head 'mean' only for a
+        map without heads."""
+        stack = self.stack_or_pending(kind)
+        layers: list[LayerSel] = list(range(stack.maps.shape[0])) if kind.per_layer else ["all"]
+        heads: list[HeadSel] = [*range(stack.num_heads), "mean", "max"] if kind.per_head else ["mean"]
+        return [(layer, head) for layer in layers for head in heads]
+
+    def write_npz(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the result's arrays and spec with every pass held (`arrays`), as `vitviz export --npz` does
+        (`vitviz.core.files.write_npz_atomic`); returns the path written."""
+        from vitviz.core import files
+
+        return files.write_npz_atomic(path, self.result, overwrite=overwrite, extra=self.arrays())
+
+    def heads_of(self, layer: LayerSel) -> int:
+        """The heads of layer `layer` (every layer has the model's)."""
+        return int(self.result.attentions.shape[1])
+
+    def row_blocks(self, kind: MapKind, layer: LayerSel) -> None:
+        """None: row i of every view's stack is layer i (`ImageMaps.row_blocks`)."""
+        return None
+
+    def query_outline(self, layer: LayerSel, cell: tuple[int, int]) -> None:
+        """No query window either (`ImageMaps.query_outline`)."""
+        return None
+
+    def caption(self, kind: MapKind, layer: LayerSel, row: LayerSel, stack: MapStack) -> tuple[str, str]:
+        """(what the map is, which layer it shows) for a title (`ImageMaps.caption`): 'attention of patch (1, 2)
+        (token 5)', 'layer 3' / 'through layer 3' (rollout) / 'all layers' (a map of the whole model)."""
+        what = stack.title
+        if KINDS[kind.kind].reads == "row" and kind.token is not None:
+            what = f"attention of {self.result.spec.token_name(kind.token)} (token {kind.token})"
+        if not kind.per_layer:
+            return what, "all layers"
+        return what, f"through layer {layer}" if kind.kind in ("rollout", "poolrollout") else f"layer {layer}"
 
     def arrays(self, kinds: "Iterable[MapKind] | None" = None, layers: "Iterable[int] | None" = None
                ) -> dict[str, np.ndarray]:

@@ -461,7 +461,6 @@ class WindowedModel:
     `run` gives a `WindowedResult`; `forward_captured` is the batch form (the export's). Its capabilities say
     `WINDOWS` (`vitviz.core.protocol`): what asks a model what it can do asks it, not its class."""
 
-    windowed = True
     capabilities = frozenset({WINDOWS})
 
     def __init__(self, net: WindowedNet, spec: WindowedSpec, device: torch.device, dropped: list[str]) -> None:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.spec import ModelSpec
+from vitviz.core.protocol import windowed
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
@@ -142,7 +143,7 @@ class ControlsPanel(QWidget):
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
         spec = self.session.spec
-        if spec is not None and spec is not self.model_settings.spec and not getattr(spec, "windowed", False):
+        if spec is not None and spec is not self.model_settings.spec and not windowed(spec):
             self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
@@ -298,15 +299,15 @@ class ControlsPanel(QWidget):
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        windowed = getattr(spec, "windowed", False)
-        self.model_settings.set_spec(None if windowed else spec)   # its fields are a plain ViT's
-        self.model_settings.setToolTip(WINDOWED_SETTINGS if windowed else "")
-        self.layer_label.setText("Block" if windowed else "Layer")
-        self.relevance_picker.setVisible(not windowed)   # no class relevance: its passes are the reference ViT's
-        self.block_label.setVisible(windowed)
-        self.layer_spin.setMinimum(0 if windowed else min(LAYER_SPECIALS))   # no mean over stages' grids
+        blocks = windowed(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
+        self.model_settings.set_spec(None if blocks else spec)   # its fields are a plain ViT's
+        self.model_settings.setToolTip(WINDOWED_SETTINGS if blocks else "")
+        self.layer_label.setText("Block" if blocks else "Layer")
+        self.relevance_picker.setVisible(not blocks)   # no class relevance: its passes are the reference ViT's
+        self.block_label.setVisible(blocks)
+        self.layer_spin.setMinimum(0 if blocks else min(LAYER_SPECIALS))   # no mean over stages' grids
         self.layer_spin.setToolTip("The block's index over all stages (its stage and place are named below)"
-                                   if windowed else self._layer_tip)
+                                   if blocks else self._layer_tip)
         self.layer_spin.setMaximum(spec.depth - 1)
         self.layer_slider.setMaximum(spec.depth - 1)
         self.head_spin.setMaximum(spec.num_heads - 1)
@@ -353,7 +354,7 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
-            if getattr(spec, "windowed", False):
+            if windowed(spec):
                 heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
@@ -405,7 +406,7 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
-    if getattr(spec, "windowed", False):
+    if windowed(spec):
         return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)
