@@ -241,3 +241,15 @@ def test_store_names_a_checkpoint_of_another_layout_against_the_first(tmp_path: 
         store.result(0, "y")
     store.remove_image("x")
     assert not any(e[0] == "result" for e in store.held)
+
+
+def test_store_draws_a_key_map_of_every_checkpoint(run3: Path, img: np.ndarray) -> None:
+    """A map kind is a table row: the timeline draws key:N of each checkpoint from its own result."""
+    store = _store(run3)
+    store.add_image("x", img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(3):
+            r = store.result(k, "x").result
+            want = r.attentions[:, :, r.num_prefix:, 5].reshape(r.attentions.shape[0], -1, *r.grid)
+            np.testing.assert_array_equal(store.stack(k, "x", "key:5").maps[:, :-2], want)
