@@ -120,15 +120,15 @@ KINDS: dict[str, KindInfo] = {   # keyed by `MapKind.kind`; a new kind is one ro
     "token": _k("token:N", "attention", True, True, "attention row of a token",
                 label="Attention of query token", help="the attention row of token N (token 0 is CLS when the "
                                                        "model has one)", arg="token", reads="row"),
+    "entropy": _k("entropy", "attention", True, True, "attention entropy per patch (nats)",
+                  label="Attention entropy per patch",
+                  help="the entropy (nats) of each patch's attention row: low where the patch attends to a few "
+                       "tokens, up to log(tokens) where it attends evenly"),
     "key": _k("key:N", "attention", True, True, "attention paid to a token",
               label="Attention paid to a key token",
               help="the attention every patch pays to token N (column N of the attention; key:0 is what each patch "
                    "gives CLS when the model has one; a windowed model: patch N, from the queries of its window)",
               arg="token", reads="column", windows=True),
-    "entropy": _k("entropy", "attention", True, True, "attention entropy per patch (nats)",
-                  label="Attention entropy per patch",
-                  help="the entropy (nats) of each patch's attention row: low where the patch attends to a few "
-                       "tokens, up to log(tokens) where it attends evenly"),
     "relevance": _k("relevance[:CLASS]", "gradients", False, False, "class relevance (Chefer)",
                     "gradients", "reference", label="Class relevance",
                     help="Chefer's class relevance of CLASS (an index or label; default the top class), one map of "

@@ -741,13 +741,11 @@ class ResultMaps:
         never exported); a MAP head's map of a model without one is such a placeholder titled with why."""
         if self.has(kind) and kind.kind != "pca":
             return self.stack(kind)
-        spec, why = self.result.spec, self.unshown(kind)
-        if why is not None:
-            return pending_stack(kind, self.grid, spec.depth, spec.num_heads, title=why)
+        spec = self.result.spec
         if kind.source == "text":
             return pending_stack(kind, self.grid, 1, 1, title=f"LeGrad of {kind.target!r}: computing…")
         none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
-                "have one)") if kind.source == "pool" else ""
+                "have one)") if kind.source == "pool" else self.unshown(kind) or ""   # or a windowed model's map
         return pending_stack(kind, self.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
 
     def unshown(self, kind: MapKind) -> str | None:

@@ -138,7 +138,7 @@ def info_html(info: ModelInfo) -> str:
         return f"<p>Loading model {html.escape(display_name(info.loading))}…</p>"
     if spec is None:
         return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
-    if windowed(spec):
+    if info.stages:                  # a windowed model's stages and blocks
         return windowed_html(info)
     grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
                                                       info.image_size[1] // spec.patch_size)
