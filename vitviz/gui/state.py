@@ -27,8 +27,8 @@ from vitviz.core.analyses.tokens import Fusion
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
-           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule", "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source",
-           "lane_change", "layer_mean"]
+           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule",
+           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source", "lane_change", "layer_mean"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
                                               # gradient maps of a class or a prompt, a MAP head's attention (only

@@ -1,8 +1,8 @@
 """The map engine: every attention map the window shows and `vitviz export` writes, computed once (no Qt here).
 
 A map kind (`MapKind`: CLS attention, attention received averaged or maximised over the patch queries, one token's
-attention row, the attention every patch pays to one token (its column), the entropy of each patch's attention row, or attention rollout with its settings; the table of
-kinds is `vitviz.core.analyses.mapkinds.KINDS`) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding the H heads
+attention row, the attention every patch pays to one token (its column), the entropy of each patch's attention row,
+or attention rollout with its settings; the table of kinds is `vitviz.core.analyses.mapkinds.KINDS`) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding the H heads
 followed by the head mean and the head max for every layer, with the colour scale shared by each kind of column.
 Switching layer or head is then an index into that stack, which keeps every panel update inside one frame even
 for ViT-L/16 at 384 px. `ResultMaps` holds one image's result and every pass added to it, and caches its stacks:

@@ -13,8 +13,8 @@ token is (after the cyclic shift; -1 for padding). Two maps follow from it, per 
   the mean over the real queries of its window of their attention to it (for a global block this is the plain
   ViT's 'mean' map). 'max' takes the largest instead.
 
-`received_stack` / `query_stack` / `key_stack` turn a stage's blocks into a `vitviz.core.analyses.maps.MapStack` ((blocks, H + 2, gh, gw):
-heads, head mean, head max), the unit `vitviz.core.drawing.render.draw_map` and the window's image panel draw, with the
+`received_stack` / `query_stack` / `key_stack` turn a stage's blocks into a `vitviz.core.analyses.maps.MapStack`
+((blocks, H + 2, gh, gw): heads, head mean, head max), the unit `vitviz.core.drawing.render.draw_map` and the window's image panel draw, with the
 stage's stride (input pixels per token) as its patch size. `window_labels` numbers each cell's window (the outlines
 a view draws where neighbouring labels differ) and `region_labels` the shift mask's regions.
 

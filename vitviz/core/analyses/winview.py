@@ -395,9 +395,9 @@ class WindowedMaps:
 
     # ------------------------------------------------------------------ stacks
     def stack(self, kind: MapKind | str, stage: int | None = None) -> MapStack:
-        """The stack of a map kind ('received', 'query:N', 'key:N', 'rollout', 'rollout:N', or a `MapKind`) over the blocks
-        of `stage` (default 0; SAM / ViTDet have one). Rollout of a Swin with more than one stage is within the
-        stage asked for, and refused without one (`RolloutUndefined`, saying why)."""
+        """The stack of a map kind ('received', 'query:N', 'key:N', 'rollout', 'rollout:N', or a `MapKind`) over the
+        blocks of `stage` (default 0; SAM / ViTDet have one). Rollout of a Swin with more than one stage is within
+        the stage asked for, and refused without one (`RolloutUndefined`, saying why)."""
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         if kind.kind == "rollout":
             cell0 = None if kind.rollout.query is None else cell_of_token(self.spec, kind.rollout.query)

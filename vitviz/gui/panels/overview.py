@@ -46,7 +46,7 @@ class OverviewPanel(QWidget):
         self._column_name = "rollout"                  # the label of a stack with one column (its map's name)
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
         self._blocks: list[int] = []                   # the block of each row where rows are not layers
-                                                       # (`ImageMaps.row_blocks`: a windowed model's stage; [] otherwise)
+                                                       # (`ImageMaps.row_blocks`: a windowed stage; [] otherwise)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
         self.title = base.TitleLabel("", color=base.TEXT, size="10pt")     # wraps: never widens the panel
