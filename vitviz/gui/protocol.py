@@ -385,7 +385,7 @@ class Load(Request):
         from vitviz.core.reading.hyperparams import TABLE_FAMILIES, describe_guess
         from vitviz.core.protocol import WINDOWS, capabilities_of
 
-        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (`spec.windowed`): stages, heads per stage
+        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (WINDOWS): stages, heads per stage
         can = capabilities_of(model)
         describe = windowed_guess if WINDOWS in can else describe_guess
         described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)

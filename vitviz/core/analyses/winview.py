@@ -20,10 +20,12 @@ per stage,
   ('windowed (7×7, shift 3)' / 'global (64×64)');
 - `arrays()`: exactly what `vitviz export --npz` writes for this image (the export calls it), `nbytes`: the
   memory held;
-- for the window (`vitviz.gui`), what it asks of a per-image holder: `view(kind, layer)` (the stack and row that
-  show one block, the layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where
-  there is none: a plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`,
-  `head_stats()` (distance in pixels, entropy, patch share per block and head), `resolved`.
+- what every per-image holder answers (`vitviz.core.analyses.maps.ImageMaps`, as `ResultMaps` does; the window,
+  export and `vitviz.show` ask only this): `view(kind, layer)` (the stack, row and stride that show one block, the
+  layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where there is none: a
+  plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`, `head_stats()`
+  (distance in pixels, entropy, patch share per block and head), `resolved`; `holder_of(result)` makes the holder
+  of a result of either lane.
 
 A stack's rows are the blocks of its stage (`layers(kind, stage)` gives their block indices); its patch size for
 drawing is the stage's stride (`stride(stage)`, input pixels per cell), so the image panel's `MapStack` drawing
@@ -257,9 +259,10 @@ def info_rows(spec: WindowedSpec, geometry: tuple[BlockGeometry, ...] | None = N
 class WindowedMaps:
     """Lazily computed, cached views of one windowed result (the window keeps one per image).
 
-    Besides its own views it answers what the window asks of a per-image holder (`ResultMaps`'s words): `has`,
-    `stack_or_pending`, `resolved`, `head_stats`, `nbytes`, `arrays`, `result`, `grid`; `view(kind, layer)` is
-    the stack and row that show one block's map (the layer selection counts blocks over all stages)."""
+    Besides its own views it is an `vitviz.core.analyses.maps.ImageMaps`, as `ResultMaps` is: `view(kind, layer)`
+    is the stack, row and stride that show one block's map (the layer selection counts blocks over all stages),
+    `outlines` / `query_outline` the block's windows, `caption`, `row_blocks`, `picks`, `has`, `unshown`,
+    `stack_or_pending`, `resolved`, `head_stats`, `heads_of`, `nbytes`, `write_npz`, `result`, `grid`."""
 
     def __init__(self, result: WindowedResult) -> None:
         self.result = result
