@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from vitviz.core.spec import ModelSpec
 
 
-class MapKind(Protocol):
-    """What this table reads of a `vitviz.core.analyses.maps.MapKind` (not imported: maps reads this table)."""
+class KindLike(Protocol):
+    """What this table reads of a `vitviz.core.analyses.maps.MapKind` (not imported: maps reads this table); one
+    class only is called `MapKind`."""
 
     kind: str
     token: int | None
@@ -49,7 +50,6 @@ class MapKind(Protocol):
 
     @property
     def label(self) -> str: ...
-
 
 
 @dataclass(frozen=True)
@@ -196,12 +196,12 @@ def of_arg(*args: str) -> tuple[str, ...]:
     return tuple(k for k, i in KINDS.items() if i.arg in args)
 
 
-def info(kind: "MapKind | str") -> KindInfo:
+def info(kind: "KindLike | str") -> KindInfo:
     """The table's row of a kind (a `MapKind` or its `kind` word)."""
     return KINDS[kind if isinstance(kind, str) else kind.kind]
 
 
-def unavailable(kind: "MapKind | str", spec: "ModelSpec", can: "frozenset[str] | None" = None) -> str | None:
+def unavailable(kind: "KindLike | str", spec: "ModelSpec", can: "frozenset[str] | None" = None) -> str | None:
     """Why this model cannot give `kind` (None: it can, as far as its spec and capabilities say): the one question
     export, the window, Compare and `vitviz.show` ask.
 
