@@ -376,3 +376,21 @@ def test_view_keeps_only_the_last_queries(runs) -> None:
     assert held == list(range(2, 2 + cmp.MAX_QUERY_KINDS)) and MapKind("cls") in view._pairs
     assert np.array_equal(view.frame(0, 0, 0, query=1).a, first)         # made again, the same
     assert all(MapKind("token", q) not in view.maps_a[0]._stacks for q in range(1, 10))
+
+
+def test_view_of_a_key_map_takes_bs_token_by_place(runs) -> None:
+    """key:N (the attention paid to token N) is compared as token:N is: A's token, B's by place; the maps are each
+    model's own key column, B's aligned to A's grid."""
+    ra, rc = runs["a"], runs["c"]
+    view = cmp.CompareView(ra, rc, heads="index")
+    q = 1 + 2 * 4 + 3                                             # A's patch (2, 3) -> C's patch (5, 7)
+    f = view.frame(0, -1, 1, "key:%d" % q)
+    own = map_stack(rc[0].attentions, MapKind("key", view.query_b(q)), rc[0].spec)
+    assert np.array_equal(f.b_own, own.maps[2, 1])
+    assert np.array_equal(f.a, map_stack(ra[0].attentions, MapKind("key", q), ra[0].spec).maps[1, 1])
+    assert (f.query_a, f.query_b) == (q, 1 + 5 * 8 + 7) and "A token 12 ↔ B token 48" in f.label
+    assert not np.array_equal(f.a, view.frame(0, -1, 1, f"token:{q}").a)      # the column, not the row
+    same = cmp.CompareView(ra, ra)
+    assert np.array_equal(same.frame(1, 0, 0, MapKind("key", 0)).diff, np.zeros((4, 4), np.float32))
+    with pytest.raises(cmp.CompareError, match="token of one model only"):
+        cmp.compare_results(ra, rc, "key:3")                      # a whole-run comparison names no token

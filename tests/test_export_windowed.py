@@ -122,5 +122,26 @@ def test_show_draws_a_windowed_result(swin_folder: Path, images: Path) -> None:
     assert vitviz.show(result, map="query:17", layer=3, head=1, colorbar=False, original=False).size == (64, 64)
     with pytest.raises(ShowError, match="heads in block 0"):
         vitviz.show(result, layer=0, head=1)
-    with pytest.raises(ShowError, match="plain ViT"):
+    with pytest.raises(ShowError, match="patch merging"):     # rollout is defined within one grid only
         vitviz.show(result, map="rollout")
+    with pytest.raises(ShowError, match="plain ViT"):
+        vitviz.show(result, map="entropy")
+
+
+def test_export_and_show_a_key_map_of_a_windowed_model(swin_folder: Path, images: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """key:N is one row of the table and one compute branch per lane: `vitviz export --maps key:N` and
+    `vitviz.show` draw it for a windowed model too, the same picture."""
+    import vitviz
+
+    out = tmp_path / "maps"
+    code = main(["export", "--model", str(swin_folder), str(images / "b.png"), "--out", str(out), "--maps", "key:17",
+                 "--layers", "3", "--which-heads", "1", "--quiet", "--colorbar"])
+    assert code == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.glob("*.png")) == ["b_key17_L3_H1.png"]
+    result = vitviz.load(swin_folder, device="cpu").run(images / "b.png")
+    picture = vitviz.show(result, "key:17", layer=3, head=1)
+    np.testing.assert_array_equal(np.asarray(picture), np.asarray(Image.open(out / "b_key17_L3_H1.png").convert("RGB")))
+    assert main(["export", "--model", str(swin_folder), str(images), "--out", str(tmp_path / "o"),
+                 "--maps", "key:999"]) == 2
+    assert "out of range" in capsys.readouterr().err

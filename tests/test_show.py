@@ -31,6 +31,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]
     ("rollout", -1, "mean", ["--maps", "rollout", "--layers", "last", "--which-heads", "mean"]),
     ("token:3", 0, 1, ["--maps", "token:3", "--layers", "0", "--which-heads", "1"]),
     ("entropy", 1, 0, ["--maps", "entropy", "--layers", "1", "--which-heads", "0"]),
+    ("key:5", 1, "max", ["--maps", "key:5", "--layers", "1", "--which-heads", "max"]),    # a table row, nothing else
 ])
 def test_show_is_the_exported_png(setup, tmp_path: Path, map_name: str, layer: object, head: object,
                                   cli: list[str]) -> None:
@@ -102,3 +103,13 @@ def test_a_result_in_a_notebook_is_its_picture_with_its_summary(setup) -> None:
     (data,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert base64.b64decode(data) == result._repr_png_()
     assert f"<figcaption><code>{html.escape(repr(result))}</code></figcaption>" in page
+
+
+def test_show_refuses_a_key_token_out_of_range_as_export_does(setup, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt, image, result = setup
+    with pytest.raises(vitviz.VitvizError, match=r"key:99 out of range.*expected key:0 to key:16"):
+        vitviz.show(result, "key:99")
+    assert main(["export", "--model", str(ckpt), "--heads", str(HEADS), str(image), "--out", str(tmp_path / "o"),
+                 "--device", "cpu", "--quiet", "--maps", "key:99"]) == 2
+    assert "key:99 out of range" in capsys.readouterr().err

@@ -260,3 +260,15 @@ def test_labels_too_long_for_small_pictures_keep_their_step() -> None:
     assert fit_label("step-5", width, lambda t: measure(t, font=font)) == "step-5"       # fits: unchanged
     frames = animation_frames([np.zeros((64, 64, 3), np.uint8)] * 2, labels)
     assert not np.array_equal(frames[0], frames[1])                       # the two frames' labels differ
+
+
+def test_store_draws_a_key_map_of_every_checkpoint(run3: Path, img: np.ndarray) -> None:
+    """A map kind is a table row: the timeline draws key:N of each checkpoint from its own result."""
+    store = _store(run3)
+    store.add_image("x", img)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(3):
+            r = store.result(k, "x").result
+            want = r.attentions[:, :, r.num_prefix:, 5].reshape(r.attentions.shape[0], -1, *r.grid)
+            np.testing.assert_array_equal(store.stack(k, "x", "key:5").maps[:, :-2], want)

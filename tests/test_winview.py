@@ -260,3 +260,28 @@ def test_overview_in_pieces_is_the_same(chunk: int, monkeypatch: pytest.MonkeyPa
     pieces = WindowedMaps(result).overview(1)
     np.testing.assert_allclose(pieces.distance, whole.distance, rtol=1e-6)
     np.testing.assert_allclose(pieces.entropy, whole.entropy, rtol=1e-6)
+
+
+def test_key_is_the_column_of_its_patch_in_each_window(swin_run) -> None:
+    """key:N of a windowed model: the attention patch N receives from each query of its window (the column of
+    the window's attention), at each query's cell; the view answers it as any kind, with its stage's stride."""
+    _model, result = swin_run
+    maps = WindowedMaps(result)
+    token = 3 * 16 + 5                                           # first-stage cell (3, 5)
+    for block in range(len(result.geometry)):
+        g = result.geometry[block]
+        stack, row, stride = maps.view(f"key:{token}", block)
+        assert (row, stride) == (g.index, g.stride) and stack.maps.shape[-2:] == g.grid
+        cell = winmaps.stage_cell(result.spec, g.stage, (3, 5))
+        w, t = g.slot_of[cell[0] * g.grid[1] + cell[1]]
+        want = np.zeros((stack.num_heads, g.grid[0] * g.grid[1]), np.float32)
+        for q, pos in enumerate(g.positions[w]):
+            if pos >= 0:
+                want[:, pos] = result.blocks[block][w, :, q, t]
+        np.testing.assert_array_equal(stack.maps[row, :-2], want.reshape(-1, *g.grid))
+    query = maps.view(f"query:{token}", 0)[0].maps[0, 0]
+    key = maps.view(f"key:{token}", 0)[0].maps[0, 0]
+    assert not np.array_equal(query, key)                            # a row and a column of one window
+    assert maps.unshown(MapKind.parse("key:1")) is None and maps.picks(MapKind.parse("key:1"))[0] == (0, 0)
+    with pytest.raises(SelectionError, match="out of range"):
+        maps.view("key:999", 0)

@@ -49,6 +49,10 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
     qtbot.waitUntil(lambda: panel.frame is not None and panel.frame.query_a == 5, timeout=10000)
     assert "A token 5 ↔ B token 5" in panel.mapping.text()
     assert np.array_equal(panel.frame.diff, np.zeros_like(panel.frame.diff))
+    loaded.state.update(source="key", query=6)          # the attention paid to a token: a table row, compared too
+    qtbot.waitUntil(lambda: panel.frame is not None and panel.frame.query_a == 6, timeout=10000)
+    want = loaded.session.current_maps.stack("key:6").select(loaded.state.layer, loaded.state.head)
+    assert np.array_equal(panel.frame.a, want) and "A token 6 ↔ B token 6" in panel.mapping.text()
     panel.close_button.click()
     assert not loaded.compare.active and not loaded.dock("compareDock").isVisible()
 

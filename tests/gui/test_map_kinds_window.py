@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from vitviz.batch.plan import parse_maps
@@ -10,7 +11,7 @@ from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.state import ViewState, map_kind, parse_map_arg
 
 SHOWN = ("cls", "mean", "max", "rollout", "rollout:5", "token:3", "pool", "rollout:pool", "relevance", "relevance:3",
-         "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog", "received", "query:3")
+         "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog", "received", "query:3", "key:4")
 
 
 @pytest.mark.parametrize("name", SHOWN)
@@ -129,3 +130,25 @@ def test_the_map_on_show_is_made_in_the_worker_for_new_images(qtbot, window, tin
     ctx = SimpleNamespace(model=window.session.client._worker.model, slots={})
     made = Run(image=str(images[1]), also=(MapKind("entropy"),))(ctx).maps      # the work itself, in this thread
     assert MapKind("entropy") in made._stacks and MapKind("entropy") not in Run(image=str(images[1]))(ctx).maps._stacks
+
+
+def test_a_key_map_is_offered_drawn_followed_by_a_click_timeline_and_compare(qtbot, loaded) -> None:  # noqa: ANN001
+    """key:N is one row of the table: the window offers it, draws the library's map, keeps it when another patch is
+    clicked, and the Timeline and Compare docks draw it (the query token picks N)."""
+    from vitviz.gui.compare import compared_kind
+    from vitviz.gui.panels.timeline import timeline_kind
+
+    controls, state = loaded.controls, loaded.state
+    offered = [controls.source_combo.itemData(i) for i in range(controls.source_combo.count())]
+    assert "key" in offered and "click a patch" in controls.source_combo.itemData(offered.index("key"), 3)
+    state.update(source="key", query=5, layer=1, head=0)
+    maps = loaded.session.current_maps
+    np.testing.assert_array_equal(loaded.panel.values, maps.stack("key:5").select(1, 0))
+    assert "attention paid to token 5" in loaded.panel.title.text and state.normalize   # own scale, as token:N
+    loaded.select_query(7)                              # a click on another patch: still the key map, of token 7
+    assert (state.source, state.query) == ("key", 7)
+    np.testing.assert_array_equal(loaded.panel.values, maps.stack("key:7").select(1, 0))
+    assert timeline_kind(state) == (MapKind("key", 7), "")
+    assert compared_kind(state) == (MapKind("key", 7), 7, "")
+    loaded.select_query(7)                              # the same patch again: the query goes, the map before it
+    assert state.query is None and state.source == "cls"

@@ -104,7 +104,7 @@ def test_swin_received_map_is_the_librarys_with_the_blocks_outlines(swin_window)
     window, maps, ref = swin_window
     assert window.state.source == "received"
     offered = [window.controls.source_combo.itemData(i) for i in range(window.controls.source_combo.count())]
-    assert offered == ["rollout", "received", "query"]          # no CLS, token, relevance... for a windowed model
+    assert offered == ["rollout", "key", "received", "query"]   # no CLS, token, relevance... for a windowed model
     assert window.controls.layer_label.text() == "Block"
     panel = window.panel
     for block, head in ((1, 0), (3, 1), (2, "mean"), (0, "max")):

@@ -1,5 +1,6 @@
 """Exporting a windowed model's maps (Swin, SAM / ViTDet): per block and head, the attention each patch receives
-(`received`) and a patch query's attention inside its window (`query:N`), drawn over the image.
+(`received`), a patch query's attention inside its window (`query:N`) and the attention a patch receives there
+(`key:N`), drawn over the image.
 
 The export machinery is the plain export's (`vitviz.batch.pipeline.Exporter`: images read ahead in threads, one
 forward pass per batch, PNGs written atomically in threads, images whose files all exist skipped, interrupts and a
@@ -22,33 +23,38 @@ from typing import Any
 from vitviz.batch.pipeline import Exporter, Prepared, Stopped
 from vitviz.batch.plan import Combo, LayerSel, Plan, resolve_picks
 from vitviz.core import files
-from vitviz.core.analyses.maps import WINDOW_KINDS, HeadSel, MapKind, MapStack, SelectionError
+from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, unavailable
+from vitviz.core.analyses.maps import HeadSel, MapKind, MapStack, SelectionError
 from vitviz.core.drawing.render import draw_map
 from vitviz.core.analyses.winmaps import cell_of_token
 from vitviz.core.analyses.winview import WindowedMaps
+from vitviz.core.protocol import WINDOWS
 from vitviz.core.winspec import WindowedResult, WindowedSpec
 from vitviz.errors import VitvizError
 
 WINDOWED_MAPS_HELP = ("windowed models (Swin, SAM / ViTDet): received (the attention each patch receives, stitched "
-                      "from its windows) and query:N (patch N's attention inside its window, N in the first stage's "
-                      "grid, row-major); one map per block (--layers counts blocks) and head")
+                      "from its windows), query:N (patch N's attention inside its window, N in the first stage's "
+                      "grid, row-major) and key:N (the attention patch N receives in its window); one map per block "
+                      "(--layers counts blocks) and head")
 
 
 def check_window_maps(maps: list[MapKind], spec: WindowedSpec) -> None:
-    """Refuse the maps a windowed model cannot give, saying why and what to ask for instead."""
+    """Refuse the maps a windowed model cannot give (the table of map kinds, asked as of a model with the WINDOWS
+    capability), saying why and what to ask for instead."""
     for m in maps:
         if m.kind == "cls":
             raise SelectionError("this model has no CLS token (a windowed model: Swin, SAM / ViTDet), so the 'cls' "
                                  "map (export's default) is undefined; use --maps received (the attention each "
                                  "patch receives, stitched from its windows) or query:N (patch N's window attention)")
-        if m.kind not in WINDOW_KINDS:
-            why = {"rollout": "rollout is not defined across Swin's patch merging (it is within one stage: "
-                              "vitviz.core.analyses.winmaps.rollout_stack)"}.get(m.kind, "it is a map of a plain ViT's "
-                                                                               "token-to-token attention")
-            raise SelectionError(f"the {m.label} map is not made for windowed models ({why}); use --maps received "
-                                 "or query:N")
-        if m.kind == "query":
-            cell_of_token(spec, int(m.token or 0))   # in range of the first stage's grid
+        why = unavailable(m, spec, frozenset({WINDOWS}))
+        if m.kind == "rollout":
+            why = ("rollout is not defined across Swin's patch merging (it is within one stage: "
+                   "vitviz.core.analyses.winmaps.rollout_stack)")
+        if why is not None:
+            raise SelectionError(f"the {m.label} map is not made for windowed models ({why}); use --maps "
+                                 f"{', '.join(KINDS[k].syntax for k in WINDOWED_KINDS if k != 'rollout')}")
+        if m.token is not None:
+            cell_of_token(spec, int(m.token))   # in range of the first stage's grid
 
 
 def resolve_window_picks(layers: list[int | str], heads: list[int | str],
@@ -103,8 +109,6 @@ def windowed_plan(maps: list[MapKind], layers: list[int | str], heads: list[int 
 
 def window_stack(result: WindowedResult, kind: MapKind, stage: int) -> MapStack:
     """The stack of one windowed map kind for the blocks of `stage` (the window's `WindowedMaps.stack`)."""
-    if kind.kind not in WINDOW_KINDS:
-        raise SelectionError(f"{kind.label} is not a windowed model's map; expected one of {', '.join(WINDOW_KINDS)}")
     return WindowedMaps(result).stack(kind, stage)
 
 

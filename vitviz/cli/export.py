@@ -37,6 +37,7 @@ from vitviz.core.analyses.mapkinds import info, maps_help
 from vitviz.core.analyses.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
+from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 
@@ -266,7 +267,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     else:
         pairs = named = collect_inputs(args.inputs, out, args.glob)  # type: ignore[arg-type]
     model = _load(args, device="cpu" if ray else None)  # Ray: the actors run it; here it is checked and verified
-    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: maps of their own (vitviz.batch.windowed)
+    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: maps of their own (vitviz.batch.windowed)
         return _export_windowed(args, model, pairs, start)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
@@ -399,7 +400,7 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     else:
         model = _load(args)
     maps, layers, heads = _resolve(args, model.spec)
-    bad = [m.label for m in maps if m.source != "attention" or m.kind == "token"]
+    bad = [m.label for m in maps if m.source != "attention" or m.token is not None]   # a token of one model only
     if bad:
         raise VitvizError(f"--maps {','.join(bad)}: --compare and --timeline draw the attention maps cls, mean, max "
                           "and rollout")

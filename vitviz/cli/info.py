@@ -7,6 +7,7 @@ from typing import Any
 
 from vitviz.cli.jsonout import document
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, guess_lines, overrides_from, with_remembered
+from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.errors import VitvizError
 
 
@@ -38,7 +39,7 @@ def run_info(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # said below, with the option that fixes each, instead of as warnings
         warnings.simplefilter("ignore", GuessWarning)
         model = vitviz.load(checkpoint, device=args.device, **overrides)
-    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
+    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: stages and windows instead of one token grid
         return _windowed_info(model, args.json)
     layers = getattr(model, "layers", None)  # the live path: which mechanism found which layer
     from vitviz.core.analyses.verify import apply_verification, remembered_verification

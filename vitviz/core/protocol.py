@@ -28,8 +28,10 @@ GRADIENTS = "gradients"     # its attention is exposed to autograd (relevance ma
 FEATURES = "features"       # the blocks' output tokens can be kept (vitviz.core.analyses.features.capture_features)
 MAP_HEAD = "map_head"       # a MAP pooling head whose attention forward_captured(pool=[...]) collects
 POS_TABLE = "pos_table"     # a learned position table: pos_embed() returns it (else None)
+WINDOWS = "windows"         # attends inside windows (Swin, SAM / ViTDet): run() gives a WindowedResult, its maps are
+                            # a WindowedMaps (vitviz.core.analyses.winview), its spec a WindowedSpec
 
-CAPABILITIES = frozenset({ATTENTION, EARLY_STOP, ROWS, REFERENCE, GRADIENTS, FEATURES, MAP_HEAD, POS_TABLE})
+CAPABILITIES = frozenset({ATTENTION, EARLY_STOP, ROWS, REFERENCE, GRADIENTS, FEATURES, MAP_HEAD, POS_TABLE, WINDOWS})
 
 
 @runtime_checkable
@@ -67,6 +69,25 @@ def capabilities_of(model: Any) -> frozenset[str]:
     """`model.capabilities`, or none for an object that states none (a windowed model, a stand-in)."""
     caps = getattr(model, "capabilities", None)
     return caps if isinstance(caps, frozenset) else frozenset()
+
+
+def capabilities_of_spec(spec: Any) -> frozenset[str]:
+    """What a spec alone says its model can do, before a loaded model answers (`capabilities_of`): a windowed
+    spec's model attends inside windows (`WINDOWS`); a plain ViT's runs as vitviz's reference ViT unless its family
+    is 'live' (the user's own module). This and `windowed` are the one place that tells the lanes apart."""
+    if windowed(spec):
+        return frozenset({WINDOWS})
+    return frozenset({ATTENTION}) if getattr(spec, "family", "") == "live" else frozenset({ATTENTION, REFERENCE})
+
+
+def windowed(thing: Any) -> bool:
+    """Whether a model, spec, result or per-image holder is of the windowed lane (Swin, SAM / ViTDet): its
+    capabilities say `WINDOWS`, or its spec is a `WindowedSpec` (`windowed` set). The one adapter: everything
+    else asks capabilities or the `ImageMaps` interface (`vitviz.core.analyses.maps`)."""
+    if WINDOWS in capabilities_of(thing):
+        return True
+    spec = getattr(thing, "spec", thing)      # a result's or holder's spec, or the spec itself
+    return bool(getattr(spec, "windowed", False))
 
 
 def is_reference(model: Any) -> bool:

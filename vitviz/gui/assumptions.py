@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vitviz.core.spec import ASSUMED, ModelSpec
+from vitviz.core.protocol import windowed
 
 # The assumed settings that change attention and that the dialog asks, in its order: spec field -> the override
 # that fixes it (`vitviz.load(heads=, block_norm=, act=, attn_scale=)`).
@@ -45,7 +46,7 @@ def is_assumed(spec: ModelSpec, name: str) -> bool:
 def asked(spec: ModelSpec) -> list[str]:
     """The settings of `ASKED` that are assumed for this model, in order (an activation only when it is one the
     dialog offers: a SwiGLU MLP is read from its shapes)."""
-    if runs_own_code(spec) or getattr(spec, "windowed", False):
+    if runs_own_code(spec) or windowed(spec):
         # a windowed model (Swin, SAM / ViTDet): the dialog's choices are a plain ViT's (head counts of one width,
         # a norm order and scale a windowed model does not take: its reload would be refused); its warnings say
         # what to pass instead

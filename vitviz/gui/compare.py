@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, Signal
 from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
+from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
 
@@ -117,7 +118,7 @@ class LoadB(Independent):
         device = str(ctx.model.device) if ctx.model is not None else None
         _forget_b(ctx)                              # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
-        if getattr(model, "windowed", False):
+        if WINDOWS in capabilities_of(model):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
                                      "window yet; `vitviz export --compare` neither")
         ctx.slots[B_SLOT] = (self.generation, model)
@@ -252,9 +253,7 @@ def compared_kind(state: Any) -> tuple[MapKind, int | None, str]:
         return MapKind("cls"), None, (f"the comparison draws attention maps ({', '.join(COMPARED_SOURCES)}); "
                                       f"showing CLS attention instead of {state.source}")
     kind = map_kind(state)
-    if kind.kind == "token":
-        return MapKind("token", kind.token), kind.token, ""
-    return kind, None, ""
+    return kind, kind.token, ""        # a map of one query token (token:N, key:N): B's token by place
 
 
 # ------------------------------------------------------------------------------------------------- session
@@ -403,7 +402,7 @@ class CompareSession(QObject):
         """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
         grid across its layers, which the comparison's maps and head matching are drawn on."""
         spec = self.session.spec
-        if spec is None or not getattr(spec, "windowed", False):
+        if spec is None or WINDOWS not in (self.session.capabilities or capabilities_of_spec(spec)):
             return ""
         return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
                 "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "

@@ -12,30 +12,25 @@ the model (`{image}_received_L{block}_H{head}.png`), every block with its own st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from vitviz.batch.plan import combos, output_name, safe_stem
+from vitviz.batch.plan import output_name, safe_stem
 from vitviz.core import files
 from vitviz.core.drawing import render
-from vitviz.core.analyses.maps import HeadSel, LayerSel, ResultMaps
-from vitviz.gui.state import ViewState, is_windowed, map_kind, map_label, render_options, stack_for, windowed_view
-
-if TYPE_CHECKING:
-    from vitviz.core.analyses.winview import WindowedMaps
+from vitviz.core.analyses.maps import HeadSel, ImageMaps, LayerSel
+from vitviz.gui.state import ViewState, map_kind, map_label, render_options, view_of
 
 __all__ = ["base_image", "render_view", "image_stem", "map_label", "all_map_paths", "export_all", "export_png",
            "export_npz", "native_size"]
 
 
-def base_image(maps: ResultMaps, native: bool = True) -> np.ndarray:
+def base_image(maps: ImageMaps, native: bool = True) -> np.ndarray:
     """What the map is drawn over: the region of the original image the model saw at the original's resolution
     (`native`), or the model-input image."""
     return render.native_view(maps.result) if native else maps.result.image
 
 
-def render_view(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
+def render_view(maps: ImageMaps, state: ViewState, heatmap_only: bool = False, colorbar: bool = True,
                 layer: LayerSel | None = None, head: HeadSel | None = None,
                 base: np.ndarray | None = None, label: bool = False) -> np.ndarray:
     """The current map (or the given layer/head of it) over `base` (default: `base_image(maps)`, the original
@@ -45,29 +40,13 @@ def render_view(maps: ResultMaps, state: ViewState, heatmap_only: bool = False, 
     Returns:
         (H, W[ + colorbar], 3) uint8: the overlay, or the bare heatmap.
     """
-    r = maps.result
-    if is_windowed(maps):
-        return _render_windowed(maps, state, heatmap_only, colorbar, layer, head, base, label)
-    return render.draw_map(stack_for(maps, state), state.layer if layer is None else layer,
-                           state.head if head is None else head, base_image(maps) if base is None else base,
-                           r.image.shape[:2], r.spec.patch_size, render_options(state, heatmap_only, colorbar, label))
-
-
-def _render_windowed(maps: "WindowedMaps", state: ViewState, heatmap_only: bool, colorbar: bool,
-                     layer: LayerSel | None, head: HeadSel | None, base: np.ndarray | None,
-                     label: bool) -> np.ndarray:
-    """`render_view` of a windowed result: block `layer` (default the state's) of its stage's stack, at the stage's
-    stride, as `vitviz.batch.windowed.WindowedExporter` draws it."""
     import dataclasses
 
     at = dataclasses.replace(state, layer=state.layer if layer is None else layer,
                              head=state.head if head is None else head, _listeners=[])
-    stack, row, picked = windowed_view(maps, at)
-    kind = map_kind(at)
-    stride = maps.stride(0) if kind.kind == "rollout" else maps.block_of(at.layer).stride
-    r = maps.result
-    return render.draw_map(stack, row, picked, base_image(maps) if base is None else base, r.image.shape[:2],
-                           stride, render_options(state, heatmap_only, colorbar, label))
+    stack, row, picked, stride = view_of(maps, at)     # a windowed model's: its block's stage, at its stride
+    return render.draw_map(stack, row, picked, base_image(maps) if base is None else base,
+                           maps.result.image.shape[:2], stride, render_options(state, heatmap_only, colorbar, label))
 
 
 def image_stem(source: str) -> str:
@@ -75,25 +54,15 @@ def image_stem(source: str) -> str:
     return safe_stem(Path(source))
 
 
-def all_map_paths(maps: ResultMaps, state: ViewState, folder: Path) -> list[tuple[Path, LayerSel, HeadSel]]:
+def all_map_paths(maps: ImageMaps, state: ViewState, folder: Path) -> list[tuple[Path, LayerSel, HeadSel]]:
     """(path, layer, head) for every layer × head map of the current map (heads, then 'mean' and 'max'; rollout:
     one per layer), named as `vitviz export --layers all --which-heads all,mean,max` names them."""
     kind = maps.resolved(map_kind(state))
     stem = image_stem(maps.result.source)
-    if is_windowed(maps):       # every block (over the model) with its own stage's heads, as export names them
-        if kind.kind == "rollout":
-            blocks = [] if maps.unshown(kind) else maps.layers(kind, 0, maps.rollout_blocks())
-            return [(folder / output_name(stem, kind, b, "mean"), b, "mean") for b in blocks]
-        return [(folder / output_name(stem, kind, g.block, h), g.block, h) for g in maps.geometry
-                for h in [*range(maps.heads_of(g.block)), "mean", "max"]]
-    stack = stack_for(maps, state)
-    layers: list[LayerSel] = list(range(stack.maps.shape[0]))
-    heads: list[HeadSel] = [*range(stack.num_heads), "mean", "max"]
-    return [(folder / output_name(stem, m, layer, head), layer, head)
-            for m, layer, head in combos([kind], layers, heads)]
+    return [(folder / output_name(stem, kind, layer, head), layer, head) for layer, head in maps.picks(kind)]
 
 
-def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: bool = False,
+def export_all(maps: ImageMaps, state: ViewState, folder: Path, heatmap_only: bool = False,
                colorbar: bool = False, overwrite: bool = False, label: bool = False,
                native: bool = True) -> list[Path]:
     """Write every layer × head map of the current image into `folder` (atomically) and return the paths; over
@@ -105,7 +74,7 @@ def export_all(maps: ResultMaps, state: ViewState, folder: Path, heatmap_only: b
     return written
 
 
-def export_png(maps: ResultMaps, state: ViewState, path: Path, heatmap_only: bool = False,
+def export_png(maps: ImageMaps, state: ViewState, path: Path, heatmap_only: bool = False,
                colorbar: bool = True, overwrite: bool = False, label: bool = False, native: bool = True) -> Path:
     """Write the current map as drawn by `render_view` to `path` (atomically); over the original image's region
     at its resolution (`native`), else over the model's input image."""
@@ -113,7 +82,7 @@ def export_png(maps: ResultMaps, state: ViewState, path: Path, heatmap_only: boo
     return files.write_png_atomic(path, rgb, overwrite=overwrite)
 
 
-def native_size(maps: ResultMaps) -> tuple[int, int]:
+def native_size(maps: ImageMaps) -> tuple[int, int]:
     """(height, width) in pixels of what an export at the original size is drawn over: the region of the original
     image the model saw (the model input's size when there is no original, e.g. a tensor input)."""
     box = maps.result.source_box
@@ -123,10 +92,8 @@ def native_size(maps: ResultMaps) -> tuple[int, int]:
     return int(round(bottom - top)), int(round(right - left))
 
 
-def export_npz(maps: ResultMaps, path: Path, overwrite: bool = False) -> Path:
+def export_npz(maps: ImageMaps, path: Path, overwrite: bool = False) -> Path:
     """Write the current result's arrays and spec (`vitviz.core.files.write_npz_atomic`), with every pass computed
     for it so far (class relevance, text prompts, token norms, feature PCA) from the one table `vitviz export
-    --npz` uses too (`ResultMaps.arrays`); a windowed model's, `WindowedMaps.arrays()` as export writes them."""
-    if is_windowed(maps):
-        return files.write_arrays_atomic(path, maps.arrays(), overwrite)
-    return files.write_npz_atomic(path, maps.result, overwrite=overwrite, extra=maps.arrays())
+    --npz` uses too (`ImageMaps.arrays`); a windowed model's, `WindowedMaps.arrays()` as export writes them."""
+    return maps.write_npz(path, overwrite)

@@ -383,16 +383,16 @@ class Load(Request):
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
         from vitviz.core.reading.hyperparams import TABLE_FAMILIES, describe_guess
-        from vitviz.core.protocol import capabilities_of
+        from vitviz.core.protocol import WINDOWS, capabilities_of
 
-        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (`spec.windowed`): stages, heads per stage
-        describe = windowed_guess if getattr(spec, "windowed", False) else describe_guess
+        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (WINDOWS): stages, heads per stage
+        can = capabilities_of(model)
+        describe = windowed_guess if WINDOWS in can else describe_guess
         described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)
-        counts = windowed_parameter_counts(model.net) if getattr(spec, "windowed", False) else \
-            parameter_counts(model.net)
+        counts = windowed_parameter_counts(model.net) if WINDOWS in can else parameter_counts(model.net)
         return Loaded(spec, str(model.device), counts, refused, layers, skipped,
                       bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described,
-                      frozenset(capabilities_of(model)))
+                      frozenset(can))
 
 
 @dataclass(eq=False)
@@ -413,15 +413,12 @@ class Run(Request):
     def __call__(self, ctx: Context) -> Ran:
         model = self.model_of(ctx)
         result = model.run(self.image, image_size=self.image_size)
-        if getattr(model, "windowed", False):     # Swin, SAM / ViTDet: per stage, block and window
-            from vitviz.core.analyses.winview import WindowedMaps
+        from vitviz.core.analyses.winview import holder_of
 
-            maps: ResultMaps | WindowedMaps = WindowedMaps(result)
-        else:
-            maps = ResultMaps(result)
-            for kind in self.also:                # e.g. the entropy of a ViT-L at 384 px: 0.3 s not on the GUI
-                if kind.source == "attention" and maps.has(kind):
-                    maps.stack(kind)
+        maps = holder_of(result)                  # Swin, SAM / ViTDet: per stage, block and window
+        for kind in self.also:                    # e.g. the entropy of a ViT-L at 384 px: 0.3 s not on the GUI
+            if kind.source == "attention" and maps.has(kind):
+                maps.view(kind)
         maps.precompute()
         return Ran(maps)
 
@@ -812,7 +809,9 @@ def hook_points(model: Any) -> list[Any]:
     net = getattr(model, "net", None)
     if net is None:
         return []
-    if getattr(model, "windowed", False):      # Swin's blocks sit in its stages: every block of every stage
+    from vitviz.core.protocol import WINDOWS, capabilities_of
+
+    if WINDOWS in capabilities_of(model):      # Swin's blocks sit in its stages: every block of every stage
         return [b for b in net.all_blocks() if hasattr(b, "register_forward_pre_hook")]
     blocks = getattr(net, "blocks", None)
     children = getattr(blocks, "children", None)

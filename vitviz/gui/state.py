@@ -11,26 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from vitviz.core.drawing.colormaps import available_colormaps
-from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names
-from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, LayerSel, MapKind, MapStack,
-                              ResultMaps, SelectionError, resolve_index)
+from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names, of_arg, unavailable
+from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, ImageMaps, LayerSel, MapKind,
+                                      MapStack, SelectionError, resolve_index)
 from vitviz.core.drawing.render import RenderOptions
+from vitviz.core.protocol import WINDOWS, capabilities_of_spec
 from vitviz.core.analyses.rollout import FUSIONS, RolloutParams
 from vitviz.core.analyses.tokens import Fusion
-
-if TYPE_CHECKING:
-    from vitviz.core.analyses.winview import WindowedMaps
 
 __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "ROLLOUT_FIELDS", "RELEVANCE_FIELDS",
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
-           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "is_windowed",
-           "windowed_view", "QueryScaleRule", "QUERY_SCALE_NOTE"]
+           "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule",
+           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source", "lane_change", "layer_mean"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
                                               # gradient maps of a class or a prompt, a MAP head's attention (only
@@ -39,6 +37,9 @@ SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's
 MAP_CHOICES = {KINDS[k].syntax: KINDS[k].help for k in KINDS if k not in WINDOW_UNSHOWN}
 RELEVANCE_METHODS = {"relevance": "Chefer relevance", "gradrollout": "Gradient rollout",
                      "attngrad": "Attention × gradient"}   # the gradient map kinds (`GRADIENT_KINDS`)
+# the sources that show one query token's map (the table's kinds that need a token: 'token', 'key', a windowed
+# model's 'query'); a click on a patch picks it (rollout takes one optionally: it starts there)
+QUERY_SOURCES = tuple(k for k in of_arg("token") if not KINDS[k].optional and k in SOURCES)
 COLORMAPS = available_colormaps()   # the window offers exactly what `vitviz export --cmap` accepts (without '_r')
 HEAD_MODES = ("mean", "max")
 FEATURES_VIEWS = ("pca", "similarity", "norms")   # the Features dock's views
@@ -147,7 +148,7 @@ class QueryScaleRule:
     A listener of `state` (`ViewState.subscribe(rule)`), subscribed before the panels so that they draw with the
     rule applied; `auto_normalized` is its memory: the rule, not the user, ticked the box."""
 
-    QUERY_SOURCES = ("token", "query")
+    QUERY_SOURCES = QUERY_SOURCES
 
     def __init__(self, state: ViewState, note: Callable[[str], None] = lambda _text: None) -> None:
         self.state, self.note = state, note
@@ -250,8 +251,8 @@ def state_for(kind: MapKind) -> dict[str, object]:
     if kind.kind == "rollout":
         query = kind.rollout.query
         return {"source": "rollout"} if query is None else {"source": "rollout", "query": int(query)}
-    if kind.kind in ("token", "query"):
-        return {"source": kind.kind, "query": int(kind.token or 0)}
+    if kind.token is not None:                 # a kind that takes a token: the query token picks it
+        return {"source": kind.kind, "query": int(kind.token)}
     if kind.kind == "text":
         return {"source": "relevance", "relevance_prompt": str(kind.target)}
     if kind.kind in GRADIENT_KINDS:
@@ -307,10 +308,10 @@ def map_kind(state: ViewState) -> MapKind:
                                                             params.residual))
     if state.source == "rollout":
         return MapKind("rollout", rollout=rollout_params(state))
-    if state.source == "token":
-        return MapKind("token", state.query) if state.query is not None else MapKind("cls")
-    if state.source == "query":     # a windowed model's patch; none selected: what every patch receives
-        return MapKind("query", state.query) if state.query is not None else MapKind("received")
+    if state.source in QUERY_SOURCES:   # a query token's map; none selected: what its lane shows first
+        if state.query is not None:
+            return MapKind(state.source, state.query)
+        return MapKind("received" if KINDS[state.source].source == "windows" else "cls")
     if state.source == "relevance" and state.relevance_prompt:
         return MapKind("text", target=state.relevance_prompt)
     if state.source == "relevance":
@@ -318,41 +319,60 @@ def map_kind(state: ViewState) -> MapKind:
     return MapKind(state.source)
 
 
+def default_source(spec: object, can: frozenset[str] | None = None) -> str:
+    """The map a model shows first, and falls back to: CLS attention, or a windowed model's attention received
+    (`can`: its capabilities; None: what its spec says)."""
+    return next(k for k in ("cls", "received") if unavailable(k, spec, can) is None)  # type: ignore[arg-type]
+
+
+def query_source(source: str, spec: object, can: frozenset[str] | None = None) -> str:
+    """The map a query token picked on the image shows: the current map when it shows one query token's map this
+    model gives ('token', 'key', 'query'), else the one this model gives that reads the same of the attention (a
+    row: a plain ViT's 'token', a windowed model's 'query'; a column: 'key')."""
+    given = [k for k in QUERY_SOURCES if unavailable(k, spec, can) is None]  # type: ignore[arg-type]
+    if source in given:
+        return source
+    reads = KINDS[source].reads if source in KINDS and KINDS[source].arg == "token" else "row"
+    return next((k for k in given if KINDS[k].reads == reads), given[0])
+
+
+def layer_mean(spec: object, can: frozenset[str] | None = None) -> bool:
+    """Whether the model's maps have a mean over layers (a windowed model's do not: its stages' grids differ)."""
+    return WINDOWS not in (capabilities_of_spec(spec) if can is None else can)
+
+
+def lane_change(word: str, spec: object, can: frozenset[str] | None = None) -> bool:
+    """Whether a model refuses the kind `word` only because it is of the other lane (a plain ViT's map for a
+    windowed model, a windowed model's for a plain ViT): the window then switches maps without a note."""
+    can = capabilities_of_spec(spec) if can is None else can
+    return not KINDS[word].windows if WINDOWS in can else "windowed" in KINDS[word].needs
+
+
 def map_label(state: ViewState) -> str:
     """The current map's part of a file name (`MapKind.label`): 'cls', 'token17', 'rollout-token17-max-d0.9'..."""
     return map_kind(state).label
 
 
-def is_windowed(maps: object) -> bool:
-    """Whether a per-image holder is a windowed model's (`vitviz.core.analyses.winview.WindowedMaps`)."""
-    return bool(getattr(maps, "windowed", False))
-
-
-def windowed_view(maps: "WindowedMaps", state: ViewState) -> tuple[MapStack, int, HeadSel]:
-    """What a windowed result shows for the state: the stack holding the selected block's map (its stage's, or
-    the rollout's; a placeholder titled with why where there is none), the block's row in it, and the head
-    selection clamped to the block's own heads (a stage has as many as it has)."""
-    stack, row = maps.view_or_pending(map_kind(state), state.layer)
+def view_of(maps: ImageMaps, state: ViewState) -> tuple[MapStack, LayerSel, HeadSel, int]:
+    """What a per-image holder shows for the state (`ImageMaps.view_or_pending`): the stack holding the selected
+    layer's map (a windowed model's: its block's stage, or the rollout's; a placeholder titled with why where there
+    is none), the row to select in it, the head selection clamped to the stack's heads (a windowed stage has as many
+    as it has), and the input pixels per cell of its grid."""
+    stack, row, stride = maps.view_or_pending(map_kind(state), state.layer)
     head = state.head if isinstance(state.head, str) else resolve_index(state.head, stack.num_heads)
-    return stack, row, head
+    return stack, row, head, stride
 
 
-def stack_for(maps: ResultMaps, state: ViewState) -> MapStack:
-    """The stack of every layer and head of the map the state selects (`ResultMaps.stack_or_pending`: while its pass
-    runs, a placeholder of zeros titled so, which is never exported); for a windowed model the stack of the
-    selected block's stage (`windowed_view`)."""
-    if is_windowed(maps):
-        return windowed_view(maps, state)[0]  # type: ignore[arg-type]
-    return maps.stack_or_pending(map_kind(state))
+def stack_for(maps: ImageMaps, state: ViewState) -> MapStack:
+    """The stack of the map the state selects (`view_of`: while its pass runs, a placeholder of zeros titled so,
+    which is never exported)."""
+    return view_of(maps, state)[0]
 
 
-def current_map(maps: ResultMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
+def current_map(maps: ImageMaps, state: ViewState) -> tuple[np.ndarray, MapStack]:
     """The (gh, gw) map the state selects (its layer and head) and the stack it comes from."""
-    if is_windowed(maps):
-        stack, row, head = windowed_view(maps, state)  # type: ignore[arg-type]
-        return stack.select(row, head), stack
-    stack = stack_for(maps, state)
-    return stack.select(state.layer, state.head), stack
+    stack, row, head, _stride = view_of(maps, state)
+    return stack.select(row, head), stack
 
 
 def levels_for(state: ViewState, values: np.ndarray, stack: MapStack) -> tuple[float, float]:

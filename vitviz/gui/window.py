@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMa
                                QToolBar, QWidget)
 
 from vitviz import catalog
-from vitviz.core.analyses.mapkinds import WINDOWED_KINDS, lacks
+from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 from vitviz.core.analyses.tokens import TokenLayout, follow_query
@@ -42,7 +42,8 @@ from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, QueryScaleRule, ViewState, map_kind, resolve_index
+from vitviz.gui.state import (QUERY_SOURCES, ROLLOUT_FIELDS, QueryScaleRule, ViewState, default_source, lane_change,
+                              layer_mean, map_kind, query_source, resolve_index)
 from vitviz.gui.status import StatusArea
 from vitviz.gui.verdict import Verifier
 
@@ -751,10 +752,11 @@ class MainWindow(QMainWindow):
     def select_query(self, token: int) -> None:
         """Make `token` the query everywhere (a negative token, or the selected one again, clears it). With the
         rollout map showing, the rollout starts from it; otherwise the map shows the token's attention."""
+        spec, can = self.session.spec, self.session.capabilities or None
         if token < 0 or token == self.state.query:
-            source = self._last_map_source if self.state.source in ("token", "query") else self.state.source
-            if getattr(self.session.spec, "windowed", False) and source not in WINDOWED_KINDS:
-                source = "received"
+            source = self._last_map_source if self.state.source in QUERY_SOURCES else self.state.source
+            if spec is not None and unavailable(source, spec, can) is not None:
+                source = default_source(spec, can)
             self.state.update(query=None, source=source)
             return
         if self.state.source == "rollout":
@@ -765,7 +767,7 @@ class MainWindow(QMainWindow):
             self.note(f"Token {token} picked (Matrix, Rollout, Features follow); the map stays the class relevance — "
                       "Map: Attention of query token shows its own attention")
             return
-        source = "query" if getattr(self.session.spec, "windowed", False) else "token"   # a windowed patch's
+        source = QUERY_SOURCES[0] if spec is None else query_source(self.state.source, spec, can)
         if self.state.source != source:
             self._last_map_source = self.state.source
         self.state.update(query=token, source=source)
@@ -794,33 +796,29 @@ class MainWindow(QMainWindow):
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
-        source = self.state.source if query is not None or self.state.source != "token" else "cls"
-        # the table of map kinds: a map this model cannot give falls back to CLS (pool without a MAP head, the
-        # gradient maps of a model run from its own code)
-        kind = "pool" if source == "pool" else self.state.relevance_method if source == "relevance" else None
         can = self.session.capabilities or None
+        source = self.state.source
+        if source in QUERY_SOURCES:     # a query token's map: this model's own, or its first map without a token
+            source = query_source(source, spec, can) if query is not None else default_source(spec, can)
         layer = self.state.layer
         if isinstance(layer, int) and layer == self._previous_depth - 1:
             layer = -1     # the last layer of the previous model: the last of this one (not the same index)
         layer = resolve_index(layer, spec.depth)
         self._previous_depth = spec.depth
-        if getattr(spec, "windowed", False):     # Swin, SAM / ViTDet: received, a patch's window, rollout
-            kind = None
-            if source not in WINDOWED_KINDS:
-                source = "query" if source == "token" and query is not None else "received"
-            if isinstance(layer, str):     # no mean over the stages' grids: said, not silent
-                layer = spec.depth - 1
-                self.note(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
-                          f"block ({layer})")
-        elif source in ("received", "query"):    # a windowed model's maps: a plain ViT's nearest
-            source = "token" if source == "query" and query is not None else "cls"
-        why = lacks(kind, spec, can) if kind is not None else None
-        if why is not None and not told:   # said, not silent: the map shown is not this model's to give
-            self.note(f"Showing CLS attention: {why}")
+        if isinstance(layer, str) and not layer_mean(spec, can):
+            layer = spec.depth - 1          # no mean over a windowed model's stages' grids: said, not silent
+            self.note(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
+                      f"block ({layer})")
+        # the table of map kinds: a map this model cannot give falls back to its first map, said unless it is only
+        # the other lane's (a windowed model's maps for a plain ViT, a plain ViT's for a windowed model)
+        word = self.state.relevance_method if source == "relevance" else source
+        why = unavailable(word, spec, can)
+        if why is not None and not told and not lane_change(word, spec, can):
+            self.note(f"Showing {KINDS[default_source(spec, can)].title}: {why}")
         self.state.update(layer=layer,
                           head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source="cls" if why is not None else source,
-                          rollout_pool=self.state.rollout_pool and not lacks("poolrollout", spec, can))
+                          source=default_source(spec, can) if why is not None else source,
+                          rollout_pool=self.state.rollout_pool and not unavailable("poolrollout", spec, can))
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it
@@ -864,7 +862,7 @@ class MainWindow(QMainWindow):
         if asked.get("map"):     # a map this model cannot give (the table of map kinds says why)
             try:
                 kind = MapKind.parse(str(asked["map"]))
-                why = lacks(kind.kind, spec, self.session.capabilities or None)
+                why = unavailable(kind.kind, spec, self.session.capabilities or None)
             except (SelectionError, KeyError):
                 why = None
             if why is not None:

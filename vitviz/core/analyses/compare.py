@@ -335,9 +335,9 @@ class Comparison:
 
 def _kind_of(kind: MapKind | str) -> MapKind:
     kind = MapKind.parse(kind) if isinstance(kind, str) else kind
-    if kind.source != "attention" or kind.kind == "token" or not kind.per_layer:
+    if kind.source != "attention" or kind.token is not None or not kind.per_layer:
         raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout); {kind.label!r} is "
-                           "not one (token:N names a token of one model only)")
+                           "not one (token:N and key:N name a token of one model only)")
     return kind
 
 
@@ -676,14 +676,13 @@ class CompareView:
     def _kinds(self, kind: MapKind | str, query: int | None) -> tuple[MapKind, MapKind, MapKind]:
         """(the key, A's kind, B's kind) of a map selection."""
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
-        if kind.kind == "token" or query is not None:
+        if kind.token is not None or query is not None:      # a map of one token (token:N, key:N): B's by place
             q = kind.token if query is None else int(query)
-            if q is None:
-                raise CompareError("a token map needs a query")
-            key = MapKind("token", q)
-            return key, key, MapKind("token", self.query_b(q))
+            word = kind.kind if kind.token is not None else "token"
+            key = MapKind(word, q)
+            return key, key, MapKind(word, self.query_b(q))
         if kind.source != "attention" or not kind.per_layer:
-            raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout, token:N); "
+            raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout, token:N, key:N); "
                                f"{kind.label!r} is not one")
         return kind, _resolved(kind, self.spec_a), _resolved(kind, self.spec_b)
 
@@ -696,7 +695,7 @@ class CompareView:
                 return self._pairs[key]
         pairs = []      # made outside the lock: a frame of a kind made already never waits for this one
         for ma, mb in zip(self.maps_a, self.maps_b):
-            if key.kind == "token":     # made here, not cached in the ResultMaps: one per query hovered
+            if key.token is not None:   # made here, not cached in the ResultMaps: one per query hovered
                 sa = map_stack(ma.result.attentions, ka, ma.result.spec)
                 sb = map_stack(mb.result.attentions, kb, mb.result.spec)
             else:
@@ -707,7 +706,7 @@ class CompareView:
             pairs.append(self._pair(ImageComparison(str(ma.result.source), sa, sb, aligned, diff_stack(sa, aligned))))
         with self._lock:
             pairs = self._pairs.setdefault(key, pairs)
-            queries = [k for k in self._pairs if k.kind == "token"]
+            queries = [k for k in self._pairs if k.token is not None]
             for old in queries[: max(0, len(queries) - MAX_QUERY_KINDS)]:     # the oldest queries go
                 if old != key:
                     del self._pairs[old]
@@ -729,7 +728,7 @@ class CompareView:
     def _pair_of(self, image: int, key: MapKind) -> _Pair:
         with self._lock:
             held = self._pairs.get(key)
-            if held is not None and key.kind == "token":           # used: now the newest
+            if held is not None and key.token is not None:         # used: now the newest
                 self._pairs[key] = self._pairs.pop(key)
         if held is None:           # not prepared by the worker (yet): made here, on the caller's thread
             held = self.prepare(key)
@@ -742,8 +741,9 @@ class CompareView:
         Args:
             layer: A's layer (negative counts from the end) or 'mean'; B's is its pair by relative depth.
             head: A's head (its matched partner on B's side), 'mean' or 'max' (each model's own).
-            kind: 'cls', 'mean', 'max', 'rollout' or 'token:N'; `query` (A's token) makes it a token map, B's
-                token taken by place."""
+            kind: 'cls', 'mean', 'max', 'rollout', 'token:N' or 'key:N' (any attention map of the table of map
+                kinds); `query` (A's token) makes it a token map ('key:N' keeps its kind), B's token taken by
+                place."""
         key = self._key(kind, query)
         pair = self._pair_of(image, key)
         la = self.spec_a.depth
@@ -773,8 +773,8 @@ class CompareView:
             head_b = 0
         b_own = None if head_b is None else pair.b_own.select(layer_b, head_b)
         qa = qb = None
-        if key.kind == "token":
-            qa = int(key.token)  # type: ignore[arg-type]
+        if key.token is not None:
+            qa = int(key.token)
             qb = self.query_b(qa)
             place = self.query_place(qa)
             where = f"query at ({place[0]:.2f}, {place[1]:.2f})" if place else f"query {self.spec_a.token_name(qa)}"

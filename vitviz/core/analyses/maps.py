@@ -1,8 +1,8 @@
 """The map engine: every attention map the window shows and `vitviz export` writes, computed once (no Qt here).
 
 A map kind (`MapKind`: CLS attention, attention received averaged or maximised over the patch queries, one token's
-attention row, the entropy of each patch's attention row, or attention rollout with its settings; the table of
-kinds is `vitviz.core.analyses.mapkinds.KINDS`) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding the H heads
+attention row, the attention every patch pays to one token (its column), the entropy of each patch's attention row,
+or attention rollout with its settings; the table of kinds is `vitviz.core.analyses.mapkinds.KINDS`) becomes a `MapStack`: a (L, H + 2, gh, gw) array holding the H heads
 followed by the head mean and the head max for every layer, with the colour scale shared by each kind of column.
 Switching layer or head is then an index into that stack, which keeps every panel update inside one frame even
 for ViT-L/16 at 384 px. `ResultMaps` holds one image's result and every pass added to it, and caches its stacks:
@@ -23,7 +23,9 @@ made only when such a map is asked for:
 Windowed models (Swin, SAM / ViTDet: `vitviz.core.winspec`) attend inside windows, so their maps (`WINDOW_KINDS`) are
 made per block from (windows, heads, n, n) attention by `vitviz.core.analyses.winmaps`: 'received' (the attention each
 patch receives, stitched from its windows) and 'query' (`query:N`: patch N's attention inside its window, placed
-on the grid). The attention maps of plain ViTs are not defined for them (no CLS token, no single token grid).
+on the grid); 'key' (`key:N`: the attention patch N receives from each query of its window) and rollout within one
+grid they share with plain ViTs (the table's `windows`). The other maps of plain ViTs are not defined for them (no
+CLS token, no single token grid).
 
 Models that pool with a MAP head (SigLIP, Perception Encoder: `spec.pooling == 'map'`) have no CLS token; their
 latent query's attention over the patches (`AttentionResult.pool_attention`) is their "CLS attention". Its maps
@@ -36,12 +38,13 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
 
 from vitviz.core.analyses import analysis
-from vitviz.core.analyses.mapkinds import KINDS, bare_names, of_source
+from vitviz.core.analyses.mapkinds import KINDS, of_arg, of_source, unavailable
 from vitviz.core.analyses.rollout import RolloutEngine, RolloutParams
 from vitviz.core.spec import AttentionResult, ModelSpec
 from vitviz.errors import VitvizError
@@ -66,6 +69,7 @@ ALL_KINDS = tuple(KINDS)
 WHOLE_MODEL_KINDS = ("relevance", "gradrollout", "pool", "text")  # one map of all layers together: files say `Lall`
 POOL_TITLE = KINDS["pool"].title                                      # the titles are the table's
 GRADIENT_TITLES = {kind: KINDS[kind].title for kind in GRADIENT_KINDS}
+PROMPT_ALIASES = {"prompt": "text"}   # another word a prompt's kind is written with ('prompt:a cat')
 
 
 class SelectionError(VitvizError, ValueError):
@@ -108,62 +112,65 @@ class MapKind:
     def __post_init__(self) -> None:
         if self.kind not in ALL_KINDS:
             raise SelectionError(f"map kind {self.kind!r}: expected one of {', '.join(ALL_KINDS)}")
-        if (self.kind in ("token", "query")) != (self.token is not None):
-            raise SelectionError(f"a {self.kind} map {'needs' if self.kind in ('token', 'query') else 'takes no'} "
-                                 "query token")
-        if self.kind in TEXT_KINDS and not (isinstance(self.target, str) and self.target.strip()):
-            raise SelectionError("a text map needs a prompt, e.g. text:a photo of a cat")
-        if self.target is not None and self.kind not in GRADIENT_KINDS + TEXT_KINDS:
-            raise SelectionError(f"a {self.kind} map takes no class; only {', '.join(GRADIENT_KINDS)} do")
+        row = KINDS[self.kind]
+        token = row.arg == "token" and not row.optional      # an optional token is the rollout's query
+        if token != (self.token is not None):
+            raise SelectionError(f"a {self.kind} map {'needs' if token else 'takes no'} query token")
+        if row.arg == "prompt" and not (isinstance(self.target, str) and self.target.strip()):
+            raise SelectionError(f"a {self.kind} map needs a prompt, e.g. {row.name}:a photo of a cat")
+        if self.target is not None and row.arg not in ("class", "prompt"):
+            raise SelectionError(f"a {self.kind} map takes no class; only {', '.join(of_arg('class'))} do")
 
     @classmethod
     def parse(cls, text: str, rollout: RolloutParams | None = None) -> "MapKind":
-        """'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'rollout:N' (the rollout
-        of token N), 'entropy', 'relevance', 'gradrollout' or 'attngrad' with an optional ':CLASS' (an index or a label;
-        without it the top class), 'pca' or 'norms', 'pool' (a MAP head's attention) or 'rollout:pool' (the
-        rollout of the MAP head's query), 'text:PROMPT' or 'prompt:PROMPT' (LeGrad of a text prompt, its case
-        kept); `rollout` gives the rollout's other settings."""
-        prompt = re.fullmatch(r"\s*(?:text|prompt):(.*)", text, re.S | re.I)
-        if prompt is not None:
-            return cls("text", target=" ".join(prompt.group(1).split()))
-        text = text.strip().lower()
+        """A map name as the table of map kinds writes it (`KindInfo.syntax`, its argument read by `KindInfo.arg`):
+        'cls', 'mean', 'max', 'rollout', 'token:N' (the attention row of token N), 'key:N' (the attention paid to
+        token N), 'rollout:N' (the rollout of token N), 'entropy', 'relevance', 'gradrollout' or 'attngrad' with an
+        optional ':CLASS' (an index or a label; without it the top class), 'pca' or 'norms', 'pool' (a MAP head's
+        attention) or 'rollout:pool' (the rollout of the MAP head's query), 'text:PROMPT' or 'prompt:PROMPT'
+        (LeGrad of a text prompt, its case kept); `rollout` gives the rollout's other settings."""
+        name, colon, value = text.strip().partition(":")
+        name = PROMPT_ALIASES.get(name.lower(), name.lower())
         base = rollout or RolloutParams()
-        if text in bare_names():
-            return cls(text)
-        if text == "rollout":
-            return cls("rollout", rollout=base)
-        if text == "rollout:pool":
+        if name == "rollout" and value.strip().lower() == "pool":
             return cls("poolrollout", rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual))
-        grad = re.fullmatch(r"(relevance|gradrollout|attngrad)(?::(.*))?", text)
-        if grad is not None:
-            target = (grad.group(2) or "").strip()
-            if grad.group(2) is not None and not target:
-                raise SelectionError(f"map {text!r}: expected a class index or label after ':' (e.g. "
-                                     f"{grad.group(1)}:3), or {grad.group(1)} alone for the top class")
-            return cls(grad.group(1), target=int(target) if target.isdigit() else target or None)
-        match = re.fullmatch(r"(token|rollout|query):(\d+)", text)
-        if match is None:
-            raise SelectionError(f"map {text!r}: expected one of {', '.join(i.syntax for i in KINDS.values())} "
-                                 "(e.g. token:0, rollout:5, relevance:3, text:a photo of a cat; received and query:N "
-                                 "are windowed models' (Swin, SAM))")
-        token = int(match.group(2))
-        if match.group(1) in ("token", "query"):
-            return cls(match.group(1), token)
-        return cls("rollout", rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual, token))
+        row = KINDS.get(name) if name in KINDS and KINDS[name].name == name else None
+        if row is None:
+            raise SelectionError(f"map {text.strip().lower()!r}: expected one of "
+                                 f"{', '.join(i.syntax for i in KINDS.values())} (e.g. token:0, key:5, rollout:5, "
+                                 "relevance:3, text:a photo of a cat; received and query:N are windowed models' "
+                                 "(Swin, SAM))")
+        if row.arg == "prompt":
+            prompt = " ".join(value.split()) if colon else ""
+            return cls(name, target=prompt or None)
+        value = value.strip().lower()
+        if not colon and row.optional or row.arg == "none" and not colon:
+            return cls(name, rollout=base) if name == "rollout" else cls(name)
+        if row.arg == "class":
+            if not value:
+                raise SelectionError(f"map {text.strip().lower()!r}: expected a class index or label after ':' (e.g. "
+                                     f"{name}:3), or {name} alone for the top class")
+            return cls(name, target=int(value) if value.isdigit() else value)
+        if row.arg != "token" or not value.isdigit():
+            raise SelectionError(f"map {text.strip().lower()!r}: expected {row.syntax}"
+                                 + (" (N a token index, e.g. " + f"{name}:5)" if row.arg == "token" else ""))
+        if row.optional:                                         # rollout:N, the rollout from token N
+            return cls(name, rollout=RolloutParams(base.fusion, base.discard, base.start, base.residual, int(value)))
+        return cls(name, int(value))
 
     @property
     def label(self) -> str:
         """The map's part of a file name: 'cls', 'mean', 'token17', 'pca', 'norms', 'pool'; a gradient map with its
         class, 'relevance-c3' ('relevance' for the top class); 'query17' (a windowed model's patch 17); for rollout
         'rollout' with the settings that differ from the defaults: 'rollout-token17-max-d0.9-r0.3-from2'
-        ('rollout-pool-max' from a MAP head's query)."""
-        if self.kind in ("token", "query"):
+        ('rollout-pool-max' from a MAP head's query); 'key5' (the attention paid to token 5)."""
+        if self.token is not None:
             return f"{self.kind}{self.token}"
-        if self.kind in TEXT_KINDS:
+        if KINDS[self.kind].arg == "prompt":
             from vitviz.core.analyses.text import prompt_label
 
             return prompt_label(str(self.target))
-        if self.kind in GRADIENT_KINDS:
+        if KINDS[self.kind].arg == "class":
             if self.target is None:
                 return self.kind
             if isinstance(self.target, int):
@@ -188,8 +195,23 @@ class MapKind:
 
     @property
     def query_row(self) -> int | None:
-        """The one attention row this map reads (CLS: 0, token N: N), or None when it needs whole matrices."""
-        return 0 if self.kind == "cls" else self.token if self.kind == "token" else None
+        """The one attention row this map reads (CLS: 0, token N: N; the table's `reads`), or None when it needs
+        more: whole matrices, or a key's column over every query."""
+        if KINDS[self.kind].reads != "row" or self.source != "attention":
+            return None
+        return 0 if self.token is None else self.token
+
+    @property
+    def arg(self) -> str:
+        """The argument it takes (`vitviz.core.analyses.mapkinds.ARGS`): 'none', 'token', 'class' or 'prompt'."""
+        return KINDS[self.kind].arg
+
+    @property
+    def query(self) -> int | None:
+        """Its token argument, wherever it is kept (`token`, or a rollout's `rollout.query`); None without one."""
+        if self.token is not None:
+            return self.token
+        return self.rollout.query if self.kind == "rollout" else None
 
     @property
     def source(self) -> str:
@@ -307,8 +329,12 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
         token = 0 if kind.kind == "cls" else min(int(kind.token or 0), attn.shape[-1] - 1)
         data = attn[:, :, token if rows is None else rows.index(token), p:]          # (L, H, N)
         title = "CLS attention" if kind.kind == "cls" else f"attention of token {token}"
-    elif rows is not None:
+    elif rows is not None:   # whole matrices: a key's column holds every query's row
         raise ValueError(f"the {kind.label} map needs whole attention matrices, not rows {rows}")
+    elif kind.kind == "key":
+        token = min(int(kind.token or 0), attn.shape[-1] - 1)
+        data = attn[:, :, p:, token]                                                  # (L, H, N): column N
+        title = f"attention paid to token {token}"
     elif kind.kind == "rollout":
         engine = engine or RolloutEngine(attn, p, spec.cls_token)
         data = engine.through_each_layer(kind.rollout)[:, None, p:]                  # (L, 1, N)
@@ -478,6 +504,57 @@ def pending_stack(kind: MapKind, grid: tuple[int, int], depth: int, heads: int, 
 
 
 MAX_ROLLOUT_STACKS = 8
+
+
+class ImageMaps(Protocol):
+    """What every per-image holder answers, whatever lane made it: `ResultMaps` (a plain ViT's result, the live
+    path's too) and `vitviz.core.analyses.winview.WindowedMaps` (Swin, SAM / ViTDet). The window's panels, export,
+    Compare, the Timeline and `vitviz.show` ask this, never which holder they have.
+
+    `view(kind, layer)` is the one question a panel asks to draw a map: the stack holding layer `layer`'s map (a
+    windowed model's: its block's stage), the row to select in it, and the input pixels per cell of its grid (the
+    patch size, or the stage's stride); `view_or_pending` a placeholder titled with why where there is none yet
+    (or none at all: `unshown`). `outlines(layer)` the geometry of the layer's windows to draw over the map (None:
+    no windows), `query_outline(layer, cell)` the window of the query at first-grid cell `cell`; `caption` names
+    what a view shows and which of the holder's layers or blocks it is, for a title; `row_blocks(kind, layer)` the block
+    each row of the view's stack is where its rows are not the layers themselves (None: row i is layer i);
+    `picks(kind)` every (layer, head) it has a map of `kind` at, as export names them; `write_npz` its .npz."""
+
+    result: Any
+
+    @property
+    def grid(self) -> tuple[int, int]: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def has(self, kind: MapKind) -> bool: ...
+
+    def unshown(self, kind: MapKind) -> str | None: ...
+
+    def view(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, Any, int]: ...
+
+    def view_or_pending(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, Any, int]: ...
+
+    def outlines(self, layer: Any) -> Any: ...
+
+    def query_outline(self, layer: Any, cell: tuple[int, int]) -> Any: ...
+
+    def row_blocks(self, kind: MapKind, layer: Any) -> list[int] | None: ...
+
+    def heads_of(self, layer: Any) -> int: ...
+
+    def picks(self, kind: MapKind) -> list[tuple[Any, HeadSel]]: ...
+
+    def write_npz(self, path: str | Path, overwrite: bool = False) -> Path: ...
+
+    def caption(self, kind: MapKind, layer: LayerSel, row: Any, stack: MapStack) -> tuple[str, str]: ...
+
+    def resolved(self, kind: MapKind) -> MapKind: ...
+
+    def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def stack_or_pending(self, kind: MapKind) -> MapStack: ...
 
 
 class MapNotReady(SelectionError):
@@ -668,8 +745,66 @@ class ResultMaps:
         if kind.source == "text":
             return pending_stack(kind, self.grid, 1, 1, title=f"LeGrad of {kind.target!r}: computing…")
         none = (f"no pooling attention: this model pools with {spec.pooling!r} (only MAP-head models, SigLIP and PE, "
-                "have one)") if kind.source == "pool" else ""
+                "have one)") if kind.source == "pool" else self.unshown(kind) or ""   # or a windowed model's map
         return pending_stack(kind, self.grid, spec.depth, spec.pool_num_heads or spec.num_heads, title=none)
+
+    def unshown(self, kind: MapKind) -> str | None:
+        """Why this result has no map of `kind` whatever its passes (None: it has, or will once its pass has run):
+        a windowed model's map (`vitviz.core.analyses.mapkinds.unavailable` of the kind's word; 'cls' without a
+        CLS token is the patch mean here, `resolved`)."""
+        return unavailable(kind.kind, self.result.spec)
+
+    def view(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, LayerSel, int]:
+        """The stack that shows layer `layer`'s map of `kind`, the row to select in it (the layer itself: every
+        layer is a row) and the input pixels per cell (the patch size): `ImageMaps.view`."""
+        return self.stack(kind), layer, self.result.spec.patch_size
+
+    def view_or_pending(self, kind: MapKind | str, layer: LayerSel = -1) -> tuple[MapStack, LayerSel, int]:
+        """`view`, or a placeholder while its pass runs or where this result has none (`stack_or_pending`)."""
+        kind = MapKind.parse(kind) if isinstance(kind, str) else kind
+        return self.stack_or_pending(kind), layer, self.result.spec.patch_size
+
+    def outlines(self, layer: LayerSel) -> None:
+        """No window outlines: a plain ViT attends over all its tokens (`ImageMaps.outlines`)."""
+        return None
+
+    def picks(self, kind: MapKind) -> list[tuple[LayerSel, HeadSel]]:
+        """Every (layer, head) this result has a map of `kind` at, as `vitviz export --layers all --which-heads
+        all,mean,max` draws them (`ImageMaps.picks`): 'all' for a map of the whole model, head 'mean' only for a
+        map without heads."""
+        stack = self.stack_or_pending(kind)
+        layers: list[LayerSel] = list(range(stack.maps.shape[0])) if kind.per_layer else ["all"]
+        heads: list[HeadSel] = [*range(stack.num_heads), "mean", "max"] if kind.per_head else ["mean"]
+        return [(layer, head) for layer in layers for head in heads]
+
+    def write_npz(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the result's arrays and spec with every pass held (`arrays`), as `vitviz export --npz` does
+        (`vitviz.core.files.write_npz_atomic`); returns the path written."""
+        from vitviz.core import files
+
+        return files.write_npz_atomic(path, self.result, overwrite=overwrite, extra=self.arrays())
+
+    def heads_of(self, layer: LayerSel) -> int:
+        """The heads of layer `layer` (every layer has the model's)."""
+        return int(self.result.attentions.shape[1])
+
+    def row_blocks(self, kind: MapKind, layer: LayerSel) -> None:
+        """None: row i of every view's stack is layer i (`ImageMaps.row_blocks`)."""
+        return None
+
+    def query_outline(self, layer: LayerSel, cell: tuple[int, int]) -> None:
+        """No query window either (`ImageMaps.query_outline`)."""
+        return None
+
+    def caption(self, kind: MapKind, layer: LayerSel, row: LayerSel, stack: MapStack) -> tuple[str, str]:
+        """(what the map is, which layer it shows) for a title (`ImageMaps.caption`): 'attention of patch (1, 2)
+        (token 5)', 'layer 3' / 'through layer 3' (rollout) / 'all layers' (a map of the whole model)."""
+        what = stack.title
+        if KINDS[kind.kind].reads == "row" and kind.token is not None:
+            what = f"attention of {self.result.spec.token_name(kind.token)} (token {kind.token})"
+        if not kind.per_layer:
+            return what, "all layers"
+        return what, f"through layer {layer}" if kind.kind in ("rollout", "poolrollout") else f"layer {layer}"
 
     def arrays(self, kinds: "Iterable[MapKind] | None" = None, layers: "Iterable[int] | None" = None
                ) -> dict[str, np.ndarray]:

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.errors import VitvizError
 
 ATOL_ATTENTION = 1e-5
@@ -283,7 +284,7 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
-    if getattr(model, "windowed", False):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
+    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
         return Verification(UNVERIFIED, assumptions=assumptions, reason=WINDOWED_UNVERIFIED)
     if code is not None and spec.family == "live":
         model = _reference_of(spec.source, device or model.device)

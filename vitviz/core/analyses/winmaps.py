@@ -7,12 +7,14 @@ token is (after the cyclic shift; -1 for padding). Two maps follow from it, per 
 - `query_map`: the attention one patch query gives inside its window, placed at each key's place on the stage's
   grid (zero outside the window; a shifted window is drawn where it lies after the shift, so a window rolled across
   the edge covers cells on both sides). Attention to padding tokens has no cell: `padding_share` says how much.
+- `key_map`: the attention one patch receives from each query of its window, at each query's cell (the key's
+  column, where `query_map` is the query's row).
 - `received_map`: the attention each patch receives, stitched from the windows into one map of the grid: per key,
   the mean over the real queries of its window of their attention to it (for a global block this is the plain
   ViT's 'mean' map). 'max' takes the largest instead.
 
-`received_stack` / `query_stack` turn a stage's blocks into a `vitviz.core.analyses.maps.MapStack` ((blocks, H + 2, gh, gw):
-heads, head mean, head max), the unit `vitviz.core.drawing.render.draw_map` and the window's image panel draw, with the
+`received_stack` / `query_stack` / `key_stack` turn a stage's blocks into a `vitviz.core.analyses.maps.MapStack`
+((blocks, H + 2, gh, gw): heads, head mean, head max), the unit `vitviz.core.drawing.render.draw_map` and the window's image panel draw, with the
 stage's stride (input pixels per token) as its patch size. `window_labels` numbers each cell's window (the outlines
 a view draws where neighbouring labels differ) and `region_labels` the shift mask's regions.
 
@@ -31,7 +33,6 @@ from vitviz.core.analyses.rollout import RolloutEngine, RolloutParams
 from vitviz.core.analyses.tokens import fuse_heads
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 
-WINDOW_MAPS = ("received", "query")
 
 
 # ----------------------------------------------------------------------------------------------- one block
@@ -72,6 +73,21 @@ def query_map(attn: np.ndarray, geom: BlockGeometry, cell: tuple[int, int]) -> n
     out = np.zeros((row.shape[0], geom.grid[0] * geom.grid[1]), np.float32)
     out[:, pos[pos >= 0]] = row[:, pos >= 0]
     return out.reshape(row.shape[0], *geom.grid)
+
+
+def key_map(attn: np.ndarray, geom: BlockGeometry, cell: tuple[int, int]) -> np.ndarray:
+    """(H, gh, gw) float32: the attention the patch at grid cell `cell` receives from each real query of its
+    window, at each query's cell (the key's column of the window's attention); 0 outside the window."""
+    r, c = cell
+    if not (0 <= r < geom.grid[0] and 0 <= c < geom.grid[1]):
+        raise SelectionError(f"key cell {cell} is outside the {geom.grid[0]}x{geom.grid[1]} grid of stage "
+                             f"{geom.stage}")
+    w, t = geom.slot_of[r * geom.grid[1] + c]
+    column = np.asarray(attn[w, :, :, t], dtype=np.float32)               # (H, n) over the window's queries
+    pos = geom.positions[w]
+    out = np.zeros((column.shape[0], geom.grid[0] * geom.grid[1]), np.float32)
+    out[:, pos[pos >= 0]] = column[:, pos >= 0]
+    return out.reshape(column.shape[0], *geom.grid)
 
 
 def padding_share(attn: np.ndarray, geom: BlockGeometry, cell: tuple[int, int]) -> np.ndarray:
@@ -138,6 +154,15 @@ def query_stack(result: WindowedResult, stage: int, cell0: tuple[int, int]) -> M
     cell = stage_cell(result.spec, stage, cell0)
     maps = np.stack([query_map(result.blocks[b], result.geometry[b], cell) for b in blocks])
     return _fused_stack(maps, f"window attention of patch {cell0} (cell {cell} of stage {stage})")
+
+
+def key_stack(result: WindowedResult, stage: int, cell0: tuple[int, int]) -> MapStack:
+    """The attention paid to the patch at first-stage cell `cell0` (at this stage: the cell holding it) by the
+    queries of its window, in every block of `stage`."""
+    blocks = stage_blocks(result, stage)
+    cell = stage_cell(result.spec, stage, cell0)
+    maps = np.stack([key_map(result.blocks[b], result.geometry[b], cell) for b in blocks])
+    return _fused_stack(maps, f"window attention paid to patch {cell0} (cell {cell} of stage {stage})")
 
 
 def block_stack(stack: MapStack, index: int) -> MapStack:

@@ -20,10 +20,12 @@ per stage,
   ('windowed (7×7, shift 3)' / 'global (64×64)');
 - `arrays()`: exactly what `vitviz export --npz` writes for this image (the export calls it), `nbytes`: the
   memory held;
-- for the window (`vitviz.gui`), what it asks of a per-image holder: `view(kind, layer)` (the stack and row that
-  show one block, the layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where
-  there is none: a plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`,
-  `head_stats()` (distance in pixels, entropy, patch share per block and head), `resolved`.
+- what every per-image holder answers (`vitviz.core.analyses.maps.ImageMaps`, as `ResultMaps` does; the window,
+  export and `vitviz.show` ask only this): `view(kind, layer)` (the stack, row and stride that show one block, the
+  layer counting blocks over all stages; `view_or_pending` a placeholder titled with why where there is none: a
+  plain ViT's map, rollout across Swin's patch merging), `has`, `unshown`, `stack_or_pending`, `head_stats()`
+  (distance in pixels, entropy, patch share per block and head), `resolved`; `holder_of(result)` makes the holder
+  of a result of either lane.
 
 A stack's rows are the blocks of its stage (`layers(kind, stage)` gives their block indices); its patch size for
 drawing is the stage's stride (`stride(stage)`, input pixels per cell), so the image panel's `MapStack` drawing
@@ -33,16 +35,19 @@ y: row; cell (r, c) covers [c, c + 1] x [r, r + 1]); times the stride they are i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from vitviz.core.analyses.maps import MapKind, MapStack, SelectionError
+from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS
+from vitviz.core.analyses.maps import ImageMaps, MapKind, MapStack, ResultMaps, SelectionError
 from vitviz.core.analyses.rollout import RolloutParams
-from vitviz.core.analyses.winmaps import (cell_of_token, query_stack, received_stack, region_labels, rollout_stack,
-                                 rollout_unavailable, stage_blocks, stage_cell, window_labels)
+from vitviz.core.analyses.winmaps import (cell_of_token, key_stack, query_stack, received_stack, region_labels,
+                                          rollout_stack, rollout_unavailable, stage_blocks, stage_cell, window_labels)
+from vitviz.core.protocol import windowed
+from vitviz.core.spec import AttentionResult
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 
-VIEW_KINDS = ("received", "query", "rollout")
 ROLLOUT_BLOCKS = ("all", "global")
 CHUNK = 1 << 22          # attention elements handled at once by the overview (16 MB of float32)
 
@@ -254,11 +259,10 @@ def info_rows(spec: WindowedSpec, geometry: tuple[BlockGeometry, ...] | None = N
 class WindowedMaps:
     """Lazily computed, cached views of one windowed result (the window keeps one per image).
 
-    Besides its own views it answers what the window asks of a per-image holder (`ResultMaps`'s words): `has`,
-    `stack_or_pending`, `resolved`, `head_stats`, `nbytes`, `arrays`, `result`, `grid`; `view(kind, layer)` is
-    the stack and row that show one block's map (the layer selection counts blocks over all stages)."""
-
-    windowed = True          # the window tells the two holders apart by this
+    Besides its own views it is an `vitviz.core.analyses.maps.ImageMaps`, as `ResultMaps` is: `view(kind, layer)`
+    is the stack, row and stride that show one block's map (the layer selection counts blocks over all stages),
+    `outlines` / `query_outline` the block's windows, `caption`, `row_blocks`, `picks`, `has`, `unshown`,
+    `stack_or_pending`, `resolved`, `head_stats`, `heads_of`, `nbytes`, `write_npz`, `result`, `grid`."""
 
     def __init__(self, result: WindowedResult) -> None:
         self.result = result
@@ -320,12 +324,12 @@ class WindowedMaps:
         return "global" if any(g.is_global for g in self.geometry) else "all"
 
     def unshown(self, kind: MapKind) -> str | None:
-        """Why this result has no map of `kind` (None: it has): a plain ViT's map, or rollout across Swin's patch
-        merging."""
-        if kind.source == "windows":
-            return None
+        """Why this result has no map of `kind` (None: it has): a plain ViT's map (the table of map kinds says
+        which a windowed model gives), or rollout across Swin's patch merging."""
         if kind.kind == "rollout":
             return self.rollout_reason(None, self.rollout_blocks())
+        if KINDS[kind.kind].windows:
+            return None
         if kind.kind == "cls":
             return ("a windowed model (Swin, SAM / ViTDet) has no CLS token: see 'Attention received (windows)' or "
                     "'Attention of a patch in its window'")
@@ -344,9 +348,10 @@ class WindowedMaps:
         """The kind a map really is, which names its files (a windowed map is what it says)."""
         return kind
 
-    def view(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int]:
-        """The stack that shows block `layer`'s (`block_of`) map of `kind`, and the block's row in it: its stage's
-        stack for 'received' and 'query:N'; for rollout (where defined: SAM / ViTDet's global blocks, a Swin of
+    def view(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int, int]:
+        """The stack that shows block `layer`'s (`block_of`) map of `kind`, the block's row in it and the input
+        pixels per cell of the stack's grid (`vitviz.core.analyses.maps.ImageMaps`): its stage's stack for
+        'received', 'query:N' and 'key:N'; for rollout (where defined: SAM / ViTDet's global blocks, a Swin of
         one stage) the rollout through the last of its blocks up to this one (the first when none is).
 
         Raises:
@@ -357,7 +362,7 @@ class WindowedMaps:
             why = self.unshown(kind)
             if why is not None:
                 raise SelectionError(why)
-            return self.stack(kind, g.stage), g.index
+            return self.stack(kind, g.stage), g.index, g.stride
         blocks = self.rollout_blocks()
         why = self.rollout_reason(None, blocks)
         if why is not None:
@@ -367,9 +372,9 @@ class WindowedMaps:
         params = RolloutParams(p.fusion, p.discard, min(p.start, len(rows) - 1), p.residual, p.query)
         cell0 = None if p.query is None else cell_of_token(self.spec, int(p.query), self.grid)
         below = [i for i, b in enumerate(rows) if b <= g.block]
-        return self.rollout(0, params, cell0, blocks), (below[-1] if below else 0)
+        return self.rollout(0, params, cell0, blocks), (below[-1] if below else 0), self.stride(0)
 
-    def view_or_pending(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int]:
+    def view_or_pending(self, kind: MapKind | str, layer: int | str = -1) -> tuple[MapStack, int, int]:
         """`view`, or where this result has no such map a placeholder of zeros on the block's stage titled with why
         (`MapStack.pending`: never drawn into a file)."""
         try:
@@ -380,7 +385,7 @@ class WindowedMaps:
             depth = len(stage_blocks(self.result, g.stage))
             columns = self.heads_of(layer) if kind.per_head else 1
             return MapStack(np.zeros((depth, columns + 2, *g.grid), np.float32), np.zeros(3), str(exc),
-                            pending=True), g.index
+                            pending=True), g.index, g.stride
 
     def stack_or_pending(self, kind: MapKind, stage: int | None = None) -> MapStack:
         """The stack of `kind` over the blocks of `stage` (default 0), or a placeholder titled with why."""
@@ -393,9 +398,9 @@ class WindowedMaps:
 
     # ------------------------------------------------------------------ stacks
     def stack(self, kind: MapKind | str, stage: int | None = None) -> MapStack:
-        """The stack of a map kind ('received', 'query:N', 'rollout', 'rollout:N', or a `MapKind`) over the blocks
-        of `stage` (default 0; SAM / ViTDet have one). Rollout of a Swin with more than one stage is within the
-        stage asked for, and refused without one (`RolloutUndefined`, saying why)."""
+        """The stack of a map kind ('received', 'query:N', 'key:N', 'rollout', 'rollout:N', or a `MapKind`) over the
+        blocks of `stage` (default 0; SAM / ViTDet have one). Rollout of a Swin with more than one stage is within
+        the stage asked for, and refused without one (`RolloutUndefined`, saying why)."""
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         if kind.kind == "rollout":
             cell0 = None if kind.rollout.query is None else cell_of_token(self.spec, kind.rollout.query)
@@ -407,9 +412,11 @@ class WindowedMaps:
                 self._stacks[key] = received_stack(self.result, s)
             elif kind.kind == "query":
                 self._stacks[key] = query_stack(self.result, s, cell_of_token(self.spec, int(kind.token or 0)))
+            elif kind.kind == "key":
+                self._stacks[key] = key_stack(self.result, s, cell_of_token(self.spec, int(kind.token or 0)))
             else:
                 raise SelectionError(f"the {kind.label} map is not a windowed model's view; expected "
-                                     f"{', '.join(VIEW_KINDS)}")
+                                     f"{', '.join(KINDS[k].syntax for k in WINDOWED_KINDS)}")
         return self._stacks[key]
 
     def received(self, stage: int | None = None, how: str = "mean") -> MapStack:
@@ -464,26 +471,46 @@ class WindowedMaps:
         return self._stacks[key]
 
     # ------------------------------------------------------------------ outlines
-    def outlines(self, block: int) -> WindowOutlines:
-        """Block `block`'s window outlines on the unshifted image (cells of its stage)."""
-        if not 0 <= block < len(self.geometry):
-            raise SelectionError(f"block {block} out of range: the model has {len(self.geometry)} blocks "
-                                 f"(0-{len(self.geometry) - 1})")
+    def outlines(self, block: int | str) -> WindowOutlines:
+        """Block `block`'s window outlines on the unshifted image (cells of its stage); a layer selection as `view`
+        takes it (negative from the end, 'mean' / 'all': the last block)."""
+        n = len(self.geometry)
+        if not isinstance(block, str) and not -n <= block < n:
+            raise SelectionError(f"block {block} out of range: the model has {n} blocks (0-{n - 1})")
+        block = self.block_of(block).block
         if block not in self._outlines:
             g = self.geometry[block]
             self._outlines[block] = WindowOutlines(block, window_outlines(g), g.stride, g.grid, g.describe())
         return self._outlines[block]
 
-    def query_outline(self, block: int, cell0: tuple[int, int]) -> np.ndarray:
+    def query_outline(self, block: int | str, cell0: tuple[int, int]) -> np.ndarray:
         """Segments around the window that holds the query at first-stage cell `cell0` in block `block` (after
         the shift: a window rolled across the edge gives the pieces on both sides)."""
-        self.outlines(block)                  # in range, or SelectionError
-        g = self.geometry[block]
+        g = self.geometry[self.outlines(block).block]     # in range, or SelectionError
         r, c = stage_cell(self.spec, g.stage, cell0)
         if not (0 <= r < g.grid[0] and 0 <= c < g.grid[1]):
             raise SelectionError(f"query cell {cell0} is outside the image's first-stage grid")
         window = int(g.slot_of[r * g.grid[1] + c][0])
         return mask_outline(g.window_cells(window))
+
+    def row_blocks(self, kind: MapKind, layer: int | str) -> list[int]:
+        """The block (over the model) each row of `view(kind, layer)`'s stack shows: the selected block's stage,
+        or the blocks a rollout goes through."""
+        if kind.kind == "rollout" and self.unshown(kind) is None:
+            return self.layers(kind, 0, self.rollout_blocks())
+        g = self.block_of(layer)
+        return [b.block for b in self.geometry if b.stage == g.stage]
+
+    def caption(self, kind: MapKind, layer: int | str, row: int, stack: MapStack) -> tuple[str, str]:
+        """(what the map is, which block it shows) for a title (`vitviz.core.analyses.maps.ImageMaps.caption`):
+        the stack's title without its stage, 'stage 1 · block 0 (block 2: windowed (7×7))'; a rollout 'through
+        block 5 (global blocks)'."""
+        g = self.block_of(layer)
+        what = stack.title.removesuffix(f", stage {g.stage}")          # the stage is said with the block
+        if kind.kind == "rollout" and not stack.pending:
+            through = self.layers(kind, 0, self.rollout_blocks())[row]
+            return what, f"through block {through}" + (" (global blocks)" if self.rollout_blocks() == "global" else "")
+        return what, f"stage {g.stage} · block {g.index} (block {g.block}: {g.describe()})"
 
     # ------------------------------------------------------------------ overview and info
     def overview(self, stage: int | None = None) -> StageOverview:
@@ -528,6 +555,21 @@ class WindowedMaps:
         'source', 'geometry', and 'features' / 'feature_map' when present."""
         return self.result.arrays()
 
+    def write_npz(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write `arrays()` as `vitviz export --npz` does (`vitviz.core.files.write_arrays_atomic`); returns the
+        path written."""
+        from vitviz.core import files
+
+        return files.write_arrays_atomic(path, self.arrays(), overwrite)
+
+    def picks(self, kind: MapKind) -> list[tuple[int, int | str]]:
+        """Every (block, head) this result has a map of `kind` at, as `vitviz export` names them: every block with
+        its own stage's heads; a rollout's blocks with head 'mean' (none where rollout is not defined)."""
+        if kind.kind == "rollout":
+            blocks = [] if self.unshown(kind) else self.layers(kind, 0, self.rollout_blocks())
+            return [(b, "mean") for b in blocks]
+        return [(g.block, h) for g in self.geometry for h in [*range(self.heads_of(g.block)), "mean", "max"]]
+
     @property
     def nbytes(self) -> int:
         """Memory held by the result and the views made from it."""
@@ -546,3 +588,9 @@ class WindowedMaps:
             self.outlines(g.block)
         if stages:
             self.head_stats()
+
+
+def holder_of(result: AttentionResult | WindowedResult) -> ImageMaps:
+    """The per-image holder (`ImageMaps`) of a result of either lane: `WindowedMaps` for a windowed model's
+    (`vitviz.core.protocol.windowed`), `ResultMaps` for a plain ViT's."""
+    return WindowedMaps(result) if windowed(result) else ResultMaps(result)  # type: ignore[arg-type]

@@ -22,15 +22,18 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from vitviz.core.analyses.mapkinds import unavailable
-from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, TEXT_KINDS, HeadSel, LayerSel, MapKind, ResultMaps,
-                              SelectionError)
+from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, unavailable
+from vitviz.core.analyses.maps import HeadSel, ImageMaps, LayerSel, MAP_KINDS, MapKind, ResultMaps, SelectionError
+from vitviz.core.analyses.winmaps import cell_of_token
+from vitviz.core.analyses.winview import holder_of
 from vitviz.core.drawing.render import RenderOptions, draw_map, native_view
+from vitviz.core.protocol import WINDOWS, capabilities_of_spec, windowed
 from vitviz.core.spec import AttentionResult
 from vitviz.core.winspec import WindowedResult
 from vitviz.errors import VitvizError
 
-MAPS_SHOWN = ", ".join(k for k in MAP_KINDS if k not in ("token", "rollout")) + ", rollout, token:N or rollout:N"
+MAPS_SHOWN = ", ".join(KINDS[k].syntax for k in MAP_KINDS)      # every attention map (the table of map kinds)
+RESULTS = (AttentionResult, WindowedResult)    # what a model's run returns, of either lane
 # RenderOptions fields `show` takes besides its own arguments, with what each allows ('size' is `original`).
 RENDER_CHOICES: dict[str, tuple[Any, ...]] = {"style": ("overlay", "heatmap"), "scale": ("shared", "own"),
                                               "smooth": (True, False), "colorbar_label": (True, False)}
@@ -40,7 +43,7 @@ class ShowError(SelectionError):
     """An argument of `vitviz.show` of the wrong type or out of range; the message names it and what it allows."""
 
 
-def show(result: AttentionResult | ResultMaps, map: str = "cls",  # noqa: A002
+def show(result: AttentionResult | WindowedResult | ImageMaps, map: str = "cls",  # noqa: A002
          layer: LayerSel = -1, head: HeadSel = "mean", *, cmap: str = "viridis", opacity: float = 0.6, colorbar: bool = True, original: bool = True,
          **render: Any) -> Image.Image:
     """The map of one layer and head drawn over the image the model saw, as a PIL image.
@@ -64,17 +67,16 @@ def show(result: AttentionResult | ResultMaps, map: str = "cls",  # noqa: A002
         **render: further `RenderOptions` fields: style ('overlay' / 'heatmap'), scale ('shared' / 'own'),
             smooth, colorbar_label (True / False).
     """
-    if isinstance(result, WindowedResult):
-        return _show_windowed(result, map, layer, head, cmap, opacity, colorbar, original, render)
-    maps = result if isinstance(result, ResultMaps) else None
-    result = _check_result(result.result if maps is not None else result)
-    maps = maps or ResultMaps(result)     # the one per-image holder: the maps the window and export draw
-    spec = result.spec
-    kind = _check_map(map, spec, maps)
-    layer = _check_index("layer", layer, spec.depth, "layers", ("mean", "last"))
+    maps = _holder(result)       # the one per-image holder of its lane: the maps the window and export draw
+    spec = maps.result.spec
+    can = capabilities_of_spec(spec)
+    kind = _check_map(map, spec, maps, can)
+    blocks = WINDOWS in can      # a windowed model's layers are its blocks, with no mean over them
+    what = "blocks" if blocks else "layers"
+    layer = _check_index("layer", layer, spec.depth, what, ("last",) if blocks else ("mean", "last"))
     layer = spec.depth - 1 if layer == "last" else layer
-    heads = int(result.attentions.shape[1])
-    head = _check_index("head", head, heads, "heads", ("mean", "max"))
+    heads = maps.heads_of(layer)
+    head = _check_index("head", head, heads, f"heads in block {layer}" if blocks else "heads", ("mean", "max"))
     _check_colormap(cmap)
     opacity = _check_unit("opacity", opacity)
     for name, value in (("colorbar", colorbar), ("original", original)):
@@ -85,53 +87,28 @@ def show(result: AttentionResult | ResultMaps, map: str = "cls",  # noqa: A002
             raise ShowError(f"show: unknown argument {name}={value!r}; expected one of map, layer, head, cmap, "
                             f"opacity, colorbar, original, {', '.join(known)}")
         _check_choice(name, value, RENDER_CHOICES[name])
-    stack = maps.stack(kind)
+    try:
+        stack, row, stride = maps.view(kind, layer)
+    except SelectionError as e:         # a map this result has not (rollout across Swin's patch merging)
+        raise ShowError(f"show: map {map!r}: {e}") from None
+    result = maps.result
     image = native_view(result) if original else result.image
     opts = RenderOptions(cmap=cmap, opacity=opacity, colorbar=colorbar, **render)
-    rgb = draw_map(stack, layer, head, np.asarray(image), tuple(result.input.shape[-2:]), spec.patch_size, opts)
+    rgb = draw_map(stack, row, head, np.asarray(image), tuple(result.input.shape[-2:]), stride, opts)
     return Image.fromarray(rgb)
 
 
-def _show_windowed(result: WindowedResult, map_name: Any, layer: LayerSel, head: HeadSel, cmap: str,
-                   opacity: float, colorbar: bool, original: bool, render: dict[str, Any]) -> Image.Image:
-    """`show` of a windowed model's result: 'received' (also for the default 'cls', which it has no token for) or
-    'query:N' of one block and one of its heads, as `vitviz export` draws them."""
-    from vitviz.core.analyses.winmaps import WINDOW_MAPS, cell_of_token, query_stack, received_stack
-
-    if not isinstance(map_name, str):
-        raise ShowError(f"show: map is {_found(map_name)}; expected 'received' or 'query:N' (a windowed model)")
-    try:
-        kind = MapKind.parse("received" if map_name.strip().lower() == "cls" else map_name)
-    except SelectionError as e:
-        raise ShowError(f"show: map {map_name!r}: {e}") from None
-    if kind.kind not in WINDOW_MAPS:
-        raise ShowError(f"show: map {map_name!r} is a plain ViT's; a windowed model (Swin, SAM) shows 'received' or "
-                        "'query:N' (N a patch of the first stage's grid)")
-    spec = result.spec
-    block = _check_index("layer", layer, spec.depth, "blocks", ("last",))
-    block = spec.depth - 1 if block == "last" else int(block)
-    g = result.geometry[block]
-    head = _check_index("head", head, spec.heads[g.stage], f"heads in block {block}", ("mean", "max"))
-    _check_colormap(cmap)
-    opacity = _check_unit("opacity", opacity)
-    for name, value in render.items():
-        if name not in RENDER_CHOICES:
-            raise ShowError(f"show: unknown argument {name}={value!r}")
-        _check_choice(name, value, RENDER_CHOICES[name])
-    if kind.kind == "query":
-        try:
-            stack = query_stack(result, g.stage, cell_of_token(spec, int(kind.token or 0)))
-        except SelectionError as e:
-            raise ShowError(f"show: map {map_name!r}: {e}") from None
-    else:
-        stack = received_stack(result, g.stage)
-    image = native_view(result) if original else result.image  # type: ignore[arg-type]  # box and source only
-    opts = RenderOptions(cmap=cmap, opacity=opacity, colorbar=colorbar, **render)
-    rgb = draw_map(stack, g.index, head, np.asarray(image), tuple(result.input.shape[-2:]), g.stride, opts)
-    return Image.fromarray(rgb)
+def _holder(result: Any) -> ImageMaps:
+    """The result's per-image holder (`ImageMaps`): the one given, or made for a result of either lane."""
+    if not isinstance(result, RESULTS) and hasattr(result, "view_or_pending"):    # a holder: its result checked
+        _check_result(getattr(result, "result", None))
+        return result  # type: ignore[no-any-return]
+    return holder_of(_check_result(result))
 
 
-def _check_result(result: Any) -> AttentionResult:
+def _check_result(result: Any) -> AttentionResult | WindowedResult:
+    if isinstance(result, RESULTS) and windowed(result):      # a windowed model's: blocks of windows
+        return result
     if isinstance(result, AttentionResult):
         if getattr(result.attentions, "ndim", 0) != 4:
             raise ShowError(f"show: result's attentions have shape {getattr(result.attentions, 'shape', None)}; "
@@ -142,24 +119,38 @@ def _check_result(result: Any) -> AttentionResult:
     raise ShowError(f"show: result is {_found(result)}; expected an AttentionResult, what model.run(image) returns")
 
 
-def _check_map(map_name: Any, spec: Any, maps: ResultMaps) -> MapKind:  # noqa: A002
+def _check_map(map_name: Any, spec: Any, maps: ImageMaps, can: frozenset[str]) -> MapKind:  # noqa: A002
+    shown = ", ".join(KINDS[k].syntax for k in WINDOWED_KINDS) if WINDOWS in can else MAPS_SHOWN
     if not isinstance(map_name, str):
-        raise ShowError(f"show: map is {_found(map_name)}; expected a map name: {MAPS_SHOWN}")
+        raise ShowError(f"show: map is {_found(map_name)}; expected a map name: {shown}")
     try:
         kind = MapKind.parse(map_name)
     except SelectionError as e:
         raise ShowError(f"show: map {map_name!r}: {e}") from None
-    why = unavailable(kind, spec) if kind.kind not in GRADIENT_KINDS + TEXT_KINDS else None
+    if kind.kind == "cls" and unavailable(kind.kind, spec, can) is not None:
+        kind = MapKind("received")        # the default map of a model without a CLS token: what it shows first
+    if WINDOWS in can:                    # the table of map kinds: the maps a windowed model gives
+        why = unavailable(kind.kind, spec, can)
+        if why is not None:
+            raise ShowError(f"show: map {map_name!r}: {why}")
+        if kind.token is not None:
+            try:
+                cell_of_token(spec, int(kind.token), maps.grid)
+            except SelectionError as e:
+                raise ShowError(f"show: map {map_name!r}: {e}") from None
+        return kind
+    why = unavailable(kind, spec) if kind.source not in ("gradients", "text") else None
     if why is not None and kind.kind not in MAP_KINDS:     # the table of map kinds: this model cannot give it
         raise ShowError(f"show: map {map_name!r}: {why}")
     if kind.kind not in MAP_KINDS and (kind.kind == "pca" or not maps.has(kind)):
         raise ShowError(f"show: map {map_name!r} needs a pass of its own, which a result does not hold; expected "
                         f"one of {MAPS_SHOWN} (`vitviz export --maps {map_name}` draws it)")
-    query = kind.token if kind.kind == "token" else kind.rollout.query if kind.kind == "rollout" else None
-    if query is not None and not 0 <= int(query) < spec.num_tokens:   # as `vitviz export` refuses it: never clamped
-        raise ShowError(f"show: map {map_name!r}: {kind.kind}:{query} out of range: the model has {spec.num_tokens} "
+    query = kind.query            # a token argument (token:N, key:N, rollout:N) in range, as `vitviz export` asks
+    if query is not None and not 0 <= int(query) < spec.num_tokens:   # never clamped
+        name = KINDS[kind.kind].name
+        raise ShowError(f"show: map {map_name!r}: {name}:{query} out of range: the model has {spec.num_tokens} "
                         f"tokens ({spec.num_prefix} prefix + {spec.grid[0]}x{spec.grid[1]} patches); expected "
-                        f"{kind.kind}:0 to {kind.kind}:{spec.num_tokens - 1}")
+                        f"{name}:0 to {name}:{spec.num_tokens - 1}")
     return kind
 
 

@@ -31,6 +31,7 @@ from vitviz.core.reading.validate import (
     check_canonical, check_exact_tensors, check_overrides, check_route, check_spec, check_weights,
 )
 from vitviz.core.running.winload import is_windowed, load_windowed
+from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.core.running.winload import APPLIES as WINDOWED_APPLY
 from vitviz.errors import (
     CheckpointError, CompositeModelError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError,
@@ -290,7 +291,7 @@ def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", override
             return load_live(path, overrides, how=why)
         except LiveModelError as e:
             raise type(e)(f"{e} (Converting it to the reference ViT failed too: {why})") from e  # UserCodeError...
-    what = "windowed model" if getattr(model, "windowed", False) else "ViT"
+    what = "windowed model" if WINDOWS in capabilities_of(model) else "ViT"
     model.spec = model.net.spec = replace(model.spec, provenance=(*model.spec.provenance, (
         "path", f"reference: its state dict converted to vitviz's reference {what} (live=True runs its own code)")))
     return model

@@ -38,6 +38,7 @@ from vitviz.core.posembed import resample_grid
 from vitviz.core.running.runtime import SMALLER, check_host_memory, move_module
 from vitviz.core.spec import split_output, whole_patches
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
+from vitviz.core.protocol import WINDOWS
 from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 CPB_HIDDEN = 512   # Swin v2's continuous-bias MLP width (every implementation)
@@ -457,9 +458,10 @@ class WindowedNet(nn.Module):
 class WindowedModel:
     """A loaded windowed checkpoint: the reference model, its spec, the device it runs on.
 
-    `run` gives a `WindowedResult`; `forward_captured` is the batch form (the export's)."""
+    `run` gives a `WindowedResult`; `forward_captured` is the batch form (the export's). Its capabilities say
+    `WINDOWS` (`vitviz.core.protocol`): what asks a model what it can do asks it, not its class."""
 
-    windowed = True
+    capabilities = frozenset({WINDOWS})
 
     def __init__(self, net: WindowedNet, spec: WindowedSpec, device: torch.device, dropped: list[str]) -> None:
         self.net, self.spec, self._device = net, spec, device

@@ -483,9 +483,3 @@ def load_windowed(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any]
     spec = replace(spec, num_params=sum(p.numel() for p in net.parameters()))
     net.spec = spec
     return WindowedModel(net, spec, torch.device("cpu"), conv.dropped).to(str(device))
-
-
-def is_windowed_model(model: Any) -> bool:
-    """Whether `model` (a loaded model) is a windowed one (its result is a `WindowedResult`)."""
-    return bool(getattr(model, "windowed", False))
-

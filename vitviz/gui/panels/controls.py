@@ -10,21 +10,24 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, lacks
+from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.spec import ModelSpec
+from vitviz.core.protocol import windowed
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
-from vitviz.gui.state import COLORMAPS, SOURCES, ViewState, map_kind, resolve_index
+from vitviz.gui.state import (COLORMAPS, QUERY_SOURCES, SOURCES, ViewState, default_source, map_kind, query_source,
+                              resolve_index)
 
 # the map sources the selector offers, named and explained by the table of map kinds (a new attention kind there
 # appears here by itself); 'relevance' stands for all the gradient maps and the text prompt, picked below it
 SOURCE_LABELS = {key: KINDS[key].label for key in SOURCES}
 SOURCE_TIPS = {key: f"{KINDS[key].help[:1].upper()}{KINDS[key].help[1:]} (--map {KINDS[key].syntax})"
                for key in SOURCES}
-SOURCE_TIPS["token"] += "; click a patch to pick one"
-SOURCE_TIPS["query"] += "; click a patch to pick one (its window is outlined)"
+for _key in QUERY_SOURCES:      # the maps of one query token (the table's kinds that need one)
+    SOURCE_TIPS[_key] += "; click a patch to pick one"
+SOURCE_TIPS["query"] += " (its window is outlined)"
 SOURCE_TIPS["received"] = SOURCE_TIPS["received"].replace(" (--map", ", drawn with the block's window outlines (--map")
 WINDOWED_SETTINGS = ("A windowed model (Swin, SAM / ViTDet): its stages, heads and windows are read from the file; "
                      "load it with window= / global_blocks= overrides (vitviz --window N --global-blocks I,J) to "
@@ -140,7 +143,7 @@ class ControlsPanel(QWidget):
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
         spec = self.session.spec
-        if spec is not None and spec is not self.model_settings.spec and not getattr(spec, "windowed", False):
+        if spec is not None and spec is not self.model_settings.spec and not windowed(spec):
             self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
@@ -240,17 +243,16 @@ class ControlsPanel(QWidget):
         return box
 
     def _fill_sources(self, spec: ModelSpec | None) -> None:
-        """The map sources the model can give (the table of map kinds, `lacks`): the pooling attention only for a
-        model with a MAP head, the class relevance not for a model run from its own code (its attention gradients
-        are not exposed); without a model, all but the pooling attention."""
+        """The map sources the model can give (the table of map kinds, `unavailable`): the pooling attention only
+        for a model with a MAP head, the class relevance not for a model run from its own code (its attention
+        gradients are not exposed), a windowed model's maps only for one; without a model, a plain ViT's maps but
+        the pooling attention."""
         self.source_combo.clear()
-        windowed = getattr(spec, "windowed", False)
+        can = self.session.capabilities or None   # none known yet (no model answered): from the spec
         for key, label in SOURCE_LABELS.items():
-            can = self.session.capabilities or None   # none known yet (no model answered): from the spec
-            if (key in WINDOWED_KINDS) != windowed and (windowed or key != "rollout"):
-                continue         # a windowed model's maps only for one (rollout: both, said where undefined)
-            if (key == "pool" and (spec is None or lacks("pool", spec, can))) or (
-                    key == "relevance" and spec is not None and lacks("relevance", spec, can)):
+            if spec is None and (key == "pool" or "windowed" in KINDS[key].needs):
+                continue         # no model yet: a plain ViT's maps, and no MAP head
+            if spec is not None and unavailable(key, spec, can) is not None:
                 continue
             self.source_combo.addItem(label, key)
             self.source_combo.setItemData(self.source_combo.count() - 1, SOURCE_TIPS[key],
@@ -284,28 +286,28 @@ class ControlsPanel(QWidget):
 
     def _on_query_chosen(self, _index: int) -> None:
         token = self.query_combo.currentData()
-        windowed = getattr(self._spec, "windowed", False)
-        query_source = "query" if windowed else "token"
+        spec, can = self._spec, self.session.capabilities or None
+        chosen = QUERY_SOURCES[0] if spec is None else query_source(self.state.source, spec, can)
         if token is None or token < 0:
-            fallback = "received" if windowed else "cls"
-            self._set(query=None, source=fallback if self.state.source == query_source else self.state.source)
+            fallback = "cls" if spec is None else default_source(spec, can)
+            self._set(query=None, source=fallback if self.state.source == chosen else self.state.source)
         else:
-            self._set(query=int(token), source=query_source)
+            self._set(query=int(token), source=chosen)
 
     def set_spec(self, spec: ModelSpec, device: str) -> None:
         """Show a newly loaded model and size the layer/head ranges to it."""
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        windowed = getattr(spec, "windowed", False)
-        self.model_settings.set_spec(None if windowed else spec)   # its fields are a plain ViT's
-        self.model_settings.setToolTip(WINDOWED_SETTINGS if windowed else "")
-        self.layer_label.setText("Block" if windowed else "Layer")
-        self.relevance_picker.setVisible(not windowed)   # no class relevance: its passes are the reference ViT's
-        self.block_label.setVisible(windowed)
-        self.layer_spin.setMinimum(0 if windowed else min(LAYER_SPECIALS))   # no mean over stages' grids
+        blocks = windowed(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
+        self.model_settings.set_spec(None if blocks else spec)   # its fields are a plain ViT's
+        self.model_settings.setToolTip(WINDOWED_SETTINGS if blocks else "")
+        self.layer_label.setText("Block" if blocks else "Layer")
+        self.relevance_picker.setVisible(not blocks)   # no class relevance: its passes are the reference ViT's
+        self.block_label.setVisible(blocks)
+        self.layer_spin.setMinimum(0 if blocks else min(LAYER_SPECIALS))   # no mean over stages' grids
         self.layer_spin.setToolTip("The block's index over all stages (its stage and place are named below)"
-                                   if windowed else self._layer_tip)
+                                   if blocks else self._layer_tip)
         self.layer_spin.setMaximum(spec.depth - 1)
         self.layer_slider.setMaximum(spec.depth - 1)
         self.head_spin.setMaximum(spec.num_heads - 1)
@@ -352,7 +354,7 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
-            if getattr(spec, "windowed", False):
+            if windowed(spec):
                 heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
@@ -404,7 +406,7 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
-    if getattr(spec, "windowed", False):
+    if windowed(spec):
         return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)

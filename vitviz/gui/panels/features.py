@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.drawing import render
 from vitviz.core.analyses.maps import ResultMaps
+from vitviz.core.protocol import windowed
 from vitviz.gui import colors, dialogs, features_export
 from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
@@ -560,7 +561,7 @@ class FeaturesPanel(LazyPanel):
                 view.clear()
             self.status.setText("Open a model and an image: the features of the one shown appear here")
             return
-        if getattr(maps, "windowed", False):     # nothing is asked of the worker for it
+        if windowed(maps):     # nothing is asked of the worker for it
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
             self.status.setText(WINDOWED_FEATURES)

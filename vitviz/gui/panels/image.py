@@ -12,8 +12,6 @@ what the session is doing instead (no model, no image, running, failed) while th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
@@ -21,16 +19,12 @@ from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
 from vitviz.core.drawing import render
-from vitviz.core.analyses.maps import ResultMaps
-from vitviz.core.spec import AttentionResult
-
-if TYPE_CHECKING:
-    from vitviz.core.analyses.winview import WindowedMaps
+from vitviz.core.analyses.maps import ImageMaps, ResultMaps
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.panels.windows import WindowOutlineItem
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, current_map, is_windowed, levels_for, map_kind
+from vitviz.gui.state import QUERY_SOURCES, ROLLOUT_FIELDS, ViewState, map_kind, view_of
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
               "relevance_method", "relevance_class", "relevance_prompt", "rollout_pool"}
@@ -152,64 +146,37 @@ class ImagePanel(QWidget):
         return self._last_hover
 
     def readout(self, row: int, col: int) -> str:
-        """The hover text for a patch ('' outside the grid or without a map)."""
+        """The hover text for a patch ('' outside the grid or without a map); a map on a coarser grid (a windowed
+        model's later stage) reads the cell holding the patch."""
         maps, values = self._maps, self.values
         if row < 0 or maps is None or values is None:
             return ""
         token = maps.result.num_prefix + row * maps.grid[1] + col
-        if is_windowed(maps):           # the map is on the block's stage grid: the cell holding this patch
-            f_r, f_c = (max(1, -(-maps.grid[i] // values.shape[i])) for i in (0, 1))
-            cell = (min(row // f_r, values.shape[0] - 1), min(col // f_c, values.shape[1] - 1))
-            where = "" if cell == (row, col) else f" · stage cell {cell[0]}, {cell[1]}"
-            return f"patch row {row}, col {col} · patch {token}{where} · value {values[cell]:.4g}"
-        return f"row {row}, col {col} · token {token} · value {values[row, col]:.4g}"
+        if values.shape == tuple(maps.grid):
+            return f"row {row}, col {col} · token {token} · value {values[row, col]:.4g}"
+        f_r, f_c = (max(1, -(-maps.grid[i] // values.shape[i])) for i in (0, 1))
+        cell = (min(row // f_r, values.shape[0] - 1), min(col // f_c, values.shape[1] - 1))
+        where = "" if cell == (row, col) else f" · stage cell {cell[0]}, {cell[1]}"
+        return f"patch row {row}, col {col} · patch {token}{where} · value {values[cell]:.4g}"
 
     # ------------------------------------------------------------------------------------------ drawing
 
-    def _draw_map(self, maps: ResultMaps, image_changed: bool) -> None:
-        if is_windowed(maps):
-            self._draw_windowed(maps, image_changed)
-            return
-        self.outline_item.setVisible(False)
+    def _draw_map(self, maps: ImageMaps, image_changed: bool) -> None:
+        """The selected map (`ImageMaps.view`: a windowed model's block at its stage's resolution), its title and
+        scale, the query patch, and the layer's window outlines with the query's window where the holder has some."""
         state, result = self.state, maps.result
-        if image_changed:
-            self.set_image(result.image, result.grid, result.spec.patch_size)
-        values, stack = current_map(maps, state)
-        self.values = values
-        self.values_changed.emit()
-        levels = levels_for(state, values, stack)
-        shown = render.upsample(values, _grid_pixels(result), True) if state.smooth else values
-        self.scale_text = render.scale_label(stack, state.head, "own" if state.normalize else "shared")
-        title = self._title(stack.title, result, f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
-        self.show_map(shown, levels, state.colormap, state.opacity, title)
-        self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
-        self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image
-        self.colorbar.setVisible(not stack.pending)
-        self.set_highlight(self._query_patch(result))
-
-    def _draw_windowed(self, maps: "WindowedMaps", image_changed: bool) -> None:
-        """The selected block's map at its stage's resolution, its window outlines and the query's window."""
-        from vitviz.gui.state import windowed_view
-
-        state, result = self.state, maps.result
-        if image_changed or self._grid != maps.grid:
-            self.set_image(result.image, maps.grid, result.spec.patch_size)
-        stack, row, head = windowed_view(maps, state)
-        g = maps.block_of(state.layer)
+        if image_changed or self._grid != tuple(maps.grid):
+            self.set_image(result.image, tuple(maps.grid), result.spec.patch_size)
         kind = map_kind(state)
-        cell = g.stride if kind.kind != "rollout" else maps.stride(0)
+        stack, row, head, stride = view_of(maps, state)
         values = stack.select(row, head)
         self.values = values
         self.values_changed.emit()
         levels = stack.levels(values, head, own=state.normalize)
-        size = (values.shape[0] * cell, values.shape[1] * cell)
+        size = (values.shape[0] * stride, values.shape[1] * stride)
         shown = render.upsample(values, size, True) if state.smooth else values
         self.scale_text = render.scale_label(stack, head, "own" if state.normalize else "shared")
-        where = f"stage {g.stage} · block {g.index} (block {g.block}: {g.describe()})"
-        what = stack.title.removesuffix(f", stage {g.stage}")          # the stage is said with the block
-        if kind.kind == "rollout" and not stack.pending:
-            through = maps.layers(kind, 0, maps.rollout_blocks())[row]
-            where = f"through block {through}" + (" (global blocks)" if maps.rollout_blocks() == "global" else "")
+        what, where = maps.caption(kind, state.layer, row, stack)
         parts = [f"{Path(result.source).name} — {what}", where]
         if kind.per_head and not stack.pending:
             parts.append(f"head {head}")
@@ -217,39 +184,29 @@ class ImagePanel(QWidget):
             parts.append(f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
         self.show_map(shown, levels, state.colormap, state.opacity, " · ".join(parts), extent=(size[1], size[0]))
         self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
-        self.overlay_item.setVisible(not stack.pending)
+        self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image
         self.colorbar.setVisible(not stack.pending)
-        query = state.query if state.source in ("query", "rollout") else None
-        if query is not None and not 0 <= query < maps.grid[0] * maps.grid[1]:
-            query = None
-        self.set_highlight(None if query is None else divmod(query, maps.grid[1]))
-        if kind.kind == "rollout" or stack.pending:
+        patch = self._query_patch(maps)
+        self.set_highlight(patch)
+        outlines = None if kind.kind == "rollout" or stack.pending else maps.outlines(state.layer)
+        if outlines is None:
             self.outline_item.setVisible(False)
             return
-        outlines = maps.outlines(g.block)
-        self.outline_item.set_outlines(outlines.segments, g.stride)
-        self.outline_item.set_query_window(None if query is None else
-                                           maps.query_outline(g.block, divmod(query, maps.grid[1])), g.stride)
+        self.outline_item.set_outlines(outlines.segments, outlines.stride)
+        self.outline_item.set_query_window(None if patch is None else maps.query_outline(state.layer, patch),
+                                           outlines.stride)
         self.outline_item.setVisible(True)
 
-    def _title(self, what: str, result: AttentionResult, scale: str) -> str:
-        """The map's title: the image and map, the layer, the head and the colour scale."""
-        s = self.state
-        if s.source == "token" and s.query is not None:
-            what = f"attention of {result.spec.token_name(s.query)} (token {s.query})"
-        kind = map_kind(s)                           # the table of map kinds: a layer and a head to pick?
-        head = f"head {s.head}" if kind.per_head else ""
-        whole = not kind.per_layer                   # one map of the whole model (per pooling head for 'pool')
-        layer = "all layers" if whole else f"through layer {s.layer}" if s.source == "rollout" else f"layer {s.layer}"
-        return " · ".join(p for p in (f"{Path(result.source).name} — {what}", layer, head, scale) if p)
-
-    def _query_patch(self, result: AttentionResult) -> tuple[int, int] | None:
-        q, p = self.state.query, result.num_prefix
-        if self.state.source not in ("token", "rollout") or q is None or q < p:
+    def _query_patch(self, maps: ImageMaps) -> tuple[int, int] | None:
+        """The (row, col) of the query patch the map shows (a query token's map, or the rollout from it), or None
+        (no query, a prefix token, the rollout of a MAP head's pooling query)."""
+        s, result, (gh, gw) = self.state, maps.result, maps.grid
+        q, p = s.query, result.num_prefix
+        if not (s.source in QUERY_SOURCES or s.source == "rollout") or q is None or not p <= q < p + gh * gw:
             return None
-        if self.state.source == "rollout" and self.state.rollout_pool and result.pool_attention is not None:
+        if s.source == "rollout" and s.rollout_pool and getattr(result, "pool_attention", None) is not None:
             return None                     # the rollout of the pooling query, not of the selected patch
-        return divmod(q - p, result.grid[1])
+        return divmod(q - p, gw)
 
     def set_image(self, image: np.ndarray, grid: tuple[int, int], patch: int) -> None:
         """Show an (H, W, 3) uint8 image whose patch grid is `grid` patches of `patch` pixels."""
@@ -344,10 +301,3 @@ class ImagePanel(QWidget):
         maps = self._maps
         if maps is not None:
             self.query_clicked.emit(maps.result.num_prefix + row * maps.grid[1] + col)
-
-
-def _grid_pixels(result: AttentionResult) -> tuple[int, int]:
-    """Pixel size of the area the patch grid covers."""
-    gh, gw = result.grid
-    p = result.spec.patch_size
-    return gh * p, gw * p

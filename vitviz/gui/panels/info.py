@@ -16,6 +16,7 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
+from vitviz.core.protocol import windowed
 from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
@@ -49,13 +50,13 @@ def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
     stages: list[tuple[str, str]] = []
-    if getattr(session.spec, "windowed", False):       # at the current image's run, else at the input size
+    if windowed(session.spec):       # at the current image's run, else at the input size
         from vitviz.core.analyses.winview import info_rows
 
         spec = session.spec
         from vitviz.gui.panels.controls import geometry_at
 
-        stages = maps.info_rows() if getattr(maps, "windowed", False) else info_rows(
+        stages = maps.info_rows() if windowed(maps) else info_rows(
             spec, geometry_at(spec, session.image_size))  # type: ignore[arg-type]
     return ModelInfo(spec=session.spec, device=session.device, path=session.model_path, stages=stages,
                      param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
@@ -137,7 +138,7 @@ def info_html(info: ModelInfo) -> str:
         return f"<p>Loading model {html.escape(display_name(info.loading))}…</p>"
     if spec is None:
         return "<p>No model loaded. Open a checkpoint (File › Open model) or drop one on the window.</p>"
-    if getattr(spec, "windowed", False):
+    if info.stages:                  # a windowed model's stages and blocks
         return windowed_html(info)
     grid = spec.grid if info.image_size is None else (info.image_size[0] // spec.patch_size,
                                                       info.image_size[1] // spec.patch_size)

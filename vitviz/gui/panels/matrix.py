@@ -18,6 +18,7 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
+from vitviz.core.protocol import windowed
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
@@ -166,7 +167,7 @@ class MatrixPanel(LazyPanel):
         if maps is None:
             self._clear()
             return
-        if getattr(maps, "windowed", False):
+        if windowed(maps):
             self._clear()
             self.title.setText(WINDOWED_MATRIX)
             return

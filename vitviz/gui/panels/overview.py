@@ -19,7 +19,7 @@ from vitviz.core.analyses.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.session import Session
-from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, is_windowed, stack_for, windowed_view
+from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, map_kind, view_of
 
 STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile",   # what the overview draws from
                 "relevance_method", "relevance_class"}
@@ -45,7 +45,8 @@ class OverviewPanel(QWidget):
         self._columns: list[tuple[int, str]] = []     # (column, label) of the bottom axis
         self._column_name = "rollout"                  # the label of a stack with one column (its map's name)
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
-        self._blocks: list[int] = []                   # a windowed model's block of each row ([] otherwise)
+        self._blocks: list[int] = []                   # the block of each row where rows are not layers
+                                                       # (`ImageMaps.row_blocks`: a windowed stage; [] otherwise)
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
         self.title = base.TitleLabel("", color=base.TEXT, size="10pt")     # wraps: never widens the panel
@@ -90,27 +91,11 @@ class OverviewPanel(QWidget):
         maps, state = self._maps, self.state
         if maps is None:
             self.clear()
-        elif is_windowed(maps) and (changed & STACK_FIELDS or changed & ROLLOUT_FIELDS):
-            stack, row, head = windowed_view(maps, state)
-            self._blocks = self._block_rows(maps)
-            self.show_stack(stack, state.per_tile, state.colormap)
-            self.select(row, stack.column(head))
         elif changed & STACK_FIELDS or (changed & ROLLOUT_FIELDS and state.source == "rollout"):
-            self._blocks = []
-            stack = stack_for(maps, state)
+            stack, row, head, _stride = view_of(maps, state)
+            self._blocks = list(maps.row_blocks(map_kind(state), state.layer) or ())
             self.show_stack(stack, state.per_tile, state.colormap)
-            self.select(None if state.layer == "mean" else int(state.layer), stack.column(state.head))
-
-    def _block_rows(self, maps: object) -> list[int]:
-        """The block (over the model) of each row of a windowed result's stack: the selected block's stage, or
-        the blocks a rollout goes through."""
-        from vitviz.gui.state import map_kind
-
-        kind = map_kind(self.state)
-        if kind.kind == "rollout" and maps.unshown(kind) is None:  # type: ignore[attr-defined]
-            return maps.layers(kind, 0, maps.rollout_blocks())  # type: ignore[attr-defined]
-        g = maps.block_of(self.state.layer)  # type: ignore[attr-defined]
-        return [b.block for b in maps.geometry if b.stage == g.stage]  # type: ignore[attr-defined]
+            self.select(None if isinstance(row, str) else int(row), stack.column(head))
 
     def clear(self) -> None:
         """Nothing to show (no model or no result yet): no tiles, and no empty axes either."""

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStacked
 
 from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
+from vitviz.core.protocol import windowed
 from vitviz.gui import colors
 from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text
 from vitviz.gui.panels.rope import RopeSection
@@ -135,7 +136,7 @@ class PosEmbedPanel(QWidget):
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
         self._spec, self.data, self.rope, self.position = spec, None, None, None
-        if getattr(spec, "windowed", False) and not spec.pos_embed:   # nothing is asked of the worker for it
+        if windowed(spec) and not spec.pos_embed:   # nothing is asked of the worker for it
             self.message.setText(windowed_text(spec))                   # (`Session.request_pos_embed`)
         else:
             self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
@@ -222,7 +223,7 @@ class PosEmbedPanel(QWidget):
             self.cls_item.clear()
             prefix = bool(spec and getattr(spec, "num_prefix", 0))
             self.cls_label.setText("no prefix rows" + (" (no_embed_class)" if prefix else ""))
-            notes.append(windowed_note(spec) if getattr(spec, "windowed", False) else
+            notes.append(windowed_note(spec) if windowed(spec) else
                          "the position embedding has no row for the prefix tokens" + (
                              " (no_embed_class: they get no position)" if prefix else ""))
         self.cls_view.autoRange(padding=0.02)

@@ -27,7 +27,8 @@ from vitviz.core.analyses.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
-from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, is_windowed, rollout_params
+from vitviz.core.protocol import windowed
+from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
 
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class RolloutPanel(LazyPanel):
     @staticmethod
     def _depth(maps: ResultMaps) -> int:
         """The layers a rollout of `maps` multiplies (a windowed model: the blocks it rolls out through)."""
-        if is_windowed(maps):
+        if windowed(maps):
             return len(maps.layers("rollout", 0, maps.rollout_blocks())) if maps.num_stages == 1 else 1
         return maps.rollout.depth
 
@@ -253,7 +254,7 @@ class RolloutPanel(LazyPanel):
         params = rollout_params(self.state)
         depth = self._depth(self._maps) if self._maps else 1
         q = params.query
-        if self._maps is not None and is_windowed(self._maps):
+        if self._maps is not None and windowed(self._maps):
             t = self._maps.grid[0] * self._maps.grid[1]          # patches of the first stage (no prefix tokens)
         else:
             t = self._maps.result.attentions.shape[-1] if self._maps else 0
@@ -269,7 +270,7 @@ class RolloutPanel(LazyPanel):
             return
         t0 = time.perf_counter()
         params = self.params()
-        if is_windowed(maps):
+        if windowed(maps):
             self._redraw_windowed(maps, params, t0)
             return
         r = maps.result
@@ -314,13 +315,12 @@ class RolloutPanel(LazyPanel):
             self.timing.setText("Rollout is not defined for this model: " + why)
             return
         r, s = maps.result, self.state
-        stack, row = maps.view(MapKind("rollout", rollout=params), -1)
+        stack, row, stride = maps.view(MapKind("rollout", rollout=params), -1)    # on the first stage's grid
         self.rollout_map = stack.select(row, "mean")
         blocks = maps.layers("rollout", 0, maps.rollout_blocks())
         last = maps.geometry[blocks[row]]
         kind = MapKind("received") if params.query is None else MapKind("query", params.query)
         self.raw_map = maps.stack(kind, last.stage).select(last.index, "mean")
-        stride = maps.stride(0)
         query = None if params.query is None else divmod(params.query, maps.grid[1])
         for view, values in ((self.rollout_view, self.rollout_map), (self.raw_view, self.raw_map)):
             view.show(r.image, values, stride, s.colormap, s.opacity)

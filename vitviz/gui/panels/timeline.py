@@ -21,6 +21,7 @@ from PySide6.QtCore import QRectF, Qt, QTimer
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
 from vitviz.core.drawing.colormaps import colormap
+from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot
 from vitviz.gui.state import ViewState, map_kind
@@ -29,7 +30,7 @@ from vitviz.gui.timeline import TimelineSession
 PLAY_MS = 600
 REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "opacity", "rollout_fusion", "rollout_discard",
                  "rollout_start", "rollout_residual"}
-TIMELINE_SOURCES = ("cls", "mean", "max", "rollout", "token", "entropy")
+TIMELINE_SOURCES = of_source("attention")   # the attention maps (the table of map kinds): one captured pass each
 PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "entropy (nats)", "Attention entropy"),
          ("box", "share", "CLS attention inside the box"), ("top", "probability", "Top class's probability"))
 UNIT_PLOTS = ("box", "top")   # plots of values in [0, 1]
