@@ -196,3 +196,14 @@ def test_rope_kernels_are_sliced_as_the_library_slices_them() -> None:
         np.testing.assert_allclose(rope.at(patch, 0, "mean"), kernel_at(kernels[0].mean(0), grid, patch))
         np.testing.assert_allclose(rope.at(patch, "mean", "mean"), kernel_at(kernels.mean((0, 1)), grid, patch),
                                    rtol=1e-6)
+
+
+def test_a_sentence_in_a_title_wraps_between_words() -> None:
+    """Round five: Swin's rollout reason wrapped inside words ('tok' / 'en-to-' / 'token', 'mo' / 'del'): a phrase of
+    seven words or more is a sentence and keeps its spaces breakable; short phrases stay whole."""
+    from vitviz.gui.panels.base import unbreakable_phrases
+
+    text = unbreakable_phrases("rollout multiplies the token-to-token attention of one grid; CLS attention · "
+                               "head mean")
+    assert "rollout multiplies the token-to-token attention of one grid" in text
+    assert "CLS&nbsp;attention" in text and "head&nbsp;mean" in text

@@ -88,8 +88,13 @@ def unbreakable_phrases(text: str) -> str:
     parts = [text]
     for sep in PHRASE_BREAKS:
         parts = [piece for part in parts for piece in _split_keep(part, sep)]
-    out = "".join(html.escape(p) if p in PHRASE_BREAKS else html.escape(p).replace(" ", "&nbsp;") for p in parts)
+    out = "".join(html.escape(p) if p in PHRASE_BREAKS or p.count(" ") >= SENTENCE_SPACES
+                  else html.escape(p).replace(" ", "&nbsp;") for p in parts)
     return re.sub(r",&nbsp;(?=[^\W\d])", ", ", out)
+
+
+SENTENCE_SPACES = 6   # a phrase of 7 words or more is a sentence ('rollout multiplies the token-to-token attention
+                      # of one grid'): it wraps between its words, not inside them ('tok' / 'en-to-' / 'token')
 
 
 def _split_keep(text: str, sep: str) -> list[str]:
