@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vitviz.core.running.images import find_images
-from vitviz.core.reading.validate import check_path
+from vitviz.core.files import check_path
 from vitviz.errors import VitvizError
 
 MANIFEST = "manifest.json"

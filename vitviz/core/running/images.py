@@ -34,7 +34,8 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 from vitviz.core.spec import Preprocess
-from vitviz.core.reading.validate import INTERPOLATION_NAMES, check_path
+from vitviz.core.files import check_path
+from vitviz.core.reading.validate import INTERPOLATION_NAMES
 from vitviz.errors import ImageError
 
 if TYPE_CHECKING:
