@@ -183,3 +183,20 @@ def test_a_hub_named_file_far_larger_than_its_tensors_is_not_hashed(tmp_path: Pa
     raw.tensors = {"w": torch.zeros((40 << 30) // 4 // 2, dtype=torch.float32, device="meta")}   # 20 GiB held
     said = hp._published_file(raw)
     assert said.startswith("derived") and "not hashed" in said and "40.0 GiB" in said
+
+
+# ------------------------------------------------------------------------------------- layer and head ranges
+
+@pytest.mark.parametrize("option, value", [("--layers", "0-9999999"), ("--which-heads", "0-9999999"),
+                                           ("--layers", "0-99999999999"), ("--which-heads", "3,0-99999999999")])
+def test_huge_layer_and_head_ranges_are_refused_before_expanding(option: str, value: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    from vitviz.cli import main
+
+    image = _png(tmp_path / "a.png")
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "no model has" in err and "Traceback" not in err and "MemoryError" not in err
+    assert not (tmp_path / "out").exists()

@@ -37,6 +37,7 @@ from vitviz.core.analyses.mapkinds import info, maps_help
 from vitviz.core.analyses.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
+from vitviz.core.reading.validate import MAX_DEPTH
 from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 
@@ -62,7 +63,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help=maps_help() + "; files are named {image}_{map}_L{layer}_H{head}.png, a map of the "
                         "whole model L'all', a text prompt's e.g. {image}_text-a_photo_of_a_cat_Lall.png "
                         "(default: cls)")
-    p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
+    p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"), MAX_DEPTH)),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
                    type=argument_type(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
