@@ -200,3 +200,40 @@ def test_huge_layer_and_head_ranges_are_refused_before_expanding(option: str, va
     err = capsys.readouterr().err
     assert "no model has" in err and "Traceback" not in err and "MemoryError" not in err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------------ head matching
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (6, 6), (2, 6), (6, 3)])
+def test_head_matching_without_scipy_is_exact(shape) -> None:
+    from vitviz.core.analyses import compare as cmp
+
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(6):
+        s = rng.normal(size=shape)
+        s = np.round(s, 1) if rng.random() < 0.5 else s   # ties
+        got, want = cmp.assign_numpy(s), cmp.brute_force_assign(s)
+        assert sum(s[i, j] for i, j in got) == pytest.approx(sum(s[i, j] for i, j in want), abs=1e-12)
+        assert len(got) == min(shape) and len({j for _, j in got}) == len(got)
+
+
+def test_head_matching_uses_scipy_when_there_and_numpy_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from vitviz.core.analyses import compare as cmp
+
+    pytest.importorskip("scipy")
+    s = np.random.default_rng(3).normal(size=(96, 130))
+    with_scipy = cmp.assign(s)
+    real_import = builtins.__import__
+
+    def no_scipy(name, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name.startswith("scipy"):
+            raise ImportError("no scipy here")
+        return real_import(name, *a, **k)
+
+    calls = []
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    monkeypatch.setattr(cmp, "assign_numpy", lambda x, real=cmp.assign_numpy: calls.append(1) or real(x))
+    without = cmp.assign(s)
+    assert calls and sum(s[i, j] for i, j in without) == pytest.approx(sum(s[i, j] for i, j in with_scipy))
