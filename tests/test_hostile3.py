@@ -27,6 +27,16 @@ def _png(path: Path, seed: int = 0, size: int = 32) -> Path:
     return path
 
 
+def _cli(*argv: str) -> int:
+    """`vitviz ARGV...`'s exit code, whether argparse exits or the command returns it."""
+    from vitviz.cli import main
+
+    try:
+        return main(list(argv))
+    except SystemExit as e:
+        return int(e.code)
+
+
 def _fifo(path: Path) -> Path:
     os.mkfifo(path)
     return path
@@ -191,12 +201,8 @@ def test_a_hub_named_file_far_larger_than_its_tensors_is_not_hashed(tmp_path: Pa
                                            ("--layers", "0-99999999999"), ("--which-heads", "3,0-99999999999")])
 def test_huge_layer_and_head_ranges_are_refused_before_expanding(option: str, value: str, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture) -> None:
-    from vitviz.cli import main
-
     image = _png(tmp_path / "a.png")
-    with pytest.raises(SystemExit) as exit_:
-        main(["export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value])
-    assert exit_.value.code == 2
+    assert _cli("export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value) == 2
     err = capsys.readouterr().err
     assert "no model has" in err and "Traceback" not in err and "MemoryError" not in err
     assert not (tmp_path / "out").exists()
@@ -237,3 +243,166 @@ def test_head_matching_uses_scipy_when_there_and_numpy_otherwise(monkeypatch: py
     monkeypatch.setattr(cmp, "assign_numpy", lambda x, real=cmp.assign_numpy: calls.append(1) or real(x))
     without = cmp.assign(s)
     assert calls and sum(s[i, j] for i, j in without) == pytest.approx(sum(s[i, j] for i, j in with_scipy))
+
+
+# ------------------------------------------------------------------------------------ compare and timeline inputs
+
+@pytest.fixture(scope="module")
+def swin_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny timm Swin v1 hub folder (64 px, 4x4 windows, 2 stages)."""
+    import warnings
+
+    timm = pytest.importorskip("timm")
+    import torch
+    from timm.models import save_for_hf
+
+    kw = dict(img_size=64, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=5)
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
+    folder = tmp_path_factory.mktemp("swin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return vitviz.load(DEMO)
+
+
+def test_compare_refuses_what_is_not_a_loaded_global_attention_model(demo, swin_folder: Path,
+                                                                     tmp_path: Path) -> None:
+    from vitviz.core.analyses.compare import CompareError
+
+    image = _png(tmp_path / "a.png", size=64)
+    for b, match in ((None, "model B is NoneType"), ("b.pth", "load it first"), (str(DEMO), "load it first")):
+        with pytest.raises(CompareError, match=match):
+            vitviz.compare(demo, b, [image])
+    with pytest.raises(CompareError, match="model A is NoneType"):
+        vitviz.compare(None, demo, [image])
+    swin = vitviz.load(swin_folder)
+    for a, b, side in ((demo, swin, "model B"), (swin, demo, "model A")):
+        with pytest.raises(CompareError, match=f"{side} .*attends inside windows"):
+            vitviz.compare(a, b, [image])
+    with pytest.raises(CompareError, match="kind=None"):
+        vitviz.compare(demo, demo, [image], kind=None)
+    with pytest.raises(CompareError, match="heads=None"):
+        vitviz.compare(demo, demo, [image], heads=None)
+    with pytest.raises(CompareError, match="list of images"):
+        vitviz.compare(demo, demo, image)
+
+
+@pytest.mark.parametrize("order", ["AB", "BA"])
+def test_export_compare_with_a_windowed_model_is_refused(order: str, swin_folder: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    image = _png(tmp_path / "a.png", size=64)
+    a, b = (DEMO, swin_folder) if order == "AB" else (swin_folder, DEMO)
+    code = _cli("export", "--model", str(a), "--compare", str(b), str(image), "--out", str(tmp_path / "out"),
+                "--quiet", "--no-verify")
+    err = capsys.readouterr().err
+    assert code == 2 and "attends inside windows" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option", ["--compare", "--timeline"])
+def test_an_empty_compare_or_timeline_is_refused(option: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    image = _png(tmp_path / "a.png")
+    code = _cli("export", "--model", str(DEMO), option, "", str(image), "--out", str(tmp_path / "out"))
+    assert code == 2 and "empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def _run_folder(tmp_path: Path, source: Path, count: int = 2) -> Path:
+    import shutil
+
+    run = tmp_path / "run"
+    for k in range(count):
+        shutil.copytree(source, run / f"checkpoint-{k + 1}")
+    return run
+
+
+def test_a_windowed_run_is_refused_by_the_timeline(swin_folder: Path, tmp_path: Path) -> None:
+    from vitviz.core.analyses.timeline import TimelineError, TimelineStore, open_run
+
+    run = _run_folder(tmp_path, swin_folder)
+    with pytest.raises(TimelineError, match="windowed model"):
+        open_run(run).model(0)
+    store = TimelineStore(open_run(run))       # the window's store: the checkpoint is recorded as failed
+    store.add_image("a", str(_png(tmp_path / "a.png", size=64)))
+    with pytest.raises(TimelineError, match="windowed model"):
+        store.result(0, "a")
+    assert 0 in store.failed and "windowed model" in store.failed[0]
+
+
+def test_unreadable_run_folders_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint folder at mode 000 (and a run folder that can be entered but not listed): a TimelineError
+    naming it. Permissions are simulated (the tests may run as root, whom mode 000 does not stop)."""
+    from vitviz.core.analyses.timeline import TimelineError, open_run
+
+    run = _run_folder(tmp_path, DEMO)
+    real = Path.iterdir
+
+    def iterdir(self):  # noqa: ANN001, ANN202
+        if self.name in locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    for locked in ({"checkpoint-2"}, {"run"}):
+        with pytest.raises(TimelineError, match=f"{next(iter(locked))}: cannot be read \\(Permission denied"):
+            open_run(run)
+    with pytest.raises(TimelineError, match="expected the path"):
+        open_run(None)  # type: ignore[arg-type]
+
+
+def test_export_timeline_of_an_unreadable_run_is_a_clear_error(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    run = _run_folder(tmp_path, DEMO)
+    image = _png(tmp_path / "a.png", size=64)
+    os.chmod(run / "checkpoint-2", 0)
+    try:
+        if os.access(run / "checkpoint-2", os.R_OK):
+            pytest.skip("running as root: mode 000 does not stop reading")
+        code = _cli("export", "--timeline", str(run), str(image), "--out", str(tmp_path / "out"), "--quiet")
+    finally:
+        os.chmod(run / "checkpoint-2", 0o755)
+    err = capsys.readouterr().err
+    assert code == 2 and "checkpoint-2: cannot be read" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("side", ["compare", "timeline"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
+        side: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signal arrives after the fourth picture: exit 130, and manifest.json records exactly the files on
+    disk (as the plain export's does), the interrupted image's finished files included."""
+    import signal
+
+    from vitviz.batch import compare as side_export
+
+    images = [_png(tmp_path / "in" / f"{n}.png", seed=n, size=64) for n in range(3)]
+    out = tmp_path / "out"
+    real = side_export.files.write_png_atomic
+    count = [0]
+
+    def write(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        path = real(*a, **k)
+        count[0] += 1
+        if count[0] == 4:
+            os.kill(os.getpid(), getattr(signal, how))
+        return path
+
+    monkeypatch.setattr(side_export.files, "write_png_atomic", write)
+    given = ["--compare", str(DEMO), "--model", str(DEMO)] if side == "compare" else \
+        ["--timeline", str(_run_folder(tmp_path, DEMO, 3)), "--no-animation"]
+    code = _cli("export", *given, *map(str, images), "--out", str(out), "--quiet", "--no-verify",
+                "--layers", "all")
+    assert code == 130
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["interrupted"] is True
+    recorded = {o for e in manifest["images"] for o in e["outputs"]}
+    on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert recorded == on_disk and len(on_disk) >= 4
+    assert manifest["summary"]["files"] == len(on_disk)

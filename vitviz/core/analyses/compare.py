@@ -31,6 +31,7 @@ above), every image's patches pooled as the samples. CKA of a model with itself 
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -342,6 +343,8 @@ class Comparison:
 
 
 def _kind_of(kind: MapKind | str) -> MapKind:
+    if not isinstance(kind, (str, MapKind)):
+        raise CompareError(f"kind={kind!r}: expected a map name, 'cls' (the default), 'mean', 'max' or 'rollout'")
     kind = MapKind.parse(kind) if isinstance(kind, str) else kind
     if kind.source != "attention" or kind.kind == "token" or not kind.per_layer:
         raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout); {kind.label!r} is "
@@ -465,7 +468,12 @@ def compare(a: Any, b: Any, images: Sequence[Any], kind: MapKind | str = "cls", 
         heads: 'match' (Hungarian assignment on similarity) or 'index'.
         cka: also capture both models' token features (a pass of their own per image) for the CKA figure.
     """
-    if isinstance(images, (str, bytes)) or not len(images):
+    for side, model in (("A", a), ("B", b)):
+        check_comparable(model, side)
+    _kind_of(kind)
+    if heads not in ("match", "index"):
+        raise CompareError(f"heads={heads!r}; expected 'match' (by similarity) or 'index'")
+    if isinstance(images, (str, bytes, os.PathLike)) or not hasattr(images, "__len__") or not len(images):
         raise CompareError("expected a list of images to compare the models on")
     ra = [a.run(img, logits=False) for img in images]
     rb = [b.run(img, logits=False) for img in images]
@@ -476,6 +484,18 @@ def compare(a: Any, b: Any, images: Sequence[Any], kind: MapKind | str = "cls", 
         feats = ([capture_features(a, img, normed=False) for img in images],
                  [capture_features(b, img, normed=False) for img in images])
     return compare_results(ra, rb, kind, heads, feats)
+
+
+def check_comparable(model: Any, side: str) -> None:
+    """Refuse what `compare` cannot take as model A or B: anything but a loaded model (None, a path: load it
+    first), and a windowed model (Swin, SAM / ViTDet: attention inside windows, no image-wide map per head to
+    match; compare maps the same model family's global-attention ViTs of any size)."""
+    if not (hasattr(model, "run") and hasattr(model, "spec")):
+        hint = " (load it first: vitviz.load(path))" if isinstance(model, (str, os.PathLike)) else ""
+        raise CompareError(f"model {side} is {type(model).__name__}{hint}; expected a model from vitviz.load")
+    if getattr(model, "windowed", False):
+        raise CompareError(f"model {side} ({model.spec.family}) attends inside windows, so it has no image-wide "
+                           "attention map per head to compare; compare takes ViTs with global attention")
 
 
 # ------------------------------------------------------------------------------------------------- view model
