@@ -406,3 +406,28 @@ def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
     on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {"manifest.json"}
     assert recorded == on_disk and len(on_disk) >= 4
     assert manifest["summary"]["files"] == len(on_disk)
+
+
+# -------------------------------------------------------------------------------------- Swin smaller than a patch
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_a_swin_input_smaller_than_one_patch_is_refused(size: int, swin_folder: Path, tmp_path: Path) -> None:
+    from vitviz.errors import InconsistentCheckpointError, OverrideError
+
+    image = np.zeros((64, 64, 3), np.uint8)
+    with pytest.raises(OverrideError, match="smaller than one 4 px patch"):
+        vitviz.load(swin_folder, image_size=size)
+    with pytest.raises(VitvizError, match="smaller than one patch"):
+        vitviz.load(swin_folder).run(image, image_size=size)
+    if size != 2:      # img_size 1 or 3 in its config
+        import shutil
+
+        folder = tmp_path / "swin"
+        shutil.copytree(swin_folder, folder)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.setdefault("model_args", {})["img_size"] = size
+        cfg.setdefault("pretrained_cfg", {})["input_size"] = [3, size, size]
+        (folder / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(InconsistentCheckpointError, match=f"image size {size}x{size} .*config.json"):
+            vitviz.load(folder)
+    assert vitviz.load(swin_folder).run(image, image_size=4).spec.image_size == (4, 4)   # one patch runs
