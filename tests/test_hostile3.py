@@ -464,3 +464,38 @@ def test_verify_with_a_timm_whose_import_raises_says_so(tmp_path: Path, tiny_ckp
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("Not verified") for line in lines), done.stdout
     assert "operator torchvision::nms does not exist" in lines[0]
+
+
+# --------------------------------------------------------------------------------------------- the answers store
+
+def test_an_answers_store_nested_too_deeply_is_no_store_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    from vitviz.catalog import answers
+
+    store = tmp_path / "answers.json"
+    store.write_text("[" * 200_000 + "]" * 200_000)
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(store))
+    with pytest.warns(RuntimeWarning, match="answers.json: JSON nested too deeply"):
+        assert answers.read_all() == {}
+    assert _cli("info", str(DEMO)) == 0
+    err = capsys.readouterr().err
+    assert "RecursionError" not in err and "Traceback" not in err
+
+
+def test_remember_refuses_what_loading_would_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.catalog import answers
+    from vitviz.errors import OverrideError
+
+    store = tmp_path / "answers.json"
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(store))
+    for values in ({"attn_scale": float("inf")}, {"heads": 10**30}, {"heads": 2.5}, {"attn_scale": float("nan")},
+                   {"block_norm": "sideways"}):
+        with pytest.raises(OverrideError, match=f"{store.name}: not remembered for"):
+            answers.remember(str(DEMO), values)
+    assert not store.exists()
+    answers.remember(str(DEMO), {"heads": 4, "attn_scale": 0.25})
+    assert answers.answers_for(str(DEMO)) == {"heads": 4, "attn_scale": 0.25}
+    # a store written by hand (or by an older vitviz) with such values: they are dropped when read, never applied
+    store.write_text(json.dumps({str(DEMO.absolute()): {"heads": 10**30, "attn_scale": 1e999, "act": "gelu"}})
+                     .replace("Infinity", "1e999"))
+    assert answers.answers_for(str(DEMO)) == {"act": "gelu"}
