@@ -499,3 +499,79 @@ def test_remember_refuses_what_loading_would_refuse(tmp_path: Path, monkeypatch:
     store.write_text(json.dumps({str(DEMO.absolute()): {"heads": 10**30, "attn_scale": 1e999, "act": "gelu"}})
                      .replace("Infinity", "1e999"))
     assert answers.answers_for(str(DEMO)) == {"act": "gelu"}
+
+
+# ------------------------------------------------------------------------------------ user code's global state
+
+LEAKS = {
+    "device": ("torch.set_default_device('meta')", lambda torch: torch.get_default_device().type == "cpu"),
+    "dtype": ("torch.set_default_dtype(torch.float64)", lambda torch: torch.get_default_dtype() == torch.float32),
+    "grad": ("torch.set_grad_enabled(False)", lambda torch: torch.is_grad_enabled()),
+    "seed": ("torch.manual_seed(1234)", None),
+    "threads": ("torch.set_num_threads(1)", None),
+    "deterministic": ("torch.use_deterministic_algorithms(True)",
+                      lambda torch: not torch.are_deterministic_algorithms_enabled()),
+    "precision": ("torch.set_float32_matmul_precision('medium')",
+                  lambda torch: torch.get_float32_matmul_precision() == "highest"),
+    "anomaly": ("torch.autograd.set_detect_anomaly(True)", lambda torch: not torch.is_anomaly_enabled()),
+    "warnings": ("import warnings; warnings.simplefilter('ignore')", None),
+}
+
+
+@pytest.mark.parametrize("leak", sorted(LEAKS))
+@pytest.mark.parametrize("where", ["module", "factory", "forward"])
+def test_user_code_does_not_leak_torch_state_into_vitviz(leak: str, where: str, tmp_path: Path, demo) -> None:
+    """A --code file that changes torch's process-wide state at import, in its factory or in its forward: after
+    vitviz ran it, the state is what it was (so the demo runs and verifies as before: a float64 default made the
+    verification differ, a meta default device made the next load fail)."""
+    import sys
+    import warnings
+
+    import torch
+
+    statement, check = LEAKS[leak]
+    code = tmp_path / f"leaky_{where}.py"
+    body = {"module": f"{statement}\n", "factory": "", "forward": ""}[where]
+    code.write_text(
+        "import torch\nimport sys\nsys.path.insert(0, %r)\nfrom misbehaving_code import TinyViT\n%s\n"
+        "class Leaky(TinyViT):\n"
+        "    def forward(self, x):\n"
+        "        %s\n"
+        "        return super().forward(x)\n\n"
+        "def make():\n"
+        "    %s\n"
+        "    return Leaky()\n" % (str(Path(__file__).parent), body,
+                                  statement if where == "forward" else "pass",
+                                  statement if where == "factory" else "pass"))
+    before_threads, before_rng = torch.get_num_threads(), torch.get_rng_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        before_filters = list(warnings.filters)
+        try:
+            model = vitviz.load(None, code=f"{code}:make", device="cpu")
+            model.run(np.zeros((32, 32, 3), np.uint8))
+        except VitvizError as e:   # a model built on 'meta' by its factory, or a forward making meta tensors
+            assert leak == "device" and where != "module", e
+            assert "meta" in str(e)
+        assert warnings.filters == before_filters
+    sys.modules.pop("misbehaving_code", None)
+    if check is not None:
+        assert check(torch), leak
+    assert torch.get_num_threads() == before_threads
+    assert torch.equal(torch.get_rng_state(), before_rng)
+    result = demo.run(np.zeros((64, 64, 3), np.uint8))
+    assert result.attentions.dtype == np.float32 and np.isfinite(result.attentions).all()
+
+
+def test_a_float64_default_from_user_code_does_not_make_verify_differ(tmp_path: Path, demo) -> None:
+    import warnings
+
+    code = tmp_path / "f64.py"
+    code.write_text("import sys, torch\nsys.path.insert(0, %r)\nfrom misbehaving_code import TinyViT\n\n"
+                    "def make():\n    torch.set_default_dtype(torch.float64)\n    return TinyViT()\n"
+                    % str(Path(__file__).parent))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vitviz.load(None, code=f"{code}:make", device="cpu")
+    check = vitviz.verify(demo)
+    assert check.verdict == "verified", check.summary()
