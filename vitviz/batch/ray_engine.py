@@ -184,7 +184,8 @@ def _expand(text: str, out: Path | None, pattern: str | None, lists: bool) -> It
 def _read_list(text: str, out: Path | None, pattern: str | None) -> Iterator[Source]:
     """The images a list names, read a line at a time (a list may hold millions of lines); a local list must be
     a regular file (`check_path`: a FIFO would block, a link to /dev/zero never end)."""
-    base = text.rsplit("/", 1)[0] if is_uri(text) else os.path.dirname(text)
+    listed_at_uri = is_uri(text)
+    base = text.rsplit("/", 1)[0] if listed_at_uri else os.path.dirname(text)
     here = Path(".")
     for line in _list_lines(text):
         line = line.strip()
@@ -192,7 +193,7 @@ def _read_list(text: str, out: Path | None, pattern: str | None) -> Iterator[Sou
             continue
         uri = is_uri(line)
         if not uri and not os.path.isabs(line):
-            line = f"{base}/{line}" if is_uri(text) else os.path.normpath(os.path.join(base, line))
+            line = f"{base}/{line}" if listed_at_uri else os.path.normpath(os.path.join(base, line))
         if not uri and not _is_glob(line) and (is_image_file(line) or not os.path.isdir(line)):
             yield Source(Path(line), os.path.abspath(line), here)  # not looked at: a missing file fails as its image
         elif uri and not _is_glob(line) and is_image_file(urlsplit(line).path):
