@@ -579,3 +579,17 @@ def test_a_float64_default_from_user_code_does_not_make_verify_differ(tmp_path: 
         vitviz.load(None, code=f"{code}:make", device="cpu")
     check = vitviz.verify(demo)
     assert check.verdict == "verified", check.summary()
+
+
+def test_a_name_with_a_nul_character_is_refused_by_the_path_check(tmp_path: Path) -> None:
+    """Found by scripts/hostile3/fuzz.py: os.stat's ValueError ('embedded null byte') escaped the one check."""
+    from vitviz.batch.ray_engine import fetch
+    from vitviz.core.files import check_path
+
+    fetch(_png(tmp_path / "a.png").as_uri())       # file:// known: a NUL then reaches the path check
+    with pytest.raises(InputError, match="NUL character"):
+        fetch("file:///tmp/a\x00.png")
+    with pytest.raises(InputError, match="NUL character"):
+        check_path(str(tmp_path / "a\x00b"), "a file", missing=InputError, bad=InputError)
+    with pytest.raises(VitvizError, match="NUL character"):
+        vitviz.load(str(tmp_path / "m\x00.pth"))

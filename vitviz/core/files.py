@@ -53,6 +53,8 @@ def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[Vit
     Args:
         expected: what the path should be, for the message ('an image file', 'a ViT checkpoint ...').
     """
+    if "\x00" in os.fsdecode(path):     # os.stat would raise ValueError: no file has such a name
+        raise missing(f"{str(path)!r}: holds a NUL character, which no file name can; expected {expected}")
     try:
         st = os.stat(path)
     except OSError as e:
