@@ -593,3 +593,18 @@ def test_a_name_with_a_nul_character_is_refused_by_the_path_check(tmp_path: Path
         check_path(str(tmp_path / "a\x00b"), "a file", missing=InputError, bad=InputError)
     with pytest.raises(VitvizError, match="NUL character"):
         vitviz.load(str(tmp_path / "m\x00.pth"))
+
+
+def test_cache_scans_and_text_configs_read_only_regular_json(tmp_path: Path) -> None:
+    """`vitviz models` scanning a cache and the text tower's config read a config.json by name through the one
+    check: a FIFO is skipped (it hung the scan's read), nesting 200,000 deep is no config (RecursionError)."""
+    from vitviz.catalog import scan
+    from vitviz.core.analyses import text
+
+    fifo = _fifo(tmp_path / "config.json")
+    assert scan._read_json(fifo) is None
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "config.json").write_text('{"model_type": "clip", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert scan._read_json(deep / "config.json") is None
+    assert text._hf_config(deep) is None and text._hf_config(tmp_path) is None
