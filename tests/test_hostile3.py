@@ -598,9 +598,10 @@ def test_a_name_with_a_nul_character_is_refused_by_the_path_check(tmp_path: Path
 def test_cache_scans_and_text_configs_read_only_regular_json(tmp_path: Path) -> None:
     """`vitviz models` scanning a cache and the text tower's config read a config.json by name through the one
     check: a FIFO is skipped (it hung the scan's read), nesting 200,000 deep is no config (RecursionError)."""
-    from vitviz.catalog import scan
-    from vitviz.core.analyses import text
+    import importlib
 
+    scan = importlib.import_module("vitviz.catalog.scan")
+    text = importlib.import_module("vitviz.core.analyses.text")
     fifo = _fifo(tmp_path / "config.json")
     assert scan._read_json(fifo) is None
     deep = tmp_path / "deep"
