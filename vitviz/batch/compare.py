@@ -37,7 +37,8 @@ from vitviz.batch.pipeline import Prepared, prepare, summary_line
 from vitviz.batch.plan import Plan, combos, output_name
 from vitviz.core import files
 from vitviz.core.drawing.colormaps import DIVERGING
-from vitviz.core.analyses.compare import Comparison, HeadMode, compare_stacks, on_scale, resolved_kind, shared_scale
+from vitviz.core.analyses.compare import (Comparison, HeadMode, check_comparable, compare_stacks, on_scale, resolved_kind,
+                                         shared_scale)
 from vitviz.core.analyses.maps import MapKind, MapStack, map_stack
 from vitviz.core.drawing.render import RenderOptions, draw_map
 from vitviz.core.spec import ModelSpec
@@ -65,8 +66,29 @@ class SideExport:
     def summary(self, out: Path, seconds: float, interrupted: bool) -> str:
         return summary_line(self.counts, len(self.jobs), out, seconds, interrupted)
 
+    interrupted: bool = False
+
     def record(self) -> dict[str, Any]:
         return self.extra
+
+    def stop(self) -> None:
+        """After Ctrl-C or SIGTERM: every image not finished keeps, as written, the outputs that are on disk
+        (atomic writes leave no partial file), so the manifest matches the disk, as the plain export's does."""
+        self.interrupted = True
+        for job in self.jobs:
+            if job.status == "pending":
+                job.written = [p for p in dict.fromkeys([*job.outputs, *job.written]) if p.exists()]
+                self.counts["files"] += len(job.written)
+
+
+def until_interrupted(exp: SideExport, work: Callable[[], None]) -> SideExport:
+    """Run `work` (which fills `exp`); Ctrl-C or SIGTERM (raised as KeyboardInterrupt by the CLI) stops it with
+    `exp` settled (`SideExport.stop`), for the manifest."""
+    try:
+        work()
+    except KeyboardInterrupt:
+        exp.stop()
+    return exp
 
 
 def _write(job: Job, path: Path, rgb_or_arrays: Any, overwrite: bool) -> None:
@@ -153,8 +175,18 @@ def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Pat
                    on_progress: Callable[[Job], None] = lambda _job: None) -> SideExport:
     """Run every image through A and B, match the heads over all of them, and write A's, B's and the difference
     maps (see the module docstring). An image that cannot be read fails alone."""
+    for side, model in (("A", model_a), ("B", model_b)):
+        check_comparable(model, side)
     jobs = compare_jobs(plan, pairs, out, stems)
     exp = SideExport(plan, jobs)
+    exp.extra = {"compare": {"model_b": {"checkpoint": str(model_b.spec.source), "spec": model_b.spec.to_dict()},
+                             "heads": heads, "maps": {}}}
+    return until_interrupted(exp, lambda: _compare(exp, model_a, model_b, plan, stems, heads, on_progress))
+
+
+def _compare(exp: SideExport, model_a: Any, model_b: Any, plan: Plan, stems: list[str], heads: HeadMode,
+             on_progress: Callable[[Job], None]) -> None:
+    jobs = exp.jobs
     spec_a, spec_b = model_a.spec, model_b.spec
     read: list[tuple[Job, Prepared, Prepared, list[MapStack], list[MapStack]]] = []
     cls_a: list[MapStack] = []
@@ -174,7 +206,7 @@ def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Pat
         except (VitvizError, OSError) as e:
             _finish(exp, job, e, on_progress)
     if not read:
-        return exp
+        return
     # the heads are matched once, on CLS attention over all the images, and used for every map (as the window's
     # `CompareView` does): a head's partner does not change with the map drawn
     matched = compare_stacks(cls_a, cls_b, spec_a, spec_b, cls, heads).heads
@@ -182,15 +214,13 @@ def export_compare(model_a: Any, model_b: Any, plan: Plan, pairs: list[tuple[Pat
     for k, m in enumerate(plan.maps):
         records[m.label] = compare_stacks([r[3][k] for r in read], [r[4][k] for r in read], spec_a, spec_b, m,
                                           matched if m.per_head else heads, [str(r[0].path) for r in read])
+    exp.extra["compare"]["maps"] = {label: c.to_dict() for label, c in records.items()}
     for n, (job, pa, pb, _, _) in enumerate(read):
         try:
             _write_compare(job, stems[job.index], pa, pb, n, records, plan, spec_a, spec_b)
             _finish(exp, job, None, on_progress)
         except (VitvizError, OSError, ValueError) as e:
             _finish(exp, job, e, on_progress)
-    exp.extra = {"compare": {"model_b": {"checkpoint": str(spec_b.source), "spec": spec_b.to_dict()},
-                             "heads": heads, "maps": {label: c.to_dict() for label, c in records.items()}}}
-    return exp
 
 
 def _write_compare(job: Job, stem: str, pa: Prepared, pb: Prepared, n: int, records: dict[str, Comparison], plan: Plan,
@@ -254,6 +284,20 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
         outs += [path for m, layer, head in todo for path in animation_paths(out / sub, stem, m, layer, head, animate)]
         jobs.append(Job(i, path, outs + ([out / sub / f"{stem}_timeline.npz"] if plan.npz else [])))
     exp = SideExport(plan, jobs)
+    exp.extra = {"timeline": {"run": str(run.folder), "order": run.order_note, "checkpoints": [
+        {"label": c.label, "path": str(c.path), "number": c.number} for c in run.checkpoints],
+        "box": list(box) if box is not None else None, "csv": None,
+        "animation": ({"files": ["APNG" if s == ".png" else "GIF" for s in animation_suffixes()],
+                       "frame_ms": ANIMATION_MS, "last_frame_ms": ANIMATION_MS * ANIMATION_HOLD} if animate else None),
+        "images": []}}
+    return until_interrupted(exp, lambda: _timeline(exp, run, plan, out, stems, box, on_progress, animate))
+
+
+def _timeline(exp: SideExport, run: TimelineRun, plan: Plan, out: Path, stems: list[str],
+              box: tuple[float, float, float, float] | None, on_progress: Callable[[Job], None],
+              animate: bool) -> None:
+    jobs, labels = exp.jobs, run.labels
+    record = exp.extra["timeline"]
     force = replace(plan, overwrite=True)
     stacks: dict[int, list[list[MapStack]]] = {j.index: [] for j in jobs}
     figures: dict[int, list[Any]] = {j.index: [] for j in jobs}
@@ -275,7 +319,7 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
                 failed.add(job.index)
                 _finish(exp, job, e, on_progress)
     rows: list[dict[str, Any]] = []
-    per_image = []
+    per_image = record["images"]
     for job in jobs:
         if job.index in failed:
             continue
@@ -294,13 +338,7 @@ def export_timeline(run: TimelineRun, plan: Plan, pairs: list[tuple[Path, Path]]
         writer.writeheader()
         writer.writerows(rows)
         _atomic_text(out / TIMELINE_CSV, text.getvalue())
-    exp.extra = {"timeline": {"run": str(run.folder), "order": run.order_note, "checkpoints": [
-        {"label": c.label, "path": str(c.path), "number": c.number} for c in run.checkpoints],
-        "box": list(box) if box is not None else None, "csv": TIMELINE_CSV if rows else None,
-        "animation": ({"files": ["APNG" if s == ".png" else "GIF" for s in animation_suffixes()],
-                       "frame_ms": ANIMATION_MS, "last_frame_ms": ANIMATION_MS * ANIMATION_HOLD} if animate else None),
-        "images": per_image}}
-    return exp
+        record["csv"] = TIMELINE_CSV
 
 
 def _atomic_text(path: Path, text: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vitviz.core.running.images import find_images
-from vitviz.core.reading.validate import check_path
+from vitviz.core.files import check_path
 from vitviz.errors import VitvizError
 
 MANIFEST = "manifest.json"
@@ -102,6 +102,8 @@ def inside(sub: Path | PurePosixPath) -> Path:
     """An output subfolder that stays inside the output folder whatever the input's name: '..', '.' and a root
     are dropped ('x/../../../outside/deep' -> 'x/outside/deep', '/abs/p' -> 'abs/p'), so `out / inside(sub)` is
     always under `out` (a glob or list line whose matches lie above its folder cannot write outside --out)."""
+    if str(sub) == ".":   # the common case, kept cheap: a list of millions makes one per line
+        return sub if isinstance(sub, Path) else Path(".")
     parts = [p for p in PurePosixPath(Path(sub).as_posix()).parts if p not in ("..", ".", "/")]
     return Path(*parts) if parts else Path(".")
 

@@ -52,11 +52,13 @@ Models that pool with a MAP head (SigLIP, Perception Encoder) have no CLS token;
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from vitviz.batch.jobs import Job, inside
 from vitviz.core.analyses.mapkinds import unavailable
+from vitviz.core.reading.validate import MAX_HEADS
 from vitviz.core.analyses.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
@@ -75,25 +77,33 @@ def parse_maps(text: str) -> list[MapKind]:
     return out
 
 
-def parse_picks(text: str, what: str, words: tuple[str, ...]) -> list[int | str]:
-    """'0-3,5,mean' -> [0, 1, 2, 3, 5, 'mean']; `words` are the keywords allowed besides indices and ranges."""
-    out: list[int | str] = []
+def parse_picks(text: str, what: str, words: tuple[str, ...], limit: int = MAX_HEADS) -> list[int | str]:
+    """'0-3,5,mean' -> [0, 1, 2, 3, 5, 'mean']; `words` are the keywords allowed besides indices and ranges.
+
+    An index at or past `limit` (no model vitviz opens has more: `MAX_DEPTH` layers, `MAX_HEADS` heads) is
+    refused here, before a range is expanded, so '0-99999999999' costs nothing; the model's own count is checked
+    by `resolve_picks`."""
+    out: dict[int | str, None] = {}   # ordered, without duplicates, in linear time
     for part in _parts(text, what):
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if part in words:
-            items: list[int | str] = [part]
+            items: Sequence[int | str] = [part]
         elif re.fullmatch(r"-\d+", part):  # counted from the end, as in Python: -1 is the last
             items = [int(part)]
         elif match:
             lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
             if hi < lo:
                 raise SelectionError(f"{what} range {part!r} runs backwards; expected LOW-HIGH")
-            items = list(range(lo, hi + 1))
+            items = range(lo, hi + 1)
         else:
             raise SelectionError(f"{what} {part!r}: expected indices (-1 is the last), ranges like 0-3, "
                                  f"or {', '.join(words)}")
-        out.extend(i for i in items if i not in out)
-    return out
+        last = items[-1]
+        if isinstance(last, int) and (last >= limit or last < -limit):
+            raise SelectionError(f"{what} {part!r}: no model has {what} {last} (vitviz opens models of at most "
+                                 f"{limit} {what}s); expected indices within the model's, e.g. 0-3 or -1")
+        out.update(dict.fromkeys(items))
+    return list(out)
 
 
 def _parts(text: str, what: str, lower: bool = True) -> list[str]:
@@ -105,17 +115,15 @@ def _parts(text: str, what: str, lower: bool = True) -> list[str]:
 
 def resolve_picks(picks: list[int | str], size: int, what: str) -> list[int | str]:
     """Expand 'all' / 'last' against `size` and check every index is in range (negative ones become positive)."""
-    out: list[int | str] = []
+    out: dict[int | str, None] = {}
     for pick in picks:
         items = list(range(size)) if pick == "all" else [size - 1] if pick == "last" else [pick]
         for item in items:
             if isinstance(item, int) and not -size <= item < size:
                 raise SelectionError(f"{what} {item} out of range: the model has {size} {what}s "
                                      f"(0-{size - 1}, or -{size}--1 from the end)")
-            item = item + size if isinstance(item, int) and item < 0 else item
-            if item not in out:
-                out.append(item)
-    return out
+            out[item + size if isinstance(item, int) and item < 0 else item] = None
+    return list(out)
 
 
 def check_maps(maps: list[MapKind], spec: ModelSpec) -> None:

@@ -57,7 +57,7 @@ import numpy as np
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri, sha256_file
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
 from vitviz.batch.plan import Plan
-from vitviz.core.files import temp_prefix, write_json_atomic
+from vitviz.core.files import check_path, read_json_file, temp_prefix, write_json_atomic
 from vitviz.core.running.images import check_image_path, is_image_file
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import DiskFullError, VitvizError
@@ -65,6 +65,7 @@ from vitviz.errors import DiskFullError, VitvizError
 INSTALL_HINT = 'pip install "vitviz[ray]"'
 LIST_SUFFIXES = (".txt", ".lst")     # an input with this suffix lists images, one path or URI a line
 OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow.fs type names whose writes appear whole or not at all
+MANIFEST_BYTES = 1 << 30              # a previous manifest read on resume (about 2 million images)
 SIDECAR_BYTES = 1_000_000            # files beside a checkpoint shipped with it (config.json, args.yaml...)
 FAULT_ENV = "VITVIZ_RAY_TEST_DIE_ONCE"  # tests: a flag file; the first actor call that creates it exits hard,
 #                                        after writing its batch's files (as a node lost mid-run)
@@ -199,32 +200,47 @@ def _expand(text: str, out: Path | None, pattern: str | None, lists: bool) -> It
 
 
 def _read_list(text: str, out: Path | None, pattern: str | None) -> Iterator[Source]:
-    if is_uri(text):
-        fs, path = filesystem(text)
-        try:
-            with fs.open_input_stream(path) as handle:
-                body = handle.read().decode("utf-8")
-        except OSError as e:
-            raise InputError(f"{text}: cannot read the list of images ({e})") from None
-        base = text.rsplit("/", 1)[0]
-    else:
-        try:
-            body = Path(text).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"{text}: cannot read the list of images ({e})") from None
-        base = os.path.dirname(text)
-    for line in body.splitlines():
+    """The images a list names, read a line at a time (a list may hold millions of lines); a local list must be
+    a regular file (`check_path`: a FIFO would block, a link to /dev/zero never end)."""
+    listed_at_uri = is_uri(text)
+    base = text.rsplit("/", 1)[0] if listed_at_uri else os.path.dirname(text)
+    here = Path(".")
+    for line in _list_lines(text):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        if not is_uri(line) and not os.path.isabs(line):
-            line = f"{base}/{line}" if is_uri(text) else os.path.normpath(os.path.join(base, line))
-        if not is_uri(line) and not _is_glob(line) and (is_image_file(line) or not os.path.isdir(line)):
-            yield _local(Path(line), Path("."))  # not looked at: a missing file fails as its image
-        elif is_uri(line) and not _is_glob(line) and is_image_file(urlsplit(line).path):
-            yield Source(line, line, Path("."))
+        uri = is_uri(line)
+        if not uri and not os.path.isabs(line):
+            line = f"{base}/{line}" if listed_at_uri else os.path.normpath(os.path.join(base, line))
+        if not uri and not _is_glob(line) and (is_image_file(line) or not os.path.isdir(line)):
+            yield Source(Path(line), os.path.abspath(line), here)  # not looked at: a missing file fails as its image
+        elif uri and not _is_glob(line) and is_image_file(urlsplit(line).path):
+            yield Source(line, line, here)  # not opened here either: a URI pyarrow cannot read fails as its image
         else:
             yield from _expand(line, out, pattern, lists=False)
+
+
+def _list_lines(text: str) -> Iterator[str]:
+    """The lines of a list of images, local or at a pyarrow.fs URI, decoded as UTF-8 as they are read."""
+    import codecs
+
+    try:
+        if is_uri(text):
+            fs, path = filesystem(text)
+            local_check(fs, path, text, "a list of images (a text file)")
+            handle = fs.open_input_stream(path)
+        else:
+            check_path(text, "a list of images (a text file, one path a line)", missing=InputError, bad=InputError)
+            handle = open(text, "rb")
+        with handle:
+            decoder, rest = codecs.getincrementaldecoder("utf-8")(), ""
+            while chunk := handle.read(1 << 20):
+                lines = (rest + decoder.decode(chunk)).split("\n")
+                rest = lines.pop()
+                yield from lines
+            yield rest + decoder.decode(b"", final=True)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{text}: cannot read the list of images ({getattr(e, 'strerror', None) or e})") from None
 
 
 def _glob_match(pattern: list[str], parts: list[str]) -> bool:
@@ -271,6 +287,8 @@ def _uri_sources(uri: str, pattern: str | None) -> Iterator[Source]:
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             raise InputError(f"{uri}: not found; expected an image, a folder of images, a glob pattern or a list")
+        if info.type != pafs.FileType.Directory:   # a FIFO or a device is no folder: refused by its kind
+            local_check(fs, path, uri, "an image, a folder of images, a glob pattern or a list")
         if info.type == pafs.FileType.File:
             yield Source(uri, uri, Path("."))
             return
@@ -308,18 +326,37 @@ _FILESYSTEMS: dict[str, tuple[Any, str]] = {}
 def filesystem(uri: str) -> tuple[Any, str]:
     """The pyarrow filesystem of a URI and the path in it, the filesystem made once per process and place
     (making one can cost a network round trip: an S3 region look-up)."""
-    import pyarrow.fs as pafs
-
     parts = urlsplit(uri)
     key = f"{parts.scheme}://{parts.netloc}?{parts.query}"
     if key not in _FILESYSTEMS:
-        fs, path = pafs.FileSystem.from_uri(uri)
+        fs, path = _from_uri(uri)
         _FILESYSTEMS[key] = (fs, _prefix(uri, path))
     fs, prefix = _FILESYSTEMS[key]
     bare = uri.split("?", 1)[0]
     if not bare.startswith(prefix):
-        return pafs.FileSystem.from_uri(uri)
+        return _from_uri(uri)
     return fs, bare[len(prefix):]
+
+
+def _from_uri(uri: str) -> tuple[Any, str]:
+    """pyarrow's filesystem of a URI; one it cannot open (ftp://, http://, 'FILE://', a file:// URI naming
+    another host, hdfs:// without Java) is an InputError naming the URI."""
+    import pyarrow
+    import pyarrow.fs as pafs
+
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pyarrow.ArrowException, ValueError, OSError) as e:
+        raise InputError(f"{uri}: pyarrow.fs cannot open this URI ({str(e).splitlines()[0] if str(e) else e}); "
+                         "expected a local path or a URI such as file:///abs/path, s3://bucket/key, gs://bucket/key, "
+                         "hdfs://host:port/path (with Java and Hadoop installed)") from None
+
+
+def local_check(fs: Any, path: str, uri: str, expected: str) -> None:
+    """A file:// URI's file must be a regular file (`check_path`), as a local path's: pyarrow opens a FIFO (the
+    read blocks) or /dev/zero (the read never ends) as it opens a file."""
+    if fs.type_name == "local":
+        check_path(path, expected, missing=InputError, bad=InputError)
 
 
 def _prefix(uri: str, path: str) -> str:
@@ -334,6 +371,7 @@ def _prefix(uri: str, path: str) -> str:
 def fetch(uri: str) -> bytes:
     """A file's bytes from a pyarrow.fs URI."""
     fs, path = filesystem(uri)
+    local_check(fs, path, uri, "an image file")
     with fs.open_input_stream(path) as handle:
         return handle.read()
 
@@ -399,17 +437,33 @@ class Destination:
         return [i.type != pafs.FileType.NotFound for i in infos]
 
     def read_json(self, name: str) -> Any:
-        """A JSON file in the folder (the previous run's manifest), or None when there is none or it is
-        unreadable."""
+        """A JSON file in the folder (the previous run's manifest), or None when there is none.
+
+        Raises:
+            InputError: it is there but not a regular file, over MANIFEST_BYTES, not JSON or nested too deeply.
+        """
         import json
 
+        where = f"{self.out}/{name}" if self.remote else self.root / name
+        expected = "the manifest of an earlier run (JSON; move it away or pass --overwrite to start afresh)"
+        if not self.remote:
+            if not os.path.lexists(where):
+                return None
+            return read_json_file(where, expected, InputError, MANIFEST_BYTES)   # a FIFO, /dev/zero, deep nesting
+        import pyarrow.fs as pafs
+
         try:
-            if self.remote:
-                with self.fs.open_input_stream((self.root / name).as_posix()) as handle:
-                    return json.loads(handle.read().decode("utf-8"))
-            return json.loads((self.root / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+            info = self.fs.get_file_info((self.root / name).as_posix())
+            if info.type == pafs.FileType.NotFound:
+                return None
+            if info.type != pafs.FileType.File or (info.size or 0) > MANIFEST_BYTES:
+                raise InputError(f"{where}: not a file of at most {MANIFEST_BYTES >> 20} MiB; expected {expected}")
+            with self.fs.open_input_stream((self.root / name).as_posix()) as handle:
+                return json.loads(handle.read(MANIFEST_BYTES + 1).decode("utf-8"))
+        except RecursionError:
+            raise InputError(f"{where}: JSON nested too deeply to read; expected {expected}") from None
+        except (OSError, ValueError) as e:
+            raise InputError(f"{where}: not readable as JSON ({e}); expected {expected}") from None
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
         """Write a JSON file into the folder, atomically, as `write_json_atomic`."""

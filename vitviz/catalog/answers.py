@@ -12,17 +12,36 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
-from vitviz.core.options import ACTIVATIONS, BLOCK_NORMS, REMEMBERABLE
+from vitviz.core.options import REMEMBERABLE
 
 ANSWERS_ENV = "VITVIZ_ANSWERS"
 REMEMBERED = REMEMBERABLE   # the overrides remembered per model
-CHECKS = {"heads": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-          "block_norm": lambda v: v in BLOCK_NORMS,
-          "act": lambda v: v in ACTIVATIONS,
-          "attn_scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+
+
+def why_not(name: str, value: Any) -> str:
+    """Why `value` cannot be remembered as the override `name` ('' when it can): the check `vitviz.load` makes
+    of it (`validate.check_overrides`: heads at most MAX_HEADS, a finite attn_scale...), so nothing remembered is
+    refused when the model loads."""
+    from vitviz.core.reading.validate import check_overrides
+    from vitviz.errors import OverrideError
+
+    if name not in REMEMBERED:
+        return f"{name} is not remembered (expected one of {', '.join(REMEMBERED)})"
+    if name == "heads" and not (isinstance(value, int) and not isinstance(value, bool)):
+        return f"override heads {value!r}; expected a whole number"
+    try:
+        check_overrides({name: value}, ())
+    except OverrideError as e:
+        return str(e)
+    return ""
+
+
+CHECKS = {name: (lambda v, name=name: v is not None and not why_not(name, v))
+          for name in ("heads", "block_norm", "act", "attn_scale")}
 
 
 def answers_path() -> Path:
@@ -48,10 +67,22 @@ def checked(values: Any) -> dict[str, Any]:
 
 
 def read_all() -> dict[str, dict[str, Any]]:
-    """Every model's remembered answers ({} when the store is missing or unreadable)."""
-    from vitviz.core.files import read_small_json
+    """Every model's remembered answers ({} when the store is missing or unreadable: a FIFO, /dev/zero, JSON
+    nested too deeply... never blocks or reads more than 1 MiB; an unreadable store is said in a warning naming
+    it)."""
+    from vitviz.core.files import read_json_file
+    from vitviz.errors import VitvizError
 
-    data = read_small_json(answers_path(), 1 << 20)   # a FIFO or /dev/zero as the store: no answers, no hang
+    store = answers_path()
+    if not os.path.lexists(store):
+        return {}
+    try:
+        data = read_json_file(store, "vitviz's answers store (JSON: {model: {override: value}})", VitvizError,
+                              1 << 20)
+    except VitvizError as e:
+        warnings.warn(f"{e}; no remembered answers are used (remove it, or set ${ANSWERS_ENV} to another file)",
+                      RuntimeWarning, stacklevel=2)
+        return {}
     if not isinstance(data, dict):
         return {}
     return {str(k): kept for k, v in data.items() if (kept := checked(v))}
@@ -64,7 +95,16 @@ def answers_for(path: str) -> dict[str, Any]:
 
 def remember(path: str, values: dict[str, Any]) -> None:
     """Remember `values` for the model `path` on top of what is remembered already (a None value forgets that
-    one); written atomically. An unwritable store is left as it is (remembering is a convenience)."""
+    one); written atomically. An unwritable store is left as it is (remembering is a convenience).
+
+    Raises:
+        OverrideError: a value `vitviz.load` would refuse (attn_scale=inf, heads=10**30), naming the store.
+    """
+    from vitviz.errors import OverrideError
+
+    for name, value in values.items():
+        if name in CHECKS and value is not None and (why := why_not(name, value)):
+            raise OverrideError(f"{answers_path()}: not remembered for {path}: {why}")
     every = read_all()
     key = model_key(path)
     mine = every.get(key, {})

@@ -1,7 +1,6 @@
 """The ViT checkpoints already on this computer: torch hub cache, Hugging Face cache, recent files (Qt-free)."""
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -9,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from vitviz.core.files import read_small_json
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES, SHARD_INDEX, WEIGHT_SUFFIXES
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.named import NAMED_PREFIX
@@ -349,10 +349,9 @@ def _family_from_config(config: dict[str, Any]) -> tuple[str | None, str]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    """A config's JSON object, or None: missing, not a regular file (a FIFO in a cache must not hang the scan),
+    too large, not JSON or nested too deeply (`read_small_json`)."""
+    data = read_small_json(path)
     return data if isinstance(data, dict) else None
 
 

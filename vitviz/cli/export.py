@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from vitviz.core.analyses.maps import HeadSel, LayerSel, MapKind
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.protocol import WINDOWS, capabilities_of
+from vitviz.core.reading.validate import MAX_DEPTH
 from vitviz.errors import CheckpointError, DiskFullError, VitvizError
 
 
@@ -63,7 +64,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help=maps_help() + "; files are named {image}_{map}_L{layer}_H{head}.png, a map of the "
                         "whole model L'all', a text prompt's e.g. {image}_text-a_photo_of_a_cat_Lall.png "
                         "(default: cls)")
-    p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"))),
+    p.add_argument("--layers", default="last", type=argument_type(lambda t: parse_picks(t, "layer", ("all", "last", "mean"), MAX_DEPTH)),
                    help="all, last, mean (over layers), indices and ranges, e.g. 0-3,11 or -1 (default: last)")
     p.add_argument("--which-heads", default="mean", metavar="HEADS",
                    type=argument_type(lambda t: parse_picks(t, "head", ("all", "mean", "max"))),
@@ -94,7 +95,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="do not compare the model with its original implementation (vitviz verify) for the "
                         "manifest's 'verification' (by default one extra forward pass of the original per size)")
     g = p.add_argument_group("compare two models, or a training run (vitviz.core.analyses.compare, vitviz.core.analyses.timeline)")
-    g.add_argument("--compare", metavar="CHECKPOINT_B",
+    g.add_argument("--compare", metavar="CHECKPOINT_B", type=_nonempty("a second model's checkpoint or name"),
                    help="a second model (any family or size): write A's, B's and A - B maps, "
                         "{image}_A_..., {image}_B_... (B's own layer and head matched with A's), {image}_diff_... "
                         "(on the diverging colormap rdbu, centred on 0); layers by relative depth, heads by "
@@ -103,7 +104,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--match-heads", choices=("match", "index"), default="match",
                    help="with --compare: heads matched by a Hungarian assignment on CLS-attention similarity "
                         "(default) or by index")
-    g.add_argument("--timeline", metavar="RUN_DIR",
+    g.add_argument("--timeline", metavar="RUN_DIR", type=_nonempty("a folder of checkpoints of one run"),
                    help="a folder of checkpoints of one run (epoch_*.pth, step-*.safetensors, epoch=*-step=*.ckpt, "
                         "checkpoint-*/): one map per checkpoint {image}_{checkpoint}_..., a contact sheet "
                         "{image}_timeline_..., timeline.csv and the figures in the manifest; replaces --model. "
@@ -184,6 +185,15 @@ def _amount(text: str) -> float:
     return value
 
 
+def _nonempty(expected: str) -> Callable[[str], str]:
+    """An argparse `type=` refusing an empty (or blank) value: `--compare ''` must not quietly run a plain export."""
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{text!r}: empty; expected {expected}")
+        return text
+    return check
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
@@ -249,12 +259,12 @@ def run_export_command(args: argparse.Namespace) -> int:
     from vitviz.batch.pipeline import Exporter
 
     start = time.perf_counter()
-    if not getattr(args, "timeline", None):
+    if getattr(args, "timeline", None) is None:
         if getattr(args, "box", None) is not None:
             raise VitvizError("--box is for --timeline (the CLS-attention share inside it per checkpoint)")
         if getattr(args, "no_animation", False):
             raise VitvizError("--no-animation is for --timeline (its animated APNG / GIF)")
-    if getattr(args, "compare", None) or getattr(args, "timeline", None):
+    if getattr(args, "compare", None) is not None or getattr(args, "timeline", None) is not None:
         return _export_side(args, start)
     ray = _ray_engine(args)
     out: Path | str = args.out
@@ -378,6 +388,7 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     """`--compare B` or `--timeline RUN_DIR` (`vitviz.batch.compare`): the local engine, the export's names,
     pictures, writers and manifest, with the comparison or the run's figures added to it."""
     from vitviz.batch.compare import export_compare, export_timeline
+    from vitviz.core.analyses.compare import check_comparable
 
     args.batch_size = args.batch_size or 8
 
@@ -399,6 +410,9 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
             print(f"vitviz: {len(run)} checkpoints in {args.timeline}, {run.order_note}", file=sys.stderr)
     else:
         model = _load(args)
+        model_b = _load(argparse.Namespace(**{**vars(args), "model": args.compare}))
+        for side, m in (("A", model), ("B", model_b)):
+            check_comparable(m, side)     # a windowed model: refused before any folder or file is made
     maps, layers, heads = _resolve(args, model.spec)
     bad = [m.label for m in maps if m.source != "attention" or m.token is not None]   # a token of one model only
     if bad:
@@ -410,22 +424,22 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     _make_folder(args.out)
     bar = ProgressBar(len(pairs), enabled=not args.quiet)
     try:
-        if args.timeline:
-            exporter: Any = export_timeline(run, plan, pairs, args.out, stems, args.box,
-                                            on_progress=lambda job: _report(bar, job),
-                                            animate=not args.no_animation)
-        else:
-            b_args = argparse.Namespace(**{**vars(args), "model": args.compare})
-            model_b = _load(b_args)
-            exporter = export_compare(model, model_b, plan, pairs, args.out, stems, args.match_heads,
-                                      on_progress=lambda job: _report(bar, job))
+        with _sigterm_as_interrupt():      # Ctrl-C / SIGTERM: what is written is recorded (`SideExport.stop`)
+            if args.timeline:
+                exporter: Any = export_timeline(run, plan, pairs, args.out, stems, args.box,
+                                                on_progress=lambda job: _report(bar, job),
+                                                animate=not args.no_animation)
+            else:
+                exporter = export_compare(model, model_b, plan, pairs, args.out, stems, args.match_heads,
+                                          on_progress=lambda job: _report(bar, job))
     finally:
         bar.close()
     seconds = time.perf_counter() - start
-    _write_manifest(args.out, args, model, exporter, seconds, False, None)
-    if not args.quiet:
-        print(exporter.summary(args.out, seconds, False))
-    return 1 if exporter.counts["failed"] else 0
+    interrupted = exporter.interrupted
+    _write_manifest(args.out, args, model, exporter, seconds, interrupted, None)
+    if not args.quiet or interrupted:
+        print(exporter.summary(args.out, seconds, interrupted), file=sys.stderr if interrupted else sys.stdout)
+    return 130 if interrupted else 1 if exporter.counts["failed"] else 0
 
 
 def _report(bar: ProgressBar, job: Job) -> None:

@@ -7,6 +7,7 @@ loss) is removed by `remove_stale_temps` on the next run.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -23,6 +24,55 @@ from PIL import Image
 
 from vitviz.core.spec import AttentionResult
 from vitviz.errors import VitvizError
+
+
+# ------------------------------------------------------------------------------------------------------ paths
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular path is, in words ('a named pipe (FIFO)', 'a character device', ...)."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[VitvizError],
+               bad: type[VitvizError], folder_ok: bool = False) -> os.stat_result:
+    """`os.stat` of `path`, refusing before anything opens it: a missing path or a broken link or a symbolic
+    link loop (`missing`), and anything that is not a regular file -- a FIFO, a device, a socket, or a folder
+    unless `folder_ok` (`bad`).
+
+    Args:
+        expected: what the path should be, for the message ('an image file', 'a ViT checkpoint ...').
+    """
+    if "\x00" in os.fsdecode(path):     # os.stat would raise ValueError: no file has such a name
+        raise missing(f"{str(path)!r}: holds a NUL character, which no file name can; expected {expected}")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise missing(f"{path}: a symbolic link loop (its links lead back to each other); expected "
+                          f"{expected}") from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            found = "a broken symbolic link (its target does not exist)" if os.path.islink(path) else \
+                "not found (no such file or folder)"
+            raise missing(f"{path}: {found}; expected {expected}") from None
+        if e.errno == errno.ENAMETOOLONG:
+            raise missing(f"{str(path)[:120]}...: the name is too long for this system; expected {expected}") \
+                from None
+        raise bad(f"{path}: cannot be read ({e.strerror or e}); expected {expected}") from None
+    if stat.S_ISREG(st.st_mode) or (folder_ok and stat.S_ISDIR(st.st_mode)):
+        return st
+    raise bad(f"{path}: {file_kind(st.st_mode)}, not a regular file (refused before opening it, as reading it "
+              f"could block or never end); expected {expected}")
 
 
 def check_rgb(rgb: np.ndarray, what: str) -> np.ndarray:
@@ -197,15 +247,32 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vitviz"
 
 
-def read_small_json(path: Path, limit: int = 8 << 20) -> Any:
-    """The JSON in a small regular file of vitviz's own (a cache entry, the answers store), or None: a missing
-    file, something that is not a regular file (a FIFO would block the open, /dev/zero never end), one over
-    `limit` bytes, or one that is not JSON. Never blocks, never reads more than `limit`."""
+def read_json_file(path: str | os.PathLike[str], expected: str, error: type[VitvizError],
+                   limit: int = 64 << 20) -> Any:
+    """The JSON in a regular file of at most `limit` bytes, read by name (a manifest, a store of vitviz's own).
+
+    Raises:
+        error: missing, not a regular file (`check_path`: a FIFO would block the read, /dev/zero never end), over
+            `limit` bytes, unreadable, not UTF-8 JSON, or nested too deeply for Python's parser.
+    """
+    st = check_path(path, expected, missing=error, bad=error)
+    if st.st_size > limit:
+        raise error(f"{path}: {st.st_size} bytes; expected {expected} of at most {limit >> 20} MiB")
     try:
-        st = os.stat(path)   # follows a link: what it points at must be a regular file too
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
         with open(path, "rb") as f:
             return json.loads(f.read(limit + 1)[:limit].decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to read; expected {expected}") from None
+    except (OSError, ValueError) as e:   # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise error(f"{path}: not readable as JSON ({getattr(e, 'strerror', None) or e}); expected {expected}") \
+            from None
+
+
+def read_small_json(path: Path, limit: int = 8 << 20) -> Any:
+    """The JSON in a small regular file of vitviz's own (a cache entry), or None: a missing file, something that
+    is not a regular file (a FIFO would block the open, /dev/zero never end), one over `limit` bytes, one that is
+    not JSON or is nested too deeply. Never blocks, never reads more than `limit` (`read_json_file`)."""
+    try:
+        return read_json_file(path, "a small JSON file", VitvizError, limit)
+    except VitvizError:
         return None

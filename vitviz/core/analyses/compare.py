@@ -31,6 +31,7 @@ above), every image's patches pooled as the samples. CKA of a model with itself 
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -91,8 +92,8 @@ def to_grid(maps: np.ndarray, grid_from: tuple[int, int], grid_to: tuple[int, in
 def assign(score: np.ndarray) -> list[tuple[int, int]]:
     """The pairs (i, j), one per row or column of the smaller side, maximising the summed `score[i, j]`.
 
-    The Hungarian algorithm in its shortest-augmenting-path form (Kuhn–Munkres with potentials, as in Jonker and
-    Volgenant): exact for any (n, m) matrix in O(min·max²). Rows and columns are swapped when there are more rows.
+    SciPy's `linear_sum_assignment` (compiled, milliseconds for 768 heads) when SciPy is installed -- it is not a
+    dependency of vitviz, so without it `assign_numpy` (the same algorithm with its inner loop in NumPy) solves it.
 
     Returns:
         pairs sorted by row.
@@ -100,37 +101,45 @@ def assign(score: np.ndarray) -> list[tuple[int, int]]:
     s = np.asarray(score, dtype=np.float64)
     if s.ndim != 2 or not np.isfinite(s).all():
         raise CompareError(f"expected a finite 2-D score matrix, found shape {s.shape}")
+    try:
+        from scipy.optimize import linear_sum_assignment
+    except ImportError:
+        return assign_numpy(s)
+    rows, cols = linear_sum_assignment(s, maximize=True)
+    return sorted((int(i), int(j)) for i, j in zip(rows, cols))
+
+
+def assign_numpy(score: np.ndarray) -> list[tuple[int, int]]:
+    """`assign` without SciPy: the Hungarian algorithm in its shortest-augmenting-path form (Kuhn–Munkres with
+    potentials, as in Jonker and Volgenant), exact for any (n, m) matrix in O(min·max²), each step over the columns
+    one NumPy operation (768 × 768 heads: about a second). Rows and columns are swapped when there are more rows."""
+    s = np.asarray(score, dtype=np.float64)
     if s.shape[0] > s.shape[1]:
-        return sorted((i, j) for j, i in assign(s.T))
+        return sorted((i, j) for j, i in assign_numpy(s.T))
     n, m = s.shape
     if n == 0:
         return []
     cost = s.max() - s                                  # minimise cost == maximise score
-    INF = float("inf")
     u, v = np.zeros(n + 1), np.zeros(m + 1)             # potentials; index 0 is the virtual start
     owner = np.zeros(m + 1, dtype=np.int64)             # owner[j]: the row (1-based) holding column j, 0: free
     way = np.zeros(m + 1, dtype=np.int64)
     for i in range(1, n + 1):
         owner[0] = i
         j0 = 0
-        minv = np.full(m + 1, INF)
+        minv = np.full(m + 1, np.inf)
         used = np.zeros(m + 1, dtype=bool)
         while True:                                     # grow the alternating tree until a free column is reached
             used[j0] = True
-            i0, delta, j1 = owner[j0], INF, 0
-            for j in range(1, m + 1):
-                if not used[j]:
-                    cur = cost[i0 - 1, j - 1] - u[i0] - v[j]
-                    if cur < minv[j]:
-                        minv[j], way[j] = cur, j0
-                    if minv[j] < delta:
-                        delta, j1 = minv[j], j
-            for j in range(m + 1):
-                if used[j]:
-                    u[owner[j]] += delta
-                    v[j] -= delta
-                else:
-                    minv[j] -= delta
+            i0 = owner[j0]
+            cur = np.full(m + 1, np.inf)
+            cur[1:] = cost[i0 - 1] - u[i0] - v[1:]
+            better = ~used & (cur < minv)
+            minv[better], way[better] = cur[better], j0
+            j1 = int(np.argmin(np.where(used, np.inf, minv)))   # the first smallest, as a scan would find it
+            delta = minv[j1]
+            u[owner[used]] += delta                     # the rows of used columns are distinct
+            v[used] -= delta
+            minv[~used] -= delta
             j0 = j1
             if owner[j0] == 0:
                 break
@@ -334,6 +343,8 @@ class Comparison:
 
 
 def _kind_of(kind: MapKind | str) -> MapKind:
+    if not isinstance(kind, (str, MapKind)):
+        raise CompareError(f"kind={kind!r}: expected a map name, 'cls' (the default), 'mean', 'max' or 'rollout'")
     kind = MapKind.parse(kind) if isinstance(kind, str) else kind
     if kind.source != "attention" or kind.token is not None or not kind.per_layer:
         raise CompareError(f"compare draws per-layer attention maps (cls, mean, max, rollout); {kind.label!r} is "
@@ -457,7 +468,12 @@ def compare(a: Any, b: Any, images: Sequence[Any], kind: MapKind | str = "cls", 
         heads: 'match' (Hungarian assignment on similarity) or 'index'.
         cka: also capture both models' token features (a pass of their own per image) for the CKA figure.
     """
-    if isinstance(images, (str, bytes)) or not len(images):
+    for side, model in (("A", a), ("B", b)):
+        check_comparable(model, side)
+    _kind_of(kind)
+    if heads not in ("match", "index"):
+        raise CompareError(f"heads={heads!r}; expected 'match' (by similarity) or 'index'")
+    if isinstance(images, (str, bytes, os.PathLike)) or not hasattr(images, "__len__") or not len(images):
         raise CompareError("expected a list of images to compare the models on")
     ra = [a.run(img, logits=False) for img in images]
     rb = [b.run(img, logits=False) for img in images]
@@ -468,6 +484,18 @@ def compare(a: Any, b: Any, images: Sequence[Any], kind: MapKind | str = "cls", 
         feats = ([capture_features(a, img, normed=False) for img in images],
                  [capture_features(b, img, normed=False) for img in images])
     return compare_results(ra, rb, kind, heads, feats)
+
+
+def check_comparable(model: Any, side: str) -> None:
+    """Refuse what `compare` cannot take as model A or B: anything but a loaded model (None, a path: load it
+    first), and a windowed model (Swin, SAM / ViTDet: attention inside windows, no image-wide map per head to
+    match; compare maps the same model family's global-attention ViTs of any size)."""
+    if not (hasattr(model, "run") and hasattr(model, "spec")):
+        hint = " (load it first: vitviz.load(path))" if isinstance(model, (str, os.PathLike)) else ""
+        raise CompareError(f"model {side} is {type(model).__name__}{hint}; expected a model from vitviz.load")
+    if getattr(model, "windowed", False):
+        raise CompareError(f"model {side} ({model.spec.family}) attends inside windows, so it has no image-wide "
+                           "attention map per head to compare; compare takes ViTs with global attention")
 
 
 # ------------------------------------------------------------------------------------------------- view model

@@ -20,13 +20,13 @@ no tokenizer, neither library installed -- is a `TextTowerError` saying which.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
+from vitviz.core.files import read_small_json
 from vitviz.core.protocol import is_reference
 from vitviz.errors import VitvizError
 
@@ -63,12 +63,7 @@ def _path_of(source: "VitModel | str | Path") -> Path:
 def _hf_config(path: Path) -> dict[str, Any] | None:
     folder = path if path.is_dir() else path.parent
     cfg = folder / "config.json"
-    if not cfg.is_file():
-        return None
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_small_json(cfg)   # None: missing, not a regular file, not JSON, nested too deeply
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         return None  # a timm hub config (`architecture`), not a transformers model
     return data

@@ -37,6 +37,7 @@ that cannot be loaded or has another layout is recorded (`failed`) and named, an
 from __future__ import annotations
 
 import re
+import os
 import threading
 import warnings
 from collections import OrderedDict
@@ -102,16 +103,24 @@ def find_checkpoints(folder: str | Path) -> tuple[list[Checkpoint], str]:
 
     Raises:
         TimelineError: not a folder, or no checkpoint in it."""
+    if not isinstance(folder, (str, os.PathLike)) or not str(folder):
+        raise TimelineError(f"{folder!r}: expected the path of a folder of checkpoints of one run")
     root = Path(folder)
     if not root.is_dir():
         raise TimelineError(f"{root}: expected a folder of checkpoints of one run")
     found = []
-    for entry in sorted(root.iterdir()):
-        if entry.name.startswith("."):
-            continue
-        if _is_weights(entry) or (entry.is_dir() and any(_is_weights(p) for p in entry.iterdir())):
-            number, epoch = name_number(entry.name if entry.is_dir() else entry.name[: -len(_suffix(entry))])
-            found.append(Checkpoint(entry, number, epoch, entry.stat().st_mtime))
+    where = root
+    try:
+        for entry in sorted(root.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            where = entry
+            if _is_weights(entry) or (entry.is_dir() and any(_is_weights(p) for p in entry.iterdir())):
+                number, epoch = name_number(entry.name if entry.is_dir() else entry.name[: -len(_suffix(entry))])
+                found.append(Checkpoint(entry, number, epoch, entry.stat().st_mtime))
+    except OSError as e:     # a folder without read permission (mode 000, or 0311: enter but not list)
+        raise TimelineError(f"{where}: cannot be read ({e.strerror or e}); expected a readable folder of "
+                            "checkpoints of one run") from None
     if not found:
         raise TimelineError(f"{root}: no checkpoints (weights files {', '.join(sorted(WEIGHT_SUFFIXES))}, or "
                             "folders holding one, such as checkpoint-500/)")
@@ -135,8 +144,8 @@ class TimelineRun:
     """The checkpoints of one run, loaded on demand (see the module docstring)."""
 
     def __init__(self, folder: str | Path, budget_bytes: int = DEFAULT_BUDGET, **overrides: Any) -> None:
-        self.folder = Path(folder)
         self.checkpoints, self.order_note = find_checkpoints(folder)
+        self.folder = Path(folder)
         self.budget_bytes = int(budget_bytes)
         self.overrides = overrides
         self.layout: dict[str, Any] | None = None
@@ -175,6 +184,10 @@ class TimelineRun:
             raise TimelineError(f"checkpoint {index}: the run has {len(self.checkpoints)} (0..{len(self) - 1})")
         ckpt = self.checkpoints[index]
         model = load(ckpt.path, **self.overrides)
+        if getattr(model, "windowed", False):
+            raise TimelineError(f"{ckpt.path.name}: a windowed model ({model.spec.family}: attention inside "
+                                "windows, no image-wide map per head); the timeline follows ViTs with global "
+                                "attention")
         found = layout(model.spec)
         if self.layout is None:
             self.layout = found

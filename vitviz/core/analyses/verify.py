@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from vitviz.core.protocol import WINDOWS, capabilities_of
+from vitviz.core.running.runtime import available_memory, format_bytes, resolve_device
 from vitviz.errors import VitvizError
 
 ATOL_ATTENTION = 1e-5
@@ -57,6 +58,7 @@ _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_
 # the libraries `against` may name one architecture of ('timm:NAME'): those `vitviz.core.reading.identify` searches
 _BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
+VERIFY_BYTES = 16 << 30  # the attention a comparison may keep when the free memory cannot be read
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
 
@@ -281,6 +283,10 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
                           f"LIBRARY:ARCH of {', '.join(_BY_ARCH)} (e.g. 'timm:vit_small_patch16_224')")
     if code is not None and against != "auto":
         raise VitvizError(f"against={against!r} and code=: the original is either a library's model or your code")
+    if not hasattr(model, "spec"):
+        raise VitvizError(f"model is {type(model).__name__}; expected a model from vitviz.load")
+    if device is not None:
+        device = str(resolve_device(device))   # 'bogus', 'cuda:9' on a machine without it: DeviceError, named
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
@@ -347,8 +353,9 @@ def _not_importable(library: str) -> str:
     """Why `library` cannot build an original here ('' when it can)."""
     try:
         importlib.import_module(library)
-    except ImportError as e:
-        return f"{library} is not importable ({e}); pip install {_PACKAGES[library]}"
+    except Exception as e:  # noqa: BLE001 - not only ImportError: a broken install raises what it raises
+        return (f"{library} is not importable ({type(e).__name__}: {e}); pip install {_PACKAGES[library]} "
+                "(with a torchvision that matches your torch)")
     return ""
 
 
@@ -645,7 +652,7 @@ def _named_library(identity: str) -> tuple[str | None, str]:
     if (m := re.match(r"named: (?:model name|the published file) '([^']+)'", identity)):
         try:
             import timm
-        except ImportError:
+        except Exception:  # noqa: BLE001 - ImportError, or a broken install's error: said by the caller
             return "timm", m.group(1)  # said as 'not importable' by the caller
         if timm.is_model(m.group(1)):
             return "timm", m.group(1)
@@ -653,19 +660,37 @@ def _named_library(identity: str) -> tuple[str | None, str]:
 
 
 def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
+    """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (every
+    layer's maps are kept, ours and the original's: refused before the 120 GB allocation a size of 100000 asks)."""
     native = (int(spec.image_size[0]), int(spec.image_size[1]))
     if sizes is None:
         p = spec.patch_size
         return [native, (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)]
+    expected = f"expected input sizes N or (h, w) in whole {spec.patch_size} px patches, e.g. [{native[0]}]"
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise VitvizError(f"sizes={sizes!r}: {expected}")
     out = []
     for s in sizes:
-        size = (int(s), int(s)) if isinstance(s, int) else (int(s[0]), int(s[1]))
+        size = (s, s) if _whole(s) else tuple(s) if isinstance(s, (tuple, list)) and len(s) == 2 else None
+        if size is None or not all(_whole(v) for v in size):
+            raise VitvizError(f"size {s!r}: {expected}")
         if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
             raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
-        out.append(size)
+        tokens = (size[0] // spec.patch_size) * (size[1] // spec.patch_size) + spec.num_prefix
+        needed = 2 * spec.depth * spec.num_heads * tokens * tokens * 4
+        free = available_memory()
+        if needed > (free if free is not None else VERIFY_BYTES):
+            raise VitvizError(f"size {size}: comparing every layer's attention ({tokens:,} tokens) needs "
+                              f"{format_bytes(needed)}, more than the {format_bytes(free or VERIFY_BYTES)} "
+                              f"{'available' if free is not None else 'allowed'}; expected a smaller size")
+        out.append((int(size[0]), int(size[1])))
     if not out:
         raise VitvizError("sizes=(): expected at least one input size")
     return out
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from vitviz.core.files import check_path, read_json_file
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES, WEIGHT_NAMES, WEIGHT_SUFFIXES
 from vitviz.core.reading.towers import Tower, identify, tower_prefix
 from vitviz.core.reading.validate import (
-    Invalid, as_labels, check_config, check_open_clip_config, check_path, check_preprocessor, check_stored_tensors,
+    Invalid, as_labels, check_config, check_open_clip_config, check_preprocessor, check_stored_tensors,
     inside, show, training_args,
 )
 from vitviz.errors import (
@@ -294,16 +295,7 @@ def _read_json(path: Path) -> Any:
     """
     if not os.path.lexists(path):
         return None
-    st = check_path(path, "a JSON file", missing=CorruptCheckpointError, bad=CorruptCheckpointError)
-    if st.st_size > MAX_JSON_BYTES:
-        raise CorruptCheckpointError(f"{path}: {st.st_size} bytes; expected a JSON config of at most "
-                                     f"{MAX_JSON_BYTES >> 20} MiB")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise CorruptCheckpointError(f"{path}: JSON nested too deeply; expected a config file") from None
-    except (OSError, ValueError) as e:
-        raise CorruptCheckpointError(f"{path}: not valid JSON ({e})") from e
+    return read_json_file(path, "a JSON config file", CorruptCheckpointError, MAX_JSON_BYTES)
 
 
 def _tower_tensors(raw: RawCheckpoint, tower: Tower) -> tuple[dict[str, torch.Tensor], Tower]:

@@ -204,15 +204,29 @@ def _identity(conv: Converted, raw: RawCheckpoint, name: str) -> str:
 
 
 _HUB_NAME = re.compile(r"^(?P<name>.+)-(?P<hash>[0-9a-f]{8,64})\.(?:pth|pt|bin|safetensors)$")
+HASH_LIMIT = 4 << 30      # bytes: the largest file hashed to check its torch-hub name (published ViTs: up to 2.5 GB)
+HASH_SLACK = 4            # a file this many times larger than its tensors (plus 64 MiB) is no published release
 
 
 def _published_file(raw: RawCheckpoint) -> str:
     """'named: ...' when the file is a published release under its torch-hub name 'NAME-HASH.pth' and its sha256
-    starts with HASH (the check torch.hub makes): the file is then that model, not a look-alike; '' otherwise."""
+    starts with HASH (the check torch.hub makes): the file is then that model, not a look-alike; '' otherwise.
+
+    The hash reads the whole file, so it is bounded: a file far larger than the tensors it holds (padding, extra
+    data: not the release) is not hashed, and one over HASH_LIMIT is not hashed either, which its provenance says.
+    """
     path = raw.weights_file
     m = _HUB_NAME.match(path.name) if path is not None else None
     if m is None or not path.is_file():
         return ""
+    size = path.stat().st_size
+    held = sum(t.numel() * t.element_size() for t in raw.tensors.values())
+    if raw.tower is None and size > HASH_SLACK * held + (64 << 20):
+        return ""
+    if size > HASH_LIMIT:
+        return (f"derived: the key layout of a {m.group('name')!r} file; its torch-hub name is not checked (a "
+                f"{size / (1 << 30):.1f} GiB file is not hashed, over {HASH_LIMIT >> 30} GiB), so its family's "
+                "settings are assumptions")
     import hashlib
 
     digest = hashlib.sha256()

@@ -3,8 +3,8 @@
 Everything a file or a caller hands vitviz is checked here, once, at the door, so the code behind it can trust
 types and ranges:
 
-- paths: only regular files are opened (a FIFO, a device or a socket would block or never end), with a message
-  that says what the path is (a named pipe, a symbolic link loop, a missing file);
+- paths: only regular files are opened (`vitviz.core.files.check_path`, the one check of every file vitviz reads
+  by name: a FIFO, a device or a socket would block or never end), and names stay inside their folder (`inside`);
 - overrides of `vitviz.load`: each one's type and range, normalised (`image_size="64"` is 64, never (6, 4);
   `heads=2.5` is refused, never truncated);
 - config files beside the weights (`config.json`, `preprocessor_config.json`): every field vitviz reads, named
@@ -17,19 +17,17 @@ No torch at module level: the path checks serve the image reader too, which the 
 """
 from __future__ import annotations
 
-import errno
 import math
 import numbers
 import os
 import re
-import stat
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitviz.core.options import ACTIVATIONS, CROP_MODES, INTERPOLATIONS, OPTION, OPTIONS, Option
-from vitviz.errors import MetadataError, OverrideError, VitvizError
+from vitviz.errors import MetadataError, OverrideError
 
 if TYPE_CHECKING:
     import torch
@@ -51,50 +49,6 @@ class Invalid(ValueError):
 
 
 # ------------------------------------------------------------------------------------------------------ paths
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular path is, in words ('a named pipe (FIFO)', 'a character device', ...)."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def check_path(path: str | os.PathLike[str], expected: str, *, missing: type[VitvizError],
-               bad: type[VitvizError], folder_ok: bool = False) -> os.stat_result:
-    """`os.stat` of `path`, refusing before anything opens it: a missing path or a broken link or a symbolic
-    link loop (`missing`), and anything that is not a regular file -- a FIFO, a device, a socket, or a folder
-    unless `folder_ok` (`bad`).
-
-    Args:
-        expected: what the path should be, for the message ('an image file', 'a ViT checkpoint ...').
-    """
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise missing(f"{path}: a symbolic link loop (its links lead back to each other); expected "
-                          f"{expected}") from None
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            found = "a broken symbolic link (its target does not exist)" if os.path.islink(path) else \
-                "not found (no such file or folder)"
-            raise missing(f"{path}: {found}; expected {expected}") from None
-        if e.errno == errno.ENAMETOOLONG:
-            raise missing(f"{str(path)[:120]}...: the name is too long for this system; expected {expected}") \
-                from None
-        raise bad(f"{path}: cannot be read ({e.strerror or e}); expected {expected}") from None
-    if stat.S_ISREG(st.st_mode) or (folder_ok and stat.S_ISDIR(st.st_mode)):
-        return st
-    raise bad(f"{path}: {file_kind(st.st_mode)}, not a regular file (refused before opening it, as reading it "
-              f"could block or never end); expected {expected}")
 
 
 def inside(folder: Path, name: str) -> Path | None:

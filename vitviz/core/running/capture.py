@@ -72,7 +72,8 @@ class LayerSink:
             layer = layer.index_select(2, self._index)
         if self.array is None:
             shape = (layer.shape[0], self.num_layers, *layer.shape[1:])
-            self.array = torch.empty(shape, dtype=torch.float16 if self.half else torch.float32)
+            self.array = torch.empty(shape, dtype=torch.float16 if self.half else torch.float32,
+                                     device="cpu")   # inside the user's forward: whatever default device it set
         self.array[:, self.count].copy_(layer)
         self.count += 1
 

@@ -34,7 +34,8 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 from vitviz.core.spec import Preprocess
-from vitviz.core.reading.validate import INTERPOLATION_NAMES, check_path
+from vitviz.core.files import check_path
+from vitviz.core.reading.validate import INTERPOLATION_NAMES
 from vitviz.errors import ImageError
 
 if TYPE_CHECKING:
@@ -419,7 +420,9 @@ def display_from_tensor(x: "torch.Tensor", mean: Sequence[float], std: Sequence[
 
 def is_image_file(path: str | os.PathLike) -> bool:
     """Whether `path` has an image extension vitviz reads (case-insensitive); the file is not opened."""
-    return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+    name = os.path.basename(os.fspath(path).rstrip("/" + os.sep))   # Path(path).suffix without making a Path
+    dot = name.rfind(".")
+    return 0 < dot < len(name) - 1 and name[dot:].lower() in IMAGE_EXTENSIONS
 
 
 def find_images(folder: str | os.PathLike, recursive: bool = True, pattern: str | None = None) -> list[Path]:

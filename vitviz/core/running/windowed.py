@@ -482,6 +482,8 @@ class WindowedModel:
     def spec_at(self, image_size: tuple[int, int] | None) -> WindowedSpec:
         """The spec of a run at `image_size` (whole patches), or the native spec; a size the original cannot
         run is refused with its reason."""
+        if isinstance(image_size, int) and not isinstance(image_size, bool):
+            image_size = (image_size, image_size)     # as VitModel.run takes it
         if image_size is None or tuple(image_size) == tuple(self.spec.image_size):
             return self.spec
         p = self.spec.patch_size

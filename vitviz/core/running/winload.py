@@ -108,6 +108,11 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
     else:
         fields["pos_interp"] = prov.hint("pos_interp", hints, "timm", "default: timm recipe (bicubic, antialiased)")
     size = _image_size(overrides, hints, fields, prov)
+    if min(size) < fields["patch_size"]:     # torch's convolution would fail at the first image
+        raise (OverrideError if "image_size" in overrides and overrides["image_size"] is not None else
+               InconsistentCheckpointError)(
+            f"{where}: image size {size[0]}x{size[1]} ({prov.items.get('image_size', 'its source')}) is smaller "
+            f"than one {fields['patch_size']} px patch; expected at least {fields['patch_size']} px a side")
     fields["image_size"] = size
     sam = fields["arch"] == "sam"
     if overrides.get("window") is not None:

@@ -5,9 +5,16 @@ the user-code loader all raise these, so none of them imports another for its er
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from vitviz.core.running.runtime import SMALLER
@@ -50,12 +57,86 @@ class _StopForward(BaseException):
     so that a model's own `except Exception` does not swallow it."""
 
 
+@contextlib.contextmanager
+def state_kept() -> Iterator[None]:
+    """Put back, after the user's code ran, the process-wide state it may change and vitviz depends on.
+
+    torch: the default dtype (float64 made every later comparison differ) and device ('meta' broke every later
+    load), grad mode, the random generator, thread count, deterministic algorithms, anomaly mode, float32 matmul
+    precision, the cuDNN / TF32 / attention-kernel switches. Python: the warning filters (silenced, vitviz's
+    warnings about its assumptions would be too), the working folder (relative paths), the recursion limit,
+    NumPy's error handling, sys.stdout / sys.stderr, the Ctrl-C and SIGTERM handlers (main thread), and the
+    environment variables vitviz reads (VITVIZ_*, HF_*, XDG_*, TORCH_HOME)."""
+    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
+    switches: list[tuple[Callable[[], Any], Callable[[Any], Any]]] = [
+        (torch.get_default_dtype, torch.set_default_dtype),
+        (torch.get_default_device, lambda d: torch.set_default_device(None if d.type == "cpu" else d)),
+        (torch.is_grad_enabled, torch.set_grad_enabled),
+        (torch.get_num_threads, torch.set_num_threads),
+        (lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+         lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+        (torch.is_anomaly_enabled, torch.set_anomaly_enabled),
+        (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        (lambda: (cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, cuda.matmul.allow_tf32),
+         lambda v: (setattr(cudnn, "enabled", v[0]), setattr(cudnn, "benchmark", v[1]),
+                    setattr(cudnn, "deterministic", v[2]), setattr(cudnn, "allow_tf32", v[3]),
+                    setattr(cuda.matmul, "allow_tf32", v[4]))),
+        (lambda: (cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()),
+         lambda v: (cuda.enable_flash_sdp(v[0]), cuda.enable_mem_efficient_sdp(v[1]), cuda.enable_math_sdp(v[2]))),
+        (lambda: list(warnings.filters), _set_warning_filters),
+        (_cwd, os.chdir),
+        (sys.getrecursionlimit, sys.setrecursionlimit),
+        (np.geterr, lambda v: np.seterr(**v)),
+        (lambda: (sys.stdout, sys.stderr), lambda v: (setattr(sys, "stdout", v[0]), setattr(sys, "stderr", v[1]))),
+        (_read_env, _write_env),
+    ]
+    if threading.current_thread() is threading.main_thread():
+        switches.append((lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)),
+                         lambda v: (signal.signal(signal.SIGINT, v[0]), signal.signal(signal.SIGTERM, v[1]))))
+    before = [get() for get, _ in switches]
+    rng = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        for (get, put), value in zip(switches, before):
+            if value is not None and get() != value:
+                put(value)
+        torch.set_rng_state(rng)
+
+
+def _set_warning_filters(filters: list[Any]) -> None:
+    warnings.filters[:] = filters
+    warnings._filters_mutated()  # type: ignore[attr-defined]  # what warnings.catch_warnings calls on restoring
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:      # the folder was removed under us: nothing to go back to
+        return None
+
+
+_ENV_READ = ("VITVIZ_", "HF_", "HUGGINGFACE_", "XDG_", "TORCH_HOME")
+
+
+def _read_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(_ENV_READ)}
+
+
+def _write_env(saved: dict[str, str]) -> None:
+    for key in set(_read_env()) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
+
+
 def user_call(fn: Callable[[], Any], source: str, doing: str, on: str = "") -> Any:
     """`fn()`, which runs the user's code: whatever it raises -- `SystemExit`, `KeyboardInterrupt` and any other
     `BaseException` included -- comes back as a `UserCodeError` saying what was being done, its cause attached
-    (running out of memory is a `DeviceError`; vitviz's own errors pass as they are)."""
+    (running out of memory is a `DeviceError`; vitviz's own errors pass as they are). The torch state it changes is
+    put back (`state_kept`)."""
     try:
-        return fn()
+        with state_kept():
+            return fn()
     except (_StopForward, VitvizError):
         raise
     except torch.cuda.OutOfMemoryError as e:
