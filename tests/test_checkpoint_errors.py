@@ -5,6 +5,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
