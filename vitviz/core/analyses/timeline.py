@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.core.formats import WEIGHT_SUFFIXES
+from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.errors import VitvizError
 
 LAYOUT_FIELDS = ("family", "depth", "num_heads", "embed_dim", "patch_size", "grid", "num_prefix", "num_classes")
@@ -184,7 +185,7 @@ class TimelineRun:
             raise TimelineError(f"checkpoint {index}: the run has {len(self.checkpoints)} (0..{len(self) - 1})")
         ckpt = self.checkpoints[index]
         model = load(ckpt.path, **self.overrides)
-        if getattr(model, "windowed", False):
+        if WINDOWS in capabilities_of(model):
             raise TimelineError(f"{ckpt.path.name}: a windowed model ({model.spec.family}: attention inside "
                                 "windows, no image-wide map per head); the timeline follows ViTs with global "
                                 "attention")
