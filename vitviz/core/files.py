@@ -137,8 +137,9 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     """Write a result's arrays and spec to an uncompressed .npz, atomically.
 
     Keys: 'attentions' (L, H, T, T), 'logits' (C,), 'input' (C, H, W), 'image' (H, W, 3), 'spec' (the spec as
-    JSON text), 'source', and 'features' when the result has them, then the arrays of `extra` under their own
-    keys (relevance maps, PCA colours, token norms; a key of the result's is refused). Nothing is pickled.
+    JSON text), 'source', 'features' and 'interventions' (what was done to the model, a string array) when the
+    result has them, then the arrays of `extra` under their own keys (relevance maps, PCA colours, token norms; a
+    key of the result's is refused). Nothing is pickled.
 
     Raises:
         OutputExistsError: `path` exists and `overwrite` is False.
@@ -153,6 +154,8 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     }
     if result.features is not None:
         arrays["features"] = np.asarray(result.features)
+    if result.interventions:   # what was done to the model during the run, one description each
+        arrays["interventions"] = np.array(list(result.interventions))
     for key, value in (extra or {}).items():
         if key in arrays or key in ("spec", "source"):
             raise ValueError(f"extra array {key!r} would replace the result's own")
@@ -183,6 +186,8 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, Any]:
         out["spec"] = json.loads(str(out["spec"]))
     if "source" in out:
         out["source"] = str(out["source"])
+    if "interventions" in out:
+        out["interventions"] = [str(t) for t in out["interventions"]]
     return out
 
 
