@@ -52,7 +52,7 @@ class InterventionError(VitvizError, ValueError):
     reference set too small, a source of another size, or a model without vitviz's hook points."""
 
 
-def _name(image: Any) -> str:
+def image_name(image: Any) -> str:
     if isinstance(image, (str, Path)):
         return Path(image).name
     return "tensor" if isinstance(image, torch.Tensor) else type(image).__name__
@@ -80,11 +80,11 @@ class Ablate:
             raise InterventionError(f"ablation mode {self.mode!r}; expected one of {', '.join(ABLATION_MODES)}")
         if self.mode == "zero" and self.reference is not None:
             raise InterventionError("a zero ablation takes no reference images")
-        if self.mode == "resample" and (self.reference is None or _many(self.reference)):
+        if self.mode == "resample" and (self.reference is None or is_set(self.reference)):
             raise InterventionError("a resampling ablation takes one reference image (the one the head's output is "
                                     "taken from)")
         if self.mode == "mean":
-            n = len(self.reference) if _many(self.reference) else 0 if self.reference is None else 1
+            n = len(self.reference) if is_set(self.reference) else 0 if self.reference is None else 1
             if n < MEAN_MIN_IMAGES:
                 raise InterventionError(f"a mean ablation needs a reference set of at least {MEAN_MIN_IMAGES} "
                                         f"images; got {n}")
@@ -96,7 +96,7 @@ class Ablate:
         elif self.mode == "mean":
             how = f"mean over {len(self.reference)} images"
         else:
-            how = f"resampled from {_name(self.reference)}"
+            how = f"resampled from {image_name(self.reference)}"
         return f"ablate {heads} ({how})"
 
 
@@ -110,7 +110,7 @@ class PatchAttention:
 
     def describe(self) -> str:
         head = " (all heads)" if self.head is None else f".H{self.head}"
-        return f"attention of L{self.layer}{head} from {_name(self.source)}"
+        return f"attention of L{self.layer}{head} from {image_name(self.source)}"
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class PatchResidual:
             object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
 
     def describe(self) -> str:
-        return f"block {self.layer} output at {_tokens_text(self.tokens)} from {_name(self.source)}"
+        return f"block {self.layer} output at {_tokens_text(self.tokens)} from {image_name(self.source)}"
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class Knockout:
 Intervention = Ablate | PatchAttention | PatchResidual | Knockout
 
 
-def _many(value: Any) -> bool:
+def is_set(value: Any) -> bool:
     """A reference set (list / tuple of images, or a batch tensor of more than one) rather than one image."""
     if isinstance(value, torch.Tensor):
         return value.ndim == 4 and value.shape[0] > 1
@@ -244,17 +244,17 @@ def check(items: Sequence[Intervention], spec: ModelSpec) -> None:
                 _check_head(head, heads)
 
 
-def _inputs(model: Any, images: Any, spec: ModelSpec) -> torch.Tensor:
+def inputs_at(model: Any, images: Any, spec: ModelSpec) -> torch.Tensor:
     """(N, C, H, W) inputs of `images` (one or several) at `spec`'s size; a tensor of another size is refused."""
     if isinstance(images, torch.Tensor) and images.ndim == 4:
         parts = [images[i: i + 1] for i in range(images.shape[0])]
     else:
-        parts = list(images) if _many(images) else [images]
+        parts = list(images) if is_set(images) else [images]
     out = []
     for image in parts:
         x = model.prepare(image, spec.image_size)[0]
         if tuple(x.shape[-2:]) != tuple(spec.image_size):
-            raise InterventionError(f"source {_name(image)} is {tuple(x.shape[-2:])} px; the intervened run is "
+            raise InterventionError(f"source {image_name(image)} is {tuple(x.shape[-2:])} px; the intervened run is "
                                     f"{tuple(spec.image_size)} px (give an image, or a tensor of that size)")
         out.append(x)
     return torch.cat(out)
@@ -313,13 +313,13 @@ def _bind(model: Any, item: Intervention, spec: ModelSpec) -> _Bound:
             layers.setdefault(layer, []).append(head)
         means: dict[int, torch.Tensor] = {}
         if item.mode != "zero":
-            seen = record(model, _inputs(model, item.reference, spec), heads=sorted(layers))["heads"]
+            seen = record(model, inputs_at(model, item.reference, spec), heads=sorted(layers))["heads"]
             means = {i: v.float().mean(0) for i, v in seen.items()}  # (H, T, hd); one image: its own value
         for layer, heads in layers.items():
             values = None if item.mode == "zero" else means[layer][heads]
             bound.hooks.append((net.blocks[layer].attn.head_probe, _replace_heads(heads, values)))
     elif isinstance(item, PatchAttention):
-        src = record(model, _inputs(model, item.source, spec), attention=[item.layer])["attention"][item.layer]
+        src = record(model, inputs_at(model, item.source, spec), attention=[item.layer])["attention"][item.layer]
 
         def patch(_m: torch.nn.Module, _inp: Any, out: torch.Tensor, head=item.head, src=src[0]) -> torch.Tensor:
             out = out.clone()
@@ -330,7 +330,7 @@ def _bind(model: Any, item: Intervention, spec: ModelSpec) -> _Bound:
             return out
         bound.hooks.append((net.blocks[item.layer].attn.attn_probe, patch))
     elif isinstance(item, PatchResidual):
-        src = record(model, _inputs(model, item.source, spec), blocks=[item.layer])["blocks"][item.layer][0]
+        src = record(model, inputs_at(model, item.source, spec), blocks=[item.layer])["blocks"][item.layer][0]
         index = None if item.tokens is None else torch.tensor(item.tokens, dtype=torch.long, device=src.device)
 
         def residual(_m: torch.nn.Module, _inp: Any, out: torch.Tensor, src=src, index=index) -> torch.Tensor:
