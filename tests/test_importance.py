@@ -145,3 +145,86 @@ def test_embedding_model_bad_input(backbone) -> None:
         head_importance(backbone, A, metric="probability")
     with pytest.raises(InterventionError, match="gradient is zero at the clean run"):
         head_importance(backbone, A, attribution=True)
+
+
+def test_show_draws_the_grid(classifier) -> None:
+    """`vitviz.show(importance)`: the grid on the diverging colormap, red where the head helps, blue where it hurts;
+    the attribution estimate adds a second panel."""
+    from vitviz.core.drawing.importance import _cell, _panel
+
+    imp = head_importance(classifier, A)
+    picture = np.asarray(vitviz.show(imp))
+    assert picture.ndim == 3 and picture.shape[2] == 3
+    assert imp._repr_png_()[:4] == b"\x89PNG"
+    from PIL import ImageFont
+
+    cell = _cell(imp.drop.shape)
+    bound = float(np.abs(imp.drop).max())
+    panel = np.asarray(_panel(imp.drop, cell, bound, "rdbu", ImageFont.load_default(), "", set()))
+    for layer, head in (np.unravel_index(np.argmax(imp.drop), imp.drop.shape),
+                        np.unravel_index(np.argmin(imp.drop), imp.drop.shape)):
+        r, _g, b = panel[34 + layer * cell + 2, 30 + head * cell + 2].astype(int)   # a corner, off the number
+        assert (r > b) == (imp.drop[layer, head] > 0), (layer, head, imp.drop[layer, head])
+    both = np.asarray(vitviz.show(head_importance(classifier, A, attribution=True)))
+    assert both.shape[1] > picture.shape[1]
+
+
+def test_export_ablate_and_importance(tmp_path) -> None:
+    """`vitviz export --ablate 1.0,2.1:mean --importance --attribution --npz` on the demo model: the maps are those
+    of the ablated model, the .npz and the manifest say what was done, the grid is written as PNG + CSV + npz and
+    equals the library's scan of the ablated model."""
+    import csv
+    import json
+
+    from vitviz.cli import main
+    from vitviz.core.files import read_npz
+    from vitviz.demo import demo_checkpoint, demo_images
+
+    images = [str(p) for p in demo_images()[:3]]
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(demo_checkpoint()), *images, "--out", str(out), "--ablate", "1.0,2.1:mean",
+                 "--importance", "--attribution", "--npz", "--no-verify", "-q"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    what = "ablate L1.H0+L2.H1 (mean over 3 images)"
+    assert manifest["interventions"] == [what]
+    assert manifest["importance"]["files"] == ["importance.png", "importance.csv", "importance.npz"]
+    saved = read_npz(out / "shapes_1_cross.npz")
+    assert saved["interventions"] == [what]
+    model = vitviz.load(demo_checkpoint())
+    ablation = Ablate([(1, 0), (2, 1)], "mean", reference=demo_images()[:3])
+    np.testing.assert_allclose(saved["logits"], model.run(images[0], intervene=ablation).logits, atol=1e-5)
+    assert np.abs(saved["logits"] - model.run(images[0]).logits).max() > 1e-3
+    grid = read_npz(out / "importance.npz")
+    with model.intervening(ablation):
+        want = head_importance(model, images)
+    np.testing.assert_allclose(grid["drop"], want.drop, atol=1e-6)
+    assert [str(t) for t in grid["interventions"]] == [what] and "estimate" in grid
+    rows = list(csv.DictReader((out / "importance.csv").open()))
+    assert len(rows) == 12 and float(rows[5]["drop"]) == pytest.approx(want.drop[1, 1], abs=1e-6)
+    assert rows[0].keys() == {"layer", "head", "drop", "estimate"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--ablate", "3.0"], ["layer 3", "3 layers (0-2)"]),
+    (["--ablate", "0.4"], ["head 4", "(0-3)"]),
+    (["--ablate", "0-1"], ["'0-1'", "LAYER.HEAD"]),
+    (["--ablate", "0.1:noise"], ["'noise'", "zero, mean, resample"]),
+    (["--ablate", "0.1:resample"], ["--reference IMAGE"]),
+    (["--ablate", "0.1:mean"], ["at least 2", "got 1"]),
+    (["--reference", "x.png"], ["--reference is for"]),
+    (["--attribution"], ["--attribution is for --importance"]),
+    (["--importance", "--importance-class", "hexagon"], ["'hexagon'", "5 classes"]),
+])
+def test_export_bad_options(tmp_path, capsys, argv, words) -> None:
+    from vitviz.cli import main
+    from vitviz.demo import demo_checkpoint, demo_images
+
+    try:
+        status = main(["export", "--model", str(demo_checkpoint()), str(demo_images()[0]), "--out", str(tmp_path),
+                       "--no-verify", "-q", *argv])
+    except SystemExit as e:   # argparse refuses a malformed option itself
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    for w in words:
+        assert w in err

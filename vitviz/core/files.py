@@ -172,6 +172,15 @@ def write_arrays_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarr
     return _atomic_write(path, lambda handle: np.savez(handle, **arrays), overwrite)
 
 
+def write_text_atomic(path: str | os.PathLike[str], text: str, overwrite: bool = False) -> Path:
+    """Write `text` as UTF-8, atomically (a CSV table).
+
+    Raises:
+        OutputExistsError: `path` exists and `overwrite` is False.
+    """
+    return _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), overwrite)
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """Write `data` as indented JSON (sets and tuples as lists), atomically, replacing any old file."""
     text = json.dumps(data, indent=2, default=list) + "\n"

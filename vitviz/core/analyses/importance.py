@@ -58,6 +58,7 @@ class HeadImportance:
         estimate: (L, H) attribution patching's first-order estimate of `drop` (mean over images), or None.
         correlation: Pearson's r between `drop` and `estimate` over the L x H heads, or None.
         seconds: wall time of the exact scan; forwards: ablated forward passes it ran (batches).
+        interventions: what else was done to the model during the scan (an open `model.intervening(...)`).
     """
 
     drop: np.ndarray
@@ -72,6 +73,7 @@ class HeadImportance:
     correlation: float | None = None
     seconds: float = 0.0
     forwards: int = 0
+    interventions: tuple[str, ...] = ()
 
     def top(self, k: int = 5) -> list[tuple[int, int, float]]:
         """The k heads with the largest drop: [(layer, head, drop), ...]."""
@@ -88,7 +90,8 @@ class HeadImportance:
         else:
             subject = f"drop of {what}({', '.join(repr(c) for c in classes[:3])}{', ...' if len(classes) > 3 else ''})"
         n = len(self.sources)
-        return f"{subject} when one head is ablated ({self.mode}), {n} image{'s' if n > 1 else ''}"
+        also = f", with {'; '.join(self.interventions)}" if self.interventions else ""
+        return f"{subject} when one head is ablated ({self.mode}), {n} image{'s' if n > 1 else ''}{also}"
 
     def __repr__(self) -> str:
         (l_, h, d), = self.top(1)
@@ -218,7 +221,8 @@ def head_importance(model: Any, images: Any, target: int | None = None, *, metri
     return HeadImportance(drop=drop, per_image=per_image, clean=np.array(clean_scores), metric=metric, mode=mode,
                           targets=tuple(targets), sources=tuple(image_name(i) for i in items),
                           labels=tuple(labels),
-                          estimate=estimate, correlation=corr, seconds=seconds, forwards=forwards)
+                          estimate=estimate, correlation=corr, seconds=seconds, forwards=forwards,
+                          interventions=tuple(getattr(model, "interventions", ())))
 
 
 def _attribution(model: Any, net: Any, x: torch.Tensor, metric: str, target: int | None,

@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
+from vitviz.core.options import ABLATION_MODES
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 
-ABLATION_MODES = ("zero", "mean", "resample")
 MEAN_MIN_IMAGES = 2   # a mean over one image is that image's value: a resampling, not a mean ablation
 
 
