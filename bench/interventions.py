@@ -1,0 +1,111 @@
+"""Benchmark: the head-importance scan's time per head against one forward pass, and an ablation's cost.
+
+Run from the repository root: `python bench/interventions.py [--repeats N] [--device cpu] [--only demo,vitb]`.
+
+For each model -- the bundled demo model (3 layers x 4 heads, 64 px, 65 tokens) and a ViT-B/16 with random weights
+(torchvision `vit_b_16`, 12 x 12 heads, 224 px, 197 tokens) -- on one image:
+- one clean forward pass of the reference ViT (`model.net(x)`, batch 1, no capture): the unit everything is
+  measured in;
+- `head_importance(model, x)` (zero ablation, probability of the top class) with `batch_size` ablated copies per
+  pass, for several batch sizes: the whole scan, and per head (scan / (L x H)) as a multiple of one forward;
+- `model.run(x, intervene=Ablate([(l, h)]))` against `model.run(x)` (the full capture both): what an ablation adds
+  to a run, median and p95 of `--repeats` runs (the library side of an ablate click in the window).
+Medians of interleaved repeats (bench/common.py); the scans are timed `--scan-repeats` times (default 3; 1 for
+ViT-B on a small CPU is enough to see the ratio).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import interleaved, torchvision_vit_b16  # noqa: I001
+
+import vitviz
+from vitviz.core.analyses.importance import head_importance
+from vitviz.core.running.interventions import Ablate
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], repeats: int,
+            scan_repeats: int) -> list[str]:
+    spec = model.spec
+    heads = spec.depth * spec.num_heads
+    xd = x.to(device)
+
+    def forward() -> None:
+        with torch.inference_mode():
+            model.net(xd)
+        _sync(device)
+
+    one = interleaved({"forward": forward}, repeats)["forward"]
+    lines = [f"{name}: {spec.depth} x {spec.num_heads} heads, {spec.num_tokens} tokens, {device}; one forward "
+             f"{one * 1e3:.1f} ms (median of {repeats})"]
+    for b in batches:
+        times = []
+        for _ in range(scan_repeats):
+            start = time.perf_counter()
+            imp = head_importance(model, x, batch_size=b)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        scan = statistics.median(times)
+        lines.append(f"  importance scan, batch {b:3d}: {scan:7.2f} s for {heads} heads ({imp.forwards} passes) -> "
+                     f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / one:5.2f} x one forward")
+    clean, ablated = [], []
+    layer, head = imp.top(1)[0][:2]
+    item = Ablate([(layer, head)])
+    for r in range(repeats + 1):
+        for which, sink in ((None, clean), (item, ablated)) if r % 2 else ((item, ablated), (None, clean)):
+            start = time.perf_counter()
+            model.run(x, intervene=which)
+            _sync(device)
+            if r:   # the first round warms up
+                sink.append(time.perf_counter() - start)
+    p95 = lambda ts: float(np.percentile(ts, 95))  # noqa: E731
+    lines.append(f"  model.run: clean {statistics.median(clean) * 1e3:.1f} ms (p95 {p95(clean) * 1e3:.1f}), with "
+                 f"Ablate([({layer}, {head})]) {statistics.median(ablated) * 1e3:.1f} ms (p95 "
+                 f"{p95(ablated) * 1e3:.1f}) over {repeats} runs each")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--scan-repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", default="demo,vitb", help="comma-separated: demo, vitb")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared, loaded CPU two threads spin-wait on each other, "
+                             "and a 1 ms forward can take 600 ms)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    only = set(args.only.split(","))
+    warnings.simplefilter("ignore")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if "demo" in only:
+        from vitviz.demo import demo_checkpoint, demo_images
+
+        model = vitviz.load(demo_checkpoint(), device=args.device)
+        x = model.prepare(demo_images()[0])[0]
+        print("\n".join(measure("demo", model, x, args.device, [1, 4, 12], args.repeats, args.scan_repeats)))
+    if "vitb" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            _tv, path = torchvision_vit_b16(Path(tmp))
+            model = vitviz.load(path, device=args.device)
+        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+        print("\n".join(measure("ViT-B/16 (random weights)", model, x, args.device, [1, 8, 16],
+                                max(3, args.repeats // 4), args.scan_repeats)))
+
+
+if __name__ == "__main__":
+    main()
