@@ -64,6 +64,8 @@ DOCKS = {
     "headStatsDock": ("Heads", "Head statistics", "attention distance, entropy and attention by token kind"),
     "featuresDock": ("Features", "Token features", "feature PCA, patch similarity within and across images, and "
                                                    "token norms"),
+    "interventionsDock": ("Ablate", "Interventions", "ablated heads (right-click a tile in the Overview), the "
+                          "top-5 beside the clean run, and every head's importance"),
     "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
     "compareDock": ("Compare", "Compare two models", "A, B and A − B linked to the controls, and JSD / CKA per "
                                                     "layer (Models › Compare with…)"),
@@ -207,6 +209,11 @@ class MainWindow(QMainWindow):
                              ("featuresDock", self.features)):
             self.docks.append(self._dock(name, widget, right))
             self.tabifyDockWidget(overview, self.docks[-1])
+        from vitviz.gui.interventions import InterventionSession, InterventionsPanel
+
+        self.interventions = InterventionSession(session, self)
+        self.docks.append(self._dock("interventionsDock", InterventionsPanel(self.interventions), right))
+        self.tabifyDockWidget(overview, self.docks[-1])
         self.docks.append(self._dock("infoDock", self.info, right))
         self.tabifyDockWidget(images, self.docks[-1])
         overview.raise_()
@@ -438,6 +445,8 @@ class MainWindow(QMainWindow):
         self.panel.hovered.connect(self.posembed.hover)
         self.panel.query_clicked.connect(self.select_query)
         self.overview.tile_clicked.connect(self._on_tile_clicked)
+        self.overview.tile_menu.connect(lambda layer, head, where: self.interventions.menu(self, layer, head, where))
+        self.interventions.changed.connect(lambda: self.overview.mark(self.interventions.heads))
         self.matrix.query_clicked.connect(self.select_query)
         self.rollout_panel.query_clicked.connect(self.select_query)
         self.headstats.head_clicked.connect(self._on_head_clicked)

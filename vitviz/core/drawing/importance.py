@@ -17,6 +17,8 @@ from vitviz.core.drawing.render import add_colorbar
 
 MIN_CELL, MAX_CELL = 14, 48   # cell side in pixels: a grid of 12 x 12 gets 36 px cells, 40 x 16 the smallest
 FONT_PX = 12
+LEFT, TOP = 30, 34            # a panel's grid starts this far right (layer labels) and down (caption, head labels)
+LINE_PX = 16                  # the title's lines
 
 
 def _cell(shape: tuple[int, int]) -> int:
@@ -29,7 +31,7 @@ def _panel(values: np.ndarray, cell: int, bound: float, cmap: str, font: ImageFo
     outlined (the heads the caption's top list names)."""
     layers, heads = values.shape
     colours = apply_colormap(np.repeat(np.repeat(values.astype(np.float32), cell, 0), cell, 1), cmap, -bound, bound)
-    left, top = 30, 34
+    left, top = LEFT, TOP
     image = Image.new("RGB", (left + heads * cell + 4, top + layers * cell + 4), "white")
     image.paste(Image.fromarray(colours), (left, top))
     draw = ImageDraw.Draw(image)
@@ -70,13 +72,13 @@ def draw_importance(imp: HeadImportance, cmap: str = DIVERGING, top: int = 3) ->
         r = "" if imp.correlation is None else f", r = {imp.correlation:.2f}"
         panels.append(_panel(imp.estimate, cell, bound, cmap, font, f"attribution estimate{r}", marks))
     lines = [imp.title, f"largest drops: {names}"]
-    title_h = 16 * len(lines) + 4
+    title_h = _title_height(len(lines))
     width = sum(p.width for p in panels) + 16 * (len(panels) - 1)
     width = max([width] + [int(font.getlength(t)) + 8 for t in lines])
     canvas = Image.new("RGB", (width, title_h + max(p.height for p in panels)), "white")
     draw = ImageDraw.Draw(canvas)
     for i, text in enumerate(lines):
-        draw.text((4, 3 + 16 * i), text, fill="black", font=font)
+        draw.text((4, 3 + LINE_PX * i), text, fill="black", font=font)
     x = 0
     for p in panels:
         canvas.paste(p, (x, title_h))
@@ -84,3 +86,17 @@ def draw_importance(imp: HeadImportance, cmap: str = DIVERGING, top: int = 3) ->
     label = {"probability": "drop of the class probability", "logit": "drop of the class logit",
              "cosine": "1 - cosine to the clean features"}[imp.metric]
     return add_colorbar(np.asarray(canvas), cmap, -bound, bound, label=label)
+
+
+def _title_height(lines: int) -> int:
+    return LINE_PX * lines + 4
+
+
+def cell_at(imp: HeadImportance, x: int, y: int) -> tuple[int, int] | None:
+    """The (layer, head) of the exact grid's cell at pixel (x, y) of `draw_importance(imp)`, or None (the window's
+    Importance view: click a cell to ablate that head)."""
+    cell = _cell(imp.drop.shape)
+    col, row = (x - LEFT) // cell, (y - _title_height(2) - TOP) // cell
+    if x < LEFT or y < _title_height(2) + TOP or not (0 <= row < imp.drop.shape[0] and 0 <= col < imp.drop.shape[1]):
+        return None
+    return int(row), int(col)
