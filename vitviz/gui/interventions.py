@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QObject, QPoint, Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
@@ -109,6 +109,7 @@ class InterventionSession(QObject):
     """The ablated heads and the worker's answers about them, per image; `changed` when either changes."""
 
     changed = Signal()
+    wanted = Signal()     # a head was ablated or the importance asked for: the dock should be seen
 
     def __init__(self, session: Any, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -136,6 +137,7 @@ class InterventionSession(QObject):
             self.heads.remove(pair)
         else:
             self.heads.append(pair)
+            self.wanted.emit()
         self._changed_heads()
 
     def undo(self) -> None:
@@ -153,6 +155,7 @@ class InterventionSession(QObject):
         """Ask for the current image's importance grid."""
         path = self.session.current
         if path and self.available:
+            self.wanted.emit()
             self.session.client.cancel(lambda r: r.kind is HeadScan)
             self.session.client.submit(HeadScan, image=path, image_size=self.session.image_size)
 
@@ -191,8 +194,9 @@ class InterventionSession(QObject):
         self.failure = summary
         self.changed.emit()
 
-    def menu(self, parent: QWidget, layer: int, head: int | str | None, where: QPoint) -> QMenu | None:
-        """The overview tile's context menu: Ablate / Restore this head, Undo, Restore all."""
+    def menu(self, parent: QWidget, layer: int, head: int | str | None) -> QMenu | None:
+        """The overview tile's context menu: Ablate / Restore this head, Undo, Restore all, the importance scan;
+        None where there is nothing to ablate (a mean / max column, a model without the hook points)."""
         if not self.available or not isinstance(head, int) or not isinstance(layer, int):
             return None
         menu = QMenu(parent)
@@ -205,7 +209,8 @@ class InterventionSession(QObject):
         every = menu.addAction("Restore all heads")
         every.setEnabled(bool(self.heads))
         every.triggered.connect(self.clear_heads)
-        menu.popup(where)
+        menu.addSeparator()
+        menu.addAction("Importance of every head").triggered.connect(self.scan)
         return menu
 
     def clear_heads(self) -> None:
@@ -232,7 +237,8 @@ class InterventionsPanel(QWidget):
         self.table.setHorizontalHeaderLabels(["class", "clean", "ablated", "Δ"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.setMaximumHeight(170)
+        self.table.verticalHeader().setDefaultSectionSize(20)
+        self.table.setMinimumWidth(260)
         self.scan_button = QPushButton("Importance of every head")
         self.scan_button.setToolTip("ablate each head alone on the current image (one forward per head, batched, "
                                     "in the worker): the drop of the top class's probability")
@@ -244,13 +250,15 @@ class InterventionsPanel(QWidget):
         scroll.setWidget(self.grid)
         scroll.setWidgetResizable(True)
         bar = QHBoxLayout()
-        bar.addWidget(self.heads_label, 1)
         bar.addWidget(self.undo_button)
         bar.addWidget(self.clear_button)
-        layout = QVBoxLayout(self)
-        layout.addLayout(bar)
-        layout.addWidget(self.table)
-        layout.addWidget(self.scan_button)
+        left = QVBoxLayout()      # below the image the dock is wide and short: the grid beside the table
+        left.addWidget(self.heads_label)
+        left.addLayout(bar)
+        left.addWidget(self.table, 1)
+        left.addWidget(self.scan_button)
+        layout = QHBoxLayout(self)
+        layout.addLayout(left)
         layout.addWidget(scroll, 1)
         self._imp: Any = None
         interventions.changed.connect(self.refresh)
