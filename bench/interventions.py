@@ -38,7 +38,8 @@ def _sync(device: str) -> None:
 
 
 def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], repeats: int,
-            scan_repeats: int) -> list[str]:
+            scan_repeats: int) -> None:
+    """Print the model's lines as they are measured (a ViT-B scan on a loaded CPU takes minutes)."""
     spec = model.spec
     heads = spec.depth * spec.num_heads
     xd = x.to(device)
@@ -49,8 +50,8 @@ def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], 
         _sync(device)
 
     one = interleaved({"forward": forward}, repeats)["forward"]
-    lines = [f"{name}: {spec.depth} x {spec.num_heads} heads, {spec.num_tokens} tokens, {device}; one forward "
-             f"{one * 1e3:.1f} ms (median of {repeats})"]
+    print(f"{name}: {spec.depth} x {spec.num_heads} heads, {spec.num_tokens} tokens, {device}; one forward "
+          f"{one * 1e3:.1f} ms (median of {repeats})", flush=True)
     for b in batches:
         times = []
         for _ in range(scan_repeats):
@@ -59,8 +60,8 @@ def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], 
             _sync(device)
             times.append(time.perf_counter() - start)
         scan = statistics.median(times)
-        lines.append(f"  importance scan, batch {b:3d}: {scan:7.2f} s for {heads} heads ({imp.forwards} passes) -> "
-                     f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / one:5.2f} x one forward")
+        print(f"  importance scan, batch {b:3d}: {scan:7.2f} s for {heads} heads ({imp.forwards} passes) -> "
+              f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / one:5.2f} x one forward", flush=True)
     clean, ablated = [], []
     layer, head = imp.top(1)[0][:2]
     item = Ablate([(layer, head)])
@@ -72,10 +73,9 @@ def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], 
             if r:   # the first round warms up
                 sink.append(time.perf_counter() - start)
     p95 = lambda ts: float(np.percentile(ts, 95))  # noqa: E731
-    lines.append(f"  model.run: clean {statistics.median(clean) * 1e3:.1f} ms (p95 {p95(clean) * 1e3:.1f}), with "
-                 f"Ablate([({layer}, {head})]) {statistics.median(ablated) * 1e3:.1f} ms (p95 "
-                 f"{p95(ablated) * 1e3:.1f}) over {repeats} runs each")
-    return lines
+    print(f"  model.run: clean {statistics.median(clean) * 1e3:.1f} ms (p95 {p95(clean) * 1e3:.1f}), with "
+          f"Ablate([({layer}, {head})]) {statistics.median(ablated) * 1e3:.1f} ms (p95 "
+          f"{p95(ablated) * 1e3:.1f}) over {repeats} runs each", flush=True)
 
 
 def main() -> None:
@@ -91,20 +91,20 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     only = set(args.only.split(","))
     warnings.simplefilter("ignore")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     if "demo" in only:
         from vitviz.demo import demo_checkpoint, demo_images
 
         model = vitviz.load(demo_checkpoint(), device=args.device)
         x = model.prepare(demo_images()[0])[0]
-        print("\n".join(measure("demo", model, x, args.device, [1, 4, 12], args.repeats, args.scan_repeats)))
+        measure("demo", model, x, args.device, [1, 4, 12], args.repeats, args.scan_repeats)
     if "vitb" in only:
         with tempfile.TemporaryDirectory() as tmp:
             _tv, path = torchvision_vit_b16(Path(tmp))
             model = vitviz.load(path, device=args.device)
         x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-        print("\n".join(measure("ViT-B/16 (random weights)", model, x, args.device, [1, 8, 16],
-                                max(3, args.repeats // 4), args.scan_repeats)))
+        measure("ViT-B/16 (random weights)", model, x, args.device, [16, 1], max(3, args.repeats // 4),
+                args.scan_repeats)
 
 
 if __name__ == "__main__":

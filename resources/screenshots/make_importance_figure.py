@@ -90,6 +90,11 @@ def main() -> None:
     print(np.array2string(imp.drop, precision=3, suppress_small=True))
     print(f"attribution estimate: r = {imp.correlation:.2f} against the exact grid; top head L{tl}.H{th} "
           f"(drop {td:.3f}); least important L{low[0]}.H{low[1]} (drop {imp.drop[low]:.4f})")
+    order = np.concatenate([np.flatnonzero(labels == c) for c in range(len(CLASSES))])   # grid_over's image order
+    for c, name in enumerate(CLASSES):
+        mine = imp.per_image[labels[order] == c].mean(0)
+        best = sorted(np.ndenumerate(mine), key=lambda kv: -kv[1])[:2]
+        print(f"  {name}: top heads " + ", ".join(f"L{l_}.H{h} {d:.3f}" for (l_, h), d in best))
     p0, pred0 = probabilities(model, images, labels)
     print(f"clean: mean P(true class) {p0.mean():.3f}, accuracy {np.mean(pred0 == labels):.1%}")
     reference = list(images[:64])
