@@ -322,6 +322,7 @@ def test_mean_ablation_is_the_mean_of_the_resamplings(timm_pair) -> None:
     (lambda: Knockout([19]), ["token 19", "19 tokens (0-18", "cls, reg0, reg1"]),
     (lambda: PatchResidual(5, B), ["block 5", "0-2"]),
     (lambda: PatchAttention(0, 0, torch.randn(1, 3, 40, 40)), ["(40, 40)", "(32, 32)"]),
+    (lambda: PatchResidual(0, [B, C]), ["one source image", "a set of 2"]),
 ])
 def test_bad_input_is_named(timm_pair, item, words) -> None:
     _net, vm = timm_pair
@@ -348,3 +349,16 @@ def test_models_without_hook_points_are_refused(timm_pair) -> None:
     with pytest.raises(InterventionError, match="WindowedModel.*per \\(shifted\\) window"):
         with applied(model_of(swin_spec()), Ablate([(0, 0)])):
             pass
+
+
+@pytest.mark.parametrize("name", ["ablate_mean", "patch_attention_head", "patch_residual_cls", "knockout_regs"])
+def test_interventions_hold_inside_autograd(timm_pair, name: str) -> None:
+    """Gradient maps (a forward and backward pass) run under an open intervention: its hooks work inside autograd
+    (no in-place change of a tensor the backward needs), and the map is the intervened model's."""
+    from vitviz.core.analyses.relevance import class_relevance
+
+    _net, vm = timm_pair
+    clean = class_relevance(vm, A, 0).chefer
+    with vm.intervening(CASES[name]):
+        changed = class_relevance(vm, A, 0).chefer
+    assert np.isfinite(changed).all() and np.abs(changed - clean).max() > 1e-6

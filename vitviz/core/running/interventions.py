@@ -217,6 +217,12 @@ def _check_tokens(tokens: Iterable[int], count: int, spec: ModelSpec) -> list[in
     return out
 
 
+def _check_one(source: Any) -> None:
+    if is_set(source):
+        raise InterventionError("a patch takes its values from one source image; got a set of "
+                                f"{len(source)} (a mean over images is Ablate(..., 'mean', reference=...))")
+
+
 def check(items: Sequence[Intervention], spec: ModelSpec) -> None:
     """Refuse an intervention out of this spec's range (layers, heads, tokens at the spec's image size)."""
     depth, heads, count = spec.depth, spec.num_heads, spec.num_tokens
@@ -229,8 +235,10 @@ def check(items: Sequence[Intervention], spec: ModelSpec) -> None:
             _check_layer(item.layer, depth)
             if item.head is not None:
                 _check_head(item.head, heads)
+            _check_one(item.source)
         elif isinstance(item, PatchResidual):
             _check_layer(item.layer, depth, "block")
+            _check_one(item.source)
             if item.tokens is not None:
                 _check_tokens(item.tokens, count, spec)
         else:
@@ -345,12 +353,15 @@ def _bind(model: Any, item: Intervention, spec: ModelSpec) -> _Bound:
         keys = sorted(set(item.tokens))
 
         def knockout(_m: torch.nn.Module, _inp: Any, out: torch.Tensor, heads=item.heads, keys=keys) -> torch.Tensor:
-            cut = out.clone()
-            sel = slice(None) if heads is None else list(heads)
-            part = cut[:, sel]
-            part[..., keys] = 0
-            cut[:, sel] = part / part.sum(dim=-1, keepdim=True)
-            return cut
+            keep = torch.ones(out.shape[-1], dtype=out.dtype, device=out.device)
+            keep[keys] = 0
+            cut = out * keep   # out of place: the hook also runs inside autograd (gradient maps)
+            cut = cut / cut.sum(dim=-1, keepdim=True)
+            if heads is None:
+                return cut
+            chosen = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
+            chosen[list(heads)] = True
+            return torch.where(chosen[None, :, None, None], cut, out)
         for layer in (range(spec.depth) if item.layers is None else item.layers):
             bound.hooks.append((net.blocks[layer].attn.attn_probe, knockout))
     return bound
