@@ -12,7 +12,8 @@ For each model -- the bundled demo model (3 layers x 4 heads, 64 px, 65 tokens) 
   to a run, median and p95 of `--repeats` runs (the library side of an ablate click in the window);
 - the window (`--only window`, offscreen): an ablate click on the demo model to the Interventions dock updated.
 Medians of interleaved repeats (bench/common.py); the scans are timed `--scan-repeats` times (default 3; 1 for
-ViT-B on a small CPU is enough to see the ratio).
+ViT-B on a small CPU is enough to see the ratio), each with one forward timed just before and after it, which
+the ratio divides by (on a shared CPU the load drifts by several times within minutes).
 """
 from __future__ import annotations
 
@@ -53,16 +54,19 @@ def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], 
     one = interleaved({"forward": forward}, repeats)["forward"]
     print(f"{name}: {spec.depth} x {spec.num_heads} heads, {spec.num_tokens} tokens, {device}; one forward "
           f"{one * 1e3:.1f} ms (median of {repeats})", flush=True)
-    for b in batches:
-        times = []
+    for b in batches:   # one forward timed right before and after each scan: the load of a shared CPU drifts
+        times, units = [], []
         for _ in range(scan_repeats):
+            units.append(interleaved({"forward": forward}, 3)["forward"])
             start = time.perf_counter()
             imp = head_importance(model, x, batch_size=b)
             _sync(device)
             times.append(time.perf_counter() - start)
-        scan = statistics.median(times)
+            units.append(interleaved({"forward": forward}, 3)["forward"])
+        scan, unit = statistics.median(times), statistics.median(units)
         print(f"  importance scan, batch {b:3d}: {scan:7.2f} s for {heads} heads ({imp.forwards} passes) -> "
-              f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / one:5.2f} x one forward", flush=True)
+              f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / unit:5.2f} x one forward (one forward "
+              f"{unit * 1e3:.1f} ms around the scan)", flush=True)
     clean, ablated = [], []
     layer, head = imp.top(1)[0][:2]
     item = Ablate([(layer, head)])

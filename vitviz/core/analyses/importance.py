@@ -147,8 +147,8 @@ def _ablation_values(model: Any, mode: str, reference: Any, spec: Any) -> dict[i
         return None
     Ablate([(0, 0)], mode, reference)   # the same checks (reference set size) as one ablation
     depth = spec.depth
-    seen = record(model, inputs_at(model, reference, spec), heads=range(depth))["heads"]
-    return {i: v.float().mean(0) for i, v in seen.items()}
+    seen = record(model, inputs_at(model, reference, spec), heads=range(depth), mean=True)["heads"]
+    return {i: v[0] for i, v in seen.items()}
 
 
 def head_importance(model: Any, images: Any, target: int | None = None, *, metric: str | None = None,

@@ -269,18 +269,27 @@ def inputs_at(model: Any, images: Any, spec: ModelSpec) -> torch.Tensor:
 
 
 def record(model: Any, x: torch.Tensor, heads: Sequence[int] = (), attention: Sequence[int] = (),
-           blocks: Sequence[int] = (), batch: int = 8) -> dict[str, dict[int, torch.Tensor]]:
+           blocks: Sequence[int] = (), batch: int = 8, mean: bool = False) -> dict[str, dict[int, torch.Tensor]]:
     """A clean pass of x (N, C, H, W): the head outputs (N, H, T, hd) of layers `heads`, the softmax (N, H, T, T) of
-    layers `attention` and the outputs (N, T, D) of `blocks`, on the model's device, in `batch`-sized passes."""
+    layers `attention` and the outputs (N, T, D) of `blocks`, on the model's device, in `batch`-sized passes.
+    `mean`: only their mean over the N images (float32, (1, ...)), summed as the passes go: a large reference set
+    is never held whole."""
     net = check_model(model)
     out: dict[str, dict[int, list[torch.Tensor]]] = {"heads": {}, "attention": {}, "blocks": {}}
+    count = int(x.shape[0])
     points = [("heads", i, net.blocks[i].attn.head_probe) for i in heads]
     points += [("attention", i, net.blocks[i].attn.attn_probe) for i in attention]
     points += [("blocks", i, net.blocks[i]) for i in blocks]
 
     def keep(kind: str, index: int):  # noqa: ANN202 - a forward hook
         def hook(_m: torch.nn.Module, _inp: Any, value: torch.Tensor) -> None:
-            out[kind].setdefault(index, []).append(value.detach().clone())
+            kept = out[kind].setdefault(index, [])
+            if not mean:
+                kept.append(value.detach().clone())
+            elif kept:
+                kept[0] += value.detach().float().sum(0, keepdim=True) / count
+            else:
+                kept.append(value.detach().float().sum(0, keepdim=True) / count)
         return hook
 
     device = next(net.parameters()).device
@@ -320,9 +329,9 @@ def _bind(model: Any, item: Intervention, spec: ModelSpec) -> _Bound:
         for layer, head in item.heads:
             layers.setdefault(layer, []).append(head)
         means: dict[int, torch.Tensor] = {}
-        if item.mode != "zero":
-            seen = record(model, inputs_at(model, item.reference, spec), heads=sorted(layers))["heads"]
-            means = {i: v.float().mean(0) for i, v in seen.items()}  # (H, T, hd); one image: its own value
+        if item.mode != "zero":   # (H, T, hd) per layer: the mean over the reference set, or the one image's value
+            seen = record(model, inputs_at(model, item.reference, spec), heads=sorted(layers), mean=True)["heads"]
+            means = {i: v[0] for i, v in seen.items()}
         for layer, heads in layers.items():
             values = None if item.mode == "zero" else means[layer][heads]
             bound.hooks.append((net.blocks[layer].attn.head_probe, _replace_heads(heads, values)))

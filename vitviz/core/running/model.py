@@ -2,11 +2,11 @@
 
 Key names follow timm (`patch_embed.proj`, `cls_token`, `blocks.N.attn.qkv`, ...). Attention is always explicit,
 `softmax((q * scale) @ k^T + bias)` in float32, and passes through `attn_probe`, an identity module right after the
-softmax that `vitviz.core.running.capture` hooks; each head's output passes through `head_probe`, the identity that
-`vitviz.core.running.interventions` hooks to ablate heads. Every switch that changes the numerics is a field of `ModelSpec`:
-2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias and timm's relative position MLP
-(`rel_pos*`), a MAP pooling head (`pooling='map'`, whose softmax passes through its own `pool_probe`), CLIP's
-`norm_pre` and projection head, RMSNorm (`norm_kind`), a padded patch projection (`patch_pad`).
+softmax that `vitviz.core.running.capture` hooks; each head's output passes through `head_probe`, the identity
+that `vitviz.core.running.interventions` hooks to ablate heads. Every switch that changes the numerics is a field
+of `ModelSpec`: 2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias and timm's relative
+position MLP (`rel_pos*`), a MAP pooling head (`pooling='map'`, whose softmax passes through its own `pool_probe`),
+CLIP's `norm_pre` and projection head, RMSNorm (`norm_kind`), a padded patch projection (`patch_pad`).
 """
 from __future__ import annotations
 
