@@ -142,6 +142,7 @@ def main() -> None:
     parser.add_argument("--scan-repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", default="demo,vitb,window", help="comma-separated: demo, vitb, window")
+    parser.add_argument("--vitb-batches", default="16,1", help="the ViT-B scan's batch sizes (default 16,1)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: on a shared, loaded CPU two threads spin-wait on each other, "
                              "and a 1 ms forward can take 600 ms)")
@@ -163,8 +164,8 @@ def main() -> None:
             _tv, path = torchvision_vit_b16(Path(tmp))
             model = vitviz.load(path, device=args.device)
         x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
-        measure("ViT-B/16 (random weights)", model, x, args.device, [16, 1], max(3, args.repeats // 4),
-                args.scan_repeats)
+        measure("ViT-B/16 (random weights)", model, x, args.device, [int(b) for b in args.vitb_batches.split(",")],
+                max(3, args.repeats // 4), args.scan_repeats)
 
 
 if __name__ == "__main__":
