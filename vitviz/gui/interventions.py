@@ -44,7 +44,8 @@ class Scanned:
 
 @dataclass(eq=False)
 class Intervene(Request):
-    """Run `image` with `heads` zero-ablated (`model.run(intervene=Ablate(heads))`), maps precomputed."""
+    """Run `image` with `heads` zero-ablated (`model.run(intervene=Ablate(heads))`); its maps are built when a
+    panel asks for them (the dock reads only the probabilities)."""
 
     image: str = ""
     image_size: tuple[int, int] | None = None   # type: ignore[assignment]
@@ -61,9 +62,7 @@ class Intervene(Request):
 
         model = self.model_of(ctx)
         result = model.run(self.image, image_size=self.image_size, intervene=Ablate(self.heads))
-        maps = ResultMaps(result)
-        maps.precompute()
-        return Intervened(self.image, self.heads, maps)
+        return Intervened(self.image, self.heads, ResultMaps(result))
 
 
 @dataclass(eq=False)
