@@ -254,7 +254,8 @@ class Exporter:
                                 else (np.zeros(0, np.float32), None))
             result = AttentionResult(attentions=attn[i] if attn[i] is not None else np.zeros(0, np.float32),
                                      logits=scores, input=p.x[0].numpy(), image=p.display, spec=self.spec,
-                                     source=str(p.job.path), features=features, pool_attention=pools[i])
+                                     source=str(p.job.path), features=features, pool_attention=pools[i],
+                                     interventions=tuple(getattr(self.model, "interventions", ())))
             maps = ResultMaps(result, rows=plan.rows)
             try:
                 if plan.classes or plan.needs_features or self.texts:

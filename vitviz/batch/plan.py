@@ -62,6 +62,7 @@ from vitviz.core.reading.validate import MAX_HEADS
 from vitviz.core.analyses.maps import GRADIENT_KINDS, HeadSel, LayerSel, MapKind, SelectionError
 from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
+from vitviz.core.options import ABLATION_MODES
 from vitviz.core.spec import ModelSpec
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
@@ -104,6 +105,26 @@ def parse_picks(text: str, what: str, words: tuple[str, ...], limit: int = MAX_H
                                  f"{limit} {what}s); expected indices within the model's, e.g. 0-3 or -1")
         out.update(dict.fromkeys(items))
     return list(out)
+
+
+def parse_ablation(text: str) -> tuple[list[tuple[int, int]], str]:
+    """'3.1,5.2:mean' -> ([(3, 1), (5, 2)], 'mean'): the heads `vitviz export --ablate` ablates (LAYER.HEAD, by
+    index) and the mode for all of them, zero (default), mean or resample (`vitviz.core.running.interventions`)."""
+    body, _, mode = text.partition(":")
+    mode = mode.strip().lower() or "zero"
+    if mode not in ABLATION_MODES:
+        raise SelectionError(f"--ablate mode {mode!r}; expected one of {', '.join(ABLATION_MODES)} after the "
+                             "heads, e.g. 3.1,5.2:mean")
+    heads: list[tuple[int, int]] = []
+    for part in _parts(body, "ablate"):
+        match = re.fullmatch(r"(\d+)\.(\d+)", part)
+        if not match:
+            raise SelectionError(f"--ablate head {part!r}: expected LAYER.HEAD (indices from 0), e.g. 3.1,5.2 or "
+                                 "3.1:mean")
+        pair = (int(match.group(1)), int(match.group(2)))
+        if pair not in heads:
+            heads.append(pair)
+    return heads, mode
 
 
 def _parts(text: str, what: str, lower: bool = True) -> list[str]:

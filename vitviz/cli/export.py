@@ -22,13 +22,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
 from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
+from vitviz.batch.plan import class_index, parse_ablation
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.drawing.colormaps import available_colormaps, colormap
@@ -115,9 +116,33 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--box", metavar="L,T,R,B", type=argument_type(_box),
                    help="with --timeline: the share of CLS attention inside this box (fractions 0..1 of the image "
                         "the model saw) per checkpoint and layer")
+    _add_intervention_arguments(p)
     _add_engine_arguments(p)
     add_override_arguments(p)
     return p
+
+
+def _add_intervention_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("interventions (vitviz.core.running.interventions, vitviz.core.analyses.importance)")
+    g.add_argument("--ablate", metavar="L.H,L.H[:MODE]", type=argument_type(parse_ablation),
+                   help="ablate these heads (layer.head, from 0) in every pass of the export, MODE zero (default), "
+                        "mean (each head's mean over the --reference images, else over the export's images: at "
+                        "least 2) or resample (its output on the one --reference image); the manifest and every "
+                        ".npz say what was done")
+    g.add_argument("--reference", metavar="IMAGES",
+                   help="the reference images of --ablate / --importance mean (a folder or files, comma-separated) "
+                        "or resample (one image)")
+    g.add_argument("--importance", nargs="?", const="zero", choices=("zero", "mean", "resample"), metavar="MODE",
+                   help="also write importance.png, .csv and .npz: the drop of each image's class probability (or "
+                        "the cosine change of the features of a model without a classifier) when each head is "
+                        "ablated alone, MODE zero (default), mean or resample, averaged over the export's images; "
+                        "one forward pass per head and image, batched")
+    g.add_argument("--importance-class", metavar="CLASS",
+                   help="with --importance: the class whose probability drops (an index or a label; default each "
+                        "image's top class)")
+    g.add_argument("--attribution", action="store_true",
+                   help="with --importance: attribution patching's first-order estimate beside the exact grid, "
+                        "and their correlation (one forward and backward pass per image)")
 
 
 def _box(text: str) -> tuple[float, float, float, float]:
@@ -264,7 +289,11 @@ def run_export_command(args: argparse.Namespace) -> int:
             raise VitvizError("--box is for --timeline (the CLS-attention share inside it per checkpoint)")
         if getattr(args, "no_animation", False):
             raise VitvizError("--no-animation is for --timeline (its animated APNG / GIF)")
+    intervened = getattr(args, "ablate", None) or getattr(args, "importance", None)
+    _check_intervention_options(args)
     if getattr(args, "compare", None) is not None or getattr(args, "timeline", None) is not None:
+        if intervened:
+            raise VitvizError("--ablate and --importance run with a plain export, not with --compare or --timeline")
         return _export_side(args, start)
     ray = _ray_engine(args)
     out: Path | str = args.out
@@ -276,7 +305,10 @@ def run_export_command(args: argparse.Namespace) -> int:
         named: list[tuple[Any, Path]] = [(s.named, s.sub) for s in sources]
     else:
         pairs = named = collect_inputs(args.inputs, out, args.glob)  # type: ignore[arg-type]
+    if ray and intervened:
+        raise VitvizError("--ablate and --importance run on the local engine only (--engine local)")
     model = _load(args, device="cpu" if ray else None)  # Ray: the actors run it; here it is checked and verified
+    ablation = _ablation(args, model, pairs) if intervened else []
     if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: maps of their own (vitviz.batch.windowed)
         return _export_windowed(args, model, pairs, start)
     maps, layers, heads = _resolve(args, model.spec)
@@ -320,8 +352,11 @@ def run_export_command(args: argparse.Namespace) -> int:
     interrupted = False
     stopped: VitvizError | None = None
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), (model.intervening(*ablation) if ablation else nullcontext(())) as done:
+            exporter.interventions = list(done)   # the manifest's "interventions"
             exporter.run()
+            if args.importance:
+                exporter.importance = _importance(args, model, exporter.jobs, pairs, root, bar)
     except KeyboardInterrupt:
         interrupted = True
     except VitvizError as e:  # a full disk (said once, naming the output folder), a failed Ray job; exit 2
@@ -542,6 +577,87 @@ def _resolve(args: argparse.Namespace, spec: Any) -> tuple[list[MapKind], list[L
     return maps, layers, heads
 
 
+def _check_intervention_options(args: argparse.Namespace) -> None:
+    """Options that only go with others: --reference with a mean or resample ablation, --attribution and
+    --importance-class with --importance."""
+    ablate, importance = getattr(args, "ablate", None), getattr(args, "importance", None)
+    if getattr(args, "attribution", False) and not importance:
+        raise VitvizError("--attribution is for --importance (its first-order estimate beside the exact grid)")
+    if getattr(args, "importance_class", None) is not None and not importance:
+        raise VitvizError("--importance-class is for --importance (the class whose probability drops)")
+    modes = {mode for mode in ((ablate[1] if ablate else None), importance) if mode}
+    if getattr(args, "reference", None) and not modes & {"mean", "resample"}:
+        raise VitvizError("--reference is for a mean or resample ablation (--ablate L.H:mean, --importance mean); "
+                          "a zero ablation takes no reference images")
+
+
+def _reference(args: argparse.Namespace, mode: str, pairs: list[tuple[Any, Path]]) -> Any:
+    """The reference images of a mean or resample ablation: --reference (files or folders, comma-separated), else
+    for 'mean' the export's own images; a resampling takes exactly one image."""
+    if args.reference:
+        found = [path for path, _ in collect_inputs([p for p in args.reference.split(",") if p], None, None)]
+    elif mode == "mean":
+        found = [path for path, _ in pairs]
+    else:
+        raise VitvizError("a resample ablation needs --reference IMAGE: the one image each ablated head's output is "
+                          "taken from")
+    if mode == "resample":
+        if len(found) != 1:
+            raise VitvizError(f"a resample ablation takes one --reference image; {args.reference} holds "
+                              f"{len(found)}")
+        return found[0]
+    return found
+
+
+def _ablation(args: argparse.Namespace, model: Any, pairs: list[tuple[Any, Path]]) -> list[Any]:
+    """The model checked for interventions, and --ablate as an `Ablate` checked against it (layer and head ranges,
+    the reference set's size); [] without --ablate."""
+    from vitviz.core.running.interventions import Ablate, check, check_model
+
+    check_model(model)   # a windowed model or one run by its own code: refused, saying why
+    if not args.ablate:
+        return []
+    heads, mode = args.ablate
+    item = Ablate(heads, mode, _reference(args, mode, pairs) if mode != "zero" else None)
+    check([item], model.spec)
+    return [item]
+
+
+def _importance(args: argparse.Namespace, model: Any, jobs: list[Job], pairs: list[tuple[Any, Path]], root: Path,
+                bar: ProgressBar) -> dict[str, Any]:
+    """The importance scan over the export's images that were read (done, or skipped as done), written as
+    importance.png / .csv / .npz into `root`; the manifest's entry. Existing files are kept (the scan skipped) unless
+    --overwrite."""
+    from vitviz.batch.importance import NAMES, record, write_importance
+    from vitviz.core.analyses.importance import head_importance
+
+    paths = [root / name for name in NAMES]
+    if not args.overwrite and all(p.exists() for p in paths):
+        bar.message(f"vitviz: {', '.join(NAMES)} exist in {root}; --overwrite to scan again")
+        return {"files": NAMES, "skipped": True}
+    target = class_index(_class_arg(args.importance_class), model.spec) if args.importance_class else None
+    reference = _reference(args, args.importance, pairs) if args.importance != "zero" else None
+    images = [job.path for job in jobs if job.status in ("done", "skipped")]
+    if not images:
+        bar.message("vitviz: no image was read, so no importance grid")
+        return {}
+    spec = model.spec
+    total = len(images) * spec.depth * spec.num_heads
+    if not args.quiet:
+        bar.message(f"vitviz: importance of {spec.depth} x {spec.num_heads} heads over {len(images)} image(s): "
+                    f"{total} ablated passes, batched")
+    imp = head_importance(model, images, target, mode=args.importance, reference=reference,
+                          batch_size=args.batch_size * 2, attribution=args.attribution)
+    written = write_importance(imp, root, args.overwrite)
+    if not args.quiet:
+        bar.message(f"vitviz: {imp!r} -> {', '.join(p.name for p in written)}")
+    return record(imp, written, root)
+
+
+def _class_arg(text: str) -> int | str:
+    return int(text) if text.strip().lstrip("-").isdigit() else text
+
+
 def _check_passes(model: Any, maps: list[MapKind]) -> None:
     """Maps of a class or of the token features run vitviz's reference ViT with hooks of their own; a model run
     from its own code (--code) cannot give them."""
@@ -600,6 +716,9 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
         "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
         "images": [job.record(out) for job in exporter.jobs],
     }
+    for key in ("interventions", "importance"):   # --ablate: what was done; --importance: its files and top heads
+        if getattr(exporter, key, None):
+            data[key] = getattr(exporter, key)
     if hasattr(exporter, "record"):  # --compare / --timeline: the second model and the matching, or the run
         data.update(exporter.record())
     if hasattr(exporter, "engine_record"):  # the Ray engine

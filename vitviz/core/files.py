@@ -187,8 +187,9 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     """Write a result's arrays and spec to an uncompressed .npz, atomically.
 
     Keys: 'attentions' (L, H, T, T), 'logits' (C,), 'input' (C, H, W), 'image' (H, W, 3), 'spec' (the spec as
-    JSON text), 'source', and 'features' when the result has them, then the arrays of `extra` under their own
-    keys (relevance maps, PCA colours, token norms; a key of the result's is refused). Nothing is pickled.
+    JSON text), 'source', 'features' and 'interventions' (what was done to the model, a string array) when the
+    result has them, then the arrays of `extra` under their own keys (relevance maps, PCA colours, token norms; a
+    key of the result's is refused). Nothing is pickled.
 
     Raises:
         OutputExistsError: `path` exists and `overwrite` is False.
@@ -203,6 +204,8 @@ def write_npz_atomic(path: str | os.PathLike[str], result: AttentionResult, over
     }
     if result.features is not None:
         arrays["features"] = np.asarray(result.features)
+    if result.interventions:   # what was done to the model during the run, one description each
+        arrays["interventions"] = np.array(list(result.interventions))
     for key, value in (extra or {}).items():
         if key in arrays or key in ("spec", "source"):
             raise ValueError(f"extra array {key!r} would replace the result's own")
@@ -219,6 +222,15 @@ def write_arrays_atomic(path: str | os.PathLike[str], arrays: dict[str, np.ndarr
     return _atomic_write(path, lambda handle: np.savez(handle, **arrays), overwrite)
 
 
+def write_text_atomic(path: str | os.PathLike[str], text: str, overwrite: bool = False) -> Path:
+    """Write `text` as UTF-8, atomically (a CSV table).
+
+    Raises:
+        OutputExistsError: `path` exists and `overwrite` is False.
+    """
+    return _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")), overwrite)
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """Write `data` as indented JSON (sets and tuples as lists), atomically, replacing any old file."""
     text = json.dumps(data, indent=2, default=list) + "\n"
@@ -233,6 +245,8 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, Any]:
         out["spec"] = json.loads(str(out["spec"]))
     if "source" in out:
         out["source"] = str(out["source"])
+    if "interventions" in out:
+        out["interventions"] = [str(t) for t in out["interventions"]]
     return out
 
 

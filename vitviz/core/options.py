@@ -38,6 +38,8 @@ CROP_MODE_LABELS = {"center": "resize, centre crop", "squash": "squash to size",
 CROP_MODES = tuple(CROP_MODE_LABELS)
 # Resampling filters (Pillow's names; `vitviz.core.running.images.INTERPOLATIONS` maps them to Pillow's constants).
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+# How a head is ablated (vitviz.core.running.interventions): zeros, its mean over reference images, another image's
+ABLATION_MODES = ("zero", "mean", "resample")
 # How a learned position table is resampled at another input size (`vitviz.core.posembed.resample_grid`).
 POS_RECIPES = ("timm", "torchvision", "hf", "dino", "dinov2", "dinov2_reg", "deit", "bilinear_aa", "bilinear", "bucket")
 # How a relative position bias table is resampled (`vitviz.core.posembed.resize_rel_pos_table`).

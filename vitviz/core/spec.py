@@ -481,6 +481,8 @@ class AttentionResult:
         pool_attention: (H', T) float32, a MAP pooling head's attention (SigLIP, PE: `spec.pooling == 'map'`): its
             latent query's softmax over the tokens, per pooling head (rows sum to 1; zeros on prefix tokens the
             head does not see). It is that model's "CLS attention"; None for other models or a `logits=False` run.
+        interventions: what was done to the model during the run (`vitviz.core.running.interventions`: ablated
+            heads, patched attention or blocks, knocked-out tokens), one description each; () for a clean run.
     """
 
     attentions: np.ndarray
@@ -493,6 +495,7 @@ class AttentionResult:
     source_box: tuple[float, float, float, float] | None = None
     source_size: tuple[int, int] | None = None
     pool_attention: np.ndarray | None = None
+    interventions: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return result_summary(self)   # shapes and the top class, never the arrays

@@ -3,6 +3,7 @@ its arrays (a ViT-L result holds hundreds of megabytes; printing it must not).
 
     VitModel(vit_b_16-c867db91.pth: torchvision, 86.6M params, 12 blocks × 12 heads, 224×224 px / 16, cpu, verified)
     AttentionResult(cat.jpg: attentions (12, 12, 197, 197) float32, grid 14×14, top 'tabby' 0.62)
+    AttentionResult(cat.jpg: ..., top 'tabby' 0.31, intervened: ablate L3.H1 (zero))
 
 Duck-typed on the fields the model and result classes share, so it imports nothing of vitviz.
 """
@@ -81,4 +82,5 @@ def result_summary(result: Any) -> str:
         what = _array("attentions", result.attentions)
     gh, gw = result.grid
     parts = [what, f"grid {gh}×{gw}", _top(result)]
+    parts += [f"intervened: {d}" for d in getattr(result, "interventions", ())]
     return f"{type(result).__name__}({_name(result.source) or 'image'}: {', '.join(p for p in parts if p)})"

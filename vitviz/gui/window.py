@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QEvent, QMimeData, QRect, QSettings, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMainWindow, QScrollArea, QTabBar,
                                QToolBar, QWidget)
@@ -65,6 +65,8 @@ DOCKS = {
     "headStatsDock": ("Heads", "Head statistics", "attention distance, entropy and attention by token kind"),
     "featuresDock": ("Features", "Token features", "feature PCA, patch similarity within and across images, and "
                                                    "token norms"),
+    "interventionsDock": ("Ablate", "Interventions", "ablated heads (right-click a tile in the Overview), the "
+                          "top-5 beside the clean run, and every head's importance"),
     "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
     "compareDock": ("Compare", "Compare two models", "A, B and A − B linked to the controls, and JSD / CKA per "
                                                     "layer (Models › Compare with…)"),
@@ -236,6 +238,22 @@ class MainWindow(QMainWindow):
             dock.visibilityChanged.connect(lambda visible, d=dock: visible and self._side_panel(d.objectName()))
         self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
         self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
+        from vitviz.gui.interventions import InterventionSession, InterventionsPanel
+
+        self.interventions = InterventionSession(self.session, self)   # below the image too, hidden until asked
+        ablate = self._dock("interventionsDock", InterventionsPanel(self.interventions), bottom)
+        ablate.hide()
+        self.side_docks.append(ablate)
+        self.interventions.wanted.connect(lambda: self._reveal(ablate))
+
+    def _reveal(self, dock: QDockWidget) -> None:
+        """Show a hidden dock below the image (a tab beside another one open there) and raise it."""
+        if not dock.isVisible():
+            other = next((d for d in self.side_docks if d is not dock and d.isVisible()), None)
+            if other is not None and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
+                self.tabifyDockWidget(other, dock)
+            dock.show()
+        dock.raise_()
 
     def _side_panel(self, name: str) -> QWidget:
         """The Compare or Timeline dock's panel, built (and put in its dock) the first time it is asked for."""
@@ -270,7 +288,7 @@ class MainWindow(QMainWindow):
         if active:
             self._side_panel(name)
         if active and not dock.isVisible():
-            other = next(d for d in self.side_docks if d is not dock)
+            other = next(d for d in self.side_docks if d is not dock and d.objectName() != "interventionsDock")
             if other.isVisible() and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
                 self.tabifyDockWidget(other, dock)       # both open: tabs below the image
             dock.show()
@@ -439,6 +457,8 @@ class MainWindow(QMainWindow):
         self.panel.hovered.connect(self.posembed.hover)
         self.panel.query_clicked.connect(self.select_query)
         self.overview.tile_clicked.connect(self._on_tile_clicked)
+        self.overview.tile_menu.connect(self._tile_menu)
+        self.interventions.changed.connect(lambda: self.overview.mark(self.interventions.heads))
         self.matrix.query_clicked.connect(self.select_query)
         self.rollout_panel.query_clicked.connect(self.select_query)
         self.headstats.head_clicked.connect(self._on_head_clicked)
@@ -905,6 +925,13 @@ class MainWindow(QMainWindow):
 
     def _on_tile_clicked(self, layer: int, head: int | str | None) -> None:
         self.state.update(layer=layer, **({} if head is None else {"head": head}))
+
+    def _tile_menu(self, layer: int, head: int | str, where: QPoint) -> None:
+        """Right-click on an overview tile: Ablate / Restore that head (`vitviz.gui.interventions`)."""
+        menu = self.interventions.menu(self, layer, head)
+        if menu is not None:
+            menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            menu.popup(where)
 
     def _on_head_clicked(self, layer: int, head: int) -> None:
         self.state.update(layer=layer, head=head)

@@ -4,6 +4,7 @@
     vitviz.show(result)                                   # CLS attention, last layer, head mean, over the image
     vitviz.show(result, map="rollout", layer=-1)          # any map `vitviz export --maps` knows
     result                                                # in Jupyter: the same picture, rendered by _repr_png_
+    vitviz.show(head_importance(model, "cat.jpg"))        # the layers × heads importance grid (drawing.importance)
 
 Drawn by the same map engine and renderer as the window and `vitviz export`, so the picture is the PNG that
 `vitviz export --maps cls --layers -1 --which-heads mean --style overlay --colorbar` writes for that image.
@@ -26,6 +27,8 @@ from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, unavailable
 from vitviz.core.analyses.maps import HeadSel, ImageMaps, LayerSel, MAP_KINDS, MapKind, ResultMaps, SelectionError
 from vitviz.core.analyses.winmaps import cell_of_token
 from vitviz.core.analyses.winview import holder_of
+from vitviz.core.analyses.importance import HeadImportance
+from vitviz.core.drawing.importance import draw_importance
 from vitviz.core.drawing.render import RenderOptions, draw_map, native_view
 from vitviz.core.protocol import WINDOWS, capabilities_of_spec, windowed
 from vitviz.core.spec import AttentionResult
@@ -43,7 +46,7 @@ class ShowError(SelectionError):
     """An argument of `vitviz.show` of the wrong type or out of range; the message names it and what it allows."""
 
 
-def show(result: AttentionResult | WindowedResult | ImageMaps, map: str = "cls",  # noqa: A002
+def show(result: AttentionResult | WindowedResult | ImageMaps | HeadImportance, map: str = "cls",  # noqa: A002
          layer: LayerSel = -1, head: HeadSel = "mean", *, cmap: str = "viridis", opacity: float = 0.6, colorbar: bool = True, original: bool = True,
          **render: Any) -> Image.Image:
     """The map of one layer and head drawn over the image the model saw, as a PIL image.
@@ -54,7 +57,9 @@ def show(result: AttentionResult | WindowedResult | ImageMaps, map: str = "cls",
 
     Args:
         result: a `model.run(...)` result, or its `ResultMaps` holding passes of their own too (the class relevance,
-            a text prompt's LeGrad map, the token norms: `maps.add_relevance(...)`), whose maps it then draws.
+            a text prompt's LeGrad map, the token norms: `maps.add_relevance(...)`), whose maps it then draws; or a
+            `HeadImportance` (`vitviz.core.analyses.importance.head_importance`), drawn as its layers × heads grid on
+            the diverging colormap centred on 0 (`vitviz.core.drawing.importance`; the other arguments are maps').
         map: a map kind as `vitviz export --maps` spells it: 'cls', 'mean', 'max', 'rollout', 'token:N',
             'rollout:N', 'entropy' ('cls' on a model without a CLS token is the mean over the patch queries), a
             MAP head's 'pool', or a map of a pass the `ResultMaps` holds ('relevance', 'text:PROMPT', 'norms').
@@ -67,6 +72,8 @@ def show(result: AttentionResult | WindowedResult | ImageMaps, map: str = "cls",
         **render: further `RenderOptions` fields: style ('overlay' / 'heatmap'), scale ('shared' / 'own'),
             smooth, colorbar_label (True / False).
     """
+    if isinstance(result, HeadImportance):
+        return Image.fromarray(draw_importance(result))
     maps = _holder(result)       # the one per-image holder of its lane: the maps the window and export draw
     spec = maps.result.spec
     can = capabilities_of_spec(spec)
@@ -196,14 +203,14 @@ def _found(value: Any) -> str:
     return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"
 
 
-def png_bytes(result: AttentionResult | WindowedResult | ResultMaps) -> bytes:
+def png_bytes(result: AttentionResult | WindowedResult | ResultMaps | HeadImportance) -> bytes:
     """`show(result)` encoded as PNG (what Jupyter displays for a result)."""
     buffer = io.BytesIO()
     show(result).save(buffer, format="PNG")
     return buffer.getvalue()
 
 
-def _repr_png_(self: AttentionResult | WindowedResult | ResultMaps) -> bytes:
+def _repr_png_(self: AttentionResult | WindowedResult | ResultMaps | HeadImportance) -> bytes:
     """The picture Jupyter shows for a result: `vitviz.show(result)` with its defaults, as PNG."""
     return png_bytes(self)
 
@@ -223,6 +230,6 @@ def _repr_html_(self: AttentionResult | WindowedResult | ResultMaps) -> str:
 # Every result kind `show` draws displays itself as that picture in Jupyter (with its summary, as HTML). Attached
 # here, where the drawing lives (the result classes sit below the renderer: a method importing it would be an
 # import cycle); `vitviz.core.running.load` imports this module, so every loaded model's results have it.
-for _kind in (AttentionResult, WindowedResult, ResultMaps):
+for _kind in (AttentionResult, WindowedResult, ResultMaps, HeadImportance):
     _kind._repr_png_ = _repr_png_   # type: ignore[attr-defined]
     _kind._repr_html_ = _repr_html_   # type: ignore[attr-defined]

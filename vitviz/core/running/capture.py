@@ -120,7 +120,8 @@ class ImageModel:
                  dropped: list[str] | None = None) -> None:
         self.net, self.spec, self._device = net, spec, device
         self.dropped: list[str] = dropped if dropped is not None else []  # checkpoint keys not used
-        self._lock = threading.Lock()  # the capture hooks sit on the shared net: one forward pass at a time
+        self.interventions: tuple[str, ...] = ()  # what `intervening` applies to every pass while it is open
+        self._lock = threading.RLock()  # the hooks sit on the shared net: one pass (or intervened pass) at a time
 
     def __repr__(self) -> str:
         return model_summary(self)
@@ -195,8 +196,14 @@ class ImageModel:
         tokens = self._tokens(x)
         return int(x.shape[0]) * layers * self.spec.num_heads * (rows or tokens) * tokens * (2 if half else 4)
 
+    def intervening(self, *intervene: Any) -> Any:
+        """A context in which every pass of this model is intervened on (`vitviz.core.running.interventions`:
+        Ablate, PatchAttention, PatchResidual, Knockout); yields their descriptions. Other threads' passes wait."""
+        from vitviz.core.running.interventions import applied
+        return applied(self, intervene)
+
     def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
-            logits: bool = True) -> AttentionResult:
+            logits: bool = True, intervene: Any = None) -> AttentionResult:
         """Run one image and capture every layer's attention.
 
         Args:
@@ -204,15 +211,23 @@ class ImageModel:
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
             half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
             logits: False skips everything after the last softmax (faster; the result's logits are empty).
+            intervene: an intervention or a list of them (`vitviz.core.running.interventions`) for this run only;
+                the result's `interventions` says what was done (with any of an open `intervening` context).
         """
         x, disp, spec, src, seen = self.prepare(image, image_size)
         size, box = seen or (None, None)
         pool: list[np.ndarray] = []   # a MAP head's attention, when the model has one ('map_head'); else empty
-        attn, out = self.forward_captured(x, half, logits, pool=pool)
+        if intervene is None:
+            attn, out = self.forward_captured(x, half, logits, pool=pool)
+            done = self.interventions
+        else:
+            from vitviz.core.running.interventions import applied
+            with applied(self, intervene, spec) as done:
+                attn, out = self.forward_captured(x, half, logits, pool=pool)
         scores, features = split_output(out[0], spec)
         return AttentionResult(attentions=attn[0], logits=scores, input=x[0].cpu().numpy(), image=disp,
                                spec=spec, source=src, features=features, source_box=box, source_size=size,
-                               pool_attention=pool_rows(pool, spec))
+                               pool_attention=pool_rows(pool, spec), interventions=tuple(done))
 
 
 class VitModel(ImageModel):

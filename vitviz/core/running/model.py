@@ -2,10 +2,11 @@
 
 Key names follow timm (`patch_embed.proj`, `cls_token`, `blocks.N.attn.qkv`, ...). Attention is always explicit,
 `softmax((q * scale) @ k^T + bias)` in float32, and passes through `attn_probe`, an identity module right after the
-softmax that `vitviz.core.running.capture` hooks. Every switch that changes the numerics is a field of `ModelSpec`:
-2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias and timm's relative position MLP
-(`rel_pos*`), a MAP pooling head (`pooling='map'`, whose softmax passes through its own `pool_probe`), CLIP's
-`norm_pre` and projection head, RMSNorm (`norm_kind`), a padded patch projection (`patch_pad`).
+softmax that `vitviz.core.running.capture` hooks; each head's output passes through `head_probe`, the identity
+that `vitviz.core.running.interventions` hooks to ablate heads. Every switch that changes the numerics is a field
+of `ModelSpec`: 2-D RoPE on the patch tokens' q and k (`rope*`), BEiT's relative position bias and timm's relative
+position MLP (`rel_pos*`), a MAP pooling head (`pooling='map'`, whose softmax passes through its own `pool_probe`),
+CLIP's `norm_pre` and projection head, RMSNorm (`norm_kind`), a padded patch projection (`patch_pad`).
 """
 from __future__ import annotations
 
@@ -70,6 +71,12 @@ class AttentionProbe(nn.Identity):
     def __init__(self) -> None:
         super().__init__()
         self.target: torch.Tensor | None = None
+
+
+class HeadProbe(nn.Identity):
+    """Identity on each head's output (B, H, T, hd), after attention @ values and before the heads are joined and
+    projected: the hook point of head ablations (`vitviz.core.running.interventions`). Returns its input itself, so
+    a run without hooks on it is the run without it, bit for bit."""
 
 
 class PoolProbe(nn.Identity):
@@ -143,6 +150,7 @@ class Attention(nn.Module):
             self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * gh - 1) * (2 * gw - 1) + 3,
                                                                          self.num_heads))
         self.attn_probe = AttentionProbe()
+        self.head_probe = HeadProbe()
         self.norm = nn.LayerNorm(a, eps=spec.eps) if spec.attn_norm else nn.Identity()
         self.proj = Linear(a, d, bias=spec.proj_bias) if spec.attn_proj else nn.Identity()
 
@@ -171,7 +179,7 @@ class Attention(nn.Module):
         qkv = self.qkv(x).reshape(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
         q, k, v = qkv.unbind(0)
         attn = self._probs(q, k, rope, biases).to(v.dtype)
-        x = (attn @ v).transpose(1, 2).reshape(b, t, self.width)  # (B, H, T, hd) -> (B, T, A)
+        x = self.head_probe(attn @ v).transpose(1, 2).reshape(b, t, self.width)  # (B, H, T, hd) -> (B, T, A)
         return self.proj(self.norm(x))
 
     def probabilities(self, x: torch.Tensor, rope: Rope = None, biases: Biases = ()) -> torch.Tensor:

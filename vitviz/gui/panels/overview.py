@@ -33,6 +33,7 @@ class OverviewPanel(QWidget):
     """Thumbnails of the current map for every layer and head; click one to select it."""
 
     tile_clicked = Signal(object, object)   # layer index, head index or 'mean'/'max'
+    tile_menu = Signal(object, object, object)   # right-click: layer, head (or 'mean'/'max'), global QPoint
 
     def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -47,6 +48,8 @@ class OverviewPanel(QWidget):
         self._label_style = 0                          # how the mean and max columns are named (`MEAN_MAX`)
         self._blocks: list[int] = []                   # the block of each row where rows are not layers
                                                        # (`ImageMaps.row_blocks`: a windowed stage; [] otherwise)
+        self._ablated: list[tuple[int, int]] = []      # heads an intervention ablates (marked; gui.interventions)
+        self._marks: list[QGraphicsRectItem] = []
         self.widget = pg.GraphicsLayoutWidget()
         self.widget.setBackground("#202124")
         self.title = base.TitleLabel("", color=base.TEXT, size="10pt")     # wraps: never widens the panel
@@ -128,6 +131,7 @@ class OverviewPanel(QWidget):
         self.title.setText(stack.title + scale)
         self.plot.autoRange(padding=0.02)
         self._set_bottom_ticks(self._fitting_style())
+        self.mark(self._ablated)
 
     def _show_axes(self, shown: bool) -> None:
         """Axes and title only around tiles (an empty plot used to show axes from -600 to 600)."""
@@ -218,7 +222,36 @@ class OverviewPanel(QWidget):
         if style != self._label_style:
             self._set_bottom_ticks(style)
 
+    def mark(self, heads: list[tuple[int, int]]) -> None:
+        """Outline the tiles of ablated (layer, head)s with a dashed amber frame (plain ViT stacks with head
+        columns only)."""
+        self._ablated = list(heads)
+        for item in self._marks:
+            self.plot.removeItem(item)
+        self._marks = []
+        nl, nc, gh, gw = self._shape
+        if nl <= 1 or nc <= 2 or self._blocks:
+            return
+        pen = QPen(QColor("#ffb000"))
+        pen.setWidthF(2.0)
+        pen.setCosmetic(True)
+        pen.setStyle(Qt.PenStyle.DashLine)
+        for layer, head in self._ablated:
+            if 0 <= layer < nl and 0 <= head < nc - 2:
+                item = QGraphicsRectItem(QRectF(head * (gw + self._gap), layer * (gh + self._gap), gw, gh))
+                item.setPen(pen)
+                item.setZValue(4)
+                self.plot.addItem(item)
+                self._marks.append(item)
+
     def _on_clicked(self, event: object) -> None:
+        if event.button() == Qt.MouseButton.RightButton:
+            tile = self.tile_at(self.plot.vb.mapSceneToView(event.scenePos()))
+            if tile is not None and not self._blocks and self._shape[0] > 1:
+                heads = self._shape[1] - 2
+                pick = tile[1] if tile[1] < heads else ("mean" if tile[1] == heads else "max")
+                self.tile_menu.emit(tile[0], pick, event.screenPos().toPoint())
+            return
         if event.button() != Qt.MouseButton.LeftButton:
             return
         point = self.plot.vb.mapSceneToView(event.scenePos())

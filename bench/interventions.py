@@ -1,0 +1,172 @@
+"""Benchmark: the head-importance scan's time per head against one forward pass, and an ablation's cost.
+
+Run from the repository root: `python bench/interventions.py [--repeats N] [--device cpu] [--only demo,vitb]`.
+
+For each model -- the bundled demo model (3 layers x 4 heads, 64 px, 65 tokens) and a ViT-B/16 with random weights
+(torchvision `vit_b_16`, 12 x 12 heads, 224 px, 197 tokens) -- on one image:
+- one clean forward pass of the reference ViT (`model.net(x)`, batch 1, no capture): the unit everything is
+  measured in;
+- `head_importance(model, x)` (zero ablation, probability of the top class) with `batch_size` ablated copies per
+  pass, for several batch sizes: the whole scan, and per head (scan / (L x H)) as a multiple of one forward;
+- `model.run(x, intervene=Ablate([(l, h)]))` against `model.run(x)` (the full capture both): what an ablation adds
+  to a run, median and p95 of `--repeats` runs (the library side of an ablate click in the window);
+- the window (`--only window`, offscreen): an ablate click on the demo model to the Interventions dock updated.
+Medians of interleaved repeats (bench/common.py); the scans are timed `--scan-repeats` times (default 3; 1 for
+ViT-B on a small CPU is enough to see the ratio), each with one forward timed just before and after it, which
+the ratio divides by (on a shared CPU the load drifts by several times within minutes).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import interleaved, torchvision_vit_b16  # noqa: I001
+
+import vitviz
+from vitviz.core.analyses.importance import head_importance
+from vitviz.core.running.interventions import Ablate
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], repeats: int,
+            scan_repeats: int) -> None:
+    """Print the model's lines as they are measured (a ViT-B scan on a loaded CPU takes minutes)."""
+    spec = model.spec
+    heads = spec.depth * spec.num_heads
+    xd = x.to(device)
+
+    def forward() -> None:
+        with torch.inference_mode():
+            model.net(xd)
+        _sync(device)
+
+    one = interleaved({"forward": forward}, repeats)["forward"]
+    print(f"{name}: {spec.depth} x {spec.num_heads} heads, {spec.num_tokens} tokens, {device}; one forward "
+          f"{one * 1e3:.1f} ms (median of {repeats})", flush=True)
+    for b in batches:   # one forward timed right before and after each scan: the load of a shared CPU drifts
+        times, units = [], []
+        for _ in range(scan_repeats):
+            units.append(interleaved({"forward": forward}, 3)["forward"])
+            start = time.perf_counter()
+            imp = head_importance(model, x, batch_size=b)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+            units.append(interleaved({"forward": forward}, 3)["forward"])
+        scan, unit = statistics.median(times), statistics.median(units)
+        print(f"  importance scan, batch {b:3d}: {scan:7.2f} s for {heads} heads ({imp.forwards} passes) -> "
+              f"{scan / heads * 1e3:7.1f} ms per head = {scan / heads / unit:5.2f} x one forward (one forward "
+              f"{unit * 1e3:.1f} ms around the scan)", flush=True)
+    clean, ablated = [], []
+    layer, head = imp.top(1)[0][:2]
+    item = Ablate([(layer, head)])
+    for r in range(repeats + 1):
+        for which, sink in ((None, clean), (item, ablated)) if r % 2 else ((item, ablated), (None, clean)):
+            start = time.perf_counter()
+            model.run(x, intervene=which)
+            _sync(device)
+            if r:   # the first round warms up
+                sink.append(time.perf_counter() - start)
+    p95 = lambda ts: float(np.percentile(ts, 95))  # noqa: E731
+    print(f"  model.run: clean {statistics.median(clean) * 1e3:.1f} ms (p95 {p95(clean) * 1e3:.1f}), with "
+          f"Ablate([({layer}, {head})]) {statistics.median(ablated) * 1e3:.1f} ms (p95 "
+          f"{p95(ablated) * 1e3:.1f}) over {repeats} runs each", flush=True)
+
+
+def window_latency(repeats: int) -> None:
+    """The window's ablate click on the demo model: from `InterventionSession.toggle` (what the tile menu's
+    action calls) to the Interventions dock showing the ablated top-5 (the worker's run answered and drawn), p50 and
+    p95 over `repeats` clicks (each a fresh head, so no answer is reused), beside `model.run` of the same image in
+    this thread."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings, QSize
+
+    from vitviz.gui.app import ensure_app
+    from vitviz.gui.window import MainWindow
+
+    app = ensure_app()
+    folder = tempfile.mkdtemp()
+    window = MainWindow(QSettings(str(Path(folder) / "vitviz.ini"), QSettings.Format.IniFormat))
+    window.persist_settings = False
+    window.use_size(QSize(1280, 800))
+    window.show()
+
+    def wait(done, timeout: float = 120.0) -> None:
+        start = time.perf_counter()
+        while not done() and time.perf_counter() - start < timeout:
+            app.processEvents()
+
+    window.load_demo()
+    wait(lambda: window.session.current_maps is not None and window.is_idle())
+    iv = window.interventions
+    spec = window.session.spec
+    heads = [(layer, head) for layer in range(spec.depth) for head in range(spec.num_heads)]
+    times = []
+    for i in range(repeats):
+        iv.clear_heads()
+        wait(window.is_idle)
+        start = time.perf_counter()
+        iv.toggle(*heads[i % len(heads)])
+        wait(lambda: iv.current() is not None)
+        times.append(time.perf_counter() - start)
+        iv.ablated.clear()      # the next click on this head runs again
+    path = window.session.current
+    window.close()
+    model = vitviz.load(Path(__import__("vitviz.demo", fromlist=["x"]).demo_checkpoint()))
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.run(path)
+        runs.append(time.perf_counter() - start)
+    print(f"window, demo model: ablate click -> dock updated p50 {statistics.median(times) * 1e3:.1f} ms, p95 "
+          f"{np.percentile(times, 95) * 1e3:.1f} ms over {repeats} clicks; model.run of the image here "
+          f"{statistics.median(runs) * 1e3:.1f} ms (p95 {np.percentile(runs, 95) * 1e3:.1f}); target p95 <= one "
+          "forward + 16 ms", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--scan-repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", default="demo,vitb,window", help="comma-separated: demo, vitb, window")
+    parser.add_argument("--vitb-batches", default="16,1", help="the ViT-B scan's batch sizes (default 16,1)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: on a shared, loaded CPU two threads spin-wait on each other, "
+                             "and a 1 ms forward can take 600 ms)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    only = set(args.only.split(","))
+    warnings.simplefilter("ignore")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    if "demo" in only:
+        from vitviz.demo import demo_checkpoint, demo_images
+
+        model = vitviz.load(demo_checkpoint(), device=args.device)
+        x = model.prepare(demo_images()[0])[0]
+        measure("demo", model, x, args.device, [1, 4, 12], args.repeats, args.scan_repeats)
+    if "window" in only:
+        window_latency(args.repeats)
+    if "vitb" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            _tv, path = torchvision_vit_b16(Path(tmp))
+            model = vitviz.load(path, device=args.device)
+        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+        measure("ViT-B/16 (random weights)", model, x, args.device, [int(b) for b in args.vitb_batches.split(",")],
+                max(3, args.repeats // 4), args.scan_repeats)
+
+
+if __name__ == "__main__":
+    main()
