@@ -90,17 +90,3 @@ def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) 
     assert panel.position is None
     assert window.reporter.errors == []
 
-
-def test_each_small_map_sits_right_under_its_caption(qtbot, loaded) -> None:  # noqa: ANN001
-    """Round five: 'CLS vs all' floated ~100 px above its map (an aspect-locked map centred in a cell as tall as
-    half the mosaic); each caption is now right above its map, the room left below them."""
-    from PySide6.QtCore import QPointF
-
-    panel = show_dock(qtbot, loaded, "posEmbedDock")
-    qtbot.waitUntil(lambda: panel.data is not None, timeout=20000)
-    loaded.resize(1280, 800)
-    qtbot.wait(50)
-    for label, view in ((panel.hover_label, panel.hover_view), (panel.cls_label, panel.cls_view)):
-        top_of_map = view.mapViewToScene(QPointF(0, 0)).y()
-        gap = top_of_map - label.sceneBoundingRect().bottom()
-        assert -1 <= gap <= 20, (label.text, gap)

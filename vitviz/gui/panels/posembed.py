@@ -20,7 +20,6 @@ from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStacked
 
 from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import windowed
 from vitviz.gui import colors
 from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text
 from vitviz.gui.panels.rope import RopeSection
@@ -102,14 +101,10 @@ class PosEmbedPanel(QWidget):
         w = self.widget
         self.hover_label = w.addLabel("", row=0, col=0, color=TEXT, size="9pt")
         self.mosaic_label = w.addLabel(MOSAIC_TEXT, row=0, col=1, color=TEXT, size="9pt")
-        left = w.addLayout(row=1, col=0)        # the two small maps, each right under its caption, room below
-        self.hover_view, self.hover_item = image_view(left, 0, 0)
-        self.cls_label = left.addLabel("", row=1, col=0, color=TEXT, size="9pt")
-        self.cls_view, self.cls_item = image_view(left, 2, 0)
-        spacer = left.addLabel("", row=3, col=0)
-        spacer.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-        left.layout.setRowStretchFactor(3, 1)
-        self.mosaic_view, self.mosaic_item = image_view(w, 1, 1)
+        self.hover_view, self.hover_item = image_view(w, 1, 0)
+        self.cls_label = w.addLabel("", row=2, col=0, color=TEXT, size="9pt")
+        self.cls_view, self.cls_item = image_view(w, 3, 0)
+        self.mosaic_view, self.mosaic_item = image_view(w, 1, 1, rowspan=3)
         w.ci.layout.setColumnStretchFactor(0, 2)
         w.ci.layout.setColumnStretchFactor(1, 5)
         for label in (self.hover_label, self.cls_label, self.mosaic_label):   # the room goes to the maps
@@ -118,25 +113,15 @@ class PosEmbedPanel(QWidget):
         self.mosaic_frame = select_frame(self.mosaic_view, 1.5)
         self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=colors.colormap(self._cmap), interactive=False,
                                         width=12, label="cosine similarity")
-        w.addItem(self.colorbar, row=1, col=2)
+        w.addItem(self.colorbar, row=1, col=2, rowspan=3)
         w.scene().sigMouseMoved.connect(self._on_mouse_moved)
-        w.scene().sceneRectChanged.connect(lambda _rect: self._fit_small_maps())
-
-    def _fit_small_maps(self) -> None:
-        """The two small maps as tall as their grid at the column's width, so each sits right under its caption:
-        in a cell as tall as half the mosaic, an aspect-locked map was centred ~40-100 px below it."""
-        grid = self.data.grid if self.data is not None else self.rope.grid if self.rope is not None else (1, 1)
-        width = self.hover_view.width()
-        if width > 0:
-            for view in (self.hover_view, self.cls_view):
-                view.setMaximumHeight(max(16.0, width * grid[0] / max(1, grid[1])))
 
     # ------------------------------------------------------------------------------------------ inputs
 
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
         self._spec, self.data, self.rope, self.position = spec, None, None, None
-        if windowed(spec) and not spec.pos_embed:   # nothing is asked of the worker for it
+        if getattr(spec, "windowed", False) and not spec.pos_embed:   # nothing is asked of the worker for it
             self.message.setText(windowed_text(spec))                   # (`Session.request_pos_embed`)
         else:
             self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
@@ -223,7 +208,7 @@ class PosEmbedPanel(QWidget):
             self.cls_item.clear()
             prefix = bool(spec and getattr(spec, "num_prefix", 0))
             self.cls_label.setText("no prefix rows" + (" (no_embed_class)" if prefix else ""))
-            notes.append(windowed_note(spec) if windowed(spec) else
+            notes.append(windowed_note(spec) if getattr(spec, "windowed", False) else
                          "the position embedding has no row for the prefix tokens" + (
                              " (no_embed_class: they get no position)" if prefix else ""))
         self.cls_view.autoRange(padding=0.02)
