@@ -1278,6 +1278,7 @@ def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
             with torch.device("meta"):
                 resize_pos_embed(state, types.SimpleNamespace(visual=factory()))   # its grid size only
             tensors = {k[len("visual."):]: v for k, v in state.items()}
+        towers.clear()   # one tower at a time: the one of the size before is let go
         towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
         return towers[size]
 
@@ -1321,6 +1322,7 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device, l
                 raise _CannotRun("torchvision's VisionTransformer takes square inputs only")
             tensors = interpolate_embeddings(size[0], spec.patch_size, tensors)
             extra["image_size"] = size[0]
+        models.clear()   # one model at a time: the one of the size before is let go
         net = _built(lambda: torchvision.models.get_model(arch, weights=None, **kwargs, **extra), tensors, what, path)
         models[size] = net.float().eval().to(device)
         return models[size]
