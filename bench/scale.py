@@ -7,8 +7,8 @@ model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`) by defa
 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB float32 per image; minutes on a
 loaded CPU). Every measurement runs in a fresh Python process (this file, `--child`), so its peak RSS
 (`ru_maxrss`) is its own:
-- timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image (the floor a
-  user pays without vitviz);
+- timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
+  by default (fused attention: no maps kept; what a user pays without vitviz);
 - capture (full): `vitviz.load(folder)` and `forward_captured(x)`: every layer's (H, T, T) maps;
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
 - verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original, both run at the native size and at

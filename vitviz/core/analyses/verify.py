@@ -14,7 +14,8 @@ patches per side), in float32. Every layer's per-head attention is compared with
 attention is read where it computes it: transformers with `attn_implementation='eager'` and
 `output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
 live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
-explicit softmax copied). One forward of the original per size.
+explicit softmax copied). One forward of the original per size; vitviz's forward then compares each layer as it
+computes it and lets the original's go, so one model's (L, H, T, T) maps are held at a time, never both.
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
