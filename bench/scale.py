@@ -1,11 +1,11 @@
 """Benchmark: peak memory and time at scale, side by side: the original's forward, vitviz's capture, verify, export.
 
-Run from the repository root: `python bench/scale.py [--large] [--images 2] [--only verify,capture]`.
+Run from the repository root: `python bench/scale.py [--large] [--size 224] [--images 2] [--only verify,export]`.
 
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
-model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`) by default; `--large` adds ViT-L/14 @518
-(`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB float32 per image; minutes on a
-loaded CPU). Every measurement runs in a fresh Python process (this file, `--child`), so its peak RSS
+model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
+default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
+float32 per image; minutes on a loaded CPU). Every measurement runs in a fresh Python process (this file, `--child`), so its peak RSS
 (`ru_maxrss`) is its own:
 - timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
   by default (fused attention: no maps kept; what a user pays without vitviz);
@@ -93,6 +93,7 @@ def measure(method: str, folder: Path, size: int, images: Path) -> dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true", help="also ViT-L/14 @518 (minutes, GiBs)")
+    parser.add_argument("--size", type=int, default=224, help="the ViT-B/16's input size (default 224)")
     parser.add_argument("--images", type=int, default=2, help="images the export writes")
     parser.add_argument("--only", default="", help="comma-separated methods to run (default all)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -111,6 +112,8 @@ def main() -> None:
         for label, (arch, size) in MODELS.items():
             if label != "ViT-B/16 @224" and not args.large:
                 continue
+            if label == "ViT-B/16 @224" and args.size != size:
+                label, size = f"ViT-B/16 @{args.size}", args.size
             folder = Path(tmp) / arch
             facts = make_folder(arch, size, folder)
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
