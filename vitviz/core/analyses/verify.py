@@ -14,7 +14,8 @@ patches per side), in float32. Every layer's per-head attention is compared with
 attention is read where it computes it: transformers with `attn_implementation='eager'` and
 `output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
 live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
-explicit softmax copied). One forward of the original per size.
+explicit softmax copied). One forward of the original per size; vitviz's forward then compares each layer as it
+computes it and lets the original's go, so one model's (L, H, T, T) maps are held at a time, never both.
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
@@ -220,7 +221,9 @@ def format_difference(value: float) -> str:
 class _Original:
     """An original implementation, ready to run: `run(size, x)` -> (per-layer (H, T, T) maps, output (K,) or None);
     it raises `_CannotRun` for a size the original cannot take. `stated`: what its module object states about the
-    settings no tensor shows ({override: (value, source)}, as `vitviz.load(module)` reads them)."""
+    settings no tensor shows ({override: (value, source)}, as `vitviz.load(module)` reads them). `compared`: what
+    each size's comparison found (`_against_ours`), so that its forward runs once per size however often a
+    comparison asks, without keeping its maps."""
 
     library: str
     version: str
@@ -229,15 +232,7 @@ class _Original:
     against: str = ""   # how the summary names it (default: library and version)
     stated: dict[str, tuple[Any, str]] = field(default_factory=dict)
     name: str = ""      # 'timm:vit_small_patch16_224' for an architecture found by its shapes
-
-    def __post_init__(self) -> None:
-        run, done = self.run, {}
-
-        def once(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
-            if size not in done:    # one forward per size, however often a comparison asks
-                done[size] = run(size, x)
-            return done[size]
-        self.run = once
+    compared: dict[tuple[int, int], tuple[Any, ...]] = field(default_factory=dict, repr=False)
 
 
 Progress = Callable[[float, str], None]
@@ -371,8 +366,8 @@ def _parse_against(against: str) -> tuple[str, str]:
 def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
                 device: torch.device, say: Progress) -> Verification:
     """Find the library architectures whose parameters fit the file exactly (`identify.candidates`), load the file
-    into each kind of them and compare. One forward per distinct kind at the native size, the other sizes for the
-    first that matches."""
+    into each kind of them and compare. One forward of each distinct kind (and one of vitviz's, compared with it
+    layer by layer) at the native size, the other sizes for the first that matches."""
     from vitviz.core.reading import identify
     spec = model.spec
     library_asked, _ = _parse_against(against)
@@ -416,7 +411,6 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         groups.setdefault(_kind_of(c), []).append(c)
     fitting = tuple(c.name for c in found)
     results: list[tuple[list[Any], _Original, Verification]] = []
-    ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}   # vitviz's forward, once per size
     for i, members in enumerate(groups.values()):
         lead = members[0]
         say(0.3 + 0.5 * i / len(groups), f"Comparing with {library} {lead.arch}…")
@@ -426,7 +420,7 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
             results.append((members, _Original(library, _version(library), e.what, _no_run, name=lead.name),
                             Verification(DIFFERS, reason=str(e))))
             continue
-        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device, ours=ours)))
+        results.append((members, original, _compare(model, original, sizes[:1], assumptions, device)))
     agreeing = [r for r in results if r[2].verdict == VERIFIED]
     alternatives = tuple((m.name, _how_differs(spec, r[1].stated, r[2])) for r in results
                          if r[2].verdict != VERIFIED for m in r[0])
@@ -437,7 +431,7 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
                                    alternatives=alternatives, **_differs_causes(spec, original, check))
     members, original, _ = agreeing[0]
     say(0.8, f"Comparing with {library} {members[0].arch} at another size…")
-    check = _compare(model, original, sizes, assumptions, device, ours=ours)
+    check = _compare(model, original, sizes, assumptions, device)
     matches = tuple(m.name for r in agreeing for m in r[0])
     open_ = _open_settings(spec, results)
     confirmed = _confirmed(spec, check, original.stated, every=len(results) == 1, left=tuple(f for f, _ in open_))
@@ -703,13 +697,12 @@ def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
 
 
 def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
-             device: torch.device, say: Progress | None = None, everything: bool = False,
-             ours: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None) -> Verification:
+             device: torch.device, say: Progress | None = None, everything: bool = False) -> Verification:
     """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
-    the probe reaches; otherwise only those the original's modules state. `ours`: vitviz's forwards by size, kept
-    across the comparisons of one verification (one forward per size, however many originals)."""
-    ours = {} if ours is None else ours
+    the probe reaches; otherwise only those the original's modules state. The original runs first; vitviz's
+    forward then compares each layer as it is computed (`_against_ours`), so one full stack of maps is held at a
+    time, never both models'."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
@@ -721,8 +714,8 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
             say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
         x = probe_input(model.spec, size)
         try:
-            with _exact_float32(device):
-                maps, out = original.run(size, x)   # its one forward at this size
+            with _exact_float32(device):   # its one forward at this size
+                maps, out = original.run(size, x) if size not in original.compared else ([], None)
         except _CannotRun as e:
             skipped.append((size, str(e)))
             continue
@@ -735,15 +728,13 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
             skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
                                   f"{str(e)[:200]})"))
             continue
-        if size not in ours:
-            with _exact_float32(torch.device(model.device)):
-                ours[size] = model.forward_captured(x)
-        attn, out_ours = ours[size]
-        layers, layer_first, notes = _layer_differences(attn[0], maps, size)
+        if size not in original.compared:
+            original.compared[size] = _against_ours(model, x, maps, out, size)
+        del maps
+        layers, layer_first, notes, out_diff, note = original.compared[size]
         problems += notes
         if layer_first is not None:
             first = layer_first if first is None else min(first, layer_first)
-        out_diff, note = _output_difference(out_ours[0], out, size)
         if note:
             problems.append(note)
         checked.append(size)
@@ -768,31 +759,65 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
 
 
-def _layer_differences(ours: np.ndarray, theirs: list[np.ndarray], size: tuple[int, int]) -> tuple[
-        tuple[tuple[int, float], ...], int | None, list[str]]:
-    """Per layer the largest |difference| of its (H, T, T) maps; the first layer beyond tolerance; what could not
-    be compared (a shape, a layer count)."""
-    where = f"at {size[0]}x{size[1]}"
-    notes: list[str] = []
-    rows: list[tuple[int, float]] = []
-    first: int | None = None
-    for i in range(max(len(ours), len(theirs))):
-        if i >= len(ours) or i >= len(theirs):
-            rows.append((i, math.inf))
-            first = i if first is None else first
-            continue
-        a, b = ours[i], theirs[i]
-        if a.shape != b.shape:
-            notes.append(f"layer {i} {where}: the original's attention has shape (heads, T, T) = {b.shape}, "
-                         f"vitviz's {a.shape}")
-            rows.append((i, math.inf))
+def _against_ours(model: Any, x: torch.Tensor, theirs: list[np.ndarray | None], out: np.ndarray | None,
+                  size: tuple[int, int]) -> tuple[Any, ...]:
+    """vitviz's forward on the probe `x`, each layer compared with the original's maps `theirs` as its softmax is
+    done, the original's layer let go once compared (its entry in `theirs` becomes None) and vitviz's kept by
+    nobody: (per layer differences, first layer beyond tolerance, notes, output difference, output note). A model
+    whose capture is not `VitModel`'s (a live model) gives its whole stack (`forward_captured`) and is compared
+    from it."""
+    from vitviz.core.running.capture import VitModel, capture_attention
+
+    sink = _LayerByLayer(theirs, size)
+    with _exact_float32(torch.device(model.device)):
+        if isinstance(model, VitModel) and type(model).forward_captured is VitModel.forward_captured:
+            with model._lock, torch.inference_mode(), capture_attention(model.net, sink):
+                out_ours = model.net(x.to(model.device)).float().cpu().numpy()
+            if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
+                model.forward_captured(x)
         else:
-            rows.append((i, float(np.abs(a.astype(np.float32) - b).max())))
-        if rows[-1][1] > ATOL_ATTENTION and first is None:
-            first = i
-    if len(ours) != len(theirs):
-        notes.append(f"{where}: the original computes {len(theirs)} self-attention layers, vitviz {len(ours)}")
-    return tuple(rows), first, notes
+            attn, out_ours = model.forward_captured(x)
+            for layer in attn[0]:
+                sink.append(torch.from_numpy(layer)[None])
+            del attn
+    layers, first, notes = sink.differences()
+    return (layers, first, notes, *_output_difference(out_ours[0], out, size))
+
+
+class _LayerByLayer:
+    """A capture sink (`capture_attention`) comparing each (1, H, T, T) layer of vitviz's with the original's of
+    that index as it comes: the largest |difference| per layer, or inf where shapes or layer counts differ."""
+
+    def __init__(self, theirs: list[np.ndarray | None], size: tuple[int, int]) -> None:
+        self.theirs, self.where = theirs, f"at {size[0]}x{size[1]}"
+        self.rows: list[tuple[int, float]] = []
+        self.notes: list[str] = []
+        self.finite = True
+
+    def append(self, layer: torch.Tensor) -> None:
+        i = len(self.rows)
+        a = layer[0].float().cpu().numpy()
+        self.finite = self.finite and math.isfinite(float(a.sum(dtype=np.float64)))
+        if i >= len(self.theirs):
+            self.rows.append((i, math.inf))
+            return
+        b, self.theirs[i] = self.theirs[i], None
+        if a.shape != b.shape:
+            self.notes.append(f"layer {i} {self.where}: the original's attention has shape (heads, T, T) = "
+                              f"{b.shape}, vitviz's {a.shape}")
+            self.rows.append((i, math.inf))
+        else:
+            self.rows.append((i, float(np.abs(a - b).max())))
+
+    def differences(self) -> tuple[tuple[tuple[int, float], ...], int | None, list[str]]:
+        """Per layer the largest |difference|; the first layer beyond tolerance; what could not be compared."""
+        ours, count = len(self.rows), len(self.theirs)
+        rows = self.rows + [(i, math.inf) for i in range(ours, count)]
+        first = next((i for i, d in rows if d > ATOL_ATTENTION), None)
+        notes = list(self.notes)
+        if ours != count:
+            notes.append(f"{self.where}: the original computes {count} self-attention layers, vitviz {ours}")
+        return tuple(rows), first, notes
 
 
 def _output_difference(ours: np.ndarray, theirs: np.ndarray | None, size: tuple[int, int]) -> tuple[float, str]:
@@ -1280,6 +1305,7 @@ def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
             with torch.device("meta"):
                 resize_pos_embed(state, types.SimpleNamespace(visual=factory()))   # its grid size only
             tensors = {k[len("visual."):]: v for k, v in state.items()}
+        towers.clear()   # one tower at a time: the one of the size before is let go
         towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
         return towers[size]
 
@@ -1323,6 +1349,7 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device, l
                 raise _CannotRun("torchvision's VisionTransformer takes square inputs only")
             tensors = interpolate_embeddings(size[0], spec.patch_size, tensors)
             extra["image_size"] = size[0]
+        models.clear()   # one model at a time: the one of the size before is let go
         net = _built(lambda: torchvision.models.get_model(arch, weights=None, **kwargs, **extra), tensors, what, path)
         models[size] = net.float().eval().to(device)
         return models[size]
