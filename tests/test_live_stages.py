@@ -21,6 +21,7 @@ import torch
 import vitviz
 from parity_refs import perturb
 from vitviz.core.running.live import LiveModel, LiveWarning, NoAttentionError
+from vitviz.core.protocol import WINDOWS, capabilities_of
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
@@ -42,7 +43,7 @@ def test_donut_swin_object_opens_per_stage_exactly() -> None:
                                           window_size=4, attn_implementation="eager")
     net = perturb(transformers.DonutSwinModel(config))
     vm = vitviz.load(net, device="cpu")
-    assert getattr(vm, "windowed", False) and tuple(vm.spec.heads) == (2, 4)
+    assert WINDOWS in capabilities_of(vm) and tuple(vm.spec.heads) == (2, 4)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
     maps: list[torch.Tensor] = []
     hooks = [m.register_forward_hook(lambda _m, _i, o: maps.append(o[1].detach()))

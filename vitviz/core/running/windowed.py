@@ -455,18 +455,15 @@ class WindowedNet(nn.Module):
         return self.head(self.pool(self.forward_features(x)))
 
 
-class WindowedModel:
-    """A loaded windowed checkpoint: the reference model, its spec, the device it runs on.
-
-    `run` gives a `WindowedResult`; `forward_captured` is the batch form (the export's). Its capabilities say
-    `WINDOWS` (`vitviz.core.protocol`): what asks a model what it can do asks it, not its class."""
+class WindowedHandle:
+    """What every model of the windowed lane shares (`WindowedModel`, a live `StagedModel`): its capabilities say
+    `WINDOWS` (`vitviz.core.protocol`: what asks a model what it can do asks it, not its class), its one-line
+    summary, the device it runs on and moving it. Subclasses set `net`, `spec` and `_device`."""
 
     capabilities = frozenset({WINDOWS})
-
-    def __init__(self, net: WindowedNet, spec: WindowedSpec, device: torch.device, dropped: list[str]) -> None:
-        self.net, self.spec, self._device = net, spec, device
-        self.dropped = dropped
-        self._lock = threading.Lock()
+    net: nn.Module
+    spec: WindowedSpec
+    _device: torch.device
 
     def __repr__(self) -> str:
         return model_summary(self)
@@ -475,9 +472,20 @@ class WindowedModel:
     def device(self) -> str:
         return str(self._device)
 
-    def to(self, device: str | None) -> "WindowedModel":
+    def to(self, device: str | None) -> "WindowedHandle":
         self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
         return self
+
+
+class WindowedModel(WindowedHandle):
+    """A loaded windowed checkpoint: the reference model, its spec, the device it runs on.
+
+    `run` gives a `WindowedResult`; `forward_captured` is the batch form (the export's)."""
+
+    def __init__(self, net: WindowedNet, spec: WindowedSpec, device: torch.device, dropped: list[str]) -> None:
+        self.net, self.spec, self._device = net, spec, device
+        self.dropped = dropped
+        self._lock = threading.Lock()
 
     def spec_at(self, image_size: tuple[int, int] | None) -> WindowedSpec:
         """The spec of a run at `image_size` (whole patches), or the native spec; a size the original cannot

@@ -40,9 +40,9 @@ from torch import nn
 
 from vitviz.core.running.live.errors import LiveModelError, LiveWarning, user_call
 from vitviz.core.running.live.record import _Recorder, _run
-from vitviz.core.running.runtime import check_host_memory, move_module, resolve_device
+from vitviz.core.running.runtime import check_host_memory, resolve_device
+from vitviz.core.running.windowed import WindowedHandle
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess, split_output
-from vitviz.core.summary import model_summary
 from vitviz.core.winspec import COMPUTE_FIELDS, BlockGeometry, WindowedResult, WindowedSpec
 from vitviz.errors import NonFiniteError, VitvizError
 
@@ -100,12 +100,10 @@ def find_mask_units(module: nn.Module) -> tuple[tuple[int, int], list[tuple[int,
 Placer = Callable[[torch.Tensor, BlockGeometry], np.ndarray]
 
 
-class StagedModel:
+class StagedModel(WindowedHandle):
     """A hierarchical module run as written, its attention shown per block on windows of its stage's grid (see
     the module's docstring); `run` gives a `WindowedResult`, as `WindowedModel.run` does. `names` are its attention
     calls in order, `shown` the ones shown, each moved onto its block's windows by its `placers` entry."""
-
-    windowed = True
 
     def __init__(self, module: nn.Module, spec: WindowedSpec, device: torch.device, names: list[str],
                  shown: list[int], placers: list[Placer], skipped: list[tuple[str, str, tuple[int, ...]]]) -> None:
@@ -114,17 +112,6 @@ class StagedModel:
         self.names, self.shown, self._placers = names, shown, placers
         self.skipped = skipped
         self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return model_summary(self)
-
-    @property
-    def device(self) -> str:
-        return str(self._device)
-
-    def to(self, device: str | None) -> "StagedModel":
-        self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
-        return self
 
     def spec_at(self, image_size: tuple[int, int] | None) -> WindowedSpec:
         """The spec: only the size the module was built for (its own position table, not resampled here)."""
