@@ -145,9 +145,19 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
     layers, `HEADS` heads (per-stage lists shrunk element-wise), image sizes of a 4x4 patch grid."""
     out = dict(d)
     patch = out.get("patch_size")
-    for key in ("out_features", "out_indices"):      # stage names of the full depth: the backbone's defaults
-        if key in out:
-            out[key] = None
+    depth = next((d[k] for k in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(k), int)), 0)
+    for key, v in d.items():      # what is per layer, or names a layer, follows the layers' shrinking
+        if depth > LAYERS and isinstance(v, list) and len(v) == depth and key != "depths":
+            out[key] = v[:LAYERS]
+        elif depth > LAYERS and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
+            out[key] = {i: c for i, c in v.items() if int(i) < LAYERS}
+        elif isinstance(v, list) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v) and (
+                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))):
+            top = LAYERS if "out" in key or "feature" in key else LAYERS - 1
+            clipped = [min(i, top) if i >= 0 else i for i in v]
+            out[key] = clipped if "out" in key or "feature" in key else sorted(set(clipped))
+        elif key == "out_features" and isinstance(v, list):
+            out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
     if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
         out["window_size"] = 4
     stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
@@ -503,6 +513,9 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
         model = build_hf(model_type, class_name)
     except Exception as e:  # noqa: BLE001
         return {"status": "build-failed", "error": f"{type(e).__name__}: {e}"[:600]}
+    if not any(re.search("attention|attn", type(m).__name__, re.I) or isinstance(m, torch.nn.MultiheadAttention)
+               for m in model.modules()):
+        return {"status": "not a ViT", "error": "no attention module in the model"}
     pristine = copy.deepcopy(model)
     _eager(pristine)
     # is there attention over the image? (a CNN, an audio model: not part of the zoo)

@@ -17,7 +17,7 @@ import torch
 
 from vitviz.core.running.capture import VitModel
 from vitviz.core.reading.checkpoint import RawCheckpoint, read_checkpoint
-from vitviz.core.reading.families import FAMILY_NAMES, convert
+from vitviz.core.reading.families import FAMILY_NAMES, convert, named_refusal
 from vitviz.core.reading.hyperparams import infer_spec, warn_guesses
 from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.model import ReferenceViT
@@ -31,7 +31,9 @@ from vitviz.core.reading.validate import (
 )
 from vitviz.core.running.winload import is_windowed, load_windowed
 from vitviz.core.running.winload import APPLIES as WINDOWED_APPLY
-from vitviz.errors import CheckpointError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError
+from vitviz.errors import (
+    CheckpointError, DeviceError, InconsistentCheckpointError, OverrideError, UnknownLayoutError, VitvizError,
+)
 
 
 def _module_heads(module: torch.nn.Module) -> int | None:
@@ -347,7 +349,7 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
 
 
 def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
-    device = resolve_device(overrides.get("device"))
+    resolve_device(overrides.get("device"))   # an unavailable device is refused before the file is read
     stated: dict[str, tuple[Any, str]] = {}
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
@@ -363,6 +365,19 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     else:
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
+    try:
+        return _build_converted(path, raw, overrides, stated)
+    except (UnknownLayoutError, InconsistentCheckpointError) as e:
+        # a file whose config names it: a layout vitviz does not read is refused naming it and the route that works
+        named = e if overrides.get("family") else named_refusal(e, raw)
+        if named is e:
+            raise
+        raise named from e
+
+
+def _build_converted(path: Any, raw: Any, overrides: dict[str, Any], stated: dict[str, tuple[Any, str]]) -> VitModel:
+    """`raw` converted (its family detected) and built as the reference ViT or windowed model."""
+    device = resolve_device(overrides.get("device"))
     conv = convert(raw, overrides.get("family"), overrides)
     is_module = isinstance(path, torch.nn.Module)
     if is_windowed(conv):  # Swin, SAM / ViTDet: the windowed reference model (what a model object states about a

@@ -194,6 +194,41 @@ def named_by(raw: RawCheckpoint) -> str:
     return ""
 
 
+def what_config_names(raw: RawCheckpoint) -> tuple[str, str]:
+    """(what the config beside a file names it, the name a message must hold): ("transformers model_type 'eomt'
+    (EomtForUniversalSegmentation, config.json)", 'eomt'), ("timm architecture 'cait_xxs24_224' (config.json)",
+    'cait_xxs24_224'), an open_clip config; ('', '') when nothing names it (a bare state dict)."""
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str) and cfg["architecture"]:
+        return f"timm architecture {cfg['architecture']!r} (config.json)", cfg["architecture"]
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"]:
+        arch = cfg.get("architectures")
+        arch = f"{arch[0]}, " if isinstance(arch, list) and arch and isinstance(arch[0], str) else ""
+        return f"transformers model_type {cfg['model_type']!r} ({arch}config.json)", cfg["model_type"]
+    named = named_by(raw)
+    return named, named
+
+
+# A refusal says a route when it names what to pass or run: vitviz.load(module), --code, an option (heads=N).
+_ROUTE_SAID = re.compile(r"vitviz\.load\(|--code|code=|\blive\b|--[a-z][a-z-]+|\b[a-z_]+=\S")
+
+
+def named_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
+    """`error` (a layout vitviz does not read) said with what the file's config names and the route that works,
+    as an error of the same type; `error` itself when it says both already, or nothing names the file."""
+    what, name = what_config_names(raw)
+    text = str(error)
+    if not what or (name.lower() in text.lower() and _ROUTE_SAID.search(text)):
+        return error
+    from vitviz.core.reading.towers import ROUTE
+
+    route = ROUTE if what.startswith("transformers") else (
+        "open it with its own code: build it in Python (timm.create_model / open_clip) and pass it to "
+        "vitviz.load(module), or name a factory that builds it with --code FILE.py:FACTORY --model FILE")
+    return type(error)(f"{text.rstrip('.')}. Its config names {what}, which vitviz does not convert exactly to "
+                       f"its reference ViT; to see its attention, {route}")
+
+
 def detect(keys: set[str], raw: RawCheckpoint) -> str:
     """The family of a prefix-stripped key set (checkpoint-formats.md §9)."""
     for module in FAMILIES:

@@ -604,7 +604,7 @@ def _check_probe_memory(module: nn.Module, size: tuple[int, int], chans: int, pa
         raise DeviceError(f"{source}: a {h}x{w} probe input ({chans} channel(s), {tokens:,} tokens"
                           f"{'' if patch else ' if its patches are 16 px'}) and one layer's attention need "
                           f"{format_bytes(needed)}, but only {format_bytes(free)} of memory is available; nothing "
-                          "was allocated; expected a smaller image_size")
+                          "was allocated; pass a smaller image_size=N (CLI --image-size N) that the model takes")
 
 
 def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chans: int, device: torch.device,

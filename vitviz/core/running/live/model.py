@@ -12,7 +12,7 @@ from torch import nn
 
 from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
-from vitviz.core.running.live.errors import LiveModelError, user_call
+from vitviz.core.running.live.errors import LiveModelError, UserCodeError, user_call, with_route
 from vitviz.core.running.live.record import (
     AttentionLayout, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run, _skipped_summary,
 )
@@ -20,7 +20,7 @@ from vitviz.core.posembed import resample_pos_embed
 from vitviz.core.protocol import ATTENTION, EARLY_STOP, POS_TABLE, ROWS
 from vitviz.core.running.runtime import check_host_memory
 from vitviz.core.spec import ModelSpec
-from vitviz.errors import NonFiniteError, VitvizError
+from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 
 class LiveModel(ImageModel):
@@ -157,5 +157,11 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
             and tokens cannot be described (`NoAttentionError`: none seen).
         DeviceError: the probe input (or its attention) would not fit in memory.
     """
-    d = describe(module, overrides, source, how)
+    try:
+        d = describe(module, overrides, source, how)
+    except (UserCodeError, DeviceError) as e:   # its forward refused the probe: said with the route that works
+        routed = with_route(e)
+        if routed is e:
+            raise
+        raise routed from e.__cause__
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)
