@@ -164,10 +164,10 @@ def _prefix_params(module: nn.Module, dim: int) -> dict[str, int]:
     `dim`; any width when `dim` is 0)."""
     found: dict[str, int] = {}
     for name, p in module.named_parameters():
-        if is_lazy(p):      # a Lazy module's parameter before its first forward has no shape yet
+        if is_lazy(p) or not p.dim():   # a Lazy module's parameter before its first forward; a scalar (a gate)
             continue
         leaf = name.rsplit(".", 1)[-1].lower()
-        width = dim or (int(p.shape[-1]) if p.dim() else 0)
+        width = dim or int(p.shape[-1])
         if not width or p.shape[-1] != width or p.numel() // width > _MAX_PREFIX:
             continue
         kind = "dist" if "dist" in leaf and "token" in leaf else "reg" if leaf.startswith(("reg", "register")) \

@@ -1,0 +1,106 @@
+"""What the zoo sweep (scripts/trial_zoo.py) found, each fixed: a folder whose config.json names a model vitviz
+does not read is refused naming it and the route; a live module whose forward will not take an image says how the
+live path takes one; a probe too large for memory names image_size=N; a scalar parameter (a gate) does not crash
+the live path's description."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import vitviz
+from vitviz.errors import DeviceError, InconsistentCheckpointError, UnknownLayoutError, VitvizError
+
+transformers = pytest.importorskip("transformers")
+timm = pytest.importorskip("timm")
+
+
+def _timm_vit() -> nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model("vit_small_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                             depth=2, num_heads=4, num_classes=5).eval()
+
+
+def test_folder_named_by_config_is_refused_with_its_name_and_route(tmp_path: Path) -> None:
+    """AltCLIP: an XLM-R text tower beside a CLIP-like vision tower, a layout vitviz does not read. The refusal
+    named neither the model type nor a route ('no transformer blocks (blocks.N.*) found')."""
+    cfg = transformers.AltCLIPConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=32, patch_size=8),
+        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         vocab_size=100, project_dim=32), projection_dim=32)
+    transformers.AltCLIPModel(cfg).save_pretrained(tmp_path)
+    with pytest.raises((UnknownLayoutError, InconsistentCheckpointError)) as err:
+        vitviz.load(str(tmp_path), device="cpu")
+    text = str(err.value)
+    assert "'altclip'" in text and "AltCLIPModel" in text and "vitviz.load(module)" in text and "--code" in text
+
+
+def test_timm_folder_refusal_names_the_architecture(tmp_path: Path) -> None:
+    """A timm hub folder whose tensors vitviz cannot read says its `architecture` and the route."""
+    (tmp_path / "config.json").write_text('{"architecture": "mystery_net_tiny", "num_classes": 5}')
+    from safetensors.torch import save_file
+
+    save_file({"stem.conv.weight": torch.randn(8, 3, 3, 3), "head.fc.weight": torch.randn(5, 8)},
+              str(tmp_path / "model.safetensors"))
+    with pytest.raises(UnknownLayoutError) as err:
+        vitviz.load(str(tmp_path), device="cpu")
+    assert "'mystery_net_tiny'" in str(err.value) and "vitviz.load(module)" in str(err.value)
+
+
+class _NeedsText(nn.Module):
+    """A model whose forward needs more than the image (a vision-language model's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vision = _timm_vit()
+
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.vision(pixel_values) + input_ids.float().mean()
+
+
+def test_live_forward_that_needs_more_says_the_route() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(VitvizError) as err:
+            vitviz.load(_NeedsText(), live=True, device="cpu")
+    text = str(err.value)
+    assert "_NeedsText" in text and "input_ids" in text and "vitviz.load(module)" in text and "--code" in text
+
+
+def test_probe_too_large_names_the_option() -> None:
+    with pytest.raises(DeviceError) as err:
+        vitviz.load(_timm_vit(), live=True, device="cpu", image_size=200_000)
+    assert "image_size=N (CLI --image-size N)" in str(err.value)
+
+
+class _Gated(nn.Module):
+    """A hand-written ViT (no attribute states its input size: its position table's rows give the grid) with a
+    learned scalar gate, as grounding models have: a 0-d parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from timm.models.vision_transformer import Block
+
+        torch.manual_seed(0)
+        self.patch = nn.Conv2d(3, 32, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 32) * 0.5)
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, 32) * 0.5)
+        self.blocks = nn.Sequential(*[Block(32, 4) for _ in range(2)])
+        self.gate = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
+        return self.blocks(x)[:, 0] * self.gate
+
+
+def test_scalar_parameter_does_not_crash_the_live_path() -> None:
+    model = _Gated()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(model, live=True, device="cpu")
+    assert vm.run(torch.rand(1, 3, 32, 32)).attentions.shape[:2] == (2, 4)
