@@ -104,3 +104,27 @@ def test_scalar_parameter_does_not_crash_the_live_path() -> None:
         warnings.simplefilter("ignore")
         vm = vitviz.load(model, live=True, device="cpu")
     assert vm.run(torch.rand(1, 3, 32, 32)).attentions.shape[:2] == (2, 4)
+
+
+def _rf_detr_dinov2() -> nn.Module:
+    """RF-DETR's DINOv2 backbone: its blocks split the image into 4 windows (every block windowed here)."""
+    cfg = transformers.RfDetrDinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=56,
+                                          patch_size=14, num_windows=4, window_block_indexes=[0, 1],
+                                          out_features=["stage2"], out_indices=[2])
+    torch.manual_seed(0)
+    return transformers.RfDetrDinov2Backbone(cfg).eval()
+
+
+def test_windowed_dinov2_is_not_shown_as_global_attention(tmp_path: Path) -> None:
+    """By file its tensors are a plain DINOv2's: it opened as one, its windowed attention shown as global
+    attention; live, the windows folded into the batch were read as one image's map. Both refuse now."""
+    model = _rf_detr_dinov2()
+    model.save_pretrained(tmp_path)
+    with pytest.raises(UnknownLayoutError) as err:
+        vitviz.load(str(tmp_path), device="cpu")
+    assert "'rf_detr_dinov2'" in str(err.value) and "num_windows" in str(err.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(VitvizError) as err:
+            vitviz.load(model, device="cpu")
+    assert "RfDetrDinov2Backbone" in str(err.value) and "windows per batch" in str(err.value)

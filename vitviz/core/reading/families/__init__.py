@@ -128,6 +128,9 @@ def family_help() -> str:
 def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, Any] | None = None) -> Converted:
     """Detect the family of `raw` (or use `family`) and convert its keys to the canonical layout; `overrides`
     (the caller's load() overrides) reach readers that need one, e.g. a patch flatten order."""
+    from vitviz.core.reading.towers import refuse_windowed
+
+    refuse_windowed(raw.config, str(raw.path))   # tensors of a plain ViT, attention that is not
     sd, dropped = strip_prefixes(dict(raw.tensors))
     detected = family or detect(set(sd), raw)
     full = detected.split(":")[0]
