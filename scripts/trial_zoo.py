@@ -82,7 +82,9 @@ HF_TASKS = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "VISUAL_QUESTION_ANSWERING", 
             "KEYPOINT_MATCHING", "RETRIEVAL", "BACKBONE", "IMAGE")
 
 # Per-type config values the generic shrinking cannot know (a field that must equal another, a minimum size).
-HF_OVERRIDES: dict[str, dict[str, Any]] = {}
+HF_OVERRIDES: dict[str, dict[str, Any]] = {
+    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [1, 2, 3, 4]},   # one neck input per hidden state
+}
 
 # timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
 # each are sampled (spread evenly over the module's sorted names).
@@ -346,7 +348,7 @@ def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
         ways.append(("forward", lambda x: model(pixel_values=x)))
     for name in ("vision_tower", "vision_model", "visual", "vision_encoder", "image_encoder", "vision", "backbone",
                  "encoder"):
-        for owner in (model, getattr(model, "model", None)):
+        for owner in (model, getattr(model, "model", None), getattr(model, "base_model", None)):
             sub = getattr(owner, name, None) if owner is not None else None
             if isinstance(sub, __import__("torch").nn.Module) and _required(sub.forward) <= {"pixel_values"}:
                 key = "pixel_values" if "pixel_values" in _params(sub.forward) else None
@@ -462,6 +464,12 @@ def _image() -> Any:
     return rng.integers(0, 256, (72, 88, 3), dtype=np.uint8)
 
 
+# Assumptions that cannot explain a difference here: the original is run on the very input vitviz made.
+INPUT_FIELDS = {"preprocess", "mean", "std", "interpolation", "resize", "crop_mode", "crop_pct", "image_size",
+                "labels", "in_chans"}
+_INPUT_ONLY = re.compile(r": (" + "|".join(sorted(INPUT_FIELDS)) + r")( = .*)? is (a guess|assumed)")
+
+
 def run_route(open_it: Callable[[], Any], original: Any, names: list[str]) -> dict[str, Any]:
     """One route: open with vitviz, run on the image, compare with the original on vitviz's input; the verdict."""
     import torch
@@ -485,7 +493,8 @@ def run_route(open_it: Callable[[], Any], original: Any, names: list[str]) -> di
             out["traceback"] = traceback.format_exc()[-2500:]
         return out
     spec = result.spec
-    said += [f"assumed {k}: {v}" for k, v in getattr(spec, "assumptions", ())]
+    said = [w for w in said if not _INPUT_ONLY.search(w)]
+    said += [f"assumed {k}: {v}" for k, v in getattr(spec, "assumptions", ()) if k not in INPUT_FIELDS]
     skipped = getattr(vm, "skipped", None)
     if skipped:
         said.append(f"skipped: {skipped}")
@@ -746,6 +755,8 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--hf-only", action="store_true")
     group.add_argument("--timm-only", action="store_true")
     ap.add_argument("--resume", action="store_true", help="keep the cases already in results.json")
+    ap.add_argument("--redo", default="", help="with --resume: run again the cases with a route of these "
+                    "comma-separated verdicts (or this status: build-failed, harness-error), e.g. wrong,crash,hang")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     ap.add_argument("--mem-gib", type=float, default=6.0, help="address-space cap per case")
@@ -771,7 +782,10 @@ def main(argv: list[str] | None = None) -> int:
         results.unlink()
     if args.resume and results.exists():
         have = json.loads(results.read_text()).get("cases", {})
-        cases = {k: v for k, v in cases.items() if k not in have}
+        redo = {s.strip() for s in args.redo.split(",") if s.strip()}
+        again = {k for k, c in have.items() if c.get("status") in redo
+                 or any(v.get("verdict") in redo for v in c.get("routes", {}).values())}
+        cases = {k: v for k, v in cases.items() if k not in have or k in again}
     t0 = time.time()
     print(f"{len(cases)} cases, {args.workers} workers", flush=True)
     sweep(cases, results, args.workers, args.timeout, args.mem_gib)
