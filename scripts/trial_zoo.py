@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import faulthandler
 import fcntl
 import inspect
 import json
@@ -232,6 +233,26 @@ def perturb(model: Any, std: float = 0.05, seed: int = 0) -> Any:
     return model.eval()
 
 
+def _mae_unmasked(model: Any) -> None:
+    """ViT-MAE's forward masks a random 75 % of the patches and shuffles the rest; vitviz shows its encoder on
+    every patch in order: the reference is the forward with mask_ratio 0 and noise that keeps the order."""
+    import torch
+
+    model.config.mask_ratio = 0.0
+    forward = model.forward
+
+    def unmasked(pixel_values: Any = None, **kw: Any) -> Any:
+        p = model.config.patch_size
+        n = (pixel_values.shape[-2] // p) * (pixel_values.shape[-1] // p)
+        return forward(pixel_values=pixel_values, noise=torch.arange(n, dtype=torch.float32)[None], **kw)
+
+    model.forward = unmasked
+
+
+# How the reference runs, where the original's forward is not what vitviz shows by design (said in its docstring).
+REF_PREP: dict[str, Callable[[Any], None]] = {"vit_mae": _mae_unmasked}
+
+
 def build_hf(model_type: str, class_name: str) -> Any:
     import torch
     import transformers
@@ -261,7 +282,10 @@ def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
     import torch
 
     errors = []
+    patch = re.search(r"patch(\d+)", arch)
+    side = 4 * int(patch.group(1)) if patch else 64     # a whole number of patches (timm's size check is strict)
     for kw in TIMM_TRIES:
+        kw = {**kw, "img_size": side} if "img_size" in kw else kw
         try:
             torch.manual_seed(0)
             model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
@@ -527,6 +551,7 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
         return {"status": "not a ViT", "error": "no attention module in the model"}
     pristine = copy.deepcopy(model)
     _eager(pristine)
+    REF_PREP.get(model_type, lambda m: None)(pristine)
     # is there attention over the image? (a CNN, an audio model: not part of the zoo)
     size = _hf_size(model)
     try:
@@ -595,7 +620,7 @@ def run_timm(arch: str, work: Path) -> dict[str, Any]:
             "routes": routes}
 
 
-def _child(key: str, spec: tuple[str, str], out_file: str, mem_gib: float) -> None:
+def _child(key: str, spec: tuple[str, str], out_file: str, mem_gib: float, timeout: float) -> None:
     """A forked case: capped, one thread, its result written to `out_file`."""
     limit = int(mem_gib * 2 ** 30)
     with contextlib.suppress(ValueError, OSError):
@@ -604,6 +629,8 @@ def _child(key: str, spec: tuple[str, str], out_file: str, mem_gib: float) -> No
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    stack = open(out_file + ".stack", "w")   # where a hang's stack is written, shortly before the parent kills it
+    faulthandler.dump_traceback_later(max(timeout - 5, 1), file=stack)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
         try:
@@ -652,7 +679,7 @@ def sweep(cases: dict[str, tuple[str, str]], results: Path, workers: int, timeou
         while pending and len(running) < workers:
             key, spec = pending.pop(0)
             out_file = str(tmpdir / (re.sub(r"[^\w.-]", "_", key) + ".json"))
-            proc = ctx.Process(target=_child, args=(key, spec, out_file, mem_gib), daemon=True)
+            proc = ctx.Process(target=_child, args=(key, spec, out_file, mem_gib, timeout), daemon=True)
             proc.start()
             running[key] = (proc, time.time(), out_file)
         time.sleep(0.2)
@@ -668,6 +695,10 @@ def sweep(cases: dict[str, tuple[str, str]], results: Path, workers: int, timeou
             del running[key]
             path = Path(out_file)
             res = json.loads(path.read_text()) if path.exists() else _dead(key, proc, elapsed, timeout)
+            stack = Path(out_file + ".stack")
+            if not path.exists() and stack.exists() and stack.stat().st_size:
+                for route in res["routes"].values():
+                    route["traceback"] = stack.read_text()[-3000:]
             merge(results, key, res)
             done += 1
             verdicts = " ".join(f"{r}={v['verdict']}" for r, v in res.get("routes", {}).items())

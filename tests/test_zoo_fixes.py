@@ -128,3 +128,17 @@ def test_windowed_dinov2_is_not_shown_as_global_attention(tmp_path: Path) -> Non
         with pytest.raises(VitvizError) as err:
             vitviz.load(model, device="cpu")
     assert "RfDetrDinov2Backbone" in str(err.value) and "windows per batch" in str(err.value)
+
+
+def test_config_field_refusal_names_the_model_type(tmp_path: Path) -> None:
+    """SLANet (a table-recognition model) states hidden_act 'hardswish', a value no ViT vitviz reads uses: the
+    refusal of the field said neither the model nor a route."""
+    from safetensors.torch import save_file
+
+    from vitviz.errors import MetadataError
+
+    (tmp_path / "config.json").write_text('{"model_type": "slanet", "hidden_act": "hardswish"}')
+    save_file({"backbone.conv.weight": torch.randn(8, 3, 3, 3)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(MetadataError) as err:
+        vitviz.load(str(tmp_path), device="cpu")
+    assert "'slanet'" in str(err.value) and "hardswish" in str(err.value) and "vitviz.load(module)" in str(err.value)
