@@ -274,6 +274,7 @@ TIMM_TRIES: tuple[dict[str, Any], ...] = (
     dict(),
 )
 TIMM_MAX_PARAMS = 30_000_000
+HF_MAX_PARAMS = 60_000_000     # a model the generic shrinking left large (a sub-config it does not know)
 
 
 def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
@@ -549,6 +550,9 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
     if not any(re.search("attention|attn", type(m).__name__, re.I) or isinstance(m, torch.nn.MultiheadAttention)
                for m in model.modules()):
         return {"status": "not a ViT", "error": "no attention module in the model"}
+    params = sum(p.numel() for p in model.parameters())
+    if params > HF_MAX_PARAMS:
+        return {"status": "build-failed", "error": f"not tiny: {params:,} parameters after shrinking its config"}
     pristine = copy.deepcopy(model)
     _eager(pristine)
     REF_PREP.get(model_type, lambda m: None)(pristine)
@@ -697,8 +701,12 @@ def sweep(cases: dict[str, tuple[str, str]], results: Path, workers: int, timeou
             res = json.loads(path.read_text()) if path.exists() else _dead(key, proc, elapsed, timeout)
             stack = Path(out_file + ".stack")
             if not path.exists() and stack.exists() and stack.stat().st_size:
-                for route in res["routes"].values():
-                    route["traceback"] = stack.read_text()[-3000:]
+                where = stack.read_text()
+                if "run_route" not in where:     # still building or saving the original: the harness's, not vitviz's
+                    res = {"status": "build-failed", "error": f"not built and saved within {timeout:.0f} s: "
+                                                              + where[-600:]}
+                for route in res.get("routes", {}).values():
+                    route["traceback"] = where[-3000:]
             merge(results, key, res)
             done += 1
             verdicts = " ".join(f"{r}={v['verdict']}" for r, v in res.get("routes", {}).items())
