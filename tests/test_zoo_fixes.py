@@ -142,3 +142,28 @@ def test_config_field_refusal_names_the_model_type(tmp_path: Path) -> None:
     with pytest.raises(MetadataError) as err:
         vitviz.load(str(tmp_path), device="cpu")
     assert "'slanet'" in str(err.value) and "hardswish" in str(err.value) and "vitviz.load(module)" in str(err.value)
+
+
+def test_timm_swinv2_object_uses_the_windows_it_was_built_with() -> None:
+    """A timm SwinV2 object built with window_size=4: converted live, its windows were its architecture name's
+    (12), so no block's attention was the model's; now each block equals timm's own softmax."""
+    torch.manual_seed(0)
+    model = timm.create_model("swinv2_base_window12_192", pretrained=False, img_size=64, embed_dim=32,
+                              depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8), window_size=4, num_classes=5).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(model, device="cpu")
+    result = vm.run(torch.rand(1, 3, 64, 64))
+    for m in model.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False
+    maps: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, o: maps.append(o.detach()))
+             for n, m in model.named_modules() if n.endswith("attn.softmax")]
+    with torch.no_grad():
+        model(torch.from_numpy(result.input)[None])
+    for h in hooks:
+        h.remove()
+    assert len(maps) == len(result.blocks) == 4
+    for mine, ref in zip(result.blocks, maps):
+        torch.testing.assert_close(torch.from_numpy(mine), ref.reshape(mine.shape), atol=1e-5, rtol=0)

@@ -199,7 +199,30 @@ def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
         if size is not None:  # the registry's size is the default; the model may have been built at another
             cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
         raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+        window_args = _timm_window_args(module)
+        if window_args:   # the windows it was built with, not its architecture's registered ones
+            raw.config["model_args"] = window_args
     return raw
+
+
+def _timm_window_args(module: torch.nn.Module) -> dict[str, Any]:
+    """A timm Swin object's window size and its stages' pretrained window sizes, as the model_args of a hub folder
+    say them (built with window_size=4, a `swinv2_*_window12_*` model's windows are 4, not its name's 12)."""
+    blocks = [m for m in module.modules() if "Block" in type(m).__name__ and hasattr(m, "window_size")]
+    if not blocks:
+        return {}
+    side = blocks[0].window_size
+    side = tuple(side) if isinstance(side, (tuple, list)) else (side, side)
+    args: dict[str, Any] = {"window_size": side[0] if side[0] == side[1] else list(side)}
+    pretrained = []
+    for stage in getattr(module, "layers", ()):
+        attn = getattr(next(iter(getattr(stage, "blocks", ())), None), "attn", None)
+        pw = getattr(attn, "pretrained_window_size", None)
+        if pw is not None:
+            pretrained.append(int(pw[0]) if isinstance(pw, (tuple, list)) else int(pw))
+    if pretrained:
+        args["pretrained_window_sizes"] = pretrained
+    return args
 
 
 def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
