@@ -167,3 +167,21 @@ def test_timm_swinv2_object_uses_the_windows_it_was_built_with() -> None:
     assert len(maps) == len(result.blocks) == 4
     for mine, ref in zip(result.blocks, maps):
         torch.testing.assert_close(torch.from_numpy(mine), ref.reshape(mine.shape), atol=1e-5, rtol=0)
+
+
+def test_memory_map_failure_is_a_memory_error_not_a_layout_bug(tmp_path: Path, monkeypatch) -> None:
+    """Under a memory cap, safetensors' mmap fails with a RuntimeError; it was reported as 'please report this
+    file's layout as a vitviz bug'."""
+    from safetensors.torch import save_file
+
+    import vitviz.core.reading.checkpoint as checkpoint
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path))
+
+    def no_memory(*_a, **_k):
+        raise RuntimeError(f"unable to mmap 724461416 bytes from file <{path}>: Cannot allocate memory (12)")
+
+    monkeypatch.setattr(checkpoint, "_read_weights_file", no_memory)
+    with pytest.raises(DeviceError, match="not enough memory to map it"):
+        vitviz.load(str(path), device="cpu")

@@ -367,6 +367,9 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
                           f"({type(e).__name__}: {str(e)[:200]}); reinstall it (pip install --force-reinstall "
                           f"{package}). The file itself was not at fault") from e
     except Exception as e:  # noqa: BLE001 - the promise: a VitvizError for every file
+        if "Cannot allocate memory" in str(e) or "unable to mmap" in str(e):   # the host's, not the file's
+            raise DeviceError(f"{os.fsdecode(path)}: not enough memory to map it while loading ({str(e)[:200]}); "
+                              "close other programs or raise this process's memory limit") from e
         raise CheckpointError(f"{os.fsdecode(path)}: could not be loaded (unexpected {type(e).__name__}: "
                               f"{str(e)[:300]}); please report this file's layout as a vitviz bug") from e
 
