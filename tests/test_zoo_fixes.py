@@ -185,3 +185,17 @@ def test_memory_map_failure_is_a_memory_error_not_a_layout_bug(tmp_path: Path, m
     monkeypatch.setattr(checkpoint, "_read_weights_file", no_memory)
     with pytest.raises(DeviceError, match="not enough memory to map it"):
         vitviz.load(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("arch", ["beit_base_patch16_224", "vit_relpos_medium_patch16_rpn_224"])
+def test_bare_relative_position_state_dict_reads_heads_from_its_bias(tmp_path: Path, arch: str) -> None:
+    """A bare BEiT / timm relpos state dict: its relative position bias has one column (MLP output) per head, but
+    the head count was guessed from the width (1) and then contradicted the bias: refused with no route."""
+    torch.manual_seed(0)
+    model = timm.create_model(arch, pretrained=False, img_size=64, embed_dim=64, depth=2, num_heads=4,
+                              num_classes=5).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(str(tmp_path / "model.pth"), device="cpu", image_size=64)
+    assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads").startswith("shape:")
