@@ -255,8 +255,8 @@ class _Recorder:
         length, source = int(probs.shape[-2]), int(probs.shape[-1])
         if probs.dim() != 4:
             probs = probs.reshape(self.batch, -1, length, source)
-        elif self.batch not in probs.shape[:2]:
-            # neither axis is the batch: windows (or crops) folded into it, each attending over its own tokens --
+        elif int(probs.shape[0]) != self.batch:
+            # its first axis is not the batch: windows (or crops) folded into it, each attending over its own tokens --
             # not one map per image over the image's tokens, so not shown as one (RF-DETR's windowed blocks)
             self.skipped.append((name or self.where(), f"{mechanism}, {probs.shape[0]} windows per batch of "
                                  f"{self.batch}", tuple(probs.shape)))
