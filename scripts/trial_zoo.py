@@ -743,7 +743,8 @@ def report(results: Path, md: Path, elapsed: float | None) -> str:
             lines.append(f"| {k.split(':', 1)[1]} | " + " | ".join(cells) + " | " + "<br>".join(notes) + " |")
         if apart:
             lines += ["", f"Not in the {lib} counts:", ""]
-            lines += [f"- {k.split(':', 1)[1]}: {c.get('status')} — {_clip(c.get('error', ''), 200)}" for k, c in apart]
+            lines += [f"- {k.split(':', 1)[1]}: {c.get('status')} — {_clip(c.get('error', ''), 200)}"
+                      for k, c in apart]
     text = "\n".join(lines) + "\n"
     md.write_text(text)
     return text
