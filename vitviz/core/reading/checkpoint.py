@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from vitviz.core.files import check_path, read_json_file
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES, WEIGHT_NAMES, WEIGHT_SUFFIXES
-from vitviz.core.reading.towers import Tower, identify, tower_prefix
+from vitviz.core.reading.towers import ROUTE, Tower, identify, tower_prefix
 from vitviz.core.reading.validate import (
     Invalid, as_labels, check_config, check_open_clip_config, check_preprocessor, check_stored_tensors,
     inside, show, training_args,
@@ -105,7 +105,7 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
         if tower is not None:
             raw.tensors, raw.tower = _tower_tensors(raw, tower)
             config = tower.config
-        raw.config = None if config is None else check_config(config, folder / "config.json")
+        raw.config = None if config is None else _checked_config(config, folder / "config.json")
         preprocessor = _read_json(folder / "preprocessor_config.json")
         raw.preprocessor = None if preprocessor is None else \
             check_preprocessor(preprocessor, folder / "preprocessor_config.json")
@@ -118,6 +118,18 @@ def read_checkpoint(path: str | Path, nest_key: str | None = None) -> RawCheckpo
             raise MetadataError(f"{labels_file}: holds {show(mapping)}; {e}") from None
     raw.sidecars = read_sidecars(weights, skip=("config.json",) if raw.config is not None else ())
     return raw
+
+
+def _checked_config(config: Any, where: Path) -> Any:
+    """`check_config`, whose refusal of a field says which model the config names (and its route) when it does
+    not already: a model type vitviz does not read may use a value that no ViT it reads does (SLANet's hardswish)."""
+    try:
+        return check_config(config, where)
+    except MetadataError as e:
+        named = config.get("model_type") or config.get("architecture") if isinstance(config, dict) else None
+        if not isinstance(named, str) or not named or named in str(e):
+            raise
+        raise MetadataError(f"{e}. The config names the model {named!r}; to see its attention, {ROUTE}") from e
 
 
 def read_sidecars(weights: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:

@@ -420,6 +420,18 @@ def _pick(name: str, overrides: dict[str, Any], hints: dict[str, Any], default: 
     return prov.set(name, default, default_src)
 
 
+def _relative_position_heads(sd: dict[str, torch.Tensor]) -> tuple[int, str] | None:
+    """The head count a relative position bias states: one column per head of BEiT's table, one output per head of
+    timm's relpos MLP; None without one."""
+    table = sd.get("blocks.0.attn.relative_position_bias_table", sd.get("rel_pos_bias.relative_position_bias_table"))
+    if table is not None and table.dim() == 2:
+        return int(table.shape[1]), "shape: relative_position_bias_table (one column per head)"
+    fc2 = sd.get("blocks.0.attn.rel_pos.mlp.fc2.weight")
+    if fc2 is not None and fc2.dim() == 2:
+        return int(fc2.shape[0]), "shape: attn.rel_pos.mlp.fc2 (one output per head)"
+    return None
+
+
 def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[str, Any], info: Any,
            name: str, width: int, prov: _Prov, where: str, sources: list[tuple[str, dict[str, Any]]],
            family: str) -> int:
@@ -430,6 +442,7 @@ def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[s
     qn = sd.get("blocks.0.attn.q_norm.weight")
     meta_heads = find_value(sources, HEADS_KEYS, as_int)
     meta_dim_head = find_value(sources, DIM_HEAD_KEYS, as_int)
+    rel_heads = _relative_position_heads(sd)
     if overrides.get("heads"):
         heads, src = int(overrides["heads"]), "override"
     elif cfg_heads:
@@ -440,6 +453,8 @@ def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[s
         heads, src = width // meta_dim_head[0], f"{meta_dim_head[1]} (width {width} / head dim)"
     elif info is not None and info.heads:
         heads, src = info.heads, f"metadata: model name {name!r}"
+    elif rel_heads is not None:
+        heads, src = rel_heads
     elif qn is not None:
         heads, src = width // int(qn.shape[0]), "shape: attn.q_norm.weight (head_dim)"
     elif hints.get("default_heads") and width == hints["default_heads"][0][1]:

@@ -197,6 +197,25 @@ def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | Non
     return Tower(model_type, tower_type, key, prefixes, sub, by_code=BY_CODE[tower_type])
 
 
+def refuse_windowed(config: Any, where: str) -> None:
+    """Refuse a transformers config whose encoder splits the image into windows in some blocks (RF-DETR's DINOv2:
+    `num_windows` > 1, `window_block_indexes`): its tensors are a plain ViT's, so it would be read as one, and those
+    blocks' windowed attention shown as global attention -- not the model's.
+
+    Raises:
+        CompositeModelError: naming the model type, the windowed blocks and the route that works.
+    """
+    if not isinstance(config, dict):
+        return
+    windows, blocks = config.get("num_windows"), config.get("window_block_indexes")
+    if isinstance(windows, int) and not isinstance(windows, bool) and windows > 1 and blocks:
+        raise CompositeModelError(
+            f"{where}: transformers model_type {_text(config.get('model_type')) or 'unnamed'!r} splits the image "
+            f"into {windows} windows in blocks {blocks} (num_windows, window_block_indexes), attention that "
+            f"vitviz's reference ViT does not compute: it would show global attention instead. To see its "
+            f"attention, {ROUTE}")
+
+
 def listed_tower(config: Any) -> tuple[str, str] | None:
     """(family, 'its clip_vision_model tower') of a composite model's config.json, for a model listing; None for
     any other config, or one `identify` refuses. Never raises."""

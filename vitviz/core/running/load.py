@@ -17,7 +17,7 @@ import torch
 
 from vitviz.core.running.capture import VitModel
 from vitviz.core.reading.checkpoint import RawCheckpoint, read_checkpoint
-from vitviz.core.reading.families import FAMILY_NAMES, convert
+from vitviz.core.reading.families import FAMILY_NAMES, convert, named_refusal
 from vitviz.core.reading.hyperparams import infer_spec, warn_guesses
 from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.live.packing import is_packed, packed_tower
@@ -34,7 +34,8 @@ from vitviz.core.running.winload import is_windowed, load_windowed
 from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.core.running.winload import APPLIES as WINDOWED_APPLY
 from vitviz.errors import (
-    CheckpointError, CompositeModelError, DeviceError, InconsistentCheckpointError, OverrideError, VitvizError,
+    CheckpointError, CompositeModelError, DeviceError, InconsistentCheckpointError, OverrideError, UnknownLayoutError,
+    VitvizError,
 )
 
 
@@ -201,7 +202,30 @@ def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
         if size is not None:  # the registry's size is the default; the model may have been built at another
             cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
         raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+        window_args = _timm_window_args(module)
+        if window_args:   # the windows it was built with, not its architecture's registered ones
+            raw.config["model_args"] = window_args
     return raw
+
+
+def _timm_window_args(module: torch.nn.Module) -> dict[str, Any]:
+    """A timm Swin object's window size and its stages' pretrained window sizes, as the model_args of a hub folder
+    say them (built with window_size=4, a `swinv2_*_window12_*` model's windows are 4, not its name's 12)."""
+    blocks = [m for m in module.modules() if "Block" in type(m).__name__ and hasattr(m, "window_size")]
+    if not blocks:
+        return {}
+    side = blocks[0].window_size
+    side = tuple(side) if isinstance(side, (tuple, list)) else (side, side)
+    args: dict[str, Any] = {"window_size": side[0] if side[0] == side[1] else list(side)}
+    pretrained = []
+    for stage in getattr(module, "layers", ()):
+        attn = getattr(next(iter(getattr(stage, "blocks", ())), None), "attn", None)
+        pw = getattr(attn, "pretrained_window_size", None)
+        if pw is not None:
+            pretrained.append(int(pw[0]) if isinstance(pw, (tuple, list)) else int(pw))
+    if pretrained:
+        args["pretrained_window_sizes"] = pretrained
+    return args
 
 
 def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
@@ -357,12 +381,15 @@ def _load_reference(path: "str | Path | dict[str, Any] | torch.nn.Module", overr
                           f"({type(e).__name__}: {str(e)[:200]}); reinstall it (pip install --force-reinstall "
                           f"{package}). The file itself was not at fault") from e
     except Exception as e:  # noqa: BLE001 - the promise: a VitvizError for every file
+        if "Cannot allocate memory" in str(e) or "unable to mmap" in str(e):   # the host's, not the file's
+            raise DeviceError(f"{os.fsdecode(path)}: not enough memory to map it while loading ({str(e)[:200]}); "
+                              "close other programs or raise this process's memory limit") from e
         raise CheckpointError(f"{os.fsdecode(path)}: could not be loaded (unexpected {type(e).__name__}: "
                               f"{str(e)[:300]}); please report this file's layout as a vitviz bug") from e
 
 
 def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", overrides: dict[str, Any]) -> VitModel:
-    device = resolve_device(overrides.get("device"))
+    resolve_device(overrides.get("device"))   # an unavailable device is refused before the file is read
     stated: dict[str, tuple[Any, str]] = {}
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
         heads = _module_heads(path)
@@ -380,6 +407,19 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     else:
         raise VitvizError(f"cannot load a {type(path).__name__}; expected a checkpoint path, a model folder, "
                           "a state dict or a torch.nn.Module")
+    try:
+        return _build_converted(path, raw, overrides, stated)
+    except (UnknownLayoutError, InconsistentCheckpointError) as e:
+        # a file whose config names it: a layout vitviz does not read is refused naming it and the route that works
+        named = e if overrides.get("family") else named_refusal(e, raw)
+        if named is e:
+            raise
+        raise named from e
+
+
+def _build_converted(path: Any, raw: Any, overrides: dict[str, Any], stated: dict[str, tuple[Any, str]]) -> VitModel:
+    """`raw` converted (its family detected) and built as the reference ViT or windowed model."""
+    device = resolve_device(overrides.get("device"))
     conv = convert(raw, overrides.get("family"), overrides)
     is_module = isinstance(path, torch.nn.Module)
     if is_windowed(conv):  # Swin, SAM / ViTDet: the windowed reference model (what a model object states about a

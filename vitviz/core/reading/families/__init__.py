@@ -128,6 +128,9 @@ def family_help() -> str:
 def convert(raw: RawCheckpoint, family: str | None = None, overrides: dict[str, Any] | None = None) -> Converted:
     """Detect the family of `raw` (or use `family`) and convert its keys to the canonical layout; `overrides`
     (the caller's load() overrides) reach readers that need one, e.g. a patch flatten order."""
+    from vitviz.core.reading.towers import refuse_windowed
+
+    refuse_windowed(raw.config, str(raw.path))   # tensors of a plain ViT, attention that is not
     sd, dropped = strip_prefixes(dict(raw.tensors))
     detected = family or detect(set(sd), raw)
     full = detected.split(":")[0]
@@ -192,6 +195,41 @@ def named_by(raw: RawCheckpoint) -> str:
     if any(isinstance(d, dict) and ("model_cfg" in d or "vision_cfg" in d) for _, d in raw.sidecars):
         return "an open_clip model config (open_clip_config.json)"
     return ""
+
+
+def what_config_names(raw: RawCheckpoint) -> tuple[str, str]:
+    """(what the config beside a file names it, the name a message must hold): ("transformers model_type 'eomt'
+    (EomtForUniversalSegmentation, config.json)", 'eomt'), ("timm architecture 'cait_xxs24_224' (config.json)",
+    'cait_xxs24_224'), an open_clip config; ('', '') when nothing names it (a bare state dict)."""
+    cfg = raw.config or {}
+    if isinstance(cfg.get("architecture"), str) and cfg["architecture"]:
+        return f"timm architecture {cfg['architecture']!r} (config.json)", cfg["architecture"]
+    if isinstance(cfg.get("model_type"), str) and cfg["model_type"]:
+        arch = cfg.get("architectures")
+        arch = f"{arch[0]}, " if isinstance(arch, list) and arch and isinstance(arch[0], str) else ""
+        return f"transformers model_type {cfg['model_type']!r} ({arch}config.json)", cfg["model_type"]
+    named = named_by(raw)
+    return named, named
+
+
+# A refusal says a route when it names what to pass or run: vitviz.load(module), --code, an option (heads=N).
+_ROUTE_SAID = re.compile(r"vitviz\.load\(|--code|code=|\blive\b|--[a-z][a-z-]+|\b[a-z_]+=\S")
+
+
+def named_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
+    """`error` (a layout vitviz does not read) said with what the file's config names and the route that works,
+    as an error of the same type; `error` itself when it says both already, or nothing names the file."""
+    what, name = what_config_names(raw)
+    text = str(error)
+    if not what or (name.lower() in text.lower() and _ROUTE_SAID.search(text)):
+        return error
+    from vitviz.core.reading.towers import ROUTE
+
+    route = ROUTE if what.startswith("transformers") else (
+        "open it with its own code: build it in Python (timm.create_model / open_clip) and pass it to "
+        "vitviz.load(module), or name a factory that builds it with --code FILE.py:FACTORY --model FILE")
+    return type(error)(f"{text.rstrip('.')}. Its config names {what}, which vitviz does not convert exactly to "
+                       f"its reference ViT; to see its attention, {route}")
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str:

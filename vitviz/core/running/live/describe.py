@@ -178,10 +178,10 @@ def _prefix_params(module: nn.Module, dim: int) -> dict[str, int]:
     `dim`; any width when `dim` is 0)."""
     found: dict[str, int] = {}
     for name, p in module.named_parameters():
-        if is_lazy(p):      # a Lazy module's parameter before its first forward has no shape yet
+        if is_lazy(p) or not p.dim():   # a Lazy module's parameter before its first forward; a scalar (a gate)
             continue
         leaf = name.rsplit(".", 1)[-1].lower()
-        width = dim or (int(p.shape[-1]) if p.dim() else 0)
+        width = dim or int(p.shape[-1])
         if not width or p.shape[-1] != width or p.numel() // width > _MAX_PREFIX:
             continue
         kind = "dist" if "dist" in leaf and "token" in leaf else "reg" if leaf.startswith(("reg", "register")) \
@@ -741,7 +741,7 @@ def _check_probe_memory(module: nn.Module, size: tuple[int, int], chans: int, pa
         raise DeviceError(f"{source}: a {h}x{w} probe input ({chans} channel(s), {tokens:,} tokens"
                           f"{'' if patch else ' if its patches are 16 px'}) and one layer's attention need "
                           f"{format_bytes(needed)}, but only {format_bytes(free)} of memory is available; nothing "
-                          "was allocated; expected a smaller image_size")
+                          "was allocated; pass a smaller image_size=N (CLI --image-size N) that the model takes")
 
 
 def _check_probe(module: nn.Module, x: torch.Tensor, size: tuple[int, int], chans: int, device: torch.device,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -147,6 +148,27 @@ def user_call(fn: Callable[[], Any], source: str, doing: str, on: str = "") -> A
         raise DeviceError(f"{source}: not enough memory while {doing} ({e or 'MemoryError'}); {SMALLER}") from e
     except BaseException as e:  # noqa: BLE001 - the user's code: every exception it raises is said, none escapes
         raise UserCodeError(f"{source}: {doing} failed{' on ' + on if on else ''} ({_exception_text(e)})") from e
+
+
+# What a live refusal says to do when it says nothing else: how the live path takes a module.
+LIVE_ROUTE = ("Next: vitviz runs a module live by calling it on a (1, C, H, W) image batch; pass the module that "
+              "takes one (a transformers model's vision tower, e.g. model.vision_tower or model.vision_model) to "
+              "vitviz.load(module), or name a factory that wraps it to take one with --code FILE.py:FACTORY; "
+              "image_size=N (--image-size N) probes another size")
+_ROUTE_SAID = re.compile(r"vitviz\.load\(|--code|code=|Next:|--[a-z][a-z-]+|\b[a-z_]+=\S")
+
+
+def with_route(error: VitvizError) -> VitvizError:
+    """`error` with `LIVE_ROUTE` added (an error of the same type, its cause kept) when it names no route."""
+    text = str(error)
+    if _ROUTE_SAID.search(text):
+        return error
+    try:
+        routed = type(error)(f"{text.rstrip('.')}. {LIVE_ROUTE}")
+    except TypeError:   # an error type built otherwise: said as it is
+        return error
+    routed.__cause__ = error.__cause__
+    return routed
 
 
 def _exception_text(e: BaseException) -> str:

@@ -12,7 +12,7 @@ from torch import nn
 
 from vitviz.core.running.capture import ImageModel, LayerSink
 from vitviz.core.running.live.describe import _per_image, _take, describe
-from vitviz.core.running.live.errors import LiveModelError, user_call
+from vitviz.core.running.live.errors import LiveModelError, UserCodeError, user_call, with_route
 from vitviz.core.running.live.packing import PackedTower, is_packed, packed_tower
 from vitviz.core.running.live.stages import (
     StagedModel, find_mask_units, find_windows_and_channels, load_mask_units, load_windows_and_channels,
@@ -24,7 +24,7 @@ from vitviz.core.posembed import resample_pos_embed
 from vitviz.core.protocol import ATTENTION, EARLY_STOP, POS_TABLE, ROWS
 from vitviz.core.running.runtime import check_host_memory
 from vitviz.core.spec import ModelSpec
-from vitviz.errors import NonFiniteError, VitvizError
+from vitviz.errors import DeviceError, NonFiniteError, VitvizError
 
 
 class LiveModel(ImageModel):
@@ -181,5 +181,11 @@ def load_live(module: nn.Module, overrides: Mapping[str, Any], source: str | Non
     davit = find_windows_and_channels(module)
     if davit is not None:   # DaViT: its spatial window blocks per stage, its channel blocks said
         return load_windows_and_channels(module, davit, overrides, named, how)
-    d = describe(module, overrides, source, how)
+    try:
+        d = describe(module, overrides, source, how)
+    except (UserCodeError, DeviceError) as e:   # its forward refused the probe: said with the route that works
+        routed = with_route(e)
+        if routed is e:
+            raise
+        raise routed from e.__cause__
     return LiveModel(module, d.spec, d.device, d.layers, d.skipped, d.output, d.pos_name, d.layout, d.what)

@@ -333,6 +333,12 @@ class _Recorder:
         if self.window_maps is not None:
             self.window_maps.append((name or self.where(), probs.detach().float()[:, :, None]))
             return
+        if int(probs.shape[0]) != self.batch:
+            # its first axis is not the batch: windows (or crops) folded into it, each attending over its own tokens --
+            # not one map per image over the image's tokens, so not shown as one (RF-DETR's windowed blocks)
+            self.skipped.append((name or self.where(), f"{mechanism}, {probs.shape[0]} windows per batch of "
+                                 f"{self.batch}", tuple(probs.shape)))
+            return
         if self.layout is not None and self.layout.joined:
             probs = self._on_grid(probs)
             length, source = int(probs.shape[-2]), int(probs.shape[-1])

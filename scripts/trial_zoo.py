@@ -1,0 +1,848 @@
+"""The zoo sweep: every transformers model type whose image side is a transformer over patches, and a sample of
+timm's transformer modules, built tiny with random weights, saved as users have them and opened with vitviz.
+
+    PYTHONPATH=$PWD python scripts/trial_zoo.py                  # the whole sweep (2 workers), REPORT.md + results.json
+    PYTHONPATH=$PWD python scripts/trial_zoo.py --only vit,swin  # only these model types / timm architectures
+    PYTHONPATH=$PWD python scripts/trial_zoo.py --hf-only --resume   # keep the cases already in results.json
+
+Cases. transformers: every model type of the auto mappings of an image task (classification, feature extraction,
+image-text-to-text, depth, detection, segmentation, backbones, video ...) is built from its config class's
+defaults shrunk generically (`tiny_config`: widths, layers, heads, image sizes and every sub-config, with
+per-type overrides in `HF_OVERRIDES`), its weights perturbed so that attention is not near-uniform, and saved with
+`save_pretrained` (what `hf:ORG/NAME` downloads). A type whose original computes no attention over the image
+(a CNN, an audio model) is listed as 'not a ViT' and counted apart. timm: `TIMM_SAMPLE` architectures spread over
+every module of timm that holds a transformer, built with tiny keyword arguments, saved as a timm hub folder
+(config.json with `architecture` + model.safetensors) and as a bare state dict.
+
+Routes. by file: `vitviz.load(folder)` (timm: the hub folder and the bare state dict); live: `vitviz.load(model)`.
+Each route is run on a small image, and vitviz's per-layer attention is compared with the attention the original
+computes on the very input vitviz fed its copy (`result.input`): every softmax and scaled_dot_product_attention
+of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: independent of vitviz).
+
+Verdicts of a route (`classify`):
+    exact            every layer vitviz shows equals an attention map of the original (in order), none left out
+    flagged          it differs, and vitviz said an assumption (spec.assumptions, a GuessWarning, skipped layers)
+    wrong            it differs (values, or no map of the original has its shape), and nothing was said
+    unchecked        it ran, but the original gave no attention to compare with (its forward failed)
+    refused-clear    a VitvizError naming the model (model_type / class / architecture) and a route that works
+    refused-unclear  a VitvizError that does not
+    crash            any other exception, or the process died (memory cap, signal)
+    hang             the case ran past its time limit
+
+Every case runs in its own forked process (the parent has imported torch, transformers, timm and vitviz once)
+under a memory cap (RLIMIT_AS) and a time limit; at most `--workers` (default 2) at once. Results are merged into
+results.json as each case ends (under a lock), so an interrupted sweep resumes with `--resume`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import faulthandler
+import fcntl
+import inspect
+import json
+import math
+import multiprocessing as mp
+import os
+import re
+import resource
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "trial_zoo"
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+VERDICTS = ("exact", "flagged", "wrong", "unchecked", "refused-clear", "refused-unclear", "crash", "hang")
+ATOL = 1e-4
+WIDTH, FFN, LAYERS, HEADS = 32, 64, 2, 4
+
+# ------------------------------------------------------------------------------------------------ the cases
+# Image tasks of transformers' auto mappings: a model type in any of them is a candidate; the first mapping (in
+# this order) that has it gives the class built (the class a hub repository of that type is usually saved as).
+HF_TASKS = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "VISUAL_QUESTION_ANSWERING", "ZERO_SHOT_IMAGE_CLASSIFICATION",
+            "IMAGE_CLASSIFICATION", "DEPTH_ESTIMATION", "SEMANTIC_SEGMENTATION", "INSTANCE_SEGMENTATION",
+            "UNIVERSAL_SEGMENTATION", "IMAGE_SEGMENTATION", "OBJECT_DETECTION", "ZERO_SHOT_OBJECT_DETECTION",
+            "KEYPOINT_DETECTION", "POSE_ESTIMATION", "IMAGE_MATTING", "MASK_GENERATION", "VIDEO_CLASSIFICATION",
+            "IMAGE_TO_IMAGE", "MASKED_IMAGE_MODELING", "DOCUMENT_QUESTION_ANSWERING", "TEXT_RECOGNITION",
+            "TABLE_RECOGNITION", "NORMAL_ESTIMATION", "POINTMAP_ESTIMATION", "CAUSAL_IMAGE_MODELING",
+            "KEYPOINT_MATCHING", "RETRIEVAL", "BACKBONE", "IMAGE")
+
+# Per-type config values the generic shrinking cannot know (a field that must equal another, a minimum size).
+HF_OVERRIDES: dict[str, dict[str, Any]] = {
+    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [1, 2, 3, 4]},   # one neck input per hidden state
+}
+
+# timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
+# each are sampled (spread evenly over the module's sorted names).
+TIMM_MODULES = {
+    "vision_transformer": 14, "eva": 8, "deit": 3, "beit": 3, "vision_transformer_relpos": 3,
+    "vision_transformer_sam": 2, "vision_transformer_hybrid": 2, "naflexvit": 2, "cait": 2, "xcit": 2,
+    "swin_transformer": 2, "swin_transformer_v2": 2, "swin_transformer_v2_cr": 2, "crossvit": 2, "levit": 2,
+    "mvitv2": 2, "pit": 2, "twins": 2, "pvt_v2": 2, "hiera": 2, "hieradet_sam2": 1, "davit": 2, "tiny_vit": 2,
+    "maxxvit": 2, "coat": 1, "convit": 1, "tnt": 1, "nest": 1, "volo": 1, "gcvit": 1, "vitamin": 2,
+    "deepseek_vit": 1, "gemma4_vit": 1, "qwen3_vit": 1, "efficientformer": 1, "efficientformer_v2": 1,
+    "mobilevit": 1, "fastvit": 1, "nextvit": 1, "edgenext": 1,
+}
+
+
+def hf_candidates() -> dict[str, str]:
+    """{model_type: class name} for every model type of an image task mapping."""
+    import transformers.models.auto.modeling_auto as ma
+
+    out: dict[str, str] = {}
+    for task in HF_TASKS:
+        for model_type, cls in getattr(ma, f"MODEL_FOR_{task}_MAPPING_NAMES", {}).items():
+            if model_type not in out:
+                out[model_type] = cls[0] if isinstance(cls, (tuple, list)) else cls
+    return dict(sorted(out.items()))
+
+
+def timm_sample() -> list[str]:
+    """The sampled timm architectures: `TIMM_MODULES[m]` names of module m, evenly spread."""
+    import timm
+    from timm.models import _registry
+
+    by_module: dict[str, list[str]] = {}
+    for name in timm.list_models():
+        by_module.setdefault(_registry._model_to_module[name], []).append(name)
+    names: list[str] = []
+    for module, count in TIMM_MODULES.items():
+        got = sorted(by_module.get(module, ()))
+        step = max(len(got) / max(count, 1), 1.0)
+        names += sorted({got[int(i * step)] for i in range(min(count, len(got)))})
+    return names
+
+
+# ------------------------------------------------------------------------------------------------ tiny configs
+_WIDTH_KEYS = {"hidden_size", "embed_dim", "d_model", "hidden_dim", "width", "projection_dim", "out_hidden_size",
+               "vision_embed_dim", "text_embed_dim", "proj_dim", "embed_dim_per_stage", "encoder_hidden_size",
+               "decoder_hidden_size", "text_hidden_size", "vision_hidden_size", "dim", "hidden_act_dim",
+               "cross_attention_hidden_size", "output_dim", "neck_hidden_size", "fusion_hidden_size"}
+_STAGE_WIDTHS = (16, 32, 64, 128, 256, 512)
+_STAGE_HEADS = (1, 2, 4, 8, 8, 8)
+
+
+def _layer_key(key: str) -> bool:
+    return key in {"depth", "num_layers", "num_hidden_layers", "layers"} or (
+        key.endswith("_layers") and not key.startswith(("vision_feature", "select", "return", "out_"))
+        and "index" not in key)
+
+
+def shrink(d: dict[str, Any]) -> dict[str, Any]:
+    """A config dict made tiny, recursively (sub-config dicts too): widths `WIDTH`, feed-forward `FFN`, `LAYERS`
+    layers, `HEADS` heads (per-stage lists shrunk element-wise), image sizes of a 4x4 patch grid."""
+    out = dict(d)
+    patch = out.get("patch_size")
+    depth = next((d[k] for k in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(k), int)), 0)
+    for key, v in d.items():      # what is per layer, or names a layer, follows the layers' shrinking
+        if depth > LAYERS and isinstance(v, list) and len(v) == depth and key != "depths":
+            out[key] = v[:LAYERS]
+        elif depth > LAYERS and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
+            out[key] = {i: c for i, c in v.items() if int(i) < LAYERS}
+        elif isinstance(v, list) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v) and (
+                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))):
+            top = LAYERS if "out" in key or "feature" in key else LAYERS - 1
+            clipped = [min(i, top) if i >= 0 else i for i in v]
+            out[key] = clipped if "out" in key or "feature" in key else sorted(set(clipped))
+        elif key == "out_features" and isinstance(v, list):
+            out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
+    if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
+        out["window_size"] = 4
+    stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
+    side = 4 * patch * 2 ** max(stages - 1, 0) if isinstance(patch, int) else None
+    for key, v in d.items():
+        if isinstance(v, dict) and ("model_type" in v or key.endswith("_config")):
+            out[key] = shrink(v)
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            if key in _WIDTH_KEYS and v > WIDTH:
+                out[key] = WIDTH
+            elif ("intermediate" in key or "ffn" in key or key == "mlp_dim") and v > FFN:
+                out[key] = FFN
+            elif _layer_key(key) and v > LAYERS:
+                out[key] = LAYERS
+            elif (key in {"num_attention_heads", "num_heads"} or key.endswith("_attention_heads")) and v > HEADS:
+                out[key] = HEADS
+            elif key == "num_key_value_heads" and v > 2:
+                out[key] = 2 if v < d.get("num_attention_heads", v + 1) else HEADS
+            elif key == "head_dim" and v > WIDTH // HEADS:
+                out[key] = WIDTH // HEADS
+            elif key in {"num_experts", "num_local_experts", "n_routed_experts"} and v > 4:
+                out[key] = 4
+            elif key in {"num_experts_per_tok", "moe_topk", "num_experts_per_token"} and v > 2:
+                out[key] = 2
+            elif key == "image_size" and side and v > side:
+                out[key] = side
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+            n = len(v)
+            if key == "depths":
+                out[key] = [1] * n
+            elif key in {"hidden_sizes", "embed_dims", "embed_dim", "dims", "hidden_dims", "channels"} and n <= 6:
+                out[key] = list(_STAGE_WIDTHS[:n])
+            elif key in {"num_heads", "num_attention_heads", "heads"} and n <= 6:
+                out[key] = list(_STAGE_HEADS[:n])
+            elif key == "image_size" and n == 2 and side and min(v) > side:
+                out[key] = [side, side]
+    return out
+
+
+def tiny_config(model_type: str) -> Any:
+    """The config class's defaults made tiny (`shrink`), with `HF_OVERRIDES[model_type]` applied on top."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    base = cls().to_dict()
+    for k in ("transformers_version", "architectures", "_name_or_path"):
+        base.pop(k, None)
+    small = shrink(base)
+    for key, value in HF_OVERRIDES.get(model_type, {}).items():
+        node = small
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+    small.pop("model_type", None)
+    return cls(**small)
+
+
+def perturb(model: Any, std: float = 0.05, seed: int = 0) -> Any:
+    """Random weights far enough from initialisation that attention is not near-uniform (differences show)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.add_(torch.randn(p.shape, generator=g) * std)
+    return model.eval()
+
+
+def _mae_unmasked(model: Any) -> None:
+    """ViT-MAE's forward masks a random 75 % of the patches and shuffles the rest; vitviz shows its encoder on
+    every patch in order: the reference is the forward with mask_ratio 0 and noise that keeps the order."""
+    import torch
+
+    model.config.mask_ratio = 0.0
+    forward = model.forward
+
+    def unmasked(pixel_values: Any = None, **kw: Any) -> Any:
+        p = model.config.patch_size
+        n = (pixel_values.shape[-2] // p) * (pixel_values.shape[-1] // p)
+        return forward(pixel_values=pixel_values, noise=torch.arange(n, dtype=torch.float32)[None], **kw)
+
+    model.forward = unmasked
+
+
+# How the reference runs, where the original's forward is not what vitviz shows by design (said in its docstring).
+REF_PREP: dict[str, Callable[[Any], None]] = {"vit_mae": _mae_unmasked}
+
+
+def build_hf(model_type: str, class_name: str) -> Any:
+    import torch
+    import transformers
+
+    cls = getattr(transformers, class_name)
+    torch.manual_seed(0)
+    model = cls._from_config(tiny_config(model_type))
+    return perturb(model)
+
+
+TIMM_TRIES: tuple[dict[str, Any], ...] = (
+    dict(img_size=64, embed_dim=64, depth=2, num_heads=4),
+    dict(img_size=64, embed_dim=(32, 64, 64, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 2), window_size=4),
+    dict(img_size=64, embed_dim=32, depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8), window_size=4),
+    dict(img_size=64, embed_dim=(32, 64, 64, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 2)),
+    dict(img_size=64, embed_dims=(32, 64, 64, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 2, 2)),
+    dict(img_size=64, embed_dim=64, depth=2),
+    dict(img_size=64),
+    dict(),
+)
+TIMM_MAX_PARAMS = 30_000_000
+HF_MAX_PARAMS = 60_000_000     # a model the generic shrinking left large (a sub-config it does not know)
+
+
+def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
+    """The architecture built with the first of `TIMM_TRIES` it takes and runs at (1, 3, 64, 64); its kwargs."""
+    import timm
+    import torch
+
+    errors = []
+    patch = re.search(r"patch(\d+)", arch)
+    side = 4 * int(patch.group(1)) if patch else 64     # a whole number of patches (timm's size check is strict)
+    for kw in TIMM_TRIES:
+        kw = {**kw, "img_size": side} if "img_size" in kw else kw
+        try:
+            torch.manual_seed(0)
+            model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
+            if sum(p.numel() for p in model.parameters()) > TIMM_MAX_PARAMS:
+                raise ValueError("too large at these arguments")
+            with torch.no_grad():
+                model.eval()(torch.zeros(1, 3, *_timm_size(model)))
+            return perturb(model), {**kw, "num_classes": 5}
+        except Exception as e:  # noqa: BLE001 - the next set of arguments
+            errors.append(f"{kw}: {type(e).__name__}: {str(e)[:120]}")
+    raise RuntimeError("no tiny arguments build it: " + " | ".join(errors[-3:]))
+
+
+def _timm_size(model: Any) -> tuple[int, int]:
+    size = getattr(model, "pretrained_cfg", {}).get("input_size", (3, 64, 64))[1:]
+    for m in model.modules():
+        img = getattr(m, "img_size", None)
+        if isinstance(img, (tuple, list)) and len(img) == 2:
+            return tuple(img)
+        if isinstance(img, int):
+            return (img, img)
+    return tuple(size)
+
+
+# ------------------------------------------------------------------------------------------------ the reference
+class Recorder:
+    """Every attention probability map the original computes in a forward: the output of each softmax over the
+    last dim of a >= 3-d tensor, and the probabilities of each scaled_dot_product_attention (written out)."""
+
+    def __init__(self) -> None:
+        self.maps: list[Any] = []
+
+    def __enter__(self) -> "Recorder":
+        import torch
+        import torch.nn.functional as F
+        from torch.overrides import TorchFunctionMode
+
+        rec = self
+        softmaxes = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.nn.functional.softmax}
+        sdpa = {F.scaled_dot_product_attention}
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if func in softmaxes and isinstance(out, torch.Tensor) and out.ndim >= 3:
+                    dim = kwargs.get("dim", args[1] if len(args) > 1 else -1)
+                    if dim in (-1, out.ndim - 1):
+                        rec.maps.append(out.detach().float().clone())
+                elif func in sdpa:
+                    rec.maps.append(_sdpa_probs(*args, **kwargs))
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+
+def _sdpa_probs(q: Any, k: Any, v: Any = None, attn_mask: Any = None, dropout_p: float = 0.0,
+                is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+    import torch
+
+    q, k = q.detach().float(), k.detach().float()
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if is_causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+    return s.softmax(-1)
+
+
+def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
+    """The ways the original's image side may run on a (1, C, H, W) tensor, tried in this order: its
+    `get_image_features`, the model on pixel_values alone, a vision submodule's forward, the model on the tensor."""
+    ways: list[tuple[str, Callable[[Any], Any]]] = []
+    if hasattr(model, "get_image_features") and _required(model.get_image_features) <= {"pixel_values"}:
+        ways.append(("get_image_features", lambda x: model.get_image_features(pixel_values=x)))
+    if "pixel_values" in _params(model.forward) and _required(model.forward) <= {"pixel_values"}:
+        ways.append(("forward", lambda x: model(pixel_values=x)))
+    for name in ("vision_tower", "vision_model", "visual", "vision_encoder", "image_encoder", "vision", "backbone",
+                 "encoder"):
+        for owner in (model, getattr(model, "model", None), getattr(model, "base_model", None)):
+            sub = getattr(owner, name, None) if owner is not None else None
+            if isinstance(sub, __import__("torch").nn.Module) and _required(sub.forward) <= {"pixel_values"}:
+                key = "pixel_values" if "pixel_values" in _params(sub.forward) else None
+                ways.append((name, lambda x, sub=sub, key=key: sub(**{key: x}) if key else sub(x)))
+    if not _required(model.forward) - {"x", "input", "inputs", "images", "pixel_values"}:
+        ways.append(("positional", lambda x: model(x)))
+    return ways
+
+
+def _params(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _required(fn: Any) -> set[str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return set()
+    return {n for n, p in sig.parameters.items() if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def reference_maps(model: Any, x: Any) -> list[Any]:
+    """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
+    `image_forwards` that runs."""
+    import torch
+
+    errors = []
+    for name, run in image_forwards(model):
+        try:
+            with torch.no_grad(), Recorder() as rec:
+                run(x)
+            return rec.maps
+        except Exception as e:  # noqa: BLE001 - the next way
+            errors.append(f"{name}: {type(e).__name__}: {str(e)[:150]}")
+    raise RuntimeError("; ".join(errors) or f"no forward of {type(model).__name__} takes pixel_values alone")
+
+
+# ------------------------------------------------------------------------------------------------ the verdict
+def vitviz_maps(result: Any) -> list[Any]:
+    """vitviz's per-layer attention: (H, T, T) of a ViT, (windows, H, n, n) of a windowed model's block."""
+    blocks = getattr(result, "blocks", None)
+    if blocks is not None:
+        return [b for b in blocks]
+    return [a for a in result.attentions]
+
+
+def compare(mine: list[Any], ref: list[Any]) -> dict[str, Any]:
+    """Each of vitviz's maps matched, in order, to the original's first later map of as many values within `ATOL`.
+
+    Returns {'matched', 'shown', 'left_out' (the original's maps of a shown shape not matched), 'worst' (the largest
+    difference to a same-sized map where a layer matched none; None when no map had its size)}."""
+    import numpy as np
+
+    refs = [r.numpy() for r in ref]
+    pos, matched, worst, used = 0, 0, 0.0, set()
+    no_size = False
+    for m in mine:
+        m = np.asarray(m, dtype=np.float32)
+        best, hit = math.inf, None
+        for j in range(pos, len(refs)):
+            if refs[j].size != m.size:
+                continue
+            d = float(np.abs(refs[j].reshape(m.shape) - m).max())
+            best = min(best, d)
+            if d < ATOL:
+                hit = j
+                break
+        if hit is None:
+            no_size |= best == math.inf
+            worst = max(worst, best)
+            continue
+        matched, pos = matched + 1, hit + 1
+        used.add(hit)
+    sizes = {np.asarray(m).size for m in mine}
+    left_out = sum(1 for j, r in enumerate(refs) if r.size in sizes and j not in used)
+    return {"matched": matched, "shown": len(mine), "left_out": left_out, "ref_maps": len(refs),
+            "worst": None if no_size and worst == math.inf else worst}
+
+
+def classify(cmp: dict[str, Any] | None, said: list[str]) -> str:
+    """exact / flagged / wrong / unchecked from a `compare` result and what vitviz said (assumptions, warnings)."""
+    if cmp is None or cmp["ref_maps"] == 0:
+        return "unchecked"
+    if cmp["shown"] and cmp["matched"] == cmp["shown"] and cmp["left_out"] == 0:
+        return "exact"
+    return "flagged" if said else "wrong"
+
+
+ROUTE_WORDS = re.compile(r"vitviz\.load\(|--code|code=|live=True|live path|\blive\b|--[a-z][a-z-]+|\b[a-z_]+=\S")
+
+
+def classify_refusal(err: BaseException, names: list[str]) -> str:
+    """refused-clear when the error is a VitvizError naming one of `names` (or `names` is empty: nothing can name
+    a bare state dict) and a route; refused-unclear when it is a VitvizError that does not; crash otherwise."""
+    from vitviz.errors import VitvizError
+
+    if not isinstance(err, VitvizError):
+        return "crash"
+    text = str(err)
+    low = text.lower()
+    named = not names or any(n and n.lower() in low for n in names)
+    return "refused-clear" if named and ROUTE_WORDS.search(text) else "refused-unclear"
+
+
+def _image() -> Any:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    return rng.integers(0, 256, (72, 88, 3), dtype=np.uint8)
+
+
+# Assumptions that cannot explain a difference here: the original is run on the very input vitviz made.
+INPUT_FIELDS = {"preprocess", "mean", "std", "interpolation", "resize", "crop_mode", "crop_pct", "image_size",
+                "labels", "in_chans"}
+_INPUT_ONLY = re.compile(r": (" + "|".join(sorted(INPUT_FIELDS)) + r")( = .*)? is (a guess|assumed)")
+
+
+def run_route(open_it: Callable[[], Any], original: Any, names: list[str]) -> dict[str, Any]:
+    """One route: open with vitviz, run on the image, compare with the original on vitviz's input; the verdict."""
+    import torch
+
+    from vitviz.core.spec import GuessWarning
+
+    t0 = time.time()
+    said: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            vm = open_it()
+            result = vm.run(_image())
+        said += [f"{w.category.__name__}: {w.message}" for w in caught if issubclass(w.category, GuessWarning)]
+    except BaseException as e:  # noqa: BLE001 - the verdict says what it was
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        verdict = classify_refusal(e, names)
+        out = {"verdict": verdict, "error": f"{type(e).__name__}: {e}"[:1500], "seconds": round(time.time() - t0, 1)}
+        if verdict == "crash":
+            out["traceback"] = traceback.format_exc()[-2500:]
+        return out
+    spec = result.spec
+    said = [w for w in said if not _INPUT_ONLY.search(w)]
+    said += [f"assumed {k}: {v}" for k, v in getattr(spec, "assumptions", ()) if k not in INPUT_FIELDS]
+    skipped = getattr(vm, "skipped", None)
+    if skipped:
+        said.append(f"skipped: {skipped}")
+    out: dict[str, Any] = {"family": getattr(spec, "family", "?"), "said": said[:8],
+                           "path": str(spec.source_of("path"))[:300] if hasattr(spec, "source_of") else ""}
+    x = torch.from_numpy(result.input).unsqueeze(0)
+    try:
+        ref = reference_maps(original, x)
+    except Exception as e:  # noqa: BLE001 - the original cannot say: unchecked
+        out.update(verdict="unchecked", error=f"original: {type(e).__name__}: {e}"[:500])
+    else:
+        cmp = compare(vitviz_maps(result), ref)
+        out.update(cmp, verdict=classify(cmp, said))
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ one case
+def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
+    import torch
+
+    import vitviz
+
+    try:
+        model = build_hf(model_type, class_name)
+    except Exception as e:  # noqa: BLE001
+        return {"status": "build-failed", "error": f"{type(e).__name__}: {e}"[:600]}
+    if not any(re.search("attention|attn", type(m).__name__, re.I) or isinstance(m, torch.nn.MultiheadAttention)
+               for m in model.modules()):
+        return {"status": "not a ViT", "error": "no attention module in the model"}
+    params = sum(p.numel() for p in model.parameters())
+    if params > HF_MAX_PARAMS:
+        return {"status": "build-failed", "error": f"not tiny: {params:,} parameters after shrinking its config"}
+    pristine = copy.deepcopy(model)
+    _eager(pristine)
+    REF_PREP.get(model_type, lambda m: None)(pristine)
+    # is there attention over the image? (a CNN, an audio model: not part of the zoo)
+    size = _hf_size(model)
+    try:
+        probe = reference_maps(pristine, torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1)))
+    except Exception as e:  # noqa: BLE001
+        probe, why = None, f"{type(e).__name__}: {e}"[:300]
+    if probe is not None and not probe:
+        return {"status": "not a ViT", "error": "the original computes no attention over an image"}
+    folder = work / model_type
+    model.save_pretrained(folder, safe_serialization=True)
+    cfg = json.loads((folder / "config.json").read_text())
+    names = [model_type, *cfg.get("architectures", [])]
+    routes = {"file": run_route(lambda: vitviz.load(str(folder), device="cpu"), pristine, names),
+              "live": run_route(lambda: vitviz.load(model, device="cpu"), pristine, [type(model).__name__,
+                                                                                     model_type])}
+    out = {"status": "run", "class": class_name, "routes": routes}
+    if probe is None:
+        out["note"] = f"probe forward at {size} failed: {why}"
+    return out
+
+
+def _hf_size(model: Any) -> tuple[int, int]:
+    cfg = model.config
+    for c in (getattr(cfg, "vision_config", None), getattr(cfg, "backbone_config", None), cfg):
+        s = getattr(c, "image_size", None) if c is not None else None
+        if isinstance(s, int):
+            return (s, s)
+        if isinstance(s, (list, tuple)) and len(s) == 2:
+            return tuple(s)
+        if isinstance(s, dict) and "height" in s:
+            return (s["height"], s["width"])
+    return (64, 64)
+
+
+def _eager(model: Any) -> None:
+    """The original's attention written out (eager), so that the recorder sees every softmax."""
+    with contextlib.suppress(Exception):
+        model.set_attn_implementation("eager")
+    for m in model.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False
+
+
+def run_timm(arch: str, work: Path) -> dict[str, Any]:
+    import timm.models._hub as hub
+    import torch
+
+    import vitviz
+
+    try:
+        model, kw = build_timm(arch)
+    except Exception as e:  # noqa: BLE001
+        return {"status": "build-failed", "error": f"{type(e).__name__}: {e}"[:600]}
+    pristine = copy.deepcopy(model)
+    _eager(pristine)
+    folder = work / arch
+    folder.mkdir(parents=True)
+    args = {k: v for k, v in kw.items() if k != "num_classes"}
+    hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    bare = work / f"{arch}.pth"
+    torch.save(model.state_dict(), bare)
+    routes = {"hub": run_route(lambda: vitviz.load(str(folder), device="cpu"), pristine, [arch]),
+              "sd": run_route(lambda: vitviz.load(str(bare), device="cpu"), pristine, []),
+              "live": run_route(lambda: vitviz.load(model, device="cpu"), pristine, [type(model).__name__, arch])}
+    return {"status": "run", "kwargs": {k: list(v) if isinstance(v, tuple) else v for k, v in kw.items()},
+            "routes": routes}
+
+
+def _child(key: str, spec: tuple[str, str], out_file: str, mem_gib: float, timeout: float) -> None:
+    """A forked case: capped, one thread, its result written to `out_file`."""
+    limit = int(mem_gib * 2 ** 30)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    stack = open(out_file + ".stack", "w")   # where a hang's stack is written, shortly before the parent kills it
+    faulthandler.dump_traceback_later(max(timeout - 5, 1), file=stack)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        try:
+            if spec[0] == "hf":
+                res = run_hf(key.split(":", 1)[1], spec[1], Path(tmp))
+            else:
+                res = run_timm(key.split(":", 1)[1], Path(tmp))
+        except BaseException as e:  # noqa: BLE001 - the harness's own failure, said as such
+            res = {"status": "harness-error", "error": f"{type(e).__name__}: {e}"[:600],
+                   "traceback": traceback.format_exc()[-2000:]}
+    res["seconds"] = round(time.time() - t0, 1)
+    Path(out_file).write_text(json.dumps(res, default=str))
+
+
+# ------------------------------------------------------------------------------------------------ the parent
+def merge(results: Path, key: str, value: dict[str, Any]) -> None:
+    """Merge one case into results.json under an exclusive lock (parallel sweeps share the file)."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with open(results.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(results.read_text()) if results.exists() else {}
+        data.setdefault("cases", {})[key] = value
+        tmp = results.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+        tmp.replace(results)
+
+
+def _dead(key: str, proc: mp.Process, seconds: float, timeout: float) -> dict[str, Any]:
+    """A case whose process ended without a result: every route it was running is a hang or a crash."""
+    routes = ("file", "live") if key.startswith("hf:") else ("hub", "sd", "live")
+    if proc.exitcode is None or seconds >= timeout:
+        what = {"verdict": "hang", "error": f"no result after {timeout:.0f} s (killed)"}
+    else:
+        what = {"verdict": "crash", "error": f"the process died (exit code {proc.exitcode}: "
+                                             f"{'a signal' if (proc.exitcode or 0) < 0 else 'memory cap or exit'})"}
+    return {"status": "run", "routes": {r: dict(what) for r in routes}, "seconds": round(seconds, 1)}
+
+
+def sweep(cases: dict[str, tuple[str, str]], results: Path, workers: int, timeout: float, mem_gib: float) -> None:
+    ctx = mp.get_context("fork")
+    pending = list(cases.items())
+    running: dict[str, tuple[mp.Process, float, str]] = {}
+    tmpdir = Path(tempfile.mkdtemp(prefix="zoo-results-"))
+    done = 0
+    while pending or running:
+        while pending and len(running) < workers:
+            key, spec = pending.pop(0)
+            out_file = str(tmpdir / (re.sub(r"[^\w.-]", "_", key) + ".json"))
+            proc = ctx.Process(target=_child, args=(key, spec, out_file, mem_gib, timeout), daemon=True)
+            proc.start()
+            running[key] = (proc, time.time(), out_file)
+        time.sleep(0.2)
+        for key, (proc, start, out_file) in list(running.items()):
+            elapsed = time.time() - start
+            if proc.is_alive() and elapsed < timeout:
+                continue
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            else:
+                proc.join()
+            del running[key]
+            path = Path(out_file)
+            res = json.loads(path.read_text()) if path.exists() else _dead(key, proc, elapsed, timeout)
+            stack = Path(out_file + ".stack")
+            if not path.exists() and stack.exists() and stack.stat().st_size:
+                where = stack.read_text()
+                if "run_route" not in where:     # still building or saving the original: the harness's, not vitviz's
+                    res = {"status": "build-failed", "error": f"not built and saved within {timeout:.0f} s: "
+                                                              + where[-600:]}
+                for route in res.get("routes", {}).values():
+                    route["traceback"] = where[-3000:]
+            merge(results, key, res)
+            done += 1
+            verdicts = " ".join(f"{r}={v['verdict']}" for r, v in res.get("routes", {}).items())
+            print(f"[{done}/{len(cases)}] {key}: {res['status']} {verdicts} ({elapsed:.0f} s)", flush=True)
+
+
+def report(results: Path, md: Path, elapsed: float | None) -> str:
+    """The Markdown report: counts per route, then every case's verdicts and what was said."""
+    data = json.loads(results.read_text())
+    cases = data.get("cases", {})
+    if elapsed is not None:
+        data["sweep_seconds"] = round(elapsed)
+        results.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    lines = ["# The zoo sweep", "", "Generated by `PYTHONPATH=$PWD python scripts/trial_zoo.py` "
+             f"({'%.0f s' % data['sweep_seconds'] if 'sweep_seconds' in data else 'time not measured'} for the "
+             "whole sweep; verdicts are defined in the script's docstring).", ""]
+    lines += counts_table(cases)
+    for lib, prefix in (("transformers", "hf:"), ("timm", "timm:")):
+        keys = sorted(k for k in cases if k.startswith(prefix))
+        apart = [(k, cases[k]) for k in keys if cases[k].get("status") != "run"]
+        lines += ["", f"## {lib}: every case", "", "| case | " + " | ".join(_routes(prefix)) + " | notes |",
+                  "|---|" + "---|" * (len(_routes(prefix)) + 1)]
+        for k in keys:
+            c = cases[k]
+            if c.get("status") != "run":
+                continue
+            cells = []
+            notes = []
+            for r in _routes(prefix):
+                v = c["routes"].get(r, {})
+                cells.append(v.get("verdict", "-"))
+                if v.get("verdict") not in (None, "exact"):
+                    notes.append(f"{r}: {_short(v)}")
+            lines.append(f"| {k.split(':', 1)[1]} | " + " | ".join(cells) + " | " + "<br>".join(notes) + " |")
+        if apart:
+            lines += ["", f"Not in the {lib} counts:", ""]
+            lines += [f"- {k.split(':', 1)[1]}: {c.get('status')} — {_clip(c.get('error', ''), 200)}"
+                      for k, c in apart]
+    text = "\n".join(lines) + "\n"
+    md.write_text(text)
+    return text
+
+
+def _routes(prefix: str) -> tuple[str, ...]:
+    return ("file", "live") if prefix == "hf:" else ("hub", "sd", "live")
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split()).replace("|", "/")
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _short(v: dict[str, Any]) -> str:
+    if "error" in v:
+        return _clip(v["error"], 220)
+    bits = [f"{v.get('matched')}/{v.get('shown')} layers match"]
+    if v.get("left_out"):
+        bits.append(f"{v['left_out']} of the original's maps not shown")
+    if v.get("worst") is not None:
+        bits.append(f"max diff {v['worst']:.2g}")
+    if v.get("said"):
+        bits.append("said: " + _clip("; ".join(v["said"]), 150))
+    return _clip(", ".join(bits), 300)
+
+
+def counts_table(cases: dict[str, Any]) -> list[str]:
+    """| route | cases | exact | flagged | ... | for transformers' and timm's routes."""
+    head = "| route | " + " | ".join(VERDICTS) + " |"
+    rows = [head, "|---|" + "---|" * len(VERDICTS)]
+    for lib, prefix, routes in (("transformers", "hf:", (("file", "by file (save_pretrained folder)"),
+                                                         ("live", "live (vitviz.load(model))"))),
+                                ("timm", "timm:", (("hub", "by file (timm hub folder)"),
+                                                   ("sd", "by file (bare state dict)"),
+                                                   ("live", "live (vitviz.load(model))")))):
+        run = [c for k, c in cases.items() if k.startswith(prefix) and c.get("status") == "run"]
+        for r, label in routes:
+            n = {v: sum(1 for c in run if c["routes"].get(r, {}).get("verdict") == v) for v in VERDICTS}
+            rows.append(f"| {lib} {label}, {len(run)} | " + " | ".join(str(n[v]) for v in VERDICTS) + " |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated model types / timm architectures")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--hf-only", action="store_true")
+    group.add_argument("--timm-only", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="keep the cases already in results.json")
+    ap.add_argument("--redo", default="", help="with --resume: run again the cases with a route of these "
+                    "comma-separated verdicts (or this status: build-failed, harness-error), e.g. wrong,crash,hang")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
+    ap.add_argument("--mem-gib", type=float, default=6.0, help="address-space cap per case")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder of results.json and REPORT.md")
+    args = ap.parse_args(argv)
+
+    import timm  # noqa: F401 - imported once in the parent: every forked case shares it
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import vitviz  # noqa: F401
+    import vitviz.core.running.load  # noqa: F401
+
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    cases: dict[str, tuple[str, str]] = {}
+    if not args.timm_only:
+        cases.update({f"hf:{t}": ("hf", c) for t, c in hf_candidates().items() if not only or t in only})
+    if not args.hf_only:
+        arches = timm_sample() + [a for a in only if a not in timm_sample() and _is_timm(a)]
+        cases.update({f"timm:{a}": ("timm", "") for a in arches if not only or a in only})
+    results = args.out / "results.json"
+    if not args.resume and results.exists() and not only and not (args.hf_only or args.timm_only):
+        results.unlink()
+    if args.resume and results.exists():
+        have = json.loads(results.read_text()).get("cases", {})
+        redo = {s.strip() for s in args.redo.split(",") if s.strip()}
+        again = {k for k, c in have.items() if c.get("status") in redo
+                 or any(v.get("verdict") in redo for v in c.get("routes", {}).values())}
+        cases = {k: v for k, v in cases.items() if k not in have or k in again}
+    t0 = time.time()
+    print(f"{len(cases)} cases, {args.workers} workers", flush=True)
+    sweep(cases, results, args.workers, args.timeout, args.mem_gib)
+    whole = not only and not args.resume and not (args.hf_only or args.timm_only)
+    if results.exists():
+        text = report(results, args.out / "REPORT.md", time.time() - t0 if whole else None)
+        print("\n".join(counts_table(json.loads(results.read_text())["cases"])))
+        del text
+    print(f"{time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+def _is_timm(name: str) -> bool:
+    import timm
+
+    return name in timm.list_models()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The zoo sweep's harness (scripts/trial_zoo.py) classifies what it sees: a route whose attention is the
+original's is exact, one whose attention is not (the original swapped for another with other weights) is wrong, a
+said assumption makes a difference flagged, and a refusal is clear only when it names the model and a route. The
+harness itself runs end to end on one model type in a subprocess (its cases are forked, capped processes) and
+writes results.json and REPORT.md."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitviz.errors import CompositeModelError, VitvizError
+
+pytest.importorskip("transformers")
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("trial_zoo", ROOT / "scripts" / "trial_zoo.py")
+zoo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo)
+
+
+def _maps(n: int = 3, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, 2, 5, 5, generator=g).softmax(-1) for _ in range(n)]
+
+
+def test_compare_and_classify() -> None:
+    ref = _maps()
+    mine = [r[0].numpy() for r in ref]
+    assert zoo.classify(zoo.compare(mine, ref), []) == "exact"
+    # maps of another size (a text model's, a pooling query's) between the shown ones do not matter; one left out does
+    extra = [ref[0], torch.rand(1, 2, 3, 3).softmax(-1), ref[1], ref[2]]
+    assert zoo.classify(zoo.compare(mine, extra), []) == "exact"
+    c = zoo.compare(mine[:2], ref)
+    assert c["left_out"] == 1 and zoo.classify(c, []) == "wrong"
+    bad = [m.copy() for m in mine]
+    bad[1] = bad[1][:, ::-1].copy()           # one layer's heads swapped: not the model's attention
+    c = zoo.compare(bad, ref)
+    assert c["matched"] == 2 and c["worst"] > zoo.ATOL
+    assert zoo.classify(c, []) == "wrong" and zoo.classify(c, ["assumed heads: a guess"]) == "flagged"
+    other = [np.ones((2, 6, 6)) / 6]         # no map of the original has its size: wrong too
+    assert zoo.classify(zoo.compare(other, ref), []) == "wrong"
+    assert zoo.classify(zoo.compare(mine, []), []) == "unchecked" and zoo.classify(None, []) == "unchecked"
+
+
+def test_classify_refusal() -> None:
+    named = CompositeModelError("folder: transformers model_type 'qwen2_vl' (...); pass it to vitviz.load(module)")
+    assert zoo.classify_refusal(named, ["qwen2_vl", "Qwen2VLForConditionalGeneration"]) == "refused-clear"
+    assert zoo.classify_refusal(VitvizError("no patch embedding found"), ["qwen2_vl"]) == "refused-unclear"
+    assert zoo.classify_refusal(VitvizError("qwen2_vl: not a ViT"), ["qwen2_vl"]) == "refused-unclear"  # no route
+    assert zoo.classify_refusal(RuntimeError("qwen2_vl: use --code"), ["qwen2_vl"]) == "crash"
+    assert zoo.classify_refusal(VitvizError("a bare state dict: pass code='F.py:make'"), []) == "refused-clear"
+
+
+def test_recorder_sees_softmax_and_sdpa() -> None:
+    q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    with zoo.Recorder() as rec:
+        (q @ k.transpose(-2, -1)).softmax(-1)
+        torch.nn.functional.scaled_dot_product_attention(q, k, torch.randn(1, 2, 4, 8))
+        torch.softmax(torch.randn(3, 4), dim=0)              # not over the last dim of a >= 3-d tensor: ignored
+    assert len(rec.maps) == 2
+    torch.testing.assert_close(rec.maps[1], ((q @ k.transpose(-2, -1)) * 8 ** -0.5).softmax(-1))
+
+
+def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:
+    """A tiny transformers ViT by file and live is exact; compared with a copy of other weights, it is wrong."""
+    import vitviz
+
+    model = zoo.build_hf("vit", "ViTForImageClassification")
+    model.save_pretrained(tmp_path)
+    names = ["vit", "ViTForImageClassification"]
+    assert zoo.run_route(lambda: vitviz.load(str(tmp_path), device="cpu"), model, names)["verdict"] == "exact"
+    assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), model, names)["verdict"] == "exact"
+    other = zoo.perturb(zoo.build_hf("vit", "ViTForImageClassification"), seed=9)
+    got = zoo.run_route(lambda: vitviz.load(str(tmp_path), device="cpu"), other, names)
+    assert got["verdict"] == "wrong" and got["worst"] > zoo.ATOL
+
+
+def test_sweep_end_to_end(tmp_path: Path) -> None:
+    """The harness on one transformers type (vit) and one timm architecture: results.json and REPORT.md."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "trial_zoo.py"), "--only", "vit,vit_small_patch16_224",
+                    "--out", str(tmp_path), "--workers", "2"], check=True, env=env, cwd=ROOT,
+                   capture_output=True, text=True)
+    cases = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert set(cases) == {"hf:vit", "timm:vit_small_patch16_224"}
+    assert {r: v["verdict"] for r, v in cases["hf:vit"]["routes"].items()} == {"file": "exact", "live": "exact"}
+    timm_routes = cases["timm:vit_small_patch16_224"]["routes"]
+    assert timm_routes["hub"]["verdict"] == "exact" and timm_routes["live"]["verdict"] == "exact"
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "| transformers by file (save_pretrained folder), 1 | 1 |" in report
