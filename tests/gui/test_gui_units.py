@@ -200,7 +200,7 @@ def test_rope_kernels_are_sliced_as_the_library_slices_them() -> None:
 
 def test_a_sentence_in_a_title_wraps_between_words() -> None:
     """Round five: Swin's rollout reason wrapped inside words ('tok' / 'en-to-' / 'token', 'mo' / 'del'): a phrase of
-    seven words or more is a sentence and keeps its spaces breakable; short phrases stay whole."""
+    eight words or more is a sentence and keeps its spaces breakable; short phrases stay whole."""
     from vitviz.gui.panels.base import unbreakable_phrases
 
     text = unbreakable_phrases("rollout multiplies the token-to-token attention of one grid; CLS attention · "

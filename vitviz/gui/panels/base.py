@@ -93,7 +93,7 @@ def unbreakable_phrases(text: str) -> str:
     return re.sub(r",&nbsp;(?=[^\W\d])", ", ", out)
 
 
-SENTENCE_SPACES = 6   # a phrase of 7 words or more is a sentence ('rollout multiplies the token-to-token attention
+SENTENCE_SPACES = 7   # a phrase of 8 words or more is a sentence ('rollout multiplies the token-to-token attention
                       # of one grid'): it wraps between its words, not inside them ('tok' / 'en-to-' / 'token')
 
 
