@@ -55,11 +55,15 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TQDM_DISABLE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+QUIET_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                 "TQDM_DISABLE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+def quiet_offline() -> None:
+    """The sweep never asks a hub and prints no progress bars: set for the run by `main` (its forked cases inherit
+    it), not at import, so importing the harness (its tests do) changes nothing in the importing process."""
+    for key, value in QUIET_OFFLINE.items():
+        os.environ.setdefault(key, value)
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "trial_zoo"
@@ -789,6 +793,7 @@ def counts_table(cases: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_offline()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated model types / timm architectures")
     group = ap.add_mutually_exclusive_group()

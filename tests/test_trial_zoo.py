@@ -20,6 +20,8 @@ from vitviz.errors import CompositeModelError, VitvizError
 
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
+_ENV_BEFORE = {k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE",
+                           "TRANSFORMERS_VERBOSITY") if k in os.environ}
 _spec = importlib.util.spec_from_file_location("trial_zoo", ROOT / "scripts" / "trial_zoo.py")
 zoo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo)
@@ -95,3 +97,9 @@ def test_sweep_end_to_end(tmp_path: Path) -> None:
     assert timm_routes["hub"]["verdict"] == "exact" and timm_routes["live"]["verdict"] == "exact"
     report = (tmp_path / "REPORT.md").read_text()
     assert "| transformers by file (save_pretrained folder), 1 | 1 |" in report
+
+
+def test_importing_the_harness_changes_no_environment() -> None:
+    """The harness set HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE at import: collecting this file made every later hub
+    test of the session run offline. It sets them for its own run only."""
+    assert all(os.environ.get(key) != value or key in _ENV_BEFORE for key, value in zoo.QUIET_OFFLINE.items())
