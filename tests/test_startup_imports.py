@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCH_FILES = {   # file -> the family `vitviz models` guesses from its name
-    "vit_b_16-c867db91.pth": "torchvision",
-    "deit_small_patch16_224-cd65a155.pth": "deit",
-    "cait_s24_224.pth": "cait",
+TORCH_FILES = {   # file -> the family `vitviz models` shows: a known torchvision download, else a guess from the
+    "vit_b_16-c867db91.pth": "torchvision",                     # name, marked with '?'
+    "deit_small_patch16_224-cd65a155.pth": "deit?",
+    "cait_s24_224.pth": "cait?",
 }
 NO_TORCH = ("bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'timm'))\n"
             "assert not bad, 'imported ' + ', '.join(bad[:5])\n")
@@ -75,7 +75,7 @@ def test_models_listing_imports_no_torch(fake_caches: dict[str, str]) -> None:
         "assert main(['models', '--json']) == 0\n" + NO_TORCH, env=fake_caches)
     table, listing = out.split("---\n")
     rows = {Path(r["path"]).name: r for r in json.loads(listing)["models"]}
-    assert {name: rows[name]["family"] for name in TORCH_FILES} == TORCH_FILES
+    assert {name: rows[name]["family"] + ("?" if rows[name]["by_name"] else "") for name in TORCH_FILES} == TORCH_FILES
     tv = rows["vit_b_16-c867db91.pth"]
     assert tv["named"] == "torchvision:vit_b_16:IMAGENET1K_V1" and "1000 classes, 224 px" in tv["detail"]
     assert rows["abc"]["family"] == "hf-vit" and rows["abc"]["name"] == "google/vit-base-patch16-224"

@@ -272,8 +272,8 @@ def _weights_in_folder(folder: Path) -> Path:
     if len(candidates) == 1:
         return candidates[0]
     held = [f for f in entries if f.is_dir() and not f.name.startswith(".") and _holds_weights(f)]
-    run = (f"; a folder of checkpoints of one training run opens as a timeline: `vitviz export --timeline {folder}` "
-           "or, in the window, Models › Open training run…") if len(candidates) + len(held) > 1 else ""
+    run = ("; a training run's checkpoints open as a timeline (`vitviz export --timeline` on this folder, or Models "
+           "› Open training run…)") if len(candidates) + len(held) > 1 else ""
     if candidates:
         raise NoWeightsError(f"{folder}: {len(candidates)} weights files ({_listed(c.name for c in candidates)}); "
                              "open the one you want directly" + run)
