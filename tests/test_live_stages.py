@@ -137,3 +137,20 @@ def test_a_model_with_attention_only_inside_windows_is_refused_naming_them() -> 
     msg = str(e.value)
     assert "<OnlyWindows object>" in msg and "inside windows" in msg and "(1, 2, 4, 4, 4)" in msg
     assert "Next:" in msg and "no route yet" in msg
+
+
+def test_a_channels_property_that_fails_states_nothing() -> None:
+    """The zoo sweep after the merge: rf_detr_dinov2, lw_detr_vit and pixio crashed the live path with an IndexError
+    raised by a transformers backbone's `channels` property, read while looking for the input channels."""
+    from torch import nn
+
+    from vitviz.core.running.live.describe import _stated_channels
+
+    class Backbone(nn.Module):
+        num_channels = 3
+
+        @property
+        def in_chans(self) -> int:        # read first; raises as transformers' backbone `channels` did
+            return [][0]
+
+    assert _stated_channels(Backbone()) == (3, "attribute: num_channels")

@@ -132,7 +132,10 @@ def _stated_channels(module: nn.Module) -> tuple[int, str] | None:
     """(input channels, source) an attribute of the module or its config states (1 to 4), else None."""
     for where, obj in (("", module), ("config.", getattr(module, "config", None))):
         for attr in _CHANNEL_ATTRS:
-            value = getattr(obj, attr, None)
+            try:
+                value = getattr(obj, attr, None)
+            except Exception:  # noqa: BLE001 - a property that fails (a transformers backbone's `channels` before
+                continue       # its stages are set: IndexError) states nothing
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4:
                 return value, f"attribute: {where}{attr}"
     return None
