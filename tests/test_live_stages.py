@@ -154,3 +154,18 @@ def test_a_channels_property_that_fails_states_nothing() -> None:
             return [][0]
 
     assert _stated_channels(Backbone()) == (3, "attribute: num_channels")
+
+
+def test_volo_is_refused_live_not_shown_wrong() -> None:
+    """The zoo sweep after the merge: VOLO's live maps matched none of its layers' own softmax (outlook attention):
+    refused, naming the module kind, instead of shown."""
+    pytest.importorskip("timm")
+
+    import vitviz
+
+    from timm.models.volo import VOLO
+
+    model = VOLO(layers=(1, 1, 1, 1), img_size=64, embed_dims=(32, 64, 64, 64), num_heads=(1, 2, 2, 2),
+                 num_classes=5, stem_hidden_dim=16)
+    with pytest.raises(vitviz.VitvizError, match="OutlookAttention .* shows nothing rather than a wrong map"):
+        vitviz.load(model.eval())
