@@ -1054,20 +1054,14 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
                     "attention)")
         else:
             what = f"transformers.{arch} ({folder.name}/config.json, eager attention)"
+    from vitviz.core.reading.towers import from_tensors, original_tower
+
     raw = raw if raw is not None else _read(path)
     if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
-        from vitviz.core.reading.towers import original_tower
-
         config, cls, what = original_tower(config, raw.tower)
     # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
     # given the tensors vitviz read (no file is opened by transformers)
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        net, info = cls.from_pretrained(None, config=config, state_dict=raw.tensors, output_loading_info=True)
-    finally:
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
+    net, info = from_tensors(cls, config, raw.tensors)
     params = {n for n, _ in net.named_parameters()}
     missing = sorted(k for k in info.get("missing_keys", ()) if k in params)
     bad = [*(f"not in the file: {', '.join(missing[:6])}" for _ in [0] if missing),
@@ -1156,18 +1150,12 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     import transformers
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
-    from vitviz.core.reading.towers import original_tower
+    from vitviz.core.reading.towers import from_tensors, original_tower
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
     sub, cls, what = original_tower(config, raw.tower)
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        net, info = cls.from_pretrained(None, config=sub, state_dict=raw.tensors, output_loading_info=True)
-    finally:
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
+    net, info = from_tensors(cls, sub, raw.tensors)
     if info.get("missing_keys") or info.get("unexpected_keys") or info.get("mismatched_keys"):
         raise _WeightsDoNotFit(f"{path}: its tower tensors do not fit {what}", what)
     net = net.float().eval().to(device)

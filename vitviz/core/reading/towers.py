@@ -363,3 +363,18 @@ def _beit_backbone() -> type:
             return BaseModelOutput(last_hidden_state=out.hidden_states[-1], attentions=out.attentions)
 
     return BeitTower
+
+
+def from_tensors(cls: type, config: Any, tensors: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """`cls.from_pretrained` on tensors vitviz has read (no file opened by transformers; its own loader renames the
+    keys to its modules'), with transformers' progress bar quiet for the call: (module, loading info). Its errors
+    (shapes that do not fit: RuntimeError) are the caller's."""
+    import transformers
+
+    bar = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        return cls.from_pretrained(None, config=config, state_dict=tensors, output_loading_info=True)
+    finally:
+        if bar:
+            transformers.utils.logging.enable_progress_bar()

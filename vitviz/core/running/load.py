@@ -23,7 +23,7 @@ from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.live.packing import is_packed, packed_tower
 from vitviz.core.running.model import ReferenceViT
 from vitviz.core.running.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, original_tower, tower_module
+from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, from_tensors, original_tower, tower_module
 from vitviz.core.options import (
     LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
 )
@@ -476,10 +476,8 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
                                   f"({type(e).__name__}: {str(e)[:200]}); expected the config of a "
                                   f"{tower.model_type!r} model as transformers saves it") from e
     sub, cls, what = original_tower(config, tower)
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
     try:
-        net, info = cls.from_pretrained(None, config=sub, state_dict=raw.tensors, output_loading_info=True)
+        net, info = from_tensors(cls, sub, raw.tensors)
     except RuntimeError as e:    # shapes that differ: transformers refuses them (ignore_mismatched_sizes=False)
         with torch.device("meta"):
             own = cls(sub).state_dict()
@@ -488,9 +486,6 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
         raise CompositeModelError(f"{where}: its tower tensors do not fit {what}: other shapes: "
                                   f"{', '.join(shapes[:4]) or str(e)[:200]}; expected the weights of the model its "
                                   "config.json names") from e
-    finally:
-        if bar:
-            transformers.utils.logging.enable_progress_bar()
     params = {n for n, _ in net.named_parameters()}
     bad = [f"{k}: {', '.join(map(str, sorted(v, key=str)[:4]))}" for k, v in
            (("missing", [m for m in info.get("missing_keys", ()) if m in params]),
