@@ -18,22 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT  # noqa: I001
+from common import PEAK_RSS_PRELUDE, ROOT  # noqa: I001
 
 _MEASURE = r"""
 import sys, warnings
 warnings.simplefilter("ignore")
 import torch, transformers, vitviz
 
-def rss(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) * 1024
-    return 0
-
-open("/proc/self/clear_refs", "w").write("5")   # reset VmHWM to the current RSS
-before = rss("VmRSS:")
-model = vitviz.load(sys.argv[1], device="cpu")
+""" + PEAK_RSS_PRELUDE + r"""model = vitviz.load(sys.argv[1], device="cpu")
 print(model.spec.num_params, (rss("VmHWM:") - before) / 2**20)
 """
 

@@ -17,6 +17,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 
+# Python source for a measuring subprocess: `rss(field)` reads /proc/self/status, VmHWM is reset to the current RSS,
+# and `before` holds that RSS; the peak of what follows is `rss("VmHWM:") - before`.
+PEAK_RSS_PRELUDE = r"""
+def rss(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+    return 0
+
+open("/proc/self/clear_refs", "w").write("5")   # reset VmHWM to the current RSS
+before = rss("VmRSS:")
+"""
+
+
 def interleaved(methods: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
     """Median seconds per method, running them in turn (order rotated every round) so drift hits all alike."""
     names = list(methods)

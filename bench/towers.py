@@ -24,22 +24,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT  # noqa: I001
+from common import PEAK_RSS_PRELUDE, ROOT  # noqa: I001
 
 _MEASURE = r"""
 import os, sys, warnings
 warnings.simplefilter("ignore")
 import torch, safetensors.torch, vitviz
 
-def rss(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1]) * 1024
-    return 0
-
-open("/proc/self/clear_refs", "w").write("5")   # reset VmHWM to the current RSS
-before = rss("VmRSS:")
-how, path = sys.argv[1], sys.argv[2]
+""" + PEAK_RSS_PRELUDE + r"""how, path = sys.argv[1], sys.argv[2]
 if how == "vitviz":
     model = vitviz.load(path, device="cpu")
 else:
