@@ -1,10 +1,14 @@
-"""The window's interventions (`vitviz.gui.interventions`): a head ablated from the overview tile's menu runs in the
-worker and shows the library's numbers beside the clean run; the tile is marked; undo restores; the importance grid
-is the library's and a click on a cell ablates that head."""
+"""The window's interventions (`vitviz.gui.interventions`, `vitviz.gui.importance_view`): a head ablated from the
+overview tile's menu or the Head selector, or patched from another image of the list, runs in the worker; then every
+panel shows the intervened run -- the library's numbers and attention, downstream layers included -- marked as such,
+the image list's top-5 beside the clean one, and Undo / Back to clean restores the clean run; the importance grid in
+the Overview dock is the library's and a click on a cell ablates that head; a model without the hook points has the
+entries greyed out, saying why."""
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QPointF, Qt
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent
 
 from _gui import HEADS, wait_idle
@@ -16,60 +20,166 @@ def _probability(result, index: int) -> float:
     return float(p[index] / p.sum())
 
 
-def test_ablate_from_the_overview_menu_and_undo(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+def _action(menu, text: str):  # noqa: ANN001, ANN202
+    return next(a for a in menu.actions() if a.text().startswith(text))
+
+
+def _answered(qtbot, window) -> None:  # noqa: ANN001
+    """Wait until the current image's intervened run is what the panels show."""
+    from vitviz.gui.interventions import IntervenedMaps
+
+    iv = window.interventions
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps,
+                    timeout=20000)
+    assert isinstance(window.session.current_maps, IntervenedMaps)
+
+
+def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
     import vitviz
     from vitviz.core.running.interventions import Ablate
 
     window = loaded
-    iv = window.interventions
+    iv, s = window.interventions, window.session
     dock = window.dock("interventionsDock")
-    assert not dock.isVisible() and iv.available
-    menu = iv.menu(window, 1, 0)
-    assert menu is not None and menu.actions()[0].text() == "Ablate layer 1, head 0"
+    clean = s.current_maps
+    assert not dock.isVisible() and iv.available and not window.intervention_banner.isVisible()
+    menu = iv.menu(window, 0, 1)
+    assert menu is not None and menu.actions()[0].text() == "Ablate layer 0, head 1"
     menu.actions()[0].trigger()
     menu.close()
-    wait_idle(qtbot, window)
-    qtbot.waitUntil(lambda: iv.current() is not None, timeout=20000)
-    assert dock.isVisible() and iv.heads == [(1, 0)]
+    _answered(qtbot, window)
+    assert dock.isVisible() and iv.heads == [(0, 1)]
     assert len(window.overview._marks) == 1
-    panel = dock.widget()
-    path = window.session.current
     model = vitviz.load(tiny_ckpt, heads=HEADS)
-    want = model.run(path, intervene=Ablate([(1, 0)]))
-    table = panel.table
+    want = model.run(s.current, intervene=Ablate([(0, 1)]))
+    shown = s.current_maps
+    assert shown.result.interventions == ("ablate L0.H1 (zero)",)
+    # every panel draws from the intervened forward: layer 1 (after the ablated head) differs from the clean run
+    np.testing.assert_allclose(shown.result.attentions, want.attentions, atol=1e-6)
+    assert not np.allclose(shown.result.attentions[1], clean.result.attentions[1], atol=1e-4)
+    assert window.overview._maps is shown and window.panel._maps is shown
+    assert window.overview.title.text.startswith("ablated L0.H1 (zero) · ")
+    assert window.rollout_panel._maps is shown and window.matrix._maps is shown
+    assert window.intervention_banner.isVisible()
+    assert "every panel shows this run" in window.intervention_banner.label.text()
+    table = dock.widget().table
     assert table.rowCount() == 5
     for row in range(table.rowCount()):
-        label = table.item(row, 0).text()
-        index = next(i for i, name, _p in want.top_k(5) if name == label)
-        assert float(table.item(row, 2).text()) == round(_probability(want, index), 3) or \
-            abs(float(table.item(row, 2).text()) - _probability(want, index)) < 6e-4
-    assert "Ablated (zero): L1.H0" in panel.heads_label.text()
-    assert iv.current().maps.result.interventions == ("ablate L1.H0 (zero)",)
-    iv.undo()
-    assert iv.heads == [] and window.overview._marks == []
+        index = next(i for i, name, _p in want.top_k(5) if name == table.item(row, 0).text())
+        assert abs(float(table.item(row, 2).text()) - _probability(want, index)) < 6e-4
+        assert abs(float(table.item(row, 3).text()) - (_probability(want, index) - _probability(clean.result, index))) \
+            < 1.1e-3
+    assert "Intervened: ablated L0.H1 (zero)" in dock.widget().heads_label.text()
+    # the list: the other images run intervened too, after the current one; each line clean -> intervened (Δ)
+    qtbot.waitUntil(lambda: all(iv.probabilities(str(p)) is not None for p in images), timeout=20000)
+    for path in images:
+        other = model.run(str(path), intervene=Ablate([(0, 1)]))
+        text = window.images.top_text(str(path))
+        index, label, p = s.cached(str(path)).result.top_k(1)[0]
+        after = _probability(other, index)
+        assert f"{p * 100:4.1f}→{after * 100:4.1f}% ({(after - p) * 100:+.1f})  {label}" in text
+    # undo: back to the clean run everywhere
+    window.intervention_banner.undo_action.trigger()
+    assert iv.steps == [] and window.overview._marks == []
+    assert s.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
+    assert not window.intervention_banner.isVisible() and "→" not in window.images.top_text(s.current)
     assert table.item(0, 2).text() == ""
 
 
-def test_importance_grid_and_a_click_on_a_cell(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+def test_head_selector_marks_and_right_click(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
+    window = loaded
+    iv, state, spin = window.interventions, window.state, window.controls.head_spin
+    state.update(layer=1, head=0)
+    assert "dashed" not in spin.styleSheet()
+    asked = []
+    monkeypatch.setattr(iv, "popup", lambda parent, layer, head, where: asked.append((layer, head)))
+    spin.lineEdit().customContextMenuRequested.emit(QPoint(2, 2))
+    window.controls.head_slider.customContextMenuRequested.emit(QPoint(2, 2))
+    assert asked == [(1, 0), (1, 0)]
+    iv.toggle(1, 0)
+    assert "dashed" in spin.styleSheet() and "is ablated" in spin.toolTip()
+    state.update(head=1)
+    assert "dashed" not in spin.styleSheet()
+    state.update(head=0)
+    iv.undo()
+    assert "dashed" not in spin.styleSheet()
+    wait_idle(qtbot, window)
+
+
+@pytest.mark.parametrize("kind", ["attention", "residual"])
+def test_patch_from_another_image_of_the_list(qtbot, loaded, tiny_ckpt, images, kind: str) -> None:  # noqa: ANN001
     import vitviz
-    from vitviz.core.analyses.importance import head_importance
-    from vitviz.core.drawing.importance import LEFT, TOP, _cell, _title_height
+    from vitviz.core.running.interventions import PatchAttention, PatchResidual
 
     window = loaded
-    iv = window.interventions
+    iv, s = window.interventions, window.session
+    assert s.current == str(images[0])
+    menu = iv.menu(window, 1, 1)
+    sub = _action(menu, "Patch L1.H1's attention from" if kind == "attention" else "Patch block 1's output from")
+    names = [a.text() for a in sub.menu().actions()]
+    assert names == [images[1].name, images[2].name]       # the other images of the list
+    sub.menu().actions()[1].trigger()
+    menu.close()
+    _answered(qtbot, window)
+    item = PatchAttention(1, 1, str(images[2])) if kind == "attention" else PatchResidual(1, str(images[2]))
+    want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.current, intervene=item)
+    shown = s.current_maps
+    np.testing.assert_allclose(shown.result.logits, want.logits, atol=1e-5)
+    np.testing.assert_allclose(shown.result.attentions, want.attentions, atol=1e-6)
+    assert shown.result.interventions == (item.describe(),)
+    assert iv.heads == [] and window.intervention_banner.isVisible()
+    assert f"from {images[2].name}" in window.intervention_banner.label.text()
+    iv.undo()
+    assert s.current_maps is s.cached(s.current)
+
+
+def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    import vitviz
+    from vitviz.core.analyses.importance import head_importance
+    from vitviz.core.drawing.importance import cell_rect
+
+    window = loaded
+    iv, view = window.interventions, window.importance_view
+    assert view.parent() is window.overview and not view.isVisible()
     iv.scan()
     wait_idle(qtbot, window)
     qtbot.waitUntil(lambda: iv.current_importance() is not None, timeout=20000)
     imp = iv.current_importance()
     want = head_importance(vitviz.load(tiny_ckpt, heads=HEADS), window.session.current)
     np.testing.assert_allclose(imp.drop, want.drop, atol=1e-6)
-    panel = window.dock("interventionsDock").widget()
-    assert not panel.grid.pixmap().isNull()
-    cell = _cell(imp.drop.shape)
-    x, y = LEFT + 1 * cell + cell // 2, _title_height(2) + TOP + 0 * cell + cell // 2   # layer 0, head 1
-    click = QMouseEvent(QMouseEvent.Type.MouseButtonPress, QPointF(x, y), QPointF(x, y), Qt.MouseButton.LeftButton,
+    assert view.isVisible() and not view.grid.pixmap.isNull()
+    scale, x0, y0 = view.grid.placement()
+    x, y, size = cell_rect(imp, 0, 1)                         # layer 0, head 1
+    pos = QPointF(x0 + scale * (x + size / 2), y0 + scale * (y + size / 2))
+    click = QMouseEvent(QMouseEvent.Type.MouseButtonPress, pos, view.grid.mapToGlobal(pos), Qt.MouseButton.LeftButton,
                         Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
-    panel._grid_clicked(click)
+    view.grid.mousePressEvent(click)
     assert iv.heads == [(0, 1)]
+    _answered(qtbot, window)
+    assert view.grid.cell_at(QPointF(x0 + scale * (x - 2), pos.y())) != (0, 1)
+    view.close_grid()
+    assert not view.isVisible()
+    iv.clear_heads()
+    assert iv.steps == []
+
+
+def test_a_model_without_the_hook_points_greys_the_entries_out(qtbot, loaded) -> None:  # noqa: ANN001
+    from vitviz.core.protocol import WINDOWS
+    from vitviz.core.running.interventions import WINDOWED_REFUSAL
+
+    window = loaded
+    iv = window.interventions
+    window.session.model.capabilities = frozenset({WINDOWS})
+    assert not iv.available and iv.why_not == WINDOWED_REFUSAL
+    menu = iv.menu(window, 0, 0)
+    for text in ("Ablate layer 0", "Patch L0.H0", "Patch block 0", "Importance"):
+        action = _action(menu, text)
+        assert not action.isEnabled() and WINDOWED_REFUSAL in action.toolTip()
+    panel = window.dock("interventionsDock").widget()
+    panel.refresh()
+    assert WINDOWED_REFUSAL in panel.heads_label.text() and not panel.scan_button.isEnabled()
+    iv.toggle(0, 0)                       # what a stray call does: nothing runs
     wait_idle(qtbot, window)
-    qtbot.waitUntil(lambda: iv.current() is not None, timeout=20000)
+    assert iv.current() is None and window.session.intervened == {}
+    iv.clear_heads()

@@ -1,37 +1,113 @@
-"""Head ablation and importance in the window: right-click a head's tile in the overview -> Ablate; the
-Interventions dock shows the ablated run's top-5 beside the clean run's (Δ probability), undo, and the importance
-grid of the current image (click a cell to ablate that head).
+"""Interventions in the window: ablate heads and patch activations from another image, and see every panel follow.
 
-The work runs in the worker through the two request classes here (`Intervene`: one run of the current image with
-the heads ablated; `HeadScan`: `vitviz.core.analyses.importance.head_importance`, batched, with progress), their
-answers routed by `Session.route`; nothing here runs the model on the GUI thread. `InterventionSession` keeps the
-ablated heads (in the order they were ablated, for undo) and the answers per image; the overview marks the
-ablated tiles and the dock draws from it.
+Right-click a head (its overview tile, or the Head selector) -> *Ablate*, *Patch this head's attention from* an
+image of the list, or *Patch block L's output from* one. Each is a `Step`; the steps, in the order they were made,
+are the intervention (`InterventionSession.steps`: undo pops the last, *Back to clean* drops them all). The worker
+runs the current image with them (`Intervene`: `model.run(intervene=...)` of `vitviz.core.running.interventions`),
+and the session then shows that run instead of the clean one (`Session.intervened`): every panel's maps come from
+the intervened forward (the attention of later layers changes when an earlier head is ablated), their titles start
+with what was done (`IntervenedMaps`), and a banner above the window (`InterventionBanner`) says so with Undo and
+Back to clean. The other images of the list then run intervened too, after the current one, for their top-5 beside
+the clean one (`ImageListPanel.set_predictions`); the Interventions dock lists the steps and the current image's
+top-5, clean, intervened and Δ. The importance grid (`HeadScan`) is drawn in the Overview dock
+(`vitviz.gui.importance_view`).
+
+Only vitviz's reference ViT has the hook points: for a model run by its own code or a windowed model the entries
+are greyed out with the reason as their tooltip (`vitviz.core.running.interventions.refusal`). Gradient and feature
+maps are made for the clean run only; the intervened run says so where they would be drawn.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QImage, QPixmap
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtCore import QObject, QPoint, Qt, Signal
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QTableWidget, QTableWidgetItem, QToolBar,
+                               QVBoxLayout, QWidget)
 
-from vitviz.core.analyses.maps import ResultMaps
+from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui.protocol import Context, Request, _image_name
 
 Head = tuple[int, int]
+KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown last); the others keep their logits
+MARK = "#ffb000"   # amber: what is intervened (the overview's frames, the head selector, the banner)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One intervention made in the window: 'ablate' (layer, head) to zero, or patch from the image `source`
+    either 'attention' (the pattern of (layer, head)) or 'residual' (block `layer`'s output at every token)."""
+
+    kind: str
+    layer: int
+    head: int | None = None
+    source: str = ""
+
+    def text(self) -> str:
+        """Short, for titles: 'L1.H0', 'L2.H1 attention from b.png', 'block 3 from b.png'."""
+        if self.kind == "ablate":
+            return f"L{self.layer}.H{self.head}"
+        if self.kind == "attention":
+            return f"L{self.layer}.H{self.head} attention from {_image_name(self.source)}"
+        return f"block {self.layer} from {_image_name(self.source)}"
+
+    def intervention(self) -> Any:
+        """The library's intervention of a patch (ablations are joined into one `Ablate`: `interventions`)."""
+        from vitviz.core.running.interventions import PatchAttention, PatchResidual
+
+        if self.kind == "attention":
+            return PatchAttention(self.layer, self.head, self.source)
+        return PatchResidual(self.layer, self.source)
+
+
+def interventions(steps: tuple[Step, ...]) -> list[Any]:
+    """The library's interventions of the steps: one zero `Ablate` of every ablated head, then the patches."""
+    from vitviz.core.running.interventions import Ablate
+
+    heads = [(s.layer, int(s.head)) for s in steps if s.kind == "ablate"]   # type: ignore[arg-type]
+    return ([Ablate(heads)] if heads else []) + [s.intervention() for s in steps if s.kind != "ablate"]
+
+
+def describe(steps: tuple[Step, ...] | list[Step]) -> str:
+    """'ablated L1.H0, L2.H3 (zero) · patched L0.H1 attention from b.png': what the titles and the banner say."""
+    heads = [s.text() for s in steps if s.kind == "ablate"]
+    patches = [s.text() for s in steps if s.kind != "ablate"]
+    return " · ".join(([f"ablated {', '.join(heads)} (zero)"] if heads else []) + [f"patched {p}" for p in patches])
+
+
+class IntervenedMaps(ResultMaps):
+    """The maps of an intervened run: every stack's title starts with what was done, and the maps that need a pass
+    of their own (gradients, text, features) say they are made for the clean run only."""
+
+    CLEAN_ONLY = "made for the clean run only: Back to clean (the banner above) to see it"
+
+    def __init__(self, result: Any, what: str) -> None:
+        super().__init__(result)
+        self.what = what
+
+    def _stack(self, kind: MapKind) -> MapStack:
+        stack = super()._stack(kind)
+        if not stack.title.startswith(self.what):
+            stack = dataclasses.replace(stack, title=f"{self.what} · {stack.title}")
+            self._stacks[kind] = stack
+        return stack
+
+    def unshown(self, kind: MapKind) -> str | None:
+        if kind.source in ("gradients", "text", "features"):
+            return f"{kind.label}: {self.CLEAN_ONLY}"
+        return super().unshown(kind)
 
 
 @dataclass(frozen=True, eq=False)
 class Intervened:
-    """The image run with `heads` ablated (zero): its maps, and what the result says was done."""
+    """One image run with `steps`: its logits, and its maps where asked (`Intervene.maps`)."""
 
     image: str
-    heads: tuple[Head, ...]
-    maps: ResultMaps
+    steps: tuple[Step, ...]
+    logits: np.ndarray
+    maps: IntervenedMaps | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,25 +120,31 @@ class Scanned:
 
 @dataclass(eq=False)
 class Intervene(Request):
-    """Run `image` with `heads` zero-ablated (`model.run(intervene=Ablate(heads))`); its maps are built when a
-    panel asks for them (the dock reads only the probabilities)."""
+    """Run `image` with `steps` (`model.run(intervene=...)`); with `maps` its maps (and the kinds `also`) are made
+    here, off the GUI thread, for the panels; without, only its logits are kept (an image of the list not shown)."""
 
     image: str = ""
     image_size: tuple[int, int] | None = None   # type: ignore[assignment]
-    heads: tuple[Head, ...] = ()
+    steps: tuple[Step, ...] = ()
+    maps: bool = True
+    also: tuple[Any, ...] = ()
 
     answer = Intervened
-    title = "Could not ablate the heads"
+    title = "Could not run the intervention"
 
     def describe(self) -> str:
-        return f"Ablating {', '.join(f'L{l_}.H{h}' for l_, h in self.heads)} on {_image_name(self.image)}…"
+        return f"Running {_image_name(self.image)} with {describe(self.steps)}…"
 
     def __call__(self, ctx: Context) -> Intervened:
-        from vitviz.core.running.interventions import Ablate
-
-        model = self.model_of(ctx)
-        result = model.run(self.image, image_size=self.image_size, intervene=Ablate(self.heads))
-        return Intervened(self.image, self.heads, ResultMaps(result))
+        result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
+        if not self.maps:
+            return Intervened(self.image, self.steps, result.logits, None)
+        maps = IntervenedMaps(result, describe(self.steps))
+        for kind in self.also:
+            if kind.source == "attention" and maps.has(kind):
+                maps.view(kind)
+        maps.precompute()
+        return Intervened(self.image, self.steps, result.logits, maps)
 
 
 @dataclass(eq=False)
@@ -94,60 +176,108 @@ class HeadScan(Request):
         return Scanned(self.image, imp)
 
 
-def _top(maps: ResultMaps | None, k: int = 5) -> list[tuple[int, str, float]]:
-    return [] if maps is None else maps.result.top_k(k)
-
-
-def _probability(maps: ResultMaps, index: int) -> float:
-    z = maps.result.logits.astype(np.float64)
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    """The softmax of a logit vector, in float64."""
+    z = np.asarray(logits, np.float64)
     p = np.exp(z - z.max())
-    return float(p[index] / p.sum())
+    return p / p.sum()
 
 
 class InterventionSession(QObject):
-    """The ablated heads and the worker's answers about them, per image; `changed` when either changes."""
+    """The steps made, the worker's runs of the images with them, and the importance grids; `changed` when any
+    changes. The current image's intervened maps go to `Session.intervened`, which the panels then show."""
 
     changed = Signal()
-    wanted = Signal()     # a head was ablated or the importance asked for: the dock should be seen
+    wanted = Signal()     # a step was made or the importance asked for: the dock should be seen
+    scan_asked = Signal()   # the importance grid of the current image was asked for
 
     def __init__(self, session: Any, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.session = session
-        self.heads: list[Head] = []                    # in the order they were ablated (undo pops the last)
-        self.ablated: dict[str, Intervened] = {}       # image -> the latest answer for the current heads
+        self.steps: list[Step] = []                    # in the order they were made (undo pops the last)
+        self.answers: dict[str, Intervened] = {}       # image -> its run with the current steps
         self.importance: dict[str, Scanned] = {}       # image -> its importance grid
         self.failure = ""
         session.route(Intervene, self._on_intervened, self._on_failed)
         session.route(HeadScan, self._on_scanned, self._on_failed)
         session.current_changed.connect(lambda _maps: self._ask())
+        session.result_ready.connect(lambda _path: self._ask())
         session.model_loaded.connect(lambda *_a: self.clear())
+        session.size_changed.connect(lambda _size: self._forget_runs())
+
+    # ---------------------------------------------------------------------------------------------- reading
+
+    @property
+    def why_not(self) -> str | None:
+        """Why the loaded model cannot take interventions (None: it can, or there is no model)."""
+        from vitviz.core.running.interventions import refusal
+
+        spec = self.session.spec
+        return None if spec is None else refusal(self.session.capabilities, getattr(spec, "family", ""))
 
     @property
     def available(self) -> bool:
         """Whether the loaded model takes interventions: vitviz's reference ViT ('reference' capability)."""
-        from vitviz.core.protocol import REFERENCE
+        return self.session.spec is not None and self.why_not is None
 
-        return self.session.spec is not None and REFERENCE in self.session.capabilities
+    @property
+    def heads(self) -> list[Head]:
+        """The ablated (layer, head)s, in the order they were ablated."""
+        return [(s.layer, int(s.head)) for s in self.steps if s.kind == "ablate"]   # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return describe(self.steps)
+
+    def current(self) -> Intervened | None:
+        """The current image's intervened run (with maps) for the current steps, when it has answered."""
+        answer = self.answers.get(self.session.current or "")
+        return answer if answer is not None and answer.maps is not None and self.steps else None
+
+    def current_importance(self) -> Any:
+        answer = self.importance.get(self.session.current or "")
+        return None if answer is None else answer.importance
+
+    def probabilities(self, path: str) -> np.ndarray | None:
+        """The class probabilities of `path`'s intervened run (None: no steps, or not answered yet)."""
+        answer = self.answers.get(path)
+        return None if answer is None or not self.steps else probabilities(answer.logits)
+
+    # ---------------------------------------------------------------------------------------------- steps
 
     def toggle(self, layer: int, head: int) -> None:
         """Ablate (layer, head), or restore it when it is ablated."""
-        pair = (int(layer), int(head))
-        if pair in self.heads:
-            self.heads.remove(pair)
+        step = Step("ablate", int(layer), int(head))
+        if step in self.steps:
+            self.steps.remove(step)
         else:
-            self.heads.append(pair)
+            self.steps.append(step)
             self.wanted.emit()
-        self._changed_heads()
+        self._changed_steps()
+
+    def patch_attention(self, layer: int, head: int, source: str) -> None:
+        """Run with `source`'s attention pattern in (layer, head)."""
+        self._add(Step("attention", int(layer), int(head), source))
+
+    def patch_residual(self, layer: int, source: str) -> None:
+        """Run with `source`'s block `layer` output (every token)."""
+        self._add(Step("residual", int(layer), None, source))
 
     def undo(self) -> None:
-        """Restore the last head ablated."""
-        if self.heads:
-            self.heads.pop()
-            self._changed_heads()
+        """Take back the last step."""
+        if self.steps:
+            self.steps.pop()
+            self._changed_steps()
+
+    def clear_heads(self) -> None:
+        """Back to the clean run: every step taken back."""
+        if self.steps:
+            self.steps = []
+            self._changed_steps()
 
     def clear(self) -> None:
-        """Restore every head (and forget the answers: a new model)."""
-        self.heads, self.ablated, self.importance, self.failure = [], {}, {}, ""
+        """A new model: no step, answer or grid of the old one holds."""
+        self.steps, self.answers, self.importance, self.failure = [], {}, {}, ""
+        self.session.intervened.clear()
         self.changed.emit()
 
     def scan(self) -> None:
@@ -157,32 +287,60 @@ class InterventionSession(QObject):
             self.wanted.emit()
             self.session.client.cancel(lambda r: r.kind is HeadScan)
             self.session.client.submit(HeadScan, image=path, image_size=self.session.image_size)
+            self.scan_asked.emit()
 
-    def current(self) -> Intervened | None:
-        """The ablated run of the current image for the current heads, when it has answered."""
-        answer = self.ablated.get(self.session.current or "")
-        return answer if answer is not None and list(answer.heads) == self.heads else None
+    def _add(self, step: Step) -> None:
+        if step not in self.steps:
+            self.steps.append(step)
+            self.wanted.emit()
+            self._changed_steps()
 
-    def current_importance(self) -> Any:
-        answer = self.importance.get(self.session.current or "")
-        return None if answer is None else answer.importance
+    def _forget_runs(self) -> None:
+        """Another input size: the runs (and grids) of the old one do not hold."""
+        self.answers, self.importance = {}, {}
+        self.session.intervened.clear()
+        self.changed.emit()
 
-    def _changed_heads(self) -> None:
+    def _changed_steps(self) -> None:
+        """Drop the runs of the old steps; back to clean at once, else the old run stays on show (its titles say
+        what it is) until the new one answers."""
         self.failure = ""
+        self.answers = {}
+        self.session.client.cancel(lambda r: r.kind is Intervene)
+        if not self.steps and self.session.intervened:
+            self.session.intervened.clear()
+            self.session.current_changed.emit(self.session.current_maps)
         self.changed.emit()
         self._ask()
 
     def _ask(self) -> None:
-        path = self.session.current
-        if not self.heads or not path or self.current() is not None or not self.available:
-            self.changed.emit()
+        """The current image's run with maps first, then the other images' logits (for the list's top-5)."""
+        s = self.session
+        if not self.steps or not self.available:
             return
-        self.session.client.cancel(lambda r: r.kind is Intervene)
-        self.session.client.submit(Intervene, first=True, image=path, image_size=self.session.image_size,
-                                   heads=tuple(self.heads))
+        steps = tuple(self.steps)
+        pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
+        if s.current and s.cached(s.current) is not None and self.current() is None \
+                and (s.current, True) not in pending:
+            s.client.submit(Intervene, first=True, image=s.current, image_size=s.image_size, steps=steps,
+                            also=s.precompute)
+        for path in s.images:
+            if path != s.current and path not in self.answers and s.cached(path) is not None \
+                    and (path, False) not in pending:
+                s.client.submit(Intervene, image=path, image_size=s.image_size, steps=steps, maps=False)
 
-    def _on_intervened(self, _request: Request, answer: Intervened) -> None:
-        self.ablated[answer.image] = answer
+    def _on_intervened(self, request: Request, answer: Intervened) -> None:
+        if answer.steps != tuple(self.steps) or request.args.get("image_size") != self.session.image_size:
+            return   # the steps or the size changed while it ran
+        self.answers[answer.image] = answer
+        shown = self.session.intervened
+        if answer.maps is not None:
+            shown[answer.image] = answer.maps
+            for path in list(shown)[:-KEEP_MAPS]:     # the maps of the images shown longest ago: logits only
+                del shown[path]
+                self.answers[path] = dataclasses.replace(self.answers[path], maps=None)
+            if answer.image == self.session.current:
+                self.session.current_changed.emit(answer.maps)   # every panel: the intervened run
         self.changed.emit()
 
     def _on_scanned(self, _request: Request, answer: Scanned) -> None:
@@ -193,34 +351,123 @@ class InterventionSession(QObject):
         self.failure = summary
         self.changed.emit()
 
-    def menu(self, parent: QWidget, layer: int, head: int | str | None) -> QMenu | None:
-        """The overview tile's context menu: Ablate / Restore this head, Undo, Restore all, the importance scan;
-        None where there is nothing to ablate (a mean / max column, a model without the hook points)."""
-        if not self.available or not isinstance(head, int) or not isinstance(layer, int):
+    # ---------------------------------------------------------------------------------------------- menus
+
+    def menu(self, parent: QWidget, layer: Any, head: Any) -> QMenu | None:
+        """The context menu of a head (an overview tile, the Head selector): Ablate / Restore it, patch its
+        attention or its block's output from another image of the list, Undo, Back to clean, the importance scan.
+        Greyed out, saying why, for a model without the hook points; None where there is no head (a mean / max
+        column) or no model."""
+        if self.session.spec is None or not isinstance(head, int) or not isinstance(layer, int):
             return None
         menu = QMenu(parent)
+        menu.setToolTipsVisible(True)
+        why = self.why_not
         ablated = (layer, head) in self.heads
         act = menu.addAction(f"{'Restore' if ablated else 'Ablate'} layer {layer}, head {head}")
         act.triggered.connect(lambda: self.toggle(layer, head))
-        undo = menu.addAction("Undo last ablation")
-        undo.setEnabled(bool(self.heads))
+        others = [p for p in self.session.images if p != self.session.current and p not in self.session.failed]
+        attention = menu.addMenu(f"Patch L{layer}.H{head}'s attention from")
+        residual = menu.addMenu(f"Patch block {layer}'s output from")
+        for path in others:
+            attention.addAction(_image_name(path)).triggered.connect(
+                lambda _c=False, p=path: self.patch_attention(layer, head, p))
+            residual.addAction(_image_name(path)).triggered.connect(
+                lambda _c=False, p=path: self.patch_residual(layer, p))
+        for sub in (attention, residual):
+            sub.setToolTipsVisible(True)
+            sub.setEnabled(bool(others) and why is None)
+            if not others:
+                sub.menuAction().setToolTip("add another image to the list: the source of the patch")
+        menu.addSeparator()
+        undo = menu.addAction("Undo last intervention")
+        undo.setEnabled(bool(self.steps))
         undo.triggered.connect(self.undo)
-        every = menu.addAction("Restore all heads")
-        every.setEnabled(bool(self.heads))
+        every = menu.addAction("Back to clean (undo all)")
+        every.setEnabled(bool(self.steps))
         every.triggered.connect(self.clear_heads)
         menu.addSeparator()
-        menu.addAction("Importance of every head").triggered.connect(self.scan)
+        scan = menu.addAction("Importance of every head")
+        scan.triggered.connect(self.scan)
+        if why is not None:
+            for action in (act, attention.menuAction(), residual.menuAction(), scan):
+                action.setEnabled(False)
+                action.setToolTip(f"Not for this model: {why}")
         return menu
 
-    def clear_heads(self) -> None:
-        """Restore every head (the answers stay, for another ablation of the same heads)."""
-        self.heads = []
-        self._changed_heads()
+    def popup(self, parent: QWidget, layer: Any, head: Any, where: QPoint) -> None:
+        """Show `menu` at a global position (nothing where there is no head)."""
+        menu = self.menu(parent, layer, head)
+        if menu is not None:
+            menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            menu.popup(where)
+
+
+def hook_head_selector(iv: InterventionSession, state: Any, spin: QWidget, slider: QWidget) -> None:
+    """The Head selector (spin box and slider of the Controls dock): right-click -> the head's menu; an ablated
+    head (at the selected layer) is marked with an amber frame and says so in its tooltip."""
+    tips = {w: w.toolTip() for w in (spin, slider)}
+
+    def menu_at(widget: QWidget, pos: QPoint) -> None:
+        iv.popup(widget, state.layer, state.head, widget.mapToGlobal(pos))
+
+    for widget in (spin, slider, getattr(spin, "lineEdit", lambda: None)()):
+        if widget is not None:
+            widget.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+            widget.customContextMenuRequested.connect(lambda pos, w=widget: menu_at(w, pos))
+
+    def mark(*_args: object) -> None:
+        ablated = (state.layer, state.head) in iv.heads
+        for widget, tip in tips.items():
+            widget.setStyleSheet(f"border: 2px dashed {MARK};" if ablated and widget is spin else
+                                 f"background: {MARK};" if ablated else "")
+            widget.setToolTip((f"layer {state.layer}, head {state.head} is ablated (right-click: Restore)\n"
+                               if ablated else "") + tip + "\nRight-click: ablate this head, or patch it")
+
+    iv.changed.connect(mark)
+    state.subscribe(lambda changed: mark() if changed & {"layer", "head"} else None)
+    mark()
+
+
+class InterventionBanner(QToolBar):
+    """Above the window while the shown run is intervened: what was done, Undo and Back to clean."""
+
+    def __init__(self, iv: InterventionSession, parent: QWidget | None = None) -> None:
+        super().__init__("Intervention", parent)
+        self.setObjectName("interventionBanner")
+        self.setMovable(False)
+        self.setFloatable(False)
+        self.toggleViewAction().setVisible(False)     # shown by the steps, not by the user
+        self.iv = iv
+        self.label = QLabel()
+        self.label.setStyleSheet(f"color: black; background: {MARK}; padding: 2px 6px; font-weight: bold;")
+        self.addWidget(self.label)
+        self.undo_action = self.addAction("Undo", iv.undo)
+        self.undo_action.setToolTip("take back the last intervention")
+        self.clean_action = self.addAction("Back to clean", iv.clear_heads)
+        self.clean_action.setToolTip("take back every intervention: the clean run")
+        iv.changed.connect(self.refresh)
+        iv.session.current_changed.connect(lambda _maps: self.refresh())
+        self.setVisible(False)
+
+    def refresh(self) -> None:
+        iv = self.iv
+        self.setVisible(bool(iv.steps))
+        if not iv.steps:
+            return
+        shown = iv.session.current_maps
+        if iv.failure:
+            state = f"failed: {iv.failure}"
+        elif isinstance(shown, IntervenedMaps) and shown.what == iv.describe():
+            state = "every panel shows this run"
+        else:
+            state = "running… (the panels show the run before)"
+        self.label.setText(f"Intervened: {iv.describe()} — {state}")
 
 
 class InterventionsPanel(QWidget):
-    """The Interventions dock: the ablated heads with Undo, the clean and the ablated top-5 with Δ, and the
-    importance grid of the current image (click a cell to ablate that head)."""
+    """The Interventions dock: the steps with Undo and Back to clean, the current image's top-5 clean, intervened
+    and Δ, and the importance scan (its grid is in the Overview dock)."""
 
     def __init__(self, interventions: InterventionSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -230,93 +477,64 @@ class InterventionsPanel(QWidget):
         self.heads_label.setWordWrap(True)
         self.undo_button = QPushButton("Undo")
         self.undo_button.clicked.connect(interventions.undo)
-        self.clear_button = QPushButton("Restore all")
+        self.clear_button = QPushButton("Back to clean")
         self.clear_button.clicked.connect(interventions.clear_heads)
+        self.scan_button = QPushButton("Importance of every head")
+        self.scan_button.setToolTip("ablate each head alone on the current image (one forward per head, batched, "
+                                    "in the worker): the drop of the top class's probability, drawn in the "
+                                    "Overview dock (click a cell to ablate that head)")
+        self.scan_button.clicked.connect(interventions.scan)
         self.table = QTableWidget(0, 4)
-        self.table.setHorizontalHeaderLabels(["class", "clean", "ablated", "Δ"])
+        self.table.setHorizontalHeaderLabels(["class", "clean", "intervened", "Δ"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setDefaultSectionSize(20)
-        self.table.setMinimumWidth(260)
-        self.scan_button = QPushButton("Importance of every head")
-        self.scan_button.setToolTip("ablate each head alone on the current image (one forward per head, batched, "
-                                    "in the worker): the drop of the top class's probability")
-        self.scan_button.clicked.connect(interventions.scan)
-        self.grid = QLabel()
-        self.grid.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        self.grid.mousePressEvent = self._grid_clicked   # type: ignore[method-assign]
-        scroll = QScrollArea()
-        scroll.setWidget(self.grid)
-        scroll.setWidgetResizable(True)
-        bar = QHBoxLayout()
-        bar.addWidget(self.undo_button)
-        bar.addWidget(self.clear_button)
-        left = QVBoxLayout()      # below the image the dock is wide and short: the grid beside the table
+        self.table.setMinimumWidth(300)
+        bar = QVBoxLayout()
+        for button in (self.undo_button, self.clear_button, self.scan_button):
+            bar.addWidget(button)
+        bar.addStretch(1)
+        left = QVBoxLayout()      # below the image the dock is wide and short: the table beside the buttons
         left.addWidget(self.heads_label)
-        left.addLayout(bar)
         left.addWidget(self.table, 1)
-        left.addWidget(self.scan_button)
         layout = QHBoxLayout(self)
-        layout.addLayout(left)
-        layout.addWidget(scroll, 1)
-        self._imp: Any = None
+        layout.addLayout(left, 1)
+        layout.addLayout(bar)
         interventions.changed.connect(self.refresh)
         interventions.session.current_changed.connect(lambda _m: self.refresh())
         self.refresh()
 
     def refresh(self) -> None:
         iv = self.iv
-        heads = ", ".join(f"L{l_}.H{h}" for l_, h in iv.heads)
-        if not iv.available:
-            text = "Interventions need vitviz's reference ViT (not a windowed model or a model run by its own code)"
-        elif not iv.heads:
-            text = "No head ablated: right-click a head's tile in the Overview → Ablate"
+        what = iv.describe()
+        if iv.session.spec is not None and iv.why_not is not None:
+            text = f"No interventions for this model: {iv.why_not}"
+        elif not iv.steps:
+            text = "Clean run. Right-click a head (an Overview tile or the Head selector) → Ablate, or patch it " \
+                   "from another image of the list"
         elif iv.failure:
-            text = f"Ablated {heads}: {iv.failure}"
+            text = f"{what}: {iv.failure}"
         elif iv.current() is None:
-            text = f"Ablating {heads}…"
+            text = f"Running with {what}…"
         else:
-            text = f"Ablated (zero): {heads}"
+            text = f"Intervened: {what}"
         self.heads_label.setText(text)
-        self.undo_button.setEnabled(bool(iv.heads))
-        self.clear_button.setEnabled(bool(iv.heads))
+        self.undo_button.setEnabled(bool(iv.steps))
+        self.clear_button.setEnabled(bool(iv.steps))
         self.scan_button.setEnabled(iv.available and bool(iv.session.current))
+        if iv.why_not is not None:
+            self.scan_button.setToolTip(f"Not for this model: {iv.why_not}")
         self._fill_table()
-        self._show_grid(iv.current_importance())
 
     def _fill_table(self) -> None:
-        clean = self.iv.session.current_maps
+        clean = self.iv.session.cached(self.iv.session.current) if self.iv.session.current else None
         answer = self.iv.current()
-        rows = _top(clean)
+        rows = [] if clean is None else clean.result.top_k(5)
+        after = None if answer is None else probabilities(answer.logits)
         self.table.setRowCount(len(rows))
         for i, (index, label, p) in enumerate(rows):
-            after = _probability(answer.maps, index) if answer is not None else None
-            cells = [label, f"{p:.3f}", "" if after is None else f"{after:.3f}",
-                     "" if after is None else f"{after - p:+.3f}"]
+            cells = [label, f"{p:.3f}", "" if after is None else f"{after[index]:.3f}",
+                     "" if after is None else f"{after[index] - p:+.3f}"]
             for j, text in enumerate(cells):
                 self.table.setItem(i, j, QTableWidgetItem(text))
         self.table.resizeColumnsToContents()
-
-    def _show_grid(self, imp: Any) -> None:
-        if imp is self._imp:
-            return
-        self._imp = imp
-        if imp is None:
-            self.grid.setPixmap(QPixmap())
-            self.grid.setText("")
-            return
-        from vitviz.core.drawing.importance import draw_importance
-
-        rgb = np.ascontiguousarray(draw_importance(imp))
-        image = QImage(rgb.data, rgb.shape[1], rgb.shape[0], 3 * rgb.shape[1], QImage.Format.Format_RGB888).copy()
-        self.grid.setPixmap(QPixmap.fromImage(image))
-        self.grid.setToolTip("click a cell of the exact grid to ablate (or restore) that head")
-
-    def _grid_clicked(self, event: Any) -> None:
-        from vitviz.core.drawing.importance import cell_at
-
-        if self._imp is None:
-            return
-        cell = cell_at(self._imp, int(event.position().x()), int(event.position().y()))
-        if cell is not None:
-            self.iv.toggle(*cell)

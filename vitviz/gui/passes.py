@@ -27,6 +27,7 @@ class Host(Protocol):
     image_size: tuple[int, int] | None
     client: WorkerClient
     current_changed: Any
+    current_maps: ResultMaps | None
 
     @property
     def current(self) -> str: ...
@@ -81,7 +82,8 @@ class PassStore(QObject):
         s.evict(keep=request.image)
         self.ready.emit(request.image)
         if request.redraws and request.image == s.current:
-            s.current_changed.emit(maps)   # what the current image shows has changed
+            s.current_changed.emit(s.current_maps)   # what the current image shows has changed (the intervened
+                                                     # run, while there is one, says its passes are not for it)
 
     def fail(self, request: PassRequest, summary: str) -> None:
         """Remember why the pass failed (it is not asked again) and say so."""

@@ -106,6 +106,8 @@ class Session(QObject):
         self.image_list = ImageList()               # the images, the current one, failed runs, run progress
         self.probed: Probed | None = None           # the devices found and the torch running them (Help › About)
         self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
+        self.intervened: dict[str, ResultMaps] = {}   # image path -> its intervened run, shown instead of `results`
+                                                      # (`vitviz.gui.interventions`: every panel shows it)
         self.precompute: tuple[Any, ...] = ()      # map kinds runs make in the worker too (the view's: `Run.also`)
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         # the on-demand passes of a cached result (`ready` / `failed` signals, `request`, `pending`, `failures`)
@@ -154,8 +156,13 @@ class Session(QObject):
 
     @property
     def current_maps(self) -> ResultMaps | None:
-        """The current image's cached result, or None."""
-        return self.results.get(self.current) if self.current else None
+        """The current image's result as shown (its intervened run while there is one), or None."""
+        return self.shown(self.current) if self.current else None
+
+    def shown(self, path: str) -> ResultMaps | None:
+        """What the panels show of an image: its intervened run (`intervened`), else its cached result (marked
+        as recently used), or None."""
+        return self.intervened.get(path) or self.results.use(path)
 
     def cached(self, path: str) -> ResultMaps | None:
         """The cached result of an image, or None (without marking it as recently used)."""
@@ -370,7 +377,7 @@ class Session(QObject):
             return
         self.image_list.current = path
         self.ensure(path, first=True)
-        self.current_changed.emit(self.result(path) if path else None)
+        self.current_changed.emit(self.shown(path) if path else None)
 
     def set_image_size(self, size: tuple[int, int] | None) -> None:
         """Run every image at (h, w) (None: the model's native size), rounded down to whole patches of the loaded
@@ -501,7 +508,7 @@ class Session(QObject):
         self.image_list.answered()
         self.result_ready.emit(path)
         if path == self.current:
-            self.current_changed.emit(maps)
+            self.current_changed.emit(self.shown(path))
         self._report_runs()
         self._verify()
 
@@ -611,6 +618,7 @@ class Session(QObject):
     def _forget_results(self) -> None:
         """A new model or input size: no result, failure or head statistic of the old one holds."""
         self.results.clear()
+        self.intervened.clear()
         self.image_list.forget_failures()
         self.head_stats.clear()
         for store in self.passes.values():

@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
         self._connect()
         self._restore_settings()
+        self.intervention_banner.refresh()      # a restored layout does not decide whether the run is intervened
         self._probed = False
 
     # ------------------------------------------------------------------------------------------ layout
@@ -238,13 +239,21 @@ class MainWindow(QMainWindow):
             dock.visibilityChanged.connect(lambda visible, d=dock: visible and self._side_panel(d.objectName()))
         self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
         self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
-        from vitviz.gui.interventions import InterventionSession, InterventionsPanel
+        from vitviz.gui import importance_view
+        from vitviz.gui.interventions import (InterventionBanner, InterventionSession, InterventionsPanel,
+                                              hook_head_selector)
 
-        self.interventions = InterventionSession(self.session, self)   # below the image too, hidden until asked
-        ablate = self._dock("interventionsDock", InterventionsPanel(self.interventions), bottom)
+        iv = self.interventions = InterventionSession(self.session, self)   # below the image too, hidden until asked
+        ablate = self._dock("interventionsDock", InterventionsPanel(iv), bottom)
         ablate.hide()
         self.side_docks.append(ablate)
-        self.interventions.wanted.connect(lambda: self._reveal(ablate))
+        iv.wanted.connect(lambda: self._reveal(ablate))
+        self.intervention_banner = InterventionBanner(iv, self)   # above everything while the run shown is intervened
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, self.intervention_banner)
+        self.importance_view = importance_view.attach(self.overview, iv)
+        iv.scan_asked.connect(lambda: self.dock("overviewDock").raise_())
+        hook_head_selector(iv, self.state, self.controls.head_spin, self.controls.head_slider)
+        iv.changed.connect(lambda: self.images.show_intervened(iv))
 
     def _reveal(self, dock: QDockWidget) -> None:
         """Show a hidden dock below the image (a tab beside another one open there) and raise it."""
@@ -927,11 +936,8 @@ class MainWindow(QMainWindow):
         self.state.update(layer=layer, **({} if head is None else {"head": head}))
 
     def _tile_menu(self, layer: int, head: int | str, where: QPoint) -> None:
-        """Right-click on an overview tile: Ablate / Restore that head (`vitviz.gui.interventions`)."""
-        menu = self.interventions.menu(self, layer, head)
-        if menu is not None:
-            menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            menu.popup(where)
+        """Right-click on an overview tile: Ablate / Restore that head, or patch it (`vitviz.gui.interventions`)."""
+        self.interventions.popup(self, layer, head, where)
 
     def _on_head_clicked(self, layer: int, head: int) -> None:
         self.state.update(layer=layer, head=head)

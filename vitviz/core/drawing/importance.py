@@ -100,3 +100,10 @@ def cell_at(imp: HeadImportance, x: int, y: int) -> tuple[int, int] | None:
     if x < LEFT or y < _title_height(2) + TOP or not (0 <= row < imp.drop.shape[0] and 0 <= col < imp.drop.shape[1]):
         return None
     return int(row), int(col)
+
+
+def cell_rect(imp: HeadImportance, layer: int, head: int) -> tuple[int, int, int]:
+    """(x, y, size) in pixels of the exact grid's cell of (layer, head) in `draw_importance(imp)`: where the
+    window outlines an ablated head (the inverse of `cell_at`)."""
+    cell = _cell(imp.drop.shape)
+    return LEFT + head * cell, _title_height(2) + TOP + layer * cell, cell

@@ -175,6 +175,23 @@ def as_list(intervene: Any) -> list[Intervention]:
     return items
 
 
+LIVE_REFUSAL = ("it runs your own module, whose attention vitviz reads where it finds it but whose heads' outputs "
+                "and blocks it cannot replace exactly")
+WINDOWED_REFUSAL = ("its attention runs per (shifted) window over stages of different widths; the interventions are "
+                    "defined on the plain ViT's (layer, head, token)")
+
+
+def refusal(capabilities: frozenset[str], family: str = "") -> str | None:
+    """Why a model of these capabilities (`vitviz.core.protocol`) cannot take interventions exactly, or None
+    when it can (vitviz's reference ViT): what the window says on its greyed-out Ablate and Patch entries."""
+    from vitviz.core.protocol import REFERENCE, WINDOWS
+
+    if REFERENCE in capabilities:
+        return None
+    return WINDOWED_REFUSAL if WINDOWS in capabilities else LIVE_REFUSAL if family == "live" else \
+        "it does not run as vitviz's reference ViT (it has none of its head and attention hook points)"
+
+
 def check_model(model: Any) -> Any:
     """The model's reference ViT; a model without its hook points is refused, saying why."""
     from vitviz.core.running.model import ReferenceViT
@@ -184,11 +201,9 @@ def check_model(model: Any) -> Any:
         return net
     kind = type(model).__name__
     if kind == "LiveModel":
-        why = ("it runs your own module, whose attention vitviz reads where it finds it but whose heads' outputs "
-               "and blocks it cannot replace exactly")
+        why = LIVE_REFUSAL
     elif kind == "WindowedModel":
-        why = ("its attention runs per (shifted) window over stages of different widths; the interventions are "
-               "defined on the plain ViT's (layer, head, token)")
+        why = WINDOWED_REFUSAL
     else:
         why = f"it runs as {type(net).__name__}, without vitviz's head and attention hook points"
     raise InterventionError(f"interventions need vitviz's reference ViT; this model ({model.spec.family}, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QPoint, QSize, Qt
 from PySide6.QtGui import QAction, QColor, QIcon, QImage, QKeySequence, QPixmap
@@ -142,15 +143,22 @@ class ImageListPanel(QWidget):
             self.list.setCurrentRow((max(0, self.list.currentRow()) + delta) % n)
             self.list.scrollToItem(self.list.currentItem())
 
-    def set_predictions(self, path: str, top: list[tuple[int, str, float]]) -> None:
-        """Show top-k (index, label, probability) under the file name; nothing for a headless model."""
+    def set_predictions(self, path: str, top: list[tuple[int, str, float]], after: Any = None, what: str = "") -> None:
+        """Show top-k (index, label, probability) under the file name; nothing for a headless model. With `after`
+        (every class's probability in the intervened run, `vitviz.gui.interventions`) each line is the clean
+        probability -> the intervened one (Δ in points), in amber, and the tooltip says what was done."""
         item = self._item(path)
         if item is None:
             return
-        lines = [Path(path).name] + [f"{p * 100:5.1f}%  {label}" for _i, label, p in top]
-        item.setText("\n".join(lines))
-        item.setToolTip(path + ("\n\n" + "\n".join(lines[1:]) if top else "\n\n(no classifier head)"))
-        item.setForeground(QColor())
+        if after is None:
+            lines = [f"{p * 100:5.1f}%  {label}" for _i, label, p in top]
+        else:
+            lines = [f"{p * 100:4.1f}→{after[i] * 100:4.1f}% ({(after[i] - p) * 100:+.1f})  {label}"
+                     for i, label, p in top]
+        item.setText("\n".join([Path(path).name] + lines))
+        head = f"clean → {what} (Δ in points)\n" if after is not None else ""
+        item.setToolTip(path + ("\n\n" + head + "\n".join(lines) if top else "\n\n(no classifier head)"))
+        item.setForeground(QColor("#ffb000") if after is not None and top else QColor())
 
     def set_pending(self, path: str) -> None:
         item = self._item(path)
@@ -198,6 +206,14 @@ class ImageListPanel(QWidget):
         maps = self.session.result(path)
         if maps is not None:
             self.set_predictions(path, maps.result.top_k(5))
+
+    def show_intervened(self, runs: Any) -> None:
+        """Every listed image's top-5 beside its intervened run where that has answered (`runs.probabilities`,
+        `runs.describe()`: `vitviz.gui.interventions.InterventionSession`), the clean top-5 alone elsewhere."""
+        for path in self.paths():
+            maps = self.session.cached(path)
+            if maps is not None:
+                self.set_predictions(path, maps.result.top_k(5), runs.probabilities(path), runs.describe())
 
     def _on_run_failed(self, path: str, summary: str, _details: str) -> None:
         self.set_failed(path, summary)
