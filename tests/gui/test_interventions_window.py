@@ -37,6 +37,8 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
 
 def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
     import vitviz
+    from vitviz.core.analyses.analysis import mean_attention_distance
+    from vitviz.core.analyses.maps import MapKind
     from vitviz.core.running.interventions import Ablate
 
     window = loaded
@@ -63,6 +65,11 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert window.rollout_panel._maps is shown and window.matrix._maps is shown
     assert window.intervention_banner.isVisible()
     assert "every panel shows this run" in window.intervention_banner.label.text()
+    np.testing.assert_allclose(window.headstats.statistics()[0], mean_attention_distance(want), atol=1e-4)
+    assert not np.allclose(window.headstats.statistics()[0], s.head_stats[s.current][0], atol=1e-4)
+    window.features.redraw()        # the passes of their own are the clean run's: said, not drawn as this run's
+    assert "clean run only" in window.features.status.text()
+    assert "clean run only" in shown.stack_or_pending(MapKind("relevance")).title
     table = dock.widget().table
     assert table.rowCount() == 5
     for row in range(table.rowCount()):

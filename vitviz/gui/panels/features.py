@@ -566,6 +566,11 @@ class FeaturesPanel(LazyPanel):
                 view.clear()
             self.status.setText(WINDOWED_FEATURES)
             return
+        if getattr(maps, "CLEAN_ONLY", ""):     # an intervened run (vitviz.gui.interventions): no feature pass
+            for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
+                view.clear()
+            self.status.setText(f"Token features: {maps.CLEAN_ONLY}")
+            return
         if maps.features is None:
             path = self.session.current
             why = self.session.features_pass.failures.get((path, None))

@@ -308,7 +308,7 @@ class HeadStatsPanel(LazyPanel):
         if self.state.stats_average and stats:
             dists, ents = zip(*((d, e) for d, e, _k in stats.values()))
             return np.nanmean(np.stack(dists), axis=0), np.mean(np.stack(ents), axis=0)
-        current = stats.get(self.session.current)
+        current = self._current()
         return None if current is None else current[:2]
 
     def token_kinds(self) -> np.ndarray | None:
@@ -316,8 +316,16 @@ class HeadStatsPanel(LazyPanel):
         stats = self.session.head_stats
         if self.state.stats_average and stats:
             return np.mean(np.stack([k for _d, _e, k in stats.values()]), axis=0)
-        current = stats.get(self.session.current)
+        current = self._current()
         return None if current is None else current[2]
+
+    def _current(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The current image's statistics: of its intervened run while that is shown (`vitviz.gui.interventions`;
+        the average stays over the clean runs)."""
+        maps = self.session.current_maps
+        if getattr(maps, "what", ""):
+            return maps.head_stats()   # type: ignore[union-attr]
+        return self.session.head_stats.get(self.session.current)
 
     def redraw(self) -> None:
         self._update_label()
@@ -361,7 +369,10 @@ class HeadStatsPanel(LazyPanel):
         return None
 
     def _what(self) -> str:
-        return "images averaged: %d" % len(self.session.head_stats) if self.state.stats_average else "current image"
+        if self.state.stats_average:
+            return "images averaged: %d" % len(self.session.head_stats)
+        return f"current image, {self.session.current_maps.what}" if getattr(self.session.current_maps, "what", "") \
+            else "current image"
 
     def _on_moved(self, scene_pos: QPointF) -> None:
         layer = self.kinds.layer_at(scene_pos)
