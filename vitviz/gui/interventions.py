@@ -6,7 +6,7 @@ are the intervention (`InterventionSession.steps`: undo pops the last, *Back to 
 runs the current image with them (`Intervene`: `model.run(intervene=...)` of `vitviz.core.running.interventions`),
 and the session then shows that run instead of the clean one (`Session.intervened`): every panel's maps come from
 the intervened forward (the attention of later layers changes when an earlier head is ablated), their titles start
-with what was done (`IntervenedMaps`), and a banner above the window (`InterventionBanner`) says so with Undo and
+with what was done (`IntervenedMaps`), and a banner in the toolbar (`InterventionBanner`) says so with Undo and
 Back to clean. The other images of the list then run intervened too, after the current one, for their top-5 beside
 the clean one (`ImageListPanel.set_predictions`); the Interventions dock lists the steps and the current image's
 top-5, clean, intervened and Δ. The importance grid (`HeadScan`) is drawn in the Overview dock
@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QPoint, Qt, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QTableWidget, QTableWidgetItem, QToolBar,
-                               QVBoxLayout, QWidget)
+                               QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui.protocol import Context, Request, _image_name
@@ -81,7 +82,7 @@ class IntervenedMaps(ResultMaps):
     """The maps of an intervened run: every stack's title starts with what was done, and the maps that need a pass
     of their own (gradients, text, features) say they are made for the clean run only."""
 
-    CLEAN_ONLY = "made for the clean run only: Back to clean (the banner above) to see it"
+    CLEAN_ONLY = "made for the clean run only: Back to clean (in the toolbar) to see it"
 
     def __init__(self, result: Any, what: str) -> None:
         super().__init__(result)
@@ -314,16 +315,18 @@ class InterventionSession(QObject):
         self._ask()
 
     def _ask(self) -> None:
-        """The current image's run with maps first, then the other images' logits (for the list's top-5)."""
+        """The current image's run with maps first; once it is shown, the other images' logits (for the list's
+        top-5), so that they do not compete with the panels' redraw for the CPU."""
         s = self.session
         if not self.steps or not self.available:
             return
         steps = tuple(self.steps)
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
-        if s.current and s.cached(s.current) is not None and self.current() is None \
-                and (s.current, True) not in pending:
-            s.client.submit(Intervene, first=True, image=s.current, image_size=s.image_size, steps=steps,
-                            also=s.precompute)
+        if s.current and s.cached(s.current) is not None and self.current() is None:
+            if (s.current, True) not in pending:
+                s.client.submit(Intervene, first=True, image=s.current, image_size=s.image_size, steps=steps,
+                                also=s.precompute)
+            return
         for path in s.images:
             if path != s.current and path not in self.answers and s.cached(path) is not None \
                     and (path, False) not in pending:
@@ -340,7 +343,8 @@ class InterventionSession(QObject):
                 del shown[path]
                 self.answers[path] = dataclasses.replace(self.answers[path], maps=None)
             if answer.image == self.session.current:
-                self.session.current_changed.emit(answer.maps)   # every panel: the intervened run
+                self.session.current_changed.emit(answer.maps)   # every panel: the intervened run (and `_ask`:
+                                                                 # the other images next)
         self.changed.emit()
 
     def _on_scanned(self, _request: Request, answer: Scanned) -> None:
@@ -419,8 +423,10 @@ def hook_head_selector(iv: InterventionSession, state: Any, spin: QWidget, slide
     def mark(*_args: object) -> None:
         ablated = (state.layer, state.head) in iv.heads
         for widget, tip in tips.items():
-            widget.setStyleSheet(f"border: 2px dashed {MARK};" if ablated and widget is spin else
-                                 f"background: {MARK};" if ablated else "")
+            style = f"border: 2px dashed {MARK};" if ablated and widget is spin else \
+                f"background: {MARK};" if ablated else ""
+            if widget.styleSheet() != style:      # a style sheet set restyles the widget: only when it changes
+                widget.setStyleSheet(style)
             widget.setToolTip((f"layer {state.layer}, head {state.head} is ablated (right-click: Restore)\n"
                                if ablated else "") + tip + "\nRight-click: ablate this head, or patch it")
 
@@ -429,30 +435,39 @@ def hook_head_selector(iv: InterventionSession, state: Any, spin: QWidget, slide
     mark()
 
 
-class InterventionBanner(QToolBar):
-    """Above the window while the shown run is intervened: what was done, Undo and Back to clean."""
+class InterventionBanner(QWidget):
+    """In the main toolbar while the shown run is intervened: what was done (amber), Undo and Back to clean. In
+    the toolbar, not a bar of its own: showing it lays out no dock (an ablate click redraws the panels once)."""
 
-    def __init__(self, iv: InterventionSession, parent: QWidget | None = None) -> None:
-        super().__init__("Intervention", parent)
+    def __init__(self, iv: InterventionSession, toolbar: QToolBar) -> None:
+        super().__init__(toolbar)
         self.setObjectName("interventionBanner")
-        self.setMovable(False)
-        self.setFloatable(False)
-        self.toggleViewAction().setVisible(False)     # shown by the steps, not by the user
         self.iv = iv
         self.label = QLabel()
         self.label.setStyleSheet(f"color: black; background: {MARK}; padding: 2px 6px; font-weight: bold;")
-        self.addWidget(self.label)
-        self.undo_action = self.addAction("Undo", iv.undo)
+        self.label.setMaximumWidth(560)
+        self.undo_action = QAction("Undo", self)
         self.undo_action.setToolTip("take back the last intervention")
-        self.clean_action = self.addAction("Back to clean", iv.clear_heads)
+        self.undo_action.triggered.connect(iv.undo)
+        self.clean_action = QAction("Back to clean", self)
         self.clean_action.setToolTip("take back every intervention: the clean run")
+        self.clean_action.triggered.connect(iv.clear_heads)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 0, 0, 0)
+        layout.addWidget(self.label)
+        for action in (self.undo_action, self.clean_action):
+            button = QToolButton()
+            button.setDefaultAction(action)
+            layout.addWidget(button)
+        self.action = toolbar.addWidget(self)
+        self.action.setVisible(False)
         iv.changed.connect(self.refresh)
         iv.session.current_changed.connect(lambda _maps: self.refresh())
-        self.setVisible(False)
 
     def refresh(self) -> None:
         iv = self.iv
-        self.setVisible(bool(iv.steps))
+        if self.action.isVisible() != bool(iv.steps):
+            self.action.setVisible(bool(iv.steps))
         if not iv.steps:
             return
         shown = iv.session.current_maps
@@ -462,7 +477,9 @@ class InterventionBanner(QToolBar):
             state = "every panel shows this run"
         else:
             state = "running… (the panels show the run before)"
-        self.label.setText(f"Intervened: {iv.describe()} — {state}")
+        text = f"Intervened: {iv.describe()} — {state}"
+        self.label.setToolTip(text)
+        self.label.setText(self.label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, 540))
 
 
 class InterventionsPanel(QWidget):

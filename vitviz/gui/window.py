@@ -28,6 +28,7 @@ from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
+from vitviz.gui.interventions import InterventionBanner, InterventionSession, InterventionsPanel, hook_head_selector
 from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.panels.base import LazyPanel
 from vitviz.gui.panels.controls import ControlsPanel
@@ -166,6 +167,7 @@ class MainWindow(QMainWindow):
         self._add_side_docks()
         self.file_actions = FileActions(self.session, self.state, settings, self, self.reporter.show)
         self.menus = menus.build(self, self._menu_callbacks())
+        self.intervention_banner = InterventionBanner(self.interventions, self.menus.toolbar)   # while intervened
         menus.fill_view_menu(self.menus.view, self.docks + self.side_docks, self.findChildren(QToolBar),
                              self.menus.actions["reset_layout"])
         self._fill_recent(st.recent_models(settings))
@@ -182,7 +184,6 @@ class MainWindow(QMainWindow):
         self._default_layout = self.saveState(st.SETTINGS_VERSION)
         self._connect()
         self._restore_settings()
-        self.intervention_banner.refresh()      # a restored layout does not decide whether the run is intervened
         self._probed = False
 
     # ------------------------------------------------------------------------------------------ layout
@@ -240,16 +241,12 @@ class MainWindow(QMainWindow):
         self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
         self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
         from vitviz.gui import importance_view
-        from vitviz.gui.interventions import (InterventionBanner, InterventionSession, InterventionsPanel,
-                                              hook_head_selector)
 
         iv = self.interventions = InterventionSession(self.session, self)   # below the image too, hidden until asked
         ablate = self._dock("interventionsDock", InterventionsPanel(iv), bottom)
         ablate.hide()
         self.side_docks.append(ablate)
         iv.wanted.connect(lambda: self._reveal(ablate))
-        self.intervention_banner = InterventionBanner(iv, self)   # above everything while the run shown is intervened
-        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, self.intervention_banner)
         self.importance_view = importance_view.attach(self.overview, iv)
         iv.scan_asked.connect(lambda: self.dock("overviewDock").raise_())
         hook_head_selector(iv, self.state, self.controls.head_spin, self.controls.head_slider)

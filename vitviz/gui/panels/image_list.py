@@ -155,7 +155,9 @@ class ImageListPanel(QWidget):
         else:
             lines = [f"{p * 100:4.1f}→{after[i] * 100:4.1f}% ({(after[i] - p) * 100:+.1f})  {label}"
                      for i, label, p in top]
-        item.setText("\n".join([Path(path).name] + lines))
+        text = "\n".join([Path(path).name] + lines)
+        if item.text() != text:       # a new text lays the list out again
+            item.setText(text)
         head = f"clean → {what} (Δ in points)\n" if after is not None else ""
         item.setToolTip(path + ("\n\n" + head + "\n".join(lines) if top else "\n\n(no classifier head)"))
         item.setForeground(QColor("#ffb000") if after is not None and top else QColor())
