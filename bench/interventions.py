@@ -123,6 +123,15 @@ def window_latency(repeats: int) -> None:
         wait(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps)
         times.append(time.perf_counter() - start)
     path = window.session.current
+    iv.clear_heads()
+    wait(window.is_idle)
+    switches = []      # the same redraw for a clean result: another image of the list, cached, made current
+    paths = [p for p in window.session.images if window.session.cached(p) is not None]
+    for i in range(repeats):
+        start = time.perf_counter()
+        window.session.set_current(paths[(i + 1) % len(paths)])
+        app.processEvents()
+        switches.append(time.perf_counter() - start)
     window.close()
     model = vitviz.load(Path(__import__("vitviz.demo", fromlist=["x"]).demo_checkpoint()))
     runs = []
@@ -132,8 +141,9 @@ def window_latency(repeats: int) -> None:
         runs.append(time.perf_counter() - start)
     print(f"window, demo model: ablate click -> every panel redrawn p50 {statistics.median(times) * 1e3:.1f} ms, p95 "
           f"{np.percentile(times, 95) * 1e3:.1f} ms over {repeats} clicks; model.run of the image here "
-          f"{statistics.median(runs) * 1e3:.1f} ms (p95 {np.percentile(runs, 95) * 1e3:.1f}); target p95 <= one "
-          "forward + 16 ms", flush=True)
+          f"{statistics.median(runs) * 1e3:.1f} ms (p95 {np.percentile(runs, 95) * 1e3:.1f}); every panel redrawn "
+          f"for another cached image p50 {statistics.median(switches) * 1e3:.1f} ms (p95 "
+          f"{np.percentile(switches, 95) * 1e3:.1f}); target p95 <= one forward + 16 ms", flush=True)
 
 
 def main() -> None:

@@ -3,8 +3,9 @@
 The grid is `vitviz.core.drawing.importance.draw_importance` of the worker's scan (`vitviz.gui.interventions.
 HeadScan`: every head ablated alone, the drop of the top class's probability), scaled to the dock's width; a click
 on a cell of the exact grid ablates that head (or restores it) and every panel then shows that run; the ablated
-heads are outlined in amber on the grid as on the overview's tiles. It sits below the overview's tiles, shown
-while the current image has a grid or one is being computed (`attach`), and can be closed.
+heads are outlined in amber on the grid as on the overview's tiles. It sits beside the overview's tiles (below
+them in a tall dock), shown while the current image has a grid or one is being computed (`attach`), and can be
+closed.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget
 
 from vitviz.gui.interventions import MARK, HeadScan, InterventionSession
 
@@ -133,16 +134,54 @@ class ImportanceView(QWidget):
         imp = self.iv.current_importance()
         self.grid.show_importance(imp)
         self.grid.update()           # the ablated heads' outlines
-        self.setVisible((imp is not None or self.scanning()) and not self.hidden_by_user)
+        shown = (imp is not None or self.scanning()) and not self.hidden_by_user
+        appears = shown and not self.isVisibleTo(self.parentWidget())
+        self.setVisible(shown)
+        if appears and isinstance(self.parentWidget(), FittingSplitter):
+            self.parentWidget().share()
         self.caption.setText("Head importance: ablating each head alone in the worker…" if imp is None else
-                             "Head importance — click a cell to ablate that head (amber: ablated)")
+                             "Head importance · click a cell: ablate that head")
 
 
-def attach(overview: QWidget, iv: InterventionSession) -> ImportanceView:
-    """Put the Importance view below the overview's tiles in the Overview dock (the tiles keep most of the
-    height); returns it."""
+class FittingSplitter(QSplitter):
+    """Side by side where the dock is wider than tall (the usual Overview dock at 1280 × 800: both get the whole
+    height), one above the other where it is taller than wide."""
+
+    SHARE = (3, 2)   # of the length along the split: the tiles', the grid's (until the user drags the handle)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.dragged = False
+        self.splitterMoved.connect(lambda *_a: setattr(self, "dragged", True))
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        wide = event.size().width() > event.size().height()
+        orientation = Qt.Orientation.Horizontal if wide else Qt.Orientation.Vertical
+        if orientation != self.orientation():
+            self.setOrientation(orientation)
+        super().resizeEvent(event)
+        self.share()
+
+    def share(self) -> None:
+        """The tiles and the grid at `SHARE` of the length (nothing to share while the grid is hidden)."""
+        if not self.dragged and self.count() == 2 and self.widget(1).isVisibleTo(self):
+            length = self.width() if self.orientation() == Qt.Orientation.Horizontal else self.height()
+            self.setSizes([length * self.SHARE[0] // 5, length * self.SHARE[1] // 5])
+
+
+def attach(overview: Any, iv: InterventionSession) -> ImportanceView:
+    """Put the Importance view beside (or below) the overview's tiles in the Overview dock, a splitter between
+    them; returns it. Only the tiles' widget (`overview.widget`) moves into the splitter, in its place."""
     view = ImportanceView(iv, overview)
     layout = overview.layout()
-    layout.addWidget(view, 2)
-    layout.setStretch(0, 3)
+    splitter = FittingSplitter(overview)
+    splitter.setChildrenCollapsible(False)
+    if layout.replaceWidget(overview.widget, splitter) is not None:
+        splitter.addWidget(overview.widget)
+        splitter.addWidget(view)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+    else:                        # the panel laid out otherwise: below its tiles
+        splitter.deleteLater()
+        layout.addWidget(view)
     return view

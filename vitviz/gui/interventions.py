@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QObject, QPoint, Qt, Signal
+from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QTableWidget, QTableWidgetItem, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
@@ -78,20 +78,30 @@ def describe(steps: tuple[Step, ...] | list[Step]) -> str:
     return " · ".join(([f"ablated {', '.join(heads)} (zero)"] if heads else []) + [f"patched {p}" for p in patches])
 
 
+def short(steps: tuple[Step, ...] | list[Step]) -> str:
+    """What the map titles start with: `describe` without the patches' source images (the banner and the dock
+    name them), e.g. 'ablated L1.H3, L2.H3 · patched L1.H0 attention'."""
+    heads = [s.text() for s in steps if s.kind == "ablate"]
+    patches = [f"L{s.layer}.H{s.head} attention" if s.kind == "attention" else f"block {s.layer} output"
+               for s in steps if s.kind != "ablate"]
+    return " · ".join(([f"ablated {', '.join(heads)}"] if heads else []) + [f"patched {p}" for p in patches])
+
+
 class IntervenedMaps(ResultMaps):
     """The maps of an intervened run: every stack's title starts with what was done, and the maps that need a pass
     of their own (gradients, text, features) say they are made for the clean run only."""
 
     CLEAN_ONLY = "made for the clean run only: Back to clean (in the toolbar) to see it"
 
-    def __init__(self, result: Any, what: str) -> None:
+    def __init__(self, result: Any, what: str, title: str) -> None:
         super().__init__(result)
-        self.what = what
+        self.what = what            # `describe` of the steps
+        self.title = title          # `short` of the steps: what every stack's title starts with
 
     def _stack(self, kind: MapKind) -> MapStack:
         stack = super()._stack(kind)
-        if not stack.title.startswith(self.what):
-            stack = dataclasses.replace(stack, title=f"{self.what} · {stack.title}")
+        if not stack.title.startswith(self.title):
+            stack = dataclasses.replace(stack, title=f"{self.title} · {stack.title}")
             self._stacks[kind] = stack
         return stack
 
@@ -140,7 +150,7 @@ class Intervene(Request):
         result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
         if not self.maps:
             return Intervened(self.image, self.steps, result.logits, None)
-        maps = IntervenedMaps(result, describe(self.steps))
+        maps = IntervenedMaps(result, describe(self.steps), short(self.steps))
         for kind in self.also:
             if kind.source == "attention" and maps.has(kind):
                 maps.view(kind)
@@ -308,11 +318,11 @@ class InterventionSession(QObject):
         self.failure = ""
         self.answers = {}
         self.session.client.cancel(lambda r: r.kind is Intervene)
+        self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
             self.session.current_changed.emit(self.session.current_maps)
         self.changed.emit()
-        self._ask()
 
     def _ask(self) -> None:
         """The current image's run with maps first; once it is shown, the other images' logits (for the list's
@@ -507,19 +517,33 @@ class InterventionsPanel(QWidget):
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setMinimumWidth(300)
-        bar = QVBoxLayout()
+        self.table.setMaximumHeight(self.table.verticalHeader().defaultSectionSize() * 6 + 6)   # five rows, header
+        buttons = QHBoxLayout()
         for button in (self.undo_button, self.clear_button, self.scan_button):
-            bar.addWidget(button)
-        bar.addStretch(1)
-        left = QVBoxLayout()      # below the image the dock is wide and short: the table beside the buttons
-        left.addWidget(self.heads_label)
-        left.addWidget(self.table, 1)
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        side = QVBoxLayout()      # below the image the dock is wide and short: the table beside what was done
+        side.addWidget(self.heads_label)
+        side.addLayout(buttons)
+        side.addStretch(1)
         layout = QHBoxLayout(self)
-        layout.addLayout(left, 1)
-        layout.addLayout(bar)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.addWidget(self.table)
+        layout.addLayout(side, 1)
         interventions.changed.connect(self.refresh)
         interventions.session.current_changed.connect(lambda _m: self.refresh())
+        self._sized = False
         self.refresh()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        """The first time the dock is shown below the image: as tall as the table of five rows, not half the
+        window (the image and the Overview dock keep the height)."""
+        super().showEvent(event)
+        dock, window = self.parentWidget(), self.window()
+        if not self._sized and dock is not None and hasattr(window, "resizeDocks") and not dock.isFloating():
+            self._sized = True
+            QTimer.singleShot(0, lambda: window.resizeDocks([dock], [self.table.maximumHeight() + 28],
+                                                            Qt.Orientation.Vertical))
 
     def refresh(self) -> None:
         iv = self.iv
