@@ -157,7 +157,7 @@ class Session(QObject):
     @property
     def current_maps(self) -> ResultMaps | None:
         """The current image's result as shown (its intervened run while there is one), or None."""
-        return self.shown(self.current) if self.current else None
+        return (self.intervened.get(self.current) or self.results.get(self.current)) if self.current else None
 
     def shown(self, path: str) -> ResultMaps | None:
         """What the panels show of an image: its intervened run (`intervened`), else its cached result (marked
