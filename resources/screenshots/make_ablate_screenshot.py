@@ -1,11 +1,13 @@
-"""The README's screenshot of the window's interventions: the demo model at 1280 x 800 on its square sample, head L2.H1
-(the head the squares need most: see the README's figure) ablated from the overview (its tile outlined), the
-Interventions dock with the clean and ablated top-5 and the importance grid of that image.
+"""The README's screenshot of the window's interventions: the demo model at 1280 x 800 on its triangle sample, the
+importance scan of that image (beside the overview's tiles), its two most important heads ablated, and head L1.H0's
+attention patched from the cross sample: the toolbar's banner, every panel showing the intervened run (titles
+marked, the ablated tiles and the Head selector outlined in amber), the image list's top-5 clean -> intervened, the
+Interventions dock's table.
 
 Run from the repository root: `xvfb-run -a -s "-screen 0 1280x800x24" python
 resources/screenshots/make_ablate_screenshot.py` (or QT_QPA_PLATFORM=offscreen); writes
-resources/screenshots/window_ablate.png. The window is driven as a user would (ablate, then ask for the
-importance); the work runs in its worker, and the picture is taken once the worker is idle.
+resources/screenshots/window_ablate.png. The window is driven as a user would (scan, ablate, patch); the work runs
+in its worker, and the picture is taken once the worker is idle.
 """
 from __future__ import annotations
 
@@ -40,12 +42,19 @@ def main() -> None:
     app.processEvents()
     window.load_demo()
     idle()
-    square = next(p for p in window.session.images if p.endswith("square.png"))   # the class L2.H1 matters for
-    window.session.set_current(square)
+    images = window.session.images
+    triangle = next(p for p in images if p.endswith("triangle.png"))
+    cross = next(p for p in images if p.endswith("cross.png"))
+    window.session.set_current(triangle)
     idle()
-    window.interventions.toggle(2, 1)
+    iv = window.interventions
+    iv.scan()
     idle()
-    window.interventions.scan()
+    for layer, head, _drop in iv.current_importance().top(2):
+        iv.toggle(layer, head)
+    iv.patch_attention(1, 0, cross)
+    idle()
+    window.state.update(layer=iv.heads[0][0], head=iv.heads[0][1])
     idle()
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
     window.grab().save(str(out))
