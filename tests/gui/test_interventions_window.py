@@ -192,3 +192,10 @@ def test_a_model_without_the_hook_points_greys_the_entries_out(qtbot, loaded) ->
     wait_idle(qtbot, window)
     assert iv.current() is None and window.session.intervened == {}
     iv.clear_heads()
+
+
+def test_probabilities_of_a_headless_model_are_none() -> None:
+    from vitviz.gui.interventions import probabilities
+
+    assert probabilities(np.zeros(0, np.float32)) is None
+    np.testing.assert_allclose(probabilities(np.array([0.0, np.log(3.0)])), [0.25, 0.75])

@@ -187,9 +187,11 @@ class HeadScan(Request):
         return Scanned(self.image, imp)
 
 
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """The softmax of a logit vector, in float64."""
+def probabilities(logits: np.ndarray) -> np.ndarray | None:
+    """The softmax of a logit vector, in float64; None for a headless model's (0,) logits."""
     z = np.asarray(logits, np.float64)
+    if z.size == 0:
+        return None
     p = np.exp(z - z.max())
     return p / p.sum()
 
