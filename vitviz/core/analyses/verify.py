@@ -905,6 +905,7 @@ class _LayerByLayer:
         self.rows: list[tuple[int, float]] = []
         self.notes: list[str] = []
         self.finite = True
+        self.diff: np.ndarray | None = None
 
     def append(self, layer: torch.Tensor) -> None:
         i = len(self.rows)
@@ -920,7 +921,10 @@ class _LayerByLayer:
                               f"{b.shape}, vitviz's {a.shape}")
             self.rows.append((i, math.inf))
         else:
-            self.rows.append((i, float(np.abs(a - b).max())))
+            if self.diff is None or self.diff.shape != a.shape:
+                self.diff = np.empty_like(a)   # one buffer for every layer: no two temporaries per layer
+            np.abs(np.subtract(a, b, out=self.diff), out=self.diff)
+            self.rows.append((i, float(self.diff.max())))
 
     def differences(self) -> tuple[tuple[tuple[int, float], ...], int | None, list[str]]:
         """Per layer the largest |difference|; the first layer beyond tolerance; what could not be compared."""
