@@ -71,7 +71,10 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
         import timm
 
         net = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
-        step = lambda: net(x)  # noqa: E731
+
+        def step() -> None:
+            with torch.inference_mode():
+                net(x)
     elif method.startswith("export"):
         from vitviz.cli import main as vitviz_main
 
@@ -97,8 +100,7 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
                                                   rows=[0] if method == "capture (rows)" else None)
     open("/proc/self/clear_refs", "w").write("5")   # VmHWM := VmRSS: the step's own peak from here
     before, start = _status("VmRSS:"), time.perf_counter()
-    with torch.inference_mode():
-        step()
+    step()
     seconds = time.perf_counter() - start
     if model is not None:   # the prepacked copies of the Linear weights its first forward made
         extra["packed"] = sum(m._packed[0].numel() * 4 for m in model.net.modules()
