@@ -61,6 +61,8 @@ _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_
 _BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
 VERIFY_BYTES = 16 << 30  # the attention a comparison may keep when the free memory cannot be read
+ONE_SIZE = ("the native size only: nothing in the model depends on the input size (no position table, RoPE or "
+            "relative position bias), so another size computes nothing the native one does not")
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
 
@@ -282,8 +284,9 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
     check = _verify(model, against, code, sizes, device, progress)
-    why = _one_size(model.spec) if sizes is None and check.sizes else ""
-    return dataclasses.replace(check, one_size=why) if why and len(check.sizes) == 1 else check
+    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped:   # `_sizes` left it out
+        return dataclasses.replace(check, one_size=ONE_SIZE)
+    return check
 
 
 def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tuple[int, int]] | None,
@@ -702,14 +705,11 @@ def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tup
     return out
 
 
-def _one_size(spec: Any) -> str:
-    """Why a comparison at another size than the native one would prove nothing more ('' when it could differ):
-    a model with no position table (learned or computed), no RoPE and no relative position bias computes every
-    token alike at any size. A model run by its own code (live) is not known to be so: '' for it."""
-    if spec.family == "live" or spec.pos_embed or spec.rope or spec.rel_pos or spec.rel_pos_mlp:
-        return ""
-    return ("the native size only: nothing in the model depends on the input size (no position table, RoPE or "
-            "relative position bias), so another size computes nothing the native one does not")
+def _one_size(spec: Any) -> bool:
+    """Whether a comparison at another size than the native one would prove nothing more (`ONE_SIZE`): a model
+    with no position table (learned or computed), no RoPE and no relative position bias computes every token alike
+    at any size. A model run by its own code (live) is not known to be so."""
+    return not (spec.family == "live" or spec.pos_embed or spec.rope or spec.rel_pos or spec.rel_pos_mlp)
 
 
 def _whole(v: Any) -> bool:
