@@ -1,27 +1,34 @@
 """Benchmark: peak memory and time at scale, side by side: the original's forward, vitviz's capture, verify, export.
 
-Run from the repository root: `python bench/scale.py [--large] [--size 224] [--images 2] [--only verify,export]`.
+Run from the repository root: `python bench/scale.py [--large] [--size 224] [--images 2,6] [--only verify,...]`.
 
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
 model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
-float32 per image; minutes on a loaded CPU). Every measurement runs in a fresh Python process (this file, `--child`), so its peak RSS
-(`ru_maxrss`) is its own:
+float32 per image; minutes on a loaded CPU). Every measurement runs in a fresh Python process (this file,
+`--child`), so its memory is its own:
 - timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
   by default (fused attention: no maps kept; what a user pays without vitviz);
 - capture (full): `vitviz.load(folder)` and `forward_captured(x)`: every layer's (H, T, T) maps;
+- capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
-- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original, both run at the native size and at
-  native + 2 patches per side, every layer compared);
-- export: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of `--images` JPEGs (verification included).
-Time is the measured step alone (not the imports, not the load), in seconds; peak RSS is the whole process's, and
-'before step' its peak once imported and loaded (what the step itself added is the difference).
-Printed against the floor: the weights plus one image's L·H·T²·4 bytes of float32 attention.
+- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the native size
+  and at native + 2 patches per side, every layer compared as it is computed);
+- export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
+  verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`.
+Columns: 'peak' is the process's peak RSS (`ru_maxrss`: imports, load and step); 'x capture' that over capture
+(full)'s; 'step adds' what the step itself added to the RSS it started from (VmHWM reset before the step); the
+time is the step alone (not the imports, not the load), and 'x capture' that over capture (full)'s -- for verify
+over capture's times the sizes compared (the target: at most 2x one captured forward per size).
+Printed against the floor: the weights plus one image's L·H·T²·4 bytes of float32 attention; and for the captures
+what the maps cost over the weights: the step's addition less the prepacked weight copies made on the first
+forward (`vitviz.core.running.packed`), over L·H·T²·4 (the target: at most 1.2).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,7 +37,7 @@ import time
 from pathlib import Path
 
 MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518)}
-METHODS = ("timm forward", "capture (full)", "capture (rows)", "verify", "export")
+METHODS = ("timm forward", "capture (full)", "capture (f16)", "capture (rows)", "verify", "export")
 
 
 def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
@@ -46,45 +53,66 @@ def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
             "heads": model.blocks[0].attn.num_heads, "tokens": tokens}
 
 
+def _status(field: str) -> int:
+    """A field of /proc/self/status in bytes (VmRSS, VmHWM)."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+
+
 def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float]:
-    """One measurement in this (fresh) process: seconds of the step, and the process's peak RSS in bytes."""
+    """One measurement in this (fresh) process: seconds of the step, the process's peak RSS, the RSS the step
+    started from and its own peak (VmHWM reset to the RSS when it starts), in bytes."""
     import torch
 
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    extra: dict[str, float] = {}
+    model = None
     if method == "timm forward":
         import timm
 
         net = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
-        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
-        with torch.inference_mode():
-            net(x)
-    elif method == "export":
+
+        def step() -> None:
+            with torch.inference_mode():
+                net(x)
+    elif method.startswith("export"):
         from vitviz.cli import main as vitviz_main
 
         out = Path(tempfile.mkdtemp(prefix="scale-export-"))
-        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
-        code = vitviz_main(["export", "--model", str(folder), str(images), "--out", str(out), "--quiet",
-                            "--maps", "cls,rollout"])
-        assert code == 0, f"vitviz export exited {code}"
+        flags = ["--no-verify"] if method.endswith(" nv") else []
+
+        def step() -> None:
+            code = vitviz_main(["export", "--model", str(folder), str(images), "--out", str(out), "--quiet",
+                                "--maps", "cls,rollout", *flags])
+            assert code == 0, f"vitviz export exited {code}"
     else:
         import vitviz
         from vitviz.core.analyses.verify import verify
 
         model = vitviz.load(folder)
-        before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
         if method == "verify":
-            check = verify(model)
-            assert check.verified, check.summary()
+            def step() -> None:
+                check = verify(model)
+                assert check.verified, check.summary()
+                extra["sizes"] = len(check.sizes)
         else:
-            model.forward_captured(x, rows=[0] if method == "capture (rows)" else None)
+            step = lambda: model.forward_captured(x, half=method == "capture (f16)",  # noqa: E731
+                                                  rows=[0] if method == "capture (rows)" else None)
+    open("/proc/self/clear_refs", "w").write("5")   # VmHWM := VmRSS: the step's own peak from here
+    before, start = _status("VmRSS:"), time.perf_counter()
+    step()
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "before": before * 1024, "peak": peak * 1024}
+    if model is not None:   # the prepacked copies of the Linear weights its first forward made
+        extra["packed"] = sum(m._packed[0].numel() * 4 for m in model.net.modules()
+                              if getattr(m, "_packed", None) is not None)
+    return {"seconds": seconds, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "before": before, "step_peak": _status("VmHWM:"), **extra}
 
 
 def measure(method: str, folder: Path, size: int, images: Path) -> dict[str, float]:
+    env = {**os.environ, "VITVIZ_CACHE": tempfile.mkdtemp(prefix="scale-cache-")}   # no remembered verdict
     done = subprocess.run([sys.executable, __file__, "--child", method, str(folder), str(size), str(images)],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise SystemExit(f"{method} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,7 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--large", action="store_true", help="also ViT-L/14 @518 (minutes, GiBs)")
     parser.add_argument("--size", type=int, default=224, help="the ViT-B/16's input size (default 224)")
-    parser.add_argument("--images", type=int, default=2, help="images the export writes")
+    parser.add_argument("--images", default="2,6", help="image counts the exports write (default 2,6)")
     parser.add_argument("--only", default="", help="comma-separated methods to run (default all)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -105,10 +133,14 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from common import image_folder
 
-    methods = [m for m in METHODS if not args.only or m in args.only.split(",")]
+    counts = [int(n) for n in args.images.split(",")]
+    methods = []
+    for m in METHODS:
+        if args.only and m not in args.only.split(","):
+            continue
+        methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
     gib = 1024 ** 3
     with tempfile.TemporaryDirectory() as tmp:
-        images = image_folder(Path(tmp) / "images", args.images)
         for label, (arch, size) in MODELS.items():
             if label != "ViT-B/16 @224" and not args.large:
                 continue
@@ -119,15 +151,30 @@ def main() -> None:
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
             floor = facts["weights"] + maps
             print(f"{label}: {facts['layers']} layers x {facts['heads']} heads, T = {facts['tokens']}; weights "
-                  f"{facts['weights'] / gib:.2f} GiB, one image's maps {maps / gib:.2f} GiB, floor "
+                  f"{facts['weights'] / gib:.2f} GiB, one image's maps {maps / gib:.3f} GiB, floor "
                   f"{floor / gib:.2f} GiB")
-            print(f"  {'':<16} {'peak RSS':>10} {'/ floor':>8} {'before step':>12} {'seconds':>9}")
+            print(f"  {'':<16} {'peak':>9} {'x capture':>9} {'step adds':>10} {'seconds':>9} {'x capture':>9}  notes")
+            measured = {}
             for method in methods:
-                m = measure(method, folder, size, images)
-                print(f"  {method:<16} {m['peak'] / gib:8.2f} GiB {m['peak'] / floor:7.2f}x "
-                      f"{m['before'] / gib:8.2f} GiB {m['seconds']:9.2f}",
-                      flush=True)
-
+                n = int(method.split()[1]) if method.startswith("export") else 0
+                images = image_folder(Path(tmp) / f"images{n}", n) if n else Path(tmp)
+                print(f"  ({method}…)", file=sys.stderr, flush=True)
+                measured[method] = measure(method, folder, size, images)
+            base = measured.get("capture (full)")
+            for method, m in measured.items():
+                adds = m["step_peak"] - m["before"]
+                notes = ""
+                if method.startswith("capture"):
+                    kept = adds - m.get("packed", 0)
+                    notes = (f"maps over the weights {kept / gib:.3f} GiB = {kept / maps:.2f} x L·H·T²·4 "
+                             f"(packed copies {m.get('packed', 0) / gib:.2f} GiB)")
+                per = m["seconds"] / base["seconds"] if base else float("nan")
+                if method == "verify" and base:
+                    per = m["seconds"] / (base["seconds"] * m["sizes"])
+                    notes = f"{int(m['sizes'])} sizes; time: per size over one captured forward"
+                ratio = m["peak"] / base["peak"] if base else float("nan")
+                print(f"  {method:<16} {m['peak'] / gib:5.2f} GiB {ratio:8.2f}x {adds / gib:6.2f} GiB "
+                      f"{m['seconds']:9.2f} {per:8.2f}x  {notes}", flush=True)
 
 if __name__ == "__main__":
     main()

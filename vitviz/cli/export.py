@@ -84,7 +84,8 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                    help="the first layer rollout multiplies in; the maps of earlier layers are zero (default 0)")
     g = p.add_argument_group("run")
     g.add_argument("--npz", action="store_true", help="also write {image}.npz: attentions, logits, input, spec")
-    g.add_argument("--half", action="store_true", help="keep attentions as float16 (half the memory)")
+    g.add_argument("--half", action="store_true", help="keep attentions as float16: half the memory, each value "
+                   "within 2.4e-4 of float32's (4.9e-4 relative)")
     g.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     g.add_argument("--batch-size", type=_positive, default=None, help="images per forward pass (default: as many "
                    "as fit a memory budget, at most 8, said on stderr)")

@@ -402,6 +402,7 @@ class Run(Request):
     image: str = ""
     image_size: tuple[int, int] | None = None   # type: ignore[assignment]
     also: tuple[Any, ...] = ()   # map kinds to make here too (the one on show), besides CLS and rollout
+    half: bool = False           # keep the maps as float16 (Model settings › Maps in float16)
 
     answer = Ran
     title = "Could not run the image"
@@ -412,7 +413,7 @@ class Run(Request):
 
     def __call__(self, ctx: Context) -> Ran:
         model = self.model_of(ctx)
-        result = model.run(self.image, image_size=self.image_size)
+        result = model.run(self.image, image_size=self.image_size, half=self.half)
         from vitviz.core.analyses.winview import holder_of
 
         maps = holder_of(result)                  # Swin, SAM / ViTDet: per stage, block and window

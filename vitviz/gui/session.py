@@ -108,6 +108,7 @@ class Session(QObject):
         self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
         self.intervened: dict[str, ResultMaps] = {}   # image path -> its intervened run, shown instead of `results`
                                                       # (`vitviz.gui.interventions`: every panel shows it)
+        self.half_maps = False                    # runs keep their maps as float16 (`set_half_maps`)
         self.precompute: tuple[Any, ...] = ()      # map kinds runs make in the worker too (the view's: `Run.also`)
         self.head_stats: dict[str, HeadStats] = {}   # every image run at this model and size (outlives the cache)
         # the on-demand passes of a cached result (`ready` / `failed` signals, `request`, `pending`, `failures`)
@@ -398,6 +399,19 @@ class Session(QObject):
         self.request_pos_embed()          # ahead of the runs: the position-embedding dock follows the size at once
         self.current_changed.emit(None)
 
+    def set_half_maps(self, on: bool) -> None:
+        """Keep each image's maps as float16 (half the memory; each value within 2.4e-4 of float32's) or as
+        float32; the images run again."""
+        if bool(on) == self.half_maps:
+            return
+        self.half_maps = bool(on)
+        if self.spec is None:
+            return
+        self.client.cancel(lambda r: r.kind is Run)
+        self._forget_results()
+        self.ensure_all()
+        self.current_changed.emit(None)
+
     def set_image_size_after_load(self, size: tuple[int, int] | None) -> None:
         """The input size for the model being loaded (the command line's --size), applied once it has loaded."""
         self.pending_size = None if size is None else (int(size[0]), int(size[1]))
@@ -432,7 +446,8 @@ class Session(QObject):
             return
         if not self.client.pending(Run):
             self.image_list.begin_runs()     # a new run of images begins
-        self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute)
+        self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute,
+                           half=self.half_maps)
         self.run_started.emit(path)
         self._verdict_may_change()
 

@@ -458,6 +458,8 @@ class MainWindow(QMainWindow):
         self.info.review_requested.connect(self.review_assumptions)
         self.controls.overrides_requested.connect(self.reload_with)
         self.controls.model_settings.forget_requested.connect(self.forget_answers)
+        self.controls.model_settings.half_maps_changed.connect(self._on_half_maps)
+        self.controls.model_settings.half_box.setChecked(bool(self.settings.value("maps/float16", False, type=bool)))
         self.panel.hovered.connect(self._on_hover)
         self.panel.values_changed.connect(lambda: self._on_hover(*self.panel.hovered_patch))   # the new map's value
         self.panel.hovered.connect(self.posembed.hover)
@@ -585,6 +587,11 @@ class MainWindow(QMainWindow):
             self.session.answer_assumptions(values)
         elif values:
             self.session.reload(**values)
+
+    def _on_half_maps(self, on: bool) -> None:
+        """Model settings › Maps in float16: the runs keep float16 maps (remembered for the next start)."""
+        self.session.set_half_maps(on)
+        self.settings.setValue("maps/float16", bool(on))
 
     def reload_with(self, changes: dict[str, Any]) -> None:
         """The Controls panel's model settings changed: load the model again with them (a model built by its own

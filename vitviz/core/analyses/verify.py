@@ -14,8 +14,9 @@ patches per side), in float32. Every layer's per-head attention is compared with
 attention is read where it computes it: transformers with `attn_implementation='eager'` and
 `output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
 live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
-explicit softmax copied). One forward of the original per size; vitviz's forward then compares each layer as it
-computes it and lets the original's go, so one model's (L, H, T, T) maps are held at a time, never both.
+explicit softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each
+layer is compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (transformers
+returns its maps at the end: its stack alone, never both).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
@@ -60,6 +61,8 @@ _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_
 _BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
 VERIFY_BYTES = 16 << 30  # the attention a comparison may keep when the free memory cannot be read
+ONE_SIZE = ("the native size only: nothing in the model depends on the input size (no position table, RoPE or "
+            "relative position bias), so another size computes nothing the native one does not")
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
 
 
@@ -111,6 +114,8 @@ class Verification:
             assumptions.
         causes: when it differs, (setting, what the original has) for the settings that could explain it.
         suggested: the load overrides that would make vitviz compute what the original does ((name, value), ...).
+        one_size: why the other size of the default two was not compared ('' when it was, or sizes were given):
+            nothing in the model depends on the input size.
     """
 
     verdict: str
@@ -136,6 +141,7 @@ class Verification:
     open: tuple[tuple[str, str], ...] = ()
     causes: tuple[tuple[str, str], ...] = ()
     suggested: tuple[tuple[str, Any], ...] = ()
+    one_size: str = ""
 
     @property
     def verified(self) -> bool:
@@ -154,7 +160,8 @@ class Verification:
                 if self.open:
                     line += " — still assumed: " + ", ".join(name for name, _ in self.open)
                 return line
-            return f"Verified against {against} (max {format_difference(worst)})"
+            native = f"; at {self.sizes[0][0]}x{self.sizes[0][1]} only" if self.one_size and self.sizes else ""
+            return f"Verified against {against} (max {format_difference(worst)}{native})"
         if self.verdict == DIFFERS:
             original = f"{self.against} " if self.fitting and self.against else "the original "
             if self.first_differing_layer is not None:
@@ -197,7 +204,7 @@ class Verification:
             "alternatives": [{"original": a, "how": how} for a, how in self.alternatives],
             "confirmed": list(self.confirmed), "open": [{"setting": f, "alternatives": a} for f, a in self.open],
             "causes": [{"setting": f, "original": what} for f, what in self.causes],
-            "suggested": dict(self.suggested),
+            "suggested": dict(self.suggested), "one_size": self.one_size,
         }
 
 
@@ -217,18 +224,22 @@ def format_difference(value: float) -> str:
 # The original
 
 
+Each = Callable[[np.ndarray], None]
+
+
 @dataclass
 class _Original:
-    """An original implementation, ready to run: `run(size, x)` -> (per-layer (H, T, T) maps, output (K,) or None);
-    it raises `_CannotRun` for a size the original cannot take. `stated`: what its module object states about the
-    settings no tensor shows ({override: (value, source)}, as `vitviz.load(module)` reads them). `compared`: what
-    each size's comparison found (`_against_ours`), so that its forward runs once per size however often a
-    comparison asks, without keeping its maps."""
+    """An original implementation, ready to run: `run(size, x, each)` -> (per-layer (H, T, T) maps, output (K,) or
+    None), each map given to `each` as it is computed where the library lets it be read then (the maps returned are
+    then none; transformers returns them at the end); it raises `_CannotRun` for a size the original cannot take.
+    `stated`: what its module object states about the settings no tensor shows ({override: (value, source)}, as
+    `vitviz.load(module)` reads them). `compared`: what each size's comparison found (`_against_ours`), so that its
+    forward runs once per size however often a comparison asks, without keeping its maps."""
 
     library: str
     version: str
     description: str
-    run: Callable[[tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]
+    run: Callable[[tuple[int, int], torch.Tensor, Each], tuple[list[np.ndarray], np.ndarray | None]]
     against: str = ""   # how the summary names it (default: library and version)
     stated: dict[str, tuple[Any, str]] = field(default_factory=dict)
     name: str = ""      # 'timm:vit_small_patch16_224' for an architecture found by its shapes
@@ -272,6 +283,14 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         VerifyError: the original's forward fails at the first size, or no size could be compared.
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
+    check = _verify(model, against, code, sizes, device, progress)
+    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped:   # `_sizes` left it out
+        return dataclasses.replace(check, one_size=ONE_SIZE)
+    return check
+
+
+def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tuple[int, int]] | None,
+            device: str | None, progress: Progress | None) -> Verification:
     library_asked, arch_asked = _parse_against(against)
     if library_asked not in AGAINST or (arch_asked and library_asked not in _BY_ARCH):
         raise VitvizError(f"against={against!r}; expected one of {', '.join(AGAINST)}, or one architecture "
@@ -454,7 +473,7 @@ def _searched(library: str) -> tuple[str, ...]:
     return tuple(identify.DINOV2_ARCHS) if library == "dinov2" else identify.TORCHVISION_ARCHS
 
 
-def _no_run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+def _no_run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], None]:
     raise _CannotRun("it could not be built with the file's weights")
 
 
@@ -654,12 +673,15 @@ def _named_library(identity: str) -> tuple[str | None, str]:
 
 
 def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
-    """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (every
-    layer's maps are kept, ours and the original's: refused before the 120 GB allocation a size of 100000 asks)."""
+    """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (an
+    original that returns its maps at the end, transformers', holds every layer's: refused before the 60 GB
+    allocation a size of 100000 asks). By default the native size and native + 2 patches per side, that one only
+    where it can differ (`_one_size`)."""
     native = (int(spec.image_size[0]), int(spec.image_size[1]))
     if sizes is None:
         p = spec.patch_size
-        return [native, (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)]
+        other = (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)
+        return [native] if _one_size(spec) else [native, other]
     expected = f"expected input sizes N or (h, w) in whole {spec.patch_size} px patches, e.g. [{native[0]}]"
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
         raise VitvizError(f"sizes={sizes!r}: {expected}")
@@ -671,7 +693,7 @@ def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tup
         if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
             raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
         tokens = (size[0] // spec.patch_size) * (size[1] // spec.patch_size) + spec.num_prefix
-        needed = 2 * spec.depth * spec.num_heads * tokens * tokens * 4
+        needed = spec.depth * spec.num_heads * tokens * tokens * 4
         free = available_memory()
         if needed > (free if free is not None else VERIFY_BYTES):
             raise VitvizError(f"size {size}: comparing every layer's attention ({tokens:,} tokens) needs "
@@ -681,6 +703,13 @@ def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tup
     if not out:
         raise VitvizError("sizes=(): expected at least one input size")
     return out
+
+
+def _one_size(spec: Any) -> bool:
+    """Whether a comparison at another size than the native one would prove nothing more (`ONE_SIZE`): a model
+    with no position table (learned or computed), no RoPE and no relative position bias computes every token alike
+    at any size. A model run by its own code (live) is not known to be so."""
+    return not (spec.family == "live" or spec.pos_embed or spec.rope or spec.rel_pos or spec.rel_pos_mlp)
 
 
 def _whole(v: Any) -> bool:
@@ -714,23 +743,19 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
             say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
         x = probe_input(model.spec, size)
         try:
-            with _exact_float32(device):   # its one forward at this size
-                maps, out = original.run(size, x) if size not in original.compared else ([], None)
+            if size not in original.compared:   # its one forward at this size, compared with ours as both run
+                original.compared[size] = _against_ours(model, x, original, size, device)
         except _CannotRun as e:
             skipped.append((size, str(e)))
             continue
-        except VitvizError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the original's own forward failed: said, with its error
+        except _TheirsFailed as failed:   # the original's own forward failed: said, with its error
+            e = failed.error
             if not checked and not skipped:
                 raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
                                   f"({type(e).__name__}: {e})") from e
             skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
                                   f"{str(e)[:200]})"))
             continue
-        if size not in original.compared:
-            original.compared[size] = _against_ours(model, x, maps, out, size)
-        del maps
         layers, layer_first, notes, out_diff, note = original.compared[size]
         problems += notes
         if layer_first is not None:
@@ -759,59 +784,152 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
 
 
-def _against_ours(model: Any, x: torch.Tensor, theirs: list[np.ndarray | None], out: np.ndarray | None,
-                  size: tuple[int, int]) -> tuple[Any, ...]:
-    """vitviz's forward on the probe `x`, each layer compared with the original's maps `theirs` as its softmax is
-    done, the original's layer let go once compared (its entry in `theirs` becomes None) and vitviz's kept by
-    nobody: (per layer differences, first layer beyond tolerance, notes, output difference, output note). A model
-    whose capture is not `VitModel`'s (a live model) gives its whole stack (`forward_captured`) and is compared
-    from it."""
-    from vitviz.core.running.capture import VitModel, capture_attention
-
+def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[int, int],
+                  device: torch.device) -> tuple[Any, ...]:
+    """The original's forward and vitviz's on the probe `x`, in step: the original runs on a thread of its own
+    (`_Theirs`) and hands each layer's map over as it computes it; vitviz's forward compares its own layer of that
+    index with it as its softmax is done and lets both go. So neither model's (L, H, T, T) stack is ever held (an
+    original whose library returns its maps only at the end, transformers' `output_attentions`, holds its own stack
+    until they are handed over, one at a time). (per layer differences, first layer beyond tolerance, notes,
+    output difference, output note). A model with no `forward_streamed` gives its whole stack
+    (`forward_captured`) and is compared from it."""
+    theirs = _Theirs(original, size, x)
     sink = _LayerByLayer(theirs, size)
-    with _exact_float32(torch.device(model.device)):
-        if isinstance(model, VitModel) and type(model).forward_captured is VitModel.forward_captured:
-            with model._lock, torch.inference_mode(), capture_attention(model.net, sink):
-                out_ours = model.net(x.to(model.device)).float().cpu().numpy()
-            if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
-                model.forward_captured(x)
-        else:
-            attn, out_ours = model.forward_captured(x)
-            for layer in attn[0]:
-                sink.append(torch.from_numpy(layer)[None])
-            del attn
+    ours: BaseException | None = None
+    with _exact_float32(device), _exact_float32(torch.device(model.device)):
+        theirs.start()
+        try:
+            if callable(getattr(model, "forward_streamed", None)):
+                out_ours = model.forward_streamed(x, sink.append)
+            else:
+                attn, out_ours = model.forward_captured(x)
+                for layer in attn[0]:
+                    sink.append(torch.from_numpy(layer)[None])
+                del attn
+        except _TheirsStopped:   # the original failed before its last layer: it is said, not ours
+            out_ours = None
+        except BaseException as e:  # noqa: BLE001 - ours failed: the original is let finish, then it is raised
+            ours = e
+        finally:
+            theirs.finish()
+    if ours is not None:
+        raise ours
+    theirs.raise_failure()
+    if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
+        model.forward_captured(x)
     layers, first, notes = sink.differences()
-    return (layers, first, notes, *_output_difference(out_ours[0], out, size))
+    return (layers, first, notes, *_output_difference(out_ours[0], theirs.out, size))
+
+
+_DONE = object()   # the original's thread has finished (its output, or its failure, is set)
+
+
+class _TheirsFailed(Exception):
+    """The original's own forward failed (with `error`, not one of vitviz's): said as the original's."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _TheirsStopped(Exception):
+    """Raised inside vitviz's forward when the original failed: nothing is left to compare with."""
+
+
+class _Theirs:
+    """The original's forward at one size on a thread of its own, each layer's (H, T, T) map handed over through a
+    queue of one as it is computed (the thread waits until the one before was taken), then `_DONE`. `out`: its
+    output vector; its failure is raised by `raise_failure` (its `_CannotRun` and `VitvizError` as they are, any
+    other as `_TheirsFailed`)."""
+
+    def __init__(self, original: _Original, size: tuple[int, int], x: torch.Tensor) -> None:
+        import queue
+        import threading
+
+        self.original, self.size, self.x = original, size, x
+        self.maps: queue.Queue = queue.Queue(maxsize=1)
+        self.out: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.taken = 0    # layers handed over to vitviz's forward
+        self.extra = 0    # layers computed beyond those (counted by `finish`)
+        self.thread = threading.Thread(target=self._run, name="vitviz-verify-original", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            maps, self.out = self.original.run(self.size, self.x, self.maps.put)
+            while maps:   # an original that gives its maps only at the end: handed over one at a time
+                self.maps.put(maps.pop(0))
+        except BaseException as e:  # noqa: BLE001 - raised where it is asked for (`raise_failure`)
+            self.error = e
+        finally:
+            self.maps.put(_DONE)
+
+    def next(self) -> np.ndarray | None:
+        """The original's next layer; None when it has no more (it finished, or failed)."""
+        if self.done:
+            return None
+        item = self.maps.get()
+        if item is _DONE:
+            self.done = True
+            return None
+        self.taken += 1
+        return item
+
+    def finish(self) -> None:
+        """Wait for the original's thread, counting the layers it computed beyond those taken (`extra`)."""
+        while not self.done:
+            if self.maps.get() is _DONE:
+                self.done = True
+            else:
+                self.extra += 1
+        self.thread.join()
+
+    def raise_failure(self) -> None:
+        if self.error is None:
+            return
+        if isinstance(self.error, (_CannotRun, VitvizError)):
+            raise self.error
+        raise _TheirsFailed(self.error) from self.error
 
 
 class _LayerByLayer:
-    """A capture sink (`capture_attention`) comparing each (1, H, T, T) layer of vitviz's with the original's of
-    that index as it comes: the largest |difference| per layer, or inf where shapes or layer counts differ."""
+    """A capture sink comparing each (1, H, T, T) layer of vitviz's with the original's of that index as both
+    come (`_Theirs`): the largest |difference| per layer, or inf where shapes or layer counts differ."""
 
-    def __init__(self, theirs: list[np.ndarray | None], size: tuple[int, int]) -> None:
+    def __init__(self, theirs: _Theirs, size: tuple[int, int]) -> None:
         self.theirs, self.where = theirs, f"at {size[0]}x{size[1]}"
         self.rows: list[tuple[int, float]] = []
         self.notes: list[str] = []
         self.finite = True
+        self.diff: np.ndarray | None = None
 
     def append(self, layer: torch.Tensor) -> None:
         i = len(self.rows)
         a = layer[0].float().cpu().numpy()
         self.finite = self.finite and math.isfinite(float(a.sum(dtype=np.float64)))
-        if i >= len(self.theirs):
+        b = self.theirs.next()
+        if b is None:
+            if self.theirs.error is not None:
+                raise _TheirsStopped
             self.rows.append((i, math.inf))
-            return
-        b, self.theirs[i] = self.theirs[i], None
-        if a.shape != b.shape:
+        elif a.shape != b.shape:
             self.notes.append(f"layer {i} {self.where}: the original's attention has shape (heads, T, T) = "
                               f"{b.shape}, vitviz's {a.shape}")
             self.rows.append((i, math.inf))
         else:
-            self.rows.append((i, float(np.abs(a - b).max())))
+            if self.diff is None or self.diff.shape != a.shape:
+                self.diff = np.empty_like(a)   # one buffer for every layer: no two temporaries per layer
+            np.abs(np.subtract(a, b, out=self.diff), out=self.diff)
+            self.rows.append((i, float(self.diff.max())))
 
     def differences(self) -> tuple[tuple[tuple[int, float], ...], int | None, list[str]]:
         """Per layer the largest |difference|; the first layer beyond tolerance; what could not be compared."""
-        ours, count = len(self.rows), len(self.theirs)
+        ours = len(self.rows)
+        count = self.theirs.taken + self.theirs.extra
         rows = self.rows + [(i, math.inf) for i in range(ours, count)]
         first = next((i for i, d in rows if d > ATOL_ATTENTION), None)
         notes = list(self.notes)
@@ -853,13 +971,16 @@ def _exact_float32(device: torch.device) -> Iterator[None]:
 # Running an original
 
 
-def _capture(module: nn.Module, x: torch.Tensor) -> tuple[list[np.ndarray], Any]:
+def _capture(module: nn.Module, x: torch.Tensor, each: Callable[[np.ndarray], None] | None = None) -> tuple[
+        list[np.ndarray], Any]:
     """One forward of `module` with every self-attention it computes read where it is computed (the live path's
     capture: nn.MultiheadAttention weights per head, SDPA recomputed, explicit softmax copied): the (H, T, T)
-    maps in call order and the forward's result."""
+    maps in call order and the forward's result. With `each`, each map is given to it as it is computed (a copy:
+    the module may reuse its tensor) and none is kept."""
     from vitviz.core.running.live.record import _Recorder, watch_attention
 
-    recorder = _Recorder(int(x.shape[0]))
+    keep = None if each is None else (lambda m: each(m[0].float().cpu().clone().numpy()))
+    recorder = _Recorder(int(x.shape[0]), keep=keep)
     with torch.inference_mode(), watch_attention(module, recorder):
         out = module(x)
     return [m[0].cpu().numpy() for m in recorder.maps], out
@@ -948,11 +1069,12 @@ def _version(module_name: str) -> str:
 
 def _captured_run(build: Callable[[tuple[int, int]], nn.Module],
                   output: Callable[[Any], np.ndarray | None] = _main_tensor) -> Callable[
-        [tuple[int, int], torch.Tensor], tuple[list[np.ndarray], np.ndarray | None]]:
-    """`run(size, x)` for an original whose module at a size is `build(size)` (which may raise `_CannotRun`)."""
-    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+        [tuple[int, int], torch.Tensor, Each], tuple[list[np.ndarray], np.ndarray | None]]:
+    """`run(size, x, each)` for an original whose module at a size is `build(size)` (which may raise
+    `_CannotRun`): each map given to `each` as it is computed."""
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         module = build(size)
-        maps, out = _capture(module, x.to(_device_of(module)))
+        maps, out = _capture(module, x.to(_device_of(module)), each)
         return maps, output(out)
     return run
 
@@ -1079,7 +1201,7 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
     accepts = inspect.signature(tower.forward).parameters
     native = tuple(spec.image_size)
 
-    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         kw = {"interpolate_pos_encoding": True} if size != native and "interpolate_pos_encoding" in accepts else {}
         if tower is backbone:
             kw["output_hidden_states"] = True
@@ -1192,7 +1314,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         placed[cell[moved]] = torch.arange(rows * cols)
         return placed
 
-    def run(size: tuple[int, int], x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         own = net.config._attn_implementation
         net.config._attn_implementation = "vitviz_recorded_eager"
         _RECORDED.clear()
@@ -1415,7 +1537,7 @@ def from_dict(data: dict[str, Any]) -> Verification:
         confirmed=tuple(data.get("confirmed", ())),
         open=tuple((o["setting"], o["alternatives"]) for o in data.get("open", ())),
         causes=tuple((c["setting"], c["original"]) for c in data.get("causes", ())),
-        suggested=tuple(dict(data.get("suggested", {})).items()))
+        suggested=tuple(dict(data.get("suggested", {})).items()), one_size=str(data.get("one_size", "")))
 
 
 def verification_key(model: Any, against: str = "auto", code: str | None = None) -> str | None:

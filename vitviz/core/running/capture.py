@@ -101,6 +101,13 @@ def capture_attention(net: torch.nn.Module, keep: Any) -> Iterator[Any]:
             h.remove()
 
 
+class _Each:
+    """A capture sink that hands each layer to a function and keeps nothing."""
+
+    def __init__(self, each: Any) -> None:
+        self.append = each
+
+
 def pool_rows(pool: list[np.ndarray], spec: ModelSpec, index: int = 0) -> np.ndarray | None:
     """Image `index`'s MAP-head attention as (H', T) float32 over all tokens (zeros on prefix tokens the head does
     not see), from what `forward_captured(pool=...)` collected; None when nothing was."""
@@ -209,7 +216,9 @@ class ImageModel:
         Args:
             image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
-            half: store attentions as float16 (half the memory; values rounded to ~1e-3 relative).
+            half: store attentions as float16 (half the memory): each probability rounded once, within 2^-11
+                (4.9e-4) of float32's relatively (2^-25 absolutely below 2^-14), 2^-12 absolutely at most; the
+                forward itself runs as without (tests/test_float16_maps.py).
             logits: False skips everything after the last softmax (faster; the result's logits are empty).
             intervene: an intervention or a list of them (`vitviz.core.running.interventions`) for this run only;
                 the result's `interventions` says what was done (with any of an open `intervening` context).
@@ -282,6 +291,12 @@ class VitModel(ImageModel):
             finally:
                 for h in handles:
                     h.remove()
+
+    def forward_streamed(self, x: torch.Tensor, each: Any) -> np.ndarray:
+        """(B, C, H, W) -> the model's output (B, C) as NumPy, each layer's attention (B, H, T, T) given to `each`
+        as its softmax is done and kept by nobody (`vitviz.core.analyses.verify` compares layer by layer)."""
+        with self._lock, torch.inference_mode(), capture_attention(self.net, _Each(each)):
+            return self.net(x.to(self._device)).float().cpu().numpy()
 
     def _forward_captured(self, x: torch.Tensor, half: bool, logits: bool, upto: int | None,
                           rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:

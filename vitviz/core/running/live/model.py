@@ -78,12 +78,18 @@ class LiveModel(ImageModel):
         with self._lock, torch.inference_mode():
             return self._forward_live(x, half, logits, upto, rows)
 
+    def forward_streamed(self, x: torch.Tensor, each: Any) -> np.ndarray:
+        """(B, C, H, W) -> the model's output (B, K) as NumPy, each layer's attention (B, H, T, T) given to `each`
+        as it is computed and kept by nobody (`vitviz.core.analyses.verify` compares layer by layer)."""
+        with self._lock, torch.inference_mode():
+            return self._forward_live(x, False, True, None, None, each)[1]
+
     def _forward_live(self, x: torch.Tensor, half: bool, logits: bool, upto: int | None,
-                      rows: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+                      rows: Sequence[int] | None, each: Any = None) -> tuple[np.ndarray, np.ndarray]:
         if logits and upto is not None:
             raise VitvizError("upto= stops the forward pass early, so it needs logits=False")
         if self.layout.per_image and x.shape[0] > 1:     # its own code computes attention one image at a time
-            parts = [self._forward_live(x[i:i + 1], half, logits, upto, rows) for i in range(int(x.shape[0]))]
+            parts = [self._forward_live(x[i:i + 1], half, logits, upto, rows, each) for i in range(int(x.shape[0]))]
             return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         depth = self.spec.depth
         upto = upto + depth if upto is not None and -depth <= upto < 0 else upto
@@ -95,7 +101,8 @@ class LiveModel(ImageModel):
                               f"{tokens} tokens)")
         count = depth if upto is None else upto + 1
         sink = LayerSink(count, half, rows)
-        check_host_memory(self._maps_bytes(x, count, half, None if rows is None else len(rows)), x, half)
+        if each is None:
+            check_host_memory(self._maps_bytes(x, count, half, None if rows is None else len(rows)), x, half)
         packed = isinstance(self.net, PackedTower)
         if packed:    # its sequence's order depends on the grid (merge blocks, windows)
             layout = replace(self.layout, order=self.net.order(tuple(x.shape[-2:])))
@@ -103,7 +110,7 @@ class LiveModel(ImageModel):
             layout = self.layout
         else:
             layout = replace(self.layout, order=_prefix_first(tokens, self.spec.num_prefix))
-        recorder = _Recorder(int(x.shape[0]), tokens, sink.append, count, None if logits else count,
+        recorder = _Recorder(int(x.shape[0]), tokens, each or sink.append, count, None if logits else count,
                              self.spec.num_heads, layout, chunks=packed)
         xd = x.to(self._device, self._dtype)
         out = user_call(lambda: _run(self.net, xd, recorder), self.spec.source, "the model's own forward",
@@ -113,7 +120,7 @@ class LiveModel(ImageModel):
             raise LiveModelError(f"{self.spec.source}: this forward pass computed {seen} attention maps over "
                                  f"{tokens} tokens; {count} expected ({depth} when the model was loaded: "
                                  f"{_layer_summary(self.layers)}). {_skipped_summary(recorder.skipped)}")
-        maps = sink.numpy()
+        maps = sink.numpy() if each is None else np.zeros((x.shape[0], 0), np.float32)   # `each` took them
         _refuse_non_finite(maps, self.layers, self.spec.source, f"input {tuple(x.shape)}")
         if not logits:
             return maps, np.zeros((x.shape[0], 0), np.float32)

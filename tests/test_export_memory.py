@@ -1,0 +1,45 @@
+"""Export's memory is flat in the image count (issue 36): the maps of an image are let go once its files are
+written, so however many images an export writes, the attention arrays alive at once stay within the batches in
+flight (the one running and those queued for writing), counted through weak references at every forward."""
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vitviz.cli import main as vitviz_main
+from vitviz.core.running.capture import VitModel
+
+timm = pytest.importorskip("timm")
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
+
+
+def test_maps_alive_during_export_do_not_grow_with_the_images(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=3, **args)
+    timm.models._hub.save_for_hf(model, str(tmp_path / "m"), model_args=args, safe_serialization=True)
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(tmp_path / f"{i:02d}.png")
+    alive: list[weakref.ref] = []
+    most = [0]
+    forward = VitModel.forward_captured
+
+    def watched(self: VitModel, *a: object, **k: object) -> tuple[np.ndarray, np.ndarray]:
+        attn, out = forward(self, *a, **k)
+        alive.append(weakref.ref(attn))
+        most[0] = max(most[0], sum(r() is not None for r in alive))   # this image's and those not yet written
+        return attn, out
+
+    monkeypatch.setattr(VitModel, "forward_captured", watched)
+    code = vitviz_main(["export", "--model", str(tmp_path / "m"), *(str(p) for p in sorted(tmp_path.glob("*.png"))),
+                        "--out", str(tmp_path / "out"), "--maps", "cls,rollout", "--batch-size", "1", "--quiet",
+                        "--no-verify", "--workers", "1"])
+    assert code == 0 and len(alive) == 12   # one forward per image
+    assert 1 <= most[0] <= 3, f"{most[0]} images' maps alive at once (at most this one and 2 queued for writing)"

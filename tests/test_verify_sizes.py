@@ -1,0 +1,44 @@
+"""verify's second probe size (issue 36): compared only where the model computes something that depends on the
+input size (a position table resampled, RoPE, a relative position bias), and said when it is left out."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitviz
+from vitviz.core.analyses.verify import from_dict, verify
+
+timm = pytest.importorskip("timm")
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
+
+
+def _folder(tmp_path: Path, **extra: object) -> Path:
+    torch.manual_seed(0)
+    args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, **extra)
+    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=3, **args)
+    timm.models._hub.save_for_hf(model, str(tmp_path / "timm"), model_args=args, safe_serialization=True)
+    return tmp_path / "timm"
+
+
+def test_no_position_table_compares_the_native_size_only(tmp_path: Path) -> None:
+    model = vitviz.load(_folder(tmp_path, pos_embed="none"), device="cpu", rope="none")   # no positions at all
+    assert not model.spec.pos_embed and not model.spec.rope and not model.spec.rel_pos
+    check = verify(model)
+    assert check.verified, check.summary()
+    assert check.sizes == ((32, 32),) and not check.skipped
+    assert "nothing in the model depends on the input size" in check.one_size
+    assert check.summary().endswith("; at 32x32 only)")
+    assert from_dict(check.to_dict()).one_size == check.one_size   # remembered with the verdict
+    # sizes the caller names are compared, whatever the model
+    asked = verify(model, sizes=[32, 48])
+    assert asked.sizes == ((32, 32), (48, 48)) and asked.one_size == ""
+
+
+def test_a_position_table_is_compared_at_another_size(tmp_path: Path) -> None:
+    model = vitviz.load(_folder(tmp_path), device="cpu")
+    check = verify(model)
+    assert check.verified, check.summary()
+    assert check.sizes == ((32, 32), (48, 48)) and check.one_size == ""
+    assert "only" not in check.summary()
