@@ -66,3 +66,16 @@ def test_autograd_and_low_memory_use_plain_linear(tiny, monkeypatch, tmp_path) -
     small = vitviz.load(write_tiny_checkpoint(tmp_path / "n.pth"), heads=2, device="cpu")
     assert small.packed_layers == 0
     assert not any(m._want_packed for m in small.net.modules() if isinstance(m, Linear))
+
+
+def test_a_model_loaded_under_inference_mode_runs_packed(tmp_path) -> None:
+    """Weights made under `torch.inference_mode()` are inference tensors without a version counter: the packed
+    weight is keyed by its data alone (was: "Inference tensors do not track version counter")."""
+    with torch.inference_mode():
+        model = vitviz.load(write_tiny_checkpoint(tmp_path / "m.pth", depth=2), heads=2, device="cpu")
+    assert model.packed_layers > 0
+    x = torch.rand(1, 3, 32, 32)
+    attn, logits = model.forward_captured(x)
+    ref_attn, ref_logits = _plain(model, x)
+    np.testing.assert_allclose(attn, ref_attn, atol=1e-6)
+    np.testing.assert_allclose(logits, ref_logits, atol=1e-5)

@@ -58,7 +58,9 @@ class Linear(nn.Linear):
         if not (self._want_packed and x.device.type == "cpu" and x.dtype == torch.float32
                 and w.device.type == "cpu" and w.dtype == torch.float32 and not torch.is_grad_enabled()):
             return None
-        key = (w.data_ptr(), w._version)
+        # an inference tensor (a model loaded under torch.inference_mode) has no version counter: its data pointer
+        # is the key (it can change in place only inside inference mode)
+        key = (w.data_ptr(), -1 if w.is_inference() else w._version)
         if self._packed is None or self._packed[1:] != key:
             self._packed = (torch.ops.mkldnn._reorder_linear_weight(w.detach(), None), *key)
         return self._packed[0]
