@@ -139,7 +139,7 @@ def remember_settings(settings: QSettings, path: str, values: dict[str, object])
         if value is None:
             mine.pop(name, None)
         elif _CHECKS[name](value):
-            mine[name] = float(value) if name == "attn_scale" else value
+            mine[name] = answers.stored(name, value)
     if mine:
         every[key] = mine
     else:

@@ -435,8 +435,7 @@ def _build_converted(path: Any, raw: Any, overrides: dict[str, Any], stated: dic
             raise VitvizError(f"converting it would guess {', '.join(guessed)} ({dict(spec.guesses)[guessed[0]]})")
         warn_guesses(spec)
     if isinstance(path, torch.nn.Module) and stated:  # not the caller's overrides: the object said so
-        field = {"heads": "num_heads", "act": "mlp_kind"}
-        said = {field.get(k, k): src for k, (_, src) in stated.items()}
+        said = {OPTION[k].provenance_field: src for k, (_, src) in stated.items()}
         spec = replace(spec, provenance=tuple((k, said.get(k, v)) for k, v in spec.provenance))
     check_spec(spec, spec.source)
     shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating
