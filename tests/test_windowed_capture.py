@@ -87,3 +87,18 @@ def test_non_finite_attention_is_refused() -> None:
     with torch.no_grad():
         net.all_blocks()[3].attn.qkv.weight[5, 3] = 0.0
     assert np.isfinite(model.run(x).blocks[3]).all()
+
+
+def test_what_a_panel_reads_of_a_windowed_model_the_model_answers() -> None:
+    """Parameters per part (patch mergings and stages' blocks) and the blocks a forward can be stopped before come
+    from the model itself, as a plain model's do: no caller asks which lane it holds."""
+    from _windowed import model_of
+
+    for spec in (swin_spec(), sam_spec()):
+        model = model_of(spec)
+        counts = model.parameter_counts()
+        assert sum(counts.values()) == sum(p.numel() for p in model.net.parameters())
+        assert all(counts.values()) and "other" not in counts
+        assert model.hook_points() == model.net.all_blocks() and len(model.hook_points()) == spec.depth
+    assert "patch merging" in model_of(swin_spec()).parameter_counts()
+    assert "neck" in model_of(sam_spec()).parameter_counts()
