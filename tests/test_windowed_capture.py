@@ -102,3 +102,14 @@ def test_what_a_panel_reads_of_a_windowed_model_the_model_answers() -> None:
         assert model.hook_points() == model.net.all_blocks() and len(model.hook_points()) == spec.depth
     assert "patch merging" in model_of(swin_spec()).parameter_counts()
     assert "neck" in model_of(sam_spec()).parameter_counts()
+
+
+def test_a_windowed_result_names_its_top_classes_as_a_plain_one_does() -> None:
+    from _windowed import model_of, x_for
+
+    r = model_of(swin_spec()).run(x_for((64, 64)))
+    top = r.top_k(2)
+    p = np.exp(r.logits - r.logits.max())
+    p /= p.sum()
+    assert [i for i, _, _ in top] == list(np.argsort(-p)[:2]) and top[0][1] == f"class {top[0][0]}"
+    assert abs(top[0][2] - p.max()) < 1e-6
