@@ -482,6 +482,27 @@ class WindowedHandle:
         self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
         return self
 
+    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
+            logits: bool = True) -> WindowedResult:
+        """Run one image and capture every block's windowed attention.
+
+        Args:
+            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
+            image_size: run at another (h, w): the windows follow the original's rule (`WindowedSpec.
+                shift_rule`), a position table is resampled with the family's recipe.
+            half: store attentions as float16.
+            logits: False skips the neck and head (the result's logits are empty).
+
+        Subclasses give `prepare` and `forward_captured` (its third value SAM's neck output, else None).
+        """
+        x, disp, spec, src, seen = self.prepare(image, image_size)
+        size, box = seen or (None, None)
+        maps, out, fmap = self.forward_captured(x, half, logits)
+        scores, features = split_output(out[0], spec)  # type: ignore[arg-type]  # only num_classes is read
+        return WindowedResult(blocks=tuple(m[0] for m in maps), geometry=spec.geometry(), logits=scores,
+                              input=x[0].cpu().numpy(), image=disp, spec=spec, source=src, features=features,
+                              feature_map=None if fmap is None else fmap[0], source_box=box, source_size=size)
+
     def parameter_counts(self) -> dict[str, int]:
         """Parameters per part (`WINDOWED_PARTS`: Swin's stages' blocks and patch mergings, SAM's blocks and neck),
         by name (plain ints); the parts it has."""
@@ -604,25 +625,6 @@ class WindowedModel(WindowedHandle):
                                      "attention for this input; the weights or the input hold NaN or infinite values")
             maps.append(arr)
         return maps, out, feature_map
-
-    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
-            logits: bool = True) -> WindowedResult:
-        """Run one image and capture every block's windowed attention.
-
-        Args:
-            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
-            image_size: run at another (h, w): the windows follow the original's rule (`WindowedSpec.
-                shift_rule`), a position table is resampled with the family's recipe.
-            half: store attentions as float16.
-            logits: False skips the neck and head (the result's logits are empty).
-        """
-        x, disp, spec, src, seen = self.prepare(image, image_size)
-        size, box = seen or (None, None)
-        maps, out, fmap = self.forward_captured(x, half, logits)
-        scores, features = split_output(out[0], spec)  # type: ignore[arg-type]  # only num_classes is read
-        return WindowedResult(blocks=tuple(m[0] for m in maps), geometry=spec.geometry(), logits=scores,
-                              input=x[0].cpu().numpy(), image=disp, spec=spec, source=src, features=features,
-                              feature_map=None if fmap is None else fmap[0], source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N, D) absolute position table (resampled to `grid`); None when the model has none."""
