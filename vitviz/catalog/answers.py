@@ -110,7 +110,12 @@ def remember(path: str, values: dict[str, Any]) -> None:
         if name in CHECKS and value is not None and (why := why_not(name, value)):
             raise OverrideError(f"{answers_path()}: not remembered for {path}: {why}")
     every = read_all()
-    key = model_key(path)
+    write_all(updated(every, model_key(path), values))
+
+
+def updated(every: dict[str, dict[str, Any]], key: str, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`every` model's answers with the model `key`'s updated by `values` (a None value forgets that one; a name
+    that is not remembered, or a value its check refuses, is passed over); a model left with none is dropped."""
     mine = every.get(key, {})
     for name, value in values.items():
         if name not in CHECKS:
@@ -123,7 +128,7 @@ def remember(path: str, values: dict[str, Any]) -> None:
         every[key] = mine
     else:
         every.pop(key, None)
-    write_all(every)
+    return every
 
 
 def forget(path: str) -> dict[str, Any]:
