@@ -272,3 +272,12 @@ def test_a_model_too_large_for_the_device_goes_back_and_says_so() -> None:
         move_module(net, "cpu", here, "big.pth: 9.0 M parameters do not fit")
     assert net.moves == [torch.device("cpu"), here]                 # tried, then put back
     assert move_module(net, "cpu", here, "unused") == torch.device("cpu")
+
+
+def test_a_plain_model_counts_its_parts_and_names_its_blocks(tiny) -> None:
+    """Every part of the reference ViT is listed (an empty one too), the counts add up to the model's parameters,
+    and a forward can be stopped before each block."""
+    counts = tiny.parameter_counts()
+    assert sum(counts.values()) == sum(p.numel() for p in tiny.net.parameters())
+    assert set(counts) >= {"patch embedding", "position embedding", "blocks", "final norm", "head"}
+    assert tiny.hook_points() == list(tiny.net.blocks)

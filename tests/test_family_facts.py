@@ -233,3 +233,16 @@ def test_every_cli_override_is_a_load_keyword(monkeypatch: pytest.MonkeyPatch) -
     assert {"heads", "interpolation", "rope", "eps_final", "window", "code", "in_chans"} <= set(names)
     args = _parser().parse_args(["--heads", "3", "--interpolation", "hamming", "--window", "8", "--verbose"])
     assert overrides_from(args) == {"heads": 3, "interpolation": "hamming", "window": 8}
+
+
+def test_the_windowed_families_are_the_ones_declaring_a_windowed_layout() -> None:
+    """A windowed family is its module alone: `WINDOWED` names the windowed model's layout it converts to, and the
+    loader routes by it (no list of windowed families elsewhere)."""
+    from vitviz.core.reading.families import FAMILIES, windowed_layout
+    from vitviz.core.reading.families import sam, swin, vitdet
+
+    assert {n: windowed_layout(n) for n in swin.NAMES + sam.NAMES + vitdet.NAMES} == {
+        **{n: "swin" for n in swin.NAMES}, **{n: "sam" for n in sam.NAMES + vitdet.NAMES}}
+    plain = [n for m in FAMILIES if not hasattr(m, "WINDOWED") for n in m.NAMES]
+    assert plain and all(windowed_layout(n) is None for n in plain)
+    assert {m.WINDOWED for m in FAMILIES if hasattr(m, "WINDOWED")} == {"swin", "sam"}

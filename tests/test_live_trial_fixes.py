@@ -10,7 +10,7 @@ regression test (the models are copied in `trial_refs.py`, sources credited ther
    -- exact against the module's own `attn`, per image and head; the file's refusal names its attention; the live
    refusal offers the weights file only when the file route reads it;
 3. the nn.Sequential einops ViT: its keys start with numbers, and the file's refusal now says so and gives --code;
-4. `_module_settings` reads an activation given as a module instance (`activation=nn.GELU()`) and one whose class
+4. `module_settings` reads an activation given as a module instance (`activation=nn.GELU()`) and one whose class
    vitviz does not know by what it computes (transformers' `NewGELUActivation`: tanh GELU).
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from trial_refs import (
 )
 from tutorial_refs import EncoderViT
 from vitviz.core.running.live import NoAttentionError, UserCodeError
-from vitviz.core.running.load import _module_settings
+from vitviz.core.reading.objects import module_settings
 from vitviz.errors import UnknownLayoutError
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
@@ -337,13 +337,13 @@ class _MlpModel(nn.Module):
                                            (nn.ReLU(), "relu"), (nn.SiLU(), "silu")])
 def test_a_transformer_encoder_layer_activation_given_as_a_module_is_read(act: nn.Module, kind: str) -> None:
     net = EncoderViT(norm_first=True, activation=act)    # type: ignore[arg-type]
-    settings = _module_settings(net)
+    settings = module_settings(net)
     assert settings["act"][0] == kind and settings["act"][1].startswith("model object:")
     assert settings["block_norm"][0] == "pre"
 
 
 def test_the_activation_read_from_the_object_opens_its_file_exactly(tmp_path: Path) -> None:
-    """What `verify --code` and `vitviz.load(module)` take from the object (`_module_settings`) is the setting the
+    """What `verify --code` and `vitviz.load(module)` take from the object (`module_settings`) is the setting the
     file needs: with it (and the head count) the file of an nn.TransformerEncoder ViT built with `nn.GELU()`
     opens exactly."""
     net = EncoderViT(norm_first=True, activation=nn.GELU()).eval()     # type: ignore[arg-type]
@@ -351,7 +351,7 @@ def test_the_activation_read_from_the_object_opens_its_file_exactly(tmp_path: Pa
         for p in net.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(4)) * 0.1)
     torch.save(net.state_dict(), tmp_path / "enc.pth")
-    stated = {k: v for k, (v, _) in _module_settings(net).items() if k in ("act", "block_norm")}
+    stated = {k: v for k, (v, _) in module_settings(net).items() if k in ("act", "block_norm")}
     assert stated == {"act": "gelu", "block_norm": "pre"}
     vm = vitviz.load(tmp_path / "enc.pth", heads=4, device="cpu", **stated)
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
@@ -368,7 +368,7 @@ def test_the_activation_read_from_the_object_opens_its_file_exactly(tmp_path: Pa
                                            (_Swish15(), None)])
 def test_an_activation_class_vitviz_does_not_know_is_read_by_what_it_computes(act: nn.Module,
                                                                              kind: str | None) -> None:
-    settings = _module_settings(_MlpModel(act))
+    settings = module_settings(_MlpModel(act))
     if kind is None:        # unlike every activation vitviz offers: left unstated (an assumption, said as such)
         assert "act" not in settings
     else:

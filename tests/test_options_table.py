@@ -117,6 +117,47 @@ def test_a_bad_record_is_refused() -> None:
         options.Option("x", "choice")
     with pytest.raises(ValueError, match="routes"):
         options.Option("x", "text", routes=("gpu",))
+    with pytest.raises(ValueError, match="names the spec field"):
+        options.Option("x", "text", remembered=True)
+
+
+def test_remembered_answers_and_shown_settings_are_derived_from_the_records() -> None:
+    """The answers store, the window's question dialog and its Model settings list what the records say, and the
+    provenance each shows is the record's field (one name per thing: no hand copy to forget)."""
+    from vitviz.catalog import answers
+    from vitviz.core.spec import ModelSpec
+
+    remembered = tuple(o.name for o in options.OPTIONS if o.remembered)
+    assert remembered == options.REMEMBERABLE == answers.REMEMBERED == tuple(answers.CHECKS)
+    assert set(remembered) == {"heads", "block_norm", "act", "attn_scale"}      # the four the window asks
+    shown = options.setting_fields()
+    assert shown["heads"] == "num_heads" and shown["act"] == "mlp_kind" and shown["crop_mode"] == "preprocess"
+    assert set(remembered) <= set(shown)
+    spec_fields = set(ModelSpec.__dataclass_fields__)
+    assert set(shown.values()) <= spec_fields, "a shown setting names a field the spec does not have"
+
+
+def test_a_new_remembered_option_appears_in_the_store_and_the_settings() -> None:
+    """An Option marked remembered and shown is remembered and shown: nothing else lists it."""
+    new = options.Option("eps", "number", bounds=(0.0, 1.0), fields=("eps",), remembered=True, setting="Eps")
+    records = (*options.OPTIONS, new)
+    assert options.remembered_options(records)[-1] == "eps"
+    assert options.setting_fields(records)["eps"] == "eps"
+    plain = options.Option("eps", "number", fields=("eps",))
+    assert "eps" not in options.remembered_options((*options.OPTIONS, plain))
+    assert "eps" not in options.setting_fields((*options.OPTIONS, plain))
+
+
+def test_remembered_answers_follow_the_records_value_kind(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A number answer is stored as a float, a choice as it is; a bad value is refused naming the store."""
+    from vitviz.catalog import answers
+
+    monkeypatch.setenv(answers.ANSWERS_ENV, str(tmp_path / "answers.json"))
+    answers.remember("m.pth", {"attn_scale": 1, "act": "relu", "heads": 4})
+    assert answers.answers_for("m.pth") == {"attn_scale": 1.0, "act": "relu", "heads": 4}
+    assert isinstance(answers.answers_for("m.pth")["attn_scale"], float)
+    with pytest.raises(OverrideError, match="act"):
+        answers.remember("m.pth", {"act": "swish"})
 
 
 # ------------------------------------------------------------------------------------- never ignored in silence

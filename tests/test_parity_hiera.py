@@ -95,6 +95,8 @@ def test_timm_hiera_is_shown_per_stage() -> None:
         warnings.simplefilter("ignore", LiveWarning)
         vm = vitviz.load(net, device="cpu")
     assert isinstance(vm, StagedModel) and vm.spec.heads == (1, 2, 4) and vm.spec.image_size == (64, 64)
+    assert vm.hook_points() == list(net.blocks)     # the window's Stop hooks (a windowed net's all_blocks it lacks)
+    assert sum(vm.parameter_counts().values()) == sum(p.numel() for p in net.parameters())
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     r = vm.run(x)
     with torch.no_grad():

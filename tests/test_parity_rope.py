@@ -19,7 +19,7 @@ import torch
 import vitviz
 from parity_refs import perturb
 from parity_towers import timm_pool_reference
-from vitviz.core.posembed import kernel_at, rope_kernel, rotate
+from vitviz.core.posembed import kernel_at, rope_kernel, rope_kernels, rotate
 from vitviz.core.spec import GuessWarning
 from vitviz.errors import VitvizError
 
@@ -233,6 +233,10 @@ def test_rope_kernel_is_the_rotation_the_model_applies(tmp_path, arch: str) -> N
         for q in (0, 7, 14):
             r, c = divmod(q, grid[1])
             np.testing.assert_allclose(kernel_at(k, grid, (r, c)).ravel(), s[q].numpy(), atol=1e-5)
+    stack = rope_kernels(vm, grid)         # what the window's RoPE panel is given: one kernel, or one per layer/head
+    assert stack.shape == ((spec.depth, spec.num_heads) if spec.rope == "mixed" else (1, 1)) + (5, 9)
+    np.testing.assert_allclose(stack[1, 3] if spec.rope == "mixed" else stack[0, 0],
+                               rope_kernel(vm, grid, head=3, layer=1), atol=1e-6)
     if spec.rope != "mixed":
         np.testing.assert_allclose(k, k[::-1, ::-1], atol=1e-6)  # cos is even: K(-d) = K(d)
 
@@ -259,3 +263,4 @@ def test_info_of_a_rope_model_without_a_table(tmp_path, capsys) -> None:
     lines = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
     assert "pos_kind" not in lines and "rope" in lines["positions"]
     assert "position embedding grid" not in lines["image_size"] and "native grid" in lines["image_size"]
+

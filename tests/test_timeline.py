@@ -272,3 +272,21 @@ def test_store_draws_a_key_map_of_every_checkpoint(run3: Path, img: np.ndarray) 
             r = store.result(k, "x").result
             want = r.attentions[:, :, r.num_prefix:, 5].reshape(r.attentions.shape[0], -1, *r.grid)
             np.testing.assert_array_equal(store.stack(k, "x", "key:5").maps[:, :-2], want)
+
+
+def test_a_windowed_checkpoint_is_refused_for_its_missing_image_wide_attention(tmp_path: Path) -> None:
+    """A run's checkpoint without an image-wide attention map per head (`ATTENTION`: a windowed Swin) is refused
+    naming it, as Compare refuses one: the timeline asks the capability it needs, not the lane."""
+    timm = pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    from vitviz.core.analyses.timeline import TimelineError, open_run
+
+    kw = dict(img_size=64, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw),
+                    str(tmp_path / "checkpoint-1"), safe_serialization=True, model_args=kw)
+        run = open_run(tmp_path)
+        with pytest.raises(TimelineError, match="checkpoint-1: a windowed model .*global attention"):
+            run.model(0)

@@ -472,7 +472,7 @@ def test_a_two_layer_heads_activation_is_read_from_the_code(tmp_path: Path) -> N
     object says Tanh (read from its children, `vitviz.load(module)` and `verify --code` alike)."""
     from torch import nn
 
-    from vitviz.core.running.load import _module_settings
+    from vitviz.core.reading.objects import module_settings
 
     class Classifier(nn.Module):
         def __init__(self) -> None:
@@ -487,10 +487,10 @@ def test_a_two_layer_heads_activation_is_read_from_the_code(tmp_path: Path) -> N
             super().__init__()
             self.classifier = Classifier()
 
-    said = _module_settings(Net())
+    said = module_settings(Net())
     assert said["head_act"][0] == "tanh" and "classifier: Linear, Tanh, Linear" in said["head_act"][1]
     seq = nn.Module()
     seq.mlp_head = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8), nn.ReLU(), nn.Dropout(0.1), nn.Linear(8, 3))
-    assert _module_settings(seq)["head_act"][0] == "relu"
+    assert module_settings(seq)["head_act"][0] == "relu"
     seq.mlp_head = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 3))   # one Linear: no head activation to read
-    assert "head_act" not in _module_settings(seq)
+    assert "head_act" not in module_settings(seq)

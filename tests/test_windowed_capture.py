@@ -87,3 +87,29 @@ def test_non_finite_attention_is_refused() -> None:
     with torch.no_grad():
         net.all_blocks()[3].attn.qkv.weight[5, 3] = 0.0
     assert np.isfinite(model.run(x).blocks[3]).all()
+
+
+def test_what_a_panel_reads_of_a_windowed_model_the_model_answers() -> None:
+    """Parameters per part (patch mergings and stages' blocks) and the blocks a forward can be stopped before come
+    from the model itself, as a plain model's do: no caller asks which lane it holds."""
+    from _windowed import model_of
+
+    for spec in (swin_spec(), sam_spec()):
+        model = model_of(spec)
+        counts = model.parameter_counts()
+        assert sum(counts.values()) == sum(p.numel() for p in model.net.parameters())
+        assert all(counts.values()) and "other" not in counts
+        assert model.hook_points() == model.net.all_blocks() and len(model.hook_points()) == spec.depth
+    assert "patch merging" in model_of(swin_spec()).parameter_counts()
+    assert "neck" in model_of(sam_spec()).parameter_counts()
+
+
+def test_a_windowed_result_names_its_top_classes_as_a_plain_one_does() -> None:
+    from _windowed import model_of, x_for
+
+    r = model_of(swin_spec()).run(x_for((64, 64)))
+    top = r.top_k(2)
+    p = np.exp(r.logits - r.logits.max())
+    p /= p.sum()
+    assert [i for i, _, _ in top] == list(np.argsort(-p)[:2]) and top[0][1] == f"class {top[0][0]}"
+    assert abs(top[0][2] - p.max()) < 1e-6

@@ -116,8 +116,8 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     assert "my_vit.pt" in dialog.findChild(QLabel, "assumptionsText").text()
     assert "eps" in dialog.others.text() and dialog.others.isVisibleTo(dialog)     # not asked, but listed
     panel = window.controls.model_settings
-    assert panel.marks["norm"].isVisibleTo(panel) and not panel.marks["heads"].isVisibleTo(panel)
-    assert "Assumed: pre-norm" in panel.marks["norm"].toolTip()
+    assert panel.marks["block_norm"].isVisibleTo(panel) and not panel.marks["heads"].isVisibleTo(panel)
+    assert "Assumed: pre-norm" in panel.marks["block_norm"].toolTip()
 
     answer_assumptions(qtbot, window, {"block_norm": "post"})                 # reloads with block_norm='post'
     spec = s.spec
@@ -126,8 +126,8 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "assumed"
     assert s.load_overrides == {"block_norm": "post"}
     assert not s.awaiting_answers and window.assumptions_dialog is None
-    assert not panel.marks["norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
-    assert panel.marks["act"].isVisibleTo(panel) and panel.marks["scale"].isVisibleTo(panel)
+    assert not panel.marks["block_norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
+    assert panel.marks["act"].isVisibleTo(panel) and panel.marks["attn_scale"].isVisibleTo(panel)
     assert panel.norm_combo.currentData() == "post"
     wait_idle(qtbot, window)
     shown = s.result(str(images[0])).result.attentions
@@ -351,7 +351,7 @@ def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings
     assert window.status.verdict_label.text() == f"Not verified — {len(assumed)} assumptions"
     assert window.status.review_button.isVisibleTo(window.statusBar())
     panel = window.controls.model_settings
-    assert panel.marks["heads"].isVisibleTo(panel) and panel.marks["norm"].isVisibleTo(panel)
+    assert panel.marks["heads"].isVisibleTo(panel) and panel.marks["block_norm"].isVisibleTo(panel)
     dialog = window.review_assumptions()                                    # asked for: Enter changes nothing
     dialog.remember_check.setChecked(True)                                  # even remembering: nothing to keep
     QTest.keyClick(dialog, Qt.Key.Key_Return)
@@ -373,7 +373,7 @@ def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, ti
     assert s.spec.source_of("num_heads").startswith("remembered: you answered 4 in the window for this file")
     assert s.load_overrides == {"heads": 4, "block_norm": "post"}
     panel = window.controls.model_settings
-    assert panel.forget_button.isVisibleTo(panel) and panel.remembered() == ["heads", "norm"]
+    assert panel.forget_button.isVisibleTo(panel) and panel.remembered() == ["heads", "block_norm"]
     assert "remembered: you answered 4" in panel.marks["heads"].toolTip()
     assert not panel.marks["heads"].isVisibleTo(panel)                      # given: no '?'
     wait_idle(qtbot, window)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QMessageBox
 from vitviz.gui import worker as worker_mod
 from vitviz.gui.app import apply_args
 from vitviz.gui.protocol import Kind
-from vitviz.gui.worker import InterruptHooks, hook_points, is_interruption
+from vitviz.gui.worker import InterruptHooks, is_interruption
 
 CODE = '''
 import torch
@@ -142,7 +142,7 @@ def test_a_live_forward_stops_between_the_users_blocks(qtbot, user_code, images,
     import vitviz
 
     model = vitviz.load(None, code=f"{user_code}:build", device="cpu")
-    assert hook_points(model) == list(model.net.blocks)
+    assert model.hook_points() == list(model.net.blocks)
 
     class Asked:                       # the worker thread's interruption, as QThread reports it
         @staticmethod
@@ -159,7 +159,7 @@ def test_a_live_forward_stops_between_the_users_blocks(qtbot, user_code, images,
     assert hooks.fired and is_interruption(caught.value)
     assert all(not block._forward_pre_hooks for block in model.net.blocks)     # removed again
     flat = vitviz.load(None, code=f"{user_code}:flat", device="cpu")
-    assert hook_points(flat) == [] and flat.layers == [("(top level)", "softmax")] * 2
+    assert flat.hook_points() == [] and flat.layers == [("(top level)", "softmax")] * 2
 
 
 def test_a_module_that_cannot_be_stopped_is_said(qtbot, window, user_code, images) -> None:  # noqa: ANN001

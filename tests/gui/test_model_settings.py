@@ -98,7 +98,7 @@ def test_controls_show_the_model_settings_with_guesses_marked(qtbot, loaded) -> 
     assert panel.size_edit.text() == "32" and panel.channels_label.text() == "3"
     assert panel.mean_edit.text() == "0" and panel.std_edit.text() == "1"
     # preprocessing guessed, heads given; a bare timm state dict names no model: timm's conventions are assumed
-    assert panel.guessed() == {"mean", "std", "resize", "crop", "norm", "act", "scale"}
+    assert panel.guessed() == {"mean", "std", "resize", "crop_mode", "block_norm", "act", "attn_scale"}
     assert not panel.marks["heads"].isVisible() and panel.marks["mean"].isVisible()
     assert "Assumed:" in panel.marks["mean"].toolTip() and "not an ImageNet model" in panel.marks["mean"].toolTip()
     assert panel.norm_combo.currentData() == "pre" and panel.act_combo.currentData() == "gelu"
@@ -149,3 +149,17 @@ def test_a_bad_value_is_explained_and_not_applied(qtbot, loaded) -> None:  # noq
     panel.overrides_requested.connect(requests.append)
     panel.apply()
     assert requests == []
+
+
+def test_the_settings_rows_are_the_option_records() -> None:
+    """Model settings' rows are keyed by the overrides they edit, each showing its record's provenance field and
+    label (`Option.setting`); the dialog asks exactly the remembered records."""
+    from vitviz.core.options import OPTION, REMEMBERABLE, setting_fields
+    from vitviz.gui import assumptions
+    from vitviz.gui.panels.model_settings import FIELD_SOURCES, LABELS
+
+    assert {k: v for k, v in FIELD_SOURCES.items() if k != "in_chans"} == setting_fields()
+    assert all(LABELS[name] == OPTION[name].setting for name in setting_fields())
+    assert tuple(assumptions.ASKED.values()) == REMEMBERABLE
+    assert all(OPTION[name].provenance_field == field for field, name in assumptions.ASKED.items())
+    assert set(assumptions.SETTINGS_LABELS) == set(setting_fields()) - set(REMEMBERABLE)

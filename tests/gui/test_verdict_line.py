@@ -360,12 +360,12 @@ def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_mar
     torch.save(timm.create_model("deit_tiny_patch16_224", pretrained=False).state_dict(), path)
     _load(qtbot, window, path)
     panel, s = window.controls.model_settings, window.session
-    assert {"heads", "norm", "act"} <= panel.guessed() and s.spec.kind_of("num_heads") == "assumed"
+    assert {"heads", "block_norm", "act"} <= panel.guessed() and s.spec.kind_of("num_heads") == "assumed"
     s.add_images([str(images[0])])
     qtbot.waitUntil(lambda: window.status.verdict_label.text().startswith("Matches timm "), timeout=60000)
     assert s.spec.kind_of("num_heads") == "verified" and s.spec.kind_of("block_norm") == "verified"
     assert [name for name, _ in s.spec.assumptions] == ["preprocess"]
-    assert not {"heads", "norm", "act", "scale"} & panel.guessed() and {"mean", "std"} <= panel.guessed()
+    assert not {"heads", "block_norm", "act", "attn_scale"} & panel.guessed() and {"mean", "std"} <= panel.guessed()
     # the command line agrees: `vitviz info` shows the verdict the window's check remembered, and the same kinds
     import json
 

@@ -274,23 +274,31 @@ class Exporter:
         """Render and atomically write one image's PNGs (and .npz) from its `ResultMaps` (the window's holder: the
         same stacks and arrays); an output that exists is left alone."""
         job, plan, spec = p.job, self.plan, self.spec
-        for folder in {path.parent for path in job.outputs}:
-            self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
         input_hw = p.display.shape[:2]
-        for (m, layer, head), path in zip(self.combos, job.outputs):
-            if self._stop.is_set():
-                raise Stopped
-            if not plan.overwrite and path.exists():
-                continue
+
+        def draw(m: Any, layer: Any, head: Any) -> np.ndarray:
             if m.kind == "pca":  # a colour image per layer, not a stack
-                rgb = draw_colors(maps.pca_at(layer).colors[0], p.region, input_hw, spec.patch_size, plan.render)
-            else:
-                rgb = draw_map(maps.stack(m), layer, head, p.region, input_hw, spec.patch_size, plan.render)
-            self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
+                return draw_colors(maps.pca_at(layer).colors[0], p.region, input_hw, spec.patch_size, plan.render)
+            return draw_map(maps.stack(m), layer, head, p.region, input_hw, spec.patch_size, plan.render)
+
+        self._write_pngs(job, draw)
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             extra = maps.arrays(plan.maps, plan.layers)
             self._save(job, job.outputs[-1],
                        lambda: files.write_npz_atomic(job.outputs[-1], maps.result, plan.overwrite, extra=extra))
+
+    def _write_pngs(self, job: Job, draw: Callable[[Any, Any, Any], np.ndarray]) -> None:
+        """Each of `job`'s map outputs that is not there yet (or every one, with --overwrite) drawn by `draw(kind,
+        layer, head)` and written atomically, its folder made first; a stop request ends it between two maps."""
+        for folder in {path.parent for path in job.outputs}:
+            self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
+        for (m, layer, head), path in zip(self.combos, job.outputs):
+            if self._stop.is_set():
+                raise Stopped
+            if not self.plan.overwrite and path.exists():
+                continue
+            rgb = draw(m, layer, head)
+            self._save(job, path, lambda: files.write_png_atomic(path, rgb, self.plan.overwrite))
 
     @staticmethod
     def _save(job: Job, path: Path, write: Any, record: bool = True) -> None:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from vitviz.batch.pipeline import Exporter, Prepared, Stopped
+from vitviz.batch.pipeline import Exporter, Prepared
 from vitviz.batch.plan import Combo, LayerSel, Plan, resolve_picks
 from vitviz.core import files
 from vitviz.core.analyses.mapkinds import KINDS, WINDOWED_KINDS, unavailable
@@ -140,18 +140,14 @@ class WindowedExporter(Exporter):
     def _write(self, p: Prepared, result: WindowedResult) -> None:  # type: ignore[override]
         """Render and atomically write one image's PNGs (and .npz); an output that exists is left alone."""
         job, plan = p.job, self.plan
-        for folder in {path.parent for path in job.outputs}:
-            self._save(job, folder, lambda: folder.mkdir(parents=True, exist_ok=True), record=False)
         views = WindowedMaps(result)      # the window's holder: the same stacks and arrays as the window's
         input_hw = p.display.shape[:2]
-        for (m, layer, head), path in zip(self.combos, job.outputs):
-            if self._stop.is_set():
-                raise Stopped
-            if not plan.overwrite and path.exists():
-                continue
+
+        def draw(m: MapKind, layer: Any, head: Any) -> Any:
             g = result.geometry[int(layer)]
-            rgb = draw_map(views.stack(m, g.stage), g.index, head, p.region, input_hw, g.stride, plan.render)
-            self._save(job, path, lambda: files.write_png_atomic(path, rgb, plan.overwrite))
+            return draw_map(views.stack(m, g.stage), g.index, head, p.region, input_hw, g.stride, plan.render)
+
+        self._write_pngs(job, draw)
         if plan.npz and (plan.overwrite or not job.outputs[-1].exists()):
             self._save(job, job.outputs[-1],
                        lambda: files.write_arrays_atomic(job.outputs[-1], views.arrays(), plan.overwrite))

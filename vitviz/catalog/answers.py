@@ -16,10 +16,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from vitviz.core.options import REMEMBERABLE
+from vitviz.core.options import OPTION, REMEMBERABLE
 
 ANSWERS_ENV = "VITVIZ_ANSWERS"
-REMEMBERED = REMEMBERABLE   # the overrides remembered per model
+REMEMBERED = REMEMBERABLE   # the overrides remembered per model (`Option.remembered`)
 
 
 def why_not(name: str, value: Any) -> str:
@@ -40,8 +40,12 @@ def why_not(name: str, value: Any) -> str:
     return ""
 
 
-CHECKS = {name: (lambda v, name=name: v is not None and not why_not(name, v))
-          for name in ("heads", "block_norm", "act", "attn_scale")}
+CHECKS = {name: (lambda v, name=name: v is not None and not why_not(name, v)) for name in REMEMBERED}
+
+
+def stored(name: str, value: Any) -> Any:
+    """A checked answer as the store keeps it: a number as a float (an attention scale answered 1 is 1.0)."""
+    return float(value) if OPTION[name].value == "number" else value
 
 
 def answers_path() -> Path:
@@ -106,7 +110,12 @@ def remember(path: str, values: dict[str, Any]) -> None:
         if name in CHECKS and value is not None and (why := why_not(name, value)):
             raise OverrideError(f"{answers_path()}: not remembered for {path}: {why}")
     every = read_all()
-    key = model_key(path)
+    write_all(updated(every, model_key(path), values))
+
+
+def updated(every: dict[str, dict[str, Any]], key: str, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`every` model's answers with the model `key`'s updated by `values` (a None value forgets that one; a name
+    that is not remembered, or a value its check refuses, is passed over); a model left with none is dropped."""
     mine = every.get(key, {})
     for name, value in values.items():
         if name not in CHECKS:
@@ -114,12 +123,12 @@ def remember(path: str, values: dict[str, Any]) -> None:
         if value is None:
             mine.pop(name, None)
         elif CHECKS[name](value):
-            mine[name] = float(value) if name == "attn_scale" else value
+            mine[name] = stored(name, value)
     if mine:
         every[key] = mine
     else:
         every.pop(key, None)
-    write_all(every)
+    return every
 
 
 def forget(path: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,17 @@ class ScanResult(list):  # type: ignore[type-arg]
             reason += f" ({os.fsdecode(about)})"
         self.skipped.append(Skipped(Path(path), reason))
 
+    def add(self, path: Path, read: Callable[..., CatalogEntry | None], *args: Any) -> None:
+        """The entry `read(*args)` makes of `path` appended (None: not a ViT, nothing); `path` recorded as skipped
+        when reading it fails (`OSError`), so one unreadable file or snapshot never fails the whole scan."""
+        try:
+            entry = read(*args)
+        except OSError as e:
+            self.skip(path, e)
+            return
+        if entry is not None:
+            self.append(entry)
+
 
 def _list_folder(folder: Path, out: ScanResult, skip_as: Path | None = None) -> list[Path]:
     """The entries of `folder`, sorted; none when it is not a folder, and none (recorded in `out.skipped` under
@@ -164,14 +175,13 @@ def scan_torch_hub(folder: Path | None = None) -> ScanResult:
     folder = torch_hub_dir() if folder is None else Path(folder)
     out = ScanResult()
     for f in _list_folder(folder, out):
-        try:
-            entry = _file_entry(f, "torch hub") if f.suffix in WEIGHT_SUFFIXES and f.is_file() else None
-        except OSError as e:
-            out.skip(f, e)
-            continue
-        if entry is not None:
-            out.append(entry)
+        if f.suffix in WEIGHT_SUFFIXES:
+            out.add(f, _hub_file_entry, f)
     return out
+
+
+def _hub_file_entry(f: Path) -> CatalogEntry | None:
+    return _file_entry(f, "torch hub") if f.is_file() else None
 
 
 def _file_entry(f: Path, source: str, keep_unknown: bool = False) -> CatalogEntry | None:
@@ -222,15 +232,8 @@ def scan_hf_hub(folder: Path | None = None) -> ScanResult:
     out = ScanResult()
     for repo in (p for p in _list_folder(folder, out) if p.name.startswith("models--")):
         snap = _snapshot(repo, out)
-        if snap is None:
-            continue
-        try:
-            entry = _hf_entry(repo, snap)
-        except OSError as e:
-            out.skip(snap, e)
-            continue
-        if entry is not None:
-            out.append(entry)
+        if snap is not None:
+            out.add(snap, _hf_entry, repo, snap)
     return out
 
 
@@ -361,13 +364,7 @@ def scan_recent(paths: Iterable[str | os.PathLike]) -> ScanResult:
     out = ScanResult()
     for raw in paths:
         p = Path(raw).expanduser()
-        try:
-            entry = _recent_entry(p)
-        except OSError as e:
-            out.skip(p, e)
-            continue
-        if entry is not None:
-            out.append(entry)
+        out.add(p, _recent_entry, p)
     return out
 
 

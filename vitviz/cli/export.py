@@ -30,7 +30,7 @@ from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri,
 from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
 from vitviz.batch.plan import class_index, parse_ablation
-from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, checked_argument
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.drawing.colormaps import available_colormaps, colormap
 from vitviz.core.files import remove_stale_temps, write_json_atomic
@@ -181,8 +181,8 @@ def _add_engine_arguments(p: argparse.ArgumentParser) -> None:
 def _add_render_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pictures (defaults are the window's)")
     g.add_argument("--style", choices=("overlay", "heatmap"), default="overlay", help="map over the image, or bare")
-    g.add_argument("--cmap", default="viridis", type=_colormap, help=f"{', '.join(available_colormaps())} "
-                   "(append _r to reverse)")
+    g.add_argument("--cmap", default="viridis", type=checked_argument(colormap),
+                   help=f"{', '.join(available_colormaps())} (append _r to reverse)")
     g.add_argument("--opacity", type=_unit, default=0.6, help="heatmap opacity over the image, 0..1 (default 0.6)")
     g.add_argument("--scale", choices=("shared", "own"), default="shared",
                    help="colour range: 0..max over all layers and heads of the map (shared), or each map's own")
@@ -247,14 +247,6 @@ def _unit(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number between 0 and 1")
     return value
-
-
-def _colormap(text: str) -> str:
-    try:
-        colormap(text)
-    except VitvizError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
 
 
 def _announce_large_pictures(sources: list[Path], maps: int) -> None:

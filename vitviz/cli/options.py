@@ -201,3 +201,12 @@ def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return convert
+
+
+def checked_argument(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse `type=` that keeps the text as given once `check` (raising ValueError) accepts it: a map kind or
+    colormap name stays the name, refused with `check`'s message as `argument_type` does."""
+    def keep(text: str) -> str:
+        check(text)
+        return text
+    return argument_type(keep)

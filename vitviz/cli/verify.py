@@ -18,7 +18,7 @@ from typing import Any
 
 from vitviz.cli.jsonout import document
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, overrides_from, with_remembered
-from vitviz.core.protocol import WINDOWS, capabilities_of
+from vitviz.core.protocol import is_reference
 
 # vitviz.core.analyses.verify.AGAINST and _BY_ARCH, spelled out so that parsing the command line does not import torch
 # (tests/test_identify.py keeps them equal)
@@ -65,8 +65,7 @@ def run_verify(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # the assumptions are listed below, each once
         warnings.simplefilter("ignore", GuessWarning)
         model = vitviz.load(checkpoint, device=args.device, **overrides)
-        if code is not None and checkpoint is not None and WINDOWS not in capabilities_of(model) \
-                and model.spec.family != "live":
+        if code is not None and checkpoint is not None and is_reference(model):   # converted: the code's settings
             model = _with_code_settings(vitviz, model, checkpoint, code, overrides, args.device)
     with warnings.catch_warnings():  # the libraries' own deprecation notes while the original is built
         warnings.simplefilter("ignore")

@@ -9,17 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, overrides_from
+from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, checked_argument, overrides_from
 from vitviz.core.spec import parse_size
 from vitviz.gui.state import MAP_CHOICES, parse_head_arg, parse_layer_arg, parse_map_arg
-
-
-def _map_type(text: str) -> str:
-    try:
-        parse_map_arg(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 
@@ -35,7 +27,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layer to show, 0-based; negative counts from the end (default: the last)")
     parser.add_argument("--head", type=argument_type(parse_head_arg), default=None, metavar="H|mean|max",
                         help="head to show, 0-based, or mean/max over heads (default: mean)")
-    parser.add_argument("--map", type=_map_type, default=None, metavar="MAP",
+    parser.add_argument("--map", type=checked_argument(parse_map_arg), default=None, metavar="MAP",
                         help="which map to show (the same names and meanings as `vitviz export --maps`): "
                              + "; ".join(f"{name} = {what}" for name, what in MAP_CHOICES.items())
                              + ". --head picks the head (or the mean/max over heads) of any of these but rollout "

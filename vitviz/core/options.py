@@ -96,6 +96,10 @@ class Option:
     numeric:   whether a wrong value changes the model's numbers (not only its input or labels).
     routes:    the loading routes that take it (`ROUTES`); the loader refuses it on any other.
     help:      the command line's help text.
+    remembered: whether the window asks it when assumed (Review assumptions) and can remember its answer for a
+               file (`vitviz.catalog.answers`, read by every command).
+    setting:   its label in the window's Model settings ('' when it has no row there).
+    provenance: the spec field whose provenance says where its value came from, when not the first of `fields`.
     """
 
     name: str
@@ -111,6 +115,9 @@ class Option:
     numeric: bool = False
     routes: tuple[str, ...] = (REFERENCE, WINDOWED, LIVE)
     flag: str | None = None
+    remembered: bool = False
+    setting: str = ""
+    provenance: str = ""
 
     def __post_init__(self) -> None:
         if self.value not in VALUE_KINDS:
@@ -119,6 +126,13 @@ class Option:
             raise ValueError(f"option {self.name}: choices are given exactly for a 'choice' value")
         if not set(self.routes) <= set(ROUTES) or not self.routes:
             raise ValueError(f"option {self.name}: routes {self.routes} are not among {', '.join(ROUTES)}")
+        if (self.remembered or self.setting) and not self.provenance_field:
+            raise ValueError(f"option {self.name}: a remembered or shown option names the spec field it answers")
+
+    @property
+    def provenance_field(self) -> str:
+        """The spec field whose provenance says where this option's value came from ('' when it answers none)."""
+        return self.provenance or next(iter(self.fields), "")
 
     @property
     def cli_flag(self) -> str:
@@ -155,40 +169,43 @@ class Option:
 
 _BOTH = (REFERENCE, WINDOWED)      # a converted model's structure: the live path runs the module's own code
 OPTIONS: tuple[Option, ...] = (
-    Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads", "heads"), numeric=True),
+    Option("heads", "heads", "number of attention heads", metavar="N", fields=("num_heads", "heads"), numeric=True,
+           remembered=True, setting="Heads"),
     # ("heads": a windowed spec's name for it, `vitviz.core.winspec.WindowedSpec.heads`)
     Option("family", "family", "checkpoint family, when the detected one is wrong", metavar="NAME",
            fields=("embed_out",), numeric=True, routes=_BOTH),
     Option("image_size", "size", "input size: N or HxW (position embedding is resampled)", metavar="N|HxW",
-           api_metavar="N",
-           fields=("image_size", "pos_grid")),
+           api_metavar="N", fields=("image_size", "pos_grid"), setting="Image size"),
     Option("eps", "number", "LayerNorm epsilon (every norm)", bounds=(0.0, 1.0), metavar="E", fields=("eps",),
            numeric=True, routes=_BOTH),
     Option("eps_final", "number", "epsilon of the final norms (norm, fc_norm) when it differs from the blocks' "
            "(e.g. blocks 1e-6, final norm 1e-5)", bounds=(0.0, 1.0), metavar="E", fields=("eps_final",),
            numeric=True, routes=(REFERENCE,)),
     Option("mean", "stats", "normalisation mean, e.g. 0.485,0.456,0.406 (1 or 3 values; a 1-channel MNIST model: "
-           "0.1307)", metavar="M", fields=("preprocess",)),
+           "0.1307)", metavar="M", fields=("preprocess",), setting="Mean"),
     Option("std", "positive_stats", "normalisation std, e.g. 0.229,0.224,0.225 (MNIST: 0.3081)", metavar="S",
-           fields=("preprocess",)),
+           fields=("preprocess",), setting="Std"),
     Option("resize", "resize", "resize the image's shorter side to PX before the crop (--crop-mode center); the "
-           "crop is the model's input size", metavar="PX", fields=("resize_recipe",)),
+           "crop is the model's input size", metavar="PX", fields=("resize_recipe",), setting="Resize",
+           provenance="preprocess"),
     Option("crop_mode", "choice", "center: resize keeping the aspect ratio, then crop the middle; squash: resize "
            "the whole image to the input size (no crop); squash_crop: squash to --resize, then crop the middle",
-           choices=CROP_MODES, fields=("resize_recipe",)),
+           choices=CROP_MODES, fields=("resize_recipe",), setting="Crop", provenance="preprocess"),
     Option("interpolation", "choice", "resampling filter for the resize", choices=INTERPOLATIONS),
-    Option("act", "choice", "MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')",
-           choices=MLP_KINDS, cli_choices=ACTIVATIONS, fields=("mlp_kind",), numeric=True, routes=_BOTH),
     Option("block_norm", "choice", "where each block's LayerNorms sit: pre (ViT: x + f(norm(x))), post (norm(x + "
            "f(x)): nn.TransformerEncoderLayer with norm_first=False) or res_post (x + norm(f(x)): Swin v2, timm "
-           "*_rpn_*)", choices=BLOCK_NORMS, fields=("block_norm",), numeric=True, routes=(REFERENCE,)),
+           "*_rpn_*)", choices=BLOCK_NORMS, fields=("block_norm",), numeric=True, routes=(REFERENCE,),
+           remembered=True, setting="Norm order"),
+    Option("act", "choice", "MLP activation (nn.TransformerEncoderLayer: relu unless built with activation='gelu')",
+           choices=MLP_KINDS, cli_choices=ACTIVATIONS, fields=("mlp_kind",), numeric=True, routes=_BOTH,
+           remembered=True, setting="Activation"),
     Option("pooling", "choice", "what the head sees: token 0 (the class token, or the first patch without one), "
            "the mean of the patches, or of every token, or the patches' max (timm global_pool 'max', 'avgmax': half "
            "mean, half max)", choices=POOLINGS, cli_choices=CLI_POOLINGS,
            fields=("pooling",), numeric=True, routes=(REFERENCE,)),
     Option("attn_scale", "number", "factor on q·k (default head_dim**-0.5; e.g. 1 for none, or dim**-0.5 as the "
            "first vit-pytorch versions)", bounds=(0.0, 1e6), low_open=False, metavar="S", fields=("attn_scale",),
-           numeric=True, routes=(REFERENCE,)),
+           numeric=True, routes=(REFERENCE,), remembered=True, setting="Attn scale"),
     Option("patch_order", "choice", "pixel order of a Linear patch embedding: einops '(p1 p2 c)' or unfold "
            "'(c p1 p2)'", choices=PATCH_ORDERS, fields=("patch_order",), numeric=True, routes=(REFERENCE,)),
     Option("pos_kind", "choice", "the position table of a file that holds none (a non-persistent buffer): sincos1d "
@@ -239,8 +256,19 @@ def only_for(route: str) -> tuple[str, ...]:
     return tuple(o.name for o in OPTIONS if o.routes == (route,))
 
 
-# The overrides that can be remembered for a file (the window's "Remember for this file"; vitviz.catalog.answers).
-REMEMBERABLE = ("heads", "block_norm", "act", "attn_scale")
+def remembered_options(options: tuple[Option, ...] = OPTIONS) -> tuple[str, ...]:
+    """The overrides that can be remembered for a file (`Option.remembered`: the window's "Remember for this file",
+    `vitviz.catalog.answers`), in `options` order."""
+    return tuple(o.name for o in options if o.remembered)
+
+
+def setting_fields(options: tuple[Option, ...] = OPTIONS) -> dict[str, str]:
+    """The window's Model settings: each override it shows (`Option.setting`) -> the spec field whose provenance
+    says where its value came from, in `options` order."""
+    return {o.name: o.provenance_field for o in options if o.setting}
+
+
+REMEMBERABLE = remembered_options()
 FORGET_HOW = "vitviz info FILE --forget, or the window's Model settings › Forget remembered answers"
 
 

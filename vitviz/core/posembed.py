@@ -257,6 +257,19 @@ def rope_kernel(model: Any, grid: tuple[int, int] | None = None, head: int | Non
     return k.reshape(2 * gh - 1, 2 * gw - 1).float().numpy()
 
 
+def rope_kernels(model: Any, grid: tuple[int, int]) -> np.ndarray | None:
+    """Every RoPE kernel of `model` at `grid` (`rope_kernel`), (L', H', 2gh - 1, 2gw - 1) float32: L' = H' = 1 for
+    axial and DINOv3 RoPE (every layer and head rotates alike), one per layer and head for RoPE-Mixed (learned
+    frequencies); None for a model without RoPE (a windowed spec has no such field)."""
+    spec = model.spec
+    if not getattr(spec, "rope", ""):
+        return None
+    if spec.rope != "mixed":
+        return rope_kernel(model, grid)[None, None]
+    return np.stack([np.stack([rope_kernel(model, grid, head=h, layer=layer) for h in range(spec.num_heads)])
+                     for layer in range(spec.depth)]).astype(np.float32)
+
+
 def kernel_at(kernel: np.ndarray, grid: tuple[int, int], patch: tuple[int, int]) -> np.ndarray:
     """The (gh, gw) map of a (2gh - 1, 2gw - 1) offset kernel seen from patch (r, c): entry (i, j) is
     kernel[i - r + gh - 1, j - c + gw - 1]."""

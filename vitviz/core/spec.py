@@ -464,6 +464,17 @@ class ModelSpec(Provenanced):
         return json.dumps(self.to_dict(), indent=2, default=list)
 
 
+def top_classes(logits: np.ndarray, labels: tuple[str, ...], k: int = 5) -> list[tuple[int, str, float]]:
+    """The k most probable classes of one image's `logits` (softmax) as (index, label, probability), a class
+    without a label named 'class N'; empty without a classifier (no logits)."""
+    if logits.size == 0:
+        return []
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    return [(int(i), labels[i] if i < len(labels) else f"class {i}", float(p[i])) for i in np.argsort(-p)[:k]]
+
+
 @dataclass(frozen=True, eq=False)
 class AttentionResult:
     """What one forward pass captured.
@@ -510,14 +521,7 @@ class AttentionResult:
 
     def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
         """The k most probable classes as (index, label, probability); empty without a classifier."""
-        if self.logits.size == 0:
-            return []
-        z = self.logits.astype(np.float64)
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        order = np.argsort(-p)[:k]
-        labels = self.spec.labels
-        return [(int(i), labels[i] if i < len(labels) else f"class {i}", float(p[i])) for i in order]
+        return top_classes(self.logits, self.spec.labels, k)
 
     def pool_map(self, head: int | str = "mean") -> np.ndarray:
         """The MAP head's attention over the patches as a (gh, gw) map: one pooling head, or 'mean' / 'max' over

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.core.summary import result_summary
-from vitviz.core.spec import Preprocess, Provenanced, audit_provenance
+from vitviz.core.spec import Preprocess, Provenanced, audit_provenance, top_classes
 
 ARCHS = ("swin", "swinv2", "sam")
 # How a shifted block pads its grid to whole windows and rolls it: 'pad_roll' pads the bottom and right first,
@@ -434,13 +434,8 @@ class WindowedResult:
         return f"stage {g.stage} block {g.index}: {g.describe()}"
 
     def top_k(self, k: int = 5) -> list[tuple[int, str, float]]:
-        if self.logits.size == 0:
-            return []
-        z = self.logits.astype(np.float64)
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        labels = self.spec.labels
-        return [(int(i), labels[i] if i < len(labels) else f"class {i}", float(p[i])) for i in np.argsort(-p)[:k]]
+        """The k most probable classes as (index, label, probability); empty without a classifier."""
+        return top_classes(self.logits, self.spec.labels, k)
 
     @property
     def nbytes(self) -> int:

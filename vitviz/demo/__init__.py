@@ -11,6 +11,9 @@ Qt-free and torch-free at import, for the window's first run::
 """
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -67,4 +70,15 @@ class TeeLog:
         self.stream.flush()
 
 
-__all__ = ["demo_checkpoint", "demo_images", "sample_photos", "TeeLog"]
+@contextmanager
+def training_log(out: Path, name: str, header: str) -> Iterator[TeeLog]:
+    """A training script's log: the folder `out` made, `out / name` written and shown on stderr as it grows
+    (`TeeLog`), `header` (what ran, with which versions) its first line."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / name, "w", encoding="utf-8") as log_file:
+        log = TeeLog(log_file, sys.stderr)
+        log.write(header)
+        yield log
+
+
+__all__ = ["demo_checkpoint", "demo_images", "sample_photos", "TeeLog", "training_log"]

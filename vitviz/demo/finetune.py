@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -141,13 +140,11 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     folder = args.demo or demo_checkpoint()
-    args.out.mkdir(parents=True, exist_ok=True)
-    from vitviz.demo import TeeLog
+    from vitviz.demo import training_log
 
-    with open(args.out / "finetune_log.txt", "w", encoding="utf-8") as log_file:
-        log = TeeLog(log_file, sys.stderr)   # progress seen while it runs (every 50 steps), kept in the log
-        log.write(f"vitviz demo ViT fine-tuned on light / dark from {folder}; torch {torch.__version__}, python "
-                  f"{platform.python_version()}; steps {args.steps}, batch {args.batch}, lr {args.lr}\n")
+    header = (f"vitviz demo ViT fine-tuned on light / dark from {folder}; torch {torch.__version__}, python "
+              f"{platform.python_version()}; steps {args.steps}, batch {args.batch}, lr {args.lr}\n")
+    with training_log(args.out, "finetune_log.txt", header) as log:   # progress seen every 50 steps, and kept
         start = time.time()
         net = finetune(folder, args.steps, args.batch, args.lr, args.pool, log)
         save(net, demo_config(folder), args.out)

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import platform
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -262,13 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(**{k: getattr(args, k) for k in asdict(TrainConfig())})
     if args.save_every < 0 or (args.run_dir is not None and not args.save_every):
         parser.error("--save-every takes a positive number of steps; --run-dir goes with --save-every")
-    args.out.mkdir(parents=True, exist_ok=True)
-    from vitviz.demo import TeeLog
+    from vitviz.demo import training_log
 
-    with open(args.out / "train_log.txt", "w", encoding="utf-8") as log_file:
-        log = TeeLog(log_file, sys.stderr)   # progress seen while it runs (every 100 steps), kept in the log
-        log.write(f"vitviz demo ViT on the shapes task; torch {torch.__version__}, python "
-                  f"{platform.python_version()}, {platform.machine()}\nconfig {json.dumps(asdict(cfg))}\n")
+    header = (f"vitviz demo ViT on the shapes task; torch {torch.__version__}, python "
+              f"{platform.python_version()}, {platform.machine()}\nconfig {json.dumps(asdict(cfg))}\n")
+    with training_log(args.out, "train_log.txt", header) as log:   # progress seen every 100 steps, and kept
         start = time.time()
         saver = (checkpoint_saver(cfg, args.run_dir or args.out / "run", args.save_every, log)
                  if args.save_every else None)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vitviz.core.options import OPTION, REMEMBERABLE, setting_fields
 from vitviz.core.spec import ASSUMED, ModelSpec
 from vitviz.core.protocol import windowed
 
 # The assumed settings that change attention and that the dialog asks, in its order: spec field -> the override
-# that fixes it (`vitviz.load(heads=, block_norm=, act=, attn_scale=)`).
-ASKED = {"num_heads": "heads", "block_norm": "block_norm", "mlp_kind": "act", "attn_scale": "attn_scale"}
+# that fixes it (`Option.remembered`: `vitviz.load(heads=, block_norm=, act=, attn_scale=)`).
+ASKED = {OPTION[name].provenance_field: name for name in REMEMBERABLE}
 OVERRIDE_FIELDS = {override: name for name, override in ASKED.items()}
 LABELS = {"num_heads": "Heads", "block_norm": "Norm order", "mlp_kind": "Activation", "attn_scale": "Attention scale"}
 NORM_ORDERS = {"pre": "pre-norm: x + f(norm(x)) (ViT, timm, DeiT)",
@@ -97,8 +98,8 @@ def setting_text(spec: ModelSpec, name: str) -> str:
     return f"{name} = {value}" if value else name
 
 
-# The input settings the Model settings panel edits: override -> its label there.
-SETTINGS_LABELS = {"image_size": "Image size", "mean": "Mean", "std": "Std", "resize": "Resize", "crop_mode": "Crop"}
+# The input settings the Model settings panel edits (`Option.setting`, none the dialog asks): override -> its label.
+SETTINGS_LABELS = {name: OPTION[name].setting for name in setting_fields() if name not in REMEMBERABLE}
 
 
 def reason(source: str) -> str:

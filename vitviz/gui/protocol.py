@@ -110,10 +110,10 @@ class RopeKernels:
         return k.mean(axis=0) if isinstance(head, str) else k[min(max(int(head), -k.shape[0]), k.shape[0] - 1)]
 
     def at(self, patch: tuple[int, int], layer: int | str = 0, head: int | str = "mean") -> np.ndarray:
-        """(gh, gw) the kernel seen from patch (r, c): entry (i, j) is kernel[i - r + gh - 1, j - c + gw - 1] (as
-        `vitviz.core.posembed.kernel_at`, without its torch import)."""
-        (gh, gw), (r, c) = self.grid, patch
-        return self.kernel(layer, head)[gh - 1 - r: 2 * gh - 1 - r, gw - 1 - c: 2 * gw - 1 - c]
+        """(gh, gw) the kernel seen from patch (r, c) (`vitviz.core.posembed.kernel_at`)."""
+        from vitviz.core.posembed import kernel_at
+
+        return kernel_at(self.kernel(layer, head), self.grid, patch)
 
 
 @dataclass(frozen=True)
@@ -389,9 +389,8 @@ class Load(Request):
         can = capabilities_of(model)
         describe = windowed_guess if WINDOWS in can else describe_guess
         described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)
-        counts = windowed_parameter_counts(model.net) if WINDOWS in can else parameter_counts(model.net)
-        return Loaded(spec, str(model.device), counts, refused, layers, skipped,
-                      bool(hook_points(model)), spec.family.split("-")[0] in TABLE_FAMILIES, described,
+        return Loaded(spec, str(model.device), model.parameter_counts(), refused, layers, skipped,
+                      bool(model.hook_points()), spec.family.split("-")[0] in TABLE_FAMILIES, described,
                       frozenset(can))
 
 
@@ -439,12 +438,14 @@ class PosEmbed(Request):
 
     def __call__(self, ctx: Context) -> PosEmbedded:
         from vitviz.core.analyses.maps import pos_embed_data
+        from vitviz.core.posembed import rope_kernels
 
         model = self.model_of(ctx)
         grid = tuple(self.grid) if self.grid else tuple(model.spec.grid)
         pos = model.pos_embed(grid)        # a windowed model's (SAM's) table has no prefix rows
         data = None if pos is None else pos_embed_data(pos, grid, getattr(model.spec, "pos_prefix", 0))
-        return PosEmbedded(grid, data, rope_kernels(model, grid))
+        kernels = rope_kernels(model, grid)
+        return PosEmbedded(grid, data, None if kernels is None else RopeKernels(grid, kernels, model.spec.rope))
 
 
 @dataclass(eq=False)
@@ -803,86 +804,12 @@ class Kind:
 ANALYSES = (Pca, Similarity, Share)
 
 
-def hook_points(model: Any) -> list[Any]:
-    """The modules a forward pass of `model` can be stopped before: its transformer blocks (`model.net.blocks`:
-    the reference ViT's, or a user's module's when it has them), else the modules a live model found its attention
-    in (`LiveModel.layers`); [] when there are none (no model, or a user's module with neither). Needs no torch."""
-    net = getattr(model, "net", None)
-    if net is None:
-        return []
-    from vitviz.core.protocol import WINDOWS, capabilities_of
-
-    if WINDOWS in capabilities_of(model):      # Swin's blocks sit in its stages: every block of every stage
-        return [b for b in net.all_blocks() if hasattr(b, "register_forward_pre_hook")]
-    blocks = getattr(net, "blocks", None)
-    children = getattr(blocks, "children", None)
-    points = [b for b in children() if hasattr(b, "register_forward_pre_hook")] if callable(children) else []
-    if points:
-        return points
-    found: dict[int, Any] = {}
-    for name, _mechanism in getattr(model, "layers", None) or ():
-        try:
-            module = net.get_submodule(name) if name else None
-        except (AttributeError, TypeError, ValueError):    # a name read from the call stack, not a submodule path
-            module = None
-        if module is not None and module is not net and hasattr(module, "register_forward_pre_hook"):
-            found[id(module)] = module
-    return list(found.values())
-
-
-def rope_kernels(model: Any, grid: tuple[int, int]) -> RopeKernels | None:
-    """The RoPE kernels of `model` at `grid` (None for a model without RoPE): one for axial and DINOv3 RoPE, one
-    per layer and head for RoPE-Mixed. Runs torch: worker thread only."""
-    spec = model.spec
-    if not getattr(spec, "rope", ""):      # no RoPE (a windowed spec has no such field)
-        return None
-    from vitviz.core.posembed import rope_kernel
-
-    if spec.rope != "mixed":
-        return RopeKernels(grid, rope_kernel(model, grid)[None, None], spec.rope)   # (1, 1, 2gh-1, 2gw-1)
-    kernels = np.stack([np.stack([rope_kernel(model, grid, head=h, layer=layer) for h in range(spec.num_heads)])
-                        for layer in range(spec.depth)])                          # (L, H, 2gh-1, 2gw-1)
-    return RopeKernels(grid, kernels.astype(np.float32), spec.rope)
-
-
-PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
-               ("prefix tokens", ("cls_token", "dist_token", "reg_token")), ("blocks", ("blocks.",)),
-               ("final norm", ("norm.", "fc_norm.")), ("head", ("head", "pre_logits")))
-
-
-def parameter_counts(net: Any) -> dict[str, int]:
-    """Parameters per part of the reference ViT, by name prefix (plain ints, so the GUI needs no torch)."""
-    counts = {name: 0 for name, _ in PARAM_PARTS}
-    counts["other"] = 0
-    for key, param in net.named_parameters():
-        part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
-        counts[part] += int(param.numel())
-    return {k: v for k, v in counts.items() if v or k != "other"}
-
-
 def windowed_guess(spec: Any, name: str) -> str:
     """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
     warns it (`vitviz.core.running.winload.describe_guess`)."""
     from vitviz.core.running.winload import describe_guess
 
     return describe_guess(spec, name)
-
-
-WINDOWED_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed", "absolute_pos_embed")),
-                  ("patch merging", (".downsample.",)), ("blocks", ("blocks.", "layers.")), ("final norm", ("norm.",)),
-                  ("neck", ("neck.",)), ("head", ("head",)))
-
-
-def windowed_parameter_counts(net: Any) -> dict[str, int]:
-    """Parameters per part of a windowed reference model (Swin: its stages' blocks and patch mergings; SAM: its
-    blocks and neck), by name (plain ints)."""
-    counts = {name: 0 for name, _ in WINDOWED_PARTS}
-    counts["other"] = 0
-    for key, param in net.named_parameters():
-        part = next((name for name, keys in WINDOWED_PARTS if key.startswith(keys) or
-                     (name == "patch merging" and any(k in key for k in keys))), "other")
-        counts[part] += int(param.numel())
-    return {k: v for k, v in counts.items() if v}
 
 
 def summarize(exc: BaseException) -> str:

@@ -130,21 +130,7 @@ def remember_settings(settings: QSettings, path: str, values: dict[str, object])
     """Remember `values` (overrides of `REMEMBERED`; a None value forgets that one) for the model file `path`,
     keyed by its absolute path, on top of what is remembered for it already, in the store the command line reads
     too (what `settings` held from earlier versions moves there)."""
-    every = _remembered(settings)
-    key = _file_key(path)
-    mine = every.get(key, {})
-    for name, value in values.items():
-        if name not in _CHECKS:
-            continue
-        if value is None:
-            mine.pop(name, None)
-        elif _CHECKS[name](value):
-            mine[name] = float(value) if name == "attn_scale" else value
-    if mine:
-        every[key] = mine
-    else:
-        every.pop(key, None)
-    answers.write_all(every)
+    answers.write_all(answers.updated(_remembered(settings), _file_key(path), values))
     settings.remove(REMEMBERED_KEY)            # moved into the store
     settings.remove(LEGACY_HEADS_KEY)
 

@@ -19,10 +19,10 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from vitviz import catalog
-from vitviz.gui.protocol import Request, hook_points, summarize
+from vitviz.gui.protocol import Request, summarize
 
 __all__ = ["InferenceWorker", "InterruptHooks", "ForwardInterrupted", "DownloadCancelled", "DownloadProgress",
-           "hook_points", "is_interruption", "summarize"]
+           "is_interruption", "summarize"]
 
 
 class ForwardInterrupted(Exception):
@@ -35,7 +35,7 @@ class DownloadCancelled(InterruptedError, ForwardInterrupted):
 
 
 class InterruptHooks:
-    """While open, a forward pre-hook on every transformer block of `model` (`hook_points`: for a user's module
+    """While open, a forward pre-hook on every transformer block of `model` (`hook_points()`: for a user's module
     without blocks, on the modules its attention was found in) raises `ForwardInterrupted` when the current
     thread's interruption has been requested, so a forward pass stops within one block of
     `QThread.requestInterruption`. The hooks are removed on exit, even after a failure.
@@ -52,7 +52,8 @@ class InterruptHooks:
         self._handles: list[Any] = []
 
     def __enter__(self) -> "InterruptHooks":
-        self._handles = [module.register_forward_pre_hook(self._check) for module in hook_points(self.model)]
+        points = self.model.hook_points() if self.model is not None else []
+        self._handles = [module.register_forward_pre_hook(self._check) for module in points]
         return self
 
     def __exit__(self, *_exc: object) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps, map_stack
 from vitviz.core.analyses.tokens import patch_at
-from vitviz.core.protocol import WINDOWS, capabilities_of
+from vitviz.core.protocol import ATTENTION, capabilities_of
 from vitviz.errors import VitvizError
 
 HeadMode = Literal["match", "index"]
@@ -494,7 +494,7 @@ def check_comparable(model: Any, side: str) -> None:
     if not (hasattr(model, "run") and hasattr(model, "spec")):
         hint = " (load it first: vitviz.load(path))" if isinstance(model, (str, os.PathLike)) else ""
         raise CompareError(f"model {side} is {type(model).__name__}{hint}; expected a model from vitviz.load")
-    if WINDOWS in capabilities_of(model):
+    if ATTENTION not in capabilities_of(model):    # a windowed model: attention inside windows only
         raise CompareError(f"model {side} ({model.spec.family}) attends inside windows, so it has no image-wide "
                            "attention map per head to compare; compare takes ViTs with global attention")
 

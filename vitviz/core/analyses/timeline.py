@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from vitviz.core.formats import WEIGHT_SUFFIXES
-from vitviz.core.protocol import WINDOWS, capabilities_of
+from vitviz.core.protocol import ATTENTION, capabilities_of
 from vitviz.errors import VitvizError
 
 LAYOUT_FIELDS = ("family", "depth", "num_heads", "embed_dim", "patch_size", "grid", "num_prefix", "num_classes")
@@ -185,7 +185,7 @@ class TimelineRun:
             raise TimelineError(f"checkpoint {index}: the run has {len(self.checkpoints)} (0..{len(self) - 1})")
         ckpt = self.checkpoints[index]
         model = load(ckpt.path, **self.overrides)
-        if WINDOWS in capabilities_of(model):
+        if ATTENTION not in capabilities_of(model):    # a windowed model: attention inside windows only
             raise TimelineError(f"{ckpt.path.name}: a windowed model ({model.spec.family}: attention inside "
                                 "windows, no image-wide map per head); the timeline follows ViTs with global "
                                 "attention")

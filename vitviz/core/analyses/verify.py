@@ -247,7 +247,7 @@ class _Original:
 
 
 Progress = Callable[[float, str], None]
-# The settings a module object states (`vitviz.core.running.load._module_settings`), as the spec fields they set.
+# The settings a module object states (`vitviz.core.reading.objects.module_settings`), as the spec fields they set.
 _STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
                   "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
                   "head_act": "pre_logits_act"}
@@ -1486,13 +1486,13 @@ def _build_code(code: str, path: Path, device: torch.device) -> _Original:
 def _stated(module: nn.Module) -> dict[str, tuple[Any, str]]:
     """What an original's module object states about the settings no tensor shows, as `vitviz.load(module)` reads
     them ({override: (value, source)}; {} when it states nothing plainly)."""
-    from vitviz.core.running.load import _module_heads, _module_settings
+    from vitviz.core.reading.objects import module_heads, module_settings
 
     try:
-        out = dict(_module_settings(module))
+        out = dict(module_settings(module))
     except VitvizError:
         out = {}
-    heads = _module_heads(module)
+    heads = module_heads(module)
     if heads:
         out["heads"] = (heads, f"model object: {type(module).__name__} num_heads")
     if "eps" in out and "eps_final" not in out and any(

@@ -235,37 +235,37 @@ def fitting_kwargs(library: str, shapes: dict[str, tuple[int, ...]]) -> dict[str
             out["num_labels"] = int(head[0])
         patch = next((v for k, v in shapes.items() if k.endswith("patch_embeddings.projection.weight")), None)
         pos = next((v for k, v in shapes.items() if k.endswith("embeddings.position_embeddings")), None)
-        if patch and pos:
-            for prefix in (1, 2):   # a class token, and a distillation token too (DeiT)
-                side = int(round(max(0, int(pos[1]) - prefix) ** 0.5))
-                if side and side * side == int(pos[1]) - prefix:
-                    out["image_size"] = side * int(patch[2])
-                    break
+        size = _square_size(patch, pos and pos[1], (1, 2))   # a class token, and a distillation token (DeiT)
+        if size:
+            out["image_size"] = size
         return out
     if library == "open_clip":
         patch, pos = shapes.get("conv1.weight"), shapes.get("positional_embedding")
-        kwargs = {}
-        if patch and pos:
-            side = int(round((int(pos[0]) - 1) ** 0.5))
-            if side * side == int(pos[0]) - 1:
-                kwargs["img_size"] = side * int(patch[2])
-        return kwargs
+        size = _square_size(patch, pos and pos[0])
+        return {"img_size": size} if size else {}
     if library == "dinov2":
         patch, pos = shapes.get("patch_embed.proj.weight"), shapes.get("pos_embed")
-        kwargs = {}
-        if patch and pos:
-            side = int(round((int(pos[1]) - 1) ** 0.5))
-            if side * side == int(pos[1]) - 1:
-                kwargs["img_size"] = side * int(patch[2])
-        return kwargs
+        size = _square_size(patch, pos and pos[1])
+        return {"img_size": size} if size else {}
     head = shapes.get("heads.head.weight")
     kwargs = {"num_classes": int(head[0]) if head else 1000}
-    patch, pos = shapes.get("conv_proj.weight"), shapes.get("encoder.pos_embedding")
-    if patch and pos:
-        side = int(round((int(pos[1]) - 1) ** 0.5))
-        if side * side == int(pos[1]) - 1:
-            kwargs["image_size"] = side * int(patch[2])
+    size = _square_size(shapes.get("conv_proj.weight"), (shapes.get("encoder.pos_embedding") or (0, 0))[1])
+    if size:
+        kwargs["image_size"] = size
     return kwargs
+
+
+def _square_size(patch: tuple[int, ...] | None, tokens: int | None, prefixes: tuple[int, ...] = (1,)) -> int | None:
+    """The square input size whose patch grid, after the first of `prefixes` (class token, distillation token)
+    that leaves a square, fills a position table of `tokens` rows: side * the patch size (`patch`: its conv
+    weight's shape); None without either, or when no prefix leaves a square."""
+    if not patch or not tokens:
+        return None
+    for prefix in prefixes:
+        side = int(round(max(0, int(tokens) - prefix) ** 0.5))
+        if side and side * side == int(tokens) - prefix:
+            return side * int(patch[2])
+    return None
 
 
 def _timm_build(arch: str, kwargs: dict[str, Any], device: torch.device) -> nn.Module:

@@ -119,6 +119,12 @@ def pool_rows(pool: list[np.ndarray], spec: ModelSpec, index: int = 0) -> np.nda
     return out
 
 
+# The parts of the reference ViT a parameter count is split into: (part, the name prefixes of its parameters).
+PARAM_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed",)),
+               ("prefix tokens", ("cls_token", "dist_token", "reg_token")), ("blocks", ("blocks.",)),
+               ("final norm", ("norm.", "fc_norm.")), ("head", ("head", "pre_logits")))
+
+
 class ImageModel:
     """What every loaded model shares (`vitviz.core.protocol.Model`): its module `net`, its spec, the device it runs
     on, preparing an image and `run`. Subclasses give `forward_captured`, `pos_embed`, `to` and `capabilities`."""
@@ -141,6 +147,35 @@ class ImageModel:
     def capabilities(self) -> frozenset[str]:
         """What this model can give (`vitviz.core.protocol`): asked instead of its class or family."""
         raise NotImplementedError
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters per part of the model, by name prefix (`PARAM_PARTS`; plain ints, so a panel needs no torch):
+        every part of the reference ViT, even an empty one; 'other' only when something falls outside them."""
+        counts = {name: 0 for name, _ in PARAM_PARTS}
+        counts["other"] = 0
+        for key, param in self.net.named_parameters():
+            part = next((name for name, prefixes in PARAM_PARTS if key.startswith(prefixes)), "other")
+            counts[part] += int(param.numel())
+        return {k: v for k, v in counts.items() if v or k != "other"}
+
+    def hook_points(self) -> list[torch.nn.Module]:
+        """The modules a forward pass can be stopped before: its transformer blocks (`net.blocks`: the reference
+        ViT's, or a user's module's when it has them), else the modules a live model found its attention in
+        (`LiveModel.layers`); [] when there are none (a user's module with neither)."""
+        blocks = getattr(self.net, "blocks", None)
+        children = getattr(blocks, "children", None)
+        points = [b for b in children() if hasattr(b, "register_forward_pre_hook")] if callable(children) else []
+        if points:
+            return points
+        found: dict[int, Any] = {}
+        for name, _mechanism in getattr(self, "layers", None) or ():
+            try:
+                module = self.net.get_submodule(name) if name else None
+            except (AttributeError, TypeError, ValueError):    # a name read from the call stack, not a submodule path
+                module = None
+            if module is not None and module is not self.net and hasattr(module, "register_forward_pre_hook"):
+                found[id(module)] = module
+        return list(found.values())
 
     def forward_captured(self, x: torch.Tensor, half: bool = False, logits: bool = True,
                          upto: int | None = None, rows: Sequence[int] | None = None,

@@ -19,6 +19,7 @@ from vitviz.core.running.capture import VitModel
 from vitviz.core.reading.checkpoint import RawCheckpoint, read_checkpoint
 from vitviz.core.reading.families import FAMILY_NAMES, convert, named_refusal
 from vitviz.core.reading.hyperparams import infer_spec, warn_guesses
+from vitviz.core.reading.objects import module_heads, module_settings, raw_from_dict, raw_from_module
 from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.live.packing import is_packed, packed_tower
 from vitviz.core.running.model import ReferenceViT
@@ -37,200 +38,6 @@ from vitviz.errors import (
     CheckpointError, CompositeModelError, DeviceError, InconsistentCheckpointError, OverrideError, UnknownLayoutError,
     VitvizError,
 )
-
-
-def _module_heads(module: torch.nn.Module) -> int | None:
-    """The head count a model object states: timm `attn.num_heads`, torch `MultiheadAttention.num_heads`, or a
-    transformers `config.num_attention_heads`."""
-    config = getattr(module, "config", None)
-    if isinstance(getattr(config, "num_attention_heads", None), int):
-        return int(config.num_attention_heads)
-    for m in module.modules():
-        heads = getattr(m, "num_heads", None)
-        if isinstance(heads, int) and heads > 0:
-            return heads
-    return None
-
-
-_TIMM_POOLS = {"token": "token", "avg": "avg", "max": "max", "avgmax": "avgmax"}
-_ACT_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "QuickGELU": "quick_gelu", "GELUTanh": "gelu_tanh"}
-_ACT_FUNCTIONS = {"relu": "relu", "gelu": "gelu", "silu": "silu", "tanh": "tanh", "quick_gelu": "quick_gelu",
-                  "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
-# What each activation the reference ViT offers computes, to recognise one by its values (`_activation_kind`).
-_ACT_VALUES = {
-    "gelu": lambda x: torch.nn.functional.gelu(x),
-    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
-    "relu": torch.relu,
-    "silu": torch.nn.functional.silu,
-    "tanh": torch.tanh,
-}
-
-
-def _activation_kind(act: Any) -> tuple[str, str] | None:
-    """(activation name, how it was told) of an MLP activation a model object holds: a module instance
-    (`nn.GELU(approximate=...)`, `nn.ReLU()`...) or function (`F.gelu`) by what it is, else -- a class vitviz does
-    not know, such as transformers' `NewGELUActivation` -- by what it computes: called on 41 values in [-5, 5]
-    and compared with each activation the reference ViT offers (exact and tanh GELU, QuickGELU, ReLU, SiLU, Tanh),
-    taken only when exactly one matches (1e-5). None when it is none of them, takes parameters, or fails."""
-    if act is None:
-        return None
-    if isinstance(act, torch.nn.GELU):
-        return ("gelu_tanh" if act.approximate == "tanh" else "gelu"), f"{type(act).__name__}(approximate=" \
-            f"{act.approximate!r})"
-    name = type(act).__name__
-    if isinstance(act, torch.nn.Module) and name in _ACT_NAMES:
-        return _ACT_NAMES[name], name
-    fn_name = getattr(act, "__name__", None)
-    if not isinstance(act, torch.nn.Module) and fn_name in _ACT_FUNCTIONS \
-            and getattr(act, "__module__", "").startswith("torch"):
-        return _ACT_FUNCTIONS[fn_name], f"torch's {fn_name}"
-    if not callable(act) or (isinstance(act, torch.nn.Module) and (any(True for _ in act.parameters())
-                                                                    or any(True for _ in act.children()))):
-        return None
-    x = torch.linspace(-5.0, 5.0, 41)
-    try:
-        with torch.no_grad():
-            y = act(x.clone())
-    except Exception:  # noqa: BLE001 - not an elementwise function of one tensor: no activation vitviz knows
-        return None
-    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-        return None
-    y = y.detach().float().cpu()
-    matches = [kind for kind, f in _ACT_VALUES.items() if torch.allclose(y, f(x), atol=1e-5, rtol=0)]
-    if len(matches) != 1:
-        return None
-    shown = name if isinstance(act, torch.nn.Module) else (fn_name or name)
-    return matches[0], f"{shown}, which computes {matches[0]} (checked on 41 values in [-5, 5])"
-
-
-def _module_settings(module: torch.nn.Module) -> dict[str, tuple[Any, str]]:
-    """What a model object's own modules state about the settings a state dict cannot tell: its LayerNorms' eps
-    (the final norms' own when they differ), its MLP activation, its attention scale and whether its blocks are
-    post-norm (`nn.TransformerEncoderLayer.norm_first`). {override: (value, source)}; a setting the object does
-    not state plainly is left out (then it stays an assumption, and the live path runs the object instead)."""
-    what = type(module).__name__
-    out: dict[str, tuple[Any, str]] = {}
-    norms = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.LayerNorm)]
-    final = [m.eps for n, m in norms if n.split(".")[-1] in ("norm", "fc_norm", "ln_post", "layernorm")
-             and n.count(".") <= 1]
-    inner = {m.eps for n, m in norms if m.eps not in final or n.count(".") > 1}
-    if len(inner) == 1:
-        out["eps"] = (inner.pop(), f"model object: {what}'s LayerNorm eps")
-        if final and len(set(final)) == 1 and final[0] != out["eps"][0]:
-            out["eps_final"] = (final[0], f"model object: {what}'s final LayerNorm eps")
-    elif not inner and len(set(final)) == 1:
-        out["eps"] = (final[0], f"model object: {what}'s LayerNorm eps")
-    acts: dict[str, str] = {}
-    for n, m in module.named_modules():
-        if "mlp" in n.split(".")[-2:] or n.endswith(("mlp.act", "linear1")) or ".mlp." in n + ".":
-            if isinstance(m, (torch.nn.modules.dropout._DropoutNd, torch.nn.Identity, torch.nn.Linear,
-                              torch.nn.LayerNorm)):
-                continue
-            found = _activation_kind(m)
-            if found is not None:
-                acts.setdefault(found[0], found[1])
-    layers = [m for m in module.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
-    if layers:
-        first = layers[0]
-        out["block_norm"] = ("pre" if first.norm_first else "post", f"model object: {what}'s norm_first")
-        found = _activation_kind(getattr(first, "activation", None))
-        acts = {found[0]: f"its TransformerEncoderLayer's activation {found[1]}"} if found else acts
-    if len(acts) == 1:
-        kind, how = acts.popitem()
-        out["act"] = (kind, f"model object: {what}'s MLP activation ({how})")
-    attns = [m for m in module.modules() if isinstance(getattr(m, "scale", None), float)
-             and hasattr(m, "num_heads") and hasattr(m, "head_dim")]
-    scales = {float(m.scale) for m in attns}
-    if len(scales) == 1:
-        scale = scales.pop()
-        if abs(scale - attns[0].head_dim ** -0.5) < 1e-12:
-            out["attn_scale"] = (0.0, f"model object: {what}'s attention scale head_dim ** -0.5")
-        else:
-            out["attn_scale"] = (scale, f"model object: {what}'s attention scale")
-    if "attn_scale" not in out and any(isinstance(m, torch.nn.MultiheadAttention) for m in module.modules()):
-        out["attn_scale"] = (0.0, "model object: nn.MultiheadAttention scales by head_dim ** -0.5")
-    head = _head_activation(module)
-    if head is not None:
-        out["head_act"] = (head[0], f"model object: {what}'s head activation ({head[1]})")
-    pool = getattr(module, "global_pool", None)   # timm's global_pool: in no tensor ('token' / 'avg' share them)
-    if isinstance(pool, str) and type(module).__module__.startswith("timm.") and pool in _TIMM_POOLS:
-        include = bool(getattr(module, "pool_include_prefix", False)) and pool != "token"  # token: no reduction
-        if include and pool != "avg":   # the reference ViT pools no max over the prefix tokens: its own code runs
-            raise VitvizError(f"{what}'s global_pool {pool!r} with pool_include_prefix: a pooling the reference "
-                              "ViT does not compute")
-        out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
-                          f"{pool!r}" + (" with pool_include_prefix" if include else ""))
-    if any(type(m).__name__ == "Block" and type(m).__module__.startswith("timm.") for m in module.modules()) \
-            or any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
-                   for m in module.modules()):
-        out.setdefault("block_norm", ("pre", f"model object: {what}'s blocks are pre-norm by their class"))
-    return out
-
-
-_HEAD_NAMES = ("head", "mlp_head", "classifier", "fc", "heads", "linear_head", "cls_head")
-
-
-def _head_activation(module: torch.nn.Module) -> tuple[str, str] | None:
-    """The activation between the two Linears of a two-layer classifier head (a top-level child named like a head,
-    e.g. `mlp_head = Sequential(Linear, Tanh, Linear)`): (kind, how it was read), or None when there is no such
-    head or its activation is not one the reference ViT computes."""
-    for name, child in module.named_children():
-        if name not in _HEAD_NAMES:
-            continue
-        parts = [m for m in child.children() if not isinstance(m, (torch.nn.modules.dropout._DropoutNd,
-                                                                   torch.nn.Identity, torch.nn.LayerNorm,
-                                                                   torch.nn.Softmax))]
-        if len(parts) == 3 and isinstance(parts[0], torch.nn.Linear) and isinstance(parts[2], torch.nn.Linear):
-            found = _activation_kind(parts[1])
-            if found is not None:
-                return found[0], f"{name}: Linear, {type(parts[1]).__name__}, Linear"
-    return None
-
-
-def _raw_from_module(module: torch.nn.Module) -> RawCheckpoint:
-    """A model object's weights, with the metadata it carries: a transformers config (eps, activation, labels,
-    sizes) or timm's pretrained config (architecture name, preprocessing)."""
-    raw = _raw_from_dict(module.state_dict())
-    raw.path = Path(f"<{type(module).__name__} object>")
-    config = getattr(module, "config", None)
-    if hasattr(config, "to_dict"):
-        raw.config = config.to_dict()
-    elif isinstance(getattr(module, "pretrained_cfg", None), dict) and module.pretrained_cfg.get("architecture"):
-        cfg = dict(module.pretrained_cfg)
-        size = getattr(getattr(module, "patch_embed", None), "img_size", None)
-        if size is not None:  # the registry's size is the default; the model may have been built at another
-            cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
-        raw.config = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
-        window_args = _timm_window_args(module)
-        if window_args:   # the windows it was built with, not its architecture's registered ones
-            raw.config["model_args"] = window_args
-    return raw
-
-
-def _timm_window_args(module: torch.nn.Module) -> dict[str, Any]:
-    """A timm Swin object's window size and its stages' pretrained window sizes, as the model_args of a hub folder
-    say them (built with window_size=4, a `swinv2_*_window12_*` model's windows are 4, not its name's 12)."""
-    blocks = [m for m in module.modules() if "Block" in type(m).__name__ and hasattr(m, "window_size")]
-    if not blocks:
-        return {}
-    side = blocks[0].window_size
-    side = tuple(side) if isinstance(side, (tuple, list)) else (side, side)
-    args: dict[str, Any] = {"window_size": side[0] if side[0] == side[1] else list(side)}
-    pretrained = []
-    for stage in getattr(module, "layers", ()):
-        attn = getattr(next(iter(getattr(stage, "blocks", ())), None), "attn", None)
-        pw = getattr(attn, "pretrained_window_size", None)
-        if pw is not None:
-            pretrained.append(int(pw[0]) if isinstance(pw, (tuple, list)) else int(pw))
-    if pretrained:
-        args["pretrained_window_sizes"] = pretrained
-    return args
-
-
-def _raw_from_dict(sd: dict[str, Any]) -> RawCheckpoint:
-    tensors = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if isinstance(v, torch.Tensor)}
-    return RawCheckpoint(Path("<state dict>"), tensors)
 
 
 def load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", **overrides: Any) -> VitModel:
@@ -392,14 +199,14 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     resolve_device(overrides.get("device"))   # an unavailable device is refused before the file is read
     stated: dict[str, tuple[Any, str]] = {}
     if isinstance(path, torch.nn.Module):  # a model in memory (timm, torchvision, transformers)
-        heads = _module_heads(path)
-        stated = {k: v for k, v in _module_settings(path).items() if overrides.get(k) is None}
+        heads = module_heads(path)
+        stated = {k: v for k, v in module_settings(path).items() if overrides.get(k) is None}
         if heads and not overrides.get("heads"):
             stated["heads"] = (heads, f"model object: {type(path).__name__} num_heads")
         overrides = {**overrides, **{k: v for k, (v, _) in stated.items()}}
-        raw = _raw_from_module(path)
+        raw = raw_from_module(path)
     elif isinstance(path, dict):
-        raw = _raw_from_dict(path)
+        raw = raw_from_dict(path)
     elif isinstance(path, (str, bytes, os.PathLike)):
         raw = read_checkpoint(os.fsdecode(path), overrides.get("nest_key"))
         if raw.tower is not None and raw.tower.by_code[1]:
@@ -435,8 +242,7 @@ def _build_converted(path: Any, raw: Any, overrides: dict[str, Any], stated: dic
             raise VitvizError(f"converting it would guess {', '.join(guessed)} ({dict(spec.guesses)[guessed[0]]})")
         warn_guesses(spec)
     if isinstance(path, torch.nn.Module) and stated:  # not the caller's overrides: the object said so
-        field = {"heads": "num_heads", "act": "mlp_kind"}
-        said = {field.get(k, k): src for k, (_, src) in stated.items()}
+        said = {OPTION[k].provenance_field: src for k, (_, src) in stated.items()}
         spec = replace(spec, provenance=tuple((k, said.get(k, v)) for k, v in spec.provenance))
     check_spec(spec, spec.source)
     shadow = _build(spec, torch.device("meta"))  # shapes only: keys, shapes and size checked before allocating

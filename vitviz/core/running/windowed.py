@@ -455,6 +455,12 @@ class WindowedNet(nn.Module):
         return self.head(self.pool(self.forward_features(x)))
 
 
+# The parts of a windowed model a parameter count is split into: (part, the names of its parameters).
+WINDOWED_PARTS = (("patch embedding", ("patch_embed.",)), ("position embedding", ("pos_embed", "absolute_pos_embed")),
+                  ("patch merging", (".downsample.",)), ("blocks", ("blocks.", "layers.")), ("final norm", ("norm.",)),
+                  ("neck", ("neck.",)), ("head", ("head",)))
+
+
 class WindowedHandle:
     """What every model of the windowed lane shares (`WindowedModel`, a live `StagedModel`): its capabilities say
     `WINDOWS` (`vitviz.core.protocol`: what asks a model what it can do asks it, not its class), its one-line
@@ -476,6 +482,45 @@ class WindowedHandle:
         self._device = move_module(self.net, device, self._device, f"{self.spec.source}: the model does not fit")
         return self
 
+    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
+            logits: bool = True) -> WindowedResult:
+        """Run one image and capture every block's windowed attention.
+
+        Args:
+            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
+            image_size: run at another (h, w): the windows follow the original's rule (`WindowedSpec.
+                shift_rule`), a position table is resampled with the family's recipe.
+            half: store attentions as float16.
+            logits: False skips the neck and head (the result's logits are empty).
+
+        Subclasses give `prepare` and `forward_captured` (its third value SAM's neck output, else None).
+        """
+        x, disp, spec, src, seen = self.prepare(image, image_size)
+        size, box = seen or (None, None)
+        maps, out, fmap = self.forward_captured(x, half, logits)
+        scores, features = split_output(out[0], spec)  # type: ignore[arg-type]  # only num_classes is read
+        return WindowedResult(blocks=tuple(m[0] for m in maps), geometry=spec.geometry(), logits=scores,
+                              input=x[0].cpu().numpy(), image=disp, spec=spec, source=src, features=features,
+                              feature_map=None if fmap is None else fmap[0], source_box=box, source_size=size)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters per part (`WINDOWED_PARTS`: Swin's stages' blocks and patch mergings, SAM's blocks and neck),
+        by name (plain ints); the parts it has."""
+        counts = {name: 0 for name, _ in WINDOWED_PARTS}
+        counts["other"] = 0
+        for key, param in self.net.named_parameters():
+            part = next((name for name, keys in WINDOWED_PARTS if key.startswith(keys) or
+                         (name == "patch merging" and any(k in key for k in keys))), "other")
+            counts[part] += int(param.numel())
+        return {k: v for k, v in counts.items() if v}
+
+    def hook_points(self) -> list[nn.Module]:
+        """The modules a forward pass can be stopped before: a live staged model's blocks, found as a plain model's
+        are (`ImageModel.hook_points`)."""
+        from vitviz.core.running.capture import ImageModel
+
+        return ImageModel.hook_points(self)  # type: ignore[arg-type]  # it asks only net and layers
+
 
 class WindowedModel(WindowedHandle):
     """A loaded windowed checkpoint: the reference model, its spec, the device it runs on.
@@ -486,6 +531,10 @@ class WindowedModel(WindowedHandle):
         self.net, self.spec, self._device = net, spec, device
         self.dropped = dropped
         self._lock = threading.Lock()
+
+    def hook_points(self) -> list[nn.Module]:
+        """The modules a forward pass can be stopped before: every block of every stage."""
+        return list(self.net.all_blocks())
 
     def spec_at(self, image_size: tuple[int, int] | None) -> WindowedSpec:
         """The spec of a run at `image_size` (whole patches), or the native spec; a size the original cannot
@@ -576,25 +625,6 @@ class WindowedModel(WindowedHandle):
                                      "attention for this input; the weights or the input hold NaN or infinite values")
             maps.append(arr)
         return maps, out, feature_map
-
-    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
-            logits: bool = True) -> WindowedResult:
-        """Run one image and capture every block's windowed attention.
-
-        Args:
-            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
-            image_size: run at another (h, w): the windows follow the original's rule (`WindowedSpec.
-                shift_rule`), a position table is resampled with the family's recipe.
-            half: store attentions as float16.
-            logits: False skips the neck and head (the result's logits are empty).
-        """
-        x, disp, spec, src, seen = self.prepare(image, image_size)
-        size, box = seen or (None, None)
-        maps, out, fmap = self.forward_captured(x, half, logits)
-        scores, features = split_output(out[0], spec)  # type: ignore[arg-type]  # only num_classes is read
-        return WindowedResult(blocks=tuple(m[0] for m in maps), geometry=spec.geometry(), logits=scores,
-                              input=x[0].cpu().numpy(), image=disp, spec=spec, source=src, features=features,
-                              feature_map=None if fmap is None else fmap[0], source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> np.ndarray | None:
         """(N, D) absolute position table (resampled to `grid`); None when the model has none."""

@@ -19,10 +19,8 @@ import torch
 
 from vitviz.core.reading import hyperparams
 from vitviz.core.reading.checkpoint import RawCheckpoint
-from vitviz.core.reading.families import Converted
+from vitviz.core.reading.families import Converted, windowed_layout
 from vitviz.core.reading.families import sam as sam_family
-from vitviz.core.reading.families import swin as swin_family
-from vitviz.core.reading.families import vitdet as vitdet_family
 from vitviz.core.reading.metadata import metadata_sources
 from vitviz.core.running.runtime import check_model_memory, resolve_device
 from vitviz.core.spec import GuessWarning
@@ -32,7 +30,6 @@ from vitviz.core.running.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
 from vitviz.errors import InconsistentCheckpointError, OverrideError
 
-WINDOWED_FAMILIES = swin_family.NAMES + sam_family.NAMES + vitdet_family.NAMES
 # overrides only windowed models take, and those of the reference route that mean something here (`OPTIONS`)
 WINDOW_OVERRIDES = only_for(WINDOWED)
 APPLIES = tuple(n for n in overrides_for(WINDOWED) if n not in WINDOW_OVERRIDES)
@@ -40,7 +37,8 @@ NAMING = "a config.json naming the model (timm architecture, transformers model_
 
 
 def is_windowed(conv: Converted) -> bool:
-    return conv.family in WINDOWED_FAMILIES
+    """Whether `conv` is a windowed family's (its module declares `WINDOWED`): it loads as the windowed model."""
+    return windowed_layout(conv.family) is not None
 
 
 class _Prov(hyperparams._Prov):  # noqa: SLF001 - one provenance collector for both kinds of spec
@@ -84,7 +82,7 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
     prov.set("patch_size", patch, "shape: patch_embed.proj.weight")
     prov.set("in_chans", in_chans, "shape: patch_embed.proj.weight")
     fields: dict[str, Any] = {"patch_size": patch, "in_chans": in_chans}
-    if conv.family in sam_family.NAMES + vitdet_family.NAMES:
+    if windowed_layout(conv.family) == "sam":
         fields.update(_sam_fields(sd, hints, overrides, prov, where))
     else:
         fields.update(_swin_fields(sd, hints, overrides, prov, where, patch))

@@ -17,19 +17,18 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
                                QToolButton, QVBoxLayout, QWidget)
 
-from vitviz.core.options import CROP_MODE_LABELS
+from vitviz.core.options import CROP_MODE_LABELS, OPTION, setting_fields
 from vitviz.core.spec import ModelSpec, parse_size
 from vitviz.gui.assumptions import ACTIVATIONS, is_assumed, reason, runs_own_code
 from vitviz.gui.dialogs import divisors
 
 GUESS_STYLE = "color: #e37400; font-weight: bold;"   # the '?' of an assumed value
 REMEMBERED_PREFIX = "remembered"     # the provenance of an answer remembered for the file (`vitviz.core.options`)
-FIELD_SOURCES = {"heads": "num_heads", "norm": "block_norm", "act": "mlp_kind", "scale": "attn_scale",
-                 "size": "image_size", "channels": "in_chans", "mean": "preprocess", "std": "preprocess",
-                 "resize": "preprocess", "crop": "preprocess"}
+# Each row, keyed by the override it edits (`Option.setting`), -> the spec field whose provenance it shows; the
+# channels are read from the patch embedding, no override.
+FIELD_SOURCES = {**setting_fields(), "in_chans": "in_chans"}
 HEADS_TIP = "Attention heads per layer (they divide the attention width); every per-head map depends on it"
-LABELS = {"heads": "Heads", "norm": "Norm order", "act": "Activation", "scale": "Attn scale", "size": "Image size",
-          "channels": "Channels", "mean": "Mean", "std": "Std", "resize": "Resize", "crop": "Crop"}
+LABELS = {**{name: OPTION[name].setting for name in setting_fields()}, "in_chans": "Channels"}
 NORM_TEXTS = {"pre": "pre-norm", "post": "post-norm", "res_post": "norm after each sublayer"}
 LIVE_TIP = "Your model's code decides this (it runs as written)"
 
@@ -147,9 +146,10 @@ class ModelSettings(QWidget):
         self.resize_spin.setToolTip("The shorter side is resized to this before the centre crop (resize=)")
         self.crop_combo.setToolTip("How an image becomes the input (crop_mode=): resize keeping the aspect ratio "
                                    "and crop the middle, squash the whole image, or squash to the resize and crop")
-        widgets = {"heads": self.heads_combo, "norm": self.norm_combo, "act": self.act_combo, "scale": self.scale_edit,
-                   "size": self.size_edit, "channels": self.channels_label, "mean": self.mean_edit,
-                   "std": self.std_edit, "resize": self.resize_spin, "crop": self.crop_combo}
+        widgets = {"heads": self.heads_combo, "block_norm": self.norm_combo, "act": self.act_combo,
+                   "attn_scale": self.scale_edit, "image_size": self.size_edit, "in_chans": self.channels_label,
+                   "mean": self.mean_edit, "std": self.std_edit, "resize": self.resize_spin,
+                   "crop_mode": self.crop_combo}
         for key, widget in widgets.items():
             form.addRow(self._label(key), widget)
         for edit in (self.size_edit, self.mean_edit, self.std_edit, self.scale_edit):
@@ -274,14 +274,14 @@ class ModelSettings(QWidget):
         spec = self.spec
         if spec is None:
             return []
-        return [key for key, name in FIELD_SOURCES.items() if spec.source_of(name).startswith(REMEMBERED_PREFIX)]
+        return [key for key in self.marks if spec.source_of(FIELD_SOURCES[key]).startswith(REMEMBERED_PREFIX)]
 
     def guessed(self) -> set[str]:
         """The fields whose value is assumed (`ModelSpec.kind_of`), among those that change the computation."""
         spec = self.spec
         if spec is None:
             return set()
-        return {key for key, name in FIELD_SOURCES.items() if is_assumed(spec, name)}
+        return {key for key in self.marks if is_assumed(spec, FIELD_SOURCES[key])}
 
     def reset(self) -> None:
         """Put the loaded model's values back into the fields."""

@@ -5,7 +5,7 @@ RoPE has no learned table to compare positions with: it turns every patch token'
 with the patch's coordinates, so a query and a key with the same content score by how far apart they are. The
 section shows that q·k rotation kernel as seen from the hovered patch (`RopeKernels.at`: the mean cos of the
 rotation to every patch; 1 at the patch itself) beside the whole kernel by 2-D offset, with the hovered patch's
-window framed. The kernels are computed in the worker (`vitviz.gui.worker.rope_kernels`, torch); a hover only
+window framed. The kernels are computed in the worker (`vitviz.core.posembed.rope_kernels`, torch); a hover only
 slices one (gh, gw) window out of a (2gh - 1, 2gw - 1) array.
 """
 from __future__ import annotations

@@ -13,7 +13,11 @@ One module per family, found in this package (`FAMILIES`, sorted by each module'
 - `NAME_HINTS`: (regular expression, family, priority) for file and repository names (`family_from_name()`,
   the catalog's guess);
 - optionally `HF_MODEL_TYPES` ({transformers model_type: family}, `hf_family()`) and `EVAL_SIZE` ({family:
-  (size, why)}, `eval_size()`: the size it is evaluated at when its position table was trained larger).
+  (size, why)}, `eval_size()`: the size it is evaluated at when its position table was trained larger);
+- a windowed family: `WINDOWED`, the layout of the windowed reference model it converts to ('swin': stages and
+  patch merging; 'sam': one stage of windowed and global blocks), `windowed_layout()`;
+- a family whose library builds model objects: `read_object(module, what)` and `object_config(module)`, what its
+  objects state beside their tensors (`vitviz.core.reading.objects`).
 
 A new family is one new module in this package (and its test); nothing else lists it. `structural` comes last: it reads any layout by the
 roles and shapes of its tensors, so a file with attention-shaped weights is never refused as "not a Vision
@@ -83,6 +87,9 @@ FAMILY_NAMES: dict[str, ModuleType] = {name: module for module in FAMILIES for n
 PREPROCESS: dict[str, Recipe] = _merged("PREPROCESS")
 HF_MODEL_TYPES: dict[str, str] = _merged("HF_MODEL_TYPES")
 EVAL_SIZES: dict[str, tuple[int, str]] = _merged("EVAL_SIZE")
+# The windowed families: each name -> the windowed reference model's layout its files convert to ('swin', 'sam').
+WINDOWED_LAYOUTS: dict[str, str] = {name: module.WINDOWED for module in FAMILIES if hasattr(module, "WINDOWED")
+                                    for name in module.NAMES}
 # The families whose files follow the registered sizes, by the name before any '-' (hf-vit is hf's).
 REGISTERED_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
     name.split("-")[0] for module in FAMILIES if module.REGISTERED_SIZES for name in module.NAMES))
@@ -113,6 +120,12 @@ def family_from_name(name: str) -> str | None:
     the highest priority that matches the lower-cased name; None when no family claims it (not a ViT)."""
     n = name.lower()
     return next((family for pattern, family, _, _ in _NAME_HINTS if pattern.search(n)), None)
+
+
+def windowed_layout(family: str) -> str | None:
+    """The windowed reference model's layout ('swin', 'sam') a windowed family's files convert to; None for a
+    family of plain ViTs."""
+    return WINDOWED_LAYOUTS.get(family)
 
 
 def hf_family(model_type: str) -> str | None:

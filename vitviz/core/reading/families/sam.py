@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 NAMES = ("sam", "timm-sam", "hf-sam")
 DETECT_ORDER = 20   # detection tries the families in this order, lowest first
+WINDOWED = "sam"   # its files convert to the windowed reference model, sam layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "SAM / ViTDet encoders"
 PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (hf-sam: hf's, ...)

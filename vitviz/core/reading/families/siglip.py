@@ -65,7 +65,8 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
         if k == "embeddings.position_embedding.weight":
             out["pos_embed"] = v.unsqueeze(0)  # (N, D) -> (1, N, D)
         elif k == "embeddings.patch_embedding.weight" and v.ndim == 2:
-            out["patch_embed.proj.weight"] = _linear_patch_to_conv(v, vcfg, raw)
+            channels = int(vcfg.get("num_channels", 3))
+            out["patch_embed.proj.weight"] = _linear_patch_to_conv(v, channels, raw, "SigLIP 2")
         elif k == "embeddings.position_ids":
             dropped.append(k)
         elif k.startswith("head.") or re.search(r"\.self_attn\.[qkv]_proj\.", k):
@@ -108,17 +109,21 @@ def _bucket_native(out: dict[str, torch.Tensor]) -> None:
         out["pos_embed"] = table[:, bucket_ids((n, n), (n, n))]
 
 
-def _linear_patch_to_conv(w: torch.Tensor, vcfg: dict[str, Any], raw: RawCheckpoint) -> torch.Tensor:
-    """SigLIP 2's Linear over flattened (p1, p2, c) patches (D, P*P*C) -> the equivalent conv weight (D, C, P, P)."""
+def _linear_patch_to_conv(w: torch.Tensor, channels: int, raw: RawCheckpoint, what: str,
+                          channels_last: bool = True) -> torch.Tensor:
+    """A Linear over flattened patches (D, P*P*C), in (p1, p2, c) order (`channels_last`: SigLIP 2's, NaFlexVit's
+    `patchify_channels_last` default) or (c, p1, p2), -> the equivalent conv weight (D, C, P, P); `what` names the
+    layout in a refusal."""
     from vitviz.errors import InconsistentCheckpointError
 
     d, n = w.shape
-    c = int(vcfg.get("num_channels", 3))
-    p = int(round((n / c) ** 0.5))
-    if p * p * c != n:
-        raise InconsistentCheckpointError(f"{raw.path}: SigLIP 2 patch embedding of width {n} is not {c} channels x "
-                                          "a square patch; expected num_channels * patch_size**2")
-    return w.reshape(d, p, p, c).permute(0, 3, 1, 2).contiguous()  # (D, P, P, C) -> (D, C, P, P)
+    p = int(round((n / channels) ** 0.5))
+    if p * p * channels != n:
+        raise InconsistentCheckpointError(f"{raw.path}: {what} patch embedding of width {n} is not {channels} "
+                                          "channels x a square patch; expected channels * patch_size**2")
+    if channels_last:
+        return w.reshape(d, p, p, channels).permute(0, 3, 1, 2).contiguous()  # (D, P, P, C) -> (D, C, P, P)
+    return w.reshape(d, channels, p, p).contiguous()
 
 
 def _map_head(vision: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -182,8 +187,9 @@ def _convert_naflex(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converte
     hints: dict[str, Hint] = {}
     for k, v in sd.items():
         if k == "embeds.proj.weight" and v.ndim == 2:
-            last = margs.get("patchify_channels_last", True)
-            out["patch_embed.proj.weight"] = _naflex_patch_to_conv(v, margs, raw, channels_last=bool(last))
+            last = bool(margs.get("patchify_channels_last", True))
+            out["patch_embed.proj.weight"] = _linear_patch_to_conv(v, int(margs.get("in_chans", 3)), raw,
+                                                                   "NaFlexVit", channels_last=last)
         elif k == "embeds.pos_embed":
             gh, gw = int(v.shape[1]), int(v.shape[2])
             out["pos_embed"] = v.reshape(1, gh * gw, v.shape[-1])  # (1, gh, gw, D) -> (1, N, D)
@@ -224,18 +230,3 @@ def _convert_naflex(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converte
     return Converted("timm-naflex", out, hints, dropped)
 
 
-def _naflex_patch_to_conv(w: torch.Tensor, margs: dict[str, Any], raw: RawCheckpoint,
-                          channels_last: bool) -> torch.Tensor:
-    """NaFlexVit's Linear over flattened patches (D, P*P*C) in (p1, p2, c) order (`patchify_channels_last`, the
-    default) or (c, p1, p2) -> the conv weight (D, C, P, P)."""
-    from vitviz.errors import InconsistentCheckpointError
-
-    d, n = w.shape
-    c = int(margs.get("in_chans", 3))
-    p = int(round((n / c) ** 0.5))
-    if p * p * c != n:
-        raise InconsistentCheckpointError(f"{raw.path}: NaFlexVit patch embedding of width {n} is not {c} channels "
-                                          "x a square patch")
-    if channels_last:
-        return w.reshape(d, p, p, c).permute(0, 3, 1, 2).contiguous()  # (D, P, P, C) -> (D, C, P, P)
-    return w.reshape(d, c, p, p).contiguous()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 NAMES = ("swin", "timm-swin", "torchvision-swin", "hf-swin")
 DETECT_ORDER = 10   # detection tries the families in this order, lowest first
+WINDOWED = "swin"   # its files convert to the windowed reference model, swin layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "Swin v1 / v2"
 PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (timm-swin: timm's, ...)

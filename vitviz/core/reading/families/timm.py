@@ -345,3 +345,74 @@ def _timm_subfamily(keys: set[str], raw: RawCheckpoint) -> str:
     if "fc_norm.weight" in keys and "cls_token" in keys and "norm.weight" not in keys:
         return "mae"
     return "timm"
+
+
+# ------------------------------------------------------------------------------- what a timm model object states
+
+_TIMM_POOLS = {"token": "token", "avg": "avg", "max": "max", "avgmax": "avgmax"}
+
+
+def _is_timm(obj: Any) -> bool:
+    return type(obj).__module__.startswith("timm.")
+
+
+def read_object(module: torch.nn.Module, what: str) -> dict[str, tuple[Any, str]]:
+    """What a timm model object states that its tensors do not (`vitviz.core.reading.objects`): its `global_pool`
+    (in no tensor: 'token' and 'avg' hold the same ones) and, for timm `Block`s, that they are pre-norm.
+
+    Raises:
+        VitvizError: a max pooling over the prefix tokens (`pool_include_prefix`), which the reference ViT does not
+            compute (its own code runs instead).
+    """
+    from vitviz.errors import VitvizError
+
+    out: dict[str, tuple[Any, str]] = {}
+    pool = getattr(module, "global_pool", None)
+    if isinstance(pool, str) and _is_timm(module) and pool in _TIMM_POOLS:
+        include = bool(getattr(module, "pool_include_prefix", False)) and pool != "token"  # token: no reduction
+        if include and pool != "avg":   # the reference ViT pools no max over the prefix tokens: its own code runs
+            raise VitvizError(f"{what}'s global_pool {pool!r} with pool_include_prefix: a pooling the reference "
+                              "ViT does not compute")
+        out["pooling"] = ("avg_all" if include else _TIMM_POOLS[pool], f"model object: {what}'s global_pool "
+                          f"{pool!r}" + (" with pool_include_prefix" if include else ""))
+    if any(type(m).__name__ == "Block" and _is_timm(m) for m in module.modules()):
+        out["block_norm"] = ("pre", f"model object: {what}'s blocks are pre-norm by their class")
+    return out
+
+
+def object_config(module: torch.nn.Module) -> dict[str, Any] | None:
+    """The config a timm model object carries, as a timm hub folder's config.json says it: its architecture and
+    pretrained config (the input size it was built at, not the registry's default), and for a Swin the windows it
+    was built with (`model_args`); None for an object that is not timm's."""
+    cfg = getattr(module, "pretrained_cfg", None)
+    if not (isinstance(cfg, dict) and cfg.get("architecture")):
+        return None
+    cfg = dict(cfg)
+    size = getattr(getattr(module, "patch_embed", None), "img_size", None)
+    if size is not None:  # the registry's size is the default; the model may have been built at another
+        cfg["input_size"] = (cfg.get("input_size", (3,))[0], *tuple(size))
+    config: dict[str, Any] = {"architecture": cfg["architecture"], "pretrained_cfg": cfg}
+    window_args = _window_args(module)
+    if window_args:   # the windows it was built with, not its architecture's registered ones
+        config["model_args"] = window_args
+    return config
+
+
+def _window_args(module: torch.nn.Module) -> dict[str, Any]:
+    """A timm Swin object's window size and its stages' pretrained window sizes, as the model_args of a hub folder
+    say them (built with window_size=4, a `swinv2_*_window12_*` model's windows are 4, not its name's 12)."""
+    blocks = [m for m in module.modules() if "Block" in type(m).__name__ and hasattr(m, "window_size")]
+    if not blocks:
+        return {}
+    side = blocks[0].window_size
+    side = tuple(side) if isinstance(side, (tuple, list)) else (side, side)
+    args: dict[str, Any] = {"window_size": side[0] if side[0] == side[1] else list(side)}
+    pretrained = []
+    for stage in getattr(module, "layers", ()):
+        attn = getattr(next(iter(getattr(stage, "blocks", ())), None), "attn", None)
+        pw = getattr(attn, "pretrained_window_size", None)
+        if pw is not None:
+            pretrained.append(int(pw[0]) if isinstance(pw, (tuple, list)) else int(pw))
+    if pretrained:
+        args["pretrained_window_sizes"] = pretrained
+    return args

@@ -39,3 +39,12 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     hints: dict[str, Hint] = {"eps": (1e-6, "family: torchvision"), "pos_interp": ("torchvision", "family"),
                               "pos_prefix": (1, "family: torchvision")}
     return Converted("torchvision", sd, hints)
+
+
+def read_object(module: torch.nn.Module, what: str) -> dict[str, tuple[Any, str]]:
+    """What a torchvision model object states that its tensors do not (`vitviz.core.reading.objects`): its
+    `EncoderBlock`s are pre-norm by their class."""
+    if any(type(m).__name__ == "EncoderBlock" and type(m).__module__.startswith("torchvision.")
+           for m in module.modules()):
+        return {"block_norm": ("pre", f"model object: {what}'s blocks are pre-norm by their class")}
+    return {}

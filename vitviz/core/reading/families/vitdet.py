@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 NAMES = ("hf-vitdet",)
 DETECT_ORDER = 25   # detection tries the families in this order, lowest first (before hf: no ViT has these keys)
+WINDOWED = "sam"   # its files convert to the windowed reference model, sam layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "transformers VitDetModel / VitDetBackbone (ViTDet)"
 PREPROCESS: dict[str, Recipe] = {}   # hf-vitdet takes hf's recipe; the converter says ViTDet's own (ImageNet)

@@ -42,8 +42,8 @@ from vitviz.core.running.live.errors import LiveModelError, LiveWarning, user_ca
 from vitviz.core.running.live.record import _Recorder, _run
 from vitviz.core.running.runtime import check_host_memory, resolve_device
 from vitviz.core.running.windowed import WindowedHandle
-from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess, split_output
-from vitviz.core.winspec import COMPUTE_FIELDS, BlockGeometry, WindowedResult, WindowedSpec
+from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitviz.core.winspec import COMPUTE_FIELDS, BlockGeometry, WindowedSpec
 from vitviz.errors import NonFiniteError, VitvizError
 
 
@@ -102,8 +102,9 @@ Placer = Callable[[torch.Tensor, BlockGeometry], np.ndarray]
 
 class StagedModel(WindowedHandle):
     """A hierarchical module run as written, its attention shown per block on windows of its stage's grid (see
-    the module's docstring); `run` gives a `WindowedResult`, as `WindowedModel.run` does. `names` are its attention
-    calls in order, `shown` the ones shown, each moved onto its block's windows by its `placers` entry."""
+    the module's docstring); `run` (`WindowedHandle.run`) gives a `WindowedResult`, as a `WindowedModel`'s.
+    `names` are its attention calls in order, `shown` the ones shown, each moved onto its block's windows by its
+    `placers` entry."""
 
     def __init__(self, module: nn.Module, spec: WindowedSpec, device: torch.device, names: list[str],
                  shown: list[int], placers: list[Placer], skipped: list[tuple[str, str, tuple[int, ...]]]) -> None:
@@ -158,16 +159,6 @@ class StagedModel(WindowedHandle):
         if not logits:
             return maps, np.zeros((x.shape[0], 0), np.float32), None
         return maps, _output(out, int(x.shape[0])), None
-
-    def run(self, image: Any, image_size: tuple[int, int] | None = None, half: bool = False,
-            logits: bool = True) -> WindowedResult:
-        x, disp, spec, src, seen = self.prepare(image, image_size)
-        size, box = seen or (None, None)
-        maps, out, _ = self.forward_captured(x, half, logits)
-        scores, features = split_output(out[0], spec)  # type: ignore[arg-type]  # only num_classes is read
-        return WindowedResult(blocks=tuple(m[0] for m in maps), geometry=spec.geometry(), logits=scores,
-                              input=x[0].cpu().numpy(), image=disp, spec=spec, source=src, features=features,
-                              source_box=box, source_size=size)
 
     def pos_embed(self, grid: tuple[int, int] | None = None) -> None:
         return None
