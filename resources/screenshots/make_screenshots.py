@@ -56,7 +56,7 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
-    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog", "docks"),
+    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog", "docks", "swin", "compare"),
                         help="only the demo-model, the photo or the other models' screenshots (or only the "
                              "assumptions dialog, or only the docks at 1280 x 800)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
@@ -82,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         assumptions_dialog_shot(app)
     if args.only in (None, "docks"):
         dock_shots(app)
+    if args.only in ("swin", "compare"):          # one part of `docks` alone
+        from PySide6.QtCore import QRect
+
+        from vitviz.gui.window import default_size
+
+        size = default_size(QRect(0, 0, *SMALL_SCREEN))
+        tag = f"{SMALL_SCREEN[0]}x{SMALL_SCREEN[1]}"
+        (swin_dock_shots if args.only == "swin" else compare_and_run_shots)(app, size, tag)
     return 0
 
 
@@ -282,6 +290,99 @@ def dock_shots(app, screen: tuple[int, int] = SMALL_SCREEN) -> None:  # noqa: AN
             print("wrote", name)
     win.close()
     eva02_positions_shot(app, size, tag)
+    swin_dock_shots(app, size, tag)
+    compare_and_run_shots(app, size, tag)
+
+
+WINDOW_MAX_BYTES = 150_000     # a dock picture above this is stored with a 256-colour palette
+
+
+def save_small(widget, path: Path) -> None:  # noqa: ANN001
+    """Save a widget's picture, with a 256-colour palette when the full colours would be large."""
+    from PIL import Image
+
+    widget.grab().save(str(path))
+    if path.stat().st_size > WINDOW_MAX_BYTES:
+        Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    print("wrote", path, path.stat().st_size, "bytes")
+
+
+def swin_dock_shots(app, size, tag: str) -> None:  # noqa: ANN001
+    """Every analysis dock with a windowed model: Swin-T's shape (4 stages, 3 to 24 heads, 7 × 7 windows) with
+    random weights as a timm hub folder, the last stage's block selected (its 24 heads)."""
+    import warnings
+
+    import timm
+
+    from vitviz.demo import sample_photos
+
+    tmp = Path(tempfile.mkdtemp())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=10)
+    folder = tmp / "swin_tiny_random"
+    timm.models._hub.save_for_hf(model, str(folder), model_args=dict(num_classes=10), safe_serialization=True)
+    photos = [str(p) for p in sample_photos()][:2] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp, (size.width(), size.height()))
+    win.load_model(str(folder))
+    win.session.add_images(photos)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None)
+    win.state.update(layer=win.session.spec.depth - 1, head="mean")    # the map the window picks for Swin
+    _settle(app, 20)
+    save_small(win, OUT / f"window_{tag}_swin.png")
+    for dock_name in ("overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "infoDock"):
+        dock = win.dock(dock_name)
+        dock.raise_()
+        _settle(app, 20)
+        save_small(dock, OUT / f"dock_{tag}_swin_{DOCK_NAMES[dock_name]}.png")
+    win.close()
+
+
+def compare_and_run_shots(app, size, tag: str) -> None:  # noqa: ANN001
+    """The Compare dock (the demo against a copy with every weight moved by noise) and the Timeline dock (a
+    'training run' of the demo: checkpoints blending random weights into the trained ones), in place."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from vitviz.gui.bundled import demo_model, images_for
+
+    tmp = Path(tempfile.mkdtemp())
+    demo = demo_model()
+    trained = load_file(str(demo))
+    torch.manual_seed(0)
+    noise = {k: torch.randn_like(v) * v.float().std().nan_to_num(0.02).clamp(min=0.02) for k, v in trained.items()}
+    moved = tmp / "demo_moved"
+    moved.mkdir()
+    save_file({k: v + 0.3 * noise[k] for k, v in trained.items()}, str(moved / demo.name))
+    for extra in demo.parent.glob("*.json"):
+        (moved / extra.name).write_bytes(extra.read_bytes())
+    run = tmp / "run"
+    run.mkdir()
+    for step in (100, 200, 400, 800):
+        keep = step / 800
+        save_file({k: keep * v + (1 - keep) * noise[k] for k, v in trained.items()},
+                  str(run / f"checkpoint-{step}.safetensors"))
+    images = images_for(demo)
+    win = new_window(app, tmp, (size.width(), size.height()))
+    win.load_demo()
+    _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
+    win.compare_with(str(moved / demo.name))
+    _wait(app, lambda: win.is_idle() and win.compare.active)
+    dock = win.dock("compareDock")
+    dock.raise_()
+    _settle(app, 40)
+    _wait(app, win.is_idle)
+    save_small(dock, OUT / f"dock_{tag}_compare.png")
+    win.open_run(str(run))
+    _wait(app, lambda: win.is_idle() and win.timeline.store is not None)
+    dock = win.dock("timelineDock")
+    dock.raise_()
+    _settle(app, 40)
+    _wait(app, win.is_idle)
+    _settle(app, 40)
+    save_small(dock, OUT / f"dock_{tag}_timeline.png")
+    save_small(win, OUT / f"window_{tag}_timeline.png")
+    win.close()
 
 
 def eva02_positions_shot(app, size, tag: str) -> None:  # noqa: ANN001

@@ -1,0 +1,127 @@
+"""The window as a newcomer meets it, round 5 (issue 35): what screenshots at 1280 × 800 and 1600 × 1000 showed
+too small, flat, floating or cut, on a plain ViT and on a windowed model (Swin)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from _gui import show_dock
+from _plot_text import plot_text_problems
+from PySide6.QtCore import QPointF, QRect
+from PySide6.QtWidgets import QApplication
+
+from vitviz.gui.window import default_size
+
+SCREENS = {"1600x1000": (1600, 1000), "1280x800": (1280, 800)}
+# Swin's last stage has 24 heads (swin_tiny: 3, 6, 12, 24): here 2 stages of 2 blocks, 2 then 24 heads, 64 px
+SWIN_ARGS = dict(img_size=64, embed_dim=24, depths=(2, 2), num_heads=(2, 24), window_size=4, num_classes=5)
+
+
+def _settle() -> None:
+    for _ in range(5):
+        QApplication.processEvents()
+
+
+@pytest.fixture(scope="module")
+def swin24(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    timm = pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **SWIN_ARGS)
+    folder = tmp_path_factory.mktemp("swin24")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=SWIN_ARGS)
+    return folder
+
+
+def open_at(qtbot, window, screen: tuple[int, int], model: Path, image: Path, **load) -> None:  # noqa: ANN001
+    """Lay the window out for `screen`, load `model` and run `image`."""
+    window.use_size(default_size(QRect(0, 0, *screen)))
+    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+        window.load_model(str(model), **load)
+    window.session.add_images([str(image)])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    assert window.reporter.box is None or not window.reporter.box.isVisible(), window.reporter.box.text()
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_a_swin_stage_with_24_heads_wraps_its_heads_into_readable_tiles(qtbot, window, swin24, images,
+                                                                         screen) -> None:  # noqa: ANN001
+    """The Overview showed a Swin stage as 2 rows of 26 tiles about 10 px wide; each block's heads are now
+    wrapped into bands (mean and max beside the first), every tile at least 24 px on screen, the text whole, and a
+    click on any tile picks that block and head."""
+    open_at(qtbot, window, SCREENS[screen], swin24, images[0])
+    window.state.update(layer=3)            # a block of the 24-head stage
+    overview = show_dock(qtbot, window, "overviewDock")
+    qtbot.waitUntil(lambda: overview._shape[1] == 26, timeout=20000)
+    _settle()
+    nl, nc, gh, gw = overview._shape
+    assert overview._bands > 1 and nl == 2
+    assert overview._blocks == [2, 3]
+    pixel = overview.plot.vb.viewPixelSize()
+    assert min(gw / pixel[0], gh / pixel[1]) >= 24, (gw / pixel[0], gh / pixel[1], overview._bands)
+    assert not plot_text_problems(overview.widget), plot_text_problems(overview.widget)
+    clicked = []
+    overview.tile_clicked.connect(lambda layer, head: clicked.append((layer, head)))
+    for layer in range(nl):
+        for col in range(nc):
+            row, vcol = overview._place(layer, col)
+            centre = QPointF((vcol + 0.5) * (gw + overview._gap), (row + 0.5) * (gh + overview._gap))
+            assert overview.tile_at(centre) == (layer, col)
+    row, vcol = overview._place(1, 13)
+    scene = overview.plot.vb.mapViewToScene(QPointF((vcol + 0.5) * (gw + overview._gap),
+                                                    (row + 0.5) * (gh + overview._gap)))
+    overview._on_clicked(_Click(scene))
+    assert clicked == [(3, 13)]
+    labels = [text for _pos, text in overview.plot.getAxis("left")._tickLevels[0]]
+    assert labels[:2] == ["2", "3"] and f"+{overview._per_band()}" in labels
+
+
+class _Click:
+    def __init__(self, scene_pos: QPointF) -> None:
+        self._pos = scene_pos
+
+    def button(self):  # noqa: ANN201
+        from PySide6.QtCore import Qt
+
+        return Qt.MouseButton.LeftButton
+
+    def scenePos(self) -> QPointF:  # noqa: N802
+        return self._pos
+
+
+def test_a_plain_vit_keeps_one_row_per_layer() -> None:
+    """A 12 × 12 ViT-B (or the demo's 3 × 4) is not wrapped: wrapping only pays for few rows of many heads."""
+    from vitviz.gui.panels.overview import wrap_layout
+
+    assert wrap_layout(12, 12, 400, 300) == 1 and wrap_layout(3, 4, 400, 300) == 1
+    assert wrap_layout(24, 16, 400, 300) == 1
+    assert wrap_layout(2, 24, 400, 300) > 1 and wrap_layout(2, 24, 0, 0) > 1
+
+
+def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_empty(qtbot, swin24, loaded,
+                                                                                   images) -> None:  # noqa: ANN001
+    """Swin has no CLS or register tokens: 'by token kind' was a flat line at 1.0 for every block. The plot is
+    folded (its room goes to the distance and entropy plots) and its title says why; a ViT with a CLS token
+    still gets the plot and its key."""
+    from vitviz.gui.panels.headstats import KINDS_TITLE, NO_KINDS_TITLE
+
+    panel = show_dock(qtbot, loaded, "headStatsDock")
+    qtbot.waitUntil(lambda: panel.kinds.values is not None, timeout=20000)
+    assert panel.kinds.plot.isVisible() and panel.kinds.title.text == KINDS_TITLE and "cls" in panel.kinds.key.text()
+    with qtbot.waitSignal(loaded.session.model_loaded, timeout=60000):
+        loaded.load_model(str(swin24))
+    qtbot.waitUntil(loaded.is_idle, timeout=60000)
+    panel.request_redraw()
+    qtbot.waitUntil(lambda: panel.kinds.folded and panel.shown is not None, timeout=20000)
+    _settle()
+    assert not panel.kinds.plot.isVisible() and panel.kinds.title.text == NO_KINDS_TITLE
+    assert panel.kinds.key.text() == ""
+    loaded.state.update(head=3)
+    assert panel.kinds.key.text() == ""
+    assert panel.distance.plot.height() > 100
+    assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
