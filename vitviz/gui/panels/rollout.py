@@ -29,6 +29,7 @@ from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact,
 from vitviz.gui.session import Session
 from vitviz.core.protocol import windowed
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
+from vitviz.gui.numbers import number
 
 
 if TYPE_CHECKING:
@@ -290,13 +291,13 @@ class RolloutPanel(LazyPanel):
             view.show(r.image, values, r.spec.patch_size, s.colormap, s.opacity)
             view.outline(None if params.query is None or params.query < p else divmod(params.query - p, grid[1]))
         who = "the pooling query" if pooled else ""
-        self.rollout_view.title.setText(rollout_title(params, r.spec, who) + f" · max {self.rollout_map.max():.3g}")
+        self.rollout_view.title.setText(rollout_title(params, r.spec, who) + f" · max {number(self.rollout_map.max(), 3)}")
         if pooled:
-            self.raw_view.title.setText(f"the MAP head's attention · head mean · max {self.raw_map.max():.3g}")
+            self.raw_view.title.setText(f"the MAP head's attention · head mean · max {number(self.raw_map.max(), 3)}")
         else:
             who = r.spec.token_name(params.query) if params.query is not None else self._default_name(maps)
             self.raw_view.title.setText(f"raw attention of {who} · last layer · head mean · "
-                                        f"max {self.raw_map.max():.3g}")
+                                        f"max {number(self.raw_map.max(), 3)}")
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms (T = {r.attentions.shape[-1]}); "
                             "the image panel's 'Attention rollout' map uses these settings")
@@ -329,10 +330,10 @@ class RolloutPanel(LazyPanel):
             view.outline(query)
         which = "global blocks " if maps.rollout_blocks() == "global" else "blocks "
         self.rollout_view.title.setText(f"{stack.title} · through {which}{', '.join(map(str, blocks))} · "
-                                        f"max {self.rollout_map.max():.3g}")
+                                        f"max {number(self.rollout_map.max(), 3)}")
         who = r.spec.token_name(params.query) if params.query is not None else "every patch (received)"
         self.raw_view.title.setText(f"raw attention of {who} · block {last.block} ({last.describe()}) · head mean · "
-                                    f"max {self.raw_map.max():.3g}")
+                                    f"max {number(self.raw_map.max(), 3)}")
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms; the image panel's 'Attention "
                             "rollout' map uses these settings")

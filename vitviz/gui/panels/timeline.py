@@ -26,6 +26,7 @@ from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot
 from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession
+from vitviz.gui.numbers import number, number_range
 
 PLAY_MS = 600
 REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "opacity", "rollout_fusion", "rollout_discard",
@@ -45,7 +46,7 @@ def three_ticks(values: np.ndarray) -> list[tuple[float, str]]:
         return []
     lo, hi = float(finite.min()), float(finite.max())
     points = (lo,) if hi - lo <= 1e-12 * max(1.0, abs(hi)) else (lo, (lo + hi) / 2, hi)
-    return [(v, f"{v:.4g}") for v in points]
+    return [(v, number(v)) for v in points]
 
 
 def class_text(index: int, name: str) -> str:
@@ -307,7 +308,7 @@ class TimelinePanel(LazyPanel):
         self.values, self.shown_k = values, k
         scale = "own scale" if self.state.normalize else "this checkpoint's shared scale"
         self.map_title.setText(f"{stack.title} · layer {self.state.layer} · head {self.state.head} · {scale} "
-                               f"{lo:.3g}–{hi:.3g}" + (f" · {note}" if note else ""))
+                               f"{number_range(lo, hi)}" + (f" · {note}" if note else ""))
 
     def _draw_plots(self, k: int) -> None:
         store = self.timeline.store
