@@ -342,13 +342,13 @@ def compare_and_run_shots(app, size, tag: str) -> None:  # noqa: ANN001
     """The Compare dock (the demo against a copy with every weight moved by noise) and the Timeline dock (a
     'training run' of the demo: checkpoints blending random weights into the trained ones), in place."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load, save_file
 
     from vitviz.gui.bundled import demo_model, images_for
 
     tmp = Path(tempfile.mkdtemp())
     demo = demo_model()
-    trained = load_file(str(demo))
+    trained = load(Path(demo).read_bytes())       # read, not mapped (a mapped file fails on some mounts)
     torch.manual_seed(0)
     noise = {k: torch.randn_like(v) * v.float().std().nan_to_num(0.02).clamp(min=0.02) for k, v in trained.items()}
     moved = tmp / "demo_moved"

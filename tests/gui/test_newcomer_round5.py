@@ -125,3 +125,23 @@ def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_emp
     assert panel.kinds.key.text() == ""
     assert panel.distance.plot.height() > 100
     assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tiny_ckpt, images, screen) -> None:  # noqa: ANN001
+    """Positions: 'CLS vs all' floated ~40-100 px above its map (an aspect-locked map centred in a tall cell); the
+    maps are now drawn at the top of their cells, each within 20 px under its caption, and still whole."""
+    from _gui import HEADS
+
+    open_at(qtbot, window, SCREENS[screen], tiny_ckpt, images[0], heads=HEADS)
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=20000)
+    panel.hover(1, 2)
+    _settle()
+    for label, item in ((panel.hover_label, panel.hover_item), (panel.cls_label, panel.cls_item)):
+        text = label.item.mapRectToScene(label.item.boundingRect())
+        shown = item.sceneBoundingRect().intersected(item.getViewBox().sceneBoundingRect())
+        gap = shown.top() - text.bottom()
+        assert -1 <= gap <= 20, (label.text, gap)
+        assert shown.height() >= item.sceneBoundingRect().height() - 1      # not cut by its view
+    assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
