@@ -347,26 +347,27 @@ def compare_and_run_shots(app, size, tag: str) -> None:  # noqa: ANN001
     from vitviz.gui.bundled import demo_model, images_for
 
     tmp = Path(tempfile.mkdtemp())
-    demo = demo_model()
-    trained = load(Path(demo).read_bytes())       # read, not mapped (a mapped file fails on some mounts)
+    demo = Path(demo_model())
+    trained = load((demo / "model.safetensors").read_bytes())   # read, not mapped (fails on some mounts)
     torch.manual_seed(0)
     noise = {k: torch.randn_like(v) * v.float().std().nan_to_num(0.02).clamp(min=0.02) for k, v in trained.items()}
-    moved = tmp / "demo_moved"
-    moved.mkdir()
-    save_file({k: v + 0.3 * noise[k] for k, v in trained.items()}, str(moved / demo.name))
-    for extra in demo.parent.glob("*.json"):
-        (moved / extra.name).write_bytes(extra.read_bytes())
+
+    def write(folder: Path, tensors: dict) -> Path:
+        folder.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_bytes((demo / "config.json").read_bytes())
+        return folder
+
+    moved = write(tmp / "demo_moved", {k: v + 0.3 * noise[k] for k, v in trained.items()})
     run = tmp / "run"
-    run.mkdir()
     for step in (100, 200, 400, 800):
         keep = step / 800
-        save_file({k: keep * v + (1 - keep) * noise[k] for k, v in trained.items()},
-                  str(run / f"checkpoint-{step}.safetensors"))
+        write(run / f"checkpoint-{step}", {k: keep * v + (1 - keep) * noise[k] for k, v in trained.items()})
     images = images_for(demo)
     win = new_window(app, tmp, (size.width(), size.height()))
     win.load_demo()
     _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
-    win.compare_with(str(moved / demo.name))
+    win.compare_with(str(moved))
     _wait(app, lambda: win.is_idle() and win.compare.active)
     dock = win.dock("compareDock")
     dock.raise_()

@@ -145,3 +145,29 @@ def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tin
         assert -1 <= gap <= 20, (label.text, gap)
         assert shown.height() >= item.sceneBoundingRect().height() - 1      # not cut by its view
     assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+
+
+def test_a_long_status_message_wraps_onto_a_second_line_at_1280(qtbot, loaded) -> None:  # noqa: ANN001
+    """The left status message was cut at the edge at 1280 × 800 (Qt draws it on one line): a message wider than
+    the room left of the verdict and the buttons now takes two lines (the bar grows while it stands) and is drawn
+    whole; a short one keeps the bar one line high."""
+    from vitviz.gui.status import MESSAGE_LINES, WrappingStatusBar
+
+    window = loaded
+    window.use_size(default_size(QRect(0, 0, 1280, 800)))
+    bar = window.statusBar()
+    assert isinstance(bar, WrappingStatusBar)
+    window.note("Token 17 picked (Matrix, Rollout, Features follow); the map stays the class relevance — choose "
+                "'Attention of query token' in Map to see its attention, or click again to pick another")
+    qtbot.waitUntil(lambda: bar.minimumHeight() > 0, timeout=5000)
+    _settle()
+    text = bar.currentMessage()
+    room = bar.message_rect()
+    assert bar.fontMetrics().horizontalAdvance(text) > room.width()       # it would be cut on one line
+    assert bar.lines_needed(text) == MESSAGE_LINES
+    assert bar.height() >= MESSAGE_LINES * bar.fontMetrics().lineSpacing()
+    verdict = window.status.verdict_label
+    assert not verdict.isVisible() or room.right() < verdict.geometry().left()
+    window.statusBar().showMessage("Ready")
+    qtbot.waitUntil(lambda: bar.minimumHeight() == 0, timeout=5000)
+    assert bar.height() < 2 * bar.fontMetrics().lineSpacing() + 4

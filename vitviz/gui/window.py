@@ -44,7 +44,7 @@ from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
 from vitviz.gui.state import (QUERY_SOURCES, ROLLOUT_FIELDS, QueryScaleRule, ViewState, default_source, lane_change,
                               layer_mean, map_kind, query_source, resolve_index)
-from vitviz.gui.status import StatusArea
+from vitviz.gui.status import StatusArea, WrappingStatusBar
 from vitviz.gui.verdict import Verifier
 
 PROBE_DELAY_MS = 300
@@ -173,6 +173,7 @@ class MainWindow(QMainWindow):
         self.models = ModelsMenu(self.session, self.menus.models, settings, self.choose_model, self.load_demo, self)
         self.models.add_extra(self._side_actions())
         self.models.open_by_name.connect(self.open_by_name_dialog)
+        self.setStatusBar(WrappingStatusBar())
         self.status = StatusArea(self.statusBar())
         self.verifier = Verifier(self.session, settings, self, self.with_code_trust)
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
