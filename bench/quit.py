@@ -8,10 +8,11 @@ does) and records, in the child, the wall-clock time of:
 
 - `quit`: the action is triggered;
 - `closed`: the window's closeEvent has returned (settings saved, worker stopped);
-- `returned`: `vitviz.cli.main()` has returned (the event loop has ended and the window is gone);
-- `atexit`: the last atexit handler (registered first) runs: Python has joined its non-daemon threads and run
-  the other atexit handlers (the parked-worker wait, the exit-time `gc.freeze`);
-and, in this process, when the child has ended (`end`). Situations:
+- `atexit`: the last atexit handler (registered first) runs: the event loop has ended, the window is gone and
+  the other atexit handlers have run (the parked-worker wait, the exit-time `gc.freeze`);
+and, in this process, when the child has ended (`end`): after `atexit` only the interpreter's teardown of every
+module and object remains, which `vitviz` skips once its window has closed (`vitviz.gui.app.QUICK_EXIT`, run
+both ways here, interleaved: `quick` as shipped, `full` with the teardown). Situations:
 
 - `idle`: every image run, nothing running;
 - `busy`: Quit while the worker runs a forward pass (the images just added);
@@ -37,10 +38,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 CHILD = r"""
 import atexit, sys, time
 atexit.register(lambda: print("atexit", time.time(), flush=True))   # registered first: runs last
-situation, folder = sys.argv.pop(1), sys.argv.pop(1)
+situation, folder, mode = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1)
 from pathlib import Path
 from PySide6.QtCore import QTimer
 import vitviz.gui.app as app_module
+app_module.QUICK_EXIT = mode == "quick"
 from vitviz.gui.window import MainWindow
 close_event = MainWindow.closeEvent
 def closing(self, event):
@@ -78,11 +80,10 @@ def apply_then_quit(win, args):
     when(lambda: done(win), lambda: start(win))
 app_module.apply_args = apply_then_quit
 from vitviz.cli import main
-status = main()
-print("returned", time.time(), flush=True)
-sys.exit(status)
+sys.exit(main())
 """
-PHASES = ("closed", "returned", "atexit", "end")
+PHASES = ("closed", "atexit", "end")
+MODES = ("quick", "full")
 
 
 def make_inputs(folder: Path) -> None:
@@ -103,12 +104,12 @@ def make_inputs(folder: Path) -> None:
         Image.fromarray(pixels).save(folder / f"img{i}.png")
 
 
-def one_round(situation: str, folder: Path) -> dict[str, float]:
+def one_round(situation: str, mode: str, folder: Path) -> dict[str, float]:
     """Seconds from `quit` to each phase, for one fresh process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
                VITVIZ_SETTINGS=str(Path(tempfile.mkdtemp()) / "quit.ini"))
     images = sorted(str(p) for p in folder.glob("img*.png"))[:3]
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, situation, str(folder), *images, "--model",
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, situation, str(folder), mode, *images, "--model",
                              str(folder / "a.pth"), "--heads", "12"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     out, _ = proc.communicate(timeout=600)
@@ -131,16 +132,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         make_inputs(folder)
-        results: dict[str, list[dict[str, float]]] = {s: [] for s in situations}
+        results: dict[tuple[str, str], list[dict[str, float]]] = {(s, m): [] for s in situations for m in MODES}
         for _ in range(args.repeats):
-            for situation in situations:          # interleaved: drift of a loaded machine hits every situation
-                results[situation].append(one_round(situation, folder))
+            for key in results:          # interleaved: drift of a loaded machine hits every situation and mode
+                results[key].append(one_round(*key, folder))
     print(f"Ctrl+Q to process end, median of {args.repeats} (s from the Quit action; phases cumulative):")
-    print(f"{'situation':<10} " + " ".join(f"{p:>9}" for p in PHASES))
-    for situation, rounds in results.items():
+    print(f"{'situation':<20} " + " ".join(f"{p:>9}" for p in PHASES))
+    for (situation, mode), rounds in results.items():
         medians = [statistics.median(r[p] for r in rounds) for p in PHASES]
         totals = ", ".join(f"{r['end']:.2f}" for r in rounds)
-        print(f"{situation:<10} " + " ".join(f"{m:9.2f}" for m in medians) + f"   (totals: {totals})")
+        print(f"{situation + ' (' + mode + ')':<20} " + " ".join(f"{m:9.2f}" for m in medians)
+              + f"   (totals: {totals})")
     return 0
 
 

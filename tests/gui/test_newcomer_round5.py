@@ -171,3 +171,108 @@ def test_a_long_status_message_wraps_onto_a_second_line_at_1280(qtbot, loaded) -
     window.statusBar().showMessage("Ready")
     qtbot.waitUntil(lambda: bar.minimumHeight() == 0, timeout=5000)
     assert bar.height() < 2 * bar.fontMetrics().lineSpacing() + 4
+
+
+def _plot_problems(name: str, panel) -> list[str]:  # noqa: ANN001
+    from test_window_layout import plot_widgets
+
+    return [f"{name}: {p}" for widget in plot_widgets(panel) for p in plot_text_problems(widget)]
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_text_in_compare_and_timeline_plots_is_whole_and_apart(qtbot, window, tiny_ckpt, tiny_ckpt_b, images,
+                                                                tmp_path: Path, screen) -> None:  # noqa: ANN001
+    """`_plot_text` over the Compare and Timeline docks (issue 35's Done when): no label over another or over a
+    curve (Compare's legend lay over the CKA line), none cut, no map squeezed; the window stays within the
+    screen with both docks open."""
+    from _gui import HEADS
+    from _tiny import write_tiny_checkpoint
+
+    open_at(qtbot, window, SCREENS[screen], tiny_ckpt, images[0], heads=HEADS)
+    window.session.add_images([str(p) for p in images[1:]])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    window.compare_with(str(tiny_ckpt_b), heads=HEADS)
+    qtbot.waitUntil(lambda: window.compare.active and window.is_idle(), timeout=60000)
+    compare = show_dock(qtbot, window, "compareDock")
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    _settle()
+    problems = _plot_problems("compare", compare)
+    run = tmp_path / "run"
+    run.mkdir()
+    for i, step in enumerate((100, 200, 400)):
+        write_tiny_checkpoint(run / f"step-{step}.pth", seed=20 + i)
+    window.open_run(str(run))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=30000)
+    timeline = show_dock(qtbot, window, "timelineDock")
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    timeline.request_redraw()
+    qtbot.waitUntil(lambda: "p = " in timeline.prediction.text(), timeout=30000)
+    _settle()
+    problems += _plot_problems("timeline", timeline)
+    assert window.height() <= SCREENS[screen][1] and window.width() <= SCREENS[screen][0]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, swin24, images, screen) -> None:  # noqa: ANN001
+    """`_plot_text` over every dock (each Features view too) and the image panel with Swin (a 24-head stage
+    selected), at both screen sizes."""
+    from test_window_layout import shown_views
+
+    open_at(qtbot, window, SCREENS[screen], swin24, images[0])
+    window.session.add_images([str(images[1])])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    window.state.update(layer=3)
+    _settle()
+    problems = []
+    for name, panel in shown_views(qtbot, window):
+        problems += _plot_problems(name, panel)
+    problems += [f"image panel: {p}" for p in plot_text_problems(window.panel.view_widget)]
+    assert not problems, "\n".join(problems)
+
+
+QUIT_CHILD = r"""
+import atexit, os, sys
+atexit.register(lambda: print("atexit ran", flush=True))
+real_exit = os._exit
+def leaving(status):
+    print("ended by os._exit", status, flush=True)
+    real_exit(status)
+os._exit = leaving
+from PySide6.QtCore import QTimer
+import vitviz.gui.app as app_module
+app_module.QUICK_EXIT = sys.argv.pop(1) == "quick"
+def quit_when_loaded(win):
+    if win.session.spec is None or not win.is_idle():
+        QTimer.singleShot(50, lambda: quit_when_loaded(win))
+        return
+    win.state.update(opacity=0.31)           # a setting that must reach the settings file
+    win.menus.actions["quit"].trigger()
+apply_args = app_module.apply_args
+def apply_then_quit(win, args):
+    apply_args(win, args)
+    quit_when_loaded(win)
+app_module.apply_args = apply_then_quit
+from vitviz.cli import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_q_ends_the_process_without_the_interpreters_teardown(tmp_path: Path, images) -> None:  # noqa: ANN001
+    """Ctrl+Q took 2-4 s to end the process (issue 35): bench/quit.py found the window closed in ~0.05 s and
+    the rest was Python freeing torch's, Qt's and the model's objects. `vitviz` now ends (os._exit) once its window
+    has closed: atexit handlers still run and the settings are on disk. With QUICK_EXIT off it returns as before."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[2])
+    for mode in ("quick", "full"):
+        ini = tmp_path / f"{mode}.ini"
+        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VITVIZ_SETTINGS=str(ini),
+                   PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+        done = subprocess.run([sys.executable, "-c", QUIT_CHILD, mode, str(images[0])], env=env,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "atexit ran" in done.stdout and "0.31" in ini.read_text(), (done.stdout, ini.read_text())
+        assert ("ended by os._exit 0" in done.stdout) == (mode == "quick"), done.stdout
