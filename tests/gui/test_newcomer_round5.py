@@ -217,7 +217,7 @@ def test_text_in_compare_and_timeline_plots_is_whole_and_apart(qtbot, window, ti
 def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, swin24, images, screen) -> None:  # noqa: ANN001
     """`_plot_text` over every dock (each Features view too) and the image panel with Swin (a 24-head stage
     selected), at both screen sizes."""
-    from test_window_layout import shown_views
+    from test_window_layout import FEATURE_TABS, TABBED
 
     open_at(qtbot, window, SCREENS[screen], swin24, images[0])
     window.session.add_images([str(images[1])])
@@ -225,8 +225,14 @@ def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, sw
     window.state.update(layer=3)
     _settle()
     problems = []
-    for name, panel in shown_views(qtbot, window):
-        problems += _plot_problems(name, panel)
+    for name in TABBED + ["infoDock", "imagesDock"]:
+        panel = show_dock(qtbot, window, name)
+        for tab in FEATURE_TABS if name == "featuresDock" else (None,):
+            if tab:
+                panel.show_tab(tab)
+            qtbot.waitUntil(window.is_idle, timeout=60000)
+            _settle()
+            problems += _plot_problems(f"{name} {tab or ''}", panel)
     problems += [f"image panel: {p}" for p in plot_text_problems(window.panel.view_widget)]
     assert not problems, "\n".join(problems)
 
