@@ -114,7 +114,9 @@ class RolloutPanel(LazyPanel):
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(self._build_controls())
+        self.controls = QWidget()               # disabled where rollout is not defined (Swin): they do nothing
+        self.controls.setLayout(self._build_controls())
+        layout.addWidget(self.controls)
         layout.addWidget(self.widget, 1)
         self.timing = QLabel("")
         self.timing.setWordWrap(True)          # a long line must not widen the dock (and shrink the image)
@@ -126,6 +128,7 @@ class RolloutPanel(LazyPanel):
 
     def _build_controls(self) -> QFormLayout:
         form = QFormLayout()
+        form.setContentsMargins(0, 0, 0, 0)
         self.fusion_combo = QComboBox()
         self.fusion_combo.addItems(list(FUSIONS))
         self.fusion_combo.setToolTip("How the heads of a layer are combined before the layers are multiplied")
@@ -271,6 +274,7 @@ class RolloutPanel(LazyPanel):
             return
         t0 = time.perf_counter()
         params = self.params()
+        self.controls.setEnabled(True)
         if windowed(maps):
             self._redraw_windowed(maps, params, t0)
             return
@@ -314,8 +318,9 @@ class RolloutPanel(LazyPanel):
             self.rollout_view.clear()
             self.raw_view.clear()
             self.rollout_map = self.raw_map = None
-            self.rollout_view.title.setText(f"Rollout: {why}")
-            self.timing.setText("Rollout is not defined for this model: " + why)
+            self.rollout_view.title.setText(f"Rollout is not defined for this model: {why}")
+            self.timing.setText("")              # said once, above; the settings do nothing here
+            self.controls.setEnabled(False)
             return
         r, s = maps.result, self.state
         stack, row, stride = maps.view(MapKind("rollout", rollout=params), -1)    # on the first stage's grid
