@@ -197,6 +197,8 @@ def test_text_in_compare_and_timeline_plots_is_whole_and_apart(qtbot, window, ti
     qtbot.waitUntil(window.is_idle, timeout=60000)
     _settle()
     problems = _plot_problems("compare", compare)
+    # the key is under the plot, not a legend inside it (it lay over the CKA curve near 1 in the screenshot)
+    assert compare.plot.legend is None and "linear&nbsp;CKA" in compare.key.text() and compare.key.isVisible()
     run = tmp_path / "run"
     run.mkdir()
     for i, step in enumerate((100, 200, 400)):

@@ -110,7 +110,13 @@ class ComparePanel(LazyPanel):
         self.plot_widget.setMinimumHeight(150)
         self.plot = self.plot_widget.addPlot(row=0, col=0)
         style_plot(self.plot, "JSD (bits) · CKA", "A layer (B's by relative depth)")
-        self.plot.addLegend(offset=(-6, 6))
+        # the key is a line of text under the plot: a legend inside it lay over the CKA curve (near 1 at the top)
+        self.key = QLabel("Key: " + " ".join(
+            f"<span style='color:{color}'>&#9473;{mark}&#9473;</span>&nbsp;{name.replace(' ', '&nbsp;')}"
+            for color, mark, name in ((JSD_COLOR, "&#9679;", "mean JSD of CLS attention"),
+                                      (CKA_COLOR, "&#9632;", "linear CKA of the token features"))))
+        self.key.setObjectName("compareKey")
+        self.key.setWordWrap(True)
         self.jsd_curve = self.plot.plot([], [], pen=pen(JSD_COLOR, width=2), symbol="o", symbolSize=6,
                                         symbolBrush=JSD_COLOR, name="mean JSD of CLS attention")
         self.cka_curve = self.plot.plot([], [], pen=pen(CKA_COLOR, width=2), symbol="s", symbolSize=6,
@@ -132,6 +138,7 @@ class ComparePanel(LazyPanel):
         left.addWidget(self.mapping)
         left.addWidget(self.scale)
         right.addWidget(self.plot_widget, 1)
+        right.addWidget(self.key)
         right.addWidget(self.summary_note)
         body = QHBoxLayout()
         body.addLayout(left, 3)
