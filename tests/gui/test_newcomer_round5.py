@@ -125,6 +125,10 @@ def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_emp
     assert panel.kinds.key.text() == ""
     assert panel.distance.plot.height() > 100
     assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+    # Features: no token features for a windowed model (said), and its settings disabled, not left to do nothing
+    features = show_dock(qtbot, loaded, "featuresDock")
+    qtbot.waitUntil(lambda: "No token features" in features.status.text(), timeout=20000)
+    assert not features.tabs.isEnabled() and not features.layer_spin.isEnabled()
 
 
 @pytest.mark.parametrize("screen", SCREENS)

@@ -562,11 +562,14 @@ class FeaturesPanel(LazyPanel):
                 view.clear()
             self.status.setText("Open a model and an image: the features of the one shown appear here")
             return
+        self.tabs.setEnabled(not windowed(maps))     # a windowed model: no features, so no settings for them
         if windowed(maps):     # nothing is asked of the worker for it
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
+            self.layer_spin.setEnabled(False)
             self.status.setText(WINDOWED_FEATURES)
             return
+        self.layer_spin.setEnabled(True)
         if maps.features is None:
             path = self.session.current
             why = self.session.features_pass.failures.get((path, None))
