@@ -136,6 +136,7 @@ def main() -> int:
         for _ in range(args.repeats):
             for key in results:          # interleaved: drift of a loaded machine hits every situation and mode
                 results[key].append(one_round(*key, folder))
+                print(f"{key[0]} ({key[1]}): {results[key][-1]['end']:.2f} s", file=sys.stderr, flush=True)
     print(f"Ctrl+Q to process end, median of {args.repeats} (s from the Quit action; phases cumulative):")
     print(f"{'situation':<20} " + " ".join(f"{p:>9}" for p in PHASES))
     for (situation, mode), rounds in results.items():

@@ -149,7 +149,7 @@ class TimelinePanel(LazyPanel):
             top.addWidget(w, 1 if w is self.slider else 0)
         content = QWidget()
         layout = QVBoxLayout(content)
-        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setContentsMargins(1, 1, 1, 1)
         layout.addWidget(self.run_label)
         layout.addLayout(top)
         layout.addWidget(self.checkpoint_label)
@@ -168,7 +168,7 @@ class TimelinePanel(LazyPanel):
         self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.body.setWidget(content)
         outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setContentsMargins(1, 1, 1, 1)    # a margin of the panel's own: `is_shown` reads its visible region
         outer.addWidget(self.body)
         self.timer = QTimer(self)
         self.timer.setInterval(PLAY_MS)
