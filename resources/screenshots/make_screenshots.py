@@ -16,6 +16,11 @@ window at 1216 × 736, the dock raised in place, not floated; the Features dock 
 the Positions dock of an EVA-02-shaped model with random weights (a learned table and RoPE, both shown): what a
 newcomer on a small screen sees, to look at before a layout change is done.
 
+`--only docks` then makes the same at 1280 × 800 for a windowed model (`dock_1280x800_swin_*.png`,
+`window_1280x800_swin.png`: Swin-T's shape with random weights, its 24-head last stage selected), the Compare dock
+(the demo against a noisy copy) and the Timeline dock (a made-up run blending random weights into the demo's);
+`--only swin` / `--only compare` make those alone. Pictures over 150 kB are stored with a 256-colour palette.
+
 `--only models` makes the pictures of models the demo is not: `panel_posembed_rope.png` (the Positions dock of a
 DINOv3-shaped RoPE ViT-S/16 with random weights, saved as a timm hub folder: what RoPE does to attention depends on
 its settings, not on trained weights) and `dialog_heads.png` ("what the file does not say": the question the window
@@ -330,7 +335,8 @@ def swin_dock_shots(app, size, tag: str) -> None:  # noqa: ANN001
     win.state.update(layer=win.session.spec.depth - 1, head="mean")    # the map the window picks for Swin
     _settle(app, 20)
     save_small(win, OUT / f"window_{tag}_swin.png")
-    for dock_name in ("overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "infoDock"):
+    for dock_name in ("overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "featuresDock",
+                      "infoDock"):
         dock = win.dock(dock_name)
         dock.raise_()
         _settle(app, 20)
