@@ -132,7 +132,8 @@ def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_emp
 
 
 @pytest.mark.parametrize("screen", SCREENS)
-def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tiny_ckpt, images, screen) -> None:  # noqa: ANN001
+def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tiny_ckpt, images,
+                                                               screen) -> None:  # noqa: ANN001
     """Positions: 'CLS vs all' floated ~40-100 px above its map (an aspect-locked map centred in a tall cell); the
     maps are now drawn at the top of their cells, each within 20 px under its caption, and still whole."""
     from _gui import HEADS
@@ -220,7 +221,8 @@ def test_text_in_compare_and_timeline_plots_is_whole_and_apart(qtbot, window, ti
 
 
 @pytest.mark.parametrize("screen", SCREENS)
-def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, swin24, images, screen) -> None:  # noqa: ANN001
+def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, swin24, images,
+                                                                screen) -> None:  # noqa: ANN001
     """`_plot_text` over every dock (each Features view too) and the image panel with Swin (a 24-head stage
     selected), at both screen sizes."""
     from test_window_layout import FEATURE_TABS, TABBED
@@ -290,8 +292,8 @@ def test_ctrl_q_ends_the_process_without_the_interpreters_teardown(tmp_path: Pat
         assert ("ended by os._exit 0" in done.stdout) == (mode == "quick"), done.stdout
 
 
-def test_a_tutorial_vits_assumptions_under_screenshot_name_the_command_lines_flags(qtbot, window, images,
-                                                                                   tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_tutorial_vits_assumptions_under_screenshot_name_the_command_lines_flags(
+        qtbot, window, images, tmp_path: Path) -> None:  # noqa: ANN001
     """Second pass: a hand-written tutorial ViT (nn.TransformerEncoder, a bare state dict) under --screenshot (no
     one to ask) said "pass block_norm='pre'|'post'|'res_post' (CLI --block-norm …)" in the status bar: Python and
     the flag at once. It now says the command line's way, as the head-count note beside it does."""

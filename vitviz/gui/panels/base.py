@@ -84,8 +84,9 @@ def unbreakable_phrases(text: str) -> str:
     """`text` as rich text that wraps only after ' · ', ' — ' or '; ' (never inside 'head mean' or 'scale
     0–0.02'): the spaces inside each phrase become non-breaking. A phrase too long for a line on its own ('rollout
     of cls (max, discard 0.90, from layer 2, residual 0.50)') may also wrap after a comma followed by a word, or
-    (past `LONG_PHRASE` characters) before a bracket that opens words ('attention received' / '(mean over each window's queries)'), not inside a
-    place like '(0, 5)': unbreakable, Qt broke it anywhere ('residual 0.5' / '0)', 'queries' / ')')."""
+    (past `LONG_PHRASE` characters) before a bracket that opens words ('attention received' / '(mean over each
+    window's queries)'), not inside a place like '(0, 5)': unbreakable, Qt broke it anywhere ('residual 0.5' /
+    '0)', 'queries' / ')')."""
     parts = [text]
     for sep in PHRASE_BREAKS:
         parts = [piece for part in parts for piece in _split_keep(part, sep)]

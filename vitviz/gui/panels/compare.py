@@ -22,7 +22,7 @@ from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
 from vitviz.gui.state import ViewState
-from vitviz.gui.numbers import number_range
+from vitviz.gui.numbers import number, number_range
 
 REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "opacity", "rollout_fusion", "rollout_discard",
                  "rollout_start", "rollout_residual", "rollout_pool"}
@@ -241,8 +241,9 @@ class ComparePanel(LazyPanel):
             self.bar_diff.setLevels(levels[1])
         self.mapping.setText(f.label)                                                # type: ignore[attr-defined]
         missing = " (B's head has no partner: blank)" if f.head_b is None else ""    # type: ignore[attr-defined]
-        self.scale.setText(f"A and B on one shared scale {number_range(f.vmin, f.vmax)} ({self.state.colormap}){missing}"
-                           f" · A − B on {DIVERGING}, centred on 0, −{f.dmax:.3g}…{f.dmax:.3g}")  # type: ignore
+        self.scale.setText(f"A and B on one shared scale {number_range(f.vmin, f.vmax)} ({self.state.colormap})"
+                           f"{missing} · A − B on {DIVERGING}, centred on 0, "
+                           f"−{number(f.dmax, 3)}…{number(f.dmax, 3)}")  # type: ignore
 
     def _draw_summary(self) -> None:
         s = self.compare.summary

@@ -295,7 +295,8 @@ class RolloutPanel(LazyPanel):
             view.show(r.image, values, r.spec.patch_size, s.colormap, s.opacity)
             view.outline(None if params.query is None or params.query < p else divmod(params.query - p, grid[1]))
         who = "the pooling query" if pooled else ""
-        self.rollout_view.title.setText(rollout_title(params, r.spec, who) + f" · max {number(self.rollout_map.max(), 3)}")
+        self.rollout_view.title.setText(rollout_title(params, r.spec, who)
+                                        + f" · max {number(self.rollout_map.max(), 3)}")
         if pooled:
             self.raw_view.title.setText(f"the MAP head's attention · head mean · max {number(self.raw_map.max(), 3)}")
         else:
