@@ -50,3 +50,43 @@ def test_every_command_takes_quiet_and_verbose(command: str) -> None:
 def test_the_window_takes_quiet_and_verbose() -> None:
     args = window_parser().parse_args(["-q", "-v"])
     assert args.quiet and args.verbose
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_download_that_never_starts_draws_no_zero_bytes_line() -> None:
+    """An unreachable or offline hub calls the bar with (0, None) while it waits; on a terminal that drew a stray
+    '0 B' line above the error (issue 35). The first byte draws the bar."""
+    term = _Terminal()
+    bar = ProgressBar(stream=term, tty_only=False)
+    for _ in range(3):
+        bar(0, None)
+    bar.close()
+    assert term.getvalue() == ""
+    bar(2048, None)
+    bar.close()
+    assert term.getvalue() == "\r2.0 kB\n"
+
+
+def test_offline_timm_name_fails_before_importing_timm(tmp_path) -> None:  # noqa: ANN001
+    """Offline (HF_HUB_OFFLINE) a timm name whose architecture has nothing in the cache fails at once, naming the
+    cache, without importing timm for its default tag (that import made the error take seconds; issue 35); a
+    cached tag is still looked up by timm. No network is touched either way."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom vitviz.catalog.hub import resolve_hub, HubError\n"
+            "try:\n    resolve_hub('timm:vit_tiny_patch16_224', cache_dir=sys.argv[1])\n"
+            "except HubError as e:\n    print('error:', e)\nprint('timm imported:', 'timm' in sys.modules)\n")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "timm imported: False" in out, out
+    assert "offline (HF_HUB_OFFLINE is set)" in out and str(tmp_path) in out and "timm/vit_tiny_patch16_224" in out
+    (tmp_path / "models--timm--vit_tiny_patch16_224.augreg_in21k_ft_in1k").mkdir()   # a tag is cached: timm asked
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert "timm imported: True" in out and "error:" in out, out

@@ -16,6 +16,11 @@ window at 1216 × 736, the dock raised in place, not floated; the Features dock 
 the Positions dock of an EVA-02-shaped model with random weights (a learned table and RoPE, both shown): what a
 newcomer on a small screen sees, to look at before a layout change is done.
 
+`--only docks` then makes the same at 1280 × 800 for a windowed model (`dock_1280x800_swin_*.png`,
+`window_1280x800_swin.png`: Swin-T's shape with random weights, its 24-head last stage selected), the Compare dock
+(the demo against a noisy copy) and the Timeline dock (a made-up run blending random weights into the demo's);
+`--only swin` / `--only compare` make those alone. Pictures over 150 kB are stored with a 256-colour palette.
+
 `--only models` makes the pictures of models the demo is not: `panel_posembed_rope.png` (the Positions dock of a
 DINOv3-shaped RoPE ViT-S/16 with random weights, saved as a timm hub folder: what RoPE does to attention depends on
 its settings, not on trained weights) and `dialog_heads.png` ("what the file does not say": the question the window
@@ -56,7 +61,7 @@ def draw_scene(path: Path, mirror: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate the screenshots in resources/screenshots.")
-    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog", "docks"),
+    parser.add_argument("--only", choices=("demo", "photos", "models", "dialog", "docks", "swin", "compare"),
                         help="only the demo-model, the photo or the other models' screenshots (or only the "
                              "assumptions dialog, or only the docks at 1280 x 800)")
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write to (default: this one)")
@@ -82,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         assumptions_dialog_shot(app)
     if args.only in (None, "docks"):
         dock_shots(app)
+    if args.only in ("swin", "compare"):          # one part of `docks` alone
+        from PySide6.QtCore import QRect
+
+        from vitviz.gui.window import default_size
+
+        size = default_size(QRect(0, 0, *SMALL_SCREEN))
+        tag = f"{SMALL_SCREEN[0]}x{SMALL_SCREEN[1]}"
+        (swin_dock_shots if args.only == "swin" else compare_and_run_shots)(app, size, tag)
     return 0
 
 
@@ -282,6 +295,101 @@ def dock_shots(app, screen: tuple[int, int] = SMALL_SCREEN) -> None:  # noqa: AN
             print("wrote", name)
     win.close()
     eva02_positions_shot(app, size, tag)
+    swin_dock_shots(app, size, tag)
+    compare_and_run_shots(app, size, tag)
+
+
+WINDOW_MAX_BYTES = 150_000     # a dock picture above this is stored with a 256-colour palette
+
+
+def save_small(widget, path: Path) -> None:  # noqa: ANN001
+    """Save a widget's picture, with a 256-colour palette when the full colours would be large."""
+    from PIL import Image
+
+    widget.grab().save(str(path))
+    if path.stat().st_size > WINDOW_MAX_BYTES:
+        Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    print("wrote", path, path.stat().st_size, "bytes")
+
+
+def swin_dock_shots(app, size, tag: str) -> None:  # noqa: ANN001
+    """Every analysis dock with a windowed model: Swin-T's shape (4 stages, 3 to 24 heads, 7 × 7 windows) with
+    random weights as a timm hub folder, the last stage's block selected (its 24 heads)."""
+    import warnings
+
+    import timm
+
+    from vitviz.demo import sample_photos
+
+    tmp = Path(tempfile.mkdtemp())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=10)
+    folder = tmp / "swin_tiny_random"
+    timm.models._hub.save_for_hf(model, str(folder), model_args=dict(num_classes=10), safe_serialization=True)
+    photos = [str(p) for p in sample_photos()][:2] or [str(draw_scene(tmp / "scene.png"))]
+    win = new_window(app, tmp, (size.width(), size.height()))
+    win.load_model(str(folder))
+    win.session.add_images(photos)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None)
+    win.state.update(layer=win.session.spec.depth - 1, head="mean")    # the map the window picks for Swin
+    _settle(app, 20)
+    save_small(win, OUT / f"window_{tag}_swin.png")
+    for dock_name in ("overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "featuresDock",
+                      "infoDock"):
+        dock = win.dock(dock_name)
+        dock.raise_()
+        _settle(app, 20)
+        save_small(dock, OUT / f"dock_{tag}_swin_{DOCK_NAMES[dock_name]}.png")
+    win.close()
+
+
+def compare_and_run_shots(app, size, tag: str) -> None:  # noqa: ANN001
+    """The Compare dock (the demo against a copy with every weight moved by noise) and the Timeline dock (a
+    'training run' of the demo: checkpoints blending random weights into the trained ones), in place."""
+    import torch
+    from safetensors.torch import load, save_file
+
+    from vitviz.gui.bundled import demo_model, images_for
+
+    tmp = Path(tempfile.mkdtemp())
+    demo = Path(demo_model())
+    trained = load((demo / "model.safetensors").read_bytes())   # read, not mapped (fails on some mounts)
+    torch.manual_seed(0)
+    noise = {k: torch.randn_like(v) * v.float().std().nan_to_num(0.02).clamp(min=0.02) for k, v in trained.items()}
+
+    def write(folder: Path, tensors: dict) -> Path:
+        folder.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_bytes((demo / "config.json").read_bytes())
+        return folder
+
+    moved = write(tmp / "demo_moved", {k: v + 0.3 * noise[k] for k, v in trained.items()})
+    run = tmp / "run"
+    for step in (100, 200, 400, 800):
+        keep = step / 800
+        write(run / f"checkpoint-{step}", {k: keep * v + (1 - keep) * noise[k] for k, v in trained.items()})
+    images = images_for(demo)
+    win = new_window(app, tmp, (size.width(), size.height()))
+    win.load_demo()
+    _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
+    win.compare_with(str(moved))
+    _wait(app, lambda: win.is_idle() and win.compare.active)
+    dock = win.dock("compareDock")
+    dock.raise_()
+    _settle(app, 40)
+    _wait(app, win.is_idle)
+    save_small(dock, OUT / f"dock_{tag}_compare.png")
+    win.open_run(str(run))
+    _wait(app, lambda: win.is_idle() and win.timeline.store is not None)
+    dock = win.dock("timelineDock")
+    dock.raise_()
+    _settle(app, 40)
+    _wait(app, win.is_idle)
+    _settle(app, 40)
+    save_small(dock, OUT / f"dock_{tag}_timeline.png")
+    save_small(win, OUT / f"window_{tag}_timeline.png")
+    win.close()
 
 
 def eva02_positions_shot(app, size, tag: str) -> None:  # noqa: ANN001

@@ -207,3 +207,20 @@ def test_a_sentence_in_a_title_wraps_between_words() -> None:
                                "head mean")
     assert "rollout multiplies the token-to-token attention of one grid" in text
     assert "CLS&nbsp;attention" in text and "head&nbsp;mean" in text
+
+
+def test_displayed_numbers_use_one_notation() -> None:
+    """Issue 35: a hover said '3.979e-05' beside a title's '0.009855' (Python's 'g' switches to an exponent below
+    1e-4). Attention-sized numbers are plain decimals with four significant digits; a range's ends share their
+    decimals."""
+    from vitviz.gui.numbers import number, number_range
+
+    assert number(3.979e-05) == "0.00003979" and number(0.009855) == "0.009855" and number(12.345) == "12.35"
+    assert number(0) == "0" and number(-0.5) == "-0.5" and number(48213.2) == "48213"
+    assert number(3.979e-07) == "3.979e-07" and number(2.5e7) == "2.500e+07"
+    assert "e" not in number(1e-6) and number(float("nan")) == "nan"
+    assert number_range(0, 0.009855) == "0–0.00985" and number_range(0.00123, 0.00991) == "0.00123–0.00991"
+    assert number_range(1e-8, 3e-7) == "1.00e-08–3.00e-07" and number_range(0, 25000) == "0–25000"
+    for lo, hi in ((3.2e-5, 0.0071), (0.0, 0.5), (-1.0, 1.0), (2e-6, 9e-5)):
+        a, b = number_range(lo, hi).split("–")
+        assert ("e" in a) == ("e" in b), (a, b)

@@ -6,6 +6,7 @@ from _gui import hover, load_model, show_dock, viewport_pos
 from PySide6.QtCore import Qt
 
 from vitviz.core.analyses import analysis
+from vitviz.gui.numbers import number
 def _cell_pos(panel, row: int, col: int):  # noqa: ANN001, ANN202
     return viewport_pos(panel.widget, panel.plot.vb, col + 0.5, row + 0.5)
 
@@ -30,7 +31,7 @@ def test_hover_readout_and_log_scale(qtbot, loaded, images) -> None:  # noqa: AN
     hover(panel.widget.viewport(), _cell_pos(panel, 5, 0))
     text = panel.readout.text()
     assert "query patch (1, 0) · token 5" in text and "key cls · token 0" in text
-    assert f"{attn[1, :, 5, 0].mean():.4g}" in text
+    assert number(attn[1, :, 5, 0].mean()) in text
     panel.log_check.setChecked(True)
     assert w.state.matrix_log
     np.testing.assert_allclose(panel.image_item.image, np.log10(attn[1].mean(0)), rtol=1e-5)

@@ -275,9 +275,11 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
             weights; offline, unreachable, failing (HTTP 5xx) or silent hub, or a failed download -- naming the
             repository, the files, the cache folder and, for a wait, how long it waited.
     """
-    name = parse_hub_name(text)
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_dir()
     offline = hub_offline() if offline is None else offline
+    if offline:
+        _refuse_uncached_timm(text, cache)
+    name = parse_hub_name(text)
     quiet_hub_library()
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
     fetch = _Fetcher(name, cache, progress, endpoint, offline, hub_timeout(timeout) if not offline else 0.0)
@@ -299,6 +301,17 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
     finally:
         fetch.close()
     return weights.parent
+
+
+def _refuse_uncached_timm(text: str, cache: Path) -> None:
+    """Offline, a timm name with no tag whose architecture has no repository in the cache at all fails at once:
+    finding timm's default tag means importing timm (seconds), and no tag could be in the cache anyway."""
+    kind, name, _revision = check_hub_name(text)
+    if kind != "timm" or "." in name or any(cache.glob(f"models--timm--{name}.*")):
+        return
+    raise HubError(f"{text}: offline (HF_HUB_OFFLINE is set) and no timm/{name}.TAG repository is in the cache "
+                   f"{cache}; expected its weights there -- download it once with a network, or copy the repository "
+                   "folder into that cache")
 
 
 def cached_hub(text: str, cache_dir: Path | None = None) -> Path | None:

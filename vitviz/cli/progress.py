@@ -69,7 +69,8 @@ class ProgressBar:
             self._last_pct = pct
             bar = "#" * (self.width * done // total)
             self._draw(f"\r[{bar:<{self.width}}] {pct:3d}% {format_size(done)} / {format_size(total)}")
-        elif f"\r{format_size(done)}" != self._line:   # called again while nothing arrives: drawn once
+        elif done and f"\r{format_size(done)}" != self._line:   # drawn once per size; nothing before a byte
+                                                                # came (a hub that fails printed a stray '0 B')
             self._draw(f"\r{format_size(done)}")
         if total and done >= total:
             self.close()

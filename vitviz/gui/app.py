@@ -30,6 +30,9 @@ POLL_MS = 50
 EXIT_2_TITLES = (LOAD_FAILED, DEVICE_FAILED)   # as `vitviz info` / `vitviz export` exit for these
 NO_DISPLAY_STATUS = 2
 FREEZE_AT_EXIT = True   # see `_freeze_at_exit`; bench/gui.py turns it off to measure what it saves
+QUICK_EXIT = True       # `vitviz` ends without the interpreter's teardown once the window closed (vitviz.cli.main);
+                        # bench/quit.py turns it off to measure what it saves
+window_closed = False   # run_app's window has closed (its settings synced, its worker stopped)
 
 
 def ensure_app() -> QApplication:
@@ -244,6 +247,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     unless VITVIZ_SETTINGS names one), so screenshots look the same everywhere; nothing is asked (a guessed head
     count is used and said on stderr; `--code` on the command line is taken as the agreement to run that code).
     """
+    global window_closed
     if QApplication.instance() is None:
         problem = display_problem()
         if problem:
@@ -276,6 +280,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
         status = app.exec()
     finally:
         window.close()           # stops the worker thread, also after an error: one left running aborts the exit
+        window_closed = True
         sys.excepthook = previous_hook
         if shot:
             qInstallMessageHandler(previous_handler)

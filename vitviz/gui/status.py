@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton
+from PySide6.QtCore import QRect, Qt, QTimer
+from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QToolButton, QWidget
 
 from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine
 
@@ -31,6 +32,54 @@ def time_left(seconds: float) -> str:
     if minutes < 60:
         return f"about {minutes} min left"
     return f"about {minutes // 60} h {minutes % 60} min left"
+
+
+MESSAGE_LINES = 2       # a message wider than the bar's room wraps onto this many lines (the bar grows)
+
+
+class WrappingStatusBar(QStatusBar):
+    """A status bar whose message wraps onto a second line when it is wider than the room left of the permanent
+    widgets (Qt draws it on one line, cut at the edge: at 1280 × 800 most notes lost their end). Only while a
+    message needs it is the bar two lines high."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.messageChanged.connect(lambda _text: QTimer.singleShot(0, self._fit_height))
+
+    def message_rect(self) -> QRect:
+        """Where the message is drawn: from the left edge to the first shown permanent widget."""
+        right = min((w.geometry().left() for w in self.findChildren(QWidget, options=Qt.FindChildOption.
+                     FindDirectChildrenOnly) if w.isVisible() and w.geometry().left() > 0), default=self.width())
+        return QRect(6, 0, max(0, right - 12), self.height())
+
+    def lines_needed(self, text: str) -> int:
+        """How many lines `text` takes wrapped in the message's room (1 for none)."""
+        if not text:
+            return 1
+        room = self.message_rect().width()
+        metrics = self.fontMetrics()
+        box = metrics.boundingRect(QRect(0, 0, max(1, room), 10_000), int(Qt.TextFlag.TextWordWrap), text)
+        return max(1, -(-box.height() // metrics.lineSpacing()))
+
+    def _fit_height(self) -> None:
+        lines = min(MESSAGE_LINES, self.lines_needed(self.currentMessage()))
+        self.setMinimumHeight(self.fontMetrics().lineSpacing() * lines + 8 if lines > 1 else 0)
+        self.update()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self._fit_height)
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt override
+        text = self.currentMessage()
+        if not text:
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        painter.setPen(self.palette().windowText().color())
+        flags = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter | Qt.TextFlag.TextWordWrap
+        painter.drawText(self.message_rect(), int(flags), text)
+        painter.end()
 
 
 class StatusArea:
@@ -134,11 +183,16 @@ class StatusArea:
         self._note_timer.start(timeout_ms)
 
     def _tip_if_cut(self, text: str) -> None:
-        """A message wider than the bar's room beside its permanent widgets is cut at the edge ('… or pick one in
-        t' at 1280 px): hovering the bar then shows it whole."""
+        """A message longer than the bar's room beside its permanent widgets (two lines of a `WrappingStatusBar`,
+        one of a plain bar) is cut at the edge ('… or pick one in t' at 1280 px): hovering the bar then shows it
+        whole."""
         bar = self.bar
-        room = bar.width() - sum(w.width() + 8 for w in self._permanent if w.isVisible()) - 16
-        bar.setToolTip(text if text and bar.fontMetrics().horizontalAdvance(text) > room else "")
+        if isinstance(bar, WrappingStatusBar):
+            cut = bool(text) and bar.lines_needed(text) > MESSAGE_LINES
+        else:
+            room = bar.width() - sum(w.width() + 8 for w in self._permanent if w.isVisible()) - 16
+            cut = bool(text) and bar.fontMetrics().horizontalAdvance(text) > room
+        bar.setToolTip(text if cut else "")
 
     def withdraw(self, text: str) -> None:
         """Take back the note `text` (if it is the one standing) once it no longer holds: the idle message

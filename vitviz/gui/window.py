@@ -45,7 +45,7 @@ from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
 from vitviz.gui.state import (QUERY_SOURCES, ROLLOUT_FIELDS, QueryScaleRule, ViewState, default_source, lane_change,
                               layer_mean, map_kind, query_source, resolve_index)
-from vitviz.gui.status import StatusArea
+from vitviz.gui.status import StatusArea, WrappingStatusBar
 from vitviz.gui.verdict import Verifier
 
 PROBE_DELAY_MS = 300
@@ -175,6 +175,7 @@ class MainWindow(QMainWindow):
         self.models = ModelsMenu(self.session, self.menus.models, settings, self.choose_model, self.load_demo, self)
         self.models.add_extra(self._side_actions())
         self.models.open_by_name.connect(self.open_by_name_dialog)
+        self.setStatusBar(WrappingStatusBar())
         self.status = StatusArea(self.statusBar())
         self.verifier = Verifier(self.session, settings, self, self.with_code_trust)
         self.hover_label, self.busy_bar = self.status.hover_label, self.status.busy_bar
@@ -860,9 +861,11 @@ class MainWindow(QMainWindow):
                       f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
         others = [n for n in assumptions.asked(spec) if n != "num_heads"]
         if others and not self.session.ask_assumptions and not self.session.library_layout:
+            from vitviz.cli.options import cli_wording   # --screenshot is a command line: its flags, not Python
+
             described = self.session.described
-            self.note("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
-                                for n in others))
+            self.note(cli_wording("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
+                                            for n in others)))
 
     def _show_loaded(self, spec: ModelSpec) -> None:
         """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""

@@ -83,14 +83,24 @@ PHRASE_BREAKS = (" · ", " — ", "; ")      # where a title may wrap: between i
 def unbreakable_phrases(text: str) -> str:
     """`text` as rich text that wraps only after ' · ', ' — ' or '; ' (never inside 'head mean' or 'scale
     0–0.02'): the spaces inside each phrase become non-breaking. A phrase too long for a line on its own ('rollout
-    of cls (max, discard 0.90, from layer 2, residual 0.50)') may also wrap after a comma followed by a word, not
-    after one inside a place like '(0, 5)': unbreakable, Qt broke it anywhere ('residual 0.5' / '0)')."""
+    of cls (max, discard 0.90, from layer 2, residual 0.50)') may also wrap after a comma followed by a word, or
+    (past `LONG_PHRASE` characters) before a bracket that opens words ('attention received' / '(mean over each
+    window's queries)'), not inside a place like '(0, 5)': unbreakable, Qt broke it anywhere ('residual 0.5' /
+    '0)', 'queries' / ')')."""
     parts = [text]
     for sep in PHRASE_BREAKS:
         parts = [piece for part in parts for piece in _split_keep(part, sep)]
     out = "".join(html.escape(p) if p in PHRASE_BREAKS or p.count(" ") >= SENTENCE_SPACES
+                  else _bracket_breaks(html.escape(p).replace(" ", "&nbsp;")) if len(p) > LONG_PHRASE
                   else html.escape(p).replace(" ", "&nbsp;") for p in parts)
     return re.sub(r",&nbsp;(?=[^\W\d])", ", ", out)
+
+
+LONG_PHRASE = 44      # characters: a longer phrase may also wrap before a bracket that opens words
+
+
+def _bracket_breaks(phrase: str) -> str:
+    return re.sub(r"&nbsp;\((?=[^\W\d])", " (", phrase)
 
 
 SENTENCE_SPACES = 7   # a phrase of 8 words or more is a sentence ('rollout multiplies the token-to-token attention

@@ -22,6 +22,7 @@ from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
 from vitviz.gui.state import ViewState
+from vitviz.gui.numbers import number, number_range
 
 REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "opacity", "rollout_fusion", "rollout_discard",
                  "rollout_start", "rollout_residual", "rollout_pool"}
@@ -109,7 +110,13 @@ class ComparePanel(LazyPanel):
         self.plot_widget.setMinimumHeight(150)
         self.plot = self.plot_widget.addPlot(row=0, col=0)
         style_plot(self.plot, "JSD (bits) · CKA", "A layer (B's by relative depth)")
-        self.plot.addLegend(offset=(-6, 6))
+        # the key is a line of text under the plot: a legend inside it lay over the CKA curve (near 1 at the top)
+        self.key = QLabel("Key: " + " ".join(
+            f"<span style='color:{color}'>&#9473;{mark}&#9473;</span>&nbsp;{name.replace(' ', '&nbsp;')}"
+            for color, mark, name in ((JSD_COLOR, "&#9679;", "mean JSD of CLS attention"),
+                                      (CKA_COLOR, "&#9632;", "linear CKA of the token features"))))
+        self.key.setObjectName("compareKey")
+        self.key.setWordWrap(True)
         self.jsd_curve = self.plot.plot([], [], pen=pen(JSD_COLOR, width=2), symbol="o", symbolSize=6,
                                         symbolBrush=JSD_COLOR, name="mean JSD of CLS attention")
         self.cka_curve = self.plot.plot([], [], pen=pen(CKA_COLOR, width=2), symbol="s", symbolSize=6,
@@ -131,6 +138,7 @@ class ComparePanel(LazyPanel):
         left.addWidget(self.mapping)
         left.addWidget(self.scale)
         right.addWidget(self.plot_widget, 1)
+        right.addWidget(self.key)
         right.addWidget(self.summary_note)
         body = QHBoxLayout()
         body.addLayout(left, 3)
@@ -233,8 +241,9 @@ class ComparePanel(LazyPanel):
             self.bar_diff.setLevels(levels[1])
         self.mapping.setText(f.label)                                                # type: ignore[attr-defined]
         missing = " (B's head has no partner: blank)" if f.head_b is None else ""    # type: ignore[attr-defined]
-        self.scale.setText(f"A and B on one shared scale {f.vmin:.3g}–{f.vmax:.3g} ({self.state.colormap}){missing}"
-                           f" · A − B on {DIVERGING}, centred on 0, −{f.dmax:.3g}…{f.dmax:.3g}")  # type: ignore
+        self.scale.setText(f"A and B on one shared scale {number_range(f.vmin, f.vmax)} ({self.state.colormap})"
+                           f"{missing} · A − B on {DIVERGING}, centred on 0, "
+                           f"−{number(f.dmax, 3)}…{number(f.dmax, 3)}")  # type: ignore
 
     def _draw_summary(self) -> None:
         s = self.compare.summary

@@ -35,6 +35,7 @@ from vitviz.gui.panels.base import (
 from vitviz.gui.session import Session
 from vitviz.gui.state import FEATURES_FIELDS, ViewState
 from vitviz.gui.protocol import Analysis, Compared, PcaFitted, Shared
+from vitviz.gui.numbers import number, number_range
 
 TABS = ("pca", "similarity", "norms")
 SCOPES = {"image": "this image", "all": "all open images"}
@@ -561,11 +562,14 @@ class FeaturesPanel(LazyPanel):
                 view.clear()
             self.status.setText("Open a model and an image: the features of the one shown appear here")
             return
+        self.tabs.setEnabled(not windowed(maps))     # a windowed model: no features, so no settings for them
         if windowed(maps):     # nothing is asked of the worker for it
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
+            self.layer_spin.setEnabled(False)
             self.status.setText(WINDOWED_FEATURES)
             return
+        self.layer_spin.setEnabled(True)
         if getattr(maps, "CLEAN_ONLY", ""):     # an intervened run (vitviz.gui.interventions): no feature pass
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
@@ -674,7 +678,7 @@ class FeaturesPanel(LazyPanel):
         who = Path(sim.sources[0] if image == "a" else sim.sources[1]).name
         held = " (held)" if self._held else ""
         self.sim_a.title.setText(f"{Path(sim.sources[0]).name} · similarity to patch ({row}, {col}) of {who}{held} · "
-                                 f"layer {sim.layer} · {lo:.3g}–{hi:.3g}")
+                                 f"layer {sim.layer} · {number_range(lo, hi)}")
         self.shown.emit("similarity")
 
     def query_patch(self, image: str, row: int, col: int, hold: bool = False) -> None:
@@ -726,7 +730,7 @@ class FeaturesPanel(LazyPanel):
         self.share = share
         self.norm_view.outline(share.mask)
         count, total = int(share.mask.sum()), share.mask.size
-        self.norm_view.title.setText(f"{heading} · {count}/{total} patches above {threshold:.3g} outlined")
+        self.norm_view.title.setText(f"{heading} · {count}/{total} patches above {number(threshold, 3)} outlined")
         layers = np.arange(share.share.shape[0])
         mean, top = share.share.mean(axis=1), share.share.max(axis=1)
         self.share_mean.setData(layers, mean)
@@ -760,7 +764,7 @@ class FeaturesPanel(LazyPanel):
         self.layer_band.setRegion((layer, layer + 1))
         self._fit_hist_ticks()
         self.hist_title.setText(f"patches by norm, every layer (rows) · layer {layer} framed · red line: "
-                                f"threshold {threshold:.3g} (drag it)")
+                                f"threshold {number(threshold, 3)} (drag it)")
 
     def _fit_hist_ticks(self) -> None:
         """Label every few layers of the histogram, as many as the strip's height has room for."""

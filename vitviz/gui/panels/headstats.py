@@ -29,6 +29,8 @@ JITTER = 0.35
 KIND_COLORS = ("#fbbc04", "#c58af9", "#4ecde6", "#81c995", "#f28b82", "#ff8bcb", "#8ab4f8", "#fcad70")
 PATCH_COLOR = "#bdc1c6"
 KINDS_TITLE = "Where the patches' attention goes, by token kind"
+NO_KINDS_TITLE = ("Attention by token kind: not plotted. This model has no CLS, distillation or register tokens, "
+                  "so all of the patches' attention goes to patches (1.0 in every layer)")
 
 
 def point_positions(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -150,11 +152,17 @@ class KindPlot:
         self.head: int | None = None
         self._labels: list[str] = []
         self.layers_shown = 0
+        self.folded = False                               # patches only: nothing to plot (`_fold`)
         self.plot.vb.sigResized.connect(lambda *_a: _fit_layer_ticks(self.plot, self.layers_shown))
 
     def show(self, values: np.ndarray, names: tuple[str, ...]) -> None:
         """Draw (L, H, P + 1) shares; `names` are the P prefix tokens' (the last column is 'patches')."""
         kinds = tuple(names) + ("patches",)
+        if len(kinds) == 1:        # patches only (Swin, SAM, a ViT without CLS): a plot of 1.0 says nothing
+            self.clear()
+            self._fold(True)
+            return
+        self._fold(False)
         if kinds != self.names or len(self.mean_curves) != len(kinds):
             self._make_curves(kinds)
         self.values = values
@@ -165,6 +173,15 @@ class KindPlot:
         self.plot.setYRange(0.0, 1.0, padding=0.04)
         self.layers_shown = values.shape[0]
         _fit_layer_ticks(self.plot, self.layers_shown)
+
+    def _fold(self, folded: bool) -> None:
+        """Give the plot's room to the other plots and say why there is nothing to split (`folded`), or show it."""
+        self.folded = folded
+        self.plot.setVisible(not folded)
+        self.plot.setMaximumHeight(0 if folded else 16777215)
+        self.title.setText(NO_KINDS_TITLE if folded else KINDS_TITLE)
+        if folded:
+            self.key.setText("")
 
     def _make_curves(self, kinds: tuple[str, ...]) -> None:
         for curve in self.mean_curves + self.head_curves:
@@ -194,7 +211,7 @@ class KindPlot:
                  for c, n in zip(self.colors, self.legend_names)]
         if self.head is not None:
             cells.append(f"<span style='color:{PATCH_COLOR}'>&#9476;&#9476;</span>&nbsp;head&nbsp;{self.head}")
-        self.key.setText("Token kinds: " + " ".join(cells) if cells else "")
+        self.key.setText("Token kinds: " + " ".join(cells) if cells and not self.folded else "")
 
     def clear(self) -> None:
         for curve in self.mean_curves + self.head_curves:

@@ -25,6 +25,7 @@ from vitviz.gui.panels import base
 from vitviz.gui.panels.windows import WindowOutlineItem
 from vitviz.gui.session import Session
 from vitviz.gui.state import QUERY_SOURCES, ROLLOUT_FIELDS, ViewState, map_kind, view_of
+from vitviz.gui.numbers import number, number_range
 
 MAP_FIELDS = {"source", "layer", "head", "query", "normalize", "colormap", "smooth", "image",   # "image": a new result
               "relevance_method", "relevance_class", "relevance_prompt", "rollout_pool"}
@@ -153,11 +154,11 @@ class ImagePanel(QWidget):
             return ""
         token = maps.result.num_prefix + row * maps.grid[1] + col
         if values.shape == tuple(maps.grid):
-            return f"row {row}, col {col} · token {token} · value {values[row, col]:.4g}"
+            return f"row {row}, col {col} · token {token} · value {number(values[row, col])}"
         f_r, f_c = (max(1, -(-maps.grid[i] // values.shape[i])) for i in (0, 1))
         cell = (min(row // f_r, values.shape[0] - 1), min(col // f_c, values.shape[1] - 1))
         where = "" if cell == (row, col) else f" · stage cell {cell[0]}, {cell[1]}"
-        return f"patch row {row}, col {col} · patch {token}{where} · value {values[cell]:.4g}"
+        return f"patch row {row}, col {col} · patch {token}{where} · value {number(values[cell])}"
 
     # ------------------------------------------------------------------------------------------ drawing
 
@@ -181,7 +182,7 @@ class ImagePanel(QWidget):
         if kind.per_head and not stack.pending:
             parts.append(f"head {head}")
         if not stack.pending:
-            parts.append(f"{self.scale_text.split(':')[0]} {levels[0]:.3g}–{levels[1]:.3g}")
+            parts.append(f"{self.scale_text.split(':')[0]} {number_range(*levels)}")
         self.show_map(shown, levels, state.colormap, state.opacity, " · ".join(parts), extent=(size[1], size[0]))
         self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
         self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image

@@ -24,6 +24,7 @@ from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState, resolve_index
+from vitviz.gui.numbers import number
 
 LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
@@ -256,7 +257,7 @@ class MatrixPanel(LazyPanel):
         assert self._maps is not None and self.matrix is not None
         spec = self._maps.result.spec
         return (f"query {spec.token_name(row)} · token {row}  →  key {spec.token_name(col)} · token {col}:  "
-                f"{self.matrix[row, col]:.4g}")
+                f"{number(self.matrix[row, col])}")
 
     def _on_mouse_moved(self, scene_pos: QPointF) -> None:
         cell = self.cell_at(scene_pos)

@@ -6,6 +6,10 @@ current result and the view state's map source by itself.
 
 For a windowed model (Swin, SAM / ViTDet) the rows are the blocks of the selected block's stage (the stages'
 grids differ), labelled with their block indices; a click selects that block.
+
+Many heads over few rows (a Swin stage: 2 blocks × 24 heads) would be a strip of 26 columns of tiles a few pixels
+wide: the heads of each row are then wrapped into bands (`wrap_layout`), the head mean and max to the right of the
+first band, whenever that makes the tiles markedly larger in the dock (chosen again when the dock is resized).
 """
 from __future__ import annotations
 
@@ -27,6 +31,24 @@ STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile",   # 
 # names of the head mean and max columns and the axis label, from the widest; the first that fits is used
 MEAN_MAX = (("mean", "max", "head"), ("μ", "max", "head (μ: head mean)"),
             ("", "", "head (last two columns: head mean, max)"))
+WRAP_FROM = 9          # heads per row from which a row may be wrapped into bands
+WRAP_GAIN = 1.3        # wrapped only when the tiles get at least this much larger
+
+
+def wrap_layout(rows: int, heads: int, width: float, height: float) -> int:
+    """How many bands to wrap each row's `heads` head columns into (1: none) for a view of width × height px:
+    the count that gives the largest tiles (heads ceil(heads / bands) wide, plus the mean and max columns; rows ×
+    bands high), when it beats one band by `WRAP_GAIN`. A view not laid out yet counts as 4 : 3."""
+    if heads < WRAP_FROM or rows < 1:
+        return 1
+    if not (width > 0 and height > 0):
+        width, height = 4.0, 3.0
+
+    def tile(bands: int) -> float:
+        return min(width / (-(-heads // bands) + 2), height / (rows * bands))
+
+    best = max(range(1, heads + 1), key=lambda b: (tile(b), -b))
+    return best if tile(best) >= WRAP_GAIN * tile(1) else 1
 
 
 class OverviewPanel(QWidget):
@@ -41,6 +63,9 @@ class OverviewPanel(QWidget):
         self.state, self.session = state, session
         self._maps: ResultMaps | None = session.current_maps
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
+        self._bands = 1                     # rows of tiles each layer's heads are wrapped into (`wrap_layout`)
+        self._stack = None                  # the stack shown (laid out again when the dock's shape changes)
+        self._selected: tuple[int | None, int | None] = (None, None)   # the framed (layer, column)
         self._gap = 1
         self._key: tuple[int, bool, str] | None = None
         self._columns: list[tuple[int, str]] = []     # (column, label) of the bottom axis
@@ -74,6 +99,7 @@ class OverviewPanel(QWidget):
         self.plot.addItem(self.frame)
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
         self.plot.vb.sigResized.connect(self._fit_labels)
+        self.plot.vb.sigResized.connect(self._rewrap)
         self.plot.vb.sigRangeChanged.connect(self._fit_labels)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -108,6 +134,7 @@ class OverviewPanel(QWidget):
         self._key = None
         self._shape = (0, 0, 0, 0)
         self._columns = []
+        self._stack = None
 
     def show_stack(self, stack: MapStack, per_tile: bool, cmap: str) -> None:
         """Show every tile of a stack (only rebuilt when the stack or scaling changed)."""
@@ -115,6 +142,7 @@ class OverviewPanel(QWidget):
         if key == self._key:
             return
         self._key = key
+        self._stack = stack
         self._show_axes(True)
         scaled = stack.shared_scaled()
         maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout, relevance: one column per layer
@@ -122,7 +150,9 @@ class OverviewPanel(QWidget):
         self._column_name = column_name(stack.title)
         self._gap = max(1, min(gh, gw) // 8)
         self._shape = (nl, nc, gh, gw)
-        image = mosaic(maps, per_tile, self._gap)
+        view = self.plot.vb.size()
+        self._bands = wrap_layout(nl, nc - 2, view.width(), view.height()) if nc > 2 else 1
+        image = mosaic(self._wrapped(maps), per_tile, self._gap)
         self.image_item.setImage(image, autoLevels=False, levels=(0.0, 1.0), lut=colors.lut(cmap))
         self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
         self._set_ticks(nl, nc, gh, gw)
@@ -132,6 +162,43 @@ class OverviewPanel(QWidget):
         self.plot.autoRange(padding=0.02)
         self._set_bottom_ticks(self._fitting_style())
         self.mark(self._ablated)
+
+    def _wrapped(self, maps: np.ndarray) -> np.ndarray:
+        """(L, C, gh, gw) tiles as laid out: with `_bands` > 1 each layer's heads in that many rows of
+        `_per_band()` columns, its mean and max beside the first, NaN (drawn as background) where no tile is."""
+        if self._bands == 1:
+            return maps
+        nl, nc, gh, gw = maps.shape
+        per = self._per_band()
+        out = np.full((nl * self._bands, per + 2, gh, gw), np.nan, np.float32)
+        for col in range(nc):
+            row, vcol = self._place(0, col)
+            out[row::self._bands, vcol] = maps[:, col]
+        return out
+
+    def _per_band(self) -> int:
+        return -(-(self._shape[1] - 2) // self._bands)
+
+    def _place(self, layer: int, column: int) -> tuple[int, int]:
+        """The (row, column) of the mosaic where a layer's tile of a column (head, or H / H + 1 for mean / max)
+        is drawn."""
+        if self._bands == 1:
+            return layer, column
+        heads, per = self._shape[1] - 2, self._per_band()
+        if column >= heads:
+            return layer * self._bands, per + column - heads
+        return layer * self._bands + column // per, column % per
+
+    def _rewrap(self, *_args: object) -> None:
+        """Lay the tiles out again when the dock's new shape wants another number of bands."""
+        nl, nc = self._shape[:2]
+        if self._stack is None or nc <= 2:
+            return
+        view = self.plot.vb.size()
+        if wrap_layout(nl, nc - 2, view.width(), view.height()) != self._bands:
+            self._key = None
+            self.show_stack(self._stack, self.state.per_tile, self.state.colormap)
+            self.select(*self._selected)
 
     def _show_axes(self, shown: bool) -> None:
         """Axes and title only around tiles (an empty plot used to show axes from -600 to 600)."""
@@ -152,6 +219,7 @@ class OverviewPanel(QWidget):
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row
         or column."""
+        self._selected = (layer, column)
         nl, nc, gh, gw = self._shape
         if nl == 0:
             self.frame.setVisible(False)
@@ -161,8 +229,13 @@ class OverviewPanel(QWidget):
         if nl == 1:
             layer = 0           # one map of the whole model (relevance, pooling attention): every layer is it
         sy, sx = gh + self._gap, gw + self._gap
-        y0, h = (layer * sy, gh) if layer is not None else (0, nl * sy - self._gap)
-        x0, w = (column * sx, gw) if column is not None else (0, nc * sx - self._gap)
+        rows, cols = self.image_item.image.shape if self.image_item.image is not None else (0, 0)
+        if layer is not None and column is not None:
+            row, vcol = self._place(layer, column)
+            y0, h, x0, w = row * sy, gh, vcol * sx, gw
+        else:           # a whole layer (its bands) or a whole column (every layer)
+            y0, h = (layer * self._bands * sy, self._bands * sy - self._gap) if layer is not None else (0, rows)
+            x0, w = (0, cols) if column is None or self._bands > 1 else (column * sx, gw)
         self.frame.setRect(QRectF(x0 - 0.5 * self._gap, y0 - 0.5 * self._gap, w + self._gap, h + self._gap))
         self.frame.setVisible(True)
 
@@ -172,6 +245,17 @@ class OverviewPanel(QWidget):
         if nl == 0:
             return None
         row, col = int(point.y() // (gh + self._gap)), int(point.x() // (gw + self._gap))
+        if point.y() < 0 or point.x() < 0:
+            return None
+        if self._bands > 1:
+            per = self._per_band()
+            layer, band = divmod(row, self._bands)
+            if col >= per:
+                row, col = (layer, nc - 2 + col - per) if band == 0 else (nl, nc)   # mean / max: first band only
+            else:
+                row, col = layer, band * per + col
+                if col >= nc - 2:
+                    return None                                                  # the last band's empty end
         if 0 <= row < nl and 0 <= col < nc:
             return row, col
         return None
@@ -179,14 +263,18 @@ class OverviewPanel(QWidget):
     def _set_ticks(self, nl: int, nc: int, gh: int, gw: int) -> None:
         step = max(1, nl // 12)
         names = [str(b) for b in self._blocks] if len(self._blocks) == nl else [str(i) for i in range(nl)]
-        left = [((i + 0.5) * (gh + self._gap), names[i]) for i in range(0, nl, step)]
-        self.plot.getAxis("left").setLabel("block" if self._blocks else "layer")
+        bands, sy = self._bands, gh + self._gap
+        left = [((i * bands + 0.5) * sy, names[i]) for i in range(0, nl, step)]
+        left += [((i * bands + b + 0.5) * sy, f"+{b * self._per_band()}") for i in range(nl) for b in range(1, bands)]
+        what = "block" if self._blocks else "layer"
+        self.plot.getAxis("left").setLabel(what if bands == 1 else f"{what} (+n: heads from n)")
         if nl == 1 and self.session.spec is not None and self.session.spec.depth > 1:
             left = [(0.5 * (gh + self._gap), "all")]       # one map of the whole model (relevance, pooling)
         heads = nc - 2 if nc > 2 else nc
-        hstep = 1 if heads <= 8 else 2 if heads <= 16 else 4
-        names = [(j, str(j)) for j in range(0, heads, hstep)]
-        names += [(heads, "mean"), (heads + 1, "max")] if nc > 2 else []
+        shown = heads if bands == 1 else self._per_band()     # wrapped: one band's columns, then mean and max
+        hstep = 1 if shown <= 8 else 2 if shown <= 16 else 4
+        names = [(j, str(j)) for j in range(0, shown, hstep)]
+        names += [(shown, "mean"), (shown + 1, "max")] if nc > 2 else []
         if nc == 1:
             names = [(0, self._column_name)]
         self._columns = names
@@ -238,7 +326,8 @@ class OverviewPanel(QWidget):
         pen.setStyle(Qt.PenStyle.DashLine)
         for layer, head in self._ablated:
             if 0 <= layer < nl and 0 <= head < nc - 2:
-                item = QGraphicsRectItem(QRectF(head * (gw + self._gap), layer * (gh + self._gap), gw, gh))
+                row, col = self._place(layer, head)
+                item = QGraphicsRectItem(QRectF(col * (gw + self._gap), row * (gh + self._gap), gw, gh))
                 item.setPen(pen)
                 item.setZValue(4)
                 self.plot.addItem(item)

@@ -53,6 +53,24 @@ def windowed_text(spec: ModelSpec) -> str:
             "model's positions.")
 
 
+def top_aligned(view: pg.ViewBox, item: pg.ImageItem, padding: float = 0.02) -> None:
+    """Fit an aspect-locked view to its image with the image at the top of the view, the spare height below it: a
+    small map centred in a tall cell floated ~40-100 px under its caption ('CLS vs all'), and squeezing the cell to
+    the map's height instead starved EVA-02's stacked maps of room."""
+    image = item.image
+    size = view.size()
+    if image is None or size.width() <= 0 or size.height() <= 0:
+        view.autoRange(padding=padding)
+        return
+    gh, gw = image.shape[:2]
+    pad = padding * max(gh, gw)
+    width, height = gw + 2 * pad, gh + 2 * pad
+    if size.height() / size.width() <= height / width:      # the height binds: centred across, as before
+        view.autoRange(padding=padding)
+        return
+    view.setRange(xRange=(-pad, gw + pad), yRange=(-pad, -pad + width * size.height() / size.width()), padding=0)
+
+
 class PosEmbedPanel(QWidget):
     """Live position-embedding similarity (and RoPE kernel) of the session's model at the current input size;
     `hover(row, col)` is also driven by the image panel."""
@@ -115,6 +133,8 @@ class PosEmbedPanel(QWidget):
                                         width=12, label="cosine similarity")
         w.addItem(self.colorbar, row=1, col=2, rowspan=3)
         w.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        for view, item in ((self.hover_view, self.hover_item), (self.cls_view, self.cls_item)):
+            view.sigResized.connect(lambda _v, view=view, item=item: top_aligned(view, item))
 
     # ------------------------------------------------------------------------------------------ inputs
 
@@ -211,7 +231,7 @@ class PosEmbedPanel(QWidget):
             notes.append(windowed_note(spec) if getattr(spec, "windowed", False) else
                          "the position embedding has no row for the prefix tokens" + (
                              " (no_embed_class: they get no position)" if prefix else ""))
-        self.cls_view.autoRange(padding=0.02)
+        top_aligned(self.cls_view, self.cls_item)
         trained = spec.pos_grid if spec is not None else data.grid
         note = "" if tuple(trained) == (gh, gw) else f" · interpolated from the trained {trained[0]}×{trained[1]}"
         self.title.setText(" · ".join([f"Position embedding at {gh}×{gw}{note}", *notes,
@@ -234,7 +254,7 @@ class PosEmbedPanel(QWidget):
         self.hover_item.setImage(data.similarity_to(row, col), autoLevels=False, levels=self.levels(),
                                  lut=colors.lut(self._cmap))
         if self.hover_frame.rect().isEmpty():
-            self.hover_view.autoRange(padding=0.02)
+            top_aligned(self.hover_view, self.hover_item)
         self.hover_frame.setRect(QRectF(col, row, 1, 1))
         self.hover_frame.setVisible(True)
         gh, gw = data.grid

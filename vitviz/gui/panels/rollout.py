@@ -29,6 +29,7 @@ from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact,
 from vitviz.gui.session import Session
 from vitviz.core.protocol import windowed
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
+from vitviz.gui.numbers import number
 
 
 if TYPE_CHECKING:
@@ -113,7 +114,9 @@ class RolloutPanel(LazyPanel):
         self.widget.scene().sigMouseClicked.connect(self._on_clicked)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
-        layout.addLayout(self._build_controls())
+        self.controls = QWidget()               # disabled where rollout is not defined (Swin): they do nothing
+        self.controls.setLayout(self._build_controls())
+        layout.addWidget(self.controls)
         layout.addWidget(self.widget, 1)
         self.timing = QLabel("")
         self.timing.setWordWrap(True)          # a long line must not widen the dock (and shrink the image)
@@ -125,6 +128,7 @@ class RolloutPanel(LazyPanel):
 
     def _build_controls(self) -> QFormLayout:
         form = QFormLayout()
+        form.setContentsMargins(0, 0, 0, 0)
         self.fusion_combo = QComboBox()
         self.fusion_combo.addItems(list(FUSIONS))
         self.fusion_combo.setToolTip("How the heads of a layer are combined before the layers are multiplied")
@@ -270,6 +274,7 @@ class RolloutPanel(LazyPanel):
             return
         t0 = time.perf_counter()
         params = self.params()
+        self.controls.setEnabled(True)
         if windowed(maps):
             self._redraw_windowed(maps, params, t0)
             return
@@ -290,13 +295,14 @@ class RolloutPanel(LazyPanel):
             view.show(r.image, values, r.spec.patch_size, s.colormap, s.opacity)
             view.outline(None if params.query is None or params.query < p else divmod(params.query - p, grid[1]))
         who = "the pooling query" if pooled else ""
-        self.rollout_view.title.setText(rollout_title(params, r.spec, who) + f" · max {self.rollout_map.max():.3g}")
+        self.rollout_view.title.setText(rollout_title(params, r.spec, who)
+                                        + f" · max {number(self.rollout_map.max(), 3)}")
         if pooled:
-            self.raw_view.title.setText(f"the MAP head's attention · head mean · max {self.raw_map.max():.3g}")
+            self.raw_view.title.setText(f"the MAP head's attention · head mean · max {number(self.raw_map.max(), 3)}")
         else:
             who = r.spec.token_name(params.query) if params.query is not None else self._default_name(maps)
             self.raw_view.title.setText(f"raw attention of {who} · last layer · head mean · "
-                                        f"max {self.raw_map.max():.3g}")
+                                        f"max {number(self.raw_map.max(), 3)}")
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms (T = {r.attentions.shape[-1]}); "
                             "the image panel's 'Attention rollout' map uses these settings")
@@ -313,8 +319,9 @@ class RolloutPanel(LazyPanel):
             self.rollout_view.clear()
             self.raw_view.clear()
             self.rollout_map = self.raw_map = None
-            self.rollout_view.title.setText(f"Rollout: {why}")
-            self.timing.setText("Rollout is not defined for this model: " + why)
+            self.rollout_view.title.setText(f"Rollout is not defined for this model: {why}")
+            self.timing.setText("")              # said once, above; the settings do nothing here
+            self.controls.setEnabled(False)
             return
         r, s = maps.result, self.state
         stack, row, stride = maps.view(MapKind("rollout", rollout=params), -1)    # on the first stage's grid
@@ -329,10 +336,10 @@ class RolloutPanel(LazyPanel):
             view.outline(query)
         which = "global blocks " if maps.rollout_blocks() == "global" else "blocks "
         self.rollout_view.title.setText(f"{stack.title} · through {which}{', '.join(map(str, blocks))} · "
-                                        f"max {self.rollout_map.max():.3g}")
+                                        f"max {number(self.rollout_map.max(), 3)}")
         who = r.spec.token_name(params.query) if params.query is not None else "every patch (received)"
         self.raw_view.title.setText(f"raw attention of {who} · block {last.block} ({last.describe()}) · head mean · "
-                                    f"max {self.raw_map.max():.3g}")
+                                    f"max {number(self.raw_map.max(), 3)}")
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.timing.setText(f"Rollout updated in {self.last_update_ms:.1f} ms; the image panel's 'Attention "
                             "rollout' map uses these settings")

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSlider, QVBoxLayout,
+                               QWidget)
 
 from vitviz.core.drawing.colormaps import colormap
 from vitviz.core.analyses.mapkinds import of_source
@@ -26,6 +27,7 @@ from vitviz.core.analyses.maps import MapKind
 from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot
 from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession
+from vitviz.gui.numbers import number, number_range
 
 PLAY_MS = 600
 REDRAW_FIELDS = {"layer", "head", "query", "source", "colormap", "normalize", "opacity", "rollout_fusion", "rollout_discard",
@@ -35,6 +37,7 @@ PLOTS = (("distance", "distance (px)", "Mean attention distance"), ("entropy", "
          ("box", "share", "CLS attention inside the box"), ("top", "probability", "Top class's probability"))
 UNIT_PLOTS = ("box", "top")   # plots of values in [0, 1]
 PLOT_MIN_HEIGHT = 110         # px per plot: title, three tick labels and the step axis readable
+PLOT_SPACING = 16             # px the plots' layout puts between and around its two rows
 
 
 def three_ticks(values: np.ndarray) -> list[tuple[float, str]]:
@@ -45,7 +48,7 @@ def three_ticks(values: np.ndarray) -> list[tuple[float, str]]:
         return []
     lo, hi = float(finite.min()), float(finite.max())
     points = (lo,) if hi - lo <= 1e-12 * max(1.0, abs(hi)) else (lo, (lo + hi) / 2, hi)
-    return [(v, f"{v:.4g}") for v in points]
+    return [(v, number(v)) for v in points]
 
 
 def class_text(index: int, name: str) -> str:
@@ -125,7 +128,7 @@ class TimelinePanel(LazyPanel):
         self.box: tuple[float, float, float, float] | None = None
         self.plots, self.curves, self.marks = {}, {}, {}
         self.plot_widget = dark_layout()
-        self.plot_widget.setMinimumHeight(2 * PLOT_MIN_HEIGHT)
+        self.plot_widget.setMinimumHeight(2 * PLOT_MIN_HEIGHT + PLOT_SPACING)   # the lower step axis whole
         for i, (name, left, title) in enumerate(PLOTS):
             plot = self.plot_widget.addPlot(row=i // 2, col=i % 2, title=title)
             style_plot(plot, left, "step")
@@ -144,8 +147,9 @@ class TimelinePanel(LazyPanel):
         top = QHBoxLayout()
         for w in (self.play_button, self.slider, self.box_check, self.reload_button, self.close_button):
             top.addWidget(w, 1 if w is self.slider else 0)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(1, 1, 1, 1)
         layout.addWidget(self.run_label)
         layout.addLayout(top)
         layout.addWidget(self.checkpoint_label)
@@ -157,6 +161,15 @@ class TimelinePanel(LazyPanel):
         body.addLayout(left, 2)
         body.addWidget(self.plot_widget, 3)
         layout.addLayout(body, 1)
+        self.body = QScrollArea()     # on a short screen the dock scrolls: the window stays within the screen (the
+        self.body.setObjectName("timelineScroll")     # plots' minimum heights made it 817 px high at 1280 x 800)
+        self.body.setWidgetResizable(True)
+        self.body.setFrameShape(QFrame.Shape.NoFrame)
+        self.body.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.body.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(1, 1, 1, 1)    # a margin of the panel's own: `is_shown` reads its visible region
+        outer.addWidget(self.body)
         self.timer = QTimer(self)
         self.timer.setInterval(PLAY_MS)
         self.timer.timeout.connect(self._advance)
@@ -307,7 +320,7 @@ class TimelinePanel(LazyPanel):
         self.values, self.shown_k = values, k
         scale = "own scale" if self.state.normalize else "this checkpoint's shared scale"
         self.map_title.setText(f"{stack.title} · layer {self.state.layer} · head {self.state.head} · {scale} "
-                               f"{lo:.3g}–{hi:.3g}" + (f" · {note}" if note else ""))
+                               f"{number_range(lo, hi)}" + (f" · {note}" if note else ""))
 
     def _draw_plots(self, k: int) -> None:
         store = self.timeline.store
