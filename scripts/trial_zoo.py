@@ -318,10 +318,16 @@ def _timm_size(model: Any) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------ the reference
 class Recorder:
     """Every attention probability map the original computes in a forward: the output of each softmax over the
-    last dim of a >= 3-d tensor, and the probabilities of each scaled_dot_product_attention (written out)."""
+    last dim of a >= 3-d tensor, and the probabilities of each scaled_dot_product_attention (written out).
+
+    `applied[i]`: the weights the original multiplies the values with after map i, read from its own code path --
+    the left operand of the first matrix product after that softmax whose left operand has the map's shape (None
+    when there is none). It differs from the map where the module changes the softmax's output before applying it
+    (CaiT's talking heads: proj_w mixes the heads' probabilities); an SDPA map is applied as it is."""
 
     def __init__(self) -> None:
         self.maps: list[Any] = []
+        self.applied: list[Any] = []
 
     def __enter__(self) -> "Recorder":
         import torch
@@ -331,6 +337,8 @@ class Recorder:
         rec = self
         softmaxes = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.nn.functional.softmax}
         sdpa = {F.scaled_dot_product_attention}
+        products = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm}
+        waiting: list[tuple[int, tuple[int, ...]]] = []      # the last softmax map still awaiting its product
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
@@ -340,8 +348,16 @@ class Recorder:
                     dim = kwargs.get("dim", args[1] if len(args) > 1 else -1)
                     if dim in (-1, out.ndim - 1):
                         rec.maps.append(out.detach().float().clone())
+                        rec.applied.append(None)
+                        waiting[:] = [(len(rec.maps) - 1, tuple(out.shape))]
                 elif func in sdpa:
                     rec.maps.append(_sdpa_probs(*args, **kwargs))
+                    rec.applied.append(rec.maps[-1])
+                    waiting.clear()
+                elif func in products and waiting and args and isinstance(args[0], torch.Tensor) \
+                        and tuple(args[0].shape) == waiting[0][1]:
+                    rec.applied[waiting[0][0]] = args[0].detach().float().clone()
+                    waiting.clear()
                 return out
 
         self._mode = Mode()
@@ -405,7 +421,7 @@ def _required(fn: Any) -> set[str]:
 
 def reference_maps(model: Any, x: Any) -> list[Any]:
     """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
-    `image_forwards` that runs."""
+    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs."""
     import torch
 
     errors = []
@@ -413,7 +429,7 @@ def reference_maps(model: Any, x: Any) -> list[Any]:
         try:
             with torch.no_grad(), Recorder() as rec:
                 run(x)
-            return rec.maps
+            return list(zip(rec.maps, rec.applied))
         except Exception as e:  # noqa: BLE001 - the next way
             errors.append(f"{name}: {type(e).__name__}: {str(e)[:150]}")
     raise RuntimeError("; ".join(errors) or f"no forward of {type(model).__name__} takes pixel_values alone")
@@ -428,26 +444,72 @@ def vitviz_maps(result: Any) -> list[Any]:
     return [a for a in result.attentions]
 
 
+def _joined(m: Any) -> int:
+    """How many all-zero rows a map of vitviz's (H, T, T) has: a model whose tokens join late (CaiT's CLS at its
+    class-attention layers) is shown on one T x T grid, a self-attention layer in the lower right (the joining
+    tokens' rows zero) and a class-attention layer's rows on top (the other rows zero). A softmax row is never zero."""
+    import numpy as np
+
+    if m.ndim != 3 or m.shape[-1] != m.shape[-2]:
+        return 0
+    return int((np.abs(m).max(axis=(0, 2)) == 0).sum())
+
+
+def _on_grid(m: Any, r: Any) -> Any:
+    """The original's map `r` (1, H, q, k) laid on the T x T grid of vitviz's joined map `m` (H, T, T) the way
+    the original concatenates its tokens ([joining tokens, the rest], CaiT's [CLS, patches]): a self-attention map
+    (q == k < T) in the lower right, a class-attention map (q < k == T) as the top q rows; None if it fits neither."""
+    import numpy as np
+
+    if r.ndim != 4 or r.shape[0] != 1 or r.shape[1] != m.shape[0] or not _joined(m):
+        return None
+    t, (q, k) = m.shape[-1], r.shape[-2:]
+    full = np.zeros(m.shape, np.float32)
+    if q == k < t:
+        full[:, t - k:, t - k:] = r[0]
+    elif q < k == t:
+        full[:, :q, :] = r[0]
+    else:
+        return None
+    return full
+
+
 def compare(mine: list[Any], ref: list[Any]) -> dict[str, Any]:
     """Each of vitviz's maps matched, in order, to the original's first later map of as many values within `ATOL`.
+
+    `ref`: the original's maps, each a tensor or a (softmax map, applied weights or None) pair (`Recorder`): a
+    shown map matches either (vitviz shows the weights applied to the values where the module changes its softmax's
+    output before them, and says so). A map of vitviz's with all-zero rows (tokens that join late, `_joined`) is
+    compared with the original's maps laid on its grid (`_on_grid`), its zero rows included.
 
     Returns {'matched', 'shown', 'left_out' (the original's maps of a shown shape not matched), 'worst' (the largest
     difference to a same-sized map where a layer matched none; None when no map had its size)}."""
     import numpy as np
 
-    refs = [r.numpy() for r in ref]
+    pairs = [r if isinstance(r, tuple) else (r, None) for r in ref]
+    refs = [[c.numpy() for c in pair if c is not None] for pair in pairs]
+
+    def laid(m: Any, c: Any) -> Any:
+        if c.size == m.size:
+            return c.reshape(m.shape)
+        return _on_grid(m, c) if m.ndim == 3 else None
+
     pos, matched, worst, used = 0, 0, 0.0, set()
     no_size = False
+    mine = [np.asarray(m, dtype=np.float32) for m in mine]
     for m in mine:
-        m = np.asarray(m, dtype=np.float32)
         best, hit = math.inf, None
         for j in range(pos, len(refs)):
-            if refs[j].size != m.size:
-                continue
-            d = float(np.abs(refs[j].reshape(m.shape) - m).max())
-            best = min(best, d)
-            if d < ATOL:
-                hit = j
+            for c in refs[j]:
+                c = laid(m, c)
+                if c is None:
+                    continue
+                d = float(np.abs(c - m).max())
+                best = min(best, d)
+                if d < ATOL:
+                    hit = j
+                    break
+            if hit is not None:
                 break
         if hit is None:
             no_size |= best == math.inf
@@ -455,8 +517,7 @@ def compare(mine: list[Any], ref: list[Any]) -> dict[str, Any]:
             continue
         matched, pos = matched + 1, hit + 1
         used.add(hit)
-    sizes = {np.asarray(m).size for m in mine}
-    left_out = sum(1 for j, r in enumerate(refs) if r.size in sizes and j not in used)
+    left_out = sum(1 for j, r in enumerate(refs) if j not in used and any(laid(m, r[0]) is not None for m in mine))
     return {"matched": matched, "shown": len(mine), "left_out": left_out, "ref_maps": len(refs),
             "worst": None if no_size and worst == math.inf else worst}
 

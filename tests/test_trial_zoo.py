@@ -70,6 +70,66 @@ def test_recorder_sees_softmax_and_sdpa() -> None:
     torch.testing.assert_close(rec.maps[1], ((q @ k.transpose(-2, -1)) * 8 ** -0.5).softmax(-1))
 
 
+def test_recorder_reads_the_weights_applied_to_the_values() -> None:
+    """Talking heads change the softmax's output before it weights the values: the recorder reads what the original
+    multiplies the values with (the left operand of that product), and a shown map equal to it matches."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, mix = (torch.randn(1, 2, 4, 8, generator=g), torch.randn(1, 2, 4, 8, generator=g),
+                    torch.randn(1, 2, 4, 8, generator=g), torch.randn(2, 2, generator=g))
+    with zoo.Recorder() as rec:
+        p = (q @ k.transpose(-2, -1)).softmax(-1)
+        w = torch.einsum("bhqk,gh->bgqk", p, mix)            # heads mixed after the softmax (talking heads)
+        w @ v
+    assert len(rec.maps) == 1
+    torch.testing.assert_close(rec.applied[0], w)
+    ref = list(zip(rec.maps, rec.applied))
+    assert zoo.classify(zoo.compare([w[0].numpy()], ref), []) == "exact"
+    assert zoo.classify(zoo.compare([p[0].numpy()], ref), []) == "exact"      # the softmax itself: also the model's
+    assert zoo.classify(zoo.compare([(w[0] + 1e-2).numpy()], ref), []) == "wrong"
+
+
+def test_joined_tokens_are_compared_on_their_grid() -> None:
+    """CaiT's CLS joins at its class-attention layers: vitviz lays a self-attention map (N, N) in the lower right of
+    the (N + 1) x (N + 1) grid and a class-attention row (1, N + 1) on top; the harness lays the original's maps the
+    same way and compares every value, the zero rows included."""
+    g = torch.Generator().manual_seed(1)
+    self_attn = torch.rand(1, 2, 4, 4, generator=g).softmax(-1)
+    cls_attn = torch.rand(1, 2, 1, 5, generator=g).softmax(-1)
+    a, b = np.zeros((2, 5, 5), np.float32), np.zeros((2, 5, 5), np.float32)
+    a[:, 1:, 1:], b[:, :1, :] = self_attn[0].numpy(), cls_attn[0].numpy()
+    assert zoo.classify(zoo.compare([a, b], [self_attn, cls_attn]), []) == "exact"
+    c = zoo.compare([a], [self_attn, cls_attn])                 # the class-attention layer not shown: left out
+    assert c["left_out"] == 1 and zoo.classify(c, []) == "wrong"
+    shifted = np.zeros_like(a)
+    shifted[:, :4, :4] = self_attn[0].numpy()                  # the joining token placed last, not first
+    assert zoo.classify(zoo.compare([shifted, b], [self_attn, cls_attn]), []) == "wrong"
+    plain = [torch.rand(1, 2, 5, 5, generator=g).softmax(-1), torch.rand(1, 2, 1, 5, generator=g).softmax(-1)]
+    # a ViT's own maps have no zero rows: a pooling query's map beside them is not counted as left out
+    assert zoo.classify(zoo.compare([plain[0][0].numpy()], plain), []) == "exact"
+
+
+def test_cait_live_is_exact_and_another_cait_is_wrong() -> None:
+    """timm CaiT handed over live: the talking-heads weights and class-attention rows vitviz shows equal what
+    timm's own code applies to the values; a CaiT of other weights as the reference is wrong."""
+    timm = pytest.importorskip("timm")
+    import vitviz
+
+    def cait(seed: int):
+        torch.manual_seed(seed)
+        m = zoo.perturb(timm.create_model("cait_xxs24_224", pretrained=False, img_size=32, patch_size=8, embed_dim=48,
+                                          depth=2, num_heads=4, depth_token_only=2, num_classes=5), seed=seed)
+        ref = zoo.copy.deepcopy(m)
+        zoo._eager(ref)
+        return m, ref
+
+    model, ref = cait(0)
+    names = ["Cait", "cait_xxs24_224"]
+    got = zoo.run_route(lambda: vitviz.load(model, device="cpu"), ref, names)
+    assert got["verdict"] == "exact" and got["matched"] == 4
+    _, other = cait(7)
+    assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), other, names)["verdict"] == "wrong"
+
+
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:
     """A tiny transformers ViT by file and live is exact; compared with a copy of other weights, it is wrong."""
     import vitviz
