@@ -199,3 +199,45 @@ def test_bare_relative_position_state_dict_reads_heads_from_its_bias(tmp_path: P
         warnings.simplefilter("ignore")
         vm = vitviz.load(str(tmp_path / "model.pth"), device="cpu", image_size=64)
     assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads").startswith("shape:")
+
+
+def test_bare_rope_mixed_state_dict_reads_heads_from_its_frequencies(tmp_path: Path) -> None:
+    """A bare timm RoPE-Mixed state dict: rope.freqs is (2, depth, heads, head_dim / 2), but the head count was
+    guessed from the width (1) and then contradicted the frequencies: refused with no route. Now read from them,
+    and the attention is timm's own."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_base_patch16_rope_mixed_ape_224", pretrained=False, img_size=64, embed_dim=64,
+                              depth=2, num_heads=4, num_classes=5).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(str(tmp_path / "model.pth"), device="cpu", image_size=64)
+    assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads").startswith("shape: rope.freqs")
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    seen: list[torch.Tensor] = []
+    for blk in model.blocks:
+        blk.attn.fused_attn = False
+        blk.attn.attn_drop.register_forward_pre_hook(lambda _m, a: seen.append(a[0].detach()))
+    with torch.no_grad():
+        model(x)
+    got = vm.run(x).attentions
+    assert len(got) == len(seen) == 2
+    for mine, ref in zip(got, seen):
+        torch.testing.assert_close(torch.as_tensor(mine), ref[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch, looks", [("swinv2_cr_tiny_224", "SwinV2-CR"), ("vit_small_r26_s32_224", "hybrid ViT"),
+                                         ("volo_d1_224", "VOLO")])
+def test_bare_state_dict_refusal_says_what_it_looks_like_and_the_route(tmp_path: Path, arch: str, looks: str) -> None:
+    """A bare timm state dict vitviz does not convert was refused with the layout's complaint alone ('no transformer
+    blocks (blocks.N.*) found'): nothing named what it could be or what to do. Now its keys name the family and
+    the route (its own code, vitviz.load(model); VOLO: that no route shows it yet)."""
+    torch.manual_seed(0)
+    kw = {"embed_dim": 32, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 2, 2)} if "swin" in arch else {}
+    model = timm.create_model(arch, pretrained=False, num_classes=5, **kw).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings(), pytest.raises((UnknownLayoutError, InconsistentCheckpointError)) as err:
+        warnings.simplefilter("ignore")
+        vitviz.load(str(tmp_path / "model.pth"), device="cpu")
+    text = str(err.value)
+    assert "bare state dict" in text and looks in text and "vitviz.load(model)" in text
