@@ -166,7 +166,9 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         elif key == "out_features" and isinstance(v, list):
             out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
     if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
-        out["window_size"] = 4
+        merge = out.get("spatial_merge_size")
+        # Qwen2.5-VL-style windows are in pixels, of whole merged units: two by two units (4 was none, a modulo by 0)
+        out["window_size"] = 2 * merge * patch if isinstance(merge, int) and isinstance(patch, int) else 4
     stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
     side = 4 * patch * 2 ** max(stages - 1, 0) if isinstance(patch, int) else None
     for key, v in d.items():
