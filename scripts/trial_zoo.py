@@ -40,6 +40,7 @@ import contextlib
 import copy
 import faulthandler
 import fcntl
+import importlib
 import inspect
 import json
 import math
@@ -89,6 +90,18 @@ HF_TASKS = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "VISUAL_QUESTION_ANSWERING", 
 # Per-type config values the generic shrinking cannot know (a field that must equal another, a minimum size).
 HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [1, 2, 3, 4]},   # one neck input per hidden state
+    # Perception LM: a timm Perception Encoder tower through TimmWrapper (its default names resnet50, no arguments)
+    "perception_lm": {"vision_config.architecture": "vit_pe_core_large_patch14_336",
+                      "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
+                                                   "global_pool": ""}},
+    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]]},
+    "hunyuan_vl": {"text_config.head_dim": 8},
+    "gemma4": {"text_config.hidden_size_per_layer_input": 8},      # per-layer token embeddings: 262144 x 256 each
+    "deepseek_ocr2": {"text_config.mlp_layer_types": ["dense", "dense"]},
+    "molmo2": {"adapter_config.vision_feature_layer": [-1, -2]},
+    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
+                   "audio_config.adapter_out_dim": 32},
+    "sapiens2": {"head_config.upsample_out_channels": [16], "head_config.conv_out_channels": [16]},
 }
 
 # timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
@@ -152,7 +165,10 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
     layers, `HEADS` heads (per-stage lists shrunk element-wise), image sizes of a 4x4 patch grid."""
     out = dict(d)
     patch = out.get("patch_size")
-    depth = next((d[k] for k in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(k), int)), 0)
+    stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
+    # (a staged model's num_layers counts its stages, which are not shrunk: its per-stage lists stay)
+    depth = 0 if stages else next((d[k] for k in ("num_hidden_layers", "num_layers", "depth")
+                                   if isinstance(d.get(k), int)), 0)
     for key, v in d.items():      # what is per layer, or names a layer, follows the layers' shrinking
         if depth > LAYERS and isinstance(v, list) and len(v) == depth and key != "depths":
             out[key] = v[:LAYERS]
@@ -169,10 +185,10 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         merge = out.get("spatial_merge_size")
         # Qwen2.5-VL-style windows are in pixels, of whole merged units: two by two units (4 was none, a modulo by 0)
         out["window_size"] = 2 * merge * patch if isinstance(merge, int) and isinstance(patch, int) else 4
-    stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
     side = 4 * patch * 2 ** max(stages - 1, 0) if isinstance(patch, int) else None
     for key, v in d.items():
-        if isinstance(v, dict) and ("model_type" in v or key.endswith("_config")):
+        if isinstance(v, dict) and ("model_type" in v or key.endswith("_config")) and not (
+                v and all(str(i).isdigit() for i in v)):     # (not a per-layer dict: per_layer_config)
             out[key] = shrink(v)
         elif isinstance(v, bool) or v is None:
             continue
@@ -181,7 +197,7 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
                 out[key] = WIDTH
             elif ("intermediate" in key or "ffn" in key or key == "mlp_dim") and v > FFN:
                 out[key] = FFN
-            elif _layer_key(key) and v > LAYERS:
+            elif _layer_key(key) and v > LAYERS and not (stages and key == "num_layers"):
                 out[key] = LAYERS
             elif (key in {"num_attention_heads", "num_heads"} or key.endswith("_attention_heads")) and v > HEADS:
                 out[key] = HEADS
@@ -205,7 +221,33 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
                 out[key] = list(_STAGE_HEADS[:n])
             elif key == "image_size" and n == 2 and side and min(v) > side:
                 out[key] = [side, side]
+    _backbone_outputs(d, out, stages, depth)
     return out
+
+
+def _backbone_outputs(d: dict[str, Any], out: dict[str, Any], stages: int, depth: int) -> None:
+    """A backbone's `out_features` / `out_indices` after the shrinking, distinct (transformers refuses duplicates):
+    a staged backbone keeps its stages (their count is not shrunk), so they stay as they were (as a backbone's
+    whose layers are not shrunk do); a plain one's k
+    outputs become its last k layers, with at least k layers (a DPT-style neck takes one per output)."""
+    feats, idx = d.get("out_features"), d.get("out_indices")
+    k = len(feats) if isinstance(feats, list) else len(idx) if isinstance(idx, list) else 0
+    if not k:
+        return
+    layer_key = next((key for key in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(key), int)), "")
+    if stages or not layer_key or depth <= LAYERS:     # (a timm or CNN backbone's 'layer1' ... too)
+        for key in ("out_features", "out_indices", "stage_names"):
+            if key in d:
+                out[key] = d[key]
+        return
+    n = max(LAYERS, k)
+    out[layer_key] = n
+    if isinstance(feats, list):
+        out["out_features"] = [f"stage{i}" for i in range(n - k + 1, n + 1)]
+    if isinstance(idx, list):
+        out["out_indices"] = list(range(n - k + 1, n + 1))
+    if isinstance(d.get("stage_names"), list):
+        out["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, n + 1)]
 
 
 def tiny_config(model_type: str) -> Any:
@@ -279,6 +321,31 @@ TIMM_TRIES: tuple[dict[str, Any], ...] = (
     dict(img_size=64),
     dict(),
 )
+# Tiny arguments per architecture where `TIMM_TRIES` builds none (its own argument names, a list per block); '_via':
+# the module's create function, called with the architecture's name, where the registered function fixes the
+# arguments itself (passing them again is "multiple values").
+TIMM_OVERRIDES: dict[str, dict[str, Any]] = {
+    "coat_lite_medium": dict(img_size=64, embed_dims=(64, 64, 64, 64), serial_depths=(1, 1, 1, 1), num_heads=8),
+    "crossvit_18_dagger_408": dict(embed_dim=(32, 64), depth=((1, 1, 0),), num_heads=(2, 2), mlp_ratio=(2, 2, 1)),
+    "davit_base": dict(embed_dims=(16, 32, 64, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
+    "davit_huge_fl": dict(embed_dims=(16, 32, 64, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
+    "deepseek_vit_412m": dict(img_size=56, embed_dim=64, depth=2, num_heads=4),       # patch 14
+    "fastvit_ma36": dict(layers=(1, 1, 1, 1), embed_dims=(16, 32, 64, 128)),
+    "gcvit_base": dict(_via="gcvit._create_gcvit", depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8), embed_dim=16),
+    "hiera_base_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
+    "hiera_large_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
+    "hieradet_small": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1), global_att_blocks=()),
+    "nest_base": dict(_via="nest._create_nest", embed_dims=(32, 64, 128), num_heads=(1, 2, 4), depths=(1, 1, 1),
+                      img_size=64, patch_size=4),
+    "pit_b_224": dict(img_size=64, patch_size=16, stride=8, base_dims=(16, 16, 16), depth=(1, 1, 1), heads=(2, 4, 8)),
+    "tnt_b_patch16_224": dict(img_size=64, embed_dim=64, inner_dim=16, depth=2, num_heads_outer=4,
+                              num_heads_inner=2),
+    "vit_5b_patch16_sapiens2": dict(img_size=64, embed_dim=64, depth=2, num_heads=4, num_kv_heads=(4, 4)),
+    "vit_large_patch16_sapiens2": dict(img_size=64, embed_dim=64, depth=2, num_heads=4, num_kv_heads=(4, 4)),
+    "vit_base_mci_224": dict(img_size=64, depth=1),            # its conv stem fixes the width (768)
+    "vitamin_base_224": dict(img_size=64, depth=1),            # its conv stages fix the width
+    "vitamin_large_256": dict(img_size=64, depth=1),
+}
 TIMM_MAX_PARAMS = 30_000_000
 HF_MAX_PARAMS = 60_000_000     # a model the generic shrinking left large (a sub-config it does not know)
 
@@ -291,11 +358,18 @@ def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
     errors = []
     patch = re.search(r"patch(\d+)", arch)
     side = 4 * int(patch.group(1)) if patch else 64     # a whole number of patches (timm's size check is strict)
-    for kw in TIMM_TRIES:
-        kw = {**kw, "img_size": side} if "img_size" in kw else kw
+    tries = [dict(TIMM_OVERRIDES[arch])] if arch in TIMM_OVERRIDES else [
+        {**kw, "img_size": side} if "img_size" in kw else kw for kw in TIMM_TRIES]
+    for kw in tries:
+        via = kw.pop("_via", "")
         try:
             torch.manual_seed(0)
-            model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
+            if via:
+                module, fn = via.split(".")
+                create = getattr(importlib.import_module(f"timm.models.{module}"), fn)
+                model = create(arch, pretrained=False, num_classes=5, **kw)
+            else:
+                model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
             if sum(p.numel() for p in model.parameters()) > TIMM_MAX_PARAMS:
                 raise ValueError("too large at these arguments")
             with torch.no_grad():

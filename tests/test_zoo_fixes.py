@@ -137,10 +137,12 @@ def test_config_field_refusal_names_the_model_type(tmp_path: Path) -> None:
 
     from vitviz.errors import MetadataError
 
-    (tmp_path / "config.json").write_text('{"model_type": "slanet", "hidden_act": "hardswish"}')
-    save_file({"backbone.conv.weight": torch.randn(8, 3, 3, 3)}, str(tmp_path / "model.safetensors"))
+    folder = tmp_path / "slanet"      # a folder of the model's name (as the sweep saves it) names nothing
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "slanet", "hidden_act": "hardswish"}')
+    save_file({"backbone.conv.weight": torch.randn(8, 3, 3, 3)}, str(folder / "model.safetensors"))
     with pytest.raises(MetadataError) as err:
-        vitviz.load(str(tmp_path), device="cpu")
+        vitviz.load(str(folder), device="cpu")
     assert "'slanet'" in str(err.value) and "hardswish" in str(err.value) and "vitviz.load(module)" in str(err.value)
 
 
