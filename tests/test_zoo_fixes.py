@@ -243,3 +243,15 @@ def test_bare_state_dict_refusal_says_what_it_looks_like_and_the_route(tmp_path:
         vitviz.load(str(tmp_path / "model.pth"), device="cpu")
     text = str(err.value)
     assert "bare state dict" in text and looks in text and "vitviz.load(model)" in text
+
+
+def test_convit_is_refused_live_naming_its_gated_attention() -> None:
+    """ConViT handed over live: each gated (GPSA) layer was recorded as two layers (its content softmax, gated, and
+    its positional softmax), and a run then disagreed with the probe on the count ('3 attention maps; 4 expected',
+    naming no route). Its weights are a gated mix of two softmaxes, which vitviz does not show as one: refused,
+    naming the module kind, before any map is shown."""
+    torch.manual_seed(0)
+    model = timm.create_model("convit_tiny", pretrained=False, img_size=64, embed_dim=64, depth=2, num_heads=4,
+                              num_classes=5).eval()
+    with pytest.raises(VitvizError, match="ConVit holds GPSA modules, ConViT's gated positional self-attention"):
+        vitviz.load(model, device="cpu")

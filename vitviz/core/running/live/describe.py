@@ -394,9 +394,12 @@ class Description:
 
 
 # Attention modules whose maps the live path records but does not yet show as the model computes them (the zoo
-# sweep, scripts/trial_zoo.py, found none of VOLO's layers equal to its own softmax): refused rather than shown.
+# sweep, scripts/trial_zoo.py, found none of VOLO's layers equal to its own softmax; ConViT's gated layers were
+# recorded as two layers each, and a run disagreed with the probe on which): refused rather than shown.
 UNPROVEN_ATTENTION = {"OutlookAttention": "VOLO's outlook attention (each position attends over a k x k "
-                                          "neighbourhood folded into channels)"}
+                                          "neighbourhood folded into channels)",
+                      "GPSA": "ConViT's gated positional self-attention (each head's weights mix a content softmax "
+                              "and a positional softmax by a learned gate, then are renormalised)"}
 
 
 def _refuse_unproven(module: nn.Module, source: str) -> None:
