@@ -89,7 +89,7 @@ HF_TASKS = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "VISUAL_QUESTION_ANSWERING", 
 
 # Per-type config values the generic shrinking cannot know (a field that must equal another, a minimum size).
 HF_OVERRIDES: dict[str, dict[str, Any]] = {
-    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [1, 2, 3, 4]},   # one neck input per hidden state
+    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [0, 1, 2, 3]},   # one neck input per layer (0-based)
     # Perception LM: a timm Perception Encoder tower through TimmWrapper (its default names resnet50, no arguments)
     "perception_lm": {"vision_config.architecture": "vit_pe_core_large_patch14_336",
                       "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
@@ -476,7 +476,24 @@ def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
                 ways.append((name, lambda x, sub=sub, key=key: sub(**{key: x}) if key else sub(x)))
     if not _required(model.forward) - {"x", "input", "inputs", "images", "pixel_values"}:
         ways.append(("positional", lambda x: model(x)))
+    naflex = next((fn for fn in (getattr(model, "get_image_features", None), model.forward)
+                   if fn is not None and "spatial_shapes" in _params(fn)), None)
+    if naflex is not None:
+        ways.append(("processor patches (NaFlex)", lambda x: naflex(**_naflex_inputs(model, x))))
     return ways
+
+
+def _naflex_inputs(model: Any, x: Any) -> dict[str, Any]:
+    """A SigLIP 2 (NaFlex) model's inputs for one image as its processor makes them: the image cut into patches by
+    transformers' own `convert_image_to_patches` (no padding: every patch attended), their grid, an all-ones mask."""
+    import torch
+    from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+    cfg = getattr(model.config, "vision_config", None) or model.config
+    p = cfg.patch_size
+    patches = convert_image_to_patches(x[0], p)[None]
+    return {"pixel_values": patches, "pixel_attention_mask": torch.ones(1, patches.shape[1], dtype=torch.int32),
+            "spatial_shapes": torch.tensor([[x.shape[-2] // p, x.shape[-1] // p]])}
 
 
 def _params(fn: Any) -> set[str]:
@@ -755,7 +772,12 @@ def run_timm(arch: str, work: Path) -> dict[str, Any]:
     folder = work / arch
     folder.mkdir(parents=True)
     args = {k: v for k, v in kw.items() if k != "num_classes"}
-    hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    try:
+        hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    except RuntimeError as e:     # tensors shared between modules (CoaT's cpe): safetensors refuses them
+        if "share memory" not in str(e):
+            raise
+        hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=False)
     bare = work / f"{arch}.pth"
     torch.save(model.state_dict(), bare)
     routes = {"hub": run_route(lambda: vitviz.load(str(folder), device="cpu"), pristine, [arch]),

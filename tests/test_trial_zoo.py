@@ -18,7 +18,7 @@ import torch
 
 from vitviz.errors import CompositeModelError, VitvizError
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
 _ENV_BEFORE = {k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE",
                            "TRANSFORMERS_VERBOSITY") if k in os.environ}
@@ -128,6 +128,42 @@ def test_cait_live_is_exact_and_another_cait_is_wrong() -> None:
     assert got["verdict"] == "exact" and got["matched"] == 4
     _, other = cait(7)
     assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), other, names)["verdict"] == "wrong"
+
+
+def test_backbone_outputs_stay_distinct_when_shrunk() -> None:
+    """A ViT backbone's 4 outputs (DPT, Depth Anything) all became 'stage2' at 2 layers (transformers refuses
+    duplicates, so 30 detection, depth and segmentation types were never built): its k outputs are its last k
+    layers; a staged backbone (Swin, ResNet) keeps its stages and its outputs as they were."""
+    plain = {"num_hidden_layers": 24, "out_features": ["stage6", "stage12", "stage18", "stage24"],
+             "out_indices": [6, 12, 18, 24], "stage_names": ["stem"] + [f"stage{i}" for i in range(1, 25)]}
+    got = zoo.shrink(plain)
+    assert got["num_hidden_layers"] == 4 and got["out_features"] == ["stage1", "stage2", "stage3", "stage4"]
+    assert got["out_indices"] == [1, 2, 3, 4] and got["stage_names"] == ["stem", "stage1", "stage2", "stage3", "stage4"]
+    staged = {"depths": [2, 2, 6, 2], "num_layers": 4, "pretrained_window_sizes": [0, 0, 0, 0],
+              "out_features": ["stage4"], "out_indices": [4]}
+    got = zoo.shrink(staged)
+    assert got["depths"] == [1, 1, 1, 1] and got["num_layers"] == 4 and got["pretrained_window_sizes"] == [0] * 4
+    assert got["out_features"] == ["stage4"] and got["out_indices"] == [4]
+    per_layer = {"num_hidden_layers": 6, "per_layer_config": {1: {"head_dim": 8}, 5: {"head_dim": 8}}}
+    assert zoo.shrink(per_layer)["per_layer_config"] == {1: {"head_dim": 8}}
+
+
+def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
+    """SigLIP 2 (NaFlex) takes patches, a mask and their grid, not an image: the harness called it on the image
+    and left it unchecked. It cuts the image with transformers' own convert_image_to_patches, and vitviz's maps
+    match the ones the original computes on them."""
+    import vitviz
+
+    cfg = transformers.Siglip2VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, patch_size=8, num_patches=16)
+    torch.manual_seed(0)
+    model = zoo.perturb(transformers.Siglip2VisionModel(cfg))
+    zoo._eager(model)
+    x = torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(2))
+    ref = zoo.reference_maps(model, x)
+    assert len(ref) == 2 and ref[0][0].shape == (1, 4, 24, 24)       # two layers over 4 x 6 patches
+    names = ["Siglip2VisionModel", "siglip2_vision_model"]
+    assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), model, names)["verdict"] == "exact"
 
 
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:

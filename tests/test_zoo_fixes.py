@@ -255,3 +255,18 @@ def test_convit_is_refused_live_naming_its_gated_attention() -> None:
                               num_classes=5).eval()
     with pytest.raises(VitvizError, match="ConVit holds GPSA modules, ConViT's gated positional self-attention"):
         vitviz.load(model, device="cpu")
+
+
+def test_bare_state_dict_with_batchnorm_stem_is_refused_not_a_bug(tmp_path: Path) -> None:
+    """timm's vit_base_mci_224 (a ViT behind a BatchNorm conv stem): the stem's num_batches_tracked counters are
+    0-d tensors, and the structural reader indexed their last dimension: 'could not be loaded (unexpected
+    IndexError) ... please report' by file and a route-less refusal live. Now its layout is refused with what it
+    recognised and the route; live names grid= / image_size= for vitviz.load(model)."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_base_mci_224", pretrained=False, img_size=64, depth=1, num_classes=5).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings(), pytest.raises(UnknownLayoutError, match="no role for patch_embed.backbone"):
+        warnings.simplefilter("ignore")
+        vitviz.load(str(tmp_path / "model.pth"), device="cpu")
+    with pytest.raises(VitvizError, match=r"pass grid=\(H, W\) or image_size=N to vitviz.load\(model\)"):
+        vitviz.load(model, device="cpu")
