@@ -95,6 +95,10 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
                       "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
                                                    "global_pool": ""}},
     "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]]},
+    # FastVLM: timm's FastViT-HD through TimmWrapper (its features: the last stage's width, doubled)
+    "fast_vlm": {"vision_config.model_args": {"inference_mode": True, "layers": [1, 1, 1, 1, 1],
+                                              "embed_dims": [16, 16, 32, 32, 32]}, "vision_config.hidden_size": 64},
+    "janus": {"vq_config.base_channels": 32, "vq_config.latent_channels": 32, "vq_config.image_token_embed_dim": 32},
     "hunyuan_vl": {"text_config.head_dim": 8},
     "gemma4": {"text_config.hidden_size_per_layer_input": 8},      # per-layer token embeddings: 262144 x 256 each
     "deepseek_ocr2": {"text_config.mlp_layer_types": ["dense", "dense"]},
