@@ -17,7 +17,11 @@ every module of timm that holds a transformer, built with tiny keyword arguments
 Routes. by file: `vitviz.load(folder)` (timm: the hub folder and the bare state dict); live: `vitviz.load(model)`.
 Each route is run on a small image, and vitviz's per-layer attention is compared with the attention the original
 computes on the very input vitviz fed its copy (`result.input`): every softmax and scaled_dot_product_attention
-of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: independent of vitviz).
+of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: independent of vitviz), with the
+weights its code then multiplies the values with (CaiT's talking heads change the softmax's output first; vitviz
+shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
+one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
+SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`).
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
