@@ -17,7 +17,11 @@ every module of timm that holds a transformer, built with tiny keyword arguments
 Routes. by file: `vitviz.load(folder)` (timm: the hub folder and the bare state dict); live: `vitviz.load(model)`.
 Each route is run on a small image, and vitviz's per-layer attention is compared with the attention the original
 computes on the very input vitviz fed its copy (`result.input`): every softmax and scaled_dot_product_attention
-of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: independent of vitviz).
+of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: independent of vitviz), with the
+weights its code then multiplies the values with (CaiT's talking heads change the softmax's output first; vitviz
+shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
+one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
+SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`).
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
@@ -40,6 +44,7 @@ import contextlib
 import copy
 import faulthandler
 import fcntl
+import importlib
 import inspect
 import json
 import math
@@ -88,7 +93,23 @@ HF_TASKS = ("IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM", "VISUAL_QUESTION_ANSWERING", 
 
 # Per-type config values the generic shrinking cannot know (a field that must equal another, a minimum size).
 HF_OVERRIDES: dict[str, dict[str, Any]] = {
-    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [1, 2, 3, 4]},   # one neck input per hidden state
+    "dpt": {"num_hidden_layers": 4, "backbone_out_indices": [0, 1, 2, 3]},   # one neck input per layer (0-based)
+    # Perception LM: a timm Perception Encoder tower through TimmWrapper (its default names resnet50, no arguments)
+    "perception_lm": {"vision_config.architecture": "vit_pe_core_large_patch14_336",
+                      "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
+                                                   "global_pool": ""}},
+    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]]},
+    # FastVLM: timm's FastViT-HD through TimmWrapper (its features: the last stage's width, doubled)
+    "fast_vlm": {"vision_config.model_args": {"inference_mode": True, "layers": [1, 1, 1, 1, 1],
+                                              "embed_dims": [16, 16, 32, 32, 32]}, "vision_config.hidden_size": 64},
+    "janus": {"vq_config.base_channels": 32, "vq_config.latent_channels": 32, "vq_config.image_token_embed_dim": 32},
+    "hunyuan_vl": {"text_config.head_dim": 8},
+    "gemma4": {"text_config.hidden_size_per_layer_input": 8},      # per-layer token embeddings: 262144 x 256 each
+    "deepseek_ocr2": {"text_config.mlp_layer_types": ["dense", "dense"]},
+    "molmo2": {"adapter_config.vision_feature_layer": [-1, -2]},
+    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
+                   "audio_config.adapter_out_dim": 32},
+    "sapiens2": {"head_config.upsample_out_channels": [16], "head_config.conv_out_channels": [16]},
 }
 
 # timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
@@ -152,7 +173,10 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
     layers, `HEADS` heads (per-stage lists shrunk element-wise), image sizes of a 4x4 patch grid."""
     out = dict(d)
     patch = out.get("patch_size")
-    depth = next((d[k] for k in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(k), int)), 0)
+    stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
+    # (a staged model's num_layers counts its stages, which are not shrunk: its per-stage lists stay)
+    depth = 0 if stages else next((d[k] for k in ("num_hidden_layers", "num_layers", "depth")
+                                   if isinstance(d.get(k), int)), 0)
     for key, v in d.items():      # what is per layer, or names a layer, follows the layers' shrinking
         if depth > LAYERS and isinstance(v, list) and len(v) == depth and key != "depths":
             out[key] = v[:LAYERS]
@@ -166,11 +190,13 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         elif key == "out_features" and isinstance(v, list):
             out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
     if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
-        out["window_size"] = 4
-    stages = len(d["depths"]) if isinstance(d.get("depths"), (list, tuple)) else 0
+        merge = out.get("spatial_merge_size")
+        # Qwen2.5-VL-style windows are in pixels, of whole merged units: two by two units (4 was none, a modulo by 0)
+        out["window_size"] = 2 * merge * patch if isinstance(merge, int) and isinstance(patch, int) else 4
     side = 4 * patch * 2 ** max(stages - 1, 0) if isinstance(patch, int) else None
     for key, v in d.items():
-        if isinstance(v, dict) and ("model_type" in v or key.endswith("_config")):
+        if isinstance(v, dict) and ("model_type" in v or key.endswith("_config")) and not (
+                v and all(str(i).isdigit() for i in v)):     # (not a per-layer dict: per_layer_config)
             out[key] = shrink(v)
         elif isinstance(v, bool) or v is None:
             continue
@@ -179,7 +205,7 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
                 out[key] = WIDTH
             elif ("intermediate" in key or "ffn" in key or key == "mlp_dim") and v > FFN:
                 out[key] = FFN
-            elif _layer_key(key) and v > LAYERS:
+            elif _layer_key(key) and v > LAYERS and not (stages and key == "num_layers"):
                 out[key] = LAYERS
             elif (key in {"num_attention_heads", "num_heads"} or key.endswith("_attention_heads")) and v > HEADS:
                 out[key] = HEADS
@@ -203,7 +229,33 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
                 out[key] = list(_STAGE_HEADS[:n])
             elif key == "image_size" and n == 2 and side and min(v) > side:
                 out[key] = [side, side]
+    _backbone_outputs(d, out, stages, depth)
     return out
+
+
+def _backbone_outputs(d: dict[str, Any], out: dict[str, Any], stages: int, depth: int) -> None:
+    """A backbone's `out_features` / `out_indices` after the shrinking, distinct (transformers refuses duplicates):
+    a staged backbone keeps its stages (their count is not shrunk), so they stay as they were (as a backbone's
+    whose layers are not shrunk do); a plain one's k
+    outputs become its last k layers, with at least k layers (a DPT-style neck takes one per output)."""
+    feats, idx = d.get("out_features"), d.get("out_indices")
+    k = len(feats) if isinstance(feats, list) else len(idx) if isinstance(idx, list) else 0
+    if not k:
+        return
+    layer_key = next((key for key in ("num_hidden_layers", "num_layers", "depth") if isinstance(d.get(key), int)), "")
+    if stages or not layer_key or depth <= LAYERS:     # (a timm or CNN backbone's 'layer1' ... too)
+        for key in ("out_features", "out_indices", "stage_names"):
+            if key in d:
+                out[key] = d[key]
+        return
+    n = max(LAYERS, k)
+    out[layer_key] = n
+    if isinstance(feats, list):
+        out["out_features"] = [f"stage{i}" for i in range(n - k + 1, n + 1)]
+    if isinstance(idx, list):
+        out["out_indices"] = list(range(n - k + 1, n + 1))
+    if isinstance(d.get("stage_names"), list):
+        out["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, n + 1)]
 
 
 def tiny_config(model_type: str) -> Any:
@@ -277,6 +329,31 @@ TIMM_TRIES: tuple[dict[str, Any], ...] = (
     dict(img_size=64),
     dict(),
 )
+# Tiny arguments per architecture where `TIMM_TRIES` builds none (its own argument names, a list per block); '_via':
+# the module's create function, called with the architecture's name, where the registered function fixes the
+# arguments itself (passing them again is "multiple values").
+TIMM_OVERRIDES: dict[str, dict[str, Any]] = {
+    "coat_lite_medium": dict(img_size=64, embed_dims=(64, 64, 64, 64), serial_depths=(1, 1, 1, 1), num_heads=8),
+    "crossvit_18_dagger_408": dict(embed_dim=(32, 64), depth=((1, 1, 0),), num_heads=(2, 2), mlp_ratio=(2, 2, 1)),
+    "davit_base": dict(embed_dims=(16, 32, 64, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
+    "davit_huge_fl": dict(embed_dims=(16, 32, 64, 128), depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8)),
+    "deepseek_vit_412m": dict(img_size=56, embed_dim=64, depth=2, num_heads=4),       # patch 14
+    "fastvit_ma36": dict(layers=(1, 1, 1, 1), embed_dims=(16, 32, 64, 128)),
+    "gcvit_base": dict(_via="gcvit._create_gcvit", depths=(1, 1, 1, 1), num_heads=(1, 2, 4, 8), embed_dim=16),
+    "hiera_base_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
+    "hiera_large_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
+    "hieradet_small": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1), global_att_blocks=()),
+    "nest_base": dict(_via="nest._create_nest", embed_dims=(32, 64, 128), num_heads=(1, 2, 4), depths=(1, 1, 1),
+                      img_size=64, patch_size=4),
+    "pit_b_224": dict(img_size=64, patch_size=16, stride=8, base_dims=(16, 16, 16), depth=(1, 1, 1), heads=(2, 4, 8)),
+    "tnt_b_patch16_224": dict(img_size=64, embed_dim=64, inner_dim=16, depth=2, num_heads_outer=4,
+                              num_heads_inner=2),
+    "vit_5b_patch16_sapiens2": dict(img_size=64, embed_dim=64, depth=2, num_heads=4, num_kv_heads=(4, 4)),
+    "vit_large_patch16_sapiens2": dict(img_size=64, embed_dim=64, depth=2, num_heads=4, num_kv_heads=(4, 4)),
+    "vit_base_mci_224": dict(img_size=64, depth=1),            # its conv stem fixes the width (768)
+    "vitamin_base_224": dict(img_size=64, depth=1),            # its conv stages fix the width
+    "vitamin_large_256": dict(img_size=64, depth=1),
+}
 TIMM_MAX_PARAMS = 30_000_000
 HF_MAX_PARAMS = 60_000_000     # a model the generic shrinking left large (a sub-config it does not know)
 
@@ -289,11 +366,18 @@ def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
     errors = []
     patch = re.search(r"patch(\d+)", arch)
     side = 4 * int(patch.group(1)) if patch else 64     # a whole number of patches (timm's size check is strict)
-    for kw in TIMM_TRIES:
-        kw = {**kw, "img_size": side} if "img_size" in kw else kw
+    tries = [dict(TIMM_OVERRIDES[arch])] if arch in TIMM_OVERRIDES else [
+        {**kw, "img_size": side} if "img_size" in kw else kw for kw in TIMM_TRIES]
+    for kw in tries:
+        via = kw.pop("_via", "")
         try:
             torch.manual_seed(0)
-            model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
+            if via:
+                module, fn = via.split(".")
+                create = getattr(importlib.import_module(f"timm.models.{module}"), fn)
+                model = create(arch, pretrained=False, num_classes=5, **kw)
+            else:
+                model = timm.create_model(arch, pretrained=False, num_classes=5, **kw)
             if sum(p.numel() for p in model.parameters()) > TIMM_MAX_PARAMS:
                 raise ValueError("too large at these arguments")
             with torch.no_grad():
@@ -318,10 +402,16 @@ def _timm_size(model: Any) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------ the reference
 class Recorder:
     """Every attention probability map the original computes in a forward: the output of each softmax over the
-    last dim of a >= 3-d tensor, and the probabilities of each scaled_dot_product_attention (written out)."""
+    last dim of a >= 3-d tensor, and the probabilities of each scaled_dot_product_attention (written out).
+
+    `applied[i]`: the weights the original multiplies the values with after map i, read from its own code path --
+    the left operand of the first matrix product after that softmax whose left operand has the map's shape (None
+    when there is none). It differs from the map where the module changes the softmax's output before applying it
+    (CaiT's talking heads: proj_w mixes the heads' probabilities); an SDPA map is applied as it is."""
 
     def __init__(self) -> None:
         self.maps: list[Any] = []
+        self.applied: list[Any] = []
 
     def __enter__(self) -> "Recorder":
         import torch
@@ -331,6 +421,8 @@ class Recorder:
         rec = self
         softmaxes = {torch.softmax, torch.Tensor.softmax, F.softmax, torch.nn.functional.softmax}
         sdpa = {F.scaled_dot_product_attention}
+        products = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm}
+        waiting: list[tuple[int, tuple[int, ...]]] = []      # the last softmax map still awaiting its product
 
         class Mode(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
@@ -340,8 +432,16 @@ class Recorder:
                     dim = kwargs.get("dim", args[1] if len(args) > 1 else -1)
                     if dim in (-1, out.ndim - 1):
                         rec.maps.append(out.detach().float().clone())
+                        rec.applied.append(None)
+                        waiting[:] = [(len(rec.maps) - 1, tuple(out.shape))]
                 elif func in sdpa:
                     rec.maps.append(_sdpa_probs(*args, **kwargs))
+                    rec.applied.append(rec.maps[-1])
+                    waiting.clear()
+                elif func in products and waiting and args and isinstance(args[0], torch.Tensor) \
+                        and tuple(args[0].shape) == waiting[0][1]:
+                    rec.applied[waiting[0][0]] = args[0].detach().float().clone()
+                    waiting.clear()
                 return out
 
         self._mode = Mode()
@@ -384,7 +484,24 @@ def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
                 ways.append((name, lambda x, sub=sub, key=key: sub(**{key: x}) if key else sub(x)))
     if not _required(model.forward) - {"x", "input", "inputs", "images", "pixel_values"}:
         ways.append(("positional", lambda x: model(x)))
+    naflex = next((fn for fn in (getattr(model, "get_image_features", None), model.forward)
+                   if fn is not None and "spatial_shapes" in _params(fn)), None)
+    if naflex is not None:
+        ways.append(("processor patches (NaFlex)", lambda x: naflex(**_naflex_inputs(model, x))))
     return ways
+
+
+def _naflex_inputs(model: Any, x: Any) -> dict[str, Any]:
+    """A SigLIP 2 (NaFlex) model's inputs for one image as its processor makes them: the image cut into patches by
+    transformers' own `convert_image_to_patches` (no padding: every patch attended), their grid, an all-ones mask."""
+    import torch
+    from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+    cfg = getattr(model.config, "vision_config", None) or model.config
+    p = cfg.patch_size
+    patches = convert_image_to_patches(x[0], p)[None]
+    return {"pixel_values": patches, "pixel_attention_mask": torch.ones(1, patches.shape[1], dtype=torch.int32),
+            "spatial_shapes": torch.tensor([[x.shape[-2] // p, x.shape[-1] // p]])}
 
 
 def _params(fn: Any) -> set[str]:
@@ -405,7 +522,7 @@ def _required(fn: Any) -> set[str]:
 
 def reference_maps(model: Any, x: Any) -> list[Any]:
     """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
-    `image_forwards` that runs."""
+    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs."""
     import torch
 
     errors = []
@@ -413,7 +530,7 @@ def reference_maps(model: Any, x: Any) -> list[Any]:
         try:
             with torch.no_grad(), Recorder() as rec:
                 run(x)
-            return rec.maps
+            return list(zip(rec.maps, rec.applied))
         except Exception as e:  # noqa: BLE001 - the next way
             errors.append(f"{name}: {type(e).__name__}: {str(e)[:150]}")
     raise RuntimeError("; ".join(errors) or f"no forward of {type(model).__name__} takes pixel_values alone")
@@ -428,26 +545,72 @@ def vitviz_maps(result: Any) -> list[Any]:
     return [a for a in result.attentions]
 
 
+def _joined(m: Any) -> int:
+    """How many all-zero rows a map of vitviz's (H, T, T) has: a model whose tokens join late (CaiT's CLS at its
+    class-attention layers) is shown on one T x T grid, a self-attention layer in the lower right (the joining
+    tokens' rows zero) and a class-attention layer's rows on top (the other rows zero). A softmax row is never zero."""
+    import numpy as np
+
+    if m.ndim != 3 or m.shape[-1] != m.shape[-2]:
+        return 0
+    return int((np.abs(m).max(axis=(0, 2)) == 0).sum())
+
+
+def _on_grid(m: Any, r: Any) -> Any:
+    """The original's map `r` (1, H, q, k) laid on the T x T grid of vitviz's joined map `m` (H, T, T) the way
+    the original concatenates its tokens ([joining tokens, the rest], CaiT's [CLS, patches]): a self-attention map
+    (q == k < T) in the lower right, a class-attention map (q < k == T) as the top q rows; None if it fits neither."""
+    import numpy as np
+
+    if r.ndim != 4 or r.shape[0] != 1 or r.shape[1] != m.shape[0] or not _joined(m):
+        return None
+    t, (q, k) = m.shape[-1], r.shape[-2:]
+    full = np.zeros(m.shape, np.float32)
+    if q == k < t:
+        full[:, t - k:, t - k:] = r[0]
+    elif q < k == t:
+        full[:, :q, :] = r[0]
+    else:
+        return None
+    return full
+
+
 def compare(mine: list[Any], ref: list[Any]) -> dict[str, Any]:
     """Each of vitviz's maps matched, in order, to the original's first later map of as many values within `ATOL`.
+
+    `ref`: the original's maps, each a tensor or a (softmax map, applied weights or None) pair (`Recorder`): a
+    shown map matches either (vitviz shows the weights applied to the values where the module changes its softmax's
+    output before them, and says so). A map of vitviz's with all-zero rows (tokens that join late, `_joined`) is
+    compared with the original's maps laid on its grid (`_on_grid`), its zero rows included.
 
     Returns {'matched', 'shown', 'left_out' (the original's maps of a shown shape not matched), 'worst' (the largest
     difference to a same-sized map where a layer matched none; None when no map had its size)}."""
     import numpy as np
 
-    refs = [r.numpy() for r in ref]
+    pairs = [r if isinstance(r, tuple) else (r, None) for r in ref]
+    refs = [[c.numpy() for c in pair if c is not None] for pair in pairs]
+
+    def laid(m: Any, c: Any) -> Any:
+        if c.size == m.size:
+            return c.reshape(m.shape)
+        return _on_grid(m, c) if m.ndim == 3 else None
+
     pos, matched, worst, used = 0, 0, 0.0, set()
     no_size = False
+    mine = [np.asarray(m, dtype=np.float32) for m in mine]
     for m in mine:
-        m = np.asarray(m, dtype=np.float32)
         best, hit = math.inf, None
         for j in range(pos, len(refs)):
-            if refs[j].size != m.size:
-                continue
-            d = float(np.abs(refs[j].reshape(m.shape) - m).max())
-            best = min(best, d)
-            if d < ATOL:
-                hit = j
+            for c in refs[j]:
+                c = laid(m, c)
+                if c is None:
+                    continue
+                d = float(np.abs(c - m).max())
+                best = min(best, d)
+                if d < ATOL:
+                    hit = j
+                    break
+            if hit is not None:
                 break
         if hit is None:
             no_size |= best == math.inf
@@ -455,8 +618,7 @@ def compare(mine: list[Any], ref: list[Any]) -> dict[str, Any]:
             continue
         matched, pos = matched + 1, hit + 1
         used.add(hit)
-    sizes = {np.asarray(m).size for m in mine}
-    left_out = sum(1 for j, r in enumerate(refs) if r.size in sizes and j not in used)
+    left_out = sum(1 for j, r in enumerate(refs) if j not in used and any(laid(m, r[0]) is not None for m in mine))
     return {"matched": matched, "shown": len(mine), "left_out": left_out, "ref_maps": len(refs),
             "worst": None if no_size and worst == math.inf else worst}
 
@@ -618,7 +780,12 @@ def run_timm(arch: str, work: Path) -> dict[str, Any]:
     folder = work / arch
     folder.mkdir(parents=True)
     args = {k: v for k, v in kw.items() if k != "num_classes"}
-    hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    try:
+        hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=True)
+    except RuntimeError as e:     # tensors shared between modules (CoaT's cpe): safetensors refuses them
+        if "share memory" not in str(e):
+            raise
+        hub.save_for_hf(model, str(folder), model_args=args, safe_serialization=False)
     bare = work / f"{arch}.pth"
     torch.save(model.state_dict(), bare)
     routes = {"hub": run_route(lambda: vitviz.load(str(folder), device="cpu"), pristine, [arch]),

@@ -1,7 +1,8 @@
 """timm CaiT (issue 31) run live by timm's own code, exact against timm's own tensors: the self-attention layers'
 weights as talking heads apply them to the values (after proj_w mixes the heads' probabilities, said), and the
-class-attention layers' CLS row over [CLS, patches] on the same T x T grid (the CLS token joins there; said). The
-file is refused by name with the route, and the route (--code) opens it."""
+class-attention layers' CLS row over [CLS, patches] on the same T x T grid (the CLS token joins there; said). A
+bare file is refused by name with the route, and the route (--code) opens it; a timm hub folder opens by timm's own
+code, built from its config.json."""
 from __future__ import annotations
 
 import warnings
@@ -139,3 +140,22 @@ def test_cait_file_opens_with_its_code(tmp_path) -> None:
     r = vm.run(x)
     np.testing.assert_allclose(r.attentions, on_grid(maps, 0), atol=ATOL)
     np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+
+
+def test_cait_hub_folder_opens_by_timm_code(tmp_path) -> None:
+    """A timm hub folder of CaiT (config.json naming the architecture and its model_args): vitviz does not convert
+    its layout, so timm's own code is built from the folder's config, given the file's tensors strictly, and run
+    live -- the weights timm applies and its logits, exactly. A folder whose tensors do not fit stays refused."""
+    model = cait()
+    timm.models._hub.save_for_hf(model, str(tmp_path / "hub"), model_args=ARGS, safe_serialization=True)
+    vm = load_quietly(tmp_path / "hub")
+    assert "by its code" in vm.spec.source_of("path") and "cait_xxs24_224" in vm.spec.source_of("identity")
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    out, maps = timm_weights(model, x)
+    r = vm.run(x)
+    np.testing.assert_allclose(r.attentions, on_grid(maps, 0), atol=ATOL)
+    np.testing.assert_allclose(r.logits, out[0].numpy(), atol=ATOL)
+    other = dict(ARGS, embed_dim=32)      # a config that does not fit the file's tensors: refused by name
+    timm.models._hub.save_for_hf(model, str(tmp_path / "bad"), model_args=other, safe_serialization=True)
+    with pytest.raises(UnknownLayoutError, match="cait_xxs24_224"):
+        vitviz.load(tmp_path / "bad", device="cpu")

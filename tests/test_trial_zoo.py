@@ -18,7 +18,7 @@ import torch
 
 from vitviz.errors import CompositeModelError, VitvizError
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
 _ENV_BEFORE = {k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE",
                            "TRANSFORMERS_VERBOSITY") if k in os.environ}
@@ -68,6 +68,102 @@ def test_recorder_sees_softmax_and_sdpa() -> None:
         torch.softmax(torch.randn(3, 4), dim=0)              # not over the last dim of a >= 3-d tensor: ignored
     assert len(rec.maps) == 2
     torch.testing.assert_close(rec.maps[1], ((q @ k.transpose(-2, -1)) * 8 ** -0.5).softmax(-1))
+
+
+def test_recorder_reads_the_weights_applied_to_the_values() -> None:
+    """Talking heads change the softmax's output before it weights the values: the recorder reads what the original
+    multiplies the values with (the left operand of that product), and a shown map equal to it matches."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, mix = (torch.randn(1, 2, 4, 8, generator=g), torch.randn(1, 2, 4, 8, generator=g),
+                    torch.randn(1, 2, 4, 8, generator=g), torch.randn(2, 2, generator=g))
+    with zoo.Recorder() as rec:
+        p = (q @ k.transpose(-2, -1)).softmax(-1)
+        w = torch.einsum("bhqk,gh->bgqk", p, mix)            # heads mixed after the softmax (talking heads)
+        w @ v
+    assert len(rec.maps) == 1
+    torch.testing.assert_close(rec.applied[0], w)
+    ref = list(zip(rec.maps, rec.applied))
+    assert zoo.classify(zoo.compare([w[0].numpy()], ref), []) == "exact"
+    assert zoo.classify(zoo.compare([p[0].numpy()], ref), []) == "exact"      # the softmax itself: also the model's
+    assert zoo.classify(zoo.compare([(w[0] + 1e-2).numpy()], ref), []) == "wrong"
+
+
+def test_joined_tokens_are_compared_on_their_grid() -> None:
+    """CaiT's CLS joins at its class-attention layers: vitviz lays a self-attention map (N, N) in the lower right of
+    the (N + 1) x (N + 1) grid and a class-attention row (1, N + 1) on top; the harness lays the original's maps the
+    same way and compares every value, the zero rows included."""
+    g = torch.Generator().manual_seed(1)
+    self_attn = torch.rand(1, 2, 4, 4, generator=g).softmax(-1)
+    cls_attn = torch.rand(1, 2, 1, 5, generator=g).softmax(-1)
+    a, b = np.zeros((2, 5, 5), np.float32), np.zeros((2, 5, 5), np.float32)
+    a[:, 1:, 1:], b[:, :1, :] = self_attn[0].numpy(), cls_attn[0].numpy()
+    assert zoo.classify(zoo.compare([a, b], [self_attn, cls_attn]), []) == "exact"
+    c = zoo.compare([a], [self_attn, cls_attn])                 # the class-attention layer not shown: left out
+    assert c["left_out"] == 1 and zoo.classify(c, []) == "wrong"
+    shifted = np.zeros_like(a)
+    shifted[:, :4, :4] = self_attn[0].numpy()                  # the joining token placed last, not first
+    assert zoo.classify(zoo.compare([shifted, b], [self_attn, cls_attn]), []) == "wrong"
+    plain = [torch.rand(1, 2, 5, 5, generator=g).softmax(-1), torch.rand(1, 2, 1, 5, generator=g).softmax(-1)]
+    # a ViT's own maps have no zero rows: a pooling query's map beside them is not counted as left out
+    assert zoo.classify(zoo.compare([plain[0][0].numpy()], plain), []) == "exact"
+
+
+def test_cait_live_is_exact_and_another_cait_is_wrong() -> None:
+    """timm CaiT handed over live: the talking-heads weights and class-attention rows vitviz shows equal what
+    timm's own code applies to the values; a CaiT of other weights as the reference is wrong."""
+    timm = pytest.importorskip("timm")
+    import vitviz
+
+    def cait(seed: int):
+        torch.manual_seed(seed)
+        m = zoo.perturb(timm.create_model("cait_xxs24_224", pretrained=False, img_size=32, patch_size=8, embed_dim=48,
+                                          depth=2, num_heads=4, depth_token_only=2, num_classes=5), seed=seed)
+        ref = zoo.copy.deepcopy(m)
+        zoo._eager(ref)
+        return m, ref
+
+    model, ref = cait(0)
+    names = ["Cait", "cait_xxs24_224"]
+    got = zoo.run_route(lambda: vitviz.load(model, device="cpu"), ref, names)
+    assert got["verdict"] == "exact" and got["matched"] == 4
+    _, other = cait(7)
+    assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), other, names)["verdict"] == "wrong"
+
+
+def test_backbone_outputs_stay_distinct_when_shrunk() -> None:
+    """A ViT backbone's 4 outputs (DPT, Depth Anything) all became 'stage2' at 2 layers (transformers refuses
+    duplicates, so 30 detection, depth and segmentation types were never built): its k outputs are its last k
+    layers; a staged backbone (Swin, ResNet) keeps its stages and its outputs as they were."""
+    plain = {"num_hidden_layers": 24, "out_features": ["stage6", "stage12", "stage18", "stage24"],
+             "out_indices": [6, 12, 18, 24], "stage_names": ["stem"] + [f"stage{i}" for i in range(1, 25)]}
+    got = zoo.shrink(plain)
+    assert got["num_hidden_layers"] == 4 and got["out_features"] == ["stage1", "stage2", "stage3", "stage4"]
+    assert got["out_indices"] == [1, 2, 3, 4] and got["stage_names"] == ["stem", "stage1", "stage2", "stage3", "stage4"]
+    staged = {"depths": [2, 2, 6, 2], "num_layers": 4, "pretrained_window_sizes": [0, 0, 0, 0],
+              "out_features": ["stage4"], "out_indices": [4]}
+    got = zoo.shrink(staged)
+    assert got["depths"] == [1, 1, 1, 1] and got["num_layers"] == 4 and got["pretrained_window_sizes"] == [0] * 4
+    assert got["out_features"] == ["stage4"] and got["out_indices"] == [4]
+    per_layer = {"num_hidden_layers": 6, "per_layer_config": {1: {"head_dim": 8}, 5: {"head_dim": 8}}}
+    assert zoo.shrink(per_layer)["per_layer_config"] == {1: {"head_dim": 8}}
+
+
+def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
+    """SigLIP 2 (NaFlex) takes patches, a mask and their grid, not an image: the harness called it on the image
+    and left it unchecked. It cuts the image with transformers' own convert_image_to_patches, and vitviz's maps
+    match the ones the original computes on them."""
+    import vitviz
+
+    cfg = transformers.Siglip2VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, patch_size=8, num_patches=16)
+    torch.manual_seed(0)
+    model = zoo.perturb(transformers.Siglip2VisionModel(cfg))
+    zoo._eager(model)
+    x = torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(2))
+    ref = zoo.reference_maps(model, x)
+    assert len(ref) == 2 and ref[0][0].shape == (1, 4, 24, 24)       # two layers over 4 x 6 patches
+    names = ["Siglip2VisionModel", "siglip2_vision_model"]
+    assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), model, names)["verdict"] == "exact"
 
 
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:

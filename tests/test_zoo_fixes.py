@@ -137,10 +137,12 @@ def test_config_field_refusal_names_the_model_type(tmp_path: Path) -> None:
 
     from vitviz.errors import MetadataError
 
-    (tmp_path / "config.json").write_text('{"model_type": "slanet", "hidden_act": "hardswish"}')
-    save_file({"backbone.conv.weight": torch.randn(8, 3, 3, 3)}, str(tmp_path / "model.safetensors"))
+    folder = tmp_path / "slanet"      # a folder of the model's name (as the sweep saves it) names nothing
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "slanet", "hidden_act": "hardswish"}')
+    save_file({"backbone.conv.weight": torch.randn(8, 3, 3, 3)}, str(folder / "model.safetensors"))
     with pytest.raises(MetadataError) as err:
-        vitviz.load(str(tmp_path), device="cpu")
+        vitviz.load(str(folder), device="cpu")
     assert "'slanet'" in str(err.value) and "hardswish" in str(err.value) and "vitviz.load(module)" in str(err.value)
 
 
@@ -199,3 +201,72 @@ def test_bare_relative_position_state_dict_reads_heads_from_its_bias(tmp_path: P
         warnings.simplefilter("ignore")
         vm = vitviz.load(str(tmp_path / "model.pth"), device="cpu", image_size=64)
     assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads").startswith("shape:")
+
+
+def test_bare_rope_mixed_state_dict_reads_heads_from_its_frequencies(tmp_path: Path) -> None:
+    """A bare timm RoPE-Mixed state dict: rope.freqs is (2, depth, heads, head_dim / 2), but the head count was
+    guessed from the width (1) and then contradicted the frequencies: refused with no route. Now read from them,
+    and the attention is timm's own."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_base_patch16_rope_mixed_ape_224", pretrained=False, img_size=64, embed_dim=64,
+                              depth=2, num_heads=4, num_classes=5).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(str(tmp_path / "model.pth"), device="cpu", image_size=64)
+    assert vm.spec.num_heads == 4 and vm.spec.source_of("num_heads").startswith("shape: rope.freqs")
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    seen: list[torch.Tensor] = []
+    for blk in model.blocks:
+        blk.attn.fused_attn = False
+        blk.attn.attn_drop.register_forward_pre_hook(lambda _m, a: seen.append(a[0].detach()))
+    with torch.no_grad():
+        model(x)
+    got = vm.run(x).attentions
+    assert len(got) == len(seen) == 2
+    for mine, ref in zip(got, seen):
+        torch.testing.assert_close(torch.as_tensor(mine), ref[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch, looks", [("swinv2_cr_tiny_224", "SwinV2-CR"), ("vit_small_r26_s32_224", "hybrid ViT"),
+                                         ("volo_d1_224", "VOLO")])
+def test_bare_state_dict_refusal_says_what_it_looks_like_and_the_route(tmp_path: Path, arch: str, looks: str) -> None:
+    """A bare timm state dict vitviz does not convert was refused with the layout's complaint alone ('no transformer
+    blocks (blocks.N.*) found'): nothing named what it could be or what to do. Now its keys name the family and
+    the route (its own code, vitviz.load(model); VOLO: that no route shows it yet)."""
+    torch.manual_seed(0)
+    kw = {"embed_dim": 32, "depths": (1, 1, 1, 1), "num_heads": (1, 2, 2, 2)} if "swin" in arch else {}
+    model = timm.create_model(arch, pretrained=False, num_classes=5, **kw).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings(), pytest.raises((UnknownLayoutError, InconsistentCheckpointError)) as err:
+        warnings.simplefilter("ignore")
+        vitviz.load(str(tmp_path / "model.pth"), device="cpu")
+    text = str(err.value)
+    assert "bare state dict" in text and looks in text and "vitviz.load(model)" in text
+
+
+def test_convit_is_refused_live_naming_its_gated_attention() -> None:
+    """ConViT handed over live: each gated (GPSA) layer was recorded as two layers (its content softmax, gated, and
+    its positional softmax), and a run then disagreed with the probe on the count ('3 attention maps; 4 expected',
+    naming no route). Its weights are a gated mix of two softmaxes, which vitviz does not show as one: refused,
+    naming the module kind, before any map is shown."""
+    torch.manual_seed(0)
+    model = timm.create_model("convit_tiny", pretrained=False, img_size=64, embed_dim=64, depth=2, num_heads=4,
+                              num_classes=5).eval()
+    with pytest.raises(VitvizError, match="ConVit holds GPSA modules, ConViT's gated positional self-attention"):
+        vitviz.load(model, device="cpu")
+
+
+def test_bare_state_dict_with_batchnorm_stem_is_refused_not_a_bug(tmp_path: Path) -> None:
+    """timm's vit_base_mci_224 (a ViT behind a BatchNorm conv stem): the stem's num_batches_tracked counters are
+    0-d tensors, and the structural reader indexed their last dimension: 'could not be loaded (unexpected
+    IndexError) ... please report' by file and a route-less refusal live. Now its layout is refused with what it
+    recognised and the route; live names grid= / image_size= for vitviz.load(model)."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_base_mci_224", pretrained=False, img_size=64, depth=1, num_classes=5).eval()
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    with warnings.catch_warnings(), pytest.raises(UnknownLayoutError, match="no role for patch_embed.backbone"):
+        warnings.simplefilter("ignore")
+        vitviz.load(str(tmp_path / "model.pth"), device="cpu")
+    with pytest.raises(VitvizError, match=r"pass grid=\(H, W\) or image_size=N to vitviz.load\(model\)"):
+        vitviz.load(model, device="cpu")

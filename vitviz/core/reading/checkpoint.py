@@ -127,7 +127,7 @@ def _checked_config(config: Any, where: Path) -> Any:
         return check_config(config, where)
     except MetadataError as e:
         named = config.get("model_type") or config.get("architecture") if isinstance(config, dict) else None
-        if not isinstance(named, str) or not named or named in str(e):
+        if not isinstance(named, str) or not named or repr(named) in str(e):   # (a folder of its name: not named)
             raise
         raise MetadataError(f"{e}. The config names the model {named!r}; to see its attention, {ROUTE}") from e
 

@@ -38,6 +38,10 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "instructblip": ("vision_config", ("vision_model.",)),
     "git": ("vision_config", ("git.image_encoder.",)), "kosmos-2": ("vision_config", ("vision_model.",)),
     "internvl": ("vision_config", _LLAVA),
+    # found by the zoo sweep (scripts/trial_zoo.py): LLaVA-style models of a CLIP / SigLIP / Idefics3 tower
+    "aria": ("vision_config", _LLAVA), "aya_vision": ("vision_config", _LLAVA),
+    "cohere2_vision": ("vision_config", _LLAVA), "llava_next_video": ("vision_config", _LLAVA),
+    "shieldgemma2": ("vision_config", _LLAVA), "video_llava": ("vision_config", ("model.image_tower.", "image_tower.")),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
@@ -76,6 +80,11 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "glm_ocr": ("vision_config", _VISUAL), "glm5_next": ("vision_config", _VISUAL),
     "exaone4_5": ("vision_config", _VISUAL),
     "mistral3": ("vision_config", _LLAVA), "pixtral": ("", ("",)),
+    # found by the zoo sweep: relatives of a Qwen-VL / GLM-4V / Pixtral tower
+    # (not Cosmos 3 Omni, Mistral Large 4: save_pretrained writes their original checkpoints' layouts)
+    "glmga": ("vision_config", _VISUAL),
+    "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
+    "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
@@ -264,7 +273,8 @@ def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
         raise CompositeModelError(
             f"{where}: config.json names {tower.describe()}, but no tensor of the weights is under "
             f"{' or '.join(repr(p) for p in tower.prefixes)} (top-level names: {', '.join(stems) or 'none'}); "
-            "expected the whole model's weights as transformers saves them")
+            "expected the whole model's weights as transformers saves them (a file in another layout, its "
+            f"original checkpoint's: to see its attention, {ROUTE})")
     return best
 
 

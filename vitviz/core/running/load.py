@@ -219,9 +219,50 @@ def _convert_and_build(path: "str | Path | dict[str, Any] | torch.nn.Module", ov
     except (UnknownLayoutError, InconsistentCheckpointError) as e:
         # a file whose config names it: a layout vitviz does not read is refused naming it and the route that works
         named = e if overrides.get("family") else named_refusal(e, raw)
+        by_code = None if isinstance(path, torch.nn.Module) or overrides.get("family") else _timm_by_code(raw,
+                                                                                                       overrides)
+        if by_code is not None:
+            return by_code
         if named is e:
             raise
         raise named from e
+
+
+def _timm_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
+    """A timm hub folder (config.json naming its `architecture`, `model_args`) whose layout vitviz does not
+    convert, run by timm's own code: the architecture built as the folder's config says (`timm.create_model`, no
+    pretrained download), the file's tensors loaded into it strictly, and run live with its attention captured
+    where timm computes it. None when that does not work (not a timm architecture, tensors that do not fit,
+    options of the reference model, a model the live path refuses): the caller's refusal stands."""
+    cfg = raw.config or {}
+    arch = cfg.get("architecture")
+    if not isinstance(arch, str) or not raw.tensors:
+        return None
+    try:
+        import timm
+    except ImportError:
+        return None
+    where = str(raw.path)
+    try:
+        check_route(overrides, LIVE, where, f"timm {arch!r} run {BY_CODE_ROUTE}")
+        if not timm.is_model(arch):
+            return None
+        args = dict(cfg.get("model_args") or {})
+        if isinstance(cfg.get("num_classes"), int):
+            args.setdefault("num_classes", cfg["num_classes"])
+        net = timm.create_model(arch, pretrained=False, **args)   # (its buffers that no file holds: computed)
+        net.load_state_dict(dict(raw.tensors), strict=True)
+        net = net.float().eval()
+        count = len(raw.tensors)
+        how = (f"{BY_CODE_ROUTE}: timm {timm.__version__} {arch!r} built from config.json (model_args) with the "
+               f"file's {count} tensors; timm's code runs, vitviz converts nothing")
+        model = load_live(net, overrides, source=where, how=how)
+    except (VitvizError, RuntimeError, TypeError, ValueError, KeyError, AssertionError):
+        return None
+    raw.tensors = {}
+    named = ("identity", f"named: timm architecture {arch!r} (config.json), run {BY_CODE_ROUTE}")
+    model.spec = replace(model.spec, provenance=(*(kv for kv in model.spec.provenance if kv[0] != "identity"), named))
+    return model
 
 
 def _build_converted(path: Any, raw: Any, overrides: dict[str, Any], stated: dict[str, tuple[Any, str]]) -> VitModel:

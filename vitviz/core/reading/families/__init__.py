@@ -231,10 +231,13 @@ _ROUTE_SAID = re.compile(r"vitviz\.load\(|--code|code=|\blive\b|--[a-z][a-z-]+|\
 
 def named_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
     """`error` (a layout vitviz does not read) said with what the file's config names and the route that works,
-    as an error of the same type; `error` itself when it says both already, or nothing names the file."""
+    as an error of the same type; `error` itself when it says both already. A bare state dict's is said with what
+    its keys look like and the route (`_bare_refusal`)."""
     what, name = what_config_names(raw)
     text = str(error)
-    if not what or (name.lower() in text.lower() and _ROUTE_SAID.search(text)):
+    if not what:    # a bare state dict (a model object's refusal is its live path's to say)
+        return error if str(raw.path).startswith("<") else _bare_refusal(error, raw)
+    if name.lower() in text.lower() and _ROUTE_SAID.search(text):
         return error
     from vitviz.core.reading.towers import ROUTE
 
@@ -243,6 +246,36 @@ def named_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
         "vitviz.load(module), or name a factory that builds it with --code FILE.py:FACTORY --model FILE")
     return type(error)(f"{text.rstrip('.')}. Its config names {what}, which vitviz does not convert exactly to "
                        f"its reference ViT; to see its attention, {route}")
+
+
+# What a bare state dict's keys say it could be, where its layout is refused (nothing beside it names the model):
+# (pattern over its keys, what, the route; '' for the route of its own code run live).
+_LOOKS_LIKE = (
+    (re.compile(r"(^|\.)blocks_token_only\.\d+\."), "timm CaiT (cait_*: talking heads and class-attention layers)",
+     ""),
+    (re.compile(r"\.attn\.meta_mlp\."), "timm SwinV2-CR (swinv2_cr_*: windows with a continuous position MLP)", ""),
+    (re.compile(r"^network\.\d+\.\d+\.attn\.attn\.weight$"), "timm VOLO (volo_*: outlook attention, then class "
+     "attention)", "no route shows its attention yet: vitviz.load(model) refuses its outlook attention too (its own "
+     "code's maps are not plain softmax attention over the tokens)"),
+    (re.compile(r"^patch_embed\.backbone\."), "a timm hybrid ViT (vit_*_r50_* / vit_*_resnet*: a CNN backbone as "
+                                               "its patch embedding)", ""),
+)
+_OWN_CODE = ("To see its attention, build the model in Python (e.g. timm.create_model(NAME) with these weights "
+             "loaded) and pass it to vitviz.load(model) (its own code runs, attention captured where it is computed), "
+             "or name a factory that builds it with --code FILE.py:FACTORY")
+
+
+def _bare_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
+    """`error` for a file nothing names (a bare state dict) said with what its keys look like and the route that
+    works (its own code), as an error of the same type; `error` itself when it says a route already."""
+    text = str(error)
+    if _ROUTE_SAID.search(text):
+        return error
+    looks, route = next(((what, route) for pattern, what, route in _LOOKS_LIKE
+                         if any(pattern.search(k) for k in raw.tensors)), ("", ""))
+    looks = f"; its keys look like {looks}" if looks else ""
+    return type(error)(f"{text.rstrip('.')}. Nothing beside the file names its model (a bare state dict){looks}. "
+                       f"{route[:1].upper() + route[1:] if route else _OWN_CODE}")
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str:

@@ -153,6 +153,8 @@ def _convert_timm(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str |
     if "rope.freqs" in out:
         preset_family = ("rope_mixed", "rope_vit")
         rope_src = "shape: rope.freqs (learned per-layer, per-head frequencies: Naver RoPE-Mixed)"
+        if out["rope.freqs"].ndim == 4:    # (2, depth, heads, head_dim / 2): the head count is in the file
+            hints["num_heads"] = (int(out["rope.freqs"].shape[2]), "shape: rope.freqs (2, depth, heads, head_dim/2)")
     fam = preset_family[1] if preset_family else "eva"
     if margs.get("use_rot_pos_emb") is False and "rope.freqs" not in out:
         preset_family, rope_src = None, f"{where} model_args.use_rot_pos_emb False"

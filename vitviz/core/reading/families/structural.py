@@ -770,7 +770,7 @@ def _read_top(units: list[Unit], dim: int, container: str, raw: RawCheckpoint, f
             continue
         kind = _token_name(u.path.lower())
         shape = tuple(u.weight.shape)
-        if shape[-1] != dim or u.weight.numel() % dim:
+        if not shape or shape[-1] != dim or u.weight.numel() % dim:    # (a scalar: a gate, no token)
             continue
         n = u.weight.numel() // dim
         if kind is None and n == 1 and u.weight.ndim >= 2 and "cls_token" not in out:

@@ -394,9 +394,12 @@ class Description:
 
 
 # Attention modules whose maps the live path records but does not yet show as the model computes them (the zoo
-# sweep, scripts/trial_zoo.py, found none of VOLO's layers equal to its own softmax): refused rather than shown.
+# sweep, scripts/trial_zoo.py, found none of VOLO's layers equal to its own softmax; ConViT's gated layers were
+# recorded as two layers each, and a run disagreed with the probe on which): refused rather than shown.
 UNPROVEN_ATTENTION = {"OutlookAttention": "VOLO's outlook attention (each position attends over a k x k "
-                                          "neighbourhood folded into channels)"}
+                                          "neighbourhood folded into channels)",
+                      "GPSA": "ConViT's gated positional self-attention (each head's weights mix a content softmax "
+                              "and a positional softmax by a learned gate, then are renormalised)"}
 
 
 def _refuse_unproven(module: nn.Module, source: str) -> None:
@@ -949,7 +952,8 @@ def _tokens(recorder: _Recorder, check: _Recorder | None, size: tuple[int, int],
         raise LiveModelError(f"{source}: its attention runs over {sorted(set(square))} tokens, but a "
                              f"{size[0]}x{size[1]} input has {grid[0]}x{grid[1]} = {patches} patches of {patch} px "
                              "(window attention, or a different patch size?); vitviz shows global self-attention "
-                             "over every token; pass grid= or image_size= if the patches are other than found")
+                             "over every token; if the patches are other than found (a convolutional stem before "
+                             "them?), pass grid=(H, W) or image_size=N to vitviz.load(model)")
     prov.setdefault("grid", f"image size / patch size ({size[0]}x{size[1]} / {patch})")
     prefix = tokens - patches
     order, prov["token_order"] = _prefix_place(fixed if tokens == square[0] else None, prefix)

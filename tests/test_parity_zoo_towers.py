@@ -1,0 +1,53 @@
+"""Composite transformers models the zoo sweep (scripts/trial_zoo.py) found refused by file although their vision
+tower is one vitviz reads: Aya Vision, Cohere 2 Vision and ShieldGemma 2 (SigLIP under model.vision_tower.), LLaVA-
+NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics3 tower). Each is built tiny with
+random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file as its tower; every
+layer's per-head attention equals the tower's own (eager `output_attentions`) inside the whole model, at 1e-5."""
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+
+transformers = pytest.importorskip("transformers")
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("trial_zoo", ROOT / "scripts" / "trial_zoo.py")
+zoo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo)
+
+# model_type: (the class the sweep builds, where the tower is in the whole model)
+CASES = {
+    "aya_vision": ("AyaVisionForConditionalGeneration", lambda m: m.model.vision_tower),
+    "cohere2_vision": ("Cohere2VisionForConditionalGeneration", lambda m: m.model.vision_tower),
+    "shieldgemma2": ("Gemma3ForConditionalGeneration", lambda m: m.model.vision_tower),
+    "llava_next_video": ("LlavaNextVideoForConditionalGeneration", lambda m: m.model.vision_tower),
+    "video_llava": ("VideoLlavaForConditionalGeneration", lambda m: m.model.image_tower),
+    "aria": ("AriaForConditionalGeneration", lambda m: m.model.vision_tower),
+}
+
+
+@pytest.mark.parametrize("model_type", list(CASES))
+def test_tower_by_file(tmp_path: Path, model_type: str) -> None:
+    cls, tower_of = CASES[model_type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf(model_type, cls)
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path), device="cpu")
+    assert model_type in vm.spec.source_of("identity")
+    tower = tower_of(model)
+    tower.set_attn_implementation("eager")
+    size = vm.spec.image_size
+    x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        theirs = tower(pixel_values=x, output_attentions=True).attentions
+    ours = vm.run(x).attentions
+    assert len(ours) == len(theirs) == tower.config.num_hidden_layers
+    for i, (mine, ref) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
