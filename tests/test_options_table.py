@@ -250,7 +250,7 @@ def test_each_surface_words_advice_its_own_way() -> None:
     """Round five: the command line and the window said "pass act='relu'" and "(pass pooling='avg')", Python's
     words. One parser (`options.reword_advice`) finds the advice of a library message; the command line names the
     flag, the window the control that sets it (or the flag to start it with)."""
-    from vitviz.cli.options import cli_wording
+    from vitviz.core.options import cli_wording
     from vitviz.core.options import reword_advice
     from vitviz.gui.assumptions import window_wording
 

@@ -148,7 +148,7 @@ _WINDOWED_ROWS = ("image_size", "patch_size", "in_chans", "eps", "eps_embed", "e
 def _windowed_info(model: Any, as_json: bool) -> int:
     """`vitviz info` of a windowed model: its stages (depth, heads, width, grid, windows), every block's attention
     ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
-    from vitviz.cli.options import cli_wording
+    from vitviz.core.options import cli_wording
     from vitviz.core.options import WINDOWED_HOW_TO_PASS
     from vitviz.core.running.winload import NAMING
 

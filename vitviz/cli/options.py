@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import warnings
 from collections import UserString
 from typing import Any, Callable, TextIO, TypeVar
 
 # the overrides are vitviz.core.options' records (stdlib only: parsing the command line imports no torch)
-from vitviz.core.options import LIVE, OPTIONS, Option, overrides_for
+from vitviz.core.options import LIVE, OPTIONS, Option, cli_wording, overrides_for
 
 T = TypeVar("T")
 
@@ -148,16 +147,6 @@ def with_remembered(checkpoint: Any, overrides: dict[str, Any], quiet: bool = Fa
         print(f"vitviz: using what you told the window for {checkpoint}: {answers.describe(remembered)} "
               f"({flags} to change, vitviz info {checkpoint} --forget to forget)", file=sys.stderr)
     return {**overrides, **remembered, "_remembered": frozenset(remembered)} if remembered else overrides
-
-
-def cli_wording(message: str) -> str:
-    """A library message as the command line says it: 'pass heads=N (CLI --heads N)' -> 'pass --heads N',
-    "pass act='relu'" -> 'pass --act relu' (an override without a flag keeps its Python form)."""
-    from vitviz.core.options import reword_advice
-
-    message = re.sub(r"pass ([^;]*?) \(CLI ([^)]*)\)", r"pass \2", message)
-    return reword_advice(message, lambda o, value: f"pass {o.cli_flag} {value}" if o.cli_flag
-                         else f"pass {o.name}={value} (in Python)")
 
 
 def install_guess_reporter(stream: TextIO | None = None) -> None:

@@ -361,3 +361,11 @@ def reword_advice(message: str, render: Callable[[Option, str], str], joiner: st
         return joiner.join(render(option, advice_value(value)) for option, value in pairs)
 
     return _ADVICE.sub(sub, message)
+
+
+def cli_wording(message: str) -> str:
+    """A library message as the command line says it: 'pass heads=N (CLI --heads N)' -> 'pass --heads N',
+    "pass act='relu'" -> 'pass --act relu' (an override without a flag keeps its Python form)."""
+    message = re.sub(r"pass ([^;]*?) \(CLI ([^)]*)\)", r"pass \2", message)
+    return reword_advice(message, lambda o, value: f"pass {o.cli_flag} {value}" if o.cli_flag
+                         else f"pass {o.name}={value} (in Python)")

@@ -861,7 +861,7 @@ class MainWindow(QMainWindow):
                       f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
         others = [n for n in assumptions.asked(spec) if n != "num_heads"]
         if others and not self.session.ask_assumptions and not self.session.library_layout:
-            from vitviz.cli.options import cli_wording   # --screenshot is a command line: its flags, not Python
+            from vitviz.core.options import cli_wording   # --screenshot is a command line: its flags, not Python
 
             described = self.session.described
             self.note(cli_wording("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
