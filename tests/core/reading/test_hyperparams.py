@@ -366,7 +366,7 @@ def test_eva02_layout_without_a_name_guesses_rope_loudly(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("kind", ["bias", "mlp_swin"])
 def test_timm_relative_position_vits_vitviz_cannot_compute_are_refused_by_name(tmp_path: Path, kind: str) -> None:
-    """The default log-coordinate MLP opens (tests/test_parity_relpos.py); the table and sigmoid-MLP variants are
+    """The default log-coordinate MLP opens (tests/parity/test_parity_relpos.py); the table and sigmoid-MLP variants are
     refused by name, naming the route."""
     model = timm_vit(name="vit_relpos_base_patch16_224", rel_pos_type=kind)
     with pytest.raises(UnknownLayoutError) as err:
