@@ -1,4 +1,5 @@
-"""A fake Hugging Face Hub on 127.0.0.1 (no internet), for the hub tests (`tests/test_hub.py`, the hostile ones).
+"""A fake Hugging Face Hub on 127.0.0.1 (no internet), for the hub tests (`tests/catalog/test_hub.py`, the hostile
+ones).
 
 `FakeHub` answers like huggingface.co's `resolve` endpoint: HEAD/GET with X-Repo-Commit, ETag and Content-Length,
 Range requests for resumed downloads, and X-Error-Code on 404s. Its hostile modes (attributes set by a test):

@@ -1,9 +1,11 @@
 """Shared fixtures for every test: Qt without a display, and the tiny checkpoint most tests load.
 
-Helper code lives in modules beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_rollout_ref.py`: the
-test-side rollout reference; `parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the original implementations
-parity tests compare with). pytest puts this folder on `sys.path`, so tests import them by name; no test module
-imports from another test module.
+The tests mirror the package (tests/core/reading/ tests vitviz/core/reading/, tests/gui/ vitviz/gui/, ...; package/
+holds the whole package's tests, parity/ the parity with the original implementations). Helper code lives in modules
+beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_rollout_ref.py`: the test-side rollout reference;
+`parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the original implementations parity tests compare with).
+pytest puts this folder on `sys.path` (it imports this conftest in its default "prepend" mode), so tests in every
+folder import them by name; test files need unique names (no `__init__.py` anywhere).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Every spec any test builds, of every family, is walked field by field: a setting that changes the computation
 # without a provenance entry, with a source of no known kind, or assumed and not flagged fails the test that built
-# it (vitviz.core.spec.audit_provenance; tests/test_provenance.py shows the audit can fail).
+# it (vitviz.core.spec.audit_provenance; tests/core/test_provenance.py shows the audit can fail).
 os.environ.setdefault("VITVIZ_AUDIT", "1")
 
 

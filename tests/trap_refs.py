@@ -1,4 +1,4 @@
-"""Originals for the assumption traps (tests/test_assumption_traps.py): tiny ViTs (dim 32, depth 2) written the
+"""Originals for the assumption traps (tests/core/reading/test_hyperparams.py): tiny ViTs (dim 32, depth 2) written the
 ways people write them, each with one switch that no tensor shows, so that two models differing in that switch
 alone are saved as the same bytes.
 

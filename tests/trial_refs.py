@@ -1,6 +1,6 @@
 """Three hand-written ViTs from GitHub that the trial of `scripts/trial_handwritten` found vitviz could not open (or
-could not say why), copied here for `test_live_trial_fixes.py` -- class and function names prefixed (`D2L`,
-`Labml`, `Zup`) so that the three live in one module; forward passes verbatim; tiny sizes in each `make_*()`.
+could not say why), copied here for `tests/core/running/live/test_live.py` -- class and function names prefixed
+(`D2L`, `Labml`, `Zup`) so that the three live in one module; forward passes verbatim; tiny sizes in each `make_*()`.
 
 - d2l: Dive into Deep Learning, "Transformers for Vision" with d2l's MultiHeadAttention / DotProductAttention /
   masked_softmax. Source: github.com/d2l-ai/d2l-en  chapter_attention-mechanisms-and-transformers/

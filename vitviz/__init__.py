@@ -78,7 +78,7 @@ def verify(model: Any, **options: Any) -> Any:
     (nothing names the model, or its library is missing: its assumptions are listed) or 'differs'.
 
     It lives here, not as a method of the model, because it loads the original through `vitviz.core.running.load`, which
-    builds the model classes: a method would be an import cycle (tests/test_layering.py)."""
+    builds the model classes: a method would be an import cycle (tests/package/test_layering.py)."""
     from vitviz.core.analyses.verify import verify as _verify
 
     check = _verify(model, **options)

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _gui import wait_idle
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.dialogs import CHOOSE, AssumptionsDialog
@@ -124,3 +125,27 @@ def test_a_head_count_from_a_registered_size_table_is_preselected(qtbot, parent:
     dialog.confirm("num_heads")
     assert dialog.values() == {"heads": 3}
     dialog.reject()
+
+
+def test_the_assumptions_dialog_shows_each_reason_whole(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    """The 'what the file does not say' dialog gave the Heads reason (two lines: 'vitviz guessed 2: width 128 /
+    head_dim 64 ... ') the height of about one: its second line was cut in half."""
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(1)
+    path = tmp_path / "mid_vit.pth"                           # 128 wide: the head count is a guess, so it asks
+    torch.save(VisionTransformer(img_size=32, patch_size=8, embed_dim=128, depth=1, num_heads=4,
+                                 num_classes=3).state_dict(), path)
+    window.load_model(str(path))
+    qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
+                    timeout=20000)
+    dialog = window.assumptions_dialog
+    for _ in range(5):
+        QApplication.processEvents()
+    assert "num_heads" in dialog.reasons
+    for field, label in dialog.reasons.items():
+        need = label.heightForWidth(label.width())
+        assert label.height() >= need, (field, label.height(), need, label.text())
+    dialog.reject()
+    wait_idle(qtbot, window)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import vitviz
-from tests.test_options_table import _tiny_sam
+from tests.core.test_options_table import _tiny_sam
 
 
 def test_a_windowed_model_with_a_guessed_head_count_is_not_asked(qtbot, tmp_path) -> None:  # noqa: ANN001

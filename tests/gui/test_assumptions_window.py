@@ -22,8 +22,8 @@ from PySide6.QtWidgets import QLabel
 import vitviz
 from vitviz.gui import settings as st
 from vitviz.gui.assumptions import asked
-from vitviz.gui.window import DIFFERS
 from vitviz.gui.protocol import Kind, Verified, Verify
+from vitviz.gui.window import DIFFERS
 
 
 @pytest.fixture(scope="module")
@@ -408,3 +408,41 @@ def test_an_answer_remembered_now_is_said_as_remembered_and_a_changed_one_is_not
         panel.apply()
     assert s.spec.source_of("attn_scale") == "override" and s.remembered == frozenset()
     assert st.remembered_settings(settings, str(hand_written)) == {}
+
+
+def test_what_the_window_was_told_is_used_by_the_command_line(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                              capsys) -> None:  # noqa: ANN001
+    """One store of answers: a head count and norm order remembered in the window ("remember for this file") are
+    what `vitviz info` and `vitviz export` use for that file, said on stderr; a flag still wins."""
+    import json
+
+    from vitviz.catalog import answers
+    from vitviz.cli import main
+
+    st.remember_settings(window.settings, str(tiny_ckpt), {"heads": 4, "block_norm": "post"})
+    assert answers.answers_for(str(tiny_ckpt)) == {"heads": 4, "block_norm": "post"}
+    assert st.remembered_settings(window.settings, str(tiny_ckpt)) == {"heads": 4, "block_norm": "post"}
+    assert main(["info", str(tiny_ckpt), "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["num_heads"] == 4 and data["block_norm"] == "post"
+    assert "using what you told the window" in captured.err and "heads 4" in captured.err
+    assert main(["info", str(tiny_ckpt), "--json", "--heads", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_heads"] == 2
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt))                  # the window reads the same store
+    assert window.session.spec.num_heads == 4 and window.session.spec.block_norm == "post"
+
+
+def test_old_remembered_answers_move_into_the_shared_store(settings, tiny_ckpt) -> None:  # noqa: ANN001
+    """What earlier versions kept in the window's own settings is still read, and moves to the store (where the
+    command line finds it) on the next answer."""
+    import json
+
+    from vitviz.catalog import answers
+
+    settings.setValue(st.LEGACY_HEADS_KEY, json.dumps({str(tiny_ckpt): 2}))
+    assert st.remembered_settings(settings, str(tiny_ckpt)) == {"heads": 2}
+    st.remember_settings(settings, str(tiny_ckpt), {"act": "relu"})
+    assert answers.answers_for(str(tiny_ckpt)) == {"heads": 2, "act": "relu"}
+    assert settings.value(st.LEGACY_HEADS_KEY) is None

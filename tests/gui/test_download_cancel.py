@@ -3,8 +3,10 @@ answers `cancelled` (no error box), and the model loaded before stays."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+from _fakehub import SilentHub
 from _gui import load_model
 
 
@@ -33,5 +35,25 @@ def test_cancel_button_stops_a_download_and_keeps_the_model(qtbot, window, tiny_
                           check_params_cb=lambda busy: not busy):
         button.click()
     assert 0 < len(chunks) < 2000
+    assert not button.isVisible()
+    assert window.session.spec is before and window.reporter.errors == []
+
+
+def test_cancel_stops_a_load_while_the_hub_is_silent(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    load_model(qtbot, window, tiny_ckpt, images)
+    before = window.session.spec
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("VITVIZ_HUB_TIMEOUT", "60")
+    with SilentHub() as silent:
+        monkeypatch.setenv("HF_ENDPOINT", silent.url)
+        button = window.status.cancel_button
+        window.open_by_name("hf:acme/silent-model")
+        qtbot.waitUntil(lambda: button.isVisible(), timeout=20000)   # shown while the hub is asked
+        assert "Downloading hf:acme/silent-model" in window.statusBar().currentMessage()
+        with qtbot.waitSignal(window.session.client.busy_changed, timeout=120000,   # beyond the hub's 60 s: a
+                              check_params_cb=lambda busy: not busy):             # cancel that failed is an error
+            button.click()
     assert not button.isVisible()
     assert window.session.spec is before and window.reporter.errors == []

@@ -10,7 +10,8 @@ from _gui import make_image, parse, wait_idle
 
 from vitviz.demo import demo_images, sample_photos
 from vitviz.errors import CheckpointNotFoundError
-from vitviz.gui import bundled, settings as st
+from vitviz.gui import bundled
+from vitviz.gui import settings as st
 from vitviz.gui.app import apply_args
 
 
@@ -115,3 +116,65 @@ def test_the_shipped_demo_on_first_run(qtbot, window) -> None:  # noqa: ANN001
     assert window.statusBar().currentMessage().startswith("Demo model loaded (shapes ViT")
     top = window.session.result(window.session.current).result.top_k(1)[0]
     assert top[1] in Path(window.session.current).stem          # shapes_1_cross.png is classified as a cross
+
+
+def test_a_bad_first_model_opens_the_demo_instead_and_says_so(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    """A bad --model at start-up leaves no empty window behind a box saying 'everything already loaded is still
+    available': the demo model opens instead, and the box says that."""
+    if bundled.demo_model() is None:
+        import pytest
+
+        pytest.skip("this install has no demo model")
+    bad = tmp_path / "broken.pth"
+    bad.write_bytes(b"not a checkpoint at all")
+    window.demo_fallback = True            # as run_app sets it (not under --screenshot)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(bad))
+    wait_idle(qtbot, window)
+    assert bundled.is_demo(window.session.model_path)
+    box = window.reporter.box
+    assert box is not None and "broken.pth" in box.text()
+    assert "demo model is open instead" in box.informativeText()
+    assert "still available" not in box.informativeText()
+
+
+def test_after_a_bad_first_model_the_demo_runs_on_its_own_images(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    """Round five: `vitviz --model broken.pth` added the sample photographs at once; the load failed, the demo
+    opened instead and ran on them ('92.5 % circle' for the astronaut). The bundled images now wait for a model
+    that loaded, so the demo gets its shapes."""
+    from vitviz.demo import demo_images
+
+    if bundled.demo_model() is None:
+        import pytest
+
+        pytest.skip("this install has no demo model")
+    bad = tmp_path / "broken.pth"
+    bad.write_bytes(b"not a checkpoint at all")
+    window.demo_fallback = True
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(bad))
+        window.add_bundled_images_after_load()          # what `vitviz --model broken.pth` does (gui/app.py)
+    wait_idle(qtbot, window)
+    assert bundled.is_demo(window.session.model_path)
+    assert sorted(window.session.images) == sorted(str(p) for p in demo_images())
+
+
+def test_a_one_channel_model_gets_no_photographs(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    """A 1-channel (MNIST-like) model opened without images got the RGB sample photographs; it gets none now, and
+    the status bar asks for its own images."""
+    from _gui import HEADS
+    from _tiny import write_tiny_checkpoint
+
+    mnist = write_tiny_checkpoint(tmp_path / "mnist_vit.pth", in_chans=1)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(mnist), heads=HEADS)
+        window.add_bundled_images_after_load()
+    wait_idle(qtbot, window)
+    assert window.session.images == [] or list(window.session.images) == []
+    assert any("1-channel images" in n and "Open images" in n for n in window.notes)
+    photo = tmp_path / "three.pth"
+    write_tiny_checkpoint(photo)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.choose_model(str(photo))                 # a 3-channel model from the menu: the photographs
+    qtbot.waitUntil(lambda: len(window.session.images) > 0, timeout=10000)
+    assert all(not Path(p).name.startswith("shapes_") for p in window.session.images)

@@ -9,7 +9,6 @@ from _gui import HEADS, wait_idle
 from PIL import Image
 
 from vitviz.core import files
-
 from vitviz.core.drawing import render
 from vitviz.gui.state import current_map
 
@@ -174,8 +173,8 @@ def test_screenshot_cli(tiny_ckpt, images, tmp_path, case) -> None:  # noqa: ANN
 def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, flags, needle) -> None:  # noqa: ANN001
     import argparse
 
-    from vitviz.gui.app import apply_args
     from vitviz.cli.window import add_window_arguments
+    from vitviz.gui.app import apply_args
 
     p = argparse.ArgumentParser()
     add_window_arguments(p)
@@ -185,3 +184,57 @@ def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, f
     assert any(needle in summary for _, summary in window.reporter.errors), window.reporter.errors
     wait_idle(qtbot, window)
     assert window.session.result(str(images[0])) is not None          # the window still works
+
+
+def test_nan_maps_are_an_error_box_not_a_picture(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normalisation that overflows (its load check disabled here) gives NaN attention: the window says so,
+    naming the setting, and keeps running."""
+    from _gui import HEADS, wait_idle
+
+    from vitviz.core.reading import validate
+    monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS, std=(1e-30,))
+    window.session.add_images([str(images[0])])
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: bool(window.reporter.errors), timeout=20000)
+    text = " ".join(summary for _title, summary in window.reporter.errors)
+    assert "NaN or infinite attention" in text and "std (1e-30,)" in text
+    window.reporter.box.close()
+    window.load_model(str(tiny_ckpt), heads=HEADS)        # the window still works
+    wait_idle(qtbot, window)
+
+
+def test_the_same_run_error_is_shown_once(qtbot, window) -> None:  # noqa: ANN001
+    for i, free in enumerate(("21.4", "21.0", "20.9")):
+        window.reporter.show_run_error(f"/x/img{i}.png", f"the attention maps of input (1, 3, 4000, 4000) need 2794.0 GiB "
+                              f"(float32) but only {free} GiB of memory is available", "")
+    window.reporter.show_run_error("/x/bad.png", "/x/bad.png: not a recognised image format", "")
+    assert len(window.reporter.errors) == 2, window.reporter.errors
+    assert window.reporter.errors[0][1].startswith("/x/img0.png: the attention maps")
+    assert window.reporter.errors[0][1].endswith("(and the same for 2 more images)")
+    assert window.reporter.errors[1][1] == "/x/bad.png: not a recognised image format"      # its path once
+
+
+def test_a_repeated_run_error_leaves_an_unrelated_error_box_alone(qtbot, window) -> None:  # noqa: ANN001
+    """A failure like one whose box was closed is a new error, not a rewrite of the box open now."""
+    reason = "the attention maps need 2794.0 GiB (float32) but only 21.4 GiB of memory is available"
+    window.reporter.show_run_error("/x/a.png", reason, "")
+    qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible())
+    window.reporter.box.close()
+    qtbot.waitUntil(lambda: window.reporter.box is None or not window.reporter.box.isVisible())
+    window.reporter.show("Could not load model", "/x/broken.pth: not a checkpoint", "Traceback")
+    box = window.reporter.box
+    qtbot.waitUntil(lambda: box.isVisible())
+    window.reporter.show_run_error("/x/b.png", reason, "")
+    assert box.text() != "/x/a.png: " + reason + " (and the same for 1 more image)"
+    assert box.text() == "2 errors; the latest: /x/b.png: " + reason
+    assert box.detailedText().startswith("Traceback") and "the same for /x/b.png" not in box.detailedText()
+    assert window.reporter.errors == [("Could not run image", "/x/a.png: " + reason),
+                             ("Could not load model", "/x/broken.pth: not a checkpoint"),
+                             ("Could not run image", "/x/b.png: " + reason)]
+    window.reporter.show_run_error("/x/c.png", reason, "")                # joins the error of b.png, which the box holds
+    assert window.reporter.errors[2][1] == "/x/b.png: " + reason + " (and the same for 1 more image)"
+    assert box.text() == "2 errors; the latest: /x/b.png: " + reason and box.detailedText().endswith(
+        "=== the same for /x/c.png")

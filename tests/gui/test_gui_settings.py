@@ -1,6 +1,9 @@
 """Settings persist between runs, are versioned, and never leak out of the test's temporary folder."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from PySide6.QtCore import QByteArray, QSettings
 
 from vitviz.gui import settings as st
@@ -71,3 +74,20 @@ def test_docks_have_stable_names(window) -> None:  # noqa: ANN001
 def test_default_settings_are_isolated(isolated_settings) -> None:  # noqa: ANN001
     path = st.open_settings().fileName()
     assert path.startswith(str(isolated_settings))
+
+
+def test_recent_models_are_absolute_paths_and_names_stay_names(settings, tmp_path: Path,  # noqa: ANN001
+                                                                monkeypatch) -> None:  # noqa: ANN001
+    """Chosen from the recent list after starting vitviz from another folder, a model still opens: files are
+    remembered by their absolute path, named models by their name."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "vit.pth").write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    st.add_recent_model(settings, "runs/vit.pth")
+    st.add_recent_model(settings, "hf:google/vit-base-patch16-224")
+    recent = st.recent_models(settings)
+    assert recent == ["hf:google/vit-base-patch16-224", str(tmp_path / "runs" / "vit.pth")]
+    monkeypatch.chdir(os.sep)
+    assert Path(recent[1]).is_file()
+    st.add_recent_model(settings, str(tmp_path / "runs" / "vit.pth"))   # the same file: once, first
+    assert st.recent_models(settings) == [str(tmp_path / "runs" / "vit.pth"), "hf:google/vit-base-patch16-224"]

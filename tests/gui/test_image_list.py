@@ -4,6 +4,7 @@ thumbnails of huge images are decoded off the GUI thread without Qt warnings."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,21 @@ def test_unreadable_files_get_a_blank_thumbnail(tmp_path) -> None:  # noqa: ANN0
     thumb = read_thumbnail(str(ok))
     assert thumb.width() == THUMB and thumb.height() == THUMB // 2
     assert QRect(0, 0, THUMB, THUMB).contains(thumb.rect())
+
+
+def test_fifo_in_the_image_list_is_refused_without_blocking(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
+    """A FIFO named x.png: no thumbnail decoder or run ever opens it; it is marked failed as 'not a regular
+    file' and the window goes on."""
+    w = loaded
+    fifo = tmp_path / "x.png"
+    os.mkfifo(fifo)
+    w.session.add_images([str(fifo)])
+    qtbot.waitUntil(lambda: "failed" in w.images.top_text(str(fifo)), timeout=10000)
+    assert "named pipe" in w.session.failed[str(fifo)]
+    if w.reporter.box is not None:
+        w.reporter.box.close()
+    good = tmp_path / "after.png"
+    Image.new("RGB", (40, 40), "green").save(good)
+    w.session.add_images([str(good)])
+    wait_idle(qtbot, w)
+    assert w.session.result(str(good)) is not None

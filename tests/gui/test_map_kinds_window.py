@@ -5,10 +5,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from _gui import random_result
 
 from vitviz.batch.plan import parse_maps
-from vitviz.core.analyses.maps import MapKind
-from vitviz.gui.state import ViewState, map_kind, parse_map_arg
+from vitviz.core.analyses.maps import MapKind, ResultMaps, map_stack
+from vitviz.gui.state import MAP_CHOICES, ViewState, current_map, map_kind, parse_map_arg
 
 SHOWN = ("cls", "mean", "max", "rollout", "rollout:5", "token:3", "pool", "rollout:pool", "relevance", "relevance:3",
          "gradrollout", "attngrad:7", "text:A photo of a cat", "prompt: a  dog", "received", "query:3", "key:4")
@@ -152,3 +153,27 @@ def test_a_key_map_is_offered_drawn_followed_by_a_click_timeline_and_compare(qtb
     assert compared_kind(state) == (MapKind("key", 7), 7, "")
     loaded.select_query(7)                              # the same patch again: the query goes, the map before it
     assert state.query is None and state.source == "cls"
+
+
+@pytest.mark.parametrize("name", ["mean", "max"])
+def test_map_mean_max_are_exports_maps(name: str) -> None:
+    """--map mean/max is the attention received over the patch queries, as `vitviz export --maps mean,max`
+    (it used to be the CLS map with --head mean/max)."""
+    result = random_result()
+    stack = ResultMaps(result).stack(parse_map_arg(name)["source"])
+    expected = map_stack(result.attentions, MapKind(name), result.spec).maps
+    np.testing.assert_allclose(stack.maps, expected, rtol=1e-5, atol=1e-7)
+    cls = ResultMaps(result).stack("cls").maps
+    assert not np.allclose(stack.maps, cls)
+    state = ViewState(source=name, head=1)
+    assert current_map(ResultMaps(result), state)[0].shape == result.grid
+
+
+def test_map_choices_are_listed() -> None:
+    with pytest.raises(ValueError, match=r"cls, mean, max, rollout\[:N\], token:N, entropy"):
+        parse_map_arg("pca")
+    # the window lists every map of the table it can show (with export's syntax), and not the ones it cannot
+    assert list(MAP_CHOICES)[:6] == ["cls", "mean", "max", "rollout[:N]", "token:N", "entropy"]
+    assert {"relevance[:CLASS]", "attngrad[:CLASS]", "pool", "rollout:pool", "text:PROMPT"} <= set(MAP_CHOICES)
+    assert {"received", "query:N"} <= set(MAP_CHOICES)                  # a windowed model's, shown since
+    assert not {"pca", "norms"} & set(MAP_CHOICES)

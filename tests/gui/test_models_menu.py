@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from _gui import answer_heads, parse, wait_idle
+from PySide6.QtWidgets import QInputDialog
 
 from vitviz import catalog
 from vitviz.demo import sample_photos
@@ -209,3 +210,23 @@ def test_one_unreadable_cache_with_nothing_else(qtbot, window, caches, monkeypat
     assert item.text().strip().startswith("Skipped 1 unreadable folder ") and not item.isEnabled()
     assert item.toolTip().splitlines()[1:] == [f"{_home(torch_dir)}: Input/output error"]
     assert any(t.strip().startswith("None found in") for t in texts(window.menus.models))
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("hf:acme/tiny@../../../x", "revision '../../../x' holds '..'"),
+    ("hf:acme/tiny@/etc/evil", "revision '/etc/evil'"),
+    ("hf:acme/tiny@ma\u00efn", "non-ASCII"),
+    ("hf:a--b/c", "'--'"),
+    ("hf:org/name.git", ".git"),
+    ("torchvision:vit_b_16:../x", "weights '../x'"),
+])
+def test_open_by_name_refuses_what_the_library_refuses(qtbot, window, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+                                                       tmp_path: Path, name: str, needle: str) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(window.session, "load_model", lambda path, device=None, **kw: asked.append(path))
+    monkeypatch.setattr(QInputDialog, "getText", lambda *_a, **_k: (name, True))
+    window.models.by_name_action.trigger()
+    assert asked == []
+    title, text = window.reporter.errors[-1][:2]
+    assert title == "Not a model name" and needle in text and "expected" in text
+    window.reporter.box.close()

@@ -7,6 +7,7 @@ import pytest
 from _gui import HEADS, hover, load_model, show_dock, viewport_pos
 
 from vitviz.core.analyses import analysis
+from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, pos_embed_data
 from vitviz.gui.panels.posembed import NO_POS_TEXT
 
 
@@ -90,3 +91,28 @@ def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) 
     assert panel.position is None
     assert window.reporter.errors == []
 
+
+def test_pos_embed_of_a_huge_grid_computes_only_what_is_shown() -> None:
+    rng = np.random.default_rng(0)
+    grid = (60, 70)                                       # 4200 positions > MOSAIC_MAX_POSITIONS
+    assert grid[0] * grid[1] > MOSAIC_MAX_POSITIONS
+    pos = rng.normal(size=(1 + grid[0] * grid[1], 16)).astype(np.float32)
+    data = pos_embed_data(pos, grid, 1)
+    assert data.similarity is None and data.mosaic is None
+    full = analysis.pos_embed_similarity(pos, grid, 1)
+    np.testing.assert_allclose(data.similarity_to(7, 9), full[7, 9], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(data.cls_similarity, analysis.prefix_pos_similarity(pos, grid, 1), rtol=1e-4,
+                               atol=1e-5)
+    assert full.min() - 1e-6 <= data.low < 1.0
+    small = pos_embed_data(pos[: 1 + 12], (3, 4), 1)
+    assert small.similarity is not None and small.mosaic is not None
+    assert small.low == pytest.approx(float(analysis.pos_embed_similarity(pos[: 1 + 12], (3, 4), 1).min()))
+
+
+def test_pos_embed_panel_says_the_grid_is_too_large(qtbot, window) -> None:  # noqa: ANN001
+    pos = np.random.default_rng(1).normal(size=(1 + 60 * 70, 8)).astype(np.float32)
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    panel.set_data(pos_embed_data(pos, (60, 70), 1), None)
+    assert panel.mosaic_label.text == "no mosaic" and "grid too large for the mosaic" in panel.title.text()
+    panel.hover(10, 20)
+    assert panel.hover_item.image.shape == (60, 70) and not panel.mosaic_frame.isVisible()

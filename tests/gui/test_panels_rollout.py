@@ -103,8 +103,8 @@ def test_no_cls_model_rolls_out_the_patch_mean(qtbot, window, variant_ckpts, ima
 def test_engine_matches_the_reference_for_every_setting() -> None:
     """The window's engine (`ResultMaps.rollout`) against the test-side reference, and `analysis.rollout_vector`
     is that same engine: equal to the last bit."""
-    from _rollout_ref import reference_rollout_rows
     from _gui import random_result
+    from _rollout_ref import reference_rollout_rows
 
     from vitviz.core.analyses.maps import ResultMaps
     from vitviz.core.analyses.rollout import RolloutParams
@@ -133,3 +133,37 @@ def test_colormap_combo_lists_what_export_accepts(window) -> None:  # noqa: ANN0
 
     combo = window.controls.cmap_combo
     assert tuple(combo.itemText(i) for i in range(combo.count())) == available_colormaps()
+
+
+def _lines(label) -> list[str]:  # noqa: ANN001
+    doc = label.item.document()
+    out = []
+    block = doc.begin()
+    while block.isValid():
+        layout = block.layout()
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            out.append(block.text()[line.textStart():line.textStart() + line.textLength()])
+        block = block.next()
+    return out
+
+
+def test_a_long_rollout_title_wraps_between_its_settings_not_inside_a_number(qtbot) -> None:  # noqa: ANN001
+    """The Rollout dock's title 'rollout of cls (mean, residual 0.50) · max 0.0941' is one phrase wider than the
+    half-dock it has at 1400 px: Qt broke it anywhere, into 'residual 0.5' / '0) · max ...'. It breaks after a
+    setting's comma instead."""
+    import pyqtgraph as pg
+
+    from vitviz.gui.panels.base import TitleLabel
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    label = TitleLabel("", size="10pt")
+    widget.addItem(label)
+    label.setText("rollout of cls (max, discard 0.90, from layer 2, residual 0.50) · max 0.0941")
+    label.item.setTextWidth(180)
+    lines = _lines(label)
+    assert len(lines) > 1
+    for before, after in zip(lines, lines[1:]):
+        assert before[-1:].isspace() or after[:1].isspace(), lines     # a break at a space, never inside a word
+    assert all(not line.strip()[:1].isdigit() and not line.strip().startswith(")") for line in lines), lines

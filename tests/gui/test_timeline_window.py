@@ -230,3 +230,24 @@ def test_checkpoints_written_later_are_offered_as_a_reload(qtbot, loaded, run_di
     assert loaded.timeline.k == 1 and panel.slider.value() == 1 and not panel.reload_button.isVisible()
     wait_idle(qtbot, loaded, timeout=30000)
     assert loaded.reporter.errors == []
+
+
+def test_a_timeline_of_a_model_without_class_names_says_class_n_once(qtbot, loaded, tmp_path: Path) -> None:  # noqa: ANN001
+    """The Timeline's prediction line said 'class 1 (class 1)' for a model without class names."""
+    from _gui import show_dock
+    from _tiny import write_tiny_checkpoint
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for i, step in enumerate((100, 200)):
+        write_tiny_checkpoint(folder / f"step-{step}.pth", seed=10 + i)
+    window = loaded
+    window.open_run(str(folder))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=20000)
+    panel = show_dock(qtbot, window, "timelineDock")
+    wait_idle(qtbot, window, timeout=30000)
+    panel.request_redraw()
+    qtbot.waitUntil(lambda: "p = " in panel.prediction.text(), timeout=20000)
+    text = panel.prediction.text()
+    index = text.split("class ")[1].split(",")[0]
+    assert f"class {index}, p = " in text and f"(class {index})" not in text, text

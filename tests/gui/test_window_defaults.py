@@ -8,10 +8,10 @@ import html
 import numpy as np
 from _gui import HEADS, load_model, wait_idle
 
+from vitviz.core.analyses.tokens import TokenLayout
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.panels.base import unbreakable_phrases
 from vitviz.gui.panels.controls import model_summary
-from vitviz.core.analyses.tokens import TokenLayout
 from vitviz.gui.state import QUERY_SCALE_NOTE
 
 
@@ -149,3 +149,21 @@ def test_a_click_on_class_relevance_keeps_the_map_and_the_scale(qtbot, loaded) -
     w.state.update(source="cls")
     w.select_query(w.session.spec.num_prefix + 4)                  # elsewhere a click still shows the token's map
     assert w.state.source == "token" and w.state.normalize is True
+
+
+def test_the_last_layer_stays_the_last_when_another_model_opens(qtbot, window, tmp_path) -> None:  # noqa: ANN001
+    """Shown at its last layer, a model replaced by a deeper one opens at the new last layer (it opened at the old
+    index: a 12-layer model at layer 2 after the 3-layer demo); a layer the user picked stays that index."""
+    from _tiny import write_tiny_checkpoint
+
+    shallow = write_tiny_checkpoint(tmp_path / "two.pth", depth=2)
+    deep = write_tiny_checkpoint(tmp_path / "four.pth", depth=4)
+    for path, want in ((shallow, 1), (deep, 3), (shallow, 1)):
+        with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+            window.load_model(str(path), heads=HEADS)
+        assert window.state.layer == want, (path.name, window.state.layer)
+    window.state.update(layer=0)                       # the user's own pick
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(deep), heads=HEADS)
+    assert window.state.layer == 0
+    wait_idle(qtbot, window)

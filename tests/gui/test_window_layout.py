@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from _tiny import write_tiny_checkpoint
-from _gui import show_dock
+from _gui import HEADS, show_dock, wait_idle
 from _plot_text import plot_text_problems
-from PySide6.QtCore import QRect, QRectF
+from _tiny import write_tiny_checkpoint
+from PySide6.QtCore import QPoint, QRect, QRectF
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QApplication, QLabel, QTabBar, QWidget
 
@@ -325,3 +325,51 @@ def test_prefix_labels_one_by_one_when_there_is_room() -> None:
     rows = [v for v, t in tight if t.startswith("row")]
     assert all(b - a >= 18 for a, b in zip(rows, rows[1:]))          # 12 px labels, 6 px apart at 1 px per token
     assert np.isfinite([v for v, _t in tight]).all()
+
+
+def _small_screen(window) -> tuple[int, int]:  # noqa: ANN001
+    """Lay `window` out as on a 1280 x 800 screen; its size there."""
+    from vitviz.gui.window import default_size
+
+    size = default_size(QRect(0, 0, 1280, 800))
+    window.use_size(size)
+    return size.width(), size.height()
+
+
+def test_unfolded_model_settings_scroll_instead_of_making_the_window_taller_than_the_screen(
+        qtbot, window, tiny_ckpt: Path, images) -> None:  # noqa: ANN001
+    """On a 1280 x 800 screen the Controls panel with Model settings unfolded (as a model with assumptions opens
+    it) is taller than the screen: it scrolls, the window keeps its size (it grew to 977 px), and the panel is
+    not cut at the side (its minimum width follows Model settings)."""
+    width, height = _small_screen(window)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        window.load_model(str(tiny_ckpt), heads=HEADS)
+    window.session.add_images([str(p) for p in images])
+    wait_idle(qtbot, window)
+    window.controls.model_settings.unfold(True)
+    for _ in range(5):
+        QApplication.processEvents()
+    assert window.minimumSizeHint().height() <= height
+    assert window.height() <= height and window.width() <= width
+    button = window.controls.apply_size                  # the rightmost control of the panel's widest row
+    dock = window.dock("controlsDock")
+    right = button.mapTo(dock, QPoint(button.width(), 0)).x()
+    assert right <= dock.width(), (right, dock.width())
+
+
+def test_a_status_message_cut_at_the_edge_is_whole_in_the_bars_tooltip(qtbot, loaded) -> None:  # noqa: ANN001
+    """At 1280 px the demo's 'to use your own: …' line was cut ('or pick one in t'): hovering the bar shows the
+    message whole; a message that fits leaves no tooltip."""
+    window = loaded
+    _small_screen(window)
+    for _ in range(5):
+        QApplication.processEvents()
+    long = ("Demo model loaded (shapes ViT, 8×8 patches, 5 shape classes) — to use your own: File ▸ Open model…, "
+            "drop a checkpoint on the window, or pick one in the Models menu, or drop a model name on the window")
+    window.statusBar().showMessage(long)              # two lines hold it now (round 5): no tooltip needed
+    assert window.statusBar().toolTip() == ""
+    longer = " ".join([long] * 3)
+    window.statusBar().showMessage(longer)
+    assert window.statusBar().toolTip() == longer
+    window.statusBar().showMessage("Ready")
+    assert window.statusBar().toolTip() == ""

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 from _gui import make_image, show_dock, wait_idle
-
 from parity_refs import perturb
+
 from vitviz.core.analyses.maps import MapKind
 from vitviz.core.analyses.winview import WindowedMaps
 
@@ -360,3 +360,35 @@ def test_the_mean_over_layers_is_said_to_be_the_last_block(qtbot, window, swin_f
     depth = window.session.spec.depth
     assert window.state.layer == depth - 1
     assert any("no mean over blocks" in n and f"last block ({depth - 1})" in n for n in window.notes)
+
+
+def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_ckpt, tmp_path: Path) -> None:  # noqa: ANN001
+    """A Swin file opens in the window after a plain ViT (it used to be refused): no error, the view moves to the
+    windowed maps (CLS attention has no meaning there) and back to CLS when a plain ViT opens again."""
+    import warnings
+
+    import timm
+    import torch
+    from timm.models import save_for_hf
+
+    window = loaded
+    assert window.state.source == "cls"
+    kw = dict(img_size=64, embed_dim=16, depths=(2, 2), num_heads=(1, 2), window_size=4, num_classes=5)
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
+    folder = tmp_path / "swin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(folder))
+    wait_idle(qtbot, window)
+    assert window.reporter.box is None or not window.reporter.box.isVisible()
+    assert window.session.spec.family == "timm-swin" and window.state.source == "received"
+    # the ViT was shown at its last layer (1): the Swin opens at its last block (stage 1's second, block 3)
+    assert window.state.layer == 3 and "stage 1 · block 1 (block 3" in window.panel.title.text
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(tiny_ckpt), heads=2)
+    wait_idle(qtbot, window)
+    assert window.state.source == "cls" and window.controls.layer_label.text() == "Layer"
+    assert window.reporter.box is None or not window.reporter.box.isVisible()

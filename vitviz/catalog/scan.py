@@ -18,7 +18,7 @@ HF_WEIGHT_NAMES = FOLDER_WEIGHT_NAMES
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
 # torchvision's ViT weight files as the torch hub names them -> (architecture, Weights enum member, classes, crop
 # px): what a listing shows of them, known without importing torchvision (and so torch) -- `vitviz models` stays
-# instant. tests/test_startup_imports.py checks this against torchvision's own enums (`torchvision_weights`); a
+# instant. tests/package/test_startup_imports.py checks this against torchvision's own enums (`torchvision_weights`); a
 # file that looks like torchvision's but is not here (a newer torchvision's weights) is looked up in torchvision.
 _TORCHVISION_FILES = {
     "vit_b_16-c867db91.pth": ("vit_b_16", "ViT_B_16_Weights.IMAGENET1K_V1", 1000, 224),
@@ -219,7 +219,7 @@ def _torchvision_info(file_name: str) -> dict[str, Any] | None:
 def guess_family_from_name(name: str) -> str | None:
     """A family guess from a file or repository name (each family module's `NAME_HINTS`); None when it does not
     look like a ViT. Imports the family modules, which import torch only when they convert weights (so
-    `vitviz models` imports no torch; tests/test_startup_imports.py)."""
+    `vitviz models` imports no torch; tests/package/test_startup_imports.py)."""
     from vitviz.core.reading.families import family_from_name
 
     return family_from_name(name)

@@ -21,7 +21,7 @@ from vitviz.cli.options import MODEL_HELP, add_override_arguments, overrides_fro
 from vitviz.core.protocol import is_reference
 
 # vitviz.core.analyses.verify.AGAINST and _BY_ARCH, spelled out so that parsing the command line does not import torch
-# (tests/test_identify.py keeps them equal)
+# (tests/core/reading/test_identify.py keeps them equal)
 AGAINST = ("auto", "timm", "transformers", "open_clip", "torchvision", "dinov2")
 BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 

@@ -175,7 +175,7 @@ _CONVENTIONS = ("default", "family", "table", "layout")
 
 # Every ModelSpec field that changes what the model computes from an image, and the pseudo-fields (settings with
 # no field of their own) that can appear in the provenance. Each needs a provenance entry; an assumed one is
-# flagged wherever the model is shown (`ModelSpec.assumptions`). tests/test_provenance.py keeps this list whole.
+# flagged wherever the model is shown (`ModelSpec.assumptions`). tests/core/test_provenance.py keeps this list whole.
 COMPUTE_FIELDS = (
     "image_size", "patch_size", "embed_dim", "depth", "num_heads", "in_chans", "mlp_hidden", "mlp_kind",
     "num_classes", "cls_token", "dist_token", "reg_tokens", "pos_embed", "pos_prefix", "pos_interp", "pos_grid",

@@ -2,7 +2,7 @@
 
     python -m vitviz.demo.evaluate resources/demo --seed 7 --count 500
 
-The figures in the README come from this module, and `tests/test_demo.py` asserts them on the shipped checkpoint:
+The figures in the README come from this module, and `tests/demo/test_demo.py` asserts them on the shipped checkpoint:
 every image goes through the public path (`vitviz.load(folder).run(array)`), so the preprocessing read from
 config.json is tested too.
 

@@ -10,7 +10,7 @@ Two checks, on fresh images whose target box is known (`vitviz.demo.shapes`), fo
   normalised input, i.e. the normalisation mean) in steps of `step` patches, most relevant first or in random order;
   the curve is the true-class probability after each step, from 0 deleted to all, and its area is the mean over the
   steps. A faithful map makes the probability fall faster: a smaller area than random order.
-`tests/test_relevance.py` asserts these on a few images; this script prints them over more.
+`tests/core/analyses/test_relevance.py` asserts these on a few images; this script prints them over more.
 """
 from __future__ import annotations
 

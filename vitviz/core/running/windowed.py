@@ -13,8 +13,8 @@ cut, shifted, padded and masked as the original does (`WindowedSpec.order` / `sh
 block is `WindowedSpec.geometry`, shared with the maps, so they place each window token where the model took it).
 Where no gradient is needed the logits are built in place (bias, SAM's decomposed bias a slice at a time, the shift
 mask, and on the CPU the softmax), so each block makes one (B', H, n, n) buffer, the one the capture keeps, with
-bitwise the values of the out-of-place sums (tests/test_windowed_capture.py); at SAM's 1024 px, 4 global blocks
-of 12 x 4096^2, that is what keeps the capture within the original's own time.
+bitwise the values of the out-of-place sums (tests/core/running/test_windowed_capture.py); at SAM's 1024 px, 4
+global blocks of 12 x 4096^2, that is what keeps the capture within the original's own time.
 
 Key names follow timm (`patch_embed.proj`, `layers.S.downsample`, `layers.S.blocks.B.attn.qkv`, `blocks.N.attn.
 rel_pos_h`, `neck.N`, `head.fc`); the readers in `vitviz.core.reading.families.swin` / `sam` convert every layout to them.

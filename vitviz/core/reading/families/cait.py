@@ -11,7 +11,7 @@ The live path runs timm's own code (`vitviz.load(model)`, `--code`) and shows bo
 grid (`vitviz.core.running.live.record.AttentionLayout`: `applied`, `joined`): the self-attention layers' weights
 as they are applied to the values (after proj_w, said), with the CLS row and column zero (not there yet), and the
 class-attention layers' CLS row (the natural CLS map), the patch rows zero (they pass through);
-tests/test_parity_cait.py.
+tests/parity/test_parity_cait.py.
 """
 from __future__ import annotations
 

@@ -363,4 +363,4 @@ def test_find_images_natural_order(tmp_path: Path) -> None:
 
 def test_module_does_not_import_torch() -> None:
     code = "import sys, vitviz.core.running.images; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])

@@ -26,7 +26,7 @@ from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.running.images import seen_region
 from vitviz.core.spec import Preprocess
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEADS = "2"
 
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _tiny import write_tiny_checkpoint
-from test_layering import PACKAGE
+from tests.package.test_layering import PACKAGE
 from torch import nn
 
 import vitviz

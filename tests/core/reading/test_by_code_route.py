@@ -2,7 +2,7 @@
 reference ViT cannot represent (Qwen2-VL's packed patches and 2-D rotary positions) is built from its config.json as
 the whole model builds it, given only the tower's tensors, and run live; what it runs is said, only the tower's
 shards are opened, tensors that do not fit and a missing transformers are refused naming the model, and options
-the route does not take are refused. (Parity with transformers: tests/test_parity_qwen_vl.py.)"""
+the route does not take are refused. (Parity with transformers: tests/parity/test_parity_qwen_vl.py.)"""
 from __future__ import annotations
 
 import json

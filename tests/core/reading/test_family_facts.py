@@ -17,7 +17,7 @@ from vitviz.core.reading import families
 from vitviz.core import options
 from vitviz.core.spec import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vitviz"
+PACKAGE = Path(__file__).resolve().parents[3] / "vitviz"
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)   # OpenAI CLIP's statistics, written out here on purpose
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 

@@ -7,8 +7,8 @@ transformers handed over as objects.
   stages not shown is said;
 - Florence-2's DaViT (spatial windows beside attention over channels, per-stage heads): its window blocks shown per
   stage, exact, its channel blocks said and not shown (not spatial);
-- a model whose attention is all inside windows (other than Hiera, tests/test_parity_hiera.py, and DaViT) is refused
-  naming the class, what was seen and that no route shows it yet -- never shown as something else.
+- a model whose attention is all inside windows (other than Hiera, tests/parity/test_parity_hiera.py, and DaViT) is
+  refused naming the class, what was seen and that no route shows it yet -- never shown as something else.
 """
 from __future__ import annotations
 

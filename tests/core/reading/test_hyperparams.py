@@ -1,4 +1,7 @@
-"""Assumption traps (issue 18, "never silently wrong"): for every setting no tensor shows -- norm order,
+"""The settings no tensor shows (`vitviz.core.reading.hyperparams`): read where a file or config states them,
+else assumed and said.
+
+Assumption traps (issue 18, "never silently wrong"): for every setting no tensor shows -- norm order,
 activation, eps, the final norms' eps, attention scale, token order, resize recipe -- two models that differ in
 that one setting alone are saved the same way (so their files hold the same bytes), and each is loaded with
 vitviz. Each must either match its original exactly (logits and every layer's per-head attention at atol 1e-5)
@@ -21,17 +24,20 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import torch
+from parity_refs import perturb, timm_reference
 from torch import nn
+from trap_refs import CLASSES, DIM, HEADS, IMAGE, MLP, TrapViT, chefer_vit, relu_vit_pytorch, timm_vit
+from tutorial_refs import EncoderViT, mha_reference, softmax_reference, stored_attention_reference
 
 import vitviz
-from parity_refs import perturb, timm_reference
-from trap_refs import CLASSES, DIM, HEADS, IMAGE, MLP, PATCH, TrapViT, chefer_vit, relu_vit_pytorch, timm_vit
-from tutorial_refs import EncoderViT, mha_reference, softmax_reference, stored_attention_reference
 from vitviz.errors import UnknownLayoutError
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
 
+
 ATOL = 1e-5
+
+
 Reference = Callable[[nn.Module, torch.Tensor], "tuple[torch.Tensor, list[torch.Tensor]]"]
 
 
@@ -360,7 +366,7 @@ def test_eva02_layout_without_a_name_guesses_rope_loudly(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("kind", ["bias", "mlp_swin"])
 def test_timm_relative_position_vits_vitviz_cannot_compute_are_refused_by_name(tmp_path: Path, kind: str) -> None:
-    """The default log-coordinate MLP opens (tests/test_parity_relpos.py); the table and sigmoid-MLP variants are
+    """The default log-coordinate MLP opens (tests/parity/test_parity_relpos.py); the table and sigmoid-MLP variants are
     refused by name, naming the route."""
     model = timm_vit(name="vit_relpos_base_patch16_224", rel_pos_type=kind)
     with pytest.raises(UnknownLayoutError) as err:

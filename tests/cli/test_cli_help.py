@@ -11,7 +11,7 @@ from vitviz.cli import SUBCOMMANDS, build_parser, main
 from vitviz.cli.about import COMMANDS
 from vitviz.cli.jsonout import schema
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_top_level_help_is_a_short_map_of_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +67,7 @@ def test_info_reports_versions_devices_and_files(tmp_path: Path, monkeypatch: py
 def test_readme_lists_every_environment_variable_vitviz_reads() -> None:
     import re
 
-    package = Path(__file__).resolve().parents[1] / "vitviz"
+    package = Path(__file__).resolve().parents[2] / "vitviz"
     names = set()
     for path in package.rglob("*.py"):
         names |= set(re.findall(r"\b(VITVIZ_[A-Z_]+)\b", path.read_text(encoding="utf-8")))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vitviz"
+PACKAGE = Path(__file__).resolve().parents[2] / "vitviz"
 
 
 def module_names(root: Path = PACKAGE) -> dict[str, Path]:

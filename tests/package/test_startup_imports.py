@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_FILES = {   # file -> the family `vitviz models` shows: a known torchvision download, else a guess from the
     "vit_b_16-c867db91.pth": "torchvision",                     # name, marked with '?'
     "deit_small_patch16_224-cd65a155.pth": "deit?",

@@ -16,7 +16,7 @@ import vitviz
 from vitviz.catalog import hub
 from vitviz.catalog.named import DownloadError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture()

@@ -10,6 +10,11 @@ sdpa, open_clip's own Attention, a hand-written module with masks, a scale, is_c
 from __future__ import annotations
 
 import copy
+import json
+import math
+import re
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +22,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
+from trial_refs import (D2LMultiHeadAttention, LabmlMultiHeadAttention, ZupMultiHeadAttention, make_d2l, make_labml,
+                        make_zuppichini)
 
 import vitviz
-from vitviz.core.running.live import (
-    MHA, SDPA, SOFTMAX, LiveModel, LiveModelError, NoAttentionError, UserCodeError, sdpa_probabilities,
-)
+from vitviz.core.running.live import (MHA, SDPA, SOFTMAX, LiveModel, LiveModelError, LiveWarning, NoAttentionError,
+                                      UserCodeError, sdpa_probabilities)
+from vitviz.errors import UnknownLayoutError
 
 ATOL = 1e-5
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")  # said on purpose; tested once
@@ -594,3 +602,478 @@ def test_cli_code_info_and_export(user_code: tuple[Path, Path, torch.Tensor], tm
     assert data["attentions"].shape == (2, 2, 17, 17)
     assert main(["info", "--code", f"{code}:nope", str(weights)]) == 2
     assert "defines no 'nope'" in capsys.readouterr().err
+
+
+# What a new user's trial of the live path found (scripts/trial_live.py), each a regression test: attention
+# the module computes that vitviz could not show as computed is said, never shown silently as something else.
+DIM, HEADS = 32, 4
+
+
+class Attention(nn.Module):
+    """qkv attention; `style` says what happens between the scores and the product with the values."""
+
+    def __init__(self, style: str = "plain") -> None:
+        super().__init__()
+        self.style, self.hd = style, DIM // HEADS
+        self.qkv, self.proj = nn.Linear(DIM, 3 * DIM), nn.Linear(DIM, DIM)
+        self.mix = nn.Linear(HEADS, HEADS)
+        self.drop = nn.Dropout(0.1)
+        self.bias = nn.Parameter(torch.randn(HEADS, 4))
+        self.applied: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, HEADS, self.hd).permute(2, 0, 3, 1, 4)
+        if self.style != "sdpa_bias":
+            s = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
+        if self.style == "sigmoid":
+            a = torch.sigmoid(s)
+        elif self.style == "sdpa_bias":      # a bias made by a product, handed to SDPA as its float mask
+            e = self.bias[None, :, None, :].expand(b, -1, n, -1)
+            mask = e @ e.transpose(-2, -1)                       # (B, H, T, T)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.proj(o.transpose(1, 2).reshape(b, n, c))
+        else:
+            a = s.softmax(dim=-1)
+        if self.style == "talking_heads":
+            a = self.mix(a.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        elif self.style == "renormalised":
+            a = a * (torch.arange(n, device=a.device) < n - 2)
+            a = a / a.sum(-1, keepdim=True)
+        elif self.style == "hard_dropout":
+            a = F.dropout(a, 0.1)
+        elif self.style == "plain":         # what is not a change: dropout off, casts, reshapes, a slice read
+            a = self.drop(a).float().contiguous().view(b, HEADS, n, n)
+            _ = a[:, :, 0].mean(1)
+        self.applied = a.detach()
+        return self.proj((a @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Block(nn.Module):
+    def __init__(self, style: str) -> None:
+        super().__init__()
+        self.norm, self.attn = nn.LayerNorm(DIM), Attention(style)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.attn(self.norm(x))
+
+
+class TinyViT(nn.Module):
+    def __init__(self, *styles: str) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.patch_embed = nn.Conv2d(3, DIM, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, DIM))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, DIM))
+        self.blocks = nn.ModuleList([Block(s) for s in styles])
+        self.head = nn.Linear(DIM, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x[:, 0])
+
+
+def _load(net: nn.Module) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = vitviz.load(net, live=True, device="cpu")
+    return model, [str(w.message) for w in caught if issubclass(w.category, LiveWarning)]
+
+
+@pytest.mark.parametrize(("style", "call"), [("talking_heads", "by linear in blocks.1.attn.mix"),
+                                             ("renormalised", "by mul")])
+def test_a_softmax_output_changed_before_it_is_applied_is_shown_as_applied_and_said(style: str, call: str) -> None:
+    """Talking heads, a re-normalisation: the weights that meet the values are shown (issue 31), said."""
+    model, said = _load(TinyViT("plain", style))
+    assert len(said) == 1 and "blocks.1.attn" in said[0] and call in said[0] and "blocks.0.attn" not in said[0]
+    assert "the weights applied to the values" in said[0]
+    assert "blocks.1.attn" in model.spec.source_of("path")
+    x = torch.randn(2, 3, 32, 32)
+    attn, _ = model.forward_captured(x)
+    with torch.inference_mode():
+        model.net.eval()(x)      # as vitviz runs it: eval mode
+    np.testing.assert_allclose(attn[:, 1], model.net.blocks[1].attn.applied.numpy(), atol=1e-6)
+    np.testing.assert_allclose(attn[:, 0], model.net.blocks[0].attn.applied.numpy(), atol=1e-6)
+
+
+def test_a_softmax_output_changed_at_random_before_it_is_applied_is_said() -> None:
+    """Dropout in training mode is random: the softmax is shown, said as not what the module applies."""
+    model, said = _load(TinyViT("plain", "hard_dropout"))
+    call = "dropout(p=0.1) in training mode"
+    assert len(said) == 1 and "blocks.1.attn" in said[0] and call in said[0] and "blocks.0.attn" not in said[0]
+    assert "not the weights the module applies" in said[0]
+    x = torch.randn(1, 3, 32, 32)
+    attn, _ = model.forward_captured(x)
+    with torch.inference_mode():
+        model.net.eval()(x)
+    assert not np.allclose(attn[:, 1], model.net.blocks[1].attn.applied.numpy(), atol=1e-3)
+    np.testing.assert_allclose(attn[:, 0], model.net.blocks[0].attn.applied.numpy(), atol=1e-6)
+
+
+def test_dropout_off_casts_reshapes_and_reads_are_not_changes() -> None:
+    model, said = _load(TinyViT("plain", "plain"))
+    assert said == [] and "changed" not in model.spec.source_of("path")
+    assert [m for _, m in model.layers] == ["softmax", "softmax"]
+
+
+def test_scores_without_a_softmax_beside_softmax_layers_are_left_out_and_said() -> None:
+    model, said = _load(TinyViT("plain", "sigmoid", "plain"))
+    assert [n for n, _ in model.layers] == ["blocks.0.attn", "blocks.2.attn"]     # the sigmoid layer is not shown
+    assert len(said) == 1 and "blocks.1.attn" in said[0] and "no softmax over their last axis" in said[0]
+    assert [(n, shape) for n, m, shape in model.skipped if "no softmax" in m] == [("blocks.1.attn", (1, 4, 17, 17))]
+
+
+def test_only_sigmoid_attention_is_refused_naming_the_scores() -> None:
+    with pytest.raises(vitviz.core.running.live.NoAttentionError, match=r"blocks\.0\.attn 17x17 scores with no softmax"):
+        vitviz.load(TinyViT("sigmoid", "sigmoid"), live=True, device="cpu")
+
+
+def test_a_product_made_bias_given_to_sdpa_is_not_scores_without_a_softmax() -> None:
+    model, said = _load(TinyViT("sdpa_bias", "plain"))
+    assert said == [] and not [s for s in model.skipped if "no softmax" in s[1]]
+    assert [m for _, m in model.layers] == ["scaled_dot_product_attention", "softmax"]
+
+
+class StemViT(TinyViT):
+    """A hybrid stem: three 2x2 stride-2 convolutions, 8 px patches in all."""
+
+    def __init__(self) -> None:
+        super().__init__("plain", "plain")
+        self.patch_embed = nn.Sequential(nn.Conv2d(3, 16, 2, 2), nn.BatchNorm2d(16), nn.ReLU(),
+                                         nn.Conv2d(16, 16, 2, 2), nn.ReLU(), nn.Conv2d(16, DIM, 2, 2))
+
+
+def test_a_stem_of_patchify_convolutions_takes_the_patch_size_from_the_tokens() -> None:
+    model, said = _load(StemViT())
+    s = model.spec
+    assert (s.image_size, s.patch_size, s.grid, s.embed_dim, s.prefix_names, s.pos_embed) == \
+        ((32, 32), 8, (4, 4), DIM, ("cls",), True)
+    assert "more downsampling follows it" in s.source_of("patch_size") and "cut in the forward" not in \
+        s.source_of("patch_size")
+    x = torch.randn(2, 3, 32, 32)
+    attn, _ = model.forward_captured(x)
+    with torch.inference_mode():
+        model.net.eval()(x)
+    for i, blk in enumerate(model.net.blocks):
+        np.testing.assert_allclose(attn[:, i], blk.attn.applied.numpy(), atol=1e-6)
+
+
+class PerImageAttention(Attention):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, HEADS, self.hd).permute(2, 0, 3, 1, 4)
+        maps = [torch.softmax(q[i] @ k[i].transpose(-2, -1) / math.sqrt(self.hd), dim=-1) for i in range(b)]
+        self.applied = torch.stack(maps).detach()
+        out = torch.stack([m @ v[i] for i, m in enumerate(maps)])
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+def test_attention_computed_one_image_at_a_time_runs_a_batch_image_by_image() -> None:
+    net = TinyViT("plain", "plain")
+    for blk in net.blocks:
+        blk.attn = PerImageAttention()
+    model, said = _load(net)
+    assert model.layout.per_image and "one image at a time" in model.spec.source_of("path")
+    x = torch.randn(3, 3, 32, 32)
+    attn, out = model.forward_captured(x)
+    with torch.inference_mode():
+        own = model.net.eval()(x)
+    assert attn.shape == (3, 2, HEADS, 17, 17)
+    for i, blk in enumerate(model.net.blocks):
+        np.testing.assert_allclose(attn[:, i], blk.attn.applied.numpy(), atol=1e-6)
+    np.testing.assert_allclose(out, own.numpy(), atol=1e-5)
+    maps, _ = model.forward_captured(x, logits=False, upto=0)
+    assert maps.shape == (3, 1, HEADS, 17, 17)
+
+
+def sigmoid_between() -> nn.Module:
+    """A factory for `--code`: a sigmoid "attention" between two softmax layers."""
+    torch.manual_seed(0)
+    return TinyViT("plain", "sigmoid", "plain").eval()
+
+
+def test_vitviz_info_lists_what_the_live_path_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vitviz info --code` says which attention calls it saw but did not show (text and JSON), not only the GUI."""
+    from vitviz.cli import main
+
+    code = f"{Path(__file__)}:sigmoid_between"
+    assert main(["info", "--code", code]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"skipped\s+blocks\.1\.attn\s+.*no softmax.*\(1, 4, 17, 17\)", text), text
+    assert main(["info", "--code", code, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [s["module"] for s in data["skipped_attention"]] == ["blocks.1.attn"]
+    assert [a["module"] for a in data["attention_layers"]] == ["blocks.0.attn", "blocks.2.attn"]
+
+
+# What the trial of eleven hand-written ViTs from GitHub (scripts/trial_handwritten/REPORT.md) found, each a
+# regression test (the models are copied in trial_refs.py, sources credited there).
+TESTS = Path(__file__).resolve().parents[3]   # tests/, where trial_refs.py is
+
+
+def _built(make: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
+    """The model its factory makes, given its shapes by one forward (as its first training step does), every
+    parameter perturbed (attention far from uniform), in eval mode."""
+    torch.manual_seed(seed)
+    net = make()
+    with torch.no_grad():
+        net.eval()(torch.zeros(1, 3, 32, 32))
+        g = torch.Generator().manual_seed(seed + 1)
+        for p in net.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1)
+    return net.eval()
+
+
+def _code_file(tmp_path: Path, factory: str) -> str:
+    code = tmp_path / "model.py"
+    code.write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom trial_refs import {factory}\n")
+    return f"{code}:{factory}"
+
+
+def _own_maps(net: nn.Module, cls: type, read: object, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The module's own output and, per attention module of class `cls`, what `read(module)` makes of what it
+    kept ((B, H, T, T))."""
+    maps: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda m, _a, _o: maps.append(read(m).detach().clone()))  # type: ignore[operator]
+             for m in net.modules() if isinstance(m, cls)]
+    try:
+        with torch.no_grad():
+            out = net(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, maps
+
+
+def _same(attn: np.ndarray, maps: list[torch.Tensor], image: int = 0) -> None:
+    """(L, H, T, T) captured against the per-layer (B, H, T, T) maps the module kept, for one image."""
+    assert attn.shape == (len(maps), *maps[0].shape[1:])
+    for i, ref in enumerate(maps):
+        np.testing.assert_allclose(attn[i], ref[image].numpy(), atol=ATOL, err_msg=f"layer {i}")
+
+
+def _d2l_maps(m: nn.Module) -> torch.Tensor:
+    w = m.attention.attention_weights                         # (B*H, T, T), d2l keeps it
+    return w.reshape(-1, m.num_heads, *w.shape[-2:])         # (B, H, T, T)
+
+
+def _labml_maps(m: nn.Module) -> torch.Tensor:
+    return m.attn.permute(2, 3, 0, 1)                         # (T_q, T_k, B, H) -> (B, H, T_q, T_k)
+
+
+# --------------------------------------------------------------------------------------- 1. Lazy modules (d2l)
+def test_d2l_lazy_vit_by_code_with_its_weights_is_exact(tmp_path: Path) -> None:
+    net = _built(make_d2l)
+    torch.save(net.state_dict(), tmp_path / "d2l.pth")
+    vm = vitviz.load(tmp_path / "d2l.pth", code=_code_file(tmp_path, "make_d2l"), device="cpu")
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    out, maps = _own_maps(net, D2LMultiHeadAttention, _d2l_maps, x)
+    attn, logits = vm.forward_captured(x)
+    for b in range(2):
+        _same(attn[b], maps, b)
+    np.testing.assert_allclose(logits, out.numpy(), atol=1e-5)
+    assert vm.spec.num_heads == 4 and vm.spec.depth == 2
+    assert "Lazy modules" in vm.spec.source_of("path") and "dry forward of a (1, 3, 32, 32) input" in \
+        vm.spec.source_of("path")
+
+
+def test_a_fresh_lazy_model_opens_live_and_the_dry_run_leaves_the_global_random_state() -> None:
+    torch.manual_seed(3)
+    net = make_d2l()
+    state = torch.random.get_rng_state()
+    vm = vitviz.load(net, live=True, device="cpu")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert not any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in net.modules())   # Linear, Conv2d now
+    assert net.patch_embedding.conv.in_channels == 3
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    _out, maps = _own_maps(net.eval(), D2LMultiHeadAttention, _d2l_maps, x)
+    _same(vm.forward_captured(x)[0][0], maps)
+
+
+class _LazyOddSize(nn.Module):
+    """A Lazy model whose forward takes only 40 px images, which nothing in it states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.LazyLinear(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert x.shape[-1] == 40, "40 px images only"
+        t = self.proj(x.flatten(2).transpose(1, 2)[:, :, :3])
+        return torch.softmax(t @ t.transpose(1, 2), -1).mean(1)
+
+
+def test_a_lazy_model_no_probe_fits_is_a_user_code_error_naming_its_lazy_modules(tmp_path: Path) -> None:
+    with pytest.raises(UserCodeError, match=r"Lazy modules without shapes \(proj \(LazyLinear\)\).*image_size="):
+        vitviz.load(_LazyOddSize(), live=True, device="cpu")
+
+
+# -------------------------------------------------------------------- 2. labml: (T_q, T_k, B, H), softmax(dim=1)
+@pytest.mark.parametrize("heads", [4, 2])     # 2 heads: as many as the two images, told apart by the probe
+def test_labml_sequence_first_softmax_over_dim_1_is_captured_exactly(heads: int) -> None:
+    net = _built(lambda: make_labml(heads))
+    vm = vitviz.load(net, live=True, device="cpu")
+    assert [m for _, m in vm.layers] == ["softmax over dim=1 of (T_q, T_k, B, H)"] * 3
+    assert [n for n, _ in vm.layers] == [f"transformer_layers.{i}.self_attn" for i in range(3)]
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    out, maps = _own_maps(net, LabmlMultiHeadAttention, _labml_maps, x)
+    attn, logits = vm.forward_captured(x)
+    assert attn.shape == (2, 3, heads, 17, 17)
+    for b in range(2):
+        _same(attn[b], maps, b)
+    np.testing.assert_allclose(logits, out.numpy(), atol=1e-5)
+
+
+def test_labml_by_code_with_its_weights_is_exact_and_by_file_names_its_attention(tmp_path: Path) -> None:
+    net = _built(make_labml)
+    path = tmp_path / "labml.pth"
+    torch.save(net.state_dict(), path)
+    vm = vitviz.load(path, code=_code_file(tmp_path, "make_labml"), device="cpu", image_size=32)
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    _out, maps = _own_maps(net, LabmlMultiHeadAttention, _labml_maps, x)
+    _same(vm.forward_captured(x)[0][0], maps)
+    # by file: its query.linear / key.linear / value.linear are attention, so it is never "not a ViT"; what cannot
+    # be placed is said, and the route given is --code, which works
+    with pytest.raises(UnknownLayoutError) as refused:
+        vitviz.load(path)
+    msg = str(refused.value)
+    assert "not a Vision Transformer" not in msg
+    assert "attention: width 64" in msg and "positional_encodings (5000, 1, 64) is a sequence-first table" in msg
+    assert "Next: open it with its own code" in msg and "--code" in msg
+
+
+class _OverQueries(nn.Module):
+    """(B, H, T, T) scores with a softmax over the queries (dim=-2): not attention over the keys, whatever its
+    shape -- the rule for token axes elsewhere must not take it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, 32, 8, 8)
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch_embed(x).flatten(2).transpose(1, 2)
+        q, k, v = self.qkv(t).reshape(t.shape[0], t.shape[1], 3, 4, 8).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1)).softmax(dim=-2)
+        return (a @ v).mean((1, 2))
+
+
+def test_a_softmax_over_the_query_axis_of_b_h_t_t_scores_is_still_not_attention() -> None:
+    with pytest.raises(NoAttentionError, match=r"softmax over other shapes: \[\(1, 4, 16, 16\)\]"):
+        vitviz.load(_OverQueries(), live=True, device="cpu", image_size=32)
+
+
+class _SigmoidAttention(nn.Module):
+    """Attention the live path cannot see (sigmoid over the scores), under `attn.qkv` (which a file reads)."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return self.proj(torch.sigmoid(q @ k.transpose(-2, -1)) @ v)
+
+
+class _Block(nn.Module):
+    def __init__(self, mixer: nn.Module) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = nn.LayerNorm(32), mixer, nn.LayerNorm(32)
+        self.mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class _Unseen(nn.Module):
+    """A ViT whose attention no route shows when `named` is False: its mixing weights carry no attention names
+    (`mix.a` / `mix.b`); with `named`, a file route reads its `attn.qkv`."""
+
+    def __init__(self, named: bool) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, 32, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 32))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, 32))
+        mixer: nn.Module = _SigmoidAttention() if named else nn.Sequential(nn.Linear(32, 32), nn.Tanh())
+        self.blocks = nn.ModuleList([_Block(copy.deepcopy(mixer)) for _ in range(2)])
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1) + self.pos_embed
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x[:, 0])
+
+
+def make_unseen_named() -> nn.Module:
+    return _Unseen(named=True)
+
+
+def make_unseen_plain() -> nn.Module:
+    return _Unseen(named=False)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_the_live_refusal_offers_the_weights_file_only_when_the_file_route_reads_it(tmp_path: Path,
+                                                                                  named: bool) -> None:
+    path = tmp_path / "unseen.pth"
+    torch.save(_Unseen(named).state_dict(), path)
+    code = tmp_path / "unseen.py"
+    code.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                    "from test_live import make_unseen_named, make_unseen_plain\n")
+    factory = "make_unseen_named" if named else "make_unseen_plain"
+    with pytest.raises(NoAttentionError) as refused:
+        vitviz.load(path, code=f"{code}:{factory}", device="cpu")
+    msg = str(refused.value)
+    assert "no self-attention was seen" in msg
+    if named:       # the file route reads it: the advice stands
+        assert "open its weights file by itself" in msg
+    else:           # the file route refuses it: said, and not offered
+        file_msg = ""
+        try:
+            vitviz.load(path)
+        except UnknownLayoutError as e:
+            file_msg = str(e)
+        assert "--code" in file_msg            # the file route points at the code ...
+        assert "open its weights file by itself" not in msg and "without code=" in msg   # ... and this not back
+        assert "no attention weights" in msg and "Next: if it is a Vision Transformer" in msg
+
+
+# ----------------------------------------------------------------------------- 3. nn.Sequential (zuppichini)
+def test_an_nn_sequential_vit_file_is_refused_as_one_and_its_code_opens_it(tmp_path: Path) -> None:
+    net = _built(make_zuppichini)
+    path = tmp_path / "vit.pth"
+    torch.save(net.state_dict(), path)
+    with pytest.raises(UnknownLayoutError) as refused:
+        vitviz.load(path)
+    msg = str(refused.value)
+    assert "keys start with numbers because the model is an nn.Sequential" in msg
+    assert "0: 0.cls_token" in msg and "1: 1.0.0.fn.0.weight" in msg
+    assert "Next: open it with its own code" in msg and "--code FILE.py:FACTORY" in msg
+    assert ".0 comes before any attention" not in msg
+    # the route it gives: exact (the softmax's probabilities; its division by sqrt(D) afterwards is said)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vm = vitviz.load(path, code=_code_file(tmp_path, "make_zuppichini"), device="cpu")
+    assert any("not the weights the module applies" in str(w.message) for w in caught)
+
+    def softmax(m: nn.Module) -> torch.Tensor:
+        qkv = rearrange(m.qkv(m.seen), "b n (h d qkv) -> (qkv) b h n d", h=m.num_heads, qkv=3)
+        return torch.softmax(qkv[0] @ qkv[1].transpose(-2, -1), -1)
+
+    hooks = [m.register_forward_pre_hook(lambda m, a: setattr(m, "seen", a[0])) for m in net.modules()
+             if isinstance(m, ZupMultiHeadAttention)]
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    try:
+        out, maps = _own_maps(net, ZupMultiHeadAttention, softmax, x)
+    finally:
+        for h in hooks:
+            h.remove()
+    attn, logits = vm.forward_captured(x)
+    _same(attn[0], maps)
+    np.testing.assert_allclose(logits, out.numpy(), atol=1e-5)

@@ -1,4 +1,6 @@
-"""Trial round 4 (scripts/trial_silent.py): files nobody here had made, opened as their users have them; each case
+"""The family readers (`vitviz.core.reading.families`) on files as their users have them.
+
+Trial round 4 (scripts/trial_silent.py): files nobody here had made, opened as their users have them; each case
 here was silently wrong before its fix -- it opened and showed numbers that differ from the original's, and nothing
 named the setting responsible. Each test builds the original with its own library (random, perturbed weights),
 saves it the way its users do, and checks that vitviz either matches it (logits and every layer's attention) or
@@ -12,10 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+from parity_refs import perturb, timm_reference
+from test_hyperparams import load, matches  # the same exact-parity check as the traps'
 
 import vitviz
-from parity_refs import perturb, timm_reference
-from test_assumption_traps import load, matches  # the same exact-parity check as the traps'
 
 timm = pytest.importorskip("timm")
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
@@ -91,6 +93,8 @@ def test_timm_model_object_states_its_pooling(case: str) -> None:
 
 # ------------------------------------------------------------------------ open_clip norm_kwargs / act_kwargs
 OC_VISION = dict(layers=2, width=64, head_width=16, patch_size=8, image_size=32, mlp_ratio=2.0)
+
+
 OC_TEXT = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(code: str, **kw) -> subprocess.CompletedProcess:
@@ -65,7 +65,7 @@ def test_readme_layout_names_every_module() -> None:
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text(encoding="utf-8")
     layout = readme[readme.index("## Layout"):]
     missing = [str(p.relative_to(root)) for p in sorted((root / "vitviz").rglob("*.py"))
@@ -79,7 +79,7 @@ def test_every_subpackage_ships_in_the_wheel() -> None:
     import tomllib
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(root).parts) for p in (root / "vitviz").rglob("__init__.py")}
     assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
@@ -134,7 +134,7 @@ def test_sdist_tests_run_from_the_unpacked_sdist(tmp_path: Path) -> None:
                  "resources/screenshots/first_run.png", "main.py"):
         assert (root / need).is_file(), need
     env = {**os.environ, "PYTHONPATH": str(root), "QT_QPA_PLATFORM": "offscreen"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cli_help.py"],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cli/test_cli_help.py"],
                        capture_output=True, text=True, cwd=root, env=env, timeout=600)
     assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
     probe = subprocess.run([sys.executable, "-c", "import vitviz; print(vitviz.__file__)"], capture_output=True,

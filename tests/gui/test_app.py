@@ -1,0 +1,50 @@
+"""Starting the window from the command line (`vitviz.gui.app.apply_args`): --device that is not here is said and
+the model runs on the CPU, --device reaches the demo's load, and a --head the map ignores is noted."""
+from __future__ import annotations
+
+import pytest
+from _gui import HEADS, parse, wait_idle
+
+from vitviz.gui.app import EXIT_2_TITLES, apply_args
+from vitviz.gui.protocol import Kind
+from vitviz.gui.session import DEVICE_FAILED
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:7"])
+def test_unavailable_device_is_reported_and_the_model_runs_on_cpu(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
+                                                                   device) -> None:
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        apply_args(window, parse(str(images[0]), "--model", str(tiny_ckpt), "--heads", str(HEADS),
+                                 "--device", device))
+    wait_idle(qtbot, window)
+    assert [t for t, _ in window.reporter.errors] == [DEVICE_FAILED], window.reporter.errors
+    assert device in window.reporter.errors[0][1] and "CPU" in window.reporter.errors[0][1]
+    assert DEVICE_FAILED in EXIT_2_TITLES                                  # --screenshot exits 2, as `vitviz info`
+    assert window.session.device == "cpu" and window.session.result(str(images[0])) is not None
+    assert window.session.device_preference is None                                # later loads do not repeat the error
+
+
+def test_device_reaches_the_demo_load(qtbot, window, monkeypatch, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """`vitviz --device X` (no model) loads the demo there; it used to ignore --device."""
+    from vitviz.gui import bundled
+
+    monkeypatch.setattr(bundled, "demo_checkpoint", lambda: tiny_ckpt)
+    monkeypatch.setattr(bundled, "demo_images", lambda: list(images))
+    asked = []
+    monkeypatch.setattr(window.session.client, "submit",
+                        lambda kind, first=False, **kw: asked.append(kw["device"]) if kind is Kind.LOAD else None)
+    apply_args(window, parse("--device", "cpu"))
+    assert asked == ["cpu"]
+
+
+def test_head_ignored_by_rollout_is_noted(window) -> None:  # noqa: ANN001
+    apply_args(window, parse("--map", "rollout", "--head", "max"))
+    assert any(n.startswith("--head max is ignored") for n in window.notes), window.notes
+    assert window.status.idle_message().startswith("--head max is ignored")    # the status bar once idle
+    window.notes.clear()
+    apply_args(window, parse("--map", "mean", "--head", "1"))
+    assert not any("ignored" in n for n in window.notes)

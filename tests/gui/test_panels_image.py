@@ -1,0 +1,19 @@
+"""The image panel (`vitviz.gui.panels.image`): the map under the mouse and its hover readout."""
+from __future__ import annotations
+
+from vitviz.gui.numbers import number
+
+
+
+def test_the_hover_readout_follows_the_map_under_a_still_mouse(loaded) -> None:  # noqa: ANN001
+    """Clicking a patch (a query map) or going back to CLS attention redraws the map under a mouse that did not
+    move: the readout shows the new map's value, not the previous one's."""
+    window = loaded
+    panel = window.panel
+    panel._on_mouse_moved(panel.image_item.mapToScene(panel.image_item.boundingRect().center()))
+    row, col = panel.hovered_patch
+    assert row >= 0
+    before = window.hover_label.text()
+    window.state.update(source="token", query=window.session.spec.num_prefix)   # another map, the mouse still
+    after = window.hover_label.text()
+    assert number(panel.values[row, col]) in after and after != before
