@@ -28,7 +28,8 @@ __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "RO
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule",
-           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source", "lane_change", "layer_mean"]
+           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source", "lane_change", "layer_mean",
+           "ModelView", "view_for_model"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
                                               # gradient maps of a class or a prompt, a MAP head's attention (only
@@ -346,6 +347,46 @@ def lane_change(word: str, spec: object, can: frozenset[str] | None = None) -> b
     windowed model, a windowed model's for a plain ViT): the window then switches maps without a note."""
     can = capabilities_of_spec(spec) if can is None else can
     return not KINDS[word].windows if WINDOWS in can else "windowed" in KINDS[word].needs
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What the view becomes when a model loads (`view_for_model`): the fields to update and what to say."""
+    changes: dict[str, object]
+    notes: tuple[str, ...] = ()
+
+
+def view_for_model(state: ViewState, spec: object, can: frozenset[str] | None, previous_depth: int,
+                   query: int | None, told: bool = False) -> ModelView:
+    """The rules for a newly loaded model, without Qt: a valid layer and head, the query token `query` (already
+    followed to the new token layout), and a map this model gives.
+
+    The last layer of the previous model (`previous_depth`) stays the last layer; a windowed model has no mean over
+    blocks (its stages' grids differ), so 'mean' becomes its last block, said; a query map follows to this model's
+    own query map kind (or its first map without a token); a map this model cannot give falls back to its first
+    map, said unless it is only the other lane's (a windowed model's maps for a plain ViT and back) or the command
+    line asked for it (`told`: reported there)."""
+    notes = []
+    source = state.source
+    if source in QUERY_SOURCES:
+        source = query_source(source, spec, can) if query is not None else default_source(spec, can)
+    layer: LayerSel = state.layer
+    if isinstance(layer, int) and layer == previous_depth - 1:
+        layer = -1     # the last layer of the previous model: the last of this one (not the same index)
+    depth = spec.depth  # type: ignore[attr-defined]
+    layer = resolve_index(layer, depth)
+    if isinstance(layer, str) and not layer_mean(spec, can):
+        layer = depth - 1
+        notes.append(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
+                     f"block ({layer})")
+    word = state.relevance_method if source == "relevance" else source
+    why = unavailable(word, spec, can)  # type: ignore[arg-type]
+    if why is not None and not told and not lane_change(word, spec, can):
+        notes.append(f"Showing {KINDS[default_source(spec, can)].title}: {why}")
+    changes = dict(layer=layer, head=resolve_index(state.head, spec.num_heads),  # type: ignore[attr-defined]
+                   query=query, source=default_source(spec, can) if why is not None else source,
+                   rollout_pool=state.rollout_pool and not unavailable("poolrollout", spec, can))  # type: ignore
+    return ModelView(changes, tuple(notes))
 
 
 def map_label(state: ViewState) -> str:

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QDockWidget, QFrame, QInputDialog, QLineEdit, QMa
                                QToolBar, QWidget)
 
 from vitviz import catalog
-from vitviz.core.analyses.mapkinds import KINDS, unavailable
+from vitviz.core.analyses.mapkinds import unavailable
 from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 from vitviz.core.analyses.tokens import TokenLayout, follow_query
@@ -43,8 +43,8 @@ from vitviz.gui.panels.posembed import PosEmbedPanel
 from vitviz.gui.panels.rollout import RolloutPanel
 from vitviz.gui.relevance import RelevanceSource
 from vitviz.gui.session import Session
-from vitviz.gui.state import (QUERY_SOURCES, ROLLOUT_FIELDS, QueryScaleRule, ViewState, default_source, lane_change,
-                              layer_mean, map_kind, query_source, resolve_index)
+from vitviz.gui.state import (QUERY_SOURCES, ROLLOUT_FIELDS, QueryScaleRule, ViewState, default_source, map_kind,
+                              query_source, view_for_model)
 from vitviz.gui.status import StatusArea, WrappingStatusBar
 from vitviz.gui.verdict import Verifier
 
@@ -830,29 +830,11 @@ class MainWindow(QMainWindow):
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
-        can = self.session.capabilities or None
-        source = self.state.source
-        if source in QUERY_SOURCES:     # a query token's map: this model's own, or its first map without a token
-            source = query_source(source, spec, can) if query is not None else default_source(spec, can)
-        layer = self.state.layer
-        if isinstance(layer, int) and layer == self._previous_depth - 1:
-            layer = -1     # the last layer of the previous model: the last of this one (not the same index)
-        layer = resolve_index(layer, spec.depth)
+        view = view_for_model(self.state, spec, self.session.capabilities or None, self._previous_depth, query, told)
         self._previous_depth = spec.depth
-        if isinstance(layer, str) and not layer_mean(spec, can):
-            layer = spec.depth - 1          # no mean over a windowed model's stages' grids: said, not silent
-            self.note(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
-                      f"block ({layer})")
-        # the table of map kinds: a map this model cannot give falls back to its first map, said unless it is only
-        # the other lane's (a windowed model's maps for a plain ViT, a plain ViT's for a windowed model)
-        word = self.state.relevance_method if source == "relevance" else source
-        why = unavailable(word, spec, can)
-        if why is not None and not told and not lane_change(word, spec, can):
-            self.note(f"Showing {KINDS[default_source(spec, can)].title}: {why}")
-        self.state.update(layer=layer,
-                          head=resolve_index(self.state.head, spec.num_heads), query=query,
-                          source=default_source(spec, can) if why is not None else source,
-                          rollout_pool=self.state.rollout_pool and not unavailable("poolrollout", spec, can))
+        for note in view.notes:
+            self.note(note)
+        self.state.update(**view.changes)
         self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
         if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it
