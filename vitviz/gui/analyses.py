@@ -64,7 +64,7 @@ class FeatureAnalyses(QObject):
 
     def _answer(self, signal: Any) -> Any:
         def answer(request: Request, result: Any) -> None:
-            if request.args.get("image_size") == self.session.image_size:   # else: for a size no longer shown
+            if request.image_size == self.session.image_size:   # else: for a size no longer shown
                 signal.emit(result)
         return answer
 

@@ -271,10 +271,6 @@ class Request:
         """Its arguments by name (every field but `id`)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "id"}
 
-    @property
-    def image_size(self) -> tuple[int, int] | None:   # overridden by a field in the requests that have one
-        return None
-
     def describe(self) -> str:
         """What the status bar says while it runs."""
         return "Working…"
@@ -399,7 +395,7 @@ class Run(Request):
     """Run one image at `image_size` (None: the model's) and precompute its maps, off the GUI thread."""
 
     image: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
     also: tuple[Any, ...] = ()   # map kinds to make here too (the one on show), besides CLS and rollout
     half: bool = False           # keep the maps as float16 (Model settings › Maps in float16)
 
@@ -525,7 +521,7 @@ class Relevance(PassRequest):
     and backward pass of its own (the plain capture is untouched); `target` None: the top class."""
 
     image: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
     target: int | None = None
 
     answer = Explained
@@ -563,7 +559,7 @@ class Text(PassRequest):
 
     image: str = ""
     prompt: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = Prompted
     title = "Could not compute the relevance of the text prompt"
@@ -603,7 +599,7 @@ class Features(PassRequest):
     """Every block's output tokens of `image` (a pass of its own) with their norms and the norms' histogram."""
 
     image: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = Featured
     title = "Could not capture the token features"
@@ -651,7 +647,7 @@ class Pca(Analysis):
     features: list[Any] = field(default_factory=list)
     sources: tuple[str, ...] = ()
     layer: int = 0
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = PcaFitted
     title = "Could not fit the feature PCA"
@@ -673,7 +669,7 @@ class Similarity(Analysis):
     b: Any = None
     sources: tuple[str, str] = ("", "")
     layer: int = 0
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = Compared
     title = "Could not compare the patch features"
@@ -698,7 +694,7 @@ class Share(Analysis):
     norms: Any = None
     layer: int = 0
     threshold: float = 0.0
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = Shared
     title = "Could not measure the attention to high-norm tokens"

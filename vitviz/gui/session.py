@@ -129,7 +129,10 @@ class Session(QObject):
             Probe: self._on_probed, Load: self._on_loaded, Run: self._on_ran, PosEmbed: self._on_posembedded,
             Catalog: self._on_cataloged, Move: self._on_moved, Verify: self._on_verified,
             **{kind: store.answer for kind, store in self.passes.items()}}
-        self._failure_routes: dict[type, Any] = {}
+        self._failure_routes: dict[type, Any] = {
+            Probe: self._probe_failed, Load: self._load_failed, Run: self._run_failed,
+            PosEmbed: self._posembed_failed, Catalog: self._catalog_failed, Move: self._move_failed,
+            Verify: self._verify_failed, **{kind: self._pass_failed for kind in self.passes}}
         self._waiting_shown = False               # the verdict line says the check waits for the images
         self.analyses = FeatureAnalyses(self)       # the Features dock's PCA, similarity and share (routed there)
         c.answered.connect(self._on_answered)
@@ -149,7 +152,7 @@ class Session(QObject):
     def loading(self) -> str:
         """The path or name of the model being loaded ('' when no load is queued or running)."""
         loads = self.client.pending(Load)
-        return str(loads[-1].args["path"] or loads[-1].args.get("code") or "") if loads else ""
+        return str(loads[-1].path or loads[-1].code or "") if loads else ""
 
     def run_counts(self) -> tuple[int, int]:
         """(answered, in all) of the runs since the run queue was last empty."""
@@ -227,7 +230,7 @@ class Session(QObject):
         if request.kind is Load:
             self.loading_changed.emit(bool(self.loading))
         elif request.kind is Run:
-            path = str(request.args.get("image"))
+            path = str(request.image)
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
                    f"{Path(path).name}")
             self.image_list.give_up(path, why, previous)
@@ -350,7 +353,7 @@ class Session(QObject):
         if not gone:
             return []
         drop = set(gone)
-        self.client.cancel(lambda r: r.kind is Run and r.args["image"] in drop)
+        self.client.cancel(lambda r: r.kind is Run and r.image in drop)
         for path in gone:
             self.results.pop(path)
             self.head_stats.pop(path, None)
@@ -439,7 +442,7 @@ class Session(QObject):
         if self.spec is None or self.awaiting_answers or not path or path in self.results or path in self.failed:
             return
         pending = [r for r in self.client.pending(Run)
-                   if r.args["image"] == path and r.args["image_size"] == self.image_size]
+                   if r.image == path and r.image_size == self.image_size]
         if pending:
             if first:
                 self.client.prioritize(lambda r: r in pending)
@@ -486,7 +489,7 @@ class Session(QObject):
     def _on_loaded(self, request: Request, answer: Loaded) -> None:
         self.loading_changed.emit(bool(self.loading))
         if answer.refused:
-            self._refuse_device(str(request.args.get("device")), answer.refused)
+            self._refuse_device(str(request.device), answer.refused)
         spec = answer.spec
         self.model.loaded(request, answer)            # at its native size, asked about or not, not verified yet
         self._waiting_shown = False
@@ -515,9 +518,9 @@ class Session(QObject):
                         "The model was loaded on the CPU. Pick a device in the Controls panel once one is available.")
 
     def _on_ran(self, request: Request, answer: Ran) -> None:
-        if request.args.get("image_size") != self.image_size:
+        if request.image_size != self.image_size:
             return   # belongs to a size that is no longer selected
-        path, maps = request.args["image"], answer.maps
+        path, maps = request.image, answer.maps
         self.results.put(path, maps)
         self.head_stats[path] = maps.head_stats()
         self.image_list.answered()
@@ -595,40 +598,57 @@ class Session(QObject):
         self.device_changed.emit(answer.device)
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
-        kind = request.kind
-        if kind in self._failure_routes:
-            self._failure_routes[kind](request, summary, details)
-            return
-        if kind is Verify:        # not an error of the model: it stays unverified, and says why
-            self.verify_failure, self.model.verify_progress = summary, None
-            self.verification_changed.emit()
-            return
-        if kind is Run:
-            path = request.args["image"]
-            self.image_list.fail(path, summary)
-            self.run_failed.emit(path, summary, details)
-            if path == self.current:
-                self.current_changed.emit(None)
-            self._report_runs()
-            self._verify()
-            return
-        if isinstance(request, PassRequest):
-            self.passes[kind].fail(request, summary)
-        if kind is Load:
-            self.loading_changed.emit(bool(self.loading))
-            if not self.loading:
-                self.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
-        if kind is Probe:
-            self.devices_found.emit(["cpu"])
-        elif kind is PosEmbed:
-            self.model.forget_position()
+        """Every failure, routed by the class of the request like the answers (the session's own kinds and the
+        parts' through one table, `route`); a kind nobody routes is an error dialog."""
+        route = self._failure_routes.get(request.kind)
+        if route is None:
+            self.error.emit(request.title, summary, details)
+        else:
+            route(request, summary, details)
+
+    def _report(self, request: Request, summary: str, details: str) -> None:
         self.error.emit(request.title, summary, details)
-        if kind is Load:
-            self.ensure_all()   # the load made queued runs stale; the previous model is still there
-        elif kind is Move:
-            self.device_changed.emit(self.device)
-        elif kind is Catalog:
-            self.catalog_failed.emit()
+
+    def _verify_failed(self, _request: Request, summary: str, _details: str) -> None:
+        """Not an error of the model: it stays unverified, and says why."""
+        self.verify_failure, self.model.verify_progress = summary, None
+        self.verification_changed.emit()
+
+    def _run_failed(self, request: Request, summary: str, details: str) -> None:
+        path = request.image
+        self.image_list.fail(path, summary)
+        self.run_failed.emit(path, summary, details)
+        if path == self.current:
+            self.current_changed.emit(None)
+        self._report_runs()
+        self._verify()
+
+    def _pass_failed(self, request: Request, summary: str, details: str) -> None:
+        self.passes[request.kind].fail(request, summary)
+        self._report(request, summary, details)
+
+    def _load_failed(self, request: Request, summary: str, details: str) -> None:
+        self.loading_changed.emit(bool(self.loading))
+        if not self.loading:
+            self.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
+        self._report(request, summary, details)
+        self.ensure_all()   # the load made queued runs stale; the previous model is still there
+
+    def _probe_failed(self, request: Request, summary: str, details: str) -> None:
+        self.devices_found.emit(["cpu"])
+        self._report(request, summary, details)
+
+    def _posembed_failed(self, request: Request, summary: str, details: str) -> None:
+        self.model.forget_position()
+        self._report(request, summary, details)
+
+    def _move_failed(self, request: Request, summary: str, details: str) -> None:
+        self._report(request, summary, details)
+        self.device_changed.emit(self.device)
+
+    def _catalog_failed(self, request: Request, summary: str, details: str) -> None:
+        self._report(request, summary, details)
+        self.catalog_failed.emit()
 
     def _forget_results(self) -> None:
         """A new model or input size: no result, failure or head statistic of the old one holds."""
@@ -647,8 +667,8 @@ class Session(QObject):
 def _doing(request: Request) -> str:
     """What a request running the user's code is doing, for the status bar ('the code of my_vit.py:build')."""
     if request.kind is Load:
-        return f"the code of {Path(str(request.args.get('code') or '')).name}"
+        return f"the code of {Path(str(request.code or '')).name}"
     if request.kind is Run:
-        return f"the model's own code on {Path(str(request.args.get('image'))).name}"
+        return f"the model's own code on {Path(str(request.image)).name}"
     text = request.describe().rstrip("…")
     return text[:1].lower() + text[1:]
