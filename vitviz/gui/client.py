@@ -308,15 +308,18 @@ class WorkerClient(QObject):
 
     @Slot(int, object)
     def _on_finished(self, req_id: int, answer: object) -> None:
-        if req_id in self._given_up:
-            return
-        if self._closed:
+        self._settle(req_id, lambda request: self.answered.emit(request, answer))
+
+    def _settle(self, req_id: int, emit: Callable[[Request], None]) -> None:
+        """A request ended: `emit(request)` says so, unless it was given up on, the client is closed, or a newer model
+        made it stale (then it is dropped)."""
+        if req_id in self._given_up or self._closed:
             return
         request, stale = self._take(req_id)
         if stale:
             self.dropped.emit(request)
         else:
-            self.answered.emit(request, answer)
+            emit(request)
         self._after()
 
     @Slot(int)
@@ -332,13 +335,4 @@ class WorkerClient(QObject):
 
     @Slot(int, str, str)
     def _on_failed(self, req_id: int, summary: str, details: str) -> None:
-        if req_id in self._given_up:
-            return
-        if self._closed:
-            return
-        request, stale = self._take(req_id)
-        if stale:
-            self.dropped.emit(request)
-        else:
-            self.failed.emit(request, summary, details)
-        self._after()
+        self._settle(req_id, lambda request: self.failed.emit(request, summary, details))
