@@ -24,8 +24,8 @@ def test_unavailable_device_is_reported_and_the_model_runs_on_cpu(qtbot, window,
     assert [t for t, _ in window.reporter.errors] == [DEVICE_FAILED], window.reporter.errors
     assert device in window.reporter.errors[0][1] and "CPU" in window.reporter.errors[0][1]
     assert DEVICE_FAILED in EXIT_2_TITLES                                  # --screenshot exits 2, as `vitviz info`
-    assert window.session.device == "cpu" and window.session.result(str(images[0])) is not None
-    assert window.session.device_preference is None                                # later loads do not repeat the error
+    assert window.session.model.device == "cpu" and window.session.result(str(images[0])) is not None
+    assert window.session.model.device_preference is None                                # later loads do not repeat the error
 
 
 def test_device_reaches_the_demo_load(qtbot, window, monkeypatch, tiny_ckpt, images) -> None:  # noqa: ANN001

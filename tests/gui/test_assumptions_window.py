@@ -105,9 +105,9 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
                                                                         images) -> None:
     dialog = _ask(qtbot, window, hand_written, images[:1])
     s = window.session
-    assert not s.library_layout and not s.spec.heads_guessed           # heads from the per-head Linears
-    assert s.awaiting_answers and s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None
-    assert dialog.fields == ["block_norm", "mlp_kind", "attn_scale"] == asked(s.spec)   # heads: not asked
+    assert not s.model.library_layout and not s.model.spec.heads_guessed           # heads from the per-head Linears
+    assert s.model.awaiting_answers and s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None
+    assert dialog.fields == ["block_norm", "mlp_kind", "attn_scale"] == asked(s.model.spec)   # heads: not asked
     assert dialog.combos["block_norm"].currentData() == "pre"                          # the assumption, said so
     assert dialog.combos["block_norm"].currentText().endswith("(assumed)")
     assert "Assumed: pre-norm" in dialog.reasons["block_norm"].text()
@@ -120,12 +120,12 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     assert "Assumed: pre-norm" in panel.marks["block_norm"].toolTip()
 
     answer_assumptions(qtbot, window, {"block_norm": "post"})                 # reloads with block_norm='post'
-    spec = s.spec
+    spec = s.model.spec
     assert spec.block_norm == "post" and spec.source_of("block_norm") == "override"
     # the one setting answered is the user's; the ones left as they were are still assumptions
     assert spec.kind_of("block_norm") == "given" and spec.kind_of("mlp_kind") == "assumed"
-    assert s.load_overrides == {"block_norm": "post"}
-    assert not s.awaiting_answers and window.assumptions_dialog is None
+    assert s.model.load_overrides == {"block_norm": "post"}
+    assert not s.model.awaiting_answers and window.assumptions_dialog is None
     assert not panel.marks["block_norm"].isVisibleTo(panel) and panel.marks["mean"].isVisibleTo(panel)   # still assumed
     assert panel.marks["act"].isVisibleTo(panel) and panel.marks["attn_scale"].isVisibleTo(panel)
     assert panel.norm_combo.currentData() == "post"
@@ -144,7 +144,7 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
     answer_assumptions(qtbot, window, {"block_norm": "post", "mlp_kind": "relu", "attn_scale": 0.0}, remember=True)
     assert st.remembered_settings(settings, str(hand_written)) == {"block_norm": "post", "act": "relu",
                                                                    "attn_scale": 0.0}
-    assert window.session.spec.source_of("block_norm").startswith("remembered: you answered post")
+    assert window.session.model.spec.source_of("block_norm").startswith("remembered: you answered post")
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):   # another model, then this one again
         window.load_model(str(tiny_ckpt), heads=HEADS)
     other = _second_window(qtbot, settings)                               # a new window: nothing kept in memory
@@ -153,7 +153,7 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
         other.session.assumptions_asked.connect(asked_.append)
         with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
             other.load_model(str(hand_written))
-        spec = other.session.spec
+        spec = other.session.model.spec
         assert asked_ == [] and other.assumptions_dialog is None
         assert spec.block_norm == "post" and spec.mlp_kind == "relu" and spec.kind_of("block_norm") == "given"
         assert spec.source_of("block_norm").startswith("remembered: you answered post in the window")
@@ -165,9 +165,9 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
         panel.norm_combo.activated.emit(panel.norm_combo.currentIndex())
         with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
             panel.apply()
-        assert other.session.spec.block_norm == "pre"
+        assert other.session.model.spec.block_norm == "pre"
         assert st.remembered_settings(settings, str(hand_written))["block_norm"] == "pre"
-        assert other.session.spec.source_of("block_norm").startswith("remembered: you answered pre")
+        assert other.session.model.spec.source_of("block_norm").startswith("remembered: you answered pre")
     finally:
         other.close()
         other.session.shutdown()
@@ -182,7 +182,7 @@ def test_without_remembering_a_new_window_asks_again(qtbot, window, settings, ha
     try:
         with qtbot.waitSignal(other.session.assumptions_asked, timeout=20000):
             other.load_model(str(hand_written))
-        assert other.session.spec.block_norm == "pre"
+        assert other.session.model.spec.block_norm == "pre"
     finally:
         other.assumptions_dialog.reject()
         other.close()
@@ -195,26 +195,26 @@ def test_keeping_the_assumptions_runs_them_and_review_answers_later(qtbot, windo
     answer_assumptions(qtbot, window, None)
     wait_idle(qtbot, window)
     s = window.session
-    assert s.result(str(images[0])) is not None and s.spec.kind_of("block_norm") == "assumed"
+    assert s.result(str(images[0])) is not None and s.model.spec.kind_of("block_norm") == "assumed"
     status = window.status
-    n = len(s.spec.assumptions)
+    n = len(s.model.spec.assumptions)
     assert n >= 4 and status.verdict_label.text() == f"Not verified — {n} assumptions"
-    assert all(name in status.verdict_label.toolTip() for name, _src in s.spec.assumptions)
+    assert all(name in status.verdict_label.toolTip() for name, _src in s.model.spec.assumptions)
     assert status.review_button.isVisibleTo(window.statusBar())
     status.review_button.click()                                            # the same question, on request
     dialog = window.assumptions_dialog
     assert dialog is not None and dialog.isVisible() and "runs the images again" in \
         dialog.findChild(QLabel, "assumptionsText").text()
     answer_assumptions(qtbot, window, {"attn_scale": 1.0})
-    assert s.spec.attn_scale == 1.0 and s.spec.source_of("attn_scale") == "override"
-    assert asked(s.spec) == ["block_norm", "mlp_kind"] and status.review_button.isVisibleTo(window.statusBar())
+    assert s.model.spec.attn_scale == 1.0 and s.model.spec.source_of("attn_scale") == "override"
+    assert asked(s.model.spec) == ["block_norm", "mlp_kind"] and status.review_button.isVisibleTo(window.statusBar())
     status.review_button.click()                                            # the others, each confirmed
     answer_assumptions(qtbot, window, {"block_norm": "pre", "mlp_kind": "gelu"})
-    assert s.spec.kind_of("block_norm") == "given" and s.spec.kind_of("mlp_kind") == "given"
-    assert not asked(s.spec) and not status.review_button.isVisibleTo(window.statusBar())   # nothing left to ask
+    assert s.model.spec.kind_of("block_norm") == "given" and s.model.spec.kind_of("mlp_kind") == "given"
+    assert not asked(s.model.spec) and not status.review_button.isVisibleTo(window.statusBar())   # nothing left to ask
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None
-    assert status.verdict_label.text() == f"Not verified — {len(s.spec.assumptions)} assumptions"
+    assert status.verdict_label.text() == f"Not verified — {len(s.model.spec.assumptions)} assumptions"
 
 
 def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, window, tiny_ckpt,  # noqa: ANN001
@@ -226,7 +226,7 @@ def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, windo
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     s, status = window.session, window.status
-    n = len(s.spec.assumptions)
+    n = len(s.model.spec.assumptions)
     assert n >= 4 and status.verdict_label.text() == f"Not verified — {n} assumptions"   # before any verdict
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
@@ -244,11 +244,11 @@ def test_a_timm_hub_folder_is_verified_against_timm(qtbot, window, timm_folder, 
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(timm_folder))
     s = window.session
-    assert s.spec.assumptions == () and window.status.verdict_label.text() == "Not verified"
+    assert s.model.spec.assumptions == () and window.status.verdict_label.text() == "Not verified"
     with qtbot.waitSignal(s.verification_changed, timeout=60000,
-                          check_params_cb=lambda *a: s.verification is not None or bool(s.verify_failure)):
+                          check_params_cb=lambda *a: s.model.verification is not None or bool(s.model.verify_failure)):
         s.add_images([str(images[0])])
-    assert s.verify_failure == "" and s.verification.verdict == "verified"
+    assert s.model.verify_failure == "" and s.model.verification.verdict == "verified"
     text = window.status.verdict_label.text()
     assert text.startswith("Verified against timm") and "max" in text
     assert "#188038" in window.status.verdict_label.styleSheet()
@@ -280,9 +280,9 @@ def test_a_model_that_differs_is_an_error_and_stale_verdicts_are_dropped(qtbot, 
     assert s.verifying and "Checking against the original" in window.status.verdict_label.toolTip()
     window.load_model(str(tiny_ckpt_b), heads=HEADS)                         # ... when another model is asked for
     release.set()
-    qtbot.waitUntil(lambda: s.model_path == str(tiny_ckpt_b) and len(calls) == 2 and s.verification is not None,
+    qtbot.waitUntil(lambda: s.model.model_path == str(tiny_ckpt_b) and len(calls) == 2 and s.model.verification is not None,
                     timeout=20000)
-    assert s.verification.first_differing_layer == 1                         # the first model's answer: dropped
+    assert s.model.verification.first_differing_layer == 1                         # the first model's answer: dropped
     label = window.status.verdict_label
     assert label.text() == "Differs from the original — from layer 1" and "#d93025" in label.styleSheet()
     assert [e for e in window.reporter.errors if e[0] == DIFFERS] == \
@@ -298,9 +298,9 @@ def test_a_live_model_is_not_verified(qtbot, session) -> None:  # noqa: ANN001
 
     spec = ModelSpec(family="live", source="x", image_size=(32, 32), patch_size=8, embed_dim=32, depth=2,
                      num_heads=2)
-    session.spec = spec
+    session.model.spec = spec
     session._verify()
-    assert session.client.pending(Kind.VERIFY) == [] and not session._verify_asked
+    assert session.client.pending(Kind.VERIFY) == [] and not session.model.verify_asked
     assert verdict_line(spec).text == LIVE_LINE and asked(spec) == []
 
 
@@ -315,7 +315,7 @@ def test_the_command_line_states_what_the_file_does_not(qtbot, window, hand_writ
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         apply_args(window, parse(str(images[0]), "--model", str(hand_written), "--block-norm", "post", "--act",
                                  "gelu", "--attn-scale", str(scale)))
-    spec = window.session.spec
+    spec = window.session.model.spec
     assert spec.block_norm == "post" and spec.kind_of("block_norm") == "given"
     assert spec.kind_of("mlp_kind") == "given" and spec.attn_scale == pytest.approx(scale)
     assert window.assumptions_dialog is None or not window.assumptions_dialog.isVisible()
@@ -338,15 +338,15 @@ def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings
     qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
                     timeout=5000)
     s = window.session
-    spec, assumed = s.spec, s.spec.assumptions
+    spec, assumed = s.model.spec, s.model.spec.assumptions
     s.model_loaded.connect(lambda *_a: loads.append(1))
     dialog = window.assumptions_dialog
     assert not dialog.remember_check.isChecked()
     QTest.keyClick(dialog, Qt.Key.Key_Return)                               # "Use my answers", nothing answered
     qtbot.waitUntil(lambda: window.assumptions_dialog is None, timeout=5000)
     wait_idle(qtbot, window)
-    assert loads == [] and s.spec is spec and s.load_overrides == {} and s.spec.assumptions == assumed
-    assert s.spec.heads_guessed and s.result(str(images[0])) is not None and not s.awaiting_answers
+    assert loads == [] and s.model.spec is spec and s.model.load_overrides == {} and s.model.spec.assumptions == assumed
+    assert s.model.spec.heads_guessed and s.result(str(images[0])) is not None and not s.model.awaiting_answers
     assert answers.read_all() == {} and st.remembered_settings(settings, str(tiny_ckpt)) == {}
     assert window.status.verdict_label.text() == f"Not verified — {len(assumed)} assumptions"
     assert window.status.review_button.isVisibleTo(window.statusBar())
@@ -356,7 +356,7 @@ def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings
     dialog.remember_check.setChecked(True)                                  # even remembering: nothing to keep
     QTest.keyClick(dialog, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.assumptions_dialog is None, timeout=5000)
-    assert s.client.pending(Kind.LOAD) == [] and loads == [] and s.spec is spec and answers.read_all() == {}
+    assert s.client.pending(Kind.LOAD) == [] and loads == [] and s.model.spec is spec and answers.read_all() == {}
 
 
 def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, tiny_ckpt,  # noqa: ANN001
@@ -368,10 +368,10 @@ def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, ti
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     s = window.session
-    assert s.spec.num_heads == 4 and s.spec.kind_of("num_heads") == "given" and s.remembered == {"heads",
+    assert s.model.spec.num_heads == 4 and s.model.spec.kind_of("num_heads") == "given" and s.model.remembered == {"heads",
                                                                                                   "block_norm"}
-    assert s.spec.source_of("num_heads").startswith("remembered: you answered 4 in the window for this file")
-    assert s.load_overrides == {"heads": 4, "block_norm": "post"}
+    assert s.model.spec.source_of("num_heads").startswith("remembered: you answered 4 in the window for this file")
+    assert s.model.load_overrides == {"heads": 4, "block_norm": "post"}
     panel = window.controls.model_settings
     assert panel.forget_button.isVisibleTo(panel) and panel.remembered() == ["heads", "block_norm"]
     assert "remembered: you answered 4" in panel.marks["heads"].toolTip()
@@ -380,9 +380,9 @@ def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, ti
     assert "remembered: you answered 4" in show_dock(qtbot, window, "infoDock").text()
     with qtbot.waitSignal(s.model_loaded, timeout=20000):
         panel.forget_button.click()
-    assert st.remembered_settings(settings, str(tiny_ckpt)) == {} and s.remembered == frozenset()
-    assert s.spec.num_heads == 1 and s.spec.heads_guessed and s.spec.kind_of("block_norm") == "assumed"
-    assert s.load_overrides == {} and "remembered" not in s.spec.to_json()
+    assert st.remembered_settings(settings, str(tiny_ckpt)) == {} and s.model.remembered == frozenset()
+    assert s.model.spec.num_heads == 1 and s.model.spec.heads_guessed and s.model.spec.kind_of("block_norm") == "assumed"
+    assert s.model.load_overrides == {} and "remembered" not in s.model.spec.to_json()
     assert not panel.forget_button.isVisibleTo(panel) and panel.marks["heads"].isVisibleTo(panel)
     assert window.assumptions_dialog is None                                # asked for: not asked by itself
     assert any("Forgot 4 attention heads, post-norm blocks for tiny.pth" in n for n in window.notes)
@@ -398,15 +398,15 @@ def test_an_answer_remembered_now_is_said_as_remembered_and_a_changed_one_is_not
     _ask(qtbot, window, hand_written, images[:1])
     answer_assumptions(qtbot, window, {"attn_scale": 1.0}, remember=True)
     s = window.session
-    assert s.spec.source_of("attn_scale").startswith("remembered: you answered 1 in the window")
-    assert s.remembered == {"attn_scale"} and s.spec.kind_of("block_norm") == "assumed"
+    assert s.model.spec.source_of("attn_scale").startswith("remembered: you answered 1 in the window")
+    assert s.model.remembered == {"attn_scale"} and s.model.spec.kind_of("block_norm") == "assumed"
     st.forget_settings(settings, str(hand_written))                          # forgotten elsewhere (the CLI)
     panel = window.controls.model_settings
     panel.scale_edit.setText("0.5")
     panel.scale_edit.textEdited.emit("0.5")
     with qtbot.waitSignal(s.model_loaded, timeout=20000):
         panel.apply()
-    assert s.spec.source_of("attn_scale") == "override" and s.remembered == frozenset()
+    assert s.model.spec.source_of("attn_scale") == "override" and s.model.remembered == frozenset()
     assert st.remembered_settings(settings, str(hand_written)) == {}
 
 
@@ -431,7 +431,7 @@ def test_what_the_window_was_told_is_used_by_the_command_line(qtbot, window, tin
     assert json.loads(capsys.readouterr().out)["num_heads"] == 2
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))                  # the window reads the same store
-    assert window.session.spec.num_heads == 4 and window.session.spec.block_norm == "post"
+    assert window.session.model.spec.num_heads == 4 and window.session.model.spec.block_norm == "post"
 
 
 def test_old_remembered_answers_move_into_the_shared_store(settings, tiny_ckpt) -> None:  # noqa: ANN001

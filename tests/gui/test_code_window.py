@@ -99,11 +99,11 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     box = _box(qtbot, window)
     assert "my_vit.py" in box.text() and "build()" in box.text() and str(user_code) in box.informativeText()
     assert "only continue if you trust it" in box.informativeText()
-    assert window.session.client.pending(Kind.LOAD) == [] and window.session.spec is None   # nothing ran yet
+    assert window.session.client.pending(Kind.LOAD) == [] and window.session.model.spec is None   # nothing ran yet
     assert "my_vit" not in " ".join(__import__("sys").modules)
     box.button(QMessageBox.StandardButton.Cancel).click()                       # no: nothing is loaded at all
     qtbot.waitUntil(lambda: window.code_box is None, timeout=5000)
-    assert window.session.client.pending(Kind.LOAD) == [] and window.session.spec is None
+    assert window.session.client.pending(Kind.LOAD) == [] and window.session.model.spec is None
     assert window.session.loading == "" and window.demo_instead_of_model is False
     window.load_code(ref)                                                       # asked again
     box = _box(qtbot, window)
@@ -111,8 +111,8 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
         box.findChild(type(box.button(QMessageBox.StandardButton.Cancel)), "runCodeButton").click()
     wait_idle(qtbot, window)
     s = window.session
-    assert s.spec.family == "live" and s.model_code == ref and s.model_path == ref
-    assert s.live_layers == (("blocks.0.attn", "nn.MultiheadAttention"), ("blocks.1.attn", "nn.MultiheadAttention"))
+    assert s.model.spec.family == "live" and s.model.model_code == ref and s.model.model_path == ref
+    assert s.model.live_layers == (("blocks.0.attn", "nn.MultiheadAttention"), ("blocks.1.attn", "nn.MultiheadAttention"))
     result = s.result(str(images[0])).result
     assert result.attentions.shape == (2, 2, 17, 17)
     np.testing.assert_allclose(result.attentions.sum(-1), 1.0, atol=1e-5)
@@ -135,7 +135,7 @@ def test_screenshot_mode_takes_the_flag_as_the_answer(qtbot, window, user_code, 
     window.trust_code = True                                                    # what --screenshot sets
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
         apply_args(window, parse(str(images[0]), "--code", f"{user_code}:build"))
-    assert window.code_box is None and window.session.spec.family == "live"
+    assert window.code_box is None and window.session.model.spec.family == "live"
 
 
 def test_a_live_forward_stops_between_the_users_blocks(qtbot, user_code, images, monkeypatch) -> None:  # noqa: ANN001
@@ -168,6 +168,6 @@ def test_a_module_that_cannot_be_stopped_is_said(qtbot, window, user_code, image
         window.load_code(f"{user_code}:flat")
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
-    assert not window.session.interruptible
+    assert not window.session.model.interruptible
     assert any("no blocks or attention modules vitviz can stop between" in n for n in window.notes)
     assert window.session.result(str(images[0])) is not None and window.reporter.errors == []

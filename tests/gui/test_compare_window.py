@@ -155,7 +155,7 @@ def test_a_model_b_that_cannot_load_is_said_in_the_dock(qtbot, loaded, tmp_path)
     panel = show_dock(qtbot, loaded, "compareDock")
     panel.request_redraw()
     assert panel.message.text().startswith("Model B could not be loaded: ") and "not_a_model.pth" in panel.message.text()
-    assert panel.frame is None and loaded.session.spec is not None          # model A is untouched
+    assert panel.frame is None and loaded.session.model.spec is not None          # model A is untouched
 
 
 def test_a_fresh_worker_closes_the_comparison_and_says_so(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001

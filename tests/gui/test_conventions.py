@@ -115,7 +115,7 @@ import sys
 from PySide6.QtCore import QTimer
 import vitviz.gui.app as app_module
 def quit_when_idle(win):
-    if win.session.spec is None or not win.is_idle():
+    if win.session.model.spec is None or not win.is_idle():
         QTimer.singleShot(50, lambda: quit_when_idle(win))
         return
     win.menus.actions["quit"].trigger()
@@ -175,7 +175,7 @@ def test_a_huge_export_is_announced_with_its_size(qtbot, loaded, tmp_path) -> No
         (3600, 3600), 1)
     out = w.file_actions.export_png_to(tmp_path / "small.png", colorbar=False, size=file_actions.INPUT)
     assert Image.open(out).size == (32, 32)
-    small = next(p for p in w.session.images if p != str(big))
+    small = next(p for p in w.session.image_list.paths if p != str(big))
     w.session.set_current(small)
     assert w.file_actions.choose_size(w.session.current_maps, 1) == file_actions.ORIGINAL   # no question
 
@@ -200,7 +200,7 @@ def test_the_save_dialog_proposes_the_name_export_gives(qtbot, loaded) -> None: 
     `shapes_1_cross_cls_L2_Hmean.png` for the same view."""
     w = loaded
     w.state.update(layer=1, head=0)
-    stem = Path(w.session.current).stem
+    stem = Path(w.session.image_list.current).stem
     assert Path(w.file_actions._export_name(w.session.current_maps, ".png")).name == f"{stem}_cls_L1_H0.png"
     assert Path(w.file_actions._export_name(w.session.current_maps, ".npz")).name == f"{stem}_cls.npz"
 

@@ -15,7 +15,7 @@ def test_cancel_button_stops_a_download_and_keeps_the_model(qtbot, window, tiny_
     from vitviz import catalog
 
     load_model(qtbot, window, tiny_ckpt, images)
-    before = window.session.spec
+    before = window.session.model.spec
     chunks: list[int] = []
 
     def slow_download(name: str, progress=None, **_kw):  # noqa: ANN001, ANN202 - stands in for the hub
@@ -36,13 +36,13 @@ def test_cancel_button_stops_a_download_and_keeps_the_model(qtbot, window, tiny_
         button.click()
     assert 0 < len(chunks) < 2000
     assert not button.isVisible()
-    assert window.session.spec is before and window.reporter.errors == []
+    assert window.session.model.spec is before and window.reporter.errors == []
 
 
 def test_cancel_stops_a_load_while_the_hub_is_silent(qtbot, window, tiny_ckpt, images,  # noqa: ANN001
                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     load_model(qtbot, window, tiny_ckpt, images)
-    before = window.session.spec
+    before = window.session.model.spec
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("VITVIZ_HUB_TIMEOUT", "60")
@@ -56,4 +56,4 @@ def test_cancel_stops_a_load_while_the_hub_is_silent(qtbot, window, tiny_ckpt, i
                               check_params_cb=lambda busy: not busy):             # cancel that failed is an error
             button.click()
     assert not button.isVisible()
-    assert window.session.spec is before and window.reporter.errors == []
+    assert window.session.model.spec is before and window.reporter.errors == []

@@ -23,7 +23,7 @@ def start(qtbot, window, *argv: str) -> None:  # noqa: ANN001
 
 
 def assert_overlay_shown(window) -> None:  # noqa: ANN001
-    current = window.session.current
+    current = window.session.image_list.current
     assert current == window.images.paths()[0]
     assert window.session.result(current) is not None
     image = np.asarray(window.panel.overlay_item.image)
@@ -33,7 +33,7 @@ def assert_overlay_shown(window) -> None:  # noqa: ANN001
 def test_no_arguments_open_the_demo(qtbot, window, fake_demo) -> None:  # noqa: ANN001
     ckpt, images = fake_demo
     start(qtbot, window)
-    assert window.session.model_path == str(ckpt)
+    assert window.session.model.model_path == str(ckpt)
     assert window.images.paths() == [str(p) for p in images]
     assert_overlay_shown(window)
     message = window.statusBar().currentMessage()
@@ -48,7 +48,7 @@ def test_no_arguments_without_a_demo_open_empty_with_a_hint(qtbot, window, monke
 
     monkeypatch.setattr(bundled, "demo_checkpoint", missing)
     apply_args(window, parse())
-    assert window.session.spec is None and window.images.paths() == []
+    assert window.session.model.spec is None and window.images.paths() == []
     assert "demo model is not installed" in window.statusBar().currentMessage()
     with qtbot.waitSignal(window.session.devices_found, timeout=60000):
         window.session.probe_devices()
@@ -78,7 +78,7 @@ def test_images_without_model_run_on_the_demo(qtbot, window, fake_demo, tmp_path
     ckpt, _demo_images = fake_demo
     mine = [str(make_image(tmp_path / f"mine{i}.png", 10 + i)) for i in range(2)]
     start(qtbot, window, *mine)
-    assert window.session.model_path == str(ckpt) and window.images.paths() == mine
+    assert window.session.model.model_path == str(ckpt) and window.images.paths() == mine
     assert_overlay_shown(window)
     message = window.statusBar().currentMessage()
     assert message.startswith("No model given") and "--model" in message and "Open model" in message, message
@@ -93,7 +93,7 @@ def test_non_images_without_model_are_reported_once(qtbot, window, fake_demo, tm
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
     start(qtbot, window, good, str(fake), str(notes))
-    assert window.session.spec is not None and window.session.result(good) is not None
+    assert window.session.model.spec is not None and window.session.result(good) is not None
     titles = dict(window.reporter.errors)
     assert set(titles) == {"Could not open", "Could not run image"}, window.reporter.errors
     assert "notes.txt" in titles["Could not open"]
@@ -108,14 +108,14 @@ def test_the_shipped_demo_on_first_run(qtbot, window) -> None:  # noqa: ANN001
     start(qtbot, window)
     assert window.images.paths() == [str(p) for p in demo_images()]
     assert_overlay_shown(window)
-    spec = window.session.spec
+    spec = window.session.model.spec
     heads = json.loads((Path(demo) / "config.json").read_text())["model_args"]["num_heads"]
     if spec.num_heads != heads:
         pytest.xfail(f"vitviz.load read {spec.num_heads} heads, config.json model_args says {heads} (core bug)")
     assert spec.grid[0] >= 8 and spec.grid[1] >= 8 and len(spec.labels) >= 2
     assert window.statusBar().currentMessage().startswith("Demo model loaded (shapes ViT")
-    top = window.session.result(window.session.current).result.top_k(1)[0]
-    assert top[1] in Path(window.session.current).stem          # shapes_1_cross.png is classified as a cross
+    top = window.session.result(window.session.image_list.current).result.top_k(1)[0]
+    assert top[1] in Path(window.session.image_list.current).stem          # shapes_1_cross.png is classified as a cross
 
 
 def test_a_bad_first_model_opens_the_demo_instead_and_says_so(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
@@ -131,7 +131,7 @@ def test_a_bad_first_model_opens_the_demo_instead_and_says_so(qtbot, window, tmp
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
         window.load_model(str(bad))
     wait_idle(qtbot, window)
-    assert bundled.is_demo(window.session.model_path)
+    assert bundled.is_demo(window.session.model.model_path)
     box = window.reporter.box
     assert box is not None and "broken.pth" in box.text()
     assert "demo model is open instead" in box.informativeText()
@@ -155,8 +155,8 @@ def test_after_a_bad_first_model_the_demo_runs_on_its_own_images(qtbot, window, 
         window.load_model(str(bad))
         window.add_bundled_images_after_load()          # what `vitviz --model broken.pth` does (gui/app.py)
     wait_idle(qtbot, window)
-    assert bundled.is_demo(window.session.model_path)
-    assert sorted(window.session.images) == sorted(str(p) for p in demo_images())
+    assert bundled.is_demo(window.session.model.model_path)
+    assert sorted(window.session.image_list.paths) == sorted(str(p) for p in demo_images())
 
 
 def test_a_one_channel_model_gets_no_photographs(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
@@ -170,11 +170,11 @@ def test_a_one_channel_model_gets_no_photographs(qtbot, window, tmp_path: Path) 
         window.load_model(str(mnist), heads=HEADS)
         window.add_bundled_images_after_load()
     wait_idle(qtbot, window)
-    assert window.session.images == [] or list(window.session.images) == []
+    assert window.session.image_list.paths == [] or list(window.session.image_list.paths) == []
     assert any("1-channel images" in n and "Open images" in n for n in window.notes)
     photo = tmp_path / "three.pth"
     write_tiny_checkpoint(photo)
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
         window.choose_model(str(photo))                 # a 3-channel model from the menu: the photographs
-    qtbot.waitUntil(lambda: len(window.session.images) > 0, timeout=10000)
-    assert all(not Path(p).name.startswith("shapes_") for p in window.session.images)
+    qtbot.waitUntil(lambda: len(window.session.image_list.paths) > 0, timeout=10000)
+    assert all(not Path(p).name.startswith("shapes_") for p in window.session.image_list.paths)

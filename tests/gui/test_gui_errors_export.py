@@ -15,7 +15,7 @@ from vitviz.gui.state import current_map
 
 def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_path) -> None:  # noqa: ANN001
     w = loaded
-    spec_before = w.session.spec
+    spec_before = w.session.model.spec
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"this is not a checkpoint at all")
     w.load_model(str(bad))
@@ -23,7 +23,7 @@ def test_bad_checkpoint_shows_dialog_and_keeps_model(qtbot, loaded, images, tmp_
     assert w.reporter.box.windowTitle() == "Could not load model"
     assert "broken.pth" in w.reporter.box.text()
     assert "Traceback" in w.reporter.box.detailedText()
-    assert w.session.spec is spec_before                       # the old model is intact ...
+    assert w.session.model.spec is spec_before                       # the old model is intact ...
     assert w.session.result(str(images[0])) is not None        # ... and so are the results
     w.reporter.box.close()
     w.images.step(1)
@@ -73,7 +73,7 @@ def _expected_overlay(w, maps) -> np.ndarray:  # noqa: ANN001
 
 def test_export_png_overlay_and_heatmap(loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
-    maps = w.session.result(w.session.current)
+    maps = w.session.result(w.session.image_list.current)
     path = w.file_actions.export_png_to(tmp_path / "view.png", heatmap_only=False, colorbar=False)
     out = np.asarray(Image.open(path))
     h, w_ = render.native_view(maps.result).shape[:2]           # the original image's resolution,
@@ -106,7 +106,7 @@ def test_export_all_maps(loaded, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     assert len(written) == 2 * (HEADS + 2)
     names = sorted(p.name for p in written)
     assert "img0_cls_L0_H0.png" in names and "img0_cls_L1_Hmean.png" in names and "img0_cls_L1_Hmax.png" in names
-    maps = w.session.result(w.session.current)
+    maps = w.session.result(w.session.image_list.current)
     stack = maps.stack("cls")
     got = np.asarray(Image.open(tmp_path / "img0_cls_L1_H1.png"))
     size = render.native_view(maps.result).shape[:2]
@@ -123,7 +123,7 @@ def test_export_npz(loaded, tmp_path) -> None:  # noqa: ANN001
     path = w.file_actions.export_npz_to(tmp_path / "arrays")
     assert path.suffix == ".npz"
     data = files.read_npz(path)
-    result = w.session.result(w.session.current).result
+    result = w.session.result(w.session.image_list.current).result
     np.testing.assert_array_equal(data["attentions"], result.attentions)
     assert data["spec"]["num_heads"] == HEADS and data["attentions"].shape == (2, HEADS, 17, 17)
 

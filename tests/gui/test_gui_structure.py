@@ -146,7 +146,7 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
 
     with qtbot.waitSignal(session.current_changed, timeout=5000) as blocker:
         listing.list.setCurrentRow(1)                       # the user picks another image in the list
-    assert blocker.args == [second] and session.current == str(images[1])
+    assert blocker.args == [second] and session.image_list.current == str(images[1])
     assert matrix._maps is second and rollout._maps is second
     attn = second.result.attentions
     np.testing.assert_allclose(matrix.image_item.image, attn[-1].mean(0), rtol=1e-6)

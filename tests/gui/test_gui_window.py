@@ -20,7 +20,7 @@ def overlay_image(window) -> np.ndarray:  # noqa: ANN001
 
 def test_load_and_show_cls_map(loaded, images) -> None:  # noqa: ANN001
     w = loaded
-    spec = w.session.spec
+    spec = w.session.model.spec
     assert (spec.depth, spec.num_heads, spec.grid) == (2, HEADS, (4, 4))
     assert w.state.layer == 1 and w.state.head == "mean"
     result = w.session.result(str(images[0])).result
@@ -62,7 +62,7 @@ def test_controls_drive_the_map(qtbot, loaded, images) -> None:  # noqa: ANN001
 
 
 def _patch_viewport_pos(window, row: int, col: int) -> QPoint:  # noqa: ANN001
-    p = window.session.spec.patch_size
+    p = window.session.model.spec.patch_size
     scene = window.panel.view.mapViewToScene(QPointF((col + 0.5) * p, (row + 0.5) * p))
     return window.panel.view_widget.mapFromScene(scene)
 
@@ -124,7 +124,7 @@ def test_keyboard_actions(loaded, images) -> None:  # noqa: ANN001
     acts["prev_head"].trigger()
     assert w.state.head == 1
     acts["next_image"].trigger()
-    assert w.session.current == str(images[1])
+    assert w.session.image_list.current == str(images[1])
     assert w.panel.title.text.startswith("img1.png")
 
 
@@ -147,7 +147,7 @@ def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         _drop(window, [tiny_ckpt])
     answer_heads(qtbot, window, HEADS)                           # the file does not say: the window asks
-    assert window.session.spec.depth == 2 and window.session.spec.num_heads == HEADS
+    assert window.session.model.spec.depth == 2 and window.session.model.spec.num_heads == HEADS
     _drop(window, [images[0], images[0].parent])               # a file and its folder: no duplicates
     wait_idle(qtbot, window)
     assert window.images.paths() == [str(p) for p in images]
@@ -159,7 +159,7 @@ def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     with qtbot.waitSignal(w.session.result_ready, timeout=20000):
         w.session.set_image_size((32, 48))
-    result = w.session.result(w.session.current).result
+    result = w.session.result(w.session.image_list.current).result
     assert result.grid == (4, 6) and result.image.shape[:2] == (32, 48)
     assert w.panel.values.shape == (4, 6)
     assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 48)
@@ -172,13 +172,13 @@ def test_input_size_in_whole_patches_is_noted(qtbot, loaded, images) -> None:  #
     with qtbot.waitSignal(w.session.result_ready, timeout=20000):
         w.session.set_image_size((36, 43))
     note = "Input size 36×43 is not a multiple of the 8 px patch; using 32×40"
-    assert w.session.image_size == (32, 40) and w.notes == [note]
+    assert w.session.model.image_size == (32, 40) and w.notes == [note]
     assert (w.controls.height_spin.value(), w.controls.width_spin.value()) == (32, 40)
     wait_idle(qtbot, w)
-    assert w.session.result(w.session.current).result.image.shape[:2] == (32, 40)
+    assert w.session.result(w.session.image_list.current).result.image.shape[:2] == (32, 40)
     assert w.statusBar().currentMessage() == note and w.reporter.errors == []
     w.session.set_image_size((5, 16))
-    assert w.session.image_size == (8, 16)
+    assert w.session.model.image_size == (8, 16)
     assert w.notes[-1] == "Input size 5×16 is smaller than one 8 px patch; using 8×16"
     wait_idle(qtbot, w)
     assert w.reporter.errors == []
@@ -194,7 +194,7 @@ def test_stale_run_is_dropped(qtbot, loaded, images) -> None:  # noqa: ANN001
     w.session.set_image_size((32, 24))      # ... and is stale before its answer can arrive
     wait_idle(qtbot, w)
     assert any(r.kind is Kind.RUN and r.args["image_size"] == (40, 40) for r in dropped)
-    result = w.session.result(w.session.current).result
+    result = w.session.result(w.session.image_list.current).result
     assert result.image.shape[:2] == (32, 24) and w.panel.values.shape == (4, 3)
 
 
@@ -208,8 +208,8 @@ def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images)
     wait_idle(qtbot, w)
     assert w.reporter.errors == []
     assert any(r.kind is Kind.RUN for r in dropped)
-    assert w.session.spec.reg_tokens == 2
-    result = w.session.result(w.session.current).result
+    assert w.session.model.spec.reg_tokens == 2
+    result = w.session.result(w.session.image_list.current).result
     assert result.spec.grid == (3, 3) and w.panel.values.shape == (3, 3)
 
 
@@ -228,16 +228,16 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     w = loaded
-    cpu = w.session.result(w.session.current).result.attentions
+    cpu = w.session.result(w.session.image_list.current).result.attentions
     combo = w.controls.device_combo
     qtbot.waitUntil(lambda: "cuda" in [combo.itemText(i) for i in range(combo.count())], timeout=20000)
     with qtbot.waitSignal(w.session.device_changed, timeout=60000):
         w.controls.device_requested.emit("cuda")
-    assert w.session.device.startswith("cuda") and w.controls.device_combo.currentText().startswith("cuda")
+    assert w.session.model.device.startswith("cuda") and w.controls.device_combo.currentText().startswith("cuda")
     w.set_image_size(32, 32 + 8)      # forces new runs, now on the GPU
     w.session.set_image_size((32, 32))
     wait_idle(qtbot, w)
-    np.testing.assert_allclose(w.session.result(w.session.current).result.attentions, cpu, atol=1e-5)
+    np.testing.assert_allclose(w.session.result(w.session.image_list.current).result.attentions, cpu, atol=1e-5)
 
 
 def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot, session) -> None:  # noqa: ANN001

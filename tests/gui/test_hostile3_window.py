@@ -86,5 +86,5 @@ def test_an_answers_store_nested_too_deeply_does_not_stop_a_load(qtbot, window, 
             window.load_model(str(model))
         window.session.add_images([str(p) for p in images])
         wait_idle(qtbot, window)
-    assert window.session.spec is not None and window.reporter.errors == []
+    assert window.session.model.spec is not None and window.reporter.errors == []
     assert any("nested too deeply" in str(w.message) and "answers.json" in str(w.message) for w in said)

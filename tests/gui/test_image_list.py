@@ -34,29 +34,29 @@ def _visible(panel, path: str) -> bool:  # noqa: ANN001
 def test_opened_images_are_selected_and_scrolled_into_view(qtbot, window, many) -> None:  # noqa: ANN001
     w = window
     w.session.add_images([str(p) for p in many[:20]])
-    assert w.session.current == str(many[0])
+    assert w.session.image_list.current == str(many[0])
     w.open_paths([str(p) for p in many[20:]])                               # dropped: the first new one is shown
-    assert w.session.current == str(many[20]) == w.images.current_path()
+    assert w.session.image_list.current == str(many[20]) == w.images.current_path()
     assert _visible(w.images, str(many[20]))
     w.open_paths([str(many[3])])                                            # already listed: shown again
-    assert w.session.current == str(many[3]) and _visible(w.images, str(many[3]))
+    assert w.session.image_list.current == str(many[3]) and _visible(w.images, str(many[3]))
 
 
 def test_delete_removes_the_selected_images(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
     panel = w.images
     panel.list.setFocus()
-    assert w.session.current == str(images[0])
+    assert w.session.image_list.current == str(images[0])
     qtbot.keyClick(panel.list, Qt.Key.Key_Delete)
-    assert panel.paths() == [str(p) for p in images[1:]] == w.session.images
-    assert w.session.current == str(images[1]) and w.session.result(str(images[0])) is None
+    assert panel.paths() == [str(p) for p in images[1:]] == w.session.image_list.paths
+    assert w.session.image_list.current == str(images[1]) and w.session.result(str(images[0])) is None
     assert str(images[0]) not in w.session.head_stats
     menu = panel.context_menu()
     assert [a.objectName() for a in menu.actions() if a.objectName()] == ["remove_images", "remove_failed_images",
                                                                         "clear_images"]
     menu.deleteLater()
     panel.clear_action.trigger()
-    assert panel.paths() == [] == w.session.images and w.session.current == ""
+    assert panel.paths() == [] == w.session.image_list.paths and w.session.image_list.current == ""
     assert w.panel.title.text.startswith("Drop images")
 
 
@@ -71,7 +71,7 @@ def test_remove_failed_images(qtbot, loaded, tmp_path, images) -> None:  # noqa:
     w.images.update_actions()
     assert w.images.remove_failed_action.isEnabled() and "(1)" in w.images.remove_failed_action.text()
     w.images.remove_failed_action.trigger()
-    assert w.session.images == [str(p) for p in images] and not w.session.failed
+    assert w.session.image_list.paths == [str(p) for p in images] and not w.session.image_list.failed
     assert not w.images.remove_failed_action.isEnabled()
     assert "imageListMenu" in [m.objectName() for m in w.menus.file.findChildren(type(w.menus.file))]
 
@@ -83,7 +83,7 @@ def test_removing_an_image_drops_its_queued_run(qtbot, window, tiny_ckpt, images
     w.session.add_images([str(p) for p in images])
     w.session.remove_images([str(images[2])])                             # queued behind the others
     wait_idle(qtbot, w)
-    assert w.session.result(str(images[2])) is None and str(images[2]) not in w.session.failed
+    assert w.session.result(str(images[2])) is None and str(images[2]) not in w.session.image_list.failed
     assert w.session.cached_paths() == [str(images[0]), str(images[1])]
 
 
@@ -100,7 +100,7 @@ def test_open_folder_dialogs(qtbot, window, many, tmp_path, monkeypatch) -> None
     w = window
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *_a, **_k: str(many[0].parent))
     w.menus.actions["open_image_folder"].trigger()
-    assert w.session.images == [str(p) for p in many] and w.session.current == str(many[0])
+    assert w.session.image_list.paths == [str(p) for p in many] and w.session.image_list.current == str(many[0])
     chosen: list[str] = []
     w.file_actions.model_chosen.disconnect()
     w.file_actions.model_chosen.connect(chosen.append)
@@ -186,7 +186,7 @@ def test_fifo_in_the_image_list_is_refused_without_blocking(qtbot, loaded, tmp_p
     os.mkfifo(fifo)
     w.session.add_images([str(fifo)])
     qtbot.waitUntil(lambda: "failed" in w.images.top_text(str(fifo)), timeout=10000)
-    assert "named pipe" in w.session.failed[str(fifo)]
+    assert "named pipe" in w.session.image_list.failed[str(fifo)]
     if w.reporter.box is not None:
         w.reporter.box.close()
     good = tmp_path / "after.png"

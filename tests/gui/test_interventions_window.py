@@ -54,7 +54,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert dock.isVisible() and iv.heads == [(0, 1)]
     assert len(window.overview._marks) == 1
     model = vitviz.load(tiny_ckpt, heads=HEADS)
-    want = model.run(s.current, intervene=Ablate([(0, 1)]))
+    want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
     shown = s.current_maps
     assert shown.result.interventions == ("ablate L0.H1 (zero)",)
     # every panel draws from the intervened forward: layer 1 (after the ablated head) differs from the clean run
@@ -66,7 +66,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert window.intervention_banner.isVisible()
     assert "every panel shows this run" in window.intervention_banner.label.toolTip()
     np.testing.assert_allclose(window.headstats.statistics()[0], mean_attention_distance(want), atol=1e-4)
-    assert not np.allclose(window.headstats.statistics()[0], s.head_stats[s.current][0], atol=1e-4)
+    assert not np.allclose(window.headstats.statistics()[0], s.head_stats[s.image_list.current][0], atol=1e-4)
     window.features.redraw()        # the passes of their own are the clean run's: said, not drawn as this run's
     assert "clean run only" in window.features.status.text()
     assert "clean run only" in shown.stack_or_pending(MapKind("relevance")).title
@@ -91,7 +91,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert iv.steps == [] and window.overview._marks == []
     assert s.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
     qtbot.waitUntil(lambda: not window.intervention_banner.isVisible(), timeout=5000)   # the toolbar lays out
-    assert "→" not in window.images.top_text(s.current)
+    assert "→" not in window.images.top_text(s.image_list.current)
     assert table.item(0, 2).text() == ""
 
 
@@ -122,7 +122,7 @@ def test_patch_from_another_image_of_the_list(qtbot, loaded, tiny_ckpt, images, 
 
     window = loaded
     iv, s = window.interventions, window.session
-    assert s.current == str(images[0])
+    assert s.image_list.current == str(images[0])
     menu = iv.menu(window, 1, 1)
     sub = _action(menu, "Patch L1.H1's attention from" if kind == "attention" else "Patch block 1's output from")
     names = [a.text() for a in sub.menu().actions()]
@@ -131,7 +131,7 @@ def test_patch_from_another_image_of_the_list(qtbot, loaded, tiny_ckpt, images, 
     menu.close()
     _answered(qtbot, window)
     item = PatchAttention(1, 1, str(images[2])) if kind == "attention" else PatchResidual(1, str(images[2]))
-    want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.current, intervene=item)
+    want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.image_list.current, intervene=item)
     shown = s.current_maps
     np.testing.assert_allclose(shown.result.logits, want.logits, atol=1e-5)
     np.testing.assert_allclose(shown.result.attentions, want.attentions, atol=1e-6)
@@ -139,7 +139,7 @@ def test_patch_from_another_image_of_the_list(qtbot, loaded, tiny_ckpt, images, 
     assert iv.heads == [] and window.intervention_banner.isVisible()
     assert f"from {images[2].name}" in window.intervention_banner.label.toolTip()
     iv.undo()
-    assert s.current_maps is s.cached(s.current)
+    assert s.current_maps is s.cached(s.image_list.current)
 
 
 def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
@@ -155,7 +155,7 @@ def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:
     wait_idle(qtbot, window)
     qtbot.waitUntil(lambda: iv.current_importance() is not None, timeout=20000)
     imp = iv.current_importance()
-    want = head_importance(vitviz.load(tiny_ckpt, heads=HEADS), window.session.current)
+    want = head_importance(vitviz.load(tiny_ckpt, heads=HEADS), window.session.image_list.current)
     np.testing.assert_allclose(imp.drop, want.drop, atol=1e-6)
     assert view.isVisible() and not view.grid.pixmap.isNull()
     scale, x0, y0 = view.grid.placement()

@@ -59,7 +59,7 @@ def test_misbehaving_code_is_one_error_and_the_model_stays(qtbot, loaded, images
     factory, weights_name, overrides, needle = CASES[case]
     window = loaded
     s = window.session
-    before = (s.spec, s.model_path)
+    before = (s.model.spec, s.model.model_path)
     code = f"{tmp_path / ('m' * 300 + '.py')}:build" if case == "long file name" else f"{BAD}:{factory}"
     window.trust_code = True
     with qtbot.waitSignal(s.loading_changed, timeout=30000, check_params_cb=lambda busy: not busy):
@@ -68,7 +68,7 @@ def test_misbehaving_code_is_one_error_and_the_model_stays(qtbot, loaded, images
     titles = [t for t, _ in window.reporter.errors]
     assert titles == [LOAD_FAILED], window.reporter.errors
     assert needle in window.reporter.errors[0][1]
-    assert (s.spec, s.model_path) == before                      # the model loaded before is still there
+    assert (s.model.spec, s.model.model_path) == before                      # the model loaded before is still there
     window.reporter.box.close()
     s.clear_images()
     s.add_images([str(images[0])])                               # and runs
@@ -84,7 +84,7 @@ def test_nan_attention_on_a_picture_is_a_run_error(qtbot, window, images) -> Non
     wait_idle(qtbot, window)
     assert [t for t, _ in window.reporter.errors] == ["Could not run image"]
     assert "NaN or infinite attention" in window.reporter.errors[0][1]
-    assert str(images[0]) in window.session.failed
+    assert str(images[0]) in window.session.image_list.failed
 
 
 def _flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -115,7 +115,7 @@ def test_stop_waiting_on_a_load_brings_the_previous_model_back(qtbot, loaded, im
     s = window.session
     flag = _flag(tmp_path, monkeypatch)
     s.stop_waiting_after = 0.3
-    path = s.model_path
+    path = s.model.model_path
     window.trust_code = True
     window.load_code(f"{BAD}:hangs")
     try:
@@ -123,7 +123,7 @@ def test_stop_waiting_on_a_load_brings_the_previous_model_back(qtbot, loaded, im
         with qtbot.waitSignal(s.model_loaded, timeout=30000):    # the model loaded before, in a fresh worker
             pass
         wait_idle(qtbot, window)
-        assert s.model_path == path and s.spec.family != "live"
+        assert s.model.model_path == path and s.model.spec.family != "live"
         assert any("Stopped waiting for the code of misbehaving_code.py:hangs after 0.3 s" in n
                    for n in window.notes)
         assert not window.status.stop_button.isVisible() and window.reporter.errors == []
@@ -133,7 +133,7 @@ def test_stop_waiting_on_a_load_brings_the_previous_model_back(qtbot, loaded, im
     with qtbot.waitSignal(s.model_loaded, timeout=30000):            # and the window loads what it is given
         window.load_code(f"{BAD}:tiny")
     wait_idle(qtbot, window)
-    assert s.spec.family == "live"
+    assert s.model.spec.family == "live"
 
 
 def test_stop_waiting_on_a_run_reloads_the_model_and_marks_the_image(qtbot, window, images, tmp_path,  # noqa: ANN001
@@ -150,8 +150,8 @@ def test_stop_waiting_on_a_run_reloads_the_model_and_marks_the_image(qtbot, wind
         with qtbot.waitSignal(s.model_loaded, timeout=30000):    # the same model again, in a fresh worker
             pass
         wait_idle(qtbot, window)
-        assert s.spec.family == "live" and s.model_code == f"{BAD}:hangs_on_images"
-        assert "stopped waiting after 0.3 s" in s.failed[str(images[0])]   # not run again: it would hang again
+        assert s.model.spec.family == "live" and s.model.model_code == f"{BAD}:hangs_on_images"
+        assert "stopped waiting after 0.3 s" in s.image_list.failed[str(images[0])]   # not run again: it would hang again
         assert any("loading" in n and "again in a fresh worker" in n for n in window.notes)
     finally:
         _released(qtbot, flag)

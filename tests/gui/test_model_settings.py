@@ -25,21 +25,21 @@ def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202
 def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     dialog = _load_unsaid(qtbot, window, tiny_ckpt, images[:2])
     s = window.session
-    assert s.spec.heads_guessed and s.awaiting_answers and dialog.isVisible()
+    assert s.model.spec.heads_guessed and s.model.awaiting_answers and dialog.isVisible()
     assert s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
     offered = [dialog.combo.itemData(i) for i in range(dialog.combo.count())]
     assert offered == divisors(32) == [1, 2, 4, 8, 16, 32]
     # a head count from the width alone is not preselected (Enter cannot take it); the guess is marked in the list
     assert dialog.combo.currentIndex() == -1 and dialog.combo.placeholderText() == "choose…"
-    assert "(the guess)" in dialog.combo.itemText(dialog.combo.findData(1)) and s.spec.num_heads == 1
+    assert "(the guess)" in dialog.combo.itemText(dialog.combo.findData(1)) and s.model.spec.num_heads == 1
     assert dialog.values() == {} and not dialog.confirms["num_heads"].isEnabled()
     assert "tiny.pth" in dialog.findChild(QLabel, "assumptionsText").text()
     assert "width 32" in dialog.findChild(QLabel, "num_headsReason").text()
     answer_heads(qtbot, window, HEADS, remember=True)                                 # reloads with heads=2
-    assert s.spec.num_heads == HEADS and s.spec.source_of("num_heads").startswith("remembered")
+    assert s.model.spec.num_heads == HEADS and s.model.spec.source_of("num_heads").startswith("remembered")
     # the head count chosen is the user's word now; the settings left as preselected are still assumed
-    assert not s.awaiting_answers and s.load_overrides == {"heads": HEADS}
-    assert s.spec.kind_of("block_norm") == "assumed" and window.assumptions_dialog is None
+    assert not s.model.awaiting_answers and s.model.load_overrides == {"heads": HEADS}
+    assert s.model.spec.kind_of("block_norm") == "assumed" and window.assumptions_dialog is None
     wait_idle(qtbot, window)
     result = s.result(str(images[0])).result
     assert result.attentions.shape[1] == HEADS
@@ -55,7 +55,7 @@ def test_a_remembered_head_count_opens_the_file_unasked(qtbot, window, tiny_ckpt
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
     assert asked == [] and window.assumptions_dialog is None
-    assert window.session.spec.num_heads == 4 and window.session.result(str(images[0])) is not None
+    assert window.session.model.spec.num_heads == 4 and window.session.result(str(images[0])) is not None
     assert any("4 attention heads, as chosen for tiny.pth" in n for n in window.notes)
 
 
@@ -64,7 +64,7 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     answer_heads(qtbot, window, None)
     wait_idle(qtbot, window)
     s = window.session
-    assert s.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.awaiting_answers
+    assert s.model.spec.num_heads == 1 and s.result(str(images[0])) is not None and not s.model.awaiting_answers
     assert st.remembered_heads(window.settings, str(tiny_ckpt)) is None
     panel = window.controls.model_settings
     assert panel.marks["heads"].isVisibleTo(panel)                                      # still a guess
@@ -72,14 +72,14 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     panel.mean_edit.textEdited.emit("0.25")
     with qtbot.waitSignal(s.model_loaded, timeout=20000):                               # kept: not asked again
         panel.apply()
-    assert not s.awaiting_answers and window.assumptions_dialog is None and s.spec.preprocess.mean == (0.25,)
+    assert not s.model.awaiting_answers and window.assumptions_dialog is None and s.model.spec.preprocess.mean == (0.25,)
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None
 
 
 def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     """--screenshot has nobody to ask: the guess is used and said (on stderr), as the CLI says it."""
-    window.session.ask_assumptions = False
+    window.session.model.ask_assumptions = False
     with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     window.session.add_images([str(images[0])])
@@ -92,7 +92,7 @@ def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> N
 def test_controls_show_the_model_settings_with_guesses_marked(qtbot, loaded) -> None:  # noqa: ANN001
     w = loaded
     panel = w.controls.model_settings
-    spec = w.session.spec
+    spec = w.session.model.spec
     assert panel.isEnabled() and panel.body.isVisible()                   # a guess unfolds them
     assert panel.heads_combo.currentData() == HEADS
     assert panel.size_edit.text() == "32" and panel.channels_label.text() == "3"
@@ -119,9 +119,9 @@ def test_editing_the_settings_reloads_with_the_overrides(qtbot, loaded, images) 
     with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
         panel.apply_button.click()
     s = w.session
-    assert s.spec.preprocess.mean == (0.5,) and s.spec.preprocess.std == (0.25, 0.25, 0.25)
-    assert s.load_overrides == {"heads": HEADS, "mean": (0.5,), "std": (0.25, 0.25, 0.25)}   # heads kept
-    assert s.spec.source_of("preprocess").startswith("override") and not panel.marks["mean"].isVisible()
+    assert s.model.spec.preprocess.mean == (0.5,) and s.model.spec.preprocess.std == (0.25, 0.25, 0.25)
+    assert s.model.load_overrides == {"heads": HEADS, "mean": (0.5,), "std": (0.25, 0.25, 0.25)}   # heads kept
+    assert s.model.spec.source_of("preprocess").startswith("override") and not panel.marks["mean"].isVisible()
     wait_idle(qtbot, w)
     after = s.result(str(images[0])).result.input
     np.testing.assert_allclose(after, (before - 0.5) / 0.25, rtol=1e-5, atol=1e-5)      # re-run with them
@@ -129,7 +129,7 @@ def test_editing_the_settings_reloads_with_the_overrides(qtbot, loaded, images) 
     panel.heads_combo.activated.emit(panel.heads_combo.currentIndex())
     with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
         panel.apply()
-    assert s.spec.num_heads == 4 and s.load_overrides["heads"] == 4 and s.spec.preprocess.mean == (0.5,)
+    assert s.model.spec.num_heads == 4 and s.model.load_overrides["heads"] == 4 and s.model.spec.preprocess.mean == (0.5,)
 
 
 def test_a_bad_value_is_explained_and_not_applied(qtbot, loaded) -> None:  # noqa: ANN001

@@ -20,13 +20,13 @@ def test_a_bad_model_after_a_good_one_keeps_it(qtbot, loaded, tmp_path: Path) ->
     """With a model open, a failed load changes nothing: the box says so, no demo replaces the model."""
     window = loaded
     window.demo_fallback = True
-    before = window.session.model_path
+    before = window.session.model.model_path
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"nope")
     window.load_model(str(bad))
     qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible(), timeout=20000)
     wait_idle(qtbot, window)
-    assert window.session.model_path == before
+    assert window.session.model.model_path == before
     assert "still available" in window.reporter.box.informativeText()
 
 
@@ -95,7 +95,7 @@ def _reset_peak() -> None:
 def test_failed_load_keeps_the_model_and_its_cached_results(qtbot, loaded, images, tmp_path: Path,  # noqa: ANN001
                                                             make: Callable[[Path], Path], needle: str) -> None:
     w = loaded
-    spec, device = w.session.spec, w.session.device
+    spec, device = w.session.model.spec, w.session.model.device
     cached = w.session.cached_paths()
     assert cached and w.session.result(str(images[0])) is not None
     bad = make(tmp_path)
@@ -106,7 +106,7 @@ def test_failed_load_keeps_the_model_and_its_cached_results(qtbot, loaded, image
     wait_idle(qtbot, w)
     assert w.reporter.box.windowTitle() == "Could not load model"
     assert bad.name in w.reporter.box.text() and needle in w.reporter.box.text(), w.reporter.box.text()
-    assert w.session.spec is spec and w.session.device == device        # the working model is still loaded ...
+    assert w.session.model.spec is spec and w.session.model.device == device        # the working model is still loaded ...
     assert w.session.cached_paths() == cached                            # ... with every cached result
     assert w.session.result(str(images[0])) is not None
     assert not (tmp_path / "pwned").exists()

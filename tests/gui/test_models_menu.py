@@ -78,12 +78,12 @@ def test_menu_lists_the_caches_and_recent_files_and_loads_a_choice(qtbot, window
     assert len(named) == len(catalog.named_models())
     with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
         entries[str(cached)].trigger()
-    if window.session.awaiting_answers:        # the tiny file under a torchvision name holds no head count
+    if window.session.model.awaiting_answers:        # the tiny file under a torchvision name holds no head count
         answer_heads(qtbot, window, None)
-    assert window.session.model_path == str(cached)
+    assert window.session.model.model_path == str(cached)
     assert window.images.paths() == [str(p) for p in sample_photos()]      # an empty list gets the photos
     wait_idle(qtbot, window, timeout=60000)
-    assert window.session.result(window.session.current) is not None
+    assert window.session.result(window.session.image_list.current) is not None
     assert window.models.stale and st.recent_models(window.settings)[0] == str(cached)
 
 
@@ -106,8 +106,8 @@ def test_named_model_on_the_command_line_uses_the_cache(qtbot, window, caches, t
     shutil.copy(tiny_ckpt, torch_dir / TV_FILE)
     with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
         apply_args(window, parse("--model", "torchvision:vit_b_16", "--heads", "2"))
-    assert window.session.model_path == "torchvision:vit_b_16"
-    assert window.session.spec.num_heads == 2 and window.session.spec.grid == (4, 4)
+    assert window.session.model.model_path == "torchvision:vit_b_16"
+    assert window.session.model.spec.num_heads == 2 and window.session.model.spec.grid == (4, 4)
     assert window.images.paths() == [str(p) for p in sample_photos()]
     wait_idle(qtbot, window, timeout=60000)
     assert window.reporter.errors == []
@@ -141,7 +141,7 @@ def test_offline_named_model_shows_the_catalogs_message(qtbot, window, caches, t
     assert "vit_l_16-852ce7e3.pth" in summary and str(torch_dir) in summary
     qtbot.waitUntil(lambda: window.reporter.box is not None and window.reporter.box.isVisible())
     assert window.reporter.box.text() == summary and "DownloadError" in details
-    assert window.session.spec is None and list(torch_dir.iterdir()) == []
+    assert window.session.model.spec is None and list(torch_dir.iterdir()) == []
 
 
 def test_demo_entry_loads_the_demo_and_keeps_the_users_images(qtbot, window, caches, fake_demo,  # noqa: ANN001

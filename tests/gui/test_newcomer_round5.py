@@ -257,7 +257,7 @@ from PySide6.QtCore import QTimer
 import vitviz.gui.app as app_module
 app_module.QUICK_EXIT = sys.argv.pop(1) == "quick"
 def quit_when_loaded(win):
-    if win.session.spec is None or not win.is_idle():
+    if win.session.model.spec is None or not win.is_idle():
         QTimer.singleShot(50, lambda: quit_when_loaded(win))
         return
     win.state.update(opacity=0.31)           # a setting that must reach the settings file
@@ -313,7 +313,7 @@ def test_a_tutorial_vits_assumptions_under_screenshot_name_the_command_lines_fla
     torch.manual_seed(0)
     path = tmp_path / "my_vit.pth"
     torch.save(TutorialViT().state_dict(), path)
-    window.session.ask_assumptions = False
+    window.session.model.ask_assumptions = False
     open_at(qtbot, window, SCREENS["1280x800"], path, images[0])
     said = " ".join(window.notes)
     assert "--block-norm pre|post|res_post" in said and "--act " in said, said

@@ -91,7 +91,7 @@ def test_token_kinds_of_register_tokens_follow_layer_and_head(qtbot, window, tin
     w = window
     load_model(qtbot, w, tiny_ckpt_b, images[:2])
     panel = show_dock(qtbot, w, "headStatsDock")
-    expected = attention_by_token_kind(w.session.result(w.session.current).result)    # cls, reg0, reg1, patches
+    expected = attention_by_token_kind(w.session.result(w.session.image_list.current).result)    # cls, reg0, reg1, patches
     assert legend_names(panel) == ["cls", "reg0", "reg1", "patches"]
     np.testing.assert_allclose(plotted_means(panel), expected.mean(axis=1), rtol=1e-6)
     w.state.update(layer=1, head=1)                     # the selected head's shares, dashed; a line at the layer
@@ -129,11 +129,11 @@ def test_model_info(qtbot, loaded, images, tiny_ckpt) -> None:  # noqa: ANN001
     w = loaded
     panel = show_dock(qtbot, w, "infoDock")
     text = panel.text()
-    spec = w.session.spec
+    spec = w.session.model.spec
     assert spec.family in text and str(tiny_ckpt) in text and "device: cpu" in text
     assert "prefix tokens\n1 (cls)" in text
     assert "patch embedding" in text and "blocks" in text and "head" in text
-    assert sum(w.session.param_counts.values()) == spec.num_params
+    assert sum(w.session.model.param_counts.values()) == spec.num_params
     assert f"num_heads\n{HEADS}\ngiven\noverride" in text                # value, its kind, where it came from
     assert "pos_prefix\n1\nderived\nshape: pos_embed length" in text
     assert "block_norm\npre\nassumed\n" in text and f"num_params\n{spec.num_params}\n\n" in text   # no kind

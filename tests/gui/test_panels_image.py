@@ -14,6 +14,6 @@ def test_the_hover_readout_follows_the_map_under_a_still_mouse(loaded) -> None: 
     row, col = panel.hovered_patch
     assert row >= 0
     before = window.hover_label.text()
-    window.state.update(source="token", query=window.session.spec.num_prefix)   # another map, the mouse still
+    window.state.update(source="token", query=window.session.model.spec.num_prefix)   # another map, the mouse still
     after = window.hover_label.text()
     assert number(panel.values[row, col]) in after and after != before

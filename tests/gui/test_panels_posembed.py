@@ -29,7 +29,7 @@ def test_image_hover_drives_similarity(qtbot, loaded, tiny_ckpt) -> None:  # noq
     panel = _ready(qtbot, w, (4, 4))
     pos, prefix = _model_pos(tiny_ckpt)
     sim = analysis.pos_embed_similarity(pos, (4, 4), prefix)
-    p = w.session.spec.patch_size
+    p = w.session.model.spec.patch_size
     scene = w.panel.view.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(3.5 * p, 1.5 * p))
     hover(w.panel.view_widget.viewport(), w.panel.view_widget.mapFromScene(scene))    # patch (1, 3) in the image
     assert panel.position == (1, 3)

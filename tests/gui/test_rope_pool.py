@@ -64,13 +64,13 @@ def test_rope_only_model_says_so_and_shows_the_kernel_from_the_hovered_patch(qtb
     panel = show_dock(qtbot, window, "posEmbedDock")
     qtbot.waitUntil(lambda: panel.rope is not None, timeout=20000)
     s = window.session
-    assert isinstance(s.rope, RopeKernels) and s.pos_embed is None and s.rope.grid == (4, 4)
+    assert isinstance(s.model.rope, RopeKernels) and s.model.pos_embed is None and s.model.rope.grid == (4, 4)
     assert panel._stack.currentWidget() is panel.body
     assert panel.rope_section.isVisible() and not panel.widget.isVisible()          # no learned table drawn
     assert panel.rope_section.title.text().startswith(ROPE_ONLY)
     kernel = _kernel(hub["dinov3"], (4, 4))
-    np.testing.assert_allclose(s.rope.kernels[0, 0], kernel, rtol=1e-6)             # computed in the worker
-    p = s.spec.patch_size
+    np.testing.assert_allclose(s.model.rope.kernels[0, 0], kernel, rtol=1e-6)             # computed in the worker
+    p = s.model.spec.patch_size
     scene = window.panel.view.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(3.5 * p,
                                                                                                      1.5 * p))
     hover(window.panel.view_widget.viewport(), window.panel.view_widget.mapFromScene(scene))   # patch (1, 3)
@@ -81,7 +81,7 @@ def test_rope_only_model_says_so_and_shows_the_kernel_from_the_hovered_patch(qtb
     assert panel.rope_section.values[1, 3] == pytest.approx(1.0)                    # offset 0: no turn
     assert "RoPE kernel from (1, 3)" in panel.rope_section.at_label.text
     assert panel.rope_section.window_frame.rect().topLeft().toTuple() == (0.0, 2.0)  # the window `at` slices
-    w = window.session.spec.patch_size
+    w = window.session.model.spec.patch_size
     window.session.set_image_size((6 * w, 5 * w))                                   # the kernel follows the grid
     qtbot.waitUntil(lambda: panel.rope is not None and panel.rope.grid == (6, 5), timeout=20000)
     np.testing.assert_allclose(panel.rope.kernels[0, 0], _kernel(hub["dinov3"], (6, 5)), rtol=1e-6)
@@ -125,7 +125,7 @@ def test_pooling_attention_source_and_rollout_target(qtbot, window, hub, images)
     s, state = window.session, window.state
     result = s.result(str(images[0])).result
     combo = window.controls.source_combo
-    assert combo.findData("pool") >= 0 and s.spec.num_prefix == 0
+    assert combo.findData("pool") >= 0 and s.model.spec.num_prefix == 0
     state.update(source="pool", head="mean", layer=0)
     np.testing.assert_allclose(window.panel.values, result.pool_map("mean"), rtol=1e-6)
     assert "pooling attention (MAP head)" in window.panel.title.text and "all layers" in window.panel.title.text

@@ -177,25 +177,17 @@ def test_sizes_round_to_whole_patches_and_say_so() -> None:
 # ---------------------------------------------------------------------------------------------- the session
 
 
-def test_the_session_reads_and_sets_its_parts_fields(session) -> None:  # noqa: ANN001
-    """`session.spec`, `session.images`... are the parts' own fields (each held name is one of them), set through
-    the session too, except the current image, which only `set_current` changes."""
-    from vitviz.gui.session import Session, _Held
-
-    held = {name: h for name, h in vars(Session).items() if isinstance(h, _Held)}
-    assert {"spec", "device", "image_size", "pos_grid", "ask_assumptions", "images", "failed", "current"} <= set(held)
-    for name, h in held.items():
-        part = getattr(session, h.part)
-        assert h.name in vars(part), (name, h.part, h.name)
-        assert getattr(session, name) is getattr(part, h.name)
-    session.ask_assumptions = True
-    session.image_size = (16, 24)
-    assert session.model.ask_assumptions and session.model.image_size == (16, 24)
-    assert session.images is session.image_list.paths and session.failed is session.image_list.failed
-    with pytest.raises(AttributeError, match="read-only"):
-        session.current = A
+def test_the_sessions_parts_are_its_surface(session) -> None:  # noqa: ANN001
+    """The parts' fields are read where they are defined (`session.model.spec`, `session.image_list.paths`): the
+    session forwards none of them, and only `set_current` changes the current image (it also shows it)."""
+    assert isinstance(session.model, ModelSlot) and isinstance(session.image_list, ImageList)
+    for name in ("spec", "device", "image_size", "pos_grid", "ask_assumptions", "images", "paths", "failed",
+                 "current", "verification"):
+        assert not hasattr(session, name), name
+    session.model.image_size = (16, 24)
+    assert session.model.image_size == (16, 24)
     session.set_current(A)                     # no model: nothing runs, the image is shown
-    assert session.current == A == session.image_list.current
+    assert session.image_list.current == A
 
 
 # ---------------------------------------------------------------------------------------------- the query scale
@@ -258,7 +250,7 @@ def test_analyses_answer_for_the_size_shown_and_fail_to_the_panel_and_the_user(s
     parts.share_ready.connect(lambda a: got.append(("share", a)))
     parts.analysis_failed.connect(lambda kind, summary: got.append(("failed", (kind, summary))))
     session.error.connect(lambda title, summary, details: got.append(("error", (title, summary))))
-    session.image_size = None
+    session.model.image_size = None
     session._on_answered(Pca(image_size=None), "fit")
     session._on_answered(Pca(image_size=(64, 64)), "stale fit")           # asked at a size no longer shown
     session._on_answered(Share(image_size=None), "shares")

@@ -50,7 +50,7 @@ def test_slider_shows_each_checkpoints_map_as_the_library(qtbot, loaded, run_dir
     panel = _open(qtbot, loaded, run_dir)
     store = loaded.timeline.store
     assert len(store) == 3 and panel.slider.maximum() == 2 and "number in the names" in panel.run_label.text()
-    image = loaded.session.current
+    image = loaded.session.image_list.current
     for layer, head in ((-1, "mean"), (0, 1)):
         loaded.state.update(layer=layer, head=head)
         for k, step in enumerate(STEPS):
@@ -96,7 +96,7 @@ def test_the_slider_never_waits_for_the_worker(qtbot, loaded, run_dir, monkeypat
     says 'computing'), the computing happens off the GUI thread, and the event loop keeps running meanwhile."""
     panel = _open(qtbot, loaded, run_dir)
     qtbot.waitUntil(lambda: panel.shown_k == 0, timeout=20000)
-    image = loaded.session.current
+    image = loaded.session.image_list.current
     started, release = threading.Event(), threading.Event()
     computed_on: list[threading.Thread] = []
     real = TimelineStore.result

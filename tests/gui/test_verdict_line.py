@@ -149,7 +149,7 @@ def test_every_queued_run_is_answered_before_the_check_starts(qtbot, window, tin
     wait_idle(qtbot, window)
     assert order == [f"run q{i}.png" for i in range(4)] + ["verify"], order
     assert counts and all(done == total for done, total in counts)      # no run waits while the check runs
-    assert s.verification is not None
+    assert s.model.verification is not None
 
 
 def test_a_model_that_differs_names_its_layer_and_causes_and_offers_the_fix(qtbot, window, tiny_ckpt,  # noqa: ANN001
@@ -183,7 +183,7 @@ def test_a_model_that_differs_names_its_layer_and_causes_and_offers_the_fix(qtbo
     assert len(fix) == 1
     with qtbot.waitSignal(s.model_loaded, timeout=20000):
         fix[0].click()
-    assert s.spec.num_heads == 4 and s.load_overrides.get("heads") == 4
+    assert s.model.spec.num_heads == 4 and s.model.load_overrides.get("heads") == 4
     qtbot.waitUntil(lambda: window.status.verdict_label.text() == VERIFIED.summary(), timeout=20000)
 
 
@@ -251,7 +251,7 @@ def test_verify_against_a_library_architecture(qtbot, window, settings, named_ti
     assert dialog.library_radio.isChecked() and "2 architectures" in dialog.arch_note.text()
     dialog.arch_combo.setCurrentIndex(1)
     with qtbot.waitSignal(window.session.verification_changed, timeout=20000,
-                          check_params_cb=lambda *a: window.session.verification is not None):
+                          check_params_cb=lambda *a: window.session.model.verification is not None):
         dialog.accept()
     assert calls == [{"against": "timm:vit_small_patch16_224", "code": None}]
     assert st.remembered_original(settings, str(named_tiny)) == ("timm:vit_small_patch16_224", "")
@@ -282,7 +282,7 @@ def test_verify_against_without_a_candidate_list_takes_a_typed_name(qtbot, windo
     dialog.remember_check.setChecked(False)
     dialog.accept()
     assert window.status.verdict_label.text().startswith("Checking against torchvision…")
-    qtbot.waitUntil(lambda: window.session.verification is not None, timeout=20000)
+    qtbot.waitUntil(lambda: window.session.model.verification is not None, timeout=20000)
     assert calls == [{"against": "torchvision:vit_b_16", "code": None}]
 
 
@@ -306,7 +306,7 @@ def test_verify_against_my_own_code_asks_first_and_is_remembered(qtbot, window, 
     assert calls == [] and not window.session.verifying                   # asked first
     run = window.code_box.findChild(type(window.code_box.buttons()[0]), "runCodeButton")
     with qtbot.waitSignal(window.session.verification_changed, timeout=20000,
-                          check_params_cb=lambda *a: window.session.verification is not None):
+                          check_params_cb=lambda *a: window.session.model.verification is not None):
         run.click()
     code = f"{code_file}:build"
     assert calls == [{"against": "auto", "code": code}]
@@ -325,9 +325,9 @@ def test_a_real_check_against_timm_says_checking_then_verified(qtbot, window, na
     _load(qtbot, window, named_tiny)
     s = window.session
     with qtbot.waitSignal(s.verification_changed, timeout=60000,
-                          check_params_cb=lambda *a: s.verification is not None or bool(s.verify_failure)):
+                          check_params_cb=lambda *a: s.model.verification is not None or bool(s.model.verify_failure)):
         s.add_images([str(images[0])])
-    assert s.verify_failure == "" and s.verification.verdict == "verified"
+    assert s.model.verify_failure == "" and s.model.verification.verdict == "verified"
     texts = lines.texts()
     assert texts[-1].startswith("Verified against timm") and any(t.startswith("Checking against timm") for t in texts)
     due = next(i for i, text in enumerate(texts) if text.startswith("Checking"))
@@ -360,11 +360,11 @@ def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_mar
     torch.save(timm.create_model("deit_tiny_patch16_224", pretrained=False).state_dict(), path)
     _load(qtbot, window, path)
     panel, s = window.controls.model_settings, window.session
-    assert {"heads", "block_norm", "act"} <= panel.guessed() and s.spec.kind_of("num_heads") == "assumed"
+    assert {"heads", "block_norm", "act"} <= panel.guessed() and s.model.spec.kind_of("num_heads") == "assumed"
     s.add_images([str(images[0])])
     qtbot.waitUntil(lambda: window.status.verdict_label.text().startswith("Matches timm "), timeout=60000)
-    assert s.spec.kind_of("num_heads") == "verified" and s.spec.kind_of("block_norm") == "verified"
-    assert [name for name, _ in s.spec.assumptions] == ["preprocess"]
+    assert s.model.spec.kind_of("num_heads") == "verified" and s.model.spec.kind_of("block_norm") == "verified"
+    assert [name for name, _ in s.model.spec.assumptions] == ["preprocess"]
     assert not {"heads", "block_norm", "act", "attn_scale"} & panel.guessed() and {"mean", "std"} <= panel.guessed()
     # the command line agrees: `vitviz info` shows the verdict the window's check remembered, and the same kinds
     import json
@@ -375,4 +375,4 @@ def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_mar
     assert main(["info", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["verification"]["summary"] == window.status.verdict_label.text()
-    assert data["provenance_kinds"] == s.spec.kinds()
+    assert data["provenance_kinds"] == s.model.spec.kinds()

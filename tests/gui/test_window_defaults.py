@@ -142,12 +142,12 @@ def test_a_click_on_class_relevance_keeps_the_map_and_the_scale(qtbot, loaded) -
     picked for the other docks, and the status bar says how to see its attention."""
     w = loaded
     w.state.update(source="relevance", normalize=False)
-    w.select_query(w.session.spec.num_prefix + 3)
+    w.select_query(w.session.model.spec.num_prefix + 3)
     assert w.state.source == "relevance" and w.state.normalize is False
-    assert w.state.query == w.session.spec.num_prefix + 3
+    assert w.state.query == w.session.model.spec.num_prefix + 3
     assert any("stays the class relevance" in n for n in w.notes)
     w.state.update(source="cls")
-    w.select_query(w.session.spec.num_prefix + 4)                  # elsewhere a click still shows the token's map
+    w.select_query(w.session.model.spec.num_prefix + 4)                  # elsewhere a click still shows the token's map
     assert w.state.source == "token" and w.state.normalize is True
 
 

@@ -38,7 +38,7 @@ def _loaded_at(qtbot, window, screen: tuple[int, int], ckpt: Path, images: list[
         window.load_model(str(ckpt), heads=WIDE_HEADS)
     window.session.add_images([str(p) for p in images])
     qtbot.waitUntil(window.is_idle, timeout=60000)
-    window.select_query(window.session.spec.num_prefix + 5)       # the longest titles: a query token's
+    window.select_query(window.session.model.spec.num_prefix + 5)       # the longest titles: a query token's
 
 
 def _settle() -> None:

@@ -78,7 +78,7 @@ def patch_pos(window, row: int, col: int):  # noqa: ANN001, ANN201
     """The image panel's viewport position of the centre of first-stage patch (row, col)."""
     from _gui import viewport_pos
 
-    p = window.session.spec.patch_size
+    p = window.session.model.spec.patch_size
     return viewport_pos(window.panel.view_widget, window.panel.view, (col + 0.5) * p, (row + 0.5) * p)
 
 
@@ -246,7 +246,7 @@ def test_sam_absolute_table_in_the_positions_dock(qtbot, sam_window, sam_folder)
     import vitviz
     from vitviz.core.analyses import analysis
     window, _maps, _ref = sam_window
-    qtbot.waitUntil(lambda: window.session.pos_embed is not None, timeout=20000)
+    qtbot.waitUntil(lambda: window.session.model.pos_embed is not None, timeout=20000)
     dock = show_dock(qtbot, window, "posEmbedDock")
     data = dock.data
     assert data is not None and data.grid == (8, 8) and data.prefix_rows == 0
@@ -307,8 +307,8 @@ def test_a_bare_torchvision_swin_file_with_assumptions(qtbot, window, tmp_path, 
         warnings.simplefilter("ignore")
         maps = open_windowed(qtbot, window, tmp_path / "swin.pth", photo)
     assert window.assumptions_dialog is None
-    assert window.session.spec.family == "torchvision-swin" and maps.spec.assumptions
-    assert "shift_rule is assumed" in window.session.described["shift_rule"]
+    assert window.session.model.spec.family == "torchvision-swin" and maps.spec.assumptions
+    assert "shift_rule is assumed" in window.session.model.described["shift_rule"]
     text = show_dock(qtbot, window, "infoDock").text()
     assert "Assumed" in text and "shift_rule" in text and "stage 1 block 1 (block 3)" in text
     np.testing.assert_allclose(window.panel.values, maps.stack("received", 1).select(1, "mean"), atol=1e-6)
@@ -357,7 +357,7 @@ def test_the_mean_over_layers_is_said_to_be_the_last_block(qtbot, window, swin_f
     block is shown -- and the status bar says so."""
     window.state.update(layer="mean")
     open_windowed(qtbot, window, swin_folder, make_image(tmp_path / "photo.png", 1))
-    depth = window.session.spec.depth
+    depth = window.session.model.spec.depth
     assert window.state.layer == depth - 1
     assert any("no mean over blocks" in n and f"last block ({depth - 1})" in n for n in window.notes)
 
@@ -384,7 +384,7 @@ def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_c
         window.load_model(str(folder))
     wait_idle(qtbot, window)
     assert window.reporter.box is None or not window.reporter.box.isVisible()
-    assert window.session.spec.family == "timm-swin" and window.state.source == "received"
+    assert window.session.model.spec.family == "timm-swin" and window.state.source == "received"
     # the ViT was shown at its last layer (1): the Swin opens at its last block (stage 1's second, block 3)
     assert window.state.layer == 3 and "stage 1 · block 1 (block 3" in window.panel.title.text
     with qtbot.waitSignal(window.session.model_loaded, timeout=30000):

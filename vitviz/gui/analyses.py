@@ -60,11 +60,11 @@ class FeatureAnalyses(QObject):
         """Ask for an analysis ahead of queued runs; a newer one of the same kind replaces the one waiting."""
         client = self.session.client
         client.cancel(lambda r: r.kind is kind)
-        client.submit(kind, first=True, image_size=self.session.image_size, **args)
+        client.submit(kind, first=True, image_size=self.session.model.image_size, **args)
 
     def _answer(self, signal: Any) -> Any:
         def answer(request: Request, result: Any) -> None:
-            if request.image_size == self.session.image_size:   # else: for a size no longer shown
+            if request.image_size == self.session.model.image_size:   # else: for a size no longer shown
                 signal.emit(result)
         return answer
 

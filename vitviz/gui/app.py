@@ -143,7 +143,7 @@ def apply_args(window: MainWindow, args: argparse.Namespace) -> None:
     if ignored:
         window.note(ignored)
     device = getattr(args, "device", None)
-    window.session.device_preference = None if device in (None, "", "auto") else str(device)
+    window.session.model.device_preference = None if device in (None, "", "auto") else str(device)
     # the model overrides of the command line (--heads, --block-norm, --act, ...), parsed by vitviz.cli.window
     overrides = dict(getattr(args, "overrides", None) or ({"heads": args.heads} if getattr(args, "heads", None)
                                                            else {}))
@@ -265,7 +265,7 @@ def run_app(args: argparse.Namespace, settings: QSettings | None = None) -> int:
     previous_handler = quiet_platform_notes() if shot else None
     if shot:
         window.use_size(DEFAULT_SIZE)
-        window.session.ask_assumptions = False    # nobody to ask: what the file does not say is assumed and said
+        window.session.model.ask_assumptions = False    # nobody to ask: what the file does not say is assumed and said
         window.trust_code = True            # nobody to ask: --code on the command line is the user's choice
     previous_hook = sys.excepthook
     sys.excepthook = lambda kind, exc, tb: _report_unexpected(window, kind, exc, tb)

@@ -341,15 +341,15 @@ class CompareSession(QObject):
         if not self.active or self.b_spec is None:
             return
         pending = {r.image for r in self.client.pending(RunB)}      # type: ignore[attr-defined]
-        current = self.session.current
-        order = ([current] if current else []) + [p for p in self.session.images if p != current]
+        current = self.session.image_list.current
+        order = ([current] if current else []) + [p for p in self.session.image_list.paths if p != current]
         for path in order:
             if path and path not in self.results_b and path not in self.failed_b and path not in pending:
                 self.client.submit(RunB, image=path, generation=self.generation)
 
     def pairs(self) -> list[str]:
         """The open images both models have a result of now, in the image list's order."""
-        return [p for p in self.session.images if p in self.results_b and self.session.cached(p) is not None]
+        return [p for p in self.session.image_list.paths if p in self.results_b and self.session.cached(p) is not None]
 
     def maybe_build(self, force: bool = False) -> None:
         """Build the comparison over every open image both models have run, when that set has changed (one build at
@@ -371,7 +371,7 @@ class CompareSession(QObject):
             # cached ResultMaps are drawn from on this thread and must not be filled from another one
             BuildView, results_a=[s.cached(p).result for p in pairs],
             results_b=[self.results_b[p].result for p in pairs],
-            sources=tuple(pairs), heads=self.heads, generation=self.generation, size_a=s.image_size, cka=self.cka,
+            sources=tuple(pairs), heads=self.heads, generation=self.generation, size_a=s.model.image_size, cka=self.cka,
             what=None if kind is None or kind == MapKind("cls") else kind, query=query)
 
     _state: Any = None
@@ -401,8 +401,8 @@ class CompareSession(QObject):
     def a_refused(self) -> str:
         """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
         grid across its layers, which the comparison's maps and head matching are drawn on."""
-        spec = self.session.spec
-        if spec is None or WINDOWS not in (self.session.capabilities or capabilities_of_spec(spec)):
+        spec = self.session.model.spec
+        if spec is None or WINDOWS not in (self.session.model.capabilities or capabilities_of_spec(spec)):
             return ""
         return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
                 "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "
@@ -419,7 +419,7 @@ class CompareSession(QObject):
             return None, f"Model B could not be loaded: {self.error}"
         if self.b_spec is None:
             return None, f"Loading model B {Path(self.b_path).name}…"
-        path = self.session.current
+        path = self.session.image_list.current
         if not path:
             return None, "Open images to compare the models on."
         if path in self.failed_b:

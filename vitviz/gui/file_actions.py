@@ -135,7 +135,7 @@ class FileActions(QObject):
         return ORIGINAL if clicked is original else INPUT if clicked is small else None
 
     def _current_maps(self) -> ResultMaps | None:
-        maps = self.session.result(self.session.current)
+        maps = self.session.result(self.session.image_list.current)
         if maps is None:
             self.report_error("Nothing to export", "Load a model and select an image that has run first.", "")
         return maps

@@ -60,9 +60,9 @@ def device_text(session: Session) -> str:
     """Where the model runs and what else is there, e.g. 'cuda (NVIDIA H200); also available: cpu'."""
     probed = session.probed
     names = dict(probed.names) if probed is not None else {}
-    if session.device:
-        now = f"{session.device} ({names[session.device]})" if session.device in names else session.device
-        others = [d for d in (probed.devices if probed else ()) if d != session.device]
+    if session.model.device:
+        now = f"{session.model.device} ({names[session.model.device]})" if session.model.device in names else session.model.device
+        others = [d for d in (probed.devices if probed else ()) if d != session.model.device]
         return now + (f"; also available: {', '.join(others)}" if others else "")
     if probed is None:
         return "not known yet (the inference engine is starting)"

@@ -119,7 +119,7 @@ class ImportanceView(QWidget):
         self.setVisible(False)
 
     def scanning(self) -> bool:
-        path = self.iv.session.current
+        path = self.iv.session.image_list.current
         return any(r.image == path for r in self.iv.session.client.pending(HeadScan))
 
     def close_grid(self) -> None:

@@ -135,7 +135,7 @@ class Intervene(Request):
     here, off the GUI thread, for the panels; without, only its logits are kept (an image of the list not shown)."""
 
     image: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
     steps: tuple[Step, ...] = ()
     maps: bool = True
     also: tuple[Any, ...] = ()
@@ -163,7 +163,7 @@ class HeadScan(Request):
     """Each head of the model ablated alone on `image` (zero; batched, progress reported): the importance grid."""
 
     image: str = ""
-    image_size: tuple[int, int] | None = None   # type: ignore[assignment]
+    image_size: tuple[int, int] | None = None
 
     answer = Scanned
     title = "Could not compute the head importance"
@@ -225,13 +225,13 @@ class InterventionSession(QObject):
         """Why the loaded model cannot take interventions (None: it can, or there is no model)."""
         from vitviz.core.running.interventions import refusal
 
-        spec = self.session.spec
-        return None if spec is None else refusal(self.session.capabilities, getattr(spec, "family", ""))
+        spec = self.session.model.spec
+        return None if spec is None else refusal(self.session.model.capabilities, getattr(spec, "family", ""))
 
     @property
     def available(self) -> bool:
         """Whether the loaded model takes interventions: vitviz's reference ViT ('reference' capability)."""
-        return self.session.spec is not None and self.why_not is None
+        return self.session.model.spec is not None and self.why_not is None
 
     @property
     def heads(self) -> list[Head]:
@@ -243,11 +243,11 @@ class InterventionSession(QObject):
 
     def current(self) -> Intervened | None:
         """The current image's intervened run (with maps) for the current steps, when it has answered."""
-        answer = self.answers.get(self.session.current or "")
+        answer = self.answers.get(self.session.image_list.current or "")
         return answer if answer is not None and answer.maps is not None and self.steps else None
 
     def current_importance(self) -> Any:
-        answer = self.importance.get(self.session.current or "")
+        answer = self.importance.get(self.session.image_list.current or "")
         return None if answer is None else answer.importance
 
     def probabilities(self, path: str) -> np.ndarray | None:
@@ -295,11 +295,11 @@ class InterventionSession(QObject):
 
     def scan(self) -> None:
         """Ask for the current image's importance grid."""
-        path = self.session.current
+        path = self.session.image_list.current
         if path and self.available:
             self.wanted.emit()
             self.session.client.cancel(lambda r: r.kind is HeadScan)
-            self.session.client.submit(HeadScan, image=path, image_size=self.session.image_size)
+            self.session.client.submit(HeadScan, image=path, image_size=self.session.model.image_size)
             self.scan_asked.emit()
 
     def _add(self, step: Step) -> None:
@@ -334,18 +334,18 @@ class InterventionSession(QObject):
             return
         steps = tuple(self.steps)
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
-        if s.current and s.cached(s.current) is not None and self.current() is None:
-            if (s.current, True) not in pending:
-                s.client.submit(Intervene, first=True, image=s.current, image_size=s.image_size, steps=steps,
+        if s.image_list.current and s.cached(s.image_list.current) is not None and self.current() is None:
+            if (s.image_list.current, True) not in pending:
+                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size, steps=steps,
                                 also=s.precompute)
             return
-        for path in s.images:
-            if path != s.current and path not in self.answers and s.cached(path) is not None \
+        for path in s.image_list.paths:
+            if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
                     and (path, False) not in pending:
-                s.client.submit(Intervene, image=path, image_size=s.image_size, steps=steps, maps=False)
+                s.client.submit(Intervene, image=path, image_size=s.model.image_size, steps=steps, maps=False)
 
-    def _on_intervened(self, request: Request, answer: Intervened) -> None:
-        if answer.steps != tuple(self.steps) or request.args.get("image_size") != self.session.image_size:
+    def _on_intervened(self, request: Intervene, answer: Intervened) -> None:
+        if answer.steps != tuple(self.steps) or request.image_size != self.session.model.image_size:
             return   # the steps or the size changed while it ran
         self.answers[answer.image] = answer
         shown = self.session.intervened
@@ -354,7 +354,7 @@ class InterventionSession(QObject):
             for path in list(shown)[:-KEEP_MAPS]:     # the maps of the images shown longest ago: logits only
                 del shown[path]
                 self.answers[path] = dataclasses.replace(self.answers[path], maps=None)
-            if answer.image == self.session.current:
+            if answer.image == self.session.image_list.current:
                 self.session.current_changed.emit(answer.maps)   # every panel: the intervened run (and `_ask`:
                                                                  # the other images next)
         self.changed.emit()
@@ -374,7 +374,7 @@ class InterventionSession(QObject):
         attention or its block's output from another image of the list, Undo, Back to clean, the importance scan.
         Greyed out, saying why, for a model without the hook points; None where there is no head (a mean / max
         column) or no model."""
-        if self.session.spec is None or not isinstance(head, int) or not isinstance(layer, int):
+        if self.session.model.spec is None or not isinstance(head, int) or not isinstance(layer, int):
             return None
         menu = QMenu(parent)
         menu.setToolTipsVisible(True)
@@ -382,7 +382,7 @@ class InterventionSession(QObject):
         ablated = (layer, head) in self.heads
         act = menu.addAction(f"{'Restore' if ablated else 'Ablate'} layer {layer}, head {head}")
         act.triggered.connect(lambda: self.toggle(layer, head))
-        others = [p for p in self.session.images if p != self.session.current and p not in self.session.failed]
+        others = [p for p in self.session.image_list.paths if p != self.session.image_list.current and p not in self.session.image_list.failed]
         attention = menu.addMenu(f"Patch L{layer}.H{head}'s attention from")
         residual = menu.addMenu(f"Patch block {layer}'s output from")
         for path in others:
@@ -550,7 +550,7 @@ class InterventionsPanel(QWidget):
     def refresh(self) -> None:
         iv = self.iv
         what = iv.describe()
-        if iv.session.spec is not None and iv.why_not is not None:
+        if iv.session.model.spec is not None and iv.why_not is not None:
             text = f"No interventions for this model: {iv.why_not}"
         elif not iv.steps:
             text = "Clean run. Right-click a head (an Overview tile or the Head selector) → Ablate, or patch it " \
@@ -564,13 +564,13 @@ class InterventionsPanel(QWidget):
         self.heads_label.setText(text)
         self.undo_button.setEnabled(bool(iv.steps))
         self.clear_button.setEnabled(bool(iv.steps))
-        self.scan_button.setEnabled(iv.available and bool(iv.session.current))
+        self.scan_button.setEnabled(iv.available and bool(iv.session.image_list.current))
         if iv.why_not is not None:
             self.scan_button.setToolTip(f"Not for this model: {iv.why_not}")
         self._fill_table()
 
     def _fill_table(self) -> None:
-        clean = self.iv.session.cached(self.iv.session.current) if self.iv.session.current else None
+        clean = self.iv.session.cached(self.iv.session.image_list.current) if self.iv.session.image_list.current else None
         answer = self.iv.current()
         rows = [] if clean is None else clean.result.top_k(5)
         after = None if answer is None else probabilities(answer.logits)

@@ -59,29 +59,29 @@ class PassStore(QObject):
         maps = s.cached(path)
         if maps is None or self.request_type.held(maps, key) or (path, key) in self.failures:
             return False
-        why = self.request_type.refused(s.capabilities, key)
+        why = self.request_type.refused(s.model.capabilities, key)
         if why:                       # said where the pass is shown, not in a dialog
             self.failures[(path, key)] = why
             return False
         if not self.pending(path, key):
-            s.client.submit(self.request_type.of(path, s.image_size, key), first=True)
+            s.client.submit(self.request_type.of(path, s.model.image_size, key), first=True)
         return True
 
     def pending(self, path: str, key: Any = ANY) -> bool:
         """Whether the pass of `path` (of `key`; any key by default) at the current size is on its way."""
-        return any(r.image == path and r.image_size == self.session.image_size and (key is ANY or r.key == key)
+        return any(r.image == path and r.image_size == self.session.model.image_size and (key is ANY or r.key == key)
                    for r in self.session.client.pending(self.request_type))   # type: ignore[attr-defined]
 
     def answer(self, request: PassRequest, answer: Any) -> None:
         """Keep an answer in its image's result (dropped when the size changed or the result left the cache)."""
         s = self.session
         maps = s.cached(request.image)
-        if request.image_size != s.image_size or maps is None:
+        if request.image_size != s.model.image_size or maps is None:
             return
         request.keep(maps, answer)
         s.evict(keep=request.image)
         self.ready.emit(request.image)
-        if request.redraws and request.image == s.current:
+        if request.redraws and request.image == s.image_list.current:
             s.current_changed.emit(s.current_maps)   # what the current image shows has changed (the intervened
                                                      # run, while there is one, says its passes are not for it)
 

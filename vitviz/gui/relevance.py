@@ -43,7 +43,7 @@ class RelevanceSource(QObject):
     def ensure(self) -> bool:
         """Ask for the current image's gradient maps of the chosen class if the view shows them and they are
         neither cached nor on their way; True when asked."""
-        path, target = self.session.current, self.state.relevance_class
+        path, target = self.session.image_list.current, self.state.relevance_class
         if self.state.source != "relevance" or not path:
             return False
         prompt = self.state.relevance_prompt
@@ -68,12 +68,12 @@ class RelevanceSource(QObject):
             self.state.update(relevance_class=None)
 
     def _on_failed(self, path: str, target: object, _summary: str) -> None:
-        if (self.state.source == "relevance" and path == self.session.current
+        if (self.state.source == "relevance" and path == self.session.image_list.current
                 and target == self.state.relevance_class):
             self._go_back()
 
     def _on_text_failed(self, path: str, prompt: str, _summary: str) -> None:
-        if (self.state.source == "relevance" and path == self.session.current
+        if (self.state.source == "relevance" and path == self.session.image_list.current
                 and prompt == self.state.relevance_prompt):
             self._go_back()
 

@@ -6,8 +6,8 @@ images (`image_list`, an `ImageList`: order, current image, failed runs, run pro
 The session itself is intents and answers: it turns user intents (load this checkpoint, run these images, show
 this one, move to CUDA, use another input size) into worker requests, routes each answer to the part it changes
 and says so by its signals. Panels subscribe to those signals the way they subscribe to `ViewState`;
-`current_changed` says that what the current image shows changed. The parts' fields read (and set) through the
-session as before (`session.spec`, `session.images`, `session.failed`...). No widgets here.
+`current_changed` says that what the current image shows changed. The parts are its surface: read them where
+they are defined (`session.model.spec`, `session.image_list.paths`), never through forwarded names. No widgets here.
 """
 from __future__ import annotations
 
@@ -37,38 +37,6 @@ DEVICE_FAILED = "Device not available"   # a load's device was refused; the mode
 HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H) entropy, (L, H, P + 1) by token kind
 
 
-class _Held:
-    """An attribute of the session that one of its parts holds (`part`, under `name`): read, and set unless
-    `readonly`, through the session as before the parts existed (`session.spec`, `session.images`...)."""
-
-    def __init__(self, part: str, name: str, readonly: bool = False) -> None:
-        self.part, self.name, self.readonly = part, name, readonly
-
-    def __get__(self, session: Any, owner: type | None = None) -> Any:
-        return self if session is None else getattr(getattr(session, self.part), self.name)
-
-    def __set__(self, session: Any, value: Any) -> None:
-        if self.readonly:
-            raise AttributeError(f"Session.{self.name} is read-only (Session.set_current)")
-        setattr(getattr(session, self.part), self.name, value)
-
-
-def _holds(part: str, names: str, readonly: str = "", **renamed: str) -> Any:
-    """A class decorator: the session's attributes `names` (and `renamed`: session name -> the part's) are those
-    of its part `part`, read and set through the session (`readonly` ones only read)."""
-    def add(cls: type) -> type:
-        for name, held in {**{n: n for n in names.split()}, **{n: n for n in readonly.split()}, **renamed}.items():
-            setattr(cls, name, _Held(part, held, readonly=name in readonly.split()))
-        return cls
-    return add
-
-
-# the parts' fields, read and set through the session as before (`ModelSlot` and `ImageList` say what each is)
-@_holds("model", "spec device device_preference model_path model_code load_overrides remembered live_layers "
-        "live_skipped interruptible ask_assumptions awaiting_answers library_layout capabilities described "
-        "verify_models verification verify_failure param_counts image_size pending_size pos_embed rope pos_grid",
-        _verify_asked="verify_asked")
-@_holds("image_list", "failed", readonly="current", images="paths")   # current: set_current shows another image
 class Session(QObject):
     """Owns the worker client and the parts -- `model` (ModelSlot), `image_list` (ImageList), `results`
     (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and signals."""
@@ -161,7 +129,7 @@ class Session(QObject):
     @property
     def current_maps(self) -> ResultMaps | None:
         """The current image's result as shown (its intervened run while there is one), or None."""
-        return (self.intervened.get(self.current) or self.results.get(self.current)) if self.current else None
+        return (self.intervened.get(self.image_list.current) or self.results.get(self.image_list.current)) if self.image_list.current else None
 
     def shown(self, path: str) -> ResultMaps | None:
         """What the panels show of an image: its intervened run (`intervened`), else its cached result (marked
@@ -226,7 +194,7 @@ class Session(QObject):
             return
         seconds = self.stop_waiting_after or 0.0
         what = _doing(request)
-        previous = self.model_path
+        previous = self.model.model_path
         if request.kind is Load:
             self.loading_changed.emit(bool(self.loading))
         elif request.kind is Run:
@@ -234,17 +202,17 @@ class Session(QObject):
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
                    f"{Path(path).name}")
             self.image_list.give_up(path, why, previous)
-            if path == self.current:
+            if path == self.image_list.current:
                 self.current_changed.emit(None)
             self._report_runs()
         elif isinstance(request, PassRequest):
             self.passes[type(request)].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
                                                                                  "code did not finish")
         elif request.kind is Verify:
-            self.verify_failure = "stopped waiting: the model's own code did not finish"
+            self.model.verify_failure = "stopped waiting: the model's own code did not finish"
             self.model.verify_progress = None
             self.verification_changed.emit()
-        if self.spec is None:
+        if self.model.spec is None:
             self.note.emit(f"Stopped waiting for {what} after {seconds:g} s (its code may still run in the "
                            "background); no model was loaded before")
             return
@@ -263,29 +231,29 @@ class Session(QObject):
         has loaded successfully. `code='FILE.py:FACTORY'` builds the model by running that file's code (the
         window asks the user first), `path` then being its weights file or None."""
         request = self.client.submit(Load, path=str(path) if path else "",
-                                     device=device or self.device_preference, **overrides)
+                                     device=device or self.model.device_preference, **overrides)
         self.loading_changed.emit(True)
         return request
 
     def reload(self, **changes: Any) -> Request | None:
         """Load the current model again with its overrides and `changes` (heads=, image_size=, mean=, std=,
         resize=, crop_mode=; None removes one); None when no model is loaded."""
-        if self.spec is None:
+        if self.model.spec is None:
             return None
         path, overrides = self.model.reload_args(changes)
-        return self.load_model(path, device=self.device or None, **overrides)
+        return self.load_model(path, device=self.model.device or None, **overrides)
 
     def answer_assumptions(self, changes: dict[str, Any] | None) -> None:
         """The user's answer to `assumptions_asked`: `changes` (overrides such as heads=, block_norm=, act=,
         attn_scale=) reload the model with them, now the user's word, not assumed; None (keep the assumptions)
         lets the images run as loaded. Either way the model is not asked about again when it reloads."""
-        if not self.awaiting_answers or self.spec is None:
+        if not self.model.awaiting_answers or self.model.spec is None:
             return
-        self.model.kept.add(self.model_path)
+        self.model.kept.add(self.model.model_path)
         if self.model.changes_anything(changes):
             self.reload(**changes)                 # answered when it has loaded
             return
-        self.awaiting_answers = False
+        self.model.awaiting_answers = False
         self.ensure_all()
 
     @property
@@ -304,7 +272,7 @@ class Session(QObject):
         m = self.model
         waiting = self.verify_waiting
         progress = assumptions.progress_text(*m.verify_progress) if m.verify_progress else ""
-        return assumptions.verdict_line(self.spec, self.verification, self.verify_failure,
+        return assumptions.verdict_line(self.model.spec, self.model.verification, self.model.verify_failure,
                                         self.verifying or waiting, m.original_name(), progress,
                                         waiting and not self.verifying)
 
@@ -313,7 +281,7 @@ class Session(QObject):
         ('timm:vit_small_patch16_224', or a library: 'timm') or the user's code ('FILE.py:FACTORY'; the window has
         asked before running it). The verdict before is withdrawn, a check on its way is dropped; None without a
         model, or for a model that runs from its own code (it is the original)."""
-        if self.spec is None or self.model.runs_own_code:
+        if self.model.spec is None or self.model.runs_own_code:
             return None
         m = self.model
         self.client.cancel(lambda r: r.kind is Verify)
@@ -325,7 +293,7 @@ class Session(QObject):
         return request
 
     def set_device(self, device: str) -> None:
-        if self.spec is not None and device != self.device:
+        if self.model.spec is not None and device != self.model.device:
             self.client.submit(Move, device=device)
 
     def list_models(self, recent: list[str]) -> None:
@@ -361,7 +329,7 @@ class Session(QObject):
         if current is not None:
             self.set_current(current)
         self._report_runs()
-        if self.results or self.failed:
+        if self.results or self.image_list.failed:
             self._verify()          # the check waited for runs that are gone
         else:
             self._verdict_may_change()
@@ -373,11 +341,11 @@ class Session(QObject):
 
     def clear_images(self) -> list[str]:
         """Remove every image."""
-        return self.remove_images(list(self.images))
+        return self.remove_images(list(self.image_list.paths))
 
     def set_current(self, path: str) -> None:
         """Show another image (its run jumps the queue)."""
-        if path == self.current:
+        if path == self.image_list.current:
             return
         self.image_list.current = path
         self.ensure(path, first=True)
@@ -387,15 +355,15 @@ class Session(QObject):
         """Run every image at (h, w) (None: the model's native size), rounded down to whole patches of the loaded
         model (a note says so); results at the previous size are dropped. Without a model the size waits for the
         next one to load."""
-        if self.spec is None:
-            self.pending_size = None if size is None else (int(size[0]), int(size[1]))
+        if self.model.spec is None:
+            self.model.pending_size = None if size is None else (int(size[0]), int(size[1]))
             return
-        shown = self.whole_patches(size) if size is not None else self.spec.image_size
+        shown = self.whole_patches(size) if size is not None else self.model.spec.image_size
         self.size_changed.emit(shown)
-        size = None if shown == tuple(self.spec.image_size) else shown
-        if size == self.image_size:
+        size = None if shown == tuple(self.model.spec.image_size) else shown
+        if size == self.model.image_size:
             return
-        self.image_size = size
+        self.model.image_size = size
         self.client.cancel(lambda r: r.kind in (Run, PosEmbed))
         self._forget_results()
         self.ensure_all()
@@ -408,7 +376,7 @@ class Session(QObject):
         if bool(on) == self.half_maps:
             return
         self.half_maps = bool(on)
-        if self.spec is None:
+        if self.model.spec is None:
             return
         self.client.cancel(lambda r: r.kind is Run)
         self._forget_results()
@@ -417,7 +385,7 @@ class Session(QObject):
 
     def set_image_size_after_load(self, size: tuple[int, int] | None) -> None:
         """The input size for the model being loaded (the command line's --size), applied once it has loaded."""
-        self.pending_size = None if size is None else (int(size[0]), int(size[1]))
+        self.model.pending_size = None if size is None else (int(size[0]), int(size[1]))
 
     def whole_patches(self, size: tuple[int, int]) -> tuple[int, int]:
         """`size` rounded down to whole patches of the loaded model (at least one), as the model runs it; a note
@@ -430,34 +398,34 @@ class Session(QObject):
     def request_pos_embed(self) -> None:
         """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
         pos_embed_ready)."""
-        if self.spec is None or (windowed(self.spec) and not self.spec.pos_embed):
+        if self.model.spec is None or (windowed(self.model.spec) and not self.model.spec.pos_embed):
             return      # a windowed model without an absolute table (Swin): its positions are inside the windows
-        size, p = self.model.run_size(), self.spec.patch_size
+        size, p = self.model.run_size(), self.model.spec.patch_size
         self.client.cancel(lambda r: r.kind is PosEmbed)
         self.client.submit(PosEmbed, first=True, grid=(size[0] // p, size[1] // p))
 
     def ensure(self, path: str, first: bool = False) -> None:
         """Request a run of `path` unless it is cached, failed or already on its way (or what the file does not say
         is being asked); `first` jumps the queue."""
-        if self.spec is None or self.awaiting_answers or not path or path in self.results or path in self.failed:
+        if self.model.spec is None or self.model.awaiting_answers or not path or path in self.results or path in self.image_list.failed:
             return
         pending = [r for r in self.client.pending(Run)
-                   if r.image == path and r.image_size == self.image_size]
+                   if r.image == path and r.image_size == self.model.image_size]
         if pending:
             if first:
                 self.client.prioritize(lambda r: r in pending)
             return
         if not self.client.pending(Run):
             self.image_list.begin_runs()     # a new run of images begins
-        self.client.submit(Run, first=first, image=path, image_size=self.image_size, also=self.precompute,
+        self.client.submit(Run, first=first, image=path, image_size=self.model.image_size, also=self.precompute,
                            half=self.half_maps)
         self.run_started.emit(path)
         self._verdict_may_change()
 
     def ensure_all(self) -> None:
         """Run the current image first, then every other image without a result."""
-        self.ensure(self.current, first=True)
-        for path in self.images:
+        self.ensure(self.image_list.current, first=True)
+        for path in self.image_list.paths:
             self.ensure(path)
 
     def shutdown(self) -> bool:
@@ -494,11 +462,11 @@ class Session(QObject):
         self.model.loaded(request, answer)            # at its native size, asked about or not, not verified yet
         self._waiting_shown = False
         self._forget_results()
-        self.image_list.restore_given_up(self.model_path)   # given up on before: not run again for this model
+        self.image_list.restore_given_up(self.model.model_path)   # given up on before: not run again for this model
         pending = self.model.take_pending_size()
         if pending is not None:
             size = self.whole_patches(pending)
-            self.image_size = None if size == tuple(spec.image_size) else size
+            self.model.image_size = None if size == tuple(spec.image_size) else size
         self.request_pos_embed()
         self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
         self.model_loaded.emit(spec, answer.device)
@@ -506,26 +474,26 @@ class Session(QObject):
             self.note.emit("This model's own code has no blocks or attention modules vitviz can stop between: a "
                            "running image always finishes (closing the window waits for it)")
         self.verification_changed.emit()
-        if self.awaiting_answers:
+        if self.model.awaiting_answers:
             self.assumptions_asked.emit(spec)    # the images run once the user has answered (answer_assumptions)
         else:
             self.ensure_all()
 
     def _refuse_device(self, device: str, summary: str) -> None:
         """--device named a device that is not here: the model runs on the CPU and later loads go there too."""
-        self.device_preference = None
+        self.model.device_preference = None
         self.error.emit(DEVICE_FAILED, f"{summary} — running on the CPU instead", f"--device {device}: {summary}\n"
                         "The model was loaded on the CPU. Pick a device in the Controls panel once one is available.")
 
     def _on_ran(self, request: Request, answer: Ran) -> None:
-        if request.image_size != self.image_size:
+        if request.image_size != self.model.image_size:
             return   # belongs to a size that is no longer selected
         path, maps = request.image, answer.maps
         self.results.put(path, maps)
         self.head_stats[path] = maps.head_stats()
         self.image_list.answered()
         self.result_ready.emit(path)
-        if path == self.current:
+        if path == self.image_list.current:
             self.current_changed.emit(self.shown(path))
         self._report_runs()
         self._verify()
@@ -555,7 +523,7 @@ class Session(QObject):
 
     def _on_verified(self, _request: Request, answer: Verified) -> None:
         """The check's answer (one for an older model is dropped by the client: a load makes it stale)."""
-        self.verification, self.verify_failure = answer.verification, ""
+        self.model.verification, self.model.verify_failure = answer.verification, ""
         if getattr(answer, "spec", None) is not None and self.model.spec is not None:
             self.model.spec = answer.spec    # the settings it confirmed are verified now (the same model's spec)
         self.model.verify_progress = None
@@ -594,7 +562,7 @@ class Session(QObject):
         self.catalog_ready.emit(answer)
 
     def _on_moved(self, _request: Request, answer: Moved) -> None:
-        self.device = answer.device
+        self.model.device = answer.device
         self.device_changed.emit(answer.device)
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
@@ -611,14 +579,14 @@ class Session(QObject):
 
     def _verify_failed(self, _request: Request, summary: str, _details: str) -> None:
         """Not an error of the model: it stays unverified, and says why."""
-        self.verify_failure, self.model.verify_progress = summary, None
+        self.model.verify_failure, self.model.verify_progress = summary, None
         self.verification_changed.emit()
 
     def _run_failed(self, request: Request, summary: str, details: str) -> None:
         path = request.image
         self.image_list.fail(path, summary)
         self.run_failed.emit(path, summary, details)
-        if path == self.current:
+        if path == self.image_list.current:
             self.current_changed.emit(None)
         self._report_runs()
         self._verify()
@@ -630,7 +598,7 @@ class Session(QObject):
     def _load_failed(self, request: Request, summary: str, details: str) -> None:
         self.loading_changed.emit(bool(self.loading))
         if not self.loading:
-            self.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
+            self.model.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
         self._report(request, summary, details)
         self.ensure_all()   # the load made queued runs stale; the previous model is still there
 
@@ -644,7 +612,7 @@ class Session(QObject):
 
     def _move_failed(self, request: Request, summary: str, details: str) -> None:
         self._report(request, summary, details)
-        self.device_changed.emit(self.device)
+        self.device_changed.emit(self.model.device)
 
     def _catalog_failed(self, request: Request, summary: str, details: str) -> None:
         self._report(request, summary, details)

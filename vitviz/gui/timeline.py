@@ -212,7 +212,7 @@ class TimelineSession(QObject):
 
     @property
     def image(self) -> str:
-        return self.session.current
+        return self.session.image_list.current
 
     def maps(self, k: int | None = None) -> ResultMaps | None:
         """The current image's result at checkpoint k (default: the one shown) if held; never computes."""

@@ -189,12 +189,12 @@ class Verifier(QObject):
         """Verify against…: the dialog (None without a converted model: a model run from its own code is its own
         original), preselected with what was chosen for the file; the candidates come from the worker."""
         s = self.session
-        if s.spec is None or s.model.runs_own_code:
+        if s.model.spec is None or s.model.runs_own_code:
             return None
         if self.dialog is not None:
             self.dialog.raise_()
             return self.dialog
-        path = s.model_path
+        path = s.model.model_path
         against, code = st.remembered_original(self.settings, path)
         if against == "auto" and not code:
             against, code = s.model.verify_against, s.model.verify_code
@@ -209,21 +209,21 @@ class Verifier(QObject):
         """A model has loaded: what the user chose to verify its file against is what the automatic check
         compares with (their code once they have agreed to run it: `trusted`)."""
         s = self.session
-        if s.spec is None or not s.model_path:
+        if s.model.spec is None or not s.model.model_path:
             return
-        against, code = st.remembered_original(self.settings, s.model_path)
+        against, code = st.remembered_original(self.settings, s.model.model_path)
         if not code:          # remembered code is preselected in the dialog: running it is never automatic
             s.model.verify_against = against
 
     def _chosen(self, dialog: VerifyAgainstDialog, path: str) -> None:
         s = self.session
-        if path != s.model_path:
+        if path != s.model.model_path:
             return                          # another model has loaded meanwhile: the choice was about the old one
         against, code = dialog.choice()
         if dialog.remember():
             st.remember_original(self.settings, path, against, code)
         if code:
-            self.confirm(code, path, lambda: s.verify_against(code=code) if path == s.model_path else None)
+            self.confirm(code, path, lambda: s.verify_against(code=code) if path == s.model.model_path else None)
         else:
             s.verify_against(against)
 

@@ -139,7 +139,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.state = ViewState()
         self.session = session or Session(parent=self)
-        self.session.ask_assumptions = True                   # what the file does not say is asked, not assumed
+        self.session.model.ask_assumptions = True                   # what the file does not say is asked, not assumed
                                                               # silently
         self.reporter = ErrorReporter(self)
         self.notes: list[str] = []                            # status-bar notes (the screenshot prints them)
@@ -349,7 +349,7 @@ class MainWindow(QMainWindow):
     def open_run(self, folder: str, **overrides: Any) -> None:
         """Open a folder of checkpoints as a timeline: the training of the loaded model, so its settings (heads=...,
         chosen for it) go to every checkpoint unless given (the dock says which)."""
-        self.timeline.open(folder, **{**self.session.load_overrides, **overrides})
+        self.timeline.open(folder, **{**self.session.model.load_overrides, **overrides})
 
     def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         title, full, what = DOCKS[name]
@@ -560,16 +560,16 @@ class MainWindow(QMainWindow):
     def review_assumptions(self) -> dialogs.AssumptionsDialog | None:
         """"Review assumptions…": the same question for a model that has run (an answer reloads it); None when
         there is nothing to ask."""
-        spec = self.session.spec
+        spec = self.session.model.spec
         if spec is None or self.assumptions_dialog is not None or not assumptions.asked(spec):
             return None
         return self._open_assumptions(spec, prompted=False)
 
     def _open_assumptions(self, spec: ModelSpec, prompted: bool) -> dialogs.AssumptionsDialog:
         s = self.session
-        path = s.model_path
+        path = s.model.model_path
         self.assumptions_dialog = dialog = dialogs.AssumptionsDialog(
-            self, spec, window_name(path), s.described, prompted=prompted, can_remember=not s.model_code)
+            self, spec, window_name(path), s.model.described, prompted=prompted, can_remember=not s.model.model_code)
         dialog.accepted.connect(lambda: self._assumptions_answered(path, dialog.values(), dialog.remember(),
                                                                    prompted))
         dialog.rejected.connect(lambda: self._assumptions_answered(path, None, False, prompted))
@@ -579,11 +579,11 @@ class MainWindow(QMainWindow):
     def _assumptions_answered(self, path: str, values: dict[str, Any] | None, remember: bool,
                               prompted: bool) -> None:
         self.assumptions_dialog = None
-        if path != self.session.model_path:
+        if path != self.session.model.model_path:
             return                          # another model has loaded meanwhile: the answer was about the old one
-        if values and remember and not self.session.model_code:
+        if values and remember and not self.session.model.model_code:
             st.remember_settings(self.settings, path, values)
-            values = {**values, "_remembered": self.session.remembered | set(values)}   # said as remembered
+            values = {**values, "_remembered": self.session.model.remembered | set(values)}   # said as remembered
         if prompted:
             self.session.answer_assumptions(values)
         elif values:
@@ -598,37 +598,37 @@ class MainWindow(QMainWindow):
         """The Controls panel's model settings changed: load the model again with them (a model built by its own
         code runs that code again, as agreed before). Settings remembered for the file follow the newest choice."""
         s = self.session
-        if s.model_path and not s.model_code and st.remembered_settings(self.settings, s.model_path):
+        if s.model.model_path and not s.model.model_code and st.remembered_settings(self.settings, s.model.model_path):
             newest = {k: v for k, v in changes.items() if k in st.REMEMBERED}
             if newest:
-                st.remember_settings(self.settings, s.model_path, newest)
-                changes = {**changes, "_remembered": s.remembered | set(newest)}
+                st.remember_settings(self.settings, s.model.model_path, newest)
+                changes = {**changes, "_remembered": s.model.remembered | set(newest)}
         s.reload(**changes)
 
     def forget_answers(self) -> None:
         """"Forget remembered answers": the loaded file's remembered settings are dropped from the store and the
         model loads again without them, so that what its file does not say is assumed (and flagged) again."""
         s = self.session
-        if not s.model_path or s.model_code:
+        if not s.model.model_path or s.model.model_code:
             return
-        forgotten = st.remembered_settings(self.settings, s.model_path)
-        st.forget_settings(self.settings, s.model_path)
+        forgotten = st.remembered_settings(self.settings, s.model.model_path)
+        st.forget_settings(self.settings, s.model.model_path)
         if forgotten:
-            self.note(f"Forgot {remembered_text(forgotten)} for {window_name(s.model_path)}: assumed again")
-        if s.remembered:
-            s.model.kept.add(s.model_path)      # asked for: not asked about again by itself ("Review assumptions…")
-            s.reload(**{k: None for k in s.remembered}, _remembered=frozenset())
+            self.note(f"Forgot {remembered_text(forgotten)} for {window_name(s.model.model_path)}: assumed again")
+        if s.model.remembered:
+            s.model.kept.add(s.model.model_path)      # asked for: not asked about again by itself ("Review assumptions…")
+            s.reload(**{k: None for k in s.model.remembered}, _remembered=frozenset())
 
     def _show_verdict(self) -> None:
         """The status bar's verdict line follows the session; a model that differs from its original is an error,
         reported once, that says where it differs, what could explain it and offers to change it."""
         s = self.session
         line = s.verdict_line()
-        converted = s.spec is not None and not assumptions.runs_own_code(s.spec)
-        self.status.set_verdict(line, s.spec is not None and bool(assumptions.asked(s.spec)), converted)
+        converted = s.model.spec is not None and not assumptions.runs_own_code(s.model.spec)
+        self.status.set_verdict(line, s.model.spec is not None and bool(assumptions.asked(s.model.spec)), converted)
         self.verify_action.setEnabled(converted)
-        if line.level == "differs" and self._differs_reported is not s.verification:
-            self._differs_reported = s.verification
+        if line.level == "differs" and self._differs_reported is not s.model.verification:
+            self._differs_reported = s.model.verification
             self._report_differs(line)
 
     def _report_differs(self, line: assumptions.VerdictLine) -> None:
@@ -637,7 +637,7 @@ class MainWindow(QMainWindow):
         else Review assumptions… -- never "everything already loaded is still available": what is shown is not
         the original's."""
         s = self.session
-        verification, path = s.verification, s.model_path
+        verification, path = s.model.verification, s.model.model_path
         layer = getattr(verification, "first_differing_layer", None)
         where = f" from layer {layer} on" if layer is not None else ""
         causes = assumptions.causes_text(verification)
@@ -646,7 +646,7 @@ class MainWindow(QMainWindow):
         if suggestion:
             actions.append((assumptions.fix_label(verification),
                             lambda: self._assumptions_answered(path, suggestion, False, False)))
-        elif s.spec is not None and assumptions.asked(s.spec):
+        elif s.model.spec is not None and assumptions.asked(s.model.spec):
             actions.append(("Review assumptions…", self.review_assumptions))
         informative = (f"The maps shown are not the original model's: vitviz computes different attention{where}."
                        + (f" {causes}." if causes else " The check names no setting that explains it; review what "
@@ -664,7 +664,7 @@ class MainWindow(QMainWindow):
         and the box says so rather than promising that what was loaded is still there."""
         from vitviz.gui.session import LOAD_FAILED
 
-        fallback = (self.demo_fallback and title == LOAD_FAILED and self.session.spec is None and not self.session.loading
+        fallback = (self.demo_fallback and title == LOAD_FAILED and self.session.model.spec is None and not self.session.loading
                     and bundled.demo_model() is not None and not self._demo_fallback_done)
         if fallback:
             self._demo_fallback_done = True
@@ -672,7 +672,7 @@ class MainWindow(QMainWindow):
                            informative="Nothing was loaded before it, so the demo model is open instead."
                            if fallback else None)
         if fallback:
-            self.load_demo(images=not self.session.images, instead_of_model=True)
+            self.load_demo(images=not self.session.image_list.paths, instead_of_model=True)
 
     def load_demo(self, images: bool = True, instead_of_model: bool = False) -> bool:
         """Load the bundled demo model, on the demo images (added to the list) with `images`; False, with a
@@ -700,11 +700,11 @@ class MainWindow(QMainWindow):
         failed and the demo that opened instead ran on them ('92.5 % circle' for the astronaut)."""
         def on_loaded(spec: Any, _device: str) -> None:
             self.session.model_loaded.disconnect(on_loaded)
-            if self.session.images:
+            if self.session.image_list.paths:
                 return
             chans = getattr(spec, "in_chans", 3)
-            if bundled.is_demo(self.session.model_path) or chans == 3:
-                self.session.add_images(bundled.images_for(self.session.model_path))
+            if bundled.is_demo(self.session.model.model_path) or chans == 3:
+                self.session.add_images(bundled.images_for(self.session.model.model_path))
             else:
                 self.note(f"The model takes {chans}-channel images: the bundled photographs do not suit it — open "
                           "your own with File ▸ Open images… or drop them on the window")
@@ -770,14 +770,14 @@ class MainWindow(QMainWindow):
         return helpdialogs.text_dialog(self, "About vitviz", helpdialogs.about_html(self.session), "aboutDialog")
 
     def step_layer(self, delta: int) -> None:
-        spec = self.session.spec
+        spec = self.session.model.spec
         if spec is not None:
             layer = self.state.layer
             start = -1 if layer == "mean" else int(layer)
             self.state.update(layer=(start + delta) % spec.depth)
 
     def step_head(self, delta: int) -> None:
-        spec = self.session.spec
+        spec = self.session.model.spec
         if spec is not None:
             head = self.state.head
             start = -1 if isinstance(head, str) else int(head)
@@ -786,7 +786,7 @@ class MainWindow(QMainWindow):
     def select_query(self, token: int) -> None:
         """Make `token` the query everywhere (a negative token, or the selected one again, clears it). With the
         rollout map showing, the rollout starts from it; otherwise the map shows the token's attention."""
-        spec, can = self.session.spec, self.session.capabilities or None
+        spec, can = self.session.model.spec, self.session.model.capabilities or None
         if token < 0 or token == self.state.query:
             source = self._last_map_source if self.state.source in QUERY_SOURCES else self.state.source
             if spec is not None and unavailable(source, spec, can) is not None:
@@ -830,30 +830,30 @@ class MainWindow(QMainWindow):
         self._check_requested_view(spec)
         self.reporter.forget_repeats()
         query = self._follow_query(self._token_layout(spec), "this model")
-        view = view_for_model(self.state, spec, self.session.capabilities or None, self._previous_depth, query, told)
+        view = view_for_model(self.state, spec, self.session.model.capabilities or None, self._previous_depth, query, told)
         self._previous_depth = spec.depth
         for note in view.notes:
             self.note(note)
         self.state.update(**view.changes)
-        self.setWindowTitle(f"vitviz — {window_name(self.session.model_path)}")
+        self.setWindowTitle(f"vitviz — {window_name(self.session.model.model_path)}")
         self.statusBar().showMessage(f"Loaded {spec.family} on {device}", 5000)
-        if spec.heads_guessed and not self.session.ask_assumptions:    # --screenshot: said, as the CLI says it
+        if spec.heads_guessed and not self.session.model.ask_assumptions:    # --screenshot: said, as the CLI says it
             self.note(f"num_heads = {spec.num_heads} is a guess ({dialogs.guess_reason(spec)}); pass --heads N "
                       f"(heads that divide {spec.attn_width}: "
                       f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
         others = [n for n in assumptions.asked(spec) if n != "num_heads"]
-        if others and not self.session.ask_assumptions and not self.session.library_layout:
+        if others and not self.session.model.ask_assumptions and not self.session.model.library_layout:
             from vitviz.core.options import cli_wording   # --screenshot is a command line: its flags, not Python
 
-            described = self.session.described
+            described = self.session.model.described
             self.note(cli_wording("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
                                             for n in others)))
 
     def _show_loaded(self, spec: ModelSpec) -> None:
         """Recent models (not the demo), the Models menu and the idle status line after a model has loaded."""
-        path = self.session.model_path
+        path = self.session.model.model_path
         demo = bundled.is_demo(path)
-        if not demo and not self.session.model_code:     # a model built by code is not a file to reopen
+        if not demo and not self.session.model.model_code:     # a model built by code is not a file to reopen
             self._fill_recent(st.add_recent_model(self.settings, path))
             self.demo_instead_of_model = False
         self.models.mark_stale()
@@ -868,7 +868,7 @@ class MainWindow(QMainWindow):
         """Say so (once) when the command line asked for a layer, head or token this model does not have; the
         view then shows the nearest valid one."""
         asked, self.requested_view = self.requested_view, {}
-        size = self.session.image_size or spec.image_size
+        size = self.session.model.image_size or spec.image_size
         tokens = spec.num_prefix + (size[0] // spec.patch_size) * (size[1] // spec.patch_size)
         problems = []
         for name, value, count, what in (("--layer", asked.get("layer"), spec.depth, "layers"),
@@ -880,7 +880,7 @@ class MainWindow(QMainWindow):
         if asked.get("map"):     # a map this model cannot give (the table of map kinds says why)
             try:
                 kind = MapKind.parse(str(asked["map"]))
-                why = unavailable(kind.kind, spec, self.session.capabilities or None)
+                why = unavailable(kind.kind, spec, self.session.model.capabilities or None)
             except (SelectionError, KeyError):
                 why = None
             if why is not None:
@@ -889,7 +889,7 @@ class MainWindow(QMainWindow):
             self.reporter.show("Command line", "; ".join(problems), "")
 
     def _token_layout(self, spec: ModelSpec, size: tuple[int, int] | None = None) -> TokenLayout:
-        h, w = size or self.session.image_size or spec.image_size
+        h, w = size or self.session.model.image_size or spec.image_size
         return TokenLayout(tuple(spec.prefix_names), (h // spec.patch_size, w // spec.patch_size))
 
     def _follow_query(self, new: TokenLayout, where: str) -> int | None:
@@ -903,7 +903,7 @@ class MainWindow(QMainWindow):
 
     def _on_size_changed(self, size: tuple[int, int]) -> None:
         """Another input size: the query follows the same place in the image."""
-        spec = self.session.spec
+        spec = self.session.model.spec
         if spec is not None and self._layout_now is not None:
             layout = self._token_layout(spec, tuple(size))
             if layout != self._layout_now:

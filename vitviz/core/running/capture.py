@@ -253,7 +253,7 @@ class ImageModel:
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
             half: store attentions as float16 (half the memory): each probability rounded once, within 2^-11
                 (4.9e-4) of float32's relatively (2^-25 absolutely below 2^-14), 2^-12 absolutely at most; the
-                forward itself runs as without (tests/test_float16_maps.py).
+                forward itself runs as without (tests/core/running/test_float16_maps.py).
             logits: False skips everything after the last softmax (faster; the result's logits are empty).
             intervene: an intervention or a list of them (`vitviz.core.running.interventions`) for this run only;
                 the result's `interventions` says what was done (with any of an open `intervening` context).

@@ -121,7 +121,7 @@ def waiting_text(session: Session, what: str) -> str:
     """What a panel says while it has nothing to show: 'Loading model NAME…' while the first model loads, else
     `what` (e.g. 'Open a model to see its position embedding.')."""
     loading = session.loading
-    return f"Loading model {display_name(loading)}…" if loading and session.spec is None else what
+    return f"Loading model {display_name(loading)}…" if loading and session.model.spec is None else what
 
 
 def failure_reason(path: str, summary: str) -> str:

@@ -178,8 +178,8 @@ class ComparePanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ drawing
     def redraw(self) -> None:
         c = self.compare
-        spec_a = self.session.spec
-        a_name = display_name(self.session.model_path) if spec_a is not None else "no model"
+        spec_a = self.session.model.spec
+        a_name = display_name(self.session.model.model_path) if spec_a is not None else "no model"
         b_name = display_name(c.b_path) if c.b_path else "none"
         assumed = [name for name, _source in c.b_spec.assumptions] if c.b_spec is not None else []
         self.models_label.setText(f"A: {a_name} · B: {b_name}"
@@ -279,9 +279,9 @@ class ComparePanel(LazyPanel):
         """Write A's, B's and A − B's pictures of the current image and selection into `folder` (as `vitviz export
         --compare B` names and draws them)."""
         view = self.compare.view
-        if view is None or self.session.current not in view.sources:
+        if view is None or self.session.image_list.current not in view.sources:
             raise RuntimeError("nothing to export: the comparison of this image is not ready")
-        paths = export_view(view, self.session.current, self.state, Path(folder), overwrite=overwrite)
+        paths = export_view(view, self.session.image_list.current, self.state, Path(folder), overwrite=overwrite)
         self.exported.emit([str(p) for p in paths])
         return paths
 

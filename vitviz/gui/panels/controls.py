@@ -142,7 +142,7 @@ class ControlsPanel(QWidget):
 
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
-        spec = self.session.spec
+        spec = self.session.model.spec
         if spec is not None and spec is not self.model_settings.spec and not windowed(spec):
             self.model_settings.set_provenance(spec)
 
@@ -151,8 +151,8 @@ class ControlsPanel(QWidget):
 
     def _on_model_loaded(self, spec: ModelSpec, device: str) -> None:
         self.set_spec(spec, device)
-        if self.session.image_size is not None:     # the command line's --size, applied with the model
-            self.show_size(self.session.image_size)
+        if self.session.model.image_size is not None:     # the command line's --size, applied with the model
+            self.show_size(self.session.model.image_size)
 
     def _on_loading_changed(self, _loading: bool) -> None:
         """Until the first model has loaded, say that it is loading (not that there is none)."""
@@ -248,7 +248,7 @@ class ControlsPanel(QWidget):
         gradients are not exposed), a windowed model's maps only for one; without a model, a plain ViT's maps but
         the pooling attention."""
         self.source_combo.clear()
-        can = self.session.capabilities or None   # none known yet (no model answered): from the spec
+        can = self.session.model.capabilities or None   # none known yet (no model answered): from the spec
         for key, label in SOURCE_LABELS.items():
             if spec is None and (key == "pool" or "windowed" in KINDS[key].needs):
                 continue         # no model yet: a plain ViT's maps, and no MAP head
@@ -286,7 +286,7 @@ class ControlsPanel(QWidget):
 
     def _on_query_chosen(self, _index: int) -> None:
         token = self.query_combo.currentData()
-        spec, can = self._spec, self.session.capabilities or None
+        spec, can = self._spec, self.session.model.capabilities or None
         chosen = QUERY_SOURCES[0] if spec is None else query_source(self.state.source, spec, can)
         if token is None or token < 0:
             fallback = "cls" if spec is None else default_source(spec, can)
@@ -384,7 +384,7 @@ class ControlsPanel(QWidget):
         block = spec.depth - 1 if isinstance(layer, str) else int(resolve_index(layer, spec.depth))
         stage, index = spec.stage_of(block)
         heads = spec.heads[stage]
-        g = geometry_at(spec, self.session.image_size)[block]
+        g = geometry_at(spec, self.session.model.image_size)[block]
         self.block_label.setText(f"stage {stage} · block {index} of {spec.depths[stage]} · {g.describe()} · "
                                  f"{g.grid[0]}×{g.grid[1]} cells of {g.stride} px · {plural(heads, 'head')}")
         self.head_spin.setMaximum(heads - 1)

@@ -251,8 +251,8 @@ class FeaturesPanel(LazyPanel):
         session.analyses.similarity_ready.connect(self._on_similarity)
         session.analyses.share_ready.connect(self._on_share)
         session.analyses.analysis_failed.connect(self._on_analysis_failed)
-        if session.spec is not None:
-            self._on_model_loaded(session.spec, session.device)
+        if session.model.spec is not None:
+            self._on_model_loaded(session.model.spec, session.model.device)
 
     # ------------------------------------------------------------------------------------------ layout
 
@@ -496,7 +496,7 @@ class FeaturesPanel(LazyPanel):
             self.request_redraw()
 
     def _on_features_ready(self, path: str) -> None:
-        if path == self.session.current or path == self.other or (
+        if path == self.session.image_list.current or path == self.other or (
                 self.state.features_scope == "all" and path in self._asked):
             self.request_redraw()
 
@@ -534,8 +534,8 @@ class FeaturesPanel(LazyPanel):
         self.other_combo.blockSignals(True)
         self.other_combo.clear()
         self.other_combo.addItem("(no second image)", "")
-        for path in self.session.images:
-            if path != self.session.current:
+        for path in self.session.image_list.paths:
+            if path != self.session.image_list.current:
                 self.other_combo.addItem(Path(path).name, path)
                 self.other_combo.setItemData(self.other_combo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
         index = self.other_combo.findData(keep) if keep else -1
@@ -576,7 +576,7 @@ class FeaturesPanel(LazyPanel):
             self.status.setText(f"Token features: {maps.CLEAN_ONLY}")
             return
         if maps.features is None:
-            path = self.session.current
+            path = self.session.image_list.current
             why = self.session.features_pass.failures.get((path, None))
             if why is None and self.session.features_pass.request(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
@@ -591,11 +591,11 @@ class FeaturesPanel(LazyPanel):
         """The images the PCA is fitted on, in the image list's order (a fit does not change when another of them
         becomes current), and whether features are still on their way. Each image's features are asked for once
         per fit, so a cache too small for all of them fits on those it holds instead of asking forever."""
-        current = self.session.current
+        current = self.session.image_list.current
         if self.state.features_scope != "all":
             return [current], False
         waiting = False
-        for path in self.session.images:
+        for path in self.session.image_list.paths:
             maps = self.session.result(path)
             if maps is None or maps.features is not None:
                 continue
@@ -603,7 +603,7 @@ class FeaturesPanel(LazyPanel):
                 self._asked.add(path)
                 self.session.features_pass.request(path)
             waiting = waiting or self.session.features_pass.pending(path)
-        held = [p for p in self.session.images if (m := self.session.result(p)) is not None and m.features is not None]
+        held = [p for p in self.session.image_list.paths if (m := self.session.result(p)) is not None and m.features is not None]
         return (held if current in held else [current, *held]), waiting
 
     def _draw_pca(self, maps: ResultMaps) -> None:
@@ -620,16 +620,16 @@ class FeaturesPanel(LazyPanel):
             self.session.analyses.fit_pca(sources, self.layer)
             self.pca_view.title.setText("fitting the PCA…")
             return
-        self.pca_colors = pca.pca.colors[sources.index(self.session.current)]
+        self.pca_colors = pca.pca.colors[sources.index(self.session.image_list.current)]
         self.pca_view.show_colors(self.pca_colors, result.image.shape[:2], self.state.smooth)
-        fg = pca.pca.foreground[sources.index(self.session.current)]
+        fg = pca.pca.foreground[sources.index(self.session.image_list.current)]
         fitted = "this image" if len(sources) == 1 else f"{len(sources)} images together"
         self.pca_view.title.setText(f"feature PCA · layer {self.layer} · fitted on {fitted} · foreground "
                                     f"{int(fg.sum())}/{fg.size} patches")
         self.shown.emit("pca")
 
     def _draw_similarity(self, maps: ResultMaps) -> None:
-        result, path = maps.result, self.session.current
+        result, path = maps.result, self.session.image_list.current
         other = self.other
         self.sim_a.set_image(result.image, result.grid, result.spec.patch_size)
         self.sim_a.title.setText(Path(path).name)
@@ -722,9 +722,9 @@ class FeaturesPanel(LazyPanel):
         self._draw_histogram(maps, layer, threshold)
         heading = f"{Path(result.source).name} · output-token norm · layer {layer} · {scale}"
         share = self._share
-        if share is None or share.image != self.session.current or share.layer != layer or \
+        if share is None or share.image != self.session.image_list.current or share.layer != layer or \
                 share.threshold != threshold:
-            self.session.analyses.measure_share(self.session.current, layer, threshold)
+            self.session.analyses.measure_share(self.session.image_list.current, layer, threshold)
             self.norm_view.title.setText(heading)
             return
         self.share = share

@@ -304,7 +304,7 @@ class HeadStatsPanel(LazyPanel):
     def _on_result_ready(self, path: str) -> None:
         """One more image's statistics: the average changes (the current image's arrive with `current_changed`)."""
         self._update_label()
-        if self.state.stats_average and path != self.session.current:
+        if self.state.stats_average and path != self.session.image_list.current:
             self.request_redraw()
 
     def _on_state(self, changed: set[str]) -> None:
@@ -342,11 +342,11 @@ class HeadStatsPanel(LazyPanel):
         maps = self.session.current_maps
         if getattr(maps, "what", ""):
             return maps.head_stats()   # type: ignore[union-attr]
-        return self.session.head_stats.get(self.session.current)
+        return self.session.head_stats.get(self.session.image_list.current)
 
     def redraw(self) -> None:
         self._update_label()
-        x_label = "block" if windowed(self.session.spec) else "layer"   # over all stages
+        x_label = "block" if windowed(self.session.model.spec) else "layer"   # over all stages
         for plot in (self.distance.plot, self.entropy.plot, self.kinds.plot):
             plot.getAxis("bottom").setLabel(x_label)
         self.shown = self.statistics()
@@ -354,7 +354,7 @@ class HeadStatsPanel(LazyPanel):
         if kinds is None:
             self.kinds.clear()
         else:
-            self.kinds.show(kinds, self.session.spec.prefix_names if self.session.spec is not None else ())
+            self.kinds.show(kinds, self.session.model.spec.prefix_names if self.session.model.spec is not None else ())
         if self.shown is None:
             self.distance.clear()
             self.entropy.clear()

@@ -130,14 +130,14 @@ class ImagePanel(QWidget):
 
     def placeholder(self) -> str:
         """What the panel says while there is no result to show."""
-        s, path = self.session, self.session.current
-        if s.spec is None:
+        s, path = self.session, self.session.image_list.current
+        if s.model.spec is None:
             return base.waiting_text(s, "Open a model (File › Open model) or drop a checkpoint on the window")
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
-        if path in s.failed:
-            return f"{Path(path).name}: {base.failure_reason(path, s.failed[path])}"
-        if s.awaiting_answers:
+        if path in s.image_list.failed:
+            return f"{Path(path).name}: {base.failure_reason(path, s.image_list.failed[path])}"
+        if s.model.awaiting_answers:
             return "Waiting for the settings the file does not say"
         return f"Running {Path(path).name}…"
 

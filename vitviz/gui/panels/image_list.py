@@ -66,7 +66,7 @@ class ImageListPanel(QWidget):
         session.run_started.connect(self.set_pending)
         session.result_ready.connect(self._on_result_ready)
         session.run_failed.connect(self._on_run_failed)
-        self.add_paths(session.images)
+        self.add_paths(session.image_list.paths)
 
     def _make_actions(self) -> None:
         self.remove_action = QAction("&Remove from the list", self)
@@ -88,7 +88,7 @@ class ImageListPanel(QWidget):
 
     def update_actions(self) -> None:
         """Enable what applies now (and count the failed images)."""
-        failed = sum(1 for p in self.session.images if p in self.session.failed)
+        failed = sum(1 for p in self.session.image_list.paths if p in self.session.image_list.failed)
         self.remove_action.setEnabled(bool(self.list.selectedItems()))
         self.remove_failed_action.setEnabled(failed > 0)
         self.remove_failed_action.setText(f"Remove &failed images ({failed})" if failed else "Remove &failed images")
@@ -201,8 +201,8 @@ class ImageListPanel(QWidget):
 
     def _on_current_changed(self, _maps: object) -> None:
         """Select the session's current image and show it (the user's own selection comes back here unchanged)."""
-        if self.current_path() != self.session.current:
-            self.select(self.session.current)
+        if self.current_path() != self.session.image_list.current:
+            self.select(self.session.image_list.current)
 
     def _on_result_ready(self, path: str) -> None:
         maps = self.session.result(path)

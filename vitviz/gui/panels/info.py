@@ -50,21 +50,21 @@ def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
     stages: list[tuple[str, str]] = []
-    if windowed(session.spec):       # at the current image's run, else at the input size
+    if windowed(session.model.spec):       # at the current image's run, else at the input size
         from vitviz.core.analyses.winview import info_rows
 
-        spec = session.spec
+        spec = session.model.spec
         from vitviz.gui.panels.controls import geometry_at
 
         stages = maps.info_rows() if windowed(maps) else info_rows(
-            spec, geometry_at(spec, session.image_size))  # type: ignore[arg-type]
-    return ModelInfo(spec=session.spec, device=session.device, path=session.model_path, stages=stages,
-                     param_counts=dict(session.param_counts), cache_bytes=session.cache_nbytes,
+            spec, geometry_at(spec, session.model.image_size))  # type: ignore[arg-type]
+    return ModelInfo(spec=session.model.spec, device=session.model.device, path=session.model.model_path, stages=stages,
+                     param_counts=dict(session.model.param_counts), cache_bytes=session.cache_nbytes,
                      cached_images=len(session.cached_paths()),
-                     image=Path(session.current).name if session.current else "",
-                     top5=maps.result.top_k(5) if maps is not None else [], image_size=session.image_size,
-                     loading=session.loading, code=session.model_code, layers=session.live_layers,
-                     skipped=session.live_skipped,
+                     image=Path(session.image_list.current).name if session.image_list.current else "",
+                     top5=maps.result.top_k(5) if maps is not None else [], image_size=session.model.image_size,
+                     loading=session.loading, code=session.model.model_code, layers=session.model.live_layers,
+                     skipped=session.model.live_skipped,
                      verdict=session.verdict_line())
 
 

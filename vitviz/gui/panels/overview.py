@@ -210,11 +210,11 @@ class OverviewPanel(QWidget):
     def placeholder(self) -> str:
         """What the panel says while it has no tiles."""
         s = self.session
-        if s.spec is None:
+        if s.model.spec is None:
             return base.waiting_text(s, "Open a model to see every layer's and head's map")
-        if s.awaiting_answers:
+        if s.model.awaiting_answers:
             return "Waiting for the settings the file does not say"
-        return "Running the image…" if s.current and s.current not in s.failed else "No result for this image"
+        return "Running the image…" if s.image_list.current and s.image_list.current not in s.image_list.failed else "No result for this image"
 
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row
@@ -268,7 +268,7 @@ class OverviewPanel(QWidget):
         left += [((i * bands + b + 0.5) * sy, f"+{b * self._per_band()}") for i in range(nl) for b in range(1, bands)]
         what = "block" if self._blocks else "layer"
         self.plot.getAxis("left").setLabel(what if bands == 1 else f"{what} (+n: heads from n)")
-        if nl == 1 and self.session.spec is not None and self.session.spec.depth > 1:
+        if nl == 1 and self.session.model.spec is not None and self.session.model.spec.depth > 1:
             left = [(0.5 * (gh + self._gap), "all")]       # one map of the whole model (relevance, pooling)
         heads = nc - 2 if nc > 2 else nc
         shown = heads if bands == 1 else self._per_band()     # wrapped: one band's columns, then mean and max

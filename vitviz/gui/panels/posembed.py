@@ -179,7 +179,7 @@ class PosEmbedPanel(QWidget):
         self.set_model(spec)
 
     def _on_pos_embed_ready(self) -> None:
-        self.set_data(self.session.pos_embed, self.session.spec, self.session.rope)
+        self.set_data(self.session.model.pos_embed, self.session.model.spec, self.session.model.rope)
 
     def _on_state(self, changed: set[str]) -> None:
         if "colormap" in changed:

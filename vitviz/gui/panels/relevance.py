@@ -73,7 +73,7 @@ class RelevancePicker(QWidget):
         self.prompt_edit.setClearButtonEnabled(True)
         self.prompt_edit.returnPressed.connect(self._on_prompt_entered)
         form.addRow("Text prompt", self.prompt_edit)
-        self.set_spec(session.spec)
+        self.set_spec(session.model.spec)
         session.model_loaded.connect(self._on_model_loaded)
         state.subscribe(self._on_state_changed)
 

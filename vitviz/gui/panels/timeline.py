@@ -270,7 +270,7 @@ class TimelinePanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ drawing
     def redraw(self) -> None:
         t, store = self.timeline, self.timeline.store
-        if store is None or not self.session.current:
+        if store is None or not self.session.image_list.current:
             self.item.clear()
             self.base.clear()
             self.values, self.shown_k = None, None
@@ -324,9 +324,9 @@ class TimelinePanel(LazyPanel):
 
     def _draw_plots(self, k: int) -> None:
         store = self.timeline.store
-        if self.session.current not in store.images:
+        if self.session.image_list.current not in store.images:
             return
-        series = store.series(self.session.current, box=self.box)
+        series = store.series(self.session.image_list.current, box=self.box)
         steps = series.steps
         x = steps if np.isfinite(steps).all() else np.arange(len(steps), dtype=np.float64)
         for plot in self.plots.values():

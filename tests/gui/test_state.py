@@ -1,14 +1,11 @@
-"""The rules for what the window shows when a model loads (`vitviz.gui.state.view_for_model`), tested without Qt."""
+"""The view state's rules (`vitviz.gui.state`), tested without Qt: what the window shows when a model loads
+(`view_for_model`)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from _windowed import swin_spec
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from _windowed import swin_spec  # noqa: E402
-from vitviz.core.spec import ModelSpec  # noqa: E402
-from vitviz.gui.state import ViewState, view_for_model  # noqa: E402
+from vitviz.core.spec import ModelSpec
+from vitviz.gui.state import ViewState, view_for_model
 
 
 def plain(**fields: object) -> ModelSpec:

@@ -16,7 +16,7 @@ import torch
 import vitviz
 
 transformers = pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("trial_zoo", ROOT / "scripts" / "trial_zoo.py")
 zoo = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(zoo)

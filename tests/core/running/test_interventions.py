@@ -335,14 +335,10 @@ def test_bad_input_is_named(timm_pair, item, words) -> None:
 
 def test_models_without_hook_points_are_refused(timm_pair) -> None:
     """A model run by its own code, and a windowed model, say why they cannot be intervened on."""
-    import sys
-    from pathlib import Path
-
     net, _vm = timm_pair
     live = vitviz.load(net, live=True)
     with pytest.raises(InterventionError, match="LiveModel.*your own module"):
         live.run(A, intervene=Ablate([(0, 0)]))
-    sys.path.insert(0, str(Path(__file__).parent))
     from _windowed import model_of, swin_spec
     from vitviz.core.running.interventions import applied
 

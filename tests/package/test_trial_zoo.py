@@ -19,7 +19,7 @@ import torch
 from vitviz.errors import CompositeModelError, VitvizError
 
 transformers = pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _ENV_BEFORE = {k for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE",
                            "TRANSFORMERS_VERBOSITY") if k in os.environ}
 _spec = importlib.util.spec_from_file_location("trial_zoo", ROOT / "scripts" / "trial_zoo.py")
