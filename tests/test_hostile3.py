@@ -372,12 +372,14 @@ def test_export_timeline_of_an_unreadable_run_is_a_clear_error(tmp_path: Path,
     assert code == 2 and "checkpoint-2: cannot be read" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("side", ["compare", "timeline"])
+@pytest.mark.parametrize("side, at", [("compare", 4), ("compare", 5), ("timeline", 4)])
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
-        side: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The signal arrives after the fourth picture: exit 130, and manifest.json records exactly the files on
-    disk (as the plain export's does), the interrupted image's finished files included."""
+        side: str, at: int, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signal arrives as the `at`-th picture is written (for a comparison: A's, B's and the difference's
+    pictures in turn; B's and the difference's names are known only once the heads are matched): exit 130, and
+    manifest.json records exactly the files on disk (as the plain export's does), the interrupted image's
+    finished files included."""
     import signal
 
     from vitviz.batch import compare as side_export
@@ -390,7 +392,7 @@ def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
     def write(*a, **k):  # noqa: ANN002, ANN003, ANN202
         path = real(*a, **k)
         count[0] += 1
-        if count[0] == 4:
+        if count[0] == at:
             os.kill(os.getpid(), getattr(signal, how))
         return path
 
