@@ -19,6 +19,10 @@ from typing import Any
 from vitviz.core.options import REMEMBERABLE
 
 ANSWERS_ENV = "VITVIZ_ANSWERS"
+
+
+class UnreadableStoreWarning(RuntimeWarning):
+    """The answers store is there but cannot be read (its text names the file and why): no answers are used."""
 REMEMBERED = REMEMBERABLE   # the overrides remembered per model
 
 
@@ -81,7 +85,7 @@ def read_all() -> dict[str, dict[str, Any]]:
                               1 << 20)
     except VitvizError as e:
         warnings.warn(f"{e}; no remembered answers are used (remove it, or set ${ANSWERS_ENV} to another file)",
-                      RuntimeWarning, stacklevel=2)
+                      UnreadableStoreWarning, stacklevel=2)
         return {}
     if not isinstance(data, dict):
         return {}
