@@ -64,7 +64,7 @@ import numpy as np
 
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri, sha256_file, unique_stems
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
-from vitviz.batch.plan import Plan, safe_stem
+from vitviz.batch.plan import Plan, safe_name_stem, safe_stem
 from vitviz.core.files import _atomic_write, check_path, read_json_file, remove_stale_temps, temp_prefix
 from vitviz.core.running.images import check_image_path, is_image_file
 from vitviz.core.spec import ModelSpec
@@ -255,8 +255,10 @@ class SourceStream:
 
 def _free_stem(source: Source, taken: set[int]) -> str:
     """The first of the image's stem, `stem_ext`, `stem_2`, `stem_3`... no earlier image of its subfolder took."""
-    base = safe_stem(Path(source.named.name))
-    suffix = source.named.suffix.lstrip(".").lower()
+    name = source.path.name if isinstance(source.path, Path) else source.named.name
+    base = safe_name_stem(name)
+    dot = name.rfind(".")
+    suffix = name[dot + 1:].lower() if 0 < dot < len(name) - 1 else ""
     folder = source.sub.as_posix()
     numbered = (f"{base}_{n}" for n in itertools.count(2))
     candidates = itertools.chain([base], [f"{base}_{suffix}"] if suffix else [], numbered)
