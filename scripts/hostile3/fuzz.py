@@ -325,8 +325,8 @@ SURFACES.update({
          "'0,0,1'); c == 2 or bad(c)"),
         ("checkpoint folder a loop to the run", "(tmp/'run').mkdir(); os.symlink(tmp/'run', tmp/'run'/'checkpoint-1'); "
          "from vitviz.core.analyses.timeline import open_run; open_run(tmp/'run')"),
-        ("checkpoint number with 400 digits", "import shutil; (tmp/'run').mkdir(); "
-         "shutil.copytree(demo.spec.source, tmp/'run'/('checkpoint-' + '9' * 400)); "
+        ("checkpoint number with 200 digits", "import shutil; (tmp/'run').mkdir(); "
+         "shutil.copytree(demo.spec.source, tmp/'run'/('checkpoint-' + '9' * 200)); "
          "from vitviz.core.analyses.timeline import open_run; open_run(tmp/'run').model(0)"),
         ("run given as an image", "from vitviz.core.analyses.timeline import open_run; open_run(png(tmp/'a.png'))"),
         ("run of one checkpoint exported", "import shutil; (tmp/'run').mkdir(); shutil.copytree(demo.spec.source, "

@@ -46,6 +46,12 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def progress(start: float, listed: int) -> None:
+    """A line on stderr as each chunk is listed (a run stopped early still says how far it got)."""
+    print(json.dumps({"listed": listed, "s": round(time.perf_counter() - start, 1), "peak_rss_mib": round(peak_mib())}),
+          file=sys.stderr, flush=True)
+
+
 def run_new(listing: Path, out: Path) -> dict:
     from vitviz.batch import ray_engine as engine
 
@@ -66,7 +72,7 @@ def run_new(listing: Path, out: Path) -> dict:
     sources = engine.SourceStream([str(listing)], out, None)
     dest = engine.Destination(out)
     exporter = engine.RayExporter(None, {}, "cpu", None, plan(), sources, out, dest,  # type: ignore[arg-type]
-                                  engine.RaySettings(), quiet=True)
+                                  engine.RaySettings(), quiet=True, on_listed=lambda n: progress(start, n))
     exporter.run()
     dest.write_json("manifest.json", {"summary": exporter.counts, "images": exporter.records()})
     return {"first_job_s": first[0], "total_s": time.perf_counter() - start, "images": exporter.total}
@@ -86,6 +92,7 @@ def run_old(listing: Path, out: Path) -> dict:
 
     def fake_run(self, todo):  # noqa: ANN001, ANN202
         first.append(time.perf_counter() - start)
+        progress(start, len(todo))
         rows = [self._row(job) for job in todo]
         for job, row in zip(todo, rows):
             job.status, job.written = "done", list(job.outputs)
