@@ -1383,7 +1383,10 @@ def probe_cluster(address: str, timeout: float | None = None) -> None:
     found = re.fullmatch(r"\[?([^\[\]/]+?)\]?:(\d{1,5})/?", address.strip())
     if found is None:
         return
-    from ray._raylet import GcsClient
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:   # a Ray without this client: its own connection (and its own waiting) then
+        return
 
     timeout = JOIN_TIMEOUT if timeout is None else timeout
     answer: dict[str, Any] = {}
