@@ -393,7 +393,7 @@ def test_native_ray_lines_on_stderr_go_to_the_sink(capfd: pytest.CaptureFixture)
     try:
         os.write(2, b"[2026-12-06 11:49:07,171 E 30590 30590] core_worker.cc:2465: Actor with class name: 'X'\n")
         os.write(2, b"vitviz: a line of its own\n")
-        print("\r[####      ] 2/5", end="", file=sys.stderr, flush=True)
+        os.write(2, b"\r[####      ] 2/5")    # sys.stderr writes to fd 2 (under capfd it would bypass it)
     finally:
         native.stop()
     assert capfd.readouterr().err == "vitviz: a line of its own\n\r[####      ] 2/5"
