@@ -115,8 +115,8 @@ def on_meta() -> nn.Module:
 
 
 def leaves_a_thread() -> nn.Module:
-    """Starts a non-daemon thread that outlives the command (a data loader, a logger...): here for a minute."""
-    threading.Thread(target=time.sleep, args=(60,), name="user-logger", daemon=False).start()
+    """Starts a non-daemon thread that outlives the command (a data loader, a logger...): here one that never ends."""
+    threading.Thread(target=threading.Event().wait, name="user-logger", daemon=False).start()
     return TinyViT()
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import types
 from pathlib import Path
 
@@ -141,18 +140,16 @@ def test_a_silent_hub_is_waited_for_a_bounded_time(tmp_path: Path, monkeypatch: 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with SilentHub() as silent:
         monkeypatch.setenv("HF_ENDPOINT", silent.url)
-        start = time.monotonic()
         with pytest.raises(hub.HubError) as info:
-            hub.resolve_hub("hf:acme/tiny", timeout=0.3)
-        took = time.monotonic() - start
+            hub.resolve_hub("hf:acme/tiny", timeout=0.3)   # the hub never answers: only the timeout ends this
         text = str(info.value)
-        assert took < 3 and "did not answer" in text and "waited 0.3 s" in text and hub.TIMEOUT_ENV in text
+        assert "did not answer" in text and "waited 0.3 s" in text and hub.TIMEOUT_ENV in text
         assert "acme/tiny" in text and "could not be reached" not in text
+        assert len(silent.accepted) == 1                  # one request waited for, not huggingface_hub's retries
         monkeypatch.setenv(hub.TIMEOUT_ENV, "0.2")      # the setting
-        start = time.monotonic()
         with pytest.raises(hub.HubError, match="waited 0.2 s"):
             resolve_named("hf:acme/tiny")
-        assert time.monotonic() - start < 3
+        assert len(silent.accepted) == 2
         monkeypatch.setenv(hub.TIMEOUT_ENV, "soon")
         with pytest.raises(hub.HubError, match=f"{hub.TIMEOUT_ENV} 'soon': expected a number of seconds > 0"):
             resolve_named("hf:acme/tiny")
@@ -169,26 +166,24 @@ def test_cancel_stops_the_metadata_phase(tmp_path: Path, monkeypatch: pytest.Mon
         pass
 
     calls: list[tuple[int, int | None]] = []
-    start = time.monotonic()
 
     def cancel_soon(done: int, total: int | None) -> None:
         calls.append((done, total))
-        if time.monotonic() - start > 0.3:
+        if len(calls) == 3:     # the third call, while the hub has not answered: the user cancels
             raise Cancelled
 
     with SilentHub() as silent:
         monkeypatch.setenv("HF_ENDPOINT", silent.url)
-        with pytest.raises(Cancelled):
+        with pytest.raises(Cancelled):   # a HubError instead: the callback was not called while the hub was silent
             hub.resolve_hub("hf:acme/tiny", progress=cancel_soon, timeout=60)
-    assert time.monotonic() - start < 2 and len(calls) > 2 and calls[0] == (0, None)
+    assert len(calls) == 3 and calls[0] == (0, None)
 
 
 def test_server_error_and_unreachable_host_are_told_apart(hub_env: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     hub_env.status = 500
-    start = time.monotonic()
     with pytest.raises(hub.HubError) as info:
         hub.resolve_hub("hf:acme/tiny")
-    assert time.monotonic() - start < 3            # not huggingface_hub's ~23 s of retries
+    assert len(hub_env.requests) == 1              # asked once, not huggingface_hub's ~23 s of retries
     text = str(info.value)
     assert "answered HTTP 500" in text and "up but failing" in text and "could not be reached" not in text
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")   # discard port: nothing listens
@@ -440,7 +435,8 @@ def test_export_refuses_non_finite_maps(tiny_ckpt: Path, photo: Path, tmp_path: 
 
 
 def test_resize_target_is_checked_like_a_source(tiny_ckpt: Path, tmp_path: Path, photo: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from vitviz.errors import ImageError, OverrideError
 
     with pytest.raises(OverrideError, match="resize 60000; expected at most 14142"):
@@ -451,10 +447,13 @@ def test_resize_target_is_checked_like_a_source(tiny_ckpt: Path, tmp_path: Path,
     strip = tmp_path / "strip.png"
     Image.new("RGB", (2000, 8)).save(strip)     # shorter side 8 -> 14000 px: 14000 x 3.5 million
     model = _quiet_load(tiny_ckpt, heads=2, resize=14000)
-    start = time.monotonic()
+    resized: list[tuple[int, int]] = []
+    original = Image.Image.resize
+    monkeypatch.setattr(Image.Image, "resize", lambda img, size, *a, **k: resized.append(size) or original(img, size,
+                                                                                                              *a, **k))
     with pytest.raises(ImageError, match=r"resizing its 2000x8 px to .* MP\) is refused.*200 MP"):
         model.run(strip)
-    assert time.monotonic() - start < 5
+    assert not [size for size in resized if size[0] * size[1] > 200_000_000]   # refused before resizing
 
 
 # ------------------------------------------------------------------------------------------------- JAX .npz

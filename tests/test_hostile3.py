@@ -372,12 +372,14 @@ def test_export_timeline_of_an_unreadable_run_is_a_clear_error(tmp_path: Path,
     assert code == 2 and "checkpoint-2: cannot be read" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("side", ["compare", "timeline"])
+@pytest.mark.parametrize("side, at", [("compare", 4), ("compare", 5), ("timeline", 4)])
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
-        side: str, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The signal arrives after the fourth picture: exit 130, and manifest.json records exactly the files on
-    disk (as the plain export's does), the interrupted image's finished files included."""
+        side: str, at: int, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signal arrives as the `at`-th picture is written (for a comparison: A's, B's and the difference's
+    pictures in turn; B's and the difference's names are known only once the heads are matched): exit 130, and
+    manifest.json records exactly the files on disk (as the plain export's does), the interrupted image's
+    finished files included."""
     import signal
 
     from vitviz.batch import compare as side_export
@@ -390,7 +392,7 @@ def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
     def write(*a, **k):  # noqa: ANN002, ANN003, ANN202
         path = real(*a, **k)
         count[0] += 1
-        if count[0] == 4:
+        if count[0] == at:
             os.kill(os.getpid(), getattr(signal, how))
         return path
 
@@ -609,3 +611,48 @@ def test_cache_scans_and_text_configs_read_only_regular_json(tmp_path: Path) -> 
     (deep / "config.json").write_text('{"model_type": "clip", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
     assert scan._read_json(deep / "config.json") is None
     assert text._hf_config(deep) is None and text._hf_config(tmp_path) is None
+
+
+# ------------------------------------------------------------------- attacked again: the answers store (round two)
+
+def test_remembering_into_an_unreadable_store_leaves_it_as_it_is(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store the user may still want (a typo in a hand edit, a JSON list) is never overwritten: `remember` says
+    why it cannot, naming it; the window's `write_all` leaves it too."""
+    from vitviz.catalog import answers
+
+    store = tmp_path / "answers.json"
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(store))
+    for text in ('{"/m": {"heads": 4}, oops', "[1, 2]"):
+        store.write_text(text)
+        with pytest.raises(answers.AnswersStoreError, match=f"{store}.*nothing remembered, the store is left"):
+            answers.remember("/other", {"heads": 2})
+        answers.write_all({"/other": {"heads": 2}})     # the window's write, after its read said the store
+        assert store.read_text() == text
+        with pytest.warns(answers.UnreadableStoreWarning):
+            assert answers.forget("/m") == {} and store.read_text() == text
+
+
+def test_remembering_at_once_loses_no_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads remember at once (as the window and a command line may): each read-change-write holds the
+    store's lock, so none overwrites another's answer."""
+    import threading
+    import time
+
+    from vitviz.catalog import answers
+
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(tmp_path / "answers.json"))
+    real = answers._stored
+
+    def slow_read():  # noqa: ANN202 - a slow disk: without the lock the others read the same old content meanwhile
+        found = real()
+        time.sleep(0.05)
+        return found
+
+    monkeypatch.setattr(answers, "_stored", slow_read)
+    threads = [threading.Thread(target=answers.remember, args=(f"/m{i}", {"heads": 4})) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers.read_all()) == [f"/m{i}" for i in range(8)]

@@ -287,13 +287,13 @@ def test_a_file_that_exits_on_import_and_a_forward_that_exits_later(tmp_path: Pa
 
 def test_threads_left_by_user_code_do_not_keep_vitviz_info_running() -> None:
     import subprocess
-    import time
 
-    start = time.monotonic()
+    # The thread never ends by itself: `info` returning at all is the behaviour (the timeout only keeps a regression
+    # from hanging the suite; it is no bound on how fast `info` is).
     done = subprocess.run([sys.executable, "-m", "vitviz", "info", "--code", f"{BAD}:leaves_a_thread"],
-                          capture_output=True, text=True, timeout=50, cwd=Path(__file__).parents[1])
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
-    assert "family: live" in done.stdout and time.monotonic() - start < 45    # the thread sleeps 60 s
+    assert "family: live" in done.stdout
 
 
 def test_non_finite_weights_and_attention_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,16 +325,17 @@ def test_non_finite_weights_and_attention_are_refused(tmp_path: Path, capsys: py
 
 def test_memory_meta_device_and_long_names_are_refused_clearly(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    import time
+    import resource
 
     from vitviz.cli import main
     from vitviz.core.running.live import LiveModelError, UserCodeError
     from vitviz.errors import DeviceError, VitvizError
 
-    start = time.monotonic()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss   # KiB
     with pytest.raises(DeviceError, match=r"a 60000x60000 probe input .* need .* nothing was allocated"):
         vitviz.load(None, code=f"{BAD}:tiny", device="cpu", image_size=60000)
-    assert time.monotonic() - start < 20                                    # refused, not allocated (43 GB)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
+    assert grown < 1 << 20                       # refused, not allocated: the probe alone would take 43 GB
     assert main(["info", "--code", f"{BAD}:tiny", "--image-size", "60000"]) == 2
     assert "nothing was allocated" in capsys.readouterr().err
     with pytest.raises(LiveModelError, match=r"tensors are on the 'meta' device.*patch\.weight.*never loaded"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -156,7 +157,10 @@ def test_resume_after_an_interrupted_run(ray_session, tiny_ckpt: Path, folder: P
             assert _files(out)[name] == _files(local_run)[name]
         if entry["status"] in ("done", "skipped"):
             assert entry["sha256"] == sha256_file(Path(entry["path"])), entry["path"]
-    assert first["summary"]["files"] == sum(len(e["outputs"]) for e in first["images"]) == len(_files(out))
+    # An actor stopped in the middle of a write leaves its atomic writer's temporary file (`.NAME.PID@HOST-*.tmp`,
+    # never an output); the rerun removes it (`remove_stale_temps`), as the last comparison shows.
+    finished = [name for name in _files(out) if not re.fullmatch(r"(.*/)?\.[^/]+\.\d+@[^/]+\.tmp", name)]
+    assert first["summary"]["files"] == sum(len(e["outputs"]) for e in first["images"]) == len(finished)
     done = {e["path"] for e in first["images"] if e["status"] == "done"}
 
     assert _export(tiny_ckpt, [str(folder)], out, *MAPS, "--engine", "ray", "--actors", "1", "--quiet") == 1
@@ -224,6 +228,57 @@ def test_uris_globs_and_lists_and_a_worker_that_dies(ray_session: Path, tiny_ckp
         assert data == want.get(name, want.get(f"sub/{name}")), name
 
 
+@pytest.mark.ray
+def test_a_list_is_exported_as_it_is_read(ray_session, tiny_ckpt: Path, folder: Path, local_run: Path,
+                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capfd: pytest.CaptureFixture) -> None:
+    """Chunks of two: a list of five images runs as three Ray Data runs, the first image finished before the
+    list's last line is read; every image has its entry and the local engine's bytes; Ray's C++ lines (an ERROR
+    line as an actor starts) stay off stderr; a rerun skips all five from the manifest without starting a run."""
+    import vitviz.batch.ray_engine as ray_engine
+    from vitviz.cli.progress import ProgressBar
+
+    monkeypatch.setattr(ray_engine, "CHUNK", 2)
+    read: list[str] = []
+    lines = ray_engine._list_lines
+
+    def counted(text: str):  # noqa: ANN202
+        for line in lines(text):
+            read.append(line)
+            yield line
+
+    monkeypatch.setattr(ray_engine, "_list_lines", counted)
+    read_at_progress: list[int] = []
+    advance = ProgressBar.advance
+
+    def seen(self: ProgressBar, n: int = 1) -> None:
+        read_at_progress.append(len(read))
+        advance(self, n)
+
+    monkeypatch.setattr(ProgressBar, "advance", seen)
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join(f"{folder / f'img{i}.png'}\n" for i in range(2, 7)))
+    out = tmp_path / "out"
+    args = ["--maps", "cls,rollout", "--layers", "all", "--which-heads", "all,mean", "--engine", "ray", "--actors",
+            "1", "--batch-size", "2"]
+    assert _export(tiny_ckpt, [str(listing)], out, *args) == 0
+    assert read_at_progress[0] <= 3 < len(read) == 6     # 5 lines and the empty rest after the last newline
+    manifest = _manifest(out)
+    assert [Path(e["path"]).name for e in manifest["images"]] == [f"img{i}.png" for i in range(2, 7)]
+    assert manifest["summary"]["done"] == 5 and manifest["engine"]["chunks"] == 3
+    assert manifest["engine"]["listed_all"] is True
+    got, want = _files(out), _files(local_run)
+    assert len(got) == 5 * 8 and all(data == want[name] for name, data in got.items())
+    assert manifest["summary"]["files"] == sum(len(e["outputs"]) for e in manifest["images"]) == len(got)
+    err = capfd.readouterr().err
+    assert not [line for line in err.splitlines() if ray_engine.NATIVE_LINE.match(line.encode())], err[-2000:]
+
+    assert _export(tiny_ckpt, [str(listing)], out, *args, "--quiet") == 0
+    again = _manifest(out)
+    assert again["engine"]["resumed_from_manifest"] == 5 and again["engine"]["chunks"] == 0
+    assert [e["status"] for e in again["images"]] == ["skipped"] * 5 and _files(out) == got
+
+
 # -- no Ray needed ------------------------------------------------------------------------------------------------
 
 
@@ -287,9 +342,9 @@ def test_an_address_that_does_not_answer_is_named_at_once(tiny_ckpt: Path, folde
 
 
 def test_the_manifest_says_what_is_on_disk_after_a_stop(folder: Path, tmp_path: Path) -> None:
-    """The driver's record after a stop or a lost worker (`RayExporter._settle`), without Ray: an image a lost
-    worker wrote (its retry found the files: 'skipped') is done; one no actor reported with all its files there
-    is done and hashed; one with part of its files stays pending; files counted as they are on disk."""
+    """The driver's record of a chunk after a stop or a lost worker (`RayExporter._settle`), without Ray: an image
+    a lost worker wrote (its retry found the files: 'skipped') is done; one no actor reported with all its files
+    there is done and hashed; one with part of its files stays pending; files counted as they are on disk."""
     from vitviz.batch.jobs import Job, sha256_file
     from vitviz.batch.ray_engine import Destination, RayExporter, RaySettings, Source
 
@@ -298,14 +353,117 @@ def test_the_manifest_says_what_is_on_disk_after_a_stop(folder: Path, tmp_path: 
     images = [folder / f"img{i}.png" for i in range(3)]
     jobs = [Job(i, p, [out / f"img{i}_a.png", out / f"img{i}_b.png"]) for i, p in enumerate(images)]
     (out / "img2_a.png").write_bytes(b"from an earlier run")
-    sources = [Source(p, str(p), Path(".")) for p in images]
-    exporter = RayExporter(None, {}, "cpu", None, None, jobs, [p.stem for p in images], out, sources,  # type: ignore
-                           Destination(out), RaySettings())
-    exporter._before = exporter._listing()
+    exporter = RayExporter(None, {}, "cpu", None, None, [], out, Destination(out), RaySettings())  # type: ignore
+    exporter.jobs = {job.index: job for job in jobs}
+    exporter._sources = {i: (Source(p, str(p), Path(".")), p.stem) for i, p in enumerate(images)}
+    exporter._before = exporter._present(jobs)
     for name in ("img0_a", "img0_b", "img1_a", "img1_b"):
         (out / f"{name}.png").write_bytes(name.encode())
     jobs[0].status, exporter.counts["skipped"] = "skipped", 1  # the retried batch found the lost worker's files
-    exporter._settle()
+    exporter._settle(jobs)
     assert [j.status for j in jobs] == ["done", "done", "pending"]
     assert jobs[1].sha256 == sha256_file(images[1]) and jobs[0].written == jobs[0].outputs
     assert exporter.counts == {"done": 2, "skipped": 0, "failed": 0, "files": 5}
+
+
+def test_a_list_is_named_as_it_is_listed(folder: Path, tmp_path: Path) -> None:
+    """A list's images are named in one pass (the first keeps its stem, a later one of the same folder and stem
+    takes `_ext`, then `_2`...), duplicates left out; local files and folders keep the local engine's names."""
+    from vitviz.batch.jobs import collect_inputs, unique_stems
+    from vitviz.batch.plan import safe_stem
+    from vitviz.batch.ray_engine import SourceStream
+
+    other = _image(tmp_path / "b" / "img0.png", 3, (20, 20))
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{folder}/img0.png\n{folder}/img0.jpg\n{other}\n{folder}/img0.png\n{folder}/img1.png\n")
+    stream = SourceStream([str(listing)], tmp_path / "out", None)
+    assert stream.listed == 0 and not stream.complete
+    got = [(Path(s.read).name, stem) for s, stem in stream]
+    assert got == [("img0.png", "img0"), ("img0.jpg", "img0_jpg"), ("img0.png", "img0_png"), ("img1.png", "img1")]
+    assert stream.listed == 4 and stream.complete
+    plain = SourceStream([str(folder)], tmp_path / "out", None)
+    pairs = collect_inputs([str(folder)], tmp_path / "out", None)
+    assert [stem for _, stem in plain] == unique_stems(pairs, safe_stem)   # img0_png, img0_jpg: the local engine's
+
+
+def test_native_ray_lines_on_stderr_go_to_the_sink(capfd: pytest.CaptureFixture) -> None:
+    """Ray's C++ lines written on file descriptor 2 go to the log; vitviz's own lines and a progress bar redrawn
+    without a newline reach the terminal as written."""
+    from vitviz.batch.ray_engine import NativeLines
+
+    sink: list[bytes] = []
+    native = NativeLines(sink.append)
+    native.start()
+    try:
+        os.write(2, b"[2026-12-06 11:49:07,171 E 30590 30590] core_worker.cc:2465: Actor with class name: 'X'\n")
+        os.write(2, b"vitviz: a line of its own\n")
+        os.write(2, b"\r[####      ] 2/5")    # sys.stderr writes to fd 2 (under capfd it would bypass it)
+    finally:
+        native.stop()
+    assert capfd.readouterr().err == "vitviz: a line of its own\n\r[####      ] 2/5"
+    assert [line.decode() for line in sink] == [
+        "[2026-12-06 11:49:07,171 E 30590 30590] core_worker.cc:2465: Actor with class name: 'X'\n"]
+
+
+class _SilentPort:
+    """A port on 127.0.0.1 that accepts connections and never answers (a GCS that will not let this computer
+    join: another service, a token it refuses)."""
+
+    def __enter__(self) -> int:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.05)
+        self.held: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        return self.sock.getsockname()[1]
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                continue
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def test_a_cluster_that_accepts_but_does_not_answer_is_named_in_bounded_time(
+        tiny_ckpt: Path, folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """--address of a port that accepts connections but never answers as Ray (as a cluster with token
+    authentication that refuses this computer): vitviz's message naming it and the token, exit 2, `ray.init`
+    never reached (it would try for about a quarter of an hour); a token at ~/.ray/auth_token is said."""
+    ray = pytest.importorskip("ray")
+    import vitviz.batch.ray_engine as ray_engine
+
+    if ray.is_initialized():
+        pytest.skip("a Ray of this process is running (the module's Ray tests); the address would not be used")
+
+    def never(*_a: object, **_k: object) -> None:
+        raise AssertionError("ray.init was reached: the join was not bounded")
+
+    monkeypatch.setattr(ray, "init", never)
+    monkeypatch.setattr(ray_engine, "JOIN_TIMEOUT", 1.0)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("not the cluster's")
+    with _SilentPort() as port:
+        code = _export(tiny_ckpt, [str(folder / "img1.png")], tmp_path / "o", "--engine", "ray",
+                       "--address", f"127.0.0.1:{port}", "--quiet")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"cannot join the Ray cluster at 127.0.0.1:{port}: it accepts connections but did not answer" in err
+    assert "within 1 s" in err and "RAY_AUTH_MODE=token" in err
+    assert f"this computer has one in {tmp_path / '.ray' / 'auth_token'}" in err and "Traceback" not in err

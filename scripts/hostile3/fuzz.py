@@ -268,6 +268,111 @@ SURFACES: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
+# Round two (after the fixes above): new variants on the same surfaces and on the Ray engine's streamed lists.
+S = "from vitviz.batch.ray_engine import SourceStream as S; "
+SURFACES.update({
+    "ray-stream": [
+        ("list of only comments and blanks", S + "l = tmp/'l.txt'; l.write_text('# x\\n\\n   \\n#y\\n'); S([str(l)], tmp/'o', None)"),
+        ("list with CRLF endings", S + "png(tmp/'a.png'); l = tmp/'l.txt'; l.write_bytes(b'a.png\\r\\n'); "
+         "got = [s.read for s, _ in S([str(l)], tmp/'o', None)]; got == [str(tmp/'a.png')] or bad(got)"),
+        ("30,000 duplicate lines", S + "l = tmp/'l.txt'; l.write_text('a.png\\n' * 30000); "
+         "n = len(list(S([str(l)], tmp/'o', None))); n == 1 or bad(f'{n} sources')"),
+        ("clashing stems stay unique", S + "import random; r = random.Random(0); l = tmp/'l.txt'; "
+         "l.write_text(''.join(f'{r.choice(\"ab\")}/{r.choice([\"x\", \"x_png\", \"x_2\", \"x.y\"])}.{r.choice([\"png\", \"jpg\"])}\\n' "
+         "for _ in range(3000))); pairs = [(s.sub.as_posix(), stem) for s, stem in S([str(l)], tmp/'o', None)]; "
+         "len(set(pairs)) == len(pairs) or bad('two images share a stem')"),
+        ("line that is a nested list", S + "(tmp/'other.txt').write_text('a.png\\n'); l = tmp/'l.txt'; "
+         "l.write_text('other.txt\\n'); got = [s.read for s, _ in S([str(l)], tmp/'o', None)]; "
+         "got == [str(tmp/'other.txt')] or bad(got)"),
+        ("list lines under the output folder", S + "png(tmp/'o'/'a.png'); png(tmp/'b.png'); l = tmp/'l.txt'; "
+         "l.write_text(f'{tmp}/o/a.png\\nb.png\\n'); got = [s.read for s, _ in S([str(l)], tmp/'o', None)]; "
+         "got == [str(tmp/'b.png')] or bad(got)"),
+        ("file URI with a fragment", S + "png(tmp/'a.png'); l = tmp/'l.txt'; l.write_text((tmp/'a.png').as_uri() + '#f\\n'); "
+         "list(S([str(l)], tmp/'o', None))"),
+        ("line with surrogate escapes", S + "l = tmp/'l.txt'; l.write_bytes('a\\udcff.png\\n'.encode('utf-8', 'surrogatepass')); "
+         "list(S([str(l)], tmp/'o', None))"),
+        ("list given twice", S + "png(tmp/'a.png'); l = tmp/'l.txt'; l.write_text('a.png\\n'); "
+         "n = len(list(S([str(l), str(l)], tmp/'o', None))); n == 1 or bad(f'{n} sources')"),
+        ("stream iterated twice", S + "png(tmp/'a.png'); l = tmp/'l.txt'; l.write_text('a.png\\n'); s = S([str(l)], tmp/'o', None); "
+         "first = list(s); again = list(s); (len(first), len(again)) == (1, 0) or bad((len(first), len(again)))"),
+        ("manifest written from the spill", "from vitviz.batch.ray_engine import dump_json; import io; b = io.BytesIO(); "
+         "dump_json({'a': 1, 'images': iter([{'p': '\\u2028\\x00'}]), 'z': [1]}, b); "
+         "json.loads(b.getvalue()) == {'a': 1, 'images': [{'p': '\\u2028\\x00'}], 'z': [1]} or bad(b.getvalue()[:200])"),
+    ],
+    "compare-2": [
+        ("kind max", "vitviz.compare(demo, demo, [png(tmp/'a.png')], kind='max')"),
+        ("kind rollout", "vitviz.compare(demo, demo, [png(tmp/'a.png')], kind='rollout')"),
+        ("images as arrays", "vitviz.compare(demo, demo, [np.zeros((40, 40, 3), np.uint8)])"),
+        ("a 1x1 image", "vitviz.compare(demo, demo, [png(tmp/'a.png', size=1)])"),
+        ("a 16-bit grey image", "from PIL import Image; Image.fromarray(np.full((40, 40), 60000, np.uint16)).save(tmp/'g.png'); "
+         "vitviz.compare(demo, demo, [tmp/'g.png'])"),
+        ("images a string", "vitviz.compare(demo, demo, str(png(tmp/'a.png')))"),
+        ("export --compare with a newline in the name", "c, e = cli('export', '--model', demo.spec.source, '--compare', "
+         "demo.spec.source, png(tmp/'a\\nb.png'), '--out', tmp/'o', '--quiet', '--no-verify'); c == 0 or bad((c, e[-200:]))"),
+        ("export --compare heads past the model", "c, e = cli('export', '--model', demo.spec.source, '--compare', "
+         "demo.spec.source, png(tmp/'a.png'), '--out', tmp/'o', '--which-heads', '0-4095'); c == 2 or bad(c)"),
+        ("export --compare --maps token:1", "c, e = cli('export', '--model', demo.spec.source, '--compare', "
+         "demo.spec.source, png(tmp/'a.png'), '--out', tmp/'o', '--maps', 'token:1'); c == 2 or bad(c)"),
+        ("export --compare into a file", "(tmp/'o').write_text('x'); c, e = cli('export', '--model', demo.spec.source, "
+         "'--compare', demo.spec.source, png(tmp/'a.png'), '--out', tmp/'o'); c == 2 or bad(c)"),
+    ],
+    "timeline-2": [
+        ("box nan", "c, e = cli('export', '--timeline', tmp, png(tmp/'a.png'), '--out', tmp/'o', '--box', 'nan,0,1,1'); "
+         "c == 2 or bad(c)"),
+        ("box inverted", "c, e = cli('export', '--timeline', tmp, png(tmp/'a.png'), '--out', tmp/'o', '--box', '1,1,0,0'); "
+         "c == 2 or bad(c)"),
+        ("box of three numbers", "c, e = cli('export', '--timeline', tmp, png(tmp/'a.png'), '--out', tmp/'o', '--box', "
+         "'0,0,1'); c == 2 or bad(c)"),
+        ("checkpoint folder a loop to the run", "(tmp/'run').mkdir(); os.symlink(tmp/'run', tmp/'run'/'checkpoint-1'); "
+         "from vitviz.core.analyses.timeline import open_run; open_run(tmp/'run')"),
+        ("checkpoint number with 200 digits", "import shutil; (tmp/'run').mkdir(); "
+         "shutil.copytree(demo.spec.source, tmp/'run'/('checkpoint-' + '9' * 200)); "
+         "from vitviz.core.analyses.timeline import open_run; open_run(tmp/'run').model(0)"),
+        ("run given as an image", "from vitviz.core.analyses.timeline import open_run; open_run(png(tmp/'a.png'))"),
+        ("run of one checkpoint exported", "import shutil; (tmp/'run').mkdir(); shutil.copytree(demo.spec.source, "
+         "tmp/'run'/'checkpoint-1'); c, e = cli('export', '--timeline', tmp/'run', png(tmp/'a.png'), '--out', tmp/'o', "
+         "'--quiet', '--no-animation'); c in (0, 2) or bad((c, e[-200:]))"),
+    ],
+    "answers-2": [
+        ("store a folder", "(tmp/'a.json').mkdir(); os.environ['VITVIZ_ANSWERS'] = str(tmp/'a.json'); "
+         "from vitviz.catalog import answers; answers.read_all() == {} or bad('answers')"),
+        ("store heads true", "s = tmp/'a.json'; s.write_text('{\"/m\": {\"heads\": true}}'); "
+         "os.environ['VITVIZ_ANSWERS'] = str(s); from vitviz.catalog import answers; "
+         "answers.answers_for('/m') == {} or bad(answers.answers_for('/m'))"),
+        ("remember heads True", "os.environ['VITVIZ_ANSWERS'] = str(tmp/'a.json'); from vitviz.catalog import answers; "
+         "answers.remember('/m', {'heads': True}); answers.answers_for('/m') == {} or bad(answers.answers_for('/m'))"),
+        ("store attn_scale negative", "s = tmp/'a.json'; s.write_text('{\"/m\": {\"attn_scale\": -1}}'); "
+         "os.environ['VITVIZ_ANSWERS'] = str(s); from vitviz.catalog import answers; "
+         "answers.answers_for('/m') == {} or bad(answers.answers_for('/m'))"),
+        ("store act unknown", "s = tmp/'a.json'; s.write_text('{\"/m\": {\"act\": \"__import__\"}}'); "
+         "os.environ['VITVIZ_ANSWERS'] = str(s); from vitviz.catalog import answers; "
+         "answers.answers_for('/m') == {} or bad(answers.answers_for('/m'))"),
+        ("store empty variable", "os.environ['VITVIZ_ANSWERS'] = ''; from vitviz.catalog import answers; answers.read_all()"),
+        ("remember with a NUL in the model", "os.environ['VITVIZ_ANSWERS'] = str(tmp/'a.json'); "
+         "from vitviz.catalog import answers; answers.remember('/m\\x00x', {'heads': 4})"),
+        ("remember keeps an unreadable store", "s = tmp/'a.json'; s.write_text('{' * 3 + 'not json'); "
+         "os.environ['VITVIZ_ANSWERS'] = str(s); from vitviz.catalog import answers; "
+         "before = s.read_text()\ntry:\n    answers.remember('/m', {'heads': 4})\nexcept VitvizError:\n    pass\n"
+         "s.read_text() == before or bad('the unreadable store was overwritten: ' + s.read_text()[:80])"),
+        ("two remembers at once", "import threading; os.environ['VITVIZ_ANSWERS'] = str(tmp/'a.json'); "
+         "from vitviz.catalog import answers; ts = [threading.Thread(target=answers.remember, args=(f'/m{i}', {'heads': 4})) "
+         "for i in range(8)]; [t.start() for t in ts]; [t.join() for t in ts]; "
+         "n = len(answers.read_all()); n == 8 or bad(f'{n} of 8 remembered (lost updates)')"),
+    ],
+    "verify-2": [
+        ("sizes empty", "vitviz.verify(demo, sizes=[])"),
+        ("sizes a one-tuple", "vitviz.verify(demo, sizes=[(64,)])"),
+        ("sizes True", "vitviz.verify(demo, sizes=[True])"),
+        ("sizes whole float", "vitviz.verify(demo, sizes=[64.0])"),
+        ("against timm: bare", "vitviz.verify(demo, against='timm:')"),
+        ("against an unknown timm name", "vitviz.verify(demo, against='timm:vit_nope_nope')"),
+        ("against hf: bare", "vitviz.verify(demo, against='hf:')"),
+        ("device cpu:0", "vitviz.verify(demo, device='cpu:0')"),
+        ("code without a factory", "(tmp/'c.py').write_text('x = 1'); vitviz.verify(demo, code=f'{tmp}/c.py')"),
+        ("code a folder", "vitviz.verify(demo, code=f'{tmp}:make')"),
+    ],
+})
+
 
 def run_surface(name: str, cases: list[tuple[str, str]], seconds: int) -> list[tuple[str, str, str, str]]:
     """Run one surface's cases in a child with a memory cap; a child that dies is a finding for its next case."""

@@ -92,6 +92,10 @@ def until_interrupted(exp: SideExport, work: Callable[[], None]) -> SideExport:
 
 
 def _write(job: Job, path: Path, rgb_or_arrays: Any, overwrite: bool) -> None:
+    """Write one output, named among the job's outputs first: a B or difference picture's name is known only
+    once the heads are matched, and a signal between its write and its record must still find it (`stop`)."""
+    if path not in job.outputs:
+        job.outputs.append(path)
     if path.exists() and not overwrite:
         return
     path.parent.mkdir(parents=True, exist_ok=True)

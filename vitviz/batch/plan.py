@@ -286,7 +286,15 @@ def query_rows(maps: list[MapKind]) -> list[int] | None:
 
 def safe_stem(path: Path) -> str:
     """A file-name-safe stem of an image path."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem or "image")
+    return safe_name_stem(path.name)
+
+
+def safe_name_stem(name: str) -> str:
+    """`safe_stem` of a file name given as text (a listed image: no path object made): pathlib's stem, the name
+    without its last suffix."""
+    dot = name.rfind(".")
+    stem = name[:dot] if 0 < dot < len(name) - 1 else name
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem or "image")
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,12 @@
 The local engine's steps, spread over Ray Data's stages; nothing about maps, names or files is done differently:
 
 - the driver (this process) lists the inputs (folders, glob patterns, text files of paths; local paths or
-  pyarrow.fs URIs: `collect_sources`), names every output with the local engine's `Plan.jobs`, skips the images a
+  pyarrow.fs URIs: `SourceStream`), names every output with the local engine's `Plan.jobs`, skips the images a
   previous manifest records as finished whose files are all there (`manifest + file check`), and turns what the
-  actors report into the progress callback, the counts and the manifest's entries;
+  actors report into the progress callback, the counts and the manifest's entries. It does so `CHUNK` images at
+  a time, a Ray Data run each: a list of millions of lines is read as the export goes (work starts once its
+  first chunk is listed), and what the driver holds per image is two hashes and a line of a spill file (the
+  manifest's entries, written out at the end);
 - decoding tasks (`Dataset.map`, one CPU each) run `pipeline.prepare` on each image: the hash, the skip check,
   decoding and preprocessing, exactly as the local engine's reader threads;
 - a fixed pool of model actors (`Dataset.map_batches`): each loads the model once and hands every batch Ray
@@ -38,15 +41,20 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import hashlib
+import itertools
+import json
 import logging
 import os
 import pickle
 import re
 import shutil
 import socket
+import sys
 import tempfile
+import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -54,10 +62,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri, sha256_file
+from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, inside, is_uri, sha256_file, unique_stems
 from vitviz.batch.pipeline import Exporter, Prepared, failure_text, prepare, summary_line
-from vitviz.batch.plan import Plan
-from vitviz.core.files import check_path, read_json_file, temp_prefix, write_json_atomic
+from vitviz.batch.plan import Plan, safe_name_stem, safe_stem
+from vitviz.core.files import _atomic_write, check_path, read_json_file, remove_stale_temps, temp_prefix
 from vitviz.core.running.images import check_image_path, is_image_file
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import DiskFullError, VitvizError
@@ -74,6 +82,8 @@ GATE_ENV = "VITVIZ_RAY_TEST_GATE"   # tests: a file an actor waits for (GATE_WAI
 GATE_WAIT = 120.0
 SCRATCH_PREFIX = "vitviz-ray-"       # an actor's temporary folders: vitviz-ray-<pid>-<what>-<random>
 CONNECT_TIMEOUT = 10.0               # seconds an --address may take to accept a connection
+JOIN_TIMEOUT = 30.0                  # seconds a cluster that accepted the connection may take to answer as Ray
+CHUNK = 20_000                       # images named, run on Ray Data and recorded at a time (see the module text)
 BATCHES_PER_BLOCK = 1                # Ray Data blocks of this many batches: progress comes a block at a time
 LOG_NAME = "vitviz-ray.log"          # Ray's own log lines of a run (in Ray's session logs folder), unless --verbose
 VERBOSE_ENV = "VITVIZ_VERBOSE"       # set by the commands' --verbose
@@ -142,29 +152,119 @@ def collect_sources(inputs: list[str], out: Path | str, pattern: str | None) -> 
     paths are relative to the list's folder). Each may be a local path or a pyarrow.fs URI. Local files and
     folders given on the command line are collected exactly as the local engine collects them
     (`collect_inputs`), so both engines name the same outputs; a listed file is not looked at here (a list may
-    hold millions): one that is missing fails as that image, not the run.
+    hold millions): one that is missing fails as that image, not the run. The export itself takes them as they
+    are listed (`SourceStream`).
 
     Raises:
         InputError: an input does not exist, or nothing was found.
     """
-    out_local = None if isinstance(out, str) else out
-    if not any(is_uri(t) or _is_list(t) or _is_glob(t) for t in inputs):
-        return [_local(path, sub) for path, sub in collect_inputs(inputs, out_local, pattern)]
+    if not _streamed(inputs):
+        return [_local(path, sub) for path, sub in collect_inputs(inputs, _local_out(out), pattern)]
+    found = list(_listed(inputs, out, pattern))
+    if not found:
+        raise InputError(_nothing_found(inputs, pattern))
+    return found
+
+
+def _streamed(inputs: list[str]) -> bool:
+    """Whether the inputs are more than local files and folders (a list, a glob, a URI): collected here."""
+    return any(is_uri(t) or _is_list(t) or _is_glob(t) for t in inputs)
+
+
+def _local_out(out: Path | str) -> Path | None:
+    return None if isinstance(out, str) else out
+
+
+def _nothing_found(inputs: list[str], pattern: str | None) -> str:
+    return (f"no images in {', '.join(inputs)}" + (f" matching {pattern!r}" if pattern else "")
+            + "; expected PNG, JPEG, BMP, GIF, TIFF, WebP or PPM/PGM files")
+
+
+def _key(text: str) -> int:
+    """A 128-bit hash of a name: what is kept of each image listed, to tell a duplicate or a taken name (two
+    names hashing alike: about one chance in 10^26 for a list of millions)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), "big")
+
+
+def _listed(inputs: list[str], out: Path | str, pattern: str | None) -> Iterator[Source]:
+    """The images of `inputs` as they are listed, without duplicates (those seen are kept as `_key` hashes, not
+    paths) and without those under a local output folder."""
+    out_local = _local_out(out)
     out_abs = os.path.abspath(out_local) if out_local is not None else None
-    found: list[Source] = []
-    seen: set[str] = set()
+    seen: set[int] = set()
     for text in inputs:
         for source in _expand(text, out_local, pattern, lists=True):
             key = source.read  # the URI or the absolute path, as written (a list's millions are not stat-ed)
-            if key in seen or (out_abs is not None and not source.remote
-                               and key.startswith(out_abs.rstrip(os.sep) + os.sep)):
+            if out_abs is not None and not source.remote and key.startswith(out_abs.rstrip(os.sep) + os.sep):
                 continue
-            seen.add(key)
-            found.append(source)
-    if not found:
-        raise InputError(f"no images in {', '.join(inputs)}" + (f" matching {pattern!r}" if pattern else "")
-                         + "; expected PNG, JPEG, BMP, GIF, TIFF, WebP or PPM/PGM files")
-    return found
+            hashed = _key(key)
+            if hashed in seen:
+                continue
+            seen.add(hashed)
+            yield source
+
+
+class SourceStream:
+    """The images an export reads and the stem each one's outputs are named by, as the Ray engine takes them.
+
+    Local files and folders only (the local engine's inputs): collected whole and named by the local engine's
+    `unique_stems`, so both engines write the same files. With a list, a glob or a URI among the inputs: listed
+    as the export goes (`_listed`), each image named when it is listed: its file name's stem, or, when an earlier
+    image of its subfolder took that, `stem_ext`, then `stem_2`, `stem_3`... (the names taken kept as hashes).
+
+    The first image is listed here, so that a missing input, an unreadable list or inputs without images are
+    said before anything else is done.
+
+    Attributes:
+        listed: images listed so far.
+        complete: whether every input has been listed.
+
+    Raises:
+        InputError: an input does not exist or cannot be read, or nothing was found.
+    """
+
+    def __init__(self, inputs: list[str], out: Path | str, pattern: str | None) -> None:
+        self.listed, self.complete = 0, False
+        if _streamed(inputs):
+            self.streamed = True
+            self._items: Iterator[Source] = _listed(inputs, out, pattern)
+            self._first = next(self._items, None)
+            if self._first is None:
+                raise InputError(_nothing_found(inputs, pattern))
+            self._stems: list[str] | None = None
+        else:
+            self.streamed = False
+            found = collect_sources(inputs, out, pattern)
+            self._items, self._first = iter(found), None
+            self._stems = unique_stems([(s.named, s.sub) for s in found], safe_stem)  # type: ignore[misc]
+
+    def __iter__(self) -> Iterator[tuple[Source, str]]:
+        """(image, stem) in input order; once only."""
+        items = itertools.chain([self._first] if self._first is not None else [], self._items)
+        self._first = None
+        taken: set[int] = set()
+        for source in items:
+            if self._stems is not None:
+                stem = self._stems[self.listed]
+            else:
+                stem = _free_stem(source, taken)
+            self.listed += 1
+            yield source, stem
+        self.complete = True
+
+
+def _free_stem(source: Source, taken: set[int]) -> str:
+    """The first of the image's stem, `stem_ext`, `stem_2`, `stem_3`... no earlier image of its subfolder took."""
+    name = source.path.name if isinstance(source.path, Path) else source.named.name
+    base = safe_name_stem(name)
+    dot = name.rfind(".")
+    suffix = name[dot + 1:].lower() if 0 < dot < len(name) - 1 else ""
+    folder = source.sub.as_posix()
+    numbered = (f"{base}_{n}" for n in itertools.count(2))
+    candidates = itertools.chain([base], [f"{base}_{suffix}"] if suffix else [], numbered)
+    key, stem = next((k, stem) for stem in candidates if (k := _key(f"{folder}/{stem}")) not in taken)
+    taken.add(key)
+    return stem
 
 
 def _local(path: Path, sub: Path) -> Source:
@@ -466,13 +566,14 @@ class Destination:
             raise InputError(f"{where}: not readable as JSON ({e}); expected {expected}") from None
 
     def write_json(self, name: str, data: dict[str, Any]) -> None:
-        """Write a JSON file into the folder, atomically, as `write_json_atomic`."""
+        """Write a JSON file into the folder, atomically, as `write_json_atomic` lays it out; a value that is an
+        iterator (the manifest's images, read back from the run's spill file) is written an item at a time."""
         if not self.remote:
-            write_json_atomic(self.root / name, data)
+            _atomic_write(self.root / name, lambda handle: dump_json(data, handle), overwrite=True)
             return
         with tempfile.TemporaryDirectory(prefix="vitviz-") as tmp:
             local = Path(tmp) / name
-            write_json_atomic(local, data)
+            _atomic_write(local, lambda handle: dump_json(data, handle), overwrite=True)
             self.upload(local, name)
 
     def upload(self, local: Path, rel: str) -> None:
@@ -494,6 +595,24 @@ class Destination:
                 fs.delete_file(tmp)
             except OSError:
                 pass  # moved into place
+
+
+def dump_json(data: dict[str, Any], handle: Any) -> None:
+    """`data` as `write_json_atomic` writes it (indent 2, sets and tuples as lists), into a binary `handle`; a
+    top-level value that is an iterator is written as a list, an item at a time (never all in memory)."""
+    streamed = {key: value for key, value in data.items() if isinstance(value, Iterator)}
+    marks = {key: json.dumps(f"\0{key}\0") for key in streamed}
+    text = json.dumps({k: f"\0{k}\0" if k in streamed else v for k, v in data.items()}, indent=2, default=list)
+    for key, items in streamed.items():
+        head, _, text = text.partition(marks[key])
+        handle.write(head.encode("utf-8"))
+        sep = "["
+        for item in items:
+            body = json.dumps(item, indent=2, default=list).replace("\n", "\n    ")
+            handle.write(f"{sep}\n    {body}".encode("utf-8"))
+            sep = ","
+        handle.write(b"[]" if sep == "[" else b"\n  ]")
+    handle.write((text + "\n").encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -803,34 +922,39 @@ class _Worker:
 
 
 class RayExporter:
-    """Runs a plan over its jobs on Ray; `counts`, each job's status and `engine_record()` say what happened.
-    The local `Exporter`'s interface: the CLI drives either.
+    """Runs a plan over the images of a `SourceStream` on Ray, `CHUNK` images at a time; `counts`, `records()`
+    (each image's manifest entry) and `engine_record()` say what happened. The local `Exporter`'s interface: the
+    CLI drives either.
 
     Args:
         checkpoint, overrides, device: how the actors load the model (`ModelRecipe`).
         spec: the driver's loaded model's spec.
-        jobs: one per source, in order, named by `Plan.jobs` with `stems` under `root` (the local folder as
-            given, or the URI's path: `dest.root`).
-        sources: where each job's image is read.
+        sources: (image, stem) pairs, in order (a `SourceStream`, or any iterable of them).
+        root: the folder outputs are named under (the local folder as given, or the URI's path: `dest.root`).
         dest: the output folder or URI.
         on_progress: called on this thread with each job as it finishes (or is skipped).
         on_message: a line for the user (a worker that died and was restarted).
+        on_listed: called with the number of images listed so far, as each chunk is listed.
+        quiet: no line about temporary files an earlier run left.
 
     Defaults from the cluster: with GPUs (and --device not cpu) one GPU per actor and one actor per GPU; without,
     an actor for every T + 1 CPUs (T: torch's thread count here, which every actor runs with), so decoding keeps
-    CPUs of its own; each actor reserves one CPU.
+    CPUs of its own; each actor reserves one CPU. Each chunk starts the actor pool anew (Ray Data's pool lives as
+    long as its dataset): with CHUNK images a chunk, loading the model once a chunk costs little.
     """
 
     def __init__(self, checkpoint: str | None, overrides: dict[str, Any], device: str, spec: ModelSpec, plan: Plan,
-                 jobs: list[Job], stems: list[str], root: Path, sources: list[Source], dest: Destination,
-                 settings: RaySettings, on_progress: Callable[[Job], None] | None = None,
-                 on_message: Callable[[str], None] | None = None) -> None:
+                 sources: Iterable[tuple[Source, str]], root: Path, dest: Destination, settings: RaySettings,
+                 on_progress: Callable[[Job], None] | None = None, on_message: Callable[[str], None] | None = None,
+                 on_listed: Callable[[int], None] | None = None, quiet: bool = False) -> None:
         self.checkpoint, self.overrides, self.device, self.spec = checkpoint, overrides, device, spec
-        self.plan, self.jobs, self.stems, self.root = plan, jobs, stems, root
-        self.sources, self.dest, self.settings = sources, dest, settings
+        self.plan, self.sources, self.root, self.dest, self.settings = plan, sources, root, dest, settings
         self.on_progress = on_progress or (lambda _job: None)
         self.on_message = on_message or (lambda _text: None)
+        self.on_listed = on_listed or (lambda _n: None)
+        self.quiet = quiet
         self.counts = {"done": 0, "skipped": 0, "failed": 0, "files": 0}
+        self.total = 0              # images listed and named so far (every image, once the run went through)
         self.workers: dict[str, _Worker] = {}
         self.resumed = 0            # images skipped from the previous manifest, never read
         self.actors = 0
@@ -841,48 +965,109 @@ class RayExporter:
         self.decoded_in_actors = 0  # images a Ray that fused the stages decoded in an actor (0 expected)
         self.address = ""
         self.shipped = ""
+        self.chunks = 0             # Ray Data runs (one per chunk with images to do)
         self.log: Path | None = None  # Ray's own log lines of this run (None: --verbose, on the terminal)
-        self._before: set[str] = set()  # the destination's files when the run began
-        self._resumed: set[int] = set()  # jobs skipped from the previous manifest
+        self.jobs: dict[int, Job] = {}      # the chunk's jobs by index
+        self._sources: dict[int, tuple[Source, str]] = {}  # the chunk's images and stems by index
+        self._before: set[str] = set()  # the chunk's outputs on disk when it began (relative paths)
+        self._resumed: set[int] = set()  # the chunk's jobs skipped from the previous manifest
         self._reported: set[int] = set()
+        self._previous: dict[str, str] = {}  # the previous manifest's finished images: path -> sha256
+        self._spill: Any = None     # the manifest's entries of the chunks done, a JSON line each
+        self._ray: Any = None       # (recipe, failures) once Ray is started for this run
+        self._logs: RayLogs | None = None
+        self._started = False
 
     # -- the run ------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Process every job. On KeyboardInterrupt (or a full disk, or a failed Ray job) stop the job and its
-        actors, record what is on disk for the images no actor reported, re-raise."""
-        self._before = self._listing()
-        self._skip_recorded()
-        todo = [job for job in self.jobs if job.status == "pending"]
-        if not todo:
-            return
+        """Process every image, a chunk at a time. On KeyboardInterrupt (or a full disk, or a failed Ray job) stop
+        the job and its actors, record what is on disk for the chunk's images no actor reported, re-raise; images
+        not listed yet are not in the manifest (a rerun lists them again)."""
+        self._previous = self._recorded()
+        self._spill = tempfile.TemporaryFile("w+", encoding="utf-8", prefix="vitviz-manifest-")
+        stale = [self.root / MANIFEST] if not self.dest.remote else []
+        try:
+            for chunk in _batched(iter(self.sources), CHUNK):
+                self._chunk(chunk, stale)
+                stale = []
+        finally:
+            self._stop_ray()
+
+    def _chunk(self, chunk: list[tuple[Source, str]], stale: list[Path]) -> None:
+        """Name, skip, run and record one chunk of images."""
+        first = self.total
+        self.total += len(chunk)
+        self.on_listed(self.total)
+        pairs = [(source.path, source.sub) for source, _ in chunk]
+        jobs = self.plan.jobs(pairs, self.root, [stem for _, stem in chunk])  # type: ignore[arg-type]
+        self.jobs, self._sources = {}, {}
+        for job, (source, stem) in zip(jobs, chunk):
+            job.index += first
+            self.jobs[job.index], self._sources[job.index] = job, (source, stem)
+        self._resumed, self._reported = set(), set()
+        if not self.dest.remote:
+            removed = remove_stale_temps([path for job in jobs for path in job.outputs] + stale)
+            if removed and not self.quiet:
+                self.on_message(f"vitviz: removed {len(removed)} temporary file(s) a killed earlier run left in "
+                                f"{self.dest.out}")
+        self._before = self._present(jobs)
+        try:
+            self._skip_recorded(jobs)
+            todo = [job for job in jobs if job.status == "pending"]
+            if todo:
+                self._run(todo)
+        finally:
+            self._settle(jobs)
+            for job in jobs:
+                self._spill.write(json.dumps(job.record(self.root)) + "\n")
+
+    def _run(self, todo: list[Job]) -> None:
+        """One Ray Data run over a chunk's images to do (Ray started, and sized, for the first)."""
+        if self._ray is None:
+            self._start_ray()
+        recipe, failures = self._ray
+        try:
+            self.chunks += 1
+            self._blocks(self._dataset(todo, recipe))
+        except failures as e:  # an actor that would not start, an error in a worker, a lost cluster
+            where = f" (Ray's log: {self.log})" if self.log else ""
+            raise RayEngineError(f"the Ray job stopped: {_ray_error(e)}{where}") from e
+
+    def _start_ray(self) -> None:
+        """Join the cluster or start Ray, Ray's lines into the log file, the pool sized, the model's recipe made."""
         import ray
         import ray.data.exceptions
 
         failures = (ray.exceptions.RayError, ray.data.exceptions.SystemException, ConnectionError)
         self._quiet_ray()
-        logs = RayLogs(verbose=RayLogs.verbose_now())
-        started = False
+        self._logs = RayLogs(verbose=RayLogs.verbose_now())
+        self._logs.capture()
         try:
-            started = self._connect()
-            self.log = logs.start()
-            self._size(joined=started and self.address != "local")
-            self._run(todo)
-        except failures as e:  # an actor that would not start, an error in a worker, a lost cluster
+            self._started = self._connect()
+            self.log = self._logs.start()
+            self._size(joined=self._started and self.address != "local")
+            self._ray = (self._recipe(), failures)
+        except failures as e:
             where = f" (Ray's log: {self.log})" if self.log else ""
             raise RayEngineError(f"the Ray job stopped: {_ray_error(e)}{where}") from e
+
+    def _stop_ray(self) -> None:
+        """Stop the Ray this run started; Ray's lines back to the terminal; a killed actor's folders removed."""
+        try:
+            if self._started:
+                import ray
+
+                ray.shutdown()
         finally:
-            try:
-                if started:
-                    ray.shutdown()
-            finally:
-                logs.stop()
-                sweep_scratch()  # a killed actor's folders on this node
-                self._settle()
+            if self._logs is not None:
+                self._logs.stop()
+            sweep_scratch()  # a killed actor's folders on this node
 
     def _connect(self) -> bool:
         """Join the cluster (or start a local Ray); True when this run started Ray (and so stops it). An address
-        that accepts no connection within CONNECT_TIMEOUT seconds is refused at once (Ray would try for minutes).
+        that accepts no connection within CONNECT_TIMEOUT seconds, or does not answer as a Ray cluster within
+        JOIN_TIMEOUT seconds, is refused (Ray would try for minutes).
 
         Raises:
             RayEngineError: naming the address and what went wrong.
@@ -895,6 +1080,7 @@ class RayExporter:
         address = self.settings.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             probe_address(address)
+            probe_cluster(address)
         try:
             verbose = RayLogs.verbose_now()  # else Ray's start-up lines (INFO) would reach the terminal
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=verbose,
@@ -915,10 +1101,12 @@ class RayExporter:
         context.enable_operator_progress_bars = False
         context.enable_auto_log_stats = False
 
-    def _listing(self) -> set[str]:
-        """The files in the destination now (relative paths); none when it cannot be listed."""
+    def _present(self, jobs: list[Job]) -> set[str]:
+        """The outputs of these jobs that are in the destination now (relative paths); none when it cannot be
+        asked."""
+        outputs = [path for job in jobs for path in job.outputs]
         try:
-            return self.dest.files()
+            return {self._rel(p) for p, there in zip(outputs, self.dest.present(outputs)) if there}
         except OSError:
             return set()
 
@@ -972,13 +1160,13 @@ class RayExporter:
         env = {k: v for k, v in os.environ.items() if k.startswith("VITVIZ_")}
         return {"runtime_env": {"env_vars": env}} if env else {}
 
-    def _dataset(self, todo: list[Job]) -> Any:
-        """The job's two stages: decoding tasks, then the actor pool, over one row per image to do."""
+    def _dataset(self, todo: list[Job], recipe: ModelRecipe) -> Any:
+        """A chunk's two stages: decoding tasks, then the actor pool, over one row per image to do."""
         import ray.data
 
         rows = [self._row(job) for job in todo]
-        # A block per batch: an actor hands back its output a block at a time (`_run` takes each as it comes), so
-        # the progress moves a batch at a time (bench/ray_progress.py measures what smaller blocks cost).
+        # A block per batch: an actor hands back its output a block at a time (`_blocks` takes each as it comes),
+        # so the progress moves a batch at a time (bench/ray_progress.py measures what smaller blocks cost).
         per_block = BATCHES_PER_BLOCK * self.plan.batch_size
         blocks = min(len(rows), max(2 * max(1, self.actors), -(-len(rows) // per_block)), 20_000)
         env = self._env()
@@ -992,32 +1180,37 @@ class RayExporter:
             ds = ray.data.from_items(rows, override_num_blocks=blocks)
             ds = ds.map(read_row, fn_kwargs={"spec": self.spec, "plan": self.plan, "dest": self.dest}, num_cpus=1,
                         compute=ray.data.TaskPoolStrategy(size=decoders), **env)
-            return ds.map_batches(ExportActor, fn_constructor_kwargs={"recipe": self._recipe(), "plan": self.plan,
+            return ds.map_batches(ExportActor, fn_constructor_kwargs={"recipe": recipe, "plan": self.plan,
                                                                       "dest": self.dest},
                                   batch_size=self.plan.batch_size, batch_format="numpy",
                                   compute=ray.data.ActorPoolStrategy(size=self.actors),
                                   num_cpus=self.cpus_per_actor, **gpus, **env)
 
-    def _run(self, todo: list[Job]) -> None:
+    def _blocks(self, ds: Any) -> None:
         """Take each block of finished images as soon as an actor hands it back: blocks are read without Ray
         Data's read-ahead (`iter_rows` waits for the next block before it yields the rows of one, which would
         hold every batch's progress back until the next batch is done)."""
-        ds = self._dataset(todo)
+        said: list[warnings.WarningMessage] = []
         blocks = iter(ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0))
         try:
-            for block in blocks:
-                keys = list(block)
-                for values in zip(*(block[k].tolist() for k in keys)):
-                    self._take(dict(zip(keys, values)))
+            with warnings.catch_warnings(record=True) as said:  # type: ignore[assignment]   # Ray Data's own (its executor's thread too)
+                warnings.simplefilter("default")
+                for block in blocks:
+                    keys = list(block)
+                    for values in zip(*(block[k].tolist() for k in keys)):
+                        self._take(dict(zip(keys, values)))
         finally:
             close = getattr(blocks, "close", None)
             if close is not None:
                 close()
+            for warning in said:
+                if self._logs is None or not self._logs.warning(warning):
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
     def _row(self, job: Job) -> dict[str, Any]:
-        source = self.sources[job.index]
+        source, stem = self._sources[job.index]
         return {"index": job.index, "source": str(source.path), "read": source.read, "remote": source.remote,
-                "sub": source.sub.as_posix(), "stem": self.stems[job.index]}
+                "sub": source.sub.as_posix(), "stem": stem}
 
     def _take(self, row: dict[str, Any]) -> None:
         """One image an actor finished: its job, the counts, the worker's record, the progress callback."""
@@ -1028,7 +1221,6 @@ class RayExporter:
         job.status, job.error, job.sha256 = row["status"], row["error"], row["sha256"]
         job.written = [self.root / rel for rel in row["written"].split("\n") if rel]
         self.counts[job.status] = self.counts.get(job.status, 0) + 1
-        self.counts["files"] += len(job.written)
         worker = self.workers.setdefault(row["actor"], _Worker(row["node"], row["device"]))
         if row["pid"] not in worker.pids:
             worker.pids.add(row["pid"])
@@ -1042,26 +1234,28 @@ class RayExporter:
         if row["fatal"]:
             raise DiskFullError(row["fatal"])
 
-    # -- resume and stop ----------------------------------------------------------------------------------------
+    # -- resume, stop and the record ----------------------------------------------------------------------------
 
-    def _skip_recorded(self) -> None:
-        """Skip, without reading them, the images the previous manifest records as done or skipped (with their
-        hash) whose outputs are all in the destination (its listing when the run began); the rest are checked by
-        the decoding tasks as the local engine checks them."""
+    def _recorded(self) -> dict[str, str]:
+        """The previous manifest's images recorded as done or skipped with their hash: path -> sha256 ({} with
+        --overwrite or without one)."""
         if self.plan.overwrite:
-            return
+            return {}
         previous = self.dest.read_json(MANIFEST)
         entries = previous.get("images") if isinstance(previous, dict) else None
         if not isinstance(entries, list):
-            return
-        recorded = {str(e.get("path")): e for e in entries if isinstance(e, dict)
-                    and e.get("status") in ("done", "skipped") and e.get("sha256")}
-        for job in self.jobs:
-            entry = recorded.get(str(job.path))
-            if entry is None:
-                continue
-            if all(self._rel(p) in self._before for p in job.outputs):
-                job.status, job.sha256 = "skipped", str(entry["sha256"])
+            return {}
+        return {str(e.get("path")): str(e["sha256"]) for e in entries if isinstance(e, dict)
+                and e.get("status") in ("done", "skipped") and e.get("sha256")}
+
+    def _skip_recorded(self, jobs: list[Job]) -> None:
+        """Skip, without reading them, the images the previous manifest records as done or skipped (with their
+        hash) whose outputs are all in the destination (when their chunk began); the rest are checked by the
+        decoding tasks as the local engine checks them."""
+        for job in jobs:
+            sha256 = self._previous.get(str(job.path))
+            if sha256 is not None and all(self._rel(p) in self._before for p in job.outputs):
+                job.status, job.sha256 = "skipped", sha256
                 self.counts["skipped"] += 1
                 self.resumed += 1
                 self._resumed.add(job.index)
@@ -1070,18 +1264,18 @@ class RayExporter:
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
-    def _settle(self) -> None:
-        """After the run, finished or stopped: the manifest says what is on disk (one listing of the destination).
+    def _settle(self, jobs: list[Job]) -> None:
+        """After a chunk, finished or stopped: its entries say what is on disk (its outputs looked up once).
 
         - an image no actor reported whose outputs are all there is done (atomic writes leave no partial file),
           and hashed here, so that its entry has its sha256 as every other (a resume trusts it);
-        - an image reported skipped whose outputs were not all there when the run began is done: a worker that
+        - an image reported skipped whose outputs were not all there when the chunk began is done: a worker that
           was lost after writing them (a node that died) had its batch read and run again, which found them;
         - each image's files written are those it reported and those of its outputs that were not there when the
-          run began (a lost worker's); the count of files is their sum.
+          chunk began (a lost worker's); the count of files is their sum.
         """
-        present = self._listing()
-        for job in self.jobs:
+        present = self._present(jobs)
+        for job in jobs:
             there = [p for p in job.outputs if self._rel(p) in present]
             new = {p for p in there if self._rel(p) not in self._before}
             complete = bool(job.outputs) and len(there) == len(job.outputs)
@@ -1091,23 +1285,21 @@ class RayExporter:
                     job.status = "done"
                     self.counts["done"] += 1
                     self._hash(job)
-                continue
-            if job.status == "skipped" and job.index not in self._resumed and complete and new:
-                job.status = "done"
-                self.counts["skipped"] -= 1
-                self.counts["done"] += 1
-            reported = set(job.written)
-            job.written = [p for p in job.outputs if p in reported or p in new]
-        self.counts["files"] = sum(len(job.written) for job in self.jobs)
+            else:
+                if job.status == "skipped" and job.index not in self._resumed and complete and new:
+                    job.status = "done"
+                    self.counts["skipped"] -= 1
+                    self.counts["done"] += 1
+                reported = set(job.written)
+                job.written = [p for p in job.outputs if p in reported or p in new]
+            self.counts["files"] += len(job.written)
 
     def _hash(self, job: Job) -> None:
         """An image's sha256, read here (a few images: those in flight when the run stopped); left empty when it
         cannot be read (a resume then hashes it again)."""
-        source = self.sources[job.index]
+        source, _stem = self._sources[job.index]
         try:
             if source.remote:
-                import hashlib
-
                 job.sha256 = hashlib.sha256(fetch(source.read)).hexdigest()
             else:
                 check_image_path(Path(source.read))  # a regular file: a FIFO would block the hash
@@ -1115,12 +1307,21 @@ class RayExporter:
         except (OSError, VitvizError):
             pass
 
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every image's manifest entry, in order, read back from the spill file (never all held at once)."""
+        if self._spill is None:
+            return
+        self._spill.flush()
+        self._spill.seek(0)
+        for line in self._spill:
+            yield json.loads(line)
+
     # -- what the CLI shows and records ------------------------------------------------------------------------
 
     def summary(self, out: Any, seconds: float, interrupted: bool) -> str:
         """The local engine's summary line, naming the engine."""
         actors = f", {self.actors} actor{'s' if self.actors != 1 else ''}" if self.actors else ""
-        return summary_line(self.counts, len(self.jobs), out, seconds, interrupted, engine=f"on Ray{actors}")
+        return summary_line(self.counts, self.total, out, seconds, interrupted, engine=f"on Ray{actors}")
 
     @property
     def devices(self) -> str:
@@ -1129,16 +1330,23 @@ class RayExporter:
 
     def engine_record(self) -> dict[str, Any]:
         """The manifest's 'engine': the cluster, the pool, how the model travelled, every worker and its
-        restarts, the images skipped from the previous manifest."""
+        restarts, the images skipped from the previous manifest, the chunks, whether every input was listed."""
+        listed_all = getattr(self.sources, "complete", True)
         return {
             "name": "ray", "address": self.address, "actors": self.actors, "gpus_per_actor": self.gpus_per_actor,
             "cpus_per_actor": self.cpus_per_actor, "torch_threads": self.threads, "model_shipped": self.shipped,
             "restarts": sum(w.restarts for w in self.workers.values()), "resumed_from_manifest": self.resumed,
             "decoded_in_actors": self.decoded_in_actors, "log": str(self.log) if self.log else None,
+            "chunks": self.chunks, "chunk_images": CHUNK, "listed_all": listed_all,
             "workers": [{"actor": a, "node": w.node, "device": w.device, "pids": sorted(w.pids),
                          "restarts": w.restarts, "images": w.images} for a, w in sorted(self.workers.items())],
         }
 
+
+def _batched(items: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    """Lists of `n` items (the last may hold fewer), taken from `items` as they come."""
+    while chunk := list(itertools.islice(items, n)):
+        yield chunk
 
 def probe_address(address: str) -> None:
     """Refuse a cluster address whose host does not accept a TCP connection within CONNECT_TIMEOUT seconds (Ray
@@ -1161,6 +1369,117 @@ def probe_address(address: str) -> None:
                              "--address and no RAY_ADDRESS to start Ray on this computer") from None
 
 
+def probe_cluster(address: str, timeout: float | None = None) -> None:
+    """Refuse, within `timeout` seconds (JOIN_TIMEOUT), a cluster address that accepts connections but does not
+    answer as a Ray cluster's GCS: another service on that port, a cluster of another Ray version, or one started
+    with token authentication (RAY_AUTH_MODE=token) that refuses this computer's token -- `ray.init` would try
+    for about a quarter of an hour, with Ray's warnings only. Ray's own client asks for the cluster's id, in a
+    thread (its call cannot be interrupted; it ends by itself later). 'ray://' (Ray Client), 'auto' and 'local'
+    are Ray's to read.
+
+    Raises:
+        RayEngineError: naming the address, what happened and what was expected.
+    """
+    found = re.fullmatch(r"\[?([^\[\]/]+?)\]?:(\d{1,5})/?", address.strip())
+    if found is None:
+        return
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:   # a Ray without this client: its own connection (and its own waiting) then
+        return
+
+    timeout = JOIN_TIMEOUT if timeout is None else timeout
+    answer: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            answer["id"] = GcsClient(address=f"{found.group(1)}:{found.group(2)}").cluster_id
+        except Exception as e:  # noqa: BLE001 - whatever Ray's client raises is said below
+            answer["error"] = e
+
+    asking = threading.Thread(target=ask, name="vitviz-ray-join", daemon=True)
+    asking.start()
+    asking.join(timeout)
+    if "id" in answer:
+        return
+    why = (f"answered, but not as a Ray cluster this computer may join ({_ray_error(answer['error'])})"
+           if "error" in answer else f"did not answer as a Ray cluster within {timeout:g} s")
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    has = ("this computer has a token in $RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else
+           f"this computer has one in {token}" if token.is_file() else "this computer has none")
+    raise RayEngineError(f"cannot join the Ray cluster at {address}: it accepts connections but {why}; expected the "
+                         "GCS address of a running Ray cluster (`ray start --head` prints it, HOST:6379) of Ray "
+                         f"{_ray_version()}. A cluster started with token authentication (RAY_AUTH_MODE=token) "
+                         f"also needs its token here, in ~/.ray/auth_token or $RAY_AUTH_TOKEN ({has})") from None
+
+
+def _ray_version() -> str:
+    import ray
+
+    return str(ray.__version__)
+
+
+NATIVE_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEFC] \d+ \d+\] ")  # Ray's C++ log lines
+
+
+class NativeLines:
+    """What Ray's C++ core writes on this process's standard error (file descriptor 2; an ERROR line when an
+    actor's arguments sit in the object store, 'Failed to connect to GCS' warnings...), where no Python logger
+    reaches: fd 2 becomes a pipe while Ray runs, and a thread sends the lines in Ray's format
+    ('[2026-12-06 11:49:07,171 E 30590 30590] core_worker.cc:2465: ...') to `sink`, everything else (vitviz's
+    own lines, the progress bar) on to the terminal as written."""
+
+    def __init__(self, sink: Callable[[bytes], None]) -> None:
+        self.sink = sink
+        self._saved: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._thread = threading.Thread(target=self._pump, args=(read, self._saved), name="vitviz-ray-stderr",
+                                        daemon=True)
+        self._thread.start()
+
+    def _pump(self, read: int, terminal: int) -> None:
+        pending = b""
+        try:
+            with os.fdopen(read, "rb", buffering=0) as pipe:
+                while chunk := pipe.read(1 << 16):
+                    pending += chunk
+                    *whole, pending = re.split(rb"(?<=[\r\n])", pending)
+                    for part in whole:
+                        self._route(part, terminal)
+                    if pending and not re.match(rb"\[(\d|$)", pending):   # a bar redrawn without a newline
+                        self._route(pending, terminal)
+                        pending = b""
+                if pending:
+                    self._route(pending, terminal)
+        except OSError:
+            pass  # the terminal went away: nothing left to show
+
+    def _route(self, data: bytes, terminal: int) -> None:
+        if NATIVE_LINE.match(data):
+            self.sink(data)
+        else:
+            os.write(terminal, data)
+
+    def stop(self) -> None:
+        """fd 2 back to the terminal; the lines still in the pipe are routed first."""
+        if self._saved is None:
+            return
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)     # closes the pipe's end the process held: the thread reads to its end
+        if self._thread is not None:
+            self._thread.join(5.0)  # a process Ray started that kept the pipe open: left to the daemon thread
+        if self._thread is None or not self._thread.is_alive():
+            os.close(self._saved)
+        self._saved, self._thread = None, None
+
+
 class RayLogs:
     """Ray's own log lines of a run, into a file instead of the terminal (unless --verbose): the Python loggers
     'ray' and 'ray.data' (Ray Data keeps its own ray-data.log too) and the error messages the cluster sends the
@@ -1178,6 +1497,29 @@ class RayLogs:
         self._removed: list[tuple[logging.Logger, logging.Handler]] = []
         self._level = logging.NOTSET
         self._printer: Any = None
+        self._native: NativeLines | None = None
+        self._early: list[bytes] = []   # Ray's C++ lines from before the file was known
+
+    def capture(self) -> None:
+        """Before Ray is joined or started: Ray's C++ lines on stderr to the file (`NativeLines`)."""
+        if not self.verbose and self._native is None:
+            self._native = NativeLines(self._native_line)
+            self._native.start()
+
+    def _native_line(self, data: bytes) -> None:
+        if self._handler is None:
+            self._early.append(data)
+            return
+        self._handler.emit(logging.LogRecord("ray.native", logging.WARNING, "", 0,
+                                             data.decode("utf-8", "replace").rstrip(), None, None))
+
+    def warning(self, said: warnings.WarningMessage) -> bool:
+        """Put a warning Ray raised into the file; False for one that is not Ray's, or with --verbose."""
+        if self._handler is None or f"{os.sep}ray{os.sep}" not in (said.filename or ""):
+            return False
+        self._handler.emit(logging.LogRecord("ray.warnings", logging.WARNING, said.filename, said.lineno,
+                                             f"{said.category.__name__}: {said.message}", None, None))
+        return True
 
     @staticmethod
     def verbose_now() -> bool:
@@ -1209,6 +1551,9 @@ class RayLogs:
         self._printer = getattr(ray_worker, "print_to_stdstream", None)
         if self._printer is not None:
             ray_worker.print_to_stdstream = self._to_file
+        for data in self._early:
+            self._native_line(data)
+        self._early = []
         return self.path
 
     def _to_file(self, data: dict[str, Any], ignore_prefix: bool = False) -> None:
@@ -1219,7 +1564,15 @@ class RayLogs:
                                                  None, None))
 
     def stop(self) -> None:
-        """Put Ray's handlers and printer back; close the file."""
+        """Put Ray's handlers, printer and stderr back; close the file (Ray's C++ lines from a run that never
+        reached Ray's session, e.g. a cluster that would not answer, go to `LOG_NAME` in the temporary folder)."""
+        if self._native is not None:
+            self._native.stop()
+            self._native = None
+        if self._handler is None and self._early:
+            with open(Path(tempfile.gettempdir()) / LOG_NAME, "ab") as early:
+                early.writelines(self._early)
+            self._early = []
         if self._handler is None:
             return
         import ray._private.worker as ray_worker

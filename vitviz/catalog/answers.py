@@ -9,17 +9,24 @@ Qt, no torch.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from vitviz.core.options import OPTION, REMEMBERABLE
+from vitviz.errors import VitvizError
 
 ANSWERS_ENV = "VITVIZ_ANSWERS"
 REMEMBERED = REMEMBERABLE   # the overrides remembered per model (`Option.remembered`)
+
+
+class UnreadableStoreWarning(RuntimeWarning):
+    """The answers store is there but cannot be read (its text names the file and why): no answers are used."""
 
 
 def why_not(name: str, value: Any) -> str:
@@ -70,26 +77,59 @@ def checked(values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in CHECKS and CHECKS[k](v)}
 
 
-def read_all() -> dict[str, dict[str, Any]]:
-    """Every model's remembered answers ({} when the store is missing or unreadable: a FIFO, /dev/zero, JSON
-    nested too deeply... never blocks or reads more than 1 MiB; an unreadable store is said in a warning naming
-    it)."""
+class AnswersStoreError(VitvizError):
+    """The answers store is there but cannot be read: nothing is remembered into it (it is left as it is)."""
+
+
+def _stored() -> tuple[dict[str, Any], str | None]:
+    """The store's content ({} when it is missing) and why it cannot be read (None when it can): a FIFO,
+    /dev/zero, not JSON, JSON nested too deeply or not an object... never blocks or reads more than 1 MiB."""
     from vitviz.core.files import read_json_file
-    from vitviz.errors import VitvizError
 
     store = answers_path()
     if not os.path.lexists(store):
-        return {}
+        return {}, None
+    expected = "vitviz's answers store (JSON: {model: {override: value}})"
     try:
-        data = read_json_file(store, "vitviz's answers store (JSON: {model: {override: value}})", VitvizError,
-                              1 << 20)
+        data = read_json_file(store, expected, VitvizError, 1 << 20)
     except VitvizError as e:
-        warnings.warn(f"{e}; no remembered answers are used (remove it, or set ${ANSWERS_ENV} to another file)",
-                      RuntimeWarning, stacklevel=2)
-        return {}
+        return {}, str(e)
     if not isinstance(data, dict):
-        return {}
+        return {}, f"{store}: a JSON {type(data).__name__}, not an object; expected {expected}"
+    return data, None
+
+
+def read_all() -> dict[str, dict[str, Any]]:
+    """Every model's remembered answers ({} when the store is missing or unreadable; an unreadable store is said
+    in an `UnreadableStoreWarning` naming it)."""
+    data, why = _stored()
+    if why is not None:
+        warnings.warn(f"{why}; no remembered answers are used (remove it, or set ${ANSWERS_ENV} to another file)",
+                      UnreadableStoreWarning, stacklevel=2)
     return {str(k): kept for k, v in data.items() if (kept := checked(v))}
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """One writer of the store at a time, threads and processes alike (the window and the command line): an
+    exclusive `flock` on `answers.json.lock` beside it, where the platform and the folder allow one."""
+    try:
+        import fcntl
+    except ImportError:   # Windows: no flock; the write itself stays atomic
+        yield
+        return
+    target = answers_path()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:   # a store in a read-only or odd place: written unlocked, as before
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def answers_for(path: str) -> dict[str, Any]:
@@ -109,8 +149,22 @@ def remember(path: str, values: dict[str, Any]) -> None:
     for name, value in values.items():
         if name in CHECKS and value is not None and (why := why_not(name, value)):
             raise OverrideError(f"{answers_path()}: not remembered for {path}: {why}")
-    every = read_all()
-    write_all(updated(every, model_key(path), values))
+    with _locked():
+        _update(path, values)
+
+
+def _update(path: str, values: dict[str, Any]) -> None:
+    """`remember`'s read, change and write, under the lock.
+
+    Raises:
+        AnswersStoreError: the store cannot be read (it is not overwritten).
+    """
+    data, unreadable = _stored()
+    if unreadable is not None:
+        raise AnswersStoreError(f"{unreadable}; nothing remembered, the store is left as it is (fix it, move it "
+                                f"away, or set ${ANSWERS_ENV} to another file)")
+    every = {str(k): kept for k, v in data.items() if (kept := checked(v))}
+    _write(updated(every, model_key(path), values))
 
 
 def updated(every: dict[str, dict[str, Any]], key: str, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -134,14 +188,23 @@ def updated(every: dict[str, dict[str, Any]], key: str, values: dict[str, Any]) 
 def forget(path: str) -> dict[str, Any]:
     """Forget every answer remembered for the model `path` (its settings are assumed again where the file does
     not say them); returns what was forgotten ({} when nothing was)."""
-    every = read_all()
-    gone = every.pop(model_key(path), {})
-    if gone:
-        write_all(every)
+    with _locked():
+        every = read_all()
+        gone = every.pop(model_key(path), {})
+        if gone:
+            _write(every)
     return gone
 
 
 def write_all(every: dict[str, dict[str, Any]]) -> None:
+    """Replace the store's content with `every` -- unless the store is there and cannot be read (said by
+    `read_all`'s warning): a file the user may still want is never overwritten."""
+    with _locked():
+        if _stored()[1] is None:
+            _write(every)
+
+
+def _write(every: dict[str, dict[str, Any]]) -> None:
     target = answers_path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

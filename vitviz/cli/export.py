@@ -290,14 +290,13 @@ def run_export_command(args: argparse.Namespace) -> int:
         return _export_side(args, start)
     ray = _ray_engine(args)
     out: Path | str = args.out
-    if ray:
-        from vitviz.batch.ray_engine import Destination, collect_sources
+    if ray:   # listed as the export goes (a list may hold millions): `SourceStream`
+        from vitviz.batch.ray_engine import Destination, SourceStream
 
-        sources = collect_sources(args.inputs, out, args.glob)
-        pairs: list[tuple[Any, Path]] = [(s.path, s.sub) for s in sources]
-        named: list[tuple[Any, Path]] = [(s.named, s.sub) for s in sources]
+        sources = SourceStream(args.inputs, out, args.glob)
+        pairs: list[tuple[Any, Path]] = []
     else:
-        pairs = named = collect_inputs(args.inputs, out, args.glob)  # type: ignore[arg-type]
+        pairs = collect_inputs(args.inputs, out, args.glob)  # type: ignore[arg-type]
     if ray and intervened:
         raise VitvizError("--ablate and --importance run on the local engine only (--engine local)")
     model = _load(args, device="cpu" if ray else None)  # Ray: the actors run it; here it is checked and verified
@@ -329,18 +328,17 @@ def run_export_command(args: argparse.Namespace) -> int:
                                      args.colorbar, args.size, args.colorbar_label))
     if args.size == "original" and not args.quiet and not ray:  # Ray: no header of every image read here
         _announce_large_pictures([source for source, _ in pairs], len(plan.maps))
-    stems = unique_stems(named, safe_stem)
     root: Path = dest.root if dest is not None and dest.remote else out  # type: ignore[assignment]
-    jobs = plan.jobs(pairs, root, stems)
-    if dest is None or not dest.remote:
+    if dest is not None:    # the Ray engine names its jobs and removes stale temporaries a chunk at a time
+        bar = ProgressBar(0, enabled=not args.quiet)
+        exporter: Any = _ray_exporter(args, model, plan, sources, root, dest, bar)
+    else:
+        jobs = plan.jobs(pairs, root, unique_stems(pairs, safe_stem))
         stale = remove_stale_temps([path for job in jobs for path in job.outputs] + [root / MANIFEST])
         if stale and not args.quiet:
             print(f"vitviz: removed {len(stale)} temporary file(s) a killed earlier run left in {out}",
                   file=sys.stderr)
-    bar = ProgressBar(len(jobs), enabled=not args.quiet)
-    if dest is not None:
-        exporter: Any = _ray_exporter(args, model, plan, jobs, stems, root, sources, dest, bar)
-    else:
+        bar = ProgressBar(len(jobs), enabled=not args.quiet)
         exporter = Exporter(model, plan, jobs, on_progress=lambda job: _report(bar, job))
     interrupted = False
     stopped: VitvizError | None = None
@@ -498,9 +496,10 @@ def _ray_engine(args: argparse.Namespace) -> bool:
     return True
 
 
-def _ray_exporter(args: argparse.Namespace, model: Any, plan: Plan, jobs: list[Job], stems: list[str], root: Path,
-                  sources: list[Any], dest: Any, bar: ProgressBar) -> Any:
-    """The Ray engine's exporter: the actors load the checkpoint the driver loaded, with the same overrides."""
+def _ray_exporter(args: argparse.Namespace, model: Any, plan: Plan, sources: Any, root: Path, dest: Any,
+                  bar: ProgressBar) -> Any:
+    """The Ray engine's exporter: the actors load the checkpoint the driver loaded, with the same overrides; the
+    bar's total grows as the inputs are listed."""
     from vitviz.batch.ray_engine import RayExporter, RaySettings
     from vitviz.cli.models import resolve_cli_model
     from vitviz.cli.options import overrides_from, with_remembered
@@ -509,8 +508,9 @@ def _ray_exporter(args: argparse.Namespace, model: Any, plan: Plan, jobs: list[J
     settings = RaySettings(args.address, args.actors, args.gpus_per_actor, args.cpus_per_actor, args.ship_model)
     # the driver's overrides, the window's remembered answers included (said once, by the driver's load)
     overrides = with_remembered(checkpoint, overrides_from(args), quiet=True)
-    return RayExporter(checkpoint, overrides, args.device, model.spec, plan, jobs, stems, root, sources,
-                       dest, settings, on_progress=lambda job: _report(bar, job), on_message=bar.message)
+    return RayExporter(checkpoint, overrides, args.device, model.spec, plan, sources, root, dest, settings,
+                       on_progress=lambda job: _report(bar, job), on_message=bar.message,
+                       on_listed=lambda n: setattr(bar, "total", n), quiet=args.quiet)
 
 
 def _load(args: argparse.Namespace, device: str | None = None) -> Any:
@@ -707,7 +707,7 @@ def _write_manifest(out: Path, args: argparse.Namespace, model: Any, exporter: A
         "model": {"checkpoint": str(args.model), "device": model.device, "spec": model.spec.to_dict(),
                   "verification": verification},
         "summary": {**exporter.counts, "seconds": round(seconds, 3), "interrupted": interrupted},
-        "images": [job.record(out) for job in exporter.jobs],
+        "images": exporter.records() if hasattr(exporter, "records") else [job.record(out) for job in exporter.jobs],
     }
     for key in ("interventions", "importance"):   # --ablate: what was done; --importance: its files and top heads
         if getattr(exporter, key, None):

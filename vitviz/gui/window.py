@@ -520,13 +520,31 @@ class MainWindow(QMainWindow):
         file": heads, norm order, activation, attention scale) are used unless given here, said as remembered
         (`vitviz.load(_remembered=)`: their provenance says so wherever the model is shown)."""
         remembered = {} if bundled.is_demo(path) else {
-            k: v for k, v in st.remembered_settings(self.settings, path).items() if overrides.get(k) is None}
+            k: v for k, v in self._remembered_settings(path).items() if overrides.get(k) is None}
         if remembered:
             overrides.update(remembered, _remembered=frozenset(remembered))
             self.note(f"{remembered_text(remembered)}, as chosen for {Path(path).name} before (Controls › Model "
                       "settings to change or forget)")
         self.statusBar().showMessage(f"Loading {path}…")
         self.session.load_model(path, device=device, **overrides)
+
+    def _remembered_settings(self, path: str) -> dict[str, Any]:
+        """The settings remembered for `path`; an answers store that cannot be read (a FIFO, not JSON, nested too
+        deeply...) is said in the error box, naming the file and what is wrong, and the model loads without it."""
+        import warnings
+
+        from vitviz.catalog.answers import UnreadableStoreWarning
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", UnreadableStoreWarning)
+            found = st.remembered_settings(self.settings, path)
+        for warning in said:
+            if issubclass(warning.category, UnreadableStoreWarning):
+                self.reporter.show("Remembered settings not read", str(warning.message), "",
+                                   informative=f"{Path(path).name} loads without remembered settings.")
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return found
 
     def load_code(self, code: str, weights: str | None = None, **overrides: Any) -> None:
         """Build the model by running FILE.py:FACTORY (`vitviz.load(weights, code=...)`, in the worker) -- only
