@@ -75,7 +75,8 @@ def capabilities_of(model: Any) -> frozenset[str]:
 def capabilities_of_spec(spec: Any) -> frozenset[str]:
     """What a spec alone says its model can do, before a loaded model answers (`capabilities_of`): a windowed
     spec's model attends inside windows (`WINDOWS`); a plain ViT's runs as vitviz's reference ViT unless its family
-    is 'live' (the user's own module). This and `windowed` are the one place that tells the lanes apart."""
+    is 'live' (the user's own module). This, `windowed` and `traits_of` are the one place that tells the
+    lanes apart."""
     if windowed(spec):
         return frozenset({WINDOWS})
     return frozenset({ATTENTION}) if getattr(spec, "family", "") == "live" else frozenset({ATTENTION, REFERENCE})
@@ -84,7 +85,7 @@ def capabilities_of_spec(spec: Any) -> frozenset[str]:
 def windowed(thing: Any) -> bool:
     """Whether a model, spec, result or per-image holder is of the windowed lane (Swin, SAM / ViTDet): its
     capabilities say `WINDOWS`, or its spec is a `WindowedSpec` (`windowed` set). The one adapter: everything
-    else asks capabilities or the `ImageMaps` interface (`vitviz.core.analyses.maps`)."""
+    else asks capabilities, the `ImageMaps` interface (`vitviz.core.analyses.maps`) or `traits_of`."""
     if WINDOWS in capabilities_of(thing):
         return True
     spec = getattr(thing, "spec", thing)      # a result's or holder's spec, or the spec itself
