@@ -20,7 +20,7 @@ from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names, of_
 from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, ImageMaps, LayerSel, MapKind,
                                       MapStack, SelectionError, resolve_index)
 from vitviz.core.drawing.render import RenderOptions
-from vitviz.core.protocol import WINDOWS, capabilities_of_spec
+from vitviz.core.protocol import traits_of
 from vitviz.core.analyses.rollout import FUSIONS, RolloutParams
 from vitviz.core.analyses.tokens import Fusion
 
@@ -28,7 +28,7 @@ __all__ = ["ViewState", "MAP_CHOICES", "COLORMAPS", "HEAD_MODES", "FUSIONS", "RO
            "SOURCES", "RELEVANCE_METHODS", "LayerSel", "HeadSel",
            "resolve_index", "parse_map_arg", "state_for", "parse_head_arg", "parse_layer_arg", "map_kind", "map_label",
            "rollout_params", "stack_for", "current_map", "levels_for", "render_options", "view_of", "QueryScaleRule",
-           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source", "lane_change", "layer_mean",
+           "QUERY_SCALE_NOTE", "QUERY_SOURCES", "default_source", "query_source",
            "ModelView", "view_for_model"]
 
 SOURCES = MAP_KINDS + ("relevance", "pool") + WINDOW_KINDS   # the image panel's map sources: attention, the
@@ -337,18 +337,6 @@ def query_source(source: str, spec: object, can: frozenset[str] | None = None) -
     return next((k for k in given if KINDS[k].reads == reads), given[0])
 
 
-def layer_mean(spec: object, can: frozenset[str] | None = None) -> bool:
-    """Whether the model's maps have a mean over layers (a windowed model's do not: its stages' grids differ)."""
-    return WINDOWS not in (capabilities_of_spec(spec) if can is None else can)
-
-
-def lane_change(word: str, spec: object, can: frozenset[str] | None = None) -> bool:
-    """Whether a model refuses the kind `word` only because it is of the other lane (a plain ViT's map for a
-    windowed model, a windowed model's for a plain ViT): the window then switches maps without a note."""
-    can = capabilities_of_spec(spec) if can is None else can
-    return not KINDS[word].windows if WINDOWS in can else "windowed" in KINDS[word].needs
-
-
 @dataclass(frozen=True)
 class ModelView:
     """What the view becomes when a model loads (`view_for_model`): the fields to update and what to say."""
@@ -375,13 +363,17 @@ def view_for_model(state: ViewState, spec: object, can: frozenset[str] | None, p
         layer = -1     # the last layer of the previous model: the last of this one (not the same index)
     depth = spec.depth  # type: ignore[attr-defined]
     layer = resolve_index(layer, depth)
-    if isinstance(layer, str) and not layer_mean(spec, can):
+    traits = traits_of(spec, can)
+    if isinstance(layer, str) and not traits.layer_mean:
         layer = depth - 1
         notes.append(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "
                      f"block ({layer})")
     word = state.relevance_method if source == "relevance" else source
     why = unavailable(word, spec, can)  # type: ignore[arg-type]
-    if why is not None and not told and not lane_change(word, spec, can):
+    # refused only as the other lane's map (a plain ViT's for blocks over stages, a windowed model's for a plain
+    # ViT): switched without a note
+    other_lanes = not KINDS[word].windows if traits.blocks else "windowed" in KINDS[word].needs
+    if why is not None and not told and not other_lanes:
         notes.append(f"Showing {KINDS[default_source(spec, can)].title}: {why}")
     changes = dict(layer=layer, head=resolve_index(state.head, spec.num_heads),  # type: ignore[attr-defined]
                    query=query, source=default_source(spec, can) if why is not None else source,

@@ -518,7 +518,10 @@ class ImageMaps(Protocol):
     no windows), `query_outline(layer, cell)` the window of the query at first-grid cell `cell`; `caption` names
     what a view shows and which of the holder's layers or blocks it is, for a title; `row_blocks(kind, layer)` the block
     each row of the view's stack is where its rows are not the layers themselves (None: row i is layer i);
-    `picks(kind)` every (layer, head) it has a map of `kind` at, as export names them; `write_npz` its .npz."""
+    `picks(kind)` every (layer, head) it has a map of `kind` at, as export names them; `write_npz` its .npz.
+    What a dock asks besides maps: `rollout_depth` the layers (or blocks) a rollout multiplies, `query_count` the
+    token indices a query may name, `why_not(what)` why it has no token matrix ('matrix') or no token features
+    ('features') (None: it has), `info_rows()` the model-info rows its run adds (a windowed model's stages)."""
 
     result: Any
 
@@ -555,6 +558,16 @@ class ImageMaps(Protocol):
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
     def stack_or_pending(self, kind: MapKind) -> MapStack: ...
+
+    @property
+    def rollout_depth(self) -> int: ...
+
+    @property
+    def query_count(self) -> int: ...
+
+    def why_not(self, what: str) -> str | None: ...
+
+    def info_rows(self) -> list[tuple[str, str]]: ...
 
 
 class MapNotReady(SelectionError):
@@ -763,6 +776,25 @@ class ResultMaps:
         """`view`, or a placeholder while its pass runs or where this result has none (`stack_or_pending`)."""
         kind = MapKind.parse(kind) if isinstance(kind, str) else kind
         return self.stack_or_pending(kind), layer, self.result.spec.patch_size
+
+    @property
+    def rollout_depth(self) -> int:
+        """The layers a rollout multiplies (`ImageMaps.rollout_depth`): all of them."""
+        return self.rollout.depth
+
+    @property
+    def query_count(self) -> int:
+        """The token indices a query may name: every token, prefix tokens included (`ImageMaps.query_count`)."""
+        return int(self.result.attentions.shape[-1])
+
+    def why_not(self, what: str) -> str | None:
+        """None: a plain ViT's result has the token matrix and the token features ('matrix', 'features') a dock
+        shows (`ImageMaps.why_not`; the features once their pass has run)."""
+        return None
+
+    def info_rows(self) -> list[tuple[str, str]]:
+        """No rows beyond the spec's: a plain ViT's layers share one grid (`ImageMaps.info_rows`)."""
+        return []
 
     def outlines(self, layer: LayerSel) -> None:
         """No window outlines: a plain ViT attends over all its tokens (`ImageMaps.outlines`)."""

@@ -256,6 +256,15 @@ def info_rows(spec: WindowedSpec, geometry: tuple[BlockGeometry, ...] | None = N
 
 # ------------------------------------------------------------------------------------------------ holder
 
+WHY_NOT = {        # what a windowed result has not, that a plain ViT's has (`WindowedMaps.why_not`)
+    "matrix": "No token matrix: this windowed model (Swin, SAM / ViTDet) attends inside windows, not over all tokens "
+              "at once. The image panel shows its maps: 'Attention received (windows)', and 'Attention of a patch in "
+              "its window' (click a patch); `vitviz export --npz` writes every window's matrix",
+    "features": "No token features: this dock shows the block outputs of vitviz's reference ViT; a windowed model's "
+                "(Swin, SAM / ViTDet) are not captured (Swin's grid changes at every patch merging). Its attention "
+                "maps are in the image panel",
+}
+
 class WindowedMaps:
     """Lazily computed, cached views of one windowed result (the window keeps one per image).
 
@@ -317,6 +326,21 @@ class WindowedMaps:
 
     def heads_of(self, layer: int | str) -> int:
         return int(self.result.blocks[self.block_of(layer).block].shape[1])
+
+    @property
+    def rollout_depth(self) -> int:
+        """The blocks a rollout multiplies (`ImageMaps.rollout_depth`): SAM / ViTDet's global ones where it has
+        some, a Swin of one stage all its blocks; 1 where rollout is not defined (across Swin's patch merging)."""
+        return len(self.layers("rollout", 0, self.rollout_blocks())) if self.num_stages == 1 else 1
+
+    @property
+    def query_count(self) -> int:
+        """The token indices a query may name: the first stage's patches, no prefix tokens (`ImageMaps.query_count`)."""
+        return self.grid[0] * self.grid[1]
+
+    def why_not(self, what: str) -> str | None:
+        """Why this result has no token matrix ('matrix') or token features ('features') (`ImageMaps.why_not`)."""
+        return WHY_NOT.get(what)
 
     def rollout_blocks(self) -> str:
         """The blocks the window's rollout goes through: SAM / ViTDet's global ones where it has some, else all

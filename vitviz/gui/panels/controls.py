@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import windowed
+from vitviz.core.protocol import traits_of
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
@@ -143,7 +143,7 @@ class ControlsPanel(QWidget):
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
         spec = self.session.model.spec
-        if spec is not None and spec is not self.model_settings.spec and not windowed(spec):
+        if spec is not None and spec is not self.model_settings.spec and traits_of(spec).plain_settings:
             self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
@@ -299,9 +299,10 @@ class ControlsPanel(QWidget):
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        blocks = windowed(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
-        self.model_settings.set_spec(None if blocks else spec)   # its fields are a plain ViT's
-        self.model_settings.setToolTip(WINDOWED_SETTINGS if blocks else "")
+        traits = traits_of(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
+        blocks = traits.blocks
+        self.model_settings.set_spec(spec if traits.plain_settings else None)   # its fields are a plain ViT's
+        self.model_settings.setToolTip("" if traits.plain_settings else WINDOWED_SETTINGS)
         self.layer_label.setText("Block" if blocks else "Layer")
         self.relevance_picker.setVisible(not blocks)   # no class relevance: its passes are the reference ViT's
         self.block_label.setVisible(blocks)
@@ -354,7 +355,7 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
-            if windowed(spec):
+            if traits_of(spec).blocks:     # heads per stage: the block's own
                 heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
@@ -406,7 +407,7 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
-    if windowed(spec):
+    if traits_of(spec).blocks:
         return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)

@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.drawing import render
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.core.protocol import windowed
 from vitviz.gui import colors, dialogs, features_export
 from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
@@ -202,11 +201,6 @@ class NormsBody(QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         self.arrange(event.size().width() >= NORMS_WIDE_PX)
         super().resizeEvent(event)
-
-
-WINDOWED_FEATURES = ("No token features: this dock shows the block outputs of vitviz's reference ViT; a windowed "
-                     "model's (Swin, SAM / ViTDet) are not captured (Swin's grid changes at every patch merging). Its "
-                     "attention maps are in the image panel")
 
 
 class FeaturesPanel(LazyPanel):
@@ -562,12 +556,13 @@ class FeaturesPanel(LazyPanel):
                 view.clear()
             self.status.setText("Open a model and an image: the features of the one shown appear here")
             return
-        self.tabs.setEnabled(not windowed(maps))     # a windowed model: no features, so no settings for them
-        if windowed(maps):     # nothing is asked of the worker for it
+        why = maps.why_not("features")      # a windowed model's: none captured
+        self.tabs.setEnabled(why is None)      # no features, so no settings for them
+        if why is not None:     # nothing is asked of the worker for it
             for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
                 view.clear()
             self.layer_spin.setEnabled(False)
-            self.status.setText(WINDOWED_FEATURES)
+            self.status.setText(why)
             return
         self.layer_spin.setEnabled(True)
         if getattr(maps, "CLEAN_ONLY", ""):     # an intervened run (vitviz.gui.interventions): no feature pass

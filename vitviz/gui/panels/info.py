@@ -16,7 +16,7 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import windowed
+from vitviz.core.protocol import traits_of
 from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
@@ -50,13 +50,13 @@ def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
     stages: list[tuple[str, str]] = []
-    if windowed(session.model.spec):       # at the current image's run, else at the input size
+    if traits_of(session.model.spec).blocks:    # its stages' blocks: at the current image's run, else at the input size
         from vitviz.core.analyses.winview import info_rows
 
         spec = session.model.spec
         from vitviz.gui.panels.controls import geometry_at
 
-        stages = maps.info_rows() if windowed(maps) else info_rows(
+        stages = (maps.info_rows() if maps is not None else []) or info_rows(
             spec, geometry_at(spec, session.model.image_size))  # type: ignore[arg-type]
     return ModelInfo(spec=session.model.spec, device=session.model.device, path=session.model.model_path, stages=stages,
                      param_counts=dict(session.model.param_counts), cache_bytes=session.cache_nbytes,

@@ -18,7 +18,6 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import windowed
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
@@ -30,9 +29,6 @@ LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
 LABEL_GAP_PX = 6.0          # the least room between two axis labels
 Ticks = list[list[tuple[float, str]]]
-WINDOWED_MATRIX = ("No token matrix: this windowed model (Swin, SAM / ViTDet) attends inside windows, not over all "
-                   "tokens at once. The image panel shows its maps: 'Attention received (windows)', and 'Attention "
-                   "of a patch in its window' (click a patch); `vitviz export --npz` writes every window's matrix")
 
 
 def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
@@ -168,9 +164,10 @@ class MatrixPanel(LazyPanel):
         if maps is None:
             self._clear()
             return
-        if windowed(maps):
+        why = maps.why_not("matrix")        # a windowed model's: its attention is inside windows
+        if why is not None:
             self._clear()
-            self.title.setText(WINDOWED_MATRIX)
+            self.title.setText(why)
             return
         key = (id(maps), s.layer, s.head, s.matrix_log, s.colormap)
         if key != self._key:

@@ -27,7 +27,6 @@ from vitviz.core.analyses.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
 from vitviz.gui.session import Session
-from vitviz.core.protocol import windowed
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
 from vitviz.gui.numbers import number
 
@@ -241,27 +240,17 @@ class RolloutPanel(LazyPanel):
             self._maps = maps
             if maps is not None:
                 self._updating = True
-                self.start_spin.setMaximum(self._depth(maps) - 1)
+                self.start_spin.setMaximum(maps.rollout_depth - 1)
                 self._updating = False
             self._sync_controls()
             self.request_redraw()
 
-    @staticmethod
-    def _depth(maps: ResultMaps) -> int:
-        """The layers a rollout of `maps` multiplies (a windowed model: the blocks it rolls out through)."""
-        if windowed(maps):
-            return len(maps.layers("rollout", 0, maps.rollout_blocks())) if maps.num_stages == 1 else 1
-        return maps.rollout.depth
-
     def params(self) -> RolloutParams:
         """The state's rollout parameters, with the start layer clamped to the model's depth."""
         params = rollout_params(self.state)
-        depth = self._depth(self._maps) if self._maps else 1
+        depth = self._maps.rollout_depth if self._maps else 1
         q = params.query
-        if self._maps is not None and windowed(self._maps):
-            t = self._maps.grid[0] * self._maps.grid[1]          # patches of the first stage (no prefix tokens)
-        else:
-            t = self._maps.result.attentions.shape[-1] if self._maps else 0
+        t = self._maps.query_count if self._maps else 0        # a windowed model's: its first stage's patches
         return RolloutParams(params.fusion, params.discard, min(params.start, depth - 1), params.residual,
                              q if q is not None and q < t else None)
 
@@ -275,7 +264,7 @@ class RolloutPanel(LazyPanel):
         t0 = time.perf_counter()
         params = self.params()
         self.controls.setEnabled(True)
-        if windowed(maps):
+        if maps.why_not("matrix") is not None:     # no whole token matrices to roll out here (a windowed model's)
             self._redraw_windowed(maps, params, t0)
             return
         r = maps.result
