@@ -24,11 +24,11 @@ from vitviz.core.analyses.maps import MapKind, SelectionError
 from vitviz.core.spec import ModelSpec
 from vitviz.core.analyses.tokens import TokenLayout, follow_query
 from vitviz.errors import VitvizError
-from vitviz.gui import assumptions, bundled, dialogs, help as helpdialogs, menus, settings as st
+from vitviz.gui import assumptions, bundled, dialogs, docks, help as helpdialogs, menus, settings as st
 from vitviz.gui.dropping import Dropped, classify
 from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
-from vitviz.gui.interventions import InterventionBanner, InterventionSession, InterventionsPanel, hook_head_selector
+from vitviz.gui.interventions import InterventionBanner
 from vitviz.gui.models_menu import ModelsMenu
 from vitviz.gui.panels.base import LazyPanel
 from vitviz.gui.panels.controls import ControlsPanel
@@ -54,7 +54,8 @@ NAME_EXAMPLES = "hf:facebook/dinov2-small, timm:vit_small_patch14_reg4_dinov2.lv
 DIFFERS = "Differs from the original"      # the error title of a model whose maps are not its original's
 
 # dock object name -> (tab title, full name, what it shows): short tab titles, so five tabs fit side by side
-# without being elided; the full name is the tab's tooltip, the View menu entry and the floating dock's title
+# without being elided; the full name is the tab's tooltip, the View menu entry and the floating dock's title.
+# The docks below the image (Compare, Timeline, Ablate, ...) are rows of `vitviz.gui.docks`, with their parts.
 DOCKS = {
     "controlsDock": ("Controls", "Controls", "model, device, input size and every view setting"),
     "imagesDock": ("Images", "Images", "the images with their top-5 predictions; Delete removes, right-click for "
@@ -66,13 +67,7 @@ DOCKS = {
     "headStatsDock": ("Heads", "Head statistics", "attention distance, entropy and attention by token kind"),
     "featuresDock": ("Features", "Token features", "feature PCA, patch similarity within and across images, and "
                                                    "token norms"),
-    "interventionsDock": ("Ablate", "Interventions", "ablated heads (right-click a tile in the Overview), the "
-                          "top-5 beside the clean run, and every head's importance"),
     "infoDock": ("Info", "Model info", "what was detected and where each value came from"),
-    "compareDock": ("Compare", "Compare two models", "A, B and A − B linked to the controls, and JSD / CKA per "
-                                                    "layer (Models › Compare with…)"),
-    "timelineDock": ("Timeline", "Training run timeline", "a run's checkpoints on the current image, with plots "
-                                                          "against step (Models › Open training run…)"),
 }
 
 
@@ -225,33 +220,25 @@ class MainWindow(QMainWindow):
                 signal.connect(lambda *_a: self._tab_tips_timer.start(0))
 
     def _add_side_docks(self) -> None:
-        """The Compare and Timeline docks (with their session parts), below the image, hidden until a comparison or
-        a run is opened. Their panels (pyqtgraph plots: ~0.1 s each) are built the first time the dock is shown,
-        not at startup (`compare_panel`, `timeline_panel`)."""
-        from vitviz.gui.compare import CompareSession
-        from vitviz.gui.timeline import TimelineSession
-
-        self.compare = CompareSession(self.session, self)
-        self.timeline = TimelineSession(self.session, self)
+        """The docks below the image, one per registered `docks.SideDock`, each with its session part
+        (`self.<attribute>`), all hidden until their work is opened or asked for. A dock shown only with its work
+        gets its panel the first time it is shown, not at startup (`side_panel`)."""
+        self.side_rows: dict[str, docks.SideDock] = {row.name: row for row in docks.registered()}
         self._side_panels: dict[str, QWidget] = {}
+        self.side_docks: list[QDockWidget] = []
         bottom = Qt.DockWidgetArea.BottomDockWidgetArea
-        self.side_docks = [self._dock("compareDock", QWidget(), bottom), self._dock("timelineDock", QWidget(), bottom)]
-        for dock in self.side_docks:
+        for row in self.side_rows.values():
+            part = row.part(self)
+            setattr(self, row.attribute, part)
+            dock = self._dock(row.name, QWidget() if row.work else row.panel(self, part), bottom, row)
             dock.hide()
-            dock.visibilityChanged.connect(lambda visible, d=dock: visible and self._side_panel(d.objectName()))
-        self.compare.changed.connect(lambda: self._show_side("compareDock", self.compare.active))
-        self.timeline.opened.connect(lambda: self._show_side("timelineDock", bool(self.timeline.folder)))
-        from vitviz.gui import importance_view
-
-        iv = self.interventions = InterventionSession(self.session, self)   # below the image too, hidden until asked
-        ablate = self._dock("interventionsDock", InterventionsPanel(iv), bottom)
-        ablate.hide()
-        self.side_docks.append(ablate)
-        iv.wanted.connect(lambda: self._reveal(ablate))
-        self.importance_view = importance_view.attach(self.overview, iv)
-        iv.scan_asked.connect(lambda: self.dock("overviewDock").raise_())
-        hook_head_selector(iv, self.state, self.controls.head_spin, self.controls.head_slider)
-        iv.changed.connect(lambda: self.images.show_intervened(iv))
+            self.side_docks.append(dock)
+            if row.work:
+                dock.visibilityChanged.connect(lambda visible, n=row.name: visible and self.side_panel(n))
+                getattr(part, row.work_changed).connect(lambda n=row.name: self._show_side(n))
+            else:
+                getattr(part, row.reveal_on).connect(lambda d=dock: self._reveal(d))
+            row.attach(self, part, dock)
 
     def _reveal(self, dock: QDockWidget) -> None:
         """Show a hidden dock below the image (a tab beside another one open there) and raise it."""
@@ -262,20 +249,14 @@ class MainWindow(QMainWindow):
             dock.show()
         dock.raise_()
 
-    def _side_panel(self, name: str) -> QWidget:
-        """The Compare or Timeline dock's panel, built (and put in its dock) the first time it is asked for."""
+    def side_panel(self, name: str) -> QWidget:
+        """The panel of the side dock `name` shown with its work, built (and put in its dock) the first time it is
+        asked for."""
         panel = self._side_panels.get(name)
         if panel is None:
-            if name == "compareDock":
-                from vitviz.gui.panels.compare import ComparePanel
-
-                panel = ComparePanel(self.state, self.compare)
-            else:
-                from vitviz.gui.panels.timeline import TimelinePanel
-
-                panel = TimelinePanel(self.state, self.timeline)
-            self._side_panels[name] = panel
-            dock = next(d for d in self.side_docks if d.objectName() == name)
+            row = self.side_rows[name]
+            panel = self._side_panels[name] = row.panel(self, getattr(self, row.attribute))
+            dock = self.dock(name)
             dock.setWidget(panel)
             if isinstance(panel, LazyPanel):
                 dock.visibilityChanged.connect(panel.on_dock_visibility)
@@ -284,19 +265,23 @@ class MainWindow(QMainWindow):
 
     @property
     def compare_panel(self) -> Any:
-        return self._side_panel("compareDock")
+        return self.side_panel("compareDock")
 
     @property
     def timeline_panel(self) -> Any:
-        return self._side_panel("timelineDock")
+        return self.side_panel("timelineDock")
 
-    def _show_side(self, name: str, active: bool) -> None:
-        dock = next(d for d in self.side_docks if d.objectName() == name)
+    def _show_side(self, name: str) -> None:
+        """Show the side dock `name` while its part has work (a tab beside another such dock open), hide it
+        otherwise."""
+        row, dock = self.side_rows[name], self.dock(name)
+        active = row.work is not None and row.work(getattr(self, row.attribute))
         if active:
-            self._side_panel(name)
+            self.side_panel(name)
         if active and not dock.isVisible():
-            other = next(d for d in self.side_docks if d is not dock and d.objectName() != "interventionsDock")
-            if other.isVisible() and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
+            other = next((d for d in self.side_docks if d is not dock and self.side_rows[d.objectName()].work
+                          and d.isVisible()), None)
+            if other is not None and not dock.isFloating() and not self.tabifiedDockWidgets(dock):
                 self.tabifyDockWidget(other, dock)       # both open: tabs below the image
             dock.show()
             dock.raise_()
@@ -304,7 +289,7 @@ class MainWindow(QMainWindow):
             dock.hide()
 
     def _side_actions(self) -> list[Any]:
-        """Models › Verify against…, Models › Compare with… and Models › Open training run…."""
+        """Models › Verify against…, then each side dock's entries (Compare with…, Open training run…)."""
         from PySide6.QtGui import QAction
 
         verify = QAction("&Verify against…", self)
@@ -313,25 +298,8 @@ class MainWindow(QMainWindow):
                             "own code")
         verify.triggered.connect(lambda _checked=False: self.verifier.open_dialog())
         self.verify_action = verify
-        compare = QAction("&Compare with…", self)
-        compare.setObjectName("compare_with")
-        compare.setStatusTip("Load a second model B (any family or size) and compare it with the loaded one on the "
-                             "open images")
-        compare.triggered.connect(lambda _checked=False: self.compare_dialog())
-        run = QAction("Open &training run…", self)
-        run.setObjectName("open_training_run")
-        run.setStatusTip("Open a folder of checkpoints of one training run as a timeline")
-        run.triggered.connect(lambda _checked=False: self.open_run_dialog())
-        return [verify, compare, run]
-
-    def compare_dialog(self) -> None:
-        """Ask for model B's checkpoint and compare it with the loaded model."""
-        from PySide6.QtWidgets import QFileDialog
-
-        path, _ = QFileDialog.getOpenFileName(self, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
-                                              "*.safetensors *.ckpt *.npz *.json);;All files (*)")
-        if path:
-            self.compare_with(path)
+        rows = self.side_rows.values()
+        return [verify] + [act for row in rows for act in row.actions(self, getattr(self, row.attribute))]
 
     def compare_with(self, path: str, **overrides: Any) -> None:
         """Compare the loaded model (A) with model B at `path` (loaded in the worker with `overrides`, heads=...;
@@ -339,20 +307,15 @@ class MainWindow(QMainWindow):
         dock)."""
         self.compare.open(path, **overrides)
 
-    def open_run_dialog(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
-        folder = QFileDialog.getExistingDirectory(self, "Open a training run (a folder of checkpoints)")
-        if folder:
-            self.open_run(folder)
-
     def open_run(self, folder: str, **overrides: Any) -> None:
         """Open a folder of checkpoints as a timeline: the training of the loaded model, so its settings (heads=...,
         chosen for it) go to every checkpoint unless given (the dock says which)."""
         self.timeline.open(folder, **{**self.session.model.load_overrides, **overrides})
 
-    def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
-        title, full, what = DOCKS[name]
+    def _dock(self, name: str, widget: QWidget, area: Qt.DockWidgetArea,
+              row: docks.SideDock | None = None) -> QDockWidget:
+        """A dock `name` holding `widget` in `area`, titled from `DOCKS` or, below the image, from its `row`."""
+        title, full, what = DOCKS[name] if row is None else (row.title, row.full, row.what)
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
         dock.setWidget(widget)
@@ -368,6 +331,7 @@ class MainWindow(QMainWindow):
         """Give every dock tab the full name of its panel as a tooltip (Qt rebuilds the tab bars whenever the
         docks are rearranged, so this runs after every change)."""
         tips = {title: f"{full}: {what}" for title, full, what in DOCKS.values()}
+        tips.update({row.title: row.tip for row in self.side_rows.values()})
         for bar in self.findChildren(QTabBar):
             for i in range(bar.count()):
                 tip = tips.get(bar.tabText(i).replace("&", ""))
@@ -861,7 +825,9 @@ class MainWindow(QMainWindow):
                       f"{', '.join(map(str, dialogs.divisors(spec.attn_width, 64)))})")
         others = [n for n in assumptions.asked(spec) if n != "num_heads"]
         if others and not self.session.model.ask_assumptions and not self.session.model.library_layout:
-            from vitviz.core.options import cli_wording   # --screenshot is a command line: its flags, not Python
+            from vitviz.core.options import (
+                cli_wording,  # --screenshot is a command line: its flags, not Python
+            )
 
             described = self.session.model.described
             self.note(cli_wording("; ".join(described.get(n) or f"{n} is assumed ({dialogs.guess_reason(spec, n)})"
@@ -985,8 +951,9 @@ class MainWindow(QMainWindow):
             self.restoreState(self._default_layout, st.SETTINGS_VERSION)
         # a saved layout shows the Compare / Timeline docks as they were when the window closed; with no comparison
         # and no run open they would only be empty space (a third of the window): they come back with their work
-        self._show_side("compareDock", self.compare.active)
-        self._show_side("timelineDock", bool(self.timeline.folder))
+        for name, row in self.side_rows.items():
+            if row.work is not None:
+                self._show_side(name)
 
     def save_settings(self) -> None:
         s = self.settings

@@ -1,0 +1,179 @@
+"""The docks below the image, each with the session part whose work it shows: one table the window reads.
+
+A kind of background work (a comparison, a training run's timeline, interventions) is a session part (its requests
+routed with `Session.route`) and a panel; `SideDock` is the row that puts it in the window: its dock's name and
+titles, how to build its part and its panel, its Models-menu actions, and whether it is shown only with its work.
+`MainWindow` builds every registered row in one loop and names none of them.
+
+A row is registered by `register(SideDock(...))` in the part's own module: `registered()` imports every module of
+`vitviz.gui`, as `vitviz.core.reading.families` finds its families, so a new part is its module and its panel, and
+neither the window nor this file is edited. (Compare, Timeline and Interventions have their rows here, below, for
+now; each can move to its part's module unchanged.)
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QWidget
+
+MainWindow = Any    # vitviz.gui.window.MainWindow, which only the application imports (test_gui_structure)
+
+
+@dataclass(frozen=True)
+class SideDock:
+    """One dock below the image and the session part behind it.
+
+    `part(window)` builds the part (kept as `window.<attribute>`), `panel(window, part)` its panel. A `work` dock
+    is shown only while `work(part)` is true, checked whenever the part emits `work_changed` and when a saved layout
+    is restored (an empty comparison would only take a third of the window); its panel (pyqtgraph plots, ~0.1 s) is
+    built the first time the dock is shown. A dock without `work` has its panel built at once and is revealed
+    when the part emits `reveal_on`. `actions(window, part)` are its Models-menu entries; `attach(window, part,
+    dock)` any other wiring. `order` places the dock in the View menu and among its neighbours."""
+
+    name: str
+    title: str
+    full: str
+    what: str
+    attribute: str
+    part: Callable[[MainWindow], Any]
+    panel: Callable[[MainWindow, Any], QWidget]
+    order: int
+    work: Callable[[Any], bool] | None = None
+    work_changed: str = ""
+    reveal_on: str = ""
+    actions: Callable[[MainWindow, Any], list[QAction]] = lambda _window, _part: []
+    attach: Callable[[MainWindow, Any, QDockWidget], None] = lambda _window, _part, _dock: None
+
+    @property
+    def tip(self) -> str:
+        return f"{self.full}: {self.what}"
+
+
+_REGISTERED: dict[str, SideDock] = {}
+_DISCOVERED = False
+
+
+def register(dock: SideDock) -> SideDock:
+    """Add `dock` to the table every window reads (a name registered twice is a bug)."""
+    if dock.name in _REGISTERED and _REGISTERED[dock.name] != dock:
+        raise AssertionError(f"side dock {dock.name!r} is registered twice")
+    _REGISTERED[dock.name] = dock
+    return dock
+
+
+def registered() -> list[SideDock]:
+    """Every side dock, in `order`, once every module of `vitviz.gui` has been imported (and so has registered
+    its rows; all of them are imported by the time the window is up anyway)."""
+    global _DISCOVERED
+    if not _DISCOVERED:
+        from vitviz import gui
+
+        for info in pkgutil.iter_modules(gui.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{gui.__name__}.{info.name}")
+        _DISCOVERED = True
+    return sorted(_REGISTERED.values(), key=lambda dock: dock.order)
+
+
+def action(window: MainWindow, text: str, name: str, tip: str, run: Callable[[], object],
+           shortcut: str = "") -> QAction:
+    """A Models-menu entry of a side dock: `text`, object name `name`, status tip `tip`, `run` when triggered."""
+    act = QAction(text, window)
+    act.setObjectName(name)
+    act.setStatusTip(tip)
+    if shortcut:
+        act.setShortcut(QKeySequence(shortcut))
+    act.triggered.connect(lambda _checked=False: run())
+    return act
+
+
+# ---------------------------------------------------------------------------------- the rows of today's parts
+
+def _compare_part(window: MainWindow) -> Any:
+    from vitviz.gui.compare import CompareSession
+
+    return CompareSession(window.session, window)
+
+
+def _compare_panel(window: MainWindow, part: Any) -> QWidget:
+    from vitviz.gui.panels.compare import ComparePanel
+
+    return ComparePanel(window.state, part)
+
+
+def _compare_dialog(window: MainWindow) -> None:
+    """Ask for model B's checkpoint and compare it with the loaded model."""
+    path, _ = QFileDialog.getOpenFileName(window, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
+                                          "*.safetensors *.ckpt *.npz *.json);;All files (*)")
+    if path:
+        window.compare_with(path)
+
+
+def _timeline_part(window: MainWindow) -> Any:
+    from vitviz.gui.timeline import TimelineSession
+
+    return TimelineSession(window.session, window)
+
+
+def _timeline_panel(window: MainWindow, part: Any) -> QWidget:
+    from vitviz.gui.panels.timeline import TimelinePanel
+
+    return TimelinePanel(window.state, part)
+
+
+def _open_run_dialog(window: MainWindow) -> None:
+    folder = QFileDialog.getExistingDirectory(window, "Open a training run (a folder of checkpoints)")
+    if folder:
+        window.open_run(folder)
+
+
+def _interventions_part(window: MainWindow) -> Any:
+    from vitviz.gui.interventions import InterventionSession
+
+    return InterventionSession(window.session, window)
+
+
+def _interventions_panel(_window: MainWindow, part: Any) -> QWidget:
+    from vitviz.gui.interventions import InterventionsPanel
+
+    return InterventionsPanel(part)
+
+
+def _attach_interventions(window: MainWindow, iv: Any, _dock: QDockWidget) -> None:
+    """The importance grid over the Overview, the head selector's marks and the image list's ablated badge."""
+    from vitviz.gui import importance_view
+    from vitviz.gui.interventions import hook_head_selector
+
+    window.importance_view = importance_view.attach(window.overview, iv)
+    iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
+    hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
+    iv.changed.connect(lambda: window.images.show_intervened(iv))
+
+
+register(SideDock(
+    "compareDock", "Compare", "Compare two models",
+    "A, B and A − B linked to the controls, and JSD / CKA per layer (Models › Compare with…)",
+    attribute="compare", part=_compare_part, panel=_compare_panel, order=10,
+    work=lambda part: bool(part.active), work_changed="changed",
+    actions=lambda window, _part: [action(
+        window, "&Compare with…", "compare_with", "Load a second model B (any family or size) and compare it with "
+        "the loaded one on the open images", lambda: _compare_dialog(window))]))
+
+register(SideDock(
+    "timelineDock", "Timeline", "Training run timeline",
+    "a run's checkpoints on the current image, with plots against step (Models › Open training run…)",
+    attribute="timeline", part=_timeline_part, panel=_timeline_panel, order=20,
+    work=lambda part: bool(part.folder), work_changed="opened",
+    actions=lambda window, _part: [action(
+        window, "Open &training run…", "open_training_run", "Open a folder of checkpoints of one training run as a "
+        "timeline", lambda: _open_run_dialog(window))]))
+
+register(SideDock(
+    "interventionsDock", "Ablate", "Interventions",
+    "ablated heads (right-click a tile in the Overview), the top-5 beside the clean run, and every head's importance",
+    attribute="interventions", part=_interventions_part, panel=_interventions_panel, order=30,
+    reveal_on="wanted", attach=_attach_interventions))
