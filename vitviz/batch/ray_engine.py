@@ -16,7 +16,7 @@ The local engine's steps, spread over Ray Data's stages; nothing about maps, nam
 
 So the PNGs and .npz files are the local engine's, byte for byte, under the same names: same functions on the
 same inputs (the actors render with the driver's `ModelSpec`, checked equal to the one they loaded). A forward
-pass is batch-invariant on the CPU (tests/test_ray_export.py compares with batches that differ); a GPU's kernels
+pass is batch-invariant on the CPU (tests/batch/test_ray_export.py compares with batches that differ); a GPU's kernels
 may round differently with another batch size, as the local engine's would.
 
 Outputs go to a local folder (on a cluster: one that every node sees, e.g. NFS) or to a pyarrow.fs URI

@@ -23,7 +23,7 @@ import torch
 import vitviz
 from vitviz.core.running.live import MHA, SDPA, SOFTMAX, LiveModel
 
-REFS = Path(__file__).with_name("live_classes_refs.py")
+REFS = Path(__file__).parents[3] / "live_classes_refs.py"
 HEADWISE, FOLDED = f"{SOFTMAX} per head", f"{SOFTMAX} (B*H, T, T)"
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")  # guessed preprocessing, said
 
@@ -220,7 +220,7 @@ def test_cli_info_opens_them(capsys: pytest.CaptureFixture[str]) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # user code that misbehaves: the library and the command line (the window: tests/gui/test_live_window.py)
 
-BAD = Path(__file__).with_name("misbehaving_code.py")
+BAD = Path(__file__).parents[3] / "misbehaving_code.py"
 MISBEHAVES = {   # factory: what the error says
     "exits_in_forward": r"its forward failed on a probe input .*SystemExit.*sys\.exit\(\)",
     "interrupts_in_forward": r"its forward failed .*KeyboardInterrupt",
@@ -291,7 +291,7 @@ def test_threads_left_by_user_code_do_not_keep_vitviz_info_running() -> None:
     # The thread never ends by itself: `info` returning at all is the behaviour (the timeout only keeps a regression
     # from hanging the suite; it is no bound on how fast `info` is).
     done = subprocess.run([sys.executable, "-m", "vitviz", "info", "--code", f"{BAD}:leaves_a_thread"],
-                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[1])
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[4])
     assert done.returncode == 0, done.stderr
     assert "family: live" in done.stdout
 

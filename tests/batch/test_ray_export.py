@@ -2,7 +2,7 @@
 
 The tests marked `ray` share one local Ray (`ray.init(num_cpus=2)`, no network) for the module and run the CLI in
 this process on the tiny checkpoint; they are left out of a plain `pytest` run (pyproject's addopts) and run with
-`pytest -m ray tests/test_ray_export.py` (README's test command runs both). The unmarked tests need no Ray: the
+`pytest -m ray tests/batch/test_ray_export.py` (README's test command runs both). The unmarked tests need no Ray: the
 flags, the install hint, and how inputs are collected.
 """
 from __future__ import annotations
