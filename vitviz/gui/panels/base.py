@@ -161,6 +161,15 @@ def compact(combo: QComboBox, characters: int = 10) -> QComboBox:
     return combo
 
 
+def wrapped_label(name: str, text: str = "") -> QLabel:
+    """A label that wraps at its dock's width (a long line never widens the dock), named `name` for tests and
+    style sheets."""
+    label = QLabel(text)
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    return label
+
+
 def message_label(text: str) -> QLabel:
     """A centred, wrapped label for 'nothing to show' states."""
     label = QLabel(text)

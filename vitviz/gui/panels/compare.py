@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPus
 
 from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
-from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
+from vitviz.gui.panels.base import (LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot,
+                                    wrapped_label)
 from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number, number_range
 
@@ -45,9 +46,7 @@ class ComparePanel(LazyPanel):
         self.setObjectName("comparePanel")
         self.state, self.compare, self.session = state, compare, compare.session
         self.frame = None               # the CompareFrame shown (None: a message instead)
-        self.models_label = QLabel("")
-        self.models_label.setObjectName("compareModels")
-        self.models_label.setWordWrap(True)
+        self.models_label = wrapped_label("compareModels")
         self.heads_combo = QComboBox()
         self.heads_combo.setObjectName("compareHeads")
         for mode, text in HEAD_MODES.items():
@@ -66,15 +65,9 @@ class ComparePanel(LazyPanel):
         self.close_button = QPushButton("Close comparison")
         self.close_button.setObjectName("closeComparison")
         self.close_button.clicked.connect(compare.close)
-        self.message = QLabel("")
-        self.message.setObjectName("compareMessage")
-        self.message.setWordWrap(True)
-        self.mapping = QLabel("")
-        self.mapping.setObjectName("compareMapping")
-        self.mapping.setWordWrap(True)
-        self.scale = QLabel("")
-        self.scale.setObjectName("compareScale")
-        self.scale.setWordWrap(True)
+        self.message = wrapped_label("compareMessage")
+        self.mapping = wrapped_label("compareMapping")
+        self.scale = wrapped_label("compareScale")
         self.widget = dark_layout()
         self.widget.setMinimumHeight(150)
         self.titles, self.views, self.items = [], [], []
@@ -124,9 +117,7 @@ class ComparePanel(LazyPanel):
         self.layer_line = pg.InfiniteLine(angle=90, movable=False, pen=pen("#fbbc04", 200, 1.5, dashed=True))
         self.plot.addItem(self.layer_line)
         self.plot.setYRange(0, 1.05)
-        self.summary_note = QLabel("")
-        self.summary_note.setObjectName("compareSummaryNote")
-        self.summary_note.setWordWrap(True)
+        self.summary_note = wrapped_label("compareSummaryNote")
         self.plot_widget.scene().sigMouseClicked.connect(self._on_clicked)
         bar = QHBoxLayout()
         for w in (self.heads_combo, self.match_button, self.export_button, self.close_button):

@@ -16,12 +16,13 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
 from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text
+from vitviz.gui.panels.base import (TEXT, dark_layout, image_view, message_label, select_frame,
+                                    waiting_text, wrapped_label)
 from vitviz.gui.panels.rope import RopeSection
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
@@ -86,9 +87,7 @@ class PosEmbedPanel(QWidget):
         self._cmap = state.colormap
         self._spec: ModelSpec | None = None
         self.message = message_label(NO_MODEL_TEXT)
-        self.title = QLabel("")                     # above the plots: wraps at the dock's width
-        self.title.setObjectName("posEmbedTitle")
-        self.title.setWordWrap(True)
+        self.title = wrapped_label("posEmbedTitle")      # above the plots: wraps at the dock's width
         self.widget = dark_layout()
         self._build()
         self.rope_section = RopeSection(self._cmap)
