@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
 from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES
+from vitviz.gui import colors
 from vitviz.gui.session import Session
 
 pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
@@ -159,6 +160,24 @@ def compact(combo: QComboBox, characters: int = 10) -> QComboBox:
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     combo.setMinimumContentsLength(characters)
     return combo
+
+
+class Recolourable:
+    """A panel with one colour bar (`colorbar`) over maps drawn in the colormap `_cmap`: `set_colormap` changes
+    both, and the maps are drawn again (`_recolour`) only when the colormap really changed."""
+
+    _cmap: str
+    colorbar: pg.ColorBarItem
+
+    def set_colormap(self, name: str) -> None:
+        if name != self._cmap:
+            self._cmap = name
+            self.colorbar.setColorMap(colors.colormap(name))
+            self._recolour()
+
+    def _recolour(self) -> None:
+        """Draw the maps again in the new colormap (nothing while none is shown)."""
+        raise NotImplementedError
 
 
 def wrapped_label(name: str, text: str = "") -> QLabel:
