@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
-from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES
 from vitviz.gui import colors
@@ -187,6 +188,17 @@ def wrapped_label(name: str, text: str = "") -> QLabel:
     label.setObjectName(name)
     label.setWordWrap(True)
     return label
+
+
+def push_button(text: str, clicked: Callable[..., object], tip: str = "", name: str = "") -> QPushButton:
+    """A button that calls `clicked` when pressed, with the tooltip `tip` and the object name `name` ('' none)."""
+    button = QPushButton(text)
+    if name:
+        button.setObjectName(name)
+    if tip:
+        button.setToolTip(tip)
+    button.clicked.connect(clicked)
+    return button
 
 
 def message_label(text: str) -> QLabel:

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
 
 from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
 from vitviz.gui.panels.base import (LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot,
-                                    wrapped_label)
+                                    push_button, wrapped_label)
 from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number, number_range
 
@@ -55,16 +55,11 @@ class ComparePanel(LazyPanel):
                                     "their CLS attention over every open image, or head i with head i")
         self.heads_combo.currentIndexChanged.connect(
             lambda _i: compare.set_heads(str(self.heads_combo.currentData())))
-        self.match_button = QPushButton("Match again")
-        self.match_button.setToolTip("Match the heads again over every open image both models have run")
-        self.match_button.clicked.connect(compare.rematch)
-        self.export_button = QPushButton("Export A/B/Δ…")
-        self.export_button.setToolTip("Save the three pictures as `vitviz export --compare B` writes them (the same "
-                                      "names and bytes)")
-        self.export_button.clicked.connect(self.export_dialog)
-        self.close_button = QPushButton("Close comparison")
-        self.close_button.setObjectName("closeComparison")
-        self.close_button.clicked.connect(compare.close)
+        self.match_button = push_button("Match again", compare.rematch,
+                                        "Match the heads again over every open image both models have run")
+        self.export_button = push_button("Export A/B/Δ…", self.export_dialog, "Save the three pictures as `vitviz "
+                                         "export --compare B` writes them (the same names and bytes)")
+        self.close_button = push_button("Close comparison", compare.close, name="closeComparison")
         self.message = wrapped_label("compareMessage")
         self.mapping = wrapped_label("compareMapping")
         self.scale = wrapped_label("compareScale")

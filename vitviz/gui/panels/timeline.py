@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QPushButton, QScr
 from vitviz.core.drawing.colormaps import colormap
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind
-from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot, wrapped_label
+from vitviz.gui.panels.base import (LazyPanel, TEXT, dark_layout, image_view, pen, push_button, style_plot,
+                                    wrapped_label)
 from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession
 from vitviz.gui.numbers import number, number_range
@@ -95,13 +96,10 @@ class TimelinePanel(LazyPanel):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.slider.valueChanged.connect(self._on_slider)
-        self.reload_button = QPushButton("Reload")
-        self.reload_button.setObjectName("timelineReload")
-        self.reload_button.setToolTip("Open the run again with the checkpoints written since it was opened")
-        self.reload_button.clicked.connect(timeline.reload)
+        self.reload_button = push_button("Reload", timeline.reload, "Open the run again with the checkpoints written "
+                                         "since it was opened", "timelineReload")
         self.reload_button.hide()
-        self.close_button = QPushButton("Close run")
-        self.close_button.clicked.connect(timeline.close)
+        self.close_button = push_button("Close run", timeline.close)
         self.box_check = QCheckBox("Box")
         self.box_check.setToolTip("Draw a box on the map (drag or resize it): the plot gives the CLS attention inside "
                                   "it at every checkpoint")
