@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QTableWidget, QTableW
                                QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
-from vitviz.gui.panels.base import push_button
+from vitviz.gui.panels.base import push_button, wrapped_label
 from vitviz.gui.protocol import Context, Request, _image_name
 
 Head = tuple[int, int]
@@ -503,8 +503,7 @@ class InterventionsPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("interventionsPanel")
         self.iv = interventions
-        self.heads_label = QLabel()
-        self.heads_label.setWordWrap(True)
+        self.heads_label = wrapped_label("interventionsHeads")
         self.undo_button = push_button("Undo", interventions.undo)
         self.clear_button = push_button("Back to clean", interventions.clear_heads)
         self.scan_button = push_button(
