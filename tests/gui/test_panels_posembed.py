@@ -118,7 +118,7 @@ def test_pos_embed_panel_says_the_grid_is_too_large(qtbot, window) -> None:  # n
     assert panel.hover_item.image.shape == (60, 70) and not panel.mosaic_frame.isVisible()
 
 
-def test_a_new_colormap_redraws_the_maps_and_both_colour_bars(qtbot, loaded) -> None:  # noqa: ANN001
+def test_a_new_colormap_redraws_the_maps_and_both_colour_bars(qtbot, loaded) -> None:
     """The position dock's colour bar and maps, and its RoPE section's bar, follow the view's colormap."""
     from vitviz.gui import colors
 
