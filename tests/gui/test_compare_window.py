@@ -179,3 +179,15 @@ def test_model_b_is_named_by_its_folder_and_the_bars_stand_beside_the_maps() -> 
     assert display_name("/models/run/step-300.pth") == "step-300.pth"
     assert display_name("/models/dinov2-small") == "dinov2-small"
     assert display_name("hf:facebook/dinov2-small") == "hf:facebook/dinov2-small"
+
+
+def test_closing_lets_go_exactly_what_the_part_keeps_in_the_worker() -> None:
+    """Close comparison drops model B and its features, Close run the run's store (`LetGo`), and nothing else."""
+    from types import SimpleNamespace
+
+    from vitviz.gui.compare import B_SLOTS, BDropped, DropB
+    from vitviz.gui.timeline import STORE_SLOT, CloseRun, RunClosed
+
+    ctx = SimpleNamespace(model=None, slots={slot: (1, object()) for slot in (*B_SLOTS, STORE_SLOT, "other")})
+    assert isinstance(DropB()(ctx), BDropped) and set(ctx.slots) == {STORE_SLOT, "other"}
+    assert isinstance(CloseRun()(ctx), RunClosed) and set(ctx.slots) == {"other"}

@@ -116,3 +116,15 @@ def test_pos_embed_panel_says_the_grid_is_too_large(qtbot, window) -> None:  # n
     assert panel.mosaic_label.text == "no mosaic" and "grid too large for the mosaic" in panel.title.text()
     panel.hover(10, 20)
     assert panel.hover_item.image.shape == (60, 70) and not panel.mosaic_frame.isVisible()
+
+
+def test_a_new_colormap_redraws_the_maps_and_both_colour_bars(qtbot, loaded) -> None:
+    """The position dock's colour bar and maps, and its RoPE section's bar, follow the view's colormap."""
+    from vitviz.gui import colors
+
+    panel = _ready(qtbot, loaded, (4, 4))
+    assert loaded.state.colormap != "magma"
+    loaded.state.update(colormap="magma")
+    assert panel.colorbar.colorMap() is colors.colormap("magma")
+    assert panel.rope_section.colorbar.colorMap() is colors.colormap("magma")
+    np.testing.assert_array_equal(panel.cls_item.lut, colors.lut("magma"))

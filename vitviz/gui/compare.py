@@ -25,21 +25,17 @@ from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
 from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
+from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
 FEATURES_SLOT = "compare_features"   # ctx.slots[FEATURES_SLOT] = {(side, who, size, image): FeatureStack}
 FEATURES_OWNER_SLOT = "compare_features_a"   # a weak reference to the model A those features are of
 COMPARED_SOURCES = of_source("attention")   # the view-state sources a comparison draws: every attention map kind
+B_SLOTS = (B_SLOT, FEATURES_SLOT, FEATURES_OWNER_SLOT)    # what a comparison keeps in the worker
 HEAD_MODES = {"match": "heads matched by similarity", "index": "heads by index"}
 
 
 # ------------------------------------------------------------------------------------------------- answers
-
-def _forget_b(ctx: Context) -> None:
-    """Let model B and the features held for the comparison go."""
-    for slot in (B_SLOT, FEATURES_SLOT, FEATURES_OWNER_SLOT):
-        ctx.slots.pop(slot, None)
 
 @dataclass(frozen=True)
 class LoadedB:
@@ -116,7 +112,7 @@ class LoadB(Independent):
         if catalog.is_named_model(path):
             path = str(catalog.resolve_named(path, progress=ctx.download_progress(path)))
         device = str(ctx.model.device) if ctx.model is not None else None
-        _forget_b(ctx)                              # the previous B goes first (its memory)
+        let_go(ctx, *B_SLOTS)                       # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
         if WINDOWS in capabilities_of(model):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
@@ -228,17 +224,14 @@ class PrepareMaps(Independent):
 
 
 @dataclass(eq=False)
-class DropB(Independent):
+class DropB(LetGo):
     """Let model B and its features go (Close comparison)."""
 
     answer = BDropped
+    slots = B_SLOTS
 
     def describe(self) -> str:
         return "Closing the comparison…"
-
-    def __call__(self, ctx: Context) -> BDropped:
-        _forget_b(ctx)
-        return BDropped()
 
 
 REQUESTS = (LoadB, RunB, BuildView, PrepareMaps, DropB)

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QPushButton, QTableWidget, QTableWidgetItem, QToolBar,
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
+from vitviz.gui.panels.base import push_button, wrapped_label
 from vitviz.gui.protocol import Context, Request, _image_name
 
 Head = tuple[int, int]
@@ -502,17 +503,13 @@ class InterventionsPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("interventionsPanel")
         self.iv = interventions
-        self.heads_label = QLabel()
-        self.heads_label.setWordWrap(True)
-        self.undo_button = QPushButton("Undo")
-        self.undo_button.clicked.connect(interventions.undo)
-        self.clear_button = QPushButton("Back to clean")
-        self.clear_button.clicked.connect(interventions.clear_heads)
-        self.scan_button = QPushButton("Importance of every head")
-        self.scan_button.setToolTip("ablate each head alone on the current image (one forward per head, batched, "
-                                    "in the worker): the drop of the top class's probability, drawn in the "
-                                    "Overview dock (click a cell to ablate that head)")
-        self.scan_button.clicked.connect(interventions.scan)
+        self.heads_label = wrapped_label("interventionsHeads")
+        self.undo_button = push_button("Undo", interventions.undo)
+        self.clear_button = push_button("Back to clean", interventions.clear_heads)
+        self.scan_button = push_button(
+            "Importance of every head", interventions.scan, "ablate each head alone on the current image (one "
+            "forward per head, batched, in the worker): the drop of the top class's probability, drawn in the "
+            "Overview dock (click a cell to ablate that head)")
         self.table = QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["class", "clean", "intervened", "Δ"])
         self.table.verticalHeader().setVisible(False)

@@ -239,6 +239,12 @@ def held(ctx: Context, slot: str, generation: int, gone: str) -> Any:
     return kept[1]
 
 
+def let_go(ctx: Context, *slots: str) -> None:
+    """Let what `ctx.slots` keeps under these names go (a comparison's model B and its features, a run's store)."""
+    for slot in slots:
+        ctx.slots.pop(slot, None)
+
+
 def _image_name(image: Any) -> str:
     return Path(str(image)).name
 
@@ -297,6 +303,17 @@ class Independent(Request):
     user_code = False
     about_model = False
     needs_model = False
+
+
+class LetGo(Independent):
+    """Let what a part keeps in the worker go (its `slots`: Close comparison, Close run); its answer is `answer()`,
+    a frozen dataclass without fields."""
+
+    slots: ClassVar[tuple[str, ...]] = ()
+
+    def __call__(self, ctx: Context) -> Any:
+        let_go(ctx, *self.slots)
+        return self.answer()
 
 
 @dataclass(eq=False)

@@ -82,6 +82,19 @@ class WrappingStatusBar(QStatusBar):
         painter.end()
 
 
+def tool_button(name: str, text: str, tip: str, flat: bool = False) -> QToolButton:
+    """A status-bar button, hidden until there is something for it to do; `name` its object name ('' none),
+    `flat` drawn without a frame until hovered (auto-raise)."""
+    button = QToolButton()
+    if name:
+        button.setObjectName(name)
+    button.setText(text)
+    button.setToolTip(tip)
+    button.setAutoRaise(flat)
+    button.setVisible(False)
+    return button
+
+
 class StatusArea:
     """Shows the worker's status while busy, and `ready_message` whenever it becomes idle."""
 
@@ -92,36 +105,23 @@ class StatusArea:
         self.busy_bar.setRange(0, 0)
         self.busy_bar.setMaximumWidth(160)
         self.busy_bar.setVisible(False)
-        self.cancel_button = QToolButton()          # shown while a named model downloads
-        self.cancel_button.setText("Cancel")
-        self.cancel_button.setToolTip("Stop this download (what is downloaded so far is kept for the next try "
-                                      "where the hub allows; the model loaded before stays)")
-        self.cancel_button.setVisible(False)
-        self.stop_button = QToolButton()            # shown while the user's own code runs too long
-        self.stop_button.setObjectName("stopWaitingButton")
-        self.stop_button.setText("Stop waiting")
-        self.stop_button.setToolTip("Give up on the model's own code that has not finished: vitviz starts a fresh "
-                                    "worker and loads the model it had before (the code may still run in the "
-                                    "background until it returns)")
-        self.stop_button.setVisible(False)
+        self.cancel_button = tool_button(     # shown while a named model downloads
+            "", "Cancel", "Stop this download (what is downloaded so far is kept for the next try where the hub "
+            "allows; the model loaded before stays)")
+        self.stop_button = tool_button(       # shown while the user's own code runs too long
+            "stopWaitingButton", "Stop waiting", "Give up on the model's own code that has not finished: vitviz "
+            "starts a fresh worker and loads the model it had before (the code may still run in the background "
+            "until it returns)")
         self.verdict_label = QLabel("")             # the loaded model's verdict, its assumptions in the tooltip
         self.verdict_label.setObjectName("verdictLabel")
         self.verdict_label.setVisible(False)
         self.verdict = VerdictLine("", "", "none")
-        self.review_button = QToolButton()          # opens the "what the file does not say" dialog
-        self.review_button.setObjectName("reviewAssumptions")
-        self.review_button.setText("Review assumptions…")
-        self.review_button.setAutoRaise(True)
-        self.review_button.setToolTip("The settings the file does not say (heads, norm order, activation, attention "
-                                      "scale): see why each was assumed and set the right ones")
-        self.review_button.setVisible(False)
-        self.verify_button = QToolButton()          # Verify against…: another original, or the user's code
-        self.verify_button.setObjectName("verifyAgainst")
-        self.verify_button.setText("Verify against…")
-        self.verify_button.setAutoRaise(True)
-        self.verify_button.setToolTip("Check the model against an original you name: a library architecture, or "
-                                      "your own code (FILE.py and the function that builds the model)")
-        self.verify_button.setVisible(False)
+        self.review_button = tool_button(     # opens the "what the file does not say" dialog
+            "reviewAssumptions", "Review assumptions…", "The settings the file does not say (heads, norm order, "
+            "activation, attention scale): see why each was assumed and set the right ones", flat=True)
+        self.verify_button = tool_button(     # Verify against…: another original, or the user's code
+            "verifyAgainst", "Verify against…", "Check the model against an original you name: a library "
+            "architecture, or your own code (FILE.py and the function that builds the model)", flat=True)
         bar.addPermanentWidget(self.verdict_label)
         bar.addPermanentWidget(self.verify_button)
         bar.addPermanentWidget(self.review_button)

@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
 
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.gui.protocol import Context, Independent, Request, _image_name, held
+from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
 PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
@@ -66,7 +66,7 @@ class OpenRun(Independent):
     def __call__(self, ctx: Context) -> RunOpened:
         from vitviz.core.analyses.timeline import TimelineStore, open_run
 
-        ctx.slots.pop(STORE_SLOT, None)
+        let_go(ctx, STORE_SLOT)
         run = open_run(self.folder, **{k: v for k, v in self.overrides.items() if v is not None})
         store = TimelineStore(run, budget_bytes=self.budget_bytes)
         ctx.slots[STORE_SLOT] = (self.generation, store)
@@ -100,17 +100,14 @@ class RunClosed:
 
 
 @dataclass(eq=False)
-class CloseRun(Independent):
+class CloseRun(LetGo):
     """Let the run's store (its models and results) go."""
 
     answer = RunClosed
+    slots = (STORE_SLOT,)
 
     def describe(self) -> str:
         return "Closing the training run…"
-
-    def __call__(self, ctx: Context) -> RunClosed:
-        ctx.slots.pop(STORE_SLOT, None)
-        return RunClosed()
 
 
 REQUESTS = (OpenRun, TimelineResult, CloseRun)

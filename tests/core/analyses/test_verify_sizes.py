@@ -42,3 +42,25 @@ def test_a_position_table_is_compared_at_another_size(tmp_path: Path) -> None:
     assert check.verified, check.summary()
     assert check.sizes == ((32, 32), (48, 48)) and check.one_size == ""
     assert "only" not in check.summary()
+
+
+def test_an_original_built_per_size_is_held_one_size_at_a_time() -> None:
+    """open_clip's and torchvision's originals (`_one_size_at_a_time`): the same size again is the module built
+    before, another size lets it go first, and a non-square other size is refused with the native one still held."""
+    from vitviz.core.analyses.verify import _CannotRun, _one_size_at_a_time
+
+    made: list[tuple[int, int]] = []
+
+    def make(size: tuple[int, int]) -> torch.nn.Module:
+        made.append(size)
+        return torch.nn.Identity()
+
+    build = _one_size_at_a_time(make, (32, 32), "square grids only")
+    native = build((32, 32))
+    assert build((32, 32)) is native and made == [(32, 32)]
+    with pytest.raises(_CannotRun, match="square grids only"):
+        build((32, 48))
+    assert build((32, 32)) is native and made == [(32, 32)]     # the refusal let nothing go
+    other = build((48, 48))
+    assert other is not native and build((48, 48)) is other
+    assert build((32, 32)) is not native and made == [(32, 32), (48, 48), (32, 32)]   # one held at a time

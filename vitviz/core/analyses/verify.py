@@ -1381,6 +1381,25 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token
     return vec(hidden[:, 0])
 
 
+def _one_size_at_a_time(make: Callable[[tuple[int, int]], nn.Module], native: tuple[int, ...],
+                        square_only: str) -> Callable[[tuple[int, int]], nn.Module]:
+    """`build(size)` for an original that is built anew for each input size (`make(size)`) and resizes its position
+    table to square grids only: the same size again is the module built before; another size lets that one go first
+    (one model in memory at a time); a non-square size other than `native` is refused (`_CannotRun(square_only)`)
+    before anything is let go."""
+    held: dict[tuple[int, int], nn.Module] = {}
+
+    def build(size: tuple[int, int]) -> nn.Module:
+        if size not in held:
+            if size != native and size[0] != size[1]:
+                raise _CannotRun(square_only)
+            held.clear()
+            held[size] = make(size)
+        return held[size]
+
+    return build
+
+
 def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
                      given: tuple[dict[str, Any], str] | None = None, label: str = "", raw: Any = None) -> _Original:
     """The vision tower open_clip builds for the model config beside the file (`CLIP(...).visual`), with the file's
@@ -1395,16 +1414,11 @@ def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
         raise VerifyError(f"{path}: the identity names an open_clip model config, but none is beside the file")
     visual = {k[len("visual."):]: v for k, v in raw.tensors.items() if k.startswith("visual.")} or raw.tensors
     what = f"open_clip CLIP(**{file_name} model_cfg).visual"
-    towers: dict[tuple[int, int], nn.Module] = {}
     native = tuple(spec.image_size)
 
-    def build(size: tuple[int, int]) -> nn.Module:
-        if size in towers:
-            return towers[size]
+    def make(size: tuple[int, int]) -> nn.Module:
         vision_cfg = dict(cfg["vision_cfg"])
         if size != native:
-            if size[0] != size[1]:
-                raise _CannotRun("open_clip resizes its position table to square grids only")
             vision_cfg["image_size"] = size[0]
         def factory() -> nn.Module:
             return _build_vision_tower(int(cfg["embed_dim"]), vision_cfg, quick_gelu=bool(cfg.get("quick_gelu", False)))
@@ -1415,10 +1429,9 @@ def _build_open_clip(spec: Any, path: Path, name: str, device: torch.device,
             with torch.device("meta"):
                 resize_pos_embed(state, types.SimpleNamespace(visual=factory()))   # its grid size only
             tensors = {k[len("visual."):]: v for k, v in state.items()}
-        towers.clear()   # one tower at a time: the one of the size before is let go
-        towers[size] = _built(factory, tensors, what, path).float().eval().to(device)
-        return towers[size]
+        return _built(factory, tensors, what, path).float().eval().to(device)
 
+    build = _one_size_at_a_time(make, native, "open_clip resizes its position table to square grids only")
     return _Original("open_clip", open_clip.__version__, what, _captured_run(build), stated=_stated(build(native)),
                      name=label)
 
@@ -1446,24 +1459,18 @@ def _build_torchvision(spec: Any, path: Path, arch: str, device: torch.device, l
     head = raw.tensors.get("heads.head.weight")
     kwargs = {"num_classes": int(head.shape[0])} if head is not None else {}
     what = f"torchvision.models.get_model('{arch}', weights=None)"
-    models: dict[tuple[int, int], nn.Module] = {}
     native = tuple(spec.image_size)
 
-    def build(size: tuple[int, int]) -> nn.Module:
-        if size in models:
-            return models[size]
+    def make(size: tuple[int, int]) -> nn.Module:
         tensors = dict(raw.tensors)
         extra: dict[str, Any] = {}
         if size != native:
-            if size[0] != size[1]:
-                raise _CannotRun("torchvision's VisionTransformer takes square inputs only")
             tensors = interpolate_embeddings(size[0], spec.patch_size, tensors)
             extra["image_size"] = size[0]
-        models.clear()   # one model at a time: the one of the size before is let go
         net = _built(lambda: torchvision.models.get_model(arch, weights=None, **kwargs, **extra), tensors, what, path)
-        models[size] = net.float().eval().to(device)
-        return models[size]
+        return net.float().eval().to(device)
 
+    build = _one_size_at_a_time(make, native, "torchvision's VisionTransformer takes square inputs only")
     stated = _stated(build(native))
     return _Original("torchvision", torchvision.__version__, what, _captured_run(build), stated=stated, name=label)
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
-from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES
+from vitviz.gui import colors
 from vitviz.gui.session import Session
 
 pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
@@ -159,6 +161,44 @@ def compact(combo: QComboBox, characters: int = 10) -> QComboBox:
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     combo.setMinimumContentsLength(characters)
     return combo
+
+
+class Recolourable:
+    """A panel with one colour bar (`colorbar`) over maps drawn in the colormap `_cmap`: `set_colormap` changes
+    both, and the maps are drawn again (`_recolour`) only when the colormap really changed."""
+
+    _cmap: str
+    colorbar: pg.ColorBarItem
+
+    def set_colormap(self, name: str) -> None:
+        if name != self._cmap:
+            self._cmap = name
+            self.colorbar.setColorMap(colors.colormap(name))
+            self._recolour()
+
+    def _recolour(self) -> None:
+        """Draw the maps again in the new colormap (nothing while none is shown)."""
+        raise NotImplementedError
+
+
+def wrapped_label(name: str, text: str = "") -> QLabel:
+    """A label that wraps at its dock's width (a long line never widens the dock), named `name` for tests and
+    style sheets."""
+    label = QLabel(text)
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    return label
+
+
+def push_button(text: str, clicked: Callable[..., object], tip: str = "", name: str = "") -> QPushButton:
+    """A button that calls `clicked` when pressed, with the tooltip `tip` and the object name `name` ('' none)."""
+    button = QPushButton(text)
+    if name:
+        button.setObjectName(name)
+    if tip:
+        button.setToolTip(tip)
+    button.clicked.connect(clicked)
+    return button
 
 
 def message_label(text: str) -> QLabel:

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
 
 from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
-from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot
+from vitviz.gui.panels.base import (LazyPanel, TEXT, dark_layout, display_name, image_view, pen, style_plot,
+                                    push_button, wrapped_label)
 from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number, number_range
 
@@ -45,9 +46,7 @@ class ComparePanel(LazyPanel):
         self.setObjectName("comparePanel")
         self.state, self.compare, self.session = state, compare, compare.session
         self.frame = None               # the CompareFrame shown (None: a message instead)
-        self.models_label = QLabel("")
-        self.models_label.setObjectName("compareModels")
-        self.models_label.setWordWrap(True)
+        self.models_label = wrapped_label("compareModels")
         self.heads_combo = QComboBox()
         self.heads_combo.setObjectName("compareHeads")
         for mode, text in HEAD_MODES.items():
@@ -56,25 +55,14 @@ class ComparePanel(LazyPanel):
                                     "their CLS attention over every open image, or head i with head i")
         self.heads_combo.currentIndexChanged.connect(
             lambda _i: compare.set_heads(str(self.heads_combo.currentData())))
-        self.match_button = QPushButton("Match again")
-        self.match_button.setToolTip("Match the heads again over every open image both models have run")
-        self.match_button.clicked.connect(compare.rematch)
-        self.export_button = QPushButton("Export A/B/Δ…")
-        self.export_button.setToolTip("Save the three pictures as `vitviz export --compare B` writes them (the same "
-                                      "names and bytes)")
-        self.export_button.clicked.connect(self.export_dialog)
-        self.close_button = QPushButton("Close comparison")
-        self.close_button.setObjectName("closeComparison")
-        self.close_button.clicked.connect(compare.close)
-        self.message = QLabel("")
-        self.message.setObjectName("compareMessage")
-        self.message.setWordWrap(True)
-        self.mapping = QLabel("")
-        self.mapping.setObjectName("compareMapping")
-        self.mapping.setWordWrap(True)
-        self.scale = QLabel("")
-        self.scale.setObjectName("compareScale")
-        self.scale.setWordWrap(True)
+        self.match_button = push_button("Match again", compare.rematch,
+                                        "Match the heads again over every open image both models have run")
+        self.export_button = push_button("Export A/B/Δ…", self.export_dialog, "Save the three pictures as `vitviz "
+                                         "export --compare B` writes them (the same names and bytes)")
+        self.close_button = push_button("Close comparison", compare.close, name="closeComparison")
+        self.message = wrapped_label("compareMessage")
+        self.mapping = wrapped_label("compareMapping")
+        self.scale = wrapped_label("compareScale")
         self.widget = dark_layout()
         self.widget.setMinimumHeight(150)
         self.titles, self.views, self.items = [], [], []
@@ -124,9 +112,7 @@ class ComparePanel(LazyPanel):
         self.layer_line = pg.InfiniteLine(angle=90, movable=False, pen=pen("#fbbc04", 200, 1.5, dashed=True))
         self.plot.addItem(self.layer_line)
         self.plot.setYRange(0, 1.05)
-        self.summary_note = QLabel("")
-        self.summary_note.setObjectName("compareSummaryNote")
-        self.summary_note.setWordWrap(True)
+        self.summary_note = wrapped_label("compareSummaryNote")
         self.plot_widget.scene().sigMouseClicked.connect(self._on_clicked)
         bar = QHBoxLayout()
         for w in (self.heads_combo, self.match_button, self.export_button, self.close_button):

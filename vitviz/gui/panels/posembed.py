@@ -16,12 +16,13 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QSizePolicy, QStackedLayout, QVBoxLayout, QWidget
 
 from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, PosEmbedData
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.panels.base import TEXT, dark_layout, image_view, message_label, select_frame, waiting_text
+from vitviz.gui.panels.base import (TEXT, Recolourable, dark_layout, image_view, message_label, select_frame,
+                                    waiting_text, wrapped_label)
 from vitviz.gui.panels.rope import RopeSection
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
@@ -71,7 +72,7 @@ def top_aligned(view: pg.ViewBox, item: pg.ImageItem, padding: float = 0.02) -> 
     view.setRange(xRange=(-pad, gw + pad), yRange=(-pad, -pad + width * size.height() / size.width()), padding=0)
 
 
-class PosEmbedPanel(QWidget):
+class PosEmbedPanel(Recolourable, QWidget):
     """Live position-embedding similarity (and RoPE kernel) of the session's model at the current input size;
     `hover(row, col)` is also driven by the image panel."""
 
@@ -86,9 +87,7 @@ class PosEmbedPanel(QWidget):
         self._cmap = state.colormap
         self._spec: ModelSpec | None = None
         self.message = message_label(NO_MODEL_TEXT)
-        self.title = QLabel("")                     # above the plots: wraps at the dock's width
-        self.title.setObjectName("posEmbedTitle")
-        self.title.setWordWrap(True)
+        self.title = wrapped_label("posEmbedTitle")      # above the plots: wraps at the dock's width
         self.widget = dark_layout()
         self._build()
         self.rope_section = RopeSection(self._cmap)
@@ -188,13 +187,14 @@ class PosEmbedPanel(QWidget):
             self.rope_section.select(self.state.layer, self.state.head)   # RoPE-Mixed: per layer and head
 
     def set_colormap(self, name: str) -> None:
+        """The learned table's maps and the RoPE section's in colormap `name`."""
         self.rope_section.set_colormap(name)
-        if name != self._cmap:
-            self._cmap = name
-            self.colorbar.setColorMap(colors.colormap(name))
-            if self.data is not None:
-                self._draw_static()
-                self.hover(*(self.position or (0, 0)))
+        super().set_colormap(name)
+
+    def _recolour(self) -> None:
+        if self.data is not None:
+            self._draw_static()
+            self.hover(*(self.position or (0, 0)))
 
     def levels(self) -> tuple[float, float]:
         """The shared colour scale: from the lowest similarity (at least -1) to 1."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
-from vitviz.gui.panels.base import TEXT, dark_layout, image_view, select_frame
+from vitviz.gui.panels.base import TEXT, Recolourable, dark_layout, image_view, select_frame, wrapped_label
 from vitviz.gui.protocol import RopeKernels
 
 ROPE_ONLY = "RoPE — no learned absolute position embedding"
@@ -25,7 +25,7 @@ ROPE_MIN_PX = 220           # the kernel maps never get less (the position dock 
 KIND_NAMES = {"axial": "axial 2-D RoPE", "dinov3": "DINOv3 RoPE", "mixed": "RoPE-Mixed (learned frequencies)"}
 
 
-class RopeSection(QWidget):
+class RopeSection(Recolourable, QWidget):
     """The rotation kernel of a RoPE model from the hovered patch, and by offset.
 
     Signals:
@@ -47,9 +47,7 @@ class RopeSection(QWidget):
         self._learned = False                        # the model also has a learned table (shown above this)
         self._ranged = False                         # the kernel-from-patch view is fitted to the grid
         self._levels = (-1.0, 1.0)
-        self.title = QLabel("")
-        self.title.setObjectName("ropeTitle")
-        self.title.setWordWrap(True)
+        self.title = wrapped_label("ropeTitle")
         self.widget = dark_layout()
         self.widget.setMinimumHeight(ROPE_MIN_PX)
         w = self.widget
@@ -89,13 +87,10 @@ class RopeSection(QWidget):
             self._draw_offsets()
             self.hover(*(self.position or (0, 0)))
 
-    def set_colormap(self, name: str) -> None:
-        if name != self._cmap:
-            self._cmap = name
-            self.colorbar.setColorMap(colors.colormap(name))
-            if self.rope is not None:
-                self._draw_offsets()
-                self.hover(*(self.position or (0, 0)))
+    def _recolour(self) -> None:
+        if self.rope is not None:
+            self._draw_offsets()
+            self.hover(*(self.position or (0, 0)))
 
     def which(self) -> str:
         """Which kernel is shown: 'the same for every layer and head', or the layer and head (or their mean)."""

@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, QTimer
-from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSlider, QVBoxLayout,
+from PySide6.QtWidgets import (QCheckBox, QFrame, QHBoxLayout, QPushButton, QScrollArea, QSlider, QVBoxLayout,
                                QWidget)
 
 from vitviz.core.drawing.colormaps import colormap
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind
-from vitviz.gui.panels.base import LazyPanel, TEXT, dark_layout, image_view, pen, style_plot
+from vitviz.gui.panels.base import (LazyPanel, TEXT, dark_layout, image_view, pen, push_button, style_plot,
+                                    wrapped_label)
 from vitviz.gui.state import ViewState, map_kind
 from vitviz.gui.timeline import TimelineSession
 from vitviz.gui.numbers import number, number_range
@@ -84,9 +85,8 @@ class TimelinePanel(LazyPanel):
         self.state, self.timeline, self.session = state, timeline, timeline.session
         self.values: np.ndarray | None = None           # the map drawn (None: none)
         self.shown_k: int | None = None                 # the checkpoint whose map is drawn
-        self.run_label = QLabel("No training run. Models › Open training run… opens a folder of checkpoints.")
-        self.run_label.setObjectName("timelineRun")
-        self.run_label.setWordWrap(True)
+        self.run_label = wrapped_label(
+            "timelineRun", "No training run. Models › Open training run… opens a folder of checkpoints.")
         self.play_button = QPushButton("Play")
         self.play_button.setObjectName("timelinePlay")
         self.play_button.setCheckable(True)
@@ -96,27 +96,18 @@ class TimelinePanel(LazyPanel):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.slider.valueChanged.connect(self._on_slider)
-        self.reload_button = QPushButton("Reload")
-        self.reload_button.setObjectName("timelineReload")
-        self.reload_button.setToolTip("Open the run again with the checkpoints written since it was opened")
-        self.reload_button.clicked.connect(timeline.reload)
+        self.reload_button = push_button("Reload", timeline.reload, "Open the run again with the checkpoints written "
+                                         "since it was opened", "timelineReload")
         self.reload_button.hide()
-        self.close_button = QPushButton("Close run")
-        self.close_button.clicked.connect(timeline.close)
+        self.close_button = push_button("Close run", timeline.close)
         self.box_check = QCheckBox("Box")
         self.box_check.setToolTip("Draw a box on the map (drag or resize it): the plot gives the CLS attention inside "
                                   "it at every checkpoint")
         self.box_check.toggled.connect(self._on_box_toggled)
-        self.checkpoint_label = QLabel("")
-        self.checkpoint_label.setObjectName("timelineCheckpoint")
-        self.checkpoint_label.setWordWrap(True)
-        self.failed_label = QLabel("")
-        self.failed_label.setObjectName("timelineFailed")
-        self.failed_label.setWordWrap(True)
+        self.checkpoint_label = wrapped_label("timelineCheckpoint")
+        self.failed_label = wrapped_label("timelineFailed")
         self.failed_label.setStyleSheet("color: #f28b82;")
-        self.prediction = QLabel("")
-        self.prediction.setObjectName("timelinePrediction")
-        self.prediction.setWordWrap(True)
+        self.prediction = wrapped_label("timelinePrediction")
         self.widget = dark_layout()
         self.widget.setMinimumHeight(160)
         self.map_title = self.widget.addLabel("", row=0, col=0, color=TEXT)
