@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import types
 from pathlib import Path
 
