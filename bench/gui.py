@@ -111,7 +111,7 @@ def _show(win, maps) -> None:  # noqa: ANN001
     """Put a result computed here into the window's session as if the worker had just run it (with its model's
     spec), and make it the current image: the panels draw it by themselves."""
     spec = maps.result.spec
-    win.session.spec = spec
+    win.session.model.spec = spec
     win.controls.set_spec(spec, "cpu")
     win.session.results.put(maps.result.source, maps)
     win.session.set_current(maps.result.source)
@@ -159,7 +159,7 @@ def bench_stall(checkpoint: Path, heads: int) -> None:
 
     Image.fromarray((np.random.default_rng(0).random((300, 400, 3)) * 255).astype(np.uint8)).save(image)
     win.load_model(str(checkpoint), heads=heads)
-    _wait(app, lambda: win.session.spec is not None and win.is_idle(), 300)
+    _wait(app, lambda: win.session.model.spec is not None and win.is_idle(), 300)
     clock, gaps, last = QElapsedTimer(), [], [0]
     clock.start()
 
@@ -322,7 +322,7 @@ def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps
     app, win = _window()
     paths = _images(images)
     win.load_model(str(ckpt_a), heads=heads)
-    _wait(app, lambda: win.session.spec is not None and win.is_idle(), 600)
+    _wait(app, lambda: win.session.model.spec is not None and win.is_idle(), 600)
     win.session.add_images(paths)
     _wait(app, lambda: all(win.session.cached(p) is not None for p in paths) and win.is_idle(), 600)
     t0 = time.perf_counter()
@@ -379,7 +379,7 @@ def bench_timeline(checkpoints: int = 50, steps: int = 200) -> None:
         write_tiny_checkpoint(run / f"step-{(k + 1) * 100}.pth", embed_dim=64, depth=4, grid=(8, 8), seed=k)
     paths = _images(1, (64, 64))
     win.session.add_images(paths, show=True)
-    _wait(app, lambda: win.session.current, 60)
+    _wait(app, lambda: win.session.image_list.current, 60)
     t0 = time.perf_counter()
     win.open_run(str(run), heads=4)
     _wait(app, lambda: win.timeline.store is not None, 120)
@@ -414,7 +414,7 @@ from PySide6.QtCore import QTimer
 import vitviz.gui.app as app_module
 app_module.FREEZE_AT_EXIT = sys.argv.pop(1) == "freeze"
 def quit_when_idle(win):
-    if win.session.spec is None or not win.is_idle() or not all(win.session.result(p) for p in win.session.images):
+    if win.session.model.spec is None or not win.is_idle() or not all(win.session.result(p) for p in win.session.image_list.paths):
         QTimer.singleShot(50, lambda: quit_when_idle(win))
         return
     print("quit", time.time(), flush=True)

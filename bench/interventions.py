@@ -112,7 +112,7 @@ def window_latency(repeats: int) -> None:
     window.load_demo()
     wait(lambda: window.session.current_maps is not None and window.is_idle())
     iv = window.interventions
-    spec = window.session.spec
+    spec = window.session.model.spec
     heads = [(layer, head) for layer in range(spec.depth) for head in range(spec.num_heads)]
     times = []
     for i in range(repeats):
@@ -122,11 +122,11 @@ def window_latency(repeats: int) -> None:
         iv.toggle(*heads[i % len(heads)])
         wait(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps)
         times.append(time.perf_counter() - start)
-    path = window.session.current
+    path = window.session.image_list.current
     iv.clear_heads()
     wait(window.is_idle)
     switches = []      # the same redraw for a clean result: another image of the list, cached, made current
-    paths = [p for p in window.session.images if window.session.cached(p) is not None]
+    paths = [p for p in window.session.image_list.paths if window.session.cached(p) is not None]
     for i in range(repeats):
         start = time.perf_counter()
         window.session.set_current(paths[(i + 1) % len(paths)])

@@ -50,8 +50,8 @@ def closing(self, event):
     print("closed", time.time(), flush=True)
 MainWindow.closeEvent = closing
 def done(win):
-    return (win.session.spec is not None and win.is_idle()
-            and all(win.session.result(p) for p in win.session.images))
+    return (win.session.model.spec is not None and win.is_idle()
+            and all(win.session.result(p) for p in win.session.image_list.paths))
 def quit_now(win):
     print("quit", time.time(), flush=True)
     win.menus.actions["quit"].trigger()

@@ -42,7 +42,7 @@ def main() -> None:
     app.processEvents()
     window.load_demo()
     idle()
-    images = window.session.images
+    images = window.session.image_list.paths
     triangle = next(p for p in images if p.endswith("triangle.png"))
     cross = next(p for p in images if p.endswith("cross.png"))
     window.session.set_current(triangle)

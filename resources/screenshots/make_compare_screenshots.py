@@ -78,7 +78,7 @@ def compare_shot(app, finetuned: Path, out: Path) -> None:  # noqa: ANN001
     win.compare_with(str(finetuned))
     _wait(app, lambda: win.compare.view is not None and win.is_idle())
     _tall(win, "compareDock")
-    win.state.update(source="cls", layer=win.session.spec.depth - 1, head="mean", colormap="inferno", opacity=0.6)
+    win.state.update(source="cls", layer=win.session.model.spec.depth - 1, head="mean", colormap="inferno", opacity=0.6)
     _settle(app)
     _save(win, out)
     win.close()
@@ -89,9 +89,9 @@ def timeline_shot(app, run: Path, out: Path) -> None:  # noqa: ANN001
     win.open_run(str(run))
     _wait(app, lambda: win.timeline.store is not None)
     store = win.timeline.store
-    _wait(app, lambda: not store.missing(win.session.current) and win.is_idle())
+    _wait(app, lambda: not store.missing(win.session.image_list.current) and win.is_idle())
     _tall(win, "timelineDock", 520)
-    win.state.update(source="cls", layer=win.session.spec.depth - 1, head="mean", colormap="inferno", opacity=0.6)
+    win.state.update(source="cls", layer=win.session.model.spec.depth - 1, head="mean", colormap="inferno", opacity=0.6)
     panel = win.timeline_panel
     panel.set_checkpoint(len(store) // 3)
     _wait(app, lambda: panel.shown_k == len(store) // 3)

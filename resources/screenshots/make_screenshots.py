@@ -141,7 +141,7 @@ def demo_shots(app) -> None:  # noqa: ANN001
     _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
     _settle(app)
     query = target_token(0)
-    last = win.session.spec.depth - 1
+    last = win.session.model.spec.depth - 1
     shots = {
         "window_cls.png": dict(source="cls", layer=last, head="mean", colormap="inferno", opacity=0.55,
                                per_tile=True, normalize=True, smooth=True),
@@ -208,7 +208,7 @@ def rope_shot(app) -> None:  # noqa: ANN001
     win = new_window(app, tmp)
     win.load_model(str(folder))
     win.session.add_images(photos)
-    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.rope is not None)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.model.rope is not None)
     win.state.update(source="cls", layer=1, head="mean", colormap="viridis")
     dock = win.dock("posEmbedDock")
     dock.setFloating(True)
@@ -276,7 +276,7 @@ def dock_shots(app, screen: tuple[int, int] = SMALL_SCREEN) -> None:  # noqa: AN
     images = images_for(demo_model())
     win.load_demo()
     _wait(app, lambda: win.is_idle() and all(win.session.result(p) is not None for p in images))
-    win.state.update(source="token", query=target_token(0), layer=win.session.spec.depth - 1, head="mean")
+    win.state.update(source="token", query=target_token(0), layer=win.session.model.spec.depth - 1, head="mean")
     drawn: list[str] = []
     win.features.shown.connect(drawn.append)
     for dock_name, short in DOCK_NAMES.items():
@@ -332,7 +332,7 @@ def swin_dock_shots(app, size, tag: str) -> None:  # noqa: ANN001
     win.load_model(str(folder))
     win.session.add_images(photos)
     _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None)
-    win.state.update(layer=win.session.spec.depth - 1, head="mean")    # the map the window picks for Swin
+    win.state.update(layer=win.session.model.spec.depth - 1, head="mean")    # the map the window picks for Swin
     _settle(app, 20)
     save_small(win, OUT / f"window_{tag}_swin.png")
     for dock_name in ("overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "featuresDock",
@@ -411,7 +411,7 @@ def eva02_positions_shot(app, size, tag: str) -> None:  # noqa: ANN001
     win = new_window(app, tmp, (size.width(), size.height()))
     win.load_model(str(folder))
     win.session.add_images(photos)
-    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.rope is not None)
+    _wait(app, lambda: win.is_idle() and win.session.result(photos[0]) is not None and win.session.model.rope is not None)
     dock = win.dock("posEmbedDock")
     dock.raise_()
     _settle(app, 20)
