@@ -69,6 +69,18 @@ def test_help_texts_import_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
 
 
+def test_the_window_is_built_and_shown_without_torch() -> None:
+    """Building and showing the window imports no torch (the worker imports it off the GUI thread): a part asking
+    its vocabulary at build time (the interventions' refusal) once made the first window wait 2 s for torch."""
+    code = ("import sys, tempfile; from PySide6.QtCore import QSettings; from vitviz.gui.app import ensure_app; "
+            "from vitviz.gui.window import MainWindow; app = ensure_app(); "
+            "w = MainWindow(QSettings(tempfile.mktemp(suffix='.ini'), QSettings.Format.IniFormat)); w.show(); "
+            "app.processEvents(); loaded = 'torch' in sys.modules; w.persist_settings = False; w.close(); "
+            "assert not loaded, 'torch imported before the window was shown'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"),
+                   timeout=300)
+
+
 # ---------------------------------------------------------------------------------------------- no display
 
 

@@ -175,7 +175,7 @@ def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:
 
 def test_a_model_without_the_hook_points_greys_the_entries_out(qtbot, loaded) -> None:  # noqa: ANN001
     from vitviz.core.protocol import WINDOWS
-    from vitviz.core.running.interventions import WINDOWED_REFUSAL
+    from vitviz.core.protocol import WINDOWED_REFUSAL
 
     window = loaded
     iv = window.interventions

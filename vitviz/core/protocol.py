@@ -130,3 +130,20 @@ def is_reference(model: Any) -> bool:
     """Whether `model` runs as vitviz's reference ViT (gradients, block outputs and the MAP head through its
     hooks); False for a model run from its own code (`LiveModel`) and for anything without capabilities."""
     return REFERENCE in capabilities_of(model)
+
+
+# ---------------------------------------------------------------------------------------------- interventions
+
+LIVE_REFUSAL = ("it runs your own module, whose attention vitviz reads where it finds it but whose heads' outputs "
+                "and blocks it cannot replace exactly")
+WINDOWED_REFUSAL = ("its attention runs per (shifted) window over stages of different widths; the interventions are "
+                    "defined on the plain ViT's (layer, head, token)")
+
+
+def refusal(capabilities: frozenset[str], family: str = "") -> str | None:
+    """Why a model of these capabilities cannot take interventions exactly (`vitviz.core.running.interventions`), or
+    None when it can (vitviz's reference ViT): what the window says on its greyed-out Ablate and Patch entries."""
+    if REFERENCE in capabilities:
+        return None
+    return WINDOWED_REFUSAL if WINDOWS in capabilities else LIVE_REFUSAL if family == "live" else \
+        "it does not run as vitviz's reference ViT (it has none of its head and attention hook points)"

@@ -13,7 +13,7 @@ top-5, clean, intervened and Δ. The importance grid (`HeadScan`) is drawn in th
 (`vitviz.gui.importance_view`).
 
 Only vitviz's reference ViT has the hook points: for a model run by its own code or a windowed model the entries
-are greyed out with the reason as their tooltip (`vitviz.core.running.interventions.refusal`). Gradient and feature
+are greyed out with the reason as their tooltip (`vitviz.core.protocol.refusal`). Gradient and feature
 maps are made for the clean run only; the intervened run says so where they would be drawn.
 """
 from __future__ import annotations
@@ -224,7 +224,7 @@ class InterventionSession(QObject):
     @property
     def why_not(self) -> str | None:
         """Why the loaded model cannot take interventions (None: it can, or there is no model)."""
-        from vitviz.core.running.interventions import refusal
+        from vitviz.core.protocol import refusal
 
         spec = self.session.model.spec
         return None if spec is None else refusal(self.session.model.capabilities, getattr(spec, "family", ""))

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from vitviz.core.options import ABLATION_MODES
+from vitviz.core.protocol import LIVE_REFUSAL, WINDOWED_REFUSAL   # the refusals live in the torch-free vocabulary
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
 
@@ -173,23 +174,6 @@ def as_list(intervene: Any) -> list[Intervention]:
             raise InterventionError(f"{item!r} is not an intervention; expected Ablate, PatchAttention, "
                                     "PatchResidual or Knockout")
     return items
-
-
-LIVE_REFUSAL = ("it runs your own module, whose attention vitviz reads where it finds it but whose heads' outputs "
-                "and blocks it cannot replace exactly")
-WINDOWED_REFUSAL = ("its attention runs per (shifted) window over stages of different widths; the interventions are "
-                    "defined on the plain ViT's (layer, head, token)")
-
-
-def refusal(capabilities: frozenset[str], family: str = "") -> str | None:
-    """Why a model of these capabilities (`vitviz.core.protocol`) cannot take interventions exactly, or None
-    when it can (vitviz's reference ViT): what the window says on its greyed-out Ablate and Patch entries."""
-    from vitviz.core.protocol import REFERENCE, WINDOWS
-
-    if REFERENCE in capabilities:
-        return None
-    return WINDOWED_REFUSAL if WINDOWS in capabilities else LIVE_REFUSAL if family == "live" else \
-        "it does not run as vitviz's reference ViT (it has none of its head and attention hook points)"
 
 
 def check_model(model: Any) -> Any:
