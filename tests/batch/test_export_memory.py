@@ -3,6 +3,7 @@ written, so however many images an export writes, the attention arrays alive at 
 flight (the one running and those queued for writing), counted through weak references at every forward."""
 from __future__ import annotations
 
+import gc
 import weakref
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def test_maps_alive_during_export_do_not_grow_with_the_images(tmp_path: Path,
     def watched(self: VitModel, *a: object, **k: object) -> tuple[np.ndarray, np.ndarray]:
         attn, out = forward(self, *a, **k)
         alive.append(weakref.ref(attn))
+        gc.collect()        # what is still held, not garbage in a reference cycle the collector has yet to visit
         most[0] = max(most[0], sum(r() is not None for r in alive))   # this image's and those not yet written
         return attn, out
 
