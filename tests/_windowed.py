@@ -1,6 +1,9 @@
 """Tiny windowed reference models for the tests (random weights): a 2-stage Swin and a 3-block SAM encoder."""
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import torch
 
 from parity_refs import perturb
@@ -22,6 +25,20 @@ def sam_spec() -> WindowedSpec:
                         depths=(3,), heads=(2,), dims=(16,), mlp_hidden=(32,), windows=((4, 4), (0, 0), (4, 4)),
                         shifts=((0, 0),) * 3, rel_pos="decomposed", block_norm="pre", patch_norm=False,
                         final_norm=False, pos_embed=True, pos_grid=(6, 7), neck="norm")
+
+
+def save_tiny_timm_swin(folder: Path) -> Path:
+    """A tiny timm Swin v1 hub folder at `folder` (64 px, 4x4 windows, 2 stages, random weights, seed 0)."""
+    import timm
+    from timm.models import save_for_hf
+
+    kw = dict(img_size=64, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=5)
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
+    return folder
 
 
 def model_of(spec: WindowedSpec) -> WindowedModel:

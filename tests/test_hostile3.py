@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from _windowed import save_tiny_timm_swin
 
 import vitviz
 from vitviz.batch.jobs import InputError
@@ -250,20 +251,8 @@ def test_head_matching_uses_scipy_when_there_and_numpy_otherwise(monkeypatch: py
 @pytest.fixture(scope="module")
 def swin_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny timm Swin v1 hub folder (64 px, 4x4 windows, 2 stages)."""
-    import warnings
-
-    timm = pytest.importorskip("timm")
-    import torch
-    from timm.models import save_for_hf
-
-    kw = dict(img_size=64, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=5)
-    torch.manual_seed(0)
-    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
-    folder = tmp_path_factory.mktemp("swin")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
-    return folder
+    pytest.importorskip("timm")
+    return save_tiny_timm_swin(tmp_path_factory.mktemp("swin"))
 
 
 @pytest.fixture(scope="module")

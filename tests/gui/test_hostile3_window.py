@@ -4,11 +4,11 @@ lets the model load, said instead of a traceback."""
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
 from _gui import show_dock, wait_idle
+from _windowed import save_tiny_timm_swin
 
 DEMO = Path(__file__).resolve().parents[2] / "resources" / "demo"
 
@@ -23,17 +23,9 @@ def _load_demo(qtbot, window, images) -> None:  # noqa: ANN001
 @pytest.fixture(scope="module")
 def swin_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of two tiny timm Swin checkpoints (hub folders checkpoint-1/, checkpoint-2/)."""
-    timm = pytest.importorskip("timm")
-    import torch
-    from timm.models import save_for_hf
-
-    kw = dict(img_size=64, embed_dim=16, depths=(1, 1), num_heads=(1, 2), window_size=4, num_classes=5)
-    torch.manual_seed(0)
-    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **kw)
+    pytest.importorskip("timm")
     run = tmp_path_factory.mktemp("swinrun")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        save_for_hf(model, str(run / "checkpoint-1"), safe_serialization=True, model_args=kw)
+    save_tiny_timm_swin(run / "checkpoint-1")
     shutil.copytree(run / "checkpoint-1", run / "checkpoint-2")
     return run
 
