@@ -1,6 +1,9 @@
 """Helpers of the hostile-input tests (issue 13; tests/core/reading/test_checkpoint.py, test_validate.py,
-tests/batch/test_pipeline.py): the promise every mutation is held to (`refused`, `outcome`), a fresh Python with a
-timeout for hangs (`run_script`), and the timm hub config of the tiny model (`HUB_CONFIG`)."""
+tests/batch/test_pipeline.py; issues 20 and 34 in the tests of the modules they attack): the promise every mutation is
+held to (`refused`, `outcome`), a fresh Python with a timeout for hangs (`run_script`), the timm hub config of the
+tiny model (`HUB_CONFIG`), a load that keeps its warnings quiet (`quiet_load`), a copy of a folder with one config
+field changed (`variant`), a named pipe (`fifo`), a random picture (`random_png`) and a training run of copies of one
+checkpoint (`run_folder`); `DEMO`, the bundled demo model's folder."""
 from __future__ import annotations
 
 import json
@@ -20,6 +23,7 @@ from safetensors.torch import save_file
 from vitviz.errors import VitvizError
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "resources" / "demo"   # the bundled demo model
 
 
 NET = "please report"   # the loader's last-resort message: no mutation here may need it
@@ -84,3 +88,49 @@ def _hub_with(dest: Path, config: Any) -> Path:
     save_file(tiny_state_dict(), str(dest / "model.safetensors"))
     (dest / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
     return dest
+
+
+def quiet_load(path: Path, **kw: object) -> Any:
+    """`vitviz.load(path, device="cpu", **kw)` with its warnings (the assumptions said) kept quiet."""
+    import vitviz
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return vitviz.load(path, device="cpu", **kw)
+
+
+def variant(src: Path, dest: Path, file: str, section: str, field: str, value: object) -> Path:
+    """A copy of the folder `src` whose `file` has `section.field` (section '' = the top level) set to `value`."""
+    shutil.copytree(src, dest)
+    data = json.loads((dest / file).read_text())
+    target = data
+    for part in [p for p in section.split(".") if p]:
+        target = target.setdefault(part, {})
+    target[field] = value
+    (dest / file).write_text(json.dumps(data))
+    return dest
+
+
+def fifo(path: Path) -> Path:
+    """A named pipe at `path`: reading it blocks until someone writes, so nothing may read it unchecked."""
+    os.mkfifo(path)
+    return path
+
+
+def random_png(path: Path, seed: int = 0, size: int = 32) -> Path:
+    """A `size` x `size` random RGB PNG at `path` (its folder made)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def run_folder(tmp_path: Path, source: Path, count: int = 2) -> Path:
+    """A training run at `tmp_path/run`: `count` copies of the checkpoint folder `source` (checkpoint-1/, ...)."""
+    run = tmp_path / "run"
+    for k in range(count):
+        shutil.copytree(source, run / f"checkpoint-{k + 1}")
+    return run

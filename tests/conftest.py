@@ -1,11 +1,12 @@
-"""Shared fixtures for every test: Qt without a display, and the tiny checkpoint most tests load.
+"""Shared fixtures for every test: Qt without a display, the tiny checkpoint most tests load, and the models that
+tests of several modules load (the demo, a tiny Swin, the newer families' tiny checkpoints).
 
 The tests mirror the package (tests/core/reading/ tests vitviz/core/reading/, tests/gui/ vitviz/gui/, ...; package/
 holds the whole package's tests, parity/ the parity with the original implementations). Helper code lives in modules
-beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_rollout_ref.py`: the test-side rollout reference;
-`parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the original implementations parity tests compare with).
-pytest puts this folder on `sys.path` (it imports this conftest in its default "prepend" mode), so tests in every
-folder import them by name; test files need unique names (no `__init__.py` anywhere).
+beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_hostile.py`: the hostile-input tests' helpers;
+`_rollout_ref.py`: the test-side rollout reference; `parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the
+original implementations parity tests compare with). pytest puts this folder on `sys.path` (it imports this conftest
+in its default "prepend" mode), so tests in every folder import them by name; test files need unique names (no `__init__.py` anywhere).
 """
 from __future__ import annotations
 
@@ -69,3 +70,67 @@ def photo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("photo") / "photo.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_ckpt: Path):  # noqa: ANN201 - a VitModel
+    """`tiny_ckpt` loaded (2 heads), on the CPU."""
+    from _hostile import quiet_load
+    from _tiny import HEADS
+
+    return quiet_load(tiny_ckpt, heads=HEADS)
+
+
+@pytest.fixture(scope="session")
+def demo():  # noqa: ANN201 - a VitModel
+    """The bundled demo model (resources/demo) loaded."""
+    import vitviz
+    from _hostile import DEMO
+
+    return vitviz.load(DEMO)
+
+
+@pytest.fixture(scope="session")
+def tiny_swin_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny timm Swin v1 hub folder (64 px, 4x4 windows, 2 stages; `_windowed.save_tiny_timm_swin`)."""
+    pytest.importorskip("timm")
+    from _windowed import save_tiny_timm_swin
+
+    return save_tiny_timm_swin(tmp_path_factory.mktemp("swin"))
+
+
+@pytest.fixture(scope="session")
+def family_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random checkpoints of the newer families, built once: a timm DINOv3 and a Perception Encoder hub folder
+    (config.json model_args), a transformers DINOv3 folder (rope_theta) and open_clip's whole CLIP with its
+    open_clip_config.json."""
+    import json
+
+    import open_clip
+    import timm
+    import torch
+    from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+    root = tmp_path_factory.mktemp("families")
+    folders = {}
+    torch.manual_seed(0)
+    for key, arch, extra in (("dinov3", "vit_small_patch16_dinov3", {}),
+                             ("pe", "vit_pe_core_base_patch16_224", dict(img_size=64, attn_pool_num_heads=2))):
+        args = dict(embed_dim=64, num_heads=4, depth=2, **extra)
+        model = timm.create_model(arch, pretrained=False, num_classes=0, **args)
+        folders[key] = root / key
+        timm.models._hub.save_for_hf(model, str(folders[key]), model_args=args, safe_serialization=True)
+    hf = DINOv3ViTModel(DINOv3ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, image_size=32, patch_size=8, num_register_tokens=2))
+    folders["hf-dinov3"] = root / "hf-dinov3"
+    hf.save_pretrained(folders["hf-dinov3"])
+    clip = open_clip.CLIP(embed_dim=16, vision_cfg=dict(layers=2, width=64, head_width=16, patch_size=8,
+                                                        image_size=32),
+                          text_cfg=dict(context_length=8, vocab_size=49408, width=32, heads=2, layers=1))
+    folders["open_clip"] = root / "open_clip"
+    folders["open_clip"].mkdir()
+    torch.save(clip.state_dict(), folders["open_clip"] / "open_clip_pytorch_model.bin")
+    (folders["open_clip"] / "open_clip_config.json").write_text(json.dumps({"model_cfg": {
+        "embed_dim": 16, "vision_cfg": dict(layers=2, width=64, head_width=16, patch_size=8, image_size=32),
+        "text_cfg": dict(context_length=8, vocab_size=49408, width=32, heads=2, layers=1)}}))
+    return folders
