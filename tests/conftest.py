@@ -6,7 +6,8 @@ holds the whole package's tests, parity/ the parity with the original implementa
 beside this file (`_tiny.py`: tiny timm-layout checkpoints; `_hostile.py`: the hostile-input tests' helpers;
 `_rollout_ref.py`: the test-side rollout reference; `parity_refs.py`, `tutorial_refs.py`, `parity_towers.py`: the
 original implementations parity tests compare with). pytest puts this folder on `sys.path` (it imports this conftest
-in its default "prepend" mode), so tests in every folder import them by name; test files need unique names (no `__init__.py` anywhere).
+in its default "prepend" mode), so tests in every folder import them by name; test files need unique names (no
+`__init__.py` anywhere).
 """
 from __future__ import annotations
 

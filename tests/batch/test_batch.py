@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 
+from _hostile import DEMO, random_png
 from _rollout_ref import reference_rollout_rows
 
 from vitviz.batch.jobs import unique_stems
@@ -459,3 +460,18 @@ def test_the_summary_gives_a_pace_that_reads() -> None:
     assert summary_line(counts, 4, "out", 2.0, False).endswith("in 2.0 s (2.0 images/s)")
     assert summary_line(counts, 4, "out", 50.0, False).endswith("in 50.0 s (12.5 s per image)")
     assert summary_line({**counts, "done": 0}, 4, "out", 3.0, False).endswith("in 3.0 s")
+
+
+# ----------------------------------------------------------------------------------------------- huge ranges (issue 34)
+
+@pytest.mark.parametrize("option, value", [("--layers", "0-9999999"), ("--which-heads", "0-9999999"),
+                                           ("--layers", "0-99999999999"), ("--which-heads", "3,0-99999999999")])
+def test_huge_layer_and_head_ranges_are_refused_before_expanding(option: str, value: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    from vitviz.cli import main
+
+    image = random_png(tmp_path / "a.png")
+    assert main(["export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value]) == 2
+    err = capsys.readouterr().err
+    assert "no model has" in err and "Traceback" not in err and "MemoryError" not in err
+    assert not (tmp_path / "out").exists()

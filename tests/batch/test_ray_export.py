@@ -3,7 +3,7 @@
 The tests marked `ray` share one local Ray (`ray.init(num_cpus=2)`, no network) for the module and run the CLI in
 this process on the tiny checkpoint; they are left out of a plain `pytest` run (pyproject's addopts) and run with
 `pytest -m ray tests/batch/test_ray_export.py` (README's test command runs both). The unmarked tests need no Ray: the
-flags, the install hint, and how inputs are collected.
+flags, the install hint, how inputs are collected, and hostile lists, URIs and manifests (issue 34).
 """
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _hostile import fifo, random_png
 from PIL import Image
 
+import vitviz
+from vitviz.batch.jobs import InputError
 from vitviz.cli import main
 
 HEADS = "2"
@@ -467,3 +470,129 @@ def test_a_cluster_that_accepts_but_does_not_answer_is_named_in_bounded_time(
     assert f"cannot join the Ray cluster at 127.0.0.1:{port}: it accepts connections but did not answer" in err
     assert "within 1 s" in err and "RAY_AUTH_MODE=token" in err
     assert f"this computer has one in {tmp_path / '.ray' / 'auth_token'}" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------- hostile inputs and manifests (issue 34; no Ray needed)
+
+def test_a_list_that_is_a_fifo_or_dev_zero_is_refused(tmp_path: Path) -> None:
+    from vitviz.batch.ray_engine import collect_sources
+
+    fifo = fifo(tmp_path / "list.txt")
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    for listed, what in ((fifo, "named pipe"), (zero, "character device")):
+        with pytest.raises(InputError, match=what):
+            collect_sources([str(listed)], tmp_path / "out", None)
+        with pytest.raises(InputError, match=what):
+            collect_sources([listed.as_uri()], tmp_path / "out", None)
+
+
+def test_a_file_uri_of_a_fifo_or_dev_zero_fails_as_that_image(tmp_path: Path) -> None:
+    from vitviz.batch.ray_engine import collect_sources, fetch
+
+    fifo = fifo(tmp_path / "fifo.png")
+    with pytest.raises(InputError, match="named pipe"):
+        fetch(fifo.as_uri())
+    with pytest.raises(InputError, match="character device"):
+        fetch("file:///dev/zero")
+    with pytest.raises(InputError, match="character device"):   # a URI naming no image: looked at, refused
+        collect_sources(["file:///dev/zero"], tmp_path / "out", None)
+
+
+def test_a_manifest_that_is_a_fifo_dev_zero_or_deeply_nested_is_refused_on_resume(tmp_path: Path) -> None:
+    from vitviz.batch.ray_engine import Destination
+
+    dest = Destination(tmp_path)
+    assert dest.read_json("manifest.json") is None      # none: a first run
+    fifo(tmp_path / "manifest.json")
+    with pytest.raises(InputError, match="named pipe"):
+        dest.read_json("manifest.json")
+    os.unlink(tmp_path / "manifest.json")
+    (tmp_path / "manifest.json").symlink_to("/dev/zero")
+    with pytest.raises(InputError, match="character device"):
+        dest.read_json("manifest.json")
+    os.unlink(tmp_path / "manifest.json")
+    (tmp_path / "manifest.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(InputError, match="nested too deeply"):
+        dest.read_json("manifest.json")
+    remote = Destination(tmp_path.as_uri())
+    with pytest.raises(InputError, match="nested too deeply"):
+        remote.read_json("manifest.json")
+
+
+@pytest.mark.parametrize("uri", ["ftp://host/a.png", "http://host/a.png", "https://host/a.png", "FILE:///tmp/a.png",
+                                 "file://otherhost/tmp/a.png", "hdfs://localhost:1/a.png", "ftp://host/folder"])
+def test_uris_pyarrow_cannot_open_are_refused_at_collection(uri: str, tmp_path: Path) -> None:
+    from vitviz.batch.ray_engine import collect_sources, fetch
+
+    with pytest.raises(InputError, match="pyarrow.fs cannot open"):
+        collect_sources([uri + "/*.png" if uri.endswith("folder") else uri.replace("a.png", "")],
+                        tmp_path / "out", None)
+    if uri.endswith(".png"):
+        with pytest.raises(InputError, match="pyarrow.fs cannot open"):
+            fetch(uri)
+
+
+def test_an_unopenable_uri_in_a_list_fails_only_that_image(tmp_ckpt_plan, tmp_path: Path) -> None:
+    """read_row (a decoding task) reports the URI as that image's failure; the other listed image is read."""
+    from vitviz.batch.ray_engine import Destination, collect_sources, read_row
+
+    spec, plan = tmp_ckpt_plan
+    good = random_png(tmp_path / "good.png")
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"ftp://host/a.png\n{good}\nhttps://host/b.png\n")
+    sources = collect_sources([str(listing)], tmp_path / "out", None)
+    assert [s.read for s in sources] == ["ftp://host/a.png", str(good), "https://host/b.png"]
+    dest = Destination(tmp_path / "out")
+    statuses = []
+    for i, s in enumerate(sources):
+        row = {"source": str(s.path), "read": s.read, "sub": str(s.sub), "stem": f"s{i}", "index": i,
+               "remote": s.remote}
+        out = read_row(row, spec, plan, dest)
+        statuses.append(out["status"])
+        if out["status"] == "failed":
+            assert "pyarrow.fs cannot open" in out["error"]
+    assert statuses == ["failed", "ready", "failed"]
+
+
+def test_a_long_list_is_read_a_line_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list is decoded in chunks (a UTF-8 character split between chunks included), never read whole."""
+    import vitviz.batch.ray_engine as ray_engine
+
+    names = [f"d/\u00e9t\u00e9_{i}.png" for i in range(3000)]
+    listing = tmp_path / "list.txt"
+    listing.write_text("\n".join(names) + "\n", encoding="utf-8")
+    reads = []
+    real_open = open
+
+    class Spy:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, n=-1):
+            assert n > 0, "the whole list was read at once"
+            reads.append(n)
+            return self.handle.read(7)   # tiny chunks: characters split between them
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(ray_engine, "open", lambda p, m="r": Spy(real_open(p, m)), raising=False)
+    got = [s.path for s in ray_engine.collect_sources([str(listing)], tmp_path / "out", None)]
+    assert got == [tmp_path / n for n in names]
+    assert len(reads) > 1000
+
+
+@pytest.fixture()
+def tmp_ckpt_plan(tiny_ckpt: Path):
+    from _tiny import HEADS
+
+    from vitviz.batch.plan import Plan, parse_maps
+    from vitviz.core.drawing.render import RenderOptions
+
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    plan = Plan(parse_maps("cls"), [0], ["mean"], RenderOptions())
+    return model.spec, plan

@@ -8,8 +8,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from _hostile import fifo, random_png
 
+import vitviz
+from vitviz.batch.jobs import InputError
 from vitviz.core.files import read_small_json
+from vitviz.errors import VitvizError
 
 
 def _bounded(call, seconds: float = 20.0):  # noqa: ANN001, ANN202
@@ -64,3 +68,35 @@ def test_a_remembered_verdict_that_is_a_fifo_is_checked_again(tiny_ckpt: Path, m
     store.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(store)
     assert _bounded(lambda: verify_module.remembered_verification(model)) is None
+
+
+# ---------------------------------------------------------------------- names with NUL, configs read by name (issue 34)
+
+def test_a_name_with_a_nul_character_is_refused_by_the_path_check(tmp_path: Path) -> None:
+    """Found by scripts/hostile3/fuzz.py: os.stat's ValueError ('embedded null byte') escaped the one check."""
+    from vitviz.batch.ray_engine import fetch
+    from vitviz.core.files import check_path
+
+    fetch(random_png(tmp_path / "a.png").as_uri())       # file:// known: a NUL then reaches the path check
+    with pytest.raises(InputError, match="NUL character"):
+        fetch("file:///tmp/a\x00.png")
+    with pytest.raises(InputError, match="NUL character"):
+        check_path(str(tmp_path / "a\x00b"), "a file", missing=InputError, bad=InputError)
+    with pytest.raises(VitvizError, match="NUL character"):
+        vitviz.load(str(tmp_path / "m\x00.pth"))
+
+
+def test_cache_scans_and_text_configs_read_only_regular_json(tmp_path: Path) -> None:
+    """`vitviz models` scanning a cache and the text tower's config read a config.json by name through the one
+    check: a FIFO is skipped (it hung the scan's read), nesting 200,000 deep is no config (RecursionError)."""
+    import importlib
+
+    scan = importlib.import_module("vitviz.catalog.scan")
+    text = importlib.import_module("vitviz.core.analyses.text")
+    fifo = fifo(tmp_path / "config.json")
+    assert scan._read_json(fifo) is None
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "config.json").write_text('{"model_type": "clip", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert scan._read_json(deep / "config.json") is None
+    assert text._hf_config(deep) is None and text._hf_config(tmp_path) is None

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from _gui import HEADS, answer_assumptions, show_dock, wait_idle
+from _hostile import DEMO
 from PySide6.QtWidgets import QLabel
 
 import vitviz
@@ -446,3 +447,24 @@ def test_old_remembered_answers_move_into_the_shared_store(settings, tiny_ckpt) 
     st.remember_settings(settings, str(tiny_ckpt), {"act": "relu"})
     assert answers.answers_for(str(tiny_ckpt)) == {"heads": 2, "act": "relu"}
     assert settings.value(st.LEGACY_HEADS_KEY) is None
+
+
+# ------------------------------------------------------------------------------- an unreadable answers store (issue 34)
+
+def test_an_answers_store_nested_too_deeply_does_not_stop_a_load(qtbot, window, images, tmp_path: Path,  # noqa: ANN001
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store cannot be read: the model loads without remembered settings, and the error box says why."""
+    import shutil
+
+    store = tmp_path / "answers.json"
+    store.write_text("{" * 1 + '"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    monkeypatch.setenv("VITVIZ_ANSWERS", str(store))
+    model = shutil.copytree(DEMO, tmp_path / "my_model")   # not the bundled demo, whose answers are never read
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(model))
+    window.session.add_images([str(p) for p in images])
+    wait_idle(qtbot, window)
+    assert window.session.model.spec is not None                   # the app goes on: the model is loaded and shown
+    [(title, summary)] = window.reporter.errors             # said to the user, naming the file and what is wrong
+    assert title == "Remembered settings not read"
+    assert str(store) in summary and "nested too deeply" in summary and "VITVIZ_ANSWERS" in summary

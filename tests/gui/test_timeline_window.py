@@ -2,6 +2,7 @@
 against step, a checkpoint of another layout named, and a slider that never waits for the worker."""
 from __future__ import annotations
 
+import shutil
 import threading
 import warnings
 from pathlib import Path
@@ -9,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _gui import HEADS, show_dock, wait_idle
+from _hostile import DEMO
 from _tiny import write_tiny_checkpoint
+from _windowed import save_tiny_timm_swin
 from PySide6.QtCore import QTimer
 
 import vitviz
@@ -251,3 +254,56 @@ def test_a_timeline_of_a_model_without_class_names_says_class_n_once(qtbot, load
     text = panel.prediction.text()
     index = text.split("class ")[1].split(",")[0]
     assert f"class {index}, p = " in text and f"(class {index})" not in text, text
+
+
+# ---------------------------------------------------------------------------------------------- hostile runs (issue 34)
+
+def _load_demo(qtbot, window, images) -> None:  # noqa: ANN001
+    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+        window.load_model(str(DEMO))
+    window.session.add_images([str(p) for p in images])
+    wait_idle(qtbot, window)
+
+
+@pytest.fixture(scope="module")
+def swin_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of two tiny timm Swin checkpoints (hub folders checkpoint-1/, checkpoint-2/)."""
+    pytest.importorskip("timm")
+    run = tmp_path_factory.mktemp("swinrun")
+    save_tiny_timm_swin(run / "checkpoint-1")
+    shutil.copytree(run / "checkpoint-1", run / "checkpoint-2")
+    return run
+
+
+def test_a_windowed_run_is_said_in_the_dock(qtbot, window, images, swin_run: Path) -> None:  # noqa: ANN001
+    _load_demo(qtbot, window, images)
+    window.open_run(str(swin_run))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=20000)
+    panel = show_dock(qtbot, window, "timelineDock")
+    qtbot.waitUntil(lambda: 0 in window.timeline.store.failed, timeout=30000)
+    wait_idle(qtbot, window, timeout=30000)
+    panel.request_redraw()
+    assert "windowed model" in panel.failed_label.text()
+    assert "cannot be shown" in panel.map_title.text and "computing" not in panel.map_title.text
+
+
+def test_an_unreadable_run_folder_is_said_in_the_dock(qtbot, window, images, tmp_path: Path,  # noqa: ANN001
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """checkpoint-2/ cannot be listed (mode 000; simulated: the tests may run as root)."""
+    _load_demo(qtbot, window, images)
+    run = tmp_path / "run"
+    for k in (1, 2):
+        shutil.copytree(DEMO, run / f"checkpoint-{k}")
+    real = Path.iterdir
+
+    def iterdir(self):  # noqa: ANN001, ANN202
+        if self.name == "checkpoint-2":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    window.open_run(str(run))
+    qtbot.waitUntil(lambda: bool(window.timeline.error) and window.is_idle(), timeout=20000)
+    panel = show_dock(qtbot, window, "timelineDock")
+    text = panel.run_label.text()
+    assert "Could not open the run" in text and "checkpoint-2: cannot be read" in text

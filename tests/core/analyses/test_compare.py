@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import vitviz
+from _hostile import DEMO, random_png, run_folder
 from _tiny import HEADS, write_permuted_heads, write_tiny_checkpoint
 from vitviz.core.analyses import compare as cmp
 from vitviz.core.analyses.maps import MapKind, map_stack
@@ -301,11 +302,15 @@ def test_timeline_loads_lazily_names_another_layout_and_measures(tmp_path: Path,
 
 # ---------------------------------------------------------------------------------------------------------- CLI
 def _cli(*argv: str) -> int:
+    """`vitviz ARGV...`'s exit code, whether argparse exits or the command returns it."""
     from vitviz.cli import main
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return main(list(argv))
+        try:
+            return main(list(argv))
+        except SystemExit as e:
+            return int(e.code)
 
 
 def test_cli_compare_writes_a_b_and_differences(tmp_path: Path, photo: Path) -> None:
@@ -394,3 +399,121 @@ def test_view_of_a_key_map_takes_bs_token_by_place(runs) -> None:
     assert np.array_equal(same.frame(1, 0, 0, MapKind("key", 0)).diff, np.zeros((4, 4), np.float32))
     with pytest.raises(cmp.CompareError, match="token of one model only"):
         cmp.compare_results(ra, rc, "key:3")                      # a whole-run comparison names no token
+
+
+# ----------------------------------------------------------------------------- head matching, hostile inputs (issue 34)
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (6, 6), (2, 6), (6, 3)])
+def test_head_matching_without_scipy_is_exact(shape) -> None:
+    from vitviz.core.analyses import compare as cmp
+
+    rng = np.random.default_rng(sum(shape))
+    for _ in range(6):
+        s = rng.normal(size=shape)
+        s = np.round(s, 1) if rng.random() < 0.5 else s   # ties
+        got, want = cmp.assign_numpy(s), cmp.brute_force_assign(s)
+        assert sum(s[i, j] for i, j in got) == pytest.approx(sum(s[i, j] for i, j in want), abs=1e-12)
+        assert len(got) == min(shape) and len({j for _, j in got}) == len(got)
+
+
+def test_head_matching_uses_scipy_when_there_and_numpy_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from vitviz.core.analyses import compare as cmp
+
+    pytest.importorskip("scipy")
+    s = np.random.default_rng(3).normal(size=(96, 130))
+    with_scipy = cmp.assign(s)
+    real_import = builtins.__import__
+
+    def no_scipy(name, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name.startswith("scipy"):
+            raise ImportError("no scipy here")
+        return real_import(name, *a, **k)
+
+    calls = []
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    monkeypatch.setattr(cmp, "assign_numpy", lambda x, real=cmp.assign_numpy: calls.append(1) or real(x))
+    without = cmp.assign(s)
+    assert calls and sum(s[i, j] for i, j in without) == pytest.approx(sum(s[i, j] for i, j in with_scipy))
+
+
+def test_compare_refuses_what_is_not_a_loaded_global_attention_model(demo, tiny_swin_folder: Path,
+                                                                     tmp_path: Path) -> None:
+    from vitviz.core.analyses.compare import CompareError
+
+    image = random_png(tmp_path / "a.png", size=64)
+    for b, match in ((None, "model B is NoneType"), ("b.pth", "load it first"), (str(DEMO), "load it first")):
+        with pytest.raises(CompareError, match=match):
+            vitviz.compare(demo, b, [image])
+    with pytest.raises(CompareError, match="model A is NoneType"):
+        vitviz.compare(None, demo, [image])
+    swin = vitviz.load(tiny_swin_folder)
+    for a, b, side in ((demo, swin, "model B"), (swin, demo, "model A")):
+        with pytest.raises(CompareError, match=f"{side} .*attends inside windows"):
+            vitviz.compare(a, b, [image])
+    with pytest.raises(CompareError, match="kind=None"):
+        vitviz.compare(demo, demo, [image], kind=None)
+    with pytest.raises(CompareError, match="heads=None"):
+        vitviz.compare(demo, demo, [image], heads=None)
+    with pytest.raises(CompareError, match="list of images"):
+        vitviz.compare(demo, demo, image)
+
+
+@pytest.mark.parametrize("order", ["AB", "BA"])
+def test_export_compare_with_a_windowed_model_is_refused(order: str, tiny_swin_folder: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    image = random_png(tmp_path / "a.png", size=64)
+    a, b = (DEMO, tiny_swin_folder) if order == "AB" else (tiny_swin_folder, DEMO)
+    code = _cli("export", "--model", str(a), "--compare", str(b), str(image), "--out", str(tmp_path / "out"),
+                "--quiet", "--no-verify")
+    err = capsys.readouterr().err
+    assert code == 2 and "attends inside windows" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option", ["--compare", "--timeline"])
+def test_an_empty_compare_or_timeline_is_refused(option: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    image = random_png(tmp_path / "a.png")
+    code = _cli("export", "--model", str(DEMO), option, "", str(image), "--out", str(tmp_path / "out"))
+    assert code == 2 and "empty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("side, at", [("compare", 4), ("compare", 5), ("timeline", 4)])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_compare_or_timeline_leaves_a_manifest_equal_to_the_disk(
+        side: str, at: int, how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signal arrives as the `at`-th picture is written (for a comparison: A's, B's and the difference's
+    pictures in turn; B's and the difference's names are known only once the heads are matched): exit 130, and
+    manifest.json records exactly the files on disk (as the plain export's does), the interrupted image's
+    finished files included."""
+    import signal
+
+    from vitviz.batch import compare as side_export
+
+    images = [random_png(tmp_path / "in" / f"{n}.png", seed=n, size=64) for n in range(3)]
+    out = tmp_path / "out"
+    real = side_export.files.write_png_atomic
+    count = [0]
+
+    def write(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        path = real(*a, **k)
+        count[0] += 1
+        if count[0] == at:
+            os.kill(os.getpid(), getattr(signal, how))
+        return path
+
+    monkeypatch.setattr(side_export.files, "write_png_atomic", write)
+    given = ["--compare", str(DEMO), "--model", str(DEMO)] if side == "compare" else \
+        ["--timeline", str(run_folder(tmp_path, DEMO, 3)), "--no-animation"]
+    code = _cli("export", *given, *map(str, images), "--out", str(out), "--quiet", "--no-verify",
+                "--layers", "all")
+    assert code == 130
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["summary"]["interrupted"] is True
+    recorded = {o for e in manifest["images"] for o in e["outputs"]}
+    on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert recorded == on_disk and len(on_disk) >= 4
+    assert manifest["summary"]["files"] == len(on_disk)

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import vitviz
+from _hostile import variant
 from parity_refs import perturb
+from vitviz.cli import main
 from vitviz.core.analyses.relevance import class_relevance, legrad
 from vitviz.core.spec import GuessWarning
 from vitviz.core.analyses.text import TextTowerError, prompt_label, prompt_relevance, text_embedding
@@ -217,3 +219,61 @@ def test_export_text_map_without_text_tower(tiny_ckpt: Path, oc_file, photo: Pat
         assert main(["export", "--model", str(vis / "v.pth"), str(photo), "--out", str(tmp_path / "b"),
                      "--maps", "text:a cat", "--quiet"]) == 2
     assert "no text tower" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- near-identical prompts, text tower memory (issue 20)
+
+NEAR_PROMPTS = ["一只猫", "一只狗", "a cat", "A CAT!", "a cat?", "???", "!!!", "a" * 60 + " one", "a" * 60 + " two",
+                "a photo of a cat", "a photo of a cat.", "A photo of a cat"]
+
+
+def test_near_identical_prompts_each_get_a_file_of_their_own(family_folders: dict[str, Path], photo: Path,
+                                                            tmp_path: Path) -> None:
+    import warnings
+
+    import numpy as np
+
+    from vitviz.core.analyses.text import prompt_label
+
+    labels = [prompt_label(p) for p in NEAR_PROMPTS]
+    assert len(set(labels)) == len(NEAR_PROMPTS)
+    assert labels == [prompt_label(p) for p in NEAR_PROMPTS]          # stable
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["export", "--model", str(family_folders["open_clip"] / "open_clip_pytorch_model.bin"),
+                         str(photo), "--out", str(out), "--maps", ",".join(f"text:{p}" for p in NEAR_PROMPTS),
+                         "--npz", "--quiet", "--no-verify"]) == 0
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == sorted(f"photo_{label}_Lall.png" for label in labels)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parameters"]["prompts"] == dict(zip(labels, NEAR_PROMPTS))
+    assert sorted(manifest["images"][0]["outputs"]) == sorted(pngs + ["photo.npz"])
+    keys = set(np.load(out / "photo.npz").files)
+    assert all(label.replace("-", "_") in keys for label in labels)
+
+
+def test_two_maps_under_one_name_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.batch.plan import check_unique_names, combos, parse_maps
+    from vitviz.core.analyses import text
+    from vitviz.core.analyses.maps import SelectionError
+
+    maps = parse_maps("text:a cat,text:A CAT!")
+    check_unique_names(combos(maps, ["all"], ["mean"]))
+    monkeypatch.setattr(text, "prompt_label", lambda _p: "text-a_cat")   # as names were made before
+    with pytest.raises(SelectionError, match="maps text:'a cat' and text:'A CAT!' would both be written as "
+                                             "text-a_cat_Lall.png"):
+        check_unique_names(combos(maps, ["all"], ["mean"]))
+
+
+def test_text_tower_memory_is_checked_before_it_is_built(family_folders: dict[str, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.core.running import runtime
+    from vitviz.core.analyses.text import text_embedding
+    from vitviz.errors import DeviceError
+
+    folder = variant(family_folders["open_clip"], tmp_path / "big", "open_clip_config.json",
+                      "model_cfg.text_cfg", "context_length", 8192)
+    monkeypatch.setattr(runtime, "available_memory", lambda: 100 << 20)
+    with pytest.raises(DeviceError, match=r"context_length 8,192\) needs .* causal mask, but only 100.0 MiB"):
+        text_embedding(folder / "open_clip_pytorch_model.bin", ["a cat"])

@@ -4,6 +4,7 @@ checkpoint store the window's timeline reads (`vitviz.core.analyses.timeline.Tim
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -11,15 +12,20 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _hostile import DEMO, random_png, run_folder
 from _tiny import HEADS, write_tiny_checkpoint
 
 
 def _cli(*argv: str) -> int:
+    """`vitviz ARGV...`'s exit code, whether argparse exits or the command returns it."""
     from vitviz.cli import main
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return main(list(argv))
+        try:
+            return main(list(argv))
+        except SystemExit as e:
+            return int(e.code)
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -290,3 +296,54 @@ def test_a_windowed_checkpoint_is_refused_for_its_missing_image_wide_attention(t
         run = open_run(tmp_path)
         with pytest.raises(TimelineError, match="checkpoint-1: a windowed model .*global attention"):
             run.model(0)
+
+
+# ---------------------------------------------------------------------------------------------- hostile runs (issue 34)
+
+def test_a_windowed_run_is_refused_by_the_timeline(tiny_swin_folder: Path, tmp_path: Path) -> None:
+    from vitviz.core.analyses.timeline import TimelineError, TimelineStore, open_run
+
+    run = run_folder(tmp_path, tiny_swin_folder)
+    with pytest.raises(TimelineError, match="windowed model"):
+        open_run(run).model(0)
+    store = TimelineStore(open_run(run))       # the window's store: the checkpoint is recorded as failed
+    store.add_image("a", str(random_png(tmp_path / "a.png", size=64)))
+    with pytest.raises(TimelineError, match="windowed model"):
+        store.result(0, "a")
+    assert 0 in store.failed and "windowed model" in store.failed[0]
+
+
+def test_unreadable_run_folders_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint folder at mode 000 (and a run folder that can be entered but not listed): a TimelineError
+    naming it. Permissions are simulated (the tests may run as root, whom mode 000 does not stop)."""
+    from vitviz.core.analyses.timeline import TimelineError, open_run
+
+    run = run_folder(tmp_path, DEMO)
+    real = Path.iterdir
+
+    def iterdir(self):  # noqa: ANN001, ANN202
+        if self.name in locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    for locked in ({"checkpoint-2"}, {"run"}):
+        with pytest.raises(TimelineError, match=f"{next(iter(locked))}: cannot be read \\(Permission denied"):
+            open_run(run)
+    with pytest.raises(TimelineError, match="expected the path"):
+        open_run(None)  # type: ignore[arg-type]
+
+
+def test_export_timeline_of_an_unreadable_run_is_a_clear_error(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    run = run_folder(tmp_path, DEMO)
+    image = random_png(tmp_path / "a.png", size=64)
+    os.chmod(run / "checkpoint-2", 0)
+    try:
+        if os.access(run / "checkpoint-2", os.R_OK):
+            pytest.skip("running as root: mode 000 does not stop reading")
+        code = _cli("export", "--timeline", str(run), str(image), "--out", str(tmp_path / "out"), "--quiet")
+    finally:
+        os.chmod(run / "checkpoint-2", 0o755)
+    err = capsys.readouterr().err
+    assert code == 2 and "checkpoint-2: cannot be read" in err and "Traceback" not in err

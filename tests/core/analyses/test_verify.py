@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -20,9 +21,11 @@ import pytest
 import torch
 
 import vitviz
+from _hostile import DEMO, REPO
 from parity_refs import perturb
 from vitviz.core.spec import GuessWarning
 from vitviz.core.analyses.verify import ATOL_ATTENTION, Verification, verify
+from vitviz.errors import VitvizError
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -494,3 +497,35 @@ def test_a_two_layer_heads_activation_is_read_from_the_code(tmp_path: Path) -> N
     assert module_settings(seq)["head_act"][0] == "relu"
     seq.mlp_head = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 3))   # one Linear: no head activation to read
     assert "head_act" not in module_settings(seq)
+
+
+# ---------------------------------------------------------------------------------------- verify's arguments (issue 34)
+
+@pytest.mark.parametrize("options, match", [
+    (dict(device="bogus"), "unknown device 'bogus'"), (dict(device="cuda:9"), "cuda:9"),
+    (dict(sizes="x"), "sizes='x'"), (dict(sizes=5), "sizes=5"), (dict(sizes=[2.5]), "size 2.5"),
+    (dict(sizes=[True]), "size True"), (dict(sizes=[(64,)]), r"size \(64,\)"),
+    (dict(sizes=[100000]), r"needs .*expected a smaller size"), (dict(sizes=[]), "at least one")])
+def test_verify_refuses_bad_devices_and_sizes(options: dict, match: str, demo) -> None:
+    with pytest.raises(VitvizError, match=match):
+        vitviz.verify(demo, **options)
+
+
+def test_verify_with_a_timm_whose_import_raises_says_so(tmp_path: Path, tiny_ckpt: Path) -> None:
+    """A broken install (a torchvision that does not match torch makes `import timm` raise RuntimeError): the
+    verdict is 'not verified', naming the error, for a named model and for a file nothing names."""
+    import subprocess
+    import sys
+
+    (tmp_path / "timm").mkdir()
+    (tmp_path / "timm" / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    script = ("import sys, warnings, vitviz; warnings.simplefilter('ignore'); from _tiny import HEADS\n"
+              "for path, kw in ((sys.argv[1], {}), (sys.argv[2], {'heads': HEADS})):\n"
+              "    print(vitviz.verify(vitviz.load(path, **kw)).summary())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests"), str(REPO)])}
+    done = subprocess.run([sys.executable, "-c", script, str(DEMO), str(tiny_ckpt)], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("Not verified") for line in lines), done.stdout
+    assert "operator torchvision::nms does not exist" in lines[0]

@@ -113,3 +113,49 @@ def test_show_refuses_a_key_token_out_of_range_as_export_does(setup, tmp_path: P
     assert main(["export", "--model", str(ckpt), "--heads", str(HEADS), str(image), "--out", str(tmp_path / "o"),
                  "--device", "cpu", "--quiet", "--maps", "key:99"]) == 2
     assert "key:99 out of range" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- wrong arguments (issue 20)
+
+@pytest.fixture(scope="module")
+def shown(tiny_model, photo: Path) -> "vitviz.core.spec.AttentionResult":
+    return tiny_model.run(photo)
+
+
+BAD_SHOW = [
+    (dict(layer="x"), "layer is 'x'"), (dict(head="min"), "head is 'min'"), (dict(map=5), "map is 5"),
+    (dict(cmap=None), "cmap is None"), (dict(opacity=5), "opacity is 5"), (dict(opacity="0.5"), "opacity is '0.5'"),
+    (dict(opacity=float("nan")), "opacity is nan"), (dict(layer=99), "layer 99 is out of range: the model has 2"),
+    (dict(layer=-3), "layer -3 is out of range"), (dict(head=2.5), "head is 2.5"), (dict(head=7), "head 7 is out"),
+    (dict(layer=True), "layer is True"), (dict(style="bogus"), "style is 'bogus'"), (dict(scale="mine"), "scale"),
+    (dict(smooth="no"), "smooth is 'no'"), (dict(colorbar="yes"), "colorbar is 'yes'"), (dict(original=1), "original"),
+    (dict(map="token:999"), "token:999 out of range: the model has 17 tokens"),
+    (dict(map="rollout:999"), "rollout:999 out of range"), (dict(map="pca"), "needs a pass of its own"),
+    (dict(map="relevance"), "needs a pass of its own"), (dict(map="nonsense"), "expected one of cls"),
+    (dict(cmap="rainbowish"), "cmap is 'rainbowish'"), (dict(size="input"), "unknown argument size='input'"),
+    (dict(bogus=1), "unknown argument bogus=1"),
+]
+
+
+@pytest.mark.parametrize("kwargs, needle", BAD_SHOW, ids=[str(k) for k, _ in BAD_SHOW])
+def test_show_refuses_wrong_arguments_naming_them(shown, kwargs: dict[str, object], needle: str) -> None:
+    with pytest.raises(vitviz.VitvizError, match="expected|unknown argument") as info:
+        vitviz.show(shown, **kwargs)
+    assert needle in str(info.value) and str(info.value).startswith("show: ")
+
+
+def test_show_refuses_what_is_not_a_result(tiny_model) -> None:
+    with pytest.raises(vitviz.VitvizError, match="result is None .*expected an AttentionResult"):
+        vitviz.show(None)
+    with pytest.raises(vitviz.VitvizError, match="result is a model, not a result; expected model.run"):
+        vitviz.show(tiny_model)
+
+
+def test_show_accepts_what_export_accepts(shown) -> None:
+    import numpy as np
+
+    for kwargs in (dict(layer="last"), dict(layer="mean"), dict(head=-1), dict(head="max"), dict(cmap="magma_r"),
+                   dict(map="rollout:3"), dict(map="token:16"), dict(layer=np.int64(1)), dict(opacity=0),
+                   dict(style="heatmap", scale="own", smooth=False, colorbar_label=True)):
+        assert vitviz.show(shown, **kwargs).size[0] > 0
+    np.testing.assert_array_equal(np.asarray(vitviz.show(shown, layer="last")), np.asarray(vitviz.show(shown)))

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from _hostile import quiet_load, variant
 from parity_refs import perturb, timm_reference
 from test_hyperparams import load, matches  # the same exact-parity check as the traps'
 
 import vitviz
+from vitviz.errors import MetadataError
 
 timm = pytest.importorskip("timm")
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
@@ -252,3 +254,67 @@ def test_timm_training_checkpoint_of_a_default_vit_stays_quiet_about_pooling(tmp
     x = x_for()
     assert vm.spec.pooling == "token" and "pooling" not in dict(vm.spec.assumptions)
     assert matches(vm, x, timm_reference(model, x))
+
+
+# ----------------------------------------------------------------------------- configs of the newer families (issue 20)
+
+BAD_FAMILY_CONFIGS = [
+    # (folder, file, section, field, value, expected)
+    ("dinov3", "config.json", "model_args", "rope_temperature", "hot", "finite number"),
+    ("dinov3", "config.json", "model_args", "rope_temperature", [100], "finite number"),
+    ("dinov3", "config.json", "model_args", "rope_temperature", 0, "finite number in (0"),
+    ("dinov3", "config.json", "model_args", "rope_temperature", -100.0, "finite number in (0"),
+    ("dinov3", "config.json", "model_args", "rope_temperature", float("nan"), "finite number"),
+    ("dinov3", "config.json", "model_args", "rope_grid_offset", "1", None),      # a numeric string is a number
+    ("dinov3", "config.json", "model_args", "rope_grid_offset", {"x": 1}, "finite number"),
+    ("dinov3", "config.json", "model_args", "rope_grid_offset", float("nan"), "finite number"),
+    ("dinov3", "config.json", "model_args", "rope_grid_offset", float("inf"), "finite number"),
+    ("dinov3", "config.json", "model_args", "ref_feat_shape", "big", "grid of patches"),
+    ("dinov3", "config.json", "model_args", "ref_feat_shape", [16, -16], "grid of patches"),
+    ("dinov3", "config.json", "model_args", "ref_feat_shape", [1, 2, 3, 4], "grid of patches"),
+    ("dinov3", "config.json", "model_args", "rope_rotate_half", "yes", "true or false"),
+    ("pe", "config.json", "model_args", "attn_pool_num_heads", -2, "whole number"),
+    ("pe", "config.json", "model_args", "attn_pool_num_heads", "two", "whole number"),
+    ("pe", "config.json", "model_args", "attn_pool_num_heads", 2.5, "whole number"),
+    ("hf-dinov3", "config.json", "", "rope_theta", "100", None),
+    ("hf-dinov3", "config.json", "", "rope_theta", "a lot", "finite number"),
+    ("hf-dinov3", "config.json", "", "rope_theta", 0, "finite number in (0"),
+    ("hf-dinov3", "config.json", "", "rope_theta", -1.0, "finite number in (0"),
+    ("hf-dinov3", "config.json", "", "rope_theta", None, "finite number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "head_width", "16", None),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "head_width", 0, "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "head_width", [16], "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "head_width", 24, "divisor of the width"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "image_size", "large", "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "image_size", -32, "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "width", "wide", "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.vision_cfg", "width", 64.5, "positive whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg", "vision_cfg", "ViT-B", "JSON object"),
+    ("open_clip", "open_clip_config.json", "model_cfg.text_cfg", "layers", -1, "whole number"),
+    ("open_clip", "open_clip_config.json", "model_cfg.text_cfg", "context_length", 33000, "from 1 to 8192"),
+    ("open_clip", "open_clip_config.json", "model_cfg.text_cfg", "heads", 3, "divides the width"),
+]
+
+
+@pytest.mark.parametrize("folder, file, section, field, value, expected", BAD_FAMILY_CONFIGS,
+                         ids=[f"{c[0]}-{c[3]}-{c[4]!r}"[:60] for c in BAD_FAMILY_CONFIGS])
+def test_config_fields_of_the_newer_families(family_folders: dict[str, Path], tmp_path: Path, folder: str,
+                                             file: str, section: str, field: str, value: object,
+                                             expected: str | None) -> None:
+    path = variant(family_folders[folder], tmp_path / folder, file, section, field, value)
+    target = path / "open_clip_pytorch_model.bin" if folder == "open_clip" else path
+    if expected is None:   # a value of another JSON type that still means what it says
+        assert quiet_load(target).spec.depth == 2
+        return
+    with pytest.raises(MetadataError) as info:
+        quiet_load(target)
+    text = str(info.value)
+    where = f"{section}.{field}" if section else field
+    assert str(path / file) in text and f"field '{where}'" in text and expected in text
+    assert "please report" not in text
+
+
+def test_the_newer_families_load_as_generated(family_folders: dict[str, Path]) -> None:
+    for key, folder in family_folders.items():
+        target = folder / "open_clip_pytorch_model.bin" if key == "open_clip" else folder
+        assert quiet_load(target).spec.depth == 2, key

@@ -405,3 +405,30 @@ def test_bare_timm_dinov2_registers_preprocess_as_timm_does(tmp_path: Path) -> N
     assert "preprocess" in dict(spec.assumptions)
     smaller = load(tmp_path / "dinov2_reg.pth", image_size=224).spec.preprocess
     assert smaller.crop == (224, 224) and smaller.resize == 224
+
+
+# -------------------------------------------------------------------------- a torch-hub name's hash, bounded (issue 34)
+
+def test_a_hub_named_file_far_larger_than_its_tensors_is_not_hashed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """'NAME-HASH.pth' padded to 40 GiB (sparse): the name is not checked by reading 40 GiB (open is never
+    called); one within the slack but over HASH_LIMIT says in its provenance that it was not hashed."""
+    import types
+
+    import torch
+
+    from vitviz.core.reading import hyperparams as hp
+
+    big = tmp_path / "vit_b_16-c867db91.pth"
+    with open(big, "wb") as f:
+        f.truncate(40 << 30)
+    raw = types.SimpleNamespace(weights_file=big, tensors={"w": torch.zeros(10)}, tower=None)
+
+    def no_open(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the file was opened to hash it")
+
+    monkeypatch.setattr(hp, "open", no_open, raising=False)
+    assert hp._published_file(raw) == ""
+    raw.tensors = {"w": torch.zeros((40 << 30) // 4 // 2, dtype=torch.float32, device="meta")}   # 20 GiB held
+    said = hp._published_file(raw)
+    assert said.startswith("derived") and "not hashed" in said and "40.0 GiB" in said

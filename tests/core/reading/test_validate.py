@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import torch
-from _hostile import HUB_CONFIG, _copy, _hub_with, outcome, refused, run_script
+from _hostile import HUB_CONFIG, _copy, _hub_with, outcome, quiet_load, refused, run_script
 from _tiny import tiny_state_dict, write_tiny_checkpoint
 from PIL import Image
 from safetensors.torch import save_file
@@ -378,3 +378,63 @@ def test_paths_are_described_for_what_they_are(tmp_path: Path) -> None:
     refused(lambda: vitviz.load("/dev/zero"), CorruptCheckpointError, "/dev/zero: a character device")
     refused(lambda: vitviz.core.running.images.load_image("/dev/zero"), ImageError, "a character device")
     refused(lambda: vitviz.core.running.images.load_image(tmp_path / "loop_a"), ImageError, "a symbolic link loop")
+
+
+# ------------------------------------------------------------------------------------------------ silent NaN (issue 20)
+
+@pytest.mark.parametrize("fill, needle", [(1e30, "values reach 1e+30"), (float("nan"), "holds NaN or infinity")])
+def test_non_finite_attention_is_refused_naming_the_input(tiny_model, fill: float, needle: str) -> None:
+    import torch
+
+    with pytest.raises(vitviz.VitvizError) as info:
+        tiny_model.run(torch.full((1, 3, 32, 32), fill))
+    text = str(info.value)
+    assert "NaN or infinite attention" in text and needle in text and "nothing was drawn or written" in text
+    assert type(info.value).__name__ == "NonFiniteError"
+    assert tiny_model.run(torch.zeros(1, 3, 32, 32)).attentions.shape[0] == 2   # the model still works
+
+
+def test_non_finite_attention_names_a_bad_rope_setting(family_folders: dict[str, Path]) -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from vitviz.core.reading.validate import check_finite_forward
+    from vitviz.errors import NonFiniteError
+
+    spec = quiet_load(family_folders["dinov3"]).spec
+    attn = np.full((1, 2, 4, 5, 5), np.nan, np.float32)
+    for field, value, needle in (("rope_theta", -100.0, "RoPE base rope_theta -100.0"),
+                                 ("rope_offset", float("inf"), "RoPE grid offset inf")):
+        with pytest.raises(NonFiniteError, match=needle):
+            check_finite_forward(attn, np.zeros((1, 3, 8, 8)), dataclasses.replace(spec, **{field: value}))
+    with pytest.raises(NonFiniteError, match="no setting is out of range.*please report"):
+        check_finite_forward(attn, np.zeros((1, 3, 8, 8)), spec)
+    check_finite_forward(np.full((1, 2, 4, 5, 5), 0.2, np.float32), np.zeros((1, 3, 8, 8)), spec)
+
+
+@pytest.mark.parametrize("option", [["--std", "1e-30"], ["--mean", "1e30"], ["--mean", "1e39"]])
+def test_normalisation_that_overflows_is_refused_at_load(tiny_ckpt: Path, photo: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         option: list[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(tiny_ckpt), "--heads", "2", str(photo), "--out", str(out), "--npz",
+                     "--quiet", *option]) == 2
+    err = capsys.readouterr().err
+    assert "preprocessing" in err and "expected" in err and ("std" in err or "mean" in err)
+    assert not out.exists() or not list(out.glob("*.np[yz]"))
+
+
+def test_export_refuses_non_finite_maps(tiny_ckpt: Path, photo: Path, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Past the load check (disabled here), the forward pass itself refuses NaN maps: exit 1, nothing written."""
+    from vitviz.core.reading import validate
+    monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(tiny_ckpt), "--heads", "2", str(photo), "--out", str(out), "--npz",
+                     "--quiet", "--std", "1e-30"]) == 1
+    err = capsys.readouterr().err
+    assert "NaN or infinite attention" in err and "std (1e-30,)" in err
+    assert list(out.glob("*.png")) == [] and list(out.glob("*.npz")) == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["images"][0]["status"] == "failed" and "NaN" in manifest["images"][0]["error"]

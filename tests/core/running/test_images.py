@@ -12,7 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _hostile import quiet_load
 from PIL import Image, ImageFile
+
+import vitviz
+from vitviz.cli import main
 
 from vitviz.core.running.images import (
     BLACK,
@@ -364,3 +368,27 @@ def test_find_images_natural_order(tmp_path: Path) -> None:
 def test_module_does_not_import_torch() -> None:
     code = "import sys, vitviz.core.running.images; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[3])
+
+
+# ------------------------------------------------------------------------------------------- a resize target (issue 20)
+
+def test_resize_target_is_checked_like_a_source(tiny_ckpt: Path, tmp_path: Path, photo: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from vitviz.errors import ImageError, OverrideError
+
+    with pytest.raises(OverrideError, match="resize 60000; expected at most 14142"):
+        vitviz.load(tiny_ckpt, heads=2, resize=60000)
+    assert main(["export", "--model", str(tiny_ckpt), "--heads", "2", str(photo), "--out", str(tmp_path / "o"),
+                     "--resize", "60000", "--quiet"]) == 2
+    assert "expected at most 14142" in capsys.readouterr().err
+    strip = tmp_path / "strip.png"
+    Image.new("RGB", (2000, 8)).save(strip)     # shorter side 8 -> 14000 px: 14000 x 3.5 million
+    model = quiet_load(tiny_ckpt, heads=2, resize=14000)
+    resized: list[tuple[int, int]] = []
+    original = Image.Image.resize
+    monkeypatch.setattr(Image.Image, "resize", lambda img, size, *a, **k: resized.append(size) or original(img, size,
+                                                                                                              *a, **k))
+    with pytest.raises(ImageError, match=r"resizing its 2000x8 px to .* MP\) is refused.*200 MP"):
+        model.run(strip)
+    assert not [size for size in resized if size[0] * size[1] > 200_000_000]   # refused before resizing

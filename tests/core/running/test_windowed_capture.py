@@ -3,17 +3,20 @@ bias in slices, the shift mask, the softmax written over its input) gives bitwis
 sums that run whenever a gradient is needed; the one-key-per-row NaN check still catches non-finite attention."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from _windowed import swin_spec, sam_spec
+import vitviz
 from parity_refs import perturb
 from vitviz.core.running import windowed
 from vitviz.core.running.windowed import WindowedModel, WindowedNet
-from vitviz.errors import NonFiniteError
+from vitviz.errors import NonFiniteError, VitvizError
 
 
 
@@ -113,3 +116,28 @@ def test_a_windowed_result_names_its_top_classes_as_a_plain_one_does() -> None:
     p /= p.sum()
     assert [i for i, _, _ in top] == list(np.argsort(-p)[:2]) and top[0][1] == f"class {top[0][0]}"
     assert abs(top[0][2] - p.max()) < 1e-6
+
+
+# ------------------------------------------------------------------------- a Swin input smaller than a patch (issue 34)
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_a_swin_input_smaller_than_one_patch_is_refused(size: int, tiny_swin_folder: Path, tmp_path: Path) -> None:
+    from vitviz.errors import InconsistentCheckpointError, OverrideError
+
+    image = np.zeros((64, 64, 3), np.uint8)
+    with pytest.raises(OverrideError, match="smaller than one 4 px patch"):
+        vitviz.load(tiny_swin_folder, image_size=size)
+    with pytest.raises(VitvizError, match="smaller than one patch"):
+        vitviz.load(tiny_swin_folder).run(image, image_size=size)
+    if size != 2:      # img_size 1 or 3 in its config
+        import shutil
+
+        folder = tmp_path / "swin"
+        shutil.copytree(tiny_swin_folder, folder)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.setdefault("model_args", {})["img_size"] = size
+        cfg.setdefault("pretrained_cfg", {})["input_size"] = [3, size, size]
+        (folder / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(InconsistentCheckpointError, match=f"image size {size}x{size} .*config.json"):
+            vitviz.load(folder)
+    assert vitviz.load(tiny_swin_folder).run(image, image_size=4).spec.image_size == (4, 4)   # one patch runs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import warnings
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from trial_refs import (D2LMultiHeadAttention, LabmlMultiHeadAttention, ZupMulti
 import vitviz
 from vitviz.core.running.live import (MHA, SDPA, SOFTMAX, LiveModel, LiveModelError, LiveWarning, NoAttentionError,
                                       UserCodeError, sdpa_probabilities)
-from vitviz.errors import UnknownLayoutError
+from vitviz.errors import UnknownLayoutError, VitvizError
 
 ATOL = 1e-5
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")  # said on purpose; tested once
@@ -1077,3 +1078,83 @@ def test_an_nn_sequential_vit_file_is_refused_as_one_and_its_code_opens_it(tmp_p
     attn, logits = vm.forward_captured(x)
     _same(attn[0], maps)
     np.testing.assert_allclose(logits, out.numpy(), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- user code's process-wide state (issue 34)
+
+def _probe_env() -> str | None:
+    return os.environ.get("VITVIZ_ANSWERS")
+
+
+LEAKS = {   # what the user's code runs -> what reads the state it changes (equal before and after)
+    "device": ("torch.set_default_device('meta')", lambda: __import__("torch").get_default_device().type),
+    "dtype": ("torch.set_default_dtype(torch.float64)", lambda: __import__("torch").get_default_dtype()),
+    "grad": ("torch.set_grad_enabled(False)", lambda: __import__("torch").is_grad_enabled()),
+    "seed": ("torch.manual_seed(1234)", lambda: __import__("torch").get_rng_state().sum().item()),
+    "threads": ("torch.set_num_threads(1)", lambda: __import__("torch").get_num_threads()),
+    "deterministic": ("torch.use_deterministic_algorithms(True)",
+                      lambda: __import__("torch").are_deterministic_algorithms_enabled()),
+    "precision": ("torch.set_float32_matmul_precision('medium')",
+                  lambda: __import__("torch").get_float32_matmul_precision()),
+    "anomaly": ("torch.autograd.set_detect_anomaly(True)", lambda: __import__("torch").is_anomaly_enabled()),
+    "warnings": ("import warnings; warnings.simplefilter('ignore')", lambda: list(__import__("warnings").filters)),
+    "cwd": ("import os; os.chdir('/')", os.getcwd),
+    "recursion": ("import sys; sys.setrecursionlimit(200)", lambda: __import__("sys").getrecursionlimit()),
+    "numpy": ("import numpy; numpy.seterr(all='raise')", lambda: np.geterr()),
+    "sigint": ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)",
+               lambda: __import__("signal").getsignal(__import__("signal").SIGINT)),
+    "stderr": ("import sys, io; sys.stderr = io.StringIO()", lambda: id(__import__("sys").stderr)),
+    "env": ("import os; os.environ['VITVIZ_ANSWERS'] = '/dev/zero'", _probe_env),
+}
+
+
+@pytest.mark.parametrize("leak", sorted(LEAKS))
+@pytest.mark.parametrize("where", ["module", "factory", "forward"])
+def test_user_code_does_not_leak_process_state_into_vitviz(leak: str, where: str, tmp_path: Path, demo) -> None:
+    """A --code file that changes torch's or Python's process-wide state at import, in its factory or in its
+    forward: after vitviz ran it, the state is what it was (so the demo runs and verifies as before: a float64
+    default made the verification differ, a meta default device made the next load fail)."""
+    import sys
+    import warnings
+
+    statement, probe = LEAKS[leak]
+    code = tmp_path / f"leaky_{where}.py"
+    body = {"module": f"{statement}\n", "factory": "", "forward": ""}[where]
+    code.write_text(
+        "import torch\nimport sys\nsys.path.insert(0, %r)\nfrom misbehaving_code import TinyViT\n%s\n"
+        "class Leaky(TinyViT):\n"
+        "    def forward(self, x):\n"
+        "        %s\n"
+        "        return super().forward(x)\n\n"
+        "def make():\n"
+        "    %s\n"
+        "    return Leaky()\n" % (str(TESTS), body,
+                                  statement if where == "forward" else "pass",
+                                  statement if where == "factory" else "pass"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        before = probe()
+        try:
+            model = vitviz.load(None, code=f"{code}:make", device="cpu")
+            model.run(np.zeros((32, 32, 3), np.uint8))
+        except VitvizError as e:   # a model built on 'meta' by its factory, or a forward making meta tensors
+            assert leak == "device" and where != "module", e
+            assert "meta" in str(e)
+        assert probe() == before, leak
+    sys.modules.pop("misbehaving_code", None)
+    result = demo.run(np.zeros((64, 64, 3), np.uint8))
+    assert result.attentions.dtype == np.float32 and np.isfinite(result.attentions).all()
+
+
+def test_a_float64_default_from_user_code_does_not_make_verify_differ(tmp_path: Path, demo) -> None:
+    import warnings
+
+    code = tmp_path / "f64.py"
+    code.write_text("import sys, torch\nsys.path.insert(0, %r)\nfrom misbehaving_code import TinyViT\n\n"
+                    "def make():\n    torch.set_default_dtype(torch.float64)\n    return TinyViT()\n"
+                    % str(TESTS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vitviz.load(None, code=f"{code}:make", device="cpu")
+    check = vitviz.verify(demo)
+    assert check.verdict == "verified", check.summary()
