@@ -1,7 +1,9 @@
 """Models by name from the Hugging Face Hub (`hf:` / `timm:`), against a fake hub on 127.0.0.1 (no internet).
 
 The fake hub (`tests/_fakehub.py`) answers like huggingface.co's `resolve` endpoint: HEAD/GET with X-Repo-Commit,
-ETag and Content-Length, Range requests for resumed downloads, and X-Error-Code on 404s.
+ETag and Content-Length, Range requests for resumed downloads, and X-Error-Code on 404s. Hostile names and
+revisions, a hub that misbehaves or stays silent, and real HF cache layouts (issue 20) are refused or read without a
+write outside the cache.
 """
 from __future__ import annotations
 

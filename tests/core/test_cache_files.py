@@ -1,6 +1,7 @@
 """vitviz's own small files -- the remembered answers, remembered verdicts, shape signatures -- are read only when
 they are small regular files (issue 34: the answers store as a FIFO hung info, export and the window; as /dev/zero
-it read 4 GiB)."""
+it read 4 GiB). The one path check (`vitviz.core.files.check_path`) refuses a name holding a NUL character, and
+configs read by name (a cache scan, the text tower's) are read through it too."""
 from __future__ import annotations
 
 import os

@@ -5,7 +5,7 @@ with vitviz and verifies: the original is built again by its library (or by the 
 weights, and every layer's attention and the output are compared on a probe input. The negative cases show the
 comparison fails when it should: a ReLU model read as GELU, a wrong eps, a resampling recipe that only shows at the
 other size, a file that is not the model its name says; and that nothing is called verified when nothing names the
-model.
+model. Bad devices and sizes are refused naming them, and a timm whose import raises is 'not verified', said.
 """
 from __future__ import annotations
 

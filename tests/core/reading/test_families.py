@@ -5,6 +5,10 @@ here was silently wrong before its fix -- it opened and showed numbers that diff
 named the setting responsible. Each test builds the original with its own library (random, perturbed weights),
 saves it the way its users do, and checks that vitviz either matches it (logits and every layer's attention) or
 says the setting that explains the difference -- and that the override it names then makes it match.
+
+The newer families' config fields (timm DINOv3 / PE, transformers DINOv3, open_clip; issue 20), each set to a wrong
+value or JSON type: a `MetadataError` naming the file and the field, or a load where the value still means what it
+says.
 """
 from __future__ import annotations
 

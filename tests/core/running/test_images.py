@@ -1,4 +1,5 @@
-"""Image loading, preprocessing and folder scanning (vitviz.core.running.images)."""
+"""Image loading, preprocessing and folder scanning (vitviz.core.running.images); a resize target is checked like a
+source (issue 20)."""
 from __future__ import annotations
 
 import io

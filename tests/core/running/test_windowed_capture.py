@@ -1,6 +1,7 @@
 """The windowed capture's fast path (vitviz.core.running.windowed): the attention built in place (bias, SAM's decomposed
 bias in slices, the shift mask, the softmax written over its input) gives bitwise the values of the out-of-place
-sums that run whenever a gradient is needed; the one-key-per-row NaN check still catches non-finite attention."""
+sums that run whenever a gradient is needed; the one-key-per-row NaN check still catches non-finite attention; a
+Swin input smaller than one patch is refused, never run (issue 34)."""
 from __future__ import annotations
 
 import json

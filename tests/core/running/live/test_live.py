@@ -6,6 +6,8 @@ own forward is what runs, and within 1e-5 where PyTorch's fused fast path (which
 run instead. Mechanisms: explicit softmax (vit-pytorch), nn.MultiheadAttention with need_weights=False
 (nn.TransformerEncoder, open_clip 3.x, torchvision), F.scaled_dot_product_attention (timm fused, transformers
 sdpa, open_clip's own Attention, a hand-written module with masks, a scale, is_causal and GQA).
+
+User code that changes torch's or Python's process-wide state leaves it as it was once vitviz ran it (issue 34).
 """
 from __future__ import annotations
 
