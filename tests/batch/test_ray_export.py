@@ -477,10 +477,10 @@ def test_a_cluster_that_accepts_but_does_not_answer_is_named_in_bounded_time(
 def test_a_list_that_is_a_fifo_or_dev_zero_is_refused(tmp_path: Path) -> None:
     from vitviz.batch.ray_engine import collect_sources
 
-    fifo = fifo(tmp_path / "list.txt")
+    pipe = fifo(tmp_path / "list.txt")
     zero = tmp_path / "zero.txt"
     zero.symlink_to("/dev/zero")
-    for listed, what in ((fifo, "named pipe"), (zero, "character device")):
+    for listed, what in ((pipe, "named pipe"), (zero, "character device")):
         with pytest.raises(InputError, match=what):
             collect_sources([str(listed)], tmp_path / "out", None)
         with pytest.raises(InputError, match=what):
@@ -490,9 +490,9 @@ def test_a_list_that_is_a_fifo_or_dev_zero_is_refused(tmp_path: Path) -> None:
 def test_a_file_uri_of_a_fifo_or_dev_zero_fails_as_that_image(tmp_path: Path) -> None:
     from vitviz.batch.ray_engine import collect_sources, fetch
 
-    fifo = fifo(tmp_path / "fifo.png")
+    pipe = fifo(tmp_path / "fifo.png")
     with pytest.raises(InputError, match="named pipe"):
-        fetch(fifo.as_uri())
+        fetch(pipe.as_uri())
     with pytest.raises(InputError, match="character device"):
         fetch("file:///dev/zero")
     with pytest.raises(InputError, match="character device"):   # a URI naming no image: looked at, refused

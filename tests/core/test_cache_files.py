@@ -94,8 +94,8 @@ def test_cache_scans_and_text_configs_read_only_regular_json(tmp_path: Path) -> 
 
     scan = importlib.import_module("vitviz.catalog.scan")
     text = importlib.import_module("vitviz.core.analyses.text")
-    fifo = fifo(tmp_path / "config.json")
-    assert scan._read_json(fifo) is None
+    pipe = fifo(tmp_path / "config.json")
+    assert scan._read_json(pipe) is None
     deep = tmp_path / "deep"
     deep.mkdir()
     (deep / "config.json").write_text('{"model_type": "clip", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
