@@ -471,7 +471,11 @@ def test_huge_layer_and_head_ranges_are_refused_before_expanding(option: str, va
     from vitviz.cli import main
 
     image = random_png(tmp_path / "a.png")
-    assert main(["export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value]) == 2
+    try:
+        code = main(["export", "--model", str(DEMO), str(image), "--out", str(tmp_path / "out"), option, value])
+    except SystemExit as e:  # argparse
+        code = e.code
+    assert code == 2
     err = capsys.readouterr().err
     assert "no model has" in err and "Traceback" not in err and "MemoryError" not in err
     assert not (tmp_path / "out").exists()
