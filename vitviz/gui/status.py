@@ -44,7 +44,7 @@ class WrappingStatusBar(QStatusBar):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.messageChanged.connect(lambda _text: QTimer.singleShot(0, self._fit_height))
+        self.messageChanged.connect(lambda _text: QTimer.singleShot(0, self, self._fit_height))
 
     def message_rect(self) -> QRect:
         """Where the message is drawn: from the left edge to the first shown permanent widget."""
@@ -68,7 +68,7 @@ class WrappingStatusBar(QStatusBar):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        QTimer.singleShot(0, self._fit_height)
+        QTimer.singleShot(0, self, self._fit_height)
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt override
         text = self.currentMessage()
