@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 from _tiny import HEADS  # noqa: F401 - the head count the tiny checkpoints load with, for the tests
 from PIL import Image
+from PySide6.QtCore import QRect
+from PySide6.QtWidgets import QApplication
 
 from vitviz.cli.window import add_window_arguments, window_overrides
 from vitviz.core.spec import AttentionResult, ModelSpec
@@ -107,3 +109,24 @@ def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
         window.load_model(str(path), heads=HEADS)
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)
+
+
+SCREENS = {"1600x1000": (1600, 1000), "1280x800": (1280, 800)}     # the two screens the layout tests lay out for
+
+
+def settle() -> None:
+    """Let Qt run its queued layout and paint events (a few turns of the event loop)."""
+    for _ in range(5):
+        QApplication.processEvents()
+
+
+def open_at(qtbot, window, screen: tuple[int, int], model: Path, image: Path, **load) -> None:  # noqa: ANN001
+    """Lay the window out for `screen`, load `model` and run `image`."""
+    from vitviz.gui.window import default_size
+
+    window.use_size(default_size(QRect(0, 0, *screen)))
+    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+        window.load_model(str(model), **load)
+    window.session.add_images([str(image)])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    assert window.reporter.box is None or not window.reporter.box.isVisible(), window.reporter.box.text()

@@ -155,3 +155,26 @@ def variant_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torch.save(sd, folder / "no_pos.pth")
     out.update(no_embed_class=folder / "no_embed_class.pth", no_pos=folder / "no_pos.pth")
     return out
+
+
+# Swin's last stage has 24 heads (swin_tiny: 3, 6, 12, 24): here 2 stages of 2 blocks, 2 then 24 heads, 64 px
+SWIN24_ARGS = dict(img_size=64, embed_dim=24, depths=(2, 2), num_heads=(2, 24), window_size=4, num_classes=5)
+
+
+@pytest.fixture(scope="session")
+def swin24(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny timm Swin hub folder whose second stage has 24 heads (many heads in few blocks)."""
+    import warnings
+
+    import torch
+
+    timm = pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, **SWIN24_ARGS)
+    folder = tmp_path_factory.mktemp("swin24")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(folder), safe_serialization=True, model_args=SWIN24_ARGS)
+    return folder

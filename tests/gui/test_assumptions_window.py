@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _gui import HEADS, answer_assumptions, show_dock, wait_idle
+from _gui import HEADS, SCREENS, answer_assumptions, open_at, show_dock, wait_idle
 from _hostile import DEMO
 from PySide6.QtWidgets import QLabel
 
@@ -468,3 +468,31 @@ def test_an_answers_store_nested_too_deeply_does_not_stop_a_load(qtbot, window, 
     [(title, summary)] = window.reporter.errors             # said to the user, naming the file and what is wrong
     assert title == "Remembered settings not read"
     assert str(store) in summary and "nested too deeply" in summary and "VITVIZ_ANSWERS" in summary
+
+
+def test_a_tutorial_vits_assumptions_under_screenshot_name_the_command_lines_flags(
+        qtbot, window, images, tmp_path: Path) -> None:  # noqa: ANN001
+    """Second pass: a hand-written tutorial ViT (nn.TransformerEncoder, a bare state dict) under --screenshot (no
+    one to ask) said "pass block_norm='pre'|'post'|'res_post' (CLI --block-norm …)" in the status bar: Python and
+    the flag at once. It now says the command line's way, as the head-count note beside it does."""
+    import torch.nn as nn
+
+    class TutorialViT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch_embed = nn.Conv2d(3, 32, 8, 8)
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, 32))
+            self.pos_embedding = nn.Parameter(torch.randn(1, 17, 32) * 0.02)
+            layer = nn.TransformerEncoderLayer(32, 2, 64, batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(32)
+            self.head = nn.Linear(32, 5)
+
+    torch.manual_seed(0)
+    path = tmp_path / "my_vit.pth"
+    torch.save(TutorialViT().state_dict(), path)
+    window.session.model.ask_assumptions = False
+    open_at(qtbot, window, SCREENS["1280x800"], path, images[0])
+    said = " ".join(window.notes)
+    assert "--block-norm pre|post|res_post" in said and "--act " in said, said
+    assert "block_norm='pre'" not in said and "act='" not in said and "(CLI " not in said, said

@@ -4,7 +4,10 @@ the map instead of calling it "rollout"."""
 from __future__ import annotations
 
 import numpy as np
-from _gui import show_dock
+import pytest
+from _gui import SCREENS, open_at, settle, show_dock
+from _plot_text import plot_text_problems
+from PySide6.QtCore import QPointF
 
 from vitviz.gui.panels.overview import column_name
 
@@ -66,3 +69,58 @@ def test_a_click_on_a_whole_model_map_keeps_the_layer(qtbot, loaded) -> None:  #
     assert clicked == [(1, None)] and w.state.layer == 1          # the tile is every layer's: the layer stays
     assert column_name("rollout of cls (mean, residual 0.50)") == "rollout of cls"
     assert column_name("class relevance (Chefer) of 'cat' (class 3)") == "class relevance (Chefer) of 'cat' (class 3)"
+
+
+class _Click:
+    def __init__(self, scene_pos: QPointF) -> None:
+        self._pos = scene_pos
+
+    def button(self):  # noqa: ANN201
+        from PySide6.QtCore import Qt
+
+        return Qt.MouseButton.LeftButton
+
+    def scenePos(self) -> QPointF:  # noqa: N802
+        return self._pos
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_a_swin_stage_with_24_heads_wraps_its_heads_into_readable_tiles(qtbot, window, swin24, images,
+                                                                         screen) -> None:  # noqa: ANN001
+    """The Overview showed a Swin stage as 2 rows of 26 tiles about 10 px wide; each block's heads are now
+    wrapped into bands (mean and max beside the first), every tile at least 24 px on screen, the text whole, and a
+    click on any tile picks that block and head."""
+    open_at(qtbot, window, SCREENS[screen], swin24, images[0])
+    window.state.update(layer=3)            # a block of the 24-head stage
+    overview = show_dock(qtbot, window, "overviewDock")
+    qtbot.waitUntil(lambda: overview._shape[1] == 26, timeout=20000)
+    settle()
+    nl, nc, gh, gw = overview._shape
+    assert overview._bands > 1 and nl == 2
+    assert overview._blocks == [2, 3]
+    pixel = overview.plot.vb.viewPixelSize()
+    assert min(gw / pixel[0], gh / pixel[1]) >= 24, (gw / pixel[0], gh / pixel[1], overview._bands)
+    assert not plot_text_problems(overview.widget), plot_text_problems(overview.widget)
+    clicked = []
+    overview.tile_clicked.connect(lambda layer, head: clicked.append((layer, head)))
+    for layer in range(nl):
+        for col in range(nc):
+            row, vcol = overview._place(layer, col)
+            centre = QPointF((vcol + 0.5) * (gw + overview._gap), (row + 0.5) * (gh + overview._gap))
+            assert overview.tile_at(centre) == (layer, col)
+    row, vcol = overview._place(1, 13)
+    scene = overview.plot.vb.mapViewToScene(QPointF((vcol + 0.5) * (gw + overview._gap),
+                                                    (row + 0.5) * (gh + overview._gap)))
+    overview._on_clicked(_Click(scene))
+    assert clicked == [(3, 13)]
+    labels = [text for _pos, text in overview.plot.getAxis("left")._tickLevels[0]]
+    assert labels[:2] == ["2", "3"] and f"+{overview._per_band()}" in labels
+
+
+def test_a_plain_vit_keeps_one_row_per_layer() -> None:
+    """A 12 × 12 ViT-B (or the demo's 3 × 4) is not wrapped: wrapping only pays for few rows of many heads."""
+    from vitviz.gui.panels.overview import wrap_layout
+
+    assert wrap_layout(12, 12, 400, 300) == 1 and wrap_layout(3, 4, 400, 300) == 1
+    assert wrap_layout(24, 16, 400, 300) == 1
+    assert wrap_layout(2, 24, 400, 300) > 1 and wrap_layout(2, 24, 0, 0) > 1

@@ -3,7 +3,8 @@ dock."""
 from __future__ import annotations
 
 import numpy as np
-from _gui import HEADS, hover, load_model, show_dock, viewport_pos
+from _gui import HEADS, hover, load_model, settle, show_dock, viewport_pos
+from _plot_text import plot_text_problems
 from PySide6.QtCore import Qt
 
 from vitviz.core.analyses import analysis
@@ -150,3 +151,31 @@ def test_model_info_register_tokens_and_no_model(qtbot, window, tiny_ckpt_b, ima
     load_model(qtbot, window, tiny_ckpt_b, images[:1])
     assert "3 (cls, reg0, reg1)" in window.info.text()
     assert "No model loaded" in info_html(ModelInfo())
+
+
+def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_empty(qtbot, swin24, loaded,
+                                                                                   images) -> None:  # noqa: ANN001
+    """Swin has no CLS or register tokens: 'by token kind' was a flat line at 1.0 for every block. The plot is
+    folded (its room goes to the distance and entropy plots) and its title says why; a ViT with a CLS token
+    still gets the plot and its key."""
+    from vitviz.gui.panels.headstats import KINDS_TITLE, NO_KINDS_TITLE
+
+    panel = show_dock(qtbot, loaded, "headStatsDock")
+    qtbot.waitUntil(lambda: panel.kinds.values is not None, timeout=20000)
+    assert panel.kinds.plot.isVisible() and panel.kinds.title.text == KINDS_TITLE and "cls" in panel.kinds.key.text()
+    with qtbot.waitSignal(loaded.session.model_loaded, timeout=60000):
+        loaded.load_model(str(swin24))
+    qtbot.waitUntil(loaded.is_idle, timeout=60000)
+    panel.request_redraw()
+    qtbot.waitUntil(lambda: panel.kinds.folded and panel.shown is not None, timeout=20000)
+    settle()
+    assert not panel.kinds.plot.isVisible() and panel.kinds.title.text == NO_KINDS_TITLE
+    assert panel.kinds.key.text() == ""
+    loaded.state.update(head=3)
+    assert panel.kinds.key.text() == ""
+    assert panel.distance.plot.height() > 100
+    assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+    # Features: no token features for a windowed model (said), and its settings disabled, not left to do nothing
+    features = show_dock(qtbot, loaded, "featuresDock")
+    qtbot.waitUntil(lambda: "No token features" in features.status.text(), timeout=20000)
+    assert not features.tabs.isEnabled() and not features.layer_spin.isEnabled()

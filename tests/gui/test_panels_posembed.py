@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _gui import HEADS, hover, load_model, show_dock, viewport_pos
+from _gui import HEADS, SCREENS, hover, load_model, open_at, settle, show_dock, viewport_pos
+from _plot_text import plot_text_problems
 
 from vitviz.core.analyses import analysis
 from vitviz.core.analyses.maps import MOSAIC_MAX_POSITIONS, pos_embed_data
@@ -128,3 +129,24 @@ def test_a_new_colormap_redraws_the_maps_and_both_colour_bars(qtbot, loaded) -> 
     assert panel.colorbar.colorMap() is colors.colormap("magma")
     assert panel.rope_section.colorbar.colorMap() is colors.colormap("magma")
     np.testing.assert_array_equal(panel.cls_item.lut, colors.lut("magma"))
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tiny_ckpt, images,
+                                                               screen) -> None:  # noqa: ANN001
+    """Positions: 'CLS vs all' floated ~40-100 px above its map (an aspect-locked map centred in a tall cell); the
+    maps are now drawn at the top of their cells, each within 20 px under its caption, and still whole."""
+    from _gui import HEADS
+
+    open_at(qtbot, window, SCREENS[screen], tiny_ckpt, images[0], heads=HEADS)
+    panel = show_dock(qtbot, window, "posEmbedDock")
+    qtbot.waitUntil(lambda: panel.data is not None, timeout=20000)
+    panel.hover(1, 2)
+    settle()
+    for label, item in ((panel.hover_label, panel.hover_item), (panel.cls_label, panel.cls_item)):
+        text = label.item.mapRectToScene(label.item.boundingRect())
+        shown = item.sceneBoundingRect().intersected(item.getViewBox().sceneBoundingRect())
+        gap = shown.top() - text.bottom()
+        assert -1 <= gap <= 20, (label.text, gap)
+        assert shown.height() >= item.sceneBoundingRect().height() - 1      # not cut by its view
+    assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)

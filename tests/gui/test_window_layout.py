@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 import pytest
-from _gui import HEADS, show_dock, wait_idle
+from _gui import HEADS, SCREENS, open_at, settle, show_dock, wait_idle
 from _plot_text import plot_text_problems
 from _tiny import write_tiny_checkpoint
 from PySide6.QtCore import QPoint, QRect, QRectF
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QApplication, QLabel, QTabBar, QWidget
 from vitviz.gui.panels.matrix import MatrixPanel
 from vitviz.gui.window import DOCKS, default_size
 
-SCREENS = {"1600x1000": (1600, 1000), "1280x800": (1280, 800)}
 TABBED = ["overviewDock", "matrixDock", "rolloutDock", "posEmbedDock", "headStatsDock", "featuresDock"]
 WIDE_HEADS = 12
 
@@ -39,11 +38,6 @@ def _loaded_at(qtbot, window, screen: tuple[int, int], ckpt: Path, images: list[
     window.session.add_images([str(p) for p in images])
     qtbot.waitUntil(window.is_idle, timeout=60000)
     window.select_query(window.session.model.spec.num_prefix + 5)       # the longest titles: a query token's
-
-
-def _settle() -> None:
-    for _ in range(5):
-        QApplication.processEvents()
 
 
 def clipped_graphics(widget: pg.GraphicsLayoutWidget) -> list[str]:
@@ -82,7 +76,7 @@ def test_every_panel_fits_at_the_default_size(qtbot, window, wide_ckpt, images, 
     problems = []
     for name in TABBED + ["infoDock", "imagesDock"]:
         panel = show_dock(qtbot, window, name)
-        _settle()
+        settle()
         for widget in [panel, *panel.findChildren(QWidget)]:
             if isinstance(widget, pg.GraphicsLayoutWidget) and widget.isVisible():
                 problems += [f"{name}: {p}" for p in clipped_graphics(widget)]
@@ -97,7 +91,7 @@ def test_every_panel_fits_at_the_default_size(qtbot, window, wide_ckpt, images, 
 @pytest.mark.parametrize("screen", SCREENS)
 def test_dock_tabs_are_whole_and_name_their_panel(qtbot, window, screen) -> None:  # noqa: ANN001
     window.use_size(default_size(QRect(0, 0, *SCREENS[screen])))
-    _settle()
+    settle()
     window.update_tab_tips()
     bars = [bar for bar in window.findChildren(QTabBar) if bar.parent() is window and bar.isVisible()
             and bar.count() and bar.width() > 0]                      # the docks' tabs, not a panel's own
@@ -117,11 +111,11 @@ def test_switching_tabs_does_not_move_anything(qtbot, window, wide_ckpt, images)
     """The Rollout tab used to widen the dock by ~180 px and shrink the image."""
     _loaded_at(qtbot, window, SCREENS["1280x800"], wide_ckpt, images[:1])
     show_dock(qtbot, window, "overviewDock")
-    _settle()
+    settle()
     before = (window.dock("overviewDock").width(), window.panel.width(), window.dock("controlsDock").width())
     for name in TABBED + ["overviewDock"]:
         show_dock(qtbot, window, name)
-        _settle()
+        settle()
         after = (window.dock(name).width(), window.panel.width(), window.dock("controlsDock").width())
         assert after == before, f"raising {name} moved the layout: {before} -> {after}"
 
@@ -143,7 +137,7 @@ def _label_spans(panel: MatrixPanel, side: str) -> list[tuple[float, float, str]
 def test_matrix_axis_labels_never_overlap(qtbot, window, wide_ckpt, images, screen) -> None:  # noqa: ANN001
     _loaded_at(qtbot, window, SCREENS[screen], wide_ckpt, images[:1])
     panel = show_dock(qtbot, window, "matrixDock")
-    _settle()
+    settle()
     for side in ("left", "bottom"):
         spans = _label_spans(panel, side)
         assert spans and any(text.startswith("cls") for _a, _b, text in spans) or side == "bottom"
@@ -160,7 +154,7 @@ def shown_views(qtbot, window):  # noqa: ANN001, ANN201
     """(name, panel) for every dock raised in turn, and for each view of the Features dock, drawn from a result."""
     for name in TABBED + ["infoDock", "imagesDock"]:
         panel = show_dock(qtbot, window, name)
-        _settle()
+        settle()
         if name != "featuresDock":
             yield name, panel
             continue
@@ -169,7 +163,7 @@ def shown_views(qtbot, window):  # noqa: ANN001, ANN201
         for tab in FEATURE_TABS:
             panel.show_tab(tab)
             qtbot.waitUntil(lambda tab=tab: tab in drawn and window.is_idle(), timeout=30000)
-            _settle()
+            settle()
             yield f"{name} › {tab}", panel
         panel.shown.disconnect(drawn.append)
 
@@ -204,7 +198,7 @@ def test_empty_docks_show_no_scaled_axes(qtbot, window, screen) -> None:  # noqa
         for tab in tabs:
             if tab:
                 panel.show_tab(tab)
-            _settle()
+            settle()
             for widget in plot_widgets(panel):
                 problems += [f"{name} {tab or ''}: {p}" for p in plot_text_problems(widget)]
     assert not problems, "\n".join(problems)
@@ -216,11 +210,11 @@ def test_a_title_that_wraps_does_not_move_the_image(qtbot, loaded) -> None:  # n
     """The image panel keeps room for a two-line title, and a title never gives back room at the same width:
     titles of one, two and three lines in turn move the image once at most (to make room for the third)."""
     panel = loaded.panel
-    _settle()
+    settle()
 
     def view_after(text: str) -> tuple[float, float]:
         panel.title.setText(text)
-        _settle()
+        settle()
         rect = panel.view.sceneBoundingRect()
         return rect.top(), rect.height()
 
@@ -272,7 +266,7 @@ def test_a_colorbar_set_while_hidden_is_sized_when_shown(qtbot) -> None:  # noqa
     colors.set_colorbar_levels(bar, (-0.211, 1.0))
     bar.axis.setLabel("cosine similarity (both images)")
     bar.setVisible(True)
-    _settle()
+    settle()
     ticks = [t.text for t in axis_texts(bar.axis) if t.owner.endswith("tick")]
     assert ticks == ["0", "0.5", "1.0"]
     assert not plot_text_problems(widget)
@@ -304,7 +298,7 @@ def test_learned_table_and_rope_both_get_room(qtbot, window, eva02, images, scre
     qtbot.waitUntil(window.is_idle, timeout=60000)
     panel = show_dock(qtbot, window, "posEmbedDock")
     qtbot.waitUntil(lambda: panel.rope is not None and panel.data is not None, timeout=30000)
-    _settle()
+    settle()
     problems = []
     for widget in (panel.widget, panel.rope_section.widget):
         assert widget.isVisible()
@@ -373,3 +367,92 @@ def test_a_status_message_cut_at_the_edge_is_whole_in_the_bars_tooltip(qtbot, lo
     assert window.statusBar().toolTip() == longer
     window.statusBar().showMessage("Ready")
     assert window.statusBar().toolTip() == ""
+
+
+def _plot_problems(name: str, panel) -> list[str]:  # noqa: ANN001
+    return [f"{name}: {p}" for widget in plot_widgets(panel) for p in plot_text_problems(widget)]
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_text_in_compare_and_timeline_plots_is_whole_and_apart(qtbot, window, tiny_ckpt, tiny_ckpt_b, images,
+                                                                tmp_path: Path, screen) -> None:  # noqa: ANN001
+    """`_plot_text` over the Compare and Timeline docks (issue 35's Done when): no label over another or over a
+    curve (Compare's legend lay over the CKA line), none cut, no map squeezed; the window stays within the
+    screen with both docks open."""
+    from _gui import HEADS
+    from _tiny import write_tiny_checkpoint
+
+    open_at(qtbot, window, SCREENS[screen], tiny_ckpt, images[0], heads=HEADS)
+    window.session.add_images([str(p) for p in images[1:]])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    window.compare_with(str(tiny_ckpt_b), heads=HEADS)
+    qtbot.waitUntil(lambda: window.compare.active and window.is_idle(), timeout=60000)
+    compare = show_dock(qtbot, window, "compareDock")
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    settle()
+    problems = _plot_problems("compare", compare)
+    # the key is under the plot, not a legend inside it (it lay over the CKA curve near 1 in the screenshot)
+    assert compare.plot.legend is None and "linear&nbsp;CKA" in compare.key.text() and compare.key.isVisible()
+    run = tmp_path / "run"
+    run.mkdir()
+    for i, step in enumerate((100, 200, 400)):
+        write_tiny_checkpoint(run / f"step-{step}.pth", seed=20 + i)
+    window.open_run(str(run))
+    qtbot.waitUntil(lambda: window.timeline.store is not None, timeout=30000)
+    timeline = show_dock(qtbot, window, "timelineDock")
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    timeline.request_redraw()
+    qtbot.waitUntil(lambda: "p = " in timeline.prediction.text(), timeout=30000)
+    settle()
+    problems += _plot_problems("timeline", timeline)
+    assert window.height() <= SCREENS[screen][1] and window.width() <= SCREENS[screen][0]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("screen", SCREENS)
+def test_text_in_plots_is_whole_and_apart_for_a_windowed_model(qtbot, window, swin24, images,
+                                                                screen) -> None:  # noqa: ANN001
+    """`_plot_text` over every dock (each Features view too) and the image panel with Swin (a 24-head stage
+    selected), at both screen sizes."""
+    open_at(qtbot, window, SCREENS[screen], swin24, images[0])
+    window.session.add_images([str(images[1])])
+    qtbot.waitUntil(window.is_idle, timeout=60000)
+    window.state.update(layer=3)
+    settle()
+    problems = []
+    for name in TABBED + ["infoDock", "imagesDock"]:
+        panel = show_dock(qtbot, window, name)
+        for tab in FEATURE_TABS if name == "featuresDock" else (None,):
+            if tab:
+                panel.show_tab(tab)
+            qtbot.waitUntil(window.is_idle, timeout=60000)
+            settle()
+            problems += _plot_problems(f"{name} {tab or ''}", panel)
+    problems += [f"image panel: {p}" for p in plot_text_problems(window.panel.view_widget)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_long_status_message_wraps_onto_a_second_line_at_1280(qtbot, loaded) -> None:  # noqa: ANN001
+    """The left status message was cut at the edge at 1280 × 800 (Qt draws it on one line): a message wider than
+    the room left of the verdict and the buttons now takes two lines (the bar grows while it stands) and is drawn
+    whole; a short one keeps the bar one line high."""
+    from vitviz.gui.status import MESSAGE_LINES, WrappingStatusBar
+
+    window = loaded
+    window.use_size(default_size(QRect(0, 0, 1280, 800)))
+    bar = window.statusBar()
+    assert isinstance(bar, WrappingStatusBar)
+    window.note("Token 17 picked (Matrix, Rollout, Features follow); the map stays the class relevance — choose "
+                "'Attention of query token' in Map to see its attention, or click again to pick another")
+    qtbot.waitUntil(lambda: bar.minimumHeight() > 0, timeout=5000)
+    settle()
+    text = bar.currentMessage()
+    room = bar.message_rect()
+    assert bar.fontMetrics().horizontalAdvance(text) > room.width()       # it would be cut on one line
+    assert bar.lines_needed(text) == MESSAGE_LINES
+    assert bar.height() >= MESSAGE_LINES * bar.fontMetrics().lineSpacing()
+    verdict = window.status.verdict_label
+    assert not verdict.isVisible() or room.right() < verdict.geometry().left()
+    window.statusBar().showMessage("Ready")
+    qtbot.waitUntil(lambda: bar.minimumHeight() == 0, timeout=5000)
+    assert bar.height() < 2 * bar.fontMetrics().lineSpacing() + 4
