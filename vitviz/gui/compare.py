@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
 from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.docks import SideDock, action, ask_then, panel_of, register
 from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
@@ -550,3 +552,20 @@ def export_view(view: CompareView, source: str, state: Any, folder: Path, overwr
     folder.mkdir(parents=True, exist_ok=True)
     return [files.write_png_atomic(folder / name, rgb, overwrite=overwrite)
             for name, rgb in zip(names, rgbs) if rgb is not None]
+
+
+def _ask_for_b(window: QWidget) -> str:
+    """Model B's checkpoint, asked for with a file dialog ('' when cancelled)."""
+    return QFileDialog.getOpenFileName(window, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
+                                       "*.safetensors *.ckpt *.npz *.json);;All files (*)")[0]
+
+
+register(SideDock(
+    "compareDock", "Compare", "Compare two models",
+    "A, B and A − B linked to the controls, and JSD / CKA per layer (Models › Compare with…)",
+    attribute="compare", part=lambda window: CompareSession(window.session, window),
+    panel=panel_of("vitviz.gui.panels.compare:ComparePanel"), order=10,
+    work=lambda part: bool(part.active), work_changed="changed",
+    actions=lambda window, _part: [action(
+        window, "&Compare with…", "compare_with", "Load a second model B (any family or size) and compare it with "
+        "the loaded one on the open images", ask_then(window, _ask_for_b, window.compare_with))]))

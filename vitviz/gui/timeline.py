@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from vitviz.core.analyses.maps import ResultMaps
+from vitviz.gui.docks import SideDock, action, ask_then, panel_of, register
 from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
@@ -303,3 +305,19 @@ class TimelineSession(QObject):
         if self.store is not None:
             for path in paths:
                 self.store.remove_image(path)
+
+
+def _ask_for_run(window: QWidget) -> str:
+    """A training run's folder, asked for with a folder dialog ('' when cancelled)."""
+    return QFileDialog.getExistingDirectory(window, "Open a training run (a folder of checkpoints)")
+
+
+register(SideDock(
+    "timelineDock", "Timeline", "Training run timeline",
+    "a run's checkpoints on the current image, with plots against step (Models › Open training run…)",
+    attribute="timeline", part=lambda window: TimelineSession(window.session, window),
+    panel=panel_of("vitviz.gui.panels.timeline:TimelinePanel"), order=20,
+    work=lambda part: bool(part.folder), work_changed="opened",
+    actions=lambda window, _part: [action(
+        window, "Open &training run…", "open_training_run", "Open a folder of checkpoints of one training run as a "
+        "timeline", ask_then(window, _ask_for_run, window.open_run))]))

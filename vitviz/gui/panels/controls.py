@@ -17,6 +17,7 @@ from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
+from vitviz.gui.signals import wire
 from vitviz.gui.state import (COLORMAPS, QUERY_SOURCES, SOURCES, ViewState, default_source, map_kind, query_source,
                               resolve_index)
 
@@ -133,12 +134,9 @@ class ControlsPanel(QWidget):
         self._on_state_changed(set(state.snapshot()))
         self.device_requested.connect(session.set_device)
         self.size_requested.connect(self._on_size_requested)
-        session.model_loaded.connect(self._on_model_loaded)
-        session.devices_found.connect(self.set_devices)
-        session.device_changed.connect(self.set_device)
-        session.size_changed.connect(self.show_size)
-        session.loading_changed.connect(self._on_loading_changed)
-        session.verification_changed.connect(self._on_verified)
+        wire(session, model_loaded=self._on_model_loaded, devices_found=self.set_devices,
+             device_changed=self.set_device, size_changed=self.show_size, loading_changed=self._on_loading_changed,
+             verification_changed=self._on_verified)
 
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
