@@ -27,25 +27,28 @@ OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 @pytest.mark.parametrize("module", families.FAMILIES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_every_family_declares_its_facts(module: ModuleType) -> None:
     assert isinstance(module.HELP, str) and module.HELP.strip()
-    assert isinstance(module.REGISTERED_SIZES, bool)
-    for name, recipe in module.PREPROCESS.items():
+    assert isinstance(families.fact(module, "REGISTERED_SIZES"), bool)
+    for name, recipe in families.fact(module, "PREPROCESS").items():
         assert isinstance(recipe, families.Recipe), name
         assert 0 < recipe.crop_pct <= 1 and recipe.mode in options.CROP_MODES
         assert recipe.interpolation in options.INTERPOLATIONS and len(recipe.mean) == len(recipe.std)
-    for pattern, family, priority in module.NAME_HINTS:
+    for pattern, family, priority in families.fact(module, "NAME_HINTS"):
         assert isinstance(pattern, str) and isinstance(family, str) and isinstance(priority, int)
-    for model_type, family in getattr(module, "HF_MODEL_TYPES", {}).items():
+    for model_type, family in families.fact(module, "HF_MODEL_TYPES").items():
         assert family.startswith("hf-"), model_type
 
 
 def test_a_family_without_its_facts_is_refused() -> None:
     fake = ModuleType("vitviz.core.reading.families.newfamily")
     fake.NAMES, fake.detect, fake.convert = ("newfamily",), lambda *a: None, lambda *a: None
-    fake.HELP, fake.REGISTERED_SIZES = "a new layout", False
-    with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, PREPROCESS, NAME_HINTS"):
+    with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, HELP"):
         families.check_family_module(fake)
-    fake.PREPROCESS, fake.NAME_HINTS, fake.DETECT_ORDER = {}, (), 500
+    fake.HELP, fake.DETECT_ORDER = "a new layout", 500
     families.check_family_module(fake)
+    # what it does not state is the cautious default: no eval recipe, not the registered sizes, no name hints
+    assert [families.fact(fake, name) for name in ("PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")] == [{}, False, ()]
+    fake.REGISTERED_SIZES = True
+    assert families.fact(fake, "REGISTERED_SIZES") is True
 
 
 @pytest.mark.parametrize("name, family", [
