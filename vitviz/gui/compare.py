@@ -38,36 +38,31 @@ HEAD_MODES = {"match": "heads matched by similarity", "index": "heads by index"}
 
 
 # ------------------------------------------------------------------------------------------------- answers
+# An answer holds what the work computed; what was asked (image, generation, ...) is its request's, which the
+# answer's handler is given beside it (`Session.route`).
 
 @dataclass(frozen=True)
 class LoadedB:
-    """Model B has loaded (in the worker's slot) for comparison `generation`."""
+    """Model B has loaded (in the worker's slot) for the comparison its request names."""
 
     spec: ModelSpec
     device: str
-    path: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
 class RanB:
-    """One image's result by model B (its maps precomputed)."""
+    """The asked image's result by model B (its maps precomputed)."""
 
-    image: str
-    generation: int
     maps: ResultMaps
 
 
 @dataclass(frozen=True, eq=False)
 class ViewBuilt:
-    """The comparison over `sources` (every open image both models have run), heads matched over all of them, with
-    its per-layer summary (JSD, and CKA when both models' token features could be captured)."""
+    """The comparison over the asked `sources` (every open image both models have run), heads matched over all of
+    them, with its per-layer summary (JSD, and CKA when both models' token features could be captured)."""
 
     view: CompareView
     summary: CompareSummary
-    sources: tuple[str, ...]
-    heads: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,7 +115,7 @@ class LoadB(Independent):
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
                                      "window yet; `vitviz export --compare` neither")
         ctx.slots[B_SLOT] = (self.generation, model)
-        return LoadedB(model.spec, str(model.device), self.path, self.generation)
+        return LoadedB(model.spec, str(model.device))
 
 
 @dataclass(eq=False)
@@ -141,7 +136,7 @@ class RunB(Request):
     def __call__(self, ctx: Context) -> RanB:
         maps = ResultMaps(_model_b(ctx, self.generation).run(self.image))
         maps.precompute()
-        return RanB(self.image, self.generation, maps)
+        return RanB(maps)
 
 
 @dataclass(eq=False)
@@ -173,7 +168,7 @@ class BuildView(Request):
             view.prepare(self.what, self.query)
         features = self._features(ctx) if self.cka else None
         summary = view.summary(features) if features is not None else view.summary()
-        return ViewBuilt(view, summary, tuple(self.sources), self.heads, self.generation)
+        return ViewBuilt(view, summary)
 
     def _features(self, ctx: Context) -> tuple[list[Any], list[Any]] | None:
         """Both models' raw token features of every image (kept per model and image), or None when a model has no
@@ -434,24 +429,24 @@ class CompareSession(QObject):
         return frame, note
 
     # ------------------------------------------------------------------------------------------ answers
-    def _on_loaded(self, request: Request, answer: LoadedB) -> None:
-        if answer.generation != self.generation:
+    def _on_loaded(self, request: LoadB, answer: LoadedB) -> None:
+        if request.generation != self.generation:
             return
         self.loading, self.b_spec, self.b_device = False, answer.spec, answer.device
         self.run_all()
         self.changed.emit()
 
-    def _on_ran(self, request: Request, answer: RanB) -> None:
-        if answer.generation != self.generation:
+    def _on_ran(self, request: RunB, answer: RanB) -> None:
+        if request.generation != self.generation:
             return
-        self.results_b[answer.image] = answer.maps
+        self.results_b[request.image] = answer.maps
         self.maybe_build()
         self.changed.emit()
 
-    def _on_built(self, request: Request, answer: ViewBuilt) -> None:
+    def _on_built(self, request: BuildView, answer: ViewBuilt) -> None:
         if request is self._building:
             self._building = None
-        if answer.generation != self.generation or answer.heads != self.heads:
+        if request.generation != self.generation or request.heads != self.heads:
             self.maybe_build()
             return
         self.view, self.summary = answer.view, answer.summary

@@ -25,24 +25,22 @@ from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_nam
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
 PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
 
+# An answer holds what the work computed; what was asked (image, checkpoint, generation) is its request's, which
+# the answer's handler is given beside it (`Session.route`).
+
 
 @dataclass(frozen=True, eq=False)
 class RunOpened:
-    """A run folder opened as a timeline (nothing loaded yet): its store (read-only on the GUI thread)."""
+    """The asked run folder opened as a timeline (nothing loaded yet): its store (read-only on the GUI thread)."""
 
     store: Any
-    folder: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
 class CheckpointRan:
-    """Image `image`'s result at checkpoint `k`."""
+    """The asked image's result at the asked checkpoint."""
 
-    k: int
-    image: str
     maps: ResultMaps
-    generation: int
 
 
 def _store(ctx: Context, generation: int) -> Any:
@@ -72,7 +70,7 @@ class OpenRun(Independent):
         run = open_run(self.folder, **{k: v for k, v in self.overrides.items() if v is not None})
         store = TimelineStore(run, budget_bytes=self.budget_bytes)
         ctx.slots[STORE_SLOT] = (self.generation, store)
-        return RunOpened(store, self.folder, self.generation)
+        return RunOpened(store)
 
 
 @dataclass(eq=False)
@@ -93,7 +91,7 @@ class TimelineResult(Independent):
         store = _store(ctx, self.generation)
         if self.image not in store.images:
             store.add_image(self.image, self.image)
-        return CheckpointRan(self.k, self.image, store.result(self.k, self.image), self.generation)
+        return CheckpointRan(store.result(self.k, self.image))
 
 
 @dataclass(frozen=True)
@@ -255,8 +253,8 @@ class TimelineSession(QObject):
             self.client.submit(TimelineResult, k=j, image=image, generation=self.generation)
 
     # ------------------------------------------------------------------------------------------ answers
-    def _on_opened(self, _request: Request, answer: RunOpened) -> None:
-        if answer.generation != self.generation:
+    def _on_opened(self, request: OpenRun, answer: RunOpened) -> None:
+        if request.generation != self.generation:
             return
         self.store, self.opening = answer.store, False
         if self.image:
@@ -264,13 +262,13 @@ class TimelineSession(QObject):
         self.opened.emit()
         self.show(min(self.k, len(self.store) - 1))     # 0 for a new run; a reload stays where it was
 
-    def _on_ran(self, request: Request, answer: CheckpointRan) -> None:
-        if answer.generation != self.generation:
+    def _on_ran(self, request: TimelineResult, _answer: CheckpointRan) -> None:
+        if request.generation != self.generation:
             return
-        if answer.image == self.image:
+        if request.image == self.image:
             self.figures.emit()
-            if answer.k == self.k:
-                self.shown.emit(answer.k)
+            if request.k == self.k:
+                self.shown.emit(request.k)
 
     def _on_failed(self, request: Request, summary: str, _details: str) -> None:
         if isinstance(request, OpenRun):
