@@ -24,7 +24,6 @@ from PySide6.QtWidgets import QFileDialog, QWidget
 from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
-from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.docks import SideDock, action, ask_then, panel_of, register
 from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
@@ -92,7 +91,6 @@ class LoadB(Independent):
     overrides: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
 
-    answer = LoadedB
     title = "Could not load model B for the comparison"
 
     def describe(self) -> str:
@@ -111,7 +109,7 @@ class LoadB(Independent):
         device = str(ctx.model.device) if ctx.model is not None else None
         let_go(ctx, *B_SLOTS)                       # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
-        if WINDOWS in capabilities_of(model):
+        if model.spec.traits.blocks:       # no one token grid across its layers to compare on
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
                                      "window yet; `vitviz export --compare` neither")
         ctx.slots[B_SLOT] = (self.generation, model)
@@ -125,7 +123,6 @@ class RunB(Request):
     image: str = ""
     generation: int = 0
 
-    answer = RanB
     title = "Model B could not run the image"
     about_model = False
     needs_model = False
@@ -155,7 +152,6 @@ class BuildView(Request):
     what: MapKind | None = None      # the map shown now, built ahead of the first frame
     query: int | None = None
 
-    answer = ViewBuilt
     title = "Could not compare the models"
     user_code = False
 
@@ -209,7 +205,6 @@ class PrepareMaps(Independent):
     what: MapKind | None = None
     query: int | None = None
 
-    answer = MapsPrepared
     title = "Could not compare the maps"
 
     def describe(self) -> str:
@@ -392,7 +387,7 @@ class CompareSession(QObject):
         """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
         grid across its layers, which the comparison's maps and head matching are drawn on."""
         spec = self.session.model.spec
-        if spec is None or WINDOWS not in (self.session.model.capabilities or capabilities_of_spec(spec)):
+        if not self.session.model.traits.blocks:     # a plain ViT, or nothing loaded yet
             return ""
         return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
                 "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "

@@ -57,7 +57,6 @@ class OpenRun(Independent):
     overrides: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
 
-    answer = RunOpened
     title = "Could not open the training run"
 
     def describe(self) -> str:
@@ -81,7 +80,6 @@ class TimelineResult(Independent):
     image: str = ""
     generation: int = 0
 
-    answer = CheckpointRan
     title = "Could not run the checkpoint"
 
     def describe(self) -> str:

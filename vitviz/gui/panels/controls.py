@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import traits_of
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
@@ -141,7 +140,7 @@ class ControlsPanel(QWidget):
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
         spec = self.session.model.spec
-        if spec is not None and spec is not self.model_settings.spec and traits_of(spec).plain_settings:
+        if spec is not None and spec is not self.model_settings.spec and spec.traits.plain_settings:
             self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
@@ -297,7 +296,7 @@ class ControlsPanel(QWidget):
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        traits = traits_of(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
+        traits = spec.traits     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
         blocks = traits.blocks
         self.model_settings.set_spec(spec if traits.plain_settings else None)   # its fields are a plain ViT's
         self.model_settings.setToolTip("" if traits.plain_settings else WINDOWED_SETTINGS)
@@ -353,7 +352,7 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
-            if traits_of(spec).blocks:     # heads per stage: the block's own
+            if spec is not None and spec.traits.blocks:     # heads per stage: the block's own
                 heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
@@ -405,7 +404,7 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
-    if traits_of(spec).blocks:
+    if spec.traits.blocks:
         return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)
