@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from _gui import HEADS, show_dock, wait_idle
 
-from vitviz.gui.protocol import (Compared, Explained, Featured, Features, Load, Pca, PcaFitted, Relevance, Request, Share,
-                                 Shared, Similarity)
+from vitviz.gui.protocol import (Compared, Explained, Featured, Features, Load, Pca, PcaFitted, Relevance, Request,
+                                 Share, Shared, Similarity)
 from vitviz.gui.worker import InferenceWorker
 
 

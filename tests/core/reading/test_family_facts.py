@@ -99,8 +99,8 @@ def test_registered_sizes_hf_types_and_eval_sizes() -> None:
         assert families.follows_registered_sizes(family), family
     for family in ("structural", "vit_pytorch", "torch_encoder", "seed", "swin", "sam"):
         assert not families.follows_registered_sizes(family), family
-    assert set(families.REGISTERED_FAMILIES) >= {"timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf", "clip",
-                                   "eva", "eva02", "dinov3", "pe", "rope_vit", "beit", "jax"}
+    assert set(families.REGISTERED_FAMILIES) >= {"timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf",
+                                                 "clip", "eva", "eva02", "dinov3", "pe", "rope_vit", "beit", "jax"}
     assert families.hf_family("dinov2_with_registers") == "hf-dinov2"
     assert families.hf_family("clip_vision_model") == "hf-clip"
     assert families.hf_family("data2vec-vision") == "hf-data2vec-vision"
