@@ -2,7 +2,7 @@
 
 A request is one object made on the GUI thread (`WorkerClient.submit(Run, image=..., image_size=...)`) whose class
 says everything about its kind of work: its fields (the arguments), what it answers (`answer`, a frozen dataclass
-such as `Ran`), what the status bar says while it runs (`describe`), the title of the dialog when it fails
+such as `Ran`, read from the return annotation of its `__call__`), what the status bar says while it runs (`describe`), the title of the dialog when it fails
 (`title`), whether it runs the model's own code (`user_code`), whether a new model makes it stale (`about_model`),
 and the work itself (`__call__(ctx)`, run by the worker in its thread with `ctx` the worker: its `model`, its
 download progress). The worker only calls it; the client sends one `answered(request, answer)` for every kind.
