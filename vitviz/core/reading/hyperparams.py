@@ -9,8 +9,9 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
