@@ -213,8 +213,6 @@ def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:
     """A windowed spec names the head count `heads` (a plain ViT's `num_heads`): its guess warning, and the window's
     line for it, still say heads=N (CLI --heads N), not 'a config.json naming the model'."""
     timm = pytest.importorskip("timm")
-    from vitviz.gui.protocol import windowed_guess
-
     sam = _tiny_sam(timm)
     torch.save(sam.state_dict(), tmp_path / "sam.pth")
     with warnings.catch_warnings(record=True) as seen:
@@ -223,7 +221,7 @@ def test_a_windowed_models_guessed_heads_says_to_pass_heads(tmp_path) -> None:
     assert "heads" in dict(model.spec.guesses)
     said = [str(w.message) for w in seen if ": heads is a guess" in str(w.message)]
     assert said and said[0].endswith("pass heads=N (CLI --heads N)"), said
-    assert windowed_guess(model.spec, "heads").endswith("pass heads=N (CLI --heads N)")
+    assert dict(model.described_assumptions())["heads"].endswith("pass heads=N (CLI --heads N)")   # the window's
 
 
 def _tiny_sam(timm):

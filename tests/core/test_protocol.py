@@ -1,6 +1,6 @@
 """What a model can do (`vitviz.core.protocol`): a windowed model states the WINDOWS capability, and the one adapter
-(`windowed`, `capabilities_of_spec`, `traits_of`) answers for a model, its spec, its result and its per-image holder alike, so no
-other code asks the class or a flag."""
+(`windowed`, `capabilities_of_spec`) answers for a model, its spec, its result and its per-image holder alike, and a
+spec says its own layout (`traits`), so no other code asks the class or a flag."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,8 @@ from _windowed import model_of, sam_spec, swin_spec, x_for
 from vitviz.core.analyses.maps import MapKind, ResultMaps
 from vitviz.core.analyses.winview import WHY_NOT, WindowedMaps, holder_of, info_rows
 from vitviz.core.protocol import (ATTENTION, CAPABILITIES, REFERENCE, WINDOWS, capabilities_of, capabilities_of_spec,
-                                  traits_of, windowed)
-from vitviz.core.spec import AttentionResult, ModelSpec
+                                  windowed)
+from vitviz.core.spec import PLAIN_TRAITS, AttentionResult, ModelSpec
 
 
 def test_a_windowed_model_says_so_by_capability_and_every_part_of_it_follows() -> None:
@@ -67,15 +67,17 @@ def test_the_docks_ask_the_holder_what_it_has_whichever_lane_made_it() -> None:
     assert sam.rollout_depth == len(sam.layers("rollout", 0, "global")) == 1 and sam.query_count == 6 * 7
 
 
-def test_the_windows_layout_is_asked_of_one_adapter() -> None:
-    """`traits_of`: blocks over stages (no mean over them, 'block' on an axis, no plain-ViT settings) for a windowed
-    spec or a model whose capabilities say WINDOWS; a position table asked for unless a windowed model has none."""
+def test_a_spec_says_its_own_layout() -> None:
+    """`spec.traits`: blocks over stages (no mean over them, 'block' on an axis, no plain-ViT settings) for a windowed
+    spec; a position table asked for unless a windowed model has none; what a plain ViT's spec (and the window
+    before any model) says otherwise."""
     plain = _plain_result().spec
-    t = traits_of(plain)
+    t = plain.traits
     assert (t.blocks, t.plain_settings, t.pos_table, t.layer_word, t.layer_mean) == (False, True, True, "layer", True)
-    swin = traits_of(swin_spec())
+    assert t == PLAIN_TRAITS
+    swin = swin_spec().traits
     assert (swin.blocks, swin.plain_settings, swin.pos_table, swin.layer_word, swin.layer_mean) == (
         True, False, False, "block", False)
-    assert traits_of(sam_spec()).pos_table and traits_of(model_of(sam_spec())).blocks     # SAM's absolute table
-    assert traits_of(plain, frozenset({WINDOWS})).blocks and not traits_of(swin_spec(), frozenset({ATTENTION})).blocks
-    assert traits_of(None) == t                                                # no model yet: a plain ViT's layout
+    assert sam_spec().traits.pos_table and model_of(sam_spec()).spec.traits.blocks     # SAM's absolute table
+    for spec in (plain, swin_spec(), sam_spec()):    # the spec's own word agrees with the one lane adapter
+        assert spec.traits.blocks == windowed(spec) == (WINDOWS in capabilities_of_spec(spec))

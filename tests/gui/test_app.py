@@ -8,7 +8,7 @@ import pytest
 from _gui import HEADS, parse, wait_idle
 
 from vitviz.gui.app import EXIT_2_TITLES, apply_args
-from vitviz.gui.protocol import Kind
+from vitviz.gui.protocol import Load
 from vitviz.gui.session import DEVICE_FAILED
 
 
@@ -38,7 +38,7 @@ def test_device_reaches_the_demo_load(qtbot, window, monkeypatch, tiny_ckpt, ima
     monkeypatch.setattr(bundled, "demo_images", lambda: list(images))
     asked = []
     monkeypatch.setattr(window.session.client, "submit",
-                        lambda kind, first=False, **kw: asked.append(kw["device"]) if kind is Kind.LOAD else None)
+                        lambda kind, first=False, **kw: asked.append(kw["device"]) if kind is Load else None)
     apply_args(window, parse("--device", "cpu"))
     assert asked == ["cpu"]
 

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QLabel
 import vitviz
 from vitviz.gui import settings as st
 from vitviz.gui.assumptions import asked
-from vitviz.gui.protocol import Kind, Verified, Verify
+from vitviz.gui.protocol import Load, Run, Verified, Verify
 from vitviz.gui.window import DIFFERS
 
 
@@ -107,7 +107,7 @@ def test_a_hand_written_layout_asks_its_assumptions_before_anything_runs(qtbot, 
     dialog = _ask(qtbot, window, hand_written, images[:1])
     s = window.session
     assert not s.model.library_layout and not s.model.spec.heads_guessed           # heads from the per-head Linears
-    assert s.model.awaiting_answers and s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None
+    assert s.model.awaiting_answers and s.client.pending(Run) == [] and s.result(str(images[0])) is None
     assert dialog.fields == ["block_norm", "mlp_kind", "attn_scale"] == asked(s.model.spec)   # heads: not asked
     assert dialog.combos["block_norm"].currentData() == "pre"                          # the assumption, said so
     assert dialog.combos["block_norm"].currentText().endswith("(assumed)")
@@ -301,7 +301,7 @@ def test_a_live_model_is_not_verified(qtbot, session) -> None:  # noqa: ANN001
                      num_heads=2)
     session.model.spec = spec
     session._verify()
-    assert session.client.pending(Kind.VERIFY) == [] and not session.model.verify_asked
+    assert session.client.pending(Verify) == [] and not session.model.verify_asked
     assert verdict_line(spec).text == LIVE_LINE and asked(spec) == []
 
 
@@ -357,7 +357,7 @@ def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings
     dialog.remember_check.setChecked(True)                                  # even remembering: nothing to keep
     QTest.keyClick(dialog, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.assumptions_dialog is None, timeout=5000)
-    assert s.client.pending(Kind.LOAD) == [] and loads == [] and s.model.spec is spec and answers.read_all() == {}
+    assert s.client.pending(Load) == [] and loads == [] and s.model.spec is spec and answers.read_all() == {}
 
 
 def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, tiny_ckpt,  # noqa: ANN001

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from vitviz.gui import worker as worker_mod
 from vitviz.gui.app import apply_args
-from vitviz.gui.protocol import Kind
+from vitviz.gui.protocol import Features, Load
 from vitviz.gui.worker import InterruptHooks, is_interruption
 
 CODE = '''
@@ -99,11 +99,11 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     box = _box(qtbot, window)
     assert "my_vit.py" in box.text() and "build()" in box.text() and str(user_code) in box.informativeText()
     assert "only continue if you trust it" in box.informativeText()
-    assert window.session.client.pending(Kind.LOAD) == [] and window.session.model.spec is None   # nothing ran yet
+    assert window.session.client.pending(Load) == [] and window.session.model.spec is None   # nothing ran yet
     assert "my_vit" not in " ".join(__import__("sys").modules)
     box.button(QMessageBox.StandardButton.Cancel).click()                       # no: nothing is loaded at all
     qtbot.waitUntil(lambda: window.code_box is None, timeout=5000)
-    assert window.session.client.pending(Kind.LOAD) == [] and window.session.model.spec is None
+    assert window.session.client.pending(Load) == [] and window.session.model.spec is None
     assert window.session.loading == "" and window.demo_instead_of_model is False
     window.load_code(ref)                                                       # asked again
     box = _box(qtbot, window)
@@ -124,9 +124,9 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     assert ref not in __import__("vitviz.gui.settings", fromlist=["x"]).recent_models(window.settings)
     features = show_dock(qtbot, window, "featuresDock")                        # said there, not in an error box
     qtbot.waitUntil(lambda: "reference ViT" in features.status.text(), timeout=5000)
-    assert window.reporter.errors == [] and s.client.pending(Kind.FEATURES) == []
+    assert window.reporter.errors == [] and s.client.pending(Features) == []
     window.load_code(ref)                                                       # agreed before: not asked again
-    assert window.code_box is None and s.client.pending(Kind.LOAD)
+    assert window.code_box is None and s.client.pending(Load)
     wait_idle(qtbot, window)
     assert window.reporter.errors == []
 

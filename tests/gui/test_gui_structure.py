@@ -13,7 +13,8 @@ from _gui import HEADS
 from vitviz import catalog
 from vitviz.core.analyses.maps import PosEmbedData, ResultMaps
 from vitviz.gui import protocol
-from vitviz.gui.protocol import REQUESTS, Cataloged, Kind, Loaded, Moved, PosEmbedded, Probed, Ran, Request
+from vitviz.gui.protocol import (REQUESTS, Catalog, Cataloged, Load, Loaded, Move, Moved, PosEmbed, PosEmbedded, Probe,
+                                 Probed, Ran, Request, Run)
 from vitviz.gui.worker import InferenceWorker
 
 GUI = Path(__file__).resolve().parents[2] / "vitviz" / "gui"
@@ -28,9 +29,11 @@ def _is_frozen_dataclass(answer: object) -> bool:
 
 def test_every_request_carries_its_work_answer_title_and_description() -> None:
     """Each request class is the whole of its kind: work (`__call__`), answer type (a frozen dataclass), failure
-    title, status text; `Kind` names them all and `REQUESTS` lists each once."""
-    kinds = {v for k, v in vars(Kind).items() if k.isupper()}
-    assert kinds == set(REQUESTS) and len(REQUESTS) == len(set(REQUESTS))
+    title, status text; `REQUESTS` lists each request class of the protocol once (they are named by their classes:
+    there is no second table of short names)."""
+    kinds = {v for v in vars(protocol).values() if isinstance(v, type) and issubclass(v, Request) and
+             v.__module__ == protocol.__name__ and "title" in vars(v) and v is not Request}
+    assert kinds == set(REQUESTS) and len(REQUESTS) == len(set(REQUESTS)) and not hasattr(protocol, "Kind")
     for cls in REQUESTS:
         assert dataclasses.is_dataclass(cls) and "__call__" in {n for c in cls.__mro__[:-2] for n in vars(c)}, cls
         assert dataclasses.is_dataclass(cls.answer) and cls.answer.__dataclass_params__.frozen, cls
@@ -77,32 +80,32 @@ def test_each_kind_dispatches_to_its_handler_and_answers_its_dataclass(qtbot, ti
         assert isinstance(answer, kind.answer) and _is_frozen_dataclass(answer), answer
         return answer
 
-    probed = ask(Kind.PROBE)
+    probed = ask(Probe)
     assert isinstance(probed, Probed) and probed.devices[0] == "cpu"
-    loaded = ask(Kind.LOAD, path=str(tiny_ckpt), device=None, heads=HEADS)
+    loaded = ask(Load, path=str(tiny_ckpt), device=None, heads=HEADS)
     assert isinstance(loaded, Loaded) and loaded.spec.num_heads == HEADS and loaded.device == "cpu"
     assert sum(loaded.counts.values()) == loaded.spec.num_params and loaded.refused == ""
-    ran = ask(Kind.RUN, image=str(images[0]), image_size=None)
+    ran = ask(Run, image=str(images[0]), image_size=None)
     assert isinstance(ran, Ran) and isinstance(ran.maps, ResultMaps) and ran.maps.result.grid == (4, 4)
-    posembedded = ask(Kind.POSEMBED, grid=(4, 6))
+    posembedded = ask(PosEmbed, grid=(4, 6))
     assert isinstance(posembedded, PosEmbedded) and posembedded.grid == (4, 6)
     assert isinstance(posembedded.data, PosEmbedData) and posembedded.data.grid == (4, 6)
-    moved = ask(Kind.MOVE, device="cpu")
+    moved = ask(Move, device="cpu")
     assert moved == Moved("cpu")
-    cataloged = ask(Kind.CATALOG, recent=[str(tiny_ckpt)])
+    cataloged = ask(Catalog, recent=[str(tiny_ckpt)])
     assert isinstance(cataloged, Cataloged) and isinstance(cataloged.entries, catalog.ScanResult)
     assert [e.path for e in cataloged.entries] == [tiny_ckpt]
     assert {name for name, _cached, _bytes in cataloged.named} == set(catalog.named_models())
-    refused = ask(Kind.LOAD, path=str(tiny_ckpt), device="tpu", heads=HEADS)
+    refused = ask(Load, path=str(tiny_ckpt), device="tpu", heads=HEADS)
     assert refused.device == "cpu" and "tpu" in refused.refused
 
 
 def test_the_client_answers_every_kind_on_one_signal_with_its_request(qtbot, session, tiny_ckpt,  # noqa: ANN001
                                                                        images, empty_caches) -> None:
     client = session.client
-    asks = [(Kind.PROBE, {}), (Kind.LOAD, {"path": str(tiny_ckpt), "device": None, "heads": HEADS}),
-            (Kind.RUN, {"image": str(images[0]), "image_size": None}), (Kind.POSEMBED, {"grid": (4, 4)}),
-            (Kind.MOVE, {"device": "cpu"}), (Kind.CATALOG, {"recent": []})]
+    asks = [(Probe, {}), (Load, {"path": str(tiny_ckpt), "device": None, "heads": HEADS}),
+            (Run, {"image": str(images[0]), "image_size": None}), (PosEmbed, {"grid": (4, 4)}),
+            (Move, {"device": "cpu"}), (Catalog, {"recent": []})]
     for kind, args in asks:
         with qtbot.waitSignal(client.answered, timeout=60000,
                               check_params_cb=lambda r, _a, kind=kind: r.kind is kind) as blocker:

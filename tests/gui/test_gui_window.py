@@ -11,7 +11,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from vitviz.core.analyses import analysis
-from vitviz.gui.protocol import Kind
+from vitviz.gui.protocol import Run
 
 
 def overlay_image(window) -> np.ndarray:  # noqa: ANN001
@@ -193,7 +193,7 @@ def test_stale_run_is_dropped(qtbot, loaded, images) -> None:  # noqa: ANN001
     w.session.set_image_size((40, 40))      # the run at 40x40 is sent at once ...
     w.session.set_image_size((32, 24))      # ... and is stale before its answer can arrive
     wait_idle(qtbot, w)
-    assert any(r.kind is Kind.RUN and r.args["image_size"] == (40, 40) for r in dropped)
+    assert any(r.kind is Run and r.args["image_size"] == (40, 40) for r in dropped)
     result = w.session.result(w.session.image_list.current).result
     assert result.image.shape[:2] == (32, 24) and w.panel.values.shape == (4, 3)
 
@@ -207,7 +207,7 @@ def test_result_of_replaced_model_is_dropped(qtbot, loaded, tiny_ckpt_b, images)
     w.load_model(str(tiny_ckpt_b), heads=HEADS)   # ... when a new model is asked for
     wait_idle(qtbot, w)
     assert w.reporter.errors == []
-    assert any(r.kind is Kind.RUN for r in dropped)
+    assert any(r.kind is Run for r in dropped)
     assert w.session.model.spec.reg_tokens == 2
     result = w.session.result(w.session.image_list.current).result
     assert result.spec.grid == (3, 3) and w.panel.values.shape == (3, 3)

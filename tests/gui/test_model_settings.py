@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QLabel
 
 from vitviz.gui import settings as st
 from vitviz.gui.dialogs import divisors
-from vitviz.gui.protocol import Kind
+from vitviz.gui.protocol import Run
 
 
 def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202
@@ -26,7 +26,7 @@ def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_
     dialog = _load_unsaid(qtbot, window, tiny_ckpt, images[:2])
     s = window.session
     assert s.model.spec.heads_guessed and s.model.awaiting_answers and dialog.isVisible()
-    assert s.client.pending(Kind.RUN) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
+    assert s.client.pending(Run) == [] and s.result(str(images[0])) is None        # nothing ran on a guess
     offered = [dialog.combo.itemData(i) for i in range(dialog.combo.count())]
     assert offered == divisors(32) == [1, 2, 4, 8, 16, 32]
     # a head count from the width alone is not preselected (Enter cannot take it); the guess is marked in the list

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from _gui import HEADS, show_dock, wait_idle
 
-from vitviz.gui.protocol import Compared, Explained, Featured, Kind, PcaFitted, Request, Shared
+from vitviz.gui.protocol import (Compared, Explained, Featured, Features, Load, Pca, PcaFitted, Relevance, Request,
+                                 Share, Shared, Similarity)
 from vitviz.gui.worker import InferenceWorker
 
 
@@ -49,31 +50,31 @@ def test_the_worker_answers_the_new_kinds_with_their_dataclasses(qtbot, tiny_ckp
         assert isinstance(answer, kind.answer) and _frozen(answer), answer
         return answer
 
-    ask(Kind.LOAD, path=str(tiny_ckpt), device=None, heads=HEADS)
+    ask(Load, path=str(tiny_ckpt), device=None, heads=HEADS)
     a, b = str(images[0]), str(images[1])
-    explained = ask(Kind.RELEVANCE, image=a, image_size=None, target=3)
+    explained = ask(Relevance, image=a, image_size=None, target=3)
     assert isinstance(explained, Explained) and explained.target == 3 and explained.relevance.target == 3
     np.testing.assert_array_equal(explained.relevance.chefer, class_relevance(model, a, 3).chefer)
-    top = ask(Kind.RELEVANCE, image=a, image_size=None, target=None)
+    top = ask(Relevance, image=a, image_size=None, target=None)
     assert top.target is None and top.relevance.target == int(np.argmax(model.run(a).logits))
-    fa, fb = (ask(Kind.FEATURES, image=p, image_size=None) for p in (a, b))
+    fa, fb = (ask(Features, image=p, image_size=None) for p in (a, b))
     assert isinstance(fa, Featured) and fa.features.raw.shape[0] == 2
     np.testing.assert_array_equal(fa.norms, token_norms(capture_features(model, a)))
     counts, edges = norm_histogram(fa.norms, bins=len(fa.counts[0]))
     np.testing.assert_array_equal(fa.counts, counts)
     np.testing.assert_array_equal(fa.edges, edges)
-    fitted = ask(Kind.PCA, features=[fa.features, fb.features], sources=(a, b), layer=1)
+    fitted = ask(Pca, features=[fa.features, fb.features], sources=(a, b), layer=1)
     assert isinstance(fitted, PcaFitted) and fitted.sources == (a, b) and fitted.layer == 1
     library = feature_pca([capture_features(model, a), capture_features(model, b)], 1)
     for ours, theirs in zip(fitted.pca.colors, library.colors):
         np.testing.assert_array_equal(ours, theirs)
-    compared = ask(Kind.SIMILARITY, a=fa.features, b=fb.features, sources=(a, b), layer=0)
+    compared = ask(Similarity, a=fa.features, b=fb.features, sources=(a, b), layer=0)
     assert isinstance(compared, Compared) and compared.sources == (a, b)
     expect = PatchSimilarity.from_stacks(fa.features, fb.features, 0).maps(1, 2)
     for ours, theirs in zip(compared.similarity.maps(1, 2), expect):
         np.testing.assert_array_equal(ours, theirs)
     result = model.run(a)
-    shared = ask(Kind.SHARE, image=a, result=result, norms=fa.norms, layer=1, threshold=float(fa.norms[1].mean()))
+    shared = ask(Share, image=a, result=result, norms=fa.norms, layer=1, threshold=float(fa.norms[1].mean()))
     assert isinstance(shared, Shared)
     mask = high_norm_mask(fa.norms[1], float(fa.norms[1].mean()))
     np.testing.assert_array_equal(shared.mask, mask)
@@ -272,7 +273,7 @@ def test_feature_maps_are_asked_for_only_while_the_dock_is_shown(qtbot, loaded, 
     """No feature pass runs for a user who never looks at the Features dock."""
     session = loaded.session
     assert all(session.result(str(p)).features is None for p in images)
-    assert not session.client.pending(Kind.FEATURES)
+    assert not session.client.pending(Features)
 
 
 def test_the_features_layer_reads_no_layer_before_a_model(qtbot, window, tiny_ckpt) -> None:  # noqa: ANN001

@@ -21,7 +21,7 @@ from _gui import HEADS, wait_idle
 from vitviz.gui import client as client_mod, worker as worker_mod
 from vitviz.gui.client import parking
 from vitviz.gui.window import MainWindow
-from vitviz.gui.protocol import Kind, Ran, Run
+from vitviz.gui.protocol import Probe, Ran, Run
 
 HELD_S = 120.0        # the fake forward pass holds until the test releases it (this only breaks a deadlock)
 WAIT_MS = 200         # the bounded wait of shutdown in these tests
@@ -53,8 +53,8 @@ def test_close_while_the_worker_is_busy(qtbot, settings, monkeypatch) -> None:  
     thread = weakref.ref(win.session.client.thread_object)      # only the window (and parking) hold it
     answers: list[object] = []
     win.session.client.answered.connect(lambda *a: answers.append(a) if isinstance(a[0], Run) else None)
-    win.session.client.submit(Kind.RUN, image="busy.png", image_size=None)
-    win.session.client.submit(Kind.RUN, image="queued.png", image_size=None)
+    win.session.client.submit(Run, image="busy.png", image_size=None)
+    win.session.client.submit(Run, image="queued.png", image_size=None)
     try:
         qtbot.waitUntil(started.is_set, timeout=60000)
         win.close()
@@ -86,7 +86,7 @@ def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  #
     thread = window.session.client.thread_object
     answers: list[object] = []
     window.session.client.answered.connect(lambda *a: answers.append(a) if isinstance(a[0], Run) else None)
-    window.session.client.submit(Kind.RUN, image="short.png", image_size=None)
+    window.session.client.submit(Run, image="short.png", image_size=None)
     qtbot.waitUntil(started.is_set, timeout=60000)
     threading.Timer(0.2, release.set).start()
     window.persist_settings = False
@@ -99,7 +99,7 @@ def test_close_waits_for_a_short_request(qtbot, window, monkeypatch) -> None:  #
 def test_submit_after_shutdown_is_ignored(qtbot, window) -> None:  # noqa: ANN001
     window.persist_settings = False
     window.close()
-    window.session.client.submit(Kind.PROBE)
+    window.session.client.submit(Probe)
     assert not window.session.busy and window.is_idle()
 
 
@@ -156,7 +156,7 @@ def test_close_interrupts_the_forward_pass_at_the_next_block(qtbot, deep_window,
     failed: list[object] = []
     client.failed.connect(lambda *a: failed.append(a))
     parked_before = len(parking)
-    client.submit(Kind.RUN, first=True, image=str(images[1]), image_size=(64, 64))
+    client.submit(Run, first=True, image=str(images[1]), image_size=(64, 64))
     qtbot.waitUntil(lambda: len(entered) >= 3, timeout=60000)
     at_request = len(entered)
     window.persist_settings = False
@@ -176,14 +176,14 @@ def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_windo
     ran: list[object] = []
     client.failed.connect(lambda *a: failed.append(a))
     client.answered.connect(lambda *a: ran.append(a) if isinstance(a[0], Run) else None)
-    request = client.submit(Kind.RUN, first=True, image=str(images[2]), image_size=(64, 64))
+    request = client.submit(Run, first=True, image=str(images[2]), image_size=(64, 64))
     qtbot.waitUntil(lambda: len(entered) >= 2, timeout=60000)
     at_request = len(entered)
     with qtbot.waitSignal(client.dropped, timeout=120000) as blocker:
         client.thread_object.requestInterruption()       # what shutdown does, without closing the client
     assert blocker.args == [request]
     assert len(entered) <= at_request + 1 < DEPTH        # stopped at the next block, not at the end of the pass
-    assert not client.pending(Kind.RUN)
+    assert not client.pending(Run)
     qtbot.wait(100)
     assert failed == [] and ran == [] and window.reporter.errors == [] and window.reporter.box is None
     assert all(len(block._forward_pre_hooks) == 1 for block in blocks)

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 import vitviz
 from parity_refs import perturb
 from vitviz.core.spec import GuessWarning
-from vitviz.core.running.winload import describe_guess
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
@@ -297,7 +296,7 @@ def test_a_swin_training_checkpoint_with_two_models_says_which_it_took(tmp_path)
     assert vm.spec.kind_of("nest_key") == "assumed" and "nest_key" in dict(vm.spec.assumptions)
     check(vm.run(x_for((64, 64))), *functional_softmax_reference(ema, x_for((64, 64))))
     assumed = dict(vm.spec.assumptions)   # and a field no option of a windowed model sets says a config
-    assert "pooling" in assumed and "pass pooling=" not in describe_guess(vm.spec, "pooling")
+    assert "pooling" in assumed and "pass pooling=" not in vm.spec.describe_guess("pooling")
     given = quiet_load(tmp_path / "ckpt.pth", image_size=64, nest_key="model")
     assert "nest_key" not in dict(given.spec.assumptions)
     check(given.run(x_for((64, 64))), *functional_softmax_reference(model, x_for((64, 64))))

@@ -22,11 +22,11 @@ from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.named import (NAMED_PREFIX, TORCHVISION_ARCHS, DownloadError, NamedWeights, Progress,
                                   cached_named, check_model_name, is_named_model, lookup_named, named_models,
                                   resolve_model_arg, resolve_named)
-from vitviz.catalog.scan import (HF_WEIGHT_NAMES, CatalogEntry, ScanResult, Skipped, format_size,
+from vitviz.catalog.scan import (CatalogEntry, ScanResult, Skipped, format_size,
                                  guess_family_from_name, scan, scan_hf_hub, scan_recent, scan_torch_hub)
 
 __all__ = [
-    "CatalogEntry", "DownloadError", "HF_WEIGHT_NAMES", "NAMED_PREFIX", "NamedWeights", "Progress",
+    "CatalogEntry", "DownloadError", "NAMED_PREFIX", "NamedWeights", "Progress",
     "ScanResult", "Skipped", "TORCHVISION_ARCHS", "cached_named", "check_model_name", "format_size", "guess_family_from_name",
     "hf_hub_dir", "is_named_model", "lookup_named", "named_models", "resolve_model_arg", "resolve_named", "scan",
     "scan_hf_hub", "scan_recent", "scan_torch_hub", "torch_hub_dir"]

@@ -36,8 +36,6 @@ Progress = Callable[[int, "int | None"], None]   # (bytes done, total bytes or N
 
 HUB_PREFIXES = ("hf:", "timm:")
 CONFIG_FILES = ("config.json", "preprocessor_config.json", "open_clip_config.json")
-# Most preferred first; the first one a repository has is the model's weights.
-WEIGHT_FILES = HUB_WEIGHT_NAMES
 # The most seconds one resolve waits for the hub's answers in all (its metadata requests and each download's
 # first bytes; time while bytes arrive does not count): `timeout=`, else $VITVIZ_HUB_TIMEOUT, else this.
 DEFAULT_TIMEOUT = 30.0
@@ -285,7 +283,7 @@ def resolve_hub(text: str, cache_dir: Path | None = None, progress: Progress | N
     fetch = _Fetcher(name, cache, progress, endpoint, offline, hub_timeout(timeout) if not offline else 0.0)
     try:
         weights = None
-        for file in WEIGHT_FILES:
+        for file in HUB_WEIGHT_NAMES:
             weights = fetch(file)
             if weights is not None:
                 break
@@ -582,9 +580,9 @@ class _Fetcher:
             where = ("offline (HF_HUB_OFFLINE is set)" if self.offline else
                      self.failure or f"the hub at {self.where} could not be reached")
             raise HubError(f"{text}: {where}; and {repo} is not in the cache {self.cache}; expected its weights "
-                           f"({' or '.join(WEIGHT_FILES[:2])}) there -- download it once with a network, or copy "
+                           f"({' or '.join(HUB_WEIGHT_NAMES[:2])}) there -- download it once with a network, or copy "
                            "the repository folder into that cache")
-        raise HubError(f"{text}: {repo} has no weights file vitviz reads; looked for {', '.join(WEIGHT_FILES)}")
+        raise HubError(f"{text}: {repo} has no weights file vitviz reads; looked for {', '.join(HUB_WEIGHT_NAMES)}")
 
 
 def _cached_revisions(cache: Path, repo: str) -> list[str]:

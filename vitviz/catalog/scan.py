@@ -13,8 +13,6 @@ from vitviz.core.formats import FOLDER_WEIGHT_NAMES, SHARD_INDEX, WEIGHT_SUFFIXE
 from vitviz.catalog.dirs import hf_hub_dir, torch_hub_dir
 from vitviz.catalog.named import NAMED_PREFIX
 
-# A model folder's weights, in `vitviz.load`'s order of preference (`vitviz.core.formats`).
-HF_WEIGHT_NAMES = FOLDER_WEIGHT_NAMES
 _TV_FILE = re.compile(r"^vit_[blh]_\d+(_swag\w*|_lc\w*)?-[0-9a-f]{8}\.pth$")
 # torchvision's ViT weight files as the torch hub names them -> (architecture, Weights enum member, classes, crop
 # px): what a listing shows of them, known without importing torchvision (and so torch) -- `vitviz models` stays
@@ -277,9 +275,9 @@ def _mtime(path: Path) -> float:
 
 def _weights_of(snap: Path) -> list[Path]:
     """The weights files a model folder is loaded from, in `vitviz.load`'s order of preference: the first of
-    HF_WEIGHT_NAMES there (an index with its shards), else every weights file. Only one of model.safetensors and
+    FOLDER_WEIGHT_NAMES there (an index with its shards), else every weights file. Only one of model.safetensors and
     pytorch_model.bin counts when a snapshot holds both."""
-    for name in HF_WEIGHT_NAMES:
+    for name in FOLDER_WEIGHT_NAMES:
         if (snap / name).exists():
             shards = sorted(snap.glob("model-*.safetensors")) if name == SHARD_INDEX else []
             return [snap / name, *shards]

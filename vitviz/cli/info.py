@@ -150,7 +150,7 @@ def _windowed_info(model: Any, as_json: bool) -> int:
     ('windowed (7×7, shift 3)' / 'global (64×64)'), every setting with its kind and source, the assumptions."""
     from vitviz.core.options import cli_wording
     from vitviz.core.options import WINDOWED_HOW_TO_PASS
-    from vitviz.core.running.winload import NAMING
+    from vitviz.core.winspec import NAMING
 
     spec = model.spec
     if as_json:

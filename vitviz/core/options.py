@@ -28,7 +28,6 @@ BLOCK_NORMS = ("pre", "post", "res_post")
 # Poolings whose head reads one D-wide vector (the class token, the mean of the patches, of every token): what a
 # user may ask for on the command line, and what LeGrad can apply to a mean-pooled layer.
 ONE_VECTOR_POOLINGS = ("token", "avg", "avg_all")
-LEGRAD_POOLINGS = ONE_VECTOR_POOLINGS
 # `ModelSpec.pooling`: also the class token beside the patch mean (DINOv2's linear head), and a MAP head.
 POOLINGS = ONE_VECTOR_POOLINGS + ("cls_avg", "map", "max", "avgmax")
 # The poolings the command line offers: the one-vector ones and timm's max / avgmax (the others are read off shapes).
@@ -36,7 +35,7 @@ CLI_POOLINGS = ONE_VECTOR_POOLINGS + ("max", "avgmax")
 # How the image is brought to the model's input size (`Preprocess.mode`), with the words the window shows.
 CROP_MODE_LABELS = {"center": "resize, centre crop", "squash": "squash to size", "squash_crop": "squash, centre crop"}
 CROP_MODES = tuple(CROP_MODE_LABELS)
-# Resampling filters (Pillow's names; `vitviz.core.running.images.INTERPOLATIONS` maps them to Pillow's constants).
+# Resampling filters (Pillow's names; `vitviz.core.running.images.PIL_FILTERS` maps them to Pillow's constants).
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 # How a head is ablated (vitviz.core.running.interventions): zeros, its mean over reference images, another image's
 ABLATION_MODES = ("zero", "mean", "resample")

@@ -12,7 +12,6 @@ No torch here (only under TYPE_CHECKING): the window's process can ask without i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -75,8 +74,8 @@ def capabilities_of(model: Any) -> frozenset[str]:
 def capabilities_of_spec(spec: Any) -> frozenset[str]:
     """What a spec alone says its model can do, before a loaded model answers (`capabilities_of`): a windowed
     spec's model attends inside windows (`WINDOWS`); a plain ViT's runs as vitviz's reference ViT unless its family
-    is 'live' (the user's own module). This, `windowed` and `traits_of` are the one place that tells the
-    lanes apart."""
+    is 'live' (the user's own module). This and `windowed` are the one place that tells the lanes apart (how a
+    model is laid out, its spec says itself: `ModelSpec.traits`, `WindowedSpec.traits`)."""
     if windowed(spec):
         return frozenset({WINDOWS})
     return frozenset({ATTENTION}) if getattr(spec, "family", "") == "live" else frozenset({ATTENTION, REFERENCE})
@@ -85,45 +84,11 @@ def capabilities_of_spec(spec: Any) -> frozenset[str]:
 def windowed(thing: Any) -> bool:
     """Whether a model, spec, result or per-image holder is of the windowed lane (Swin, SAM / ViTDet): its
     capabilities say `WINDOWS`, or its spec is a `WindowedSpec` (`windowed` set). The one adapter: everything
-    else asks capabilities, the `ImageMaps` interface (`vitviz.core.analyses.maps`) or `traits_of`."""
+    else asks capabilities, the `ImageMaps` interface (`vitviz.core.analyses.maps`) or its spec's `traits`."""
     if WINDOWS in capabilities_of(thing):
         return True
     spec = getattr(thing, "spec", thing)      # a result's or holder's spec, or the spec itself
     return bool(getattr(spec, "windowed", False))
-
-
-@dataclass(frozen=True)
-class Traits:
-    """What a model's spec says about how the window lays it out, asked instead of its lane (`traits_of`).
-
-    blocks: its layers are blocks counted over stages whose grids differ (Swin, SAM / ViTDet): a layer selection
-        names a block (its stage and place said beside it), each stage has its own head count, and there is no
-        mean over them.
-    plain_settings: the plain ViT's settings apply (Model settings, the assumed-settings dialog, provenance marks).
-    pos_table: whether a position table may be asked for (a windowed model's only where it has an absolute one).
-    """
-    blocks: bool
-    plain_settings: bool
-    pos_table: bool
-
-    @property
-    def layer_word(self) -> str:
-        """What one of its layers is called on an axis or a label: 'block' or 'layer'."""
-        return "block" if self.blocks else "layer"
-
-    @property
-    def layer_mean(self) -> bool:
-        """Whether its maps have a mean over layers (blocks over stages do not: the stages' grids differ)."""
-        return not self.blocks
-
-
-def traits_of(thing: Any, can: frozenset[str] | None = None) -> Traits:
-    """The `Traits` of a model, spec, result or holder (`can`: the loaded model's capabilities, where known): the one
-    adapter the window asks where its layout, not a map, differs between the lanes."""
-    blocks = WINDOWS in can if can is not None else windowed(thing)
-    spec = getattr(thing, "spec", thing)
-    return Traits(blocks=blocks, plain_settings=not blocks,
-                  pos_table=not blocks or bool(getattr(spec, "pos_embed", False)))
 
 
 def is_reference(model: Any) -> bool:

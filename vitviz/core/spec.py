@@ -268,6 +268,35 @@ class Provenanced:
 
 
 @dataclass(frozen=True)
+class Traits:
+    """How a model is laid out, as its spec says itself (`ModelSpec.traits`, `WindowedSpec.traits`): what the
+    window, export and the analyses ask instead of which kind of spec it is.
+
+    blocks: its layers are blocks counted over stages whose grids differ (Swin, SAM / ViTDet): a layer selection
+        names a block (its stage and place said beside it), each stage has its own head count, and there is no
+        mean over them.
+    plain_settings: the plain ViT's settings apply (Model settings, the assumed-settings dialog, provenance marks).
+    pos_table: whether a position table may be asked for (a windowed model's only where it has an absolute one).
+    """
+    blocks: bool
+    plain_settings: bool
+    pos_table: bool
+
+    @property
+    def layer_word(self) -> str:
+        """What one of its layers is called on an axis or a label: 'block' or 'layer'."""
+        return "block" if self.blocks else "layer"
+
+    @property
+    def layer_mean(self) -> bool:
+        """Whether its maps have a mean over layers (blocks over stages do not: the stages' grids differ)."""
+        return not self.blocks
+
+
+PLAIN_TRAITS = Traits(blocks=False, plain_settings=True, pos_table=True)   # a plain ViT's (and nothing loaded yet)
+
+
+@dataclass(frozen=True)
 class ModelSpec(Provenanced):
     """Everything vitviz knows about a loaded model, including every switch that changes its numerics.
 
@@ -352,6 +381,11 @@ class ModelSpec(Provenanced):
     labels: tuple[str, ...] = ()
     num_params: int = 0
     provenance: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def traits(self) -> Traits:
+        """A plain ViT's layout: layers over one token grid, the plain settings, a position table to ask for."""
+        return PLAIN_TRAITS
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from vitviz.core.options import WINDOWED_HOW_TO_PASS
 from vitviz.core.summary import result_summary
-from vitviz.core.spec import Preprocess, Provenanced, audit_provenance, top_classes
+from vitviz.core.spec import Preprocess, Provenanced, Traits, audit_provenance, top_classes
 
 ARCHS = ("swin", "swinv2", "sam")
+# How to say a windowed setting that no option of its route takes: a config or file name naming the model.
+NAMING = "a config.json naming the model (timm architecture, transformers model_type), or its release file name"
 # How a shifted block pads its grid to whole windows and rolls it: 'pad_roll' pads the bottom and right first,
 # then rolls the padded grid (torchvision, transformers); 'roll_pad' rolls the grid, then pads (timm).
 ORDERS = ("pad_roll", "roll_pad")
@@ -258,6 +262,20 @@ class WindowedSpec(Provenanced):
     prefix_names = ()
     cls_token = False
     windowed = True
+
+    @property
+    def traits(self) -> Traits:
+        """Blocks counted over stages whose grids differ, none of the plain ViT's settings, and a position table
+        only where it has an absolute one (SAM's)."""
+        return Traits(blocks=True, plain_settings=False, pos_table=bool(self.pos_embed))
+
+    def describe_guess(self, name: str) -> str:
+        """'pooling is assumed: <why>; if that is wrong, pass <how>' for an assumed field: what the load warning,
+        `vitviz info` and the window say (how: an option this route takes, else a config naming the model)."""
+        source = self.source_of(name)
+        why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
+        what = "a guess" if source.startswith("guess") else "assumed"
+        return f"{name} is {what}: {why}; if that is wrong, pass {WINDOWED_HOW_TO_PASS.get(name, NAMING)}"
 
     def stage_of(self, block: int) -> tuple[int, int]:
         """(stage, index in the stage) of block `block`."""

@@ -12,7 +12,6 @@ from typing import Any
 
 from vitviz.core.options import OPTION, REMEMBERABLE, setting_fields
 from vitviz.core.spec import ASSUMED, ModelSpec
-from vitviz.core.protocol import traits_of
 
 # The assumed settings that change attention and that the dialog asks, in its order: spec field -> the override
 # that fixes it (`Option.remembered`: `vitviz.load(heads=, block_norm=, act=, attn_scale=)`).
@@ -47,7 +46,7 @@ def is_assumed(spec: ModelSpec, name: str) -> bool:
 def asked(spec: ModelSpec) -> list[str]:
     """The settings of `ASKED` that are assumed for this model, in order (an activation only when it is one the
     dialog offers: a SwiGLU MLP is read from its shapes)."""
-    if runs_own_code(spec) or not traits_of(spec).plain_settings:
+    if runs_own_code(spec) or not spec.traits.plain_settings:
         # a windowed model (Swin, SAM / ViTDet): the dialog's choices are a plain ViT's (head counts of one width,
         # a norm order and scale a windowed model does not take: its reload would be refused); its warnings say
         # what to pass instead

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from vitviz.gui.protocol import Load, Request, Run
+from vitviz.gui.signals import wire
 from vitviz.gui.worker import InferenceWorker
 
 SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
@@ -134,11 +135,8 @@ class WorkerClient(QObject):
         worker = InferenceWorker()
         worker.moveToThread(thread)
         self._send.connect(worker.handle)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
-        worker.cancelled.connect(self._on_cancelled)
-        worker.started.connect(self._on_started)
-        worker.progress.connect(self._on_progress)
+        wire(worker, finished=self._on_finished, failed=self._on_failed, cancelled=self._on_cancelled,
+             started=self._on_started, progress=self._on_progress)
         thread.finished.connect(worker.release)       # direct: runs in the finishing thread
         thread.finished.connect(worker.deleteLater)
         thread.start()

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from vitviz.core.analyses.compare import CompareFrame, CompareSummary, CompareView
 from vitviz.core.analyses.mapkinds import of_source
 from vitviz.core.analyses.maps import MapKind, ResultMaps
-from vitviz.core.protocol import WINDOWS, capabilities_of, capabilities_of_spec
 from vitviz.core.spec import ModelSpec
+from vitviz.gui.docks import SideDock, action, ask_then, panel_of, register
 from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 B_SLOT = "compare_b"                 # ctx.slots[B_SLOT] = (generation, model B)
@@ -36,36 +37,31 @@ HEAD_MODES = {"match": "heads matched by similarity", "index": "heads by index"}
 
 
 # ------------------------------------------------------------------------------------------------- answers
+# An answer holds what the work computed; what was asked (image, generation, ...) is its request's, which the
+# answer's handler is given beside it (`Session.route`).
 
 @dataclass(frozen=True)
 class LoadedB:
-    """Model B has loaded (in the worker's slot) for comparison `generation`."""
+    """Model B has loaded (in the worker's slot) for the comparison its request names."""
 
     spec: ModelSpec
     device: str
-    path: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
 class RanB:
-    """One image's result by model B (its maps precomputed)."""
+    """The asked image's result by model B (its maps precomputed)."""
 
-    image: str
-    generation: int
     maps: ResultMaps
 
 
 @dataclass(frozen=True, eq=False)
 class ViewBuilt:
-    """The comparison over `sources` (every open image both models have run), heads matched over all of them, with
-    its per-layer summary (JSD, and CKA when both models' token features could be captured)."""
+    """The comparison over the asked `sources` (every open image both models have run), heads matched over all of
+    them, with its per-layer summary (JSD, and CKA when both models' token features could be captured)."""
 
     view: CompareView
     summary: CompareSummary
-    sources: tuple[str, ...]
-    heads: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,7 +91,6 @@ class LoadB(Independent):
     overrides: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
 
-    answer = LoadedB
     title = "Could not load model B for the comparison"
 
     def describe(self) -> str:
@@ -114,11 +109,11 @@ class LoadB(Independent):
         device = str(ctx.model.device) if ctx.model is not None else None
         let_go(ctx, *B_SLOTS)                       # the previous B goes first (its memory)
         model = vitviz.load(path, device=device, **{k: v for k, v in self.overrides.items() if v is not None})
-        if WINDOWS in capabilities_of(model):
+        if model.spec.traits.blocks:       # no one token grid across its layers to compare on
             raise vitviz.VitvizError(f"{self.path}: a windowed model ({model.spec.family}) cannot be compared in the "
                                      "window yet; `vitviz export --compare` neither")
         ctx.slots[B_SLOT] = (self.generation, model)
-        return LoadedB(model.spec, str(model.device), self.path, self.generation)
+        return LoadedB(model.spec, str(model.device))
 
 
 @dataclass(eq=False)
@@ -128,7 +123,6 @@ class RunB(Request):
     image: str = ""
     generation: int = 0
 
-    answer = RanB
     title = "Model B could not run the image"
     about_model = False
     needs_model = False
@@ -139,7 +133,7 @@ class RunB(Request):
     def __call__(self, ctx: Context) -> RanB:
         maps = ResultMaps(_model_b(ctx, self.generation).run(self.image))
         maps.precompute()
-        return RanB(self.image, self.generation, maps)
+        return RanB(maps)
 
 
 @dataclass(eq=False)
@@ -158,7 +152,6 @@ class BuildView(Request):
     what: MapKind | None = None      # the map shown now, built ahead of the first frame
     query: int | None = None
 
-    answer = ViewBuilt
     title = "Could not compare the models"
     user_code = False
 
@@ -171,7 +164,7 @@ class BuildView(Request):
             view.prepare(self.what, self.query)
         features = self._features(ctx) if self.cka else None
         summary = view.summary(features) if features is not None else view.summary()
-        return ViewBuilt(view, summary, tuple(self.sources), self.heads, self.generation)
+        return ViewBuilt(view, summary)
 
     def _features(self, ctx: Context) -> tuple[list[Any], list[Any]] | None:
         """Both models' raw token features of every image (kept per model and image), or None when a model has no
@@ -212,7 +205,6 @@ class PrepareMaps(Independent):
     what: MapKind | None = None
     query: int | None = None
 
-    answer = MapsPrepared
     title = "Could not compare the maps"
 
     def describe(self) -> str:
@@ -395,7 +387,7 @@ class CompareSession(QObject):
         """Why the loaded model A cannot be compared ('' when it can): a windowed model (Swin, SAM) has no one token
         grid across its layers, which the comparison's maps and head matching are drawn on."""
         spec = self.session.model.spec
-        if spec is None or WINDOWS not in (self.session.model.capabilities or capabilities_of_spec(spec)):
+        if not self.session.model.traits.blocks:     # a plain ViT, or nothing loaded yet
             return ""
         return (f"Model A is a windowed model ({spec.family}): a comparison draws two plain ViTs' attention on one "
                 "token grid, which a windowed model's stages do not share (`vitviz export --compare` neither). Load a "
@@ -432,24 +424,24 @@ class CompareSession(QObject):
         return frame, note
 
     # ------------------------------------------------------------------------------------------ answers
-    def _on_loaded(self, request: Request, answer: LoadedB) -> None:
-        if answer.generation != self.generation:
+    def _on_loaded(self, request: LoadB, answer: LoadedB) -> None:
+        if request.generation != self.generation:
             return
         self.loading, self.b_spec, self.b_device = False, answer.spec, answer.device
         self.run_all()
         self.changed.emit()
 
-    def _on_ran(self, request: Request, answer: RanB) -> None:
-        if answer.generation != self.generation:
+    def _on_ran(self, request: RunB, answer: RanB) -> None:
+        if request.generation != self.generation:
             return
-        self.results_b[answer.image] = answer.maps
+        self.results_b[request.image] = answer.maps
         self.maybe_build()
         self.changed.emit()
 
-    def _on_built(self, request: Request, answer: ViewBuilt) -> None:
+    def _on_built(self, request: BuildView, answer: ViewBuilt) -> None:
         if request is self._building:
             self._building = None
-        if answer.generation != self.generation or answer.heads != self.heads:
+        if request.generation != self.generation or request.heads != self.heads:
             self.maybe_build()
             return
         self.view, self.summary = answer.view, answer.summary
@@ -550,3 +542,20 @@ def export_view(view: CompareView, source: str, state: Any, folder: Path, overwr
     folder.mkdir(parents=True, exist_ok=True)
     return [files.write_png_atomic(folder / name, rgb, overwrite=overwrite)
             for name, rgb in zip(names, rgbs) if rgb is not None]
+
+
+def _ask_for_b(window: QWidget) -> str:
+    """Model B's checkpoint, asked for with a file dialog ('' when cancelled)."""
+    return QFileDialog.getOpenFileName(window, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
+                                       "*.safetensors *.ckpt *.npz *.json);;All files (*)")[0]
+
+
+register(SideDock(
+    "compareDock", "Compare", "Compare two models",
+    "A, B and A − B linked to the controls, and JSD / CKA per layer (Models › Compare with…)",
+    attribute="compare", part=lambda window: CompareSession(window.session, window),
+    panel=panel_of("vitviz.gui.panels.compare:ComparePanel"), order=10,
+    work=lambda part: bool(part.active), work_changed="changed",
+    actions=lambda window, _part: [action(
+        window, "&Compare with…", "compare_with", "Load a second model B (any family or size) and compare it with "
+        "the loaded one on the open images", ask_then(window, _ask_for_b, window.compare_with))]))

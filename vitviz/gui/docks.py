@@ -7,8 +7,8 @@ titles, how to build its part and its panel, its Models-menu actions, and whethe
 
 A row is registered by `register(SideDock(...))` in the part's own module: `registered()` imports every module of
 `vitviz.gui`, as `vitviz.core.reading.families` finds its families, so a new part is its module and its panel, and
-neither the window nor this file is edited. (Compare, Timeline and Interventions have their rows here, below, for
-now; each can move to its part's module unchanged.)
+neither the window nor this file is edited (Compare's row is in `vitviz.gui.compare`, the Timeline's in
+`vitviz.gui.timeline`; Interventions' is here, below, for now).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QWidget
+from PySide6.QtWidgets import QDockWidget, QWidget
 
 MainWindow = Any    # vitviz.gui.window.MainWindow, which only the application imports (test_gui_structure)
 
@@ -79,6 +79,25 @@ def registered() -> list[SideDock]:
     return sorted(_REGISTERED.values(), key=lambda dock: dock.order)
 
 
+def panel_of(where: str) -> Callable[[MainWindow, Any], QWidget]:
+    """The `panel` of a row whose panel shows the view state and the part, `Panel(window.state, part)`, with the
+    panel's class named 'module:Class' and imported when the panel is first built (a panel module imports its
+    part's module, which registers the row, so the part's module cannot import it)."""
+    def build(window: MainWindow, part: Any) -> QWidget:
+        module, name = where.split(":")
+        return getattr(importlib.import_module(module), name)(window.state, part)
+    return build
+
+
+def ask_then(window: MainWindow, ask: Callable[[QWidget], str], then: Callable[[str], object]) -> Callable[[], None]:
+    """A Models-menu entry's `run`: `ask(window)` for a path (a file dialog; '' when cancelled), then `then(path)`."""
+    def run() -> None:
+        path = ask(window)
+        if path:
+            then(path)
+    return run
+
+
 def action(window: MainWindow, text: str, name: str, tip: str, run: Callable[[], object],
            shortcut: str = "") -> QAction:
     """A Models-menu entry of a side dock: `text`, object name `name`, status tip `tip`, `run` when triggered."""
@@ -92,44 +111,6 @@ def action(window: MainWindow, text: str, name: str, tip: str, run: Callable[[],
 
 
 # ---------------------------------------------------------------------------------- the rows of today's parts
-
-def _compare_part(window: MainWindow) -> Any:
-    from vitviz.gui.compare import CompareSession
-
-    return CompareSession(window.session, window)
-
-
-def _compare_panel(window: MainWindow, part: Any) -> QWidget:
-    from vitviz.gui.panels.compare import ComparePanel
-
-    return ComparePanel(window.state, part)
-
-
-def _compare_dialog(window: MainWindow) -> None:
-    """Ask for model B's checkpoint and compare it with the loaded model."""
-    path, _ = QFileDialog.getOpenFileName(window, "Compare with model B", "", "Checkpoints (*.pth *.pt *.bin "
-                                          "*.safetensors *.ckpt *.npz *.json);;All files (*)")
-    if path:
-        window.compare_with(path)
-
-
-def _timeline_part(window: MainWindow) -> Any:
-    from vitviz.gui.timeline import TimelineSession
-
-    return TimelineSession(window.session, window)
-
-
-def _timeline_panel(window: MainWindow, part: Any) -> QWidget:
-    from vitviz.gui.panels.timeline import TimelinePanel
-
-    return TimelinePanel(window.state, part)
-
-
-def _open_run_dialog(window: MainWindow) -> None:
-    folder = QFileDialog.getExistingDirectory(window, "Open a training run (a folder of checkpoints)")
-    if folder:
-        window.open_run(folder)
-
 
 def _interventions_part(window: MainWindow) -> Any:
     from vitviz.gui.interventions import InterventionSession
@@ -153,24 +134,6 @@ def _attach_interventions(window: MainWindow, iv: Any, _dock: QDockWidget) -> No
     hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
     iv.changed.connect(lambda: window.images.show_intervened(iv))
 
-
-register(SideDock(
-    "compareDock", "Compare", "Compare two models",
-    "A, B and A − B linked to the controls, and JSD / CKA per layer (Models › Compare with…)",
-    attribute="compare", part=_compare_part, panel=_compare_panel, order=10,
-    work=lambda part: bool(part.active), work_changed="changed",
-    actions=lambda window, _part: [action(
-        window, "&Compare with…", "compare_with", "Load a second model B (any family or size) and compare it with "
-        "the loaded one on the open images", lambda: _compare_dialog(window))]))
-
-register(SideDock(
-    "timelineDock", "Timeline", "Training run timeline",
-    "a run's checkpoints on the current image, with plots against step (Models › Open training run…)",
-    attribute="timeline", part=_timeline_part, panel=_timeline_panel, order=20,
-    work=lambda part: bool(part.folder), work_changed="opened",
-    actions=lambda window, _part: [action(
-        window, "Open &training run…", "open_training_run", "Open a folder of checkpoints of one training run as a "
-        "timeline", lambda: _open_run_dialog(window))]))
 
 register(SideDock(
     "interventionsDock", "Ablate", "Interventions",

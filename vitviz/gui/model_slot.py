@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitviz.core.analyses.maps import PosEmbedData
-from vitviz.core.spec import ModelSpec, whole_patches
+from vitviz.core.spec import PLAIN_TRAITS, ModelSpec, Traits, whole_patches
 from vitviz.gui import bundled
 from vitviz.gui.assumptions import asks_unprompted, original_name, runs_own_code
 from vitviz.gui.protocol import Loaded, PosEmbedded, Request, RopeKernels
@@ -55,6 +55,11 @@ class ModelSlot:
         self.pos_grid: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def traits(self) -> Traits:
+        """How the loaded model is laid out, as its spec says (a plain ViT's before one has loaded)."""
+        return self.spec.traits if self.spec is not None else PLAIN_TRAITS
 
     @property
     def runs_own_code(self) -> bool:

@@ -2,7 +2,7 @@
 
 A request is one object made on the GUI thread (`WorkerClient.submit(Run, image=..., image_size=...)`) whose class
 says everything about its kind of work: its fields (the arguments), what it answers (`answer`, a frozen dataclass
-such as `Ran`), what the status bar says while it runs (`describe`), the title of the dialog when it fails
+such as `Ran`, read from the return annotation of its `__call__`), what the status bar says while it runs (`describe`), the title of the dialog when it fails
 (`title`), whether it runs the model's own code (`user_code`), whether a new model makes it stale (`about_model`),
 and the work itself (`__call__(ctx)`, run by the worker in its thread with `ctx` the worker: its `model`, its
 download progress). The worker only calls it; the client sends one `answered(request, answer)` for every kind.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, get_type_hints
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class Loaded:
     image tokens (`skipped`: (module name, mechanism, shape)). `interruptible`: a forward pass can stop between
     layers when the window closes (False: a user's module without blocks or attention modules to hook).
 
-    `library_layout`: the family is one whose hyperparameters vitviz has tables for (`hyperparams.TABLE_FAMILIES`:
+    `library_layout`: the family is one whose hyperparameters vitviz has tables for (`families.REGISTERED_FAMILIES`:
     timm, DeiT, HF, ...), not a hand-written or tutorial layout; `described`: (field, sentence) for each of
     `spec.assumptions` (`hyperparams.describe_guess`), so the window needs neither module (they import torch)."""
 
@@ -256,11 +256,21 @@ class Request:
 
     id: int = field(default=0, kw_only=True)
 
-    answer: ClassVar[type] = object
+    answer: ClassVar[type] = object              # what `__call__` returns: read from its annotation (below)
     title: ClassVar[str] = "Could not do that"   # the error dialog's title when it fails
     user_code: ClassVar[bool] = True              # runs the model (and so a live model's own code)
     about_model: ClassVar[bool] = True            # a new model makes it stale
     needs_model: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A request's `answer` is the class its own `__call__` says it returns, so the type is named once (a class
+        that inherits its work, a `LetGo`, names its answer)."""
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None and "answer" not in cls.__dict__:
+            returned = get_type_hints(call).get("return")
+            if isinstance(returned, type) and dataclasses.is_dataclass(returned):    # not `Any` (LetGo's)
+                cls.answer = returned
 
     @classmethod
     def make(cls, **args: Any) -> "Request":
@@ -320,7 +330,6 @@ class LetGo(Independent):
 class Probe(Independent):
     """List the devices (the first request: it imports torch)."""
 
-    answer = Probed
     title = "Could not start the inference engine"
 
     def describe(self) -> str:
@@ -348,7 +357,6 @@ class Load(Request):
     device: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
 
-    answer = Loaded
     title = "Could not load model"
     about_model = False   # it is the new model
 
@@ -395,16 +403,13 @@ class Load(Request):
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
-        from vitviz.core.reading.hyperparams import TABLE_FAMILIES, describe_guess
-        from vitviz.core.protocol import WINDOWS, capabilities_of
+        from vitviz.core.reading.families import REGISTERED_FAMILIES
+        from vitviz.core.protocol import capabilities_of
 
-        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet (WINDOWS): stages, heads per stage
-        can = capabilities_of(model)
-        describe = windowed_guess if WINDOWS in can else describe_guess
-        described = tuple((name, describe(spec, name)) for name, _source in spec.assumptions)
+        spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet: stages, heads per stage
         return Loaded(spec, str(model.device), model.parameter_counts(), refused, layers, skipped,
-                      bool(model.hook_points()), spec.family.split("-")[0] in TABLE_FAMILIES, described,
-                      frozenset(can))
+                      bool(model.hook_points()), spec.family.split("-")[0] in REGISTERED_FAMILIES,
+                      model.described_assumptions(), frozenset(capabilities_of(model)))
 
 
 @dataclass(eq=False)
@@ -416,7 +421,6 @@ class Run(Request):
     also: tuple[Any, ...] = ()   # map kinds to make here too (the one on show), besides CLS and rollout
     half: bool = False           # keep the maps as float16 (Model settings › Maps in float16)
 
-    answer = Ran
     title = "Could not run the image"
 
     def describe(self) -> str:
@@ -443,7 +447,6 @@ class PosEmbed(Request):
 
     grid: tuple[int, int] | None = None
 
-    answer = PosEmbedded
     title = "Could not read the position embedding"
 
     def describe(self) -> str:
@@ -468,7 +471,6 @@ class Catalog(Independent):
 
     recent: list[str] = field(default_factory=list)
 
-    answer = Cataloged
     title = "Could not list the models on this computer"
 
     def describe(self) -> str:
@@ -489,7 +491,6 @@ class Move(Request):
 
     device: str = "cpu"
 
-    answer = Moved
     title = "Could not move the model"
 
     def describe(self) -> str:
@@ -541,7 +542,6 @@ class Relevance(PassRequest):
     image_size: tuple[int, int] | None = None
     target: int | None = None
 
-    answer = Explained
     title = "Could not compute the class relevance"
 
     @property
@@ -578,7 +578,6 @@ class Text(PassRequest):
     prompt: str = ""
     image_size: tuple[int, int] | None = None
 
-    answer = Prompted
     title = "Could not compute the relevance of the text prompt"
 
     @property
@@ -618,7 +617,6 @@ class Features(PassRequest):
     image: str = ""
     image_size: tuple[int, int] | None = None
 
-    answer = Featured
     title = "Could not capture the token features"
     redraws = False
 
@@ -666,7 +664,6 @@ class Pca(Analysis):
     layer: int = 0
     image_size: tuple[int, int] | None = None
 
-    answer = PcaFitted
     title = "Could not fit the feature PCA"
 
     def describe(self) -> str:
@@ -688,7 +685,6 @@ class Similarity(Analysis):
     layer: int = 0
     image_size: tuple[int, int] | None = None
 
-    answer = Compared
     title = "Could not compare the patch features"
 
     def describe(self) -> str:
@@ -713,7 +709,6 @@ class Share(Analysis):
     threshold: float = 0.0
     image_size: tuple[int, int] | None = None
 
-    answer = Shared
     title = "Could not measure the attention to high-norm tokens"
 
     def describe(self) -> str:
@@ -737,7 +732,6 @@ class Verify(Request):
     code: str | None = None
     against: str = "auto"
 
-    answer = Verified
     title = "Could not check the model against its original"
 
     def describe(self) -> str:
@@ -772,7 +766,6 @@ class Identify(Request):
     """List the originals the loaded model could be checked against (Verify against…), in the worker: it builds
     nothing, but reads the model's shapes with torch."""
 
-    answer = Candidates
     title = "Could not list the models to verify against"
     user_code = False
 
@@ -795,34 +788,7 @@ REQUESTS: tuple[type[Request], ...] = (Probe, Load, Run, PosEmbed, Catalog, Move
                                         Similarity, Share, Verify, Identify)
 
 
-class Kind:
-    """The request classes under short names (`Kind.RUN is Run`), for code that names a kind of work."""
-
-    PROBE = Probe
-    LOAD = Load
-    RUN = Run
-    POSEMBED = PosEmbed
-    CATALOG = Catalog
-    MOVE = Move
-    RELEVANCE = Relevance
-    TEXT = Text
-    FEATURES = Features
-    PCA = Pca
-    SIMILARITY = Similarity
-    SHARE = Share
-    VERIFY = Verify
-    IDENTIFY = Identify
-
-
 ANALYSES = (Pca, Similarity, Share)
-
-
-def windowed_guess(spec: Any, name: str) -> str:
-    """What a windowed spec (Swin, SAM / ViTDet) assumes for `name` and how to say otherwise, as `vitviz.load`
-    warns it (`vitviz.core.running.winload.describe_guess`)."""
-    from vitviz.core.running.winload import describe_guess
-
-    return describe_guess(spec, name)
 
 
 def summarize(exc: BaseException) -> str:

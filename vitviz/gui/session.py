@@ -18,7 +18,6 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.core.protocol import traits_of
 from vitviz.gui import assumptions
 from vitviz.gui.analyses import FeatureAnalyses
 from vitviz.gui.cache import ResultCache
@@ -398,7 +397,7 @@ class Session(QObject):
     def request_pos_embed(self) -> None:
         """Ask the worker for the position embedding at the current input size, ahead of queued runs (answered by
         pos_embed_ready)."""
-        if self.model.spec is None or not traits_of(self.model.spec).pos_table:
+        if self.model.spec is None or not self.model.traits.pos_table:
             return      # a windowed model without an absolute table (Swin): its positions are inside the windows
         size, p = self.model.run_size(), self.model.spec.patch_size
         self.client.cancel(lambda r: r.kind is PosEmbed)

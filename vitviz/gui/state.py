@@ -20,7 +20,6 @@ from vitviz.core.analyses.mapkinds import KINDS, WINDOW_UNSHOWN, bare_names, of_
 from vitviz.core.analyses.maps import (GRADIENT_KINDS, MAP_KINDS, WINDOW_KINDS, HeadSel, ImageMaps, LayerSel, MapKind,
                                       MapStack, SelectionError, resolve_index)
 from vitviz.core.drawing.render import RenderOptions
-from vitviz.core.protocol import traits_of
 from vitviz.core.analyses.rollout import FUSIONS, RolloutParams
 from vitviz.core.analyses.tokens import Fusion
 
@@ -363,7 +362,7 @@ def view_for_model(state: ViewState, spec: object, can: frozenset[str] | None, p
         layer = -1     # the last layer of the previous model: the last of this one (not the same index)
     depth = spec.depth  # type: ignore[attr-defined]
     layer = resolve_index(layer, depth)
-    traits = traits_of(spec, can)
+    traits = spec.traits  # type: ignore[attr-defined]
     if isinstance(layer, str) and not traits.layer_mean:
         layer = depth - 1
         notes.append(f"A windowed model has no mean over blocks (its stages' grids differ): showing the last "

@@ -16,31 +16,31 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from vitviz.core.analyses.maps import ResultMaps
+from vitviz.gui.docks import SideDock, action, ask_then, panel_of, register
 from vitviz.gui.protocol import Context, Independent, LetGo, Request, _image_name, held, let_go
 
 STORE_SLOT = "timeline"          # ctx.slots[STORE_SLOT] = (generation, TimelineStore)
 PREFETCH = 2                     # neighbours on each side asked for ahead of the rest
 
+# An answer holds what the work computed; what was asked (image, checkpoint, generation) is its request's, which
+# the answer's handler is given beside it (`Session.route`).
+
 
 @dataclass(frozen=True, eq=False)
 class RunOpened:
-    """A run folder opened as a timeline (nothing loaded yet): its store (read-only on the GUI thread)."""
+    """The asked run folder opened as a timeline (nothing loaded yet): its store (read-only on the GUI thread)."""
 
     store: Any
-    folder: str
-    generation: int
 
 
 @dataclass(frozen=True, eq=False)
 class CheckpointRan:
-    """Image `image`'s result at checkpoint `k`."""
+    """The asked image's result at the asked checkpoint."""
 
-    k: int
-    image: str
     maps: ResultMaps
-    generation: int
 
 
 def _store(ctx: Context, generation: int) -> Any:
@@ -57,7 +57,6 @@ class OpenRun(Independent):
     overrides: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
 
-    answer = RunOpened
     title = "Could not open the training run"
 
     def describe(self) -> str:
@@ -70,7 +69,7 @@ class OpenRun(Independent):
         run = open_run(self.folder, **{k: v for k, v in self.overrides.items() if v is not None})
         store = TimelineStore(run, budget_bytes=self.budget_bytes)
         ctx.slots[STORE_SLOT] = (self.generation, store)
-        return RunOpened(store, self.folder, self.generation)
+        return RunOpened(store)
 
 
 @dataclass(eq=False)
@@ -81,7 +80,6 @@ class TimelineResult(Independent):
     image: str = ""
     generation: int = 0
 
-    answer = CheckpointRan
     title = "Could not run the checkpoint"
 
     def describe(self) -> str:
@@ -91,7 +89,7 @@ class TimelineResult(Independent):
         store = _store(ctx, self.generation)
         if self.image not in store.images:
             store.add_image(self.image, self.image)
-        return CheckpointRan(self.k, self.image, store.result(self.k, self.image), self.generation)
+        return CheckpointRan(store.result(self.k, self.image))
 
 
 @dataclass(frozen=True)
@@ -253,8 +251,8 @@ class TimelineSession(QObject):
             self.client.submit(TimelineResult, k=j, image=image, generation=self.generation)
 
     # ------------------------------------------------------------------------------------------ answers
-    def _on_opened(self, _request: Request, answer: RunOpened) -> None:
-        if answer.generation != self.generation:
+    def _on_opened(self, request: OpenRun, answer: RunOpened) -> None:
+        if request.generation != self.generation:
             return
         self.store, self.opening = answer.store, False
         if self.image:
@@ -262,13 +260,13 @@ class TimelineSession(QObject):
         self.opened.emit()
         self.show(min(self.k, len(self.store) - 1))     # 0 for a new run; a reload stays where it was
 
-    def _on_ran(self, request: Request, answer: CheckpointRan) -> None:
-        if answer.generation != self.generation:
+    def _on_ran(self, request: TimelineResult, _answer: CheckpointRan) -> None:
+        if request.generation != self.generation:
             return
-        if answer.image == self.image:
+        if request.image == self.image:
             self.figures.emit()
-            if answer.k == self.k:
-                self.shown.emit(answer.k)
+            if request.k == self.k:
+                self.shown.emit(request.k)
 
     def _on_failed(self, request: Request, summary: str, _details: str) -> None:
         if isinstance(request, OpenRun):
@@ -303,3 +301,19 @@ class TimelineSession(QObject):
         if self.store is not None:
             for path in paths:
                 self.store.remove_image(path)
+
+
+def _ask_for_run(window: QWidget) -> str:
+    """A training run's folder, asked for with a folder dialog ('' when cancelled)."""
+    return QFileDialog.getExistingDirectory(window, "Open a training run (a folder of checkpoints)")
+
+
+register(SideDock(
+    "timelineDock", "Timeline", "Training run timeline",
+    "a run's checkpoints on the current image, with plots against step (Models › Open training run…)",
+    attribute="timeline", part=lambda window: TimelineSession(window.session, window),
+    panel=panel_of("vitviz.gui.panels.timeline:TimelinePanel"), order=20,
+    work=lambda part: bool(part.folder), work_changed="opened",
+    actions=lambda window, _part: [action(
+        window, "Open &training run…", "open_training_run", "Open a folder of checkpoints of one training run as a "
+        "timeline", ask_then(window, _ask_for_run, window.open_run))]))

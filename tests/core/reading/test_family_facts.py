@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -27,25 +28,28 @@ OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 @pytest.mark.parametrize("module", families.FAMILIES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_every_family_declares_its_facts(module: ModuleType) -> None:
     assert isinstance(module.HELP, str) and module.HELP.strip()
-    assert isinstance(module.REGISTERED_SIZES, bool)
-    for name, recipe in module.PREPROCESS.items():
+    assert isinstance(families.fact(module, "REGISTERED_SIZES"), bool)
+    for name, recipe in families.fact(module, "PREPROCESS").items():
         assert isinstance(recipe, families.Recipe), name
         assert 0 < recipe.crop_pct <= 1 and recipe.mode in options.CROP_MODES
         assert recipe.interpolation in options.INTERPOLATIONS and len(recipe.mean) == len(recipe.std)
-    for pattern, family, priority in module.NAME_HINTS:
+    for pattern, family, priority in families.fact(module, "NAME_HINTS"):
         assert isinstance(pattern, str) and isinstance(family, str) and isinstance(priority, int)
-    for model_type, family in getattr(module, "HF_MODEL_TYPES", {}).items():
+    for model_type, family in families.fact(module, "HF_MODEL_TYPES").items():
         assert family.startswith("hf-"), model_type
 
 
 def test_a_family_without_its_facts_is_refused() -> None:
     fake = ModuleType("vitviz.core.reading.families.newfamily")
     fake.NAMES, fake.detect, fake.convert = ("newfamily",), lambda *a: None, lambda *a: None
-    fake.HELP, fake.REGISTERED_SIZES = "a new layout", False
-    with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, PREPROCESS, NAME_HINTS"):
+    with pytest.raises(AssertionError, match="newfamily does not declare DETECT_ORDER, HELP"):
         families.check_family_module(fake)
-    fake.PREPROCESS, fake.NAME_HINTS, fake.DETECT_ORDER = {}, (), 500
+    fake.HELP, fake.DETECT_ORDER = "a new layout", 500
     families.check_family_module(fake)
+    # what it does not state is the cautious default: no eval recipe, not the registered sizes, no name hints
+    assert [families.fact(fake, name) for name in ("PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")] == [{}, False, ()]
+    fake.REGISTERED_SIZES = True
+    assert families.fact(fake, "REGISTERED_SIZES") is True
 
 
 @pytest.mark.parametrize("name, family", [
@@ -95,10 +99,8 @@ def test_registered_sizes_hf_types_and_eval_sizes() -> None:
         assert families.follows_registered_sizes(family), family
     for family in ("structural", "vit_pytorch", "torch_encoder", "seed", "swin", "sam"):
         assert not families.follows_registered_sizes(family), family
-    from vitviz.core.reading.hyperparams import TABLE_FAMILIES
-
-    assert set(TABLE_FAMILIES) >= {"timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf", "clip",
-                                   "eva", "eva02", "dinov3", "pe", "rope_vit", "beit", "jax"}
+    assert set(families.REGISTERED_FAMILIES) >= {"timm", "deit", "deit3", "dino", "dinov2", "mae", "torchvision", "hf",
+                                                 "clip", "eva", "eva02", "dinov3", "pe", "rope_vit", "beit", "jax"}
     assert families.hf_family("dinov2_with_registers") == "hf-dinov2"
     assert families.hf_family("clip_vision_model") == "hf-clip"
     assert families.hf_family("data2vec-vision") == "hf-data2vec-vision"
@@ -151,9 +153,8 @@ def test_library_lists_are_the_options_lists() -> None:
     assert posembed.RECIPES is options.POS_RECIPES and posembed.ROPE_KINDS is options.ROPE_KINDS
     for preset, settings in options.ROPE_PRESETS.items():   # each preset is a kind the RoPE code computes
         assert settings["rope"] in options.ROPE_KINDS + ("",), preset
-    assert validate.INTERPOLATION_NAMES is options.INTERPOLATIONS and set(images.INTERPOLATIONS) == set(
-        options.INTERPOLATIONS)
-    assert relevance.LEGRAD_POOLINGS is options.LEGRAD_POOLINGS
+    assert validate.INTERPOLATIONS is options.INTERPOLATIONS and set(images.PIL_FILTERS) == set(options.INTERPOLATIONS)
+    assert relevance.ONE_VECTOR_POOLINGS is options.ONE_VECTOR_POOLINGS
     for act in options.ACTIVATIONS:   # every name offered builds an activation
         model.make_act(act)
     out = validate.check_overrides({"interpolation": "hamming", "crop_mode": "squash_crop", "rope": "pe"},
@@ -173,14 +174,30 @@ def test_options_imports_only_the_stdlib() -> None:
 
 def test_weight_file_orders() -> None:
     from vitviz.catalog import hub
-    from vitviz.catalog.scan import HF_WEIGHT_NAMES
     from vitviz.core import formats
+    scan = importlib.import_module("vitviz.catalog.scan")     # `catalog.scan` is also its function
     assert formats.FOLDER_WEIGHT_NAMES == (
         "model.safetensors", "pytorch_model.bin", "pytorch_model.pth", "model.pth", "open_clip_model.safetensors",
         "open_clip_pytorch_model.bin", "model.safetensors.index.json")
-    assert hub.WEIGHT_FILES == ("model.safetensors", "model.safetensors.index.json", "open_clip_model.safetensors",
+    assert hub.HUB_WEIGHT_NAMES == ("model.safetensors", "model.safetensors.index.json", "open_clip_model.safetensors",
                                 "pytorch_model.bin", "open_clip_pytorch_model.bin")
-    assert HF_WEIGHT_NAMES is formats.FOLDER_WEIGHT_NAMES
+    assert scan.FOLDER_WEIGHT_NAMES is formats.FOLDER_WEIGHT_NAMES
+
+
+def test_one_name_per_thing() -> None:
+    """The second names a list once had beside its owner's (`options`, `formats`, the families' registry) are gone:
+    every user reads the owner's name."""
+    from vitviz import catalog
+    from vitviz.catalog import hub
+    from vitviz.core.analyses import mapkinds, relevance
+    from vitviz.core.reading import hyperparams, validate
+    from vitviz.core.running import images
+    scan = importlib.import_module("vitviz.catalog.scan")
+    gone = [(validate, "INTERPOLATION_NAMES"), (options, "LEGRAD_POOLINGS"),
+            (mapkinds, "LEGRAD_POOLINGS"), (relevance, "LEGRAD_POOLINGS"), (hyperparams, "TABLE_FAMILIES"),
+            (scan, "HF_WEIGHT_NAMES"), (catalog, "HF_WEIGHT_NAMES"), (hub, "WEIGHT_FILES")]
+    assert [f"{module.__name__}.{name}" for module, name in gone if hasattr(module, name)] == []
+    assert images.INTERPOLATIONS is options.INTERPOLATIONS and set(images.PIL_FILTERS) == set(options.INTERPOLATIONS)
 
 
 def _literal_lists(path: Path) -> list[tuple[int, set[str]]]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from vitviz.core.options import LEGRAD_POOLINGS   # the poolings LeGrad applies the head to
+from vitviz.core.options import ONE_VECTOR_POOLINGS   # the poolings LeGrad applies the head to
 
 if TYPE_CHECKING:
     from vitviz.core.spec import ModelSpec
@@ -244,9 +244,9 @@ def unavailable(kind: "KindLike | str", spec: "ModelSpec", can: "frozenset[str] 
     if "text_tower" in needs and not spec.embed_out:
         return (f"the {label} map compares the image embedding with a text embedding; this model's output is not a "
                 "CLIP / SigLIP image embedding (no projection head)")
-    if "text_tower" in needs and spec.pooling not in LEGRAD_POOLINGS:
+    if "text_tower" in needs and spec.pooling not in ONE_VECTOR_POOLINGS:
         return (f"the {label} map is LeGrad, which applies the head to one mean-pooled token; this model pools "
-                f"with {spec.pooling!r} (LeGrad needs {', '.join(LEGRAD_POOLINGS)})")
+                f"with {spec.pooling!r} (LeGrad needs {', '.join(ONE_VECTOR_POOLINGS)})")
     if kind.kind == "rollout" and kind.rollout.start >= spec.depth:
         return (f"rollout start layer {kind.rollout.start} out of range: the model has {spec.depth} layers "
                 f"(0-{spec.depth - 1})")

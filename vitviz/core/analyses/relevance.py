@@ -63,7 +63,7 @@ import torch.nn.functional as F
 
 from vitviz.core.running.capture import VitModel
 from vitviz.core.running.model import ReferenceViT
-from vitviz.core.options import LEGRAD_POOLINGS
+from vitviz.core.options import ONE_VECTOR_POOLINGS
 from vitviz.core.protocol import GRADIENTS, capabilities_of
 from vitviz.core.spec import ModelSpec
 from vitviz.errors import VitvizError
@@ -413,9 +413,9 @@ def legrad(model: VitModel, image: Any, target: Target = None, *, layer_index: i
         image_size: run at another (h, w).
     """
     net = _check_model(model)
-    if model.spec.pooling not in LEGRAD_POOLINGS:
+    if model.spec.pooling not in ONE_VECTOR_POOLINGS:
         raise RelevanceError(f"LeGrad applies the head to one mean-pooled D-wide token; pooling "
-                             f"{model.spec.pooling!r} needs {', '.join(LEGRAD_POOLINGS)}")
+                             f"{model.spec.pooling!r} needs {', '.join(ONE_VECTOR_POOLINGS)}")
     depth = len(net.blocks)
     start = layer_index + depth if layer_index < 0 else layer_index
     if not 0 <= start < depth:

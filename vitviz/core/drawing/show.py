@@ -78,12 +78,12 @@ def show(result: AttentionResult | WindowedResult | ImageMaps | HeadImportance, 
     spec = maps.result.spec
     can = capabilities_of_spec(spec)
     kind = _check_map(map, spec, maps, can)
-    blocks = WINDOWS in can      # a windowed model's layers are its blocks, with no mean over them
-    what = "blocks" if blocks else "layers"
-    layer = _check_index("layer", layer, spec.depth, what, ("last",) if blocks else ("mean", "last"))
+    traits = spec.traits         # a windowed model's layers are its blocks, with no mean over them
+    layer = _check_index("layer", layer, spec.depth, f"{traits.layer_word}s",
+                         ("mean", "last") if traits.layer_mean else ("last",))
     layer = spec.depth - 1 if layer == "last" else layer
     heads = maps.heads_of(layer)
-    head = _check_index("head", head, heads, f"heads in block {layer}" if blocks else "heads", ("mean", "max"))
+    head = _check_index("head", head, heads, f"heads in block {layer}" if traits.blocks else "heads", ("mean", "max"))
     _check_colormap(cmap)
     opacity = _check_unit("opacity", opacity)
     for name, value in (("colorbar", colorbar), ("original", original)):

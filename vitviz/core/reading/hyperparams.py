@@ -9,6 +9,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 
 from vitviz.core.reading.checkpoint import RawCheckpoint
 from vitviz.core.reading.families import (
-    PREPROCESS as FAMILY_PREPROCESS, REGISTERED_FAMILIES, Converted, eval_size, follows_registered_sizes,
+    PREPROCESS as FAMILY_PREPROCESS, Converted, eval_size, follows_registered_sizes,
     recipe as family_recipe,
 )
 from vitviz.core.reading.metadata import (
@@ -36,10 +37,6 @@ from vitviz.errors import InconsistentCheckpointError, OverrideError, VitvizErro
 # The keywords of the reference route and the fields whose guess changes the model's numbers: `OPTIONS`'.
 OVERRIDES = overrides_for(REFERENCE)
 ROPE_FIELDS = ("rope", "rope_theta", "rope_half", "rope_xy", "rope_offset", "rope_ref_grid", "rope_periods")
-# Families whose files follow the registered model sizes, so the embed-dim table is a fair answer for num_heads
-# (each family module's REGISTERED_SIZES); for every other layout (hand-written, tutorials) a head count from the
-# width alone is a guess.
-TABLE_FAMILIES = REGISTERED_FAMILIES
 
 
 class _Prov:
@@ -146,11 +143,12 @@ def infer_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str, Any], w
     return spec
 
 
-def warn_guesses(spec: ModelSpec) -> None:
+def warn_guesses(spec: Any, describe: Callable[[Any, str], str] | None = None) -> None:
     """Say loudly (a `GuessWarning` each, num_heads first) which values nothing in the file gave, and how to pass
-    the right ones."""
+    the right ones (`describe(spec, name)`: a plain ViT's words by default, `WindowedSpec.describe_guess` for a
+    windowed spec's own settings)."""
     for name, _ in sorted(spec.guesses, key=lambda g: g[0] != "num_heads"):
-        warnings.warn(f"{spec.source}: {describe_guess(spec, name)}", GuessWarning, stacklevel=3)
+        warnings.warn(f"{spec.source}: {(describe or describe_guess)(spec, name)}", GuessWarning, stacklevel=3)
 
 
 # The tensor each structural flag is read from (its presence or absence is the value).

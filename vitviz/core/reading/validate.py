@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 BROADCAST_SLACK = 1 << 20
 MAX_DEPTH = 1024           # blocks; the deepest published ViTs have 48 (ViT-22B), 40 (ViT-g)
 MAX_HEADS = 4096
-# Resampling filters (`vitviz.core.options.INTERPOLATIONS`; `vitviz.core.running.images.INTERPOLATIONS` maps them to
-# Pillow's constants).
-INTERPOLATION_NAMES = INTERPOLATIONS
 
 
 class Invalid(ValueError):
@@ -453,7 +450,7 @@ def check_open_clip_config(cfg: Any, path: Path, prefix: str = "") -> dict[str, 
 def _pretrained_fields() -> dict[str, Callable[[Any], Any]]:
     return {
         "input_size": _input_size, "crop_pct": lambda v: as_number(v, 0.0, 1.0),
-        "interpolation": lambda v: as_choice(v, INTERPOLATION_NAMES),
+        "interpolation": lambda v: as_choice(v, INTERPOLATIONS),
         "mean": lambda v: as_stats(v, positive=False), "std": lambda v: as_stats(v, positive=True),
         "crop_mode": as_text, "num_classes": lambda v: as_count(v, 0), "label_names": as_labels,
         "architecture": as_text,
@@ -796,8 +793,8 @@ def check_spec(spec: "ModelSpec", where: Any) -> None:
             problems.append(f"{what} {values}: 3 values for a {spec.in_chans}-channel model")
     if min(pp.crop) < 1 or pp.resize < 1:
         problems.append(f"crop {pp.crop} / resize {pp.resize}: expected positive sizes")
-    if pp.interpolation not in INTERPOLATION_NAMES:
-        problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATION_NAMES)}")
+    if pp.interpolation not in INTERPOLATIONS:
+        problems.append(f"interpolation {pp.interpolation!r}: expected one of {', '.join(INTERPOLATIONS)}")
     if pp.mode not in CROP_MODES:
         problems.append(f"mode {pp.mode!r}: expected one of {', '.join(CROP_MODES)}")
     if not problems:

@@ -158,6 +158,13 @@ class ImageModel:
             counts[part] += int(param.numel())
         return {k: v for k, v in counts.items() if v or k != "other"}
 
+    def described_assumptions(self) -> tuple[tuple[str, str], ...]:
+        """Each setting its spec assumes, with what it assumes and how to say otherwise, as `vitviz.load` warns it
+        (`hyperparams.describe_guess`)."""
+        from vitviz.core.reading.hyperparams import describe_guess
+
+        return tuple((name, describe_guess(self.spec, name)) for name, _source in self.spec.assumptions)
+
     def hook_points(self) -> list[torch.nn.Module]:
         """The modules a forward pass can be stopped before: its transformer blocks (`net.blocks`: the reference
         ViT's, or a user's module's when it has them), else the modules a live model found its attention in

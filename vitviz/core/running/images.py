@@ -35,7 +35,7 @@ from PIL import Image, ImageFile, ImageOps
 
 from vitviz.core.spec import Preprocess
 from vitviz.core.files import check_path
-from vitviz.core.reading.validate import INTERPOLATION_NAMES
+from vitviz.core.options import INTERPOLATIONS
 from vitviz.errors import ImageError
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ MAX_PIXELS = 200_000_000
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"})
-INTERPOLATIONS = {name: Image.Resampling[name.upper()] for name in INTERPOLATION_NAMES}
+PIL_FILTERS = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}   # each resampling filter's
 
 _ALPHA_MODES = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
 _SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
@@ -297,7 +297,7 @@ def _resize_and_crop(img: Image.Image, pp: Preprocess) -> Image.Image:
     ch, cw = pp.crop
     if ch < 1 or cw < 1 or pp.resize < 1:
         raise ImageError(f"crop {pp.crop} and resize {pp.resize}; expected positive sizes")
-    resample = INTERPOLATIONS[pp.interpolation]
+    resample = PIL_FILTERS[pp.interpolation]
     if pp.mode == "squash":
         _check_resize_memory((ch, cw), (ch, cw), img)
         return img.resize((cw, ch), resample)

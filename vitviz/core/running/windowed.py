@@ -514,6 +514,11 @@ class WindowedHandle:
             counts[part] += int(param.numel())
         return {k: v for k, v in counts.items() if v}
 
+    def described_assumptions(self) -> tuple[tuple[str, str], ...]:
+        """Each setting its spec assumes, with what it assumes and how to say otherwise, as `vitviz.load` warns it
+        (`WindowedSpec.describe_guess`: a windowed spec's own settings)."""
+        return tuple((name, self.spec.describe_guess(name)) for name, _source in self.spec.assumptions)
+
     def hook_points(self) -> list[nn.Module]:
         """The modules a forward pass can be stopped before: a live staged model's blocks, found as a plain model's
         are (`ImageModel.hook_points`)."""

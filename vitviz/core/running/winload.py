@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -23,8 +22,7 @@ from vitviz.core.reading.families import Converted, windowed_layout
 from vitviz.core.reading.families import sam as sam_family
 from vitviz.core.reading.metadata import metadata_sources
 from vitviz.core.running.runtime import check_model_memory, resolve_device
-from vitviz.core.spec import GuessWarning
-from vitviz.core.options import WINDOWED, WINDOWED_HOW_TO_PASS, only_for, overrides_for
+from vitviz.core.options import WINDOWED, only_for, overrides_for
 from vitviz.core.reading.validate import check_exact_tensors, check_route, check_weights
 from vitviz.core.running.windowed import WindowedModel, WindowedNet
 from vitviz.core.winspec import WindowedSpec, audit
@@ -33,7 +31,6 @@ from vitviz.errors import InconsistentCheckpointError, OverrideError
 # overrides only windowed models take, and those of the reference route that mean something here (`OPTIONS`)
 WINDOW_OVERRIDES = only_for(WINDOWED)
 APPLIES = tuple(n for n in overrides_for(WINDOWED) if n not in WINDOW_OVERRIDES)
-NAMING = "a config.json naming the model (timm architecture, transformers model_type), or its release file name"
 
 
 def is_windowed(conv: Converted) -> bool:
@@ -147,22 +144,8 @@ def infer_windowed_spec(conv: Converted, raw: RawCheckpoint, overrides: dict[str
     if os.environ.get("VITVIZ_AUDIT") and (problems := audit(spec)):
         raise AssertionError(f"{where}: provenance audit ({spec.family}): " + "; ".join(problems))
     if warn:
-        warn_guesses(spec)
+        hyperparams.warn_guesses(spec, WindowedSpec.describe_guess)
     return spec
-
-
-def describe_guess(spec: WindowedSpec, name: str) -> str:
-    """'pooling is assumed: <why>; if that is wrong, pass <how>' for an assumed field of a windowed spec: what the
-    load warning, `vitviz info` and the window say (how: an option this route takes, else a config naming it)."""
-    source = spec.source_of(name)
-    why = re.sub(r"^(guess|assumed|default|family|table|layout):\s*", "", source)
-    what = "a guess" if source.startswith("guess") else "assumed"
-    return f"{name} is {what}: {why}; if that is wrong, pass {WINDOWED_HOW_TO_PASS.get(name, NAMING)}"
-
-
-def warn_guesses(spec: WindowedSpec) -> None:
-    for name, _source in spec.guesses:
-        warnings.warn(f"{spec.source}: {describe_guess(spec, name)}", GuessWarning, stacklevel=3)
 
 
 def _image_size(overrides: dict[str, Any], hints: dict[str, Any], fields: dict[str, Any],

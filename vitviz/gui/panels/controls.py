@@ -12,11 +12,11 @@ from PySide6.QtWidgets import (
 
 from vitviz.core.analyses.mapkinds import KINDS, unavailable
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import traits_of
 from vitviz.gui.panels.base import compact, display_name, plural
 from vitviz.gui.panels.model_settings import ModelSettings
 from vitviz.gui.panels.relevance import RelevancePicker
 from vitviz.gui.session import Session
+from vitviz.gui.signals import wire
 from vitviz.gui.state import (COLORMAPS, QUERY_SOURCES, SOURCES, ViewState, default_source, map_kind, query_source,
                               resolve_index)
 
@@ -133,17 +133,14 @@ class ControlsPanel(QWidget):
         self._on_state_changed(set(state.snapshot()))
         self.device_requested.connect(session.set_device)
         self.size_requested.connect(self._on_size_requested)
-        session.model_loaded.connect(self._on_model_loaded)
-        session.devices_found.connect(self.set_devices)
-        session.device_changed.connect(self.set_device)
-        session.size_changed.connect(self.show_size)
-        session.loading_changed.connect(self._on_loading_changed)
-        session.verification_changed.connect(self._on_verified)
+        wire(session, model_loaded=self._on_model_loaded, devices_found=self.set_devices,
+             device_changed=self.set_device, size_changed=self.show_size, loading_changed=self._on_loading_changed,
+             verification_changed=self._on_verified)
 
     def _on_verified(self) -> None:
         """The check confirmed some settings: Model settings' `?` marks follow the verified spec."""
         spec = self.session.model.spec
-        if spec is not None and spec is not self.model_settings.spec and traits_of(spec).plain_settings:
+        if spec is not None and spec is not self.model_settings.spec and spec.traits.plain_settings:
             self.model_settings.set_provenance(spec)
 
     def _on_size_requested(self, height: int, width: int) -> None:
@@ -299,7 +296,7 @@ class ControlsPanel(QWidget):
         self._spec = spec
         self._updating = True
         self._fill_sources(spec)
-        traits = traits_of(spec)     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
+        traits = spec.traits     # Swin, SAM / ViTDet: blocks over all stages, windows, no plain-ViT settings
         blocks = traits.blocks
         self.model_settings.set_spec(spec if traits.plain_settings else None)   # its fields are a plain ViT's
         self.model_settings.setToolTip("" if traits.plain_settings else WINDOWED_SETTINGS)
@@ -355,7 +352,7 @@ class ControlsPanel(QWidget):
         try:
             s, spec = self.state, self._spec
             depth, heads = (spec.depth, spec.num_heads) if spec else (1, 1)
-            if traits_of(spec).blocks:     # heads per stage: the block's own
+            if spec is not None and spec.traits.blocks:     # heads per stage: the block's own
                 heads = self._show_block(spec)
             self.source_combo.setCurrentIndex(self.source_combo.findData(s.source))
             self.layer_spin.setValue(sel_to_int(s.layer, LAYER_SPECIALS, depth))
@@ -407,7 +404,7 @@ class ControlsPanel(QWidget):
 
 def model_summary(spec: ModelSpec, size: tuple[int, int] | None = None) -> str:
     """A few lines that tell a user what was loaded, at the input size the images run at (default: native)."""
-    if traits_of(spec).blocks:
+    if spec.traits.blocks:
         return windowed_summary(spec, size)
     h, w = size or spec.image_size
     grid = (h // spec.patch_size, w // spec.patch_size)

@@ -19,7 +19,6 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QCheckBox, QLabel, QVBoxLayout, QWidget
 
-from vitviz.core.protocol import traits_of
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, dark_layout, pen, plural, style_plot
 from vitviz.gui.session import Session
 from vitviz.gui.state import ViewState
@@ -346,7 +345,7 @@ class HeadStatsPanel(LazyPanel):
 
     def redraw(self) -> None:
         self._update_label()
-        x_label = traits_of(self.session.model.spec).layer_word   # a windowed model's: blocks over all stages
+        x_label = self.session.model.traits.layer_word   # a windowed model's: blocks over all stages
         for plot in (self.distance.plot, self.entropy.plot, self.kinds.plot):
             plot.getAxis("bottom").setLabel(x_label)
         self.shown = self.statistics()

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, Q
 
 from vitviz.gui.panels.base import failure_reason, shortened
 from vitviz.gui.session import Session
+from vitviz.gui.signals import wire
 from vitviz.gui.thumbnails import THUMB, ThumbnailLoader
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
@@ -60,12 +61,9 @@ class ImageListPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
-        session.images_added.connect(self.add_paths)
-        session.images_removed.connect(self.remove_paths)
-        session.current_changed.connect(self._on_current_changed)
-        session.run_started.connect(self.set_pending)
-        session.result_ready.connect(self._on_result_ready)
-        session.run_failed.connect(self._on_run_failed)
+        wire(session, images_added=self.add_paths, images_removed=self.remove_paths,
+             current_changed=self._on_current_changed, run_started=self.set_pending,
+             result_ready=self._on_result_ready, run_failed=self._on_run_failed)
         self.add_paths(session.image_list.paths)
 
     def _make_actions(self) -> None:

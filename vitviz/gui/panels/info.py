@@ -16,7 +16,6 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.core.protocol import traits_of
 from vitviz.gui.assumptions import LEVEL_STYLES, VerdictLine, asked, reason, runs_own_code, value_text
 from vitviz.gui.panels.base import LazyPanel, display_name
 from vitviz.gui.session import Session
@@ -50,7 +49,7 @@ def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
     maps = session.current_maps
     stages: list[tuple[str, str]] = []
-    if traits_of(session.model.spec).blocks:    # its stages' blocks: at the current image's run, else at the input size
+    if session.model.traits.blocks:    # its stages' blocks: at the current image's run, else at the input size
         from vitviz.core.analyses.winview import info_rows
 
         spec = session.model.spec

@@ -140,7 +140,7 @@ class PosEmbedPanel(Recolourable, QWidget):
     def set_model(self, spec: ModelSpec | None) -> None:
         """A new model: wait for its embedding."""
         self._spec, self.data, self.rope, self.position = spec, None, None, None
-        if getattr(spec, "windowed", False) and not spec.pos_embed:   # nothing is asked of the worker for it
+        if spec is not None and not spec.traits.pos_table:   # nothing is asked of the worker for it
             self.message.setText(windowed_text(spec))                   # (`Session.request_pos_embed`)
         else:
             self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
@@ -228,7 +228,7 @@ class PosEmbedPanel(Recolourable, QWidget):
             self.cls_item.clear()
             prefix = bool(spec and getattr(spec, "num_prefix", 0))
             self.cls_label.setText("no prefix rows" + (" (no_embed_class)" if prefix else ""))
-            notes.append(windowed_note(spec) if getattr(spec, "windowed", False) else
+            notes.append(windowed_note(spec) if spec is not None and spec.traits.blocks else
                          "the position embedding has no row for the prefix tokens" + (
                              " (no_embed_class: they get no position)" if prefix else ""))
         top_aligned(self.cls_view, self.cls_item)

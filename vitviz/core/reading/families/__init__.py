@@ -5,15 +5,19 @@ One module per family, found in this package (`FAMILIES`, sorted by each module'
 -> Converted`, and beside them the family's facts, as timm keeps a model's `_cfg` in the model's own file:
 
 - `DETECT_ORDER`: where detection tries it (lowest first; `structural` last);
-
 - `HELP`: one line on what the family is (the command line's `--family` help);
-- `PREPROCESS`: {family name: `Recipe`}, its eval preprocessing (`recipe()`; checkpoint-formats.md §7);
+
+and, where it knows them (as timm's `_cfg()` gives each model the defaults it does not state, `FACT_DEFAULTS`
+here gives the cautious answer a family that says nothing gets):
+
+- `PREPROCESS`: {family name: `Recipe`}, its eval preprocessing (`recipe()`; checkpoint-formats.md §7); none:
+  no eval recipe, the image is brought to the native size whole;
 - `REGISTERED_SIZES`: whether its files follow the registered model sizes, so the embed-dim table is a fair
-  answer for num_heads (`follows_registered_sizes()`);
+  answer for num_heads (`follows_registered_sizes()`); not stated: they do not;
 - `NAME_HINTS`: (regular expression, family, priority) for file and repository names (`family_from_name()`,
-  the catalog's guess);
-- optionally `HF_MODEL_TYPES` ({transformers model_type: family}, `hf_family()`) and `EVAL_SIZE` ({family:
-  (size, why)}, `eval_size()`: the size it is evaluated at when its position table was trained larger);
+  the catalog's guess); none: no guess from a name;
+- `HF_MODEL_TYPES` ({transformers model_type: family}, `hf_family()`) and `EVAL_SIZE` ({family: (size, why)},
+  `eval_size()`: the size it is evaluated at when its position table was trained larger);
 - a windowed family: `WINDOWED`, the layout of the windowed reference model it converts to ('swin': stages and
   patch merging; 'sam': one stage of windowed and global blocks), `windowed_layout()`;
 - a family whose library builds model objects: `read_object(module, what)` and `object_config(module)`, what its
@@ -47,7 +51,10 @@ __all__ = ["Converted", "Hint", "FAMILIES", "FAMILY_NAMES", "REGISTERED_FAMILIES
            "eval_size", "family_from_name", "follows_registered_sizes", "hf_family", "key_stems", "recipe"]
 
 # What every family module declares beside NAMES / detect / convert (checked here, so a new one cannot forget).
-REQUIRED_FACTS = ("DETECT_ORDER", "HELP", "PREPROCESS", "REGISTERED_SIZES", "NAME_HINTS")
+REQUIRED_FACTS = ("DETECT_ORDER", "HELP")
+# The facts a family states only where it knows them, and what one that does not state them gets.
+FACT_DEFAULTS: dict[str, Any] = {"PREPROCESS": {}, "REGISTERED_SIZES": False, "NAME_HINTS": (),
+                                 "HF_MODEL_TYPES": {}, "EVAL_SIZE": {}}
 HELPERS = ("base",)   # modules of this package that are not families
 
 
@@ -64,11 +71,16 @@ def _discover() -> tuple[ModuleType, ...]:
     return tuple(sorted(modules, key=lambda module: module.DETECT_ORDER))
 
 
+def fact(module: ModuleType, name: str) -> Any:
+    """The family module's fact `name` (one of `FACT_DEFAULTS`), or its default where the module does not state it."""
+    return getattr(module, name, FACT_DEFAULTS[name])
+
+
 def _merged(attr: str) -> dict[str, Any]:
     """One family attribute ({name: value}) of every module, merged; a name two families claim is a bug."""
     out: dict[str, Any] = {}
     for module in FAMILIES:
-        for key, value in getattr(module, attr, {}).items():
+        for key, value in fact(module, attr).items():
             if key in out:
                 raise AssertionError(f"{module.__name__}.{attr}[{key!r}]: already declared by another family")
             out[key] = value
@@ -92,10 +104,10 @@ WINDOWED_LAYOUTS: dict[str, str] = {name: module.WINDOWED for module in FAMILIES
                                     for name in module.NAMES}
 # The families whose files follow the registered sizes, by the name before any '-' (hf-vit is hf's).
 REGISTERED_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
-    name.split("-")[0] for module in FAMILIES if module.REGISTERED_SIZES for name in module.NAMES))
+    name.split("-")[0] for module in FAMILIES if fact(module, "REGISTERED_SIZES") for name in module.NAMES))
 # (pattern, family, priority, registry position), highest priority first: the order names are tried in.
 _NAME_HINTS = sorted(((re.compile(pattern), family, priority, i) for i, module in enumerate(FAMILIES)
-                      for pattern, family, priority in module.NAME_HINTS), key=lambda h: (-h[2], h[3]))
+                      for pattern, family, priority in fact(module, "NAME_HINTS")), key=lambda h: (-h[2], h[3]))
 
 
 def recipe(family: str) -> Recipe | None:

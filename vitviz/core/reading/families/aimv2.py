@@ -28,7 +28,7 @@ NAMES = ("hf-aimv2",)
 DETECT_ORDER = 48   # before hf (50); no other family has `encoder.layers.N.rms_norm1`
 HELP = "transformers AIMv2 vision towers (RMSNorm, SwiGLU)"
 PREPROCESS = {"hf-aimv2": Recipe(1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "center")}
-REGISTERED_SIZES = False   # AIMv2's sizes (1024 / 8 heads, 1536 / 12) are not the registered table's
+# REGISTERED_SIZES False (the default): AIMv2's sizes (1024 / 8 heads, 1536 / 12) are not the registered table's
 NAME_HINTS = ((r"aimv2", "hf-aimv2", 80),)
 HF_MODEL_TYPES = {"aimv2_vision_model": "hf-aimv2", "aimv2": "hf-aimv2"}
 

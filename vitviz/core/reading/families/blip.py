@@ -23,7 +23,6 @@ DETECT_ORDER = 65   # before clip (70): its embeddings carry CLIP's names, its b
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "BLIP / BLIP-2 / InstructBLIP vision towers"
 PREPROCESS = {"hf-blip": Recipe(1.0, "bicubic", OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, "squash")}
-REGISTERED_SIZES = False
 NAME_HINTS = ((r"blip", "hf-blip", 70),)
 HF_MODEL_TYPES = {"blip_vision_model": "hf-blip", "blip_2_vision_model": "hf-blip",
                   "instructblip_vision_model": "hf-blip"}

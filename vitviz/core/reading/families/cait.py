@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Recipe
+from vitviz.core.reading.families.base import Converted
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -27,9 +27,7 @@ if TYPE_CHECKING:
 NAMES = ("cait",)
 DETECT_ORDER = 8   # before every reader: blocks_token_only / talking-heads tensors are in no other layout
 HELP = "timm CaiT (refused by file: talking heads and class attention; vitviz.load(model) or --code shows it)"
-PREPROCESS: dict[str, Recipe] = {}
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # timm's hints name cait_* files already
+# No NAME_HINTS: timm's hints name cait_* files already
 
 ROUTE = ("open it with timm's own code instead: vitviz.load(timm.create_model('cait_...', checkpoint_path=FILE)) "
          "in Python, or --code FILE.py:FACTORY (a function returning that model) on the command line; vitviz then "

@@ -111,11 +111,9 @@ def _convert_open_clip(sd: dict[str, torch.Tensor], raw: RawCheckpoint, override
     out: dict[str, torch.Tensor] = {}
     final_after_pool = bool(vcfg.get("final_ln_after_pool"))
     for k, v in vision.items():
-        if k == "class_embedding":
-            out["cls_token"] = v.reshape(1, 1, -1)  # (D,) -> (1, 1, D)
-        elif k == "positional_embedding":
-            out["pos_embed"] = v.unsqueeze(0)  # (N+1, D) -> (1, N+1, D)
-        elif k == "proj":
+        if _embedding(k, v, ("class_embedding", "positional_embedding"), out):
+            continue
+        if k == "proj":
             out["head.weight"] = v.t().contiguous()  # (D, E) -> (E, D), no bias
         elif k.startswith("ln_post."):
             out[("fc_norm." if final_after_pool else "norm.") + k.split(".", 1)[1]] = v
@@ -201,6 +199,16 @@ def _convert_trunk(vision: dict[str, torch.Tensor], raw: RawCheckpoint, dropped:
     return conv
 
 
+def _embedding(k: str, v: torch.Tensor, names: tuple[str, str], out: dict[str, torch.Tensor]) -> bool:
+    """Put CLIP's class embedding (D,) and position table (N+1, D), named `names` (open_clip's or transformers'),
+    into `out` in timm's form, `cls_token` (1, 1, D) and `pos_embed` (1, N+1, D); False for any other key."""
+    if k == names[0]:
+        out["cls_token"] = v.reshape(1, 1, -1)
+    elif k == names[1]:
+        out["pos_embed"] = v.unsqueeze(0)
+    return k in names
+
+
 def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
     """transformers CLIPVisionModel (keys with or without `vision_model.`), CLIPVisionModelWithProjection and
     CLIPModel (`visual_projection` the embedding head; the text tower ignored)."""
@@ -212,11 +220,9 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
         vision, dropped = {k: v for k, v in sd.items() if k != "visual_projection.weight"}, []
     out: dict[str, torch.Tensor] = {}
     for k, v in vision.items():
-        if k == "embeddings.class_embedding":
-            out["cls_token"] = v.reshape(1, 1, -1)  # (D,) -> (1, 1, D)
-        elif k == "embeddings.position_embedding.weight":
-            out["pos_embed"] = v.unsqueeze(0)  # (N+1, D) -> (1, N+1, D)
-        elif k == "embeddings.position_ids":
+        if _embedding(k, v, ("embeddings.class_embedding", "embeddings.position_embedding.weight"), out):
+            continue
+        if k == "embeddings.position_ids":
             dropped.append(k)
         elif re.search(r"\.self_attn\.[qkv]_proj\.", k):
             continue

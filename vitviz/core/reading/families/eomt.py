@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Recipe
+from vitviz.core.reading.families.base import Converted
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 NAMES = ("hf-eomt",)
 DETECT_ORDER = 43   # before the transformers readers: its encoder keys are DINOv2's / DINOv3's
 HELP = "transformers EoMT (refused: segmentation queries join the last blocks)"
-PREPROCESS: dict[str, Recipe] = {}
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -17,7 +17,7 @@ DETECT_ORDER = 50   # detection tries the families in this order, lowest first
 HELP = "transformers ViT, DeiT, DINOv2, MAE, MSN"
 PREPROCESS = {"hf": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "squash")}
 REGISTERED_SIZES = True
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # its repositories name their model_type in config.json
+# No NAME_HINTS: its repositories name their model_type in config.json
 HF_MODEL_TYPES = {"vit": "hf-vit", "deit": "hf-deit", "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2",
                   "vit_mae": "hf-vit_mae", "vit_msn": "hf-vit_msn"}
 # (input size, why): the size it is evaluated at when its position table was trained larger

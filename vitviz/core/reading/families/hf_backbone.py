@@ -13,7 +13,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from vitviz.core.reading.families import hf
-from vitviz.core.reading.families.base import Converted, Hint, Recipe
+from vitviz.core.reading.families.base import Converted, Hint
 
 if TYPE_CHECKING:
     import torch
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 NAMES = ("hf-backbone",)
 DETECT_ORDER = 47   # before hf (50): its keys carry the task model's `backbone.` prefix beside a neck and head
 HELP = "transformers task models on a ViT / DINOv2 backbone (Depth Anything)"
-PREPROCESS: dict[str, Recipe] = {}   # the backbone's family's (hf-dinov2, hf-vit ...); preprocessor_config.json wins
+# No PREPROCESS of its own: the backbone's family's (hf-dinov2, hf-vit ...); preprocessor_config.json wins
 REGISTERED_SIZES = True
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # the family is the backbone's (hf-dinov2, ...)
+# No NAME_HINTS: the family is the backbone's (hf-dinov2, ...)
 
 PREFIX = "backbone."
 

@@ -25,7 +25,8 @@ HELP = "transformers I-JEPA (no CLS token)"
 # facebook/ijepa_* ship a ViTImageProcessor: resize 224 (shortest edge 256 then crop for the in22k ones), ImageNet
 # statistics; the preprocessor_config.json beside a folder wins over this
 PREPROCESS = {"hf-ijepa": Recipe(1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "squash")}
-REGISTERED_SIZES = False   # I-JEPA's sizes (ViT-H/14 at 1280 / 16 heads, ViT-G) are not the registered table's
+# REGISTERED_SIZES False (the default): I-JEPA's sizes (ViT-H/14 at 1280 / 16 heads, ViT-G) are not the
+# registered table's
 NAME_HINTS = ((r"ijepa|i-jepa", "hf-ijepa", 90),)
 HF_MODEL_TYPES = {"ijepa": "hf-ijepa"}
 

@@ -31,7 +31,8 @@ DETECT_ORDER = 39   # before beit (40): its blocks carry BEiT's norm and layer-s
 HELP = "transformers InternViT (InternVL's vision tower)"
 # InternVL's processor: the image resized to 448 x 448 as a whole (tiles aside), ImageNet statistics
 PREPROCESS = {"hf-internvit": Recipe(1.0, "bicubic", IMAGENET_MEAN, IMAGENET_STD, "squash")}
-REGISTERED_SIZES = False   # InternViT-300M is 1024 wide with 16 heads, 6B 3200 with 25: not the registered table's
+# REGISTERED_SIZES False (the default): InternViT-300M is 1024 wide with 16 heads, 6B 3200 with 25: not the
+# registered table's
 NAME_HINTS = ((r"internvit|internvl", "hf-internvit", 85),)
 HF_MODEL_TYPES = {"internvl_vision": "hf-internvit"}
 

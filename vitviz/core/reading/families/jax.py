@@ -26,7 +26,6 @@ HELP = "JAX / big_vision .npz"
 PREPROCESS = {"jax": Recipe(0.875, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center"),
               "jax-siglip": Recipe(1.0, "bicubic", INCEPTION_MEAN, INCEPTION_STD, "squash")}
 REGISTERED_SIZES = True
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 PREFIXES = ("opt/target/", "params/img/", "params/", "")
 
 

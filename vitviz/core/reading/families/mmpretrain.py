@@ -27,7 +27,6 @@ HELP = "OpenMMLab mmpretrain / mmcls VisionTransformer"
 # whole short side. Its DeiT configs differ (ImageNet statistics, 256 -> 224 bicubic): nothing in a file tells,
 # so the recipe is said as an assumption unless the model is named.
 PREPROCESS = {"mmpretrain": Recipe(1.0, "bilinear", INCEPTION_MEAN, INCEPTION_STD, "center")}
-REGISTERED_SIZES = False
 NAME_HINTS: tuple[tuple[str, str, int], ...] = ((r"mmpretrain|mmcls|vit-(base|large|huge)-p\d+_", "mmpretrain", 40),)
 
 

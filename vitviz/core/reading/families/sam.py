@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Hint, Recipe, rename
+from vitviz.core.reading.families.base import Converted, Hint, rename
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -28,9 +28,7 @@ DETECT_ORDER = 20   # detection tries the families in this order, lowest first
 WINDOWED = "sam"   # its files convert to the windowed reference model, sam layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "SAM / ViTDet encoders"
-PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (hf-sam: hf's, ...)
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
+# No PREPROCESS of its own: its sub-families take their prefix's recipe (hf-sam: hf's, ...)
 
 _REL = re.compile(r"^(?:image_encoder\.|vision_encoder\.)?(?:blocks|layers)\.\d+\.attn\.rel_pos_h$")
 _NECK = re.compile(r"^(?:image_encoder\.|vision_encoder\.)?neck\.(?:0|conv1)\.weight$")

@@ -14,8 +14,6 @@ DETECT_ORDER = 60   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "the tutorial ViT vitviz grew from"
 PREPROCESS = {"seed": Recipe(1.0, "bilinear", (0.0,), (1.0,), "squash")}
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 _RULES = [

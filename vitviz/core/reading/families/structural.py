@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Hint, Recipe
+from vitviz.core.reading.families.base import Converted, Hint
 from vitviz.core.reading.metadata import CHANNEL_KEYS, as_int, find_value, metadata_sources
 from vitviz.errors import OverrideError, UnknownLayoutError
 
@@ -43,9 +43,7 @@ NAMES = ("structural",)
 DETECT_ORDER = 1000   # tried last: it reads any layout by the roles and shapes of its tensors
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "any other layout, read by tensor roles and shapes"
-PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
-REGISTERED_SIZES = False   # a hand-written layout need not follow the registered sizes
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
+# REGISTERED_SIZES False (the default): a hand-written layout need not follow the registered sizes
 
 _ROLE_WORDS = {"q": "q", "query": "q", "queries": "q", "k": "k", "key": "k", "keys": "k", "v": "v", "value": "v",
                "values": "v", "qkv": "qkv", "kv": "kv", "inproj": "qkv", "cattn": "qkv"}

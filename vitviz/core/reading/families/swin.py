@@ -19,7 +19,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Hint, Recipe, rename
+from vitviz.core.reading.families.base import Converted, Hint, rename
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -31,9 +31,7 @@ DETECT_ORDER = 10   # detection tries the families in this order, lowest first
 WINDOWED = "swin"   # its files convert to the windowed reference model, swin layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "Swin v1 / v2"
-PREPROCESS: dict[str, Recipe] = {}   # its sub-families take their prefix's recipe (timm-swin: timm's, ...)
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
+# No PREPROCESS of its own: its sub-families take their prefix's recipe (timm-swin: timm's, ...)
 
 _TV_ATTN = re.compile(r"^features\.\d+\.\d+\.attn\.(relative_position_bias_table|cpb_mlp\.0\.weight)$")
 _TIMM_ATTN = re.compile(r"^layers\.\d+\.blocks\.\d+\.attn\.(relative_position_bias_table|cpb_mlp\.0\.weight)$")

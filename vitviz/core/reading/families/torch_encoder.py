@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Recipe
+from vitviz.core.reading.families.base import Converted
 from vitviz.core.reading.families.structural import Facts, facts_from_metadata, read
 
 if TYPE_CHECKING:
@@ -22,9 +22,6 @@ NAMES = ("torch_encoder",)
 DETECT_ORDER = 130   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "nn.TransformerEncoder ViTs"
-PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

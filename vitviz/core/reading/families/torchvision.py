@@ -16,7 +16,7 @@ DETECT_ORDER = 30   # detection tries the families in this order, lowest first
 HELP = "torchvision ViT"
 PREPROCESS = {"torchvision": Recipe(0.875, "bilinear", IMAGENET_MEAN, IMAGENET_STD, "center")}
 REGISTERED_SIZES = True
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()   # its downloads are known by their file names (catalog)
+# No NAME_HINTS: its downloads are known by their file names (catalog)
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Hint, Recipe
+from vitviz.core.reading.families.base import Converted, Hint
 from vitviz.core.reading.families.structural import Facts, facts_from_metadata, read
 
 if TYPE_CHECKING:
@@ -30,9 +30,6 @@ NAMES = ("vit_pytorch",)
 DETECT_ORDER = 120   # detection tries the families in this order, lowest first
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "lucidrains vit-pytorch"
-PREPROCESS: dict[str, Recipe] = {}   # no eval recipe: the image is brought to the native size whole
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:

@@ -21,7 +21,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Hint, Recipe, rename
+from vitviz.core.reading.families.base import Converted, Hint, rename
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -33,9 +33,7 @@ DETECT_ORDER = 25   # detection tries the families in this order, lowest first (
 WINDOWED = "sam"   # its files convert to the windowed reference model, sam layout
 # What this family knows beyond its keys (read by `vitviz.core.reading.families`: see there).
 HELP = "transformers VitDetModel / VitDetBackbone (ViTDet)"
-PREPROCESS: dict[str, Recipe] = {}   # hf-vitdet takes hf's recipe; the converter says ViTDet's own (ImageNet)
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
+# No PREPROCESS of its own: hf-vitdet takes hf's recipe; the converter says ViTDet's own (ImageNet)
 HF_MODEL_TYPES = {"vitdet": "hf-vitdet"}
 
 FAM = "transformers VitDetModel"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Recipe
+from vitviz.core.reading.families.base import Converted
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 NAMES = ("hf-vitmatte",)
 DETECT_ORDER = 5   # first: its backbone keys are ViTDet's, its decoder keys no other family has
 HELP = "transformers VitMatte (image matting; refused: RGB + trimap input)"
-PREPROCESS: dict[str, Recipe] = {}
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 _DECODER = re.compile(r"^decoder\.(convstream|matting_head|fusion_blocks)\.")
 

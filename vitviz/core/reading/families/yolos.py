@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vitviz.core.reading.families.base import Converted, Recipe
+from vitviz.core.reading.families.base import Converted
 from vitviz.errors import UnknownLayoutError
 
 if TYPE_CHECKING:
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 NAMES = ("hf-yolos",)
 DETECT_ORDER = 44   # before the hf readers: its keys are transformers ViT's plus detection tokens
 HELP = "transformers YOLOS (refused: detection tokens after the patches)"
-PREPROCESS: dict[str, Recipe] = {}
-REGISTERED_SIZES = False
-NAME_HINTS: tuple[tuple[str, str, int], ...] = ()
 
 
 def detect(keys: set[str], raw: RawCheckpoint) -> str | None:
