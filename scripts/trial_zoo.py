@@ -520,12 +520,106 @@ def _required(fn: Any) -> set[str]:
             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
+def packed_tower_of(model: Any) -> Any:
+    """The model's vision tower whose forward takes packed patches and `grid_thw` (the Qwen-VL family's: a forward
+    of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes), or None."""
+    import torch
+
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if isinstance(m, torch.nn.Module) and {"hidden_states", "grid_thw"} <= _params(m.forward) and all(
+                isinstance(getattr(cfg, k, None), int) for k in ("patch_size", "temporal_patch_size",
+                                                                  "spatial_merge_size")):
+            return m
+    return None
+
+
+def packed_reference(tower: Any, x: Any) -> list[Any]:
+    """The attention maps a packed-patch tower computes on `x` (1, C, H, W), each (1, H, T, T) on the image's grid
+    (row by row), as (map, None) pairs.
+
+    The tower is called with the image packed exactly as vitviz's `PackedTower.pack` packs it (`hidden_states`,
+    `grid_thw` [[1, rows, cols]]). Its attention is recorded independently of vitviz: every softmax of its eager
+    attention (`Recorder`), grouped per block by hooks on its blocks, a block's softmaxes (one per window or packed
+    image) laid on the diagonal in sequence order. Each token is put on the grid by where the packing put its pixels
+    (an image of patch coordinates packed the same way) and, for a tower that moves its tokens before its blocks
+    (Qwen2.5-VL's windows), by which embedded patch each row of its first block's input is (an exact match)."""
+    import torch
+
+    from vitviz.core.running.live.packing import PackedTower
+
+    packer = PackedTower(tower, tuple(x.shape[-2:]), "", (0.0,) * 3, (1.0,) * 3, "")
+    patches, grid = packer.pack(x[0])
+    rows, cols = int(grid[0, 1]), int(grid[0, 2])
+    n = rows * cols
+    coords = torch.zeros_like(x[0])
+    coords[0] = torch.arange(x.shape[-2]).div(packer.patch_size, rounding_mode="floor")[:, None].float()
+    coords[1] = torch.arange(x.shape[-1]).div(packer.patch_size, rounding_mode="floor")[None, :].float()
+    where, _ = packer.pack(coords)
+    per = packer.temporal * packer.patch_size ** 2
+    cell = (where[:, 0] * cols + where[:, per]).long()              # packed position -> raster cell
+    blocks = getattr(tower, "blocks", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        blocks = next((m for m in tower.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), None)
+    if blocks is None:
+        raise RuntimeError(f"{type(tower).__name__}: no list of blocks to group its softmaxes by")
+    seen: dict[str, Any] = {}
+    spans: list[list[int]] = []
+    with Recorder() as rec:      # (each hook returns None: it changes nothing of the forward)
+        hooks = [b.register_forward_pre_hook(lambda _m, _a: spans.append([len(rec.maps)])) for b in blocks]
+        hooks += [b.register_forward_hook(lambda _m, _a, _o: spans[-1].append(len(rec.maps))) for b in blocks]
+        hooks.append(blocks[0].register_forward_pre_hook(
+            lambda _m, a, kw: seen.update(block=a[0] if a else kw.get("hidden_states")), with_kwargs=True))
+        embed = getattr(tower, "patch_embed", None)
+        if isinstance(embed, torch.nn.Module):
+            hooks.append(embed.register_forward_hook(lambda _m, _a, o: seen.update(embed=o)))
+        try:
+            with torch.no_grad():
+                tower(hidden_states=patches, grid_thw=grid)
+        finally:
+            for h in hooks:
+                h.remove()
+    moved = torch.arange(n)                                          # block position -> packed position
+    block_in, embedded = seen.get("block"), seen.get("embed")
+    if isinstance(block_in, torch.Tensor) and isinstance(embedded, torch.Tensor):
+        a, b = block_in.reshape(n, -1).float(), embedded.reshape(n, -1).float()
+        if a.shape == b.shape:
+            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+            best = d.argmin(dim=1)
+            if torch.equal(best.sort().values, torch.arange(n)) and float(d.min(dim=1).values.max()) < 1e-6:
+                moved = best
+    order = torch.empty(n, dtype=torch.long)
+    order[cell[moved]] = torch.arange(n)                             # raster cell -> position in the blocks
+    out = []
+    for start, end in spans:
+        parts = [m[0] for m in rec.maps[start:end]]
+        if not parts:
+            continue
+        total = sum(p.shape[-1] for p in parts)
+        if total != n:
+            raise RuntimeError(f"{type(tower).__name__}: a block's softmaxes cover {total} of {n} tokens")
+        full = torch.zeros(parts[0].shape[0], n, n)
+        at = 0
+        for p in parts:
+            full[:, at:at + p.shape[-1], at:at + p.shape[-1]] = p
+            at += p.shape[-1]
+        out.append((full[:, order][:, :, order][None], None))
+    return out
+
+
 def reference_maps(model: Any, x: Any) -> list[Any]:
     """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
-    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs."""
+    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs. A model
+    with a packed-patch tower (`packed_tower_of`) is run as `packed_reference` runs it."""
     import torch
 
     errors = []
+    tower = packed_tower_of(model)
+    if tower is not None:
+        try:
+            return packed_reference(tower, x)
+        except Exception as e:  # noqa: BLE001 - said with the other ways' errors
+            errors.append(f"packed tower {type(tower).__name__}: {type(e).__name__}: {str(e)[:200]}")
     for name, run in image_forwards(model):
         try:
             with torch.no_grad(), Recorder() as rec:
@@ -724,6 +818,10 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
     REF_PREP.get(model_type, lambda m: None)(pristine)
     # is there attention over the image? (a CNN, an audio model: not part of the zoo)
     size = _hf_size(model)
+    tower = packed_tower_of(model)
+    if tower is not None:     # (a packed-patch tower takes whole merge blocks only)
+        block = tower.config.patch_size * tower.config.spatial_merge_size
+        size = (2 * block, 3 * block)
     try:
         probe = reference_maps(pristine, torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1)))
     except Exception as e:  # noqa: BLE001

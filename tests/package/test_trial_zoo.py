@@ -166,6 +166,40 @@ def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
     assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), model, names)["verdict"] == "exact"
 
 
+def _qwen2_5_tower() -> torch.nn.Module:
+    """A tiny Qwen2.5-VL vision tower: 4 px patches, 2 x 2 merge blocks, windows of 2 x 2 blocks in block 0."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+
+    cfg = qwen.Qwen2_5_VLVisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=4,
+                                      spatial_merge_size=2, temporal_patch_size=2, window_size=16,
+                                      fullatt_block_indexes=[1], out_hidden_size=32)
+    torch.manual_seed(0)
+    tower = zoo.perturb(qwen.Qwen2_5_VisionTransformerPretrainedModel(cfg))
+    zoo._eager(tower)
+    return tower
+
+
+def test_packed_tower_is_checked_and_a_wrong_order_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Qwen-VL-style tower takes packed patches and grid_thw, not an image: the harness left it unchecked. It
+    calls the tower with the image packed as vitviz packs it, records its eager softmaxes itself (a windowed
+    block's windows on the diagonal) and places its tokens by the packing and the tower's own window reordering:
+    vitviz's maps are exact, and maps shown without the window reordering taken back are wrong."""
+    import vitviz
+    from vitviz.core.running.live.packing import PackedTower
+
+    tower = _qwen2_5_tower()
+    assert zoo.packed_tower_of(torch.nn.Sequential(tower)) is tower
+    ref = zoo.reference_maps(tower, torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(2)))
+    assert [r[0].shape for r in ref] == [(1, 4, 96, 96)] * 2
+    assert (ref[0][0] == 0).float().mean() > 0.5 and (ref[1][0] == 0).sum() == 0      # windows, then full attention
+    names = ["Qwen2_5_VisionTransformerPretrainedModel"]
+    route = zoo.run_route(lambda: vitviz.load(tower, device="cpu", image_size=(32, 48)), tower, names)
+    assert route["verdict"] == "exact" and route["matched"] == 2
+    monkeypatch.setattr(PackedTower, "_window_position", lambda self, rows, cols: None)
+    route = zoo.run_route(lambda: vitviz.load(tower, device="cpu", image_size=(32, 48)), tower, names)
+    assert route["verdict"] == "wrong" and route["worst"] > zoo.ATOL
+
+
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:
     """A tiny transformers ViT by file and live is exact; compared with a copy of other weights, it is wrong."""
     import vitviz
