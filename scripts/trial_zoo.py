@@ -98,7 +98,8 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "perception_lm": {"vision_config.architecture": "vit_pe_core_large_patch14_336",
                       "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
                                                    "global_pool": ""}},
-    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]]},
+    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]],
+                        "vision_config.hidden_size": 64},    # (its Q-Former's heads: the tower's width // 64)
     # FastVLM: timm's FastViT-HD through TimmWrapper (its features: the last stage's width, doubled)
     "fast_vlm": {"vision_config.model_args": {"inference_mode": True, "layers": [1, 1, 1, 1, 1],
                                               "embed_dims": [16, 16, 32, 32, 32]}, "vision_config.hidden_size": 64},
@@ -107,9 +108,60 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma4": {"text_config.hidden_size_per_layer_input": 8},      # per-layer token embeddings: 262144 x 256 each
     "deepseek_ocr2": {"text_config.mlp_layer_types": ["dense", "dense"]},
     "molmo2": {"adapter_config.vision_feature_layer": [-1, -2]},
-    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
-                   "audio_config.adapter_out_dim": 32},
     "sapiens2": {"head_config.upsample_out_channels": [16], "head_config.conv_out_channels": [16]},
+    # (the rest: sizes that must agree once shrunk -- RoPE sections summing to half the head width, an adapter's
+    # width equal to its tower's, group norms dividing the widths -- and tables the defaults leave empty)
+    "align": {"vision_config.width_coefficient": 0.25, "vision_config.depth_coefficient": 0.3,
+              "vision_config.hidden_dim": 64},
+    "apertus1p5": {"audio_config.codebook_dim": 32},
+    "bit": {"num_groups": 4},
+    "chameleon": {"vocabulary_map": {"<image>": 8}},
+    "emu3": {"vocabulary_map": {"<image>": 8, "<|extra_200|>": 9}},
+    "cohere_compass": {"text_config.rope_parameters": {
+        t: {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
+        for t in ("full_attention", "sliding_attention")}},
+    "cosmos3_edge": {"text_config.rope_parameters.mrope_section": [2, 1, 1]},
+    "ernie4_5_vl_moe": {"text_config.rope_parameters.mrope_section": [1, 1, 2]},
+    "detr": {"encoder_attention_heads": 8, "decoder_attention_heads": 8},   # its mask head: width + heads, x8
+    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
+                   "audio_config.adapter_input_size": 32, "audio_config.adapter_out_dim": 32},
+    "apertus1p5": {"audio_config.codebook_dim": 32, "vision_config.base_channels": 32,
+                   "vision_config.num_res_blocks": 1, "vision_config.embed_dim": 16,
+                   "vision_config.latent_channels": 16},
+    "emu3": {"vocabulary_map": {"<image>": 8, "<|extra_200|>": 9}, "vq_config.base_channels": 32,
+             "vq_config.num_res_blocks": 1, "vq_config.codebook_size": 64, "vq_config.hidden_size": 32},
+    "imagegpt": {"n_embd": 32, "n_layer": 2, "n_head": 4},
+    "perceiver": {"d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2},
+    "qwen2_5_omni": {"enable_audio_output": False},         # (no talker / token2wav: its vision side is the same)
+    "qwen3_omni_moe": {"enable_audio_output": False},
+    "gemma3n": {"text_config.num_kv_shared_layers": 0, "text_config.hidden_size_per_layer_input": 8,
+                "text_config.vocab_size_per_layer_input": 128,
+                "vision_config.model_args": {"channel_multiplier": 0.25}},
+    "diffusion_gemma": {"text_config.num_experts": 4, "text_config.top_k_experts": 2,
+                        "text_config.moe_intermediate_size": 64},
+    "muse_spark": {"audio_config.num_hidden_layers": 4},    # (one entry per layer of its per-stage lists)
+    "timm_backbone": {"backbone": "vit_tiny_patch16_224"},
+    "efficientloftr": {"hidden_size": 256},      # (its last stage's width, which the shrinking keeps)
+    # PP-OCR's server text detectors: their IntraCL blocks' convolutions (kernel, stride, padding) as PaddleOCR's
+    # LKPAN states them (the config's default leaves them empty)
+    **{t: {"kernel_list": [3, 2, 2], "intraclass_block_config": {
+        "reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0],
+        "vertical_long_to_small_conv_longratio": [[7, 1], [1, 1], [3, 0]],
+        "vertical_long_to_small_conv_midratio": [[5, 1], [1, 1], [2, 0]],
+        "vertical_long_to_small_conv_shortratio": [[3, 1], [1, 1], [1, 0]],
+        "horizontal_small_to_long_conv_longratio": [[1, 7], [1, 1], [0, 3]],
+        "horizontal_small_to_long_conv_midratio": [[1, 5], [1, 1], [0, 2]],
+        "horizontal_small_to_long_conv_shortratio": [[1, 3], [1, 1], [0, 1]],
+        "symmetric_conv_long_longratio": [7, 1, 3], "symmetric_conv_long_midratio": [5, 1, 2],
+        "symmetric_conv_long_shortratio": [3, 1, 1]}} for t in ("pp_ocrv5_server_det", "pp_ocrv6_medium_det")},
+}
+# Model types of the image task mappings that are not swept, and why (listed apart in the report).
+HF_OUT_OF_SCOPE: dict[str, str] = {
+    **{t: "audio only (speech recognition): no image input and no vision sub-config; in the multimodal-LM mapping "
+          "for its audio" for t in ("fun_asr_nano", "kyutai_speech_to_text", "nemo_speechlm", "vibevoice_asr")},
+    "dinat": "needs the natten library (compiled neighborhood-attention kernels), not installed here: transformers "
+             "refuses to build it",
+    "layoutlmv2": "needs detectron2 (its ResNeXt visual backbone), not installed here; its image side is a CNN",
 }
 
 # timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
@@ -183,11 +235,12 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         elif depth > LAYERS and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
             out[key] = {i: c for i, c in v.items() if int(i) < LAYERS}
         elif isinstance(v, list) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v) and (
-                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))):
+                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))) and \
+                "num" not in key:      # (a count per stage, HGNetV2's stage_numb_of_layers, is no layer index)
             top = LAYERS if "out" in key or "feature" in key else LAYERS - 1
             clipped = [min(i, top) if i >= 0 else i for i in v]
             out[key] = clipped if "out" in key or "feature" in key else sorted(set(clipped))
-        elif key == "out_features" and isinstance(v, list):
+        elif key == "out_features" and isinstance(v, list) and all(isinstance(f, str) for f in v):
             out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
     if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
         merge = out.get("spatial_merge_size")
@@ -343,6 +396,12 @@ TIMM_OVERRIDES: dict[str, dict[str, Any]] = {
     "hiera_base_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
     "hiera_large_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
     "hieradet_small": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1), global_att_blocks=()),
+    # MViTv2: its config is a registered MultiScaleVitCfg (`_cfg`: one registered for the sweep, with and without
+    # the class token, picked by timm's own cfg_variant argument)
+    "mvitv2_base": dict(cfg_variant="zoo_tiny", _cfg=dict(depths=(1, 1, 1, 1), embed_dim=16, num_heads=1)),
+    "mvitv2_large_cls": dict(cfg_variant="zoo_tiny_cls", _cfg=dict(
+        depths=(1, 1, 1, 1), embed_dim=16, num_heads=1, use_cls_token=True)),
+    "nextvit_base": dict(depths=(1, 1, 5, 1)),      # (its third stage: whole groups of 4 conv + 1 attention block)
     "nest_base": dict(_via="nest._create_nest", embed_dims=(32, 64, 128), num_heads=(1, 2, 4), depths=(1, 1, 1),
                       img_size=64, patch_size=4),
     "pit_b_224": dict(img_size=64, patch_size=16, stride=8, base_dims=(16, 16, 16), depth=(1, 1, 1), heads=(2, 4, 8)),
@@ -370,6 +429,10 @@ def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
         {**kw, "img_size": side} if "img_size" in kw else kw for kw in TIMM_TRIES]
     for kw in tries:
         via = kw.pop("_via", "")
+        if "_cfg" in kw:
+            from timm.models import mvitv2
+
+            mvitv2.model_cfgs[kw["cfg_variant"]] = mvitv2.MultiScaleVitCfg(**kw.pop("_cfg"))
         try:
             torch.manual_seed(0)
             if via:
@@ -803,6 +866,8 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
 
     import vitviz
 
+    if model_type in HF_OUT_OF_SCOPE:
+        return {"status": "out of scope", "error": HF_OUT_OF_SCOPE[model_type]}
     try:
         model = build_hf(model_type, class_name)
     except Exception as e:  # noqa: BLE001
