@@ -893,7 +893,7 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
         probe, why = None, f"{type(e).__name__}: {e}"[:300]
     if probe is not None and not probe:
         return {"status": "not a ViT", "error": "the original computes no attention over an image"}
-    folder = work / model_type
+    folder = work / "snapshot"     # (not named after the model: a refusal must name it in its own words)
     model.save_pretrained(folder, safe_serialization=True)
     cfg = json.loads((folder / "config.json").read_text())
     names = [model_type, *cfg.get("architectures", [])]
@@ -940,7 +940,7 @@ def run_timm(arch: str, work: Path) -> dict[str, Any]:
         return {"status": "build-failed", "error": f"{type(e).__name__}: {e}"[:600]}
     pristine = copy.deepcopy(model)
     _eager(pristine)
-    folder = work / arch
+    folder = work / "hub"
     folder.mkdir(parents=True)
     args = {k: v for k, v in kw.items() if k != "num_classes"}
     try:
