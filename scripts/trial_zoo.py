@@ -670,13 +670,40 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
     return out
 
 
-def reference_maps(model: Any, x: Any) -> list[Any]:
+def resized_original(model: Any, size: tuple[int, int]) -> Any:
+    """A copy of a timm model set to take `size` by its own `set_input_size`, each stage's windows kept as they are
+    (the file's relative position tables are of those windows); None for a model without it."""
+    if not type(model).__module__.startswith("timm.") or not callable(getattr(model, "set_input_size", None)):
+        return None
+    resized = copy.deepcopy(model)
+    kw: dict[str, Any] = {"img_size": tuple(int(v) for v in size)}
+    stages = getattr(resized, "layers", None)
+    windows = [getattr(getattr(st, "blocks", [None])[0], "window_size", None) for st in stages or ()]
+    if windows and all(isinstance(w, (tuple, list)) for w in windows):
+        kw["window_size"] = [tuple(w) for w in windows]
+    resized.set_input_size(**kw)
+    return resized
+
+
+def reference_maps(model: Any, x: Any, notes: list[str] | None = None) -> list[Any]:
     """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
     `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs. A model
-    with a packed-patch tower (`packed_tower_of`) is run as `packed_reference` runs it."""
+    with a packed-patch tower (`packed_tower_of`) is run as `packed_reference` runs it. A timm model that refuses
+    the size of `x` (built tiny, where vitviz chose another size for a file that states none) is run at that size
+    by its own `set_input_size` (`resized_original`), said in `notes`."""
     import torch
 
     errors = []
+    if notes is not None:
+        try:
+            return reference_maps(model, x)
+        except RuntimeError as e:
+            resized = resized_original(model, tuple(x.shape[-2:]))
+            if resized is None:
+                raise
+            notes.append(f"the original set to {x.shape[-2]}x{x.shape[-1]} px by timm's set_input_size (windows "
+                         f"kept): it refused that size as built ({str(e)[:120]})")
+            return reference_maps(resized, x)
     tower = packed_tower_of(model)
     if tower is not None:
         try:
@@ -849,13 +876,16 @@ def run_route(open_it: Callable[[], Any], original: Any, names: list[str]) -> di
     out: dict[str, Any] = {"family": getattr(spec, "family", "?"), "said": said[:8],
                            "path": str(spec.source_of("path"))[:300] if hasattr(spec, "source_of") else ""}
     x = torch.from_numpy(result.input).unsqueeze(0)
+    notes: list[str] = []
     try:
-        ref = reference_maps(original, x)
+        ref = reference_maps(original, x, notes)
     except Exception as e:  # noqa: BLE001 - the original cannot say: unchecked
         out.update(verdict="unchecked", error=f"original: {type(e).__name__}: {e}"[:500])
     else:
         cmp = compare(vitviz_maps(result), ref)
         out.update(cmp, verdict=classify(cmp, said))
+        if notes:
+            out["reference"] = "; ".join(notes)
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
@@ -1072,7 +1102,7 @@ def report(results: Path, md: Path, elapsed: float | None) -> str:
             for r in _routes(prefix):
                 v = c["routes"].get(r, {})
                 cells.append(v.get("verdict", "-"))
-                if v.get("verdict") not in (None, "exact"):
+                if v.get("verdict") not in (None, "exact") or v.get("reference"):
                     notes.append(f"{r}: {_short(v)}")
             lines.append(f"| {k.split(':', 1)[1]} | " + " | ".join(cells) + " | " + "<br>".join(notes) + " |")
         if apart:
@@ -1101,6 +1131,8 @@ def _short(v: dict[str, Any]) -> str:
         bits.append(f"{v['left_out']} of the original's maps not shown")
     if v.get("worst") is not None:
         bits.append(f"max diff {v['worst']:.2g}")
+    if v.get("reference"):
+        bits.append("reference: " + _clip(v["reference"], 110))
     if v.get("said"):
         bits.append("said: " + _clip("; ".join(v["said"]), 150))
     return _clip(", ".join(bits), 300)

@@ -200,6 +200,33 @@ def test_packed_tower_is_checked_and_a_wrong_order_is_wrong(monkeypatch: pytest.
     assert route["verdict"] == "wrong" and route["worst"] > zoo.ATOL
 
 
+def test_original_refusing_vitviz_size_is_run_at_it(tmp_path: Path) -> None:
+    """A bare timm Swin state dict states no size: vitviz runs it at 224 px, which the original built at 64 px
+    refuses, so the route was unchecked. The original is set to 224 px by timm's own set_input_size, each stage's
+    windows kept, and compared (said in the route); an original of other weights at that size is wrong."""
+    import timm as timm_lib
+
+    import vitviz
+
+    def swin(seed: int) -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = timm_lib.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, embed_dim=16,
+                                      depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2), window_size=4, num_classes=5)
+        return zoo.perturb(model, seed=seed)
+
+    model = swin(0)
+    bare = tmp_path / "swin.pth"
+    torch.save(model.state_dict(), bare)
+    resized = zoo.resized_original(model, (224, 224))
+    assert [tuple(st.blocks[0].window_size) for st in resized.layers] == \
+        [tuple(st.blocks[0].window_size) for st in model.layers]
+    route = zoo.run_route(lambda: vitviz.load(str(bare), device="cpu"), model, [])
+    assert route["verdict"] == "exact" and "set_input_size" in route["reference"]
+    route = zoo.run_route(lambda: vitviz.load(str(bare), device="cpu"), swin(9), [])
+    assert route["verdict"] in ("wrong", "flagged") and route["worst"] > zoo.ATOL
+    assert zoo.resized_original(torch.nn.Linear(2, 2), (224, 224)) is None
+
+
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:
     """A tiny transformers ViT by file and live is exact; compared with a copy of other weights, it is wrong."""
     import vitviz
