@@ -9,10 +9,12 @@ Cases. transformers: every model type of the auto mappings of an image task (cla
 image-text-to-text, depth, detection, segmentation, backbones, video ...) is built from its config class's
 defaults shrunk generically (`tiny_config`: widths, layers, heads, image sizes and every sub-config, with
 per-type overrides in `HF_OVERRIDES`), its weights perturbed so that attention is not near-uniform, and saved with
-`save_pretrained` (what `hf:ORG/NAME` downloads). A type whose original computes no attention over the image
-(a CNN, an audio model) is listed as 'not a ViT' and counted apart. timm: `TIMM_SAMPLE` architectures spread over
-every module of timm that holds a transformer, built with tiny keyword arguments, saved as a timm hub folder
-(config.json with `architecture` + model.safetensors) and as a bare state dict.
+`save_pretrained` (what `hf:ORG/NAME` downloads) into a folder not named after it (a refusal must name the model in
+its own words). A type whose original computes no attention over the image (a CNN) is listed as 'not a ViT' and
+counted apart, as are those of `HF_OUT_OF_SCOPE` (audio only; a library transformers needs is not installed).
+timm: `TIMM_SAMPLE` architectures spread over every module of timm that holds a transformer, built with tiny keyword
+arguments (`TIMM_OVERRIDES` where the generic ones build none), saved as a timm hub folder (config.json with
+`architecture` + model.safetensors) and as a bare state dict.
 
 Routes. by file: `vitviz.load(folder)` (timm: the hub folder and the bare state dict); live: `vitviz.load(model)`.
 Each route is run on a small image, and vitviz's per-layer attention is compared with the attention the original
@@ -21,7 +23,11 @@ of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: in
 weights its code then multiplies the values with (CaiT's talking heads change the softmax's output first; vitviz
 shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
 one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
-SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`).
+SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`). A
+Qwen-VL-style tower (packed patches and `grid_thw`) is called on the image packed as vitviz packs it, its softmaxes
+grouped per block and its tokens placed on the grid by the packing and its own window reordering
+(`packed_reference`). A timm original that refuses the size vitviz chose (a bare state dict states none) is set to
+it by timm's own `set_input_size`, its windows kept (`resized_original`), and the route says so.
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
