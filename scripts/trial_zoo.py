@@ -119,10 +119,8 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     # width equal to its tower's, group norms dividing the widths -- and tables the defaults leave empty)
     "align": {"vision_config.width_coefficient": 0.25, "vision_config.depth_coefficient": 0.3,
               "vision_config.hidden_dim": 64},
-    "apertus1p5": {"audio_config.codebook_dim": 32},
     "bit": {"num_groups": 4},
     "chameleon": {"vocabulary_map": {"<image>": 8}},
-    "emu3": {"vocabulary_map": {"<image>": 8, "<|extra_200|>": 9}},
     "cohere_compass": {"text_config.rope_parameters": {
         t: {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
         for t in ("full_attention", "sliding_attention")}},
@@ -146,7 +144,7 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "diffusion_gemma": {"text_config.num_experts": 4, "text_config.top_k_experts": 2,
                         "text_config.moe_intermediate_size": 64},
     "muse_spark": {"audio_config.num_hidden_layers": 4},    # (one entry per layer of its per-stage lists)
-    "timm_backbone": {"backbone": "vit_tiny_patch16_224"},
+    "timm_backbone": {"backbone": "vit_tiny_patch16_224"},      # (its default names no timm model)
     "efficientloftr": {"hidden_size": 256},      # (its last stage's width, which the shrinking keeps)
     # PP-OCR's server text detectors: their IntraCL blocks' convolutions (kernel, stride, padding) as PaddleOCR's
     # LKPAN states them (the config's default leaves them empty)

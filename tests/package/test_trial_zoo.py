@@ -148,6 +148,18 @@ def test_backbone_outputs_stay_distinct_when_shrunk() -> None:
     assert zoo.shrink(per_layer)["per_layer_config"] == {1: {"head_dim": 8}}
 
 
+def test_counts_per_stage_are_not_shrunk_as_layer_indices(tmp_path: Path) -> None:
+    """HGNetV2's `stage_numb_of_layers` (layers per stage, beside the other per-stage lists) was clipped like a list
+    of layer indices to [1], so every HGNetV2-based model (D-FINE, DEIMv2, PP-DocLayout ...) failed to build: "All
+    stage configuration lists must have the same length". A type out of scope is said so, not built."""
+    small = zoo.shrink({"depths": [3, 4, 6, 3], "stage_numb_of_layers": [6, 6, 6, 6], "stage_kernel_size": [3, 3, 5, 5],
+                        "num_hidden_layers": 12, "out_indices": [1, 2]})
+    assert small["stage_numb_of_layers"] == [6, 6, 6, 6] and small["depths"] == [1, 1, 1, 1]
+    assert zoo.shrink({"num_hidden_layers": 12, "fullatt_block_indexes": [7, 11]})["fullatt_block_indexes"] == [1]
+    got = zoo.run_hf("vibevoice_asr", "VibeVoiceAsrForConditionalGeneration", tmp_path)
+    assert got["status"] == "out of scope" and "audio only" in got["error"]
+
+
 def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
     """SigLIP 2 (NaFlex) takes patches, a mask and their grid, not an image: the harness called it on the image
     and left it unchecked. It cuts the image with transformers' own convert_image_to_patches, and vitviz's maps
