@@ -9,10 +9,12 @@ Cases. transformers: every model type of the auto mappings of an image task (cla
 image-text-to-text, depth, detection, segmentation, backbones, video ...) is built from its config class's
 defaults shrunk generically (`tiny_config`: widths, layers, heads, image sizes and every sub-config, with
 per-type overrides in `HF_OVERRIDES`), its weights perturbed so that attention is not near-uniform, and saved with
-`save_pretrained` (what `hf:ORG/NAME` downloads). A type whose original computes no attention over the image
-(a CNN, an audio model) is listed as 'not a ViT' and counted apart. timm: `TIMM_SAMPLE` architectures spread over
-every module of timm that holds a transformer, built with tiny keyword arguments, saved as a timm hub folder
-(config.json with `architecture` + model.safetensors) and as a bare state dict.
+`save_pretrained` (what `hf:ORG/NAME` downloads) into a folder not named after it (a refusal must name the model in
+its own words). A type whose original computes no attention over the image (a CNN) is listed as 'not a ViT' and
+counted apart, as are those of `HF_OUT_OF_SCOPE` (audio only; a library transformers needs is not installed).
+timm: `TIMM_SAMPLE` architectures spread over every module of timm that holds a transformer, built with tiny keyword
+arguments (`TIMM_OVERRIDES` where the generic ones build none), saved as a timm hub folder (config.json with
+`architecture` + model.safetensors) and as a bare state dict.
 
 Routes. by file: `vitviz.load(folder)` (timm: the hub folder and the bare state dict); live: `vitviz.load(model)`.
 Each route is run on a small image, and vitviz's per-layer attention is compared with the attention the original
@@ -21,7 +23,11 @@ of the original's image forward is recorded (`Recorder`, a TorchFunctionMode: in
 weights its code then multiplies the values with (CaiT's talking heads change the softmax's output first; vitviz
 shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
 one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
-SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`).
+SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`). A
+Qwen-VL-style tower (packed patches and `grid_thw`) is called on the image packed as vitviz packs it, its softmaxes
+grouped per block and its tokens placed on the grid by the packing and its own window reordering
+(`packed_reference`). A timm original that refuses the size vitviz chose (a bare state dict states none) is set to
+it by timm's own `set_input_size`, its windows kept (`resized_original`), and the route says so.
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
@@ -98,7 +104,8 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "perception_lm": {"vision_config.architecture": "vit_pe_core_large_patch14_336",
                       "vision_config.model_args": {"embed_dim": 32, "depth": 2, "num_heads": 4, "img_size": 56,
                                                    "global_pool": ""}},
-    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]]},
+    "granite4_vision": {"downsample_rate": "1/2", "deepstack_layer_map": [[0, 0], [1, 1]],
+                        "vision_config.hidden_size": 64},    # (its Q-Former's heads: the tower's width // 64)
     # FastVLM: timm's FastViT-HD through TimmWrapper (its features: the last stage's width, doubled)
     "fast_vlm": {"vision_config.model_args": {"inference_mode": True, "layers": [1, 1, 1, 1, 1],
                                               "embed_dims": [16, 16, 32, 32, 32]}, "vision_config.hidden_size": 64},
@@ -107,9 +114,58 @@ HF_OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma4": {"text_config.hidden_size_per_layer_input": 8},      # per-layer token embeddings: 262144 x 256 each
     "deepseek_ocr2": {"text_config.mlp_layer_types": ["dense", "dense"]},
     "molmo2": {"adapter_config.vision_feature_layer": [-1, -2]},
-    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
-                   "audio_config.adapter_out_dim": 32},
     "sapiens2": {"head_config.upsample_out_channels": [16], "head_config.conv_out_channels": [16]},
+    # (the rest: sizes that must agree once shrunk -- RoPE sections summing to half the head width, an adapter's
+    # width equal to its tower's, group norms dividing the widths -- and tables the defaults leave empty)
+    "align": {"vision_config.width_coefficient": 0.25, "vision_config.depth_coefficient": 0.3,
+              "vision_config.hidden_dim": 64},
+    "bit": {"num_groups": 4},
+    "chameleon": {"vocabulary_map": {"<image>": 8}},
+    "cohere_compass": {"text_config.rope_parameters": {
+        t: {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
+        for t in ("full_attention", "sliding_attention")}},
+    "cosmos3_edge": {"text_config.rope_parameters.mrope_section": [2, 1, 1]},
+    "ernie4_5_vl_moe": {"text_config.rope_parameters.mrope_section": [1, 1, 2]},
+    "detr": {"encoder_attention_heads": 8, "decoder_attention_heads": 8},   # its mask head: width + heads, x8
+    "dots3_note": {"vision_config.adapter_in_dim": 32, "vision_config.adapter_out_dim": 32,
+                   "audio_config.adapter_input_size": 32, "audio_config.adapter_out_dim": 32},
+    "apertus1p5": {"audio_config.codebook_dim": 32, "vision_config.base_channels": 32,
+                   "vision_config.num_res_blocks": 1, "vision_config.embed_dim": 16,
+                   "vision_config.latent_channels": 16},
+    "emu3": {"vocabulary_map": {"<image>": 8, "<|extra_200|>": 9}, "vq_config.base_channels": 32,
+             "vq_config.num_res_blocks": 1, "vq_config.codebook_size": 64, "vq_config.hidden_size": 32},
+    "imagegpt": {"n_embd": 32, "n_layer": 2, "n_head": 4},
+    "perceiver": {"d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2},
+    "qwen2_5_omni": {"enable_audio_output": False},         # (no talker / token2wav: its vision side is the same)
+    "qwen3_omni_moe": {"enable_audio_output": False},
+    "gemma3n": {"text_config.num_kv_shared_layers": 0, "text_config.hidden_size_per_layer_input": 8,
+                "text_config.vocab_size_per_layer_input": 128,
+                "vision_config.model_args": {"channel_multiplier": 0.25}},
+    "diffusion_gemma": {"text_config.num_experts": 4, "text_config.top_k_experts": 2,
+                        "text_config.moe_intermediate_size": 64},
+    "muse_spark": {"audio_config.num_hidden_layers": 4},    # (one entry per layer of its per-stage lists)
+    "timm_backbone": {"backbone": "vit_tiny_patch16_224"},      # (its default names no timm model)
+    "efficientloftr": {"hidden_size": 256},      # (its last stage's width, which the shrinking keeps)
+    # PP-OCR's server text detectors: their IntraCL blocks' convolutions (kernel, stride, padding) as PaddleOCR's
+    # LKPAN states them (the config's default leaves them empty)
+    **{t: {"kernel_list": [3, 2, 2], "intraclass_block_config": {
+        "reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0],
+        "vertical_long_to_small_conv_longratio": [[7, 1], [1, 1], [3, 0]],
+        "vertical_long_to_small_conv_midratio": [[5, 1], [1, 1], [2, 0]],
+        "vertical_long_to_small_conv_shortratio": [[3, 1], [1, 1], [1, 0]],
+        "horizontal_small_to_long_conv_longratio": [[1, 7], [1, 1], [0, 3]],
+        "horizontal_small_to_long_conv_midratio": [[1, 5], [1, 1], [0, 2]],
+        "horizontal_small_to_long_conv_shortratio": [[1, 3], [1, 1], [0, 1]],
+        "symmetric_conv_long_longratio": [7, 1, 3], "symmetric_conv_long_midratio": [5, 1, 2],
+        "symmetric_conv_long_shortratio": [3, 1, 1]}} for t in ("pp_ocrv5_server_det", "pp_ocrv6_medium_det")},
+}
+# Model types of the image task mappings that are not swept, and why (listed apart in the report).
+HF_OUT_OF_SCOPE: dict[str, str] = {
+    **{t: "audio only (speech recognition): no image input and no vision sub-config; in the multimodal-LM mapping "
+          "for its audio" for t in ("fun_asr_nano", "kyutai_speech_to_text", "nemo_speechlm", "vibevoice_asr")},
+    "dinat": "needs the natten library (compiled neighborhood-attention kernels), not installed here: transformers "
+             "refuses to build it",
+    "layoutlmv2": "needs detectron2 (its ResNeXt visual backbone), not installed here; its image side is a CNN",
 }
 
 # timm modules that hold a transformer over patches (or windows / stages of them) and how many architectures of
@@ -183,11 +239,12 @@ def shrink(d: dict[str, Any]) -> dict[str, Any]:
         elif depth > LAYERS and isinstance(v, dict) and v and all(str(i).isdigit() for i in v):
             out[key] = {i: c for i, c in v.items() if int(i) < LAYERS}
         elif isinstance(v, list) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v) and (
-                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))):
+                "indices" in key or "indexes" in key or key.endswith(("_layer", "_layers", "layer_ids"))) and \
+                "num" not in key:      # (a count per stage, HGNetV2's stage_numb_of_layers, is no layer index)
             top = LAYERS if "out" in key or "feature" in key else LAYERS - 1
             clipped = [min(i, top) if i >= 0 else i for i in v]
             out[key] = clipped if "out" in key or "feature" in key else sorted(set(clipped))
-        elif key == "out_features" and isinstance(v, list):
+        elif key == "out_features" and isinstance(v, list) and all(isinstance(f, str) for f in v):
             out[key] = [re.sub(r"\d+$", lambda m: str(min(int(m.group()), LAYERS)), f) for f in v]
     if "window_size" in out and isinstance(out["window_size"], int) and out["window_size"] > 4:
         merge = out.get("spatial_merge_size")
@@ -343,6 +400,12 @@ TIMM_OVERRIDES: dict[str, dict[str, Any]] = {
     "hiera_base_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
     "hiera_large_224": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1)),
     "hieradet_small": dict(embed_dim=32, num_heads=1, stages=(1, 1, 1, 1), global_att_blocks=()),
+    # MViTv2: its config is a registered MultiScaleVitCfg (`_cfg`: one registered for the sweep, with and without
+    # the class token, picked by timm's own cfg_variant argument)
+    "mvitv2_base": dict(cfg_variant="zoo_tiny", _cfg=dict(depths=(1, 1, 1, 1), embed_dim=16, num_heads=1)),
+    "mvitv2_large_cls": dict(cfg_variant="zoo_tiny_cls", _cfg=dict(
+        depths=(1, 1, 1, 1), embed_dim=16, num_heads=1, use_cls_token=True)),
+    "nextvit_base": dict(depths=(1, 1, 5, 1)),      # (its third stage: whole groups of 4 conv + 1 attention block)
     "nest_base": dict(_via="nest._create_nest", embed_dims=(32, 64, 128), num_heads=(1, 2, 4), depths=(1, 1, 1),
                       img_size=64, patch_size=4),
     "pit_b_224": dict(img_size=64, patch_size=16, stride=8, base_dims=(16, 16, 16), depth=(1, 1, 1), heads=(2, 4, 8)),
@@ -370,6 +433,10 @@ def build_timm(arch: str) -> tuple[Any, dict[str, Any]]:
         {**kw, "img_size": side} if "img_size" in kw else kw for kw in TIMM_TRIES]
     for kw in tries:
         via = kw.pop("_via", "")
+        if "_cfg" in kw:
+            from timm.models import mvitv2
+
+            mvitv2.model_cfgs[kw["cfg_variant"]] = mvitv2.MultiScaleVitCfg(**kw.pop("_cfg"))
         try:
             torch.manual_seed(0)
             if via:
@@ -520,12 +587,133 @@ def _required(fn: Any) -> set[str]:
             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
-def reference_maps(model: Any, x: Any) -> list[Any]:
+def packed_tower_of(model: Any) -> Any:
+    """The model's vision tower whose forward takes packed patches and `grid_thw` (the Qwen-VL family's: a forward
+    of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes), or None."""
+    import torch
+
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if isinstance(m, torch.nn.Module) and {"hidden_states", "grid_thw"} <= _params(m.forward) and all(
+                isinstance(getattr(cfg, k, None), int) for k in ("patch_size", "temporal_patch_size",
+                                                                  "spatial_merge_size")):
+            return m
+    return None
+
+
+def packed_reference(tower: Any, x: Any) -> list[Any]:
+    """The attention maps a packed-patch tower computes on `x` (1, C, H, W), each (1, H, T, T) on the image's grid
+    (row by row), as (map, None) pairs.
+
+    The tower is called with the image packed exactly as vitviz's `PackedTower.pack` packs it (`hidden_states`,
+    `grid_thw` [[1, rows, cols]]). Its attention is recorded independently of vitviz: every softmax of its eager
+    attention (`Recorder`), grouped per block by hooks on its blocks, a block's softmaxes (one per window or packed
+    image) laid on the diagonal in sequence order. Each token is put on the grid by where the packing put its pixels
+    (an image of patch coordinates packed the same way) and, for a tower that moves its tokens before its blocks
+    (Qwen2.5-VL's windows), by which embedded patch each row of its first block's input is (an exact match)."""
+    import torch
+
+    from vitviz.core.running.live.packing import PackedTower
+
+    packer = PackedTower(tower, tuple(x.shape[-2:]), "", (0.0,) * 3, (1.0,) * 3, "")
+    patches, grid = packer.pack(x[0])
+    rows, cols = int(grid[0, 1]), int(grid[0, 2])
+    n = rows * cols
+    coords = torch.zeros_like(x[0])
+    coords[0] = torch.arange(x.shape[-2]).div(packer.patch_size, rounding_mode="floor")[:, None].float()
+    coords[1] = torch.arange(x.shape[-1]).div(packer.patch_size, rounding_mode="floor")[None, :].float()
+    where, _ = packer.pack(coords)
+    per = packer.temporal * packer.patch_size ** 2
+    cell = (where[:, 0] * cols + where[:, per]).long()              # packed position -> raster cell
+    blocks = getattr(tower, "blocks", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        blocks = next((m for m in tower.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), None)
+    if blocks is None:
+        raise RuntimeError(f"{type(tower).__name__}: no list of blocks to group its softmaxes by")
+    seen: dict[str, Any] = {}
+    spans: list[list[int]] = []
+    with Recorder() as rec:      # (each hook returns None: it changes nothing of the forward)
+        hooks = [b.register_forward_pre_hook(lambda _m, _a: spans.append([len(rec.maps)])) for b in blocks]
+        hooks += [b.register_forward_hook(lambda _m, _a, _o: spans[-1].append(len(rec.maps))) for b in blocks]
+        hooks.append(blocks[0].register_forward_pre_hook(
+            lambda _m, a, kw: seen.update(block=a[0] if a else kw.get("hidden_states")), with_kwargs=True))
+        embed = getattr(tower, "patch_embed", None)
+        if isinstance(embed, torch.nn.Module):
+            hooks.append(embed.register_forward_hook(lambda _m, _a, o: seen.update(embed=o)))
+        try:
+            with torch.no_grad():
+                tower(hidden_states=patches, grid_thw=grid)
+        finally:
+            for h in hooks:
+                h.remove()
+    moved = torch.arange(n)                                          # block position -> packed position
+    block_in, embedded = seen.get("block"), seen.get("embed")
+    if isinstance(block_in, torch.Tensor) and isinstance(embedded, torch.Tensor):
+        a, b = block_in.reshape(n, -1).float(), embedded.reshape(n, -1).float()
+        if a.shape == b.shape:
+            d = torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist")
+            best = d.argmin(dim=1)
+            if torch.equal(best.sort().values, torch.arange(n)) and float(d.min(dim=1).values.max()) < 1e-6:
+                moved = best
+    order = torch.empty(n, dtype=torch.long)
+    order[cell[moved]] = torch.arange(n)                             # raster cell -> position in the blocks
+    out = []
+    for start, end in spans:
+        parts = [m[0] for m in rec.maps[start:end]]
+        if not parts:
+            continue
+        total = sum(p.shape[-1] for p in parts)
+        if total != n:
+            raise RuntimeError(f"{type(tower).__name__}: a block's softmaxes cover {total} of {n} tokens")
+        full = torch.zeros(parts[0].shape[0], n, n)
+        at = 0
+        for p in parts:
+            full[:, at:at + p.shape[-1], at:at + p.shape[-1]] = p
+            at += p.shape[-1]
+        out.append((full[:, order][:, :, order][None], None))
+    return out
+
+
+def resized_original(model: Any, size: tuple[int, int]) -> Any:
+    """A copy of a timm model set to take `size` by its own `set_input_size`, each stage's windows kept as they are
+    (the file's relative position tables are of those windows); None for a model without it."""
+    if not type(model).__module__.startswith("timm.") or not callable(getattr(model, "set_input_size", None)):
+        return None
+    resized = copy.deepcopy(model)
+    kw: dict[str, Any] = {"img_size": tuple(int(v) for v in size)}
+    stages = getattr(resized, "layers", None)
+    windows = [getattr(getattr(st, "blocks", [None])[0], "window_size", None) for st in stages or ()]
+    if windows and all(isinstance(w, (tuple, list)) for w in windows):
+        kw["window_size"] = [tuple(w) for w in windows]
+    resized.set_input_size(**kw)
+    return resized
+
+
+def reference_maps(model: Any, x: Any, notes: list[str] | None = None) -> list[Any]:
     """The attention maps the original computes on `x` (a (1, C, H, W) tensor), in order, from the first of
-    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs."""
+    `image_forwards` that runs: (softmax map, the weights applied to the values after it or None) pairs. A model
+    with a packed-patch tower (`packed_tower_of`) is run as `packed_reference` runs it. A timm model that refuses
+    the size of `x` (built tiny, where vitviz chose another size for a file that states none) is run at that size
+    by its own `set_input_size` (`resized_original`), said in `notes`."""
     import torch
 
     errors = []
+    if notes is not None:
+        try:
+            return reference_maps(model, x)
+        except RuntimeError as e:
+            resized = resized_original(model, tuple(x.shape[-2:]))
+            if resized is None:
+                raise
+            notes.append(f"the original set to {x.shape[-2]}x{x.shape[-1]} px by timm's set_input_size (windows "
+                         f"kept): it refused that size as built ({str(e)[:120]})")
+            return reference_maps(resized, x)
+    tower = packed_tower_of(model)
+    if tower is not None:
+        try:
+            return packed_reference(tower, x)
+        except Exception as e:  # noqa: BLE001 - said with the other ways' errors
+            errors.append(f"packed tower {type(tower).__name__}: {type(e).__name__}: {str(e)[:200]}")
     for name, run in image_forwards(model):
         try:
             with torch.no_grad(), Recorder() as rec:
@@ -692,13 +880,16 @@ def run_route(open_it: Callable[[], Any], original: Any, names: list[str]) -> di
     out: dict[str, Any] = {"family": getattr(spec, "family", "?"), "said": said[:8],
                            "path": str(spec.source_of("path"))[:300] if hasattr(spec, "source_of") else ""}
     x = torch.from_numpy(result.input).unsqueeze(0)
+    notes: list[str] = []
     try:
-        ref = reference_maps(original, x)
+        ref = reference_maps(original, x, notes)
     except Exception as e:  # noqa: BLE001 - the original cannot say: unchecked
         out.update(verdict="unchecked", error=f"original: {type(e).__name__}: {e}"[:500])
     else:
         cmp = compare(vitviz_maps(result), ref)
         out.update(cmp, verdict=classify(cmp, said))
+        if notes:
+            out["reference"] = "; ".join(notes)
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
@@ -709,6 +900,8 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
 
     import vitviz
 
+    if model_type in HF_OUT_OF_SCOPE:
+        return {"status": "out of scope", "error": HF_OUT_OF_SCOPE[model_type]}
     try:
         model = build_hf(model_type, class_name)
     except Exception as e:  # noqa: BLE001
@@ -724,13 +917,17 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
     REF_PREP.get(model_type, lambda m: None)(pristine)
     # is there attention over the image? (a CNN, an audio model: not part of the zoo)
     size = _hf_size(model)
+    tower = packed_tower_of(model)
+    if tower is not None:     # (a packed-patch tower takes whole merge blocks only)
+        block = tower.config.patch_size * tower.config.spatial_merge_size
+        size = (2 * block, 3 * block)
     try:
         probe = reference_maps(pristine, torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1)))
     except Exception as e:  # noqa: BLE001
         probe, why = None, f"{type(e).__name__}: {e}"[:300]
     if probe is not None and not probe:
         return {"status": "not a ViT", "error": "the original computes no attention over an image"}
-    folder = work / model_type
+    folder = work / "snapshot"     # (not named after the model: a refusal must name it in its own words)
     model.save_pretrained(folder, safe_serialization=True)
     cfg = json.loads((folder / "config.json").read_text())
     names = [model_type, *cfg.get("architectures", [])]
@@ -777,7 +974,7 @@ def run_timm(arch: str, work: Path) -> dict[str, Any]:
         return {"status": "build-failed", "error": f"{type(e).__name__}: {e}"[:600]}
     pristine = copy.deepcopy(model)
     _eager(pristine)
-    folder = work / arch
+    folder = work / "hub"
     folder.mkdir(parents=True)
     args = {k: v for k, v in kw.items() if k != "num_classes"}
     try:
@@ -893,7 +1090,8 @@ def report(results: Path, md: Path, elapsed: float | None) -> str:
         results.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
     lines = ["# The zoo sweep", "", "Generated by `PYTHONPATH=$PWD python scripts/trial_zoo.py` "
              f"({'%.0f s' % data['sweep_seconds'] if 'sweep_seconds' in data else 'time not measured'} for the "
-             "whole sweep; verdicts are defined in the script's docstring).", ""]
+             "last whole sweep, cases run again since with `--only` / `--resume` merged in; verdicts are defined in "
+             "the script's docstring).", ""]
     lines += counts_table(cases)
     for lib, prefix in (("transformers", "hf:"), ("timm", "timm:")):
         keys = sorted(k for k in cases if k.startswith(prefix))
@@ -909,7 +1107,7 @@ def report(results: Path, md: Path, elapsed: float | None) -> str:
             for r in _routes(prefix):
                 v = c["routes"].get(r, {})
                 cells.append(v.get("verdict", "-"))
-                if v.get("verdict") not in (None, "exact"):
+                if v.get("verdict") not in (None, "exact") or v.get("reference"):
                     notes.append(f"{r}: {_short(v)}")
             lines.append(f"| {k.split(':', 1)[1]} | " + " | ".join(cells) + " | " + "<br>".join(notes) + " |")
         if apart:
@@ -938,6 +1136,8 @@ def _short(v: dict[str, Any]) -> str:
         bits.append(f"{v['left_out']} of the original's maps not shown")
     if v.get("worst") is not None:
         bits.append(f"max diff {v['worst']:.2g}")
+    if v.get("reference"):
+        bits.append("reference: " + _clip(v["reference"], 110))
     if v.get("said"):
         bits.append("said: " + _clip("; ".join(v["said"]), 150))
     return _clip(", ".join(bits), 300)

@@ -148,6 +148,18 @@ def test_backbone_outputs_stay_distinct_when_shrunk() -> None:
     assert zoo.shrink(per_layer)["per_layer_config"] == {1: {"head_dim": 8}}
 
 
+def test_counts_per_stage_are_not_shrunk_as_layer_indices(tmp_path: Path) -> None:
+    """HGNetV2's `stage_numb_of_layers` (layers per stage, beside the other per-stage lists) was clipped like a list
+    of layer indices to [1], so every HGNetV2-based model (D-FINE, DEIMv2, PP-DocLayout ...) failed to build: "All
+    stage configuration lists must have the same length". A type out of scope is said so, not built."""
+    small = zoo.shrink({"depths": [3, 4, 6, 3], "stage_numb_of_layers": [6, 6, 6, 6], "stage_kernel_size": [3, 3, 5, 5],
+                        "num_hidden_layers": 12, "out_indices": [1, 2]})
+    assert small["stage_numb_of_layers"] == [6, 6, 6, 6] and small["depths"] == [1, 1, 1, 1]
+    assert zoo.shrink({"num_hidden_layers": 12, "fullatt_block_indexes": [7, 11]})["fullatt_block_indexes"] == [1]
+    got = zoo.run_hf("vibevoice_asr", "VibeVoiceAsrForConditionalGeneration", tmp_path)
+    assert got["status"] == "out of scope" and "audio only" in got["error"]
+
+
 def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
     """SigLIP 2 (NaFlex) takes patches, a mask and their grid, not an image: the harness called it on the image
     and left it unchecked. It cuts the image with transformers' own convert_image_to_patches, and vitviz's maps
@@ -164,6 +176,67 @@ def test_naflex_reference_is_made_as_its_processor_makes_it() -> None:
     assert len(ref) == 2 and ref[0][0].shape == (1, 4, 24, 24)       # two layers over 4 x 6 patches
     names = ["Siglip2VisionModel", "siglip2_vision_model"]
     assert zoo.run_route(lambda: vitviz.load(model, device="cpu"), model, names)["verdict"] == "exact"
+
+
+def _qwen2_5_tower() -> torch.nn.Module:
+    """A tiny Qwen2.5-VL vision tower: 4 px patches, 2 x 2 merge blocks, windows of 2 x 2 blocks in block 0."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+
+    cfg = qwen.Qwen2_5_VLVisionConfig(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, patch_size=4,
+                                      spatial_merge_size=2, temporal_patch_size=2, window_size=16,
+                                      fullatt_block_indexes=[1], out_hidden_size=32)
+    torch.manual_seed(0)
+    tower = zoo.perturb(qwen.Qwen2_5_VisionTransformerPretrainedModel(cfg))
+    zoo._eager(tower)
+    return tower
+
+
+def test_packed_tower_is_checked_and_a_wrong_order_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Qwen-VL-style tower takes packed patches and grid_thw, not an image: the harness left it unchecked. It
+    calls the tower with the image packed as vitviz packs it, records its eager softmaxes itself (a windowed
+    block's windows on the diagonal) and places its tokens by the packing and the tower's own window reordering:
+    vitviz's maps are exact, and maps shown without the window reordering taken back are wrong."""
+    import vitviz
+    from vitviz.core.running.live.packing import PackedTower
+
+    tower = _qwen2_5_tower()
+    assert zoo.packed_tower_of(torch.nn.Sequential(tower)) is tower
+    ref = zoo.reference_maps(tower, torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(2)))
+    assert [r[0].shape for r in ref] == [(1, 4, 96, 96)] * 2
+    assert (ref[0][0] == 0).float().mean() > 0.5 and (ref[1][0] == 0).sum() == 0      # windows, then full attention
+    names = ["Qwen2_5_VisionTransformerPretrainedModel"]
+    route = zoo.run_route(lambda: vitviz.load(tower, device="cpu", image_size=(32, 48)), tower, names)
+    assert route["verdict"] == "exact" and route["matched"] == 2
+    monkeypatch.setattr(PackedTower, "_window_position", lambda self, rows, cols: None)
+    route = zoo.run_route(lambda: vitviz.load(tower, device="cpu", image_size=(32, 48)), tower, names)
+    assert route["verdict"] == "wrong" and route["worst"] > zoo.ATOL
+
+
+def test_original_refusing_vitviz_size_is_run_at_it(tmp_path: Path) -> None:
+    """A bare timm Swin state dict states no size: vitviz runs it at 224 px, which the original built at 64 px
+    refuses, so the route was unchecked. The original is set to 224 px by timm's own set_input_size, each stage's
+    windows kept, and compared (said in the route); an original of other weights at that size is wrong."""
+    import timm as timm_lib
+
+    import vitviz
+
+    def swin(seed: int) -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = timm_lib.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, embed_dim=16,
+                                      depths=(1, 1, 1, 1), num_heads=(1, 1, 2, 2), window_size=4, num_classes=5)
+        return zoo.perturb(model, seed=seed)
+
+    model = swin(0)
+    bare = tmp_path / "swin.pth"
+    torch.save(model.state_dict(), bare)
+    resized = zoo.resized_original(model, (224, 224))
+    assert [tuple(st.blocks[0].window_size) for st in resized.layers] == \
+        [tuple(st.blocks[0].window_size) for st in model.layers]
+    route = zoo.run_route(lambda: vitviz.load(str(bare), device="cpu"), model, [])
+    assert route["verdict"] == "exact" and "set_input_size" in route["reference"]
+    route = zoo.run_route(lambda: vitviz.load(str(bare), device="cpu"), swin(9), [])
+    assert route["verdict"] in ("wrong", "flagged") and route["worst"] > zoo.ATOL
+    assert zoo.resized_original(torch.nn.Linear(2, 2), (224, 224)) is None
 
 
 def test_routes_exact_and_a_wrong_original_is_wrong(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The Qwen-VL family's vision transformers -- Qwen2-VL, Qwen2.5-VL (windowed and full-attention blocks), Qwen3-VL,
-GLM-4V, which take packed patches and `grid_thw` -- and Pixtral (Mistral 3), run by their own transformers code.
+GLM-4V, GLM-GA, HyperCLOVA X (a Qwen2.5-VL tower under `vision_model`), which take packed patches and `grid_thw` --
+and Pixtral (Mistral 3), run by their own transformers code.
 
 Each is built tiny with random weights as its whole vision-language model (a one-layer text model beside it), saved
 with `save_pretrained` (what `hf:ORG/NAME` downloads) and opened by file, `vitviz.load(folder)`, and handed over as
@@ -60,6 +61,21 @@ def _glm4v() -> Any:
     return transformers.Glm4vForConditionalGeneration(cfg)
 
 
+def _glmga() -> Any:
+    # GLM-GA: GLM-4.6V's model and processor (transformers wires glmga to them), its own config and image processor
+    cfg = transformers.GlmgaConfig(text_config=dict(TEXT), vision_config=dict(
+        PACKED, depth=2, hidden_size=32, intermediate_size=64, image_size=32, out_hidden_size=32))
+    return transformers.Glm46VForConditionalGeneration(cfg)
+
+
+def _hyperclovax() -> Any:
+    # HyperCLOVA X SEED vision: a Qwen2.5-VL tower (windows of 3 x 3 merge blocks in blocks 0, 2) under vision_model.
+    cfg = transformers.HyperCLOVAXVisionV2Config(text_config=dict(TEXT), vision_config=dict(
+        PACKED, depth=4, hidden_size=32, intermediate_size=64, window_size=24, fullatt_block_indexes=[1, 3],
+        out_hidden_size=32))
+    return transformers.HyperCLOVAXVisionV2ForConditionalGeneration(cfg)
+
+
 def _mistral3() -> Any:
     vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                               num_attention_heads=4, image_size=48, patch_size=4, head_dim=8)
@@ -76,6 +92,8 @@ MODELS = {
     "qwen3_vl": (_qwen3_vl, lambda m: m.model.visual, "Qwen2VLImageProcessor", False),
     "glm4v": (_glm4v, lambda m: m.model.visual, "Glm4vImageProcessor", False),
     "mistral3": (_mistral3, lambda m: m.model.vision_tower, None, False),
+    "glmga": (_glmga, lambda m: m.model.visual, "GlmgaImageProcessor", False),
+    "hyperclovax_vision_v2": (_hyperclovax, lambda m: m.model.vision_model, "Qwen2VLImageProcessor", True),
 }
 # Relatives with the same forward, as live tower objects built from their vision config: (modeling module, class,
 # image processor class, whether it moves its tokens into windows)
@@ -242,7 +260,7 @@ def test_preprocessor_config_read(tmp_path: Path, built: dict[str, Any]) -> None
     assert "preprocessor_config.json" in vm.spec.source_of("preprocess")
 
 
-@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3"])
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3", "hyperclovax_vision_v2"])
 def test_verify_gives_a_verdict(tmp_path: Path, built: dict[str, Any], name: str) -> None:
     vm = _load(_saved(name, built, tmp_path))
     check = vitviz.verify(vm)

@@ -39,6 +39,23 @@ def test_folder_named_by_config_is_refused_with_its_name_and_route(tmp_path: Pat
     assert "'altclip'" in text and "AltCLIPModel" in text and "vitviz.load(module)" in text and "--code" in text
 
 
+def test_refusal_names_the_model_when_only_its_folder_did(tmp_path: Path) -> None:
+    """A folder named after its model type (as the sweep named them) made a refusal that quotes the path count as
+    naming the model: TIPSv2's "pos_embed has 17 rows, which does not fit a square grid" said neither its model
+    type nor its class. The refusal names them in its own words, whatever the folder is called."""
+    folder = tmp_path / "tipsv2_vision_model"
+    cfg = transformers.CONFIG_MAPPING["tipsv2_vision_model"](
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+        patch_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        transformers.AutoModel.from_config(cfg).save_pretrained(folder)
+    with pytest.raises(VitvizError) as err:
+        vitviz.load(str(folder), device="cpu")
+    said = str(err.value).replace(str(folder), "")
+    assert "'tipsv2_vision_model'" in said and "vitviz.load(module)" in said
+
+
 def test_timm_folder_refusal_names_the_architecture(tmp_path: Path) -> None:
     """A timm hub folder whose tensors vitviz cannot read says its `architecture` and the route."""
     (tmp_path / "config.json").write_text('{"architecture": "mystery_net_tiny", "num_classes": 5}')

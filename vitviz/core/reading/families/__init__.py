@@ -249,7 +249,8 @@ def named_refusal(error: Exception, raw: RawCheckpoint) -> Exception:
     text = str(error)
     if not what:    # a bare state dict (a model object's refusal is its live path's to say)
         return error if str(raw.path).startswith("<") else _bare_refusal(error, raw)
-    if name.lower() in text.lower() and _ROUTE_SAID.search(text):
+    said = text.replace(str(raw.path), "")      # (a folder named after its model names nothing: the words must)
+    if name.lower() in said.lower() and _ROUTE_SAID.search(said):
         return error
     from vitviz.core.reading.towers import ROUTE
 
