@@ -68,6 +68,27 @@ def _mistral3() -> Any:
     return transformers.Mistral3ForConditionalGeneration(cfg)
 
 
+def _cosmos3_omni() -> Any:
+    """Cosmos 3 Omni: a Qwen3-VL whose files keep the tower at their root (`blocks.`, `merger.` ...)."""
+    cfg = transformers.Cosmos3OmniConfig(text_config=dict(TEXT, rope_parameters=MROPE), vision_config=dict(
+        PACKED, depth=3, hidden_size=32, intermediate_size=64, out_hidden_size=32, num_position_embeddings=64,
+        deepstack_visual_indexes=[1]))
+    return transformers.Cosmos3OmniForConditionalGeneration(cfg)
+
+
+def _mistral_large4() -> Any:
+    """Mistral Large 4: a Pixtral tower its files keep under `vision_encoder.` in Mistral's names (wq, wk saved for
+    interleaved RoPE)."""
+    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, image_size=48, patch_size=4, head_dim=8)
+    text = dict(TEXT, moe_intermediate_size=32, num_key_value_heads=2, kv_lora_rank=16, qk_rope_head_dim=8,
+                qk_nope_head_dim=8, qk_head_dim=16, v_head_dim=8, head_dim=8, index_n_heads=2, index_head_dim=16,
+                index_topk=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, first_k_dense_replace=1)
+    cfg = transformers.MistralLarge4Config(vision_config=vision.to_dict(), text_config=text, image_token_index=99,
+                                           spatial_merge_size=2)
+    return transformers.MistralLarge4ForConditionalGeneration(cfg)
+
+
 # model_type: (builder, the tower inside the whole model, its image processor class (None: Pixtral's raster order),
 # whether the tower moves its tokens after the patch embedding into windows)
 MODELS = {
@@ -76,6 +97,8 @@ MODELS = {
     "qwen3_vl": (_qwen3_vl, lambda m: m.model.visual, "Qwen2VLImageProcessor", False),
     "glm4v": (_glm4v, lambda m: m.model.visual, "Glm4vImageProcessor", False),
     "mistral3": (_mistral3, lambda m: m.model.vision_tower, None, False),
+    "cosmos3_omni": (_cosmos3_omni, lambda m: m.model.visual, "Qwen2VLImageProcessor", False),
+    "mistral_large4": (_mistral_large4, lambda m: m.model.vision_tower, None, False),
 }
 # Relatives with the same forward, as live tower objects built from their vision config: (modeling module, class,
 # image processor class, whether it moves its tokens into windows)
@@ -242,12 +265,32 @@ def test_preprocessor_config_read(tmp_path: Path, built: dict[str, Any]) -> None
     assert "preprocessor_config.json" in vm.spec.source_of("preprocess")
 
 
-@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3"])
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3", "cosmos3_omni", "mistral_large4"])
 def test_verify_gives_a_verdict(tmp_path: Path, built: dict[str, Any], name: str) -> None:
     vm = _load(_saved(name, built, tmp_path))
     check = vitviz.verify(vm)
     assert check.verified, check.summary()
     assert check.max_attention <= ATOL and "transformers" in check.against
+
+
+@pytest.mark.parametrize("name,root", [("cosmos3_omni", ""), ("mistral_large4", "vision_encoder.")])
+def test_original_layout_reads_only_the_tower(tmp_path: Path, built: dict[str, Any], name: str, root: str) -> None:
+    """Cosmos 3 Omni and Mistral Large 4 are saved in their original checkpoints' layouts (the tower at the file's
+    root, or under `vision_encoder.` in Mistral's names): only the tower's tensors are read, exactly as many as the
+    tower has, and transformers' own conversion of the whole model gives them the tower's names (the maps' parity is
+    `test_parity`)."""
+    from safetensors import safe_open
+
+    from vitviz.core.reading.checkpoint import read_checkpoint
+
+    folder = _saved(name, built, tmp_path)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        saved = list(f.keys())
+    tower = MODELS[name][1](_model(name, built))
+    assert not any(k.startswith(("model.", "vision_tower.", "visual.")) for k in saved)    # not transformers' names
+    raw = read_checkpoint(str(folder))
+    assert len(raw.tensors) == len(tower.state_dict()) < len(saved) and raw.tower.prefix == root
+    assert "attention.wq.weight" in " ".join(raw.tensors) or name != "mistral_large4"
 
 
 def test_size_must_be_whole_merge_blocks(built: dict[str, Any]) -> None:

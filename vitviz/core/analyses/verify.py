@@ -1272,12 +1272,12 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     import transformers
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
-    from vitviz.core.reading.towers import from_tensors, original_tower
+    from vitviz.core.reading.towers import load_tower, original_tower
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
     sub, cls, what = original_tower(config, raw.tower)
-    net, info = from_tensors(cls, sub, raw.tensors)
+    net, info = load_tower(config, raw.tower, cls, sub, raw.tensors)
     if info.get("missing_keys") or info.get("unexpected_keys") or info.get("mismatched_keys"):
         raise _WeightsDoNotFit(f"{path}: its tower tensors do not fit {what}", what)
     net = net.float().eval().to(device)
