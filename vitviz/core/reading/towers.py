@@ -417,7 +417,9 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
         return from_tensors(cls, sub, tensors)
     import torch
     import transformers
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping,
+    )
 
     whole = transformers.MODEL_MAPPING[type(config)]
     base = next(c for c in whole.__mro__ if c.__name__.endswith("PreTrainedModel"))
