@@ -1283,6 +1283,8 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     net = net.float().eval().to(device)
     transformers.AttentionInterface.register("vitviz_recorded_eager", _recorded_eager)
     packed = "grid_thw" in inspect.signature(net.forward).parameters
+    raster = packed and "hidden_states" not in inspect.signature(net.forward).parameters   # (packing.RASTER)
+    temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
     processor = None
     if packed:
         kind = raw.tower.model_type
@@ -1302,10 +1304,15 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         coords = torch.zeros(1, 3, *size)
         coords[0, 0] = (torch.arange(size[0]) // p)[:, None].float()
         coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
-        where, _, _ = processor.patchify(coords, p, int(cfg.spatial_merge_size), int(cfg.temporal_patch_size))
-        step = int(cfg.temporal_patch_size) * p * p
+        where, _, _ = processor.patchify(coords, p, int(cfg.spatial_merge_size), temporal)
+        where = where.reshape(*where.shape[:2], -1)    # (a raster tower's processor gives (1, T, C * t, p, p))
+        step = temporal * p * p
         cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
         moved = torch.arange(rows * cols)
+        if "block" not in seen:     # a tower that keeps the processor's order (no blocks to match)
+            placed = torch.empty(rows * cols, dtype=torch.long)
+            placed[cell] = torch.arange(rows * cols)
+            return placed
         distance, match = torch.cdist(seen["block"].float(), seen["embed"].float(),
                                       compute_mode="donot_use_mm_for_euclid_dist").min(dim=1)
         if bool((distance == 0).all()) and torch.equal(match.sort().values, moved):
@@ -1321,14 +1328,16 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         seen: dict[str, torch.Tensor] = {}
         hooks = [net.patch_embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
                  net.blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
-            if packed else []
+            if packed and not raster else []
         try:
             with torch.inference_mode():
                 if packed:
                     cfg = net.config
                     patches, gh, gw = processor.patchify(x, int(cfg.patch_size), int(cfg.spatial_merge_size),
-                                                         int(cfg.temporal_patch_size))
-                    out = net(hidden_states=patches[0].to(device), grid_thw=torch.tensor([[1, gh, gw]], device=device))
+                                                         temporal)
+                    grid = torch.tensor([[1, gh, gw]], device=device)
+                    out = net(pixel_values=patches.to(device), grid_thw=grid) if raster else \
+                        net(hidden_states=patches[0].to(device), grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])
         finally:

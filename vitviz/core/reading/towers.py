@@ -67,6 +67,7 @@ BY_CODE = {
     "glm_ocr_vision": ("glm_ocr", "GlmOcrVisionModel"), "glm5_next_vision": ("glm5_next", "Glm5NextVisionModel"),
     "exaone4_5_vision": ("exaone4_5", "Exaone4_5_VisionModel"),
     "pixtral": ("pixtral", "PixtralVisionModel"),
+    "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -85,6 +86,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     # save_pretrained writes these in their original checkpoints' layouts (ORIGINAL_LAYOUTS): Cosmos 3 Omni's
     # Qwen3-VL tower at the file's root, Mistral Large 4's Pixtral tower under `vision_encoder.` in Mistral's names
     "cosmos3_omni": ("vision_config", (*_VISUAL, "")),
+    "paddleocr_vl": ("vision_config", _VISUAL),
     "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
@@ -414,7 +416,7 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
     Mistral's interleaved-RoPE q/k permuted to rotate-half), and nothing else built. (module, loading info: the
     tower's own names for missing keys, the file's for unexpected ones). Its errors are `from_tensors`'."""
     if tower.model_type not in ORIGINAL_LAYOUTS:
-        return from_tensors(cls, sub, tensors)
+        return _ignoring(config, tower, *from_tensors(cls, sub, tensors))
     import torch
     import transformers
     from transformers.conversion_mapping import (
@@ -444,6 +446,21 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
     info = {**info, **{k: {n.removeprefix(inside) if isinstance(n, str) else n for n in info.get(k, ())}
                        for k in ("missing_keys", "mismatched_keys")}}
     return model.get_submodule(".".join(path)), info
+
+
+def _ignoring(config: Any, tower: Tower, module: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(module, info) without the unexpected keys the whole model's class ignores when it loads its files
+    (`_keys_to_ignore_on_load_unexpected`: PaddleOCR-VL's checkpoints keep a SigLIP head its tower has not)."""
+    import re
+
+    import transformers
+
+    whole = transformers.MODEL_MAPPING.get(type(config), None) if tower.config_key else None
+    ignored = getattr(whole, "_keys_to_ignore_on_load_unexpected", None)
+    if not ignored or not info.get("unexpected_keys"):
+        return module, info
+    kept = {k for k in info["unexpected_keys"] if not any(re.search(p, tower.prefix + k) for p in ignored)}
+    return module, {**info, "unexpected_keys": kept}
 
 
 def from_tensors(cls: type, config: Any, tensors: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

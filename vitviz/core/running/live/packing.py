@@ -23,6 +23,11 @@ import torch
 from torch import nn
 
 DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: the processors take any such size
+# Towers whose forward takes `(pixel_values, grid_thw)` with the image's patches in raster order, as their image
+# processor's `patchify` lays them out ((1, rows * cols, C * t, p, p)), their patches merged only after the tower (in
+# the projector): {config model_type: the model}. PaddleOCR-VL's encoder: 2-D rotary positions on q and k, its
+# learned position table interpolated to each grid.
+RASTER = {"paddleocr_vl_vision": "PaddleOCR-VL"}
 
 
 def is_packed(module: Any) -> bool:
@@ -35,6 +40,8 @@ def is_packed(module: Any) -> bool:
     except (TypeError, ValueError):
         return False
     config = getattr(module, "config", None)
+    if "pixel_values" in params and "grid_thw" in params and getattr(config, "model_type", None) in RASTER:
+        return all(isinstance(getattr(config, k, None), int) for k in ("patch_size", "spatial_merge_size"))
     return "hidden_states" in params and "grid_thw" in params and all(
         isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
 
@@ -54,16 +61,19 @@ class PackedTower(nn.Module):
         config = tower.config
         self.tower = tower
         self.patch_size = int(config.patch_size)
-        self.temporal = int(config.temporal_patch_size)
+        self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
         self.merge = int(config.spatial_merge_size)
+        self.raster = getattr(config, "model_type", None) in RASTER     # patches in raster order (`RASTER`)
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
         self.image_size = side
         self.side_source = side_source
         self.mean, self.std, self.stats_source = tuple(mean), tuple(std), stats_source
         self.dim = int(getattr(config, "embed_dim", 0) or getattr(config, "hidden_size", 0))
+        order = "in raster order (merged after the tower)" if self.raster else \
+            f"in {self.merge}x{self.merge} merge blocks"
         self.what = (f"{type(tower).__name__}'s own forward on the image's patches packed as its image processor "
-                     f"packs them ({self.patch_size} px patches, {self.merge}x{self.merge} merge blocks, the image "
-                     f"repeated over {self.temporal} time steps, grid_thw [[1, rows, cols]]), one image at a time")
+                     f"packs them ({self.patch_size} px patches {order}, the image repeated over {self.temporal} "
+                     "time step(s), grid_thw [[1, rows, cols]]), one image at a time")
 
     @property
     def block(self) -> int:
@@ -84,13 +94,17 @@ class PackedTower(nn.Module):
         return h // self.patch_size, w // self.patch_size
 
     def pack(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order, grid_thw)."""
+        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order -- a raster tower's
+        (1, rows * cols, C * t, p, p) -- and grid_thw)."""
         c = int(image.shape[0])
         rows, cols = self.grid(tuple(image.shape[-2:]))
         p, m = self.patch_size, self.merge
+        grid = torch.tensor([[1, rows, cols]], device=image.device)
+        if self.raster:     # (1, rows * cols, C * t, p, p), row by row
+            x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4).unsqueeze(3)
+            return x.expand(rows, cols, c, self.temporal, p, p).reshape(1, rows * cols, c * self.temporal, p, p), grid
         x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
         x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
-        grid = torch.tensor([[1, rows, cols]], device=image.device)
         return x.reshape(rows * cols, c * self.temporal * p * p), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +112,8 @@ class PackedTower(nn.Module):
         out = []
         for image in x:
             patches, grid = self.pack(image)
-            result = self.tower(hidden_states=patches, grid_thw=grid)
+            result = self.tower(pixel_values=patches, grid_thw=grid) if self.raster else \
+                self.tower(hidden_states=patches, grid_thw=grid)
             hidden = getattr(result, "last_hidden_state", None)
             out.append(hidden if isinstance(hidden, torch.Tensor) else result[0])
         return torch.stack(out)
@@ -106,6 +121,8 @@ class PackedTower(nn.Module):
     def order(self, size: tuple[int, int]) -> tuple[int, ...]:
         """For each patch of the raster grid (row by row), the index of its token in the tower's sequence."""
         rows, cols = self.grid(size)
+        if self.raster:
+            return tuple(range(rows * cols))
         m = self.merge
         packed = torch.arange(rows * cols).reshape(rows // m, cols // m, m, m).permute(0, 2, 1, 3).reshape(-1)
         inside = self._window_position(rows, cols)
