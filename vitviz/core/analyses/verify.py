@@ -1336,7 +1336,8 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
                     patches, gh, gw = processor.patchify(x, int(cfg.patch_size), int(cfg.spatial_merge_size),
                                                          temporal)
                     grid = torch.tensor([[1, gh, gw]], device=device)
-                    out = net(pixel_values=patches.to(device), grid_thw=grid) if raster else \
+                    pixels = patches if patches.dim() == 5 else patches[0]     # (HunYuan-VL's: (T, C * p * p))
+                    out = net(pixel_values=pixels.to(device), grid_thw=grid) if raster else \
                         net(hidden_states=patches[0].to(device), grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])

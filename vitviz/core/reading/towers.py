@@ -68,6 +68,7 @@ BY_CODE = {
     "exaone4_5_vision": ("exaone4_5", "Exaone4_5_VisionModel"),
     "pixtral": ("pixtral", "PixtralVisionModel"),
     "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
+    "hunyuan_vl_vision": ("hunyuan_vl", "HunYuanVLVisionTransformer"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -87,6 +88,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Qwen3-VL tower at the file's root, Mistral Large 4's Pixtral tower under `vision_encoder.` in Mistral's names
     "cosmos3_omni": ("vision_config", (*_VISUAL, "")),
     "paddleocr_vl": ("vision_config", _VISUAL),
+    "hunyuan_vl": ("vision_config", ("model.vision_tower.", "vision_tower.", "vit.")),
     "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
@@ -98,6 +100,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
     "cosmos3_omni": ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list."),
     "mistral_large4": (),
+    "hunyuan_vl": (),
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
@@ -161,8 +164,8 @@ class Tower:
         where = f"under {self.prefix!r}" if self.prefix or not self.roots else \
             f"at the file's root: {', '.join(self.roots)}"
         if self.model_type in ORIGINAL_LAYOUTS:
-            where += (f", renamed{' and converted' if self.prefix else ''} by transformers' own conversion mapping "
-                      f"of {self.model_type!r}, as loading the whole model does")
+            where += (f", renamed by transformers' own conversion mapping of {self.model_type!r}, as loading the "
+                      "whole model does")
         return where
 
     def under(self, prefix: str, key: str) -> bool:

@@ -109,8 +109,8 @@ def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", override
         return load_live(path, overrides, how=how)
     if is_packed(path):   # packed patches + grid_thw (Qwen-VL): no layout the reference ViT takes
         check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
-        return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw (2-D "
-                                             "rotary positions over a packed sequence): its own code runs")
+        return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw: its own "
+                                             "code runs")
     try:
         model = _load_reference(path, overrides)
     except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why

@@ -24,10 +24,11 @@ from torch import nn
 
 DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: the processors take any such size
 # Towers whose forward takes `(pixel_values, grid_thw)` with the image's patches in raster order, as their image
-# processor's `patchify` lays them out ((1, rows * cols, C * t, p, p)), their patches merged only after the tower (in
-# the projector): {config model_type: the model}. PaddleOCR-VL's encoder: 2-D rotary positions on q and k, its
-# learned position table interpolated to each grid.
-RASTER = {"paddleocr_vl_vision": "PaddleOCR-VL"}
+# processor's `patchify` lays them out, their patches merged only after their blocks: {config model_type: whether
+# pixel_values is (1, rows * cols, C * t, p, p) (True) or (rows * cols, C * t * p * p) (False)}. PaddleOCR-VL's
+# encoder (2-D rotary positions on q and k, its learned position table interpolated to each grid); HunYuan-VL's
+# (its position table interpolated to each grid, merged by a convolution after the blocks).
+RASTER = {"paddleocr_vl_vision": True, "hunyuan_vl_vision": False}
 
 
 def is_packed(module: Any) -> bool:
@@ -64,6 +65,7 @@ class PackedTower(nn.Module):
         self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
         self.merge = int(config.spatial_merge_size)
         self.raster = getattr(config, "model_type", None) in RASTER     # patches in raster order (`RASTER`)
+        self.raster_patches = bool(RASTER.get(getattr(config, "model_type", None)))
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
         self.image_size = side
         self.side_source = side_source
@@ -100,9 +102,11 @@ class PackedTower(nn.Module):
         rows, cols = self.grid(tuple(image.shape[-2:]))
         p, m = self.patch_size, self.merge
         grid = torch.tensor([[1, rows, cols]], device=image.device)
-        if self.raster:     # (1, rows * cols, C * t, p, p), row by row
+        if self.raster:     # row by row: (1, rows * cols, C * t, p, p) or (rows * cols, C * t * p * p)
             x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4).unsqueeze(3)
-            return x.expand(rows, cols, c, self.temporal, p, p).reshape(1, rows * cols, c * self.temporal, p, p), grid
+            x = x.expand(rows, cols, c, self.temporal, p, p)
+            shape = (1, rows * cols, c * self.temporal, p, p) if self.raster_patches else (rows * cols, -1)
+            return x.reshape(shape), grid
         x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
         x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
         return x.reshape(rows * cols, c * self.temporal * p * p), grid
@@ -115,7 +119,8 @@ class PackedTower(nn.Module):
             result = self.tower(pixel_values=patches, grid_thw=grid) if self.raster else \
                 self.tower(hidden_states=patches, grid_thw=grid)
             hidden = getattr(result, "last_hidden_state", None)
-            out.append(hidden if isinstance(hidden, torch.Tensor) else result[0])
+            hidden = hidden if isinstance(hidden, torch.Tensor) else result[0]
+            out.append(hidden[0] if hidden.dim() == 3 else hidden)      # (HunYuan-VL's has a batch axis of one)
         return torch.stack(out)
 
     def order(self, size: tuple[int, int]) -> tuple[int, ...]:
