@@ -1,8 +1,9 @@
 """Vision encoders whose forward takes `(pixel_values, grid_thw)` with the image's patches in raster order, as their
 image processor lays them out (`vitviz.core.running.live.packing.RASTER`), run by their own transformers code:
-PaddleOCR-VL's (2-D rotary positions on q and k; pixel_values (1, T, C, p, p)) and HunYuan-VL's (pixel_values
-(T, C * p * p); its files are in the original checkpoint's layout, `vit.` in its own names, which transformers' own
-conversion mapping renames).
+PaddleOCR-VL's (2-D rotary positions on q and k; pixel_values (1, T, C, p, p)), HunYuan-VL's (pixel_values
+(T, C * p * p)) and Kimi-K2.5's MoonViT ((T, C, p, p), 2-D rotary positions); HunYuan-VL's and Kimi-K2.5's files are
+in their original checkpoints' layouts (`vit.`, `vision_tower.encoder.blocks.` in their own names), which
+transformers' own conversion mapping of the whole model renames.
 
 Each is built tiny with random weights as the whole model (a one-layer text model beside it), saved with
 `save_pretrained` and opened by file, handed over as the whole model, and as its tower. The reference is
@@ -44,11 +45,22 @@ def _hunyuan_vl() -> Any:
     return transformers.HunYuanVLForConditionalGeneration(config)
 
 
+def _kimi_k25() -> Any:
+    vision = dict(VISION, pos_emb_height=8, pos_emb_width=8, merge_kernel_size=[2, 2])
+    del vision["spatial_merge_size"]
+    text = dict(TEXT, num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                qk_nope_head_dim=8, v_head_dim=8, moe_intermediate_size=32, n_routed_experts=2, num_experts_per_tok=1,
+                first_k_dense_replace=1, n_group=1, topk_group=1)
+    config = transformers.Kimi_K25Config(vision_config=vision, text_config=text, projection_hidden_size=32)
+    return transformers.Kimi_K25ForConditionalGeneration(config)
+
+
 # model_type: (builder, the tower inside the whole model, its image processor class, its tower class)
 MODELS = {
     "paddleocr_vl": (_paddleocr_vl, lambda m: m.model.visual, "PaddleOCRVLImageProcessor", "PaddleOCRVisionModel"),
     "hunyuan_vl": (_hunyuan_vl, lambda m: m.model.vision_tower, "HunYuanVLImageProcessor",
                    "HunYuanVLVisionTransformer"),
+    "kimi_k25": (_kimi_k25, lambda m: m.model.vision_tower, "Kimi_K25ImageProcessor", "Kimi_K25VisionModel"),
 }
 
 
@@ -73,7 +85,8 @@ def _model(name: str, built: dict[str, Any]) -> Any:
 _RECORDED: list[torch.Tensor] = []
 
 
-def _recorded_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any = None, **kwargs: Any) -> Any:
+def _recorded_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any = None,
+                        **kwargs: Any) -> Any:
     """transformers' own eager attention of the module's modeling file, its weights kept."""
     out, weights = sys.modules[type(module).__module__].eager_attention_forward(
         module, query, key, value, attention_mask, **kwargs)
@@ -87,14 +100,15 @@ transformers.AttentionInterface.register("raster_recorded_eager", _recorded_atte
 def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
     """transformers' per-layer (H, T, T) maps (raster order: the processor's) and its tokens' mean."""
     config = tower.config
-    patches, gh, gw = getattr(transformers, MODELS[name][2])().patchify(x, config.patch_size,
-                                                                       config.spatial_merge_size, 1)
+    processor = getattr(transformers, MODELS[name][2])()
+    patches, gh, gw = processor.patchify(x, config.patch_size) if name == "kimi_k25" else \
+        processor.patchify(x, config.patch_size, config.spatial_merge_size, 1)
     own = config._attn_implementation
     config._attn_implementation = "raster_recorded_eager"
     _RECORDED.clear()
     try:
         with torch.no_grad():
-            out = tower(pixel_values=patches if patches.dim() == 5 else patches[0],
+            out = tower(pixel_values=patches if name == "paddleocr_vl" else patches[0],
                         grid_thw=torch.tensor([[1, gh, gw]]))
     finally:
         config._attn_implementation = own

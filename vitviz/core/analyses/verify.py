@@ -1273,6 +1273,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
     from vitviz.core.reading.towers import load_tower, original_tower
+    from vitviz.core.running.live.packing import RASTER, merge_size
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
@@ -1285,6 +1286,13 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     packed = "grid_thw" in inspect.signature(net.forward).parameters
     raster = packed and "hidden_states" not in inspect.signature(net.forward).parameters   # (packing.RASTER)
     temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
+
+    def patchify(image: torch.Tensor) -> Any:
+        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (as many of them
+        as it takes: Kimi-K2.5's takes the patch size alone)."""
+        sizes = (int(net.config.patch_size), int(merge_size(net.config) or 1), temporal)
+        taken = len(inspect.signature(processor.patchify).parameters) - 1
+        return processor.patchify(image, *sizes[:taken])
     processor = None
     if packed:
         kind = raw.tower.model_type
@@ -1304,7 +1312,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         coords = torch.zeros(1, 3, *size)
         coords[0, 0] = (torch.arange(size[0]) // p)[:, None].float()
         coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
-        where, _, _ = processor.patchify(coords, p, int(cfg.spatial_merge_size), temporal)
+        where, _, _ = patchify(coords)
         where = where.reshape(*where.shape[:2], -1)    # (a raster tower's processor gives (1, T, C * t, p, p))
         step = temporal * p * p
         cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
@@ -1333,10 +1341,10 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
             with torch.inference_mode():
                 if packed:
                     cfg = net.config
-                    patches, gh, gw = processor.patchify(x, int(cfg.patch_size), int(cfg.spatial_merge_size),
-                                                         temporal)
+                    patches, gh, gw = patchify(x)
                     grid = torch.tensor([[1, gh, gw]], device=device)
-                    pixels = patches if patches.dim() == 5 else patches[0]     # (HunYuan-VL's: (T, C * p * p))
+                    # the shape its forward takes (`packing.RASTER`): the processor's has a batch axis of one
+                    pixels = patches if RASTER.get(cfg.model_type, "").startswith("(1,") else patches[0]
                     out = net(pixel_values=pixels.to(device), grid_thw=grid) if raster else \
                         net(hidden_states=patches[0].to(device), grid_thw=grid)
                 else:

@@ -24,11 +24,12 @@ from torch import nn
 
 DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: the processors take any such size
 # Towers whose forward takes `(pixel_values, grid_thw)` with the image's patches in raster order, as their image
-# processor's `patchify` lays them out, their patches merged only after their blocks: {config model_type: whether
-# pixel_values is (1, rows * cols, C * t, p, p) (True) or (rows * cols, C * t * p * p) (False)}. PaddleOCR-VL's
-# encoder (2-D rotary positions on q and k, its learned position table interpolated to each grid); HunYuan-VL's
-# (its position table interpolated to each grid, merged by a convolution after the blocks).
-RASTER = {"paddleocr_vl_vision": True, "hunyuan_vl_vision": False}
+# processor's `patchify` lays them out, their patches merged only after their blocks: {config model_type: the shape
+# of pixel_values}. PaddleOCR-VL's encoder (2-D rotary positions on q and k, its learned position table interpolated
+# to each grid); HunYuan-VL's (its position table interpolated, merged by a convolution after the blocks); Kimi-K2.5's
+# MoonViT (2-D rotary positions, an interpolated position table; `merge_kernel_size` for its merge blocks).
+RASTER = {"paddleocr_vl_vision": "(1, T, C*t, p, p)", "hunyuan_vl_vision": "(T, C*t*p*p)",
+          "kimi_k25_vision": "(T, C*t, p, p)"}
 
 
 def is_packed(module: Any) -> bool:
@@ -42,9 +43,19 @@ def is_packed(module: Any) -> bool:
         return False
     config = getattr(module, "config", None)
     if "pixel_values" in params and "grid_thw" in params and getattr(config, "model_type", None) in RASTER:
-        return all(isinstance(getattr(config, k, None), int) for k in ("patch_size", "spatial_merge_size"))
+        return isinstance(getattr(config, "patch_size", None), int) and merge_size(config) is not None
     return "hidden_states" in params and "grid_thw" in params and all(
         isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
+
+
+def merge_size(config: Any) -> int | None:
+    """The side of a merge block in patches: `spatial_merge_size`, or a square `merge_kernel_size` (Kimi-K2.5);
+    None where the config states neither."""
+    merge = getattr(config, "spatial_merge_size", None)
+    kernel = getattr(config, "merge_kernel_size", None)
+    if merge is None and isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1]:
+        merge = kernel[0]
+    return merge if isinstance(merge, int) and not isinstance(merge, bool) and merge > 0 else None
 
 
 class PackedTower(nn.Module):
@@ -63,9 +74,8 @@ class PackedTower(nn.Module):
         self.tower = tower
         self.patch_size = int(config.patch_size)
         self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
-        self.merge = int(config.spatial_merge_size)
-        self.raster = getattr(config, "model_type", None) in RASTER     # patches in raster order (`RASTER`)
-        self.raster_patches = bool(RASTER.get(getattr(config, "model_type", None)))
+        self.merge = int(merge_size(config) or 1)
+        self.raster = RASTER.get(getattr(config, "model_type", None), "")   # its pixel_values' shape (`RASTER`)
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
         self.image_size = side
         self.side_source = side_source
@@ -105,7 +115,8 @@ class PackedTower(nn.Module):
         if self.raster:     # row by row: (1, rows * cols, C * t, p, p) or (rows * cols, C * t * p * p)
             x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4).unsqueeze(3)
             x = x.expand(rows, cols, c, self.temporal, p, p)
-            shape = (1, rows * cols, c * self.temporal, p, p) if self.raster_patches else (rows * cols, -1)
+            shape = {"(1, T, C*t, p, p)": (1, rows * cols, c * self.temporal, p, p), "(T, C*t*p*p)": (rows * cols, -1),
+                     "(T, C*t, p, p)": (rows * cols, c * self.temporal, p, p)}[self.raster]
             return x.reshape(shape), grid
         x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
         x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
@@ -174,7 +185,7 @@ def packed_tower(tower: nn.Module, size: Any = None, stats: tuple[Any, Any, str]
             the image processor class transformers pairs with `model_type` (said as assumed).
         model_type: the whole model's model_type ('qwen2_5_vl'), for its image processor class.
     """
-    block = int(tower.config.patch_size) * int(tower.config.spatial_merge_size)
+    block = int(tower.config.patch_size) * int(merge_size(tower.config) or 1)
     if size is None:
         side = max(block, DEFAULT_SIDE // block * block)
         chosen = ((side, side), f"guess: {side} px ({DEFAULT_SIDE} px in whole {block} px merge blocks; the model's "
