@@ -1284,7 +1284,8 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     net = net.float().eval().to(device)
     transformers.AttentionInterface.register("vitviz_recorded_eager", _recorded_eager)
     packed = "grid_thw" in inspect.signature(net.forward).parameters
-    raster = packed and "hidden_states" not in inspect.signature(net.forward).parameters   # (packing.RASTER)
+    raster = packed and net.config.model_type in RASTER
+    argument = "hidden_states" if "hidden_states" in inspect.signature(net.forward).parameters else "pixel_values"
     temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
 
     def patchify(image: torch.Tensor) -> Any:
@@ -1334,8 +1335,10 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         net.config._attn_implementation = "vitviz_recorded_eager"
         _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
-        hooks = [net.patch_embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
-                 net.blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
+        embed = getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)    # (Ovis 2.5: embeddings,
+        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None)            # layers)
+        hooks = [embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
+                 blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
             if packed and not raster else []
         try:
             with torch.inference_mode():
@@ -1346,7 +1349,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
                     # the shape its forward takes (`packing.RASTER`): the processor's has a batch axis of one
                     pixels = patches if RASTER.get(cfg.model_type, "").startswith("(1,") else patches[0]
                     out = net(pixel_values=pixels.to(device), grid_thw=grid) if raster else \
-                        net(hidden_states=patches[0].to(device), grid_thw=grid)
+                        net(**{argument: patches[0].to(device)}, grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])
         finally:

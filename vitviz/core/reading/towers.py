@@ -69,7 +69,7 @@ BY_CODE = {
     "pixtral": ("pixtral", "PixtralVisionModel"),
     "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
     "hunyuan_vl_vision": ("hunyuan_vl", "HunYuanVLVisionTransformer"),
-    "kimi_k25_vision": ("kimi_k25", "Kimi_K25VisionModel"),
+    "kimi_k25_vision": ("kimi_k25", "Kimi_K25VisionModel"), "ovis2_5_vision": ("ovis2_5", "Ovis2_5VisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -91,6 +91,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "paddleocr_vl": ("vision_config", _VISUAL),
     "hunyuan_vl": ("vision_config", ("model.vision_tower.", "vision_tower.", "vit.")),
     "kimi_k25": ("vision_config", _LLAVA),
+    "ovis2_5": ("vision_config", (*_LLAVA, "visual_tokenizer.vit.vision_model.")),
     "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
@@ -102,7 +103,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
     "cosmos3_omni": ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list."),
     "mistral_large4": (),
-    "hunyuan_vl": (), "kimi_k25": (),
+    "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (),
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.

@@ -30,6 +30,9 @@ DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: 
 # MoonViT (2-D rotary positions, an interpolated position table; `merge_kernel_size` for its merge blocks).
 RASTER = {"paddleocr_vl_vision": "(1, T, C*t, p, p)", "hunyuan_vl_vision": "(T, C*t*p*p)",
           "kimi_k25_vision": "(T, C*t, p, p)"}
+# Towers packed as the Qwen-VL family's (merge blocks) whose forward names the packed patches `pixel_values`:
+# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`).
+PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5"}
 
 
 def is_packed(module: Any) -> bool:
@@ -44,7 +47,9 @@ def is_packed(module: Any) -> bool:
     config = getattr(module, "config", None)
     if "pixel_values" in params and "grid_thw" in params and getattr(config, "model_type", None) in RASTER:
         return isinstance(getattr(config, "patch_size", None), int) and merge_size(config) is not None
-    return "hidden_states" in params and "grid_thw" in params and all(
+    packs = "hidden_states" in params or ("pixel_values" in params and getattr(config, "model_type", None)
+                                          in PIXEL_VALUES)
+    return packs and "grid_thw" in params and all(
         isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
 
 
@@ -76,6 +81,8 @@ class PackedTower(nn.Module):
         self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
         self.merge = int(merge_size(config) or 1)
         self.raster = RASTER.get(getattr(config, "model_type", None), "")   # its pixel_values' shape (`RASTER`)
+        self.argument = "hidden_states" if "hidden_states" in inspect.signature(tower.forward).parameters \
+            else "pixel_values"     # what its forward calls the packed patches
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
         self.image_size = side
         self.side_source = side_source
@@ -127,8 +134,7 @@ class PackedTower(nn.Module):
         out = []
         for image in x:
             patches, grid = self.pack(image)
-            result = self.tower(pixel_values=patches, grid_thw=grid) if self.raster else \
-                self.tower(hidden_states=patches, grid_thw=grid)
+            result = self.tower(**{self.argument: patches}, grid_thw=grid)
             hidden = getattr(result, "last_hidden_state", None)
             hidden = hidden if isinstance(hidden, torch.Tensor) else result[0]
             out.append(hidden[0] if hidden.dim() == 3 else hidden)      # (HunYuan-VL's has a batch axis of one)
@@ -165,12 +171,17 @@ class PackedTower(nn.Module):
         config = self.tower.config
         full = getattr(config, "fullatt_block_indexes", None)
         depth = getattr(config, "depth", None)
+        kinds = getattr(config, "layer_types", None)    # Ovis 2.5: 'full_attention' / 'window_attention' per block
+        stated = "config.fullatt_block_indexes"
+        if full is None and isinstance(kinds, (list, tuple)) and "window_attention" in kinds:
+            full, depth = [i for i, k in enumerate(kinds) if k != "window_attention"], len(kinds)
+            stated = "config.layer_types"
         if not isinstance(full, (list, tuple)) or not isinstance(depth, int) or \
                 not isinstance(getattr(config, "window_size", None), int):
             return ""
         windowed = [i for i in range(depth) if i not in full]
         return (f"blocks {', '.join(map(str, windowed))} attend within windows of {config.window_size} px "
-                f"(config.fullatt_block_indexes: blocks {', '.join(map(str, full))} attend over the whole image); "
+                f"({stated}: blocks {', '.join(map(str, full))} attend over the whole image); "
                 "a windowed layer's map is its windows' softmaxes, zero between windows")
 
 
