@@ -85,8 +85,9 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mistral3": ("vision_config", _LLAVA), "pixtral": ("", ("",)),
     # found by the zoo sweep: relatives of a Qwen-VL / GLM-4V / Pixtral tower
     "glmga": ("vision_config", _VISUAL),
-    # save_pretrained writes these in their original checkpoints' layouts (ORIGINAL_LAYOUTS): Cosmos 3 Omni's
-    # Qwen3-VL tower at the file's root, Mistral Large 4's Pixtral tower under `vision_encoder.` in Mistral's names
+    # towers packed in raster order or under `pixel_values` (live.packing.RASTER, PIXEL_VALUES); all but PaddleOCR-VL
+    # saved in their original checkpoints' layouts (ORIGINAL_LAYOUTS): Cosmos 3 Omni's Qwen3-VL tower at the file's
+    # root, Mistral Large 4's Pixtral tower under `vision_encoder.` in Mistral's names, HunYuan-VL's under `vit.` ...
     "cosmos3_omni": ("vision_config", (*_VISUAL, "")),
     "paddleocr_vl": ("vision_config", _VISUAL),
     "hunyuan_vl": ("vision_config", ("model.vision_tower.", "vision_tower.", "vit.")),

@@ -11,6 +11,10 @@ tokens is which patch of the raster grid, through the merge blocks and, for Qwen
 that the captured maps are shown on the image's grid. Windowed layers compute one softmax per window: the recorder
 assembles them into the block-diagonal map the layer computes (zeros outside its windows).
 
+Relatives packed otherwise are named by their config's model_type: `RASTER` towers take the patches row by row as
+`pixel_values` (PaddleOCR-VL, HunYuan-VL, Kimi-K2.5: merged only after their blocks), `PIXEL_VALUES` towers take
+merge blocks under that name (Ovis 2.5).
+
 Nothing here imports transformers: the tower's config and its module's own helpers are read from the object.
 """
 from __future__ import annotations
