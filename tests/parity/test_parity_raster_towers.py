@@ -184,3 +184,20 @@ def test_a_wrong_patch_order_is_seen(built: dict[str, Any], monkeypatch: pytest.
 
     monkeypatch.setattr(PackedTower, "pack", merge_blocks)
     assert np.abs(vm.forward_captured(x)[0] - right).max() > 1e-3
+
+
+def test_keys_the_whole_model_ignores_are_ignored(tmp_path: Path, built: dict[str, Any]) -> None:
+    """PaddleOCR-VL's checkpoints keep tensors its tower has not (a SigLIP head, a packing position table), which
+    the whole model's class ignores on loading (`_keys_to_ignore_on_load_unexpected`): so does its tower by file;
+    any other stray tower tensor is still refused."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _saved("paddleocr_vl", built, tmp_path)
+    tensors = load_file(str(folder / "model.safetensors"))
+    extra = {"visual.vision_model.head.probe": torch.zeros(1, 1, 32), "visual.packing_position_embedding.weight":
+             torch.zeros(4, 32)}
+    save_file({**tensors, **extra}, str(folder / "model.safetensors"))
+    assert _load(folder).spec.source_of("path").count("by its code") == 1
+    save_file({**tensors, "visual.vision_model.stray.weight": torch.zeros(2)}, str(folder / "model.safetensors"))
+    with pytest.raises(vitviz.VitvizError, match="not in the tower: vision_model.stray.weight"):
+        _load(folder)
