@@ -78,3 +78,20 @@ def test_refused_when_no_size_it_takes_fits(monkeypatch: pytest.MonkeyPatch) -> 
                                     image_size=2048, patch_size=16)
     with pytest.raises(DeviceError, match=r"probed at \d+ px, not the configured 2048 px.*its forward refused"):
         vitviz.load(transformers.ViTModel(config).eval(), device="cpu", live=True)
+
+
+def test_a_packed_tower_shrinks_in_whole_merge_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A packed tower (PaddleOCR-VL's, 4 px patches in 2 x 2 merge blocks) probed at its default size that does not
+    fit shrinks to whole merge blocks, the only sizes its processor makes (here 136 px; in whole patches it would
+    be 140 px, which the tower refuses)."""
+    monkeypatch.setattr(DESCRIBE, "available_memory", lambda: 300 << 20)
+    config = transformers.PaddleOCRVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                num_attention_heads=4, image_size=32, patch_size=4,
+                                                spatial_merge_size=2)
+    torch.manual_seed(0)
+    with pytest.warns(GuessWarning, match=r"probed at \d+ px, not the default 224 px"):
+        vm = vitviz.load(transformers.PaddleOCRVisionModel(config).eval(), device="cpu")
+    side = vm.spec.image_size[0]
+    assert vm.spec.image_size == (side, side) and side < 224 and side % 8 == 0
+    assert "whole 8 px merge blocks" in vm.spec.source_of("image_size")
+    assert vm.run(np.zeros((side, side, 3), np.uint8)).attentions.shape == (2, 4, (side // 4) ** 2, (side // 4) ** 2)

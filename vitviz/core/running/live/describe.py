@@ -21,7 +21,7 @@ from vitviz.core.reading.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.running.live.errors import (
     LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
 )
-from vitviz.core.running.live.packing import PackedTower
+from vitviz.core.running.live.packing import PackedTower, merge_size
 from vitviz.core.running.live.record import (
     AttentionLayout, _evaluating, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run,
     _skipped_summary,
@@ -769,7 +769,7 @@ def _within_memory(module: nn.Module, size: tuple[int, int], src: str, chans: in
     """The probe size for a size the module states (or vitviz guessed), and its source: `size` where its probe
     fits the memory -- both probe images, every layer's attention kept (the probe records them all) -- else the
     largest size the model takes that fits half of what is available: whole patches (of merge blocks, where its
-    config states `spatial_merge_size`), the stated aspect kept, said loudly as an assumption ('guess: probed at
+    config states them, or a packed tower's), the stated aspect kept, said loudly as an assumption ('guess: probed at
     768 px, not the configured 2048 px, ...'). HunYuan-VL states 2048 px, a probe of 128 GiB.
 
     Raises:
@@ -780,8 +780,8 @@ def _within_memory(module: nn.Module, size: tuple[int, int], src: str, chans: in
     if free is None or needed < CHECK_FROM or needed <= free:
         return size, src
     budget = free // _PROBE_SHARE
-    merge = getattr(getattr(module, "config", None), "spatial_merge_size", None)
-    unit = (patch or 16) * (merge if isinstance(merge, int) and not isinstance(merge, bool) and merge > 1 else 1)
+    unit = module.block if isinstance(module, PackedTower) else \
+        (patch or 16) * (merge_size(getattr(module, "config", None)) or 1)
     h, w = size
     longer = max(h, w)
     for k in range(longer // unit, 0, -1):
@@ -791,7 +791,8 @@ def _within_memory(module: nn.Module, size: tuple[int, int], src: str, chans: in
         if used < CHECK_FROM or used <= budget:
             said = f"{fit[0]} px" if fit[0] == fit[1] else f"{fit[0]}x{fit[1]} px"
             stated = f"{h} px" if h == w else f"{h}x{w} px"
-            return fit, (f"{_SHRUNK} {said}, not the configured {stated} ({src}), to stay within "
+            kind = "default" if src.startswith("guess") else "configured"
+            return fit, (f"{_SHRUNK} {said}, not the {kind} {stated} ({src}), to stay within "
                          f"{format_bytes(budget)} (half the {format_bytes(free)} of memory available: a probe at "
                          f"{stated}, its attention maps kept, needs {format_bytes(needed)}); the largest size in "
                          f"whole {unit} px {'merge blocks' if unit != (patch or 16) else 'patches'} that fits")
