@@ -1,6 +1,8 @@
 """The Qwen-VL family's vision transformers -- Qwen2-VL, Qwen2.5-VL (windowed and full-attention blocks), Qwen3-VL,
-GLM-4V, GLM-GA, HyperCLOVA X (a Qwen2.5-VL tower under `vision_model`), which take packed patches and `grid_thw` --
-and Pixtral (Mistral 3), run by their own transformers code.
+GLM-4V, GLM-GA, HyperCLOVA X (a Qwen2.5-VL tower under `vision_model`), Cosmos 3 Omni (a Qwen3-VL whose files keep
+the tower at their root), Ovis 2.5 (windowed blocks named by `layer_types`, `pixel_values`), which take packed
+patches and `grid_thw` -- and Pixtral (Mistral 3, Mistral Large 4: its files in Mistral's own names under
+`vision_encoder.`), run by their own transformers code.
 
 Each is built tiny with random weights as its whole vision-language model (a one-layer text model beside it), saved
 with `save_pretrained` (what `hf:ORG/NAME` downloads) and opened by file, `vitviz.load(folder)`, and handed over as
@@ -84,6 +86,38 @@ def _mistral3() -> Any:
     return transformers.Mistral3ForConditionalGeneration(cfg)
 
 
+def _cosmos3_omni() -> Any:
+    """Cosmos 3 Omni: a Qwen3-VL whose files keep the tower at their root (`blocks.`, `merger.` ...)."""
+    cfg = transformers.Cosmos3OmniConfig(text_config=dict(TEXT, rope_parameters=MROPE), vision_config=dict(
+        PACKED, depth=3, hidden_size=32, intermediate_size=64, out_hidden_size=32, num_position_embeddings=64,
+        deepstack_visual_indexes=[1]))
+    return transformers.Cosmos3OmniForConditionalGeneration(cfg)
+
+
+def _mistral_large4() -> Any:
+    """Mistral Large 4: a Pixtral tower its files keep under `vision_encoder.` in Mistral's names (wq, wk saved for
+    interleaved RoPE)."""
+    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, image_size=48, patch_size=4, head_dim=8)
+    text = dict(TEXT, moe_intermediate_size=32, num_key_value_heads=2, kv_lora_rank=16, qk_rope_head_dim=8,
+                qk_nope_head_dim=8, qk_head_dim=16, v_head_dim=8, head_dim=8, index_n_heads=2, index_head_dim=16,
+                index_topk=8, n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, first_k_dense_replace=1)
+    cfg = transformers.MistralLarge4Config(vision_config=vision.to_dict(), text_config=text, image_token_index=99,
+                                           spatial_merge_size=2)
+    return transformers.MistralLarge4ForConditionalGeneration(cfg)
+
+
+def _ovis2_5() -> Any:
+    """Ovis 2.5: packed as Qwen2.5-VL (merge blocks, windows of 24 px here) with `pixel_values`, its window and
+    full-attention layers named by `layer_types`; its files in the original layout (`visual_tokenizer.vit.`)."""
+    vision = dict(PACKED, temporal_patch_size=1, num_attention_heads=4, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=3, image_size=32, window_size=24, hidden_stride=2, vocab_size=64,
+                  layer_types=["window_attention", "full_attention", "window_attention"])
+    del vision["num_heads"]
+    cfg = transformers.Ovis2_5Config(vision_config=vision, text_config=dict(TEXT, head_dim=16))
+    return transformers.Ovis2_5ForConditionalGeneration(cfg)
+
+
 # model_type: (builder, the tower inside the whole model, its image processor class (None: Pixtral's raster order),
 # whether the tower moves its tokens after the patch embedding into windows)
 MODELS = {
@@ -94,6 +128,9 @@ MODELS = {
     "mistral3": (_mistral3, lambda m: m.model.vision_tower, None, False),
     "glmga": (_glmga, lambda m: m.model.visual, "GlmgaImageProcessor", False),
     "hyperclovax_vision_v2": (_hyperclovax, lambda m: m.model.vision_model, "Qwen2VLImageProcessor", True),
+    "cosmos3_omni": (_cosmos3_omni, lambda m: m.model.visual, "Qwen2VLImageProcessor", False),
+    "mistral_large4": (_mistral_large4, lambda m: m.model.vision_tower, None, False),
+    "ovis2_5": (_ovis2_5, lambda m: m.model.vision_tower, "Ovis2_5ImageProcessor", True),
 }
 # Relatives with the same forward, as live tower objects built from their vision config: (modeling module, class,
 # image processor class, whether it moves its tokens into windows)
@@ -192,11 +229,14 @@ def _reference(tower: Any, x: torch.Tensor, processor: str | None, moves: bool) 
         per = cfg.temporal_patch_size * cfg.patch_size ** 2
         cell = (where[0, :, 0] * cols + where[0, :, per]).long()      # sequence position -> raster cell
         seen: dict[str, torch.Tensor] = {}
-        hooks = [tower.patch_embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
-                 tower.blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))]
+        embed = getattr(tower, "patch_embed", None) or tower.embeddings     # (Ovis 2.5: embeddings, layers)
+        first = (getattr(tower, "blocks", None) or tower.layers)[0]
+        hooks = [embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
+                 first.register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))]
+        argument = "pixel_values" if processor == "Ovis2_5ImageProcessor" else "hidden_states"
         try:
             with torch.no_grad():
-                out = tower(hidden_states=patches[0], grid_thw=torch.tensor([[1, gh, gw]]))
+                out = tower(**{argument: patches[0]}, grid_thw=torch.tensor([[1, gh, gw]]))
         finally:
             for h in hooks:
                 h.remove()
@@ -240,6 +280,13 @@ def test_windowed_layers_said_and_block_sparse(tmp_path: Path, built: dict[str, 
     assert zeros[0] > 0.5 and zeros[2] > 0.5 and zeros[1] == 0 and zeros[3] == 0
 
 
+def test_ovis_windowed_layers_said(built: dict[str, Any]) -> None:
+    """Ovis 2.5 names its windowed blocks by `layer_types`: they are said, and shown in windows."""
+    vm = _load(MODELS["ovis2_5"][1](_model("ovis2_5", built)))
+    assert "blocks 0, 2 attend within windows of 24 px (config.layer_types" in vm.spec.source_of("path")
+    assert [m.endswith(" in 4 windows") for _, m in vm.layers] == [True, False, True]
+
+
 def test_result_is_a_normal_result(built: dict[str, Any]) -> None:
     """A packed tower's run is an ordinary result on the patch grid, with no class token."""
     vm = _load(MODELS["qwen2_vl"][1](_model("qwen2_vl", built)))
@@ -260,12 +307,33 @@ def test_preprocessor_config_read(tmp_path: Path, built: dict[str, Any]) -> None
     assert "preprocessor_config.json" in vm.spec.source_of("preprocess")
 
 
-@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3", "hyperclovax_vision_v2"])
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "mistral3", "hyperclovax_vision_v2", "cosmos3_omni", "mistral_large4",
+                                  "ovis2_5"])
 def test_verify_gives_a_verdict(tmp_path: Path, built: dict[str, Any], name: str) -> None:
     vm = _load(_saved(name, built, tmp_path))
     check = vitviz.verify(vm)
     assert check.verified, check.summary()
     assert check.max_attention <= ATOL and "transformers" in check.against
+
+
+@pytest.mark.parametrize("name,root", [("cosmos3_omni", ""), ("mistral_large4", "vision_encoder.")])
+def test_original_layout_reads_only_the_tower(tmp_path: Path, built: dict[str, Any], name: str, root: str) -> None:
+    """Cosmos 3 Omni and Mistral Large 4 are saved in their original checkpoints' layouts (the tower at the file's
+    root, or under `vision_encoder.` in Mistral's names): only the tower's tensors are read, exactly as many as the
+    tower has, and transformers' own conversion of the whole model gives them the tower's names (the maps' parity is
+    `test_parity`)."""
+    from safetensors import safe_open
+
+    from vitviz.core.reading.checkpoint import read_checkpoint
+
+    folder = _saved(name, built, tmp_path)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        saved = list(f.keys())
+    tower = MODELS[name][1](_model(name, built))
+    assert not any(k.startswith(("model.", "vision_tower.", "visual.")) for k in saved)    # not transformers' names
+    raw = read_checkpoint(str(folder))
+    assert len(raw.tensors) == len(tower.state_dict()) < len(saved) and raw.tower.prefix == root
+    assert "attention.wq.weight" in " ".join(raw.tensors) or name != "mistral_large4"
 
 
 def test_size_must_be_whole_merge_blocks(built: dict[str, Any]) -> None:

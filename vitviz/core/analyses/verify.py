@@ -1272,17 +1272,28 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     import transformers
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
-    from vitviz.core.reading.towers import from_tensors, original_tower
+    from vitviz.core.reading.towers import load_tower, original_tower
+    from vitviz.core.running.live.packing import RASTER, merge_size
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
     sub, cls, what = original_tower(config, raw.tower)
-    net, info = from_tensors(cls, sub, raw.tensors)
+    net, info = load_tower(config, raw.tower, cls, sub, raw.tensors)
     if info.get("missing_keys") or info.get("unexpected_keys") or info.get("mismatched_keys"):
         raise _WeightsDoNotFit(f"{path}: its tower tensors do not fit {what}", what)
     net = net.float().eval().to(device)
     transformers.AttentionInterface.register("vitviz_recorded_eager", _recorded_eager)
     packed = "grid_thw" in inspect.signature(net.forward).parameters
+    raster = packed and net.config.model_type in RASTER
+    argument = "hidden_states" if "hidden_states" in inspect.signature(net.forward).parameters else "pixel_values"
+    temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
+
+    def patchify(image: torch.Tensor) -> Any:
+        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (as many of them
+        as it takes: Kimi-K2.5's takes the patch size alone)."""
+        sizes = (int(net.config.patch_size), int(merge_size(net.config) or 1), temporal)
+        taken = len(inspect.signature(processor.patchify).parameters) - 1
+        return processor.patchify(image, *sizes[:taken])
     processor = None
     if packed:
         kind = raw.tower.model_type
@@ -1302,10 +1313,15 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         coords = torch.zeros(1, 3, *size)
         coords[0, 0] = (torch.arange(size[0]) // p)[:, None].float()
         coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
-        where, _, _ = processor.patchify(coords, p, int(cfg.spatial_merge_size), int(cfg.temporal_patch_size))
-        step = int(cfg.temporal_patch_size) * p * p
+        where, _, _ = patchify(coords)
+        where = where.reshape(*where.shape[:2], -1)    # (a raster tower's processor gives (1, T, C * t, p, p))
+        step = temporal * p * p
         cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
         moved = torch.arange(rows * cols)
+        if "block" not in seen:     # a tower that keeps the processor's order (no blocks to match)
+            placed = torch.empty(rows * cols, dtype=torch.long)
+            placed[cell] = torch.arange(rows * cols)
+            return placed
         distance, match = torch.cdist(seen["block"].float(), seen["embed"].float(),
                                       compute_mode="donot_use_mm_for_euclid_dist").min(dim=1)
         if bool((distance == 0).all()) and torch.equal(match.sort().values, moved):
@@ -1319,16 +1335,21 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         net.config._attn_implementation = "vitviz_recorded_eager"
         _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
-        hooks = [net.patch_embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
-                 net.blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
-            if packed else []
+        embed = getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)    # (Ovis 2.5: embeddings,
+        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None)            # layers)
+        hooks = [embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
+                 blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
+            if packed and not raster else []
         try:
             with torch.inference_mode():
                 if packed:
                     cfg = net.config
-                    patches, gh, gw = processor.patchify(x, int(cfg.patch_size), int(cfg.spatial_merge_size),
-                                                         int(cfg.temporal_patch_size))
-                    out = net(hidden_states=patches[0].to(device), grid_thw=torch.tensor([[1, gh, gw]], device=device))
+                    patches, gh, gw = patchify(x)
+                    grid = torch.tensor([[1, gh, gw]], device=device)
+                    # the shape its forward takes (`packing.RASTER`): the processor's has a batch axis of one
+                    pixels = patches if RASTER.get(cfg.model_type, "").startswith("(1,") else patches[0]
+                    out = net(pixel_values=pixels.to(device), grid_thw=grid) if raster else \
+                        net(**{argument: patches[0].to(device)}, grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])
         finally:

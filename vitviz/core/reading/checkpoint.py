@@ -313,7 +313,8 @@ def _read_json(path: Path) -> Any:
 def _tower_tensors(raw: RawCheckpoint, tower: Tower) -> tuple[dict[str, torch.Tensor], Tower]:
     """The tower's tensors of a composite model's weights, its prefix removed, and the tower with that prefix."""
     prefix = tower_prefix(tower, list(raw.tensors), str(raw.weights_file))
-    return {k[len(prefix):]: v for k, v in raw.tensors.items() if k.startswith(prefix)}, replace(tower, prefix=prefix)
+    return ({k[len(prefix):]: v for k, v in raw.tensors.items() if tower.under(prefix, k)},
+            replace(tower, prefix=prefix))
 
 
 def _read_weights_file(path: Path, nest_key: str | None, tower: Tower | None = None) -> RawCheckpoint:

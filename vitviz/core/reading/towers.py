@@ -67,6 +67,9 @@ BY_CODE = {
     "glm_ocr_vision": ("glm_ocr", "GlmOcrVisionModel"), "glm5_next_vision": ("glm5_next", "Glm5NextVisionModel"),
     "exaone4_5_vision": ("exaone4_5", "Exaone4_5_VisionModel"),
     "pixtral": ("pixtral", "PixtralVisionModel"),
+    "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
+    "hunyuan_vl_vision": ("hunyuan_vl", "HunYuanVLVisionTransformer"),
+    "kimi_k25_vision": ("kimi_k25", "Kimi_K25VisionModel"), "ovis2_5_vision": ("ovis2_5", "Ovis2_5VisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -81,10 +84,27 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "exaone4_5": ("vision_config", _VISUAL),
     "mistral3": ("vision_config", _LLAVA), "pixtral": ("", ("",)),
     # found by the zoo sweep: relatives of a Qwen-VL / GLM-4V / Pixtral tower
-    # (not Cosmos 3 Omni, Mistral Large 4: save_pretrained writes their original checkpoints' layouts)
     "glmga": ("vision_config", _VISUAL),
+    # towers packed in raster order or under `pixel_values` (live.packing.RASTER, PIXEL_VALUES); all but PaddleOCR-VL
+    # saved in their original checkpoints' layouts (ORIGINAL_LAYOUTS): Cosmos 3 Omni's Qwen3-VL tower at the file's
+    # root, Mistral Large 4's Pixtral tower under `vision_encoder.` in Mistral's names, HunYuan-VL's under `vit.` ...
+    "cosmos3_omni": ("vision_config", (*_VISUAL, "")),
+    "paddleocr_vl": ("vision_config", _VISUAL),
+    "hunyuan_vl": ("vision_config", ("model.vision_tower.", "vision_tower.", "vit.")),
+    "kimi_k25": ("vision_config", _LLAVA),
+    "ovis2_5": ("vision_config", (*_LLAVA, "visual_tokenizer.vit.vision_model.")),
+    "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
+}
+# Composite models whose files transformers writes in the original checkpoint's layout (its conversion mapping for
+# the model_type, reversed on saving): their tower tensors are renamed and converted (Mistral's interleaved-RoPE q/k
+# permuted) by transformers' own loader with that mapping, as loading the whole model does. {model_type: the names
+# at the file's root that are the tower's, where it lies there (prefix ''); () where its tensors have a prefix}
+ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "cosmos3_omni": ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list."),
+    "mistral_large4": (),
+    "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (),
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
@@ -130,6 +150,8 @@ class Tower:
     config: dict[str, Any] = field(compare=False)   # the tower's sub-config (DPT's own ViT: the whole config)
     prefix: str = ""                # the prefix its tensors were found under (set once the file was read)
     by_code: tuple[str, str] = ("", "")   # (transformers module, class) of a tower run by its code (BY_CODE)
+    roots: tuple[str, ...] = ()     # with the prefix '': the names at the file's root that are the tower's (none:
+                                    # every tensor, a folder that is the tower itself)
 
     def describe(self) -> str:
         """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
@@ -138,7 +160,21 @@ class Tower:
 
     def wants(self, key: str) -> bool:
         """Whether `key` of the whole model's files belongs to the tower (only those are read)."""
-        return key.startswith(self.prefixes)
+        return any(self.under(p, key) for p in self.prefixes)
+
+    def place(self) -> str:
+        """Where its tensors were found, for messages: "under 'model.visual.'", and for a file in its original
+        checkpoint's layout, how transformers' loader renames them."""
+        where = f"under {self.prefix!r}" if self.prefix or not self.roots else \
+            f"at the file's root: {', '.join(self.roots)}"
+        if self.model_type in ORIGINAL_LAYOUTS:
+            where += (f", renamed by transformers' own conversion mapping of {self.model_type!r}, as loading the "
+                      "whole model does")
+        return where
+
+    def under(self, prefix: str, key: str) -> bool:
+        """Whether `key` is one of the tower's tensors under `prefix` (one of `prefixes`)."""
+        return key.startswith(prefix) and (bool(prefix) or not self.roots or key.startswith(self.roots))
 
 
 def _text(value: Any) -> str:
@@ -203,7 +239,8 @@ def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | Non
             f"{where}: transformers model_type {model_type!r}, whose vision tower ({tower_type!r}: "
             f"{BY_CODE[tower_type][1]}) vitviz runs by transformers' own code, and transformers is not installed; "
             "pip install transformers") from None
-    return Tower(model_type, tower_type, key, prefixes, sub, by_code=BY_CODE[tower_type])
+    return Tower(model_type, tower_type, key, prefixes, sub, by_code=BY_CODE[tower_type],
+                 roots=ORIGINAL_LAYOUTS.get(model_type, ()))
 
 
 def refuse_windowed(config: Any, where: str) -> None:
@@ -252,6 +289,8 @@ def tower_module(module: Any) -> tuple[Any, str] | None:
     except CompositeModelError:
         return None
     for prefix in tower.prefixes if tower is not None else ():
+        if not prefix and tower.roots:    # the original checkpoint's layout: no module of the model object
+            continue
         try:
             sub = module.get_submodule(prefix.rstrip("."))
         except AttributeError:
@@ -266,7 +305,7 @@ def tower_prefix(tower: Tower, keys: list[str], where: str) -> str:
     Raises:
         CompositeModelError: none of them is under any of the tower's prefixes.
     """
-    counts = {p: sum(k.startswith(p) for k in keys) for p in tower.prefixes}
+    counts = {p: sum(tower.under(p, k) for k in keys) for p in tower.prefixes}
     best = max(counts, key=lambda p: counts[p])
     if not counts[best]:
         stems = sorted({k.split(".")[0] for k in keys})[:8]
@@ -373,6 +412,62 @@ def _beit_backbone() -> type:
             return BaseModelOutput(last_hidden_state=out.hidden_states[-1], attentions=out.attentions)
 
     return BeitTower
+
+
+def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The tower (`cls` built from `sub`, as `original_tower` names them) given the file's tower tensors (their
+    prefix removed), loaded by transformers' own loader: directly (`from_tensors`), or, for a model whose files are in
+    its original checkpoint's layout (`ORIGINAL_LAYOUTS`), as loading the whole model loads them: the tower placed
+    where the whole model keeps it (`model.visual`, `model.vision_tower`) in a model of the whole model's own
+    pre-trained class and config, which transformers gives the whole model's conversion mapping (its renamings, and
+    Mistral's interleaved-RoPE q/k permuted to rotate-half), and nothing else built. (module, loading info: the
+    tower's own names for missing keys, the file's for unexpected ones). Its errors are `from_tensors`'."""
+    if tower.model_type not in ORIGINAL_LAYOUTS:
+        return _ignoring(config, tower, *from_tensors(cls, sub, tensors))
+    import torch
+    import transformers
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping,
+    )
+
+    whole = transformers.MODEL_MAPPING[type(config)]
+    base = next(c for c in whole.__mro__ if c.__name__.endswith("PreTrainedModel"))
+    path = tower.prefixes[0].rstrip(".").split(".")     # where the whole model keeps its tower
+
+    def build(self: Any, whole_config: Any) -> None:
+        base.__init__(self, whole_config)
+        holder = self
+        for name in path[:-1]:
+            setattr(holder, name, torch.nn.Module())
+            holder = getattr(holder, name)
+        setattr(holder, path[-1], cls(getattr(whole_config, tower.config_key)))
+        self.post_init()
+
+    # transformers applies a registered mapping to a class defined outside it only by the class's own name
+    shell = type(f"Vitviz{base.__name__.removesuffix('PreTrainedModel')}Tower", (base,), {"__init__": build})
+    register_checkpoint_conversion_mapping(shell.__name__, get_checkpoint_conversion_mapping(tower.model_type),
+                                           overwrite=True)
+    config._attn_implementation = "eager"
+    model, info = from_tensors(shell, config, {tower.prefix + k: v for k, v in tensors.items()})
+    inside = ".".join(path) + "."
+    info = {**info, **{k: {n.removeprefix(inside) if isinstance(n, str) else n for n in info.get(k, ())}
+                       for k in ("missing_keys", "mismatched_keys")}}
+    return model.get_submodule(".".join(path)), info
+
+
+def _ignoring(config: Any, tower: Tower, module: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(module, info) without the unexpected keys the whole model's class ignores when it loads its files
+    (`_keys_to_ignore_on_load_unexpected`: PaddleOCR-VL's checkpoints keep a SigLIP head its tower has not)."""
+    import re
+
+    import transformers
+
+    whole = transformers.MODEL_MAPPING.get(type(config), None) if tower.config_key else None
+    ignored = getattr(whole, "_keys_to_ignore_on_load_unexpected", None)
+    if not ignored or not info.get("unexpected_keys"):
+        return module, info
+    kept = {k for k in info["unexpected_keys"] if not any(re.search(p, tower.prefix + k) for p in ignored)}
+    return module, {**info, "unexpected_keys": kept}
 
 
 def from_tensors(cls: type, config: Any, tensors: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -24,7 +24,7 @@ from vitviz.core.running.live import LiveModelError, load_code, load_live
 from vitviz.core.running.live.packing import is_packed, packed_tower
 from vitviz.core.running.model import ReferenceViT
 from vitviz.core.running.runtime import check_input_size, check_model_memory, resolve_device
-from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, from_tensors, original_tower, tower_module
+from vitviz.core.reading.towers import BY_CODE, BY_CODE_ROUTE, load_tower, original_tower, tower_module
 from vitviz.core.options import (
     LIVE, NUMERIC_FIELDS, OPTION, OPTIONS, REFERENCE, REMEMBERABLE, only_for, remembered_source,
 )
@@ -109,8 +109,8 @@ def _load(path: "str | Path | dict[str, Any] | torch.nn.Module | None", override
         return load_live(path, overrides, how=how)
     if is_packed(path):   # packed patches + grid_thw (Qwen-VL): no layout the reference ViT takes
         check_route(overrides, LIVE, type(path).__name__, _LIVE_WHY)
-        return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw (2-D "
-                                             "rotary positions over merge blocks): its own code runs")
+        return load_live(path, overrides, how=f"{type(path).__name__} takes packed patches and grid_thw: its own "
+                                             "code runs")
     try:
         model = _load_reference(path, overrides)
     except Exception as refused:  # noqa: BLE001 - not a known layout: the live path runs it, and says why
@@ -324,7 +324,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
                                   f"{tower.model_type!r} model as transformers saves it") from e
     sub, cls, what = original_tower(config, tower)
     try:
-        net, info = from_tensors(cls, sub, raw.tensors)
+        net, info = load_tower(config, tower, cls, sub, raw.tensors)
     except RuntimeError as e:    # shapes that differ: transformers refuses them (ignore_mismatched_sizes=False)
         with torch.device("meta"):
             own = cls(sub).state_dict()
@@ -339,7 +339,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
             ("not in the tower", info.get("unexpected_keys", ())), ("other shapes", info.get("mismatched_keys", ())))
            if v]
     if bad:
-        raise CompositeModelError(f"{where}: its tower tensors (under {tower.prefix!r}) do not fit {what}: "
+        raise CompositeModelError(f"{where}: its tower tensors ({tower.place()}) do not fit {what}: "
                                   f"{' | '.join(bad)}; expected the weights of the model its config.json names")
     count = len(raw.tensors)
     raw.tensors = {}    # the module holds its weights now: the file's copies are let go before the probe runs
@@ -352,7 +352,7 @@ def _load_by_code(raw: RawCheckpoint, overrides: dict[str, Any]) -> Any:
         stats = (mean, std, "metadata: preprocessor_config.json image_mean / image_std") if stated else None
         module = packed_tower(net, overrides.get("image_size"), stats, tower.model_type)
     how = (f"{BY_CODE_ROUTE}: {what} built from config.json with the file's {count} tower tensors "
-           f"(under {tower.prefix!r}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
+           f"({tower.place()}); transformers {transformers.__version__}'s code runs, vitviz converts nothing")
     model = load_live(module, overrides, source=where, how=how)
     named = ("identity", f"named: {tower.describe()} (config.json), run {BY_CODE_ROUTE}")
     model.spec = replace(model.spec, provenance=(*(kv for kv in model.spec.provenance if kv[0] != "identity"), named))

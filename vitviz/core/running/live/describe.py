@@ -21,7 +21,7 @@ from vitviz.core.reading.hyperparams import imagenet_labels, warn_guesses
 from vitviz.core.running.live.errors import (
     LiveModelError, LiveWarning, NoAttentionError, UserCodeError, _forward_error, user_call,
 )
-from vitviz.core.running.live.packing import PackedTower
+from vitviz.core.running.live.packing import PackedTower, merge_size
 from vitviz.core.running.live.record import (
     AttentionLayout, _evaluating, _layer_summary, _prefix_first, _Recorder, _refuse_non_finite, _run,
     _skipped_summary,
@@ -727,7 +727,11 @@ def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: l
     forward refuses the input, the next likely ones (the sources say which was taken, and why)."""
     tries = [(s, c) for s in sizes for c in chans]
     failed: list[tuple[str, UserCodeError]] = []
+    shrunk = ""      # why the probe runs smaller than the size the module states ('' where it does not)
     for (size, size_src), (c, c_src) in tries:
+        if not size_src.startswith("override"):    # a size the caller did not give: shrunk where it would not fit
+            size, size_src = _within_memory(module, size, size_src, c, patch, device, source)
+            shrunk = size_src if size_src.startswith(_SHRUNK) else shrunk
         _check_probe_memory(module, size, c, patch, 2, source)
         x = _probe_input(1, c, size, device, dtype, seed=0)
         recorder = _Recorder(1, scores=True, group_heads=group_heads, chunks=chunks)
@@ -737,6 +741,8 @@ def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: l
                 out = user_call(lambda: _run(module, x, recorder, last_linear=True), source, "its forward",
                                 f"a probe input of shape {shape}")
         except UserCodeError as e:
+            if (not _forward_error(e) or len(tries) == 1) and shrunk:
+                raise _smaller_refused(source, shrunk, e) from e
             if not _forward_error(e) or len(tries) == 1:
                 raise
             failed.append((f"{c} x {size[0]}x{size[1]}", e))
@@ -747,8 +753,82 @@ def _probe(module: nn.Module, sizes: list[tuple[tuple[int, int], str]], chans: l
         return x, out, recorder, (size, c)
     first = failed[0][1]
     others = ", ".join(t for t, _ in failed[1:])
+    if shrunk:
+        raise _smaller_refused(source, shrunk, first) from first
     raise UserCodeError(f"{first}; also tried {others} (channels x size); pass image_size= (--image-size), "
                         "in_chans= (--in-chans) and grid= for the input it expects") from first.__cause__
+
+
+_SHRUNK = "guess: probed at"     # how the source of a probe size shrunk to fit the memory begins
+_PROBE_SHARE = 2                  # a shrunk probe keeps to 1 / this of the memory available (its forward's own
+                                  # activations and the weights' copies need the rest)
+
+
+def _within_memory(module: nn.Module, size: tuple[int, int], src: str, chans: int, patch: int | None,
+                   device: torch.device, source: str) -> tuple[tuple[int, int], str]:
+    """The probe size for a size the module states (or vitviz guessed), and its source: `size` where its probe
+    fits the memory -- both probe images, every layer's attention kept (the probe records them all) -- else the
+    largest size the model takes that fits half of what is available: whole patches (of merge blocks, where its
+    config states them, or a packed tower's), the stated aspect kept, said loudly as an assumption ('guess: probed at
+    768 px, not the configured 2048 px, ...'). HunYuan-VL states 2048 px, a probe of 128 GiB.
+
+    Raises:
+        DeviceError: not even one patch (one merge block) fits.
+    """
+    free = _free_memory(device)
+    needed = _probe_bytes(module, size, chans, patch)
+    if free is None or needed < CHECK_FROM or needed <= free:
+        return size, src
+    budget = free // _PROBE_SHARE
+    unit = module.block if isinstance(module, PackedTower) else \
+        (patch or 16) * (merge_size(getattr(module, "config", None)) or 1)
+    h, w = size
+    longer = max(h, w)
+    for k in range(longer // unit, 0, -1):
+        side = k * unit
+        fit = (max(unit, round(h * side / longer / unit) * unit), max(unit, round(w * side / longer / unit) * unit))
+        used = _probe_bytes(module, fit, chans, patch)
+        if used < CHECK_FROM or used <= budget:
+            said = f"{fit[0]} px" if fit[0] == fit[1] else f"{fit[0]}x{fit[1]} px"
+            stated = f"{h} px" if h == w else f"{h}x{w} px"
+            kind = "default" if src.startswith("guess") else "configured"
+            return fit, (f"{_SHRUNK} {said}, not the {kind} {stated} ({src}), to stay within "
+                         f"{format_bytes(budget)} (half the {format_bytes(free)} of memory available: a probe at "
+                         f"{stated}, its attention maps kept, needs {format_bytes(needed)}); the largest size in "
+                         f"whole {unit} px {'merge blocks' if unit != (patch or 16) else 'patches'} that fits")
+    raise DeviceError(f"{source}: a probe at the {h}x{w} px its {src} states needs {format_bytes(needed)}, and not "
+                      f"even one {unit} px block fits within {format_bytes(budget)} (half the {format_bytes(free)} of "
+                      "memory available); nothing was allocated; free memory, or run it on a device with more")
+
+
+def _smaller_refused(source: str, shrunk: str, error: UserCodeError) -> DeviceError:
+    """The refusal of a model whose forward refused the smaller probe size `_within_memory` chose: no size it takes
+    fits the memory (a model that takes only its stated size)."""
+    return DeviceError(f"{source}: {shrunk.removeprefix('guess: ')}; but its forward refused that size ({error}); "
+                       "no size it takes fits the memory: free memory, or pass image_size=N (CLI --image-size N) "
+                       "for a size it takes")
+
+
+def _free_memory(device: torch.device) -> int | None:
+    """Bytes a probe on `device` can still get: the host's (the recorder keeps maps there or beside them), and a
+    CUDA device's free memory on top of that; None where unknown."""
+    free = available_memory()
+    if device.type == "cuda" and torch.cuda.is_available():
+        cuda = int(torch.cuda.mem_get_info(device)[0])
+        free = cuda if free is None else min(free, cuda)
+    return free
+
+
+def _probe_bytes(module: nn.Module, size: tuple[int, int], chans: int, patch: int | None) -> int:
+    """What the first two probes hold at `size`: two images (and a copy) and every attention layer's maps of both,
+    plus one layer's scores; the layers counted as the modules stating `num_heads` (at least one), each at the most
+    heads any of them states."""
+    h, w = size
+    tokens = (h // patch) * (w // patch) if patch else (h * w) // 256
+    stating = [n for n in (getattr(m, "num_heads", getattr(m, "num_attention_heads", None)) for m in module.modules())
+               if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    layers, heads = max(len(stating), 1), max(stating or [1])
+    return 2 * (chans * h * w * 4 * 2 + (layers + 1) * heads * tokens * tokens * 4)
 
 
 def _check_probe_memory(module: nn.Module, size: tuple[int, int], chans: int, patch: int | None, batch: int,

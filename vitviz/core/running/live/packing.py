@@ -11,6 +11,10 @@ tokens is which patch of the raster grid, through the merge blocks and, for Qwen
 that the captured maps are shown on the image's grid. Windowed layers compute one softmax per window: the recorder
 assembles them into the block-diagonal map the layer computes (zeros outside its windows).
 
+Relatives packed otherwise are named by their config's model_type: `RASTER` towers take the patches row by row as
+`pixel_values` (PaddleOCR-VL, HunYuan-VL, Kimi-K2.5: merged only after their blocks), `PIXEL_VALUES` towers take
+merge blocks under that name (Ovis 2.5).
+
 Nothing here imports transformers: the tower's config and its module's own helpers are read from the object.
 """
 from __future__ import annotations
@@ -23,6 +27,16 @@ import torch
 from torch import nn
 
 DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: the processors take any such size
+# Towers whose forward takes `(pixel_values, grid_thw)` with the image's patches in raster order, as their image
+# processor's `patchify` lays them out, their patches merged only after their blocks: {config model_type: the shape
+# of pixel_values}. PaddleOCR-VL's encoder (2-D rotary positions on q and k, its learned position table interpolated
+# to each grid); HunYuan-VL's (its position table interpolated, merged by a convolution after the blocks); Kimi-K2.5's
+# MoonViT (2-D rotary positions, an interpolated position table; `merge_kernel_size` for its merge blocks).
+RASTER = {"paddleocr_vl_vision": "(1, T, C*t, p, p)", "hunyuan_vl_vision": "(T, C*t*p*p)",
+          "kimi_k25_vision": "(T, C*t, p, p)"}
+# Towers packed as the Qwen-VL family's (merge blocks) whose forward names the packed patches `pixel_values`:
+# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`).
+PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5"}
 
 
 def is_packed(module: Any) -> bool:
@@ -35,8 +49,22 @@ def is_packed(module: Any) -> bool:
     except (TypeError, ValueError):
         return False
     config = getattr(module, "config", None)
-    return "hidden_states" in params and "grid_thw" in params and all(
+    if "pixel_values" in params and "grid_thw" in params and getattr(config, "model_type", None) in RASTER:
+        return isinstance(getattr(config, "patch_size", None), int) and merge_size(config) is not None
+    packs = "hidden_states" in params or ("pixel_values" in params and getattr(config, "model_type", None)
+                                          in PIXEL_VALUES)
+    return packs and "grid_thw" in params and all(
         isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
+
+
+def merge_size(config: Any) -> int | None:
+    """The side of a merge block in patches: `spatial_merge_size`, or a square `merge_kernel_size` (Kimi-K2.5);
+    None where the config states neither."""
+    merge = getattr(config, "spatial_merge_size", None)
+    kernel = getattr(config, "merge_kernel_size", None)
+    if merge is None and isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1]:
+        merge = kernel[0]
+    return merge if isinstance(merge, int) and not isinstance(merge, bool) and merge > 0 else None
 
 
 class PackedTower(nn.Module):
@@ -54,16 +82,21 @@ class PackedTower(nn.Module):
         config = tower.config
         self.tower = tower
         self.patch_size = int(config.patch_size)
-        self.temporal = int(config.temporal_patch_size)
-        self.merge = int(config.spatial_merge_size)
+        self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
+        self.merge = int(merge_size(config) or 1)
+        self.raster = RASTER.get(getattr(config, "model_type", None), "")   # its pixel_values' shape (`RASTER`)
+        self.argument = "hidden_states" if "hidden_states" in inspect.signature(tower.forward).parameters \
+            else "pixel_values"     # what its forward calls the packed patches
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
         self.image_size = side
         self.side_source = side_source
         self.mean, self.std, self.stats_source = tuple(mean), tuple(std), stats_source
         self.dim = int(getattr(config, "embed_dim", 0) or getattr(config, "hidden_size", 0))
+        order = "in raster order (merged after the tower)" if self.raster else \
+            f"in {self.merge}x{self.merge} merge blocks"
         self.what = (f"{type(tower).__name__}'s own forward on the image's patches packed as its image processor "
-                     f"packs them ({self.patch_size} px patches, {self.merge}x{self.merge} merge blocks, the image "
-                     f"repeated over {self.temporal} time steps, grid_thw [[1, rows, cols]]), one image at a time")
+                     f"packs them ({self.patch_size} px patches {order}, the image repeated over {self.temporal} "
+                     "time step(s), grid_thw [[1, rows, cols]]), one image at a time")
 
     @property
     def block(self) -> int:
@@ -84,13 +117,20 @@ class PackedTower(nn.Module):
         return h // self.patch_size, w // self.patch_size
 
     def pack(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order, grid_thw)."""
+        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order -- a raster tower's
+        (1, rows * cols, C * t, p, p) -- and grid_thw)."""
         c = int(image.shape[0])
         rows, cols = self.grid(tuple(image.shape[-2:]))
         p, m = self.patch_size, self.merge
+        grid = torch.tensor([[1, rows, cols]], device=image.device)
+        if self.raster:     # row by row: (1, rows * cols, C * t, p, p) or (rows * cols, C * t * p * p)
+            x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4).unsqueeze(3)
+            x = x.expand(rows, cols, c, self.temporal, p, p)
+            shape = {"(1, T, C*t, p, p)": (1, rows * cols, c * self.temporal, p, p), "(T, C*t*p*p)": (rows * cols, -1),
+                     "(T, C*t, p, p)": (rows * cols, c * self.temporal, p, p)}[self.raster]
+            return x.reshape(shape), grid
         x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
         x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
-        grid = torch.tensor([[1, rows, cols]], device=image.device)
         return x.reshape(rows * cols, c * self.temporal * p * p), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,14 +138,17 @@ class PackedTower(nn.Module):
         out = []
         for image in x:
             patches, grid = self.pack(image)
-            result = self.tower(hidden_states=patches, grid_thw=grid)
+            result = self.tower(**{self.argument: patches}, grid_thw=grid)
             hidden = getattr(result, "last_hidden_state", None)
-            out.append(hidden if isinstance(hidden, torch.Tensor) else result[0])
+            hidden = hidden if isinstance(hidden, torch.Tensor) else result[0]
+            out.append(hidden[0] if hidden.dim() == 3 else hidden)      # (HunYuan-VL's has a batch axis of one)
         return torch.stack(out)
 
     def order(self, size: tuple[int, int]) -> tuple[int, ...]:
         """For each patch of the raster grid (row by row), the index of its token in the tower's sequence."""
         rows, cols = self.grid(size)
+        if self.raster:
+            return tuple(range(rows * cols))
         m = self.merge
         packed = torch.arange(rows * cols).reshape(rows // m, cols // m, m, m).permute(0, 2, 1, 3).reshape(-1)
         inside = self._window_position(rows, cols)
@@ -132,12 +175,17 @@ class PackedTower(nn.Module):
         config = self.tower.config
         full = getattr(config, "fullatt_block_indexes", None)
         depth = getattr(config, "depth", None)
+        kinds = getattr(config, "layer_types", None)    # Ovis 2.5: 'full_attention' / 'window_attention' per block
+        stated = "config.fullatt_block_indexes"
+        if full is None and isinstance(kinds, (list, tuple)) and "window_attention" in kinds:
+            full, depth = [i for i, k in enumerate(kinds) if k != "window_attention"], len(kinds)
+            stated = "config.layer_types"
         if not isinstance(full, (list, tuple)) or not isinstance(depth, int) or \
                 not isinstance(getattr(config, "window_size", None), int):
             return ""
         windowed = [i for i in range(depth) if i not in full]
         return (f"blocks {', '.join(map(str, windowed))} attend within windows of {config.window_size} px "
-                f"(config.fullatt_block_indexes: blocks {', '.join(map(str, full))} attend over the whole image); "
+                f"({stated}: blocks {', '.join(map(str, full))} attend over the whole image); "
                 "a windowed layer's map is its windows' softmaxes, zero between windows")
 
 
@@ -152,7 +200,7 @@ def packed_tower(tower: nn.Module, size: Any = None, stats: tuple[Any, Any, str]
             the image processor class transformers pairs with `model_type` (said as assumed).
         model_type: the whole model's model_type ('qwen2_5_vl'), for its image processor class.
     """
-    block = int(tower.config.patch_size) * int(tower.config.spatial_merge_size)
+    block = int(tower.config.patch_size) * int(merge_size(tower.config) or 1)
     if size is None:
         side = max(block, DEFAULT_SIDE // block * block)
         chosen = ((side, side), f"guess: {side} px ({DEFAULT_SIDE} px in whole {block} px merge blocks; the model's "
