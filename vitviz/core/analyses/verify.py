@@ -354,7 +354,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
         return unverified(missing, library)
     try:
         say(0.0, f"Building the {library} original…")
-        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev, say)
+        original = _BUILDERS[library](spec, path, name, dev, raw=_read(path, model))
+        return _compare(model, original, checked, assumptions, dev, say)
     except _NotBuildable as e:
         return unverified(str(e), library, _version(library))
     except _WeightsDoNotFit as e:  # named as a model whose weights these are not
@@ -395,7 +396,7 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         version = _version(library) if library and not _not_importable(library) else ""
         return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
-    raw = _read(path)
+    raw = _read(path, model)
     layout = identify.layout_shapes(raw.tensors)
     if layout is None:
         n = len(assumptions)
@@ -1051,10 +1052,31 @@ def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, w
         raise _WeightsDoNotFit(f"{where}: its weights do not fit {what}: " + " | ".join(parts), what)
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, model: Any = None) -> Any:
+    """The file's tensors (`read_checkpoint`). With `model` (the vitviz model being verified), each tensor equal
+    element for element to one `model` holds (same shape, dtype and device) becomes that one: the storage is
+    shared, read-only, so the weights are not held twice. The original still gets every tensor of the file, with
+    the file's values in the file's own layout: nothing of vitviz's conversion reaches it, only memory is saved."""
     from vitviz.core.reading.checkpoint import read_checkpoint
 
-    return read_checkpoint(path)
+    raw = read_checkpoint(path)
+    net = getattr(model, "net", None)
+    if isinstance(net, nn.Module):
+        held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+        for t in net.state_dict().values():
+            held.setdefault(_fingerprint(t), []).append(t)
+        for k, t in raw.tensors.items():
+            same = next((h for h in held.get(_fingerprint(t), ()) if torch.equal(h, t)), None)
+            if same is not None:
+                raw.tensors[k] = same
+    return raw
+
+
+def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
+    """What two equal tensors share, cheap to compute: shape, dtype, device and up to 8 sampled values."""
+    flat = t.detach().reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 8)][:8].tolist() if flat.numel() else []
+    return (tuple(t.shape), t.dtype, t.device, *sample)
 
 
 def _folder(path: Path) -> Path:
@@ -1509,7 +1531,7 @@ def _stated(module: nn.Module) -> dict[str, tuple[Any, str]]:
     return out
 
 
-_BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {
+_BUILDERS: dict[str, Callable[..., _Original]] = {   # (spec, path, name, device, raw=...)
     "timm": _build_timm, "transformers": _build_transformers, "open_clip": _build_open_clip,
     "torchvision": _build_torchvision,
 }
