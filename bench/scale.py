@@ -1,11 +1,13 @@
 """Benchmark: peak memory and time at scale, side by side: the original's forward, vitviz's capture, verify, export.
 
-Run from the repository root: `python bench/scale.py [--large] [--size 224] [--images 2,6] [--only verify,...]`.
+Run from the repository root: `python bench/scale.py [--large] [--giant] [--large-only] [--window] [--size 224]
+[--images 2,6] [--only verify,...]`.
 
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
 model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
-float32 per image; minutes on a loaded CPU). Every measurement runs in a fresh Python process (this file,
+float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of maps per
+image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python process (this file,
 `--child`), so its memory is its own:
 - timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
   by default (fused attention: no maps kept; what a user pays without vitviz);
@@ -20,6 +22,9 @@ Columns: 'peak' is the process's peak RSS (`ru_maxrss`: imports, load and step);
 (full)'s; 'step adds' what the step itself added to the RSS it started from (VmHWM reset before the step); the
 time is the step alone (not the imports, not the load), and 'x capture' that over capture (full)'s -- for verify
 over capture's times the sizes compared (the target: at most 2x one captured forward per size).
+With `--window` the window is measured instead (run it with QT_QPA_PLATFORM=offscreen): the seconds from asking it to
+open the model until one image's first picture is drawn, the p50 / p95 of a layer or head change with every panel
+redrawn, and with the attention-matrix view raised, of a layer / head change and a query click (target p95 16 ms).
 Printed against the floor: the weights plus one image's L·H·T²·4 bytes of float32 attention; and for the captures
 what the maps cost over the weights: the step's addition less the prepacked weight copies made on the first
 forward (`vitviz.core.running.packed`), over L·H·T²·4 (the target: at most 1.2).
@@ -34,9 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518)}
+MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518),
+          "ViT-g/14 @518": ("vit_giant_patch14_dinov2", 518)}
 METHODS = ("timm forward", "capture (full)", "capture (f16)", "capture (rows)", "verify", "export")
 
 
@@ -53,6 +61,18 @@ def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
             "heads": model.blocks[0].attn.num_heads, "tokens": tokens}
 
 
+def fits_giant() -> bool:
+    """Whether the free memory holds ViT-g/14 @518's heaviest step (verify: its weights three times -- vitviz's,
+    their packed copies, timm's building -- and two images' maps); said when it does not."""
+    from vitviz.core.running.runtime import available_memory
+
+    need, free = 3 * 4.4 * 1024 ** 3 + 2 * 7.2 * 1024 ** 3, available_memory()
+    if free is not None and free < need:
+        print(f"ViT-g/14 @518: skipped, {free / 1024 ** 3:.1f} GiB free of the {need / 1024 ** 3:.1f} GiB it needs")
+        return False
+    return True
+
+
 def _status(field: str) -> int:
     """A field of /proc/self/status in bytes (VmRSS, VmHWM)."""
     with open("/proc/self/status", encoding="ascii") as f:
@@ -67,6 +87,8 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
     extra: dict[str, float] = {}
     model = None
+    if method == "window":
+        return window(folder)
     if method == "timm forward":
         import timm
 
@@ -109,6 +131,70 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
             "before": before, "step_peak": _status("VmHWM:"), **extra}
 
 
+def window(folder: Path, steps: int = 40) -> dict[str, float]:
+    """The window (offscreen) with the model in `folder`: seconds from asking it to open the model until the
+    first picture of one image is drawn (load and run in the worker) and until the verdict the window then asks
+    for is in, then p50 / p95 of a layer or head change
+    (every visible panel redrawn), and with the attention-matrix dock raised of a layer / head change and a query
+    click (its (T, T) matrix redrawn); the process's peak RSS."""
+    import numpy as np
+    from PIL import Image
+    from PySide6.QtCore import QSettings
+
+    from vitviz.gui.app import ensure_app
+    from vitviz.gui.window import MainWindow
+
+    def wait(condition: Callable[[], bool]) -> None:
+        while not condition():
+            app.processEvents()
+            time.sleep(0.005)
+
+    def timed(changes: list[dict[str, Any]]) -> list[float]:
+        out = []
+        for change in changes:
+            t0 = time.perf_counter()
+            win.state.update(**change)
+            app.processEvents()   # paints every widget the change touched, once
+            out.append(time.perf_counter() - t0)
+        return out
+
+    image = Path(tempfile.mkdtemp()) / "window.png"
+    Image.fromarray((np.random.default_rng(0).random((600, 800, 3)) * 255).astype(np.uint8)).save(image)
+    app = ensure_app()
+    win = MainWindow(QSettings(tempfile.mktemp(suffix=".ini"), QSettings.Format.IniFormat))
+    win.persist_settings = False
+    win.show()
+    wait(lambda: "torch" in sys.modules and not win.session.busy and win._probed)
+    start = time.perf_counter()
+    win.load_model(str(folder))
+    wait(lambda: win.session.model.spec is not None and win.is_idle())
+    loaded = time.perf_counter() - start
+    win.session.add_images([str(image)])
+    wait(lambda: win.session.result(str(image)) is not None and win.panel.values is not None)
+    app.processEvents()
+    first = time.perf_counter() - start
+    model = win.session.model   # the verdict the window asks for after the pictures
+    wait(lambda: win.is_idle() and (model.verification is not None or bool(model.verify_failure)))
+    verdict = time.perf_counter() - start
+    spec = win.session.model.spec
+    rng = np.random.default_rng(1)
+    layer_head = [{"layer": int(rng.integers(spec.depth))} if i % 2 else {"head": int(rng.integers(spec.num_heads))}
+                  for i in range(steps)]
+    layers = timed(layer_head)
+    win.dock("matrixDock").raise_()
+    app.processEvents()
+    matrix = timed(layer_head)
+    clicks = timed([{"query": int(1 + (i * 37) % (spec.num_tokens - 1))} for i in range(steps)])
+    win.close()
+
+    def pct(values: list[float]) -> list[float]:
+        return [float(v) for v in np.percentile(values, [50, 95]) * 1000]
+
+    return {"seconds": first, "loaded": loaded, "verdict": verdict, "verified": win.session.verdict_line().text, "tokens": spec.num_tokens, "layer": pct(layers),
+            "matrix": pct(matrix), "query": pct(clicks),
+            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
 def measure(method: str, folder: Path, size: int, images: Path) -> dict[str, float]:
     env = {**os.environ, "VITVIZ_CACHE": tempfile.mkdtemp(prefix="scale-cache-")}   # no remembered verdict
     done = subprocess.run([sys.executable, __file__, "--child", method, str(folder), str(size), str(images)],
@@ -124,6 +210,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="the ViT-B/16's input size (default 224)")
     parser.add_argument("--images", default="2,6", help="image counts the exports write (default 2,6)")
     parser.add_argument("--only", default="", help="comma-separated methods to run (default all)")
+    parser.add_argument("--giant", action="store_true", help="also ViT-g/14 @518 (1.1 B parameters, 7.2 GiB of "
+                        "maps per image), skipped and said when the free memory cannot hold it")
+    parser.add_argument("--large-only", action="store_true", help="leave out ViT-B/16")
+    parser.add_argument("--window", action="store_true", help="the window instead (offscreen): first picture, "
+                        "layer change and the attention matrix's view, each model in a fresh process")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -134,25 +225,36 @@ def main() -> None:
     from common import image_folder
 
     counts = [int(n) for n in args.images.split(",")]
-    methods = []
-    for m in METHODS:
+    methods = ["window"] if args.window else []
+    for m in () if args.window else METHODS:
         if args.only and m not in args.only.split(","):
             continue
         methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
     gib = 1024 ** 3
     with tempfile.TemporaryDirectory() as tmp:
         for label, (arch, size) in MODELS.items():
-            if label != "ViT-B/16 @224" and not args.large:
+            if (label == "ViT-L/14 @518" and not (args.large or args.large_only)) or (
+                    label == "ViT-g/14 @518" and not args.giant) or (label == "ViT-B/16 @224" and args.large_only):
                 continue
             if label == "ViT-B/16 @224" and args.size != size:
                 label, size = f"ViT-B/16 @{args.size}", args.size
             folder = Path(tmp) / arch
+            if label == "ViT-g/14 @518" and not fits_giant():
+                continue
             facts = make_folder(arch, size, folder)
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
             floor = facts["weights"] + maps
             print(f"{label}: {facts['layers']} layers x {facts['heads']} heads, T = {facts['tokens']}; weights "
                   f"{facts['weights'] / gib:.2f} GiB, one image's maps {maps / gib:.3f} GiB, floor "
                   f"{floor / gib:.2f} GiB")
+            if args.window:
+                m = measure("window", folder, size, Path(tmp))
+                print(f"  window (offscreen), T = {int(m['tokens'])}: first picture {m['seconds']:.1f} s (the model "
+                      f"loaded in {m['loaded']:.1f} s), verdict at {m['verdict']:.1f} s ({m['verified']}); then layer/head change p50 {m['layer'][0]:.1f} ms, p95 "
+                      f"{m['layer'][1]:.1f} ms; matrix view raised: layer/head change p50 {m['matrix'][0]:.1f} ms, "
+                      f"p95 {m['matrix'][1]:.1f} ms, query click p50 {m['query'][0]:.1f} ms, p95 "
+                      f"{m['query'][1]:.1f} ms (target p95 16 ms); peak {m['peak'] / gib:.2f} GiB", flush=True)
+                continue
             print(f"  {'':<16} {'peak':>9} {'x capture':>9} {'step adds':>10} {'seconds':>9} {'x capture':>9}  notes")
             measured = {}
             for method in methods:

@@ -64,6 +64,7 @@ from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.options import ABLATION_MODES
 from vitviz.core.spec import ModelSpec
+from vitviz.errors import VitvizError
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
 
@@ -372,19 +373,17 @@ class Plan:
         return jobs
 
 
+class BudgetError(VitvizError):
+    """An export whose images in flight do not fit the memory budget the user gave (`--memory`)."""
+
+
 BATCH_BUDGET = 2 << 30   # bytes a batch's captured maps may take when --batch-size is not given
 MOST_BATCH = 8           # the largest batch chosen on its own (the old default)
 
 
-def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
-                    free: int | None = None) -> tuple[int, str]:
-    """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
-    fit `budget` (BATCH_BUDGET, or a quarter of the `free` memory when that is less) -- each image holds its
-    (L, H, T, T) attention (float16 with `half`), a rollout its fused (L, T, T) stack and running product, a
-    gradient map the maps' gradients too -- and two batches are in flight (one running, one being written); at
-    least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1 or 2, not 8."""
-    from vitviz.core.running.runtime import format_bytes
-
+def image_bytes(spec: ModelSpec, maps: list[MapKind], half: bool = False) -> int:
+    """What one image holds while it is exported: its (L, H, T, T) attention (float16 with `half`), a rollout its
+    fused (L, T, T) stack and running product, a gradient map the maps' gradients too."""
     t = spec.num_tokens
     per_image = spec.depth * spec.num_heads * t * t * (2 if half else 4)
     kinds = {m.kind for m in maps}
@@ -392,11 +391,48 @@ def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, bu
         per_image += 2 * spec.depth * t * t * 4
     if kinds & set(GRADIENT_KINDS):
         per_image *= 3
-    limit = budget or BATCH_BUDGET
-    if free:
-        limit = min(limit, free // 4)
+    return per_image
+
+
+def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
+                    free: int | None = None) -> tuple[int, str]:
+    """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
+    fit the memory budget -- `budget` (the user's `--memory`, taken as given), else BATCH_BUDGET or a quarter of
+    the `free` memory when that is less -- with two batches in flight (one running, one being written: the
+    pipeline's bound); at least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1
+    or 2, not 8.
+
+    Raises:
+        BudgetError: a `budget` that does not hold two images in flight (batch 1)."""
+    from vitviz.core.running.runtime import format_bytes
+
+    per_image = image_bytes(spec, maps, half)
+    limit = budget or (min(BATCH_BUDGET, free // 4) if free else BATCH_BUDGET)
+    check_budget(spec, maps, half, 1, budget)
     n = int(max(1, min(MOST_BATCH, limit // max(1, 2 * per_image))))
+    kinds = {m.kind for m in maps}
+    within = f"--memory {format_bytes(limit)}" if budget else format_bytes(limit)
     why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({spec.depth} layers x "
-           f"{spec.num_heads} heads x {t}^2 tokens{', rollout' if 'rollout' in kinds else ''}), two batches in "
-           f"flight within {format_bytes(limit)}; --batch-size N to choose")
+           f"{spec.num_heads} heads x {spec.num_tokens}^2 tokens{', rollout' if 'rollout' in kinds else ''}), two "
+           f"batches in flight within {within}; --batch-size N to choose")
     return n, why
+
+
+def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, budget: int | None) -> None:
+    """Refuse a `batch` whose two batches in flight (`image_bytes` each image) exceed the user's `budget` (none:
+    nothing to check), naming what would fit.
+
+    Raises:
+        BudgetError: they do not fit."""
+    from vitviz.core.running.runtime import format_bytes
+
+    per_image = image_bytes(spec, maps, half)
+    if budget is None or 2 * batch * per_image <= budget:
+        return
+    fits = budget // (2 * per_image)
+    how = (f"--batch-size {fits} at most, or a larger --memory" if fits else
+           f"--memory {format_bytes(2 * per_image)} at least{'' if half else ', or --half (half of it)'}")
+    raise BudgetError(f"--memory {format_bytes(budget)}: {2 * batch} images in flight (two batches of {batch}: "
+                         f"one running, one being written) hold {format_bytes(2 * batch * per_image)}, "
+                         f"{format_bytes(per_image)} each ({spec.depth} layers x {spec.num_heads} heads x "
+                         f"{spec.num_tokens}^2 tokens); expected {how}")

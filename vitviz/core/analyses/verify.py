@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitviz.core.options import OPTIONS
 from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.core.running.runtime import available_memory, format_bytes, resolve_device
 from vitviz.errors import VitvizError
@@ -247,10 +248,9 @@ class _Original:
 
 
 Progress = Callable[[float, str], None]
-# The settings a module object states (`vitviz.core.reading.objects.module_settings`), as the spec fields they set.
-_STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
-                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
-                  "head_act": "pre_logits_act"}
+# Each option -> the spec field it answers (`vitviz.core.options`): what a module object states about its settings
+# (`vitviz.core.reading.objects.module_settings`, keyed by option) read as the spec fields they set.
+_STATED_FIELDS = {o.name: o.provenance_field for o in OPTIONS if o.provenance_field}
 # Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
 # not compared; the interpolation of a position table only at a size other than the native one; the input size
 # only for an original that takes no other.
@@ -606,7 +606,7 @@ def _differs_causes(spec: Any, original: _Original, check: Verification) -> dict
     if heads is not None and heads != spec.num_heads:
         causes.append(("num_heads", f"{heads} heads"))
         suggested["heads"] = heads
-    override_of = {v: k for k, v in _STATED_FIELDS.items()}
+    override_of = {_STATED_FIELDS[k]: k for k in original.stated if k in _STATED_FIELDS}
     for field_name, value in _stated_differences(spec, original.stated).items():
         if field_name == "num_heads" and "heads" in suggested:
             continue
