@@ -6,18 +6,21 @@ Run from the repository root: `python bench/scale.py [--large] [--giant] [--larg
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
 model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
-float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of maps per
-image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python process (this file,
-`--child`), so its memory is its own:
+float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of
+maps per image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python
+process (this file, `--child`), so its memory is its own:
 - timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
   by default (fused attention: no maps kept; what a user pays without vitviz);
 - capture (full): `vitviz.load(folder)` and `forward_captured(x)`: every layer's (H, T, T) maps;
+- capture (warm): the same after a forward that keeps only the CLS rows (the first forward's one-off costs --
+  prepacked weights, oneDNN's caches, thread arenas -- paid before it): what a capture itself holds;
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
 - verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the native size
   and at native + 2 patches per side, every layer compared as it is computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
-  verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`.
+  verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`;
+  `--memory SIZE` is given to each export (its budget for the maps in flight).
 Columns: 'peak' is the process's peak RSS (`ru_maxrss`: imports, load and step); 'x capture' that over capture
 (full)'s; 'step adds' what the step itself added to the RSS it started from (VmHWM reset before the step); the
 time is the step alone (not the imports, not the load), and 'x capture' that over capture (full)'s -- for verify
@@ -45,7 +48,8 @@ from typing import Any
 
 MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518),
           "ViT-g/14 @518": ("vit_giant_patch14_dinov2", 518)}
-METHODS = ("timm forward", "capture (full)", "capture (f16)", "capture (rows)", "verify", "export")
+MEMORY = os.environ.get("VITVIZ_SCALE_MEMORY", "")   # `--memory`, as the children get it
+METHODS = ("timm forward", "capture (full)", "capture (warm)", "capture (f16)", "capture (rows)", "verify", "export")
 
 
 def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
@@ -101,7 +105,7 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
         from vitviz.cli import main as vitviz_main
 
         out = Path(tempfile.mkdtemp(prefix="scale-export-"))
-        flags = ["--no-verify"] if method.endswith(" nv") else []
+        flags = (["--no-verify"] if method.endswith(" nv") else []) + (["--memory", MEMORY] if MEMORY else [])
 
         def step() -> None:
             code = vitviz_main(["export", "--model", str(folder), str(images), "--out", str(out), "--quiet",
@@ -118,13 +122,15 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
                 assert check.verified, check.summary()
                 extra["sizes"] = len(check.sizes)
         else:
+            if method == "capture (warm)":   # the one-off costs of a first forward paid before: packing, oneDNN
+                model.forward_captured(x, rows=[0])
             step = lambda: model.forward_captured(x, half=method == "capture (f16)",  # noqa: E731
                                                   rows=[0] if method == "capture (rows)" else None)
     open("/proc/self/clear_refs", "w").write("5")   # VmHWM := VmRSS: the step's own peak from here
     before, start = _status("VmRSS:"), time.perf_counter()
     step()
     seconds = time.perf_counter() - start
-    if model is not None:   # the prepacked copies of the Linear weights its first forward made
+    if model is not None and method != "capture (warm)":   # the prepacked Linear weights its first forward made
         extra["packed"] = sum(m._packed[0].numel() * 4 for m in model.net.modules()
                               if getattr(m, "_packed", None) is not None)
     return {"seconds": seconds, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -190,8 +196,8 @@ def window(folder: Path, steps: int = 40) -> dict[str, float]:
     def pct(values: list[float]) -> list[float]:
         return [float(v) for v in np.percentile(values, [50, 95]) * 1000]
 
-    return {"seconds": first, "loaded": loaded, "verdict": verdict, "verified": win.session.verdict_line().text, "tokens": spec.num_tokens, "layer": pct(layers),
-            "matrix": pct(matrix), "query": pct(clicks),
+    return {"seconds": first, "loaded": loaded, "verdict": verdict, "verified": win.session.verdict_line().text,
+            "tokens": spec.num_tokens, "layer": pct(layers), "matrix": pct(matrix), "query": pct(clicks),
             "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
@@ -215,12 +221,14 @@ def main() -> None:
     parser.add_argument("--large-only", action="store_true", help="leave out ViT-B/16")
     parser.add_argument("--window", action="store_true", help="the window instead (offscreen): first picture, "
                         "layer change and the attention matrix's view, each model in a fresh process")
+    parser.add_argument("--memory", default="", help="the exports' --memory budget (default: export's own)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         method, folder, size, images = args.child
         print(json.dumps(child(method, Path(folder), int(size), Path(images))))
         return
+    os.environ["VITVIZ_SCALE_MEMORY"] = args.memory   # the exports' children read it
     sys.path.insert(0, str(Path(__file__).parent))
     from common import image_folder
 
@@ -250,7 +258,8 @@ def main() -> None:
             if args.window:
                 m = measure("window", folder, size, Path(tmp))
                 print(f"  window (offscreen), T = {int(m['tokens'])}: first picture {m['seconds']:.1f} s (the model "
-                      f"loaded in {m['loaded']:.1f} s), verdict at {m['verdict']:.1f} s ({m['verified']}); then layer/head change p50 {m['layer'][0]:.1f} ms, p95 "
+                      f"loaded in {m['loaded']:.1f} s), verdict at {m['verdict']:.1f} s ({m['verified']}); then "
+                      f"layer/head change p50 {m['layer'][0]:.1f} ms, p95 "
                       f"{m['layer'][1]:.1f} ms; matrix view raised: layer/head change p50 {m['matrix'][0]:.1f} ms, "
                       f"p95 {m['matrix'][1]:.1f} ms, query click p50 {m['query'][0]:.1f} ms, p95 "
                       f"{m['query'][1]:.1f} ms (target p95 16 ms); peak {m['peak'] / gib:.2f} GiB", flush=True)
