@@ -16,7 +16,8 @@ attention is read where it computes it: transformers with `attn_implementation='
 live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
 explicit softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each
 layer is compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (transformers
-returns its maps at the end: its stack alone, never both).
+returns its maps at the end: its stack alone, never both). The file's tensors the original is given are held once:
+each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
