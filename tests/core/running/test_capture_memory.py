@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _tiny import write_tiny_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import vitviz
-from _tiny import write_tiny_checkpoint
 
 
 class _LayerSized(TorchDispatchMode):
