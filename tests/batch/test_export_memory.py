@@ -33,10 +33,11 @@ def _model_and_images(tmp_path: Path, count: int) -> tuple[Path, list[Path]]:
     return tmp_path / "m", paths
 
 
-def _most_alive(monkeypatch: pytest.MonkeyPatch, argv: list[str], maps: str = "cls") -> tuple[int, int, int]:
-    """Run `vitviz export argv`; (forwards, the most batches' maps alive at once, their most bytes alive at once)."""
+def _most_alive(monkeypatch: pytest.MonkeyPatch, argv: list[str], maps: str = "cls") -> tuple[int, int, int, int]:
+    """Run `vitviz export argv`; (forwards, the largest batch, the most batches' maps alive at once, their most
+    bytes alive at once)."""
     alive: list[weakref.ref] = []
-    most = [0, 0]
+    most = [0, 0, 0]
     forward = VitModel.forward_captured
 
     def watched(self: VitModel, *a: object, **k: object) -> tuple[np.ndarray, np.ndarray]:
@@ -45,18 +46,19 @@ def _most_alive(monkeypatch: pytest.MonkeyPatch, argv: list[str], maps: str = "c
         gc.collect()        # what is still held, not garbage in a reference cycle the collector has yet to visit
         held = [r() for r in alive if r() is not None]   # this batch's and those not yet written
         most[0], most[1] = max(most[0], len(held)), max(most[1], sum(a.nbytes for a in held))
+        most[2] = max(most[2], len(attn))
         return attn, out
 
     monkeypatch.setattr(VitModel, "forward_captured", watched)
     assert vitviz_main(["export", *argv, "--maps", maps, "--quiet", "--no-verify", "--workers", "1"]) == 0
     monkeypatch.undo()
-    return len(alive), most[0], most[1]
+    return len(alive), most[2], most[0], most[1]
 
 
 def test_maps_alive_during_export_do_not_grow_with_the_images(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     folder, paths = _model_and_images(tmp_path, 12)
-    forwards, most, _ = _most_alive(monkeypatch, ["--model", str(folder), *map(str, paths), "--out",
+    forwards, _, most, _ = _most_alive(monkeypatch, ["--model", str(folder), *map(str, paths), "--out",
                                                   str(tmp_path / "out"), "--batch-size", "1"])
     assert forwards == 12   # one forward per image
     # the pipeline's bound: the image being run and one whose writes are still pending -- 2 of 12, whatever the
@@ -66,8 +68,8 @@ def test_maps_alive_during_export_do_not_grow_with_the_images(tmp_path: Path,
 
 def test_export_peak_is_flat_in_the_image_count_and_within_the_memory_budget(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--memory sets the batch (two batches in flight fit it), and the maps alive at once reach it, never more,
-    whether 8 or 16 images are exported (entropy maps: every query row is captured). The writes are slowed so
+    """--memory sets the batch (two batches in flight fit it), and the maps alive at once stay within it whether
+    8 or 16 images are exported (entropy maps: every query row is captured). The writes are slowed so
     that they lag behind the forwards, as on a loaded machine: the pipeline's bound is what is measured."""
     from vitviz.batch.pipeline import Exporter
 
@@ -83,19 +85,19 @@ def test_export_peak_is_flat_in_the_image_count_and_within_the_memory_budget(
     peaks = []
     for count in (8, 16):
         monkeypatch.setattr(Exporter, "_write", lagging)
-        forwards, _, peak = _most_alive(monkeypatch, ["--model", str(folder), *map(str, paths[:count]), "--out",
+        _, batch, _, peak = _most_alive(monkeypatch, ["--model", str(folder), *map(str, paths[:count]), "--out",
                                                       str(tmp_path / f"out{count}"), "--memory", str(budget)],
                                         "entropy")
-        assert forwards == -(-count // 3)   # batches of 3
+        assert batch == 3   # the budget's batch (a batch may be smaller when the readers lag)
         peaks.append(peak)
-    assert peaks[0] == peaks[1] == budget, f"maps alive at once: {peaks} bytes, budget {budget}"
+    assert max(peaks) <= budget and peaks[1] >= 3 * per_image, f"maps alive at once: {peaks} bytes, budget {budget}"
 
 
 def test_a_budget_that_does_not_fit_is_refused_naming_what_fits(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     folder, paths = _model_and_images(tmp_path, 2)
     per_image = 2 * 2 * 17 ** 2 * 4
-    common = ["export", "--model", str(folder), *map(str, paths), "--out", str(tmp_path / "out"), "--maps", "cls",
+    common = ["export", "--model", str(folder), *map(str, paths), "--out", str(tmp_path / "out"), "--maps", "entropy",
               "--no-verify", "--quiet"]
     assert vitviz_main([*common, "--memory", str(per_image)]) != 0   # not even two images in flight
     assert "--memory" in (err := capsys.readouterr().err) and "--half" in err and "at least" in err

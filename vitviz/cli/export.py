@@ -324,10 +324,10 @@ def run_export_command(args: argparse.Namespace) -> int:
         from vitviz.core.running.runtime import available_memory
 
         args.batch_size, why = auto_batch_size(model.spec, maps, args.half, budget=args.memory,
-                                               free=available_memory())
+                                               free=available_memory(), npz=args.npz)
         if not args.quiet:
             print(f"vitviz: {why}", file=sys.stderr)
-    check_budget(model.spec, maps, args.half, args.batch_size, args.memory)
+    check_budget(model.spec, maps, args.half, args.batch_size, args.memory, args.npz)
     verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
