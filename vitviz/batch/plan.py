@@ -436,6 +436,7 @@ def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, bu
 
 
 def _shape(spec: ModelSpec, maps: list[MapKind], npz: bool) -> str:
+    """'12 layers x 6 heads x 1374^2 tokens', or '... x 1 of 1374 query rows x 1374 tokens': what an image keeps."""
     t, queries = spec.num_tokens, _queries(spec, maps, npz)
     return f"{spec.depth} layers x {spec.num_heads} heads x " + (f"{t}^2 tokens" if queries == t else
                                                                  f"{queries} of {t} query rows x {t} tokens")
@@ -457,5 +458,5 @@ def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, b
     how = (f"--batch-size {fits} at most, or a larger --memory" if fits else
            f"--memory {format_bytes(2 * per_image)} at least{'' if half else ', or --half (half of it)'}")
     raise BudgetError(f"--memory {format_bytes(budget)}: {2 * batch} images in flight (two batches of {batch}: "
-                         f"one running, one being written) hold {format_bytes(2 * batch * per_image)}, "
-                         f"{format_bytes(per_image)} each ({_shape(spec, maps, npz)}); expected {how}")
+                      f"one running, one being written) hold {format_bytes(2 * batch * per_image)}, "
+                      f"{format_bytes(per_image)} each ({_shape(spec, maps, npz)}); expected {how}")
