@@ -1,25 +1,33 @@
 """Benchmark: peak memory and time at scale, side by side: the original's forward, vitviz's capture, verify, export.
 
-Run from the repository root: `python bench/scale.py [--large] [--size 224] [--images 2,6] [--only verify,...]`.
+Run from the repository root: `python bench/scale.py [--large] [--giant] [--large-only] [--window] [--size 224]
+[--images 2,6] [--only verify,...]`.
 
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
 model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
-float32 per image; minutes on a loaded CPU). Every measurement runs in a fresh Python process (this file,
-`--child`), so its memory is its own:
+float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of
+maps per image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python
+process (this file, `--child`), so its memory is its own:
 - timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
   by default (fused attention: no maps kept; what a user pays without vitviz);
 - capture (full): `vitviz.load(folder)` and `forward_captured(x)`: every layer's (H, T, T) maps;
+- capture (warm): the same after a forward that keeps only the CLS rows (the first forward's one-off costs --
+  prepacked weights, oneDNN's caches, thread arenas -- paid before it): what a capture itself holds;
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
 - verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the native size
   and at native + 2 patches per side, every layer compared as it is computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
-  verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`.
+  verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`;
+  `--memory SIZE` is given to each export (its budget for the maps in flight).
 Columns: 'peak' is the process's peak RSS (`ru_maxrss`: imports, load and step); 'x capture' that over capture
 (full)'s; 'step adds' what the step itself added to the RSS it started from (VmHWM reset before the step); the
 time is the step alone (not the imports, not the load), and 'x capture' that over capture (full)'s -- for verify
 over capture's times the sizes compared (the target: at most 2x one captured forward per size).
+With `--window` the window is measured instead (run it with QT_QPA_PLATFORM=offscreen): the seconds from asking it to
+open the model until one image's first picture is drawn, the p50 / p95 of a layer or head change with every panel
+redrawn, and with the attention-matrix view raised, of a layer / head change and a query click (target p95 16 ms).
 Printed against the floor: the weights plus one image's L·H·T²·4 bytes of float32 attention; and for the captures
 what the maps cost over the weights: the step's addition less the prepacked weight copies made on the first
 forward (`vitviz.core.running.packed`), over L·H·T²·4 (the target: at most 1.2).
@@ -34,10 +42,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518)}
-METHODS = ("timm forward", "capture (full)", "capture (f16)", "capture (rows)", "verify", "export")
+MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518),
+          "ViT-g/14 @518": ("vit_giant_patch14_dinov2", 518)}
+MEMORY = os.environ.get("VITVIZ_SCALE_MEMORY", "")   # `--memory`, as the children get it
+METHODS = ("timm forward", "capture (full)", "capture (warm)", "capture (f16)", "capture (rows)", "verify", "export")
 
 
 def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
@@ -51,6 +63,18 @@ def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
     return {"weights": sum(p.numel() * 4 for p in model.parameters()), "layers": len(model.blocks),
             "heads": model.blocks[0].attn.num_heads, "tokens": tokens}
+
+
+def fits_giant() -> bool:
+    """Whether the free memory holds ViT-g/14 @518's heaviest step (verify: its weights three times -- vitviz's,
+    their packed copies, timm's building -- and two images' maps); said when it does not."""
+    from vitviz.core.running.runtime import available_memory
+
+    need, free = 3 * 4.4 * 1024 ** 3 + 2 * 7.2 * 1024 ** 3, available_memory()
+    if free is not None and free < need:
+        print(f"ViT-g/14 @518: skipped, {free / 1024 ** 3:.1f} GiB free of the {need / 1024 ** 3:.1f} GiB it needs")
+        return False
+    return True
 
 
 def _status(field: str) -> int:
@@ -67,6 +91,8 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
     extra: dict[str, float] = {}
     model = None
+    if method == "window":
+        return window(folder)
     if method == "timm forward":
         import timm
 
@@ -79,7 +105,7 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
         from vitviz.cli import main as vitviz_main
 
         out = Path(tempfile.mkdtemp(prefix="scale-export-"))
-        flags = ["--no-verify"] if method.endswith(" nv") else []
+        flags = (["--no-verify"] if method.endswith(" nv") else []) + (["--memory", MEMORY] if MEMORY else [])
 
         def step() -> None:
             code = vitviz_main(["export", "--model", str(folder), str(images), "--out", str(out), "--quiet",
@@ -96,17 +122,83 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
                 assert check.verified, check.summary()
                 extra["sizes"] = len(check.sizes)
         else:
+            if method == "capture (warm)":   # the one-off costs of a first forward paid before: packing, oneDNN
+                model.forward_captured(x, rows=[0])
             step = lambda: model.forward_captured(x, half=method == "capture (f16)",  # noqa: E731
                                                   rows=[0] if method == "capture (rows)" else None)
     open("/proc/self/clear_refs", "w").write("5")   # VmHWM := VmRSS: the step's own peak from here
     before, start = _status("VmRSS:"), time.perf_counter()
     step()
     seconds = time.perf_counter() - start
-    if model is not None:   # the prepacked copies of the Linear weights its first forward made
+    if model is not None and method != "capture (warm)":   # the prepacked Linear weights its first forward made
         extra["packed"] = sum(m._packed[0].numel() * 4 for m in model.net.modules()
                               if getattr(m, "_packed", None) is not None)
     return {"seconds": seconds, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "before": before, "step_peak": _status("VmHWM:"), **extra}
+
+
+def window(folder: Path, steps: int = 40) -> dict[str, float]:
+    """The window (offscreen) with the model in `folder`: seconds from asking it to open the model until the
+    first picture of one image is drawn (load and run in the worker) and until the verdict the window then asks
+    for is in, then p50 / p95 of a layer or head change
+    (every visible panel redrawn), and with the attention-matrix dock raised of a layer / head change and a query
+    click (its (T, T) matrix redrawn); the process's peak RSS."""
+    import numpy as np
+    from PIL import Image
+    from PySide6.QtCore import QSettings
+
+    from vitviz.gui.app import ensure_app
+    from vitviz.gui.window import MainWindow
+
+    def wait(condition: Callable[[], bool]) -> None:
+        while not condition():
+            app.processEvents()
+            time.sleep(0.005)
+
+    def timed(changes: list[dict[str, Any]]) -> list[float]:
+        out = []
+        for change in changes:
+            t0 = time.perf_counter()
+            win.state.update(**change)
+            app.processEvents()   # paints every widget the change touched, once
+            out.append(time.perf_counter() - t0)
+        return out
+
+    image = Path(tempfile.mkdtemp()) / "window.png"
+    Image.fromarray((np.random.default_rng(0).random((600, 800, 3)) * 255).astype(np.uint8)).save(image)
+    app = ensure_app()
+    win = MainWindow(QSettings(tempfile.mktemp(suffix=".ini"), QSettings.Format.IniFormat))
+    win.persist_settings = False
+    win.show()
+    wait(lambda: "torch" in sys.modules and not win.session.busy and win._probed)
+    start = time.perf_counter()
+    win.load_model(str(folder))
+    wait(lambda: win.session.model.spec is not None and win.is_idle())
+    loaded = time.perf_counter() - start
+    win.session.add_images([str(image)])
+    wait(lambda: win.session.result(str(image)) is not None and win.panel.values is not None)
+    app.processEvents()
+    first = time.perf_counter() - start
+    model = win.session.model   # the verdict the window asks for after the pictures
+    wait(lambda: win.is_idle() and (model.verification is not None or bool(model.verify_failure)))
+    verdict = time.perf_counter() - start
+    spec = win.session.model.spec
+    rng = np.random.default_rng(1)
+    layer_head = [{"layer": int(rng.integers(spec.depth))} if i % 2 else {"head": int(rng.integers(spec.num_heads))}
+                  for i in range(steps)]
+    layers = timed(layer_head)
+    win.dock("matrixDock").raise_()
+    app.processEvents()
+    matrix = timed(layer_head)
+    clicks = timed([{"query": int(1 + (i * 37) % (spec.num_tokens - 1))} for i in range(steps)])
+    win.close()
+
+    def pct(values: list[float]) -> list[float]:
+        return [float(v) for v in np.percentile(values, [50, 95]) * 1000]
+
+    return {"seconds": first, "loaded": loaded, "verdict": verdict, "verified": win.session.verdict_line().text,
+            "tokens": spec.num_tokens, "layer": pct(layers), "matrix": pct(matrix), "query": pct(clicks),
+            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def measure(method: str, folder: Path, size: int, images: Path) -> dict[str, float]:
@@ -124,35 +216,54 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="the ViT-B/16's input size (default 224)")
     parser.add_argument("--images", default="2,6", help="image counts the exports write (default 2,6)")
     parser.add_argument("--only", default="", help="comma-separated methods to run (default all)")
+    parser.add_argument("--giant", action="store_true", help="also ViT-g/14 @518 (1.1 B parameters, 7.2 GiB of "
+                        "maps per image), skipped and said when the free memory cannot hold it")
+    parser.add_argument("--large-only", action="store_true", help="leave out ViT-B/16")
+    parser.add_argument("--window", action="store_true", help="the window instead (offscreen): first picture, "
+                        "layer change and the attention matrix's view, each model in a fresh process")
+    parser.add_argument("--memory", default="", help="the exports' --memory budget (default: export's own)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         method, folder, size, images = args.child
         print(json.dumps(child(method, Path(folder), int(size), Path(images))))
         return
+    os.environ["VITVIZ_SCALE_MEMORY"] = args.memory   # the exports' children read it
     sys.path.insert(0, str(Path(__file__).parent))
     from common import image_folder
 
     counts = [int(n) for n in args.images.split(",")]
-    methods = []
-    for m in METHODS:
+    methods = ["window"] if args.window else []
+    for m in () if args.window else METHODS:
         if args.only and m not in args.only.split(","):
             continue
         methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
     gib = 1024 ** 3
     with tempfile.TemporaryDirectory() as tmp:
         for label, (arch, size) in MODELS.items():
-            if label != "ViT-B/16 @224" and not args.large:
+            if (label == "ViT-L/14 @518" and not (args.large or args.large_only)) or (
+                    label == "ViT-g/14 @518" and not args.giant) or (label == "ViT-B/16 @224" and args.large_only):
                 continue
             if label == "ViT-B/16 @224" and args.size != size:
                 label, size = f"ViT-B/16 @{args.size}", args.size
             folder = Path(tmp) / arch
+            if label == "ViT-g/14 @518" and not fits_giant():
+                continue
             facts = make_folder(arch, size, folder)
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
             floor = facts["weights"] + maps
             print(f"{label}: {facts['layers']} layers x {facts['heads']} heads, T = {facts['tokens']}; weights "
                   f"{facts['weights'] / gib:.2f} GiB, one image's maps {maps / gib:.3f} GiB, floor "
                   f"{floor / gib:.2f} GiB")
+            if args.window:
+                m = measure("window", folder, size, Path(tmp))
+                print(f"  window (offscreen), T = {int(m['tokens'])}: first picture {m['seconds']:.1f} s (the model "
+                      f"loaded in {m['loaded']:.1f} s), verdict at {m['verdict']:.1f} s ({m['verified']}); then "
+                      f"layer/head change p50 {m['layer'][0]:.1f} ms, p95 "
+                      f"{m['layer'][1]:.1f} ms; matrix view raised: layer/head change p50 {m['matrix'][0]:.1f} ms, "
+                      f"p95 {m['matrix'][1]:.1f} ms, query click p50 {m['query'][0]:.1f} ms, p95 "
+                      f"{m['query'][1]:.1f} ms (target p95 16 ms); peak {m['peak'] / gib:.2f} GiB", flush=True)
+                continue
             print(f"  {'':<16} {'peak':>9} {'x capture':>9} {'step adds':>10} {'seconds':>9} {'x capture':>9}  notes")
             measured = {}
             for method in methods:

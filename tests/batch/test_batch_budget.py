@@ -32,6 +32,21 @@ def test_a_large_token_count_with_rollout_gets_a_small_batch() -> None:
     assert auto_batch_size(dinov2, parse_maps("cls"), free=1 << 30)[0] == 1
 
 
+def test_a_budget_counts_the_query_rows_the_capture_keeps() -> None:
+    """CLS maps keep one query row per layer (and compute one layer's whole matrix at a time): a --memory that two
+    images' full maps exceed holds them; maps that read every row are refused, naming what fits."""
+    from vitviz.batch.plan import BudgetError, check_budget, image_bytes, parse_maps
+
+    dinov2 = _spec(12, 6, 37)
+    t = 1374
+    assert image_bytes(dinov2, parse_maps("entropy")) == 12 * 6 * t * t * 4
+    assert image_bytes(dinov2, parse_maps("cls")) == 12 * 6 * 1 * t * 4 + 2 * 6 * t * t * 4
+    assert image_bytes(dinov2, parse_maps("cls"), npz=True) == 12 * 6 * t * t * 4   # .npz keeps every row
+    check_budget(dinov2, parse_maps("cls"), False, 1, 1 << 30)
+    with pytest.raises(BudgetError, match="at least"):
+        check_budget(dinov2, parse_maps("entropy"), False, 1, 1 << 30)
+
+
 def test_export_says_the_batch_it_chose(tiny_ckpt: Path, photo: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     import json

@@ -1,7 +1,8 @@
 """The export pipeline: read and preprocess in threads, run the model in batches, render and write in threads.
 
-Memory stays bounded: at most `2 * batch_size + workers` images are read ahead, and at most two batches of
-results wait for their PNGs, so the peak does not grow with the number of images.
+Memory stays bounded: at most `2 * batch_size + workers` images are read ahead, and a batch runs only once at most
+one batch of results still waits for its PNGs (two batches' maps in flight: what `--memory` bounds), so the peak
+does not grow with the number of images.
 
 Maps of a class (relevance, gradient rollout, attention x gradient) take a forward and backward pass per image and
 class, and the PCA and norms maps a pass that keeps every block's output tokens; both run only when such a map is
@@ -228,10 +229,13 @@ class Exporter:
         return item
 
     def _forward(self, batch: list[Prepared], writers: ThreadPoolExecutor) -> None:
-        """One forward pass for the batch, then its PNGs queued for writing (waiting if two batches are queued)."""
+        """One forward pass for the batch (once at most one batch is still being written), then its PNGs queued for
+        writing: the maps of at most two batches are alive at once, as `plan.auto_batch_size` counts them."""
         import torch
 
         plan = self.plan
+        while len(self._writes) > plan.batch_size:   # two batches in flight: this one and one being written
+            self._finish_oldest()
         attn: Any = [None] * len(batch)
         logits: Any = [None] * len(batch)
         pools: list[np.ndarray | None] = [None] * len(batch)
@@ -264,8 +268,6 @@ class Exporter:
             except VitvizError as e:
                 self._fail(p.job, e)
                 results.append(None)
-        while len(self._writes) > 2 * plan.batch_size:
-            self._finish_oldest()
         for p, maps in zip(batch, results):
             if p.job.status != "failed" and maps is not None:
                 self._writes.append((p.job, writers.submit(self._write, p, maps)))

@@ -64,6 +64,7 @@ from vitviz.core.drawing.render import RenderOptions
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.options import ABLATION_MODES
 from vitviz.core.spec import ModelSpec
+from vitviz.errors import VitvizError
 
 Combo = tuple[MapKind, LayerSel, HeadSel]  # (map, layer, head)
 
@@ -316,10 +317,7 @@ class Plan:
     def rows(self) -> list[int] | None:
         """Query rows enough for every map (CLS / token maps without .npz): the capture keeps only those (one row,
         token 0, when only the MAP head's attention is wanted; [] when no attention map is)."""
-        if self.npz:
-            return None
-        rows = query_rows(self.maps)
-        return [0] if rows == [] and self.needs_pool else rows
+        return captured_rows(self.maps, self.npz)
 
     @property
     def needs_attention(self) -> bool:
@@ -372,31 +370,93 @@ class Plan:
         return jobs
 
 
+class BudgetError(VitvizError):
+    """An export whose images in flight do not fit the memory budget the user gave (`--memory`)."""
+
+
 BATCH_BUDGET = 2 << 30   # bytes a batch's captured maps may take when --batch-size is not given
 MOST_BATCH = 8           # the largest batch chosen on its own (the old default)
 
 
-def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
-                    free: int | None = None) -> tuple[int, str]:
-    """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
-    fit `budget` (BATCH_BUDGET, or a quarter of the `free` memory when that is less) -- each image holds its
-    (L, H, T, T) attention (float16 with `half`), a rollout its fused (L, T, T) stack and running product, a
-    gradient map the maps' gradients too -- and two batches are in flight (one running, one being written); at
-    least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1 or 2, not 8."""
-    from vitviz.core.running.runtime import format_bytes
+def captured_rows(maps: list[MapKind], npz: bool = False) -> list[int] | None:
+    """The query rows a capture keeps for these maps (`Plan.rows`): those of the CLS / token maps without .npz
+    (one row, token 0, when only the MAP head's attention is wanted; [] when no attention map is); None: all."""
+    if npz:
+        return None
+    rows = query_rows(maps)
+    return [0] if rows == [] and any(m.source == "pool" for m in maps) else rows
 
-    t = spec.num_tokens
-    per_image = spec.depth * spec.num_heads * t * t * (2 if half else 4)
+
+def _queries(spec: ModelSpec, maps: list[MapKind], npz: bool) -> int:
+    """The query rows of each layer an image's capture holds: all T, or only the rows its maps read (a gradient
+    map's passes hold whole matrices whatever the capture kept)."""
+    rows = captured_rows(maps, npz)
+    return spec.num_tokens if rows is None or {m.kind for m in maps} & set(GRADIENT_KINDS) else len(rows)
+
+
+def image_bytes(spec: ModelSpec, maps: list[MapKind], half: bool = False, npz: bool = False) -> int:
+    """What one image holds while it is exported: its (L, H, T, T) attention -- only the query rows its maps read
+    when that is all the capture keeps (`captured_rows`), and then the (H, T, T) scores and softmax of the layer
+    being computed too -- float16 with `half` (also with that layer's), a rollout its fused (L, T, T) stack and
+    running product, a gradient map the maps' gradients too."""
+    t, queries = spec.num_tokens, _queries(spec, maps, npz)
+    per_image = spec.depth * spec.num_heads * queries * t * (2 if half else 4)
+    if half or queries < t:   # not written in place into the capture's array: one layer computed beside it
+        per_image += 2 * spec.num_heads * t * t * 4
     kinds = {m.kind for m in maps}
     if kinds & {"rollout", "poolrollout"}:
         per_image += 2 * spec.depth * t * t * 4
     if kinds & set(GRADIENT_KINDS):
         per_image *= 3
-    limit = budget or BATCH_BUDGET
-    if free:
-        limit = min(limit, free // 4)
+    return per_image
+
+
+def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
+                    free: int | None = None, npz: bool = False) -> tuple[int, str]:
+    """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
+    fit the memory budget -- `budget` (the user's `--memory`, taken as given), else BATCH_BUDGET or a quarter of
+    the `free` memory when that is less -- with two batches in flight (one running, one being written: the
+    pipeline's bound); at least 1, at most MOST_BATCH. DINOv2 at 518 px (T = 1370) with rollout gets a batch of 1
+    or 2, not 8.
+
+    Raises:
+        BudgetError: a `budget` that does not hold two images in flight (batch 1)."""
+    from vitviz.core.running.runtime import format_bytes
+
+    per_image = image_bytes(spec, maps, half, npz)
+    limit = budget or (min(BATCH_BUDGET, free // 4) if free else BATCH_BUDGET)
+    check_budget(spec, maps, half, 1, budget, npz)
     n = int(max(1, min(MOST_BATCH, limit // max(1, 2 * per_image))))
-    why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({spec.depth} layers x "
-           f"{spec.num_heads} heads x {t}^2 tokens{', rollout' if 'rollout' in kinds else ''}), two batches in "
-           f"flight within {format_bytes(limit)}; --batch-size N to choose")
+    kinds = {m.kind for m in maps}
+    within = f"--memory {format_bytes(limit)}" if budget else format_bytes(limit)
+    why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({_shape(spec, maps, npz)}"
+           f"{', rollout' if 'rollout' in kinds else ''}), two batches in flight within {within}; --batch-size N "
+           "to choose")
     return n, why
+
+
+def _shape(spec: ModelSpec, maps: list[MapKind], npz: bool) -> str:
+    """'12 layers x 6 heads x 1374^2 tokens', or '... x 1 of 1374 query rows x 1374 tokens': what an image keeps."""
+    t, queries = spec.num_tokens, _queries(spec, maps, npz)
+    return f"{spec.depth} layers x {spec.num_heads} heads x " + (f"{t}^2 tokens" if queries == t else
+                                                                 f"{queries} of {t} query rows x {t} tokens")
+
+
+def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, budget: int | None,
+                 npz: bool = False) -> None:
+    """Refuse a `batch` whose two batches in flight (`image_bytes` each image) exceed the user's `budget` (none:
+    nothing to check), naming what would fit.
+
+    Raises:
+        BudgetError: they do not fit."""
+    from vitviz.core.running.runtime import format_bytes
+
+    per_image = image_bytes(spec, maps, half, npz)
+    if budget is None or 2 * batch * per_image <= budget:
+        return
+    fits = budget // (2 * per_image)
+    how = (f"--batch-size {fits} at most, or a larger --memory" if fits else
+           f"--memory {format_bytes(2 * per_image)} at least{'' if half else ', or --half (half of it)'}")
+    raise BudgetError(f"--memory {format_bytes(budget)}: {2 * batch} images in flight (two batches of {batch}: "
+                      f"one running, one being written) hold {format_bytes(2 * batch * per_image)}, "
+                      f"{format_bytes(per_image)} each ({_shape(spec, maps, npz)}); expected {how}")

@@ -119,6 +119,8 @@ class WindowedExporter(Exporter):
         import torch
 
         plan, spec = self.plan, self.spec
+        while len(self._writes) > plan.batch_size:   # two batches in flight, as the plain export's
+            self._finish_oldest()
         try:
             x = torch.cat([p.x for p in batch])
             maps, out, fmap = self.model.forward_captured(x, plan.half, logits=plan.npz)
@@ -127,8 +129,6 @@ class WindowedExporter(Exporter):
                 self._fail(p.job, e)
             return
         geometry = spec.geometry()
-        while len(self._writes) > 2 * plan.batch_size:
-            self._finish_oldest()
         for i, p in enumerate(batch):
             scores = out[i] if spec.num_classes else out[i][:0]
             result = WindowedResult(blocks=tuple(m[i] for m in maps), geometry=geometry, logits=scores,

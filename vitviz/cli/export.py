@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 import time
@@ -29,7 +30,7 @@ from typing import Any
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
 from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
-from vitviz.batch.plan import class_index, parse_ablation
+from vitviz.batch.plan import check_budget, class_index, parse_ablation
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, checked_argument
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.drawing.colormaps import available_colormaps, colormap
@@ -89,6 +90,11 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
     g.add_argument("--batch-size", type=_positive, default=None, help="images per forward pass (default: as many "
                    "as fit a memory budget, at most 8, said on stderr)")
+    g.add_argument("--memory", type=_bytes, default=None, metavar="SIZE",
+                   help="what the maps of the images in flight may take, e.g. 1GiB or 512M (binary units: 1G = "
+                        "1GiB); it sets the batch size (refused when --batch-size does not fit it) and the peak "
+                        "does not grow with the number of images (default 2GiB, or a quarter of the free memory "
+                        "when that is less)")
     g.add_argument("--workers", type=_positive, default=min(4, os.cpu_count() or 1),
                    help="threads that read and preprocess images (default: up to 4)")
     g.add_argument("--overwrite", action="store_true", help="replace existing outputs instead of skipping them")
@@ -226,6 +232,15 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _bytes(text: str) -> int:
+    """'1GiB', '1G', '512MiB', '1.5G', '1073741824' -> bytes (K, M, G, T: powers of 1024, with or without 'iB'/'B')."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    n = int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " ")) if m else 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a memory size such as 1GiB, 512M or 2000000000")
+    return n
+
+
 def _nonnegative(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
@@ -308,9 +323,11 @@ def run_export_command(args: argparse.Namespace) -> int:
     if args.batch_size is None:   # as many images per pass as fit the memory budget, and said
         from vitviz.core.running.runtime import available_memory
 
-        args.batch_size, why = auto_batch_size(model.spec, maps, args.half, free=available_memory())
+        args.batch_size, why = auto_batch_size(model.spec, maps, args.half, budget=args.memory,
+                                               free=available_memory(), npz=args.npz)
         if not args.quiet:
             print(f"vitviz: {why}", file=sys.stderr)
+    check_budget(model.spec, maps, args.half, args.batch_size, args.memory, args.npz)
     verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
@@ -377,6 +394,9 @@ def _export_windowed(args: argparse.Namespace, model: Any, pairs: list[tuple[Pat
     through the same pipeline (`vitviz.batch.windowed.WindowedExporter`), names and manifest as any export."""
     from vitviz.batch.windowed import WindowedExporter, windowed_plan
 
+    if getattr(args, "memory", None) is not None:
+        raise VitvizError("--memory sets the batch of a plain ViT's export; a windowed model (Swin, SAM) takes "
+                          "--batch-size N (default 8)")
     args.batch_size = args.batch_size or 8
 
     if getattr(args, "engine", "local") != "local":
@@ -416,6 +436,8 @@ def _export_side(args: argparse.Namespace, start: float) -> int:
     from vitviz.batch.compare import export_compare, export_timeline
     from vitviz.core.analyses.compare import check_comparable
 
+    if getattr(args, "memory", None) is not None:
+        raise VitvizError("--memory is for a plain export; --compare and --timeline take --batch-size N (default 8)")
     args.batch_size = args.batch_size or 8
 
     if args.compare and args.timeline:

@@ -160,3 +160,51 @@ def test_verify_never_holds_both_full_stacks(tmp_path: Path, monkeypatch: pytest
     assert watch.samples >= 2 * DEPTH + 2   # every layer of vitviz's and the original's maps, at both sizes
     assert watch.worst <= most + 1e-9, f"{watch.worst:.1f} layers of attention alive at once (at most {most})"
     assert watch.worst >= (DEPTH if most > DEPTH else 1)   # the measurement sees a whole stack where one is held
+
+
+def _original_nets(monkeypatch: pytest.MonkeyPatch) -> list[torch.nn.Module]:
+    built: list[torch.nn.Module] = []
+    make = verify_module._built
+
+    def kept(*a: Any, **k: Any) -> torch.nn.Module:
+        built.append(make(*a, **k))
+        return built[-1]
+
+    monkeypatch.setattr(verify_module, "_built", kept)
+    return built
+
+
+def test_the_original_holds_no_second_copy_of_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file tensor equal to one vitviz's model holds is that tensor in the original (storage shared): the
+    weights are held once while both run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(_timm_folder(tmp_path), device="cpu")
+    built = _original_nets(monkeypatch)
+    assert verify_module.verify(model).verified
+    mine = {t.untyped_storage().data_ptr() for t in model.net.state_dict().values()}
+    theirs = built[0].state_dict()
+    alone = [k for k, t in theirs.items() if t.untyped_storage().data_ptr() not in mine]
+    assert not alone and len(theirs) == len(model.net.state_dict()), f"held twice: {alone}"
+
+
+def test_a_weight_vitviz_changed_does_not_reach_the_original(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Storage is shared only where the file's tensor equals vitviz's element for element: a weight of vitviz's
+    model that no longer equals the file's is not the original's, whose tensor stays the file's, and the check
+    says 'differs'."""
+    folder = _timm_folder(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(folder, device="cpu")
+    qkv = model.net.blocks[1].attn.qkv.weight
+    with torch.no_grad():
+        qkv[0, 0] += 0.5
+    built = _original_nets(monkeypatch)
+    check = verify_module.verify(model)
+    assert check.verdict == verify_module.DIFFERS and check.first_differing_layer == 1, check.summary()
+    from safetensors.torch import load_file
+
+    file_qkv = load_file(str(folder / "model.safetensors"))["blocks.1.attn.qkv.weight"]
+    theirs = built[0].state_dict()["blocks.1.attn.qkv.weight"]
+    assert torch.equal(theirs, file_qkv) and theirs.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()

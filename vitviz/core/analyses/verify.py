@@ -16,7 +16,8 @@ attention is read where it computes it: transformers with `attn_implementation='
 live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
 explicit softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each
 layer is compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (transformers
-returns its maps at the end: its stack alone, never both).
+returns its maps at the end: its stack alone, never both). The file's tensors the original is given are held once:
+each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
@@ -46,6 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitviz.core.options import OPTIONS
 from vitviz.core.protocol import WINDOWS, capabilities_of
 from vitviz.core.running.runtime import available_memory, format_bytes, resolve_device
 from vitviz.errors import VitvizError
@@ -247,10 +249,9 @@ class _Original:
 
 
 Progress = Callable[[float, str], None]
-# The settings a module object states (`vitviz.core.reading.objects.module_settings`), as the spec fields they set.
-_STATED_FIELDS = {"heads": "num_heads", "act": "mlp_kind", "eps": "eps", "eps_final": "eps_final",
-                  "attn_scale": "attn_scale", "block_norm": "block_norm", "pooling": "pooling",
-                  "head_act": "pre_logits_act"}
+# Each option -> the spec field it answers (`vitviz.core.options`): what a module object states about its settings
+# (`vitviz.core.reading.objects.module_settings`, keyed by option) read as the spec fields they set.
+_STATED_FIELDS = {o.name: o.provenance_field for o in OPTIONS if o.provenance_field}
 # Assumptions a probe comparison never reaches: the probe is already normalised, so the image preprocessing is
 # not compared; the interpolation of a position table only at a size other than the native one; the input size
 # only for an original that takes no other.
@@ -354,7 +355,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
         return unverified(missing, library)
     try:
         say(0.0, f"Building the {library} original…")
-        return _compare(model, _BUILDERS[library](spec, path, name, dev), checked, assumptions, dev, say)
+        original = _BUILDERS[library](spec, path, name, dev, raw=_read(path, model))
+        return _compare(model, original, checked, assumptions, dev, say)
     except _NotBuildable as e:
         return unverified(str(e), library, _version(library))
     except _WeightsDoNotFit as e:  # named as a model whose weights these are not
@@ -395,7 +397,7 @@ def _identified(model: Any, path: Path, against: str, sizes: list[tuple[int, int
         version = _version(library) if library and not _not_importable(library) else ""
         return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
-    raw = _read(path)
+    raw = _read(path, model)
     layout = identify.layout_shapes(raw.tensors)
     if layout is None:
         n = len(assumptions)
@@ -605,7 +607,7 @@ def _differs_causes(spec: Any, original: _Original, check: Verification) -> dict
     if heads is not None and heads != spec.num_heads:
         causes.append(("num_heads", f"{heads} heads"))
         suggested["heads"] = heads
-    override_of = {v: k for k, v in _STATED_FIELDS.items()}
+    override_of = {_STATED_FIELDS[k]: k for k in original.stated if k in _STATED_FIELDS}
     for field_name, value in _stated_differences(spec, original.stated).items():
         if field_name == "num_heads" and "heads" in suggested:
             continue
@@ -1051,10 +1053,31 @@ def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, w
         raise _WeightsDoNotFit(f"{where}: its weights do not fit {what}: " + " | ".join(parts), what)
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path, model: Any = None) -> Any:
+    """The file's tensors (`read_checkpoint`). With `model` (the vitviz model being verified), each tensor equal
+    element for element to one `model` holds (same shape, dtype and device) becomes that one: the storage is
+    shared, read-only, so the weights are not held twice. The original still gets every tensor of the file, with
+    the file's values in the file's own layout: nothing of vitviz's conversion reaches it, only memory is saved."""
     from vitviz.core.reading.checkpoint import read_checkpoint
 
-    return read_checkpoint(path)
+    raw = read_checkpoint(path)
+    net = getattr(model, "net", None)
+    if isinstance(net, nn.Module):
+        held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+        for t in net.state_dict().values():
+            held.setdefault(_fingerprint(t), []).append(t)
+        for k, t in raw.tensors.items():
+            same = next((h for h in held.get(_fingerprint(t), ()) if torch.equal(h, t)), None)
+            if same is not None:
+                raw.tensors[k] = same
+    return raw
+
+
+def _fingerprint(t: torch.Tensor) -> tuple[Any, ...]:
+    """What two equal tensors share, cheap to compute: shape, dtype, device and up to 8 sampled values."""
+    flat = t.detach().reshape(-1)
+    sample = flat[:: max(1, flat.numel() // 8)][:8].tolist() if flat.numel() else []
+    return (tuple(t.shape), t.dtype, t.device, *sample)
 
 
 def _folder(path: Path) -> Path:
@@ -1530,7 +1553,7 @@ def _stated(module: nn.Module) -> dict[str, tuple[Any, str]]:
     return out
 
 
-_BUILDERS: dict[str, Callable[[Any, Path, str, torch.device], _Original]] = {
+_BUILDERS: dict[str, Callable[..., _Original]] = {   # (spec, path, name, device, raw=...)
     "timm": _build_timm, "transformers": _build_transformers, "open_clip": _build_open_clip,
     "torchvision": _build_torchvision,
 }

@@ -64,8 +64,8 @@ def make_norm(spec: ModelSpec, dim: int, eps: float) -> nn.Module:
 class AttentionProbe(nn.Identity):
     """Identity placed right after the softmax: the hook point for attention capture.
 
-    `target`, when a capture sets it, is a float32 tensor of the softmax's shape on its device: the softmax is
-    written straight into it (the capture's own array), so capturing costs no copy.
+    `target`, when a capture sets it, is a float32 tensor of the softmax's shape on its device: the scores and then
+    the softmax (in place) are written straight into it (the capture's own array): no copy, no layer-sized temporary.
     """
 
     def __init__(self) -> None:
@@ -166,12 +166,16 @@ class Attention(nn.Module):
         q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = self._turn(q, rope).type_as(q), self._turn(k, rope).type_as(k)
+        out = self.attn_probe.target
+        if out is not None and out.shape == (*q.shape[:-1], k.shape[-2]) and out.device == q.device \
+                and q.dtype == out.dtype:   # the scores, then the softmax in place, in the capture's own array
+            attn = torch.matmul(q * self.scale, k.transpose(-2, -1), out=out)
+            for bias in biases:
+                attn.add_(bias)
+            return self.attn_probe(torch.softmax(attn, dim=-1, out=attn))
         attn = ((q * self.scale) @ k.transpose(-2, -1)).float()
         for bias in biases:
             attn = attn + bias
-        out = self.attn_probe.target
-        if out is not None and out.shape == attn.shape and out.device == attn.device:
-            return self.attn_probe(torch.softmax(attn, dim=-1, out=out))
         return self.attn_probe(attn.softmax(dim=-1))
 
     def forward(self, x: torch.Tensor, rope: Rope = None, biases: Biases = ()) -> torch.Tensor:
