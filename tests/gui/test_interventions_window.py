@@ -52,7 +52,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     menu.close()
     _answered(qtbot, window)
     assert dock.isVisible() and iv.heads == [(0, 1)]
-    assert len(window.overview._marks) == 1
+    assert len(window.overview.marked()) == 1
     model = vitviz.load(tiny_ckpt, heads=HEADS)
     want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
     shown = s.current_maps
@@ -88,7 +88,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
         assert f"{p * 100:4.1f}→{after * 100:4.1f}% ({(after - p) * 100:+.1f})  {label}" in text
     # undo: back to the clean run everywhere
     window.intervention_banner.undo_action.trigger()
-    assert iv.steps == [] and window.overview._marks == []
+    assert iv.steps == [] and window.overview.marked() == []
     assert s.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
     qtbot.waitUntil(lambda: not window.intervention_banner.isVisible(), timeout=5000)   # the toolbar lays out
     assert "→" not in window.images.top_text(s.image_list.current)
@@ -185,8 +185,10 @@ def test_a_model_without_the_hook_points_greys_the_entries_out(qtbot, loaded) ->
     for text in ("Ablate layer 0", "Patch L0.H0", "Patch block 0", "Importance"):
         action = _action(menu, text)
         assert not action.isEnabled() and WINDOWED_REFUSAL in action.toolTip()
-    panel = window.dock("interventionsDock").widget()
-    panel.refresh()
+    dock = window.dock("interventionsDock")
+    dock.show()                           # a hidden panel is filled when shown (it redraws what is on show only)
+    panel = dock.widget()
+    qtbot.waitUntil(panel.isVisible)
     assert WINDOWED_REFUSAL in panel.heads_label.text() and not panel.scan_button.isEnabled()
     iv.toggle(0, 0)                       # what a stray call does: nothing runs
     wait_idle(qtbot, window)

@@ -532,12 +532,14 @@ class InterventionsPanel(QWidget):
         interventions.changed.connect(self.refresh)
         interventions.session.current_changed.connect(lambda _m: self.refresh())
         self._sized = False
-        self.refresh()
+        self._stale = True
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
         """The first time the dock is shown below the image: as tall as the table of five rows, not half the
-        window (the image and the Overview dock keep the height)."""
+        window (the image and the Overview dock keep the height). Shown again: what changed while it was hidden."""
         super().showEvent(event)
+        if self._stale:
+            self.refresh()
         dock, window = self.parentWidget(), self.window()
         if not self._sized and dock is not None and hasattr(window, "resizeDocks") and not dock.isFloating():
             self._sized = True
@@ -545,6 +547,11 @@ class InterventionsPanel(QWidget):
                                                             Qt.Orientation.Vertical))
 
     def refresh(self) -> None:
+        """Say what is done and fill the table; hidden (its dock closed, or behind another tab), only remember
+        that it has to (an ablate click redraws what is on show only)."""
+        self._stale = not self.isVisible()
+        if self._stale:
+            return
         iv = self.iv
         what = iv.describe()
         if iv.session.model.spec is not None and iv.why_not is not None:
