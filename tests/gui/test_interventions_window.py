@@ -38,7 +38,9 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
 def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
     import vitviz
     from vitviz.core.analyses.analysis import mean_attention_distance
+    from vitviz.core.analyses.features import capture_features
     from vitviz.core.analyses.maps import MapKind
+    from vitviz.core.analyses.relevance import class_relevance
     from vitviz.core.running.interventions import Ablate
 
     window = loaded
@@ -67,9 +69,23 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert "every panel shows this run" in window.intervention_banner.label.toolTip()
     np.testing.assert_allclose(window.headstats.statistics()[0], mean_attention_distance(want), atol=1e-4)
     assert not np.allclose(window.headstats.statistics()[0], s.head_stats[s.image_list.current][0], atol=1e-4)
-    window.features.redraw()        # the passes of their own are the clean run's: said, not drawn as this run's
-    assert "clean run only" in window.features.status.text()
-    assert "clean run only" in shown.stack_or_pending(MapKind("relevance")).title
+    # the passes of their own run under the same intervention, kept in the intervened run (the clean one untouched)
+    assert shown.why_not("features") is None and shown.unshown(MapKind("relevance")) is None
+    window.features.redraw()
+    qtbot.waitUntil(lambda: shown.features is not None, timeout=20000)
+    assert clean.features is None or clean.features is not shown.features
+    s.relevance_pass.request(s.image_list.current)
+    qtbot.waitUntil(lambda: shown.relevance() is not None, timeout=20000)
+    with model.intervening(Ablate([(0, 1)])):
+        feats = capture_features(model, s.image_list.current)
+        rel = class_relevance(model, s.image_list.current)
+    np.testing.assert_allclose(shown.features.raw, feats.raw, atol=1e-5)
+    np.testing.assert_allclose(shown.relevance().chefer, rel.chefer, atol=1e-5)
+    np.testing.assert_allclose(shown.relevance().attn_grad, rel.attn_grad, atol=1e-5)
+    plain = class_relevance(model, s.image_list.current)      # and the intervention changed them
+    assert not np.allclose(shown.relevance().attn_grad, plain.attn_grad, atol=1e-4)
+    assert not np.allclose(shown.features.raw[-1], capture_features(model, s.image_list.current).raw[-1], atol=1e-4)
+    assert clean.relevance() is None or not np.allclose(clean.relevance().attn_grad, rel.attn_grad, atol=1e-4)
     table = dock.widget().table
     assert table.rowCount() == 5
     for row in range(table.rowCount()):

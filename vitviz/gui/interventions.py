@@ -13,8 +13,8 @@ top-5, clean, intervened and Δ. The importance grid (`HeadScan`) is drawn in th
 (`vitviz.gui.importance_view`).
 
 Only vitviz's reference ViT has the hook points: for a model run by its own code or a windowed model the entries
-are greyed out with the reason as their tooltip (`vitviz.core.protocol.refusal`). Gradient and feature
-maps are made for the clean run only; the intervened run says so where they would be drawn.
+are greyed out with the reason as their tooltip (`vitviz.core.protocol.refusal`). The passes of their own (class
+relevance, a prompt's map, the token features) run under the intervention too (`Under`).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QTableWidget, QTableW
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui.panels.base import push_button, wrapped_label
-from vitviz.gui.protocol import Context, Request, _image_name
+from vitviz.gui.protocol import Context, PassRequest, Request, _image_name
 
 Head = tuple[int, int]
 KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown last); the others keep their logits
@@ -89,15 +89,16 @@ def short(steps: tuple[Step, ...] | list[Step]) -> str:
 
 
 class IntervenedMaps(ResultMaps):
-    """The maps of an intervened run: every stack's title starts with what was done, and the maps that need a pass
-    of their own (gradients, text, features) say they are made for the clean run only."""
+    """The maps of an intervened run: every stack's title starts with what was done. The maps that need a pass of
+    their own (class relevance, a text prompt's map, the token features) are made under the same intervention
+    (`under`: `model.intervening(...)` around the pass, the library's exact hooks), and kept here, not in the clean
+    run's result."""
 
-    CLEAN_ONLY = "made for the clean run only: Back to clean (in the toolbar) to see it"
-
-    def __init__(self, result: Any, what: str, title: str) -> None:
+    def __init__(self, result: Any, what: str, title: str, intervention: tuple[Any, ...] = ()) -> None:
         super().__init__(result)
         self.what = what            # `describe` of the steps
         self.title = title          # `short` of the steps: what every stack's title starts with
+        self.intervention = intervention   # the library's interventions of the run (`interventions(steps)`)
 
     def _stack(self, kind: MapKind) -> MapStack:
         stack = super()._stack(kind)
@@ -106,10 +107,54 @@ class IntervenedMaps(ResultMaps):
             self._stacks[kind] = stack
         return stack
 
-    def unshown(self, kind: MapKind) -> str | None:
-        if kind.source in ("gradients", "text", "features"):
-            return f"{kind.label}: {self.CLEAN_ONLY}"
-        return super().unshown(kind)
+    def under(self, request: PassRequest) -> "Under":
+        """`request` (a pass over this image) made under this run's intervention, its answer kept here."""
+        return Under(inner=request, intervened=self)
+
+
+@dataclass(eq=False)
+class Under(PassRequest):
+    """A pass (`Relevance`, `Text`, `Features`) of an intervened run: the same request run inside
+    `model.intervening(...)` of the run's interventions, so its backward pass and captured features are the
+    intervened model's; answered and kept like the clean pass (its `kind` is the inner request's), into the
+    intervened run's maps (`vitviz.gui.passes.PassStore.answer`)."""
+
+    inner: PassRequest | None = None
+    intervened: IntervenedMaps | None = None     # type: ignore[misc]  # an instance's value of PassRequest's slot
+
+    @property
+    def kind(self) -> type[Request]:
+        return self.inner.kind
+
+    @property
+    def image(self) -> str:  # type: ignore[override]
+        return self.inner.image
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        return self.inner.image_size
+
+    @property
+    def key(self) -> Any:
+        return self.inner.key
+
+    @property
+    def redraws(self) -> bool:  # type: ignore[override]
+        return self.inner.redraws
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return self.inner.title
+
+    def describe(self) -> str:
+        return f"{self.inner.describe().rstrip('…')} ({self.intervened.what})…"
+
+    def keep(self, maps: ResultMaps, answer: Any) -> None:
+        self.inner.keep(maps, answer)
+
+    def __call__(self, ctx: Context) -> Any:
+        with self.model_of(ctx).intervening(*self.intervened.intervention):
+            return self.inner(ctx)
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +196,7 @@ class Intervene(Request):
         result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
         if not self.maps:
             return Intervened(self.image, self.steps, result.logits, None)
-        maps = IntervenedMaps(result, describe(self.steps), short(self.steps))
+        maps = IntervenedMaps(result, describe(self.steps), short(self.steps), tuple(interventions(self.steps)))
         for kind in self.also:
             if kind.source == "attention" and maps.has(kind):
                 maps.view(kind)
