@@ -16,7 +16,8 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget
 
-from vitviz.gui.interventions import MARK, HeadScan, InterventionSession
+InterventionSession = Any   # vitviz.gui.interventions.InterventionSession, which imports this module (its dock's row)
+MARK = "#ffb000"   # amber: what is intervened (the overview's frames, the head selector, the banner, the grid)
 
 
 class ImportanceGrid(QWidget):
@@ -120,7 +121,7 @@ class ImportanceView(QWidget):
 
     def scanning(self) -> bool:
         path = self.iv.session.image_list.current
-        return any(r.image == path for r in self.iv.session.client.pending(HeadScan))
+        return self.iv.scanning(path)
 
     def close_grid(self) -> None:
         self.hidden_by_user = True

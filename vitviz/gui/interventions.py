@@ -25,16 +25,17 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
+from vitviz.gui import docks, importance_view
+from vitviz.gui.importance_view import MARK
 from vitviz.gui.panels.base import push_button, wrapped_label
 from vitviz.gui.protocol import Context, PassRequest, Request, _image_name
 
 Head = tuple[int, int]
 KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown last); the others keep their logits
-MARK = "#ffb000"   # amber: what is intervened (the overview's frames, the head selector, the banner)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class IntervenedMaps(ResultMaps):
             self._stacks[kind] = stack
         return stack
 
-    def under(self, request: PassRequest) -> "Under":
+    def under(self, request: PassRequest) -> Under:
         """`request` (a pass over this image) made under this run's intervention, its answer kept here."""
         return Under(inner=request, intervened=self)
 
@@ -292,6 +293,10 @@ class InterventionSession(QObject):
         answer = self.answers.get(self.session.image_list.current or "")
         return answer if answer is not None and answer.maps is not None and self.steps else None
 
+    def scanning(self, path: str) -> bool:
+        """Whether the importance scan of `path` is on its way."""
+        return any(r.image == path for r in self.session.client.pending(HeadScan))
+
     def current_importance(self) -> Any:
         answer = self.importance.get(self.session.image_list.current or "")
         return None if answer is None else answer.importance
@@ -382,8 +387,8 @@ class InterventionSession(QObject):
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
         if s.image_list.current and s.cached(s.image_list.current) is not None and self.current() is None:
             if (s.image_list.current, True) not in pending:
-                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size, steps=steps,
-                                also=s.precompute)
+                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size,
+                                steps=steps, also=s.precompute)
             return
         for path in s.image_list.paths:
             if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
@@ -428,7 +433,8 @@ class InterventionSession(QObject):
         ablated = (layer, head) in self.heads
         act = menu.addAction(f"{'Restore' if ablated else 'Ablate'} layer {layer}, head {head}")
         act.triggered.connect(lambda: self.toggle(layer, head))
-        others = [p for p in self.session.image_list.paths if p != self.session.image_list.current and p not in self.session.image_list.failed]
+        listed = self.session.image_list
+        others = [p for p in listed.paths if p != listed.current and p not in listed.failed]
         attention = menu.addMenu(f"Patch L{layer}.H{head}'s attention from")
         residual = menu.addMenu(f"Patch block {layer}'s output from")
         for path in others:
@@ -619,7 +625,8 @@ class InterventionsPanel(QWidget):
         self._fill_table()
 
     def _fill_table(self) -> None:
-        clean = self.iv.session.cached(self.iv.session.image_list.current) if self.iv.session.image_list.current else None
+        current = self.iv.session.image_list.current
+        clean = self.iv.session.cached(current) if current else None
         answer = self.iv.current()
         rows = [] if clean is None else clean.result.top_k(5)
         after = None if answer is None else probabilities(answer.logits)
@@ -630,3 +637,28 @@ class InterventionsPanel(QWidget):
             for j, text in enumerate(cells):
                 self.table.setItem(i, j, QTableWidgetItem(text))
         self.table.resizeColumnsToContents()
+
+
+# ---------------------------------------------------------------------------------- the dock below the image
+
+def _interventions_part(window: Any) -> Any:
+    return InterventionSession(window.session, window)
+
+
+def _interventions_panel(_window: Any, part: Any) -> QWidget:
+    return InterventionsPanel(part)
+
+
+def _attach_interventions(window: Any, iv: Any, _dock: QDockWidget) -> None:
+    """The importance grid over the Overview, the head selector's marks and the image list's ablated badge."""
+    window.importance_view = importance_view.attach(window.overview, iv)
+    iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
+    hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
+    iv.changed.connect(lambda: window.images.show_intervened(iv))
+
+
+docks.register(docks.SideDock(
+    "interventionsDock", "Ablate", "Interventions",
+    "ablated heads (right-click a tile in the Overview), the top-5 beside the clean run, and every head's importance",
+    attribute="interventions", part=_interventions_part, panel=_interventions_panel, order=30,
+    reveal_on="wanted", attach=_attach_interventions))
