@@ -6,6 +6,8 @@ the Overview dock is the library's and a click on a cell ablates that head; a mo
 entries greyed out, saying why."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
@@ -217,3 +219,82 @@ def test_probabilities_of_a_headless_model_are_none() -> None:
 
     assert probabilities(np.zeros(0, np.float32)) is None
     np.testing.assert_allclose(probabilities(np.array([0.0, np.log(3.0)])), [0.25, 0.75])
+
+
+def test_export_writes_the_intervened_run(qtbot, loaded, tiny_ckpt, tmp_path) -> None:  # noqa: ANN001
+    """File › Export while a head is ablated writes the run on show: the .npz holds the intervened attention and
+    logits with 'interventions' naming what was done (as `vitviz export --ablate`), the labelled PNG's colorbar
+    title starts with it; after Back to clean the same exports are the clean run's."""
+    import vitviz
+    from vitviz.core import files
+    from vitviz.core.running.interventions import Ablate
+    from vitviz.gui import exporting
+    from vitviz.gui.state import map_kind
+
+    window = loaded
+    iv, s, actions = window.interventions, window.session, window.file_actions
+    window.state.update(layer=1)
+    clean_png = exporting.render_view(s.current_maps, window.state, label=True)
+    iv.toggle(0, 1)
+    _answered(qtbot, window)
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
+    saved = files.read_npz(actions.export_npz_to(tmp_path / "run.npz"))
+    assert saved["interventions"] == ["ablate L0.H1 (zero)"]
+    np.testing.assert_allclose(saved["attentions"], want.attentions, atol=1e-6)
+    np.testing.assert_allclose(saved["logits"], want.logits, atol=1e-5)
+    png = actions.export_png_to(tmp_path / "view.png", label=True)
+    assert png is not None and png.exists()
+    stack = s.current_maps.stack_or_pending(map_kind(window.state))
+    assert stack.title.startswith("ablated L0.H1 · ")
+    assert not np.array_equal(exporting.render_view(s.current_maps, window.state, label=True), clean_png)
+    iv.clear_heads()
+    saved = files.read_npz(actions.export_npz_to(tmp_path / "clean.npz"))
+    assert "interventions" not in saved
+    np.testing.assert_allclose(saved["attentions"], model.run(s.image_list.current).attentions, atol=1e-6)
+
+
+def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """The tile menu's mean ablation (over the list's images) and resampling (from another image of the list) run
+    the library's `Ablate(..., 'mean' / 'resample')`; with one image left the mean is greyed out, saying why."""
+    import vitviz
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    iv, s = window.interventions, window.session
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    paths = [str(p) for p in images]
+    menu = iv.menu(window, 1, 0)
+    mean = _action(menu, "Ablate L1.H0 to its mean")
+    assert mean.isEnabled() and "3 images" in mean.text()
+    mean.trigger()
+    menu.close()
+    _answered(qtbot, window)
+    want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "mean", reference=paths))
+    assert s.current_maps.result.interventions == ("ablate L1.H0 (mean over 3 images)",)
+    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    clean = model.run(s.image_list.current)
+    assert not np.allclose(want.logits, clean.logits, atol=1e-4)
+    assert s.current_maps.title == "ablated L1.H0 (mean)" and iv.heads == [(1, 0)]
+    # resampled from another image of the list: replaces the mean ablation of that head
+    other = next(p for p in paths if p != s.image_list.current)
+    menu = iv.menu(window, 1, 0)
+    assert _action(menu, "Restore layer 1, head 0")
+    sub = _action(menu, "Ablate L1.H0 resampled from").menu()
+    next(a for a in sub.actions() if a.text() == Path(other).name).trigger()
+    menu.close()
+    _answered(qtbot, window)
+    want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "resample", reference=other))
+    assert s.current_maps.result.interventions == (f"ablate L1.H0 (resampled from {Path(other).name})",)
+    np.testing.assert_allclose(s.current_maps.result.attentions, want.attentions, atol=1e-6)
+    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    assert len(iv.steps) == 1
+    iv.clear_heads()
+    # one image left: no mean, and no image to resample from
+    s.remove_images(paths[1:])
+    wait_idle(qtbot, window)
+    menu = iv.menu(window, 1, 0)
+    mean = _action(menu, "Ablate L1.H0 to its mean")
+    assert not mean.isEnabled() and "at least 2" in mean.toolTip() and "has 1" in mean.toolTip()
+    assert not _action(menu, "Ablate L1.H0 resampled from").isEnabled()
+    menu.close()

@@ -40,13 +40,23 @@ KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown l
 
 @dataclass(frozen=True)
 class Step:
-    """One intervention made in the window: 'ablate' (layer, head) to zero, or patch from the image `source`
-    either 'attention' (the pattern of (layer, head)) or 'residual' (block `layer`'s output at every token)."""
+    """One intervention made in the window: 'ablate' (layer, head) -- `mode` 'zero', 'mean' (its output averaged
+    over the images `reference`) or 'resample' (its output on the image `source`) -- or patch from the image
+    `source` either 'attention' (the pattern of (layer, head)) or 'residual' (block `layer`'s output at every
+    token)."""
 
     kind: str
     layer: int
     head: int | None = None
     source: str = ""
+    mode: str = "zero"
+    reference: tuple[str, ...] = ()
+
+    def how(self) -> str:
+        """An ablation's mode as the library says it: 'zero', 'mean over 3 images', 'resampled from b.png'."""
+        if self.mode == "mean":
+            return f"mean over {len(self.reference)} images"
+        return f"resampled from {_image_name(self.source)}" if self.mode == "resample" else "zero"
 
     def text(self) -> str:
         """Short, for titles: 'L1.H0', 'L2.H1 attention from b.png', 'block 3 from b.png'."""
@@ -57,7 +67,7 @@ class Step:
         return f"block {self.layer} from {_image_name(self.source)}"
 
     def intervention(self) -> Any:
-        """The library's intervention of a patch (ablations are joined into one `Ablate`: `interventions`)."""
+        """The library's intervention of a patch (ablations are joined into one `Ablate` a mode: `interventions`)."""
         from vitviz.core.running.interventions import PatchAttention, PatchResidual
 
         if self.kind == "attention":
@@ -65,28 +75,42 @@ class Step:
         return PatchResidual(self.layer, self.source)
 
 
+def _ablations(steps: tuple[Step, ...] | list[Step]) -> dict[tuple[str, str, tuple[str, ...]], list[Step]]:
+    """The ablation steps by (mode, resampling source, mean reference set), in the order first made."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Step]] = {}
+    for step in steps:
+        if step.kind == "ablate":
+            groups.setdefault((step.mode, step.source, step.reference), []).append(step)
+    return groups
+
+
 def interventions(steps: tuple[Step, ...]) -> list[Any]:
-    """The library's interventions of the steps: one zero `Ablate` of every ablated head, then the patches."""
+    """The library's interventions of the steps: one `Ablate` per mode (and reference) of the ablated heads, then
+    the patches."""
     from vitviz.core.running.interventions import Ablate
 
-    heads = [(s.layer, int(s.head)) for s in steps if s.kind == "ablate"]   # type: ignore[arg-type]
-    return ([Ablate(heads)] if heads else []) + [s.intervention() for s in steps if s.kind != "ablate"]
+    ablate = [Ablate([(s.layer, int(s.head)) for s in group], mode,   # type: ignore[arg-type]
+                     None if mode == "zero" else list(reference) if mode == "mean" else source)
+              for (mode, source, reference), group in _ablations(steps).items()]
+    return ablate + [s.intervention() for s in steps if s.kind != "ablate"]
 
 
 def describe(steps: tuple[Step, ...] | list[Step]) -> str:
-    """'ablated L1.H0, L2.H3 (zero) · patched L0.H1 attention from b.png': what the titles and the banner say."""
-    heads = [s.text() for s in steps if s.kind == "ablate"]
-    patches = [s.text() for s in steps if s.kind != "ablate"]
-    return " · ".join(([f"ablated {', '.join(heads)} (zero)"] if heads else []) + [f"patched {p}" for p in patches])
+    """'ablated L1.H0, L2.H3 (zero) · ablated L0.H2 (mean over 3 images) · patched L0.H1 attention from b.png':
+    what the titles and the banner say."""
+    heads = [f"ablated {', '.join(s.text() for s in group)} ({group[0].how()})"
+             for group in _ablations(steps).values()]
+    return " · ".join(heads + [f"patched {s.text()}" for s in steps if s.kind != "ablate"])
 
 
 def short(steps: tuple[Step, ...] | list[Step]) -> str:
-    """What the map titles start with: `describe` without the patches' source images (the banner and the dock
-    name them), e.g. 'ablated L1.H3, L2.H3 · patched L1.H0 attention'."""
-    heads = [s.text() for s in steps if s.kind == "ablate"]
+    """What the map titles start with: `describe` without the patches' source images and the zero mode (the
+    banner and the dock name them), e.g. 'ablated L1.H3, L2.H3 · ablated L0.H1 (mean) · patched L1.H0 attention'."""
+    heads = [f"ablated {', '.join(s.text() for s in group)}" + ("" if mode == "zero" else f" ({mode})")
+             for (mode, _s, _r), group in _ablations(steps).items()]
     patches = [f"L{s.layer}.H{s.head} attention" if s.kind == "attention" else f"block {s.layer} output"
                for s in steps if s.kind != "ablate"]
-    return " · ".join(([f"ablated {', '.join(heads)}"] if heads else []) + [f"patched {p}" for p in patches])
+    return " · ".join(heads + [f"patched {p}" for p in patches])
 
 
 class IntervenedMaps(ResultMaps):
@@ -309,13 +333,45 @@ class InterventionSession(QObject):
     # ---------------------------------------------------------------------------------------------- steps
 
     def toggle(self, layer: int, head: int) -> None:
-        """Ablate (layer, head), or restore it when it is ablated."""
-        step = Step("ablate", int(layer), int(head))
-        if step in self.steps:
-            self.steps.remove(step)
+        """Ablate (layer, head) to zero, or restore it when it is ablated (in any mode)."""
+        ablated = [s for s in self.steps if s.kind == "ablate" and (s.layer, s.head) == (int(layer), int(head))]
+        if ablated:
+            self.steps.remove(ablated[0])
+            self._changed_steps()
         else:
-            self.steps.append(step)
-            self.wanted.emit()
+            self._ablate(Step("ablate", int(layer), int(head)))
+
+    def mean_reference(self) -> tuple[str, ...]:
+        """The images a mean ablation averages over: every image of the list that ran (not failed)."""
+        listed = self.session.image_list
+        return tuple(p for p in listed.paths if p not in listed.failed)
+
+    def why_not_mean(self) -> str | None:
+        """Why a mean ablation cannot be made now (None: it can): the model, or too few images in the list."""
+        from vitviz.core.running.interventions import MEAN_MIN_IMAGES
+
+        count = len(self.mean_reference())
+        if self.why_not is not None:
+            return f"Not for this model: {self.why_not}"
+        if count < MEAN_MIN_IMAGES:
+            return (f"a mean ablation averages the head's output over the images of the list: it needs at least "
+                    f"{MEAN_MIN_IMAGES}, the list has {count}")
+        return None
+
+    def ablate_mean(self, layer: int, head: int) -> None:
+        """Replace (layer, head)'s output by its mean over the images of the list (`mean_reference`)."""
+        self._ablate(Step("ablate", int(layer), int(head), mode="mean", reference=self.mean_reference()))
+
+    def ablate_resample(self, layer: int, head: int, source: str) -> None:
+        """Replace (layer, head)'s output by its output on the image `source`."""
+        self._ablate(Step("ablate", int(layer), int(head), source, mode="resample"))
+
+    def _ablate(self, step: Step) -> None:
+        """Make `step` the one ablation of its head (another mode of it is replaced)."""
+        self.steps = [s for s in self.steps if not (s.kind == "ablate" and (s.layer, s.head) == (step.layer,
+                                                                                                  step.head))]
+        self.steps.append(step)
+        self.wanted.emit()
         self._changed_steps()
 
     def patch_attention(self, layer: int, head: int, source: str) -> None:
@@ -435,6 +491,17 @@ class InterventionSession(QObject):
         act.triggered.connect(lambda: self.toggle(layer, head))
         listed = self.session.image_list
         others = [p for p in listed.paths if p != listed.current and p not in listed.failed]
+        mean = menu.addAction(f"Ablate L{layer}.H{head} to its mean over the list's {len(self.mean_reference())} "
+                              f"images")
+        mean.triggered.connect(lambda: self.ablate_mean(layer, head))
+        why_mean = self.why_not_mean()
+        mean.setEnabled(why_mean is None)
+        if why_mean is not None:
+            mean.setToolTip(why_mean)
+        resample = menu.addMenu(f"Ablate L{layer}.H{head} resampled from")
+        for path in others:
+            resample.addAction(_image_name(path)).triggered.connect(
+                lambda _c=False, p=path: self.ablate_resample(layer, head, p))
         attention = menu.addMenu(f"Patch L{layer}.H{head}'s attention from")
         residual = menu.addMenu(f"Patch block {layer}'s output from")
         for path in others:
@@ -442,11 +509,11 @@ class InterventionSession(QObject):
                 lambda _c=False, p=path: self.patch_attention(layer, head, p))
             residual.addAction(_image_name(path)).triggered.connect(
                 lambda _c=False, p=path: self.patch_residual(layer, p))
-        for sub in (attention, residual):
+        for sub in (resample, attention, residual):
             sub.setToolTipsVisible(True)
             sub.setEnabled(bool(others) and why is None)
             if not others:
-                sub.menuAction().setToolTip("add another image to the list: the source of the patch")
+                sub.menuAction().setToolTip("add another image to the list: the image its output is taken from")
         menu.addSeparator()
         undo = menu.addAction("Undo last intervention")
         undo.setEnabled(bool(self.steps))
@@ -458,7 +525,7 @@ class InterventionSession(QObject):
         scan = menu.addAction("Importance of every head")
         scan.triggered.connect(self.scan)
         if why is not None:
-            for action in (act, attention.menuAction(), residual.menuAction(), scan):
+            for action in (act, resample.menuAction(), attention.menuAction(), residual.menuAction(), scan):
                 action.setEnabled(False)
                 action.setToolTip(f"Not for this model: {why}")
         return menu
