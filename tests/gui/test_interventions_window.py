@@ -177,7 +177,7 @@ def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:
     np.testing.assert_allclose(imp.drop, want.drop, atol=1e-6)
     assert view.isVisible() and not view.grid.pixmap.isNull()
     scale, x0, y0 = view.grid.placement()
-    x, y, size = cell_rect(imp, 0, 1)                         # layer 0, head 1
+    x, y, size = cell_rect(imp, 0, 1, legend=False)           # layer 0, head 1 (the view draws no legend)
     pos = QPointF(x0 + scale * (x + size / 2), y0 + scale * (y + size / 2))
     click = QMouseEvent(QMouseEvent.Type.MouseButtonPress, pos, view.grid.mapToGlobal(pos), Qt.MouseButton.LeftButton,
                         Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
