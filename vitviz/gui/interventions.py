@@ -1,6 +1,7 @@
 """Interventions in the window: ablate heads and patch activations from another image, and see every panel follow.
 
-Right-click a head (its overview tile, or the Head selector) -> *Ablate*, *Patch this head's attention from* an
+Right-click a head (its overview tile, or the Head selector) -> *Ablate* (to zero, to its mean over the images of
+the list, or resampled from another of them), *Patch this head's attention from* an
 image of the list, or *Patch block L's output from* one. Each is a `Step`; the steps, in the order they were made,
 are the intervention (`InterventionSession.steps`: undo pops the last, *Back to clean* drops them all). The worker
 runs the current image with them (`Intervene`: `model.run(intervene=...)` of `vitviz.core.running.interventions`),
