@@ -427,7 +427,7 @@ class InterventionSession(QObject):
         what it is) until the new one answers."""
         self.failure = ""
         self.answers = {}
-        self.session.client.cancel(lambda r: r.kind is Intervene)
+        self.session.client.cancel(lambda r: r.kind is Intervene or isinstance(r, Under))   # passes of the old run too
         self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
