@@ -6,6 +6,8 @@ the Overview dock is the library's and a click on a cell ablates that head; a mo
 entries greyed out, saying why."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
@@ -38,7 +40,9 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
 def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
     import vitviz
     from vitviz.core.analyses.analysis import mean_attention_distance
+    from vitviz.core.analyses.features import capture_features
     from vitviz.core.analyses.maps import MapKind
+    from vitviz.core.analyses.relevance import class_relevance
     from vitviz.core.running.interventions import Ablate
 
     window = loaded
@@ -52,7 +56,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     menu.close()
     _answered(qtbot, window)
     assert dock.isVisible() and iv.heads == [(0, 1)]
-    assert len(window.overview._marks) == 1
+    assert len(window.overview.marked()) == 1
     model = vitviz.load(tiny_ckpt, heads=HEADS)
     want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
     shown = s.current_maps
@@ -67,9 +71,23 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert "every panel shows this run" in window.intervention_banner.label.toolTip()
     np.testing.assert_allclose(window.headstats.statistics()[0], mean_attention_distance(want), atol=1e-4)
     assert not np.allclose(window.headstats.statistics()[0], s.head_stats[s.image_list.current][0], atol=1e-4)
-    window.features.redraw()        # the passes of their own are the clean run's: said, not drawn as this run's
-    assert "clean run only" in window.features.status.text()
-    assert "clean run only" in shown.stack_or_pending(MapKind("relevance")).title
+    # the passes of their own run under the same intervention, kept in the intervened run (the clean one untouched)
+    assert shown.why_not("features") is None and shown.unshown(MapKind("relevance")) is None
+    window.features.redraw()
+    qtbot.waitUntil(lambda: shown.features is not None, timeout=20000)
+    assert clean.features is None or clean.features is not shown.features
+    s.relevance_pass.request(s.image_list.current)
+    qtbot.waitUntil(lambda: shown.relevance() is not None, timeout=20000)
+    with model.intervening(Ablate([(0, 1)])):
+        feats = capture_features(model, s.image_list.current)
+        rel = class_relevance(model, s.image_list.current)
+    np.testing.assert_allclose(shown.features.raw, feats.raw, atol=1e-5)
+    np.testing.assert_allclose(shown.relevance().chefer, rel.chefer, atol=1e-5)
+    np.testing.assert_allclose(shown.relevance().attn_grad, rel.attn_grad, atol=1e-5)
+    plain = class_relevance(model, s.image_list.current)      # and the intervention changed them
+    assert not np.allclose(shown.relevance().attn_grad, plain.attn_grad, atol=1e-4)
+    assert not np.allclose(shown.features.raw[-1], capture_features(model, s.image_list.current).raw[-1], atol=1e-4)
+    assert clean.relevance() is None or not np.allclose(clean.relevance().attn_grad, rel.attn_grad, atol=1e-4)
     table = dock.widget().table
     assert table.rowCount() == 5
     for row in range(table.rowCount()):
@@ -88,7 +106,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
         assert f"{p * 100:4.1f}→{after * 100:4.1f}% ({(after - p) * 100:+.1f})  {label}" in text
     # undo: back to the clean run everywhere
     window.intervention_banner.undo_action.trigger()
-    assert iv.steps == [] and window.overview._marks == []
+    assert iv.steps == [] and window.overview.marked() == []
     assert s.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
     qtbot.waitUntil(lambda: not window.intervention_banner.isVisible(), timeout=5000)   # the toolbar lays out
     assert "→" not in window.images.top_text(s.image_list.current)
@@ -159,7 +177,7 @@ def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:
     np.testing.assert_allclose(imp.drop, want.drop, atol=1e-6)
     assert view.isVisible() and not view.grid.pixmap.isNull()
     scale, x0, y0 = view.grid.placement()
-    x, y, size = cell_rect(imp, 0, 1)                         # layer 0, head 1
+    x, y, size = cell_rect(imp, 0, 1, legend=False)           # layer 0, head 1 (the view draws no legend)
     pos = QPointF(x0 + scale * (x + size / 2), y0 + scale * (y + size / 2))
     click = QMouseEvent(QMouseEvent.Type.MouseButtonPress, pos, view.grid.mapToGlobal(pos), Qt.MouseButton.LeftButton,
                         Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
@@ -185,8 +203,10 @@ def test_a_model_without_the_hook_points_greys_the_entries_out(qtbot, loaded) ->
     for text in ("Ablate layer 0", "Patch L0.H0", "Patch block 0", "Importance"):
         action = _action(menu, text)
         assert not action.isEnabled() and WINDOWED_REFUSAL in action.toolTip()
-    panel = window.dock("interventionsDock").widget()
-    panel.refresh()
+    dock = window.dock("interventionsDock")
+    dock.show()                           # a hidden panel is filled when shown (it redraws what is on show only)
+    panel = dock.widget()
+    qtbot.waitUntil(panel.isVisible)
     assert WINDOWED_REFUSAL in panel.heads_label.text() and not panel.scan_button.isEnabled()
     iv.toggle(0, 0)                       # what a stray call does: nothing runs
     wait_idle(qtbot, window)
@@ -199,3 +219,82 @@ def test_probabilities_of_a_headless_model_are_none() -> None:
 
     assert probabilities(np.zeros(0, np.float32)) is None
     np.testing.assert_allclose(probabilities(np.array([0.0, np.log(3.0)])), [0.25, 0.75])
+
+
+def test_export_writes_the_intervened_run(qtbot, loaded, tiny_ckpt, tmp_path) -> None:  # noqa: ANN001
+    """File › Export while a head is ablated writes the run on show: the .npz holds the intervened attention and
+    logits with 'interventions' naming what was done (as `vitviz export --ablate`), the labelled PNG's colorbar
+    title starts with it; after Back to clean the same exports are the clean run's."""
+    import vitviz
+    from vitviz.core import files
+    from vitviz.core.running.interventions import Ablate
+    from vitviz.gui import exporting
+    from vitviz.gui.state import map_kind
+
+    window = loaded
+    iv, s, actions = window.interventions, window.session, window.file_actions
+    window.state.update(layer=1)
+    clean_png = exporting.render_view(s.current_maps, window.state, label=True)
+    iv.toggle(0, 1)
+    _answered(qtbot, window)
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
+    saved = files.read_npz(actions.export_npz_to(tmp_path / "run.npz"))
+    assert saved["interventions"] == ["ablate L0.H1 (zero)"]
+    np.testing.assert_allclose(saved["attentions"], want.attentions, atol=1e-6)
+    np.testing.assert_allclose(saved["logits"], want.logits, atol=1e-5)
+    png = actions.export_png_to(tmp_path / "view.png", label=True)
+    assert png is not None and png.exists()
+    stack = s.current_maps.stack_or_pending(map_kind(window.state))
+    assert stack.title.startswith("ablated L0.H1 · ")
+    assert not np.array_equal(exporting.render_view(s.current_maps, window.state, label=True), clean_png)
+    iv.clear_heads()
+    saved = files.read_npz(actions.export_npz_to(tmp_path / "clean.npz"))
+    assert "interventions" not in saved
+    np.testing.assert_allclose(saved["attentions"], model.run(s.image_list.current).attentions, atol=1e-6)
+
+
+def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
+    """The tile menu's mean ablation (over the list's images) and resampling (from another image of the list) run
+    the library's `Ablate(..., 'mean' / 'resample')`; with one image left the mean is greyed out, saying why."""
+    import vitviz
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    iv, s = window.interventions, window.session
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    paths = [str(p) for p in images]
+    menu = iv.menu(window, 1, 0)
+    mean = _action(menu, "Ablate L1.H0 to its mean")
+    assert mean.isEnabled() and "3 images" in mean.text()
+    mean.trigger()
+    menu.close()
+    _answered(qtbot, window)
+    want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "mean", reference=paths))
+    assert s.current_maps.result.interventions == ("ablate L1.H0 (mean over 3 images)",)
+    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    clean = model.run(s.image_list.current)
+    assert not np.allclose(want.logits, clean.logits, atol=1e-4)
+    assert s.current_maps.title == "ablated L1.H0 (mean)" and iv.heads == [(1, 0)]
+    # resampled from another image of the list: replaces the mean ablation of that head
+    other = next(p for p in paths if p != s.image_list.current)
+    menu = iv.menu(window, 1, 0)
+    assert _action(menu, "Restore layer 1, head 0")
+    sub = _action(menu, "Ablate L1.H0 resampled from").menu()
+    next(a for a in sub.actions() if a.text() == Path(other).name).trigger()
+    menu.close()
+    _answered(qtbot, window)
+    want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "resample", reference=other))
+    assert s.current_maps.result.interventions == (f"ablate L1.H0 (resampled from {Path(other).name})",)
+    np.testing.assert_allclose(s.current_maps.result.attentions, want.attentions, atol=1e-6)
+    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    assert len(iv.steps) == 1
+    iv.clear_heads()
+    # one image left: no mean, and no image to resample from
+    s.remove_images(paths[1:])
+    wait_idle(qtbot, window)
+    menu = iv.menu(window, 1, 0)
+    mean = _action(menu, "Ablate L1.H0 to its mean")
+    assert not mean.isEnabled() and "at least 2" in mean.toolTip() and "has 1" in mean.toolTip()
+    assert not _action(menu, "Ablate L1.H0 resampled from").isEnabled()
+    menu.close()

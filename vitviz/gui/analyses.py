@@ -29,10 +29,15 @@ class FeatureAnalyses(QObject):
         for kind, signal in zip(ANALYSES, (self.pca_ready, self.similarity_ready, self.share_ready)):
             session.route(kind, self._answer(signal), self._failed)
 
+    def _run_of(self, path: str) -> Any:
+        """The run the panels show of `path`: its intervened run while there is one (its features were captured
+        under the intervention), else its cached result."""
+        return self.session.intervened.get(path) or self.session.cached(path)
+
     def fit_pca(self, paths: list[str], layer: int) -> bool:
         """Fit the feature PCA of these images together at block `layer` (those whose features are cached),
         replacing any fit still waiting; answered by `pca_ready`. False when none has features."""
-        held = [(p, m.features) for p in paths if (m := self.session.cached(p)) is not None and m.features is not None]
+        held = [(p, m.features) for p in paths if (m := self._run_of(p)) is not None and m.features is not None]
         if not held:
             return False
         self._ask(Pca, features=[f for _p, f in held], sources=tuple(p for p, _f in held), layer=layer)
@@ -41,7 +46,7 @@ class FeatureAnalyses(QObject):
     def compare_patches(self, path: str, other: str, layer: int) -> bool:
         """Prepare the patch feature similarity within `path` and to `other` ('' for none) at block `layer`;
         answered by `similarity_ready`. False when the features are not cached."""
-        a, b = self.session.cached(path), self.session.cached(other) if other else None
+        a, b = self._run_of(path), self._run_of(other) if other else None
         if a is None or a.features is None or (other and (b is None or b.features is None)):
             return False
         self._ask(Similarity, a=a.features, b=None if b is None else b.features, sources=(path, other), layer=layer)
@@ -50,7 +55,7 @@ class FeatureAnalyses(QObject):
     def measure_share(self, path: str, layer: int, threshold: float) -> bool:
         """Find the patches of `path` whose output-token norm at block `layer` exceeds `threshold` and the share of
         attention they receive; answered by `share_ready`. False without cached features."""
-        maps = self.session.cached(path)
+        maps = self._run_of(path)
         if maps is None or maps.norms is None:
             return False
         self._ask(Share, image=path, result=maps.result, norms=maps.norms, layer=layer, threshold=float(threshold))

@@ -7,8 +7,8 @@ titles, how to build its part and its panel, its Models-menu actions, and whethe
 
 A row is registered by `register(SideDock(...))` in the part's own module: `registered()` imports every module of
 `vitviz.gui`, as `vitviz.core.reading.families` finds its families, so a new part is its module and its panel, and
-neither the window nor this file is edited (Compare's row is in `vitviz.gui.compare`, the Timeline's in
-`vitviz.gui.timeline`; Interventions' is here, below, for now).
+neither the window nor this file is edited (each row is in its part's module: Compare's in `vitviz.gui.compare`,
+the Timeline's in `vitviz.gui.timeline`, Interventions' in `vitviz.gui.interventions`).
 """
 from __future__ import annotations
 
@@ -108,35 +108,3 @@ def action(window: MainWindow, text: str, name: str, tip: str, run: Callable[[],
         act.setShortcut(QKeySequence(shortcut))
     act.triggered.connect(lambda _checked=False: run())
     return act
-
-
-# ---------------------------------------------------------------------------------- the rows of today's parts
-
-def _interventions_part(window: MainWindow) -> Any:
-    from vitviz.gui.interventions import InterventionSession
-
-    return InterventionSession(window.session, window)
-
-
-def _interventions_panel(_window: MainWindow, part: Any) -> QWidget:
-    from vitviz.gui.interventions import InterventionsPanel
-
-    return InterventionsPanel(part)
-
-
-def _attach_interventions(window: MainWindow, iv: Any, _dock: QDockWidget) -> None:
-    """The importance grid over the Overview, the head selector's marks and the image list's ablated badge."""
-    from vitviz.gui import importance_view
-    from vitviz.gui.interventions import hook_head_selector
-
-    window.importance_view = importance_view.attach(window.overview, iv)
-    iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
-    hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
-    iv.changed.connect(lambda: window.images.show_intervened(iv))
-
-
-register(SideDock(
-    "interventionsDock", "Ablate", "Interventions",
-    "ablated heads (right-click a tile in the Overview), the top-5 beside the clean run, and every head's importance",
-    attribute="interventions", part=_interventions_part, panel=_interventions_panel, order=30,
-    reveal_on="wanted", attach=_attach_interventions))

@@ -135,7 +135,9 @@ class FileActions(QObject):
         return ORIGINAL if clicked is original else INPUT if clicked is small else None
 
     def _current_maps(self) -> ResultMaps | None:
-        maps = self.session.result(self.session.image_list.current)
+        """The run on show: the intervened one while there is one (its titles and the .npz's 'interventions' say
+        what was done, as `vitviz export --ablate` does), else the cached clean result."""
+        maps = self.session.current_maps
         if maps is None:
             self.report_error("Nothing to export", "Load a model and select an image that has run first.", "")
         return maps

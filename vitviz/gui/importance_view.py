@@ -16,11 +16,14 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QPaintEvent, QPen, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSplitter, QToolButton, QVBoxLayout, QWidget
 
-from vitviz.gui.interventions import MARK, HeadScan, InterventionSession
+InterventionSession = Any   # vitviz.gui.interventions.InterventionSession, which imports this module (its dock's row)
+MARK = "#ffb000"   # amber: what is intervened (the overview's frames, the head selector, the banner, the grid)
+MAX_SCALE = 1.5    # the grid drawn at most this much enlarged
 
 
 class ImportanceGrid(QWidget):
-    """The drawn grid, scaled to fit (never above 1:1); `clicked(layer, head)` through `InterventionSession.toggle`."""
+    """The drawn grid, scaled to fit (up to `MAX_SCALE`: a demo's 3 × 4 grid is small at 1:1); a click on a cell
+    goes to `InterventionSession.toggle`."""
 
     def __init__(self, iv: InterventionSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -40,7 +43,7 @@ class ImportanceGrid(QWidget):
         else:
             from vitviz.core.drawing.importance import draw_importance
 
-            rgb = np.ascontiguousarray(draw_importance(imp))
+            rgb = np.ascontiguousarray(draw_importance(imp, legend=False))   # the caption says the legend
             self.pixmap = QPixmap.fromImage(QImage(rgb.data, rgb.shape[1], rgb.shape[0], 3 * rgb.shape[1],
                                                    QImage.Format.Format_RGB888).copy())
         self.update()
@@ -49,7 +52,7 @@ class ImportanceGrid(QWidget):
         """(scale, x, y) of the drawn grid in the widget: fitted, centred horizontally, at the top."""
         if self.pixmap.isNull():
             return 1.0, 0.0, 0.0
-        scale = min(1.0, self.width() / self.pixmap.width(), self.height() / self.pixmap.height())
+        scale = min(MAX_SCALE, self.width() / self.pixmap.width(), self.height() / self.pixmap.height())
         return scale, (self.width() - scale * self.pixmap.width()) / 2, 0.0
 
     def cell_at(self, pos: QPointF) -> tuple[int, int] | None:
@@ -59,7 +62,7 @@ class ImportanceGrid(QWidget):
         if self.imp is None:
             return None
         scale, x0, y0 = self.placement()
-        return cell_at(self.imp, int((pos.x() - x0) / scale), int((pos.y() - y0) / scale))
+        return cell_at(self.imp, int((pos.x() - x0) / scale), int((pos.y() - y0) / scale), legend=False)
 
     def paintEvent(self, _event: QPaintEvent) -> None:  # noqa: N802 - Qt override
         if self.pixmap.isNull():
@@ -78,7 +81,7 @@ class ImportanceGrid(QWidget):
         layers, heads = self.imp.drop.shape
         for layer, head in self.iv.heads:
             if layer < layers and head < heads:
-                x, y, size = cell_rect(self.imp, layer, head)
+                x, y, size = cell_rect(self.imp, layer, head, legend=False)
                 painter.drawRect(QRectF(x0 + scale * x, y0 + scale * y, scale * size, scale * size))
         painter.end()
 
@@ -120,7 +123,7 @@ class ImportanceView(QWidget):
 
     def scanning(self) -> bool:
         path = self.iv.session.image_list.current
-        return any(r.image == path for r in self.iv.session.client.pending(HeadScan))
+        return self.iv.scanning(path)
 
     def close_grid(self) -> None:
         self.hidden_by_user = True
@@ -139,15 +142,22 @@ class ImportanceView(QWidget):
         self.setVisible(shown)
         if appears and isinstance(self.parentWidget(), FittingSplitter):
             self.parentWidget().share()
-        self.caption.setText("Head importance: ablating each head alone in the worker…" if imp is None else
-                             "Head importance · click a cell: ablate that head")
+        if imp is None:
+            self.caption.setText("Head importance: ablating each head alone in the worker…")
+        else:
+            from vitviz.core.drawing.importance import legend_lines
+
+            title, drops, label = legend_lines(imp)
+            self.caption.setText(f"<b>Head importance</b> · {drops} · click a cell: ablate that head")
+            self.caption.setToolTip(f"{title}\neach cell: the {label} when that head alone is ablated (red: the "
+                                    f"model loses without it)")
 
 
 class FittingSplitter(QSplitter):
     """Side by side where the dock is wider than tall (the usual Overview dock at 1280 × 800: both get the whole
     height), one above the other where it is taller than wide."""
 
-    SHARE = (3, 2)   # of the length along the split: the tiles', the grid's (until the user drags the handle)
+    SHARE = (1, 1)   # of the length along the split: the tiles', the grid's (until the user drags the handle)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -166,7 +176,8 @@ class FittingSplitter(QSplitter):
         """The tiles and the grid at `SHARE` of the length (nothing to share while the grid is hidden)."""
         if not self.dragged and self.count() == 2 and self.widget(1).isVisibleTo(self):
             length = self.width() if self.orientation() == Qt.Orientation.Horizontal else self.height()
-            self.setSizes([length * self.SHARE[0] // 5, length * self.SHARE[1] // 5])
+            total = sum(self.SHARE)
+            self.setSizes([length * self.SHARE[0] // total, length * self.SHARE[1] // total])
 
 
 def attach(overview: Any, iv: InterventionSession) -> ImportanceView:

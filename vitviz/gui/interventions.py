@@ -1,6 +1,7 @@
 """Interventions in the window: ablate heads and patch activations from another image, and see every panel follow.
 
-Right-click a head (its overview tile, or the Head selector) -> *Ablate*, *Patch this head's attention from* an
+Right-click a head (its overview tile, or the Head selector) -> *Ablate* (to zero, to its mean over the images of
+the list, or resampled from another of them), *Patch this head's attention from* an
 image of the list, or *Patch block L's output from* one. Each is a `Step`; the steps, in the order they were made,
 are the intervention (`InterventionSession.steps`: undo pops the last, *Back to clean* drops them all). The worker
 runs the current image with them (`Intervene`: `model.run(intervene=...)` of `vitviz.core.running.interventions`),
@@ -13,8 +14,8 @@ top-5, clean, intervened and Δ. The importance grid (`HeadScan`) is drawn in th
 (`vitviz.gui.importance_view`).
 
 Only vitviz's reference ViT has the hook points: for a model run by its own code or a windowed model the entries
-are greyed out with the reason as their tooltip (`vitviz.core.protocol.refusal`). Gradient and feature
-maps are made for the clean run only; the intervened run says so where they would be drawn.
+are greyed out with the reason as their tooltip (`vitviz.core.protocol.refusal`). The passes of their own (class
+relevance, a prompt's map, the token features) run under the intervention too (`Under`).
 """
 from __future__ import annotations
 
@@ -25,27 +26,38 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
+from vitviz.gui import docks, importance_view
+from vitviz.gui.importance_view import MARK
 from vitviz.gui.panels.base import push_button, wrapped_label
-from vitviz.gui.protocol import Context, Request, _image_name
+from vitviz.gui.protocol import Context, PassRequest, Request, _image_name
 
 Head = tuple[int, int]
 KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown last); the others keep their logits
-MARK = "#ffb000"   # amber: what is intervened (the overview's frames, the head selector, the banner)
 
 
 @dataclass(frozen=True)
 class Step:
-    """One intervention made in the window: 'ablate' (layer, head) to zero, or patch from the image `source`
-    either 'attention' (the pattern of (layer, head)) or 'residual' (block `layer`'s output at every token)."""
+    """One intervention made in the window: 'ablate' (layer, head) -- `mode` 'zero', 'mean' (its output averaged
+    over the images `reference`) or 'resample' (its output on the image `source`) -- or patch from the image
+    `source` either 'attention' (the pattern of (layer, head)) or 'residual' (block `layer`'s output at every
+    token)."""
 
     kind: str
     layer: int
     head: int | None = None
     source: str = ""
+    mode: str = "zero"
+    reference: tuple[str, ...] = ()
+
+    def how(self) -> str:
+        """An ablation's mode as the library says it: 'zero', 'mean over 3 images', 'resampled from b.png'."""
+        if self.mode == "mean":
+            return f"mean over {len(self.reference)} images"
+        return f"resampled from {_image_name(self.source)}" if self.mode == "resample" else "zero"
 
     def text(self) -> str:
         """Short, for titles: 'L1.H0', 'L2.H1 attention from b.png', 'block 3 from b.png'."""
@@ -56,7 +68,7 @@ class Step:
         return f"block {self.layer} from {_image_name(self.source)}"
 
     def intervention(self) -> Any:
-        """The library's intervention of a patch (ablations are joined into one `Ablate`: `interventions`)."""
+        """The library's intervention of a patch (ablations are joined into one `Ablate` a mode: `interventions`)."""
         from vitviz.core.running.interventions import PatchAttention, PatchResidual
 
         if self.kind == "attention":
@@ -64,40 +76,55 @@ class Step:
         return PatchResidual(self.layer, self.source)
 
 
+def _ablations(steps: tuple[Step, ...] | list[Step]) -> dict[tuple[str, str, tuple[str, ...]], list[Step]]:
+    """The ablation steps by (mode, resampling source, mean reference set), in the order first made."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Step]] = {}
+    for step in steps:
+        if step.kind == "ablate":
+            groups.setdefault((step.mode, step.source, step.reference), []).append(step)
+    return groups
+
+
 def interventions(steps: tuple[Step, ...]) -> list[Any]:
-    """The library's interventions of the steps: one zero `Ablate` of every ablated head, then the patches."""
+    """The library's interventions of the steps: one `Ablate` per mode (and reference) of the ablated heads, then
+    the patches."""
     from vitviz.core.running.interventions import Ablate
 
-    heads = [(s.layer, int(s.head)) for s in steps if s.kind == "ablate"]   # type: ignore[arg-type]
-    return ([Ablate(heads)] if heads else []) + [s.intervention() for s in steps if s.kind != "ablate"]
+    ablate = [Ablate([(s.layer, int(s.head)) for s in group], mode,   # type: ignore[arg-type]
+                     None if mode == "zero" else list(reference) if mode == "mean" else source)
+              for (mode, source, reference), group in _ablations(steps).items()]
+    return ablate + [s.intervention() for s in steps if s.kind != "ablate"]
 
 
 def describe(steps: tuple[Step, ...] | list[Step]) -> str:
-    """'ablated L1.H0, L2.H3 (zero) · patched L0.H1 attention from b.png': what the titles and the banner say."""
-    heads = [s.text() for s in steps if s.kind == "ablate"]
-    patches = [s.text() for s in steps if s.kind != "ablate"]
-    return " · ".join(([f"ablated {', '.join(heads)} (zero)"] if heads else []) + [f"patched {p}" for p in patches])
+    """'ablated L1.H0, L2.H3 (zero) · ablated L0.H2 (mean over 3 images) · patched L0.H1 attention from b.png':
+    what the titles and the banner say."""
+    heads = [f"ablated {', '.join(s.text() for s in group)} ({group[0].how()})"
+             for group in _ablations(steps).values()]
+    return " · ".join(heads + [f"patched {s.text()}" for s in steps if s.kind != "ablate"])
 
 
 def short(steps: tuple[Step, ...] | list[Step]) -> str:
-    """What the map titles start with: `describe` without the patches' source images (the banner and the dock
-    name them), e.g. 'ablated L1.H3, L2.H3 · patched L1.H0 attention'."""
-    heads = [s.text() for s in steps if s.kind == "ablate"]
+    """What the map titles start with: `describe` without the patches' source images and the zero mode (the
+    banner and the dock name them), e.g. 'ablated L1.H3, L2.H3 · ablated L0.H1 (mean) · patched L1.H0 attention'."""
+    heads = [f"ablated {', '.join(s.text() for s in group)}" + ("" if mode == "zero" else f" ({mode})")
+             for (mode, _s, _r), group in _ablations(steps).items()]
     patches = [f"L{s.layer}.H{s.head} attention" if s.kind == "attention" else f"block {s.layer} output"
                for s in steps if s.kind != "ablate"]
-    return " · ".join(([f"ablated {', '.join(heads)}"] if heads else []) + [f"patched {p}" for p in patches])
+    return " · ".join(heads + [f"patched {p}" for p in patches])
 
 
 class IntervenedMaps(ResultMaps):
-    """The maps of an intervened run: every stack's title starts with what was done, and the maps that need a pass
-    of their own (gradients, text, features) say they are made for the clean run only."""
+    """The maps of an intervened run: every stack's title starts with what was done. The maps that need a pass of
+    their own (class relevance, a text prompt's map, the token features) are made under the same intervention
+    (`under`: `model.intervening(...)` around the pass, the library's exact hooks), and kept here, not in the clean
+    run's result."""
 
-    CLEAN_ONLY = "made for the clean run only: Back to clean (in the toolbar) to see it"
-
-    def __init__(self, result: Any, what: str, title: str) -> None:
+    def __init__(self, result: Any, what: str, title: str, intervention: tuple[Any, ...] = ()) -> None:
         super().__init__(result)
         self.what = what            # `describe` of the steps
         self.title = title          # `short` of the steps: what every stack's title starts with
+        self.intervention = intervention   # the library's interventions of the run (`interventions(steps)`)
 
     def _stack(self, kind: MapKind) -> MapStack:
         stack = super()._stack(kind)
@@ -106,10 +133,54 @@ class IntervenedMaps(ResultMaps):
             self._stacks[kind] = stack
         return stack
 
-    def unshown(self, kind: MapKind) -> str | None:
-        if kind.source in ("gradients", "text", "features"):
-            return f"{kind.label}: {self.CLEAN_ONLY}"
-        return super().unshown(kind)
+    def under(self, request: PassRequest) -> Under:
+        """`request` (a pass over this image) made under this run's intervention, its answer kept here."""
+        return Under(inner=request, intervened=self)
+
+
+@dataclass(eq=False)
+class Under(PassRequest):
+    """A pass (`Relevance`, `Text`, `Features`) of an intervened run: the same request run inside
+    `model.intervening(...)` of the run's interventions, so its backward pass and captured features are the
+    intervened model's; answered and kept like the clean pass (its `kind` is the inner request's), into the
+    intervened run's maps (`vitviz.gui.passes.PassStore.answer`)."""
+
+    inner: PassRequest | None = None
+    intervened: IntervenedMaps | None = None     # type: ignore[misc]  # an instance's value of PassRequest's slot
+
+    @property
+    def kind(self) -> type[Request]:
+        return self.inner.kind
+
+    @property
+    def image(self) -> str:  # type: ignore[override]
+        return self.inner.image
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        return self.inner.image_size
+
+    @property
+    def key(self) -> Any:
+        return self.inner.key
+
+    @property
+    def redraws(self) -> bool:  # type: ignore[override]
+        return self.inner.redraws
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return self.inner.title
+
+    def describe(self) -> str:
+        return f"{self.inner.describe().rstrip('…')} ({self.intervened.what})…"
+
+    def keep(self, maps: ResultMaps, answer: Any) -> None:
+        self.inner.keep(maps, answer)
+
+    def __call__(self, ctx: Context) -> Any:
+        with self.model_of(ctx).intervening(*self.intervened.intervention):
+            return self.inner(ctx)
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,7 +212,6 @@ class Intervene(Request):
     maps: bool = True
     also: tuple[Any, ...] = ()
 
-    answer = Intervened
     title = "Could not run the intervention"
 
     def describe(self) -> str:
@@ -151,7 +221,7 @@ class Intervene(Request):
         result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
         if not self.maps:
             return Intervened(self.image, self.steps, result.logits, None)
-        maps = IntervenedMaps(result, describe(self.steps), short(self.steps))
+        maps = IntervenedMaps(result, describe(self.steps), short(self.steps), tuple(interventions(self.steps)))
         for kind in self.also:
             if kind.source == "attention" and maps.has(kind):
                 maps.view(kind)
@@ -166,7 +236,6 @@ class HeadScan(Request):
     image: str = ""
     image_size: tuple[int, int] | None = None
 
-    answer = Scanned
     title = "Could not compute the head importance"
 
     def describe(self) -> str:
@@ -247,6 +316,10 @@ class InterventionSession(QObject):
         answer = self.answers.get(self.session.image_list.current or "")
         return answer if answer is not None and answer.maps is not None and self.steps else None
 
+    def scanning(self, path: str) -> bool:
+        """Whether the importance scan of `path` is on its way."""
+        return any(r.image == path for r in self.session.client.pending(HeadScan))
+
     def current_importance(self) -> Any:
         answer = self.importance.get(self.session.image_list.current or "")
         return None if answer is None else answer.importance
@@ -259,13 +332,45 @@ class InterventionSession(QObject):
     # ---------------------------------------------------------------------------------------------- steps
 
     def toggle(self, layer: int, head: int) -> None:
-        """Ablate (layer, head), or restore it when it is ablated."""
-        step = Step("ablate", int(layer), int(head))
-        if step in self.steps:
-            self.steps.remove(step)
+        """Ablate (layer, head) to zero, or restore it when it is ablated (in any mode)."""
+        ablated = [s for s in self.steps if s.kind == "ablate" and (s.layer, s.head) == (int(layer), int(head))]
+        if ablated:
+            self.steps.remove(ablated[0])
+            self._changed_steps()
         else:
-            self.steps.append(step)
-            self.wanted.emit()
+            self._ablate(Step("ablate", int(layer), int(head)))
+
+    def mean_reference(self) -> tuple[str, ...]:
+        """The images a mean ablation averages over: every image of the list that ran (not failed)."""
+        listed = self.session.image_list
+        return tuple(p for p in listed.paths if p not in listed.failed)
+
+    def why_not_mean(self) -> str | None:
+        """Why a mean ablation cannot be made now (None: it can): the model, or too few images in the list."""
+        from vitviz.core.running.interventions import MEAN_MIN_IMAGES
+
+        count = len(self.mean_reference())
+        if self.why_not is not None:
+            return f"Not for this model: {self.why_not}"
+        if count < MEAN_MIN_IMAGES:
+            return (f"a mean ablation averages the head's output over the images of the list: it needs at least "
+                    f"{MEAN_MIN_IMAGES}, the list has {count}")
+        return None
+
+    def ablate_mean(self, layer: int, head: int) -> None:
+        """Replace (layer, head)'s output by its mean over the images of the list (`mean_reference`)."""
+        self._ablate(Step("ablate", int(layer), int(head), mode="mean", reference=self.mean_reference()))
+
+    def ablate_resample(self, layer: int, head: int, source: str) -> None:
+        """Replace (layer, head)'s output by its output on the image `source`."""
+        self._ablate(Step("ablate", int(layer), int(head), source, mode="resample"))
+
+    def _ablate(self, step: Step) -> None:
+        """Make `step` the one ablation of its head (another mode of it is replaced)."""
+        self.steps = [s for s in self.steps if not (s.kind == "ablate" and (s.layer, s.head) == (step.layer,
+                                                                                                  step.head))]
+        self.steps.append(step)
+        self.wanted.emit()
         self._changed_steps()
 
     def patch_attention(self, layer: int, head: int, source: str) -> None:
@@ -320,7 +425,7 @@ class InterventionSession(QObject):
         what it is) until the new one answers."""
         self.failure = ""
         self.answers = {}
-        self.session.client.cancel(lambda r: r.kind is Intervene)
+        self.session.client.cancel(lambda r: r.kind is Intervene or isinstance(r, Under))   # passes of the old run too
         self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
@@ -337,8 +442,8 @@ class InterventionSession(QObject):
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
         if s.image_list.current and s.cached(s.image_list.current) is not None and self.current() is None:
             if (s.image_list.current, True) not in pending:
-                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size, steps=steps,
-                                also=s.precompute)
+                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size,
+                                steps=steps, also=s.precompute)
             return
         for path in s.image_list.paths:
             if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
@@ -383,7 +488,19 @@ class InterventionSession(QObject):
         ablated = (layer, head) in self.heads
         act = menu.addAction(f"{'Restore' if ablated else 'Ablate'} layer {layer}, head {head}")
         act.triggered.connect(lambda: self.toggle(layer, head))
-        others = [p for p in self.session.image_list.paths if p != self.session.image_list.current and p not in self.session.image_list.failed]
+        listed = self.session.image_list
+        others = [p for p in listed.paths if p != listed.current and p not in listed.failed]
+        mean = menu.addAction(f"Ablate L{layer}.H{head} to its mean over the list's {len(self.mean_reference())} "
+                              f"images")
+        mean.triggered.connect(lambda: self.ablate_mean(layer, head))
+        why_mean = self.why_not_mean()
+        mean.setEnabled(why_mean is None)
+        if why_mean is not None:
+            mean.setToolTip(why_mean)
+        resample = menu.addMenu(f"Ablate L{layer}.H{head} resampled from")
+        for path in others:
+            resample.addAction(_image_name(path)).triggered.connect(
+                lambda _c=False, p=path: self.ablate_resample(layer, head, p))
         attention = menu.addMenu(f"Patch L{layer}.H{head}'s attention from")
         residual = menu.addMenu(f"Patch block {layer}'s output from")
         for path in others:
@@ -391,11 +508,11 @@ class InterventionSession(QObject):
                 lambda _c=False, p=path: self.patch_attention(layer, head, p))
             residual.addAction(_image_name(path)).triggered.connect(
                 lambda _c=False, p=path: self.patch_residual(layer, p))
-        for sub in (attention, residual):
+        for sub in (resample, attention, residual):
             sub.setToolTipsVisible(True)
             sub.setEnabled(bool(others) and why is None)
             if not others:
-                sub.menuAction().setToolTip("add another image to the list: the source of the patch")
+                sub.menuAction().setToolTip("add another image to the list: the image its output is taken from")
         menu.addSeparator()
         undo = menu.addAction("Undo last intervention")
         undo.setEnabled(bool(self.steps))
@@ -407,7 +524,7 @@ class InterventionSession(QObject):
         scan = menu.addAction("Importance of every head")
         scan.triggered.connect(self.scan)
         if why is not None:
-            for action in (act, attention.menuAction(), residual.menuAction(), scan):
+            for action in (act, resample.menuAction(), attention.menuAction(), residual.menuAction(), scan):
                 action.setEnabled(False)
                 action.setToolTip(f"Not for this model: {why}")
         return menu
@@ -532,12 +649,14 @@ class InterventionsPanel(QWidget):
         interventions.changed.connect(self.refresh)
         interventions.session.current_changed.connect(lambda _m: self.refresh())
         self._sized = False
-        self.refresh()
+        self._stale = True
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
         """The first time the dock is shown below the image: as tall as the table of five rows, not half the
-        window (the image and the Overview dock keep the height)."""
+        window (the image and the Overview dock keep the height). Shown again: what changed while it was hidden."""
         super().showEvent(event)
+        if self._stale:
+            self.refresh()
         dock, window = self.parentWidget(), self.window()
         if not self._sized and dock is not None and hasattr(window, "resizeDocks") and not dock.isFloating():
             self._sized = True
@@ -545,6 +664,11 @@ class InterventionsPanel(QWidget):
                                                             Qt.Orientation.Vertical))
 
     def refresh(self) -> None:
+        """Say what is done and fill the table; hidden (its dock closed, or behind another tab), only remember
+        that it has to (an ablate click redraws what is on show only)."""
+        self._stale = not self.isVisible()
+        if self._stale:
+            return
         iv = self.iv
         what = iv.describe()
         if iv.session.model.spec is not None and iv.why_not is not None:
@@ -567,7 +691,8 @@ class InterventionsPanel(QWidget):
         self._fill_table()
 
     def _fill_table(self) -> None:
-        clean = self.iv.session.cached(self.iv.session.image_list.current) if self.iv.session.image_list.current else None
+        current = self.iv.session.image_list.current
+        clean = self.iv.session.cached(current) if current else None
         answer = self.iv.current()
         rows = [] if clean is None else clean.result.top_k(5)
         after = None if answer is None else probabilities(answer.logits)
@@ -578,3 +703,28 @@ class InterventionsPanel(QWidget):
             for j, text in enumerate(cells):
                 self.table.setItem(i, j, QTableWidgetItem(text))
         self.table.resizeColumnsToContents()
+
+
+# ---------------------------------------------------------------------------------- the dock below the image
+
+def _interventions_part(window: Any) -> Any:
+    return InterventionSession(window.session, window)
+
+
+def _interventions_panel(_window: Any, part: Any) -> QWidget:
+    return InterventionsPanel(part)
+
+
+def _attach_interventions(window: Any, iv: Any, _dock: QDockWidget) -> None:
+    """The importance grid over the Overview, the head selector's marks and the image list's ablated badge."""
+    window.importance_view = importance_view.attach(window.overview, iv)
+    iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
+    hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
+    iv.changed.connect(lambda: window.images.show_intervened(iv))
+
+
+docks.register(docks.SideDock(
+    "interventionsDock", "Ablate", "Interventions",
+    "ablated heads (right-click a tile in the Overview), the top-5 beside the clean run, and every head's importance",
+    attribute="interventions", part=_interventions_part, panel=_interventions_panel, order=30,
+    reveal_on="wanted", attach=_attach_interventions))

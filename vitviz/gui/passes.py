@@ -28,6 +28,7 @@ class Host(Protocol):
     client: WorkerClient
     current_changed: Any
     current_maps: ResultMaps | None
+    intervened: dict[str, Any]        # image -> its intervened run's maps (`vitviz.gui.interventions.IntervenedMaps`)
 
     @property
     def current(self) -> str: ...
@@ -57,26 +58,33 @@ class PassStore(QObject):
         `failures` says why)."""
         s = self.session
         maps = s.cached(path)
-        if maps is None or self.request_type.held(maps, key) or (path, key) in self.failures:
+        shown = s.intervened.get(path, maps)     # an intervened run's pass runs under its intervention
+        if maps is None or self.request_type.held(shown, key) or (path, key) in self.failures:
             return False
         why = self.request_type.refused(s.model.capabilities, key)
         if why:                       # said where the pass is shown, not in a dialog
             self.failures[(path, key)] = why
             return False
-        if not self.pending(path, key):
-            s.client.submit(self.request_type.of(path, s.model.image_size, key), first=True)
+        if not self.pending(path, key, shown is not maps):
+            request = self.request_type.of(path, s.model.image_size, key)
+            s.client.submit(request if shown is maps else shown.under(request), first=True)
         return True
 
-    def pending(self, path: str, key: Any = ANY) -> bool:
-        """Whether the pass of `path` (of `key`; any key by default) at the current size is on its way."""
+    def pending(self, path: str, key: Any = ANY, intervened: bool | None = None) -> bool:
+        """Whether the pass of `path` (of `key`; any key by default) at the current size is on its way (for the
+        intervened run with `intervened` True, the clean one with False; either by default)."""
         return any(r.image == path and r.image_size == self.session.model.image_size and (key is ANY or r.key == key)
+                   and (intervened is None or (r.intervened is not None) == intervened)
                    for r in self.session.client.pending(self.request_type))   # type: ignore[attr-defined]
 
     def answer(self, request: PassRequest, answer: Any) -> None:
-        """Keep an answer in its image's result (dropped when the size changed or the result left the cache)."""
+        """Keep an answer in its image's result, or in the intervened run it was made under (`request.intervened`)
+        while that is still shown (dropped when the size changed or the result left the cache)."""
         s = self.session
-        maps = s.cached(request.image)
-        if request.image_size != s.model.image_size or maps is None:
+        under = request.intervened
+        maps = s.cached(request.image) if under is None else under
+        if request.image_size != s.model.image_size or maps is None or \
+                (under is not None and s.intervened.get(request.image) is not under):
             return
         request.keep(maps, answer)
         s.evict(keep=request.image)

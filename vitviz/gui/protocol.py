@@ -507,6 +507,7 @@ class PassRequest(Request):
 
     image: str
     redraws: ClassVar[bool] = True   # the current image's maps change when it is answered (`current_changed`)
+    intervened: ClassVar[Any] = None   # the intervened run it is made for (`vitviz.gui.interventions.Under`)
 
     @property
     def key(self) -> Any:

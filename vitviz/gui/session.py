@@ -205,7 +205,7 @@ class Session(QObject):
                 self.current_changed.emit(None)
             self._report_runs()
         elif isinstance(request, PassRequest):
-            self.passes[type(request)].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
+            self.passes[request.kind].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
                                                                                  "code did not finish")
         elif request.kind is Verify:
             self.model.verify_failure = "stopped waiting: the model's own code did not finish"
@@ -444,7 +444,7 @@ class Session(QObject):
 
     def _on_answered(self, request: Request, answer: Any) -> None:
         """Every answer, routed by the class of the request it answers."""
-        self._routes[type(request)](request, answer)
+        self._routes[request.kind](request, answer)
 
     def _on_stuck(self, request: Request, seconds: float) -> None:
         self.stuck.emit(f"{_doing(request)[0].upper()}{_doing(request)[1:]} has run {seconds:g} s without finishing")

@@ -62,8 +62,14 @@ class WrappingStatusBar(QStatusBar):
         return max(1, -(-box.height() // metrics.lineSpacing()))
 
     def _fit_height(self) -> None:
+        """Two lines while the message needs them; not shrunk for a passing status line while the worker is busy
+        (an ablate click's 'Running …' between two long idle hints laid the whole window out, every dock
+        repainted, twice per click)."""
         lines = min(MESSAGE_LINES, self.lines_needed(self.currentMessage()))
-        self.setMinimumHeight(self.fontMetrics().lineSpacing() * lines + 8 if lines > 1 else 0)
+        height = self.fontMetrics().lineSpacing() * lines + 8 if lines > 1 else 0
+        busy = any(isinstance(w, QProgressBar) and w.isVisible() for w in self.children())
+        if height >= self.minimumHeight() or not busy:
+            self.setMinimumHeight(height)
         self.update()
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override

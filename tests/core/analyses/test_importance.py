@@ -169,6 +169,31 @@ def test_show_draws_the_grid(classifier) -> None:
     assert both.shape[1] > picture.shape[1]
 
 
+def test_grid_without_legend_and_its_cells(classifier) -> None:
+    """The window's picture (`legend=False`): no title lines and no colorbar, so smaller in both directions; the
+    legend's lines are `legend_lines`; `cell_rect` and `cell_at` agree on where each cell is drawn, with or without
+    the legend, and a cell drawn is coloured as its value."""
+    from vitviz.core.drawing.importance import cell_at, cell_rect, draw_importance, legend_lines
+
+    imp = head_importance(classifier, A)
+    full, bare = draw_importance(imp), draw_importance(imp, legend=False)
+    assert bare.shape[0] < full.shape[0] and bare.shape[1] < full.shape[1]
+    title, drops, label = legend_lines(imp)
+    assert title == imp.title and drops.startswith("largest drops: L") and "drop" in label
+    layers, heads = imp.drop.shape
+    for legend, picture in ((True, full), (False, bare)):
+        for layer in range(layers):
+            for head in range(heads):
+                x, y, size = cell_rect(imp, layer, head, legend=legend)
+                assert cell_at(imp, x + 2, y + 2, legend=legend) == (layer, head)
+                assert cell_at(imp, x + size - 2, y + size - 2, legend=legend) == (layer, head)
+        layer, head = np.unravel_index(np.argmax(imp.drop), imp.drop.shape)
+        x, y, _size = cell_rect(imp, int(layer), int(head), legend=legend)
+        r, _g, b = picture[y + 2, x + 2].astype(int)
+        assert (r > b) == (imp.drop[layer, head] > 0)
+    assert cell_at(imp, 1, 1, legend=False) is None
+
+
 def test_export_ablate_and_importance(tmp_path) -> None:
     """`vitviz export --ablate 1.0,2.1:mean --importance --attribution --npz` on the demo model: the maps are those
     of the ablated model, the .npz and the manifest say what was done, the grid is written as PNG + CSV + npz and

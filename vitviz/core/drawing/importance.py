@@ -57,22 +57,23 @@ def _panel(values: np.ndarray, cell: int, bound: float, cmap: str, font: ImageFo
     return image
 
 
-def draw_importance(imp: HeadImportance, cmap: str = DIVERGING, top: int = 3) -> np.ndarray:
+def draw_importance(imp: HeadImportance, cmap: str = DIVERGING, top: int = 3, legend: bool = True) -> np.ndarray:
     """The grid (and the attribution estimate beside it) as an (H, W, 3) uint8 picture; the `top` heads with the
-    largest drops are outlined and named in the caption."""
+    largest drops are outlined and named in the caption. Without `legend` no title lines and no colorbar: the
+    window says them in a label of its own (`legend_lines`), where they wrap, so the grid itself can be drawn
+    large in a narrow dock."""
     font = ImageFont.load_default(size=FONT_PX)
     cell = _cell(imp.drop.shape)
     grids = [imp.drop] + ([imp.estimate] if imp.estimate is not None else [])
     bound = float(max(np.abs(g).max() for g in grids)) or 1.0
     best = imp.top(top)
     marks = {(layer, h) for layer, h, _ in best}
-    names = ", ".join(f"L{layer}.H{h} {d:+.3g}" for layer, h, d in best)
     panels = [_panel(imp.drop, cell, bound, cmap, font, "exact (one forward per head)", marks)]
     if imp.estimate is not None:
         r = "" if imp.correlation is None else f", r = {imp.correlation:.2f}"
         panels.append(_panel(imp.estimate, cell, bound, cmap, font, f"attribution estimate{r}", marks))
-    lines = [imp.title, f"largest drops: {names}"]
-    title_h = _title_height(len(lines))
+    lines = legend_lines(imp, top)[:2] if legend else []
+    title_h = _title_height(len(lines)) if lines else 0
     width = sum(p.width for p in panels) + 16 * (len(panels) - 1)
     width = max([width] + [int(font.getlength(t)) + 8 for t in lines])
     canvas = Image.new("RGB", (width, title_h + max(p.height for p in panels)), "white")
@@ -83,27 +84,34 @@ def draw_importance(imp: HeadImportance, cmap: str = DIVERGING, top: int = 3) ->
     for p in panels:
         canvas.paste(p, (x, title_h))
         x += p.width + 16
+    return add_colorbar(np.asarray(canvas), cmap, -bound, bound, label=legend_lines(imp, top)[2]) if legend \
+        else np.asarray(canvas)
+
+
+def legend_lines(imp: HeadImportance, top: int = 3) -> list[str]:
+    """The picture's title, its 'largest drops: ...' line and its colorbar's label."""
+    names = ", ".join(f"L{layer}.H{h} {d:+.3g}" for layer, h, d in imp.top(top))
     label = {"probability": "drop of the class probability", "logit": "drop of the class logit",
              "cosine": "1 - cosine to the clean features"}[imp.metric]
-    return add_colorbar(np.asarray(canvas), cmap, -bound, bound, label=label)
+    return [imp.title, f"largest drops: {names}", label]
 
 
 def _title_height(lines: int) -> int:
     return LINE_PX * lines + 4
 
 
-def cell_at(imp: HeadImportance, x: int, y: int) -> tuple[int, int] | None:
-    """The (layer, head) of the exact grid's cell at pixel (x, y) of `draw_importance(imp)`, or None (the window's
-    Importance view: click a cell to ablate that head)."""
-    cell = _cell(imp.drop.shape)
-    col, row = (x - LEFT) // cell, (y - _title_height(2) - TOP) // cell
-    if x < LEFT or y < _title_height(2) + TOP or not (0 <= row < imp.drop.shape[0] and 0 <= col < imp.drop.shape[1]):
+def cell_at(imp: HeadImportance, x: int, y: int, legend: bool = True) -> tuple[int, int] | None:
+    """The (layer, head) of the exact grid's cell at pixel (x, y) of `draw_importance(imp, legend=legend)`, or
+    None (the window's Importance view: click a cell to ablate that head)."""
+    cell, title = _cell(imp.drop.shape), _title_height(2) if legend else 0
+    col, row = (x - LEFT) // cell, (y - title - TOP) // cell
+    if x < LEFT or y < title + TOP or not (0 <= row < imp.drop.shape[0] and 0 <= col < imp.drop.shape[1]):
         return None
     return int(row), int(col)
 
 
-def cell_rect(imp: HeadImportance, layer: int, head: int) -> tuple[int, int, int]:
-    """(x, y, size) in pixels of the exact grid's cell of (layer, head) in `draw_importance(imp)`: where the
-    window outlines an ablated head (the inverse of `cell_at`)."""
+def cell_rect(imp: HeadImportance, layer: int, head: int, legend: bool = True) -> tuple[int, int, int]:
+    """(x, y, size) in pixels of the exact grid's cell of (layer, head) in `draw_importance(imp, legend=legend)`:
+    where the window outlines an ablated head (the inverse of `cell_at`)."""
     cell = _cell(imp.drop.shape)
-    return LEFT + head * cell, _title_height(2) + TOP + layer * cell, cell
+    return LEFT + head * cell, (_title_height(2) if legend else 0) + TOP + layer * cell, cell

@@ -244,7 +244,10 @@ class TitleLabel(pg.LabelItem):
         super().__init__(text, **args)
 
     def setText(self, text: str, **args: object) -> None:  # noqa: N802 - pyqtgraph override
-        """Show `text`, wrapping between its phrases only; `text` keeps the plain text."""
+        """Show `text`, wrapping between its phrases only; `text` keeps the plain text. The same text again is
+        not set again (a new text lays its plot area out anew: a redraw for another image kept doing that)."""
+        if text == getattr(self, "text", None) and not args:
+            return
         super().setText(unbreakable_phrases(text), **args)
         self.text = text
 

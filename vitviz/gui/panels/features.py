@@ -471,6 +471,9 @@ class FeaturesPanel(LazyPanel):
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
         if maps is self._maps and maps is not None:
             return      # the same result again (its class relevance arrived): nothing here changed
+        if maps is not None and self._maps is not None and \
+                maps.result.interventions != self._maps.result.interventions:
+            self._pca = self._sim = self._share = None     # fitted on the other run's features
         self._maps = maps
         self._query, self._held = None, False
         self._fill_others()
@@ -565,11 +568,6 @@ class FeaturesPanel(LazyPanel):
             self.status.setText(why)
             return
         self.layer_spin.setEnabled(True)
-        if getattr(maps, "CLEAN_ONLY", ""):     # an intervened run (vitviz.gui.interventions): no feature pass
-            for view in (self.pca_image, self.pca_view, self.sim_a, self.sim_b, self.norm_view):
-                view.clear()
-            self.status.setText(f"Token features: {maps.CLEAN_ONLY}")
-            return
         if maps.features is None:
             path = self.session.image_list.current
             why = self.session.features_pass.failures.get((path, None))

@@ -62,6 +62,7 @@ class ImagePanel(QWidget):
         self._last_hover = (-1, -1)
         self._cmap_name = "viridis"
         self._levels: tuple[float, float] = (0.0, 1.0)
+        self._image_rect, self._overlay_rect = QRectF(), None   # what the image and map items were last placed at
         self._build()
         self.clicked.connect(self._on_patch_clicked)
         state.subscribe(self.refresh)
@@ -214,15 +215,19 @@ class ImagePanel(QWidget):
         resized = (self._grid, self._patch) != (grid, patch)
         self._grid, self._patch = grid, patch
         self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
-        self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
-        self._build_grid()
+        rect = QRectF(0, 0, image.shape[1], image.shape[0])
+        if resized or rect != self._image_rect:      # the same size: its pixels only (no new bounds to measure)
+            self._image_rect = rect
+            self.image_item.setRect(rect)
         if resized:
+            self._build_grid()
             self.view.autoRange(padding=0.01)
 
     def clear(self, message: str) -> None:
         """Remove the image and the map and show `message` instead."""
         self.image_item.clear()
         self.overlay_item.clear()
+        self._image_rect, self._overlay_rect = QRectF(), None
         self.outline_item.setVisible(False)
         self.colorbar.setVisible(False)
         self.highlight_item.setVisible(False)
@@ -236,7 +241,10 @@ class ImagePanel(QWidget):
         gh, gw = self._grid
         self.overlay_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(cmap))
         width, height = extent or (gw * self._patch, gh * self._patch)
-        self.overlay_item.setRect(QRectF(0, 0, width, height))
+        placed = (values.shape, QRectF(0, 0, width, height))    # setRect scales by the image's shape: both
+        if placed != self._overlay_rect:
+            self._overlay_rect = placed
+            self.overlay_item.setRect(placed[1])
         self.overlay_item.setOpacity(opacity)
         if self._cmap_name != cmap:
             self._cmap_name = cmap

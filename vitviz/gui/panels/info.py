@@ -291,13 +291,18 @@ class InfoPanel(LazyPanel):
             self.review_requested.emit()
 
     def _on_session_changed(self, *_args: object) -> None:
-        self.show_info(gather(self.session))
+        """Gathered when drawn: behind the Images tab (where it starts) a new image costs nothing here."""
+        self._gathered = False
+        self.request_redraw()
 
     def show_info(self, info: ModelInfo) -> None:
         self.info = info
+        self._gathered = True
         self.request_redraw()
 
     def redraw(self) -> None:
+        if not self._gathered:
+            self.info, self._gathered = gather(self.session), True
         info = self.info
         bar = self.browser.verticalScrollBar()
         where = bar.value()

@@ -131,6 +131,8 @@ class OverviewPanel(QWidget):
         self._show_axes(False)
         self.image_item.clear()
         self.frame.setVisible(False)
+        for item in self._marks:
+            item.setVisible(False)
         self._key = None
         self._shape = (0, 0, 0, 0)
         self._columns = []
@@ -147,6 +149,7 @@ class OverviewPanel(QWidget):
         scaled = stack.shared_scaled()
         maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout, relevance: one column per layer
         nl, nc, gh, gw = maps.shape
+        before = (self._shape, self._bands, self._gap, self._column_name, list(self._blocks))
         self._column_name = column_name(stack.title)
         self._gap = max(1, min(gh, gw) // 8)
         self._shape = (nl, nc, gh, gw)
@@ -154,14 +157,17 @@ class OverviewPanel(QWidget):
         self._bands = wrap_layout(nl, nc - 2, view.width(), view.height()) if nc > 2 else 1
         image = mosaic(self._wrapped(maps), per_tile, self._gap)
         self.image_item.setImage(image, autoLevels=False, levels=(0.0, 1.0), lut=colors.lut(cmap))
-        self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
-        self._set_ticks(nl, nc, gh, gw)
         scale = ("" if nl * nc == 1 else " · each tile scaled alone" if per_tile   # one tile: no scale to share
                  else " · one scale per column kind" if nc > 1 else " · one shared scale")
         self.title.setText(stack.title + scale)
-        self.plot.autoRange(padding=0.02)
-        self._set_bottom_ticks(self._fitting_style())
-        self.mark(self._ablated)
+        if before != (self._shape, self._bands, self._gap, self._column_name, self._blocks) or not self._columns:
+            # another layout of tiles: ticks, range and marks again (the same layout, another image or an
+            # intervened run of it: only the mosaic's pixels change, one texture upload and no relayout)
+            self.image_item.setRect(QRectF(0, 0, image.shape[1], image.shape[0]))
+            self._set_ticks(nl, nc, gh, gw)
+            self.plot.autoRange(padding=0.02)
+            self._set_bottom_ticks(self._fitting_style())
+            self.mark(self._ablated, again=True)
 
     def _wrapped(self, maps: np.ndarray) -> np.ndarray:
         """(L, C, gh, gw) tiles as laid out: with `_bands` > 1 each layer's heads in that many rows of
@@ -310,28 +316,34 @@ class OverviewPanel(QWidget):
         if style != self._label_style:
             self._set_bottom_ticks(style)
 
-    def mark(self, heads: list[tuple[int, int]]) -> None:
+    def mark(self, heads: list[tuple[int, int]], again: bool = False) -> None:
         """Outline the tiles of ablated (layer, head)s with a dashed amber frame (plain ViT stacks with head
-        columns only)."""
-        self._ablated = list(heads)
-        for item in self._marks:
-            self.plot.removeItem(item)
-        self._marks = []
-        nl, nc, gh, gw = self._shape
-        if nl <= 1 or nc <= 2 or self._blocks:
+        columns only); `again`: the tiles were laid out anew, place the frames even if the heads are the same."""
+        if list(heads) == self._ablated and not again:
             return
-        pen = QPen(QColor("#ffb000"))
-        pen.setWidthF(2.0)
-        pen.setCosmetic(True)
-        pen.setStyle(Qt.PenStyle.DashLine)
-        for layer, head in self._ablated:
-            if 0 <= layer < nl and 0 <= head < nc - 2:
-                row, col = self._place(layer, head)
-                item = QGraphicsRectItem(QRectF(col * (gw + self._gap), row * (gh + self._gap), gw, gh))
-                item.setPen(pen)
-                item.setZValue(4)
-                self.plot.addItem(item)
-                self._marks.append(item)
+        self._ablated = list(heads)
+        nl, nc, gh, gw = self._shape
+        shown = [] if nl <= 1 or nc <= 2 or self._blocks else \
+            [(layer, head) for layer, head in self._ablated if 0 <= layer < nl and 0 <= head < nc - 2]
+        while len(self._marks) < len(shown):      # frames are kept and reused: adding an item to the plot
+            item = QGraphicsRectItem()              # makes its view box measure every item again
+            pen = QPen(QColor("#ffb000"))
+            pen.setWidthF(2.0)
+            pen.setCosmetic(True)
+            pen.setStyle(Qt.PenStyle.DashLine)
+            item.setPen(pen)
+            item.setZValue(4)
+            self.plot.vb.addItem(item, ignoreBounds=True)
+            self._marks.append(item)
+        for i, item in enumerate(self._marks):
+            if i < len(shown):
+                row, col = self._place(*shown[i])
+                item.setRect(QRectF(col * (gw + self._gap), row * (gh + self._gap), gw, gh))
+            item.setVisible(i < len(shown))
+
+    def marked(self) -> list[QGraphicsRectItem]:
+        """The amber frames on show (one per ablated head drawn)."""
+        return [item for item in self._marks if item.isVisible()]
 
     def _on_clicked(self, event: object) -> None:
         if event.button() == Qt.MouseButton.RightButton:
