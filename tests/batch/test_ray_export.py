@@ -369,6 +369,43 @@ def test_the_manifest_says_what_is_on_disk_after_a_stop(folder: Path, tmp_path: 
     assert exporter.counts == {"done": 2, "skipped": 0, "failed": 0, "files": 5}
 
 
+def test_a_stopped_chunk_waits_for_this_nodes_actors_before_it_is_recorded(
+        folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray lets an actor it releases after a stop finish the batch it is running: its image's files landed after
+    the chunk was recorded (on disk, not in the manifest; `test_resume_after_an_interrupted_run` failed now and
+    then). A stopped chunk now waits for this node's actors to exit first. Here the actor is a process that writes
+    its image's two files 0.5 s after the stop: the record counts them and calls the image done."""
+    import subprocess
+    import threading
+
+    from vitviz.batch import ray_engine
+    from vitviz.batch.jobs import Job
+    from vitviz.batch.ray_engine import Destination, RayExporter, RaySettings, Source, _Worker
+
+    out = tmp_path / "out"
+    out.mkdir()
+    image = folder / "img0.png"
+    job = Job(0, image, [out / "img0_a.png", out / "img0_b.png"])
+    exporter = RayExporter(None, {}, "cpu", None, None, [], out, Destination(out), RaySettings())  # type: ignore
+    exporter.plan = type("Plan", (), {"jobs": staticmethod(lambda pairs, root, stems: [job])})()
+    exporter._spill = tempfile.TemporaryFile("w+", encoding="utf-8")
+    names = [str(o) for o in job.outputs]
+    writes = f"import time, pathlib; time.sleep(0.5); [pathlib.Path(p).write_bytes(b'x') for p in {names!r}]"
+    actor = subprocess.Popen([sys.executable, "-c", writes])
+    threading.Thread(target=actor.wait, daemon=True).start()      # reaped at once, as Ray's raylet reaps its actors
+    exporter.workers = {"actor": _Worker("node-here", "cpu", {actor.pid})}
+    monkeypatch.setattr(ray_engine, "_node_id", lambda: "node-here")
+
+    def stopped(_todo: list[Job]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(exporter, "_run", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        exporter._chunk([(Source(image, str(image), Path(".")), image.stem)], [])
+    assert actor.poll() is not None
+    assert job.status == "done" and exporter.counts["files"] == 2 and job.written == job.outputs
+
+
 def test_a_list_is_named_as_it_is_listed(folder: Path, tmp_path: Path) -> None:
     """A list's images are named in one pass (the first keeps its stem, a later one of the same folder and stem
     takes `_ext`, then `_2`...), duplicates left out; local files and folders keep the local engine's names."""

@@ -53,6 +53,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ GATE_ENV = "VITVIZ_RAY_TEST_GATE"   # tests: a file an actor waits for (GATE_WAI
 GATE_WAIT = 120.0
 SCRATCH_PREFIX = "vitviz-ray-"       # an actor's temporary folders: vitviz-ray-<pid>-<what>-<random>
 CONNECT_TIMEOUT = 10.0               # seconds an --address may take to accept a connection
+ACTOR_EXIT_WAIT = 30.0               # seconds a stopped chunk waits for this node's actors to finish their image
 JOIN_TIMEOUT = 30.0                  # seconds a cluster that accepted the connection may take to answer as Ray
 CHUNK = 20_000                       # images named, run on Ray Data and recorded at a time (see the module text)
 BATCHES_PER_BLOCK = 1                # Ray Data blocks of this many batches: progress comes a block at a time
@@ -912,6 +914,27 @@ class RaySettings:
     ship: str | None = None
 
 
+def _node_id() -> str:
+    """This process's Ray node ("" when Ray is not running here)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - a Ray that cannot say: no actor is waited for
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # another user's process with that number: it runs
+        return True
+    return True
+
+
 @dataclass
 class _Worker:
     node: str
@@ -1017,10 +1040,26 @@ class RayExporter:
             todo = [job for job in jobs if job.status == "pending"]
             if todo:
                 self._run(todo)
+        except BaseException:
+            self._let_actors_finish()
+            raise
         finally:
             self._settle(jobs)
             for job in jobs:
                 self._spill.write(json.dumps(job.record(self.root)) + "\n")
+
+    def _let_actors_finish(self) -> None:
+        """After a stop (Ctrl+C, a full disk, a failed job): wait, at most ACTOR_EXIT_WAIT s, until this node's
+        actors have exited. Ray lets an actor it releases finish the batch it is running, so without the wait an
+        image written just after the stop would be on disk but not in the manifest. Actors on other nodes are not
+        waited for (their processes cannot be seen from here): a rerun finds their late files and records them."""
+        here = _node_id()
+        pids = {pid for worker in self.workers.values() if worker.node == here for pid in worker.pids}
+        deadline = time.monotonic() + ACTOR_EXIT_WAIT
+        while pids and time.monotonic() < deadline:
+            pids = {pid for pid in pids if _alive(pid)}
+            if pids:
+                time.sleep(0.05)
 
     def _run(self, todo: list[Job]) -> None:
         """One Ray Data run over a chunk's images to do (Ray started, and sized, for the first)."""
