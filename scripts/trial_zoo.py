@@ -24,10 +24,11 @@ weights its code then multiplies the values with (CaiT's talking heads change th
 shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
 one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
 SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`). A
-Qwen-VL-style tower (packed patches and `grid_thw`) is called on the image packed as vitviz packs it, its softmaxes
-grouped per block and its tokens placed on the grid by the packing and its own window reordering
-(`packed_reference`). A timm original that refuses the size vitviz chose (a bare state dict states none) is set to
-it by timm's own `set_input_size`, its windows kept (`resized_original`), and the route says so.
+Qwen-VL-style tower (packed patches and `grid_thw`; its relatives that take them as `pixel_values`, in merge blocks
+or in raster order) is called on the image packed as vitviz packs it, its softmaxes grouped per block and its tokens
+placed on the grid by where the packing put their pixels and its own window reordering (`packed_reference`). A timm
+original that refuses the size vitviz chose (a bare state dict states none) is set to it by timm's own
+`set_input_size`, its windows kept (`resized_original`), and the route says so.
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
@@ -620,10 +621,11 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
     (row by row), as (map, None) pairs.
 
     The tower is called with the image packed exactly as vitviz's `PackedTower.pack` packs it (`hidden_states` or
-    `pixel_values`, as its forward names them; merge blocks or raster order; `grid_thw` [[1, rows, cols]]). Its attention is recorded independently of vitviz: every softmax of its eager
-    attention (`Recorder`), grouped per block by hooks on its blocks, a block's softmaxes (one per window or packed
-    image) laid on the diagonal in sequence order. Each token is put on the grid by where the packing put its pixels
-    (an image of patch coordinates packed the same way) and, for a tower that moves its tokens before its blocks
+    `pixel_values`, as its forward names them; merge blocks or raster order; `grid_thw` [[1, rows, cols]]). Its
+    attention is recorded independently of vitviz: every softmax of its eager attention (`Recorder`), grouped per
+    block by hooks on its blocks, a block's softmaxes (one per window or packed image) laid on the diagonal in
+    sequence order. Each token is put on the grid by where the packing put its pixels (an image of patch coordinates
+    packed the same way) and, for a tower that moves its tokens before its blocks
     (Qwen2.5-VL's windows), by which embedded patch each row of its first block's input is (an exact match)."""
     import torch
 
