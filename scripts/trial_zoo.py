@@ -24,10 +24,11 @@ weights its code then multiplies the values with (CaiT's talking heads change th
 shows those, and says so). A model whose tokens join late (CaiT's CLS at its class-attention layers) is shown on
 one grid; the original's maps are laid on it the way it concatenates its tokens, and every value is compared.
 SigLIP 2 (NaFlex) is called with the patches its processor cuts (transformers' `convert_image_to_patches`). A
-Qwen-VL-style tower (packed patches and `grid_thw`) is called on the image packed as vitviz packs it, its softmaxes
-grouped per block and its tokens placed on the grid by the packing and its own window reordering
-(`packed_reference`). A timm original that refuses the size vitviz chose (a bare state dict states none) is set to
-it by timm's own `set_input_size`, its windows kept (`resized_original`), and the route says so.
+Qwen-VL-style tower (packed patches and `grid_thw`; its relatives that take them as `pixel_values`, in merge blocks
+or in raster order) is called on the image packed as vitviz packs it, its softmaxes grouped per block and its tokens
+placed on the grid by where the packing put their pixels and its own window reordering (`packed_reference`). A timm
+original that refuses the size vitviz chose (a bare state dict states none) is set to it by timm's own
+`set_input_size`, its windows kept (`resized_original`), and the route says so.
 
 Verdicts of a route (`classify`):
     exact            every layer vitviz shows equals an attention map of the original (in order), none left out
@@ -588,28 +589,43 @@ def _required(fn: Any) -> set[str]:
 
 
 def packed_tower_of(model: Any) -> Any:
-    """The model's vision tower whose forward takes packed patches and `grid_thw` (the Qwen-VL family's: a forward
-    of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes), or None."""
+    """The model's vision tower whose forward takes packed patches and `grid_thw`, or None: the Qwen-VL family's (a
+    forward of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes) and its
+    relatives that name the packed patches `pixel_values` (merge blocks, Ovis 2.5; raster order, PaddleOCR-VL,
+    HunYuan-VL, Kimi-K2.5), whose config states a patch size and a merge size (`spatial_merge_size`, or Kimi-K2.5's
+    square `merge_kernel_size`)."""
     import torch
 
     for m in model.modules():
         cfg = getattr(m, "config", None)
-        if isinstance(m, torch.nn.Module) and {"hidden_states", "grid_thw"} <= _params(m.forward) and all(
-                isinstance(getattr(cfg, k, None), int) for k in ("patch_size", "temporal_patch_size",
-                                                                  "spatial_merge_size")):
+        params = _params(m.forward) if isinstance(m, torch.nn.Module) else set()
+        if "grid_thw" not in params or not isinstance(getattr(cfg, "patch_size", None), int):
+            continue
+        kernel = getattr(cfg, "merge_kernel_size", None)
+        merge = isinstance(getattr(cfg, "spatial_merge_size", None), int) or (
+            isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1])
+        if merge and ("hidden_states" in params and isinstance(getattr(cfg, "temporal_patch_size", None), int)
+                      or "pixel_values" in params):
             return m
     return None
+
+
+def _merge_side(tower: Any) -> int:
+    """The side of a packed tower's merge block in patches (`spatial_merge_size` or `merge_kernel_size`)."""
+    merge = getattr(tower.config, "spatial_merge_size", None)
+    return merge if isinstance(merge, int) else int(tower.config.merge_kernel_size[0])
 
 
 def packed_reference(tower: Any, x: Any) -> list[Any]:
     """The attention maps a packed-patch tower computes on `x` (1, C, H, W), each (1, H, T, T) on the image's grid
     (row by row), as (map, None) pairs.
 
-    The tower is called with the image packed exactly as vitviz's `PackedTower.pack` packs it (`hidden_states`,
-    `grid_thw` [[1, rows, cols]]). Its attention is recorded independently of vitviz: every softmax of its eager
-    attention (`Recorder`), grouped per block by hooks on its blocks, a block's softmaxes (one per window or packed
-    image) laid on the diagonal in sequence order. Each token is put on the grid by where the packing put its pixels
-    (an image of patch coordinates packed the same way) and, for a tower that moves its tokens before its blocks
+    The tower is called with the image packed exactly as vitviz's `PackedTower.pack` packs it (`hidden_states` or
+    `pixel_values`, as its forward names them; merge blocks or raster order; `grid_thw` [[1, rows, cols]]). Its
+    attention is recorded independently of vitviz: every softmax of its eager attention (`Recorder`), grouped per
+    block by hooks on its blocks, a block's softmaxes (one per window or packed image) laid on the diagonal in
+    sequence order. Each token is put on the grid by where the packing put its pixels (an image of patch coordinates
+    packed the same way) and, for a tower that moves its tokens before its blocks
     (Qwen2.5-VL's windows), by which embedded patch each row of its first block's input is (an exact match)."""
     import torch
 
@@ -622,9 +638,10 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
     coords = torch.zeros_like(x[0])
     coords[0] = torch.arange(x.shape[-2]).div(packer.patch_size, rounding_mode="floor")[:, None].float()
     coords[1] = torch.arange(x.shape[-1]).div(packer.patch_size, rounding_mode="floor")[None, :].float()
-    where, _ = packer.pack(coords)
+    where = packer.pack(coords)[0].reshape(n, -1)                    # (a raster tower's patches: (1, T, ...) too)
     per = packer.temporal * packer.patch_size ** 2
     cell = (where[:, 0] * cols + where[:, per]).long()              # packed position -> raster cell
+    argument = "hidden_states" if "hidden_states" in _params(tower.forward) else "pixel_values"
     blocks = getattr(tower, "blocks", None)
     if not isinstance(blocks, torch.nn.ModuleList):
         blocks = next((m for m in tower.modules() if isinstance(m, torch.nn.ModuleList) and len(m)), None)
@@ -637,12 +654,12 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
         hooks += [b.register_forward_hook(lambda _m, _a, _o: spans[-1].append(len(rec.maps))) for b in blocks]
         hooks.append(blocks[0].register_forward_pre_hook(
             lambda _m, a, kw: seen.update(block=a[0] if a else kw.get("hidden_states")), with_kwargs=True))
-        embed = getattr(tower, "patch_embed", None)
+        embed = getattr(tower, "patch_embed", getattr(tower, "embeddings", None))
         if isinstance(embed, torch.nn.Module):
             hooks.append(embed.register_forward_hook(lambda _m, _a, o: seen.update(embed=o)))
         try:
             with torch.no_grad():
-                tower(hidden_states=patches, grid_thw=grid)
+                tower(**{argument: patches}, grid_thw=grid)
         finally:
             for h in hooks:
                 h.remove()
@@ -919,7 +936,7 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
     size = _hf_size(model)
     tower = packed_tower_of(model)
     if tower is not None:     # (a packed-patch tower takes whole merge blocks only)
-        block = tower.config.patch_size * tower.config.spatial_merge_size
+        block = tower.config.patch_size * _merge_side(tower)
         size = (2 * block, 3 * block)
     try:
         probe = reference_maps(pristine, torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1)))

@@ -212,6 +212,52 @@ def test_packed_tower_is_checked_and_a_wrong_order_is_wrong(monkeypatch: pytest.
     assert route["verdict"] == "wrong" and route["worst"] > zoo.ATOL
 
 
+def _paddleocr_tower() -> torch.nn.Module:
+    """A tiny PaddleOCR-VL vision tower: 4 px patches taken in raster order as `pixel_values` (1, T, C, p, p), 2-D
+    rotary positions on q and k, merged by 2 x 2 only after its blocks."""
+    cfg = transformers.PaddleOCRVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, patch_size=4, spatial_merge_size=2, image_size=32)
+    torch.manual_seed(0)
+    tower = zoo.perturb(transformers.PaddleOCRVisionModel(cfg))
+    zoo._eager(tower)
+    return tower
+
+
+def test_raster_tower_is_checked_and_a_wrong_order_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raster-order tower takes its patches row by row as `pixel_values` with grid_thw, not an image: the harness
+    left it unchecked. It calls the tower with the image packed as vitviz packs it, records its eager softmaxes and
+    places its tokens by where the packing put their pixels: vitviz's maps are exact; maps placed as if the tower
+    took merge blocks (the Qwen-VL order) are wrong, and so are maps of patches fed in merge blocks."""
+    import vitviz
+    from vitviz.core.running.live.packing import PackedTower
+
+    tower = _paddleocr_tower()
+    assert zoo.packed_tower_of(torch.nn.Sequential(tower)) is tower
+    ref = zoo.reference_maps(tower, torch.randn(1, 3, 32, 48, generator=torch.Generator().manual_seed(2)))
+    assert [r[0].shape for r in ref] == [(1, 4, 96, 96)] * 2
+    names = ["PaddleOCRVisionModel"]
+
+    def route() -> dict:
+        return zoo.run_route(lambda: vitviz.load(tower, device="cpu", image_size=(32, 48)), tower, names)
+
+    got = route()
+    assert got["verdict"] == "exact" and got["matched"] == 2
+    blocks = torch.arange(96).reshape(4, 2, 6, 2).permute(0, 2, 1, 3).reshape(-1)     # merge blocks, row by row
+    monkeypatch.setattr(PackedTower, "order", lambda self, size: tuple(int(i) for i in blocks))
+    got = route()
+    assert got["verdict"] == "wrong" and got["worst"] > zoo.ATOL
+    monkeypatch.undo()
+    pack = PackedTower.pack
+
+    def in_blocks(self: PackedTower, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        patches, grid = pack(self, image)
+        return patches[:, blocks], grid
+
+    monkeypatch.setattr(PackedTower, "pack", in_blocks)
+    got = route()
+    assert got["verdict"] == "wrong" and got["worst"] > zoo.ATOL
+
+
 def test_original_refusing_vitviz_size_is_run_at_it(tmp_path: Path) -> None:
     """A bare timm Swin state dict states no size: vitviz runs it at 224 px, which the original built at 64 px
     refuses, so the route was unchecked. The original is set to 224 px by timm's own set_input_size, each stage's
