@@ -83,7 +83,8 @@ def test_position_embedding_without_prefix_rows(qtbot, window, variant_ckpts, im
 
 def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) -> None:  # noqa: ANN001
     panel = show_dock(qtbot, window, "posEmbedDock")
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):    # no table: say it has no positions at all
+    # no table: say it has no positions at all
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(variant_ckpts["no_pos"]), heads=HEADS, rope="none")
     window.session.add_images([str(images[0])])
     qtbot.waitUntil(lambda: panel.message.text() == NO_POS_TEXT, timeout=20000)

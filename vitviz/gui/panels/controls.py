@@ -133,8 +133,9 @@ class ControlsPanel(QWidget):
         self._on_state_changed(set(state.snapshot()))
         self.device_requested.connect(session.set_device)
         self.size_requested.connect(self._on_size_requested)
-        wire(session, model_loaded=self._on_model_loaded, devices_found=self.set_devices,
-             device_changed=self.set_device, size_changed=self.show_size, loading_changed=self._on_loading_changed,
+        session.devices_found.connect(self.set_devices)
+        wire(session.model, model_loaded=self._on_model_loaded, device_changed=self.set_device,
+             size_changed=self.show_size, loading_changed=self._on_loading_changed,
              verification_changed=self._on_verified)
 
     def _on_verified(self) -> None:

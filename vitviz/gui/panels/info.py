@@ -278,8 +278,9 @@ class InfoPanel(LazyPanel):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.browser)
         self.info = ModelInfo()
-        for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready,
-                       session.loading_changed, session.verification_changed):
+        model, images = session.model, session.image_list
+        for signal in (model.model_loaded, model.device_changed, model.loading_changed, model.verification_changed,
+                       images.current_changed, images.result_ready):
             signal.connect(self._on_session_changed)
         self.show_info(gather(session))
 

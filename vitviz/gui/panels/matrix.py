@@ -110,7 +110,7 @@ class MatrixPanel(LazyPanel):
         self._build_plot()
         bar_and_body(self, [self.log_check, self.readout], self.widget)
         state.subscribe(self._on_state)
-        session.current_changed.connect(self.set_maps)
+        session.image_list.current_changed.connect(self.set_maps)
         self.set_maps(session.current_maps)
 
     def _build_plot(self) -> None:
@@ -144,7 +144,7 @@ class MatrixPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ inputs
 
     def set_maps(self, maps: ResultMaps | None) -> None:
-        """Show the matrix of another result (None: nothing); the session's `current_changed` calls this."""
+        """Show the matrix of another result (None: nothing); the image list's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             self.request_redraw()

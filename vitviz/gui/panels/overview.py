@@ -106,8 +106,8 @@ class OverviewPanel(QWidget):
         layout.addWidget(self.widget)
         self._show_axes(False)
         state.subscribe(self.refresh)
-        session.current_changed.connect(self._on_current_changed)
-        session.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
+        session.image_list.current_changed.connect(self._on_current_changed)
+        session.model.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
         self.refresh(STACK_FIELDS)
 
     def _on_current_changed(self, maps: ResultMaps | None) -> None:

@@ -109,9 +109,9 @@ class PosEmbedPanel(Recolourable, QWidget):
         self._stack.addWidget(self.message)
         self._stack.addWidget(self.body)
         state.subscribe(self._on_state)
-        session.model_loaded.connect(self._on_model_loaded)
-        session.pos_embed_ready.connect(self._on_pos_embed_ready)
-        session.loading_changed.connect(self._on_loading_changed)
+        session.model.model_loaded.connect(self._on_model_loaded)
+        session.model.pos_embed_ready.connect(self._on_pos_embed_ready)
+        session.model.loading_changed.connect(self._on_loading_changed)
 
     def _build(self) -> None:
         """Short captions over the three maps (what does not fit them is said in the title above)."""

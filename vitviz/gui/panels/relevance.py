@@ -74,7 +74,7 @@ class RelevancePicker(QWidget):
         self.prompt_edit.returnPressed.connect(self._on_prompt_entered)
         form.addRow("Text prompt", self.prompt_edit)
         self.set_spec(session.model.spec)
-        session.model_loaded.connect(self._on_model_loaded)
+        session.model.model_loaded.connect(self._on_model_loaded)
         state.subscribe(self._on_state_changed)
 
     def set_spec(self, spec: ModelSpec | None) -> None:

@@ -121,7 +121,7 @@ class RolloutPanel(LazyPanel):
         self.timing.setWordWrap(True)          # a long line must not widen the dock (and shrink the image)
         layout.addWidget(self.timing)
         state.subscribe(self._on_state)
-        session.current_changed.connect(self.set_maps)
+        session.image_list.current_changed.connect(self.set_maps)
         self._sync_controls()
         self.set_maps(session.current_maps)
 
@@ -235,7 +235,7 @@ class RolloutPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ drawing
 
     def set_maps(self, maps: ResultMaps | None) -> None:
-        """Show the rollout of another result (None: nothing); the session's `current_changed` calls this."""
+        """Show the rollout of another result (None: nothing); the image list's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             if maps is not None:
