@@ -104,7 +104,7 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     box.button(QMessageBox.StandardButton.Cancel).click()                       # no: nothing is loaded at all
     qtbot.waitUntil(lambda: window.code_box is None, timeout=5000)
     assert window.session.client.pending(Load) == [] and window.session.model.spec is None
-    assert window.session.loading == "" and window.demo_instead_of_model is False
+    assert window.session.model.loading == "" and window.demo_instead_of_model is False
     window.load_code(ref)                                                       # asked again
     box = _box(qtbot, window)
     with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):

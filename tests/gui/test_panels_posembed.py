@@ -151,3 +151,30 @@ def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tin
         assert -1 <= gap <= 20, (label.text, gap)
         assert shown.height() >= item.sceneBoundingRect().height() - 1      # not cut by its view
     assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+
+
+def test_the_panel_is_built_from_the_model_part_alone(qtbot) -> None:  # noqa: ANN001
+    """No session, no worker, no window: the dock follows the model part it shows -- the load on its way, the new
+    model, and its embedding once the part says it is ready."""
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.model_slot import ModelSlot
+    from vitviz.gui.panels.posembed import NO_MODEL_TEXT, PosEmbedPanel
+    from vitviz.gui.protocol import Load, Loaded, PosEmbedded
+    from vitviz.gui.state import ViewState
+
+    model = ModelSlot()
+    panel = PosEmbedPanel(ViewState(), model)
+    qtbot.addWidget(panel)
+    assert panel.message.text() == NO_MODEL_TEXT
+    model.set_loading("/m/tiny.pth")
+    assert panel.message.text().startswith("Loading model tiny")
+    spec = ModelSpec(family="vit", source="x", image_size=(32, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2)
+    model.loaded(Load.make("/m/tiny.pth"), Loaded(spec, "cpu", {}))
+    model.set_loading("")
+    model.model_loaded.emit(spec, "cpu")
+    assert panel.message.text() == "Reading the position embedding…" and panel.data is None
+    pos = np.random.default_rng(2).normal(size=(1 + 16, 16)).astype(np.float32)
+    model.position(PosEmbedded((4, 4), pos_embed_data(pos, (4, 4), 1)))
+    assert panel.data is model.pos_embed and panel._stack.currentWidget() is panel.body
+    np.testing.assert_allclose(panel.cls_item.image, analysis.prefix_pos_similarity(pos, (4, 4), 1), rtol=1e-5,
+                               atol=1e-6)

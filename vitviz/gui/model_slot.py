@@ -40,6 +40,8 @@ class ModelSlot(QObject):
         self.spec: ModelSpec | None = None
         self.device = ""
         self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
+        self.loading = ""                           # the path or name of the model being loaded ('' when no load is
+                                                    # queued or running; the session says, `set_loading`)
         self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
         self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
         self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
@@ -167,6 +169,12 @@ class ModelSlot(QObject):
         self.param_counts = dict(answer.counts)
         self.image_size = None
         self.forget_position()
+
+    def set_loading(self, name: str) -> None:
+        """A load was asked for, answered, failed or dropped: `name` is the one still on its way ('' for none;
+        `loading_changed`)."""
+        self.loading = name
+        self.loading_changed.emit(bool(name))
 
     def take_pending_size(self) -> tuple[int, int] | None:
         """The size asked for before the model loaded (--size), once: None when none was."""

@@ -100,9 +100,8 @@ class Session(QObject):
     def busy(self) -> bool:
         return self.client.busy
 
-    @property
-    def loading(self) -> str:
-        """The path or name of the model being loaded ('' when no load is queued or running)."""
+    def _pending_load(self) -> str:
+        """The path or name of the last load queued or running ('' when none is): what `model.loading` says."""
         loads = self.client.pending(Load)
         return str(loads[-1].path or loads[-1].code or "") if loads else ""
 
@@ -180,7 +179,7 @@ class Session(QObject):
         what = _doing(request)
         previous = self.model.model_path
         if request.kind is Load:
-            self.model.loading_changed.emit(bool(self.loading))
+            self.model.set_loading(self._pending_load())
         elif request.kind is Run:
             path = str(request.image)
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
@@ -216,7 +215,7 @@ class Session(QObject):
         window asks the user first), `path` then being its weights file or None."""
         request = self.client.submit(Load, path=str(path) if path else "",
                                      device=device or self.model.device_preference, **overrides)
-        self.model.loading_changed.emit(True)
+        self.model.set_loading(self._pending_load())
         return request
 
     def reload(self, **changes: Any) -> Request | None:
@@ -437,7 +436,7 @@ class Session(QObject):
         self.devices_found.emit(list(answer.devices))
 
     def _on_loaded(self, request: Request, answer: Loaded) -> None:
-        self.model.loading_changed.emit(bool(self.loading))
+        self.model.set_loading(self._pending_load())
         if answer.refused:
             self._refuse_device(str(request.device), answer.refused)
         spec = answer.spec
@@ -529,8 +528,8 @@ class Session(QObject):
 
     def _on_dropped(self, request: Request | None) -> None:
         """A stale or cancelled request: a load that was replaced ends the loading state when it was the last."""
-        if request is not None and request.kind is Load and not self.loading:
-            self.model.loading_changed.emit(False)
+        if request is not None and request.kind is Load and not self._pending_load():
+            self.model.set_loading("")
         elif request is not None and request.kind is Run:
             self._report_runs()
             self._verify()
@@ -578,8 +577,8 @@ class Session(QObject):
         self._report(request, summary, details)
 
     def _load_failed(self, request: Request, summary: str, details: str) -> None:
-        self.model.loading_changed.emit(bool(self.loading))
-        if not self.loading:
+        self.model.set_loading(self._pending_load())
+        if not self.model.loading:
             self.model.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
         self._report(request, summary, details)
         self.ensure_all()   # the load made queued runs stale; the previous model is still there

@@ -193,7 +193,7 @@ class MainWindow(QMainWindow):
         self.overview = OverviewPanel(state, session)
         self.matrix = MatrixPanel(state, session)
         self.rollout_panel = RolloutPanel(state, session)
-        self.posembed = PosEmbedPanel(state, session)
+        self.posembed = PosEmbedPanel(state, session.model)
         self.headstats = HeadStatsPanel(state, session)
         self.info = InfoPanel(session)
         self.features = FeaturesPanel(state, session)
@@ -646,7 +646,8 @@ class MainWindow(QMainWindow):
         and the box says so rather than promising that what was loaded is still there."""
         from vitviz.gui.session import LOAD_FAILED
 
-        fallback = (self.demo_fallback and title == LOAD_FAILED and self.session.model.spec is None and not self.session.loading
+        model = self.session.model
+        fallback = (self.demo_fallback and title == LOAD_FAILED and model.spec is None and not model.loading
                     and bundled.demo_model() is not None and not self._demo_fallback_done)
         if fallback:
             self._demo_fallback_done = True

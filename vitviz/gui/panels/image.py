@@ -133,7 +133,7 @@ class ImagePanel(QWidget):
         """What the panel says while there is no result to show."""
         s, path = self.session, self.session.image_list.current
         if s.model.spec is None:
-            return base.waiting_text(s, "Open a model (File › Open model) or drop a checkpoint on the window")
+            return base.waiting_text(s.model, "Open a model (File › Open model) or drop a checkpoint on the window")
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
         if path in s.image_list.failed:

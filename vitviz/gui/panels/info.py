@@ -62,7 +62,7 @@ def gather(session: Session) -> ModelInfo:
                      cached_images=len(session.cached_paths()),
                      image=Path(session.image_list.current).name if session.image_list.current else "",
                      top5=maps.result.top_k(5) if maps is not None else [], image_size=session.model.image_size,
-                     loading=session.loading, code=session.model.model_code, layers=session.model.live_layers,
+                     loading=session.model.loading, code=session.model.model_code, layers=session.model.live_layers,
                      skipped=session.model.live_skipped,
                      verdict=session.verdict_line())
 

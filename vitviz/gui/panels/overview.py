@@ -217,7 +217,7 @@ class OverviewPanel(QWidget):
         """What the panel says while it has no tiles."""
         s = self.session
         if s.model.spec is None:
-            return base.waiting_text(s, "Open a model to see every layer's and head's map")
+            return base.waiting_text(s.model, "Open a model to see every layer's and head's map")
         if s.model.awaiting_answers:
             return "Waiting for the settings the file does not say"
         return "Running the image…" if s.image_list.current and s.image_list.current not in s.image_list.failed else "No result for this image"
