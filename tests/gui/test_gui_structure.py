@@ -131,7 +131,7 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
 
     state = ViewState()
     image, overview = ImagePanel(state, session), OverviewPanel(state, session)
-    matrix, rollout = MatrixPanel(state, session), RolloutPanel(state, session)
+    matrix, rollout = MatrixPanel(state, session.image_list), RolloutPanel(state, session.image_list)
     stats, info, listing = HeadStatsPanel(state, session), InfoPanel(session), ImageListPanel(session)
     panels = (image, overview, matrix, rollout, stats, info, listing)
     for panel in panels:

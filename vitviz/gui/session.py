@@ -5,9 +5,14 @@ images (`image_list`, an `ImageList`: order, current image, failed runs, run pro
 
 The session itself is intents and answers: it turns user intents (load this checkpoint, run these images, show
 this one, move to CUDA, use another input size) into worker requests, routes each answer to the part it changes
-and says so by its signals. Panels subscribe to those signals the way they subscribe to `ViewState`;
-`current_changed` says that what the current image shows changed. The parts are its surface: read them where
-they are defined (`session.model.spec`, `session.image_list.paths`), never through forwarded names. No widgets here.
+and says so by that part's signals (napari's `viewer.layers` / `viewer.dims`): what is about the model is said by
+`model` (`model_loaded`, `loading_changed`, `verification_changed`, `size_changed`, `pos_embed_ready`, ...), what is
+about the images and their runs by `image_list` (`images_added`, `current_changed`: what the current image shows
+changed, `result_ready`, `run_failed`, ...); the session's own signals are the worker's (status, busy, progress,
+stuck), errors, notes, the devices and the catalog. Panels subscribe to the part they show the way they subscribe to
+`ViewState`, and a panel that needs no more is built from that part alone. The parts are its surface: read them
+where they are defined (`session.model.spec`, `session.image_list.paths`), never through forwarded names. No widgets
+here.
 """
 from __future__ import annotations
 
@@ -38,7 +43,9 @@ HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H
 
 class Session(QObject):
     """Owns the worker client and the parts -- `model` (ModelSlot), `image_list` (ImageList), `results`
-    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and signals."""
+    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and their signals
+    (emitted in the order the panels need: a new model's `current_changed(None)` before its `model_loaded`). Its own
+    signals are about the session itself, never a part's."""
 
     error = Signal(str, str, str)           # dialog title, summary, details
     note = Signal(str)                      # something to tell the user that is not an error
