@@ -99,13 +99,13 @@ def answer_assumptions(qtbot, window, choices: dict | None, remember: bool = Fal
     for field, value in choices.items():
         dialog.choose(field, value)
         dialog.confirm(field)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         dialog.accept()
 
 
 def load_model(qtbot, window, path, images) -> None:  # noqa: ANN001
     """Load `path` (2 heads) in the window, add `images` and wait until everything ran."""
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(path), heads=HEADS)
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)
@@ -125,7 +125,7 @@ def open_at(qtbot, window, screen: tuple[int, int], model: Path, image: Path, **
     from vitviz.gui.window import default_size
 
     window.use_size(default_size(QRect(0, 0, *screen)))
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         window.load_model(str(model), **load)
     window.session.add_images([str(image)])
     qtbot.waitUntil(window.is_idle, timeout=60000)

@@ -131,7 +131,7 @@ def window(qtbot, settings):  # noqa: ANN001, ANN201
 @pytest.fixture
 def loaded(qtbot, window, tiny_ckpt, images):  # noqa: ANN001, ANN201
     """A window with the tiny model loaded and the three images run."""
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)

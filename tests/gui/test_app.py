@@ -19,7 +19,7 @@ def test_unavailable_device_is_reported_and_the_model_runs_on_cpu(qtbot, window,
 
     if device.startswith("cuda") and torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         apply_args(window, parse(str(images[0]), "--model", str(tiny_ckpt), "--heads", str(HEADS),
                                  "--device", device))
     wait_idle(qtbot, window)

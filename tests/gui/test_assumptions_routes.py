@@ -28,8 +28,8 @@ def test_a_windowed_model_with_a_guessed_head_count_is_not_asked(qtbot, tmp_path
     try:
         session.model.ask_assumptions = True               # as the window sets it
         asked_specs: list = []
-        session.assumptions_asked.connect(asked_specs.append)
-        with qtbot.waitSignal(session.model_loaded, timeout=20000):
+        session.model.assumptions_asked.connect(asked_specs.append)
+        with qtbot.waitSignal(session.model.model_loaded, timeout=20000):
             session.load_model(str(tmp_path / "sam.pth"), device="cpu", window=2, global_blocks=(1,))
         assert session.model.spec.windowed and not session.model.awaiting_answers and not asked_specs
         assert not session.client.pending(Load)

@@ -82,7 +82,7 @@ class FakeVerification:
 def _ask(qtbot, window, path: Path, images: list[Path]):  # noqa: ANN001, ANN202
     """Load `path` with images waiting; the dialog opens by itself."""
     window.session.add_images([str(p) for p in images])
-    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
+    with qtbot.waitSignal(window.session.model.assumptions_asked, timeout=20000):
         window.load_model(str(path))
     qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
                     timeout=5000)
@@ -146,13 +146,13 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
     assert st.remembered_settings(settings, str(hand_written)) == {"block_norm": "post", "act": "relu",
                                                                    "attn_scale": 0.0}
     assert window.session.model.spec.source_of("block_norm").startswith("remembered: you answered post")
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):   # another model, then this one again
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):   # another model, then this one again
         window.load_model(str(tiny_ckpt), heads=HEADS)
     other = _second_window(qtbot, settings)                               # a new window: nothing kept in memory
     try:
         asked_: list[object] = []
-        other.session.assumptions_asked.connect(asked_.append)
-        with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
+        other.session.model.assumptions_asked.connect(asked_.append)
+        with qtbot.waitSignal(other.session.model.model_loaded, timeout=20000):
             other.load_model(str(hand_written))
         spec = other.session.model.spec
         assert asked_ == [] and other.assumptions_dialog is None
@@ -164,7 +164,7 @@ def test_remembered_answers_open_the_file_unasked(qtbot, window, settings, hand_
         panel = other.controls.model_settings
         panel.norm_combo.setCurrentIndex(panel.norm_combo.findData("pre"))
         panel.norm_combo.activated.emit(panel.norm_combo.currentIndex())
-        with qtbot.waitSignal(other.session.model_loaded, timeout=20000):
+        with qtbot.waitSignal(other.session.model.model_loaded, timeout=20000):
             panel.apply()
         assert other.session.model.spec.block_norm == "pre"
         assert st.remembered_settings(settings, str(hand_written))["block_norm"] == "pre"
@@ -181,7 +181,7 @@ def test_without_remembering_a_new_window_asks_again(qtbot, window, settings, ha
     assert st.remembered_settings(settings, str(hand_written)) == {}
     other = _second_window(qtbot, settings)
     try:
-        with qtbot.waitSignal(other.session.assumptions_asked, timeout=20000):
+        with qtbot.waitSignal(other.session.model.assumptions_asked, timeout=20000):
             other.load_model(str(hand_written))
         assert other.session.model.spec.block_norm == "pre"
     finally:
@@ -223,8 +223,8 @@ def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, windo
     """A library layout (timm keys) with assumptions is not asked about; the line says what is assumed, the
     dialog is one click away."""
     asked_: list[object] = []
-    window.session.assumptions_asked.connect(asked_.append)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    window.session.model.assumptions_asked.connect(asked_.append)
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     s, status = window.session, window.status
     n = len(s.model.spec.assumptions)
@@ -242,11 +242,11 @@ def test_a_bare_state_dict_is_not_verified_and_says_its_assumptions(qtbot, windo
 
 def test_a_timm_hub_folder_is_verified_against_timm(qtbot, window, timm_folder, images) -> None:  # noqa: ANN001
     pytest.importorskip("vitviz.core.analyses.verify")
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(timm_folder))
     s = window.session
     assert s.model.spec.assumptions == () and window.status.verdict_label.text() == "Not verified"
-    with qtbot.waitSignal(s.verification_changed, timeout=60000,
+    with qtbot.waitSignal(s.model.verification_changed, timeout=60000,
                           check_params_cb=lambda *a: s.model.verification is not None or bool(s.model.verify_failure)):
         s.add_images([str(images[0])])
     assert s.model.verify_failure == "" and s.model.verification.verdict == "verified"
@@ -274,7 +274,7 @@ def test_a_model_that_differs_is_an_error_and_stale_verdicts_are_dropped(qtbot, 
 
     monkeypatch.setattr(Verify, "__call__", fake_verify)
     s = window.session
-    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+    with qtbot.waitSignal(s.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     s.add_images([str(images[0])])
     qtbot.waitUntil(lambda: len(calls) == 1, timeout=20000)                   # the check of the first model runs
@@ -313,7 +313,7 @@ def test_the_command_line_states_what_the_file_does_not(qtbot, window, hand_writ
     from vitviz.gui.app import apply_args
 
     scale = 16 ** -0.5
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         apply_args(window, parse(str(images[0]), "--model", str(hand_written), "--block-norm", "post", "--act",
                                  "gelu", "--attn-scale", str(scale)))
     spec = window.session.model.spec
@@ -334,13 +334,13 @@ def test_enter_on_the_question_keeps_every_guess_a_guess(qtbot, window, settings
 
     loads: list[object] = []
     window.session.add_images([str(images[0])])
-    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
+    with qtbot.waitSignal(window.session.model.assumptions_asked, timeout=20000):
         window.load_model(str(tiny_ckpt))
     qtbot.waitUntil(lambda: window.assumptions_dialog is not None and window.assumptions_dialog.isVisible(),
                     timeout=5000)
     s = window.session
     spec, assumed = s.model.spec, s.model.spec.assumptions
-    s.model_loaded.connect(lambda *_a: loads.append(1))
+    s.model.model_loaded.connect(lambda *_a: loads.append(1))
     dialog = window.assumptions_dialog
     assert not dialog.remember_check.isChecked()
     QTest.keyClick(dialog, Qt.Key.Key_Return)                               # "Use my answers", nothing answered
@@ -366,7 +366,7 @@ def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, ti
     drops it from the store and loads the model again with those settings assumed (and marked) again."""
     st.remember_settings(settings, str(tiny_ckpt), {"heads": 4, "block_norm": "post"})
     window.session.add_images([str(images[0])])
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     s = window.session
     assert s.model.spec.num_heads == 4 and s.model.spec.kind_of("num_heads") == "given" and s.model.remembered == {"heads",
@@ -379,7 +379,7 @@ def test_forgetting_remembered_answers_in_the_window(qtbot, window, settings, ti
     assert not panel.marks["heads"].isVisibleTo(panel)                      # given: no '?'
     wait_idle(qtbot, window)
     assert "remembered: you answered 4" in show_dock(qtbot, window, "infoDock").text()
-    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+    with qtbot.waitSignal(s.model.model_loaded, timeout=20000):
         panel.forget_button.click()
     assert st.remembered_settings(settings, str(tiny_ckpt)) == {} and s.model.remembered == frozenset()
     assert s.model.spec.num_heads == 1 and s.model.spec.heads_guessed and s.model.spec.kind_of("block_norm") == "assumed"
@@ -405,7 +405,7 @@ def test_an_answer_remembered_now_is_said_as_remembered_and_a_changed_one_is_not
     panel = window.controls.model_settings
     panel.scale_edit.setText("0.5")
     panel.scale_edit.textEdited.emit("0.5")
-    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+    with qtbot.waitSignal(s.model.model_loaded, timeout=20000):
         panel.apply()
     assert s.model.spec.source_of("attn_scale") == "override" and s.model.remembered == frozenset()
     assert st.remembered_settings(settings, str(hand_written)) == {}
@@ -430,7 +430,7 @@ def test_what_the_window_was_told_is_used_by_the_command_line(qtbot, window, tin
     assert "using what you told the window" in captured.err and "heads 4" in captured.err
     assert main(["info", str(tiny_ckpt), "--json", "--heads", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["num_heads"] == 2
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))                  # the window reads the same store
     assert window.session.model.spec.num_heads == 4 and window.session.model.spec.block_norm == "post"
 
@@ -460,7 +460,7 @@ def test_an_answers_store_nested_too_deeply_does_not_stop_a_load(qtbot, window, 
     store.write_text("{" * 1 + '"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
     monkeypatch.setenv("VITVIZ_ANSWERS", str(store))
     model = shutil.copytree(DEMO, tmp_path / "my_model")   # not the bundled demo, whose answers are never read
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(model))
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)

@@ -104,10 +104,10 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
     box.button(QMessageBox.StandardButton.Cancel).click()                       # no: nothing is loaded at all
     qtbot.waitUntil(lambda: window.code_box is None, timeout=5000)
     assert window.session.client.pending(Load) == [] and window.session.model.spec is None
-    assert window.session.loading == "" and window.demo_instead_of_model is False
+    assert window.session.model.loading == "" and window.demo_instead_of_model is False
     window.load_code(ref)                                                       # asked again
     box = _box(qtbot, window)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         box.findChild(type(box.button(QMessageBox.StandardButton.Cancel)), "runCodeButton").click()
     wait_idle(qtbot, window)
     s = window.session
@@ -133,7 +133,7 @@ def test_the_window_asks_before_running_the_files_code(qtbot, window, user_code,
 
 def test_screenshot_mode_takes_the_flag_as_the_answer(qtbot, window, user_code, images) -> None:  # noqa: ANN001
     window.trust_code = True                                                    # what --screenshot sets
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         apply_args(window, parse(str(images[0]), "--code", f"{user_code}:build"))
     assert window.code_box is None and window.session.model.spec.family == "live"
 
@@ -164,7 +164,7 @@ def test_a_live_forward_stops_between_the_users_blocks(qtbot, user_code, images,
 
 def test_a_module_that_cannot_be_stopped_is_said(qtbot, window, user_code, images) -> None:  # noqa: ANN001
     window.trust_code = True
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_code(f"{user_code}:flat")
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)

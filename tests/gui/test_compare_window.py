@@ -60,7 +60,7 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
 def test_permuted_heads_are_recovered_in_the_label(qtbot, window, images, tmp_path) -> None:  # noqa: ANN001
     heads = len(PERM)
     write_permuted_heads(tmp_path, PERM)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tmp_path / "a.pth"), heads=heads)
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)

@@ -111,7 +111,7 @@ def test_display_problem() -> None:
 
 
 def test_the_title_names_vitviz_once(qtbot, window, fake_demo) -> None:  # noqa: ANN001
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_demo()
     assert window.windowTitle() == "vitviz — demo"
     code = ("from vitviz.gui.app import ensure_app; app = ensure_app(); app.setApplicationName('other'); "
@@ -172,7 +172,7 @@ def _answer_box(button_text: str) -> None:
 def test_a_huge_export_is_announced_with_its_size(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
     w = loaded
     big = _big_original(tmp_path)
-    with qtbot.waitSignal(w.session.result_ready, timeout=30000):
+    with qtbot.waitSignal(w.session.image_list.result_ready, timeout=30000):
         w.session.add_images([str(big)], show=True)
     maps = w.session.result(str(big))
     h, w_ = file_actions.exporting.native_size(maps)                     # the centre crop the model saw

@@ -17,7 +17,7 @@ from vitviz.gui.app import apply_args
 
 def start(qtbot, window, *argv: str) -> None:  # noqa: ANN001
     """Apply command-line arguments and wait until the model has loaded and every image has run."""
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         apply_args(window, parse(*argv))
     wait_idle(qtbot, window, timeout=60000)
 
@@ -128,7 +128,7 @@ def test_a_bad_first_model_opens_the_demo_instead_and_says_so(qtbot, window, tmp
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"not a checkpoint at all")
     window.demo_fallback = True            # as run_app sets it (not under --screenshot)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(bad))
     wait_idle(qtbot, window)
     assert bundled.is_demo(window.session.model.model_path)
@@ -151,7 +151,7 @@ def test_after_a_bad_first_model_the_demo_runs_on_its_own_images(qtbot, window, 
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"not a checkpoint at all")
     window.demo_fallback = True
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(bad))
         window.add_bundled_images_after_load()          # what `vitviz --model broken.pth` does (gui/app.py)
     wait_idle(qtbot, window)
@@ -166,7 +166,7 @@ def test_a_one_channel_model_gets_no_photographs(qtbot, window, tmp_path: Path) 
     from _tiny import write_tiny_checkpoint
 
     mnist = write_tiny_checkpoint(tmp_path / "mnist_vit.pth", in_chans=1)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(mnist), heads=HEADS)
         window.add_bundled_images_after_load()
     wait_idle(qtbot, window)
@@ -174,7 +174,7 @@ def test_a_one_channel_model_gets_no_photographs(qtbot, window, tmp_path: Path) 
     assert any("1-channel images" in n and "Open images" in n for n in window.notes)
     photo = tmp_path / "three.pth"
     write_tiny_checkpoint(photo)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.choose_model(str(photo))                 # a 3-channel model from the menu: the photographs
     qtbot.waitUntil(lambda: len(window.session.image_list.paths) > 0, timeout=10000)
     assert all(not Path(p).name.startswith("shapes_") for p in window.session.image_list.paths)

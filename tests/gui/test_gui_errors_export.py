@@ -179,7 +179,7 @@ def test_command_line_selection_out_of_range(qtbot, window, tiny_ckpt, images, f
     p = argparse.ArgumentParser()
     add_window_arguments(p)
     args = p.parse_args([str(images[0]), "--model", str(tiny_ckpt), "--heads", "2", *flags])
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         apply_args(window, args)
     assert any(needle in summary for _, summary in window.reporter.errors), window.reporter.errors
     wait_idle(qtbot, window)
@@ -194,7 +194,7 @@ def test_nan_maps_are_an_error_box_not_a_picture(qtbot, window, tiny_ckpt, image
 
     from vitviz.core.reading import validate
     monkeypatch.setattr(validate, "normalized_reach", lambda _m, _s: 0.0)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS, std=(1e-30,))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)

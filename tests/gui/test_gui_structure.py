@@ -131,7 +131,7 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
 
     state = ViewState()
     image, overview = ImagePanel(state, session), OverviewPanel(state, session)
-    matrix, rollout = MatrixPanel(state, session), RolloutPanel(state, session)
+    matrix, rollout = MatrixPanel(state, session.image_list), RolloutPanel(state, session.image_list)
     stats, info, listing = HeadStatsPanel(state, session), InfoPanel(session), ImageListPanel(session)
     panels = (image, overview, matrix, rollout, stats, info, listing)
     for panel in panels:
@@ -139,7 +139,7 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
         panel.show()
         qtbot.waitExposed(panel)
     assert image.title.text.startswith("Open a model")
-    with qtbot.waitSignal(session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(session.model.model_loaded, timeout=20000):
         session.load_model(str(tiny_ckpt), heads=HEADS)
     session.add_images([str(p) for p in images])
     assert listing.paths() == [str(p) for p in images] and listing.current_path() == str(images[0])
@@ -147,7 +147,7 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
     first, second = (session.result(str(p)) for p in images[:2])
     assert matrix._maps is first and rollout._maps is first and overview._maps is first
 
-    with qtbot.waitSignal(session.current_changed, timeout=5000) as blocker:
+    with qtbot.waitSignal(session.image_list.current_changed, timeout=5000) as blocker:
         listing.list.setCurrentRow(1)                       # the user picks another image in the list
     assert blocker.args == [second] and session.image_list.current == str(images[1])
     assert matrix._maps is second and rollout._maps is second

@@ -144,7 +144,7 @@ def _drop(window, paths: list[Path]) -> None:  # noqa: ANN001
 
 
 def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         _drop(window, [tiny_ckpt])
     answer_heads(qtbot, window, HEADS)                           # the file does not say: the window asks
     assert window.session.model.spec.depth == 2 and window.session.model.spec.num_heads == HEADS
@@ -157,7 +157,7 @@ def test_drop_checkpoint_then_images_and_folder(qtbot, window, tiny_ckpt, images
 
 def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
     w = loaded
-    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.image_list.result_ready, timeout=20000):
         w.session.set_image_size((32, 48))
     result = w.session.result(w.session.image_list.current).result
     assert result.grid == (4, 6) and result.image.shape[:2] == (32, 48)
@@ -169,7 +169,7 @@ def test_input_size_non_square(qtbot, loaded, images) -> None:  # noqa: ANN001
 def test_input_size_in_whole_patches_is_noted(qtbot, loaded, images) -> None:  # noqa: ANN001
     """A size that is not whole 8-px patches runs rounded down, and the status bar says so (also once idle)."""
     w = loaded
-    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.image_list.result_ready, timeout=20000):
         w.session.set_image_size((36, 43))
     note = "Input size 36×43 is not a multiple of the 8 px patch; using 32×40"
     assert w.session.model.image_size == (32, 40) and w.notes == [note]
@@ -231,7 +231,7 @@ def test_move_to_cuda_gives_the_same_maps(qtbot, loaded, images) -> None:  # noq
     cpu = w.session.result(w.session.image_list.current).result.attentions
     combo = w.controls.device_combo
     qtbot.waitUntil(lambda: "cuda" in [combo.itemText(i) for i in range(combo.count())], timeout=20000)
-    with qtbot.waitSignal(w.session.device_changed, timeout=60000):
+    with qtbot.waitSignal(w.session.model.device_changed, timeout=60000):
         w.controls.device_requested.emit("cuda")
     assert w.session.model.device.startswith("cuda") and w.controls.device_combo.currentText().startswith("cuda")
     w.set_image_size(32, 32 + 8)      # forces new runs, now on the GPU

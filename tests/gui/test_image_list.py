@@ -64,7 +64,7 @@ def test_remove_failed_images(qtbot, loaded, tmp_path, images) -> None:  # noqa:
     w = loaded
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"not a png")
-    with qtbot.waitSignal(w.session.run_failed, timeout=20000):
+    with qtbot.waitSignal(w.session.image_list.run_failed, timeout=20000):
         w.session.add_images([str(bad)])
     wait_idle(qtbot, w)
     w.reporter.box.close()
@@ -78,7 +78,7 @@ def test_remove_failed_images(qtbot, loaded, tmp_path, images) -> None:  # noqa:
 
 def test_removing_an_image_drops_its_queued_run(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     w = window
-    with qtbot.waitSignal(w.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(w.session.model.model_loaded, timeout=30000):
         w.load_model(str(tiny_ckpt), heads=HEADS)
     w.session.add_images([str(p) for p in images])
     w.session.remove_images([str(images[2])])                             # queued behind the others
@@ -120,10 +120,10 @@ def test_open_folder_dialogs(qtbot, window, many, tmp_path, monkeypatch) -> None
 
 def test_a_run_of_many_images_counts_and_estimates(qtbot, window, tiny_ckpt, many) -> None:  # noqa: ANN001
     w = window
-    with qtbot.waitSignal(w.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(w.session.model.model_loaded, timeout=30000):
         w.load_model(str(tiny_ckpt), heads=HEADS)
     reports: list[tuple[int, int, float]] = []
-    w.session.run_progress.connect(lambda done, total, left: reports.append((done, total, left)))
+    w.session.image_list.run_progress.connect(lambda done, total, left: reports.append((done, total, left)))
     lines: list[str] = []
     w.statusBar().messageChanged.connect(lines.append)
     w.session.add_images([str(p) for p in many[:6]])

@@ -62,7 +62,7 @@ def test_misbehaving_code_is_one_error_and_the_model_stays(qtbot, loaded, images
     before = (s.model.spec, s.model.model_path)
     code = f"{tmp_path / ('m' * 300 + '.py')}:build" if case == "long file name" else f"{BAD}:{factory}"
     window.trust_code = True
-    with qtbot.waitSignal(s.loading_changed, timeout=30000, check_params_cb=lambda busy: not busy):
+    with qtbot.waitSignal(s.model.loading_changed, timeout=30000, check_params_cb=lambda busy: not busy):
         window.load_code(code, str(weights[weights_name]) if weights_name else None, **overrides)
     wait_idle(qtbot, window)
     titles = [t for t, _ in window.reporter.errors]
@@ -78,7 +78,7 @@ def test_misbehaving_code_is_one_error_and_the_model_stays(qtbot, loaded, images
 
 def test_nan_attention_on_a_picture_is_a_run_error(qtbot, window, images) -> None:  # noqa: ANN001
     window.trust_code = True
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_code(f"{BAD}:nan_on_images")
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
@@ -120,7 +120,7 @@ def test_stop_waiting_on_a_load_brings_the_previous_model_back(qtbot, loaded, im
     window.load_code(f"{BAD}:hangs")
     try:
         _stop(qtbot, window)
-        with qtbot.waitSignal(s.model_loaded, timeout=30000):    # the model loaded before, in a fresh worker
+        with qtbot.waitSignal(s.model.model_loaded, timeout=30000):    # the model loaded before, in a fresh worker
             pass
         wait_idle(qtbot, window)
         assert s.model.model_path == path and s.model.spec.family != "live"
@@ -130,7 +130,7 @@ def test_stop_waiting_on_a_load_brings_the_previous_model_back(qtbot, loaded, im
         assert all(s.result(str(p)) is not None for p in images)     # its images run again
     finally:
         _released(qtbot, flag)
-    with qtbot.waitSignal(s.model_loaded, timeout=30000):            # and the window loads what it is given
+    with qtbot.waitSignal(s.model.model_loaded, timeout=30000):            # and the window loads what it is given
         window.load_code(f"{BAD}:tiny")
     wait_idle(qtbot, window)
     assert s.model.spec.family == "live"
@@ -142,12 +142,12 @@ def test_stop_waiting_on_a_run_reloads_the_model_and_marks_the_image(qtbot, wind
     flag = _flag(tmp_path, monkeypatch)
     s.stop_waiting_after = 0.3
     window.trust_code = True
-    with qtbot.waitSignal(s.model_loaded, timeout=30000):
+    with qtbot.waitSignal(s.model.model_loaded, timeout=30000):
         window.load_code(f"{BAD}:hangs_on_images")              # its probes finish; a picture does not
     try:
         s.add_images([str(images[0])])
         _stop(qtbot, window)
-        with qtbot.waitSignal(s.model_loaded, timeout=30000):    # the same model again, in a fresh worker
+        with qtbot.waitSignal(s.model.model_loaded, timeout=30000):    # the same model again, in a fresh worker
             pass
         wait_idle(qtbot, window)
         assert s.model.spec.family == "live" and s.model.model_code == f"{BAD}:hangs_on_images"
@@ -155,7 +155,7 @@ def test_stop_waiting_on_a_run_reloads_the_model_and_marks_the_image(qtbot, wind
         assert any("loading" in n and "again in a fresh worker" in n for n in window.notes)
     finally:
         _released(qtbot, flag)
-    with qtbot.waitSignal(s.model_loaded, timeout=30000):            # the window is usable
+    with qtbot.waitSignal(s.model.model_loaded, timeout=30000):            # the window is usable
         window.load_model(str(tiny_ckpt), heads=HEADS)
     wait_idle(qtbot, window)
     assert s.result(str(images[0])) is not None and window.reporter.errors == []

@@ -96,14 +96,14 @@ def test_a_map_the_model_cannot_give_is_said_not_silently_replaced(qtbot, window
     from vitviz.gui.app import apply_args
 
     apply_args(window, parse("--map", "pool"))
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     assert window.state.source == "cls"
     assert any("--map pool" in summary and "MAP pooling head" in summary for _t, summary in window.reporter.errors)
     window.reporter.errors.clear()
     window.state.update(source="pool")
     window.notes.clear()
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     assert window.state.source == "cls" and any("MAP pooling head" in n for n in window.notes), window.notes
 
@@ -118,11 +118,11 @@ def test_the_map_on_show_is_made_in_the_worker_for_new_images(qtbot, window, tin
 
     window.state.update(source="entropy")
     assert window.session.precompute == (MapKind("entropy"),)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     asked: list[Run] = []
     window.session.client.answered.connect(lambda r, a: asked.append(r) if isinstance(r, Run) else None)
-    with qtbot.waitSignal(window.session.result_ready, timeout=20000):
+    with qtbot.waitSignal(window.session.image_list.result_ready, timeout=20000):
         window.session.add_images([str(images[0])])
     assert asked and asked[0].also == (MapKind("entropy"),)
     assert MapKind("entropy") in window.session.cached(str(images[0]))._stacks   # made before it reached the GUI

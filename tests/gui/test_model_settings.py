@@ -17,7 +17,7 @@ from vitviz.gui.protocol import Run
 def _load_unsaid(qtbot, window, path, images):  # noqa: ANN001, ANN202
     """Load a file that holds no head count, with images waiting to run."""
     window.session.add_images([str(p) for p in images])
-    with qtbot.waitSignal(window.session.assumptions_asked, timeout=20000):
+    with qtbot.waitSignal(window.session.model.assumptions_asked, timeout=20000):
         window.load_model(str(path))
     return window.assumptions_dialog
 
@@ -49,8 +49,8 @@ def test_a_guessed_head_count_is_asked_before_anything_runs(qtbot, window, tiny_
 def test_a_remembered_head_count_opens_the_file_unasked(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     st.remember_heads(window.settings, str(tiny_ckpt), 4)
     asked: list[object] = []
-    window.session.assumptions_asked.connect(asked.append)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    window.session.model.assumptions_asked.connect(asked.append)
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
@@ -70,7 +70,7 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
     assert panel.marks["heads"].isVisibleTo(panel)                                      # still a guess
     panel.mean_edit.setText("0.25")
     panel.mean_edit.textEdited.emit("0.25")
-    with qtbot.waitSignal(s.model_loaded, timeout=20000):                               # kept: not asked again
+    with qtbot.waitSignal(s.model.model_loaded, timeout=20000):                               # kept: not asked again
         panel.apply()
     assert not s.model.awaiting_answers and window.assumptions_dialog is None and s.model.spec.preprocess.mean == (0.25,)
     wait_idle(qtbot, window)
@@ -80,7 +80,7 @@ def test_keeping_the_guess_runs_the_images_with_it(qtbot, window, tiny_ckpt, ima
 def test_without_asking_the_guess_is_said(qtbot, window, tiny_ckpt, images) -> None:  # noqa: ANN001
     """--screenshot has nobody to ask: the guess is used and said (on stderr), as the CLI says it."""
     window.session.model.ask_assumptions = False
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
@@ -116,7 +116,7 @@ def test_editing_the_settings_reloads_with_the_overrides(qtbot, loaded, images) 
     panel.std_edit.setText("0.25, 0.25, 0.25")
     panel.std_edit.textEdited.emit("0.25, 0.25, 0.25")
     assert panel.changes() == {"mean": (0.5,), "std": (0.25, 0.25, 0.25)} and panel.apply_button.isEnabled()
-    with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(w.session.model.model_loaded, timeout=20000):
         panel.apply_button.click()
     s = w.session
     assert s.model.spec.preprocess.mean == (0.5,) and s.model.spec.preprocess.std == (0.25, 0.25, 0.25)
@@ -127,7 +127,7 @@ def test_editing_the_settings_reloads_with_the_overrides(qtbot, loaded, images) 
     np.testing.assert_allclose(after, (before - 0.5) / 0.25, rtol=1e-5, atol=1e-5)      # re-run with them
     panel.heads_combo.setCurrentIndex(panel.heads_combo.findData(4))
     panel.heads_combo.activated.emit(panel.heads_combo.currentIndex())
-    with qtbot.waitSignal(w.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(w.session.model.model_loaded, timeout=20000):
         panel.apply()
     assert s.model.spec.num_heads == 4 and s.model.load_overrides["heads"] == 4 and s.model.spec.preprocess.mean == (0.5,)
 

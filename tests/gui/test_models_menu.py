@@ -76,7 +76,7 @@ def test_menu_lists_the_caches_and_recent_files_and_loads_a_choice(qtbot, window
     assert named["torchvision:vit_b_16:IMAGENET1K_V1"].endswith("\tcached")
     assert "\tdownload " in named["torchvision:vit_l_16:IMAGENET1K_V1"]
     assert len(named) == len(catalog.named_models())
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         entries[str(cached)].trigger()
     if window.session.model.awaiting_answers:        # the tiny file under a torchvision name holds no head count
         answer_heads(qtbot, window, None)
@@ -104,7 +104,7 @@ def test_empty_caches_say_where_they_looked_and_refresh_finds_new_files(qtbot, w
 def test_named_model_on_the_command_line_uses_the_cache(qtbot, window, caches, tiny_ckpt) -> None:  # noqa: ANN001
     torch_dir, _ = caches
     shutil.copy(tiny_ckpt, torch_dir / TV_FILE)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         apply_args(window, parse("--model", "torchvision:vit_b_16", "--heads", "2"))
     assert window.session.model.model_path == "torchvision:vit_b_16"
     assert window.session.model.spec.num_heads == 2 and window.session.model.spec.grid == (4, 4)
@@ -120,7 +120,7 @@ def test_named_model_is_downloaded_with_progress(qtbot, window, caches, tiny_ckp
                                                                     check_hash=False))
     progress: list[tuple[str, float]] = []
     window.session.client.progress.connect(lambda text, fraction: progress.append((text, fraction)))
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         window.choose_model("torchvision:vit_b_32")
     assert (torch_dir / "vit_b_32-d86f8d99.pth").read_bytes() == tiny_ckpt.read_bytes()
     assert progress[0][1] == 0.0 and progress[-1][1] == 1.0
@@ -150,12 +150,12 @@ def test_demo_entry_loads_the_demo_and_keeps_the_users_images(qtbot, window, cac
     scan(qtbot, window)
     demo = next(a for a in window.menus.models.actions() if a.objectName() == "demo_model")
     assert demo.isEnabled()
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         demo.trigger()
     assert window.images.paths() == [str(p) for p in demo_images]
     assert window.models.stale                      # the next show scans again
     wait_idle(qtbot, window, timeout=60000)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=60000):
         window.choose_model(str(ckpt))              # a list with images is left as it is
     assert window.images.paths() == [str(p) for p in demo_images]
 

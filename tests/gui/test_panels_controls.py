@@ -53,3 +53,23 @@ def test_sliders_are_greyed_out_on_mean(qtbot, loaded) -> None:  # noqa: ANN001
     loaded.state.update(source="rollout", head="mean")
     qtbot.mouseClick(c.head_slider, Qt.MouseButton.LeftButton, pos=QPoint(5, c.head_slider.height() // 2))
     assert loaded.state.head == "mean" and not c.head_slider.isEnabled()    # rollout: heads stay off
+
+
+def test_the_relevance_picker_is_built_from_the_model_part_alone(qtbot) -> None:  # noqa: ANN001
+    """No session or window: the picker offers the classes of the model its part says has loaded."""
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.model_slot import ModelSlot
+    from vitviz.gui.panels.relevance import TOP_CLASS, RelevancePicker
+    from vitviz.gui.state import ViewState
+
+    model = ModelSlot()
+    picker = RelevancePicker(ViewState(), model)
+    qtbot.addWidget(picker)
+    assert [picker.class_combo.itemText(i) for i in range(picker.class_combo.count())] == [TOP_CLASS]
+    spec = ModelSpec(family="vit", source="x", image_size=(32, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2,
+                     num_classes=3)
+    model.model_loaded.emit(spec, "cpu")
+    assert picker.class_combo.count() == 1 + 3 and picker.isEnabled()
+    model.model_loaded.emit(ModelSpec(family="vit", source="x", image_size=(32, 32), patch_size=8, embed_dim=16,
+                                      depth=2, num_heads=2, num_classes=0), "cpu")
+    assert picker.class_combo.count() == 1 and not picker.isEnabled()     # no classifier: nothing to explain

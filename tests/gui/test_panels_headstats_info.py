@@ -54,7 +54,7 @@ def test_average_over_images(qtbot, loaded, images) -> None:  # noqa: ANN001
     each = [analysis.mean_attention_distance(w.session.result(str(p)).result) for p in images]
     np.testing.assert_allclose(panel.shown[0], np.mean(each, axis=0), rtol=1e-6)
     assert "all 3 images" in panel.average_check.text()
-    with qtbot.waitSignal(w.session.result_ready, timeout=20000):
+    with qtbot.waitSignal(w.session.image_list.result_ready, timeout=20000):
         w.session.set_image_size((32, 48))                                         # another size: statistics start over
     wait = [p for p in images]
     qtbot.waitUntil(lambda: all(w.session.result(str(p)) is not None for p in wait), timeout=20000)
@@ -163,7 +163,7 @@ def test_the_token_kind_plot_of_a_model_without_prefix_tokens_says_why_it_is_emp
     panel = show_dock(qtbot, loaded, "headStatsDock")
     qtbot.waitUntil(lambda: panel.kinds.values is not None, timeout=20000)
     assert panel.kinds.plot.isVisible() and panel.kinds.title.text == KINDS_TITLE and "cls" in panel.kinds.key.text()
-    with qtbot.waitSignal(loaded.session.model_loaded, timeout=60000):
+    with qtbot.waitSignal(loaded.session.model.model_loaded, timeout=60000):
         loaded.load_model(str(swin24))
     qtbot.waitUntil(loaded.is_idle, timeout=60000)
     panel.request_redraw()

@@ -92,3 +92,23 @@ def test_hidden_tab_skips_redraws_and_catches_up(qtbot, loaded, images) -> None:
     np.testing.assert_array_equal(panel.image_item.image, before)  # no work behind the tab
     show_dock(qtbot, w, "matrixDock")
     qtbot.waitUntil(lambda: np.allclose(panel.image_item.image, attn[0, 1]), timeout=5000)
+
+
+def test_a_matrix_built_from_the_image_list_alone_follows_it(qtbot, loaded, images) -> None:  # noqa: ANN001
+    """The matrix is built from the part it follows (the image list) and the result shown now, not the session or
+    the window: it starts on that result and follows the current image from there."""
+    from vitviz.gui.panels.matrix import MatrixPanel
+    from vitviz.gui.state import ViewState
+
+    session = loaded.session
+    qtbot.waitUntil(lambda: session.result(str(images[1])) is not None, timeout=20000)
+    first = session.current_maps
+    panel = MatrixPanel(ViewState(), session.image_list, first)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    assert first is not None and panel._maps is first
+    session.set_current(str(images[1]))
+    second = session.result(str(images[1]))
+    assert panel._maps is second and second is not first
+    np.testing.assert_allclose(panel.image_item.image, second.result.attentions[-1].mean(0), rtol=1e-6)

@@ -83,7 +83,8 @@ def test_position_embedding_without_prefix_rows(qtbot, window, variant_ckpts, im
 
 def test_model_without_position_embedding(qtbot, window, variant_ckpts, images) -> None:  # noqa: ANN001
     panel = show_dock(qtbot, window, "posEmbedDock")
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):    # no table: say it has no positions at all
+    # no table: say it has no positions at all
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(variant_ckpts["no_pos"]), heads=HEADS, rope="none")
     window.session.add_images([str(images[0])])
     qtbot.waitUntil(lambda: panel.message.text() == NO_POS_TEXT, timeout=20000)
@@ -150,3 +151,30 @@ def test_each_small_position_map_sits_right_under_its_caption(qtbot, window, tin
         assert -1 <= gap <= 20, (label.text, gap)
         assert shown.height() >= item.sceneBoundingRect().height() - 1      # not cut by its view
     assert not plot_text_problems(panel.widget), plot_text_problems(panel.widget)
+
+
+def test_the_panel_is_built_from_the_model_part_alone(qtbot) -> None:  # noqa: ANN001
+    """No session, no worker, no window: the dock follows the model part it shows -- the load on its way, the new
+    model, and its embedding once the part says it is ready."""
+    from vitviz.core.spec import ModelSpec
+    from vitviz.gui.model_slot import ModelSlot
+    from vitviz.gui.panels.posembed import NO_MODEL_TEXT, PosEmbedPanel
+    from vitviz.gui.protocol import Load, Loaded, PosEmbedded
+    from vitviz.gui.state import ViewState
+
+    model = ModelSlot()
+    panel = PosEmbedPanel(ViewState(), model)
+    qtbot.addWidget(panel)
+    assert panel.message.text() == NO_MODEL_TEXT
+    model.set_loading("/m/tiny.pth")
+    assert panel.message.text().startswith("Loading model tiny")
+    spec = ModelSpec(family="vit", source="x", image_size=(32, 32), patch_size=8, embed_dim=16, depth=2, num_heads=2)
+    model.loaded(Load.make("/m/tiny.pth"), Loaded(spec, "cpu", {}))
+    model.set_loading("")
+    model.model_loaded.emit(spec, "cpu")
+    assert panel.message.text() == "Reading the position embedding…" and panel.data is None
+    pos = np.random.default_rng(2).normal(size=(1 + 16, 16)).astype(np.float32)
+    model.position(PosEmbedded((4, 4), pos_embed_data(pos, (4, 4), 1)))
+    assert panel.data is model.pos_embed and panel._stack.currentWidget() is panel.body
+    np.testing.assert_allclose(panel.cls_item.image, analysis.prefix_pos_similarity(pos, (4, 4), 1), rtol=1e-5,
+                               atol=1e-6)

@@ -132,7 +132,7 @@ def test_a_model_without_classifier_goes_back_to_the_previous_map(qtbot, window,
     from _tiny import write_tiny_checkpoint
 
     headless = write_tiny_checkpoint(tmp_path / "headless.pth", num_classes=0)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(headless), heads=HEADS)
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)
@@ -281,6 +281,6 @@ def test_the_features_layer_reads_no_layer_before_a_model(qtbot, window, tiny_ck
     layer asked for): it shows '–', disabled, until a model gives it layers."""
     panel = show_dock(qtbot, window, "featuresDock")
     assert panel.layer_spin.text() == "–" and not panel.layer_spin.isEnabled()
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     assert panel.layer_spin.isEnabled() and panel.layer_spin.maximum() == 1 and panel.layer_spin.text() == "1"

@@ -42,7 +42,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _open(qtbot, window, folder: Path, images) -> None:  # noqa: ANN001
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(folder))
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window, timeout=30000)
@@ -156,7 +156,7 @@ def test_pool_is_only_offered_with_a_map_head(qtbot, window, hub, tiny_ckpt, ima
     assert window.controls.source_combo.findData("pool") >= 0
     window.state.update(source="pool", rollout_pool=True)
     assert window.session.result(str(images[0])).result.pool_attention.shape[0] == 2   # its own 2 pooling heads
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=2)
     assert window.controls.source_combo.findData("pool") < 0
     assert window.state.source == "cls" and not window.state.rollout_pool           # not left on a missing map

@@ -1,18 +1,20 @@
 """The session's parts alone, without a worker, a model or a window: the image list's ordering rules, its given-up
-runs and run progress (`ImageList`), the loaded model's state and rules (`ModelSlot`), the one test of "runs from
-its own code", and the query map's scale rule beside the view state (`QueryScaleRule`)."""
+runs and run progress (`ImageList`), the loaded model's state and rules (`ModelSlot`), the signals each part owns,
+the one test of "runs from its own code", and the query map's scale rule beside the view state (`QueryScaleRule`)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Signal
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.assumptions import runs_own_code
 from vitviz.gui.images import ImageList
 from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.protocol import Load, Loaded, PosEmbedded
+from vitviz.gui.session import Session
 from vitviz.gui.state import QUERY_SCALE_NOTE, QueryScaleRule, ViewState
 
 A, B, C, D = (str(Path(f"/imgs/{n}.png")) for n in "abcd")
@@ -188,6 +190,55 @@ def test_the_sessions_parts_are_its_surface(session) -> None:  # noqa: ANN001
     assert session.model.image_size == (16, 24)
     session.set_current(A)                     # no model: nothing runs, the image is shown
     assert session.image_list.current == A
+
+
+MODEL_SIGNALS = ("model_loaded", "loading_changed", "device_changed", "assumptions_asked", "verification_changed",
+                 "size_changed", "pos_embed_ready")
+IMAGE_SIGNALS = ("images_added", "images_removed", "current_changed", "run_started", "result_ready", "run_failed",
+                 "run_progress")
+SESSION_SIGNALS = ("error", "note", "status", "busy_changed", "progress", "stuck", "devices_found", "catalog_ready",
+                   "catalog_failed")
+
+
+def test_each_signal_has_one_owner() -> None:
+    """A signal about the model is the model part's, one about the images the image list's; the session keeps only
+    its own (the worker's state, errors, notes, devices, the catalog): one name per thing, no forwarding."""
+    for owner, names in ((ModelSlot, MODEL_SIGNALS), (ImageList, IMAGE_SIGNALS), (Session, SESSION_SIGNALS)):
+        for name in names:
+            assert isinstance(getattr(owner, name), Signal), (owner.__name__, name)
+            for other in {ModelSlot, ImageList, Session} - {owner}:
+                assert not isinstance(getattr(other, name, None), Signal), (other.__name__, name)
+    mine = {name for name, value in vars(Session).items() if isinstance(value, Signal)}
+    assert mine == set(SESSION_SIGNALS)                      # none left behind as a forwarding alias
+
+
+def test_the_parts_say_their_own_changes() -> None:
+    """Without a session or an application: adding images says which were new, a load on its way says so, a
+    position embedding answered says it is ready."""
+    images, slot, heard = ImageList(), ModelSlot(), []
+    images.images_added.connect(lambda paths: heard.append(("added", paths)))
+    slot.loading_changed.connect(lambda on: heard.append(("loading", on)))
+    slot.pos_embed_ready.connect(lambda: heard.append(("pos", slot.pos_grid)))
+    images.add([A, B])
+    images.add([A])                                          # nothing new: nothing said
+    slot.set_loading("/m/tiny.pth")
+    assert slot.loading == "/m/tiny.pth"
+    slot.set_loading("")
+    slot.position(PosEmbedded((3, 4), None))
+    assert heard == [("added", [A, B]), ("loading", True), ("loading", False), ("pos", (3, 4))]
+
+
+def test_the_session_emits_through_its_parts(session) -> None:  # noqa: ANN001
+    """The session's intents reach the panels through its parts' signals: adding, showing and removing images."""
+    heard: list[tuple[str, object]] = []
+    parts = session.image_list
+    parts.images_added.connect(lambda paths: heard.append(("added", paths)))
+    parts.current_changed.connect(lambda maps: heard.append(("current", maps)))
+    parts.images_removed.connect(lambda paths: heard.append(("removed", paths)))
+    session.add_images([A, B])                  # no model: nothing runs
+    session.remove_images([A])
+    assert heard == [("added", [A, B]), ("current", None), ("removed", [A]), ("current", None)]
+    assert parts.current == B
 
 
 # ---------------------------------------------------------------------------------------------- the query scale

@@ -39,7 +39,7 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
     from vitviz.core.analyses.text import prompt_relevance
     from vitviz.gui import exporting
 
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(clip_file))
     window.session.add_images([str(images[0])])
     wait_idle(qtbot, window)

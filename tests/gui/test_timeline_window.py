@@ -259,7 +259,7 @@ def test_a_timeline_of_a_model_without_class_names_says_class_n_once(qtbot, load
 # ---------------------------------------------------------------------------------------------- hostile runs (issue 34)
 
 def _load_demo(qtbot, window, images) -> None:  # noqa: ANN001
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(DEMO))
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)

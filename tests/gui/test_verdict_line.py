@@ -68,7 +68,7 @@ class Lines:
 
     def __init__(self, window) -> None:  # noqa: ANN001
         self.window, self.seen = window, []
-        window.session.verification_changed.connect(self.record)
+        window.session.model.verification_changed.connect(self.record)
 
     def record(self) -> None:
         label = self.window.status.verdict_label
@@ -81,7 +81,7 @@ class Lines:
 
 
 def _load(qtbot, window, path: Path, **overrides: Any) -> None:  # noqa: ANN001
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(path), **overrides)
 
 
@@ -181,7 +181,7 @@ def test_a_model_that_differs_names_its_layer_and_causes_and_offers_the_fix(qtbo
     assert "num_heads (the original has 4 heads)" in window.status.verdict_label.toolTip()
     fix = [b for b in box.findChildren(QPushButton) if b.text() == "Use 4 heads"]
     assert len(fix) == 1
-    with qtbot.waitSignal(s.model_loaded, timeout=20000):
+    with qtbot.waitSignal(s.model.model_loaded, timeout=20000):
         fix[0].click()
     assert s.model.spec.num_heads == 4 and s.model.load_overrides.get("heads") == 4
     qtbot.waitUntil(lambda: window.status.verdict_label.text() == VERIFIED.summary(), timeout=20000)
@@ -250,7 +250,7 @@ def test_verify_against_a_library_architecture(qtbot, window, settings, named_ti
     assert identify and identify[0] != threading.main_thread().name          # not on the GUI thread
     assert dialog.library_radio.isChecked() and "2 architectures" in dialog.arch_note.text()
     dialog.arch_combo.setCurrentIndex(1)
-    with qtbot.waitSignal(window.session.verification_changed, timeout=20000,
+    with qtbot.waitSignal(window.session.model.verification_changed, timeout=20000,
                           check_params_cb=lambda *a: window.session.model.verification is not None):
         dialog.accept()
     assert calls == [{"against": "timm:vit_small_patch16_224", "code": None}]
@@ -305,7 +305,7 @@ def test_verify_against_my_own_code_asks_first_and_is_remembered(qtbot, window, 
     qtbot.waitUntil(lambda: window.code_box is not None and window.code_box.isVisible(), timeout=5000)
     assert calls == [] and not window.session.verifying                   # asked first
     run = window.code_box.findChild(type(window.code_box.buttons()[0]), "runCodeButton")
-    with qtbot.waitSignal(window.session.verification_changed, timeout=20000,
+    with qtbot.waitSignal(window.session.model.verification_changed, timeout=20000,
                           check_params_cb=lambda *a: window.session.model.verification is not None):
         run.click()
     code = f"{code_file}:build"
@@ -324,7 +324,7 @@ def test_a_real_check_against_timm_says_checking_then_verified(qtbot, window, na
     lines = Lines(window)
     _load(qtbot, window, named_tiny)
     s = window.session
-    with qtbot.waitSignal(s.verification_changed, timeout=60000,
+    with qtbot.waitSignal(s.model.verification_changed, timeout=60000,
                           check_params_cb=lambda *a: s.model.verification is not None or bool(s.model.verify_failure)):
         s.add_images([str(images[0])])
     assert s.model.verify_failure == "" and s.model.verification.verdict == "verified"

@@ -86,7 +86,7 @@ def test_while_the_first_model_loads_the_panels_say_so(qtbot, window, tiny_ckpt)
     w = window
     assert w.panel.title.text.startswith("Open a model")
     assert not w.controls.height_spin.isEnabled() and w.controls.height_spin.text() == "–"
-    with qtbot.waitSignal(w.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(w.session.model.model_loaded, timeout=30000):
         w.load_model(str(tiny_ckpt), heads=HEADS)
         # the answer cannot arrive before the event loop runs again: this is the state while loading
         assert w.panel.title.text == "Loading model tiny.pth…"
@@ -102,7 +102,7 @@ def test_while_the_first_model_loads_the_panels_say_so(qtbot, window, tiny_ckpt)
 def test_a_failed_first_load_says_no_model_again(qtbot, window, tmp_path) -> None:  # noqa: ANN001
     bad = tmp_path / "broken.pth"
     bad.write_bytes(b"not a checkpoint")
-    with qtbot.waitSignal(window.session.loading_changed, timeout=30000, check_params_cb=lambda on: not on):
+    with qtbot.waitSignal(window.session.model.loading_changed, timeout=30000, check_params_cb=lambda on: not on):
         window.load_model(str(bad))
     assert window.panel.title.text.startswith("Open a model")
     assert window.controls.model_label.text().startswith("No model loaded")
@@ -159,11 +159,11 @@ def test_the_last_layer_stays_the_last_when_another_model_opens(qtbot, window, t
     shallow = write_tiny_checkpoint(tmp_path / "two.pth", depth=2)
     deep = write_tiny_checkpoint(tmp_path / "four.pth", depth=4)
     for path, want in ((shallow, 1), (deep, 3), (shallow, 1)):
-        with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+        with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
             window.load_model(str(path), heads=HEADS)
         assert window.state.layer == want, (path.name, window.state.layer)
     window.state.update(layer=0)                       # the user's own pick
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(deep), heads=HEADS)
     assert window.state.layer == 0
     wait_idle(qtbot, window)

@@ -33,7 +33,7 @@ def wide_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _loaded_at(qtbot, window, screen: tuple[int, int], ckpt: Path, images: list[Path]) -> None:  # noqa: ANN001
     window.use_size(default_size(QRect(0, 0, *screen)))
     qtbot.waitUntil(lambda: window.width() == default_size(QRect(0, 0, *screen)).width(), timeout=5000)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(ckpt), heads=WIDE_HEADS)
     window.session.add_images([str(p) for p in images])
     qtbot.waitUntil(window.is_idle, timeout=60000)
@@ -292,7 +292,7 @@ def test_learned_table_and_rope_both_get_room(qtbot, window, eva02, images, scre
     """EVA-02's Positions dock: the learned table's maps were squeezed into a ~55 px strip above the RoPE kernel;
     both now get a readable height (the dock scrolls) with their text whole."""
     window.use_size(default_size(QRect(0, 0, *SCREENS[screen])))
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(eva02))
     window.session.add_images([str(images[0])])
     qtbot.waitUntil(window.is_idle, timeout=60000)
@@ -336,7 +336,7 @@ def test_unfolded_model_settings_scroll_instead_of_making_the_window_taller_than
     it) is taller than the screen: it scrolls, the window keeps its size (it grew to 977 px), and the panel is
     not cut at the side (its minimum width follows Model settings)."""
     width, height = _small_screen(window)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     window.session.add_images([str(p) for p in images])
     wait_idle(qtbot, window)

@@ -51,7 +51,7 @@ def sam_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def open_windowed(qtbot, window, folder: Path, image: Path) -> WindowedMaps:  # noqa: ANN001
     """Load `folder` and run `image` in the window; no error box; the cached holder."""
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(folder))
     window.session.add_images([str(image)])
     wait_idle(qtbot, window, 30000)
@@ -345,7 +345,7 @@ def test_a_windowed_model_a_is_refused_in_the_compare_dock_and_a_plain_a_compare
     frame, note = window.compare.frame_for(window.state)
     assert frame is None and "Model A is a windowed model (timm-swin)" in note and window.compare.error == ""
     assert window.compare.view is None and window.reporter.errors == []
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(tiny_ckpt), heads=HEADS)
     qtbot.waitUntil(lambda: window.compare.view is not None and window.is_idle(), timeout=30000)
     frame, note = window.compare.frame_for(window.state)
@@ -380,14 +380,14 @@ def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         save_for_hf(model, str(folder), safe_serialization=True, model_args=kw)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(folder))
     wait_idle(qtbot, window)
     assert window.reporter.box is None or not window.reporter.box.isVisible()
     assert window.session.model.spec.family == "timm-swin" and window.state.source == "received"
     # the ViT was shown at its last layer (1): the Swin opens at its last block (stage 1's second, block 3)
     assert window.state.layer == 3 and "stage 1 · block 1 (block 3" in window.panel.title.text
-    with qtbot.waitSignal(window.session.model_loaded, timeout=30000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=30000):
         window.load_model(str(tiny_ckpt), heads=2)
     wait_idle(qtbot, window)
     assert window.state.source == "cls" and window.controls.layer_label.text() == "Layer"

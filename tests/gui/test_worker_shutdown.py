@@ -123,7 +123,7 @@ def deep_window(qtbot, window, tmp_path, images):  # noqa: ANN001, ANN201
     """The window with a tiny model of DEPTH blocks loaded (its first images already run), each block made to take
     BLOCK_S from now on; yields (window, the model's blocks, the times blocks were entered)."""
     ckpt = write_tiny_checkpoint(tmp_path / "deep.pth", depth=DEPTH)
-    with qtbot.waitSignal(window.session.model_loaded, timeout=20000):
+    with qtbot.waitSignal(window.session.model.model_loaded, timeout=20000):
         window.load_model(str(ckpt), heads=HEADS)
     wait_idle(qtbot, window)
     blocks = window.session.client._worker.model.net.blocks

@@ -275,11 +275,11 @@ class CompareSession(QObject):
             session.route(kind, answer, self._on_failed)
         session.client.dropped.connect(self._on_dropped)
         session.client.restarted.connect(self._on_restarted)
-        session.result_ready.connect(lambda _path: self.maybe_build())
-        session.model_loaded.connect(self._on_model_a)
-        session.images_added.connect(lambda _paths: self.run_all())
-        session.images_removed.connect(self._on_removed)
-        session.current_changed.connect(lambda _maps: self._on_current())
+        session.image_list.result_ready.connect(lambda _path: self.maybe_build())
+        session.model.model_loaded.connect(self._on_model_a)
+        session.image_list.images_added.connect(lambda _paths: self.run_all())
+        session.image_list.images_removed.connect(self._on_removed)
+        session.image_list.current_changed.connect(lambda _maps: self._on_current())
 
     # ------------------------------------------------------------------------------------------ intents
     def open(self, path: str, **overrides: Any) -> None:

@@ -1,9 +1,12 @@
 """The images the window works on: their order, the current one, the runs that failed or were given up on, and how
 far the current run of images has got.
 
-Plain state and its ordering rules (which image an addition shows, which becomes current when the current one is
-removed, which given-up runs hold for a reloaded model, the seconds left): no Qt, no worker, no model, testable
-alone. The session (`vitviz.gui.session`) owns one, asks the worker for the runs and says what changed.
+State and its ordering rules (which image an addition shows, which becomes current when the current one is
+removed, which given-up runs hold for a reloaded model, the seconds left), and the signals that say what changed
+about the images and their runs: no worker, no model, no widgets, testable alone (a QObject for its signals; no
+application is needed to emit them). The session (`vitviz.gui.session`) owns one, asks the worker for the runs and
+emits the signals a run's answer makes (`add` says `images_added` itself); a panel that shows only the list is
+built from this part.
 """
 from __future__ import annotations
 
@@ -11,12 +14,25 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from PySide6.QtCore import QObject, Signal
 
-class ImageList:
+
+class ImageList(QObject):
     """The listed images (`paths`, in order), the `current` one ('' for none) and the failed runs (`failed`: path ->
-    why). `clock` gives the seconds the run estimate counts (`time.monotonic`)."""
+    why), with the signals about them and their runs. `clock` gives the seconds the run estimate counts
+    (`time.monotonic`)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    images_added = Signal(list)             # paths new in `paths`, in order
+    images_removed = Signal(list)           # paths no longer in `paths`
+    current_changed = Signal(object)        # the current image's ResultMaps as shown, or None (none, not run yet,
+                                            # failed); also when what it shows changed (an intervention)
+    run_started = Signal(str)               # image path
+    result_ready = Signal(str)              # image path whose result (and head statistics) is now cached
+    run_failed = Signal(str, str, str)      # image path, summary, details (the window shows the error)
+    run_progress = Signal(int, int, float)  # runs answered and in all since the queue was last empty, seconds left
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self.paths: list[str] = []
         self.current = ""
         self.failed: dict[str, str] = {}
@@ -29,13 +45,15 @@ class ImageList:
     # ------------------------------------------------------------------------------------------ the list
 
     def add(self, paths: Iterable[str], show: bool = False) -> tuple[list[str], str | None]:
-        """Add the paths not listed yet, in order; returns them and the image to make current (None: it stays).
-        The first added becomes current when none is; with `show` (the user opened or dropped them) the first of
-        `paths`, whether it was listed already or not."""
+        """Add the paths not listed yet, in order (`images_added`); returns them and the image to make current (None:
+        it stays). The first added becomes current when none is; with `show` (the user opened or dropped them) the
+        first of `paths`, whether it was listed already or not."""
         known = set(self.paths)
         named = list(dict.fromkeys(str(Path(p)) for p in paths))
         added = [p for p in named if p not in known]
         self.paths.extend(added)
+        if added:
+            self.images_added.emit(added)
         if named and (show or not self.current) and (added or show):
             return added, named[0] if show else added[0]
         return added, None

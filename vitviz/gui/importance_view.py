@@ -117,7 +117,7 @@ class ImportanceView(QWidget):
         layout.addWidget(self.grid, 1)
         iv.changed.connect(self.refresh)
         iv.scan_asked.connect(self._on_scan_asked)
-        iv.session.current_changed.connect(lambda _maps: self.refresh())
+        iv.session.image_list.current_changed.connect(lambda _maps: self.refresh())
         iv.session.client.busy_changed.connect(lambda _busy: self.refresh())
         self.setVisible(False)
 

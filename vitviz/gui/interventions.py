@@ -283,10 +283,10 @@ class InterventionSession(QObject):
         self.failure = ""
         session.route(Intervene, self._on_intervened, self._on_failed)
         session.route(HeadScan, self._on_scanned, self._on_failed)
-        session.current_changed.connect(lambda _maps: self._ask())
-        session.result_ready.connect(lambda _path: self._ask())
-        session.model_loaded.connect(lambda *_a: self.clear())
-        session.size_changed.connect(lambda _size: self._forget_runs())
+        session.image_list.current_changed.connect(lambda _maps: self._ask())
+        session.image_list.result_ready.connect(lambda _path: self._ask())
+        session.model.model_loaded.connect(lambda *_a: self.clear())
+        session.model.size_changed.connect(lambda _size: self._forget_runs())
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -429,7 +429,7 @@ class InterventionSession(QObject):
         self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
-            self.session.current_changed.emit(self.session.current_maps)
+            self.session.image_list.current_changed.emit(self.session.current_maps)
         self.changed.emit()
 
     def _ask(self) -> None:
@@ -461,8 +461,8 @@ class InterventionSession(QObject):
                 del shown[path]
                 self.answers[path] = dataclasses.replace(self.answers[path], maps=None)
             if answer.image == self.session.image_list.current:
-                self.session.current_changed.emit(answer.maps)   # every panel: the intervened run (and `_ask`:
-                                                                 # the other images next)
+                # every panel: the intervened run (and `_ask`: the other images next)
+                self.session.image_list.current_changed.emit(answer.maps)
         self.changed.emit()
 
     def _on_scanned(self, _request: Request, answer: Scanned) -> None:
@@ -592,7 +592,7 @@ class InterventionBanner(QWidget):
         self.action = toolbar.addWidget(self)
         self.action.setVisible(False)
         iv.changed.connect(self.refresh)
-        iv.session.current_changed.connect(lambda _maps: self.refresh())
+        iv.session.image_list.current_changed.connect(lambda _maps: self.refresh())
 
     def refresh(self) -> None:
         iv = self.iv
@@ -647,7 +647,7 @@ class InterventionsPanel(QWidget):
         layout.addWidget(self.table)
         layout.addLayout(side, 1)
         interventions.changed.connect(self.refresh)
-        interventions.session.current_changed.connect(lambda _m: self.refresh())
+        interventions.session.image_list.current_changed.connect(lambda _m: self.refresh())
         self._sized = False
         self._stale = True
 

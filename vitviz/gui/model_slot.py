@@ -2,13 +2,17 @@
 loaded with), where it runs, what its file does not say (the assumptions question), its verdict against the
 original, the input size it runs at and its position embedding at that size.
 
-Plain state and the small rules over it (what a `Loaded` answer sets, what a reload loads again, whether the
-check against the original is due, the question asked or not): no Qt, no worker, testable alone. The session
-(`vitviz.gui.session`) owns one and turns its rules into requests and signals.
+State and the small rules over it (what a `Loaded` answer sets, what a reload loads again, whether the check
+against the original is due, the question asked or not), and the signals that say it changed: no worker, no
+widgets, testable alone (a QObject for its signals; no application is needed to emit them). The session
+(`vitviz.gui.session`) owns one, turns its rules into requests and emits its signals in the order the panels need
+(`position` says `pos_embed_ready` itself); a panel that shows only the model is built from this part.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.analyses.maps import PosEmbedData
 from vitviz.core.spec import PLAIN_TRAITS, ModelSpec, Traits, whole_patches
@@ -17,13 +21,27 @@ from vitviz.gui.assumptions import asks_unprompted, original_name, runs_own_code
 from vitviz.gui.protocol import Loaded, PosEmbedded, Request, RopeKernels
 
 
-class ModelSlot:
-    """The loaded model (None of it until one has loaded) and how the next one is loaded."""
+class ModelSlot(QObject):
+    """The loaded model (None of it until one has loaded) and how the next one is loaded, with the signals about
+    it: which model, where it runs, the question about it, its verdict, its input size and position embedding."""
 
-    def __init__(self) -> None:
+    model_loaded = Signal(object, str)      # ModelSpec, device (the session's cache is empty again)
+    loading_changed = Signal(bool)          # a model load started (True) or ended, loaded or failed (False)
+    device_changed = Signal(str)            # the device it runs on now (or still, after a move failed)
+    assumptions_asked = Signal(object)      # ModelSpec whose file does not say settings that change attention
+                                            # (`assumptions.asks_unprompted`): nothing runs until they are answered
+    verification_changed = Signal()         # `verification` / `verify_failure` / the check's progress changed (or
+                                            # a new model)
+    size_changed = Signal(object)           # (h, w): the input size the images now run at
+    pos_embed_ready = Signal()              # `pos_embed` / `rope` / `pos_grid` now describe the current input size
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
         self.spec: ModelSpec | None = None
         self.device = ""
         self.device_preference: str | None = None   # where loads go (--device; None: CUDA when available)
+        self.loading = ""                           # the path or name of the model being loaded ('' when no load is
+                                                    # queued or running; the session says, `set_loading`)
         self.model_path = ""                        # the weights file or model name ('FILE.py:FACTORY' without one)
         self.model_code = ""                        # 'FILE.py:FACTORY' of a model built by the user's code
         self.load_overrides: dict[str, Any] = {}    # what the loaded model was loaded with (heads=, mean=, code=...)
@@ -152,14 +170,21 @@ class ModelSlot:
         self.image_size = None
         self.forget_position()
 
+    def set_loading(self, name: str) -> None:
+        """A load was asked for, answered, failed or dropped: `name` is the one still on its way ('' for none;
+        `loading_changed`)."""
+        self.loading = name
+        self.loading_changed.emit(bool(name))
+
     def take_pending_size(self) -> tuple[int, int] | None:
         """The size asked for before the model loaded (--size), once: None when none was."""
         size, self.pending_size = self.pending_size, None
         return size
 
     def position(self, answer: PosEmbedded) -> None:
-        """The position embedding (and RoPE kernels) at the answer's grid."""
+        """The position embedding (and RoPE kernels) at the answer's grid (`pos_embed_ready`)."""
         self.pos_grid, self.pos_embed, self.rope = tuple(answer.grid), answer.data, answer.rope
+        self.pos_embed_ready.emit()
 
     def forget_position(self) -> None:
         """Another model, or its position embedding could not be read: none is known."""

@@ -14,24 +14,20 @@ from typing import Any, Protocol
 from PySide6.QtCore import QObject, Signal
 
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.core.spec import ModelSpec
 from vitviz.gui.client import WorkerClient
+from vitviz.gui.images import ImageList
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.protocol import PassRequest
 
 
 class Host(Protocol):
     """What a store needs of the session that holds it (`vitviz.gui.session.Session`)."""
 
-    spec: ModelSpec | None
-    capabilities: frozenset[str]
-    image_size: tuple[int, int] | None
+    model: ModelSlot                  # the loaded model: its spec, capabilities, input size
+    image_list: ImageList             # the current image and its `current_changed`
     client: WorkerClient
-    current_changed: Any
     current_maps: ResultMaps | None
     intervened: dict[str, Any]        # image -> its intervened run's maps (`vitviz.gui.interventions.IntervenedMaps`)
-
-    @property
-    def current(self) -> str: ...
 
     def cached(self, path: str) -> ResultMaps | None: ...
 
@@ -90,8 +86,9 @@ class PassStore(QObject):
         s.evict(keep=request.image)
         self.ready.emit(request.image)
         if request.redraws and request.image == s.image_list.current:
-            s.current_changed.emit(s.current_maps)   # what the current image shows has changed (the intervened
-                                                     # run, while there is one, says its passes are not for it)
+            # what the current image shows has changed (the intervened run, while there is one, says its passes are
+            # not for it)
+            s.image_list.current_changed.emit(s.current_maps)
 
     def fail(self, request: PassRequest, summary: str) -> None:
         """Remember why the pass failed (it is not asked again) and say so."""

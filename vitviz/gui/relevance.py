@@ -2,7 +2,7 @@
 
 Gradient maps need a forward and backward pass per image and class, so they are made only for the image on screen
 and the class chosen (`ViewState.relevance_class`, None: its top class), in the worker; until they arrive the
-panels draw a placeholder (`vitviz.gui.state.stack_for`), and the session sends `current_changed` again once they
+panels draw a placeholder (`vitviz.gui.state.stack_for`), and the image list says `current_changed` again once they
 are cached with the result. A class whose maps cannot be made (a model run from its own code, a headless model)
 is said once in the error box and the view goes back to the map it showed before.
 """
@@ -25,11 +25,11 @@ class RelevanceSource(QObject):
         self.state, self.session = state, session
         self._previous = "cls" if state.source == "relevance" else state.source   # where a failure goes back to
         state.subscribe(self._on_state_changed)
-        session.current_changed.connect(self._on_session_changed)
-        session.result_ready.connect(self._on_session_changed)
+        session.image_list.current_changed.connect(self._on_session_changed)
+        session.image_list.result_ready.connect(self._on_session_changed)
         session.relevance_pass.failed.connect(self._on_failed)
         session.text_pass.failed.connect(self._on_text_failed)
-        session.model_loaded.connect(self._on_model_loaded)
+        session.model.model_loaded.connect(self._on_model_loaded)
 
     def _on_session_changed(self, *_what: object) -> None:
         self.ensure()

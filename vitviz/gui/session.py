@@ -5,9 +5,14 @@ images (`image_list`, an `ImageList`: order, current image, failed runs, run pro
 
 The session itself is intents and answers: it turns user intents (load this checkpoint, run these images, show
 this one, move to CUDA, use another input size) into worker requests, routes each answer to the part it changes
-and says so by its signals. Panels subscribe to those signals the way they subscribe to `ViewState`;
-`current_changed` says that what the current image shows changed. The parts are its surface: read them where
-they are defined (`session.model.spec`, `session.image_list.paths`), never through forwarded names. No widgets here.
+and says so by that part's signals (napari's `viewer.layers` / `viewer.dims`): what is about the model is said by
+`model` (`model_loaded`, `loading_changed`, `verification_changed`, `size_changed`, `pos_embed_ready`, ...), what is
+about the images and their runs by `image_list` (`images_added`, `current_changed`: what the current image shows
+changed, `result_ready`, `run_failed`, ...); the session's own signals are the worker's (status, busy, progress,
+stuck), errors, notes, the devices and the catalog. Panels subscribe to the part they show the way they subscribe to
+`ViewState`, and a panel that needs no more is built from that part alone. The parts are its surface: read them
+where they are defined (`session.model.spec`, `session.image_list.paths`), never through forwarded names. No widgets
+here.
 """
 from __future__ import annotations
 
@@ -38,26 +43,13 @@ HeadStats = tuple[np.ndarray, np.ndarray, np.ndarray]   # (L, H) distance, (L, H
 
 class Session(QObject):
     """Owns the worker client and the parts -- `model` (ModelSlot), `image_list` (ImageList), `results`
-    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and signals."""
+    (ResultCache), the pass stores -- and turns intents into requests and answers into the parts and their signals
+    (emitted in the order the panels need: a new model's `current_changed(None)` before its `model_loaded`). Its own
+    signals are about the session itself, never a part's."""
 
-    model_loaded = Signal(object, str)      # ModelSpec, device (the cache is empty again)
-    assumptions_asked = Signal(object)      # ModelSpec whose file does not say settings that change attention
-                                            # (`assumptions.asks_unprompted`): nothing runs until answer_assumptions
-    verification_changed = Signal()         # `verification` / `verify_failure` / `verifying` changed (or a new model)
-    current_changed = Signal(object)        # the current image's ResultMaps, or None (none, not run yet, failed)
-    images_added = Signal(list)             # paths new in `images`, in order
-    images_removed = Signal(list)           # paths no longer in `images`
-    loading_changed = Signal(bool)          # a model load started (True) or ended, loaded or failed (False)
-    run_progress = Signal(int, int, float)  # runs answered and in all since the queue was last empty, seconds left
-    result_ready = Signal(str)              # image path whose result (and head statistics) is now cached
-    run_failed = Signal(str, str, str)      # image path, summary, details (the window shows the error)
-    run_started = Signal(str)               # image path
     error = Signal(str, str, str)           # dialog title, summary, details
     note = Signal(str)                      # something to tell the user that is not an error
     devices_found = Signal(object)          # list of device names
-    device_changed = Signal(str)
-    size_changed = Signal(object)           # (h, w): the input size the images now run at
-    pos_embed_ready = Signal()              # `pos_embed` / `rope` / `pos_grid` now describe the current input size
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
     status = Signal(str)                    # what the worker is doing (the status bar), 'Ready' when idle
@@ -69,8 +61,8 @@ class Session(QObject):
     def __init__(self, cache_bytes: int = DEFAULT_CACHE_BYTES, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.client = WorkerClient(self)
-        self.model = ModelSlot()                    # the loaded model, how it loads, its size and verdict
-        self.image_list = ImageList()               # the images, the current one, failed runs, run progress
+        self.model = ModelSlot(self)                # the loaded model, how it loads, its size and verdict
+        self.image_list = ImageList(parent=self)    # the images, the current one, failed runs, run progress
         self.probed: Probed | None = None           # the devices found and the torch running them (Help › About)
         self.results = ResultCache(cache_bytes)   # image path -> its ResultMaps, within a memory budget
         self.intervened: dict[str, ResultMaps] = {}   # image path -> its intervened run, shown instead of `results`
@@ -115,9 +107,8 @@ class Session(QObject):
     def busy(self) -> bool:
         return self.client.busy
 
-    @property
-    def loading(self) -> str:
-        """The path or name of the model being loaded ('' when no load is queued or running)."""
+    def _pending_load(self) -> str:
+        """The path or name of the last load queued or running ('' when none is): what `model.loading` says."""
         loads = self.client.pending(Load)
         return str(loads[-1].path or loads[-1].code or "") if loads else ""
 
@@ -195,14 +186,14 @@ class Session(QObject):
         what = _doing(request)
         previous = self.model.model_path
         if request.kind is Load:
-            self.loading_changed.emit(bool(self.loading))
+            self.model.set_loading(self._pending_load())
         elif request.kind is Run:
             path = str(request.image)
             why = (f"stopped waiting after {seconds:g} s: the model's own code did not finish running "
                    f"{Path(path).name}")
             self.image_list.give_up(path, why, previous)
             if path == self.image_list.current:
-                self.current_changed.emit(None)
+                self.image_list.current_changed.emit(None)
             self._report_runs()
         elif isinstance(request, PassRequest):
             self.passes[request.kind].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
@@ -210,7 +201,7 @@ class Session(QObject):
         elif request.kind is Verify:
             self.model.verify_failure = "stopped waiting: the model's own code did not finish"
             self.model.verify_progress = None
-            self.verification_changed.emit()
+            self.model.verification_changed.emit()
         if self.model.spec is None:
             self.note.emit(f"Stopped waiting for {what} after {seconds:g} s (its code may still run in the "
                            "background); no model was loaded before")
@@ -231,7 +222,7 @@ class Session(QObject):
         window asks the user first), `path` then being its weights file or None."""
         request = self.client.submit(Load, path=str(path) if path else "",
                                      device=device or self.model.device_preference, **overrides)
-        self.loading_changed.emit(True)
+        self.model.set_loading(self._pending_load())
         return request
 
     def reload(self, **changes: Any) -> Request | None:
@@ -288,7 +279,7 @@ class Session(QObject):
         m.verification, m.verify_failure, m.verify_progress, m.verify_asked = None, "", None, True
         against_, code_ = m.checks_against
         request = self.client.submit(Verify, code=code_ or None, against=against_)
-        self.verification_changed.emit()
+        self.model.verification_changed.emit()
         return request
 
     def set_device(self, device: str) -> None:
@@ -304,9 +295,7 @@ class Session(QObject):
         """Add images not already listed and run them (the current one first); the first added becomes current
         when none is, and with `show` (the user opened or dropped them) the first of `paths` becomes current
         whether it was listed already or not. Returns the paths added."""
-        added, current = self.image_list.add(paths, show)
-        if added:
-            self.images_added.emit(added)
+        added, current = self.image_list.add(paths, show)    # says `images_added`
         if current is not None:
             self.set_current(current)
         self.ensure_all()
@@ -324,7 +313,7 @@ class Session(QObject):
         for path in gone:
             self.results.pop(path)
             self.head_stats.pop(path, None)
-        self.images_removed.emit(gone)
+        self.image_list.images_removed.emit(gone)
         if current is not None:
             self.set_current(current)
         self._report_runs()
@@ -348,7 +337,7 @@ class Session(QObject):
             return
         self.image_list.current = path
         self.ensure(path, first=True)
-        self.current_changed.emit(self.shown(path) if path else None)
+        self.image_list.current_changed.emit(self.shown(path) if path else None)
 
     def set_image_size(self, size: tuple[int, int] | None) -> None:
         """Run every image at (h, w) (None: the model's native size), rounded down to whole patches of the loaded
@@ -358,7 +347,7 @@ class Session(QObject):
             self.model.pending_size = None if size is None else (int(size[0]), int(size[1]))
             return
         shown = self.whole_patches(size) if size is not None else self.model.spec.image_size
-        self.size_changed.emit(shown)
+        self.model.size_changed.emit(shown)
         size = None if shown == tuple(self.model.spec.image_size) else shown
         if size == self.model.image_size:
             return
@@ -367,7 +356,7 @@ class Session(QObject):
         self._forget_results()
         self.ensure_all()
         self.request_pos_embed()          # ahead of the runs: the position-embedding dock follows the size at once
-        self.current_changed.emit(None)
+        self.image_list.current_changed.emit(None)
 
     def set_half_maps(self, on: bool) -> None:
         """Keep each image's maps as float16 (half the memory; each value within 2.4e-4 of float32's) or as
@@ -380,7 +369,7 @@ class Session(QObject):
         self.client.cancel(lambda r: r.kind is Run)
         self._forget_results()
         self.ensure_all()
-        self.current_changed.emit(None)
+        self.image_list.current_changed.emit(None)
 
     def set_image_size_after_load(self, size: tuple[int, int] | None) -> None:
         """The input size for the model being loaded (the command line's --size), applied once it has loaded."""
@@ -418,7 +407,7 @@ class Session(QObject):
             self.image_list.begin_runs()     # a new run of images begins
         self.client.submit(Run, first=first, image=path, image_size=self.model.image_size, also=self.precompute,
                            half=self.half_maps)
-        self.run_started.emit(path)
+        self.image_list.run_started.emit(path)
         self._verdict_may_change()
 
     def ensure_all(self) -> None:
@@ -454,7 +443,7 @@ class Session(QObject):
         self.devices_found.emit(list(answer.devices))
 
     def _on_loaded(self, request: Request, answer: Loaded) -> None:
-        self.loading_changed.emit(bool(self.loading))
+        self.model.set_loading(self._pending_load())
         if answer.refused:
             self._refuse_device(str(request.device), answer.refused)
         spec = answer.spec
@@ -467,14 +456,15 @@ class Session(QObject):
             size = self.whole_patches(pending)
             self.model.image_size = None if size == tuple(spec.image_size) else size
         self.request_pos_embed()
-        self.current_changed.emit(None)   # the panels drop the old model's result before the view follows the new one
-        self.model_loaded.emit(spec, answer.device)
+        # the panels drop the old model's result before the view follows the new one
+        self.image_list.current_changed.emit(None)
+        self.model.model_loaded.emit(spec, answer.device)
         if not answer.interruptible:
             self.note.emit("This model's own code has no blocks or attention modules vitviz can stop between: a "
                            "running image always finishes (closing the window waits for it)")
-        self.verification_changed.emit()
+        self.model.verification_changed.emit()
         if self.model.awaiting_answers:
-            self.assumptions_asked.emit(spec)    # the images run once the user has answered (answer_assumptions)
+            self.model.assumptions_asked.emit(spec)    # the images run once the user has answered (answer_assumptions)
         else:
             self.ensure_all()
 
@@ -491,9 +481,9 @@ class Session(QObject):
         self.results.put(path, maps)
         self.head_stats[path] = maps.head_stats()
         self.image_list.answered()
-        self.result_ready.emit(path)
+        self.image_list.result_ready.emit(path)
         if path == self.image_list.current:
-            self.current_changed.emit(self.shown(path))
+            self.image_list.current_changed.emit(self.shown(path))
         self._report_runs()
         self._verify()
 
@@ -511,14 +501,14 @@ class Session(QObject):
         against, code = m.checks_against
         self.client.submit(Verify, code=code or None, against=against)
         self._waiting_shown = False
-        self.verification_changed.emit()
+        self.model.verification_changed.emit()
 
     def _verdict_may_change(self) -> None:
         """Say so when the verdict line's "after the images" comes or goes (runs queued or answered)."""
         waiting = self.verify_waiting
         if waiting != self._waiting_shown:
             self._waiting_shown = waiting
-            self.verification_changed.emit()
+            self.model.verification_changed.emit()
 
     def _on_verified(self, _request: Request, answer: Verified) -> None:
         """The check's answer (one for an older model is dropped by the client: a load makes it stale)."""
@@ -526,13 +516,13 @@ class Session(QObject):
         if getattr(answer, "spec", None) is not None and self.model.spec is not None:
             self.model.spec = answer.spec    # the settings it confirmed are verified now (the same model's spec)
         self.model.verify_progress = None
-        self.verification_changed.emit()
+        self.model.verification_changed.emit()
 
     def _on_progressed(self, request: Request, text: str, fraction: float) -> None:
         """The running request's progress: the check's goes to the verdict line as well, said as a check."""
         if request.kind is Verify:
             self.model.verify_progress = (fraction, text)
-            self.verification_changed.emit()
+            self.model.verification_changed.emit()
             # the verdict line carries the check's own words; the status message says only what runs (the two
             # side by side repeated one long line, cut in the middle at 1280 px)
             text = assumptions.checking_text(self.model.original_name())
@@ -541,12 +531,12 @@ class Session(QObject):
     def _report_runs(self) -> None:
         """Say how far the current run of images has got: answered, in all, and an estimate of the seconds left
         (NaN until one has been answered)."""
-        self.run_progress.emit(*self.image_list.progress(len(self.client.pending(Run))))
+        self.image_list.run_progress.emit(*self.image_list.progress(len(self.client.pending(Run))))
 
     def _on_dropped(self, request: Request | None) -> None:
         """A stale or cancelled request: a load that was replaced ends the loading state when it was the last."""
-        if request is not None and request.kind is Load and not self.loading:
-            self.loading_changed.emit(False)
+        if request is not None and request.kind is Load and not self._pending_load():
+            self.model.set_loading("")
         elif request is not None and request.kind is Run:
             self._report_runs()
             self._verify()
@@ -554,15 +544,14 @@ class Session(QObject):
             self.model.verify_progress = None
 
     def _on_posembedded(self, _request: Request, answer: PosEmbedded) -> None:
-        self.model.position(answer)
-        self.pos_embed_ready.emit()
+        self.model.position(answer)    # says `pos_embed_ready`
 
     def _on_cataloged(self, _request: Request, answer: Cataloged) -> None:
         self.catalog_ready.emit(answer)
 
     def _on_moved(self, _request: Request, answer: Moved) -> None:
         self.model.device = answer.device
-        self.device_changed.emit(answer.device)
+        self.model.device_changed.emit(answer.device)
 
     def _on_failed(self, request: Request, summary: str, details: str) -> None:
         """Every failure, routed by the class of the request like the answers (the session's own kinds and the
@@ -579,14 +568,14 @@ class Session(QObject):
     def _verify_failed(self, _request: Request, summary: str, _details: str) -> None:
         """Not an error of the model: it stays unverified, and says why."""
         self.model.verify_failure, self.model.verify_progress = summary, None
-        self.verification_changed.emit()
+        self.model.verification_changed.emit()
 
     def _run_failed(self, request: Request, summary: str, details: str) -> None:
         path = request.image
         self.image_list.fail(path, summary)
-        self.run_failed.emit(path, summary, details)
+        self.image_list.run_failed.emit(path, summary, details)
         if path == self.image_list.current:
-            self.current_changed.emit(None)
+            self.image_list.current_changed.emit(None)
         self._report_runs()
         self._verify()
 
@@ -595,8 +584,8 @@ class Session(QObject):
         self._report(request, summary, details)
 
     def _load_failed(self, request: Request, summary: str, details: str) -> None:
-        self.loading_changed.emit(bool(self.loading))
-        if not self.loading:
+        self.model.set_loading(self._pending_load())
+        if not self.model.loading:
             self.model.awaiting_answers = False      # the answers' reload failed: the model loaded before runs
         self._report(request, summary, details)
         self.ensure_all()   # the load made queued runs stale; the previous model is still there
@@ -611,7 +600,7 @@ class Session(QObject):
 
     def _move_failed(self, request: Request, summary: str, details: str) -> None:
         self._report(request, summary, details)
-        self.device_changed.emit(self.model.device)
+        self.model.device_changed.emit(self.model.device)
 
     def _catalog_failed(self, request: Request, summary: str, details: str) -> None:
         self._report(request, summary, details)

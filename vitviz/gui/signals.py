@@ -1,4 +1,4 @@
-"""Wiring a part's signals to their slots from one table: `wire(session, model_loaded=self._on_model_loaded, ...)`
+"""Wiring a part's signals to their slots from one table: `wire(session.model, model_loaded=self._on_model_loaded, ...)`
 instead of one `.connect` line a signal, so a panel's or client's wiring reads as the list of what it follows."""
 from __future__ import annotations
 

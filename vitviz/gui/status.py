@@ -173,7 +173,7 @@ class StatusArea:
         return f" — {done + 1}/{total}" + (f", {eta}" if eta else "")
 
     def set_runs(self, done: int, total: int, seconds_left: float) -> None:
-        """How far the current run of images has got (`Session.run_progress`): the bar fills with it."""
+        """How far the current run of images has got (`ImageList.run_progress`): the bar fills with it."""
         self.runs = (done, total, seconds_left)
         if total > 1 and done < total and self.busy:
             self.busy_bar.setRange(0, total)

@@ -144,8 +144,8 @@ class TimelineSession(QObject):
         for kind, answer in ((OpenRun, self._on_opened), (TimelineResult, self._on_ran),
                              (CloseRun, lambda _r, _a: None)):
             session.route(kind, answer, self._on_failed)
-        session.current_changed.connect(lambda _maps: self._on_current())
-        session.images_removed.connect(self._on_removed)
+        session.image_list.current_changed.connect(lambda _maps: self._on_current())
+        session.image_list.images_removed.connect(self._on_removed)
         session.client.restarted.connect(self._on_restarted)
 
     # ------------------------------------------------------------------------------------------ intents

@@ -1,6 +1,6 @@
 """The main window: the image panel with the docks around it, composed of parts.
 
-The panels draw themselves from the view state and the session (`Session.current_changed`); `FileActions` holds
+The panels draw themselves from the view state and the session (`ImageList.current_changed`); `FileActions` holds
 the File menu's dialogs and exports, `menus` builds the menus and toolbar from a table of callbacks, `ModelsMenu`
 lists models through the session and `ErrorReporter` is the one error box. The window lays the parts out, turns
 user intents (open, drop, step through layers and heads, pick a query) into calls on the session and the view state,
@@ -191,9 +191,9 @@ class MainWindow(QMainWindow):
         self.controls = ControlsPanel(state, session)
         self.images = ImageListPanel(session)
         self.overview = OverviewPanel(state, session)
-        self.matrix = MatrixPanel(state, session)
-        self.rollout_panel = RolloutPanel(state, session)
-        self.posembed = PosEmbedPanel(state, session)
+        self.matrix = MatrixPanel(state, session.image_list, session.current_maps)
+        self.rollout_panel = RolloutPanel(state, session.image_list, session.current_maps)
+        self.posembed = PosEmbedPanel(state, session.model)
         self.headstats = HeadStatsPanel(state, session)
         self.info = InfoPanel(session)
         self.features = FeaturesPanel(state, session)
@@ -404,21 +404,21 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         s = self.session
-        s.model_loaded.connect(self._on_model_loaded)
-        s.run_failed.connect(self.reporter.show_run_error)
+        s.model.model_loaded.connect(self._on_model_loaded)
+        s.image_list.run_failed.connect(self.reporter.show_run_error)
         s.error.connect(self._on_error)
         s.note.connect(self.note)
-        s.device_changed.connect(self._on_device_changed)
+        s.model.device_changed.connect(self._on_device_changed)
         s.status.connect(self.status.show)
         s.busy_changed.connect(self.status.set_busy)
         s.progress.connect(self.status.show_progress)
         self.status.cancel_button.clicked.connect(s.cancel_download)
         self.status.stop_button.clicked.connect(s.stop_waiting)
         s.stuck.connect(self.status.show_stuck)
-        s.run_progress.connect(self.status.set_runs)
-        s.size_changed.connect(self._on_size_changed)
-        s.assumptions_asked.connect(self.ask_assumptions)
-        s.verification_changed.connect(self._show_verdict)
+        s.image_list.run_progress.connect(self.status.set_runs)
+        s.model.size_changed.connect(self._on_size_changed)
+        s.model.assumptions_asked.connect(self.ask_assumptions)
+        s.model.verification_changed.connect(self._show_verdict)
         self.status.review_button.clicked.connect(self.review_assumptions)
         self.info.review_requested.connect(self.review_assumptions)
         self.controls.overrides_requested.connect(self.reload_with)
@@ -440,7 +440,7 @@ class MainWindow(QMainWindow):
         self.file_actions.exported.connect(self._on_exported)
         # last: the panels subscribed when they were made, so these fire once they have redrawn
         self.state.subscribe(self._after_redraw)
-        s.current_changed.connect(self._after_redraw)
+        s.image_list.current_changed.connect(self._after_redraw)
 
     def _query_note(self, text: str) -> None:
         """The query-scale rule's note; with no query token chosen yet, how to choose one and what is shown until
@@ -646,7 +646,8 @@ class MainWindow(QMainWindow):
         and the box says so rather than promising that what was loaded is still there."""
         from vitviz.gui.session import LOAD_FAILED
 
-        fallback = (self.demo_fallback and title == LOAD_FAILED and self.session.model.spec is None and not self.session.loading
+        model = self.session.model
+        fallback = (self.demo_fallback and title == LOAD_FAILED and model.spec is None and not model.loading
                     and bundled.demo_model() is not None and not self._demo_fallback_done)
         if fallback:
             self._demo_fallback_done = True
@@ -681,7 +682,7 @@ class MainWindow(QMainWindow):
         bar asks for its own images). Only after the load: added at once, the photographs stayed when the model
         failed and the demo that opened instead ran on them ('92.5 % circle' for the astronaut)."""
         def on_loaded(spec: Any, _device: str) -> None:
-            self.session.model_loaded.disconnect(on_loaded)
+            self.session.model.model_loaded.disconnect(on_loaded)
             if self.session.image_list.paths:
                 return
             chans = getattr(spec, "in_chans", 3)
@@ -691,7 +692,7 @@ class MainWindow(QMainWindow):
                 self.note(f"The model takes {chans}-channel images: the bundled photographs do not suit it — open "
                           "your own with File ▸ Open images… or drop them on the window")
 
-        self.session.model_loaded.connect(on_loaded)
+        self.session.model.model_loaded.connect(on_loaded)
 
     def open_paths(self, paths: list[str], strict: bool = False) -> None:
         """Open what was dropped or named on the command line: checkpoints load, images are added. What is neither

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel,
 
 from vitviz.core.formats import FOLDER_WEIGHT_NAMES
 from vitviz.gui import colors
-from vitviz.gui.session import Session
+from vitviz.gui.model_slot import ModelSlot
 
 pg.setConfigOptions(imageAxisOrder="row-major")   # once, before anything draws
 
@@ -119,11 +119,10 @@ def plural(count: int, word: str, many: str = "") -> str:
     return f"{count} {word if count == 1 else many or word + 's'}"
 
 
-def waiting_text(session: Session, what: str) -> str:
+def waiting_text(model: ModelSlot, what: str) -> str:
     """What a panel says while it has nothing to show: 'Loading model NAME…' while the first model loads, else
     `what` (e.g. 'Open a model to see its position embedding.')."""
-    loading = session.loading
-    return f"Loading model {display_name(loading)}…" if loading and session.model.spec is None else what
+    return f"Loading model {display_name(model.loading)}…" if model.loading and model.spec is None else what
 
 
 def failure_reason(path: str, summary: str) -> str:

@@ -141,7 +141,7 @@ class ComparePanel(LazyPanel):
         compare.bind(state)
         state.subscribe(self._on_state)
         compare.changed.connect(self.request_redraw)
-        self.session.current_changed.connect(lambda _maps: self.request_redraw())
+        self.session.image_list.current_changed.connect(lambda _maps: self.request_redraw())
 
     # ------------------------------------------------------------------------------------------ inputs
     def _on_state(self, changed: set[str]) -> None:

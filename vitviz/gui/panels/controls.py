@@ -133,8 +133,9 @@ class ControlsPanel(QWidget):
         self._on_state_changed(set(state.snapshot()))
         self.device_requested.connect(session.set_device)
         self.size_requested.connect(self._on_size_requested)
-        wire(session, model_loaded=self._on_model_loaded, devices_found=self.set_devices,
-             device_changed=self.set_device, size_changed=self.show_size, loading_changed=self._on_loading_changed,
+        session.devices_found.connect(self.set_devices)
+        wire(session.model, model_loaded=self._on_model_loaded, device_changed=self.set_device,
+             size_changed=self.show_size, loading_changed=self._on_loading_changed,
              verification_changed=self._on_verified)
 
     def _on_verified(self) -> None:
@@ -154,7 +155,7 @@ class ControlsPanel(QWidget):
     def _on_loading_changed(self, _loading: bool) -> None:
         """Until the first model has loaded, say that it is loading (not that there is none)."""
         if self._spec is None:
-            loading = self.session.loading
+            loading = self.session.model.loading
             self.model_label.setText(f"Loading model {display_name(loading)}…" if loading else NO_MODEL_TEXT)
 
     def _build_model_box(self) -> QGroupBox:
@@ -203,7 +204,7 @@ class ControlsPanel(QWidget):
         self._fill_sources(None)
         self.source_combo.activated.connect(lambda _i: self._set(source=self.source_combo.currentData()))
         form.addRow("Map", self.source_combo)
-        self.relevance_picker = RelevancePicker(self.state, self.session)
+        self.relevance_picker = RelevancePicker(self.state, self.session.model)
         form.addRow(self.relevance_picker)
         self.layer_spin, self.layer_slider = self._selector(LAYER_SPECIALS, "layer")
         self._layer_tip = self.layer_spin.toolTip()

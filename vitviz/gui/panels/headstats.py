@@ -290,8 +290,8 @@ class HeadStatsPanel(LazyPanel):
         layout.addWidget(self.kinds.key)
         layout.addWidget(self.head_key)
         state.subscribe(self._on_state)
-        session.current_changed.connect(self._on_current_changed)
-        session.result_ready.connect(self._on_result_ready)
+        session.image_list.current_changed.connect(self._on_current_changed)
+        session.image_list.result_ready.connect(self._on_result_ready)
 
     # ------------------------------------------------------------------------------------------ inputs
 

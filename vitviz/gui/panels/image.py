@@ -6,7 +6,7 @@ block over all stages: the block's map is drawn at its stage's resolution (cells
 block's window outlines over it (`WindowOutlineItem`; a shifted block's windows as they lie after the shift) and,
 with a query patch, its window highlighted.
 
-It draws itself: it follows the session's current result (`Session.current_changed`) and the view state, and shows
+It draws itself: it follows the session's current result (`ImageList.current_changed`) and the view state, and shows
 what the session is doing instead (no model, no image, running, failed) while there is no result.
 """
 from __future__ import annotations
@@ -66,8 +66,8 @@ class ImagePanel(QWidget):
         self._build()
         self.clicked.connect(self._on_patch_clicked)
         state.subscribe(self.refresh)
-        session.current_changed.connect(self._on_current_changed)
-        session.loading_changed.connect(self._on_loading_changed)
+        session.image_list.current_changed.connect(self._on_current_changed)
+        session.model.loading_changed.connect(self._on_loading_changed)
         self.refresh(MAP_FIELDS)
 
     def _build(self) -> None:
@@ -133,7 +133,7 @@ class ImagePanel(QWidget):
         """What the panel says while there is no result to show."""
         s, path = self.session, self.session.image_list.current
         if s.model.spec is None:
-            return base.waiting_text(s, "Open a model (File › Open model) or drop a checkpoint on the window")
+            return base.waiting_text(s.model, "Open a model (File › Open model) or drop a checkpoint on the window")
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
         if path in s.image_list.failed:

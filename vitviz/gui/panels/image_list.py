@@ -61,7 +61,7 @@ class ImageListPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
-        wire(session, images_added=self.add_paths, images_removed=self.remove_paths,
+        wire(session.image_list, images_added=self.add_paths, images_removed=self.remove_paths,
              current_changed=self._on_current_changed, run_started=self.set_pending,
              result_ready=self._on_result_ready, run_failed=self._on_run_failed)
         self.add_paths(session.image_list.paths)

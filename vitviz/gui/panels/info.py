@@ -62,7 +62,7 @@ def gather(session: Session) -> ModelInfo:
                      cached_images=len(session.cached_paths()),
                      image=Path(session.image_list.current).name if session.image_list.current else "",
                      top5=maps.result.top_k(5) if maps is not None else [], image_size=session.model.image_size,
-                     loading=session.loading, code=session.model.model_code, layers=session.model.live_layers,
+                     loading=session.model.loading, code=session.model.model_code, layers=session.model.live_layers,
                      skipped=session.model.live_skipped,
                      verdict=session.verdict_line())
 
@@ -278,8 +278,9 @@ class InfoPanel(LazyPanel):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.browser)
         self.info = ModelInfo()
-        for signal in (session.model_loaded, session.device_changed, session.current_changed, session.result_ready,
-                       session.loading_changed, session.verification_changed):
+        model, images = session.model, session.image_list
+        for signal in (model.model_loaded, model.device_changed, model.loading_changed, model.verification_changed,
+                       images.current_changed, images.result_ready):
             signal.connect(self._on_session_changed)
         self.show_info(gather(session))
 

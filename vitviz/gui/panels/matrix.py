@@ -21,7 +21,7 @@ from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
-from vitviz.gui.session import Session
+from vitviz.gui.images import ImageList
 from vitviz.gui.state import ViewState, resolve_index
 from vitviz.gui.numbers import number
 
@@ -85,7 +85,8 @@ def axis_ticks(spec: ModelSpec, grid: tuple[int, int], pixels_per_token: float =
 
 
 class MatrixPanel(LazyPanel):
-    """The token-to-token matrix with hover readout, log scale and query selection.
+    """The token-to-token matrix with hover readout, log scale and query selection. Built from the image list it
+    follows (`current_changed`: the current image's result as shown) and `maps`, the one shown now.
 
     Signals:
         query_clicked(token): the user clicked a row (or Shift+clicked a column) of that token.
@@ -93,7 +94,8 @@ class MatrixPanel(LazyPanel):
 
     query_clicked = Signal(int)
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, images: ImageList, maps: ResultMaps | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("matrixPanel")
         self.state = state
@@ -110,8 +112,8 @@ class MatrixPanel(LazyPanel):
         self._build_plot()
         bar_and_body(self, [self.log_check, self.readout], self.widget)
         state.subscribe(self._on_state)
-        session.current_changed.connect(self.set_maps)
-        self.set_maps(session.current_maps)
+        images.current_changed.connect(self.set_maps)
+        self.set_maps(maps)
 
     def _build_plot(self) -> None:
         self.title = TitleLabel("No result yet", color=TEXT, size="10pt")    # wraps: never widens the panel
@@ -144,7 +146,7 @@ class MatrixPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ inputs
 
     def set_maps(self, maps: ResultMaps | None) -> None:
-        """Show the matrix of another result (None: nothing); the session's `current_changed` calls this."""
+        """Show the matrix of another result (None: nothing); the image list's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             self.request_redraw()

@@ -106,8 +106,8 @@ class OverviewPanel(QWidget):
         layout.addWidget(self.widget)
         self._show_axes(False)
         state.subscribe(self.refresh)
-        session.current_changed.connect(self._on_current_changed)
-        session.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
+        session.image_list.current_changed.connect(self._on_current_changed)
+        session.model.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
         self.refresh(STACK_FIELDS)
 
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
@@ -217,7 +217,7 @@ class OverviewPanel(QWidget):
         """What the panel says while it has no tiles."""
         s = self.session
         if s.model.spec is None:
-            return base.waiting_text(s, "Open a model to see every layer's and head's map")
+            return base.waiting_text(s.model, "Open a model to see every layer's and head's map")
         if s.model.awaiting_answers:
             return "Waiting for the settings the file does not say"
         return "Running the image…" if s.image_list.current and s.image_list.current not in s.image_list.failed else "No result for this image"

@@ -24,7 +24,7 @@ from vitviz.gui import colors
 from vitviz.gui.panels.base import (TEXT, Recolourable, dark_layout, image_view, message_label, select_frame,
                                     waiting_text, wrapped_label)
 from vitviz.gui.panels.rope import RopeSection
-from vitviz.gui.session import Session
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.state import ViewState
 from vitviz.gui.protocol import RopeKernels
 
@@ -73,13 +73,14 @@ def top_aligned(view: pg.ViewBox, item: pg.ImageItem, padding: float = 0.02) -> 
 
 
 class PosEmbedPanel(Recolourable, QWidget):
-    """Live position-embedding similarity (and RoPE kernel) of the session's model at the current input size;
-    `hover(row, col)` is also driven by the image panel."""
+    """Live position-embedding similarity (and RoPE kernel) of the loaded model at the current input size;
+    `hover(row, col)` is also driven by the image panel. Built from the model part it shows (`ModelSlot`: its
+    embedding, spec and loading state, and the signals that say they changed)."""
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, model: ModelSlot, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("posEmbedPanel")
-        self.state, self.session = state, session
+        self.state, self.model = state, model
         self.data: PosEmbedData | None = None
         self.rope: RopeKernels | None = None
         self.position: tuple[int, int] | None = None
@@ -109,9 +110,9 @@ class PosEmbedPanel(Recolourable, QWidget):
         self._stack.addWidget(self.message)
         self._stack.addWidget(self.body)
         state.subscribe(self._on_state)
-        session.model_loaded.connect(self._on_model_loaded)
-        session.pos_embed_ready.connect(self._on_pos_embed_ready)
-        session.loading_changed.connect(self._on_loading_changed)
+        model.model_loaded.connect(self._on_model_loaded)
+        model.pos_embed_ready.connect(self._on_pos_embed_ready)
+        model.loading_changed.connect(self._on_loading_changed)
 
     def _build(self) -> None:
         """Short captions over the three maps (what does not fit them is said in the title above)."""
@@ -143,13 +144,12 @@ class PosEmbedPanel(Recolourable, QWidget):
         if spec is not None and not spec.traits.pos_table:   # nothing is asked of the worker for it
             self.message.setText(windowed_text(spec))                   # (`Session.request_pos_embed`)
         else:
-            self.message.setText("Reading the position embedding…" if spec else waiting_text(self.session,
-                                                                                              NO_MODEL_TEXT))
+            self.message.setText("Reading the position embedding…" if spec else waiting_text(self.model, NO_MODEL_TEXT))
         self._stack.setCurrentWidget(self.message)
 
     def _on_loading_changed(self, _loading: bool) -> None:
         if self._spec is None:
-            self.message.setText(waiting_text(self.session, NO_MODEL_TEXT))
+            self.message.setText(waiting_text(self.model, NO_MODEL_TEXT))
 
     def set_data(self, data: PosEmbedData | None, spec: ModelSpec | None, rope: RopeKernels | None = None) -> None:
         """Show a model's embedding and RoPE kernels at the current input size; both None say the model has no
@@ -157,7 +157,7 @@ class PosEmbedPanel(Recolourable, QWidget):
         self._spec = spec
         self.data, self.rope = data, rope
         if data is None and rope is None:
-            self.message.setText(NO_POS_TEXT if spec is not None else waiting_text(self.session, NO_MODEL_TEXT))
+            self.message.setText(NO_POS_TEXT if spec is not None else waiting_text(self.model, NO_MODEL_TEXT))
             self._stack.setCurrentWidget(self.message)
             return
         self._stack.setCurrentWidget(self.body)
@@ -178,7 +178,7 @@ class PosEmbedPanel(Recolourable, QWidget):
         self.set_model(spec)
 
     def _on_pos_embed_ready(self) -> None:
-        self.set_data(self.session.model.pos_embed, self.session.model.spec, self.session.model.rope)
+        self.set_data(self.model.pos_embed, self.model.spec, self.model.rope)
 
     def _on_state(self, changed: set[str]) -> None:
         if "colormap" in changed:

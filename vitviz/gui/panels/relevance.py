@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QCompleter, QFormLayout, QLineEdit, QWidget
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.session import Session
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.state import RELEVANCE_FIELDS, RELEVANCE_METHODS, ViewState
 
 METHOD_TIPS = {
@@ -36,9 +36,10 @@ CLASS_TIP = ("The class the map explains: the top class of each image, or any cl
 
 class RelevancePicker(QWidget):
     """Method and class of the relevance source (choosing either shows it). The class box is editable: typing
-    part of a label offers the matching classes; the first entry is the image's top class."""
+    part of a label offers the matching classes; the first entry is the image's top class. Built from the model
+    part it follows (its classes and prompts are the loaded model's)."""
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, model: ModelSlot, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("relevancePicker")
         self.state = state
@@ -73,8 +74,8 @@ class RelevancePicker(QWidget):
         self.prompt_edit.setClearButtonEnabled(True)
         self.prompt_edit.returnPressed.connect(self._on_prompt_entered)
         form.addRow("Text prompt", self.prompt_edit)
-        self.set_spec(session.model.spec)
-        session.model_loaded.connect(self._on_model_loaded)
+        self.set_spec(model.spec)
+        model.model_loaded.connect(self._on_model_loaded)
         state.subscribe(self._on_state_changed)
 
     def set_spec(self, spec: ModelSpec | None) -> None:

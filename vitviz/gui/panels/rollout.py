@@ -26,7 +26,7 @@ from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
-from vitviz.gui.session import Session
+from vitviz.gui.images import ImageList
 from vitviz.gui.state import FUSIONS, ROLLOUT_FIELDS, ViewState, rollout_params
 from vitviz.gui.numbers import number
 
@@ -86,7 +86,8 @@ class MapView:
 
 
 class RolloutPanel(LazyPanel):
-    """Live rollout controls and the rollout beside the raw attention.
+    """Live rollout controls and the rollout beside the raw attention. Built from the image list it follows
+    (`current_changed`: the current image's result as shown) and `maps`, the one shown now.
 
     Signals:
         query_clicked(token): a patch was clicked in either map.
@@ -94,7 +95,8 @@ class RolloutPanel(LazyPanel):
 
     query_clicked = Signal(int)
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, images: ImageList, maps: ResultMaps | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("rolloutPanel")
         self.state = state
@@ -121,9 +123,9 @@ class RolloutPanel(LazyPanel):
         self.timing.setWordWrap(True)          # a long line must not widen the dock (and shrink the image)
         layout.addWidget(self.timing)
         state.subscribe(self._on_state)
-        session.current_changed.connect(self.set_maps)
+        images.current_changed.connect(self.set_maps)
         self._sync_controls()
-        self.set_maps(session.current_maps)
+        self.set_maps(maps)
 
     def _build_controls(self) -> QFormLayout:
         form = QFormLayout()
@@ -235,7 +237,7 @@ class RolloutPanel(LazyPanel):
     # ------------------------------------------------------------------------------------------ drawing
 
     def set_maps(self, maps: ResultMaps | None) -> None:
-        """Show the rollout of another result (None: nothing); the session's `current_changed` calls this."""
+        """Show the rollout of another result (None: nothing); the image list's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
             if maps is not None:

@@ -168,7 +168,7 @@ class TimelinePanel(LazyPanel):
         timeline.opened.connect(self._on_opened)
         timeline.shown.connect(lambda _k: self.request_redraw())
         timeline.figures.connect(self.request_redraw)
-        self.session.current_changed.connect(lambda _maps: self.request_redraw())
+        self.session.image_list.current_changed.connect(lambda _maps: self.request_redraw())
         self._on_opened()
 
     # ------------------------------------------------------------------------------------------ inputs
