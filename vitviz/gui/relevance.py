@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, QTimer
 
 from vitviz.core.spec import ModelSpec
 from vitviz.gui.session import Session
+from vitviz.gui.signals import wire
 from vitviz.gui.state import RELEVANCE_FIELDS, ViewState
 
 
@@ -25,8 +26,7 @@ class RelevanceSource(QObject):
         self.state, self.session = state, session
         self._previous = "cls" if state.source == "relevance" else state.source   # where a failure goes back to
         state.subscribe(self._on_state_changed)
-        session.image_list.current_changed.connect(self._on_session_changed)
-        session.image_list.result_ready.connect(self._on_session_changed)
+        wire(session.image_list, current_changed=self._on_session_changed, result_ready=self._on_session_changed)
         session.relevance_pass.failed.connect(self._on_failed)
         session.text_pass.failed.connect(self._on_text_failed)
         session.model.model_loaded.connect(self._on_model_loaded)

@@ -32,6 +32,7 @@ from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
 )
 from vitviz.gui.session import Session
+from vitviz.gui.signals import wire
 from vitviz.gui.state import FEATURES_FIELDS, ViewState
 from vitviz.gui.protocol import Analysis, Compared, PcaFitted, Shared
 from vitviz.gui.numbers import number, number_range
@@ -234,15 +235,11 @@ class FeaturesPanel(LazyPanel):
         self.share: Shared | None = None
         self._build()
         state.subscribe(self._on_state)
-        session.image_list.current_changed.connect(self._on_current_changed)
+        wire(session.image_list, current_changed=self._on_current_changed, result_ready=self._on_result_ready,
+             images_added=self._on_images_changed, images_removed=self._on_images_changed)
         session.model.model_loaded.connect(self._on_model_loaded)
-        session.features_pass.ready.connect(self._on_features_ready)
-        session.features_pass.failed.connect(self._on_features_failed)
-        session.image_list.result_ready.connect(self._on_result_ready)
-        session.image_list.images_added.connect(self._on_images_changed)
-        session.image_list.images_removed.connect(self._on_images_changed)
-        session.analyses.pca_ready.connect(self._on_pca)
-        session.analyses.similarity_ready.connect(self._on_similarity)
+        wire(session.features_pass, ready=self._on_features_ready, failed=self._on_features_failed)
+        wire(session.analyses, pca_ready=self._on_pca, similarity_ready=self._on_similarity)
         session.analyses.share_ready.connect(self._on_share)
         session.analyses.analysis_failed.connect(self._on_analysis_failed)
         if session.model.spec is not None:
