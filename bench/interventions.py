@@ -95,6 +95,7 @@ def window_latency(repeats: int) -> None:
     from PySide6.QtCore import QSettings, QSize
 
     from vitviz.gui.app import ensure_app
+    from vitviz.gui.panels.base import redraws_pending
     from vitviz.gui.window import MainWindow
 
     app = ensure_app()
@@ -120,7 +121,8 @@ def window_latency(repeats: int) -> None:
         wait(window.is_idle)
         start = time.perf_counter()
         iv.toggle(*heads[i % len(heads)])
-        wait(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps)
+        wait(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps
+             and not redraws_pending())        # the redraws coalesced into the turn after the answer, too
         times.append(time.perf_counter() - start)
     path = window.session.image_list.current
     iv.clear_heads()
