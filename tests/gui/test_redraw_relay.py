@@ -86,3 +86,25 @@ def test_the_image_list_remakes_only_the_texts_whose_runs_changed(qtbot, loaded,
     assert made == [str(images[1])] and "→" not in listed.top_text(str(images[1]))
     iv.clear_heads()
     wait_idle(qtbot, window)
+
+
+def test_the_matrix_sets_its_colorbar_and_placement_again_only_when_they_change(qtbot, loaded,
+                                                                              monkeypatch) -> None:  # noqa: ANN001
+    from _gui import show_dock
+
+    window = loaded
+    panel = show_dock(qtbot, window, "matrixDock")
+    window.state.update(layer=0, head=0)
+    assert panel.matrix is not None
+    maps, sets = [], []
+    original_map, original_rect = panel.colorbar.setColorMap, panel.image_item.setRect
+    monkeypatch.setattr(panel.colorbar, "setColorMap", lambda cmap: (maps.append(cmap), original_map(cmap))[1])
+    monkeypatch.setattr(panel.image_item, "setRect", lambda rect: (sets.append(rect), original_rect(rect))[1])
+    window.state.update(head=1)
+    window.state.update(layer=1)
+    assert maps == [] and sets == []                 # a new picture of the same model: only it and its levels
+    assert panel.title.text.startswith("layer 1 · head 1")
+    window.state.update(colormap="magma")
+    assert len(maps) == 1 and sets == []
+    window.state.update(matrix_log=True)
+    assert len(maps) == 2 and "log10" in panel.colorbar.axis.labelText
