@@ -29,11 +29,12 @@ def _action(menu, text: str):  # noqa: ANN001, ANN202
 def _answered(qtbot, window) -> None:  # noqa: ANN001
     """Wait until the current image's intervened run is what the panels show."""
     from vitviz.gui.interventions import IntervenedMaps
+    from vitviz.gui.panels.base import redraws_pending
 
     iv = window.interventions
     wait_idle(qtbot, window)
-    qtbot.waitUntil(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps,
-                    timeout=20000)
+    qtbot.waitUntil(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps
+                    and not redraws_pending(), timeout=20000)   # and the redraws of the turn (once each) have run
     assert isinstance(window.session.current_maps, IntervenedMaps)
 
 

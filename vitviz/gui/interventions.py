@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWi
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui import docks, importance_view
 from vitviz.gui.importance_view import MARK
-from vitviz.gui.panels.base import push_button, wrapped_label
+from vitviz.gui.panels.base import push_button, relay, wrapped_label
 from vitviz.gui.protocol import Context, PassRequest, Request, _image_name
 
 Head = tuple[int, int]
@@ -281,12 +281,14 @@ class InterventionSession(QObject):
         self.answers: dict[str, Intervened] = {}       # image -> its run with the current steps
         self.importance: dict[str, Scanned] = {}       # image -> its importance grid
         self.failure = ""
+        self._probabilities: dict[str, tuple[Intervened, np.ndarray | None]] = {}   # image -> (answer, its softmax)
         session.route(Intervene, self._on_intervened, self._on_failed)
         session.route(HeadScan, self._on_scanned, self._on_failed)
         session.image_list.current_changed.connect(lambda _maps: self._ask())
         session.image_list.result_ready.connect(lambda _path: self._ask())
         session.model.model_loaded.connect(lambda *_a: self.clear())
         session.model.size_changed.connect(lambda _size: self._forget_runs())
+        relay().hold_while(self.running_current)   # the panels' redraws of a click wait for its forward
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -320,6 +322,11 @@ class InterventionSession(QObject):
         """Whether the importance scan of `path` is on its way."""
         return any(r.image == path for r in self.session.client.pending(HeadScan))
 
+    def running_current(self) -> bool:
+        """Whether the worker is running (or about to run) the current image's intervened forward with maps."""
+        current = self.session.image_list.current
+        return bool(self.steps) and any(r.image == current and r.maps for r in self.session.client.pending(Intervene))
+
     def current_importance(self) -> Any:
         answer = self.importance.get(self.session.image_list.current or "")
         return None if answer is None else answer.importance
@@ -327,7 +334,11 @@ class InterventionSession(QObject):
     def probabilities(self, path: str) -> np.ndarray | None:
         """The class probabilities of `path`'s intervened run (None: no steps, or not answered yet)."""
         answer = self.answers.get(path)
-        return None if answer is None or not self.steps else probabilities(answer.logits)
+        if answer is None or not self.steps:
+            return None
+        if self._probabilities.get(path, (None,))[0] is not answer:   # once per answer (the list asks every click)
+            self._probabilities[path] = (answer, probabilities(answer.logits))
+        return self._probabilities[path][1]
 
     # ---------------------------------------------------------------------------------------------- steps
 
@@ -591,8 +602,8 @@ class InterventionBanner(QWidget):
             layout.addWidget(button)
         self.action = toolbar.addWidget(self)
         self.action.setVisible(False)
-        iv.changed.connect(self.refresh)
-        iv.session.image_list.current_changed.connect(lambda _maps: self.refresh())
+        iv.changed.connect(lambda: relay().later(self.refresh))      # once per event-loop turn
+        iv.session.image_list.current_changed.connect(lambda _maps: relay().later(self.refresh))
 
     def refresh(self) -> None:
         iv = self.iv
@@ -646,10 +657,11 @@ class InterventionsPanel(QWidget):
         layout.setContentsMargins(4, 2, 4, 2)
         layout.addWidget(self.table)
         layout.addLayout(side, 1)
-        interventions.changed.connect(self.refresh)
-        interventions.session.image_list.current_changed.connect(lambda _m: self.refresh())
+        interventions.changed.connect(lambda: relay().later(self.refresh))      # once per event-loop turn
+        interventions.session.image_list.current_changed.connect(lambda _m: relay().later(self.refresh))
         self._sized = False
         self._stale = True
+        self._table: list[list[str]] = []      # the cells shown
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
         """The first time the dock is shown below the image: as tall as the table of five rows, not half the
@@ -696,12 +708,19 @@ class InterventionsPanel(QWidget):
         answer = self.iv.current()
         rows = [] if clean is None else clean.result.top_k(5)
         after = None if answer is None else probabilities(answer.logits)
+        table = [[label, f"{p:.3f}", "" if after is None else f"{after[index]:.3f}",
+                  "" if after is None else f"{after[index] - p:+.3f}"] for index, label, p in rows]
+        if table == self._table:
+            return                    # the same cells: nothing to lay out again
+        self._table = table
         self.table.setRowCount(len(rows))
-        for i, (index, label, p) in enumerate(rows):
-            cells = [label, f"{p:.3f}", "" if after is None else f"{after[index]:.3f}",
-                     "" if after is None else f"{after[index] - p:+.3f}"]
+        for i, cells in enumerate(table):
             for j, text in enumerate(cells):
-                self.table.setItem(i, j, QTableWidgetItem(text))
+                item = self.table.item(i, j)
+                if item is None:
+                    self.table.setItem(i, j, QTableWidgetItem(text))
+                elif item.text() != text:
+                    item.setText(text)
         self.table.resizeColumnsToContents()
 
 
@@ -720,7 +739,8 @@ def _attach_interventions(window: Any, iv: Any, _dock: QDockWidget) -> None:
     window.importance_view = importance_view.attach(window.overview, iv)
     iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
     hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
-    iv.changed.connect(lambda: window.images.show_intervened(iv))
+    window.images.runs = iv
+    iv.changed.connect(lambda: relay().later(window.images.show_intervened))   # once per event-loop turn
 
 
 docks.register(docks.SideDock(

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt
+import shiboken6
+from PySide6.QtCore import QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPen, QShowEvent, QTextDocument
 from PySide6.QtWidgets import QComboBox, QGraphicsRectItem, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
@@ -280,6 +282,77 @@ class TitleLabel(pg.LabelItem):
         self._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
         self._sizeHint[Qt.SizeHint.PreferredSize] = (0, height)
         self.updateGeometry()
+
+
+class RedrawRelay(QObject):
+    """Redraws asked for during one event-loop turn, run once each at the next turn (`later`): an ablate click
+    emits the interventions' `changed` four or five times and the current image's maps once, and a panel that
+    redrew for each drew the same thing again. While a hold says the worker is running what the panels will show
+    next (`hold_while`: the current image's intervened forward), the redraws wait for its answer, at most
+    `HOLD_MS`: the worker's forward and the window's drawing shared the CPU (and Python's lock), and both took
+    longer. `pending()` says a redraw is still to come (tests and bench/ wait on it)."""
+
+    HOLD_MS = 150.0        # the longest the redraws wait for a held forward (the click's own feedback then shows)
+    RECHECK_MS = 2         # how often a hold is looked at again
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._asked: dict[Callable[[], object], None] = {}
+        self._holds: list[Callable[[], bool]] = []
+        self._since = 0.0
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._run)
+
+    def later(self, redraw: Callable[[], object]) -> None:
+        """Call `redraw()` at the next event-loop turn, once however often it is asked for until then."""
+        self._asked[redraw] = None
+        if not self._timer.isActive():
+            self._since = time.perf_counter()
+            self._timer.start(0)
+
+    def hold_while(self, busy: Callable[[], bool]) -> None:
+        """Let the redraws wait while `busy()` (a bound method of a QObject: dropped with it)."""
+        self._holds.append(busy)
+
+    def pending(self) -> bool:
+        return bool(self._asked)
+
+    def flush(self) -> None:
+        """Run what was asked for now (each once)."""
+        self._timer.stop()
+        asked, self._asked = list(self._asked), {}
+        for redraw in asked:
+            owner = getattr(redraw, "__self__", None)
+            if not isinstance(owner, QObject) or shiboken6.isValid(owner):   # not a closed window's panel
+                redraw()
+
+    def _held(self) -> bool:
+        self._holds = [h for h in self._holds if not isinstance(getattr(h, "__self__", None), QObject)
+                       or shiboken6.isValid(h.__self__)]
+        return (time.perf_counter() - self._since) * 1e3 < self.HOLD_MS and any(h() for h in self._holds)
+
+    def _run(self) -> None:
+        if self._held():
+            self._timer.start(self.RECHECK_MS)
+        else:
+            self.flush()
+
+
+_RELAY: RedrawRelay | None = None
+
+
+def relay() -> RedrawRelay:
+    """The application's redraw relay (made with the first panel that asks: it needs the QApplication)."""
+    global _RELAY
+    if _RELAY is None or not shiboken6.isValid(_RELAY):
+        _RELAY = RedrawRelay()
+    return _RELAY
+
+
+def redraws_pending() -> bool:
+    """Whether a redraw asked for with `relay().later` has still to run."""
+    return _RELAY is not None and shiboken6.isValid(_RELAY) and _RELAY.pending()
 
 
 class LazyPanel(QWidget):

@@ -55,6 +55,9 @@ class ImageListPanel(QWidget):
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._context_menu)
         self._placeholder = _blank()
+        self._items: dict[str, QListWidgetItem] = {}     # path -> its item (a click looks items up, never scans)
+        self._shown: dict[str, tuple[Any, ...]] = {}     # path -> (clean result, intervened probabilities, what) shown
+        self.runs: Any = None                            # the interventions whose runs it shows (`show_intervened`)
         self._make_actions()
         self.thumbnails = ThumbnailLoader(self)
         self.thumbnails.ready.connect(self._on_thumbnail)
@@ -105,6 +108,7 @@ class ImageListPanel(QWidget):
             item.setData(PATH_ROLE, path)
             item.setToolTip(path)
             self.list.addItem(item)
+            self._items[path] = item
             if os.path.isfile(path):  # regular files only: a FIFO or device would block a decoder for good
                 self.thumbnails.request(path)
         self._on_current_changed(None)
@@ -116,6 +120,9 @@ class ImageListPanel(QWidget):
         for i in reversed(range(self.list.count())):
             if self.list.item(i).data(PATH_ROLE) in gone:
                 self.list.takeItem(i)
+        for path in gone:
+            self._items.pop(path, None)
+            self._shown.pop(path, None)
         self._on_current_changed(None)
         self.update_actions()
 
@@ -161,11 +168,13 @@ class ImageListPanel(QWidget):
         item.setForeground(QColor("#ffb000") if after is not None and top else QColor())
 
     def set_pending(self, path: str) -> None:
+        self._shown.pop(path, None)
         item = self._item(path)
         if item is not None:
             item.setText(Path(path).name + "\nrunning…")
 
     def set_failed(self, path: str, summary: str) -> None:
+        self._shown.pop(path, None)
         item = self._item(path)
         if item is not None:
             item.setText(Path(path).name + "\nfailed: " + shortened(failure_reason(path, summary), 70))
@@ -183,10 +192,7 @@ class ImageListPanel(QWidget):
         return item.icon().availableSizes()[0] if item is not None and item.icon().availableSizes() else QSize()
 
     def _item(self, path: str) -> QListWidgetItem | None:
-        for i in range(self.list.count()):
-            if self.list.item(i).data(PATH_ROLE) == path:
-                return self.list.item(i)
-        return None
+        return self._items.get(path)
 
     def _on_thumbnail(self, path: str, image: QImage) -> None:
         item = self._item(path)
@@ -205,15 +211,26 @@ class ImageListPanel(QWidget):
     def _on_result_ready(self, path: str) -> None:
         maps = self.session.result(path)
         if maps is not None:
+            self._shown.pop(path, None)
             self.set_predictions(path, maps.result.top_k(5))
 
-    def show_intervened(self, runs: Any) -> None:
+    def show_intervened(self, runs: Any = None) -> None:
         """Every listed image's top-5 beside its intervened run where that has answered (`runs.probabilities`,
-        `runs.describe()`: `vitviz.gui.interventions.InterventionSession`), the clean top-5 alone elsewhere."""
-        for path in self.paths():
+        `runs.describe()`: `vitviz.gui.interventions.InterventionSession`; `self.runs` when not given), the clean
+        top-5 alone elsewhere. An image whose clean result, intervened run and steps are those shown is not
+        touched: a click re-makes the text of the images whose runs changed only."""
+        runs = runs if runs is not None else self.runs
+        what = runs.describe()
+        for path in self._items:
             maps = self.session.cached(path)
-            if maps is not None:
-                self.set_predictions(path, maps.result.top_k(5), runs.probabilities(path), runs.describe())
+            if maps is None:
+                continue
+            after = runs.probabilities(path)
+            key = (maps.result, after, what if after is not None else "")
+            shown = self._shown.get(path)
+            if shown is None or shown[0] is not key[0] or shown[1] is not key[1] or shown[2] != key[2]:
+                self._shown[path] = key
+                self.set_predictions(path, maps.result.top_k(5), after, what)
 
     def _on_run_failed(self, path: str, summary: str, _details: str) -> None:
         self.set_failed(path, summary)

@@ -101,6 +101,8 @@ class MatrixPanel(LazyPanel):
         self.state = state
         self._maps: ResultMaps | None = None
         self._key: tuple[object, ...] | None = None
+        self._placed: tuple[object, ...] | None = None    # (maps, tokens, prefix) the image and lines are placed for
+        self._painted: tuple[str, str] | None = None      # (colormap, scale) the colorbar shows
         self.matrix: np.ndarray | None = None
         self.log_check = QCheckBox("Log scale")
         self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
@@ -179,7 +181,7 @@ class MatrixPanel(LazyPanel):
 
     def _clear(self) -> None:
         self.image_item.clear()
-        self.matrix, self._key = None, None
+        self.matrix, self._key, self._placed = None, None, None
         for item in (*self.prefix_lines, self.row_box, self.col_box):
             item.setVisible(False)
         self._show_axes(False)
@@ -195,21 +197,27 @@ class MatrixPanel(LazyPanel):
         s, spec = self.state, maps.result.spec
         self.matrix = layer_head_matrix(maps.result.attentions, s.layer, s.head)
         values, levels = display_values(self.matrix, s.matrix_log)
-        t = self.matrix.shape[0]
+        t, p = self.matrix.shape[0], spec.num_prefix
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
-        self.image_item.setRect(QRectF(0, 0, t, t))
         self._show_axes(True)
-        self.colorbar.setColorMap(colors.colormap(s.colormap))
-        colors.set_colorbar_levels(self.colorbar, levels)
-        p = spec.num_prefix
-        for line in self.prefix_lines:
-            line.setPos(p)
-            line.setVisible(0 < p < t)
         scale = "log10 attention" if s.matrix_log else "attention"
-        self.colorbar.axis.setLabel(scale, color=TEXT)
+        # another layer or head of the same model changes the picture, its levels and the title only: the rest is
+        # set again when it changes (each set lays the plot out or draws the colorbar again)
+        placed, painted = (id(maps), t, p), (s.colormap, scale)
+        if placed != self._placed:
+            self._placed = placed
+            self.image_item.setRect(QRectF(0, 0, t, t))
+            for line in self.prefix_lines:
+                line.setPos(p)
+                line.setVisible(0 < p < t)
+            self._ticks_for = None
+        if painted != self._painted:
+            self._painted = painted
+            self.colorbar.setColorMap(colors.colormap(s.colormap))
+            self.colorbar.axis.setLabel(scale, color=TEXT)
+        colors.set_colorbar_levels(self.colorbar, levels)
         self.title.setText(f"layer {s.layer} · head {s.head} · {t} tokens ({p} prefix) · {scale}")
         self.plot.autoRange(padding=0.01)
-        self._ticks_for = None
         self._fit_ticks()
 
     def _fit_ticks(self, *_args: object) -> None:
