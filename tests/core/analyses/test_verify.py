@@ -529,3 +529,24 @@ def test_verify_with_a_timm_whose_import_raises_says_so(tmp_path: Path, tiny_ckp
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("Not verified") for line in lines), done.stdout
     assert "operator torchvision::nms does not exist" in lines[0]
+
+
+def test_a_timm_hub_folder_run_by_timms_code_gets_a_reason_not_a_crash(tmp_path: Path) -> None:
+    """A timm hub folder of an architecture vitviz does not convert (CaiT) runs by timm's own code; verify took it
+    for a transformers tower run by its code and crashed (AttributeError in towers.original_tower). It now says
+    why nothing is compared: timm's code runs, nothing was converted."""
+    import warnings
+
+    timm = pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    args = dict(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=4, num_classes=5)
+    torch.manual_seed(0)
+    net = timm.create_model("cait_xxs24_224", pretrained=False, **args).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(net, str(tmp_path), safe_serialization=True, model_args=args)
+        model = vitviz.load(str(tmp_path))
+        check = vitviz.verify(model)
+    assert check.verdict == "unverified" and check.library == "timm"
+    assert "timm's own code runs this file" in check.reason and "converted nothing" in check.reason

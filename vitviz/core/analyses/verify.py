@@ -328,6 +328,11 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
             return Verification(DIFFERS, library="transformers", version=version, original=e.what,
                                 against=f"transformers {version}", assumptions=assumptions, reason=str(e))
         return _compare(model, original, _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
+    if code is None and spec.family == "live" and _by_timm_code(spec):
+        return unverified("timm's own code runs this file (built from its config.json with the file's tensors, "
+                          "strictly): vitviz converted nothing, so there is no conversion to verify; the maps are "
+                          "the attention timm's modules compute, as recorded (the provenance's 'path' says where)",
+                          "timm", _version("timm"))
     if code is None and spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify (to check vitviz's conversion of the file, verify vitviz.load(path) with "
@@ -1245,7 +1250,16 @@ def _by_its_code(spec: Any) -> bool:
     code (`vitviz.core.reading.towers.BY_CODE`): its file can build transformers' own tower to compare with."""
     from vitviz.core.reading.towers import BY_CODE_ROUTE
 
-    return f"({BY_CODE_ROUTE}: " in spec.source_of("path") and Path(spec.source).exists()
+    path = spec.source_of("path")
+    return f"({BY_CODE_ROUTE}: " in path and not _by_timm_code(spec) and Path(spec.source).exists()
+
+
+def _by_timm_code(spec: Any) -> bool:
+    """Whether a live model is a timm hub folder that `vitviz.load(path)` runs by timm's own code (an architecture
+    vitviz does not convert: CaiT, LeViT, Twins, Hiera …)."""
+    from vitviz.core.reading.towers import BY_CODE_ROUTE
+
+    return f"({BY_CODE_ROUTE}: timm " in spec.source_of("path")
 
 
 _RECORDED: list[tuple[int, torch.Tensor]] = []
