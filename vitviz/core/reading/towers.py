@@ -42,6 +42,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "aria": ("vision_config", _LLAVA), "aya_vision": ("vision_config", _LLAVA),
     "cohere2_vision": ("vision_config", _LLAVA), "llava_next_video": ("vision_config", _LLAVA),
     "shieldgemma2": ("vision_config", _LLAVA), "video_llava": ("vision_config", ("model.image_tower.", "image_tower.")),
+    "granite4_vision": ("vision_config", _LLAVA),    # (a CLIP tower, its Q-Former / deepstack projectors beside it)
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
@@ -70,11 +71,15 @@ BY_CODE = {
     "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
     "hunyuan_vl_vision": ("hunyuan_vl", "HunYuanVLVisionTransformer"),
     "kimi_k25_vision": ("kimi_k25", "Kimi_K25VisionModel"), "ovis2_5_vision": ("ovis2_5", "Ovis2_5VisionModel"),
+    "qwen2_5_omni_vision_encoder": ("qwen2_5_omni", "Qwen2_5OmniVisionEncoder"),
+    "qwen3_omni_moe_vision_encoder": ("qwen3_omni_moe", "Qwen3OmniMoeVisionEncoder"),
+    "cohere_compass_vision": ("cohere_compass", "CohereCompassVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
-# the tower itself.
+# the tower itself. A key with a dot is a sub-config's sub-config (an Omni model's thinker's `vision_config`).
 _VISUAL = ("model.visual.", "visual.")
+_THINKER = ("thinker_config.vision_config", ("thinker.model.visual.", "thinker.visual."))
 BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen2_vl": ("vision_config", _VISUAL), "qwen2_5_vl": ("vision_config", _VISUAL),
     "qwen3_vl": ("vision_config", _VISUAL), "qwen3_vl_moe": ("vision_config", _VISUAL),
@@ -96,6 +101,11 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
+    # Qwen2.5-Omni / Qwen3-Omni: a Qwen2.5-VL / Qwen3-VL tower in the thinker (the whole model: audio and speech
+    # output beside it); Cohere Compass: a Qwen3-VL-style tower (deepstack mergers)
+    "qwen2_5_omni": _THINKER, "qwen3_omni_moe": _THINKER,
+    "qwen2_5_omni_thinker": ("vision_config", _VISUAL), "qwen3_omni_moe_thinker": ("vision_config", _VISUAL),
+    "cohere_compass": ("vision_config", _VISUAL),
 }
 # Composite models whose files transformers writes in the original checkpoint's layout (its conversion mapping for
 # the model_type, reversed on saving): their tower tensors are renamed and converted (Mistral's interleaved-RoPE q/k
@@ -181,6 +191,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def sub_config(config: Any, key: str) -> Any:
+    """The sub-config `key` names in a parsed config.json (a dict) or a transformers config object: '' the config
+    itself, 'a.b' config['a']['b']; None where there is none."""
+    for part in key.split(".") if key else ():
+        config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
+    return config
+
+
 def identify(config: Any, where: str) -> Tower | None:
     """The vision tower a transformers config.json names, None for a config that is not a composite model.
 
@@ -228,7 +246,7 @@ def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | Non
         CompositeModelError: transformers, which that route runs, is not installed.
     """
     key, prefixes = BY_CODE_MODELS.get(model_type) or TOWERS.get(model_type) or ("-", ())
-    sub = config if not key else config.get(key)
+    sub = sub_config(config, key)
     tower_type = _text(sub.get("model_type")) if isinstance(sub, dict) else ""
     if not prefixes or tower_type not in BY_CODE:
         return None
@@ -325,7 +343,7 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     import transformers
 
     if tower.by_code[1]:    # run by its code: the class the composite model builds its tower as
-        sub = getattr(config, tower.config_key) if tower.config_key else config
+        sub = sub_config(config, tower.config_key)
         sub._attn_implementation = "eager"
         module = importlib.import_module(f"transformers.models.{tower.by_code[0]}.modeling_{tower.by_code[0]}")
         cls = getattr(module, tower.by_code[1])
@@ -340,7 +358,7 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
         config._attn_implementation = "eager"
         return config, DPTEncoder, (f"transformers.DPTModel (no pooler), the vision tower of {type(config).__name__} (its own ViT, "
                                       "eager attention)")
-    sub = getattr(config, tower.config_key)
+    sub = sub_config(config, tower.config_key)
     sub._attn_implementation = "eager"
     if tower.tower_type == "beit":
         return sub, _beit_backbone(), (f"transformers.BeitBackbone, the vision tower of {type(config).__name__} "
@@ -440,7 +458,7 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
         for name in path[:-1]:
             setattr(holder, name, torch.nn.Module())
             holder = getattr(holder, name)
-        setattr(holder, path[-1], cls(getattr(whole_config, tower.config_key)))
+        setattr(holder, path[-1], cls(sub_config(whole_config, tower.config_key)))
         self.post_init()
 
     # transformers applies a registered mapping to a class defined outside it only by the class's own name
