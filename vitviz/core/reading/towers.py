@@ -43,6 +43,12 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cohere2_vision": ("vision_config", _LLAVA), "llava_next_video": ("vision_config", _LLAVA),
     "shieldgemma2": ("vision_config", _LLAVA), "video_llava": ("vision_config", ("model.image_tower.", "image_tower.")),
     "granite4_vision": ("vision_config", _LLAVA),    # (a CLIP tower, its Q-Former / deepstack projectors beside it)
+    # a PaliGemma / ModernVBERT inside a retriever or a robot policy (`vlm_config`), T5Gemma 2's encoder: SigLIP
+    "colpali": ("vlm_config.vision_config", ("vlm.vision_tower.", "vlm.model.vision_tower.")),
+    "colmodernvbert": ("vlm_config.vision_config", ("vlm.vision_model.",)),
+    "pi0": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
+    "pi05": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
+    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
@@ -221,7 +227,7 @@ def identify(config: Any, where: str) -> Tower | None:
     if model_type not in TOWERS:
         return None
     key, prefixes = TOWERS[model_type]
-    sub = config.get(key) if key else None
+    sub = sub_config(config, key) if key else None
     if model_type == "dpt" and sub is None:   # DPT's own ViT (`dpt.`), described by DPT's own config
         if config.get("is_hybrid"):
             raise CompositeModelError(f"{where}: transformers model_type 'dpt' with is_hybrid: a ViT on a BiT "
