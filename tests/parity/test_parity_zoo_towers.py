@@ -1,8 +1,11 @@
 """Composite transformers models the zoo sweep (scripts/trial_zoo.py) found refused by file although their vision
 tower is one vitviz reads: Aya Vision, Cohere 2 Vision and ShieldGemma 2 (SigLIP under model.vision_tower.), LLaVA-
-NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics3 tower). Each is built tiny with
-random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file as its tower; every
-layer's per-head attention equals the tower's own (eager `output_attentions`) inside the whole model, at 1e-5."""
+NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics3 tower), Granite 4 Vision (CLIP),
+ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
+PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
+encoder). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
+opened by file as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
+`output_attentions`) inside the whole model, at 1e-5."""
 from __future__ import annotations
 
 import importlib.util
@@ -29,18 +32,26 @@ CASES = {
     "llava_next_video": ("LlavaNextVideoForConditionalGeneration", lambda m: m.model.vision_tower),
     "video_llava": ("VideoLlavaForConditionalGeneration", lambda m: m.model.image_tower),
     "aria": ("AriaForConditionalGeneration", lambda m: m.model.vision_tower),
+    "granite4_vision": ("Granite4VisionForConditionalGeneration", lambda m: m.model.vision_tower),
+    "colpali": ("ColPaliForRetrieval", lambda m: m.vlm.vision_tower),
+    "colmodernvbert": ("ColModernVBertForRetrieval", lambda m: m.vlm.vision_model),
+    "pi0": ("PI0ForConditionalGeneration", lambda m: m.model.vlm.vision_tower),
+    "pi05": ("PI05ForConditionalGeneration", lambda m: m.model.vlm.vision_tower),
+    "t5gemma2": ("T5Gemma2ForConditionalGeneration", lambda m: m.model.encoder.vision_tower),
 }
+# handed over whole (vitviz.load(model)): the tower its config names is found and shown
+LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2")
 
 
-@pytest.mark.parametrize("model_type", list(CASES))
-def test_tower_by_file(tmp_path: Path, model_type: str) -> None:
+@pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
+def test_tower_by_file(tmp_path: Path, model_type: str, route: str) -> None:
     cls, tower_of = CASES[model_type]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = zoo.build_hf(model_type, cls)
         model.save_pretrained(tmp_path)
-        vm = vitviz.load(str(tmp_path), device="cpu")
-    assert model_type in vm.spec.source_of("identity")
+        vm = vitviz.load(str(tmp_path) if route == "file" else model, device="cpu")
+    assert model_type in vm.spec.source_of("identity" if route == "file" else "path")
     tower = tower_of(model)
     tower.set_attn_implementation("eager")
     size = vm.spec.image_size
