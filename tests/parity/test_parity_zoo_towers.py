@@ -62,3 +62,30 @@ def test_tower_by_file(tmp_path: Path, model_type: str, route: str) -> None:
     assert len(ours) == len(theirs) == tower.config.num_hidden_layers
     for i, (mine, ref) in enumerate(zip(ours, theirs)):
         np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
+
+
+@pytest.mark.parametrize("route", ["file", "live"])
+def test_siglip2_tower_of_lfm2_vl(tmp_path: Path, route: str) -> None:
+    """LFM2-VL's SigLIP 2 (NaFlex) tower: by file and handed over whole, equal to the tower's own attention on the
+    patches transformers' SigLIP 2 processor cuts (`convert_image_to_patches`, every patch attended)."""
+    from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("lfm2_vl", "Lfm2VlForConditionalGeneration")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path) if route == "file" else model, device="cpu")
+    assert vm.spec.family == "hf-siglip2" and "lfm2_vl" in vm.spec.source_of("identity" if route == "file" else "path")
+    tower = model.model.vision_tower
+    tower.set_attn_implementation("eager")
+    size, p = vm.spec.image_size, tower.config.patch_size
+    x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(5))
+    result = vm.run(x)
+    patches = convert_image_to_patches(torch.from_numpy(result.input), p)[None]    # (the input vitviz ran on)
+    with torch.no_grad():
+        theirs = tower(pixel_values=patches, pixel_attention_mask=torch.ones(1, patches.shape[1], dtype=torch.int32),
+                       spatial_shapes=torch.tensor([[size[0] // p, size[1] // p]]), output_attentions=True).attentions
+    ours = result.attentions
+    assert len(ours) == len(theirs) == tower.config.num_hidden_layers
+    for i, (mine, ref) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")

@@ -48,14 +48,14 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "colmodernvbert": ("vlm_config.vision_config", ("vlm.vision_model.",)),
     "pi0": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
     "pi05": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
-    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),
+    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),    "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
-            "internvl_vision": "hf-internvit"}
+            "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
