@@ -3,7 +3,8 @@ tower is one vitviz reads: Aya Vision, Cohere 2 Vision and ShieldGemma 2 (SigLIP
 NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics3 tower), Granite 4 Vision (CLIP),
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
-encoder). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
+encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
+(SigLIP 2, NaFlex). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
 opened by file as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
 from __future__ import annotations
@@ -38,9 +39,10 @@ CASES = {
     "pi0": ("PI0ForConditionalGeneration", lambda m: m.model.vlm.vision_tower),
     "pi05": ("PI05ForConditionalGeneration", lambda m: m.model.vlm.vision_tower),
     "t5gemma2": ("T5Gemma2ForConditionalGeneration", lambda m: m.model.encoder.vision_tower),
+    "idefics2": ("Idefics2ForConditionalGeneration", lambda m: m.model.vision_model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
-LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2")
+LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -89,3 +91,27 @@ def test_siglip2_tower_of_lfm2_vl(tmp_path: Path, route: str) -> None:
     assert len(ours) == len(theirs) == tower.config.num_hidden_layers
     for i, (mine, ref) in enumerate(zip(ours, theirs)):
         np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
+
+
+def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
+    """Idefics2's tower looks its position rows up by bucketed patch coordinates: at a size that is not its own, by
+    file, every layer equals the tower's own attention there; and `vitviz.verify` finds it equal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("idefics2", "Idefics2ForConditionalGeneration")
+        model.save_pretrained(tmp_path)
+        tower = model.model.vision_model
+        p = tower.config.patch_size
+        native = tower.config.image_size // p
+        size = (p * (native + 1), p * (native + 3))
+        vm = vitviz.load(str(tmp_path), device="cpu", image_size=size)
+    assert vm.spec.pos_interp == "bucket"
+    tower.set_attn_implementation("eager")
+    x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        theirs = tower(pixel_values=x, output_attentions=True).attentions
+    ours = vm.run(x).attentions
+    for i, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
+    check = vitviz.verify(vm)
+    assert check.verified, check.summary()
