@@ -4,7 +4,7 @@ NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
-(SigLIP 2, NaFlex). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
+(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
 opened by file as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
 from __future__ import annotations
@@ -40,9 +40,10 @@ CASES = {
     "pi05": ("PI05ForConditionalGeneration", lambda m: m.model.vlm.vision_tower),
     "t5gemma2": ("T5Gemma2ForConditionalGeneration", lambda m: m.model.encoder.vision_tower),
     "idefics2": ("Idefics2ForConditionalGeneration", lambda m: m.model.vision_model),
+    "instructblipvideo": ("InstructBlipVideoForConditionalGeneration", lambda m: m.vision_model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
-LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2")
+LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -115,3 +116,13 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
         np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
     check = vitviz.verify(vm)
     assert check.verified, check.summary()
+
+
+def test_instructblipvideo_verified(tmp_path: Path) -> None:
+    """InstructBLIP-Video's tower by file: `vitviz.verify` builds transformers' own InstructBlipVideoVisionModel from
+    the folder's vision_config and finds it equal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("instructblipvideo", "InstructBlipVideoForConditionalGeneration").save_pretrained(tmp_path)
+        check = vitviz.verify(vitviz.load(str(tmp_path), device="cpu"))
+    assert check.verified and "InstructBlipVideoVisionModel" in check.original, check.summary()

@@ -50,17 +50,20 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pi05": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
     "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),    "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
     "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
+    "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
-            "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip"}
+            "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
+            "instructblipvideo_vision_model": "hf-blip"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
-                  "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer"}
+                  "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer",
+                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel"}
 # Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
 # path), built from the whole model's config.json as the composite model builds them, with the file's tower tensors:
 # {the tower config's model_type: (transformers module, class)}. Never `trust_remote_code`: only classes transformers
