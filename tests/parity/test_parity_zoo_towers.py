@@ -4,7 +4,8 @@ NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
-(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT). Each is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and
+(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT). Each is built tiny with random weights (the sweep's
+own tiny config), saved with `save_pretrained` and
 opened by file as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
 from __future__ import annotations

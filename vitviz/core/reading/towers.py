@@ -6,7 +6,8 @@ its image side (`vision_config`, `backbone_config`). `identify` reads that first
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
   Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
-  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
+  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT, a sub-config's
+  sub-config too: ColPali's `vlm_config.vision_config`) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -27,6 +28,8 @@ from vitviz.errors import CompositeModelError
 # the tower's tensors in the whole model's files, newest first)}. transformers >= 5 nests the parts under `model.`
 # in memory; files keep either form.
 _LLAVA = ("model.vision_tower.", "vision_tower.")
+# PI0 / PI0.5 (robot policies around a PaliGemma): in memory `model.vlm`, in their files PaliGemma's own names
+_PI0 = ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")
 TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "llava": ("vision_config", _LLAVA), "llava_next": ("vision_config", _LLAVA),
     "llava_onevision": ("vision_config", _LLAVA), "vipllava": ("vision_config", _LLAVA),
@@ -46,9 +49,9 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # a PaliGemma / ModernVBERT inside a retriever or a robot policy (`vlm_config`), T5Gemma 2's encoder: SigLIP
     "colpali": ("vlm_config.vision_config", ("vlm.vision_tower.", "vlm.model.vision_tower.")),
     "colmodernvbert": ("vlm_config.vision_config", ("vlm.vision_model.",)),
-    "pi0": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
-    "pi05": ("vlm_config.vision_config", ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")),
-    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),    "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
+    "pi0": ("vlm_config.vision_config", _PI0), "pi05": ("vlm_config.vision_config", _PI0),
+    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),
+    "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
     "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
     "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
 }
