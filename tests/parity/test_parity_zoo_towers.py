@@ -4,9 +4,9 @@ NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
-(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT). Each is built tiny with random weights (the sweep's
-own tiny config), saved with `save_pretrained` and
-opened by file as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
+(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder). Each
+is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
+as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
 from __future__ import annotations
 
@@ -127,3 +127,53 @@ def test_instructblipvideo_verified(tmp_path: Path) -> None:
         zoo.build_hf("instructblipvideo", "InstructBlipVideoForConditionalGeneration").save_pretrained(tmp_path)
         check = vitviz.verify(vitviz.load(str(tmp_path), device="cpu"))
     assert check.verified and "InstructBlipVideoVisionModel" in check.original, check.summary()
+
+
+def _got_ocr2() -> torch.nn.Module:
+    """GOT-OCR 2.0 tiny: its SAM ViT-B-style encoder (4 blocks, 3 x 3 windows, blocks 1 and 3 global, 8 px patches,
+    64 px native, a 16-channel neck) beside a one-layer Qwen2 text model."""
+    vision = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, image_size=64, patch_size=8,
+                  window_size=3, global_attn_indexes=[1, 3], output_channels=16, mlp_dim=128)
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=100)
+    torch.manual_seed(0)
+    config = transformers.GotOcr2Config(vision_config=vision, text_config=text, image_token_index=99)
+    model = transformers.GotOcr2ForConditionalGeneration(config).eval()
+    with torch.no_grad():      # weights far from their initialisation: attention that is not near-uniform
+        for i, p in enumerate(model.model.vision_tower.parameters()):
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("route", ["file", "live"])
+def test_sam_tower_of_got_ocr2(tmp_path: Path, route: str) -> None:
+    """GOT-OCR 2.0's SAM-style encoder opens as the windowed reference model (windows and global blocks from its
+    tables), by file and handed over whole: every block's per-window attention and the neck's output equal the
+    tower's own (eager) at its native size (`vitviz.verify` does not build windowed originals yet)."""
+    from transformers.models.got_ocr2.modeling_got_ocr2 import GotOcr2VisionAttention
+
+    model = _got_ocr2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path) if route == "file" else model, device="cpu")
+    s = vm.spec
+    assert s.family == "hf-sam" and s.windows == ((3, 3), (0, 0), (3, 3), (0, 0)) and s.heads == (2,)
+    assert "got_ocr2" in s.source_of("identity" if route == "file" else "path")
+    tower = model.model.vision_tower
+    tower.set_attn_implementation("eager")
+    maps: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, o: maps.append(o[1].detach()))
+             for m in tower.modules() if isinstance(m, GotOcr2VisionAttention)]
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    try:
+        with torch.no_grad():
+            feats = tower(pixel_values=x).last_hidden_state
+    finally:
+        for h in hooks:
+            h.remove()
+    result = vm.run(x)
+    np.testing.assert_allclose(result.feature_map, feats[0].numpy(), atol=1e-4)
+    assert len(result.blocks) == len(maps) == 4
+    for i, (mine, ref) in enumerate(zip(result.blocks, maps)):
+        np.testing.assert_allclose(mine, ref.numpy().reshape(mine.shape), atol=1e-5, err_msg=f"block {i}")

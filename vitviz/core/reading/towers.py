@@ -54,6 +54,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
     "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
     "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
+    "got_ocr2": ("vision_config", _LLAVA), "pp_chart2table": ("vision_config", _LLAVA),     # (a SAM ViT-B encoder)
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
@@ -61,7 +62,8 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
             "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
-            "instructblipvideo_vision_model": "hf-blip"}
+            "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
+            "pp_chart2table_vision": "hf-sam"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
