@@ -432,3 +432,21 @@ def test_blip_vision_model_alone(tmp_path: Path, cls: str) -> None:
     np.testing.assert_allclose(result.features, out.pooler_output[0].numpy(), atol=ATOL)
     for i, ref in enumerate(out.attentions):
         np.testing.assert_allclose(result.attentions[i], ref[0].numpy(), atol=ATOL)
+
+
+def test_a_nested_sub_config_names_the_tower() -> None:
+    """An Omni model keeps its vision tower's config in its thinker's (`thinker_config.vision_config`): `identify`
+    reads it there and looks for the tower's tensors where the whole model saves them (`thinker.visual.`); without
+    that sub-config the folder is not taken for one (nothing to build the tower from)."""
+    from vitviz.core.reading.towers import identify, sub_config
+
+    vision = {"model_type": "qwen2_5_omni_vision_encoder", "depth": 2}
+    whole = {"model_type": "qwen2_5_omni", "thinker_config": {"model_type": "qwen2_5_omni_thinker",
+                                                              "vision_config": vision}}
+    assert sub_config(whole, "thinker_config.vision_config") is vision and sub_config(whole, "") is whole
+    assert sub_config(whole, "talker_config.vision_config") is None
+    tower = identify(whole, "config.json")
+    assert tower is not None and tower.config is vision and tower.by_code[1] == "Qwen2_5OmniVisionEncoder"
+    assert tower.wants("thinker.visual.blocks.0.attn.q.weight") and not tower.wants("thinker.model.layers.0.x")
+    assert not tower.wants("thinker.audio_tower.conv1.weight") and not tower.wants("talker.model.x")
+    assert identify({"model_type": "qwen2_5_omni", "thinker_config": {}}, "config.json") is None

@@ -1333,7 +1333,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         return processor.patchify(image, *sizes[:taken])
     processor = None
     if packed:
-        kind = raw.tower.model_type
+        kind = raw.tower.model_type.removesuffix("_thinker")   # (an Omni thinker: the whole model's processor)
         entry = IMAGE_PROCESSOR_MAPPING_NAMES.get(kind) or IMAGE_PROCESSOR_MAPPING_NAMES.get(kind.removesuffix("_moe"))
         name = entry.get("torchvision") if isinstance(entry, dict) else entry
         processor = getattr(transformers, name)() if isinstance(name, str) else None

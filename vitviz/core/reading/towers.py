@@ -6,7 +6,8 @@ its image side (`vision_config`, `backbone_config`). `identify` reads that first
 
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
   Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
-  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT) opens as that tower
+  own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT, a sub-config's
+  sub-config too: ColPali's `vlm_config.vision_config`) opens as that tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -27,6 +28,8 @@ from vitviz.errors import CompositeModelError
 # the tower's tensors in the whole model's files, newest first)}. transformers >= 5 nests the parts under `model.`
 # in memory; files keep either form.
 _LLAVA = ("model.vision_tower.", "vision_tower.")
+# PI0 / PI0.5 (robot policies around a PaliGemma): in memory `model.vlm`, in their files PaliGemma's own names
+_PI0 = ("model.vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.")
 TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "llava": ("vision_config", _LLAVA), "llava_next": ("vision_config", _LLAVA),
     "llava_onevision": ("vision_config", _LLAVA), "vipllava": ("vision_config", _LLAVA),
@@ -42,17 +45,30 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "aria": ("vision_config", _LLAVA), "aya_vision": ("vision_config", _LLAVA),
     "cohere2_vision": ("vision_config", _LLAVA), "llava_next_video": ("vision_config", _LLAVA),
     "shieldgemma2": ("vision_config", _LLAVA), "video_llava": ("vision_config", ("model.image_tower.", "image_tower.")),
+    "granite4_vision": ("vision_config", _LLAVA),    # (a CLIP tower, its Q-Former / deepstack projectors beside it)
+    # a PaliGemma / ModernVBERT inside a retriever or a robot policy (`vlm_config`), T5Gemma 2's encoder: SigLIP
+    "colpali": ("vlm_config.vision_config", ("vlm.vision_tower.", "vlm.model.vision_tower.")),
+    "colmodernvbert": ("vlm_config.vision_config", ("vlm.vision_model.",)),
+    "pi0": ("vlm_config.vision_config", _PI0), "pi05": ("vlm_config.vision_config", _PI0),
+    "t5gemma2": ("encoder.vision_config", ("model.encoder.vision_tower.",)),
+    "lfm2_vl": ("vision_config", _LLAVA),     # (a SigLIP 2 NaFlex tower)
+    "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
+    "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
+    "got_ocr2": ("vision_config", _LLAVA), "pp_chart2table": ("vision_config", _LLAVA),     # (a SAM ViT-B encoder)
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
             "dinov2": "hf-dinov2", "dinov2_with_registers": "hf-dinov2", "blip_vision_model": "hf-blip",
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
-            "internvl_vision": "hf-internvit"}
+            "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
+            "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
+            "pp_chart2table_vision": "hf-sam"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
-                  "kosmos_2_vision_model": "Kosmos2VisionModel"}
+                  "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer",
+                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel"}
 # Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
 # path), built from the whole model's config.json as the composite model builds them, with the file's tower tensors:
 # {the tower config's model_type: (transformers module, class)}. Never `trust_remote_code`: only classes transformers
@@ -70,11 +86,15 @@ BY_CODE = {
     "paddleocr_vl_vision": ("paddleocr_vl", "PaddleOCRVisionModel"),
     "hunyuan_vl_vision": ("hunyuan_vl", "HunYuanVLVisionTransformer"),
     "kimi_k25_vision": ("kimi_k25", "Kimi_K25VisionModel"), "ovis2_5_vision": ("ovis2_5", "Ovis2_5VisionModel"),
+    "qwen2_5_omni_vision_encoder": ("qwen2_5_omni", "Qwen2_5OmniVisionEncoder"),
+    "qwen3_omni_moe_vision_encoder": ("qwen3_omni_moe", "Qwen3OmniMoeVisionEncoder"),
+    "cohere_compass_vision": ("cohere_compass", "CohereCompassVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
-# the tower itself.
+# the tower itself. A key with a dot is a sub-config's sub-config (an Omni model's thinker's `vision_config`).
 _VISUAL = ("model.visual.", "visual.")
+_THINKER = ("thinker_config.vision_config", ("thinker.model.visual.", "thinker.visual."))
 BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen2_vl": ("vision_config", _VISUAL), "qwen2_5_vl": ("vision_config", _VISUAL),
     "qwen3_vl": ("vision_config", _VISUAL), "qwen3_vl_moe": ("vision_config", _VISUAL),
@@ -96,6 +116,11 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mistral_large4": ("vision_config", (*_LLAVA, "vision_encoder.")),
     "hyperclovax_vision_v2": ("vision_config", ("model.vision_model.", "vision_model.")),
     "lighton_ocr": ("vision_config", ("model.vision_encoder.", "vision_encoder.")),
+    # Qwen2.5-Omni / Qwen3-Omni: a Qwen2.5-VL / Qwen3-VL tower in the thinker (the whole model: audio and speech
+    # output beside it); Cohere Compass: a Qwen3-VL-style tower (deepstack mergers)
+    "qwen2_5_omni": _THINKER, "qwen3_omni_moe": _THINKER,
+    "qwen2_5_omni_thinker": ("vision_config", _VISUAL), "qwen3_omni_moe_thinker": ("vision_config", _VISUAL),
+    "cohere_compass": ("vision_config", _VISUAL),
 }
 # Composite models whose files transformers writes in the original checkpoint's layout (its conversion mapping for
 # the model_type, reversed on saving): their tower tensors are renamed and converted (Mistral's interleaved-RoPE q/k
@@ -108,7 +133,7 @@ ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
-BUCKETED = ("idefics3_vision", "smolvlm_vision")
+BUCKETED = ("idefics3_vision", "smolvlm_vision", "idefics2_vision")
 
 # The route for a model vitviz does not convert: its own code, run live with its attention captured.
 ROUTE = ("build it with transformers in Python and pass its vision module to vitviz.load(module) (its own code runs, "
@@ -181,6 +206,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def sub_config(config: Any, key: str) -> Any:
+    """The sub-config `key` names in a parsed config.json (a dict) or a transformers config object: '' the config
+    itself, 'a.b' config['a']['b']; None where there is none."""
+    for part in key.split(".") if key else ():
+        config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
+    return config
+
+
 def identify(config: Any, where: str) -> Tower | None:
     """The vision tower a transformers config.json names, None for a config that is not a composite model.
 
@@ -203,7 +236,7 @@ def identify(config: Any, where: str) -> Tower | None:
     if model_type not in TOWERS:
         return None
     key, prefixes = TOWERS[model_type]
-    sub = config.get(key) if key else None
+    sub = sub_config(config, key) if key else None
     if model_type == "dpt" and sub is None:   # DPT's own ViT (`dpt.`), described by DPT's own config
         if config.get("is_hybrid"):
             raise CompositeModelError(f"{where}: transformers model_type 'dpt' with is_hybrid: a ViT on a BiT "
@@ -228,7 +261,7 @@ def _by_code(config: dict[str, Any], model_type: str, where: str) -> Tower | Non
         CompositeModelError: transformers, which that route runs, is not installed.
     """
     key, prefixes = BY_CODE_MODELS.get(model_type) or TOWERS.get(model_type) or ("-", ())
-    sub = config if not key else config.get(key)
+    sub = sub_config(config, key)
     tower_type = _text(sub.get("model_type")) if isinstance(sub, dict) else ""
     if not prefixes or tower_type not in BY_CODE:
         return None
@@ -325,7 +358,7 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     import transformers
 
     if tower.by_code[1]:    # run by its code: the class the composite model builds its tower as
-        sub = getattr(config, tower.config_key) if tower.config_key else config
+        sub = sub_config(config, tower.config_key)
         sub._attn_implementation = "eager"
         module = importlib.import_module(f"transformers.models.{tower.by_code[0]}.modeling_{tower.by_code[0]}")
         cls = getattr(module, tower.by_code[1])
@@ -340,7 +373,7 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
         config._attn_implementation = "eager"
         return config, DPTEncoder, (f"transformers.DPTModel (no pooler), the vision tower of {type(config).__name__} (its own ViT, "
                                       "eager attention)")
-    sub = getattr(config, tower.config_key)
+    sub = sub_config(config, tower.config_key)
     sub._attn_implementation = "eager"
     if tower.tower_type == "beit":
         return sub, _beit_backbone(), (f"transformers.BeitBackbone, the vision tower of {type(config).__name__} "
@@ -363,7 +396,7 @@ def _transformers_class(name: str) -> type:
 
     if hasattr(transformers, name):
         return getattr(transformers, name)
-    folder = {"Kosmos2VisionModel": "kosmos2"}[name]
+    folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2"}[name]
     return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
 
 
@@ -440,7 +473,7 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
         for name in path[:-1]:
             setattr(holder, name, torch.nn.Module())
             holder = getattr(holder, name)
-        setattr(holder, path[-1], cls(getattr(whole_config, tower.config_key)))
+        setattr(holder, path[-1], cls(sub_config(whole_config, tower.config_key)))
         self.post_init()
 
     # transformers applies a registered mapping to a class defined outside it only by the class's own name
