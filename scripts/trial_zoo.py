@@ -545,7 +545,9 @@ def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
         ways.append(("forward", lambda x: model(pixel_values=x)))
     for name in ("vision_tower", "vision_model", "visual", "vision_encoder", "image_encoder", "vision", "backbone",
                  "encoder"):
-        for owner in (model, getattr(model, "model", None), getattr(model, "base_model", None)):
+        inner = getattr(model, "model", None)
+        vlm = getattr(inner, "vlm", None)       # PI0 / PI0.5: a PaliGemma inside the action model
+        for owner in (model, inner, getattr(model, "base_model", None), vlm, getattr(vlm, "model", None)):
             sub = getattr(owner, name, None) if owner is not None else None
             if isinstance(sub, __import__("torch").nn.Module) and _required(sub.forward) <= {"pixel_values"}:
                 key = "pixel_values" if "pixel_values" in _params(sub.forward) else None
