@@ -80,11 +80,6 @@ class _NotBuildable(Exception):
     """The library the model is named by cannot build it (an architecture it does not register): unverified."""
 
 
-WINDOWED_UNVERIFIED = ("vitviz verify builds plain ViT originals, not yet windowed ones (Swin, SAM / ViTDet): vitviz's "
-                       "windowed models are proven equal to torchvision's, timm's and transformers' by its own test "
-                       "suite on small models of each family, but this file is not checked")
-
-
 @dataclass(frozen=True)
 class Verification:
     """The outcome of comparing a converted model with its original implementation.
@@ -305,8 +300,10 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
-    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
-        return Verification(UNVERIFIED, assumptions=assumptions, reason=WINDOWED_UNVERIFIED)
+    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
+        from vitviz.core.analyses.winverify import verify_windowed
+
+        return verify_windowed(model, sizes, device, progress)
     if code is not None and spec.family == "live":
         model = _reference_of(spec.source, device or model.device)
         spec = model.spec
