@@ -1,0 +1,121 @@
+"""`verify` of windowed models (Swin): the original is built from the file by the library its config names (a timm
+hub folder, a transformers folder), its own softmax read block by block and compared with vitviz's windowed maps
+at the native size and native + 2 patches per side; a wrong conversion differs from the block it breaks; a file no
+config names stays unverified, saying why."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitviz
+from parity_refs import perturb
+from vitviz.core.analyses.verify import DIFFERS, UNVERIFIED, VERIFIED
+from vitviz.core.analyses.winverify import UNNAMED_UNVERIFIED
+
+timm = pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
+DEPTHS, HEADS = (2, 2), (1, 2)   # 2 stages of 2 blocks: block 1 and block 3 shifted
+
+
+def _load(path: Path) -> object:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return vitviz.load(path, device="cpu")
+
+
+def timm_folder(tmp_path: Path, v2: bool) -> Path:
+    from timm.models import save_for_hf
+
+    kw = dict(img_size=64, embed_dim=16, depths=DEPTHS, num_heads=HEADS, window_size=4, num_classes=5)
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("swinv2_tiny_window8_256" if v2 else "swin_tiny_patch4_window7_224",
+                                      pretrained=False, **kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(tmp_path), safe_serialization=True, model_args=kw)
+    return tmp_path
+
+
+def hf_folder(tmp_path: Path, v2: bool) -> Path:
+    from transformers import SwinConfig, SwinForImageClassification, Swinv2Config, Swinv2Model
+
+    c = dict(image_size=64, patch_size=4, embed_dim=16, depths=list(DEPTHS), num_heads=list(HEADS), window_size=4)
+    torch.manual_seed(0)
+    model = perturb(Swinv2Model(Swinv2Config(**c)) if v2 else SwinForImageClassification(SwinConfig(**c,
+                                                                                                     num_labels=3)))
+    model.save_pretrained(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("make, library", [(timm_folder, "timm"), (hf_folder, "transformers")])
+def test_a_swin_folder_is_verified_block_by_block(tmp_path: Path, make, library: str, v2: bool) -> None:
+    vm = _load(make(tmp_path, v2))
+    check = vitviz.verify(vm)
+    assert check.verdict == VERIFIED, check.summary() + " " + check.reason
+    assert check.library == library and check.summary().startswith(f"Verified against {library} ")
+    assert check.sizes == ((64, 64), (72, 72)) and not check.skipped
+    assert [len(layers) for layers in check.per_layer] == [4, 4]   # every block at both sizes
+    assert check.max_attention <= 1e-5 and check.max_output <= 1e-4
+    assert check.to_dict()["verdict"] == "verified"
+
+
+@pytest.mark.parametrize("make", [timm_folder, hf_folder])
+def test_a_dropped_shift_differs_from_the_first_shifted_block(tmp_path: Path, make) -> None:
+    """vitviz's model made wrong (the shifts of its spec dropped): the comparison finds it at block 1."""
+    vm = _load(make(tmp_path, False))
+    vm.spec = dataclasses.replace(vm.spec, shifts=((0, 0),) * len(vm.spec.shifts))
+    check = vitviz.verify(vm)
+    assert check.verdict == DIFFERS and check.first_differing_layer == 1
+    assert check.per_layer[0][0][1] <= 1e-5 and check.per_layer[0][1][1] > 1e-3
+    assert check.summary().startswith("Differs from the original from layer 1")
+
+
+def test_a_wrong_weight_differs_from_its_block(tmp_path: Path) -> None:
+    vm = _load(timm_folder(tmp_path, True))
+    with torch.no_grad():
+        vm.net.all_blocks()[2].attn.qkv.weight[0, 0] += 0.5   # stage 1's first block's first query row
+    check = vitviz.verify(vm, sizes=[64])
+    assert check.verdict == DIFFERS and check.first_differing_layer == 2 and check.sizes == ((64, 64),)
+    assert all(d <= 1e-5 for _, d in check.per_layer[0][:2])
+
+
+def test_a_bare_swin_state_dict_is_unverified_saying_why(tmp_path: Path) -> None:
+    folder = timm_folder(tmp_path / "hub", False)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=64, embed_dim=16,
+                              depths=DEPTHS, num_heads=HEADS, window_size=4, num_classes=5)
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(folder / "model.safetensors"))
+    torch.save(model.state_dict(), tmp_path / "swin.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = vitviz.load(tmp_path / "swin.pth", image_size=64, device="cpu")
+    check = vitviz.verify(vm)
+    assert check.verdict == UNVERIFIED and check.reason == UNNAMED_UNVERIFIED
+    assert "no config.json naming its architecture" in check.summary()
+
+
+def test_the_original_is_compared_one_block_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of vitviz's blocks is compared as its softmax is done, while the original has handed over at most
+    that block: neither side's stack of blocks is collected."""
+    from vitviz.core.analyses import verify as verify_module
+
+    vm = _load(timm_folder(tmp_path, False))
+    seen: list[tuple[int, int]] = []
+    append = verify_module._LayerByLayer.append
+
+    def watched(self, layer: torch.Tensor) -> None:
+        append(self, layer)
+        seen.append((len(self.rows), self.theirs.taken))
+        assert self.theirs.maps.qsize() <= 1   # the original waits for its next block to be taken
+
+    monkeypatch.setattr(verify_module._LayerByLayer, "append", watched)
+    check = vitviz.verify(vm, sizes=[64])
+    assert check.verified and seen == [(i, i) for i in range(1, 5)]
