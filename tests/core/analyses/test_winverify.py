@@ -13,8 +13,7 @@ import torch
 
 import vitviz
 from parity_refs import perturb
-from vitviz.core.analyses.verify import DIFFERS, UNVERIFIED, VERIFIED
-from vitviz.core.analyses.winverify import UNNAMED_UNVERIFIED
+from vitviz.core.analyses.verify import DIFFERS, UNNAMED_UNVERIFIED, UNVERIFIED, VERIFIED
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
