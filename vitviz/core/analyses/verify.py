@@ -26,7 +26,7 @@ The verdict is 'verified' only when every comparison at every size is within tol
 layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
 
-A windowed model (Swin) is compared block by block with the original its config names: see the last section.
+A windowed model (Swin, SAM) is compared block by block with the original its config names: the last section.
 """
 from __future__ import annotations
 
@@ -1725,34 +1725,36 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Windowed models (Swin): the original built from the file, compared block by block
+# Windowed models (Swin, SAM): the original built from the file, compared block by block
 #
-# `verify` hands a model with the `WINDOWS` capability here. The original is built by
-# the library whose config names the file: a timm hub folder (config.json 'architecture' + 'model_args') with
-# `timm.create_model` (`strict_img_size=False`: timm then builds its shift masks at each run, so it takes another
-# size), a transformers folder (config.json 'architectures') with that class and eager attention; the file's tensors
-# are loaded into it (every parameter from the file, nothing left over, `_built` / `towers.from_tensors`).
+# `verify` hands a model with the `WINDOWS` capability here. The original is built by the library whose config
+# names the file: a timm hub folder (config.json 'architecture' + 'model_args') with `timm.create_model` (Swin with
+# `strict_img_size=False`: timm then builds its shift masks at each run, so it takes another size), a transformers
+# folder (config.json 'architectures') with that class and eager attention; the file's tensors are loaded into it
+# (every parameter from the file, nothing left over: `_built` / `towers.from_tensors`).
 #
-# On the seeded probe of `probe_input` at the native size and native + 2 patches per side, the original's own
-# softmax is read where it computes it (timm: each block's `attn.softmax` module with its fused attention off;
-# transformers: each block's self-attention module's attention weights), one block at a time on the original's
-# thread (`_Theirs`), and vitviz's windowed model compares its own block of that index with it as its softmax
-# probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's (B x windows, heads, n, n)
-# of a batch of one, window order and all, so that neither model's stack of blocks is held. The output (class scores
-# or pooled features) is compared too. Tolerances are verify's (`ATOL_ATTENTION`, `ATOL_OUTPUT`).
+# On the seeded probe (`probe_input`) at the native size and native + 2 patches per side, the original's own softmax
+# is read where it computes it (timm: each block's `attn.softmax` module, Swin, or the `attn.attn_drop` right after
+# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights),
+# one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
+# that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
+# (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
+# held. The output is compared too: Swin's class scores (or pooled features), SAM's neck output (its feature map).
+# Tolerances are verify's (`ATOL_ATTENTION`, `ATOL_OUTPUT`). A size the original refuses (transformers' SAM takes
+# its native size only) is skipped, said.
 #
-# Not built (the verdict stays 'unverified', saying why): a Swin state dict no config names (timm's or torchvision's
-# layout without a config, microsoft's Swin-Transformer checkpoints), and SAM / ViTDet image encoders.
+# Not built (the verdict stays 'unverified', saying why): a file no config names (a bare state dict, torchvision's,
+# microsoft's Swin-Transformer, segment-anything's or detectron2's ViTDet layout).
 
 # what is and is not built here, said in every windowed verdict that is not a comparison
-WINDOWED_BUILT = ("vitviz verify builds windowed originals for Swin files a config names (a timm hub folder, a "
-                  "transformers folder)")
-SAM_UNVERIFIED = (WINDOWED_BUILT + "; not yet SAM / ViTDet image encoders: vitviz's are proven equal to timm's and "
-                  "transformers' by its own test suite on small models, but this file is not checked")
-UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; this file has no config.json naming its architecture (a bare state dict: "
-                      "torchvision's, timm's or microsoft's layout), so the original's settings would be vitviz's "
-                      "own reading of it and prove nothing; vitviz's Swin is proven equal to torchvision's, timm's "
-                      "and transformers' by its own test suite on small models, but this file is not checked")
+WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM) for files a config names (a timm hub folder, "
+                  "a transformers folder)")
+UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; this file has no config.json naming its architecture (a bare state dict, "
+                      "torchvision's, microsoft's, segment-anything's or detectron2's layout), so the original's "
+                      "settings would be vitviz's own reading of it and prove nothing; vitviz's windowed models are "
+                      "proven equal to torchvision's, timm's and transformers' by its own test suite on small models, "
+                      "but this file is not checked")
+_WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers"}
 
 
 def _verify_windowed(model: Any, sizes: Any, device: str | None, progress: Progress | None) -> Verification:
@@ -1770,15 +1772,15 @@ def _verify_windowed(model: Any, sizes: Any, device: str | None, progress: Progr
     if spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify")
-    if spec.arch == "sam" or spec.family not in ("timm-swin", "hf-swin"):
-        return unverified(SAM_UNVERIFIED if spec.arch == "sam" else UNNAMED_UNVERIFIED)
+    library = _WINDOWED_LIBRARY.get(spec.family)
+    if library is None:
+        return unverified(UNNAMED_UNVERIFIED)
     path = Path(spec.source)
     if not path.exists():
         return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
                           "file's own weights")
     raw = _read(path, model)
     config = raw.config or {}
-    library = "timm" if spec.family == "timm-swin" else "transformers"
     if library == "timm" and not isinstance(config.get("architecture"), str):
         return unverified(UNNAMED_UNVERIFIED, library)
     if library == "transformers" and not (_folder(path) / "config.json").is_file():
@@ -1789,7 +1791,8 @@ def _verify_windowed(model: Any, sizes: Any, device: str | None, progress: Progr
     checked = _window_sizes(spec, sizes)
     say(0.0, f"Building the {library} original…")
     try:
-        original = (_timm_windowed if library == "timm" else _transformers_windowed)(path, raw, dev)
+        original = (_timm_windowed(path, raw, dev, spec.arch != "sam") if library == "timm"
+                    else _transformers_windowed(path, raw, dev))
     except _NotBuildable as e:
         return unverified(str(e), library)
     except _WeightsDoNotFit as e:
@@ -1823,13 +1826,15 @@ def _window_sizes(spec: Any, sizes: Any) -> list[tuple[int, int]]:
 # The originals: each block's softmax handed over as it is computed
 
 
-def _streamed_blocks(net: nn.Module, points: list[nn.Module], read: Callable[[Any], torch.Tensor], x: torch.Tensor,
-              each: Each, call: Callable[[nn.Module, torch.Tensor], Any]) -> Any:
-    """`call(net, x)` with each of `points`' outputs read (`read`) and given to `each` as a copy, as computed."""
-    def hook(_m: nn.Module, _i: Any, out: Any) -> None:
-        each(read(out).detach().float().cpu().clone().numpy())
+def _streamed_blocks(net: nn.Module, points: list[tuple[nn.Module, int]], read: Callable[[Any], torch.Tensor],
+                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any]) -> Any:
+    """`call(net, x)` with the output of each of `points` (module, its block's heads) read (`read`), laid out as
+    (B x windows, heads, n, n) and given to `each` as a copy, as computed."""
+    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> None:
+        probs = read(out).detach()
+        each(probs.reshape(-1, heads, *probs.shape[-2:]).float().cpu().clone().numpy())
 
-    handles = [m.register_forward_hook(hook) for m in points]
+    handles = [m.register_forward_hook(functools.partial(hook, heads)) for m, heads in points]
     try:
         with torch.inference_mode():
             return call(net, x.to(_device_of(net)))
@@ -1838,33 +1843,41 @@ def _streamed_blocks(net: nn.Module, points: list[nn.Module], read: Callable[[An
             h.remove()
 
 
-def _timm_windowed(path: Path, raw: Any, device: torch.device) -> _Original:
-    """timm.create_model from the folder's config.json, its eager softmax read at every `attn.softmax`."""
+def _timm_windowed(path: Path, raw: Any, device: torch.device, swin: bool) -> _Original:
+    """timm.create_model from the folder's config.json, its eager softmax read in every block (Swin's `attn.softmax`,
+    SAM's `attn.attn_drop` right after its softmax). Swin is built with `strict_img_size=False` (its shift masks
+    then made at each run, so it takes another size; the same computation at the native one); SAM takes any size."""
     import timm
 
     arch = raw.config["architecture"]
     if not timm.is_model(arch):
-        raise _WeightsDoNotFit(f"timm has no architecture {arch!r} (named by {_folder(path).name}/config.json)",
-                                 f"timm '{arch}'")
-    what = (f"timm.create_model('{arch}', strict_img_size=False) from {_folder(path).name}/config.json")
-    net = _built(lambda: timm.create_model(f"local-dir:{_folder(path)}", pretrained=False,
-                                             strict_img_size=False), raw.tensors, what, path)
+        raise _NotBuildable(f"timm has no architecture {arch!r} (named by {_folder(path).name}/config.json)")
+    kwargs = {"strict_img_size": False} if swin else {}
+    what = (f"timm.create_model('{arch}'{', strict_img_size=False' if swin else ''}) from "
+            f"{_folder(path).name}/config.json")
+    net = _built(lambda: timm.create_model(f"local-dir:{_folder(path)}", pretrained=False, **kwargs), raw.tensors,
+                 what, path)
     for m in net.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False   # its eager softmax, not F.scaled_dot_product_attention
     net = net.float().eval().to(device)
-    points = [m for name, m in net.named_modules() if name.endswith("attn.softmax")]
+    # Swin's softmax module, or SAM's dropout right after its softmax: (B x windows [x heads], n, n)
+    points = [(getattr(m, "softmax", None) or m.attn_drop, int(m.num_heads)) for name, m in net.named_modules()
+              if name.endswith("attn") and hasattr(m, "num_heads") and hasattr(m, "attn_drop")]
     if not points:
-        raise _NotBuildable(f"{what} has no attn.softmax module: its attention cannot be read where it is computed")
+        raise _NotBuildable(f"{what} has no attention module whose softmax vitviz reads")
+    sam = not any(hasattr(m, "softmax") for m, _ in points)
+    call = (lambda n, t: n.forward_features(t)) if sam else (lambda n, t: n(t))
 
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
-        out = _streamed_blocks(net, points, lambda o: o, x, each, lambda n, t: n(t))
-        return [], out[0].float().cpu().numpy()
+        out = _streamed_blocks(net, points, lambda o: o, x, each, call)
+        return [], out[0].float().cpu().numpy().reshape(-1)
 
     return _Original("timm", timm.__version__, what, run)
 
 
-_HF_ATTENTION = ("SwinAttention", "Swinv2SelfAttention")   # each returns (output, attention weights)
+# each returns (output, attention weights (B x windows, heads, n, n))
+_HF_ATTENTION = ("SwinAttention", "Swinv2SelfAttention", "SamVisionAttention")
 
 
 def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Original:
@@ -1895,12 +1908,18 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
     if not _hf_points(build()):   # the file's weights fit (or it differs), before anything is compared
         raise _NotBuildable(f"{what} has no self-attention module vitviz reads ({', '.join(_HF_ATTENTION)})")
 
+    sam = config.model_type in ("sam", "sam_vision_model")
+
     def forward(net: nn.Module, x: torch.Tensor) -> Any:
+        if sam:   # the image encoder alone: its neck output
+            return net.vision_encoder(pixel_values=x, output_attentions=True)
         return net(pixel_values=x, output_attentions=True)
 
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         net = build()
         out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward)
+        if sam:
+            return [], out.last_hidden_state[0].float().cpu().numpy().reshape(-1)
         vec = getattr(out, "logits", None)
         vec = vec if vec is not None else out.pooler_output
         return [], vec[0].float().cpu().numpy()
@@ -1908,8 +1927,8 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
     return _Original("transformers", transformers.__version__, what, run)
 
 
-def _hf_points(net: nn.Module) -> list[nn.Module]:
-    return [m for m in net.modules() if type(m).__name__ in _HF_ATTENTION]
+def _hf_points(net: nn.Module) -> list[tuple[nn.Module, int]]:
+    return [(m, int(m.num_attention_heads)) for m in net.modules() if type(m).__name__ in _HF_ATTENTION]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1976,7 +1995,9 @@ def _windowed_at_size(model: Any, original: _Original, size: tuple[int, int], de
         try:
             with torch.inference_mode():
                 feats = net.forward_features(x.to(model.device), geometry)
-                out_ours = net.head(net.pool(feats))[0].float().cpu().numpy()
+                # SAM: its neck's feature map, as the original's encoder gives it; Swin: its class scores / features
+                out_ours = (feats if model.spec.arch == "sam" else net.head(net.pool(feats)))[0].float().cpu().numpy()
+                out_ours = out_ours.reshape(-1)
         except _TheirsStopped:
             pass
         except BaseException as e:  # noqa: BLE001 - ours failed: the original is let finish, then it is raised
