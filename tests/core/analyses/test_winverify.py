@@ -118,3 +118,52 @@ def test_the_original_is_compared_one_block_at_a_time(tmp_path: Path, monkeypatc
     monkeypatch.setattr(verify_module._LayerByLayer, "append", watched)
     check = vitviz.verify(vm, sizes=[64])
     assert check.verified and seen == [(i, i) for i in range(1, 5)]
+
+
+SAM_ARGS = dict(img_size=64, patch_size=8, embed_dim=32, depth=4, num_heads=2, global_attn_indexes=[1, 3],
+                window_size=3, neck_chans=16, num_classes=0)
+
+
+def timm_sam_folder(tmp_path: Path) -> Path:
+    from timm.models import save_for_hf
+
+    torch.manual_seed(0)
+    model = perturb(timm.create_model("samvit_base_patch16", pretrained=False, **SAM_ARGS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save_for_hf(model, str(tmp_path), safe_serialization=True, model_args=SAM_ARGS)
+    return tmp_path
+
+
+def hf_sam_folder(tmp_path: Path) -> Path:
+    from transformers import SamVisionConfig, SamVisionModel
+
+    torch.manual_seed(0)
+    model = perturb(SamVisionModel(SamVisionConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                                                   image_size=64, patch_size=8, window_size=3, output_channels=16,
+                                                   global_attn_indexes=[1, 3], mlp_dim=128)))
+    model.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_a_timm_sam_folder_is_verified_at_both_sizes_and_a_wrong_global_block_differs(tmp_path: Path) -> None:
+    vm = _load(timm_sam_folder(tmp_path))
+    check = vitviz.verify(vm)
+    assert check.verdict == VERIFIED and check.library == "timm", check.reason
+    assert check.sizes == ((64, 64), (80, 80)) and [len(layers) for layers in check.per_layer] == [4, 4]
+    with torch.no_grad():
+        vm.net.all_blocks()[1].attn.qkv.weight[0, 0] += 0.5   # the first global block
+    wrong = vitviz.verify(vm, sizes=[64])
+    assert wrong.verdict == DIFFERS and wrong.first_differing_layer == 1
+
+
+def test_a_transformers_sam_folder_is_verified_at_the_size_it_takes(tmp_path: Path) -> None:
+    """transformers' SAM refuses any size but its own: that size is skipped, with its error, not passed over."""
+    vm = _load(hf_sam_folder(tmp_path))
+    check = vitviz.verify(vm)
+    assert check.verdict == VERIFIED and check.library == "transformers", check.reason
+    assert check.sizes == ((64, 64),) and [len(layers) for layers in check.per_layer] == [4]
+    assert check.skipped and check.skipped[0][0] == (80, 80) and "cannot run at 80x80" in check.skipped[0][1]
+    norm = next(m for m in vm.net.all_blocks()[0].modules() if isinstance(m, torch.nn.LayerNorm))
+    norm.eps = 1.0   # a wrong setting, not a weight (eps 1e-6): the first block differs
+    assert vitviz.verify(vm, sizes=[64]).first_differing_layer == 0

@@ -1866,8 +1866,7 @@ def _timm_windowed(path: Path, raw: Any, device: torch.device, swin: bool) -> _O
               if name.endswith("attn") and hasattr(m, "num_heads") and hasattr(m, "attn_drop")]
     if not points:
         raise _NotBuildable(f"{what} has no attention module whose softmax vitviz reads")
-    sam = not any(hasattr(m, "softmax") for m, _ in points)
-    call = (lambda n, t: n.forward_features(t)) if sam else (lambda n, t: n(t))
+    call = (lambda n, t: n(t)) if swin else (lambda n, t: n.forward_features(t))   # SAM: its neck output
 
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         out = _streamed_blocks(net, points, lambda o: o, x, each, call)
