@@ -167,3 +167,12 @@ def test_a_transformers_sam_folder_is_verified_at_the_size_it_takes(tmp_path: Pa
     norm = next(m for m in vm.net.all_blocks()[0].modules() if isinstance(m, torch.nn.LayerNorm))
     norm.eps = 1.0   # a wrong setting, not a weight (eps 1e-6): the first block differs
     assert vitviz.verify(vm, sizes=[64]).first_differing_layer == 0
+
+
+def test_an_against_it_cannot_honour_is_said_not_ignored(tmp_path: Path) -> None:
+    vm = _load(timm_folder(tmp_path, False))
+    assert vitviz.verify(vm, against="timm").verified
+    other = vitviz.verify(vm, against="transformers")
+    assert other.verdict == UNVERIFIED and "named by timm" in other.reason
+    arch = vitviz.verify(vm, against="timm:swin_tiny_patch4_window7_224")
+    assert arch.verdict == UNVERIFIED and "not yet with an architecture" in arch.reason

@@ -303,7 +303,7 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
     if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
-        return _verify_windowed(model, sizes, device, progress)
+        return _verify_windowed(model, against, code, sizes, device, progress)
     if code is not None and spec.family == "live":
         model = _reference_of(spec.source, device or model.device)
         spec = model.spec
@@ -1757,7 +1757,8 @@ UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; this file has no config.json naming it
 _WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers"}
 
 
-def _verify_windowed(model: Any, sizes: Any, device: str | None, progress: Progress | None) -> Verification:
+def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, device: str | None,
+                     progress: Progress | None) -> Verification:
     """`verify(model)` for a windowed model (`WINDOWS`): its original built from its file, compared block by
     block."""
     say = progress or (lambda _f, _t: None)
@@ -1772,9 +1773,14 @@ def _verify_windowed(model: Any, sizes: Any, device: str | None, progress: Progr
     if spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
                           "to verify")
+    if code is not None or ":" in against:
+        return unverified(f"{'code=' if code is not None else f'against={against!r}'}: a windowed model is compared "
+                          "with the original its config names only (not yet with an architecture or code named here)")
     library = _WINDOWED_LIBRARY.get(spec.family)
     if library is None:
         return unverified(UNNAMED_UNVERIFIED)
+    if against not in ("auto", library):
+        return unverified(f"against={against!r}, but the model is named by {library} ({spec.family})")
     path = Path(spec.source)
     if not path.exists():
         return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
