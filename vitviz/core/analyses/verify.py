@@ -1767,8 +1767,7 @@ def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, dev
 
     def unverified(reason: str, library: str = "") -> Verification:
         version = _version(library) if library and not _not_importable(library) else ""
-        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions,
-                              reason=reason)
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
 
     if spec.family == "live":
         return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
@@ -1804,7 +1803,7 @@ def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, dev
     except _WeightsDoNotFit as e:
         version = _version(library)
         return Verification(DIFFERS, library=library, version=version, original=e.what,
-                              against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
     return _compare_windowed(model, original, checked, assumptions, dev, say)
 
 
@@ -1941,7 +1940,7 @@ def _hf_points(net: nn.Module) -> list[tuple[nn.Module, int]]:
 
 
 def _compare_windowed(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
-             device: torch.device, say: Progress) -> Verification:
+                      device: torch.device, say: Progress) -> Verification:
     """Both forwards on the probe at each size, in step, each block compared as both compute it."""
     per_layer, outputs, checked, skipped, problems = [], [], [], [], []
     first: int | None = None
@@ -1956,7 +1955,7 @@ def _compare_windowed(model: Any, original: _Original, sizes: list[tuple[int, in
             e = failed.error
             if not checked and not skipped:
                 raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
-                                    f"({type(e).__name__}: {e})") from e
+                                  f"({type(e).__name__}: {e})") from e
             skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
                                   f"{str(e)[:200]})"))
             continue
@@ -1968,7 +1967,7 @@ def _compare_windowed(model: Any, original: _Original, sizes: list[tuple[int, in
         outputs.append(out_diff)
     if not checked:
         raise VerifyError(f"{original.description}: no size could be compared ("
-                            + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
+                          + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
     max_output = max(outputs)
     ok = first is None and not problems and max_output <= ATOL_OUTPUT
     say(1.0, "")
