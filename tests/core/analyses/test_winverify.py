@@ -176,3 +176,32 @@ def test_an_against_it_cannot_honour_is_said_not_ignored(tmp_path: Path) -> None
     assert other.verdict == UNVERIFIED and "named by timm" in other.reason
     arch = vitviz.verify(vm, against="timm:swin_tiny_patch4_window7_224")
     assert arch.verdict == UNVERIFIED and "not yet with an architecture" in arch.reason
+
+
+def test_a_torchvision_swin_file_under_its_release_name_is_verified(tmp_path: Path) -> None:
+    """swin_t itself (its release name names it; random weights): torchvision's `F.softmax` calls read on the
+    original's thread, every block at 224 and 232 px."""
+    import torchvision
+
+    torch.manual_seed(0)
+    torch.save(perturb(torchvision.models.swin_t()).state_dict(), tmp_path / "swin_t-704ceda3.pth")
+    check = vitviz.verify(_load(tmp_path / "swin_t-704ceda3.pth"))
+    assert check.verdict == VERIFIED and check.library == "torchvision", check.reason
+    assert check.sizes == ((224, 224), (232, 232)) and [len(layers) for layers in check.per_layer] == [12, 12]
+
+
+def test_torchvision_swin_files_not_the_release_their_name_says_differ_and_bare_ones_are_unverified(
+        tmp_path: Path) -> None:
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    tiny = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=list(DEPTHS), num_heads=list(HEADS),
+                           window_size=[4, 4], num_classes=5)
+    torch.save(tiny.state_dict(), tmp_path / "swin_t-704ceda3.pth")
+    named = vitviz.verify(_load(tmp_path / "swin_t-704ceda3.pth"))
+    assert named.verdict == DIFFERS and "do not fit torchvision.models.swin_t()" in named.reason
+    torch.save(tiny.state_dict(), tmp_path / "swin.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bare = vitviz.verify(vitviz.load(tmp_path / "swin.pth", image_size=64, device="cpu"))
+    assert bare.verdict == UNVERIFIED and bare.reason == UNNAMED_UNVERIFIED

@@ -26,7 +26,8 @@ The verdict is 'verified' only when every comparison at every size is within tol
 layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
 
-A windowed model (Swin, SAM) is compared block by block with the original its config names: the last section.
+A windowed model (Swin, SAM) is compared block by block with the original its config or release name
+names: the last section.
 """
 from __future__ import annotations
 
@@ -1730,12 +1731,14 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # `verify` hands a model with the `WINDOWS` capability here. The original is built by the library whose config
 # names the file: a timm hub folder (config.json 'architecture' + 'model_args') with `timm.create_model` (Swin with
 # `strict_img_size=False`: timm then builds its shift masks at each run, so it takes another size), a transformers
-# folder (config.json 'architectures') with that class and eager attention; the file's tensors are loaded into it
-# (every parameter from the file, nothing left over: `_built` / `towers.from_tensors`).
+# folder (config.json 'architectures') with that class and eager attention, a torchvision Swin file under its torch-hub
+# release name with that `torchvision.models` builder; the file's tensors are loaded into it (every parameter from
+# the file, nothing left over: `_built` / `towers.from_tensors`).
 #
 # On the seeded probe (`probe_input`) at the native size and native + 2 patches per side, the original's own softmax
 # is read where it computes it (timm: each block's `attn.softmax` module, Swin, or the `attn.attn_drop` right after
-# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights),
+# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights;
+# torchvision: its `F.softmax` calls),
 # one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
 # that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
 # (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
@@ -1743,18 +1746,19 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # Tolerances are verify's (`ATOL_ATTENTION`, `ATOL_OUTPUT`). A size the original refuses (transformers' SAM takes
 # its native size only) is skipped, said.
 #
-# Not built (the verdict stays 'unverified', saying why): a file no config names (a bare state dict, torchvision's,
+# Not built (the verdict stays 'unverified', saying why): a file no config or release name names (a bare state dict,
 # microsoft's Swin-Transformer, segment-anything's or detectron2's ViTDet layout).
 
 # what is and is not built here, said in every windowed verdict that is not a comparison
-WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM) for files a config names (a timm hub folder, "
-                  "a transformers folder)")
-UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; this file has no config.json naming its architecture (a bare state dict, "
-                      "torchvision's, microsoft's, segment-anything's or detectron2's layout), so the original's "
+WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM) for files a config or a release name names (a "
+                  "timm hub folder, a transformers folder, a torchvision Swin file under its torch-hub name)")
+UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; nothing names this file's architecture (a bare state dict, or "
+                      "microsoft's, segment-anything's or detectron2's layout), so the original's "
                       "settings would be vitviz's own reading of it and prove nothing; vitviz's windowed models are "
                       "proven equal to torchvision's, timm's and transformers' by its own test suite on small models, "
                       "but this file is not checked")
-_WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers"}
+_WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers",
+                     "torchvision-swin": "torchvision"}
 
 
 def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, device: str | None,
@@ -1790,6 +1794,9 @@ def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, dev
         return unverified(UNNAMED_UNVERIFIED, library)
     if library == "transformers" and not (_folder(path) / "config.json").is_file():
         return unverified(UNNAMED_UNVERIFIED, library)
+    release = _torchvision_release(raw) if library == "torchvision" else None
+    if library == "torchvision" and release is None:
+        return unverified(UNNAMED_UNVERIFIED, library)
     if (missing := _not_importable(library)):
         return unverified(missing, library)
     dev = torch.device(device or model.device)
@@ -1797,6 +1804,7 @@ def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, dev
     say(0.0, f"Building the {library} original…")
     try:
         original = (_timm_windowed(path, raw, dev, spec.arch != "sam") if library == "timm"
+                    else _torchvision_windowed(path, raw, dev, release) if release is not None
                     else _transformers_windowed(path, raw, dev))
     except _NotBuildable as e:
         return unverified(str(e), library)
@@ -1933,6 +1941,40 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
 
 def _hf_points(net: nn.Module) -> list[tuple[nn.Module, int]]:
     return [(m, int(m.num_attention_heads)) for m in net.modules() if type(m).__name__ in _HF_ATTENTION]
+
+
+def _torchvision_release(raw: Any) -> dict[str, Any] | None:
+    """The torchvision Swin release the file's torch-hub name names (`families.swin.torchvision_swin_weights`)."""
+    from vitviz.core.reading.families.swin import torchvision_swin_weights
+
+    return torchvision_swin_weights(raw.weights_file.name) if raw.weights_file else None
+
+
+def _torchvision_windowed(path: Path, raw: Any, device: torch.device, release: dict[str, Any]) -> _Original:
+    """torchvision's `swin_t` / ... / `swin_v2_b` (the release its file name names) with the file's weights; it calls
+    `F.softmax` inside `shifted_window_attention`, each call read on the original's thread (a torch function mode is
+    the thread's own) and handed over as computed."""
+    import torchvision
+    from torch.overrides import TorchFunctionMode
+
+    arch = release["arch"]
+    what = f"torchvision.models.{arch}() ({release['weights']}, by the file name)"
+    net = _built(getattr(torchvision.models, arch), raw.tensors, what, path).float().eval().to(device)
+
+    def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        class Softmaxes(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if func is torch.nn.functional.softmax:
+                    each(out.detach().float().cpu().clone().numpy())
+                return out
+
+        with torch.inference_mode(), Softmaxes():
+            out = net(x.to(device))
+        return [], out[0].float().cpu().numpy()
+
+    return _Original("torchvision", torchvision.__version__, what, run)
 
 
 # ---------------------------------------------------------------------------------------------------------------
