@@ -205,3 +205,23 @@ def test_torchvision_swin_files_not_the_release_their_name_says_differ_and_bare_
         warnings.simplefilter("ignore")
         bare = vitviz.verify(vitviz.load(tmp_path / "swin.pth", image_size=64, device="cpu"))
     assert bare.verdict == UNVERIFIED and bare.reason == UNNAMED_UNVERIFIED
+
+
+@pytest.mark.parametrize("backbone", [False, True])
+def test_a_transformers_vitdet_folder_is_verified_and_a_wrong_table_differs(tmp_path: Path, backbone: bool) -> None:
+    from transformers import VitDetBackbone, VitDetConfig, VitDetModel
+
+    cfg = VitDetConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, image_size=40, patch_size=8,
+                       window_size=2, window_block_indices=[0, 2], use_relative_position_embeddings=True,
+                       pretrain_image_size=32, **({"out_features": ["stage3"]} if backbone else {}))
+    torch.manual_seed(0)
+    perturb((VitDetBackbone if backbone else VitDetModel)(cfg)).save_pretrained(tmp_path)
+    vm = _load(tmp_path)
+    check = vitviz.verify(vm)
+    assert check.verdict == VERIFIED and check.library == "transformers", check.reason
+    assert check.sizes == ((40, 40), (56, 56)) and [len(layers) for layers in check.per_layer] == [3, 3]
+    with torch.no_grad():
+        # one entry of block 0's decomposed table (a shift of the whole table is the same for every key: the
+        # softmax does not see it)
+        next(p for n, p in vm.net.named_parameters() if "rel_pos_h" in n)[0, 0] += 0.5
+    assert vitviz.verify(vm, sizes=[40]).first_differing_layer == 0

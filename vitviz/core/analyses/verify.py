@@ -26,7 +26,7 @@ The verdict is 'verified' only when every comparison at every size is within tol
 layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
 
-A windowed model (Swin, SAM) is compared block by block with the original its config or release name
+A windowed model (Swin, SAM, ViTDet) is compared block by block with the original its config or release name
 names: the last section.
 """
 from __future__ import annotations
@@ -1726,7 +1726,7 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Windowed models (Swin, SAM): the original built from the file, compared block by block
+# Windowed models (Swin, SAM, ViTDet): the original built from the file, compared block by block
 #
 # `verify` hands a model with the `WINDOWS` capability here. The original is built by the library whose config
 # names the file: a timm hub folder (config.json 'architecture' + 'model_args') with `timm.create_model` (Swin with
@@ -1742,7 +1742,7 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
 # that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
 # (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
-# held. The output is compared too: Swin's class scores (or pooled features), SAM's neck output (its feature map).
+# held. The output is compared too: Swin's class scores (or pooled features), SAM's / ViTDet's feature map.
 # Tolerances are verify's (`ATOL_ATTENTION`, `ATOL_OUTPUT`). A size the original refuses (transformers' SAM takes
 # its native size only) is skipped, said.
 #
@@ -1750,7 +1750,7 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # microsoft's Swin-Transformer, segment-anything's or detectron2's ViTDet layout).
 
 # what is and is not built here, said in every windowed verdict that is not a comparison
-WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM) for files a config or a release name names (a "
+WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM, ViTDet) for files a config or a release name names (a "
                   "timm hub folder, a transformers folder, a torchvision Swin file under its torch-hub name)")
 UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; nothing names this file's architecture (a bare state dict, or "
                       "microsoft's, segment-anything's or detectron2's layout), so the original's "
@@ -1758,7 +1758,7 @@ UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; nothing names this file's architecture
                       "proven equal to torchvision's, timm's and transformers' by its own test suite on small models, "
                       "but this file is not checked")
 _WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers",
-                     "torchvision-swin": "torchvision"}
+                     "hf-vitdet": "transformers", "torchvision-swin": "torchvision"}
 
 
 def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, device: str | None,
@@ -1889,7 +1889,7 @@ def _timm_windowed(path: Path, raw: Any, device: torch.device, swin: bool) -> _O
 
 
 # each returns (output, attention weights (B x windows, heads, n, n))
-_HF_ATTENTION = ("SwinAttention", "Swinv2SelfAttention", "SamVisionAttention")
+_HF_ATTENTION = ("SwinAttention", "Swinv2SelfAttention", "SamVisionAttention", "VitDetAttention")
 
 
 def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Original:
@@ -1920,18 +1920,19 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
     if not _hf_points(build()):   # the file's weights fit (or it differs), before anything is compared
         raise _NotBuildable(f"{what} has no self-attention module vitviz reads ({', '.join(_HF_ATTENTION)})")
 
-    sam = config.model_type in ("sam", "sam_vision_model")
+    # SAM / ViTDet: the image encoder alone (a whole SamModel's `vision_encoder`), its feature map compared
+    sam = config.model_type in ("sam", "sam_vision_model", "vitdet")
 
     def forward(net: nn.Module, x: torch.Tensor) -> Any:
-        if sam:   # the image encoder alone: its neck output
-            return net.vision_encoder(pixel_values=x, output_attentions=True)
-        return net(pixel_values=x, output_attentions=True)
+        return (getattr(net, "vision_encoder", net) if sam else net)(pixel_values=x, output_attentions=True)
 
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         net = build()
         out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward)
-        if sam:
-            return [], out.last_hidden_state[0].float().cpu().numpy().reshape(-1)
+        if sam:   # the encoder's last hidden state, or a VitDetBackbone's last feature map
+            fmap = out.last_hidden_state if getattr(out, "last_hidden_state", None) is not None else \
+                out.feature_maps[-1]
+            return [], fmap[0].float().cpu().numpy().reshape(-1)
         vec = getattr(out, "logits", None)
         vec = vec if vec is not None else out.pooler_output
         return [], vec[0].float().cpu().numpy()
@@ -1940,7 +1941,8 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
 
 
 def _hf_points(net: nn.Module) -> list[tuple[nn.Module, int]]:
-    return [(m, int(m.num_attention_heads)) for m in net.modules() if type(m).__name__ in _HF_ATTENTION]
+    return [(m, int(getattr(m, "num_attention_heads", None) or m.num_heads)) for m in net.modules()
+            if type(m).__name__ in _HF_ATTENTION]
 
 
 def _torchvision_release(raw: Any) -> dict[str, Any] | None:
