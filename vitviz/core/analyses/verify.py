@@ -1747,13 +1747,13 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # its native size only) is skipped, said.
 #
 # Not built (the verdict stays 'unverified', saying why): a file no config or release name names (a bare state dict,
-# microsoft's Swin-Transformer, segment-anything's or detectron2's ViTDet layout).
+# microsoft's Swin-Transformer or segment-anything's layout).
 
 # what is and is not built here, said in every windowed verdict that is not a comparison
-WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM, ViTDet) for files a config or a release name names (a "
-                  "timm hub folder, a transformers folder, a torchvision Swin file under its torch-hub name)")
+WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM, ViTDet) for files a config or a release name "
+                  "names (a timm hub folder, a transformers folder, a torchvision Swin file under its torch-hub name)")
 UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; nothing names this file's architecture (a bare state dict, or "
-                      "microsoft's, segment-anything's or detectron2's layout), so the original's "
+                      "microsoft's or segment-anything's layout), so the original's "
                       "settings would be vitviz's own reading of it and prove nothing; vitviz's windowed models are "
                       "proven equal to torchvision's, timm's and transformers' by its own test suite on small models, "
                       "but this file is not checked")
