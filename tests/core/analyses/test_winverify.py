@@ -98,7 +98,7 @@ def test_a_bare_swin_state_dict_is_unverified_saying_why(tmp_path: Path) -> None
         vm = vitviz.load(tmp_path / "swin.pth", image_size=64, device="cpu")
     check = vitviz.verify(vm)
     assert check.verdict == UNVERIFIED and check.reason == UNNAMED_UNVERIFIED
-    assert "no config.json naming its architecture" in check.summary()
+    assert "nothing names this file's architecture" in check.summary()
 
 
 def test_the_original_is_compared_one_block_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
