@@ -72,7 +72,7 @@ def test_export_received_and_query(swin_folder: Path, images: Path, tmp_path: Pa
         assert f"{stem}_received_L0_H1.png" not in names and f"{stem}.npz" in names
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["summary"]["done"] == 2 and manifest["model"]["spec"]["windowed"]
-    assert manifest["model"]["verification"]["verdict"] == "unverified"
+    assert manifest["model"]["verification"]["verdict"] == "verified"   # against timm, block by block
     with np.load(out / "b.npz") as npz:
         assert npz["block1"].shape == (16, 1, 16, 16) and npz["block3"].shape == (4, 2, 16, 16)
         assert (npz["block1_positions"] >= 0).all()

@@ -392,3 +392,22 @@ def test_a_windowed_model_opens_after_a_plain_vit_and_back(qtbot, loaded, tiny_c
     wait_idle(qtbot, window)
     assert window.state.source == "cls" and window.controls.layer_label.text() == "Layer"
     assert window.reporter.box is None or not window.reporter.box.isVisible()
+
+
+def test_the_verdict_line_says_swin_and_sam_folders_are_verified(qtbot, window, swin_folder, sam_folder,  # noqa: ANN001
+                                                                   photo) -> None:
+    """The window's check builds timm's Swin / SAM from the folder and compares them block by block: the line says
+    "Verified against timm" for each (it said "Not verified" for every windowed file before)."""
+    s = window.session
+    for folder in (swin_folder, sam_folder):
+        with qtbot.waitSignal(s.model_loaded, timeout=30000):
+            window.load_model(str(folder))
+        with qtbot.waitSignal(s.verification_changed, timeout=60000,
+                              check_params_cb=lambda *a: s.model.verification is not None or bool(
+                                  s.model.verify_failure)):
+            s.add_images([str(photo)])
+        wait_idle(qtbot, window, 30000)
+        check = s.model.verification
+        assert s.model.verify_failure == "" and check.verdict == "verified", (check.summary(), check.reason)
+        assert window.status.verdict_label.text().startswith("Verified against timm"), \
+            window.status.verdict_label.text()

@@ -25,6 +25,9 @@ With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the
 The verdict is 'verified' only when every comparison at every size is within tolerance; 'differs' says from which
 layer; 'unverified' says why nothing was compared: nothing names the model (then building a library model from
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
+
+A windowed model (Swin, SAM, ViTDet) is compared block by block with the original its config or release name
+names: the last section.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import os
 import re
 import types
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,11 +81,6 @@ class _CannotRun(Exception):
 
 class _NotBuildable(Exception):
     """The library the model is named by cannot build it (an architecture it does not register): unverified."""
-
-
-WINDOWED_UNVERIFIED = ("vitviz verify builds plain ViT originals, not yet windowed ones (Swin, SAM / ViTDet): vitviz's "
-                       "windowed models are proven equal to torchvision's, timm's and transformers' by its own test "
-                       "suite on small models of each family, but this file is not checked")
 
 
 @dataclass(frozen=True)
@@ -305,8 +303,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
-    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: a result of their own, no plain-ViT original to build
-        return Verification(UNVERIFIED, assumptions=assumptions, reason=WINDOWED_UNVERIFIED)
+    if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
+        return _verify_windowed(model, against, code, sizes, device, progress)
     if code is not None and spec.family == "live":
         model = _reference_of(spec.source, device or model.device)
         spec = model.spec
@@ -1739,3 +1737,344 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
     model.spec = spec
     if getattr(model, "net", None) is not None and hasattr(model.net, "spec"):
         model.net.spec = spec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Windowed models (Swin, SAM, ViTDet): the original built from the file, compared block by block
+#
+# `verify` hands a model with the `WINDOWS` capability here. The original is built by the library whose config
+# names the file: a timm hub folder (config.json 'architecture' + 'model_args') with `timm.create_model` (Swin with
+# `strict_img_size=False`: timm then builds its shift masks at each run, so it takes another size), a transformers
+# folder (config.json 'architectures') with that class and eager attention, a torchvision Swin file under its torch-hub
+# release name with that `torchvision.models` builder; the file's tensors are loaded into it (every parameter from
+# the file, nothing left over: `_built` / `towers.from_tensors`).
+#
+# On the seeded probe (`probe_input`) at the native size and native + 2 patches per side, the original's own softmax
+# is read where it computes it (timm: each block's `attn.softmax` module, Swin, or the `attn.attn_drop` right after
+# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights;
+# torchvision: its `F.softmax` calls),
+# one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
+# that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
+# (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
+# held. The output is compared too: Swin's class scores (or pooled features), SAM's / ViTDet's feature map.
+# Tolerances are verify's (`ATOL_ATTENTION`, `ATOL_OUTPUT`). A size the original refuses (transformers' SAM takes
+# its native size only) is skipped, said.
+#
+# Not built (the verdict stays 'unverified', saying why): a file no config or release name names (a bare state dict,
+# microsoft's Swin-Transformer or segment-anything's layout).
+
+# what is and is not built here, said in every windowed verdict that is not a comparison
+WINDOWED_BUILT = ("vitviz verify builds windowed originals (Swin, SAM, ViTDet) for files a config or a release name "
+                  "names (a timm hub folder, a transformers folder, a torchvision Swin file under its torch-hub name)")
+UNNAMED_UNVERIFIED = (WINDOWED_BUILT + "; nothing names this file's architecture (a bare state dict, or "
+                      "microsoft's or segment-anything's layout), so the original's "
+                      "settings would be vitviz's own reading of it and prove nothing; vitviz's windowed models are "
+                      "proven equal to torchvision's, timm's and transformers' by its own test suite on small models, "
+                      "but this file is not checked")
+_WINDOWED_LIBRARY = {"timm-swin": "timm", "timm-sam": "timm", "hf-swin": "transformers", "hf-sam": "transformers",
+                     "hf-vitdet": "transformers", "torchvision-swin": "torchvision"}
+
+
+def _verify_windowed(model: Any, against: str, code: str | None, sizes: Any, device: str | None,
+                     progress: Progress | None) -> Verification:
+    """`verify(model)` for a windowed model (`WINDOWS`): its original built from its file, compared block by
+    block."""
+    say = progress or (lambda _f, _t: None)
+    spec = model.spec
+    assumptions = tuple(name for name, _ in spec.assumptions)
+
+    def unverified(reason: str, library: str = "") -> Verification:
+        version = _version(library) if library and not _not_importable(library) else ""
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions, reason=reason)
+
+    if spec.family == "live":
+        return unverified("a live model runs its own code as written: nothing was converted, so there is nothing "
+                          "to verify")
+    if code is not None or ":" in against:
+        return unverified(f"{'code=' if code is not None else f'against={against!r}'}: a windowed model is compared "
+                          "with the original its config names only (not yet with an architecture or code named here)")
+    library = _WINDOWED_LIBRARY.get(spec.family)
+    if library is None:
+        return unverified(UNNAMED_UNVERIFIED)
+    if against not in ("auto", library):
+        return unverified(f"against={against!r}, but the model is named by {library} ({spec.family})")
+    path = Path(spec.source)
+    if not path.exists():
+        return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
+                          "file's own weights")
+    raw = _read(path, model)
+    config = raw.config or {}
+    if library == "timm" and not isinstance(config.get("architecture"), str):
+        return unverified(UNNAMED_UNVERIFIED, library)
+    if library == "transformers" and not (_folder(path) / "config.json").is_file():
+        return unverified(UNNAMED_UNVERIFIED, library)
+    release = _torchvision_release(raw) if library == "torchvision" else None
+    if library == "torchvision" and release is None:
+        return unverified(UNNAMED_UNVERIFIED, library)
+    if (missing := _not_importable(library)):
+        return unverified(missing, library)
+    dev = torch.device(device or model.device)
+    checked = _window_sizes(spec, sizes)
+    say(0.0, f"Building the {library} original…")
+    try:
+        original = (_timm_windowed(path, raw, dev, spec.arch != "sam") if library == "timm"
+                    else _torchvision_windowed(path, raw, dev, release) if release is not None
+                    else _transformers_windowed(path, raw, dev))
+    except _NotBuildable as e:
+        return unverified(str(e), library)
+    except _WeightsDoNotFit as e:
+        version = _version(library)
+        return Verification(DIFFERS, library=library, version=version, original=e.what,
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+    return _compare_windowed(model, original, checked, assumptions, dev, say)
+
+
+def _window_sizes(spec: Any, sizes: Any) -> list[tuple[int, int]]:
+    """verify's sizes: the native one and native + 2 patches per side, or those given (whole patches)."""
+    native = (int(spec.image_size[0]), int(spec.image_size[1]))
+    p = int(spec.patch_size)
+    if sizes is None:
+        return [native, (native[0] + _EXTRA_PATCHES * p, native[1] + _EXTRA_PATCHES * p)]
+    expected = f"expected input sizes N or (h, w) in whole {p} px patches, e.g. [{native[0]}]"
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise VitvizError(f"sizes={sizes!r}: {expected}")
+    out = []
+    for s in sizes:
+        size = (s, s) if _whole(s) else tuple(s) if isinstance(s, (tuple, list)) and len(s) == 2 else None
+        if size is None or not all(_whole(x) for x in size) or size[0] % p or size[1] % p or min(size) < p:
+            raise VitvizError(f"size {s!r}: {expected}")
+        out.append((int(size[0]), int(size[1])))
+    if not out:
+        raise VitvizError("sizes=(): expected at least one input size")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The originals: each block's softmax handed over as it is computed
+
+
+def _streamed_blocks(net: nn.Module, points: list[tuple[nn.Module, int]], read: Callable[[Any], torch.Tensor],
+                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any]) -> Any:
+    """`call(net, x)` with the output of each of `points` (module, its block's heads) read (`read`), laid out as
+    (B x windows, heads, n, n) and given to `each` as a copy, as computed."""
+    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> None:
+        probs = read(out).detach()
+        each(probs.reshape(-1, heads, *probs.shape[-2:]).float().cpu().clone().numpy())
+
+    handles = [m.register_forward_hook(functools.partial(hook, heads)) for m, heads in points]
+    try:
+        with torch.inference_mode():
+            return call(net, x.to(_device_of(net)))
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _timm_windowed(path: Path, raw: Any, device: torch.device, swin: bool) -> _Original:
+    """timm.create_model from the folder's config.json, its eager softmax read in every block (Swin's `attn.softmax`,
+    SAM's `attn.attn_drop` right after its softmax). Swin is built with `strict_img_size=False` (its shift masks
+    then made at each run, so it takes another size; the same computation at the native one); SAM takes any size."""
+    import timm
+
+    arch = raw.config["architecture"]
+    if not timm.is_model(arch):
+        raise _NotBuildable(f"timm has no architecture {arch!r} (named by {_folder(path).name}/config.json)")
+    kwargs = {"strict_img_size": False} if swin else {}
+    what = (f"timm.create_model('{arch}'{', strict_img_size=False' if swin else ''}) from "
+            f"{_folder(path).name}/config.json")
+    net = _built(lambda: timm.create_model(f"local-dir:{_folder(path)}", pretrained=False, **kwargs), raw.tensors,
+                 what, path)
+    for m in net.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False   # its eager softmax, not F.scaled_dot_product_attention
+    net = net.float().eval().to(device)
+    # Swin's softmax module, or SAM's dropout right after its softmax: (B x windows [x heads], n, n)
+    points = [(getattr(m, "softmax", None) or m.attn_drop, int(m.num_heads)) for name, m in net.named_modules()
+              if name.endswith("attn") and hasattr(m, "num_heads") and hasattr(m, "attn_drop")]
+    if not points:
+        raise _NotBuildable(f"{what} has no attention module whose softmax vitviz reads")
+    call = (lambda n, t: n(t)) if swin else (lambda n, t: n.forward_features(t))   # SAM: its neck output
+
+    def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        out = _streamed_blocks(net, points, lambda o: o, x, each, call)
+        return [], out[0].float().cpu().numpy().reshape(-1)
+
+    return _Original("timm", timm.__version__, what, run)
+
+
+# each returns (output, attention weights (B x windows, heads, n, n))
+_HF_ATTENTION = ("SwinAttention", "Swinv2SelfAttention", "SamVisionAttention", "VitDetAttention")
+
+
+def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Original:
+    """The config.json's class with eager attention, its attention weights read at each block's self-attention
+    module. Built afresh for each size: transformers' Swin v1 keeps, in its modules, a shift it dropped for one
+    size's grid."""
+    import transformers
+
+    from vitviz.core.reading.towers import from_tensors
+
+    folder = _folder(path)
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
+    arch = next(iter(getattr(config, "architectures", None) or []), None)
+    cls = getattr(transformers, arch, None) if arch else None
+    what = (f"transformers.{arch} ({folder.name}/config.json, eager attention)" if cls is not None else
+            f"transformers.AutoModel ({folder.name}/config.json model_type {config.model_type!r}, eager attention)")
+    cls = cls or transformers.AutoModel
+
+    def build() -> nn.Module:
+        net, info = from_tensors(cls, config, raw.tensors)
+        params = {n for n, _ in net.named_parameters()}
+        bad = sorted(k for k in info.get("missing_keys", ()) if k in params) + \
+            sorted(info.get("unexpected_keys", ())) + sorted(str(k) for k in info.get("mismatched_keys", ()))
+        if bad:
+            raise _WeightsDoNotFit(f"{path}: its weights do not fit {what}: {', '.join(bad[:6])}", what)
+        return net.float().eval().to(device)
+
+    if not _hf_points(build()):   # the file's weights fit (or it differs), before anything is compared
+        raise _NotBuildable(f"{what} has no self-attention module vitviz reads ({', '.join(_HF_ATTENTION)})")
+
+    # SAM / ViTDet: the image encoder alone (a whole SamModel's `vision_encoder`), its feature map compared
+    sam = config.model_type in ("sam", "sam_vision_model", "vitdet")
+
+    def forward(net: nn.Module, x: torch.Tensor) -> Any:
+        return (getattr(net, "vision_encoder", net) if sam else net)(pixel_values=x, output_attentions=True)
+
+    def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        net = build()
+        out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward)
+        if sam:   # the encoder's last hidden state, or a VitDetBackbone's last feature map
+            fmap = out.last_hidden_state if getattr(out, "last_hidden_state", None) is not None else \
+                out.feature_maps[-1]
+            return [], fmap[0].float().cpu().numpy().reshape(-1)
+        vec = getattr(out, "logits", None)
+        vec = vec if vec is not None else out.pooler_output
+        return [], vec[0].float().cpu().numpy()
+
+    return _Original("transformers", transformers.__version__, what, run)
+
+
+def _hf_points(net: nn.Module) -> list[tuple[nn.Module, int]]:
+    return [(m, int(getattr(m, "num_attention_heads", None) or m.num_heads)) for m in net.modules()
+            if type(m).__name__ in _HF_ATTENTION]
+
+
+def _torchvision_release(raw: Any) -> dict[str, Any] | None:
+    """The torchvision Swin release the file's torch-hub name names (`families.swin.torchvision_swin_weights`)."""
+    from vitviz.core.reading.families.swin import torchvision_swin_weights
+
+    return torchvision_swin_weights(raw.weights_file.name) if raw.weights_file else None
+
+
+def _torchvision_windowed(path: Path, raw: Any, device: torch.device, release: dict[str, Any]) -> _Original:
+    """torchvision's `swin_t` / ... / `swin_v2_b` (the release its file name names) with the file's weights; it calls
+    `F.softmax` inside `shifted_window_attention`, each call read on the original's thread (a torch function mode is
+    the thread's own) and handed over as computed."""
+    import torchvision
+    from torch.overrides import TorchFunctionMode
+
+    arch = release["arch"]
+    what = f"torchvision.models.{arch}() ({release['weights']}, by the file name)"
+    net = _built(getattr(torchvision.models, arch), raw.tensors, what, path).float().eval().to(device)
+
+    def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        class Softmaxes(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if func is torch.nn.functional.softmax:
+                    each(out.detach().float().cpu().clone().numpy())
+                return out
+
+        with torch.inference_mode(), Softmaxes():
+            out = net(x.to(device))
+        return [], out[0].float().cpu().numpy()
+
+    return _Original("torchvision", torchvision.__version__, what, run)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Comparing block by block
+
+
+def _compare_windowed(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
+                      device: torch.device, say: Progress) -> Verification:
+    """Both forwards on the probe at each size, in step, each block compared as both compute it."""
+    per_layer, outputs, checked, skipped, problems = [], [], [], [], []
+    first: int | None = None
+    for i, size in enumerate(sizes):
+        say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
+        try:
+            layers, layer_first, notes, out_diff, note = _windowed_at_size(model, original, size, device)
+        except _CannotRun as e:
+            skipped.append((size, str(e)))
+            continue
+        except _TheirsFailed as failed:
+            e = failed.error
+            if not checked and not skipped:
+                raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
+                                  f"({type(e).__name__}: {e})") from e
+            skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
+                                  f"{str(e)[:200]})"))
+            continue
+        problems += notes + ([note] if note else [])
+        if layer_first is not None:
+            first = layer_first if first is None else min(first, layer_first)
+        checked.append(size)
+        per_layer.append(layers)
+        outputs.append(out_diff)
+    if not checked:
+        raise VerifyError(f"{original.description}: no size could be compared ("
+                          + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
+    max_output = max(outputs)
+    ok = first is None and not problems and max_output <= ATOL_OUTPUT
+    say(1.0, "")
+    return Verification(
+        VERIFIED if ok else DIFFERS, library=original.library, version=original.version,
+        original=original.description, against=f"{original.library} {original.version}",
+        max_attention=max((d for layers in per_layer for _, d in layers), default=0.0), max_output=max_output,
+        per_layer=tuple(per_layer), first_differing_layer=first, sizes=tuple(checked), assumptions=assumptions,
+        reason="; ".join(dict.fromkeys(problems)), skipped=tuple(skipped), output_per_size=tuple(outputs))
+
+
+def _windowed_at_size(model: Any, original: _Original, size: tuple[int, int], device: torch.device) -> tuple[Any, ...]:
+    """(per block differences, first block beyond tolerance, notes, output difference, output note) at `size`."""
+    try:
+        geometry = model.spec_at(size).geometry()
+    except VitvizError as e:   # a size vitviz says the original's rule cannot run
+        raise _CannotRun(str(e)) from None
+    x = probe_input(model.spec, size)
+    theirs = _Theirs(original, size, x)
+    sink = _LayerByLayer(theirs, size)
+    net = model.net
+    hooks = [blk.attn.probe.register_forward_hook(lambda _m, _i, out: sink.append(out.detach()[None]))
+             for blk in net.all_blocks()]
+    ours: BaseException | None = None
+    out_ours = None
+    with _exact_float32(device), _exact_float32(torch.device(model.device)), \
+            getattr(model, "_lock", None) or nullcontext():
+        theirs.start()
+        try:
+            with torch.inference_mode():
+                feats = net.forward_features(x.to(model.device), geometry)
+                # SAM: its neck's feature map, as the original's encoder gives it; Swin: its class scores / features
+                out_ours = (feats if model.spec.arch == "sam" else net.head(net.pool(feats)))[0].float().cpu().numpy()
+                out_ours = out_ours.reshape(-1)
+        except _TheirsStopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - ours failed: the original is let finish, then it is raised
+            ours = e
+        finally:
+            for h in hooks:
+                h.remove()
+            theirs.finish()
+    if ours is not None:
+        raise ours
+    theirs.raise_failure()
+    if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
+        model.forward_captured(x)
+    layers, first, notes = sink.differences()
+    if out_ours is None:
+        return (layers, first, notes, float("inf"), "the original's forward stopped before its output")
+    return (layers, first, notes, *_output_difference(out_ours, theirs.out, size))
+
