@@ -1055,21 +1055,48 @@ def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, w
 
 def _read(path: Path, model: Any = None) -> Any:
     """The file's tensors (`read_checkpoint`). With `model` (the vitviz model being verified), each tensor equal
-    element for element to one `model` holds (same shape, dtype and device) becomes that one: the storage is
-    shared, read-only, so the weights are not held twice. The original still gets every tensor of the file, with
-    the file's values in the file's own layout: nothing of vitviz's conversion reaches it, only memory is saved."""
+    element for element to one `model` holds (same shape, dtype and device) becomes that one, and one equal to a
+    block of rows of one (a query, key or value weight vitviz fused into its qkv) or to one in another shape (a
+    class token vitviz keeps as (1, 1, D)) becomes a view of it in the file's shape: the storage is shared,
+    read-only, so the weights are not held twice. The original still gets every tensor of the file, with the file's
+    values in the file's own shape: nothing of vitviz's conversion reaches it, only memory is saved."""
     from vitviz.core.reading.checkpoint import read_checkpoint
 
     raw = read_checkpoint(path)
     net = getattr(model, "net", None)
-    if isinstance(net, nn.Module):
-        held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
-        for t in net.state_dict().values():
-            held.setdefault(_fingerprint(t), []).append(t)
-        for k, t in raw.tensors.items():
-            same = next((h for h in held.get(_fingerprint(t), ()) if torch.equal(h, t)), None)
-            if same is not None:
-                raw.tensors[k] = same
+    if not isinstance(net, nn.Module):
+        return raw
+    mine = [t for t in net.state_dict().values() if t.is_contiguous()]
+    held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    for t in mine:
+        held.setdefault(_fingerprint(t), []).append(t)
+    left = {}
+    for k, t in raw.tensors.items():
+        same = next((h for h in held.get(_fingerprint(t), ()) if torch.equal(h, t)), None)
+        if same is not None:
+            raw.tensors[k] = same
+        elif t.numel():
+            left[k] = t
+    if not left:
+        return raw
+    # the rest: views of vitviz's tensors in the file's shapes, whole or a block of rows (contiguous either way)
+    shapes = {tuple(t.shape) for t in left.values()}
+    views: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    for h in mine:
+        for shape in shapes:
+            n = math.prod(shape)
+            if h.numel() == n:
+                parts = [h.view(shape)]
+            elif len(shape) == h.dim() and shape[1:] == tuple(h.shape[1:]) and h.shape[0] % shape[0] == 0:
+                parts = list(h.split(shape[0]))
+            else:
+                continue
+            for part in parts:
+                views.setdefault(_fingerprint(part), []).append(part)
+    for k, t in left.items():
+        same = next((v for v in views.get(_fingerprint(t), ()) if torch.equal(v, t)), None)
+        if same is not None:
+            raw.tensors[k] = same
     return raw
 
 
