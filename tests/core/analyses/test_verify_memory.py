@@ -211,13 +211,16 @@ def test_a_weight_vitviz_changed_does_not_reach_the_original(tmp_path: Path,
 
 
 def _hf_folder(tmp_path: Path, kind: str) -> Path:
-    """A tiny transformers ViT (classifier), DINOv2 or CLIP vision tower with random weights, saved as a folder."""
+    """A tiny transformers ViT (classifier), DINOv2 or CLIP vision tower with random weights, saved as a folder
+    ('vit-bf16': the ViT saved in bfloat16)."""
     torch.manual_seed(0)
     shape = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=HEADS, intermediate_size=64, image_size=32,
                  patch_size=8)
     net = {"vit": lambda: transformers.ViTForImageClassification(transformers.ViTConfig(**shape, num_labels=3)),
            "dinov2": lambda: transformers.Dinov2Model(transformers.Dinov2Config(**shape)),
-           "clip": lambda: transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**shape))}[kind]()
+           "clip": lambda: transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**shape))}[kind.split("-")[0]]()
+    if kind.endswith("-bf16"):   # saved in bfloat16: vitviz and the original both run it in float32
+        net = net.to(torch.bfloat16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net.eval().save_pretrained(tmp_path / kind)
@@ -240,12 +243,13 @@ def _hf_originals(monkeypatch: pytest.MonkeyPatch) -> list[torch.nn.Module]:
     return built
 
 
-@pytest.mark.parametrize("kind", ["vit", "dinov2", "clip"])
+@pytest.mark.parametrize("kind", ["vit", "dinov2", "clip", "vit-bf16"])
 def test_a_transformers_original_holds_no_second_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        kind: str) -> None:
     """transformers' original is given the file's tensors sharing vitviz's storage, its separate query, key and
-    value weights as row blocks of vitviz's fused qkv and its class / position tables as views of vitviz's: every
-    tensor it holds lives in memory vitviz's model already holds."""
+    value weights as row blocks of vitviz's fused qkv and its class / position tables as views of vitviz's (a
+    bfloat16 file's as the float32 both run in): every tensor it holds lives in memory vitviz's model already
+    holds."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = vitviz.load(_hf_folder(tmp_path, kind), device="cpu")
