@@ -19,8 +19,8 @@ process (this file, `--child`), so its memory is its own:
   prepacked weights, oneDNN's caches, thread arenas -- paid before it): what a capture itself holds;
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
-- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the native size
-  and at native + 2 patches per side, every layer compared as it is computed);
+- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the bench's size
+  and at that + 2 patches per side, every layer compared as it is computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
   verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`;
   `--memory SIZE` is given to each export (its budget for the maps in flight).
@@ -150,7 +150,9 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
         model = vitviz.load(folder)
         if method == "verify":
             def step() -> None:
-                check = verify(model)
+                # at the bench's size and 2 patches more per side (verify's default around the native size; a
+                # transformers DINOv2's config states 518 px, but vitviz takes its processor's 224 as native)
+                check = verify(model, sizes=[size, size + 2 * model.spec.patch_size])
                 assert check.verified, check.summary()
                 extra["sizes"] = len(check.sizes)
         else:
