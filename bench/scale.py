@@ -1,23 +1,26 @@
 """Benchmark: peak memory and time at scale, side by side: the original's forward, vitviz's capture, verify, export.
 
 Run from the repository root: `python bench/scale.py [--large] [--giant] [--large-only] [--window] [--size 224]
-[--images 2,6] [--only verify,...]`.
+[--images 2,6] [--only verify,...] [--format transformers]`.
 
 Each model is timm's architecture with random weights, saved as a timm hub folder (config.json +
-model.safetensors) that names it: ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
+model.safetensors) that names it (`--format transformers`: transformers' instead, saved by `save_pretrained`:
+`ViTForImageClassification` for ViT-B/16, `Dinov2Model` for the /14 ones, their config.json naming them; verify
+then builds transformers' original): ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
 float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of
 maps per image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python
 process (this file, `--child`), so its memory is its own:
-- timm forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs it
-  by default (fused attention: no maps kept; what a user pays without vitviz);
+- original forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs
+  it by default (fused attention: no maps kept; what a user pays without vitviz); for `--format transformers`
+  `from_pretrained` of the folder's architecture, run as transformers runs it by default (SDPA);
 - capture (full): `vitviz.load(folder)` and `forward_captured(x)`: every layer's (H, T, T) maps;
 - capture (warm): the same after a forward that keeps only the CLS rows (the first forward's one-off costs --
   prepacked weights, oneDNN's caches, thread arenas -- paid before it): what a capture itself holds;
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
-- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the native size
-  and at native + 2 patches per side, every layer compared as it is computed);
+- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the bench's size
+  and at that + 2 patches per side, every layer compared as it is computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
   verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`;
   `--memory SIZE` is given to each export (its budget for the maps in flight).
@@ -49,15 +52,35 @@ from typing import Any
 MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518),
           "ViT-g/14 @518": ("vit_giant_patch14_dinov2", 518)}
 MEMORY = os.environ.get("VITVIZ_SCALE_MEMORY", "")   # `--memory`, as the children get it
-METHODS = ("timm forward", "capture (full)", "capture (warm)", "capture (f16)", "capture (rows)", "verify", "export")
+METHODS = ("original forward", "capture (full)", "capture (warm)", "capture (f16)", "capture (rows)", "verify",
+           "export")
 
 
-def make_folder(arch: str, size: int, folder: Path) -> dict[str, int]:
-    """timm `arch` at `size` px with random weights saved as a hub folder; its weights' bytes and attention shape."""
+# transformers' equivalents of MODELS' timm architectures (--format transformers): class and config arguments
+HF_MODELS = {"vit_base_patch16_224": ("ViTForImageClassification", "ViTConfig", {"num_labels": 1000}),
+             "vit_large_patch14_dinov2": ("Dinov2Model", "Dinov2Config", dict(
+                 hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, patch_size=14)),
+             "vit_giant_patch14_dinov2": ("Dinov2Model", "Dinov2Config", dict(
+                 hidden_size=1536, num_hidden_layers=40, num_attention_heads=24, patch_size=14, use_swiglu_ffn=True))}
+
+
+def make_folder(arch: str, size: int, folder: Path, hf: bool = False) -> dict[str, int]:
+    """timm `arch` at `size` px with random weights saved as a hub folder (`hf`: transformers' equivalent saved by
+    `save_pretrained`); its weights' bytes and attention shape."""
     import timm
     import torch
 
     torch.manual_seed(0)
+    if hf:
+        import transformers
+
+        cls, config_cls, kwargs = HF_MODELS[arch]
+        config = getattr(transformers, config_cls)(image_size=size, **kwargs)
+        model = getattr(transformers, cls)(config).eval()
+        model.save_pretrained(folder)
+        tokens = (size // config.patch_size) ** 2 + 1
+        return {"weights": sum(p.numel() * 4 for p in model.parameters()), "layers": config.num_hidden_layers,
+                "heads": config.num_attention_heads, "tokens": tokens}
     model = timm.create_model(arch, pretrained=False, img_size=size).eval()
     timm.models._hub.save_for_hf(model, str(folder), safe_serialization=True, model_args={"img_size": size})
     tokens = model.patch_embed.num_patches + model.num_prefix_tokens
@@ -93,7 +116,16 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
     model = None
     if method == "window":
         return window(folder)
-    if method == "timm forward":
+    if method == "original forward" and "model_type" in json.loads((folder / "config.json").read_text()):
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(folder)
+        net = getattr(transformers, config.architectures[0]).from_pretrained(folder).eval()
+
+        def step() -> None:
+            with torch.inference_mode():
+                net(pixel_values=x)
+    elif method == "original forward":
         import timm
 
         net = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
@@ -118,7 +150,9 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
         model = vitviz.load(folder)
         if method == "verify":
             def step() -> None:
-                check = verify(model)
+                # at the bench's size and 2 patches more per side (verify's default around the native size; a
+                # transformers DINOv2's config states 518 px, but vitviz takes its processor's 224 as native)
+                check = verify(model, sizes=[size, size + 2 * model.spec.patch_size])
                 assert check.verified, check.summary()
                 extra["sizes"] = len(check.sizes)
         else:
@@ -222,6 +256,8 @@ def main() -> None:
     parser.add_argument("--window", action="store_true", help="the window instead (offscreen): first picture, "
                         "layer change and the attention matrix's view, each model in a fresh process")
     parser.add_argument("--memory", default="", help="the exports' --memory budget (default: export's own)")
+    parser.add_argument("--format", choices=("timm", "transformers"), default="timm",
+                        help="the models' file format, and so the library verify builds the original with")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -235,7 +271,7 @@ def main() -> None:
     counts = [int(n) for n in args.images.split(",")]
     methods = ["window"] if args.window else []
     for m in () if args.window else METHODS:
-        if args.only and m not in args.only.split(","):
+        if args.only and m not in args.only.replace("timm forward", "original forward").split(","):
             continue
         methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
     gib = 1024 ** 3
@@ -249,12 +285,12 @@ def main() -> None:
             folder = Path(tmp) / arch
             if label == "ViT-g/14 @518" and not fits_giant():
                 continue
-            facts = make_folder(arch, size, folder)
+            facts = make_folder(arch, size, folder, hf=args.format == "transformers")
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
             floor = facts["weights"] + maps
-            print(f"{label}: {facts['layers']} layers x {facts['heads']} heads, T = {facts['tokens']}; weights "
-                  f"{facts['weights'] / gib:.2f} GiB, one image's maps {maps / gib:.3f} GiB, floor "
-                  f"{floor / gib:.2f} GiB")
+            print(f"{label} ({args.format}): {facts['layers']} layers x {facts['heads']} heads, "
+                  f"T = {facts['tokens']}; weights {facts['weights'] / gib:.2f} GiB, one image's maps "
+                  f"{maps / gib:.3f} GiB, floor {floor / gib:.2f} GiB")
             if args.window:
                 m = measure("window", folder, size, Path(tmp))
                 print(f"  window (offscreen), T = {int(m['tokens'])}: first picture {m['seconds']:.1f} s (the model "

@@ -199,7 +199,7 @@ def test_a_weight_vitviz_changed_does_not_reach_the_original(tmp_path: Path,
         model = vitviz.load(folder, device="cpu")
     qkv = model.net.blocks[1].attn.qkv.weight
     with torch.no_grad():
-        qkv[0, 0] += 0.5
+        qkv[0, 1] += 0.5   # not a value the fingerprint samples: only the equality check tells
     built = _original_nets(monkeypatch)
     check = verify_module.verify(model)
     assert check.verdict == verify_module.DIFFERS and check.first_differing_layer == 1, check.summary()
@@ -208,3 +208,79 @@ def test_a_weight_vitviz_changed_does_not_reach_the_original(tmp_path: Path,
     file_qkv = load_file(str(folder / "model.safetensors"))["blocks.1.attn.qkv.weight"]
     theirs = built[0].state_dict()["blocks.1.attn.qkv.weight"]
     assert torch.equal(theirs, file_qkv) and theirs.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+
+
+def _hf_folder(tmp_path: Path, kind: str) -> Path:
+    """A tiny transformers ViT (classifier), DINOv2 or CLIP vision tower with random weights, saved as a folder
+    ('vit-bf16': the ViT saved in bfloat16)."""
+    torch.manual_seed(0)
+    shape = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=HEADS, intermediate_size=64, image_size=32,
+                 patch_size=8)
+    net = {"vit": lambda: transformers.ViTForImageClassification(transformers.ViTConfig(**shape, num_labels=3)),
+           "dinov2": lambda: transformers.Dinov2Model(transformers.Dinov2Config(**shape)),
+           "clip": lambda: transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**shape))}[kind.split("-")[0]]()
+    if kind.endswith("-bf16"):   # saved in bfloat16: vitviz and the original both run it in float32
+        net = net.to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net.eval().save_pretrained(tmp_path / kind)
+    return tmp_path / kind
+
+
+def _hf_originals(monkeypatch: pytest.MonkeyPatch) -> list[torch.nn.Module]:
+    """The transformers originals verify builds (through `towers.from_tensors`, its loader of the file's tensors)."""
+    from vitviz.core.reading import towers
+
+    built: list[torch.nn.Module] = []
+    make = towers.from_tensors
+
+    def kept(*a: Any, **k: Any) -> Any:
+        net, info = make(*a, **k)
+        built.append(net)
+        return net, info
+
+    monkeypatch.setattr(towers, "from_tensors", kept)
+    return built
+
+
+@pytest.mark.parametrize("kind", ["vit", "dinov2", "clip", "vit-bf16"])
+def test_a_transformers_original_holds_no_second_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       kind: str) -> None:
+    """transformers' original is given the file's tensors sharing vitviz's storage, its separate query, key and
+    value weights as row blocks of vitviz's fused qkv and its class / position tables as views of vitviz's (a
+    bfloat16 file's as the float32 both run in): every tensor it holds lives in memory vitviz's model already
+    holds."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(_hf_folder(tmp_path, kind), device="cpu")
+    built = _hf_originals(monkeypatch)
+    assert verify_module.verify(model).verified
+    mine = {t.untyped_storage().data_ptr() for t in model.net.state_dict().values()}
+    theirs = built[0].state_dict()
+    alone = [k for k, t in theirs.items() if t.untyped_storage().data_ptr() not in mine]
+    assert not alone, f"held twice: {alone}"
+    assert sum(1 for k in theirs if k.endswith(("q_proj.weight", "query.weight"))) == 3   # the fused ones, too
+
+
+def test_a_weight_vitviz_changed_does_not_reach_a_transformers_original(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query weight vitviz's fused qkv no longer holds as the file does is not shared: transformers' original
+    keeps the file's own (its storage not vitviz's), and the check says 'differs' from that layer."""
+    folder = _hf_folder(tmp_path, "vit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(folder, device="cpu")
+    qkv = model.net.blocks[1].attn.qkv.weight
+    with torch.no_grad():
+        qkv[0, 1] += 0.5   # not a value the fingerprint samples: only the equality check tells
+    built = _hf_originals(monkeypatch)
+    check = verify_module.verify(model)
+    assert check.verdict == verify_module.DIFFERS and check.first_differing_layer == 1, check.summary()
+    from safetensors.torch import load_file
+
+    file_query = load_file(str(folder / "model.safetensors"))["vit.encoder.layer.1.attention.attention.query.weight"]
+    theirs = built[0].state_dict()
+    queries = [t for t in theirs.values() if t.shape == file_query.shape and torch.equal(t, file_query)]
+    assert queries and all(t.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr() for t in queries)
+    assert not any(t.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr() and
+                   torch.equal(t, qkv[: file_query.shape[0]]) for t in theirs.values())

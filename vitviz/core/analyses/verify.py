@@ -1058,21 +1058,44 @@ def _check_fit(module: nn.Module, tensors: dict[str, torch.Tensor], what: str, w
 
 def _read(path: Path, model: Any = None) -> Any:
     """The file's tensors (`read_checkpoint`). With `model` (the vitviz model being verified), each tensor equal
-    element for element to one `model` holds (same shape, dtype and device) becomes that one: the storage is
-    shared, read-only, so the weights are not held twice. The original still gets every tensor of the file, with
-    the file's values in the file's own layout: nothing of vitviz's conversion reaches it, only memory is saved."""
+    element for element to one `model` holds (same shape, dtype and device) becomes that one, and one equal to a
+    block of rows of one (a query, key or value weight vitviz fused into its qkv) or to one in another shape (a
+    class token vitviz keeps as (1, 1, D)) becomes a view of it in the file's shape; a float16 / bfloat16 tensor
+    is compared as the float32 the original runs in. The storage is shared, read-only, so the weights are not held
+    twice. The original still gets every tensor of the file, with the file's values in the file's own shape:
+    nothing of vitviz's conversion reaches it, only memory is saved."""
     from vitviz.core.reading.checkpoint import read_checkpoint
 
     raw = read_checkpoint(path)
     net = getattr(model, "net", None)
-    if isinstance(net, nn.Module):
-        held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
-        for t in net.state_dict().values():
-            held.setdefault(_fingerprint(t), []).append(t)
-        for k, t in raw.tensors.items():
-            same = next((h for h in held.get(_fingerprint(t), ()) if torch.equal(h, t)), None)
-            if same is not None:
-                raw.tensors[k] = same
+    if not isinstance(net, nn.Module):
+        return raw
+    mine = [t for t in net.state_dict().values() if t.is_contiguous()]
+    held: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    for t in mine:
+        held.setdefault(_fingerprint(t), []).append(t)
+    views: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    shapes = {tuple(t.shape) for t in raw.tensors.values() if t.numel()}
+    for h in mine:   # vitviz's tensors in the file's shapes, whole or a block of rows (contiguous either way)
+        for shape in shapes:
+            if shape == tuple(h.shape):
+                continue
+            if h.numel() == math.prod(shape):
+                parts = [h.view(shape)]
+            elif (len(shape) == h.dim() and shape[1:] == tuple(h.shape[1:]) and h.shape[0] % shape[0] == 0
+                  and h.shape[0] <= 8 * shape[0]):   # fused: qkv, kv, gate and up (not every row of a matrix)
+                parts = list(h.split(shape[0]))
+            else:
+                continue
+            for part in parts:
+                views.setdefault(_fingerprint(part), []).append(part)
+    for k, t in raw.tensors.items():
+        # a float16 / bfloat16 file's tensor is compared as the float32 the original runs in (exactly its values)
+        wide = t.float() if t.is_floating_point() and t.dtype != torch.float32 else t
+        key = _fingerprint(wide)
+        same = next((h for h in (*held.get(key, ()), *views.get(key, ())) if torch.equal(h, wide)), None)
+        if same is not None:
+            raw.tensors[k] = same
     return raw
 
 
@@ -1208,7 +1231,9 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
     if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
         config, cls, what = original_tower(config, raw.tower)
     # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
-    # given the tensors vitviz read (no file is opened by transformers)
+    # given the tensors vitviz read (no file is opened by transformers), in float32 (as it runs here), so that those
+    # sharing vitviz's storage are taken as they are, not cast to the dtype the config names
+    config.dtype = torch.float32
     net, info = from_tensors(cls, config, raw.tensors)
     params = {n for n, _ in net.named_parameters()}
     missing = sorted(k for k in info.get("missing_keys", ()) if k in params)
