@@ -108,3 +108,28 @@ def test_the_matrix_sets_its_colorbar_and_placement_again_only_when_they_change(
     assert len(maps) == 1 and sets == []
     window.state.update(matrix_log=True)
     assert len(maps) == 2 and "log10" in panel.colorbar.axis.labelText
+
+
+def test_a_hold_does_not_keep_its_owner_alive(qtbot) -> None:  # noqa: ANN001
+    """The relay lives as long as the application: a hold kept strongly kept a closed window's interventions, its
+    session and its worker thread alive (tests/gui/test_worker_shutdown.py saw the thread never destroyed)."""
+    import gc
+    import weakref
+
+    from PySide6.QtCore import QObject
+
+    from vitviz.gui.panels.base import relay
+
+    class Busy(QObject):
+        def running(self) -> bool:
+            return True
+
+    owner = Busy()
+    relay().hold_while(owner.running)
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None
+    relay().later(lambda: None)
+    relay().flush()
+    assert not relay().pending()

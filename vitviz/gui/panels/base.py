@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import re
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -298,7 +299,7 @@ class RedrawRelay(QObject):
     def __init__(self) -> None:
         super().__init__()
         self._asked: dict[Callable[[], object], None] = {}
-        self._holds: list[Callable[[], bool]] = []
+        self._holds: list[Callable[[], Callable[[], bool] | None]] = []   # weak: a hold never keeps its owner
         self._since = 0.0
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -312,8 +313,10 @@ class RedrawRelay(QObject):
             self._timer.start(0)
 
     def hold_while(self, busy: Callable[[], bool]) -> None:
-        """Let the redraws wait while `busy()` (a bound method of a QObject: dropped with it)."""
-        self._holds.append(busy)
+        """Let the redraws wait while `busy()`. A bound method is held weakly (the relay lives as long as the
+        application: holding a closed window's interventions would keep its session, and its worker thread, alive);
+        it is dropped with its owner, or when its QObject is deleted."""
+        self._holds.append(weakref.WeakMethod(busy) if hasattr(busy, "__self__") else (lambda: busy))
 
     def pending(self) -> bool:
         return bool(self._asked)
@@ -328,9 +331,10 @@ class RedrawRelay(QObject):
                 redraw()
 
     def _held(self) -> bool:
-        self._holds = [h for h in self._holds if not isinstance(getattr(h, "__self__", None), QObject)
-                       or shiboken6.isValid(h.__self__)]
-        return (time.perf_counter() - self._since) * 1e3 < self.HOLD_MS and any(h() for h in self._holds)
+        alive = [(ref, busy) for ref in self._holds if (busy := ref()) is not None
+                 and (not isinstance(getattr(busy, "__self__", None), QObject) or shiboken6.isValid(busy.__self__))]
+        self._holds = [ref for ref, _ in alive]
+        return (time.perf_counter() - self._since) * 1e3 < self.HOLD_MS and any(busy() for _, busy in alive)
 
     def _run(self) -> None:
         if self._held():
