@@ -56,7 +56,7 @@ class ImagePanel(QWidget):
         self.scale_text = ""          # which colour scale the map is on (the colorbar's label)
         self.state, self.session = state, session
         self.values: np.ndarray | None = None
-        self._maps: ResultMaps | None = session.current_maps
+        self._maps: ResultMaps | None = session.image_list.current_maps
         self._grid: tuple[int, int] = (0, 0)
         self._patch = 1
         self._last_hover = (-1, -1)

@@ -61,7 +61,7 @@ class OverviewPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("overviewPanel")
         self.state, self.session = state, session
-        self._maps: ResultMaps | None = session.current_maps
+        self._maps: ResultMaps | None = session.image_list.current_maps
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
         self._bands = 1                     # rows of tiles each layer's heads are wrapped into (`wrap_layout`)
         self._stack = None                  # the stack shown (laid out again when the dock's shape changes)
