@@ -156,7 +156,7 @@ class MainWindow(QMainWindow):
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
         self.state.subscribe(self._withdraw_query_note)
         self.state.subscribe(self._precompute_rule)
-        self.panel = ImagePanel(self.state, self.session)
+        self.panel = ImagePanel(self.state, self.session.model, self.session.image_list)
         self.setCentralWidget(self.panel)
         self._add_docks()
         self._add_side_docks()
@@ -190,7 +190,7 @@ class MainWindow(QMainWindow):
         state, session = self.state, self.session
         self.controls = ControlsPanel(state, session)
         self.images = ImageListPanel(session)
-        self.overview = OverviewPanel(state, session)
+        self.overview = OverviewPanel(state, session.model, session.image_list)
         self.matrix = MatrixPanel(state, session.image_list, session.image_list.current_maps)
         self.rollout_panel = RolloutPanel(state, session.image_list, session.image_list.current_maps)
         self.posembed = PosEmbedPanel(state, session.model)
