@@ -324,10 +324,6 @@ class Session(QObject):
             self._verdict_may_change()
         return gone
 
-    def remove_failed(self) -> list[str]:
-        """Remove every image whose run failed."""
-        return self.remove_images(self.image_list.failed_paths())
-
     def clear_images(self) -> list[str]:
         """Remove every image."""
         return self.remove_images(list(self.image_list.paths))

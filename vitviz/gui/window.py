@@ -189,7 +189,9 @@ class MainWindow(QMainWindow):
         to the overview and the model info as a tab next to the image list."""
         state, session = self.state, self.session
         self.controls = ControlsPanel(state, session)
-        self.images = ImageListPanel(session)
+        self.images = ImageListPanel(session.image_list, session.cached)
+        self.images.current_requested.connect(session.set_current)
+        self.images.remove_requested.connect(session.remove_images)
         self.overview = OverviewPanel(state, session.model, session.image_list)
         self.matrix = MatrixPanel(state, session.image_list, session.image_list.current_maps)
         self.rollout_panel = RolloutPanel(state, session.image_list, session.image_list.current_maps)
