@@ -86,7 +86,7 @@ def measure(name: str, model, x: torch.Tensor, device: str, batches: list[int], 
 def window_latency(repeats: int) -> None:
     """The window's ablate click on the demo model: from `InterventionSession.toggle` (what the tile menu's
     action calls) to every panel showing the intervened run (the worker's run answered, its maps made there, and
-    the panels, the Interventions dock and the image list redrawn from it: `Session.current_maps` is that run), p50
+    the panels, the Interventions dock and the image list redrawn from it: `ImageList.current_maps` is that run), p50
     and p95 over `repeats` clicks (each a fresh head, so no answer is reused), beside `model.run` of the same image
     in this thread. The list's other images run intervened after that, and are not waited for."""
     import os
@@ -111,7 +111,7 @@ def window_latency(repeats: int) -> None:
             app.processEvents()
 
     window.load_demo()
-    wait(lambda: window.session.current_maps is not None and window.is_idle())
+    wait(lambda: window.session.image_list.current_maps is not None and window.is_idle())
     iv = window.interventions
     spec = window.session.model.spec
     heads = [(layer, head) for layer in range(spec.depth) for head in range(spec.num_heads)]
@@ -124,7 +124,7 @@ def window_latency(repeats: int) -> None:
             app.processEvents()
         start, start_cpu, start_proc = time.perf_counter(), time.thread_time(), time.process_time()
         iv.toggle(*heads[i % len(heads)])
-        wait(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps
+        wait(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
              and not redraws_pending())        # the redraws coalesced into the turn after the answer, too
         times.append(time.perf_counter() - start)
         cpu.append(time.thread_time() - start_cpu)

@@ -33,7 +33,7 @@ def relevance_shot(app, win, name: str = "window_relevance.png") -> None:  # noq
     win.features.shown.connect(drawn.append)
     win.features.show_tab("pca")
     win.dock("featuresDock").raise_()
-    shots._wait(app, lambda: session.current_maps is not None and session.current_maps.relevance(None) is not None
+    shots._wait(app, lambda: (maps := session.image_list.current_maps) is not None and maps.relevance(None) is not None
                 and "pca" in drawn and win.is_idle())
     shots._settle(app)
     win.grab().save(str(OUT / name))
@@ -68,7 +68,7 @@ def features_shots(app, win, images: list[str], tag: str = "") -> None:  # noqa:
     shoot("similarity", f"panel_features_similarity{tag}.png")
     sim = panel._sim
     assert sim is not None
-    gh, gw = session.current_maps.grid
+    gh, gw = session.image_list.current_maps.grid
     drawn.clear()
     panel.query_patch("a", *(_hot_patch(session, gh, gw) if not tag else (5, 4)), hold=True)   # photos: an eye
     shoot("similarity", f"panel_features_similarity{tag}.png")
@@ -85,7 +85,7 @@ def _hot_patch(session, gh: int, gw: int) -> tuple[int, int]:  # noqa: ANN001
     """The patch of the current image the model's CLS attends to most in the last layer (on the object)."""
     import numpy as np
 
-    maps = session.current_maps
+    maps = session.image_list.current_maps
     values = maps.stack("cls").select(-1, "mean")
     row, col = np.unravel_index(int(np.argmax(values)), values.shape)
     return int(row), int(col)

@@ -37,7 +37,7 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
         assert np.array_equal(f.diff, np.zeros_like(f.diff)) and np.array_equal(f.a, f.b)
         assert np.array_equal(panel.items[2].image, np.zeros_like(f.diff))        # the A − B view: exactly 0
         assert np.array_equal(panel.items[0].image, panel.items[1].image)
-        want = loaded.session.current_maps.stack("cls").select(layer, head)
+        want = loaded.session.image_list.current_maps.stack("cls").select(layer, head)
         assert np.array_equal(f.a, want)                                           # A is the window's own map
     assert "layers by index" in panel.summary_note.text()
     s = loaded.compare.summary
@@ -51,7 +51,7 @@ def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, 
     assert np.array_equal(panel.frame.diff, np.zeros_like(panel.frame.diff))
     loaded.state.update(source="key", query=6)          # the attention paid to a token: a table row, compared too
     qtbot.waitUntil(lambda: panel.frame is not None and panel.frame.query_a == 6, timeout=10000)
-    want = loaded.session.current_maps.stack("key:6").select(loaded.state.layer, loaded.state.head)
+    want = loaded.session.image_list.current_maps.stack("key:6").select(loaded.state.layer, loaded.state.head)
     assert np.array_equal(panel.frame.a, want) and "A token 6 ↔ B token 6" in panel.mapping.text()
     panel.close_button.click()
     assert not loaded.compare.active and not loaded.dock("compareDock").isVisible()

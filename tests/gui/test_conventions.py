@@ -189,7 +189,7 @@ def test_a_huge_export_is_announced_with_its_size(qtbot, loaded, tmp_path) -> No
     assert Image.open(out).size == (32, 32)
     small = next(p for p in w.session.image_list.paths if p != str(big))
     w.session.set_current(small)
-    assert w.file_actions.choose_size(w.session.current_maps, 1) == file_actions.ORIGINAL   # no question
+    assert w.file_actions.choose_size(w.session.image_list.current_maps, 1) == file_actions.ORIGINAL   # no question
 
 
 def test_exported_colorbars_say_what_they_show(qtbot, loaded, tmp_path) -> None:  # noqa: ANN001
@@ -201,7 +201,7 @@ def test_exported_colorbars_say_what_they_show(qtbot, loaded, tmp_path) -> None:
     np.testing.assert_array_equal(b[:, :a.shape[1] - 6], a[:, :a.shape[1] - 6])   # the same picture and bar
     assert (b[:, a.shape[1]:] < 128).any()                                           # ... and text beside it
     from vitviz.core.drawing import render
-    stack = w.session.current_maps.stack("cls")
+    stack = w.session.image_list.current_maps.stack("cls")
     assert render.colorbar_label(stack, "mean", "shared") == "CLS attention · head mean · shared scale: all layers (head means)"
     assert render.colorbar_label(stack, 1, "own") == "CLS attention · head 1 · own scale: this map"
     assert render.colorbar_label(stack, 1, "own", 2) == "CLS attention · layer 2 · head 1 · own scale: this map"
@@ -213,8 +213,8 @@ def test_the_save_dialog_proposes_the_name_export_gives(qtbot, loaded) -> None: 
     w = loaded
     w.state.update(layer=1, head=0)
     stem = Path(w.session.image_list.current).stem
-    assert Path(w.file_actions._export_name(w.session.current_maps, ".png")).name == f"{stem}_cls_L1_H0.png"
-    assert Path(w.file_actions._export_name(w.session.current_maps, ".npz")).name == f"{stem}_cls.npz"
+    assert Path(w.file_actions._export_name(w.session.image_list.current_maps, ".png")).name == f"{stem}_cls_L1_H0.png"
+    assert Path(w.file_actions._export_name(w.session.image_list.current_maps, ".npz")).name == f"{stem}_cls.npz"
 
 
 # ---------------------------------------------------------------------------------------------- legends

@@ -130,9 +130,12 @@ def test_current_changed_reaches_the_panels_without_a_window(qtbot, session, tin
     from vitviz.gui.state import ViewState, current_map
 
     state = ViewState()
-    image, overview = ImagePanel(state, session), OverviewPanel(state, session)
+    image = ImagePanel(state, session.model, session.image_list)
+    overview = OverviewPanel(state, session.model, session.image_list)
     matrix, rollout = MatrixPanel(state, session.image_list), RolloutPanel(state, session.image_list)
-    stats, info, listing = HeadStatsPanel(state, session), InfoPanel(session), ImageListPanel(session)
+    stats, info = HeadStatsPanel(state, session), InfoPanel(session)
+    listing = ImageListPanel(session.image_list, session.cached)
+    listing.current_requested.connect(session.set_current)      # what the window wires
     panels = (image, overview, matrix, rollout, stats, info, listing)
     for panel in panels:
         qtbot.addWidget(panel)

@@ -248,7 +248,7 @@ def test_overview_names_the_mean_and_max_columns_as_space_allows(qtbot, session)
     def bottom_labels(panel: OverviewPanel) -> list[str]:
         return [text for _pos, text in panel.plot.getAxis("bottom")._tickLevels[0]]
 
-    panel = OverviewPanel(ViewState(), session)
+    panel = OverviewPanel(ViewState(), session.model, session.image_list)
     qtbot.addWidget(panel)
     panel.resize(700, 500)
     panel.show()

@@ -60,6 +60,38 @@ def test_delete_removes_the_selected_images(qtbot, loaded, images) -> None:  # n
     assert w.panel.title.text.startswith("Drop images")
 
 
+def test_a_list_built_from_the_image_list_alone_asks_what_the_user_wants(qtbot) -> None:  # noqa: ANN001
+    """The image list dock is built from the part it shows (an `ImageList`, no session, window or worker) and a
+    result look-up: it lists and selects what the part says, and what the user does (pick an image, Delete, remove
+    the failed ones, clear) it asks as `current_requested` / `remove_requested`, changing nothing itself."""
+    from vitviz.gui.images import ImageList
+    from vitviz.gui.panels.image_list import ImageListPanel
+
+    a, b, c = (str(Path(f"/imgs/{n}.png")) for n in "abc")
+    images, looked_up, asked = ImageList(), [], []
+    panel = ImageListPanel(images, lambda path: looked_up.append(path))
+    qtbot.addWidget(panel)
+    panel.current_requested.connect(lambda path: asked.append(("current", path)))
+    panel.remove_requested.connect(lambda paths: asked.append(("remove", paths)))
+    images.current = images.add([a, b, c])[1]
+    images.current_changed.emit(None)                        # as the session says it
+    assert panel.paths() == [a, b, c] and panel.current_path() == a
+    images.current = c
+    images.current_changed.emit(None)                        # the list follows the part's current image
+    assert panel.current_path() == c
+    asked.clear()
+    panel.list.setCurrentRow(1)                              # the user picks b: asked, not done
+    assert asked == [("current", b)] and images.current == c
+    panel.remove_selected()
+    images.fail(a, "broken")
+    panel.update_actions()
+    panel.remove_failed_action.trigger()
+    panel.clear_action.trigger()
+    assert asked[1:] == [("remove", [b]), ("remove", [a]), ("remove", [a, b, c])] and images.paths == [a, b, c]
+    images.result_ready.emit(b)                              # a result: looked up through the look-up it was given
+    assert looked_up == [b]
+
+
 def test_remove_failed_images(qtbot, loaded, tmp_path, images) -> None:  # noqa: ANN001
     w = loaded
     bad = tmp_path / "broken.png"

@@ -33,9 +33,9 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
 
     iv = window.interventions
     wait_idle(qtbot, window)
-    qtbot.waitUntil(lambda: iv.current() is not None and window.session.current_maps is iv.current().maps
+    qtbot.waitUntil(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
                     and not redraws_pending(), timeout=20000)   # and the redraws of the turn (once each) have run
-    assert isinstance(window.session.current_maps, IntervenedMaps)
+    assert isinstance(window.session.image_list.current_maps, IntervenedMaps)
 
 
 def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_ckpt, images) -> None:  # noqa: ANN001
@@ -49,7 +49,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     window = loaded
     iv, s = window.interventions, window.session
     dock = window.dock("interventionsDock")
-    clean = s.current_maps
+    clean = s.image_list.current_maps
     assert not dock.isVisible() and iv.available and not window.intervention_banner.isVisible()
     menu = iv.menu(window, 0, 1)
     assert menu is not None and menu.actions()[0].text() == "Ablate layer 0, head 1"
@@ -60,7 +60,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     assert len(window.overview.marked()) == 1
     model = vitviz.load(tiny_ckpt, heads=HEADS)
     want = model.run(s.image_list.current, intervene=Ablate([(0, 1)]))
-    shown = s.current_maps
+    shown = s.image_list.current_maps
     assert shown.result.interventions == ("ablate L0.H1 (zero)",)
     # every panel draws from the intervened forward: layer 1 (after the ablated head) differs from the clean run
     np.testing.assert_allclose(shown.result.attentions, want.attentions, atol=1e-6)
@@ -108,7 +108,7 @@ def test_ablate_from_the_overview_menu_every_panel_and_undo(qtbot, loaded, tiny_
     # undo: back to the clean run everywhere
     window.intervention_banner.undo_action.trigger()
     assert iv.steps == [] and window.overview.marked() == []
-    assert s.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
+    assert s.image_list.current_maps is clean and window.overview._maps is clean and window.panel._maps is clean
     qtbot.waitUntil(lambda: not window.intervention_banner.isVisible(), timeout=5000)   # the toolbar lays out
     assert "→" not in window.images.top_text(s.image_list.current)
     assert table.item(0, 2).text() == ""
@@ -151,14 +151,14 @@ def test_patch_from_another_image_of_the_list(qtbot, loaded, tiny_ckpt, images, 
     _answered(qtbot, window)
     item = PatchAttention(1, 1, str(images[2])) if kind == "attention" else PatchResidual(1, str(images[2]))
     want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.image_list.current, intervene=item)
-    shown = s.current_maps
+    shown = s.image_list.current_maps
     np.testing.assert_allclose(shown.result.logits, want.logits, atol=1e-5)
     np.testing.assert_allclose(shown.result.attentions, want.attentions, atol=1e-6)
     assert shown.result.interventions == (item.describe(),)
     assert iv.heads == [] and window.intervention_banner.isVisible()
     assert f"from {images[2].name}" in window.intervention_banner.label.toolTip()
     iv.undo()
-    assert s.current_maps is s.cached(s.image_list.current)
+    assert s.image_list.current_maps is s.cached(s.image_list.current)
 
 
 def test_importance_view_in_the_overview_dock(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
@@ -235,7 +235,7 @@ def test_export_writes_the_intervened_run(qtbot, loaded, tiny_ckpt, tmp_path) ->
     window = loaded
     iv, s, actions = window.interventions, window.session, window.file_actions
     window.state.update(layer=1)
-    clean_png = exporting.render_view(s.current_maps, window.state, label=True)
+    clean_png = exporting.render_view(s.image_list.current_maps, window.state, label=True)
     iv.toggle(0, 1)
     _answered(qtbot, window)
     model = vitviz.load(tiny_ckpt, heads=HEADS)
@@ -246,9 +246,9 @@ def test_export_writes_the_intervened_run(qtbot, loaded, tiny_ckpt, tmp_path) ->
     np.testing.assert_allclose(saved["logits"], want.logits, atol=1e-5)
     png = actions.export_png_to(tmp_path / "view.png", label=True)
     assert png is not None and png.exists()
-    stack = s.current_maps.stack_or_pending(map_kind(window.state))
+    stack = s.image_list.current_maps.stack_or_pending(map_kind(window.state))
     assert stack.title.startswith("ablated L0.H1 · ")
-    assert not np.array_equal(exporting.render_view(s.current_maps, window.state, label=True), clean_png)
+    assert not np.array_equal(exporting.render_view(s.image_list.current_maps, window.state, label=True), clean_png)
     iv.clear_heads()
     saved = files.read_npz(actions.export_npz_to(tmp_path / "clean.npz"))
     assert "interventions" not in saved
@@ -272,11 +272,11 @@ def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, imag
     menu.close()
     _answered(qtbot, window)
     want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "mean", reference=paths))
-    assert s.current_maps.result.interventions == ("ablate L1.H0 (mean over 3 images)",)
-    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    assert s.image_list.current_maps.result.interventions == ("ablate L1.H0 (mean over 3 images)",)
+    np.testing.assert_allclose(s.image_list.current_maps.result.logits, want.logits, atol=1e-5)
     clean = model.run(s.image_list.current)
     assert not np.allclose(want.logits, clean.logits, atol=1e-4)
-    assert s.current_maps.title == "ablated L1.H0 (mean)" and iv.heads == [(1, 0)]
+    assert s.image_list.current_maps.title == "ablated L1.H0 (mean)" and iv.heads == [(1, 0)]
     # resampled from another image of the list: replaces the mean ablation of that head
     other = next(p for p in paths if p != s.image_list.current)
     menu = iv.menu(window, 1, 0)
@@ -286,9 +286,9 @@ def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, imag
     menu.close()
     _answered(qtbot, window)
     want = model.run(s.image_list.current, intervene=Ablate([(1, 0)], "resample", reference=other))
-    assert s.current_maps.result.interventions == (f"ablate L1.H0 (resampled from {Path(other).name})",)
-    np.testing.assert_allclose(s.current_maps.result.attentions, want.attentions, atol=1e-6)
-    np.testing.assert_allclose(s.current_maps.result.logits, want.logits, atol=1e-5)
+    assert s.image_list.current_maps.result.interventions == (f"ablate L1.H0 (resampled from {Path(other).name})",)
+    np.testing.assert_allclose(s.image_list.current_maps.result.attentions, want.attentions, atol=1e-6)
+    np.testing.assert_allclose(s.image_list.current_maps.result.logits, want.logits, atol=1e-5)
     assert len(iv.steps) == 1
     iv.clear_heads()
     # one image left: no mean, and no image to resample from

@@ -143,7 +143,7 @@ def test_a_key_map_is_offered_drawn_followed_by_a_click_timeline_and_compare(qtb
     offered = [controls.source_combo.itemData(i) for i in range(controls.source_combo.count())]
     assert "key" in offered and "click a patch" in controls.source_combo.itemData(offered.index("key"), 3)
     state.update(source="key", query=5, layer=1, head=0)
-    maps = loaded.session.current_maps
+    maps = loaded.session.image_list.current_maps
     np.testing.assert_array_equal(loaded.panel.values, maps.stack("key:5").select(1, 0))
     assert "attention paid to token 5" in loaded.panel.title.text and state.normalize   # own scale, as token:N
     loaded.select_query(7)                              # a click on another patch: still the key map, of token 7

@@ -33,7 +33,7 @@ def test_relevance_stacks_follow_the_method_and_frame_their_one_row(qtbot, loade
     with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         pass
     qtbot.waitUntil(lambda: overview._shape[0] == 1 and "class 3" in overview.title.text, timeout=5000)
-    maps = w.session.current_maps
+    maps = w.session.image_list.current_maps
     stack = maps.stack(__import__("vitviz.core.analyses.maps", fromlist=["MapKind"]).MapKind("relevance", target=3))
     np.testing.assert_allclose(np.nan_to_num(overview.image_item.image), stack.shared_scaled()[0, 0], rtol=1e-6)
 
@@ -57,7 +57,7 @@ def test_a_click_on_a_whole_model_map_keeps_the_layer(qtbot, loaded) -> None:  #
     w = loaded
     overview = show_dock(qtbot, w, "overviewDock")
     w.state.update(source="rollout", layer=0)
-    assert overview._columns == [(0, column_name(w.session.current_maps.stack("rollout").title))]
+    assert overview._columns == [(0, column_name(w.session.image_list.current_maps.stack("rollout").title))]
     assert overview._columns[0][1].startswith("rollout of cls")
     with qtbot.waitSignal(w.session.relevance_pass.ready, timeout=20000):
         w.state.update(source="relevance", layer=1)

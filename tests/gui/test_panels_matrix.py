@@ -102,7 +102,7 @@ def test_a_matrix_built_from_the_image_list_alone_follows_it(qtbot, loaded, imag
 
     session = loaded.session
     qtbot.waitUntil(lambda: session.result(str(images[1])) is not None, timeout=20000)
-    first = session.current_maps
+    first = session.image_list.current_maps
     panel = MatrixPanel(ViewState(), session.image_list, first)
     qtbot.addWidget(panel)
     panel.show()

@@ -59,7 +59,7 @@ def test_changed_many_times_in_one_turn_refreshes_the_interventions_panel_once(q
                                                                          f(*a))[1])
     for _ in range(5):
         iv.changed.emit()
-    window.session.image_list.current_changed.emit(window.session.current_maps)
+    window.session.image_list.current_changed.emit(window.session.image_list.current_maps)
     assert counts == {"panel": 0, "banner": 0, "list": 0}
     qtbot.waitUntil(lambda: not redraws_pending())
     assert counts == {"panel": 1, "banner": 1, "list": 1}

@@ -152,7 +152,7 @@ def test_window_export_of_a_pending_relevance_is_refused(loaded, tmp_path) -> No
     from vitviz.gui import exporting
 
     loaded.session.client.cancel(lambda r: True)
-    maps = loaded.session.current_maps
+    maps = loaded.session.image_list.current_maps
     loaded.state.update(source="relevance", relevance_class=4)
     with pytest.raises(SelectionError, match="still being computed"):
         exporting.export_png(maps, loaded.state, tmp_path / "x.png")
@@ -237,7 +237,7 @@ def test_the_norms_view_outlines_high_norm_tokens_and_their_attention_share(qtbo
     assert not panel.norm_view.marks.path().isEmpty()
     shown = panel.norm_view.overlay.image
     assert shown is not None and panel.norm_view.colorbar.isVisible()
-    np.testing.assert_array_equal(loaded.session.current_maps.norms, norms)
+    np.testing.assert_array_equal(loaded.session.image_list.current_maps.norms, norms)
 
 
 def test_the_features_dock_is_bound_to_the_view_state(qtbot, loaded, images, model) -> None:  # noqa: ANN001

@@ -184,7 +184,7 @@ def test_the_sessions_parts_are_its_surface(session) -> None:  # noqa: ANN001
     session forwards none of them, and only `set_current` changes the current image (it also shows it)."""
     assert isinstance(session.model, ModelSlot) and isinstance(session.image_list, ImageList)
     for name in ("spec", "device", "image_size", "pos_grid", "ask_assumptions", "images", "paths", "failed",
-                 "current", "verification"):
+                 "current", "verification", "current_maps"):
         assert not hasattr(session, name), name
     session.model.image_size = (16, 24)
     assert session.model.image_size == (16, 24)
@@ -226,6 +226,19 @@ def test_the_parts_say_their_own_changes() -> None:
     slot.set_loading("")
     slot.position(PosEmbedded((3, 4), None))
     assert heard == [("added", [A, B]), ("loading", True), ("loading", False), ("pos", (3, 4))]
+
+
+def test_the_image_list_keeps_what_the_current_image_shows() -> None:
+    """`current_maps` is what `current_changed` last said, already when any other slot hears it: a panel built
+    from the image list alone reads the current result there, from its one owner."""
+    images, seen = ImageList(), []
+    assert images.current_maps is None
+    images.current_changed.connect(lambda maps: seen.append(images.current_maps is maps))
+    shown = object()
+    images.current_changed.emit(shown)
+    assert images.current_maps is shown
+    images.current_changed.emit(None)
+    assert images.current_maps is None and seen == [True, True]
 
 
 def test_the_session_emits_through_its_parts(session) -> None:  # noqa: ANN001

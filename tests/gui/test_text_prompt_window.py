@@ -55,7 +55,7 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
 
     ours = tmp_path / "window"
     ours.mkdir()
-    exporting.export_all(window.session.current_maps, window.state, ours)
+    exporting.export_all(window.session.image_list.current_maps, window.state, ours)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["export", "--model", str(clip_file), str(images[0]), "--out", str(tmp_path / "cli"), "--maps",
@@ -67,7 +67,7 @@ def test_text_prompt_map_is_the_librarys_and_exports_as_the_cli(qtbot, window, c
 
     # the .npz: the window's holds the prompt's map and scores under export's keys, with the same values
     from vitviz.core import files
-    npz = exporting.export_npz(window.session.current_maps, tmp_path / "window.npz")
+    npz = exporting.export_npz(window.session.image_list.current_maps, tmp_path / "window.npz")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["export", "--model", str(clip_file), str(images[0]), "--out", str(tmp_path / "cli_npz"),

@@ -400,9 +400,9 @@ def test_the_verdict_line_says_swin_and_sam_folders_are_verified(qtbot, window, 
     "Verified against timm" for each (it said "Not verified" for every windowed file before)."""
     s = window.session
     for folder in (swin_folder, sam_folder):
-        with qtbot.waitSignal(s.model_loaded, timeout=30000):
+        with qtbot.waitSignal(s.model.model_loaded, timeout=30000):
             window.load_model(str(folder))
-        with qtbot.waitSignal(s.verification_changed, timeout=60000,
+        with qtbot.waitSignal(s.model.verification_changed, timeout=60000,
                               check_params_cb=lambda *a: s.model.verification is not None or bool(
                                   s.model.verify_failure)):
             s.add_images([str(photo)])

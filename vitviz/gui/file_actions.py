@@ -137,7 +137,7 @@ class FileActions(QObject):
     def _current_maps(self) -> ResultMaps | None:
         """The run on show: the intervened one while there is one (its titles and the .npz's 'interventions' say
         what was done, as `vitviz export --ablate` does), else the cached clean result."""
-        maps = self.session.current_maps
+        maps = self.session.image_list.current_maps
         if maps is None:
             self.report_error("Nothing to export", "Load a model and select an image that has run first.", "")
         return maps

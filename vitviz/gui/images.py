@@ -16,6 +16,8 @@ from typing import Callable, Iterable
 
 from PySide6.QtCore import QObject, Signal
 
+from vitviz.core.analyses.maps import ResultMaps
+
 
 class ImageList(QObject):
     """The listed images (`paths`, in order), the `current` one ('' for none) and the failed runs (`failed`: path ->
@@ -41,6 +43,13 @@ class ImageList(QObject):
         self.batch_done = 0                  # runs answered since the run queue was last empty
         self.batch_start = 0.0
         self.clock = clock
+        self.current_maps: ResultMaps | None = None   # what `current_changed` last said (kept by the first slot)
+        self.current_changed.connect(self._keep_current)
+
+    def _keep_current(self, maps: ResultMaps | None) -> None:
+        """Keep what the current image shows, so that a panel built later (or reading it between signals) needs
+        only the image list; connected first, so every other slot of `current_changed` already sees it."""
+        self.current_maps = maps
 
     # ------------------------------------------------------------------------------------------ the list
 

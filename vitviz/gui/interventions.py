@@ -440,7 +440,7 @@ class InterventionSession(QObject):
         self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
-            self.session.image_list.current_changed.emit(self.session.current_maps)
+            self.session.show_current()
         self.changed.emit()
 
     def _ask(self) -> None:
@@ -611,7 +611,7 @@ class InterventionBanner(QWidget):
             self.action.setVisible(bool(iv.steps))
         if not iv.steps:
             return
-        shown = iv.session.current_maps
+        shown = iv.session.image_list.current_maps
         if iv.failure:
             state = f"failed: {iv.failure}"
         elif isinstance(shown, IntervenedMaps) and shown.what == iv.describe():

@@ -26,10 +26,11 @@ class Host(Protocol):
     model: ModelSlot                  # the loaded model: its spec, capabilities, input size
     image_list: ImageList             # the current image and its `current_changed`
     client: WorkerClient
-    current_maps: ResultMaps | None
     intervened: dict[str, Any]        # image -> its intervened run's maps (`vitviz.gui.interventions.IntervenedMaps`)
 
     def cached(self, path: str) -> ResultMaps | None: ...
+
+    def show_current(self) -> None: ...
 
     def evict(self, keep: str) -> None: ...
 
@@ -88,7 +89,7 @@ class PassStore(QObject):
         if request.redraws and request.image == s.image_list.current:
             # what the current image shows has changed (the intervened run, while there is one, says its passes are
             # not for it)
-            s.image_list.current_changed.emit(s.current_maps)
+            s.show_current()
 
     def fail(self, request: PassRequest, summary: str) -> None:
         """Remember why the pass failed (it is not asked again) and say so."""

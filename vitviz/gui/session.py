@@ -116,10 +116,11 @@ class Session(QObject):
         """(answered, in all) of the runs since the run queue was last empty."""
         return self.image_list.counts(len(self.client.pending(Run)))
 
-    @property
-    def current_maps(self) -> ResultMaps | None:
-        """The current image's result as shown (its intervened run while there is one), or None."""
-        return (self.intervened.get(self.image_list.current) or self.results.get(self.image_list.current)) if self.image_list.current else None
+    def show_current(self) -> None:
+        """Tell the panels what the current image shows now (`current_changed`, which the image list keeps as its
+        `current_maps`): its intervened run while there is one, else its cached result, or None."""
+        path = self.image_list.current
+        self.image_list.current_changed.emit(self.shown(path) if path else None)
 
     def shown(self, path: str) -> ResultMaps | None:
         """What the panels show of an image: its intervened run (`intervened`), else its cached result (marked
@@ -323,10 +324,6 @@ class Session(QObject):
             self._verdict_may_change()
         return gone
 
-    def remove_failed(self) -> list[str]:
-        """Remove every image whose run failed."""
-        return self.remove_images(self.image_list.failed_paths())
-
     def clear_images(self) -> list[str]:
         """Remove every image."""
         return self.remove_images(list(self.image_list.paths))
@@ -337,7 +334,7 @@ class Session(QObject):
             return
         self.image_list.current = path
         self.ensure(path, first=True)
-        self.image_list.current_changed.emit(self.shown(path) if path else None)
+        self.show_current()
 
     def set_image_size(self, size: tuple[int, int] | None) -> None:
         """Run every image at (h, w) (None: the model's native size), rounded down to whole patches of the loaded
@@ -483,7 +480,7 @@ class Session(QObject):
         self.image_list.answered()
         self.image_list.result_ready.emit(path)
         if path == self.image_list.current:
-            self.image_list.current_changed.emit(self.shown(path))
+            self.show_current()
         self._report_runs()
         self._verify()
 

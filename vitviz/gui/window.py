@@ -156,7 +156,7 @@ class MainWindow(QMainWindow):
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
         self.state.subscribe(self._withdraw_query_note)
         self.state.subscribe(self._precompute_rule)
-        self.panel = ImagePanel(self.state, self.session)
+        self.panel = ImagePanel(self.state, self.session.model, self.session.image_list)
         self.setCentralWidget(self.panel)
         self._add_docks()
         self._add_side_docks()
@@ -189,10 +189,12 @@ class MainWindow(QMainWindow):
         to the overview and the model info as a tab next to the image list."""
         state, session = self.state, self.session
         self.controls = ControlsPanel(state, session)
-        self.images = ImageListPanel(session)
-        self.overview = OverviewPanel(state, session)
-        self.matrix = MatrixPanel(state, session.image_list, session.current_maps)
-        self.rollout_panel = RolloutPanel(state, session.image_list, session.current_maps)
+        self.images = ImageListPanel(session.image_list, session.cached)
+        self.images.current_requested.connect(session.set_current)
+        self.images.remove_requested.connect(session.remove_images)
+        self.overview = OverviewPanel(state, session.model, session.image_list)
+        self.matrix = MatrixPanel(state, session.image_list, session.image_list.current_maps)
+        self.rollout_panel = RolloutPanel(state, session.image_list, session.image_list.current_maps)
         self.posembed = PosEmbedPanel(state, session.model)
         self.headstats = HeadStatsPanel(state, session)
         self.info = InfoPanel(session)

@@ -201,7 +201,7 @@ class ComparePanel(LazyPanel):
         self.items[2].setImage(np.nan_to_num(f.diff, nan=0.0), levels=(-f.dmax, f.dmax),        # type: ignore
                                lut=colormap(DIVERGING))
         shape = f.a.shape                                                            # type: ignore[attr-defined]
-        maps = self.session.current_maps
+        maps = self.session.image_list.current_maps
         if maps is not None and maps is not self._base_of:     # A's input image under the maps, once per image
             self._base_of = maps
             for base in self.bases:

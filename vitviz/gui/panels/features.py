@@ -222,7 +222,7 @@ class FeaturesPanel(LazyPanel):
         super().__init__(parent)
         self.setObjectName("featuresPanel")
         self.state, self.session = state, session
-        self._maps: ResultMaps | None = session.current_maps
+        self._maps: ResultMaps | None = session.image_list.current_maps
         self._pca: PcaFitted | None = None
         self._sim: Compared | None = None
         self._share: Shared | None = None

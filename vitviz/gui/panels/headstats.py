@@ -338,7 +338,7 @@ class HeadStatsPanel(LazyPanel):
     def _current(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The current image's statistics: of its intervened run while that is shown (`vitviz.gui.interventions`;
         the average stays over the clean runs)."""
-        maps = self.session.current_maps
+        maps = self.session.image_list.current_maps
         if getattr(maps, "what", ""):
             return maps.head_stats()   # type: ignore[union-attr]
         return self.session.head_stats.get(self.session.image_list.current)
@@ -387,8 +387,8 @@ class HeadStatsPanel(LazyPanel):
     def _what(self) -> str:
         if self.state.stats_average:
             return "images averaged: %d" % len(self.session.head_stats)
-        return f"current image, {self.session.current_maps.what}" if getattr(self.session.current_maps, "what", "") \
-            else "current image"
+        shown = self.session.image_list.current_maps
+        return f"current image, {shown.what}" if getattr(shown, "what", "") else "current image"
 
     def _on_moved(self, scene_pos: QPointF) -> None:
         layer = self.kinds.layer_at(scene_pos)

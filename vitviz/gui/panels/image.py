@@ -6,8 +6,9 @@ block over all stages: the block's map is drawn at its stage's resolution (cells
 block's window outlines over it (`WindowOutlineItem`; a shifted block's windows as they lie after the shift) and,
 with a query patch, its window highlighted.
 
-It draws itself: it follows the session's current result (`ImageList.current_changed`) and the view state, and shows
-what the session is doing instead (no model, no image, running, failed) while there is no result.
+It draws itself, built from the parts it shows: it follows the image list's current result (`current_changed`) and
+the view state, and shows what is happening instead (no model, loading, no image, running, failed: the model part
+and the image list say) while there is no result.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from vitviz.core.analyses.maps import ImageMaps, ResultMaps
 from vitviz.gui import colors
 from vitviz.gui.panels import base
 from vitviz.gui.panels.windows import WindowOutlineItem
-from vitviz.gui.session import Session
+from vitviz.gui.images import ImageList
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.state import QUERY_SOURCES, ROLLOUT_FIELDS, ViewState, map_kind, view_of
 from vitviz.gui.numbers import number, number_range
 
@@ -50,13 +52,13 @@ class ImagePanel(QWidget):
     clicked = Signal(int, int)
     query_clicked = Signal(int)
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, model: ModelSlot, images: ImageList, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("imagePanel")
         self.scale_text = ""          # which colour scale the map is on (the colorbar's label)
-        self.state, self.session = state, session
+        self.state, self.model, self.images = state, model, images
         self.values: np.ndarray | None = None
-        self._maps: ResultMaps | None = session.current_maps
+        self._maps: ResultMaps | None = images.current_maps
         self._grid: tuple[int, int] = (0, 0)
         self._patch = 1
         self._last_hover = (-1, -1)
@@ -66,8 +68,8 @@ class ImagePanel(QWidget):
         self._build()
         self.clicked.connect(self._on_patch_clicked)
         state.subscribe(self.refresh)
-        session.image_list.current_changed.connect(self._on_current_changed)
-        session.model.loading_changed.connect(self._on_loading_changed)
+        images.current_changed.connect(self._on_current_changed)
+        model.loading_changed.connect(self._on_loading_changed)
         self.refresh(MAP_FIELDS)
 
     def _build(self) -> None:
@@ -131,14 +133,14 @@ class ImagePanel(QWidget):
 
     def placeholder(self) -> str:
         """What the panel says while there is no result to show."""
-        s, path = self.session, self.session.image_list.current
-        if s.model.spec is None:
-            return base.waiting_text(s.model, "Open a model (File › Open model) or drop a checkpoint on the window")
+        model, path = self.model, self.images.current
+        if model.spec is None:
+            return base.waiting_text(model, "Open a model (File › Open model) or drop a checkpoint on the window")
         if not path:
             return "Drop images or folders on the window (or File › Open images)"
-        if path in s.image_list.failed:
-            return f"{Path(path).name}: {base.failure_reason(path, s.image_list.failed[path])}"
-        if s.model.awaiting_answers:
+        if path in self.images.failed:
+            return f"{Path(path).name}: {base.failure_reason(path, self.images.failed[path])}"
+        if model.awaiting_answers:
             return "Waiting for the settings the file does not say"
         return f"Running {Path(path).name}…"
 

@@ -1,22 +1,25 @@
-"""The image list dock: thumbnails, file names and the model's top-5 predictions of the session's images.
+"""The image list dock: thumbnails, file names and the model's top-5 predictions of the listed images.
 
-It lists what the session adds, shows each image's progress (running, top-5, failed), makes the selected one the
-session's current image and keeps it in view, and removes images (Delete, the context menu: remove, remove the
-failed ones, clear). Thumbnails are decoded off the GUI thread at thumbnail size (`thumbnails.ThumbnailLoader`),
+Built from the part it shows (the image list) and a look-up of the cached results, it lists what the image list
+adds, shows each image's progress (running, top-5, failed) and keeps the current image selected and in view. What
+the user asks of it, it asks as signals the window connects to the session: the selected image made current
+(`current_requested`), images removed (`remove_requested`: Delete, the context menu's remove, remove the failed
+ones, clear). Thumbnails are decoded off the GUI thread at thumbnail size (`thumbnails.ThumbnailLoader`),
 so a folder of large photos or one 12000 × 9000 scan never stalls the window.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from PySide6.QtCore import QPoint, QSize, Qt
+from PySide6.QtCore import QPoint, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QColor, QIcon, QImage, QKeySequence, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QMenu, QVBoxLayout, QWidget
 
+from vitviz.core.analyses.maps import ResultMaps
+from vitviz.gui.images import ImageList
 from vitviz.gui.panels.base import failure_reason, shortened
-from vitviz.gui.session import Session
 from vitviz.gui.signals import wire
 from vitviz.gui.thumbnails import THUMB, ThumbnailLoader
 
@@ -31,17 +34,25 @@ def _blank(color: str = PLACEHOLDER) -> QIcon:
 
 
 class ImageListPanel(QWidget):
-    """A list of the session's images; selecting one makes it the current image.
+    """A list of the image list's images (`images`); `result` looks up an image's cached result (None: none yet).
+
+    Signals:
+        current_requested(path): the user selected that image (the window makes it current).
+        remove_requested(paths): the user asked to remove those images (the window removes them).
 
     Attributes:
         remove_action, remove_failed_action, clear_action: what the context menu (and the File menu) offer;
             Delete removes the selected images while the list has the focus.
     """
 
-    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+    current_requested = Signal(str)
+    remove_requested = Signal(list)
+
+    def __init__(self, images: ImageList, result: Callable[[str], ResultMaps | None],
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("imageListPanel")
-        self.session = session
+        self.images, self.result = images, result
         self.list = QListWidget()
         self.list.setObjectName("imageList")
         self.list.setIconSize(QSize(THUMB, THUMB))
@@ -64,10 +75,10 @@ class ImageListPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list)
-        wire(session.image_list, images_added=self.add_paths, images_removed=self.remove_paths,
+        wire(images, images_added=self.add_paths, images_removed=self.remove_paths,
              current_changed=self._on_current_changed, run_started=self.set_pending,
              result_ready=self._on_result_ready, run_failed=self._on_run_failed)
-        self.add_paths(session.image_list.paths)
+        self.add_paths(images.paths)
 
     def _make_actions(self) -> None:
         self.remove_action = QAction("&Remove from the list", self)
@@ -79,17 +90,18 @@ class ImageListPanel(QWidget):
         self.remove_failed_action = QAction("Remove &failed images", self)
         self.remove_failed_action.setObjectName("remove_failed_images")
         self.remove_failed_action.setStatusTip("Remove every image that could not be run")
-        self.remove_failed_action.triggered.connect(lambda _checked=False: self.session.remove_failed())
+        self.remove_failed_action.triggered.connect(
+            lambda _checked=False: self.remove_requested.emit(self.images.failed_paths()))
         self.clear_action = QAction("&Clear the list", self)
         self.clear_action.setObjectName("clear_images")
         self.clear_action.setStatusTip("Remove every image from the list (the files stay)")
-        self.clear_action.triggered.connect(lambda _checked=False: self.session.clear_images())
+        self.clear_action.triggered.connect(lambda _checked=False: self.remove_requested.emit(list(self.images.paths)))
         self.list.addAction(self.remove_action)        # Delete works while the list has the focus
         self.update_actions()
 
     def update_actions(self) -> None:
         """Enable what applies now (and count the failed images)."""
-        failed = sum(1 for p in self.session.image_list.paths if p in self.session.image_list.failed)
+        failed = sum(1 for p in self.images.paths if p in self.images.failed)
         self.remove_action.setEnabled(bool(self.list.selectedItems()))
         self.remove_failed_action.setEnabled(failed > 0)
         self.remove_failed_action.setText(f"Remove &failed images ({failed})" if failed else "Remove &failed images")
@@ -115,7 +127,7 @@ class ImageListPanel(QWidget):
         self.update_actions()
 
     def remove_paths(self, paths: list[str]) -> None:
-        """Take the items of removed images out of the list (the session has removed the images)."""
+        """Take the items of removed images out of the list (the image list has removed them)."""
         gone = set(paths)
         for i in reversed(range(self.list.count())):
             if self.list.item(i).data(PATH_ROLE) in gone:
@@ -126,9 +138,9 @@ class ImageListPanel(QWidget):
         self._on_current_changed(None)
         self.update_actions()
 
-    def remove_selected(self) -> list[str]:
-        """Remove the selected images from the session (and so from the list)."""
-        return self.session.remove_images([item.data(PATH_ROLE) for item in self.list.selectedItems()])
+    def remove_selected(self) -> None:
+        """Ask to remove the selected images (the list follows the image list's `images_removed`)."""
+        self.remove_requested.emit([item.data(PATH_ROLE) for item in self.list.selectedItems()])
 
     def current_path(self) -> str:
         item = self.list.currentItem()
@@ -200,16 +212,16 @@ class ImageListPanel(QWidget):
             item.setIcon(QIcon(QPixmap.fromImage(image)) if not image.isNull() else _blank())
 
     def _on_current_item(self, current: QListWidgetItem | None, _previous: object) -> None:
-        self.session.set_current(current.data(PATH_ROLE) if current is not None else "")
+        self.current_requested.emit(current.data(PATH_ROLE) if current is not None else "")
         self.update_actions()
 
     def _on_current_changed(self, _maps: object) -> None:
-        """Select the session's current image and show it (the user's own selection comes back here unchanged)."""
-        if self.current_path() != self.session.image_list.current:
-            self.select(self.session.image_list.current)
+        """Select the current image and show it (the user's own selection comes back here unchanged)."""
+        if self.current_path() != self.images.current:
+            self.select(self.images.current)
 
     def _on_result_ready(self, path: str) -> None:
-        maps = self.session.result(path)
+        maps = self.result(path)
         if maps is not None:
             self._shown.pop(path, None)
             self.set_predictions(path, maps.result.top_k(5))
@@ -222,7 +234,7 @@ class ImageListPanel(QWidget):
         runs = runs if runs is not None else self.runs
         what = runs.describe()
         for path in self._items:
-            maps = self.session.cached(path)
+            maps = self.result(path)
             if maps is None:
                 continue
             after = runs.probabilities(path)

@@ -47,7 +47,7 @@ class ModelInfo:
 
 def gather(session: Session) -> ModelInfo:
     """What the session knows now about the model, the cache and the current image."""
-    maps = session.current_maps
+    maps = session.image_list.current_maps
     stages: list[tuple[str, str]] = []
     if session.model.traits.blocks:    # its stages' blocks: at the current image's run, else at the input size
         from vitviz.core.analyses.winview import info_rows

@@ -1,8 +1,9 @@
 """The layer × head overview dock: every layer's and head's map at once as one mosaic image.
 
 One `ImageItem` holds the whole mosaic (rows = layers, columns = heads, then head mean and max), so ViT-L (24 × 18
-tiles) costs one texture upload; a layer or head change only moves the selection frame. It follows the session's
-current result and the view state's map source by itself.
+tiles) costs one texture upload; a layer or head change only moves the selection frame. It is built from the
+parts it shows and follows them by itself: the image list's current result, the model part's loading and the view
+state's map source.
 
 For a windowed model (Swin, SAM / ViTDet) the rows are the blocks of the selected block's stage (the stages'
 grids differ), labelled with their block indices; a click selects that block.
@@ -22,7 +23,8 @@ from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 from vitviz.core.analyses.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
 from vitviz.gui.panels import base
-from vitviz.gui.session import Session
+from vitviz.gui.images import ImageList
+from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, map_kind, view_of
 
 STACK_FIELDS = {"source", "layer", "head", "query", "colormap", "per_tile",   # what the overview draws from
@@ -57,11 +59,11 @@ class OverviewPanel(QWidget):
     tile_clicked = Signal(object, object)   # layer index, head index or 'mean'/'max'
     tile_menu = Signal(object, object, object)   # right-click: layer, head (or 'mean'/'max'), global QPoint
 
-    def __init__(self, state: ViewState, session: Session, parent: QWidget | None = None) -> None:
+    def __init__(self, state: ViewState, model: ModelSlot, images: ImageList, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("overviewPanel")
-        self.state, self.session = state, session
-        self._maps: ResultMaps | None = session.current_maps
+        self.state, self.model, self.images = state, model, images
+        self._maps: ResultMaps | None = images.current_maps
         self._shape = (0, 0, 0, 0)          # L, C, gh, gw
         self._bands = 1                     # rows of tiles each layer's heads are wrapped into (`wrap_layout`)
         self._stack = None                  # the stack shown (laid out again when the dock's shape changes)
@@ -106,8 +108,8 @@ class OverviewPanel(QWidget):
         layout.addWidget(self.widget)
         self._show_axes(False)
         state.subscribe(self.refresh)
-        session.image_list.current_changed.connect(self._on_current_changed)
-        session.model.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
+        images.current_changed.connect(self._on_current_changed)
+        model.loading_changed.connect(lambda _loading: self.clear() if self._maps is None else None)
         self.refresh(STACK_FIELDS)
 
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
@@ -215,12 +217,12 @@ class OverviewPanel(QWidget):
 
     def placeholder(self) -> str:
         """What the panel says while it has no tiles."""
-        s = self.session
-        if s.model.spec is None:
-            return base.waiting_text(s.model, "Open a model to see every layer's and head's map")
-        if s.model.awaiting_answers:
+        model, current = self.model, self.images.current
+        if model.spec is None:
+            return base.waiting_text(model, "Open a model to see every layer's and head's map")
+        if model.awaiting_answers:
             return "Waiting for the settings the file does not say"
-        return "Running the image…" if s.image_list.current and s.image_list.current not in s.image_list.failed else "No result for this image"
+        return "Running the image…" if current and current not in self.images.failed else "No result for this image"
 
     def select(self, layer: int | None, column: int | None) -> None:
         """Frame the tile of a layer and a column (head, or H for mean, H + 1 for max); None frames a whole row
@@ -274,7 +276,7 @@ class OverviewPanel(QWidget):
         left += [((i * bands + b + 0.5) * sy, f"+{b * self._per_band()}") for i in range(nl) for b in range(1, bands)]
         what = "block" if self._blocks else "layer"
         self.plot.getAxis("left").setLabel(what if bands == 1 else f"{what} (+n: heads from n)")
-        if nl == 1 and self.session.model.spec is not None and self.session.model.spec.depth > 1:
+        if nl == 1 and self.model.spec is not None and self.model.spec.depth > 1:
             left = [(0.5 * (gh + self._gap), "all")]       # one map of the whole model (relevance, pooling)
         heads = nc - 2 if nc > 2 else nc
         shown = heads if bands == 1 else self._per_band()     # wrapped: one band's columns, then mean and max
