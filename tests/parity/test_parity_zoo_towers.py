@@ -4,7 +4,8 @@ NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
-(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder). Each
+(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder), AltCLIP
+and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`). Each
 is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
 as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
@@ -42,9 +43,13 @@ CASES = {
     "t5gemma2": ("T5Gemma2ForConditionalGeneration", lambda m: m.model.encoder.vision_tower),
     "idefics2": ("Idefics2ForConditionalGeneration", lambda m: m.model.vision_model),
     "instructblipvideo": ("InstructBlipVideoForConditionalGeneration", lambda m: m.vision_model),
+    "altclip": ("AltCLIPModel", lambda m: m.vision_model),
+    "owlvit": ("OwlViTForObjectDetection", lambda m: m.owlvit.vision_model),
+    "owlv2": ("Owlv2ForObjectDetection", lambda m: m.owlv2.vision_model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
-LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo")
+LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo",
+        "altclip", "owlvit", "owlv2")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -116,6 +121,17 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
     for i, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
         np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
     check = vitviz.verify(vm)
+    assert check.verified, check.summary()
+
+
+@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2"])
+def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
+    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers by file: `vitviz.verify` builds transformers' own vision model
+    from the folder's vision_config (the file's tensors loaded by its own loader) and finds it equal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf(model_type, CASES[model_type][0]).save_pretrained(tmp_path)
+        check = vitviz.verify(vitviz.load(str(tmp_path), device="cpu"))
     assert check.verified, check.summary()
 
 

@@ -55,6 +55,10 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
     "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
     "got_ocr2": ("vision_config", _LLAVA), "pp_chart2table": ("vision_config", _LLAVA),     # (a SAM ViT-B encoder)
+    # CLIP towers of their own names: AltCLIP's blocks `encoder.layer.N`, OWL-ViT's `pre_layernorm`
+    "altclip": ("vision_config", ("vision_model.",)),
+    "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
+    "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
 }
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
@@ -63,12 +67,16 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
             "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
             "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
-            "pp_chart2table_vision": "hf-sam"}
+            "pp_chart2table_vision": "hf-sam", "altclip_vision_model": "hf-clip", "owlvit_vision_model": "hf-clip",
+            "owlv2_vision_model": "hf-clip"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
                   "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer",
-                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel"}
+                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel",
+                  "altclip_vision_model": "AltCLIPVisionModel",
+                  # (the tower the file holds under `owlvit.vision_model.`: no `vision_model.` wrapper)
+                  "owlvit_vision_model": "OwlViTVisionTransformer", "owlv2_vision_model": "Owlv2VisionTransformer"}
 # Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
 # path), built from the whole model's config.json as the composite model builds them, with the file's tower tensors:
 # {the tower config's model_type: (transformers module, class)}. Never `trust_remote_code`: only classes transformers
@@ -131,6 +139,10 @@ ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
     "mistral_large4": (),
     "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (),
 }
+# Composite models whose files name the tower's tensors as transformers' conversion mapping of the model_type
+# renames them on loading (AltCLIP's `encoder.layer.N` -> `encoder.layers.N`): the tower class built alone is given
+# that mapping (`_renaming`), as the whole model's loader applies it.
+RENAMED_TOWERS = ("altclip",)
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
 BUCKETED = ("idefics3_vision", "smolvlm_vision", "idefics2_vision")
@@ -383,6 +395,8 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
                                    "(vision_config, eager attention read from its attention modules)")
     own = _TOWER_CLASSES.get(tower.tower_type)
     cls = _transformers_class(own) if own else transformers.MODEL_MAPPING[type(sub)]
+    if tower.model_type in RENAMED_TOWERS:
+        cls = _renaming(cls, tower.model_type)
     sub._attn_implementation = "eager"
     what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
     return sub, cls, what
@@ -396,8 +410,22 @@ def _transformers_class(name: str) -> type:
 
     if hasattr(transformers, name):
         return getattr(transformers, name)
-    folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2"}[name]
+    folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2",
+              "OwlViTVisionTransformer": "owlvit", "Owlv2VisionTransformer": "owlv2"}[name]
     return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+
+
+def _renaming(cls: type, model_type: str) -> type:
+    """`cls` loading its tensors renamed by transformers' conversion mapping of `model_type` (which transformers
+    applies to a class defined outside it by the class's own name), its name otherwise unchanged in messages."""
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping,
+    )
+
+    renaming = type(f"Vitviz{cls.__name__}", (cls,), {})
+    register_checkpoint_conversion_mapping(renaming.__name__, get_checkpoint_conversion_mapping(model_type),
+                                           overwrite=True)
+    return renaming
 
 
 def _git_tower() -> type:
