@@ -5,7 +5,8 @@ ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
 (SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder), AltCLIP
-and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`). Each
+and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`), VisionEncoderDecoder (a ViT
+encoder with its pooler). Each
 is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
 as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
@@ -46,10 +47,11 @@ CASES = {
     "altclip": ("AltCLIPModel", lambda m: m.vision_model),
     "owlvit": ("OwlViTForObjectDetection", lambda m: m.owlvit.vision_model),
     "owlv2": ("Owlv2ForObjectDetection", lambda m: m.owlv2.vision_model),
+    "vision-encoder-decoder": ("VisionEncoderDecoderModel", lambda m: m.encoder),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
 LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo",
-        "altclip", "owlvit", "owlv2")
+        "altclip", "owlvit", "owlv2", "vision-encoder-decoder")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -124,15 +126,32 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
     assert check.verified, check.summary()
 
 
-@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2"])
+@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder"])
 def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
-    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers by file: `vitviz.verify` builds transformers' own vision model
-    from the folder's vision_config (the file's tensors loaded by its own loader) and finds it equal."""
+    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers and a VisionEncoderDecoder's ViT by file: `vitviz.verify` builds
+    transformers' own vision model from the folder's sub-config (the file's tensors loaded by its own loader) and
+    finds it equal."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         zoo.build_hf(model_type, CASES[model_type][0]).save_pretrained(tmp_path)
         check = vitviz.verify(vitviz.load(str(tmp_path), device="cpu"))
     assert check.verified, check.summary()
+
+
+def test_vision_encoder_decoder_says_its_pooler_is_not_shown(tmp_path: Path) -> None:
+    """A VisionEncoderDecoder's ViT keeps its pooler (dense + tanh over the CLS token): vitviz shows the normed CLS
+    token of last_hidden_state as the features and says so, not calling it the tower's output."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("vision-encoder-decoder", "VisionEncoderDecoderModel")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path), device="cpu")
+    assert model.encoder.pooler is not None
+    assert vm.spec.pooling == "token" and "pooler" in vm.spec.source_of("pooling")
+    x = torch.randn(1, 3, *vm.spec.image_size, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cls = model.encoder(pixel_values=x).last_hidden_state[0, 0].numpy()
+    np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), cls, atol=1e-5)
 
 
 def test_instructblipvideo_verified(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "got_ocr2": ("vision_config", _LLAVA), "pp_chart2table": ("vision_config", _LLAVA),     # (a SAM ViT-B encoder)
     # CLIP towers of their own names: AltCLIP's blocks `encoder.layer.N`, OWL-ViT's `pre_layernorm`
     "altclip": ("vision_config", ("vision_model.",)),
+    # an image encoder under a text decoder (TrOCR, Donut's relatives): its `encoder` config, its tensors `encoder.`
+    "vision-encoder-decoder": ("encoder", ("encoder.",)),
     "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
     "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
 }
@@ -68,7 +70,7 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
             "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
             "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
             "pp_chart2table_vision": "hf-sam", "altclip_vision_model": "hf-clip", "owlvit_vision_model": "hf-clip",
-            "owlv2_vision_model": "hf-clip"}
+            "owlv2_vision_model": "hf-clip", "vit": "hf-vit"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
