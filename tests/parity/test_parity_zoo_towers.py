@@ -6,7 +6,8 @@ PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tow
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
 (SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder), AltCLIP
 and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`), VisionEncoderDecoder (a ViT
-encoder with its pooler). Each
+encoder with its pooler), Depth Pro (its image encoder, a DINOv2: the one of its three towers that sees the whole
+image). Each
 is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
 as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
@@ -48,10 +49,11 @@ CASES = {
     "owlvit": ("OwlViTForObjectDetection", lambda m: m.owlvit.vision_model),
     "owlv2": ("Owlv2ForObjectDetection", lambda m: m.owlv2.vision_model),
     "vision-encoder-decoder": ("VisionEncoderDecoderModel", lambda m: m.encoder),
+    "depth_pro": ("DepthProForDepthEstimation", lambda m: m.depth_pro.encoder.image_encoder.model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
 LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo",
-        "altclip", "owlvit", "owlv2", "vision-encoder-decoder")
+        "altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -126,10 +128,10 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
     assert check.verified, check.summary()
 
 
-@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder"])
+@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro"])
 def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
-    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers and a VisionEncoderDecoder's ViT by file: `vitviz.verify` builds
-    transformers' own vision model from the folder's sub-config (the file's tensors loaded by its own loader) and
+    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder by file:
+    `vitviz.verify` builds transformers' own vision model from the folder's sub-config (the file's tensors loaded by its own loader) and
     finds it equal."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

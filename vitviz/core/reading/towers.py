@@ -59,6 +59,9 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "altclip": ("vision_config", ("vision_model.",)),
     # an image encoder under a text decoder (TrOCR, Donut's relatives): its `encoder` config, its tensors `encoder.`
     "vision-encoder-decoder": ("encoder", ("encoder.",)),
+    # Depth Pro: three DINOv2 towers; its image encoder (the whole image at the tower's size) is the one shown, its
+    # patch encoder (overlapping crops of a pyramid of scales) and field-of-view encoder are not
+    "depth_pro": ("image_model_config", ("depth_pro.encoder.image_encoder.model.", "encoder.image_encoder.model.")),
     "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
     "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
 }
