@@ -131,8 +131,8 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
 @pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro"])
 def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
     """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder by file:
-    `vitviz.verify` builds transformers' own vision model from the folder's sub-config (the file's tensors loaded by its own loader) and
-    finds it equal."""
+    `vitviz.verify` builds transformers' own vision model from the folder's sub-config (the file's tensors loaded by
+    its own loader) and finds it equal."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         zoo.build_hf(model_type, CASES[model_type][0]).save_pretrained(tmp_path)
@@ -154,6 +154,15 @@ def test_vision_encoder_decoder_says_its_pooler_is_not_shown(tmp_path: Path) -> 
     with torch.no_grad():
         cls = model.encoder(pixel_values=x).last_hidden_state[0, 0].numpy()
     np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), cls, atol=1e-5)
+
+
+def test_depth_pro_names_the_tower_shown(tmp_path: Path) -> None:
+    """Depth Pro has three DINOv2 towers: the identity says its image encoder is shown and the others are not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("depth_pro", "DepthProForDepthEstimation").save_pretrained(tmp_path)
+        said = vitviz.load(str(tmp_path), device="cpu").spec.source_of("identity")
+    assert "image encoder" in said and "patch encoder" in said and "not shown" in said, said
 
 
 def test_instructblipvideo_verified(tmp_path: Path) -> None:

@@ -65,6 +65,9 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
     "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
 }
+# Models with more than one vision tower: which one is shown, said in the identity (`Tower.describe`).
+CHOSEN = {"depth_pro": ": its image encoder (image_model_config), which sees the whole image; its patch encoder "
+                       "(overlapping crops at several scales) and field-of-view encoder are not shown"}
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
@@ -198,6 +201,7 @@ class Tower:
     def describe(self) -> str:
         """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
         what = f"its vision tower, a {self.tower_type!r}" if self.config_key else "its own ViT encoder"
+        what += CHOSEN.get(self.model_type, "")
         return f"transformers model_type {self.model_type!r} ({what})"
 
     def wants(self, key: str) -> bool:
