@@ -7,7 +7,7 @@ encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a s
 (SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder), AltCLIP
 and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`), VisionEncoderDecoder (a ViT
 encoder with its pooler), Depth Pro (its image encoder, a DINOv2: the one of its three towers that sees the whole
-image). Each
+image), Janus (a SigLIP whose attention output is `projection_layer`). Each
 is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
 as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
@@ -50,10 +50,11 @@ CASES = {
     "owlv2": ("Owlv2ForObjectDetection", lambda m: m.owlv2.vision_model),
     "vision-encoder-decoder": ("VisionEncoderDecoderModel", lambda m: m.encoder),
     "depth_pro": ("DepthProForDepthEstimation", lambda m: m.depth_pro.encoder.image_encoder.model),
+    "janus": ("JanusForConditionalGeneration", lambda m: m.model.vision_model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
 LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo",
-        "altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro")
+        "altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro", "janus")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -130,7 +131,8 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro"])
 def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
-    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder by file:
+    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder
+    by file:
     `vitviz.verify` builds transformers' own vision model from the folder's sub-config (the file's tensors loaded by
     its own loader) and finds it equal."""
     with warnings.catch_warnings():
@@ -163,6 +165,21 @@ def test_depth_pro_names_the_tower_shown(tmp_path: Path) -> None:
         zoo.build_hf("depth_pro", "DepthProForDepthEstimation").save_pretrained(tmp_path)
         said = vitviz.load(str(tmp_path), device="cpu").spec.source_of("identity")
     assert "image encoder" in said and "patch encoder" in said and "not shown" in said, said
+
+
+def test_janus_says_what_its_features_are(tmp_path: Path) -> None:
+    """Janus's SigLIP tower (no head): vitviz's features are the mean of its normed tokens, equal to the tower's own
+    last_hidden_state averaged, and said not to be JanusVisionModel's pooler_output (the first token normed twice)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("janus", "JanusForConditionalGeneration")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path), device="cpu")
+    assert vm.spec.pooling == "avg" and "pooler_output" in vm.spec.source_of("pooling")
+    x = torch.randn(1, 3, *vm.spec.image_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        mean = model.model.vision_model(pixel_values=x).last_hidden_state[0].mean(dim=0).numpy()
+    np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), mean, atol=1e-5)
 
 
 def test_instructblipvideo_verified(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "vision-encoder-decoder": ("encoder", ("encoder.",)),
     # Depth Pro: three DINOv2 towers; its image encoder (the whole image at the tower's size) is the one shown, its
     # patch encoder (overlapping crops of a pyramid of scales) and field-of-view encoder are not
+    "janus": ("vision_config", ("model.vision_model.",)),    # (a SigLIP tower; its VQ-VAE image generator beside it)
     "depth_pro": ("image_model_config", ("depth_pro.encoder.image_encoder.model.", "encoder.image_encoder.model.")),
     "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
     "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
@@ -76,13 +77,14 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
             "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
             "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
             "pp_chart2table_vision": "hf-sam", "altclip_vision_model": "hf-clip", "owlvit_vision_model": "hf-clip",
-            "owlv2_vision_model": "hf-clip", "vit": "hf-vit"}
+            "owlv2_vision_model": "hf-clip", "vit": "hf-vit",
+            "janus_vision_model": "hf-siglip"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
                   "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer",
                   "instructblipvideo_vision_model": "InstructBlipVideoVisionModel",
-                  "altclip_vision_model": "AltCLIPVisionModel",
+                  "altclip_vision_model": "AltCLIPVisionModel", "janus_vision_model": "JanusVisionModel",
                   # (the tower the file holds under `owlvit.vision_model.`: no `vision_model.` wrapper)
                   "owlvit_vision_model": "OwlViTVisionTransformer", "owlv2_vision_model": "Owlv2VisionTransformer"}
 # Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
@@ -420,7 +422,8 @@ def _transformers_class(name: str) -> type:
     if hasattr(transformers, name):
         return getattr(transformers, name)
     folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2",
-              "OwlViTVisionTransformer": "owlvit", "Owlv2VisionTransformer": "owlv2"}[name]
+              "OwlViTVisionTransformer": "owlvit", "Owlv2VisionTransformer": "owlv2",
+              "JanusVisionModel": "janus"}[name]
     return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
 
 

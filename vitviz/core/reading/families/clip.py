@@ -42,7 +42,8 @@ _HF_RENAMES = [
     (r"^embeddings\.patch_embedding\.", "patch_embed.proj."),
     (r"^pre_laye?rnorm\.", "norm_pre."),    # (CLIP's pre_layrnorm, OWL-ViT's pre_layernorm)
     (r"^encoder\.layers\.(\d+)\.", r"blocks.\1."), (r"\.layer_norm1\.", ".norm1."), (r"\.layer_norm2\.", ".norm2."),
-    (r"\.self_attn\.out_proj\.", ".attn.proj."), (r"^post_layernorm\.", "norm."),
+    (r"\.self_attn\.(out_proj|projection_layer)\.", ".attn.proj."),    # (Janus's SigLIP: projection_layer)
+    (r"^post_layernorm\.", "norm."),
 ]
 # open_clip blocks other than the plain residual attention block, and heads the reference ViT has no place for
 _UNSUPPORTED = ("ln_attn", "attn.ln_q", "attn.ln_k", "attn.head_scale", "attn.ln_inner", "attn.logit_scale",
