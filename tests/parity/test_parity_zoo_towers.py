@@ -182,6 +182,16 @@ def test_janus_says_what_its_features_are(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), mean, atol=1e-5)
 
 
+def test_deepseek_ocr2_refused_naming_why(tmp_path: Path) -> None:
+    """DeepSeek-OCR 2's folder is refused by name: its SAM encoder and the second encoder after it, and the route."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("deepseek_ocr2", "DeepseekOcr2ForConditionalGeneration").save_pretrained(tmp_path)
+    said = r"DeepSeek-OCR 2: a SAM encoder.*vitviz.load\(module\)"
+    with pytest.raises(vitviz.errors.CompositeModelError, match=said):
+        vitviz.load(str(tmp_path), device="cpu")
+
+
 def test_instructblipvideo_verified(tmp_path: Path) -> None:
     """InstructBLIP-Video's tower by file: `vitviz.verify` builds transformers' own InstructBlipVideoVisionModel from
     the folder's vision_config and finds it equal."""

@@ -183,6 +183,9 @@ NOT_CONVERTED = {
     "cvt": "CvT: convolutional token embeddings and projections in every stage",
     "efficientformer": "EfficientFormer: a convolutional network with attention in its last stage",
     "nat": "NAT: neighborhood attention", "dinat": "DiNAT: dilated neighborhood attention",
+    "deepseek_ocr2": "DeepSeek-OCR 2: a SAM encoder with two more convolutions (net_2, net_3) whose tokens a second, "
+    "language-model-style encoder with learned queries reads (vision_config.encoder_config); vitviz does not open "
+    "its SAM part alone yet",
 }
 
 
