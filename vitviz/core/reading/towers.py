@@ -7,7 +7,9 @@ its image side (`vision_config`, `backbone_config`). `identify` reads that first
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
   Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
   own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT, a sub-config's
-  sub-config too: ColPali's `vlm_config.vision_config`) opens as that tower
+  sub-config too: ColPali's `vlm_config.vision_config`; AltCLIP's, OWL-ViT's and Janus's CLIP / SigLIP towers, a
+  VisionEncoderDecoder's ViT, Depth Pro's image encoder, the one of its three towers said in `CHOSEN`) opens as that
+  tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
