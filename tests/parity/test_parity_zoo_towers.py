@@ -4,7 +4,10 @@ NeXT-Video (CLIP), Video-LLaVA (CLIP under model.image_tower.), Aria (an Idefics
 ColPali and ColModernVBERT (a PaliGemma / ModernVBERT's SigLIP under `vlm_config.vision_config`), PI0 / PI0.5 (a
 PaliGemma's SigLIP, saved under paligemma_with_expert.paligemma.model.vision_tower.), T5Gemma 2 (SigLIP in its
 encoder), Idefics2 (Idefics3's SigLIP before it: bucketed positions, also at a size not its own) and LFM2-VL
-(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder). Each
+(SigLIP 2, NaFlex), InstructBLIP-Video (InstructBLIP's ViT), GOT-OCR 2.0 (a SAM-style windowed encoder), AltCLIP
+and OWL-ViT / OWLv2 (CLIP towers: blocks saved as `encoder.layer.N`, `pre_layernorm`), VisionEncoderDecoder (a ViT
+encoder with its pooler), Depth Pro (its image encoder, a DINOv2: the one of its three towers that sees the whole
+image), Janus (a SigLIP whose attention output is `projection_layer`). Each
 is built tiny with random weights (the sweep's own tiny config), saved with `save_pretrained` and opened by file
 as its tower, and handed over whole; every layer's per-head attention equals the tower's own (eager
 `output_attentions`) inside the whole model, at 1e-5."""
@@ -42,9 +45,16 @@ CASES = {
     "t5gemma2": ("T5Gemma2ForConditionalGeneration", lambda m: m.model.encoder.vision_tower),
     "idefics2": ("Idefics2ForConditionalGeneration", lambda m: m.model.vision_model),
     "instructblipvideo": ("InstructBlipVideoForConditionalGeneration", lambda m: m.vision_model),
+    "altclip": ("AltCLIPModel", lambda m: m.vision_model),
+    "owlvit": ("OwlViTForObjectDetection", lambda m: m.owlvit.vision_model),
+    "owlv2": ("Owlv2ForObjectDetection", lambda m: m.owlv2.vision_model),
+    "vision-encoder-decoder": ("VisionEncoderDecoderModel", lambda m: m.encoder),
+    "depth_pro": ("DepthProForDepthEstimation", lambda m: m.depth_pro.encoder.image_encoder.model),
+    "janus": ("JanusForConditionalGeneration", lambda m: m.model.vision_model),
 }
 # handed over whole (vitviz.load(model)): the tower its config names is found and shown
-LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo")
+LIVE = ("granite4_vision", "colpali", "colmodernvbert", "pi0", "pi05", "t5gemma2", "idefics2", "instructblipvideo",
+        "altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro", "janus")
 
 
 @pytest.mark.parametrize("model_type,route", [*((t, "file") for t in CASES), *((t, "live") for t in LIVE)])
@@ -117,6 +127,69 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
         np.testing.assert_allclose(mine, ref[0].numpy(), atol=1e-5, err_msg=f"layer {i}")
     check = vitviz.verify(vm)
     assert check.verified, check.summary()
+
+
+@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro"])
+def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
+    """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder
+    by file:
+    `vitviz.verify` builds transformers' own vision model from the folder's sub-config (the file's tensors loaded by
+    its own loader) and finds it equal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf(model_type, CASES[model_type][0]).save_pretrained(tmp_path)
+        check = vitviz.verify(vitviz.load(str(tmp_path), device="cpu"))
+    assert check.verified, check.summary()
+
+
+def test_vision_encoder_decoder_says_its_pooler_is_not_shown(tmp_path: Path) -> None:
+    """A VisionEncoderDecoder's ViT keeps its pooler (dense + tanh over the CLS token): vitviz shows the normed CLS
+    token of last_hidden_state as the features and says so, not calling it the tower's output."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("vision-encoder-decoder", "VisionEncoderDecoderModel")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path), device="cpu")
+    assert model.encoder.pooler is not None
+    assert vm.spec.pooling == "token" and "pooler" in vm.spec.source_of("pooling")
+    x = torch.randn(1, 3, *vm.spec.image_size, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cls = model.encoder(pixel_values=x).last_hidden_state[0, 0].numpy()
+    np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), cls, atol=1e-5)
+
+
+def test_depth_pro_names_the_tower_shown(tmp_path: Path) -> None:
+    """Depth Pro has three DINOv2 towers: the identity says its image encoder is shown and the others are not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("depth_pro", "DepthProForDepthEstimation").save_pretrained(tmp_path)
+        said = vitviz.load(str(tmp_path), device="cpu").spec.source_of("identity")
+    assert "image encoder" in said and "patch encoder" in said and "not shown" in said, said
+
+
+def test_janus_says_what_its_features_are(tmp_path: Path) -> None:
+    """Janus's SigLIP tower (no head): vitviz's features are the mean of its normed tokens, equal to the tower's own
+    last_hidden_state averaged, and said not to be JanusVisionModel's pooler_output (the first token normed twice)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = zoo.build_hf("janus", "JanusForConditionalGeneration")
+        model.save_pretrained(tmp_path)
+        vm = vitviz.load(str(tmp_path), device="cpu")
+    assert vm.spec.pooling == "avg" and "pooler_output" in vm.spec.source_of("pooling")
+    x = torch.randn(1, 3, *vm.spec.image_size, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        mean = model.model.vision_model(pixel_values=x).last_hidden_state[0].mean(dim=0).numpy()
+    np.testing.assert_allclose(np.asarray(vm.run(x).features).reshape(-1), mean, atol=1e-5)
+
+
+def test_deepseek_ocr2_refused_naming_why(tmp_path: Path) -> None:
+    """DeepSeek-OCR 2's folder is refused by name: its SAM encoder and the second encoder after it, and the route."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("deepseek_ocr2", "DeepseekOcr2ForConditionalGeneration").save_pretrained(tmp_path)
+    said = r"DeepSeek-OCR 2: a SAM encoder.*vitviz.load\(module\)"
+    with pytest.raises(vitviz.errors.CompositeModelError, match=said):
+        vitviz.load(str(tmp_path), device="cpu")
 
 
 def test_instructblipvideo_verified(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ its image side (`vision_config`, `backbone_config`). `identify` reads that first
 - a composite model whose image side is a model vitviz reads exactly (LLaVA's CLIP tower, PaliGemma / Gemma 3 /
   Idefics3 / SmolVLM's SigLIP tower, GIT's and Kosmos-2's CLIP tower, Depth Anything's DINOv2 backbone, DPT's
   own ViT or DINOv2 backbone, ZoeDepth's BEiT backbone, BLIP / BLIP-2 / InstructBLIP's ViT, a sub-config's
-  sub-config too: ColPali's `vlm_config.vision_config`) opens as that tower
+  sub-config too: ColPali's `vlm_config.vision_config`; AltCLIP's, OWL-ViT's and Janus's CLIP / SigLIP towers, a
+  VisionEncoderDecoder's ViT, Depth Pro's image encoder, the one of its three towers said in `CHOSEN`) opens as that
+  tower
   (`Tower`): only the tensors under the tower's prefix are read from the (possibly sharded) weights, and the
   tower's own sub-config is the config its family reads;
 - a model vitviz cannot read is refused by name (`CompositeModelError`), with what vitviz cannot do with it and
@@ -55,7 +57,20 @@ TOWERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "idefics2": ("vision_config", ("model.vision_model.",)),    # (Idefics3's tower before it: bucketed positions)
     "instructblipvideo": ("vision_config", ("vision_model.",)),   # (InstructBLIP's ViT, run on each frame)
     "got_ocr2": ("vision_config", _LLAVA), "pp_chart2table": ("vision_config", _LLAVA),     # (a SAM ViT-B encoder)
+    # CLIP towers of their own names: AltCLIP's blocks `encoder.layer.N`, OWL-ViT's `pre_layernorm`
+    "altclip": ("vision_config", ("vision_model.",)),
+    # an image encoder under a text decoder (TrOCR, Donut's relatives): its `encoder` config, its tensors `encoder.`
+    "vision-encoder-decoder": ("encoder", ("encoder.",)),
+    # Depth Pro: three DINOv2 towers; its image encoder (the whole image at the tower's size) is the one shown, its
+    # patch encoder (overlapping crops of a pyramid of scales) and field-of-view encoder are not
+    "janus": ("vision_config", ("model.vision_model.",)),    # (a SigLIP tower; its VQ-VAE image generator beside it)
+    "depth_pro": ("image_model_config", ("depth_pro.encoder.image_encoder.model.", "encoder.image_encoder.model.")),
+    "owlvit": ("vision_config", ("vision_model.", "owlvit.vision_model.")),
+    "owlv2": ("vision_config", ("vision_model.", "owlv2.vision_model.")),
 }
+# Models with more than one vision tower: which one is shown, said in the identity (`Tower.describe`).
+CHOSEN = {"depth_pro": ": its image encoder (image_model_config), which sees the whole image; its patch encoder "
+                       "(overlapping crops at several scales) and field-of-view encoder are not shown"}
 # The towers vitviz reads exactly: {the tower config's model_type: the family it is read as}.
 READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosmos_2_vision_model": "hf-clip",
             "siglip_vision_model": "hf-siglip", "idefics3_vision": "hf-siglip", "smolvlm_vision": "hf-siglip",
@@ -63,12 +78,17 @@ READABLE = {"clip_vision_model": "hf-clip", "git_vision_model": "hf-clip", "kosm
             "blip_2_vision_model": "hf-blip", "instructblip_vision_model": "hf-blip", "beit": "hf-beit",
             "internvl_vision": "hf-internvit", "siglip2_vision_model": "hf-siglip2", "idefics2_vision": "hf-siglip",
             "instructblipvideo_vision_model": "hf-blip", "got_ocr2_vision": "hf-sam",
-            "pp_chart2table_vision": "hf-sam"}
+            "pp_chart2table_vision": "hf-sam", "altclip_vision_model": "hf-clip", "owlvit_vision_model": "hf-clip",
+            "owlv2_vision_model": "hf-clip", "vit": "hf-vit",
+            "janus_vision_model": "hf-siglip"}
 # Towers transformers' auto classes do not map: their own class, by the tower config's model_type.
 _TOWER_CLASSES = {"blip_vision_model": "BlipVisionModel", "blip_2_vision_model": "Blip2VisionModel",
                   "instructblip_vision_model": "InstructBlipVisionModel", "git_vision_model": "GitVisionModel",
                   "kosmos_2_vision_model": "Kosmos2VisionModel", "idefics2_vision": "Idefics2VisionTransformer",
-                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel"}
+                  "instructblipvideo_vision_model": "InstructBlipVideoVisionModel",
+                  "altclip_vision_model": "AltCLIPVisionModel", "janus_vision_model": "JanusVisionModel",
+                  # (the tower the file holds under `owlvit.vision_model.`: no `vision_model.` wrapper)
+                  "owlvit_vision_model": "OwlViTVisionTransformer", "owlv2_vision_model": "Owlv2VisionTransformer"}
 # Vision towers vitviz runs by their own transformers code (their attention captured where it is computed, the live
 # path), built from the whole model's config.json as the composite model builds them, with the file's tower tensors:
 # {the tower config's model_type: (transformers module, class)}. Never `trust_remote_code`: only classes transformers
@@ -131,6 +151,10 @@ ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
     "mistral_large4": (),
     "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (),
 }
+# Composite models whose files name the tower's tensors as transformers' conversion mapping of the model_type
+# renames them on loading (AltCLIP's `encoder.layer.N` -> `encoder.layers.N`): the tower class built alone is given
+# that mapping (`_renaming`), as the whole model's loader applies it.
+RENAMED_TOWERS = ("altclip",)
 BY_CODE_ROUTE = "by its code"   # how the provenance names the route (`vitviz.verify` reads it)
 # Position tables looked up by bucketing fractional patch coordinates (Idefics3 / SmolVLM): `pos_interp='bucket'`.
 BUCKETED = ("idefics3_vision", "smolvlm_vision", "idefics2_vision")
@@ -161,6 +185,9 @@ NOT_CONVERTED = {
     "cvt": "CvT: convolutional token embeddings and projections in every stage",
     "efficientformer": "EfficientFormer: a convolutional network with attention in its last stage",
     "nat": "NAT: neighborhood attention", "dinat": "DiNAT: dilated neighborhood attention",
+    "deepseek_ocr2": "DeepSeek-OCR 2: a SAM encoder with two more convolutions (net_2, net_3) whose tokens a second, "
+    "language-model-style encoder with learned queries reads (vision_config.encoder_config); vitviz does not open "
+    "its SAM part alone yet",
 }
 
 
@@ -181,6 +208,7 @@ class Tower:
     def describe(self) -> str:
         """'transformers model_type 'llava' (its vision tower, a 'clip_vision_model')': what the identity says."""
         what = f"its vision tower, a {self.tower_type!r}" if self.config_key else "its own ViT encoder"
+        what += CHOSEN.get(self.model_type, "")
         return f"transformers model_type {self.model_type!r} ({what})"
 
     def wants(self, key: str) -> bool:
@@ -383,6 +411,8 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
                                    "(vision_config, eager attention read from its attention modules)")
     own = _TOWER_CLASSES.get(tower.tower_type)
     cls = _transformers_class(own) if own else transformers.MODEL_MAPPING[type(sub)]
+    if tower.model_type in RENAMED_TOWERS:
+        cls = _renaming(cls, tower.model_type)
     sub._attn_implementation = "eager"
     what = f"transformers.{cls.__name__}, the vision tower of {type(config).__name__} ({tower.config_key}, eager attention)"
     return sub, cls, what
@@ -396,8 +426,23 @@ def _transformers_class(name: str) -> type:
 
     if hasattr(transformers, name):
         return getattr(transformers, name)
-    folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2"}[name]
+    folder = {"Kosmos2VisionModel": "kosmos2", "Idefics2VisionTransformer": "idefics2",
+              "OwlViTVisionTransformer": "owlvit", "Owlv2VisionTransformer": "owlv2",
+              "JanusVisionModel": "janus"}[name]
     return getattr(importlib.import_module(f"transformers.models.{folder}.modeling_{folder}"), name)
+
+
+def _renaming(cls: type, model_type: str) -> type:
+    """`cls` loading its tensors renamed by transformers' conversion mapping of `model_type` (which transformers
+    applies to a class defined outside it by the class's own name), its name otherwise unchanged in messages."""
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping,
+    )
+
+    renaming = type(f"Vitviz{cls.__name__}", (cls,), {})
+    register_checkpoint_conversion_mapping(renaming.__name__, get_checkpoint_conversion_mapping(model_type),
+                                           overwrite=True)
+    return renaming
 
 
 def _git_tower() -> type:

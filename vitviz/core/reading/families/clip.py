@@ -39,9 +39,11 @@ _OC_RENAMES = [  # timm `_convert_openai_clip` (vision_transformer.py), in its o
     (r"\.ls_([12])\.gamma$", r".ls\1.gamma"),
 ]
 _HF_RENAMES = [
-    (r"^embeddings\.patch_embedding\.", "patch_embed.proj."), (r"^pre_layrnorm\.", "norm_pre."),
+    (r"^embeddings\.patch_embedding\.", "patch_embed.proj."),
+    (r"^pre_laye?rnorm\.", "norm_pre."),    # (CLIP's pre_layrnorm, OWL-ViT's pre_layernorm)
     (r"^encoder\.layers\.(\d+)\.", r"blocks.\1."), (r"\.layer_norm1\.", ".norm1."), (r"\.layer_norm2\.", ".norm2."),
-    (r"\.self_attn\.out_proj\.", ".attn.proj."), (r"^post_layernorm\.", "norm."),
+    (r"\.self_attn\.(out_proj|projection_layer)\.", ".attn.proj."),    # (Janus's SigLIP: projection_layer)
+    (r"^post_layernorm\.", "norm."),
 ]
 # open_clip blocks other than the plain residual attention block, and heads the reference ViT has no place for
 _UNSUPPORTED = ("ln_attn", "attn.ln_q", "attn.ln_k", "attn.head_scale", "attn.ln_inner", "attn.logit_scale",
@@ -218,6 +220,8 @@ def _convert_hf(sd: dict[str, torch.Tensor], raw: RawCheckpoint) -> Converted:
         dropped = [k for k in dropped if k != "visual_projection.weight"]
     else:
         vision, dropped = {k: v for k, v in sd.items() if k != "visual_projection.weight"}, []
+    # AltCLIP's files name the blocks `encoder.layer.N` (transformers' conversion mapping for it: layer. -> layers.)
+    vision = {re.sub(r"^encoder\.layer\.(\d+)\.", r"encoder.layers.\1.", k): v for k, v in vision.items()}
     out: dict[str, torch.Tensor] = {}
     for k, v in vision.items():
         if _embedding(k, v, ("embeddings.class_embedding", "embeddings.position_embedding.weight"), out):

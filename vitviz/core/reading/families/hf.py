@@ -64,7 +64,12 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     out = rename({k: v for k, v in sd.items() if not separate_qkv.match(k)}, _RULES)   # q/k/v are fused below
     _fuse_qkv(sd, out)
     family = HF_MODEL_TYPES.get(model_type, f"hf-{model_type}")
-    return Converted(family, out, _hf_hints(cfg, raw, model_type, out), dropped)
+    hints = _hf_hints(cfg, raw, model_type, out)
+    if any(k.startswith("pooler.dense.") for k in dropped) and "pooling" not in hints:
+        hints["pooling"] = ("token", f"family: HF {model_type}: the features shown are the normed CLS token of "
+                                     "last_hidden_state; its pooler (pooler.dense + tanh: pooler_output) is not "
+                                     "applied")
+    return Converted(family, out, hints, dropped)
 
 
 def _legacy_name(key: str) -> str:

@@ -93,6 +93,10 @@ def convert(sd: dict[str, torch.Tensor], raw: RawCheckpoint, family: str | None 
     if "attn_pool.latent" not in out:
         hints["pooling"] = ("avg", "family: a SigLIP tower without its head (vision_use_head=False): the mean of the "
                                    "patch tokens")
+        if model_type == "janus_vision_model":
+            hints["pooling"] = ("avg", "family: Janus's SigLIP tower: the features shown are the mean of its normed "
+                                       "tokens (its aligner takes every token); JanusVisionModel's pooler_output (the "
+                                       "first token normed twice) is not computed")
     return Converted("hf-siglip2" if naflex else "hf-siglip", out, hints, dropped)
 
 
