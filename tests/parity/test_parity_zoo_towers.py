@@ -129,7 +129,7 @@ def test_idefics2_tower_at_another_size(tmp_path: Path) -> None:
     assert check.verified, check.summary()
 
 
-@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro"])
+@pytest.mark.parametrize("model_type", ["altclip", "owlvit", "owlv2", "vision-encoder-decoder", "depth_pro", "janus"])
 def test_clip_like_towers_verified(tmp_path: Path, model_type: str) -> None:
     """AltCLIP's and OWL-ViT / OWLv2's CLIP towers, a VisionEncoderDecoder's ViT, Depth Pro's image encoder
     by file:

@@ -1442,7 +1442,8 @@ def _backbone_output(tower: nn.Module, out: Any, spec: Any) -> np.ndarray | None
 def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token") -> np.ndarray | None:
     """What vitviz's output is for a transformers model: the logits; a whole CLIP's projected image embedding; a
     backbone's pooled output, except behind a tanh pooler (ViTPooler, which vitviz does not keep), where it is the
-    final norm's CLS token (the mean of its tokens for a tower without one, `pooling` 'avg')."""
+    final norm's CLS token (the mean of its tokens for a tower without one, `pooling` 'avg'); Janus's SigLIP tower:
+    the mean of its normed tokens (what vitviz shows; its `pooler_output` normalises the first token again)."""
     def vec(t: torch.Tensor) -> np.ndarray:
         return t[0].detach().float().cpu().numpy()
 
@@ -1454,6 +1455,8 @@ def _hf_output(net: nn.Module, tower: nn.Module, out: Any, pooling: str = "token
     if tower is not net and isinstance(projection, nn.Module) and pooled is not None:
         return vec(projection(pooled))
     pooler = getattr(tower, "pooler", None)
+    if type(tower).__name__ == "JanusVisionModel":   # its pooler_output is the first token normed twice: not shown
+        return vec(out.last_hidden_state.mean(dim=1))
     if pooled is not None and not (isinstance(pooler, nn.Module) and hasattr(pooler, "dense")):
         return vec(pooled)
     hidden = out.last_hidden_state
