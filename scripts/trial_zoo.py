@@ -552,6 +552,10 @@ def image_forwards(model: Any) -> list[tuple[str, Callable[[Any], Any]]]:
             if isinstance(sub, __import__("torch").nn.Module) and _required(sub.forward) <= {"pixel_values"}:
                 key = "pixel_values" if "pixel_values" in _params(sub.forward) else None
                 ways.append((name, lambda x, sub=sub, key=key: sub(**{key: x}) if key else sub(x)))
+    image_encoder = getattr(getattr(getattr(getattr(model, "depth_pro", None), "encoder", None), "image_encoder",
+                                    None), "model", None)
+    if isinstance(image_encoder, __import__("torch").nn.Module):   # Depth Pro: the tower vitviz shows
+        ways.append(("depth_pro.encoder.image_encoder", lambda x: image_encoder(pixel_values=x)))
     if not _required(model.forward) - {"x", "input", "inputs", "images", "pixel_values"}:
         ways.append(("positional", lambda x: model(x)))
     naflex = next((fn for fn in (getattr(model, "get_image_features", None), model.forward)
