@@ -13,21 +13,11 @@ tower's size in float32 is printed beside it: what the route must hold at least 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from common import PEAK_RSS_PRELUDE, ROOT  # noqa: I001
+from common import report_load_peak  # noqa: I001
 
-_MEASURE = r"""
-import sys, warnings
-warnings.simplefilter("ignore")
-import torch, transformers, vitviz
-
-""" + PEAK_RSS_PRELUDE + r"""model = vitviz.load(sys.argv[1], device="cpu")
-print(model.spec.num_params, (rss("VmHWM:") - before) / 2**20)
-"""
 
 
 def _folder(root: Path, depth: int, lm_mb: int) -> Path:
@@ -58,14 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = _folder(Path(tmp), args.depth, args.lm_mb)
-        out = subprocess.run([sys.executable, "-c", _MEASURE, str(folder)], capture_output=True, text=True,
-                             cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
-        params, peak = out.stdout.strip().splitlines()[-1].split()
-        fp32 = int(params) * 4 / 2**20
-        print(f"Qwen2-VL tower, {args.depth} blocks of width 1280: {int(params):,} parameters = {fp32:.0f} MB in "
-              f"float32; fake language model {args.lm_mb} MB beside it")
-        print(f"vitviz.load(folder) peak RSS over the baseline: {float(peak):.0f} MB = {float(peak) / fp32:.2f}x "
-              "the tower in float32")
+        report_load_peak(folder, f"Qwen2-VL tower, {args.depth} blocks of width 1280", args.lm_mb)
 
 
 if __name__ == "__main__":

@@ -91,3 +91,28 @@ def image_folder(folder: Path, count: int, seed: int = 0) -> Path:
 def ratio_line(label: str, num: float, den: float, target: str = "") -> str:
     """'label: 123.4 ms / 112.0 ms = 1.10x  (target ...)'."""
     return f"{label:<46} {num * 1e3:9.1f} ms / {den * 1e3:9.1f} ms = {num / den:5.2f}x  {target}"
+
+
+# Python source for a measuring subprocess: vitviz.load(argv[1]) and the peak resident set it added (MB).
+LOAD_PEAK_SCRIPT = r"""
+import sys, warnings
+warnings.simplefilter("ignore")
+import torch, transformers, vitviz
+
+""" + PEAK_RSS_PRELUDE + r"""model = vitviz.load(sys.argv[1], device="cpu")
+print(model.spec.num_params, (rss("VmHWM:") - before) / 2**20)
+"""
+
+
+def report_load_peak(folder: Path, tower: str, lm_mb: int) -> None:
+    """Open `folder` with `vitviz.load` in a fresh process and print its peak resident set over the baseline (torch,
+    transformers and vitviz imported) beside the tower's size in float32 (`tower` describes it)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", LOAD_PEAK_SCRIPT, str(folder)], capture_output=True, text=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
+    params, peak = out.stdout.strip().splitlines()[-1].split()
+    fp32 = int(params) * 4 / 2**20
+    print(f"{tower}: {int(params):,} parameters = {fp32:.0f} MB in float32; fake language model {lm_mb} MB beside it")
+    print(f"vitviz.load(folder) peak RSS over the baseline: {float(peak):.0f} MB = {float(peak) / fp32:.2f}x "
+          "the tower in float32")

@@ -13,21 +13,11 @@ minus the resident set just before it (torch, transformers and vitviz imported).
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from common import PEAK_RSS_PRELUDE, ROOT  # noqa: I001
+from common import report_load_peak  # noqa: I001
 
-_MEASURE = r"""
-import sys, warnings
-warnings.simplefilter("ignore")
-import torch, transformers, vitviz
-
-""" + PEAK_RSS_PRELUDE + r"""model = vitviz.load(sys.argv[1], device="cpu")
-print(model.spec.num_params, (rss("VmHWM:") - before) / 2**20)
-"""
 
 
 def _folder(root: Path, depth: int, lm_mb: int) -> Path:
@@ -61,14 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = _folder(Path(tmp), args.depth, args.lm_mb)
-        out = subprocess.run([sys.executable, "-c", _MEASURE, str(folder)], capture_output=True, text=True,
-                             cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=True)
-        params, peak = out.stdout.strip().splitlines()[-1].split()
-        fp32 = int(params) * 4 / 2**20
-        print(f"Mistral Large 4's Pixtral tower, {args.depth} blocks of width 1024: {int(params):,} parameters = "
-              f"{fp32:.0f} MB in float32; fake language model {args.lm_mb} MB beside it")
-        print(f"vitviz.load(folder) peak RSS over the baseline: {float(peak):.0f} MB = {float(peak) / fp32:.2f}x "
-              "the tower in float32")
+        report_load_peak(folder, f"Mistral Large 4's Pixtral tower, {args.depth} blocks of width 1024", args.lm_mb)
 
 
 if __name__ == "__main__":
