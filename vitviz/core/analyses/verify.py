@@ -731,12 +731,14 @@ def probe_input(spec: Any, size: tuple[int, int]) -> torch.Tensor:
 
 
 def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
-             device: torch.device, say: Progress | None = None, everything: bool = False) -> Verification:
+             device: torch.device, say: Progress | None = None, everything: bool = False,
+             at_size: Callable[[tuple[int, int]], tuple[Any, ...]] | None = None) -> Verification:
     """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
     the probe reaches; otherwise only those the original's modules state. The original runs first; vitviz's
     forward then compares each layer as it is computed (`_against_ours`), so one full stack of maps is held at a
-    time, never both models'."""
+    time, never both models'. `at_size(size)`: another way to compare at one size (a windowed model's, block by
+    block: `_windowed_at_size`); its verdict confirms no setting (windowed settings are not yet confirmed)."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
@@ -746,10 +748,11 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     for i, size in enumerate(sizes):
         if say is not None:
             say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
-        x = probe_input(model.spec, size)
         try:
-            if size not in original.compared:   # its one forward at this size, compared with ours as both run
-                original.compared[size] = _against_ours(model, x, original, size, device)
+            if at_size is not None:
+                original.compared[size] = at_size(size)
+            elif size not in original.compared:   # its one forward at this size, compared with ours as both run
+                original.compared[size] = _against_ours(model, probe_input(model.spec, size), original, size, device)
         except _CannotRun as e:
             skipped.append((size, str(e)))
             continue
@@ -784,6 +787,8 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
         skipped=tuple(skipped), output_per_size=tuple(outputs))
     if say is not None:
         say(1.0, "")
+    if at_size is not None:
+        return check
     if check.verified:
         return dataclasses.replace(check, confirmed=_confirmed(model.spec, check, original.stated, every=everything))
     return dataclasses.replace(check, **_differs_causes(model.spec, original, check))
@@ -2028,41 +2033,8 @@ def _torchvision_windowed(path: Path, raw: Any, device: torch.device, release: d
 def _compare_windowed(model: Any, original: _Original, sizes: list[tuple[int, int]], assumptions: tuple[str, ...],
                       device: torch.device, say: Progress) -> Verification:
     """Both forwards on the probe at each size, in step, each block compared as both compute it."""
-    per_layer, outputs, checked, skipped, problems = [], [], [], [], []
-    first: int | None = None
-    for i, size in enumerate(sizes):
-        say(i / len(sizes), f"Comparing at {size[0]}x{size[1]} ({i + 1}/{len(sizes)})…")
-        try:
-            layers, layer_first, notes, out_diff, note = _windowed_at_size(model, original, size, device)
-        except _CannotRun as e:
-            skipped.append((size, str(e)))
-            continue
-        except _TheirsFailed as failed:
-            e = failed.error
-            if not checked and not skipped:
-                raise VerifyError(f"{original.description}: its forward failed on a {size[0]}x{size[1]} probe "
-                                  f"({type(e).__name__}: {e})") from e
-            skipped.append((size, f"the original cannot run at {size[0]}x{size[1]} ({type(e).__name__}: "
-                                  f"{str(e)[:200]})"))
-            continue
-        problems += notes + ([note] if note else [])
-        if layer_first is not None:
-            first = layer_first if first is None else min(first, layer_first)
-        checked.append(size)
-        per_layer.append(layers)
-        outputs.append(out_diff)
-    if not checked:
-        raise VerifyError(f"{original.description}: no size could be compared ("
-                          + "; ".join(f"{s[0]}x{s[1]}: {why}" for s, why in skipped) + ")")
-    max_output = max(outputs)
-    ok = first is None and not problems and max_output <= ATOL_OUTPUT
-    say(1.0, "")
-    return Verification(
-        VERIFIED if ok else DIFFERS, library=original.library, version=original.version,
-        original=original.description, against=f"{original.library} {original.version}",
-        max_attention=max((d for layers in per_layer for _, d in layers), default=0.0), max_output=max_output,
-        per_layer=tuple(per_layer), first_differing_layer=first, sizes=tuple(checked), assumptions=assumptions,
-        reason="; ".join(dict.fromkeys(problems)), skipped=tuple(skipped), output_per_size=tuple(outputs))
+    return _compare(model, original, sizes, assumptions, device, say,
+                    at_size=lambda size: _windowed_at_size(model, original, size, device))
 
 
 def _windowed_at_size(model: Any, original: _Original, size: tuple[int, int], device: torch.device) -> tuple[Any, ...]:
