@@ -822,13 +822,19 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
             ours = e
         finally:
             theirs.finish()
+    layers, first, notes = _settled(ours, theirs, sink, model, x)
+    return (layers, first, notes, *_output_difference(out_ours[0], theirs.out, size))
+
+
+def _settled(ours: BaseException | None, theirs: Any, sink: Any, model: Any, x: torch.Tensor) -> tuple[Any, ...]:
+    """After both forwards: ours' failure raised, then the original's; a non-finite map refused as a capture refuses
+    it (its cause named); else (per layer differences, first layer beyond tolerance, notes)."""
     if ours is not None:
         raise ours
     theirs.raise_failure()
-    if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
+    if not sink.finite:
         model.forward_captured(x)
-    layers, first, notes = sink.differences()
-    return (layers, first, notes, *_output_difference(out_ours[0], theirs.out, size))
+    return sink.differences()
 
 
 _DONE = object()   # the original's thread has finished (its output, or its failure, is set)
@@ -2068,12 +2074,7 @@ def _windowed_at_size(model: Any, original: _Original, size: tuple[int, int], de
             for h in hooks:
                 h.remove()
             theirs.finish()
-    if ours is not None:
-        raise ours
-    theirs.raise_failure()
-    if not sink.finite:   # refused as a capture refuses NaN maps, its cause named
-        model.forward_captured(x)
-    layers, first, notes = sink.differences()
+    layers, first, notes = _settled(ours, theirs, sink, model, x)
     if out_ours is None:
         return (layers, first, notes, float("inf"), "the original's forward stopped before its output")
     return (layers, first, notes, *_output_difference(out_ours, theirs.out, size))
