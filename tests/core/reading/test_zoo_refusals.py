@@ -25,18 +25,24 @@ def _timm_vit() -> nn.Module:
 
 
 def test_folder_named_by_config_is_refused_with_its_name_and_route(tmp_path: Path) -> None:
-    """AltCLIP: an XLM-R text tower beside a CLIP-like vision tower, a layout vitviz does not read. The refusal
-    named neither the model type nor a route ('no transformer blocks (blocks.N.*) found')."""
-    cfg = transformers.AltCLIPConfig(
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           image_size=32, patch_size=8),
-        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                         vocab_size=100, project_dim=32), projection_dim=32)
-    transformers.AltCLIPModel(cfg).save_pretrained(tmp_path)
+    """Chameleon: a language model's blocks (gated MLPs) and an image tokenizer, a layout vitviz does not read. The
+    refusal names the model type, its class and the routes (a live module, --code), not only the tensors it could
+    not place. (This test used AltCLIP, whose CLIP tower vitviz now opens by file:
+    tests/parity/test_parity_zoo_towers.py.)"""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trial_zoo", Path(__file__).resolve().parents[3] / "scripts" /
+                                                  "trial_zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zoo.build_hf("chameleon", "ChameleonForConditionalGeneration").save_pretrained(tmp_path)
     with pytest.raises((UnknownLayoutError, InconsistentCheckpointError)) as err:
         vitviz.load(str(tmp_path), device="cpu")
     text = str(err.value)
-    assert "'altclip'" in text and "AltCLIPModel" in text and "vitviz.load(module)" in text and "--code" in text
+    assert "'chameleon'" in text and "ChameleonForConditionalGeneration" in text
+    assert "vitviz.load(module)" in text and "--code" in text
 
 
 def test_refusal_names_the_model_when_only_its_folder_did(tmp_path: Path) -> None:
