@@ -26,12 +26,18 @@ def timm_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, lis
     return attn_drop_reference(model, x)
 
 
-def attn_drop_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The model's output and every block's softmax, read where it enters `attn.attn_drop` (identity in eval):
-    timm and the original DINOv2 code both compute attention explicitly there."""
+def recorded_forward(model: nn.Module, x: torch.Tensor, modules: list[nn.Module], read=None,
+                     before: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The model's output (no grad) and, per call of each of `modules` in the order they run, what it gave
+    (`before`: what it was given), or `read(module)` of the module after its call; the hooks are removed after."""
     maps: list[torch.Tensor] = []
-    drops = [m for name, m in model.named_modules() if name.endswith("attn.attn_drop")]
-    hooks = [d.register_forward_hook(lambda m, i, o: maps.append(o.detach())) for d in drops]
+    if before:
+        hooks = [m.register_forward_pre_hook(lambda _m, a: maps.append(a[0].detach().clone())) for m in modules]
+    else:
+        def kept(m: nn.Module, _i: object, o: torch.Tensor) -> None:
+            maps.append(o.detach() if read is None else read(m).detach().clone())
+
+        hooks = [m.register_forward_hook(kept) for m in modules]
     try:
         with torch.no_grad():
             out = model(x)
@@ -39,6 +45,12 @@ def attn_drop_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor
         for h in hooks:
             h.remove()
     return out, maps
+
+
+def attn_drop_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The model's output and every block's softmax, read where it enters `attn.attn_drop` (identity in eval):
+    timm and the original DINOv2 code both compute attention explicitly there."""
+    return recorded_forward(model, x, [m for name, m in model.named_modules() if name.endswith("attn.attn_drop")])
 
 
 def torchvision_reference(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vitviz
-from parity_refs import perturb
+from parity_refs import perturb, recorded_forward
 from vitviz.core.analyses import analysis
 from vitviz.core.running.live import LiveWarning
 from vitviz.errors import UnknownLayoutError
@@ -38,18 +38,12 @@ def timm_weights(model, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tenso
     fused = [blk.attn.fused_attn for blk in model.blocks_token_only]
     for blk in model.blocks_token_only:
         blk.attn.fused_attn = False
-    seen: list[torch.Tensor] = []
-    hooks = [blk.attn.attn_drop.register_forward_pre_hook(lambda _m, a: seen.append(a[0].detach().clone()))
-             for blk in [*model.blocks, *model.blocks_token_only]]
     try:
-        with torch.no_grad():
-            out = model(x)
+        return recorded_forward(model, x, [blk.attn.attn_drop for blk in [*model.blocks, *model.blocks_token_only]],
+                                before=True)
     finally:
-        for h in hooks:
-            h.remove()
         for blk, f in zip(model.blocks_token_only, fused):
             blk.attn.fused_attn = f
-    return out, seen
 
 
 def on_grid(maps: list[torch.Tensor], image: int) -> np.ndarray:

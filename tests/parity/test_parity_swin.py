@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import vitviz
-from parity_refs import perturb
+from parity_refs import perturb, recorded_forward
 from vitviz.core.spec import GuessWarning
 
 timm = pytest.importorskip("timm")
@@ -58,16 +58,7 @@ def module_softmax_reference(model: torch.nn.Module, x: torch.Tensor) -> tuple[t
     for m in model.modules():
         if hasattr(m, "fused_attn"):
             m.fused_attn = False
-    maps: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda _m, _i, o: maps.append(o.detach()))
-             for name, m in model.named_modules() if name.endswith("attn.softmax")]
-    try:
-        with torch.no_grad():
-            out = model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out, maps
+    return recorded_forward(model, x, [m for name, m in model.named_modules() if name.endswith("attn.softmax")])
 
 
 def functional_softmax_reference(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import torch
-from parity_refs import perturb, timm_reference
+from parity_refs import perturb, recorded_forward, timm_reference
 from torch import nn
 from trap_refs import CLASSES, DIM, HEADS, IMAGE, MLP, TrapViT, chefer_vit, relu_vit_pytorch, timm_vit
 from tutorial_refs import EncoderViT, mha_reference, softmax_reference, stored_attention_reference
@@ -222,14 +222,7 @@ def test_res_post_norm_blocks_run_exactly_when_given(tmp_path: Path) -> None:
     net.load_state_dict(vm.net.state_dict())
     x = x_for()
     out, maps = stored(model, x)
-    seen: list[torch.Tensor] = []
-    hooks = [b.attn.attn_probe.register_forward_hook(lambda m, i, o: seen.append(o.detach())) for b in net.blocks]
-    try:
-        with torch.no_grad():
-            got = net(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    got, seen = recorded_forward(net, x, [b.attn.attn_probe for b in net.blocks])
     np.testing.assert_allclose(got.numpy(), out.numpy(), atol=ATOL)
     for a, b in zip(seen, maps):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=ATOL)

@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from einops import rearrange
+from parity_refs import recorded_forward
 from torch import nn
 from trial_refs import (D2LMultiHeadAttention, LabmlMultiHeadAttention, ZupMultiHeadAttention, make_d2l, make_labml,
                         make_zuppichini)
@@ -839,16 +840,7 @@ def _code_file(tmp_path: Path, factory: str) -> str:
 def _own_maps(net: nn.Module, cls: type, read: object, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The module's own output and, per attention module of class `cls`, what `read(module)` makes of what it
     kept ((B, H, T, T))."""
-    maps: list[torch.Tensor] = []
-    hooks = [m.register_forward_hook(lambda m, _a, _o: maps.append(read(m).detach().clone()))  # type: ignore[operator]
-             for m in net.modules() if isinstance(m, cls)]
-    try:
-        with torch.no_grad():
-            out = net(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return out, maps
+    return recorded_forward(net, x, [m for m in net.modules() if isinstance(m, cls)], read=read)
 
 
 def _same(attn: np.ndarray, maps: list[torch.Tensor], image: int = 0) -> None:
