@@ -77,15 +77,26 @@ class ParkingLot(QObject):
             if (thread is done or thread.isFinished()) and thread.wait(5000):
                 self._held.remove(entry)
                 self._abandoned.discard(id(thread))
+                _retire(entry[1])
 
     def wait_all(self) -> None:
         """Wait for every parked thread (at exit, before Python destroys them), saying so when it takes long."""
-        for thread, _worker in list(self._held):
+        for thread, worker in list(self._held):
             if not thread.wait(EXIT_NOTE_MS):
                 sys.stderr.write("vitviz: waiting for the running inference request to finish…\n")
                 while not thread.wait(EXIT_NOTE_MS):
                     pass
+            _retire(worker)
         self._held.clear()
+
+
+def _retire(worker: QObject) -> None:
+    """Drop a worker whose thread has ended: its model goes now, not whenever the last Python reference does. Runs
+    on the GUI thread (the worker's thread runs no Python once its request is done), and the C++ object goes with the
+    last Python reference, there too."""
+    release = getattr(worker, "release", None)
+    if release is not None:
+        release()
 
 
 parking = ParkingLot()
@@ -137,8 +148,10 @@ class WorkerClient(QObject):
         self._send.connect(worker.handle)
         wire(worker, finished=self._on_finished, failed=self._on_failed, cancelled=self._on_cancelled,
              started=self._on_started, progress=self._on_progress)
-        thread.finished.connect(worker.release)       # direct: runs in the finishing thread
-        thread.finished.connect(worker.deleteLater)
+        # No `thread.finished -> worker.release / deleteLater`: those would run Python and destroy a Python-owned
+        # QObject in the finishing thread while the GUI thread may be inside PySide (a `connect` holds the GIL and
+        # waits for Qt's signal-slot lock): a CI run hung there once. The worker is released and dropped on the GUI
+        # thread once its thread has ended (`_retire`, `ParkingLot._release`).
         thread.start()
         return thread, worker
 
@@ -211,6 +224,7 @@ class WorkerClient(QObject):
         thread.requestInterruption()
         thread.quit()
         if thread.wait(SHUTDOWN_WAIT_MS if timeout_ms is None else timeout_ms):
+            _retire(self._worker)
             return True
         parking.add(thread, self._worker)
         return False
