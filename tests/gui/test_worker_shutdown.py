@@ -187,3 +187,21 @@ def test_an_interrupted_forward_pass_is_cancelled_not_an_error(qtbot, deep_windo
     qtbot.wait(100)
     assert failed == [] and ran == [] and window.reporter.errors == [] and window.reporter.box is None
     assert all(len(block._forward_pre_hooks) == 1 for block in blocks)
+
+
+def test_a_finished_worker_is_released_on_the_gui_thread(qtbot, monkeypatch) -> None:  # noqa: ANN001
+    """A worker's model is dropped on the GUI thread once its thread has ended -- on close and when Stop waiting gives
+    it up -- never by Python run from `QThread.finished` in the finishing thread: there it raced the GUI thread's
+    PySide calls (a CI run hung in a `connect` right after a restart)."""
+    from PySide6.QtCore import QThread
+
+    released: list[int] = []
+    monkeypatch.setattr(worker_mod.InferenceWorker, "release",
+                        lambda self: released.append(threading.get_ident()))
+    client = client_mod.WorkerClient()
+    given_up = client.thread_object
+    assert client.restart() is None                     # nothing ran: the old worker is parked until its thread ends
+    qtbot.waitUntil(lambda: not parking.holds(given_up), timeout=10000)
+    assert client.shutdown() and client.thread_object.isFinished()
+    assert released == [threading.get_ident()] * 2      # both workers, each on this (the GUI) thread
+    assert isinstance(given_up, QThread) and given_up.isFinished()
