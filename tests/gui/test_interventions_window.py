@@ -299,3 +299,35 @@ def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, imag
     assert not mean.isEnabled() and "at least 2" in mean.toolTip() and "has 1" in mean.toolTip()
     assert not _action(menu, "Ablate L1.H0 resampled from").isEnabled()
     menu.close()
+
+
+def test_a_pass_failed_under_an_intervention_is_not_the_clean_runs(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
+    """A pass that failed for the intervened run is not asked again there, but the clean run (and another
+    intervention) still asks for its own."""
+    from vitviz.gui.interventions import Under
+
+    window = loaded
+    iv, s = window.interventions, window.session
+    path, store = s.image_list.current, s.relevance_pass
+    clean = s.cached(path)
+    assert clean.relevance(2) is None
+
+    def broken(self, ctx):  # noqa: ANN001, ANN202
+        raise RuntimeError("broken under the intervention")
+
+    monkeypatch.setattr(Under, "__call__", broken)
+    iv.toggle(0, 1)
+    _answered(qtbot, window)
+    store.request(path, 2)
+    qtbot.waitUntil(lambda: store.why(path, 2) is not None, timeout=20000)
+    assert "broken under the intervention" in store.why(path, 2)
+    assert not store.request(path, 2)             # not asked again for this run
+    monkeypatch.undo()
+    iv.clear_heads()                              # the clean run: its pass has not failed
+    assert s.image_list.current_maps is clean and store.why(path, 2) is None
+    assert store.request(path, 2)
+    qtbot.waitUntil(lambda: clean.relevance(2) is not None, timeout=20000)
+    iv.toggle(1, 0)                               # another intervention: asked again, under it
+    _answered(qtbot, window)
+    assert store.why(path, 2) is None and store.request(path, 2)
+    qtbot.waitUntil(lambda: s.image_list.current_maps.relevance(2) is not None, timeout=20000)

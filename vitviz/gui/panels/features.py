@@ -567,11 +567,11 @@ class FeaturesPanel(LazyPanel):
         self.layer_spin.setEnabled(True)
         if maps.features is None:
             path = self.session.image_list.current
-            why = self.session.features_pass.failures.get((path, None))
+            why = self.session.features_pass.why(path)
             if why is None and self.session.features_pass.request(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
             else:
-                why = why or self.session.features_pass.failures.get((path, None))  # refused, not asked
+                why = why or self.session.features_pass.why(path)  # refused, not asked
                 self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
             return
         self.status.setText("")
@@ -630,7 +630,7 @@ class FeaturesPanel(LazyPanel):
                 self.sim_b.clear(f"running {Path(other).name}…")
                 return
             if second.features is None:
-                why = self.session.features_pass.failures.get((other, None))
+                why = self.session.features_pass.why(other)
                 asked = why is None and self.session.features_pass.request(other)
                 self.sim_b.clear(f"capturing the features of {Path(other).name}…" if asked else
                                  f"no features for {Path(other).name}: {why}")
