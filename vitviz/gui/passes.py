@@ -6,8 +6,7 @@ result is cached, it submits the request unless the result holds the answer alre
 failed before (then it is not asked again until the model or input size changes); the answer is kept in the
 image's `ResultMaps` by the request itself (`keep`), a failure remembered with its reason -- for the run it was
 made for: a pass that failed under an intervention says nothing of the clean run's, nor of another intervention's
-(`why`). A new on-demand pass is
-one more request class and one more store.
+(`why`). A new on-demand pass is one more request class and one more store.
 """
 from __future__ import annotations
 
