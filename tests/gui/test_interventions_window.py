@@ -331,3 +331,33 @@ def test_a_pass_failed_under_an_intervention_is_not_the_clean_runs(qtbot, loaded
     _answered(qtbot, window)
     assert store.why(path, 2) is None and store.request(path, 2)
     qtbot.waitUntil(lambda: s.image_list.current_maps.relevance(2) is not None, timeout=20000)
+
+
+def test_a_late_pca_fit_of_the_clean_run_is_not_shown(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    """The feature PCA fitted on the clean run's features (one still on its way when a head was ablated answers
+    after the intervened run is shown) does not colour the intervened run: the panel fits its own features."""
+    import vitviz
+    from _gui import show_dock
+
+    from vitviz.core.analyses.features import capture_features, feature_pca
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    s, panel = window.session, window.features
+    with qtbot.waitSignal(panel.shown, timeout=30000, check_params_cb=lambda view: view == "pca"):
+        show_dock(qtbot, window, "featuresDock")
+    clean_fit, path = panel._pca, s.image_list.current
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    with model.intervening(Ablate([(0, 1)])):
+        want = feature_pca(capture_features(model, path), panel.layer).colors[0]
+    assert not np.allclose(want, clean_fit.pca.colors[0], atol=1e-3)
+
+    def intervened_fit_shown() -> bool:
+        return window.is_idle() and panel._pca is not clean_fit and panel.pca_colors is not None and \
+            np.allclose(panel.pca_colors, want, atol=1e-4)
+
+    window.interventions.toggle(0, 1)
+    _answered(qtbot, window)
+    qtbot.waitUntil(intervened_fit_shown, timeout=20000)
+    s.analyses.pca_ready.emit(clean_fit)        # the clean run's fit, late
+    qtbot.waitUntil(intervened_fit_shown, timeout=20000)

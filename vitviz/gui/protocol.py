@@ -177,11 +177,14 @@ class Featured:
 
 @dataclass(frozen=True, eq=False)
 class PcaFitted:
-    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order)."""
+    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order), and the
+    feature stacks it was fitted on (`features`, the runs' own objects: a fit of the clean run's features is not
+    the intervened run's, though both are of the same images)."""
 
     sources: tuple[str, ...]
     layer: int
     pca: PcaResult
+    features: tuple[FeatureStack, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -673,7 +676,8 @@ class Pca(Analysis):
     def __call__(self, ctx: Context) -> PcaFitted:
         from vitviz.core.analyses.features import feature_pca
 
-        return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer))
+        return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer),
+                         tuple(self.features))
 
 
 @dataclass(eq=False)

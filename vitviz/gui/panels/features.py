@@ -470,7 +470,7 @@ class FeaturesPanel(LazyPanel):
             return      # the same result again (its class relevance arrived): nothing here changed
         if maps is not None and self._maps is not None and \
                 maps.result.interventions != self._maps.result.interventions:
-            self._pca = self._sim = self._share = None     # fitted on the other run's features
+            self._sim = self._share = None     # made of the other run's features
         self._maps = maps
         self._query, self._held = None, False
         self._fill_others()
@@ -586,14 +586,15 @@ class FeaturesPanel(LazyPanel):
             return [current], False
         waiting = False
         for path in self.session.image_list.paths:
-            maps = self.session.result(path)
+            maps = self.session.shown(path)     # its intervened run while there is one: that is what is fitted
             if maps is None or maps.features is not None:
                 continue
             if path not in self._asked:
                 self._asked.add(path)
                 self.session.features_pass.request(path)
             waiting = waiting or self.session.features_pass.pending(path)
-        held = [p for p in self.session.image_list.paths if (m := self.session.result(p)) is not None and m.features is not None]
+        held = [p for p in self.session.image_list.paths
+                if (m := self.session.shown(p)) is not None and m.features is not None]
         return (held if current in held else [current, *held]), waiting
 
     def _draw_pca(self, maps: ResultMaps) -> None:
@@ -606,7 +607,11 @@ class FeaturesPanel(LazyPanel):
             self.status.setText("Capturing the token features of the open images for a joint fit…")
             return
         pca = self._pca
-        if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer:
+        runs = [self.session.shown(p) for p in sources]
+        if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer or \
+                any(r is None or r.features is not f for r, f in zip(runs, pca.features, strict=True)):
+            # none yet, or of other images, another layer or other runs' features (the clean run's fit answered
+            # after a head was ablated; re-captured features): fit these
             self.session.analyses.fit_pca(sources, self.layer)
             self.pca_view.title.setText("fitting the PCA…")
             return
