@@ -35,6 +35,7 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
     wait_idle(qtbot, window)
     qtbot.waitUntil(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
                     and not redraws_pending(), timeout=20000)   # and the redraws of the turn (once each) have run
+    qtbot.waitUntil(window.intervention_banner.isVisible, timeout=5000)   # the toolbar has laid its banner out
     assert isinstance(window.session.image_list.current_maps, IntervenedMaps)
 
 
