@@ -289,6 +289,10 @@ class InterventionSession(QObject):
         session.model.model_loaded.connect(lambda *_a: self.clear())
         session.model.size_changed.connect(lambda _size: self._forget_runs())
         relay().hold_while(self.running_current)   # the panels' redraws of a click wait for its forward
+        self._others_timer = QTimer(self)           # `_after_redraws`
+        self._others_timer.setSingleShot(True)
+        self._others_timer.setInterval(0)
+        self._others_timer.timeout.connect(self._ask_others)
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -460,8 +464,9 @@ class InterventionSession(QObject):
         relay().later(self._after_redraws)
 
     def _after_redraws(self) -> None:
-        """Ask for the other images' runs at the next event-loop turn: after the paint events of this one."""
-        QTimer.singleShot(0, self, self._ask_others)
+        """Ask for the other images' runs once the paint events the redraws posted are handled: a zero timer runs
+        after the posted events (a paint is a low-priority one, after `QTimer.singleShot(0)`'s queued call)."""
+        self._others_timer.start()
 
     def _ask_others(self) -> None:
         """The other images' runs with the current steps (logits only, for the list's top-5), those not answered
