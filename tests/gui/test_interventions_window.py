@@ -362,3 +362,24 @@ def test_a_late_pca_fit_of_the_clean_run_is_not_shown(qtbot, loaded, tiny_ckpt) 
     qtbot.waitUntil(intervened_fit_shown, timeout=20000)
     s.analyses.pca_ready.emit(clean_fit)        # the clean run's fit, late
     qtbot.waitUntil(intervened_fit_shown, timeout=20000)
+
+
+@pytest.mark.parametrize("tab, held, signal", [("similarity", "_sim", "similarity_ready"),
+                                                ("norms", "_share", "share_ready")])
+def test_a_late_analysis_of_the_clean_run_is_not_shown(qtbot, loaded, tab: str, held: str,  # noqa: ANN001
+                                                        signal: str) -> None:
+    """As the PCA: the patch similarity and the high-norm share made of the clean run, answering after a head was
+    ablated, are not drawn for the intervened run; the panel asks for the intervened run's own."""
+    from _gui import show_dock
+
+    window = loaded
+    s, panel = window.session, window.features
+    show_dock(qtbot, window, "featuresDock")
+    panel.show_tab(tab)
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) is not None, timeout=20000)
+    clean = getattr(panel, held)
+    window.interventions.toggle(0, 1)
+    _answered(qtbot, window)
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) not in (None, clean), timeout=20000)
+    getattr(s.analyses, signal).emit(clean)       # the clean run's, late
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) not in (None, clean), timeout=20000)

@@ -195,6 +195,7 @@ class Compared:
     sources: tuple[str, str]
     layer: int
     similarity: PatchSimilarity
+    features: tuple[FeatureStack, FeatureStack | None]   # the runs' own stacks compared (as `PcaFitted.features`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,6 +208,7 @@ class Shared:
     threshold: float
     mask: np.ndarray
     share: np.ndarray
+    result: AttentionResult     # the run measured (the clean one's share is not the intervened run's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -699,7 +701,7 @@ class Similarity(Analysis):
         from vitviz.core.analyses.features import PatchSimilarity
 
         return Compared(tuple(self.sources), self.layer,  # type: ignore[arg-type]
-                        PatchSimilarity.from_stacks(self.a, self.b, self.layer))
+                        PatchSimilarity.from_stacks(self.a, self.b, self.layer), (self.a, self.b))
 
 
 @dataclass(eq=False)
@@ -723,7 +725,8 @@ class Share(Analysis):
         from vitviz.core.analyses.features import attention_share, high_norm_mask
 
         mask = high_norm_mask(self.norms[self.layer], self.threshold)
-        return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask))
+        return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask),
+                      self.result)
 
 
 @dataclass(eq=False)

@@ -468,9 +468,6 @@ class FeaturesPanel(LazyPanel):
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
         if maps is self._maps and maps is not None:
             return      # the same result again (its class relevance arrived): nothing here changed
-        if maps is not None and self._maps is not None and \
-                maps.result.interventions != self._maps.result.interventions:
-            self._sim = self._share = None     # made of the other run's features
         self._maps = maps
         self._query, self._held = None, False
         self._fill_others()
@@ -629,7 +626,7 @@ class FeaturesPanel(LazyPanel):
         self.sim_a.set_image(result.image, result.grid, result.spec.patch_size)
         self.sim_a.title.setText(Path(path).name)
         if other:
-            second = self.session.result(other)
+            second = self.session.shown(other)     # its intervened run while there is one, as compared
             if second is None:
                 self.session.ensure(other, first=True)
                 self.sim_b.clear(f"running {Path(other).name}…")
@@ -645,7 +642,9 @@ class FeaturesPanel(LazyPanel):
         else:
             self.sim_b.clear("no second image")
         sim = self._sim
-        if sim is None or sim.sources != (path, other) or sim.layer != self.layer:
+        if sim is None or sim.sources != (path, other) or sim.layer != self.layer or sim.features[0] is not \
+                maps.features or sim.features[1] is not (second.features if other else None):
+            # of other images, another layer or other runs' features (the clean run's, answered after an ablation)
             self.session.analyses.compare_patches(path, other, self.layer)
             return
         if self._query is None:
@@ -718,7 +717,7 @@ class FeaturesPanel(LazyPanel):
         heading = f"{Path(result.source).name} · output-token norm · layer {layer} · {scale}"
         share = self._share
         if share is None or share.image != self.session.image_list.current or share.layer != layer or \
-                share.threshold != threshold:
+                share.threshold != threshold or share.result is not result:    # or another run's (see `_draw_pca`)
             self.session.analyses.measure_share(self.session.image_list.current, layer, threshold)
             self.norm_view.title.setText(heading)
             return
