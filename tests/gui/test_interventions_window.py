@@ -35,6 +35,7 @@ def _answered(qtbot, window) -> None:  # noqa: ANN001
     wait_idle(qtbot, window)
     qtbot.waitUntil(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
                     and not redraws_pending(), timeout=20000)   # and the redraws of the turn (once each) have run
+    qtbot.waitUntil(window.intervention_banner.isVisible, timeout=5000)   # the toolbar has laid its banner out
     assert isinstance(window.session.image_list.current_maps, IntervenedMaps)
 
 
@@ -299,3 +300,86 @@ def test_mean_and_resample_ablation_from_the_menu(qtbot, loaded, tiny_ckpt, imag
     assert not mean.isEnabled() and "at least 2" in mean.toolTip() and "has 1" in mean.toolTip()
     assert not _action(menu, "Ablate L1.H0 resampled from").isEnabled()
     menu.close()
+
+
+def test_a_pass_failed_under_an_intervention_is_not_the_clean_runs(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
+    """A pass that failed for the intervened run is not asked again there, but the clean run (and another
+    intervention) still asks for its own."""
+    from vitviz.gui.interventions import Under
+
+    window = loaded
+    iv, s = window.interventions, window.session
+    path, store = s.image_list.current, s.relevance_pass
+    clean = s.cached(path)
+    assert clean.relevance(2) is None
+
+    def broken(self, ctx):  # noqa: ANN001, ANN202
+        raise RuntimeError("broken under the intervention")
+
+    monkeypatch.setattr(Under, "__call__", broken)
+    iv.toggle(0, 1)
+    _answered(qtbot, window)
+    store.request(path, 2)
+    qtbot.waitUntil(lambda: store.why(path, 2) is not None, timeout=20000)
+    assert "broken under the intervention" in store.why(path, 2)
+    assert not store.request(path, 2)             # not asked again for this run
+    monkeypatch.undo()
+    iv.clear_heads()                              # the clean run: its pass has not failed
+    assert s.image_list.current_maps is clean and store.why(path, 2) is None
+    assert store.request(path, 2)
+    qtbot.waitUntil(lambda: clean.relevance(2) is not None, timeout=20000)
+    iv.toggle(1, 0)                               # another intervention: asked again, under it
+    _answered(qtbot, window)
+    assert store.why(path, 2) is None and store.request(path, 2)
+    qtbot.waitUntil(lambda: s.image_list.current_maps.relevance(2) is not None, timeout=20000)
+
+
+def test_a_late_pca_fit_of_the_clean_run_is_not_shown(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
+    """The feature PCA fitted on the clean run's features (one still on its way when a head was ablated answers
+    after the intervened run is shown) does not colour the intervened run: the panel fits its own features."""
+    import vitviz
+    from _gui import show_dock
+
+    from vitviz.core.analyses.features import capture_features, feature_pca
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    s, panel = window.session, window.features
+    with qtbot.waitSignal(panel.shown, timeout=30000, check_params_cb=lambda view: view == "pca"):
+        show_dock(qtbot, window, "featuresDock")
+    clean_fit, path = panel._pca, s.image_list.current
+    model = vitviz.load(tiny_ckpt, heads=HEADS)
+    with model.intervening(Ablate([(0, 1)])):
+        want = feature_pca(capture_features(model, path), panel.layer).colors[0]
+    assert not np.allclose(want, clean_fit.pca.colors[0], atol=1e-3)
+
+    def intervened_fit_shown() -> bool:
+        return window.is_idle() and panel._pca is not clean_fit and panel.pca_colors is not None and \
+            np.allclose(panel.pca_colors, want, atol=1e-4)
+
+    window.interventions.toggle(0, 1)
+    _answered(qtbot, window)
+    qtbot.waitUntil(intervened_fit_shown, timeout=20000)
+    s.analyses.pca_ready.emit(clean_fit)        # the clean run's fit, late
+    qtbot.waitUntil(intervened_fit_shown, timeout=20000)
+
+
+@pytest.mark.parametrize("tab, held, signal", [("similarity", "_sim", "similarity_ready"),
+                                                ("norms", "_share", "share_ready")])
+def test_a_late_analysis_of_the_clean_run_is_not_shown(qtbot, loaded, tab: str, held: str,  # noqa: ANN001
+                                                        signal: str) -> None:
+    """As the PCA: the patch similarity and the high-norm share made of the clean run, answering after a head was
+    ablated, are not drawn for the intervened run; the panel asks for the intervened run's own."""
+    from _gui import show_dock
+
+    window = loaded
+    s, panel = window.session, window.features
+    show_dock(qtbot, window, "featuresDock")
+    panel.show_tab(tab)
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) is not None, timeout=20000)
+    clean = getattr(panel, held)
+    window.interventions.toggle(0, 1)
+    _answered(qtbot, window)
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) not in (None, clean), timeout=20000)
+    getattr(s.analyses, signal).emit(clean)       # the clean run's, late
+    qtbot.waitUntil(lambda: window.is_idle() and getattr(panel, held) not in (None, clean), timeout=20000)

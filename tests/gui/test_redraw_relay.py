@@ -133,3 +133,37 @@ def test_a_hold_does_not_keep_its_owner_alive(qtbot) -> None:  # noqa: ANN001
     relay().later(lambda: None)
     relay().flush()
     assert not relay().pending()
+
+
+def test_the_other_images_run_after_the_clicks_answer_is_drawn(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
+    """The click's forward is asked for after its own marks are made, and the other images' runs (the list's
+    top-5) only once the current image's answer is in the panels and the relay's redraws have run: their forwards
+    do not share the CPU (and Python's lock) with the window drawing the answer. Counted in order, never timed."""
+    from vitviz.gui.interventions import Intervene
+    from vitviz.gui.panels.base import relay
+
+    window = loaded
+    iv, s = window.interventions, window.session
+    current = s.image_list.current
+    events: list[tuple] = []
+    submit, mark, flush = s.client.submit, window.overview.mark, relay().flush
+
+    def counted(kind, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if kind is Intervene:
+            events.append(("run", kw["image"] == current, kw.get("maps", True)))
+        return submit(kind, *args, **kw)
+
+    monkeypatch.setattr(s.client, "submit", counted)
+    monkeypatch.setattr(window.overview, "mark", lambda *a, **kw: (events.append(("mark",)), mark(*a, **kw))[1])
+    monkeypatch.setattr(relay(), "flush", lambda: (flush(), events.append(("flush",)))[0])
+    s.image_list.current_changed.connect(
+        lambda maps: events.append(("shown", iv.current() is not None and maps is iv.current().maps)))
+    iv.toggle(0, 1)
+    qtbot.waitUntil(lambda: all(iv.probabilities(p) is not None for p in s.image_list.paths), timeout=20000)
+    runs = [i for i, e in enumerate(events) if e[0] == "run"]
+    assert events[runs[0]] == ("run", True, True) and events.index(("mark",)) < runs[0]
+    others = [i for i in runs if events[i] == ("run", False, False)]
+    assert len(others) == len(s.image_list.paths) - 1
+    shown = events.index(("shown", True))
+    drawn = next(i for i, e in enumerate(events) if e == ("flush",) and i > shown)
+    assert drawn < others[0], events

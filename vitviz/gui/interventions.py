@@ -289,6 +289,10 @@ class InterventionSession(QObject):
         session.model.model_loaded.connect(lambda *_a: self.clear())
         session.model.size_changed.connect(lambda _size: self._forget_runs())
         relay().hold_while(self.running_current)   # the panels' redraws of a click wait for its forward
+        self._others_timer = QTimer(self)           # `_after_redraws`
+        self._others_timer.setSingleShot(True)
+        self._others_timer.setInterval(0)
+        self._others_timer.timeout.connect(self._ask_others)
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -437,25 +441,41 @@ class InterventionSession(QObject):
         self.failure = ""
         self.answers = {}
         self.session.client.cancel(lambda r: r.kind is Intervene or isinstance(r, Under))   # passes of the old run too
-        self._ask()                  # first: the worker runs while the window redraws what changed here
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
             self.session.show_current()
         self.changed.emit()
+        self._ask()   # last: the click's own marks are made before the worker's forward shares Python's lock with them
 
     def _ask(self) -> None:
         """The current image's run with maps first; once it is shown, the other images' logits (for the list's
-        top-5), so that they do not compete with the panels' redraw for the CPU."""
+        top-5): asked after the panels' redraws of the answer (`relay`, which holds them while the current image's
+        forward runs) and the paint events those post (`_ask_others`), so that their forwards do not compete for
+        the CPU and Python's lock with the window drawing the click's answer."""
+        s = self.session
+        if not self.steps or not self.available:
+            return
+        current, steps = s.image_list.current, tuple(self.steps)
+        if current and s.cached(current) is not None and self.current() is None:
+            if not any(r.image == current and r.maps and r.steps == steps for r in s.client.pending(Intervene)):
+                s.client.submit(Intervene, first=True, image=current, image_size=s.model.image_size, steps=steps,
+                                also=s.precompute)
+            return
+        relay().later(self._after_redraws)
+
+    def _after_redraws(self) -> None:
+        """Ask for the other images' runs once the paint events the redraws posted are handled: a zero timer runs
+        after the posted events (a paint is a low-priority one, after `QTimer.singleShot(0)`'s queued call)."""
+        self._others_timer.start()
+
+    def _ask_others(self) -> None:
+        """The other images' runs with the current steps (logits only, for the list's top-5), those not answered
+        nor on their way."""
         s = self.session
         if not self.steps or not self.available:
             return
         steps = tuple(self.steps)
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
-        if s.image_list.current and s.cached(s.image_list.current) is not None and self.current() is None:
-            if (s.image_list.current, True) not in pending:
-                s.client.submit(Intervene, first=True, image=s.image_list.current, image_size=s.model.image_size,
-                                steps=steps, also=s.precompute)
-            return
         for path in s.image_list.paths:
             if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
                     and (path, False) not in pending:

@@ -4,12 +4,14 @@ The class relevance (keyed by class), the LeGrad map of a text prompt (keyed by 
 key) are each a `PassStore` over their request class (`vitviz.gui.protocol.PassRequest`): asked for an image whose
 result is cached, it submits the request unless the result holds the answer already, one is on its way, or it
 failed before (then it is not asked again until the model or input size changes); the answer is kept in the
-image's `ResultMaps` by the request itself (`keep`), a failure remembered with its reason. A new on-demand pass is
-one more request class and one more store.
+image's `ResultMaps` by the request itself (`keep`), a failure remembered with its reason -- for the run it was
+made for: a pass that failed under an intervention says nothing of the clean run's, nor of another intervention's
+(`why`). A new on-demand pass is one more request class and one more store.
 """
 from __future__ import annotations
 
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
 from PySide6.QtCore import QObject, Signal
 
@@ -46,7 +48,18 @@ class PassStore(QObject):
     def __init__(self, session: Host, request: type[PassRequest]) -> None:
         super().__init__(session)  # type: ignore[arg-type]  # the session is a QObject
         self.session, self.request_type = session, request
-        self.failures: dict[tuple[str, Any], str] = {}   # (image, key) -> why (not asked again)
+        self.failures: dict[tuple[str, Any], str] = {}   # the clean runs': (image, key) -> why (not asked again)
+        # an intervened run's (`vitviz.gui.interventions.IntervenedMaps`), kept while the run is
+        self.failures_under: WeakKeyDictionary[ResultMaps, dict[tuple[str, Any], str]] = WeakKeyDictionary()
+
+    def _failures(self, under: ResultMaps | None) -> dict[tuple[str, Any], str]:
+        """The failures of the clean runs (`under` None) or of the intervened run `under`."""
+        return self.failures if under is None else self.failures_under.setdefault(under, {})
+
+    def why(self, path: str, key: Any = None) -> str | None:
+        """Why the pass of `key` cannot be had for the run of `path` shown now (its intervened run while there
+        is one, else the clean one); None when it has not failed there."""
+        return self._failures(self.session.intervened.get(path)).get((path, key))
 
     def request(self, path: str, key: Any = None) -> bool:
         """Ask for the pass of `key` on an image whose result is cached, ahead of queued runs; answered by `ready`
@@ -56,11 +69,12 @@ class PassStore(QObject):
         s = self.session
         maps = s.cached(path)
         shown = s.intervened.get(path, maps)     # an intervened run's pass runs under its intervention
-        if maps is None or self.request_type.held(shown, key) or (path, key) in self.failures:
+        failures = self._failures(None if shown is maps else shown)
+        if maps is None or self.request_type.held(shown, key) or (path, key) in failures:
             return False
         why = self.request_type.refused(s.model.capabilities, key)
         if why:                       # said where the pass is shown, not in a dialog
-            self.failures[(path, key)] = why
+            failures[(path, key)] = why
             return False
         if not self.pending(path, key, shown is not maps):
             request = self.request_type.of(path, s.model.image_size, key)
@@ -92,10 +106,15 @@ class PassStore(QObject):
             s.show_current()
 
     def fail(self, request: PassRequest, summary: str) -> None:
-        """Remember why the pass failed (it is not asked again) and say so."""
-        self.failures[(request.image, request.key)] = summary
+        """Remember why the pass failed for the run it was made for (it is not asked again there) and say so."""
+        self.remember(request, summary)
         self.failed.emit(request.image, request.key, summary)
+
+    def remember(self, request: PassRequest, why: str) -> None:
+        """Keep why `request` failed, for its run (the intervened one it was made under, or the clean one)."""
+        self._failures(request.intervened)[(request.image, request.key)] = why
 
     def forget(self) -> None:
         """A new model or input size: no failure of the old one holds."""
         self.failures.clear()
+        self.failures_under.clear()

@@ -177,11 +177,14 @@ class Featured:
 
 @dataclass(frozen=True, eq=False)
 class PcaFitted:
-    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order)."""
+    """Feature PCA of the images `sources` fitted together at block `layer` (colours per image, in order), and the
+    feature stacks it was fitted on (`features`, the runs' own objects: a fit of the clean run's features is not
+    the intervened run's, though both are of the same images)."""
 
     sources: tuple[str, ...]
     layer: int
     pca: PcaResult
+    features: tuple[FeatureStack, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,6 +195,7 @@ class Compared:
     sources: tuple[str, str]
     layer: int
     similarity: PatchSimilarity
+    features: tuple[FeatureStack, FeatureStack | None]   # the runs' own stacks compared (as `PcaFitted.features`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +208,7 @@ class Shared:
     threshold: float
     mask: np.ndarray
     share: np.ndarray
+    result: AttentionResult     # the run measured (the clean one's share is not the intervened run's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -673,7 +678,8 @@ class Pca(Analysis):
     def __call__(self, ctx: Context) -> PcaFitted:
         from vitviz.core.analyses.features import feature_pca
 
-        return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer))
+        return PcaFitted(tuple(self.sources), self.layer, feature_pca(list(self.features), self.layer),
+                         tuple(self.features))
 
 
 @dataclass(eq=False)
@@ -695,7 +701,7 @@ class Similarity(Analysis):
         from vitviz.core.analyses.features import PatchSimilarity
 
         return Compared(tuple(self.sources), self.layer,  # type: ignore[arg-type]
-                        PatchSimilarity.from_stacks(self.a, self.b, self.layer))
+                        PatchSimilarity.from_stacks(self.a, self.b, self.layer), (self.a, self.b))
 
 
 @dataclass(eq=False)
@@ -719,7 +725,8 @@ class Share(Analysis):
         from vitviz.core.analyses.features import attention_share, high_norm_mask
 
         mask = high_norm_mask(self.norms[self.layer], self.threshold)
-        return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask))
+        return Shared(self.image, self.layer, float(self.threshold), mask, attention_share(self.result, mask),
+                      self.result)
 
 
 @dataclass(eq=False)

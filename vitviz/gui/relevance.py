@@ -48,13 +48,13 @@ class RelevanceSource(QObject):
             return False
         prompt = self.state.relevance_prompt
         if prompt:
-            why = self.session.text_pass.failures.get((path, prompt))
+            why = self.session.text_pass.why(path, prompt)
             if why is not None:
                 self.session.note.emit(f"No relevance of {prompt!r} for {Path(path).name}: {why}")
                 self._go_back()
                 return False
             return self.session.text_pass.request(path, prompt)
-        why = self.session.relevance_pass.failures.get((path, target))
+        why = self.session.relevance_pass.why(path, target)
         if why is not None:     # failed before (the error box said why): say it again in the status bar
             self.session.note.emit(f"No class relevance for {Path(path).name}: {why}")
             self._go_back()

@@ -197,8 +197,7 @@ class Session(QObject):
                 self.image_list.current_changed.emit(None)
             self._report_runs()
         elif isinstance(request, PassRequest):
-            self.passes[request.kind].failures[(request.image, request.key)] = ("stopped waiting: the model's own "
-                                                                                 "code did not finish")
+            self.passes[request.kind].remember(request, "stopped waiting: the model's own code did not finish")
         elif request.kind is Verify:
             self.model.verify_failure = "stopped waiting: the model's own code did not finish"
             self.model.verify_progress = None

@@ -468,9 +468,6 @@ class FeaturesPanel(LazyPanel):
     def _on_current_changed(self, maps: ResultMaps | None) -> None:
         if maps is self._maps and maps is not None:
             return      # the same result again (its class relevance arrived): nothing here changed
-        if maps is not None and self._maps is not None and \
-                maps.result.interventions != self._maps.result.interventions:
-            self._pca = self._sim = self._share = None     # fitted on the other run's features
         self._maps = maps
         self._query, self._held = None, False
         self._fill_others()
@@ -567,11 +564,11 @@ class FeaturesPanel(LazyPanel):
         self.layer_spin.setEnabled(True)
         if maps.features is None:
             path = self.session.image_list.current
-            why = self.session.features_pass.failures.get((path, None))
+            why = self.session.features_pass.why(path)
             if why is None and self.session.features_pass.request(path):
                 self.status.setText(f"Capturing the token features of {Path(path).name}…")
             else:
-                why = why or self.session.features_pass.failures.get((path, None))  # refused, not asked
+                why = why or self.session.features_pass.why(path)  # refused, not asked
                 self.status.setText(f"No token features for {Path(path).name}: {why or 'no result yet'}")
             return
         self.status.setText("")
@@ -586,14 +583,15 @@ class FeaturesPanel(LazyPanel):
             return [current], False
         waiting = False
         for path in self.session.image_list.paths:
-            maps = self.session.result(path)
+            maps = self.session.shown(path)     # its intervened run while there is one: that is what is fitted
             if maps is None or maps.features is not None:
                 continue
             if path not in self._asked:
                 self._asked.add(path)
                 self.session.features_pass.request(path)
             waiting = waiting or self.session.features_pass.pending(path)
-        held = [p for p in self.session.image_list.paths if (m := self.session.result(p)) is not None and m.features is not None]
+        held = [p for p in self.session.image_list.paths
+                if (m := self.session.shown(p)) is not None and m.features is not None]
         return (held if current in held else [current, *held]), waiting
 
     def _draw_pca(self, maps: ResultMaps) -> None:
@@ -606,7 +604,11 @@ class FeaturesPanel(LazyPanel):
             self.status.setText("Capturing the token features of the open images for a joint fit…")
             return
         pca = self._pca
-        if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer:
+        runs = [self.session.shown(p) for p in sources]
+        if pca is None or pca.sources != tuple(sources) or pca.layer != self.layer or \
+                any(r is None or r.features is not f for r, f in zip(runs, pca.features, strict=True)):
+            # none yet, or of other images, another layer or other runs' features (the clean run's fit answered
+            # after a head was ablated; re-captured features): fit these
             self.session.analyses.fit_pca(sources, self.layer)
             self.pca_view.title.setText("fitting the PCA…")
             return
@@ -624,13 +626,13 @@ class FeaturesPanel(LazyPanel):
         self.sim_a.set_image(result.image, result.grid, result.spec.patch_size)
         self.sim_a.title.setText(Path(path).name)
         if other:
-            second = self.session.result(other)
+            second = self.session.shown(other)     # its intervened run while there is one, as compared
             if second is None:
                 self.session.ensure(other, first=True)
                 self.sim_b.clear(f"running {Path(other).name}…")
                 return
             if second.features is None:
-                why = self.session.features_pass.failures.get((other, None))
+                why = self.session.features_pass.why(other)
                 asked = why is None and self.session.features_pass.request(other)
                 self.sim_b.clear(f"capturing the features of {Path(other).name}…" if asked else
                                  f"no features for {Path(other).name}: {why}")
@@ -640,7 +642,9 @@ class FeaturesPanel(LazyPanel):
         else:
             self.sim_b.clear("no second image")
         sim = self._sim
-        if sim is None or sim.sources != (path, other) or sim.layer != self.layer:
+        if sim is None or sim.sources != (path, other) or sim.layer != self.layer or sim.features[0] is not \
+                maps.features or sim.features[1] is not (second.features if other else None):
+            # of other images, another layer or other runs' features (the clean run's, answered after an ablation)
             self.session.analyses.compare_patches(path, other, self.layer)
             return
         if self._query is None:
@@ -713,7 +717,7 @@ class FeaturesPanel(LazyPanel):
         heading = f"{Path(result.source).name} · output-token norm · layer {layer} · {scale}"
         share = self._share
         if share is None or share.image != self.session.image_list.current or share.layer != layer or \
-                share.threshold != threshold:
+                share.threshold != threshold or share.result is not result:    # or another run's (see `_draw_pca`)
             self.session.analyses.measure_share(self.session.image_list.current, layer, threshold)
             self.norm_view.title.setText(heading)
             return
