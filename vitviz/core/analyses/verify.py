@@ -283,7 +283,7 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
     check = _verify(model, against, code, sizes, device, progress)
-    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped:   # `_sizes` left it out
+    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped and not check.one_size:  # `_sizes` left it out
         return dataclasses.replace(check, one_size=ONE_SIZE)
     return check
 
@@ -303,6 +303,9 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
+    if code is None and spec.family == "live" and library_asked in ("auto", "timm") and not arch_asked \
+            and (own := _timm_own(model)) is not None:   # timm's code runs it: its own record of the same model
+        return _verify_own_code(model, own, sizes, say, assumptions)
     if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
         return _verify_windowed(model, against, code, sizes, device, progress)
     if code is not None and spec.family == "live":
@@ -1776,6 +1779,225 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
     model.spec = spec
     if getattr(model, "net", None) is not None and hasattr(model.net, "spec"):
         model.net.spec = spec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# timm models run by their own code: what vitviz shows against timm's own record of the same model's attention
+#
+# A timm architecture vitviz does not convert (CaiT's talking heads and class attention, Hiera's mask units ...) runs
+# by timm's own code: a live object, or a timm hub folder built from its config.json (`load._timm_by_code`). No
+# conversion is checked there, but what vitviz shows is still a claim: that its recorder (a function mode following
+# each softmax to the product that applies it, SDPA's probabilities recomputed) read every map where the model
+# computes it, and that every token is drawn where the model took it from. The original here is the same timm model
+# again -- built afresh from the folder (`timm.create_model('local-dir:...')`, the file's tensors, strictly), or for
+# a live object a copy of its modules sharing its parameters and buffers (no second copy of the weights; nothing of
+# the user's object is changed) -- with its fused attention off, its attention read at the boundary of its own
+# modules, not by vitviz's recorder: the input of each attention module's `attn_drop` (an identity in eval, right
+# before `attn @ v`: the weights it applies, after CaiT's talking-heads mix), or, in a module without one (Hiera's),
+# the softmax its own forward computes. Each map is laid out as vitviz shows it by the model's own token order:
+#
+# - a plain model's (1, H, q, k) on vitviz's T x T grid: q == k == T as it is; q == k < T (tokens that join later,
+#   CaiT's class token, concatenated before the others) in the lower right; q < k == T (the joining queries over
+#   [them, the tokens]) as the top q rows, the rest zero;
+# - Hiera's (1, H, W, n, n) (or (1, H, N, N) for its global blocks): the model's own `unroll` applied to the grid
+#   cells' coordinates gives each token's cell, each query pooling keeps the maximum of a group's coordinates,
+#   halved; token t of a block is window t % W, place t // W (timm's `reshape(B, -1, W, ...)`), and goes to the
+#   window and place vitviz draws its cell at (the block's `BlockGeometry.slot_of`), the rest zero.
+#
+# Then `_compare` as for every other original: each layer at 1e-5, the output at 1e-4. By default at the size the
+# model's code was built for only (`OWN_CODE_SIZE`).
+
+OWN_CODE_SIZE = ("the size the model's own code was built for only: vitviz runs it as built (nothing vitviz converts "
+                 "depends on the size); pass sizes= to compare at others it takes")
+_SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
+
+
+def _timm_own(model: Any) -> nn.Module | None:
+    """The timm module a live model runs (`model.net`), when verify can record its attention itself: a plain
+    model's (`LiveModel`), or a Hiera's shown per stage (its `unroll`); None otherwise."""
+    from vitviz.core.running.live.stages import StagedModel
+
+    net = getattr(model, "net", None)
+    if not isinstance(net, nn.Module) or not type(net).__module__.startswith("timm."):
+        return None
+    if isinstance(model, StagedModel) and not isinstance(getattr(net, "unroll", None), nn.Module):
+        return None
+    return net if _timm_attention(net) else None
+
+
+def _verify_own_code(model: Any, net: nn.Module, sizes: Sequence[int | tuple[int, int]] | None, say: Progress,
+                     assumptions: tuple[str, ...]) -> Verification:
+    """`verify(model)` for a timm model vitviz runs by its own code: the section's comparison."""
+    from vitviz.core.running.live.stages import StagedModel
+
+    spec = model.spec
+    if (missing := _not_importable("timm")):
+        return Verification(UNVERIFIED, library="timm", assumptions=assumptions, reason=missing)
+    import timm
+
+    by_file = _by_timm_code(spec) and Path(spec.source).exists()
+    say(0.0, "Building the timm original…")
+    try:
+        original, what = (_timm_from_folder(model, Path(spec.source)) if by_file else _shared_copy(net))
+    except _WeightsDoNotFit as e:
+        return Verification(DIFFERS, library="timm", version=timm.__version__, original=e.what,
+                            against=f"timm {timm.__version__}", assumptions=assumptions, reason=str(e))
+    order = getattr(getattr(model, "layout", None), "order", None)
+    if order is not None and list(order) != sorted(order):
+        return Verification(UNVERIFIED, library="timm", version=timm.__version__, assumptions=assumptions,
+                            reason="vitviz shows this model's tokens in another order than its code keeps them "
+                                   f"({list(order)[:6]} ...): verify lays the original's maps out in the model's "
+                                   "own order only")
+    for m in original.modules():
+        if hasattr(m, "fused_attn"):
+            m.fused_attn = False   # its eager softmax, not F.scaled_dot_product_attention
+    staged = isinstance(model, StagedModel)
+    shown = {model.names[i] for i in model.shown} if staged else {name for name, _ in model.layers}
+    unshown = {name for name, *_ in model.skipped}
+    recorded = {name for name, _ in _timm_attention(original)}
+    if not shown <= recorded:
+        return Verification(UNVERIFIED, library="timm", version=timm.__version__, assumptions=assumptions,
+                            reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no timm "
+                                   "attention modules (fused_attn, attn_drop) verify records the weights of")
+    place = _hiera_placer(model, original) if staged else _on_vitviz_grid(model)
+    what += (", fused attention off, its weights read at each attention module's attn_drop (or its own softmax), "
+             "laid out by the model's own token order")
+
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        def keep(name: str, weights: torch.Tensor) -> None:
+            if name not in unshown:   # (one vitviz neither shows nor says it leaves out: counted, unmatched)
+                each(place(size, weights.detach().float().cpu()))
+        with torch.inference_mode():
+            out = _timm_recorded(original, x.to(_device_of(original)), keep)
+        return [], _main_tensor(out)
+
+    checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
+               else _sizes(spec, sizes))
+    check = _compare(model, _Original("timm", timm.__version__, what, run), checked, assumptions,
+                     _device_of(original), say)
+    return dataclasses.replace(check, one_size=OWN_CODE_SIZE if sizes is None else "")
+
+
+def _timm_from_folder(model: Any, path: Path) -> tuple[nn.Module, str]:
+    """The folder's timm architecture built afresh from its config.json with the file's tensors (strictly)."""
+    import timm
+
+    raw = _read(path, model)
+    arch = (raw.config or {}).get("architecture")
+    what = f"timm.create_model('{arch}') from {_folder(path).name}/config.json with the file's tensors"
+    net = _built(lambda: timm.create_model(f"local-dir:{_folder(path)}", pretrained=False), raw.tensors, what, path)
+    return net.float().eval().to(model.device), what
+
+
+def _shared_copy(net: nn.Module) -> tuple[nn.Module, str]:
+    """A copy of the live module's modules holding its very parameters and buffers (no second copy of the weights):
+    its attention switches and hooks are the copy's own, so the user's object is left as it is."""
+    import copy
+
+    memo = {id(t): t for t in (*net.parameters(), *net.buffers())}
+    twin = copy.deepcopy(net, memo).eval()
+    return twin, f"timm {type(net).__name__}: the module given, its own code and weights"
+
+
+def _timm_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
+    """timm's attention modules of `net`: those with its SDPA switch (`fused_attn`) or an `attn_drop` (CaiT's
+    talking-heads attention has only that)."""
+    return [(name, m) for name, m in net.named_modules()
+            if hasattr(m, "fused_attn") or isinstance(getattr(m, "attn_drop", None), nn.Module)]
+
+
+def _timm_recorded(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None]) -> Any:
+    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code computes them:
+    the input of its `attn_drop`, or the softmax its forward computes where it has none (see the section)."""
+    from torch.overrides import TorchFunctionMode
+
+    inside: list[str] = []
+    handles = []
+
+    def left(_m: nn.Module, _a: Any, _o: Any) -> None:
+        inside.pop()
+
+    for name, m in _timm_attention(net):
+        drop = getattr(m, "attn_drop", None)
+        if isinstance(drop, nn.Module):
+            handles.append(drop.register_forward_pre_hook(lambda _m, a, name=name: keep(name, a[0])))
+        else:
+            handles.append(m.register_forward_pre_hook(lambda _m, _a, name=name: inside.append(name)))
+            handles.append(m.register_forward_hook(left))
+
+    class Softmaxes(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if inside and func in _SOFTMAXES:
+                keep(inside[-1], out)
+            return out
+
+    try:
+        with Softmaxes():
+            return net(x)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _on_vitviz_grid(model: Any) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
+    """A plain model's (1, H, q, k) map laid on vitviz's (H, T, T) grid (see the section); a map that fits it in
+    none of those ways is given as it is (its shape is then said as differing)."""
+    def place(size: tuple[int, int], w: torch.Tensor) -> np.ndarray:
+        t = model.spec.num_prefix + (size[0] // model.spec.patch_size) * (size[1] // model.spec.patch_size)
+        m = w[0].numpy() if w.dim() == 4 else w.numpy()
+        q, k = m.shape[-2:]
+        if m.ndim != 3 or (q == k == t):
+            return m
+        full = np.zeros((m.shape[0], t, t), np.float32)
+        if q == k < t:
+            full[:, t - k:, t - k:] = m
+        elif q < k == t:
+            full[:, :q, :] = m
+        else:
+            return m
+        return full
+    return place
+
+
+def _hiera_placer(model: Any, net: nn.Module) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
+    """Hiera's (1, H, W, n, n) or (1, H, N, N) maps of the blocks vitviz shows, in call order, laid on each block's
+    windows as vitviz draws them (see the section): the cells of the tokens by the model's own `unroll`."""
+    grid = [int(v) for v in net.unroll.size]
+    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    with torch.inference_mode():
+        coords = net.unroll(torch.stack([rows.flatten(), cols.flatten()], -1)[None].float())[0]   # (N, 2)
+    pooled = {name for name, *_ in model.skipped}
+    blocks = _timm_attention(net)
+    cells_of: list[torch.Tensor] = []
+    for name, m in blocks:      # the cells of each shown block's tokens, in the model's order
+        if name in pooled:
+            q = int(m.q_stride)
+            coords = coords.view(q, -1, 2).amax(dim=0) // 2
+            grid = [(g + 1) // 2 for g in grid]
+            continue
+        cells_of.append((coords[:, 0] * grid[1] + coords[:, 1]).long())
+    geometry = model.spec.geometry()
+    count = [0]
+
+    def place(_size: tuple[int, int], w: torch.Tensor) -> np.ndarray:
+        i = count[0] % len(geometry)
+        count[0] += 1
+        geo, cells = geometry[i], cells_of[i].numpy()
+        m = w[0].numpy()
+        m = m[:, None] if m.ndim == 3 else m                     # (H, W, n, n)
+        heads, windows, n = m.shape[0], m.shape[1], m.shape[2]
+        out = np.zeros((geo.num_windows, heads, geo.window_tokens, geo.window_tokens), np.float32)
+        slot = geo.slot_of[cells]                                # (N, 2): vitviz's (window, place) of each token
+        for win in range(windows):
+            tokens = np.arange(n) * windows + win
+            if (slot[tokens, 0] != slot[tokens[0], 0]).any():    # one unit's tokens drawn in two windows: unequal
+                return np.full(out.shape, math.inf, np.float32)
+            at = slot[tokens, 1]
+            out[int(slot[tokens[0], 0])][:, at[:, None], at[None, :]] = m[:, win]
+        return out
+    return place
 
 
 # ---------------------------------------------------------------------------------------------------------------
