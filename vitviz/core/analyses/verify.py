@@ -27,7 +27,9 @@ layer; 'unverified' says why nothing was compared: nothing names the model (then
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
 
 A windowed model (Swin, SAM, ViTDet) is compared block by block with the original its config or release name
-names: the last section.
+names: the last section. A timm model vitviz runs by its own code (CaiT, Hiera: live, or a timm hub folder) is
+compared with timm's own record of the same model's attention, laid out by the model's own token order: the section
+before it.
 """
 from __future__ import annotations
 
@@ -283,7 +285,8 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
     check = _verify(model, against, code, sizes, device, progress)
-    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped and not check.one_size:  # `_sizes` left it out
+    # `_sizes` left the other size out (a model run by its own code says its own reason)
+    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped and not check.one_size:
         return dataclasses.replace(check, one_size=ONE_SIZE)
     return check
 
@@ -1791,10 +1794,13 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # computes it, and that every token is drawn where the model took it from. The original here is the same timm model
 # again -- built afresh from the folder (`timm.create_model('local-dir:...')`, the file's tensors, strictly), or for
 # a live object a copy of its modules sharing its parameters and buffers (no second copy of the weights; nothing of
-# the user's object is changed) -- with its fused attention off, its attention read at the boundary of its own
-# modules, not by vitviz's recorder: the input of each attention module's `attn_drop` (an identity in eval, right
-# before `attn @ v`: the weights it applies, after CaiT's talking-heads mix), or, in a module without one (Hiera's),
-# the softmax its own forward computes. Each map is laid out as vitviz shows it by the model's own token order:
+# the user's object is changed) -- run as it is set (its fused attention as the model has it: turned off, the
+# model's eager path is another computation, whose float differences in layers vitviz does not show reach the ones
+# it does: 9e-5 on a tiny NextViT), its attention read at the boundary of its own attention modules, not by
+# vitviz's recorder: the input of a module's `attn_drop` (an identity in eval, right before `attn @ v`: the weights
+# it applies, after CaiT's talking-heads mix), the softmax its forward computes where it has none (Hiera's), and
+# where it is fused, the probabilities its SDPA call computes on that call's own q, k, mask and scale. Each map is
+# laid out as vitviz shows it by the model's own token order:
 #
 # - a plain model's (1, H, q, k) on vitviz's T x T grid: q == k == T as it is; q == k < T (tokens that join later,
 #   CaiT's class token, concatenated before the others) in the lower right; q < k == T (the joining queries over
@@ -1848,9 +1854,6 @@ def _verify_own_code(model: Any, net: nn.Module, sizes: Sequence[int | tuple[int
                             reason="vitviz shows this model's tokens in another order than its code keeps them "
                                    f"({list(order)[:6]} ...): verify lays the original's maps out in the model's "
                                    "own order only")
-    for m in original.modules():
-        if hasattr(m, "fused_attn"):
-            m.fused_attn = False   # its eager softmax, not F.scaled_dot_product_attention
     staged = isinstance(model, StagedModel)
     shown = {model.names[i] for i in model.shown} if staged else {name for name, _ in model.layers}
     unshown = {name for name, *_ in model.skipped}
@@ -1860,8 +1863,8 @@ def _verify_own_code(model: Any, net: nn.Module, sizes: Sequence[int | tuple[int
                             reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no timm "
                                    "attention modules (fused_attn, attn_drop) verify records the weights of")
     place = _hiera_placer(model, original) if staged else _on_vitviz_grid(model)
-    what += (", fused attention off, its weights read at each attention module's attn_drop (or its own softmax), "
-             "laid out by the model's own token order")
+    what += (", each attention module's weights read where its own code has them (attn_drop's input, its softmax, "
+             "or its SDPA call's probabilities), laid out by the model's own token order")
 
     def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         def keep(name: str, weights: torch.Tensor) -> None:
@@ -1907,38 +1910,58 @@ def _timm_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def _timm_recorded(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None]) -> Any:
-    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code computes them:
-    the input of its `attn_drop`, or the softmax its forward computes where it has none (see the section)."""
+    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code computes them
+    (see the section): the input of its `attn_drop`, the softmax its forward computes where it has none, or where
+    its attention is fused, the probabilities of its SDPA call (`_sdpa_weights`)."""
     from torch.overrides import TorchFunctionMode
 
-    inside: list[str] = []
+    inside: list[tuple[str, nn.Module]] = []
     handles = []
 
     def left(_m: nn.Module, _a: Any, _o: Any) -> None:
         inside.pop()
 
     for name, m in _timm_attention(net):
+        handles.append(m.register_forward_pre_hook(lambda m, _a, name=name: inside.append((name, m))))
+        handles.append(m.register_forward_hook(left))
         drop = getattr(m, "attn_drop", None)
         if isinstance(drop, nn.Module):
             handles.append(drop.register_forward_pre_hook(lambda _m, a, name=name: keep(name, a[0])))
-        else:
-            handles.append(m.register_forward_pre_hook(lambda _m, _a, name=name: inside.append(name)))
-            handles.append(m.register_forward_hook(left))
 
-    class Softmaxes(TorchFunctionMode):
+    class Weights(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            if inside and func in _SOFTMAXES:
-                keep(inside[-1], out)
+            if inside:
+                name, m = inside[-1]
+                if func is torch.nn.functional.scaled_dot_product_attention:
+                    keep(name, _sdpa_weights(*args, **(kwargs or {})))
+                elif func in _SOFTMAXES and not isinstance(getattr(m, "attn_drop", None), nn.Module):
+                    keep(name, out)
             return out
 
     try:
-        with Softmaxes():
+        with Weights():
             return net(x)
     finally:
         for h in handles:
             h.remove()
+
+
+def _sdpa_weights(query: torch.Tensor, key: torch.Tensor, _value: torch.Tensor, attn_mask: Any = None,
+                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                  enable_gqa: bool = False) -> torch.Tensor:
+    """The probabilities `F.scaled_dot_product_attention` computes on these arguments, in float32 (its documented
+    reference: softmax(q k^T * scale + mask)); dropout is off in eval."""
+    q, k = query.float(), key.float()
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+    return s.softmax(-1)
 
 
 def _on_vitviz_grid(model: Any) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
