@@ -1350,7 +1350,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
     from vitviz.core.reading.towers import load_tower, original_tower
-    from vitviz.core.running.live.packing import RASTER, merge_size
+    from vitviz.core.running.live.packing import RASTER, merge_size, temporal_size
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
@@ -1363,7 +1363,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     packed = "grid_thw" in inspect.signature(net.forward).parameters
     raster = packed and net.config.model_type in RASTER
     argument = "hidden_states" if "hidden_states" in inspect.signature(net.forward).parameters else "pixel_values"
-    temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
+    temporal = int(temporal_size(net) or 1)    # (the tower's own: a processor's default may be a video's)
 
     def patchify(image: torch.Tensor) -> Any:
         """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (as many of them
@@ -1413,10 +1413,17 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
         embed = getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)    # (Ovis 2.5: embeddings,
-        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None)            # layers)
-        hooks = [embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
-                 blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
-            if packed and not raster else []
+        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None) or \
+            getattr(getattr(net, "encoder", None), "layers", None)      # layers; Cosmos 3 Edge: encoder.layers)
+
+        def block_input(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen.setdefault("block", args[0] if args else kwargs["hidden_states"])
+
+        def embedded(_m: nn.Module, _a: Any, out: torch.Tensor) -> None:
+            seen.setdefault("embed", out)
+
+        hooks = [embed.register_forward_hook(embedded),
+                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] if packed and not raster else []
         try:
             with torch.inference_mode():
                 if packed:

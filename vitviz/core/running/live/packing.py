@@ -35,8 +35,14 @@ DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: 
 RASTER = {"paddleocr_vl_vision": "(1, T, C*t, p, p)", "hunyuan_vl_vision": "(T, C*t*p*p)",
           "kimi_k25_vision": "(T, C*t, p, p)"}
 # Towers packed as the Qwen-VL family's (merge blocks) whose forward names the packed patches `pixel_values`:
-# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`).
-PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5"}
+# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`); Cosmos 3 Edge's
+# (a packed SigLIP 2: its learned table resampled to each grid in the merge blocks' order); Dots3 Note's (2-D RoPE,
+# a Conv2d patch embedding).
+PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5", "cosmos3_edge_vision": "Cosmos 3 Edge",
+                "dots3_note_vision_encoder": "Dots3 Note"}
+# Towers whose image processor lays each patch's values out as (p, p, C, t), a pixel's channels together (SigLIP 2's
+# layout), where the Qwen-VL processors lay them out as (C, t, p, p): {config model_type: the model}.
+CHANNELS_LAST = {"cosmos3_edge_vision": "Cosmos 3 Edge"}
 
 
 def is_packed(module: Any) -> bool:
@@ -54,7 +60,31 @@ def is_packed(module: Any) -> bool:
     packs = "hidden_states" in params or ("pixel_values" in params and getattr(config, "model_type", None)
                                           in PIXEL_VALUES)
     return packs and "grid_thw" in params and all(
-        isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
+        isinstance(getattr(config, k, None), int) for k in ("patch_size", "spatial_merge_size")) and \
+        temporal_size(module) is not None
+
+
+def temporal_size(tower: nn.Module) -> int | None:
+    """How many time steps one packed patch holds: the config's `temporal_patch_size`, else what the tower's patch
+    embedding (its first convolution or Linear) takes per patch -- a Conv3d's time kernel, a Conv2d's one step, a
+    Linear's input width over C x p x p (ERNIE 4.5-VL, Cosmos 3 Edge: 1, where their image processors' own
+    `temporal_patch_size` is for video). None where neither says (or the Linear's width is no whole number of
+    steps)."""
+    config = getattr(tower, "config", None)
+    stated = getattr(config, "temporal_patch_size", None)
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+        return stated
+    p = getattr(config, "patch_size", None)
+    chans = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
+    embed = next((m for m in tower.modules() if isinstance(m, (nn.Conv3d, nn.Conv2d, nn.Linear))), None)
+    if not isinstance(p, int) or embed is None:
+        return None
+    if isinstance(embed, nn.Conv3d):
+        return int(embed.kernel_size[0])
+    if isinstance(embed, nn.Conv2d):
+        return 1 if tuple(embed.kernel_size) == (p, p) and embed.in_channels == chans else None
+    steps, left = divmod(int(embed.in_features), int(chans) * p * p)
+    return steps if steps and not left else None
 
 
 def merge_size(config: Any) -> int | None:
@@ -82,9 +112,10 @@ class PackedTower(nn.Module):
         config = tower.config
         self.tower = tower
         self.patch_size = int(config.patch_size)
-        self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
+        self.temporal = int(temporal_size(tower) or 1)
         self.merge = int(merge_size(config) or 1)
         self.raster = RASTER.get(getattr(config, "model_type", None), "")   # its pixel_values' shape (`RASTER`)
+        self.channels_last = getattr(config, "model_type", None) in CHANNELS_LAST
         self.argument = "hidden_states" if "hidden_states" in inspect.signature(tower.forward).parameters \
             else "pixel_values"     # what its forward calls the packed patches
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
@@ -117,8 +148,8 @@ class PackedTower(nn.Module):
         return h // self.patch_size, w // self.patch_size
 
     def pack(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order -- a raster tower's
-        (1, rows * cols, C * t, p, p) -- and grid_thw)."""
+        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order and layout -- a
+        raster tower's (1, rows * cols, C * t, p, p) -- and grid_thw)."""
         c = int(image.shape[0])
         rows, cols = self.grid(tuple(image.shape[-2:]))
         p, m = self.patch_size, self.merge
@@ -129,8 +160,11 @@ class PackedTower(nn.Module):
             shape = {"(1, T, C*t, p, p)": (1, rows * cols, c * self.temporal, p, p), "(T, C*t*p*p)": (rows * cols, -1),
                      "(T, C*t, p, p)": (rows * cols, c * self.temporal, p, p)}[self.raster]
             return x.reshape(shape), grid
-        x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
-        x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
+        x = image.reshape(c, rows // m, m, p, cols // m, m, p)
+        if self.channels_last:      # (R, C', m, m, p, p, c, t): each pixel's channels together (`CHANNELS_LAST`)
+            x = x.permute(1, 4, 2, 5, 3, 6, 0).unsqueeze(-1).expand(rows // m, cols // m, m, m, p, p, c, self.temporal)
+        else:                       # (R, C', m, m, c, t, p, p)
+            x = x.permute(1, 4, 2, 5, 0, 3, 6).unsqueeze(5).expand(rows // m, cols // m, m, m, c, self.temporal, p, p)
         return x.reshape(rows * cols, c * self.temporal * p * p), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
