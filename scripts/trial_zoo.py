@@ -599,8 +599,11 @@ def packed_tower_of(model: Any) -> Any:
     forward of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes) and its
     relatives that name the packed patches `pixel_values` (merge blocks, Ovis 2.5; raster order, PaddleOCR-VL,
     HunYuan-VL, Kimi-K2.5), whose config states a patch size and a merge size (`spatial_merge_size`, or Kimi-K2.5's
-    square `merge_kernel_size`)."""
+    square `merge_kernel_size`); a `hidden_states` tower's time steps per patch as its config or its patch embedding
+    says (ERNIE 4.5-VL's: `packing.temporal_size`)."""
     import torch
+
+    from vitviz.core.running.live.packing import temporal_size
 
     for m in model.modules():
         cfg = getattr(m, "config", None)
@@ -610,8 +613,7 @@ def packed_tower_of(model: Any) -> Any:
         kernel = getattr(cfg, "merge_kernel_size", None)
         merge = isinstance(getattr(cfg, "spatial_merge_size", None), int) or (
             isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1])
-        if merge and ("hidden_states" in params and isinstance(getattr(cfg, "temporal_patch_size", None), int)
-                      or "pixel_values" in params):
+        if merge and ("hidden_states" in params and temporal_size(m) is not None or "pixel_values" in params):
             return m
     return None
 
