@@ -1392,8 +1392,11 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
         where, _, _ = patchify(coords)
         where = where.reshape(*where.shape[:2], -1)    # (a raster tower's processor gives (1, T, C * t, p, p))
-        step = temporal * p * p
-        cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
+        # where the processor puts a patch's first value of channel 1: (C, t, p, p) -> t * p * p, (p, p, C, t) -> t
+        marked = torch.zeros(1, 3, *size)
+        marked[0, 1] = 1.0
+        second = int(patchify(marked)[0].reshape(*where.shape)[0, 0].nonzero()[0])
+        cell = (where[0, :, 0] * cols + where[0, :, second]).long()     # processor position -> raster cell
         moved = torch.arange(rows * cols)
         if "block" not in seen:     # a tower that keeps the processor's order (no blocks to match)
             placed = torch.empty(rows * cols, dtype=torch.long)
