@@ -134,3 +134,21 @@ def test_timm_hiera_verify_compares_what_is_shown_with_timms_own_record(tmp_path
     vm._placers[0] = stages._unrolled(np.arange(256))      # stage 0's tokens taken as raster order
     wrong = vitviz.verify(vm)
     assert wrong.verdict == "differs" and wrong.first_differing_layer == 0 and wrong.max_attention > 1e-3
+
+
+def test_hf_hiera_verify_compares_what_is_shown_with_its_own_record() -> None:
+    """verify of transformers' HieraModel handed over: each shown block against the softmax its own attention modules
+    compute (a copy of its modules sharing its weights), each token placed by transformers' own `unroll` --
+    verified against transformers; stage 0's tokens taken in raster order instead differ."""
+    from vitviz.core.running.live import stages
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LiveWarning)
+        vm = vitviz.load(hf_hiera(), device="cpu")
+    check = vitviz.verify(vm)
+    assert check.verdict == "verified" and check.library == "transformers", check.reason
+    assert [len(blocks) for blocks in check.per_layer] == [4] and check.max_attention <= 1e-6
+    assert check.max_output <= 1e-5 and "HieraModel" in check.original
+    vm._placers[0] = stages._unrolled(np.arange(256))
+    wrong = vitviz.verify(vm)
+    assert wrong.verdict == "differs" and wrong.first_differing_layer == 0 and wrong.max_attention > 1e-3

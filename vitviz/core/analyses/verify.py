@@ -306,9 +306,9 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
-    if code is None and spec.family == "live" and library_asked in ("auto", "timm") and not arch_asked \
-            and (own := _timm_own(model)) is not None:   # timm's code runs it: its own record of the same model
-        return _verify_own_code(model, own, sizes, say, assumptions)
+    own = _own_code(model) if code is None and spec.family == "live" and not arch_asked else None
+    if own is not None and library_asked in ("auto", own[1]):   # its library's code runs it: its own record of it
+        return _verify_own_code(model, *own, sizes, say, assumptions)
     if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
         return _verify_windowed(model, against, code, sizes, device, progress)
     if code is not None and spec.family == "live":
@@ -1796,6 +1796,7 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # timm models run by their own code: what vitviz shows against timm's own record of the same model's attention
+# (transformers' HieraModel handed over alike: its attention modules' own softmax, its tokens by its `unroll`)
 #
 # A timm architecture vitviz does not convert (CaiT's talking heads and class attention, Hiera's mask units ...) runs
 # by timm's own code: a live object, or a timm hub folder built from its config.json (`load._timm_by_code`). No
@@ -1828,50 +1829,53 @@ OWN_CODE_SIZE = ("the size the model's own code was built for only: vitviz runs 
 _SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
 
 
-def _timm_own(model: Any) -> nn.Module | None:
-    """The timm module a live model runs (`model.net`), when verify can record its attention itself: a plain
-    model's (`LiveModel`), or a Hiera's shown per stage (its `unroll`); None otherwise."""
+def _own_code(model: Any) -> tuple[nn.Module, str] | None:
+    """(the module a live model runs, its library) when verify can record its attention itself: a timm model's, plain
+    (`LiveModel`) or a Hiera shown per stage (its `unroll`), or transformers' `HieraModel` (its `unroll_schedule`);
+    None otherwise."""
     from vitviz.core.running.live.stages import StagedModel
 
     net = getattr(model, "net", None)
-    if not isinstance(net, nn.Module) or not type(net).__module__.startswith("timm."):
+    if not isinstance(net, nn.Module) or not _own_attention(net):
         return None
-    if isinstance(model, StagedModel) and not isinstance(getattr(net, "unroll", None), nn.Module):
-        return None
-    return net if _timm_attention(net) else None
+    staged = isinstance(model, StagedModel)
+    if type(net).__module__.startswith("timm.") and (not staged or isinstance(getattr(net, "unroll", None), nn.Module)):
+        return net, "timm"
+    if staged and type(net).__module__.startswith("transformers.models.hiera.") and hasattr(net, "unroll_schedule"):
+        return net, "transformers"
+    return None
 
 
-def _verify_own_code(model: Any, net: nn.Module, sizes: Sequence[int | tuple[int, int]] | None, say: Progress,
-                     assumptions: tuple[str, ...]) -> Verification:
-    """`verify(model)` for a timm model vitviz runs by its own code: the section's comparison."""
-    from vitviz.core.running.live.stages import StagedModel
+def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[int | tuple[int, int]] | None,
+                     say: Progress, assumptions: tuple[str, ...]) -> Verification:
+    """`verify(model)` for a model vitviz runs by its library's own code: the section's comparison."""
+    from vitviz.core.running.live.stages import StagedModel, _output
 
     spec = model.spec
-    if (missing := _not_importable("timm")):
-        return Verification(UNVERIFIED, library="timm", assumptions=assumptions, reason=missing)
-    import timm
-
-    by_file = _by_timm_code(spec) and Path(spec.source).exists()
-    say(0.0, "Building the timm original…")
+    if (missing := _not_importable(library)):
+        return Verification(UNVERIFIED, library=library, assumptions=assumptions, reason=missing)
+    version = _version(library)
+    by_file = library == "timm" and _by_timm_code(spec) and Path(spec.source).exists()
+    say(0.0, f"Building the {library} original…")
     try:
-        original, what = (_timm_from_folder(model, Path(spec.source)) if by_file else _shared_copy(net))
+        original, what = (_timm_from_folder(model, Path(spec.source)) if by_file else _shared_copy(net, library))
     except _WeightsDoNotFit as e:
-        return Verification(DIFFERS, library="timm", version=timm.__version__, original=e.what,
-                            against=f"timm {timm.__version__}", assumptions=assumptions, reason=str(e))
+        return Verification(DIFFERS, library=library, version=version, original=e.what,
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
     order = getattr(getattr(model, "layout", None), "order", None)
     if order is not None and list(order) != sorted(order):
-        return Verification(UNVERIFIED, library="timm", version=timm.__version__, assumptions=assumptions,
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions,
                             reason="vitviz shows this model's tokens in another order than its code keeps them "
                                    f"({list(order)[:6]} ...): verify lays the original's maps out in the model's "
                                    "own order only")
     staged = isinstance(model, StagedModel)
     shown = {model.names[i] for i in model.shown} if staged else {name for name, _ in model.layers}
     unshown = {name for name, *_ in model.skipped}
-    recorded = {name for name, _ in _timm_attention(original)}
+    recorded = {name for name, _ in _own_attention(original)}
     if not shown <= recorded:
-        return Verification(UNVERIFIED, library="timm", version=timm.__version__, assumptions=assumptions,
-                            reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no timm "
-                                   "attention modules (fused_attn, attn_drop) verify records the weights of")
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions,
+                            reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no "
+                                   f"{library} attention modules (fused_attn, attn_drop) verify records the weights of")
     place = _hiera_placer(model, original) if staged else _on_vitviz_grid(model)
     what += (", each attention module's weights read where its own code has them (attn_drop's input, its softmax, "
              "or its SDPA call's probabilities), laid out by the model's own token order")
@@ -1881,13 +1885,12 @@ def _verify_own_code(model: Any, net: nn.Module, sizes: Sequence[int | tuple[int
             if name not in unshown:   # (one vitviz neither shows nor says it leaves out: counted, unmatched)
                 each(place(size, weights.detach().float().cpu()))
         with torch.inference_mode():
-            out = _timm_recorded(original, x.to(_device_of(original)), keep)
-        return [], _main_tensor(out)
+            out = _recorded_by_modules(original, x.to(_device_of(original)), keep)
+        return [], _output(out, 1)[0] if staged else _main_tensor(out)
 
     checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
                else _sizes(spec, sizes))
-    check = _compare(model, _Original("timm", timm.__version__, what, run), checked, assumptions,
-                     _device_of(original), say)
+    check = _compare(model, _Original(library, version, what, run), checked, assumptions, _device_of(original), say)
     return dataclasses.replace(check, one_size=OWN_CODE_SIZE if sizes is None else "")
 
 
@@ -1902,24 +1905,24 @@ def _timm_from_folder(model: Any, path: Path) -> tuple[nn.Module, str]:
     return net.float().eval().to(model.device), what
 
 
-def _shared_copy(net: nn.Module) -> tuple[nn.Module, str]:
+def _shared_copy(net: nn.Module, library: str) -> tuple[nn.Module, str]:
     """A copy of the live module's modules holding its very parameters and buffers (no second copy of the weights):
     its attention switches and hooks are the copy's own, so the user's object is left as it is."""
     import copy
 
     memo = {id(t): t for t in (*net.parameters(), *net.buffers())}
     twin = copy.deepcopy(net, memo).eval()
-    return twin, f"timm {type(net).__name__}: the module given, its own code and weights"
+    return twin, f"{library} {type(net).__name__}: the module given, its own code and weights"
 
 
-def _timm_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
-    """timm's attention modules of `net`: those with its SDPA switch (`fused_attn`) or an `attn_drop` (CaiT's
-    talking-heads attention has only that)."""
-    return [(name, m) for name, m in net.named_modules()
-            if hasattr(m, "fused_attn") or isinstance(getattr(m, "attn_drop", None), nn.Module)]
+def _own_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The attention modules of `net`: timm's, with its SDPA switch (`fused_attn`) or an `attn_drop` (CaiT's
+    talking-heads attention has only that), and Hiera's (`use_mask_unit_attn`: transformers' too)."""
+    return [(name, m) for name, m in net.named_modules() if hasattr(m, "fused_attn") or hasattr(m, "use_mask_unit_attn")
+            or isinstance(getattr(m, "attn_drop", None), nn.Module)]
 
 
-def _timm_recorded(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None]) -> Any:
+def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None]) -> Any:
     """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code computes them
     (see the section): the input of its `attn_drop`, the softmax its forward computes where it has none, or where
     its attention is fused, the probabilities of its SDPA call (`_sdpa_weights`)."""
@@ -1931,7 +1934,7 @@ def _timm_recorded(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.T
     def left(_m: nn.Module, _a: Any, _o: Any) -> None:
         inside.pop()
 
-    for name, m in _timm_attention(net):
+    for name, m in _own_attention(net):
         handles.append(m.register_forward_pre_hook(lambda m, _a, name=name: inside.append((name, m))))
         handles.append(m.register_forward_hook(left))
         drop = getattr(m, "attn_drop", None)
@@ -1997,16 +2000,23 @@ def _on_vitviz_grid(model: Any) -> Callable[[tuple[int, int], torch.Tensor], np.
 def _hiera_placer(model: Any, net: nn.Module) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
     """Hiera's (1, H, W, n, n) or (1, H, N, N) maps of the blocks vitviz shows, in call order, laid on each block's
     windows as vitviz draws them (see the section): the cells of the tokens by the model's own `unroll`."""
-    grid = [int(v) for v in net.unroll.size]
+    import sys
+
+    if isinstance(getattr(net, "unroll", None), nn.Module):      # timm's `Unroll` module
+        grid, unroll = [int(v) for v in net.unroll.size], net.unroll
+    else:                                                         # transformers' `unroll` function
+        cfg = net.config
+        grid = [int(s) // int(t) for s, t in zip(cfg.image_size, cfg.patch_stride)]
+        unroll = functools.partial(sys.modules[type(net).__module__].unroll, image_shape=list(cfg.image_size),
+                                   patch_stride=list(cfg.patch_stride), schedule=net.unroll_schedule)
     rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
     with torch.inference_mode():
-        coords = net.unroll(torch.stack([rows.flatten(), cols.flatten()], -1)[None].float())[0]   # (N, 2)
+        coords = unroll(torch.stack([rows.flatten(), cols.flatten()], -1)[None].float())[0]   # (N, 2)
     pooled = {name for name, *_ in model.skipped}
-    blocks = _timm_attention(net)
     cells_of: list[torch.Tensor] = []
-    for name, m in blocks:      # the cells of each shown block's tokens, in the model's order
+    for name, m in _own_attention(net):     # the cells of each shown block's tokens, in the model's order
         if name in pooled:
-            q = int(m.q_stride)
+            q = int(getattr(m, "q_stride", None) or m.query_stride)
             coords = coords.view(q, -1, 2).amax(dim=0) // 2
             grid = [(g + 1) // 2 for g in grid]
             continue
