@@ -647,8 +647,10 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
     coords[0] = torch.arange(x.shape[-2]).div(packer.patch_size, rounding_mode="floor")[:, None].float()
     coords[1] = torch.arange(x.shape[-1]).div(packer.patch_size, rounding_mode="floor")[None, :].float()
     where = packer.pack(coords)[0].reshape(n, -1)                    # (a raster tower's patches: (1, T, ...) too)
-    per = packer.temporal * packer.patch_size ** 2
-    cell = (where[:, 0] * cols + where[:, per]).long()              # packed position -> raster cell
+    marked = torch.zeros_like(x[0])
+    marked[1] = 1.0                                                  # where a patch's first value of channel 1 is
+    second = int(packer.pack(marked)[0].reshape(n, -1)[0].nonzero()[0])
+    cell = (where[:, 0] * cols + where[:, second]).long()           # packed position -> raster cell
     argument = "hidden_states" if "hidden_states" in _params(tower.forward) else "pixel_values"
     blocks = getattr(tower, "blocks", None)
     if not isinstance(blocks, torch.nn.ModuleList):

@@ -1,9 +1,10 @@
-"""Packed-patch vision towers whose configs state no `temporal_patch_size` (their image processors' is for video):
-Cosmos 3 Edge's packed SigLIP 2 (`pixel_values` in 2 x 2 merge blocks, each patch's values laid out (p, p, C) as
-SigLIP 2's processor lays them), Dots3 Note's (`pixel_values`, a Conv2d patch embedding, 2-D RoPE; its files in its
-original checkpoint's layout, `vision_encoder.`, which its classes' own conversion mappings rename) and ERNIE
-4.5-VL's (`hidden_states`, a Linear patch embedding; its files under `model.vision_model.`). Each holds one time
-step per patch, as its patch embedding says (`vitviz.core.running.live.packing.temporal_size`).
+"""Packed-patch vision towers whose configs state no `temporal_patch_size` (their image processors' is for video, or
+a default): Cosmos 3 Edge's packed SigLIP 2 (`pixel_values` in 2 x 2 merge blocks, each patch's values laid out
+(p, p, C) as SigLIP 2's processor lays them), Dots3 Note's (`pixel_values`, a Conv2d patch embedding, 2-D RoPE; its
+files in its original checkpoint's layout, `vision_encoder.`, which its classes' own conversion mappings rename) and
+ERNIE 4.5-VL's (`hidden_states`, a Linear patch embedding; its files under `model.vision_model.`) hold one time step
+per patch, Muse Glimmer's two (raster patches laid out (t, C, p, p), moved into windows of its position table's size
+before its blocks, merged after them), as their patch embeddings say (`vitviz.core.running.live.packing.temporal_size`).
 
 Each is built tiny with random weights as the whole model (a one-layer text model beside it), saved with
 `save_pretrained` and opened by file, handed over as the whole model, and as its tower. The reference is
@@ -62,6 +63,17 @@ def _ernie4_5_vl() -> Any:
     return transformers.Ernie4_5_VLMoeForConditionalGeneration(config)
 
 
+def _muse_glimmer() -> Any:
+    vision = dict(VISION, patch_temporal=2, merge_size=2, pos_emb_height=4, pos_emb_width=4,
+                  layer_types=["window_attention", "full_attention"])     # windows of 4 x 4 patches: 2 x 3 of them
+    del vision["spatial_merge_size"]
+    text = dict(TEXT, moe_intermediate_size=32, num_local_experts=2, num_experts_per_tok=1, moe_hidden_size=32,
+                bos_token_id=1, eos_token_id=2)
+    config = transformers.MuseGlimmerConfig(vision_config=vision, text_config=text, projector_hidden_size=32,
+                                            out_hidden_size=32)
+    return transformers.MuseGlimmerForConditionalGeneration(config)
+
+
 # model_type: (builder, the tower inside the whole model, its image processor class, its tower class, the argument
 # its forward takes the packed patches as)
 MODELS = {
@@ -71,7 +83,10 @@ MODELS = {
                    "pixel_values"),
     "ernie4_5_vl_moe": (_ernie4_5_vl, lambda m: m.model.vision_tower, "Ernie4_5_VLMoeImageProcessor",
                         "Ernie4_5_VLMoeVisionTransformerPretrainedModel", "hidden_states"),
+    "muse_glimmer": (_muse_glimmer, lambda m: m.model.vision_tower, "MuseGlimmerImageProcessor",
+                     "MuseGlimmerVisionModel", "pixel_values"),
 }
+STEPS = {"muse_glimmer": 2}     # time steps per patch (the others' patch embeddings take 1)
 
 
 @pytest.fixture(scope="module")
@@ -109,18 +124,33 @@ transformers.AttentionInterface.register("temporal_recorded_eager", _recorded_at
 
 def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
     """transformers' per-layer (H, T, T) maps, each token put on the raster grid by where the model's own image
-    processor put its pixels (an image of patch coordinates packed alike), and its tokens' mean."""
+    processor put its pixels (an image of patch coordinates packed alike) and, where the tower moves its tokens into
+    windows (Muse Glimmer), by which row of its first block's input each is (an exact match); and its tokens' mean.
+    A windowed layer's windows are laid on the diagonal of the sequence it attends over."""
     config = tower.config
     processor = getattr(transformers, MODELS[name][2])()
-    patches, gh, gw = processor.patchify(x, config.patch_size, config.spatial_merge_size, 1)
+    steps = STEPS.get(name, 1)
+
+    def patchify(image: torch.Tensor) -> Any:
+        if name == "muse_glimmer":       # raster patches: no merge size
+            return processor.patchify(image, config.patch_size, steps)
+        return processor.patchify(image, config.patch_size, config.spatial_merge_size, steps)
+
+    patches, gh, gw = patchify(x)
     coords = torch.zeros_like(x)
     coords[0, 0] = (torch.arange(SIZE[0]) // config.patch_size)[:, None].float()
     coords[0, 1] = (torch.arange(SIZE[1]) // config.patch_size)[None, :].float()
-    where, _, _ = processor.patchify(coords, config.patch_size, config.spatial_merge_size, 1)
-    p2 = config.patch_size ** 2
-    # a patch's values are (C, p, p) (Qwen2-VL, ERNIE) or (p, p, C) (Cosmos 3 Edge): channel 1 of its first pixel
-    second = 1 if name == "cosmos3_edge" else p2
-    cell = (where[0, :, 0] * gw + where[0, :, second]).long()          # position in the sequence -> raster cell
+    where, _, _ = patchify(coords)
+    # a patch's values are (C, t, p, p) (Qwen2-VL, ERNIE), (p, p, C) (Cosmos 3 Edge) or (t, C, p, p) (Muse):
+    # channel 1 of its first pixel
+    second = {"cosmos3_edge": 1}.get(name, config.patch_size ** 2)
+    cell = (where[0, :, 0] * gw + where[0, :, second]).long()          # processor position -> raster cell
+    seen: dict[str, torch.Tensor] = {}
+    hooks = []
+    if name == "muse_glimmer":       # its embeddings (normed) and what its first block takes: the window order
+        hooks = [tower.ln_pre.register_forward_hook(lambda _m, _a, o: seen.update(embed=o)),
+                 tower.layers[0].register_forward_pre_hook(
+                     lambda _m, a, kw: seen.update(block=a[0] if a else kw["hidden_states"]), with_kwargs=True)]
     own = config._attn_implementation
     config._attn_implementation = "temporal_recorded_eager"
     _RECORDED.clear()
@@ -129,9 +159,29 @@ def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray]
             out = tower(**{MODELS[name][4]: patches[0]}, grid_thw=torch.tensor([[1, gh, gw]]))
     finally:
         config._attn_implementation = own
+        for h in hooks:
+            h.remove()
+    n = cell.numel()
+    moved = torch.arange(n)                                              # block position -> processor position
+    if seen:
+        d = torch.cdist(seen["block"].reshape(n, -1), seen["embed"].reshape(n, -1),
+                        compute_mode="donot_use_mm_for_euclid_dist")
+        assert float(d.min(dim=1).values.max()) == 0.0
+        moved = d.argmin(dim=1)
     placed = torch.empty_like(cell)
-    placed[cell] = torch.arange(cell.numel())                            # raster cell -> position in the sequence
-    maps = [m[:, placed][:, :, placed].numpy() for m in _RECORDED]
+    placed[cell[moved]] = torch.arange(n)                                # raster cell -> position in the blocks
+    maps, i = [], 0
+    while i < len(_RECORDED):       # one layer: as many calls as cover the n tokens (its windows)
+        parts, covered = [], 0
+        while covered < n:
+            parts.append(_RECORDED[i])
+            covered += int(_RECORDED[i].shape[-1])
+            i += 1
+        full, at = torch.zeros(parts[0].shape[0], n, n), 0
+        for part in parts:
+            full[:, at:at + part.shape[-1], at:at + part.shape[-1]] = part
+            at += int(part.shape[-1])
+        maps.append(full[:, placed][:, :, placed].numpy())
     return maps, out.last_hidden_state.mean(dim=0).numpy()
 
 
@@ -163,7 +213,7 @@ def test_parity(tmp_path: Path, built: dict[str, Any], name: str, route: str) ->
         np.testing.assert_allclose(ours[0, i], ref, atol=ATOL, err_msg=f"layer {i}")
     np.testing.assert_allclose(out[0], pooled, atol=ATOL)
     path = vm.spec.source_of("path")
-    assert "1 time step" in path and MODELS[name][3] in path
+    assert f"{STEPS.get(name, 1)} time step" in path and MODELS[name][3] in path
     assert ("by its code" in path) == (route != "tower")
 
 
@@ -181,7 +231,7 @@ def test_a_patch_laid_out_channels_first_is_seen(tmp_path: Path, built: dict[str
     vm = _load(_saved("cosmos3_edge", built, tmp_path))
     x = torch.randn(1, 3, *SIZE, generator=torch.Generator().manual_seed(3))
     right = vm.forward_captured(x)[0]
-    vm.net.channels_last = False
+    vm.net.layout = "(C, t, p, p)"
     assert np.abs(vm.forward_captured(x)[0] - right).max() > 1e-3
     check = vitviz.verify(vm)
     assert check.verdict == "differs" and check.first_differing_layer == 0
@@ -196,3 +246,17 @@ def test_dots3_file_is_its_original_layout(tmp_path: Path, built: dict[str, Any]
     tower = MODELS["dots3_note"][1](_model("dots3_note", built))
     assert raw.tower.prefix == "vision_encoder." and len(raw.tensors) == len(tower.state_dict())
     assert any(".norm_1." in k for k in raw.tensors) and not any(".norm1." in k for k in raw.tensors)
+
+
+def test_muse_windows_are_placed_by_its_own_window_order(built: dict[str, Any],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Muse Glimmer moves its raster patches into windows of 4 x 4 patches before its blocks (its module's
+    `get_vision_window_index`); the maps taken in raster order instead differ: the parity above can fail."""
+    from vitviz.core.running.live.packing import PackedTower
+
+    vm = _load(MODELS["muse_glimmer"][1](_model("muse_glimmer", built)))
+    assert "blocks 0 attend within windows of 16 px" in vm.spec.source_of("path")
+    x = torch.randn(1, 3, *SIZE, generator=torch.Generator().manual_seed(3))
+    right = vm.forward_captured(x)[0]
+    monkeypatch.setattr(PackedTower, "_window_position", lambda self, rows, cols: None)
+    assert np.abs(vm.forward_captured(x)[0] - right).max() > 1e-3

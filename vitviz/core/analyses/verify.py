@@ -1366,11 +1366,12 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     temporal = int(temporal_size(net) or 1)    # (the tower's own: a processor's default may be a video's)
 
     def patchify(image: torch.Tensor) -> Any:
-        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (as many of them
-        as it takes: Kimi-K2.5's takes the patch size alone)."""
-        sizes = (int(net.config.patch_size), int(merge_size(net.config) or 1), temporal)
-        taken = len(inspect.signature(processor.patchify).parameters) - 1
-        return processor.patchify(image, *sizes[:taken])
+        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (those it takes, by
+        name: Kimi-K2.5's takes the patch size alone, Muse Spark's no merge size)."""
+        sizes = {"patch_size": int(net.config.patch_size), "merge_size": int(merge_size(net.config) or 1),
+                 "temporal_patch_size": temporal}
+        taken = inspect.signature(processor.patchify).parameters
+        return processor.patchify(image, **{k: v for k, v in sizes.items() if k in taken})
     processor = None
     if packed:
         kind = raw.tower.model_type.removesuffix("_thinker")   # (an Omni thinker: the whole model's processor)
@@ -1402,8 +1403,10 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
             placed = torch.empty(rows * cols, dtype=torch.long)
             placed[cell] = torch.arange(rows * cols)
             return placed
-        distance, match = torch.cdist(seen["block"].float(), seen["embed"].float(),
-                                      compute_mode="donot_use_mm_for_euclid_dist").min(dim=1)
+        block, embedded = seen["block"].float(), seen["embed"].float()
+        block, embedded = block.reshape(-1, block.shape[-1]), embedded.reshape(-1, embedded.shape[-1])
+        distance, match = torch.cdist(block, embedded, compute_mode="donot_use_mm_for_euclid_dist").min(dim=1) \
+            if block.shape == embedded.shape == (rows * cols, block.shape[-1]) else (torch.ones(1), moved)
         if bool((distance == 0).all()) and torch.equal(match.sort().values, moved):
             moved = match.cpu()                                          # block position -> processor position
         placed = torch.empty(rows * cols, dtype=torch.long)
@@ -1415,9 +1418,11 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         net.config._attn_implementation = "vitviz_recorded_eager"
         _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
-        embed = getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)    # (Ovis 2.5: embeddings,
+        # what the blocks' input is made of before any reordering (Ovis 2.5: embeddings, layers; Cosmos 3 Edge:
+        # encoder.layers; Muse Spark: its embeddings normed by ln_pre, then reordered into windows)
+        embed = getattr(net, "ln_pre", None) or getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)
         blocks = getattr(net, "blocks", None) or getattr(net, "layers", None) or \
-            getattr(getattr(net, "encoder", None), "layers", None)      # layers; Cosmos 3 Edge: encoder.layers)
+            getattr(getattr(net, "encoder", None), "layers", None)
 
         def block_input(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             seen.setdefault("block", args[0] if args else kwargs["hidden_states"])
@@ -1426,7 +1431,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
             seen.setdefault("embed", out)
 
         hooks = [embed.register_forward_hook(embedded),
-                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] if packed and not raster else []
+                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] if packed else []
         try:
             with torch.inference_mode():
                 if packed:

@@ -113,6 +113,9 @@ BY_CODE = {
     "cosmos3_edge_vision": ("cosmos3_edge", "Cosmos3EdgeVisionModel"),
     "dots3_note_vision_encoder": ("dots3_note", "Dots3NoteVisionModel"),
     "ernie4_5_vl_moe_vision": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeVisionTransformerPretrainedModel"),
+    # raster patches of two time steps, in windows (`packing.PATCH_LAYOUTS`)
+    "muse_spark_vision": ("muse_spark", "MuseSparkVisionModel"),
+    "muse_glimmer_vision": ("muse_glimmer", "MuseGlimmerVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -149,6 +152,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cosmos3_edge": ("vision_config", _VISUAL),
     "dots3_note": ("vision_config", ("model.vision_tower.", "vision_tower.", "vision_encoder.")),
     "ernie4_5_vl_moe": ("vision_config", ("model.vision_tower.", "vision_tower.", "model.vision_model.")),
+    "muse_spark": ("vision_config", _LLAVA), "muse_glimmer": ("vision_config", _LLAVA),
 }
 # Composite models whose files transformers writes in the original checkpoint's layout (its conversion mapping for
 # the model_type, reversed on saving): their tower tensors are renamed and converted (Mistral's interleaved-RoPE q/k
