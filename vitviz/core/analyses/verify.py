@@ -1431,7 +1431,8 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
             seen.setdefault("embed", out)
 
         hooks = [embed.register_forward_hook(embedded),
-                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] if packed else []
+                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] \
+            if packed and isinstance(embed, nn.Module) and blocks else []     # (PaddleOCR-VL's: neither found)
         try:
             with torch.inference_mode():
                 if packed:
