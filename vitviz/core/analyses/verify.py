@@ -1815,9 +1815,10 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 # model's eager path is another computation, whose float differences in layers vitviz does not show reach the ones
 # it does: 9e-5 on a tiny NextViT), its attention read at the boundary of its own attention modules, not by
 # vitviz's recorder: the input of a module's `attn_drop` (an identity in eval, right before `attn @ v`: the weights
-# it applies, after CaiT's talking-heads mix), the softmax its forward computes where it has none (Hiera's), and
-# where it is fused, the probabilities its SDPA call computes on that call's own q, k, mask and scale. Each map is
-# laid out as vitviz shows it by the model's own token order:
+# it applies, after CaiT's talking-heads mix); where it has none (Hiera's, LeViT's), the left operand of the first
+# product after its softmax whose shape is the softmax's (the softmax itself, or EfficientFormerV2's mixed by its
+# talking-heads convolution); where it is fused, the probabilities its SDPA call computes on that call's own q, k,
+# mask and scale. Each map is laid out as vitviz shows it by the model's own token order:
 #
 # - a plain model's (1, H, q, k) on vitviz's T x T grid: q == k == T as it is; q == k < T (tokens that join later,
 #   CaiT's class token, concatenated before the others) in the lower right; q < k == T (the joining queries over
@@ -1833,6 +1834,7 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
 OWN_CODE_SIZE = ("the size the model's own code was built for only: vitviz runs it as built (nothing vitviz converts "
                  "depends on the size); pass sizes= to compare at others it takes")
 _SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
+_PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 
 
 def _own_code(model: Any) -> tuple[nn.Module, str] | None:
@@ -1891,7 +1893,7 @@ def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[i
             if name not in unshown:   # (one vitviz neither shows nor says it leaves out: counted, unmatched)
                 each(place(size, weights.detach().float().cpu()))
         with torch.inference_mode():
-            out = _recorded_by_modules(original, x.to(_device_of(original)), keep)
+            out = _recorded_by_modules(original, x.to(_device_of(original)), keep, shown | unshown)
         return [], _output(out, 1)[0] if staged else _main_tensor(out)
 
     checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
@@ -1922,23 +1924,32 @@ def _shared_copy(net: nn.Module, library: str) -> tuple[nn.Module, str]:
 
 
 def _own_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The attention modules of `net`: timm's, with its SDPA switch (`fused_attn`) or an `attn_drop` (CaiT's
-    talking-heads attention has only that), and Hiera's (`use_mask_unit_attn`: transformers' too)."""
+    """The attention modules of `net`: timm's, with its SDPA switch (`fused_attn`), an `attn_drop` (CaiT's
+    talking-heads attention has only that) or an attention class's name and head count (LeViT's, EfficientFormer's,
+    MViTv2's), and Hiera's (`use_mask_unit_attn`: transformers' too)."""
     return [(name, m) for name, m in net.named_modules() if hasattr(m, "fused_attn") or hasattr(m, "use_mask_unit_attn")
-            or isinstance(getattr(m, "attn_drop", None), nn.Module)]
+            or isinstance(getattr(m, "attn_drop", None), nn.Module)
+            or ("Attention" in type(m).__name__ and isinstance(getattr(m, "num_heads", None), int))]
 
 
-def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None]) -> Any:
-    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code computes them
-    (see the section): the input of its `attn_drop`, the softmax its forward computes where it has none, or where
-    its attention is fused, the probabilities of its SDPA call (`_sdpa_weights`)."""
+def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None],
+                         named: set[str]) -> Any:
+    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code applies them
+    (see the section): the input of its `attn_drop`; where it has none, the left operand of the first product after
+    its softmax whose shape is the softmax's (the softmax itself in `attn @ v`; EfficientFormerV2's talking heads
+    mixed by a convolution after it), or the softmax when no such product follows in the module; where its attention
+    is fused, the probabilities of its SDPA call (`_sdpa_weights`). A call inside attention modules nested in one
+    another is the innermost one's among those `named` (vitviz's layers, shown or said), else the innermost one's."""
     from torch.overrides import TorchFunctionMode
 
     inside: list[tuple[str, nn.Module]] = []
+    waiting: dict[str, torch.Tensor] = {}      # a module's softmax whose product is still to come
     handles = []
 
     def left(_m: nn.Module, _a: Any, _o: Any) -> None:
-        inside.pop()
+        name, _ = inside.pop()
+        if name in waiting:                    # no product of its shape followed: the softmax as it is
+            keep(name, waiting.pop(name))
 
     for name, m in _own_attention(net):
         handles.append(m.register_forward_pre_hook(lambda m, _a, name=name: inside.append((name, m))))
@@ -1951,12 +1962,21 @@ def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, t
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             out = func(*args, **(kwargs or {}))
-            if inside:
-                name, m = inside[-1]
-                if func is torch.nn.functional.scaled_dot_product_attention:
-                    keep(name, _sdpa_weights(*args, **(kwargs or {})))
-                elif func in _SOFTMAXES and not isinstance(getattr(m, "attn_drop", None), nn.Module):
-                    keep(name, out)
+            if not inside:
+                return out
+            name, m = next((n for n in reversed(inside) if n[0] in named), inside[-1])
+            if func is torch.nn.functional.scaled_dot_product_attention:
+                keep(name, _sdpa_weights(*args, **(kwargs or {})))
+            elif isinstance(getattr(m, "attn_drop", None), nn.Module):
+                pass                                                    # read at its attn_drop
+            elif func in _SOFTMAXES:
+                if name in waiting:
+                    keep(name, waiting.pop(name))
+                waiting[name] = out
+            elif func in _PRODUCTS and name in waiting and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].shape == waiting[name].shape:
+                del waiting[name]
+                keep(name, args[0])
             return out
 
     try:
