@@ -1885,8 +1885,8 @@ def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[i
                             reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no "
                                    f"{library} attention modules (fused_attn, attn_drop) verify records the weights of")
     place = _hiera_placer(model, original) if staged else _on_vitviz_grid(model)
-    what += (", each attention module's weights read where its own code has them (attn_drop's input, its softmax, "
-             "or its SDPA call's probabilities), laid out by the model's own token order")
+    what += (", each attention module's weights read where its own code applies them (attn_drop's input, the "
+             "product after its softmax, or its SDPA call's probabilities), laid out by the model's own token order")
 
     def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         def keep(name: str, weights: torch.Tensor) -> None:
