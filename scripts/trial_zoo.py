@@ -598,28 +598,22 @@ def packed_tower_of(model: Any) -> Any:
     """The model's vision tower whose forward takes packed patches and `grid_thw`, or None: the Qwen-VL family's (a
     forward of `hidden_states` and `grid_thw`, a config stating patch, temporal patch and merge sizes) and its
     relatives that name the packed patches `pixel_values` (merge blocks, Ovis 2.5; raster order, PaddleOCR-VL,
-    HunYuan-VL, Kimi-K2.5), whose config states a patch size and a merge size (`spatial_merge_size`, or Kimi-K2.5's
-    square `merge_kernel_size`)."""
+    HunYuan-VL, Kimi-K2.5, Muse Spark), whose config states a patch size and a merge size (`spatial_merge_size`,
+    Kimi-K2.5's square `merge_kernel_size`, Muse Spark's `merge_size`: `packing.merge_size`); a `hidden_states` tower's time steps per patch as its config or its patch embedding
+    says (ERNIE 4.5-VL's: `packing.temporal_size`)."""
     import torch
+
+    from vitviz.core.running.live.packing import merge_size, temporal_size
 
     for m in model.modules():
         cfg = getattr(m, "config", None)
         params = _params(m.forward) if isinstance(m, torch.nn.Module) else set()
         if "grid_thw" not in params or not isinstance(getattr(cfg, "patch_size", None), int):
             continue
-        kernel = getattr(cfg, "merge_kernel_size", None)
-        merge = isinstance(getattr(cfg, "spatial_merge_size", None), int) or (
-            isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1])
-        if merge and ("hidden_states" in params and isinstance(getattr(cfg, "temporal_patch_size", None), int)
-                      or "pixel_values" in params):
+        merge = merge_size(cfg) is not None
+        if merge and ("hidden_states" in params and temporal_size(m) is not None or "pixel_values" in params):
             return m
     return None
-
-
-def _merge_side(tower: Any) -> int:
-    """The side of a packed tower's merge block in patches (`spatial_merge_size` or `merge_kernel_size`)."""
-    merge = getattr(tower.config, "spatial_merge_size", None)
-    return merge if isinstance(merge, int) else int(tower.config.merge_kernel_size[0])
 
 
 def packed_reference(tower: Any, x: Any) -> list[Any]:
@@ -645,8 +639,10 @@ def packed_reference(tower: Any, x: Any) -> list[Any]:
     coords[0] = torch.arange(x.shape[-2]).div(packer.patch_size, rounding_mode="floor")[:, None].float()
     coords[1] = torch.arange(x.shape[-1]).div(packer.patch_size, rounding_mode="floor")[None, :].float()
     where = packer.pack(coords)[0].reshape(n, -1)                    # (a raster tower's patches: (1, T, ...) too)
-    per = packer.temporal * packer.patch_size ** 2
-    cell = (where[:, 0] * cols + where[:, per]).long()              # packed position -> raster cell
+    marked = torch.zeros_like(x[0])
+    marked[1] = 1.0                                                  # where a patch's first value of channel 1 is
+    second = int(packer.pack(marked)[0].reshape(n, -1)[0].nonzero()[0])
+    cell = (where[:, 0] * cols + where[:, second]).long()           # packed position -> raster cell
     argument = "hidden_states" if "hidden_states" in _params(tower.forward) else "pixel_values"
     blocks = getattr(tower, "blocks", None)
     if not isinstance(blocks, torch.nn.ModuleList):
@@ -942,7 +938,9 @@ def run_hf(model_type: str, class_name: str, work: Path) -> dict[str, Any]:
     size = _hf_size(model)
     tower = packed_tower_of(model)
     if tower is not None:     # (a packed-patch tower takes whole merge blocks only)
-        block = tower.config.patch_size * _merge_side(tower)
+        from vitviz.core.running.live.packing import merge_size
+
+        block = tower.config.patch_size * int(merge_size(tower.config))
         size = (2 * block, 3 * block)
     try:
         probe = reference_maps(pristine, torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(1)))

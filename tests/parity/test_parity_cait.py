@@ -104,9 +104,27 @@ def test_cait_live_stops_early_and_keeps_rows() -> None:
     np.testing.assert_allclose(rows[0], full[:, :, [0, 5]], atol=ATOL)
 
 
-def test_cait_verify_gives_its_verdict() -> None:
-    check = vitviz.verify(load_quietly(cait()))
-    assert check.verdict == "unverified" and "live model runs its own code" in check.reason
+@pytest.mark.parametrize("route", ["live", "hub folder"])
+def test_cait_verify_compares_what_is_shown_with_timms_own_record(tmp_path, route: str) -> None:
+    """verify of CaiT run by timm's code: each layer vitviz shows against timm's own weights of the same model (read
+    at attn_drop, fused attention off; a fresh build from the folder, or a copy of the live module sharing its
+    weights), laid on the T x T grid -- verified, with the maxima; a shown map changed (heads swapped) differs."""
+    model = cait()
+    if route == "live":
+        vm = load_quietly(model)
+    else:
+        timm.models._hub.save_for_hf(model, str(tmp_path), model_args=ARGS, safe_serialization=True)
+        vm = load_quietly(tmp_path)
+    check = vitviz.verify(vm)
+    assert check.verdict == "verified" and check.library == "timm", check.reason
+    assert [len(layers) for layers in check.per_layer] == [4] and check.max_attention <= 1e-6
+    assert check.max_output <= 1e-5 and check.sizes == ((32, 32),) and "built for" in check.one_size
+    assert ("config.json" in check.original) == (route == "hub folder")
+    assert all(blk.attn.fused_attn for blk in model.blocks_token_only)      # the user's object left as it was
+    shown = vm.forward_streamed
+    vm.forward_streamed = lambda x, each: shown(x, lambda layer: each(layer.flip(1)))   # heads in another order
+    wrong = vitviz.verify(vm)
+    assert wrong.verdict == "differs" and wrong.first_differing_layer == 0 and wrong.max_attention > 1e-4
 
 
 @pytest.mark.parametrize("name", ["cait_xxs24_224.pth", "model.pth"])

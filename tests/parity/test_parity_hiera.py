@@ -106,3 +106,49 @@ def test_timm_hiera_is_shown_per_stage() -> None:
     assert [g.describe() for g in r.geometry] == ["windowed (8×8)", "windowed (4×4)", "global (4×4)"]
     with pytest.raises(vitviz.VitvizError, match="runs at 64x64 only"):
         vm.run(torch.randn(1, 3, 96, 96))
+
+
+@pytest.mark.parametrize("route", ["live", "hub folder"])
+def test_timm_hiera_verify_compares_what_is_shown_with_timms_own_record(tmp_path, route: str) -> None:
+    """verify of a timm Hiera run by its code: each shown block's windows against timm's own softmax of the same
+    model (fused attention off), each token placed by the model's own `unroll` -- verified; tokens placed in raster
+    order instead (no unroll) differ."""
+    timm = pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    from vitviz.core.running.live import stages
+
+    args = dict(img_size=64, embed_dim=16, num_heads=1, stages=(1, 2, 2, 1), num_classes=5)
+    net = perturb(timm.create_model("hiera_tiny_224", pretrained=False, **args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LiveWarning)
+        if route == "live":
+            vm = vitviz.load(net, device="cpu")
+        else:
+            save_for_hf(net, str(tmp_path), model_args=args, safe_serialization=True)
+            vm = vitviz.load(tmp_path, device="cpu")
+    check = vitviz.verify(vm)
+    assert check.verdict == "verified" and check.library == "timm", check.reason
+    assert [len(blocks) for blocks in check.per_layer] == [3] and check.max_attention <= 1e-6
+    assert check.max_output <= 1e-5 and check.sizes == ((64, 64),)
+    vm._placers[0] = stages._unrolled(np.arange(256))      # stage 0's tokens taken as raster order
+    wrong = vitviz.verify(vm)
+    assert wrong.verdict == "differs" and wrong.first_differing_layer == 0 and wrong.max_attention > 1e-3
+
+
+def test_hf_hiera_verify_compares_what_is_shown_with_its_own_record() -> None:
+    """verify of transformers' HieraModel handed over: each shown block against the softmax its own attention modules
+    compute (a copy of its modules sharing its weights), each token placed by transformers' own `unroll` --
+    verified against transformers; stage 0's tokens taken in raster order instead differ."""
+    from vitviz.core.running.live import stages
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LiveWarning)
+        vm = vitviz.load(hf_hiera(), device="cpu")
+    check = vitviz.verify(vm)
+    assert check.verdict == "verified" and check.library == "transformers", check.reason
+    assert [len(blocks) for blocks in check.per_layer] == [4] and check.max_attention <= 1e-6
+    assert check.max_output <= 1e-5 and "HieraModel" in check.original
+    vm._placers[0] = stages._unrolled(np.arange(256))
+    wrong = vitviz.verify(vm)
+    assert wrong.verdict == "differs" and wrong.first_differing_layer == 0 and wrong.max_attention > 1e-3

@@ -531,10 +531,10 @@ def test_verify_with_a_timm_whose_import_raises_says_so(tmp_path: Path, tiny_ckp
     assert "operator torchvision::nms does not exist" in lines[0]
 
 
-def test_a_timm_hub_folder_run_by_timms_code_gets_a_reason_not_a_crash(tmp_path: Path) -> None:
+def test_a_timm_hub_folder_run_by_timms_code_gets_a_verdict_not_a_crash(tmp_path: Path) -> None:
     """A timm hub folder of an architecture vitviz does not convert (CaiT) runs by timm's own code; verify took it
-    for a transformers tower run by its code and crashed (AttributeError in towers.original_tower). It now says
-    why nothing is compared: timm's code runs, nothing was converted."""
+    for a transformers tower run by its code and crashed (AttributeError in towers.original_tower). It now compares
+    what vitviz shows with timm's own record of a fresh build from the folder (tests/parity/test_parity_cait.py)."""
     import warnings
 
     timm = pytest.importorskip("timm")
@@ -548,5 +548,29 @@ def test_a_timm_hub_folder_run_by_timms_code_gets_a_reason_not_a_crash(tmp_path:
         save_for_hf(net, str(tmp_path), safe_serialization=True, model_args=args)
         model = vitviz.load(str(tmp_path))
         check = vitviz.verify(model)
-    assert check.verdict == "unverified" and check.library == "timm"
-    assert "timm's own code runs this file" in check.reason and "converted nothing" in check.reason
+    assert check.verdict == "verified" and check.library == "timm", check.reason
+    assert "cait_xxs24_224" in check.original and "attn_drop" in check.original
+
+
+def test_a_timm_model_mixing_its_softmax_before_applying_it_is_verified_on_the_applied_weights(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """EfficientFormerV2's attention mixes its softmax over heads (talking_head2, a convolution) before `attn @ v`;
+    vitviz shows the weights applied to the values (said), and verify records the same from timm's module (the left
+    operand of the product after the softmax): verified. Recording the softmax itself instead differs."""
+    import warnings
+
+    timm = pytest.importorskip("timm")
+    from vitviz.core.analyses import verify as verify_module
+
+    torch.manual_seed(0)
+    net = timm.create_model("efficientformerv2_s0", pretrained=False, num_classes=5, depths=(1, 1, 1, 2),
+                            embed_dims=(8, 16, 24, 32), img_size=64).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(net, device="cpu", image_size=64)
+    check = vitviz.verify(model)
+    assert check.verdict == "verified" and check.library == "timm", check.reason
+    assert [len(layers) for layers in check.per_layer] == [3]
+    monkeypatch.setattr(verify_module, "_PRODUCTS", ())      # no product followed: each softmax as it is
+    wrong = vitviz.verify(model)
+    assert wrong.verdict == "differs" and wrong.first_differing_layer == 0

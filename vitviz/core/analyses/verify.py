@@ -27,7 +27,9 @@ layer; 'unverified' says why nothing was compared: nothing names the model (then
 vitviz's own guesses would prove nothing), the library is not importable, or no library builds that family.
 
 A windowed model (Swin, SAM, ViTDet) is compared block by block with the original its config or release name
-names: the last section.
+names: the last section. A timm model vitviz runs by its own code (CaiT, Hiera: live, or a timm hub folder) is
+compared with timm's own record of the same model's attention, laid out by the model's own token order: the section
+before it.
 """
 from __future__ import annotations
 
@@ -283,7 +285,8 @@ def verify(model: Any, against: str = "auto", code: str | None = None,
         UserCodeError: `code` cannot be imported or run, or the file's weights do not fit its model.
     """
     check = _verify(model, against, code, sizes, device, progress)
-    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped:   # `_sizes` left it out
+    # `_sizes` left the other size out (a model run by its own code says its own reason)
+    if sizes is None and check.verified and len(check.sizes) == 1 and not check.skipped and not check.one_size:
         return dataclasses.replace(check, one_size=ONE_SIZE)
     return check
 
@@ -303,6 +306,9 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     say = progress or (lambda _f, _t: None)
     spec = model.spec
     assumptions = tuple(name for name, _ in spec.assumptions)
+    own = _own_code(model) if code is None and spec.family == "live" and not arch_asked else None
+    if own is not None and library_asked in ("auto", own[1]):   # its library's code runs it: its own record of it
+        return _verify_own_code(model, *own, sizes, say, assumptions)
     if WINDOWS in capabilities_of(model):  # Swin, SAM / ViTDet: their originals built and compared per block
         return _verify_windowed(model, against, code, sizes, device, progress)
     if code is not None and spec.family == "live":
@@ -1344,7 +1350,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
     from vitviz.core.reading.towers import load_tower, original_tower
-    from vitviz.core.running.live.packing import RASTER, merge_size
+    from vitviz.core.running.live.packing import RASTER, merge_size, temporal_size
 
     raw = _read(path)
     config = transformers.AutoConfig.from_pretrained(str(_folder(path)), local_files_only=True)
@@ -1357,14 +1363,15 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
     packed = "grid_thw" in inspect.signature(net.forward).parameters
     raster = packed and net.config.model_type in RASTER
     argument = "hidden_states" if "hidden_states" in inspect.signature(net.forward).parameters else "pixel_values"
-    temporal = int(getattr(net.config, "temporal_patch_size", 1) or 1)
+    temporal = int(temporal_size(net) or 1)    # (the tower's own: a processor's default may be a video's)
 
     def patchify(image: torch.Tensor) -> Any:
-        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (as many of them
-        as it takes: Kimi-K2.5's takes the patch size alone)."""
-        sizes = (int(net.config.patch_size), int(merge_size(net.config) or 1), temporal)
-        taken = len(inspect.signature(processor.patchify).parameters) - 1
-        return processor.patchify(image, *sizes[:taken])
+        """The processor's `patchify` of `image` with the tower's patch, merge and temporal sizes (those it takes, by
+        name: Kimi-K2.5's takes the patch size alone, Muse Spark's no merge size)."""
+        sizes = {"patch_size": int(net.config.patch_size), "merge_size": int(merge_size(net.config) or 1),
+                 "temporal_patch_size": temporal}
+        taken = inspect.signature(processor.patchify).parameters
+        return processor.patchify(image, **{k: v for k, v in sizes.items() if k in taken})
     processor = None
     if packed:
         kind = raw.tower.model_type.removesuffix("_thinker")   # (an Omni thinker: the whole model's processor)
@@ -1386,15 +1393,20 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         coords[0, 1] = (torch.arange(size[1]) // p)[None, :].float()
         where, _, _ = patchify(coords)
         where = where.reshape(*where.shape[:2], -1)    # (a raster tower's processor gives (1, T, C * t, p, p))
-        step = temporal * p * p
-        cell = (where[0, :, 0] * cols + where[0, :, step]).long()       # processor position -> raster cell
+        # where the processor puts a patch's first value of channel 1: (C, t, p, p) -> t * p * p, (p, p, C, t) -> t
+        marked = torch.zeros(1, 3, *size)
+        marked[0, 1] = 1.0
+        second = int(patchify(marked)[0].reshape(*where.shape)[0, 0].nonzero()[0])
+        cell = (where[0, :, 0] * cols + where[0, :, second]).long()     # processor position -> raster cell
         moved = torch.arange(rows * cols)
         if "block" not in seen:     # a tower that keeps the processor's order (no blocks to match)
             placed = torch.empty(rows * cols, dtype=torch.long)
             placed[cell] = torch.arange(rows * cols)
             return placed
-        distance, match = torch.cdist(seen["block"].float(), seen["embed"].float(),
-                                      compute_mode="donot_use_mm_for_euclid_dist").min(dim=1)
+        block, embedded = seen["block"].float(), seen["embed"].float()
+        block, embedded = block.reshape(-1, block.shape[-1]), embedded.reshape(-1, embedded.shape[-1])
+        distance, match = torch.cdist(block, embedded, compute_mode="donot_use_mm_for_euclid_dist").min(dim=1) \
+            if block.shape == embedded.shape == (rows * cols, block.shape[-1]) else (torch.ones(1), moved)
         if bool((distance == 0).all()) and torch.equal(match.sort().values, moved):
             moved = match.cpu()                                          # block position -> processor position
         placed = torch.empty(rows * cols, dtype=torch.long)
@@ -1406,11 +1418,21 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         net.config._attn_implementation = "vitviz_recorded_eager"
         _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
-        embed = getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)    # (Ovis 2.5: embeddings,
-        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None)            # layers)
-        hooks = [embed.register_forward_hook(lambda _m, _a, o: seen.setdefault("embed", o)),
-                 blocks[0].register_forward_pre_hook(lambda _m, a: seen.setdefault("block", a[0]))] \
-            if packed and not raster else []
+        # what the blocks' input is made of before any reordering (Ovis 2.5: embeddings, layers; Cosmos 3 Edge:
+        # encoder.layers; Muse Spark: its embeddings normed by ln_pre, then reordered into windows)
+        embed = getattr(net, "ln_pre", None) or getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)
+        blocks = getattr(net, "blocks", None) or getattr(net, "layers", None) or \
+            getattr(getattr(net, "encoder", None), "layers", None)
+
+        def block_input(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen.setdefault("block", args[0] if args else kwargs["hidden_states"])
+
+        def embedded(_m: nn.Module, _a: Any, out: torch.Tensor) -> None:
+            seen.setdefault("embed", out)
+
+        hooks = [embed.register_forward_hook(embedded),
+                 blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] \
+            if packed and isinstance(embed, nn.Module) and blocks else []     # (PaddleOCR-VL's: neither found)
         try:
             with torch.inference_mode():
                 if packed:
@@ -1776,6 +1798,275 @@ def mark_sources(model: Any, sources: dict[str, str]) -> None:
     model.spec = spec
     if getattr(model, "net", None) is not None and hasattr(model.net, "spec"):
         model.net.spec = spec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# timm models run by their own code: what vitviz shows against timm's own record of the same model's attention
+# (transformers' HieraModel handed over alike: its attention modules' own softmax, its tokens by its `unroll`)
+#
+# A timm architecture vitviz does not convert (CaiT's talking heads and class attention, Hiera's mask units ...) runs
+# by timm's own code: a live object, or a timm hub folder built from its config.json (`load._timm_by_code`). No
+# conversion is checked there, but what vitviz shows is still a claim: that its recorder (a function mode following
+# each softmax to the product that applies it, SDPA's probabilities recomputed) read every map where the model
+# computes it, and that every token is drawn where the model took it from. The original here is the same timm model
+# again -- built afresh from the folder (`timm.create_model('local-dir:...')`, the file's tensors, strictly), or for
+# a live object a copy of its modules sharing its parameters and buffers (no second copy of the weights; nothing of
+# the user's object is changed) -- run as it is set (its fused attention as the model has it: turned off, the
+# model's eager path is another computation, whose float differences in layers vitviz does not show reach the ones
+# it does: 9e-5 on a tiny NextViT), its attention read at the boundary of its own attention modules, not by
+# vitviz's recorder: the input of a module's `attn_drop` (an identity in eval, right before `attn @ v`: the weights
+# it applies, after CaiT's talking-heads mix); where it has none (Hiera's, LeViT's), the left operand of the first
+# product after its softmax whose shape is the softmax's (the softmax itself, or EfficientFormerV2's mixed by its
+# talking-heads convolution); where it is fused, the probabilities its SDPA call computes on that call's own q, k,
+# mask and scale. Each map is laid out as vitviz shows it by the model's own token order:
+#
+# - a plain model's (1, H, q, k) on vitviz's T x T grid: q == k == T as it is; q == k < T (tokens that join later,
+#   CaiT's class token, concatenated before the others) in the lower right; q < k == T (the joining queries over
+#   [them, the tokens]) as the top q rows, the rest zero;
+# - Hiera's (1, H, W, n, n) (or (1, H, N, N) for its global blocks): the model's own `unroll` applied to the grid
+#   cells' coordinates gives each token's cell, each query pooling keeps the maximum of a group's coordinates,
+#   halved; token t of a block is window t % W, place t // W (timm's `reshape(B, -1, W, ...)`), and goes to the
+#   window and place vitviz draws its cell at (the block's `BlockGeometry.slot_of`), the rest zero.
+#
+# Then `_compare` as for every other original: each layer at 1e-5, the output at 1e-4. By default at the size the
+# model's code was built for only (`OWN_CODE_SIZE`).
+
+OWN_CODE_SIZE = ("the size the model's own code was built for only: vitviz runs it as built (nothing vitviz converts "
+                 "depends on the size); pass sizes= to compare at others it takes")
+_SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
+_PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
+
+
+def _own_code(model: Any) -> tuple[nn.Module, str] | None:
+    """(the module a live model runs, its library) when verify can record its attention itself: a timm model's, plain
+    (`LiveModel`) or a Hiera shown per stage (its `unroll`), or transformers' `HieraModel` (its `unroll_schedule`);
+    None otherwise."""
+    from vitviz.core.running.live.stages import StagedModel
+
+    net = getattr(model, "net", None)
+    if not isinstance(net, nn.Module) or not _own_attention(net):
+        return None
+    staged = isinstance(model, StagedModel)
+    if type(net).__module__.startswith("timm.") and (not staged or isinstance(getattr(net, "unroll", None), nn.Module)):
+        return net, "timm"
+    if staged and type(net).__module__.startswith("transformers.models.hiera.") and hasattr(net, "unroll_schedule"):
+        return net, "transformers"
+    return None
+
+
+def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[int | tuple[int, int]] | None,
+                     say: Progress, assumptions: tuple[str, ...]) -> Verification:
+    """`verify(model)` for a model vitviz runs by its library's own code: the section's comparison."""
+    from vitviz.core.running.live.stages import StagedModel, _output
+
+    spec = model.spec
+    if (missing := _not_importable(library)):
+        return Verification(UNVERIFIED, library=library, assumptions=assumptions, reason=missing)
+    version = _version(library)
+    by_file = library == "timm" and _by_timm_code(spec) and Path(spec.source).exists()
+    say(0.0, f"Building the {library} original…")
+    try:
+        original, what = (_timm_from_folder(model, Path(spec.source)) if by_file else _shared_copy(net, library))
+    except _WeightsDoNotFit as e:
+        return Verification(DIFFERS, library=library, version=version, original=e.what,
+                            against=f"{library} {version}", assumptions=assumptions, reason=str(e))
+    order = getattr(getattr(model, "layout", None), "order", None)
+    if order is not None and list(order) != sorted(order):
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions,
+                            reason="vitviz shows this model's tokens in another order than its code keeps them "
+                                   f"({list(order)[:6]} ...): verify lays the original's maps out in the model's "
+                                   "own order only")
+    staged = isinstance(model, StagedModel)
+    shown = {model.names[i] for i in model.shown} if staged else {name for name, _ in model.layers}
+    unshown = {name for name, *_ in model.skipped}
+    recorded = {name for name, _ in _own_attention(original)}
+    if not shown <= recorded:
+        return Verification(UNVERIFIED, library=library, version=version, assumptions=assumptions,
+                            reason=f"vitviz shows attention of {sorted(shown - recorded)[:3]}, which are no "
+                                   f"{library} attention modules (fused_attn, attn_drop) verify records the weights of")
+    place = _hiera_placer(model, original) if staged else _on_vitviz_grid(model)
+    what += (", each attention module's weights read where its own code applies them (attn_drop's input, the "
+             "product after its softmax, or its SDPA call's probabilities), laid out by the model's own token order")
+
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+        def keep(name: str, weights: torch.Tensor) -> None:
+            if name not in unshown:   # (one vitviz neither shows nor says it leaves out: counted, unmatched)
+                each(place(size, weights.detach().float().cpu()))
+        with torch.inference_mode():
+            out = _recorded_by_modules(original, x.to(_device_of(original)), keep, shown | unshown)
+        return [], _output(out, 1)[0] if staged else _main_tensor(out)
+
+    checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
+               else _sizes(spec, sizes))
+    check = _compare(model, _Original(library, version, what, run), checked, assumptions, _device_of(original), say)
+    return dataclasses.replace(check, one_size=OWN_CODE_SIZE if sizes is None else "")
+
+
+def _timm_from_folder(model: Any, path: Path) -> tuple[nn.Module, str]:
+    """The folder's timm architecture built afresh from its config.json with the file's tensors (strictly)."""
+    import timm
+
+    raw = _read(path, model)
+    arch = (raw.config or {}).get("architecture")
+    what = f"timm.create_model('{arch}') from {_folder(path).name}/config.json with the file's tensors"
+    net = _built(lambda: timm.create_model(f"local-dir:{_folder(path)}", pretrained=False), raw.tensors, what, path)
+    return net.float().eval().to(model.device), what
+
+
+def _shared_copy(net: nn.Module, library: str) -> tuple[nn.Module, str]:
+    """A copy of the live module's modules holding its very parameters and buffers (no second copy of the weights):
+    its attention switches and hooks are the copy's own, so the user's object is left as it is."""
+    import copy
+
+    memo = {id(t): t for t in (*net.parameters(), *net.buffers())}
+    twin = copy.deepcopy(net, memo).eval()
+    return twin, f"{library} {type(net).__name__}: the module given, its own code and weights"
+
+
+def _own_attention(net: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The attention modules of `net`: timm's, with its SDPA switch (`fused_attn`), an `attn_drop` (CaiT's
+    talking-heads attention has only that) or an attention class's name and head count (LeViT's, EfficientFormer's,
+    MViTv2's), and Hiera's (`use_mask_unit_attn`: transformers' too)."""
+    return [(name, m) for name, m in net.named_modules() if hasattr(m, "fused_attn") or hasattr(m, "use_mask_unit_attn")
+            or isinstance(getattr(m, "attn_drop", None), nn.Module)
+            or ("Attention" in type(m).__name__ and isinstance(getattr(m, "num_heads", None), int))]
+
+
+def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, torch.Tensor], None],
+                         named: set[str]) -> Any:
+    """`net(x)` with each attention module's weights given to `keep(name, weights)` as its own code applies them
+    (see the section): the input of its `attn_drop`; where it has none, the left operand of the first product after
+    its softmax whose shape is the softmax's (the softmax itself in `attn @ v`; EfficientFormerV2's talking heads
+    mixed by a convolution after it), or the softmax when no such product follows in the module; where its attention
+    is fused, the probabilities of its SDPA call (`_sdpa_weights`). A call inside attention modules nested in one
+    another is the innermost one's among those `named` (vitviz's layers, shown or said), else the innermost one's."""
+    from torch.overrides import TorchFunctionMode
+
+    inside: list[tuple[str, nn.Module]] = []
+    waiting: dict[str, torch.Tensor] = {}      # a module's softmax whose product is still to come
+    handles = []
+
+    def left(_m: nn.Module, _a: Any, _o: Any) -> None:
+        name, _ = inside.pop()
+        if name in waiting:                    # no product of its shape followed: the softmax as it is
+            keep(name, waiting.pop(name))
+
+    for name, m in _own_attention(net):
+        handles.append(m.register_forward_pre_hook(lambda m, _a, name=name: inside.append((name, m))))
+        handles.append(m.register_forward_hook(left))
+        drop = getattr(m, "attn_drop", None)
+        if isinstance(drop, nn.Module):
+            handles.append(drop.register_forward_pre_hook(lambda _m, a, name=name: keep(name, a[0])))
+
+    class Weights(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if not inside:
+                return out
+            name, m = next((n for n in reversed(inside) if n[0] in named), inside[-1])
+            if func is torch.nn.functional.scaled_dot_product_attention:
+                keep(name, _sdpa_weights(*args, **(kwargs or {})))
+            elif isinstance(getattr(m, "attn_drop", None), nn.Module):
+                pass                                                    # read at its attn_drop
+            elif func in _SOFTMAXES:
+                if name in waiting:
+                    keep(name, waiting.pop(name))
+                waiting[name] = out
+            elif func in _PRODUCTS and name in waiting and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].shape == waiting[name].shape:
+                del waiting[name]
+                keep(name, args[0])
+            return out
+
+    try:
+        with Weights():
+            return net(x)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _sdpa_weights(query: torch.Tensor, key: torch.Tensor, _value: torch.Tensor, attn_mask: Any = None,
+                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                  enable_gqa: bool = False) -> torch.Tensor:
+    """The probabilities `F.scaled_dot_product_attention` computes on these arguments, in float32 (its documented
+    reference: softmax(q k^T * scale + mask)); dropout is off in eval."""
+    q, k = query.float(), key.float()
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
+    return s.softmax(-1)
+
+
+def _on_vitviz_grid(model: Any) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
+    """A plain model's (1, H, q, k) map laid on vitviz's (H, T, T) grid (see the section); a map that fits it in
+    none of those ways is given as it is (its shape is then said as differing)."""
+    def place(size: tuple[int, int], w: torch.Tensor) -> np.ndarray:
+        t = model.spec.num_prefix + (size[0] // model.spec.patch_size) * (size[1] // model.spec.patch_size)
+        m = w[0].numpy() if w.dim() == 4 else w.numpy()
+        q, k = m.shape[-2:]
+        if m.ndim != 3 or (q == k == t):
+            return m
+        full = np.zeros((m.shape[0], t, t), np.float32)
+        if q == k < t:
+            full[:, t - k:, t - k:] = m
+        elif q < k == t:
+            full[:, :q, :] = m
+        else:
+            return m
+        return full
+    return place
+
+
+def _hiera_placer(model: Any, net: nn.Module) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
+    """Hiera's (1, H, W, n, n) or (1, H, N, N) maps of the blocks vitviz shows, in call order, laid on each block's
+    windows as vitviz draws them (see the section): the cells of the tokens by the model's own `unroll`."""
+    import sys
+
+    if isinstance(getattr(net, "unroll", None), nn.Module):      # timm's `Unroll` module
+        grid, unroll = [int(v) for v in net.unroll.size], net.unroll
+    else:                                                         # transformers' `unroll` function
+        cfg = net.config
+        grid = [int(s) // int(t) for s, t in zip(cfg.image_size, cfg.patch_stride)]
+        unroll = functools.partial(sys.modules[type(net).__module__].unroll, image_shape=list(cfg.image_size),
+                                   patch_stride=list(cfg.patch_stride), schedule=net.unroll_schedule)
+    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    with torch.inference_mode():
+        coords = unroll(torch.stack([rows.flatten(), cols.flatten()], -1)[None].float())[0]   # (N, 2)
+    pooled = {name for name, *_ in model.skipped}
+    cells_of: list[torch.Tensor] = []
+    for name, m in _own_attention(net):     # the cells of each shown block's tokens, in the model's order
+        if name in pooled:
+            q = int(getattr(m, "q_stride", None) or m.query_stride)
+            coords = coords.view(q, -1, 2).amax(dim=0) // 2
+            grid = [(g + 1) // 2 for g in grid]
+            continue
+        cells_of.append((coords[:, 0] * grid[1] + coords[:, 1]).long())
+    geometry = model.spec.geometry()
+    count = [0]
+
+    def place(_size: tuple[int, int], w: torch.Tensor) -> np.ndarray:
+        i = count[0] % len(geometry)
+        count[0] += 1
+        geo, cells = geometry[i], cells_of[i].numpy()
+        m = w[0].numpy()
+        m = m[:, None] if m.ndim == 3 else m                     # (H, W, n, n)
+        heads, windows, n = m.shape[0], m.shape[1], m.shape[2]
+        out = np.zeros((geo.num_windows, heads, geo.window_tokens, geo.window_tokens), np.float32)
+        slot = geo.slot_of[cells]                                # (N, 2): vitviz's (window, place) of each token
+        for win in range(windows):
+            tokens = np.arange(n) * windows + win
+            if (slot[tokens, 0] != slot[tokens[0], 0]).any():    # one unit's tokens drawn in two windows: unequal
+                return np.full(out.shape, math.inf, np.float32)
+            at = slot[tokens, 1]
+            out[int(slot[tokens[0], 0])][:, at[:, None], at[None, :]] = m[:, win]
+        return out
+    return place
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -109,6 +109,13 @@ BY_CODE = {
     "qwen2_5_omni_vision_encoder": ("qwen2_5_omni", "Qwen2_5OmniVisionEncoder"),
     "qwen3_omni_moe_vision_encoder": ("qwen3_omni_moe", "Qwen3OmniMoeVisionEncoder"),
     "cohere_compass_vision": ("cohere_compass", "CohereCompassVisionModel"),
+    # packed as the Qwen-VL family's, one time step per patch (their patch embeddings': `packing.temporal_size`)
+    "cosmos3_edge_vision": ("cosmos3_edge", "Cosmos3EdgeVisionModel"),
+    "dots3_note_vision_encoder": ("dots3_note", "Dots3NoteVisionModel"),
+    "ernie4_5_vl_moe_vision": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeVisionTransformerPretrainedModel"),
+    # raster patches of two time steps, in windows (`packing.PATCH_LAYOUTS`)
+    "muse_spark_vision": ("muse_spark", "MuseSparkVisionModel"),
+    "muse_glimmer_vision": ("muse_glimmer", "MuseGlimmerVisionModel"),
 }
 # Composite models whose vision tower runs by its code: {model_type: (sub-config key, tensor prefixes)}; LLaVA-style
 # models (TOWERS) with such a tower (a Pixtral vision_config) take the same route. A Pixtral folder of its own is
@@ -141,6 +148,11 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen2_5_omni": _THINKER, "qwen3_omni_moe": _THINKER,
     "qwen2_5_omni_thinker": ("vision_config", _VISUAL), "qwen3_omni_moe_thinker": ("vision_config", _VISUAL),
     "cohere_compass": ("vision_config", _VISUAL),
+    # one time step per patch, merge blocks; Dots3 Note's and ERNIE 4.5-VL's files in their original layouts
+    "cosmos3_edge": ("vision_config", _VISUAL),
+    "dots3_note": ("vision_config", ("model.vision_tower.", "vision_tower.", "vision_encoder.")),
+    "ernie4_5_vl_moe": ("vision_config", ("model.vision_tower.", "vision_tower.", "model.vision_model.")),
+    "muse_spark": ("vision_config", _LLAVA), "muse_glimmer": ("vision_config", _LLAVA),
 }
 # Composite models whose files transformers writes in the original checkpoint's layout (its conversion mapping for
 # the model_type, reversed on saving): their tower tensors are renamed and converted (Mistral's interleaved-RoPE q/k
@@ -149,7 +161,7 @@ BY_CODE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 ORIGINAL_LAYOUTS: dict[str, tuple[str, ...]] = {
     "cosmos3_omni": ("blocks.", "merger.", "patch_embed.", "pos_embed.", "deepstack_merger_list."),
     "mistral_large4": (),
-    "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (),
+    "hunyuan_vl": (), "kimi_k25": (), "ovis2_5": (), "cosmos3_edge": (), "dots3_note": (), "ernie4_5_vl_moe": (),
 }
 # Composite models whose files name the tower's tensors as transformers' conversion mapping of the model_type
 # renames them on loading (AltCLIP's `encoder.layer.N` -> `encoder.layers.N`): the tower class built alone is given
@@ -508,6 +520,9 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
         get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping,
     )
 
+    if get_checkpoint_conversion_mapping(tower.model_type) is None:   # mappings named by the whole model's classes
+        return _ignoring(config, tower, *from_tensors(cls, sub, _renamed_as_whole(config, tower, cls, tensors)))
+
     whole = transformers.MODEL_MAPPING[type(config)]
     base = next(c for c in whole.__mro__ if c.__name__.endswith("PreTrainedModel"))
     path = tower.prefixes[0].rstrip(".").split(".")     # where the whole model keeps its tower
@@ -531,6 +546,34 @@ def load_tower(config: Any, tower: Tower, cls: type, sub: Any, tensors: dict[str
     info = {**info, **{k: {n.removeprefix(inside) if isinstance(n, str) else n for n in info.get(k, ())}
                        for k in ("missing_keys", "mismatched_keys")}}
     return model.get_submodule(".".join(path)), info
+
+
+def _renamed_as_whole(config: Any, tower: Tower, cls: type, tensors: dict[str, Any]) -> dict[str, Any]:
+    """The tower's tensors under its own module's names, each file key renamed as transformers renames it loading
+    the whole model (Dots3 Note: its classes' own conversion mappings, chained from the whole model down to its
+    tower): the whole model built on the meta device (no memory) gives its transforms, its state dict's names and
+    where it keeps the tower. A key that a converter (not a renaming) would take, or that lands outside the tower, is
+    kept as it is (then said as not the tower's)."""
+    import torch
+    import transformers
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, rename_source_key
+
+    arch = next(iter(getattr(config, "architectures", None) or []), None)
+    whole_cls = getattr(transformers, arch, None) if isinstance(arch, str) else None
+    whole_cls = whole_cls or transformers.MODEL_MAPPING[type(config)]
+    with torch.device("meta"):
+        whole = whole_cls(config)
+    transforms = get_model_conversion_mapping(whole)
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    renamings = [t for t in transforms if not isinstance(t, WeightConverter)]
+    names = whole.state_dict()
+    inside = next(name for name, m in whole.named_modules() if isinstance(m, cls)) + "."
+    out = {}
+    for key, value in tensors.items():
+        new, converted = rename_source_key(tower.prefix + key, renamings, converters, whole.base_model_prefix, names)
+        out[new.removeprefix(inside) if converted is None and new.startswith(inside) else key] = value
+    return out
 
 
 def _ignoring(config: Any, tower: Tower, module: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

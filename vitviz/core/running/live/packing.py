@@ -33,10 +33,21 @@ DEFAULT_SIDE = 224      # the probe's side, rounded down to whole merge blocks: 
 # to each grid); HunYuan-VL's (its position table interpolated, merged by a convolution after the blocks); Kimi-K2.5's
 # MoonViT (2-D rotary positions, an interpolated position table; `merge_kernel_size` for its merge blocks).
 RASTER = {"paddleocr_vl_vision": "(1, T, C*t, p, p)", "hunyuan_vl_vision": "(T, C*t*p*p)",
-          "kimi_k25_vision": "(T, C*t, p, p)"}
+          "kimi_k25_vision": "(T, C*t, p, p)", "muse_spark_vision": "(T, C*t*p*p)",
+          "muse_glimmer_vision": "(T, C*t*p*p)"}
 # Towers packed as the Qwen-VL family's (merge blocks) whose forward names the packed patches `pixel_values`:
-# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`).
-PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5"}
+# {config model_type: the model}. Ovis 2.5's (windowed and full-attention layers, `layer_types`); Cosmos 3 Edge's
+# (a packed SigLIP 2: its learned table resampled to each grid in the merge blocks' order); Dots3 Note's (2-D RoPE,
+# a Conv2d patch embedding).
+PIXEL_VALUES = {"ovis2_5_vision": "Ovis 2.5", "cosmos3_edge_vision": "Cosmos 3 Edge",
+                "dots3_note_vision_encoder": "Dots3 Note"}
+# How an image processor lays out one packed patch's values where it is not the Qwen-VL processors' (C, t, p, p):
+# {config model_type: layout}. Cosmos 3 Edge's as SigLIP 2's (a pixel's channels together); Muse Spark's / Muse
+# Glimmer's time steps first (their raster patches, two steps each, reordered into windows of their position table's
+# size before the blocks, merged after them).
+PATCH_LAYOUTS = {"cosmos3_edge_vision": "(p, p, C, t)", "muse_spark_vision": "(t, C, p, p)",
+                 "muse_glimmer_vision": "(t, C, p, p)"}
+_AXES = {"(C, t, p, p)": (0, 1, 2, 3), "(t, C, p, p)": (1, 0, 2, 3), "(p, p, C, t)": (2, 3, 0, 1)}
 
 
 def is_packed(module: Any) -> bool:
@@ -54,16 +65,41 @@ def is_packed(module: Any) -> bool:
     packs = "hidden_states" in params or ("pixel_values" in params and getattr(config, "model_type", None)
                                           in PIXEL_VALUES)
     return packs and "grid_thw" in params and all(
-        isinstance(getattr(config, k, None), int) for k in ("patch_size", "temporal_patch_size", "spatial_merge_size"))
+        isinstance(getattr(config, k, None), int) for k in ("patch_size", "spatial_merge_size")) and \
+        temporal_size(module) is not None
+
+
+def temporal_size(tower: nn.Module) -> int | None:
+    """How many time steps one packed patch holds: the config's `temporal_patch_size`, else what the tower's patch
+    embedding (its first convolution or Linear) takes per patch -- a Conv3d's time kernel, a Conv2d's one step, a
+    Linear's input width over C x p x p (ERNIE 4.5-VL, Cosmos 3 Edge: 1, where their image processors' own
+    `temporal_patch_size` is for video). None where neither says (or the Linear's width is no whole number of
+    steps)."""
+    config = getattr(tower, "config", None)
+    stated = getattr(config, "temporal_patch_size", None)
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+        return stated
+    p = getattr(config, "patch_size", None)
+    chans = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
+    embed = next((m for m in tower.modules() if isinstance(m, (nn.Conv3d, nn.Conv2d, nn.Linear))), None)
+    if not isinstance(p, int) or embed is None:
+        return None
+    if isinstance(embed, nn.Conv3d):
+        return int(embed.kernel_size[0])
+    if isinstance(embed, nn.Conv2d):
+        return 1 if tuple(embed.kernel_size) == (p, p) and embed.in_channels == chans else None
+    steps, left = divmod(int(embed.in_features), int(chans) * p * p)
+    return steps if steps and not left else None
 
 
 def merge_size(config: Any) -> int | None:
-    """The side of a merge block in patches: `spatial_merge_size`, or a square `merge_kernel_size` (Kimi-K2.5);
-    None where the config states neither."""
+    """The side of a merge block in patches: `spatial_merge_size`, a square `merge_kernel_size` (Kimi-K2.5), or
+    `merge_size` (Muse Spark: merged after the blocks); None where the config states none."""
     merge = getattr(config, "spatial_merge_size", None)
     kernel = getattr(config, "merge_kernel_size", None)
     if merge is None and isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1]:
         merge = kernel[0]
+    merge = getattr(config, "merge_size", None) if merge is None else merge
     return merge if isinstance(merge, int) and not isinstance(merge, bool) and merge > 0 else None
 
 
@@ -82,9 +118,10 @@ class PackedTower(nn.Module):
         config = tower.config
         self.tower = tower
         self.patch_size = int(config.patch_size)
-        self.temporal = int(getattr(config, "temporal_patch_size", 1) or 1)
+        self.temporal = int(temporal_size(tower) or 1)
         self.merge = int(merge_size(config) or 1)
         self.raster = RASTER.get(getattr(config, "model_type", None), "")   # its pixel_values' shape (`RASTER`)
+        self.layout = PATCH_LAYOUTS.get(getattr(config, "model_type", None), "(C, t, p, p)")
         self.argument = "hidden_states" if "hidden_states" in inspect.signature(tower.forward).parameters \
             else "pixel_values"     # what its forward calls the packed patches
         self.in_chans = int(getattr(config, "in_channels", getattr(config, "in_chans", 3)))
@@ -97,6 +134,15 @@ class PackedTower(nn.Module):
         self.what = (f"{type(tower).__name__}'s own forward on the image's patches packed as its image processor "
                      f"packs them ({self.patch_size} px patches {order}, the image repeated over {self.temporal} "
                      "time step(s), grid_thw [[1, rows, cols]]), one image at a time")
+
+    @property
+    def window_px(self) -> int | None:
+        """The side of its attention windows in pixels: the config's `window_size`, or the tower's own (Muse Spark
+        computes it: its position table's side in patches); None for a tower without windows."""
+        for value in (getattr(self.tower.config, "window_size", None), getattr(self.tower, "window_size", None)):
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
 
     @property
     def block(self) -> int:
@@ -117,21 +163,24 @@ class PackedTower(nn.Module):
         return h // self.patch_size, w // self.patch_size
 
     def pack(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order -- a raster tower's
-        (1, rows * cols, C * t, p, p) -- and grid_thw)."""
+        """One (C, H, W) image -> (its patches (rows * cols, C * t * p * p) in the processor's order and layout -- a
+        raster tower's (1, rows * cols, C * t, p, p) -- and grid_thw)."""
         c = int(image.shape[0])
         rows, cols = self.grid(tuple(image.shape[-2:]))
         p, m = self.patch_size, self.merge
         grid = torch.tensor([[1, rows, cols]], device=image.device)
-        if self.raster:     # row by row: (1, rows * cols, C * t, p, p) or (rows * cols, C * t * p * p)
-            x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4).unsqueeze(3)
-            x = x.expand(rows, cols, c, self.temporal, p, p)
+        if self.raster:     # row by row: (rows, cols, c, p, p)
+            x = image.reshape(c, rows, p, cols, p).permute(1, 3, 0, 2, 4)
+        else:               # in merge blocks: (R, C', m, m, c, p, p)
+            x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
+        lead = x.dim() - 3
+        x = x.unsqueeze(lead + 1).expand(*x.shape[:lead + 1], self.temporal, p, p)      # (..., c, t, p, p)
+        x = x.permute(*range(lead), *(lead + a for a in _AXES[self.layout]))           # the processor's layout
+        if self.raster:     # (1, rows * cols, C * t, p, p), (rows * cols, C * t * p * p) or (rows * cols, C * t, p, p)
             shape = {"(1, T, C*t, p, p)": (1, rows * cols, c * self.temporal, p, p), "(T, C*t*p*p)": (rows * cols, -1),
                      "(T, C*t, p, p)": (rows * cols, c * self.temporal, p, p)}[self.raster]
             return x.reshape(shape), grid
-        x = image.reshape(c, rows // m, m, p, cols // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)   # (R, C', m, m, c, p, p)
-        x = x.unsqueeze(5).expand(*x.shape[:5], self.temporal, p, p)
-        return x.reshape(rows * cols, c * self.temporal * p * p), grid
+        return x.reshape(rows * cols, -1), grid
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, T, D): the tower's last hidden states (in its own token order) of each image."""
@@ -147,8 +196,9 @@ class PackedTower(nn.Module):
     def order(self, size: tuple[int, int]) -> tuple[int, ...]:
         """For each patch of the raster grid (row by row), the index of its token in the tower's sequence."""
         rows, cols = self.grid(size)
-        if self.raster:
-            return tuple(range(rows * cols))
+        if self.raster:     # (Muse Spark: its patches reordered into windows before its blocks)
+            inside = self._window_position(rows, cols)
+            return tuple(range(rows * cols)) if inside is None else tuple(int(i) for i in inside)
         m = self.merge
         packed = torch.arange(rows * cols).reshape(rows // m, cols // m, m, m).permute(0, 2, 1, 3).reshape(-1)
         inside = self._window_position(rows, cols)
@@ -158,13 +208,13 @@ class PackedTower(nn.Module):
         """Where each token of the processor's order is in the blocks' sequence, for a tower that reorders its
         tokens into windows (Qwen2.5-VL: `window_index` over merge blocks, from its module's own helper); None for
         one that keeps the processor's order."""
-        config = self.tower.config
         helper = getattr(sys.modules.get(type(self.tower).__module__), "get_vision_window_index", None)
-        if helper is None or not isinstance(getattr(config, "window_size", None), int):
+        if helper is None or self.window_px is None:
             return None
-        index, _ = helper(torch.tensor([[1, rows, cols]]), spatial_merge_size=self.merge,
-                          window_size=int(config.window_size), patch_size=self.patch_size)
-        unit = self.merge * self.merge
+        merge = 1 if self.raster else self.merge        # (a raster tower's windows are of patches, merged after)
+        index, _ = helper(torch.tensor([[1, rows, cols]]), spatial_merge_size=merge, window_size=self.window_px,
+                          patch_size=self.patch_size)
+        unit = merge * merge
         sequence = (index.reshape(-1, 1) * unit + torch.arange(unit)).reshape(-1)   # block position -> token
         position = torch.empty_like(sequence)
         position[sequence] = torch.arange(sequence.numel())
@@ -180,11 +230,10 @@ class PackedTower(nn.Module):
         if full is None and isinstance(kinds, (list, tuple)) and "window_attention" in kinds:
             full, depth = [i for i, k in enumerate(kinds) if k != "window_attention"], len(kinds)
             stated = "config.layer_types"
-        if not isinstance(full, (list, tuple)) or not isinstance(depth, int) or \
-                not isinstance(getattr(config, "window_size", None), int):
+        if not isinstance(full, (list, tuple)) or not isinstance(depth, int) or self.window_px is None:
             return ""
         windowed = [i for i in range(depth) if i not in full]
-        return (f"blocks {', '.join(map(str, windowed))} attend within windows of {config.window_size} px "
+        return (f"blocks {', '.join(map(str, windowed))} attend within windows of {self.window_px} px "
                 f"({stated}: blocks {', '.join(map(str, full))} attend over the whole image); "
                 "a windowed layer's map is its windows' softmaxes, zero between windows")
 

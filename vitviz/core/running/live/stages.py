@@ -160,6 +160,15 @@ class StagedModel(WindowedHandle):
             return maps, np.zeros((x.shape[0], 0), np.float32), None
         return maps, _output(out, int(x.shape[0])), None
 
+    def forward_streamed(self, x: torch.Tensor, each: Callable[[torch.Tensor], None]) -> np.ndarray:
+        """(B, C, H, W) -> the output (B, K), each shown block's (B, windows, heads, n, n) attention given to `each`
+        in order (`vitviz.core.analyses.verify` compares block by block); the blocks are placed on their windows
+        after the forward, so they are held until then."""
+        maps, out, _ = self.forward_captured(x)
+        for m in maps:
+            each(torch.from_numpy(m))
+        return out
+
     def pos_embed(self, grid: tuple[int, int] | None = None) -> None:
         return None
 
