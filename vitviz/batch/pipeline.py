@@ -2,7 +2,9 @@
 
 Memory stays bounded: at most `2 * batch_size + workers` images are read ahead, and a batch runs only once at most
 one batch of results still waits for its PNGs (two batches' maps in flight: what `--memory` bounds), so the peak
-does not grow with the number of images.
+does not grow with the number of images. When the maps are a rollout and CLS / token maps (`Plan.stream`), the
+capture keeps of each layer, as it is computed, only what they read (`Kept`: the query rows, the heads fused), so
+an image in flight holds a fraction of its (L, H, T, T) stack.
 
 Maps of a class (relevance, gradient rollout, attention x gradient) take a forward and backward pass per image and
 class, and the PCA and norms maps a pass that keeps every block's output tokens; both run only when such a map is
@@ -108,6 +110,54 @@ def run_passes(maps: ResultMaps, model: Any, x: Any, classes: list[int | None], 
         stack = capture_features(model, x)
         maps.add_features(stack, token_norms(stack), prefix_norms(stack))
     return maps
+
+
+class Kept:
+    """A streamed capture of one batch (`Plan.stream`): of each layer's (B, H, T, T) attention, as the model
+    computes it (`forward_streamed`), only what the plan's maps read is kept -- the query rows of its CLS / token
+    maps (float16 with --half) and, for each rollout fusion, the layer's heads fused as `RolloutEngine` fuses them
+    (`fuse_heads`, float32) -- and the layer is let go: an image holds (L, H, k, T) rows and (L, T, T) per fusion,
+    never the (L, H, T, T) stack."""
+
+    def __init__(self, spec: ModelSpec, plan: Plan, batch: int) -> None:
+        from vitviz.batch.plan import streamed_rows
+
+        self.spec, self.rows = spec, streamed_rows(plan.maps)
+        t, depth = spec.num_tokens, spec.depth
+        self.rows_of = np.zeros((batch, depth, spec.num_heads, len(self.rows), t),
+                                np.float16 if plan.half else np.float32)
+        fusions = sorted({m.rollout.fusion for m in plan.maps if m.kind == "rollout"})
+        self.fused = {f: np.empty((batch, depth, t, t), np.float32) for f in fusions}
+        self.layers = 0
+
+    def append(self, layer: Any) -> None:
+        """Keep what the maps read of the next layer's (B, H, T, T) attention."""
+        from vitviz.core.analyses.tokens import fuse_heads
+
+        a = layer.detach().float().cpu().numpy()
+        i = self.layers
+        if i >= self.spec.depth or a.shape[-1] != self.spec.num_tokens:
+            raise VitvizError(f"the model gave attention layer {i} of shape {a.shape}; expected {self.spec.depth} "
+                              f"layers of (batch, heads, {self.spec.num_tokens}, {self.spec.num_tokens})")
+        self.rows_of[:, i] = a[:, :, self.rows]
+        for fusion, out in self.fused.items():
+            for b in range(a.shape[0]):
+                out[b, i] = fuse_heads(a[b], fusion)  # type: ignore[arg-type]
+        self.layers += 1
+
+    def check(self) -> None:
+        """After the forward: every layer was given (a model that computes fewer would leave zeros)."""
+        if self.layers != self.spec.depth:
+            raise VitvizError(f"the model gave {self.layers} attention layers; expected {self.spec.depth}")
+
+    def rollout(self, index: int) -> Any:
+        """Image `index`'s rollout engine of the fused layers (None: no rollout map)."""
+        from vitviz.core.analyses.rollout import RolloutEngine
+
+        if not self.fused:
+            return None
+        return RolloutEngine(None, self.spec.num_prefix, self.spec.cls_token,
+                             fused={f: stack[index] for f, stack in self.fused.items()})
 
 
 class Exporter:
@@ -239,15 +289,24 @@ class Exporter:
         attn: Any = [None] * len(batch)
         logits: Any = [None] * len(batch)
         pools: list[np.ndarray | None] = [None] * len(batch)
+        engines: list[Any] = [None] * len(batch)
+        rows = plan.rows
         if plan.needs_attention:
             try:
-                # logits only go into .npz; without it the pass stops at the last softmax, unless a MAP head's map
-                # is asked for (the head runs after the blocks)
                 x = torch.cat([p.x for p in batch])
-                pool: list[np.ndarray] = []   # filled by a model with a MAP head (every model takes it)
-                attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz or plan.needs_pool,
-                                                           rows=plan.rows, pool=pool)
-                pools = [pool_rows(pool, self.spec, i) for i in range(len(batch))]
+                if plan.stream:   # of each layer as it is computed, only what the maps read
+                    kept = Kept(self.spec, plan, len(batch))
+                    self.model.forward_streamed(x, kept.append)
+                    kept.check()
+                    rows = kept.rows
+                    attn, engines = kept.rows_of, [kept.rollout(i) for i in range(len(batch))]
+                else:
+                    # logits only go into .npz; without it the pass stops at the last softmax, unless a MAP head's
+                    # map is asked for (the head runs after the blocks)
+                    pool: list[np.ndarray] = []   # filled by a model with a MAP head (every model takes it)
+                    attn, logits = self.model.forward_captured(x, plan.half, logits=plan.npz or plan.needs_pool,
+                                                               rows=rows, pool=pool)
+                    pools = [pool_rows(pool, self.spec, i) for i in range(len(batch))]
             except VitvizError as e:
                 for p in batch:
                     self._fail(p.job, e)
@@ -260,7 +319,7 @@ class Exporter:
                                      logits=scores, input=p.x[0].numpy(), image=p.display, spec=self.spec,
                                      source=str(p.job.path), features=features, pool_attention=pools[i],
                                      interventions=tuple(getattr(self.model, "interventions", ())))
-            maps = ResultMaps(result, rows=plan.rows)
+            maps = ResultMaps(result, rows=rows, rollout=engines[i])
             try:
                 if plan.classes or plan.needs_features or self.texts:
                     run_passes(maps, self.model, p.x, plan.classes, plan.needs_features, self.texts)

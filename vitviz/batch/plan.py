@@ -312,6 +312,7 @@ class Plan:
     batch_size: int = 8
     workers: int = 2
     pool_heads: list[HeadSel] | None = None
+    stream: bool = False   # the capture keeps only what the maps read, layer by layer (`streamable`)
 
     @property
     def rows(self) -> list[int] | None:
@@ -378,6 +379,22 @@ BATCH_BUDGET = 2 << 30   # bytes a batch's captured maps may take when --batch-s
 MOST_BATCH = 8           # the largest batch chosen on its own (the old default)
 
 
+def streamable(maps: list[MapKind], npz: bool = False) -> bool:
+    """Whether a capture can keep, of each layer as it is computed, only what these maps read and let the layer go
+    (`Plan.stream`): a rollout among them, every other attention map a CLS / token map (its query rows), and nothing
+    that needs the whole stack (.npz) or the MAP head's pass. A rollout then keeps each layer's heads fused (L, T, T)
+    instead of the (L, H, T, T) stack: the maps of an image at 518 px are MiBs, not GiBs."""
+    attention = [m for m in maps if m.source == "attention"]
+    return (not npz and any(m.kind == "rollout" for m in attention) and not any(m.source == "pool" for m in maps)
+            and all(m.kind == "rollout" or m.query_row is not None for m in attention))
+
+
+def streamed_rows(maps: list[MapKind]) -> list[int]:
+    """The query rows a streamed capture keeps (`streamable`): those of its CLS / token maps ([] for rollout
+    alone)."""
+    return sorted({int(m.query_row) for m in maps if m.source == "attention" and m.query_row is not None})
+
+
 def captured_rows(maps: list[MapKind], npz: bool = False) -> list[int] | None:
     """The query rows a capture keeps for these maps (`Plan.rows`): those of the CLS / token maps without .npz
     (one row, token 0, when only the MAP head's attention is wanted; [] when no attention map is); None: all."""
@@ -387,19 +404,20 @@ def captured_rows(maps: list[MapKind], npz: bool = False) -> list[int] | None:
     return [0] if rows == [] and any(m.source == "pool" for m in maps) else rows
 
 
-def _queries(spec: ModelSpec, maps: list[MapKind], npz: bool) -> int:
+def _queries(spec: ModelSpec, maps: list[MapKind], npz: bool, stream: bool = False) -> int:
     """The query rows of each layer an image's capture holds: all T, or only the rows its maps read (a gradient
-    map's passes hold whole matrices whatever the capture kept)."""
-    rows = captured_rows(maps, npz)
+    map's passes hold whole matrices whatever the capture kept); `stream`: a streamed capture's (`streamable`)."""
+    rows = streamed_rows(maps) if stream else captured_rows(maps, npz)
     return spec.num_tokens if rows is None or {m.kind for m in maps} & set(GRADIENT_KINDS) else len(rows)
 
 
-def image_bytes(spec: ModelSpec, maps: list[MapKind], half: bool = False, npz: bool = False) -> int:
+def image_bytes(spec: ModelSpec, maps: list[MapKind], half: bool = False, npz: bool = False,
+                stream: bool = False) -> int:
     """What one image holds while it is exported: its (L, H, T, T) attention -- only the query rows its maps read
-    when that is all the capture keeps (`captured_rows`), and then the (H, T, T) scores and softmax of the layer
-    being computed too -- float16 with `half` (also with that layer's), a rollout its fused (L, T, T) stack and
-    running product, a gradient map the maps' gradients too."""
-    t, queries = spec.num_tokens, _queries(spec, maps, npz)
+    when that is all the capture keeps (`captured_rows`; `stream`: a streamed capture's, `streamable`), and then
+    the (H, T, T) scores and softmax of the layer being computed too -- float16 with `half` (also with that
+    layer's), a rollout its fused (L, T, T) stack and running product, a gradient map the maps' gradients too."""
+    t, queries = spec.num_tokens, _queries(spec, maps, npz, stream)
     per_image = spec.depth * spec.num_heads * queries * t * (2 if half else 4)
     if half or queries < t:   # not written in place into the capture's array: one layer computed beside it
         per_image += 2 * spec.num_heads * t * t * 4
@@ -412,7 +430,7 @@ def image_bytes(spec: ModelSpec, maps: list[MapKind], half: bool = False, npz: b
 
 
 def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, budget: int | None = None,
-                    free: int | None = None, npz: bool = False) -> tuple[int, str]:
+                    free: int | None = None, npz: bool = False, stream: bool = False) -> tuple[int, str]:
     """The batch size `vitviz export` uses when the user sets none, and why: as many images per forward pass as
     fit the memory budget -- `budget` (the user's `--memory`, taken as given), else BATCH_BUDGET or a quarter of
     the `free` memory when that is less -- with two batches in flight (one running, one being written: the
@@ -423,27 +441,27 @@ def auto_batch_size(spec: ModelSpec, maps: list[MapKind], half: bool = False, bu
         BudgetError: a `budget` that does not hold two images in flight (batch 1)."""
     from vitviz.core.running.runtime import format_bytes
 
-    per_image = image_bytes(spec, maps, half, npz)
+    per_image = image_bytes(spec, maps, half, npz, stream)
     limit = budget or (min(BATCH_BUDGET, free // 4) if free else BATCH_BUDGET)
-    check_budget(spec, maps, half, 1, budget, npz)
+    check_budget(spec, maps, half, 1, budget, npz, stream)
     n = int(max(1, min(MOST_BATCH, limit // max(1, 2 * per_image))))
     kinds = {m.kind for m in maps}
     within = f"--memory {format_bytes(limit)}" if budget else format_bytes(limit)
-    why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({_shape(spec, maps, npz)}"
+    why = (f"batch size {n}: {format_bytes(per_image)} of attention per image ({_shape(spec, maps, npz, stream)}"
            f"{', rollout' if 'rollout' in kinds else ''}), two batches in flight within {within}; --batch-size N "
            "to choose")
     return n, why
 
 
-def _shape(spec: ModelSpec, maps: list[MapKind], npz: bool) -> str:
+def _shape(spec: ModelSpec, maps: list[MapKind], npz: bool, stream: bool = False) -> str:
     """'12 layers x 6 heads x 1374^2 tokens', or '... x 1 of 1374 query rows x 1374 tokens': what an image keeps."""
-    t, queries = spec.num_tokens, _queries(spec, maps, npz)
+    t, queries = spec.num_tokens, _queries(spec, maps, npz, stream)
     return f"{spec.depth} layers x {spec.num_heads} heads x " + (f"{t}^2 tokens" if queries == t else
                                                                  f"{queries} of {t} query rows x {t} tokens")
 
 
 def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, budget: int | None,
-                 npz: bool = False) -> None:
+                 npz: bool = False, stream: bool = False) -> None:
     """Refuse a `batch` whose two batches in flight (`image_bytes` each image) exceed the user's `budget` (none:
     nothing to check), naming what would fit.
 
@@ -451,7 +469,7 @@ def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, b
         BudgetError: they do not fit."""
     from vitviz.core.running.runtime import format_bytes
 
-    per_image = image_bytes(spec, maps, half, npz)
+    per_image = image_bytes(spec, maps, half, npz, stream)
     if budget is None or 2 * batch * per_image <= budget:
         return
     fits = budget // (2 * per_image)
@@ -459,4 +477,4 @@ def check_budget(spec: ModelSpec, maps: list[MapKind], half: bool, batch: int, b
            f"--memory {format_bytes(2 * per_image)} at least{'' if half else ', or --half (half of it)'}")
     raise BudgetError(f"--memory {format_bytes(budget)}: {2 * batch} images in flight (two batches of {batch}: "
                       f"one running, one being written) hold {format_bytes(2 * batch * per_image)}, "
-                      f"{format_bytes(per_image)} each ({_shape(spec, maps, npz)}); expected {how}")
+                      f"{format_bytes(per_image)} each ({_shape(spec, maps, npz, stream)}); expected {how}")

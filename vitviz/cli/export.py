@@ -30,7 +30,7 @@ from typing import Any
 from vitviz.batch.jobs import MANIFEST, InputError, Job, collect_inputs, is_uri, unique_stems
 from vitviz.batch.plan import (Plan, auto_batch_size, check_classes, check_layers, check_maps, parse_maps, parse_picks, prompt_names,
                                resolve_picks, safe_stem, with_rollout)
-from vitviz.batch.plan import check_budget, class_index, parse_ablation
+from vitviz.batch.plan import check_budget, class_index, parse_ablation, streamable
 from vitviz.cli.options import MODEL_HELP, add_override_arguments, argument_type, checked_argument
 from vitviz.cli.progress import ProgressBar
 from vitviz.core.drawing.colormaps import available_colormaps, colormap
@@ -320,14 +320,16 @@ def run_export_command(args: argparse.Namespace) -> int:
         return _export_windowed(args, model, pairs, start)
     maps, layers, heads = _resolve(args, model.spec)
     _check_passes(model, maps)
+    # only what the maps read kept of each layer as it is computed, where the model hands its layers over
+    stream = streamable(maps, args.npz) and callable(getattr(model, "forward_streamed", None))
     if args.batch_size is None:   # as many images per pass as fit the memory budget, and said
         from vitviz.core.running.runtime import available_memory
 
         args.batch_size, why = auto_batch_size(model.spec, maps, args.half, budget=args.memory,
-                                               free=available_memory(), npz=args.npz)
+                                               free=available_memory(), npz=args.npz, stream=stream)
         if not args.quiet:
             print(f"vitviz: {why}", file=sys.stderr)
-    check_budget(model.spec, maps, args.half, args.batch_size, args.memory, args.npz)
+    check_budget(model.spec, maps, args.half, args.batch_size, args.memory, args.npz, stream)
     verification = None if args.no_verify else _verify(model, args.quiet)
     if any(m.kind in ("rollout", "poolrollout") for m in maps) and heads != ["mean"] and not args.quiet:
         print(f"vitviz: rollout fuses the heads (--fusion {args.fusion}) at every layer, so rollout maps are written "
@@ -340,7 +342,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     pool_heads = resolve_picks(args.which_heads, model.spec.pool_num_heads, "pooling head") \
         if any(m.kind == "pool" for m in maps) else None
     plan = Plan(maps=maps, layers=layers, heads=heads, npz=args.npz, half=args.half, overwrite=args.overwrite,
-                batch_size=args.batch_size, workers=args.workers, pool_heads=pool_heads,
+                batch_size=args.batch_size, workers=args.workers, pool_heads=pool_heads, stream=stream,
                 render=RenderOptions(args.style, args.cmap, args.opacity, not args.blocky, args.scale,
                                      args.colorbar, args.size, args.colorbar_label))
     if args.size == "original" and not args.quiet and not ray:  # Ray: no header of every image read here

@@ -10,6 +10,7 @@ summed, in layers of the map just seen. Holding both stacks is 2 x DEPTH layers;
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 import weakref
@@ -139,10 +140,10 @@ def _live_folder(tmp_path: Path) -> Path:
     return tmp_path / "pixtral"
 
 
-# (folder, the most layers alive at once): an original that hands its maps over as it computes them holds a few
-# layers in flight; transformers' returns its whole stack at the end (its stack, a few layers more); both stacks
-# are 2 x DEPTH layers
-CASES = {"timm": (_timm_folder, 4), "transformers": (_transformers_folder, DEPTH + 3),
+# (folder, the most layers alive at once): an original that hands its maps over as it computes them (timm's;
+# transformers', read at its attention modules) holds a few layers in flight; a tower run by its transformers code
+# returns its whole stack at the end (its stack, a few layers more); both stacks are 2 x DEPTH layers
+CASES = {"timm": (_timm_folder, 4), "transformers": (_transformers_folder, 4),
          "live": (_live_folder, DEPTH + 3)}
 
 
@@ -284,3 +285,76 @@ def test_a_weight_vitviz_changed_does_not_reach_a_transformers_original(tmp_path
     assert queries and all(t.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr() for t in queries)
     assert not any(t.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr() and
                    torch.equal(t, qkv[: file_query.shape[0]]) for t in theirs.values())
+
+
+def test_a_transformers_original_hands_each_layer_over_as_it_computes_it(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' original is never asked for its whole stack (`output_attentions`, as an argument or in its
+    config): each layer's weights are handed over while that layer runs, before the next one starts."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(_transformers_folder(tmp_path), device="cpu")
+    from transformers.models.vit import modeling_vit
+
+    started = [0]     # the original's encoder layers begun so far (its own thread)
+    handed: list[int] = []   # at each layer handed over: how many had begun
+    asked: list[Any] = []    # output_attentions as each forward of the original was asked (argument, config)
+    forward = transformers.ViTForImageClassification.forward
+
+    @functools.wraps(forward)   # (its signature kept: verify reads which arguments it takes)
+    def spied(self: Any, *a: Any, **k: Any) -> Any:
+        asked.append((k.get("output_attentions"), self.config.output_attentions))
+        started[0] = 0
+        return forward(self, *a, **k)
+
+    def begun(module: torch.nn.Module, _args: Any) -> None:
+        if isinstance(module, modeling_vit.ViTLayer):
+            started[0] += 1
+
+    class Spied(verify_module._Original):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            run = self.run
+
+            def spying(size: tuple[int, int], x: torch.Tensor, each: Any) -> Any:
+                def given(m: Any) -> None:
+                    handed.append(started[0])
+                    each(m)
+                maps, out = run(size, x, given)
+                assert not maps   # nothing kept for the end
+                return maps, out
+            self.run = spying
+
+    monkeypatch.setattr(transformers.ViTForImageClassification, "forward", spied)
+    monkeypatch.setattr(verify_module, "_Original", Spied)
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(begun)
+    try:
+        check = verify_module.verify(model)
+    finally:
+        hook.remove()
+    assert check.verified and len(check.sizes) == 2, check.summary()
+    assert asked == [(None, False)] * 2, asked
+    assert handed == list(range(1, DEPTH + 1)) * 2, handed
+
+
+def test_a_whole_clip_is_verified_without_its_text_tower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole transformers CLIP file: the original is transformers' own vision side
+    (`CLIPVisionModelWithProjection`, its image projection compared), built from the vision config with the vision
+    tensors only: no text module is built."""
+    torch.manual_seed(0)
+    vision = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=HEADS, intermediate_size=64,
+                  image_size=32, patch_size=8)
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=64,
+                bos_token_id=0, eos_token_id=1)
+    whole = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole.eval().save_pretrained(tmp_path / "clip")
+        model = vitviz.load(tmp_path / "clip", device="cpu")
+    built = _hf_originals(monkeypatch)
+    check = verify_module.verify(model)
+    assert check.verified and check.max_output is not None, check.summary()
+    assert [type(net).__name__ for net in built] == ["CLIPVisionModelWithProjection"]
+    text_modules = [name for net in built for name, m in net.named_modules() if "Text" in type(m).__name__]
+    assert not text_modules, text_modules
+    assert "its text tower not built" in check.original

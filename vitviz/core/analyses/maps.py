@@ -318,7 +318,8 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
     Args:
         attn: (L, H, T, T) attention of one image, or (L, H, k, T) holding only the query rows `rows`
             (enough for 'cls' and 'token').
-        engine: the image's `RolloutEngine` when one is kept (its caches make other settings cheap).
+        engine: the image's `RolloutEngine` when one is kept (its caches make other settings cheap; with `rows`,
+            one of the layers fused as they were captured).
     """
     if kind.source != "attention":
         raise SelectionError(f"the {kind.label} map is not made from attention: use relevance_stack / norm_stack "
@@ -329,16 +330,16 @@ def map_stack(attn: np.ndarray, kind: MapKind, spec: ModelSpec, rows: list[int] 
         token = 0 if kind.kind == "cls" else min(int(kind.token or 0), attn.shape[-1] - 1)
         data = attn[:, :, token if rows is None else rows.index(token), p:]          # (L, H, N)
         title = "CLS attention" if kind.kind == "cls" else f"attention of token {token}"
+    elif kind.kind == "rollout" and (rows is None or engine is not None):   # (an engine of layers fused as captured)
+        engine = engine or RolloutEngine(attn, p, spec.cls_token)
+        data = engine.through_each_layer(kind.rollout)[:, None, p:]                  # (L, 1, N)
+        title = rollout_title(kind.rollout, spec)
     elif rows is not None:   # whole matrices: a key's column holds every query's row
         raise ValueError(f"the {kind.label} map needs whole attention matrices, not rows {rows}")
     elif kind.kind == "key":
         token = min(int(kind.token or 0), attn.shape[-1] - 1)
         data = attn[:, :, p:, token]                                                  # (L, H, N): column N
         title = f"attention paid to token {token}"
-    elif kind.kind == "rollout":
-        engine = engine or RolloutEngine(attn, p, spec.cls_token)
-        data = engine.through_each_layer(kind.rollout)[:, None, p:]                  # (L, 1, N)
-        title = rollout_title(kind.rollout, spec)
     elif kind.kind in ("mean", "max"):
         data = analysis.attention_received(attn, p, kind.kind)                       # (L, H, N) over patch queries
         title = f"{kind.kind} attention received (over the patch queries)"
@@ -579,7 +580,8 @@ class ResultMaps:
     `vitviz export` (one per image, dropped once written), the notebook API and the .npz writer all use, so what
     the window shows and exports and what the CLI writes cannot drift.
 
-    It holds the captured attention (`result`; export's may be query rows only, `rows`), and the passes run for the
+    It holds the captured attention (`result`; export's may be query rows only, `rows`, with a rollout engine of
+    the layers fused as they were captured, `rollout`), and the passes run for the
     image as they arrive: the gradient maps per class (`add_relevance`), the LeGrad map per text prompt
     (`add_text`), the token features with their norms (`add_features`) and the feature PCA per layer made from
     them (`pca_at`). `stack(kind)` is the one dispatch from a map kind to its stack, `arrays(kinds)` the one table
@@ -589,11 +591,12 @@ class ResultMaps:
     them): one lock guards its caches, held while a stack is made, so a reader never sees them change under it.
     """
 
-    def __init__(self, result: AttentionResult, rows: list[int] | None = None) -> None:
+    def __init__(self, result: AttentionResult, rows: list[int] | None = None,
+                 rollout: RolloutEngine | None = None) -> None:
         self.result = result
         self.rows = None if rows is None else list(rows)   # the query rows `result.attentions` holds (None: all)
         self._lock = threading.RLock()
-        self._rollout: RolloutEngine | None = None
+        self._rollout: RolloutEngine | None = rollout   # given: made of the layers fused as captured (export's)
         self._stacks: dict[MapKind, MapStack] = {}
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._relevance: dict[int | None, Relevance] = {}

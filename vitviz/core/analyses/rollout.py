@@ -104,15 +104,23 @@ class RolloutEngine:
     """Attention rollout of one image's attention, by row vectors, with per-fusion caches.
 
     Args:
-        attentions: (L, H, T, T) attention (float32 or float16).
+        attentions: (L, H, T, T) attention (float32 or float16); None with `fused`.
         num_prefix: prefix tokens (cls, dist, registers) before the patches.
         has_cls: token 0 is a CLS token (the default query); without it the default is the mean of the patches.
+        fused: {fusion: (L, T, T)} each layer's heads already fused (`fuse_heads`), as a streamed capture keeps
+            them instead of the (L, H, T, T) stack (`vitviz export`); a fusion not given needs `attentions`.
     """
 
-    def __init__(self, attentions: np.ndarray, num_prefix: int, has_cls: bool) -> None:
+    def __init__(self, attentions: np.ndarray | None, num_prefix: int, has_cls: bool,
+                 fused: dict[str, np.ndarray] | None = None) -> None:
         self.attn, self.num_prefix, self.has_cls = attentions, num_prefix, has_cls
-        self._fused: dict[tuple[str, int], np.ndarray] = {}    # (fusion, layer) -> (T, T) float32
+        self._fused: dict[tuple[str, int], np.ndarray] = {   # (fusion, layer) -> (T, T) float32
+            (fusion, layer): stack[layer] for fusion, stack in (fused or {}).items() for layer in range(len(stack))}
         self._sorted: dict[tuple[str, int], np.ndarray] = {}   # (fusion, layer) -> (T, N) its patch keys sorted
+        whole = attentions if attentions is not None else next(iter((fused or {}).values()), None)
+        if whole is None:
+            raise AnalysisError("a rollout needs the attention or its fused layers")
+        self._depth, self._tokens = int(whole.shape[0]), int(whole.shape[-1])
 
     @property
     def nbytes(self) -> int:
@@ -121,11 +129,11 @@ class RolloutEngine:
 
     @property
     def depth(self) -> int:
-        return int(self.attn.shape[0])
+        return self._depth
 
     @property
     def num_tokens(self) -> int:
-        return int(self.attn.shape[-1])
+        return self._tokens
 
     def query_vector(self, query: int | None) -> np.ndarray:
         """(T,) one-hot of `query` (clamped to the last token), of CLS, or uniform over the patches without CLS."""
@@ -195,6 +203,10 @@ class RolloutEngine:
     def _fused_layer(self, fusion: str, layer: int) -> np.ndarray:
         key = (fusion, layer)
         if key not in self._fused:
+            if self.attn is None:
+                fusions = sorted({f for f, _ in self._fused})
+                raise AnalysisError(f"a rollout with {fusion!r} head fusion needs the whole attention; only the "
+                                    f"{', '.join(fusions)} fusion of each layer was kept as it was computed")
             self._fused[key] = fuse_heads(self.attn[layer], fusion)  # type: ignore[arg-type]  # (H, T, T) -> (T, T)
         return self._fused[key]
 

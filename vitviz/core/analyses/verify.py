@@ -11,13 +11,16 @@ the training args), the library that made it can build the original: with the fi
 normalised: no image preprocessing is involved), at the model's native size and at one other size (native + 2
 patches per side), in float32. Every layer's per-head attention is compared with the original's own eager softmax
 (`atol` 1e-5) and the output (class scores or the pooled / projected features) too (`atol` 1e-4). The original's
-attention is read where it computes it: transformers with `attn_implementation='eager'` and
-`output_attentions=True`; timm with its fused attention off; open_clip, torchvision and the user's code through the
-live path's capture (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed,
-explicit softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each
-layer is compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (transformers
-returns its maps at the end: its stack alone, never both). The file's tensors the original is given are held once:
-each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
+attention is read where it computes it: transformers with `attn_implementation='eager'`, each layer's weights at
+the modules its `output_attentions` reads them from (never asked for as a whole stack); timm with its fused
+attention off; open_clip, torchvision and the user's code through the live path's capture
+(`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed, explicit
+softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each layer is
+compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (a composite model's tower
+run by its transformers code returns its maps at the end: its stack alone, never both). A whole CLIP or SigLIP
+file's original is its vision side alone (transformers' `CLIPVisionModelWithProjection`, ...): no text tower is
+built; open_clip's is its vision tower alone (`CLIP(...).visual`). The file's tensors the original is given are
+held once: each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
 `vitviz.load(path, code=...)` does) is the original, and vitviz's conversion of the file is checked against it.
@@ -233,10 +236,11 @@ Each = Callable[[np.ndarray], None]
 class _Original:
     """An original implementation, ready to run: `run(size, x, each)` -> (per-layer (H, T, T) maps, output (K,) or
     None), each map given to `each` as it is computed where the library lets it be read then (the maps returned are
-    then none; transformers returns them at the end); it raises `_CannotRun` for a size the original cannot take.
-    `stated`: what its module object states about the settings no tensor shows ({override: (value, source)}, as
-    `vitviz.load(module)` reads them). `compared`: what each size's comparison found (`_against_ours`), so that its
-    forward runs once per size however often a comparison asks, without keeping its maps."""
+    then none; a tower run by its transformers code returns them at the end); it raises `_CannotRun` for a size
+    the original cannot take. `stated`: what its module object states about the settings no tensor shows
+    ({override: (value, source)}, as `vitviz.load(module)` reads them). `compared`: what each size's comparison
+    found (`_against_ours`), so that its forward runs once per size however often a comparison asks, without
+    keeping its maps."""
 
     library: str
     version: str
@@ -685,7 +689,8 @@ def _named_library(identity: str) -> tuple[str | None, str]:
 
 def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
     """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (an
-    original that returns its maps at the end, transformers', holds every layer's: refused before the 60 GB
+    original that returns its maps at the end, a tower run by its transformers code, holds every layer's, as does
+    a vitviz model without `forward_streamed`: refused before the 60 GB
     allocation a size of 100000 asks). By default the native size and native + 2 patches per side, that one only
     where it can differ (`_one_size`)."""
     native = (int(spec.image_size[0]), int(spec.image_size[1]))
@@ -805,8 +810,8 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
     """The original's forward and vitviz's on the probe `x`, in step: the original runs on a thread of its own
     (`_Theirs`) and hands each layer's map over as it computes it; vitviz's forward compares its own layer of that
     index with it as its softmax is done and lets both go. So neither model's (L, H, T, T) stack is ever held (an
-    original whose library returns its maps only at the end, transformers' `output_attentions`, holds its own stack
-    until they are handed over, one at a time). (per layer differences, first layer beyond tolerance, notes,
+    original whose library returns its maps only at the end, a tower run by its transformers code, holds its own
+    stack until they are handed over, one at a time). (per layer differences, first layer beyond tolerance, notes,
     output difference, output note). A model with no `forward_streamed` gives its whole stack
     (`forward_captured`) and is compared from it."""
     theirs = _Theirs(original, size, x)
@@ -1218,9 +1223,11 @@ def _strip_wrappers(tensors: dict[str, torch.Tensor], own: dict[str, torch.Tenso
 
 def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, candidate: Any = None,
                         raw: Any = None) -> _Original:
-    """The config.json's architecture class with eager attention; the reference attention is its own
-    `output_attentions`. `candidate`: a class found by the file's shapes (`vitviz.core.reading.identify`), built with its
-    model type's default configuration at the file's class count and size."""
+    """The config.json's architecture class with eager attention (a whole CLIP / SigLIP: its vision side alone,
+    `_vision_side`); the reference attention is what its own `output_attentions` returns, read at the modules
+    transformers reads it from as each layer computes it (`_attention_outputs`), never asked for as a whole stack.
+    `candidate`: a class found by the file's shapes (`vitviz.core.reading.identify`), built with its model type's
+    default configuration at the file's class count and size."""
     import transformers
 
     folder = _folder(path)
@@ -1245,13 +1252,16 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
     from vitviz.core.reading.towers import from_tensors, original_tower
 
     raw = raw if raw is not None else _read(path)
+    tensors = raw.tensors
     if raw.tower is not None:   # a composite model's vision tower: transformers' own tower module, built alone
         config, cls, what = original_tower(config, raw.tower)
+    else:
+        config, cls, tensors, what = _vision_side(config, cls, tensors, what)
     # transformers renames a file's keys to its modules' (v5 names them differently): its own loader does that,
     # given the tensors vitviz read (no file is opened by transformers), in float32 (as it runs here), so that those
     # sharing vitviz's storage are taken as they are, not cast to the dtype the config names
     config.dtype = torch.float32
-    net, info = from_tensors(cls, config, raw.tensors)
+    net, info = from_tensors(cls, config, tensors)
     params = {n for n, _ in net.named_parameters()}
     missing = sorted(k for k in info.get("missing_keys", ()) if k in params)
     bad = [*(f"not in the file: {', '.join(missing[:6])}" for _ in [0] if missing),
@@ -1262,27 +1272,93 @@ def _build_transformers(spec: Any, path: Path, name: str, device: torch.device, 
     if bad:
         raise _WeightsDoNotFit(f"{path}: its weights do not fit {what}: " + " | ".join(bad), what)
     net = net.float().eval().to(device)
-    vision = getattr(net, "vision_model", None)   # a whole CLIP / SigLIP: its vision tower
+    vision = getattr(net, "vision_model", None)   # a CLIP / SigLIP: its vision tower
     # a task model on a ViT backbone (ViTPose, Depth Anything, CHMv2): vitviz shows its backbone
     backbone = getattr(net, "backbone", None) if getattr(config, "backbone_config", None) is not None else None
     tower = vision if isinstance(vision, nn.Module) else backbone if isinstance(backbone, nn.Module) else net
     accepts = inspect.signature(tower.forward).parameters
     native = tuple(spec.image_size)
+    points = _attention_outputs(net)   # (those of a text tower, which is not run, are never called)
+    if not points:
+        raise _NotBuildable(f"{what}: transformers names no module its output_attentions reads "
+                            "(`_can_record_outputs`)")
 
-    def run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         kw = {"interpolate_pos_encoding": True} if size != native and "interpolate_pos_encoding" in accepts else {}
         if tower is backbone:
             kw["output_hidden_states"] = True
-        with torch.inference_mode():
-            out = tower(pixel_values=x.to(device), output_attentions=True, **kw)
-            vec = (_backbone_output(tower, out, spec) if tower is backbone
-                   else _hf_output(net, tower, out, spec.pooling))
-        if not out.attentions:
-            raise VerifyError(f"{what}: output_attentions gave no attention maps")
-        return [a[0].float().cpu().numpy() for a in out.attentions], vec
+        handed = [0]
+
+        def hook(index: int, _m: nn.Module, _i: Any, out: Any) -> None:
+            weights = out[index] if isinstance(out, tuple) else out
+            if weights is not None:   # (1, H, T, T): the layer's own softmax, handed over as it is computed
+                handed[0] += 1
+                each(weights.detach()[0].float().cpu().clone().numpy())
+
+        handles = [m.register_forward_hook(functools.partial(hook, index)) for m, index in points]
+        try:
+            with torch.inference_mode():
+                out = tower(pixel_values=x.to(device), **kw)
+                vec = (_backbone_output(tower, out, spec) if tower is backbone
+                       else _hf_output(net, tower, out, spec.pooling))
+        finally:
+            for h in handles:
+                h.remove()
+        if not handed[0]:
+            raise VerifyError(f"{what}: its attention modules returned no attention weights")
+        return [], vec
 
     return _Original("transformers", transformers.__version__, what, run, stated=_stated(net),
                      name=candidate.name if candidate is not None else "")
+
+
+def _attention_outputs(net: nn.Module) -> list[tuple[nn.Module, int]]:
+    """The modules of `net` whose outputs transformers' `output_attentions` collects, with the index of the weights
+    in their output: what each of its models names in `_can_record_outputs['attentions']` (a class, the end of a
+    module's name, or an `OutputRecorder` with its index and layer name), matched as transformers' own capture hooks
+    match them (`transformers.utils.output_capturing`), in the order they run."""
+    from transformers.utils.output_capturing import OutputRecorder
+
+    recorders = []
+    for m in net.modules():
+        named = (getattr(type(m), "_can_record_outputs", None) or {}).get("attentions")
+        for r in named if isinstance(named, list) else [named] if named is not None else []:
+            recorders.append(r if isinstance(r, OutputRecorder) else OutputRecorder(
+                target_class=None if isinstance(r, str) else r, index=1, class_name=r if isinstance(r, str) else None))
+    points = []
+    for name, m in net.named_modules():
+        for r in recorders:
+            if not ((r.target_class is not None and isinstance(m, r.target_class))
+                    or (r.class_name is not None and name.endswith(r.class_name))):
+                continue
+            if r.layer_name is None or f".{r.layer_name.strip('.')}." in f".{name}.":
+                points.append((m, r.index))
+                break
+    return points
+
+
+def _vision_side(config: Any, cls: type, tensors: dict[str, torch.Tensor], what: str) -> tuple[Any, type, Any, str]:
+    """For a whole dual-encoder file (a CLIP, a SigLIP: a `vision_config` beside a `text_config`, its image side
+    under `vision_model.`): transformers' own class of its vision side (`CLIPVisionModelWithProjection` where the
+    file has the image projection, else the model class of its vision config) from the vision config, given only
+    the vision side's tensors, so that the text tower is not built for a comparison of the image side. Unchanged
+    (config, cls, tensors, what) where transformers has no such class (a whole AIMv2's projection)."""
+    import transformers
+
+    vision_config, text_config = getattr(config, "vision_config", None), getattr(config, "text_config", None)
+    if vision_config is None or text_config is None or not any(k.startswith("vision_model.") for k in tensors):
+        return config, cls, tensors, what
+    vision_cls = transformers.MODEL_MAPPING.get(type(vision_config), None)
+    projected = any(k.startswith("visual_projection.") for k in tensors)
+    if vision_cls is not None and projected:
+        vision_cls = getattr(transformers, f"{vision_cls.__name__}WithProjection", None)
+        vision_config.projection_dim = config.projection_dim
+    if vision_cls is None:
+        return config, cls, tensors, what
+    kept = {k: v for k, v in tensors.items() if k.startswith(("vision_model.", "visual_projection."))}
+    side = "vision_config and the image projection" if projected else "vision_config"
+    return vision_config, vision_cls, kept, (f"transformers.{vision_cls.__name__}, the vision side of {what} "
+                                             f"({side}; its text tower not built)")
 
 
 def _by_its_code(spec: Any) -> bool:

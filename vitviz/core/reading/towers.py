@@ -418,9 +418,6 @@ def original_tower(config: Any, tower: Tower) -> tuple[Any, type, str]:
     if tower.tower_type == "beit":
         return sub, _beit_backbone(), (f"transformers.BeitBackbone, the vision tower of {type(config).__name__} "
                                        "(backbone_config, eager attention; its last block's tokens as the output)")
-    if tower.tower_type == "git_vision_model":
-        return sub, _git_tower(), (f"transformers.GitVisionModel, the vision tower of {type(config).__name__} "
-                                   "(vision_config, eager attention read from its attention modules)")
     own = _TOWER_CLASSES.get(tower.tower_type)
     cls = _transformers_class(own) if own else transformers.MODEL_MAPPING[type(sub)]
     if tower.model_type in RENAMED_TOWERS:
@@ -457,49 +454,16 @@ def _renaming(cls: type, model_type: str) -> type:
     return renaming
 
 
-def _git_tower() -> type:
-    """GitVisionModel with its eager attention weights returned: its forward computes them in every
-    `GitVisionAttention` but drops them from its output (transformers 5), so they are read where they are returned
-    (the attention modules' own outputs), by its inner `vision_model` (the module `vitviz.verify` runs)."""
-    import transformers
-    from transformers.modeling_outputs import BaseModelOutput
-
-    class GitTower(transformers.GitVisionModel):
-        def __init__(self, config: Any) -> None:
-            super().__init__(config)
-            inner = self.vision_model
-            own = inner.forward
-
-            def forward(pixel_values: Any = None, interpolate_pos_encoding: bool = False,
-                        output_attentions: bool = False, **kwargs: Any) -> BaseModelOutput:
-                maps: list[Any] = []
-                hooks = [m.register_forward_hook(lambda _m, _a, out: maps.append(out[1])) for m in inner.modules()
-                         if type(m).__name__ == "GitVisionAttention"] if output_attentions else []
-                try:
-                    out = own(pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
-                finally:
-                    for hook in hooks:
-                        hook.remove()
-                return BaseModelOutput(last_hidden_state=out.last_hidden_state,
-                                       attentions=tuple(maps) if output_attentions else None)
-
-            inner.forward = forward
-
-    return GitTower
-
-
 def _beit_backbone() -> type:
     """BeitBackbone (ZoeDepth's) answering as a model: its feature maps aside, the last block's tokens (it has no
-    final norm) as `last_hidden_state`, with its attention."""
+    final norm) as `last_hidden_state`."""
     import transformers
     from transformers.modeling_outputs import BaseModelOutput
 
     class BeitTower(transformers.BeitBackbone):
-        def forward(self, pixel_values: Any = None, output_attentions: bool = False,
-                    **kwargs: Any) -> BaseModelOutput:
-            out = super().forward(pixel_values, output_hidden_states=True, output_attentions=output_attentions,
-                                  **kwargs)
-            return BaseModelOutput(last_hidden_state=out.hidden_states[-1], attentions=out.attentions)
+        def forward(self, pixel_values: Any = None, **kwargs: Any) -> BaseModelOutput:
+            out = super().forward(pixel_values, output_hidden_states=True, **kwargs)
+            return BaseModelOutput(last_hidden_state=out.hidden_states[-1])
 
     return BeitTower
 
