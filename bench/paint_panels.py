@@ -31,14 +31,15 @@ def main() -> None:
     from vitviz.gui.window import MainWindow
 
     app = ensure_app()
-    painted: list[tuple[object, float, tuple[int, int]]] = []     # (view, seconds, painted region's size)
+    painted: list[tuple[object, float, float, tuple[int, int]]] = []   # (view, seconds, CPU seconds, region size)
     plain_paint = pg.GraphicsView.paintEvent
 
     def timed_paint(view, event) -> None:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         plain_paint(view, event)
         rect = event.region().boundingRect()
-        painted.append((view, time.perf_counter() - start, (rect.width(), rect.height())))
+        seconds, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
+        painted.append((view, seconds, cpu, (rect.width(), rect.height())))
 
     pg.GraphicsView.paintEvent = timed_paint       # before any view is made: PySide looks overrides up then
     window = MainWindow(QSettings(str(Path(tempfile.mkdtemp()) / "vitviz.ini"), QSettings.Format.IniFormat))
@@ -63,7 +64,7 @@ def main() -> None:
         app.processEvents()
     panels = {"image": (window.panel, window.panel.view_widget), "overview": (window.overview, window.overview.widget)}
     for name, (panel, view) in panels.items():
-        redraw, paint, whole = [], [], []
+        redraw, paint, paint_cpu, whole = [], [], [], []
         regions: set[tuple[int, int]] = set()
         for i in range(2 * args.repeats):
             maps = (clean, ablated)[i % 2]
@@ -74,16 +75,18 @@ def main() -> None:
                 painted.clear()
                 app.sendPostedEvents(None, 0)
                 app.processEvents()
-                ours = [(seconds, size) for v, seconds, size in painted if v is view]
-                paint.append(sum(seconds for seconds, _size in ours))
-                regions.update(size for _seconds, size in ours)
+                ours = [(seconds, cpu, size) for v, seconds, cpu, size in painted if v is view]
+                paint.append(sum(seconds for seconds, _cpu, _size in ours))
+                paint_cpu.append(sum(cpu for _seconds, cpu, _size in ours))
+                regions.update(size for _seconds, _cpu, size in ours)
             else:               # the whole viewport painted at once
                 start = time.perf_counter()
                 view.viewport().repaint()
                 whole.append(time.perf_counter() - start)
         size = view.viewport().size()
         line = " · ".join(f"{what} p50 {statistics.median(ts) * 1e3:.2f} ms, p95 {np.percentile(ts, 95) * 1e3:.2f}"
-                          for what, ts in (("redraw", redraw), ("its paint", paint), ("whole viewport", whole)))
+                          for what, ts in (("redraw", redraw), ("its paint", paint), ("its paint's CPU", paint_cpu),
+                                          ("whole viewport", whole)))
         print(f"{name} panel ({size.width()}×{size.height()} px): {line} over {args.repeats} changes each (painted "
               f"regions {sorted(regions)}); load {os.getloadavg()[0]:.1f}", flush=True)
     window.close()
