@@ -11,14 +11,14 @@ from PySide6.QtGui import QImage
 from vitviz.gui.panels import blit
 
 
-def shown(view) -> np.ndarray:  # noqa: ANN001
+def shown(view) -> np.ndarray:
     """The view's viewport as painted now, (H, W, 4) uint8."""
     view.viewport().repaint()
     image = view.viewport().grab().toImage().convertToFormat(QImage.Format.Format_ARGB32)
     return np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4).copy()
 
 
-def items_of(window, which: str) -> tuple[object, list[blit.ImageItem]]:  # noqa: ANN001
+def items_of(window, which: str) -> tuple[object, list[blit.ImageItem]]:
     if which == "image":
         return window.panel.view_widget, [window.panel.image_item, window.panel.overlay_item]
     return window.overview.widget, [window.overview.image_item]
@@ -26,7 +26,7 @@ def items_of(window, which: str) -> tuple[object, list[blit.ImageItem]]:  # noqa
 
 @pytest.mark.parametrize("which", ["image", "overview"])
 @pytest.mark.parametrize("opacity", [1.0, 0.55])
-def test_the_32_bit_picture_paints_the_same_pixels(loaded, monkeypatch, which, opacity) -> None:  # noqa: ANN001
+def test_the_32_bit_picture_paints_the_same_pixels(loaded, monkeypatch, which, opacity) -> None:
     """The panel painted from the converted pictures and from pyqtgraph's own (RGB888 photo, colour-table map)
     gives the same screen pixels, at a view scale that is not a whole number, with the map half transparent."""
     window = loaded
@@ -45,7 +45,7 @@ def test_the_32_bit_picture_paints_the_same_pixels(loaded, monkeypatch, which, o
     assert len(np.unique(fast.reshape(-1, 4), axis=0)) > 50     # a photo and a map, not an empty view
 
 
-def test_the_same_photo_is_not_set_again_and_another_is(loaded, monkeypatch) -> None:  # noqa: ANN001
+def test_the_same_photo_is_not_set_again_and_another_is(loaded, monkeypatch) -> None:
     """An intervened run of the same image (its photo an equal array, not the same object) only changes the map:
     the photo item is not given the photo again and the pixels are those of the first draw; another photo is set
     and shown."""
