@@ -1,9 +1,9 @@
 """The image panel's and the Overview's share of an ablate click (issue 37), measured alone: on the demo model in
 the window at 1280 × 800 (offscreen), the panels are told the current result changed, alternately the clean run
 and an ablated run of the same image (what a click and its undo do), and each panel's redraw (`refresh`: its items
-set) and paint are timed with `time.perf_counter`, p50 and p95 over `--repeats` changes: the paint the change
-asks for (Qt's paint event of the regions it marked dirty, as in a click) and, apart, a synchronous repaint of
-the whole viewport.
+set) and paint are timed with `time.perf_counter` (the paint's CPU too: `time.thread_time`), p50 and p95 over
+`--repeats` changes: the paint the change asks for (Qt's paint event of the regions it marked dirty, as in a
+click) and, apart, a synchronous repaint of the whole viewport.
 
     PYTHONPATH=$PWD python bench/paint_panels.py --repeats 100
 """

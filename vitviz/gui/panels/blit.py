@@ -14,14 +14,16 @@ import pyqtgraph as pg
 from PySide6.QtGui import QImage
 
 FAST = (QImage.Format.Format_RGBX8888, QImage.Format.Format_ARGB32)
+EIGHT_BIT = (QImage.Format.Format_RGB888, QImage.Format.Format_Indexed8, QImage.Format.Format_Grayscale8,
+             QImage.Format.Format_RGBA8888)      # what pyqtgraph makes of 8-bit data: converted without loss
 
 
 class ImageItem(pg.ImageItem):
-    """`pg.ImageItem` with its picture converted to a 32-bit format when it is rendered (once per new image,
-    levels or colour table; not on paints that follow)."""
+    """`pg.ImageItem` with its 8-bit picture converted to a 32-bit format when it is rendered (once per new
+    image, levels or colour table; not on paints that follow). Deeper pictures (16-bit) are left as they are."""
 
     def render(self) -> None:
         super().render()
         qimage = self.qimage
-        if qimage is not None and qimage.format() not in FAST:
+        if qimage is not None and qimage.format() in EIGHT_BIT:
             self.qimage = qimage.convertToFormat(FAST[qimage.hasAlphaChannel()])
