@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 from vitviz.core.drawing import render
 from vitviz.core.analyses.maps import ImageMaps, ResultMaps
 from vitviz.gui import colors
-from vitviz.gui.panels import base
+from vitviz.gui.panels import base, blit
 from vitviz.gui.panels.windows import WindowOutlineItem
 from vitviz.gui.images import ImageList
 from vitviz.gui.model_slot import ModelSlot
@@ -65,6 +65,8 @@ class ImagePanel(QWidget):
         self._cmap_name = "viridis"
         self._levels: tuple[float, float] = (0.0, 1.0)
         self._image_rect, self._overlay_rect = QRectF(), None   # what the image and map items were last placed at
+        self._photo: np.ndarray | None = None      # the image the image item shows (not set again when the same)
+        self._scale_label = ""                     # the colorbar's label as last set
         self._build()
         self.clicked.connect(self._on_patch_clicked)
         state.subscribe(self.refresh)
@@ -83,8 +85,8 @@ class ImagePanel(QWidget):
                                      size="11pt")          # two lines kept: the image stays put as titles wrap
         self.view_widget.addItem(self.title, row=0, col=0, colspan=2)
         self.view = self.view_widget.addViewBox(row=1, col=0, lockAspect=True, invertY=True, enableMenu=False)
-        self.image_item = pg.ImageItem()
-        self.overlay_item = pg.ImageItem()
+        self.image_item = blit.ImageItem()
+        self.overlay_item = blit.ImageItem()
         self.overlay_item.setZValue(1)
         self.grid_item = QGraphicsPathItem()
         self.grid_item.setPen(base.pen("#ffffff", 90))
@@ -187,7 +189,9 @@ class ImagePanel(QWidget):
         if not stack.pending:
             parts.append(f"{self.scale_text.split(':')[0]} {number_range(*levels)}")
         self.show_map(shown, levels, state.colormap, state.opacity, " · ".join(parts), extent=(size[1], size[0]))
-        self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
+        if self.scale_text != self._scale_label:       # a new label lays the colorbar's axis out again
+            self._scale_label = self.scale_text
+            self.colorbar.axis.setLabel(self.scale_text, color=base.TEXT)
         self.overlay_item.setVisible(not stack.pending)     # a class's relevance still being computed: the image
         self.colorbar.setVisible(not stack.pending)
         patch = self._query_patch(maps)
@@ -216,7 +220,10 @@ class ImagePanel(QWidget):
         """Show an (H, W, 3) uint8 image whose patch grid is `grid` patches of `patch` pixels."""
         resized = (self._grid, self._patch) != (grid, patch)
         self._grid, self._patch = grid, patch
-        self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
+        photo = self._photo
+        if photo is None or not (photo is image or photo.shape == image.shape and np.array_equal(photo, image)):
+            self._photo = image          # an intervened run of the same image (an ablate click): not drawn anew
+            self.image_item.setImage(image, autoLevels=False, levels=(0, 255))
         rect = QRectF(0, 0, image.shape[1], image.shape[0])
         if resized or rect != self._image_rect:      # the same size: its pixels only (no new bounds to measure)
             self._image_rect = rect
@@ -229,6 +236,7 @@ class ImagePanel(QWidget):
         """Remove the image and the map and show `message` instead."""
         self.image_item.clear()
         self.overlay_item.clear()
+        self._photo = None
         self._image_rect, self._overlay_rect = QRectF(), None
         self.outline_item.setVisible(False)
         self.colorbar.setVisible(False)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QVBoxLayout, QWidget
 
 from vitviz.core.analyses.maps import MapStack, ResultMaps, mosaic
 from vitviz.gui import colors
-from vitviz.gui.panels import base
+from vitviz.gui.panels import base, blit
 from vitviz.gui.images import ImageList
 from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.state import ROLLOUT_FIELDS, ViewState, map_kind, view_of
@@ -89,7 +89,7 @@ class OverviewPanel(QWidget):
         self.plot.setAspectLocked(True)
         self.plot.getAxis("left").setLabel("layer")
         self.plot.getAxis("bottom").setLabel("head")
-        self.image_item = pg.ImageItem()
+        self.image_item = blit.ImageItem()
         self.plot.addItem(self.image_item)
         self.frame = QGraphicsRectItem()
         pen = QPen(QColor("#ff3b30"))
