@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, QSize, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
+                               QWidget)
 
 from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
@@ -112,6 +113,9 @@ class ComparePanel(LazyPanel):
         for col, title in zip((0, 1, 3), ("A", "B (on A's grid, by place)", "A − B")):
             label = self.widget.addLabel(title, row=0, col=col, color=TEXT)
             view, base = image_view(self.widget, 1, col)
+            # A's input image under the map changes once per image, but every new map above it repainted it
+            # (scaled from the full picture): drawn once into a pixmap at the view's size, it is copied instead
+            base.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item = pg.ImageItem()
             item.setZValue(1)
             view.addItem(item)
