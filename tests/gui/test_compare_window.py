@@ -28,6 +28,8 @@ def _compare(qtbot, window, path, **overrides):  # noqa: ANN001, ANN201
 def test_a_model_against_itself_is_exactly_zero_and_follows_the_controls(qtbot, loaded, tiny_ckpt) -> None:  # noqa: ANN001
     panel = _compare(qtbot, loaded, tiny_ckpt, heads=HEADS)
     assert loaded.dock("compareDock").isVisible()
+    # A's picture under each map is drawn once into a pixmap, not again with every new map above it
+    assert all(base.cacheMode() == base.CacheMode.DeviceCoordinateCache for base in panel.bases)
     label = panel.models_label.text()               # B is another model: what its file does not say is named
     assert "B: tiny.pth" in label and "assumed: " in label and "num_heads" not in label   # heads were given
     for layer, head in ((0, 0), (1, 1), (1, "mean"), (0, "max")):

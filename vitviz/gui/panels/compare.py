@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QVBoxLayout, QWidget)
+from PySide6.QtCore import QPointF, QRectF, QSize, Signal
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QGraphicsItem, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout,
+                               QWidget)
 
 from vitviz.core.drawing.colormaps import DIVERGING, colormap
 from vitviz.gui.compare import HEAD_MODES, CompareSession, export_view
@@ -33,6 +34,46 @@ JSD_COLOR, CKA_COLOR = "#f28b82", "#8ab4f8"
 def _colour_map(name: str) -> pg.ColorMap:
     lut = colormap(name)
     return pg.ColorMap(np.linspace(0.0, 1.0, len(lut)), lut)
+
+
+class SteadyLabel(QWidget):
+    """A wrapped line of text (`label`, named for tests and style sheets) whose new words lay the dock out again only
+    when they need another height. A QLabel's new text invalidates its parent's layout every time, and the mapping
+    line changes with every linked layer or head: the dock was laid out anew and the summary plot beside it partly
+    repainted on each change. Here the label's parent has no layout (nothing handles the request), and this holder's
+    fixed height changes, and lays the dock out, only when the text's height at this width does."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.label = wrapped_label(name)
+        self.label.setParent(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self._fit()
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def setText(self, text: str) -> None:  # noqa: N802 - QLabel's name
+        if text != self.label.text():
+            self.label.setText(text)
+            self._fit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(self.label.minimumSizeHint().width(), self.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(0, self.height())
+
+    def resizeEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        self.label.setGeometry(0, 0, self.width(), self.label.heightForWidth(self.width()))
+        self._fit()
+        super().resizeEvent(event)
+
+    def _fit(self) -> None:
+        height = self.label.heightForWidth(self.width()) if self.label.text() else 0
+        self.label.resize(self.width(), height)
+        if height != self.height():
+            self.setFixedHeight(height)
 
 
 class ComparePanel(LazyPanel):
@@ -61,7 +102,7 @@ class ComparePanel(LazyPanel):
                                          "export --compare B` writes them (the same names and bytes)")
         self.close_button = push_button("Close comparison", compare.close, name="closeComparison")
         self.message = wrapped_label("compareMessage")
-        self.mapping = wrapped_label("compareMapping")
+        self.mapping = SteadyLabel("compareMapping")
         self.scale = wrapped_label("compareScale")
         self.widget = dark_layout()
         self.widget.setMinimumHeight(150)
@@ -72,6 +113,9 @@ class ComparePanel(LazyPanel):
         for col, title in zip((0, 1, 3), ("A", "B (on A's grid, by place)", "A − B")):
             label = self.widget.addLabel(title, row=0, col=col, color=TEXT)
             view, base = image_view(self.widget, 1, col)
+            # A's input image under the map changes once per image, but every new map above it repainted it
+            # (scaled from the full picture): drawn once into a pixmap at the view's size, it is copied instead
+            base.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item = pg.ImageItem()
             item.setZValue(1)
             view.addItem(item)
