@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Signal
 
 from vitviz.core.spec import ModelSpec
-from vitviz.gui.assumptions import runs_own_code
+from vitviz.gui.assumptions import LIVE_LINE, runs_own_code, verdict_line
 from vitviz.gui.images import ImageList
 from vitviz.gui.model_slot import ModelSlot
 from vitviz.gui.protocol import Load, Loaded, PosEmbedded
@@ -157,6 +157,12 @@ def test_the_live_path_is_one_rule() -> None:
     assert not slot.runs_own_code and not slot.built_by_code and not slot.verify_due   # no model
     slot.loaded(Load.make("/m/net.py"), Loaded(live, "cpu", {}))
     assert slot.runs_own_code and slot.built_by_code and not slot.verify_due   # the original itself: no check
+    assert verdict_line(live, checking=True, original=slot.original_name()).text == LIVE_LINE
+    # a timm module built by the user's code: verify compares it with timm's own record, whatever the code was
+    slot.loaded(Load.make(None, code="my_timm.py:build"), Loaded(live, "cpu", {}, own_original="timm"))
+    assert slot.verify_due and slot.checks_against == ("auto", "") and slot.original_name() == "timm"
+    assert verdict_line(live, checking=True, original=slot.original_name()).text == "Checking against timm…"
+    assert verdict_line(live, failure="no timm", original="timm").text == LIVE_LINE
 
 
 def test_sizes_round_to_whole_patches_and_say_so() -> None:

@@ -376,3 +376,53 @@ def test_a_bare_timm_file_gets_a_verdict_and_its_checked_settings_lose_their_mar
     data = json.loads(capsys.readouterr().out)
     assert data["verification"]["summary"] == window.status.verdict_label.text()
     assert data["provenance_kinds"] == s.model.spec.kinds()
+
+
+TIMM_CODE = '''import timm
+
+
+def build():
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=32,
+                             depth=2, num_heads=2, num_classes=0)
+'''
+
+
+@pytest.mark.parametrize("shown", ["as computed", "heads swapped"])
+def test_a_live_timm_model_gets_its_own_code_verdict(qtbot, window, images, tmp_path: Path,  # noqa: ANN001
+                                                    monkeypatch: pytest.MonkeyPatch, shown: str) -> None:
+    """A timm model built by the user's code runs live (nothing converted), and verify compares what vitviz records
+    of it with timm's own record of its attention: the window asks for that verdict after the images, the line says
+    "Checking against timm…", then verified; with the maps vitviz records changed (heads in another order), differs
+    from layer 0, reported once; never the live line (`LIVE_LINE`, for a module verify cannot check) once due."""
+    pytest.importorskip("timm")
+    from vitviz.core.running.live.model import LiveModel
+    from vitviz.gui.assumptions import LIVE_LINE
+
+    if shown == "heads swapped":
+        streamed = LiveModel.forward_streamed
+        monkeypatch.setattr(LiveModel, "forward_streamed",
+                            lambda self, x, each: streamed(self, x, lambda layer: each(layer.flip(1))))
+    code_file = tmp_path / "my_timm.py"
+    code_file.write_text(TIMM_CODE)
+    window.trust_code = True
+    lines, s = Lines(window), window.session
+    with qtbot.waitSignal(s.model.model_loaded, timeout=60000):
+        window.load_code(f"{code_file}:build")
+    assert s.model.runs_own_code and s.model.own_original == "timm" and s.model.verify_due
+    with qtbot.waitSignal(s.model.verification_changed, timeout=60000,
+                          check_params_cb=lambda *a: s.model.verification is not None or bool(s.model.verify_failure)):
+        s.add_images([str(images[0])])
+    assert s.model.verify_failure == ""
+    texts = [text for text, _level, _style in lines.seen]
+    assert any(t.startswith("Checking against timm") for t in texts) and LIVE_LINE not in texts[-1:]
+    label = window.status.verdict_label
+    if shown == "as computed":
+        assert s.model.verification.verdict == "verified" and label.text().startswith("Verified against timm")
+        assert window.status.verdict.level == "verified" and window.reporter.errors == []
+    else:
+        assert s.model.verification.verdict == "differs" and s.model.verification.first_differing_layer == 0
+        assert label.text() == "Differs from the original — from layer 0"
+        assert [title for title, _ in window.reporter.errors] == [DIFFERS]
+        window.reporter.box.close()
+    assert s.verify_against() is None                     # nothing converted: no other original to choose
+    wait_idle(qtbot, window)

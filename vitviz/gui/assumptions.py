@@ -194,18 +194,25 @@ def verdict_line(spec: ModelSpec | None, verification: Any = None, failure: str 
     `checking`: the check is on its way (`waiting`: queued behind the images). With `original` (the name of what
     it compares with, '' when only the check knows) the line says "Checking against timm…" with `progress` (the
     check's own words) instead of "Not verified", which the check may be about to contradict; with None the line
-    stays "Not verified — N assumptions" and only its tooltip says that the check runs."""
+    stays "Not verified — N assumptions" and only its tooltip says that the check runs.
+
+    A model run by its own code (nothing converted) says `LIVE_LINE`, unless a check against its library's own
+    record of its attention (`original`: 'timm', 'transformers') is on its way or has said verified / differs."""
     if spec is None:
         return VerdictLine("", "", "none")
     listed = "\n".join(f"• {setting_text(spec, name)}: {reason(source)}" for name, source in spec.assumptions)
     tip_list = f"Assumed (the file does not say):\n{listed}" if listed else "Nothing that changes the computation " \
                                                                             "is assumed."
     n = len(spec.assumptions)
-    if runs_own_code(spec):
-        return VerdictLine(LIVE_LINE, "The model's module runs as written; its attention is captured where its code "
-                                      "computes it.\n" + tip_list, "none")
     verdict = getattr(verification, "verdict", None)
     summary = _summary(verification)
+    if runs_own_code(spec) and verdict not in ("verified", "differs") and not (checking and original and not failure):
+        # nothing converted; where its library's own record of the attention can be compared (`original`: timm,
+        # transformers) the check's verdict or progress is said as for a converted model, else this line
+        why = (f"The check against its library's own record could not run: {failure}\n" if failure
+               else f"{summary}\n" if summary else "")
+        return VerdictLine(LIVE_LINE, "The model's module runs as written; its attention is captured where its code "
+                                      "computes it.\n" + why + tip_list, "none")
     if verdict == "verified":
         return VerdictLine(summary or "Verified against the original", f"{summary}\n{tip_list}", "verified")
     if verdict == "differs":

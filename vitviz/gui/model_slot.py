@@ -56,6 +56,7 @@ class ModelSlot(QObject):
                                                     # again when they reload)
         self.library_layout = True                  # the loaded model's family is a library's (`Loaded`)
         self.capabilities: frozenset[str] = frozenset()   # what the loaded model can do (`Loaded.capabilities`)
+        self.own_original = ""                      # run by its own code, verify can check it: its library
         self.described: dict[str, str] = {}         # assumed field -> what `describe_guess` says about it
         self.verify_models = True                   # check each converted model against its original (Verify)
         self.verification: Any = None               # the loaded model's `Verification`, once answered
@@ -91,19 +92,25 @@ class ModelSlot(QObject):
 
     @property
     def verify_due(self) -> bool:
-        """Whether the check against the original is to be asked now: a converted model that has not been (a
-        model run from its own code is the original: nothing to check)."""
-        return self.verify_models and self.spec is not None and not self.verify_asked and not self.runs_own_code
+        """Whether the check against the original is to be asked now: a converted model that has not been, or a
+        model run from its own code that verify can check (`own_original`: its library's own record of its
+        attention); any other model run from its own code is the original: nothing to check."""
+        return (self.verify_models and self.spec is not None and not self.verify_asked
+                and (not self.runs_own_code or bool(self.own_original)))
 
     @property
     def checks_against(self) -> tuple[str, str]:
         """(against, code) of the check: what the user chose (Verify against…), else the library that names the
-        model, or the code that built it."""
+        model, or the code that built it; a model run from its own code is checked against its own library."""
+        if self.runs_own_code:
+            return "auto", ""
         return self.verify_against, self.verify_code or self.model_code
 
     def original_name(self) -> str:
         """How the verdict line names the original the check runs ('timm', 'my_vit.py:build'; '' when only the
         check knows: `assumptions.original_name`)."""
+        if self.runs_own_code:
+            return self.own_original
         against, code = self.checks_against
         return original_name(self.spec, against, code)
 
@@ -161,7 +168,7 @@ class ModelSlot(QObject):
         self.live_layers, self.live_skipped = answer.layers, answer.skipped
         self.interruptible = answer.interruptible
         self.library_layout, self.described = answer.library_layout, dict(answer.described)
-        self.capabilities = answer.capabilities
+        self.capabilities, self.own_original = answer.capabilities, answer.own_original
         self.verification, self.verify_failure, self.verify_asked = None, "", False
         self.verify_against, self.verify_code, self.verify_progress = "auto", "", None
         self.awaiting_answers = (self.ask_assumptions and asks_unprompted(answer.spec, answer.library_layout)

@@ -74,6 +74,7 @@ class Loaded:
     library_layout: bool = True
     described: tuple[tuple[str, str], ...] = ()
     capabilities: frozenset[str] = frozenset()   # what the model can do (`vitviz.core.protocol.capabilities_of`)
+    own_original: str = ""   # a live model verify can check: its library ('timm'; `verify.own_original`), else ''
 
 
 @dataclass(frozen=True)
@@ -408,13 +409,14 @@ class Load(Request):
         layers = tuple((str(n), str(m)) for n, m in getattr(model, "layers", None) or ())
         skipped = tuple((str(n), str(m), tuple(int(x) for x in shape))
                         for n, m, shape in getattr(model, "skipped", None) or ())
-        from vitviz.core.reading.families import REGISTERED_FAMILIES
+        from vitviz.core.analyses.verify import own_original
         from vitviz.core.protocol import capabilities_of
+        from vitviz.core.reading.families import REGISTERED_FAMILIES
 
         spec = model.spec    # a `WindowedSpec` for Swin, SAM / ViTDet: stages, heads per stage
         return Loaded(spec, str(model.device), model.parameter_counts(), refused, layers, skipped,
                       bool(model.hook_points()), spec.family.split("-")[0] in REGISTERED_FAMILIES,
-                      model.described_assumptions(), frozenset(capabilities_of(model)))
+                      model.described_assumptions(), frozenset(capabilities_of(model)), own_original(model))
 
 
 @dataclass(eq=False)

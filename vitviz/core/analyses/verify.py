@@ -1743,12 +1743,14 @@ def from_dict(data: dict[str, Any]) -> Verification:
 def verification_key(model: Any, against: str = "auto", code: str | None = None) -> str | None:
     """What a verdict depends on, hashed: the weights file's bytes (and a config beside it), the converted model's
     spec (every setting, given or assumed), `against` / `code`, and the versions of vitviz, torch and the
-    libraries originals are built with. None for a model not loaded from a file."""
+    libraries originals are built with. None for a model not loaded from a file, or run by code its file does not
+    name (a user's module given its weights: that code is not in the key)."""
     import hashlib
     from importlib import metadata
 
     path = Path(model.spec.source)
-    if not path.is_file():
+    if not path.is_file() or (model.spec.family == "live" and not _by_timm_code(model.spec)
+                              and not _by_its_code(model.spec)):
         return None
     h = hashlib.sha256()
     files = [path] + [p for p in sorted(path.parent.glob("*.json")) if p.is_file()]
@@ -1913,6 +1915,20 @@ _SOFTMAXES = (torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax)
 _PRODUCTS = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm)
 
 
+def own_original(model: Any) -> str:
+    """The library whose own code `verify(model)` compares a model vitviz runs by its own code (live) with: 'timm' or
+    'transformers' (this section's record of its attention, or a composite model's tower transformers' code builds
+    from its file); '' when verify cannot check it (a user's module: nothing converted, nothing to compare with) or
+    the model is not run by its own code. What the window asks a verdict for."""
+    spec = getattr(model, "spec", None)
+    if spec is None or spec.family != "live":
+        return ""
+    own = _own_code(model)
+    if own is not None:
+        return own[1]
+    return "transformers" if _by_its_code(spec) else ""
+
+
 def _own_code(model: Any) -> tuple[nn.Module, str] | None:
     """(the module a live model runs, its library) when verify can record its attention itself: a timm model's, plain
     (`LiveModel`) or a Hiera shown per stage (its `unroll`), or transformers' `HieraModel` (its `unroll_schedule`);
@@ -1991,10 +2007,14 @@ def _timm_from_folder(model: Any, path: Path) -> tuple[nn.Module, str]:
 
 def _shared_copy(net: nn.Module, library: str) -> tuple[nn.Module, str]:
     """A copy of the live module's modules holding its very parameters and buffers (no second copy of the weights):
-    its attention switches and hooks are the copy's own, so the user's object is left as it is."""
+    its attention switches and hooks are the copy's own, so the user's object is left as it is. The hooks' functions
+    are shared, not copied: one may hold what cannot be copied (the window's interruption hook, its model's lock)."""
     import copy
 
-    memo = {id(t): t for t in (*net.parameters(), *net.buffers())}
+    memo: dict[int, Any] = {id(t): t for t in (*net.parameters(), *net.buffers())}
+    for m in net.modules():
+        memo.update({id(fn): fn for name, hooks in vars(m).items() if name.endswith("hooks") and isinstance(hooks, dict)
+                     for fn in hooks.values()})
     twin = copy.deepcopy(net, memo).eval()
     return twin, f"{library} {type(net).__name__}: the module given, its own code and weights"
 
