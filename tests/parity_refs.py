@@ -4,7 +4,10 @@ Every `*_reference` returns (logits_or_features (1, C), [per-layer (1, H, T, T) 
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from collections import OrderedDict
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -172,3 +175,32 @@ def hf_dinov2_to_original(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
     if "mask_token" in out:
         out["mask_token"] = out["mask_token"].reshape(1, -1)
     return out
+
+
+def built_once(built: dict[str, nn.Module], name: str, build: Callable[[], nn.Module],
+               part: Callable[[nn.Module], nn.Module] | None = None) -> nn.Module:
+    """`build()` made once per test module (kept in `built` under `name`), in eval mode, seeded, its construction
+    warnings silenced; with `part`, that part's weights moved far from their initialisation (attention that is not
+    near-uniform)."""
+    if name not in built:
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = build().eval()
+        if part is not None:
+            with torch.no_grad():
+                for i, p in enumerate(part(model).parameters()):
+                    p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.2)
+        built[name] = model
+    return built[name]
+
+
+def eager_recorder(record: list[torch.Tensor]) -> Callable[..., Any]:
+    """An attention function for transformers' `AttentionInterface`: the module's modeling file's own eager attention,
+    each call's weights (the first image's) appended to `record`."""
+    def recorded(module: Any, query: Any, key: Any, value: Any, attention_mask: Any = None, **kwargs: Any) -> Any:
+        out, weights = sys.modules[type(module).__module__].eager_attention_forward(
+            module, query, key, value, attention_mask, **kwargs)
+        record.append(weights[0].detach().float().clone())
+        return out, weights
+    return recorded

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from parity_refs import built_once
 
 import vitviz
 
@@ -151,12 +152,7 @@ def built() -> dict[str, Any]:
 
 
 def _model(name: str, built: dict[str, Any]) -> Any:
-    if name not in built:
-        torch.manual_seed(0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            built[name] = MODELS[name][0]().eval()
-    return built[name]
+    return built_once(built, name, MODELS[name][0])
 
 
 def _saved(name: str, built: dict[str, Any], folder: Path) -> Path:

@@ -12,7 +12,6 @@ eager attention function returns (recorded through transformers' `AttentionInter
 capture); vitviz's maps equal them at 1e-5 on a non-square grid, and `vitviz.verify` gives its verdict."""
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from parity_refs import built_once, eager_recorder
 
 import vitviz
 
@@ -70,31 +70,13 @@ def built() -> dict[str, Any]:
 
 
 def _model(name: str, built: dict[str, Any]) -> Any:
-    if name not in built:
-        torch.manual_seed(0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = MODELS[name][0]().eval()
-        with torch.no_grad():     # weights far from their initialisation: attention that is not near-uniform
-            for i, p in enumerate(MODELS[name][1](model).parameters()):
-                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.2)
-        built[name] = model
-    return built[name]
+    return built_once(built, name, MODELS[name][0], part=MODELS[name][1])
 
 
 _RECORDED: list[torch.Tensor] = []
 
 
-def _recorded_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any = None,
-                        **kwargs: Any) -> Any:
-    """transformers' own eager attention of the module's modeling file, its weights kept."""
-    out, weights = sys.modules[type(module).__module__].eager_attention_forward(
-        module, query, key, value, attention_mask, **kwargs)
-    _RECORDED.append(weights[0].detach().float().clone())
-    return out, weights
-
-
-transformers.AttentionInterface.register("raster_recorded_eager", _recorded_attention)
+transformers.AttentionInterface.register("raster_recorded_eager", eager_recorder(_RECORDED))
 
 
 def _reference(name: str, tower: Any, x: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
