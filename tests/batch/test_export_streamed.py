@@ -105,3 +105,25 @@ def test_a_streamed_exports_peak_is_flat_in_the_image_count(tmp_path: Path,
     assert per_image == DEPTH * HEADS * 2 * TOKENS * 4 + DEPTH * TOKENS ** 2 * 4 and per_image < stack / 3
     # at most the image running and the one being written, however many are exported
     assert per_image <= few <= 2 * per_image and per_image <= many <= 2 * per_image, (few, many, per_image)
+
+
+def test_a_streamed_forward_out_of_memory_fails_its_images_with_the_reason(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allocation refused during the streamed forward is said as the captured forward says it (DeviceError: not
+    enough memory for the input, what to try) on each image of its batch; the export ends with its manifest instead
+    of torch's bare RuntimeError."""
+    import json
+
+    folder, images = _model_and_images(tmp_path, 2)
+
+    def refused(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(VitModel, "forward_streamed", refused)
+    out = tmp_path / "out"
+    code = vitviz_main(["export", "--model", str(folder), *images, "--out", str(out), "--quiet", "--no-verify",
+                        "--maps", "cls,rollout", "--workers", "1"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert code != 0 and manifest["summary"]["failed"] == 2 and manifest["summary"]["done"] == 0
+    errors = [job["error"] for job in manifest["images"]]
+    assert all("not enough memory for input" in e and "can't allocate memory" in e for e in errors), errors

@@ -30,7 +30,7 @@ from vitviz.batch.jobs import Job, sha256_file
 from vitviz.batch.plan import Plan
 from vitviz.core import files
 from vitviz.core.running import images
-from vitviz.core.running.capture import pool_rows
+from vitviz.core.running.capture import out_of_memory_said, pool_rows
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.core.drawing.render import draw_colors, draw_map
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output
@@ -296,7 +296,8 @@ class Exporter:
                 x = torch.cat([p.x for p in batch])
                 if plan.stream:   # of each layer as it is computed, only what the maps read
                     kept = Kept(self.spec, plan, len(batch))
-                    self.model.forward_streamed(x, kept.append)
+                    with out_of_memory_said(self.model.device, x):
+                        self.model.forward_streamed(x, kept.append)
                     kept.check()
                     rows = kept.rows
                     attn, engines = kept.rows_of, [kept.rollout(i) for i in range(len(batch))]

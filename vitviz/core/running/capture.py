@@ -281,6 +281,23 @@ class ImageModel:
                                pool_attention=pool_rows(pool, spec), interventions=tuple(done))
 
 
+@contextmanager
+def out_of_memory_said(device: torch.device | str, x: torch.Tensor) -> Iterator[None]:
+    """A forward pass that runs out of memory (on the GPU, or an allocation refused on the host) raises DeviceError
+    naming the input and what to try, instead of torch's own error: the captured and the streamed forward alike."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        torch.cuda.empty_cache()
+        raise DeviceError(f"out of memory on {device} for input {tuple(x.shape)} "
+                          f"({e}); try a smaller image size or device='cpu'") from e
+    except (MemoryError, RuntimeError) as e:
+        if not isinstance(e, MemoryError) and "allocate" not in str(e):
+            raise
+        raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
+                          f"{SMALLER}") from e
+
+
 class VitModel(ImageModel):
     """A loaded checkpoint: the reference ViT, its spec, and the device it runs on."""
 
@@ -356,25 +373,17 @@ class VitModel(ImageModel):
         direct = rows is None and not half and self._device.type == "cpu"
         shape = (int(x.shape[0]), self.spec.num_heads, tokens, tokens)
         try:
-            with capture_attention(self.net, sink), (sink.bound(probes, shape) if direct else nullcontext()):
-                xd = x.to(self._device)
-                if logits:
-                    out = self.net(xd).float().cpu().numpy()
-                else:
-                    self.net.forward_attention(xd, upto)
-                    out = np.zeros((x.shape[0], 0), np.float32)
-            maps = sink.numpy()
-        except torch.cuda.OutOfMemoryError as e:
-            torch.cuda.empty_cache()
-            raise DeviceError(f"out of memory on {self._device} for input {tuple(x.shape)} "
-                              f"({e}); try a smaller image size or device='cpu'") from e
+            with out_of_memory_said(self._device, x):
+                with capture_attention(self.net, sink), (sink.bound(probes, shape) if direct else nullcontext()):
+                    xd = x.to(self._device)
+                    if logits:
+                        out = self.net(xd).float().cpu().numpy()
+                    else:
+                        self.net.forward_attention(xd, upto)
+                        out = np.zeros((x.shape[0], 0), np.float32)
+                maps = sink.numpy()
         except ValueError as e:  # upto out of range
             raise VitvizError(str(e)) from e
-        except (MemoryError, RuntimeError) as e:
-            if not isinstance(e, MemoryError) and "allocate" not in str(e):
-                raise
-            raise DeviceError(f"not enough memory for input {tuple(x.shape)} ({type(e).__name__}: {e}); "
-                              f"{SMALLER}") from e
         check_finite_forward(maps, x, self.spec, str(self.spec.source))   # NaN maps are refused, their cause named
         return maps, out
 
