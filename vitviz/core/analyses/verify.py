@@ -2086,17 +2086,11 @@ def _recorded_by_modules(net: nn.Module, x: torch.Tensor, keep: Callable[[str, t
 def _sdpa_weights(query: torch.Tensor, key: torch.Tensor, _value: torch.Tensor, attn_mask: Any = None,
                   dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
                   enable_gqa: bool = False) -> torch.Tensor:
-    """The probabilities `F.scaled_dot_product_attention` computes on these arguments, in float32 (its documented
-    reference: softmax(q k^T * scale + mask)); dropout is off in eval."""
-    q, k = query.float(), key.float()
-    if enable_gqa and k.shape[-3] != q.shape[-3]:
-        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
-    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    if is_causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
-    if attn_mask is not None:
-        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.float()
-    return s.softmax(-1)
+    """The probabilities `F.scaled_dot_product_attention` computes on these arguments (its own signature, so a call's
+    positional and keyword arguments bind as they did there), in float32; dropout is off in eval."""
+    from vitviz.core.running.live.record import sdpa_probabilities
+
+    return sdpa_probabilities(query, key, attn_mask, is_causal, scale, enable_gqa)
 
 
 def _on_vitviz_grid(model: Any) -> Callable[[tuple[int, int], torch.Tensor], np.ndarray]:
