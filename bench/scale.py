@@ -9,7 +9,8 @@ model.safetensors) that names it (`--format transformers`: transformers' instead
 then builds transformers' original): ViT-B/16 @224 (`vit_base_patch16_224`; `--size N`: built for N px instead) by
 default; `--large` adds ViT-L/14 @518 (`vit_large_patch14_dinov2`, T = 1370: 24 x 16 maps of 1370 x 1370, 2.7 GiB
 float32 per image; minutes on a loaded CPU), `--giant` ViT-g/14 @518 (`vit_giant_patch14_dinov2`, 7.2 GiB of
-maps per image: skipped, and said, where the free memory cannot hold it). Every measurement runs in a fresh Python
+maps per image; `--giant-only` alone). A step the free memory cannot hold as it starts is skipped, and said
+(`need`: the weights once per copy held at once, and the maps the step keeps). Every measurement runs in a fresh Python
 process (this file, `--child`), so its memory is its own:
 - original forward: `timm.create_model` from the folder, the file's weights, one forward of one image as timm runs
   it by default (fused attention: no maps kept; what a user pays without vitviz); for `--format transformers`
@@ -20,7 +21,8 @@ process (this file, `--child`), so its memory is its own:
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
 - verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the bench's size
-  and at that + 2 patches per side, every layer compared as it is computed);
+  and at that + 2 patches per side -- `--one-size`: the bench's size only -- every layer compared as it is
+  computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
   verdict store: nothing remembered), once per count in `--images`; `export N nv`: the same with `--no-verify`;
   `--memory SIZE` is given to each export (its budget for the maps in flight).
@@ -52,6 +54,7 @@ from typing import Any
 MODELS = {"ViT-B/16 @224": ("vit_base_patch16_224", 224), "ViT-L/14 @518": ("vit_large_patch14_dinov2", 518),
           "ViT-g/14 @518": ("vit_giant_patch14_dinov2", 518)}
 MEMORY = os.environ.get("VITVIZ_SCALE_MEMORY", "")   # `--memory`, as the children get it
+ONE_SIZE = os.environ.get("VITVIZ_SCALE_ONE_SIZE") == "1"   # `--one-size`, as the children get it
 METHODS = ("original forward", "capture (full)", "capture (warm)", "capture (f16)", "capture (rows)", "verify",
            "export")
 
@@ -88,14 +91,33 @@ def make_folder(arch: str, size: int, folder: Path, hf: bool = False) -> dict[st
             "heads": model.blocks[0].attn.num_heads, "tokens": tokens}
 
 
-def fits_giant() -> bool:
-    """Whether the free memory holds ViT-g/14 @518's heaviest step (verify: its weights three times -- vitviz's,
-    their packed copies, timm's building -- and two images' maps); said when it does not."""
+def need(method: str, weights: int, maps: int, images: int) -> int:
+    """Bytes a step is expected to need at its peak (the weights counted once per copy held at once: vitviz's
+    model, the packed copies its first forward makes, the original's; maps by what the step keeps), so a step the
+    free memory cannot hold is skipped and said instead of ending in the kernel's OOM killer."""
+    if method == "window":                    # the full maps, and the verdict it asks for: the original besides
+        return 3 * weights + maps
+    if method == "original forward":
+        return 2 * weights                    # timm builds the model, then the file's tensors are copied in
+    if method in ("capture (full)", "capture (warm)"):
+        return 2 * weights + maps
+    if method == "capture (f16)":
+        return 2 * weights + maps // 2
+    if method == "capture (rows)":
+        return 2 * weights
+    if method == "verify" or (method.startswith("export") and not method.endswith(" nv")):
+        return 3 * weights + 4 * maps // 24   # both models, the original's build, a few layers in flight
+    return 2 * weights + 2 * maps // 24 * min(images, 2)   # export --no-verify: streamed query rows
+
+
+def fits(label: str, method: str, weights: int, maps: int, images: int) -> bool:
+    """Whether the free memory (now, as the step starts) holds `method`'s peak; said when it does not."""
     from vitviz.core.running.runtime import available_memory
 
-    need, free = 3 * 4.4 * 1024 ** 3 + 2 * 7.2 * 1024 ** 3, available_memory()
-    if free is not None and free < need:
-        print(f"ViT-g/14 @518: skipped, {free / 1024 ** 3:.1f} GiB free of the {need / 1024 ** 3:.1f} GiB it needs")
+    needed, free = need(method, weights, maps, images), available_memory()
+    if free is not None and free < needed:
+        print(f"  {method:<16} skipped: {free / 1024 ** 3:.1f} GiB free of the {needed / 1024 ** 3:.1f} GiB "
+              f"it needs ({label})", flush=True)
         return False
     return True
 
@@ -152,7 +174,7 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
             def step() -> None:
                 # at the bench's size and 2 patches more per side (verify's default around the native size; a
                 # transformers DINOv2's config states 518 px, but vitviz takes its processor's 224 as native)
-                check = verify(model, sizes=[size, size + 2 * model.spec.patch_size])
+                check = verify(model, sizes=[size] if ONE_SIZE else [size, size + 2 * model.spec.patch_size])
                 assert check.verified, check.summary()
                 extra["sizes"] = len(check.sizes)
         else:
@@ -249,49 +271,67 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="also ViT-L/14 @518 (minutes, GiBs)")
     parser.add_argument("--size", type=int, default=224, help="the ViT-B/16's input size (default 224)")
     parser.add_argument("--images", default="2,6", help="image counts the exports write (default 2,6)")
-    parser.add_argument("--only", default="", help="comma-separated methods to run (default all)")
+    parser.add_argument("--only", default="", help="comma-separated methods to run (default all; "
+                        "'export nv': the exports without verification alone)")
     parser.add_argument("--giant", action="store_true", help="also ViT-g/14 @518 (1.1 B parameters, 7.2 GiB of "
                         "maps per image), skipped and said when the free memory cannot hold it")
     parser.add_argument("--large-only", action="store_true", help="leave out ViT-B/16")
+    parser.add_argument("--giant-only", action="store_true", help="ViT-g/14 @518 alone")
+    parser.add_argument("--one-size", action="store_true", help="verify at the bench's size only (not also at "
+                        "+2 patches per side): halves a giant's verify, said in its notes")
     parser.add_argument("--window", action="store_true", help="the window instead (offscreen): first picture, "
                         "layer change and the attention matrix's view, each model in a fresh process")
     parser.add_argument("--memory", default="", help="the exports' --memory budget (default: export's own)")
     parser.add_argument("--format", choices=("timm", "transformers"), default="timm",
                         help="the models' file format, and so the library verify builds the original with")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--make", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.make:   # in a child of its own, so the parent does not keep the built model's memory
+        arch, size, folder, hf = args.make
+        print(json.dumps(make_folder(arch, int(size), Path(folder), hf=hf == "1")))
+        return
     if args.child:
         method, folder, size, images = args.child
         print(json.dumps(child(method, Path(folder), int(size), Path(images))))
         return
     os.environ["VITVIZ_SCALE_MEMORY"] = args.memory   # the exports' children read it
+    os.environ["VITVIZ_SCALE_ONE_SIZE"] = "1" if args.one_size else ""
     sys.path.insert(0, str(Path(__file__).parent))
     from common import image_folder
 
     counts = [int(n) for n in args.images.split(",")]
     methods = ["window"] if args.window else []
+    only = args.only.replace("timm forward", "original forward").split(",") if args.only else []
     for m in () if args.window else METHODS:
-        if args.only and m not in args.only.replace("timm forward", "original forward").split(","):
-            continue
-        methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
+        if m == "export" and "export nv" in only:   # the exports without verification alone
+            methods += [f"export {n} nv" for n in counts]
+        elif not only or m in only:
+            methods += [f"export {n}" for n in counts] + [f"export {n} nv" for n in counts] if m == "export" else [m]
     gib = 1024 ** 3
     with tempfile.TemporaryDirectory() as tmp:
         for label, (arch, size) in MODELS.items():
+            if args.giant_only and label != "ViT-g/14 @518":
+                continue
             if (label == "ViT-L/14 @518" and not (args.large or args.large_only)) or (
-                    label == "ViT-g/14 @518" and not args.giant) or (label == "ViT-B/16 @224" and args.large_only):
+                    label == "ViT-g/14 @518" and not (args.giant or args.giant_only)) or (
+                    label == "ViT-B/16 @224" and args.large_only):
                 continue
             if label == "ViT-B/16 @224" and args.size != size:
                 label, size = f"ViT-B/16 @{args.size}", args.size
             folder = Path(tmp) / arch
-            if label == "ViT-g/14 @518" and not fits_giant():
-                continue
-            facts = make_folder(arch, size, folder, hf=args.format == "transformers")
+            made = subprocess.run([sys.executable, __file__, "--make", arch, str(size), str(folder),
+                                   "1" if args.format == "transformers" else "0"],
+                                  capture_output=True, text=True, check=True)
+            facts = json.loads(made.stdout.strip().splitlines()[-1])
             maps = facts["layers"] * facts["heads"] * facts["tokens"] ** 2 * 4
             floor = facts["weights"] + maps
             print(f"{label} ({args.format}): {facts['layers']} layers x {facts['heads']} heads, "
                   f"T = {facts['tokens']}; weights {facts['weights'] / gib:.2f} GiB, one image's maps "
                   f"{maps / gib:.3f} GiB, floor {floor / gib:.2f} GiB")
             if args.window:
+                if not fits(label, "window", facts["weights"], maps, 1):
+                    continue
                 m = measure("window", folder, size, Path(tmp))
                 print(f"  window (offscreen), T = {int(m['tokens'])}: first picture {m['seconds']:.1f} s (the model "
                       f"loaded in {m['loaded']:.1f} s), verdict at {m['verdict']:.1f} s ({m['verified']}); then "
@@ -304,6 +344,8 @@ def main() -> None:
             measured = {}
             for method in methods:
                 n = int(method.split()[1]) if method.startswith("export") else 0
+                if not fits(label, method, facts["weights"], maps, n):
+                    continue
                 images = image_folder(Path(tmp) / f"images{n}", n) if n else Path(tmp)
                 print(f"  ({method}…)", file=sys.stderr, flush=True)
                 measured[method] = measure(method, folder, size, images)
