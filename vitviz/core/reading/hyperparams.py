@@ -22,7 +22,7 @@ from vitviz.core.reading.families import (
 )
 from vitviz.core.reading.metadata import (
     DIM_HEAD_KEYS, HEADS_KEYS, IMAGE_KEYS, LABEL_KEYS, MEAN_KEYS, STD_KEYS, args_info, as_int, as_labels, as_size,
-    as_stats, find_value, heads_from_dim, metadata_sources, parse_model_name, torchvision_weights,
+    as_stats, find_value, heads_from_dim, metadata_sources, named_heads, parse_model_name, torchvision_weights,
 )
 from vitviz.core.options import (
     ACTIVATIONS, BLOCK_NORMS, HOW_TO_PASS, MLP_KINDS, POOLINGS, REFERENCE, REL_POS_RECIPES, ROPE_KINDS, ROPE_PRESETS,
@@ -449,8 +449,8 @@ def _heads(sd: dict[str, torch.Tensor], hints: dict[str, Any], overrides: dict[s
         heads, src = meta_heads
     elif meta_dim_head and width % meta_dim_head[0] == 0:
         heads, src = width // meta_dim_head[0], f"{meta_dim_head[1]} (width {width} / head dim)"
-    elif info is not None and info.heads:
-        heads, src = info.heads, f"metadata: model name {name!r}"
+    elif info is not None and (by_name := named_heads(name, width)) is not None:
+        heads, src = by_name
     elif rel_heads is not None:
         heads, src = rel_heads
     elif qn is not None:

@@ -14,6 +14,11 @@ HEADS_BY_DIM = {192: 3, 256: 4, 320: 5, 384: 6, 512: 8, 640: 10, 768: 12, 832: 1
                 1152: 16, 1280: 16, 1408: 16, 1664: 16, 2048: 16, 3072: 24}
 SIZE_WORD_HEADS = {"tiny": 3, "small": 6, "medium": 8, "base": 12, "large": 16, "huge": 16, "giant": 16,
                    "gigantic": 16, "s": 6, "b": 12, "l": 16, "h": 16, "g": 24, "g2": 24}
+# the width each size word names (ViT-g/14 is 1408 wide; DINOv2's 'vitg14' / giant2 1536): a name's size word fixes
+# the head count only at that width -- timm's DINOv2 'vit_giant_patch14_dinov2' is 1536 wide with 24 heads, not
+# ViT-g/14's 16, and 'vit_huge_plus_patch16_dinov3' 1280 wide with 20 (its registered count: `named_heads`)
+SIZE_WORD_WIDTH = {"tiny": 192, "small": 384, "medium": 512, "base": 768, "large": 1024, "huge": 1280,
+                   "giant": 1408, "gigantic": 1664, "s": 384, "b": 768, "l": 1024, "h": 1280, "g": 1536, "g2": 1536}
 
 
 def heads_from_dim(dim: int) -> tuple[int, str]:
@@ -34,30 +39,49 @@ class NameInfo:
     heads: int | None = None
     patch: int | None = None
     image: int | None = None
+    width: int | None = None   # the width the size word names (`heads` holds only at it)
 
 
 def parse_model_name(name: str) -> NameInfo:
     """Read heads, patch and image size from names like 'vit_base_patch16_384', 'deit_small_distilled_patch16_224',
     'dinov2_vitl14_reg', 'vit_small' (DINO `args.arch`) or torchvision 'vit_b_16'."""
     n = name.lower().split("/")[-1].split(".")[0]
-    heads = patch = image = None
-    if "_gap_" in n and "base" in n:
-        heads = 16
+    heads = patch = image = word = None
     m = re.search(r"(tiny|small|medium|base|large|huge|giant|gigantic)", n)
-    if m and heads is None:
-        heads = SIZE_WORD_HEADS[m.group(1)]
+    if m:
+        word = m.group(1)
     m2 = re.search(r"(?:dinov2_)?vit([sblg]2?)(\d+)", n)
-    if m2 and heads is None:
-        heads = SIZE_WORD_HEADS[m2.group(1)]
-        patch = int(m2.group(2))
+    if m2 and word is None:
+        word, patch = m2.group(1), int(m2.group(2))
     m3 = re.match(r"vit_([blh])_(\d+)", n)
-    if m3 and heads is None:
-        heads, patch = SIZE_WORD_HEADS[m3.group(1)], int(m3.group(2))
+    if m3 and word is None:
+        word, patch = m3.group(1), int(m3.group(2))
+    if word is not None:
+        heads = SIZE_WORD_HEADS[word]
     if (mp := re.search(r"patch(\d+)", n)):
         patch = int(mp.group(1))
     if (mi := re.search(r"patch\d+_(\d{2,4})", n)):
         image = int(mi.group(1))
-    return NameInfo(heads, patch, image)
+    return NameInfo(heads, patch, image, SIZE_WORD_WIDTH.get(word) if word else None)
+
+
+def named_heads(name: str, width: int) -> tuple[int, str] | None:
+    """The head count a model's name fixes at attention width `width`, with its source: timm's registered count
+    for an architecture timm registers at that width (`timm_heads`, generated from timm), else the name's size
+    word where `width` is the width it names; None where the name fixes nothing (a size word at another width:
+    'giant' is 16 heads at 1408, 24 at 1536)."""
+    from vitviz.core.reading.timm_heads import TIMM_HEADS, TIMM_VERSION
+
+    arch = name.lower().split("/")[-1].split(".")[0]
+    if arch in TIMM_HEADS:
+        registered, heads = TIMM_HEADS[arch]
+        if registered == width:
+            return heads, f"named model: timm {TIMM_VERSION} registers {arch!r} with {heads} heads ({width} wide)"
+        return None   # the file is wider or narrower than the registered model: its name does not fix the count
+    info = parse_model_name(name)
+    if info.heads and info.width == width:
+        return info.heads, f"metadata: model name {name!r}"
+    return None
 
 
 def torchvision_weights(file_name: str) -> dict[str, Any] | None:
