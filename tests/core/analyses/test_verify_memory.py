@@ -140,11 +140,30 @@ def _live_folder(tmp_path: Path) -> Path:
     return tmp_path / "pixtral"
 
 
+def _windowed_live_folder(tmp_path: Path) -> Path:
+    """A Qwen2.5-VL model's vision tower (packed patches, blocks of windows and of full attention, a one-layer text
+    model beside it): vitviz runs the tower live by its transformers code, verify builds transformers' own, each of
+    its layers made of one call per window."""
+    torch.manual_seed(0)
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=100,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 2, 4]})
+    vision = dict(patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_heads=HEADS, depth=DEPTH,
+                  hidden_size=32, intermediate_size=64, window_size=24, fullatt_block_indexes=[1, 5],
+                  out_hidden_size=32)
+    whole = transformers.Qwen2_5_VLForConditionalGeneration(
+        transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole.eval().save_pretrained(tmp_path / "qwen2_5_vl")
+    return tmp_path / "qwen2_5_vl"
+
+
 # (folder, the most layers alive at once): an original that hands its maps over as it computes them (timm's;
-# transformers', read at its attention modules) holds a few layers in flight; a tower run by its transformers code
-# returns its whole stack at the end (its stack, a few layers more); both stacks are 2 x DEPTH layers
+# transformers', read at its attention modules; a tower run by its transformers code, each layer as its next one
+# begins, a windowed layer's windows gathered first) holds a few layers in flight; both stacks are 2 x DEPTH layers
 CASES = {"timm": (_timm_folder, 4), "transformers": (_transformers_folder, 4),
-         "live": (_live_folder, DEPTH + 3)}
+         "live": (_live_folder, 4), "live-windowed": (_windowed_live_folder, 4)}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -152,8 +171,8 @@ def test_verify_never_holds_both_full_stacks(tmp_path: Path, monkeypatch: pytest
     make, most = CASES[case]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = vitviz.load(make(tmp_path), device="cpu")
-    assert (model.spec.family == "live") == (case == "live")
+        model = vitviz.load(make(tmp_path), device="cpu", **({"image_size": (32, 48)} if "windowed" in case else {}))
+    assert (model.spec.family == "live") == case.startswith("live")
     watch = _watched(monkeypatch, model)
     check = verify_module.verify(model)
     assert check.verified, check.summary()

@@ -17,9 +17,9 @@ attention off; open_clip, torchvision and the user's code through the live path'
 (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed, explicit
 softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each layer is
 compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (a composite model's tower
-run by its transformers code returns its maps at the end: its stack alone, never both). A whole CLIP or SigLIP
-file's original is its vision side alone (transformers' `CLIPVisionModelWithProjection`, ...): no text tower is
-built; open_clip's is its vision tower alone (`CLIP(...).visual`). The file's tensors the original is given are
+run by its transformers code included: each layer's weights handed over as its next layer begins). A whole CLIP or
+SigLIP file's original is its vision side alone (transformers' `CLIPVisionModelWithProjection`, ...): no text tower
+is built; open_clip's is its vision tower alone (`CLIP(...).visual`). The file's tensors the original is given are
 held once: each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
@@ -44,6 +44,7 @@ import json
 import math
 import os
 import re
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -747,8 +748,8 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
     the probe reaches; otherwise only those the original's modules state. The original runs first; vitviz's
-    forward then compares each layer as it is computed (`_against_ours`), so one full stack of maps is held at a
-    time, never both models'. `at_size(size)`: another way to compare at one size (a windowed model's, block by
+    forward then compares each layer as it is computed (`_against_ours`), so a few layers' maps are held at a
+    time (a vitviz model without `forward_streamed`: its whole stack), never both models' stacks. `at_size(size)`: another way to compare at one size (a windowed model's, block by
     block: `_windowed_at_size`); its verdict confirms no setting (windowed settings are not yet confirmed)."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
@@ -810,8 +811,8 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
     """The original's forward and vitviz's on the probe `x`, in step: the original runs on a thread of its own
     (`_Theirs`) and hands each layer's map over as it computes it; vitviz's forward compares its own layer of that
     index with it as its softmax is done and lets both go. So neither model's (L, H, T, T) stack is ever held (an
-    original whose library returns its maps only at the end, a tower run by its transformers code, holds its own
-    stack until they are handed over, one at a time). (per layer differences, first layer beyond tolerance, notes,
+    original whose run returned its maps only at the end would hold its own stack until they are handed over, one
+    at a time: none of verify's originals does). (per layer differences, first layer beyond tolerance, notes,
     output difference, output note). A model with no `forward_streamed` gives its whole stack
     (`forward_captured`) and is compared from it."""
     theirs = _Theirs(original, size, x)
@@ -1378,47 +1379,61 @@ def _by_timm_code(spec: Any) -> bool:
     return f"({BY_CODE_ROUTE}: timm " in spec.source_of("path")
 
 
-_RECORDED: list[tuple[int, torch.Tensor]] = []
+_RECORDING = threading.local()   # `.calls`: the `_LayerCalls` of the by-code run on this thread, if any
 
 
 def _recorded_eager(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: Any, **kwargs: Any) -> Any:
-    """transformers' own eager attention function of `module`'s modeling file, its weights kept (the original's
-    attention, read where transformers returns it, not through vitviz's capture)."""
+    """transformers' own eager attention function of `module`'s modeling file, its weights handed to the run on
+    this thread (the original's attention, read where transformers returns it, not through vitviz's capture)."""
     import sys
 
     out, weights = sys.modules[type(module).__module__].eager_attention_forward(
         module, query, key, value, attention_mask, **kwargs)
-    _RECORDED.append((id(module), weights.detach().float().cpu()))
+    calls = getattr(_RECORDING, "calls", None)
+    if calls is not None:
+        calls.add(module, weights)
     return out, weights
 
 
-def _recorded_layers() -> list[np.ndarray]:
-    """The recorded weights, one (H, T, T) map per call of an attention module: the consecutive calls of one
-    module (its windows) on the diagonal, zero between them."""
-    groups: list[list[torch.Tensor]] = []
-    last = None
-    for owner, weights in _RECORDED:
-        if owner != last:
-            groups.append([])
-            last = owner
-        groups[-1].append(weights[0])
-    layers = []
-    for parts in groups:
+class _LayerCalls:
+    """One layer's map from the consecutive calls of one attention module (its windows: on the diagonal, zero
+    between them), given to `give` as (H, T, T) as soon as another module's call begins, or at `flush`: so a run
+    holds the layer being computed and no more."""
+
+    def __init__(self, give: Callable[[np.ndarray], None]) -> None:
+        self.give = give
+        self.owner: nn.Module | None = None
+        self.parts: list[torch.Tensor] = []
+
+    def add(self, module: nn.Module, weights: torch.Tensor) -> None:
+        if module is not self.owner:
+            self.flush()
+            self.owner = module
+        self.parts.append(weights.detach()[0].float().cpu())
+
+    def flush(self) -> None:
+        parts, self.parts, self.owner = self.parts, [], None
+        if not parts:
+            return
+        if len(parts) == 1:   # (its module has returned: nothing writes to the weights any more)
+            self.give(parts[0].numpy())
+            return
         total = sum(int(p.shape[-1]) for p in parts)
         full = torch.zeros(int(parts[0].shape[0]), total, total)
         start = 0
         for p in parts:
             full[:, start:start + p.shape[-1], start:start + p.shape[-1]] = p
             start += int(p.shape[-1])
-        layers.append(full.numpy())
-    return layers
+        del parts
+        self.give(full.numpy())
 
 
 def _build_by_code(path: Path, device: torch.device) -> _Original:
     """transformers' own vision tower of a composite model vitviz runs by its code, built again from the file (its
-    config.json, its tower tensors) and run with its own eager attention, whose weights are recorded through
-    transformers' `AttentionInterface`. A packed-patch tower (Qwen-VL) is given the image as its own image processor
+    config.json, its tower tensors) and run with its own eager attention, whose weights are read through
+    transformers' `AttentionInterface` and handed over one layer at a time as the next layer begins (`_LayerCalls`):
+    its stack is never held. A packed-patch tower (Qwen-VL) is given the image as its own image processor
     class packs it (`patchify`), and each token is put on the image's grid by where that processor put its pixels (an
     image of patch coordinates, packed alike) and, where the tower moves its tokens (Qwen2.5-VL's windows), by its
     first block's input matched row for row to its patch embedding."""
@@ -1489,11 +1504,20 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         placed[cell[moved]] = torch.arange(rows * cols)
         return placed
 
-    def run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         own = net.config._attn_implementation
         net.config._attn_implementation = "vitviz_recorded_eager"
-        _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
+        placed: list[np.ndarray] = []   # the raster order, found once the first block has begun (`order`)
+
+        def give(layer: np.ndarray) -> None:
+            if packed:
+                if not placed:
+                    placed.append(order(size, seen).numpy())
+                layer = layer[:, placed[0]][:, :, placed[0]]
+            each(layer)
+
+        calls = _LayerCalls(give)
         # what the blocks' input is made of before any reordering (Ovis 2.5: embeddings, layers; Cosmos 3 Edge:
         # encoder.layers; Muse Spark: its embeddings normed by ln_pre, then reordered into windows)
         embed = getattr(net, "ln_pre", None) or getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)
@@ -1509,6 +1533,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         hooks = [embed.register_forward_hook(embedded),
                  blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] \
             if packed and isinstance(embed, nn.Module) and blocks else []     # (PaddleOCR-VL's: neither found)
+        _RECORDING.calls = calls
         try:
             with torch.inference_mode():
                 if packed:
@@ -1521,18 +1546,15 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
                         net(**{argument: patches[0].to(device)}, grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])
+                calls.flush()   # its last layer
         finally:
+            _RECORDING.calls = None
             net.config._attn_implementation = own
             for hook in hooks:
                 hook.remove()
-        maps = _recorded_layers()
-        _RECORDED.clear()
-        if packed:
-            placed = order(size, seen).numpy()
-            maps = [m[:, placed][:, :, placed] for m in maps]
         hidden = out.last_hidden_state
         vec = (hidden[0] if hidden.dim() == 3 else hidden).float().mean(dim=0).cpu().numpy()
-        return maps, vec
+        return [], vec
 
     return _Original("transformers", transformers.__version__, what, run)
 
