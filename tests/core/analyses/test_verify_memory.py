@@ -377,3 +377,57 @@ def test_a_whole_clip_is_verified_without_its_text_tower(tmp_path: Path, monkeyp
     text_modules = [name for net in built for name, m in net.named_modules() if "Text" in type(m).__name__]
     assert not text_modules, text_modules
     assert "its text tower not built" in check.original
+
+
+def _windowed_folder(tmp_path: Path, kind: str) -> Path:
+    """A tiny transformers Swin, Swin v2, SAM image encoder or ViTDet of DEPTH blocks, saved as a folder."""
+    torch.manual_seed(0)
+    swin = dict(image_size=64, patch_size=4, embed_dim=16, depths=[DEPTH // 2] * 2, num_heads=[1, 2], window_size=4)
+    net = {"swin": lambda: transformers.SwinForImageClassification(transformers.SwinConfig(**swin, num_labels=3)),
+           "swinv2": lambda: transformers.Swinv2Model(transformers.Swinv2Config(**swin)),
+           "sam": lambda: transformers.SamVisionModel(transformers.SamVisionConfig(
+               hidden_size=32, num_hidden_layers=DEPTH, num_attention_heads=HEADS, image_size=64, patch_size=8,
+               window_size=3, output_channels=16, global_attn_indexes=[1, 3, 5, 7], mlp_dim=64)),
+           "vitdet": lambda: transformers.VitDetModel(transformers.VitDetConfig(
+               hidden_size=32, num_hidden_layers=DEPTH, num_attention_heads=HEADS, image_size=40, patch_size=8,
+               window_size=2, window_block_indices=[0, 2, 4, 6]))}[kind]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net.eval().save_pretrained(tmp_path / kind)
+    return tmp_path / kind
+
+
+@pytest.mark.parametrize("kind", ["swin", "swinv2", "sam", "vitdet"])
+def test_a_windowed_transformers_original_holds_no_stack_of_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   kind: str) -> None:
+    """A windowed transformers original is not asked for the `output_attentions` that collects every block's
+    weights to the end (Swin, SAM: their attention modules return them at each call anyway), or, where its modules
+    return them only when asked (Swin v2, ViTDet), each block's are let go once handed over: the weights its
+    attention modules return (watched as they return them, before verify's own hooks) are alive for at most two
+    blocks at once, while vitviz's blocks are compared."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(_windowed_folder(tmp_path, kind), device="cpu")
+    alive: list[weakref.ref] = []
+    worst = [0]
+
+    def returned(module: torch.nn.Module, _i: Any, out: Any) -> None:   # (global hooks run before a module's own)
+        if type(module).__name__ in verify_module._HF_ATTENTION and isinstance(out, tuple) and len(out) > 1 \
+                and isinstance(out[1], torch.Tensor):
+            alive.append(weakref.ref(out[1]))
+
+    compare_append = verify_module._LayerByLayer.append
+
+    def compared(self: Any, layer: torch.Tensor) -> None:
+        compare_append(self, layer)
+        worst[0] = max(worst[0], sum(r() is not None for r in alive))
+
+    monkeypatch.setattr(verify_module._LayerByLayer, "append", compared)
+    hook = torch.nn.modules.module.register_module_forward_hook(returned)
+    try:
+        check = verify_module.verify(model, sizes=[model.spec.image_size[0]])
+    finally:
+        hook.remove()
+    assert check.verified and [len(layers) for layers in check.per_layer] == [DEPTH], check.summary()
+    assert len(alive) >= DEPTH   # every block's weights were seen as its module returned them
+    assert worst[0] <= (3 if kind == "swin" else 2), f"{worst[0]} blocks' weights of the original alive at once"

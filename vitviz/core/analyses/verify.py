@@ -2296,12 +2296,17 @@ def _window_sizes(spec: Any, sizes: Any) -> list[tuple[int, int]]:
 
 
 def _streamed_blocks(net: nn.Module, points: list[tuple[nn.Module, int]], read: Callable[[Any], torch.Tensor],
-                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any]) -> Any:
+                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any],
+                     given_up: bool = False) -> Any:
     """`call(net, x)` with the output of each of `points` (module, its block's heads) read (`read`), laid out as
-    (B x windows, heads, n, n) and given to `each` as a copy, as computed."""
-    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> None:
+    (B x windows, heads, n, n) and given to `each` as a copy, as computed. `given_up`: the points return
+    (output, weights, ...) and their callers collect the weights to the end (an `output_attentions` that travels
+    down the model's layers): once copied, an empty tensor goes on in their place, so no block's weights are held
+    after it is handed over."""
+    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> Any:
         probs = read(out).detach()
         each(probs.reshape(-1, heads, *probs.shape[-2:]).float().cpu().clone().numpy())
+        return (out[0], probs.new_empty(0), *out[2:]) if given_up else None
 
     handles = [m.register_forward_hook(functools.partial(hook, heads)) for m, heads in points]
     try:
@@ -2379,12 +2384,18 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
     # SAM / ViTDet: the image encoder alone (a whole SamModel's `vision_encoder`), its feature map compared
     sam = config.model_type in ("sam", "sam_vision_model", "vitdet")
 
-    def forward(net: nn.Module, x: torch.Tensor) -> Any:
-        return (getattr(net, "vision_encoder", net) if sam else net)(pixel_values=x, output_attentions=True)
-
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         net = build()
-        out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward)
+        # a model whose attention modules return their weights at every call (what its `_can_record_outputs`
+        # names: Swin, SAM) is not asked for `output_attentions`, which would collect them all; one whose modules
+        # return them only when asked (Swin v2, ViTDet) is asked, and each block's are let go once handed over
+        asked = not _attention_outputs(net)
+
+        def forward(net: nn.Module, x: torch.Tensor) -> Any:
+            return (getattr(net, "vision_encoder", net) if sam else net)(
+                pixel_values=x, **({"output_attentions": True} if asked else {}))
+
+        out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward, given_up=asked)
         if sam:   # the encoder's last hidden state, or a VitDetBackbone's last feature map
             fmap = out.last_hidden_state if getattr(out, "last_hidden_state", None) is not None else \
                 out.feature_maps[-1]
