@@ -72,6 +72,12 @@ _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_
 _BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
 VERIFY_BYTES = 16 << 30  # the attention a comparison may keep when the free memory cannot be read
+# layers of (heads, T, T) float32 maps alive at once in a comparison where both models hand each layer over as they
+# compute it (each side's scores, softmax and the copy it hands over, the one waiting to be taken, the comparison's
+# difference buffer): bench/verify_held.py measured 7.4 (timm, transformers) to 9.3 (a Qwen2.5-VL tower by its code)
+# at T = 1600, alike at depth 8 and 16; and beside a whole stack of vitviz's (no `forward_streamed`): 5.3
+_STREAMED_LAYERS = 10
+_BESIDE_STACK = 6
 ONE_SIZE = ("the native size only: nothing in the model depends on the input size (no position table, RoPE or "
             "relative position bias), so another size computes nothing the native one does not")
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
@@ -336,7 +342,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
             version = _version("transformers")
             return Verification(DIFFERS, library="transformers", version=version, original=e.what,
                                 against=f"transformers {version}", assumptions=assumptions, reason=str(e))
-        return _compare(model, original, _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
+        return _compare(model, original, _sizes(spec, sizes, not _streams(model)), assumptions,
+                        torch.device(device or model.device), say)
     if code is None and spec.family == "live" and _by_timm_code(spec):
         return unverified("timm's own code runs this file (built from its config.json with the file's tensors, "
                           "strictly): vitviz converted nothing, so there is no conversion to verify; the maps are "
@@ -350,7 +357,7 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     if not path.exists():
         return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
                           "file's own weights")
-    checked = _sizes(spec, sizes)
+    checked = _sizes(spec, sizes, not _streams(model))
     dev = torch.device(device or model.device)
     if code is not None:
         say(0.0, f"Building {Path(code.rpartition(':')[0]).name}'s model…")
@@ -688,11 +695,11 @@ def _named_library(identity: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
-    """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (an
-    original that returns its maps at the end, a tower run by its transformers code, holds every layer's, as does
-    a vitviz model without `forward_streamed`: refused before the 60 GB
-    allocation a size of 100000 asks). By default the native size and native + 2 patches per side, that one only
+def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None, whole: bool) -> list[tuple[int, int]]:
+    """The sizes to compare at, checked: whole patches, at least one, and the attention the comparison holds at once
+    fitting in memory (`_held_layers`: a few layers where both models hand each layer over as they compute it, a
+    whole stack more where vitviz's model gives its `whole` stack: no `forward_streamed`), refused before the
+    allocation a size of 100000 asks. By default the native size and native + 2 patches per side, that one only
     where it can differ (`_one_size`)."""
     native = (int(spec.image_size[0]), int(spec.image_size[1]))
     if sizes is None:
@@ -710,16 +717,32 @@ def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tup
         if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
             raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
         tokens = (size[0] // spec.patch_size) * (size[1] // spec.patch_size) + spec.num_prefix
-        needed = spec.depth * spec.num_heads * tokens * tokens * 4
+        held = _held_layers(spec, whole)
+        needed = held * spec.num_heads * tokens * tokens * 4
         free = available_memory()
         if needed > (free if free is not None else VERIFY_BYTES):
-            raise VitvizError(f"size {size}: comparing every layer's attention ({tokens:,} tokens) needs "
-                              f"{format_bytes(needed)}, more than the {format_bytes(free or VERIFY_BYTES)} "
-                              f"{'available' if free is not None else 'allowed'}; expected a smaller size")
+            how = (f"{held} layers' maps held at once, vitviz's whole stack of {spec.depth} among them (the model "
+                   "gives no layer before its last: no forward_streamed)" if whole else
+                   f"{held} layers' maps held at once, each layer compared as both models compute it")
+            raise VitvizError(f"size {size}: comparing the attention of {spec.num_heads} heads over {tokens:,} "
+                              f"tokens ({how}) needs {format_bytes(needed)}, more than the "
+                              f"{format_bytes(free or VERIFY_BYTES)} {'available' if free is not None else 'allowed'}"
+                              "; expected a smaller size")
         out.append((int(size[0]), int(size[1])))
     if not out:
         raise VitvizError("sizes=(): expected at least one input size")
     return out
+
+
+def _streams(model: Any) -> bool:
+    """Whether vitviz's model hands each layer's attention over as it computes it (`forward_streamed`)."""
+    return callable(getattr(model, "forward_streamed", None))
+
+
+def _held_layers(spec: Any, whole: bool) -> int:
+    """How many layers of (heads, T, T) maps a comparison holds at once: `_STREAMED_LAYERS`, or vitviz's `whole`
+    stack and `_BESIDE_STACK` (every original hands its layers over as it computes them)."""
+    return spec.depth + _BESIDE_STACK if whole else _STREAMED_LAYERS
 
 
 def _one_size(spec: Any) -> bool:
@@ -821,7 +844,7 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
     with _exact_float32(device), _exact_float32(torch.device(model.device)):
         theirs.start()
         try:
-            if callable(getattr(model, "forward_streamed", None)):
+            if _streams(model):
                 out_ours = model.forward_streamed(x, sink.append)
             else:
                 attn, out_ours = model.forward_captured(x)
@@ -2011,7 +2034,7 @@ def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[i
         return [], _output(out, 1)[0] if staged else _main_tensor(out)
 
     checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
-               else _sizes(spec, sizes))
+               else _sizes(spec, sizes, not _streams(model)))
     check = _compare(model, _Original(library, version, what, run), checked, assumptions, _device_of(original), say)
     return dataclasses.replace(check, one_size=OWN_CODE_SIZE if sizes is None else "")
 
