@@ -1,9 +1,10 @@
 """Verification in bounded memory (issue 36): `verify` runs the original and vitviz's model in step, comparing
-layer by layer, so it never holds both models' full attention stacks, and for an original that hands its maps over
-as it computes them (timm, open_clip, torchvision, the user's code) neither stack.
+layer by layer, so it never holds either model's full attention stack: every original hands its maps over as it
+computes them (timm, transformers' modules its `output_attentions` reads, a composite tower run by its transformers
+code, open_clip, torchvision, the user's code; a windowed original block by block).
 
 Every map either model computes is watched through a weak reference: the original's as its run gives them (one by
-one, or as a list at the end: transformers' `output_attentions`), vitviz's as its softmax probes give them (a
+one, or as a list at the end, were a run to return one), vitviz's as its softmax probes give them (a
 capture that writes into one (B, L, H, T, T) array is counted as that whole array; a live model's capture sink as
 its whole array), and each layer the comparison receives. At every such event the bytes of maps still alive are
 summed, in layers of the map just seen. Holding both stacks is 2 x DEPTH layers; one stack DEPTH.

@@ -2216,8 +2216,8 @@ def _hiera_placer(model: Any, net: nn.Module) -> Callable[[tuple[int, int], torc
 #
 # On the seeded probe (`probe_input`) at the native size and native + 2 patches per side, the original's own softmax
 # is read where it computes it (timm: each block's `attn.softmax` module, Swin, or the `attn.attn_drop` right after
-# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights;
-# torchvision: its `F.softmax` calls),
+# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights,
+# never collected by `output_attentions` (`_transformers_windowed`); torchvision: its `F.softmax` calls),
 # one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
 # that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
 # (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
