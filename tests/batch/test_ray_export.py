@@ -14,6 +14,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -85,7 +86,7 @@ def _note_captured() -> None:
 
     captured = VitModel.forward_captured
 
-    def noted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def noted(self: VitModel, *args: Any, **kwargs: Any) -> Any:
         with open(os.environ[NOTE_CAPTURED], "a", encoding="utf-8") as note:
             note.write(f"forward_captured in process {os.getpid()}\n")
         return captured(self, *args, **kwargs)
