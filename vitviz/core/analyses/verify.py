@@ -772,8 +772,9 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
     the probe reaches; otherwise only those the original's modules state. The original runs first; vitviz's
     forward then compares each layer as it is computed (`_against_ours`), so a few layers' maps are held at a
-    time (a vitviz model without `forward_streamed`: its whole stack), never both models' stacks. `at_size(size)`: another way to compare at one size (a windowed model's, block by
-    block: `_windowed_at_size`); its verdict confirms no setting (windowed settings are not yet confirmed)."""
+    time (a vitviz model without `forward_streamed`: its whole stack), never both models' stacks. `at_size(size)`:
+    another way to compare at one size (a windowed model's, block by block: `_windowed_at_size`); its verdict
+    confirms no setting (windowed settings are not yet confirmed)."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
