@@ -14,6 +14,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,18 +71,44 @@ def local_run(tiny_ckpt: Path, folder: Path, tmp_path_factory: pytest.TempPathFa
     return out
 
 
+NOTE_CAPTURED = "VITVIZ_TEST_NOTE_CAPTURED"   # (a VITVIZ_* variable: the engine gives it to its tasks and actors)
+
+
+def _note_captured() -> None:
+    """Each Ray worker's setup (`worker_process_setup_hook`): in a run whose environment names a file by
+    NOTE_CAPTURED, every call of `VitModel.forward_captured` (the whole (L, H, T, T) stack) appends a line to it;
+    in any other, nothing is changed."""
+    import os
+
+    if not os.environ.get(NOTE_CAPTURED):
+        return
+    from vitviz.core.running.capture import VitModel
+
+    captured = VitModel.forward_captured
+
+    def noted(self: VitModel, *args: Any, **kwargs: Any) -> Any:
+        with open(os.environ[NOTE_CAPTURED], "a", encoding="utf-8") as note:
+            note.write(f"forward_captured in process {os.getpid()}\n")
+        return captured(self, *args, **kwargs)
+
+    VitModel.forward_captured = noted
+
+
 @pytest.fixture(scope="module")
 def ray_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One local Ray for every test of the module (its start-up is the slow part). Its workers' temporary folder
     (TMPDIR) is the module's own, returned, so that what an actor leaves there is seen; Ray's session folder stays
-    where it was (RAY_TMPDIR)."""
+    where it was (RAY_TMPDIR). Each worker runs `_note_captured` as it starts (by value: the module is not
+    importable there)."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     workers_tmp = tmp_path_factory.mktemp("workers_tmp")
     with pytest.MonkeyPatch.context() as patch:  # Ray's processes take the environment they are started with
         patch.setenv("RAY_TMPDIR", os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
         patch.setenv("TMPDIR", str(workers_tmp))
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"worker_process_setup_hook": _note_captured})
     yield workers_tmp
     ray.shutdown()
 
@@ -280,6 +307,28 @@ def test_a_list_is_exported_as_it_is_read(ray_session, tiny_ckpt: Path, folder: 
     again = _manifest(out)
     assert again["engine"]["resumed_from_manifest"] == 5 and again["engine"]["chunks"] == 0
     assert [e["status"] for e in again["images"]] == ["skipped"] * 5 and _files(out) == got
+
+
+@pytest.mark.ray
+def test_a_streamed_export_on_ray_writes_the_local_pictures_without_the_stack(
+        ray_session, tiny_ckpt: Path, folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLS, token and rollout maps (`Plan.stream`): the Ray engine's actors keep of each layer only what the maps
+    read, as the local engine does -- the same PNGs, byte for byte, as the local engine's streamed export, and no
+    actor ever calls `forward_captured` (noted by `_note_captured` in each worker); the control, a mean map (not
+    streamable), shows the note is taken where it is called."""
+    note = tmp_path / "captured.txt"
+    monkeypatch.setenv(NOTE_CAPTURED, str(note))
+    images = [str(folder / f"img{i}.png") for i in range(4)]
+    maps = ["--maps", "cls,token:3,rollout", "--layers", "all", "--which-heads", "all,mean", "--quiet"]
+    assert _export(tiny_ckpt, images, tmp_path / "local", *maps) == 0
+    assert _export(tiny_ckpt, images, tmp_path / "ray", *maps, "--engine", "ray", "--actors", "1",
+                   "--batch-size", "3") == 0
+    got, want = _files(tmp_path / "ray"), _files(tmp_path / "local")
+    assert len(want) == 4 * 14 and got == want   # per image: 2 layers x (3 heads + mean) x 2 maps, and 2 rollouts
+    assert not note.exists(), note.read_text()
+    assert _export(tiny_ckpt, images[:1], tmp_path / "control", "--maps", "mean", "--quiet", "--engine", "ray",
+                   "--actors", "1") == 0
+    assert note.read_text().startswith("forward_captured in process ")
 
 
 # -- no Ray needed ------------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Verification in bounded memory (issue 36): `verify` runs the original and vitviz's model in step, comparing
-layer by layer, so it never holds both models' full attention stacks, and for an original that hands its maps over
-as it computes them (timm, open_clip, torchvision, the user's code) neither stack.
+layer by layer, so it never holds either model's full attention stack: every original hands its maps over as it
+computes them (timm, transformers' modules its `output_attentions` reads, a composite tower run by its transformers
+code, open_clip, torchvision, the user's code; a windowed original block by block).
 
 Every map either model computes is watched through a weak reference: the original's as its run gives them (one by
-one, or as a list at the end: transformers' `output_attentions`), vitviz's as its softmax probes give them (a
+one, or as a list at the end, were a run to return one), vitviz's as its softmax probes give them (a
 capture that writes into one (B, L, H, T, T) array is counted as that whole array; a live model's capture sink as
 its whole array), and each layer the comparison receives. At every such event the bytes of maps still alive are
 summed, in layers of the map just seen. Holding both stacks is 2 x DEPTH layers; one stack DEPTH.
@@ -140,11 +141,30 @@ def _live_folder(tmp_path: Path) -> Path:
     return tmp_path / "pixtral"
 
 
+def _windowed_live_folder(tmp_path: Path) -> Path:
+    """A Qwen2.5-VL model's vision tower (packed patches, blocks of windows and of full attention, a one-layer text
+    model beside it): vitviz runs the tower live by its transformers code, verify builds transformers' own, each of
+    its layers made of one call per window."""
+    torch.manual_seed(0)
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=100,
+                rope_parameters={"rope_type": "default", "mrope_section": [2, 2, 4]})
+    vision = dict(patch_size=4, spatial_merge_size=2, temporal_patch_size=2, num_heads=HEADS, depth=DEPTH,
+                  hidden_size=32, intermediate_size=64, window_size=24, fullatt_block_indexes=[1, 5],
+                  out_hidden_size=32)
+    whole = transformers.Qwen2_5_VLForConditionalGeneration(
+        transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole.eval().save_pretrained(tmp_path / "qwen2_5_vl")
+    return tmp_path / "qwen2_5_vl"
+
+
 # (folder, the most layers alive at once): an original that hands its maps over as it computes them (timm's;
-# transformers', read at its attention modules) holds a few layers in flight; a tower run by its transformers code
-# returns its whole stack at the end (its stack, a few layers more); both stacks are 2 x DEPTH layers
+# transformers', read at its attention modules; a tower run by its transformers code, each layer as its next one
+# begins, a windowed layer's windows gathered first) holds a few layers in flight; both stacks are 2 x DEPTH layers
 CASES = {"timm": (_timm_folder, 4), "transformers": (_transformers_folder, 4),
-         "live": (_live_folder, DEPTH + 3)}
+         "live": (_live_folder, 4), "live-windowed": (_windowed_live_folder, 4)}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -152,8 +172,8 @@ def test_verify_never_holds_both_full_stacks(tmp_path: Path, monkeypatch: pytest
     make, most = CASES[case]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = vitviz.load(make(tmp_path), device="cpu")
-    assert (model.spec.family == "live") == (case == "live")
+        model = vitviz.load(make(tmp_path), device="cpu", **({"image_size": (32, 48)} if "windowed" in case else {}))
+    assert (model.spec.family == "live") == case.startswith("live")
     watch = _watched(monkeypatch, model)
     check = verify_module.verify(model)
     assert check.verified, check.summary()
@@ -358,3 +378,57 @@ def test_a_whole_clip_is_verified_without_its_text_tower(tmp_path: Path, monkeyp
     text_modules = [name for net in built for name, m in net.named_modules() if "Text" in type(m).__name__]
     assert not text_modules, text_modules
     assert "its text tower not built" in check.original
+
+
+def _windowed_folder(tmp_path: Path, kind: str) -> Path:
+    """A tiny transformers Swin, Swin v2, SAM image encoder or ViTDet of DEPTH blocks, saved as a folder."""
+    torch.manual_seed(0)
+    swin = dict(image_size=64, patch_size=4, embed_dim=16, depths=[DEPTH // 2] * 2, num_heads=[1, 2], window_size=4)
+    net = {"swin": lambda: transformers.SwinForImageClassification(transformers.SwinConfig(**swin, num_labels=3)),
+           "swinv2": lambda: transformers.Swinv2Model(transformers.Swinv2Config(**swin)),
+           "sam": lambda: transformers.SamVisionModel(transformers.SamVisionConfig(
+               hidden_size=32, num_hidden_layers=DEPTH, num_attention_heads=HEADS, image_size=64, patch_size=8,
+               window_size=3, output_channels=16, global_attn_indexes=[1, 3, 5, 7], mlp_dim=64)),
+           "vitdet": lambda: transformers.VitDetModel(transformers.VitDetConfig(
+               hidden_size=32, num_hidden_layers=DEPTH, num_attention_heads=HEADS, image_size=40, patch_size=8,
+               window_size=2, window_block_indices=[0, 2, 4, 6]))}[kind]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net.eval().save_pretrained(tmp_path / kind)
+    return tmp_path / kind
+
+
+@pytest.mark.parametrize("kind", ["swin", "swinv2", "sam", "vitdet"])
+def test_a_windowed_transformers_original_holds_no_stack_of_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   kind: str) -> None:
+    """A windowed transformers original is not asked for the `output_attentions` that collects every block's
+    weights to the end (Swin, SAM: their attention modules return them at each call anyway), or, where its modules
+    return them only when asked (Swin v2, ViTDet), each block's are let go once handed over: the weights its
+    attention modules return (watched as they return them, before verify's own hooks) are alive for at most two
+    blocks at once, while vitviz's blocks are compared."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(_windowed_folder(tmp_path, kind), device="cpu")
+    alive: list[weakref.ref] = []
+    worst = [0]
+
+    def returned(module: torch.nn.Module, _i: Any, out: Any) -> None:   # (global hooks run before a module's own)
+        if type(module).__name__ in verify_module._HF_ATTENTION and isinstance(out, tuple) and len(out) > 1 \
+                and isinstance(out[1], torch.Tensor):
+            alive.append(weakref.ref(out[1]))
+
+    compare_append = verify_module._LayerByLayer.append
+
+    def compared(self: Any, layer: torch.Tensor) -> None:
+        compare_append(self, layer)
+        worst[0] = max(worst[0], sum(r() is not None for r in alive))
+
+    monkeypatch.setattr(verify_module._LayerByLayer, "append", compared)
+    hook = torch.nn.modules.module.register_module_forward_hook(returned)
+    try:
+        check = verify_module.verify(model, sizes=[model.spec.image_size[0]])
+    finally:
+        hook.remove()
+    assert check.verified and [len(layers) for layers in check.per_layer] == [DEPTH], check.summary()
+    assert len(alive) >= DEPTH   # every block's weights were seen as its module returned them
+    assert worst[0] <= (3 if kind == "swin" else 2), f"{worst[0]} blocks' weights of the original alive at once"

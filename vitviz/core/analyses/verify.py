@@ -17,9 +17,9 @@ attention off; open_clip, torchvision and the user's code through the live path'
 (`vitviz.core.running.live.watch_attention`: nn.MultiheadAttention weights per head, SDPA recomputed, explicit
 softmax copied). One forward of the original per size, in step with vitviz's on a thread of its own: each layer is
 compared as both compute it and let go, so neither model's (L, H, T, T) stack is held (a composite model's tower
-run by its transformers code returns its maps at the end: its stack alone, never both). A whole CLIP or SigLIP
-file's original is its vision side alone (transformers' `CLIPVisionModelWithProjection`, ...): no text tower is
-built; open_clip's is its vision tower alone (`CLIP(...).visual`). The file's tensors the original is given are
+run by its transformers code included: each layer's weights handed over as its next layer begins). A whole CLIP or
+SigLIP file's original is its vision side alone (transformers' `CLIPVisionModelWithProjection`, ...): no text tower
+is built; open_clip's is its vision tower alone (`CLIP(...).visual`). The file's tensors the original is given are
 held once: each that equals, element for element, one vitviz's model holds shares that one's storage (read-only).
 
 With `code='FILE.py:FACTORY'` the user's own module (built by their factory, the file's weights loaded into it as
@@ -44,6 +44,7 @@ import json
 import math
 import os
 import re
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -71,6 +72,12 @@ _PACKAGES = {"timm": "timm", "transformers": "transformers", "open_clip": "open_
 _BY_ARCH = ("timm", "torchvision", "dinov2", "open_clip", "transformers")
 _PROBE_SEED = 0
 VERIFY_BYTES = 16 << 30  # the attention a comparison may keep when the free memory cannot be read
+# layers of (heads, T, T) float32 maps alive at once in a comparison where both models hand each layer over as they
+# compute it (each side's scores, softmax and the copy it hands over, the one waiting to be taken, the comparison's
+# difference buffer): bench/verify_held.py measured 7.4 (timm, transformers) to 9.3 (a Qwen2.5-VL tower by its code)
+# at T = 1600, alike at depth 8 and 16; and beside a whole stack of vitviz's (no `forward_streamed`): 5.3
+_STREAMED_LAYERS = 10
+_BESIDE_STACK = 6
 ONE_SIZE = ("the native size only: nothing in the model depends on the input size (no position table, RoPE or "
             "relative position bias), so another size computes nothing the native one does not")
 _EXTRA_PATCHES = 2   # the other size: native + this many patches per side (larger, so a fixed table fails loudly)
@@ -335,7 +342,8 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
             version = _version("transformers")
             return Verification(DIFFERS, library="transformers", version=version, original=e.what,
                                 against=f"transformers {version}", assumptions=assumptions, reason=str(e))
-        return _compare(model, original, _sizes(spec, sizes), assumptions, torch.device(device or model.device), say)
+        return _compare(model, original, _sizes(spec, sizes, not _streams(model)), assumptions,
+                        torch.device(device or model.device), say)
     if code is None and spec.family == "live" and _by_timm_code(spec):
         return unverified("timm's own code runs this file (built from its config.json with the file's tensors, "
                           "strictly): vitviz converted nothing, so there is no conversion to verify; the maps are "
@@ -349,7 +357,7 @@ def _verify(model: Any, against: str, code: str | None, sizes: Sequence[int | tu
     if not path.exists():
         return unverified(f"the model was not loaded from a file ({spec.source}); the original is built with a "
                           "file's own weights")
-    checked = _sizes(spec, sizes)
+    checked = _sizes(spec, sizes, not _streams(model))
     dev = torch.device(device or model.device)
     if code is not None:
         say(0.0, f"Building {Path(code.rpartition(':')[0]).name}'s model…")
@@ -687,11 +695,11 @@ def _named_library(identity: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tuple[int, int]]:
-    """The sizes to compare at, checked: whole patches, at least one, and attention that fits in memory (an
-    original that returns its maps at the end, a tower run by its transformers code, holds every layer's, as does
-    a vitviz model without `forward_streamed`: refused before the 60 GB
-    allocation a size of 100000 asks). By default the native size and native + 2 patches per side, that one only
+def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None, whole: bool) -> list[tuple[int, int]]:
+    """The sizes to compare at, checked: whole patches, at least one, and the attention the comparison holds at once
+    fitting in memory (`_held_layers`: a few layers where both models hand each layer over as they compute it, a
+    whole stack more where vitviz's model gives its `whole` stack: no `forward_streamed`), refused before the
+    allocation a size of 100000 asks. By default the native size and native + 2 patches per side, that one only
     where it can differ (`_one_size`)."""
     native = (int(spec.image_size[0]), int(spec.image_size[1]))
     if sizes is None:
@@ -709,16 +717,32 @@ def _sizes(spec: Any, sizes: Sequence[int | tuple[int, int]] | None) -> list[tup
         if size[0] % spec.patch_size or size[1] % spec.patch_size or min(size) < spec.patch_size:
             raise VitvizError(f"size {size}: expected whole {spec.patch_size} px patches")
         tokens = (size[0] // spec.patch_size) * (size[1] // spec.patch_size) + spec.num_prefix
-        needed = spec.depth * spec.num_heads * tokens * tokens * 4
+        held = _held_layers(spec, whole)
+        needed = held * spec.num_heads * tokens * tokens * 4
         free = available_memory()
         if needed > (free if free is not None else VERIFY_BYTES):
-            raise VitvizError(f"size {size}: comparing every layer's attention ({tokens:,} tokens) needs "
-                              f"{format_bytes(needed)}, more than the {format_bytes(free or VERIFY_BYTES)} "
-                              f"{'available' if free is not None else 'allowed'}; expected a smaller size")
+            how = (f"{held} layers' maps held at once, vitviz's whole stack of {spec.depth} among them (the model "
+                   "gives no layer before its last: no forward_streamed)" if whole else
+                   f"{held} layers' maps held at once, each layer compared as both models compute it")
+            raise VitvizError(f"size {size}: comparing the attention of {spec.num_heads} heads over {tokens:,} "
+                              f"tokens ({how}) needs {format_bytes(needed)}, more than the "
+                              f"{format_bytes(free or VERIFY_BYTES)} {'available' if free is not None else 'allowed'}"
+                              "; expected a smaller size")
         out.append((int(size[0]), int(size[1])))
     if not out:
         raise VitvizError("sizes=(): expected at least one input size")
     return out
+
+
+def _streams(model: Any) -> bool:
+    """Whether vitviz's model hands each layer's attention over as it computes it (`forward_streamed`)."""
+    return callable(getattr(model, "forward_streamed", None))
+
+
+def _held_layers(spec: Any, whole: bool) -> int:
+    """How many layers of (heads, T, T) maps a comparison holds at once: `_STREAMED_LAYERS`, or vitviz's `whole`
+    stack and `_BESIDE_STACK` (every original hands its layers over as it computes them)."""
+    return spec.depth + _BESIDE_STACK if whole else _STREAMED_LAYERS
 
 
 def _one_size(spec: Any) -> bool:
@@ -747,9 +771,10 @@ def _compare(model: Any, original: _Original, sizes: list[tuple[int, int]], assu
     """Run the original and vitviz's model on the probe at each size and compare every layer's maps and the output.
     `everything`: the original is the model itself (the user's code), so a match confirms every assumed setting
     the probe reaches; otherwise only those the original's modules state. The original runs first; vitviz's
-    forward then compares each layer as it is computed (`_against_ours`), so one full stack of maps is held at a
-    time, never both models'. `at_size(size)`: another way to compare at one size (a windowed model's, block by
-    block: `_windowed_at_size`); its verdict confirms no setting (windowed settings are not yet confirmed)."""
+    forward then compares each layer as it is computed (`_against_ours`), so a few layers' maps are held at a
+    time (a vitviz model without `forward_streamed`: its whole stack), never both models' stacks. `at_size(size)`:
+    another way to compare at one size (a windowed model's, block by block: `_windowed_at_size`); its verdict
+    confirms no setting (windowed settings are not yet confirmed)."""
     checked: list[tuple[int, int]] = []
     per_layer: list[tuple[tuple[int, float], ...]] = []
     outputs: list[float] = []
@@ -810,8 +835,8 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
     """The original's forward and vitviz's on the probe `x`, in step: the original runs on a thread of its own
     (`_Theirs`) and hands each layer's map over as it computes it; vitviz's forward compares its own layer of that
     index with it as its softmax is done and lets both go. So neither model's (L, H, T, T) stack is ever held (an
-    original whose library returns its maps only at the end, a tower run by its transformers code, holds its own
-    stack until they are handed over, one at a time). (per layer differences, first layer beyond tolerance, notes,
+    original whose run returned its maps only at the end would hold its own stack until they are handed over, one
+    at a time: none of verify's originals does). (per layer differences, first layer beyond tolerance, notes,
     output difference, output note). A model with no `forward_streamed` gives its whole stack
     (`forward_captured`) and is compared from it."""
     theirs = _Theirs(original, size, x)
@@ -820,7 +845,7 @@ def _against_ours(model: Any, x: torch.Tensor, original: _Original, size: tuple[
     with _exact_float32(device), _exact_float32(torch.device(model.device)):
         theirs.start()
         try:
-            if callable(getattr(model, "forward_streamed", None)):
+            if _streams(model):
                 out_ours = model.forward_streamed(x, sink.append)
             else:
                 attn, out_ours = model.forward_captured(x)
@@ -1378,47 +1403,61 @@ def _by_timm_code(spec: Any) -> bool:
     return f"({BY_CODE_ROUTE}: timm " in spec.source_of("path")
 
 
-_RECORDED: list[tuple[int, torch.Tensor]] = []
+_RECORDING = threading.local()   # `.calls`: the `_LayerCalls` of the by-code run on this thread, if any
 
 
 def _recorded_eager(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: Any, **kwargs: Any) -> Any:
-    """transformers' own eager attention function of `module`'s modeling file, its weights kept (the original's
-    attention, read where transformers returns it, not through vitviz's capture)."""
+    """transformers' own eager attention function of `module`'s modeling file, its weights handed to the run on
+    this thread (the original's attention, read where transformers returns it, not through vitviz's capture)."""
     import sys
 
     out, weights = sys.modules[type(module).__module__].eager_attention_forward(
         module, query, key, value, attention_mask, **kwargs)
-    _RECORDED.append((id(module), weights.detach().float().cpu()))
+    calls = getattr(_RECORDING, "calls", None)
+    if calls is not None:
+        calls.add(module, weights)
     return out, weights
 
 
-def _recorded_layers() -> list[np.ndarray]:
-    """The recorded weights, one (H, T, T) map per call of an attention module: the consecutive calls of one
-    module (its windows) on the diagonal, zero between them."""
-    groups: list[list[torch.Tensor]] = []
-    last = None
-    for owner, weights in _RECORDED:
-        if owner != last:
-            groups.append([])
-            last = owner
-        groups[-1].append(weights[0])
-    layers = []
-    for parts in groups:
+class _LayerCalls:
+    """One layer's map from the consecutive calls of one attention module (its windows: on the diagonal, zero
+    between them), given to `give` as (H, T, T) as soon as another module's call begins, or at `flush`: so a run
+    holds the layer being computed and no more."""
+
+    def __init__(self, give: Callable[[np.ndarray], None]) -> None:
+        self.give = give
+        self.owner: nn.Module | None = None
+        self.parts: list[torch.Tensor] = []
+
+    def add(self, module: nn.Module, weights: torch.Tensor) -> None:
+        if module is not self.owner:
+            self.flush()
+            self.owner = module
+        self.parts.append(weights.detach()[0].float().cpu())
+
+    def flush(self) -> None:
+        parts, self.parts, self.owner = self.parts, [], None
+        if not parts:
+            return
+        if len(parts) == 1:   # (its module has returned: nothing writes to the weights any more)
+            self.give(parts[0].numpy())
+            return
         total = sum(int(p.shape[-1]) for p in parts)
         full = torch.zeros(int(parts[0].shape[0]), total, total)
         start = 0
         for p in parts:
             full[:, start:start + p.shape[-1], start:start + p.shape[-1]] = p
             start += int(p.shape[-1])
-        layers.append(full.numpy())
-    return layers
+        del parts
+        self.give(full.numpy())
 
 
 def _build_by_code(path: Path, device: torch.device) -> _Original:
     """transformers' own vision tower of a composite model vitviz runs by its code, built again from the file (its
-    config.json, its tower tensors) and run with its own eager attention, whose weights are recorded through
-    transformers' `AttentionInterface`. A packed-patch tower (Qwen-VL) is given the image as its own image processor
+    config.json, its tower tensors) and run with its own eager attention, whose weights are read through
+    transformers' `AttentionInterface` and handed over one layer at a time as the next layer begins (`_LayerCalls`):
+    its stack is never held. A packed-patch tower (Qwen-VL) is given the image as its own image processor
     class packs it (`patchify`), and each token is put on the image's grid by where that processor put its pixels (an
     image of patch coordinates, packed alike) and, where the tower moves its tokens (Qwen2.5-VL's windows), by its
     first block's input matched row for row to its patch embedding."""
@@ -1489,11 +1528,20 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         placed[cell[moved]] = torch.arange(rows * cols)
         return placed
 
-    def run(size: tuple[int, int], x: torch.Tensor, _each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def run(size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         own = net.config._attn_implementation
         net.config._attn_implementation = "vitviz_recorded_eager"
-        _RECORDED.clear()
         seen: dict[str, torch.Tensor] = {}
+        placed: list[np.ndarray] = []   # the raster order, found once the first block has begun (`order`)
+
+        def give(layer: np.ndarray) -> None:
+            if packed:
+                if not placed:
+                    placed.append(order(size, seen).numpy())
+                layer = layer[:, placed[0]][:, :, placed[0]]
+            each(layer)
+
+        calls = _LayerCalls(give)
         # what the blocks' input is made of before any reordering (Ovis 2.5: embeddings, layers; Cosmos 3 Edge:
         # encoder.layers; Muse Spark: its embeddings normed by ln_pre, then reordered into windows)
         embed = getattr(net, "ln_pre", None) or getattr(net, "patch_embed", None) or getattr(net, "embeddings", None)
@@ -1509,6 +1557,7 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
         hooks = [embed.register_forward_hook(embedded),
                  blocks[0].register_forward_pre_hook(block_input, with_kwargs=True)] \
             if packed and isinstance(embed, nn.Module) and blocks else []     # (PaddleOCR-VL's: neither found)
+        _RECORDING.calls = calls
         try:
             with torch.inference_mode():
                 if packed:
@@ -1521,18 +1570,15 @@ def _build_by_code(path: Path, device: torch.device) -> _Original:
                         net(**{argument: patches[0].to(device)}, grid_thw=grid)
                 else:
                     out = net(pixel_values=x.to(device), image_sizes=[size])
+                calls.flush()   # its last layer
         finally:
+            _RECORDING.calls = None
             net.config._attn_implementation = own
             for hook in hooks:
                 hook.remove()
-        maps = _recorded_layers()
-        _RECORDED.clear()
-        if packed:
-            placed = order(size, seen).numpy()
-            maps = [m[:, placed][:, :, placed] for m in maps]
         hidden = out.last_hidden_state
         vec = (hidden[0] if hidden.dim() == 3 else hidden).float().mean(dim=0).cpu().numpy()
-        return maps, vec
+        return [], vec
 
     return _Original("transformers", transformers.__version__, what, run)
 
@@ -1989,7 +2035,7 @@ def _verify_own_code(model: Any, net: nn.Module, library: str, sizes: Sequence[i
         return [], _output(out, 1)[0] if staged else _main_tensor(out)
 
     checked = ([tuple(spec.image_size)] if sizes is None else _window_sizes(spec, sizes) if staged
-               else _sizes(spec, sizes))
+               else _sizes(spec, sizes, not _streams(model)))
     check = _compare(model, _Original(library, version, what, run), checked, assumptions, _device_of(original), say)
     return dataclasses.replace(check, one_size=OWN_CODE_SIZE if sizes is None else "")
 
@@ -2171,8 +2217,8 @@ def _hiera_placer(model: Any, net: nn.Module) -> Callable[[tuple[int, int], torc
 #
 # On the seeded probe (`probe_input`) at the native size and native + 2 patches per side, the original's own softmax
 # is read where it computes it (timm: each block's `attn.softmax` module, Swin, or the `attn.attn_drop` right after
-# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights;
-# torchvision: its `F.softmax` calls),
+# its softmax, SAM, with its fused attention off; transformers: each block's attention module's attention weights,
+# never collected by `output_attentions` (`_transformers_windowed`); torchvision: its `F.softmax` calls),
 # one block at a time on the original's thread (`_Theirs`), and vitviz's windowed model compares its own block of
 # that index with it as its softmax probe gives it (`_LayerByLayer`): (windows, heads, n, n) against the original's
 # (B x windows, heads, n, n) for a batch of one, window order and all, so that neither model's stack of blocks is
@@ -2274,12 +2320,17 @@ def _window_sizes(spec: Any, sizes: Any) -> list[tuple[int, int]]:
 
 
 def _streamed_blocks(net: nn.Module, points: list[tuple[nn.Module, int]], read: Callable[[Any], torch.Tensor],
-                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any]) -> Any:
+                     x: torch.Tensor, each: Each, call: Callable[[nn.Module, torch.Tensor], Any],
+                     given_up: bool = False) -> Any:
     """`call(net, x)` with the output of each of `points` (module, its block's heads) read (`read`), laid out as
-    (B x windows, heads, n, n) and given to `each` as a copy, as computed."""
-    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> None:
+    (B x windows, heads, n, n) and given to `each` as a copy, as computed. `given_up`: the points return
+    (output, weights, ...) and their callers collect the weights to the end (an `output_attentions` that travels
+    down the model's layers): once copied, an empty tensor goes on in their place, so no block's weights are held
+    after it is handed over."""
+    def hook(heads: int, _m: nn.Module, _i: Any, out: Any) -> Any:
         probs = read(out).detach()
         each(probs.reshape(-1, heads, *probs.shape[-2:]).float().cpu().clone().numpy())
+        return (out[0], probs.new_empty(0), *out[2:]) if given_up else None
 
     handles = [m.register_forward_hook(functools.partial(hook, heads)) for m, heads in points]
     try:
@@ -2357,12 +2408,18 @@ def _transformers_windowed(path: Path, raw: Any, device: torch.device) -> _Origi
     # SAM / ViTDet: the image encoder alone (a whole SamModel's `vision_encoder`), its feature map compared
     sam = config.model_type in ("sam", "sam_vision_model", "vitdet")
 
-    def forward(net: nn.Module, x: torch.Tensor) -> Any:
-        return (getattr(net, "vision_encoder", net) if sam else net)(pixel_values=x, output_attentions=True)
-
     def run(_size: tuple[int, int], x: torch.Tensor, each: Each) -> tuple[list[np.ndarray], np.ndarray | None]:
         net = build()
-        out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward)
+        # a model whose attention modules return their weights at every call (what its `_can_record_outputs`
+        # names: Swin, SAM) is not asked for `output_attentions`, which would collect them all; one whose modules
+        # return them only when asked (Swin v2, ViTDet) is asked, and each block's are let go once handed over
+        asked = not _attention_outputs(net)
+
+        def forward(net: nn.Module, x: torch.Tensor) -> Any:
+            return (getattr(net, "vision_encoder", net) if sam else net)(
+                pixel_values=x, **({"output_attentions": True} if asked else {}))
+
+        out = _streamed_blocks(net, _hf_points(net), lambda o: o[1], x, each, forward, given_up=asked)
         if sam:   # the encoder's last hidden state, or a VitDetBackbone's last feature map
             fmap = out.last_hidden_state if getattr(out, "last_hidden_state", None) is not None else \
                 out.feature_maps[-1]
