@@ -3,8 +3,9 @@ a clear message before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from vitviz.core.running.packed import Linear
@@ -102,6 +103,87 @@ def check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
         raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
                           f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
                           f"available; {SMALLER}")
+
+
+def device_memory(device: torch.device) -> bool:
+    """Whether tensors on `device` live outside host memory (CUDA), so that their copies to the host go through
+    pinned buffers, asynchronously (`HostCopy`); on the CPU a copy is a plain memory copy."""
+    return device.type == "cuda"
+
+
+def _host_empty(shape: tuple[int, ...], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+    """An uninitialised host tensor, page-locked when `pinned` (pinning needs a CUDA device)."""
+    return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=pinned)
+
+
+def _copy_event(device: torch.device) -> Any:
+    """A CUDA event recorded on `device`'s current stream now, after the copies just queued there."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+def _copy_into(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:
+    """`dst.copy_(src)`; an asynchronous one a contiguous piece of `dst` at a time: torch copies from a device
+    into a non-contiguous host tensor through a pageable temporary it then copies on the host (synchronously), so
+    a slice [:, i] of a (B, L, ...) array with B > 1 is filled image by image, each piece one asynchronous copy.
+    On the host a strided copy needs no temporary: one call."""
+    if not non_blocking or dst.is_contiguous() or dst.dim() == 0:
+        dst.copy_(src, non_blocking=non_blocking)
+        return
+    for d, s in zip(dst, src):
+        _copy_into(d, s, non_blocking)
+
+
+class HostCopy:
+    """Moves tensors from the model's device into host memory: the one way maps leave the device.
+
+    On a CUDA device the host buffers are pinned (page-locked: `empty(pinned)`, allocated once per capture by the
+    caller), each copy is queued with `non_blocking=True` after a narrowing cast (to float16) done on the device
+    -- half the bytes cross the bus -- and `wait` synchronises on the events recorded after the copies. A host
+    buffer is read only through `numpy`, which waits first, so nothing sees a buffer before its copy is done.
+
+    The source of a queued copy need not be kept alive by us: the copy is queued on the current stream, and the
+    caching allocator hands a freed block (the layer's probabilities, the float16 cast) only to later work on that
+    same stream, which runs after the copy; every capture runs on the current stream (no side streams).
+
+    On the CPU the same calls run: buffers are not pinned (pinning needs a device), copies are synchronous and
+    `wait` has nothing to wait for, so the tests on the CPU run this code.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.pinned = device_memory(self.device)
+        self._events: list[Any] = []
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A host buffer for copies from this device (pinned on CUDA); read it only through `numpy`."""
+        return _host_empty(tuple(shape), dtype, self.pinned)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Queue `src` (on the device) into host buffer `dst`; a narrowing cast (float32 -> float16) runs on the
+        device before the copy, a widening one on the way."""
+        if src.dtype != dst.dtype and dst.element_size() < src.element_size():
+            src = src.to(dst.dtype)
+        _copy_into(dst, src, self.pinned)
+        if self.pinned:
+            self._events.append(_copy_event(self.device))
+
+    def take(self, src: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A new host buffer holding `src` (as `dtype`, default its own) once `wait` returns."""
+        dst = self.empty(tuple(src.shape), dtype or src.dtype)
+        self.copy(dst, src)
+        return dst
+
+    def wait(self) -> None:
+        """Block until every copy queued so far is in host memory."""
+        while self._events:
+            self._events.pop(0).synchronize()
+
+    def numpy(self, host: torch.Tensor) -> np.ndarray:
+        """`host` (a buffer of this object's copies) as NumPy, after waiting for the copies into it."""
+        self.wait()
+        return host.numpy()
 
 
 def available_devices() -> list[str]:
