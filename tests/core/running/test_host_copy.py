@@ -1,0 +1,213 @@
+"""Maps leaving the device (issue 36, item 5): every capture moves them through one `HostCopy` -- on CUDA into
+pinned host buffers with asynchronous copies, cast to float16 on the device first, one wait before any read.
+
+This machine has no GPU, so the device path is run here against a simulated device (`device`): buffers asked for
+pinned are recorded, every `non_blocking` copy into them is *deferred* until the copy event's `synchronize` (as
+a CUDA stream would run it later), the buffers start as NaN, and every read of a buffer fails while a copy into it
+is pending. What that proves: the branch's logic -- pinned buffers asked for, copies queued after the narrowing
+cast, nothing read before the wait, the same maps bit for bit. What it cannot: that CUDA runs the copies
+asynchronously and faster (scripts/gpu_check.py measures it on a GPU)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import vitviz
+from _tiny import write_tiny_checkpoint
+from vitviz.batch import pipeline
+from vitviz.batch.plan import parse_maps, with_rollout
+from vitviz.core.analyses.rollout import RolloutParams
+from vitviz.core.analyses.tokens import fuse_heads
+from vitviz.core.running import capture, runtime
+from vitviz.core.running.capture import LayerSink, capture_attention
+from vitviz.core.running.runtime import HostCopy
+
+pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
+ROWS = [0, 5]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("host") / "m.pth", reg_tokens=2)
+    return vitviz.load(path, heads=2, device="cpu")
+
+
+class Device:
+    """A simulated CUDA device for `HostCopy`: what it was asked, in order, in `log`."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.pinned: list[bool] = []          # `pinned` of every host buffer asked for
+        self.copies: list[tuple[torch.dtype, torch.dtype, bool]] = []   # (source dtype, buffer dtype, non_blocking)
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.buffers: set[int] = set()        # storage addresses of the buffers made
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+        self.pinned.append(pinned)
+        t = torch.full(shape, float("nan"), dtype=dtype)   # what an unfinished copy leaves: not the maps
+        self.buffers.add(t.untyped_storage().data_ptr())
+        return t
+
+    def ours(self, t: torch.Tensor) -> bool:
+        return t.device.type == "cpu" and t.untyped_storage().data_ptr() in self.buffers
+
+    def event(self, _device: torch.device) -> Any:
+        self.log.append("event")
+        return SimpleNamespace(synchronize=self.flush)
+
+    def flush(self) -> None:
+        self.log.append("sync")
+        with torch.inference_mode():   # the buffers may be inference tensors; the stream does not care
+            for dst, src in self.pending:
+                ORIGINAL_COPY(dst, src)
+        self.pending.clear()
+
+
+ORIGINAL_COPY = torch.Tensor.copy_
+ORIGINAL_NUMPY = torch.Tensor.numpy
+
+
+@pytest.fixture()
+def device(monkeypatch: pytest.MonkeyPatch) -> Device:
+    """The simulated device: `HostCopy` (and the capture) take their CUDA branch."""
+    dev = Device()
+
+    def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if not dev.ours(self):
+            return ORIGINAL_COPY(self, src, non_blocking)
+        dev.copies.append((src.dtype, self.dtype, non_blocking))
+        dev.log.append("copy")
+        if not non_blocking:
+            return ORIGINAL_COPY(self, src)
+        assert self.is_contiguous(), "an asynchronous copy into a non-contiguous host tensor goes through a temporary"
+        dev.pending.append((self, src))   # runs at the next synchronize, as the stream would run it later
+        return self
+
+    def numpy(self: torch.Tensor, *a: Any, **k: Any) -> np.ndarray:
+        if dev.ours(self):
+            dev.log.append("read")
+            assert not dev.pending, "a host buffer was read before the copies into it had arrived"
+        return ORIGINAL_NUMPY(self, *a, **k)
+
+    monkeypatch.setattr(runtime, "device_memory", lambda _d: True)
+    monkeypatch.setattr(capture, "device_memory", lambda _d: True)
+    monkeypatch.setattr(runtime, "_host_empty", dev.empty)
+    monkeypatch.setattr(runtime, "_copy_event", dev.event)
+    monkeypatch.setattr(torch.Tensor, "copy_", copy_)
+    monkeypatch.setattr(torch.Tensor, "numpy", numpy)
+    return dev
+
+
+def hooked(model: Any, x: torch.Tensor) -> torch.Tensor:
+    """(B, L, H, T, T): every layer's attention kept by plain hooks (clones), the reference the captures match."""
+    keep: list[torch.Tensor] = []
+    with torch.inference_mode(), capture_attention(model.net, keep):
+        model.net(x)
+    return torch.stack([k.clone() for k in keep], dim=1)
+
+
+CASES = {"full": {}, "rows": {"rows": ROWS}, "half": {"half": True}, "half rows": {"half": True, "rows": ROWS}}
+
+
+def expected(ref: torch.Tensor, case: dict[str, Any]) -> np.ndarray:
+    out = ref[:, :, :, case["rows"]] if "rows" in case else ref
+    return (out.half() if case.get("half") else out).numpy()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_captured_maps_are_those_of_plain_hooks(tiny: Any, name: str) -> None:
+    """On the host (no pinning, synchronous copies): full, rows and float16 captures, two images at once."""
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    maps, _ = tiny.forward_captured(x, **CASES[name])
+    np.testing.assert_array_equal(maps, expected(hooked(tiny, x), CASES[name]))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_device_path_gives_the_same_maps_read_only_after_the_wait(tiny: Any, device: Device, name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    ref = expected(hooked(tiny, x), CASES[name])
+    calls: list[tuple[int, ...]] = []
+    copy = HostCopy.copy
+    monkeypatch.setattr(HostCopy, "copy", lambda self, dst, src: calls.append(tuple(src.shape)) or copy(self, dst, src))
+    maps, _ = tiny.forward_captured(x, **CASES[name])
+    np.testing.assert_array_equal(maps, ref)
+    depth = tiny.spec.depth
+    assert len(calls) == depth                         # the helper moved every layer (no softmax wrote to the host)
+    assert device.pinned == [True]                     # one pinned buffer for the whole capture
+    assert len(device.copies) == 2 * depth             # one asynchronous copy per image and layer ...
+    assert all(nb for _s, _d, nb in device.copies)
+    half = CASES[name].get("half", False)
+    wanted = torch.float16 if half else torch.float32
+    assert {(s, d) for s, d, _nb in device.copies} == {(wanted, wanted)}   # ... cast on the device before it
+    first_read = device.log.index("read")
+    assert "sync" in device.log[:first_read] and "copy" not in device.log[first_read:]
+
+
+def test_the_simulation_defers_copies(tiny: Any, device: Device) -> None:
+    """The simulated device is what makes the test above able to fail: a buffer read before the wait holds no maps."""
+    x = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    sink = LayerSink(tiny.spec.depth, half=True)
+    with torch.inference_mode(), capture_attention(tiny.net, sink):
+        tiny.net(x)
+    assert device.pending and np.isnan(ORIGINAL_NUMPY(sink.array)).all()   # nothing has arrived yet
+    with pytest.raises(AssertionError, match="before the copies"):
+        sink.array.numpy()
+    np.testing.assert_array_equal(sink.numpy(), hooked(tiny, x).half().numpy())
+
+
+def test_host_copy_on_the_cpu_is_a_plain_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same calls on the CPU: no pinning asked, synchronous copies, the float16 cast before the copy."""
+    asked: list[bool] = []
+    empty = runtime._host_empty
+    monkeypatch.setattr(runtime, "_host_empty", lambda s, d, p: asked.append(p) or empty(s, d, p))
+    seen: list[tuple[torch.dtype, bool]] = []
+    monkeypatch.setattr(torch.Tensor, "copy_",
+                        lambda self, src, non_blocking=False: seen.append((src.dtype, non_blocking))
+                        or ORIGINAL_COPY(self, src, non_blocking))
+    host = HostCopy("cpu")
+    src = torch.rand(2, 3, 4)
+    out = host.take(src, torch.float16)
+    assert asked == [False] and seen == [(torch.float16, False)] and not host.pinned
+    np.testing.assert_array_equal(host.numpy(out), src.half().numpy())
+
+
+def _old_kept(layers: list[torch.Tensor], rows: list[int], fusions: list[str], half: bool) -> tuple[Any, Any]:
+    """What the streamed export kept before `HostCopy`: each layer on the host as float32, rows indexed and
+    heads fused there (`fuse_heads`)."""
+    a = np.stack([t.float().numpy() for t in layers], axis=1)    # (B, L, H, T, T)
+    kept_rows = a[:, :, :, rows].astype(np.float16 if half else np.float32)
+    fused = {f: np.stack([[fuse_heads(a[b, i], f) for i in range(a.shape[1])] for b in range(a.shape[0])])
+             for f in fusions}
+    return kept_rows, fused
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("simulated", [False, True])
+def test_streamed_export_keeps_what_it_kept_on_the_host(tiny: Any, half: bool, simulated: bool,
+                                                        request: pytest.FixtureRequest) -> None:
+    """`Kept` takes rows and fuses heads on the device and moves only them: the same bits as the host-side
+    indexing and `fuse_heads`, for every fusion."""
+    dev = request.getfixturevalue("device") if simulated else None
+    heads, tokens = 12, tiny.spec.num_tokens   # 12 heads: a sum whose order matters in the last bit
+    gen = torch.Generator().manual_seed(6)
+    spec = SimpleNamespace(num_tokens=tokens, depth=3, num_heads=heads, num_prefix=1, cls_token=True)
+    maps = parse_maps("cls,token:5,rollout")
+    maps += [m for f in ("max", "min") for m in with_rollout(maps, RolloutParams(fusion=f)) if m.kind == "rollout"]
+    kept = pipeline.Kept(spec, SimpleNamespace(maps=maps, half=half), 2, "cpu")  # type: ignore[arg-type]
+    layers = [torch.softmax(torch.randn(2, heads, tokens, tokens, generator=gen), -1) for _ in range(3)]
+    for layer in layers:
+        kept.append(layer)
+    if dev is not None:
+        assert dev.pending and all(dev.pinned) and all(nb for _s, _d, nb in dev.copies)
+    kept.check()
+    rows, fused = _old_kept(layers, [0, 5], ["max", "mean", "min"], half)
+    np.testing.assert_array_equal(kept.rows_of, rows)
+    assert sorted(kept.fused) == ["max", "mean", "min"]
+    for f, stack in fused.items():
+        np.testing.assert_array_equal(kept.fused[f], stack)
