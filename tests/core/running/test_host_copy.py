@@ -211,3 +211,23 @@ def test_streamed_export_keeps_what_it_kept_on_the_host(tiny: Any, half: bool, s
     assert sorted(kept.fused) == ["max", "mean", "min"]
     for f, stack in fused.items():
         np.testing.assert_array_equal(kept.fused[f], stack)
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_windowed_capture_through_the_device_path(device: Device, half: bool) -> None:
+    """A windowed (Swin) capture moves each block through the same helper: the same maps as on the host."""
+    from _windowed import model_of, swin_spec
+
+    model = model_of(swin_spec())
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(7))
+    with pytest.MonkeyPatch.context() as plain:   # the reference: the host path, the simulation undone
+        plain.setattr(runtime, "device_memory", lambda _d: False)
+        ref, _, _ = model.forward_captured(x, half=half)
+    device.log.clear(), device.copies.clear(), device.pinned.clear()
+    maps, _, _ = model.forward_captured(x, half=half)
+    assert len(maps) == len(ref) == len(device.copies) == len(device.pinned) and all(device.pinned)
+    wanted = torch.float16 if half else torch.float32
+    assert all(s == d == wanted and nb for s, d, nb in device.copies)
+    assert "sync" in device.log[: device.log.index("read")]
+    for a, b in zip(maps, ref):
+        np.testing.assert_array_equal(a, b)
