@@ -231,3 +231,13 @@ def test_windowed_capture_through_the_device_path(device: Device, half: bool) ->
     assert "sync" in device.log[: device.log.index("read")]
     for a, b in zip(maps, ref):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_old_path_stays_as_a_switch(tiny: Any, device: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VITVIZ_PINNED=0 (only to measure against): pageable buffers, synchronous copies casting on the host."""
+    monkeypatch.setenv("VITVIZ_PINNED", "0")
+    x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
+    maps, _ = tiny.forward_captured(x, half=True)
+    np.testing.assert_array_equal(maps, hooked(tiny, x).half().numpy())
+    assert device.pinned == [False] and "sync" not in device.log
+    assert {c for c in device.copies} == {(torch.float32, torch.float16, False)}

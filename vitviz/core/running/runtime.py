@@ -2,6 +2,7 @@
 a clear message before anything runs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,11 +150,15 @@ class HostCopy:
 
     On the CPU the same calls run: buffers are not pinned (pinning needs a device), copies are synchronous and
     `wait` has nothing to wait for, so the tests on the CPU run this code.
+
+    `VITVIZ_PINNED=0` keeps the path before issue 36 on a device -- pageable buffers, synchronous copies that cast
+    on the host -- only to measure against (`scripts/gpu_check.py`, `bench/capture.py --transfer`).
     """
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
-        self.pinned = device_memory(self.device)
+        self.pinned = device_memory(self.device) and os.environ.get("VITVIZ_PINNED", "1") != "0"
+        self._cast_here = self.pinned or not device_memory(self.device)   # where a narrowing cast runs: `copy`
         self._events: list[Any] = []
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -163,7 +168,7 @@ class HostCopy:
     def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Queue `src` (on the device) into host buffer `dst`; a narrowing cast (float32 -> float16) runs on the
         device before the copy, a widening one on the way."""
-        if src.dtype != dst.dtype and dst.element_size() < src.element_size():
+        if self._cast_here and src.dtype != dst.dtype and dst.element_size() < src.element_size():
             src = src.to(dst.dtype)
         _copy_into(dst, src, self.pinned)
         if self.pinned:
