@@ -1,0 +1,307 @@
+"""One-shot GPU check of the device path (issue 36, item 5): maps leave the device through `HostCopy` -- pinned
+host buffers, asynchronous copies, float16 cast on the device, one wait before any read.
+
+    PYTHONPATH=. python scripts/gpu_check.py [--json FILE] [--repeats N]
+
+On one CUDA device (about 2 minutes on an H100), with random-weight timm ViT-S/16 and ViT-B/16 saved as hub folders
+and loaded by vitviz on cuda and on the cpu:
+- capture (full, query rows, float16; batch 8 @224 and, transfer-bound, ViT-B/16 batch 4 @448): the maps on cuda
+  against the cpu run (max |diff|), the pinned/async path against the old synchronous one (`VITVIZ_PINNED=0`) side
+  by side: median time, peak device memory over the weights (`torch.cuda.max_memory_allocated`), peak host RSS
+  growth, and whether the returned array lies in pinned memory;
+- class relevance (Chefer, gradient rollout, attention x gradient) on cuda against the cpu;
+- `vitviz.verify` on cuda (verdict, time, peak device memory);
+- `vitviz export` of 4 images on cuda, streamed (cls,rollout) and full (.npz), against the cpu's files (PNG pixels,
+  .npz attentions), each with both copy paths; and the same on Ray (one actor, one GPU) when ray is installed.
+TF32 is turned off so that cuda and cpu compute the same float32 maps. Exits 2 with a message when no CUDA device
+is present, 1 when a check fails, 0 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOL = {"float32": 1e-4, "float16": 1.5e-3}   # cuda vs cpu; float16: one rounding apart (2^-10 near 1)
+PATHS = {"pinned": "1", "pageable": "0"}      # VITVIZ_PINNED: the new path, the old synchronous one
+MODELS = (("vit_small_patch16_224", 224), ("vit_base_patch16_224", 224), ("vit_base_patch16_224", 448))
+CAPTURE_CASES = (("vit_small_patch16_224", 224, 8), ("vit_base_patch16_224", 224, 8), ("vit_base_patch16_224", 448, 4))
+BASE = "vit_base_patch16_224_224"             # relevance, verify and export run this one
+results: dict[str, Any] = {"checks": [], "failed": []}
+
+
+def no_cuda() -> None:
+    import torch
+
+    print(f"gpu_check: FAILED -- no CUDA device here (torch.cuda.is_available() is False; torch {torch.__version__}, "
+          f"built for CUDA {torch.version.cuda}). This check measures the GPU path; run it on a machine with a GPU. "
+          "The CPU proof of the same code is tests/core/running/test_host_copy.py.", file=sys.stderr)
+    sys.exit(2)
+
+
+def check(name: str, ok: bool, detail: str) -> None:
+    line = f"{'ok  ' if ok else 'FAIL'} {name}: {detail}"
+    print(line, flush=True)
+    results["checks"].append({"name": name, "ok": ok, "detail": detail})
+    if not ok:
+        results["failed"].append(name)
+
+
+def section(name: str, body: Callable[[], None]) -> None:
+    """Run one part; an exception fails it (with its traceback) and the others still run."""
+    print(f"\n== {name}", flush=True)
+    start = time.perf_counter()
+    try:
+        body()
+    except Exception:   # noqa: BLE001 -- a one-shot report: say what broke and go on
+        traceback.print_exc()
+        check(name, False, "raised (traceback above)")
+    print(f"   ({time.perf_counter() - start:.1f} s)", flush=True)
+
+
+@contextlib.contextmanager
+def copies(path: str) -> Any:
+    """The copy path `HostCopy` takes inside: 'pinned' (asynchronous) or 'pageable' (the old synchronous one)."""
+    old = os.environ.get("VITVIZ_PINNED")
+    os.environ["VITVIZ_PINNED"] = PATHS[path]
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("VITVIZ_PINNED", None)
+        else:
+            os.environ["VITVIZ_PINNED"] = old
+
+
+def rss(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next((int(line.split()[1]) * 1024 for line in f if line.startswith(field)), 0)
+
+
+def reset_host_peak() -> int | None:
+    """Reset VmHWM to the current RSS (Linux); the RSS now, or None where that cannot be done."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return rss("VmRSS:")
+
+
+def timm_folder(tmp: Path, arch: str, size: int) -> Path:
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    args = {"img_size": size}
+    model = timm.create_model(arch, pretrained=False, **args)
+    out = tmp / f"{arch}_{size}"
+    timm.models._hub.save_for_hf(model, str(out), model_args=args, safe_serialization=True)
+    return out
+
+
+def measure(run: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    """Median seconds of `run` (its result read on the host: it has waited), peak device memory over what was
+    allocated before, peak host RSS growth; the last result."""
+    import torch
+
+    out = run()   # warm-up (kernels, the pinned cache)
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = run()
+        times.append(time.perf_counter() - start)
+    del out
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    host = reset_host_peak()
+    out = run()
+    return {"s": statistics.median(times), "device_peak": torch.cuda.max_memory_allocated() - base,
+            "host_peak": None if host is None else rss("VmHWM:") - host, "out": out}
+
+
+def mib(n: float | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.0f} MiB"
+
+
+def capture_part(folders: dict[str, Path], repeats: int) -> None:
+    import torch
+    import vitviz
+
+    modes = {"full": {}, "rows [0]": {"rows": [0]}, "float16": {"half": True}}
+    for arch, size, batch in CAPTURE_CASES:
+        folder = folders[f"{arch}_{size}"]
+        gpu, cpu = vitviz.load(folder, device="cuda"), vitviz.load(folder, device="cpu")
+        x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+        for mode, kw in modes.items():
+            label = f"capture {arch} @{size} batch {batch} {mode}"
+            ref, _ = cpu.forward_captured(x, **kw)
+            row = {}
+            for path in PATHS:
+                with copies(path):
+                    row[path] = measure(lambda: gpu.forward_captured(x, **kw)[0], repeats)
+            a, b = row["pinned"]["out"], row["pageable"]["out"]
+            diff = float(np.abs(a.astype(np.float32) - ref.astype(np.float32)).max())
+            tol = TOL["float16" if kw.get("half") else "float32"]
+            pinned = torch.from_numpy(a).is_pinned(), torch.from_numpy(b).is_pinned()
+            check(label, diff <= tol and np.array_equal(a, b) and a.dtype == ref.dtype and pinned == (True, False),
+                  f"max|cuda-cpu| {diff:.2e} (tol {tol:g}); pinned == pageable bitwise: {np.array_equal(a, b)}; "
+                  f"array in pinned memory (pinned, pageable path): {pinned}; {a.nbytes / 2**20:.0f} MiB of maps")
+            for path, m in row.items():
+                print(f"     {path:<9} {m['s'] * 1e3:8.1f} ms  device peak over weights {mib(m['device_peak'])}  "
+                      f"host peak growth {mib(m['host_peak'])}")
+            print(f"     pinned / pageable time: {row['pinned']['s'] / row['pageable']['s']:.2f}x")
+            results.setdefault("capture", []).append({
+                "case": label, "max_abs_diff": diff, "bytes": int(a.nbytes),
+                **{f"{p}_{k}": m[k] for p, m in row.items() for k in ("s", "device_peak", "host_peak")}})
+        del gpu, cpu
+        torch.cuda.empty_cache()
+
+
+def relevance_part(folder: Path) -> None:
+    import torch
+    import vitviz
+    from vitviz.core.analyses.relevance import class_relevance
+
+    gpu, cpu = vitviz.load(folder, device="cuda"), vitviz.load(folder, device="cpu")
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    r_gpu = class_relevance(gpu, x, 3)
+    took = time.perf_counter() - start
+    r_cpu = class_relevance(cpu, x, 3)
+    diffs = {k: float(np.abs(getattr(r_gpu, k) - getattr(r_cpu, k)).max() / max(np.abs(getattr(r_cpu, k)).max(),
+                                                                                  1e-12))
+             for k in ("chefer", "grad_rollout", "attn_grad")}
+    check(f"relevance {folder.name} class 3", all(d <= 1e-3 for d in diffs.values()),
+          "max|cuda-cpu| / max|cpu|: " + ", ".join(f"{k} {d:.1e}" for k, d in diffs.items())
+          + f" (tol 1e-3); {took * 1e3:.0f} ms on cuda (first call), device peak "
+          f"{mib(torch.cuda.max_memory_allocated())}")
+
+
+def verify_part(folder: Path) -> None:
+    import torch
+    import vitviz
+
+    gpu = vitviz.load(folder, device="cuda")
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    verdict = vitviz.verify(gpu)
+    took = time.perf_counter() - start
+    check(f"verify {folder.name} on cuda", bool(verdict.verified),
+          f"{verdict.summary()}; {took:.1f} s, device peak over the weights "
+          f"{mib(torch.cuda.max_memory_allocated() - base)}")
+
+
+def pictures(out: Path) -> dict[str, np.ndarray]:
+    from PIL import Image
+
+    return {str(p.relative_to(out)): np.asarray(Image.open(p)) for p in sorted(out.rglob("*.png"))}
+
+
+def export_part(folder: Path, tmp: Path, engine: str) -> None:
+    from vitviz.cli import main as vitviz_main
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import image_folder
+
+    images = image_folder(tmp / "images", 4)
+    runs = {"streamed": ["--maps", "cls,rollout"],
+            "full": ["--maps", "cls,rollout", "--npz", "--layers", "all"]}
+    extra = ["--engine", "ray", "--actors", "1", "--gpus-per-actor", "1"] if engine == "ray" else []
+    for kind, maps in runs.items():
+        outs: dict[str, Path] = {}
+        timing = {}
+        for device, path in (("cpu", "pinned"), ("cuda", "pinned"), ("cuda", "pageable")):
+            if engine == "ray" and device == "cpu":
+                continue   # the local engine's cpu files below are the reference
+            out = tmp / f"{engine}-{kind}-{device}-{path}"
+            argv = ["export", "--model", str(folder), str(images), "--out", str(out), "--quiet", "--no-verify",
+                    "--device", device, "--workers", "2", "--batch-size", "2", *maps,
+                    *(extra if device == "cuda" else [])]
+            with copies(path):
+                start = time.perf_counter()
+                code = vitviz_main(argv)
+                timing[device if device == "cpu" else f"{device} {path}"] = time.perf_counter() - start
+            if code != 0:
+                check(f"export {engine} {kind} {device} {path}", False, f"exit code {code}")
+                return
+            outs[f"{device} {path}"] = out
+        ref_dir = tmp / f"local-{kind}-cpu-pinned"
+        ref = pictures(ref_dir)
+        for key in ("cuda pinned", "cuda pageable"):
+            got = pictures(outs[key])
+            worst = max((int(np.abs(got[k].astype(int) - ref[k].astype(int)).max()) for k in ref if k in got),
+                        default=-1)
+            npz = ""
+            if kind == "full":
+                diffs = []
+                for f in sorted(ref_dir.rglob("*.npz")):
+                    with np.load(f) as a, np.load(outs[key] / f.relative_to(ref_dir)) as b:
+                        diffs.append(float(np.abs(a["attentions"] - b["attentions"]).max()))
+                npz = f"; .npz attentions max|cuda-cpu| {max(diffs):.1e} over {len(diffs)} files"
+                ok_npz = bool(diffs) and max(diffs) <= TOL["float32"]
+            else:
+                ok_npz = True
+            check(f"export {engine} {kind} {key}", set(got) == set(ref) and 0 <= worst <= 2 and ok_npz,
+                  f"{len(got)} PNGs (cpu {len(ref)}), max pixel |cuda-cpu| {worst} (tol 2){npz}")
+        print("     " + ", ".join(f"{k} {t:.1f} s" for k, t in timing.items()))
+        results.setdefault("export", []).append({"engine": engine, "kind": kind, **timing})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per capture case (median)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        no_cuda()
+    torch.backends.cuda.matmul.allow_tf32 = False   # cuda and cpu compute the same float32 maps
+    torch.backends.cudnn.allow_tf32 = False
+    warnings.simplefilter("ignore")
+    print(f"gpu_check: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{os.cpu_count()} CPUs", flush=True)
+    results["device"] = torch.cuda.get_device_name()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        folders = {f"{a}_{s}": timm_folder(tmp, a, s) for a, s in MODELS}
+        base = folders[BASE]
+        section("capture", lambda: capture_part(folders, args.repeats))
+        section("relevance", lambda: relevance_part(base))
+        section("verify", lambda: verify_part(base))
+        section("export (local engine)", lambda: export_part(base, tmp, "local"))
+        if importlib.util.find_spec("ray") is not None:
+            section("export (Ray, one GPU actor)", lambda: export_part(base, tmp, "ray"))
+        else:
+            print("\n== export (Ray): skipped, ray is not installed")
+    results["seconds"] = time.perf_counter() - start
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    failed = results["failed"]
+    print(f"\ngpu_check: {len(results['checks']) - len(failed)} of {len(results['checks'])} checks passed in "
+          f"{results['seconds']:.0f} s" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
