@@ -9,6 +9,8 @@ and loaded by vitviz on cuda and on the cpu:
   against the cpu run (max |diff|), the pinned/async path against the old synchronous one (`VITVIZ_PINNED=0`) side
   by side: median time, peak device memory over the weights (`torch.cuda.max_memory_allocated`), peak host RSS
   growth, and whether the returned array lies in pinned memory;
+- one layer's maps (ViT-B/16 @224, ViT-L/14 @518) copied to the host both ways (`bench/capture.py --only
+  transfer`), GB/s;
 - class relevance (Chefer, gradient rollout, attention x gradient) on cuda against the cpu;
 - `vitviz.verify` on cuda (verdict, time, peak device memory);
 - `vitviz export` of 4 images on cuda, streamed (cls,rollout) and full (.npz), against the cpu's files (PNG pixels,
@@ -29,8 +31,9 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -140,38 +143,56 @@ def mib(n: float | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:.0f} MiB"
 
 
+def transfer_part(repeats: int) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from capture import _transfer_report
+
+    _transfer_report(argparse.Namespace(repeats=4 * repeats))
+
+
 def capture_part(folders: dict[str, Path], repeats: int) -> None:
+    import torch
+
+    for arch, size, batch in CAPTURE_CASES:
+        capture_case(folders[f"{arch}_{size}"], f"{arch} @{size} batch {batch}", size, batch, repeats)
+        torch.cuda.empty_cache()   # this case's models are gone
+
+
+def capture_case(folder: Path, name: str, size: int, batch: int, repeats: int) -> None:
+    """Full, rows and float16 captures of one model and input size, on cuda both ways and on the cpu."""
+    import functools
+
     import torch
     import vitviz
 
     modes = {"full": {}, "rows [0]": {"rows": [0]}, "float16": {"half": True}}
-    for arch, size, batch in CAPTURE_CASES:
-        folder = folders[f"{arch}_{size}"]
-        gpu, cpu = vitviz.load(folder, device="cuda"), vitviz.load(folder, device="cpu")
-        x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
-        for mode, kw in modes.items():
-            label = f"capture {arch} @{size} batch {batch} {mode}"
-            ref, _ = cpu.forward_captured(x, **kw)
-            row = {}
-            for path in PATHS:
-                with copies(path):
-                    row[path] = measure(lambda: gpu.forward_captured(x, **kw)[0], repeats)
-            a, b = row["pinned"]["out"], row["pageable"]["out"]
-            diff = float(np.abs(a.astype(np.float32) - ref.astype(np.float32)).max())
-            tol = TOL["float16" if kw.get("half") else "float32"]
-            pinned = torch.from_numpy(a).is_pinned(), torch.from_numpy(b).is_pinned()
-            check(label, diff <= tol and np.array_equal(a, b) and a.dtype == ref.dtype and pinned == (True, False),
-                  f"max|cuda-cpu| {diff:.2e} (tol {tol:g}); pinned == pageable bitwise: {np.array_equal(a, b)}; "
-                  f"array in pinned memory (pinned, pageable path): {pinned}; {a.nbytes / 2**20:.0f} MiB of maps")
-            for path, m in row.items():
-                print(f"     {path:<9} {m['s'] * 1e3:8.1f} ms  device peak over weights {mib(m['device_peak'])}  "
-                      f"host peak growth {mib(m['host_peak'])}")
-            print(f"     pinned / pageable time: {row['pinned']['s'] / row['pageable']['s']:.2f}x")
-            results.setdefault("capture", []).append({
-                "case": label, "max_abs_diff": diff, "bytes": int(a.nbytes),
-                **{f"{p}_{k}": m[k] for p, m in row.items() for k in ("s", "device_peak", "host_peak")}})
-        del gpu, cpu
-        torch.cuda.empty_cache()
+    gpu, cpu = vitviz.load(folder, device="cuda"), vitviz.load(folder, device="cpu")
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+    for mode, kw in modes.items():
+        label = f"capture {name} {mode}"
+        ref, _ = cpu.forward_captured(x, **kw)
+        row = {}
+        for path in PATHS:
+            with copies(path):
+                row[path] = measure(functools.partial(maps_of, gpu, x, kw), repeats)
+        a, b = row["pinned"]["out"], row["pageable"]["out"]
+        diff = float(np.abs(a.astype(np.float32) - ref.astype(np.float32)).max())
+        tol = TOL["float16" if kw.get("half") else "float32"]
+        pinned = torch.from_numpy(a).is_pinned(), torch.from_numpy(b).is_pinned()
+        check(label, diff <= tol and np.array_equal(a, b) and a.dtype == ref.dtype and pinned == (True, False),
+              f"max|cuda-cpu| {diff:.2e} (tol {tol:g}); pinned == pageable bitwise: {np.array_equal(a, b)}; "
+              f"array in pinned memory (pinned, pageable path): {pinned}; {a.nbytes / 2**20:.0f} MiB of maps")
+        for path, m in row.items():
+            print(f"     {path:<9} {m['s'] * 1e3:8.1f} ms  device peak over weights {mib(m['device_peak'])}  "
+                  f"host peak growth {mib(m['host_peak'])}")
+        print(f"     pinned / pageable time: {row['pinned']['s'] / row['pageable']['s']:.2f}x")
+        results.setdefault("capture", []).append({
+            "case": label, "max_abs_diff": diff, "bytes": int(a.nbytes),
+            **{f"{p}_{k}": m[k] for p, m in row.items() for k in ("s", "device_peak", "host_peak")}})
+
+
+def maps_of(model: Any, x: Any, kw: dict[str, Any]) -> np.ndarray:
+    return model.forward_captured(x, **kw)[0]
 
 
 def relevance_part(folder: Path) -> None:
@@ -286,6 +307,7 @@ def main() -> None:
         tmp = Path(t)
         folders = {f"{a}_{s}": timm_folder(tmp, a, s) for a, s in MODELS}
         base = folders[BASE]
+        section("transfer of one layer (bench/capture.py --only transfer)", lambda: transfer_part(args.repeats))
         section("capture", lambda: capture_part(folders, args.repeats))
         section("relevance", lambda: relevance_part(base))
         section("verify", lambda: verify_part(base))

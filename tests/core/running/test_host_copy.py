@@ -9,7 +9,6 @@ cast, nothing read before the wait, the same maps bit for bit. What it cannot: t
 asynchronously and faster (scripts/gpu_check.py measures it on a GPU)."""
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
