@@ -1,5 +1,5 @@
-"""One-shot GPU check of the device path (issue 36, item 5): maps leave the device through `HostCopy` -- pinned
-host buffers, asynchronous copies, float16 cast on the device, one wait before any read.
+"""One-shot GPU check of the device path (issue 36, item 5): maps leave the device through `HostCopy` --
+asynchronous copies through pinned staging buffers, float16 cast on the device, one wait before any read.
 
     PYTHONPATH=. python scripts/gpu_check.py [--json FILE] [--repeats N]
 
@@ -8,9 +8,9 @@ and loaded by vitviz on cuda and on the cpu:
 - capture (full, query rows, float16; batch 8 @224 and, transfer-bound, ViT-B/16 batch 4 @448): the maps on cuda
   against the cpu run (max |diff|), the pinned/async path against the old synchronous one (`VITVIZ_PINNED=0`) side
   by side: median time, peak device memory over the weights (`torch.cuda.max_memory_allocated`), peak host RSS
-  growth, and whether the returned array lies in pinned memory;
-- one layer's maps (ViT-B/16 @224, ViT-L/14 @518) copied to the host both ways (`bench/capture.py --only
-  transfer`), GB/s;
+  growth, the pinned memory torch's host allocator holds (`torch.cuda.host_memory_stats`);
+- one layer's maps (ViT-B/16 @224, ViT-L/14 @518) copied to the host: `HostCopy`, a reused pinned buffer, the
+  old pageable copy (`bench/capture.py --only transfer`), GB/s;
 - class relevance (Chefer, gradient rollout, attention x gradient) on cuda against the cpu;
 - `vitviz.verify` on cuda (verdict, time, peak device memory);
 - `vitviz export` of 4 images on cuda, streamed (cls,rollout) and full (.npz), against the cpu's files (PNG pixels,
@@ -136,7 +136,8 @@ def measure(run: Callable[[], Any], repeats: int) -> dict[str, Any]:
     host = reset_host_peak()
     out = run()
     return {"s": statistics.median(times), "device_peak": torch.cuda.max_memory_allocated() - base,
-            "host_peak": None if host is None else rss("VmHWM:") - host, "out": out}
+            "host_peak": None if host is None else rss("VmHWM:") - host, "out": out,
+            "pinned": torch.cuda.host_memory_stats().get("allocated_bytes.current")}
 
 
 def mib(n: float | None) -> str:
@@ -178,17 +179,17 @@ def capture_case(folder: Path, name: str, size: int, batch: int, repeats: int) -
         a, b = row["pinned"]["out"], row["pageable"]["out"]
         diff = float(np.abs(a.astype(np.float32) - ref.astype(np.float32)).max())
         tol = TOL["float16" if kw.get("half") else "float32"]
-        pinned = torch.from_numpy(a).is_pinned(), torch.from_numpy(b).is_pinned()
-        check(label, diff <= tol and np.array_equal(a, b) and a.dtype == ref.dtype and pinned == (True, False),
+        staged = torch.from_numpy(a).is_pinned()   # the array is ordinary memory: only the staging is pinned
+        check(label, diff <= tol and np.array_equal(a, b) and a.dtype == ref.dtype and not staged,
               f"max|cuda-cpu| {diff:.2e} (tol {tol:g}); pinned == pageable bitwise: {np.array_equal(a, b)}; "
-              f"array in pinned memory (pinned, pageable path): {pinned}; {a.nbytes / 2**20:.0f} MiB of maps")
+              f"array in pinned memory: {staged}; {a.nbytes / 2**20:.0f} MiB of maps")
         for path, m in row.items():
             print(f"     {path:<9} {m['s'] * 1e3:8.1f} ms  device peak over weights {mib(m['device_peak'])}  "
-                  f"host peak growth {mib(m['host_peak'])}")
+                  f"host peak growth {mib(m['host_peak'])}  pinned held by torch {mib(m['pinned'])}")
         print(f"     pinned / pageable time: {row['pinned']['s'] / row['pageable']['s']:.2f}x")
         results.setdefault("capture", []).append({
             "case": label, "max_abs_diff": diff, "bytes": int(a.nbytes),
-            **{f"{p}_{k}": m[k] for p, m in row.items() for k in ("s", "device_peak", "host_peak")}})
+            **{f"{p}_{k}": m[k] for p, m in row.items() for k in ("s", "device_peak", "host_peak", "pinned")}})
 
 
 def maps_of(model: Any, x: Any, kw: dict[str, Any]) -> np.ndarray:

@@ -119,9 +119,8 @@ class Kept:
     (`fuse_heads`, float32) -- and the layer is let go: an image holds (L, H, k, T) rows and (L, T, T) per fusion,
     never the (L, H, T, T) stack.
 
-    Rows and fusions are taken on the model's device, and only they leave it (`HostCopy`: pinned buffers made
-    once per batch, asynchronous copies on CUDA); `rows_of` and `fused` wait for those copies before they are
-    read."""
+    Rows and fusions are taken on the model's device, and only they leave it (`HostCopy`: asynchronous copies
+    through pinned staging buffers on CUDA); `rows_of` and `fused` wait for those copies before they are read."""
 
     def __init__(self, spec: ModelSpec, plan: Plan, batch: int, device: Any = "cpu") -> None:
         import torch

@@ -1,12 +1,14 @@
-"""Maps leaving the device (issue 36, item 5): every capture moves them through one `HostCopy` -- on CUDA into
-pinned host buffers with asynchronous copies, cast to float16 on the device first, one wait before any read.
+"""Maps leaving the device (issue 36, item 5): every capture moves them through one `HostCopy` -- on CUDA with
+asynchronous copies through pinned staging buffers, cast to float16 on the device first, each landing in its host
+array after its copy event, one wait before any read.
 
 This machine has no GPU, so the device path is run here against a simulated device (`device`): buffers asked for
-pinned are recorded, every `non_blocking` copy into them is *deferred* until the copy event's `synchronize` (as
-a CUDA stream would run it later), the buffers start as NaN, and every read of a buffer fails while a copy into it
-is pending. What that proves: the branch's logic -- pinned buffers asked for, copies queued after the narrowing
-cast, nothing read before the wait, the same maps bit for bit. What it cannot: that CUDA runs the copies
-asynchronously and faster (scripts/gpu_check.py measures it on a GPU)."""
+pinned are recorded, every `non_blocking` copy into them is *deferred* until the `synchronize` of an event
+recorded after it (as a CUDA stream would run it later), every buffer starts as NaN, and every read of a staging
+buffer or array fails while a copy into a staging buffer is pending. What that proves: the branch's logic -- the
+staging buffers asked for pinned and reused, copies queued after the narrowing cast, nothing read before its
+copy's event, the same maps bit for bit. What it cannot: that CUDA runs the copies asynchronously and faster
+(scripts/gpu_check.py measures it on a GPU)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -24,16 +26,21 @@ from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.core.analyses.tokens import fuse_heads
 from vitviz.core.running import capture, runtime
 from vitviz.core.running.capture import LayerSink, capture_attention
-from vitviz.core.running.runtime import HostCopy
+from vitviz.core.running.runtime import STAGES, HostCopy
 
 pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
 ROWS = [0, 5]
+DEPTH = 5   # more layers than staging buffers: each is reused
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    path = write_tiny_checkpoint(tmp_path_factory.mktemp("host") / "m.pth", reg_tokens=2)
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("host") / "m.pth", reg_tokens=2, depth=DEPTH)
     return vitviz.load(path, heads=2, device="cpu")
+
+
+ORIGINAL_COPY = torch.Tensor.copy_
+ORIGINAL_NUMPY = torch.Tensor.numpy
 
 
 class Device:
@@ -42,33 +49,42 @@ class Device:
     def __init__(self) -> None:
         self.log: list[str] = []
         self.pinned: list[bool] = []          # `pinned` of every host buffer asked for
-        self.copies: list[tuple[torch.dtype, torch.dtype, bool]] = []   # (source dtype, buffer dtype, non_blocking)
-        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.buffers: set[int] = set()        # storage addresses of the buffers made
+        self.copies: list[tuple[torch.dtype, torch.dtype, bool]] = []   # into staging: (source, buffer, non_blocking)
+        self.direct: list[tuple[torch.dtype, torch.dtype, bool]] = []   # into an array, not from a staging buffer
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (order, staging buffer, source)
+        self.queued = 0
+        self.stages: set[int] = set()         # storage addresses of the pinned buffers made
+        self.arrays: set[int] = set()         # ... and of the others
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
         self.pinned.append(pinned)
-        t = torch.full(shape, float("nan"), dtype=dtype)   # what an unfinished copy leaves: not the maps
-        self.buffers.add(t.untyped_storage().data_ptr())
+        t = torch.empty(shape, dtype=dtype)
+        t.view(torch.uint8).fill_(255)        # NaN in float32 and float16: what an unfinished copy leaves
+        (self.stages if pinned else self.arrays).add(t.untyped_storage().data_ptr())
         return t
 
+    def stage(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage().data_ptr() in self.stages
+
     def ours(self, t: torch.Tensor) -> bool:
-        return t.device.type == "cpu" and t.untyped_storage().data_ptr() in self.buffers
+        return self.stage(t) or t.untyped_storage().data_ptr() in self.arrays
 
     def event(self, _device: torch.device) -> Any:
         self.log.append("event")
-        return SimpleNamespace(synchronize=self.flush)
+        upto = self.queued
+        return SimpleNamespace(synchronize=lambda: self.flush(upto))
 
-    def flush(self) -> None:
+    def flush(self, upto: int) -> None:
+        """The copies queued before the event ran: done now, in order."""
         self.log.append("sync")
         with torch.inference_mode():   # the buffers may be inference tensors; the stream does not care
-            for dst, src in self.pending:
+            for order, dst, src in [q for q in self.pending if q[0] < upto]:
                 ORIGINAL_COPY(dst, src)
-        self.pending.clear()
+        self.pending = [q for q in self.pending if q[0] >= upto]
 
-
-ORIGINAL_COPY = torch.Tensor.copy_
-ORIGINAL_NUMPY = torch.Tensor.numpy
+    def unfinished(self, t: torch.Tensor) -> bool:
+        ptr = t.untyped_storage().data_ptr()
+        return any(dst.untyped_storage().data_ptr() == ptr for _o, dst, _s in self.pending)
 
 
 @pytest.fixture()
@@ -77,20 +93,25 @@ def device(monkeypatch: pytest.MonkeyPatch) -> Device:
     dev = Device()
 
     def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-        if not dev.ours(self):
-            return ORIGINAL_COPY(self, src, non_blocking)
-        dev.copies.append((src.dtype, self.dtype, non_blocking))
-        dev.log.append("copy")
-        if not non_blocking:
-            return ORIGINAL_COPY(self, src)
-        assert self.is_contiguous(), "an asynchronous copy into a non-contiguous host tensor goes through a temporary"
-        dev.pending.append((self, src))   # runs at the next synchronize, as the stream would run it later
-        return self
+        if dev.stage(self):
+            dev.copies.append((src.dtype, self.dtype, non_blocking))
+            dev.log.append("copy")
+            if non_blocking:
+                assert self.is_contiguous(), "an asynchronous copy into a non-contiguous buffer is staged by torch"
+                dev.pending.append((dev.queued, self, src))   # runs at a later event's synchronize
+                dev.queued += 1
+                return self
+        elif dev.stage(src):
+            assert not dev.unfinished(src), "a staging buffer was read before the copy into it had arrived"
+            dev.log.append("land")
+        elif dev.ours(self):
+            dev.direct.append((src.dtype, self.dtype, non_blocking))
+        return ORIGINAL_COPY(self, src, non_blocking)
 
     def numpy(self: torch.Tensor, *a: Any, **k: Any) -> np.ndarray:
         if dev.ours(self):
             dev.log.append("read")
-            assert not dev.pending, "a host buffer was read before the copies into it had arrived"
+            assert not dev.pending, "a host array was read before the copies into it had arrived"
         return ORIGINAL_NUMPY(self, *a, **k)
 
     monkeypatch.setattr(runtime, "device_memory", lambda _d: True)
@@ -136,32 +157,36 @@ def test_the_device_path_gives_the_same_maps_read_only_after_the_wait(tiny: Any,
     monkeypatch.setattr(HostCopy, "copy", lambda self, dst, src: calls.append(tuple(src.shape)) or copy(self, dst, src))
     maps, _ = tiny.forward_captured(x, **CASES[name])
     np.testing.assert_array_equal(maps, ref)
-    depth = tiny.spec.depth
-    assert len(calls) == depth                         # the helper moved every layer (no softmax wrote to the host)
-    assert device.pinned == [True]                     # one pinned buffer for the whole capture
-    assert len(device.copies) == 2 * depth             # one asynchronous copy per image and layer ...
+    assert len(calls) == DEPTH                         # the helper moved every layer (no softmax wrote to the host)
+    assert device.pinned == [False] + [True] * STAGES  # one array, and the staging buffers made once, reused
+    assert len(device.copies) == DEPTH and device.direct == []   # one asynchronous copy per layer ...
     assert all(nb for _s, _d, nb in device.copies)
-    half = CASES[name].get("half", False)
-    wanted = torch.float16 if half else torch.float32
+    wanted = torch.float16 if CASES[name].get("half") else torch.float32
     assert {(s, d) for s, d, _nb in device.copies} == {(wanted, wanted)}   # ... cast on the device before it
+    assert device.log.count("land") == DEPTH and device.log.count("sync") >= DEPTH
     first_read = device.log.index("read")
-    assert "sync" in device.log[:first_read] and "copy" not in device.log[first_read:]
+    assert "copy" not in device.log[first_read:] and "land" not in device.log[first_read:]
 
 
 def test_the_simulation_defers_copies(tiny: Any, device: Device) -> None:
-    """The simulated device is what makes the test above able to fail: a buffer read before the wait holds no maps."""
+    """The simulated device is what makes the test above able to fail: an array read before the wait misses the
+    layers still on their way, and a staging buffer cannot be read before its copy's event."""
     x = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
-    sink = LayerSink(tiny.spec.depth, half=True)
+    sink = LayerSink(DEPTH, half=True)
     with torch.inference_mode(), capture_attention(tiny.net, sink):
         tiny.net(x)
-    assert device.pending and np.isnan(ORIGINAL_NUMPY(sink.array)).all()   # nothing has arrived yet
+    raw = ORIGINAL_NUMPY(sink.array)
+    assert len(device.pending) == STAGES and np.isnan(raw[:, -STAGES:]).all()   # the last layers are on their way
+    assert not np.isnan(raw[:, :-STAGES]).any()                               # the others have landed
     with pytest.raises(AssertionError, match="before the copies"):
         sink.array.numpy()
+    with pytest.raises(AssertionError, match="staging buffer was read"):
+        torch.empty(device.pending[0][1].shape, dtype=torch.float16).copy_(device.pending[0][1])
     np.testing.assert_array_equal(sink.numpy(), hooked(tiny, x).half().numpy())
 
 
 def test_host_copy_on_the_cpu_is_a_plain_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same calls on the CPU: no pinning asked, synchronous copies, the float16 cast before the copy."""
+    """The same calls on the CPU: nothing staged or pinned, synchronous copies, the float16 cast before the copy."""
     asked: list[bool] = []
     empty = runtime._host_empty
     monkeypatch.setattr(runtime, "_host_empty", lambda s, d, p: asked.append(p) or empty(s, d, p))
@@ -172,7 +197,7 @@ def test_host_copy_on_the_cpu_is_a_plain_copy(monkeypatch: pytest.MonkeyPatch) -
     host = HostCopy("cpu")
     src = torch.rand(2, 3, 4)
     out = host.take(src, torch.float16)
-    assert asked == [False] and seen == [(torch.float16, False)] and not host.pinned
+    assert asked == [False] and seen == [(torch.float16, False)] and not host.staged
     np.testing.assert_array_equal(host.numpy(out), src.half().numpy())
 
 
@@ -202,8 +227,9 @@ def test_streamed_export_keeps_what_it_kept_on_the_host(tiny: Any, half: bool, s
     layers = [torch.softmax(torch.randn(2, heads, tokens, tokens, generator=gen), -1) for _ in range(3)]
     for layer in layers:
         kept.append(layer)
-    if dev is not None:
-        assert dev.pending and all(dev.pinned) and all(nb for _s, _d, nb in dev.copies)
+    if dev is not None:   # rows and three fusions per layer, through two staging buffers
+        assert dev.pending and dev.pinned.count(False) == 4 and all(nb for _s, _d, nb in dev.copies)
+        assert len(dev.copies) == 4 * 3 and dev.direct == []
     kept.check()
     rows, fused = _old_kept(layers, [0, 5], ["max", "mean", "min"], half)
     np.testing.assert_array_equal(kept.rows_of, rows)
@@ -222,9 +248,9 @@ def test_windowed_capture_through_the_device_path(device: Device, half: bool) ->
     with pytest.MonkeyPatch.context() as plain:   # the reference: the host path, the simulation undone
         plain.setattr(runtime, "device_memory", lambda _d: False)
         ref, _, _ = model.forward_captured(x, half=half)
-    device.log.clear(), device.copies.clear(), device.pinned.clear()
+    device.log.clear(), device.copies.clear(), device.pinned.clear(), device.direct.clear()
     maps, _, _ = model.forward_captured(x, half=half)
-    assert len(maps) == len(ref) == len(device.copies) == len(device.pinned) and all(device.pinned)
+    assert len(maps) == len(ref) == len(device.copies) == device.pinned.count(False) and device.direct == []
     wanted = torch.float16 if half else torch.float32
     assert all(s == d == wanted and nb for s, d, nb in device.copies)
     assert "sync" in device.log[: device.log.index("read")]
@@ -238,5 +264,5 @@ def test_the_old_path_stays_as_a_switch(tiny: Any, device: Device, monkeypatch: 
     x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
     maps, _ = tiny.forward_captured(x, half=True)
     np.testing.assert_array_equal(maps, hooked(tiny, x).half().numpy())
-    assert device.pinned == [False] and "sync" not in device.log
-    assert {c for c in device.copies} == {(torch.float32, torch.float16, False)}
+    assert device.pinned == [False] and "sync" not in device.log and device.copies == []
+    assert device.direct == [(torch.float32, torch.float16, False)] * DEPTH

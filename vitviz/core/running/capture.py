@@ -35,8 +35,8 @@ class LayerSink:
     """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs
     (or (B, L, H, k, T): only the query rows `rows`).
 
-    Each layer is copied out (`HostCopy`: from a CUDA device into a pinned array, asynchronously, cast to float16
-    on the device when asked) as soon as its softmax is done -- or, `bound` to the probes on the CPU, the softmax
+    Each layer is copied out (`HostCopy`: from a CUDA device through pinned staging buffers, asynchronously, cast
+    to float16 on the device when asked) as soon as its softmax is done -- or, `bound` to the probes on the CPU, the softmax
     writes into the array itself -- so the model's device never holds more than one layer's maps, and the host
     never holds a list of layers plus their stack. `numpy` waits for the copies before it hands the array out.
     """
@@ -75,7 +75,7 @@ class LayerSink:
             layer = layer.index_select(2, self._index)
         if self.host is None:
             self.host = HostCopy(layer.device)
-        if self.array is None:   # once per capture (pinned on CUDA)
+        if self.array is None:   # once per capture
             self.array = self.host.empty((layer.shape[0], self.num_layers, *layer.shape[1:]),
                                          torch.float16 if self.half else torch.float32)
         self.host.copy(self.array[:, self.count], layer)

@@ -594,7 +594,7 @@ class WindowedModel(WindowedHandle):
         kept: list[torch.Tensor] = []
         probes = [blk.attn.probe for blk in self.net.all_blocks()]
         dtype = torch.float16 if half else torch.float32
-        host = HostCopy(self._device)   # each block's maps leave the device as computed (pinned, async on CUDA)
+        host = HostCopy(self._device)   # each block's maps leave the device as computed (async on CUDA)
         handles = [p.register_forward_hook(lambda _m, _i, out: kept.append(host.take(out.detach(), dtype)))
                    for p in probes]
         feature_map = None
