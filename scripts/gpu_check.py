@@ -164,6 +164,7 @@ def capture_case(folder: Path, name: str, size: int, batch: int, repeats: int) -
     import functools
 
     import torch
+
     import vitviz
 
     modes = {"full": {}, "rows [0]": {"rows": [0]}, "float16": {"half": True}}
@@ -198,6 +199,7 @@ def maps_of(model: Any, x: Any, kw: dict[str, Any]) -> np.ndarray:
 
 def relevance_part(folder: Path) -> None:
     import torch
+
     import vitviz
     from vitviz.core.analyses.relevance import class_relevance
 
@@ -219,6 +221,7 @@ def relevance_part(folder: Path) -> None:
 
 def verify_part(folder: Path) -> None:
     import torch
+
     import vitviz
 
     gpu = vitviz.load(folder, device="cuda")

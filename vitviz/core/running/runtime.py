@@ -166,7 +166,7 @@ class HostCopy:
         (float32 -> float16) runs on the device before the copy, a widening one on the way."""
         if self._cast_here and src.dtype != dst.dtype and dst.element_size() < src.element_size():
             src = src.to(dst.dtype)
-        if not self.staged:
+        if not self.staged or dst.numel() == 0:
             dst.copy_(src)
             return
         turn, self._turn = self._turn, (self._turn + 1) % STAGES
