@@ -36,9 +36,10 @@ class LayerSink:
     (or (B, L, H, k, T): only the query rows `rows`).
 
     Each layer is copied out (`HostCopy`: from a CUDA device through pinned staging buffers, asynchronously, cast
-    to float16 on the device when asked) as soon as its softmax is done -- or, `bound` to the probes on the CPU, the softmax
-    writes into the array itself -- so the model's device never holds more than one layer's maps, and the host
-    never holds a list of layers plus their stack. `numpy` waits for the copies before it hands the array out.
+    to float16 on the device when asked) as soon as its softmax is done -- or, `bound` to the probes on the CPU,
+    the softmax writes into the array itself -- so the model's device never holds more than one layer's maps, and
+    the host never holds a list of layers plus their stack. `numpy` waits for the copies before it hands the array
+    out.
     """
 
     def __init__(self, num_layers: int, half: bool = False, rows: Sequence[int] | None = None) -> None:
