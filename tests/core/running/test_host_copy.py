@@ -11,6 +11,7 @@ copy's event, the same maps bit for bit. What it cannot: that CUDA runs the copi
 (scripts/gpu_check.py measures it on a GPU)."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,6 +91,11 @@ class Device:
 @pytest.fixture()
 def device(monkeypatch: pytest.MonkeyPatch) -> Device:
     """The simulated device: `HostCopy` (and the capture) take their CUDA branch."""
+    return simulated(monkeypatch)
+
+
+def simulated(monkeypatch: pytest.MonkeyPatch) -> Device:
+    """Patch in a simulated device until `monkeypatch` is undone."""
     dev = Device()
 
     def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
@@ -270,3 +276,45 @@ def test_the_old_path_stays_as_a_switch(tiny: Any, device: Device, monkeypatch: 
     np.testing.assert_array_equal(maps, hooked(tiny, x).half().numpy())
     assert device.pinned == [False] and "sync" not in device.log and device.copies == []
     assert device.direct == [(torch.float32, torch.float16, False)] * DEPTH
+
+
+def _pictures(out: Path) -> dict[Path, np.ndarray]:
+    from PIL import Image
+
+    return {p.relative_to(out): np.asarray(Image.open(p)) for p in sorted(out.rglob("*.png"))}
+
+
+@pytest.mark.parametrize("maps", ["cls,token:5,rollout", "cls,rollout"])
+def test_an_export_through_the_device_path_writes_the_same_pictures(tmp_path: Path, maps: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vitviz export` end to end (streamed with a rollout; with .npz the whole stack is captured), batches of 2:
+    the simulated device path writes the host path's PNGs and .npz arrays."""
+    from PIL import Image
+
+    from vitviz.cli import main as vitviz_main
+
+    ckpt = write_tiny_checkpoint(tmp_path / "m.pth", depth=DEPTH)
+    rng = np.random.default_rng(0)
+    images = []
+    for i in range(3):
+        images.append(str(tmp_path / f"{i}.png"))
+        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(images[-1])
+
+    def export(out: Path, *extra: str) -> None:
+        assert vitviz_main(["export", "--model", str(ckpt), "--heads", "2", *images, "--out", str(out), "--quiet",
+                            "--no-verify", "--maps", maps, "--workers", "1", "--batch-size", "2", *extra]) == 0
+
+    for extra in ((), ("--npz",)):
+        name = "npz" if extra else "streamed"
+        export(tmp_path / f"host-{name}", *extra)
+        with monkeypatch.context() as patch:
+            dev = simulated(patch)   # the simulated device, for this export only
+            export(tmp_path / f"device-{name}", *extra)
+            assert dev.copies and all(nb for _s, _d, nb in dev.copies) and not dev.pending
+        host, moved = _pictures(tmp_path / f"host-{name}"), _pictures(tmp_path / f"device-{name}")
+        assert host and host.keys() == moved.keys()
+        for key, picture in host.items():
+            np.testing.assert_array_equal(moved[key], picture, err_msg=str(key))
+        for f in sorted((tmp_path / f"host-{name}").rglob("*.npz")):
+            with np.load(f) as a, np.load(tmp_path / f"device-{name}" / f.relative_to(tmp_path / f"host-{name}")) as b:
+                np.testing.assert_array_equal(a["attentions"], b["attentions"])
