@@ -25,6 +25,11 @@ reason it is faster; `VITVIZ_PACKED=0 python bench/capture.py` measures the plai
   at --sam-size px (1024: SAM's own, 4 global blocks of 4096 tokens), loaded by vitviz: `model.run(x)` (every
   block's (windows, heads, n, n) attention as NumPy) vs the original's own eager forward, same input, interleaved
   per model. Target <= 1.10x.
+- Moving maps off a CUDA device (`--only transfer`; part of the default run when CUDA is there): one layer's
+  (1, H, T, T) float32 attention of ViT-B/16 @224 and ViT-L/14 @518 copied to the host as vitviz's `HostCopy`
+  does it (an asynchronous copy through a pinned staging buffer, one wait; float16 cast on the device first) vs
+  the old way (a synchronous copy, the cast on the host: `VITVIZ_PINNED=0`) and a pinned buffer reused (the bound),
+  interleaved; GB/s of the bytes kept. Without CUDA it says so and measures nothing.
 """
 from __future__ import annotations
 
@@ -223,6 +228,71 @@ def _windowed_report(args: argparse.Namespace, rows: tuple[str, ...] = ("swin", 
                              times["original forward (eager)"], "(target <= 1.10x)"))
 
 
+def transfer_methods(shape: tuple[int, ...]) -> dict[str, Callable[[], object]]:
+    """Copy one (1, H, T, T) layer from cuda to a new host array, float32 and float16: `HostCopy` (asynchronous
+    through a pinned staging buffer; 'pinned async') vs the old synchronous pageable copy casting on the host
+    (`VITVIZ_PINNED=0`; 'pageable sync'), and, as the bound of what pinning gives, one asynchronous copy straight
+    into a pinned buffer kept between runs ('pinned reused': what a pinned array would cost if it were free)."""
+    import os
+
+    from vitviz.core.running.runtime import HostCopy
+
+    layer = torch.rand(shape, device="cuda")
+    kept = {dtype: torch.empty(shape, dtype=dtype, pin_memory=True) for dtype in (torch.float32, torch.float16)}
+
+    def copy(dtype: torch.dtype, pinned: bool) -> Callable[[], object]:
+        def run() -> object:
+            os.environ["VITVIZ_PINNED"] = "1" if pinned else "0"
+            host = HostCopy("cuda")
+            out = host.take(layer, dtype)
+            return host.numpy(out)
+        return run
+
+    def reused(dtype: torch.dtype) -> Callable[[], object]:
+        def run() -> object:
+            kept[dtype].copy_(layer.to(dtype), non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            return kept[dtype].numpy()
+        return run
+
+    methods: dict[str, Callable[[], object]] = {}
+    for name, dtype in (("float32", torch.float32), ("float16", torch.float16)):
+        methods[f"pinned async {name}"] = copy(dtype, True)
+        methods[f"pageable sync {name}"] = copy(dtype, False)
+        methods[f"pinned reused {name}"] = reused(dtype)
+    return methods
+
+
+def _transfer_report(args: argparse.Namespace) -> None:
+    import os
+
+    if not torch.cuda.is_available():
+        print("transfer: no CUDA device here, nothing measured (pinned vs pageable copies need one)")
+        return
+    before = os.environ.get("VITVIZ_PINNED")
+    try:
+        for label, shape in (("ViT-B/16 @224", (1, 12, 197, 197)), ("ViT-L/14 @518", (1, 16, 1370, 1370))):
+            times = interleaved(transfer_methods(shape), args.repeats)
+            print(f"one layer's maps {shape} of {label} to the host, {torch.cuda.get_device_name()}, median of "
+                  f"{args.repeats} interleaved repeats:")
+            elements = 1
+            for n in shape:
+                elements *= n
+            for name, t in times.items():
+                kept = elements * (2 if name.endswith("float16") else 4)
+                print(f"  {name:<28} {t * 1e3:8.2f} ms  {kept / t / 1e9:6.1f} GB/s")
+            for kind in ("float32", "float16"):
+                print(ratio_line(f"  pinned async / pageable sync, {kind}", times[f"pinned async {kind}"],
+                                 times[f"pageable sync {kind}"]))
+                print(ratio_line(f"  pinned reused / pageable sync, {kind}", times[f"pinned reused {kind}"],
+                                 times[f"pageable sync {kind}"]))
+    finally:
+        if before is None:
+            os.environ.pop("VITVIZ_PINNED", None)
+        else:
+            os.environ["VITVIZ_PINNED"] = before
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -237,7 +307,8 @@ def main() -> None:
     parser.add_argument("--sam-size", type=int, default=1024, help="input size of the SAM encoder row (default "
                         "1024, SAM's own; smaller is quicker on a CPU)")
     parser.add_argument("--only", type=_parts, help="run only these parts, comma-separated: core (the ViT-B/16 "
-                        "comparisons and rollout), live, families, windowed (= swin,sam), swin, sam")
+                        "comparisons and rollout), live, families, windowed (= swin,sam), swin, sam, transfer "
+                        "(cuda: pinned vs pageable copies of maps to the host)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -255,16 +326,20 @@ def main() -> None:
         rows = tuple(r for r in WINDOWED_ROWS if r in args.only)
         if rows:
             _windowed_report(args, rows)
+        if "transfer" in args.only:
+            _transfer_report(args)
         return
     _core_report(x, args)
     _live_report(x, args)
     _families_report(x, args)
     _windowed_report(args)
+    if torch.cuda.is_available():
+        _transfer_report(args)
 
 
 def _parts(text: str) -> set[str]:
     """--only's comma-separated parts ('windowed' is both windowed rows)."""
-    known = ("core", "live", "families", "windowed", *WINDOWED_ROWS)
+    known = ("core", "live", "families", "windowed", "transfer", *WINDOWED_ROWS)
     parts = {p.strip() for p in text.split(",") if p.strip()}
     unknown = sorted(parts - set(known))
     if unknown or not parts:

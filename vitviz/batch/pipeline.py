@@ -117,36 +117,62 @@ class Kept:
     computes it (`forward_streamed`), only what the plan's maps read is kept -- the query rows of its CLS / token
     maps (float16 with --half) and, for each rollout fusion, the layer's heads fused as `RolloutEngine` fuses them
     (`fuse_heads`, float32) -- and the layer is let go: an image holds (L, H, k, T) rows and (L, T, T) per fusion,
-    never the (L, H, T, T) stack."""
+    never the (L, H, T, T) stack.
 
-    def __init__(self, spec: ModelSpec, plan: Plan, batch: int) -> None:
+    Rows and fusions are taken on the model's device, and only they leave it (`HostCopy`: asynchronous copies
+    through pinned staging buffers on CUDA); `rows_of` and `fused` wait for those copies before they are read."""
+
+    def __init__(self, spec: ModelSpec, plan: Plan, batch: int, device: Any = "cpu") -> None:
+        import torch
+
         from vitviz.batch.plan import streamed_rows
+        from vitviz.core.running.runtime import HostCopy
 
         self.spec, self.rows = spec, streamed_rows(plan.maps)
+        self.host = HostCopy(device)
         t, depth = spec.num_tokens, spec.depth
-        self.rows_of = np.zeros((batch, depth, spec.num_heads, len(self.rows), t),
-                                np.float16 if plan.half else np.float32)
+        self._rows = self.host.empty((batch, depth, spec.num_heads, len(self.rows), t),
+                                     torch.float16 if plan.half else torch.float32)
+        self._rows.zero_()
+        self._index: Any = None
         fusions = sorted({m.rollout.fusion for m in plan.maps if m.kind == "rollout"})
-        self.fused = {f: np.empty((batch, depth, t, t), np.float32) for f in fusions}
+        self._fused = {f: self.host.empty((batch, depth, t, t), torch.float32) for f in fusions}
+        self._views = self._rows.numpy(), {f: a.numpy() for f, a in self._fused.items()}  # read after `wait` only
         self.layers = 0
+
+    @property
+    def rows_of(self) -> np.ndarray:
+        """(B, L, H, k, T): the kept query rows of every layer, once their copies have arrived."""
+        self.host.wait()
+        return self._views[0]
+
+    @property
+    def fused(self) -> dict[str, np.ndarray]:
+        """Rollout fusion -> (B, L, T, T): every layer's fused heads, once their copies have arrived."""
+        self.host.wait()
+        return self._views[1]
 
     def append(self, layer: Any) -> None:
         """Keep what the maps read of the next layer's (B, H, T, T) attention."""
-        from vitviz.core.analyses.tokens import fuse_heads
+        import torch
 
-        a = layer.detach().float().cpu().numpy()
         i = self.layers
-        if i >= self.spec.depth or a.shape[-1] != self.spec.num_tokens:
-            raise VitvizError(f"the model gave attention layer {i} of shape {a.shape}; expected {self.spec.depth} "
-                              f"layers of (batch, heads, {self.spec.num_tokens}, {self.spec.num_tokens})")
-        self.rows_of[:, i] = a[:, :, self.rows]
-        for fusion, out in self.fused.items():
-            for b in range(a.shape[0]):
-                out[b, i] = fuse_heads(a[b], fusion)  # type: ignore[arg-type]
+        if i >= self.spec.depth or layer.dim() != 4 or layer.shape[-1] != self.spec.num_tokens:
+            raise VitvizError(f"the model gave attention layer {i} of shape {tuple(layer.shape)}; expected "
+                              f"{self.spec.depth} layers of (batch, heads, {self.spec.num_tokens}, "
+                              f"{self.spec.num_tokens})")
+        a = layer.detach().float()
+        if self._index is None:
+            self._index = torch.tensor(self.rows, dtype=torch.long, device=a.device)
+        self.host.copy(self._rows[:, i], a.index_select(2, self._index))
+        for fusion, out in self._fused.items():
+            self.host.copy(out[:, i], _fused_heads(a, fusion))
         self.layers += 1
 
     def check(self) -> None:
-        """After the forward: every layer was given (a model that computes fewer would leave zeros)."""
+        """After the forward: every layer was given (a model that computes fewer would leave zeros), and every copy
+        has arrived."""
+        self.host.wait()
         if self.layers != self.spec.depth:
             raise VitvizError(f"the model gave {self.layers} attention layers; expected {self.spec.depth}")
 
@@ -158,6 +184,22 @@ class Kept:
             return None
         return RolloutEngine(None, self.spec.num_prefix, self.spec.cls_token,
                              fused={f: stack[index] for f, stack in self.fused.items()})
+
+
+def _fused_heads(layer: Any, fusion: str) -> Any:
+    """(B, H, T, T) -> (B, T, T), the heads fused on the layer's device as `fuse_heads` fuses one image's in NumPy
+    ('mean': summed head by head in order, then divided, as NumPy's mean over the first axis sums; 'max', 'min'),
+    so that the maps are the same bits as the host-side fusion's."""
+    if fusion == "max":
+        return layer.amax(dim=1)
+    if fusion == "min":
+        return layer.amin(dim=1)
+    if fusion != "mean":
+        raise VitvizError(f"rollout fusion {fusion!r}: expected 'mean', 'max' or 'min'")
+    total = layer[:, 0].clone()
+    for h in range(1, layer.shape[1]):
+        total += layer[:, h]
+    return total / layer.shape[1]
 
 
 class Exporter:
@@ -295,7 +337,7 @@ class Exporter:
             try:
                 x = torch.cat([p.x for p in batch])
                 if plan.stream:   # of each layer as it is computed, only what the maps read
-                    kept = Kept(self.spec, plan, len(batch))
+                    kept = Kept(self.spec, plan, len(batch), self.model.device)
                     with out_of_memory_said(self.model.device, x):
                         self.model.forward_streamed(x, kept.append)
                     kept.check()

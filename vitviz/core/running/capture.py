@@ -23,7 +23,8 @@ import torch
 from vitviz.core.summary import model_summary
 from vitviz.core.running.model import AttentionProbe, PoolProbe, ReferenceViT
 from vitviz.core.protocol import ATTENTION, EARLY_STOP, FEATURES, GRADIENTS, MAP_HEAD, POS_TABLE, REFERENCE, ROWS
-from vitviz.core.running.runtime import SMALLER, check_host_memory, move_module, packing_fits
+from vitviz.core.running.runtime import SMALLER, HostCopy, check_host_memory, device_memory, move_module, \
+    packing_fits
 from vitviz.core.running.packed import set_packed
 from vitviz.core.spec import AttentionResult, ModelSpec, split_output, whole_patches
 from vitviz.core.reading.validate import check_finite_forward
@@ -34,9 +35,11 @@ class LayerSink:
     """Collects each layer's attention straight into one host array (B, L, H, T, T) as the forward pass runs
     (or (B, L, H, k, T): only the query rows `rows`).
 
-    Each layer is copied out (and cast to float16 when asked) as soon as its softmax is done -- or, `bound` to the
-    probes, the softmax writes into the array itself -- so the model's device never holds more than one layer's
-    maps, and the host never holds a list of layers plus their stack.
+    Each layer is copied out (`HostCopy`: from a CUDA device through pinned staging buffers, asynchronously, cast
+    to float16 on the device when asked) as soon as its softmax is done -- or, `bound` to the probes on the CPU,
+    the softmax writes into the array itself -- so the model's device never holds more than one layer's maps, and
+    the host never holds a list of layers plus their stack. `numpy` waits for the copies before it hands the array
+    out.
     """
 
     def __init__(self, num_layers: int, half: bool = False, rows: Sequence[int] | None = None) -> None:
@@ -44,6 +47,7 @@ class LayerSink:
         self.rows = None if rows is None else list(rows)
         self._index: torch.Tensor | None = None
         self.array: torch.Tensor | None = None
+        self.host: HostCopy | None = None   # made for the device of the first layer
         self.count = 0
 
     @contextmanager
@@ -70,16 +74,18 @@ class LayerSink:
             if self._index is None or self._index.device != layer.device:
                 self._index = torch.tensor(self.rows, dtype=torch.long, device=layer.device)
             layer = layer.index_select(2, self._index)
-        if self.array is None:
-            shape = (layer.shape[0], self.num_layers, *layer.shape[1:])
-            self.array = torch.empty(shape, dtype=torch.float16 if self.half else torch.float32,
-                                     device="cpu")   # inside the user's forward: whatever default device it set
-        self.array[:, self.count].copy_(layer)
+        if self.host is None:
+            self.host = HostCopy(layer.device)
+        if self.array is None:   # once per capture
+            self.array = self.host.empty((layer.shape[0], self.num_layers, *layer.shape[1:]),
+                                         torch.float16 if self.half else torch.float32)
+        self.host.copy(self.array[:, self.count], layer)
         self.count += 1
 
     def numpy(self) -> np.ndarray:
+        """The whole array, once every layer's copy has arrived."""
         assert self.array is not None and self.count == self.num_layers, "the forward pass did not reach every layer"
-        return self.array.numpy()
+        return self.array.numpy() if self.host is None else self.host.numpy(self.array)
 
 
 @contextmanager
@@ -370,7 +376,7 @@ class VitModel(ImageModel):
         sink = LayerSink(depth if upto is None else upto + 1, half, rows)
         check_host_memory(self._maps_bytes(x, sink.num_layers, half, None if rows is None else len(rows)), x, half)
         probes = [m for m in self.net.modules() if isinstance(m, AttentionProbe)]
-        direct = rows is None and not half and self._device.type == "cpu"
+        direct = rows is None and not half and not device_memory(self._device)   # the softmax writes to the host
         shape = (int(x.shape[0]), self.spec.num_heads, tokens, tokens)
         try:
             with out_of_memory_said(self._device, x):

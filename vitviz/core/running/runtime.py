@@ -2,9 +2,11 @@
 a clear message before anything runs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from vitviz.core.running.packed import Linear
@@ -102,6 +104,110 @@ def check_host_memory(needed: int, x: torch.Tensor, half: bool) -> None:
         raise DeviceError(f"the attention maps of input {tuple(x.shape)} need {needed / 2**30:.1f} GiB "
                           f"({'float16' if half else 'float32'}) but only {free / 2**30:.1f} GiB of memory is "
                           f"available; {SMALLER}")
+
+
+def device_memory(device: torch.device) -> bool:
+    """Whether tensors on `device` live outside host memory (CUDA), so that their copies to the host go through
+    pinned buffers, asynchronously (`HostCopy`); on the CPU a copy is a plain memory copy."""
+    return device.type == "cuda"
+
+
+def _host_empty(shape: tuple[int, ...], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+    """An uninitialised host tensor, page-locked when `pinned` (pinning needs a CUDA device)."""
+    return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=pinned)
+
+
+def _copy_event(device: torch.device) -> Any:
+    """A CUDA event recorded on `device`'s current stream now, after the copies just queued there."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+STAGES = 2   # pinned staging buffers a capture copies through in turn: one layer lands while the next one moves
+
+
+class HostCopy:
+    """Moves tensors from the model's device into host memory: the one way maps leave the device.
+
+    On a CUDA device each copy is queued asynchronously (`non_blocking=True`) into a pinned staging buffer -- after
+    a narrowing cast (float32 -> float16) on the device, so half the bytes cross the bus -- and lands in its host
+    array (ordinary memory, exactly its size) when that buffer is next needed or at `wait`, after the event
+    recorded behind the copy has completed. The STAGES staging buffers are made once per capture (pinned memory
+    comes from torch's caching host allocator, so later captures reuse them) and are one layer each: pinning the
+    whole array instead would hold the maps in page-locked memory rounded up to a power of two and cached by torch
+    after they are freed (up to 2x their size). A host array is read only after `wait` (`numpy` waits first), so
+    nothing sees an array before its copies are done.
+
+    The source of a queued copy need not be kept alive by us: the copy is queued on the current stream, and the
+    caching allocator hands a freed block (the layer's probabilities, the float16 cast) only to later work on that
+    same stream, which runs after the copy; every capture runs on the current stream (no side streams).
+
+    On the CPU the same calls run: nothing is staged (pinning needs a device), copies are synchronous and `wait`
+    has nothing to wait for, so the tests on the CPU run this code. `VITVIZ_PINNED=0` keeps the path before issue
+    36 on a device -- synchronous copies into the array, cast on the host -- only to measure against
+    (`scripts/gpu_check.py`, `bench/capture.py --only transfer`).
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.staged = device_memory(self.device) and os.environ.get("VITVIZ_PINNED", "1") != "0"
+        self._cast_here = self.staged or not device_memory(self.device)   # where a narrowing cast runs: `copy`
+        self._stages: list[torch.Tensor | None] = [None] * STAGES         # flat pinned bytes, grown when needed
+        self._queued: list[tuple[Any, torch.Tensor, torch.Tensor] | None] = [None] * STAGES  # (event, stage, array)
+        self._turn = 0
+
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A host array for copies from this device; read it only after `wait` (or through `numpy`)."""
+        return _host_empty(tuple(shape), dtype, False)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy `src` (on the device) into host array `dst`: queued on a device, done on the CPU. A narrowing cast
+        (float32 -> float16) runs on the device before the copy, a widening one on the way."""
+        if self._cast_here and src.dtype != dst.dtype and dst.element_size() < src.element_size():
+            src = src.to(dst.dtype)
+        if not self.staged or dst.numel() == 0:
+            dst.copy_(src)
+            return
+        turn, self._turn = self._turn, (self._turn + 1) % STAGES
+        self._land(turn)   # this buffer's previous copy into its array, before the buffer is used again
+        stage = self._stage(turn, dst.numel() * dst.element_size()).view(dst.dtype).view(dst.shape)
+        stage.copy_(src, non_blocking=True)
+        self._queued[turn] = (_copy_event(self.device), stage, dst)
+
+    def _stage(self, turn: int, nbytes: int) -> torch.Tensor:
+        """Staging buffer `turn`, at least `nbytes` long (made, or made larger, only when it is too short)."""
+        stage = self._stages[turn]
+        if stage is None or stage.numel() < nbytes:
+            stage = self._stages[turn] = _host_empty((nbytes,), torch.uint8, True)
+        return stage[:nbytes]
+
+    def _land(self, turn: int) -> None:
+        """Wait for the copy queued in staging buffer `turn` (if any) and move it into its host array."""
+        queued = self._queued[turn]
+        if queued is not None:
+            event, stage, dst = queued
+            event.synchronize()
+            with torch.inference_mode():   # an array made in a capture's inference mode, landed after it
+                dst.copy_(stage)
+            self._queued[turn] = None
+
+    def take(self, src: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A new host array holding `src` (as `dtype`, default its own) once `wait` returns."""
+        dst = self.empty(tuple(src.shape), dtype or src.dtype)
+        self.copy(dst, src)
+        return dst
+
+    def wait(self) -> None:
+        """Block until every copy queued so far is in its host array (oldest first); the staging buffers go back
+        to torch's cache when this object does."""
+        for i in range(STAGES):
+            self._land((self._turn + i) % STAGES)
+
+    def numpy(self, host: torch.Tensor) -> np.ndarray:
+        """`host` (an array of this object's copies) as NumPy, after waiting for the copies into it."""
+        self.wait()
+        return host.numpy()
 
 
 def available_devices() -> list[str]:

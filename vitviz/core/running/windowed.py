@@ -35,7 +35,7 @@ from torch import nn
 from vitviz.core.summary import model_summary
 from vitviz.core.running.model import make_act
 from vitviz.core.posembed import resample_grid
-from vitviz.core.running.runtime import SMALLER, check_host_memory, move_module
+from vitviz.core.running.runtime import SMALLER, HostCopy, check_host_memory, move_module
 from vitviz.core.spec import split_output, whole_patches
 from vitviz.core.winspec import BlockGeometry, WindowedResult, WindowedSpec
 from vitviz.core.protocol import WINDOWS
@@ -594,7 +594,8 @@ class WindowedModel(WindowedHandle):
         kept: list[torch.Tensor] = []
         probes = [blk.attn.probe for blk in self.net.all_blocks()]
         dtype = torch.float16 if half else torch.float32
-        handles = [p.register_forward_hook(lambda _m, _i, out: kept.append(out.detach().to("cpu", dtype)))
+        host = HostCopy(self._device)   # each block's maps leave the device as computed (async on CUDA)
+        handles = [p.register_forward_hook(lambda _m, _i, out: kept.append(host.take(out.detach(), dtype)))
                    for p in probes]
         feature_map = None
         try:
@@ -622,7 +623,7 @@ class WindowedModel(WindowedHandle):
         b = int(x.shape[0])
         maps = []
         for g, a in zip(geometry, kept):
-            arr = a.numpy().reshape(b, g.num_windows, spec.heads[g.stage], g.window_tokens, g.window_tokens)
+            arr = host.numpy(a).reshape(b, g.num_windows, spec.heads[g.stage], g.window_tokens, g.window_tokens)
             # a softmax row is all finite or all NaN (a NaN or infinite logit makes its sum NaN, and every entry
             # is divided by it), so one key per row tells: 1/n of the data read, not a pass over 3.6 GB at SAM's size
             if not np.isfinite(arr[..., 0]).all():
