@@ -20,27 +20,16 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
+from vitviz.gui.panels.blit import ImageItem
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.images import ImageList
-from vitviz.gui.state import ViewState, resolve_index
+from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number
 
 LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
 LABEL_GAP_PX = 6.0          # the least room between two axis labels
 Ticks = list[list[tuple[float, str]]]
-
-
-def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
-    """(T, T) float32 attention of a layer (or the mean over layers) and a head (or 'mean'/'max' over heads)."""
-    stack = attn if layer == "mean" else attn[int(resolve_index(layer, attn.shape[0]))][None]   # (L', H, T, T)
-    if head == "mean":
-        fused = stack.mean(axis=1, dtype=np.float32)                       # (L', T, T)
-    elif head == "max":
-        fused = stack.max(axis=1)
-    else:
-        fused = stack[:, int(resolve_index(head, attn.shape[1]))]
-    return np.asarray(fused.mean(axis=0, dtype=np.float32) if fused.shape[0] > 1 else fused[0], dtype=np.float32)
 
 
 def display_values(matrix: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
@@ -124,7 +113,7 @@ class MatrixPanel(LazyPanel):
         style_plot(self.plot, "query token (row)", "key token (column)")
         self.plot.invertY(True)
         self.plot.setAspectLocked(True)
-        self.image_item = pg.ImageItem()
+        self.image_item = ImageItem()
         self.plot.addItem(self.image_item)
         self.prefix_lines = [pg.InfiniteLine(angle=a, pen=pen("#ffffff", 200, 1.0, dashed=True)) for a in (0, 90)]
         self.row_box, self.col_box = QGraphicsRectItem(), QGraphicsRectItem()
@@ -195,7 +184,7 @@ class MatrixPanel(LazyPanel):
 
     def _draw(self, maps: ResultMaps) -> None:
         s, spec = self.state, maps.result.spec
-        self.matrix = layer_head_matrix(maps.result.attentions, s.layer, s.head)
+        self.matrix = maps.matrix(s.layer, s.head)          # a layer's head mean: made in the worker
         values, levels = display_values(self.matrix, s.matrix_log)
         t, p = self.matrix.shape[0], spec.num_prefix
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
