@@ -269,8 +269,9 @@ def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> N
 def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 20) -> dict:
     """The window at T = 1370 (DINOv2-L/14 at 518 px without registers; the stored layers do not change the
     per-update cost, so only `depth` are built): with the attention-matrix dock raised, a head change, a layer
-    change with the heads' mean and max shown, and a query click; then with the Overview, Matrix and Head
-    statistics docks floating beside the image panel (all visible at once), a layer change and a head change.
+    change with the heads' mean and max shown, and a query click; a layer change with the Overview or the Head
+    statistics dock raised; then with the Overview, Matrix and Head statistics docks floating (520 × 520) beside
+    the image panel (all visible at once), a layer change and a head change.
     The result is prepared as the worker prepares a run (`ResultMaps.precompute`). Returns {row: [p50, p95]} ms
     and the load average; prints them."""
     from vitviz.core.analyses.maps import ResultMaps
@@ -295,10 +296,16 @@ def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 
         timed("matrix: head mean, layer change", {"head": "mean", "layer": (i + 1) % depth})
         timed("matrix: head max, layer change", {"head": "max", "layer": i % depth})
         timed("matrix: query click", {"query": int(1 + i * 37) % result.spec.num_tokens})
-    for name in ("overviewDock", "matrixDock", "headStatsDock"):
-        win.dock(name).setFloating(True)
-        win.dock(name).show()
     win.state.update(head="mean", query=None)
+    for dock in ("overviewDock", "headStatsDock"):
+        win.dock(dock).raise_()
+        app.processEvents()
+        for i in range(steps):
+            timed(f"{dock[:-4]} raised: layer change (head mean)", {"layer": i % depth})
+    for dock in ("overviewDock", "matrixDock", "headStatsDock"):
+        win.dock(dock).setFloating(True)
+        win.dock(dock).resize(520, 520)
+        win.dock(dock).show()
     app.processEvents()
     for i in range(steps):
         timed("all visible: layer change (head mean)", {"layer": i % depth})

@@ -1,7 +1,10 @@
 """The attention-matrix dock: the full T × T matrix of the selected layer and head, query rows × key columns.
 
 One row-major `ImageItem` holds the matrix (a texture upload per layer/head change, nothing per hover), so it stays
-responsive for DINOv2 at 518 px (T = 1370). Prefix tokens are labelled on both axes and fenced off by dashed lines;
+responsive for DINOv2 at 518 px (T = 1370): a layer's heads' mean is made once, in the worker (`ResultMaps.matrix`),
+not on the GUI thread per change. Its picture stays Indexed8 (not `blit.ImageItem`'s 32 bits): drawn shrunk to a
+few hundred screen pixels, Qt reads only the pixels it samples, so converting all T² of them (1.9 M) costs more than
+the faster draw saves (bench/gui.py --matrix). Prefix tokens are labelled on both axes and fenced off by dashed lines;
 the selected query's row and column are outlined. A click selects the row's token as the query everywhere
 (Shift+click: the column's token). The axis labels are laid out for the zoom they are drawn at: prefix tokens too
 close together to name one by one (cls, reg0-3 of a 261-token matrix) share one label, and patch rows are
@@ -20,7 +23,6 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.gui.panels.blit import ImageItem
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.images import ImageList
 from vitviz.gui.state import ViewState
@@ -113,7 +115,7 @@ class MatrixPanel(LazyPanel):
         style_plot(self.plot, "query token (row)", "key token (column)")
         self.plot.invertY(True)
         self.plot.setAspectLocked(True)
-        self.image_item = ImageItem()
+        self.image_item = pg.ImageItem()    # Indexed8: see the module docstring
         self.plot.addItem(self.image_item)
         self.prefix_lines = [pg.InfiniteLine(angle=a, pen=pen("#ffffff", 200, 1.0, dashed=True)) for a in (0, 90)]
         self.row_box, self.col_box = QGraphicsRectItem(), QGraphicsRectItem()
