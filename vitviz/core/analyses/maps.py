@@ -906,6 +906,16 @@ class ResultMaps:
         self.stack(MapKind("rollout"))
         self.head_stats()
 
+    def has_matrix(self, layer: LayerSel, head: HeadSel) -> bool:
+        """Whether `matrix(layer, head)` is at hand without reducing anything (one head of one layer always is; a
+        layer's heads' mean is after `precompute`)."""
+        if layer == "mean":
+            return head in self._layer_means
+        if not isinstance(head, str):
+            return True
+        engine, depth = self._rollout, self.result.attentions.shape[0]
+        return engine is not None and engine.has_fused(head, int(resolve_index(layer, depth)))
+
     def matrix(self, layer: LayerSel, head: HeadSel) -> np.ndarray:
         """(T, T) float32 attention of a layer (or 'mean' over layers) and a head (or 'mean' / 'max' over heads):
         the attention-matrix view's picture. Read only.
@@ -913,7 +923,8 @@ class ResultMaps:
         A layer's fused heads are the rollout engine's (`RolloutEngine.fused_layer`), made once per layer and
         fusion and shared with the rollout: `precompute` (in the worker) makes every layer's mean, so a layer
         change in the view at T = 1370 reads a (T, T) array instead of reducing (H, T, T) on the GUI thread. A
-        mean over layers is made once per head and kept."""
+        mean over layers is made once per head and kept. What `has_matrix` says is not at hand yet, the window makes
+        off the GUI thread (its attention-matrix view)."""
         attn = self.result.attentions
         if layer != "mean":
             at = int(resolve_index(layer, attn.shape[0]))
@@ -926,8 +937,8 @@ class ResultMaps:
                     fused = [self.rollout.fused_layer(head, at) for at in range(attn.shape[0])]
                     self._layer_means[head] = np.mean(fused, axis=0, dtype=np.float32)
                 else:
-                    self._layer_means[head] = attn[:, int(resolve_index(head, attn.shape[1]))].mean(
-                        axis=0, dtype=np.float32)
+                    self._layer_means[head] = np.asarray(attn[:, int(resolve_index(head, attn.shape[1]))].mean(
+                        axis=0, dtype=np.float32))
             return self._layer_means[head]
 
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -200,6 +200,10 @@ class RolloutEngine:
             v = r * u + (1.0 - r) * (u @ kept)
         return v
 
+    def has_fused(self, fusion: str, layer: int) -> bool:
+        """Whether `fused_layer(fusion, layer)` is made already (reading it costs nothing)."""
+        return (fusion, layer) in self._fused
+
     def fused_layer(self, fusion: str, layer: int) -> np.ndarray:
         """(T, T) float32 layer `layer`'s heads fused ('mean', 'max', 'min'), made once per fusion and layer and
         kept: the rollout's factors and the attention-matrix view (`ResultMaps.matrix`) share it. Read only."""

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QThreadPool, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
@@ -84,6 +84,7 @@ class MatrixPanel(LazyPanel):
     """
 
     query_clicked = Signal(int)
+    _made = Signal(object, str)     # (maps id, layer, head) a pool thread made the matrix of, why it failed ('' if not)
 
     def __init__(self, state: ViewState, images: ImageList, maps: ResultMaps | None = None,
                  parent: QWidget | None = None) -> None:
@@ -95,6 +96,8 @@ class MatrixPanel(LazyPanel):
         self._placed: tuple[object, ...] | None = None    # (maps, tokens, prefix) the image and lines are placed for
         self._painted: tuple[str, str] | None = None      # (colormap, scale) the colorbar shows
         self.matrix: np.ndarray | None = None
+        self._making: dict[tuple[object, ...], str] = {}   # (maps id, layer, head) -> '' while made, or why it failed
+        self._made.connect(self._on_made)
         self.log_check = QCheckBox("Log scale")
         self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
         self.log_check.toggled.connect(lambda on: self.state.update(matrix_log=bool(on)))
@@ -166,9 +169,45 @@ class MatrixPanel(LazyPanel):
             return
         key = (id(maps), s.layer, s.head, s.matrix_log, s.colormap)
         if key != self._key:
+            if not maps.has_matrix(s.layer, s.head):
+                self._make(maps, s.layer, s.head)
+                return
             self._key = key
             self._draw(maps)
         self._show_selection()
+
+    def _make(self, maps: ResultMaps, layer: int | str, head: int | str) -> None:
+        """Have a reduction the view has not got (a layer's heads' max, a mean over the layers: (H, T, T) or more
+        read, 20 ms and up at T = 1370) made in a pool thread, not on the GUI thread, and say so until it is
+        there (`_made` draws it then)."""
+        self._clear()
+        job = (id(maps), layer, head)
+        why = self._making.get(job)
+        what = "the mean over the layers" if layer == "mean" else f"the heads' {head}"
+        self.title.setText(f"layer {layer} · head {head}: " + (f"could not make {what}: {why}" if why else
+                                                               f"making {what}…"))
+        if why is None:
+            self._making[job] = ""
+            QThreadPool.globalInstance().start(lambda: self._made_in_pool(maps, layer, head, job))
+
+    def _made_in_pool(self, maps: ResultMaps, layer: int | str, head: int | str, job: tuple[object, ...]) -> None:
+        why = ""
+        try:
+            maps.matrix(layer, head)
+        except Exception as exc:  # noqa: BLE001 - said in the title, as the worker says its own failures
+            why = str(exc) or type(exc).__name__
+        try:
+            self._made.emit(job, why)          # queued to the GUI thread
+        except RuntimeError:                    # the panel was deleted meanwhile
+            pass
+
+    def _on_made(self, job: tuple[object, ...], why: str) -> None:
+        if why:
+            self._making[job] = why             # said in the title; not tried again for this result
+        else:
+            self._making.pop(job, None)
+        self._key = None
+        self.request_redraw()
 
     def _clear(self) -> None:
         self.image_item.clear()
@@ -186,7 +225,7 @@ class MatrixPanel(LazyPanel):
 
     def _draw(self, maps: ResultMaps) -> None:
         s, spec = self.state, maps.result.spec
-        self.matrix = maps.matrix(s.layer, s.head)          # a layer's head mean: made in the worker
+        self.matrix = maps.matrix(s.layer, s.head)          # at hand: made in the worker or a pool thread
         values, levels = display_values(self.matrix, s.matrix_log)
         t, p = self.matrix.shape[0], spec.num_prefix
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
