@@ -1,14 +1,15 @@
 """The attention-matrix dock: the full T × T matrix of the selected layer and head, query rows × key columns.
 
 One row-major `ImageItem` holds the matrix (a texture upload per layer/head change, nothing per hover), so it stays
-responsive for DINOv2 at 518 px (T = 1370): a layer's heads' mean is made once, in the worker (`ResultMaps.matrix`),
-not on the GUI thread per change. Its picture stays Indexed8 (not `blit.ImageItem`'s 32 bits): drawn shrunk to a
-few hundred screen pixels, Qt reads only the pixels it samples, so converting all T² of them (1.9 M) costs more than
-the faster draw saves (bench/gui.py --matrix). Prefix tokens are labelled on both axes and fenced off by dashed lines;
-the selected query's row and column are outlined. A click selects the row's token as the query everywhere
-(Shift+click: the column's token). The axis labels are laid out for the zoom they are drawn at: prefix tokens too
-close together to name one by one (cls, reg0-3 of a 261-token matrix) share one label, and patch rows are
-labelled every few rows so the labels never run into each other.
+responsive for DINOv2 at 518 px (T = 1370): no reduction of the (H, T, T) attention runs on the GUI thread per
+change (`ResultMaps.matrix`): a layer's heads' mean is made once, in the worker after the capture; a heads' max or a
+mean over the layers once, in a pool thread, while the title says so. Its picture stays Indexed8 (not
+`blit.ImageItem`'s 32 bits): drawn shrunk to a few hundred screen pixels, Qt reads only the pixels it samples, so
+converting all T² of them (1.9 M) costs more than the faster draw saves (bench/gui.py --matrix). Prefix tokens are
+labelled on both axes and fenced off by dashed lines; the selected query's row and column are outlined. A click
+selects the row's token as the query everywhere (Shift+click: the column's token). The axis labels are laid out for
+the zoom they are drawn at: prefix tokens too close together to name one by one (cls, reg0-3 of a 261-token matrix)
+share one label, and patch rows are labelled every few rows so the labels never run into each other.
 """
 from __future__ import annotations
 
