@@ -4,6 +4,7 @@
     python bench/gui.py --quick    # skip ViT-L/16 at 384, the Compare and Timeline rows
     python bench/gui.py --compare --timeline   # only the Compare and Timeline rows
     python bench/gui.py --matrix   # only the window at T = 1370 (attention matrix, all docks visible)
+    python bench/gui.py --matrix --against /tmp/base --pairs 3   # ... interleaved with another checkout's vitviz
 
 Prints, measured in this run:
   * time from process start to the window being shown, and whether torch was imported by then (target 1.0 s);
@@ -328,6 +329,24 @@ def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 
     return out
 
 
+def matrix_pairs(other: Path, pairs: int) -> None:
+    """`--matrix` in fresh processes, alternately with the vitviz of the checkout `other` (e.g. one made by `git
+    worktree add /tmp/base 18c531f`) and of this one, so that both see the same load; prints each row's p50/p95
+    of every run side by side, with the load average each run saw."""
+    runs: dict[str, list[dict]] = {"other": [], "this": []}
+    for _ in range(pairs):
+        for side, root in (("other", other), ("this", ROOT)):
+            out = subprocess.run([sys.executable, __file__, "--matrix", "--json", "--root", str(root)], cwd=root,
+                                 capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=str(root)))
+            runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"window at T = 1370, {pairs} interleaved pairs, p50/p95 ms per run: {other} | this checkout")
+    print("  load average (1 min): " + " ".join(f"{r['load'][0]:.1f}" for r in runs["other"]) + " | "
+          + " ".join(f"{r['load'][0]:.1f}" for r in runs["this"]))
+    for row in (k for k in runs["this"][0] if k != "load"):
+        cells = {side: " ".join(f"{r[row][0]:.1f}/{r[row][1]:.1f}" for r in rs) for side, rs in runs.items()}
+        print(f"  {row}: {cells['other']} | {cells['this']}")
+
+
 def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
     end = time.time() + timeout_s
     while not condition():
@@ -497,7 +516,16 @@ def main() -> int:
     parser.add_argument("--matrix", action="store_true", help="only the window at T = 1370: the attention-matrix "
                         "view and a layer change with the Overview, Matrix and Head statistics docks visible")
     parser.add_argument("--json", action="store_true", help="with --matrix: also print its numbers as one JSON line")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="with --matrix: interleaved runs with the vitviz of another checkout and of this one")
+    parser.add_argument("--pairs", type=int, default=3, help="with --against: how many pairs of runs")
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)   # the checkout whose vitviz a child runs
     args = parser.parse_args()
+    if args.root is not None:
+        sys.path[:0] = [str(args.root), str(args.root / "tests")]
+    if args.matrix and args.against is not None:
+        matrix_pairs(args.against.resolve(), args.pairs)
+        return 0
     if args.matrix:
         numbers = bench_matrix()
         if args.json:
