@@ -180,8 +180,11 @@ class MatrixPanel(LazyPanel):
     def _make(self, maps: ResultMaps, layer: int | str, head: int | str) -> None:
         """Have a reduction the view has not got (a layer's heads' max, a mean over the layers: (H, T, T) or more
         read, 20 ms and up at T = 1370) made in a pool thread, not on the GUI thread, and say so until it is
-        there (`_made` draws it then)."""
-        self._clear()
+        there (`_made` draws it then). Only the picture and the outlines go meanwhile: the axes and the colour bar
+        stay, so the plot does not jump."""
+        self.image_item.clear()
+        self.matrix, self._key = None, None
+        self._show_selection()
         job = (id(maps), layer, head)
         why = self._making.get(job)
         what = "the mean over the layers" if layer == "mean" else f"the heads' {head}"
