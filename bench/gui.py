@@ -3,6 +3,8 @@
     python bench/gui.py            # everything (writes a random ViT-B/16 checkpoint to a temp folder)
     python bench/gui.py --quick    # skip ViT-L/16 at 384, the Compare and Timeline rows
     python bench/gui.py --compare --timeline   # only the Compare and Timeline rows
+    python bench/gui.py --matrix   # only the window at T = 1370 (attention matrix, all docks visible)
+    python bench/gui.py --matrix --against /tmp/base --pairs 3   # ... interleaved with another checkout's vitviz
 
 Prints, measured in this run:
   * time from process start to the window being shown, and whether torch was imported by then (target 1.0 s);
@@ -265,32 +267,84 @@ def bench_posembed_hover(grid: int = 37, dim: int = 1024, steps: int = 200) -> N
     win.close()
 
 
-def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 20) -> None:
-    """Attention-matrix dock update after a layer/head change at T = 1370 (DINOv2-L/14 at 518 px, 4 registers
-    would be 1374; the stored layers do not change the per-update cost, so only 2 are built)."""
+def bench_matrix(depth: int = 2, heads: int = 16, size: int = 518, patch: int = 14, steps: int = 30) -> dict:
+    """The window at T = 1370 (DINOv2-L/14 at 518 px without registers; the stored layers do not change the
+    per-update cost, so only `depth` are built): with the attention-matrix dock raised, a head change, a layer
+    change with the heads' mean and max shown, and a query click; a layer change with the Overview or the Head
+    statistics dock raised; then with the Overview, Matrix and Head statistics docks floating (520 × 520) beside
+    the image panel (all visible at once), a layer change and a head change.
+    The result is prepared as the worker prepares a run (`ResultMaps.precompute`); what the view makes off the
+    GUI thread (a layer's heads' max, on its first visit) is let finish, untimed, before the next change. Returns
+    {row: [p50, p95]} ms and the load average; prints them."""
+    from PySide6.QtCore import QThreadPool
+
     from vitviz.core.analyses.maps import ResultMaps
 
     app, win = _window()
     result = synthetic_result(depth, heads, size, patch)
     maps = ResultMaps(result)
-    maps.stack("cls")
+    maps.precompute()                   # what the worker does after the capture
     win.dock("matrixDock").raise_()
     _show(win, maps)
     app.processEvents()
-    times: dict[str, list[float]] = {"single head": [], "head mean": [], "query click": []}
+    times: dict[str, list[float]] = {}
+
+    def timed(kind: str, change: dict) -> None:
+        t0 = time.perf_counter()
+        win.state.update(**change)
+        app.processEvents()       # paints every widget the change touched, once
+        times.setdefault(kind, []).append(time.perf_counter() - t0)
+        QThreadPool.globalInstance().waitForDone()   # a reduction made off the GUI thread (the heads' max) is done
+        app.processEvents()                          # and drawn before the next change, untimed
+
     for i in range(steps):
-        for kind, values in (("single head", {"head": i % heads, "layer": i % depth}), ("head mean", {"head": "mean",
-                             "layer": (i + 1) % depth}), ("query click", {"query": int(1 + i * 37)})):
-            t0 = time.perf_counter()
-            win.state.update(**values)
-            app.processEvents()
-            times[kind].append(time.perf_counter() - t0)
-    t = result.spec.num_tokens
-    print(f"attention matrix at T={t} (window update incl. the image panel and overview):")
+        timed("matrix: single head", {"head": i % heads, "layer": i % depth})
+        timed("matrix: head mean, layer change", {"head": "mean", "layer": (i + 1) % depth})
+        timed("matrix: head max, layer change", {"head": "max", "layer": i % depth})
+        timed("matrix: query click", {"query": int(1 + i * 37) % result.spec.num_tokens})
+    win.state.update(head="mean", query=None)
+    for dock in ("overviewDock", "headStatsDock"):
+        win.dock(dock).raise_()
+        app.processEvents()
+        for i in range(steps):
+            timed(f"{dock[:-4]} raised: layer change (head mean)", {"layer": i % depth})
+    for dock in ("overviewDock", "matrixDock", "headStatsDock"):
+        win.dock(dock).setFloating(True)
+        win.dock(dock).resize(520, 520)
+        win.dock(dock).show()
+    app.processEvents()
+    for i in range(steps):
+        timed("all visible: layer change (head mean)", {"layer": i % depth})
+        timed("all visible: head change", {"head": i % heads})
+        win.state.update(head="mean")
+        app.processEvents()
+    load = os.getloadavg()
+    out: dict = {k: list(_pct(v)) for k, v in times.items()}
+    out["load"] = list(load)
+    print(f"window at T={result.spec.num_tokens} ({heads} heads; load average {load[0]:.2f} {load[1]:.2f}):")
     for kind, values in times.items():
         p50, p95 = _pct(values)
-        print(f"  {kind}: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+        print(f"  {kind}: p50 {p50:.1f} ms, p95 {p95:.1f} ms (target p95 16 ms)")
     win.close()
+    return out
+
+
+def matrix_pairs(other: Path, pairs: int) -> None:
+    """`--matrix` in fresh processes, alternately with the vitviz of the checkout `other` (e.g. one made by `git
+    worktree add /tmp/base 18c531f`) and of this one, so that both see the same load; prints each row's p50/p95
+    of every run side by side, with the load average each run saw."""
+    runs: dict[str, list[dict]] = {"other": [], "this": []}
+    for _ in range(pairs):
+        for side, root in (("other", other), ("this", ROOT)):
+            out = subprocess.run([sys.executable, __file__, "--matrix", "--json", "--root", str(root)], cwd=root,
+                                 capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=str(root)))
+            runs[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"window at T = 1370, {pairs} interleaved pairs, p50/p95 ms per run: {other} | this checkout")
+    print("  load average (1 min): " + " ".join(f"{r['load'][0]:.1f}" for r in runs["other"]) + " | "
+          + " ".join(f"{r['load'][0]:.1f}" for r in runs["this"]))
+    for row in (k for k in runs["this"][0] if k != "load"):
+        cells = {side: " ".join(f"{r[row][0]:.1f}/{r[row][1]:.1f}" for r in rs) for side, rs in runs.items()}
+        print(f"  {row}: {cells['other']} | {cells['this']}")
 
 
 def _wait(app, condition, timeout_s: float) -> None:  # noqa: ANN001
@@ -459,7 +513,24 @@ def main() -> int:
                         help="only the Compare dock: linked layer/head switching with two ViT-B/16 loaded")
     parser.add_argument("--timeline", action="store_true",
                         help="only the Timeline dock: scrubbing a 50-checkpoint run once cached")
+    parser.add_argument("--matrix", action="store_true", help="only the window at T = 1370: the attention-matrix "
+                        "view and a layer change with the Overview, Matrix and Head statistics docks visible")
+    parser.add_argument("--json", action="store_true", help="with --matrix: also print its numbers as one JSON line")
+    parser.add_argument("--against", type=Path, metavar="CHECKOUT",
+                        help="with --matrix: interleaved runs with the vitviz of another checkout and of this one")
+    parser.add_argument("--pairs", type=int, default=3, help="with --against: how many pairs of runs")
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)   # the checkout whose vitviz a child runs
     args = parser.parse_args()
+    if args.root is not None:
+        sys.path[:0] = [str(args.root), str(args.root / "tests")]
+    if args.matrix and args.against is not None:
+        matrix_pairs(args.against.resolve(), args.pairs)
+        return 0
+    if args.matrix:
+        numbers = bench_matrix()
+        if args.json:
+            print(json.dumps(numbers))
+        return 0
     if args.compare or args.timeline:
         if args.timeline:
             bench_timeline()

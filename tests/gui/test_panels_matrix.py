@@ -19,7 +19,8 @@ def test_matrix_follows_layer_and_head(qtbot, loaded, images) -> None:  # noqa: 
     assert panel.image_item.image.shape == (17, 17)
     w.state.update(layer=0, head=1)
     np.testing.assert_allclose(panel.image_item.image, attn[0, 1], rtol=1e-6)
-    w.state.update(head="max")
+    w.state.update(head="max")                        # made in a pool thread (test_matrix_reductions.py)
+    qtbot.waitUntil(lambda: panel.matrix is not None, timeout=10000)
     np.testing.assert_allclose(panel.image_item.image, attn[0].max(0), rtol=1e-6)
     assert "layer 0 · head max" in panel.title.text
 

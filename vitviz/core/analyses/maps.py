@@ -599,6 +599,7 @@ class ResultMaps:
         self._rollout: RolloutEngine | None = rollout   # given: made of the layers fused as captured (export's)
         self._stacks: dict[MapKind, MapStack] = {}
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._layer_means: dict[HeadSel, np.ndarray] = {}   # head -> (T, T) its mean over layers (`matrix`)
         self._relevance: dict[int | None, Relevance] = {}
         self.texts: dict[str, LeGradMap] = {}               # prompt -> its LeGrad map
         self.features: FeatureStack | None = None
@@ -651,6 +652,7 @@ class ResultMaps:
             extra += 0 if held is None else held.nbytes
         extra += sum(np.asarray(pca.colors).nbytes + np.asarray(pca.foreground).nbytes for pca in self._pca.values())
         rollout = 0 if self._rollout is None else self._rollout.nbytes
+        extra += sum(m.nbytes for m in self._layer_means.values())
         return self.result.nbytes + rollout + sum(s.maps.nbytes for s in self._stacks.values()) + extra
 
     # ------------------------------------------------------------------ the passes of their own
@@ -903,6 +905,41 @@ class ResultMaps:
         self.stack(MapKind("cls"))
         self.stack(MapKind("rollout"))
         self.head_stats()
+
+    def has_matrix(self, layer: LayerSel, head: HeadSel) -> bool:
+        """Whether `matrix(layer, head)` is at hand without reducing anything (one head of one layer always is; a
+        layer's heads' mean is after `precompute`)."""
+        if layer == "mean":
+            return head in self._layer_means
+        if not isinstance(head, str):
+            return True
+        engine, depth = self._rollout, self.result.attentions.shape[0]
+        return engine is not None and engine.has_fused(head, int(resolve_index(layer, depth)))
+
+    def matrix(self, layer: LayerSel, head: HeadSel) -> np.ndarray:
+        """(T, T) float32 attention of a layer (or 'mean' over layers) and a head (or 'mean' / 'max' over heads):
+        the attention-matrix view's picture. Read only.
+
+        A layer's fused heads are the rollout engine's (`RolloutEngine.fused_layer`), made once per layer and
+        fusion and shared with the rollout: `precompute` (in the worker) makes every layer's mean, so a layer
+        change in the view at T = 1370 reads a (T, T) array instead of reducing (H, T, T) on the GUI thread. A
+        mean over layers is made once per head and kept. What `has_matrix` says is not at hand yet, the window makes
+        off the GUI thread (its attention-matrix view)."""
+        attn = self.result.attentions
+        if layer != "mean":
+            at = int(resolve_index(layer, attn.shape[0]))
+            if isinstance(head, str):
+                return self.rollout.fused_layer(head, at)
+            return np.asarray(attn[at, int(resolve_index(head, attn.shape[1]))], dtype=np.float32)
+        with self._lock:
+            if head not in self._layer_means:
+                if isinstance(head, str):
+                    fused = [self.rollout.fused_layer(head, at) for at in range(attn.shape[0])]
+                    self._layer_means[head] = np.mean(fused, axis=0, dtype=np.float32)
+                else:
+                    self._layer_means[head] = np.asarray(attn[:, int(resolve_index(head, attn.shape[1]))].mean(
+                        axis=0, dtype=np.float32))
+            return self._layer_means[head]
 
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and

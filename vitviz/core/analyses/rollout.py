@@ -184,7 +184,7 @@ class RolloutEngine:
 
     def factor(self, layer: int, params: RolloutParams) -> Factor:
         """The fused, discarded (T, T) layer D and the (T,) row sums s of `r·I + (1 - r)·D`."""
-        fused = self._fused_layer(params.fusion, layer)
+        fused = self.fused_layer(params.fusion, layer)
         kept = fused
         if discard_count(params.discard, fused.shape[1] - self.num_prefix) > 0:
             kept = discard_lowest(fused, params.discard, self.num_prefix, self._sorted_keys(params.fusion, layer))
@@ -200,7 +200,13 @@ class RolloutEngine:
             v = r * u + (1.0 - r) * (u @ kept)
         return v
 
-    def _fused_layer(self, fusion: str, layer: int) -> np.ndarray:
+    def has_fused(self, fusion: str, layer: int) -> bool:
+        """Whether `fused_layer(fusion, layer)` is made already (reading it costs nothing)."""
+        return (fusion, layer) in self._fused
+
+    def fused_layer(self, fusion: str, layer: int) -> np.ndarray:
+        """(T, T) float32 layer `layer`'s heads fused ('mean', 'max', 'min'), made once per fusion and layer and
+        kept: the rollout's factors and the attention-matrix view (`ResultMaps.matrix`) share it. Read only."""
         key = (fusion, layer)
         if key not in self._fused:
             if self.attn is None:
@@ -213,7 +219,7 @@ class RolloutEngine:
     def _sorted_keys(self, fusion: str, layer: int) -> np.ndarray:
         key = (fusion, layer)
         if key not in self._sorted:
-            self._sorted[key] = np.sort(self._fused_layer(fusion, layer)[:, self.num_prefix:], axis=1)   # (T, N)
+            self._sorted[key] = np.sort(self.fused_layer(fusion, layer)[:, self.num_prefix:], axis=1)   # (T, N)
         return self._sorted[key]
 
 

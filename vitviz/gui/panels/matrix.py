@@ -1,11 +1,15 @@
 """The attention-matrix dock: the full T × T matrix of the selected layer and head, query rows × key columns.
 
 One row-major `ImageItem` holds the matrix (a texture upload per layer/head change, nothing per hover), so it stays
-responsive for DINOv2 at 518 px (T = 1370). Prefix tokens are labelled on both axes and fenced off by dashed lines;
-the selected query's row and column are outlined. A click selects the row's token as the query everywhere
-(Shift+click: the column's token). The axis labels are laid out for the zoom they are drawn at: prefix tokens too
-close together to name one by one (cls, reg0-3 of a 261-token matrix) share one label, and patch rows are
-labelled every few rows so the labels never run into each other.
+responsive for DINOv2 at 518 px (T = 1370): no reduction of the (H, T, T) attention runs on the GUI thread per
+change (`ResultMaps.matrix`): a layer's heads' mean is made once, in the worker after the capture; a heads' max or a
+mean over the layers once, in a pool thread, while the title says so. Its picture stays Indexed8 (not
+`blit.ImageItem`'s 32 bits): drawn shrunk to a few hundred screen pixels, Qt reads only the pixels it samples, so
+converting all T² of them (1.9 M) costs more than the faster draw saves (bench/gui.py --matrix). Prefix tokens are
+labelled on both axes and fenced off by dashed lines; the selected query's row and column are outlined. A click
+selects the row's token as the query everywhere (Shift+click: the column's token). The axis labels are laid out for
+the zoom they are drawn at: prefix tokens too close together to name one by one (cls, reg0-3 of a 261-token matrix)
+share one label, and patch rows are labelled every few rows so the labels never run into each other.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QThreadPool, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 
@@ -22,25 +26,13 @@ from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
 from vitviz.gui.images import ImageList
-from vitviz.gui.state import ViewState, resolve_index
+from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number
 
 LOG_DECADES = 4.0
 LOG_FLOOR = 1e-12
 LABEL_GAP_PX = 6.0          # the least room between two axis labels
 Ticks = list[list[tuple[float, str]]]
-
-
-def layer_head_matrix(attn: np.ndarray, layer: int | str, head: int | str) -> np.ndarray:
-    """(T, T) float32 attention of a layer (or the mean over layers) and a head (or 'mean'/'max' over heads)."""
-    stack = attn if layer == "mean" else attn[int(resolve_index(layer, attn.shape[0]))][None]   # (L', H, T, T)
-    if head == "mean":
-        fused = stack.mean(axis=1, dtype=np.float32)                       # (L', T, T)
-    elif head == "max":
-        fused = stack.max(axis=1)
-    else:
-        fused = stack[:, int(resolve_index(head, attn.shape[1]))]
-    return np.asarray(fused.mean(axis=0, dtype=np.float32) if fused.shape[0] > 1 else fused[0], dtype=np.float32)
 
 
 def display_values(matrix: np.ndarray, log: bool) -> tuple[np.ndarray, tuple[float, float]]:
@@ -93,6 +85,7 @@ class MatrixPanel(LazyPanel):
     """
 
     query_clicked = Signal(int)
+    _made = Signal(object, str)     # (maps id, layer, head) a pool thread made the matrix of, why it failed ('' if not)
 
     def __init__(self, state: ViewState, images: ImageList, maps: ResultMaps | None = None,
                  parent: QWidget | None = None) -> None:
@@ -104,6 +97,8 @@ class MatrixPanel(LazyPanel):
         self._placed: tuple[object, ...] | None = None    # (maps, tokens, prefix) the image and lines are placed for
         self._painted: tuple[str, str] | None = None      # (colormap, scale) the colorbar shows
         self.matrix: np.ndarray | None = None
+        self._making: dict[tuple[object, ...], str] = {}   # (maps id, layer, head) -> '' while made, or why it failed
+        self._made.connect(self._on_made)
         self.log_check = QCheckBox("Log scale")
         self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
         self.log_check.toggled.connect(lambda on: self.state.update(matrix_log=bool(on)))
@@ -124,7 +119,7 @@ class MatrixPanel(LazyPanel):
         style_plot(self.plot, "query token (row)", "key token (column)")
         self.plot.invertY(True)
         self.plot.setAspectLocked(True)
-        self.image_item = pg.ImageItem()
+        self.image_item = pg.ImageItem()    # Indexed8: see the module docstring
         self.plot.addItem(self.image_item)
         self.prefix_lines = [pg.InfiniteLine(angle=a, pen=pen("#ffffff", 200, 1.0, dashed=True)) for a in (0, 90)]
         self.row_box, self.col_box = QGraphicsRectItem(), QGraphicsRectItem()
@@ -175,9 +170,48 @@ class MatrixPanel(LazyPanel):
             return
         key = (id(maps), s.layer, s.head, s.matrix_log, s.colormap)
         if key != self._key:
+            if not maps.has_matrix(s.layer, s.head):
+                self._make(maps, s.layer, s.head)
+                return
             self._key = key
             self._draw(maps)
         self._show_selection()
+
+    def _make(self, maps: ResultMaps, layer: int | str, head: int | str) -> None:
+        """Have a reduction the view has not got (a layer's heads' max, a mean over the layers: (H, T, T) or more
+        read, 20 ms and up at T = 1370) made in a pool thread, not on the GUI thread, and say so until it is
+        there (`_made` draws it then). Only the picture and the outlines go meanwhile: the axes and the colour bar
+        stay, so the plot does not jump."""
+        self.image_item.clear()
+        self.matrix, self._key = None, None
+        self._show_selection()
+        job = (id(maps), layer, head)
+        why = self._making.get(job)
+        what = "the mean over the layers" if layer == "mean" else f"the heads' {head}"
+        self.title.setText(f"layer {layer} · head {head}: " + (f"could not make {what}: {why}" if why else
+                                                               f"making {what}…"))
+        if why is None:
+            self._making[job] = ""
+            QThreadPool.globalInstance().start(lambda: self._made_in_pool(maps, layer, head, job))
+
+    def _made_in_pool(self, maps: ResultMaps, layer: int | str, head: int | str, job: tuple[object, ...]) -> None:
+        why = ""
+        try:
+            maps.matrix(layer, head)
+        except Exception as exc:  # noqa: BLE001 - said in the title, as the worker says its own failures
+            why = str(exc) or type(exc).__name__
+        try:
+            self._made.emit(job, why)          # queued to the GUI thread
+        except RuntimeError:                    # the panel was deleted meanwhile
+            pass
+
+    def _on_made(self, job: tuple[object, ...], why: str) -> None:
+        if why:
+            self._making[job] = why             # said in the title; not tried again for this result
+        else:
+            self._making.pop(job, None)
+        self._key = None
+        self.request_redraw()
 
     def _clear(self) -> None:
         self.image_item.clear()
@@ -195,7 +229,7 @@ class MatrixPanel(LazyPanel):
 
     def _draw(self, maps: ResultMaps) -> None:
         s, spec = self.state, maps.result.spec
-        self.matrix = layer_head_matrix(maps.result.attentions, s.layer, s.head)
+        self.matrix = maps.matrix(s.layer, s.head)          # at hand: made in the worker or a pool thread
         values, levels = display_values(self.matrix, s.matrix_log)
         t, p = self.matrix.shape[0], spec.num_prefix
         self.image_item.setImage(values, autoLevels=False, levels=levels, lut=colors.lut(s.colormap))
