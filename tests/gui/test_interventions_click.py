@@ -132,3 +132,17 @@ def test_a_title_of_the_same_size_lays_nothing_out(qtbot) -> None:  # noqa: ANN0
     assert layout.isActivated() and label.text == "ablated L0.H2 · CLS attention"
     label.setText(" · ".join(["ablated L0.H1, L0.H2, L1.H0 (mean over 3 images)"] * 4))
     assert not layout.isActivated()
+
+
+def test_the_click_run_is_said_by_its_banner_not_the_status_bar(qtbot, loaded) -> None:  # noqa: ANN001
+    """Up to its answer, an ablate click's run lays out and paints no status line or busy bar (the banner and the
+    dock say it runs)."""
+    window = loaded
+    said: list = []
+    window.session.busy_changed.connect(lambda busy: said.append(busy))
+    window.session.status.connect(lambda text: said.append(text))
+    seen = _on_answer(window, lambda maps: list(said))
+    window.interventions.toggle(0, 1)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    assert seen[0] == []
+    wait_idle(qtbot, window)

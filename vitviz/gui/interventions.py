@@ -217,6 +217,12 @@ class Intervene(Request):
 
     title = "Could not run the intervention"
 
+    @property
+    def quiet(self) -> bool:  # type: ignore[override]
+        """The current image's run (with maps) is said by the banner and the Interventions dock, not the status
+        bar (unless it runs long)."""
+        return self.maps
+
     def describe(self) -> str:
         return f"Running {_image_name(self.image)} with {describe(self.steps)}…"
 
@@ -242,6 +248,7 @@ class Finish(Request):
     maps: IntervenedMaps | None = None
 
     title = "Could not prepare the intervened run's maps"
+    quiet = True        # nothing to say: nothing on show changes
 
     def describe(self) -> str:
         return f"Preparing the maps of {_image_name(self.maps.result.source)} ({self.maps.what})…"
