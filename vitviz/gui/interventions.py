@@ -216,12 +216,8 @@ class Intervene(Request):
     stats: bool = False          # the head statistics too (their panel is on show)
 
     title = "Could not run the intervention"
-
-    @property
-    def quiet(self) -> bool:  # type: ignore[override]
-        """The current image's run (with maps) is said by the banner and the Interventions dock, not the status
-        bar (unless it runs long)."""
-        return self.maps
+    quiet = True    # the current image's run is said by the banner and the Interventions dock, the others' by the
+                    # image list's top-5; the status bar hears of them when they run long (many images, a large model)
 
     def describe(self) -> str:
         return f"Running {_image_name(self.image)} with {describe(self.steps)}…"
