@@ -4,6 +4,7 @@ is made in the worker after the answer is painted), the other images are asked f
 of the same size lays its plot out no more."""
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QEvent, QObject
 
 from _gui import show_dock, wait_idle
@@ -145,4 +146,28 @@ def test_the_click_run_is_said_by_its_banner_not_the_status_bar(qtbot, loaded) -
     window.interventions.toggle(0, 1)
     qtbot.waitUntil(lambda: bool(seen), timeout=20000)
     assert seen[0] == []
+    wait_idle(qtbot, window)
+
+
+def test_the_click_runs_the_clean_runs_input_again(qtbot, loaded, tiny_ckpt, monkeypatch) -> None:  # noqa: ANN001
+    """The worker runs the click from the clean result's input (`ImageModel.prepare` of a result): the image file is
+    not decoded and resized again, and the run is the library's run of the file."""
+    import vitviz
+    from _gui import HEADS
+    from vitviz.core.running import images
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    decoded: list = []
+    load = images.load_image
+    monkeypatch.setattr(images, "load_image", lambda *a, **k: (decoded.append(a[0]), load(*a, **k))[1])
+    seen = _on_answer(window, lambda maps: (list(decoded), maps.result))
+    window.interventions.toggle(1, 1)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    read, result = seen[0]
+    assert read == []
+    s = window.session
+    want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.image_list.current, intervene=Ablate([(1, 1)]))
+    np.testing.assert_allclose(result.attentions, want.attentions, atol=1e-6)
+    assert result.source == s.image_list.current
     wait_idle(qtbot, window)

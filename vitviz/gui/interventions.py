@@ -212,6 +212,7 @@ class Intervene(Request):
     image_size: tuple[int, int] | None = None
     steps: tuple[Step, ...] = ()
     maps: bool = True
+    clean: Any = None            # the image's clean run (`AttentionResult`): its input again, not decoded again
     also: tuple[Any, ...] = ()   # the map kinds on show (the view's), made here for the panels that draw them
     stats: bool = False          # the head statistics too (their panel is on show)
 
@@ -223,7 +224,8 @@ class Intervene(Request):
         return f"Running {_image_name(self.image)} with {describe(self.steps)}…"
 
     def __call__(self, ctx: Context) -> Intervened:
-        result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
+        result = self.model_of(ctx).run(self.image if self.clean is None else self.clean, image_size=self.image_size,
+                                        intervene=interventions(self.steps))
         if not self.maps:
             return Intervened(self.image, self.steps, result.logits, None)
         maps = IntervenedMaps(result, describe(self.steps), short(self.steps), tuple(interventions(self.steps)))
@@ -482,7 +484,7 @@ class InterventionSession(QObject):
         if current and s.cached(current) is not None and self.current() is None:
             if not any(r.image == current and r.maps and r.steps == steps for r in s.client.pending(Intervene)):
                 s.client.submit(Intervene, first=True, image=current, image_size=s.model.image_size, steps=steps,
-                                also=s.precompute, stats=self.stats_shown())
+                                clean=s.cached(current).result, also=s.precompute, stats=self.stats_shown())
             return
         relay().later(self._after_redraws)
 
@@ -514,7 +516,8 @@ class InterventionSession(QObject):
         for path in s.image_list.paths:
             if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
                     and (path, False) not in pending:
-                s.client.submit(Intervene, image=path, image_size=s.model.image_size, steps=steps, maps=False)
+                s.client.submit(Intervene, image=path, image_size=s.model.image_size, steps=steps, maps=False,
+                                clean=s.cached(path).result)
 
     def _on_intervened(self, request: Intervene, answer: Intervened) -> None:
         if answer.steps != tuple(self.steps) or request.image_size != self.session.model.image_size:
