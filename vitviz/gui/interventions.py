@@ -247,6 +247,7 @@ class Finish(Request):
 
     title = "Could not prepare the intervened run's maps"
     quiet = True        # nothing to say: nothing on show changes
+    user_code = False   # numpy on the captured maps; no model runs
 
     def describe(self) -> str:
         return f"Preparing the maps of {_image_name(self.maps.result.source)} ({self.maps.what})…"
