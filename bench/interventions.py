@@ -88,7 +88,8 @@ def window_latency(repeats: int) -> None:
     action calls) to every panel showing the intervened run (the worker's run answered, its maps made there, and
     the panels, the Interventions dock and the image list redrawn from it: `ImageList.current_maps` is that run, and
     the paint events of those redraws handled), p50 and p95 over `repeats` clicks (each a fresh head, so no answer
-    is reused), beside `model.run` of the same image in this thread. The list's other images run intervened after
+    is reused), beside `model.run` of the same image and one forward (`model.net(x)`: the target's unit) in this
+    thread. The list's other images run intervened after
     that, and are not waited for."""
     import os
 
@@ -149,19 +150,31 @@ def window_latency(repeats: int) -> None:
         switches.append(time.perf_counter() - start)
     window.close()
     model = vitviz.load(Path(__import__("vitviz.demo", fromlist=["x"]).demo_checkpoint()))
-    runs = []
-    for _ in range(repeats):
+    x = model.prepare(path)[0]
+
+    def forward() -> None:
+        with torch.inference_mode():
+            model.net(x)
+
+    runs, forwards = [], []
+    for _ in range(repeats):      # one forward (`model.net(x)`, the unit of the target) beside `model.run`
         start = time.perf_counter()
         model.run(path)
         runs.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        forward()
+        forwards.append(time.perf_counter() - start)
+    one = statistics.median(forwards)
     print(f"window, demo model: ablate click -> every panel redrawn p50 {statistics.median(times) * 1e3:.1f} ms, p95 "
           f"{np.percentile(times, 95) * 1e3:.1f} ms over {repeats} clicks (GUI-thread CPU p50 "
           f"{statistics.median(cpu) * 1e3:.1f} ms, p95 {np.percentile(cpu, 95) * 1e3:.1f}; process CPU p50 "
           f"{statistics.median(proc) * 1e3:.1f} ms); model.run of the image here {statistics.median(runs) * 1e3:.1f} "
           f"ms (p95 {np.percentile(runs, 95) * 1e3:.1f}); every panel redrawn "
           f"for another cached image p50 {statistics.median(switches) * 1e3:.1f} ms (p95 "
-          f"{np.percentile(switches, 95) * 1e3:.1f}); target p95 <= one forward + 16 ms = "
-          f"{(statistics.median(runs) + 0.016) * 1e3:.1f} ms; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"{np.percentile(switches, 95) * 1e3:.1f}); one forward (model.net(x)) {one * 1e3:.1f} ms (p95 "
+          f"{np.percentile(forwards, 95) * 1e3:.1f}); target p95 <= one forward + 16 ms = {(one + 0.016) * 1e3:.1f} ms "
+          f"({'met' if np.percentile(times, 95) <= one + 0.016 else 'not met'}); load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main() -> None:

@@ -65,3 +65,41 @@ def test_the_same_photo_is_not_set_again_and_another_is(loaded, monkeypatch) -> 
     panel.clear("nothing")
     panel.set_image(changed, panel._grid, panel._patch)     # after a clear the photo is set again
     assert len(calls) == 2
+
+
+def _blit_items(panel) -> list[blit.ImageItem]:
+    """The panel's converted image items holding a picture."""
+    return [item for view in _views(panel) for item in view.scene().items()
+            if isinstance(item, blit.ImageItem) and item.image is not None and item.isVisible()]
+
+
+def _views(panel) -> list[pg.GraphicsView]:
+    return [view for view in panel.findChildren(pg.GraphicsView) if view.isVisible()]
+
+
+@pytest.mark.parametrize("dock", ["rolloutDock", "featuresDock"])
+def test_rollout_and_features_paint_the_same_pixels_from_32_bits(qtbot, loaded, monkeypatch, dock) -> None:
+    """The rollout's and the token features' photos, maps and histogram are drawn from the 32-bit copies too, with
+    the same screen pixels as from pyqtgraph's own pictures."""
+    from _gui import show_dock
+
+    window = loaded
+    window.state.update(opacity=0.55)
+    panel = show_dock(qtbot, window, dock)
+    if dock == "featuresDock":        # the token features come from a pass of their own (the worker)
+        maps = window.session.image_list.current_maps
+        qtbot.waitUntil(lambda: maps.features is not None, timeout=20000)
+        panel.redraw()
+    qtbot.waitUntil(lambda: len(_blit_items(panel)) >= 2, timeout=20000)
+    views, items = _views(panel), _blit_items(panel)
+    fast = [shown(view) for view in views]
+    assert all(item.qimage.format() in blit.FAST for item in items)
+    monkeypatch.setattr(blit.ImageItem, "render", pg.ImageItem.render)
+    for item in items:
+        item.qimage = None
+        item._renderRequired = True
+    plain = [shown(view) for view in views]
+    assert not any(item.qimage.format() in blit.FAST for item in items)
+    for a, b in zip(fast, plain):
+        assert a.shape == b.shape and (a == b).all()
+    assert max(len(np.unique(a.reshape(-1, 4), axis=0)) for a in fast) > 50

@@ -27,6 +27,7 @@ from vitviz.gui.protocol import Load, Request, Run
 from vitviz.gui.signals import wire
 from vitviz.gui.worker import InferenceWorker
 
+QUIET_MS = 300              # a quiet request (`Request.quiet`) still running after this long is said after all
 SHUTDOWN_WAIT_MS = 2000     # how long closing the window waits for the running request before parking it
 EXIT_NOTE_MS = 3000         # at exit, say why the process is still there after this long
 
@@ -114,10 +115,11 @@ class WorkerClient(QObject):
     failed = Signal(object, str, str)          # request, summary, details
     stuck = Signal(object, float)              # a request running the user's code, seconds it has run unanswered
     unstuck = Signal()                         # the request `stuck` was about has answered, or was given up on
-    progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown)
+    progress = Signal(str, float)              # what the running request is doing, fraction done (-1: unknown; said
+                                               # as `status` is)
     progressed = Signal(object, str, float)    # the same with the request it is about (routed by its kind)
-    busy_changed = Signal(bool)
-    status = Signal(str)
+    busy_changed = Signal(bool)                # the worker is busy (True; a quiet request only after QUIET_MS), idle
+    status = Signal(str)                       # what it is doing (a quiet request's line too only after QUIET_MS)
     dropped = Signal(object)                   # a request whose answer was stale, or that was cancelled
     restarted = Signal()                       # a fresh worker took over (`restart`): what the old one held is gone
     _send = Signal(object)
@@ -137,6 +139,10 @@ class WorkerClient(QObject):
         self._timed: Request | None = None                   # the request the timer runs for
         self._given_up: set[int] = set()                     # ids of the requests whose worker was abandoned
         self._reported = False                               # `stuck` was emitted for the running request
+        self._said_busy = False                              # `busy_changed(True)` was emitted (not yet False)
+        self._quiet_timer = QTimer(self)                     # quiet requests running: say them at its timeout
+        self._quiet_timer.setSingleShot(True)
+        self._quiet_timer.timeout.connect(self._say_busy)
         self._thread, self._worker = self._start_worker()
 
     def _start_worker(self) -> tuple[QThread, InferenceWorker]:
@@ -252,20 +258,35 @@ class WorkerClient(QObject):
             self._stale.discard(request.id)
             self._given_up.add(request.id)          # an answer already on its way is not delivered
         self.restarted.emit()       # before the queue runs on: the parts that kept something in the old worker
-        self._pump()
-        if self._in_flight is None:
-            self.status.emit("Ready")
-            self.busy_changed.emit(False)
+        self._after()
         return request
 
     def _pump(self) -> None:
-        was_busy = self._in_flight is not None
+        """Send the next request when none runs, and say that the worker is busy (`busy_changed`, `status`) --
+        for quiet requests only once they have run `QUIET_MS` (an ablate click's run, which its banner says: the
+        status bar's line and busy bar laid out and painted for a few milliseconds cost the click a third of its
+        GUI-thread time)."""
         if self._in_flight is None and self._queue:
             self._in_flight = self._queue.pop(0)
             self._send.emit(self._in_flight)
             self._time(self._in_flight)
-        if not was_busy and self._in_flight is not None:
-            self.busy_changed.emit(True)
+        if self._in_flight is not None and not self._said_busy:
+            if not self._in_flight.quiet:
+                self._say_busy()
+            elif not self._quiet_timer.isActive():
+                self._quiet_timer.start(QUIET_MS)
+
+    def _say_busy(self) -> None:
+        """`busy_changed(True)` for the running request (with its status line when it is a quiet one, whose line
+        was held back)."""
+        self._quiet_timer.stop()
+        request = self._in_flight
+        if request is None or self._said_busy or self._closed:
+            return
+        self._said_busy = True
+        self.busy_changed.emit(True)
+        if request.quiet and request.id not in self._stale:
+            self.status.emit(request.describe())
 
     def _stop_clock(self) -> None:
         self._stuck_timer.stop()
@@ -299,14 +320,17 @@ class WorkerClient(QObject):
     def _after(self) -> None:
         self._pump()
         if self._in_flight is None:
-            self.status.emit("Ready")
-            self.busy_changed.emit(False)
+            self._quiet_timer.stop()
+            if self._said_busy:
+                self._said_busy = False
+                self.status.emit("Ready")
+                self.busy_changed.emit(False)
 
     @Slot(int, str)
     def _on_started(self, req_id: int, text: str) -> None:
         if req_id in self._given_up:
             return
-        if req_id not in self._stale and not self._closed:
+        if req_id not in self._stale and not self._closed and self._said_busy:
             self.status.emit(text)
 
     @Slot(int, str, float)
@@ -314,8 +338,9 @@ class WorkerClient(QObject):
         if req_id in self._given_up:
             return
         if self._in_flight is not None and req_id == self._in_flight.id and req_id not in self._stale:
-            self.status.emit(text)
-            self.progress.emit(text, fraction)
+            if self._said_busy:
+                self.status.emit(text)
+                self.progress.emit(text, fraction)
             self.progressed.emit(self._in_flight, text, fraction)
 
     @Slot(int, object)

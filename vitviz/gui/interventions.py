@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
                                QToolButton, QVBoxLayout, QWidget)
@@ -36,6 +36,7 @@ from vitviz.gui.panels.base import push_button, relay, wrapped_label
 from vitviz.gui.protocol import Context, PassRequest, Request, _image_name
 
 Head = tuple[int, int]
+ASK_OTHERS = QEvent.Type(QEvent.registerEventType())   # `InterventionSession._after_redraws`
 KEEP_MAPS = 4      # the intervened runs whose maps are kept (the images shown last); the others keep their logits
 
 
@@ -125,6 +126,7 @@ class IntervenedMaps(ResultMaps):
         self.what = what            # `describe` of the steps
         self.title = title          # `short` of the steps: what every stack's title starts with
         self.intervention = intervention   # the library's interventions of the run (`interventions(steps)`)
+        self.prepared = False              # `Finish` has made what the panels not on show would draw
 
     def _stack(self, kind: MapKind) -> MapStack:
         stack = super()._stack(kind)
@@ -210,23 +212,49 @@ class Intervene(Request):
     image_size: tuple[int, int] | None = None
     steps: tuple[Step, ...] = ()
     maps: bool = True
-    also: tuple[Any, ...] = ()
+    clean: Any = None            # the image's clean run (`AttentionResult`): its input again, not decoded again
+    also: tuple[Any, ...] = ()   # the map kinds on show (the view's), made here for the panels that draw them
+    stats: bool = False          # the head statistics too (their panel is on show)
 
     title = "Could not run the intervention"
+    quiet = True    # the current image's run is said by the banner and the Interventions dock, the others' by the
+                    # image list's top-5; the status bar hears of them when they run long (many images, a large model)
 
     def describe(self) -> str:
         return f"Running {_image_name(self.image)} with {describe(self.steps)}…"
 
     def __call__(self, ctx: Context) -> Intervened:
-        result = self.model_of(ctx).run(self.image, image_size=self.image_size, intervene=interventions(self.steps))
+        result = self.model_of(ctx).run(self.image if self.clean is None else self.clean, image_size=self.image_size,
+                                        intervene=interventions(self.steps))
         if not self.maps:
             return Intervened(self.image, self.steps, result.logits, None)
         maps = IntervenedMaps(result, describe(self.steps), short(self.steps), tuple(interventions(self.steps)))
-        for kind in self.also:
+        for kind in self.also:     # what the click's answer is drawn from; the rest after it is shown (`Finish`)
             if kind.source == "attention" and maps.has(kind):
                 maps.view(kind)
-        maps.precompute()
+        if self.stats:
+            maps.head_stats()
         return Intervened(self.image, self.steps, result.logits, maps)
+
+
+@dataclass(eq=False)
+class Finish(Request):
+    """What the panels not on show would draw of an intervened run (`ResultMaps.precompute`: the CLS and rollout
+    stacks, the head statistics), made in the worker once the click's answer is painted, so that showing such a
+    panel later does not make it on the GUI thread."""
+
+    maps: IntervenedMaps | None = None
+
+    title = "Could not prepare the intervened run's maps"
+    quiet = True        # nothing to say: nothing on show changes
+    user_code = False   # numpy on the captured maps; no model runs
+
+    def describe(self) -> str:
+        return f"Preparing the maps of {_image_name(self.maps.result.source)} ({self.maps.what})…"
+
+    def __call__(self, _ctx: Context) -> None:
+        self.maps.precompute()
+        self.maps.prepared = True
 
 
 @dataclass(eq=False)
@@ -284,15 +312,13 @@ class InterventionSession(QObject):
         self._probabilities: dict[str, tuple[Intervened, np.ndarray | None]] = {}   # image -> (answer, its softmax)
         session.route(Intervene, self._on_intervened, self._on_failed)
         session.route(HeadScan, self._on_scanned, self._on_failed)
+        session.route(Finish, lambda _request, _answer: None, self._on_failed)
+        self.stats_shown: Callable[[], bool] = lambda: False   # the head statistics' panel is on show (the window's)
         session.image_list.current_changed.connect(lambda _maps: self._ask())
         session.image_list.result_ready.connect(lambda _path: self._ask())
         session.model.model_loaded.connect(lambda *_a: self.clear())
         session.model.size_changed.connect(lambda _size: self._forget_runs())
         relay().hold_while(self.running_current)   # the panels' redraws of a click wait for its forward
-        self._others_timer = QTimer(self)           # `_after_redraws`
-        self._others_timer.setSingleShot(True)
-        self._others_timer.setInterval(0)
-        self._others_timer.timeout.connect(self._ask_others)
 
     # ---------------------------------------------------------------------------------------------- reading
 
@@ -440,7 +466,7 @@ class InterventionSession(QObject):
         what it is) until the new one answers."""
         self.failure = ""
         self.answers = {}
-        self.session.client.cancel(lambda r: r.kind is Intervene or isinstance(r, Under))   # passes of the old run too
+        self.session.client.cancel(lambda r: r.kind in (Intervene, Finish) or isinstance(r, Under))  # the old run's
         if not self.steps and self.session.intervened:
             self.session.intervened.clear()
             self.session.show_current()
@@ -459,14 +485,22 @@ class InterventionSession(QObject):
         if current and s.cached(current) is not None and self.current() is None:
             if not any(r.image == current and r.maps and r.steps == steps for r in s.client.pending(Intervene)):
                 s.client.submit(Intervene, first=True, image=current, image_size=s.model.image_size, steps=steps,
-                                also=s.precompute)
+                                clean=s.cached(current).result, also=s.precompute, stats=self.stats_shown())
             return
         relay().later(self._after_redraws)
 
     def _after_redraws(self) -> None:
-        """Ask for the other images' runs once the paint events the redraws posted are handled: a zero timer runs
-        after the posted events (a paint is a low-priority one, after `QTimer.singleShot(0)`'s queued call)."""
-        self._others_timer.start()
+        """Ask for the other images' runs once the paint the redraws asked for is done: an event posted below the
+        window's paint request (`UpdateRequest`, a low-priority posted event) is handled after it. (A zero timer
+        ran first when the redraws were made while posted events were handled: the next image's forward then
+        shared the CPU and Python's lock with the click's paint.)"""
+        QCoreApplication.postEvent(self, QEvent(ASK_OTHERS), Qt.EventPriority.LowEventPriority.value - 1)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == ASK_OTHERS:
+            self._ask_others()
+            return True
+        return super().event(event)
 
     def _ask_others(self) -> None:
         """The other images' runs with the current steps (logits only, for the list's top-5), those not answered
@@ -475,11 +509,16 @@ class InterventionSession(QObject):
         if not self.steps or not self.available:
             return
         steps = tuple(self.steps)
+        answer = self.current()
+        if answer is not None and not answer.maps.prepared and \
+                not any(r.maps is answer.maps for r in s.client.pending(Finish)):
+            s.client.submit(Finish, maps=answer.maps)       # first: a hidden panel shown next finds its maps
         pending = {(r.image, r.maps) for r in s.client.pending(Intervene) if r.steps == steps}
         for path in s.image_list.paths:
             if path != s.image_list.current and path not in self.answers and s.cached(path) is not None \
                     and (path, False) not in pending:
-                s.client.submit(Intervene, image=path, image_size=s.model.image_size, steps=steps, maps=False)
+                s.client.submit(Intervene, image=path, image_size=s.model.image_size, steps=steps, maps=False,
+                                clean=s.cached(path).result)
 
     def _on_intervened(self, request: Intervene, answer: Intervened) -> None:
         if answer.steps != tuple(self.steps) or request.image_size != self.session.model.image_size:
@@ -495,6 +534,10 @@ class InterventionSession(QObject):
                 # every panel: the intervened run (and `_ask`: the other images next)
                 self.session.image_list.current_changed.emit(answer.maps)
         self.changed.emit()
+        if answer.maps is not None and answer.image == self.session.image_list.current:
+            # the redraws the click held for this answer (the dock's table, the banner, the list) now, with the
+            # panels': the window paints them all in one pass, not a second one a turn later
+            relay().flush()
 
     def _on_scanned(self, _request: Request, answer: Scanned) -> None:
         self.importance[answer.image] = answer
@@ -760,6 +803,7 @@ def _attach_interventions(window: Any, iv: Any, _dock: QDockWidget) -> None:
     iv.scan_asked.connect(lambda: window.dock("overviewDock").raise_())
     hook_head_selector(iv, window.state, window.controls.head_spin, window.controls.head_slider)
     window.images.runs = iv
+    iv.stats_shown = window.headstats.is_shown
     iv.changed.connect(lambda: relay().later(window.images.show_intervened))   # once per event-loop turn
 
 

@@ -267,6 +267,8 @@ class Request:
     user_code: ClassVar[bool] = True              # runs the model (and so a live model's own code)
     about_model: ClassVar[bool] = True            # a new model makes it stale
     needs_model: ClassVar[bool] = True
+    quiet: ClassVar[bool] = False                 # said where it was asked for: the status bar hears of it only
+                                                  # when it runs long (`vitviz.gui.client.QUIET_MS`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A request's `answer` is the class its own `__call__` says it returns, so the type is named once (a class

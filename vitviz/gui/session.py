@@ -53,7 +53,8 @@ class Session(QObject):
     catalog_ready = Signal(object)          # Cataloged: the models on this computer and the named ones
     catalog_failed = Signal()               # listing them failed (the error is shown like any other)
     status = Signal(str)                    # what the worker is doing (the status bar), 'Ready' when idle
-    busy_changed = Signal(bool)             # the worker started (True) or ran out of (False) requests
+    busy_changed = Signal(bool)             # the worker started (True) or ran out of (False) requests (a quiet
+                                            # one, `Request.quiet`, said only when it runs long)
     progress = Signal(str, float)           # what the running request is doing, fraction done (-1: unknown)
     stuck = Signal(str)                     # the user's code has run `stop_waiting_after` s unanswered: what it
                                             # is doing ('' once it has answered or was given up on)

@@ -156,6 +156,7 @@ class MainWindow(QMainWindow):
         self.state.subscribe(self.query_scale_rule)           # first: the panels draw with the rule applied
         self.state.subscribe(self._withdraw_query_note)
         self.state.subscribe(self._precompute_rule)
+        self._precompute_rule({"source"})                     # the map on show from the start (the CLS map)
         self.panel = ImagePanel(self.state, self.session.model, self.session.image_list)
         self.setCentralWidget(self.panel)
         self._add_docks()

@@ -217,10 +217,19 @@ class ImageModel:
         """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source, box).
 
         `box` is the original image's (h, w) and the region (left, top, right, bottom) the model saw; None for a
-        ready tensor, which has no original.
+        ready tensor, which has no original. An `AttentionResult` of this model at this size gives its own input
+        again (a copy), its display image and source: an image run once more (intervened) is not decoded and
+        resized again; of another size, its source is read anew.
         """
         from vitviz.core.running import images
         spec = self.spec_at(image_size)
+        if isinstance(image, AttentionResult):
+            if tuple(image.spec.image_size) != tuple(spec.image_size) or image.input.shape[0] != spec.in_chans:
+                image = image.source
+            else:
+                seen = None if image.source_size is None else (image.source_size, image.source_box)
+                x = torch.tensor(np.asarray(image.input, np.float32))[None]
+                return x, image.image, spec, image.source, seen   # type: ignore[return-value]
         if isinstance(image, torch.Tensor):
             x = image if image.ndim == 4 else image.unsqueeze(0)
             if x.shape[1] != spec.in_chans:
@@ -262,7 +271,8 @@ class ImageModel:
         """Run one image and capture every layer's attention.
 
         Args:
-            image: a path, PIL image, (H, W[, C]) array, or a ready (1, C, H, W) tensor (used as is).
+            image: a path, PIL image, (H, W[, C]) array, a ready (1, C, H, W) tensor (used as is), or an earlier
+                result of this model (its input again: `prepare`).
             image_size: run at another (h, w); the position embedding is resampled with the family's recipe.
             half: store attentions as float16 (half the memory): each probability rounded once, within 2^-11
                 (4.9e-4) of float32's relatively (2^-25 absolutely below 2^-14), 2^-12 absolutely at most; the

@@ -250,8 +250,19 @@ class TitleLabel(pg.LabelItem):
         not set again (a new text lays its plot area out anew: a redraw for another image kept doing that)."""
         if text == getattr(self, "text", None) and not args:
             return
-        super().setText(unbreakable_phrases(text), **args)
+        before = dict(getattr(self, "_sizeHint", {}))
+        self._quiet = True          # pyqtgraph asks for a new layout three times per text, whatever its size
+        try:
+            super().setText(unbreakable_phrases(text), **args)
+        finally:
+            self._quiet = False
         self.text = text
+        if self._sizeHint != before:   # only a title of another size lays its plot area out anew (and paints it
+            super().updateGeometry()   # twice: the layout comes a turn after the first paint)
+
+    def updateGeometry(self) -> None:  # noqa: N802 - Qt override
+        if not getattr(self, "_quiet", False):
+            super().updateGeometry()
 
     def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
         if self.width() > 0:

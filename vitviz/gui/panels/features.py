@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from vitviz.core.drawing import render
 from vitviz.core.analyses.maps import ResultMaps
 from vitviz.gui import colors, dialogs, features_export
+from vitviz.gui.panels import blit
 from vitviz.gui.panels.base import (
     SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, index_ticks, pen, style_plot, tick_step,
 )
@@ -61,7 +62,7 @@ class GridView:
         self.title = TitleLabel("", color=TEXT, size="9pt")
         widget.addItem(self.title, row=row, col=col, colspan=2 if colorbar else 1)
         self.view = widget.addViewBox(row=row + 1, col=col, lockAspect=True, invertY=True, enableMenu=False)
-        self.image_item, self.overlay = pg.ImageItem(), pg.ImageItem()
+        self.image_item, self.overlay = blit.ImageItem(), blit.ImageItem()   # 32-bit pictures: painted faster
         self.marks = QGraphicsPathItem()
         self.marks.setPen(pen(OUTLINE, 255, 1.5))
         self.box = QGraphicsRectItem()
@@ -357,7 +358,7 @@ class FeaturesPanel(LazyPanel):
         style_plot(self.hist_plot, "layer", "output-token norm")
         self.hist_plot.setMouseEnabled(False, False)         # a fixed overview; the wheel scrolls the page
         self.hist_plot.invertY(True)
-        self.hist_item = pg.ImageItem()
+        self.hist_item = blit.ImageItem()
         self.hist_plot.addItem(self.hist_item)
         self.hist_bar = pg.ColorBarItem(values=(0.0, 1.0), colorMap=colors.colormap("magma"), interactive=False,
                                         width=12)

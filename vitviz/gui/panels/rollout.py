@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from typing import TYPE_CHECKING
 
 from vitviz.gui import colors
+from vitviz.gui.panels import blit
 from vitviz.core.analyses.maps import ResultMaps, pool_vector, rollout_title
 from vitviz.core.analyses.rollout import RolloutParams
 from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, compact, dark_layout, pen
@@ -45,7 +46,7 @@ class MapView:
         widget.addItem(self.title, row=0, col=col)
         widget.ci.layout.setColumnStretchFactor(col, 1)
         self.view = widget.addViewBox(row=1, col=col, lockAspect=True, invertY=True, enableMenu=False)
-        self.image_item, self.overlay = pg.ImageItem(), pg.ImageItem()
+        self.image_item, self.overlay = blit.ImageItem(), blit.ImageItem()   # 32-bit pictures: painted faster
         self.box = QGraphicsRectItem()
         self.box.setPen(pen(SELECT, 255, 2.0))
         self.overlay.setZValue(1)

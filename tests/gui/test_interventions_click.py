@@ -1,0 +1,173 @@
+"""What an ablate click does between the worker's answer and the painted window (`vitviz.gui.interventions`): the
+redraws it held run with the answer, the intervened run arrives with only what the panels on show draw (the rest
+is made in the worker after the answer is painted), the other images are asked for after that paint, and a title
+of the same size lays its plot out no more."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QEvent, QObject
+
+from _gui import show_dock, wait_idle
+
+
+def _on_answer(window, look) -> list:  # noqa: ANN001
+    """Call `look(maps)` right after the window has handled the current image's intervened answer (a slot connected
+    after the session's, so in the same emission: nothing else has run in between); returns what it gave."""
+    from vitviz.gui.interventions import Intervene
+
+    seen: list = []
+    s = window.session
+
+    def answered(request, answer) -> None:  # noqa: ANN001
+        if request.kind is Intervene and request.maps and request.image == s.image_list.current:
+            seen.append(look(answer.maps))
+
+    s.client.answered.connect(answered)
+    return seen
+
+
+def test_the_redraws_the_click_held_run_with_its_answer(qtbot, loaded) -> None:  # noqa: ANN001
+    """The Interventions dock's table, the banner and the image list are redrawn when the answer is handled, not a
+    turn later (the window paints them with the panels, once)."""
+    from vitviz.gui.panels.base import redraws_pending
+
+    window = loaded
+    iv = window.interventions
+    panel = window.dock("interventionsDock").widget()
+    seen = _on_answer(window, lambda maps: (redraws_pending(), window.session.image_list.current_maps is maps,
+                                            [panel.table.item(r, 2).text() for r in range(panel.table.rowCount())],
+                                            window.intervention_banner.label.toolTip()))
+    iv.toggle(0, 1)
+    wait_idle(qtbot, window)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    pending, shown, intervened, banner = seen[0]
+    assert shown and not pending
+    assert intervened and all(text for text in intervened)           # the intervened column is filled
+    assert "every panel shows this run" in banner
+
+
+def test_hidden_panels_maps_are_made_after_the_answer(qtbot, loaded) -> None:  # noqa: ANN001
+    """With the head statistics' and the rollout's docks hidden, the answer brings the map on show only; the head
+    statistics and the rollout stack are made in the worker after it (`Finish`), before a panel asks."""
+    from vitviz.core.analyses.maps import MapKind
+    from vitviz.gui.interventions import IntervenedMaps
+
+    window = loaded
+    assert not window.headstats.is_shown() and not window.rollout_panel.is_shown()
+    seen = _on_answer(window, lambda maps: (maps._stats is not None, set(maps._stacks)))
+    window.interventions.toggle(0, 1)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    stats, stacks = seen[0]
+    assert not stats and MapKind("rollout") not in stacks and MapKind("cls") in stacks
+    maps = window.session.image_list.current_maps
+    assert isinstance(maps, IntervenedMaps)
+    qtbot.waitUntil(lambda: maps.prepared, timeout=20000)     # asked for once the answer is painted
+    wait_idle(qtbot, window)
+    assert maps._stats is not None and MapKind("rollout") in maps._stacks
+
+
+def test_shown_head_statistics_come_with_the_answer(qtbot, loaded) -> None:  # noqa: ANN001
+    """The head statistics' panel on show: the worker makes them with the intervened run, not the GUI thread."""
+    window = loaded
+    show_dock(qtbot, window, "headStatsDock")
+    assert window.headstats.is_shown()
+    seen = _on_answer(window, lambda maps: maps._stats is not None)
+    window.interventions.toggle(1, 0)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    assert seen[0]
+
+
+class _Order(QObject):
+    """Records, in order, the paints of a widget and the other images' intervened runs asked for."""
+
+    def __init__(self, widget, client) -> None:  # noqa: ANN001
+        super().__init__()
+        self.events: list[str] = []
+        self.widget = widget
+        widget.installEventFilter(self)
+        submit = client.submit
+
+        def recording(kind, *args, **fields):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if not fields.get("maps", True):
+                self.events.append("other")
+            return submit(kind, *args, **fields)
+
+        client.submit = recording
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: ANN001, N802 - Qt override
+        if watched is self.widget and event.type() == QEvent.Type.Paint:
+            self.events.append("paint")
+        return False
+
+
+def test_the_other_images_are_asked_after_the_answer_is_painted(qtbot, loaded) -> None:  # noqa: ANN001
+    """The other images' runs (for the list's top-5) are asked for once the overview showing the answer has been
+    painted: their forwards never share the CPU and Python's lock with that paint."""
+    window = loaded
+    order = _Order(window.overview.widget.viewport(), window.session.client)
+    seen = _on_answer(window, lambda maps: len(order.events))
+    window.interventions.toggle(0, 1)
+    qtbot.waitUntil(lambda: bool(seen) and "other" in order.events, timeout=20000)
+    after = order.events[seen[0]:]       # what happened once the answer was handled
+    assert "paint" in after and after.index("paint") < after.index("other"), after
+    wait_idle(qtbot, window)
+
+
+def test_a_title_of_the_same_size_lays_nothing_out(qtbot) -> None:  # noqa: ANN001
+    """A new title as tall as the last (an intervened run's) leaves the plot's layout alone -- laid out anew, the
+    plot was painted twice per click -- and a taller one lays it out."""
+    import pyqtgraph as pg
+
+    from vitviz.gui.panels.base import TitleLabel
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    widget.resize(320, 200)
+    label = TitleLabel("ablated L0.H1 · CLS attention", lines=2, size="10pt")
+    widget.addItem(label)
+    widget.show()
+    qtbot.waitExposed(widget)
+    layout = widget.ci.layout
+    qtbot.waitUntil(layout.isActivated, timeout=5000)
+    label.setText("ablated L0.H2 · CLS attention")
+    assert layout.isActivated() and label.text == "ablated L0.H2 · CLS attention"
+    label.setText(" · ".join(["ablated L0.H1, L0.H2, L1.H0 (mean over 3 images)"] * 4))
+    assert not layout.isActivated()
+
+
+def test_the_click_run_is_said_by_its_banner_not_the_status_bar(qtbot, loaded) -> None:  # noqa: ANN001
+    """Up to its answer, an ablate click's run lays out and paints no status line or busy bar (the banner and the
+    dock say it runs)."""
+    window = loaded
+    said: list = []
+    window.session.busy_changed.connect(lambda busy: said.append(busy))
+    window.session.status.connect(lambda text: said.append(text))
+    seen = _on_answer(window, lambda maps: list(said))
+    window.interventions.toggle(0, 1)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    assert seen[0] == []
+    wait_idle(qtbot, window)
+
+
+def test_the_click_runs_the_clean_runs_input_again(qtbot, loaded, tiny_ckpt, monkeypatch) -> None:  # noqa: ANN001
+    """The worker runs the click from the clean result's input (`ImageModel.prepare` of a result): the image file is
+    not decoded and resized again, and the run is the library's run of the file."""
+    import vitviz
+    from _gui import HEADS
+    from vitviz.core.running import images
+    from vitviz.core.running.interventions import Ablate
+
+    window = loaded
+    decoded: list = []
+    load = images.load_image
+    monkeypatch.setattr(images, "load_image", lambda *a, **k: (decoded.append(a[0]), load(*a, **k))[1])
+    seen = _on_answer(window, lambda maps: (list(decoded), maps.result))
+    window.interventions.toggle(1, 1)
+    qtbot.waitUntil(lambda: bool(seen), timeout=20000)
+    read, result = seen[0]
+    assert read == []
+    s = window.session
+    want = vitviz.load(tiny_ckpt, heads=HEADS).run(s.image_list.current, intervene=Ablate([(1, 1)]))
+    np.testing.assert_allclose(result.attentions, want.attentions, atol=1e-6)
+    assert result.source == s.image_list.current
+    wait_idle(qtbot, window)
