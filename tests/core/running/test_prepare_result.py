@@ -33,3 +33,19 @@ def test_a_result_runs_again_as_its_image_does() -> None:
     other = model.run(clean, image_size=size)                        # another size: the file read anew
     np.testing.assert_array_equal(other.attentions, model.run(path, image_size=size).attentions)
     assert other.input.shape[-2:] == size and other.source == path
+
+
+def test_a_result_of_another_recipe_is_read_anew() -> None:
+    """A result made with another preprocessing recipe (another model's mean and std) holds an input this model
+    would not make: its source is read anew, not its input taken as this model's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = vitviz.load(demo_checkpoint(), device="cpu")
+        other = vitviz.load(demo_checkpoint(), device="cpu", mean=(0.1, 0.2, 0.3), std=(0.2, 0.3, 0.4))
+    assert other.spec.preprocess != model.spec.preprocess
+    path = str(demo_images()[0])
+    theirs = other.run(path)
+    again, fresh = model.run(theirs), model.run(path)
+    assert not np.array_equal(theirs.input, fresh.input)
+    np.testing.assert_array_equal(again.input, fresh.input)
+    np.testing.assert_array_equal(again.attentions, fresh.attentions)

@@ -217,14 +217,16 @@ class ImageModel:
         """Turn a path / PIL image / array / (1, C, H, W) tensor into (input, display image, spec, source, box).
 
         `box` is the original image's (h, w) and the region (left, top, right, bottom) the model saw; None for a
-        ready tensor, which has no original. An `AttentionResult` of this model at this size gives its own input
-        again (a copy), its display image and source: an image run once more (intervened) is not decoded and
-        resized again; of another size, its source is read anew.
+        ready tensor, which has no original. An `AttentionResult` made at this size with this preprocessing recipe
+        gives its own input again (a copy), its display image and source: an image run once more (intervened) is
+        not decoded and resized again; of another size or recipe (another model's mean and std), its source is read
+        anew.
         """
         from vitviz.core.running import images
         spec = self.spec_at(image_size)
         if isinstance(image, AttentionResult):
-            if tuple(image.spec.image_size) != tuple(spec.image_size) or image.input.shape[0] != spec.in_chans:
+            if tuple(image.spec.image_size) != tuple(spec.image_size) or image.input.shape[0] != spec.in_chans \
+                    or image.spec.preprocess != spec.preprocess:   # another size or recipe: its input is not ours
                 image = image.source
             else:
                 seen = None if image.source_size is None else (image.source_size, image.source_box)
