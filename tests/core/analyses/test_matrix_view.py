@@ -3,6 +3,9 @@ thread before (float32 and float16 maps, every layer and head selection), with a
 `precompute` (the worker's) and every reduction made once."""
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import numpy as np
 import pytest
 
@@ -55,3 +58,46 @@ def test_what_is_at_hand_and_made_once() -> None:
     assert maps.has_matrix("mean", 1) and maps.matrix("mean", 1) is made
     assert maps.nbytes == before + made.nbytes          # the mean over layers is counted
     assert maps.matrix(1, "max") is maps.matrix(1, "max") and maps.has_matrix(1, "max")
+
+
+
+class _Watched(np.ndarray):
+    """The attention, noting at each read whether the maps' lock is free to another thread."""
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        _Watched.note()
+        return np.asarray(super().__getitem__(key))
+
+    @staticmethod
+    def note() -> None: ...
+
+
+@pytest.mark.parametrize("head", ["max", 1])
+def test_a_mean_over_layers_is_reduced_without_the_lock(head: int | str) -> None:
+    """The mean over layers is made in a pool thread (the view's); the GUI thread's `stack` takes the same lock, so
+    the reduction must not hold it (the GUI would wait for all of it)."""
+    maps = _maps(np.float32)
+    attn = maps.result.attentions
+    free: list[bool] = []
+
+    def ask() -> None:   # from another thread, as the GUI thread's `stack` would
+        if maps._lock.acquire(blocking=False):
+            maps._lock.release()
+            free.append(True)
+        else:
+            free.append(False)
+
+    def note() -> None:
+        other = threading.Thread(target=ask)
+        other.start()
+        other.join()
+
+    maps.result = dataclasses.replace(maps.result, attentions=attn.view(_Watched))
+    _Watched.note = staticmethod(note)   # type: ignore[method-assign]
+    try:
+        got = maps.matrix("mean", head)
+    finally:
+        _Watched.note = staticmethod(lambda: None)   # type: ignore[method-assign]
+    assert free and all(free), free
+    np.testing.assert_array_equal(got, _old(attn, "mean", head))
+    assert maps.matrix("mean", head) is got

@@ -932,14 +932,16 @@ class ResultMaps:
                 return self.rollout.fused_layer(head, at)
             return np.asarray(attn[at, int(resolve_index(head, attn.shape[1]))], dtype=np.float32)
         with self._lock:
-            if head not in self._layer_means:
-                if isinstance(head, str):
-                    fused = [self.rollout.fused_layer(head, at) for at in range(attn.shape[0])]
-                    self._layer_means[head] = np.mean(fused, axis=0, dtype=np.float32)
-                else:
-                    self._layer_means[head] = np.asarray(attn[:, int(resolve_index(head, attn.shape[1]))].mean(
-                        axis=0, dtype=np.float32))
-            return self._layer_means[head]
+            held = self._layer_means.get(head)
+        if held is None:   # reduced outside the lock: the GUI thread's `stack` never waits for a pool thread's mean
+            if isinstance(head, str):
+                fused = [self.rollout.fused_layer(head, at) for at in range(attn.shape[0])]
+                mean = np.mean(fused, axis=0, dtype=np.float32)
+            else:
+                mean = np.asarray(attn[:, int(resolve_index(head, attn.shape[1]))].mean(axis=0, dtype=np.float32))
+            with self._lock:
+                held = self._layer_means.setdefault(head, mean)
+        return held
 
     def head_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L, H) mean attention distance in pixels, (L, H) attention entropy in nats (patch queries) and
