@@ -135,6 +135,27 @@ def test_a_failed_reduction_is_said_and_not_tried_again(qtbot, shown, monkeypatc
     assert tries == [(3, "max")]
 
 
+def test_a_failure_goes_with_its_result(qtbot, shown) -> None:  # noqa: ANN001
+    """A failed reduction is remembered for the result it failed on only: once that result is gone, nothing of it
+    is kept (keyed by address, a later result at the same address would be shown the old failure, never tried)."""
+    import gc
+
+    panel, state, _maps, _attn = shown
+    other = ResultMaps(random_result(depth=4, heads=4, grid=(3, 5)))
+    other.matrix = lambda layer, head: (_ for _ in ()).throw(MemoryError("no room"))
+    panel.set_maps(other)
+    with qtbot.waitSignal(panel._made, timeout=10000):
+        state.update(layer=3, head="max")
+    qtbot.wait(50)
+    assert "could not make the heads' max: no room" in panel.title.text
+    assert len(panel._making) == 1
+    panel.set_maps(None)
+    qtbot.wait(50)
+    del other
+    gc.collect()
+    assert len(panel._making) == 0
+
+
 def test_a_query_click_does_not_draw_the_matrix_again(shown, monkeypatch) -> None:  # noqa: ANN001
     """Choosing a query moves the row and column outlines only: the (T, T) picture is not set again."""
     panel, state, _maps, _attn = shown

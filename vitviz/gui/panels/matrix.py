@@ -13,6 +13,7 @@ share one label, and patch rows are labelled every few rows so the labels never 
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -85,7 +86,7 @@ class MatrixPanel(LazyPanel):
     """
 
     query_clicked = Signal(int)
-    _made = Signal(object, str)     # (maps id, layer, head) a pool thread made the matrix of, why it failed ('' if not)
+    _made = Signal(object, str)     # (maps, layer, head) a pool thread made the matrix of, why it failed ('' if not)
 
     def __init__(self, state: ViewState, images: ImageList, maps: ResultMaps | None = None,
                  parent: QWidget | None = None) -> None:
@@ -97,7 +98,10 @@ class MatrixPanel(LazyPanel):
         self._placed: tuple[object, ...] | None = None    # (maps, tokens, prefix) the image and lines are placed for
         self._painted: tuple[str, str] | None = None      # (colormap, scale) the colorbar shows
         self.matrix: np.ndarray | None = None
-        self._making: dict[tuple[object, ...], str] = {}   # (maps id, layer, head) -> '' while made, or why it failed
+        # per result, (layer, head) -> '' while made, or why it failed: weakly keyed, so a failure goes with its
+        # result (never said of a later result at the same address)
+        self._making: weakref.WeakKeyDictionary[ResultMaps, dict[tuple[object, ...], str]] = \
+            weakref.WeakKeyDictionary()
         self._made.connect(self._on_made)
         self.log_check = QCheckBox("Log scale")
         self.log_check.setToolTip("Colour by log10(attention) over the top four decades")
@@ -185,13 +189,14 @@ class MatrixPanel(LazyPanel):
         self.image_item.clear()
         self.matrix, self._key = None, None
         self._show_selection()
-        job = (id(maps), layer, head)
-        why = self._making.get(job)
+        job = (maps, layer, head)
+        made = self._making.setdefault(maps, {})
+        why = made.get((layer, head))
         what = "the mean over the layers" if layer == "mean" else f"the heads' {head}"
         self.title.setText(f"layer {layer} · head {head}: " + (f"could not make {what}: {why}" if why else
                                                                f"making {what}…"))
         if why is None:
-            self._making[job] = ""
+            made[(layer, head)] = ""
             QThreadPool.globalInstance().start(lambda: self._made_in_pool(maps, layer, head, job))
 
     def _made_in_pool(self, maps: ResultMaps, layer: int | str, head: int | str, job: tuple[object, ...]) -> None:
@@ -206,10 +211,12 @@ class MatrixPanel(LazyPanel):
             pass
 
     def _on_made(self, job: tuple[object, ...], why: str) -> None:
+        maps, layer, head = job
+        made = self._making.setdefault(maps, {})
         if why:
-            self._making[job] = why             # said in the title; not tried again for this result
+            made[(layer, head)] = why           # said in the title; not tried again for this result
         else:
-            self._making.pop(job, None)
+            made.pop((layer, head), None)
         self._key = None
         self.request_redraw()
 
