@@ -957,26 +957,35 @@ class _LayerByLayer:
         self.rows: list[tuple[int, float]] = []
         self.notes: list[str] = []
         self.finite = True
-        self.diff: np.ndarray | None = None
+        self.diff: torch.Tensor | None = None
 
     def append(self, layer: torch.Tensor) -> None:
         i = len(self.rows)
-        a = layer[0].float().cpu().numpy()
-        self.finite = self.finite and math.isfinite(float(a.sum(dtype=np.float64)))
+        a = layer[0].float().cpu()
         b = self.theirs.next()
         if b is None:
+            self.finite = self.finite and bool(torch.isfinite(a).all())
             if self.theirs.error is not None:
                 raise _TheirsStopped
             self.rows.append((i, math.inf))
-        elif a.shape != b.shape:
+        elif tuple(a.shape) != tuple(b.shape):
+            self.finite = self.finite and bool(torch.isfinite(a).all())
             self.notes.append(f"layer {i} {self.where}: the original's attention has shape (heads, T, T) = "
-                              f"{b.shape}, vitviz's {a.shape}")
+                              f"{tuple(b.shape)}, vitviz's {tuple(a.shape)}")
             self.rows.append((i, math.inf))
         else:
-            if self.diff is None or self.diff.shape != a.shape:
-                self.diff = np.empty_like(a)   # one buffer for every layer: no two temporaries per layer
-            np.abs(np.subtract(a, b, out=self.diff), out=self.diff)
-            self.rows.append((i, float(self.diff.max())))
+            # torch's ops use every core (numpy's one), and one pass less: ours is read for non-finite values only
+            # where the largest difference is not finite -- a NaN or inf of ours always makes it so (x - finite,
+            # inf - inf, NaN - anything)
+            b = torch.as_tensor(b)
+            dtype = torch.promote_types(a.dtype, b.dtype)   # a float64 original is compared in float64
+            if self.diff is None or self.diff.shape != a.shape or self.diff.dtype != dtype:
+                self.diff = torch.empty(a.shape, dtype=dtype)   # one buffer for every layer: no temporaries
+            torch.sub(a, b, out=self.diff).abs_()
+            d = float(self.diff.max())
+            if not math.isfinite(d):
+                self.finite = self.finite and bool(torch.isfinite(a).all())
+            self.rows.append((i, d))
 
     def differences(self) -> tuple[tuple[tuple[int, float], ...], int | None, list[str]]:
         """Per layer the largest |difference|; the first layer beyond tolerance; what could not be compared."""
