@@ -20,7 +20,8 @@ process (this file, `--child`), so its memory is its own:
   prepacked weights, oneDNN's caches, thread arenas -- paid before it): what a capture itself holds;
 - capture (f16): the same stored as float16 (`half=True`);
 - capture (rows): the same with `rows=[0]` (the CLS query row only);
-- verify: `vitviz.load(folder)` and `verify(model)` (timm builds the original; both run in step at the bench's size
+- verify: `vitviz.load(folder)` and `verify(model)` (timm and transformers imported before the clock: a one-off of
+  the process, not of a size; timm builds the original; both run in step at the bench's size
   and at that + 2 patches per side -- `--one-size`: the bench's size only -- every layer compared as it is
   computed);
 - export N: `vitviz export --model FOLDER IMAGES --maps cls,rollout` of N JPEGs, verification included (a fresh
@@ -171,6 +172,10 @@ def child(method: str, folder: Path, size: int, images: Path) -> dict[str, float
 
         model = vitviz.load(folder)
         if method == "verify":
+            # the original's library imported before the clock: a one-off of the process (seconds), not of a size
+            import timm  # noqa: F401
+            import transformers  # noqa: F401
+
             def step() -> None:
                 # at the bench's size and 2 patches more per side (verify's default around the native size; a
                 # transformers DINOv2's config states 518 px, but vitviz takes its processor's 224 as native)
