@@ -138,6 +138,7 @@ def window_latency(repeats: int) -> None:
         times.append(time.perf_counter() - start)
         cpu.append(time.thread_time() - start_cpu)
         proc.append(time.process_time() - start_proc)
+    counts = count_events(app, window, iv, heads, wait, redraws_pending, min(8, repeats))
     path = window.session.image_list.current
     iv.clear_heads()
     wait(window.is_idle)
@@ -175,6 +176,56 @@ def window_latency(repeats: int) -> None:
           f"{np.percentile(forwards, 95) * 1e3:.1f}); target p95 <= one forward + 16 ms = {(one + 0.016) * 1e3:.1f} ms "
           f"({'met' if np.percentile(times, 95) <= one + 0.016 else 'not met'}); load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
+    print("  per click (mean of the counted clicks, by widget class): " + "; ".join(
+        f"{kind} {sum(c.values()):.1f} ({', '.join(f'{name} {n:.1f}' for name, n in c.most_common())})"
+        for kind, c in counts.items()), flush=True)
+
+
+def _name(obj) -> str:
+    """A widget's class, with its object name or else its nearest named parent's ('QWidget<interventionsDock')."""
+    name, parent = type(obj).__name__, obj
+    while parent is not None and not parent.objectName():
+        parent = parent.parent()
+    if parent is obj:
+        return f"{name}#{obj.objectName()}"
+    return name if parent is None else f"{name}<{parent.objectName()}"
+
+
+def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> dict:
+    """Layout requests and paint events per widget class, per ablate click (the mean over `clicks` further clicks,
+    with an application event filter, so not in the timed ones): a figure that does not drift with the load."""
+    from collections import Counter
+
+    from PySide6.QtCore import QEvent, QObject
+
+    kinds = {QEvent.Type.LayoutRequest: "layout requests", QEvent.Type.Paint: "paint events"}
+    counts = {name: Counter() for name in kinds.values()}
+
+    class Counting(QObject):
+        on = False
+
+        def eventFilter(self, obj, event):  # noqa: N802 - Qt override
+            kind = kinds.get(event.type()) if self.on else None
+            if kind is not None:
+                counts[kind][_name(obj)] += 1
+            return False
+
+    counter = Counting()
+    app.installEventFilter(counter)
+    spec = window.session.model.spec
+    for i in range(clicks):
+        iv.clear_heads()
+        wait(lambda: window.is_idle() and not redraws_pending())
+        for _ in range(5):
+            app.processEvents()
+        counter.on = True
+        iv.toggle(*heads[(i + 5) % (spec.depth * spec.num_heads)])
+        wait(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
+             and not redraws_pending())
+        app.sendPostedEvents(None, 0)
+        counter.on = False
+    app.removeEventFilter(counter)
+    return {kind: Counter({name: n / clicks for name, n in c.items()}) for kind, c in counts.items()}
 
 
 def main() -> None:

@@ -708,6 +708,7 @@ class InterventionsPanel(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setMinimumWidth(300)
         self.table.setMaximumHeight(self.table.verticalHeader().defaultSectionSize() * 6 + 6)   # five rows, header
+        self._size_number_columns()
         buttons = QHBoxLayout()
         for button in (self.undo_button, self.clear_button, self.scan_button):
             buttons.addWidget(button)
@@ -775,6 +776,7 @@ class InterventionsPanel(QWidget):
                   "" if after is None else f"{after[index] - p:+.3f}"] for index, label, p in rows]
         if table == self._table:
             return                    # the same cells: nothing to lay out again
+        labels = [row[0] for row in table] != [row[0] for row in self._table]
         self._table = table
         self.table.setRowCount(len(rows))
         for i, cells in enumerate(table):
@@ -784,7 +786,18 @@ class InterventionsPanel(QWidget):
                     self.table.setItem(i, j, QTableWidgetItem(text))
                 elif item.text() != text:
                     item.setText(text)
-        self.table.resizeColumnsToContents()
+        if labels:                    # the numbers' columns are as wide as their widest value from the start
+            self.table.resizeColumnToContents(0)
+
+    def _size_number_columns(self) -> None:
+        """The numbers' columns as wide as their header or the widest number ('+0.000': digits are equally wide),
+        once: an ablate click, which changes the numbers only, measures no column again."""
+        table = self.table
+        table.setRowCount(1)
+        for j in range(1, table.columnCount()):
+            table.setItem(0, j, QTableWidgetItem("+0.000"))
+            table.resizeColumnToContents(j)
+        table.setRowCount(0)
 
 
 # ---------------------------------------------------------------------------------- the dock below the image
