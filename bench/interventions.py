@@ -194,6 +194,7 @@ def _name(obj) -> str:
 def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> dict:
     """Layout requests and paint events per widget class, per ablate click (the mean over `clicks` further clicks,
     with an application event filter, so not in the timed ones): a figure that does not drift with the load."""
+    import os
     from collections import Counter
 
     from PySide6.QtCore import QEvent, QObject
@@ -208,6 +209,8 @@ def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> 
             kind = kinds.get(event.type()) if self.on else None
             if kind is not None:
                 counts[kind][_name(obj)] += 1
+                if os.environ.get("VITVIZ_BENCH_RECTS") and kind == "paint events":
+                    print(_name(obj), event.rect())
             return False
 
     counter = Counting()

@@ -641,11 +641,18 @@ def hook_head_selector(iv: InterventionSession, state: Any, spin: QWidget, slide
 
 class InterventionBanner(QWidget):
     """In the main toolbar while the shown run is intervened: what was done (amber), Undo and Back to clean. In
-    the toolbar, not a bar of its own: showing it lays out no dock (an ablate click redraws the panels once)."""
+    the toolbar, not a bar of its own: showing it lays out no dock (an ablate click redraws the panels once). It
+    sits in a slot of the toolbar that keeps its room (grown to the widest banner yet, never shrunk): showing,
+    hiding or retitling it lays the toolbar out only when it needs more room (the toolbar was laid out, and the
+    window under it painted, on every click)."""
 
     def __init__(self, iv: InterventionSession, toolbar: QToolBar) -> None:
-        super().__init__(toolbar)
+        self.slot = QWidget(toolbar)       # no layout: the banner is placed in it by hand, and nothing it does
+        self.slot.setObjectName("interventionBannerSlot")          # reaches the toolbar but a slot grown
+        self.slot.setFixedSize(0, 0)
+        super().__init__(self.slot)
         self.setObjectName("interventionBanner")
+        self.setVisible(False)
         self.iv = iv
         self.label = QLabel()
         self.label.setStyleSheet(f"color: black; background: {MARK}; padding: 2px 6px; font-weight: bold;")
@@ -663,15 +670,15 @@ class InterventionBanner(QWidget):
             button = QToolButton()
             button.setDefaultAction(action)
             layout.addWidget(button)
-        self.action = toolbar.addWidget(self)
-        self.action.setVisible(False)
+        layout.addStretch(1)               # in a slot wider than this banner: the room left blank
+        self.action = toolbar.addWidget(self.slot)
         iv.changed.connect(lambda: relay().later(self.refresh))      # once per event-loop turn
         iv.session.image_list.current_changed.connect(lambda _maps: relay().later(self.refresh))
 
     def refresh(self) -> None:
         iv = self.iv
-        if self.action.isVisible() != bool(iv.steps):
-            self.action.setVisible(bool(iv.steps))
+        if self.isHidden() == bool(iv.steps):
+            self.setVisible(bool(iv.steps))
         if not iv.steps:
             return
         shown = iv.session.image_list.current_maps
@@ -684,6 +691,15 @@ class InterventionBanner(QWidget):
         text = f"Intervened: {iv.describe()} — {state}"
         self.label.setToolTip(text)
         self.label.setText(self.label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, 540))
+        self._fit_slot()
+
+    def _fit_slot(self) -> None:
+        """Grow the toolbar's slot to this banner's size hint where it is wider (or of another height): the one
+        change that lays the toolbar out."""
+        need, slot = self.sizeHint(), self.slot.size()
+        if need.width() > slot.width() or need.height() != slot.height():
+            self.slot.setFixedSize(max(need.width(), slot.width()), need.height())
+        self.setGeometry(0, 0, self.slot.width(), self.slot.height())
 
 
 class InterventionsPanel(QWidget):
