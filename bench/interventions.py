@@ -11,6 +11,8 @@ For each model -- the bundled demo model (3 layers x 4 heads, 64 px, 65 tokens) 
 - `model.run(x, intervene=Ablate([(l, h)]))` against `model.run(x)` (the full capture both): what an ablation adds
   to a run, median and p95 of `--repeats` runs (the library side of an ablate click in the window);
 - the window (`--only window`, offscreen): an ablate click on the demo model to the Interventions dock updated.
+  Then the layout requests and paint events per click, by widget (a count, with an application event filter, in
+  further clicks: it does not drift with the load as the times do).
 Medians of interleaved repeats (bench/common.py); the scans are timed `--scan-repeats` times (default 3; 1 for
 ViT-B on a small CPU is enough to see the ratio), each with one forward timed just before and after it, which
 the ratio divides by (on a shared CPU the load drifts by several times within minutes).
@@ -194,7 +196,6 @@ def _name(obj) -> str:
 def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> dict:
     """Layout requests and paint events per widget class, per ablate click (the mean over `clicks` further clicks,
     with an application event filter, so not in the timed ones): a figure that does not drift with the load."""
-    import os
     from collections import Counter
 
     from PySide6.QtCore import QEvent, QObject
@@ -209,8 +210,6 @@ def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> 
             kind = kinds.get(event.type()) if self.on else None
             if kind is not None:
                 counts[kind][_name(obj)] += 1
-                if os.environ.get("VITVIZ_BENCH_RECTS") and kind == "paint events":
-                    print(_name(obj), event.rect())
             return False
 
     counter = Counting()
