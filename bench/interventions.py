@@ -231,7 +231,7 @@ def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> 
              and not redraws_pending())
         app.sendPostedEvents(None, 0)
         counter.phase, done = " after", time.perf_counter()
-        wait(lambda: time.perf_counter() - done > AFTER_S)
+        wait(lambda done=done: time.perf_counter() - done > AFTER_S)
         counter.phase = None
     app.removeEventFilter(counter)
     return {kind: Counter({name: n / clicks for name, n in c.items()}) for kind, c in counts.items()}
