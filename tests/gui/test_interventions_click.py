@@ -199,7 +199,8 @@ def _click_counting_layouts(qtbot, window, layer: int, head: int) -> list:  # no
         iv.toggle(layer, head)
         qtbot.waitUntil(lambda: iv.current() is not None and window.session.image_list.current_maps is
                         iv.current().maps and not redraws_pending(), timeout=20000)
-        app.sendPostedEvents(None, 0)
+        for _ in range(3):                 # and the layout requests those layouts post
+            app.sendPostedEvents(None, 0)
     finally:
         app.removeEventFilter(counter)
     return counter.seen
@@ -260,4 +261,29 @@ def test_a_click_measures_no_column_of_the_interventions_table(qtbot, loaded) ->
         widest = max(metrics.horizontalAdvance(panel.table.item(i, j).text()) for i in range(panel.table.rowCount()))
         assert header.sectionSize(j) > widest
     assert header.sectionSize(0) > metrics.horizontalAdvance(panel.table.item(0, 0).text())
+    wait_idle(qtbot, window)
+
+
+def test_a_new_heads_line_lays_out_no_dock(qtbot, loaded) -> None:  # noqa: ANN001
+    """The Interventions dock's line of what is done, retitled by a click, lays out neither its panel, the dock
+    nor the main window while it takes as many lines (the main window was laid out on every click); a longer text
+    grows its room, and the label is shown whole."""
+    window = loaded
+    iv = window.interventions
+    _click_counting_layouts(qtbot, window, 0, 1)         # shows the dock
+    iv.clear_heads()
+    dock = window.dock("interventionsDock")
+    panel = dock.widget()
+    label = panel.heads_label
+    qtbot.waitUntil(lambda: label.text().startswith("Clean run"), timeout=5000)
+    wait_idle(qtbot, window)
+    seen = _click_counting_layouts(qtbot, window, 1, 0)
+    assert label.text().startswith("Intervened: ablated L1.H0")
+    assert not [w for w in seen if w in (window, dock, panel)], seen
+    assert label.isVisible() and label.height() >= label.heightForWidth(label.width())
+    room = label.parentWidget()
+    before = room.minimumHeight()
+    label.setText(" · ".join(["ablated L0.H1, L0.H2, L1.H0 (mean over 3 images)"] * 6))
+    qtbot.waitUntil(lambda: room.minimumHeight() > before, timeout=5000)
+    qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()) > 0, timeout=5000)
     wait_idle(qtbot, window)

@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTableWidget, QTableWidgetItem,
+                               QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui import docks, importance_view
@@ -702,6 +702,33 @@ class InterventionBanner(QWidget):
         self.setGeometry(0, 0, self.slot.width(), self.slot.height())
 
 
+class LabelRoom(QWidget):
+    """Holds a word-wrapped label, as wide as the layout gives and as tall as the label's lines, laid out by hand:
+    a new text relays out the panel (and with it the dock and the main window) only when it takes another number of
+    lines (an ablate click's 'Clean run …' -> 'Intervened: …' relaid the main window out every time)."""
+
+    def __init__(self, label: QLabel) -> None:
+        super().__init__()
+        self.label = label
+        label.setParent(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:      # the label's text (or font) changed
+            self._fit()
+        return super().event(event)
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        height = max(self.label.heightForWidth(self.width()), self.label.minimumSizeHint().height())
+        if height != self.minimumHeight():
+            self.setMinimumHeight(height)       # another number of lines: the one change that lays the panel out
+        self.label.setGeometry(0, 0, self.width(), height)
+
+
 class InterventionsPanel(QWidget):
     """The Interventions dock: the steps with Undo and Back to clean, the current image's top-5 clean, intervened
     and Δ, and the importance scan (its grid is in the Overview dock)."""
@@ -730,7 +757,7 @@ class InterventionsPanel(QWidget):
             buttons.addWidget(button)
         buttons.addStretch(1)
         side = QVBoxLayout()      # below the image the dock is wide and short: the table beside what was done
-        side.addWidget(self.heads_label)
+        side.addWidget(LabelRoom(self.heads_label))
         side.addLayout(buttons)
         side.addStretch(1)
         layout = QHBoxLayout(self)
