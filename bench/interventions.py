@@ -11,6 +11,8 @@ For each model -- the bundled demo model (3 layers x 4 heads, 64 px, 65 tokens) 
 - `model.run(x, intervene=Ablate([(l, h)]))` against `model.run(x)` (the full capture both): what an ablation adds
   to a run, median and p95 of `--repeats` runs (the library side of an ablate click in the window);
 - the window (`--only window`, offscreen): an ablate click on the demo model to the Interventions dock updated.
+  Then the layout requests and paint events per click, by widget (a count, with an application event filter, in
+  further clicks: it does not drift with the load as the times do).
 Medians of interleaved repeats (bench/common.py); the scans are timed `--scan-repeats` times (default 3; 1 for
 ViT-B on a small CPU is enough to see the ratio), each with one forward timed just before and after it, which
 the ratio divides by (on a shared CPU the load drifts by several times within minutes).
@@ -138,6 +140,7 @@ def window_latency(repeats: int) -> None:
         times.append(time.perf_counter() - start)
         cpu.append(time.thread_time() - start_cpu)
         proc.append(time.process_time() - start_proc)
+    counts = count_events(app, window, iv, heads, wait, redraws_pending, min(8, repeats))
     path = window.session.image_list.current
     iv.clear_heads()
     wait(window.is_idle)
@@ -175,6 +178,63 @@ def window_latency(repeats: int) -> None:
           f"{np.percentile(forwards, 95) * 1e3:.1f}); target p95 <= one forward + 16 ms = {(one + 0.016) * 1e3:.1f} ms "
           f"({'met' if np.percentile(times, 95) <= one + 0.016 else 'not met'}); load average "
           f"{os.getloadavg()[0]:.1f}", flush=True)
+    print("  per click (mean of the counted clicks, by widget class): " + "; ".join(
+        f"{kind} {sum(c.values()):.1f} ({', '.join(f'{name} {n:.1f}' for name, n in c.most_common())})"
+        for kind, c in counts.items()), flush=True)
+
+
+def _name(obj) -> str:
+    """A widget's class, with its object name or else its nearest named parent's ('QWidget<interventionsDock')."""
+    name, parent = type(obj).__name__, obj
+    while parent is not None and not parent.objectName():
+        parent = parent.parent()
+    if parent is obj:
+        return f"{name}#{obj.objectName()}"
+    return name if parent is None else f"{name}<{parent.objectName()}"
+
+
+AFTER_S = 0.06     # how long after a click is measured done its late layouts and paints are counted
+
+
+def count_events(app, window, iv, heads, wait, redraws_pending, clicks: int) -> dict:
+    """Layout requests and paint events per widget class, per ablate click (the mean over `clicks` further clicks,
+    with an application event filter, so not in the timed ones): a figure that does not drift with the load. The
+    '... after' ones came in the `AFTER_S` after the click was measured done: a paint the timed click left out (the
+    other images' runs and the list's redraw for them come then too)."""
+    from collections import Counter
+
+    from PySide6.QtCore import QEvent, QObject
+
+    kinds = {QEvent.Type.LayoutRequest: "layout requests", QEvent.Type.Paint: "paint events"}
+    counts = {f"{name}{late}": Counter() for name in kinds.values() for late in ("", " after")}
+
+    class Counting(QObject):
+        phase = None    # "" during the click, " after" in the AFTER_S after it was measured done
+
+        def eventFilter(self, obj, event):  # noqa: N802 - Qt override
+            kind = kinds.get(event.type()) if self.phase is not None else None
+            if kind is not None:
+                counts[kind + self.phase][_name(obj)] += 1
+            return False
+
+    counter = Counting()
+    app.installEventFilter(counter)
+    spec = window.session.model.spec
+    for i in range(clicks):
+        iv.clear_heads()
+        wait(lambda: window.is_idle() and not redraws_pending())
+        for _ in range(5):
+            app.processEvents()
+        counter.phase = ""
+        iv.toggle(*heads[(i + 5) % (spec.depth * spec.num_heads)])
+        wait(lambda: iv.current() is not None and window.session.image_list.current_maps is iv.current().maps
+             and not redraws_pending())
+        app.sendPostedEvents(None, 0)
+        counter.phase, done = " after", time.perf_counter()
+        wait(lambda done=done: time.perf_counter() - done > AFTER_S)
+        counter.phase = None
+    app.removeEventFilter(counter)
+    return {kind: Counter({name: n / clicks for name, n in c.items()}) for kind, c in counts.items()}
 
 
 def main() -> None:

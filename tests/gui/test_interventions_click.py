@@ -171,3 +171,119 @@ def test_the_click_runs_the_clean_runs_input_again(qtbot, loaded, tiny_ckpt, mon
     np.testing.assert_allclose(result.attentions, want.attentions, atol=1e-6)
     assert result.source == s.image_list.current
     wait_idle(qtbot, window)
+
+
+class _Layouts(QObject):
+    """Counts the layout requests every widget gets (by the widget) while installed on the application."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: ANN001, N802 - Qt override
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.seen.append(obj)
+        return False
+
+
+def _click_counting_layouts(qtbot, window, layer: int, head: int) -> list:  # noqa: ANN001
+    """The widgets laid out while an ablate click of (layer, head) is run and its answer drawn."""
+    from PySide6.QtWidgets import QApplication
+
+    from vitviz.gui.panels.base import redraws_pending
+
+    iv, app = window.interventions, QApplication.instance()
+    counter = _Layouts()
+    app.installEventFilter(counter)
+    try:
+        iv.toggle(layer, head)
+        qtbot.waitUntil(lambda: iv.current() is not None and window.session.image_list.current_maps is
+                        iv.current().maps and not redraws_pending(), timeout=20000)
+        for _ in range(3):                 # and the layout requests those layouts post
+            app.sendPostedEvents(None, 0)
+    finally:
+        app.removeEventFilter(counter)
+    return counter.seen
+
+
+def test_a_click_lays_out_no_toolbar_once_the_banner_has_room(qtbot, loaded) -> None:  # noqa: ANN001
+    """The banner keeps its room in the toolbar: after the first, a click (the banner shown again, retitled) lays
+    the toolbar out no more, and Back to clean hides the banner without laying it out either."""
+    window = loaded
+    iv, banner = window.interventions, window.intervention_banner
+    toolbar = window.menus.toolbar
+    _click_counting_layouts(qtbot, window, 0, 1)
+    assert banner.isVisible()
+    iv.clear_heads()
+    qtbot.waitUntil(lambda: not banner.isVisible(), timeout=5000)
+    wait_idle(qtbot, window)
+    seen = _click_counting_layouts(qtbot, window, 1, 0)
+    assert banner.isVisible() and "every panel shows this run" in banner.label.toolTip()
+    assert toolbar not in seen, "the toolbar was laid out by the click"
+    assert banner.geometry().width() >= banner.sizeHint().width()      # the banner is drawn whole in its room
+    wait_idle(qtbot, window)
+
+
+def test_a_click_lays_out_nothing_in_the_hidden_rollout_panel(qtbot, loaded) -> None:  # noqa: ANN001
+    """The rollout panel hidden (a tab behind another), a click's new maps (same model) neither lay out its
+    controls nor fill its query list again."""
+    window = loaded
+    panel = window.rollout_panel
+    assert not panel.is_shown()
+    removed: list = []
+    panel.query_combo.model().rowsRemoved.connect(lambda *args: removed.append(args))
+    seen = _click_counting_layouts(qtbot, window, 0, 1)
+    assert not [w for w in seen if w is panel or panel.isAncestorOf(w)]
+    assert removed == []
+    assert panel.query_combo.count() >= 1 and panel.start_spin.maximum() == window.session.model.spec.depth - 1
+    wait_idle(qtbot, window)
+
+
+def test_a_click_measures_no_column_of_the_interventions_table(qtbot, loaded) -> None:  # noqa: ANN001
+    """The numbers' columns are as wide as their widest value from the start: a click, which fills them, resizes
+    no column (the table was measured and laid out on every click); the class names are measured when they
+    change."""
+    window = loaded
+    iv = window.interventions
+    _click_counting_layouts(qtbot, window, 0, 1)         # shows the dock
+    iv.clear_heads()
+    panel = window.dock("interventionsDock").widget()
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.table.item(0, 3).text() == "", timeout=5000)
+    wait_idle(qtbot, window)
+    header = panel.table.horizontalHeader()
+    resized: list = []
+    header.sectionResized.connect(lambda *args: resized.append(args))
+    _click_counting_layouts(qtbot, window, 1, 0)
+    assert panel.table.item(0, 3).text().startswith(("+", "-"))
+    assert resized == []
+    metrics = panel.table.fontMetrics()
+    for j in range(1, 4):                   # each value fits its column
+        widest = max(metrics.horizontalAdvance(panel.table.item(i, j).text()) for i in range(panel.table.rowCount()))
+        assert header.sectionSize(j) > widest
+    assert header.sectionSize(0) > metrics.horizontalAdvance(panel.table.item(0, 0).text())
+    wait_idle(qtbot, window)
+
+
+def test_a_new_heads_line_lays_out_no_dock(qtbot, loaded) -> None:  # noqa: ANN001
+    """The Interventions dock's line of what is done, retitled by a click, lays out neither its panel nor the dock
+    (nor, through them, the main window: it was on every click) while it takes as many lines; a longer text grows
+    its room, and the label is shown whole."""
+    window = loaded
+    iv = window.interventions
+    _click_counting_layouts(qtbot, window, 0, 1)         # shows the dock
+    iv.clear_heads()
+    dock = window.dock("interventionsDock")
+    panel = dock.widget()
+    label = panel.heads_label
+    qtbot.waitUntil(lambda: label.text().startswith("Clean run"), timeout=5000)
+    wait_idle(qtbot, window)
+    seen = _click_counting_layouts(qtbot, window, 1, 0)
+    assert label.text().startswith("Intervened: ablated L1.H0")
+    assert not [w for w in seen if w in (dock, panel)], seen       # (the main window is laid out through them)
+    assert label.isVisible() and label.height() >= label.heightForWidth(label.width())
+    wait_idle(qtbot, window)          # the other images' answers refresh the line no more
+    room = label.parentWidget()
+    before = room.minimumHeight()
+    label.setText(" · ".join(["ablated L0.H1, L0.H2, L1.H0 (mean over 3 images)"] * 6))
+    qtbot.waitUntil(lambda: room.minimumHeight() > before, timeout=5000)
+    qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()) > 0, timeout=5000)

@@ -456,3 +456,30 @@ def test_a_long_status_message_wraps_onto_a_second_line_at_1280(qtbot, loaded) -
     window.statusBar().showMessage("Ready")
     qtbot.waitUntil(lambda: bar.minimumHeight() == 0, timeout=5000)
     assert bar.height() < 2 * bar.fontMetrics().lineSpacing() + 4
+
+
+def test_the_status_bar_measures_a_message_once(qtbot, loaded) -> None:  # noqa: ANN001
+    """The bar asks how many lines a message takes on every message (its height, its tooltip): a text is measured
+    once per room and font, and again when the room changes."""
+    window = loaded
+    bar = window.statusBar()
+    measured: list = []
+    metrics = bar.fontMetrics
+
+    def counting():  # noqa: ANN202
+        measured.append(1)
+        return metrics()
+
+    bar.fontMetrics = counting
+    text = "Running img_018.jpg… " * 8
+    first = bar.lines_needed(text)
+    for _ in range(3):
+        assert bar.lines_needed(text) == first
+    assert len(measured) == 1
+    room = bar.message_rect().width()
+    window.resize(window.width() - 200, window.height())
+    qtbot.waitUntil(lambda: bar.message_rect().width() != room, timeout=5000)
+    measured.clear()
+    assert bar.lines_needed(text) >= first and bar.lines_needed(text) >= first     # less room: measured anew, once
+    assert len(measured) == 1
+    del bar.fontMetrics

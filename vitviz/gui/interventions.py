@@ -26,8 +26,8 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QPoint, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolBar,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDockWidget, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTableWidget, QTableWidgetItem,
+                               QToolBar, QToolButton, QVBoxLayout, QWidget)
 
 from vitviz.core.analyses.maps import MapKind, MapStack, ResultMaps
 from vitviz.gui import docks, importance_view
@@ -641,11 +641,18 @@ def hook_head_selector(iv: InterventionSession, state: Any, spin: QWidget, slide
 
 class InterventionBanner(QWidget):
     """In the main toolbar while the shown run is intervened: what was done (amber), Undo and Back to clean. In
-    the toolbar, not a bar of its own: showing it lays out no dock (an ablate click redraws the panels once)."""
+    the toolbar, not a bar of its own: showing it lays out no dock (an ablate click redraws the panels once). It
+    sits in a slot of the toolbar that keeps its room (grown to the widest banner yet, never shrunk): showing,
+    hiding or retitling it lays the toolbar out only when it needs more room (the toolbar was laid out, and the
+    window under it painted, on every click)."""
 
     def __init__(self, iv: InterventionSession, toolbar: QToolBar) -> None:
-        super().__init__(toolbar)
+        self.slot = QWidget(toolbar)       # no layout: the banner is placed in it by hand, and nothing it does
+        self.slot.setObjectName("interventionBannerSlot")          # reaches the toolbar but a slot grown
+        self.slot.setFixedSize(0, 0)
+        super().__init__(self.slot)
         self.setObjectName("interventionBanner")
+        self.setVisible(False)
         self.iv = iv
         self.label = QLabel()
         self.label.setStyleSheet(f"color: black; background: {MARK}; padding: 2px 6px; font-weight: bold;")
@@ -663,15 +670,15 @@ class InterventionBanner(QWidget):
             button = QToolButton()
             button.setDefaultAction(action)
             layout.addWidget(button)
-        self.action = toolbar.addWidget(self)
-        self.action.setVisible(False)
+        layout.addStretch(1)               # in a slot wider than this banner: the room left blank
+        self.action = toolbar.addWidget(self.slot)
         iv.changed.connect(lambda: relay().later(self.refresh))      # once per event-loop turn
         iv.session.image_list.current_changed.connect(lambda _maps: relay().later(self.refresh))
 
     def refresh(self) -> None:
         iv = self.iv
-        if self.action.isVisible() != bool(iv.steps):
-            self.action.setVisible(bool(iv.steps))
+        if self.isHidden() == bool(iv.steps):
+            self.setVisible(bool(iv.steps))
         if not iv.steps:
             return
         shown = iv.session.image_list.current_maps
@@ -684,6 +691,42 @@ class InterventionBanner(QWidget):
         text = f"Intervened: {iv.describe()} — {state}"
         self.label.setToolTip(text)
         self.label.setText(self.label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, 540))
+        self._fit_slot()
+
+    def _fit_slot(self) -> None:
+        """Grow the toolbar's slot to this banner's size hint where it is wider (or of another height): the one
+        change that lays the toolbar out."""
+        need, slot = self.sizeHint(), self.slot.size()
+        if need.width() > slot.width() or need.height() != slot.height():
+            self.slot.setFixedSize(max(need.width(), slot.width()), need.height())
+        self.setGeometry(0, 0, self.slot.width(), self.slot.height())
+
+
+class LabelRoom(QWidget):
+    """Holds a word-wrapped label, as wide as the layout gives and as tall as the label's lines, laid out by hand:
+    a new text relays out the panel (and with it the dock and the main window) only when it takes another number of
+    lines (an ablate click's 'Clean run …' -> 'Intervened: …' relaid the main window out every time)."""
+
+    def __init__(self, label: QLabel) -> None:
+        super().__init__()
+        self.label = label
+        label.setParent(self)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:      # the label's text (or font) changed
+            self._fit()
+        return super().event(event)
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        height = max(self.label.heightForWidth(self.width()), self.label.minimumSizeHint().height())
+        if height != self.minimumHeight():
+            self.setMinimumHeight(height)       # another number of lines: the one change that lays the panel out
+        self.label.setGeometry(0, 0, self.width(), height)
 
 
 class InterventionsPanel(QWidget):
@@ -708,12 +751,13 @@ class InterventionsPanel(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setMinimumWidth(300)
         self.table.setMaximumHeight(self.table.verticalHeader().defaultSectionSize() * 6 + 6)   # five rows, header
+        self._size_number_columns()
         buttons = QHBoxLayout()
         for button in (self.undo_button, self.clear_button, self.scan_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         side = QVBoxLayout()      # below the image the dock is wide and short: the table beside what was done
-        side.addWidget(self.heads_label)
+        side.addWidget(LabelRoom(self.heads_label))
         side.addLayout(buttons)
         side.addStretch(1)
         layout = QHBoxLayout(self)
@@ -775,6 +819,7 @@ class InterventionsPanel(QWidget):
                   "" if after is None else f"{after[index] - p:+.3f}"] for index, label, p in rows]
         if table == self._table:
             return                    # the same cells: nothing to lay out again
+        labels = [row[0] for row in table] != [row[0] for row in self._table]
         self._table = table
         self.table.setRowCount(len(rows))
         for i, cells in enumerate(table):
@@ -784,7 +829,18 @@ class InterventionsPanel(QWidget):
                     self.table.setItem(i, j, QTableWidgetItem(text))
                 elif item.text() != text:
                     item.setText(text)
-        self.table.resizeColumnsToContents()
+        if labels:                    # the numbers' columns are as wide as their widest value from the start
+            self.table.resizeColumnToContents(0)
+
+    def _size_number_columns(self) -> None:
+        """The numbers' columns as wide as their header or the widest number ('+0.000': digits are equally wide),
+        once: an ablate click, which changes the numbers only, measures no column again."""
+        table = self.table
+        table.setRowCount(1)
+        for j in range(1, table.columnCount()):
+            table.setItem(0, j, QTableWidgetItem("+0.000"))
+            table.resizeColumnToContents(j)
+        table.setRowCount(0)
 
 
 # ---------------------------------------------------------------------------------- the dock below the image

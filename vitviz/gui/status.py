@@ -44,6 +44,7 @@ class WrappingStatusBar(QStatusBar):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._lines: dict[tuple[str, int, str], int] = {}    # (text, room, font) -> lines: measured once each
         self.messageChanged.connect(lambda _text: QTimer.singleShot(0, self, self._fit_height))
 
     def message_rect(self) -> QRect:
@@ -53,13 +54,20 @@ class WrappingStatusBar(QStatusBar):
         return QRect(6, 0, max(0, right - 12), self.height())
 
     def lines_needed(self, text: str) -> int:
-        """How many lines `text` takes wrapped in the message's room (1 for none)."""
+        """How many lines `text` takes wrapped in the message's room (1 for none). Measured once per text, room and
+        font: the bar asks on every message (twice: its height and its tooltip), and the worker's lines come back
+        to the same few texts."""
         if not text:
             return 1
-        room = self.message_rect().width()
-        metrics = self.fontMetrics()
-        box = metrics.boundingRect(QRect(0, 0, max(1, room), 10_000), int(Qt.TextFlag.TextWordWrap), text)
-        return max(1, -(-box.height() // metrics.lineSpacing()))
+        key = (text, self.message_rect().width(), self.font().key())
+        lines = self._lines.get(key)
+        if lines is None:
+            if len(self._lines) >= 256:
+                self._lines.clear()
+            metrics = self.fontMetrics()
+            box = metrics.boundingRect(QRect(0, 0, max(1, key[1]), 10_000), int(Qt.TextFlag.TextWordWrap), text)
+            lines = self._lines[key] = max(1, -(-box.height() // metrics.lineSpacing()))
+        return lines
 
     def _fit_height(self) -> None:
         """Two lines while the message needs them; not shrunk for a passing status line while the worker is busy

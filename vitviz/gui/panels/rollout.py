@@ -214,17 +214,21 @@ class RolloutPanel(LazyPanel):
             self._updating = False
 
     def _fill_queries(self) -> None:
+        """The query choices of the shown result; filled again only when they differ (a refill changes the combo's
+        size hint: the controls laid out again on every ablate click, the panel hidden or not)."""
         combo, spec = self.query_combo, self._maps.result.spec if self._maps else None
-        combo.clear()
         default = "CLS" if spec is None or (spec.cls_token and spec.num_prefix) else "mean of the patches"
-        combo.addItem(f"{default} (no token selected)", -1)
-        for i, name in enumerate(spec.prefix_names if spec else ()):
-            combo.addItem(f"{name} token", i)
+        items = [(f"{default} (no token selected)", -1)]
+        items += [(f"{name} token", i) for i, name in enumerate(spec.prefix_names if spec else ())]
         q = self.state.query
         if spec is not None and q is not None and q >= spec.num_prefix:
-            combo.addItem(f"{spec.token_name(q)} · token {q}", q)
+            items.append((f"{spec.token_name(q)} · token {q}", q))
         if self._has_pool():
-            combo.addItem("pooling query (MAP head)", POOL_QUERY)
+            items.append(("pooling query (MAP head)", POOL_QUERY))
+        if items != [(combo.itemText(i), combo.itemData(i)) for i in range(combo.count())]:
+            combo.clear()
+            for text, data in items:
+                combo.addItem(text, data)
         chosen = POOL_QUERY if self._pooled() else -1 if q is None else q
         combo.setCurrentIndex(max(0, combo.findData(chosen)))
 
@@ -241,7 +245,7 @@ class RolloutPanel(LazyPanel):
         """Show the rollout of another result (None: nothing); the image list's `current_changed` calls this."""
         if maps is not self._maps:
             self._maps = maps
-            if maps is not None:
+            if maps is not None and self.start_spin.maximum() != maps.rollout_depth - 1:   # a new range relays out
                 self._updating = True
                 self.start_spin.setMaximum(maps.rollout_depth - 1)
                 self._updating = False
