@@ -135,9 +135,13 @@ def test_a_title_of_the_same_size_lays_nothing_out(qtbot) -> None:  # noqa: ANN0
     assert not layout.isActivated()
 
 
-def test_the_click_run_is_said_by_its_banner_not_the_status_bar(qtbot, loaded) -> None:  # noqa: ANN001
+def test_the_click_run_is_said_by_its_banner_not_the_status_bar(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
     """Up to its answer, an ablate click's run lays out and paints no status line or busy bar (the banner and the
-    dock say it runs)."""
+    dock say it runs). Its quiet time is set far beyond the run, so a loaded machine's slow run cannot pass it:
+    what is checked is that the click's request is quiet, not how fast the machine is."""
+    from vitviz.gui import client as client_mod
+
+    monkeypatch.setattr(client_mod, "QUIET_MS", 600_000)
     window = loaded
     said: list = []
     window.session.busy_changed.connect(lambda busy: said.append(busy))
