@@ -372,7 +372,8 @@ def _images(count: int, size: tuple[int, int] = (300, 400)) -> list[str]:
     return paths
 
 
-def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps: int = 120) -> None:
+def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps: int = 120,
+                  label: str = "two ViT-B/16 @224") -> None:
     """Switching the linked layer/head with two ViT-B/16 loaded (A in the window, B in the worker's slot), the
     comparison built over the open images and the Compare dock visible: the whole window's update (image panel,
     overview, Compare dock's A / B / A − B, its mapping and scale lines, the summary's layer marker)."""
@@ -391,10 +392,11 @@ def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps
         app.processEvents()
         time.sleep(0.005)
     assert win.compare_panel.is_shown() and win.compare_panel.frame is not None
+    depth = win.session.model.spec.depth
     rng = np.random.default_rng(1)
     times, own, cpu = [], [], []     # cpu: the GUI thread's own CPU time, less swayed by the load than the wall time
     for i in range(steps):
-        change = {"layer": int(rng.integers(12))} if i % 2 else {"head": int(rng.integers(heads))}
+        change = {"layer": int(rng.integers(depth))} if i % 2 else {"head": int(rng.integers(heads))}
         t0, c0 = time.perf_counter(), time.thread_time()
         win.state.update(**change)
         app.processEvents()
@@ -408,7 +410,7 @@ def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps
         app.processEvents()
     hidden = []
     for i in range(steps):
-        change = {"layer": int(rng.integers(12))} if i % 2 else {"head": int(rng.integers(heads))}
+        change = {"layer": int(rng.integers(depth))} if i % 2 else {"head": int(rng.integers(heads))}
         t0 = time.perf_counter()
         win.state.update(**change)
         app.processEvents()
@@ -417,7 +419,7 @@ def bench_compare(ckpt_a: Path, ckpt_b: Path, heads: int, images: int = 2, steps
     o50, o95 = _pct(own)
     h50, h95 = _pct(hidden)
     c50, c95 = _pct(cpu)
-    print(f"compare, two ViT-B/16 @224 (random weights, {images} images), linked layer/head change with the Compare "
+    print(f"compare, {label} (random weights, {images} images), linked layer/head change with the Compare "
           f"dock visible: p50 {p50:.1f} ms, p95 {p95:.1f} ms (target p95 16 ms, ratio {p95 / 16:.2f}; the GUI thread's "
           f"CPU time p50 {c50:.1f} ms, p95 {c95:.1f} ms); the dock's own "
           f"redraw p50 {o50:.1f} ms, p95 {o95:.1f} ms; the same window with the dock hidden p50 {h50:.1f} ms, p95 "
@@ -518,6 +520,8 @@ def main() -> int:
                         help="only the Timeline dock: scrubbing a 50-checkpoint run once cached")
     parser.add_argument("--matrix", action="store_true", help="only the window at T = 1370: the attention-matrix "
                         "view and a layer change with the Overview, Matrix and Head statistics docks visible")
+    parser.add_argument("--large", action="store_true", help="with --compare: two ViT-L/14 @518 (T = 1370) instead "
+                        "of two ViT-B/16 (minutes; ~15 GiB)")
     parser.add_argument("--json", action="store_true", help="with --matrix: also print its numbers as one JSON line")
     parser.add_argument("--against", type=Path, metavar="CHECKOUT",
                         help="with --matrix: interleaved runs with the vitviz of another checkout and of this one")
@@ -542,7 +546,7 @@ def main() -> int:
         if args.timeline:
             bench_timeline()
         if args.compare:
-            _bench_compare_models()
+            _bench_compare_models(large=args.large)
         return 0
     if args.quit:
         from _tiny import write_tiny_checkpoint
@@ -574,13 +578,18 @@ def main() -> int:
     return 0
 
 
-def _bench_compare_models() -> None:
+def _bench_compare_models(large: bool = False) -> None:
+    """Two ViT-B/16 @224 (`large`: two ViT-L/14 @518, T = 1370, 24 layers x 16 heads) with random weights."""
     from _tiny import write_tiny_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
-        a, b = (write_tiny_checkpoint(Path(tmp) / f"vit_b16_{n}.pth", embed_dim=768, depth=12, patch=16,
-                                      grid=(14, 14), num_classes=1000, seed=n) for n in (0, 1))
-        bench_compare(a, b, heads=12)
+        if large:
+            a, b = (write_tiny_checkpoint(Path(tmp) / f"vit_l14_{n}.pth", embed_dim=1024, depth=24, patch=14,
+                                          grid=(37, 37), num_classes=1000, seed=n) for n in (0, 1))
+        else:
+            a, b = (write_tiny_checkpoint(Path(tmp) / f"vit_b16_{n}.pth", embed_dim=768, depth=12, patch=16,
+                                          grid=(14, 14), num_classes=1000, seed=n) for n in (0, 1))
+        bench_compare(a, b, heads=16 if large else 12, label="two ViT-L/14 @518" if large else "two ViT-B/16 @224")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,11 @@ def test_a_size_word_fixes_heads_only_at_its_own_width() -> None:
     assert named_heads("dinov2_vitg14", 1536) == (24, "metadata: model name 'dinov2_vitg14'")
     assert named_heads("vit_small_custom", 384)[0] == 6
     assert named_heads("vit_small_custom", 512) is None
-    # a registered architecture at a width other than its own (model_args changed it): not fixed by the name
-    assert named_heads("vit_giant_patch14_dinov2", 1024) is None
+    # a registered architecture at a width other than its own (model_args changed it): timm keeps the count
+    assert named_heads("vit_giant_patch14_dinov2", 1032)[0] == 24
+    assert "the width here is 1032 (1536 registered)" in named_heads("vit_giant_patch14_dinov2", 1032)[1]
+    assert named_heads("vit_h_14", 1280) == (16, "named model: torchvision builds 'vit_h_14' with 16 heads (1280 wide)")
+    assert named_heads("vit_giant_patch14_dinov2", 1000) is None      # 24 heads do not divide it
     assert named_heads("vit_giant_patch14_dinov2.lvd142m", 1536)[0] == 24
 
 

@@ -65,19 +65,30 @@ def parse_model_name(name: str) -> NameInfo:
     return NameInfo(heads, patch, image, SIZE_WORD_WIDTH.get(word) if word else None)
 
 
+# torchvision's ViT builders: (width, heads), fixed in each builder
+TORCHVISION_HEADS = {"vit_b_16": (768, 12), "vit_b_32": (768, 12), "vit_l_16": (1024, 16), "vit_l_32": (1024, 16),
+                     "vit_h_14": (1280, 16)}
+
+
 def named_heads(name: str, width: int) -> tuple[int, str] | None:
     """The head count a model's name fixes at attention width `width`, with its source: timm's registered count
-    for an architecture timm registers at that width (`timm_heads`, generated from timm), else the name's size
-    word where `width` is the width it names; None where the name fixes nothing (a size word at another width:
-    'giant' is 16 heads at 1408, 24 at 1536)."""
+    for an architecture timm registers (`timm_heads`, generated from timm; at another width too, where it divides
+    it: timm builds a name's registered arguments updated by model_args, so a changed width keeps the count), else
+    the name's size word where `width` is the width it names; None where the name fixes nothing (a size word at
+    another width: 'giant' is 16 heads at 1408, 24 at 1536)."""
     from vitviz.core.reading.timm_heads import TIMM_HEADS, TIMM_VERSION
 
     arch = name.lower().split("/")[-1].split(".")[0]
-    if arch in TIMM_HEADS:
-        registered, heads = TIMM_HEADS[arch]
+    known = TIMM_HEADS.get(arch) or TORCHVISION_HEADS.get(arch)
+    if known is not None:
+        registered, heads = known
+        library = f"timm {TIMM_VERSION} registers" if arch in TIMM_HEADS else "torchvision builds"
         if registered == width:
-            return heads, f"named model: timm {TIMM_VERSION} registers {arch!r} with {heads} heads ({width} wide)"
-        return None   # the file is wider or narrower than the registered model: its name does not fix the count
+            return heads, f"named model: {library} {arch!r} with {heads} heads ({width} wide)"
+        if width % heads == 0:   # the library builds the name's own arguments, a width changed (timm's
+            return heads, (f"named model: {library} {arch!r} with {heads} heads; the width here is "  # model_args)
+                           f"{width} ({registered} registered), the head count its own")
+        return None
     info = parse_model_name(name)
     if info.heads and info.width == width:
         return info.heads, f"metadata: model name {name!r}"
