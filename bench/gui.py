@@ -589,7 +589,8 @@ def _bench_compare_models(large: bool = False) -> None:
         else:
             a, b = (write_tiny_checkpoint(Path(tmp) / f"vit_b16_{n}.pth", embed_dim=768, depth=12, patch=16,
                                           grid=(14, 14), num_classes=1000, seed=n) for n in (0, 1))
-        bench_compare(a, b, heads=16 if large else 12, label="two ViT-L/14 @518" if large else "two ViT-B/16 @224")
+        bench_compare(a, b, heads=16 if large else 12, images=1 if large else 2,
+                      label="two ViT-L/14 @518" if large else "two ViT-B/16 @224")
 
 
 if __name__ == "__main__":
