@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import tempfile
+import unittest.mock
 import time
 import traceback
 import warnings
@@ -81,15 +82,8 @@ def section(name: str, body: Callable[[], None]) -> None:
 @contextlib.contextmanager
 def copies(path: str) -> Any:
     """The copy path `HostCopy` takes inside: 'pinned' (asynchronous) or 'pageable' (the old synchronous one)."""
-    old = os.environ.get("VITVIZ_PINNED")
-    os.environ["VITVIZ_PINNED"] = PATHS[path]
-    try:
+    with unittest.mock.patch.dict(os.environ, {"VITVIZ_PINNED": PATHS[path]}):   # restored as it was after
         yield
-    finally:
-        if old is None:
-            os.environ.pop("VITVIZ_PINNED", None)
-        else:
-            os.environ["VITVIZ_PINNED"] = old
 
 
 def rss(field: str) -> int:
