@@ -28,9 +28,9 @@ import os
 import statistics
 import sys
 import tempfile
-import unittest.mock
 import time
 import traceback
+import unittest.mock
 import warnings
 from collections.abc import Callable
 from pathlib import Path
