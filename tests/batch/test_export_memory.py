@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from PIL import Image
+from _exports import timm_folder_and_images
 
 from vitviz.cli import main as vitviz_main
 from vitviz.core.running.capture import VitModel
@@ -22,15 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::vitviz.core.spec.GuessWarning")
 
 
 def _model_and_images(tmp_path: Path, count: int) -> tuple[Path, list[Path]]:
-    torch.manual_seed(0)
-    args = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
-    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=3, **args)
-    timm.models._hub.save_for_hf(model, str(tmp_path / "m"), model_args=args, safe_serialization=True)
-    rng = np.random.default_rng(0)
-    paths = [tmp_path / f"{i:02d}.png" for i in range(count)]
-    for path in paths:
-        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(path)
-    return tmp_path / "m", paths
+    return timm_folder_and_images(tmp_path, count, img_size=32, depth=2, heads=2, image_px=40)
 
 
 def _most_alive(monkeypatch: pytest.MonkeyPatch, argv: list[str], maps: str = "cls") -> tuple[int, int, int, int]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from _exports import timm_folder_and_images
 from PIL import Image
 
 from vitviz.batch import pipeline
@@ -25,15 +25,8 @@ DEPTH, HEADS, TOKENS = 3, 4, 1 + 8 * 8
 
 
 def _model_and_images(tmp_path: Path, count: int) -> tuple[Path, list[str]]:
-    torch.manual_seed(0)
-    args = dict(img_size=64, patch_size=8, embed_dim=32, depth=DEPTH, num_heads=HEADS)
-    model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=3, **args)
-    timm.models._hub.save_for_hf(model, str(tmp_path / "m"), model_args=args, safe_serialization=True)
-    rng = np.random.default_rng(0)
-    paths = [tmp_path / f"{i:02d}.png" for i in range(count)]
-    for path in paths:
-        Image.fromarray(rng.integers(0, 255, (70, 70, 3), dtype=np.uint8)).save(path)
-    return tmp_path / "m", [str(p) for p in paths]
+    folder, paths = timm_folder_and_images(tmp_path, count, img_size=64, depth=DEPTH, heads=HEADS, image_px=70)
+    return folder, [str(p) for p in paths]
 
 
 def _pngs(out: Path) -> dict[Path, np.ndarray]:
