@@ -42,10 +42,15 @@ class NameInfo:
     width: int | None = None   # the width the size word names (`heads` holds only at it)
 
 
+def _arch(name: str) -> str:
+    """A model name's architecture: lower case, no folder, no pretrained tag ('timm/ViT_x.augreg' -> 'vit_x')."""
+    return name.lower().split("/")[-1].split(".")[0]
+
+
 def parse_model_name(name: str) -> NameInfo:
     """Read heads, patch and image size from names like 'vit_base_patch16_384', 'deit_small_distilled_patch16_224',
     'dinov2_vitl14_reg', 'vit_small' (DINO `args.arch`) or torchvision 'vit_b_16'."""
-    n = name.lower().split("/")[-1].split(".")[0]
+    n = _arch(name)
     heads = patch = image = word = None
     m = re.search(r"(tiny|small|medium|base|large|huge|giant|gigantic)", n)
     if m:
@@ -78,15 +83,16 @@ def named_heads(name: str, width: int) -> tuple[int, str] | None:
     another width: 'giant' is 16 heads at 1408, 24 at 1536)."""
     from vitviz.core.reading.timm_heads import TIMM_HEADS, TIMM_VERSION
 
-    arch = name.lower().split("/")[-1].split(".")[0]
+    arch = _arch(name)
     known = TIMM_HEADS.get(arch) or TORCHVISION_HEADS.get(arch)
     if known is not None:
         registered, heads = known
         library = f"timm {TIMM_VERSION} registers" if arch in TIMM_HEADS else "torchvision builds"
         if registered == width:
             return heads, f"named model: {library} {arch!r} with {heads} heads ({width} wide)"
-        if width % heads == 0:   # the library builds the name's own arguments, a width changed (timm's
-            return heads, (f"named model: {library} {arch!r} with {heads} heads; the width here is "  # model_args)
+        # the library builds the name's own arguments, a width changed (timm's model_args) keeps the count
+        if width % heads == 0:
+            return heads, (f"named model: {library} {arch!r} with {heads} heads; the width here is "
                            f"{width} ({registered} registered), the head count its own")
         return None
     info = parse_model_name(name)

@@ -197,9 +197,11 @@ class MatrixPanel(LazyPanel):
                                                                f"making {what}…"))
         if why is None:
             made[(layer, head)] = ""
-            QThreadPool.globalInstance().start(lambda: self._made_in_pool(maps, layer, head, job))
+            QThreadPool.globalInstance().start(lambda: self._made_in_pool(job))
 
-    def _made_in_pool(self, maps: ResultMaps, layer: int | str, head: int | str, job: tuple[object, ...]) -> None:
+    def _made_in_pool(self, job: tuple[object, ...]) -> None:
+        """(In a pool thread.) Make `job`'s (maps, layer, head) matrix, then say it to the GUI thread."""
+        maps, layer, head = job
         why = ""
         try:
             maps.matrix(layer, head)
