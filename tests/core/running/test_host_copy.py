@@ -56,12 +56,15 @@ class Device:
         self.queued = 0
         self.stages: set[int] = set()         # storage addresses of the pinned buffers made
         self.arrays: set[int] = set()         # ... and of the others
+        self.made: list[torch.Tensor] = []    # every buffer made, held: a freed one's address, reused by an
+        #                                       unrelated tensor, would otherwise count as a staging buffer
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype, pinned: bool) -> torch.Tensor:
         self.pinned.append(pinned)
         t = torch.empty(shape, dtype=dtype)
         t.view(torch.uint8).fill_(255)        # NaN in float32 and float16: what an unfinished copy leaves
         (self.stages if pinned else self.arrays).add(t.untyped_storage().data_ptr())
+        self.made.append(t)
         return t
 
     def stage(self, t: torch.Tensor) -> bool:
