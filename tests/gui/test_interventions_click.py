@@ -291,3 +291,55 @@ def test_a_new_heads_line_lays_out_no_dock(qtbot, loaded) -> None:  # noqa: ANN0
     label.setText(" · ".join(["ablated L0.H1, L0.H2, L1.H0 (mean over 3 images)"] * 6))
     qtbot.waitUntil(lambda: room.minimumHeight() > before, timeout=5000)
     qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()) > 0, timeout=5000)
+
+
+def _axis_drawings(monkeypatch) -> list:  # noqa: ANN001
+    """Every axis picture pyqtgraph draws anew from now on (its ticks' labels laid out again), as the axes."""
+    from pyqtgraph import AxisItem
+
+    drawn: list = []
+    specs = AxisItem.generateDrawSpecs
+    monkeypatch.setattr(AxisItem, "generateDrawSpecs", lambda self, p: drawn.append(self) or specs(self, p))
+    return drawn
+
+
+def test_a_click_draws_no_overview_axis_again(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
+    """The same tiles' layout, an intervened run of the image: only the mosaic's pixels change. The overview's
+    axes (their ticks and labels laid out: 0.3-0.5 ms each) are drawn anew neither by the click nor by Back to
+    clean (`showAxis` on a shown axis threw its picture away; the run's title prefix read as a new column name
+    laid the ticks out again)."""
+    window = loaded
+    iv = window.interventions
+    overview = show_dock(qtbot, window, "overviewDock")
+    qtbot.waitUntil(lambda: overview._shape[0] > 0, timeout=5000)
+    axes = [overview.plot.getAxis(side) for side in ("left", "bottom")]
+    drawn = _axis_drawings(monkeypatch)
+    for layer, head in ((0, 1), (1, 0), (1, 1)):     # the first shows the Interventions dock: the overview resized
+        drawn.clear()
+        _click_counting_layouts(qtbot, window, layer, head)
+        overview.widget.viewport().repaint()
+        iv.clear_heads()
+        qtbot.waitUntil(lambda: window.session.image_list.current_maps is window.session.cached(
+            window.session.image_list.current), timeout=5000)
+        wait_idle(qtbot, window)
+        overview.widget.viewport().repaint()
+    assert not [a for a in drawn if a in axes]
+    assert all(a.isVisible() for a in axes)
+
+
+def test_an_intervened_whole_model_map_keeps_its_column_name(qtbot, loaded) -> None:  # noqa: ANN001
+    """A one-column stack (rollout) of an intervened run: its column is named after the map, not after what was
+    done ('ablated L0.H1', the start of every intervened title)."""
+    from vitviz.gui.panels.overview import column_name
+
+    window = loaded
+    overview = show_dock(qtbot, window, "overviewDock")
+    window.state.update(source="rollout", layer=0)
+    clean = list(overview._columns)
+    assert clean[0][1].startswith("rollout of cls")
+    _click_counting_layouts(qtbot, window, 0, 1)
+    maps = window.session.image_list.current_maps
+    assert maps.stack("rollout").title.startswith("ablated L0.H1 · rollout of cls")
+    assert overview._columns == clean
+    assert column_name("ablated L0.H1 · rollout of cls (mean)", "ablated L0.H1") == "rollout of cls"
+    wait_idle(qtbot, window)

@@ -61,7 +61,8 @@ def set_colorbar_levels(colorbar: pg.ColorBarItem, levels: tuple[float, float],
     every label but the bottom few), or with `ticks` (value, label) of the caller's; the bar's axis is made as
     wide as its labels and its title need, so the labels never run under the title."""
     lo, hi = float(levels[0]), float(levels[1])
-    colorbar.axis.enableAutoSIPrefix(False)     # the labels carry their own magnitude; no '(x0.001)' on the title
+    if colorbar.axis.autoSIPrefix:              # (set once: each call lays the axis's label out again)
+        colorbar.axis.enableAutoSIPrefix(False)     # the labels carry their own magnitude; no '(x0.001)' on the title
     colorbar.setLevels((lo, hi))
     if ticks is None:
         values = nice_ticks(lo, hi)
@@ -77,7 +78,9 @@ def fit_axis_width(axis: pg.AxisItem, labels: list[str]) -> None:
     flags = int(Qt.AlignmentFlag.AlignCenter.value)
     widest = max((metrics.boundingRect(QRectF(0, 0, 100, 100), flags, text).width() for text in labels if text),
                  default=0.0)
-    axis.setStyle(autoExpandTextSpace=False, tickTextWidth=int(np.ceil(widest)) + 1)
+    width = int(np.ceil(widest)) + 1
+    if axis.style.get("autoExpandTextSpace") is not False or axis.style.get("tickTextWidth") != width:
+        axis.setStyle(autoExpandTextSpace=False, tickTextWidth=width)   # (each call draws the axis anew)
     axis.setWidth(None)                         # from the style: ticks, the labels' width and the title
     if not getattr(axis, "_vitviz_refits", False):
         axis._vitviz_refits = True              # a hidden axis is sized 0 wide: size it again once shown

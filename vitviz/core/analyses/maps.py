@@ -522,9 +522,11 @@ class ImageMaps(Protocol):
     `picks(kind)` every (layer, head) it has a map of `kind` at, as export names them; `write_npz` its .npz.
     What a dock asks besides maps: `rollout_depth` the layers (or blocks) a rollout multiplies, `query_count` the
     token indices a query may name, `why_not(what)` why it has no token matrix ('matrix') or no token features
-    ('features') (None: it has), `info_rows()` the model-info rows its run adds (a windowed model's stages)."""
+    ('features') (None: it has), `info_rows()` the model-info rows its run adds (a windowed model's stages);
+    `title` what every stack's title starts with before its own ('': a clean run; an intervened one's steps)."""
 
     result: Any
+    title: str
 
     @property
     def grid(self) -> tuple[int, int]: ...
@@ -590,6 +592,8 @@ class ResultMaps:
     It may be read from two threads (the window's worker measures a timeline's results while the GUI draws
     them): one lock guards its caches, held while a stack is made, so a reader never sees them change under it.
     """
+
+    title = ""   # what every stack's title starts with before its own ('ablated L1.H3 · ...': an intervened run's)
 
     def __init__(self, result: AttentionResult, rows: list[int] | None = None,
                  rollout: RolloutEngine | None = None) -> None:

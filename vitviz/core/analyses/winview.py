@@ -271,7 +271,9 @@ class WindowedMaps:
     Besides its own views it is an `vitviz.core.analyses.maps.ImageMaps`, as `ResultMaps` is: `view(kind, layer)`
     is the stack, row and stride that show one block's map (the layer selection counts blocks over all stages),
     `outlines` / `query_outline` the block's windows, `caption`, `row_blocks`, `picks`, `has`, `unshown`,
-    `stack_or_pending`, `resolved`, `head_stats`, `heads_of`, `nbytes`, `write_npz`, `result`, `grid`."""
+    `stack_or_pending`, `resolved`, `head_stats`, `heads_of`, `nbytes`, `write_npz`, `result`, `grid`, `title`."""
+
+    title = ""   # what every stack's title starts with before its own (a clean run's: nothing)
 
     def __init__(self, result: WindowedResult) -> None:
         self.result = result

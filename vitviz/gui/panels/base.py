@@ -64,6 +64,14 @@ def style_plot(plot: pg.PlotItem, left: str, bottom: str) -> None:
         axis.setLabel(label, color=TEXT)
 
 
+def show_axes(plot: pg.PlotItem, shown: bool, sides: tuple[str, ...] = ("left", "bottom")) -> None:
+    """Show or hide a plot's axes, touching only those that change: `showAxis` on an axis already shown throws
+    away its drawn picture and sets its width again, so every redraw that called it drew its ticks anew."""
+    for side in sides:
+        if plot.getAxis(side).isVisibleTo(plot) != shown:
+            plot.showAxis(side, shown)
+
+
 TICK_GAP_PX = 6.0           # the least room between two tick labels
 
 

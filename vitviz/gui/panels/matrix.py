@@ -25,7 +25,8 @@ from PySide6.QtWidgets import QCheckBox, QGraphicsRectItem, QLabel, QWidget
 from vitviz.core.spec import ModelSpec
 from vitviz.gui import colors
 from vitviz.core.analyses.maps import ResultMaps
-from vitviz.gui.panels.base import SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, style_plot
+from vitviz.gui.panels.base import (SELECT, TEXT, LazyPanel, TitleLabel, bar_and_body, dark_layout, pen, show_axes,
+                                    style_plot)
 from vitviz.gui.images import ImageList
 from vitviz.gui.state import ViewState
 from vitviz.gui.numbers import number
@@ -232,8 +233,7 @@ class MatrixPanel(LazyPanel):
 
     def _show_axes(self, shown: bool) -> None:
         """The axes and the colorbar, only with a matrix to measure (an empty plot's axes said nothing)."""
-        for side in ("left", "bottom"):
-            self.plot.showAxis(side, shown)
+        show_axes(self.plot, shown)
         self.colorbar.setVisible(shown)
 
     def _draw(self, maps: ResultMaps) -> None:

@@ -152,7 +152,7 @@ class OverviewPanel(QWidget):
         maps = scaled[:, :1] if stack.num_heads == 1 else scaled   # rollout, relevance: one column per layer
         nl, nc, gh, gw = maps.shape
         before = (self._shape, self._bands, self._gap, self._column_name, list(self._blocks))
-        self._column_name = column_name(stack.title)
+        self._column_name = column_name(stack.title, self._maps.title if self._maps is not None else "")
         self._gap = max(1, min(gh, gw) // 8)
         self._shape = (nl, nc, gh, gw)
         view = self.plot.vb.size()
@@ -210,8 +210,7 @@ class OverviewPanel(QWidget):
 
     def _show_axes(self, shown: bool) -> None:
         """Axes and title only around tiles (an empty plot used to show axes from -600 to 600)."""
-        for side in ("left", "bottom"):
-            self.plot.showAxis(side, shown)
+        base.show_axes(self.plot, shown)
         if not shown:
             self.title.setText(self.placeholder())
 
@@ -372,10 +371,12 @@ class OverviewPanel(QWidget):
         self.tile_clicked.emit(layer, None if nc == 1 else head)
 
 
-def column_name(title: str) -> str:
+def column_name(title: str, prefix: str = "") -> str:
     """The bottom label of a stack with one column: what the map is, from its title ('rollout of cls (mean, ...)'
     -> 'rollout of cls', "class relevance (Chefer) of the top class"), without its settings in brackets at the
-    end."""
+    end, nor `prefix`, what an intervened run's titles start with ('ablated L0.H1 · rollout of cls ...')."""
+    if prefix and title.startswith(prefix + " · "):
+        title = title[len(prefix) + 3:]
     name = title.split(" · ")[0].strip()
     if name.endswith(")") and " (" in name and name.startswith("rollout"):
         name = name[: name.rindex(" (")]
