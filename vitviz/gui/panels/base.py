@@ -273,8 +273,8 @@ class TitleLabel(pg.LabelItem):
             super().updateGeometry()
 
     def resizeEvent(self, ev: object) -> None:  # noqa: N802 - Qt override
-        if self.width() > 0:
-            self.item.setTextWidth(self.width())
+        if self.width() > 0 and self.item.textWidth() != self.width():   # (the same width again lays the text
+            self.item.setTextWidth(self.width())                         # out anew: on every new title)
         super().resizeEvent(ev)
 
     def reserved_height(self) -> float:
