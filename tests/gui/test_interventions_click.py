@@ -343,3 +343,47 @@ def test_an_intervened_whole_model_map_keeps_its_column_name(qtbot, loaded) -> N
     assert overview._columns == clean
     assert column_name("ablated L0.H1 · rollout of cls (mean)", "ablated L0.H1") == "rollout of cls"
     wait_idle(qtbot, window)
+
+
+class _Paints(QObject):
+    """Counts the paint events one widget gets while installed on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: ANN001, N802 - Qt override
+        self.count += event.type() == QEvent.Type.Paint
+        return False
+
+
+def test_the_overview_paints_once_per_click_with_its_frames(qtbot, loaded) -> None:  # noqa: ANN001
+    """The ablated head's amber frame is drawn with the intervened tiles, in one paint of the Overview (it was
+    drawn a round before the answer, and the Overview painted twice per click); Back to clean takes the frames
+    away with the clean tiles, at the next turn."""
+    from PySide6.QtWidgets import QApplication
+
+    window = loaded
+    iv = window.interventions
+    overview = show_dock(qtbot, window, "overviewDock")
+    qtbot.waitUntil(lambda: overview._shape[0] > 0, timeout=5000)
+    _click_counting_layouts(qtbot, window, 0, 1)       # the first shows the Interventions dock
+    iv.clear_heads()
+    wait_idle(qtbot, window)
+    for _ in range(3):
+        QApplication.processEvents()
+    framed = _on_answer(window, lambda maps: len(overview.marked()))
+    paints = _Paints()
+    overview.widget.viewport().installEventFilter(paints)
+    try:
+        _click_counting_layouts(qtbot, window, 1, 0)
+        QApplication.sendPostedEvents(None, 0)
+    finally:
+        overview.widget.viewport().removeEventFilter(paints)
+    assert len(overview.marked()) == 1 and overview.marked()[0].isVisible()
+    assert paints.count == 1, f"the Overview painted {paints.count} times for one click"
+    assert framed and framed[0] == 1        # set as the answer was handled, before the paint
+    iv.clear_heads()
+    QApplication.processEvents()
+    assert not overview.marked()
+    wait_idle(qtbot, window)

@@ -30,7 +30,7 @@ from vitviz.gui.errors import ErrorReporter
 from vitviz.gui.file_actions import FileActions
 from vitviz.gui.interventions import InterventionBanner
 from vitviz.gui.models_menu import ModelsMenu
-from vitviz.gui.panels.base import LazyPanel
+from vitviz.gui.panels.base import LazyPanel, relay
 from vitviz.gui.panels.controls import ControlsPanel
 from vitviz.gui.panels.features import FeaturesPanel
 from vitviz.gui.panels.headstats import HeadStatsPanel
@@ -434,7 +434,7 @@ class MainWindow(QMainWindow):
         self.panel.query_clicked.connect(self.select_query)
         self.overview.tile_clicked.connect(self._on_tile_clicked)
         self.overview.tile_menu.connect(self._tile_menu)
-        self.interventions.changed.connect(lambda: self.overview.mark(self.interventions.heads))
+        self.interventions.changed.connect(self._mark_ablated)
         self.matrix.query_clicked.connect(self.select_query)
         self.rollout_panel.query_clicked.connect(self.select_query)
         self.headstats.head_clicked.connect(self._on_head_clicked)
@@ -801,6 +801,18 @@ class MainWindow(QMainWindow):
         for dock in self.docks:
             dock.setVisible(True)
             dock.setFloating(False)
+
+    def _mark_ablated(self) -> None:
+        """The Overview's amber frames with the tiles they frame: back to clean at once (the clean tiles are shown
+        at once), else with the run the steps ask for (held by the relay until it answers: one paint per click)."""
+        iv = self.interventions
+        if iv.steps:
+            relay().later(self._frame_ablated)
+        else:
+            self._frame_ablated()
+
+    def _frame_ablated(self) -> None:
+        self.overview.mark(self.interventions.heads)
 
     def is_idle(self) -> bool:
         """No request queued or running in the worker, and no thumbnail still being decoded."""
