@@ -6,10 +6,10 @@ reads the policy once, when torch is imported):
   window --threads N`): wall p50 / p95, the GUI thread's and the process's CPU per click;
 - one forward of a random-weight ViT-B/16 @224 and ViT-Ti/16 (vitviz's reference ViT), median of `--repeats`.
 
-    python bench/omp_wait.py [--threads N] [--repeats 15] [--clicks 40]
+    python bench/omp_wait.py [--threads N] [--repeats 15] [--clicks 40] [--rounds 2]
 
-The rounds alternate the two policies (ACTIVE, PASSIVE, ACTIVE, PASSIVE, ...) so that a drift of the machine's load
-hits both alike. On few cores a spinning thread takes the core the window's thread needs to paint; on many cores
+The rounds alternate the policies (unset -- libgomp's default, what the window ran with before it set one --, ACTIVE,
+PASSIVE, unset, ...) so that a drift of the machine's load hits them alike. On few cores a spinning thread takes the core the window's thread needs to paint; on many cores
 it costs little but CPU time.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("ACTIVE", "PASSIVE")
+POLICIES = ("unset", "ACTIVE", "PASSIVE")   # unset: libgomp's own default (a bounded spin), the window before
 
 FORWARD = r"""
 import statistics, sys, time, torch
@@ -52,8 +52,10 @@ CLICK = re.compile(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms over \d+ clicks \(GUI-thre
 
 
 def _run(policy: str, argv: list[str]) -> str:
-    env = dict(os.environ, OMP_WAIT_POLICY=policy, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
-               PYTHONPATH=str(ROOT))
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update(QT_QPA_PLATFORM=env.get("QT_QPA_PLATFORM", "offscreen"), PYTHONPATH=str(ROOT))
+    if policy != "unset":
+        env["OMP_WAIT_POLICY"] = policy
     done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{policy}: {' '.join(argv[:2])} failed:\n{done.stderr[-2000:]}")
@@ -62,12 +64,14 @@ def _run(policy: str, argv: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="torch threads (default: the cores, torch's own default)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own default, as the window runs)")
     parser.add_argument("--repeats", type=int, default=15, help="forwards per model")
     parser.add_argument("--clicks", type=int, default=40, help="ablate clicks per window run")
     parser.add_argument("--rounds", type=int, default=2, help="runs per policy, alternating")
     args = parser.parse_args()
+    if args.threads is None:      # what torch chooses by itself (physical cores), asked of a fresh process
+        args.threads = int(_run("unset", ["-c", "import torch; print(torch.get_num_threads())"]).split()[-1])
     clicks: dict[str, list[tuple[float, ...]]] = {p: [] for p in POLICIES}
     forwards: dict[str, dict[str, list[float]]] = {p: {} for p in POLICIES}
     for _ in range(args.rounds):
@@ -89,11 +93,10 @@ def main() -> None:
         models = ", ".join(f"{name} forward {statistics.median(ms):.1f} ms" for name, ms in forwards[policy].items())
         print(f"OMP_WAIT_POLICY={policy:7s} ablate click p50 {p50:.1f} ms, p95 {p95:.1f} ms; CPU per click: GUI "
               f"thread {gui:.1f} ms, process {proc:.1f} ms; {models}")
-    act, pas = (statistics.median(c[1] for c in clicks[p]) for p in POLICIES)
-    print(f"click p95 PASSIVE / ACTIVE = {pas / act:.2f}; " + ", ".join(
-        f"{name} forward PASSIVE / ACTIVE = {statistics.median(forwards['PASSIVE'][name]) / statistics.median(ms):.2f}"
-        for name, ms in forwards["ACTIVE"].items()))
-
+    base, pas = (statistics.median(c[1] for c in clicks[p]) for p in ("unset", "PASSIVE"))
+    print(f"click p95 PASSIVE / unset = {pas / base:.2f}; " + ", ".join(
+        f"{name} forward PASSIVE / unset = {statistics.median(forwards['PASSIVE'][name]) / statistics.median(ms):.2f}"
+        for name, ms in forwards["unset"].items()))
 
 if __name__ == "__main__":
     main()

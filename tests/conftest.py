@@ -12,6 +12,7 @@ in its default "prepend" mode), so tests in every folder import them by name; te
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # without a provenance entry, with a source of no known kind, or assumed and not flagged fails the test that built
 # it (vitviz.core.spec.audit_provenance; tests/core/test_provenance.py shows the audit can fail).
 os.environ.setdefault("VITVIZ_AUDIT", "1")
+# Ctrl+C as in a terminal: a shell without job control starts a background job with SIGINT ignored, and the tests
+# that interrupt an export (in this process or in a child, which inherits the ignoring) then saw it run to its end
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
