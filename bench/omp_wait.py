@@ -1,6 +1,6 @@
-"""Benchmark: torch's idle CPU threads spinning (OpenMP's ACTIVE wait) or sleeping (PASSIVE, what `vitviz` sets for
-the window: `vitviz.cli.window.quiet_idle_threads`), side by side in one run, each case in its own process (libgomp
-reads the policy once, when torch is imported):
+"""Benchmark: torch's idle CPU threads spinning (OpenMP's ACTIVE wait; libgomp's default: a bounded spin) or
+sleeping (PASSIVE, what `vitviz` sets for the window: `vitviz.cli.window.quiet_idle_threads`), side by side in one
+run, each case in its own process (libgomp reads the policy once, when torch is imported):
 
 - the window's ablate click on the demo model with torch's default thread count (`bench/interventions.py --only
   window --threads N`): wall p50 / p95, the GUI thread's and the process's CPU per click;
@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ("unset", "ACTIVE", "PASSIVE")   # unset: libgomp's own default (a bounded spin), the window before
+# each case's environment: unset is libgomp's own default (a bounded spin: GOMP_SPINCOUNT 300000), the window before
+POLICIES = {"unset": {}, "ACTIVE": {"OMP_WAIT_POLICY": "ACTIVE"}, "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+            "spin 10k": {"GOMP_SPINCOUNT": "10000"}}
 
 FORWARD = r"""
 import statistics, sys, time, torch
@@ -52,10 +54,8 @@ CLICK = re.compile(r"p50 ([\d.]+) ms, p95 ([\d.]+) ms over \d+ clicks \(GUI-thre
 
 
 def _run(policy: str, argv: list[str]) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env.update(QT_QPA_PLATFORM=env.get("QT_QPA_PLATFORM", "offscreen"), PYTHONPATH=str(ROOT))
-    if policy != "unset":
-        env["OMP_WAIT_POLICY"] = policy
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(QT_QPA_PLATFORM=env.get("QT_QPA_PLATFORM", "offscreen"), PYTHONPATH=str(ROOT), **POLICIES[policy])
     done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, cwd=ROOT, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{policy}: {' '.join(argv[:2])} failed:\n{done.stderr[-2000:]}")
@@ -91,12 +91,14 @@ def main() -> None:
     for policy in POLICIES:
         p50, p95, gui, proc = (statistics.median(c[i] for c in clicks[policy]) for i in range(4))
         models = ", ".join(f"{name} forward {statistics.median(ms):.1f} ms" for name, ms in forwards[policy].items())
-        print(f"OMP_WAIT_POLICY={policy:7s} ablate click p50 {p50:.1f} ms, p95 {p95:.1f} ms; CPU per click: GUI "
+        print(f"{policy:8s} ablate click p50 {p50:.1f} ms, p95 {p95:.1f} ms; CPU per click: GUI "
               f"thread {gui:.1f} ms, process {proc:.1f} ms; {models}")
-    base, pas = (statistics.median(c[1] for c in clicks[p]) for p in ("unset", "PASSIVE"))
-    print(f"click p95 PASSIVE / unset = {pas / base:.2f}; " + ", ".join(
-        f"{name} forward PASSIVE / unset = {statistics.median(forwards['PASSIVE'][name]) / statistics.median(ms):.2f}"
-        for name, ms in forwards["unset"].items()))
+    base = statistics.median(c[1] for c in clicks["unset"])
+    for policy in list(POLICIES)[1:]:
+        p95 = statistics.median(c[1] for c in clicks[policy])
+        print(f"{policy} / unset: click p95 {p95 / base:.2f}; " + ", ".join(
+            f"{name} forward {statistics.median(forwards[policy][name]) / statistics.median(ms):.2f}"
+            for name, ms in forwards["unset"].items()))
 
 if __name__ == "__main__":
     main()

@@ -58,8 +58,10 @@ def quiet_idle_threads() -> bool:
 
     After each parallel region of a forward, OpenMP's threads spin for a while waiting for the next: on a machine
     with few cores they take the core the window's thread needs to draw the answer. `bench/omp_wait.py` on this
-    2-core machine (torch's default 2 threads, the demo model): an ablate click's p95 25.4 ms spinning, 15.9 ms
-    passive; the process's CPU per click 24.6 -> 14.2 ms; a ViT-B/16 forward 0.92x the time passive (ViT-Ti 1.03x)."""
+    2-core machine (torch's default 2 threads, the demo model, 3 alternating rounds): an ablate click's p95 34.0 ms
+    with libgomp's default wait, 13.9 ms passive; the process's CPU per click 24.7 -> 11.4 ms. The price: a small
+    model's forward waits for its threads to wake (ViT-Ti/16 1.32x the time); a ViT-B/16's is unchanged (1.01x;
+    0.92-1.35x in three runs against a spinning wait)."""
     if "torch" in sys.modules:
         return False
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
