@@ -372,7 +372,15 @@ class Exporter:
                 results.append(None)
         for p, maps in zip(batch, results):
             if p.job.status != "failed" and maps is not None:
-                self._writes.append((p.job, writers.submit(self._write, p, maps)))
+                self._writes.append((p.job, writers.submit(self._write_taken, [p, maps])))
+
+    def _write_taken(self, held: list[Any]) -> None:
+        """`_write` of the image and maps `held` holds, taken out of it first: the pool's work item keeps the
+        arguments it was given until its thread has moved on, which may be after the future is done, and an image's
+        maps then outlived its write (a third image's alive while the next forward ran)."""
+        p, maps = held
+        held.clear()
+        self._write(p, maps)
 
     def _write(self, p: Prepared, maps: ResultMaps) -> None:
         """Render and atomically write one image's PNGs (and .npz) from its `ResultMaps` (the window's holder: the
