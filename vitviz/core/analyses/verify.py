@@ -963,17 +963,13 @@ class _LayerByLayer:
         i = len(self.rows)
         a = layer[0].float().cpu()
         b = self.theirs.next()
-        if b is None:
-            self.finite = self.finite and bool(torch.isfinite(a).all())
-            if self.theirs.error is not None:
-                raise _TheirsStopped
-            self.rows.append((i, math.inf))
-        elif tuple(a.shape) != tuple(b.shape):
-            self.finite = self.finite and bool(torch.isfinite(a).all())
+        if b is None and self.theirs.error is not None:
+            raise _TheirsStopped     # the original failed: `_settled` raises its failure, ours is not read
+        d = math.inf                 # no layer of the original's at this index, or one of another shape
+        if b is not None and tuple(a.shape) != tuple(b.shape):
             self.notes.append(f"layer {i} {self.where}: the original's attention has shape (heads, T, T) = "
                               f"{tuple(b.shape)}, vitviz's {tuple(a.shape)}")
-            self.rows.append((i, math.inf))
-        else:
+        elif b is not None:
             # torch's ops use every core (numpy's one), and one pass less: ours is read for non-finite values only
             # where the largest difference is not finite -- a NaN or inf of ours always makes it so (x - finite,
             # inf - inf, NaN - anything)
@@ -983,9 +979,9 @@ class _LayerByLayer:
                 self.diff = torch.empty(a.shape, dtype=dtype)   # one buffer for every layer: no temporaries
             torch.sub(a, b, out=self.diff).abs_()
             d = float(self.diff.max())
-            if not math.isfinite(d):
-                self.finite = self.finite and bool(torch.isfinite(a).all())
-            self.rows.append((i, d))
+        if not math.isfinite(d):
+            self.finite = self.finite and bool(torch.isfinite(a).all())
+        self.rows.append((i, d))
 
     def differences(self) -> tuple[tuple[tuple[int, float], ...], int | None, list[str]]:
         """Per layer the largest |difference|; the first layer beyond tolerance; what could not be compared."""
