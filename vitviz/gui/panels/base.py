@@ -64,10 +64,11 @@ def style_plot(plot: pg.PlotItem, left: str, bottom: str) -> None:
         axis.setLabel(label, color=TEXT)
 
 
-def show_axes(plot: pg.PlotItem, shown: bool, sides: tuple[str, ...] = ("left", "bottom")) -> None:
-    """Show or hide a plot's axes, touching only those that change: `showAxis` on an axis already shown throws
-    away its drawn picture and sets its width again, so every redraw that called it drew its ticks anew."""
-    for side in sides:
+def show_axes(plot: pg.PlotItem, shown: bool) -> None:
+    """Show or hide a plot's left and bottom axes, touching only those that change: `showAxis` on an axis already
+    shown throws away its drawn picture and sets its width again, so every redraw that called it drew its ticks
+    anew."""
+    for side in ("left", "bottom"):
         if plot.getAxis(side).isVisibleTo(plot) != shown:
             plot.showAxis(side, shown)
 

@@ -375,8 +375,8 @@ def column_name(title: str, prefix: str = "") -> str:
     """The bottom label of a stack with one column: what the map is, from its title ('rollout of cls (mean, ...)'
     -> 'rollout of cls', "class relevance (Chefer) of the top class"), without its settings in brackets at the
     end, nor `prefix`, what an intervened run's titles start with ('ablated L0.H1 · rollout of cls ...')."""
-    if prefix and title.startswith(prefix + " · "):
-        title = title[len(prefix) + 3:]
+    if prefix:
+        title = title.removeprefix(prefix + " · ")
     name = title.split(" · ")[0].strip()
     if name.endswith(")") and " (" in name and name.startswith("rollout"):
         name = name[: name.rindex(" (")]
