@@ -177,15 +177,17 @@ def test_the_click_runs_the_clean_runs_input_again(qtbot, loaded, tiny_ckpt, mon
     wait_idle(qtbot, window)
 
 
-class _Layouts(QObject):
-    """Counts the layout requests every widget gets (by the widget) while installed on the application."""
+class _Events(QObject):
+    """The receivers of every event of one type, in order, while installed (on the application: every widget's;
+    on a widget: its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: QEvent.Type) -> None:
         super().__init__()
+        self.kind = kind
         self.seen: list = []
 
     def eventFilter(self, obj, event) -> bool:  # noqa: ANN001, N802 - Qt override
-        if event.type() == QEvent.Type.LayoutRequest:
+        if event.type() == self.kind:
             self.seen.append(obj)
         return False
 
@@ -197,7 +199,7 @@ def _click_counting_layouts(qtbot, window, layer: int, head: int) -> list:  # no
     from vitviz.gui.panels.base import redraws_pending
 
     iv, app = window.interventions, QApplication.instance()
-    counter = _Layouts()
+    counter = _Events(QEvent.Type.LayoutRequest)
     app.installEventFilter(counter)
     try:
         iv.toggle(layer, head)
@@ -346,18 +348,6 @@ def test_an_intervened_whole_model_map_keeps_its_column_name(qtbot, loaded) -> N
     wait_idle(qtbot, window)
 
 
-class _Paints(QObject):
-    """Counts the paint events one widget gets while installed on it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: ANN001, N802 - Qt override
-        self.count += event.type() == QEvent.Type.Paint
-        return False
-
-
 def test_the_overview_paints_once_per_click_with_its_frames(qtbot, loaded, monkeypatch) -> None:  # noqa: ANN001
     """The ablated head's amber frame is drawn with the intervened tiles, in one paint of the Overview (it was
     drawn a round before the answer, and the Overview painted twice per click); Back to clean takes the frames
@@ -377,7 +367,7 @@ def test_the_overview_paints_once_per_click_with_its_frames(qtbot, loaded, monke
     for _ in range(3):
         QApplication.processEvents()
     framed = _on_answer(window, lambda maps: len(overview.marked()))
-    paints = _Paints()
+    paints = _Events(QEvent.Type.Paint)
     overview.widget.viewport().installEventFilter(paints)
     try:
         _click_counting_layouts(qtbot, window, 1, 0)
@@ -385,7 +375,7 @@ def test_the_overview_paints_once_per_click_with_its_frames(qtbot, loaded, monke
     finally:
         overview.widget.viewport().removeEventFilter(paints)
     assert len(overview.marked()) == 1 and overview.marked()[0].isVisible()
-    assert paints.count == 1, f"the Overview painted {paints.count} times for one click"
+    assert len(paints.seen) == 1, f"the Overview painted {len(paints.seen)} times for one click"
     assert framed and framed[0] == 1        # set as the answer was handled, before the paint
     iv.clear_heads()
     QApplication.processEvents()
